@@ -1,0 +1,261 @@
+//! `skiff bench store`: the same workloads against the embedded store in-process, the embedded
+//! store behind its etcd v3 gRPC facade (a `skiff store serve` child process), and a real etcd
+//! started on loopback in the same run. Every backend fsyncs. Prints one JSON object per result.
+//!
+//! Both gRPC backends are driven by the same client code (`EtcdStore`, over `etcd-client`), so
+//! `embedded-grpc` against `etcd` is like for like.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use futures::StreamExt;
+use hdrhistogram::Histogram;
+use serde_json::json;
+use skiff_store::etcd::EtcdStore;
+use skiff_store::etcd_process::EtcdProcess;
+use skiff_store::{EmbeddedConfig, EmbeddedStore, KeyRange, PutRequest, RangeRequest, Store};
+use skiff_store::{WatchRequest, prefix_end};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Options of `skiff bench store`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StoreBenchArgs {
+    /// Seconds each put workload runs.
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// Backends to measure (embedded, embedded-grpc, etcd).
+    #[arg(long, value_delimiter = ',', default_value = "embedded,embedded-grpc,etcd")]
+    pub backends: Vec<String>,
+    /// Concurrent writers for the put workloads.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    pub writers: Vec<usize>,
+    /// Keys in the range workload.
+    #[arg(long, default_value_t = 10_000)]
+    pub range_keys: usize,
+    /// Watchers in the watch-latency workload.
+    #[arg(long, default_value_t = 100)]
+    pub watchers: usize,
+    /// Where the stores keep their data (a fresh temporary directory by default).
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
+}
+
+/// A backend under test, with whatever keeps it alive.
+struct Backend {
+    name: &'static str,
+    store: Arc<dyn Store>,
+    _guard: Guard,
+}
+
+enum Guard {
+    None,
+    Child(Child),
+    Etcd(EtcdProcess),
+}
+
+pub async fn run(args: StoreBenchArgs) -> Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let root = args.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    for name in &args.backends {
+        let backend = start(name, &root).await?;
+        for &writers in &args.writers {
+            let r = put_workload(&*backend.store, writers, Duration::from_secs(args.seconds)).await?;
+            emit("put", backend.name, json!({ "writers": writers, "value_bytes": 1024 }), &r);
+        }
+        let r = range_workload(&*backend.store, args.range_keys).await?;
+        emit("range", backend.name, json!({ "writers": 1, "keys": args.range_keys }), &r);
+        let r = watch_workload(&*backend.store, args.watchers).await?;
+        emit("watch", backend.name, json!({ "writers": 1, "watchers": args.watchers }), &r);
+        drop(backend);
+    }
+    Ok(())
+}
+
+async fn start(name: &str, root: &std::path::Path) -> Result<Backend> {
+    let dir = root.join(name);
+    Ok(match name {
+        "embedded" => {
+            let store = EmbeddedStore::open(EmbeddedConfig::new(&dir)).await?;
+            Backend { name: "embedded", store: Arc::new(store), _guard: Guard::None }
+        }
+        "embedded-grpc" => {
+            let (child, endpoint) = serve_child(&dir).await?;
+            let store = EtcdStore::connect(&[endpoint], Bytes::new()).await?;
+            Backend { name: "embedded-grpc", store: Arc::new(store), _guard: Guard::Child(child) }
+        }
+        "etcd" => {
+            let etcd = EtcdProcess::start().await.context("starting etcd (Debian etcd-server)")?;
+            let store = EtcdStore::connect(&[etcd.endpoint()], Bytes::new()).await?;
+            Backend { name: "etcd", store: Arc::new(store), _guard: Guard::Etcd(etcd) }
+        }
+        other => bail!("unknown backend {other:?} (expected embedded, embedded-grpc or etcd)"),
+    })
+}
+
+/// Start `skiff store serve` on a free loopback port; returns the child and its endpoint.
+async fn serve_child(dir: &std::path::Path) -> Result<(Child, String)> {
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .args(["store", "serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut lines = BufReader::new(child.stdout.take().context("child stdout")?).lines();
+    while let Some(line) = lines.next_line().await? {
+        if line.contains("ready") {
+            let endpoint = line
+                .split_whitespace()
+                .find(|w| w.starts_with("127.0.0.1:"))
+                .context("ready line without an address")?
+                .trim_end_matches(|c: char| !c.is_ascii_digit())
+                .to_string();
+            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            return Ok((child, endpoint));
+        }
+    }
+    bail!("skiff store serve exited before it was ready")
+}
+
+/// Throughput and latency of one workload.
+struct Measured {
+    ops: u64,
+    elapsed: Duration,
+    latency: Histogram<u64>,
+}
+
+fn emit(bench: &str, backend: &str, extra: serde_json::Value, m: &Measured) {
+    let ms = |q: f64| m.latency.value_at_quantile(q) as f64 / 1000.0;
+    let mut line = json!({
+        "bench": bench,
+        "backend": backend,
+        "ops": m.ops,
+        "ops_per_sec": (m.ops as f64 / m.elapsed.as_secs_f64()).round(),
+        "p50_ms": ms(0.5),
+        "p99_ms": ms(0.99),
+        "max_ms": m.latency.max() as f64 / 1000.0,
+    });
+    if let (Some(line), serde_json::Value::Object(extra)) = (line.as_object_mut(), extra) {
+        line.extend(extra);
+    }
+    println!("{line}");
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
+}
+
+fn micros(d: Duration) -> u64 {
+    (d.as_micros() as u64).max(1)
+}
+
+/// `writers` tasks put 1 KiB values for `duration`, each over its own 1,000 keys.
+async fn put_workload(store: &dyn Store, writers: usize, duration: Duration) -> Result<Measured> {
+    let value = Bytes::from(vec![b'x'; 1024]);
+    let start = Instant::now();
+    let deadline = start + duration;
+    let tasks = (0..writers).map(|w| {
+        let value = value.clone();
+        async move {
+            let mut latency = histogram();
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                let key = Bytes::from(format!("/bench/put/{w}/{}", i % 1000));
+                let t = Instant::now();
+                store.put(PutRequest { key, value: value.clone(), ..Default::default() }).await?;
+                latency.record(micros(t.elapsed()))?;
+                i += 1;
+            }
+            anyhow::Ok((i, latency))
+        }
+    });
+    let results = futures::future::try_join_all(tasks).await?;
+    let elapsed = start.elapsed();
+    let mut latency = histogram();
+    let mut ops = 0;
+    for (n, h) in results {
+        ops += n;
+        latency.add(h)?;
+    }
+    Ok(Measured { ops, elapsed, latency })
+}
+
+/// Load `keys` keys of 1 KiB, then read them all in one range, repeatedly.
+async fn range_workload(store: &dyn Store, keys: usize) -> Result<Measured> {
+    let value = Bytes::from(vec![b'r'; 1024]);
+    let loaders = (0..16).map(|w| {
+        let value = value.clone();
+        async move {
+            for i in (w..keys).step_by(16) {
+                let key = Bytes::from(format!("/bench/range/{i:08}"));
+                store.put(PutRequest { key, value: value.clone(), ..Default::default() }).await?;
+            }
+            anyhow::Ok(())
+        }
+    });
+    futures::future::try_join_all(loaders).await?;
+    let mut latency = histogram();
+    let start = Instant::now();
+    let mut ops = 0;
+    while ops < 10 || start.elapsed() < Duration::from_secs(3) {
+        let t = Instant::now();
+        let req = RangeRequest { range: KeyRange::prefix("/bench/range/"), ..Default::default() };
+        let resp = store.range(req).await?;
+        latency.record(micros(t.elapsed()))?;
+        if resp.kvs.len() != keys {
+            bail!("range returned {} keys, expected {keys}", resp.kvs.len());
+        }
+        ops += 1;
+    }
+    Ok(Measured { ops, elapsed: start.elapsed(), latency })
+}
+
+/// `watchers` watch one prefix; one writer puts 1,000 keys, one every 2 ms; latency is from the
+/// moment the put is issued until each watcher has the event.
+async fn watch_workload(store: &dyn Store, watchers: usize) -> Result<Measured> {
+    const PUTS: usize = 1000;
+    let prefix = Bytes::from_static(b"/bench/watch/");
+    let range = KeyRange { key: prefix.clone(), range_end: prefix_end(&prefix) };
+    let epoch = Instant::now();
+    let mut streams = Vec::new();
+    for _ in 0..watchers {
+        let req = WatchRequest { range: range.clone(), ..Default::default() };
+        streams.push(store.watch(req).await?);
+    }
+    let receivers = streams.into_iter().map(|mut stream| async move {
+        let mut latency = histogram();
+        let mut seen = 0;
+        while seen < PUTS {
+            let batch = stream.next().await.context("watch ended early")??;
+            let now = epoch.elapsed();
+            for event in &batch.events {
+                let sent: u64 = std::str::from_utf8(&event.kv.value)?.parse()?;
+                latency.record(micros(now.saturating_sub(Duration::from_micros(sent))))?;
+                seen += 1;
+            }
+        }
+        anyhow::Ok(latency)
+    });
+    let writer = async {
+        let start = Instant::now();
+        for i in 0..PUTS {
+            tokio::time::sleep_until((start + Duration::from_millis(2 * i as u64)).into()).await;
+            let sent = epoch.elapsed().as_micros() as u64;
+            let key = Bytes::from(format!("/bench/watch/{}", i % 100));
+            let req = PutRequest { key, value: Bytes::from(sent.to_string()), ..Default::default() };
+            store.put(req).await?;
+        }
+        anyhow::Ok(start.elapsed())
+    };
+    let (histograms, elapsed) = tokio::join!(futures::future::try_join_all(receivers), writer);
+    let (histograms, elapsed) = (histograms?, elapsed?);
+    let mut latency = histogram();
+    for h in histograms {
+        latency.add(h)?;
+    }
+    Ok(Measured { ops: latency.len(), elapsed, latency })
+}

@@ -1,0 +1,42 @@
+//! The command line: one module per subcommand.
+//!
+//! # Layout
+//! - [`store`]: `skiff store serve`, the embedded store behind the etcd v3 gRPC facade.
+
+pub mod store;
+
+use clap::{Parser, Subcommand};
+
+/// Skiff: a Kubernetes-compatible container orchestrator in one binary.
+#[derive(Debug, Parser)]
+#[command(name = "skiff", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The key-value store on its own.
+    #[command(subcommand)]
+    Store(store::StoreCommand),
+}
+
+/// A command line that parsed but makes no sense (exit code 2, as clap's own usage errors).
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Run the parsed command to completion.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Store(cmd) => store::run(cmd).await,
+    }
+}

@@ -1,0 +1,47 @@
+//! The `skiff` binary: one subcommand per component (see `commands/`).
+//!
+//! Exit codes: 0 success, 1 runtime failure, 2 bad usage (clap's own exit code for a command
+//! line it cannot parse, and ours for [`commands::UsageError`]). Logs go to stderr, filtered by
+//! `RUST_LOG` (default `info`); stdout carries only what a command prints for its user (such as
+//! the `ready` line), so scripts can read it.
+
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let cli = commands::Cli::parse();
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("skiff: error: starting the tokio runtime failed: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("skiff: error: {err:#}");
+            if err.downcast_ref::<commands::UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -1,0 +1,272 @@
+//! The on-disk layout of the embedded store, in one redb file (`DATA_DIR/store.redb`).
+//!
+//! redb gives crash-safe, checksummed copy-on-write commits with one `fsync` each; Skiff adds the
+//! record format and the tables:
+//! - `revisions`: `(revision, sub) -> record` for every write still reachable (compaction removes
+//!   superseded ones). A record is a key plus a put's data, or a tombstone.
+//! - `leases`: `lease id -> granted TTL`.
+//! - `meta`: `format`, `revision` (head at the last commit), `compact_revision`.
+//!
+//! Only the writer thread writes; [`Disk::load`] reads everything once at start-up.
+
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+
+use super::index::{Entry, PutData};
+use crate::error::{Error, Result};
+
+const REVISIONS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("revisions");
+const LEASES: TableDefinition<i64, i64> = TableDefinition::new("leases");
+const META: TableDefinition<&str, i64> = TableDefinition::new("meta");
+
+/// Version of the record format and table layout.
+const FORMAT: i64 = 1;
+const TAG_PUT: u8 = 1;
+const TAG_TOMBSTONE: u8 = 2;
+const HEADER_LEN: usize = 1 + 8 * 3 + 4;
+
+/// File name of the database inside the data directory.
+pub(crate) const FILE_NAME: &str = "store.redb";
+
+/// The open database.
+pub(crate) struct Disk {
+    db: Database,
+    path: PathBuf,
+}
+
+/// Everything one commit writes.
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    pub records: Vec<((i64, u32), Vec<u8>)>,
+    pub removed: Vec<(i64, u32)>,
+    pub leases_granted: Vec<(i64, i64)>,
+    pub leases_removed: Vec<i64>,
+    pub revision: i64,
+    pub compact_revision: Option<i64>,
+}
+
+impl Batch {
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+            && self.removed.is_empty()
+            && self.leases_granted.is_empty()
+            && self.leases_removed.is_empty()
+            && self.compact_revision.is_none()
+    }
+}
+
+/// The state read back at start-up.
+#[derive(Debug, Default)]
+pub(crate) struct Loaded {
+    /// Every record, in (revision, sub) order.
+    pub entries: Vec<(Bytes, Entry)>,
+    pub leases: Vec<(i64, i64)>,
+    pub revision: i64,
+    pub compact_revision: i64,
+}
+
+/// Encode one write.
+pub(crate) fn encode(key: &[u8], entry: &Entry) -> Vec<u8> {
+    let (tag, create, version, lease, value): (u8, i64, i64, i64, &[u8]) = match &entry.put {
+        Some(p) => (TAG_PUT, p.create_revision, p.version, p.lease, &p.value),
+        None => (TAG_TOMBSTONE, 0, 0, 0, &[]),
+    };
+    let mut out = Vec::with_capacity(HEADER_LEN + key.len() + value.len());
+    out.push(tag);
+    out.extend_from_slice(&create.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&lease.to_le_bytes());
+    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+    out
+}
+
+/// Decode one record written by [`encode`]; `None` if it is malformed.
+pub(crate) fn decode(rev: i64, sub: u32, raw: &[u8]) -> Option<(Bytes, Entry)> {
+    let header = raw.get(..HEADER_LEN)?;
+    let word = |i: usize| i64::from_le_bytes(header[1 + 8 * i..9 + 8 * i].try_into().expect("8"));
+    let key_len = u32::from_le_bytes(header[25..29].try_into().expect("4")) as usize;
+    let key = raw.get(HEADER_LEN..HEADER_LEN + key_len)?;
+    let value = &raw[HEADER_LEN + key_len..];
+    let put = match header[0] {
+        TAG_PUT => Some(PutData {
+            value: Bytes::copy_from_slice(value),
+            create_revision: word(0),
+            version: word(1),
+            lease: word(2),
+        }),
+        TAG_TOMBSTONE if value.is_empty() => None,
+        _ => return None,
+    };
+    Some((Bytes::copy_from_slice(key), Entry { rev, sub, put }))
+}
+
+impl Disk {
+    /// Open (or create) the database in `dir` and read it all back.
+    ///
+    /// A file that exists but is damaged, or is not a Skiff store, is an error naming the file:
+    /// the store never silently starts empty over existing data.
+    pub fn open(dir: &Path) -> Result<(Disk, Loaded)> {
+        std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+        let path = dir.join(FILE_NAME);
+        let fresh = match std::fs::metadata(&path) {
+            Ok(m) if m.len() == 0 => return Err(corrupt(&path, "file is empty")),
+            Ok(_) => false,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => return Err(io_error(&path, e)),
+        };
+        let db = if fresh { Database::create(&path) } else { Database::open(&path) }
+            .map_err(|e| match e {
+                redb::DatabaseError::Storage(redb::StorageError::Io(io)) => io_error(&path, io),
+                other => corrupt(&path, other),
+            })?;
+        let disk = Disk { db, path };
+        if fresh {
+            disk.initialise()?;
+        }
+        let loaded = disk.load()?;
+        Ok((disk, loaded))
+    }
+
+    fn initialise(&self) -> Result<()> {
+        let txn = self.db.begin_write().map_err(|e| self.io(e))?;
+        {
+            let mut meta = txn.open_table(META).map_err(|e| self.io(e))?;
+            meta.insert("format", FORMAT).map_err(|e| self.io(e))?;
+            // etcd starts at revision 1: the first write gets revision 2
+            meta.insert("revision", 1).map_err(|e| self.io(e))?;
+            meta.insert("compact_revision", 0).map_err(|e| self.io(e))?;
+            txn.open_table(REVISIONS).map_err(|e| self.io(e))?;
+            txn.open_table(LEASES).map_err(|e| self.io(e))?;
+        }
+        txn.commit().map_err(|e| self.io(e))
+    }
+
+    fn load(&self) -> Result<Loaded> {
+        let txn = self.db.begin_read().map_err(|e| self.io(e))?;
+        let missing = |what: &str| corrupt(&self.path, format!("missing {what}: not a skiff store"));
+        let meta = txn.open_table(META).map_err(|_| missing("meta table"))?;
+        let get = |name: &str| -> Result<i64> {
+            let value = meta.get(name).map_err(|e| corrupt(&self.path, e))?;
+            value.map(|v| v.value()).ok_or_else(|| missing(name))
+        };
+        let format = get("format")?;
+        if format != FORMAT {
+            return Err(corrupt(&self.path, format!("unknown format version {format}")));
+        }
+        let mut loaded = Loaded {
+            revision: get("revision")?,
+            compact_revision: get("compact_revision")?,
+            ..Default::default()
+        };
+        let revisions = txn.open_table(REVISIONS).map_err(|_| missing("revisions table"))?;
+        for row in revisions.iter().map_err(|e| corrupt(&self.path, e))? {
+            let (k, v) = row.map_err(|e| corrupt(&self.path, e))?;
+            let (rev, sub) = k.value();
+            let record = decode(rev as i64, sub, v.value()).ok_or_else(|| {
+                corrupt(&self.path, format!("malformed record at revision {rev}.{sub}"))
+            })?;
+            loaded.entries.push(record);
+        }
+        let leases = txn.open_table(LEASES).map_err(|_| missing("leases table"))?;
+        for row in leases.iter().map_err(|e| corrupt(&self.path, e))? {
+            let (id, ttl) = row.map_err(|e| corrupt(&self.path, e))?;
+            loaded.leases.push((id.value(), ttl.value()));
+        }
+        Ok(loaded)
+    }
+
+    /// Write a batch and make it durable (one fsync) before returning.
+    pub fn commit(&self, batch: &Batch) -> Result<()> {
+        let mut txn = self.db.begin_write().map_err(|e| self.io(e))?;
+        txn.set_durability(Durability::Immediate).map_err(|e| self.io(e))?;
+        {
+            let mut revisions = txn.open_table(REVISIONS).map_err(|e| self.io(e))?;
+            for ((rev, sub), record) in &batch.records {
+                revisions.insert((*rev as u64, *sub), record.as_slice()).map_err(|e| self.io(e))?;
+            }
+            for (rev, sub) in &batch.removed {
+                revisions.remove((*rev as u64, *sub)).map_err(|e| self.io(e))?;
+            }
+            let mut leases = txn.open_table(LEASES).map_err(|e| self.io(e))?;
+            for (id, ttl) in &batch.leases_granted {
+                leases.insert(*id, *ttl).map_err(|e| self.io(e))?;
+            }
+            for id in &batch.leases_removed {
+                leases.remove(*id).map_err(|e| self.io(e))?;
+            }
+            let mut meta = txn.open_table(META).map_err(|e| self.io(e))?;
+            meta.insert("revision", batch.revision).map_err(|e| self.io(e))?;
+            if let Some(compact) = batch.compact_revision {
+                meta.insert("compact_revision", compact).map_err(|e| self.io(e))?;
+            }
+        }
+        txn.commit().map_err(|e| self.io(e))
+    }
+
+    /// Bytes in use inside the file (the rest is free pages kept for reuse).
+    pub fn size_in_use(&self) -> Result<i64> {
+        let txn = self.db.begin_write().map_err(|e| self.io(e))?;
+        let stats = txn.stats().map_err(|e| self.io(e))?;
+        let in_use = stats.allocated_pages() * stats.page_size() as u64;
+        txn.abort().map_err(|e| self.io(e))?;
+        Ok(in_use as i64)
+    }
+
+    fn io(&self, e: impl std::fmt::Display) -> Error {
+        Error::Io { path: self.path.display().to_string(), reason: e.to_string() }
+    }
+}
+
+fn io_error(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::Io { path: path.display().to_string(), reason: e.to_string() }
+}
+
+fn corrupt(path: &Path, reason: impl std::fmt::Display) -> Error {
+    Error::Corrupt { path: path.display().to_string(), reason: reason.to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_through_the_encoding() {
+        let put = Entry {
+            rev: 7,
+            sub: 2,
+            put: Some(PutData {
+                value: Bytes::from_static(b"value"),
+                create_revision: 3,
+                version: 4,
+                lease: 99,
+            }),
+        };
+        let tomb = Entry { rev: 8, sub: 0, put: None };
+        for entry in [put, tomb] {
+            let raw = encode(b"/registry/pods/a", &entry);
+            let (key, back) = decode(entry.rev, entry.sub, &raw).unwrap();
+            assert_eq!(&key[..], b"/registry/pods/a");
+            assert_eq!(back, entry);
+        }
+    }
+
+    #[test]
+    fn a_truncated_record_is_rejected() {
+        let entry = Entry { rev: 1, sub: 0, put: None };
+        let raw = encode(b"key", &entry);
+        assert!(decode(1, 0, &raw[..raw.len() - 1]).is_none());
+        assert!(decode(1, 0, &raw[..5]).is_none());
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_store_is_refused_with_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(FILE_NAME), vec![0x5a; 8192]).unwrap();
+        let err = Disk::open(dir.path()).err().expect("must refuse");
+        assert!(err.to_string().contains(FILE_NAME), "{err}");
+    }
+}

@@ -1,0 +1,386 @@
+//! The embedded backend: Skiff's own durable MVCC store, in-process.
+//!
+//! # Layout
+//! - [`index`](self::index): the in-memory MVCC index (key histories, leases, revisions).
+//! - [`disk`](self::disk): the redb file and record format.
+//! - [`writer`](self::writer): the single writer thread with group commit and chunked compaction.
+//! - [`watch`](self::watch): the watch hub (bounded per-watcher channels, catch-up + live).
+//! - [`background`](self::background): lease expiry, periodic progress and automatic compaction.
+//!
+//! # Concurrency
+//! `Shared::index` (a `RwLock`) guards the index; only the writer thread takes it for writing,
+//! and only for in-memory work, never across I/O. Readers read at `Shared::committed`, which the
+//! writer advances (inside the hub lock) only after a batch is durable. Lock order: hub → index.
+
+mod background;
+mod disk;
+mod index;
+mod watch;
+mod writer;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use self::index::{Index, Lease, ReadOptions};
+use self::watch::Hub;
+use self::writer::{Request, Writer};
+use crate::error::{Error, Result};
+use crate::store::{Store, WatchStream};
+use crate::types::*;
+
+pub use self::background::CompactionPolicy;
+
+/// Configuration of an [`EmbeddedStore`].
+#[derive(Debug, Clone)]
+pub struct EmbeddedConfig {
+    /// Directory holding `store.redb`; created if missing.
+    pub data_dir: PathBuf,
+    /// Largest value accepted in one put (etcd's `--max-request-bytes` default, 1.5 MiB).
+    pub max_value_bytes: usize,
+    /// When history is compacted automatically.
+    pub compaction: CompactionPolicy,
+    /// Batches a watcher may have queued before it is cut off as too slow.
+    pub watch_buffer: usize,
+    /// Interval of progress notifications for watchers that ask for them (etcd's default, 10 min).
+    pub progress_interval: Duration,
+    /// Shortest lease TTL in seconds; shorter requests are raised to it (etcd's minimum with
+    /// default election timeouts is 2 s).
+    pub min_lease_ttl: i64,
+    /// How often expired leases are looked for.
+    pub lease_check_interval: Duration,
+}
+
+impl EmbeddedConfig {
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        EmbeddedConfig {
+            data_dir: data_dir.into(),
+            max_value_bytes: 1536 * 1024,
+            compaction: CompactionPolicy::default(),
+            watch_buffer: 1024,
+            progress_interval: Duration::from_secs(600),
+            min_lease_ttl: 2,
+            lease_check_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+/// State shared by the handle, the writer thread and the background tasks.
+pub(crate) struct Shared {
+    index: RwLock<Index>,
+    committed: Arc<AtomicI64>,
+    hub: Arc<Hub>,
+    /// Set when a commit failed; every later write is refused with this reason.
+    failed: Mutex<Option<String>>,
+    size_in_use: AtomicI64,
+    min_lease_ttl: i64,
+}
+
+struct Handle {
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Request>,
+    config: EmbeddedConfig,
+    db_path: PathBuf,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    tasks: Vec<tokio::task::AbortHandle>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// The embedded store. Cheap to clone; the store closes when the last clone is dropped.
+#[derive(Clone)]
+pub struct EmbeddedStore {
+    inner: Arc<Handle>,
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedStore").field("data_dir", &self.inner.config.data_dir).finish()
+    }
+}
+
+impl EmbeddedStore {
+    /// Open the store in `config.data_dir`, creating it if it does not exist. Must be called
+    /// inside a Tokio runtime. Fails (naming the file) if the data is damaged.
+    pub async fn open(config: EmbeddedConfig) -> Result<EmbeddedStore> {
+        let dir = config.data_dir.clone();
+        let (disk, loaded) = tokio::task::spawn_blocking(move || disk::Disk::open(&dir))
+            .await
+            .map_err(|e| Error::Unavailable(format!("store open task failed: {e}")))??;
+
+        let now = Instant::now();
+        let mut index = Index::default();
+        for (key, entry) in loaded.entries {
+            index.load(key, entry);
+        }
+        index.revision = index.revision.max(loaded.revision);
+        index.compact_revision = loaded.compact_revision;
+        for (id, ttl) in loaded.leases {
+            // As etcd after a restart: every lease gets its full TTL again.
+            let expiry = now + Duration::from_secs(ttl.max(0) as u64);
+            index.leases.insert(id, Lease { ttl, expiry, keys: Default::default() });
+        }
+        for key in index.attach_leases() {
+            tracing::warn!(key = %String::from_utf8_lossy(&key), "key attached to a missing lease");
+        }
+        let committed = Arc::new(AtomicI64::new(index.revision));
+        let compact_revision = index.compact_revision;
+        let shared = Arc::new(Shared {
+            index: RwLock::new(index),
+            hub: Arc::new(Hub::new(committed.clone())),
+            committed,
+            failed: Mutex::new(None),
+            size_in_use: AtomicI64::new(0),
+            min_lease_ttl: config.min_lease_ttl,
+        });
+
+        let (tx, rx) = mpsc::channel(8192);
+        let mut writer = Writer::new(shared.clone(), disk, rx);
+        writer.resume_purge(compact_revision);
+        let writer = std::thread::Builder::new()
+            .name("skiff-store-writer".into())
+            .spawn(move || writer.run())
+            .map_err(|e| Error::Unavailable(format!("cannot start the writer thread: {e}")))?;
+
+        let tasks = background::spawn(&config, shared.clone(), tx.downgrade());
+        let db_path = config.data_dir.join(disk::FILE_NAME);
+        let handle = Handle { shared, tx, config, db_path, writer: Mutex::new(Some(writer)), tasks };
+        Ok(EmbeddedStore { inner: Arc::new(handle) })
+    }
+
+    /// Close the store and wait until the writer thread has finished, so the data directory can
+    /// be opened again. Other clones keep the store open; then this only drops this handle.
+    pub async fn close(self) {
+        let Ok(handle) = Arc::try_unwrap(self.inner) else { return };
+        let writer = handle.writer.lock().take();
+        drop(handle);
+        if let Some(writer) = writer {
+            let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+        }
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+
+    async fn call<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Request) -> Result<T> {
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .tx
+            .send(make(reply))
+            .await
+            .map_err(|_| Error::Unavailable("store is closed".into()))?;
+        rx.await.map_err(|_| Error::Unavailable("store writer stopped".into()))?
+    }
+
+    fn check_put(&self, p: &PutRequest) -> Result<()> {
+        if p.key.is_empty() {
+            return Err(Error::EmptyKey);
+        }
+        let size = p.value.len();
+        let limit = self.inner.config.max_value_bytes;
+        if size > limit {
+            return Err(Error::ValueTooLarge { key: String::from_utf8_lossy(&p.key).into(), size, limit });
+        }
+        Ok(())
+    }
+
+    fn check_txn(&self, txn: &TxnRequest) -> Result<()> {
+        for branch in [&txn.success, &txn.failure] {
+            let mut puts: Vec<&Bytes> = Vec::new();
+            for op in branch.iter() {
+                match op {
+                    TxnOp::Put(p) => {
+                        self.check_put(p)?;
+                        puts.push(&p.key);
+                    }
+                    TxnOp::Delete(d) if d.range.key.is_empty() => return Err(Error::EmptyKey),
+                    TxnOp::Range(r) if r.range.key.is_empty() => return Err(Error::EmptyKey),
+                    _ => {}
+                }
+            }
+            // etcd's checkIntervals: no key may be put twice, or put and deleted, in one branch.
+            puts.sort();
+            if let Some(w) = puts.windows(2).find(|w| w[0] == w[1]) {
+                return Err(duplicate(w[0]));
+            }
+            for op in branch.iter() {
+                if let TxnOp::Delete(d) = op
+                    && let Some(k) = puts.iter().find(|k| d.range.contains(k))
+                {
+                    return Err(duplicate(k));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn duplicate(key: &Bytes) -> Error {
+    Error::DuplicateKey { key: String::from_utf8_lossy(key).into() }
+}
+
+fn first_response(mut resp: TxnResponse) -> Result<TxnOpResponse> {
+    resp.responses.pop().ok_or_else(|| Error::Unavailable("empty transaction response".into()))
+}
+
+#[async_trait]
+impl Store for EmbeddedStore {
+    async fn range(&self, req: RangeRequest) -> Result<RangeResponse> {
+        if req.range.key.is_empty() {
+            return Err(Error::EmptyKey);
+        }
+        let ix = self.shared().index.read();
+        let committed = self.shared().committed.load(Ordering::Acquire);
+        let rev = if req.revision > 0 { req.revision } else { committed };
+        if rev > committed {
+            return Err(Error::FutureRevision { requested: rev, current: committed });
+        }
+        if rev < ix.compact_revision {
+            return Err(Error::Compacted { requested: rev, compact_revision: ix.compact_revision });
+        }
+        let opts = ReadOptions { limit: req.limit, keys_only: req.keys_only, count_only: req.count_only };
+        let res = ix.range(&req.range, rev, opts);
+        Ok(RangeResponse { revision: committed, kvs: res.kvs, more: res.more, count: res.count })
+    }
+
+    async fn put(&self, req: PutRequest) -> Result<PutResponse> {
+        self.check_put(&req)?;
+        let txn = TxnRequest { success: vec![TxnOp::Put(req)], ..Default::default() };
+        match first_response(self.call(|reply| Request::Txn(txn, reply)).await?)? {
+            TxnOpResponse::Put(resp) => Ok(resp),
+            other => Err(Error::Unavailable(format!("unexpected response to a put: {other:?}"))),
+        }
+    }
+
+    async fn delete(&self, req: DeleteRequest) -> Result<DeleteResponse> {
+        if req.range.key.is_empty() {
+            return Err(Error::EmptyKey);
+        }
+        let txn = TxnRequest { success: vec![TxnOp::Delete(req)], ..Default::default() };
+        match first_response(self.call(|reply| Request::Txn(txn, reply)).await?)? {
+            TxnOpResponse::Delete(resp) => Ok(resp),
+            other => Err(Error::Unavailable(format!("unexpected response to a delete: {other:?}"))),
+        }
+    }
+
+    async fn txn(&self, req: TxnRequest) -> Result<TxnResponse> {
+        self.check_txn(&req)?;
+        self.call(|reply| Request::Txn(req, reply)).await
+    }
+
+    async fn watch(&self, req: WatchRequest) -> Result<WatchStream> {
+        let shared = &self.inner.shared;
+        let (tx, rx) = mpsc::channel(self.inner.config.watch_buffer.max(2));
+        let start = req.start_revision;
+        let compacted = |compact_revision| Error::Compacted { requested: start, compact_revision };
+
+        // Catch-up, phase 1 (without the hub lock): history up to the committed revision.
+        let mut catch_up = Vec::new();
+        let mut next = start;
+        if start > 0 {
+            let ix = shared.index.read();
+            if start < ix.compact_revision {
+                let err = compacted(ix.compact_revision);
+                return Ok(WatchStream::new(futures::stream::iter([Err(err)]), Arc::new(NoControl)));
+            }
+            let upto = shared.committed.load(Ordering::Acquire);
+            catch_up = ix.history(&req.range, start, upto);
+            next = next.max(upto + 1);
+        }
+        // Phase 2 (under the hub lock, so no commit slips between catch-up and registration).
+        let registration = shared.hub.begin_registration();
+        let committed = registration.committed();
+        if start > 0 && committed >= next {
+            let ix = shared.index.read();
+            if next < ix.compact_revision {
+                let err = compacted(ix.compact_revision);
+                return Ok(WatchStream::new(futures::stream::iter([Err(err)]), Arc::new(NoControl)));
+            }
+            catch_up.extend(ix.history(&req.range, next, committed));
+        }
+        let id = registration.register(req.range.clone(), start, req.prev_kv, req.progress_notify, tx);
+
+        if !req.prev_kv {
+            for event in &mut catch_up {
+                event.prev_kv = None;
+            }
+        }
+        let batches: Vec<Result<WatchBatch>> = catch_up
+            .chunks(1000)
+            .map(|events| Ok(WatchBatch { revision: committed, events: events.to_vec() }))
+            .collect();
+        let live = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let control = Arc::new(watch::Control { hub: shared.hub.clone(), id });
+        Ok(WatchStream::new(futures::stream::iter(batches).chain(live), control))
+    }
+
+    async fn compact(&self, revision: i64) -> Result<()> {
+        self.call(|reply| Request::Compact { revision, reply }).await
+    }
+
+    async fn lease_grant(&self, id: i64, ttl_secs: i64) -> Result<LeaseGrant> {
+        let now = Instant::now();
+        self.call(|reply| Request::LeaseGrant { id, ttl: ttl_secs, now, reply }).await
+    }
+
+    async fn lease_revoke(&self, id: i64) -> Result<i64> {
+        self.call(|reply| Request::LeaseRevoke { id, expired_at: None, reply }).await
+    }
+
+    async fn lease_keep_alive(&self, id: i64) -> Result<i64> {
+        let mut ix = self.shared().index.write();
+        let lease = ix.leases.get_mut(&id).ok_or(Error::LeaseNotFound { id })?;
+        lease.expiry = Instant::now() + Duration::from_secs(lease.ttl as u64);
+        Ok(lease.ttl)
+    }
+
+    async fn lease_time_to_live(&self, id: i64, keys: bool) -> Result<LeaseInfo> {
+        let ix = self.shared().index.read();
+        let lease = ix.leases.get(&id).ok_or(Error::LeaseNotFound { id })?;
+        let remaining = lease.expiry.saturating_duration_since(Instant::now()).as_secs() as i64;
+        let mut attached: Vec<Bytes> =
+            if keys { lease.keys.iter().cloned().collect() } else { Vec::new() };
+        attached.sort();
+        Ok(LeaseInfo { id, ttl: remaining, granted_ttl: lease.ttl, keys: attached })
+    }
+
+    async fn lease_list(&self) -> Result<Vec<i64>> {
+        let mut ids: Vec<i64> = self.shared().index.read().leases.keys().copied().collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    async fn status(&self) -> Result<StoreStatus> {
+        let compact_revision = self.shared().index.read().compact_revision;
+        let db_size = std::fs::metadata(&self.inner.db_path).map(|m| m.len() as i64).unwrap_or(0);
+        Ok(StoreStatus {
+            revision: self.shared().committed.load(Ordering::Acquire),
+            compact_revision,
+            db_size,
+            db_size_in_use: self.shared().size_in_use.load(Ordering::Relaxed).min(db_size),
+            version: concat!("skiff-store ", env!("CARGO_PKG_VERSION")).to_string(),
+        })
+    }
+}
+
+/// Control for a stream that has already ended (compacted start revision).
+struct NoControl;
+
+impl crate::store::WatchControl for NoControl {
+    fn request_progress(&self) {}
+}

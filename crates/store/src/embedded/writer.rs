@@ -1,0 +1,390 @@
+//! The writer thread: the only code that changes the index or the disk.
+//!
+//! Requests queue on a channel. The thread takes everything queued (up to [`MAX_BATCH`]), applies
+//! it to the index one request after another (so each transaction sees the ones before it), writes
+//! the whole batch in one redb commit (one fsync: group commit), then publishes the events and
+//! answers every request. Nothing is acknowledged before it is on disk, and readers, which read at
+//! the committed revision, never see a write before it is durable.
+//!
+//! Physical compaction (dropping superseded history) runs here too, a bounded chunk of keys per
+//! batch, so it never stalls writers for long.
+//!
+//! If a commit fails, the store stops accepting writes (etcd panics in the same situation):
+//! what is on disk stays consistent and every later write gets `Unavailable`.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::Shared;
+use super::disk::{Batch, Disk, encode};
+use super::index::{Entry, Index, Lease, PutData, ReadOptions};
+use crate::error::{Error, Result};
+use crate::types::*;
+
+/// Most requests applied in one commit.
+const MAX_BATCH: usize = 4096;
+/// Keys examined per physical-compaction chunk.
+const PURGE_CHUNK: usize = 10_000;
+
+/// A write request for the writer thread, with where to send its answer.
+pub(crate) enum Request {
+    Txn(TxnRequest, oneshot::Sender<Result<TxnResponse>>),
+    LeaseGrant { id: i64, ttl: i64, now: Instant, reply: oneshot::Sender<Result<LeaseGrant>> },
+    /// Revoke a lease; with `expired_at`, only if it is still expired at that instant (a
+    /// keep-alive may have raced with the expiry check).
+    LeaseRevoke { id: i64, expired_at: Option<Instant>, reply: oneshot::Sender<Result<i64>> },
+    Compact { revision: i64, reply: oneshot::Sender<Result<()>> },
+}
+
+/// Answers a request once its batch is durable (`None`) or has failed (`Some(reason)`).
+type Completion = Box<dyn FnOnce(Option<&str>) + Send>;
+
+fn completion<T: Send + 'static>(tx: oneshot::Sender<Result<T>>, result: Result<T>) -> Completion {
+    Box::new(move |failure| {
+        let result = match failure {
+            None => result,
+            Some(reason) => Err(Error::Unavailable(reason.to_string())),
+        };
+        let _ = tx.send(result);
+    })
+}
+
+pub(crate) struct Writer {
+    shared: Arc<Shared>,
+    disk: Disk,
+    rx: mpsc::Receiver<Request>,
+    /// Physical compaction in progress: (compact revision, next key to examine).
+    purge: Option<(i64, Bytes)>,
+    commits: u64,
+}
+
+impl Writer {
+    pub fn new(shared: Arc<Shared>, disk: Disk, rx: mpsc::Receiver<Request>) -> Self {
+        Writer { shared, disk, rx, purge: None, commits: 0 }
+    }
+
+    /// Resume physical compaction of history below `revision` (after a restart).
+    pub fn resume_purge(&mut self, revision: i64) {
+        if revision > 0 {
+            self.purge = Some((revision, Bytes::new()));
+        }
+    }
+
+    /// Run until every sender is gone.
+    pub fn run(mut self) {
+        self.update_size_in_use();
+        loop {
+            let first = if self.purge.is_some() {
+                match self.rx.try_recv() {
+                    Ok(req) => Some(req),
+                    Err(mpsc::error::TryRecvError::Empty) => None,
+                    Err(mpsc::error::TryRecvError::Disconnected) => break,
+                }
+            } else {
+                match self.rx.blocking_recv() {
+                    Some(req) => Some(req),
+                    None => break,
+                }
+            };
+            let mut requests: Vec<Request> = first.into_iter().collect();
+            while requests.len() < MAX_BATCH {
+                match self.rx.try_recv() {
+                    Ok(req) => requests.push(req),
+                    Err(_) => break,
+                }
+            }
+            self.process(requests);
+        }
+    }
+
+    fn process(&mut self, requests: Vec<Request>) {
+        if let Some(reason) = self.shared.failed.lock().clone() {
+            for req in requests {
+                reject(req, &reason);
+            }
+            return;
+        }
+        let mut batch = Batch::default();
+        let mut events = Vec::new();
+        let mut done: Vec<Completion> = Vec::with_capacity(requests.len());
+        {
+            let shared = self.shared.clone();
+            let mut ix = shared.index.write();
+            for req in requests {
+                done.push(self.apply(&mut ix, req, &mut batch, &mut events));
+            }
+            if let Some((revision, from)) = self.purge.take() {
+                let (removed, next) = ix.purge(revision, &from, PURGE_CHUNK);
+                batch.removed.extend(removed);
+                self.purge = next.map(|key| (revision, key));
+            }
+            batch.revision = ix.revision;
+        }
+        let failure = if batch.is_empty() {
+            None
+        } else {
+            self.disk.commit(&batch).err().map(|e| format!("commit at revision {} failed: {e}", batch.revision))
+        };
+        match &failure {
+            None => {
+                self.shared.hub.publish(batch.revision, &events);
+                self.commits += 1;
+                if self.commits.is_multiple_of(256) || (!batch.removed.is_empty() && self.purge.is_none()) {
+                    self.update_size_in_use();
+                }
+            }
+            Some(reason) => {
+                tracing::error!(%reason, "store commit failed; refusing further writes");
+                *self.shared.failed.lock() = Some(reason.clone());
+            }
+        }
+        for complete in done {
+            complete(failure.as_deref());
+        }
+    }
+
+    fn update_size_in_use(&self) {
+        if let Ok(bytes) = self.disk.size_in_use() {
+            self.shared.size_in_use.store(bytes, Ordering::Relaxed);
+        }
+    }
+
+    fn apply(
+        &mut self,
+        ix: &mut Index,
+        req: Request,
+        batch: &mut Batch,
+        events: &mut Vec<Event>,
+    ) -> Completion {
+        match req {
+            Request::Txn(txn, reply) => completion(reply, apply_txn(ix, txn, batch, events)),
+            Request::LeaseGrant { id, ttl, now, reply } => {
+                completion(reply, self.grant(ix, id, ttl, now, batch))
+            }
+            Request::LeaseRevoke { id, expired_at, reply } => {
+                completion(reply, revoke(ix, id, expired_at, batch, events))
+            }
+            Request::Compact { revision, reply } => {
+                let result = if revision <= ix.compact_revision {
+                    Err(Error::Compacted { requested: revision, compact_revision: ix.compact_revision })
+                } else if revision > ix.revision {
+                    Err(Error::FutureRevision { requested: revision, current: ix.revision })
+                } else {
+                    ix.compact_revision = revision;
+                    batch.compact_revision = Some(revision);
+                    self.purge = Some((revision, Bytes::new()));
+                    Ok(())
+                };
+                completion(reply, result)
+            }
+        }
+    }
+
+    fn grant(&self, ix: &mut Index, id: i64, ttl: i64, now: Instant, batch: &mut Batch) -> Result<LeaseGrant> {
+        if ttl < 0 {
+            return Err(Error::InvalidArgument(format!("lease ttl must not be negative, got {ttl}")));
+        }
+        let id = if id != 0 { id } else { fresh_lease_id(ix) };
+        if ix.leases.contains_key(&id) {
+            return Err(Error::LeaseExists { id });
+        }
+        let ttl = ttl.max(self.shared.min_lease_ttl);
+        let expiry = now + std::time::Duration::from_secs(ttl as u64);
+        ix.leases.insert(id, Lease { ttl, expiry, keys: Default::default() });
+        batch.leases_granted.push((id, ttl));
+        Ok(LeaseGrant { id, ttl })
+    }
+}
+
+fn reject(req: Request, reason: &str) {
+    let err = || Error::Unavailable(reason.to_string());
+    match req {
+        Request::Txn(_, reply) => drop(reply.send(Err(err()))),
+        Request::LeaseGrant { reply, .. } => drop(reply.send(Err(err()))),
+        Request::LeaseRevoke { reply, .. } => drop(reply.send(Err(err()))),
+        Request::Compact { reply, .. } => drop(reply.send(Err(err()))),
+    }
+}
+
+/// A positive lease ID not in use, derived from the clock like etcd's ID generator.
+fn fresh_lease_id(ix: &Index) -> i64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(1);
+    let mut id = (nanos & 0x3fff_ffff_ffff_ffff).max(1);
+    while ix.leases.contains_key(&id) {
+        id += 1;
+    }
+    id
+}
+
+fn record(batch: &mut Batch, event: &Event, sub: u32) {
+    let kv = &event.kv;
+    let put = match event.kind {
+        EventKind::Put => Some(PutData {
+            value: kv.value.clone(),
+            create_revision: kv.create_revision,
+            version: kv.version,
+            lease: kv.lease,
+        }),
+        EventKind::Delete => None,
+    };
+    let entry = Entry { rev: kv.mod_revision, sub, put };
+    batch.records.push(((entry.rev, sub), encode(&kv.key, &entry)));
+}
+
+/// Whether a compare holds against the head of the index (etcd's `applyCompare`).
+fn compare_holds(ix: &Index, c: &Compare) -> bool {
+    let kvs: Vec<KeyValue> = if c.range.is_single() {
+        ix.latest(&c.range.key).into_iter().collect()
+    } else {
+        ix.range(&c.range, ix.revision, ReadOptions::default()).kvs
+    };
+    if kvs.is_empty() {
+        // etcd: a value compare on a missing key always fails; other targets compare with zero.
+        return !matches!(c.target, CompareTarget::Value(_)) && compare_kv(c, &KeyValue::default());
+    }
+    kvs.iter().all(|kv| compare_kv(c, kv))
+}
+
+fn compare_kv(c: &Compare, kv: &KeyValue) -> bool {
+    use std::cmp::Ordering as O;
+    let ord = match &c.target {
+        CompareTarget::Version(v) => kv.version.cmp(v),
+        CompareTarget::CreateRevision(v) => kv.create_revision.cmp(v),
+        CompareTarget::ModRevision(v) => kv.mod_revision.cmp(v),
+        CompareTarget::Value(v) => kv.value[..].cmp(&v[..]),
+        CompareTarget::Lease(v) => kv.lease.cmp(v),
+    };
+    match c.op {
+        CompareOp::Equal => ord == O::Equal,
+        CompareOp::Greater => ord == O::Greater,
+        CompareOp::Less => ord == O::Less,
+        CompareOp::NotEqual => ord != O::Equal,
+    }
+}
+
+/// Check a branch before applying any of it, so a transaction is all or nothing.
+fn validate(ix: &Index, ops: &[TxnOp]) -> Result<()> {
+    for op in ops {
+        match op {
+            TxnOp::Put(p) if p.lease != 0 && !ix.leases.contains_key(&p.lease) => {
+                return Err(Error::LeaseNotFound { id: p.lease });
+            }
+            TxnOp::Range(r) if r.revision > ix.revision => {
+                return Err(Error::FutureRevision { requested: r.revision, current: ix.revision });
+            }
+            TxnOp::Range(r) if r.revision > 0 && r.revision < ix.compact_revision => {
+                return Err(Error::Compacted {
+                    requested: r.revision,
+                    compact_revision: ix.compact_revision,
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn apply_txn(
+    ix: &mut Index,
+    txn: TxnRequest,
+    batch: &mut Batch,
+    events: &mut Vec<Event>,
+) -> Result<TxnResponse> {
+    let succeeded = txn.compare.iter().all(|c| compare_holds(ix, c));
+    let ops = if succeeded { txn.success } else { txn.failure };
+    validate(ix, &ops)?;
+    let rev = ix.revision + 1;
+    let mut sub = 0u32;
+    let mut responses = Vec::with_capacity(ops.len());
+    for op in ops {
+        match op {
+            TxnOp::Range(r) => {
+                // Reads inside a transaction see the transaction's earlier writes.
+                let at = if r.revision > 0 { r.revision } else { rev };
+                let opts = ReadOptions { limit: r.limit, keys_only: r.keys_only, count_only: r.count_only };
+                let res = ix.range(&r.range, at, opts);
+                responses.push(TxnOpResponse::Range(RangeResponse {
+                    revision: 0,
+                    kvs: res.kvs,
+                    more: res.more,
+                    count: res.count,
+                }));
+            }
+            TxnOp::Put(p) => {
+                let event = ix.put(p.key, p.value, p.lease, rev, sub);
+                record(batch, &event, sub);
+                sub += 1;
+                let prev_kv = if p.prev_kv { event.prev_kv.clone() } else { None };
+                responses.push(TxnOpResponse::Put(PutResponse { revision: rev, prev_kv }));
+                events.push(event);
+            }
+            TxnOp::Delete(d) => {
+                let mut resp = DeleteResponse::default();
+                for key in ix.live_keys(&d.range) {
+                    let event = ix.delete(&key, rev, sub).expect("key is live");
+                    record(batch, &event, sub);
+                    sub += 1;
+                    resp.deleted += 1;
+                    if d.prev_kv {
+                        resp.prev_kvs.extend(event.prev_kv.clone());
+                    }
+                    events.push(event);
+                }
+                responses.push(TxnOpResponse::Delete(resp));
+            }
+        }
+    }
+    if sub > 0 {
+        ix.revision = rev;
+    }
+    let revision = ix.revision;
+    for r in &mut responses {
+        match r {
+            TxnOpResponse::Range(r) => r.revision = revision,
+            TxnOpResponse::Put(r) => r.revision = revision,
+            TxnOpResponse::Delete(r) => r.revision = revision,
+        }
+    }
+    Ok(TxnResponse { revision, succeeded, responses })
+}
+
+fn revoke(
+    ix: &mut Index,
+    id: i64,
+    expired_at: Option<Instant>,
+    batch: &mut Batch,
+    events: &mut Vec<Event>,
+) -> Result<i64> {
+    let Some(lease) = ix.leases.get(&id) else {
+        return Err(Error::LeaseNotFound { id });
+    };
+    if let Some(now) = expired_at
+        && lease.expiry > now
+    {
+        return Ok(ix.revision); // kept alive meanwhile
+    }
+    let mut keys: Vec<Bytes> = lease.keys.iter().cloned().collect();
+    keys.sort();
+    let rev = ix.revision + 1;
+    let mut sub = 0u32;
+    for key in keys {
+        if let Some(event) = ix.delete(&key, rev, sub) {
+            record(batch, &event, sub);
+            sub += 1;
+            events.push(event);
+        }
+    }
+    if sub > 0 {
+        ix.revision = rev;
+    }
+    ix.leases.remove(&id);
+    batch.leases_removed.push(id);
+    Ok(ix.revision)
+}
