@@ -64,7 +64,9 @@ fn key(writer: usize, half: &str) -> String {
 
 async fn read(client: &mut Client, key: &str) -> Option<u64> {
     let resp = client.get(key, None).await.expect("get");
-    resp.kvs().first().map(|kv| kv.value_str().unwrap().parse().unwrap())
+    resp.kvs()
+        .first()
+        .map(|kv| kv.value_str().unwrap().parse().unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,20 +79,31 @@ async fn acknowledged_writes_survive_twenty_kill_9_restarts() {
 
     for cycle in 0..CYCLES {
         let server = Server::start(dir.path()).await;
-        let mut client = Client::connect([server.endpoint.as_str()], None).await.expect("connect");
+        let mut client = Client::connect([server.endpoint.as_str()], None)
+            .await
+            .expect("connect");
 
         // Everything acknowledged before the last kill is there, and each pair is whole.
         let status = client.status().await.expect("status");
         let revision = status.header().expect("header").revision();
-        assert!(revision >= max_acked_revision, "cycle {cycle}: revision went back");
+        assert!(
+            revision >= max_acked_revision,
+            "cycle {cycle}: revision went back"
+        );
         let mut next = Vec::new();
         for w in 0..WRITERS {
             let a = read(&mut client, &key(w, "a")).await.unwrap_or(0);
             let b = read(&mut client, &key(w, "b")).await.unwrap_or(0);
-            assert_eq!(a, b, "cycle {cycle}: writer {w}'s transaction was half applied");
+            assert_eq!(
+                a, b,
+                "cycle {cycle}: writer {w}'s transaction was half applied"
+            );
             let acked = *acked[w].lock().await;
             // an unacknowledged in-flight write may or may not have landed, nothing older
-            assert!(a == acked || a == acked + 1, "cycle {cycle}: writer {w} lost {acked} (has {a})");
+            assert!(
+                a == acked || a == acked + 1,
+                "cycle {cycle}: writer {w} lost {acked} (has {a})"
+            );
             next.push(a + 1);
         }
 
@@ -129,11 +142,16 @@ async fn acknowledged_writes_survive_twenty_kill_9_restarts() {
             total_acked += count;
         }
     }
-    assert!(total_acked > (CYCLES * WRITERS) as u64, "writes were acknowledged: {total_acked}");
+    assert!(
+        total_acked > (CYCLES * WRITERS) as u64,
+        "writes were acknowledged: {total_acked}"
+    );
 
     // A final clean start sees the last state too.
     let server = Server::start(dir.path()).await;
-    let mut client = Client::connect([server.endpoint.as_str()], None).await.unwrap();
+    let mut client = Client::connect([server.endpoint.as_str()], None)
+        .await
+        .unwrap();
     for w in 0..WRITERS {
         let a = read(&mut client, &key(w, "a")).await.unwrap_or(0);
         assert!(a >= *acked[w].lock().await);

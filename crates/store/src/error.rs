@@ -9,11 +9,18 @@
 pub enum Error {
     /// The requested revision was removed by compaction. Retry with a newer revision (for a watch:
     /// re-list, then watch from the list's revision); the API server maps this to 410 Gone.
-    #[error("mvcc: required revision has been compacted (requested {requested}, compacted at {compact_revision})")]
-    Compacted { requested: i64, compact_revision: i64 },
+    #[error(
+        "mvcc: required revision has been compacted (requested {requested}, compacted at {compact_revision})"
+    )]
+    Compacted {
+        requested: i64,
+        compact_revision: i64,
+    },
 
     /// The requested revision has not been written yet. Not retryable as is.
-    #[error("mvcc: required revision is a future revision (requested {requested}, current {current})")]
+    #[error(
+        "mvcc: required revision is a future revision (requested {requested}, current {current})"
+    )]
     FutureRevision { requested: i64, current: i64 },
 
     /// A request carried an empty key where one is required.
@@ -21,8 +28,14 @@ pub enum Error {
     EmptyKey,
 
     /// A put's value (or a whole request) is larger than the configured limit; nothing was written.
-    #[error("etcdserver: request is too large: value for key {key:?} is {size} bytes, limit is {limit}")]
-    ValueTooLarge { key: String, size: usize, limit: usize },
+    #[error(
+        "etcdserver: request is too large: value for key {key:?} is {size} bytes, limit is {limit}"
+    )]
+    ValueTooLarge {
+        key: String,
+        size: usize,
+        limit: usize,
+    },
 
     /// A transaction names the same key in two write operations.
     #[error("etcdserver: duplicate key given in txn request: {key:?}")]

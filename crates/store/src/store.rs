@@ -80,7 +80,10 @@ impl WatchStream {
         inner: impl Stream<Item = Result<WatchBatch>> + Send + 'static,
         control: Arc<dyn WatchControl>,
     ) -> Self {
-        WatchStream { inner: Box::pin(inner), control }
+        WatchStream {
+            inner: Box::pin(inner),
+            control,
+        }
     }
 
     /// Ask for a progress notification (see [`WatchControl::request_progress`]).
@@ -109,7 +112,10 @@ pub trait StoreExt: Store {
     /// The latest version of one key, if present.
     async fn get(&self, key: &[u8]) -> Result<Option<KeyValue>> {
         let resp = self
-            .range(RangeRequest { range: KeyRange::key(bytes::Bytes::copy_from_slice(key)), ..Default::default() })
+            .range(RangeRequest {
+                range: KeyRange::key(bytes::Bytes::copy_from_slice(key)),
+                ..Default::default()
+            })
             .await?;
         Ok(resp.kvs.into_iter().next())
     }

@@ -32,7 +32,10 @@ pub struct KeyRange {
 impl KeyRange {
     /// Exactly one key.
     pub fn key(key: impl Into<Bytes>) -> Self {
-        KeyRange { key: key.into(), range_end: Bytes::new() }
+        KeyRange {
+            key: key.into(),
+            range_end: Bytes::new(),
+        }
     }
 
     /// Every key starting with `prefix`. For an empty prefix, every key at all: `[0]` to the end,
@@ -40,7 +43,10 @@ impl KeyRange {
     pub fn prefix(prefix: impl Into<Bytes>) -> Self {
         let key = prefix.into();
         if key.is_empty() {
-            return KeyRange { key: Bytes::from_static(&[0]), range_end: Bytes::from_static(&[0]) };
+            return KeyRange {
+                key: Bytes::from_static(&[0]),
+                range_end: Bytes::from_static(&[0]),
+            };
         }
         let range_end = prefix_end(&key);
         KeyRange { key, range_end }
@@ -181,7 +187,11 @@ pub struct Compare {
 
 impl Compare {
     pub fn new(key: impl Into<Bytes>, op: CompareOp, target: CompareTarget) -> Self {
-        Compare { range: KeyRange::key(key), op, target }
+        Compare {
+            range: KeyRange::key(key),
+            op,
+            target,
+        }
     }
 }
 

@@ -28,15 +28,28 @@ async fn acknowledged_writes_are_there_after_reopening() {
     put(&store, "/a", "1").await;
     put(&store, "/a", "2").await;
     let rev = put(&store, "/b", "3").await;
-    store.delete(DeleteRequest { range: KeyRange::key("/b"), prev_kv: false }).await.unwrap();
+    store
+        .delete(DeleteRequest {
+            range: KeyRange::key("/b"),
+            prev_kv: false,
+        })
+        .await
+        .unwrap();
     store.close().await;
 
     let store = EmbeddedStore::open(config(dir.path())).await.unwrap();
     let a = store.get(b"/a").await.unwrap().expect("a survives");
-    assert_eq!((&a.value[..], a.version, a.create_revision), (&b"2"[..], 2, 2));
+    assert_eq!(
+        (&a.value[..], a.version, a.create_revision),
+        (&b"2"[..], 2, 2)
+    );
     assert_eq!(store.get(b"/b").await.unwrap(), None);
     assert_eq!(store.status().await.unwrap().revision, rev + 1);
-    let old = RangeRequest { range: KeyRange::key("/b"), revision: rev, ..Default::default() };
+    let old = RangeRequest {
+        range: KeyRange::key("/b"),
+        revision: rev,
+        ..Default::default()
+    };
     let old = store.range(old).await.unwrap();
     assert_eq!(&old.kvs[0].value[..], b"3", "history survives too");
 }
@@ -54,15 +67,22 @@ async fn a_truncated_data_file_is_refused_naming_the_file() {
     let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
     f.set_len(len / 3).unwrap();
     drop(f);
-    let err = EmbeddedStore::open(config(dir.path())).await.expect_err("must refuse to start");
-    assert!(err.to_string().contains("store.redb"), "error names the file: {err}");
+    let err = EmbeddedStore::open(config(dir.path()))
+        .await
+        .expect_err("must refuse to start");
+    assert!(
+        err.to_string().contains("store.redb"),
+        "error names the file: {err}"
+    );
 }
 
 #[tokio::test]
 async fn an_empty_data_file_is_refused_rather_than_started_empty() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("store.redb"), b"").unwrap();
-    let err = EmbeddedStore::open(config(dir.path())).await.expect_err("must refuse");
+    let err = EmbeddedStore::open(config(dir.path()))
+        .await
+        .expect_err("must refuse");
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
 }
 
@@ -87,7 +107,11 @@ async fn concurrent_writers_each_get_a_distinct_revision() {
     }
     all.sort();
     all.dedup();
-    assert_eq!(all, (2..=641).collect::<Vec<i64>>(), "revisions start at 2, as etcd's");
+    assert_eq!(
+        all,
+        (2..=641).collect::<Vec<i64>>(),
+        "revisions start at 2, as etcd's"
+    );
 }
 
 #[tokio::test]
@@ -109,9 +133,18 @@ async fn compaction_keeps_the_file_bounded_under_churn() {
     }
     // 3,000 writes of 4 KiB (12 MiB) went in; live data is 50 keys (200 KiB).
     let last = *sizes.last().unwrap();
-    assert!(last < 6 * 1024 * 1024, "file stays well below what was written: {sizes:?}");
-    assert!(last <= sizes[2], "file stops growing once freed pages are reused: {sizes:?}");
-    let live = RangeRequest { range: KeyRange::prefix("/churn/"), ..Default::default() };
+    assert!(
+        last < 6 * 1024 * 1024,
+        "file stays well below what was written: {sizes:?}"
+    );
+    assert!(
+        last <= sizes[2],
+        "file stops growing once freed pages are reused: {sizes:?}"
+    );
+    let live = RangeRequest {
+        range: KeyRange::prefix("/churn/"),
+        ..Default::default()
+    };
     assert_eq!(store.range(live).await.unwrap().count, 50);
 }
 
@@ -133,10 +166,16 @@ async fn a_watcher_that_never_reads_is_cut_off_and_can_resume() {
     let mut cfg = config(dir.path());
     cfg.watch_buffer = 4;
     let store = EmbeddedStore::open(cfg).await.unwrap();
-    let from_start =
-        WatchRequest { range: KeyRange::prefix("/s/"), start_revision: 1, ..Default::default() };
+    let from_start = WatchRequest {
+        range: KeyRange::prefix("/s/"),
+        start_revision: 1,
+        ..Default::default()
+    };
     let mut slow = store.watch(from_start).await.unwrap();
-    let live = WatchRequest { range: KeyRange::prefix("/s/"), ..Default::default() };
+    let live = WatchRequest {
+        range: KeyRange::prefix("/s/"),
+        ..Default::default()
+    };
     let mut fast = store.watch(live).await.unwrap();
     for i in 0..10 {
         put(&store, &format!("/s/{i}"), "v").await;
@@ -146,20 +185,38 @@ async fn a_watcher_that_never_reads_is_cut_off_and_can_resume() {
     }
     let mut seen = Vec::new();
     let resume = loop {
-        match slow.next().await.expect("stream ends with an error, not silently") {
+        match slow
+            .next()
+            .await
+            .expect("stream ends with an error, not silently")
+        {
             Ok(batch) => seen.extend(batch.events.iter().map(|e| e.kv.mod_revision)),
             Err(Error::WatcherLagged { next_revision }) => break next_revision,
             Err(other) => panic!("unexpected error {other}"),
         }
     };
-    assert!(slow.next().await.is_none(), "the stream ends after the error");
-    assert_eq!(seen, (2..resume).collect::<Vec<_>>(), "no gap before the cut");
-    let again =
-        WatchRequest { range: KeyRange::prefix("/s/"), start_revision: resume, ..Default::default() };
+    assert!(
+        slow.next().await.is_none(),
+        "the stream ends after the error"
+    );
+    assert_eq!(
+        seen,
+        (2..resume).collect::<Vec<_>>(),
+        "no gap before the cut"
+    );
+    let again = WatchRequest {
+        range: KeyRange::prefix("/s/"),
+        start_revision: resume,
+        ..Default::default()
+    };
     let mut again = store.watch(again).await.unwrap();
     let batch = again.next().await.unwrap().unwrap();
     let revs: Vec<i64> = batch.events.iter().map(|e| e.kv.mod_revision).collect();
-    assert_eq!(revs, (resume..=11).collect::<Vec<_>>(), "resumes with no gap");
+    assert_eq!(
+        revs,
+        (resume..=11).collect::<Vec<_>>(),
+        "resumes with no gap"
+    );
 }
 
 // The writer is an OS thread, so Tokio's paused clock would auto-advance while a test waits for
@@ -168,7 +225,10 @@ async fn a_watcher_that_never_reads_is_cut_off_and_can_resume() {
 async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -183,11 +243,19 @@ async fn an_expired_lease_deletes_its_keys_and_keep_alive_postpones_it() {
     let short = store.lease_grant(0, 1).await.unwrap();
     let kept = store.lease_grant(0, 2).await.unwrap();
     for (key, lease) in [("/l/short", short.id), ("/l/kept", kept.id)] {
-        let req = PutRequest { key: Bytes::from(key), value: "v".into(), lease, prev_kv: false };
+        let req = PutRequest {
+            key: Bytes::from(key),
+            value: "v".into(),
+            lease,
+            prev_kv: false,
+        };
         store.put(req).await.unwrap();
     }
     let mut watch = store
-        .watch(WatchRequest { range: KeyRange::prefix("/l/"), ..Default::default() })
+        .watch(WatchRequest {
+            range: KeyRange::prefix("/l/"),
+            ..Default::default()
+        })
         .await
         .unwrap();
     let keeper = {
@@ -229,18 +297,32 @@ async fn periodic_compaction_compacts_to_the_revision_of_one_interval_ago() {
         store.status().await.unwrap().compact_revision == second
     })
     .await;
-    let before = RangeRequest { range: KeyRange::key("/p"), revision: first, ..Default::default() };
-    assert!(matches!(store.range(before).await, Err(Error::Compacted { .. })));
+    let before = RangeRequest {
+        range: KeyRange::key("/p"),
+        revision: first,
+        ..Default::default()
+    };
+    assert!(matches!(
+        store.range(before).await,
+        Err(Error::Compacted { .. })
+    ));
     assert_eq!(&store.get(b"/p").await.unwrap().unwrap().value[..], b"2");
 }
 
 #[test]
 fn revision_compaction_keeps_the_configured_number_of_revisions() {
-    let policy = CompactionPolicy::Revisions { keep: 100, every: Duration::from_secs(60) };
+    let policy = CompactionPolicy::Revisions {
+        keep: 100,
+        every: Duration::from_secs(60),
+    };
     assert_eq!(policy.target(&mut None, 1000), Some(900));
     assert_eq!(policy.target(&mut None, 50), None);
     let periodic = CompactionPolicy::Periodic(Duration::from_secs(300));
     let mut previous = None;
-    assert_eq!(periodic.target(&mut previous, 10), None, "first tick only remembers");
+    assert_eq!(
+        periodic.target(&mut previous, 10),
+        None,
+        "first tick only remembers"
+    );
     assert_eq!(periodic.target(&mut previous, 25), Some(10));
 }

@@ -2,7 +2,9 @@
 //!
 //! # Layout
 //! - [`store`]: `skiff store serve`, the embedded store behind the etcd v3 gRPC facade.
+//! - [`bench`]: `skiff bench <what>`, benchmarks printing one JSON object per result.
 
+pub mod bench;
 pub mod store;
 
 use clap::{Parser, Subcommand};
@@ -20,6 +22,9 @@ pub enum Command {
     /// The key-value store on its own.
     #[command(subcommand)]
     Store(store::StoreCommand),
+    /// Benchmarks, each measured against its peer in the same run.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 /// A command line that parsed but makes no sense (exit code 2, as clap's own usage errors).
@@ -38,5 +43,6 @@ impl std::error::Error for UsageError {}
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Store(cmd) => store::run(cmd).await,
+        Command::Bench(cmd) => bench::run(cmd).await,
     }
 }

@@ -50,8 +50,12 @@ pub(crate) fn spawn(
     writer: mpsc::WeakSender<Request>,
 ) -> Vec<AbortHandle> {
     let mut tasks = vec![
-        tokio::spawn(expire_leases(config.lease_check_interval, shared.clone(), writer.clone()))
-            .abort_handle(),
+        tokio::spawn(expire_leases(
+            config.lease_check_interval,
+            shared.clone(),
+            writer.clone(),
+        ))
+        .abort_handle(),
         tokio::spawn(progress(config.progress_interval, shared.clone())).abort_handle(),
     ];
     if config.compaction != CompactionPolicy::Disabled {
@@ -73,12 +77,24 @@ async fn expire_leases(period: Duration, shared: Arc<Shared>, writer: mpsc::Weak
         let now = Instant::now();
         let expired: Vec<i64> = {
             let ix = shared.index.read();
-            ix.leases.iter().filter(|(_, l)| l.expiry <= now).map(|(id, _)| *id).collect()
+            ix.leases
+                .iter()
+                .filter(|(_, l)| l.expiry <= now)
+                .map(|(id, _)| *id)
+                .collect()
         };
         for id in expired {
             let Some(tx) = writer.upgrade() else { return };
             let (reply, done) = oneshot::channel();
-            if tx.send(Request::LeaseRevoke { id, expired_at: Some(now), reply }).await.is_err() {
+            if tx
+                .send(Request::LeaseRevoke {
+                    id,
+                    expired_at: Some(now),
+                    reply,
+                })
+                .await
+                .is_err()
+            {
                 return;
             }
             drop(tx);
@@ -111,19 +127,30 @@ async fn auto_compact(
     loop {
         ticker.tick().await;
         let current = shared.committed.load(Ordering::Acquire);
-        let Some(target) = policy.target(&mut previous, current) else { continue };
+        let Some(target) = policy.target(&mut previous, current) else {
+            continue;
+        };
         if target <= shared.index.read().compact_revision {
             continue;
         }
         let Some(tx) = writer.upgrade() else { return };
         let (reply, done) = oneshot::channel();
-        if tx.send(Request::Compact { revision: target, reply }).await.is_err() {
+        if tx
+            .send(Request::Compact {
+                revision: target,
+                reply,
+            })
+            .await
+            .is_err()
+        {
             return;
         }
         drop(tx);
         match done.await {
             Ok(Ok(())) => tracing::debug!(revision = target, "compacted"),
-            Ok(Err(e)) => tracing::warn!(revision = target, error = %e, "automatic compaction failed"),
+            Ok(Err(e)) => {
+                tracing::warn!(revision = target, error = %e, "automatic compaction failed")
+            }
             Err(_) => return,
         }
     }

@@ -118,11 +118,15 @@ impl Disk {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
             Err(e) => return Err(io_error(&path, e)),
         };
-        let db = if fresh { Database::create(&path) } else { Database::open(&path) }
-            .map_err(|e| match e {
-                redb::DatabaseError::Storage(redb::StorageError::Io(io)) => io_error(&path, io),
-                other => corrupt(&path, other),
-            })?;
+        let db = if fresh {
+            Database::create(&path)
+        } else {
+            Database::open(&path)
+        }
+        .map_err(|e| match e {
+            redb::DatabaseError::Storage(redb::StorageError::Io(io)) => io_error(&path, io),
+            other => corrupt(&path, other),
+        })?;
         let disk = Disk { db, path };
         if fresh {
             disk.initialise()?;
@@ -147,7 +151,8 @@ impl Disk {
 
     fn load(&self) -> Result<Loaded> {
         let txn = self.db.begin_read().map_err(|e| self.io(e))?;
-        let missing = |what: &str| corrupt(&self.path, format!("missing {what}: not a skiff store"));
+        let missing =
+            |what: &str| corrupt(&self.path, format!("missing {what}: not a skiff store"));
         let meta = txn.open_table(META).map_err(|_| missing("meta table"))?;
         let get = |name: &str| -> Result<i64> {
             let value = meta.get(name).map_err(|e| corrupt(&self.path, e))?;
@@ -155,23 +160,33 @@ impl Disk {
         };
         let format = get("format")?;
         if format != FORMAT {
-            return Err(corrupt(&self.path, format!("unknown format version {format}")));
+            return Err(corrupt(
+                &self.path,
+                format!("unknown format version {format}"),
+            ));
         }
         let mut loaded = Loaded {
             revision: get("revision")?,
             compact_revision: get("compact_revision")?,
             ..Default::default()
         };
-        let revisions = txn.open_table(REVISIONS).map_err(|_| missing("revisions table"))?;
+        let revisions = txn
+            .open_table(REVISIONS)
+            .map_err(|_| missing("revisions table"))?;
         for row in revisions.iter().map_err(|e| corrupt(&self.path, e))? {
             let (k, v) = row.map_err(|e| corrupt(&self.path, e))?;
             let (rev, sub) = k.value();
             let record = decode(rev as i64, sub, v.value()).ok_or_else(|| {
-                corrupt(&self.path, format!("malformed record at revision {rev}.{sub}"))
+                corrupt(
+                    &self.path,
+                    format!("malformed record at revision {rev}.{sub}"),
+                )
             })?;
             loaded.entries.push(record);
         }
-        let leases = txn.open_table(LEASES).map_err(|_| missing("leases table"))?;
+        let leases = txn
+            .open_table(LEASES)
+            .map_err(|_| missing("leases table"))?;
         for row in leases.iter().map_err(|e| corrupt(&self.path, e))? {
             let (id, ttl) = row.map_err(|e| corrupt(&self.path, e))?;
             loaded.leases.push((id.value(), ttl.value()));
@@ -182,14 +197,19 @@ impl Disk {
     /// Write a batch and make it durable (one fsync) before returning.
     pub fn commit(&self, batch: &Batch) -> Result<()> {
         let mut txn = self.db.begin_write().map_err(|e| self.io(e))?;
-        txn.set_durability(Durability::Immediate).map_err(|e| self.io(e))?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(|e| self.io(e))?;
         {
             let mut revisions = txn.open_table(REVISIONS).map_err(|e| self.io(e))?;
             for ((rev, sub), record) in &batch.records {
-                revisions.insert((*rev as u64, *sub), record.as_slice()).map_err(|e| self.io(e))?;
+                revisions
+                    .insert((*rev as u64, *sub), record.as_slice())
+                    .map_err(|e| self.io(e))?;
             }
             for (rev, sub) in &batch.removed {
-                revisions.remove((*rev as u64, *sub)).map_err(|e| self.io(e))?;
+                revisions
+                    .remove((*rev as u64, *sub))
+                    .map_err(|e| self.io(e))?;
             }
             let mut leases = txn.open_table(LEASES).map_err(|e| self.io(e))?;
             for (id, ttl) in &batch.leases_granted {
@@ -199,9 +219,11 @@ impl Disk {
                 leases.remove(*id).map_err(|e| self.io(e))?;
             }
             let mut meta = txn.open_table(META).map_err(|e| self.io(e))?;
-            meta.insert("revision", batch.revision).map_err(|e| self.io(e))?;
+            meta.insert("revision", batch.revision)
+                .map_err(|e| self.io(e))?;
             if let Some(compact) = batch.compact_revision {
-                meta.insert("compact_revision", compact).map_err(|e| self.io(e))?;
+                meta.insert("compact_revision", compact)
+                    .map_err(|e| self.io(e))?;
             }
         }
         txn.commit().map_err(|e| self.io(e))
@@ -217,16 +239,25 @@ impl Disk {
     }
 
     fn io(&self, e: impl std::fmt::Display) -> Error {
-        Error::Io { path: self.path.display().to_string(), reason: e.to_string() }
+        Error::Io {
+            path: self.path.display().to_string(),
+            reason: e.to_string(),
+        }
     }
 }
 
 fn io_error(path: &Path, e: impl std::fmt::Display) -> Error {
-    Error::Io { path: path.display().to_string(), reason: e.to_string() }
+    Error::Io {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    }
 }
 
 fn corrupt(path: &Path, reason: impl std::fmt::Display) -> Error {
-    Error::Corrupt { path: path.display().to_string(), reason: reason.to_string() }
+    Error::Corrupt {
+        path: path.display().to_string(),
+        reason: reason.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -245,7 +276,11 @@ mod tests {
                 lease: 99,
             }),
         };
-        let tomb = Entry { rev: 8, sub: 0, put: None };
+        let tomb = Entry {
+            rev: 8,
+            sub: 0,
+            put: None,
+        };
         for entry in [put, tomb] {
             let raw = encode(b"/registry/pods/a", &entry);
             let (key, back) = decode(entry.rev, entry.sub, &raw).unwrap();
@@ -256,7 +291,11 @@ mod tests {
 
     #[test]
     fn a_truncated_record_is_rejected() {
-        let entry = Entry { rev: 1, sub: 0, put: None };
+        let entry = Entry {
+            rev: 1,
+            sub: 0,
+            put: None,
+        };
         let raw = encode(b"key", &entry);
         assert!(decode(1, 0, &raw[..raw.len() - 1]).is_none());
         assert!(decode(1, 0, &raw[..5]).is_none());

@@ -76,7 +76,11 @@ fn kv_of(key: &Bytes, entry: &Entry, keys_only: bool) -> Option<KeyValue> {
     let put = entry.put.as_ref()?;
     Some(KeyValue {
         key: key.clone(),
-        value: if keys_only { Bytes::new() } else { put.value.clone() },
+        value: if keys_only {
+            Bytes::new()
+        } else {
+            put.value.clone()
+        },
         create_revision: put.create_revision,
         mod_revision: entry.rev,
         version: put.version,
@@ -110,9 +114,15 @@ impl Index {
     /// The live version of every key in `range` at revision `rev`.
     pub fn range(&self, range: &KeyRange, rev: i64, opts: ReadOptions) -> RangeResult {
         let mut out = RangeResult::default();
-        let limit = if opts.limit > 0 { opts.limit as usize } else { usize::MAX };
+        let limit = if opts.limit > 0 {
+            opts.limit as usize
+        } else {
+            usize::MAX
+        };
         for (key, entries) in self.range_iter(range) {
-            let Some(entry) = entry_at(entries, rev) else { continue };
+            let Some(entry) = entry_at(entries, rev) else {
+                continue;
+            };
             if entry.put.is_none() {
                 continue;
             }
@@ -162,11 +172,24 @@ impl Index {
         {
             l.keys.insert(key.clone());
         }
-        let put = PutData { value, create_revision, version, lease };
-        let entry = Entry { rev, sub, put: Some(put) };
+        let put = PutData {
+            value,
+            create_revision,
+            version,
+            lease,
+        };
+        let entry = Entry {
+            rev,
+            sub,
+            put: Some(put),
+        };
         let kv = kv_of(&key, &entry, false).expect("a put entry has a value");
         self.keys.entry(key).or_default().push(entry);
-        Event { kind: EventKind::Put, kv, prev_kv: prev }
+        Event {
+            kind: EventKind::Put,
+            kv,
+            prev_kv: prev,
+        }
     }
 
     /// Delete `key` at (`rev`, `sub`) if it is live; returns the event.
@@ -177,9 +200,21 @@ impl Index {
         {
             l.keys.remove(key);
         }
-        self.keys.get_mut(key).expect("live key").push(Entry { rev, sub, put: None });
-        let kv = KeyValue { key: key.clone(), mod_revision: rev, ..Default::default() };
-        Some(Event { kind: EventKind::Delete, kv, prev_kv: Some(prev) })
+        self.keys.get_mut(key).expect("live key").push(Entry {
+            rev,
+            sub,
+            put: None,
+        });
+        let kv = KeyValue {
+            key: key.clone(),
+            mod_revision: rev,
+            ..Default::default()
+        };
+        Some(Event {
+            kind: EventKind::Delete,
+            kv,
+            prev_kv: Some(prev),
+        })
     }
 
     /// Add one entry read back from disk (entries arrive in revision order).
@@ -192,7 +227,9 @@ impl Index {
     pub fn attach_leases(&mut self) -> Vec<Bytes> {
         let mut orphans = Vec::new();
         for (key, entries) in &self.keys {
-            let Some(put) = entries.last().and_then(|e| e.put.as_ref()) else { continue };
+            let Some(put) = entries.last().and_then(|e| e.put.as_ref()) else {
+                continue;
+            };
             if put.lease == 0 {
                 continue;
             }
@@ -217,12 +254,22 @@ impl Index {
                 if entry.rev > to {
                     break;
                 }
-                let prev_kv = i.checked_sub(1).and_then(|p| kv_of(key, &entries[p], false));
+                let prev_kv = i
+                    .checked_sub(1)
+                    .and_then(|p| kv_of(key, &entries[p], false));
                 let event = match kv_of(key, entry, false) {
-                    Some(kv) => Event { kind: EventKind::Put, kv, prev_kv },
+                    Some(kv) => Event {
+                        kind: EventKind::Put,
+                        kv,
+                        prev_kv,
+                    },
                     None => Event {
                         kind: EventKind::Delete,
-                        kv: KeyValue { key: key.clone(), mod_revision: entry.rev, ..Default::default() },
+                        kv: KeyValue {
+                            key: key.clone(),
+                            mod_revision: entry.rev,
+                            ..Default::default()
+                        },
                         prev_kv,
                     },
                 };
@@ -302,8 +349,14 @@ mod tests {
         ix.put(b("a"), b("1"), 0, 1, 0);
         ix.put(b("a"), b("2"), 0, 2, 0);
         ix.delete(&b("a"), 3, 0);
-        assert_eq!(read(&ix, &KeyRange::key("a"), 1), vec![("a".into(), "1".into())]);
-        assert_eq!(read(&ix, &KeyRange::key("a"), 2), vec![("a".into(), "2".into())]);
+        assert_eq!(
+            read(&ix, &KeyRange::key("a"), 1),
+            vec![("a".into(), "1".into())]
+        );
+        assert_eq!(
+            read(&ix, &KeyRange::key("a"), 2),
+            vec![("a".into(), "2".into())]
+        );
         assert!(read(&ix, &KeyRange::key("a"), 3).is_empty());
     }
 
@@ -325,7 +378,14 @@ mod tests {
         for (i, k) in ["a", "b", "c"].iter().enumerate() {
             ix.put(b(k), b("v"), 0, i as i64 + 1, 0);
         }
-        let res = ix.range(&KeyRange::prefix(""), 3, ReadOptions { limit: 2, ..Default::default() });
+        let res = ix.range(
+            &KeyRange::prefix(""),
+            3,
+            ReadOptions {
+                limit: 2,
+                ..Default::default()
+            },
+        );
         assert_eq!((res.kvs.len(), res.count, res.more), (2, 3, true));
     }
 
@@ -358,14 +418,20 @@ mod tests {
         removed.sort();
         assert_eq!(removed, vec![(1, 0), (3, 0), (4, 0)]);
         assert_eq!(ix.key_count(), 1);
-        assert_eq!(read(&ix, &KeyRange::key("a"), 5), vec![("a".into(), "5".into())]);
+        assert_eq!(
+            read(&ix, &KeyRange::key("a"), 5),
+            vec![("a".into(), "5".into())]
+        );
         // a put below the compact revision that is still live survives
         let mut ix = Index::default();
         ix.put(b("k"), b("1"), 0, 1, 0);
         ix.put(b("other"), b("1"), 0, 2, 0);
         let (removed, _) = ix.purge(2, &Bytes::new(), 100);
         assert!(removed.is_empty());
-        assert_eq!(read(&ix, &KeyRange::key("k"), 2), vec![("k".into(), "1".into())]);
+        assert_eq!(
+            read(&ix, &KeyRange::key("k"), 2),
+            vec![("k".into(), "1".into())]
+        );
     }
 
     #[test]

@@ -109,7 +109,9 @@ pub struct EmbeddedStore {
 
 impl std::fmt::Debug for EmbeddedStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbeddedStore").field("data_dir", &self.inner.config.data_dir).finish()
+        f.debug_struct("EmbeddedStore")
+            .field("data_dir", &self.inner.config.data_dir)
+            .finish()
     }
 }
 
@@ -132,7 +134,14 @@ impl EmbeddedStore {
         for (id, ttl) in loaded.leases {
             // As etcd after a restart: every lease gets its full TTL again.
             let expiry = now + Duration::from_secs(ttl.max(0) as u64);
-            index.leases.insert(id, Lease { ttl, expiry, keys: Default::default() });
+            index.leases.insert(
+                id,
+                Lease {
+                    ttl,
+                    expiry,
+                    keys: Default::default(),
+                },
+            );
         }
         for key in index.attach_leases() {
             tracing::warn!(key = %String::from_utf8_lossy(&key), "key attached to a missing lease");
@@ -158,14 +167,25 @@ impl EmbeddedStore {
 
         let tasks = background::spawn(&config, shared.clone(), tx.downgrade());
         let db_path = config.data_dir.join(disk::FILE_NAME);
-        let handle = Handle { shared, tx, config, db_path, writer: Mutex::new(Some(writer)), tasks };
-        Ok(EmbeddedStore { inner: Arc::new(handle) })
+        let handle = Handle {
+            shared,
+            tx,
+            config,
+            db_path,
+            writer: Mutex::new(Some(writer)),
+            tasks,
+        };
+        Ok(EmbeddedStore {
+            inner: Arc::new(handle),
+        })
     }
 
     /// Close the store and wait until the writer thread has finished, so the data directory can
     /// be opened again. Other clones keep the store open; then this only drops this handle.
     pub async fn close(self) {
-        let Ok(handle) = Arc::try_unwrap(self.inner) else { return };
+        let Ok(handle) = Arc::try_unwrap(self.inner) else {
+            return;
+        };
         let writer = handle.writer.lock().take();
         drop(handle);
         if let Some(writer) = writer {
@@ -184,7 +204,8 @@ impl EmbeddedStore {
             .send(make(reply))
             .await
             .map_err(|_| Error::Unavailable("store is closed".into()))?;
-        rx.await.map_err(|_| Error::Unavailable("store writer stopped".into()))?
+        rx.await
+            .map_err(|_| Error::Unavailable("store writer stopped".into()))?
     }
 
     fn check_put(&self, p: &PutRequest) -> Result<()> {
@@ -194,7 +215,11 @@ impl EmbeddedStore {
         let size = p.value.len();
         let limit = self.inner.config.max_value_bytes;
         if size > limit {
-            return Err(Error::ValueTooLarge { key: String::from_utf8_lossy(&p.key).into(), size, limit });
+            return Err(Error::ValueTooLarge {
+                key: String::from_utf8_lossy(&p.key).into(),
+                size,
+                limit,
+            });
         }
         Ok(())
     }
@@ -231,11 +256,15 @@ impl EmbeddedStore {
 }
 
 fn duplicate(key: &Bytes) -> Error {
-    Error::DuplicateKey { key: String::from_utf8_lossy(key).into() }
+    Error::DuplicateKey {
+        key: String::from_utf8_lossy(key).into(),
+    }
 }
 
 fn first_response(mut resp: TxnResponse) -> Result<TxnOpResponse> {
-    resp.responses.pop().ok_or_else(|| Error::Unavailable("empty transaction response".into()))
+    resp.responses
+        .pop()
+        .ok_or_else(|| Error::Unavailable("empty transaction response".into()))
 }
 
 #[async_trait]
@@ -246,24 +275,48 @@ impl Store for EmbeddedStore {
         }
         let ix = self.shared().index.read();
         let committed = self.shared().committed.load(Ordering::Acquire);
-        let rev = if req.revision > 0 { req.revision } else { committed };
+        let rev = if req.revision > 0 {
+            req.revision
+        } else {
+            committed
+        };
         if rev > committed {
-            return Err(Error::FutureRevision { requested: rev, current: committed });
+            return Err(Error::FutureRevision {
+                requested: rev,
+                current: committed,
+            });
         }
         if rev < ix.compact_revision {
-            return Err(Error::Compacted { requested: rev, compact_revision: ix.compact_revision });
+            return Err(Error::Compacted {
+                requested: rev,
+                compact_revision: ix.compact_revision,
+            });
         }
-        let opts = ReadOptions { limit: req.limit, keys_only: req.keys_only, count_only: req.count_only };
+        let opts = ReadOptions {
+            limit: req.limit,
+            keys_only: req.keys_only,
+            count_only: req.count_only,
+        };
         let res = ix.range(&req.range, rev, opts);
-        Ok(RangeResponse { revision: committed, kvs: res.kvs, more: res.more, count: res.count })
+        Ok(RangeResponse {
+            revision: committed,
+            kvs: res.kvs,
+            more: res.more,
+            count: res.count,
+        })
     }
 
     async fn put(&self, req: PutRequest) -> Result<PutResponse> {
         self.check_put(&req)?;
-        let txn = TxnRequest { success: vec![TxnOp::Put(req)], ..Default::default() };
+        let txn = TxnRequest {
+            success: vec![TxnOp::Put(req)],
+            ..Default::default()
+        };
         match first_response(self.call(|reply| Request::Txn(txn, reply)).await?)? {
             TxnOpResponse::Put(resp) => Ok(resp),
-            other => Err(Error::Unavailable(format!("unexpected response to a put: {other:?}"))),
+            other => Err(Error::Unavailable(format!(
+                "unexpected response to a put: {other:?}"
+            ))),
         }
     }
 
@@ -271,10 +324,15 @@ impl Store for EmbeddedStore {
         if req.range.key.is_empty() {
             return Err(Error::EmptyKey);
         }
-        let txn = TxnRequest { success: vec![TxnOp::Delete(req)], ..Default::default() };
+        let txn = TxnRequest {
+            success: vec![TxnOp::Delete(req)],
+            ..Default::default()
+        };
         match first_response(self.call(|reply| Request::Txn(txn, reply)).await?)? {
             TxnOpResponse::Delete(resp) => Ok(resp),
-            other => Err(Error::Unavailable(format!("unexpected response to a delete: {other:?}"))),
+            other => Err(Error::Unavailable(format!(
+                "unexpected response to a delete: {other:?}"
+            ))),
         }
     }
 
@@ -287,7 +345,10 @@ impl Store for EmbeddedStore {
         let shared = &self.inner.shared;
         let (tx, rx) = mpsc::channel(self.inner.config.watch_buffer.max(2));
         let start = req.start_revision;
-        let compacted = |compact_revision| Error::Compacted { requested: start, compact_revision };
+        let compacted = |compact_revision| Error::Compacted {
+            requested: start,
+            compact_revision,
+        };
 
         // Catch-up, phase 1 (without the hub lock): history up to the committed revision.
         let mut catch_up = Vec::new();
@@ -296,7 +357,10 @@ impl Store for EmbeddedStore {
             let ix = shared.index.read();
             if start < ix.compact_revision {
                 let err = compacted(ix.compact_revision);
-                return Ok(WatchStream::new(futures::stream::iter([Err(err)]), Arc::new(NoControl)));
+                return Ok(WatchStream::new(
+                    futures::stream::iter([Err(err)]),
+                    Arc::new(NoControl),
+                ));
             }
             let upto = shared.committed.load(Ordering::Acquire);
             catch_up = ix.history(&req.range, start, upto);
@@ -309,11 +373,20 @@ impl Store for EmbeddedStore {
             let ix = shared.index.read();
             if next < ix.compact_revision {
                 let err = compacted(ix.compact_revision);
-                return Ok(WatchStream::new(futures::stream::iter([Err(err)]), Arc::new(NoControl)));
+                return Ok(WatchStream::new(
+                    futures::stream::iter([Err(err)]),
+                    Arc::new(NoControl),
+                ));
             }
             catch_up.extend(ix.history(&req.range, next, committed));
         }
-        let id = registration.register(req.range.clone(), start, req.prev_kv, req.progress_notify, tx);
+        let id = registration.register(
+            req.range.clone(),
+            start,
+            req.prev_kv,
+            req.progress_notify,
+            tx,
+        );
 
         if !req.prev_kv {
             for event in &mut catch_up {
@@ -322,24 +395,47 @@ impl Store for EmbeddedStore {
         }
         let batches: Vec<Result<WatchBatch>> = catch_up
             .chunks(1000)
-            .map(|events| Ok(WatchBatch { revision: committed, events: events.to_vec() }))
+            .map(|events| {
+                Ok(WatchBatch {
+                    revision: committed,
+                    events: events.to_vec(),
+                })
+            })
             .collect();
         let live = tokio_stream::wrappers::ReceiverStream::new(rx);
-        let control = Arc::new(watch::Control { hub: shared.hub.clone(), id });
-        Ok(WatchStream::new(futures::stream::iter(batches).chain(live), control))
+        let control = Arc::new(watch::Control {
+            hub: shared.hub.clone(),
+            id,
+        });
+        Ok(WatchStream::new(
+            futures::stream::iter(batches).chain(live),
+            control,
+        ))
     }
 
     async fn compact(&self, revision: i64) -> Result<()> {
-        self.call(|reply| Request::Compact { revision, reply }).await
+        self.call(|reply| Request::Compact { revision, reply })
+            .await
     }
 
     async fn lease_grant(&self, id: i64, ttl_secs: i64) -> Result<LeaseGrant> {
         let now = Instant::now();
-        self.call(|reply| Request::LeaseGrant { id, ttl: ttl_secs, now, reply }).await
+        self.call(|reply| Request::LeaseGrant {
+            id,
+            ttl: ttl_secs,
+            now,
+            reply,
+        })
+        .await
     }
 
     async fn lease_revoke(&self, id: i64) -> Result<i64> {
-        self.call(|reply| Request::LeaseRevoke { id, expired_at: None, reply }).await
+        self.call(|reply| Request::LeaseRevoke {
+            id,
+            expired_at: None,
+            reply,
+        })
+        .await
     }
 
     async fn lease_keep_alive(&self, id: i64) -> Result<i64> {
@@ -352,11 +448,22 @@ impl Store for EmbeddedStore {
     async fn lease_time_to_live(&self, id: i64, keys: bool) -> Result<LeaseInfo> {
         let ix = self.shared().index.read();
         let lease = ix.leases.get(&id).ok_or(Error::LeaseNotFound { id })?;
-        let remaining = lease.expiry.saturating_duration_since(Instant::now()).as_secs() as i64;
-        let mut attached: Vec<Bytes> =
-            if keys { lease.keys.iter().cloned().collect() } else { Vec::new() };
+        let remaining = lease
+            .expiry
+            .saturating_duration_since(Instant::now())
+            .as_secs() as i64;
+        let mut attached: Vec<Bytes> = if keys {
+            lease.keys.iter().cloned().collect()
+        } else {
+            Vec::new()
+        };
         attached.sort();
-        Ok(LeaseInfo { id, ttl: remaining, granted_ttl: lease.ttl, keys: attached })
+        Ok(LeaseInfo {
+            id,
+            ttl: remaining,
+            granted_ttl: lease.ttl,
+            keys: attached,
+        })
     }
 
     async fn lease_list(&self) -> Result<Vec<i64>> {
@@ -367,12 +474,18 @@ impl Store for EmbeddedStore {
 
     async fn status(&self) -> Result<StoreStatus> {
         let compact_revision = self.shared().index.read().compact_revision;
-        let db_size = std::fs::metadata(&self.inner.db_path).map(|m| m.len() as i64).unwrap_or(0);
+        let db_size = std::fs::metadata(&self.inner.db_path)
+            .map(|m| m.len() as i64)
+            .unwrap_or(0);
         Ok(StoreStatus {
             revision: self.shared().committed.load(Ordering::Acquire),
             compact_revision,
             db_size,
-            db_size_in_use: self.shared().size_in_use.load(Ordering::Relaxed).min(db_size),
+            db_size_in_use: self
+                .shared()
+                .size_in_use
+                .load(Ordering::Relaxed)
+                .min(db_size),
             version: concat!("skiff-store ", env!("CARGO_PKG_VERSION")).to_string(),
         })
     }

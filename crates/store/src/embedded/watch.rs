@@ -69,7 +69,14 @@ impl Registration<'_> {
     ) -> u64 {
         let id = self.guard.next_id;
         self.guard.next_id += 1;
-        let slot = Slot { range, min_revision, prev_kv, progress_notify, active: false, tx };
+        let slot = Slot {
+            range,
+            min_revision,
+            prev_kv,
+            progress_notify,
+            active: false,
+            tx,
+        };
         self.guard.slots.insert(id, slot);
         id
     }
@@ -77,12 +84,18 @@ impl Registration<'_> {
 
 impl Hub {
     pub fn new(committed: Arc<AtomicI64>) -> Self {
-        Hub { inner: Mutex::new(Inner::default()), committed }
+        Hub {
+            inner: Mutex::new(Inner::default()),
+            committed,
+        }
     }
 
     /// Take the hub lock to register a watcher.
     pub fn begin_registration(&self) -> Registration<'_> {
-        Registration { hub: self, guard: self.inner.lock() }
+        Registration {
+            hub: self,
+            guard: self.inner.lock(),
+        }
     }
 
     /// Advance the committed revision to `revision` and deliver `events` (all with revision <=
@@ -96,7 +109,9 @@ impl Hub {
         inner.slots.retain(|_, slot| {
             let mine: Vec<Event> = events
                 .iter()
-                .filter(|e| e.kv.mod_revision >= slot.min_revision && slot.range.contains(&e.kv.key))
+                .filter(|e| {
+                    e.kv.mod_revision >= slot.min_revision && slot.range.contains(&e.kv.key)
+                })
                 .map(|e| {
                     let mut e = e.clone();
                     if !slot.prev_kv {
@@ -110,7 +125,14 @@ impl Hub {
             }
             slot.active = true;
             let first = mine[0].kv.mod_revision;
-            send(slot, Ok(WatchBatch { revision, events: mine }), first)
+            send(
+                slot,
+                Ok(WatchBatch {
+                    revision,
+                    events: mine,
+                }),
+                first,
+            )
         });
     }
 
@@ -119,7 +141,14 @@ impl Hub {
         let mut inner = self.inner.lock();
         let revision = self.committed.load(Ordering::Acquire);
         if let Some(slot) = inner.slots.get_mut(&id)
-            && !send(slot, Ok(WatchBatch { revision, events: Vec::new() }), revision + 1)
+            && !send(
+                slot,
+                Ok(WatchBatch {
+                    revision,
+                    events: Vec::new(),
+                }),
+                revision + 1,
+            )
         {
             inner.slots.remove(&id);
         }
@@ -134,7 +163,14 @@ impl Hub {
             if !slot.progress_notify || was_active {
                 return !slot.tx.is_closed();
             }
-            send(slot, Ok(WatchBatch { revision, events: Vec::new() }), revision + 1)
+            send(
+                slot,
+                Ok(WatchBatch {
+                    revision,
+                    events: Vec::new(),
+                }),
+                revision + 1,
+            )
         });
     }
 
@@ -156,7 +192,9 @@ fn send(slot: &Slot, msg: Message, resume_from: i64) -> bool {
         return false;
     }
     if slot.tx.capacity() <= 1 {
-        let _ = slot.tx.try_send(Err(Error::WatcherLagged { next_revision: resume_from }));
+        let _ = slot.tx.try_send(Err(Error::WatcherLagged {
+            next_revision: resume_from,
+        }));
         return false;
     }
     slot.tx.try_send(msg).is_ok()
@@ -190,7 +228,11 @@ mod tests {
     fn event(key: &'static str, rev: i64) -> Event {
         Event {
             kind: EventKind::Put,
-            kv: KeyValue { key: Bytes::from_static(key.as_bytes()), mod_revision: rev, ..Default::default() },
+            kv: KeyValue {
+                key: Bytes::from_static(key.as_bytes()),
+                mod_revision: rev,
+                ..Default::default()
+            },
             prev_kv: None,
         }
     }
@@ -199,7 +241,8 @@ mod tests {
     fn a_watcher_gets_only_events_in_its_range() {
         let hub = Hub::new(Arc::new(AtomicI64::new(0)));
         let (tx, mut rx) = mpsc::channel(8);
-        hub.begin_registration().register(KeyRange::prefix("/a/"), 0, false, false, tx);
+        hub.begin_registration()
+            .register(KeyRange::prefix("/a/"), 0, false, false, tx);
         hub.publish(2, &[event("/a/1", 1), event("/b/1", 2)]);
         let batch = rx.try_recv().unwrap().unwrap();
         assert_eq!(batch.revision, 2);
@@ -212,8 +255,10 @@ mod tests {
         let hub = Hub::new(Arc::new(AtomicI64::new(0)));
         let (slow_tx, mut slow_rx) = mpsc::channel(3);
         let (fast_tx, mut fast_rx) = mpsc::channel(100);
-        hub.begin_registration().register(KeyRange::prefix(""), 0, false, false, slow_tx);
-        hub.begin_registration().register(KeyRange::prefix(""), 0, false, false, fast_tx);
+        hub.begin_registration()
+            .register(KeyRange::prefix(""), 0, false, false, slow_tx);
+        hub.begin_registration()
+            .register(KeyRange::prefix(""), 0, false, false, fast_tx);
         for rev in 1..=5 {
             hub.publish(rev, &[event("k", rev)]);
             let got = fast_rx.try_recv().unwrap().unwrap();
@@ -233,7 +278,9 @@ mod tests {
     fn progress_carries_the_committed_revision() {
         let hub = Hub::new(Arc::new(AtomicI64::new(0)));
         let (tx, mut rx) = mpsc::channel(8);
-        let id = hub.begin_registration().register(KeyRange::key("x"), 0, false, false, tx);
+        let id = hub
+            .begin_registration()
+            .register(KeyRange::key("x"), 0, false, false, tx);
         hub.publish(7, &[event("other", 7)]);
         hub.progress(id);
         let batch = rx.try_recv().unwrap().unwrap();

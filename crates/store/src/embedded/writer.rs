@@ -33,11 +33,23 @@ const PURGE_CHUNK: usize = 10_000;
 /// A write request for the writer thread, with where to send its answer.
 pub(crate) enum Request {
     Txn(TxnRequest, oneshot::Sender<Result<TxnResponse>>),
-    LeaseGrant { id: i64, ttl: i64, now: Instant, reply: oneshot::Sender<Result<LeaseGrant>> },
+    LeaseGrant {
+        id: i64,
+        ttl: i64,
+        now: Instant,
+        reply: oneshot::Sender<Result<LeaseGrant>>,
+    },
     /// Revoke a lease; with `expired_at`, only if it is still expired at that instant (a
     /// keep-alive may have raced with the expiry check).
-    LeaseRevoke { id: i64, expired_at: Option<Instant>, reply: oneshot::Sender<Result<i64>> },
-    Compact { revision: i64, reply: oneshot::Sender<Result<()>> },
+    LeaseRevoke {
+        id: i64,
+        expired_at: Option<Instant>,
+        reply: oneshot::Sender<Result<i64>>,
+    },
+    Compact {
+        revision: i64,
+        reply: oneshot::Sender<Result<()>>,
+    },
 }
 
 /// Answers a request once its batch is durable (`None`) or has failed (`Some(reason)`).
@@ -64,7 +76,13 @@ pub(crate) struct Writer {
 
 impl Writer {
     pub fn new(shared: Arc<Shared>, disk: Disk, rx: mpsc::Receiver<Request>) -> Self {
-        Writer { shared, disk, rx, purge: None, commits: 0 }
+        Writer {
+            shared,
+            disk,
+            rx,
+            purge: None,
+            commits: 0,
+        }
     }
 
     /// Resume physical compaction of history below `revision` (after a restart).
@@ -127,13 +145,18 @@ impl Writer {
         let failure = if batch.is_empty() {
             None
         } else {
-            self.disk.commit(&batch).err().map(|e| format!("commit at revision {} failed: {e}", batch.revision))
+            self.disk
+                .commit(&batch)
+                .err()
+                .map(|e| format!("commit at revision {} failed: {e}", batch.revision))
         };
         match &failure {
             None => {
                 self.shared.hub.publish(batch.revision, &events);
                 self.commits += 1;
-                if self.commits.is_multiple_of(256) || (!batch.removed.is_empty() && self.purge.is_none()) {
+                if self.commits.is_multiple_of(256)
+                    || (!batch.removed.is_empty() && self.purge.is_none())
+                {
                     self.update_size_in_use();
                 }
             }
@@ -162,17 +185,28 @@ impl Writer {
     ) -> Completion {
         match req {
             Request::Txn(txn, reply) => completion(reply, apply_txn(ix, txn, batch, events)),
-            Request::LeaseGrant { id, ttl, now, reply } => {
-                completion(reply, self.grant(ix, id, ttl, now, batch))
-            }
-            Request::LeaseRevoke { id, expired_at, reply } => {
-                completion(reply, revoke(ix, id, expired_at, batch, events))
-            }
+            Request::LeaseGrant {
+                id,
+                ttl,
+                now,
+                reply,
+            } => completion(reply, self.grant(ix, id, ttl, now, batch)),
+            Request::LeaseRevoke {
+                id,
+                expired_at,
+                reply,
+            } => completion(reply, revoke(ix, id, expired_at, batch, events)),
             Request::Compact { revision, reply } => {
                 let result = if revision <= ix.compact_revision {
-                    Err(Error::Compacted { requested: revision, compact_revision: ix.compact_revision })
+                    Err(Error::Compacted {
+                        requested: revision,
+                        compact_revision: ix.compact_revision,
+                    })
                 } else if revision > ix.revision {
-                    Err(Error::FutureRevision { requested: revision, current: ix.revision })
+                    Err(Error::FutureRevision {
+                        requested: revision,
+                        current: ix.revision,
+                    })
                 } else {
                     ix.compact_revision = revision;
                     batch.compact_revision = Some(revision);
@@ -184,9 +218,18 @@ impl Writer {
         }
     }
 
-    fn grant(&self, ix: &mut Index, id: i64, ttl: i64, now: Instant, batch: &mut Batch) -> Result<LeaseGrant> {
+    fn grant(
+        &self,
+        ix: &mut Index,
+        id: i64,
+        ttl: i64,
+        now: Instant,
+        batch: &mut Batch,
+    ) -> Result<LeaseGrant> {
         if ttl < 0 {
-            return Err(Error::InvalidArgument(format!("lease ttl must not be negative, got {ttl}")));
+            return Err(Error::InvalidArgument(format!(
+                "lease ttl must not be negative, got {ttl}"
+            )));
         }
         let id = if id != 0 { id } else { fresh_lease_id(ix) };
         if ix.leases.contains_key(&id) {
@@ -194,7 +237,14 @@ impl Writer {
         }
         let ttl = ttl.max(self.shared.min_lease_ttl);
         let expiry = now + std::time::Duration::from_secs(ttl as u64);
-        ix.leases.insert(id, Lease { ttl, expiry, keys: Default::default() });
+        ix.leases.insert(
+            id,
+            Lease {
+                ttl,
+                expiry,
+                keys: Default::default(),
+            },
+        );
         batch.leases_granted.push((id, ttl));
         Ok(LeaseGrant { id, ttl })
     }
@@ -234,8 +284,14 @@ fn record(batch: &mut Batch, event: &Event, sub: u32) {
         }),
         EventKind::Delete => None,
     };
-    let entry = Entry { rev: kv.mod_revision, sub, put };
-    batch.records.push(((entry.rev, sub), encode(&kv.key, &entry)));
+    let entry = Entry {
+        rev: kv.mod_revision,
+        sub,
+        put,
+    };
+    batch
+        .records
+        .push(((entry.rev, sub), encode(&kv.key, &entry)));
 }
 
 /// Whether a compare holds against the head of the index (etcd's `applyCompare`).
@@ -277,7 +333,10 @@ fn validate(ix: &Index, ops: &[TxnOp]) -> Result<()> {
                 return Err(Error::LeaseNotFound { id: p.lease });
             }
             TxnOp::Range(r) if r.revision > ix.revision => {
-                return Err(Error::FutureRevision { requested: r.revision, current: ix.revision });
+                return Err(Error::FutureRevision {
+                    requested: r.revision,
+                    current: ix.revision,
+                });
             }
             TxnOp::Range(r) if r.revision > 0 && r.revision < ix.compact_revision => {
                 return Err(Error::Compacted {
@@ -308,7 +367,11 @@ fn apply_txn(
             TxnOp::Range(r) => {
                 // Reads inside a transaction see the transaction's earlier writes.
                 let at = if r.revision > 0 { r.revision } else { rev };
-                let opts = ReadOptions { limit: r.limit, keys_only: r.keys_only, count_only: r.count_only };
+                let opts = ReadOptions {
+                    limit: r.limit,
+                    keys_only: r.keys_only,
+                    count_only: r.count_only,
+                };
                 let res = ix.range(&r.range, at, opts);
                 responses.push(TxnOpResponse::Range(RangeResponse {
                     revision: 0,
@@ -321,8 +384,15 @@ fn apply_txn(
                 let event = ix.put(p.key, p.value, p.lease, rev, sub);
                 record(batch, &event, sub);
                 sub += 1;
-                let prev_kv = if p.prev_kv { event.prev_kv.clone() } else { None };
-                responses.push(TxnOpResponse::Put(PutResponse { revision: rev, prev_kv }));
+                let prev_kv = if p.prev_kv {
+                    event.prev_kv.clone()
+                } else {
+                    None
+                };
+                responses.push(TxnOpResponse::Put(PutResponse {
+                    revision: rev,
+                    prev_kv,
+                }));
                 events.push(event);
             }
             TxnOp::Delete(d) => {
@@ -352,7 +422,11 @@ fn apply_txn(
             TxnOpResponse::Delete(r) => r.revision = revision,
         }
     }
-    Ok(TxnResponse { revision, succeeded, responses })
+    Ok(TxnResponse {
+        revision,
+        succeeded,
+        responses,
+    })
 }
 
 fn revoke(

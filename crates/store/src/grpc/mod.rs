@@ -31,8 +31,6 @@ mod maintenance;
 mod watch;
 
 #[cfg(test)]
-mod fake;
-#[cfg(test)]
 mod tests;
 
 pub use convert::status_from_error;

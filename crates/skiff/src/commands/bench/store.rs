@@ -28,7 +28,11 @@ pub struct StoreBenchArgs {
     #[arg(long, default_value_t = 5)]
     pub seconds: u64,
     /// Backends to measure (embedded, embedded-grpc, etcd).
-    #[arg(long, value_delimiter = ',', default_value = "embedded,embedded-grpc,etcd")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "embedded,embedded-grpc,etcd"
+    )]
     pub backends: Vec<String>,
     /// Concurrent writers for the put workloads.
     #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
@@ -36,6 +40,10 @@ pub struct StoreBenchArgs {
     /// Keys in the range workload.
     #[arg(long, default_value_t = 10_000)]
     pub range_keys: usize,
+    /// Client connections the gRPC backends' writers share (writer `w` uses connection
+    /// `w % connections`), like etcd's own `benchmark --conns`.
+    #[arg(long, default_value_t = 8)]
+    pub connections: usize,
     /// Watchers in the watch-latency workload.
     #[arg(long, default_value_t = 100)]
     pub watchers: usize,
@@ -44,53 +52,94 @@ pub struct StoreBenchArgs {
     pub dir: Option<std::path::PathBuf>,
 }
 
-/// A backend under test, with whatever keeps it alive.
+/// A backend under test, with the process behind it (killed on drop).
 struct Backend {
     name: &'static str,
-    store: Arc<dyn Store>,
-    _guard: Guard,
-}
-
-enum Guard {
-    None,
-    Child(Child),
-    Etcd(EtcdProcess),
+    /// One store handle per client connection (one in all for the in-process backend).
+    stores: Vec<Arc<dyn Store>>,
+    _server: Option<Child>,
+    _etcd: Option<EtcdProcess>,
 }
 
 pub async fn run(args: StoreBenchArgs) -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let root = args.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     for name in &args.backends {
-        let backend = start(name, &root).await?;
+        let backend = start(name, &root, args.connections).await?;
         for &writers in &args.writers {
-            let r = put_workload(&*backend.store, writers, Duration::from_secs(args.seconds)).await?;
-            emit("put", backend.name, json!({ "writers": writers, "value_bytes": 1024 }), &r);
+            let r =
+                put_workload(&backend.stores, writers, Duration::from_secs(args.seconds)).await?;
+            emit(
+                "put",
+                backend.name,
+                json!({ "writers": writers, "value_bytes": 1024 }),
+                &r,
+            );
         }
-        let r = range_workload(&*backend.store, args.range_keys).await?;
-        emit("range", backend.name, json!({ "writers": 1, "keys": args.range_keys }), &r);
-        let r = watch_workload(&*backend.store, args.watchers).await?;
-        emit("watch", backend.name, json!({ "writers": 1, "watchers": args.watchers }), &r);
+        let r = range_workload(&*backend.stores[0], args.range_keys).await?;
+        emit(
+            "range",
+            backend.name,
+            json!({ "writers": 1, "keys": args.range_keys }),
+            &r,
+        );
+        let r = watch_workload(&*backend.stores[0], args.watchers).await?;
+        emit(
+            "watch",
+            backend.name,
+            json!({ "writers": 1, "watchers": args.watchers }),
+            &r,
+        );
         drop(backend);
     }
     Ok(())
 }
 
-async fn start(name: &str, root: &std::path::Path) -> Result<Backend> {
+/// `connections` clients of one gRPC endpoint.
+async fn clients(endpoint: &str, connections: usize) -> Result<Vec<Arc<dyn Store>>> {
+    let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+    for _ in 0..connections.max(1) {
+        stores.push(Arc::new(
+            EtcdStore::connect(&[endpoint], Bytes::new()).await?,
+        ));
+    }
+    Ok(stores)
+}
+
+async fn start(name: &str, root: &std::path::Path, connections: usize) -> Result<Backend> {
     let dir = root.join(name);
     Ok(match name {
         "embedded" => {
-            let store = EmbeddedStore::open(EmbeddedConfig::new(&dir)).await?;
-            Backend { name: "embedded", store: Arc::new(store), _guard: Guard::None }
+            let store: Arc<dyn Store> =
+                Arc::new(EmbeddedStore::open(EmbeddedConfig::new(&dir)).await?);
+            Backend {
+                name: "embedded",
+                stores: vec![store],
+                _server: None,
+                _etcd: None,
+            }
         }
         "embedded-grpc" => {
             let (child, endpoint) = serve_child(&dir).await?;
-            let store = EtcdStore::connect(&[endpoint], Bytes::new()).await?;
-            Backend { name: "embedded-grpc", store: Arc::new(store), _guard: Guard::Child(child) }
+            let stores = clients(&endpoint, connections).await?;
+            Backend {
+                name: "embedded-grpc",
+                stores,
+                _server: Some(child),
+                _etcd: None,
+            }
         }
         "etcd" => {
-            let etcd = EtcdProcess::start().await.context("starting etcd (Debian etcd-server)")?;
-            let store = EtcdStore::connect(&[etcd.endpoint()], Bytes::new()).await?;
-            Backend { name: "etcd", store: Arc::new(store), _guard: Guard::Etcd(etcd) }
+            let etcd = EtcdProcess::start()
+                .await
+                .context("starting etcd (Debian etcd-server)")?;
+            let stores = clients(&etcd.endpoint(), connections).await?;
+            Backend {
+                name: "etcd",
+                stores,
+                _server: None,
+                _etcd: Some(etcd),
+            }
         }
         other => bail!("unknown backend {other:?} (expected embedded, embedded-grpc or etcd)"),
     })
@@ -154,26 +203,40 @@ fn micros(d: Duration) -> u64 {
 }
 
 /// `writers` tasks put 1 KiB values for `duration`, each over its own 1,000 keys.
-async fn put_workload(store: &dyn Store, writers: usize, duration: Duration) -> Result<Measured> {
+async fn put_workload(
+    stores: &[Arc<dyn Store>],
+    writers: usize,
+    duration: Duration,
+) -> Result<Measured> {
     let value = Bytes::from(vec![b'x'; 1024]);
     let start = Instant::now();
     let deadline = start + duration;
+    // one task per writer, so client work spreads over every core as a real client's would
     let tasks = (0..writers).map(|w| {
         let value = value.clone();
-        async move {
+        let store = stores[w % stores.len()].clone();
+        tokio::spawn(async move {
             let mut latency = histogram();
             let mut i = 0u64;
             while Instant::now() < deadline {
                 let key = Bytes::from(format!("/bench/put/{w}/{}", i % 1000));
                 let t = Instant::now();
-                store.put(PutRequest { key, value: value.clone(), ..Default::default() }).await?;
+                let req = PutRequest {
+                    key,
+                    value: value.clone(),
+                    ..Default::default()
+                };
+                store.put(req).await?;
                 latency.record(micros(t.elapsed()))?;
                 i += 1;
             }
             anyhow::Ok((i, latency))
-        }
+        })
     });
-    let results = futures::future::try_join_all(tasks).await?;
+    let results: Vec<(u64, Histogram<u64>)> = futures::future::try_join_all(tasks)
+        .await?
+        .into_iter()
+        .collect::<Result<_>>()?;
     let elapsed = start.elapsed();
     let mut latency = histogram();
     let mut ops = 0;
@@ -181,7 +244,11 @@ async fn put_workload(store: &dyn Store, writers: usize, duration: Duration) -> 
         ops += n;
         latency.add(h)?;
     }
-    Ok(Measured { ops, elapsed, latency })
+    Ok(Measured {
+        ops,
+        elapsed,
+        latency,
+    })
 }
 
 /// Load `keys` keys of 1 KiB, then read them all in one range, repeatedly.
@@ -192,7 +259,13 @@ async fn range_workload(store: &dyn Store, keys: usize) -> Result<Measured> {
         async move {
             for i in (w..keys).step_by(16) {
                 let key = Bytes::from(format!("/bench/range/{i:08}"));
-                store.put(PutRequest { key, value: value.clone(), ..Default::default() }).await?;
+                store
+                    .put(PutRequest {
+                        key,
+                        value: value.clone(),
+                        ..Default::default()
+                    })
+                    .await?;
             }
             anyhow::Ok(())
         }
@@ -203,7 +276,10 @@ async fn range_workload(store: &dyn Store, keys: usize) -> Result<Measured> {
     let mut ops = 0;
     while ops < 10 || start.elapsed() < Duration::from_secs(3) {
         let t = Instant::now();
-        let req = RangeRequest { range: KeyRange::prefix("/bench/range/"), ..Default::default() };
+        let req = RangeRequest {
+            range: KeyRange::prefix("/bench/range/"),
+            ..Default::default()
+        };
         let resp = store.range(req).await?;
         latency.record(micros(t.elapsed()))?;
         if resp.kvs.len() != keys {
@@ -211,7 +287,11 @@ async fn range_workload(store: &dyn Store, keys: usize) -> Result<Measured> {
         }
         ops += 1;
     }
-    Ok(Measured { ops, elapsed: start.elapsed(), latency })
+    Ok(Measured {
+        ops,
+        elapsed: start.elapsed(),
+        latency,
+    })
 }
 
 /// `watchers` watch one prefix; one writer puts 1,000 keys, one every 2 ms; latency is from the
@@ -219,11 +299,17 @@ async fn range_workload(store: &dyn Store, keys: usize) -> Result<Measured> {
 async fn watch_workload(store: &dyn Store, watchers: usize) -> Result<Measured> {
     const PUTS: usize = 1000;
     let prefix = Bytes::from_static(b"/bench/watch/");
-    let range = KeyRange { key: prefix.clone(), range_end: prefix_end(&prefix) };
+    let range = KeyRange {
+        key: prefix.clone(),
+        range_end: prefix_end(&prefix),
+    };
     let epoch = Instant::now();
     let mut streams = Vec::new();
     for _ in 0..watchers {
-        let req = WatchRequest { range: range.clone(), ..Default::default() };
+        let req = WatchRequest {
+            range: range.clone(),
+            ..Default::default()
+        };
         streams.push(store.watch(req).await?);
     }
     let receivers = streams.into_iter().map(|mut stream| async move {
@@ -246,7 +332,11 @@ async fn watch_workload(store: &dyn Store, watchers: usize) -> Result<Measured> 
             tokio::time::sleep_until((start + Duration::from_millis(2 * i as u64)).into()).await;
             let sent = epoch.elapsed().as_micros() as u64;
             let key = Bytes::from(format!("/bench/watch/{}", i % 100));
-            let req = PutRequest { key, value: Bytes::from(sent.to_string()), ..Default::default() };
+            let req = PutRequest {
+                key,
+                value: Bytes::from(sent.to_string()),
+                ..Default::default()
+            };
             store.put(req).await?;
         }
         anyhow::Ok(start.elapsed())
@@ -257,5 +347,9 @@ async fn watch_workload(store: &dyn Store, watchers: usize) -> Result<Measured> 
     for h in histograms {
         latency.add(h)?;
     }
-    Ok(Measured { ops: latency.len(), elapsed, latency })
+    Ok(Measured {
+        ops: latency.len(),
+        elapsed,
+        latency,
+    })
 }

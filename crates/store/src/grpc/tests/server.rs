@@ -1,0 +1,76 @@
+//! The server as a whole: shutdown ends long-lived streams, and an independent client (the
+//! `etcd-client` crate) works against the facade.
+
+use super::*;
+use crate::store::Store;
+use crate::types::PutRequest;
+
+#[tokio::test]
+async fn shutdown_ends_open_watch_streams_and_serve_returns() {
+    let server = start().await;
+    let mut w = server.watch().await;
+    w.create(watch_prefix("/z", 0)).await;
+    assert!(w.next().await.created);
+    let mut responses = w.responses;
+    server.stop().await.unwrap();
+    let end = tokio::time::timeout(HANG_GUARD, responses.message())
+        .await
+        .expect("the stream ends");
+    assert!(matches!(end, Ok(None) | Err(_)));
+}
+
+#[tokio::test]
+async fn the_etcd_client_crate_interoperates_with_the_facade() {
+    let server = start().await;
+    let mut client = etcd_client::Client::connect([server.addr.to_string()], None)
+        .await
+        .unwrap();
+    let mut watch = client
+        .watch("/e/", Some(etcd_client::WatchOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    client.put("/e/k", "v", None).await.unwrap();
+    let got = client
+        .get("/e/", Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    assert_eq!(got.kvs()[0].value(), b"v");
+
+    let mut saw_put = false;
+    while !saw_put {
+        let resp = tokio::time::timeout(HANG_GUARD, watch.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        saw_put = resp
+            .events()
+            .iter()
+            .any(|ev| ev.kv().is_some_and(|kv| kv.key() == b"/e/k"));
+    }
+    let lease = client.lease_grant(10, None).await.unwrap();
+    let (mut keeper, mut stream) = client.lease_keep_alive(lease.id()).await.unwrap();
+    keeper.keep_alive().await.unwrap();
+    let answer = tokio::time::timeout(HANG_GUARD, stream.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.ttl(), 10);
+    let status = client.status().await.unwrap();
+    assert_eq!(status.leader(), DEFAULT_MEMBER_ID);
+
+    server
+        .store
+        .put(PutRequest {
+            key: "/direct".into(),
+            value: "x".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        client.get("/direct", None).await.unwrap().kvs()[0].value(),
+        b"x"
+    );
+}
