@@ -7,10 +7,10 @@
 
 mod commands;
 
-/// mimalloc instead of glibc's malloc: the gRPC path allocates per request on several threads,
+/// jemalloc instead of glibc's malloc: the gRPC path allocates per request on several threads,
 /// where glibc's arenas showed up in profiles (malloc, arena trimming, page faults).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use std::process::ExitCode;
 

@@ -83,7 +83,6 @@ mod backends {
     }
 
     /// The embedded store in a fresh temp dir.
-    #[allow(dead_code)]
     pub async fn embedded(_case: &str) -> Fixture {
         let dir = tempfile::tempdir().expect("temp dir");
         let config = skiff_store::EmbeddedConfig::new(dir.path());
@@ -93,6 +92,53 @@ mod backends {
         Fixture {
             store: Arc::new(store),
             _guard: Box::new(dir),
+        }
+    }
+
+    /// The embedded store behind Skiff's own etcd v3 gRPC facade, reached through the etcd
+    /// backend (`etcd-client`): checks the facade and the embedded store together, over the wire.
+    pub async fn embedded_grpc(case: &str) -> Fixture {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = skiff_store::EmbeddedConfig::new(dir.path());
+        let embedded = skiff_store::EmbeddedStore::open(config)
+            .await
+            .expect("open embedded store");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let endpoint = listener.local_addr().expect("local addr").to_string();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(skiff_store::grpc::serve(embedded, listener, async {
+            let _ = stopped.await;
+        }));
+        let prefix = format!("/conformance/{case}/");
+        let store = skiff_store::etcd::EtcdStore::connect(&[endpoint], prefix)
+            .await
+            .expect("connect to the facade");
+        Fixture {
+            store: Arc::new(store),
+            _guard: Box::new((
+                ServerGuard {
+                    stop: Some(stop),
+                    server,
+                },
+                dir,
+            )),
+        }
+    }
+
+    /// Stops the in-process facade when the fixture is dropped.
+    struct ServerGuard {
+        stop: Option<tokio::sync::oneshot::Sender<()>>,
+        server: tokio::task::JoinHandle<Result<(), skiff_store::grpc::ServeError>>,
+    }
+
+    impl Drop for ServerGuard {
+        fn drop(&mut self) {
+            if let Some(stop) = self.stop.take() {
+                let _ = stop.send(());
+            }
+            self.server.abort();
         }
     }
 }
@@ -186,5 +232,5 @@ macro_rules! conformance {
 }
 
 conformance!(etcd, crate::backends::etcd);
-// The embedded backend: comment out this one line to run the etcd half alone.
 conformance!(embedded, crate::backends::embedded);
+conformance!(embedded_grpc, crate::backends::embedded_grpc);

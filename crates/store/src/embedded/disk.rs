@@ -40,7 +40,8 @@ pub(crate) struct Disk {
 #[derive(Debug, Default)]
 pub(crate) struct Batch {
     pub records: Vec<((i64, u32), Vec<u8>)>,
-    pub removed: Vec<(i64, u32)>,
+    /// Records to sweep for ones the index no longer holds (physical compaction).
+    pub purge: Option<Sweep>,
     pub leases_granted: Vec<(i64, i64)>,
     pub leases_removed: Vec<i64>,
     pub revision: i64,
@@ -50,11 +51,20 @@ pub(crate) struct Batch {
 impl Batch {
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
-            && self.removed.is_empty()
+            && self.purge.is_none()
             && self.leases_granted.is_empty()
             && self.leases_removed.is_empty()
             && self.compact_revision.is_none()
     }
+}
+
+/// One chunk of physical compaction: examine at most `max` records from revision `from` on, all
+/// below revision `below`, and drop those the caller's `keep` rejects.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sweep {
+    pub from: i64,
+    pub below: i64,
+    pub max: usize,
 }
 
 /// The state read back at start-up.
@@ -82,6 +92,12 @@ pub(crate) fn encode(key: &[u8], entry: &Entry) -> Vec<u8> {
     out.extend_from_slice(key);
     out.extend_from_slice(value);
     out
+}
+
+/// The key of a record written by [`encode`].
+fn record_key(raw: &[u8]) -> Option<&[u8]> {
+    let len = u32::from_le_bytes(raw.get(25..29)?.try_into().ok()?) as usize;
+    raw.get(HEADER_LEN..HEADER_LEN + len)
 }
 
 /// Decode one record written by [`encode`]; `None` if it is malformed.
@@ -194,8 +210,15 @@ impl Disk {
         Ok(loaded)
     }
 
-    /// Write a batch and make it durable (one fsync) before returning.
-    pub fn commit(&self, batch: &Batch) -> Result<()> {
+    /// Write a batch and make it durable (one fsync) before returning. In the batch's sweep, only
+    /// records for which `keep(key, revision, sub)` holds remain; returns the revision the sweep
+    /// continues from, or `None` when it has reached its end (or there was none).
+    pub fn commit(
+        &self,
+        batch: &Batch,
+        keep: &dyn Fn(&[u8], i64, u32) -> bool,
+    ) -> Result<Option<i64>> {
+        let mut swept_to = None;
         let mut txn = self.db.begin_write().map_err(|e| self.io(e))?;
         txn.set_durability(Durability::Immediate)
             .map_err(|e| self.io(e))?;
@@ -206,10 +229,27 @@ impl Disk {
                     .insert((*rev as u64, *sub), record.as_slice())
                     .map_err(|e| self.io(e))?;
             }
-            for (rev, sub) in &batch.removed {
+            if let Some(sweep) = &batch.purge {
+                let from = (sweep.from.max(0) as u64, 0);
+                let below = (sweep.below.max(0) as u64, 0);
+                // The chunk ends at the revision of the (max+1)-th record (at least one revision
+                // further, so a revision with more records than `max` is swept whole): each
+                // commit's work is bounded and the sweep always advances.
+                let end = revisions
+                    .range(from..below)
+                    .map_err(|e| self.io(e))?
+                    .nth(sweep.max)
+                    .transpose()
+                    .map_err(|e| self.io(e))?
+                    .map(|(k, _)| k.value().0.max(from.0 + 1));
+                let to = end.map_or(below, |rev| (rev, 0));
                 revisions
-                    .remove((*rev as u64, *sub))
+                    .retain_in(from..to, |(rev, sub), raw| match record_key(raw) {
+                        Some(key) => keep(key, rev as i64, sub),
+                        None => true, // never drop what cannot be read
+                    })
                     .map_err(|e| self.io(e))?;
+                swept_to = end.map(|rev| rev as i64);
             }
             let mut leases = txn.open_table(LEASES).map_err(|e| self.io(e))?;
             for (id, ttl) in &batch.leases_granted {
@@ -226,7 +266,8 @@ impl Disk {
                     .map_err(|e| self.io(e))?;
             }
         }
-        txn.commit().map_err(|e| self.io(e))
+        txn.commit().map_err(|e| self.io(e))?;
+        Ok(swept_to)
     }
 
     /// Bytes in use inside the file (the rest is free pages kept for reuse).

@@ -145,6 +145,14 @@ impl Index {
         kv_of(key, entries.last()?, false)
     }
 
+    /// Whether the history of `key` still has its write at (`rev`, `sub`).
+    pub fn holds(&self, key: &[u8], rev: i64, sub: u32) -> bool {
+        self.keys.get(key).is_some_and(|entries| {
+            let i = entries.partition_point(|e| e.rev < rev);
+            entries.get(i).is_some_and(|e| e.rev == rev && e.sub == sub)
+        })
+    }
+
     /// Live keys in `range` at the head.
     pub fn live_keys(&self, range: &KeyRange) -> Vec<Bytes> {
         self.range_iter(range)
@@ -280,21 +288,23 @@ impl Index {
         found.into_iter().map(|(_, _, e)| e).collect()
     }
 
-    /// Drop history made unreachable by compaction at `compact_rev`, for at most `max_keys` keys
-    /// starting at `from`. An entry below `compact_rev` survives only if it is the last such entry
-    /// of its key and a put (a read at `compact_rev` or later may still need it). Returns the
-    /// (revision, sub) of every removed entry, and where to continue (`None` when done).
+    /// Drop history made unreachable by compaction at `compact_rev`, starting at key `from`, and
+    /// stop before the key at which `budget` keys examined plus entries removed would be exceeded
+    /// (so one call's work is bounded whatever the shape of the history). An entry below
+    /// `compact_rev` survives only if it is the last such entry of its key and a put (a read at
+    /// `compact_rev` or later may still need it). Returns the (revision, sub) of every removed
+    /// entry, and where to continue (`None` when done).
     pub fn purge(
         &mut self,
         compact_rev: i64,
         from: &Bytes,
-        max_keys: usize,
+        budget: usize,
     ) -> (Vec<(i64, u32)>, Option<Bytes>) {
         let mut removed = Vec::new();
         let mut emptied = Vec::new();
         let mut next = None;
         for (n, (key, entries)) in self.keys.range_mut::<Bytes, _>(from..).enumerate() {
-            if n == max_keys {
+            if n > 0 && n + removed.len() >= budget {
                 next = Some(key.clone());
                 break;
             }
@@ -435,15 +445,33 @@ mod tests {
     }
 
     #[test]
-    fn purge_stops_after_max_keys_and_says_where_to_resume() {
+    fn purge_of_long_histories_is_bounded_by_entries_removed() {
+        let mut ix = Index::default();
+        for (k, key) in ["a", "b", "c"].iter().enumerate() {
+            for v in 0..10 {
+                ix.put(b(key), b("v"), 0, (k * 10 + v) as i64 + 1, 0);
+            }
+        }
+        let (removed, next) = ix.purge(100, &Bytes::new(), 12);
+        assert_eq!(
+            removed.len(),
+            18,
+            "two keys of nine superseded entries each"
+        );
+        assert_eq!(next, Some(b("c")));
+    }
+
+    #[test]
+    fn purge_stops_at_its_budget_and_says_where_to_resume() {
         let mut ix = Index::default();
         for (i, k) in ["a", "b", "c"].iter().enumerate() {
             ix.put(b(k), b("v"), 0, i as i64 + 1, 0);
             ix.delete(&b(k), i as i64 + 10, 0);
         }
-        let (_, next) = ix.purge(20, &Bytes::new(), 2);
+        // budget 4: "a" (1 key + 2 entries), "b" (1 + 2): the next key would exceed it
+        let (_, next) = ix.purge(20, &Bytes::new(), 4);
         assert_eq!(next, Some(b("c")));
-        let (_, next) = ix.purge(20, &b("c"), 2);
+        let (_, next) = ix.purge(20, &b("c"), 4);
         assert_eq!(next, None);
         assert_eq!(ix.key_count(), 0);
     }

@@ -6,8 +6,10 @@
 //! answers every request. Nothing is acknowledged before it is on disk, and readers, which read at
 //! the committed revision, never see a write before it is durable.
 //!
-//! Physical compaction (dropping superseded history) runs here too, a bounded chunk of keys per
-//! batch, so it never stalls writers for long.
+//! Physical compaction (dropping superseded history) runs here too, in bounded chunks, one per
+//! batch, so it never stalls writers for long: first through the index in key order, then through
+//! the file in revision order (a redb `retain_in` over a revision range keeps exactly the records
+//! the index still holds).
 //!
 //! If a commit fails, the store stops accepting writes (etcd panics in the same situation):
 //! what is on disk stays consistent and every later write gets `Unavailable`.
@@ -20,15 +22,17 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::Shared;
-use super::disk::{Batch, Disk, encode};
+use super::disk::{Batch, Disk, Sweep, encode};
 use super::index::{Entry, Index, Lease, PutData, ReadOptions};
 use crate::error::{Error, Result};
 use crate::types::*;
 
 /// Most requests applied in one commit.
 const MAX_BATCH: usize = 4096;
-/// Keys examined per physical-compaction chunk.
-const PURGE_CHUNK: usize = 10_000;
+/// Work per in-memory compaction chunk: keys examined plus history entries removed.
+const MEMORY_PURGE_CHUNK: usize = 10_000;
+/// Records examined per on-disk compaction chunk.
+const DISK_PURGE_CHUNK: usize = 1_000;
 
 /// A write request for the writer thread, with where to send its answer.
 pub(crate) enum Request {
@@ -52,6 +56,15 @@ pub(crate) enum Request {
     },
 }
 
+/// Where physical compaction to `revision` stands.
+enum Purge {
+    /// Dropping superseded history from the index, in key order, from key `from`.
+    Memory { revision: i64, from: Bytes },
+    /// Dropping from the file every record below `revision` that the index no longer holds, in
+    /// revision order, from revision `from`.
+    Disk { revision: i64, from: i64 },
+}
+
 /// Answers a request once its batch is durable (`None`) or has failed (`Some(reason)`).
 type Completion = Box<dyn FnOnce(Option<&str>) + Send>;
 
@@ -69,8 +82,8 @@ pub(crate) struct Writer {
     shared: Arc<Shared>,
     disk: Disk,
     rx: mpsc::Receiver<Request>,
-    /// Physical compaction in progress: (compact revision, next key to examine).
-    purge: Option<(i64, Bytes)>,
+    /// Physical compaction in progress.
+    purge: Option<Purge>,
     commits: u64,
 }
 
@@ -88,7 +101,10 @@ impl Writer {
     /// Resume physical compaction of history below `revision` (after a restart).
     pub fn resume_purge(&mut self, revision: i64) {
         if revision > 0 {
-            self.purge = Some((revision, Bytes::new()));
+            self.purge = Some(Purge::Memory {
+                revision,
+                from: Bytes::new(),
+            });
         }
     }
 
@@ -135,27 +151,52 @@ impl Writer {
             for req in requests {
                 done.push(self.apply(&mut ix, req, &mut batch, &mut events));
             }
-            if let Some((revision, from)) = self.purge.take() {
-                let (removed, next) = ix.purge(revision, &from, PURGE_CHUNK);
-                batch.removed.extend(removed);
-                self.purge = next.map(|key| (revision, key));
-            }
+            self.purge = match self.purge.take() {
+                Some(Purge::Memory { revision, from }) => {
+                    match ix.purge(revision, &from, MEMORY_PURGE_CHUNK).1 {
+                        Some(from) => Some(Purge::Memory { revision, from }),
+                        None => Some(Purge::Disk { revision, from: 0 }),
+                    }
+                }
+                Some(Purge::Disk { revision, from }) => {
+                    // continued after the commit, from where the sweep stopped
+                    batch.purge = Some(Sweep {
+                        from,
+                        below: revision,
+                        max: DISK_PURGE_CHUNK,
+                    });
+                    None
+                }
+                None => None,
+            };
             batch.revision = ix.revision;
         }
         let failure = if batch.is_empty() {
             None
         } else {
-            self.disk
-                .commit(&batch)
-                .err()
-                .map(|e| format!("commit at revision {} failed: {e}", batch.revision))
+            // The file keeps exactly the records the index still holds (the read lock is taken per
+            // record, so it is never held across I/O).
+            let shared = &self.shared;
+            let keep = |key: &[u8], rev: i64, sub: u32| shared.index.read().holds(key, rev, sub);
+            match self.disk.commit(&batch, &keep) {
+                Ok(swept_to) => {
+                    if let (Some(sweep), Some(from), None) = (&batch.purge, swept_to, &self.purge) {
+                        self.purge = Some(Purge::Disk {
+                            revision: sweep.below,
+                            from,
+                        });
+                    }
+                    None
+                }
+                Err(e) => Some(format!("commit at revision {} failed: {e}", batch.revision)),
+            }
         };
         match &failure {
             None => {
                 self.shared.hub.publish(batch.revision, &events);
                 self.commits += 1;
                 if self.commits.is_multiple_of(256)
-                    || (!batch.removed.is_empty() && self.purge.is_none())
+                    || (batch.purge.is_some() && self.purge.is_none())
                 {
                     self.update_size_in_use();
                 }
@@ -210,7 +251,10 @@ impl Writer {
                 } else {
                     ix.compact_revision = revision;
                     batch.compact_revision = Some(revision);
-                    self.purge = Some((revision, Bytes::new()));
+                    self.purge = Some(Purge::Memory {
+                        revision,
+                        from: Bytes::new(),
+                    });
                     Ok(())
                 };
                 completion(reply, result)

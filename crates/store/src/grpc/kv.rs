@@ -22,6 +22,18 @@ impl<S> KvService<S> {
     pub(crate) fn new(f: Arc<Facade<S>>) -> Self {
         KvService { f }
     }
+
+    /// Refuse a request larger than etcd's gRPC limit with grpc-go's status and message, as etcd
+    /// does (the transport's own decoding limit sits higher, so this check is the one that fires).
+    fn check_size(&self, req: &impl prost::Message) -> Result<(), Status> {
+        let size = req.encoded_len();
+        let limit = self.f.config.max_request_bytes;
+        if size > limit {
+            let msg = format!("grpc: received message larger than max ({size} vs. {limit})");
+            return Err(Status::resource_exhausted(msg));
+        }
+        Ok(())
+    }
 }
 
 #[tonic::async_trait]
@@ -46,6 +58,7 @@ impl<S: Store> rpc::kv_server::Kv for KvService<S> {
         req: Request<rpc::PutRequest>,
     ) -> Result<Response<rpc::PutResponse>, Status> {
         let req = req.into_inner();
+        self.check_size(&req)?;
         check_put(&req)?;
         let resp = if req.ignore_value || req.ignore_lease {
             self.put_keeping_current(req).await?
@@ -79,6 +92,7 @@ impl<S: Store> rpc::kv_server::Kv for KvService<S> {
         req: Request<rpc::TxnRequest>,
     ) -> Result<Response<rpc::TxnResponse>, Status> {
         let req = req.into_inner();
+        self.check_size(&req)?;
         let max = self.f.config.max_txn_ops;
         if req.compare.len() > max || req.success.len() > max || req.failure.len() > max {
             return Err(invalid(MSG_TOO_MANY_OPS));

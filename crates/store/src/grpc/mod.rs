@@ -171,8 +171,9 @@ pub async fn serve_with_config<S: Store>(
     tonic::transport::Server::builder()
         .max_concurrent_streams(max_concurrent_streams)
         .add_service(
+            // The KV service checks etcd's limit itself, to answer as etcd does (see kv.rs).
             KvServer::new(kv::KvService::new(facade.clone()))
-                .max_decoding_message_size(max_request_bytes),
+                .max_decoding_message_size(max_request_bytes.saturating_mul(4)),
         )
         .add_service(
             WatchServer::new(watch::WatchService::new(facade.clone()))

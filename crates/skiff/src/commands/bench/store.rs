@@ -47,6 +47,9 @@ pub struct StoreBenchArgs {
     /// Watchers in the watch-latency workload.
     #[arg(long, default_value_t = 100)]
     pub watchers: usize,
+    /// Revisions of history the compaction workload writes, then compacts away under load.
+    #[arg(long, default_value_t = 100_000)]
+    pub history: usize,
     /// Where the stores keep their data (a fresh temporary directory by default).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
@@ -83,6 +86,13 @@ pub async fn run(args: StoreBenchArgs) -> Result<()> {
             json!({ "writers": 1, "keys": args.range_keys }),
             &r,
         );
+        let (r, compact) = compact_workload(&backend.stores, args.history).await?;
+        let extra = json!({
+            "writers": 16,
+            "revisions_compacted": compact.revisions,
+            "compact_call_ms": compact.call.as_secs_f64() * 1000.0,
+        });
+        emit("put-during-compaction", backend.name, extra, &r);
         let r = watch_workload(&*backend.stores[0], args.watchers).await?;
         emit(
             "watch",
@@ -352,4 +362,56 @@ async fn watch_workload(store: &dyn Store, watchers: usize) -> Result<Measured> 
         elapsed,
         latency,
     })
+}
+
+/// What one compaction under load cost.
+struct Compaction {
+    revisions: i64,
+    /// How long the `compact` call itself took.
+    call: Duration,
+}
+
+/// Write `history` revisions over 1,000 keys, then let 16 writers put for 3 s while the whole
+/// history is compacted away 0.5 s in; the latency figures are the writers', so they show how
+/// much compaction stalls writes.
+async fn compact_workload(
+    stores: &[Arc<dyn Store>],
+    history: usize,
+) -> Result<(Measured, Compaction)> {
+    let value = Bytes::from(vec![b'c'; 256]);
+    let first = stores[0].status().await?.revision;
+    let loaders = (0..64).map(|w| {
+        let value = value.clone();
+        let store = stores[w % stores.len()].clone();
+        tokio::spawn(async move {
+            for i in (w..history).step_by(64) {
+                let key = Bytes::from(format!("/bench/compact/{:04}", i % 1000));
+                store
+                    .put(PutRequest {
+                        key,
+                        value: value.clone(),
+                        ..Default::default()
+                    })
+                    .await?;
+            }
+            anyhow::Ok(())
+        })
+    });
+    for loader in futures::future::try_join_all(loaders).await? {
+        loader?;
+    }
+    let target = stores[0].status().await?.revision;
+    let under_load = put_workload(stores, 16, Duration::from_secs(3));
+    let compact = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let t = Instant::now();
+        stores[0].compact(target).await?;
+        anyhow::Ok(t.elapsed())
+    };
+    let (measured, call) = tokio::join!(under_load, compact);
+    let compaction = Compaction {
+        revisions: target - first,
+        call: call?,
+    };
+    Ok((measured?, compaction))
 }
