@@ -77,10 +77,3 @@ pub enum Error {
 
 /// Result of a store operation.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-impl Error {
-    /// Whether a client may retry the same request unchanged later.
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Unavailable(_) | Error::Remote(_))
-    }
-}
