@@ -79,7 +79,7 @@ pub async fn run(args: StoreBenchArgs) -> Result<()> {
                 &r,
             );
         }
-        let r = range_workload(&*backend.stores[0], args.range_keys).await?;
+        let r = range_workload(&backend.stores[0], args.range_keys).await?;
         emit(
             "range",
             backend.name,
@@ -261,26 +261,43 @@ async fn put_workload(
     })
 }
 
-/// Load `keys` keys of 1 KiB, then read them all in one range, repeatedly.
-async fn range_workload(store: &dyn Store, keys: usize) -> Result<Measured> {
-    let value = Bytes::from(vec![b'r'; 1024]);
-    let loaders = (0..16).map(|w| {
+/// Put `count` values of `value_bytes` under the keys `key(0..count)`, from 64 concurrent tasks
+/// spread over `stores`.
+async fn load(
+    stores: &[Arc<dyn Store>],
+    count: usize,
+    value_bytes: usize,
+    key: fn(usize) -> String,
+) -> Result<()> {
+    const LOADERS: usize = 64;
+    let value = Bytes::from(vec![b'v'; value_bytes]);
+    let loaders = (0..LOADERS).map(|w| {
         let value = value.clone();
-        async move {
-            for i in (w..keys).step_by(16) {
-                let key = Bytes::from(format!("/bench/range/{i:08}"));
-                store
-                    .put(PutRequest {
-                        key,
-                        value: value.clone(),
-                        ..Default::default()
-                    })
-                    .await?;
+        let store = stores[w % stores.len()].clone();
+        tokio::spawn(async move {
+            for i in (w..count).step_by(LOADERS) {
+                let req = PutRequest {
+                    key: key(i).into(),
+                    value: value.clone(),
+                    ..Default::default()
+                };
+                store.put(req).await?;
             }
             anyhow::Ok(())
-        }
+        })
     });
-    futures::future::try_join_all(loaders).await?;
+    for loader in futures::future::try_join_all(loaders).await? {
+        loader?;
+    }
+    Ok(())
+}
+
+/// Load `keys` keys of 1 KiB, then read them all in one range, repeatedly.
+async fn range_workload(store: &Arc<dyn Store>, keys: usize) -> Result<Measured> {
+    load(std::slice::from_ref(store), keys, 1024, |i| {
+        format!("/bench/range/{i:08}")
+    })
+    .await?;
     let mut latency = histogram();
     let start = Instant::now();
     let mut ops = 0;
@@ -378,28 +395,11 @@ async fn compact_workload(
     stores: &[Arc<dyn Store>],
     history: usize,
 ) -> Result<(Measured, Compaction)> {
-    let value = Bytes::from(vec![b'c'; 256]);
     let first = stores[0].status().await?.revision;
-    let loaders = (0..64).map(|w| {
-        let value = value.clone();
-        let store = stores[w % stores.len()].clone();
-        tokio::spawn(async move {
-            for i in (w..history).step_by(64) {
-                let key = Bytes::from(format!("/bench/compact/{:04}", i % 1000));
-                store
-                    .put(PutRequest {
-                        key,
-                        value: value.clone(),
-                        ..Default::default()
-                    })
-                    .await?;
-            }
-            anyhow::Ok(())
-        })
-    });
-    for loader in futures::future::try_join_all(loaders).await? {
-        loader?;
-    }
+    load(stores, history, 256, |i| {
+        format!("/bench/compact/{:04}", i % 1000)
+    })
+    .await?;
     let target = stores[0].status().await?.revision;
     let under_load = put_workload(stores, 16, Duration::from_secs(3));
     let compact = async {
