@@ -5,19 +5,25 @@
 use super::super::convert::{MSG_COMPACTED, MSG_DUPLICATE_KEY, MSG_EMPTY_KEY, MSG_FUTURE_REV};
 use super::*;
 
+fn assert_status(err: &tonic::Status, code: Code, message: &str) {
+    assert_eq!((err.code(), err.message()), (code, message));
+}
+
 #[tokio::test]
 async fn errors_carry_etcds_codes_and_exact_messages() {
     let server = start().await;
     let mut kv = server.kv().await;
     let err = kv.put(put("", "v")).await.unwrap_err();
-    assert_eq!(
-        (err.code(), err.message()),
-        (Code::InvalidArgument, "etcdserver: key is not provided")
+    assert_status(
+        &err,
+        Code::InvalidArgument,
+        "etcdserver: key is not provided",
     );
     let err = kv.range(range("")).await.unwrap_err();
-    assert_eq!(
-        (err.code(), err.message()),
-        (Code::InvalidArgument, "etcdserver: key is not provided")
+    assert_status(
+        &err,
+        Code::InvalidArgument,
+        "etcdserver: key is not provided",
     );
 
     for i in 0..3 {
@@ -36,12 +42,10 @@ async fn errors_carry_etcds_codes_and_exact_messages() {
         })
         .await
         .unwrap_err();
-    assert_eq!(
-        (err.code(), err.message()),
-        (
-            Code::OutOfRange,
-            "etcdserver: mvcc: required revision has been compacted"
-        )
+    assert_status(
+        &err,
+        Code::OutOfRange,
+        "etcdserver: mvcc: required revision has been compacted",
     );
     let err = kv
         .range(rpc::RangeRequest {
@@ -50,12 +54,10 @@ async fn errors_carry_etcds_codes_and_exact_messages() {
         })
         .await
         .unwrap_err();
-    assert_eq!(
-        (err.code(), err.message()),
-        (
-            Code::OutOfRange,
-            "etcdserver: mvcc: required revision is a future revision"
-        )
+    assert_status(
+        &err,
+        Code::OutOfRange,
+        "etcdserver: mvcc: required revision is a future revision",
     );
     let err = kv
         .compact(rpc::CompactionRequest {
@@ -74,9 +76,10 @@ async fn errors_carry_etcds_codes_and_exact_messages() {
         .lease_revoke(rpc::LeaseRevokeRequest { id: 42 })
         .await
         .unwrap_err();
-    assert_eq!(
-        (err.code(), err.message()),
-        (Code::NotFound, "etcdserver: requested lease not found")
+    assert_status(
+        &err,
+        Code::NotFound,
+        "etcdserver: requested lease not found",
     );
     let err = lease
         .lease_grant(rpc::LeaseGrantRequest {
@@ -85,10 +88,7 @@ async fn errors_carry_etcds_codes_and_exact_messages() {
         })
         .await
         .unwrap_err();
-    assert_eq!(
-        (err.code(), err.message()),
-        (Code::OutOfRange, "etcdserver: too large lease TTL")
-    );
+    assert_status(&err, Code::OutOfRange, "etcdserver: too large lease TTL");
 }
 
 #[test]
