@@ -1,0 +1,17 @@
+//! Kubernetes API machinery that works on objects as JSON (`serde_json::Value`): the pieces of
+//! upstream's `apimachinery` and printers that the API server needs and that have no I/O.
+//!
+//! # Layout
+//! - [`catalog`]: the built-in resource types served, with discovery's names, verbs and subresources.
+//! - [`labels`]: label selectors (`a=b,c!=d,e in (f),!g`), parsed and matched as upstream.
+//! - [`fields`]: field selectors (`spec.nodeName=n1,status.phase!=Running`).
+//! - [`validation`]: names, label keys and values, and field error lists (`field.ErrorList`).
+//! - [`patch`]: JSON patch, JSON merge patch and strategic merge patch.
+//! - [`table`]: `kubectl get` columns and rows per resource (`as=Table`).
+
+pub mod catalog;
+pub mod fields;
+pub mod labels;
+pub mod patch;
+pub mod table;
+pub mod validation;
