@@ -513,7 +513,7 @@ mod tests {
             by_kind("apps/v1", "Deployment").unwrap().plural,
             "deployments"
         );
-        assert_eq!(by_kind("v1", "Namespace").unwrap().namespaced, false);
+        assert!(!by_kind("v1", "Namespace").unwrap().namespaced);
         assert!(lookup("apps", "v1", "pods").is_none());
     }
 

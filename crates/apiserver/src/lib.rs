@@ -1,1 +1,35 @@
-//! (being written)
+//! Skiff's API server: the Kubernetes REST API over the store, the only door to it (seeds
+//! 000–002). Requests pass authentication, authorization and admission, then per-kind strategy
+//! (defaults, validation) and one guarded store transaction; reads and watches come from a watch
+//! cache fed by one store watch.
+//!
+//! # Layout
+//! - [`server`]: configuration, shared state, the HTTPS listener and the request pipeline.
+//! - [`pki`]: the cluster CA, serving and client certificates, the admin kubeconfig.
+//! - [`authn`], [`authz`], [`admission`]: the three gates.
+//! - [`request`]: what a request asks for (verb, group, resource, namespace, name, subresource).
+//! - [`handlers`]: discovery, health, and the resource verbs.
+//! - [`strategy`]: per-kind defaulting, validation and selectable fields.
+//! - [`storage`]: key layout and the stored encoding of objects.
+//! - [`cache`]: the watch cache.
+//! - [`encoding`], [`protobuf`]: request body formats and content negotiation.
+//! - [`bootstrap`]: namespaces and the `kubernetes` Service every cluster has.
+//! - [`error`]: `Status` errors.
+
+pub mod admission;
+pub mod authn;
+pub mod authz;
+pub mod bootstrap;
+pub mod cache;
+pub mod encoding;
+pub mod error;
+pub mod handlers;
+pub mod pki;
+pub mod protobuf;
+pub mod request;
+pub mod server;
+pub mod storage;
+pub mod strategy;
+
+pub use error::{ApiError, Result};
+pub use server::{ApiServer, Config, Listener};

@@ -90,6 +90,12 @@ impl WatchStream {
     pub fn request_progress(&self) {
         self.control.request_progress();
     }
+
+    /// A handle that asks for progress notifications on this stream while another task consumes
+    /// it.
+    pub fn control(&self) -> Arc<dyn WatchControl> {
+        self.control.clone()
+    }
 }
 
 impl Stream for WatchStream {

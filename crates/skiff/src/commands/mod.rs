@@ -1,9 +1,11 @@
 //! The command line: one module per subcommand.
 //!
 //! # Layout
+//! - [`apiserver`]: `skiff apiserver`, the Kubernetes API server.
 //! - [`store`]: `skiff store serve`, the embedded store behind the etcd v3 gRPC facade.
 //! - [`bench`]: `skiff bench <what>`, benchmarks printing one JSON object per result.
 
+pub mod apiserver;
 pub mod bench;
 pub mod store;
 
@@ -19,6 +21,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// The Kubernetes API server on its own.
+    Apiserver(apiserver::ApiServerArgs),
     /// The key-value store on its own.
     #[command(subcommand)]
     Store(store::StoreCommand),
@@ -42,6 +46,7 @@ impl std::error::Error for UsageError {}
 /// Run the parsed command to completion.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Apiserver(args) => apiserver::run(args).await,
         Command::Store(cmd) => store::run(cmd).await,
         Command::Bench(cmd) => bench::run(cmd).await,
     }

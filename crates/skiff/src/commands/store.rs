@@ -57,7 +57,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = match signal(SignalKind::terminate()) {
         Ok(term) => term,

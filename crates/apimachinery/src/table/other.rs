@@ -1,0 +1,321 @@
+//! Tables of the smaller groups: leases (coordination.k8s.io), endpoint slices
+//! (discovery.k8s.io), pod disruption budgets (policy), role and cluster role bindings
+//! (rbac.authorization.k8s.io) and priority classes (scheduling.k8s.io).
+
+use super::format::list_with_more;
+use super::value::{age, flag, int, list, name, opt_int, scalar, text};
+use super::{AGE, Column, NAME, Printer};
+use jiff::Timestamp;
+use serde_json::Value;
+
+pub(super) static LEASES: Printer = Printer {
+    columns: &[
+        NAME,
+        Column::new(
+            "Holder",
+            "string",
+            0,
+            "Identity of the lease's current holder.",
+        ),
+        AGE,
+    ],
+    cells: |lease, now| {
+        vec![
+            name(lease).into(),
+            text(lease, "/spec/holderIdentity").into(),
+            age(lease, now),
+        ]
+    },
+};
+
+pub(super) static ENDPOINT_SLICES: Printer = Printer {
+    columns: &[
+        NAME,
+        Column::new("AddressType", "string", 0, "IPv4, IPv6 or FQDN."),
+        Column::new(
+            "Ports",
+            "string",
+            0,
+            "The first ports (number, else name, else *), and how many more.",
+        ),
+        Column::new(
+            "Endpoints",
+            "string",
+            0,
+            "The first endpoint addresses, and how many more.",
+        ),
+        AGE,
+    ],
+    cells: endpoint_slice_cells,
+};
+
+fn endpoint_slice_cells(slice: &Value, now: Timestamp) -> Vec<Value> {
+    const MAX: usize = 3;
+    let ports: Vec<String> = list(slice, "/ports")
+        .iter()
+        .map(
+            |p| match (opt_int(p, "/port"), p.get("name").and_then(Value::as_str)) {
+                (Some(port), _) => port.to_string(),
+                (None, Some(name)) => name.to_string(),
+                (None, None) => "*".to_string(),
+            },
+        )
+        .collect();
+    let addresses: Vec<String> = list(slice, "/endpoints")
+        .iter()
+        .flat_map(|e| list(e, "/addresses"))
+        .map(|a| a.as_str().unwrap_or("").to_string())
+        .collect();
+    let first = |all: &[String]| {
+        let shown = &all[..all.len().min(MAX)];
+        list_with_more(shown, all.len() > MAX, all.len(), MAX)
+    };
+    vec![
+        name(slice).into(),
+        text(slice, "/addressType").into(),
+        first(&ports).into(),
+        first(&addresses).into(),
+        age(slice, now),
+    ]
+}
+
+pub(super) static POD_DISRUPTION_BUDGETS: Printer = Printer {
+    columns: &[
+        NAME,
+        Column::new(
+            "Min Available",
+            "string",
+            0,
+            "Pods that must stay available, as a number or percentage.",
+        ),
+        Column::new(
+            "Max Unavailable",
+            "string",
+            0,
+            "Pods that may be unavailable, as a number or percentage.",
+        ),
+        Column::new(
+            "Allowed Disruptions",
+            "integer",
+            0,
+            "Pods that may be disrupted right now.",
+        ),
+        AGE,
+    ],
+    cells: |pdb, now| {
+        let int_or_percent = |ptr: &str| scalar(pdb.pointer(ptr)).unwrap_or_else(|| "N/A".into());
+        vec![
+            name(pdb).into(),
+            int_or_percent("/spec/minAvailable").into(),
+            int_or_percent("/spec/maxUnavailable").into(),
+            int(pdb, "/status/disruptionsAllowed").into(),
+            age(pdb, now),
+        ]
+    },
+};
+
+/// One table for RoleBindings and ClusterRoleBindings; only the descriptions differ upstream.
+pub(super) static ROLE_BINDINGS: Printer = Printer {
+    columns: &[
+        NAME,
+        Column::new("Role", "string", 0, "The role bound, as Kind/name."),
+        AGE,
+        Column::new(
+            "Users",
+            "string",
+            1,
+            "Users the binding grants the role to.",
+        ),
+        Column::new(
+            "Groups",
+            "string",
+            1,
+            "Groups the binding grants the role to.",
+        ),
+        Column::new(
+            "ServiceAccounts",
+            "string",
+            1,
+            "Service accounts the binding grants the role to, as namespace/name.",
+        ),
+    ],
+    cells: role_binding_cells,
+};
+
+/// Upstream's `rbac.SubjectsStrings`, each list joined with `, `.
+fn role_binding_cells(binding: &Value, now: Timestamp) -> Vec<Value> {
+    let (mut users, mut groups, mut service_accounts) = (vec![], vec![], vec![]);
+    for subject in list(binding, "/subjects") {
+        let subject_name = text(subject, "/name");
+        match text(subject, "/kind") {
+            "ServiceAccount" => {
+                service_accounts.push(format!("{}/{subject_name}", text(subject, "/namespace")))
+            }
+            "User" => users.push(subject_name.to_string()),
+            "Group" => groups.push(subject_name.to_string()),
+            _ => {}
+        }
+    }
+    let role = format!(
+        "{}/{}",
+        text(binding, "/roleRef/kind"),
+        text(binding, "/roleRef/name")
+    );
+    vec![
+        name(binding).into(),
+        role.into(),
+        age(binding, now),
+        users.join(", ").into(),
+        groups.join(", ").into(),
+        service_accounts.join(", ").into(),
+    ]
+}
+
+pub(super) static PRIORITY_CLASSES: Printer = Printer {
+    columns: &[
+        NAME,
+        Column::new(
+            "Value",
+            "integer",
+            0,
+            "The priority pods of this class get.",
+        ),
+        Column::new(
+            "Global-Default",
+            "boolean",
+            0,
+            "Whether pods without a priority class get this one.",
+        ),
+        AGE,
+        Column::new(
+            "PreemptionPolicy",
+            "string",
+            0,
+            "Whether pods of this class may preempt lower-priority pods.",
+        ),
+    ],
+    cells: |pc, now| {
+        // The decoder defaults preemptionPolicy to PreemptLowerPriority.
+        let policy = match text(pc, "/preemptionPolicy") {
+            "" => "PreemptLowerPriority",
+            p => p,
+        };
+        vec![
+            name(pc).into(),
+            int(pc, "/value").into(),
+            flag(pc, "/globalDefault").into(),
+            age(pc, now),
+            policy.into(),
+        ]
+    },
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn now() -> Timestamp {
+        "2024-05-01T12:00:00Z".parse().unwrap()
+    }
+
+    fn meta(name: &str) -> Value {
+        json!({"name": name, "creationTimestamp": "2024-05-01T11:59:15Z"})
+    }
+
+    #[test]
+    fn leases_show_their_holder() {
+        let lease = json!({"metadata": meta("kube-scheduler"),
+            "spec": {"holderIdentity": "cp-1_8d2f"}});
+        assert_eq!(
+            (LEASES.cells)(&lease, now()),
+            [json!("kube-scheduler"), json!("cp-1_8d2f"), json!("45s")]
+        );
+        assert_eq!((LEASES.cells)(&json!({}), now())[1], json!(""));
+    }
+
+    #[test]
+    fn endpoint_slices_list_ports_and_addresses_with_a_count_of_the_rest() {
+        let slice = json!({"metadata": meta("web-abc"), "addressType": "IPv4",
+            "ports": [{"port": 80, "name": "http"}, {"name": "metrics"}, {}, {"port": 9000}],
+            "endpoints": [{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2", "10.0.0.3"]}]});
+        assert_eq!(
+            (ENDPOINT_SLICES.cells)(&slice, now()),
+            [
+                json!("web-abc"),
+                json!("IPv4"),
+                json!("80,metrics,* + 1 more..."),
+                json!("10.0.0.1,10.0.0.2,10.0.0.3"),
+                json!("45s")
+            ]
+        );
+        let empty = json!({"metadata": meta("e"), "addressType": "IPv6"});
+        assert_eq!(
+            (ENDPOINT_SLICES.cells)(&empty, now())[2..4],
+            [json!("<unset>"), json!("<unset>")]
+        );
+    }
+
+    #[test]
+    fn pod_disruption_budgets_show_numbers_percentages_or_na() {
+        let pdb = json!({"metadata": meta("db"), "spec": {"minAvailable": 2},
+            "status": {"disruptionsAllowed": 1}});
+        assert_eq!(
+            (POD_DISRUPTION_BUDGETS.cells)(&pdb, now()),
+            [
+                json!("db"),
+                json!("2"),
+                json!("N/A"),
+                json!(1),
+                json!("45s")
+            ]
+        );
+        let pct = json!({"metadata": meta("web"), "spec": {"maxUnavailable": "25%"}});
+        assert_eq!(
+            (POD_DISRUPTION_BUDGETS.cells)(&pct, now())[1..4],
+            [json!("N/A"), json!("25%"), json!(0)]
+        );
+    }
+
+    #[test]
+    fn bindings_show_the_role_and_subjects_by_kind() {
+        let binding = json!({"metadata": meta("admins"),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+            "subjects": [
+                {"kind": "User", "name": "alice"}, {"kind": "User", "name": "bob"},
+                {"kind": "Group", "name": "ops"},
+                {"kind": "ServiceAccount", "namespace": "ci", "name": "deployer"},
+                {"kind": "Robot", "name": "r2"}]});
+        assert_eq!(
+            (ROLE_BINDINGS.cells)(&binding, now()),
+            [
+                json!("admins"),
+                json!("ClusterRole/admin"),
+                json!("45s"),
+                json!("alice, bob"),
+                json!("ops"),
+                json!("ci/deployer")
+            ]
+        );
+    }
+
+    #[test]
+    fn priority_classes_show_value_default_and_preemption() {
+        let pc = json!({"metadata": meta("system-node-critical"), "value": 2000001000,
+            "globalDefault": false, "preemptionPolicy": "Never"});
+        assert_eq!(
+            (PRIORITY_CLASSES.cells)(&pc, now()),
+            [
+                json!("system-node-critical"),
+                json!(2000001000),
+                json!(false),
+                json!("45s"),
+                json!("Never")
+            ]
+        );
+        assert_eq!(
+            (PRIORITY_CLASSES.cells)(&json!({}), now())[4],
+            json!("PreemptLowerPriority")
+        );
+    }
+}

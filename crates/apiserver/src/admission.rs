@@ -1,0 +1,197 @@
+//! Admission, the third gate: plugins that may change (mutating) or refuse (validating) a write
+//! after authorization and before it is stored. Here: NamespaceLifecycle (nothing is created in a
+//! missing or terminating namespace). The full plugin set plugs in behind the same trait.
+
+use async_trait::async_trait;
+use serde_json::Value;
+use skiff_apimachinery::catalog::ResourceType;
+
+use crate::authn::UserInfo;
+use crate::error::{ApiError, Result};
+
+/// The operation being admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+}
+
+/// What a plugin sees.
+#[derive(Debug)]
+pub struct Attributes<'a> {
+    pub operation: Operation,
+    pub resource: &'static ResourceType,
+    pub subresource: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub user: &'a UserInfo,
+    pub old: Option<&'a Value>,
+}
+
+/// One admission plugin. Mutating plugins change `object`; validating ones only refuse.
+#[async_trait]
+pub trait Plugin: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// Runs in the mutating phase.
+    async fn mutate(&self, _attrs: &Attributes<'_>, _object: Option<&mut Value>) -> Result<()> {
+        Ok(())
+    }
+    /// Runs in the validating phase, after defaulting and validation.
+    async fn validate(&self, _attrs: &Attributes<'_>, _object: Option<&Value>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Looks up namespaces for NamespaceLifecycle (the cache, falling back to the store).
+#[async_trait]
+pub trait NamespaceLookup: Send + Sync {
+    /// The namespace's phase, `None` when it does not exist.
+    async fn phase(&self, name: &str) -> Result<Option<String>>;
+}
+
+/// Refuses creates in a namespace that does not exist (404) or is terminating (403), as
+/// upstream's NamespaceLifecycle; the immortal namespaces cannot be deleted.
+pub struct NamespaceLifecycle<L> {
+    pub lookup: L,
+}
+
+const IMMORTAL: &[&str] = &["default", "kube-system", "kube-public"];
+
+#[async_trait]
+impl<L: NamespaceLookup> Plugin for NamespaceLifecycle<L> {
+    fn name(&self) -> &'static str {
+        "NamespaceLifecycle"
+    }
+
+    async fn validate(&self, attrs: &Attributes<'_>, _object: Option<&Value>) -> Result<()> {
+        let is_namespace = attrs.resource.group.is_empty() && attrs.resource.plural == "namespaces";
+        if is_namespace {
+            if attrs.operation == Operation::Delete && IMMORTAL.contains(&attrs.name) {
+                return Err(ApiError::forbidden(format!(
+                    "namespaces \"{}\" is forbidden: this namespace may not be deleted",
+                    attrs.name
+                )));
+            }
+            return Ok(());
+        }
+        if attrs.operation != Operation::Create || !attrs.resource.namespaced {
+            return Ok(());
+        }
+        // Events may be recorded in a terminating namespace (upstream's exemption).
+        let exempt_when_terminating = attrs.resource.plural == "events"
+            || (attrs.resource.group.is_empty() && attrs.subresource == "eviction");
+        match self.lookup.phase(attrs.namespace).await? {
+            None => Err(ApiError::not_found(crate::error::Target {
+                group: "",
+                resource: "namespaces",
+                name: attrs.namespace,
+            })),
+            Some(phase) if phase == "Terminating" && !exempt_when_terminating => {
+                Err(ApiError::forbidden(format!(
+                    "{} \"{}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
+                    attrs.resource.plural, attrs.name, attrs.namespace
+                )))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+/// The plugins in order.
+pub struct Chain {
+    pub plugins: Vec<Box<dyn Plugin>>,
+}
+
+impl std::fmt::Debug for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<_> = self.plugins.iter().map(|p| p.name()).collect();
+        f.debug_struct("Chain").field("plugins", &names).finish()
+    }
+}
+
+impl Chain {
+    pub async fn mutate(
+        &self,
+        attrs: &Attributes<'_>,
+        mut object: Option<&mut Value>,
+    ) -> Result<()> {
+        for p in &self.plugins {
+            p.mutate(attrs, object.as_deref_mut()).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn validate(&self, attrs: &Attributes<'_>, object: Option<&Value>) -> Result<()> {
+        for p in &self.plugins {
+            p.validate(attrs, object).await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use skiff_apimachinery::catalog::lookup;
+
+    struct Fixed(Option<&'static str>);
+
+    #[async_trait]
+    impl NamespaceLookup for Fixed {
+        async fn phase(&self, _name: &str) -> Result<Option<String>> {
+            Ok(self.0.map(str::to_string))
+        }
+    }
+
+    fn attrs<'a>(user: &'a UserInfo, plural: &str, op: Operation) -> Attributes<'a> {
+        Attributes {
+            operation: op,
+            resource: lookup("", "v1", plural).unwrap(),
+            subresource: "",
+            namespace: "team",
+            name: "x",
+            user,
+            old: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn creates_in_missing_or_terminating_namespaces_are_refused() {
+        let user = UserInfo::anonymous();
+        let missing = NamespaceLifecycle {
+            lookup: Fixed(None),
+        };
+        let err = missing
+            .validate(&attrs(&user, "pods", Operation::Create), None)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (err.code, err.message.as_str()),
+            (404, "namespaces \"team\" not found")
+        );
+        let terminating = NamespaceLifecycle {
+            lookup: Fixed(Some("Terminating")),
+        };
+        let err = terminating
+            .validate(&attrs(&user, "pods", Operation::Create), None)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, 403);
+        assert!(
+            terminating
+                .validate(&attrs(&user, "events", Operation::Create), None)
+                .await
+                .is_ok()
+        );
+        let active = NamespaceLifecycle {
+            lookup: Fixed(Some("Active")),
+        };
+        assert!(
+            active
+                .validate(&attrs(&user, "pods", Operation::Create), None)
+                .await
+                .is_ok()
+        );
+    }
+}

@@ -1,0 +1,111 @@
+//! What exists from the first start, as upstream's bootstrap controllers create it: the
+//! namespaces `default`, `kube-system`, `kube-public` and `kube-node-lease`, and the `kubernetes`
+//! Service in `default` with Endpoints pointing at this API server (rewritten on every start, so
+//! they follow the address).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use skiff_apimachinery::catalog::lookup;
+use skiff_store::{
+    Compare, CompareOp, CompareTarget, PutRequest, Store, StoreExt, TxnOp, TxnRequest,
+};
+
+use crate::error::Result;
+use crate::pki::KUBERNETES_SERVICE_IP;
+use crate::storage;
+use crate::strategy::{self, generic};
+
+/// The namespaces every cluster has.
+pub const SYSTEM_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Creates `object` of `group/plural` unless it exists; with `replace`, overwrites an existing
+/// one's spec-like content (keeping uid and creationTimestamp).
+async fn ensure(
+    store: &Arc<dyn Store>,
+    group: &str,
+    plural: &str,
+    mut object: Value,
+    replace: bool,
+) -> Result<()> {
+    let rt = lookup(group, "v1", plural).expect("bootstrap kinds are in the catalog");
+    let ns = object["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let key = storage::key(rt, &ns, &name);
+    let existing = store.get(key.as_bytes()).await?;
+    let revision = match &existing {
+        Some(_) if !replace => return Ok(()),
+        Some(kv) => {
+            let old = storage::decode(kv)?;
+            generic::prepare_update(rt, &mut object, &old, "");
+            if let Some(status) = old.get("status") {
+                object["status"] = status.clone();
+            }
+            if generic::unchanged(&object, &old) {
+                return Ok(());
+            }
+            kv.mod_revision
+        }
+        None => {
+            generic::prepare_create(rt, &mut object, jiff::Timestamp::now());
+            strategy::for_resource(rt).prepare_for_create(&mut object);
+            0
+        }
+    };
+    let compare = if revision == 0 {
+        CompareTarget::CreateRevision(0)
+    } else {
+        CompareTarget::ModRevision(revision)
+    };
+    // A lost race means another API server wrote it first: fine either way.
+    store
+        .txn(TxnRequest {
+            compare: vec![Compare::new(key.clone(), CompareOp::Equal, compare)],
+            success: vec![TxnOp::Put(PutRequest {
+                key: Bytes::from(key),
+                value: storage::encode(&object)?,
+                lease: 0,
+                prev_kv: false,
+            })],
+            failure: vec![],
+        })
+        .await?;
+    Ok(())
+}
+
+/// Makes sure the bootstrap objects exist; `advertise` is where clients reach this API server.
+pub async fn run(store: &Arc<dyn Store>, advertise: SocketAddr) -> Result<()> {
+    for ns in SYSTEM_NAMESPACES {
+        let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        ensure(store, "", "namespaces", obj, false).await?;
+    }
+    let service = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kubernetes", "namespace": "default",
+                     "labels": {"component": "apiserver", "provider": "kubernetes"}},
+        "spec": {"type": "ClusterIP", "clusterIP": KUBERNETES_SERVICE_IP,
+                 "clusterIPs": [KUBERNETES_SERVICE_IP], "ipFamilies": ["IPv4"],
+                 "ipFamilyPolicy": "SingleStack", "sessionAffinity": "None",
+                 "internalTrafficPolicy": "Cluster",
+                 "ports": [{"name": "https", "port": 443, "protocol": "TCP",
+                            "targetPort": advertise.port()}]},
+    });
+    ensure(store, "", "services", service, false).await?;
+    let endpoints = json!({
+        "apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": "kubernetes", "namespace": "default",
+                     "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+        "subsets": [{"addresses": [{"ip": advertise.ip().to_string()}],
+                     "ports": [{"name": "https", "port": advertise.port(), "protocol": "TCP"}]}],
+    });
+    ensure(store, "", "endpoints", endpoints, true).await
+}

@@ -1,0 +1,530 @@
+//! The watch cache: one store watch over every object (`/registry/`) keeps, per resource, the
+//! current objects (serialized once, with their labels and selectable fields) and a bounded
+//! window of recent events, and fans events out to API watchers through a broadcast channel. Lists
+//! and watches are served from here without a store round trip per client.
+//!
+//! Invariants: `Shared::rv` is the revision every per-resource state is complete up to; an event
+//! is appended to a resource's history and sent on its channel under that resource's write lock,
+//! so a watcher that snapshots under the read lock and subscribes before releasing it sees every
+//! later event exactly once.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use parking_lot::{Mutex, RwLock};
+use serde_json::Value;
+use skiff_apimachinery::catalog::{RESOURCES, ResourceType};
+use skiff_store::{EventKind, KeyRange, RangeRequest, Store, WatchControl, WatchRequest};
+use tokio::sync::{broadcast, watch};
+
+use crate::error::{ApiError, Result};
+use crate::storage;
+use crate::strategy;
+
+/// Events kept per resource for watches that resume from a recent resourceVersion.
+pub const HISTORY: usize = 10_000;
+/// Events buffered per resource for live watchers; a watcher that falls further behind is closed
+/// and resumes from its last resourceVersion (served from the history).
+const FANOUT: usize = 4096;
+
+/// One object as the cache holds it.
+#[derive(Debug)]
+pub struct Cached {
+    pub namespace: String,
+    pub name: String,
+    pub revision: i64,
+    /// The object's JSON with `metadata.resourceVersion` = `revision`.
+    pub json: Bytes,
+    pub labels: BTreeMap<String, String>,
+    /// Field-selector values (`metadata.name`, `metadata.namespace` and the kind's own).
+    pub fields: Vec<(&'static str, String)>,
+}
+
+impl Cached {
+    pub fn from_object(rt: &ResourceType, object: &Value, revision: i64) -> Result<Self> {
+        let meta = &object["metadata"];
+        let name = meta["name"].as_str().unwrap_or_default().to_string();
+        let namespace = meta["namespace"].as_str().unwrap_or_default().to_string();
+        let labels = meta["labels"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut fields = vec![
+            ("metadata.name", name.clone()),
+            ("metadata.namespace", namespace.clone()),
+        ];
+        fields.extend(strategy::for_resource(rt).fields(object));
+        let json = serde_json::to_vec(object)
+            .map_err(|e| ApiError::internal(format!("encoding {name}: {e}")))?;
+        Ok(Cached {
+            namespace,
+            name,
+            revision,
+            json: Bytes::from(json),
+            labels,
+            fields,
+        })
+    }
+
+    /// The object's key below the resource prefix (`namespace/name` or `name`): the order of
+    /// store keys, so cache pages and store pages agree.
+    pub fn path(&self) -> String {
+        if self.namespace.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}/{}", self.namespace, self.name)
+        }
+    }
+
+    pub fn field(&self, name: &str) -> Option<String> {
+        self.fields
+            .iter()
+            .find(|(f, _)| *f == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    pub fn object(&self) -> Result<Value> {
+        serde_json::from_slice(&self.json)
+            .map_err(|e| ApiError::internal(format!("decoding cached {}: {e}", self.name)))
+    }
+}
+
+/// What happened to an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One entry of the event stream of a resource.
+#[derive(Debug, Clone)]
+pub enum CacheEvent {
+    /// An object changed at `object.revision`; `prev` is its state before (absent for adds).
+    Object {
+        change: Change,
+        object: Arc<Cached>,
+        prev: Option<Arc<Cached>>,
+    },
+    /// Everything up to this revision has been sent (for bookmarks).
+    Progress(i64),
+}
+
+#[derive(Debug, Default)]
+struct State {
+    objects: BTreeMap<String, Arc<Cached>>,
+    history: VecDeque<CacheEvent>,
+    /// Events with a revision above this are all in `history`.
+    history_floor: i64,
+    /// The store revision `objects` is complete up to (advanced after every store batch, under
+    /// the write lock, so a snapshot and its revision always agree).
+    revision: i64,
+}
+
+/// The cache of one resource type.
+pub struct ResourceCache {
+    pub rt: &'static ResourceType,
+    state: RwLock<State>,
+    events: broadcast::Sender<CacheEvent>,
+}
+
+impl std::fmt::Debug for ResourceCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResourceCache")
+            .field("resource", &self.rt.plural)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A consistent view handed to a reader: the objects at `revision`, and for watchers the
+/// receiver subscribed at exactly that point.
+pub struct Snapshot {
+    pub revision: i64,
+    pub objects: Vec<Arc<Cached>>,
+}
+
+/// Where a watch starts.
+pub enum WatchStart {
+    /// The current state as ADDED events, then changes (watch from `""`/`"0"`, or
+    /// `sendInitialEvents`).
+    Snapshot(Snapshot, broadcast::Receiver<CacheEvent>),
+    /// The events after the requested revision, then changes.
+    Replay(Vec<CacheEvent>, broadcast::Receiver<CacheEvent>),
+}
+
+impl ResourceCache {
+    fn new(rt: &'static ResourceType) -> Self {
+        Self {
+            rt,
+            state: RwLock::new(State::default()),
+            events: broadcast::channel(FANOUT).0,
+        }
+    }
+
+    /// The objects of `namespace` (all when empty) at the cache's revision, in key order.
+    pub fn list(&self, namespace: &str) -> Snapshot {
+        let state = self.state.read();
+        Snapshot {
+            revision: state.revision,
+            objects: Self::select(&state, namespace),
+        }
+    }
+
+    fn select(state: &State, namespace: &str) -> Vec<Arc<Cached>> {
+        if namespace.is_empty() {
+            state.objects.values().cloned().collect()
+        } else {
+            // Keys are `namespace/name`; '0' follows '/' so this is exactly one namespace.
+            state
+                .objects
+                .range(format!("{namespace}/")..format!("{namespace}0"))
+                .map(|(_, v)| v.clone())
+                .collect()
+        }
+    }
+
+    /// Starts a watch: from a snapshot (`from` = None) or after revision `from`. `None` as the
+    /// result means the revision is older than the history window (the caller falls back to
+    /// the store).
+    pub fn watch(&self, namespace: &str, from: Option<i64>) -> Option<WatchStart> {
+        let state = self.state.read();
+        let rx = self.events.subscribe();
+        match from {
+            None => Some(WatchStart::Snapshot(
+                Snapshot {
+                    revision: state.revision,
+                    objects: Self::select(&state, namespace),
+                },
+                rx,
+            )),
+            Some(rv) if rv < state.history_floor => None,
+            Some(rv) => {
+                let start = state.history.partition_point(|e| event_revision(e) <= rv);
+                Some(WatchStart::Replay(
+                    state.history.range(start..).cloned().collect(),
+                    rx,
+                ))
+            }
+        }
+    }
+
+    fn apply(&self, key: String, object: Option<Arc<Cached>>, revision: i64) {
+        let mut state = self.state.write();
+        state.revision = state.revision.max(revision);
+        let prev = match &object {
+            Some(o) => state.objects.insert(key, o.clone()),
+            None => state.objects.remove(&key),
+        };
+        let event = match (object, prev) {
+            (Some(object), None) => CacheEvent::Object {
+                change: Change::Added,
+                object,
+                prev: None,
+            },
+            (Some(object), Some(prev)) => CacheEvent::Object {
+                change: Change::Modified,
+                object,
+                prev: Some(prev),
+            },
+            (None, Some(prev)) => {
+                // A DELETED event carries the last state stamped with the deletion revision.
+                let object = restamp(&prev, revision);
+                CacheEvent::Object {
+                    change: Change::Deleted,
+                    object,
+                    prev: Some(prev),
+                }
+            }
+            (None, None) => return,
+        };
+        if state.history.len() >= HISTORY
+            && let Some(old) = state.history.pop_front()
+        {
+            state.history_floor = event_revision(&old);
+        }
+        state.history.push_back(event.clone());
+        let _ = self.events.send(event);
+    }
+
+    fn reset(&self, objects: BTreeMap<String, Arc<Cached>>, revision: i64) {
+        let mut state = self.state.write();
+        state.objects = objects;
+        state.history.clear();
+        state.history_floor = revision;
+        state.revision = revision;
+    }
+
+    /// Marks everything up to `revision` as applied; with `notify`, tells watchers (bookmarks).
+    fn advance(&self, revision: i64, notify: bool) {
+        let mut state = self.state.write();
+        state.revision = state.revision.max(revision);
+        if notify {
+            let _ = self.events.send(CacheEvent::Progress(state.revision));
+        }
+    }
+}
+
+fn event_revision(e: &CacheEvent) -> i64 {
+    match e {
+        CacheEvent::Object { object, .. } => object.revision,
+        CacheEvent::Progress(rv) => *rv,
+    }
+}
+
+fn restamp(c: &Cached, revision: i64) -> Arc<Cached> {
+    let json = match serde_json::from_slice::<Value>(&c.json) {
+        Ok(mut v) => {
+            storage::set_resource_version(&mut v, revision);
+            serde_json::to_vec(&v)
+                .map(Bytes::from)
+                .unwrap_or_else(|_| c.json.clone())
+        }
+        Err(_) => c.json.clone(),
+    };
+    Arc::new(Cached {
+        namespace: c.namespace.clone(),
+        name: c.name.clone(),
+        revision,
+        json,
+        labels: c.labels.clone(),
+        fields: c.fields.clone(),
+    })
+}
+
+/// The caches of every resource, fed by one store watch.
+pub struct Cacher {
+    store: Arc<dyn Store>,
+    resources: HashMap<(&'static str, &'static str), Arc<ResourceCache>>,
+    by_type: HashMap<(&'static str, &'static str), Arc<ResourceCache>>,
+    revision: watch::Sender<i64>,
+    control: Mutex<Option<Arc<dyn WatchControl>>>,
+}
+
+impl std::fmt::Debug for Cacher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cacher")
+            .field("revision", &*self.revision.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cacher {
+    /// Lists everything once and starts the watch that keeps the caches current.
+    pub async fn start(store: Arc<dyn Store>) -> Result<Arc<Self>> {
+        let mut resources = HashMap::new();
+        let mut by_type = HashMap::new();
+        for rt in RESOURCES {
+            let id = storage::storage_id(rt);
+            // Resources sharing storage (the two Event APIs) share the cache of the first.
+            let cache = resources
+                .entry(id)
+                .or_insert_with(|| Arc::new(ResourceCache::new(rt)))
+                .clone();
+            by_type.insert((rt.group, rt.plural), cache);
+        }
+        let cacher = Arc::new(Cacher {
+            store,
+            resources,
+            by_type,
+            revision: watch::channel(0).0,
+            control: Mutex::new(None),
+        });
+        let revision = cacher.relist().await?;
+        let this = cacher.clone();
+        tokio::spawn(async move { this.run(revision).await });
+        let this = Arc::downgrade(&cacher);
+        tokio::spawn(async move {
+            // Periodic progress: lets idle resources' watchers get bookmarks and consistent
+            // reads find the cache current without an event.
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                let Some(this) = this.upgrade() else { return };
+                this.request_progress();
+            }
+        });
+        Ok(cacher)
+    }
+
+    pub fn resource(&self, rt: &ResourceType) -> &Arc<ResourceCache> {
+        &self.by_type[&(rt.group, rt.plural)]
+    }
+
+    /// The cache stored under storage group `g` and resource `p` (a key's first two segments).
+    fn find(
+        &self,
+        g: &str,
+        p: &str,
+    ) -> Option<(&(&'static str, &'static str), &Arc<ResourceCache>)> {
+        self.resources
+            .iter()
+            .find(|((rg, rp), _)| *rg == g && *rp == p)
+    }
+
+    /// The revision the caches are complete up to.
+    pub fn revision(&self) -> i64 {
+        *self.revision.borrow()
+    }
+
+    async fn relist(&self) -> Result<i64> {
+        let resp = self
+            .store
+            .range(RangeRequest {
+                range: KeyRange::prefix(storage::ROOT.as_bytes().to_vec()),
+                ..Default::default()
+            })
+            .await?;
+        let mut fresh: HashMap<(&'static str, &'static str), BTreeMap<String, Arc<Cached>>> =
+            HashMap::new();
+        for kv in &resp.kvs {
+            let key = String::from_utf8_lossy(&kv.key);
+            let Some((g, p, _, _)) = storage::parse_key(&key) else {
+                continue;
+            };
+            let Some((id, cache)) = self.find(g, p) else {
+                continue;
+            };
+            match storage::decode(kv)
+                .and_then(|o| Cached::from_object(cache.rt, &o, kv.mod_revision))
+            {
+                Ok(c) => {
+                    fresh.entry(*id).or_default().insert(c.path(), Arc::new(c));
+                }
+                Err(e) => tracing::warn!(key = %key, error = %e, "skipping undecodable object"),
+            }
+        }
+        for (id, cache) in &self.resources {
+            cache.reset(fresh.remove(id).unwrap_or_default(), resp.revision);
+        }
+        self.revision.send_replace(resp.revision);
+        Ok(resp.revision)
+    }
+
+    async fn run(self: Arc<Self>, mut revision: i64) {
+        loop {
+            let watch = self
+                .store
+                .watch(WatchRequest {
+                    range: KeyRange::prefix(storage::ROOT.as_bytes().to_vec()),
+                    start_revision: revision + 1,
+                    prev_kv: true,
+                    progress_notify: true,
+                })
+                .await;
+            let mut stream = match watch {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "watch cache: store watch failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            };
+            *self.control.lock() = Some(stream.control());
+            while let Some(batch) = stream.next().await {
+                match batch {
+                    Ok(batch) => {
+                        for ev in &batch.events {
+                            self.apply(ev);
+                        }
+                        revision = revision.max(batch.revision);
+                        let progress = batch.events.is_empty();
+                        for cache in self.resources.values() {
+                            cache.advance(revision, progress);
+                        }
+                        self.revision.send_replace(revision);
+                    }
+                    Err(skiff_store::Error::WatcherLagged { next_revision }) => {
+                        revision = next_revision - 1;
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "watch cache: relisting");
+                        loop {
+                            match self.relist().await {
+                                Ok(r) => {
+                                    revision = r;
+                                    break;
+                                }
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "watch cache: relist failed");
+                                    tokio::time::sleep(Duration::from_millis(500)).await;
+                                }
+                            }
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn apply(&self, ev: &skiff_store::Event) {
+        let key = String::from_utf8_lossy(&ev.kv.key);
+        let Some((g, p, ns, name)) = storage::parse_key(&key) else {
+            return;
+        };
+        let Some((_, cache)) = self.find(g, p) else {
+            return;
+        };
+        let k = if ns.is_empty() {
+            name.to_string()
+        } else {
+            format!("{ns}/{name}")
+        };
+        match ev.kind {
+            EventKind::Put => {
+                match storage::decode(&ev.kv)
+                    .and_then(|o| Cached::from_object(cache.rt, &o, ev.kv.mod_revision))
+                {
+                    Ok(c) => cache.apply(k, Some(Arc::new(c)), ev.kv.mod_revision),
+                    Err(e) => tracing::warn!(key = %key, error = %e, "skipping undecodable object"),
+                }
+            }
+            EventKind::Delete => cache.apply(k, None, ev.kv.mod_revision),
+        }
+    }
+
+    fn request_progress(&self) {
+        if let Some(c) = self.control.lock().as_ref() {
+            c.request_progress();
+        }
+    }
+
+    /// Waits until the cache has caught up with the store's current revision (a consistent
+    /// read, as upstream's consistent list from cache).
+    pub async fn wait_fresh(&self) -> Result<i64> {
+        let current = self
+            .store
+            .range(RangeRequest {
+                range: KeyRange::key(b"/registry/".to_vec()),
+                count_only: true,
+                ..Default::default()
+            })
+            .await?
+            .revision;
+        self.wait_for(current).await
+    }
+
+    /// Waits (up to 3 s, as upstream) until the cache is at `revision` or later.
+    pub async fn wait_for(&self, revision: i64) -> Result<i64> {
+        let mut rx = self.revision.subscribe();
+        if *rx.borrow() >= revision {
+            return Ok(*rx.borrow());
+        }
+        self.request_progress();
+        let wait = rx.wait_for(|r| *r >= revision);
+        match tokio::time::timeout(Duration::from_secs(3), wait).await {
+            Ok(Ok(r)) => Ok(*r),
+            _ => Err(ApiError::timeout(format!(
+                "Too large resource version: {revision}, current: {}",
+                self.revision()
+            ))),
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! Request and response encodings: JSON and YAML bodies in (protobuf built-in types through
+//! [`crate::protobuf`] once supported), and content negotiation out: plain JSON, YAML, or a
+//! `meta.k8s.io` Table (`kubectl get`) or PartialObjectMetadata view.
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::error::{ApiError, Result};
+
+/// Bodies larger than this are refused with 413 (upstream's 3 MiB request limit).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// How a request body is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFormat {
+    Json,
+    Yaml,
+    Protobuf,
+}
+
+/// The media type of a `Content-Type` header without parameters, lower-cased.
+pub fn media_type(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+impl BodyFormat {
+    /// The format of a create/update body (patch bodies have their own media types).
+    pub fn from_content_type(content_type: Option<&str>) -> Result<Self> {
+        let Some(ct) = content_type else {
+            return Ok(BodyFormat::Json);
+        };
+        match media_type(ct).as_str() {
+            "" | "application/json" | "*/*" => Ok(BodyFormat::Json),
+            "application/yaml" | "application/x-yaml" | "text/yaml" => Ok(BodyFormat::Yaml),
+            "application/vnd.kubernetes.protobuf" => Ok(BodyFormat::Protobuf),
+            _ => Err(ApiError::unsupported_media_type(ct)),
+        }
+    }
+}
+
+/// Parses a JSON or YAML body into a JSON value; never panics on bad input.
+pub fn decode(format: BodyFormat, body: &[u8]) -> Result<Value> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(ApiError::too_large("the request body is too large"));
+    }
+    match format {
+        BodyFormat::Json => serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body of the request could not be decoded as JSON: {e}"
+            ))
+        }),
+        BodyFormat::Yaml => {
+            let v: Value = serde_yaml::from_slice(body).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "the body of the request could not be decoded as YAML: {e}"
+                ))
+            })?;
+            Ok(v)
+        }
+        BodyFormat::Protobuf => crate::protobuf::decode(body),
+    }
+}
+
+/// A request body must be an object (not an array, string, …).
+pub fn expect_object(v: Value) -> Result<Value> {
+    if v.is_object() {
+        Ok(v)
+    } else {
+        Err(ApiError::bad_request(
+            "the body of the request must be a JSON object",
+        ))
+    }
+}
+
+/// What the client asked to receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Json,
+    Yaml,
+    /// `as=Table;g=meta.k8s.io;v=v1` (or v1beta1).
+    Table,
+    /// `as=PartialObjectMetadata` (a single object) or `as=PartialObjectMetadataList`.
+    PartialMetadata,
+}
+
+/// Picks the first acceptable media type of an `Accept` header, as upstream's negotiation.
+pub fn negotiate(accept: Option<&str>) -> Result<Output> {
+    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
+        return Ok(Output::Json);
+    };
+    for clause in accept.split(',') {
+        let mut parts = clause.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("").to_ascii_lowercase();
+        let mut as_ = None;
+        let mut group = None;
+        for p in parts {
+            if let Some((k, v)) = p.split_once('=') {
+                match k.trim() {
+                    "as" => as_ = Some(v.trim().to_string()),
+                    "g" => group = Some(v.trim().to_string()),
+                    _ => {}
+                }
+            }
+        }
+        let json_like = matches!(
+            media.as_str(),
+            "application/json" | "*/*" | "application/*" | "application/json-seq"
+        );
+        match (as_.as_deref(), json_like) {
+            (Some("Table"), true) if group.as_deref() == Some("meta.k8s.io") => {
+                return Ok(Output::Table);
+            }
+            (Some("PartialObjectMetadata" | "PartialObjectMetadataList"), true)
+                if group.as_deref() == Some("meta.k8s.io") =>
+            {
+                return Ok(Output::PartialMetadata);
+            }
+            (Some(_), _) => continue,
+            (None, true) => return Ok(Output::Json),
+            (None, false) if media == "application/yaml" => return Ok(Output::Yaml),
+            _ => continue,
+        }
+    }
+    Err(ApiError::not_acceptable(accept))
+}
+
+/// Serializes a value for the chosen output (Table and metadata views are built by the caller
+/// and arrive here as JSON).
+pub fn encode(output: Output, value: &Value) -> (Bytes, &'static str) {
+    match output {
+        Output::Yaml => (
+            Bytes::from(serde_yaml::to_string(value).unwrap_or_default()),
+            "application/yaml",
+        ),
+        _ => (
+            Bytes::from(serde_json::to_vec(value).unwrap_or_default()),
+            "application/json",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubectl_get_asks_for_a_table() {
+        let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+        assert_eq!(negotiate(Some(accept)).unwrap(), Output::Table);
+    }
+
+    #[test]
+    fn protobuf_first_falls_back_to_json() {
+        let accept = "application/vnd.kubernetes.protobuf, */*";
+        assert_eq!(negotiate(Some(accept)).unwrap(), Output::Json);
+        assert_eq!(negotiate(None).unwrap(), Output::Json);
+        assert!(negotiate(Some("text/html")).is_err());
+    }
+
+    #[test]
+    fn bad_bodies_are_bad_requests_not_panics() {
+        for body in [&b"{"[..], b"[1,2", b"\xff\xfe", b"null"] {
+            match decode(BodyFormat::Json, body).and_then(expect_object) {
+                Err(e) => assert_eq!(e.code, 400),
+                Ok(v) => panic!("decoded {v}"),
+            }
+        }
+        let deep = "[".repeat(10_000);
+        assert_eq!(
+            decode(BodyFormat::Json, deep.as_bytes()).unwrap_err().code,
+            400
+        );
+        let deep_yaml = "a:\n".to_string() + &" [".repeat(5000);
+        assert_eq!(
+            decode(BodyFormat::Yaml, deep_yaml.as_bytes())
+                .unwrap_err()
+                .code,
+            400
+        );
+    }
+
+    #[test]
+    fn yaml_bodies_become_json() {
+        let v = decode(BodyFormat::Yaml, b"kind: Pod\nmetadata:\n  name: a\n").unwrap();
+        assert_eq!(v["metadata"]["name"], "a");
+    }
+}

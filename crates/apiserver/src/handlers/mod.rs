@@ -1,0 +1,227 @@
+//! HTTP handlers: routing of a parsed request to discovery, health, OpenAPI or a resource verb,
+//! and the shared response builders. Every failure leaves as a `Status` object.
+//!
+//! # Layout
+//! - [`system`]: `/version`, `/healthz`, `/livez`, `/readyz`, `/metrics`.
+//! - [`discovery`]: `/api`, `/apis`, per-group and per-version lists, aggregated discovery.
+//! - [`openapi`]: the OpenAPI v2 and v3 documents.
+//! - [`read`]: get and list (from the store or the watch cache), Table and metadata views.
+//! - [`scale`]: the `scale` subresource of workloads (`autoscaling/v1` Scale).
+//! - [`watch`]: streaming watches from the watch cache (or the store for old revisions).
+//! - [`write`]: create, update, patch, delete, deletecollection and the write subresources.
+
+pub mod discovery;
+pub mod openapi;
+pub mod read;
+pub mod scale;
+pub mod system;
+pub mod watch;
+pub mod write;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use serde_json::Value;
+use skiff_apimachinery::catalog::{self, ResourceType};
+
+use crate::authn::UserInfo;
+use crate::encoding::{self, MAX_BODY_BYTES, Output};
+use crate::error::{ApiError, Result};
+use crate::request::RequestInfo;
+use crate::server::ApiServer;
+
+/// Response bodies: whole (most) or streamed (watches).
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// Everything a resource handler needs about its request.
+pub struct Ctx {
+    pub server: Arc<ApiServer>,
+    pub info: RequestInfo,
+    pub query: HashMap<String, String>,
+    pub headers: http::HeaderMap,
+    pub user: UserInfo,
+    pub rt: &'static ResourceType,
+    pub output: Output,
+    body: Option<Incoming>,
+}
+
+impl Ctx {
+    /// A copy for a sub-request (the body, already read, is not shared).
+    pub fn share(&self) -> Ctx {
+        Ctx {
+            server: self.server.clone(),
+            info: self.info.clone(),
+            query: self.query.clone(),
+            headers: self.headers.clone(),
+            user: self.user.clone(),
+            rt: self.rt,
+            output: self.output,
+            body: None,
+        }
+    }
+
+    /// Reads the request body, refusing more than 3 MiB with 413.
+    pub async fn body(&mut self) -> Result<Bytes> {
+        let Some(body) = self.body.take() else {
+            return Ok(Bytes::new());
+        };
+        match Limited::new(body, MAX_BODY_BYTES).collect().await {
+            Ok(collected) => Ok(collected.to_bytes()),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                Err(ApiError::too_large("the request body is larger than 3 MiB"))
+            }
+            Err(e) => Err(ApiError::bad_request(format!(
+                "reading the request body: {e}"
+            ))),
+        }
+    }
+
+    pub fn header(&self, name: header::HeaderName) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    pub fn target<'a>(&'a self, name: &'a str) -> crate::error::Target<'a> {
+        crate::error::Target {
+            group: self.rt.group,
+            resource: self.rt.plural,
+            name,
+        }
+    }
+
+    pub fn dry_run(&self) -> bool {
+        self.query.get("dryRun").is_some_and(|v| v == "All")
+    }
+}
+
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}
+
+/// A JSON response.
+pub fn json(code: u16, value: &Value) -> Response<Body> {
+    bytes_response(
+        code,
+        serde_json::to_vec(value).unwrap_or_default(),
+        "application/json",
+    )
+}
+
+pub fn bytes_response(code: u16, bytes: impl Into<Bytes>, content_type: &str) -> Response<Body> {
+    let mut resp = Response::new(full(bytes));
+    *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_str(content_type).unwrap_or(HeaderValue::from_static("application/json")),
+    );
+    resp
+}
+
+/// An object in the negotiated output.
+pub fn object(code: u16, output: Output, value: &Value) -> Response<Body> {
+    let (bytes, ct) = encoding::encode(output, value);
+    bytes_response(code, bytes, ct)
+}
+
+/// The `Status` response of an error.
+pub fn error(e: &ApiError) -> Response<Body> {
+    json(e.code, &e.to_status())
+}
+
+/// A success `Status` (upstream returns one for some deletes).
+pub fn success_status(details: Value) -> Value {
+    serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                       "status": "Success", "details": details})
+}
+
+pub async fn route(
+    server: Arc<ApiServer>,
+    req: Request<Incoming>,
+    info: RequestInfo,
+    query: HashMap<String, String>,
+    user: UserInfo,
+) -> Response<Body> {
+    let accept = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if !info.is_resource_request {
+        if let Some(resp) = discovery::handle(&server, req.method(), &info, accept.as_deref()) {
+            return resp;
+        }
+        if req.method() == http::Method::GET
+            && let Some(resp) = openapi::handle(&info.path, &query, req.headers())
+        {
+            return resp;
+        }
+        return system::handle(&server, req.method(), &info.path).await;
+    }
+    let Some(rt) = catalog::lookup(&info.group, &info.version, &info.resource) else {
+        return error(&ApiError::path_not_found());
+    };
+    let output = match encoding::negotiate(accept.as_deref()) {
+        Ok(o) => o,
+        Err(e) => return error(&e),
+    };
+    let (parts, body) = req.into_parts();
+    let ctx = Ctx {
+        server,
+        info,
+        query,
+        headers: parts.headers,
+        user,
+        rt,
+        output,
+        body: Some(body),
+    };
+    match dispatch(ctx).await {
+        Ok(resp) => resp,
+        Err(e) => error(&e),
+    }
+}
+
+async fn dispatch(ctx: Ctx) -> Result<Response<Body>> {
+    let rt = ctx.rt;
+    let info = &ctx.info;
+    if rt.namespaced
+        && info.namespace.is_empty()
+        && !matches!(info.verb.as_str(), "list" | "watch" | "deletecollection")
+    {
+        return Err(ApiError::path_not_found());
+    }
+    if !rt.namespaced && !info.namespace.is_empty() {
+        return Err(ApiError::path_not_found());
+    }
+    if !info.subresource.is_empty() {
+        let Some(sub) = rt.subresource(&info.subresource) else {
+            return Err(ApiError::path_not_found());
+        };
+        if !sub.verbs.contains(&info.verb.as_str()) {
+            return Err(ApiError::method_not_supported(
+                &info.verb,
+                &format!("{}/{}", rt.plural, sub.name),
+            ));
+        }
+        return write::subresource(ctx, sub).await;
+    }
+    if !rt.supports(&info.verb) {
+        return Err(ApiError::method_not_supported(&info.verb, rt.kind));
+    }
+    match info.verb.as_str() {
+        "get" => read::get(ctx).await,
+        "list" => read::list(ctx).await,
+        "watch" => watch::watch(ctx).await,
+        "create" => write::create(ctx).await,
+        "update" => write::update(ctx).await,
+        "patch" => write::patch(ctx).await,
+        "delete" => write::delete(ctx).await,
+        "deletecollection" => write::delete_collection(ctx).await,
+        _ => Err(ApiError::method_not_supported(&info.verb, rt.kind)),
+    }
+}

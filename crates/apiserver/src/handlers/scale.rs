@@ -1,0 +1,77 @@
+//! The `scale` subresource (`kubectl scale`): an `autoscaling/v1` Scale view of a workload's
+//! `spec.replicas`, `status.replicas` and selector; writes change only `spec.replicas`.
+
+use http::Response;
+use serde_json::{Value, json};
+use skiff_apimachinery::labels;
+use skiff_apimachinery::patch::{self, PatchType};
+
+use super::read::fetch;
+use super::{Body, Ctx};
+use crate::encoding::{self, BodyFormat};
+use crate::error::{ApiError, Result};
+
+/// The Scale of a workload.
+pub fn scale_of(obj: &Value) -> Value {
+    let meta = &obj["metadata"];
+    let selector = obj
+        .pointer("/spec/selector")
+        .and_then(|s| labels::Selector::from_label_selector(s).ok())
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    json!({
+        "kind": "Scale", "apiVersion": "autoscaling/v1",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"],
+                     "resourceVersion": meta["resourceVersion"],
+                     "creationTimestamp": meta["creationTimestamp"]},
+        "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0))},
+        "status": {"replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+                   "selector": selector},
+    })
+}
+
+pub async fn handle(mut ctx: Ctx) -> Result<Response<Body>> {
+    let current = fetch(&ctx, &ctx.info.name.clone()).await?;
+    let scale = scale_of(&current);
+    let wanted = match ctx.info.verb.as_str() {
+        "get" => return Ok(super::json(200, &scale)),
+        "update" => {
+            let format = BodyFormat::from_content_type(ctx.header(http::header::CONTENT_TYPE))?;
+            let body = ctx.body().await?;
+            encoding::expect_object(encoding::decode(format, &body)?)?
+        }
+        "patch" => {
+            let ct = ctx
+                .header(http::header::CONTENT_TYPE)
+                .unwrap_or("")
+                .to_string();
+            let kind = PatchType::from_content_type(&encoding::media_type(&ct))
+                .ok_or_else(|| ApiError::unsupported_media_type(&ct))?;
+            let body = ctx.body().await?;
+            patch::apply("autoscaling", "Scale", &scale, kind, &body)
+                .map_err(|e| ApiError::bad_request(e.to_string()))?
+        }
+        v => return Err(ApiError::method_not_supported(v, "Scale")),
+    };
+    let replicas = wanted
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .ok_or_else(|| ApiError::bad_request("spec.replicas must be an integer"))?;
+    let pinned = wanted
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse::<i64>().ok());
+    let rv = current["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse::<i64>().ok());
+    if pinned.is_some() && pinned != rv {
+        return Err(ApiError::conflict(
+            ctx.target(&ctx.info.name),
+            "the object has been modified; please apply your changes to the latest version and try again",
+        ));
+    }
+    let mut next = current.clone();
+    next["spec"]["replicas"] = json!(replicas);
+    let resp = super::write::replace_object(&ctx, next).await?;
+    Ok(super::json(200, &scale_of(&resp)))
+}

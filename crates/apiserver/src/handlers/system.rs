@@ -1,0 +1,62 @@
+//! Health, version and metrics endpoints.
+
+use http::Method;
+use serde_json::json;
+
+use super::{Body, bytes_response, error, json};
+use crate::error::ApiError;
+use crate::server::ApiServer;
+
+/// The Kubernetes version Skiff reports (the API it implements).
+pub const GIT_VERSION: &str = "v1.33.0-skiff";
+
+pub async fn handle(server: &ApiServer, method: &Method, path: &str) -> http::Response<Body> {
+    if method != Method::GET && method != Method::HEAD {
+        return error(&ApiError::method_not_supported(method.as_str(), path));
+    }
+    match path {
+        "/version" | "/version/" => json(
+            200,
+            &json!({
+                "major": "1", "minor": "33", "gitVersion": GIT_VERSION,
+                "gitCommit": "", "gitTreeState": "clean", "buildDate": "2026-11-29T00:00:00Z",
+                "goVersion": "go1.24 (skiff: rust)", "compiler": "rustc",
+                "platform": format!("{}/{}", std::env::consts::OS, arch()),
+            }),
+        ),
+        p if is_health(p) => {
+            if server.cache.revision() > 0 {
+                bytes_response(200, "ok", "text/plain; charset=utf-8")
+            } else {
+                bytes_response(
+                    500,
+                    "[-]watch-cache failed: not synced",
+                    "text/plain; charset=utf-8",
+                )
+            }
+        }
+        "/metrics" => bytes_response(200, metrics(server), "text/plain; version=0.0.4"),
+        _ => error(&ApiError::path_not_found()),
+    }
+}
+
+fn arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+fn is_health(path: &str) -> bool {
+    ["/healthz", "/livez", "/readyz"]
+        .iter()
+        .any(|p| path == *p || path.starts_with(&format!("{p}/")))
+}
+
+fn metrics(server: &ApiServer) -> String {
+    format!(
+        "# HELP skiff_watch_cache_revision The store revision the watch cache is complete up to.\n# TYPE skiff_watch_cache_revision gauge\nskiff_watch_cache_revision {}\n",
+        server.cache.revision()
+    )
+}

@@ -1,0 +1,307 @@
+//! Watches: a chunked stream of JSON lines `{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR,
+//! "object": …}`, served from the watch cache (or, for a revision older than its window, from a
+//! store watch), filtered on the server: an object that stops matching the selectors arrives as
+//! DELETED, one that starts matching as ADDED.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::Response;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use serde_json::{Value, json};
+use skiff_store::{EventKind, KeyRange, WatchRequest};
+use tokio::sync::{broadcast, mpsc};
+
+use super::read::{Filter, table_of};
+use super::{Body, Ctx};
+use crate::cache::{CacheEvent, Cached, Change, WatchStart};
+use crate::encoding::Output;
+use crate::error::{ApiError, Result};
+use crate::request::flag;
+use crate::storage;
+
+/// Upstream closes watches after a random 30–60 minutes; Skiff after 30 unless asked.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// One watch's sending half.
+struct Sink {
+    tx: mpsc::Sender<std::result::Result<Frame<Bytes>, std::convert::Infallible>>,
+    ctx: Ctx,
+    filter: Filter,
+    name: Option<String>,
+    bookmarks: bool,
+    /// Tables carry column definitions in the first event only, as upstream.
+    columns_sent: bool,
+    last_revision: i64,
+}
+
+impl Sink {
+    fn selects(&self, c: &Cached) -> bool {
+        self.name.as_ref().is_none_or(|n| *n == c.name)
+            && (self.ctx.info.namespace.is_empty() || self.ctx.info.namespace == c.namespace)
+            && self.filter.matches(c)
+    }
+
+    async fn send_line(&mut self, kind: &str, object: &[u8]) -> bool {
+        let mut line = Vec::with_capacity(object.len() + 32);
+        line.extend_from_slice(b"{\"type\":\"");
+        line.extend_from_slice(kind.as_bytes());
+        line.extend_from_slice(b"\",\"object\":");
+        line.extend_from_slice(object);
+        line.extend_from_slice(b"}\n");
+        self.tx
+            .send(Ok(Frame::data(Bytes::from(line))))
+            .await
+            .is_ok()
+    }
+
+    async fn send_object(&mut self, kind: &str, c: &Cached) -> bool {
+        self.last_revision = self.last_revision.max(c.revision);
+        match self.ctx.output {
+            Output::Table => {
+                let Ok(obj) = c.object() else { return true };
+                let mut table = table_of(&self.ctx, &[obj], &json!(c.revision.to_string()), None);
+                if self.columns_sent {
+                    table["columnDefinitions"] = json!([]);
+                }
+                self.columns_sent = true;
+                let bytes = serde_json::to_vec(&table).unwrap_or_default();
+                self.send_line(kind, &bytes).await
+            }
+            Output::PartialMetadata => {
+                let Ok(obj) = c.object() else { return true };
+                let meta = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                                  "metadata": obj["metadata"]});
+                self.send_line(kind, &serde_json::to_vec(&meta).unwrap_or_default())
+                    .await
+            }
+            _ => self.send_line(kind, &c.json).await,
+        }
+    }
+
+    async fn bookmark(&mut self, revision: i64, initial_end: bool) -> bool {
+        let mut meta = json!({"resourceVersion": revision.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let obj = json!({"kind": self.ctx.rt.kind, "apiVersion": self.ctx.rt.api_version(),
+                         "metadata": meta});
+        self.send_line("BOOKMARK", &serde_json::to_vec(&obj).unwrap_or_default())
+            .await
+    }
+
+    async fn error(&mut self, e: &ApiError) {
+        let _ = self
+            .send_line(
+                "ERROR",
+                &serde_json::to_vec(&e.to_status()).unwrap_or_default(),
+            )
+            .await;
+    }
+
+    /// Sends one change as this watcher sees it through its selectors.
+    async fn change(&mut self, change: Change, object: &Cached, prev: Option<&Cached>) -> bool {
+        if object.revision <= self.last_revision {
+            return true;
+        }
+        let now = self.selects(object);
+        let before = prev.is_some_and(|p| self.selects(p));
+        let kind = match (change, before, now) {
+            (Change::Deleted, true, _) => "DELETED",
+            (Change::Deleted, false, _) => return true,
+            (_, false, true) => "ADDED",
+            (Change::Modified, true, true) => "MODIFIED",
+            (Change::Added, true, true) => "ADDED",
+            (_, true, false) => "DELETED",
+            (_, false, false) => return true,
+        };
+        self.send_object(kind, object).await
+    }
+
+    async fn cache_event(&mut self, e: &CacheEvent) -> bool {
+        match e {
+            CacheEvent::Object {
+                change,
+                object,
+                prev,
+            } => self.change(*change, object, prev.as_deref()).await,
+            CacheEvent::Progress(rv) => {
+                if self.bookmarks && *rv > self.last_revision {
+                    self.last_revision = *rv;
+                    return self.bookmark(*rv, false).await;
+                }
+                true
+            }
+        }
+    }
+}
+
+pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
+    let filter = Filter::from_query(&ctx)?;
+    let rv = ctx
+        .query
+        .get("resourceVersion")
+        .cloned()
+        .unwrap_or_default();
+    let send_initial = flag(&ctx.query, "sendInitialEvents");
+    let bookmarks = flag(&ctx.query, "allowWatchBookmarks");
+    let timeout = ctx
+        .query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(DEFAULT_TIMEOUT);
+    if send_initial && !bookmarks {
+        return Err(ApiError::invalid(
+            "ListOptions",
+            "meta.k8s.io",
+            "",
+            &[skiff_apimachinery::validation::FieldError::forbidden(
+                &skiff_apimachinery::validation::FieldPath::new("allowWatchBookmarks"),
+                "sendInitialEvents requires allowWatchBookmarks=true",
+            )],
+        ));
+    }
+    let from = match rv.as_str() {
+        "" => {
+            ctx.server.cache.wait_fresh().await?;
+            None
+        }
+        "0" => None,
+        n => {
+            let n: i64 = n
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {n:?}")))?;
+            ctx.server.cache.wait_for(n).await?;
+            if send_initial { None } else { Some(n) }
+        }
+    };
+    let name = (!ctx.info.name.is_empty()).then(|| ctx.info.name.clone());
+    let cache = ctx.server.cache.resource(ctx.rt).clone();
+    let start = cache.watch(&ctx.info.namespace, from);
+    let (tx, rx) = mpsc::channel(64);
+    let mut sink = Sink {
+        tx,
+        ctx,
+        filter,
+        name,
+        bookmarks,
+        columns_sent: false,
+        last_revision: from.unwrap_or(0),
+    };
+    tokio::spawn(async move {
+        let run = async {
+            match start {
+                Some(WatchStart::Snapshot(snapshot, rx)) => {
+                    for c in &snapshot.objects {
+                        if sink.selects(c) && !sink.send_object("ADDED", c).await {
+                            return;
+                        }
+                    }
+                    sink.last_revision = snapshot.revision;
+                    if send_initial && !sink.bookmark(snapshot.revision, true).await {
+                        return;
+                    }
+                    live(&mut sink, rx).await;
+                }
+                Some(WatchStart::Replay(events, rx)) => {
+                    for e in &events {
+                        if !sink.cache_event(e).await {
+                            return;
+                        }
+                    }
+                    live(&mut sink, rx).await;
+                }
+                None => from_store(&mut sink).await,
+            }
+        };
+        let _ = tokio::time::timeout(timeout, run).await;
+    });
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    let body = BodyExt::boxed(StreamBody::new(stream));
+    let mut resp = Response::new(body);
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    Ok(resp)
+}
+
+async fn live(sink: &mut Sink, mut rx: broadcast::Receiver<CacheEvent>) {
+    loop {
+        tokio::select! {
+            event = rx.recv() => match event {
+                Ok(e) => {
+                    if !sink.cache_event(&e).await {
+                        return;
+                    }
+                }
+                // Too far behind: end the watch; the client resumes from its last
+                // resourceVersion, which the history still holds.
+                Err(broadcast::error::RecvError::Lagged(_)) | Err(broadcast::error::RecvError::Closed) => return,
+            },
+            () = sink.tx.closed() => return,
+        }
+    }
+}
+
+/// Serves a watch older than the cache's window straight from a store watch.
+async fn from_store(sink: &mut Sink) {
+    let prefix = storage::prefix(sink.ctx.rt, &sink.ctx.info.namespace);
+    let req = WatchRequest {
+        range: KeyRange::prefix(prefix.into_bytes()),
+        start_revision: sink.last_revision + 1,
+        prev_kv: true,
+        progress_notify: false,
+    };
+    let mut stream = match sink.ctx.server.store.watch(req).await {
+        Ok(s) => s,
+        Err(e) => return sink.error(&ApiError::from(e)).await,
+    };
+    let rt = sink.ctx.rt;
+    while let Some(batch) = stream.next().await {
+        let batch = match batch {
+            Ok(b) => b,
+            Err(skiff_store::Error::Compacted {
+                compact_revision, ..
+            }) => {
+                return sink
+                    .error(&ApiError::gone(format!(
+                        "too old resource version: {} ({compact_revision})",
+                        sink.last_revision
+                    )))
+                    .await;
+            }
+            Err(e) => return sink.error(&ApiError::from(e)).await,
+        };
+        for ev in &batch.events {
+            let decode = |kv: &skiff_store::KeyValue, rev: i64| -> Option<Cached> {
+                let obj: Value = storage::decode_at(&kv.value, rev, &kv.key).ok()?;
+                Cached::from_object(rt, &obj, rev).ok()
+            };
+            let prev = ev.prev_kv.as_ref().and_then(|p| decode(p, p.mod_revision));
+            let (change, object) = match ev.kind {
+                EventKind::Put => (
+                    if prev.is_some() {
+                        Change::Modified
+                    } else {
+                        Change::Added
+                    },
+                    decode(&ev.kv, ev.kv.mod_revision),
+                ),
+                EventKind::Delete => (
+                    Change::Deleted,
+                    ev.prev_kv
+                        .as_ref()
+                        .and_then(|p| decode(p, ev.kv.mod_revision)),
+                ),
+            };
+            let Some(object) = object else { continue };
+            if !sink.change(change, &object, prev.as_ref()).await {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! The API server process: configuration, the shared state every handler reads, the HTTPS
+//! listener (HTTP/1.1 and HTTP/2 over rustls, client certificates verified against the cluster
+//! CA), and the request pipeline authentication → authorization → handler (admission runs inside
+//! the write handlers).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::RootCertStore;
+use rustls::server::WebPkiClientVerifier;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use skiff_store::{Store, StoreExt};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::admission::{self, NamespaceLookup};
+use crate::authn::{self, Credentials, X509Authenticator};
+use crate::authz::{self, AllowAuthenticated, Authorizer, Decision};
+use crate::cache::Cacher;
+use crate::error::{ApiError, Result};
+use crate::handlers::{self, Body};
+use crate::pki::Pki;
+use crate::request::{RequestInfo, parse_query};
+use crate::storage;
+
+/// How to run the API server.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Certificates and the admin kubeconfig live here.
+    pub data_dir: PathBuf,
+    /// Address to listen on (upstream's `--bind-address` + `--secure-port`; default
+    /// 127.0.0.1:6443).
+    pub listen: SocketAddr,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("/var/lib/skiff"),
+            listen: SocketAddr::from(([127, 0, 0, 1], 6443)),
+        }
+    }
+}
+
+/// Everything a request handler needs.
+pub struct ApiServer {
+    pub store: Arc<dyn Store>,
+    pub cache: Arc<Cacher>,
+    pub authn: authn::Chain,
+    pub authz: Vec<Box<dyn Authorizer>>,
+    pub admission: admission::Chain,
+    /// The current time (injected so tests can fix it).
+    pub clock: fn() -> jiff::Timestamp,
+}
+
+impl std::fmt::Debug for ApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServer").finish_non_exhaustive()
+    }
+}
+
+/// NamespaceLifecycle's view of namespaces: the watch cache, then the store (a namespace created
+/// a moment ago may not have reached the cache yet).
+struct StoreNamespaces {
+    store: Arc<dyn Store>,
+}
+
+#[async_trait]
+impl NamespaceLookup for StoreNamespaces {
+    async fn phase(&self, name: &str) -> Result<Option<String>> {
+        let rt = skiff_apimachinery::catalog::lookup("", "v1", "namespaces").expect("namespaces");
+        let Some(kv) = self
+            .store
+            .get(storage::key(rt, "", name).as_bytes())
+            .await?
+        else {
+            return Ok(None);
+        };
+        let ns = storage::decode(&kv)?;
+        Ok(Some(
+            ns.pointer("/status/phase")
+                .and_then(|p| p.as_str())
+                .unwrap_or("Active")
+                .to_string(),
+        ))
+    }
+}
+
+impl ApiServer {
+    /// Builds the server state over a store: starts the watch cache and the default policy
+    /// chain.
+    pub async fn new(store: Arc<dyn Store>) -> Result<Arc<Self>> {
+        let cache = Cacher::start(store.clone()).await?;
+        // Built once here so the first `kubectl apply` does not pay for it.
+        skiff_openapi::Documents::global();
+        Ok(Arc::new(Self {
+            store: store.clone(),
+            cache,
+            authn: authn::Chain::new(vec![Box::new(X509Authenticator)]),
+            authz: vec![Box::new(AllowAuthenticated)],
+            admission: admission::Chain {
+                plugins: vec![Box::new(admission::NamespaceLifecycle {
+                    lookup: StoreNamespaces { store },
+                })],
+            },
+            clock: jiff::Timestamp::now,
+        }))
+    }
+
+    pub fn now(&self) -> jiff::Timestamp {
+        (self.clock)()
+    }
+
+    /// One request through the pipeline.
+    pub async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        client_certificate: Option<Arc<Vec<u8>>>,
+    ) -> Response<Body> {
+        let query = parse_query(req.uri().query());
+        let info = RequestInfo::parse(req.method(), req.uri().path(), &query);
+        let credentials = Credentials {
+            client_certificate: client_certificate.as_deref().map(Vec::as_slice),
+            headers: req.headers(),
+        };
+        let user = match self.authn.authenticate(&credentials) {
+            Ok(u) => u,
+            Err(why) => {
+                tracing::debug!(%why, "authentication failed");
+                return handlers::error(&ApiError::unauthorized());
+            }
+        };
+        let decision = self
+            .authz
+            .iter()
+            .map(|a| a.authorize(&user, &info))
+            .find(|d| *d != Decision::NoOpinion)
+            .unwrap_or(Decision::NoOpinion);
+        match decision {
+            Decision::Allow => {}
+            _ if user.is_anonymous() => return handlers::error(&ApiError::unauthorized()),
+            Decision::Deny(reason) => {
+                return handlers::error(&ApiError::forbidden(format!(
+                    "{}: {reason}",
+                    authz::forbidden_message(&user, &info)
+                )));
+            }
+            Decision::NoOpinion => {
+                return handlers::error(&ApiError::forbidden(authz::forbidden_message(
+                    &user, &info,
+                )));
+            }
+        }
+        handlers::route(self, req, info, query, user).await
+    }
+}
+
+/// A bound, not yet serving, API server: the address is known (for port 0) before `serve`.
+pub struct Listener {
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    pub pki: Pki,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("addr", &self.listener.local_addr().ok())
+            .finish()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("binding {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Pki(#[from] crate::pki::Error),
+    #[error("tls configuration: {0}")]
+    Tls(String),
+    #[error("writing {path}: {source}")]
+    Kubeconfig {
+        path: PathBuf,
+        source: crate::pki::Error,
+    },
+}
+
+impl Listener {
+    /// Binds `config.listen`, prepares certificates under `config.data_dir/tls` and writes
+    /// `config.data_dir/kubeconfig.yaml` for the admin.
+    pub async fn bind(config: &Config) -> std::result::Result<Self, ServeError> {
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| ServeError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let addr = listener.local_addr().map_err(|source| ServeError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let mut hosts = vec![addr.ip().to_string()];
+        if addr.ip().is_unspecified() {
+            hosts.push("127.0.0.1".into());
+        }
+        let pki = Pki::ensure(&config.data_dir.join("tls"), &hosts)?;
+        let host = if addr.ip().is_unspecified() {
+            "127.0.0.1".to_string()
+        } else {
+            addr.ip().to_string()
+        };
+        let url = format!("https://{host}:{}", addr.port());
+        let kubeconfig = config.data_dir.join("kubeconfig.yaml");
+        pki.write_kubeconfig(&kubeconfig, &url, "admin", Some("system:masters"))
+            .map_err(|source| ServeError::Kubeconfig {
+                path: kubeconfig.clone(),
+                source,
+            })?;
+        let acceptor = tls_acceptor(&pki)?;
+        Ok(Self {
+            listener,
+            acceptor,
+            pki,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("bound listener")
+    }
+
+    /// Serves until `shutdown` resolves.
+    pub async fn serve(
+        self,
+        server: Arc<ApiServer>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        tokio::pin!(shutdown);
+        loop {
+            let (tcp, peer) = tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        continue;
+                    }
+                },
+                () = &mut shutdown => break,
+            };
+            let _ = tcp.set_nodelay(true);
+            let acceptor = self.acceptor.clone();
+            let server = server.clone();
+            let watcher = graceful.watcher();
+            tokio::spawn(async move {
+                let tls = match acceptor.accept(tcp).await {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "tls handshake failed");
+                        return;
+                    }
+                };
+                let cert = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .map(|c| Arc::new(c.as_ref().to_vec()));
+                let service = hyper::service::service_fn(move |req| {
+                    let server = server.clone();
+                    let cert = cert.clone();
+                    async move { Ok::<_, std::convert::Infallible>(server.handle(req, cert).await) }
+                });
+                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+                if let Err(e) = watcher.watch(conn.into_owned()).await {
+                    tracing::debug!(%peer, error = %e, "connection ended");
+                }
+            });
+        }
+        tokio::select! {
+            () = graceful.shutdown() => {}
+            () = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+        }
+    }
+}
+
+fn tls_acceptor(pki: &Pki) -> std::result::Result<TlsAcceptor, ServeError> {
+    let tls = |e: &dyn std::fmt::Display| ServeError::Tls(e.to_string());
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pki.ca_cert_pem.as_bytes()) {
+        roots.add(cert.map_err(|e| tls(&e))?).map_err(|e| tls(&e))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| tls(&e))?;
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(pki.serving_cert_pem.as_bytes())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| tls(&e))?;
+    let key = PrivateKeyDer::from_pem_slice(pki.serving_key_pem.as_bytes()).map_err(|e| tls(&e))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls(&e))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .map_err(|e| tls(&e))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}

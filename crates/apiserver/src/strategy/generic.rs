@@ -1,0 +1,190 @@
+//! Rules every kind follows on create and update (upstream's `BeforeCreate`/`BeforeUpdate`):
+//! server-owned metadata (uid, creationTimestamp, generation, deletion fields), the status
+//! subresource split, and generation bumps on spec changes.
+
+use serde_json::{Map, Value, json};
+use skiff_apimachinery::catalog::ResourceType;
+
+/// Upstream's `rfc3339` seconds form of a time, as `metav1.Time` serializes.
+pub fn timestamp(now: jiff::Timestamp) -> String {
+    now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn meta_mut(object: &mut Value) -> &mut Map<String, Value> {
+    if !object.get("metadata").is_some_and(Value::is_object) {
+        object["metadata"] = json!({});
+    }
+    object["metadata"]
+        .as_object_mut()
+        .expect("metadata is an object")
+}
+
+/// Whether the kind tracks `metadata.generation` (kinds with a spec and a status subresource;
+/// pods only with the alpha PodObservedGenerationTracking, so not here).
+fn tracks_generation(rt: &ResourceType) -> bool {
+    rt.has_status()
+        && !(rt.group.is_empty() && matches!(rt.plural, "pods" | "nodes" | "namespaces"))
+}
+
+/// Whether a create resets `.status` (every kind with a status subresource except Nodes, whose
+/// kubelet registers them with status).
+fn resets_status_on_create(rt: &ResourceType) -> bool {
+    rt.has_status() && !(rt.group.is_empty() && rt.plural == "nodes")
+}
+
+/// Sets what the server owns on a new object: uid, creationTimestamp, generation; drops what a
+/// client may not set.
+pub fn prepare_create(rt: &ResourceType, object: &mut Value, now: jiff::Timestamp) {
+    let meta = meta_mut(object);
+    meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    meta.insert("creationTimestamp".into(), json!(timestamp(now)));
+    for field in [
+        "resourceVersion",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+    ] {
+        meta.remove(field);
+    }
+    if tracks_generation(rt) {
+        meta.insert("generation".into(), json!(1));
+    } else {
+        meta.remove("generation");
+    }
+    if !rt.has_status() {
+        return;
+    }
+    if resets_status_on_create(rt)
+        && let Some(obj) = object.as_object_mut()
+    {
+        obj.remove("status");
+    }
+}
+
+/// Carries server-owned metadata from `old` to `object`, applies the status subresource split
+/// (`subresource` is `"status"` for writes to `/status`), and bumps the generation when the spec
+/// changed.
+pub fn prepare_update(rt: &ResourceType, object: &mut Value, old: &Value, subresource: &str) {
+    if subresource == "status" {
+        // A status write changes only .status (upstream also keeps metadata but for a few
+        // fields; keeping all of it is the strict reading).
+        let status = object.get("status").cloned();
+        *object = old.clone();
+        match status {
+            Some(s) => object["status"] = s,
+            None => {
+                if let Some(o) = object.as_object_mut() {
+                    o.remove("status");
+                }
+            }
+        }
+        return;
+    }
+    let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
+    let meta = meta_mut(object);
+    for field in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+    ] {
+        match old_meta.get(field) {
+            Some(v) => meta.insert(field.into(), v.clone()),
+            None => meta.remove(field),
+        };
+    }
+    // Writes to the object itself (and to `scale`) keep the stored status; `binding` sets both.
+    if rt.has_status() && matches!(subresource, "" | "scale") {
+        let old_status = old.get("status").cloned();
+        let obj = object.as_object_mut().expect("objects are JSON objects");
+        match old_status {
+            Some(s) => obj.insert("status".into(), s),
+            None => obj.remove("status"),
+        };
+    }
+    if tracks_generation(rt) && spec_changed(object, old) {
+        let next = old_meta
+            .get("generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            + 1;
+        meta_mut(object).insert("generation".into(), json!(next));
+    }
+}
+
+/// Whether anything outside `metadata` and `status` differs.
+fn spec_changed(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| -> Map<String, Value> {
+        let mut m = v.as_object().cloned().unwrap_or_default();
+        for k in ["metadata", "status", "apiVersion", "kind"] {
+            m.remove(k);
+        }
+        m
+    };
+    strip(a) != strip(b)
+}
+
+/// Whether an update changes nothing the store would keep (so it is not written and keeps its
+/// resourceVersion, as upstream: kubectl then says "unchanged"/"no change").
+pub fn unchanged(object: &Value, old: &Value) -> bool {
+    let strip = |v: &Value| -> Value {
+        let mut v = v.clone();
+        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+            m.remove("managedFields");
+        }
+        v
+    };
+    strip(object) == strip(old)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use skiff_apimachinery::catalog::lookup;
+
+    fn now() -> jiff::Timestamp {
+        "2026-11-29T10:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn a_create_gets_uid_timestamp_and_generation_and_loses_status() {
+        let deploy = lookup("apps", "v1", "deployments").unwrap();
+        let mut obj = json!({"metadata": {"name": "a", "resourceVersion": "5"},
+                             "spec": {}, "status": {"replicas": 3}});
+        prepare_create(deploy, &mut obj, now());
+        assert_eq!(obj["metadata"]["creationTimestamp"], "2026-11-29T10:00:00Z");
+        assert_eq!(obj["metadata"]["generation"], 1);
+        assert!(obj["metadata"]["uid"].as_str().unwrap().len() == 36);
+        assert!(obj.get("status").is_none());
+        assert!(obj["metadata"].get("resourceVersion").is_none());
+    }
+
+    #[test]
+    fn spec_changes_bump_generation_and_status_is_kept_from_the_old_object() {
+        let deploy = lookup("apps", "v1", "deployments").unwrap();
+        let old = json!({"metadata": {"name": "a", "uid": "u1", "generation": 3},
+                         "spec": {"replicas": 1}, "status": {"replicas": 1}});
+        let mut new = json!({"metadata": {"name": "a", "uid": "forged"},
+                             "spec": {"replicas": 2}, "status": {"replicas": 9}});
+        prepare_update(deploy, &mut new, &old, "");
+        assert_eq!(new["metadata"]["uid"], "u1");
+        assert_eq!(new["metadata"]["generation"], 4);
+        assert_eq!(new["status"]["replicas"], 1);
+    }
+
+    #[test]
+    fn status_writes_change_only_status() {
+        let deploy = lookup("apps", "v1", "deployments").unwrap();
+        let old = json!({"metadata": {"name": "a", "generation": 3, "labels": {"x": "1"}},
+                         "spec": {"replicas": 1}, "status": {"replicas": 1}});
+        let mut new = json!({"metadata": {"name": "a", "labels": {"x": "2"}},
+                             "spec": {"replicas": 5}, "status": {"replicas": 2}});
+        prepare_update(deploy, &mut new, &old, "status");
+        assert_eq!(new["spec"]["replicas"], 1);
+        assert_eq!(new["metadata"]["labels"]["x"], "1");
+        assert_eq!(new["status"]["replicas"], 2);
+        assert_eq!(new["metadata"]["generation"], 3);
+    }
+}

@@ -1,0 +1,365 @@
+//! The serialized documents, built once per process, and how to answer requests for them as
+//! kube-openapi does: content negotiation, ETags, and the hash in `/openapi/v3` URLs.
+//!
+//! Upstream behaviour kept here:
+//! - `/openapi/v2` answers JSON or gnostic protobuf by `Accept` (406 otherwise), with a quoted
+//!   ETag and `304 Not Modified` for a matching `If-None-Match`. Protobuf is labelled
+//!   [`V2_PROTOBUF_ALT`] whichever spelling was asked for.
+//! - `/openapi/v3` is an index `{"paths": {"apis/apps/v1": {"serverRelativeURL":
+//!   "/openapi/v3/apis/apps/v1?hash=H"}}}` with H the hash of that document.
+//! - `/openapi/v3/<gv>?hash=H` with the current H is immutable (`Cache-Control: public,
+//!   immutable` and an `Expires` a year ahead, which the caller formats); a stale H is
+//!   redirected (301) to the current URL; without `hash` the document is served plainly.
+//!
+//! Upstream's hash is the SHA-512 of the document in uppercase hex; Skiff's is a 128-bit
+//! FNV-1a pair in uppercase hex. Clients treat it as opaque.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use serde_json::{Map, Value, json};
+
+use crate::schemas::{self, registry};
+use crate::{proto, v2, v3};
+
+/// Media type of the Swagger 2.0 document as protobuf, as kubectl asks for it (`Accept`).
+pub const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+/// The same without the `@`, which is the only spelling to answer with (`Content-Type`):
+/// client-go parses the reply's media type, and `@` is not a token character, so answering
+/// with [`V2_PROTOBUF`] fails every kubectl with "mime: unexpected content after media
+/// subtype".
+pub const V2_PROTOBUF_ALT: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+pub const JSON: &str = "application/json";
+
+/// One serialized document and its hash.
+#[derive(Debug)]
+struct Served {
+    bytes: Vec<u8>,
+    hash: String,
+}
+
+impl Served {
+    fn new(bytes: Vec<u8>) -> Served {
+        let hash = hash(&bytes);
+        Served { bytes, hash }
+    }
+}
+
+/// Every OpenAPI document Skiff serves, serialized.
+#[derive(Debug)]
+pub struct Documents {
+    v2_json: Served,
+    v2_protobuf: Vec<u8>,
+    v3_index: Served,
+    /// By index key (`api/v1`, `apis/apps/v1`).
+    v3: BTreeMap<String, Served>,
+}
+
+/// The answer to one request for a document, for the HTTP layer to send as is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply<'a> {
+    pub status: u16,
+    /// Headers to set besides `Content-Length`; `Expires` is left to the caller (it needs the
+    /// clock) and is due whenever `Cache-Control` says `immutable`.
+    pub headers: Vec<(&'static str, String)>,
+    pub body: &'a [u8],
+}
+
+impl Reply<'_> {
+    fn empty(status: u16) -> Reply<'static> {
+        Reply {
+            status,
+            headers: Vec::new(),
+            body: &[],
+        }
+    }
+
+    /// The value of header `name`, if set.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl Documents {
+    /// Generates and serializes every document (tens of milliseconds in release).
+    pub fn build() -> Documents {
+        let registry = registry();
+        let group_versions: Vec<(String, Map<String, Value>)> = schemas::served_group_versions()
+            .into_iter()
+            .map(|(group, version)| {
+                let paths = v3::group_version_paths(registry, group, version);
+                (v3::index_key(group, version), paths)
+            })
+            .collect();
+        let v2_doc = v2::document(registry, group_versions.iter().map(|(_, paths)| paths));
+        let v2_protobuf = proto::encode_document(&v2_doc);
+        let v2_json = Served::new(to_bytes(&v2_doc));
+        drop(v2_doc);
+        let mut v3 = BTreeMap::new();
+        for (key, paths) in group_versions {
+            let doc = v3::document(registry, paths);
+            v3.insert(key, Served::new(to_bytes(&doc)));
+        }
+        let index: Map<String, Value> = v3
+            .iter()
+            .map(|(key, served)| {
+                let url = format!("/openapi/v3/{key}?hash={}", served.hash);
+                (key.clone(), json!({"serverRelativeURL": url}))
+            })
+            .collect();
+        let v3_index = Served::new(to_bytes(&json!({"paths": index})));
+        Documents {
+            v2_json,
+            v2_protobuf,
+            v3_index,
+            v3,
+        }
+    }
+
+    /// The process-wide documents, built on first use.
+    pub fn global() -> &'static Documents {
+        static DOCUMENTS: OnceLock<Documents> = OnceLock::new();
+        DOCUMENTS.get_or_init(Documents::build)
+    }
+
+    /// The Swagger 2.0 document as JSON.
+    pub fn v2_json(&self) -> &[u8] {
+        &self.v2_json.bytes
+    }
+
+    /// The Swagger 2.0 document as gnostic protobuf (`openapi.v2.Document`).
+    pub fn v2_protobuf(&self) -> &[u8] {
+        &self.v2_protobuf
+    }
+
+    /// The hash of the Swagger 2.0 document; the ETag is this in double quotes.
+    pub fn v2_hash(&self) -> &str {
+        &self.v2_json.hash
+    }
+
+    /// The `/openapi/v3` index.
+    pub fn v3_index_json(&self) -> &[u8] {
+        &self.v3_index.bytes
+    }
+
+    /// The OpenAPI 3 document of `path` (`api/v1`, `apis/apps/v1`).
+    pub fn v3_group_version(&self, path: &str) -> Option<&[u8]> {
+        self.v3.get(path).map(|s| s.bytes.as_slice())
+    }
+
+    /// The hash of a group version's document, as in its `serverRelativeURL`.
+    pub fn v3_hash(&self, path: &str) -> Option<&str> {
+        self.v3.get(path).map(|s| s.hash.as_str())
+    }
+
+    /// The index keys of every group version served, sorted.
+    pub fn v3_paths(&self) -> impl Iterator<Item = &str> {
+        self.v3.keys().map(String::as_str)
+    }
+
+    /// `GET /openapi/v2` with the request's `Accept` and `If-None-Match` headers.
+    pub fn serve_v2(&self, accept: Option<&str>, if_none_match: Option<&str>) -> Reply<'_> {
+        let Some(format) = negotiate(accept, &[JSON, V2_PROTOBUF, V2_PROTOBUF_ALT]) else {
+            return Reply::empty(406);
+        };
+        let (content_type, body) = if format == JSON {
+            (JSON, self.v2_json())
+        } else {
+            (V2_PROTOBUF_ALT, self.v2_protobuf())
+        };
+        let etag = format!("\"{}\"", self.v2_json.hash);
+        let mut headers = vec![
+            ("Content-Type", content_type.to_string()),
+            ("Vary", "Accept".to_string()),
+        ];
+        if matches(if_none_match, &etag) {
+            headers.push(("ETag", etag));
+            return Reply {
+                status: 304,
+                headers,
+                body: &[],
+            };
+        }
+        headers.push(("ETag", etag));
+        Reply {
+            status: 200,
+            headers,
+            body,
+        }
+    }
+
+    /// `GET /openapi/v3`.
+    pub fn serve_v3_index(&self, if_none_match: Option<&str>) -> Reply<'_> {
+        let etag = format!("\"{}\"", self.v3_index.hash);
+        let status = if matches(if_none_match, &etag) {
+            304
+        } else {
+            200
+        };
+        Reply {
+            status,
+            headers: vec![("Content-Type", JSON.to_string()), ("ETag", etag)],
+            body: if status == 200 {
+                self.v3_index_json()
+            } else {
+                &[]
+            },
+        }
+    }
+
+    /// `GET /openapi/v3/<path>[?hash=H]`; `path` is the index key (`apis/apps/v1`).
+    pub fn serve_v3(
+        &self,
+        path: &str,
+        hash: Option<&str>,
+        accept: Option<&str>,
+        if_none_match: Option<&str>,
+    ) -> Reply<'_> {
+        let Some(served) = self.v3.get(path.trim_matches('/')) else {
+            return Reply::empty(404);
+        };
+        if negotiate(accept, &[JSON]).is_none() {
+            return Reply::empty(406);
+        }
+        let etag = format!("\"{}\"", served.hash);
+        let mut headers = vec![
+            ("Content-Type", JSON.to_string()),
+            ("Vary", "Accept".to_string()),
+            ("ETag", etag.clone()),
+        ];
+        if let Some(hash) = hash.filter(|h| !h.is_empty()) {
+            if hash != served.hash {
+                let location = format!(
+                    "/openapi/v3/{}?hash={}",
+                    path.trim_matches('/'),
+                    served.hash
+                );
+                return Reply {
+                    status: 301,
+                    headers: vec![("Location", location)],
+                    body: &[],
+                };
+            }
+            headers.push(("Cache-Control", "public, immutable".to_string()));
+        }
+        if matches(if_none_match, &etag) {
+            return Reply {
+                status: 304,
+                headers,
+                body: &[],
+            };
+        }
+        Reply {
+            status: 200,
+            headers,
+            body: &served.bytes,
+        }
+    }
+}
+
+fn to_bytes(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+/// Whether an `If-None-Match` header names `etag` (or is `*`).
+fn matches(if_none_match: Option<&str>, etag: &str) -> bool {
+    if_none_match.is_some_and(|header| {
+        header
+            .split(',')
+            .map(str::trim)
+            .any(|tag| tag == "*" || tag == etag || tag.strip_prefix("W/") == Some(etag))
+    })
+}
+
+/// The first of `offered` that `accept` takes, honouring `q=0` and wildcards; a missing or
+/// empty header takes the first offer.
+fn negotiate(accept: Option<&str>, offered: &[&'static str]) -> Option<&'static str> {
+    let accept = accept
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .unwrap_or("*/*");
+    let mut ranges: Vec<(f32, usize, &str)> = accept
+        .split(',')
+        .enumerate()
+        .filter_map(|(i, clause)| {
+            let mut parts = clause.split(';').map(str::trim);
+            let range = parts.next()?;
+            let q = parts
+                .filter_map(|p| p.strip_prefix("q="))
+                .find_map(|q| q.parse::<f32>().ok())
+                .unwrap_or(1.0);
+            (q > 0.0).then_some((q, i, range))
+        })
+        .collect();
+    ranges.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    ranges.iter().find_map(|(_, _, range)| {
+        offered.iter().copied().find(|offer| {
+            let (ty, sub) = offer.split_once('/').unwrap_or((offer, ""));
+            match range.split_once('/') {
+                Some(("*", "*")) => true,
+                Some((t, "*")) => t.eq_ignore_ascii_case(ty),
+                Some((t, s)) => t.eq_ignore_ascii_case(ty) && s.eq_ignore_ascii_case(sub),
+                None => false,
+            }
+        })
+    })
+}
+
+/// A 128-bit FNV-1a pair over `bytes`, as 32 uppercase hex digits.
+fn hash(bytes: &[u8]) -> String {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut a: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut b: u64 = 0x6c62_272e_07bb_0142;
+    for &byte in bytes {
+        a = (a ^ u64::from(byte)).wrapping_mul(PRIME);
+        b = (b ^ u64::from(byte.rotate_left(3))).wrapping_mul(PRIME);
+    }
+    format!("{a:016X}{b:016X}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation_prefers_the_clients_order_and_quality() {
+        assert_eq!(negotiate(None, &[JSON, V2_PROTOBUF]), Some(JSON));
+        assert_eq!(
+            negotiate(Some(V2_PROTOBUF), &[JSON, V2_PROTOBUF]),
+            Some(V2_PROTOBUF)
+        );
+        assert_eq!(
+            negotiate(Some("application/json, */*"), &[JSON, V2_PROTOBUF]),
+            Some(JSON)
+        );
+        assert_eq!(
+            negotiate(
+                Some(
+                    "application/json;q=0.5, application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+                ),
+                &[JSON, V2_PROTOBUF]
+            ),
+            Some(V2_PROTOBUF)
+        );
+        assert_eq!(negotiate(Some("text/html"), &[JSON]), None);
+        assert_eq!(negotiate(Some("application/json;q=0"), &[JSON]), None);
+    }
+
+    #[test]
+    fn hashes_differ_for_different_documents() {
+        assert_ne!(hash(b"a"), hash(b"b"));
+        assert_eq!(hash(b"a").len(), 32);
+    }
+
+    #[test]
+    fn etags_match_exact_weak_and_star() {
+        assert!(matches(Some("\"X\""), "\"X\""));
+        assert!(matches(Some("W/\"X\", \"Y\""), "\"X\""));
+        assert!(matches(Some("*"), "\"X\""));
+        assert!(!matches(Some("\"Y\""), "\"X\""));
+        assert!(!matches(None, "\"X\""));
+    }
+}

@@ -1,0 +1,95 @@
+//! `skiff apiserver`: the Kubernetes API server on its own, over the embedded store (default) or
+//! real etcd (`--datastore-endpoint etcd://host:port,…`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+use skiff_apiserver::{ApiServer, Config, Listener, bootstrap};
+use skiff_store::{EmbeddedConfig, EmbeddedStore, Store, etcd::EtcdStore};
+
+use super::UsageError;
+use super::store::shutdown_signal;
+
+#[derive(Debug, Args)]
+pub struct ApiServerArgs {
+    /// Directory for certificates, the admin kubeconfig and (embedded store) the data.
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/skiff")]
+    pub data_dir: PathBuf,
+
+    /// Use real etcd instead of the embedded store: `etcd://host:port[,host:port…]`.
+    #[arg(long, value_name = "URL")]
+    pub datastore_endpoint: Option<String>,
+
+    /// Address to serve HTTPS on.
+    #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
+    pub bind_address: IpAddr,
+
+    /// Port to serve HTTPS on (0 picks a free one, printed in the ready line).
+    #[arg(long, value_name = "PORT", default_value_t = 6443)]
+    pub secure_port: u16,
+}
+
+/// The store a `--datastore-endpoint` names, or the embedded one under `data_dir/store`.
+pub async fn open_store(
+    data_dir: &std::path::Path,
+    endpoint: Option<&str>,
+) -> anyhow::Result<(Arc<dyn Store>, Option<EmbeddedStore>)> {
+    match endpoint {
+        None => {
+            let dir = data_dir.join("store");
+            let store = EmbeddedStore::open(EmbeddedConfig::new(&dir))
+                .await
+                .with_context(|| format!("opening the store in {}", dir.display()))?;
+            Ok((Arc::new(store.clone()), Some(store)))
+        }
+        Some(url) => {
+            let Some(list) = url.strip_prefix("etcd://") else {
+                return Err(UsageError(format!(
+                    "--datastore-endpoint {url:?}: expected etcd://host:port[,host:port…]"
+                ))
+                .into());
+            };
+            let endpoints: Vec<String> = list.split(',').map(|h| format!("http://{h}")).collect();
+            let store = EtcdStore::connect(&endpoints, "")
+                .await
+                .with_context(|| format!("connecting to etcd at {list}"))?;
+            Ok((Arc::new(store), None))
+        }
+    }
+}
+
+pub async fn run(args: ApiServerArgs) -> anyhow::Result<()> {
+    let (store, embedded) = open_store(&args.data_dir, args.datastore_endpoint.as_deref()).await?;
+    let config = Config {
+        data_dir: args.data_dir.clone(),
+        listen: SocketAddr::new(args.bind_address, args.secure_port),
+    };
+    let listener = Listener::bind(&config).await?;
+    let addr = listener.local_addr();
+    let advertise = if addr.ip().is_unspecified() {
+        SocketAddr::new(IpAddr::from([127, 0, 0, 1]), addr.port())
+    } else {
+        addr
+    };
+    bootstrap::run(&store, advertise)
+        .await
+        .context("creating the bootstrap namespaces and services")?;
+    let server = ApiServer::new(store)
+        .await
+        .context("starting the watch cache")?;
+    let kubeconfig = args.data_dir.join("kubeconfig.yaml");
+    println!(
+        "skiff apiserver: ready, serving https://{advertise} (kubeconfig {})",
+        kubeconfig.display()
+    );
+    tracing::info!(%addr, "apiserver serving");
+    listener.serve(server, shutdown_signal()).await;
+    if let Some(store) = embedded {
+        store.close().await;
+    }
+    tracing::info!("apiserver stopped");
+    Ok(())
+}

@@ -1,0 +1,269 @@
+//! Shared harness of the end-to-end tests: a real `skiff apiserver` process on a free loopback
+//! port (over the embedded store or a real etcd started for the test), and real kubectl binaries
+//! run against it. Children are killed when the harness is dropped; failures print the server's
+//! log.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use skiff_store::etcd_process::EtcdProcess;
+
+/// Guards every wait on a child so that a broken server fails a test instead of hanging it.
+pub const HANG_GUARD: Duration = Duration::from_secs(60);
+
+/// The kubectl versions the suites run with: the newest and the oldest installed.
+pub const KUBECTL_133: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.33";
+pub const KUBECTL_127: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.27";
+
+/// Which store the API server runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Embedded,
+    Etcd,
+}
+
+/// A running `skiff apiserver`.
+pub struct ApiServer {
+    child: Child,
+    pub port: u16,
+    pub data_dir: PathBuf,
+    log: PathBuf,
+    _stdout: mpsc::Receiver<String>,
+    etcd: Option<EtcdProcess>,
+    _runtime: Option<tokio::runtime::Runtime>,
+    _dir: tempfile::TempDir,
+}
+
+impl ApiServer {
+    pub fn start(backend: Backend) -> ApiServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (etcd, runtime) = match backend {
+            Backend::Embedded => (None, None),
+            Backend::Etcd => {
+                let rt = tokio::runtime::Runtime::new().expect("runtime");
+                let etcd = rt.block_on(EtcdProcess::start()).expect("start etcd");
+                (Some(etcd), Some(rt))
+            }
+        };
+        let data_dir = dir.path().join("data");
+        let log = dir.path().join("apiserver.log");
+        let (child, port, stdout) = spawn(&data_dir, &log, etcd.as_ref(), 0);
+        ApiServer {
+            child,
+            port,
+            data_dir,
+            log,
+            _stdout: stdout,
+            etcd,
+            _runtime: runtime,
+            _dir: dir,
+        }
+    }
+
+    /// Stops the server (SIGKILL) and starts it again on the same port and data.
+    pub fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let (child, port, stdout) = spawn(&self.data_dir, &self.log, self.etcd.as_ref(), self.port);
+        assert_eq!(port, self.port);
+        self.child = child;
+        self._stdout = stdout;
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.data_dir.join("kubeconfig.yaml")
+    }
+
+    pub fn log(&self) -> String {
+        read(&self.log)
+    }
+
+    /// Runs `kubectl args…` and returns its output, whatever the exit status.
+    pub fn kubectl_output(&self, kubectl: &str, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut child = Command::new(kubectl)
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env("HOME", self.data_dir.join("home"))
+            .spawn()
+            .expect("run kubectl");
+        if let Some(input) = stdin {
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(input.as_bytes())
+                .expect("write stdin");
+        }
+        wait_output(child, HANG_GUARD)
+    }
+
+    /// Runs kubectl, asserts success and returns stdout.
+    pub fn kubectl(&self, kubectl: &str, args: &[&str]) -> String {
+        self.kubectl_stdin(kubectl, args, None)
+    }
+
+    pub fn kubectl_stdin(&self, kubectl: &str, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.kubectl_output(kubectl, args, stdin);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {stderr}\nstdout: {stdout}\nserver log:\n{}",
+            tail(&self.log(), 40)
+        );
+        stdout
+    }
+
+    /// Runs kubectl expecting failure and returns stderr.
+    pub fn kubectl_fails(&self, kubectl: &str, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.kubectl_output(kubectl, args, stdin);
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} should fail; stdout: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    /// Starts a long-running kubectl (e.g. `get --watch`), its stdout delivered line by line.
+    pub fn kubectl_stream(&self, kubectl: &str, args: &[&str]) -> (Child, mpsc::Receiver<String>) {
+        let mut child = Command::new(kubectl)
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .env("HOME", self.data_dir.join("home"))
+            .spawn()
+            .expect("run kubectl");
+        let lines = line_reader(child.stdout.take().expect("stdout"));
+        (child, lines)
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- apiserver log ---\n{}", tail(&self.log(), 80));
+        }
+    }
+}
+
+fn spawn(
+    data_dir: &Path,
+    log: &Path,
+    etcd: Option<&EtcdProcess>,
+    port: u16,
+) -> (Child, u16, mpsc::Receiver<String>) {
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("log file");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
+    cmd.args(["apiserver", "--data-dir"])
+        .arg(data_dir)
+        .args(["--secure-port", &port.to_string()]);
+    if let Some(etcd) = etcd {
+        cmd.arg("--datastore-endpoint")
+            .arg(format!("etcd://{}", etcd.endpoint()));
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log_file)
+        .env("RUST_LOG", "info")
+        .spawn()
+        .expect("start skiff apiserver");
+    let lines = line_reader(child.stdout.take().expect("stdout"));
+    let ready = match lines.recv_timeout(HANG_GUARD) {
+        Ok(line) => line,
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "skiff apiserver printed no ready line; its log:\n{}",
+                read(log)
+            );
+        }
+    };
+    assert!(ready.contains("ready"), "the ready line: {ready:?}");
+    let port = ready
+        .split("https://127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in the ready line {ready:?}"));
+    (child, port, lines)
+}
+
+pub fn line_reader(out: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits for a child's output, killing it after `limit`.
+fn wait_output(child: Child, limit: Duration) -> Output {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.expect("child output"),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!("child {pid} hung for {limit:?}");
+        }
+    }
+}
+
+/// Waits for a line satisfying `pred` on a line stream.
+pub fn expect_line(lines: &mpsc::Receiver<String>, pred: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + HANG_GUARD;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if pred(&line) => return line,
+            Ok(_) => continue,
+            Err(_) => panic!("no matching line within {HANG_GUARD:?}"),
+        }
+    }
+}
+
+pub fn read(path: &Path) -> String {
+    let mut s = String::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let _ = f.read_to_string(&mut s);
+    }
+    s
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
