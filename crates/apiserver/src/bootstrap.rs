@@ -100,6 +100,24 @@ pub async fn run(store: &Arc<dyn Store>, advertise: SocketAddr) -> Result<()> {
                             "targetPort": advertise.port()}]},
     });
     ensure(store, "", "services", service, false).await?;
+    // The reservation of the kubernetes Service's address (so it is never handed out again).
+    let reservation = format!("{}{KUBERNETES_SERVICE_IP}", crate::allocator::SERVICE_IPS);
+    store
+        .txn(TxnRequest {
+            compare: vec![Compare::new(
+                reservation.clone(),
+                CompareOp::Equal,
+                CompareTarget::CreateRevision(0),
+            )],
+            success: vec![TxnOp::Put(PutRequest {
+                key: Bytes::from(reservation),
+                value: Bytes::from_static(b"/registry/core/services/default/kubernetes"),
+                lease: 0,
+                prev_kv: false,
+            })],
+            failure: vec![],
+        })
+        .await?;
     let endpoints = json!({
         "apiVersion": "v1", "kind": "Endpoints",
         "metadata": {"name": "kubernetes", "namespace": "default",

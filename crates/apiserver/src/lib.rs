@@ -13,10 +13,12 @@
 //! - [`storage`]: key layout and the stored encoding of objects.
 //! - [`cache`]: the watch cache.
 //! - [`encoding`], [`protobuf`]: request body formats and content negotiation.
+//! - [`allocator`]: Service ClusterIPs and NodePorts.
 //! - [`bootstrap`]: namespaces and the `kubernetes` Service every cluster has.
 //! - [`error`]: `Status` errors.
 
 pub mod admission;
+pub mod allocator;
 pub mod authn;
 pub mod authz;
 pub mod bootstrap;

@@ -55,6 +55,8 @@ pub struct ApiServer {
     pub authn: authn::Chain,
     pub authz: Vec<Box<dyn Authorizer>>,
     pub admission: admission::Chain,
+    /// Where Service ClusterIPs and NodePorts come from.
+    pub ranges: crate::allocator::Ranges,
     /// The current time (injected so tests can fix it).
     pub clock: fn() -> jiff::Timestamp,
 }
@@ -109,6 +111,7 @@ impl ApiServer {
                     lookup: StoreNamespaces { store },
                 })],
             },
+            ranges: crate::allocator::Ranges::default(),
             clock: jiff::Timestamp::now,
         }))
     }

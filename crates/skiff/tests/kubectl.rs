@@ -62,7 +62,10 @@ fn discovery(kubectl: &str) {
         "get all shows services: {all}"
     );
     let info = api.kubectl(kubectl, &["cluster-info"]);
-    assert!(info.contains("is running at") && info.contains("https://127.0.0.1:"), "{info}");
+    assert!(
+        info.contains("is running at") && info.contains("https://127.0.0.1:"),
+        "{info}"
+    );
 }
 
 /// Create, read in every output format, select, label, annotate, patch, replace, delete.
@@ -316,7 +319,9 @@ fn apply(kubectl: &str) {
     assert_eq!(out.trim(), "deployment.apps/web unchanged");
     // Another writer adds an env var; apply must keep it.
     api.kubectl(kubectl, &["set", "env", "deployment/web", "C=3"]);
-    let trimmed = DEPLOYMENT.replace("        - containerPort: 443\n", "").replace("        - {name: B, value: \"2\"}\n", "");
+    let trimmed = DEPLOYMENT
+        .replace("        - containerPort: 443\n", "")
+        .replace("        - {name: B, value: \"2\"}\n", "");
     let out = api.kubectl_stdin(kubectl, &["apply", "-f", "-"], Some(&trimmed));
     assert_eq!(out.trim(), "deployment.apps/web configured");
     let got = api.kubectl(kubectl, &["get", "deploy", "web", "-o",
@@ -325,19 +330,102 @@ fn apply(kubectl: &str) {
 
     let scaled = api.kubectl(kubectl, &["scale", "deployment", "web", "--replicas=5"]);
     assert_eq!(scaled.trim(), "deployment.apps/web scaled");
-    assert_eq!(api.kubectl(kubectl, &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]), "5");
+    assert_eq!(
+        api.kubectl(
+            kubectl,
+            &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]
+        ),
+        "5"
+    );
 
     let explain = api.kubectl(kubectl, &["explain", "pod.spec.containers"]);
-    assert!(explain.contains("FIELD") || explain.contains("FIELDS"), "{explain}");
+    assert!(
+        explain.contains("FIELD") || explain.contains("FIELDS"),
+        "{explain}"
+    );
     assert!(explain.contains("image"), "{explain}");
 
     let typo = DEPLOYMENT.replace("image: nginx:1.25", "imagee: nginx:1.25");
-    let err = api.kubectl_fails(kubectl, &["apply", "-f", "-"], Some(&typo.replace("name: web\nspec", "name: typo\nspec")));
-    assert!(err.contains("unknown field \"spec.template.spec.containers[0].imagee\""), "{err}");
+    let err = api.kubectl_fails(
+        kubectl,
+        &["apply", "-f", "-"],
+        Some(&typo.replace("name: web\nspec", "name: typo\nspec")),
+    );
+    assert!(
+        err.contains("unknown field \"spec.template.spec.containers[0].imagee\""),
+        "{err}"
+    );
 
     api.kubectl(kubectl, &["delete", "deployment", "web", "--wait"]);
     let gone = api.kubectl(kubectl, &["get", "deployments", "-o", "name"]);
     assert_eq!(gone.trim(), "");
+}
+
+fn service(name: &str, node_port: Option<u16>) -> String {
+    let port = match node_port {
+        Some(n) => format!("{{port: 80, nodePort: {n}}}"),
+        None => "{port: 80}".to_string(),
+    };
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}}}\nspec:\n  type: NodePort\n  selector: {{app: web}}\n  ports: [{port}]\n"
+    )
+}
+
+/// Services get a ClusterIP from 10.43.0.0/16 and NodePorts from 30000–32767, never twice, and
+/// give them back when deleted.
+fn services(kubectl: &str) {
+    let api = ApiServer::start(Backend::Embedded);
+    api.kubectl_stdin(
+        kubectl,
+        &["apply", "-f", "-"],
+        Some(&service("a", Some(30080))),
+    );
+    api.kubectl_stdin(kubectl, &["apply", "-f", "-"], Some(&service("b", None)));
+    let ips = api.kubectl(
+        kubectl,
+        &[
+            "get",
+            "svc",
+            "-o",
+            "jsonpath={range .items[*]}{.spec.clusterIP} {end}",
+        ],
+    );
+    let ips: Vec<&str> = ips.split_whitespace().collect();
+    assert_eq!(ips.len(), 3, "kubernetes, a and b: {ips:?}");
+    assert!(ips.iter().all(|ip| ip.starts_with("10.43.")), "{ips:?}");
+    let unique: std::collections::HashSet<_> = ips.iter().collect();
+    assert_eq!(unique.len(), 3, "no address twice: {ips:?}");
+    let taken = api.kubectl_fails(
+        kubectl,
+        &["apply", "-f", "-"],
+        Some(&service("c", Some(30080))),
+    );
+    assert!(
+        taken.contains(
+            "spec.ports[0].nodePort: Invalid value: 30080: provided port is already allocated"
+        ),
+        "{taken}"
+    );
+    let outside = api.kubectl_fails(
+        kubectl,
+        &["apply", "-f", "-"],
+        Some(&service("c", Some(8080))),
+    );
+    assert!(
+        outside.contains("provided port is not in the valid range"),
+        "{outside}"
+    );
+    api.kubectl(kubectl, &["delete", "svc", "a"]);
+    let reused = api.kubectl_stdin(
+        kubectl,
+        &["apply", "-f", "-"],
+        Some(&service("c", Some(30080))),
+    );
+    assert_eq!(
+        reused.trim(),
+        "service/c created",
+        "a deleted Service's port is free again"
+    );
 }
 
 /// Bad input is a 4xx Status with upstream's message, and nothing is written.
@@ -450,6 +538,7 @@ for_kubectl! {
     bad_input_is_refused_with_upstreams_messages => errors;
     get_watch_sees_adds_changes_and_deletes => watch;
     apply_reapply_scale_and_explain => apply;
+    services_get_unique_cluster_ips_and_node_ports => services;
     requests_without_credentials_are_unauthorized => unauthenticated;
 }
 

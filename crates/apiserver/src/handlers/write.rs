@@ -11,12 +11,14 @@ use skiff_apimachinery::catalog::Subresource;
 use skiff_apimachinery::patch::{self, PatchType};
 use skiff_apimachinery::validation::{self, FieldError, FieldPath};
 use skiff_store::{
-    Compare, CompareOp, CompareTarget, DeleteRequest, KeyRange, PutRequest, TxnOp, TxnRequest,
+    Compare, CompareOp, CompareTarget, DeleteRequest, KeyRange, PutRequest, StoreExt, TxnOp,
+    TxnRequest,
 };
 
 use super::read::{Filter, fetch, render_one};
 use super::{Body, Ctx, object, success_status};
 use crate::admission::{Attributes, Operation};
+use crate::allocator;
 use crate::encoding::{self, BodyFormat};
 use crate::error::{ApiError, Result};
 use crate::storage;
@@ -104,14 +106,20 @@ fn strict_fields(ctx: &Ctx, obj: &Value) -> Result<()> {
     if ctx.query.get("fieldValidation").map(String::as_str) != Some("Strict") {
         return Ok(());
     }
-    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or(ctx.rt.kind);
+    let kind = obj
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or(ctx.rt.kind);
     let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let unknown = skiff_openapi::unknown_fields(group, version, kind, obj);
     if unknown.is_empty() {
         return Ok(());
     }
-    let list: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+    let list: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect();
     Err(ApiError::bad_request(format!(
         "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
         list.join(", ")
@@ -171,24 +179,52 @@ fn delete_op(key: &str) -> TxnOp {
     })
 }
 
-/// Writes `obj` at `key` if the key is still at `revision` (0: absent). Returns the new revision,
-/// or `None` when the guard failed.
-async fn guarded(ctx: &Ctx, key: &str, revision: i64, op: TxnOp) -> Result<Option<i64>> {
+/// Writes `op` at `key` if the key is still at `revision` (0: absent), creating the reservation
+/// keys in `reserve` (which must be absent) and deleting those in `release`, atomically. Returns
+/// the new revision, or `None` when a guard failed.
+async fn commit(
+    ctx: &Ctx,
+    key: &str,
+    revision: i64,
+    op: TxnOp,
+    reserve: &[String],
+    release: &[String],
+) -> Result<Option<i64>> {
     let target = if revision == 0 {
         CompareTarget::CreateRevision(0)
     } else {
         CompareTarget::ModRevision(revision)
     };
+    let mut compare = vec![Compare::new(key.to_string(), CompareOp::Equal, target)];
+    let mut success = vec![op];
+    for r in reserve {
+        compare.push(Compare::new(
+            r.clone(),
+            CompareOp::Equal,
+            CompareTarget::CreateRevision(0),
+        ));
+        success.push(put_op(r, Bytes::from(key.to_string())));
+    }
+    success.extend(release.iter().map(|r| delete_op(r)));
     let resp = ctx
         .server
         .store
         .txn(TxnRequest {
-            compare: vec![Compare::new(key.to_string(), CompareOp::Equal, target)],
-            success: vec![op],
+            compare,
+            success,
             failure: vec![],
         })
         .await?;
     Ok(resp.succeeded.then_some(resp.revision))
+}
+
+/// Reservation keys `new` holds and `old` does not, and the reverse.
+fn reservation_diff(new: Option<&Value>, old: Option<&Value>) -> (Vec<String>, Vec<String>) {
+    let new = new.map(allocator::reservations).unwrap_or_default();
+    let old = old.map(allocator::reservations).unwrap_or_default();
+    let reserve = new.iter().filter(|k| !old.contains(k)).cloned().collect();
+    let release = old.iter().filter(|k| !new.contains(k)).cloned().collect();
+    (reserve, release)
 }
 
 pub async fn create(mut ctx: Ctx) -> Result<Response<Body>> {
@@ -225,19 +261,28 @@ async fn create_object(ctx: &Ctx, mut obj: Value) -> Result<Response<Body>> {
     strategy::for_resource(ctx.rt).prepare_for_create(&mut obj);
     let a = attrs(ctx, Operation::Create, &name, None);
     ctx.server.admission.mutate(&a, Some(&mut obj)).await?;
-    validate(ctx, &obj, None)?;
-    ctx.server.admission.validate(&a, Some(&obj)).await?;
-    if ctx.dry_run() {
-        return Ok(object(201, ctx.output, &obj));
-    }
+    let unallocated = obj.clone();
     let key = storage::key(ctx.rt, &ctx.info.namespace, &name);
-    match guarded(ctx, &key, 0, put_op(&key, storage::encode(&obj)?)).await? {
-        Some(rev) => {
-            storage::set_resource_version(&mut obj, rev);
-            Ok(object(201, ctx.output, &obj))
+    for _ in 0..MAX_RETRIES {
+        let mut obj = unallocated.clone();
+        allocator::allocate(&*ctx.server.store, &ctx.server.ranges, &mut obj, None).await?;
+        validate(ctx, &obj, None)?;
+        ctx.server.admission.validate(&a, Some(&obj)).await?;
+        if ctx.dry_run() {
+            return Ok(object(201, ctx.output, &obj));
         }
-        None => Err(ApiError::already_exists(ctx.target(&name))),
+        let (reserve, _) = reservation_diff(Some(&obj), None);
+        let op = put_op(&key, storage::encode(&obj)?);
+        if let Some(rev) = commit(ctx, &key, 0, op, &reserve, &[]).await? {
+            storage::set_resource_version(&mut obj, rev);
+            return Ok(object(201, ctx.output, &obj));
+        }
+        if reserve.is_empty() || ctx.server.store.get(key.as_bytes()).await?.is_some() {
+            return Err(ApiError::already_exists(ctx.target(&name)));
+        }
+        // Lost a race for an address: allocate again.
     }
+    Err(allocator::already_allocated(&unallocated))
 }
 
 pub async fn update(mut ctx: Ctx) -> Result<Response<Body>> {
@@ -288,6 +333,13 @@ async fn update_with(
         }
         let a = attrs(ctx, Operation::Update, name, Some(&current));
         ctx.server.admission.mutate(&a, Some(&mut obj)).await?;
+        allocator::allocate(
+            &*ctx.server.store,
+            &ctx.server.ranges,
+            &mut obj,
+            Some(&current),
+        )
+        .await?;
         validate(ctx, &obj, Some(&current))?;
         ctx.server.admission.validate(&a, Some(&obj)).await?;
         if ctx.dry_run() {
@@ -301,12 +353,15 @@ async fn update_with(
                 .and_then(Value::as_i64)
                 .unwrap_or(0)
                 == 0;
-        let op = if finished {
-            delete_op(&key)
+        let (op, (reserve, release)) = if finished {
+            (delete_op(&key), reservation_diff(None, Some(&current)))
         } else {
-            put_op(&key, storage::encode(&obj)?)
+            (
+                put_op(&key, storage::encode(&obj)?),
+                reservation_diff(Some(&obj), Some(&current)),
+            )
         };
-        match guarded(ctx, &key, current_rv, op).await? {
+        match commit(ctx, &key, current_rv, op, &reserve, &release).await? {
             Some(rev) => {
                 storage::set_resource_version(&mut obj, rev);
                 return render_one(ctx, &obj);
@@ -507,6 +562,11 @@ async fn delete_one(ctx: &Ctx, name: &str, options: &DeleteOptions) -> Result<Va
         if ctx.dry_run() {
             return Ok(current);
         }
+        let release = if immediate {
+            reservation_diff(None, Some(&current)).1
+        } else {
+            Vec::new()
+        };
         let op = if immediate {
             delete_op(&key)
         } else {
@@ -537,7 +597,7 @@ async fn delete_one(ctx: &Ctx, name: &str, options: &DeleteOptions) -> Result<Va
             }
             put_op(&key, storage::encode(&next)?)
         };
-        if let Some(rev) = guarded(ctx, &key, current_rv, op).await? {
+        if let Some(rev) = commit(ctx, &key, current_rv, op, &[], &release).await? {
             let mut out = if immediate { current } else { next };
             storage::set_resource_version(&mut out, rev);
             return Ok(out);
@@ -707,7 +767,16 @@ pub async fn replace_object(ctx: &Ctx, next: Value) -> Result<Value> {
         return Ok(current);
     }
     validate(ctx, &obj, Some(&current))?;
-    match guarded(ctx, &key, current_rv, put_op(&key, storage::encode(&obj)?)).await? {
+    match commit(
+        ctx,
+        &key,
+        current_rv,
+        put_op(&key, storage::encode(&obj)?),
+        &[],
+        &[],
+    )
+    .await?
+    {
         Some(rev) => {
             storage::set_resource_version(&mut obj, rev);
             Ok(obj)
