@@ -183,13 +183,12 @@ pub async fn allocate(
                 let span = hi - lo + 1;
                 // Start at a random offset so concurrent creates rarely pick the same address.
                 let start = uuid::Uuid::new_v4().as_u128() as u32 % span;
-                let free = (0..span)
+                (0..span)
                     .map(|i| Ipv4Addr::from(lo + (start + i) % span).to_string())
                     .find(|ip| !used.contains(ip))
                     .ok_or_else(|| {
                         ApiError::internal("failed to allocate a serviceIP: range is full")
-                    })?;
-                free
+                    })?
             }
         };
         obj["spec"]["clusterIP"] = json!(ip);

@@ -1,5 +1,5 @@
-//! Request and response encodings: JSON and YAML bodies in (protobuf built-in types through
-//! [`crate::protobuf`] once supported), and content negotiation out: plain JSON, YAML, or a
+//! Request and response encodings: JSON, YAML and protobuf (built-in types, through
+//! [`crate::protobuf`]) bodies in, and content negotiation out: plain JSON, YAML, or a
 //! `meta.k8s.io` Table (`kubectl get`) or PartialObjectMetadata view.
 
 use bytes::Bytes;

@@ -12,6 +12,7 @@
 //! - [`strategy`]: per-kind defaulting, validation and selectable fields.
 //! - [`storage`]: key layout and the stored encoding of objects.
 //! - [`cache`]: the watch cache.
+//! - [`conversion`]: served forms that differ from the stored one (events.k8s.io Events).
 //! - [`encoding`], [`protobuf`]: request body formats and content negotiation.
 //! - [`allocator`]: Service ClusterIPs and NodePorts.
 //! - [`bootstrap`]: namespaces and the `kubernetes` Service every cluster has.
@@ -23,6 +24,7 @@ pub mod authn;
 pub mod authz;
 pub mod bootstrap;
 pub mod cache;
+pub mod conversion;
 pub mod encoding;
 pub mod error;
 pub mod handlers;

@@ -428,6 +428,74 @@ fn services(kubectl: &str) {
     );
 }
 
+/// The generators of `kubectl create` (protobuf bodies from kubectl ≥ 1.32, JSON before).
+fn create_generators(kubectl: &str) {
+    let api = ApiServer::start(Backend::Embedded);
+    for (args, want) in [
+        (
+            &["create", "configmap", "c1", "--from-literal=a=b"][..],
+            "configmap/c1 created",
+        ),
+        (
+            &["create", "secret", "generic", "s1", "--from-literal=x=y"][..],
+            "secret/s1 created",
+        ),
+        (
+            &[
+                "create",
+                "deployment",
+                "d1",
+                "--image=busybox",
+                "--replicas=0",
+            ][..],
+            "deployment.apps/d1 created",
+        ),
+        (
+            &["create", "service", "clusterip", "svc1", "--tcp=80:8080"][..],
+            "service/svc1 created",
+        ),
+        (
+            &["create", "namespace", "team-a"][..],
+            "namespace/team-a created",
+        ),
+        (
+            &["create", "job", "j1", "--image=busybox"][..],
+            "job.batch/j1 created",
+        ),
+    ] {
+        assert_eq!(api.kubectl(kubectl, args).trim(), want);
+    }
+    let got = api.kubectl(kubectl, &["get", "cm", "c1", "-o", "jsonpath={.data.a}"]);
+    assert_eq!(got, "b");
+    let got = api.kubectl(
+        kubectl,
+        &["get", "secret", "s1", "-o", "jsonpath={.data.x}"],
+    );
+    assert_eq!(got, "eQ==", "base64 of y");
+    let got = api.kubectl(
+        kubectl,
+        &[
+            "get",
+            "deploy",
+            "d1",
+            "-o",
+            "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].image}",
+        ],
+    );
+    assert_eq!(got, "0 busybox");
+    let got = api.kubectl(
+        kubectl,
+        &[
+            "get",
+            "svc",
+            "svc1",
+            "-o",
+            "jsonpath={.spec.ports[0].targetPort}",
+        ],
+    );
+    assert_eq!(got, "8080");
+}
+
 /// Bad input is a 4xx Status with upstream's message, and nothing is written.
 fn errors(kubectl: &str) {
     let api = ApiServer::start(Backend::Embedded);
@@ -539,6 +607,7 @@ for_kubectl! {
     get_watch_sees_adds_changes_and_deletes => watch;
     apply_reapply_scale_and_explain => apply;
     services_get_unique_cluster_ips_and_node_ports => services;
+    create_generators_work_with_protobuf_and_json_bodies => create_generators;
     requests_without_credentials_are_unauthorized => unauthenticated;
 }
 

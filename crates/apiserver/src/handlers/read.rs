@@ -16,6 +16,7 @@ use skiff_store::{KeyRange, RangeRequest, StoreExt, prefix_end};
 
 use super::{Body, Ctx, bytes_response, object};
 use crate::cache::Cached;
+use crate::conversion;
 use crate::encoding::Output;
 use crate::error::{ApiError, Result};
 use crate::storage;
@@ -89,9 +90,21 @@ pub async fn fetch(ctx: &Ctx, name: &str) -> Result<Value> {
 
 /// Renders one object in the negotiated output.
 pub fn render_one(ctx: &Ctx, obj: &Value) -> Result<Response<Body>> {
+    render(ctx, 200, obj)
+}
+
+/// Renders one stored object with `code`, in its served form.
+pub fn render(ctx: &Ctx, code: u16, stored: &Value) -> Result<Response<Body>> {
+    let converted;
+    let obj = if conversion::needed(ctx.rt) {
+        converted = conversion::to_external(ctx.rt, stored.clone());
+        &converted
+    } else {
+        stored
+    };
     Ok(match ctx.output {
         Output::Table => super::json(
-            200,
+            code,
             &table_of(
                 ctx,
                 std::slice::from_ref(obj),
@@ -99,8 +112,8 @@ pub fn render_one(ctx: &Ctx, obj: &Value) -> Result<Response<Body>> {
                 None,
             ),
         ),
-        Output::PartialMetadata => super::json(200, &partial(obj)),
-        out => object(200, out, obj),
+        Output::PartialMetadata => super::json(code, &partial(obj)),
+        out => object(code, out, obj),
     })
 }
 
@@ -342,7 +355,11 @@ fn render_list(
                 if i > 0 {
                     out.push(b',');
                 }
-                out.extend_from_slice(&c.json);
+                if conversion::needed(ctx.rt) {
+                    out.extend_from_slice(&conversion::external_bytes(ctx.rt, &c.json));
+                } else {
+                    out.extend_from_slice(&c.json);
+                }
             }
             out.extend_from_slice(b"]}");
             Ok(bytes_response(200, out, "application/json"))

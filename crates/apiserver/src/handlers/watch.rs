@@ -17,6 +17,7 @@ use tokio::sync::{broadcast, mpsc};
 use super::read::{Filter, table_of};
 use super::{Body, Ctx};
 use crate::cache::{CacheEvent, Cached, Change, WatchStart};
+use crate::conversion;
 use crate::encoding::Output;
 use crate::error::{ApiError, Result};
 use crate::request::flag;
@@ -62,6 +63,7 @@ impl Sink {
         match self.ctx.output {
             Output::Table => {
                 let Ok(obj) = c.object() else { return true };
+                let obj = conversion::to_external(self.ctx.rt, obj);
                 let mut table = table_of(&self.ctx, &[obj], &json!(c.revision.to_string()), None);
                 if self.columns_sent {
                     table["columnDefinitions"] = json!([]);
@@ -76,6 +78,10 @@ impl Sink {
                                   "metadata": obj["metadata"]});
                 self.send_line(kind, &serde_json::to_vec(&meta).unwrap_or_default())
                     .await
+            }
+            _ if conversion::needed(self.ctx.rt) => {
+                let bytes = conversion::external_bytes(self.ctx.rt, &c.json);
+                self.send_line(kind, &bytes).await
             }
             _ => self.send_line(kind, &c.json).await,
         }

@@ -15,10 +15,11 @@ use skiff_store::{
     TxnRequest,
 };
 
-use super::read::{Filter, fetch, render_one};
+use super::read::{Filter, fetch, render, render_one};
 use super::{Body, Ctx, object, success_status};
 use crate::admission::{Attributes, Operation};
 use crate::allocator;
+use crate::conversion;
 use crate::encoding::{self, BodyFormat};
 use crate::error::{ApiError, Result};
 use crate::storage;
@@ -96,7 +97,7 @@ async fn read_object(ctx: &mut Ctx, kind: &str, api_version: &str) -> Result<Val
     } else if let Some(m) = obj["metadata"].as_object_mut() {
         m.remove("namespace");
     }
-    Ok(obj)
+    Ok(conversion::to_internal(ctx.rt, obj))
 }
 
 /// `fieldValidation=Strict`: fields the schema does not define are a 400, as upstream's strict
@@ -269,13 +270,13 @@ async fn create_object(ctx: &Ctx, mut obj: Value) -> Result<Response<Body>> {
         validate(ctx, &obj, None)?;
         ctx.server.admission.validate(&a, Some(&obj)).await?;
         if ctx.dry_run() {
-            return Ok(object(201, ctx.output, &obj));
+            return render(ctx, 201, &obj);
         }
         let (reserve, _) = reservation_diff(Some(&obj), None);
         let op = put_op(&key, storage::encode(&obj)?);
         if let Some(rev) = commit(ctx, &key, 0, op, &reserve, &[]).await? {
             storage::set_resource_version(&mut obj, rev);
-            return Ok(object(201, ctx.output, &obj));
+            return render(ctx, 201, &obj);
         }
         if reserve.is_empty() || ctx.server.store.get(key.as_bytes()).await?.is_some() {
             return Err(ApiError::already_exists(ctx.target(&name)));
@@ -412,9 +413,10 @@ pub async fn patch(mut ctx: Ctx) -> Result<Response<Body>> {
         .as_ref()
         .and_then(rv_of);
     update_with(&ctx, pinned, |current| {
-        let patched = patch::apply(group, rkind, current, kind, &body).map_err(patch_error)?;
+        let served = conversion::to_external(ctx.rt, current.clone());
+        let patched = patch::apply(group, rkind, &served, kind, &body).map_err(patch_error)?;
         strict_fields(&ctx, &patched)?;
-        Ok(patched)
+        Ok(conversion::to_internal(ctx.rt, patched))
     })
     .await
 }
@@ -505,9 +507,8 @@ async fn delete_options(ctx: &mut Ctx) -> Result<DeleteOptions> {
 pub async fn delete(mut ctx: Ctx) -> Result<Response<Body>> {
     let options = delete_options(&mut ctx).await?;
     let name = ctx.info.name.clone();
-    delete_one(&ctx, &name, &options)
-        .await
-        .map(|obj| object(200, ctx.output, &obj))
+    let obj = delete_one(&ctx, &name, &options).await?;
+    render(&ctx, 200, &obj)
 }
 
 /// Deletes one object (or starts its graceful/finalized deletion); returns its last state.
