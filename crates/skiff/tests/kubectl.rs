@@ -496,6 +496,127 @@ fn create_generators(kubectl: &str) {
     assert_eq!(got, "8080");
 }
 
+/// Binding, graceful deletion of a bound pod, finalizers, namespace termination, `wait` and
+/// `describe`.
+fn lifecycle(kubectl: &str) {
+    let api = ApiServer::start(Backend::Embedded);
+    api.kubectl_stdin(kubectl, &["create", "-f", "-"], Some(POD));
+    let binding = r#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"web"},"target":{"kind":"Node","name":"n1"}}"#;
+    let raw = [
+        "create",
+        "--raw",
+        "/api/v1/namespaces/default/pods/web/binding",
+        "-f",
+        "-",
+    ];
+    api.kubectl_stdin(kubectl, &raw, Some(binding));
+    let node = api.kubectl(
+        kubectl,
+        &[
+            "get",
+            "pod",
+            "web",
+            "-o",
+            "jsonpath={.spec.nodeName} {.status.conditions[0].type}",
+        ],
+    );
+    assert_eq!(node, "n1 PodScheduled");
+    let again = api.kubectl_fails(kubectl, &raw, Some(binding));
+    assert!(again.contains("already assigned to node"), "{again}");
+    let waited = api.kubectl(
+        kubectl,
+        &[
+            "wait",
+            "--for=condition=PodScheduled",
+            "pod/web",
+            "--timeout=30s",
+        ],
+    );
+    assert_eq!(waited.trim(), "pod/web condition met");
+    let described = api.kubectl(kubectl, &["describe", "pod", "web"]);
+    assert!(
+        described.contains("Node:") && described.contains("n1"),
+        "{described}"
+    );
+
+    // A bound pod is deleted gracefully: it stays, marked, until its kubelet (or a force delete)
+    // finishes the job.
+    api.kubectl(kubectl, &["delete", "pod", "web", "--wait=false"]);
+    let marked = api.kubectl(
+        kubectl,
+        &[
+            "get",
+            "pod",
+            "web",
+            "-o",
+            "jsonpath={.metadata.deletionGracePeriodSeconds}",
+        ],
+    );
+    assert_eq!(marked, "30");
+    let table = api.kubectl(kubectl, &["get", "pod", "web"]);
+    assert!(table.contains("Terminating"), "{table}");
+    api.kubectl(
+        kubectl,
+        &["delete", "pod", "web", "--grace-period=0", "--force"],
+    );
+    assert_eq!(
+        api.kubectl(kubectl, &["get", "pods", "-o", "name"]).trim(),
+        ""
+    );
+
+    // A finalizer holds a deleted object until it is removed.
+    let cm =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: held, finalizers: [example.com/hold]}\n";
+    api.kubectl_stdin(kubectl, &["create", "-f", "-"], Some(cm));
+    api.kubectl(kubectl, &["delete", "cm", "held", "--wait=false"]);
+    let ts = api.kubectl(
+        kubectl,
+        &[
+            "get",
+            "cm",
+            "held",
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}",
+        ],
+    );
+    assert!(!ts.is_empty(), "deletionTimestamp set");
+    api.kubectl(
+        kubectl,
+        &[
+            "patch",
+            "cm",
+            "held",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+    );
+    api.kubectl(
+        kubectl,
+        &["wait", "--for=delete", "cm/held", "--timeout=30s"],
+    );
+
+    // A terminating namespace refuses new content.
+    api.kubectl(kubectl, &["create", "namespace", "going"]);
+    api.kubectl(kubectl, &["delete", "namespace", "going", "--wait=false"]);
+    let phase = api.kubectl(
+        kubectl,
+        &["get", "ns", "going", "-o", "jsonpath={.status.phase}"],
+    );
+    assert_eq!(phase, "Terminating");
+    let refused = api.kubectl_fails(kubectl, &["create", "-n", "going", "-f", "-"], Some(POD));
+    assert!(
+        refused.contains("because it is being terminated"),
+        "{refused}"
+    );
+    let immortal = api.kubectl_fails(kubectl, &["delete", "namespace", "kube-system"], None);
+    assert!(
+        immortal.contains("this namespace may not be deleted"),
+        "{immortal}"
+    );
+}
+
 /// Bad input is a 4xx Status with upstream's message, and nothing is written.
 fn errors(kubectl: &str) {
     let api = ApiServer::start(Backend::Embedded);
@@ -608,6 +729,7 @@ for_kubectl! {
     apply_reapply_scale_and_explain => apply;
     services_get_unique_cluster_ips_and_node_ports => services;
     create_generators_work_with_protobuf_and_json_bodies => create_generators;
+    binding_graceful_deletion_finalizers_and_namespaces => lifecycle;
     requests_without_credentials_are_unauthorized => unauthenticated;
 }
 
