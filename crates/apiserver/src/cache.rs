@@ -168,6 +168,15 @@ impl ResourceCache {
         }
     }
 
+    /// How many objects the cache holds.
+    pub fn len(&self) -> usize {
+        self.state.read().objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The objects of `namespace` (all when empty) at the cache's revision, in key order.
     pub fn list(&self, namespace: &str) -> Snapshot {
         let state = self.state.read();

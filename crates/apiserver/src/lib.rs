@@ -16,6 +16,7 @@
 //! - [`encoding`], [`protobuf`]: request body formats and content negotiation.
 //! - [`allocator`]: Service ClusterIPs and NodePorts.
 //! - [`bootstrap`]: namespaces and the `kubernetes` Service every cluster has.
+//! - [`metrics`]: the `/metrics` endpoint's counters and gauges.
 //! - [`error`]: `Status` errors.
 
 pub mod admission;
@@ -28,6 +29,7 @@ pub mod conversion;
 pub mod encoding;
 pub mod error;
 pub mod handlers;
+pub mod metrics;
 pub mod pki;
 pub mod protobuf;
 pub mod request;

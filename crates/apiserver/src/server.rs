@@ -27,6 +27,7 @@ use crate::error::{ApiError, Result};
 use crate::handlers::{self, Body};
 use crate::pki::Pki;
 use crate::request::{RequestInfo, parse_query};
+
 use crate::storage;
 
 /// How to run the API server.
@@ -55,6 +56,7 @@ pub struct ApiServer {
     pub authn: authn::Chain,
     pub authz: Vec<Box<dyn Authorizer>>,
     pub admission: admission::Chain,
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// Where Service ClusterIPs and NodePorts come from.
     pub ranges: crate::allocator::Ranges,
     /// The current time (injected so tests can fix it).
@@ -111,6 +113,7 @@ impl ApiServer {
                     lookup: StoreNamespaces { store },
                 })],
             },
+            metrics: Arc::default(),
             ranges: crate::allocator::Ranges::default(),
             clock: jiff::Timestamp::now,
         }))
@@ -126,8 +129,28 @@ impl ApiServer {
         req: Request<Incoming>,
         client_certificate: Option<Arc<Vec<u8>>>,
     ) -> Response<Body> {
+        let started = std::time::Instant::now();
         let query = parse_query(req.uri().query());
         let info = RequestInfo::parse(req.method(), req.uri().path(), &query);
+        let resp = self
+            .clone()
+            .pipeline(req, info.clone(), query, client_certificate)
+            .await;
+        self.metrics.observe(
+            &info,
+            resp.status().as_u16(),
+            started.elapsed().as_secs_f64(),
+        );
+        resp
+    }
+
+    async fn pipeline(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        info: RequestInfo,
+        query: std::collections::HashMap<String, String>,
+        client_certificate: Option<Arc<Vec<u8>>>,
+    ) -> Response<Body> {
         let credentials = Credentials {
             client_certificate: client_certificate.as_deref().map(Vec::as_slice),
             headers: req.headers(),

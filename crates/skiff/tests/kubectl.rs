@@ -61,6 +61,21 @@ fn discovery(kubectl: &str) {
         all.contains("service/kubernetes"),
         "get all shows services: {all}"
     );
+    let metrics = api.kubectl(kubectl, &["get", "--raw", "/metrics"]);
+    assert!(
+        metrics.contains("apiserver_request_total{verb=\"LIST\""),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("apiserver_storage_objects{resource=\"namespaces\"} 4"),
+        "{metrics}"
+    );
+    assert_eq!(api.kubectl(kubectl, &["get", "--raw", "/readyz"]), "ok");
+    let version = api.kubectl(kubectl, &["version", "-o", "json"]);
+    assert!(
+        version.contains("\"serverVersion\"") && version.contains("\"minor\": \"33\""),
+        "{version}"
+    );
     let info = api.kubectl(kubectl, &["cluster-info"]);
     assert!(
         info.contains("is running at") && info.contains("https://127.0.0.1:"),

@@ -55,8 +55,17 @@ fn is_health(path: &str) -> bool {
 }
 
 fn metrics(server: &ApiServer) -> String {
-    format!(
-        "# HELP skiff_watch_cache_revision The store revision the watch cache is complete up to.\n# TYPE skiff_watch_cache_revision gauge\nskiff_watch_cache_revision {}\n",
-        server.cache.revision()
-    )
+    let counts: Vec<(String, usize)> = skiff_apimachinery::catalog::RESOURCES
+        .iter()
+        .map(|rt| {
+            let name = if rt.group.is_empty() {
+                rt.plural.to_string()
+            } else {
+                format!("{}.{}", rt.plural, rt.group)
+            };
+            (name, server.cache.resource(rt).len())
+        })
+        .collect();
+    let counts: Vec<(&str, usize)> = counts.iter().map(|(n, c)| (n.as_str(), *c)).collect();
+    server.metrics.render(&counts)
 }

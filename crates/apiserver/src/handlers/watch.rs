@@ -197,7 +197,9 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
         columns_sent: false,
         last_revision: from.unwrap_or(0),
     };
+    let guard = sink.ctx.server.metrics.watch_opened(sink.ctx.rt.plural);
     tokio::spawn(async move {
+        let _guard = guard;
         let run = async {
             match start {
                 Some(WatchStart::Snapshot(snapshot, rx)) => {
