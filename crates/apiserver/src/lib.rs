@@ -15,7 +15,8 @@
 //! - [`conversion`]: served forms that differ from the stored one (events.k8s.io Events).
 //! - [`encoding`], [`protobuf`]: request body formats and content negotiation.
 //! - [`allocator`]: Service ClusterIPs and NodePorts.
-//! - [`bootstrap`]: namespaces and the `kubernetes` Service every cluster has.
+//! - [`bootstrap`]: namespaces, the `kubernetes` Service and the default RBAC policy every
+//!   cluster has.
 //! - [`metrics`]: the `/metrics` endpoint's counters and gauges.
 //! - [`error`]: `Status` errors.
 

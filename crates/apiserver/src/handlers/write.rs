@@ -680,7 +680,8 @@ pub async fn subresource(mut ctx: Ctx, sub: &'static Subresource) -> Result<Resp
             ))
         }
         (other, _) => Err(ApiError::service_unavailable(format!(
-            "pods/{other} needs the node's kubelet, which this API server cannot reach yet"
+            "{}/{other} is not served yet (it needs the kubelet or the token issuer)",
+            ctx.rt.plural
         ))),
     }
 }

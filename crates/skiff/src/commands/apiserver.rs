@@ -76,7 +76,7 @@ pub async fn run(args: ApiServerArgs) -> anyhow::Result<()> {
     };
     bootstrap::run(&store, advertise)
         .await
-        .context("creating the bootstrap namespaces and services")?;
+        .context("creating the bootstrap namespaces, services and RBAC policy")?;
     let server = ApiServer::new(store)
         .await
         .context("starting the watch cache")?;

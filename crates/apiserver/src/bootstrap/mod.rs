@@ -1,7 +1,14 @@
 //! What exists from the first start, as upstream's bootstrap controllers create it: the
-//! namespaces `default`, `kube-system`, `kube-public` and `kube-node-lease`, and the `kubernetes`
+//! namespaces `default`, `kube-system`, `kube-public` and `kube-node-lease`, the `kubernetes`
 //! Service in `default` with Endpoints pointing at this API server (rewritten on every start, so
-//! they follow the address).
+//! they follow the address), and the default RBAC policy.
+//!
+//! # Layout
+//! - [`rbac`]: the bootstrap RBAC policy (`rbac_policy.yaml`) and ensuring it in the store.
+//! - [`reconcile`]: upstream's union-mode reconciliation of one role or binding.
+
+pub mod rbac;
+pub mod reconcile;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -125,5 +132,7 @@ pub async fn run(store: &Arc<dyn Store>, advertise: SocketAddr) -> Result<()> {
         "subsets": [{"addresses": [{"ip": advertise.ip().to_string()}],
                      "ports": [{"name": "https", "port": advertise.port(), "protocol": "TCP"}]}],
     });
-    ensure(store, "", "endpoints", endpoints, true).await
+    ensure(store, "", "endpoints", endpoints, true).await?;
+    rbac::run(store).await?;
+    Ok(())
 }
