@@ -70,9 +70,12 @@ pub fn parse_query(query: Option<&str>) -> HashMap<String, String> {
     out
 }
 
-/// Whether a query flag such as `watch` is set (`true` or `1`, as upstream).
+/// Whether a query flag such as `watch` is set: present with any value but `0` or `false` (in
+/// any case), as upstream's boolean query parameters (the Python client sends `watch=True`).
 pub fn flag(query: &HashMap<String, String>, name: &str) -> bool {
-    matches!(query.get(name).map(String::as_str), Some("true" | "1"))
+    query
+        .get(name)
+        .is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false"))
 }
 
 impl RequestInfo {

@@ -175,6 +175,12 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
             ctx.server.cache.wait_fresh().await?;
             None
         }
+        // "0" may be served from any state; for a streaming list (kube-rs sends "0") a fresh one
+        // costs one cheap store read and spares the client objects it has just written.
+        "0" if send_initial => {
+            ctx.server.cache.wait_fresh().await?;
+            None
+        }
         "0" => None,
         n => {
             let n: i64 = n

@@ -127,11 +127,24 @@ fn strict_fields(ctx: &Ctx, obj: &Value) -> Result<()> {
     )))
 }
 
+/// Upstream's `ValidatePathSegmentName`: any name that can be one URL path segment.
+fn path_segment_name(name: &str) -> Vec<String> {
+    if name == "." || name == ".." {
+        return vec![format!("may not be '{name}'")];
+    }
+    ["/", "%"]
+        .iter()
+        .filter(|bad| name.contains(**bad))
+        .map(|bad| format!("may not contain '{bad}'"))
+        .collect()
+}
+
 fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<()> {
-    let name_check = if ctx.rt.plural == "namespaces" || ctx.rt.plural == "services" {
-        validation::is_dns1123_label
-    } else {
-        validation::is_dns1123_subdomain
+    let name_check = match (ctx.rt.group, ctx.rt.plural) {
+        ("", "namespaces" | "services") => validation::is_dns1123_label,
+        // RBAC names are path segments (`system:controller:…`), as upstream.
+        ("rbac.authorization.k8s.io", _) => path_segment_name,
+        _ => validation::is_dns1123_subdomain,
     };
     let mut errs =
         validation::validate_object_meta(&obj["metadata"], ctx.rt.namespaced, name_check);
@@ -427,7 +440,16 @@ fn patch_error(e: patch::Error) -> ApiError {
     match e.status_code() {
         413 => ApiError::too_large(message),
         415 => ApiError::unsupported_media_type(&message),
-        422 => ApiError::with_code(422, "Invalid", message),
+        // Upstream's NewGenericServerResponse: a fixed message, the patch error as a cause.
+        422 => ApiError {
+            details: Some(json!({"causes": [{"reason": "UnexpectedServerResponse",
+                                             "message": message}]})),
+            ..ApiError::with_code(
+                422,
+                "Invalid",
+                "the server rejected our request due to an error in our request",
+            )
+        },
         500 => ApiError::internal(message),
         _ => ApiError::bad_request(message),
     }
@@ -508,7 +530,23 @@ pub async fn delete(mut ctx: Ctx) -> Result<Response<Body>> {
     let options = delete_options(&mut ctx).await?;
     let name = ctx.info.name.clone();
     let obj = delete_one(&ctx, &name, &options).await?;
-    render(&ctx, 200, &obj)
+    // A pending deletion (grace period, finalizers) answers with the object; a finished one with
+    // a Success Status, except for the kinds upstream sets `ReturnDeletedObject` on.
+    let pending = obj.pointer("/metadata/deletionTimestamp").is_some();
+    let returns_object = ctx.rt.group.is_empty()
+        && matches!(
+            ctx.rt.plural,
+            "pods" | "services" | "serviceaccounts" | "namespaces"
+        );
+    if pending || returns_object {
+        return render(&ctx, 200, &obj);
+    }
+    let mut details = json!({"name": name, "kind": ctx.rt.plural,
+                             "uid": obj.pointer("/metadata/uid").cloned().unwrap_or(Value::Null)});
+    if !ctx.rt.group.is_empty() {
+        details["group"] = json!(ctx.rt.group);
+    }
+    Ok(super::json(200, &success_status(details)))
 }
 
 /// Deletes one object (or starts its graceful/finalized deletion); returns its last state.

@@ -113,8 +113,21 @@ pub fn prepare_update(rt: &ResourceType, object: &mut Value, old: &Value, subres
     }
 }
 
+/// Undoes the generation bump of [`prepare_update`] when the new object differs from `old` only
+/// by what the kind's defaults have since filled in: the generic rules run before the kind's
+/// defaulting, so an update that omits defaulted fields looked like a spec change.
+pub fn settle_generation(object: &mut Value, old: &Value) {
+    let generation = |v: &Value| v.pointer("/metadata/generation").and_then(Value::as_i64);
+    if let (Some(old_gen), Some(new_gen)) = (generation(old), generation(object))
+        && new_gen == old_gen + 1
+        && !spec_changed(object, old)
+    {
+        object["metadata"]["generation"] = json!(old_gen);
+    }
+}
+
 /// Whether anything outside `metadata` and `status` differs.
-fn spec_changed(a: &Value, b: &Value) -> bool {
+pub(crate) fn spec_changed(a: &Value, b: &Value) -> bool {
     let strip = |v: &Value| -> Map<String, Value> {
         let mut m = v.as_object().cloned().unwrap_or_default();
         for k in ["metadata", "status", "apiVersion", "kind"] {

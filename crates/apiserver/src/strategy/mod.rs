@@ -4,12 +4,40 @@
 //!
 //! # Layout
 //! - [`generic`]: rules every kind follows (metadata, generation, status reset).
+//! - [`common`]: shared checks (non-negative, int-or-percent, immutable, semantic equality) and
+//!   pod templates of workloads.
 //! - [`pod`]: Pod defaults, validation, initial status, field set.
 //! - [`namespace`]: Namespace phase and the `kubernetes` finalizer.
+//! - [`node`]: Node pod CIDRs, taints, the `spec.unschedulable` field.
+//! - [`service`]: Service defaults, kept and dropped allocations; ClusterIPs and IP families in
+//!   `service_ips.rs`, the other checks in `service_validation.rs`.
+//! - [`configmap`], [`secret`]: keys, the 1 MiB limit, `immutable`, Secret types.
+//! - [`event`]: core Event field set and namespace check.
+//! - [`replicaset`], [`deployment`], [`statefulset`], [`daemonset`]: `apps/v1` workloads.
+//! - [`job`], [`cronjob`], [`cron`]: `batch/v1` Jobs, CronJobs and the cron schedule parser.
+//! - [`lease`], [`priorityclass`], [`pdb`], [`endpointslice`], [`rbac`]: the remaining groups.
 
+pub mod common;
+pub mod configmap;
+pub mod cron;
+pub mod cronjob;
+pub mod daemonset;
+pub mod deployment;
+pub mod endpointslice;
+pub mod event;
 pub mod generic;
+pub mod job;
+pub mod lease;
 pub mod namespace;
+pub mod node;
+pub mod pdb;
 pub mod pod;
+pub mod priorityclass;
+pub mod rbac;
+pub mod replicaset;
+pub mod secret;
+pub mod service;
+pub mod statefulset;
 
 use serde_json::Value;
 use skiff_apimachinery::catalog::ResourceType;
@@ -55,12 +83,29 @@ pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
     match (rt.group, rt.plural) {
         ("", "pods") => &pod::PodStrategy,
         ("", "namespaces") => &namespace::NamespaceStrategy,
-        ("", "nodes") => &NodeFields,
-        ("", "secrets") => &SecretFields,
-        ("", "events") => &EventFields,
-        ("", "services") => &ServiceFields,
-        ("apps", "replicasets") => &ReplicaSetFields,
-        ("batch", "jobs") => &JobFields,
+        ("", "nodes") => &node::NodeStrategy,
+        ("", "services") => &service::ServiceStrategy,
+        ("", "configmaps") => &configmap::ConfigMapStrategy,
+        ("", "secrets") => &secret::SecretStrategy,
+        ("", "events") => &event::EventStrategy,
+        ("apps", "deployments") => &deployment::DeploymentStrategy,
+        ("apps", "replicasets") => &replicaset::ReplicaSetStrategy,
+        ("apps", "statefulsets") => &statefulset::StatefulSetStrategy,
+        ("apps", "daemonsets") => &daemonset::DaemonSetStrategy,
+        ("batch", "jobs") => &job::JobStrategy,
+        ("batch", "cronjobs") => &cronjob::CronJobStrategy,
+        ("coordination.k8s.io", "leases") => &lease::LeaseStrategy,
+        ("scheduling.k8s.io", "priorityclasses") => &priorityclass::PriorityClassStrategy,
+        ("policy", "poddisruptionbudgets") => &pdb::PodDisruptionBudgetStrategy,
+        ("discovery.k8s.io", "endpointslices") => &endpointslice::EndpointSliceStrategy,
+        ("rbac.authorization.k8s.io", "roles") => &rbac::RoleStrategy { namespaced: true },
+        ("rbac.authorization.k8s.io", "clusterroles") => &rbac::RoleStrategy { namespaced: false },
+        ("rbac.authorization.k8s.io", "rolebindings") => {
+            &rbac::BindingStrategy { namespaced: true }
+        }
+        ("rbac.authorization.k8s.io", "clusterrolebindings") => {
+            &rbac::BindingStrategy { namespaced: false }
+        }
         _ => &Plain,
     }
 }
@@ -80,39 +125,3 @@ pub fn string_at(object: &Value, path: &str) -> String {
         other => other.to_string(),
     }
 }
-
-macro_rules! field_strategy {
-    ($name:ident, [$($field:literal),* $(,)?]) => {
-        #[doc = concat!("Field selectors of ", stringify!($name), ".")]
-        #[derive(Debug)]
-        pub struct $name;
-
-        impl Strategy for $name {
-            fn fields(&self, object: &Value) -> Vec<(&'static str, String)> {
-                vec![$(($field, string_at(object, $field))),*]
-            }
-        }
-    };
-}
-
-field_strategy!(NodeFields, ["spec.unschedulable"]);
-field_strategy!(SecretFields, ["type"]);
-field_strategy!(ServiceFields, ["spec.clusterIP", "spec.type"]);
-field_strategy!(ReplicaSetFields, ["status.replicas"]);
-field_strategy!(JobFields, ["status.successful"]);
-field_strategy!(
-    EventFields,
-    [
-        "involvedObject.kind",
-        "involvedObject.namespace",
-        "involvedObject.name",
-        "involvedObject.uid",
-        "involvedObject.apiVersion",
-        "involvedObject.resourceVersion",
-        "involvedObject.fieldPath",
-        "reason",
-        "reportingComponent",
-        "source",
-        "type",
-    ]
-);

@@ -75,6 +75,11 @@ impl ApiServer {
         self._stdout = stdout;
     }
 
+    /// The etcd endpoint (`127.0.0.1:PORT`) the server stores into, on [`Backend::Etcd`].
+    pub fn etcd_endpoint(&self) -> Option<String> {
+        self.etcd.as_ref().map(EtcdProcess::endpoint)
+    }
+
     pub fn kubeconfig(&self) -> PathBuf {
         self.data_dir.join("kubeconfig.yaml")
     }
@@ -240,6 +245,17 @@ fn wait_output(child: Child, limit: Duration) -> Output {
             panic!("child {pid} hung for {limit:?}");
         }
     }
+}
+
+/// Runs a command to completion (stdin closed, output captured), killing it after [`HANG_GUARD`].
+pub fn run_guarded(cmd: &mut Command) -> Output {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {cmd:?} failed: {e}"));
+    wait_output(child, HANG_GUARD)
 }
 
 /// Waits for a line satisfying `pred` on a line stream.
