@@ -137,8 +137,12 @@ async fn compaction_keeps_the_file_bounded_under_churn() {
         last < 6 * 1024 * 1024,
         "file stays well below what was written: {sizes:?}"
     );
+    // The purge runs between write batches, so how much of it is on disk when a size is read
+    // depends on scheduling (a loaded machine lags by up to about a round). Without reuse of
+    // freed pages the file would grow by about 1.2 MiB a round, 8 MiB from round 2 to 9; with
+    // it, it stays within a couple of rounds' worth of its early size.
     assert!(
-        last <= sizes[2],
+        last <= sizes[2] + 2 * 1024 * 1024,
         "file stops growing once freed pages are reused: {sizes:?}"
     );
     let live = RangeRequest {
