@@ -50,6 +50,11 @@ impl Ranges {
     }
 }
 
+/// Whether `obj` is of a kind that holds allocations (Services).
+pub fn allocates(obj: &Value) -> bool {
+    is_service(obj)
+}
+
 fn is_service(obj: &Value) -> bool {
     obj.get("kind").and_then(Value::as_str) == Some("Service")
 }

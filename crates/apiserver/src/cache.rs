@@ -126,6 +126,8 @@ struct State {
     /// The store revision `objects` is complete up to (advanced after every store batch, under
     /// the write lock, so a snapshot and its revision always agree).
     revision: i64,
+    /// The revision of the last change to an object of this resource.
+    last_change: i64,
 }
 
 /// The cache of one resource type.
@@ -166,6 +168,22 @@ impl ResourceCache {
             state: RwLock::new(State::default()),
             events: broadcast::channel(FANOUT).0,
         }
+    }
+
+    /// The objects of `namespace` as they were at `revision`, if the cache can tell exactly: no
+    /// object of this resource changed since, and the cache has reached it (continue pages of a
+    /// list then need no store read).
+    pub fn list_at(&self, namespace: &str, revision: i64) -> Option<Snapshot> {
+        let state = self.state.read();
+        (state.last_change <= revision && revision <= state.revision).then(|| Snapshot {
+            revision,
+            objects: Self::select(&state, namespace),
+        })
+    }
+
+    /// One object by its path (`namespace/name` or `name`).
+    pub fn get(&self, path: &str) -> Option<Arc<Cached>> {
+        self.state.read().objects.get(path).cloned()
     }
 
     /// How many objects the cache holds.
@@ -227,6 +245,7 @@ impl ResourceCache {
     fn apply(&self, key: String, object: Option<Arc<Cached>>, revision: i64) {
         let mut state = self.state.write();
         state.revision = state.revision.max(revision);
+        state.last_change = revision;
         let prev = match &object {
             Some(o) => state.objects.insert(key, o.clone()),
             None => state.objects.remove(&key),
@@ -268,6 +287,7 @@ impl ResourceCache {
         state.history.clear();
         state.history_floor = revision;
         state.revision = revision;
+        state.last_change = revision;
     }
 
     /// Marks everything up to `revision` as applied; with `notify`, tells watchers (bookmarks).

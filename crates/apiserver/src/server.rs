@@ -73,12 +73,16 @@ impl std::fmt::Debug for ApiServer {
 /// a moment ago may not have reached the cache yet).
 struct StoreNamespaces {
     store: Arc<dyn Store>,
+    cache: Arc<Cacher>,
 }
 
 #[async_trait]
 impl NamespaceLookup for StoreNamespaces {
     async fn phase(&self, name: &str) -> Result<Option<String>> {
         let rt = skiff_apimachinery::catalog::lookup("", "v1", "namespaces").expect("namespaces");
+        if let Some(ns) = self.cache.resource(rt).get(name) {
+            return Ok(Some(ns.field("status.phase").unwrap_or_default()));
+        }
         let Some(kv) = self
             .store
             .get(storage::key(rt, "", name).as_bytes())
@@ -105,12 +109,15 @@ impl ApiServer {
         skiff_openapi::Documents::global();
         Ok(Arc::new(Self {
             store: store.clone(),
-            cache,
+            cache: cache.clone(),
             authn: authn::Chain::new(vec![Box::new(X509Authenticator)]),
             authz: vec![Box::new(AllowAuthenticated)],
             admission: admission::Chain {
                 plugins: vec![Box::new(admission::NamespaceLifecycle {
-                    lookup: StoreNamespaces { store },
+                    lookup: StoreNamespaces {
+                        store,
+                        cache: cache.clone(),
+                    },
                 })],
             },
             metrics: Arc::default(),

@@ -199,6 +199,15 @@ fn crud(kubectl: &str, backend: Backend) {
         bad.contains("field label not supported: spec.bogus"),
         "{bad}"
     );
+    // Paging: kubectl follows `continue` one object at a time.
+    api.kubectl_stdin(
+        kubectl,
+        &["create", "-f", "-"],
+        Some(&POD.replacen("name: web", "name: web2", 1)),
+    );
+    let paged = api.kubectl(kubectl, &["get", "pods", "--chunk-size=1", "-o", "name"]);
+    assert_eq!(paged.trim(), "pod/web\npod/web2");
+    api.kubectl(kubectl, &["delete", "pod", "web2"]);
     let all_ns = api.kubectl(kubectl, &["get", "pods", "-A"]);
     assert!(
         all_ns.lines().next().unwrap().starts_with("NAMESPACE"),

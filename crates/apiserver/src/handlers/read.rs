@@ -219,7 +219,11 @@ pub async fn list(ctx: Ctx) -> Result<Response<Body>> {
             ));
         }
         let token = decode_continue(token)?;
-        return list_from_store(&ctx, &filter, token.rv, &token.start, limit).await;
+        let cache = ctx.server.cache.resource(ctx.rt);
+        return match cache.list_at(&ctx.info.namespace, token.rv) {
+            Some(snapshot) => page(&ctx, &filter, &snapshot, &token.start, limit),
+            None => list_from_store(&ctx, &filter, token.rv, &token.start, limit).await,
+        };
     }
     let cache = ctx.server.cache.resource(ctx.rt);
     match (rv, rv_match) {
@@ -246,16 +250,37 @@ pub async fn list(ctx: Ctx) -> Result<Response<Body>> {
         }
     }
     let snapshot = cache.list(&ctx.info.namespace);
+    page(&ctx, &filter, &snapshot, "", limit)
+}
+
+/// One page of a cached snapshot, from the object at path `start` on.
+fn page(
+    ctx: &Ctx,
+    filter: &Filter,
+    snapshot: &crate::cache::Snapshot,
+    start: &str,
+    limit: usize,
+) -> Result<Response<Body>> {
+    let first = if start.is_empty() {
+        0
+    } else {
+        snapshot
+            .objects
+            .partition_point(|c| c.path().as_str() < start)
+    };
     let mut items: Vec<Arc<Cached>> = Vec::new();
     let mut next = None;
-    for c in snapshot.objects.iter().filter(|c| filter.matches(c)) {
+    for c in snapshot.objects[first..]
+        .iter()
+        .filter(|c| filter.matches(c))
+    {
         if limit > 0 && items.len() == limit {
             next = Some(encode_continue(snapshot.revision, &c.path()));
             break;
         }
         items.push(c.clone());
     }
-    render_list(&ctx, snapshot.revision, &items, next.as_deref())
+    render_list(ctx, snapshot.revision, &items, next.as_deref())
 }
 
 /// A page read from the store at `revision`, starting at `start` (a path below the prefix).

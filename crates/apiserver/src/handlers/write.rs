@@ -275,10 +275,15 @@ async fn create_object(ctx: &Ctx, mut obj: Value) -> Result<Response<Body>> {
     strategy::for_resource(ctx.rt).prepare_for_create(&mut obj);
     let a = attrs(ctx, Operation::Create, &name, None);
     ctx.server.admission.mutate(&a, Some(&mut obj)).await?;
-    let unallocated = obj.clone();
     let key = storage::key(ctx.rt, &ctx.info.namespace, &name);
-    for _ in 0..MAX_RETRIES {
-        let mut obj = unallocated.clone();
+    // Only objects that hold allocations may need a second attempt (and so a pristine copy).
+    let unallocated = allocator::allocates(&obj).then(|| obj.clone());
+    for attempt in 0..MAX_RETRIES {
+        let mut obj = match &unallocated {
+            Some(pristine) if attempt > 0 => pristine.clone(),
+            _ if attempt > 0 => break,
+            _ => std::mem::take(&mut obj),
+        };
         allocator::allocate(&*ctx.server.store, &ctx.server.ranges, &mut obj, None).await?;
         validate(ctx, &obj, None)?;
         ctx.server.admission.validate(&a, Some(&obj)).await?;
@@ -296,7 +301,9 @@ async fn create_object(ctx: &Ctx, mut obj: Value) -> Result<Response<Body>> {
         }
         // Lost a race for an address: allocate again.
     }
-    Err(allocator::already_allocated(&unallocated))
+    Err(allocator::already_allocated(
+        unallocated.as_ref().unwrap_or(&Value::Null),
+    ))
 }
 
 pub async fn update(mut ctx: Ctx) -> Result<Response<Body>> {

@@ -1,6 +1,7 @@
 //! `skiff bench <what>`: benchmarks that print one JSON object per result, each measured against
 //! its peer in the same run where there is one.
 
+pub mod api;
 pub mod store;
 
 use anyhow::Result;
@@ -8,12 +9,16 @@ use anyhow::Result;
 /// What to benchmark.
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
+    /// The API server over HTTPS (a `skiff apiserver` child): pod creates, LIST, memory, watch
+    /// delivery.
+    Api(api::ApiBenchArgs),
     /// The store: embedded in-process, embedded over gRPC, and a real etcd, all with fsync.
     Store(store::StoreBenchArgs),
 }
 
 pub async fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
+        BenchCommand::Api(args) => api::run(args).await,
         BenchCommand::Store(args) => store::run(args).await,
     }
 }
