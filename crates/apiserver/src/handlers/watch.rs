@@ -26,6 +26,9 @@ use crate::storage;
 /// Upstream closes watches after a random 30–60 minutes; Skiff after 30 unless asked.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
 
+/// Queued event lines are sent once they reach this size, even mid-backlog.
+const FLUSH_BYTES: usize = 64 * 1024;
+
 /// One watch's sending half.
 struct Sink {
     tx: mpsc::Sender<std::result::Result<Frame<Bytes>, std::convert::Infallible>>,
@@ -35,6 +38,8 @@ struct Sink {
     bookmarks: bool,
     /// Tables carry column definitions in the first event only, as upstream.
     columns_sent: bool,
+    /// Event lines not yet sent.
+    buf: Vec<u8>,
     last_revision: i64,
 }
 
@@ -45,17 +50,28 @@ impl Sink {
             && self.filter.matches(c)
     }
 
+    /// Queues one event line; lines go out in one frame per [`Sink::flush`] (or every 64 KiB), so
+    /// a watcher that is behind gets its backlog in few writes rather than one per event.
     async fn send_line(&mut self, kind: &str, object: &[u8]) -> bool {
-        let mut line = Vec::with_capacity(object.len() + 32);
-        line.extend_from_slice(b"{\"type\":\"");
-        line.extend_from_slice(kind.as_bytes());
-        line.extend_from_slice(b"\",\"object\":");
-        line.extend_from_slice(object);
-        line.extend_from_slice(b"}\n");
-        self.tx
-            .send(Ok(Frame::data(Bytes::from(line))))
-            .await
-            .is_ok()
+        self.buf.reserve(object.len() + 32);
+        self.buf.extend_from_slice(b"{\"type\":\"");
+        self.buf.extend_from_slice(kind.as_bytes());
+        self.buf.extend_from_slice(b"\",\"object\":");
+        self.buf.extend_from_slice(object);
+        self.buf.extend_from_slice(b"}\n");
+        if self.buf.len() >= FLUSH_BYTES {
+            return self.flush().await;
+        }
+        true
+    }
+
+    /// Sends the queued lines; `false` once the client is gone.
+    async fn flush(&mut self) -> bool {
+        if self.buf.is_empty() {
+            return true;
+        }
+        let frame = Frame::data(Bytes::from(std::mem::take(&mut self.buf)));
+        self.tx.send(Ok(frame)).await.is_ok()
     }
 
     async fn send_object(&mut self, kind: &str, c: &Cached) -> bool {
@@ -99,12 +115,10 @@ impl Sink {
     }
 
     async fn error(&mut self, e: &ApiError) {
-        let _ = self
-            .send_line(
-                "ERROR",
-                &serde_json::to_vec(&e.to_status()).unwrap_or_default(),
-            )
-            .await;
+        let status = serde_json::to_vec(&e.to_status()).unwrap_or_default();
+        if self.send_line("ERROR", &status).await {
+            self.flush().await;
+        }
     }
 
     /// Sends one change as this watcher sees it through its selectors.
@@ -201,6 +215,7 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
         name,
         bookmarks,
         columns_sent: false,
+        buf: Vec::new(),
         last_revision: from.unwrap_or(0),
     };
     let guard = sink.ctx.server.metrics.watch_opened(sink.ctx.rt.plural);
@@ -218,6 +233,9 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
                     if send_initial && !sink.bookmark(snapshot.revision, true).await {
                         return;
                     }
+                    if !sink.flush().await {
+                        return;
+                    }
                     live(&mut sink, rx).await;
                 }
                 Some(WatchStart::Replay(events, rx)) => {
@@ -225,6 +243,9 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
                         if !sink.cache_event(e).await {
                             return;
                         }
+                    }
+                    if !sink.flush().await {
+                        return;
                     }
                     live(&mut sink, rx).await;
                 }
@@ -245,8 +266,17 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
 
 async fn live(sink: &mut Sink, mut rx: broadcast::Receiver<CacheEvent>) {
     loop {
-        tokio::select! {
-            event = rx.recv() => match event {
+        let first = tokio::select! {
+            event = rx.recv() => event,
+            () = sink.tx.closed() => return,
+        };
+        // Everything already queued goes out with it, in one frame.
+        let mut next = first.map_err(|e| match e {
+            broadcast::error::RecvError::Lagged(n) => broadcast::error::TryRecvError::Lagged(n),
+            broadcast::error::RecvError::Closed => broadcast::error::TryRecvError::Closed,
+        });
+        loop {
+            match next {
                 Ok(e) => {
                     if !sink.cache_event(&e).await {
                         return;
@@ -254,9 +284,19 @@ async fn live(sink: &mut Sink, mut rx: broadcast::Receiver<CacheEvent>) {
                 }
                 // Too far behind: end the watch; the client resumes from its last
                 // resourceVersion, which the history still holds.
-                Err(broadcast::error::RecvError::Lagged(_)) | Err(broadcast::error::RecvError::Closed) => return,
-            },
-            () = sink.tx.closed() => return,
+                Err(
+                    broadcast::error::TryRecvError::Lagged(_)
+                    | broadcast::error::TryRecvError::Closed,
+                ) => {
+                    sink.flush().await;
+                    return;
+                }
+                Err(broadcast::error::TryRecvError::Empty) => break,
+            }
+            next = rx.try_recv();
+        }
+        if !sink.flush().await {
+            return;
         }
     }
 }
@@ -316,6 +356,9 @@ async fn from_store(sink: &mut Sink) {
             if !sink.change(change, &object, prev.as_ref()).await {
                 return;
             }
+        }
+        if !sink.flush().await {
+            return;
         }
     }
 }
