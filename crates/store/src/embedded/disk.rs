@@ -259,7 +259,7 @@ impl Disk {
                 })?;
                 batches.push(batch);
             }
-            self.commit(&batches, None, &|_: &[u8], _: i64, _: u32| true)?;
+            self.write(&batches)?;
             tracing::info!(batches = batches.len(), "replayed the write-ahead log");
         }
         for segment in &recovered.segments {
@@ -313,23 +313,30 @@ impl Disk {
         Ok(loaded)
     }
 
-    /// Write `batches` and one chunk of `sweep` in one durable commit (one fsync). In the sweep,
-    /// only records for which `keep(key, revision, sub)` holds remain; returns the revision the
-    /// sweep continues from, or `None` when it has reached its end (or there was none).
-    pub fn commit(
-        &self,
-        batches: &[Batch],
-        sweep: Option<Sweep>,
-        keep: &dyn Fn(&[u8], i64, u32) -> bool,
-    ) -> Result<Option<i64>> {
+    /// Write `batches` in one durable commit (one fsync).
+    pub fn write(&self, batches: &[Batch]) -> Result<()> {
         let txn = self.db.begin_write().map_err(|e| self.io(e))?;
         for batch in batches {
             self.apply(&txn, batch)?;
         }
-        let swept_to = match sweep {
-            Some(sweep) => self.sweep(&txn, sweep, keep)?,
-            None => None,
-        };
+        txn.commit().map_err(|e| self.io(e))
+    }
+
+    /// Run one chunk of `sweep` in a durable commit of its own, keeping only the records for
+    /// which `keep(key, revision, sub)` holds; returns the revision the sweep continues from, or
+    /// `None` when it has reached its end.
+    ///
+    /// The commit writes nothing else because redb is copy-on-write: the pages a transaction
+    /// frees can be reused only by later transactions (redb frees them right after the commit,
+    /// as no read transaction is ever held open on this file). Swept in the same commit as new
+    /// batches, the old history and the new writes would both need room in the file at once.
+    pub fn sweep(
+        &self,
+        sweep: Sweep,
+        keep: &dyn Fn(&[u8], i64, u32) -> bool,
+    ) -> Result<Option<i64>> {
+        let txn = self.db.begin_write().map_err(|e| self.io(e))?;
+        let swept_to = self.sweep_in(&txn, sweep, keep)?;
         txn.commit().map_err(|e| self.io(e))?;
         Ok(swept_to)
     }
@@ -358,7 +365,7 @@ impl Disk {
         Ok(())
     }
 
-    fn sweep(
+    fn sweep_in(
         &self,
         txn: &WriteTransaction,
         sweep: Sweep,

@@ -216,6 +216,13 @@ impl EmbeddedStore {
         }
     }
 
+    /// Wait until every write acknowledged before the call is in the store file (`store.redb`),
+    /// not only in the write-ahead log, and the file's share of every compaction requested before
+    /// it has finished, so the file holds no history those compactions removed.
+    pub async fn checkpoint(&self) -> Result<()> {
+        self.call(|reply| Request::Checkpoint { reply }).await
+    }
+
     fn shared(&self) -> &Shared {
         &self.inner.shared
     }

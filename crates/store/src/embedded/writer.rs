@@ -9,7 +9,8 @@
 //! durable. The batch then goes to the applier thread, which copies it into the redb file.
 //!
 //! Physical compaction (dropping superseded history) starts here, through the index in key order,
-//! a bounded chunk per batch so it never stalls writers for long; the applier then sweeps the file.
+//! a bounded chunk per batch so it never stalls writers for long, and only once the compaction is
+//! durable in the log; the applier then sweeps the file of whatever the index no longer holds.
 //!
 //! If the log cannot be written, the store stops accepting writes (etcd panics in the same
 //! situation): what is on disk stays consistent and every later write gets `Unavailable`.
@@ -54,6 +55,11 @@ pub(crate) enum Request {
         revision: i64,
         reply: oneshot::Sender<Result<()>>,
     },
+    /// Answer once every write before it is in the redb file and compaction requested before it
+    /// is physically done (see [`applier::Message::Checkpoint`]).
+    Checkpoint {
+        reply: oneshot::Sender<Result<()>>,
+    },
 }
 
 /// Answers a request once its batch is durable (`None`) or has failed (`Some(reason)`).
@@ -77,6 +83,9 @@ pub(crate) struct Writer {
     applier_thread: Option<std::thread::JoinHandle<()>>,
     /// In-memory compaction in progress: (compact revision, next key to examine).
     purge: Option<(i64, Bytes)>,
+    /// Checkpoints held back until the in-memory compaction in progress has finished (so the
+    /// applier gets the sweep that goes with it first).
+    checkpoints: Vec<oneshot::Sender<Result<()>>>,
 }
 
 impl Writer {
@@ -95,6 +104,7 @@ impl Writer {
             applier,
             applier_thread,
             purge: None,
+            checkpoints: Vec::new(),
         }
     }
 
@@ -150,18 +160,11 @@ impl Writer {
         let mut batch = Batch::default();
         let mut events = Vec::new();
         let mut done: Vec<Completion> = Vec::with_capacity(requests.len());
-        let mut swept_index_below = None;
         {
             let shared = self.shared.clone();
             let mut ix = shared.index.write();
             for req in requests {
                 done.push(self.apply(&mut ix, req, &mut batch, &mut events));
-            }
-            if let Some((revision, from)) = self.purge.take() {
-                match ix.purge(revision, &from, PURGE_CHUNK).1 {
-                    Some(from) => self.purge = Some((revision, from)),
-                    None => swept_index_below = Some(revision),
-                }
             }
             batch.revision = ix.revision;
         }
@@ -193,8 +196,33 @@ impl Writer {
                 .applier
                 .send(applier::Message::Batch { batch, segment });
         }
+        // Only now, with the compaction durable in the log, may the index drop history for it:
+        // the applier's sweep drops from the file whatever the index no longer holds.
+        let mut swept_index_below = None;
+        if failure.is_none()
+            && let Some((revision, from)) = self.purge.take()
+        {
+            match self
+                .shared
+                .index
+                .write()
+                .purge(revision, &from, PURGE_CHUNK)
+                .1
+            {
+                Some(from) => self.purge = Some((revision, from)),
+                None => swept_index_below = Some(revision),
+            }
+        }
         if let Some(below) = swept_index_below {
             let _ = self.applier.send(applier::Message::Sweep { below });
+        }
+        if self.purge.is_none() || failure.is_some() {
+            for reply in std::mem::take(&mut self.checkpoints) {
+                match &failure {
+                    None => drop(self.applier.send(applier::Message::Checkpoint(reply))),
+                    Some(reason) => drop(reply.send(Err(Error::Unavailable(reason.clone())))),
+                }
+            }
         }
     }
 
@@ -218,6 +246,11 @@ impl Writer {
                 expired_at,
                 reply,
             } => completion(reply, revoke(ix, id, expired_at, batch, events)),
+            Request::Checkpoint { reply } => {
+                // answered by the applier, once process() has handed it over
+                self.checkpoints.push(reply);
+                Box::new(|_| {})
+            }
             Request::Compact { revision, reply } => {
                 let result = if revision <= ix.compact_revision {
                     Err(Error::Compacted {
@@ -279,6 +312,7 @@ fn reject(req: Request, reason: &str) {
         Request::LeaseGrant { reply, .. } => drop(reply.send(Err(err()))),
         Request::LeaseRevoke { reply, .. } => drop(reply.send(Err(err()))),
         Request::Compact { reply, .. } => drop(reply.send(Err(err()))),
+        Request::Checkpoint { reply } => drop(reply.send(Err(err()))),
     }
 }
 
