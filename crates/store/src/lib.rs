@@ -5,8 +5,9 @@
 //! - [`error`]: the [`Error`] enum shared by every backend.
 //! - [`types`]: requests, responses, events (etcd v3's data model).
 //! - [`store`]: the [`Store`] trait and [`WatchStream`].
-//! - [`embedded`]: the default backend, in-process and durable on disk (redb), with an in-memory
-//!   MVCC index, group commit, a watch hub, leases and compaction.
+//! - [`embedded`]: the default backend, in-process and durable on disk (a write-ahead log, with a
+//!   redb file as its checkpoint), with an in-memory MVCC index, group commit, a watch hub, leases
+//!   and compaction.
 //! - [`etcd`]: the etcd backend, real etcd v3 through `etcd-client`, under a key prefix.
 //! - [`grpc`]: an etcd v3 gRPC facade over any [`Store`], so `etcdctl` works against Skiff.
 //! - [`etcd_process`]: starts a real `etcd` on free loopback ports (tests and benchmarks).

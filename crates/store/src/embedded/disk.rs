@@ -7,14 +7,18 @@
 //! - `leases`: `lease id -> granted TTL`.
 //! - `meta`: `format`, `revision` (head at the last commit), `compact_revision`.
 //!
-//! Only the writer thread writes; [`Disk::load`] reads everything once at start-up.
+//! The file is not what makes a write durable: the write-ahead log is (`wal.rs`). The applier
+//! thread copies logged batches here in large durable commits, off the writers' path; opening
+//! replays whatever the log still holds (idempotently: records are keyed by revision).
+//! Only the applier writes; [`Disk::load`] reads everything once at start-up.
 
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 
 use super::index::{Entry, PutData};
+use super::wal::Recovered;
 use crate::error::{Error, Result};
 
 const REVISIONS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("revisions");
@@ -26,6 +30,7 @@ const FORMAT: i64 = 1;
 const TAG_PUT: u8 = 1;
 const TAG_TOMBSTONE: u8 = 2;
 const HEADER_LEN: usize = 1 + 8 * 3 + 4;
+const LOG_BATCH_FORMAT: u8 = 1;
 
 /// File name of the database inside the data directory.
 pub(crate) const FILE_NAME: &str = "store.redb";
@@ -36,12 +41,10 @@ pub(crate) struct Disk {
     path: PathBuf,
 }
 
-/// Everything one commit writes.
+/// Everything one group commit writes.
 #[derive(Debug, Default)]
 pub(crate) struct Batch {
     pub records: Vec<((i64, u32), Vec<u8>)>,
-    /// Records to sweep for ones the index no longer holds (physical compaction).
-    pub purge: Option<Sweep>,
     pub leases_granted: Vec<(i64, i64)>,
     pub leases_removed: Vec<i64>,
     pub revision: i64,
@@ -49,9 +52,9 @@ pub(crate) struct Batch {
 }
 
 impl Batch {
+    /// Whether the batch changes nothing that must be made durable.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
-            && self.purge.is_none()
             && self.leases_granted.is_empty()
             && self.leases_removed.is_empty()
             && self.compact_revision.is_none()
@@ -94,6 +97,76 @@ pub(crate) fn encode(key: &[u8], entry: &Entry) -> Vec<u8> {
     out
 }
 
+/// Encode a batch for the write-ahead log: format byte, revision, compact revision (-1: none),
+/// then counted lists of records, granted leases and removed leases.
+pub(crate) fn encode_batch(batch: &Batch) -> Vec<u8> {
+    let size: usize = batch.records.iter().map(|(_, r)| 16 + r.len()).sum();
+    let mut out = Vec::with_capacity(32 + size + 16 * batch.leases_granted.len());
+    out.push(LOG_BATCH_FORMAT);
+    out.extend_from_slice(&batch.revision.to_le_bytes());
+    out.extend_from_slice(&batch.compact_revision.unwrap_or(-1).to_le_bytes());
+    out.extend_from_slice(&(batch.records.len() as u32).to_le_bytes());
+    for ((rev, sub), record) in &batch.records {
+        out.extend_from_slice(&rev.to_le_bytes());
+        out.extend_from_slice(&sub.to_le_bytes());
+        out.extend_from_slice(&(record.len() as u32).to_le_bytes());
+        out.extend_from_slice(record);
+    }
+    out.extend_from_slice(&(batch.leases_granted.len() as u32).to_le_bytes());
+    for (id, ttl) in &batch.leases_granted {
+        out.extend_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(&ttl.to_le_bytes());
+    }
+    out.extend_from_slice(&(batch.leases_removed.len() as u32).to_le_bytes());
+    for id in &batch.leases_removed {
+        out.extend_from_slice(&id.to_le_bytes());
+    }
+    out
+}
+
+/// Decode [`encode_batch`]'s output; `None` if it is malformed.
+fn decode_batch(raw: &[u8]) -> Option<Batch> {
+    let mut r = Reader(raw);
+    if r.take(1)?[0] != LOG_BATCH_FORMAT {
+        return None;
+    }
+    let revision = r.i64()?;
+    let compact_revision = Some(r.i64()?).filter(|c| *c >= 0);
+    let mut batch = Batch {
+        revision,
+        compact_revision,
+        ..Default::default()
+    };
+    for _ in 0..r.u32()? {
+        let (rev, sub, len) = (r.i64()?, r.u32()?, r.u32()? as usize);
+        batch.records.push(((rev, sub), r.take(len)?.to_vec()));
+    }
+    for _ in 0..r.u32()? {
+        batch.leases_granted.push((r.i64()?, r.i64()?));
+    }
+    for _ in 0..r.u32()? {
+        batch.leases_removed.push(r.i64()?);
+    }
+    r.0.is_empty().then_some(batch)
+}
+
+/// Reads little-endian fields off the front of a byte slice.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (self.0.get(..n)?, self.0.get(n..)?);
+        self.0 = rest;
+        Some(head)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
+
 /// The key of a record written by [`encode`].
 fn record_key(raw: &[u8]) -> Option<&[u8]> {
     let len = u32::from_le_bytes(raw.get(25..29)?.try_into().ok()?) as usize;
@@ -125,7 +198,7 @@ impl Disk {
     ///
     /// A file that exists but is damaged, or is not a Skiff store, is an error naming the file:
     /// the store never silently starts empty over existing data.
-    pub fn open(dir: &Path) -> Result<(Disk, Loaded)> {
+    pub fn open(dir: &Path, recovered: &Recovered) -> Result<(Disk, Loaded)> {
         std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
         let path = dir.join(FILE_NAME);
         let fresh = match std::fs::metadata(&path) {
@@ -143,10 +216,17 @@ impl Disk {
             redb::DatabaseError::Storage(redb::StorageError::Io(io)) => io_error(&path, io),
             other => corrupt(&path, other),
         })?;
+        if fresh && !recovered.payloads.is_empty() {
+            return Err(corrupt(
+                &path,
+                "missing, but the write-ahead log holds writes",
+            ));
+        }
         let disk = Disk { db, path };
         if fresh {
             disk.initialise()?;
         }
+        disk.replay(recovered)?;
         let loaded = disk.load()?;
         Ok((disk, loaded))
     }
@@ -163,6 +243,29 @@ impl Disk {
             txn.open_table(LEASES).map_err(|e| self.io(e))?;
         }
         txn.commit().map_err(|e| self.io(e))
+    }
+
+    /// Copy the batches the log still holds into the file (one durable commit), then delete the
+    /// log segments they came from.
+    fn replay(&self, recovered: &Recovered) -> Result<()> {
+        if !recovered.payloads.is_empty() {
+            let mut batches = Vec::with_capacity(recovered.payloads.len());
+            for (i, payload) in recovered.payloads.iter().enumerate() {
+                let batch = decode_batch(payload).ok_or_else(|| {
+                    corrupt(
+                        &self.path,
+                        format!("malformed batch {i} in the write-ahead log"),
+                    )
+                })?;
+                batches.push(batch);
+            }
+            self.write(&batches)?;
+            tracing::info!(batches = batches.len(), "replayed the write-ahead log");
+        }
+        for segment in &recovered.segments {
+            std::fs::remove_file(segment).map_err(|e| io_error(segment, e))?;
+        }
+        Ok(())
     }
 
     fn load(&self) -> Result<Loaded> {
@@ -210,64 +313,85 @@ impl Disk {
         Ok(loaded)
     }
 
-    /// Write a batch and make it durable (one fsync) before returning. In the batch's sweep, only
-    /// records for which `keep(key, revision, sub)` holds remain; returns the revision the sweep
-    /// continues from, or `None` when it has reached its end (or there was none).
-    pub fn commit(
+    /// Write `batches` in one durable commit (one fsync).
+    pub fn write(&self, batches: &[Batch]) -> Result<()> {
+        let txn = self.db.begin_write().map_err(|e| self.io(e))?;
+        for batch in batches {
+            self.apply(&txn, batch)?;
+        }
+        txn.commit().map_err(|e| self.io(e))
+    }
+
+    /// Run one chunk of `sweep` in a durable commit of its own, keeping only the records for
+    /// which `keep(key, revision, sub)` holds; returns the revision the sweep continues from, or
+    /// `None` when it has reached its end.
+    ///
+    /// The commit writes nothing else because redb is copy-on-write: the pages a transaction
+    /// frees can be reused only by later transactions (redb frees them right after the commit,
+    /// as no read transaction is ever held open on this file). Swept in the same commit as new
+    /// batches, the old history and the new writes would both need room in the file at once.
+    pub fn sweep(
         &self,
-        batch: &Batch,
+        sweep: Sweep,
         keep: &dyn Fn(&[u8], i64, u32) -> bool,
     ) -> Result<Option<i64>> {
-        let mut swept_to = None;
-        let mut txn = self.db.begin_write().map_err(|e| self.io(e))?;
-        txn.set_durability(Durability::Immediate)
-            .map_err(|e| self.io(e))?;
-        {
-            let mut revisions = txn.open_table(REVISIONS).map_err(|e| self.io(e))?;
-            for ((rev, sub), record) in &batch.records {
-                revisions
-                    .insert((*rev as u64, *sub), record.as_slice())
-                    .map_err(|e| self.io(e))?;
-            }
-            if let Some(sweep) = &batch.purge {
-                let from = (sweep.from.max(0) as u64, 0);
-                let below = (sweep.below.max(0) as u64, 0);
-                // The chunk ends at the revision of the (max+1)-th record (at least one revision
-                // further, so a revision with more records than `max` is swept whole): each
-                // commit's work is bounded and the sweep always advances.
-                let end = revisions
-                    .range(from..below)
-                    .map_err(|e| self.io(e))?
-                    .nth(sweep.max)
-                    .transpose()
-                    .map_err(|e| self.io(e))?
-                    .map(|(k, _)| k.value().0.max(from.0 + 1));
-                let to = end.map_or(below, |rev| (rev, 0));
-                revisions
-                    .retain_in(from..to, |(rev, sub), raw| match record_key(raw) {
-                        Some(key) => keep(key, rev as i64, sub),
-                        None => true, // never drop what cannot be read
-                    })
-                    .map_err(|e| self.io(e))?;
-                swept_to = end.map(|rev| rev as i64);
-            }
-            let mut leases = txn.open_table(LEASES).map_err(|e| self.io(e))?;
-            for (id, ttl) in &batch.leases_granted {
-                leases.insert(*id, *ttl).map_err(|e| self.io(e))?;
-            }
-            for id in &batch.leases_removed {
-                leases.remove(*id).map_err(|e| self.io(e))?;
-            }
-            let mut meta = txn.open_table(META).map_err(|e| self.io(e))?;
-            meta.insert("revision", batch.revision)
-                .map_err(|e| self.io(e))?;
-            if let Some(compact) = batch.compact_revision {
-                meta.insert("compact_revision", compact)
-                    .map_err(|e| self.io(e))?;
-            }
-        }
+        let txn = self.db.begin_write().map_err(|e| self.io(e))?;
+        let swept_to = self.sweep_in(&txn, sweep, keep)?;
         txn.commit().map_err(|e| self.io(e))?;
         Ok(swept_to)
+    }
+
+    fn apply(&self, txn: &WriteTransaction, batch: &Batch) -> Result<()> {
+        let mut revisions = txn.open_table(REVISIONS).map_err(|e| self.io(e))?;
+        for ((rev, sub), record) in &batch.records {
+            revisions
+                .insert((*rev as u64, *sub), record.as_slice())
+                .map_err(|e| self.io(e))?;
+        }
+        let mut leases = txn.open_table(LEASES).map_err(|e| self.io(e))?;
+        for (id, ttl) in &batch.leases_granted {
+            leases.insert(*id, *ttl).map_err(|e| self.io(e))?;
+        }
+        for id in &batch.leases_removed {
+            leases.remove(*id).map_err(|e| self.io(e))?;
+        }
+        let mut meta = txn.open_table(META).map_err(|e| self.io(e))?;
+        meta.insert("revision", batch.revision)
+            .map_err(|e| self.io(e))?;
+        if let Some(compact) = batch.compact_revision {
+            meta.insert("compact_revision", compact)
+                .map_err(|e| self.io(e))?;
+        }
+        Ok(())
+    }
+
+    fn sweep_in(
+        &self,
+        txn: &WriteTransaction,
+        sweep: Sweep,
+        keep: &dyn Fn(&[u8], i64, u32) -> bool,
+    ) -> Result<Option<i64>> {
+        let mut revisions = txn.open_table(REVISIONS).map_err(|e| self.io(e))?;
+        let from = (sweep.from.max(0) as u64, 0);
+        let below = (sweep.below.max(0) as u64, 0);
+        // The chunk ends at the revision of the (max+1)-th record (at least one revision further,
+        // so a revision with more records than `max` is swept whole): each commit's work is
+        // bounded and the sweep always advances.
+        let end = revisions
+            .range(from..below)
+            .map_err(|e| self.io(e))?
+            .nth(sweep.max)
+            .transpose()
+            .map_err(|e| self.io(e))?
+            .map(|(k, _)| k.value().0.max(from.0 + 1));
+        let to = end.map_or(below, |rev| (rev, 0));
+        revisions
+            .retain_in(from..to, |(rev, sub), raw| match record_key(raw) {
+                Some(key) => keep(key, rev as i64, sub),
+                None => true, // never drop what cannot be read
+            })
+            .map_err(|e| self.io(e))?;
+        Ok(end.map(|rev| rev as i64))
     }
 
     /// Bytes in use inside the file (the rest is free pages kept for reuse).
@@ -331,6 +455,24 @@ mod tests {
     }
 
     #[test]
+    fn batches_round_trip_through_the_log_encoding() {
+        let batch = Batch {
+            records: vec![((5, 0), b"rec-a".to_vec()), ((5, 1), b"rec-b".to_vec())],
+            leases_granted: vec![(7, 60)],
+            leases_removed: vec![8],
+            revision: 5,
+            compact_revision: Some(3),
+        };
+        let back = decode_batch(&encode_batch(&batch)).unwrap();
+        assert_eq!(back.records, batch.records);
+        assert_eq!(back.leases_granted, batch.leases_granted);
+        assert_eq!(back.leases_removed, batch.leases_removed);
+        assert_eq!((back.revision, back.compact_revision), (5, Some(3)));
+        let raw = encode_batch(&batch);
+        assert!(decode_batch(&raw[..raw.len() - 1]).is_none());
+    }
+
+    #[test]
     fn a_truncated_record_is_rejected() {
         let entry = Entry {
             rev: 1,
@@ -346,7 +488,11 @@ mod tests {
     fn a_file_that_is_not_a_store_is_refused_with_its_path() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(FILE_NAME), vec![0x5a; 8192]).unwrap();
-        let err = Disk::open(dir.path()).err().expect("must refuse");
+        let none = Recovered {
+            payloads: Vec::new(),
+            segments: Vec::new(),
+        };
+        let err = Disk::open(dir.path(), &none).err().expect("must refuse");
         assert!(err.to_string().contains(FILE_NAME), "{err}");
     }
 }

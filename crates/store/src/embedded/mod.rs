@@ -2,8 +2,11 @@
 //!
 //! # Layout
 //! - [`index`](self::index): the in-memory MVCC index (key histories, leases, revisions).
+//! - [`wal`](self::wal): the write-ahead log that makes each group commit durable.
+//! - [`writer`](self::writer): the single writer thread: index updates, group commit to the log.
+//! - [`applier`](self::applier): copies logged batches into the redb file; sweeps compacted
+//!   history out of it.
 //! - [`disk`](self::disk): the redb file and record format.
-//! - [`writer`](self::writer): the single writer thread with group commit and chunked compaction.
 //! - [`watch`](self::watch): the watch hub (bounded per-watcher channels, catch-up + live).
 //! - [`background`](self::background): lease expiry, periodic progress and automatic compaction.
 //!
@@ -12,9 +15,11 @@
 //! and only for in-memory work, never across I/O. Readers read at `Shared::committed`, which the
 //! writer advances (inside the hub lock) only after a batch is durable. Lock order: hub → index.
 
+mod applier;
 mod background;
 mod disk;
 mod index;
+mod wal;
 mod watch;
 mod writer;
 
@@ -30,6 +35,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use self::applier::Applier;
 use self::index::{Index, Lease, ReadOptions};
 use self::watch::Hub;
 use self::writer::{Request, Writer};
@@ -72,6 +78,9 @@ impl EmbeddedConfig {
         }
     }
 }
+
+/// Batches the writer may hand the applier before it waits for it.
+const APPLIER_QUEUE: usize = 1024;
 
 /// State shared by the handle, the writer thread and the background tasks.
 pub(crate) struct Shared {
@@ -120,9 +129,17 @@ impl EmbeddedStore {
     /// inside a Tokio runtime. Fails (naming the file) if the data is damaged.
     pub async fn open(config: EmbeddedConfig) -> Result<EmbeddedStore> {
         let dir = config.data_dir.clone();
-        let (disk, loaded) = tokio::task::spawn_blocking(move || disk::Disk::open(&dir))
-            .await
-            .map_err(|e| Error::Unavailable(format!("store open task failed: {e}")))??;
+        let (disk, wal, loaded) = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&dir).map_err(|e| Error::Io {
+                path: dir.display().to_string(),
+                reason: e.to_string(),
+            })?;
+            let (wal, recovered) = wal::Wal::open(&dir)?;
+            let (disk, loaded) = disk::Disk::open(&dir, &recovered)?;
+            Ok::<_, Error>((disk, wal, loaded))
+        })
+        .await
+        .map_err(|e| Error::Unavailable(format!("store open task failed: {e}")))??;
 
         let now = Instant::now();
         let mut index = Index::default();
@@ -157,8 +174,14 @@ impl EmbeddedStore {
             min_lease_ttl: config.min_lease_ttl,
         });
 
+        let (to_applier, applier_rx) = std::sync::mpsc::sync_channel(APPLIER_QUEUE);
+        let applier = Applier::new(shared.clone(), disk, config.data_dir.clone(), applier_rx);
+        let applier = std::thread::Builder::new()
+            .name("skiff-store-apply".into())
+            .spawn(move || applier.run())
+            .map_err(|e| Error::Unavailable(format!("cannot start the applier thread: {e}")))?;
         let (tx, rx) = mpsc::channel(8192);
-        let mut writer = Writer::new(shared.clone(), disk, rx);
+        let mut writer = Writer::new(shared.clone(), wal, rx, to_applier, applier);
         writer.resume_purge(compact_revision);
         let writer = std::thread::Builder::new()
             .name("skiff-store-writer".into())
@@ -191,6 +214,13 @@ impl EmbeddedStore {
         if let Some(writer) = writer {
             let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         }
+    }
+
+    /// Wait until every write acknowledged before the call is in the store file (`store.redb`),
+    /// not only in the write-ahead log, and the file's share of every compaction requested before
+    /// it has finished, so the file holds no history those compactions removed.
+    pub async fn checkpoint(&self) -> Result<()> {
+        self.call(|reply| Request::Checkpoint { reply }).await
     }
 
     fn shared(&self) -> &Shared {

@@ -1,38 +1,39 @@
-//! The writer thread: the only code that changes the index or the disk.
+//! The writer thread: the only code that changes the index, and the one that makes writes
+//! durable.
 //!
 //! Requests queue on a channel. The thread takes everything queued (up to [`MAX_BATCH`]), applies
-//! it to the index one request after another (so each transaction sees the ones before it), writes
-//! the whole batch in one redb commit (one fsync: group commit), then publishes the events and
-//! answers every request. Nothing is acknowledged before it is on disk, and readers, which read at
-//! the committed revision, never see a write before it is durable.
+//! it to the index one request after another (so each transaction sees the ones before it),
+//! appends the whole batch to the write-ahead log as one frame with one fsync (group commit),
+//! then publishes the events and answers every request. Nothing is acknowledged before it is on
+//! disk, and readers, which read at the committed revision, never see a write before it is
+//! durable. The batch then goes to the applier thread, which copies it into the redb file.
 //!
-//! Physical compaction (dropping superseded history) runs here too, in bounded chunks, one per
-//! batch, so it never stalls writers for long: first through the index in key order, then through
-//! the file in revision order (a redb `retain_in` over a revision range keeps exactly the records
-//! the index still holds).
+//! Physical compaction (dropping superseded history) starts here, through the index in key order,
+//! a bounded chunk per batch so it never stalls writers for long, and only once the compaction is
+//! durable in the log; the applier then sweeps the file of whatever the index no longer holds.
 //!
-//! If a commit fails, the store stops accepting writes (etcd panics in the same situation):
-//! what is on disk stays consistent and every later write gets `Unavailable`.
+//! If the log cannot be written, the store stops accepting writes (etcd panics in the same
+//! situation): what is on disk stays consistent and every later write gets `Unavailable`.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::mpsc::SyncSender;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::Shared;
-use super::disk::{Batch, Disk, Sweep, encode};
+use super::applier;
+use super::disk::{Batch, encode, encode_batch};
 use super::index::{Entry, Index, Lease, PutData, ReadOptions};
+use super::wal::Wal;
 use crate::error::{Error, Result};
 use crate::types::*;
 
 /// Most requests applied in one commit.
 const MAX_BATCH: usize = 4096;
 /// Work per in-memory compaction chunk: keys examined plus history entries removed.
-const MEMORY_PURGE_CHUNK: usize = 10_000;
-/// Records examined per on-disk compaction chunk.
-const DISK_PURGE_CHUNK: usize = 1_000;
+const PURGE_CHUNK: usize = 10_000;
 
 /// A write request for the writer thread, with where to send its answer.
 pub(crate) enum Request {
@@ -54,15 +55,11 @@ pub(crate) enum Request {
         revision: i64,
         reply: oneshot::Sender<Result<()>>,
     },
-}
-
-/// Where physical compaction to `revision` stands.
-enum Purge {
-    /// Dropping superseded history from the index, in key order, from key `from`.
-    Memory { revision: i64, from: Bytes },
-    /// Dropping from the file every record below `revision` that the index no longer holds, in
-    /// revision order, from revision `from`.
-    Disk { revision: i64, from: i64 },
+    /// Answer once every write before it is in the redb file and compaction requested before it
+    /// is physically done (see [`applier::Message::Checkpoint`]).
+    Checkpoint {
+        reply: oneshot::Sender<Result<()>>,
+    },
 }
 
 /// Answers a request once its batch is durable (`None`) or has failed (`Some(reason)`).
@@ -80,37 +77,46 @@ fn completion<T: Send + 'static>(tx: oneshot::Sender<Result<T>>, result: Result<
 
 pub(crate) struct Writer {
     shared: Arc<Shared>,
-    disk: Disk,
+    wal: Wal,
     rx: mpsc::Receiver<Request>,
-    /// Physical compaction in progress.
-    purge: Option<Purge>,
-    commits: u64,
+    applier: SyncSender<applier::Message>,
+    applier_thread: Option<std::thread::JoinHandle<()>>,
+    /// In-memory compaction in progress: (compact revision, next key to examine).
+    purge: Option<(i64, Bytes)>,
+    /// Checkpoints held back until the in-memory compaction in progress has finished (so the
+    /// applier gets the sweep that goes with it first).
+    checkpoints: Vec<oneshot::Sender<Result<()>>>,
 }
 
 impl Writer {
-    pub fn new(shared: Arc<Shared>, disk: Disk, rx: mpsc::Receiver<Request>) -> Self {
+    pub fn new(
+        shared: Arc<Shared>,
+        wal: Wal,
+        rx: mpsc::Receiver<Request>,
+        applier: SyncSender<applier::Message>,
+        applier_thread: std::thread::JoinHandle<()>,
+    ) -> Self {
+        let applier_thread = Some(applier_thread);
         Writer {
             shared,
-            disk,
+            wal,
             rx,
+            applier,
+            applier_thread,
             purge: None,
-            commits: 0,
+            checkpoints: Vec::new(),
         }
     }
 
     /// Resume physical compaction of history below `revision` (after a restart).
     pub fn resume_purge(&mut self, revision: i64) {
         if revision > 0 {
-            self.purge = Some(Purge::Memory {
-                revision,
-                from: Bytes::new(),
-            });
+            self.purge = Some((revision, Bytes::new()));
         }
     }
 
-    /// Run until every sender is gone.
+    /// Run until every sender is gone, then wait for the applier to finish.
     pub fn run(mut self) {
-        self.update_size_in_use();
         loop {
             let first = if self.purge.is_some() {
                 match self.rx.try_recv() {
@@ -133,6 +139,15 @@ impl Writer {
             }
             self.process(requests);
         }
+        let Writer {
+            applier,
+            applier_thread,
+            ..
+        } = self;
+        drop(applier);
+        if let Some(thread) = applier_thread {
+            let _ = thread.join();
+        }
     }
 
     fn process(&mut self, requests: Vec<Request>) {
@@ -151,56 +166,22 @@ impl Writer {
             for req in requests {
                 done.push(self.apply(&mut ix, req, &mut batch, &mut events));
             }
-            self.purge = match self.purge.take() {
-                Some(Purge::Memory { revision, from }) => {
-                    match ix.purge(revision, &from, MEMORY_PURGE_CHUNK).1 {
-                        Some(from) => Some(Purge::Memory { revision, from }),
-                        None => Some(Purge::Disk { revision, from: 0 }),
-                    }
-                }
-                Some(Purge::Disk { revision, from }) => {
-                    // continued after the commit, from where the sweep stopped
-                    batch.purge = Some(Sweep {
-                        from,
-                        below: revision,
-                        max: DISK_PURGE_CHUNK,
-                    });
-                    None
-                }
-                None => None,
-            };
             batch.revision = ix.revision;
         }
+        let mut segment = None;
         let failure = if batch.is_empty() {
             None
         } else {
-            // The file keeps exactly the records the index still holds (the read lock is taken per
-            // record, so it is never held across I/O).
-            let shared = &self.shared;
-            let keep = |key: &[u8], rev: i64, sub: u32| shared.index.read().holds(key, rev, sub);
-            match self.disk.commit(&batch, &keep) {
-                Ok(swept_to) => {
-                    if let (Some(sweep), Some(from), None) = (&batch.purge, swept_to, &self.purge) {
-                        self.purge = Some(Purge::Disk {
-                            revision: sweep.below,
-                            from,
-                        });
-                    }
+            match self.wal.append(&encode_batch(&batch)) {
+                Ok(s) => {
+                    segment = Some(s);
                     None
                 }
-                Err(e) => Some(format!("commit at revision {} failed: {e}", batch.revision)),
+                Err(e) => Some(format!("logging revision {} failed: {e}", batch.revision)),
             }
         };
         match &failure {
-            None => {
-                self.shared.hub.publish(batch.revision, &events);
-                self.commits += 1;
-                if self.commits.is_multiple_of(256)
-                    || (batch.purge.is_some() && self.purge.is_none())
-                {
-                    self.update_size_in_use();
-                }
-            }
+            None => self.shared.hub.publish(batch.revision, &events),
             Some(reason) => {
                 tracing::error!(%reason, "store commit failed; refusing further writes");
                 *self.shared.failed.lock() = Some(reason.clone());
@@ -209,11 +190,39 @@ impl Writer {
         for complete in done {
             complete(failure.as_deref());
         }
-    }
-
-    fn update_size_in_use(&self) {
-        if let Ok(bytes) = self.disk.size_in_use() {
-            self.shared.size_in_use.store(bytes, Ordering::Relaxed);
+        // Hand the durable batch to the applier (waits if it is far behind: backpressure).
+        if let Some(segment) = segment {
+            let _ = self
+                .applier
+                .send(applier::Message::Batch { batch, segment });
+        }
+        // Only now, with the compaction durable in the log, may the index drop history for it:
+        // the applier's sweep drops from the file whatever the index no longer holds.
+        let mut swept_index_below = None;
+        if failure.is_none()
+            && let Some((revision, from)) = self.purge.take()
+        {
+            match self
+                .shared
+                .index
+                .write()
+                .purge(revision, &from, PURGE_CHUNK)
+                .1
+            {
+                Some(from) => self.purge = Some((revision, from)),
+                None => swept_index_below = Some(revision),
+            }
+        }
+        if let Some(below) = swept_index_below {
+            let _ = self.applier.send(applier::Message::Sweep { below });
+        }
+        if self.purge.is_none() || failure.is_some() {
+            for reply in std::mem::take(&mut self.checkpoints) {
+                match &failure {
+                    None => drop(self.applier.send(applier::Message::Checkpoint(reply))),
+                    Some(reason) => drop(reply.send(Err(Error::Unavailable(reason.clone())))),
+                }
+            }
         }
     }
 
@@ -237,6 +246,11 @@ impl Writer {
                 expired_at,
                 reply,
             } => completion(reply, revoke(ix, id, expired_at, batch, events)),
+            Request::Checkpoint { reply } => {
+                // answered by the applier, once process() has handed it over
+                self.checkpoints.push(reply);
+                Box::new(|_| {})
+            }
             Request::Compact { revision, reply } => {
                 let result = if revision <= ix.compact_revision {
                     Err(Error::Compacted {
@@ -251,10 +265,7 @@ impl Writer {
                 } else {
                     ix.compact_revision = revision;
                     batch.compact_revision = Some(revision);
-                    self.purge = Some(Purge::Memory {
-                        revision,
-                        from: Bytes::new(),
-                    });
+                    self.purge = Some((revision, Bytes::new()));
                     Ok(())
                 };
                 completion(reply, result)
@@ -301,6 +312,7 @@ fn reject(req: Request, reason: &str) {
         Request::LeaseGrant { reply, .. } => drop(reply.send(Err(err()))),
         Request::LeaseRevoke { reply, .. } => drop(reply.send(Err(err()))),
         Request::Compact { reply, .. } => drop(reply.send(Err(err()))),
+        Request::Checkpoint { reply } => drop(reply.send(Err(err()))),
     }
 }
 

@@ -53,6 +53,10 @@ pub struct StoreBenchArgs {
     /// Where the stores keep their data (a fresh temporary directory by default).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
+    /// Tokio worker threads of the `skiff store serve` process behind `embedded-grpc` (set as its
+    /// `TOKIO_WORKER_THREADS`); by default Tokio's, one per core.
+    #[arg(long)]
+    pub server_threads: Option<usize>,
 }
 
 /// A backend under test, with the process behind it (killed on drop).
@@ -68,16 +72,15 @@ pub async fn run(args: StoreBenchArgs) -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let root = args.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     for name in &args.backends {
-        let backend = start(name, &root, args.connections).await?;
+        let backend = start(name, &root, &args).await?;
         for &writers in &args.writers {
             let r =
                 put_workload(&backend.stores, writers, Duration::from_secs(args.seconds)).await?;
-            emit(
-                "put",
-                backend.name,
-                json!({ "writers": writers, "value_bytes": 1024 }),
-                &r,
-            );
+            let mut extra = json!({ "writers": writers, "value_bytes": 1024 });
+            if let (Some(threads), "embedded-grpc") = (args.server_threads, backend.name) {
+                extra["server_threads"] = threads.into();
+            }
+            emit("put", backend.name, extra, &r);
         }
         let r = range_workload(&backend.stores[0], args.range_keys).await?;
         emit(
@@ -116,8 +119,9 @@ async fn clients(endpoint: &str, connections: usize) -> Result<Vec<Arc<dyn Store
     Ok(stores)
 }
 
-async fn start(name: &str, root: &std::path::Path, connections: usize) -> Result<Backend> {
+async fn start(name: &str, root: &std::path::Path, args: &StoreBenchArgs) -> Result<Backend> {
     let dir = root.join(name);
+    let connections = args.connections;
     Ok(match name {
         "embedded" => {
             let store: Arc<dyn Store> =
@@ -130,7 +134,7 @@ async fn start(name: &str, root: &std::path::Path, connections: usize) -> Result
             }
         }
         "embedded-grpc" => {
-            let (child, endpoint) = serve_child(&dir).await?;
+            let (child, endpoint) = serve_child(&dir, args.server_threads).await?;
             let stores = clients(&endpoint, connections).await?;
             Backend {
                 name: "embedded-grpc",
@@ -156,9 +160,13 @@ async fn start(name: &str, root: &std::path::Path, connections: usize) -> Result
 }
 
 /// Start `skiff store serve` on a free loopback port; returns the child and its endpoint.
-async fn serve_child(dir: &std::path::Path) -> Result<(Child, String)> {
+async fn serve_child(dir: &std::path::Path, threads: Option<usize>) -> Result<(Child, String)> {
     let exe = std::env::current_exe()?;
-    let mut child = Command::new(exe)
+    let mut command = Command::new(exe);
+    if let Some(threads) = threads {
+        command.env("TOKIO_WORKER_THREADS", threads.to_string());
+    }
+    let mut child = command
         .args(["store", "serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir)
         .stdout(Stdio::piped())
