@@ -184,6 +184,45 @@ pub fn validate_template(template: &Value, path: &FieldPath) -> Vec<FieldError> 
     errs
 }
 
+/// Templates of controllers whose pods run forever (ReplicaSet, StatefulSet, DaemonSet): the pod
+/// must restart `Always` and may not set `activeDeadlineSeconds` (upstream's message names the
+/// `kind`). `template_path` is the template's own path (`spec.template`).
+pub fn validate_long_running_template(
+    template: &Value,
+    template_path: &FieldPath,
+    kind: &str,
+) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let pod_path = template_path.child("spec");
+    let restart = str_at(template, "/spec/restartPolicy");
+    if restart != "Always" {
+        errs.push(FieldError::not_supported(
+            &pod_path.child("restartPolicy"),
+            restart,
+            &["Always"],
+        ));
+    }
+    if template
+        .pointer("/spec/activeDeadlineSeconds")
+        .is_some_and(|v| !v.is_null())
+    {
+        errs.push(FieldError::forbidden(
+            &pod_path.child("activeDeadlineSeconds"),
+            format!("activeDeadlineSeconds in {kind} is not Supported"),
+        ));
+    }
+    errs
+}
+
+/// `spec.selector` may not change on update (workload controllers).
+pub fn selector_immutable(new: &Value, old: &Value) -> Vec<FieldError> {
+    immutable(
+        new.pointer("/spec/selector"),
+        old.pointer("/spec/selector"),
+        &FieldPath::new("spec").child("selector"),
+    )
+}
+
 /// The labels and annotations of a template's metadata.
 pub fn validate_template_meta(template: &Value, path: &FieldPath) -> Vec<FieldError> {
     let null = Value::Null;

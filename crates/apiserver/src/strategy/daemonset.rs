@@ -8,9 +8,9 @@ use skiff_apimachinery::validation::{self, FieldError, FieldPath};
 
 use super::Strategy;
 use super::common::{
-    as_selector, immutable, int_or_percent, int_or_percent_value, is_empty, nonnegative,
-    not_over_100_percent, object_at, selector_mismatch, semantic_eq, set_default,
-    validate_template,
+    as_selector, int_or_percent, int_or_percent_value, is_empty, nonnegative, not_over_100_percent,
+    object_at, selector_immutable, selector_mismatch, semantic_eq, set_default,
+    validate_long_running_template, validate_template,
 };
 use super::generic::settle_generation;
 use super::replicaset::default_workload_template;
@@ -130,27 +130,11 @@ impl Strategy for DaemonSetStrategy {
         }
         let template = spec.get("template").unwrap_or(&null);
         errs.extend(validate_template(template, &template_path));
-        let pod_path = template_path.child("spec");
-        let restart = template
-            .pointer("/spec/restartPolicy")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        if restart != "Always" {
-            errs.push(FieldError::not_supported(
-                &pod_path.child("restartPolicy"),
-                restart,
-                &["Always"],
-            ));
-        }
-        if template
-            .pointer("/spec/activeDeadlineSeconds")
-            .is_some_and(|v| !v.is_null())
-        {
-            errs.push(FieldError::forbidden(
-                &pod_path.child("activeDeadlineSeconds"),
-                "activeDeadlineSeconds in DaemonSet is not Supported",
-            ));
-        }
+        errs.extend(validate_long_running_template(
+            template,
+            &template_path,
+            "DaemonSet",
+        ));
         errs.extend(nonnegative(
             spec.get("minReadySeconds"),
             &path.child("minReadySeconds"),
@@ -168,11 +152,7 @@ impl Strategy for DaemonSetStrategy {
 
     fn validate_update(&self, ds: &Value, old: &Value) -> Vec<FieldError> {
         let mut errs = self.validate(ds);
-        errs.extend(immutable(
-            ds.pointer("/spec/selector"),
-            old.pointer("/spec/selector"),
-            &FieldPath::new("spec").child("selector"),
-        ));
+        errs.extend(selector_immutable(ds, old));
         errs
     }
 }

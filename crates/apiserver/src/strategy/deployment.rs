@@ -8,8 +8,8 @@ use skiff_apimachinery::validation::{FieldError, FieldPath};
 
 use super::Strategy;
 use super::common::{
-    immutable, int, int_or_percent, int_or_percent_value, nonnegative, not_over_100_percent,
-    object_at, required_selector, semantic_eq, set_default,
+    int, int_or_percent, int_or_percent_value, nonnegative, not_over_100_percent, object_at,
+    required_selector, selector_immutable, semantic_eq, set_default,
 };
 use super::generic::settle_generation;
 use super::replicaset::{default_workload_template, validate_replica_template};
@@ -140,11 +140,7 @@ impl Strategy for DeploymentStrategy {
 
     fn validate_update(&self, d: &Value, old: &Value) -> Vec<FieldError> {
         let mut errs = self.validate(d);
-        errs.extend(immutable(
-            d.pointer("/spec/selector"),
-            old.pointer("/spec/selector"),
-            &FieldPath::new("spec").child("selector"),
-        ));
+        errs.extend(selector_immutable(d, old));
         errs
     }
 }

@@ -9,8 +9,8 @@ use skiff_apimachinery::validation::{FieldError, FieldPath};
 
 use super::Strategy;
 use super::common::{
-    default_template, immutable, int_at, nonnegative, object_at, required_selector,
-    selector_mismatch, set_default, validate_template,
+    default_template, int_at, nonnegative, object_at, required_selector, selector_immutable,
+    selector_mismatch, set_default, validate_long_running_template, validate_template,
 };
 use super::generic::settle_generation;
 
@@ -32,27 +32,7 @@ pub fn validate_replica_template(
     let null = Value::Null;
     let template = template.unwrap_or(&null);
     errs.extend(validate_template(template, path));
-    let spec_path = path.child("spec");
-    let restart = template
-        .pointer("/spec/restartPolicy")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    if restart != "Always" {
-        errs.push(FieldError::not_supported(
-            &spec_path.child("restartPolicy"),
-            restart,
-            &["Always"],
-        ));
-    }
-    if template
-        .pointer("/spec/activeDeadlineSeconds")
-        .is_some_and(|v| !v.is_null())
-    {
-        errs.push(FieldError::forbidden(
-            &spec_path.child("activeDeadlineSeconds"),
-            "activeDeadlineSeconds in ReplicaSet is not Supported",
-        ));
-    }
+    errs.extend(validate_long_running_template(template, path, "ReplicaSet"));
     errs
 }
 
@@ -108,11 +88,7 @@ impl Strategy for ReplicaSetStrategy {
 
     fn validate_update(&self, rs: &Value, old: &Value) -> Vec<FieldError> {
         let mut errs = self.validate(rs);
-        errs.extend(immutable(
-            rs.pointer("/spec/selector"),
-            old.pointer("/spec/selector"),
-            &FieldPath::new("spec").child("selector"),
-        ));
+        errs.extend(selector_immutable(rs, old));
         errs
     }
 

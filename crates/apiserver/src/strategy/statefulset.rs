@@ -13,8 +13,8 @@ use skiff_apimachinery::validation::{
 use super::Strategy;
 use super::common::{
     int_or_percent, int_or_percent_value, nonnegative, not_over_100_percent, object_at,
-    required_selector, selector_mismatch, semantic_eq, set_default, validate_template,
-    validate_template_meta,
+    required_selector, selector_mismatch, semantic_eq, set_default, validate_long_running_template,
+    validate_template, validate_template_meta,
 };
 use super::generic::settle_generation;
 use super::pod::validate_pod_spec;
@@ -173,27 +173,11 @@ fn validate_spec(spec: &Value, check_pods: bool) -> Vec<FieldError> {
             });
         }
     }
-    let pod_path = template_path.child("spec");
-    let restart = spec
-        .pointer("/template/spec/restartPolicy")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    if restart != "Always" {
-        errs.push(FieldError::not_supported(
-            &pod_path.child("restartPolicy"),
-            restart,
-            &["Always"],
-        ));
-    }
-    if spec
-        .pointer("/template/spec/activeDeadlineSeconds")
-        .is_some_and(|v| !v.is_null())
-    {
-        errs.push(FieldError::forbidden(
-            &pod_path.child("activeDeadlineSeconds"),
-            "activeDeadlineSeconds in StatefulSet is not Supported",
-        ));
-    }
+    errs.extend(validate_long_running_template(
+        spec.get("template").unwrap_or(&Value::Null),
+        &template_path,
+        "StatefulSet",
+    ));
     errs
 }
 
