@@ -5,6 +5,7 @@
 //!
 //! # Layout
 //! - [`server`]: configuration, shared state, the HTTPS listener and the request pipeline.
+//! - [`coalesce`]: HTTP/2 connections write once per scheduler round, not once per frame.
 //! - [`pki`]: the cluster CA, serving and client certificates, the admin kubeconfig.
 //! - [`authn`], [`authz`], [`admission`]: the three gates.
 //! - [`request`]: what a request asks for (verb, group, resource, namespace, name, subresource).
@@ -26,6 +27,7 @@ pub mod authn;
 pub mod authz;
 pub mod bootstrap;
 pub mod cache;
+pub mod coalesce;
 pub mod conversion;
 pub mod encoding;
 pub mod error;

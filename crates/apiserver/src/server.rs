@@ -23,12 +23,16 @@ use crate::admission::{self, NamespaceLookup};
 use crate::authn::{self, Credentials, X509Authenticator};
 use crate::authz::{self, AllowAuthenticated, Authorizer, Decision};
 use crate::cache::Cacher;
+use crate::coalesce::GatherWrites;
 use crate::error::{ApiError, Result};
 use crate::handlers::{self, Body};
 use crate::pki::Pki;
 use crate::request::{RequestInfo, parse_query};
 
 use crate::storage;
+
+/// HTTP/2 streams a client may keep open on one connection (kube-apiserver's default).
+const MAX_STREAMS_PER_CONNECTION: u32 = 100;
 
 /// How to run the API server.
 #[derive(Debug, Clone)]
@@ -313,9 +317,20 @@ impl Listener {
                     let cert = cert.clone();
                     async move { Ok::<_, std::convert::Infallible>(server.handle(req, cert).await) }
                 });
-                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
-                if let Err(e) = watcher.watch(conn.into_owned()).await {
+                let mut builder =
+                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                // kube-apiserver's limit since CVE-2023-44487; client-go opens another
+                // connection per 100 concurrent streams (watches)
+                builder
+                    .http2()
+                    .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
+                // HTTP/2 connections gather their writes until the scheduler round ends (see
+                // `coalesce`): one event fanned out to 100 watches leaves in one write
+                let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+                let io = TokioIo::new(GatherWrites::new(tls, h2));
+                let conn = builder.serve_connection_with_upgrades(io, service);
+                let result = watcher.watch(conn.into_owned()).await;
+                if let Err(e) = result {
                     tracing::debug!(%peer, error = %e, "connection ended");
                 }
             });

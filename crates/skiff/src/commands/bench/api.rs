@@ -8,23 +8,23 @@
 //!   `continue` as kubectl does (`ms` is the mean);
 //! - `api-rss`: the server's VmRSS and VmHWM from `/proc/PID/status` at start and after each
 //!   phase (`etcd_rss_mb` too with `--backend etcd`);
-//! - `api-watch`: delivery latency of configmap updates to many concurrent watches.
+//! - `api-watch`: delivery latency of configmap updates to many concurrent watches, over
+//!   HTTP/2 as client-go opens them or one HTTP/1.1 connection each as kube-rs does
+//!   ([`watch`]).
 //!
 //! Client and server share the host's cores, so every figure includes the client's own work
 //! (TLS, HTTP, and JSON where a workload must parse); each line carries `cores`, and the timed
 //! lines `server_cpu_s`/`client_cpu_s` (and `etcd_cpu_s`), to say how the cores were split.
 //! Request bodies are serialized before the clock starts and sent as raw bytes, so client-side
-//! serde does not dominate the create figures. kube's client speaks HTTP/1, so every watch is
-//! its own TLS connection: 1,000 watchers need about 1,000 descriptors on each side.
+//! serde does not dominate the create figures.
 
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
-use futures::{AsyncBufReadExt, StreamExt};
 use hdrhistogram::Histogram;
 use http::{Method, Request, header};
 use kube::client::Body;
@@ -33,9 +33,10 @@ use serde_json::{Value, json};
 use skiff_store::etcd_process::EtcdProcess;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::Notify;
 
 use crate::commands::UsageError;
+
+mod watch;
 
 /// Options of `skiff bench api`.
 #[derive(Debug, Clone, clap::Args)]
@@ -69,6 +70,13 @@ pub struct ApiBenchArgs {
     /// Milliseconds between those updates, so the figure is delivery, not a burst.
     #[arg(long, default_value_t = 20)]
     pub update_interval_ms: u64,
+    /// How the watches connect: `h2` multiplexes them as client-go does, `http1` opens one
+    /// connection per watch as kube-rs does.
+    #[arg(long, value_enum, default_value = "h2")]
+    pub watch_protocol: watch::Protocol,
+    /// Watches per HTTP/2 connection (the API server, like kube-apiserver, allows 100).
+    #[arg(long, default_value_t = 100)]
+    pub streams_per_connection: usize,
 }
 
 /// `ApiBenchArgs` with the quick/full defaults resolved.
@@ -80,6 +88,8 @@ struct Plan {
     watchers: usize,
     updates: usize,
     interval: Duration,
+    protocol: watch::Protocol,
+    streams_per_connection: usize,
 }
 
 impl Plan {
@@ -100,14 +110,14 @@ impl Plan {
             watchers: pick(args.watchers, 1_000, 100),
             updates: pick(args.updates, 100, 20),
             interval: Duration::from_millis(args.update_interval_ms),
+            protocol: args.watch_protocol,
+            streams_per_connection: args.streams_per_connection.max(1),
         }
     }
 }
 
 /// Namespace every workload writes in.
 const NAMESPACE: &str = "bench";
-/// The configmap the watch workload updates.
-const WATCHED: &str = "bench-watch";
 
 pub async fn run(args: ApiBenchArgs) -> Result<()> {
     let plan = Plan::from_args(&args);
@@ -169,7 +179,8 @@ async fn workloads(
         processes.push(("etcd", etcd.pid().to_string()));
     }
     let cpu = CpuMeter { processes };
-    let client = server.client().await?;
+    let config = server.config().await?;
+    let client = kube::Client::try_from(config.clone())?;
     rss(0, "start")?;
     send_ok(
         &client,
@@ -212,13 +223,15 @@ async fn workloads(
     rss(plan.pods, "listed")?;
 
     if plan.watchers > 0 && plan.updates > 0 {
-        let watched = watch_workload(&client, plan, &cpu).await?;
+        let watched = watch::run(&client, &config, plan, &cpu).await?;
         out.emit(
             "api-watch",
             merge(
                 watched.cpu,
                 json!({
                     "watchers": plan.watchers,
+                    "protocol": plan.protocol.name(),
+                    "connections": watched.connections,
                     "updates": plan.updates,
                     "interval_ms": plan.interval.as_millis() as u64,
                     "events": watched.delivery.len(),
@@ -429,13 +442,12 @@ impl ServerChild {
         bail!("skiff apiserver exited before it was ready")
     }
 
-    /// A client with the admin kubeconfig the server wrote.
-    async fn client(&self) -> Result<kube::Client> {
+    /// Client configuration from the admin kubeconfig the server wrote.
+    async fn config(&self) -> Result<kube::Config> {
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)
             .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
         let options = kube::config::KubeConfigOptions::default();
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?;
-        Ok(kube::Client::try_from(config)?)
+        Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?)
     }
 
     async fn stop(&mut self) {
@@ -692,176 +704,6 @@ fn url_escape(s: &str) -> String {
     out
 }
 
-/// Watch delivery figures.
-struct Watched {
-    /// Send time (client clock, in the update's data) to each watcher's parsed event, µs.
-    delivery: Histogram<u64>,
-    /// The updates' own PATCH round trips, µs.
-    update: Histogram<u64>,
-    /// From the first watch request until every watcher had the sentinel event.
-    establish: Duration,
-    /// From the first measured update until every watcher had the last one (the updates are
-    /// `interval` apart unless one takes longer).
-    span: Duration,
-    /// CPU each process used over `span`.
-    cpu: Value,
-}
-
-/// One watch event line, as much of it as the watchers read.
-#[derive(Deserialize)]
-struct WatchLine {
-    #[serde(rename = "type")]
-    kind: String,
-    object: WatchObject,
-}
-
-#[derive(Deserialize)]
-struct WatchObject {
-    #[serde(default)]
-    data: std::collections::HashMap<String, String>,
-}
-
-fn now_nanos() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
-}
-
-/// `plan.watchers` watches of the configmaps in `bench`, each from the RV of one LIST. A
-/// sentinel update that every watcher must see proves all of them are established; then
-/// `plan.updates` merge-patches, `plan.interval` apart, carry their send time (ns since the
-/// epoch, this process's clock) in the data, and each watcher records now − send time per event.
-async fn watch_workload(client: &kube::Client, plan: &Plan, cpu: &CpuMeter) -> Result<Watched> {
-    let cms = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": WATCHED}, "data": {"phase": "created"}});
-    send_ok(
-        client,
-        Method::POST,
-        &cms,
-        "application/json",
-        serde_json::to_vec(&cm)?.into(),
-    )
-    .await?;
-    let list: Value = serde_json::from_slice(&get(client, &cms).await?)?;
-    let rv = list["metadata"]["resourceVersion"]
-        .as_str()
-        .context("configmap list without a resourceVersion")?
-        .to_string();
-
-    let begin = Instant::now();
-    let sentinels = Arc::new((AtomicUsize::new(0), Notify::new()));
-    let updates = plan.updates;
-    let mut streams = futures::stream::iter(0..plan.watchers)
-        .map(|_| {
-            let req = Request::get(format!("{cms}?watch=1&resourceVersion={rv}")).body(vec![]);
-            async move { anyhow::Ok(client.request_stream(req?).await?) }
-        })
-        // open connections a few hundred at a time rather than 1,000 TLS handshakes at once
-        .buffer_unordered(256);
-    let mut watchers = Vec::with_capacity(plan.watchers);
-    while let Some(stream) = streams.next().await {
-        let stream = stream.context("starting a watch")?;
-        let sentinels = sentinels.clone();
-        watchers.push(tokio::spawn(async move {
-            let mut lines = stream.lines();
-            let mut latency = histogram();
-            let mut armed = false;
-            while let Some(line) = lines.next().await {
-                let line = line.context("reading a watch stream")?;
-                let event: WatchLine = serde_json::from_str(&line)
-                    .with_context(|| format!("parsing a watch event: {line}"))?;
-                let now = now_nanos();
-                if event.kind == "ERROR" {
-                    bail!("watch error event: {line}");
-                }
-                match event.object.data.get("phase").map(String::as_str) {
-                    Some("sentinel") if !armed => {
-                        armed = true;
-                        sentinels.0.fetch_add(1, Ordering::AcqRel);
-                        sentinels.1.notify_one();
-                    }
-                    Some("measure") if armed => {
-                        let sent: u128 =
-                            event.object.data.get("sent").context("no sent")?.parse()?;
-                        let delay = now.saturating_sub(sent) / 1000;
-                        latency.record((delay as u64).max(1))?;
-                        if latency.len() as usize == updates {
-                            return Ok(latency);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            bail!("watch ended after {} of {updates} events", latency.len())
-        }));
-    }
-    drop(streams);
-
-    let patch = |data: Value| {
-        let body = serde_json::to_vec(&json!({ "data": data })).expect("json");
-        let path = format!("{cms}/{WATCHED}");
-        async move {
-            send_ok(
-                client,
-                Method::PATCH,
-                &path,
-                "application/merge-patch+json",
-                body.into(),
-            )
-            .await
-        }
-    };
-    patch(json!({"phase": "sentinel"})).await?;
-    let all_armed = async {
-        while sentinels.0.load(Ordering::Acquire) < plan.watchers {
-            sentinels.1.notified().await;
-        }
-    };
-    if tokio::time::timeout(Duration::from_secs(120), all_armed)
-        .await
-        .is_err()
-    {
-        bail!(
-            "only {} of {} watchers saw the sentinel update",
-            sentinels.0.load(Ordering::Acquire),
-            plan.watchers
-        );
-    }
-    let establish = begin.elapsed();
-
-    let mut update = histogram();
-    let before = cpu.snapshot();
-    let start = Instant::now();
-    for i in 0..plan.updates {
-        tokio::time::sleep_until((start + plan.interval * i as u32).into()).await;
-        let t = Instant::now();
-        let data = json!({"phase": "measure", "seq": i.to_string(),
-                          "sent": now_nanos().to_string()});
-        patch(data).await?;
-        update.record(micros(t.elapsed()))?;
-    }
-    let joined = tokio::time::timeout(
-        Duration::from_secs(60),
-        futures::future::try_join_all(watchers),
-    )
-    .await
-    .context("watchers still waiting for events 60 s after the last update")??;
-    let span = start.elapsed();
-    let cpu = cpu.used_since(&before);
-    let mut delivery = histogram();
-    for h in joined {
-        delivery.add(h?)?;
-    }
-    Ok(Watched {
-        delivery,
-        update,
-        establish,
-        span,
-        cpu,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -948,6 +790,8 @@ mod tests {
             watchers: Some(500),
             updates: None,
             update_interval_ms: 20,
+            watch_protocol: watch::Protocol::H2,
+            streams_per_connection: 100,
         };
         let plan = Plan::from_args(&args);
         assert_eq!(
