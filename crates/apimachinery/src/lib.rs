@@ -8,10 +8,12 @@
 //! - [`validation`]: names, label keys and values, and field error lists (`field.ErrorList`).
 //! - [`patch`]: JSON patch, JSON merge patch and strategic merge patch.
 //! - [`table`]: `kubectl get` columns and rows per resource (`as=Table`).
+//! - [`quantity`]: resource quantities (`100m`, `128Mi`) as millis and units.
 
 pub mod catalog;
 pub mod fields;
 pub mod labels;
 pub mod patch;
+pub mod quantity;
 pub mod table;
 pub mod validation;

@@ -1,0 +1,178 @@
+//! Resource quantities (`resource.Quantity`): `100m`, `0.5`, `128Mi`, `1G`, `1e3`, parsed to
+//! the integer forms the scheduler and the kubelet count in: milli-units for CPU, units (bytes)
+//! for everything else, both rounded up as upstream's `MilliValue` and `Value`.
+
+use thiserror::Error;
+
+/// A quantity that is not upstream's `<number><suffix>` form.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error(
+    "quantity {input:?} must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)]
+pub struct Error {
+    pub input: String,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A parsed quantity: `digits × 10^-scale × numerator / denominator`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quantity {
+    negative: bool,
+    digits: u128,
+    scale: u32,
+    numerator: u128,
+    denominator: u128,
+}
+
+impl Quantity {
+    pub fn parse(input: &str) -> Result<Quantity> {
+        let err = || Error {
+            input: input.to_string(),
+        };
+        let s = input.trim();
+        let (negative, s) = match s.as_bytes().first() {
+            Some(b'-') => (true, &s[1..]),
+            Some(b'+') => (false, &s[1..]),
+            _ => (false, s),
+        };
+        let number_len = s
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(s.len());
+        let (number, suffix) = s.split_at(number_len);
+        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+            return Err(err());
+        }
+        let (int, frac) = number.split_once('.').unwrap_or((number, ""));
+        let mut digits: u128 = 0;
+        for c in int.chars().chain(frac.chars()) {
+            digits = digits
+                .checked_mul(10)
+                .and_then(|d| d.checked_add(u128::from(c as u8 - b'0')))
+                .ok_or_else(err)?;
+        }
+        let scale = frac.len() as u32;
+        let pow10 = |e: u32| 10u128.checked_pow(e).ok_or_else(err);
+        let (numerator, denominator) = match suffix {
+            "" => (1, 1),
+            "Ki" => (1 << 10, 1),
+            "Mi" => (1 << 20, 1),
+            "Gi" => (1 << 30, 1),
+            "Ti" => (1 << 40, 1),
+            "Pi" => (1 << 50, 1),
+            "Ei" => (1 << 60, 1),
+            "n" => (1, pow10(9)?),
+            "u" => (1, pow10(6)?),
+            "m" => (1, pow10(3)?),
+            "k" => (pow10(3)?, 1),
+            "M" => (pow10(6)?, 1),
+            "G" => (pow10(9)?, 1),
+            "T" => (pow10(12)?, 1),
+            "P" => (pow10(15)?, 1),
+            "E" => (pow10(18)?, 1),
+            exp if exp.starts_with(['e', 'E']) => {
+                let e: i32 = exp[1..].parse().map_err(|_| err())?;
+                if e.unsigned_abs() > 30 {
+                    return Err(err());
+                }
+                if e >= 0 {
+                    (pow10(e as u32)?, 1)
+                } else {
+                    (1, pow10(e.unsigned_abs())?)
+                }
+            }
+            _ => return Err(err()),
+        };
+        Ok(Quantity {
+            negative,
+            digits,
+            scale,
+            numerator,
+            denominator,
+        })
+    }
+
+    /// The value times `factor`, rounded up (away from zero), saturating at `i64`'s range.
+    fn scaled(&self, factor: u128) -> i64 {
+        let den = 10u128
+            .checked_pow(self.scale)
+            .and_then(|p| p.checked_mul(self.denominator));
+        let num = self
+            .digits
+            .checked_mul(self.numerator)
+            .and_then(|n| n.checked_mul(factor));
+        let magnitude = match (num, den) {
+            (Some(num), Some(den)) => num.div_ceil(den),
+            (None, _) => u128::MAX,
+            (Some(_), None) => 0,
+        };
+        let magnitude = i64::try_from(magnitude).unwrap_or(i64::MAX);
+        if self.negative { -magnitude } else { magnitude }
+    }
+
+    /// In thousandths, rounded up (`100m` → 100, `1` → 1000).
+    pub fn milli_value(&self) -> i64 {
+        self.scaled(1000)
+    }
+
+    /// In whole units, rounded up (`128Mi` → 134217728, `100m` → 1).
+    pub fn value(&self) -> i64 {
+        self.scaled(1)
+    }
+}
+
+impl std::str::FromStr for Quantity {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Quantity> {
+        Quantity::parse(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn milli(s: &str) -> i64 {
+        Quantity::parse(s).unwrap().milli_value()
+    }
+
+    fn value(s: &str) -> i64 {
+        Quantity::parse(s).unwrap().value()
+    }
+
+    #[test]
+    fn cpu_quantities_come_out_in_millicores() {
+        assert_eq!(milli("100m"), 100);
+        assert_eq!(milli("1"), 1000);
+        assert_eq!(milli("0.5"), 500);
+        assert_eq!(milli("2.25"), 2250);
+        assert_eq!(milli("1500u"), 2, "rounded up as upstream's MilliValue");
+        assert_eq!(milli("+3"), 3000);
+        assert_eq!(milli("-1"), -1000);
+    }
+
+    #[test]
+    fn memory_quantities_come_out_in_bytes() {
+        assert_eq!(value("128Mi"), 128 << 20);
+        assert_eq!(value("1Gi"), 1 << 30);
+        assert_eq!(value("1G"), 1_000_000_000);
+        assert_eq!(value("1.5Gi"), 3 << 29);
+        assert_eq!(value("64k"), 64_000);
+        assert_eq!(value("1e3"), 1000);
+        assert_eq!(value("12E-1"), 2, "rounded up");
+        assert_eq!(value("100m"), 1);
+        assert_eq!(value("110"), 110);
+    }
+
+    #[test]
+    fn huge_values_saturate_instead_of_overflowing() {
+        assert_eq!(value("9999999999999999999999Ei"), i64::MAX);
+    }
+
+    #[test]
+    fn malformed_quantities_are_errors() {
+        for bad in ["", "abc", "1.2.3", "12X", "1 Gi", "Gi", ".", "1e", "1e99"] {
+            assert!(Quantity::parse(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+}

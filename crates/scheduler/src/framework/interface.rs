@@ -1,0 +1,277 @@
+//! The extension points (upstream's `framework/interface.go`): one trait per point, and
+//! [`Plugin`], through which the framework asks a plugin which points it implements.
+//!
+//! A scheduling cycle runs, for one pod: PreFilter (once) → Filter (per node) → PostFilter
+//! (only when no node fits: preemption) → PreScore (once) → Score (per feasible node, then
+//! NormalizeScore per plugin) → Reserve → Permit; the binding cycle then runs, concurrently
+//! with the next pod's scheduling cycle: PreBind → Bind → PostBind. Unreserve undoes Reserve
+//! when anything after it fails.
+
+use std::any::Any;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::status::Status;
+use super::types::{NodeInfo, PodInfo, Snapshot};
+
+/// The highest score a Score plugin may give after normalizing (upstream's `MaxNodeScore`).
+pub const MAX_NODE_SCORE: i64 = 100;
+/// The lowest (upstream's `MinNodeScore`).
+pub const MIN_NODE_SCORE: i64 = 0;
+
+/// What a plugin keeps in the cycle state: any cloneable value (preemption clones the state to
+/// try each node).
+pub trait StateData: Any + Send + Sync {
+    fn clone_box(&self) -> Box<dyn StateData>;
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl<T: Any + Clone + Send + Sync> StateData for T {
+    fn clone_box(&self) -> Box<dyn StateData> {
+        Box::new(self.clone())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// Data plugins keep for one pod's scheduling cycle, keyed by plugin-chosen names (upstream's
+/// `CycleState`), and which plugins PreFilter/PreScore told the framework to skip.
+#[derive(Default)]
+pub struct CycleState {
+    data: HashMap<&'static str, Box<dyn StateData>>,
+    pub skip_filter_plugins: HashSet<&'static str>,
+    pub skip_score_plugins: HashSet<&'static str>,
+}
+
+impl Clone for CycleState {
+    fn clone(&self) -> Self {
+        CycleState {
+            data: self.data.iter().map(|(k, v)| (*k, v.as_ref().clone_box())).collect(),
+            skip_filter_plugins: self.skip_filter_plugins.clone(),
+            skip_score_plugins: self.skip_score_plugins.clone(),
+        }
+    }
+}
+
+impl CycleState {
+    pub fn write<T: StateData>(&mut self, key: &'static str, value: T) {
+        self.data.insert(key, Box::new(value));
+    }
+
+    pub fn read<T: Any>(&self, key: &'static str) -> Option<&T> {
+        self.data.get(key)?.as_ref().as_any().downcast_ref()
+    }
+
+    pub fn read_mut<T: Any>(&mut self, key: &'static str) -> Option<&mut T> {
+        self.data.get_mut(key)?.as_mut().as_any_mut().downcast_mut()
+    }
+}
+
+/// A plugin; each `as_…` returns itself where the plugin implements that extension point.
+pub trait Plugin: Send + Sync {
+    /// Upstream's plugin name (`NodeResourcesFit`), used in configuration and messages.
+    fn name(&self) -> &'static str;
+
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        None
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        None
+    }
+    fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        None
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        None
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        None
+    }
+    fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
+        None
+    }
+    fn as_permit(&self) -> Option<&dyn PermitPlugin> {
+        None
+    }
+    fn as_pre_bind(&self) -> Option<&dyn PreBindPlugin> {
+        None
+    }
+    fn as_bind(&self) -> Option<&dyn BindPlugin> {
+        None
+    }
+    fn as_post_bind(&self) -> Option<&dyn PostBindPlugin> {
+        None
+    }
+}
+
+/// What PreFilter found: its status, and optionally the only nodes worth filtering.
+#[derive(Debug, Clone)]
+pub struct PreFilterResult {
+    pub status: Status,
+    /// `Some(names)`: only these nodes can fit (e.g. NodeAffinity on `metadata.name`).
+    pub node_names: Option<BTreeSet<String>>,
+}
+
+impl From<Status> for PreFilterResult {
+    fn from(status: Status) -> Self {
+        PreFilterResult {
+            status,
+            node_names: None,
+        }
+    }
+}
+
+/// Runs once per cycle before Filter; may precompute into the cycle state, reject the pod,
+/// narrow the nodes, or return Skip so its Filter is not run this cycle.
+pub trait PreFilterPlugin: Plugin {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> PreFilterResult;
+
+    /// Preemption's what-if: `other` is added to `node` (a nominated pod); update the state.
+    fn add_pod(&self, _state: &mut CycleState, _pod: &PodInfo, _other: &PodInfo, _node: &NodeInfo) {
+    }
+
+    /// Preemption's what-if: `other` is removed from `node` (a victim); update the state.
+    fn remove_pod(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _other: &PodInfo,
+        _node: &NodeInfo,
+    ) {
+    }
+}
+
+/// Decides whether the pod can run on one node.
+pub trait FilterPlugin: Plugin {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+}
+
+/// Each node's Filter outcome in a cycle where no node fit, for PostFilter and the
+/// `FailedScheduling` message.
+pub type NodeStatuses = HashMap<String, Status>;
+
+/// What PostFilter (preemption) decided.
+#[derive(Debug, Clone)]
+pub struct PostFilterResult {
+    pub status: Status,
+    /// The node the pod is nominated to once the victims are gone.
+    pub nominated_node: Option<String>,
+    /// Pods to evict from that node.
+    pub victims: Vec<Arc<PodInfo>>,
+}
+
+/// What Filter can answer for a hypothetical node, for PostFilter plugins that simulate
+/// (preemption: "would the pod fit if these pods were gone?").
+pub trait FilterRunner: Send + Sync {
+    /// Runs the profile's PreFilter add/remove hooks and Filter plugins on `node` as given.
+    fn filter_with(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+    /// A copy of `state` with `victim` removed from `node` through the PreFilter hooks.
+    fn remove_pod_from_state(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        victim: &PodInfo,
+        node: &NodeInfo,
+    );
+}
+
+/// Runs when no node fits (DefaultPreemption).
+pub trait PostFilterPlugin: Plugin {
+    fn post_filter(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        statuses: &NodeStatuses,
+        filters: &dyn FilterRunner,
+    ) -> PostFilterResult;
+}
+
+/// Runs once per cycle before Score, with the nodes that passed Filter.
+pub trait PreScorePlugin: Plugin {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        snapshot: &Snapshot,
+    ) -> Status;
+}
+
+/// One node's score.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeScore {
+    pub name: String,
+    pub score: i64,
+}
+
+/// Ranks feasible nodes: `score` per node, then `normalize` over all of them into
+/// [`MIN_NODE_SCORE`]..=[`MAX_NODE_SCORE`]; the framework multiplies by the plugin's weight.
+pub trait ScorePlugin: Plugin {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status>;
+
+    /// Rescales this plugin's scores (upstream's `ScoreExtensions.NormalizeScore`); the
+    /// default leaves them as they are.
+    fn normalize(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [NodeScore]) -> Status {
+        Status::success()
+    }
+}
+
+/// Claims resources for the pod on the chosen node before binding; undone by `unreserve`.
+pub trait ReservePlugin: Plugin {
+    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status;
+    fn unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str);
+}
+
+/// Approves, denies or delays (Wait, with a timeout) the binding.
+pub trait PermitPlugin: Plugin {
+    fn permit(&self, state: &CycleState, pod: &PodInfo, node: &str) -> (Status, Duration);
+}
+
+/// Work that must finish before the binding (volumes, for instance).
+#[async_trait]
+pub trait PreBindPlugin: Plugin {
+    async fn pre_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status;
+}
+
+/// Binds the pod to the node; Skip passes the pod to the next Bind plugin.
+#[async_trait]
+pub trait BindPlugin: Plugin {
+    async fn bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status;
+}
+
+/// Told after a successful binding.
+pub trait PostBindPlugin: Plugin {
+    fn post_bind(&self, state: &CycleState, pod: &PodInfo, node: &str);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cycle_state_reads_back_what_was_written_by_type() {
+        let mut s = CycleState::default();
+        s.write("PreFilterNodeResourcesFit", 42u64);
+        assert_eq!(s.read::<u64>("PreFilterNodeResourcesFit"), Some(&42));
+        assert_eq!(s.read::<String>("PreFilterNodeResourcesFit"), None);
+        assert_eq!(s.read::<u64>("missing"), None);
+        let copy = s.clone();
+        *s.read_mut::<u64>("PreFilterNodeResourcesFit").unwrap() += 1;
+        assert_eq!(s.read::<u64>("PreFilterNodeResourcesFit"), Some(&43));
+        assert_eq!(copy.read::<u64>("PreFilterNodeResourcesFit"), Some(&42));
+    }
+}

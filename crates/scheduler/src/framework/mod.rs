@@ -1,0 +1,16 @@
+//! The scheduling framework (upstream's `pkg/scheduler/framework`): statuses, the types plugins
+//! see, the extension-point traits, and the runtime that runs a profile's plugins in order.
+
+pub mod interface;
+pub mod status;
+pub mod testing;
+pub mod types;
+
+pub use interface::{
+    BindPlugin, CycleState, FilterPlugin, FilterRunner, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore,
+    NodeStatuses, PermitPlugin, Plugin, PostBindPlugin, PostFilterPlugin, PostFilterResult,
+    PreBindPlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin, ScorePlugin,
+    StateData,
+};
+pub use status::{Code, Status};
+pub use types::{HostPort, NodeInfo, PodInfo, Resource, Snapshot};

@@ -1,0 +1,497 @@
+//! What plugins look at: a pod with its resource requests worked out ([`PodInfo`]), a node
+//! with the pods on it and what they use ([`NodeInfo`]), and the cluster as one cycle sees it
+//! ([`Snapshot`]). Upstream's `framework.PodInfo`, `NodeInfo` and the cache snapshot.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+use skiff_apimachinery::quantity::Quantity;
+
+/// CPU assumed for a container that requests none, when scoring (upstream's
+/// `DefaultMilliCPURequest`).
+pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
+/// Memory assumed for a container that requests none, when scoring (upstream's
+/// `DefaultMemoryRequest`, 200 MiB).
+pub const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
+
+/// Amounts of resources (upstream's `framework.Resource`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resource {
+    pub milli_cpu: i64,
+    /// Bytes.
+    pub memory: i64,
+    /// Bytes.
+    pub ephemeral_storage: i64,
+    /// Pods a node may hold (allocatable only).
+    pub allowed_pod_number: i64,
+    /// Extended resources and hugepages, by resource name, in units.
+    pub scalar: BTreeMap<String, i64>,
+}
+
+impl Resource {
+    /// From a resource list (`requests`, `limits`, `allocatable`); quantities that do not parse
+    /// count as zero (the API server validates them).
+    pub fn from_list(list: &BTreeMap<String, K8sQuantity>) -> Resource {
+        let mut r = Resource::default();
+        for (name, q) in list {
+            r.set(name, q);
+        }
+        r
+    }
+
+    fn set(&mut self, name: &str, q: &K8sQuantity) {
+        let Ok(q) = Quantity::parse(&q.0) else { return };
+        match name {
+            "cpu" => self.milli_cpu = q.milli_value(),
+            "memory" => self.memory = q.value(),
+            "ephemeral-storage" => self.ephemeral_storage = q.value(),
+            "pods" => self.allowed_pod_number = q.value(),
+            other => {
+                self.scalar.insert(other.to_string(), q.value());
+            }
+        }
+    }
+
+    pub fn add(&mut self, other: &Resource) {
+        self.milli_cpu += other.milli_cpu;
+        self.memory += other.memory;
+        self.ephemeral_storage += other.ephemeral_storage;
+        self.allowed_pod_number += other.allowed_pod_number;
+        for (k, v) in &other.scalar {
+            *self.scalar.entry(k.clone()).or_default() += v;
+        }
+    }
+
+    pub fn sub(&mut self, other: &Resource) {
+        self.milli_cpu -= other.milli_cpu;
+        self.memory -= other.memory;
+        self.ephemeral_storage -= other.ephemeral_storage;
+        self.allowed_pod_number -= other.allowed_pod_number;
+        for (k, v) in &other.scalar {
+            *self.scalar.entry(k.clone()).or_default() -= v;
+        }
+    }
+
+    /// Each amount raised to `other`'s where that is larger.
+    pub fn set_max(&mut self, other: &Resource) {
+        self.milli_cpu = self.milli_cpu.max(other.milli_cpu);
+        self.memory = self.memory.max(other.memory);
+        self.ephemeral_storage = self.ephemeral_storage.max(other.ephemeral_storage);
+        self.allowed_pod_number = self.allowed_pod_number.max(other.allowed_pod_number);
+        for (k, v) in &other.scalar {
+            let e = self.scalar.entry(k.clone()).or_default();
+            *e = (*e).max(*v);
+        }
+    }
+
+    /// The amount of a resource by its API name (`cpu` in millicores, others in units).
+    pub fn get(&self, name: &str) -> i64 {
+        match name {
+            "cpu" => self.milli_cpu,
+            "memory" => self.memory,
+            "ephemeral-storage" => self.ephemeral_storage,
+            "pods" => self.allowed_pod_number,
+            other => self.scalar.get(other).copied().unwrap_or(0),
+        }
+    }
+}
+
+/// A container's requests; a resource with a limit but no request counts at its limit, as the
+/// API server's defaulting would have set it.
+fn container_requests(c: &Container) -> Resource {
+    let Some(res) = &c.resources else {
+        return Resource::default();
+    };
+    let mut list = res.limits.clone().unwrap_or_default();
+    list.extend(res.requests.clone().unwrap_or_default());
+    Resource::from_list(&list)
+}
+
+/// The same with upstream's scoring defaults for missing CPU and memory requests.
+fn non_zero(mut r: Resource) -> Resource {
+    if r.milli_cpu == 0 {
+        r.milli_cpu = DEFAULT_MILLI_CPU_REQUEST;
+    }
+    if r.memory == 0 {
+        r.memory = DEFAULT_MEMORY_REQUEST;
+    }
+    r
+}
+
+/// A pod's effective requests (upstream's `resource.PodRequests`): the containers' sum; each
+/// init container's needs at the moment it runs (itself plus the sidecars started before it),
+/// taking the largest; sidecars (init containers with `restartPolicy: Always`) also run beside
+/// the containers; plus the pod overhead. `per_container` maps each container's requests
+/// first (for the scoring defaults).
+fn pod_requests(pod: &Pod, per_container: impl Fn(Resource) -> Resource) -> Resource {
+    let Some(spec) = &pod.spec else {
+        return Resource::default();
+    };
+    let mut total = Resource::default();
+    for c in &spec.containers {
+        total.add(&per_container(container_requests(c)));
+    }
+    let mut sidecars = Resource::default();
+    let mut init_peak = Resource::default();
+    for c in spec.init_containers.iter().flatten() {
+        let r = per_container(container_requests(c));
+        if c.restart_policy.as_deref() == Some("Always") {
+            sidecars.add(&r);
+            init_peak.set_max(&sidecars);
+        } else {
+            let mut at_start = r;
+            at_start.add(&sidecars);
+            init_peak.set_max(&at_start);
+        }
+    }
+    total.add(&sidecars);
+    total.set_max(&init_peak);
+    if let Some(overhead) = &spec.overhead {
+        total.add(&Resource::from_list(overhead));
+    }
+    total
+}
+
+/// A pod with what the plugins keep asking about it computed once.
+#[derive(Debug, Clone)]
+pub struct PodInfo {
+    pub pod: Arc<Pod>,
+    /// `namespace/name`.
+    pub key: String,
+    /// Effective requests, for fit.
+    pub requests: Resource,
+    /// Effective requests with upstream's defaults for missing CPU and memory, for scoring.
+    pub non_zero_requests: Resource,
+}
+
+impl PodInfo {
+    pub fn new(pod: Arc<Pod>) -> PodInfo {
+        let requests = pod_requests(&pod, |r| r);
+        let non_zero_requests = pod_requests(&pod, non_zero);
+        PodInfo {
+            key: format!("{}/{}", namespace_of(&pod), name_of(&pod)),
+            pod,
+            requests,
+            non_zero_requests,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        name_of(&self.pod)
+    }
+
+    pub fn namespace(&self) -> &str {
+        namespace_of(&self.pod)
+    }
+
+    pub fn uid(&self) -> &str {
+        self.pod.metadata.uid.as_deref().unwrap_or("")
+    }
+
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        self.pod.metadata.labels.clone().unwrap_or_default()
+    }
+
+    /// `spec.priority`, 0 when unset.
+    pub fn priority(&self) -> i32 {
+        self.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+    }
+
+    /// `spec.nodeName`, or "" while unassigned.
+    pub fn node_name(&self) -> &str {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or("")
+    }
+
+    /// Whether the pod has pod affinity or anti-affinity terms of any kind.
+    pub fn has_affinity(&self) -> bool {
+        let a = self.pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
+        a.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some())
+    }
+
+    /// Whether the pod has required anti-affinity terms.
+    pub fn has_required_anti_affinity(&self) -> bool {
+        let a = self.pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
+        a.and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|aa| {
+                aa.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .is_some_and(|terms| !terms.is_empty())
+    }
+}
+
+fn name_of(pod: &Pod) -> &str {
+    pod.metadata.name.as_deref().unwrap_or("")
+}
+
+fn namespace_of(pod: &Pod) -> &str {
+    pod.metadata.namespace.as_deref().unwrap_or("default")
+}
+
+/// A host port a pod uses: protocol, port and IP (`0.0.0.0` for all addresses).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostPort {
+    pub protocol: String,
+    pub port: i32,
+    pub ip: String,
+}
+
+impl HostPort {
+    /// Whether two uses of a host port collide: same protocol and port, and the same IP or
+    /// either bound to all addresses.
+    pub fn conflicts(&self, other: &HostPort) -> bool {
+        self.protocol == other.protocol
+            && self.port == other.port
+            && (self.ip == other.ip || self.ip == "0.0.0.0" || other.ip == "0.0.0.0")
+    }
+}
+
+/// The host ports a pod's containers (and init containers) ask for (upstream's
+/// `schedutil.GetHostPorts`): protocol defaults to TCP, the IP to `0.0.0.0`.
+pub fn host_ports(pod: &Pod) -> Vec<HostPort> {
+    let Some(spec) = &pod.spec else {
+        return Vec::new();
+    };
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            let port = p.host_port.filter(|p| *p > 0)?;
+            Some(HostPort {
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                port,
+                ip: p
+                    .host_ip
+                    .clone()
+                    .filter(|ip| !ip.is_empty())
+                    .unwrap_or_else(|| "0.0.0.0".into()),
+            })
+        })
+        .collect()
+}
+
+/// A node and the pods assigned (or assumed) to it (upstream's `framework.NodeInfo`).
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub node: Arc<Node>,
+    pub pods: Vec<Arc<PodInfo>>,
+    /// How many of `pods` have pod affinity or anti-affinity.
+    pub pods_with_affinity: usize,
+    /// How many of `pods` have required anti-affinity.
+    pub pods_with_required_anti_affinity: usize,
+    /// Sum of the pods' requests.
+    pub requested: Resource,
+    /// Sum of the pods' requests with the scoring defaults.
+    pub non_zero_requested: Resource,
+    /// `status.allocatable`.
+    pub allocatable: Resource,
+    /// Host ports the pods use.
+    pub used_ports: Vec<HostPort>,
+    /// Bumped on every change, so a snapshot can tell what to copy.
+    pub generation: u64,
+}
+
+impl NodeInfo {
+    pub fn new(node: Arc<Node>) -> NodeInfo {
+        let allocatable = node
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .map(Resource::from_list)
+            .unwrap_or_default();
+        NodeInfo {
+            node,
+            pods: Vec::new(),
+            pods_with_affinity: 0,
+            pods_with_required_anti_affinity: 0,
+            requested: Resource::default(),
+            non_zero_requested: Resource::default(),
+            allocatable,
+            used_ports: Vec::new(),
+            generation: 0,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.node.metadata.name.as_deref().unwrap_or("")
+    }
+
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        self.node.metadata.labels.clone().unwrap_or_default()
+    }
+
+    /// Replaces the node object (its allocatable may have changed), keeping the pods.
+    pub fn set_node(&mut self, node: Arc<Node>) {
+        let pods = std::mem::take(&mut self.pods);
+        let generation = self.generation;
+        *self = NodeInfo::new(node);
+        for p in pods {
+            self.add_pod(p);
+        }
+        self.generation = generation + 1;
+    }
+
+    pub fn add_pod(&mut self, pod: Arc<PodInfo>) {
+        self.requested.add(&pod.requests);
+        self.non_zero_requested.add(&pod.non_zero_requests);
+        self.used_ports.extend(host_ports(&pod.pod));
+        if pod.has_affinity() {
+            self.pods_with_affinity += 1;
+        }
+        if pod.has_required_anti_affinity() {
+            self.pods_with_required_anti_affinity += 1;
+        }
+        self.pods.push(pod);
+        self.generation += 1;
+    }
+
+    /// Removes the pod with this `namespace/name` key; whether it was there.
+    pub fn remove_pod(&mut self, key: &str) -> bool {
+        let Some(i) = self.pods.iter().position(|p| p.key == key) else {
+            return false;
+        };
+        let pod = self.pods.swap_remove(i);
+        self.requested.sub(&pod.requests);
+        self.non_zero_requested.sub(&pod.non_zero_requests);
+        for port in host_ports(&pod.pod) {
+            if let Some(j) = self.used_ports.iter().position(|p| *p == port) {
+                self.used_ports.swap_remove(j);
+            }
+        }
+        if pod.has_affinity() {
+            self.pods_with_affinity -= 1;
+        }
+        if pod.has_required_anti_affinity() {
+            self.pods_with_required_anti_affinity -= 1;
+        }
+        self.generation += 1;
+        true
+    }
+}
+
+/// The cluster as one scheduling cycle sees it: every node with its pods, frozen for the
+/// cycle (upstream's cache `Snapshot`).
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    nodes: Vec<Arc<NodeInfo>>,
+    index: HashMap<String, usize>,
+}
+
+impl Snapshot {
+    pub fn new(nodes: Vec<Arc<NodeInfo>>) -> Snapshot {
+        let index = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name().to_string(), i))
+            .collect();
+        Snapshot { nodes, index }
+    }
+
+    pub fn nodes(&self) -> &[Arc<NodeInfo>] {
+        &self.nodes
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<NodeInfo>> {
+        self.index.get(name).map(|i| &self.nodes[*i])
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Nodes with at least one pod that has pod affinity or anti-affinity.
+    pub fn nodes_with_affinity_pods(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
+        self.nodes.iter().filter(|n| n.pods_with_affinity > 0)
+    }
+
+    /// Nodes with at least one pod that has required anti-affinity.
+    pub fn nodes_with_required_anti_affinity_pods(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
+        self.nodes
+            .iter()
+            .filter(|n| n.pods_with_required_anti_affinity > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::testing::{PodBuilder, node};
+
+    #[test]
+    fn pod_requests_sum_containers_and_take_the_largest_init_container() {
+        let pod = PodBuilder::new("p")
+            .container("a", &[("cpu", "100m"), ("memory", "100Mi")])
+            .container("b", &[("cpu", "200m")])
+            .init_container("init", &[("cpu", "500m"), ("memory", "50Mi")])
+            .build();
+        let info = PodInfo::new(Arc::new(pod));
+        assert_eq!(info.requests.milli_cpu, 500);
+        assert_eq!(info.requests.memory, 100 << 20);
+        // scoring defaults fill in b's memory (200 MiB)
+        assert_eq!(
+            info.non_zero_requests.memory,
+            (100 << 20) + DEFAULT_MEMORY_REQUEST
+        );
+    }
+
+    #[test]
+    fn sidecars_run_beside_the_containers_and_overhead_is_added() {
+        let mut pod = PodBuilder::new("p")
+            .container("app", &[("cpu", "100m")])
+            .sidecar("proxy", &[("cpu", "50m")])
+            .init_container("late-init", &[("cpu", "120m")])
+            .build();
+        pod.spec.as_mut().unwrap().overhead =
+            Some([("cpu".to_string(), K8sQuantity("10m".into()))].into());
+        let info = PodInfo::new(Arc::new(pod));
+        // max(100 + 50, 120 + 50) + 10
+        assert_eq!(info.requests.milli_cpu, 180);
+    }
+
+    #[test]
+    fn node_info_tracks_requests_and_ports_as_pods_come_and_go() {
+        let mut n = NodeInfo::new(Arc::new(node("n1").cpu("2").memory("4Gi").build()));
+        assert_eq!(n.allocatable.milli_cpu, 2000);
+        let p = PodBuilder::new("web")
+            .container("c", &[("cpu", "250m")])
+            .host_port(8080)
+            .build();
+        n.add_pod(Arc::new(PodInfo::new(Arc::new(p))));
+        assert_eq!(n.requested.milli_cpu, 250);
+        assert_eq!(n.used_ports.len(), 1);
+        assert!(n.remove_pod("default/web"));
+        assert_eq!(n.requested.milli_cpu, 0);
+        assert!(n.used_ports.is_empty());
+        assert!(!n.remove_pod("default/web"));
+    }
+
+    #[test]
+    fn host_ports_on_all_addresses_conflict_with_any_address() {
+        let any = HostPort {
+            protocol: "TCP".into(),
+            port: 80,
+            ip: "0.0.0.0".into(),
+        };
+        let one = HostPort {
+            ip: "10.0.0.1".into(),
+            ..any.clone()
+        };
+        let udp = HostPort {
+            protocol: "UDP".into(),
+            ..any.clone()
+        };
+        assert!(any.conflicts(&one));
+        assert!(!any.conflicts(&udp));
+    }
+}

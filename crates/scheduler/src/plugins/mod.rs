@@ -1,0 +1,36 @@
+//! Upstream's default plugins, one file each, and the registry that builds them by name for
+//! a profile.
+//!
+//! # Layout
+//! - [`node_unschedulable`]: `NodeUnschedulable`, nodes marked `spec.unschedulable`.
+//! - [`node_name`]: `NodeName`, pods that name their node.
+
+pub mod node_name;
+pub mod node_unschedulable;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::framework::Plugin;
+
+/// Builds a plugin from its `pluginConfig` args (None when the profile gives none); a bad
+/// argument is an error naming it.
+pub type Factory = fn(Option<&Value>) -> Result<Arc<dyn Plugin>, String>;
+
+/// Every plugin Skiff knows, by upstream name.
+pub fn registry() -> BTreeMap<&'static str, Factory> {
+    let mut r: BTreeMap<&'static str, Factory> = BTreeMap::new();
+    r.insert(node_unschedulable::NAME, |_| {
+        Ok(Arc::new(node_unschedulable::NodeUnschedulable))
+    });
+    r.insert(node_name::NAME, |_| Ok(Arc::new(node_name::NodeName)));
+    r
+}
+
+/// The default profile's plugins in upstream's order, with their Score weights (upstream's
+/// `getDefaultPlugins` for `kubescheduler.config.k8s.io/v1`); plugins without a Score get 0.
+pub fn default_plugins() -> Vec<(&'static str, i64)> {
+    vec![(node_unschedulable::NAME, 0), (node_name::NAME, 0)]
+}
