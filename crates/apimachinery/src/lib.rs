@@ -7,11 +7,13 @@
 //! - [`fields`]: field selectors (`spec.nodeName=n1,status.phase!=Running`).
 //! - [`validation`]: names, label keys and values, and field error lists (`field.ErrorList`).
 //! - [`patch`]: JSON patch, JSON merge patch and strategic merge patch.
+//! - [`managedfields`]: server-side apply and `metadata.managedFields` (field ownership).
 //! - [`table`]: `kubectl get` columns and rows per resource (`as=Table`).
 
 pub mod catalog;
 pub mod fields;
 pub mod labels;
+pub mod managedfields;
 pub mod patch;
 pub mod table;
 pub mod validation;
