@@ -217,6 +217,52 @@ fn kubectl_server_side_apply(kubectl: &str) {
     );
 }
 
+/// Moving from client-side to server-side apply: kubectl takes the fields the last-applied
+/// annotation still describes without conflict, then migrates the managedFields itself.
+fn client_side_then_server_side_apply(kubectl: &str) {
+    let api = ApiServer::start(Backend::Embedded);
+    api.kubectl_stdin(kubectl, &["apply", "-f", "-"], Some(&deployment(2, &["A"])));
+    let deploy = get_json(
+        &api,
+        kubectl,
+        &["deployment", "web", "--show-managed-fields"],
+    );
+    assert_eq!(
+        entries(&deploy),
+        [(
+            "kubectl-client-side-apply".into(),
+            "Update".into(),
+            String::new()
+        )]
+    );
+    let out = api.kubectl_stdin(
+        kubectl,
+        &["apply", "--server-side", "-f", "-"],
+        Some(&deployment(3, &["A"])),
+    );
+    assert!(out.contains("serverside-applied"), "{out}");
+    let deploy = get_json(
+        &api,
+        kubectl,
+        &["deployment", "web", "--show-managed-fields"],
+    );
+    assert_eq!(deploy["spec"]["replicas"], 3);
+    let mut managers = entries(&deploy);
+    managers.sort();
+    assert_eq!(
+        managers,
+        [
+            ("kubectl".into(), "Apply".into(), String::new()),
+            ("kubectl-last-applied".into(), "Apply".into(), String::new()),
+        ]
+    );
+    let last =
+        deploy["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .expect("the annotation is kept");
+    assert!(last.contains("\"replicas\":3"), "{last}");
+}
+
 /// A client built from the server's admin kubeconfig.
 async fn client(api: &ApiServer) -> Client {
     let kubeconfig = Kubeconfig::read_from(api.kubeconfig()).expect("read the kubeconfig");
@@ -422,4 +468,5 @@ macro_rules! for_kubectl {
 for_kubectl! {
     server_side_apply_creates_prunes_conflicts_forces_and_shows_managed_fields
         => kubectl_server_side_apply;
+    server_side_apply_takes_over_from_client_side_apply => client_side_then_server_side_apply;
 }

@@ -247,6 +247,7 @@ impl Managed {
                 out.push(Conflict {
                     manager: manager.clone(),
                     field: path_string(&path),
+                    path,
                 });
             }
         }

@@ -60,6 +60,8 @@ pub struct Conflict {
     pub manager: String,
     /// The field as upstream prints it: `.spec.replicas`.
     pub field: String,
+    /// The field's path.
+    pub path: fieldpath::Path,
 }
 
 /// Upstream's conflict message (`Apply failed with 1 conflict: conflict with "m" using v1: .a`).
@@ -205,10 +207,81 @@ pub fn update(live: &Value, new: &mut Value, writer: &Writer<'_>) {
     managed.write_into(new);
 }
 
+/// The annotation client-side `kubectl apply` keeps its last configuration in.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The manager `kubectl apply --server-side` applies as; it gets upstream's help moving from
+/// client-side apply.
+const KUBECTL: &str = "kubectl";
+
 /// Applies `config` to `live` (`{}` when the object does not exist yet) for `writer`; returns
 /// the new object with its managedFields. An apply that changes nothing but ownership returns
 /// the live object with the new entries (and keeps the entry's time).
+///
+/// As upstream, `kubectl` applying to an object that client-side apply manages may take the
+/// fields whose live values are still those of the last-applied annotation without conflict,
+/// and keeps that annotation in step with what it applies.
 pub fn apply(live: &Value, config: &Value, writer: &Writer<'_>, force: bool) -> Result<Value> {
+    let last_applied = (writer.manager == KUBECTL)
+        .then(|| {
+            live.pointer("/metadata/annotations")
+                .and_then(|a| a.get(LAST_APPLIED))
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+        })
+        .flatten();
+    let mut out = match apply_once(live, config, writer, force) {
+        Err(Error::Conflicts(conflicts)) if last_applied.is_some() => {
+            let Some(allowed) = last_applied.and_then(|l| allowed_by_last_applied(live, l, writer))
+            else {
+                return Err(Error::Conflicts(conflicts));
+            };
+            let left: Vec<Conflict> = conflicts
+                .into_iter()
+                .filter(|c| !allowed.has(&c.path))
+                .collect();
+            if !left.is_empty() {
+                return Err(Error::Conflicts(left));
+            }
+            apply_once(live, config, writer, true)?
+        }
+        other => other?,
+    };
+    if last_applied.is_some() {
+        let mut recorded = config.clone();
+        if let Some(a) = recorded
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+        {
+            a.remove(LAST_APPLIED);
+        }
+        if !out["metadata"]["annotations"].is_object() {
+            out["metadata"]["annotations"] = Value::Object(Default::default());
+        }
+        out["metadata"]["annotations"][LAST_APPLIED] = Value::String(recorded.to_string());
+    }
+    Ok(out)
+}
+
+/// The fields of the last client-side applied configuration whose live values still match it
+/// (upstream's `allowedConflictsFromLastApplied`); `None` when the annotation is unusable.
+fn allowed_by_last_applied(live: &Value, annotation: &str, writer: &Writer<'_>) -> Option<Set> {
+    let last: Value = serde_json::from_str(annotation).ok()?;
+    if last.get("apiVersion").and_then(Value::as_str) != Some(writer.api_version) {
+        return None;
+    }
+    let node = schema::root(writer.group, writer.kind);
+    let fields = typed::field_set(&last, &node).ok()?;
+    let c = typed::compare(&last, &without_managed_fields(live), &node);
+    Some(
+        fields
+            .difference(&c.modified)
+            .difference(&c.added)
+            .difference(&c.removed),
+    )
+}
+
+fn apply_once(live: &Value, config: &Value, writer: &Writer<'_>, force: bool) -> Result<Value> {
     if config
         .pointer("/metadata/managedFields")
         .is_some_and(|v| !v.is_null())

@@ -232,10 +232,12 @@ fn conflicts_with_several_managers_are_listed_by_manager() {
         Conflict {
             manager: r#""b""#.into(),
             field: ".x".into(),
+            path: vec![],
         },
         Conflict {
             manager: r#""a""#.into(),
             field: ".y".into(),
+            path: vec![],
         },
     ]);
     assert_eq!(
@@ -311,4 +313,39 @@ fn applying_to_status_owns_only_status() {
         .unwrap();
     assert_eq!(e["fieldsV1"], json!({"f:status": {"f:replicas": {}}}));
     assert_eq!(e["subresource"], "status");
+}
+
+#[test]
+fn kubectl_takes_fields_client_side_apply_set_without_conflict_and_keeps_the_annotation() {
+    let mut live = deploy(2, &[]);
+    let mut last = deploy(2, &[]);
+    last["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("namespace");
+    live["metadata"]["annotations"] = json!({LAST_APPLIED: last.to_string()});
+    let csa = writer("kubectl-client-side-apply", T1);
+    update(&json!({}), &mut live, &csa);
+    let out = apply(&live, &deploy(3, &[]), &writer("kubectl", T2), false).unwrap();
+    assert_eq!(out["spec"]["replicas"], 3);
+    let recorded: Value = serde_json::from_str(
+        out["metadata"]["annotations"][LAST_APPLIED]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(recorded["spec"]["replicas"], 3);
+    // Another manager gets no such help.
+    assert!(matches!(
+        apply(&live, &deploy(3, &[]), &writer("helm", T2), false),
+        Err(Error::Conflicts(_))
+    ));
+    // Nor does kubectl once the live value differs from the last-applied one.
+    let mut scaled = live.clone();
+    scaled["spec"]["replicas"] = json!(7);
+    update(&live, &mut scaled, &writer("kubectl-scale", T2));
+    assert!(matches!(
+        apply(&scaled, &deploy(3, &[]), &writer("kubectl", T2), false),
+        Err(Error::Conflicts(_))
+    ));
 }
