@@ -391,6 +391,25 @@ fn kube_rs_apply_creates_updates_conflicts_and_forces() {
         assert_eq!(causes[0].field, ".data.a");
         assert_eq!(causes[0].message, r#"conflict with "other""#);
 
+        // Sending `managedFields: [{}]` clears every entry.
+        let cleared = cms
+            .patch(
+                "settings",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"managedFields": [{}]}})),
+            )
+            .await
+            .expect("a merge patch clearing managedFields");
+        assert!(managers(&cleared).is_empty(), "{:?}", managers(&cleared));
+        assert_eq!(
+            cleared
+                .data
+                .unwrap_or_default()
+                .get("a")
+                .map(String::as_str),
+            Some("4")
+        );
+
         // Without a field manager an apply is invalid.
         let raw = http::Request::patch("/api/v1/namespaces/default/configmaps/settings")
             .header("Content-Type", "application/apply-patch+yaml")

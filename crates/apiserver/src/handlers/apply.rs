@@ -18,7 +18,7 @@ use crate::strategy::generic;
 /// The media type of an apply patch.
 pub const APPLY_PATCH: &str = "application/apply-patch+yaml";
 
-/// The longest field manager name upstream keeps from a User-Agent.
+/// The bytes of a User-Agent upstream keeps as a field manager name.
 const MAX_MANAGER_LEN: usize = 128;
 
 /// The manager a write is recorded for: `fieldManager`, else the User-Agent up to its first
@@ -29,13 +29,16 @@ pub fn manager(ctx: &Ctx) -> String {
         return m.clone();
     }
     let ua = ctx.header(header::USER_AGENT).unwrap_or("");
-    ua.split('/')
-        .next()
-        .unwrap_or("")
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(MAX_MANAGER_LEN)
-        .collect()
+    let mut out = String::new();
+    for c in ua.split('/').next().unwrap_or("").chars() {
+        if out.len() >= MAX_MANAGER_LEN {
+            break;
+        }
+        if !c.is_control() {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The fields a request to this path may own.
