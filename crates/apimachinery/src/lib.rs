@@ -7,12 +7,14 @@
 //! - [`fields`]: field selectors (`spec.nodeName=n1,status.phase!=Running`).
 //! - [`validation`]: names, label keys and values, and field error lists (`field.ErrorList`).
 //! - [`patch`]: JSON patch, JSON merge patch and strategic merge patch.
+//! - [`managedfields`]: server-side apply and `metadata.managedFields` (field ownership).
 //! - [`table`]: `kubectl get` columns and rows per resource (`as=Table`).
 //! - [`quantity`]: resource quantities (`100m`, `128Mi`) as millis and units.
 
 pub mod catalog;
 pub mod fields;
 pub mod labels;
+pub mod managedfields;
 pub mod patch;
 pub mod quantity;
 pub mod table;

@@ -2,6 +2,7 @@
 //! and the shared response builders. Every failure leaves as a `Status` object.
 //!
 //! # Layout
+//! - [`apply`]: server-side apply and the managedFields of every write.
 //! - [`system`]: `/version`, `/healthz`, `/livez`, `/readyz`, `/metrics`.
 //! - [`discovery`]: `/api`, `/apis`, per-group and per-version lists, aggregated discovery.
 //! - [`openapi`]: the OpenAPI v2 and v3 documents.
@@ -10,6 +11,7 @@
 //! - [`watch`]: streaming watches from the watch cache (or the store for old revisions).
 //! - [`write`]: create, update, patch, delete, deletecollection and the write subresources.
 
+pub mod apply;
 pub mod discovery;
 pub mod openapi;
 pub mod read;

@@ -15,6 +15,7 @@ use skiff_store::{
     TxnRequest,
 };
 
+use super::apply::{self as ssa, managed_fields_of, record_update};
 use super::read::{Filter, fetch, render, render_one};
 use super::{Body, Ctx, object, success_status};
 use crate::admission::{Attributes, Operation};
@@ -24,6 +25,20 @@ use crate::encoding::{self, BodyFormat};
 use crate::error::{ApiError, Result};
 use crate::storage;
 use crate::strategy::{self, generic};
+
+/// How a write treats `metadata.managedFields`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Fields {
+    /// Record an `Update` entry for the request's manager (creates, updates, patches).
+    Record,
+    /// The new object's entries are already computed (server-side apply).
+    Computed,
+}
+
+/// Whether a prepared write changes nothing the store would keep, managedFields included.
+fn no_op(obj: &Value, current: &Value) -> bool {
+    generic::unchanged(obj, current) && managed_fields_of(obj) == managed_fields_of(current)
+}
 
 /// Guaranteed updates retry this often on a conflicting concurrent write.
 const MAX_RETRIES: usize = 16;
@@ -103,7 +118,7 @@ async fn read_object(ctx: &mut Ctx, kind: &str, api_version: &str) -> Result<Val
 /// `fieldValidation=Strict`: fields the schema does not define are a 400, as upstream's strict
 /// decoding (`Ignore` and the default `Warn` accept them; unknown fields are dropped on output
 /// only by typed clients, so Skiff keeps them as stored).
-fn strict_fields(ctx: &Ctx, obj: &Value) -> Result<()> {
+pub(super) fn strict_fields(ctx: &Ctx, obj: &Value) -> Result<()> {
     if ctx.query.get("fieldValidation").map(String::as_str) != Some("Strict") {
         return Ok(());
     }
@@ -265,14 +280,22 @@ pub async fn create(mut ctx: Ctx) -> Result<Response<Body>> {
             }
         }
     }
-    create_object(&ctx, obj).await
+    create_object(&ctx, obj, Fields::Record).await
 }
 
-/// The create path shared by POST and the subresources that create (bindings are not objects).
-async fn create_object(ctx: &Ctx, mut obj: Value) -> Result<Response<Body>> {
+/// The create path shared by POST, apply and the subresources that create (bindings are not
+/// objects).
+pub(super) async fn create_object(
+    ctx: &Ctx,
+    mut obj: Value,
+    fields: Fields,
+) -> Result<Response<Body>> {
     let name = name_of(&obj).to_string();
     generic::prepare_create(ctx.rt, &mut obj, ctx.server.now());
     strategy::for_resource(ctx.rt).prepare_for_create(&mut obj);
+    if fields == Fields::Record {
+        record_update(ctx, &json!({}), &mut obj);
+    }
     let a = attrs(ctx, Operation::Create, &name, None);
     ctx.server.admission.mutate(&a, Some(&mut obj)).await?;
     let key = storage::key(ctx.rt, &ctx.info.namespace, &name);
@@ -320,14 +343,15 @@ pub async fn update(mut ctx: Ctx) -> Result<Response<Body>> {
         _ => {}
     }
     let pinned = rv_of(&obj);
-    update_with(&ctx, pinned, |_| Ok(obj.clone())).await
+    update_with(&ctx, pinned, Fields::Record, |_| Ok(obj.clone())).await
 }
 
 /// A guaranteed update: reads the object, computes the new one with `change`, and writes it
 /// guarded on the revision read; retried on conflict unless the client pinned `pinned`.
-async fn update_with(
+pub(super) async fn update_with(
     ctx: &Ctx,
     pinned: Option<i64>,
+    fields: Fields,
     mut change: impl FnMut(&Value) -> Result<Value>,
 ) -> Result<Response<Body>> {
     let name = ctx.info.name.as_str();
@@ -346,10 +370,21 @@ async fn update_with(
         if ctx.rt.namespaced {
             obj["metadata"]["namespace"] = json!(ctx.info.namespace);
         }
+        let computed = managed_fields_of(&obj).clone();
         generic::prepare_update(ctx.rt, &mut obj, &current, &ctx.info.subresource);
         strategy::for_resource(ctx.rt).prepare_for_update(&mut obj, &current);
+        match fields {
+            Fields::Record => record_update(ctx, &current, &mut obj),
+            // A status write keeps only the status: put the computed entries back.
+            Fields::Computed if computed.is_null() => {
+                if let Some(m) = obj["metadata"].as_object_mut() {
+                    m.remove("managedFields");
+                }
+            }
+            Fields::Computed => obj["metadata"]["managedFields"] = computed,
+        }
         storage::set_resource_version(&mut obj, current_rv);
-        if generic::unchanged(&obj, &current) {
+        if no_op(&obj, &current) {
             return render_one(ctx, &current);
         }
         let a = attrs(ctx, Operation::Update, name, Some(&current));
@@ -423,16 +458,20 @@ fn finalizers(obj: &Value) -> Vec<String> {
 
 pub async fn patch(mut ctx: Ctx) -> Result<Response<Body>> {
     let ct = ctx.header(header::CONTENT_TYPE).unwrap_or("").to_string();
+    if encoding::media_type(&ct) == ssa::APPLY_PATCH {
+        return ssa::apply(ctx).await;
+    }
     let Some(kind) = PatchType::from_content_type(&encoding::media_type(&ct)) else {
         return Err(ApiError::unsupported_media_type(&ct));
     };
+    ssa::validate_patch_options(&ctx, false)?;
     let body = ctx.body().await?;
     let (group, rkind) = patch_type_of(&ctx);
     let pinned = serde_json::from_slice::<Value>(&body)
         .ok()
         .as_ref()
         .and_then(rv_of);
-    update_with(&ctx, pinned, |current| {
+    update_with(&ctx, pinned, Fields::Record, |current| {
         let served = conversion::to_external(ctx.rt, current.clone());
         let patched = patch::apply(group, rkind, &served, kind, &body).map_err(patch_error)?;
         strict_fields(&ctx, &patched)?;
@@ -701,7 +740,7 @@ pub async fn subresource(mut ctx: Ctx, sub: &'static Subresource) -> Result<Resp
             let obj = read_object(&mut ctx, kind, &api_version).await?;
             let pinned = rv_of(&obj);
             let finalize = sub.name == "finalize";
-            update_with(&ctx, pinned, |current| {
+            update_with(&ctx, pinned, Fields::Record, |current| {
                 if finalize {
                     // Only spec.finalizers changes.
                     let mut next = current.clone();
@@ -759,7 +798,7 @@ async fn bind(mut ctx: Ctx) -> Result<Response<Body>> {
         ));
     }
     let now = generic::timestamp(ctx.server.now());
-    update_with(&ctx, None, |pod| {
+    update_with(&ctx, None, Fields::Record, |pod| {
         if let Some(existing) = pod
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)
@@ -810,7 +849,8 @@ pub async fn replace_object(ctx: &Ctx, next: Value) -> Result<Value> {
     let current_rv = rv_of(&current).unwrap_or(0);
     let mut obj = next;
     generic::prepare_update(ctx.rt, &mut obj, &current, "scale");
-    if generic::unchanged(&obj, &current) {
+    record_update(ctx, &current, &mut obj);
+    if no_op(&obj, &current) {
         return Ok(current);
     }
     validate(ctx, &obj, Some(&current))?;
