@@ -5,6 +5,10 @@
 //! # Layout
 //! - [`framework`]: statuses, pod and node views, the extension-point traits, the runtime.
 //! - [`plugins`]: upstream's default plugins, one file each, and the registry by name.
+//! - [`queue`]: activeQ, backoffQ and the unschedulable pods.
+//! - [`cache`]: nodes and their pods, with assumed pods.
 
+pub mod cache;
 pub mod framework;
 pub mod plugins;
+pub mod queue;

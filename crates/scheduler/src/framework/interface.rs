@@ -54,7 +54,11 @@ pub struct CycleState {
 impl Clone for CycleState {
     fn clone(&self) -> Self {
         CycleState {
-            data: self.data.iter().map(|(k, v)| (*k, v.as_ref().clone_box())).collect(),
+            data: self
+                .data
+                .iter()
+                .map(|(k, v)| (*k, v.as_ref().clone_box()))
+                .collect(),
             skip_filter_plugins: self.skip_filter_plugins.clone(),
             skip_score_plugins: self.skip_score_plugins.clone(),
         }

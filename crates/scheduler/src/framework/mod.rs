@@ -2,6 +2,7 @@
 //! see, the extension-point traits, and the runtime that runs a profile's plugins in order.
 
 pub mod interface;
+pub mod runtime;
 pub mod status;
 pub mod testing;
 pub mod types;
@@ -12,5 +13,6 @@ pub use interface::{
     PreBindPlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin, ScorePlugin,
     StateData,
 };
+pub use runtime::Framework;
 pub use status::{Code, Status};
 pub use types::{HostPort, NodeInfo, PodInfo, Resource, Snapshot};

@@ -1,0 +1,444 @@
+//! A profile's plugins, run in order at each extension point (upstream's
+//! `frameworkruntime.frameworkImpl`): the first rejection wins at PreFilter and Filter, Score
+//! totals are each plugin's normalized score times its weight, Bind stops at the first plugin
+//! that does not Skip.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::interface::{
+    CycleState, FilterRunner, NodeScore, NodeStatuses, Plugin, PostFilterResult, PreFilterResult,
+};
+use super::status::{Code, Status};
+use super::types::{NodeInfo, PodInfo, Snapshot};
+
+/// One profile: a scheduler name and its plugins per extension point.
+pub struct Framework {
+    scheduler_name: String,
+    plugins: Vec<Arc<dyn Plugin>>,
+    /// Score plugins (indexes into `plugins`) with their weights.
+    scores: Vec<(usize, i64)>,
+    /// Percentage of nodes to find feasible before scoring; 0 is upstream's adaptive rule.
+    pub percentage_of_nodes_to_score: u32,
+}
+
+impl Framework {
+    /// A profile from plugins in their run order, with Score weights (ignored for plugins
+    /// without Score; a Score plugin's weight of 0 becomes 1, as upstream defaults it).
+    pub fn new(scheduler_name: impl Into<String>, plugins: Vec<(Arc<dyn Plugin>, i64)>) -> Self {
+        let scores = plugins
+            .iter()
+            .enumerate()
+            .filter(|(_, (p, _))| p.as_score().is_some())
+            .map(|(i, (_, w))| (i, (*w).max(1)))
+            .collect();
+        Framework {
+            scheduler_name: scheduler_name.into(),
+            plugins: plugins.into_iter().map(|(p, _)| p).collect(),
+            scores,
+            percentage_of_nodes_to_score: 0,
+        }
+    }
+
+    pub fn scheduler_name(&self) -> &str {
+        &self.scheduler_name
+    }
+
+    /// Names of the plugins, in run order.
+    pub fn plugin_names(&self) -> Vec<&'static str> {
+        self.plugins.iter().map(|p| p.name()).collect()
+    }
+
+    pub fn has_post_filter(&self) -> bool {
+        self.plugins.iter().any(|p| p.as_post_filter().is_some())
+    }
+
+    /// PreFilter: the first rejection or error stops the cycle; Skip marks the plugin's Filter
+    /// to be skipped; node-name sets from several plugins are intersected.
+    pub fn run_pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> PreFilterResult {
+        let mut nodes: Option<BTreeSet<String>> = None;
+        for p in &self.plugins {
+            let Some(pf) = p.as_pre_filter() else {
+                continue;
+            };
+            let r = pf.pre_filter(state, pod, snapshot);
+            if r.status.is_skip() {
+                state.skip_filter_plugins.insert(p.name());
+                continue;
+            }
+            if !r.status.is_success() {
+                return r.status.with_plugin(p.name()).into();
+            }
+            if let Some(names) = r.node_names {
+                nodes = Some(match nodes {
+                    None => names,
+                    Some(prev) => prev.intersection(&names).cloned().collect(),
+                });
+            }
+        }
+        PreFilterResult {
+            status: Status::success(),
+            node_names: nodes,
+        }
+    }
+
+    /// Filter on one node: the first plugin that does not pass decides.
+    pub fn run_filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        for p in &self.plugins {
+            let Some(f) = p.as_filter() else { continue };
+            if state.skip_filter_plugins.contains(p.name()) {
+                continue;
+            }
+            let s = f.filter(state, pod, node);
+            if !s.is_success() {
+                return s.with_plugin(p.name());
+            }
+        }
+        Status::success()
+    }
+
+    /// PostFilter (preemption): the first plugin that succeeds or fails hard decides.
+    pub fn run_post_filter(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        statuses: &NodeStatuses,
+    ) -> PostFilterResult {
+        let mut last = PostFilterResult {
+            status: Status::unschedulable("no PostFilter plugin"),
+            nominated_node: None,
+            victims: Vec::new(),
+        };
+        for p in &self.plugins {
+            let Some(pf) = p.as_post_filter() else {
+                continue;
+            };
+            let r = pf.post_filter(state, pod, snapshot, statuses, self);
+            if r.status.is_success() || r.status.code() == Code::Error {
+                return r;
+            }
+            last = r;
+        }
+        last
+    }
+
+    pub fn run_pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        snapshot: &Snapshot,
+    ) -> Status {
+        for p in &self.plugins {
+            let Some(ps) = p.as_pre_score() else {
+                continue;
+            };
+            let s = ps.pre_score(state, pod, nodes, snapshot);
+            if s.is_skip() {
+                state.skip_score_plugins.insert(p.name());
+            } else if !s.is_success() {
+                return s.with_plugin(p.name());
+            }
+        }
+        Status::success()
+    }
+
+    /// Score: each plugin scores every node and normalizes; totals are weighted sums, in the
+    /// order of `nodes`.
+    pub fn run_score(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<Vec<NodeScore>, Status> {
+        let mut totals: Vec<NodeScore> = nodes
+            .iter()
+            .map(|n| NodeScore {
+                name: n.name().to_string(),
+                score: 0,
+            })
+            .collect();
+        for (i, weight) in &self.scores {
+            let p = &self.plugins[*i];
+            if state.skip_score_plugins.contains(p.name()) {
+                continue;
+            }
+            let Some(sp) = p.as_score() else { continue };
+            let mut scores = Vec::with_capacity(nodes.len());
+            for n in nodes {
+                let score = sp
+                    .score(state, pod, n)
+                    .map_err(|s| s.with_plugin(p.name()))?;
+                scores.push(NodeScore {
+                    name: n.name().to_string(),
+                    score,
+                });
+            }
+            let s = sp.normalize(state, pod, &mut scores);
+            if !s.is_success() {
+                return Err(s.with_plugin(p.name()));
+            }
+            for (total, s) in totals.iter_mut().zip(&scores) {
+                total.score += s.score * weight;
+            }
+        }
+        Ok(totals)
+    }
+
+    /// Reserve in order; on a failure the plugins reserved so far (and the failing one) are
+    /// unreserved in reverse, as upstream.
+    pub fn run_reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+        for p in &self.plugins {
+            let Some(r) = p.as_reserve() else { continue };
+            let s = r.reserve(state, pod, node);
+            if !s.is_success() {
+                self.run_unreserve(state, pod, node);
+                return s.with_plugin(p.name());
+            }
+        }
+        Status::success()
+    }
+
+    pub fn run_unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) {
+        for p in self.plugins.iter().rev() {
+            if let Some(r) = p.as_reserve() {
+                r.unreserve(state, pod, node);
+            }
+        }
+    }
+
+    /// Permit: a rejection wins; otherwise Wait with the longest timeout asked for.
+    pub fn run_permit(&self, state: &CycleState, pod: &PodInfo, node: &str) -> (Status, Duration) {
+        let mut wait: Option<Duration> = None;
+        for p in &self.plugins {
+            let Some(pm) = p.as_permit() else { continue };
+            let (s, timeout) = pm.permit(state, pod, node);
+            match s.code() {
+                Code::Success => {}
+                Code::Wait => wait = Some(wait.map_or(timeout, |w| w.max(timeout))),
+                _ => return (s.with_plugin(p.name()), Duration::ZERO),
+            }
+        }
+        match wait {
+            Some(t) => (Status::new(Code::Wait, Vec::new()), t),
+            None => (Status::success(), Duration::ZERO),
+        }
+    }
+
+    pub async fn run_pre_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
+        for p in &self.plugins {
+            if let Some(pb) = p.as_pre_bind() {
+                let s = pb.pre_bind(state, pod, node).await;
+                if !s.is_success() {
+                    return s.with_plugin(p.name());
+                }
+            }
+        }
+        Status::success()
+    }
+
+    /// Bind: the first plugin that does not Skip binds (or fails).
+    pub async fn run_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
+        for p in &self.plugins {
+            if let Some(b) = p.as_bind() {
+                let s = b.bind(state, pod, node).await;
+                if !s.is_skip() {
+                    return s.with_plugin(p.name());
+                }
+            }
+        }
+        Status::error("no Bind plugin bound the pod")
+    }
+
+    pub fn run_post_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) {
+        for p in &self.plugins {
+            if let Some(pb) = p.as_post_bind() {
+                pb.post_bind(state, pod, node);
+            }
+        }
+    }
+}
+
+impl FilterRunner for Framework {
+    fn filter_with(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        self.run_filter(state, pod, node)
+    }
+
+    fn remove_pod_from_state(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        victim: &PodInfo,
+        node: &NodeInfo,
+    ) {
+        for p in &self.plugins {
+            if let Some(pf) = p.as_pre_filter() {
+                pf.remove_pod(state, pod, victim, node);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::interface::{FilterPlugin, PreFilterPlugin, ScorePlugin};
+    use crate::framework::testing::{PodBuilder, node, snapshot};
+
+    /// A plugin whose Filter rejects the nodes it is told to and whose Score is fixed per node.
+    struct Fake {
+        name: &'static str,
+        reject: Vec<&'static str>,
+        scores: Vec<(&'static str, i64)>,
+        only: Option<Vec<&'static str>>,
+    }
+
+    impl Plugin for Fake {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+            Some(self)
+        }
+        fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+            Some(self)
+        }
+        fn as_score(&self) -> Option<&dyn ScorePlugin> {
+            (!self.scores.is_empty()).then_some(self as &dyn ScorePlugin)
+        }
+    }
+
+    impl PreFilterPlugin for Fake {
+        fn pre_filter(&self, _: &mut CycleState, _: &PodInfo, _: &Snapshot) -> PreFilterResult {
+            PreFilterResult {
+                status: Status::success(),
+                node_names: self
+                    .only
+                    .as_ref()
+                    .map(|o| o.iter().map(|s| s.to_string()).collect()),
+            }
+        }
+    }
+
+    impl FilterPlugin for Fake {
+        fn filter(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
+            if self.reject.contains(&node.name()) {
+                Status::unschedulable(format!("{} says no", self.name))
+            } else {
+                Status::success()
+            }
+        }
+    }
+
+    impl ScorePlugin for Fake {
+        fn score(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+            Ok(self
+                .scores
+                .iter()
+                .find(|(n, _)| *n == node.name())
+                .map_or(0, |(_, s)| *s))
+        }
+    }
+
+    fn fake(name: &'static str) -> Fake {
+        Fake {
+            name,
+            reject: Vec::new(),
+            scores: Vec::new(),
+            only: None,
+        }
+    }
+
+    #[test]
+    fn the_first_filter_that_rejects_is_named_in_the_status() {
+        let a = Fake {
+            reject: vec!["n1"],
+            ..fake("A")
+        };
+        let b = Fake {
+            reject: vec!["n1", "n2"],
+            ..fake("B")
+        };
+        let fw = Framework::new(
+            "default-scheduler",
+            vec![(Arc::new(a), 0), (Arc::new(b), 0)],
+        );
+        let pod = PodBuilder::new("p").info();
+        let state = CycleState::default();
+        let s1 = fw.run_filter(&state, &pod, &node("n1").info(&[]));
+        assert_eq!((s1.plugin(), s1.message().as_str()), ("A", "A says no"));
+        let s2 = fw.run_filter(&state, &pod, &node("n2").info(&[]));
+        assert_eq!(s2.plugin(), "B");
+        assert!(
+            fw.run_filter(&state, &pod, &node("n3").info(&[]))
+                .is_success()
+        );
+    }
+
+    #[test]
+    fn scores_are_weighted_and_summed_per_node() {
+        let a = Fake {
+            scores: vec![("n1", 10), ("n2", 50)],
+            ..fake("A")
+        };
+        let b = Fake {
+            scores: vec![("n1", 40), ("n2", 0)],
+            ..fake("B")
+        };
+        let fw = Framework::new(
+            "default-scheduler",
+            vec![(Arc::new(a), 1), (Arc::new(b), 2)],
+        );
+        let nodes = snapshot(vec![node("n1").info(&[]), node("n2").info(&[])]);
+        let totals = fw
+            .run_score(
+                &CycleState::default(),
+                &PodBuilder::new("p").info(),
+                nodes.nodes(),
+            )
+            .unwrap();
+        assert_eq!(
+            totals[0],
+            NodeScore {
+                name: "n1".into(),
+                score: 10 + 80
+            }
+        );
+        assert_eq!(
+            totals[1],
+            NodeScore {
+                name: "n2".into(),
+                score: 50
+            }
+        );
+    }
+
+    #[test]
+    fn pre_filter_node_sets_are_intersected() {
+        let a = Fake {
+            only: Some(vec!["n1", "n2"]),
+            ..fake("A")
+        };
+        let b = Fake {
+            only: Some(vec!["n2", "n3"]),
+            ..fake("B")
+        };
+        let fw = Framework::new(
+            "default-scheduler",
+            vec![(Arc::new(a), 0), (Arc::new(b), 0)],
+        );
+        let r = fw.run_pre_filter(
+            &mut CycleState::default(),
+            &PodBuilder::new("p").info(),
+            &Snapshot::default(),
+        );
+        assert_eq!(r.node_names, Some(["n2".to_string()].into()));
+    }
+}
