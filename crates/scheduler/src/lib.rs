@@ -7,8 +7,22 @@
 //! - [`plugins`]: upstream's default plugins, one file each, and the registry by name.
 //! - [`queue`]: activeQ, backoffQ and the unschedulable pods.
 //! - [`cache`]: nodes and their pods, with assumed pods.
+//! - [`algorithm`]: one pod's Filter/Score pass and the `FailedScheduling` message.
+//! - [`scheduler`]: the loop: pop, schedule, assume, bind concurrently.
+//! - [`api`]: the writes (bindings, events, conditions) behind a trait.
+//! - [`binder`]: the `DefaultBinder` plugin.
+//! - [`config`]: `KubeSchedulerConfiguration` and the profiles it builds.
+//! - [`informer`]: the pod and node watches that feed the scheduler.
 
+pub mod algorithm;
+pub mod api;
+pub mod binder;
 pub mod cache;
+pub mod config;
 pub mod framework;
+pub mod informer;
 pub mod plugins;
 pub mod queue;
+pub mod scheduler;
+
+pub use scheduler::{DEFAULT_SCHEDULER_NAME, Scheduler};

@@ -282,6 +282,33 @@ impl SchedulingQueue {
         }
     }
 
+    /// A pod whose binding failed after it left the queue: back in, after its backoff.
+    pub fn add_after_failed_binding(&self, info: Arc<PodInfo>, attempts: u32, first_seen: Instant) {
+        let now = Instant::now();
+        let exp = attempts.saturating_sub(1).min(16);
+        let backoff = (INITIAL_BACKOFF * 2u32.pow(exp)).min(MAX_BACKOFF);
+        let mut q = self.inner.lock();
+        let key = info.key.clone();
+        if q.pods.contains_key(&key) {
+            return;
+        }
+        q.pods.insert(
+            key.clone(),
+            Entry {
+                pod: QueuedPod {
+                    info,
+                    attempts,
+                    timestamp: now,
+                    first_seen,
+                    backoff_until: now + backoff,
+                },
+                location: Location::Backoff,
+                seq: 0,
+            },
+        );
+        q.put(&key, Location::Backoff);
+    }
+
     /// The attempt succeeded (the pod is assumed and binding): it leaves the queue.
     pub fn done(&self, key: &str) {
         let mut q = self.inner.lock();
@@ -456,6 +483,16 @@ mod tests {
         assert_eq!(q.sizes(), QueueSizes::default());
         q.close();
         assert!(q.pop().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_binding_returns_the_pod_after_its_backoff() {
+        let q = SchedulingQueue::new();
+        q.add_after_failed_binding(pod("p", 0), 2, Instant::now());
+        assert_eq!(q.sizes().backoff, 1);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        q.flush();
+        assert_eq!(pop_name(&q).await.0, "p");
     }
 
     #[tokio::test(start_paused = true)]

@@ -2,11 +2,13 @@
 //!
 //! # Layout
 //! - [`apiserver`]: `skiff apiserver`, the Kubernetes API server.
+//! - [`scheduler`]: `skiff scheduler`, binding pods to nodes through the API server.
 //! - [`store`]: `skiff store serve`, the embedded store behind the etcd v3 gRPC facade.
 //! - [`bench`]: `skiff bench <what>`, benchmarks printing one JSON object per result.
 
 pub mod apiserver;
 pub mod bench;
+pub mod scheduler;
 pub mod store;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +25,8 @@ pub struct Cli {
 pub enum Command {
     /// The Kubernetes API server on its own.
     Apiserver(apiserver::ApiServerArgs),
+    /// The scheduler on its own.
+    Scheduler(scheduler::SchedulerArgs),
     /// The key-value store on its own.
     #[command(subcommand)]
     Store(store::StoreCommand),
@@ -47,6 +51,7 @@ impl std::error::Error for UsageError {}
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Apiserver(args) => apiserver::run(args).await,
+        Command::Scheduler(args) => scheduler::run(args).await,
         Command::Store(cmd) => store::run(cmd).await,
         Command::Bench(cmd) => bench::run(cmd).await,
     }

@@ -1,0 +1,234 @@
+//! Everything the scheduler writes, behind one trait: bindings, events and the pod's
+//! `PodScheduled` condition. [`KubeApi`] writes through the API server; [`RecordingApi`]
+//! records calls for tests and can be told to fail bindings.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use parking_lot::Mutex;
+use serde_json::json;
+
+use crate::framework::PodInfo;
+
+/// Upstream's reporting controller name for scheduler events.
+pub const REPORTING_CONTROLLER: &str = "default-scheduler";
+
+/// A write the scheduler could not make.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("binding pod {pod} to node {node}: {message}")]
+    Bind {
+        pod: String,
+        node: String,
+        message: String,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The scheduler's writes.
+#[async_trait]
+pub trait ClusterApi: Send + Sync {
+    /// POSTs a `Binding` to `pods/{name}/binding`.
+    async fn bind(&self, pod: &PodInfo, node: &str) -> Result<()>;
+    /// A Normal `Scheduled` event: "Successfully assigned ns/pod to node".
+    async fn scheduled(&self, pod: &PodInfo, node: &str);
+    /// A Warning `FailedScheduling` event, and the pod's `PodScheduled=False` condition with
+    /// reason `Unschedulable` (or `SchedulerError`) and `nominatedNodeName`.
+    async fn failed(&self, pod: &PodInfo, reason: &str, message: &str, nominated: Option<&str>);
+}
+
+/// Writes through the API server.
+pub struct KubeApi {
+    client: kube::Client,
+    recorder: Recorder,
+}
+
+impl KubeApi {
+    pub fn new(client: kube::Client, instance: String) -> KubeApi {
+        let reporter = Reporter {
+            controller: REPORTING_CONTROLLER.into(),
+            instance: Some(instance),
+        };
+        KubeApi {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+        }
+    }
+
+    fn pods(&self, pod: &PodInfo) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), pod.namespace())
+    }
+
+    async fn event(&self, pod: &PodInfo, type_: EventType, reason: &str, action: &str, note: &str) {
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(pod.name().into()),
+            namespace: Some(pod.namespace().into()),
+            uid: pod.pod.metadata.uid.clone(),
+            resource_version: pod.pod.metadata.resource_version.clone(),
+            ..Default::default()
+        };
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note.into()),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(pod = %pod.key, error = %e, "recording event {reason}");
+        }
+    }
+}
+
+#[async_trait]
+impl ClusterApi for KubeApi {
+    async fn bind(&self, pod: &PodInfo, node: &str) -> Result<()> {
+        let binding = Binding {
+            metadata: ObjectMeta {
+                name: Some(pod.name().into()),
+                namespace: Some(pod.namespace().into()),
+                uid: pod.pod.metadata.uid.clone(),
+                ..Default::default()
+            },
+            target: ObjectReference {
+                kind: Some("Node".into()),
+                name: Some(node.into()),
+                ..Default::default()
+            },
+        };
+        self.pods(pod)
+            .create_subresource::<Binding, serde_json::Value>(
+                "binding",
+                pod.name(),
+                &PostParams::default(),
+                &binding,
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| Error::Bind {
+                pod: pod.key.clone(),
+                node: node.into(),
+                message: e.to_string(),
+            })
+    }
+
+    async fn scheduled(&self, pod: &PodInfo, node: &str) {
+        let note = format!("Successfully assigned {} to {node}", pod.key);
+        self.event(pod, EventType::Normal, "Scheduled", "Binding", &note)
+            .await;
+    }
+
+    async fn failed(&self, pod: &PodInfo, reason: &str, message: &str, nominated: Option<&str>) {
+        self.event(
+            pod,
+            EventType::Warning,
+            "FailedScheduling",
+            "Scheduling",
+            message,
+        )
+        .await;
+        let now = jiff::Timestamp::now()
+            .round(jiff::Unit::Second)
+            .unwrap_or(jiff::Timestamp::now());
+        let mut status = json!({
+            "conditions": [{
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": reason,
+                "message": message,
+                "lastProbeTime": null,
+                "lastTransitionTime": now.to_string(),
+            }],
+        });
+        if let Some(node) = nominated {
+            status["nominatedNodeName"] = json!(node);
+        }
+        let patch = json!({ "status": status });
+        if let Err(e) = self
+            .pods(pod)
+            .patch_status(
+                pod.name(),
+                &PatchParams::default(),
+                &Patch::Strategic(patch),
+            )
+            .await
+        {
+            tracing::debug!(pod = %pod.key, error = %e, "updating the PodScheduled condition");
+        }
+    }
+}
+
+/// One call the scheduler made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    Bind {
+        pod: String,
+        node: String,
+    },
+    Scheduled {
+        pod: String,
+        node: String,
+    },
+    Failed {
+        pod: String,
+        reason: String,
+        message: String,
+    },
+}
+
+/// Records calls; bindings of pods named in `fail_binds` fail.
+#[derive(Default)]
+pub struct RecordingApi {
+    pub calls: Mutex<Vec<Call>>,
+    pub fail_binds: Mutex<Vec<String>>,
+}
+
+impl RecordingApi {
+    pub fn new() -> Arc<RecordingApi> {
+        Arc::new(RecordingApi::default())
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().clone()
+    }
+}
+
+#[async_trait]
+impl ClusterApi for RecordingApi {
+    async fn bind(&self, pod: &PodInfo, node: &str) -> Result<()> {
+        self.calls.lock().push(Call::Bind {
+            pod: pod.key.clone(),
+            node: node.into(),
+        });
+        if self.fail_binds.lock().contains(&pod.key) {
+            return Err(Error::Bind {
+                pod: pod.key.clone(),
+                node: node.into(),
+                message: "told to fail".into(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn scheduled(&self, pod: &PodInfo, node: &str) {
+        self.calls.lock().push(Call::Scheduled {
+            pod: pod.key.clone(),
+            node: node.into(),
+        });
+    }
+
+    async fn failed(&self, pod: &PodInfo, reason: &str, message: &str, _: Option<&str>) {
+        self.calls.lock().push(Call::Failed {
+            pod: pod.key.clone(),
+            reason: reason.into(),
+            message: message.into(),
+        });
+    }
+}

@@ -1,0 +1,110 @@
+//! Feeds the scheduler from the API server: one watch of all pods (no field selector; the
+//! scheduler decides on its side which are its own, seed 000) and one of nodes, through
+//! kube-rs's `watcher`, which lists, watches from the list's resourceVersion and relists
+//! after a 410. Objects missing from a relist are treated as deleted.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::watch;
+
+use crate::scheduler::Scheduler;
+
+/// Runs the two watches until the process ends; `synced` turns true once both initial lists
+/// are in.
+pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch::Sender<bool>) {
+    let (pods_synced, mut pods_rx) = watch::channel(false);
+    let (nodes_synced, mut nodes_rx) = watch::channel(false);
+    let pods = {
+        let s = scheduler.clone();
+        follow(
+            Api::<Pod>::all(client.clone()),
+            pods_synced,
+            move |p| s.on_pod(p),
+            {
+                let s = scheduler.clone();
+                move |p: Arc<Pod>| s.on_pod_deleted(&p)
+            },
+        )
+    };
+    let nodes = {
+        let s = scheduler.clone();
+        follow(
+            Api::<Node>::all(client),
+            nodes_synced,
+            move |n| s.on_node(n),
+            {
+                let s = scheduler.clone();
+                move |n: Arc<Node>| s.on_node_deleted(n.metadata.name.as_deref().unwrap_or(""))
+            },
+        )
+    };
+    let ready = async move {
+        let _ = pods_rx.wait_for(|v| *v).await;
+        let _ = nodes_rx.wait_for(|v| *v).await;
+        let _ = synced.send(true);
+        std::future::pending::<()>().await;
+    };
+    tokio::join!(pods, nodes, ready);
+}
+
+/// One watch: applies and deletes go to the handlers; a relist's missing objects are deleted.
+async fn follow<K>(
+    api: Api<K>,
+    synced: watch::Sender<bool>,
+    on_apply: impl Fn(Arc<K>),
+    on_delete: impl Fn(Arc<K>),
+) where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let key = |o: &K| {
+        format!(
+            "{}/{}",
+            o.meta().namespace.as_deref().unwrap_or(""),
+            o.meta().name.as_deref().unwrap_or("")
+        )
+    };
+    let mut known: HashMap<String, Arc<K>> = HashMap::new();
+    let mut relisted: HashMap<String, Arc<K>> = HashMap::new();
+    let stream = watcher::watcher(api, watcher::Config::default());
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::Apply(o)) => {
+                let o = Arc::new(o);
+                known.insert(key(&o), o.clone());
+                on_apply(o);
+            }
+            Ok(Event::Delete(o)) => {
+                known.remove(&key(&o));
+                on_delete(Arc::new(o));
+            }
+            Ok(Event::Init) => relisted.clear(),
+            Ok(Event::InitApply(o)) => {
+                let o = Arc::new(o);
+                relisted.insert(key(&o), o.clone());
+                on_apply(o);
+            }
+            Ok(Event::InitDone) => {
+                for (k, o) in known.drain() {
+                    if !relisted.contains_key(&k) {
+                        on_delete(o);
+                    }
+                }
+                known = std::mem::take(&mut relisted);
+                let _ = synced.send(true);
+            }
+            Err(e) => tracing::warn!(error = %e, "watch failed; retrying"),
+        }
+    }
+}

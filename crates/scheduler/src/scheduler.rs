@@ -1,0 +1,423 @@
+//! The scheduling loop (upstream's `scheduleOne`): pop a pod, pick a node from a snapshot of
+//! the cache, assume the pod there, and bind it in a task of its own so that the next pod's
+//! cycle does not wait for the API round trip. Watch events come in through the `on_*`
+//! methods (see `informer`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use parking_lot::Mutex;
+
+use crate::algorithm::{Algorithm, ScheduleError};
+use crate::api::ClusterApi;
+use crate::cache::Cache;
+use crate::framework::{Code, CycleState, Framework, PodInfo};
+use crate::queue::{Failure, QueuedPod, SchedulingQueue};
+
+/// The scheduler name a pod without `spec.schedulerName` gets (upstream's default).
+pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
+
+/// Counters of scheduling attempts by result (upstream's `scheduler_schedule_attempts_total`).
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub scheduled: AtomicU64,
+    pub unschedulable: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+struct Profile {
+    framework: Arc<Framework>,
+    algorithm: Mutex<Algorithm>,
+}
+
+/// One scheduler process's state: profiles, queue, cache.
+pub struct Scheduler {
+    profiles: HashMap<String, Profile>,
+    queue: SchedulingQueue,
+    /// Locked briefly by watch handlers and once per cycle for a snapshot.
+    cache: Mutex<Cache>,
+    api: Arc<dyn ClusterApi>,
+    pub stats: Stats,
+}
+
+fn scheduler_name(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.as_deref())
+        .unwrap_or(DEFAULT_SCHEDULER_NAME)
+}
+
+fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+impl Scheduler {
+    pub fn new(profiles: Vec<Framework>, api: Arc<dyn ClusterApi>) -> Arc<Scheduler> {
+        let profiles = profiles
+            .into_iter()
+            .enumerate()
+            .map(|(i, fw)| {
+                let seed = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+                    .wrapping_add(i as u64);
+                (
+                    fw.scheduler_name().to_string(),
+                    Profile {
+                        framework: Arc::new(fw),
+                        algorithm: Mutex::new(Algorithm::new(seed)),
+                    },
+                )
+            })
+            .collect();
+        Arc::new(Scheduler {
+            profiles,
+            queue: SchedulingQueue::new(),
+            cache: Mutex::new(Cache::default()),
+            api,
+            stats: Stats::default(),
+        })
+    }
+
+    pub fn queue(&self) -> &SchedulingQueue {
+        &self.queue
+    }
+
+    /// Runs `f` with the cache locked (tests and metrics).
+    pub fn with_cache<T>(&self, f: impl FnOnce(&Cache) -> T) -> T {
+        f(&self.cache.lock())
+    }
+
+    /// A pod was added or changed.
+    pub fn on_pod(&self, pod: Arc<Pod>) {
+        let key = pod_key(&pod);
+        let assigned = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        if assigned {
+            self.queue.delete(&key);
+            if is_terminal(&pod) {
+                self.cache.lock().remove_pod(&key);
+                self.queue.move_all_to_active_or_backoff();
+            } else {
+                self.cache.lock().add_or_update_pod(pod);
+            }
+        } else if pod.metadata.deletion_timestamp.is_some() || is_terminal(&pod) {
+            self.queue.delete(&key);
+        } else if self.profiles.contains_key(scheduler_name(&pod)) {
+            self.queue.add_or_update(Arc::new(PodInfo::new(pod)));
+        }
+    }
+
+    /// A pod was deleted: its resources are free, so parked pods may fit now.
+    pub fn on_pod_deleted(&self, pod: &Pod) {
+        let key = pod_key(pod);
+        self.queue.delete(&key);
+        let was_placed = {
+            let mut cache = self.cache.lock();
+            let placed = cache.pod_keys().contains(&key);
+            cache.remove_pod(&key);
+            placed
+        };
+        if was_placed {
+            self.queue.move_all_to_active_or_backoff();
+        }
+    }
+
+    /// A node was added or changed.
+    pub fn on_node(&self, node: Arc<Node>) {
+        self.cache.lock().add_or_update_node(node);
+        self.queue.move_all_to_active_or_backoff();
+    }
+
+    pub fn on_node_deleted(&self, name: &str) {
+        self.cache.lock().remove_node(name);
+    }
+
+    /// Schedules pods until the queue is closed; flushes backoff every second.
+    pub async fn run(self: &Arc<Self>) {
+        let flusher = {
+            let this = self.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    tick.tick().await;
+                    this.queue.flush();
+                }
+            })
+        };
+        while self.schedule_one().await {}
+        flusher.abort();
+    }
+
+    /// One scheduling cycle; `false` once the queue is closed.
+    pub async fn schedule_one(self: &Arc<Self>) -> bool {
+        let Some((queued, cycle)) = self.queue.pop().await else {
+            return false;
+        };
+        let pod = queued.info.clone();
+        let Some(profile) = self.profiles.get(scheduler_name(&pod.pod)) else {
+            self.queue.done(&pod.key);
+            return true;
+        };
+        let fw = profile.framework.clone();
+        let snapshot = self.cache.lock().snapshot();
+        let mut state = CycleState::default();
+        let result = profile
+            .algorithm
+            .lock()
+            .schedule(&fw, &mut state, &pod, &snapshot);
+        let chosen = match result {
+            Ok(r) => r.node,
+            Err(e) => {
+                let (reason, failure) = match &e {
+                    ScheduleError::Plugin(_) => ("SchedulerError", Failure::Error),
+                    _ => ("Unschedulable", Failure::Unschedulable),
+                };
+                let nominated = match &e {
+                    ScheduleError::Fit(fit) => fit.nominated_node.clone(),
+                    _ => None,
+                };
+                self.fail(&queued, cycle, failure, reason, e.to_string(), nominated);
+                return true;
+            }
+        };
+
+        // assume: the next cycle counts the pod on its node before the binding lands
+        let mut placed = (*pod.pod).clone();
+        placed.spec.get_or_insert_with(Default::default).node_name = Some(chosen.clone());
+        let assumed = Arc::new(PodInfo::new(Arc::new(placed)));
+        self.cache.lock().assume(assumed.clone(), &chosen);
+        let reserved = fw.run_reserve(&mut state, &assumed, &chosen);
+        if !reserved.is_success() {
+            self.cache.lock().forget(&pod.key);
+            let msg = format!(
+                "running Reserve plugin {:?}: {}",
+                reserved.plugin(),
+                reserved.message()
+            );
+            self.fail(&queued, cycle, Failure::Error, "SchedulerError", msg, None);
+            return true;
+        }
+        let (permit, _) = fw.run_permit(&state, &assumed, &chosen);
+        if !matches!(permit.code(), Code::Success | Code::Wait) {
+            fw.run_unreserve(&mut state, &assumed, &chosen);
+            self.cache.lock().forget(&pod.key);
+            let failure = if permit.is_rejected() {
+                Failure::Unschedulable
+            } else {
+                Failure::Error
+            };
+            self.fail(
+                &queued,
+                cycle,
+                failure,
+                "Unschedulable",
+                permit.message(),
+                None,
+            );
+            return true;
+        }
+        self.queue.done(&pod.key);
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.bind(fw, state, assumed, chosen, queued).await;
+        });
+        true
+    }
+
+    /// The binding cycle: PreBind, Bind, PostBind; on failure the pod is forgotten and goes
+    /// back to the queue after its backoff.
+    async fn bind(
+        &self,
+        fw: Arc<Framework>,
+        mut state: CycleState,
+        pod: Arc<PodInfo>,
+        node: String,
+        queued: QueuedPod,
+    ) {
+        let mut status = fw.run_pre_bind(&state, &pod, &node).await;
+        if status.is_success() {
+            status = fw.run_bind(&state, &pod, &node).await;
+        }
+        if status.is_success() {
+            fw.run_post_bind(&state, &pod, &node);
+            self.stats.scheduled.fetch_add(1, Ordering::Relaxed);
+            self.api.scheduled(&pod, &node).await;
+            return;
+        }
+        tracing::info!(pod = %pod.key, %node, %status, "binding failed");
+        fw.run_unreserve(&mut state, &pod, &node);
+        self.cache.lock().forget(&pod.key);
+        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        self.queue.add_after_failed_binding(
+            queued.info.clone(),
+            queued.attempts,
+            queued.first_seen,
+        );
+        let msg = format!("binding rejected: {}", status.message());
+        self.api
+            .failed(&queued.info, "SchedulerError", &msg, None)
+            .await;
+    }
+
+    /// Requeues a pod that got no node and reports why (in a task: the loop goes on).
+    fn fail(
+        self: &Arc<Self>,
+        queued: &QueuedPod,
+        cycle: u64,
+        failure: Failure,
+        reason: &'static str,
+        message: String,
+        nominated: Option<String>,
+    ) {
+        match failure {
+            Failure::Unschedulable => self.stats.unschedulable.fetch_add(1, Ordering::Relaxed),
+            Failure::Error => self.stats.errors.fetch_add(1, Ordering::Relaxed),
+        };
+        tracing::debug!(pod = %queued.info.key, %message, "pod not scheduled");
+        self.queue.requeue_failed(&queued.info.key, cycle, failure);
+        let this = self.clone();
+        let pod = queued.info.clone();
+        tokio::spawn(async move {
+            this.api
+                .failed(&pod, reason, &message, nominated.as_deref())
+                .await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Call, RecordingApi};
+    use crate::binder::DefaultBinder;
+    use crate::framework::testing::{PodBuilder, node};
+    use crate::plugins::node_unschedulable::NodeUnschedulable;
+
+    fn scheduler(api: Arc<RecordingApi>) -> Arc<Scheduler> {
+        let fw = Framework::new(
+            DEFAULT_SCHEDULER_NAME,
+            vec![
+                (Arc::new(NodeUnschedulable), 0),
+                (Arc::new(DefaultBinder::new(api.clone())), 0),
+            ],
+        );
+        Scheduler::new(vec![fw], api)
+    }
+
+    /// Lets spawned binding and reporting tasks run.
+    async fn settle() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pending_pod_is_bound_to_the_node_that_fits_and_reported() {
+        let api = RecordingApi::new();
+        let s = scheduler(api.clone());
+        s.on_node(Arc::new(node("cordoned").unschedulable().build()));
+        s.on_node(Arc::new(node("open").build()));
+        s.on_pod(Arc::new(PodBuilder::new("web").build()));
+        assert!(s.schedule_one().await);
+        settle().await;
+        assert_eq!(
+            api.calls(),
+            vec![
+                Call::Bind {
+                    pod: "default/web".into(),
+                    node: "open".into()
+                },
+                Call::Scheduled {
+                    pod: "default/web".into(),
+                    node: "open".into()
+                },
+            ]
+        );
+        assert!(s.with_cache(|c| c.is_assumed("default/web")));
+        // the watch shows it bound: confirmed
+        s.on_pod(Arc::new(PodBuilder::new("web").node_name("open").build()));
+        assert!(!s.with_cache(|c| c.is_assumed("default/web")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_no_node_fits_is_reported_and_parked_until_a_node_changes() {
+        let api = RecordingApi::new();
+        let s = scheduler(api.clone());
+        s.on_node(Arc::new(node("n1").unschedulable().build()));
+        s.on_pod(Arc::new(PodBuilder::new("web").build()));
+        assert!(s.schedule_one().await);
+        settle().await;
+        assert_eq!(
+            api.calls(),
+            vec![Call::Failed {
+                pod: "default/web".into(),
+                reason: "Unschedulable".into(),
+                message: "0/1 nodes are available: 1 node(s) were unschedulable.".into(),
+            }]
+        );
+        assert_eq!(s.queue().sizes().unschedulable, 1);
+        s.on_node(Arc::new(node("n1").build()));
+        // out of the unschedulable pods, into backoff for the rest of its first second
+        assert_eq!(s.queue().sizes().backoff, 1);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        s.queue().flush();
+        assert!(s.schedule_one().await);
+        settle().await;
+        assert!(api.calls().contains(&Call::Bind {
+            pod: "default/web".into(),
+            node: "n1".into()
+        }));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_binding_is_forgotten_and_retried_after_backoff() {
+        let api = RecordingApi::new();
+        api.fail_binds.lock().push("default/web".into());
+        let s = scheduler(api.clone());
+        s.on_node(Arc::new(node("n1").build()));
+        s.on_pod(Arc::new(PodBuilder::new("web").build()));
+        assert!(s.schedule_one().await);
+        settle().await;
+        assert!(!s.with_cache(|c| c.is_assumed("default/web")));
+        assert_eq!(s.queue().sizes().backoff, 1);
+        api.fail_binds.lock().clear();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        s.queue().flush();
+        assert!(s.schedule_one().await);
+        settle().await;
+        let binds = api
+            .calls()
+            .iter()
+            .filter(|c| matches!(c, Call::Bind { .. }))
+            .count();
+        assert_eq!(binds, 2);
+    }
+
+    #[tokio::test]
+    async fn pods_for_other_schedulers_and_bound_pods_are_not_queued() {
+        let s = scheduler(RecordingApi::new());
+        s.on_pod(Arc::new(
+            PodBuilder::new("theirs").scheduler_name("other").build(),
+        ));
+        s.on_pod(Arc::new(PodBuilder::new("bound").node_name("n1").build()));
+        assert_eq!(s.queue().sizes().active, 0);
+    }
+}

@@ -1,0 +1,74 @@
+//! `skiff scheduler`: the scheduler on its own, an ordinary API client (seed 000): it watches
+//! pods and nodes through the API server and binds pods there.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+use skiff_scheduler::api::KubeApi;
+use skiff_scheduler::config::Configuration;
+use skiff_scheduler::{Scheduler, informer};
+
+use super::store::shutdown_signal;
+
+#[derive(Debug, Args)]
+pub struct SchedulerArgs {
+    /// Kubeconfig with the API server's address and the scheduler's credentials.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: PathBuf,
+
+    /// A `KubeSchedulerConfiguration` (kubescheduler.config.k8s.io/v1) file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
+    let config = match &args.config {
+        Some(path) => Configuration::parse(
+            &std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?,
+        )?,
+        None => Configuration::default(),
+    };
+    let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig)
+        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
+    let client_config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .context("loading the kubeconfig")?;
+    let client = kube::Client::try_from(client_config)?;
+    let instance = format!(
+        "{}-{}",
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "skiff".into()),
+        std::process::id()
+    );
+    let api = Arc::new(KubeApi::new(client.clone(), instance));
+    let frameworks = config.frameworks(api.clone())?;
+    let names: Vec<String> = frameworks
+        .iter()
+        .map(|f| f.scheduler_name().to_string())
+        .collect();
+    let scheduler = Scheduler::new(frameworks, api);
+
+    let (synced_tx, mut synced) = tokio::sync::watch::channel(false);
+    let informers = tokio::spawn(informer::run(client, scheduler.clone(), synced_tx));
+    tokio::select! {
+        r = synced.wait_for(|s| *s) => { r.context("informers stopped")?; }
+        () = shutdown_signal() => return Ok(()),
+    }
+    println!("skiff scheduler ready: profiles {}", names.join(", "));
+    let run = {
+        let scheduler = scheduler.clone();
+        tokio::spawn(async move { scheduler.run().await })
+    };
+    shutdown_signal().await;
+    scheduler.queue().close();
+    informers.abort();
+    let _ = run.await;
+    Ok(())
+}

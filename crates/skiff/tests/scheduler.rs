@@ -1,0 +1,254 @@
+//! `skiff scheduler` as a separate process against a real `skiff apiserver` (seed 000: the
+//! scheduler is only an API client): Node objects without kubelets, pods created through the
+//! API, bindings, `Scheduled` and `FailedScheduling` events as kubectl shows them, the
+//! `PodScheduled` condition, requeue when a node changes, and pods for another scheduler left
+//! alone.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use serde_json::json;
+use support::{ApiServer, Backend, HANG_GUARD, KUBECTL_133, expect_line, line_reader};
+
+/// A `skiff scheduler` child, killed on drop.
+struct SchedulerProcess {
+    child: Child,
+    _lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl SchedulerProcess {
+    fn start(api: &ApiServer, config: Option<&std::path::Path>) -> SchedulerProcess {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
+        cmd.arg("scheduler")
+            .arg("--kubeconfig")
+            .arg(api.kubeconfig());
+        if let Some(c) = config {
+            cmd.arg("--config").arg(c);
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .env("RUST_LOG", "info")
+            .spawn()
+            .expect("start skiff scheduler");
+        let lines = line_reader(child.stdout.take().expect("stdout"));
+        expect_line(&lines, |l| l.contains("ready"));
+        SchedulerProcess {
+            child,
+            _lines: lines,
+        }
+    }
+}
+
+impl Drop for SchedulerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run(body: impl Future<Output = ()>) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(async {
+        tokio::time::timeout(HANG_GUARD * 3, body)
+            .await
+            .expect("the test body hung");
+    });
+}
+
+async fn client(api: &ApiServer) -> Client {
+    let kubeconfig = Kubeconfig::read_from(api.kubeconfig()).expect("read the kubeconfig");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("a client config");
+    Client::try_from(config).expect("a client")
+}
+
+async fn create_node(nodes: &Api<Node>, name: &str, cordoned: bool) {
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {"unschedulable": cordoned},
+        "status": {
+            "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+            "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }))
+    .unwrap();
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("create node");
+}
+
+async fn create_pod(pods: &Api<Pod>, name: &str, scheduler: Option<&str>) {
+    let mut pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "busybox",
+                                 "resources": {"requests": {"cpu": "500m"}}}]},
+    });
+    if let Some(s) = scheduler {
+        pod["spec"]["schedulerName"] = json!(s);
+    }
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod).unwrap(),
+    )
+    .await
+    .expect("create pod");
+}
+
+/// Polls until `f` gives a value (each wait bounded by the hang guard).
+async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, mut f: impl FnMut() -> F) -> T {
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn node_of(pods: &Api<Pod>, name: &str) -> Option<String> {
+    pods.get(name).await.ok()?.spec?.node_name
+}
+
+#[test]
+fn pods_are_bound_to_fitting_nodes_and_unschedulable_ones_are_explained_then_retried() {
+    let api = ApiServer::start(Backend::Embedded);
+    run(async {
+        let c = client(&api).await;
+        let nodes: Api<Node> = Api::all(c.clone());
+        let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+        create_node(&nodes, "open", false).await;
+        create_node(&nodes, "cordoned", true).await;
+        let _scheduler = SchedulerProcess::start(&api, None);
+
+        create_pod(&pods, "web", None).await;
+        create_pod(&pods, "theirs", Some("another-scheduler")).await;
+        let node = eventually("web to be bound", || node_of(&pods, "web")).await;
+        assert_eq!(node, "open");
+
+        // kubectl shows the event upstream's scheduler records
+        let events = api.kubectl(
+            KUBECTL_133,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "reason=Scheduled",
+                "-o",
+                "jsonpath={.items[*].message}",
+            ],
+        );
+        assert!(
+            events.contains("Successfully assigned default/web to open"),
+            "{events}"
+        );
+
+        // every node cordoned: the pod waits, and says why
+        nodes
+            .patch(
+                "open",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+            )
+            .await
+            .unwrap();
+        create_pod(&pods, "waiting", None).await;
+        let message = eventually("the PodScheduled=False condition", || async {
+            let pod = pods.get("waiting").await.ok()?;
+            let cond = pod
+                .status?
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+            assert_eq!(cond.reason.as_deref(), Some("Unschedulable"));
+            cond.message
+        })
+        .await;
+        assert_eq!(
+            message,
+            "0/2 nodes are available: 2 node(s) were unschedulable."
+        );
+        let described = api.kubectl(KUBECTL_133, &["describe", "pod", "waiting"]);
+        assert!(described.contains("FailedScheduling"), "{described}");
+        assert!(
+            described.contains("2 node(s) were unschedulable"),
+            "{described}"
+        );
+
+        // a node update requeues it
+        nodes
+            .patch(
+                "cordoned",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"unschedulable": false}})),
+            )
+            .await
+            .unwrap();
+        let node = eventually("waiting to be bound", || node_of(&pods, "waiting")).await;
+        assert_eq!(node, "cordoned");
+
+        // the pod for another scheduler was never touched
+        assert_eq!(node_of(&pods, "theirs").await, None);
+    });
+}
+
+#[test]
+fn a_second_profile_schedules_the_pods_that_name_it() {
+    let api = ApiServer::start(Backend::Embedded);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("scheduler.yaml");
+    std::fs::write(
+        &config,
+        r"apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+- schedulerName: ignores-cordons
+  plugins:
+    multiPoint:
+      disabled:
+      - name: NodeUnschedulable
+",
+    )
+    .unwrap();
+    run(async {
+        let c = client(&api).await;
+        let nodes: Api<Node> = Api::all(c.clone());
+        let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+        create_node(&nodes, "cordoned", true).await;
+        let _scheduler = SchedulerProcess::start(&api, Some(&config));
+        create_pod(&pods, "bold", Some("ignores-cordons")).await;
+        create_pod(&pods, "careful", None).await;
+        let node = eventually("bold to be bound", || node_of(&pods, "bold")).await;
+        assert_eq!(node, "cordoned");
+        eventually("careful to be marked unschedulable", || async {
+            let pod = pods.get("careful").await.ok()?;
+            pod.status?
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        })
+        .await;
+        assert_eq!(node_of(&pods, "careful").await, None);
+    });
+}
