@@ -4,9 +4,15 @@
 //! # Layout
 //! - [`node_unschedulable`]: `NodeUnschedulable`, nodes marked `spec.unschedulable`.
 //! - [`node_name`]: `NodeName`, pods that name their node.
+//! - [`taint_toleration`]: `TaintToleration`, taints the pod must tolerate or prefers to avoid.
+//! - [`tolerations`]: toleration-matches-taint, shared with other plugins and controllers.
+//! - [`helper`]: score normalization, borrowed labels, label selectors, plugin args.
 
+pub mod helper;
 pub mod node_name;
 pub mod node_unschedulable;
+pub mod taint_toleration;
+pub mod tolerations;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,11 +32,18 @@ pub fn registry() -> BTreeMap<&'static str, Factory> {
         Ok(Arc::new(node_unschedulable::NodeUnschedulable))
     });
     r.insert(node_name::NAME, |_| Ok(Arc::new(node_name::NodeName)));
+    r.insert(taint_toleration::NAME, |_| {
+        Ok(Arc::new(taint_toleration::TaintToleration))
+    });
     r
 }
 
 /// The default profile's plugins in upstream's order, with their Score weights (upstream's
 /// `getDefaultPlugins` for `kubescheduler.config.k8s.io/v1`); plugins without a Score get 0.
 pub fn default_plugins() -> Vec<(&'static str, i64)> {
-    vec![(node_unschedulable::NAME, 0), (node_name::NAME, 0)]
+    vec![
+        (node_unschedulable::NAME, 0),
+        (node_name::NAME, 0),
+        (taint_toleration::NAME, 3),
+    ]
 }
