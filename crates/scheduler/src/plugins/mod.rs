@@ -5,11 +5,15 @@
 //! - [`node_unschedulable`]: `NodeUnschedulable`, nodes marked `spec.unschedulable`.
 //! - [`node_name`]: `NodeName`, pods that name their node.
 //! - [`taint_toleration`]: `TaintToleration`, taints the pod must tolerate or prefers to avoid.
+//! - [`node_affinity`]: `NodeAffinity`, `nodeSelector` and required/preferred node affinity.
+//! - [`node_selector`]: node selector terms and a pod's required node affinity, shared.
 //! - [`tolerations`]: toleration-matches-taint, shared with other plugins and controllers.
 //! - [`helper`]: score normalization, borrowed labels, label selectors, plugin args.
 
 pub mod helper;
+pub mod node_affinity;
 pub mod node_name;
+pub mod node_selector;
 pub mod node_unschedulable;
 pub mod taint_toleration;
 pub mod tolerations;
@@ -35,6 +39,9 @@ pub fn registry() -> BTreeMap<&'static str, Factory> {
     r.insert(taint_toleration::NAME, |_| {
         Ok(Arc::new(taint_toleration::TaintToleration))
     });
+    r.insert(node_affinity::NAME, |args| {
+        Ok(Arc::new(node_affinity::NodeAffinity::from_args(args)?))
+    });
     r
 }
 
@@ -45,5 +52,6 @@ pub fn default_plugins() -> Vec<(&'static str, i64)> {
         (node_unschedulable::NAME, 0),
         (node_name::NAME, 0),
         (taint_toleration::NAME, 3),
+        (node_affinity::NAME, 2),
     ]
 }
