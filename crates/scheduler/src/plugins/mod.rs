@@ -6,15 +6,24 @@
 //! - [`node_name`]: `NodeName`, pods that name their node.
 //! - [`taint_toleration`]: `TaintToleration`, taints the pod must tolerate or prefers to avoid.
 //! - [`node_affinity`]: `NodeAffinity`, `nodeSelector` and required/preferred node affinity.
+//! - [`node_ports`]: `NodePorts`, host ports already taken on the node.
+//! - [`node_resources_fit`]: `NodeResourcesFit`, requests against allocatable, and the
+//!   allocation scoring strategies.
+//! - [`balanced_allocation`]: `NodeResourcesBalancedAllocation`, evenly used resources.
+//! - [`resource_allocation`]: the requested/allocatable scoring both resource plugins share.
 //! - [`node_selector`]: node selector terms and a pod's required node affinity, shared.
 //! - [`tolerations`]: toleration-matches-taint, shared with other plugins and controllers.
 //! - [`helper`]: score normalization, borrowed labels, label selectors, plugin args.
 
+pub mod balanced_allocation;
 pub mod helper;
 pub mod node_affinity;
 pub mod node_name;
+pub mod node_ports;
+pub mod node_resources_fit;
 pub mod node_selector;
 pub mod node_unschedulable;
+pub mod resource_allocation;
 pub mod taint_toleration;
 pub mod tolerations;
 
@@ -42,6 +51,17 @@ pub fn registry() -> BTreeMap<&'static str, Factory> {
     r.insert(node_affinity::NAME, |args| {
         Ok(Arc::new(node_affinity::NodeAffinity::from_args(args)?))
     });
+    r.insert(node_ports::NAME, |_| Ok(Arc::new(node_ports::NodePorts)));
+    r.insert(node_resources_fit::NAME, |args| {
+        Ok(Arc::new(node_resources_fit::NodeResourcesFit::from_args(
+            args,
+        )?))
+    });
+    r.insert(balanced_allocation::NAME, |args| {
+        Ok(Arc::new(
+            balanced_allocation::BalancedAllocation::from_args(args)?,
+        ))
+    });
     r
 }
 
@@ -53,5 +73,8 @@ pub fn default_plugins() -> Vec<(&'static str, i64)> {
         (node_name::NAME, 0),
         (taint_toleration::NAME, 3),
         (node_affinity::NAME, 2),
+        (node_ports::NAME, 0),
+        (node_resources_fit::NAME, 1),
+        (balanced_allocation::NAME, 1),
     ]
 }
