@@ -10,6 +10,7 @@
 //! - [`node_resources_fit`]: `NodeResourcesFit`, requests against allocatable, and the
 //!   allocation scoring strategies.
 //! - [`balanced_allocation`]: `NodeResourcesBalancedAllocation`, evenly used resources.
+//! - [`image_locality`]: `ImageLocality`, nodes that already hold the pod's images.
 //! - [`resource_allocation`]: the requested/allocatable scoring both resource plugins share.
 //! - [`node_selector`]: node selector terms and a pod's required node affinity, shared.
 //! - [`tolerations`]: toleration-matches-taint, shared with other plugins and controllers.
@@ -17,6 +18,7 @@
 
 pub mod balanced_allocation;
 pub mod helper;
+pub mod image_locality;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
@@ -62,6 +64,9 @@ pub fn registry() -> BTreeMap<&'static str, Factory> {
             balanced_allocation::BalancedAllocation::from_args(args)?,
         ))
     });
+    r.insert(image_locality::NAME, |_| {
+        Ok(Arc::new(image_locality::ImageLocality))
+    });
     r
 }
 
@@ -76,5 +81,6 @@ pub fn default_plugins() -> Vec<(&'static str, i64)> {
         (node_ports::NAME, 0),
         (node_resources_fit::NAME, 1),
         (balanced_allocation::NAME, 1),
+        (image_locality::NAME, 1),
     ]
 }
