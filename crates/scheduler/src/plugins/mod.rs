@@ -11,6 +11,7 @@
 //!   allocation scoring strategies.
 //! - [`balanced_allocation`]: `NodeResourcesBalancedAllocation`, evenly used resources.
 //! - [`image_locality`]: `ImageLocality`, nodes that already hold the pod's images.
+//! - [`pod_topology_spread`]: `PodTopologySpread`, even spreading over zones and hosts.
 //! - [`resource_allocation`]: the requested/allocatable scoring both resource plugins share.
 //! - [`node_selector`]: node selector terms and a pod's required node affinity, shared.
 //! - [`tolerations`]: toleration-matches-taint, shared with other plugins and controllers.
@@ -25,6 +26,7 @@ pub mod node_ports;
 pub mod node_resources_fit;
 pub mod node_selector;
 pub mod node_unschedulable;
+pub mod pod_topology_spread;
 pub mod resource_allocation;
 pub mod taint_toleration;
 pub mod tolerations;
@@ -67,6 +69,11 @@ pub fn registry() -> BTreeMap<&'static str, Factory> {
     r.insert(image_locality::NAME, |_| {
         Ok(Arc::new(image_locality::ImageLocality))
     });
+    r.insert(pod_topology_spread::NAME, |args| {
+        Ok(Arc::new(pod_topology_spread::PodTopologySpread::from_args(
+            args,
+        )?))
+    });
     r
 }
 
@@ -80,6 +87,7 @@ pub fn default_plugins() -> Vec<(&'static str, i64)> {
         (node_affinity::NAME, 2),
         (node_ports::NAME, 0),
         (node_resources_fit::NAME, 1),
+        (pod_topology_spread::NAME, 2),
         (balanced_allocation::NAME, 1),
         (image_locality::NAME, 1),
     ]
