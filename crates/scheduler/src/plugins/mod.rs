@@ -12,6 +12,7 @@
 //! - [`balanced_allocation`]: `NodeResourcesBalancedAllocation`, evenly used resources.
 //! - [`image_locality`]: `ImageLocality`, nodes that already hold the pod's images.
 //! - [`pod_topology_spread`]: `PodTopologySpread`, even spreading over zones and hosts.
+//! - [`inter_pod_affinity`]: `InterPodAffinity`, pod affinity and anti-affinity by domain.
 //! - [`resource_allocation`]: the requested/allocatable scoring both resource plugins share.
 //! - [`node_selector`]: node selector terms and a pod's required node affinity, shared.
 //! - [`tolerations`]: toleration-matches-taint, shared with other plugins and controllers.
@@ -20,6 +21,7 @@
 pub mod balanced_allocation;
 pub mod helper;
 pub mod image_locality;
+pub mod inter_pod_affinity;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
@@ -74,6 +76,11 @@ pub fn registry() -> BTreeMap<&'static str, Factory> {
             args,
         )?))
     });
+    r.insert(inter_pod_affinity::NAME, |args| {
+        Ok(Arc::new(inter_pod_affinity::InterPodAffinity::from_args(
+            args,
+        )?))
+    });
     r
 }
 
@@ -88,6 +95,7 @@ pub fn default_plugins() -> Vec<(&'static str, i64)> {
         (node_ports::NAME, 0),
         (node_resources_fit::NAME, 1),
         (pod_topology_spread::NAME, 2),
+        (inter_pod_affinity::NAME, 2),
         (balanced_allocation::NAME, 1),
         (image_locality::NAME, 1),
     ]
