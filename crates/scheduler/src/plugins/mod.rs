@@ -13,6 +13,7 @@
 //! - [`image_locality`]: `ImageLocality`, nodes that already hold the pod's images.
 //! - [`pod_topology_spread`]: `PodTopologySpread`, even spreading over zones and hosts.
 //! - [`inter_pod_affinity`]: `InterPodAffinity`, pod affinity and anti-affinity by domain.
+//! - [`volume_restrictions`]: `VolumeRestrictions`, single-writer disks already in use.
 //! - [`resource_allocation`]: the requested/allocatable scoring both resource plugins share.
 //! - [`node_selector`]: node selector terms and a pod's required node affinity, shared.
 //! - [`tolerations`]: toleration-matches-taint, shared with other plugins and controllers.
@@ -32,6 +33,7 @@ pub mod pod_topology_spread;
 pub mod resource_allocation;
 pub mod taint_toleration;
 pub mod tolerations;
+pub mod volume_restrictions;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -81,6 +83,9 @@ pub fn registry() -> BTreeMap<&'static str, Factory> {
             args,
         )?))
     });
+    r.insert(volume_restrictions::NAME, |_| {
+        Ok(Arc::new(volume_restrictions::VolumeRestrictions))
+    });
     r
 }
 
@@ -94,9 +99,66 @@ pub fn default_plugins() -> Vec<(&'static str, i64)> {
         (node_affinity::NAME, 2),
         (node_ports::NAME, 0),
         (node_resources_fit::NAME, 1),
+        (volume_restrictions::NAME, 0),
         (pod_topology_spread::NAME, 2),
         (inter_pod_affinity::NAME, 2),
         (balanced_allocation::NAME, 1),
         (image_locality::NAME, 1),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_default_plugin_is_registered_and_weighted_only_if_it_scores() {
+        let r = registry();
+        for (name, weight) in default_plugins() {
+            let factory = r
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} not registered"));
+            let plugin = factory(None).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(plugin.name(), name);
+            assert_eq!(plugin.as_score().is_some(), weight > 0, "{name}");
+        }
+    }
+
+    #[test]
+    fn factories_reject_bad_args_naming_the_field() {
+        let r = registry();
+        let cases = [
+            (
+                node_affinity::NAME,
+                serde_json::json!({"addedAffinity": []}),
+                "addedAffinity",
+            ),
+            (
+                node_resources_fit::NAME,
+                serde_json::json!({"scoringStrategy": {"type": "Nope"}}),
+                "scoringStrategy.type",
+            ),
+            (
+                balanced_allocation::NAME,
+                serde_json::json!({"resources": {}}),
+                "resources",
+            ),
+            (
+                pod_topology_spread::NAME,
+                serde_json::json!({"defaultingType": 1}),
+                "defaultingType",
+            ),
+            (
+                inter_pod_affinity::NAME,
+                serde_json::json!({"hardPodAffinityWeight": -1}),
+                "hardPodAffinityWeight",
+            ),
+        ];
+        for (name, args, field) in cases {
+            let err = r[name](Some(&args))
+                .err()
+                .unwrap_or_else(|| panic!("{name} accepted"));
+            assert!(err.starts_with(field), "{name}: {err}");
+        }
+    }
 }
