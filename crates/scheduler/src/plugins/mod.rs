@@ -4,9 +4,36 @@
 //! # Layout
 //! - [`node_unschedulable`]: `NodeUnschedulable`, nodes marked `spec.unschedulable`.
 //! - [`node_name`]: `NodeName`, pods that name their node.
+//! - [`taint_toleration`]: `TaintToleration`, taints the pod must tolerate or prefers to avoid.
+//! - [`node_affinity`]: `NodeAffinity`, `nodeSelector` and required/preferred node affinity.
+//! - [`node_ports`]: `NodePorts`, host ports already taken on the node.
+//! - [`node_resources_fit`]: `NodeResourcesFit`, requests against allocatable, and the
+//!   allocation scoring strategies.
+//! - [`balanced_allocation`]: `NodeResourcesBalancedAllocation`, evenly used resources.
+//! - [`image_locality`]: `ImageLocality`, nodes that already hold the pod's images.
+//! - [`pod_topology_spread`]: `PodTopologySpread`, even spreading over zones and hosts.
+//! - [`inter_pod_affinity`]: `InterPodAffinity`, pod affinity and anti-affinity by domain.
+//! - [`volume_restrictions`]: `VolumeRestrictions`, single-writer disks already in use.
+//! - [`resource_allocation`]: the requested/allocatable scoring both resource plugins share.
+//! - [`node_selector`]: node selector terms and a pod's required node affinity, shared.
+//! - [`tolerations`]: toleration-matches-taint, shared with other plugins and controllers.
+//! - [`helper`]: score normalization, borrowed labels, label selectors, plugin args.
 
+pub mod balanced_allocation;
+pub mod helper;
+pub mod image_locality;
+pub mod inter_pod_affinity;
+pub mod node_affinity;
 pub mod node_name;
+pub mod node_ports;
+pub mod node_resources_fit;
+pub mod node_selector;
 pub mod node_unschedulable;
+pub mod pod_topology_spread;
+pub mod resource_allocation;
+pub mod taint_toleration;
+pub mod tolerations;
+pub mod volume_restrictions;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,11 +53,112 @@ pub fn registry() -> BTreeMap<&'static str, Factory> {
         Ok(Arc::new(node_unschedulable::NodeUnschedulable))
     });
     r.insert(node_name::NAME, |_| Ok(Arc::new(node_name::NodeName)));
+    r.insert(taint_toleration::NAME, |_| {
+        Ok(Arc::new(taint_toleration::TaintToleration))
+    });
+    r.insert(node_affinity::NAME, |args| {
+        Ok(Arc::new(node_affinity::NodeAffinity::from_args(args)?))
+    });
+    r.insert(node_ports::NAME, |_| Ok(Arc::new(node_ports::NodePorts)));
+    r.insert(node_resources_fit::NAME, |args| {
+        Ok(Arc::new(node_resources_fit::NodeResourcesFit::from_args(
+            args,
+        )?))
+    });
+    r.insert(balanced_allocation::NAME, |args| {
+        Ok(Arc::new(
+            balanced_allocation::BalancedAllocation::from_args(args)?,
+        ))
+    });
+    r.insert(image_locality::NAME, |_| {
+        Ok(Arc::new(image_locality::ImageLocality))
+    });
+    r.insert(pod_topology_spread::NAME, |args| {
+        Ok(Arc::new(pod_topology_spread::PodTopologySpread::from_args(
+            args,
+        )?))
+    });
+    r.insert(inter_pod_affinity::NAME, |args| {
+        Ok(Arc::new(inter_pod_affinity::InterPodAffinity::from_args(
+            args,
+        )?))
+    });
+    r.insert(volume_restrictions::NAME, |_| {
+        Ok(Arc::new(volume_restrictions::VolumeRestrictions))
+    });
     r
 }
 
 /// The default profile's plugins in upstream's order, with their Score weights (upstream's
 /// `getDefaultPlugins` for `kubescheduler.config.k8s.io/v1`); plugins without a Score get 0.
 pub fn default_plugins() -> Vec<(&'static str, i64)> {
-    vec![(node_unschedulable::NAME, 0), (node_name::NAME, 0)]
+    vec![
+        (node_unschedulable::NAME, 0),
+        (node_name::NAME, 0),
+        (taint_toleration::NAME, 3),
+        (node_affinity::NAME, 2),
+        (node_ports::NAME, 0),
+        (node_resources_fit::NAME, 1),
+        (volume_restrictions::NAME, 0),
+        (pod_topology_spread::NAME, 2),
+        (inter_pod_affinity::NAME, 2),
+        (balanced_allocation::NAME, 1),
+        (image_locality::NAME, 1),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_default_plugin_is_registered_and_weighted_only_if_it_scores() {
+        let r = registry();
+        for (name, weight) in default_plugins() {
+            let factory = r
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} not registered"));
+            let plugin = factory(None).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(plugin.name(), name);
+            assert_eq!(plugin.as_score().is_some(), weight > 0, "{name}");
+        }
+    }
+
+    #[test]
+    fn factories_reject_bad_args_naming_the_field() {
+        let r = registry();
+        let cases = [
+            (
+                node_affinity::NAME,
+                serde_json::json!({"addedAffinity": []}),
+                "addedAffinity",
+            ),
+            (
+                node_resources_fit::NAME,
+                serde_json::json!({"scoringStrategy": {"type": "Nope"}}),
+                "scoringStrategy.type",
+            ),
+            (
+                balanced_allocation::NAME,
+                serde_json::json!({"resources": {}}),
+                "resources",
+            ),
+            (
+                pod_topology_spread::NAME,
+                serde_json::json!({"defaultingType": 1}),
+                "defaultingType",
+            ),
+            (
+                inter_pod_affinity::NAME,
+                serde_json::json!({"hardPodAffinityWeight": -1}),
+                "hardPodAffinityWeight",
+            ),
+        ];
+        for (name, args, field) in cases {
+            let err = r[name](Some(&args))
+                .err()
+                .unwrap_or_else(|| panic!("{name} accepted"));
+            assert!(err.starts_with(field), "{name}: {err}");
+        }
+    }
 }
