@@ -252,13 +252,13 @@ async fn workloads(
 
 /// CPU time the processes of a run use (from `/proc/PID/stat`), so a figure can be read against
 /// how the shared cores were split between server, client and etcd.
-struct CpuMeter {
+pub(super) struct CpuMeter {
     /// Field-name prefix and `/proc` entry (`self` for this process).
-    processes: Vec<(&'static str, String)>,
+    pub(super) processes: Vec<(&'static str, String)>,
 }
 
 impl CpuMeter {
-    fn snapshot(&self) -> Vec<Option<f64>> {
+    pub(super) fn snapshot(&self) -> Vec<Option<f64>> {
         self.processes
             .iter()
             .map(|(_, pid)| {
@@ -269,7 +269,7 @@ impl CpuMeter {
     }
 
     /// `{"server_cpu_s": …, "client_cpu_s": …}`: CPU seconds used since `before`.
-    fn used_since(&self, before: &[Option<f64>]) -> Value {
+    pub(super) fn used_since(&self, before: &[Option<f64>]) -> Value {
         let mut used = serde_json::Map::new();
         for ((name, _), (now, then)) in self
             .processes
@@ -296,7 +296,7 @@ fn proc_stat_cpu_seconds(stat: &str) -> Option<f64> {
 }
 
 /// `b`'s fields added to `a`'s (both objects).
-fn merge(a: Value, b: Value) -> Value {
+pub(super) fn merge(a: Value, b: Value) -> Value {
     match (a, b) {
         (Value::Object(mut a), Value::Object(b)) => {
             a.extend(b);
@@ -307,13 +307,13 @@ fn merge(a: Value, b: Value) -> Value {
 }
 
 /// Prints result lines, each with the backend and the host's core count.
-struct Emitter {
-    backend: String,
-    cores: usize,
+pub(super) struct Emitter {
+    pub(super) backend: String,
+    pub(super) cores: usize,
 }
 
 impl Emitter {
-    fn emit(&self, bench: &str, fields: Value) {
+    pub(super) fn emit(&self, bench: &str, fields: Value) {
         println!("{}", result_line(bench, &self.backend, self.cores, fields));
     }
 }
@@ -327,25 +327,25 @@ fn result_line(bench: &str, backend: &str, cores: usize, fields: Value) -> Value
     line
 }
 
-fn histogram() -> Histogram<u64> {
+pub(super) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
 }
 
-fn micros(d: Duration) -> u64 {
+pub(super) fn micros(d: Duration) -> u64 {
     (d.as_micros() as u64).max(1)
 }
 
 /// The latency at quantile `q` of a histogram in microseconds, in milliseconds.
-fn ms(h: &Histogram<u64>, q: f64) -> f64 {
+pub(super) fn ms(h: &Histogram<u64>, q: f64) -> f64 {
     h.value_at_quantile(q) as f64 / 1000.0
 }
 
-fn max_ms(h: &Histogram<u64>) -> f64 {
+pub(super) fn max_ms(h: &Histogram<u64>) -> f64 {
     h.max() as f64 / 1000.0
 }
 
 /// Milliseconds to the microsecond, as the percentiles are.
-fn round3(ms: f64) -> f64 {
+pub(super) fn round3(ms: f64) -> f64 {
     (ms * 1000.0).round() / 1000.0
 }
 
@@ -373,7 +373,7 @@ fn open_files_limit(limits: &str) -> Option<(Option<u64>, Option<u64>)> {
 /// Make sure this process (and so the server child, which inherits it) may hold `need` open
 /// files: every watch is its own HTTP/1 connection, one descriptor on each side. Without libc,
 /// the soft limit is raised towards the hard one with util-linux `prlimit` on our own pid.
-fn ensure_open_files(need: usize) -> Result<()> {
+pub(super) fn ensure_open_files(need: usize) -> Result<()> {
     let need = need as u64;
     let read = || -> Result<(Option<u64>, Option<u64>)> {
         let limits = std::fs::read_to_string("/proc/self/limits")?;
@@ -405,15 +405,18 @@ fn ensure_open_files(need: usize) -> Result<()> {
 }
 
 /// The `skiff apiserver` child and how to reach it.
-struct ServerChild {
+pub(super) struct ServerChild {
     child: Child,
-    pid: u32,
+    pub(super) pid: u32,
     kubeconfig: std::path::PathBuf,
 }
 
 impl ServerChild {
     /// Start `skiff apiserver` on a free loopback port and wait for its ready line.
-    async fn start(dir: &std::path::Path, endpoint: Option<&str>) -> Result<ServerChild> {
+    pub(super) async fn start(
+        dir: &std::path::Path,
+        endpoint: Option<&str>,
+    ) -> Result<ServerChild> {
         let mut cmd = Command::new(std::env::current_exe()?);
         cmd.args(["apiserver", "--secure-port", "0", "--data-dir"])
             .arg(dir)
@@ -443,21 +446,21 @@ impl ServerChild {
     }
 
     /// Client configuration from the admin kubeconfig the server wrote.
-    async fn config(&self) -> Result<kube::Config> {
+    pub(super) async fn config(&self) -> Result<kube::Config> {
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)
             .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
         let options = kube::config::KubeConfigOptions::default();
         Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?)
     }
 
-    async fn stop(&mut self) {
+    pub(super) async fn stop(&mut self) {
         let _ = self.child.kill().await;
     }
 }
 
 /// Send one request with a raw body; returns the response body, fully read, if the status is a
 /// success, and fails with the body (a `Status`) otherwise.
-async fn send_ok(
+pub(super) async fn send_ok(
     client: &kube::Client,
     method: Method,
     path: &str,

@@ -2,6 +2,7 @@
 //! its peer in the same run where there is one.
 
 pub mod api;
+pub mod scheduler;
 pub mod store;
 
 use anyhow::Result;
@@ -12,6 +13,9 @@ pub enum BenchCommand {
     /// The API server over HTTPS (a `skiff apiserver` child): pod creates, LIST, memory, watch
     /// delivery.
     Api(api::ApiBenchArgs),
+    /// The scheduler end to end (scheduler_perf's SchedulingBasic): Node objects, pods created
+    /// through the API server, bindings observed through a watch.
+    Scheduler(scheduler::SchedulerBenchArgs),
     /// The store: embedded in-process, embedded over gRPC, and a real etcd, all with fsync.
     Store(store::StoreBenchArgs),
 }
@@ -19,6 +23,7 @@ pub enum BenchCommand {
 pub async fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Api(args) => api::run(args).await,
+        BenchCommand::Scheduler(args) => scheduler::run(args).await,
         BenchCommand::Store(args) => store::run(args).await,
     }
 }
