@@ -257,6 +257,7 @@ impl Algorithm {
         } else {
             self.next_start % all
         };
+        let filters = fw.active_filters(state);
         let mut feasible = Vec::new();
         let mut evaluated = 0;
         for i in 0..all {
@@ -265,7 +266,7 @@ impl Algorithm {
             }
             let node = &candidates[(start + i) % all];
             evaluated += 1;
-            let s = fw.run_filter(state, pod, node);
+            let s = fw.run_filters(&filters, state, pod, node);
             if s.is_success() {
                 feasible.push(node.clone());
             } else if s.code() == Code::Error {

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use parking_lot::Mutex;
 use serde_json::json;
 
@@ -45,43 +45,50 @@ pub trait ClusterApi: Send + Sync {
 /// Writes through the API server.
 pub struct KubeApi {
     client: kube::Client,
-    recorder: Recorder,
+    instance: String,
 }
 
 impl KubeApi {
     pub fn new(client: kube::Client, instance: String) -> KubeApi {
-        let reporter = Reporter {
-            controller: REPORTING_CONTROLLER.into(),
-            instance: Some(instance),
-        };
-        KubeApi {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-        }
+        KubeApi { client, instance }
     }
 
     fn pods(&self, pod: &PodInfo) -> Api<Pod> {
         Api::namespaced(self.client.clone(), pod.namespace())
     }
 
-    async fn event(&self, pod: &PodInfo, type_: EventType, reason: &str, action: &str, note: &str) {
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(pod.name().into()),
-            namespace: Some(pod.namespace().into()),
-            uid: pod.pod.metadata.uid.clone(),
-            resource_version: pod.pod.metadata.resource_version.clone(),
+    /// Creates an `events.k8s.io/v1` Event about the pod, named as upstream names them
+    /// (`{pod}.{unix nanos in hex}`). Written directly rather than through kube's `Recorder`,
+    /// whose deduplication cache is scanned on every publish: one event per pod would make
+    /// scheduling quadratic.
+    async fn event(&self, pod: &PodInfo, type_: &str, reason: &str, action: &str, note: &str) {
+        let now = jiff::Timestamp::now();
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{}.{:x}", pod.name(), now.as_nanosecond())),
+                namespace: Some(pod.namespace().into()),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(now)),
+            reporting_controller: Some(REPORTING_CONTROLLER.into()),
+            reporting_instance: Some(self.instance.clone()),
+            action: Some(action.into()),
+            reason: Some(reason.into()),
+            note: Some(note.into()),
+            type_: Some(type_.into()),
+            regarding: Some(ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(pod.name().into()),
+                namespace: Some(pod.namespace().into()),
+                uid: pod.pod.metadata.uid.clone(),
+                resource_version: pod.pod.metadata.resource_version.clone(),
+                ..Default::default()
+            }),
             ..Default::default()
         };
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note.into()),
-            action: action.into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), pod.namespace());
+        if let Err(e) = events.create(&PostParams::default(), &event).await {
             tracing::warn!(pod = %pod.key, error = %e, "recording event {reason}");
         }
     }
@@ -121,19 +128,13 @@ impl ClusterApi for KubeApi {
 
     async fn scheduled(&self, pod: &PodInfo, node: &str) {
         let note = format!("Successfully assigned {} to {node}", pod.key);
-        self.event(pod, EventType::Normal, "Scheduled", "Binding", &note)
+        self.event(pod, "Normal", "Scheduled", "Binding", &note)
             .await;
     }
 
     async fn failed(&self, pod: &PodInfo, reason: &str, message: &str, nominated: Option<&str>) {
-        self.event(
-            pod,
-            EventType::Warning,
-            "FailedScheduling",
-            "Scheduling",
-            message,
-        )
-        .await;
+        self.event(pod, "Warning", "FailedScheduling", "Scheduling", message)
+            .await;
         let now = jiff::Timestamp::now()
             .round(jiff::Unit::Second)
             .unwrap_or(jiff::Timestamp::now());

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
+use crate::framework::types::{image_counts, node_images, node_index};
 use crate::framework::{NodeInfo, PodInfo, Snapshot};
 
 /// Where the cache has a pod.
@@ -25,51 +26,82 @@ enum PodState {
 /// Nodes, the pods on them, and the assumed pods.
 #[derive(Default)]
 pub struct Cache {
-    nodes: HashMap<String, Arc<NodeInfo>>,
-    /// Node names in the order they were added, so snapshots list nodes stably.
-    order: Vec<String>,
+    /// Nodes in the order they were added, so snapshots list nodes stably.
+    nodes: Vec<Arc<NodeInfo>>,
+    /// Node name → position in `nodes`; rebuilt when a node comes or goes.
+    index: Arc<HashMap<String, usize>>,
+    /// Image name → nodes holding it; rebuilt when a node's images change.
+    images: Arc<HashMap<String, usize>>,
     pods: HashMap<String, PodState>,
     /// Pods seen bound to a node the cache does not have yet, kept until the node appears.
     orphans: HashMap<String, Vec<Arc<PodInfo>>>,
+    /// Positions of nodes changed since [`Cache::update_snapshot`] last ran.
+    dirty: Vec<usize>,
+    /// Bumped when nodes come or go (positions shift): snapshots are then rebuilt whole.
+    layout: u64,
 }
 
 impl Cache {
+    fn node_mut(&mut self, name: &str) -> Option<&mut NodeInfo> {
+        let i = *self.index.get(name)?;
+        self.dirty.push(i);
+        Some(Arc::make_mut(&mut self.nodes[i]))
+    }
+
     pub fn add_or_update_node(&mut self, node: Arc<Node>) {
         let name = node.metadata.name.clone().unwrap_or_default();
-        match self.nodes.get_mut(&name) {
-            Some(info) => Arc::make_mut(info).set_node(node),
+        let images_changed = match self.index.get(&name) {
+            Some(&i) => {
+                let old: Vec<&str> = node_images(&self.nodes[i].node).collect();
+                let changed = old != node_images(&node).collect::<Vec<_>>();
+                Arc::make_mut(&mut self.nodes[i]).set_node(node);
+                self.dirty.push(i);
+                changed
+            }
             None => {
                 let mut info = NodeInfo::new(node);
                 for pod in self.orphans.remove(&name).unwrap_or_default() {
                     info.add_pod(pod);
                 }
-                self.nodes.insert(name.clone(), Arc::new(info));
-                self.order.push(name);
+                let has_images = node_images(&info.node).next().is_some();
+                self.nodes.push(Arc::new(info));
+                self.index = Arc::new(node_index(&self.nodes));
+                self.layout += 1;
+                has_images
             }
+        };
+        if images_changed {
+            self.images = Arc::new(image_counts(&self.nodes));
         }
     }
 
     /// Removes a node; its pods stay known (they are deleted by their own events).
     pub fn remove_node(&mut self, name: &str) {
-        if let Some(info) = self.nodes.remove(name) {
-            self.order.retain(|n| n != name);
-            if !info.pods.is_empty() {
-                self.orphans.insert(name.to_string(), info.pods.clone());
-            }
+        let Some(&i) = self.index.get(name) else {
+            return;
+        };
+        let info = self.nodes.remove(i);
+        self.index = Arc::new(node_index(&self.nodes));
+        self.layout += 1;
+        if node_images(&info.node).next().is_some() {
+            self.images = Arc::new(image_counts(&self.nodes));
+        }
+        if !info.pods.is_empty() {
+            self.orphans.insert(name.to_string(), info.pods.clone());
         }
     }
 
     fn place(&mut self, node: &str, pod: Arc<PodInfo>) {
-        match self.nodes.get_mut(node) {
-            Some(info) => Arc::make_mut(info).add_pod(pod),
+        match self.node_mut(node) {
+            Some(info) => info.add_pod(pod),
             None => self.orphans.entry(node.to_string()).or_default().push(pod),
         }
     }
 
     fn unplace(&mut self, node: &str, key: &str) {
-        match self.nodes.get_mut(node) {
+        match self.node_mut(node) {
             Some(info) => {
-                Arc::make_mut(info).remove_pod(key);
+                info.remove_pod(key);
             }
             None => {
                 if let Some(pods) = self.orphans.get_mut(node) {
@@ -136,7 +168,7 @@ impl Cache {
     }
 
     pub fn node(&self, name: &str) -> Option<&Arc<NodeInfo>> {
-        self.nodes.get(name)
+        self.nodes.get(*self.index.get(name)?)
     }
 
     /// Keys of every pod placed on a node (bound or assumed).
@@ -146,12 +178,23 @@ impl Cache {
 
     /// The nodes as they are now, for one scheduling cycle.
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot::new(
-            self.order
-                .iter()
-                .filter_map(|n| self.nodes.get(n).cloned())
-                .collect(),
-        )
+        Snapshot::from_parts(self.nodes.clone(), self.index.clone(), self.images.clone())
+            .with_layout(self.layout)
+    }
+
+    /// Brings the scheduling loop's snapshot up to date, copying only the nodes that changed
+    /// since the last call (upstream's `UpdateSnapshot`), or everything if nodes came or went.
+    /// One caller only: the changes are consumed.
+    pub fn update_snapshot(&mut self, snapshot: &mut Snapshot) {
+        if snapshot.layout() != Some(self.layout) || snapshot.len() != self.nodes.len() {
+            *snapshot = self.snapshot();
+        } else {
+            for i in self.dirty.drain(..) {
+                snapshot.replace(i, self.nodes[i].clone());
+            }
+            snapshot.set_images(self.images.clone());
+        }
+        self.dirty.clear();
     }
 }
 
@@ -217,6 +260,26 @@ mod tests {
             .map(|n| n.name().to_string())
             .collect();
         assert_eq!(names, ["n1", "n2"]);
+    }
+
+    #[test]
+    fn an_updated_snapshot_matches_a_fresh_one() {
+        let mut c = cache_with(&["n1", "n2"]);
+        let mut snap = Snapshot::default();
+        c.update_snapshot(&mut snap);
+        assert_eq!(snap.len(), 2);
+        c.assume(
+            PodBuilder::new("p").container("c", &[("cpu", "1")]).info(),
+            "n2",
+        );
+        c.update_snapshot(&mut snap);
+        assert_eq!(snap.get("n2").unwrap().requested.milli_cpu, 1000);
+        c.add_or_update_node(Arc::new(node("n3").cpu("4").build()));
+        c.remove_node("n1");
+        c.update_snapshot(&mut snap);
+        let names: Vec<_> = snap.nodes().iter().map(|n| n.name().to_string()).collect();
+        assert_eq!(names, ["n2", "n3"]);
+        assert_eq!(snap.get("n2").unwrap().requested.milli_cpu, 1000);
     }
 
     #[test]

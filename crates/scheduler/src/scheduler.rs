@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use crate::algorithm::{Algorithm, ScheduleError};
 use crate::api::ClusterApi;
 use crate::cache::Cache;
-use crate::framework::{Code, CycleState, Framework, PodInfo};
+use crate::framework::{Code, CycleState, Framework, PodInfo, Snapshot};
 use crate::queue::{Failure, QueuedPod, SchedulingQueue};
 
 /// The scheduler name a pod without `spec.schedulerName` gets (upstream's default).
@@ -37,8 +37,11 @@ struct Profile {
 pub struct Scheduler {
     profiles: HashMap<String, Profile>,
     queue: SchedulingQueue,
-    /// Locked briefly by watch handlers and once per cycle for a snapshot.
+    /// Locked briefly by watch handlers and once per cycle to update the snapshot.
     cache: Mutex<Cache>,
+    /// The scheduling loop's view, brought up to date from the cache at each cycle (only the
+    /// loop touches it; the mutex makes that visible to the compiler).
+    snapshot: Mutex<Snapshot>,
     api: Arc<dyn ClusterApi>,
     pub stats: Stats,
 }
@@ -88,6 +91,7 @@ impl Scheduler {
             profiles,
             queue: SchedulingQueue::new(),
             cache: Mutex::new(Cache::default()),
+            snapshot: Mutex::new(Snapshot::default()),
             api,
             stats: Stats::default(),
         })
@@ -177,12 +181,15 @@ impl Scheduler {
             return true;
         };
         let fw = profile.framework.clone();
-        let snapshot = self.cache.lock().snapshot();
         let mut state = CycleState::default();
-        let result = profile
-            .algorithm
-            .lock()
-            .schedule(&fw, &mut state, &pod, &snapshot);
+        let result = {
+            let mut snapshot = self.snapshot.lock();
+            self.cache.lock().update_snapshot(&mut snapshot);
+            profile
+                .algorithm
+                .lock()
+                .schedule(&fw, &mut state, &pod, &snapshot)
+        };
         let chosen = match result {
             Ok(r) => r.node,
             Err(e) => {

@@ -8,7 +8,7 @@
 //! when anything after it fails.
 
 use std::any::Any;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,12 +43,13 @@ impl<T: Any + Clone + Send + Sync> StateData for T {
 }
 
 /// Data plugins keep for one pod's scheduling cycle, keyed by plugin-chosen names (upstream's
-/// `CycleState`), and which plugins PreFilter/PreScore told the framework to skip.
+/// `CycleState`), and which plugins PreFilter/PreScore told the framework to skip. A handful
+/// of entries, read once per node per plugin: a vector searched by key beats hashing.
 #[derive(Default)]
 pub struct CycleState {
-    data: HashMap<&'static str, Box<dyn StateData>>,
-    pub skip_filter_plugins: HashSet<&'static str>,
-    pub skip_score_plugins: HashSet<&'static str>,
+    data: Vec<(&'static str, Box<dyn StateData>)>,
+    pub skip_filter_plugins: Vec<&'static str>,
+    pub skip_score_plugins: Vec<&'static str>,
 }
 
 impl Clone for CycleState {
@@ -66,16 +67,27 @@ impl Clone for CycleState {
 }
 
 impl CycleState {
+    fn position(&self, key: &str) -> Option<usize> {
+        self.data
+            .iter()
+            .position(|(k, _)| std::ptr::eq(*k, key) || *k == key)
+    }
+
     pub fn write<T: StateData>(&mut self, key: &'static str, value: T) {
-        self.data.insert(key, Box::new(value));
+        match self.position(key) {
+            Some(i) => self.data[i].1 = Box::new(value),
+            None => self.data.push((key, Box::new(value))),
+        }
     }
 
     pub fn read<T: Any>(&self, key: &'static str) -> Option<&T> {
-        self.data.get(key)?.as_ref().as_any().downcast_ref()
+        let i = self.position(key)?;
+        self.data[i].1.as_ref().as_any().downcast_ref()
     }
 
     pub fn read_mut<T: Any>(&mut self, key: &'static str) -> Option<&mut T> {
-        self.data.get_mut(key)?.as_mut().as_any_mut().downcast_mut()
+        let i = self.position(key)?;
+        self.data[i].1.as_mut().as_any_mut().downcast_mut()
     }
 }
 

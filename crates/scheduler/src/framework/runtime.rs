@@ -69,7 +69,7 @@ impl Framework {
             };
             let r = pf.pre_filter(state, pod, snapshot);
             if r.status.is_skip() {
-                state.skip_filter_plugins.insert(p.name());
+                state.skip_filter_plugins.push(p.name());
                 continue;
             }
             if !r.status.is_success() {
@@ -88,19 +88,40 @@ impl Framework {
         }
     }
 
-    /// Filter on one node: the first plugin that does not pass decides.
-    pub fn run_filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        for p in &self.plugins {
+    /// The Filter plugins to run this cycle (those PreFilter did not skip), worked out once
+    /// rather than per node.
+    pub fn active_filters(&self, state: &CycleState) -> Vec<usize> {
+        (0..self.plugins.len())
+            .filter(|&i| {
+                let p = &self.plugins[i];
+                p.as_filter().is_some() && !state.skip_filter_plugins.contains(&p.name())
+            })
+            .collect()
+    }
+
+    /// Filter on one node with the plugins [`Framework::active_filters`] chose: the first
+    /// that does not pass decides.
+    pub fn run_filters(
+        &self,
+        active: &[usize],
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        for &i in active {
+            let p = &self.plugins[i];
             let Some(f) = p.as_filter() else { continue };
-            if state.skip_filter_plugins.contains(p.name()) {
-                continue;
-            }
             let s = f.filter(state, pod, node);
             if !s.is_success() {
                 return s.with_plugin(p.name());
             }
         }
         Status::success()
+    }
+
+    /// Filter on one node: the first plugin that does not pass decides.
+    pub fn run_filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        self.run_filters(&self.active_filters(state), state, pod, node)
     }
 
     /// PostFilter (preemption): the first plugin that succeeds or fails hard decides.
@@ -142,7 +163,7 @@ impl Framework {
             };
             let s = ps.pre_score(state, pod, nodes, snapshot);
             if s.is_skip() {
-                state.skip_score_plugins.insert(p.name());
+                state.skip_score_plugins.push(p.name());
             } else if !s.is_success() {
                 return s.with_plugin(p.name());
             }
@@ -158,38 +179,38 @@ impl Framework {
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
     ) -> Result<Vec<NodeScore>, Status> {
-        let mut totals: Vec<NodeScore> = nodes
+        // one buffer of per-plugin scores, reused by every plugin; weighted sums beside it
+        let mut scores: Vec<NodeScore> = nodes
             .iter()
             .map(|n| NodeScore {
                 name: n.name().to_string(),
                 score: 0,
             })
             .collect();
+        let mut totals = vec![0i64; nodes.len()];
         for (i, weight) in &self.scores {
             let p = &self.plugins[*i];
-            if state.skip_score_plugins.contains(p.name()) {
+            if state.skip_score_plugins.contains(&p.name()) {
                 continue;
             }
             let Some(sp) = p.as_score() else { continue };
-            let mut scores = Vec::with_capacity(nodes.len());
-            for n in nodes {
-                let score = sp
+            for (slot, n) in scores.iter_mut().zip(nodes) {
+                slot.score = sp
                     .score(state, pod, n)
                     .map_err(|s| s.with_plugin(p.name()))?;
-                scores.push(NodeScore {
-                    name: n.name().to_string(),
-                    score,
-                });
             }
             let s = sp.normalize(state, pod, &mut scores);
             if !s.is_success() {
                 return Err(s.with_plugin(p.name()));
             }
             for (total, s) in totals.iter_mut().zip(&scores) {
-                total.score += s.score * weight;
+                *total += s.score * weight;
             }
         }
-        Ok(totals)
+        for (slot, total) in scores.iter_mut().zip(totals) {
+            slot.score = total;
+        }
+        Ok(scores)
     }
 
     /// Reserve in order; on a failure the plugins reserved so far (and the failing one) are

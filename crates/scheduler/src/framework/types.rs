@@ -377,21 +377,88 @@ impl NodeInfo {
 }
 
 /// The cluster as one scheduling cycle sees it: every node with its pods, frozen for the
-/// cycle (upstream's cache `Snapshot`).
+/// cycle (upstream's cache `Snapshot`). The name index and image counts are shared with the
+/// cache and rebuilt only when nodes come, go or change images, so taking a snapshot costs one
+/// reference count per node.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     nodes: Vec<Arc<NodeInfo>>,
-    index: HashMap<String, usize>,
+    index: Arc<HashMap<String, usize>>,
+    images: Arc<HashMap<String, usize>>,
+    /// The cache's node layout this snapshot was taken at (None: not from a cache).
+    layout: Option<u64>,
+}
+
+/// Image names a node reports holding.
+pub fn node_images(node: &Node) -> impl Iterator<Item = &str> {
+    node.status
+        .iter()
+        .flat_map(|s| s.images.iter().flatten())
+        .flat_map(|i| i.names.iter().flatten())
+        .map(String::as_str)
+}
+
+/// Node name → position, for [`Snapshot`].
+pub fn node_index(nodes: &[Arc<NodeInfo>]) -> HashMap<String, usize> {
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name().to_string(), i))
+        .collect()
+}
+
+/// Image name → how many nodes hold it (upstream's `ImageStateSummary.NumNodes`).
+pub fn image_counts(nodes: &[Arc<NodeInfo>]) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for n in nodes {
+        for image in node_images(&n.node) {
+            *counts.entry(image.to_string()).or_default() += 1;
+        }
+    }
+    counts
 }
 
 impl Snapshot {
     pub fn new(nodes: Vec<Arc<NodeInfo>>) -> Snapshot {
-        let index = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.name().to_string(), i))
-            .collect();
-        Snapshot { nodes, index }
+        let index = Arc::new(node_index(&nodes));
+        let images = Arc::new(image_counts(&nodes));
+        Snapshot::from_parts(nodes, index, images)
+    }
+
+    /// A snapshot from parts the caller keeps up to date (the cache).
+    pub fn from_parts(
+        nodes: Vec<Arc<NodeInfo>>,
+        index: Arc<HashMap<String, usize>>,
+        images: Arc<HashMap<String, usize>>,
+    ) -> Snapshot {
+        Snapshot {
+            nodes,
+            index,
+            images,
+            layout: None,
+        }
+    }
+
+    pub(crate) fn with_layout(mut self, layout: u64) -> Snapshot {
+        self.layout = Some(layout);
+        self
+    }
+
+    pub(crate) fn layout(&self) -> Option<u64> {
+        self.layout
+    }
+
+    pub(crate) fn replace(&mut self, i: usize, node: Arc<NodeInfo>) {
+        self.nodes[i] = node;
+    }
+
+    pub(crate) fn set_images(&mut self, images: Arc<HashMap<String, usize>>) {
+        self.images = images;
+    }
+
+    /// How many nodes hold an image, by any of the names nodes report for it.
+    pub fn nodes_with_image(&self, name: &str) -> usize {
+        self.images.get(name).copied().unwrap_or(0)
     }
 
     pub fn nodes(&self) -> &[Arc<NodeInfo>] {

@@ -103,12 +103,10 @@ impl PreScorePlugin for ImageLocality {
             })
             .collect();
         let count = wanted.len();
-        for n in snapshot.nodes() {
-            for w in wanted.iter_mut() {
-                if size_on(&n.node, &w.names).is_some() {
-                    w.num_nodes += 1;
-                }
-            }
+        for w in wanted.iter_mut() {
+            // nodes report one of the two forms; one reporting both would count twice
+            let holders: usize = w.names.iter().map(|n| snapshot.nodes_with_image(n)).sum();
+            w.num_nodes = holders.min(snapshot.len());
         }
         wanted.retain(|w| w.num_nodes > 0);
         state.write(
