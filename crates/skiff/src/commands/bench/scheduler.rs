@@ -1,4 +1,5 @@
-//! `skiff bench scheduler`: upstream scheduler_perf's SchedulingBasic shape end to end. Starts
+//! `skiff bench scheduler`: upstream scheduler_perf's SchedulingBasic shape end to end (and
+//! node-affinity, topology-spread and pod-anti-affinity variants, `--workload`). Starts
 //! `skiff apiserver` as a child, creates `nodes` Node objects (no kubelets) through it, runs
 //! the scheduler in this process against it over HTTPS (its own watches, bindings and events,
 //! as `skiff scheduler` does), creates `pods` pods from 32 clients, and watches them: a pod
@@ -38,6 +39,51 @@ pub struct SchedulerBenchArgs {
     /// Concurrent clients creating nodes and pods.
     #[arg(long, default_value_t = 32)]
     pub clients: usize,
+    /// What the pods ask for (scheduler_perf's workloads): `basic` (requests only),
+    /// `node-affinity` (required affinity to half the zones), `topology-spread` (maxSkew 1
+    /// over zones, DoNotSchedule), `pod-anti-affinity` (preferred anti-affinity by hostname to
+    /// pods with the same label).
+    #[arg(long, value_enum, default_value = "basic")]
+    pub workload: Workload,
+}
+
+/// The pod shapes `--workload` picks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workload {
+    Basic,
+    NodeAffinity,
+    TopologySpread,
+    PodAntiAffinity,
+}
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Basic => "SchedulingBasic",
+            Workload::NodeAffinity => "SchedulingNodeAffinity",
+            Workload::TopologySpread => "TopologySpreading",
+            Workload::PodAntiAffinity => "SchedulingPreferredPodAntiAffinity",
+        }
+    }
+
+    /// What the workload adds to the pod spec.
+    fn spec(self) -> serde_json::Value {
+        match self {
+            Workload::Basic => json!({}),
+            Workload::NodeAffinity => json!({"affinity": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
+                    "matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In",
+                        "values": ["zone-0", "zone-1", "zone-2", "zone-3", "zone-4"]}]}]}}}}),
+            Workload::TopologySpread => json!({"topologySpreadConstraints": [{
+                "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "bench"}}}]}),
+            Workload::PodAntiAffinity => json!({"affinity": {"podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100,
+                    "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app": "bench"}}}}]}}}),
+        }
+    }
 }
 
 const NAMESPACE: &str = "sched-bench";
@@ -61,16 +107,21 @@ fn node_json(i: usize) -> Vec<u8> {
     .expect("json")
 }
 
-/// A pod as scheduler_perf's `pod-default.yaml`: one container requesting 100m CPU and
-/// 500 MiB.
-fn pod_json(i: usize) -> Vec<u8> {
-    serde_json::to_vec(&json!({
+/// A pod as scheduler_perf's `pod-default.yaml` (one container requesting 100m CPU and
+/// 500 MiB), with what the workload adds.
+fn pod_json(i: usize, workload: Workload) -> Vec<u8> {
+    let mut pod = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": format!("pod-{i:05}"), "labels": {"app": "bench"}},
         "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
                                  "resources": {"requests": {"cpu": "100m", "memory": "500Mi"}}}]},
-    }))
-    .expect("json")
+    });
+    if let (Some(spec), serde_json::Value::Object(extra)) =
+        (pod["spec"].as_object_mut(), workload.spec())
+    {
+        spec.extend(extra);
+    }
+    serde_json::to_vec(&pod).expect("json")
 }
 
 /// Sends `bodies` to `path` from `clients` concurrent tasks; returns each body's send time by
@@ -180,7 +231,7 @@ async fn bench(args: &SchedulerBenchArgs, server: &ServerChild) -> Result<()> {
     let sent = create_all(
         &client,
         &path,
-        (0..args.pods).map(pod_json).collect(),
+        (0..args.pods).map(|i| pod_json(i, args.workload)).collect(),
         args.clients,
     )
     .await
@@ -217,7 +268,7 @@ async fn bench(args: &SchedulerBenchArgs, server: &ServerChild) -> Result<()> {
         merge(
             cpu_used,
             json!({
-                "workload": "SchedulingBasic",
+                "workload": args.workload.name(),
                 "nodes": args.nodes,
                 "pods": args.pods,
                 "clients": args.clients,
