@@ -69,6 +69,7 @@ impl<S: Store> rpc::kv_server::Kv for KvService<S> {
                 .await
                 .map_err(to_status)?
         };
+        self.f.after_commit().await;
         Ok(Response::new(rpc::PutResponse {
             header: Some(self.f.header(resp.revision)),
             prev_kv: resp.prev_kv.map(kv_to_pb),
@@ -81,6 +82,7 @@ impl<S: Store> rpc::kv_server::Kv for KvService<S> {
     ) -> Result<Response<rpc::DeleteRangeResponse>, Status> {
         let del = delete_from_pb(req.into_inner())?;
         let resp = self.f.store.delete(del).await.map_err(to_status)?;
+        self.f.after_commit().await;
         let header = Some(self.f.header(resp.revision));
         Ok(Response::new(delete_to_pb(resp, header)))
     }
@@ -108,6 +110,7 @@ impl<S: Store> rpc::kv_server::Kv for KvService<S> {
             failure,
         };
         let resp = self.f.store.txn(txn).await.map_err(to_status)?;
+        self.f.after_commit().await;
         let plans = if resp.succeeded {
             success_plans
         } else {
@@ -191,11 +194,7 @@ impl<S: Store> KvService<S> {
                 } else {
                     req.value.clone()
                 },
-                lease: if ignore_lease {
-                    kv.lease
-                } else {
-                    req.lease
-                },
+                lease: if ignore_lease { kv.lease } else { req.lease },
                 prev_kv: req.prev_kv,
             };
             let txn = TxnRequest {
