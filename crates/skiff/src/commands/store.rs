@@ -25,6 +25,10 @@ pub struct ServeArgs {
     /// 0 picks a free one, printed in the ready line).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:2379", value_parser = parse_listen)]
     pub listen: SocketAddr,
+
+    /// Threads serving gRPC connections (each connection stays on one); default one per core.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
 }
 
 /// Run a `skiff store` subcommand.
@@ -49,7 +53,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Connections queue on the bound socket from here on and are served as soon as `serve` runs.
     println!("skiff store: ready, serving etcd v3 gRPC on {addr} (data dir {dir})");
     tracing::info!(%addr, data_dir = %dir, "store serving");
-    let served = grpc::serve(store.clone(), listener, shutdown_signal()).await;
+    let mut config = grpc::FacadeConfig::default();
+    if let Some(threads) = args.threads {
+        config.threads = threads.into();
+    }
+    let served = grpc::serve_with_config(store.clone(), listener, config, shutdown_signal()).await;
     store.close().await;
     served.with_context(|| format!("serving the store in {dir}"))?;
     tracing::info!(%addr, "store stopped");

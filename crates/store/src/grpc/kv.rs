@@ -63,14 +63,13 @@ impl<S: Store> rpc::kv_server::Kv for KvService<S> {
         let resp = if req.ignore_value || req.ignore_lease {
             self.put_keeping_current(req).await?
         } else {
-            let put = PutRequest {
-                key: req.key,
-                value: req.value,
-                lease: req.lease,
-                prev_kv: req.prev_kv,
-            };
-            self.f.store.put(put).await.map_err(to_status)?
+            self.f
+                .store
+                .put(put_from_pb(req))
+                .await
+                .map_err(to_status)?
         };
+        self.f.after_commit().await;
         Ok(Response::new(rpc::PutResponse {
             header: Some(self.f.header(resp.revision)),
             prev_kv: resp.prev_kv.map(kv_to_pb),
@@ -83,6 +82,7 @@ impl<S: Store> rpc::kv_server::Kv for KvService<S> {
     ) -> Result<Response<rpc::DeleteRangeResponse>, Status> {
         let del = delete_from_pb(req.into_inner())?;
         let resp = self.f.store.delete(del).await.map_err(to_status)?;
+        self.f.after_commit().await;
         let header = Some(self.f.header(resp.revision));
         Ok(Response::new(delete_to_pb(resp, header)))
     }
@@ -110,6 +110,7 @@ impl<S: Store> rpc::kv_server::Kv for KvService<S> {
             failure,
         };
         let resp = self.f.store.txn(txn).await.map_err(to_status)?;
+        self.f.after_commit().await;
         let plans = if resp.succeeded {
             success_plans
         } else {
@@ -171,6 +172,8 @@ impl<S: Store> KvService<S> {
     /// A put with `ignore_value` and/or `ignore_lease`: write the key's current value and/or lease,
     /// retrying if the key changes between the read and the write. The key must exist.
     async fn put_keeping_current(&self, req: rpc::PutRequest) -> Result<PutResponse, Status> {
+        let (ignore_value, ignore_lease) = (req.ignore_value, req.ignore_lease);
+        let req = put_from_pb(req);
         loop {
             let current = self
                 .f
@@ -186,16 +189,12 @@ impl<S: Store> KvService<S> {
             };
             let put = PutRequest {
                 key: req.key.clone(),
-                value: if req.ignore_value {
+                value: if ignore_value {
                     kv.value.clone()
                 } else {
                     req.value.clone()
                 },
-                lease: if req.ignore_lease {
-                    kv.lease
-                } else {
-                    req.lease
-                },
+                lease: if ignore_lease { kv.lease } else { req.lease },
                 prev_kv: req.prev_kv,
             };
             let txn = TxnRequest {
@@ -283,12 +282,7 @@ fn ops_from_pb(ops: Vec<rpc::RequestOp>) -> Result<Ops, Status> {
                         "ignore_value and ignore_lease are not supported inside a txn",
                     ));
                 }
-                out.push(TxnOp::Put(PutRequest {
-                    key: p.key,
-                    value: p.value,
-                    lease: p.lease,
-                    prev_kv: p.prev_kv,
-                }));
+                out.push(TxnOp::Put(put_from_pb(p)));
                 plans.push(None);
             }
             Some(Op::RequestDeleteRange(d)) => {

@@ -13,6 +13,7 @@
 //! - `watch`: one bidi stream carrying many watches, progress requests, cancellation.
 //! - `lease`: grant, revoke, keep-alive stream, time-to-live, list.
 //! - `maintenance`: Status, Alarm, Defragment, and the Cluster service's MemberList.
+//! - `shards`: the threads that serve connections, each a single-threaded runtime (why: there).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,7 +21,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
 
 use crate::store::Store;
 
@@ -28,6 +28,7 @@ mod convert;
 mod kv;
 mod lease;
 mod maintenance;
+mod shards;
 mod watch;
 
 #[cfg(test)]
@@ -76,6 +77,9 @@ pub struct FacadeConfig {
     pub max_concurrent_streams: u32,
     /// Client URLs reported by `MemberList`; empty means `http://` + the listener's address.
     pub client_urls: Vec<String>,
+    /// Threads serving connections, each a single-threaded runtime given every `threads`-th
+    /// connection (see `shards`); at least one. Default: one per core.
+    pub threads: usize,
 }
 
 impl Default for FacadeConfig {
@@ -89,6 +93,7 @@ impl Default for FacadeConfig {
             max_request_bytes: 1536 * 1024 + 512 * 1024,
             max_concurrent_streams: u32::MAX,
             client_urls: Vec::new(),
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
 }
@@ -106,6 +111,22 @@ pub enum ServeError {
         addr: SocketAddr,
         #[source]
         source: crate::Error,
+    },
+
+    /// A serving thread could not be started.
+    #[error("starting a serving thread for {addr} failed: {source}")]
+    Thread {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A serving thread's Tokio runtime could not be built.
+    #[error("building the runtime of a serving thread for {addr} failed: {source}")]
+    Runtime {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
     },
 
     /// The gRPC server stopped with an error.
@@ -133,6 +154,10 @@ pub async fn serve<S: Store>(
 /// On shutdown the server stops accepting connections, ends every open watch and lease
 /// keep-alive stream (which would otherwise hold their connections open forever), lets unary
 /// requests in flight finish, and returns.
+///
+/// Connections are served on `config.threads` threads of their own, each with a single-threaded
+/// Tokio runtime (see `shards` for why); the caller's runtime only accepts them. The call returns
+/// once every serving thread has finished, so no clone of `store` is left behind.
 pub async fn serve_with_config<S: Store>(
     store: S,
     listener: TcpListener,
@@ -149,27 +174,83 @@ pub async fn serve_with_config<S: Store>(
         .map_err(|source| ServeError::StoreStatus { addr, source })?
         .revision;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let max_request_bytes = config.max_request_bytes;
-    let max_concurrent_streams = config.max_concurrent_streams;
+    let threads = config.threads.max(1);
     let facade = Arc::new(Facade {
         store,
         config,
         revision: AtomicI64::new(revision),
-        shutdown: stop_rx,
+        shutdown: stop_rx.clone(),
     });
+    let mut shards = Vec::with_capacity(threads);
+    for index in 0..threads {
+        shards.push(shards::Shard::start(
+            index,
+            facade.clone(),
+            addr,
+            stop_rx.clone(),
+        )?);
+    }
+    drop(facade);
 
+    // Accept here and hand each connection to the next shard. If a shard has stopped (its
+    // server failed), stop everything and report why.
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut next = 0;
+    loop {
+        let stream = tokio::select! {
+            () = &mut shutdown => {
+                tracing::info!(%addr, "etcd v3 gRPC facade shutting down");
+                break;
+            }
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    // As tonic's own listener: a failed accept (say, out of file descriptors)
+                    // drops that connection, not the server.
+                    // Pause a moment so a lasting failure does not spin.
+                    tracing::warn!(%addr, error = %err, "accepting a connection failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        if let Err(err) = stream.set_nodelay(true) {
+            tracing::debug!(%addr, error = %err, "setting TCP_NODELAY failed");
+        }
+        let stream = match stream.into_std() {
+            Ok(stream) => stream,
+            Err(err) => {
+                tracing::warn!(%addr, error = %err, "detaching an accepted connection failed");
+                continue;
+            }
+        };
+        if shards[next % threads].serve(stream).is_err() {
+            tracing::error!(%addr, shard = next % threads, "a serving thread stopped");
+            break;
+        }
+        next += 1;
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    let mut result = Ok(());
+    for shard in shards {
+        let finished = shard.finish().await;
+        if result.is_ok() {
+            result = finished;
+        }
+    }
+    result
+}
+
+/// The gRPC services of the facade, as one tonic router.
+fn router<S: Store>(facade: Arc<Facade<S>>) -> tonic::transport::server::Router {
     use pb::etcdserverpb::{
         cluster_server::ClusterServer, kv_server::KvServer, lease_server::LeaseServer,
         maintenance_server::MaintenanceServer, watch_server::WatchServer,
     };
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let shutdown = async move {
-        shutdown.await;
-        tracing::info!(%addr, "etcd v3 gRPC facade shutting down");
-        let _ = stop_tx.send(true);
-    };
+    let max_request_bytes = facade.config.max_request_bytes;
     tonic::transport::Server::builder()
-        .max_concurrent_streams(max_concurrent_streams)
+        .max_concurrent_streams(facade.config.max_concurrent_streams)
         .add_service(
             // The KV service checks etcd's limit itself, to answer as etcd does (see kv.rs).
             KvServer::new(kv::KvService::new(facade.clone()))
@@ -184,9 +265,6 @@ pub async fn serve_with_config<S: Store>(
             maintenance::MaintenanceService::new(facade.clone()),
         ))
         .add_service(ClusterServer::new(maintenance::ClusterService::new(facade)))
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
-        .map_err(|source| ServeError::Transport { addr, source })
 }
 
 /// What every service shares: the store, the settings, and the highest store revision seen.
@@ -231,6 +309,14 @@ impl<S: Store> Facade<S> {
                 self.revision.load(Ordering::Relaxed)
             }
         }
+    }
+
+    /// Let the other requests whose writes went into the same group commit run first, so that
+    /// their responses leave together, in one socket write per connection (see `shards`). On a
+    /// single-threaded runtime the yielded task runs again once the ready tasks have run and
+    /// the socket events have been polled.
+    pub(crate) async fn after_commit(&self) {
+        tokio::task::yield_now().await;
     }
 
     /// Resolves when the server is shutting down.

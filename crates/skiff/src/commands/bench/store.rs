@@ -53,8 +53,8 @@ pub struct StoreBenchArgs {
     /// Where the stores keep their data (a fresh temporary directory by default).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
-    /// Tokio worker threads of the `skiff store serve` process behind `embedded-grpc` (set as its
-    /// `TOKIO_WORKER_THREADS`); by default Tokio's, one per core.
+    /// Threads serving connections in the `skiff store serve` process behind `embedded-grpc`
+    /// (its `--threads`); by default its own, one per core.
     #[arg(long)]
     pub server_threads: Option<usize>,
 }
@@ -163,15 +163,12 @@ async fn start(name: &str, root: &std::path::Path, args: &StoreBenchArgs) -> Res
 async fn serve_child(dir: &std::path::Path, threads: Option<usize>) -> Result<(Child, String)> {
     let exe = std::env::current_exe()?;
     let mut command = Command::new(exe);
+    command.args(["store", "serve", "--listen", "127.0.0.1:0", "--data-dir"]);
+    command.arg(dir);
     if let Some(threads) = threads {
-        command.env("TOKIO_WORKER_THREADS", threads.to_string());
+        command.arg("--threads").arg(threads.to_string());
     }
-    let mut child = command
-        .args(["store", "serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()?;
+    let mut child = command.stdout(Stdio::piped()).kill_on_drop(true).spawn()?;
     let mut lines = BufReader::new(child.stdout.take().context("child stdout")?).lines();
     while let Some(line) = lines.next_line().await? {
         if line.contains("ready") {

@@ -54,6 +54,14 @@ async fn start() -> Server {
 /// Serve a fresh store whose settings `configure` adjusts. Automatic compaction is off, so only
 /// the test's own `Compact` calls discard history.
 async fn start_with(configure: impl FnOnce(&mut EmbeddedConfig)) -> Server {
+    start_serving(configure, FacadeConfig::default()).await
+}
+
+/// Serve a fresh store whose settings `configure` adjusts, with the facade settings `facade`.
+async fn start_serving(
+    configure: impl FnOnce(&mut EmbeddedConfig),
+    facade: FacadeConfig,
+) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let mut config = EmbeddedConfig::new(dir.path());
     config.compaction = CompactionPolicy::Disabled;
@@ -62,9 +70,14 @@ async fn start_with(configure: impl FnOnce(&mut EmbeddedConfig)) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(serve(store.clone(), listener, async move {
-        let _ = stopped.await;
-    }));
+    let task = tokio::spawn(serve_with_config(
+        store.clone(),
+        listener,
+        facade,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
     Server {
         addr,
         store,
@@ -93,6 +106,19 @@ impl Server {
     }
     async fn watch(&self) -> Watch {
         Watch::open(self.channel().await).await
+    }
+    /// Stop serving (which must succeed) and keep the data directory.
+    async fn stop_keeping_dir(self) -> TempDir {
+        let Server {
+            stop, task, _dir, ..
+        } = self;
+        let _ = stop.unwrap().send(());
+        tokio::time::timeout(HANG_GUARD, task)
+            .await
+            .expect("serve returns")
+            .unwrap()
+            .unwrap();
+        _dir
     }
     async fn stop(mut self) -> Result<(), ServeError> {
         let _ = self.stop.take().unwrap().send(());

@@ -20,6 +20,54 @@ async fn shutdown_ends_open_watch_streams_and_serve_returns() {
 }
 
 #[tokio::test]
+async fn connections_spread_over_several_threads_all_see_the_same_store() {
+    let config = FacadeConfig {
+        threads: 3,
+        ..Default::default()
+    };
+    let server = start_serving(|_| {}, config).await;
+    // Four connections over three threads: the first and the fourth share one.
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(server.kv().await);
+    }
+    for (i, client) in clients.iter_mut().enumerate() {
+        client.put(put(&format!("/t/{i}"), "v")).await.unwrap();
+    }
+    for client in &mut clients {
+        let got = client.range(prefix("/t/")).await.unwrap().into_inner();
+        assert_eq!(keys(&got), ["/t/0", "/t/1", "/t/2", "/t/3"]);
+    }
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn serve_returns_only_once_no_serving_thread_holds_the_store() {
+    let server = start_serving(
+        |_| {},
+        FacadeConfig {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut kv = server.kv().await;
+    kv.put(put("/held", "v")).await.unwrap();
+    let store = server.store.clone();
+    let dir = server.stop_keeping_dir().await;
+    // Only this handle is left, so closing really closes, and the directory opens again.
+    store.close().await;
+    let reopened = EmbeddedStore::open(EmbeddedConfig::new(dir.path()))
+        .await
+        .unwrap();
+    let got = reopened.range(crate::types::RangeRequest {
+        range: KeyRange::key("/held"),
+        ..Default::default()
+    });
+    assert_eq!(got.await.unwrap().kvs.len(), 1);
+}
+
+#[tokio::test]
 async fn the_etcd_client_crate_interoperates_with_the_facade() {
     let server = start().await;
     let mut client = etcd_client::Client::connect([server.addr.to_string()], None)
