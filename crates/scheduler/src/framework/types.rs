@@ -2,8 +2,11 @@
 //! with the pods on it and what they use ([`NodeInfo`]), and the cluster as one cycle sees it
 //! ([`Snapshot`]). Upstream's `framework.PodInfo`, `NodeInfo` and the cache snapshot.
 
+use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
@@ -164,6 +167,9 @@ pub struct PodInfo {
     pub requests: Resource,
     /// Effective requests with upstream's defaults for missing CPU and memory, for scoring.
     pub non_zero_requests: Resource,
+    /// What plugins derive from the pod once and reuse every cycle (parsed affinity terms),
+    /// by plugin-chosen key; shared by clones of this `PodInfo`.
+    memo: Arc<Mutex<Vec<(&'static str, Arc<dyn Any + Send + Sync>)>>>,
 }
 
 impl PodInfo {
@@ -175,7 +181,29 @@ impl PodInfo {
             pod,
             requests,
             non_zero_requests,
+            memo: Arc::default(),
         }
+    }
+
+    /// What `init` derives from the pod, computed on first use under `key` and kept for as
+    /// long as this `PodInfo` lives (upstream keeps parsed affinity terms on its `PodInfo`).
+    pub fn memo<T: Any + Send + Sync>(
+        &self,
+        key: &'static str,
+        init: impl FnOnce(&Pod) -> T,
+    ) -> Arc<T> {
+        let mut memo = self.memo.lock();
+        if let Some(v) = memo
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, v)| v.clone().downcast::<T>().ok())
+        {
+            return v;
+        }
+        let v = Arc::new(init(&self.pod));
+        memo.retain(|(k, _)| *k != key);
+        memo.push((key, v.clone()));
+        v
     }
 
     pub fn name(&self) -> &str {
@@ -541,6 +569,20 @@ mod tests {
         assert_eq!(n.requested.milli_cpu, 0);
         assert!(n.used_ports.is_empty());
         assert!(!n.remove_pod("default/web"));
+    }
+
+    #[test]
+    fn memos_are_computed_once_and_shared_by_clones() {
+        let info = PodBuilder::new("p").label("app", "web").info();
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let count = |pod: &Pod| {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            pod.metadata.labels.as_ref().map_or(0, |l| l.len())
+        };
+        assert_eq!(*info.memo("labels", count), 1);
+        let clone = (*info).clone();
+        assert_eq!(*clone.memo("labels", count), 1);
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::{
     AffinityTerm, InterPodAffinity, Kind, REASON_AFFINITY, REASON_ANTI_AFFINITY,
-    REASON_EXISTING_ANTI_AFFINITY, TopologyCounts, existing_required, matches_all, required_terms,
+    REASON_EXISTING_ANTI_AFFINITY, TopologyCounts, existing_terms, matches_all, required_terms,
 };
 use crate::framework::{
     CycleState, FilterPlugin, NodeInfo, PodInfo, PreFilterPlugin, PreFilterResult, Snapshot, Status,
@@ -30,14 +30,14 @@ struct PreFilterState {
 }
 
 impl PreFilterState {
-    fn update(&mut self, pod: &Pod, other: &Pod, node: &NodeInfo, delta: i64) {
+    fn update(&mut self, pod: &Pod, other: &PodInfo, node: &NodeInfo, delta: i64) {
         let n = &node.node;
-        let anti = existing_required(other, Kind::AntiAffinity);
-        self.existing_anti.add_matching_terms(&anti, pod, n, delta);
+        let anti = &existing_terms(other).required_anti_affinity;
+        self.existing_anti.add_matching_terms(anti, pod, n, delta);
         self.affinity_counts
-            .add_if_all_match(&self.affinity, other, n, delta);
+            .add_if_all_match(&self.affinity, &other.pod, n, delta);
         self.anti_counts
-            .add_matching_terms(&self.anti_affinity, other, n, delta);
+            .add_matching_terms(&self.anti_affinity, &other.pod, n, delta);
     }
 }
 
@@ -57,8 +57,8 @@ impl PreFilterPlugin for InterPodAffinity {
         let mut existing_anti = TopologyCounts::default();
         for node in snapshot.nodes_with_required_anti_affinity_pods() {
             for other in node.pods.iter().filter(|p| p.has_required_anti_affinity()) {
-                let terms = existing_required(&other.pod, Kind::AntiAffinity);
-                existing_anti.add_matching_terms(&terms, &pod.pod, &node.node, 1);
+                let terms = &existing_terms(other).required_anti_affinity;
+                existing_anti.add_matching_terms(terms, &pod.pod, &node.node, 1);
             }
         }
         let mut affinity_counts = TopologyCounts::default();
@@ -91,13 +91,13 @@ impl PreFilterPlugin for InterPodAffinity {
 
     fn add_pod(&self, state: &mut CycleState, pod: &PodInfo, other: &PodInfo, node: &NodeInfo) {
         if let Some(s) = state.read_mut::<PreFilterState>(PRE_FILTER_KEY) {
-            s.update(&pod.pod, &other.pod, node, 1);
+            s.update(&pod.pod, other, node, 1);
         }
     }
 
     fn remove_pod(&self, state: &mut CycleState, pod: &PodInfo, other: &PodInfo, node: &NodeInfo) {
         if let Some(s) = state.read_mut::<PreFilterState>(PRE_FILTER_KEY) {
-            s.update(&pod.pod, &other.pod, node, -1);
+            s.update(&pod.pod, other, node, -1);
         }
     }
 }

@@ -16,13 +16,16 @@ mod filtering;
 mod scoring;
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod, PodAffinityTerm, WeightedPodAffinityTerm};
 use serde_json::Value;
 use skiff_apimachinery::labels::Selector;
 
 use super::helper::{arg, label_selector, node_labels, pod_labels, pod_namespace, pod_spec};
-use crate::framework::{FilterPlugin, Plugin, PreFilterPlugin, PreScorePlugin, ScorePlugin};
+use crate::framework::{
+    FilterPlugin, Plugin, PodInfo, PreFilterPlugin, PreScorePlugin, ScorePlugin,
+};
 
 pub const NAME: &str = "InterPodAffinity";
 
@@ -136,6 +139,27 @@ fn preferred_terms(pod: &Pod, kind: Kind) -> Result<Vec<(i64, AffinityTerm)>, St
             ))
         })
         .collect()
+}
+
+/// An existing pod's terms, parsed once per `PodInfo`; terms that do not parse are left out.
+#[derive(Debug, Default)]
+struct ExistingTerms {
+    required_affinity: Vec<AffinityTerm>,
+    required_anti_affinity: Vec<AffinityTerm>,
+    preferred_affinity: Vec<(i64, AffinityTerm)>,
+    preferred_anti_affinity: Vec<(i64, AffinityTerm)>,
+}
+
+/// Memo key for [`ExistingTerms`] on a `PodInfo`.
+const TERMS_MEMO: &str = "InterPodAffinity/terms";
+
+fn existing_terms(pod: &PodInfo) -> Arc<ExistingTerms> {
+    pod.memo(TERMS_MEMO, |p| ExistingTerms {
+        required_affinity: existing_required(p, Kind::Affinity),
+        required_anti_affinity: existing_required(p, Kind::AntiAffinity),
+        preferred_affinity: existing_preferred(p, Kind::Affinity),
+        preferred_anti_affinity: existing_preferred(p, Kind::AntiAffinity),
+    })
 }
 
 /// An existing pod's required terms; terms that do not parse are left out.

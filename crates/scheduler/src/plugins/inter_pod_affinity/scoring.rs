@@ -9,9 +9,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use super::{
-    AffinityTerm, InterPodAffinity, Kind, existing_preferred, existing_required, preferred_terms,
-};
+use super::{AffinityTerm, InterPodAffinity, Kind, existing_terms, preferred_terms};
 use crate::framework::{
     CycleState, MAX_NODE_SCORE, NodeInfo, NodeScore, PodInfo, PreScorePlugin, ScorePlugin,
     Snapshot, Status,
@@ -95,16 +93,15 @@ impl PreScorePlugin for InterPodAffinity {
                 if !other.has_affinity() {
                     continue;
                 }
+                let terms = existing_terms(other);
                 if self.hard_pod_affinity_weight > 0 {
-                    for t in existing_required(existing, Kind::Affinity) {
-                        process_term(&mut m, &t, self.hard_pod_affinity_weight, &pod.pod, n);
+                    for t in &terms.required_affinity {
+                        process_term(&mut m, t, self.hard_pod_affinity_weight, &pod.pod, n);
                     }
                 }
                 if !self.ignore_preferred_terms_of_existing_pods {
-                    let pa = existing_preferred(existing, Kind::Affinity);
-                    process_terms(&mut m, &pa, 1, &pod.pod, n);
-                    let pn = existing_preferred(existing, Kind::AntiAffinity);
-                    process_terms(&mut m, &pn, -1, &pod.pod, n);
+                    process_terms(&mut m, &terms.preferred_affinity, 1, &pod.pod, n);
+                    process_terms(&mut m, &terms.preferred_anti_affinity, -1, &pod.pod, n);
                 }
             }
         }
