@@ -157,6 +157,9 @@ fn pod_requests(pod: &Pod, per_container: impl Fn(Resource) -> Resource) -> Reso
     total
 }
 
+/// One memoized value on a [`PodInfo`], under its key.
+type MemoEntry = (&'static str, Arc<dyn Any + Send + Sync>);
+
 /// A pod with what the plugins keep asking about it computed once.
 #[derive(Debug, Clone)]
 pub struct PodInfo {
@@ -169,7 +172,7 @@ pub struct PodInfo {
     pub non_zero_requests: Resource,
     /// What plugins derive from the pod once and reuse every cycle (parsed affinity terms),
     /// by plugin-chosen key; shared by clones of this `PodInfo`.
-    memo: Arc<Mutex<Vec<(&'static str, Arc<dyn Any + Send + Sync>)>>>,
+    memo: Arc<Mutex<Vec<MemoEntry>>>,
 }
 
 impl PodInfo {
