@@ -12,36 +12,11 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, ObjectList, PostParams, WatchEvent, WatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::Status;
 use kube::runtime::watcher::{self, Event};
-use kube::{Api, Client, Config, ResourceExt};
-use support::{ApiServer, Backend, HANG_GUARD, run_guarded};
+use kube::{Api, Client, ResourceExt};
+use support::{ApiServer, Backend, kube_client as client, run, run_guarded};
 use tokio::sync::mpsc;
-
-/// Runs one test body on a multi-threaded runtime (restarts block a worker), failing it instead
-/// of hanging if the server stops answering.
-fn run(body: impl Future<Output = ()>) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    rt.block_on(async {
-        tokio::time::timeout(HANG_GUARD * 3, body)
-            .await
-            .expect("the test body hung");
-    });
-}
-
-/// A client built from the server's admin kubeconfig, exactly as a user's program builds one.
-async fn client(api: &ApiServer) -> Client {
-    let kubeconfig = Kubeconfig::read_from(api.kubeconfig()).expect("read the kubeconfig");
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("a client config from the kubeconfig");
-    Client::try_from(config).expect("a client")
-}
 
 /// The API status of a request that must fail.
 fn status<T: std::fmt::Debug>(result: kube::Result<T>) -> Status {

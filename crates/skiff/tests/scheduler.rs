@@ -10,11 +10,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
 use serde_json::json;
-use support::{ApiServer, Backend, HANG_GUARD, KUBECTL_133, expect_line, line_reader};
+use support::{
+    ApiServer, Backend, HANG_GUARD, KUBECTL_133, expect_line, kube_client as client, line_reader,
+    run,
+};
 
 /// A `skiff scheduler` child, killed on drop.
 struct SchedulerProcess {
@@ -52,27 +54,6 @@ impl Drop for SchedulerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn run(body: impl Future<Output = ()>) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    rt.block_on(async {
-        tokio::time::timeout(HANG_GUARD * 3, body)
-            .await
-            .expect("the test body hung");
-    });
-}
-
-async fn client(api: &ApiServer) -> Client {
-    let kubeconfig = Kubeconfig::read_from(api.kubeconfig()).expect("read the kubeconfig");
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("a client config");
-    Client::try_from(config).expect("a client")
 }
 
 async fn create_node(nodes: &Api<Node>, name: &str, cordoned: bool) {

@@ -7,11 +7,10 @@ mod support;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
 use serde_json::{Value, json};
-use support::{ApiServer, Backend, HANG_GUARD, KUBECTL_127, KUBECTL_133};
+use support::{ApiServer, Backend, KUBECTL_127, KUBECTL_133, kube_client as client, run};
 
 /// A Deployment with `replicas` and the env vars `env` in its one container.
 fn deployment(replicas: u32, env: &[&str]) -> String {
@@ -261,28 +260,6 @@ fn client_side_then_server_side_apply(kubectl: &str) {
             .as_str()
             .expect("the annotation is kept");
     assert!(last.contains("\"replicas\":3"), "{last}");
-}
-
-/// A client built from the server's admin kubeconfig.
-async fn client(api: &ApiServer) -> Client {
-    let kubeconfig = Kubeconfig::read_from(api.kubeconfig()).expect("read the kubeconfig");
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("a client config");
-    Client::try_from(config).expect("a client")
-}
-
-fn run(body: impl Future<Output = ()>) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    rt.block_on(async {
-        tokio::time::timeout(HANG_GUARD * 2, body)
-            .await
-            .expect("the test body hung");
-    });
 }
 
 fn config_map(data: Value) -> Value {

@@ -20,6 +20,33 @@ pub const HANG_GUARD: Duration = Duration::from_secs(60);
 pub const KUBECTL_133: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.33";
 pub const KUBECTL_127: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.27";
 
+/// Runs one async test body on a multi-threaded runtime (restarts block a worker), failing it
+/// instead of hanging if the server stops answering.
+pub fn run(body: impl Future<Output = ()>) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(async {
+        tokio::time::timeout(HANG_GUARD * 3, body)
+            .await
+            .expect("the test body hung");
+    });
+}
+
+/// A kube client built from the server's admin kubeconfig, exactly as a user's program builds
+/// one.
+pub async fn kube_client(api: &ApiServer) -> kube::Client {
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(api.kubeconfig()).expect("read the kubeconfig");
+    let options = kube::config::KubeConfigOptions::default();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .expect("a client config from the kubeconfig");
+    kube::Client::try_from(config).expect("a client")
+}
+
 /// Which store the API server runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
