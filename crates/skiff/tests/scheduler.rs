@@ -1,14 +1,15 @@
 //! `skiff scheduler` as a separate process against a real `skiff apiserver` (seed 000: the
 //! scheduler is only an API client): Node objects without kubelets, pods created through the
 //! API, bindings, `Scheduled` and `FailedScheduling` events as kubectl shows them, the
-//! `PodScheduled` condition, requeue when a node changes, and pods for another scheduler left
-//! alone.
+//! `PodScheduled` condition, requeue when a node changes, pods for another scheduler left
+//! alone, a second profile, and a standby replica taking over the lease from a dead leader.
 
 mod support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -231,5 +232,47 @@ profiles:
         })
         .await;
         assert_eq!(node_of(&pods, "careful").await, None);
+    });
+}
+
+async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get_opt("skiff-scheduler")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+}
+
+#[test]
+fn a_standby_replica_takes_over_when_the_leader_dies() {
+    let api = ApiServer::start(Backend::Embedded);
+    run(async {
+        let c = client(&api).await;
+        let nodes: Api<Node> = Api::all(c.clone());
+        let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+        let leases: Api<Lease> = Api::namespaced(c.clone(), "kube-system");
+        create_node(&nodes, "n1", false).await;
+        let mut first = SchedulerProcess::start(&api, None);
+        let holder = eventually("the first replica to lead", || lease_holder(&leases)).await;
+        assert!(
+            holder.ends_with(&format!("_{}", first.child.id())),
+            "{holder}"
+        );
+        let standby = SchedulerProcess::start(&api, None);
+        create_pod(&pods, "before", None).await;
+        eventually("before to be bound", || node_of(&pods, "before")).await;
+
+        // the leader dies without giving the lease up; the standby waits out the lease
+        let _ = first.child.kill();
+        let _ = first.child.wait();
+        create_pod(&pods, "after", None).await;
+        let node = eventually("the standby to bind after", || node_of(&pods, "after")).await;
+        assert_eq!(node, "n1");
+        let holder = lease_holder(&leases).await.unwrap();
+        assert!(
+            holder.ends_with(&format!("_{}", standby.child.id())),
+            "{holder}"
+        );
     });
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
+use skiff_runtime::leader::{self, LeaderElector};
 use skiff_scheduler::api::KubeApi;
 use skiff_scheduler::config::Configuration;
 use skiff_scheduler::{Scheduler, informer};
@@ -21,7 +22,16 @@ pub struct SchedulerArgs {
     /// A `KubeSchedulerConfiguration` (kubescheduler.config.k8s.io/v1) file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+
+    /// Schedule only while holding the Lease `kube-system/skiff-scheduler`, so that several
+    /// replicas can run and one schedules (upstream's `--leader-elect`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub leader_elect: bool,
 }
+
+/// The Lease replicas elect a leader on.
+const LEASE_NAMESPACE: &str = "kube-system";
+const LEASE_NAME: &str = "skiff-scheduler";
 
 pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     let config = match &args.config {
@@ -41,13 +51,13 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     .context("loading the kubeconfig")?;
     let client = kube::Client::try_from(client_config)?;
     let instance = format!(
-        "{}-{}",
+        "{}_{}",
         std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_else(|_| "skiff".into()),
         std::process::id()
     );
-    let api = Arc::new(KubeApi::new(client.clone(), instance));
+    let api = Arc::new(KubeApi::new(client.clone(), instance.clone()));
     let frameworks = config.frameworks(api.clone())?;
     let names: Vec<String> = frameworks
         .iter()
@@ -56,19 +66,38 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     let scheduler = Scheduler::new(frameworks, api);
 
     let (synced_tx, mut synced) = tokio::sync::watch::channel(false);
-    let informers = tokio::spawn(informer::run(client, scheduler.clone(), synced_tx));
+    let informers = tokio::spawn(informer::run(client.clone(), scheduler.clone(), synced_tx));
     tokio::select! {
         r = synced.wait_for(|s| *s) => { r.context("informers stopped")?; }
         () = shutdown_signal() => return Ok(()),
     }
     println!("skiff scheduler ready: profiles {}", names.join(", "));
+
+    // replicas keep their caches warm but only the leader schedules
+    let (leading_tx, mut leading) = tokio::sync::watch::channel(!args.leader_elect);
+    if args.leader_elect {
+        let leases = kube::Api::namespaced(client, LEASE_NAMESPACE);
+        let elector = LeaderElector::new(leases, LEASE_NAME, &instance, leader::Config::default());
+        tokio::spawn(elector.run(leading_tx));
+        tokio::select! {
+            r = leading.wait_for(|l| *l) => { r.context("leader election stopped")?; }
+            () = shutdown_signal() => return Ok(()),
+        }
+    }
     let run = {
         let scheduler = scheduler.clone();
         tokio::spawn(async move { scheduler.run().await })
     };
-    shutdown_signal().await;
+    let lost = tokio::select! {
+        () = shutdown_signal() => false,
+        _ = leading.wait_for(|l| !*l) => true,
+    };
     scheduler.queue().close();
     informers.abort();
     let _ = run.await;
+    if lost {
+        // as upstream: a replica that lost the lease exits rather than risk two leaders
+        anyhow::bail!("lost the lease {LEASE_NAMESPACE}/{LEASE_NAME}");
+    }
     Ok(())
 }

@@ -1,0 +1,7 @@
+//! What Skiff's components share as API clients, on top of kube-rs.
+//!
+//! # Layout
+//! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease, as client-go's
+//!   `leaderelection` does it.
+
+pub mod leader;
