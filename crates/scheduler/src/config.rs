@@ -1,7 +1,8 @@
 //! `KubeSchedulerConfiguration` (`kubescheduler.config.k8s.io/v1`), the part Skiff reads:
 //! profiles by `schedulerName`, their `multiPoint` plugins enabled and disabled (`*` disables
 //! every default), `pluginConfig` args, and `percentageOfNodesToScore` (global or per
-//! profile). Other extension-point lists are not read yet.
+//! profile), and `leaderElection` (whether, and on which Lease). Other extension-point lists
+//! are not read yet.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -43,6 +44,21 @@ pub struct Configuration {
     pub percentage_of_nodes_to_score: Option<u32>,
     #[serde(default)]
     pub profiles: Vec<ProfileConfig>,
+    #[serde(default)]
+    pub leader_election: Option<LeaderElection>,
+}
+
+/// `leaderElection`: whether replicas elect a leader, and on which Lease (a second scheduler
+/// with other profiles names its own, as upstream's do).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderElection {
+    #[serde(default)]
+    pub leader_elect: Option<bool>,
+    #[serde(default)]
+    pub resource_name: Option<String>,
+    #[serde(default)]
+    pub resource_namespace: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -235,5 +251,17 @@ profiles:
             .unwrap()
             .frameworks(RecordingApi::new());
         assert!(matches!(dup, Err(Error::DuplicateProfile(_))));
+    }
+
+    #[test]
+    fn leader_election_names_its_lease() {
+        let c = Configuration::parse(
+            "leaderElection:\n  leaderElect: true\n  resourceName: second-scheduler\n",
+        )
+        .unwrap();
+        let le = c.leader_election.unwrap();
+        assert_eq!(le.leader_elect, Some(true));
+        assert_eq!(le.resource_name.as_deref(), Some("second-scheduler"));
+        assert_eq!(le.resource_namespace, None);
     }
 }

@@ -276,3 +276,66 @@ fn a_standby_replica_takes_over_when_the_leader_dies() {
         );
     });
 }
+
+#[test]
+fn a_second_scheduler_process_with_its_own_name_and_lease_coexists() {
+    let api = ApiServer::start(Backend::Embedded);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("second.yaml");
+    std::fs::write(
+        &config,
+        r"apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: true
+  resourceName: second-scheduler
+profiles:
+- schedulerName: second-scheduler
+",
+    )
+    .unwrap();
+    run(async {
+        let c = client(&api).await;
+        let nodes: Api<Node> = Api::all(c.clone());
+        let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+        let leases: Api<Lease> = Api::namespaced(c.clone(), "kube-system");
+        create_node(&nodes, "n1", false).await;
+        let default = SchedulerProcess::start(&api, None);
+        let second = SchedulerProcess::start(&api, Some(&config));
+        create_pod(&pods, "mine", None).await;
+        create_pod(&pods, "yours", Some("second-scheduler")).await;
+        eventually("mine to be bound", || node_of(&pods, "mine")).await;
+        eventually("yours to be bound", || node_of(&pods, "yours")).await;
+        // each process leads its own lease
+        let holder = |name: &'static str| {
+            let leases = leases.clone();
+            async move { leases.get_opt(name).await.ok()??.spec?.holder_identity }
+        };
+        let first = holder("skiff-scheduler").await.unwrap();
+        let other = holder("second-scheduler").await.unwrap();
+        assert!(
+            first.ends_with(&format!("_{}", default.child.id())),
+            "{first}"
+        );
+        assert!(
+            other.ends_with(&format!("_{}", second.child.id())),
+            "{other}"
+        );
+        // and each recorded its own Scheduled event
+        let events = api.kubectl(
+            KUBECTL_133,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "reason=Scheduled",
+                "-o",
+                "jsonpath={range .items[*]}{.reportingInstance}{\"\\n\"}{end}",
+            ],
+        );
+        assert!(
+            events.contains(&first) && events.contains(&other),
+            "{events}"
+        );
+    });
+}

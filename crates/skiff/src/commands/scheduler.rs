@@ -23,13 +23,14 @@ pub struct SchedulerArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
-    /// Schedule only while holding the Lease `kube-system/skiff-scheduler`, so that several
-    /// replicas can run and one schedules (upstream's `--leader-elect`).
+    /// Schedule only while holding the Lease `kube-system/skiff-scheduler` (or the one the
+    /// configuration's `leaderElection` names), so that several replicas can run and one
+    /// schedules (upstream's `--leader-elect`; the configuration's `leaderElect` wins).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub leader_elect: bool,
 }
 
-/// The Lease replicas elect a leader on.
+/// The Lease replicas elect a leader on, unless the configuration names another.
 const LEASE_NAMESPACE: &str = "kube-system";
 const LEASE_NAME: &str = "skiff-scheduler";
 
@@ -74,10 +75,16 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     println!("skiff scheduler ready: profiles {}", names.join(", "));
 
     // replicas keep their caches warm but only the leader schedules
-    let (leading_tx, mut leading) = tokio::sync::watch::channel(!args.leader_elect);
-    if args.leader_elect {
-        let leases = kube::Api::namespaced(client, LEASE_NAMESPACE);
-        let elector = LeaderElector::new(leases, LEASE_NAME, &instance, leader::Config::default());
+    let election = config.leader_election.clone().unwrap_or_default();
+    let elect = election.leader_elect.unwrap_or(args.leader_elect);
+    let lease_namespace = election
+        .resource_namespace
+        .unwrap_or_else(|| LEASE_NAMESPACE.into());
+    let lease_name = election.resource_name.unwrap_or_else(|| LEASE_NAME.into());
+    let (leading_tx, mut leading) = tokio::sync::watch::channel(!elect);
+    if elect {
+        let leases = kube::Api::namespaced(client, &lease_namespace);
+        let elector = LeaderElector::new(leases, &lease_name, &instance, leader::Config::default());
         tokio::spawn(elector.run(leading_tx));
         tokio::select! {
             r = leading.wait_for(|l| *l) => { r.context("leader election stopped")?; }
@@ -97,7 +104,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     let _ = run.await;
     if lost {
         // as upstream: a replica that lost the lease exits rather than risk two leaders
-        anyhow::bail!("lost the lease {LEASE_NAMESPACE}/{LEASE_NAME}");
+        anyhow::bail!("lost the lease {lease_namespace}/{lease_name}");
     }
     Ok(())
 }
