@@ -118,6 +118,16 @@ pub struct ScheduleResult {
     pub feasible: usize,
 }
 
+/// What a Filter pass found.
+struct Feasible {
+    /// Nodes that fit.
+    nodes: Vec<Arc<NodeInfo>>,
+    /// Why each other node does not.
+    statuses: NodeStatuses,
+    /// Nodes filtered.
+    evaluated: usize,
+}
+
 /// Per-profile state kept across cycles.
 #[derive(Debug)]
 pub struct Algorithm {
@@ -152,7 +162,11 @@ impl Algorithm {
         if snapshot.is_empty() {
             return Err(ScheduleError::NoNodes);
         }
-        let (feasible, statuses, evaluated) = self.find_feasible(fw, state, pod, snapshot)?;
+        let Feasible {
+            nodes: feasible,
+            statuses,
+            evaluated,
+        } = self.find_feasible(fw, state, pod, snapshot)?;
         if feasible.is_empty() {
             let mut fit = FitError {
                 num_all_nodes: snapshot.len(),
@@ -206,14 +220,13 @@ impl Algorithm {
     }
 
     /// PreFilter, then Filter from `next_start` until enough nodes fit.
-    #[allow(clippy::type_complexity)]
     fn find_feasible(
         &mut self,
         fw: &Framework,
         state: &mut CycleState,
         pod: &PodInfo,
         snapshot: &Snapshot,
-    ) -> Result<(Vec<Arc<NodeInfo>>, NodeStatuses, usize), ScheduleError> {
+    ) -> Result<Feasible, ScheduleError> {
         let pre = fw.run_pre_filter(state, pod, snapshot);
         let mut statuses = NodeStatuses::new();
         if !pre.status.is_success() {
@@ -278,7 +291,11 @@ impl Algorithm {
         if pre.node_names.is_none() && all > 0 {
             self.next_start = (start + evaluated) % all;
         }
-        Ok((feasible, statuses, evaluated))
+        Ok(Feasible {
+            nodes: feasible,
+            statuses,
+            evaluated,
+        })
     }
 }
 

@@ -6,7 +6,7 @@
 //! `NodeInfo`s are shared with snapshots through `Arc`: a change copies only the node it
 //! touches (`Arc::make_mut`), and a snapshot is a vector of `Arc`s.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -171,9 +171,9 @@ impl Cache {
         self.nodes.get(*self.index.get(name)?)
     }
 
-    /// Keys of every pod placed on a node (bound or assumed).
-    pub fn pod_keys(&self) -> HashSet<String> {
-        self.pods.keys().cloned().collect()
+    /// Whether the pod is placed on a node (bound or assumed).
+    pub fn has_pod(&self, key: &str) -> bool {
+        self.pods.contains_key(key)
     }
 
     /// The nodes as they are now, for one scheduling cycle.
@@ -240,7 +240,7 @@ mod tests {
         );
         c.forget("default/p");
         assert_eq!(cpu_requested(&c, "n1"), 0);
-        assert!(c.pod_keys().is_empty());
+        assert!(!c.has_pod("default/p"));
     }
 
     #[test]

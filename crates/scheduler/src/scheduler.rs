@@ -135,7 +135,7 @@ impl Scheduler {
         self.queue.delete(&key);
         let was_placed = {
             let mut cache = self.cache.lock();
-            let placed = cache.pod_keys().contains(&key);
+            let placed = cache.has_pod(&key);
             cache.remove_pod(&key);
             placed
         };
