@@ -13,6 +13,7 @@
 //! - [`binder`]: the `DefaultBinder` plugin.
 //! - [`config`]: `KubeSchedulerConfiguration` and the profiles it builds.
 //! - [`informer`]: the pod and node watches that feed the scheduler.
+//! - [`metrics`]: `/metrics` with upstream's names.
 
 pub mod algorithm;
 pub mod api;
@@ -21,6 +22,7 @@ pub mod cache;
 pub mod config;
 pub mod framework;
 pub mod informer;
+pub mod metrics;
 pub mod plugins;
 pub mod queue;
 pub mod scheduler;

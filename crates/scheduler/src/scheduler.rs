@@ -5,8 +5,9 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use parking_lot::Mutex;
@@ -15,17 +16,17 @@ use crate::algorithm::{Algorithm, ScheduleError};
 use crate::api::ClusterApi;
 use crate::cache::Cache;
 use crate::framework::{Code, CycleState, Framework, PodInfo, Snapshot};
+use crate::metrics::{Metrics, Outcome};
 use crate::queue::{Failure, QueuedPod, SchedulingQueue};
 
 /// The scheduler name a pod without `spec.schedulerName` gets (upstream's default).
 pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
 
-/// Counters of scheduling attempts by result (upstream's `scheduler_schedule_attempts_total`).
-#[derive(Debug, Default)]
-pub struct Stats {
-    pub scheduled: AtomicU64,
-    pub unschedulable: AtomicU64,
-    pub errors: AtomicU64,
+/// The attempt in progress: the popped pod, its scheduling cycle, and when the attempt began.
+struct Attempt {
+    queued: QueuedPod,
+    cycle: u64,
+    started: Instant,
 }
 
 struct Profile {
@@ -43,7 +44,7 @@ pub struct Scheduler {
     /// loop touches it; the mutex makes that visible to the compiler).
     snapshot: Mutex<Snapshot>,
     api: Arc<dyn ClusterApi>,
-    pub stats: Stats,
+    pub metrics: Metrics,
 }
 
 fn scheduler_name(pod: &Pod) -> &str {
@@ -93,7 +94,7 @@ impl Scheduler {
             cache: Mutex::new(Cache::default()),
             snapshot: Mutex::new(Snapshot::default()),
             api,
-            stats: Stats::default(),
+            metrics: Metrics::default(),
         })
     }
 
@@ -175,7 +176,12 @@ impl Scheduler {
         let Some((queued, cycle)) = self.queue.pop().await else {
             return false;
         };
-        let pod = queued.info.clone();
+        let attempt = Attempt {
+            queued,
+            cycle,
+            started: Instant::now(),
+        };
+        let pod = attempt.queued.info.clone();
         let Some(profile) = self.profiles.get(scheduler_name(&pod.pod)) else {
             self.queue.done(&pod.key);
             return true;
@@ -201,7 +207,7 @@ impl Scheduler {
                     ScheduleError::Fit(fit) => fit.nominated_node.clone(),
                     _ => None,
                 };
-                self.fail(&queued, cycle, failure, reason, e.to_string(), nominated);
+                self.fail(&attempt, failure, reason, e.to_string(), nominated);
                 return true;
             }
         };
@@ -219,7 +225,7 @@ impl Scheduler {
                 reserved.plugin(),
                 reserved.message()
             );
-            self.fail(&queued, cycle, Failure::Error, "SchedulerError", msg, None);
+            self.fail(&attempt, Failure::Error, "SchedulerError", msg, None);
             return true;
         }
         let (permit, _) = fw.run_permit(&state, &assumed, &chosen);
@@ -231,20 +237,13 @@ impl Scheduler {
             } else {
                 Failure::Error
             };
-            self.fail(
-                &queued,
-                cycle,
-                failure,
-                "Unschedulable",
-                permit.message(),
-                None,
-            );
+            self.fail(&attempt, failure, "Unschedulable", permit.message(), None);
             return true;
         }
         self.queue.done(&pod.key);
         let this = self.clone();
         tokio::spawn(async move {
-            this.bind(fw, state, assumed, chosen, queued).await;
+            this.bind(fw, state, assumed, chosen, attempt).await;
         });
         true
     }
@@ -257,22 +256,31 @@ impl Scheduler {
         mut state: CycleState,
         pod: Arc<PodInfo>,
         node: String,
-        queued: QueuedPod,
+        attempt: Attempt,
     ) {
+        let Attempt {
+            queued, started, ..
+        } = attempt;
         let mut status = fw.run_pre_bind(&state, &pod, &node).await;
         if status.is_success() {
             status = fw.run_bind(&state, &pod, &node).await;
         }
         if status.is_success() {
             fw.run_post_bind(&state, &pod, &node);
-            self.stats.scheduled.fetch_add(1, Ordering::Relaxed);
+            let seconds = started.elapsed().as_secs_f64();
+            self.metrics
+                .attempt(Outcome::Scheduled, fw.scheduler_name(), seconds);
+            self.metrics
+                .scheduled(queued.first_seen.elapsed().as_secs_f64());
             self.api.scheduled(&pod, &node).await;
             return;
         }
         tracing::info!(pod = %pod.key, %node, %status, "binding failed");
         fw.run_unreserve(&mut state, &pod, &node);
         self.cache.lock().forget(&pod.key);
-        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        let seconds = started.elapsed().as_secs_f64();
+        self.metrics
+            .attempt(Outcome::Error, fw.scheduler_name(), seconds);
         self.queue.add_after_failed_binding(
             queued.info.clone(),
             queued.attempts,
@@ -287,19 +295,23 @@ impl Scheduler {
     /// Requeues a pod that got no node and reports why (in a task: the loop goes on).
     fn fail(
         self: &Arc<Self>,
-        queued: &QueuedPod,
-        cycle: u64,
+        attempt: &Attempt,
         failure: Failure,
         reason: &'static str,
         message: String,
         nominated: Option<String>,
     ) {
-        match failure {
-            Failure::Unschedulable => self.stats.unschedulable.fetch_add(1, Ordering::Relaxed),
-            Failure::Error => self.stats.errors.fetch_add(1, Ordering::Relaxed),
+        let outcome = match failure {
+            Failure::Unschedulable => Outcome::Unschedulable,
+            Failure::Error => Outcome::Error,
         };
+        let queued = &attempt.queued;
+        let profile = scheduler_name(&queued.info.pod);
+        self.metrics
+            .attempt(outcome, profile, attempt.started.elapsed().as_secs_f64());
         tracing::debug!(pod = %queued.info.key, %message, "pod not scheduled");
-        self.queue.requeue_failed(&queued.info.key, cycle, failure);
+        self.queue
+            .requeue_failed(&queued.info.key, attempt.cycle, failure);
         let this = self.clone();
         let pod = queued.info.clone();
         tokio::spawn(async move {

@@ -22,6 +22,8 @@ use support::{
 /// A `skiff scheduler` child, killed on drop.
 struct SchedulerProcess {
     child: Child,
+    /// Where it serves `/metrics`, from its ready line.
+    metrics: String,
     _lines: std::sync::mpsc::Receiver<String>,
 }
 
@@ -30,7 +32,8 @@ impl SchedulerProcess {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
         cmd.arg("scheduler")
             .arg("--kubeconfig")
-            .arg(api.kubeconfig());
+            .arg(api.kubeconfig())
+            .args(["--metrics-bind-address", "127.0.0.1:0"]);
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
         }
@@ -42,11 +45,28 @@ impl SchedulerProcess {
             .spawn()
             .expect("start skiff scheduler");
         let lines = line_reader(child.stdout.take().expect("stdout"));
-        expect_line(&lines, |l| l.contains("ready"));
+        let ready = expect_line(&lines, |l| l.contains("ready"));
+        let metrics = ready
+            .split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or_else(|| panic!("no metrics address in {ready:?}"))
+            .to_string();
         SchedulerProcess {
             child,
+            metrics,
             _lines: lines,
         }
+    }
+
+    /// `GET /metrics`, over a plain HTTP/1.0 request.
+    fn metrics(&self) -> String {
+        use std::io::{Read, Write};
+        let mut conn = std::net::TcpStream::connect(&self.metrics).expect("connect to /metrics");
+        conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut body = String::new();
+        conn.read_to_string(&mut body).unwrap();
+        body
     }
 }
 
@@ -121,7 +141,7 @@ fn pods_are_bound_to_fitting_nodes_and_unschedulable_ones_are_explained_then_ret
         let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
         create_node(&nodes, "open", false).await;
         create_node(&nodes, "cordoned", true).await;
-        let _scheduler = SchedulerProcess::start(&api, None);
+        let scheduler = SchedulerProcess::start(&api, None);
 
         create_pod(&pods, "web", None).await;
         create_pod(&pods, "theirs", Some("another-scheduler")).await;
@@ -191,6 +211,19 @@ fn pods_are_bound_to_fitting_nodes_and_unschedulable_ones_are_explained_then_ret
 
         // the pod for another scheduler was never touched
         assert_eq!(node_of(&pods, "theirs").await, None);
+
+        // /metrics counts the attempts under upstream's names
+        let metrics = scheduler.metrics();
+        assert!(
+            metrics.contains(
+                r#"scheduler_schedule_attempts_total{result="scheduled",profile="default-scheduler"} 2"#
+            ),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("scheduler_pending_pods{queue=\"active\"} 0"),
+            "{metrics}"
+        );
     });
 }
 

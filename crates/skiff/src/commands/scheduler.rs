@@ -28,6 +28,11 @@ pub struct SchedulerArgs {
     /// schedules (upstream's `--leader-elect`; the configuration's `leaderElect` wins).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub leader_elect: bool,
+
+    /// Where to serve `/metrics` and `/healthz` over plain HTTP (port 0 picks a free one,
+    /// printed in the ready line); upstream serves them on its secure port 10259.
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:10259")]
+    pub metrics_bind_address: std::net::SocketAddr,
 }
 
 /// The Lease replicas elect a leader on, unless the configuration names another.
@@ -72,7 +77,31 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
         r = synced.wait_for(|s| *s) => { r.context("informers stopped")?; }
         () = shutdown_signal() => return Ok(()),
     }
-    println!("skiff scheduler ready: profiles {}", names.join(", "));
+    let listener = tokio::net::TcpListener::bind(args.metrics_bind_address)
+        .await
+        .with_context(|| format!("binding {}", args.metrics_bind_address))?;
+    let metrics_addr = listener.local_addr()?;
+    let app = {
+        let scheduler = scheduler.clone();
+        axum::Router::new()
+            .route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let scheduler = scheduler.clone();
+                    async move { scheduler.metrics.encode(scheduler.queue().sizes()) }
+                }),
+            )
+            .route("/healthz", axum::routing::get(|| async { "ok" }))
+    };
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::warn!(error = %e, "serving /metrics");
+        }
+    });
+    println!(
+        "skiff scheduler ready: profiles {}; metrics http://{metrics_addr}/metrics",
+        names.join(", ")
+    );
 
     // replicas keep their caches warm but only the leader schedules
     let election = config.leader_election.clone().unwrap_or_default();

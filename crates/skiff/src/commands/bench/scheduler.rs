@@ -19,6 +19,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 use skiff_scheduler::api::{ClusterApi, KubeApi};
 use skiff_scheduler::config::Configuration;
+use skiff_scheduler::metrics::Outcome;
 use skiff_scheduler::{Scheduler, informer};
 
 use super::api::{
@@ -262,7 +263,8 @@ async fn bench(args: &SchedulerBenchArgs, server: &ServerChild) -> Result<()> {
             latency.record(micros(b.saturating_duration_since(*t)))?;
         }
     }
-    let stats = &scheduler.stats;
+    let profiles = [skiff_scheduler::DEFAULT_SCHEDULER_NAME];
+    let attempts = |o| scheduler.metrics.count(o, &profiles);
     out.emit(
         "scheduler",
         merge(
@@ -279,8 +281,8 @@ async fn bench(args: &SchedulerBenchArgs, server: &ServerChild) -> Result<()> {
                 "p50_ms": ms(&latency, 0.5),
                 "p99_ms": ms(&latency, 0.99),
                 "max_ms": max_ms(&latency),
-                "attempts_unschedulable": stats.unschedulable.load(std::sync::atomic::Ordering::Relaxed),
-                "attempts_error": stats.errors.load(std::sync::atomic::Ordering::Relaxed),
+                "attempts_unschedulable": attempts(Outcome::Unschedulable),
+                "attempts_error": attempts(Outcome::Error),
             }),
         ),
     );
