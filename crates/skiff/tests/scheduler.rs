@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, PodCondition};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -175,17 +175,12 @@ fn pods_are_bound_to_fitting_nodes_and_unschedulable_ones_are_explained_then_ret
             .await
             .unwrap();
         create_pod(&pods, "waiting", None).await;
-        let message = eventually("the PodScheduled=False condition", || async {
-            let pod = pods.get("waiting").await.ok()?;
-            let cond = pod
-                .status?
-                .conditions?
-                .into_iter()
-                .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
-            assert_eq!(cond.reason.as_deref(), Some("Unschedulable"));
-            cond.message
+        let cond = eventually("the PodScheduled=False condition", || {
+            not_scheduled(&pods, "waiting")
         })
         .await;
+        assert_eq!(cond.reason.as_deref(), Some("Unschedulable"));
+        let message = cond.message.unwrap_or_default();
         assert_eq!(
             message,
             "0/2 nodes are available: 2 node(s) were unschedulable."
@@ -256,25 +251,25 @@ profiles:
         create_pod(&pods, "careful", None).await;
         let node = eventually("bold to be bound", || node_of(&pods, "bold")).await;
         assert_eq!(node, "cordoned");
-        eventually("careful to be marked unschedulable", || async {
-            let pod = pods.get("careful").await.ok()?;
-            pod.status?
-                .conditions?
-                .into_iter()
-                .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        eventually("careful to be marked unschedulable", || {
+            not_scheduled(&pods, "careful")
         })
         .await;
         assert_eq!(node_of(&pods, "careful").await, None);
     });
 }
 
-async fn lease_holder(leases: &Api<Lease>) -> Option<String> {
-    leases
-        .get_opt("skiff-scheduler")
-        .await
-        .ok()??
-        .spec?
-        .holder_identity
+/// The pod's `PodScheduled=False` condition, once the scheduler has set it.
+async fn not_scheduled(pods: &Api<Pod>, name: &str) -> Option<PodCondition> {
+    let pod = pods.get(name).await.ok()?;
+    pod.status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+}
+
+async fn lease_holder(leases: &Api<Lease>, name: &str) -> Option<String> {
+    leases.get_opt(name).await.ok()??.spec?.holder_identity
 }
 
 #[test]
@@ -287,7 +282,10 @@ fn a_standby_replica_takes_over_when_the_leader_dies() {
         let leases: Api<Lease> = Api::namespaced(c.clone(), "kube-system");
         create_node(&nodes, "n1", false).await;
         let mut first = SchedulerProcess::start(&api, None);
-        let holder = eventually("the first replica to lead", || lease_holder(&leases)).await;
+        let holder = eventually("the first replica to lead", || {
+            lease_holder(&leases, "skiff-scheduler")
+        })
+        .await;
         assert!(
             holder.ends_with(&format!("_{}", first.child.id())),
             "{holder}"
@@ -302,7 +300,7 @@ fn a_standby_replica_takes_over_when_the_leader_dies() {
         create_pod(&pods, "after", None).await;
         let node = eventually("the standby to bind after", || node_of(&pods, "after")).await;
         assert_eq!(node, "n1");
-        let holder = lease_holder(&leases).await.unwrap();
+        let holder = lease_holder(&leases, "skiff-scheduler").await.unwrap();
         assert!(
             holder.ends_with(&format!("_{}", standby.child.id())),
             "{holder}"
@@ -340,12 +338,8 @@ profiles:
         eventually("mine to be bound", || node_of(&pods, "mine")).await;
         eventually("yours to be bound", || node_of(&pods, "yours")).await;
         // each process leads its own lease
-        let holder = |name: &'static str| {
-            let leases = leases.clone();
-            async move { leases.get_opt(name).await.ok()??.spec?.holder_identity }
-        };
-        let first = holder("skiff-scheduler").await.unwrap();
-        let other = holder("second-scheduler").await.unwrap();
+        let first = lease_holder(&leases, "skiff-scheduler").await.unwrap();
+        let other = lease_holder(&leases, "second-scheduler").await.unwrap();
         assert!(
             first.ends_with(&format!("_{}", default.child.id())),
             "{first}"
