@@ -1,6 +1,9 @@
 //! Admission, the third gate: plugins that may change (mutating) or refuse (validating) a write
 //! after authorization and before it is stored. Here: NamespaceLifecycle (nothing is created in a
-//! missing or terminating namespace). The full plugin set plugs in behind the same trait.
+//! missing or terminating namespace) and [`priority`] (pods get their PriorityClass's value).
+//! The full plugin set plugs in behind the same trait.
+
+pub mod priority;
 
 use async_trait::async_trait;
 use serde_json::Value;

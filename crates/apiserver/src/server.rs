@@ -19,6 +19,7 @@ use skiff_store::{Store, StoreExt};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::admission::priority::{Priority, PriorityClassLookup};
 use crate::admission::{self, NamespaceLookup};
 use crate::authn::{self, Credentials, X509Authenticator};
 use crate::authz::{self, AllowAuthenticated, Authorizer, Decision};
@@ -104,6 +105,41 @@ impl NamespaceLookup for StoreNamespaces {
     }
 }
 
+/// The Priority plugin's view of PriorityClasses: the watch cache, then the store for one
+/// created a moment ago.
+struct StorePriorityClasses {
+    store: Arc<dyn Store>,
+    cache: Arc<Cacher>,
+}
+
+fn priority_classes() -> &'static skiff_apimachinery::catalog::ResourceType {
+    skiff_apimachinery::catalog::lookup("scheduling.k8s.io", "v1", "priorityclasses")
+        .expect("priorityclasses")
+}
+
+#[async_trait]
+impl PriorityClassLookup for StorePriorityClasses {
+    async fn get(&self, name: &str) -> Result<Option<serde_json::Value>> {
+        let rt = priority_classes();
+        if let Some(c) = self.cache.resource(rt).get(name) {
+            return c.object().map(Some);
+        }
+        match self
+            .store
+            .get(storage::key(rt, "", name).as_bytes())
+            .await?
+        {
+            Some(kv) => storage::decode(&kv).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn all(&self) -> Result<Vec<serde_json::Value>> {
+        let list = self.cache.resource(priority_classes()).list("");
+        list.objects.iter().map(|c| c.object()).collect()
+    }
+}
+
 impl ApiServer {
     /// Builds the server state over a store: starts the watch cache and the default policy
     /// chain.
@@ -117,12 +153,20 @@ impl ApiServer {
             authn: authn::Chain::new(vec![Box::new(X509Authenticator)]),
             authz: vec![Box::new(AllowAuthenticated)],
             admission: admission::Chain {
-                plugins: vec![Box::new(admission::NamespaceLifecycle {
-                    lookup: StoreNamespaces {
-                        store,
-                        cache: cache.clone(),
-                    },
-                })],
+                plugins: vec![
+                    Box::new(admission::NamespaceLifecycle {
+                        lookup: StoreNamespaces {
+                            store: store.clone(),
+                            cache: cache.clone(),
+                        },
+                    }),
+                    Box::new(Priority {
+                        lookup: StorePriorityClasses {
+                            store,
+                            cache: cache.clone(),
+                        },
+                    }),
+                ],
             },
             metrics: Arc::default(),
             ranges: crate::allocator::Ranges::default(),

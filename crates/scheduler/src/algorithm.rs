@@ -46,8 +46,11 @@ pub struct FitError {
     pub statuses: NodeStatuses,
     /// What preemption said, if it ran.
     pub post_filter_msg: Option<String>,
-    /// The node preemption nominated, if any.
+    /// What preemption decided about the pod's nomination: `Some(node)` to nominate it
+    /// there, `Some("")` to clear an earlier one, `None` to leave it.
     pub nominated_node: Option<String>,
+    /// The pods to evict from the nominated node, most important first.
+    pub victims: Vec<Arc<PodInfo>>,
 }
 
 impl fmt::Display for FitError {
@@ -73,7 +76,7 @@ impl fmt::Display for FitError {
             }
         }
         if let Some(msg) = &self.post_filter_msg {
-            write!(f, " {msg}")?;
+            write!(f, " {msg}.")?;
         }
         Ok(())
     }
@@ -128,6 +131,26 @@ struct Feasible {
     evaluated: usize,
 }
 
+/// PostFilter (preemption) when no node fits: its message joins the pod's, and its
+/// nomination and victims go to the caller.
+fn post_filter(
+    fw: &Framework,
+    state: &CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    fit: &mut FitError,
+) {
+    if !fw.has_post_filter() {
+        return;
+    }
+    let r = fw.run_post_filter(state, pod, snapshot, &fit.statuses);
+    if !r.status.reasons().is_empty() {
+        fit.post_filter_msg = Some(r.status.message());
+    }
+    fit.nominated_node = r.nominated_node;
+    fit.victims = r.victims;
+}
+
 /// Per-profile state kept across cycles.
 #[derive(Debug)]
 pub struct Algorithm {
@@ -162,11 +185,19 @@ impl Algorithm {
         if snapshot.is_empty() {
             return Err(ScheduleError::NoNodes);
         }
+        let found = match self.find_feasible(fw, state, pod, snapshot) {
+            Ok(found) => found,
+            Err(ScheduleError::Fit(mut fit)) => {
+                post_filter(fw, state, pod, snapshot, &mut fit);
+                return Err(ScheduleError::Fit(fit));
+            }
+            Err(e) => return Err(e),
+        };
         let Feasible {
             nodes: feasible,
             statuses,
             evaluated,
-        } = self.find_feasible(fw, state, pod, snapshot)?;
+        } = found;
         if feasible.is_empty() {
             let mut fit = FitError {
                 num_all_nodes: snapshot.len(),
@@ -174,14 +205,9 @@ impl Algorithm {
                 statuses,
                 post_filter_msg: None,
                 nominated_node: None,
+                victims: Vec::new(),
             };
-            if fw.has_post_filter() {
-                let r = fw.run_post_filter(state, pod, snapshot, &fit.statuses);
-                if !r.status.reasons().is_empty() {
-                    fit.post_filter_msg = Some(r.status.message());
-                }
-                fit.nominated_node = r.nominated_node;
-            }
+            post_filter(fw, state, pod, snapshot, &mut fit);
             return Err(ScheduleError::Fit(Box::new(fit)));
         }
         if feasible.len() == 1 {
@@ -243,6 +269,7 @@ impl Algorithm {
                     .collect(),
                 post_filter_msg: None,
                 nominated_node: None,
+                victims: Vec::new(),
             })));
         }
         let candidates: Vec<Arc<NodeInfo>> = match &pre.node_names {
@@ -271,6 +298,35 @@ impl Algorithm {
             self.next_start % all
         };
         let filters = fw.active_filters(state);
+        // a pod nominated by an earlier preemption tries its node first (upstream's
+        // `evaluateNominatedNode`)
+        let nominated = pod
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .filter(|n| {
+                pre.node_names
+                    .as_ref()
+                    .is_none_or(|names| names.contains(*n))
+            })
+            .and_then(|n| snapshot.get(n));
+        if let Some(node) = nominated {
+            let s = fw.run_filters_with_nominated(
+                &filters,
+                state,
+                pod,
+                node,
+                snapshot.nominated(node.name()),
+            );
+            if s.is_success() {
+                return Ok(Feasible {
+                    nodes: vec![node.clone()],
+                    statuses,
+                    evaluated: 1,
+                });
+            }
+        }
         let mut feasible = Vec::new();
         let mut evaluated = 0;
         for i in 0..all {
@@ -279,7 +335,13 @@ impl Algorithm {
             }
             let node = &candidates[(start + i) % all];
             evaluated += 1;
-            let s = fw.run_filters(&filters, state, pod, node);
+            let s = fw.run_filters_with_nominated(
+                &filters,
+                state,
+                pod,
+                node,
+                snapshot.nominated(node.name()),
+            );
             if s.is_success() {
                 feasible.push(node.clone());
             } else if s.code() == Code::Error {
@@ -341,12 +403,14 @@ mod tests {
                     .into(),
             ),
             nominated_node: None,
+            victims: Vec::new(),
         };
+        // upstream ends the preemption part with a second period
         assert_eq!(
             e.to_string(),
             "0/5 nodes are available: 2 node(s) had untolerated taint {dedicated: gpu}, \
              3 Insufficient cpu. preemption: 0/5 nodes are available: 5 Preemption is not \
-             helpful for scheduling."
+             helpful for scheduling.."
         );
     }
 

@@ -1,5 +1,5 @@
-//! Everything the scheduler writes, behind one trait: bindings, events and the pod's
-//! `PodScheduled` condition. [`KubeApi`] writes through the API server; [`RecordingApi`]
+//! Everything the scheduler writes, behind one trait: bindings, events, the pod's
+//! `PodScheduled` condition and nomination, and the eviction of preemption victims. [`KubeApi`] writes through the API server; [`RecordingApi`]
 //! records calls for tests and can be told to fail bindings.
 
 use std::sync::Arc;
@@ -38,8 +38,12 @@ pub trait ClusterApi: Send + Sync {
     /// A Normal `Scheduled` event: "Successfully assigned ns/pod to node".
     async fn scheduled(&self, pod: &PodInfo, node: &str);
     /// A Warning `FailedScheduling` event, and the pod's `PodScheduled=False` condition with
-    /// reason `Unschedulable` (or `SchedulerError`) and `nominatedNodeName`.
+    /// reason `Unschedulable` (or `SchedulerError`); `nominated` sets `nominatedNodeName`
+    /// (`Some("")` clears it).
     async fn failed(&self, pod: &PodInfo, reason: &str, message: &str, nominated: Option<&str>);
+    /// Evicts a preemption victim as upstream does: the `DisruptionTarget` condition, the
+    /// deletion (with the pod's own grace period), and a Normal `Preempted` event on it.
+    async fn preempt(&self, victim: &PodInfo, preemptor: &PodInfo, node: &str, profile: &str);
 }
 
 /// Writes through the API server.
@@ -62,6 +66,20 @@ impl KubeApi {
     /// whose deduplication cache is scanned on every publish: one event per pod would make
     /// scheduling quadratic.
     async fn event(&self, pod: &PodInfo, type_: &str, reason: &str, action: &str, note: &str) {
+        self.event_related(pod, None, type_, reason, action, note)
+            .await;
+    }
+
+    /// An event about `pod` that also names `related` (the preemptor of a victim).
+    async fn event_related(
+        &self,
+        pod: &PodInfo,
+        related: Option<&PodInfo>,
+        type_: &str,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
         let now = jiff::Timestamp::now();
         let event = Event {
             metadata: ObjectMeta {
@@ -76,15 +94,8 @@ impl KubeApi {
             reason: Some(reason.into()),
             note: Some(note.into()),
             type_: Some(type_.into()),
-            regarding: Some(ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: Some(pod.name().into()),
-                namespace: Some(pod.namespace().into()),
-                uid: pod.pod.metadata.uid.clone(),
-                resource_version: pod.pod.metadata.resource_version.clone(),
-                ..Default::default()
-            }),
+            regarding: Some(reference(pod)),
+            related: related.map(reference),
             ..Default::default()
         };
         let events: Api<Event> = Api::namespaced(self.client.clone(), pod.namespace());
@@ -92,6 +103,24 @@ impl KubeApi {
             tracing::warn!(pod = %pod.key, error = %e, "recording event {reason}");
         }
     }
+}
+
+fn reference(pod: &PodInfo) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(pod.name().into()),
+        namespace: Some(pod.namespace().into()),
+        uid: pod.pod.metadata.uid.clone(),
+        resource_version: pod.pod.metadata.resource_version.clone(),
+        ..Default::default()
+    }
+}
+
+/// Now, to the second (condition times are whole seconds).
+fn now_seconds() -> jiff::Timestamp {
+    let now = jiff::Timestamp::now();
+    now.round(jiff::Unit::Second).unwrap_or(now)
 }
 
 #[async_trait]
@@ -135,9 +164,6 @@ impl ClusterApi for KubeApi {
     async fn failed(&self, pod: &PodInfo, reason: &str, message: &str, nominated: Option<&str>) {
         self.event(pod, "Warning", "FailedScheduling", "Scheduling", message)
             .await;
-        let now = jiff::Timestamp::now()
-            .round(jiff::Unit::Second)
-            .unwrap_or(jiff::Timestamp::now());
         let mut status = json!({
             "conditions": [{
                 "type": "PodScheduled",
@@ -145,11 +171,13 @@ impl ClusterApi for KubeApi {
                 "reason": reason,
                 "message": message,
                 "lastProbeTime": null,
-                "lastTransitionTime": now.to_string(),
+                "lastTransitionTime": now_seconds().to_string(),
             }],
         });
-        if let Some(node) = nominated {
-            status["nominatedNodeName"] = json!(node);
+        match nominated {
+            Some("") => status["nominatedNodeName"] = serde_json::Value::Null,
+            Some(node) => status["nominatedNodeName"] = json!(node),
+            None => {}
         }
         let patch = json!({ "status": status });
         if let Err(e) = self
@@ -163,6 +191,49 @@ impl ClusterApi for KubeApi {
         {
             tracing::debug!(pod = %pod.key, error = %e, "updating the PodScheduled condition");
         }
+    }
+
+    async fn preempt(&self, victim: &PodInfo, preemptor: &PodInfo, node: &str, profile: &str) {
+        let condition = json!({"status": {"conditions": [{
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": format!("{profile}: preempting to accommodate a higher priority pod"),
+            "lastTransitionTime": now_seconds().to_string(),
+        }]}});
+        let pods = self.pods(victim);
+        if let Err(e) = pods
+            .patch_status(
+                victim.name(),
+                &PatchParams::default(),
+                &Patch::Strategic(condition),
+            )
+            .await
+        {
+            tracing::debug!(pod = %victim.key, error = %e, "adding the DisruptionTarget condition");
+        }
+        let deleted = pods
+            .delete(victim.name(), &kube::api::DeleteParams::default())
+            .await;
+        match deleted {
+            Ok(_) => {}
+            // already gone: its room is free all the same, and there is nothing to report
+            Err(kube::Error::Api(e)) if e.code == 404 => return,
+            Err(e) => {
+                tracing::warn!(pod = %victim.key, error = %e, "deleting a preemption victim");
+                return;
+            }
+        }
+        let note = format!("Preempted by pod {} on node {node}", preemptor.uid());
+        self.event_related(
+            victim,
+            Some(preemptor),
+            "Normal",
+            "Preempted",
+            "Preempting",
+            &note,
+        )
+        .await;
     }
 }
 
@@ -181,6 +252,11 @@ pub enum Call {
         pod: String,
         reason: String,
         message: String,
+    },
+    Preempt {
+        victim: String,
+        preemptor: String,
+        node: String,
     },
 }
 
@@ -230,6 +306,14 @@ impl ClusterApi for RecordingApi {
             pod: pod.key.clone(),
             reason: reason.into(),
             message: message.into(),
+        });
+    }
+
+    async fn preempt(&self, victim: &PodInfo, preemptor: &PodInfo, node: &str, _: &str) {
+        self.calls.lock().push(Call::Preempt {
+            victim: victim.key.clone(),
+            preemptor: preemptor.key.clone(),
+            node: node.into(),
         });
     }
 }

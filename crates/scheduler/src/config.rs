@@ -1,8 +1,8 @@
 //! `KubeSchedulerConfiguration` (`kubescheduler.config.k8s.io/v1`), the part Skiff reads:
-//! profiles by `schedulerName`, their `multiPoint` plugins enabled and disabled (`*` disables
-//! every default), `pluginConfig` args, and `percentageOfNodesToScore` (global or per
-//! profile), and `leaderElection` (whether, and on which Lease). Other extension-point lists
-//! are not read yet.
+//! profiles by `schedulerName`; their plugins enabled and disabled through `multiPoint` (every
+//! point a plugin implements) and per extension point (`filter`, `score` with weights, …; `*`
+//! disables every default there); `pluginConfig` args; `percentageOfNodesToScore` (global or
+//! per profile); and `leaderElection` (whether, and on which Lease).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::api::ClusterApi;
 use crate::binder::DefaultBinder;
-use crate::framework::Framework;
+use crate::framework::{Framework, Plugin, Points};
 use crate::plugins;
 use crate::scheduler::DEFAULT_SCHEDULER_NAME;
 
@@ -33,6 +33,12 @@ pub enum Error {
     },
     #[error("scheduler configuration: two profiles named {0:?}")]
     DuplicateProfile(String),
+    #[error("profile {profile:?}: plugin {plugin:?} does not extend {point} plugin")]
+    NotExtending {
+        profile: String,
+        plugin: String,
+        point: &'static str,
+    },
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -74,11 +80,40 @@ pub struct ProfileConfig {
     pub plugin_config: Vec<PluginConfig>,
 }
 
+/// A profile's `plugins`: `multiPoint`, then per extension point (upstream's `queueSort` and
+/// `preEnqueue` have no counterpart: the queue's order is always PrioritySort's).
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct Plugins {
-    #[serde(default)]
     pub multi_point: PluginSet,
+    pub pre_filter: PluginSet,
+    pub filter: PluginSet,
+    pub post_filter: PluginSet,
+    pub pre_score: PluginSet,
+    pub score: PluginSet,
+    pub reserve: PluginSet,
+    pub permit: PluginSet,
+    pub pre_bind: PluginSet,
+    pub bind: PluginSet,
+    pub post_bind: PluginSet,
+}
+
+impl Plugins {
+    /// Each extension point's set, with its name (as upstream's errors spell it) and bit.
+    fn per_point(&self) -> [(&PluginSet, &'static str, Points); 10] {
+        [
+            (&self.pre_filter, "PreFilter", Points::PRE_FILTER),
+            (&self.filter, "Filter", Points::FILTER),
+            (&self.post_filter, "PostFilter", Points::POST_FILTER),
+            (&self.pre_score, "PreScore", Points::PRE_SCORE),
+            (&self.score, "Score", Points::SCORE),
+            (&self.reserve, "Reserve", Points::RESERVE),
+            (&self.permit, "Permit", Points::PERMIT),
+            (&self.pre_bind, "PreBind", Points::PRE_BIND),
+            (&self.bind, "Bind", Points::BIND),
+            (&self.post_bind, "PostBind", Points::POST_BIND),
+        ]
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -140,24 +175,58 @@ impl Configuration {
     }
 }
 
-/// One profile: the defaults minus what is disabled, plus what is enabled, each built with
-/// its `pluginConfig` args, then `DefaultBinder`.
+/// A plugin chosen for a profile: its Score weight and where it runs.
+struct Chosen {
+    name: String,
+    weight: i64,
+    points: Points,
+}
+
+/// One profile: the defaults (with `DefaultBinder` last) minus what `multiPoint` disables, plus
+/// what it enables, at every point; then each extension point's own list takes plugins out of
+/// that point or adds them to it (a weight under `score` sets the Score weight). Each plugin
+/// is built once, with its `pluginConfig` args.
 fn build(name: &str, p: &ProfileConfig, api: Arc<dyn ClusterApi>) -> Result<Framework, Error> {
-    let set = p.plugins.clone().unwrap_or_default().multi_point;
-    let disabled = |plugin: &str| {
-        set.disabled
-            .iter()
-            .any(|d| d.name == "*" || d.name == plugin)
-    };
-    let mut chosen: Vec<(String, i64)> = plugins::default_plugins()
+    let config = p.plugins.clone().unwrap_or_default();
+    let multi = &config.multi_point;
+    let mut defaults = plugins::default_plugins();
+    defaults.push((crate::binder::NAME, 0));
+    let mut chosen: Vec<Chosen> = defaults
         .into_iter()
-        .filter(|(n, _)| !disabled(n))
-        .map(|(n, w)| (n.to_string(), w))
+        .filter(|(n, _)| !multi.disables(n))
+        .map(|(n, w)| Chosen {
+            name: n.to_string(),
+            weight: w,
+            points: Points::ALL,
+        })
         .collect();
-    for e in &set.enabled {
-        match chosen.iter_mut().find(|(n, _)| *n == e.name) {
-            Some(existing) => existing.1 = e.weight.unwrap_or(existing.1),
-            None => chosen.push((e.name.clone(), e.weight.unwrap_or(1))),
+    for e in &multi.enabled {
+        match chosen.iter_mut().find(|c| c.name == e.name) {
+            Some(existing) => existing.weight = e.weight.unwrap_or(existing.weight),
+            None => chosen.push(Chosen {
+                name: e.name.clone(),
+                weight: e.weight.unwrap_or(1),
+                points: Points::ALL,
+            }),
+        }
+    }
+    for (set, _, point) in config.per_point() {
+        for c in chosen.iter_mut().filter(|c| set.disables(&c.name)) {
+            c.points = c.points.without(point);
+        }
+        for e in &set.enabled {
+            let weight = e.weight.filter(|_| point == Points::SCORE);
+            match chosen.iter_mut().find(|c| c.name == e.name) {
+                Some(existing) => {
+                    existing.points = existing.points.with(point);
+                    existing.weight = weight.unwrap_or(existing.weight);
+                }
+                None => chosen.push(Chosen {
+                    name: e.name.clone(),
+                    weight: weight.unwrap_or(1),
+                    points: point,
+                }),
+            }
         }
     }
     let args: BTreeMap<&str, &Value> = p
@@ -167,31 +236,44 @@ fn build(name: &str, p: &ProfileConfig, api: Arc<dyn ClusterApi>) -> Result<Fram
         .collect();
     let registry = plugins::registry();
     let mut list = Vec::new();
-    let mut binder = true;
-    for (plugin, weight) in chosen {
-        if plugin == crate::binder::NAME {
-            continue;
-        }
-        let factory = registry
-            .get(plugin.as_str())
-            .ok_or_else(|| Error::UnknownPlugin {
+    for c in chosen.into_iter().filter(|c| c.points != Points::NONE) {
+        let built: Arc<dyn Plugin> = if c.name == crate::binder::NAME {
+            Arc::new(DefaultBinder::new(api.clone()))
+        } else {
+            let factory = registry
+                .get(c.name.as_str())
+                .ok_or_else(|| Error::UnknownPlugin {
+                    profile: name.into(),
+                    plugin: c.name.clone(),
+                })?;
+            factory(args.get(c.name.as_str()).copied()).map_err(|message| Error::Args {
                 profile: name.into(),
-                plugin: plugin.clone(),
-            })?;
-        let built = factory(args.get(plugin.as_str()).copied()).map_err(|message| Error::Args {
-            profile: name.into(),
-            plugin: plugin.clone(),
-            message,
-        })?;
-        list.push((built, weight));
+                plugin: c.name.clone(),
+                message,
+            })?
+        };
+        // a plugin named at one point must implement it, as upstream checks
+        for (set, point_name, point) in config.per_point() {
+            let named = set.enabled.iter().any(|e| e.name == c.name);
+            if named && !point.implemented_by(built.as_ref()).contains(point) {
+                return Err(Error::NotExtending {
+                    profile: name.into(),
+                    plugin: c.name.clone(),
+                    point: point_name,
+                });
+            }
+        }
+        list.push((built, c.weight, c.points));
     }
-    if disabled(crate::binder::NAME) {
-        binder = false;
+    Ok(Framework::with_points(name, list))
+}
+
+impl PluginSet {
+    fn disables(&self, plugin: &str) -> bool {
+        self.disabled
+            .iter()
+            .any(|d| d.name == "*" || d.name == plugin)
     }
-    if binder {
-        list.push((Arc::new(DefaultBinder::new(api)) as _, 0));
-    }
-    Ok(Framework::new(name, list))
 }
 
 #[cfg(test)]
@@ -251,6 +333,54 @@ profiles:
             .unwrap()
             .frameworks(RecordingApi::new());
         assert!(matches!(dup, Err(Error::DuplicateProfile(_))));
+    }
+
+    #[test]
+    fn extension_point_lists_take_plugins_out_of_one_point_or_add_them_to_one() {
+        let c = Configuration::parse(
+            r"
+profiles:
+- plugins:
+    filter:
+      disabled:
+      - name: NodeResourcesFit
+    score:
+      disabled:
+      - name: '*'
+      enabled:
+      - name: ImageLocality
+        weight: 7
+    postFilter:
+      disabled:
+      - name: DefaultPreemption
+",
+        )
+        .unwrap();
+        let fw = &c.frameworks(RecordingApi::new()).unwrap()[0];
+        let filters = fw.plugins_at(Points::FILTER);
+        assert!(!filters.contains(&"NodeResourcesFit"), "{filters:?}");
+        assert!(filters.contains(&"NodeUnschedulable"), "{filters:?}");
+        // still there to compute the pod's requests at PreFilter
+        assert!(
+            fw.plugins_at(Points::PRE_FILTER)
+                .contains(&"NodeResourcesFit")
+        );
+        assert_eq!(fw.plugins_at(Points::SCORE), vec!["ImageLocality"]);
+        assert!(!fw.has_post_filter());
+        assert_eq!(fw.plugins_at(Points::BIND), vec!["DefaultBinder"]);
+
+        let wrong = Configuration::parse(
+            "profiles:\n- plugins:\n    score:\n      enabled:\n      - name: NodeUnschedulable\n",
+        )
+        .unwrap()
+        .frameworks(RecordingApi::new());
+        assert_eq!(
+            wrong.err().map(|e| e.to_string()).as_deref(),
+            Some(
+                "profile \"default-scheduler\": plugin \"NodeUnschedulable\" does not extend \
+                 Score plugin"
+            )
+        );
     }
 
     #[test]

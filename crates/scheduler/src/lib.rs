@@ -7,6 +7,7 @@
 //! - [`plugins`]: upstream's default plugins, one file each, and the registry by name.
 //! - [`queue`]: activeQ, backoffQ and the unschedulable pods.
 //! - [`cache`]: nodes and their pods, with assumed pods.
+//! - [`nominator`]: pods preemption nominated to nodes, kept room for until bound.
 //! - [`algorithm`]: one pod's Filter/Score pass and the `FailedScheduling` message.
 //! - [`scheduler`]: the loop: pop, schedule, assume, bind concurrently.
 //! - [`api`]: the writes (bindings, events, conditions) behind a trait.
@@ -23,6 +24,7 @@ pub mod config;
 pub mod framework;
 pub mod informer;
 pub mod metrics;
+pub mod nominator;
 pub mod plugins;
 pub mod queue;
 pub mod scheduler;

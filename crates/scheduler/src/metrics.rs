@@ -2,7 +2,8 @@
 //! (`scheduler_schedule_attempts_total`), how long each attempt's algorithm took
 //! (`scheduler_scheduling_attempt_duration_seconds`), first queueing to binding
 //! (`scheduler_pod_scheduling_sli_duration_seconds`), and pods waiting per queue
-//! (`scheduler_pending_pods`, read off the queue at scrape time).
+//! (`scheduler_pending_pods`, read off the queue at scrape time), and preemption
+//! (`scheduler_preemption_attempts_total`, `scheduler_preemption_victims`).
 
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -54,6 +55,8 @@ pub struct Metrics {
     attempt_duration: Family<AttemptLabels, Histogram>,
     sli: Histogram,
     pending: Family<QueueLabels, Gauge>,
+    preemption_attempts: Counter,
+    preemption_victims: Histogram,
 }
 
 impl Default for Metrics {
@@ -86,12 +89,27 @@ impl Default for Metrics {
             "Number of pending pods, by the queue type",
             pending.clone(),
         );
+        let preemption_attempts = Counter::default();
+        registry.register(
+            "scheduler_preemption_attempts",
+            "Total preemption attempts in the cluster till now",
+            preemption_attempts.clone(),
+        );
+        // upstream: 1 doubling, 7 buckets
+        let preemption_victims = Histogram::new(exponential_buckets(1.0, 2.0, 7));
+        registry.register(
+            "scheduler_preemption_victims",
+            "Number of selected preemption victims",
+            preemption_victims.clone(),
+        );
         Metrics {
             registry: Mutex::new(registry),
             attempts,
             attempt_duration,
             sli,
             pending,
+            preemption_attempts,
+            preemption_victims,
         }
     }
 }
@@ -112,6 +130,14 @@ impl Metrics {
     /// A pod bound `seconds` after it first entered the queue.
     pub fn scheduled(&self, seconds: f64) {
         self.sli.observe(seconds);
+    }
+
+    /// PostFilter ran; `victims` pods were chosen for eviction (none when it found no node).
+    pub fn preemption(&self, victims: usize) {
+        self.preemption_attempts.inc();
+        if victims > 0 {
+            self.preemption_victims.observe(victims as f64);
+        }
     }
 
     /// Attempts with this outcome so far, over all profiles.

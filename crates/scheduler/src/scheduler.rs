@@ -12,11 +12,12 @@ use tokio::time::Instant;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use parking_lot::Mutex;
 
-use crate::algorithm::{Algorithm, ScheduleError};
+use crate::algorithm::{Algorithm, FitError, ScheduleError};
 use crate::api::ClusterApi;
 use crate::cache::Cache;
 use crate::framework::{Code, CycleState, Framework, PodInfo, Snapshot};
 use crate::metrics::{Metrics, Outcome};
+use crate::nominator::Nominator;
 use crate::queue::{Failure, QueuedPod, SchedulingQueue};
 
 /// The scheduler name a pod without `spec.schedulerName` gets (upstream's default).
@@ -40,6 +41,8 @@ pub struct Scheduler {
     queue: SchedulingQueue,
     /// Locked briefly by watch handlers and once per cycle to update the snapshot.
     cache: Mutex<Cache>,
+    /// Pods preemption nominated to nodes, until they are bound.
+    nominator: Mutex<Nominator>,
     /// The scheduling loop's view, brought up to date from the cache at each cycle (only the
     /// loop touches it; the mutex makes that visible to the compiler).
     snapshot: Mutex<Snapshot>,
@@ -92,6 +95,7 @@ impl Scheduler {
             profiles,
             queue: SchedulingQueue::new(),
             cache: Mutex::new(Cache::default()),
+            nominator: Mutex::default(),
             snapshot: Mutex::new(Snapshot::default()),
             api,
             metrics: Metrics::default(),
@@ -117,6 +121,7 @@ impl Scheduler {
             .is_some_and(|n| !n.is_empty());
         if assigned {
             self.queue.delete(&key);
+            self.nominator.lock().remove(&key);
             if is_terminal(&pod) {
                 self.cache.lock().remove_pod(&key);
                 self.queue.move_all_to_active_or_backoff();
@@ -125,15 +130,27 @@ impl Scheduler {
             }
         } else if pod.metadata.deletion_timestamp.is_some() || is_terminal(&pod) {
             self.queue.delete(&key);
+            self.nominator.lock().remove(&key);
         } else if self.profiles.contains_key(scheduler_name(&pod)) {
-            self.queue.add_or_update(Arc::new(PodInfo::new(pod)));
+            let info = Arc::new(PodInfo::new(pod));
+            self.nominator.lock().update(info.clone());
+            self.queue.add_or_update(info);
         }
     }
 
-    /// A pod was deleted: its resources are free, so parked pods may fit now.
+    /// A pod was deleted: its resources are free, so parked pods may fit now; if it was
+    /// waiting at Permit, it waits no more.
     pub fn on_pod_deleted(&self, pod: &Pod) {
         let key = pod_key(pod);
+        if let Some(uid) = pod.metadata.uid.as_deref() {
+            for p in self.profiles.values() {
+                if let Some(waiting) = p.framework.waiting_pods().get(uid) {
+                    waiting.reject("", "removed");
+                }
+            }
+        }
         self.queue.delete(&key);
+        self.nominator.lock().remove(&key);
         let was_placed = {
             let mut cache = self.cache.lock();
             let placed = cache.has_pod(&key);
@@ -191,6 +208,7 @@ impl Scheduler {
         let result = {
             let mut snapshot = self.snapshot.lock();
             self.cache.lock().update_snapshot(&mut snapshot);
+            snapshot.set_nominated(self.nominator.lock().pods());
             profile
                 .algorithm
                 .lock()
@@ -204,7 +222,7 @@ impl Scheduler {
                     _ => ("Unschedulable", Failure::Unschedulable),
                 };
                 let nominated = match &e {
-                    ScheduleError::Fit(fit) => fit.nominated_node.clone(),
+                    ScheduleError::Fit(fit) => self.nominate(&fw, &pod, fit),
                     _ => None,
                 };
                 self.fail(&attempt, failure, reason, e.to_string(), nominated);
@@ -228,7 +246,7 @@ impl Scheduler {
             self.fail(&attempt, Failure::Error, "SchedulerError", msg, None);
             return true;
         }
-        let (permit, _) = fw.run_permit(&state, &assumed, &chosen);
+        let permit = fw.run_permit(&state, &assumed, &chosen);
         if !matches!(permit.code(), Code::Success | Code::Wait) {
             fw.run_unreserve(&mut state, &assumed, &chosen);
             self.cache.lock().forget(&pod.key);
@@ -261,7 +279,10 @@ impl Scheduler {
         let Attempt {
             queued, started, ..
         } = attempt;
-        let mut status = fw.run_pre_bind(&state, &pod, &node).await;
+        let mut status = fw.wait_on_permit(&pod).await;
+        if status.is_success() {
+            status = fw.run_pre_bind(&state, &pod, &node).await;
+        }
         if status.is_success() {
             status = fw.run_bind(&state, &pod, &node).await;
         }
@@ -286,10 +307,50 @@ impl Scheduler {
             queued.attempts,
             queued.first_seen,
         );
-        let msg = format!("binding rejected: {}", status.message());
-        self.api
-            .failed(&queued.info, "SchedulerError", &msg, None)
-            .await;
+        // a Permit plugin's refusal is the pod's lot; anything else is the scheduler's error
+        let (reason, msg) = if status.is_rejected() {
+            ("Unschedulable", status.message())
+        } else {
+            (
+                "SchedulerError",
+                format!("binding rejected: {}", status.message()),
+            )
+        };
+        self.api.failed(&queued.info, reason, &msg, None).await;
+    }
+
+    /// Acts on what preemption decided for a pod no node fits: nominates it (so the room is
+    /// kept for it) and evicts the victims in a task of their own, or clears an earlier
+    /// nomination. Returns the nomination to write to the pod's status.
+    fn nominate(
+        self: &Arc<Self>,
+        fw: &Framework,
+        pod: &Arc<PodInfo>,
+        fit: &FitError,
+    ) -> Option<String> {
+        if fw.has_post_filter() {
+            self.metrics.preemption(fit.victims.len());
+        }
+        let node = fit.nominated_node.clone()?;
+        if node.is_empty() {
+            self.nominator.lock().remove(&pod.key);
+            return Some(node);
+        }
+        self.nominator.lock().add(pod.clone(), &node);
+        let this = self.clone();
+        let (pod, victims, profile) = (
+            pod.clone(),
+            fit.victims.clone(),
+            fw.scheduler_name().to_string(),
+        );
+        let at = node.clone();
+        tokio::spawn(async move {
+            let evictions = victims
+                .iter()
+                .map(|v| this.api.preempt(v, &pod, &at, &profile));
+            futures::future::join_all(evictions).await;
+        });
+        Some(node)
     }
 
     /// Requeues a pod that got no node and reports why (in a task: the loop goes on).
@@ -428,6 +489,143 @@ mod tests {
             .filter(|c| matches!(c, Call::Bind { .. }))
             .count();
         assert_eq!(binds, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_no_node_fits_preempts_lower_priority_pods_and_its_room_is_kept() {
+        use crate::plugins::default_preemption::DefaultPreemption;
+        use crate::plugins::node_resources_fit::NodeResourcesFit;
+        let api = RecordingApi::new();
+        let fw = Framework::new(
+            DEFAULT_SCHEDULER_NAME,
+            vec![
+                (Arc::new(NodeResourcesFit::default()), 1),
+                (Arc::new(DefaultPreemption::default()), 0),
+                (Arc::new(DefaultBinder::new(api.clone())), 0),
+            ],
+        );
+        let s = Scheduler::new(vec![fw], api.clone());
+        let two_cpus = |name: &str, priority: i32| {
+            PodBuilder::new(name)
+                .container("c", &[("cpu", "2")])
+                .priority(priority)
+        };
+        s.on_node(Arc::new(node("n1").cpu("2").build()));
+        let low = two_cpus("low", 1).node_name("n1").build();
+        s.on_pod(Arc::new(low.clone()));
+        s.on_pod(Arc::new(two_cpus("vip", 100).build()));
+        assert!(s.schedule_one().await);
+        settle().await;
+        // the eviction and the report run in tasks of their own, in either order
+        let mut calls = api.calls();
+        calls.sort_by_key(|c| format!("{c:?}"));
+        assert_eq!(
+            calls,
+            vec![
+                Call::Failed {
+                    pod: "default/vip".into(),
+                    reason: "Unschedulable".into(),
+                    message: "0/1 nodes are available: 1 Insufficient cpu.".into(),
+                },
+                Call::Preempt {
+                    victim: "default/low".into(),
+                    preemptor: "default/vip".into(),
+                    node: "n1".into(),
+                },
+            ]
+        );
+        // the victim goes; a pod of lower priority arriving meanwhile does not take its room
+        s.on_pod_deleted(&low);
+        s.on_pod(Arc::new(two_cpus("filler", 0).build()));
+        assert!(s.schedule_one().await);
+        settle().await;
+        assert!(
+            api.calls().contains(&Call::Failed {
+                pod: "default/filler".into(),
+                reason: "Unschedulable".into(),
+                message: "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are \
+                      available: 1 No preemption victims found for incoming pod.."
+                    .into(),
+            })
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        s.queue().flush();
+        assert!(s.schedule_one().await);
+        settle().await;
+        assert!(api.calls().contains(&Call::Bind {
+            pod: "default/vip".into(),
+            node: "n1".into()
+        }));
+    }
+
+    /// A Permit plugin that asks every pod to wait up to 10 s.
+    struct Gate;
+
+    impl crate::framework::Plugin for Gate {
+        fn name(&self) -> &'static str {
+            "Gate"
+        }
+        fn as_permit(&self) -> Option<&dyn crate::framework::PermitPlugin> {
+            Some(self)
+        }
+    }
+
+    impl crate::framework::PermitPlugin for Gate {
+        fn permit(
+            &self,
+            _: &CycleState,
+            _: &PodInfo,
+            _: &str,
+        ) -> (crate::framework::Status, Duration) {
+            (
+                crate::framework::Status::new(Code::Wait, Vec::new()),
+                Duration::from_secs(10),
+            )
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_waiting_at_permit_binds_once_allowed_and_is_turned_away_at_the_timeout() {
+        let api = RecordingApi::new();
+        let fw = Framework::new(
+            DEFAULT_SCHEDULER_NAME,
+            vec![
+                (Arc::new(Gate), 0),
+                (Arc::new(DefaultBinder::new(api.clone())), 0),
+            ],
+        );
+        let s = Scheduler::new(vec![fw], api.clone());
+        let waiting = s.profiles[DEFAULT_SCHEDULER_NAME]
+            .framework
+            .waiting_pods()
+            .clone();
+        s.on_node(Arc::new(node("n1").build()));
+        s.on_pod(Arc::new(PodBuilder::new("allowed").build()));
+        assert!(s.schedule_one().await);
+        settle().await;
+        assert!(api.calls().is_empty(), "{:?}", api.calls());
+        let w = waiting.get("uid-allowed").expect("waiting at Permit");
+        assert_eq!((w.node.as_str(), w.pending_plugins()), ("n1", vec!["Gate"]));
+        assert!(s.with_cache(|c| c.is_assumed("default/allowed")));
+        w.allow("Gate");
+        settle().await;
+        assert!(api.calls().contains(&Call::Bind {
+            pod: "default/allowed".into(),
+            node: "n1".into()
+        }));
+
+        s.on_pod(Arc::new(PodBuilder::new("forgotten").build()));
+        assert!(s.schedule_one().await);
+        settle().await;
+        tokio::time::advance(Duration::from_secs(10)).await;
+        settle().await;
+        assert!(api.calls().contains(&Call::Failed {
+            pod: "default/forgotten".into(),
+            reason: "Unschedulable".into(),
+            message: "rejected due to timeout after waiting 10s at plugin Gate".into(),
+        }));
+        assert!(!s.with_cache(|c| c.is_assumed("default/forgotten")));
+        assert!(waiting.get("uid-forgotten").is_none());
     }
 
     #[tokio::test]

@@ -2,7 +2,8 @@
 //! scheduler is only an API client): Node objects without kubelets, pods created through the
 //! API, bindings, `Scheduled` and `FailedScheduling` events as kubectl shows them, the
 //! `PodScheduled` condition, requeue when a node changes, pods for another scheduler left
-//! alone, a second profile, and a standby replica taking over the lease from a dead leader.
+//! alone, a second profile, a standby replica taking over the lease from a dead leader, and
+//! preemption of lower-priority pods by PriorityClass.
 
 mod support;
 
@@ -183,7 +184,8 @@ fn pods_are_bound_to_fitting_nodes_and_unschedulable_ones_are_explained_then_ret
         let message = cond.message.unwrap_or_default();
         assert_eq!(
             message,
-            "0/2 nodes are available: 2 node(s) were unschedulable."
+            "0/2 nodes are available: 2 node(s) were unschedulable. preemption: 0/2 nodes are \
+             available: 2 Preemption is not helpful for scheduling.."
         );
         let described = api.kubectl(KUBECTL_133, &["describe", "pod", "waiting"]);
         assert!(described.contains("FailedScheduling"), "{described}");
@@ -364,5 +366,148 @@ profiles:
             events.contains(&first) && events.contains(&other),
             "{events}"
         );
+    });
+}
+
+/// A pod asking for 2 cpus with a PriorityClass; no grace period, so that deleting it (there is
+/// no kubelet here) removes it at once.
+fn two_cpu_pod(name: &str, class: &str) -> String {
+    format!(
+        r"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  priorityClassName: {class}
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: c
+    image: busybox
+    resources:
+      requests:
+        cpu: '2'
+"
+    )
+}
+
+#[test]
+fn a_higher_priority_pod_preempts_a_lower_priority_one_and_takes_its_room() {
+    let api = ApiServer::start(Backend::Embedded);
+    run(async {
+        let c = client(&api).await;
+        let nodes: Api<Node> = Api::all(c.clone());
+        let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+        create_node(&nodes, "n1", false).await;
+        let _scheduler = SchedulerProcess::start(&api, None);
+        api.kubectl_stdin(
+            KUBECTL_133,
+            &["apply", "-f", "-"],
+            Some(
+                r"apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: low}
+value: 10
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: polite}
+value: 5000
+preemptionPolicy: Never
+",
+            ),
+        );
+        // the Priority admission plugin refuses a class that does not exist
+        let refused = api.kubectl_fails(
+            KUBECTL_133,
+            &["apply", "-f", "-"],
+            Some(&two_cpu_pod("lost", "gold")),
+        );
+        assert!(
+            refused.contains("no PriorityClass with name gold was found"),
+            "{refused}"
+        );
+
+        for name in ["low-a", "low-b"] {
+            api.kubectl_stdin(
+                KUBECTL_133,
+                &["apply", "-f", "-"],
+                Some(&two_cpu_pod(name, "low")),
+            );
+        }
+        for name in ["low-a", "low-b"] {
+            eventually("the low pods to be bound", || node_of(&pods, name)).await;
+        }
+        let low_uids: Vec<(String, String)> = {
+            let mut v = Vec::new();
+            for name in ["low-a", "low-b"] {
+                let p = pods.get(name).await.unwrap();
+                assert_eq!(
+                    p.spec.as_ref().unwrap().priority,
+                    Some(10),
+                    "admission set it"
+                );
+                v.push((name.to_string(), p.metadata.uid.unwrap()));
+            }
+            v
+        };
+
+        // the node is full: the important pod evicts one low pod and is bound in its place
+        api.kubectl_stdin(
+            KUBECTL_133,
+            &["apply", "-f", "-"],
+            Some(&two_cpu_pod("vip", "high")),
+        );
+        let node = eventually("vip to be bound", || node_of(&pods, "vip")).await;
+        assert_eq!(node, "n1");
+        let vip = pods.get("vip").await.unwrap();
+        let mut survivors = Vec::new();
+        for (name, uid) in &low_uids {
+            if let Some(p) = pods.get_opt(name).await.unwrap() {
+                // a pod re-created under the same name would have another uid
+                assert_eq!(p.metadata.uid.as_ref(), Some(uid));
+                survivors.push(name.clone());
+            }
+        }
+        assert_eq!(survivors.len(), 1, "exactly one victim: {survivors:?}");
+        let preempted = api.kubectl(
+            KUBECTL_133,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "reason=Preempted",
+                "-o",
+                "jsonpath={.items[*].message}",
+            ],
+        );
+        let want = format!(
+            "Preempted by pod {} on node n1",
+            vip.metadata.uid.as_deref().unwrap()
+        );
+        assert!(preempted.contains(&want), "{preempted}");
+
+        // a pod whose class never preempts waits, and says so
+        api.kubectl_stdin(
+            KUBECTL_133,
+            &["apply", "-f", "-"],
+            Some(&two_cpu_pod("meek", "polite")),
+        );
+        let cond = eventually("meek to be marked unschedulable", || {
+            not_scheduled(&pods, "meek")
+        })
+        .await;
+        assert_eq!(
+            cond.message.as_deref(),
+            Some(
+                "0/1 nodes are available: 1 Insufficient cpu. preemption: not eligible due to \
+                 preemptionPolicy=Never.."
+            )
+        );
+        assert!(pods.get_opt(&survivors[0]).await.unwrap().is_some());
     });
 }

@@ -1,7 +1,8 @@
 //! What exists from the first start, as upstream's bootstrap controllers create it: the
 //! namespaces `default`, `kube-system`, `kube-public` and `kube-node-lease`, the `kubernetes`
 //! Service in `default` with Endpoints pointing at this API server (rewritten on every start, so
-//! they follow the address), and the default RBAC policy.
+//! they follow the address), the `system-node-critical` and `system-cluster-critical`
+//! PriorityClasses, and the default RBAC policy.
 //!
 //! # Layout
 //! - [`rbac`]: the bootstrap RBAC policy (`rbac_policy.yaml`) and ensuring it in the store.
@@ -133,6 +134,19 @@ pub async fn run(store: &Arc<dyn Store>, advertise: SocketAddr) -> Result<()> {
                      "ports": [{"name": "https", "port": advertise.port(), "protocol": "TCP"}]}],
     });
     ensure(store, "", "endpoints", endpoints, true).await?;
+    for (name, value) in strategy::priorityclass::SYSTEM_CLASSES {
+        let description = if name == "system-node-critical" {
+            "Used for system critical pods that must not be moved from their current node."
+        } else {
+            "Used for system critical pods that must run in the cluster, but can be moved to \
+             another node if necessary."
+        };
+        let class = json!({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": name}, "value": value, "description": description,
+        });
+        ensure(store, "scheduling.k8s.io", "priorityclasses", class, false).await?;
+    }
     rbac::run(store).await?;
     Ok(())
 }

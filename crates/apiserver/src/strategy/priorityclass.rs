@@ -13,8 +13,8 @@ use super::common::{immutable, int, set_default, str_at};
 pub const HIGHEST_USER_PRIORITY: i64 = 1_000_000_000;
 /// Upstream's `SystemCriticalPriority`.
 const SYSTEM_CRITICAL: i64 = 2 * HIGHEST_USER_PRIORITY;
-/// The built-in classes: name, value, globalDefault.
-const SYSTEM_CLASSES: [(&str, i64); 2] = [
+/// The built-in classes (name, value), which the API server creates on first start.
+pub const SYSTEM_CLASSES: [(&str, i64); 2] = [
     ("system-node-critical", SYSTEM_CRITICAL + 1000),
     ("system-cluster-critical", SYSTEM_CRITICAL),
 ];

@@ -192,14 +192,31 @@ pub struct PostFilterResult {
 /// What Filter can answer for a hypothetical node, for PostFilter plugins that simulate
 /// (preemption: "would the pod fit if these pods were gone?").
 pub trait FilterRunner: Send + Sync {
-    /// Runs the profile's PreFilter add/remove hooks and Filter plugins on `node` as given.
-    fn filter_with(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
-    /// A copy of `state` with `victim` removed from `node` through the PreFilter hooks.
+    /// Runs the profile's Filter plugins on `node` as given, counting the `nominated` pods of
+    /// at least the pod's priority as if they were there (upstream's
+    /// `RunFilterPluginsWithNominatedPods`).
+    fn filter_with(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        nominated: &[Arc<PodInfo>],
+    ) -> Status;
+    /// Tells the PreFilter hooks that `other` was removed from `node` (a victim).
     fn remove_pod_from_state(
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
-        victim: &PodInfo,
+        other: &PodInfo,
+        node: &NodeInfo,
+    );
+    /// Tells the PreFilter hooks that `other` was added to `node` (a reprieved victim, or a
+    /// nominated pod).
+    fn add_pod_to_state(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        other: &PodInfo,
         node: &NodeInfo,
     );
 }

@@ -1,11 +1,13 @@
 //! The scheduling framework (upstream's `pkg/scheduler/framework`): statuses, the types plugins
-//! see, the extension-point traits, and the runtime that runs a profile's plugins in order.
+//! see, the extension-point traits, the runtime that runs a profile's plugins in order, and the
+//! pods waiting at Permit.
 
 pub mod interface;
 pub mod runtime;
 pub mod status;
 pub mod testing;
 pub mod types;
+pub mod waiting;
 
 pub use interface::{
     BindPlugin, CycleState, FilterPlugin, FilterRunner, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore,
@@ -13,6 +15,7 @@ pub use interface::{
     PreBindPlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin, ScorePlugin,
     StateData,
 };
-pub use runtime::Framework;
+pub use runtime::{Framework, Points};
 pub use status::{Code, Status};
-pub use types::{HostPort, NodeInfo, PodInfo, Resource, Snapshot};
+pub use types::{HostPort, NodeInfo, NominatedPods, PodInfo, Resource, Snapshot};
+pub use waiting::{WaitingPod, WaitingPods};

@@ -5,40 +5,132 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::interface::{
     CycleState, FilterRunner, NodeScore, NodeStatuses, Plugin, PostFilterResult, PreFilterResult,
 };
 use super::status::{Code, Status};
 use super::types::{NodeInfo, PodInfo, Snapshot};
+use super::waiting::{WaitingPod, WaitingPods};
+
+/// Extension points a plugin runs at in a profile (upstream's per-point plugin lists), as
+/// bits: a plugin enabled through `multiPoint` runs at every point it implements; the
+/// configuration can take it out of one point or add a plugin to one point only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Points(u16);
+
+impl Points {
+    pub const PRE_FILTER: Points = Points(1);
+    pub const FILTER: Points = Points(1 << 1);
+    pub const POST_FILTER: Points = Points(1 << 2);
+    pub const PRE_SCORE: Points = Points(1 << 3);
+    pub const SCORE: Points = Points(1 << 4);
+    pub const RESERVE: Points = Points(1 << 5);
+    pub const PERMIT: Points = Points(1 << 6);
+    pub const PRE_BIND: Points = Points(1 << 7);
+    pub const BIND: Points = Points(1 << 8);
+    pub const POST_BIND: Points = Points(1 << 9);
+    pub const ALL: Points = Points((1 << 10) - 1);
+    pub const NONE: Points = Points(0);
+
+    pub fn contains(self, other: Points) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    pub fn with(self, other: Points) -> Points {
+        Points(self.0 | other.0)
+    }
+
+    pub fn without(self, other: Points) -> Points {
+        Points(self.0 & !other.0)
+    }
+
+    /// The points among `self` that `plugin` implements.
+    pub fn implemented_by(self, plugin: &dyn Plugin) -> Points {
+        let has = [
+            (Points::PRE_FILTER, plugin.as_pre_filter().is_some()),
+            (Points::FILTER, plugin.as_filter().is_some()),
+            (Points::POST_FILTER, plugin.as_post_filter().is_some()),
+            (Points::PRE_SCORE, plugin.as_pre_score().is_some()),
+            (Points::SCORE, plugin.as_score().is_some()),
+            (Points::RESERVE, plugin.as_reserve().is_some()),
+            (Points::PERMIT, plugin.as_permit().is_some()),
+            (Points::PRE_BIND, plugin.as_pre_bind().is_some()),
+            (Points::BIND, plugin.as_bind().is_some()),
+            (Points::POST_BIND, plugin.as_post_bind().is_some()),
+        ];
+        let implemented = has
+            .iter()
+            .filter(|(_, yes)| *yes)
+            .fold(Points::NONE, |acc, (p, _)| acc.with(*p));
+        Points(self.0 & implemented.0)
+    }
+}
 
 /// One profile: a scheduler name and its plugins per extension point.
 pub struct Framework {
     scheduler_name: String,
     plugins: Vec<Arc<dyn Plugin>>,
+    /// Where each plugin of `plugins` runs.
+    points: Vec<Points>,
     /// Score plugins (indexes into `plugins`) with their weights.
     scores: Vec<(usize, i64)>,
     /// Percentage of nodes to find feasible before scoring; 0 is upstream's adaptive rule.
     pub percentage_of_nodes_to_score: u32,
+    /// Pods a Permit plugin asked to wait.
+    waiting: Arc<WaitingPods>,
 }
 
 impl Framework {
-    /// A profile from plugins in their run order, with Score weights (ignored for plugins
-    /// without Score; a Score plugin's weight of 0 becomes 1, as upstream defaults it).
+    /// A profile from plugins in their run order, each at every point it implements, with
+    /// Score weights (ignored for plugins without Score; a Score plugin's weight of 0 becomes
+    /// 1, as upstream defaults it).
     pub fn new(scheduler_name: impl Into<String>, plugins: Vec<(Arc<dyn Plugin>, i64)>) -> Self {
+        let plugins = plugins
+            .into_iter()
+            .map(|(p, w)| (p, w, Points::ALL))
+            .collect();
+        Framework::with_points(scheduler_name, plugins)
+    }
+
+    /// A profile from plugins in their run order, each at the points given (those it does not
+    /// implement are ignored), with Score weights.
+    pub fn with_points(
+        scheduler_name: impl Into<String>,
+        plugins: Vec<(Arc<dyn Plugin>, i64, Points)>,
+    ) -> Self {
+        let points: Vec<Points> = plugins
+            .iter()
+            .map(|(p, _, at)| at.implemented_by(p.as_ref()))
+            .collect();
         let scores = plugins
             .iter()
             .enumerate()
-            .filter(|(_, (p, _))| p.as_score().is_some())
-            .map(|(i, (_, w))| (i, (*w).max(1)))
+            .filter(|(i, _)| points[*i].contains(Points::SCORE))
+            .map(|(i, (_, w, _))| (i, (*w).max(1)))
             .collect();
         Framework {
             scheduler_name: scheduler_name.into(),
-            plugins: plugins.into_iter().map(|(p, _)| p).collect(),
+            plugins: plugins.into_iter().map(|(p, _, _)| p).collect(),
+            points,
             scores,
             percentage_of_nodes_to_score: 0,
+            waiting: Arc::default(),
         }
+    }
+
+    /// The plugins that run at `point`, in order.
+    fn at(&self, point: Points) -> impl DoubleEndedIterator<Item = &Arc<dyn Plugin>> {
+        self.plugins
+            .iter()
+            .zip(&self.points)
+            .filter(move |(_, at)| at.contains(point))
+            .map(|(p, _)| p)
+    }
+
+    /// Names of the plugins running at `point`, in order.
+    pub fn plugins_at(&self, point: Points) -> Vec<&'static str> {
+        self.at(point).map(|p| p.name()).collect()
     }
 
     pub fn scheduler_name(&self) -> &str {
@@ -51,7 +143,7 @@ impl Framework {
     }
 
     pub fn has_post_filter(&self) -> bool {
-        self.plugins.iter().any(|p| p.as_post_filter().is_some())
+        self.at(Points::POST_FILTER).next().is_some()
     }
 
     /// PreFilter: the first rejection or error stops the cycle; Skip marks the plugin's Filter
@@ -63,7 +155,7 @@ impl Framework {
         snapshot: &Snapshot,
     ) -> PreFilterResult {
         let mut nodes: Option<BTreeSet<String>> = None;
-        for p in &self.plugins {
+        for p in self.at(Points::PRE_FILTER) {
             let Some(pf) = p.as_pre_filter() else {
                 continue;
             };
@@ -93,8 +185,8 @@ impl Framework {
     pub fn active_filters(&self, state: &CycleState) -> Vec<usize> {
         (0..self.plugins.len())
             .filter(|&i| {
-                let p = &self.plugins[i];
-                p.as_filter().is_some() && !state.skip_filter_plugins.contains(&p.name())
+                self.points[i].contains(Points::FILTER)
+                    && !state.skip_filter_plugins.contains(&self.plugins[i].name())
             })
             .collect()
     }
@@ -119,6 +211,36 @@ impl Framework {
         Status::success()
     }
 
+    /// Filter on one node, twice when pods of at least this pod's priority are nominated to
+    /// it: once as if they were there, once as it is; the pod must fit both ways (upstream's
+    /// `RunFilterPluginsWithNominatedPods`: the nominated pods may or may not arrive).
+    pub fn run_filters_with_nominated(
+        &self,
+        active: &[usize],
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        nominated: &[Arc<PodInfo>],
+    ) -> Status {
+        let mut ahead = nominated
+            .iter()
+            .filter(|p| p.key != pod.key && p.priority() >= pod.priority())
+            .peekable();
+        if ahead.peek().is_some() {
+            let mut state_with = state.clone();
+            let mut node_with = node.clone();
+            for p in ahead {
+                node_with.add_pod(p.clone());
+                self.add_pod_to_state(&mut state_with, pod, p, &node_with);
+            }
+            let s = self.run_filters(active, &state_with, pod, &node_with);
+            if !s.is_success() {
+                return s;
+            }
+        }
+        self.run_filters(active, state, pod, node)
+    }
+
     /// Filter on one node: the first plugin that does not pass decides.
     pub fn run_filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         self.run_filters(&self.active_filters(state), state, pod, node)
@@ -137,7 +259,7 @@ impl Framework {
             nominated_node: None,
             victims: Vec::new(),
         };
-        for p in &self.plugins {
+        for p in self.at(Points::POST_FILTER) {
             let Some(pf) = p.as_post_filter() else {
                 continue;
             };
@@ -157,7 +279,7 @@ impl Framework {
         nodes: &[Arc<NodeInfo>],
         snapshot: &Snapshot,
     ) -> Status {
-        for p in &self.plugins {
+        for p in self.at(Points::PRE_SCORE) {
             let Some(ps) = p.as_pre_score() else {
                 continue;
             };
@@ -216,7 +338,7 @@ impl Framework {
     /// Reserve in order; on a failure the plugins reserved so far (and the failing one) are
     /// unreserved in reverse, as upstream.
     pub fn run_reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
-        for p in &self.plugins {
+        for p in self.at(Points::RESERVE) {
             let Some(r) = p.as_reserve() else { continue };
             let s = r.reserve(state, pod, node);
             if !s.is_success() {
@@ -228,33 +350,56 @@ impl Framework {
     }
 
     pub fn run_unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) {
-        for p in self.plugins.iter().rev() {
+        for p in self.at(Points::RESERVE).rev() {
             if let Some(r) = p.as_reserve() {
                 r.unreserve(state, pod, node);
             }
         }
     }
 
-    /// Permit: a rejection wins; otherwise Wait with the longest timeout asked for.
-    pub fn run_permit(&self, state: &CycleState, pod: &PodInfo, node: &str) -> (Status, Duration) {
-        let mut wait: Option<Duration> = None;
-        for p in &self.plugins {
+    /// Permit: a rejection wins; plugins that ask to Wait put the pod among the waiting pods
+    /// (the binding cycle then waits in [`Framework::wait_on_permit`]).
+    pub fn run_permit(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
+        let mut waits = Vec::new();
+        for p in self.at(Points::PERMIT) {
             let Some(pm) = p.as_permit() else { continue };
             let (s, timeout) = pm.permit(state, pod, node);
             match s.code() {
                 Code::Success => {}
-                Code::Wait => wait = Some(wait.map_or(timeout, |w| w.max(timeout))),
-                _ => return (s.with_plugin(p.name()), Duration::ZERO),
+                Code::Wait => waits.push((p.name(), timeout)),
+                _ => return s.with_plugin(p.name()),
             }
         }
-        match wait {
-            Some(t) => (Status::new(Code::Wait, Vec::new()), t),
-            None => (Status::success(), Duration::ZERO),
+        if waits.is_empty() {
+            return Status::success();
         }
+        self.waiting.insert(Arc::new(WaitingPod::new(
+            pod.uid().to_string(),
+            pod.key.clone(),
+            node.to_string(),
+            waits,
+        )));
+        Status::new(Code::Wait, Vec::new())
+    }
+
+    /// The binding cycle's first step: waits until the pod's waiting Permit plugins allow it
+    /// (at once when none asked it to wait).
+    pub async fn wait_on_permit(&self, pod: &PodInfo) -> Status {
+        let Some(waiting) = self.waiting.get(pod.uid()) else {
+            return Status::success();
+        };
+        let status = waiting.wait().await;
+        self.waiting.remove(pod.uid());
+        status
+    }
+
+    /// Pods waiting at Permit, for plugins to allow or reject.
+    pub fn waiting_pods(&self) -> &Arc<WaitingPods> {
+        &self.waiting
     }
 
     pub async fn run_pre_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
-        for p in &self.plugins {
+        for p in self.at(Points::PRE_BIND) {
             if let Some(pb) = p.as_pre_bind() {
                 let s = pb.pre_bind(state, pod, node).await;
                 if !s.is_success() {
@@ -267,7 +412,7 @@ impl Framework {
 
     /// Bind: the first plugin that does not Skip binds (or fails).
     pub async fn run_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
-        for p in &self.plugins {
+        for p in self.at(Points::BIND) {
             if let Some(b) = p.as_bind() {
                 let s = b.bind(state, pod, node).await;
                 if !s.is_skip() {
@@ -279,7 +424,7 @@ impl Framework {
     }
 
     pub fn run_post_bind(&self, state: &CycleState, pod: &PodInfo, node: &str) {
-        for p in &self.plugins {
+        for p in self.at(Points::POST_BIND) {
             if let Some(pb) = p.as_post_bind() {
                 pb.post_bind(state, pod, node);
             }
@@ -288,20 +433,40 @@ impl Framework {
 }
 
 impl FilterRunner for Framework {
-    fn filter_with(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        self.run_filter(state, pod, node)
+    fn filter_with(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        nominated: &[Arc<PodInfo>],
+    ) -> Status {
+        self.run_filters_with_nominated(&self.active_filters(state), state, pod, node, nominated)
     }
 
     fn remove_pod_from_state(
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
-        victim: &PodInfo,
+        other: &PodInfo,
         node: &NodeInfo,
     ) {
-        for p in &self.plugins {
+        for p in self.at(Points::PRE_FILTER) {
             if let Some(pf) = p.as_pre_filter() {
-                pf.remove_pod(state, pod, victim, node);
+                pf.remove_pod(state, pod, other, node);
+            }
+        }
+    }
+
+    fn add_pod_to_state(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        other: &PodInfo,
+        node: &NodeInfo,
+    ) {
+        for p in self.at(Points::PRE_FILTER) {
+            if let Some(pf) = p.as_pre_filter() {
+                pf.add_pod(state, pod, other, node);
             }
         }
     }

@@ -137,6 +137,16 @@ impl PodBuilder {
         self
     }
 
+    /// `status.startTime`, `seconds` after the epoch.
+    pub fn started_at(mut self, seconds: i64) -> Self {
+        let start = jiff::Timestamp::from_second(seconds).expect("a valid time");
+        self.pod
+            .status
+            .get_or_insert_with(Default::default)
+            .start_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(start));
+        self
+    }
+
     pub fn node_selector(mut self, key: &str, value: &str) -> Self {
         self.spec()
             .node_selector

@@ -416,9 +416,15 @@ pub struct Snapshot {
     nodes: Vec<Arc<NodeInfo>>,
     index: Arc<HashMap<String, usize>>,
     images: Arc<HashMap<String, usize>>,
+    /// Pods nominated to each node by preemption and not yet bound (upstream's nominator):
+    /// Filter counts those of at least the incoming pod's priority as if they were there.
+    nominated: Arc<NominatedPods>,
     /// The cache's node layout this snapshot was taken at (None: not from a cache).
     layout: Option<u64>,
 }
+
+/// Node name → the pods nominated to it.
+pub type NominatedPods = HashMap<String, Vec<Arc<PodInfo>>>;
 
 /// Image names a node reports holding.
 pub fn node_images(node: &Node) -> impl Iterator<Item = &str> {
@@ -466,6 +472,7 @@ impl Snapshot {
             nodes,
             index,
             images,
+            nominated: Arc::default(),
             layout: None,
         }
     }
@@ -485,6 +492,18 @@ impl Snapshot {
 
     pub(crate) fn set_images(&mut self, images: Arc<HashMap<String, usize>>) {
         self.images = images;
+    }
+
+    pub fn set_nominated(&mut self, nominated: Arc<NominatedPods>) {
+        self.nominated = nominated;
+    }
+
+    /// The pods nominated to `node` (none, cheaply, while nothing is nominated anywhere).
+    pub fn nominated(&self, node: &str) -> &[Arc<PodInfo>] {
+        if self.nominated.is_empty() {
+            return &[];
+        }
+        self.nominated.get(node).map_or(&[], Vec::as_slice)
     }
 
     /// How many nodes hold an image, by any of the names nodes report for it.

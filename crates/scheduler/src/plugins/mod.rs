@@ -14,12 +14,14 @@
 //! - [`pod_topology_spread`]: `PodTopologySpread`, even spreading over zones and hosts.
 //! - [`inter_pod_affinity`]: `InterPodAffinity`, pod affinity and anti-affinity by domain.
 //! - [`volume_restrictions`]: `VolumeRestrictions`, single-writer disks already in use.
+//! - [`default_preemption`]: `DefaultPreemption`, evicting lower-priority pods when none fits.
 //! - [`resource_allocation`]: the requested/allocatable scoring both resource plugins share.
 //! - [`node_selector`]: node selector terms and a pod's required node affinity, shared.
 //! - [`tolerations`]: toleration-matches-taint, shared with other plugins and controllers.
 //! - [`helper`]: score normalization, borrowed labels, label selectors, plugin args.
 
 pub mod balanced_allocation;
+pub mod default_preemption;
 pub mod helper;
 pub mod image_locality;
 pub mod inter_pod_affinity;
@@ -86,6 +88,11 @@ pub fn registry() -> BTreeMap<&'static str, Factory> {
     r.insert(volume_restrictions::NAME, |_| {
         Ok(Arc::new(volume_restrictions::VolumeRestrictions))
     });
+    r.insert(default_preemption::NAME, |args| {
+        Ok(Arc::new(default_preemption::DefaultPreemption::from_args(
+            args,
+        )?))
+    });
     r
 }
 
@@ -102,6 +109,7 @@ pub fn default_plugins() -> Vec<(&'static str, i64)> {
         (volume_restrictions::NAME, 0),
         (pod_topology_spread::NAME, 2),
         (inter_pod_affinity::NAME, 2),
+        (default_preemption::NAME, 0),
         (balanced_allocation::NAME, 1),
         (image_locality::NAME, 1),
     ]
@@ -152,6 +160,11 @@ mod tests {
                 inter_pod_affinity::NAME,
                 serde_json::json!({"hardPodAffinityWeight": -1}),
                 "hardPodAffinityWeight",
+            ),
+            (
+                default_preemption::NAME,
+                serde_json::json!({"minCandidateNodesPercentage": 200}),
+                "minCandidateNodesPercentage",
             ),
         ];
         for (name, args, field) in cases {
