@@ -3,5 +3,7 @@
 //! # Layout
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease, as client-go's
 //!   `leaderelection` does it.
+//! - [`ratelimit`]: client-side QPS and burst, as client-go's, for kube's `ClientBuilder`.
 
 pub mod leader;
+pub mod ratelimit;

@@ -2,7 +2,8 @@
 //! profiles by `schedulerName`; their plugins enabled and disabled through `multiPoint` (every
 //! point a plugin implements) and per extension point (`filter`, `score` with weights, …; `*`
 //! disables every default there); `pluginConfig` args; `percentageOfNodesToScore` (global or
-//! per profile); and `leaderElection` (whether, and on which Lease).
+//! per profile); `leaderElection` (whether, and on which Lease); and `clientConnection`'s
+//! `qps` and `burst`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -52,6 +53,26 @@ pub struct Configuration {
     pub profiles: Vec<ProfileConfig>,
     #[serde(default)]
     pub leader_election: Option<LeaderElection>,
+    #[serde(default)]
+    pub client_connection: ClientConnection,
+}
+
+/// `clientConnection`: the API client's request rate (client-go's QPS and burst). Unset, the
+/// client is not limited (upstream defaults to 50 QPS, burst 100: see
+/// `docs/compatibility.md`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ClientConnection {
+    pub qps: Option<f32>,
+    pub burst: Option<u32>,
+}
+
+impl ClientConnection {
+    /// The limit to put on the client, if any (a QPS of 0 or less means none).
+    pub fn rate_limit(&self) -> Option<skiff_runtime::ratelimit::RateLimitLayer> {
+        let qps = self.qps?;
+        skiff_runtime::ratelimit::RateLimitLayer::new(qps, self.burst.unwrap_or(qps.ceil() as u32))
+    }
 }
 
 /// `leaderElection`: whether replicas elect a leader, and on which Lease (a second scheduler
@@ -381,6 +402,24 @@ profiles:
                  Score plugin"
             )
         );
+    }
+
+    #[test]
+    fn client_connection_limits_the_rate_only_when_given() {
+        let c = Configuration::parse("clientConnection:\n  qps: 50\n  burst: 100\n").unwrap();
+        assert_eq!(
+            (c.client_connection.qps, c.client_connection.burst),
+            (Some(50.0), Some(100))
+        );
+        assert!(c.client_connection.rate_limit().is_some());
+        assert!(
+            Configuration::default()
+                .client_connection
+                .rate_limit()
+                .is_none()
+        );
+        let off = Configuration::parse("clientConnection:\n  qps: -1\n").unwrap();
+        assert!(off.client_connection.rate_limit().is_none());
     }
 
     #[test]

@@ -55,7 +55,11 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     )
     .await
     .context("loading the kubeconfig")?;
-    let client = kube::Client::try_from(client_config)?;
+    let builder = kube::client::ClientBuilder::try_from(client_config)?;
+    let client = match config.client_connection.rate_limit() {
+        Some(layer) => builder.with_layer(&layer).build(),
+        None => builder.build(),
+    };
     let instance = format!(
         "{}_{}",
         std::fs::read_to_string("/proc/sys/kernel/hostname")
