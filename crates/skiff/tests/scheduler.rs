@@ -2,8 +2,9 @@
 //! scheduler is only an API client): Node objects without kubelets, pods created through the
 //! API, bindings, `Scheduled` and `FailedScheduling` events as kubectl shows them, the
 //! `PodScheduled` condition, requeue when a node changes, pods for another scheduler left
-//! alone, a second profile, a standby replica taking over the lease from a dead leader, and
-//! preemption of lower-priority pods by PriorityClass.
+//! alone, each default plugin's decisions and reasons, a second profile, a standby replica
+//! taking over the lease from a dead leader, and preemption of lower-priority pods by
+//! PriorityClass.
 
 mod support;
 
@@ -509,5 +510,168 @@ preemptionPolicy: Never
             )
         );
         assert!(pods.get_opt(&survivors[0]).await.unwrap().is_some());
+    });
+}
+
+/// A Ready node with 4 cpus in `zone`, optionally tainted `dedicated=gpu:NoSchedule`.
+async fn zoned_node(nodes: &Api<Node>, name: &str, zone: &str, gpu: bool) {
+    let mut node = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name,
+            "topology.kubernetes.io/zone": zone,
+        }},
+        "status": {
+            "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+            "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    });
+    if gpu {
+        node["metadata"]["labels"]["gpu"] = json!("true");
+        node["spec"] =
+            json!({"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]});
+    }
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(node).unwrap(),
+        )
+        .await
+        .expect("create node");
+}
+
+/// Creates a pod with `spec` (a container added if it has none) and returns where it is bound, or the
+/// `PodScheduled=False` message.
+async fn decide(
+    pods: &Api<Pod>,
+    name: &str,
+    labels: serde_json::Value,
+    mut spec: serde_json::Value,
+) -> Result<String, String> {
+    if spec.get("containers").is_none() {
+        spec["containers"] = json!([{"name": "c", "image": "busybox"}]);
+    }
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+    });
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod).unwrap(),
+    )
+    .await
+    .expect("create pod");
+    eventually("a decision", || async {
+        if let Some(node) = node_of(pods, name).await {
+            return Some(Ok(node));
+        }
+        let cond = not_scheduled(pods, name).await?;
+        Some(Err(cond.message.unwrap_or_default()))
+    })
+    .await
+}
+
+#[test]
+fn each_default_plugin_decides_and_explains_as_upstream() {
+    let api = ApiServer::start(Backend::Embedded);
+    run(async {
+        let c = client(&api).await;
+        let nodes: Api<Node> = Api::all(c.clone());
+        let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+        zoned_node(&nodes, "a1", "a", false).await;
+        zoned_node(&nodes, "b1", "b", false).await;
+        zoned_node(&nodes, "gpu1", "b", true).await;
+        let _scheduler = SchedulerProcess::start(&api, None);
+        let not_preemptible = "preemption: 0/3 nodes are available: 3 Preemption is not helpful \
+                               for scheduling..";
+
+        // NodeAffinity (nodeSelector), TaintToleration
+        let to_b = json!({"nodeSelector": {"topology.kubernetes.io/zone": "b"}});
+        let on_b = decide(&pods, "zone-b", json!({}), to_b).await;
+        assert_eq!(
+            on_b,
+            Ok("b1".to_string()),
+            "the tainted node is not tolerated"
+        );
+        let gpu = json!({"nodeSelector": {"gpu": "true"}});
+        assert_eq!(
+            decide(&pods, "gpu-untolerated", json!({}), gpu.clone()).await,
+            Err(format!(
+                "0/3 nodes are available: 1 node(s) had untolerated taint {{dedicated: gpu}}, 2 \
+                 node(s) didn't match Pod's node affinity/selector. {not_preemptible}"
+            ))
+        );
+        let mut tolerated = gpu;
+        tolerated["tolerations"] = json!([{"key": "dedicated", "operator": "Equal",
+                                           "value": "gpu", "effect": "NoSchedule"}]);
+        assert_eq!(
+            decide(&pods, "gpu-tolerated", json!({}), tolerated).await,
+            Ok("gpu1".to_string())
+        );
+
+        // NodePorts: the second pod asking for host port 8080 on a1 does not fit there
+        let port = json!({"nodeSelector": {"kubernetes.io/hostname": "a1"},
+                          "containers": [{"name": "c", "image": "busybox",
+                                          "ports": [{"containerPort": 80, "hostPort": 8080}]}]});
+        assert_eq!(
+            decide(&pods, "port-0", json!({}), port.clone()).await,
+            Ok("a1".to_string())
+        );
+        assert_eq!(
+            decide(&pods, "port-1", json!({}), port).await,
+            Err(
+                "0/3 nodes are available: 1 node(s) didn't have free ports for the requested pod \
+                 ports, 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had \
+                 untolerated taint {dedicated: gpu}. preemption: 0/3 nodes are available: 1 No \
+                 preemption victims found for incoming pod, 2 Preemption is not helpful for \
+                 scheduling.."
+                    .to_string()
+            )
+        );
+
+        // InterPodAffinity: one web pod per host among the untainted nodes
+        let anti = json!({"affinity": {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"app": "web"}},
+                "topologyKey": "kubernetes.io/hostname"}]}}});
+        let web = json!({"app": "web"});
+        let first = decide(&pods, "web-0", web.clone(), anti.clone())
+            .await
+            .unwrap();
+        let second = decide(&pods, "web-1", web.clone(), anti.clone())
+            .await
+            .unwrap();
+        assert_ne!(first, second);
+        assert_eq!(
+            decide(&pods, "web-2", web, anti).await,
+            Err(format!(
+                "0/3 nodes are available: 1 node(s) had untolerated taint {{dedicated: gpu}}, 2 \
+                 node(s) didn't match pod anti-affinity rules. {}",
+                "preemption: 0/3 nodes are available: 1 Preemption is not helpful for \
+                 scheduling, 2 No preemption victims found for incoming pod.."
+            ))
+        );
+
+        // PodTopologySpread: zones a and b take turns for maxSkew 1
+        let spread = json!({"topologySpreadConstraints": [{
+            "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "spread"}}}]});
+        let mut zones = Vec::new();
+        for i in 0..4 {
+            let node = decide(
+                &pods,
+                &format!("spread-{i}"),
+                json!({"app": "spread"}),
+                spread.clone(),
+            )
+            .await
+            .unwrap();
+            zones.push(if node == "a1" { "a" } else { "b" });
+        }
+        zones.sort();
+        assert_eq!(zones, vec!["a", "a", "b", "b"]);
     });
 }
