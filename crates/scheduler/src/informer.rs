@@ -1,5 +1,6 @@
 //! Feeds the scheduler from the API server: one watch of all pods (no field selector; the
-//! scheduler decides on its side which are its own, seed 000) and one of nodes, through
+//! scheduler decides on its side which are its own, seed 000), one of nodes and one of
+//! PodDisruptionBudgets (for preemption), through
 //! kube-rs's `watcher`, which lists, watches from the list's resourceVersion and relists
 //! after a 410. Objects missing from a relist are treated as deleted.
 
@@ -8,14 +9,15 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Api;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
 use crate::scheduler::Scheduler;
 
-/// Runs the two watches until the process ends; `synced` turns true once both initial lists
-/// are in.
+/// Runs the watches until the process ends; `synced` turns true once the pods and nodes are
+/// listed (budgets matter only to preemption, and follow when they come).
 pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch::Sender<bool>) {
     let (pods_synced, mut pods_rx) = watch::channel(false);
     let (nodes_synced, mut nodes_rx) = watch::channel(false);
@@ -29,6 +31,16 @@ pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch:
                 let s = scheduler.clone();
                 move |p: Arc<Pod>| s.on_pod_deleted(&p)
             },
+        )
+    };
+    let pdbs = {
+        let (s, gone) = (scheduler.clone(), scheduler.clone());
+        let (pdbs_synced, _) = watch::channel(false);
+        follow(
+            Api::<PodDisruptionBudget>::all(client.clone()),
+            pdbs_synced,
+            move |p: Arc<PodDisruptionBudget>| s.on_pdb(object_key(p.as_ref()), Some(p)),
+            move |p: Arc<PodDisruptionBudget>| gone.on_pdb(object_key(p.as_ref()), None),
         )
     };
     let nodes = {
@@ -49,7 +61,16 @@ pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch:
         let _ = synced.send(true);
         std::future::pending::<()>().await;
     };
-    tokio::join!(pods, nodes, ready);
+    tokio::join!(pods, nodes, pdbs, ready);
+}
+
+/// `namespace/name`.
+fn object_key<K: kube::Resource>(o: &K) -> String {
+    format!(
+        "{}/{}",
+        o.meta().namespace.as_deref().unwrap_or(""),
+        o.meta().name.as_deref().unwrap_or("")
+    )
 }
 
 /// One watch: applies and deletes go to the handlers; a relist's missing objects are deleted.
@@ -67,13 +88,7 @@ async fn follow<K>(
         + Sync
         + 'static,
 {
-    let key = |o: &K| {
-        format!(
-            "{}/{}",
-            o.meta().namespace.as_deref().unwrap_or(""),
-            o.meta().name.as_deref().unwrap_or("")
-        )
-    };
+    let key = object_key::<K>;
     let mut known: HashMap<String, Arc<K>> = HashMap::new();
     let mut relisted: HashMap<String, Arc<K>> = HashMap::new();
     let stream = watcher::watcher(api, watcher::Config::default());

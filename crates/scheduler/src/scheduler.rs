@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use parking_lot::Mutex;
 
 use crate::algorithm::{Algorithm, FitError, ScheduleError};
@@ -35,6 +36,13 @@ struct Profile {
     algorithm: Mutex<Algorithm>,
 }
 
+/// PodDisruptionBudgets by `namespace/name`, and the list each cycle's snapshot shares.
+#[derive(Default)]
+struct Budgets {
+    by_key: HashMap<String, Arc<PodDisruptionBudget>>,
+    list: Arc<Vec<Arc<PodDisruptionBudget>>>,
+}
+
 /// One scheduler process's state: profiles, queue, cache.
 pub struct Scheduler {
     profiles: HashMap<String, Profile>,
@@ -43,6 +51,8 @@ pub struct Scheduler {
     cache: Mutex<Cache>,
     /// Pods preemption nominated to nodes, until they are bound.
     nominator: Mutex<Nominator>,
+    /// PodDisruptionBudgets, for preemption.
+    pdbs: Mutex<Budgets>,
     /// The scheduling loop's view, brought up to date from the cache at each cycle (only the
     /// loop touches it; the mutex makes that visible to the compiler).
     snapshot: Mutex<Snapshot>,
@@ -96,6 +106,7 @@ impl Scheduler {
             queue: SchedulingQueue::new(),
             cache: Mutex::new(Cache::default()),
             nominator: Mutex::default(),
+            pdbs: Mutex::default(),
             snapshot: Mutex::new(Snapshot::default()),
             api,
             metrics: Metrics::default(),
@@ -172,6 +183,16 @@ impl Scheduler {
         self.cache.lock().remove_node(name);
     }
 
+    /// A PodDisruptionBudget was added, changed or deleted (`None`): preemption reads them.
+    pub fn on_pdb(&self, key: String, pdb: Option<Arc<PodDisruptionBudget>>) {
+        let mut pdbs = self.pdbs.lock();
+        match pdb {
+            Some(p) => pdbs.by_key.insert(key, p),
+            None => pdbs.by_key.remove(&key),
+        };
+        pdbs.list = Arc::new(pdbs.by_key.values().cloned().collect());
+    }
+
     /// Schedules pods until the queue is closed; flushes backoff every second.
     pub async fn run(self: &Arc<Self>) {
         let flusher = {
@@ -209,6 +230,7 @@ impl Scheduler {
             let mut snapshot = self.snapshot.lock();
             self.cache.lock().update_snapshot(&mut snapshot);
             snapshot.set_nominated(self.nominator.lock().pods());
+            snapshot.set_pdbs(self.pdbs.lock().list.clone());
             profile
                 .algorithm
                 .lock()

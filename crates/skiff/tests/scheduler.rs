@@ -370,14 +370,15 @@ profiles:
     });
 }
 
-/// A pod asking for 2 cpus with a PriorityClass; no grace period, so that deleting it (there is
-/// no kubelet here) removes it at once.
+/// A pod labelled `app: {name}` asking for 2 cpus with a PriorityClass; no grace period, so
+/// that deleting it (there is no kubelet here) removes it at once.
 fn two_cpu_pod(name: &str, class: &str) -> String {
     format!(
         r"apiVersion: v1
 kind: Pod
 metadata:
   name: {name}
+  labels: {{app: {name}}}
 spec:
   priorityClassName: {class}
   terminationGracePeriodSeconds: 0
@@ -419,6 +420,13 @@ kind: PriorityClass
 metadata: {name: polite}
 value: 5000
 preemptionPolicy: Never
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: keep-low-a}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: low-a}}
 ",
             ),
         );
@@ -457,7 +465,8 @@ preemptionPolicy: Never
             v
         };
 
-        // the node is full: the important pod evicts one low pod and is bound in its place
+        // the node is full: the important pod evicts the low pod no budget protects, and is
+        // bound in its place
         api.kubectl_stdin(
             KUBECTL_133,
             &["apply", "-f", "-"],
@@ -474,7 +483,8 @@ preemptionPolicy: Never
                 survivors.push(name.clone());
             }
         }
-        assert_eq!(survivors.len(), 1, "exactly one victim: {survivors:?}");
+        // the budget protects low-a (no disruption controller runs: none is allowed)
+        assert_eq!(survivors, vec!["low-a".to_string()]);
         let preempted = api.kubectl(
             KUBECTL_133,
             &[

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use skiff_apimachinery::quantity::Quantity;
 
@@ -419,6 +420,8 @@ pub struct Snapshot {
     /// Pods nominated to each node by preemption and not yet bound (upstream's nominator):
     /// Filter counts those of at least the incoming pod's priority as if they were there.
     nominated: Arc<NominatedPods>,
+    /// The cluster's PodDisruptionBudgets, which preemption tries not to violate.
+    pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>,
     /// The cache's node layout this snapshot was taken at (None: not from a cache).
     layout: Option<u64>,
 }
@@ -473,6 +476,7 @@ impl Snapshot {
             index,
             images,
             nominated: Arc::default(),
+            pdbs: Arc::default(),
             layout: None,
         }
     }
@@ -496,6 +500,14 @@ impl Snapshot {
 
     pub fn set_nominated(&mut self, nominated: Arc<NominatedPods>) {
         self.nominated = nominated;
+    }
+
+    pub fn set_pdbs(&mut self, pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>) {
+        self.pdbs = pdbs;
+    }
+
+    pub fn pdbs(&self) -> &[Arc<PodDisruptionBudget>] {
+        &self.pdbs
     }
 
     /// The pods nominated to `node` (none, cheaply, while nothing is nominated anywhere).

@@ -1,11 +1,9 @@
 //! `DefaultPreemption` (upstream's `defaultpreemption` plugin over `framework/preemption`): the
 //! PostFilter that runs when no node fits. It looks for nodes where evicting pods of lower
 //! priority would let the pod fit, keeps on each node only the victims it must (reprieving the
-//! most important ones first), picks the node whose eviction hurts least, and returns that node
-//! with its victims. Pure: the scheduler nominates the pod and evicts the victims.
-//!
-//! PodDisruptionBudgets are not consulted yet: every victim counts as not violating one
-//! (see `docs/compatibility.md`).
+//! most important ones first, and those whose eviction would violate a PodDisruptionBudget
+//! before the others), picks the node whose eviction hurts least, and returns that node with its
+//! victims. Pure: the scheduler nominates the pod and evicts the victims.
 
 use std::cmp::{Ordering, Reverse};
 use std::sync::Arc;
@@ -13,7 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use serde_json::Value;
 
-use super::helper::arg;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use super::helper::{arg, label_selector, pod_labels};
 use crate::algorithm::FitError;
 use crate::framework::{
     Code, CycleState, FilterRunner, NodeInfo, NodeStatuses, Plugin, PodInfo, PostFilterPlugin,
@@ -48,11 +48,18 @@ impl Default for DefaultPreemption {
     }
 }
 
-/// A node where the pod would fit once `victims` (most important first) are gone.
+/// A node where the pod would fit once `victims` are gone.
 #[derive(Debug, Clone)]
 struct Candidate {
     node: String,
-    victims: Vec<Arc<PodInfo>>,
+    victims: Victims,
+}
+
+/// The pods to evict from one node, and how many of them a PodDisruptionBudget protects.
+#[derive(Debug, Clone, Default)]
+struct Victims {
+    pods: Vec<Arc<PodInfo>>,
+    violating: usize,
 }
 
 impl DefaultPreemption {
@@ -173,7 +180,7 @@ impl PostFilterPlugin for DefaultPreemption {
         PostFilterResult {
             status: Status::success(),
             nominated_node: Some(best.node),
-            victims: best.victims,
+            victims: best.victims.pods,
         }
     }
 }
@@ -226,15 +233,15 @@ fn eligible(
 }
 
 /// Upstream's `SelectVictimsOnNode`: remove every pod of lower priority; if the pod then fits,
-/// add them back most important first, keeping each whose return still lets the pod fit. The
-/// rest are the victims, most important first.
+/// add them back, those a PodDisruptionBudget protects first, each group most important first,
+/// keeping each whose return still lets the pod fit. The rest are the victims.
 fn select_victims(
     state: &CycleState,
     pod: &PodInfo,
     node: &NodeInfo,
     snapshot: &Snapshot,
     filters: &dyn FilterRunner,
-) -> Result<Vec<Arc<PodInfo>>, Status> {
+) -> Result<Victims, Status> {
     let mut potential: Vec<Arc<PodInfo>> = node
         .pods
         .iter()
@@ -256,26 +263,86 @@ fn select_victims(
         return Err(fits);
     }
     potential.sort_by(|a, b| more_important(a, b));
-    let mut victims = Vec::new();
-    for p in potential {
-        node.add_pod(p.clone());
-        filters.add_pod_to_state(&mut state, pod, &p, &node);
-        if !filters
-            .filter_with(&state, pod, &node, nominated)
-            .is_success()
-        {
-            node.remove_pod(&p.key);
-            filters.remove_pod_from_state(&mut state, pod, &p, &node);
-            victims.push(p);
+    let (violating, non_violating) = split_by_pdb_violation(potential, snapshot.pdbs());
+    let mut victims = Victims::default();
+    for (group, protected) in [(violating, true), (non_violating, false)] {
+        for p in group {
+            node.add_pod(p.clone());
+            filters.add_pod_to_state(&mut state, pod, &p, &node);
+            if !filters
+                .filter_with(&state, pod, &node, nominated)
+                .is_success()
+            {
+                node.remove_pod(&p.key);
+                filters.remove_pod_from_state(&mut state, pod, &p, &node);
+                victims.pods.push(p);
+                victims.violating += usize::from(protected);
+            }
         }
     }
-    if victims.is_empty() {
+    if victims.pods.is_empty() {
         return Err(Status::error(format!(
             "expected at least one victim pod on node {:?}",
             node.name()
         )));
     }
     Ok(victims)
+}
+
+/// Upstream's `filterPodsWithPDBViolation`: walking the pods in order, each takes one allowed
+/// disruption from every budget in its namespace whose (non-empty) selector matches it, unless
+/// the budget already counts it as disrupted; a pod that takes a budget below zero would violate
+/// it. Returns (violating, not violating), each in the given order.
+fn split_by_pdb_violation(
+    pods: Vec<Arc<PodInfo>>,
+    pdbs: &[Arc<PodDisruptionBudget>],
+) -> (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) {
+    let selectors: Vec<_> = pdbs
+        .iter()
+        .map(|pdb| {
+            let selector = pdb.spec.as_ref().and_then(|s| s.selector.as_ref());
+            label_selector(selector)
+                .ok()
+                .filter(|s| !s.is_empty() && !s.is_nothing())
+        })
+        .collect();
+    let mut allowed: Vec<i32> = pdbs
+        .iter()
+        .map(|pdb| pdb.status.as_ref().map_or(0, |s| s.disruptions_allowed))
+        .collect();
+    let (mut violating, mut fine) = (Vec::new(), Vec::new());
+    for p in pods {
+        let labels = pod_labels(&p.pod);
+        let mut violates = false;
+        if !labels.is_empty() {
+            for (i, pdb) in pdbs.iter().enumerate() {
+                let Some(selector) = &selectors[i] else {
+                    continue;
+                };
+                if pdb.metadata.namespace.as_deref() != Some(p.namespace())
+                    || !selector.matches(labels)
+                {
+                    continue;
+                }
+                let disrupted = pdb
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.disrupted_pods.as_ref())
+                    .is_some_and(|d| d.contains_key(p.name()));
+                if disrupted {
+                    continue;
+                }
+                allowed[i] -= 1;
+                violates |= allowed[i] < 0;
+            }
+        }
+        if violates {
+            violating.push(p);
+        } else {
+            fine.push(p);
+        }
+    }
+    (violating, fine)
 }
 
 /// When a pod started (now if it has not: bound pods that have not started yet are the
@@ -296,33 +363,37 @@ fn more_important(a: &PodInfo, b: &PodInfo) -> Ordering {
 }
 
 /// Upstream's `pickOneNodeForPreemption`: a node with no victims at once; otherwise, keeping
-/// the best at each step, the lowest highest-priority victim, the lowest sum of priorities,
-/// the fewest victims, the latest start among the highest-priority victims, then the first.
+/// the best at each step, the fewest PodDisruptionBudget violations, the lowest
+/// highest-priority victim, the lowest sum of priorities, the fewest victims, the latest start
+/// among the highest-priority victims, then the first.
 fn pick_one(candidates: &[Candidate]) -> Option<usize> {
     if candidates.is_empty() {
         return None;
     }
-    if let Some(i) = candidates.iter().position(|c| c.victims.is_empty()) {
+    if let Some(i) = candidates.iter().position(|c| c.victims.pods.is_empty()) {
         return Some(i);
     }
     let mut best: Vec<usize> = (0..candidates.len()).collect();
-    let highest = |c: &Candidate| c.victims[0].priority();
+    let highest = |c: &Candidate| c.victims.pods.iter().map(|v| v.priority()).max();
+    keep_min(&mut best, candidates, |c| c.victims.violating);
     keep_min(&mut best, candidates, highest);
     // each victim counts as its priority plus MaxInt32 + 1, so a negative priority still costs
     keep_min(&mut best, candidates, |c| {
         c.victims
+            .pods
             .iter()
             .map(|v| i64::from(v.priority()) + i64::from(i32::MAX) + 1)
             .sum::<i64>()
     });
-    keep_min(&mut best, candidates, |c| c.victims.len());
+    keep_min(&mut best, candidates, |c| c.victims.pods.len());
     // the latest of the highest-priority victims' earliest starts
     keep_min(&mut best, candidates, |c| {
         let top = highest(c);
         let earliest = c
             .victims
+            .pods
             .iter()
-            .filter(|v| v.priority() == top)
+            .filter(|v| Some(v.priority()) == top)
             .map(|v| start_time(v))
             .min();
         Reverse(earliest)
@@ -491,6 +562,56 @@ mod tests {
                 r.status
             );
         }
+    }
+
+    #[test]
+    fn victims_a_disruption_budget_protects_are_spared_where_another_node_will_do() {
+        let fw = framework();
+        let incoming = pod("vip", "2", 100, 0);
+        let guarded = |name: &str| {
+            PodBuilder::new(name)
+                .label("app", "db")
+                .container("c", &[("cpu", "2")])
+                .priority(1)
+                .started_at(1)
+                .info()
+        };
+        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": "db", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "db"}}},
+            "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1,
+                       "expectedPods": 1},
+        }))
+        .unwrap();
+        let mut snap = snapshot(vec![
+            node("n1").cpu("2").info(&[guarded("db-0")]),
+            // a more important victim, but one no budget protects
+            node("n2").cpu("2").info(&[pod("batch", "2", 50, 1)]),
+        ]);
+        snap.set_pdbs(Arc::new(vec![Arc::new(pdb)]));
+        let mut state = CycleState::default();
+        fw.run_pre_filter(&mut state, &incoming, &snap);
+        let statuses: NodeStatuses = snap
+            .nodes()
+            .iter()
+            .map(|n| (n.name().to_string(), fw.run_filter(&state, &incoming, n)))
+            .collect();
+        let r = fw.run_post_filter(&state, &incoming, &snap, &statuses);
+        assert_eq!(r.nominated_node.as_deref(), Some("n2"));
+        assert_eq!(victim_names(&r), vec!["batch"]);
+
+        let pods = vec![guarded("a"), guarded("b"), pod("other", "1", 1, 1)];
+        let mut allowing: PodDisruptionBudget = (*snap.pdbs()[0]).clone();
+        allowing.status.as_mut().unwrap().disruptions_allowed = 1;
+        let (violating, fine) = split_by_pdb_violation(pods, &[Arc::new(allowing)]);
+        let names = |v: &[Arc<PodInfo>]| v.iter().map(|p| p.name().to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            (names(&violating), names(&fine)),
+            (
+                vec!["b".to_string()],
+                vec!["a".to_string(), "other".to_string()]
+            )
+        );
     }
 
     #[test]
