@@ -1,6 +1,7 @@
 //! Feeds the scheduler from the API server: one watch of all pods (no field selector; the
-//! scheduler decides on its side which are its own, seed 000), one of nodes and one of
-//! PodDisruptionBudgets (for preemption), through
+//! scheduler decides on its side which are its own, seed 000), one of nodes, and of
+//! PodDisruptionBudgets (for preemption) and namespaces (for pod affinity's namespace
+//! selectors), through
 //! kube-rs's `watcher`, which lists, watches from the list's resourceVersion and relists
 //! after a 410. Objects missing from a relist are treated as deleted.
 
@@ -8,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Api;
 use kube::runtime::watcher::{self, Event};
@@ -17,7 +18,7 @@ use tokio::sync::watch;
 use crate::scheduler::Scheduler;
 
 /// Runs the watches until the process ends; `synced` turns true once the pods and nodes are
-/// listed (budgets matter only to preemption, and follow when they come).
+/// listed (budgets and namespaces follow when they come).
 pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch::Sender<bool>) {
     let (pods_synced, mut pods_rx) = watch::channel(false);
     let (nodes_synced, mut nodes_rx) = watch::channel(false);
@@ -30,6 +31,21 @@ pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch:
             {
                 let s = scheduler.clone();
                 move |p: Arc<Pod>| s.on_pod_deleted(&p)
+            },
+        )
+    };
+    let namespaces = {
+        let (s, gone) = (scheduler.clone(), scheduler.clone());
+        let (namespaces_synced, _) = watch::channel(false);
+        follow(
+            Api::<Namespace>::all(client.clone()),
+            namespaces_synced,
+            move |n: Arc<Namespace>| {
+                let labels = n.metadata.labels.clone().unwrap_or_default();
+                s.on_namespace(n.metadata.name.as_deref().unwrap_or(""), Some(labels))
+            },
+            move |n: Arc<Namespace>| {
+                gone.on_namespace(n.metadata.name.as_deref().unwrap_or(""), None)
             },
         )
     };
@@ -61,7 +77,7 @@ pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch:
         let _ = synced.send(true);
         std::future::pending::<()>().await;
     };
-    tokio::join!(pods, nodes, pdbs, ready);
+    tokio::join!(pods, nodes, pdbs, namespaces, ready);
 }
 
 /// `namespace/name`.

@@ -3,7 +3,7 @@
 //! cycle does not wait for the API round trip. Watch events come in through the `on_*`
 //! methods (see `informer`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use crate::algorithm::{Algorithm, FitError, ScheduleError};
 use crate::api::ClusterApi;
 use crate::cache::Cache;
-use crate::framework::{Code, CycleState, Framework, PodInfo, Snapshot};
+use crate::framework::{Code, CycleState, Framework, NamespaceLabels, PodInfo, Snapshot};
 use crate::metrics::{Metrics, Outcome};
 use crate::nominator::Nominator;
 use crate::queue::{Failure, QueuedPod, SchedulingQueue};
@@ -53,6 +53,8 @@ pub struct Scheduler {
     nominator: Mutex<Nominator>,
     /// PodDisruptionBudgets, for preemption.
     pdbs: Mutex<Budgets>,
+    /// Namespaces' labels (copied on write: each cycle's snapshot shares them).
+    namespaces: Mutex<Arc<NamespaceLabels>>,
     /// The scheduling loop's view, brought up to date from the cache at each cycle (only the
     /// loop touches it; the mutex makes that visible to the compiler).
     snapshot: Mutex<Snapshot>,
@@ -107,6 +109,7 @@ impl Scheduler {
             cache: Mutex::new(Cache::default()),
             nominator: Mutex::default(),
             pdbs: Mutex::default(),
+            namespaces: Mutex::default(),
             snapshot: Mutex::new(Snapshot::default()),
             api,
             metrics: Metrics::default(),
@@ -183,6 +186,17 @@ impl Scheduler {
         self.cache.lock().remove_node(name);
     }
 
+    /// A namespace was added or changed (its labels), or deleted (`None`): pod affinity's
+    /// namespace selectors read them.
+    pub fn on_namespace(&self, name: &str, labels: Option<BTreeMap<String, String>>) {
+        let mut namespaces = self.namespaces.lock();
+        let map = Arc::make_mut(&mut namespaces);
+        match labels {
+            Some(l) => map.insert(name.to_string(), l),
+            None => map.remove(name),
+        };
+    }
+
     /// A PodDisruptionBudget was added, changed or deleted (`None`): preemption reads them.
     pub fn on_pdb(&self, key: String, pdb: Option<Arc<PodDisruptionBudget>>) {
         let mut pdbs = self.pdbs.lock();
@@ -231,6 +245,7 @@ impl Scheduler {
             self.cache.lock().update_snapshot(&mut snapshot);
             snapshot.set_nominated(self.nominator.lock().pods());
             snapshot.set_pdbs(self.pdbs.lock().list.clone());
+            snapshot.set_namespaces(self.namespaces.lock().clone());
             profile
                 .algorithm
                 .lock()

@@ -664,6 +664,32 @@ fn each_default_plugin_decides_and_explains_as_upstream() {
             ))
         );
 
+        // InterPodAffinity across namespaces, chosen by the namespaces' labels
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.clone());
+        let shop = json!({"metadata": {"name": "shop", "labels": {"env": "prod"}}});
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(shop).unwrap(),
+            )
+            .await
+            .unwrap();
+        let shop_pods: Api<Pod> = Api::namespaced(c.clone(), "shop");
+        let on_b1 = json!({"nodeSelector": {"kubernetes.io/hostname": "b1"}});
+        assert_eq!(
+            decide(&shop_pods, "db", json!({"app": "db"}), on_b1).await,
+            Ok("b1".to_string())
+        );
+        let near_db = json!({"affinity": {"podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"app": "db"}},
+                "namespaceSelector": {"matchLabels": {"env": "prod"}},
+                "topologyKey": "kubernetes.io/hostname"}]}}});
+        assert_eq!(
+            decide(&pods, "near-db", json!({}), near_db).await,
+            Ok("b1".to_string())
+        );
+
         // PodTopologySpread: zones a and b take turns for maxSkew 1
         let spread = json!({"topologySpreadConstraints": [{
             "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",

@@ -17,5 +17,5 @@ pub use interface::{
 };
 pub use runtime::{Framework, Points};
 pub use status::{Code, Status};
-pub use types::{HostPort, NodeInfo, NominatedPods, PodInfo, Resource, Snapshot};
+pub use types::{HostPort, NamespaceLabels, NodeInfo, NominatedPods, PodInfo, Resource, Snapshot};
 pub use waiting::{WaitingPod, WaitingPods};

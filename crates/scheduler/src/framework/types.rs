@@ -420,11 +420,16 @@ pub struct Snapshot {
     /// Pods nominated to each node by preemption and not yet bound (upstream's nominator):
     /// Filter counts those of at least the incoming pod's priority as if they were there.
     nominated: Arc<NominatedPods>,
+    /// Namespaces' labels, for namespace selectors.
+    namespaces: Arc<NamespaceLabels>,
     /// The cluster's PodDisruptionBudgets, which preemption tries not to violate.
     pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>,
     /// The cache's node layout this snapshot was taken at (None: not from a cache).
     layout: Option<u64>,
 }
+
+/// Namespace name → its labels.
+pub type NamespaceLabels = HashMap<String, BTreeMap<String, String>>;
 
 /// Node name → the pods nominated to it.
 pub type NominatedPods = HashMap<String, Vec<Arc<PodInfo>>>;
@@ -477,6 +482,7 @@ impl Snapshot {
             images,
             nominated: Arc::default(),
             pdbs: Arc::default(),
+            namespaces: Arc::default(),
             layout: None,
         }
     }
@@ -500,6 +506,18 @@ impl Snapshot {
 
     pub fn set_nominated(&mut self, nominated: Arc<NominatedPods>) {
         self.nominated = nominated;
+    }
+
+    pub fn set_namespaces(&mut self, namespaces: Arc<NamespaceLabels>) {
+        self.namespaces = namespaces;
+    }
+
+    pub fn namespaces(&self) -> Arc<NamespaceLabels> {
+        self.namespaces.clone()
+    }
+
+    pub fn namespace_labels(&self) -> &NamespaceLabels {
+        &self.namespaces
     }
 
     pub fn set_pdbs(&mut self, pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>) {

@@ -2,6 +2,8 @@
 //! whose anti-affinity the incoming pod would break, and the pods matching the incoming pod's
 //! affinity and anti-affinity; Filter reads the node's domains from those counts.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Pod;
 
 use super::{
@@ -9,7 +11,8 @@ use super::{
     REASON_EXISTING_ANTI_AFFINITY, TopologyCounts, existing_terms, matches_all, required_terms,
 };
 use crate::framework::{
-    CycleState, FilterPlugin, NodeInfo, PodInfo, PreFilterPlugin, PreFilterResult, Snapshot, Status,
+    CycleState, FilterPlugin, NamespaceLabels, NodeInfo, PodInfo, PreFilterPlugin, PreFilterResult,
+    Snapshot, Status,
 };
 use crate::plugins::helper::node_labels;
 
@@ -27,17 +30,20 @@ struct PreFilterState {
     anti_counts: TopologyCounts,
     /// Whether the incoming pod matches all its own affinity terms.
     matches_itself: bool,
+    /// Namespaces' labels, as the cycle's snapshot had them.
+    namespaces: Arc<NamespaceLabels>,
 }
 
 impl PreFilterState {
     fn update(&mut self, pod: &Pod, other: &PodInfo, node: &NodeInfo, delta: i64) {
-        let n = &node.node;
+        let (n, ns) = (&node.node, &*self.namespaces);
         let anti = &existing_terms(other).required_anti_affinity;
-        self.existing_anti.add_matching_terms(anti, pod, n, delta);
+        self.existing_anti
+            .add_matching_terms(anti, pod, n, delta, ns);
         self.affinity_counts
-            .add_if_all_match(&self.affinity, &other.pod, n, delta);
+            .add_if_all_match(&self.affinity, &other.pod, n, delta, ns);
         self.anti_counts
-            .add_matching_terms(&self.anti_affinity, &other.pod, n, delta);
+            .add_matching_terms(&self.anti_affinity, &other.pod, n, delta, ns);
     }
 }
 
@@ -54,11 +60,12 @@ impl PreFilterPlugin for InterPodAffinity {
             Ok(t) => t,
             Err(e) => return Status::unresolvable(format!("parsing pod: {e}")).into(),
         };
+        let ns = snapshot.namespace_labels();
         let mut existing_anti = TopologyCounts::default();
         for node in snapshot.nodes_with_required_anti_affinity_pods() {
             for other in node.pods.iter().filter(|p| p.has_required_anti_affinity()) {
                 let terms = &existing_terms(other).required_anti_affinity;
-                existing_anti.add_matching_terms(terms, &pod.pod, &node.node, 1);
+                existing_anti.add_matching_terms(terms, &pod.pod, &node.node, 1, ns);
             }
         }
         let mut affinity_counts = TopologyCounts::default();
@@ -66,15 +73,15 @@ impl PreFilterPlugin for InterPodAffinity {
         if !affinity.is_empty() || !anti_affinity.is_empty() {
             for node in snapshot.nodes() {
                 for other in &node.pods {
-                    affinity_counts.add_if_all_match(&affinity, &other.pod, &node.node, 1);
-                    anti_counts.add_matching_terms(&anti_affinity, &other.pod, &node.node, 1);
+                    affinity_counts.add_if_all_match(&affinity, &other.pod, &node.node, 1, ns);
+                    anti_counts.add_matching_terms(&anti_affinity, &other.pod, &node.node, 1, ns);
                 }
             }
         }
         if existing_anti.is_empty() && affinity.is_empty() && anti_affinity.is_empty() {
             return Status::skip().into();
         }
-        let matches_itself = matches_all(&affinity, &pod.pod);
+        let matches_itself = matches_all(&affinity, &pod.pod, ns);
         state.write(
             PRE_FILTER_KEY,
             PreFilterState {
@@ -84,6 +91,7 @@ impl PreFilterPlugin for InterPodAffinity {
                 affinity_counts,
                 anti_counts,
                 matches_itself,
+                namespaces: snapshot.namespaces(),
             },
         );
         Status::success().into()

@@ -3,9 +3,9 @@
 //! `ignorePreferredTermsOfExistingPods`), affinity terms as the plugin matches them, and the
 //! per-(key, value) counters both halves use.
 //!
-//! Namespace selectors need namespace labels, which the plugin has no lister for: an empty
-//! `namespaceSelector` (`{}`) means every namespace, and any other matches no namespace (only
-//! the term's `namespaces` list then counts).
+//! A term selects pods in its `namespaces` and in the namespaces whose labels its
+//! `namespaceSelector` matches (the scheduler watches namespaces; the snapshot carries their
+//! labels).
 //!
 //! # Layout
 //! - this file: the plugin, its args, [`AffinityTerm`], [`TopologyCounts`].
@@ -15,7 +15,7 @@
 mod filtering;
 mod scoring;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod, PodAffinityTerm, WeightedPodAffinityTerm};
@@ -24,7 +24,7 @@ use skiff_apimachinery::labels::Selector;
 
 use super::helper::{arg, label_selector, node_labels, pod_labels, pod_namespace, pod_spec};
 use crate::framework::{
-    FilterPlugin, Plugin, PodInfo, PreFilterPlugin, PreScorePlugin, ScorePlugin,
+    FilterPlugin, NamespaceLabels, Plugin, PodInfo, PreFilterPlugin, PreScorePlugin, ScorePlugin,
 };
 
 pub const NAME: &str = "InterPodAffinity";
@@ -41,8 +41,8 @@ pub const REASON_EXISTING_ANTI_AFFINITY: &str =
 #[derive(Debug, Clone)]
 struct AffinityTerm {
     namespaces: BTreeSet<String>,
-    /// `namespaceSelector: {}`: every namespace.
-    all_namespaces: bool,
+    /// Namespaces by their labels (`{}`: every namespace; none: no namespace).
+    namespace_selector: Selector,
     selector: Selector,
     topology_key: String,
 }
@@ -57,30 +57,31 @@ impl AffinityTerm {
         } else {
             listed.iter().cloned().collect()
         };
-        let all_namespaces = match &term.namespace_selector {
-            None => false,
-            Some(ns) => label_selector(Some(ns))
-                .map_err(|e| e.to_string())?
-                .is_empty(),
-        };
+        let namespace_selector =
+            label_selector(term.namespace_selector.as_ref()).map_err(|e| e.to_string())?;
         Ok(AffinityTerm {
             namespaces,
-            all_namespaces,
+            namespace_selector,
             selector,
             topology_key: term.topology_key.clone(),
         })
     }
 
-    /// Whether `pod` is one of the pods this term selects.
-    fn matches(&self, pod: &Pod) -> bool {
-        (self.all_namespaces || self.namespaces.contains(pod_namespace(pod)))
-            && self.selector.matches(pod_labels(pod))
+    /// Whether `pod` is one of the pods this term selects; `ns` gives namespaces' labels.
+    fn matches(&self, pod: &Pod, ns: &NamespaceLabels) -> bool {
+        let namespace = pod_namespace(pod);
+        let in_namespace = self.namespaces.contains(namespace)
+            || (!self.namespace_selector.is_nothing()
+                && self
+                    .namespace_selector
+                    .matches(ns.get(namespace).unwrap_or(&BTreeMap::new())));
+        in_namespace && self.selector.matches(pod_labels(pod))
     }
 }
 
 /// Whether `pod` matches every term (and there is at least one).
-fn matches_all(terms: &[AffinityTerm], pod: &Pod) -> bool {
-    !terms.is_empty() && terms.iter().all(|t| t.matches(pod))
+fn matches_all(terms: &[AffinityTerm], pod: &Pod, ns: &NamespaceLabels) -> bool {
+    !terms.is_empty() && terms.iter().all(|t| t.matches(pod, ns))
 }
 
 /// Which of a pod's term lists to read.
@@ -218,17 +219,31 @@ impl TopologyCounts {
     }
 
     /// For each term `pod` matches, count the node's domain (anti-affinity).
-    fn add_matching_terms(&mut self, terms: &[AffinityTerm], pod: &Pod, node: &Node, delta: i64) {
+    fn add_matching_terms(
+        &mut self,
+        terms: &[AffinityTerm],
+        pod: &Pod,
+        node: &Node,
+        delta: i64,
+        ns: &NamespaceLabels,
+    ) {
         for t in terms {
-            if t.matches(pod) {
+            if t.matches(pod, ns) {
                 self.update(node, &t.topology_key, delta);
             }
         }
     }
 
     /// If `pod` matches every term, count the node's domain for each (affinity).
-    fn add_if_all_match(&mut self, terms: &[AffinityTerm], pod: &Pod, node: &Node, delta: i64) {
-        if matches_all(terms, pod) {
+    fn add_if_all_match(
+        &mut self,
+        terms: &[AffinityTerm],
+        pod: &Pod,
+        node: &Node,
+        delta: i64,
+        ns: &NamespaceLabels,
+    ) {
+        if matches_all(terms, pod, ns) {
             for t in terms {
                 self.update(node, &t.topology_key, delta);
             }
@@ -351,15 +366,33 @@ mod tests {
                 true,
             ),
             (
-                "labelled namespace selector matches nothing",
+                "a namespace selector matches namespaces by label",
+                &labelled,
+                "shop",
+                true,
+            ),
+            (
+                "and not the others, the owner's own included",
                 &labelled,
                 "team",
                 false,
             ),
+            ("nor namespaces it has not seen", &labelled, "new", false),
         ];
+        let namespaces: NamespaceLabels = [
+            (
+                "shop".to_string(),
+                [("env".to_string(), "prod".to_string())].into(),
+            ),
+            (
+                "team".to_string(),
+                [("env".to_string(), "dev".to_string())].into(),
+            ),
+        ]
+        .into();
         for (name, t, ns, want) in cases {
             let term = AffinityTerm::parse(&owner, t).unwrap();
-            assert_eq!(term.matches(&web_in(ns)), want, "{name}");
+            assert_eq!(term.matches(&web_in(ns), &namespaces), want, "{name}");
         }
     }
 

@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 
 use super::{AffinityTerm, InterPodAffinity, Kind, existing_terms, preferred_terms};
 use crate::framework::{
-    CycleState, MAX_NODE_SCORE, NodeInfo, NodeScore, PodInfo, PreScorePlugin, ScorePlugin,
-    Snapshot, Status,
+    CycleState, MAX_NODE_SCORE, NamespaceLabels, NodeInfo, NodeScore, PodInfo, PreScorePlugin,
+    ScorePlugin, Snapshot, Status,
 };
 use crate::plugins::helper::node_labels;
 
@@ -27,8 +27,15 @@ struct PreScoreState {
 }
 
 /// Adds `weight` to `node`'s domain for the term when `pod` matches it.
-fn process_term(m: &mut ScoreMap, term: &AffinityTerm, weight: i64, pod: &Pod, node: &Node) {
-    if !term.matches(pod) {
+fn process_term(
+    m: &mut ScoreMap,
+    term: &AffinityTerm,
+    weight: i64,
+    pod: &Pod,
+    node: &Node,
+    ns: &NamespaceLabels,
+) {
+    if !term.matches(pod, ns) {
         return;
     }
     if let Some(value) = node_labels(node).get(&term.topology_key) {
@@ -45,9 +52,10 @@ fn process_terms(
     sign: i64,
     pod: &Pod,
     node: &Node,
+    ns: &NamespaceLabels,
 ) {
     for (w, t) in terms {
-        process_term(m, t, w * sign, pod, node);
+        process_term(m, t, w * sign, pod, node, ns);
     }
 }
 
@@ -73,6 +81,7 @@ impl PreScorePlugin for InterPodAffinity {
             return Status::skip();
         }
         let mut m = ScoreMap::new();
+        let ns = snapshot.namespace_labels();
         let candidates: Box<dyn Iterator<Item = &Arc<NodeInfo>>> = if has_constraints {
             Box::new(snapshot.nodes().iter())
         } else {
@@ -88,20 +97,21 @@ impl PreScorePlugin for InterPodAffinity {
                     continue;
                 }
                 let existing = &other.pod;
-                process_terms(&mut m, &affinity, 1, existing, n);
-                process_terms(&mut m, &anti, -1, existing, n);
+                process_terms(&mut m, &affinity, 1, existing, n, ns);
+                process_terms(&mut m, &anti, -1, existing, n, ns);
                 if !other.has_affinity() {
                     continue;
                 }
                 let terms = existing_terms(other);
                 if self.hard_pod_affinity_weight > 0 {
                     for t in &terms.required_affinity {
-                        process_term(&mut m, t, self.hard_pod_affinity_weight, &pod.pod, n);
+                        let weight = self.hard_pod_affinity_weight;
+                        process_term(&mut m, t, weight, &pod.pod, n, ns);
                     }
                 }
                 if !self.ignore_preferred_terms_of_existing_pods {
-                    process_terms(&mut m, &terms.preferred_affinity, 1, &pod.pod, n);
-                    process_terms(&mut m, &terms.preferred_anti_affinity, -1, &pod.pod, n);
+                    process_terms(&mut m, &terms.preferred_affinity, 1, &pod.pod, n, ns);
+                    process_terms(&mut m, &terms.preferred_anti_affinity, -1, &pod.pod, n, ns);
                 }
             }
         }
