@@ -63,6 +63,43 @@ pub fn pod_request_list(
     resources.iter().map(|s| r.get(&s.name)).collect()
 }
 
+/// Per-resource amounts for one node's score: on the stack for up to four resources (upstream
+/// scores two by default), so scoring thousands of nodes per cycle allocates nothing.
+#[derive(Debug, Clone)]
+pub enum Amounts {
+    Inline([i64; 4], usize),
+    Heap(Vec<i64>),
+}
+
+impl Amounts {
+    fn zeros(n: usize) -> Amounts {
+        if n <= 4 {
+            Amounts::Inline([0; 4], n)
+        } else {
+            Amounts::Heap(vec![0; n])
+        }
+    }
+}
+
+impl std::ops::Deref for Amounts {
+    type Target = [i64];
+    fn deref(&self) -> &[i64] {
+        match self {
+            Amounts::Inline(a, n) => &a[..*n],
+            Amounts::Heap(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Amounts {
+    fn deref_mut(&mut self) -> &mut [i64] {
+        match self {
+            Amounts::Inline(a, n) => &mut a[..*n],
+            Amounts::Heap(v) => v,
+        }
+    }
+}
+
 /// For each resource, (requested including the pod, allocatable); (0, 0) for resources the
 /// node does not have or scalar resources the pod does not ask for.
 pub fn requested_and_allocatable(
@@ -70,14 +107,14 @@ pub fn requested_and_allocatable(
     resources: &[ResourceSpec],
     pod_requests: &[i64],
     use_requested: bool,
-) -> (Vec<i64>, Vec<i64>) {
+) -> (Amounts, Amounts) {
     let node_requested = if use_requested {
         &node.requested
     } else {
         &node.non_zero_requested
     };
-    let mut requested = vec![0; resources.len()];
-    let mut allocatable = vec![0; resources.len()];
+    let mut requested = Amounts::zeros(resources.len());
+    let mut allocatable = Amounts::zeros(resources.len());
     for (i, spec) in resources.iter().enumerate() {
         let name = spec.name.as_str();
         let pod = pod_requests[i];
@@ -238,22 +275,24 @@ pub fn requested_to_capacity_ratio(
 
 /// Balanced allocation: 100 × (1 − the standard deviation of the used fractions).
 pub fn balanced(requested: &[i64], allocatable: &[i64]) -> i64 {
-    let fractions: Vec<f64> = requested
-        .iter()
-        .zip(allocatable)
-        .filter(|(_, a)| **a != 0)
-        .map(|(r, a)| (*r as f64 / *a as f64).min(1.0))
-        .collect();
-    let std = match fractions.len() {
+    let fractions = || {
+        requested
+            .iter()
+            .zip(allocatable)
+            .filter(|(_, a)| **a != 0)
+            .map(|(r, a)| (*r as f64 / *a as f64).min(1.0))
+    };
+    let n = fractions().count();
+    let std = match n {
         0 | 1 => 0.0,
-        2 => ((fractions[0] - fractions[1]) / 2.0).abs(),
+        2 => {
+            let mut f = fractions();
+            let (a, b) = (f.next().unwrap_or(0.0), f.next().unwrap_or(0.0));
+            ((a - b) / 2.0).abs()
+        }
         n => {
-            let mean = fractions.iter().sum::<f64>() / n as f64;
-            let var = fractions
-                .iter()
-                .map(|f| (f - mean) * (f - mean))
-                .sum::<f64>()
-                / n as f64;
+            let mean = fractions().sum::<f64>() / n as f64;
+            let var = fractions().map(|f| (f - mean) * (f - mean)).sum::<f64>() / n as f64;
             var.sqrt()
         }
     };
