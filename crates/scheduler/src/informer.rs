@@ -1,7 +1,7 @@
 //! Feeds the scheduler from the API server: one watch of all pods (no field selector; the
 //! scheduler decides on its side which are its own, seed 000), one of nodes, and of
-//! PodDisruptionBudgets (for preemption) and namespaces (for pod affinity's namespace
-//! selectors), through
+//! PodDisruptionBudgets (for preemption), namespaces (for pod affinity's namespace selectors)
+//! and Services, ReplicaSets and StatefulSets (for default spreading), through
 //! kube-rs's `watcher`, which lists, watches from the list's resourceVersion and relists
 //! after a 410. Objects missing from a relist are treated as deleted.
 
@@ -9,12 +9,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Api;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
+use crate::plugins::helper::label_selector;
 use crate::scheduler::Scheduler;
 
 /// Runs the watches until the process ends; `synced` turns true once the pods and nodes are
@@ -49,6 +52,30 @@ pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch:
             },
         )
     };
+    let services = {
+        let (s, gone) = (scheduler.clone(), scheduler.clone());
+        follow(
+            Api::<Service>::all(client.clone()),
+            watch::channel(false).0,
+            move |svc: Arc<Service>| {
+                let selector = svc.spec.as_ref().and_then(|s| s.selector.clone());
+                let (ns, name) = namespace_and_name(svc.as_ref());
+                s.on_service(ns, name, selector)
+            },
+            move |svc: Arc<Service>| {
+                let (ns, name) = namespace_and_name(svc.as_ref());
+                gone.on_service(ns, name, None)
+            },
+        )
+    };
+    let replicasets =
+        controllers::<ReplicaSet>(client.clone(), scheduler.clone(), "ReplicaSet", |rs| {
+            rs.spec.as_ref().map(|s| s.selector.clone())
+        });
+    let statefulsets =
+        controllers::<StatefulSet>(client.clone(), scheduler.clone(), "StatefulSet", |ss| {
+            ss.spec.as_ref().map(|s| s.selector.clone())
+        });
     let pdbs = {
         let (s, gone) = (scheduler.clone(), scheduler.clone());
         let (pdbs_synced, _) = watch::channel(false);
@@ -77,7 +104,55 @@ pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch:
         let _ = synced.send(true);
         std::future::pending::<()>().await;
     };
-    tokio::join!(pods, nodes, pdbs, namespaces, ready);
+    tokio::join!(
+        pods,
+        nodes,
+        pdbs,
+        namespaces,
+        services,
+        replicasets,
+        statefulsets,
+        ready
+    );
+}
+
+/// Follows one kind of controller's selectors into the scheduler's workloads.
+async fn controllers<K>(
+    client: kube::Client,
+    scheduler: Arc<Scheduler>,
+    kind: &'static str,
+    selector_of: fn(&K) -> Option<LabelSelector>,
+) where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (s, gone) = (scheduler.clone(), scheduler);
+    follow(
+        Api::<K>::all(client),
+        watch::channel(false).0,
+        move |o: Arc<K>| {
+            let (ns, name) = namespace_and_name(o.as_ref());
+            let selector = selector_of(&o).and_then(|sel| label_selector(Some(&sel)).ok());
+            s.on_controller(kind, ns, name, selector)
+        },
+        move |o: Arc<K>| {
+            let (ns, name) = namespace_and_name(o.as_ref());
+            gone.on_controller(kind, ns, name, None)
+        },
+    )
+    .await
+}
+
+fn namespace_and_name<K: kube::Resource>(o: &K) -> (&str, &str) {
+    (
+        o.meta().namespace.as_deref().unwrap_or(""),
+        o.meta().name.as_deref().unwrap_or(""),
+    )
 }
 
 /// `namespace/name`.

@@ -12,11 +12,14 @@ use tokio::time::Instant;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use parking_lot::Mutex;
+use skiff_apimachinery::labels::Selector;
 
 use crate::algorithm::{Algorithm, FitError, ScheduleError};
 use crate::api::ClusterApi;
 use crate::cache::Cache;
-use crate::framework::{Code, CycleState, Framework, NamespaceLabels, PodInfo, Snapshot};
+use crate::framework::{
+    Code, CycleState, Framework, NamespaceLabels, PodInfo, Snapshot, Workloads,
+};
 use crate::metrics::{Metrics, Outcome};
 use crate::nominator::Nominator;
 use crate::queue::{Failure, QueuedPod, SchedulingQueue};
@@ -55,6 +58,8 @@ pub struct Scheduler {
     pdbs: Mutex<Budgets>,
     /// Namespaces' labels (copied on write: each cycle's snapshot shares them).
     namespaces: Mutex<Arc<NamespaceLabels>>,
+    /// Services' and controllers' selectors (copied on write when a selector changes).
+    workloads: Mutex<Arc<Workloads>>,
     /// The scheduling loop's view, brought up to date from the cache at each cycle (only the
     /// loop touches it; the mutex makes that visible to the compiler).
     snapshot: Mutex<Snapshot>,
@@ -110,6 +115,7 @@ impl Scheduler {
             nominator: Mutex::default(),
             pdbs: Mutex::default(),
             namespaces: Mutex::default(),
+            workloads: Mutex::default(),
             snapshot: Mutex::new(Snapshot::default()),
             api,
             metrics: Metrics::default(),
@@ -197,6 +203,56 @@ impl Scheduler {
         };
     }
 
+    /// A Service's selector, as of an add or change, or `None` once it is deleted (or selects
+    /// nothing): default spreading reads them.
+    pub fn on_service(
+        &self,
+        namespace: &str,
+        name: &str,
+        selector: Option<BTreeMap<String, String>>,
+    ) {
+        let selector = selector.filter(|s| !s.is_empty());
+        let mut workloads = self.workloads.lock();
+        let current = workloads.services.get(namespace).and_then(|s| s.get(name));
+        if current == selector.as_ref() {
+            return;
+        }
+        let services = &mut Arc::make_mut(&mut workloads).services;
+        match selector {
+            Some(s) => {
+                services
+                    .entry(namespace.to_string())
+                    .or_default()
+                    .insert(name.to_string(), s);
+            }
+            None => {
+                if let Some(in_namespace) = services.get_mut(namespace) {
+                    in_namespace.remove(name);
+                }
+            }
+        }
+    }
+
+    /// A ReplicaSet's or StatefulSet's selector, or `None` once it is deleted.
+    pub fn on_controller(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        selector: Option<Selector>,
+    ) {
+        let key = format!("{kind}/{namespace}/{name}");
+        let mut workloads = self.workloads.lock();
+        if workloads.controllers.get(&key) == selector.as_ref() {
+            return;
+        }
+        let controllers = &mut Arc::make_mut(&mut workloads).controllers;
+        match selector {
+            Some(s) => controllers.insert(key, s),
+            None => controllers.remove(&key),
+        };
+    }
+
     /// A PodDisruptionBudget was added, changed or deleted (`None`): preemption reads them.
     pub fn on_pdb(&self, key: String, pdb: Option<Arc<PodDisruptionBudget>>) {
         let mut pdbs = self.pdbs.lock();
@@ -246,6 +302,7 @@ impl Scheduler {
             snapshot.set_nominated(self.nominator.lock().pods());
             snapshot.set_pdbs(self.pdbs.lock().list.clone());
             snapshot.set_namespaces(self.namespaces.lock().clone());
+            snapshot.set_workloads(self.workloads.lock().clone());
             profile
                 .algorithm
                 .lock()

@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+use skiff_apimachinery::labels::Selector;
 use skiff_apimachinery::quantity::Quantity;
 
 /// CPU assumed for a container that requests none, when scoring (upstream's
@@ -422,6 +423,8 @@ pub struct Snapshot {
     nominated: Arc<NominatedPods>,
     /// Namespaces' labels, for namespace selectors.
     namespaces: Arc<NamespaceLabels>,
+    /// Services and controllers' selectors, for default spreading.
+    workloads: Arc<Workloads>,
     /// The cluster's PodDisruptionBudgets, which preemption tries not to violate.
     pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>,
     /// The cache's node layout this snapshot was taken at (None: not from a cache).
@@ -430,6 +433,15 @@ pub struct Snapshot {
 
 /// Namespace name → its labels.
 pub type NamespaceLabels = HashMap<String, BTreeMap<String, String>>;
+
+/// What selects pods: the Services (their `spec.selector`, by namespace) and the ReplicaSets
+/// and StatefulSets (their `spec.selector`, by `Kind/namespace/name`), for PodTopologySpread's
+/// default constraints (upstream's `DefaultSelector` reads the same through listers).
+#[derive(Debug, Clone, Default)]
+pub struct Workloads {
+    pub services: HashMap<String, HashMap<String, BTreeMap<String, String>>>,
+    pub controllers: HashMap<String, Selector>,
+}
 
 /// Node name → the pods nominated to it.
 pub type NominatedPods = HashMap<String, Vec<Arc<PodInfo>>>;
@@ -483,6 +495,7 @@ impl Snapshot {
             nominated: Arc::default(),
             pdbs: Arc::default(),
             namespaces: Arc::default(),
+            workloads: Arc::default(),
             layout: None,
         }
     }
@@ -506,6 +519,14 @@ impl Snapshot {
 
     pub fn set_nominated(&mut self, nominated: Arc<NominatedPods>) {
         self.nominated = nominated;
+    }
+
+    pub fn set_workloads(&mut self, workloads: Arc<Workloads>) {
+        self.workloads = workloads;
+    }
+
+    pub fn workloads(&self) -> &Workloads {
+        &self.workloads
     }
 
     pub fn set_namespaces(&mut self, namespaces: Arc<NamespaceLabels>) {

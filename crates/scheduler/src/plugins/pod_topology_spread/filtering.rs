@@ -65,7 +65,7 @@ impl PreFilterPlugin for PodTopologySpread {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> PreFilterResult {
-        let constraints = match self.constraints(&pod.pod, "DoNotSchedule") {
+        let constraints = match self.constraints(&pod.pod, "DoNotSchedule", snapshot.workloads()) {
             Ok(c) => c,
             Err(e) => return Status::error(e).into(),
         };

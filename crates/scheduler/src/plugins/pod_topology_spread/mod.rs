@@ -12,6 +12,8 @@
 mod filtering;
 mod scoring;
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{Node, Pod, TopologySpreadConstraint};
 use serde_json::Value;
 use skiff_apimachinery::labels::{Operator, Requirement, Selector};
@@ -20,7 +22,7 @@ use super::helper::{arg, is_terminating, label_selector, pod_labels, pod_namespa
 use super::node_selector::RequiredNodeAffinity;
 use super::tolerations::{find_untolerated_taint, is_do_not_schedule};
 use crate::framework::{
-    FilterPlugin, Plugin, PodInfo, PreFilterPlugin, PreScorePlugin, ScorePlugin,
+    FilterPlugin, Plugin, PodInfo, PreFilterPlugin, PreScorePlugin, ScorePlugin, Workloads,
 };
 
 pub const NAME: &str = "PodTopologySpread";
@@ -171,8 +173,14 @@ impl PodTopologySpread {
         }
     }
 
-    /// The pod's constraints with this `whenUnsatisfiable`, or the defaults when it has none.
-    fn constraints(&self, pod: &Pod, action: &str) -> Result<Vec<Constraint>, String> {
+    /// The pod's constraints with this `whenUnsatisfiable`, or the defaults when it has none
+    /// (spreading the pods selected as `workloads` select this one).
+    fn constraints(
+        &self,
+        pod: &Pod,
+        action: &str,
+        workloads: &Workloads,
+    ) -> Result<Vec<Constraint>, String> {
         let own = pod_spec(pod)
             .topology_spread_constraints
             .as_deref()
@@ -184,7 +192,7 @@ impl PodTopologySpread {
         if defaults.is_empty() {
             return Ok(defaults);
         }
-        let selector = default_selector(pod);
+        let selector = default_selector(pod, workloads);
         if selector.is_empty() {
             return Ok(Vec::new());
         }
@@ -195,22 +203,40 @@ impl PodTopologySpread {
     }
 }
 
-/// The selector default constraints spread a pod's siblings by. Upstream merges the selectors
-/// of the Services, ReplicaSets, ReplicationControllers and StatefulSets that select the pod;
-/// without listers, a pod owned by one of those controllers spreads over pods with exactly its
-/// labels (the controller's template labels), and other pods are not spread.
-fn default_selector(pod: &Pod) -> Selector {
-    let owned = pod.metadata.owner_references.iter().flatten().any(|o| {
-        o.controller == Some(true)
-            && matches!(
-                o.kind.as_str(),
-                "ReplicaSet" | "ReplicationController" | "StatefulSet"
-            )
-    });
-    if !owned {
-        return Selector::everything();
+/// The selector default constraints spread a pod's siblings by (upstream's `DefaultSelector`):
+/// the merged selectors of the Services in its namespace that select it, plus the selector of
+/// the ReplicaSet or StatefulSet that controls it. Empty (no spreading) when nothing selects it.
+fn default_selector(pod: &Pod, workloads: &Workloads) -> Selector {
+    let labels = pod_labels(pod);
+    let mut merged = BTreeMap::new();
+    let services = workloads.services.get(pod_namespace(pod));
+    for selector in services.into_iter().flat_map(|s| s.values()) {
+        let selects = !selector.is_empty()
+            && selector
+                .iter()
+                .all(|(k, v)| labels.get(k).is_some_and(|l| l == v));
+        if selects {
+            merged.extend(selector.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
     }
-    Selector::from_set(pod_labels(pod).clone())
+    let mut selector = Selector::from_set(merged);
+    let controller = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true));
+    if let Some(owner) = controller
+        && matches!(owner.kind.as_str(), "ReplicaSet" | "StatefulSet")
+    {
+        let key = format!("{}/{}/{}", owner.kind, pod_namespace(pod), owner.name);
+        if let Some(own) = workloads.controllers.get(&key) {
+            for r in own.requirements() {
+                selector = selector.with_requirement(r.clone());
+            }
+        }
+    }
+    selector
 }
 
 fn convert(
@@ -317,10 +343,19 @@ mod tests {
     }
 
     #[test]
-    fn only_controller_owned_pods_get_the_system_default_constraints() {
+    fn system_default_constraints_spread_what_services_and_controllers_select() {
         let pl = PodTopologySpread::default();
-        let bare = PodBuilder::new("p").label("app", "web").build();
-        assert!(pl.constraints(&bare, "ScheduleAnyway").unwrap().is_empty());
+        let bare = PodBuilder::new("p")
+            .label("app", "web")
+            .label("tier", "front")
+            .build();
+        let none = Workloads::default();
+        assert!(
+            pl.constraints(&bare, "ScheduleAnyway", &none)
+                .unwrap()
+                .is_empty()
+        );
+
         let mut owned = bare.clone();
         owned.metadata.owner_references = Some(vec![OwnerReference {
             kind: "ReplicaSet".into(),
@@ -328,13 +363,54 @@ mod tests {
             controller: Some(true),
             ..Default::default()
         }]);
-        let got = pl.constraints(&owned, "ScheduleAnyway").unwrap();
+        let mut workloads = Workloads::default();
+        workloads.services.insert(
+            "default".into(),
+            [
+                (
+                    "web".to_string(),
+                    [("app".to_string(), "web".to_string())].into(),
+                ),
+                (
+                    "other".to_string(),
+                    [("app".to_string(), "db".to_string())].into(),
+                ),
+            ]
+            .into(),
+        );
+        workloads.controllers.insert(
+            "ReplicaSet/default/web-1".into(),
+            Selector::from_set([("tier", "front")]),
+        );
+        let got = pl
+            .constraints(&owned, "ScheduleAnyway", &workloads)
+            .unwrap();
         let keys: Vec<_> = got
             .iter()
             .map(|c| (c.topology_key.as_str(), c.max_skew))
             .collect();
         assert_eq!(keys, [(HOSTNAME, 3), (ZONE, 5)]);
-        assert!(pl.constraints(&owned, "DoNotSchedule").unwrap().is_empty());
+        // the web Service's and the ReplicaSet's selectors, not the db Service's
+        let sibling: BTreeMap<String, String> = [
+            ("app".to_string(), "web".to_string()),
+            ("tier".to_string(), "front".to_string()),
+        ]
+        .into();
+        let other_tier: BTreeMap<String, String> = [
+            ("app".to_string(), "web".to_string()),
+            ("tier".to_string(), "back".to_string()),
+        ]
+        .into();
+        assert!(got[0].selector.matches(&sibling));
+        assert!(!got[0].selector.matches(&other_tier));
+        // a Service alone is enough, as upstream
+        let served = pl.constraints(&bare, "ScheduleAnyway", &workloads).unwrap();
+        assert_eq!(served.len(), 2);
+        assert!(
+            pl.constraints(&owned, "DoNotSchedule", &workloads)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
@@ -347,7 +423,7 @@ mod tests {
             .with_spec(|s| s.topology_spread_constraints = Some(vec![c]))
             .build();
         let got = PodTopologySpread::default()
-            .constraints(&pod, "DoNotSchedule")
+            .constraints(&pod, "DoNotSchedule", &Workloads::default())
             .unwrap();
         let same: std::collections::BTreeMap<String, String> =
             [("app".into(), "web".into()), ("rev".into(), "2".into())].into();

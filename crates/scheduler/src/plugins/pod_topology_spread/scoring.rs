@@ -38,7 +38,7 @@ impl PreScorePlugin for PodTopologySpread {
         if nodes.is_empty() || snapshot.is_empty() {
             return Status::success();
         }
-        let constraints = match self.constraints(&pod.pod, "ScheduleAnyway") {
+        let constraints = match self.constraints(&pod.pod, "ScheduleAnyway", snapshot.workloads()) {
             Ok(c) => c,
             Err(e) => return Status::error(e),
         };
@@ -257,7 +257,7 @@ mod tests {
     }
 
     #[test]
-    fn system_defaults_spread_controller_pods_by_host_even_without_zones() {
+    fn system_defaults_spread_a_controllers_pods_by_host_even_without_zones() {
         let owned = |name: &str| {
             let mut p = PodBuilder::new(name).label("app", "web").build();
             p.metadata.owner_references = Some(vec![OwnerReference {
@@ -268,13 +268,19 @@ mod tests {
             }]);
             Arc::new(PodInfo::new(Arc::new(p)))
         };
-        let snap = snapshot(vec![
+        let mut snap = snapshot(vec![
             node("n1").info(&[owned("a"), owned("b")]),
             node("n2").info(&[]),
         ]);
+        let mut workloads = crate::framework::Workloads::default();
+        workloads.controllers.insert(
+            "ReplicaSet/default/web-1".into(),
+            skiff_apimachinery::labels::Selector::from_set([("app", "web")]),
+        );
+        snap.set_workloads(Arc::new(workloads));
         let got = run(&PodTopologySpread::default(), &owned("new"), &snap).unwrap();
         assert!(got[1] > got[0], "{got:?}");
-        // a pod with no controller is not spread by default
+        // a pod nothing selects is not spread by default
         assert!(run(&PodTopologySpread::default(), &web("bare"), &snap).is_none());
     }
 
