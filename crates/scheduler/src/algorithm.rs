@@ -311,21 +311,23 @@ impl Algorithm {
                     .is_none_or(|names| names.contains(*n))
             })
             .and_then(|n| snapshot.get(n));
-        if let Some(node) = nominated {
-            let s = fw.run_filters_with_nominated(
+        let filter = |node: &NodeInfo| {
+            fw.run_filters_with_nominated(
                 &filters,
                 state,
                 pod,
                 node,
                 snapshot.nominated(node.name()),
-            );
-            if s.is_success() {
-                return Ok(Feasible {
-                    nodes: vec![node.clone()],
-                    statuses,
-                    evaluated: 1,
-                });
-            }
+            )
+        };
+        if let Some(node) = nominated
+            && filter(node).is_success()
+        {
+            return Ok(Feasible {
+                nodes: vec![node.clone()],
+                statuses,
+                evaluated: 1,
+            });
         }
         let mut feasible = Vec::new();
         let mut evaluated = 0;
@@ -335,13 +337,7 @@ impl Algorithm {
             }
             let node = &candidates[(start + i) % all];
             evaluated += 1;
-            let s = fw.run_filters_with_nominated(
-                &filters,
-                state,
-                pod,
-                node,
-                snapshot.nominated(node.name()),
-            );
+            let s = filter(node);
             if s.is_success() {
                 feasible.push(node.clone());
             } else if s.code() == Code::Error {

@@ -17,11 +17,13 @@ use kube::Api;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
+use skiff_apimachinery::labels::Selector;
+
 use crate::plugins::helper::label_selector;
 use crate::scheduler::Scheduler;
 
 /// Runs the watches until the process ends; `synced` turns true once the pods and nodes are
-/// listed (budgets and namespaces follow when they come).
+/// listed (the side tables follow when they come).
 pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch::Sender<bool>) {
     let (pods_synced, mut pods_rx) = watch::channel(false);
     let (nodes_synced, mut nodes_rx) = watch::channel(false);
@@ -37,55 +39,60 @@ pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch:
             },
         )
     };
-    let namespaces = {
-        let (s, gone) = (scheduler.clone(), scheduler.clone());
-        let (namespaces_synced, _) = watch::channel(false);
-        follow(
-            Api::<Namespace>::all(client.clone()),
-            namespaces_synced,
-            move |n: Arc<Namespace>| {
-                let labels = n.metadata.labels.clone().unwrap_or_default();
-                s.on_namespace(n.metadata.name.as_deref().unwrap_or(""), Some(labels))
-            },
-            move |n: Arc<Namespace>| {
-                gone.on_namespace(n.metadata.name.as_deref().unwrap_or(""), None)
-            },
-        )
-    };
-    let services = {
-        let (s, gone) = (scheduler.clone(), scheduler.clone());
-        follow(
-            Api::<Service>::all(client.clone()),
-            watch::channel(false).0,
-            move |svc: Arc<Service>| {
-                let selector = svc.spec.as_ref().and_then(|s| s.selector.clone());
-                let (ns, name) = namespace_and_name(svc.as_ref());
-                s.on_service(ns, name, selector)
-            },
-            move |svc: Arc<Service>| {
-                let (ns, name) = namespace_and_name(svc.as_ref());
-                gone.on_service(ns, name, None)
-            },
-        )
-    };
-    let replicasets =
-        controllers::<ReplicaSet>(client.clone(), scheduler.clone(), "ReplicaSet", |rs| {
-            rs.spec.as_ref().map(|s| s.selector.clone())
-        });
-    let statefulsets =
-        controllers::<StatefulSet>(client.clone(), scheduler.clone(), "StatefulSet", |ss| {
-            ss.spec.as_ref().map(|s| s.selector.clone())
-        });
-    let pdbs = {
-        let (s, gone) = (scheduler.clone(), scheduler.clone());
-        let (pdbs_synced, _) = watch::channel(false);
-        follow(
-            Api::<PodDisruptionBudget>::all(client.clone()),
-            pdbs_synced,
-            move |p: Arc<PodDisruptionBudget>| s.on_pdb(object_key(p.as_ref()), Some(p)),
-            move |p: Arc<PodDisruptionBudget>| gone.on_pdb(object_key(p.as_ref()), None),
-        )
-    };
+    let namespaces = side::<Namespace>(
+        client.clone(),
+        scheduler.clone(),
+        |s, n| {
+            s.on_namespace(
+                name_of(n),
+                Some(n.metadata.labels.clone().unwrap_or_default()),
+            )
+        },
+        |s, n| s.on_namespace(name_of(n), None),
+    );
+    let services = side::<Service>(
+        client.clone(),
+        scheduler.clone(),
+        |s, svc| {
+            let selector = svc.spec.as_ref().and_then(|spec| spec.selector.clone());
+            s.on_service(namespace_of(svc), name_of(svc), selector)
+        },
+        |s, svc| s.on_service(namespace_of(svc), name_of(svc), None),
+    );
+    let replicasets = side::<ReplicaSet>(
+        client.clone(),
+        scheduler.clone(),
+        |s, rs| {
+            let selector = rs.spec.as_ref().map(|spec| &spec.selector);
+            s.on_controller(
+                "ReplicaSet",
+                namespace_of(rs),
+                name_of(rs),
+                selector_of(selector),
+            )
+        },
+        |s, rs| s.on_controller("ReplicaSet", namespace_of(rs), name_of(rs), None),
+    );
+    let statefulsets = side::<StatefulSet>(
+        client.clone(),
+        scheduler.clone(),
+        |s, ss| {
+            let selector = ss.spec.as_ref().map(|spec| &spec.selector);
+            s.on_controller(
+                "StatefulSet",
+                namespace_of(ss),
+                name_of(ss),
+                selector_of(selector),
+            )
+        },
+        |s, ss| s.on_controller("StatefulSet", namespace_of(ss), name_of(ss), None),
+    );
+    let pdbs = side::<PodDisruptionBudget>(
+        client.clone(),
+        scheduler.clone(),
+        |s, p| s.on_pdb(object_key(p), Some(Arc::new(p.clone()))),
+        |s, p| s.on_pdb(object_key(p), None),
+    );
     let nodes = {
         let s = scheduler.clone();
         follow(
@@ -116,14 +123,15 @@ pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch:
     );
 }
 
-/// Follows one kind of controller's selectors into the scheduler's workloads.
-async fn controllers<K>(
+/// A watch that only keeps one of the scheduler's side tables (budgets, namespaces,
+/// selectors) up to date; nothing waits for its first list.
+async fn side<K>(
     client: kube::Client,
     scheduler: Arc<Scheduler>,
-    kind: &'static str,
-    selector_of: fn(&K) -> Option<LabelSelector>,
+    apply: fn(&Scheduler, &K),
+    delete: fn(&Scheduler, &K),
 ) where
-    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+    K: kube::Resource<DynamicType = ()>
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
@@ -131,37 +139,33 @@ async fn controllers<K>(
         + Sync
         + 'static,
 {
-    let (s, gone) = (scheduler.clone(), scheduler);
+    let gone = scheduler.clone();
     follow(
         Api::<K>::all(client),
         watch::channel(false).0,
-        move |o: Arc<K>| {
-            let (ns, name) = namespace_and_name(o.as_ref());
-            let selector = selector_of(&o).and_then(|sel| label_selector(Some(&sel)).ok());
-            s.on_controller(kind, ns, name, selector)
-        },
-        move |o: Arc<K>| {
-            let (ns, name) = namespace_and_name(o.as_ref());
-            gone.on_controller(kind, ns, name, None)
-        },
+        move |o: Arc<K>| apply(&scheduler, &o),
+        move |o: Arc<K>| delete(&gone, &o),
     )
     .await
 }
 
-fn namespace_and_name<K: kube::Resource>(o: &K) -> (&str, &str) {
-    (
-        o.meta().namespace.as_deref().unwrap_or(""),
-        o.meta().name.as_deref().unwrap_or(""),
-    )
+fn namespace_of<K: kube::Resource>(o: &K) -> &str {
+    o.meta().namespace.as_deref().unwrap_or("")
+}
+
+fn name_of<K: kube::Resource>(o: &K) -> &str {
+    o.meta().name.as_deref().unwrap_or("")
+}
+
+/// A controller's label selector as the scheduler matches it (one that does not parse selects
+/// nothing here, as upstream skips it).
+fn selector_of(selector: Option<&LabelSelector>) -> Option<Selector> {
+    label_selector(Some(selector?)).ok()
 }
 
 /// `namespace/name`.
 fn object_key<K: kube::Resource>(o: &K) -> String {
-    format!(
-        "{}/{}",
-        o.meta().namespace.as_deref().unwrap_or(""),
-        o.meta().name.as_deref().unwrap_or("")
-    )
+    format!("{}/{}", namespace_of(o), name_of(o))
 }
 
 /// One watch: applies and deletes go to the handlers; a relist's missing objects are deleted.
