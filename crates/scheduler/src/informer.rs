@@ -59,34 +59,12 @@ pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch:
         },
         |s, svc| s.on_service(namespace_of(svc), name_of(svc), None),
     );
-    let replicasets = side::<ReplicaSet>(
-        client.clone(),
-        scheduler.clone(),
-        |s, rs| {
-            let selector = rs.spec.as_ref().map(|spec| &spec.selector);
-            s.on_controller(
-                "ReplicaSet",
-                namespace_of(rs),
-                name_of(rs),
-                selector_of(selector),
-            )
-        },
-        |s, rs| s.on_controller("ReplicaSet", namespace_of(rs), name_of(rs), None),
-    );
-    let statefulsets = side::<StatefulSet>(
-        client.clone(),
-        scheduler.clone(),
-        |s, ss| {
-            let selector = ss.spec.as_ref().map(|spec| &spec.selector);
-            s.on_controller(
-                "StatefulSet",
-                namespace_of(ss),
-                name_of(ss),
-                selector_of(selector),
-            )
-        },
-        |s, ss| s.on_controller("StatefulSet", namespace_of(ss), name_of(ss), None),
-    );
+    let replicasets = controllers::<ReplicaSet>(&client, &scheduler, "ReplicaSet", |rs| {
+        rs.spec.as_ref().map(|spec| &spec.selector)
+    });
+    let statefulsets = controllers::<StatefulSet>(&client, &scheduler, "StatefulSet", |ss| {
+        ss.spec.as_ref().map(|spec| &spec.selector)
+    });
     let pdbs = side::<PodDisruptionBudget>(
         client.clone(),
         scheduler.clone(),
@@ -128,8 +106,8 @@ pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch:
 async fn side<K>(
     client: kube::Client,
     scheduler: Arc<Scheduler>,
-    apply: fn(&Scheduler, &K),
-    delete: fn(&Scheduler, &K),
+    apply: impl Fn(&Scheduler, &K),
+    delete: impl Fn(&Scheduler, &K),
 ) where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -147,6 +125,30 @@ async fn side<K>(
         move |o: Arc<K>| delete(&gone, &o),
     )
     .await
+}
+
+/// The selectors of one kind of controller, for default spreading.
+fn controllers<K>(
+    client: &kube::Client,
+    scheduler: &Arc<Scheduler>,
+    kind: &'static str,
+    selector: fn(&K) -> Option<&LabelSelector>,
+) -> impl Future<Output = ()> + use<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    side::<K>(
+        client.clone(),
+        scheduler.clone(),
+        move |s, o| s.on_controller(kind, namespace_of(o), name_of(o), selector_of(selector(o))),
+        move |s, o| s.on_controller(kind, namespace_of(o), name_of(o), None),
+    )
 }
 
 fn namespace_of<K: kube::Resource>(o: &K) -> &str {
