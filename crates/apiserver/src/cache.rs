@@ -595,3 +595,55 @@ impl Cacher {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use skiff_apimachinery::catalog::lookup;
+
+    use super::*;
+
+    fn pod() -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "p", "namespace": "ns", "labels": {"app": "web"},
+                            "uid": "u1", "managedFields": [{"manager": "m"}]},
+               "spec": {"nodeName": "n1"}, "status": {"phase": "Pending"}})
+    }
+
+    #[test]
+    fn a_cached_object_shares_the_stored_bytes_instead_of_copying_them() {
+        let pods = lookup("", "v1", "pods").unwrap();
+        let stored = storage::encode(&pod()).unwrap();
+        let c = Cached::from_stored(pods, &stored, 7, b"/registry/core/pods/ns/p").unwrap();
+        assert_eq!(c.stored.stored().as_ptr(), stored.as_ptr());
+        assert_eq!(c.labels.get("app").map(String::as_str), Some("web"));
+        assert_eq!(c.field("spec.nodeName").as_deref(), Some("n1"));
+        let mut expected = pod();
+        storage::set_resource_version(&mut expected, 7);
+        assert_eq!(c.json(), serde_json::to_vec(&expected).unwrap());
+        assert_eq!(c.object().unwrap(), expected);
+    }
+
+    #[test]
+    fn stored_json_with_a_resource_version_is_encoded_again_without_it() {
+        let pods = lookup("", "v1", "pods").unwrap();
+        let mut with_rv = pod();
+        storage::set_resource_version(&mut with_rv, 3);
+        let stored = Bytes::from(serde_json::to_vec(&with_rv).unwrap());
+        let c = Cached::from_stored(pods, &stored, 9, b"k").unwrap();
+        assert_eq!(c.object().unwrap()["metadata"]["resourceVersion"], "9");
+        let served: Value = serde_json::from_slice(&c.json()).unwrap();
+        assert_eq!(served["metadata"]["resourceVersion"], "9");
+    }
+
+    #[test]
+    fn a_deleted_object_is_restamped_with_the_deletion_revision() {
+        let pods = lookup("", "v1", "pods").unwrap();
+        let c = Cached::from_object(pods, &pod(), 4).unwrap();
+        let gone = restamp(&c, 8);
+        assert_eq!(gone.revision, 8);
+        let served: Value = serde_json::from_slice(&gone.json()).unwrap();
+        assert_eq!(served["metadata"]["resourceVersion"], "8");
+        assert_eq!(served["metadata"]["uid"], "u1");
+    }
+}
