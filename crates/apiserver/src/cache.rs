@@ -1,7 +1,10 @@
 //! The watch cache: one store watch over every object (`/registry/`) keeps, per resource, the
-//! current objects (serialized once, with their labels and selectable fields) and a bounded
+//! current objects (their stored JSON, with their labels and selectable fields) and a bounded
 //! window of recent events, and fans events out to API watchers through a broadcast channel. Lists
 //! and watches are served from here without a store round trip per client.
+//!
+//! An object's JSON is the store's own buffer of it (a shared `Bytes`, see [`Stamped`]): with the
+//! embedded store the cache adds no second copy of any object, only its labels and fields.
 //!
 //! Invariants: `Shared::rv` is the revision every per-resource state is complete up to; an event
 //! is appended to a resource's history and sent on its channel under that resource's write lock,
@@ -21,6 +24,7 @@ use skiff_store::{EventKind, KeyRange, RangeRequest, Store, WatchControl, WatchR
 use tokio::sync::{broadcast, watch};
 
 use crate::error::{ApiError, Result};
+use crate::stamped::Stamped;
 use crate::storage;
 use crate::strategy;
 
@@ -31,20 +35,56 @@ pub const HISTORY: usize = 10_000;
 const FANOUT: usize = 4096;
 
 /// One object as the cache holds it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Cached {
     pub namespace: String,
     pub name: String,
     pub revision: i64,
-    /// The object's JSON with `metadata.resourceVersion` = `revision`.
-    pub json: Bytes,
+    /// The object's stored JSON (without `resourceVersion`, which is `revision`).
+    stored: Stamped,
     pub labels: BTreeMap<String, String>,
     /// Field-selector values (`metadata.name`, `metadata.namespace` and the kind's own).
     pub fields: Vec<(&'static str, String)>,
 }
 
 impl Cached {
+    /// An object from its stored JSON (`value` of a store key), as of `revision`. The bytes are
+    /// kept as they are (shared with whoever else holds them), unless they are not in the stored
+    /// form (a `resourceVersion` in them), then they are encoded again.
+    pub fn from_stored(
+        rt: &ResourceType,
+        value: &Bytes,
+        revision: i64,
+        key: &[u8],
+    ) -> Result<Self> {
+        let object: Value = serde_json::from_slice(value).map_err(|e| {
+            ApiError::internal(format!(
+                "decoding object at {}: {e}",
+                String::from_utf8_lossy(key)
+            ))
+        })?;
+        let stored = match Stamped::new(value.clone()) {
+            Ok(s) => s,
+            Err(_) => Self::stamped(&object)?,
+        };
+        Ok(Self::with_stored(rt, &object, revision, stored))
+    }
+
+    /// An object from its decoded form (its `resourceVersion`, if any, is replaced by
+    /// `revision`).
     pub fn from_object(rt: &ResourceType, object: &Value, revision: i64) -> Result<Self> {
+        let stored = Self::stamped(object)?;
+        Ok(Self::with_stored(rt, object, revision, stored))
+    }
+
+    fn stamped(object: &Value) -> Result<Stamped> {
+        let bytes = storage::encode(object)?;
+        Stamped::encoded(bytes).map_err(|e| {
+            ApiError::internal(format!("encoding {}: {e:?}", object["metadata"]["name"]))
+        })
+    }
+
+    fn with_stored(rt: &ResourceType, object: &Value, revision: i64, stored: Stamped) -> Self {
         let meta = &object["metadata"];
         let name = meta["name"].as_str().unwrap_or_default().to_string();
         let namespace = meta["namespace"].as_str().unwrap_or_default().to_string();
@@ -61,16 +101,29 @@ impl Cached {
             ("metadata.namespace", namespace.clone()),
         ];
         fields.extend(strategy::for_resource(rt).fields(object));
-        let json = serde_json::to_vec(object)
-            .map_err(|e| ApiError::internal(format!("encoding {name}: {e}")))?;
-        Ok(Cached {
+        Cached {
             namespace,
             name,
             revision,
-            json: Bytes::from(json),
+            stored,
             labels,
             fields,
-        })
+        }
+    }
+
+    /// Appends the object's JSON, with `metadata.resourceVersion` = `revision`.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        self.stored.write(self.revision, out);
+    }
+
+    /// The object's JSON, with `metadata.resourceVersion` = `revision`.
+    pub fn json(&self) -> Vec<u8> {
+        self.stored.to_vec(self.revision)
+    }
+
+    /// About how long [`Cached::json`] is.
+    pub fn json_len(&self) -> usize {
+        self.stored.len_hint()
     }
 
     /// The object's key below the resource prefix (`namespace/name` or `name`): the order of
@@ -91,8 +144,10 @@ impl Cached {
     }
 
     pub fn object(&self) -> Result<Value> {
-        serde_json::from_slice(&self.json)
-            .map_err(|e| ApiError::internal(format!("decoding cached {}: {e}", self.name)))
+        let mut object: Value = serde_json::from_slice(self.stored.stored())
+            .map_err(|e| ApiError::internal(format!("decoding cached {}: {e}", self.name)))?;
+        storage::set_resource_version(&mut object, self.revision);
+        Ok(object)
     }
 }
 
@@ -308,22 +363,9 @@ fn event_revision(e: &CacheEvent) -> i64 {
 }
 
 fn restamp(c: &Cached, revision: i64) -> Arc<Cached> {
-    let json = match serde_json::from_slice::<Value>(&c.json) {
-        Ok(mut v) => {
-            storage::set_resource_version(&mut v, revision);
-            serde_json::to_vec(&v)
-                .map(Bytes::from)
-                .unwrap_or_else(|_| c.json.clone())
-        }
-        Err(_) => c.json.clone(),
-    };
     Arc::new(Cached {
-        namespace: c.namespace.clone(),
-        name: c.name.clone(),
         revision,
-        json,
-        labels: c.labels.clone(),
-        fields: c.fields.clone(),
+        ..c.clone()
     })
 }
 
@@ -419,9 +461,7 @@ impl Cacher {
             let Some((id, cache)) = self.find(g, p) else {
                 continue;
             };
-            match storage::decode(kv)
-                .and_then(|o| Cached::from_object(cache.rt, &o, kv.mod_revision))
-            {
+            match Cached::from_stored(cache.rt, &kv.value, kv.mod_revision, &kv.key) {
                 Ok(c) => {
                     fresh.entry(*id).or_default().insert(c.path(), Arc::new(c));
                 }
@@ -508,9 +548,7 @@ impl Cacher {
         };
         match ev.kind {
             EventKind::Put => {
-                match storage::decode(&ev.kv)
-                    .and_then(|o| Cached::from_object(cache.rt, &o, ev.kv.mod_revision))
-                {
+                match Cached::from_stored(cache.rt, &ev.kv.value, ev.kv.mod_revision, &ev.kv.key) {
                     Ok(c) => cache.apply(k, Some(Arc::new(c)), ev.kv.mod_revision),
                     Err(e) => tracing::warn!(key = %key, error = %e, "skipping undecodable object"),
                 }
@@ -555,5 +593,57 @@ impl Cacher {
                 self.revision()
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use skiff_apimachinery::catalog::lookup;
+
+    use super::*;
+
+    fn pod() -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "p", "namespace": "ns", "labels": {"app": "web"},
+                            "uid": "u1", "managedFields": [{"manager": "m"}]},
+               "spec": {"nodeName": "n1"}, "status": {"phase": "Pending"}})
+    }
+
+    #[test]
+    fn a_cached_object_shares_the_stored_bytes_instead_of_copying_them() {
+        let pods = lookup("", "v1", "pods").unwrap();
+        let stored = storage::encode(&pod()).unwrap();
+        let c = Cached::from_stored(pods, &stored, 7, b"/registry/core/pods/ns/p").unwrap();
+        assert_eq!(c.stored.stored().as_ptr(), stored.as_ptr());
+        assert_eq!(c.labels.get("app").map(String::as_str), Some("web"));
+        assert_eq!(c.field("spec.nodeName").as_deref(), Some("n1"));
+        let mut expected = pod();
+        storage::set_resource_version(&mut expected, 7);
+        assert_eq!(c.json(), serde_json::to_vec(&expected).unwrap());
+        assert_eq!(c.object().unwrap(), expected);
+    }
+
+    #[test]
+    fn stored_json_with_a_resource_version_is_encoded_again_without_it() {
+        let pods = lookup("", "v1", "pods").unwrap();
+        let mut with_rv = pod();
+        storage::set_resource_version(&mut with_rv, 3);
+        let stored = Bytes::from(serde_json::to_vec(&with_rv).unwrap());
+        let c = Cached::from_stored(pods, &stored, 9, b"k").unwrap();
+        assert_eq!(c.object().unwrap()["metadata"]["resourceVersion"], "9");
+        let served: Value = serde_json::from_slice(&c.json()).unwrap();
+        assert_eq!(served["metadata"]["resourceVersion"], "9");
+    }
+
+    #[test]
+    fn a_deleted_object_is_restamped_with_the_deletion_revision() {
+        let pods = lookup("", "v1", "pods").unwrap();
+        let c = Cached::from_object(pods, &pod(), 4).unwrap();
+        let gone = restamp(&c, 8);
+        assert_eq!(gone.revision, 8);
+        let served: Value = serde_json::from_slice(&gone.json()).unwrap();
+        assert_eq!(served["metadata"]["resourceVersion"], "8");
+        assert_eq!(served["metadata"]["uid"], "u1");
     }
 }

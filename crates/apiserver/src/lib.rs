@@ -13,6 +13,7 @@
 //! - [`strategy`]: per-kind defaulting, validation and selectable fields.
 //! - [`storage`]: key layout and the stored encoding of objects.
 //! - [`cache`]: the watch cache.
+//! - [`stamped`]: stored JSON served with its `resourceVersion` spliced in, without a copy.
 //! - [`conversion`]: served forms that differ from the stored one (events.k8s.io Events).
 //! - [`encoding`], [`protobuf`]: request body formats and content negotiation.
 //! - [`allocator`]: Service ClusterIPs and NodePorts.
@@ -37,6 +38,7 @@ pub mod pki;
 pub mod protobuf;
 pub mod request;
 pub mod server;
+pub mod stamped;
 pub mod storage;
 pub mod strategy;
 

@@ -67,14 +67,19 @@ pub fn storage_id(rt: &ResourceType) -> (&'static str, &'static str) {
 }
 
 /// Serializes an object for the store: JSON without `metadata.resourceVersion`.
+///
+/// The buffer is exactly as long as the JSON: the store (and the watch cache, which shares it)
+/// keeps it for the object's lifetime, and a serializer's buffer grows by doubling, so it would
+/// otherwise carry up to as much spare capacity as JSON.
 pub fn encode(object: &Value) -> Result<Bytes> {
     let mut object = object.clone();
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("resourceVersion");
     }
-    serde_json::to_vec(&object)
-        .map(Bytes::from)
-        .map_err(|e| ApiError::internal(format!("encoding object: {e}")))
+    let mut json = serde_json::to_vec(&object)
+        .map_err(|e| ApiError::internal(format!("encoding object: {e}")))?;
+    json.shrink_to_fit();
+    Ok(Bytes::from(json))
 }
 
 /// Reads an object from the store, with `resourceVersion` set to the revision it was written at.

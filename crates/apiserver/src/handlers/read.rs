@@ -322,8 +322,7 @@ async fn list_from_store(
                 e => e.into(),
             })?;
         for kv in &page.kvs {
-            let obj = storage::decode(kv)?;
-            let c = Cached::from_object(ctx.rt, &obj, kv.mod_revision)?;
+            let c = Cached::from_stored(ctx.rt, &kv.value, kv.mod_revision, &kv.key)?;
             if !filter.matches(&c) {
                 continue;
             }
@@ -373,7 +372,7 @@ fn render_list(
                 meta
             );
             let mut out = Vec::with_capacity(
-                head.len() + items.iter().map(|c| c.json.len() + 1).sum::<usize>() + 2,
+                head.len() + items.iter().map(|c| c.json_len() + 1).sum::<usize>() + 2,
             );
             out.extend_from_slice(head.as_bytes());
             for (i, c) in items.iter().enumerate() {
@@ -381,9 +380,9 @@ fn render_list(
                     out.push(b',');
                 }
                 if conversion::needed(ctx.rt) {
-                    out.extend_from_slice(&conversion::external_bytes(ctx.rt, &c.json));
+                    out.extend_from_slice(&conversion::external_bytes(ctx.rt, &c.json()));
                 } else {
-                    out.extend_from_slice(&c.json);
+                    c.write_json(&mut out);
                 }
             }
             out.extend_from_slice(b"]}");

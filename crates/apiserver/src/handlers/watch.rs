@@ -10,7 +10,7 @@ use futures::StreamExt;
 use http::Response;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
-use serde_json::{Value, json};
+use serde_json::json;
 use skiff_store::{EventKind, KeyRange, WatchRequest};
 use tokio::sync::{broadcast, mpsc};
 
@@ -53,11 +53,22 @@ impl Sink {
     /// Queues one event line; lines go out in one frame per [`Sink::flush`] (or every 64 KiB), so
     /// a watcher that is behind gets its backlog in few writes rather than one per event.
     async fn send_line(&mut self, kind: &str, object: &[u8]) -> bool {
-        self.buf.reserve(object.len() + 32);
+        self.send_with(kind, object.len(), |buf| buf.extend_from_slice(object))
+            .await
+    }
+
+    /// Queues one event line whose object `write` appends (about `len` bytes).
+    async fn send_with(
+        &mut self,
+        kind: &str,
+        len: usize,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> bool {
+        self.buf.reserve(len + 32);
         self.buf.extend_from_slice(b"{\"type\":\"");
         self.buf.extend_from_slice(kind.as_bytes());
         self.buf.extend_from_slice(b"\",\"object\":");
-        self.buf.extend_from_slice(object);
+        write(&mut self.buf);
         self.buf.extend_from_slice(b"}\n");
         if self.buf.len() >= FLUSH_BYTES {
             return self.flush().await;
@@ -96,10 +107,13 @@ impl Sink {
                     .await
             }
             _ if conversion::needed(self.ctx.rt) => {
-                let bytes = conversion::external_bytes(self.ctx.rt, &c.json);
+                let bytes = conversion::external_bytes(self.ctx.rt, &c.json());
                 self.send_line(kind, &bytes).await
             }
-            _ => self.send_line(kind, &c.json).await,
+            _ => {
+                self.send_with(kind, c.json_len(), |buf| c.write_json(buf))
+                    .await
+            }
         }
     }
 
@@ -332,8 +346,7 @@ async fn from_store(sink: &mut Sink) {
         };
         for ev in &batch.events {
             let decode = |kv: &skiff_store::KeyValue, rev: i64| -> Option<Cached> {
-                let obj: Value = storage::decode_at(&kv.value, rev, &kv.key).ok()?;
-                Cached::from_object(rt, &obj, rev).ok()
+                Cached::from_stored(rt, &kv.value, rev, &kv.key).ok()
             };
             let prev = ev.prev_kv.as_ref().and_then(|p| decode(p, p.mod_revision));
             let (change, object) = match ev.kind {

@@ -35,6 +35,10 @@ const LOG_BATCH_FORMAT: u8 = 1;
 /// File name of the database inside the data directory.
 pub(crate) const FILE_NAME: &str = "store.redb";
 
+/// Default bound of redb's page cache: enough for the pages a commit of appended records
+/// touches (the right edge of the `revisions` tree), not for the whole file.
+pub(crate) const FILE_CACHE_BYTES: usize = 4 * 1024 * 1024;
+
 /// The open database.
 pub(crate) struct Disk {
     db: Database,
@@ -198,7 +202,12 @@ impl Disk {
     ///
     /// A file that exists but is damaged, or is not a Skiff store, is an error naming the file:
     /// the store never silently starts empty over existing data.
-    pub fn open(dir: &Path, recovered: &Recovered) -> Result<(Disk, Loaded)> {
+    ///
+    /// `cache_bytes` bounds redb's page cache. redb keeps every page it writes in that cache (up
+    /// to 1 GiB by default), but this file is read only at start-up and by compaction sweeps:
+    /// the in-memory index serves every read. A large cache would hold a second copy of every
+    /// value in memory for nothing.
+    pub fn open(dir: &Path, recovered: &Recovered, cache_bytes: usize) -> Result<(Disk, Loaded)> {
         std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
         let path = dir.join(FILE_NAME);
         let fresh = match std::fs::metadata(&path) {
@@ -207,10 +216,12 @@ impl Disk {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
             Err(e) => return Err(io_error(&path, e)),
         };
+        let mut builder = redb::Builder::new();
+        builder.set_cache_size(cache_bytes);
         let db = if fresh {
-            Database::create(&path)
+            builder.create(&path)
         } else {
-            Database::open(&path)
+            builder.open(&path)
         }
         .map_err(|e| match e {
             redb::DatabaseError::Storage(redb::StorageError::Io(io)) => io_error(&path, io),
@@ -492,7 +503,9 @@ mod tests {
             payloads: Vec::new(),
             segments: Vec::new(),
         };
-        let err = Disk::open(dir.path(), &none).err().expect("must refuse");
+        let err = Disk::open(dir.path(), &none, FILE_CACHE_BYTES)
+            .err()
+            .expect("must refuse");
         assert!(err.to_string().contains(FILE_NAME), "{err}");
     }
 }

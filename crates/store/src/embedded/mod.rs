@@ -63,6 +63,9 @@ pub struct EmbeddedConfig {
     pub min_lease_ttl: i64,
     /// How often expired leases are looked for.
     pub lease_check_interval: Duration,
+    /// Bytes of `store.redb` pages kept in memory (redb's own default is 1 GiB; the file is
+    /// read only at start-up and by compaction, so a small cache costs no read latency).
+    pub file_cache_bytes: usize,
 }
 
 impl EmbeddedConfig {
@@ -75,6 +78,7 @@ impl EmbeddedConfig {
             progress_interval: Duration::from_secs(600),
             min_lease_ttl: 2,
             lease_check_interval: Duration::from_millis(500),
+            file_cache_bytes: disk::FILE_CACHE_BYTES,
         }
     }
 }
@@ -129,13 +133,14 @@ impl EmbeddedStore {
     /// inside a Tokio runtime. Fails (naming the file) if the data is damaged.
     pub async fn open(config: EmbeddedConfig) -> Result<EmbeddedStore> {
         let dir = config.data_dir.clone();
+        let cache_bytes = config.file_cache_bytes;
         let (disk, wal, loaded) = tokio::task::spawn_blocking(move || {
             std::fs::create_dir_all(&dir).map_err(|e| Error::Io {
                 path: dir.display().to_string(),
                 reason: e.to_string(),
             })?;
             let (wal, recovered) = wal::Wal::open(&dir)?;
-            let (disk, loaded) = disk::Disk::open(&dir, &recovered)?;
+            let (disk, loaded) = disk::Disk::open(&dir, &recovered, cache_bytes)?;
             Ok::<_, Error>((disk, wal, loaded))
         })
         .await

@@ -7,7 +7,8 @@
 //! - `api-list`, `api-list-paged`: `GET /api/v1/pods` whole, and with `limit=500` following
 //!   `continue` as kubectl does (`ms` is the mean);
 //! - `api-rss`: the server's VmRSS and VmHWM from `/proc/PID/status` at start and after each
-//!   phase (`etcd_rss_mb` too with `--backend etcd`);
+//!   phase, the RSS split into anonymous (heap) and file-backed (binary) pages (`etcd_rss_mb`
+//!   too with `--backend etcd`);
 //! - `api-watch`: delivery latency of configmap updates to many concurrent watches, over
 //!   HTTP/2 as client-go opens them or one HTTP/1.1 connection each as kube-rs does
 //!   ([`watch`]).
@@ -163,6 +164,9 @@ async fn workloads(
             "phase": phase,
             "rss_mb": mb(proc_status_kb(&status, "VmRSS")),
             "peak_mb": mb(proc_status_kb(&status, "VmHWM")),
+            // RSS split: heap and other anonymous memory / the mapped binary and files.
+            "anon_mb": mb(proc_status_kb(&status, "RssAnon")),
+            "file_mb": mb(proc_status_kb(&status, "RssFile")),
         });
         if let Some(etcd) = etcd {
             let status = std::fs::read_to_string(format!("/proc/{}/status", etcd.pid()))?;

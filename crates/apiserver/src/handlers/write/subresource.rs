@@ -1,0 +1,162 @@
+//! Write subresources: `status` and `finalize` (updates of one part of the object), `binding`
+//! (a pod's node, once), `eviction` (a delete), and the whole-object replacement `scale` uses.
+
+use http::Response;
+use serde_json::{Value, json};
+use skiff_apimachinery::catalog::Subresource;
+use skiff_apimachinery::validation::{FieldError, FieldPath};
+
+use super::delete::{DeleteOptions, delete_one};
+use super::update::{patch, update_with};
+use super::{Fields, commit, name_of, no_op, put_op, read_object, rv_of, validate};
+use crate::error::{ApiError, Result};
+use crate::handlers::apply::record_update;
+use crate::handlers::read::fetch;
+use crate::handlers::{Body, Ctx, success_status};
+use crate::storage;
+use crate::strategy::generic;
+
+/// Requests to a subresource.
+pub async fn subresource(mut ctx: Ctx, sub: &'static Subresource) -> Result<Response<Body>> {
+    let verb = ctx.info.verb.clone();
+    match (sub.name, verb.as_str()) {
+        ("status", "get") => crate::handlers::read::get(ctx).await,
+        ("status", "update") | ("finalize", "update") => {
+            let (kind, api_version) = (ctx.rt.kind, ctx.rt.api_version());
+            let obj = read_object(&mut ctx, kind, &api_version).await?;
+            let pinned = rv_of(&obj);
+            let finalize = sub.name == "finalize";
+            update_with(&ctx, pinned, Fields::Record, |current| {
+                if finalize {
+                    // Only spec.finalizers changes.
+                    let mut next = current.clone();
+                    next["spec"]["finalizers"] = obj["spec"]["finalizers"].clone();
+                    Ok(next)
+                } else {
+                    Ok(obj.clone())
+                }
+            })
+            .await
+        }
+        ("status", "patch") => patch(ctx).await,
+        ("scale", _) => crate::handlers::scale::handle(ctx).await,
+        ("binding", "create") => bind(ctx).await,
+        ("eviction", "create") => {
+            let name = ctx.info.name.clone();
+            delete_one(&ctx, &name, &DeleteOptions::default()).await?;
+            Ok(crate::handlers::json(
+                201,
+                &success_status(json!({"name": name, "kind": "pods"})),
+            ))
+        }
+        (other, _) => Err(ApiError::service_unavailable(format!(
+            "{}/{other} is not served yet (it needs the kubelet or the token issuer)",
+            ctx.rt.plural
+        ))),
+    }
+}
+
+/// `pods/{name}/binding`: sets `spec.nodeName` once (409 if already set) and the PodScheduled
+/// condition, as upstream's `assignPod`.
+async fn bind(mut ctx: Ctx) -> Result<Response<Body>> {
+    let binding = read_object(&mut ctx, "Binding", "v1").await?;
+    let name = ctx.info.name.clone();
+    if !name_of(&binding).is_empty() && name_of(&binding) != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            name_of(&binding)
+        )));
+    }
+    let node = binding
+        .pointer("/target/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if node.is_empty() {
+        return Err(ApiError::invalid(
+            "Binding",
+            "",
+            &name,
+            &[FieldError::required(
+                &FieldPath::new("target").child("name"),
+                "",
+            )],
+        ));
+    }
+    let now = generic::timestamp(ctx.server.now());
+    update_with(&ctx, None, Fields::Record, |pod| {
+        if let Some(existing) = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
+            return Err(ApiError::conflict(
+                ctx.target(&name),
+                &format!("pod {name} is already assigned to node \"{existing}\""),
+            ));
+        }
+        if pod.pointer("/metadata/deletionTimestamp").is_some() {
+            return Err(ApiError::conflict(
+                ctx.target(&name),
+                &format!("pod {name} is being deleted, cannot be assigned to a host"),
+            ));
+        }
+        let mut pod = pod.clone();
+        pod["spec"]["nodeName"] = json!(node);
+        if let Some(ann) = binding
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object)
+        {
+            for (k, v) in ann {
+                pod["metadata"]["annotations"][k] = v.clone();
+            }
+        }
+        let mut conditions: Vec<Value> = pod
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        conditions.retain(|c| c["type"] != "PodScheduled");
+        conditions.push(json!({"type": "PodScheduled", "status": "True",
+                               "lastProbeTime": null, "lastTransitionTime": now}));
+        pod["status"]["conditions"] = json!(conditions);
+        Ok(pod)
+    })
+    .await?;
+    Ok(crate::handlers::json(201, &success_status(Value::Null)))
+}
+
+/// Writes a whole new state of the request's object (for subresources that compute it), guarded
+/// on the revision it was computed from. Returns the stored object.
+pub async fn replace_object(ctx: &Ctx, next: Value) -> Result<Value> {
+    let name = ctx.info.name.clone();
+    let key = storage::key(ctx.rt, &ctx.info.namespace, &name);
+    let current = fetch(ctx, &name).await?;
+    let current_rv = rv_of(&current).unwrap_or(0);
+    let mut obj = next;
+    generic::prepare_update(ctx.rt, &mut obj, &current, "scale");
+    record_update(ctx, &current, &mut obj);
+    if no_op(&obj, &current) {
+        return Ok(current);
+    }
+    validate(ctx, &obj, Some(&current))?;
+    match commit(
+        ctx,
+        &key,
+        current_rv,
+        put_op(&key, storage::encode(&obj)?),
+        &[],
+        &[],
+    )
+    .await?
+    {
+        Some(rev) => {
+            storage::set_resource_version(&mut obj, rev);
+            Ok(obj)
+        }
+        None => Err(ApiError::conflict(
+            ctx.target(&name),
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )),
+    }
+}
