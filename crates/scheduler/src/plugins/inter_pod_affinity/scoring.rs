@@ -38,11 +38,22 @@ fn process_term(
     if !term.matches(pod, ns) {
         return;
     }
-    if let Some(value) = node_labels(node).get(&term.topology_key) {
-        *m.entry(term.topology_key.clone())
-            .or_default()
-            .entry(value.clone())
-            .or_default() += weight;
+    let Some(value) = node_labels(node).get(&term.topology_key) else {
+        return;
+    };
+    // keys and values are copied only the first time a domain is seen (once per node at
+    // most), not per matching pod
+    if !m.contains_key(&term.topology_key) {
+        m.insert(term.topology_key.clone(), HashMap::new());
+    }
+    let Some(by_value) = m.get_mut(&term.topology_key) else {
+        return;
+    };
+    match by_value.get_mut(value) {
+        Some(total) => *total += weight,
+        None => {
+            by_value.insert(value.clone(), weight);
+        }
     }
 }
 
