@@ -1,0 +1,10 @@
+//! Skiff's kubelet: the last hop of the seeds' chain. It registers its Node, keeps a Lease,
+//! watches only its own pods through the API server and runs them through containerd's CRI,
+//! writing their status back.
+//!
+//! # Layout
+//! - [`cri`]: the [`cri::ContainerRuntime`] trait and its CRI client over a unix socket.
+//! - [`fake`]: a recording fake runtime for tests.
+
+pub mod cri;
+pub mod fake;
