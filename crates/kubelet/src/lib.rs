@@ -5,6 +5,10 @@
 //! # Layout
 //! - [`cri`]: the [`cri::ContainerRuntime`] trait and its CRI client over a unix socket.
 //! - [`fake`]: a recording fake runtime for tests.
+//! - [`containerd`]: managed containerd (config, supervision).
+//! - [`images`]: the built-in pause and busybox images and image import.
 
+pub mod containerd;
 pub mod cri;
 pub mod fake;
+pub mod images;
