@@ -246,7 +246,10 @@ async fn spawn_and_wait(config: &ContainerdConfig, binary: &Path) -> Result<Chil
         })?;
     let deadline = tokio::time::Instant::now() + SOCKET_WAIT;
     loop {
-        if tokio::net::UnixStream::connect(config.socket()).await.is_ok() {
+        if tokio::net::UnixStream::connect(config.socket())
+            .await
+            .is_ok()
+        {
             tracing::info!(socket = %config.socket().display(), pid = ?child.id(), "containerd is up");
             return Ok(child);
         }

@@ -125,7 +125,11 @@ fn call(method: &'static str) -> impl FnOnce(tonic::Status) -> Error {
 #[async_trait]
 impl ContainerRuntime for CriClient {
     async fn version(&self) -> Result<VersionResponse> {
-        let r = self.runtime.clone().version(cri::VersionRequest::default()).await;
+        let r = self
+            .runtime
+            .clone()
+            .version(cri::VersionRequest::default())
+            .await;
         Ok(r.map_err(call("Version"))?.into_inner())
     }
 
@@ -135,7 +139,9 @@ impl ContainerRuntime for CriClient {
             runtime_handler: String::new(),
         };
         let r = self.runtime.clone().run_pod_sandbox(req).await;
-        Ok(r.map_err(call("RunPodSandbox"))?.into_inner().pod_sandbox_id)
+        Ok(r.map_err(call("RunPodSandbox"))?
+            .into_inner()
+            .pod_sandbox_id)
     }
 
     async fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
@@ -200,7 +206,9 @@ impl ContainerRuntime for CriClient {
             sandbox_config: Some(sandbox),
         };
         let r = self.runtime.clone().create_container(req).await;
-        Ok(r.map_err(call("CreateContainer"))?.into_inner().container_id)
+        Ok(r.map_err(call("CreateContainer"))?
+            .into_inner()
+            .container_id)
     }
 
     async fn start_container(&self, id: &str) -> Result<()> {
@@ -303,7 +311,10 @@ mod tests {
             socket_path("unix:///run/x.sock"),
             Some(PathBuf::from("/run/x.sock"))
         );
-        assert_eq!(socket_path("/run/x.sock"), Some(PathBuf::from("/run/x.sock")));
+        assert_eq!(
+            socket_path("/run/x.sock"),
+            Some(PathBuf::from("/run/x.sock"))
+        );
         assert_eq!(socket_path("tcp://1.2.3.4:5"), None);
     }
 }

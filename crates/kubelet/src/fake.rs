@@ -41,7 +41,8 @@ impl State {
     }
 
     fn check(&mut self, method: &'static str, what: &str) -> Result<()> {
-        self.calls.push(format!("{method} {what}").trim_end().to_string());
+        self.calls
+            .push(format!("{method} {what}").trim_end().to_string());
         match self.failures.get(method) {
             Some(code) => Err(Error::Call {
                 method,
@@ -123,7 +124,10 @@ impl ContainerRuntime for FakeRuntime {
     async fn run_pod_sandbox(&self, config: PodSandboxConfig) -> Result<String> {
         let mut s = self.state.lock();
         let meta = config.metadata.clone().unwrap_or_default();
-        s.check("RunPodSandbox", &format!("{}/{}", meta.namespace, meta.name))?;
+        s.check(
+            "RunPodSandbox",
+            &format!("{}/{}", meta.namespace, meta.name),
+        )?;
         s.next_id += 1;
         let id = format!("sandbox-{}", s.next_id);
         let ip = format!("10.42.0.{}", s.next_id + 1);
@@ -225,7 +229,11 @@ impl ContainerRuntime for FakeRuntime {
         _sandbox: PodSandboxConfig,
     ) -> Result<String> {
         let mut s = self.state.lock();
-        let name = config.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
+        let name = config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
         s.check("CreateContainer", &name)?;
         if !s.sandboxes.contains_key(sandbox_id) {
             return Err(not_found("CreateContainer", sandbox_id));

@@ -212,7 +212,12 @@ pub fn build_archive(busybox: &Path, applets: &[String]) -> Result<Vec<u8>> {
         .expect("JSON serializes");
 
     let mut out = tar::Builder::new(Vec::new());
-    add_file(&mut out, "oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#, 0o644);
+    add_file(
+        &mut out,
+        "oci-layout",
+        br#"{"imageLayoutVersion":"1.0.0"}"#,
+        0o644,
+    );
     add_file(&mut out, "index.json", &index, 0o644);
     add_dir(&mut out, "blobs/", 0o755);
     add_dir(&mut out, "blobs/sha256/", 0o755);
@@ -227,7 +232,9 @@ pub fn build_archive(busybox: &Path, applets: &[String]) -> Result<Vec<u8>> {
 /// applet, and a minimal `/etc/passwd` and `/etc/group`.
 fn rootfs_layer(binary: &[u8], applets: &[String]) -> Vec<u8> {
     let mut layer = tar::Builder::new(Vec::new());
-    for dir in ["bin/", "dev/", "etc/", "home/", "proc/", "root/", "sys/", "usr/", "var/"] {
+    for dir in [
+        "bin/", "dev/", "etc/", "home/", "proc/", "root/", "sys/", "usr/", "var/",
+    ] {
         add_dir(&mut layer, dir, 0o755);
     }
     add_dir(&mut layer, "tmp/", 0o1777);
@@ -248,7 +255,12 @@ fn rootfs_layer(binary: &[u8], applets: &[String]) -> Vec<u8> {
         b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n",
         0o644,
     );
-    add_file(&mut layer, "etc/group", b"root:x:0:\nnobody:x:65534:\n", 0o644);
+    add_file(
+        &mut layer,
+        "etc/group",
+        b"root:x:0:\nnobody:x:65534:\n",
+        0o644,
+    );
     layer.into_inner().expect("writing to a Vec cannot fail")
 }
 
@@ -274,11 +286,7 @@ fn add_dir(tar: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32) {
 
 fn sha256(data: &[u8]) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, data);
-    let hex: String = digest
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")
 }
 
@@ -324,7 +332,11 @@ mod tests {
             .as_array()
             .unwrap()
             .iter()
-            .map(|m| m["annotations"]["io.containerd.image.name"].as_str().unwrap())
+            .map(|m| {
+                m["annotations"]["io.containerd.image.name"]
+                    .as_str()
+                    .unwrap()
+            })
             .collect();
         assert_eq!(names, [BUSYBOX_IMAGE, PAUSE_IMAGE]);
         for (path, data) in &files {
@@ -385,8 +397,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let busybox = dir.path().join("busybox");
         std::fs::write(&busybox, "#!/bin/sh\necho sh; echo sleep\n").unwrap();
-        std::fs::set_permissions(&busybox, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(
+            &busybox,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
         let runtime = crate::fake::FakeRuntime::new();
         let importer = RecordingImporter::default();
         ensure_builtin(&runtime, &importer, &busybox, dir.path())

@@ -3,12 +3,27 @@
 //! writing their status back.
 //!
 //! # Layout
+//! - [`kubelet`]: the main loop: runtime start, node registration, heartbeats, the pod watch
+//!   and one worker per pod.
+//! - [`pod_sync`]: one sync of one pod (sandbox, images, containers, restarts, deletion).
+//! - [`status`]: pod status from CRI state, without I/O.
+//! - [`node`]: the Node object, its status and its Lease.
+//! - [`host`]: facts about this machine for the Node.
 //! - [`cri`]: the [`cri::ContainerRuntime`] trait and its CRI client over a unix socket.
 //! - [`fake`]: a recording fake runtime for tests.
+//! - [`api`]: pod writes through the API server behind a trait, with a recording fake.
 //! - [`containerd`]: managed containerd (config, supervision).
 //! - [`images`]: the built-in pause and busybox images and image import.
 
+pub mod api;
 pub mod containerd;
 pub mod cri;
 pub mod fake;
+pub mod host;
 pub mod images;
+pub mod kubelet;
+pub mod node;
+pub mod pod_sync;
+pub mod status;
+
+pub use kubelet::{Config, Kubelet, Ready};
