@@ -1,0 +1,330 @@
+//! `skiff kubelet` against a real `skiff apiserver` and the real containerd it manages (seed
+//! 001: the kubelet watches its own pods, runs a sandbox and containers through CRI and writes
+//! status back): the Node registers Ready with its Lease; a busybox pod (the built-in image,
+//! offline) reaches Running with a pod IP from the CNI bridge and its container statuses; pods
+//! that exit reach Succeeded or Failed under restartPolicy Never; a crashing pod is restarted
+//! into CrashLoopBackOff; a deleted pod is stopped within its grace period and removed, its
+//! containers gone from containerd. Needs root (containerd, CNI); skips otherwise.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
+use support::{ApiServer, Backend, HANG_GUARD, kube_client, line_reader, run};
+
+const NODE: &str = "kubelet-e2e";
+
+/// Why this host cannot run the test, if it cannot.
+fn unsupported() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let root = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        == Some("0");
+    if !root {
+        return Some("not root: containerd and CNI need root".into());
+    }
+    for binary in [
+        "containerd",
+        "ctr",
+        "runc",
+        "/usr/lib/cni/bridge",
+        "/bin/busybox",
+    ] {
+        let found = if binary.starts_with('/') {
+            Path::new(binary).exists()
+        } else {
+            Command::new("sh")
+                .args(["-c", &format!("command -v {binary}")])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if !found {
+            return Some(format!("{binary} is not installed (scripts/install-deps)"));
+        }
+    }
+    None
+}
+
+/// A `skiff kubelet` child with its data dir. Dropping it kills whatever containers are left
+/// (a failed test), stops the kubelet with SIGTERM (which stops its containerd) and removes
+/// the data dir.
+struct KubeletProcess {
+    child: Child,
+    dir: tempfile::TempDir,
+    _lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl KubeletProcess {
+    fn start(api: &ApiServer) -> KubeletProcess {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = std::fs::File::create(dir.path().join("kubelet.log")).expect("log file");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_skiff"))
+            .arg("kubelet")
+            .arg("--kubeconfig")
+            .arg(api.kubeconfig())
+            .args(["--node-name", NODE, "--pod-cidr", "10.42.0.0/24"])
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .env("RUST_LOG", "info")
+            .spawn()
+            .expect("start skiff kubelet");
+        let lines = line_reader(child.stdout.take().expect("stdout"));
+        let kubelet = KubeletProcess {
+            child,
+            dir,
+            _lines: lines,
+        };
+        let ready = match kubelet._lines.recv_timeout(HANG_GUARD) {
+            Ok(line) => line,
+            Err(_) => panic!("no ready line; kubelet log:\n{}", kubelet.log()),
+        };
+        assert!(ready.contains("ready"), "{ready}");
+        assert!(ready.contains("containerd://"), "{ready}");
+        kubelet
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.data().join("containerd/containerd.sock")
+    }
+
+    fn log(&self) -> String {
+        support::read(&self.dir.path().join("kubelet.log"))
+    }
+
+    /// `ctr -n k8s.io <args>` against the managed containerd.
+    fn ctr(&self, args: &[&str]) -> String {
+        let out = support::run_guarded(
+            Command::new("ctr")
+                .arg("-a")
+                .arg(self.socket())
+                .args(["-n", "k8s.io"])
+                .args(args),
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for KubeletProcess {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- kubelet log ---\n{}", self.log());
+        }
+        // containers a failed test left behind
+        for task in self.ctr(&["tasks", "ls", "-q"]).lines() {
+            self.ctr(&["tasks", "kill", "-s", "SIGKILL", task]);
+        }
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+        // mounts a crashed containerd may leave under the data dir, deepest first
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        let data = self.data().display().to_string();
+        let mut ours: Vec<&str> = mounts
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .filter(|m| m.starts_with(&data))
+            .collect();
+        ours.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in ours {
+            let _ = Command::new("umount").args(["-l", m]).status();
+        }
+    }
+}
+
+/// Polls until `f` gives a value (bounded by the hang guard, not a timing assertion).
+async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, mut f: impl FnMut() -> F) -> T {
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn create_pod(pods: &Api<Pod>, name: &str, restart_policy: &str, script: &str) -> Pod {
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": NODE,
+            "restartPolicy": restart_policy,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "c", "image": "busybox",
+                            "command": ["sh", "-c", script],
+                            "env": [{"name": "GREETING", "value": "hello"}]}],
+        },
+    });
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod).unwrap(),
+    )
+    .await
+    .expect("create pod")
+}
+
+async fn in_phase(pods: &Api<Pod>, name: &str, phase: &str) -> Option<Pod> {
+    let pod = pods.get(name).await.ok()?;
+    (pod.status.as_ref()?.phase.as_deref() == Some(phase)).then_some(pod)
+}
+
+#[test]
+fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deletion() {
+    if let Some(why) = unsupported() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let api = ApiServer::start(Backend::Embedded);
+    let kubelet = KubeletProcess::start(&api);
+    run(async {
+        let c = kube_client(&api).await;
+        let nodes: Api<Node> = Api::all(c.clone());
+        let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+
+        // the Node and its Lease
+        let node = nodes.get(NODE).await.expect("the node is registered");
+        let status = node.status.clone().unwrap();
+        let ready = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .expect("a Ready condition");
+        assert_eq!(ready.status, "True");
+        let info = status.node_info.unwrap();
+        assert!(
+            info.container_runtime_version
+                .starts_with("containerd://1."),
+            "{}",
+            info.container_runtime_version
+        );
+        assert!(status.capacity.unwrap().contains_key("cpu"));
+        let leases: Api<Lease> = Api::namespaced(c.clone(), "kube-node-lease");
+        let lease = eventually("the node lease", || async {
+            leases.get_opt(NODE).await.ok().flatten()
+        })
+        .await;
+        assert_eq!(lease.spec.unwrap().holder_identity.as_deref(), Some(NODE));
+
+        // a long-running pod: Running, with a pod IP from the bridge and container statuses
+        let web = create_pod(
+            &pods,
+            "web",
+            "Always",
+            "trap 'exit 0' TERM; echo $GREETING; sleep 3600 & wait",
+        )
+        .await;
+        let running = eventually("web to be Running", || in_phase(&pods, "web", "Running")).await;
+        let status = running.status.unwrap();
+        let pod_ip = status.pod_ip.clone().expect("a pod IP");
+        assert!(pod_ip.starts_with("10.42.0."), "{pod_ip}");
+        assert_eq!(status.pod_ips.unwrap()[0].ip, pod_ip);
+        assert!(status.host_ip.is_some());
+        assert!(status.start_time.is_some());
+        let cs = &status.container_statuses.unwrap()[0];
+        assert!(cs.ready);
+        assert_eq!(cs.restart_count, 0);
+        assert!(cs.state.as_ref().unwrap().running.is_some());
+        let container_id = cs.container_id.clone().unwrap();
+        assert!(container_id.starts_with("containerd://"), "{container_id}");
+        assert_eq!(cs.image, "docker.io/library/busybox:latest");
+        assert!(!cs.image_id.is_empty());
+        for t in ["PodScheduled", "Initialized", "ContainersReady", "Ready"] {
+            let cond = status.conditions.iter().flatten().find(|c| c.type_ == t);
+            assert_eq!(cond.map(|c| c.status.as_str()), Some("True"), "{t}");
+        }
+        // its output in the CRI log file (env passed through)
+        let uid = web.metadata.uid.clone().unwrap();
+        let log_file = kubelet
+            .data()
+            .join(format!("logs/pods/default_web_{uid}/c/0.log"));
+        let line = eventually("the container's log line", || async {
+            let text = support::read(&log_file);
+            text.lines()
+                .find(|l| l.ends_with(" stdout F hello"))
+                .map(String::from)
+        })
+        .await;
+        assert!(line.contains("stdout F hello"), "{line}");
+
+        // pods that exit under restartPolicy Never
+        create_pod(&pods, "once", "Never", "exit 0").await;
+        create_pod(&pods, "fails", "Never", "exit 3").await;
+        let once = eventually("once to succeed", || in_phase(&pods, "once", "Succeeded")).await;
+        let term = once.status.unwrap().container_statuses.unwrap()[0]
+            .state
+            .clone()
+            .unwrap()
+            .terminated
+            .expect("a terminated state");
+        assert_eq!(
+            (term.exit_code, term.reason.as_deref()),
+            (0, Some("Completed"))
+        );
+        let fails = eventually("fails to fail", || in_phase(&pods, "fails", "Failed")).await;
+        let term = fails.status.unwrap().container_statuses.unwrap()[0]
+            .state
+            .clone()
+            .unwrap()
+            .terminated
+            .expect("a terminated state");
+        assert_eq!((term.exit_code, term.reason.as_deref()), (3, Some("Error")));
+
+        // a crashing pod is restarted, then backs off
+        create_pod(&pods, "crash", "Always", "exit 1").await;
+        let backoff = eventually("crash to back off", || async {
+            let pod = pods.get("crash").await.ok()?;
+            let cs = pod.status?.container_statuses?.into_iter().next()?;
+            let waiting = cs.state.clone()?.waiting?;
+            (waiting.reason.as_deref() == Some("CrashLoopBackOff")).then_some(cs)
+        })
+        .await;
+        assert!(backoff.restart_count >= 1, "{backoff:?}");
+        let last = backoff.last_state.unwrap().terminated.unwrap();
+        assert_eq!(last.exit_code, 1);
+
+        // deletion: stopped within the grace period, then the object is gone
+        let short_id = container_id.trim_start_matches("containerd://").to_string();
+        assert!(kubelet.ctr(&["tasks", "ls"]).contains(&short_id));
+        for name in ["web", "once", "fails", "crash"] {
+            pods.delete(name, &DeleteParams::default())
+                .await
+                .expect("delete pod");
+        }
+        for name in ["web", "once", "fails", "crash"] {
+            eventually(&format!("{name} to be gone"), || async {
+                pods.get_opt(name).await.ok()?.is_none().then_some(())
+            })
+            .await;
+        }
+        let tasks = kubelet.ctr(&["tasks", "ls", "-q"]);
+        assert!(!tasks.contains(&short_id), "web's task remains: {tasks}");
+        let containers = kubelet.ctr(&["containers", "ls", "-q"]);
+        assert!(
+            containers.trim().is_empty(),
+            "containers remain: {containers}"
+        );
+    });
+}
