@@ -96,6 +96,17 @@ impl FakeRuntime {
         }
     }
 
+    /// The fake's clock, which stamps created/started/finished times (1 s per event).
+    pub fn now(&self) -> jiff::Timestamp {
+        jiff::Timestamp::from_nanosecond(i128::from(self.state.lock().now))
+            .expect("the fake clock stays in range")
+    }
+
+    /// Moves the fake's clock forward.
+    pub fn advance(&self, by: std::time::Duration) {
+        self.state.lock().now += by.as_nanos() as i64;
+    }
+
     /// The ids of the containers named `name`, oldest first.
     pub fn containers_named(&self, name: &str) -> Vec<String> {
         let s = self.state.lock();

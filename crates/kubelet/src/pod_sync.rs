@@ -637,3 +637,7 @@ fn namespace_options(pod: &Pod) -> NamespaceOption {
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+#[path = "pod_sync_tests.rs"]
+mod tests;
