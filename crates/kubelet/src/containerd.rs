@@ -80,6 +80,12 @@ impl ContainerdConfig {
         self.dir.join("containerd.log")
     }
 
+    /// Where the running containerd's pid is kept, so that a kubelet that was killed without
+    /// stopping it can stop it on its next start.
+    pub fn pid_path(&self) -> PathBuf {
+        self.dir.join("containerd.pid")
+    }
+
     /// containerd's config (version 2), as checked on this kind of machine: cgroupfs (cgroup v1,
     /// PID 1 not systemd) and `restrict_oom_score_adj` (root lacks CAP_SYS_RESOURCE, so a
     /// negative `oom_score_adj` is refused and RunPodSandbox would fail).
@@ -228,6 +234,7 @@ async fn spawn_and_wait(config: &ContainerdConfig, binary: &Path) -> Result<Chil
             path: log.clone(),
             source,
         })?;
+    stop_stale(config).await;
     let _ = std::fs::remove_file(config.socket());
     let mut child = Command::new(binary)
         .arg("--config")
@@ -244,6 +251,10 @@ async fn spawn_and_wait(config: &ContainerdConfig, binary: &Path) -> Result<Chil
             binary: binary.into(),
             source,
         })?;
+    if let Some(pid) = child.id() {
+        let path = config.pid_path();
+        std::fs::write(&path, pid.to_string()).map_err(|source| Error::Write { path, source })?;
+    }
     let deadline = tokio::time::Instant::now() + SOCKET_WAIT;
     loop {
         if tokio::net::UnixStream::connect(config.socket())
@@ -306,6 +317,33 @@ async fn supervise(
                 return;
             }
         }
+    }
+}
+
+/// Stops a containerd a previous kubelet started on this config and left running (it was
+/// SIGKILLed): two containerds on one root would fight over its metadata lock.
+async fn stop_stale(config: &ContainerdConfig) {
+    let Ok(pid) = std::fs::read_to_string(config.pid_path()) else {
+        return;
+    };
+    let pid = pid.trim();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let ours = String::from_utf8_lossy(&cmdline).contains(&*config.config_path().to_string_lossy());
+    if !ours {
+        return;
+    }
+    tracing::warn!(
+        pid,
+        "stopping the containerd a previous kubelet left running"
+    );
+    let _ = Command::new("kill").args(["-TERM", pid]).status().await;
+    let deadline = tokio::time::Instant::now() + STOP_GRACE;
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        if tokio::time::Instant::now() >= deadline {
+            let _ = Command::new("kill").args(["-KILL", pid]).status().await;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

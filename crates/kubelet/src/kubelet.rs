@@ -3,7 +3,7 @@
 //! (`fieldSelector=spec.nodeName=<node>`, filtered by the API server) and run one worker per
 //! pod that syncs it on every change and every second.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,7 +24,7 @@ use crate::cri::{ContainerRuntime, CriClient};
 use crate::host::HostInfo;
 use crate::images::{self, CtrImporter};
 use crate::node;
-use crate::pod_sync::{Outcome, SyncContext};
+use crate::pod_sync::{LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Outcome, SyncContext};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -257,11 +257,24 @@ async fn watch_pods(client: kube::Client, node_name: String, ctx: SyncContext) {
     let mut stream = std::pin::pin!(stream);
     // pod uid → the worker's mailbox (latest object; None once removed from the API)
     let mut workers: HashMap<String, watch::Sender<Option<Pod>>> = HashMap::new();
+    // the uids a (re)list returned, to find what the runtime runs for pods that are gone
+    let mut listed: HashSet<String> = HashSet::new();
     while let Some(event) = stream.next().await {
         let (pod, present) = match event {
-            Ok(Event::Apply(pod) | Event::InitApply(pod)) => (pod, true),
+            Ok(Event::Apply(pod)) => (pod, true),
+            Ok(Event::InitApply(pod)) => {
+                listed.insert(pod.metadata.uid.clone().unwrap_or_default());
+                (pod, true)
+            }
             Ok(Event::Delete(pod)) => (pod, false),
-            Ok(Event::Init | Event::InitDone) => continue,
+            Ok(Event::Init) => {
+                listed.clear();
+                continue;
+            }
+            Ok(Event::InitDone) => {
+                tokio::spawn(remove_orphans(ctx.clone(), std::mem::take(&mut listed)));
+                continue;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "watching pods");
                 continue;
@@ -282,6 +295,40 @@ async fn watch_pods(client: kube::Client, node_name: String, ctx: SyncContext) {
         }
     }
 }
+
+/// Stops and removes sandboxes (and their containers) of pods the API server no longer has:
+/// pods deleted while this kubelet was down.
+async fn remove_orphans(ctx: SyncContext, known: HashSet<String>) {
+    let sandboxes = match ctx.runtime.list_pod_sandboxes(HashMap::new()).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "listing sandboxes to find orphans");
+            return;
+        }
+    };
+    let mut seen = HashSet::new();
+    for sandbox in sandboxes {
+        let label = |k: &str| sandbox.labels.get(k).cloned();
+        let Some(uid) = label(LABEL_POD_UID) else {
+            continue;
+        };
+        if known.contains(&uid) || !seen.insert(uid.clone()) {
+            continue;
+        }
+        let mut pod = Pod::default();
+        pod.metadata.uid = Some(uid);
+        pod.metadata.name = label(LABEL_POD_NAME);
+        pod.metadata.namespace = label(LABEL_POD_NAMESPACE);
+        tracing::info!(pod = ?pod.metadata.name, "removing the containers of a pod that is gone");
+        if let Err(e) = ctx.kill_pod(&pod, ORPHAN_GRACE_SECONDS).await {
+            tracing::warn!(error = %e, "removing an orphaned pod");
+        }
+    }
+}
+
+/// How long an orphaned pod's containers get after SIGTERM: its spec, and so its grace
+/// period, is gone with the object.
+const ORPHAN_GRACE_SECONDS: i64 = 2;
 
 /// Syncs one pod on every change and whenever its last sync asked to be called again.
 async fn pod_worker(ctx: SyncContext, mut last: Pod, mut rx: watch::Receiver<Option<Pod>>) {
