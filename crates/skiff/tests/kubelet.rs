@@ -3,7 +3,7 @@
 //! status back): the Node registers Ready with its Lease; a busybox pod (the built-in image,
 //! offline) reaches Running with a pod IP from the CNI bridge and its container statuses; pods
 //! that exit reach Succeeded or Failed under restartPolicy Never; a crashing pod is restarted
-//! into CrashLoopBackOff; a deleted pod is stopped within its grace period and removed, its
+//! into CrashLoopBackOff; a restarted kubelet adopts running containers; a deleted pod is stopped within its grace period and removed, its
 //! containers gone from containerd. Needs root (containerd, CNI); skips otherwise.
 
 mod support;
@@ -66,33 +66,25 @@ struct KubeletProcess {
 impl KubeletProcess {
     fn start(api: &ApiServer) -> KubeletProcess {
         let dir = tempfile::tempdir().expect("temp dir");
-        let log = std::fs::File::create(dir.path().join("kubelet.log")).expect("log file");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_skiff"))
-            .arg("kubelet")
-            .arg("--kubeconfig")
-            .arg(api.kubeconfig())
-            .args(["--node-name", NODE, "--pod-cidr", "10.42.0.0/24"])
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .env("RUST_LOG", "info")
-            .spawn()
-            .expect("start skiff kubelet");
-        let lines = line_reader(child.stdout.take().expect("stdout"));
-        let kubelet = KubeletProcess {
+        let (child, lines) = spawn_kubelet(api, dir.path());
+        KubeletProcess {
             child,
             dir,
             _lines: lines,
-        };
-        let ready = match kubelet._lines.recv_timeout(HANG_GUARD) {
-            Ok(line) => line,
-            Err(_) => panic!("no ready line; kubelet log:\n{}", kubelet.log()),
-        };
-        assert!(ready.contains("ready"), "{ready}");
-        assert!(ready.contains("containerd://"), "{ready}");
-        kubelet
+        }
+    }
+
+    /// Stops the kubelet (SIGTERM: it stops its containerd, the containers keep running) and
+    /// starts it again on the same data dir.
+    fn restart(&mut self, api: &ApiServer) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+        let (child, lines) = spawn_kubelet(api, self.dir.path());
+        self.child = child;
+        self._lines = lines;
     }
 
     fn data(&self) -> PathBuf {
@@ -149,6 +141,43 @@ impl Drop for KubeletProcess {
     }
 }
 
+/// Starts `skiff kubelet` with its data under `dir` and waits for its ready line.
+fn spawn_kubelet(api: &ApiServer, dir: &Path) -> (Child, std::sync::mpsc::Receiver<String>) {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("kubelet.log"))
+        .expect("log file");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skiff"))
+        .arg("kubelet")
+        .arg("--kubeconfig")
+        .arg(api.kubeconfig())
+        .args(["--node-name", NODE, "--pod-cidr", "10.42.0.0/24"])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .env("RUST_LOG", "info")
+        .spawn()
+        .expect("start skiff kubelet");
+    let lines = line_reader(child.stdout.take().expect("stdout"));
+    let ready = match lines.recv_timeout(HANG_GUARD) {
+        Ok(line) => line,
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "no ready line; kubelet log:\n{}",
+                support::read(&dir.join("kubelet.log"))
+            )
+        }
+    };
+    assert!(ready.contains("ready"), "{ready}");
+    assert!(ready.contains("containerd://"), "{ready}");
+    (child, lines)
+}
+
 /// Polls until `f` gives a value (bounded by the hang guard, not a timing assertion).
 async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, mut f: impl FnMut() -> F) -> T {
     let deadline = tokio::time::Instant::now() + HANG_GUARD;
@@ -197,7 +226,7 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
         return;
     }
     let api = ApiServer::start(Backend::Embedded);
-    let kubelet = KubeletProcess::start(&api);
+    let mut kubelet = KubeletProcess::start(&api);
     run(async {
         let c = kube_client(&api).await;
         let nodes: Api<Node> = Api::all(c.clone());
@@ -269,6 +298,10 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
         .await;
         assert!(line.contains("stdout F hello"), "{line}");
 
+        // a restarted kubelet (and containerd) adopts the running container: checked below,
+        // once the new kubelet has run the next pods (and so has synced this one)
+        kubelet.restart(&api);
+
         // pods that exit under restartPolicy Never
         create_pod(&pods, "once", "Never", "exit 0").await;
         create_pod(&pods, "fails", "Never", "exit 3").await;
@@ -304,6 +337,13 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
         assert!(backoff.restart_count >= 1, "{backoff:?}");
         let last = backoff.last_state.unwrap().terminated.unwrap();
         assert_eq!(last.exit_code, 1);
+
+        let after = pods.get("web").await.unwrap().status.unwrap();
+        assert_eq!(after.phase.as_deref(), Some("Running"));
+        assert_eq!(after.pod_ip.as_deref(), Some(pod_ip.as_str()));
+        let cs = &after.container_statuses.unwrap()[0];
+        assert_eq!(cs.container_id.as_deref(), Some(container_id.as_str()));
+        assert_eq!(cs.restart_count, 0);
 
         // deletion: stopped within the grace period, then the object is gone
         let short_id = container_id.trim_start_matches("containerd://").to_string();
