@@ -1,10 +1,12 @@
 //! The kubelet's writes to pods through the API server, behind [`PodApi`] so that the pod
-//! workers can be tested with [`RecordingPodApi`]: status patches and the final delete.
+//! workers can be tested with [`RecordingPodApi`]: status patches, events and the final delete.
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodStatus};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use parking_lot::Mutex;
 use serde_json::json;
 
@@ -32,14 +34,55 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub trait PodApi: Send + Sync {
     /// Writes the pod's status (merge patch on `pods/{name}/status`).
     async fn patch_status(&self, namespace: &str, name: &str, status: &PodStatus) -> Result<()>;
+    /// Records an event about the pod (or one of its containers, by `field_path` such as
+    /// `spec.containers{web}`); failures are logged, never returned: events are best effort.
+    async fn event(&self, pod: &Pod, event: PodEvent);
     /// Removes the pod object once its containers are gone: `gracePeriodSeconds=0` with the
     /// uid as precondition, as upstream's status manager does. A pod already gone is success.
     async fn delete_now(&self, namespace: &str, name: &str, uid: &str) -> Result<()>;
 }
 
+/// Whether an event reports normal operation or a problem (the Event's `type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// One event as upstream's kubelet records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEvent {
+    pub type_: EventType,
+    /// `Pulling`, `Pulled`, `Created`, `Started`, `Killing`, `BackOff`, `Failed`…
+    pub reason: &'static str,
+    pub message: String,
+    /// The container it is about (`spec.containers{NAME}`), if any.
+    pub field_path: Option<String>,
+}
+
+impl PodEvent {
+    pub fn normal(reason: &'static str, container: &str, message: String) -> PodEvent {
+        PodEvent {
+            type_: EventType::Normal,
+            reason,
+            message,
+            field_path: Some(format!("spec.containers{{{container}}}")),
+        }
+    }
+
+    pub fn warning(reason: &'static str, container: &str, message: String) -> PodEvent {
+        PodEvent {
+            type_: EventType::Warning,
+            ..PodEvent::normal(reason, container, message)
+        }
+    }
+}
+
 /// [`PodApi`] through kube-rs.
 pub struct KubePodApi {
     pub client: kube::Client,
+    /// The node name: the events' reporting instance.
+    pub node: String,
 }
 
 #[async_trait]
@@ -58,6 +101,52 @@ impl PodApi for KubePodApi {
             source,
         })?;
         Ok(())
+    }
+
+    /// An `events.k8s.io/v1` Event named as upstream names them (`{pod}.{unix nanos in hex}`),
+    /// reported by `kubelet` on this node.
+    async fn event(&self, pod: &Pod, event: PodEvent) {
+        let now = jiff::Timestamp::now();
+        let namespace = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let object = Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{name}.{:x}", now.as_nanosecond())),
+                namespace: Some(namespace.clone()),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(now)),
+            reporting_controller: Some("kubelet".into()),
+            reporting_instance: Some(self.node.clone()),
+            action: Some(event.reason.into()),
+            reason: Some(event.reason.into()),
+            note: Some(event.message),
+            type_: Some(
+                match event.type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .into(),
+            ),
+            regarding: Some(ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(name.clone()),
+                namespace: Some(namespace.clone()),
+                uid: pod.metadata.uid.clone(),
+                resource_version: pod.metadata.resource_version.clone(),
+                field_path: event.field_path,
+            }),
+            ..Default::default()
+        };
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        if let Err(e) = events.create(&PostParams::default(), &object).await {
+            tracing::warn!(pod = %format!("{namespace}/{name}"), error = %e, "recording event {}", event.reason);
+        }
     }
 
     async fn delete_now(&self, namespace: &str, name: &str, uid: &str) -> Result<()> {
@@ -100,6 +189,10 @@ pub enum Write {
         name: String,
         uid: String,
     },
+    Event {
+        name: String,
+        event: PodEvent,
+    },
 }
 
 impl RecordingPodApi {
@@ -109,6 +202,18 @@ impl RecordingPodApi {
             Write::Status { name: n, status } if n == name => Some((**status).clone()),
             _ => None,
         })
+    }
+
+    /// The reasons of the events recorded so far, oldest first.
+    pub fn event_reasons(&self) -> Vec<&'static str> {
+        self.writes
+            .lock()
+            .iter()
+            .filter_map(|w| match w {
+                Write::Event { event, .. } => Some(event.reason),
+                _ => None,
+            })
+            .collect()
     }
 
     pub fn deleted(&self) -> Vec<String> {
@@ -131,6 +236,13 @@ impl PodApi for RecordingPodApi {
             status: Box::new(status.clone()),
         });
         Ok(())
+    }
+
+    async fn event(&self, pod: &Pod, event: PodEvent) {
+        self.writes.lock().push(Write::Event {
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            event,
+        });
     }
 
     async fn delete_now(&self, _namespace: &str, name: &str, uid: &str) -> Result<()> {

@@ -134,7 +134,7 @@ impl Kubelet {
             }
         };
         let cri = CriClient::connect(&endpoint)?;
-        let version = cri.version().await?;
+        let version = runtime_version(&cri).await?;
         let runtime_version = format!("{}://{}", version.runtime_name, version.runtime_version);
         let runtime: Arc<dyn ContainerRuntime> = Arc::new(cri);
         if let Some(socket) = crate::cri::socket_path(&endpoint) {
@@ -162,6 +162,7 @@ impl Kubelet {
             runtime,
             api: Arc::new(KubePodApi {
                 client: client.clone(),
+                node: config.node_name.clone(),
             }),
             host_ip: host.ip.to_string(),
             runtime_name: version.runtime_name.clone(),
@@ -209,6 +210,26 @@ impl Kubelet {
             m.stop().await;
         }
         Ok(())
+    }
+}
+
+/// How long the runtime gets to answer CRI after its socket opened.
+const RUNTIME_WAIT: Duration = Duration::from_secs(30);
+
+/// The runtime's version, once CRI answers: a containerd that restarts over existing state opens
+/// its socket before its CRI plugin has restored that state, and answers "server is not
+/// initialized yet" until then.
+async fn runtime_version(cri: &CriClient) -> Result<crate::cri::VersionResponse> {
+    let deadline = tokio::time::Instant::now() + RUNTIME_WAIT;
+    loop {
+        match cri.version().await {
+            Ok(v) => return Ok(v),
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e, "waiting for the runtime's CRI");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use k8s_cri::v1::{
 };
 use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
 
-use crate::api::PodApi;
+use crate::api::{PodApi, PodEvent};
 use crate::cri::{
     ContainerConfig, ContainerMetadata, ContainerRuntime, ContainerState, ContainerStatus,
     ImageSpec, KeyValue, PodSandboxConfig, PodSandboxMetadata, PodSandboxState,
@@ -100,6 +100,22 @@ fn pod_key(pod: &Pod) -> String {
         pod.metadata.namespace.as_deref().unwrap_or("default"),
         pod.metadata.name.as_deref().unwrap_or_default()
     )
+}
+
+/// The waiting reason the pod's last written status gives for a container.
+fn waiting_reason_of(pod: &Pod, container: &str) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|s| s.name == container)?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?
+        .reason
+        .clone()
 }
 
 fn uid_labels(uid: &str) -> HashMap<String, String> {
@@ -250,45 +266,94 @@ impl SyncContext {
     }
 
     /// Makes the image present as imagePullPolicy says, returning its reference or why the
-    /// container has to wait. `Always` falls back to a present image when the pull fails: there
-    /// is no registry on an offline machine, and Skiff's built-in busybox is tagged `latest`.
+    /// container has to wait, with upstream's events. `Always` falls back to a present image
+    /// when the pull fails: there is no registry on an offline machine, and Skiff's built-in
+    /// busybox is tagged `latest`. A pull that failed before shows as `ImagePullBackOff`.
     async fn ensure_image(
         &self,
+        pod: &Pod,
         container: &ApiContainer,
     ) -> Result<std::result::Result<String, Waiting>> {
+        let name = &container.name;
         let image = container.image.clone().unwrap_or_default();
         let policy = container
             .image_pull_policy
             .as_deref()
             .unwrap_or("IfNotPresent");
-        let present = match self.runtime.image_status(&image).await {
-            Ok(found) => found.map(|i| i.id),
-            Err(e) => {
-                return Ok(Err(Waiting {
-                    reason: "ErrImagePull".into(),
-                    message: e.to_string(),
-                }));
+        let failed = |message: String| {
+            let backoff = matches!(
+                waiting_reason_of(pod, name).as_deref(),
+                Some("ErrImagePull" | "ImagePullBackOff")
+            );
+            Waiting {
+                reason: if backoff {
+                    "ImagePullBackOff"
+                } else {
+                    "ErrImagePull"
+                }
+                .into(),
+                message,
             }
         };
+        let present = match self.runtime.image_status(&image).await {
+            Ok(found) => found.map(|i| i.id),
+            Err(e) => return Ok(Err(failed(e.to_string()))),
+        };
         if policy == "Never" || (policy == "IfNotPresent" && present.is_some()) {
-            return Ok(present.ok_or_else(|| Waiting {
-                reason: "ErrImageNeverPull".into(),
-                message: format!(
-                    "Container image \"{image}\" is not present with pull policy of Never"
-                ),
-            }));
+            return Ok(match present {
+                Some(id) => {
+                    let message = format!("Container image \"{image}\" already present on machine");
+                    self.api
+                        .event(pod, PodEvent::normal("Pulled", name, message))
+                        .await;
+                    Ok(id)
+                }
+                None => {
+                    let message = format!(
+                        "Container image \"{image}\" is not present with pull policy of Never"
+                    );
+                    let event = PodEvent::warning("ErrImageNeverPull", name, message.clone());
+                    self.api.event(pod, event).await;
+                    Err(Waiting {
+                        reason: "ErrImageNeverPull".into(),
+                        message,
+                    })
+                }
+            });
         }
+        let pulling = format!("Pulling image \"{image}\"");
+        self.api
+            .event(pod, PodEvent::normal("Pulling", name, pulling))
+            .await;
+        let started = std::time::Instant::now();
         match self.runtime.pull_image(&image).await {
-            Ok(image_ref) => Ok(Ok(image_ref)),
+            Ok(image_ref) => {
+                let message = format!(
+                    "Successfully pulled image \"{image}\" in {:.3}s",
+                    started.elapsed().as_secs_f64()
+                );
+                self.api
+                    .event(pod, PodEvent::normal("Pulled", name, message))
+                    .await;
+                Ok(Ok(image_ref))
+            }
             Err(e) => match present {
                 Some(id) => {
                     tracing::info!(image, error = %e, "pull failed; using the image present");
+                    let message = format!(
+                        "Container image \"{image}\" already present on machine (pull failed: {e})"
+                    );
+                    self.api
+                        .event(pod, PodEvent::normal("Pulled", name, message))
+                        .await;
                     Ok(Ok(id))
                 }
-                None => Ok(Err(Waiting {
-                    reason: "ErrImagePull".into(),
-                    message: e.to_string(),
-                })),
+                None => {
+                    let message = format!("Failed to pull image \"{image}\": {e}");
+                    let event = PodEvent::warning("Failed", name, message.clone());
+                    self.api.event(pod, event).await;
+                    Ok(Err(failed(message)))
+                }
             },
         }
     }
@@ -302,11 +367,12 @@ impl SyncContext {
         container: &ApiContainer,
         attempt: u32,
     ) -> Result<Option<Waiting>> {
-        let image_ref = match self.ensure_image(container).await? {
+        let name = &container.name;
+        let image_ref = match self.ensure_image(pod, container).await? {
             Ok(r) => r,
             Err(waiting) => return Ok(Some(waiting)),
         };
-        let _ = std::fs::create_dir_all(self.pod_log_dir(pod).join(&container.name));
+        let _ = std::fs::create_dir_all(self.pod_log_dir(pod).join(name));
         let config = self.container_config(pod, container, &image_ref, attempt);
         let id = match self
             .runtime
@@ -315,19 +381,35 @@ impl SyncContext {
         {
             Ok(id) => id,
             Err(e) => {
+                let message = format!("Error: {e}");
+                self.api
+                    .event(pod, PodEvent::warning("Failed", name, message))
+                    .await;
                 return Ok(Some(Waiting {
                     reason: "CreateContainerError".into(),
                     message: e.to_string(),
                 }));
             }
         };
+        let created = format!("Created container: {name}");
+        self.api
+            .event(pod, PodEvent::normal("Created", name, created))
+            .await;
         if let Err(e) = self.runtime.start_container(&id).await {
+            let message = format!("Error: {e}");
+            self.api
+                .event(pod, PodEvent::warning("Failed", name, message))
+                .await;
             return Ok(Some(Waiting {
                 reason: "RunContainerError".into(),
                 message: e.to_string(),
             }));
         }
-        tracing::info!(pod = %pod_key(pod), container = %container.name, attempt, "started");
+        let started = format!("Started container {name}");
+        self.api
+            .event(pod, PodEvent::normal("Started", name, started))
+            .await;
+        tracing::info!(pod = %pod_key(pod), container = %name, attempt, "started");
         Ok(None)
     }
 
@@ -558,6 +640,22 @@ impl SyncContext {
             host_ip: self.host_ip.clone(),
             runtime_name: self.runtime_name.clone(),
         };
+        for c in &view.containers {
+            if let Some(w) = &c.waiting
+                && w.reason == "CrashLoopBackOff"
+                && waiting_reason_of(pod, &c.name).as_deref() != Some("CrashLoopBackOff")
+            {
+                let m = &pod.metadata;
+                let message = format!(
+                    "Back-off restarting failed container {} in pod {}_{}({uid})",
+                    c.name,
+                    m.name.as_deref().unwrap_or_default(),
+                    m.namespace.as_deref().unwrap_or("default"),
+                );
+                let event = PodEvent::warning("BackOff", &c.name, message);
+                self.api.event(pod, event).await;
+            }
+        }
         let new_status = status::pod_status(pod, &view, now);
         let old = serde_json::to_value(pod.status.clone().unwrap_or_default()).ok();
         if old != serde_json::to_value(&new_status).ok() {
@@ -581,9 +679,20 @@ impl SyncContext {
             .list_containers(uid_labels(&uid))
             .await
             .map_err(self.runtime_err(pod))?;
-        let stops = containers
+        let running: Vec<_> = containers
             .iter()
             .filter(|c| c.state == ContainerState::ContainerRunning as i32)
+            .collect();
+        for c in &running {
+            if let Some(name) = c.labels.get(LABEL_CONTAINER_NAME) {
+                let message = format!("Stopping container {name}");
+                self.api
+                    .event(pod, PodEvent::normal("Killing", name, message))
+                    .await;
+            }
+        }
+        let stops = running
+            .iter()
             .map(|c| self.runtime.stop_container(&c.id, grace));
         for r in futures::future::join_all(stops).await {
             match r {

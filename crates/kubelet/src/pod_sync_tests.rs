@@ -240,6 +240,7 @@ async fn deletion_stops_containers_with_the_grace_period_removes_them_and_delete
     assert!(pos("StopPodSandbox") < pos("RemovePodSandbox"));
     assert!(h.runtime.containers_named("c").is_empty());
     assert_eq!(h.api.deleted(), ["web"]);
+    assert_eq!(h.api.event_reasons().last(), Some(&"Killing"));
 }
 
 #[tokio::test]
@@ -274,6 +275,12 @@ async fn pull_policies_decide_between_the_image_present_and_a_pull() {
     p.spec.as_mut().unwrap().containers[0].image = Some("missing:1".into());
     assert_eq!(h.sync(&mut p).await, Outcome::Resync(RETRY));
     assert_eq!(waiting_reason(&h.status()).as_deref(), Some("ErrImagePull"));
+    assert_eq!(h.api.event_reasons(), ["Pulling", "Failed"]);
+    h.sync(&mut p).await;
+    assert_eq!(
+        waiting_reason(&h.status()).as_deref(),
+        Some("ImagePullBackOff")
+    );
 }
 
 #[tokio::test]

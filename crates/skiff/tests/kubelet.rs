@@ -60,6 +60,7 @@ fn unsupported() -> Option<String> {
 struct KubeletProcess {
     child: Child,
     dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
     _lines: std::sync::mpsc::Receiver<String>,
 }
 
@@ -70,6 +71,7 @@ impl KubeletProcess {
         KubeletProcess {
             child,
             dir,
+            kubeconfig: api.kubeconfig(),
             _lines: lines,
         }
     }
@@ -116,8 +118,22 @@ impl Drop for KubeletProcess {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("--- kubelet log ---\n{}", self.log());
+            // a failed test: let the kubelet tear its pods down properly (CNI included)
+            if matches!(self.child.try_wait(), Ok(None)) {
+                support::run_guarded(
+                    Command::new(support::KUBECTL_133)
+                        .arg("--kubeconfig")
+                        .arg(&self.kubeconfig)
+                        .args([
+                            "delete",
+                            "pods",
+                            "--all",
+                            "--grace-period=1",
+                            "--timeout=50s",
+                        ]),
+                );
+            }
         }
-        // containers a failed test left behind
         for task in self.ctr(&["tasks", "ls", "-q"]).lines() {
             self.ctr(&["tasks", "kill", "-s", "SIGKILL", task]);
         }
@@ -126,6 +142,7 @@ impl Drop for KubeletProcess {
             .arg(self.child.id().to_string())
             .status();
         let _ = self.child.wait();
+        kill_shims(&self.socket());
         // mounts a crashed containerd may leave under the data dir, deepest first
         let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
         let data = self.data().display().to_string();
@@ -137,6 +154,44 @@ impl Drop for KubeletProcess {
         ours.sort_by_key(|m| std::cmp::Reverse(m.len()));
         for m in ours {
             let _ = Command::new("umount").args(["-l", m]).status();
+        }
+    }
+}
+
+/// Kills the shims serving our containerd (their `-address` is our socket) and the containers
+/// under them, if a failed test left any: a container's pid namespace ends with its init.
+fn kill_shims(socket: &Path) {
+    let socket = socket.display().to_string();
+    let procs: Vec<(String, String, String)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_string_lossy().into_owned();
+            pid.parse::<u32>().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let ppid = stat
+                .rsplit(')')
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .to_string();
+            Some((
+                pid,
+                ppid,
+                String::from_utf8_lossy(&cmdline).replace('\0', " "),
+            ))
+        })
+        .collect();
+    for (shim, _, cmdline) in &procs {
+        if cmdline.contains("containerd-shim") && cmdline.contains(&socket) {
+            for (pid, ppid, _) in &procs {
+                if ppid == shim {
+                    let _ = Command::new("kill").args(["-KILL", pid]).status();
+                }
+            }
+            let _ = Command::new("kill").args(["-KILL", shim]).status();
         }
     }
 }
@@ -297,6 +352,29 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
         })
         .await;
         assert!(line.contains("stdout F hello"), "{line}");
+
+        // upstream's events, as kubectl shows them
+        let events = api.kubectl(
+            support::KUBECTL_133,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=web",
+                "-o",
+                "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+            ],
+        );
+        for expected in [
+            "Pulled: ",
+            "Created: Created container: c",
+            "Started: Started container c",
+        ] {
+            assert!(
+                events.contains(expected),
+                "{expected} missing from\n{events}"
+            );
+        }
 
         // a restarted kubelet (and containerd) adopts the running container: checked below,
         // once the new kubelet has run the next pods (and so has synced this one)
