@@ -6,6 +6,8 @@
 //! - [`kubelet`]: the main loop: runtime start, node registration, heartbeats, the pod watch
 //!   and one worker per pod.
 //! - [`pod_sync`]: one sync of one pod (sandbox, images, containers, restarts, deletion).
+//! - [`actions`]: what a sync should do, without I/O (init order, restarts, back-off).
+//! - [`config`]: the CRI sandbox and container configs from the pod's spec.
 //! - [`status`]: pod status from CRI state, without I/O.
 //! - [`node`]: the Node object, its status and its Lease.
 //! - [`host`]: facts about this machine for the Node.
@@ -15,7 +17,9 @@
 //! - [`containerd`]: managed containerd (config, supervision).
 //! - [`images`]: the built-in pause and busybox images and image import.
 
+pub mod actions;
 pub mod api;
+pub mod config;
 pub mod containerd;
 pub mod cri;
 pub mod fake;

@@ -1,9 +1,10 @@
 //! One sync of one pod, as upstream's `SyncPod`: find the pod's sandbox and containers in the
 //! runtime by their labels (so a restarted kubelet adopts them), create the sandbox if there is
-//! none, pull images as imagePullPolicy says, create and start containers, restart exited ones
-//! as restartPolicy says with CrashLoopBackOff (10 s doubling to 5 min), stop the sandbox of a
-//! finished pod, and write the status back when it changed. A pod with a deletionTimestamp is
-//! stopped within its grace period and then removed from the API server.
+//! none, then carry out the plan of [`crate::actions`] (init containers in order, then app
+//! containers; restarts with CrashLoopBackOff): pull images as imagePullPolicy says, create and
+//! start containers, with upstream's events; stop the sandbox of a finished pod, and write the
+//! status back when it changed. A pod with a deletionTimestamp is stopped within its grace
+//! period and then removed from the API server.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -11,33 +12,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_cri::v1::{
-    LinuxContainerConfig, LinuxContainerSecurityContext, LinuxPodSandboxConfig,
-    LinuxSandboxSecurityContext, NamespaceMode, NamespaceOption, PortMapping, Protocol,
-};
 use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
 
+use crate::actions::{self, BACKOFF_MAX, Init, Step};
 use crate::api::{PodApi, PodEvent};
+use crate::config::{container_config, sandbox_config};
 use crate::cri::{
-    ContainerConfig, ContainerMetadata, ContainerRuntime, ContainerState, ContainerStatus,
-    ImageSpec, KeyValue, PodSandboxConfig, PodSandboxMetadata, PodSandboxState,
+    ContainerRuntime, ContainerState, ContainerStatus, PodSandboxConfig, PodSandboxState,
 };
 use crate::status::{self, ContainerView, PodView, Waiting};
 
-/// Labels the kubelet puts on sandboxes and containers (upstream's names), by which it finds
-/// them again.
-pub const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
-pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
-pub const LABEL_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
-pub const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
+pub use crate::config::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
 
 /// How often a pod is looked at when nothing happens (upstream's PLEG relists every second).
 pub const RESYNC: Duration = Duration::from_secs(1);
 /// How long before retrying a failed image pull or container creation.
 pub const RETRY: Duration = Duration::from_secs(10);
-/// CrashLoopBackOff: the first restart is immediate, then 10 s doubling up to 5 min.
-pub const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
-pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -74,24 +64,6 @@ pub struct SyncContext {
     /// Container logs go under `<log_dir>/<namespace>_<name>_<uid>/<container>/<attempt>.log`.
     pub log_dir: PathBuf,
     pub clock: Arc<dyn Fn() -> Timestamp + Send + Sync>,
-}
-
-/// CrashLoopBackOff's delay before restart number `restarts + 1`.
-pub fn backoff(restarts: u32) -> Duration {
-    if restarts == 0 {
-        return Duration::ZERO;
-    }
-    let factor = 1u32.checked_shl(restarts - 1).unwrap_or(u32::MAX);
-    BACKOFF_INITIAL.saturating_mul(factor).min(BACKOFF_MAX)
-}
-
-/// Whether a container that exited with `exit_code` is restarted under `policy`.
-pub fn should_restart(policy: &str, exit_code: i32) -> bool {
-    match policy {
-        "Never" => false,
-        "OnFailure" => exit_code != 0,
-        _ => true,
-    }
 }
 
 fn pod_key(pod: &Pod) -> String {
@@ -137,132 +109,6 @@ impl SyncContext {
             m.name.as_deref().unwrap_or_default(),
             m.uid.as_deref().unwrap_or_default()
         ))
-    }
-
-    /// The sandbox config of a pod; the same every time, as CreateContainer needs it too.
-    pub fn sandbox_config(&self, pod: &Pod, attempt: u32) -> PodSandboxConfig {
-        let m = &pod.metadata;
-        let spec = pod.spec.clone().unwrap_or_default();
-        let namespace = m.namespace.clone().unwrap_or_else(|| "default".into());
-        let name = m.name.clone().unwrap_or_default();
-        let uid = m.uid.clone().unwrap_or_default();
-        let mut labels: HashMap<String, String> =
-            m.labels.clone().unwrap_or_default().into_iter().collect();
-        labels.insert(LABEL_POD_UID.into(), uid.clone());
-        labels.insert(LABEL_POD_NAME.into(), name.clone());
-        labels.insert(LABEL_POD_NAMESPACE.into(), namespace.clone());
-        let port_mappings = spec
-            .containers
-            .iter()
-            .flat_map(|c| c.ports.iter().flatten())
-            .filter(|p| p.host_port.unwrap_or(0) > 0)
-            .map(|p| PortMapping {
-                protocol: match p.protocol.as_deref() {
-                    Some("UDP") => Protocol::Udp,
-                    Some("SCTP") => Protocol::Sctp,
-                    _ => Protocol::Tcp,
-                } as i32,
-                container_port: p.container_port,
-                host_port: p.host_port.unwrap_or(0),
-                host_ip: p.host_ip.clone().unwrap_or_default(),
-            })
-            .collect();
-        PodSandboxConfig {
-            metadata: Some(PodSandboxMetadata {
-                name: name.clone(),
-                uid,
-                namespace,
-                attempt,
-            }),
-            hostname: spec.hostname.clone().unwrap_or(name),
-            log_directory: self.pod_log_dir(pod).display().to_string(),
-            port_mappings,
-            labels,
-            annotations: m
-                .annotations
-                .clone()
-                .unwrap_or_default()
-                .into_iter()
-                .collect(),
-            linux: Some(LinuxPodSandboxConfig {
-                security_context: Some(LinuxSandboxSecurityContext {
-                    namespace_options: Some(namespace_options(pod)),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
-
-    fn container_config(
-        &self,
-        pod: &Pod,
-        container: &ApiContainer,
-        image_ref: &str,
-        attempt: u32,
-    ) -> ContainerConfig {
-        let m = &pod.metadata;
-        let labels = HashMap::from([
-            (LABEL_POD_UID.to_string(), m.uid.clone().unwrap_or_default()),
-            (
-                LABEL_POD_NAME.to_string(),
-                m.name.clone().unwrap_or_default(),
-            ),
-            (
-                LABEL_POD_NAMESPACE.to_string(),
-                m.namespace.clone().unwrap_or_else(|| "default".into()),
-            ),
-            (LABEL_CONTAINER_NAME.to_string(), container.name.clone()),
-        ]);
-        let envs = container
-            .env
-            .iter()
-            .flatten()
-            .filter_map(|e| {
-                e.value.as_ref().map(|v| KeyValue {
-                    key: e.name.clone(),
-                    value: v.clone(),
-                })
-            })
-            .collect();
-        ContainerConfig {
-            metadata: Some(ContainerMetadata {
-                name: container.name.clone(),
-                attempt,
-            }),
-            image: Some(ImageSpec {
-                image: image_ref.into(),
-                user_specified_image: container.image.clone().unwrap_or_default(),
-                ..Default::default()
-            }),
-            command: container.command.clone().unwrap_or_default(),
-            args: container.args.clone().unwrap_or_default(),
-            working_dir: container.working_dir.clone().unwrap_or_default(),
-            envs,
-            labels,
-            annotations: HashMap::from([(
-                "io.kubernetes.container.restartCount".to_string(),
-                attempt.to_string(),
-            )]),
-            log_path: format!("{}/{attempt}.log", container.name),
-            stdin: container.stdin.unwrap_or(false),
-            stdin_once: container.stdin_once.unwrap_or(false),
-            tty: container.tty.unwrap_or(false),
-            linux: Some(LinuxContainerConfig {
-                resources: None,
-                security_context: Some(LinuxContainerSecurityContext {
-                    namespace_options: Some(namespace_options(pod)),
-                    privileged: container
-                        .security_context
-                        .as_ref()
-                        .and_then(|s| s.privileged)
-                        .unwrap_or(false),
-                    ..Default::default()
-                }),
-            }),
-            ..Default::default()
-        }
     }
 
     /// Makes the image present as imagePullPolicy says, returning its reference or why the
@@ -373,7 +219,7 @@ impl SyncContext {
             Err(waiting) => return Ok(Some(waiting)),
         };
         let _ = std::fs::create_dir_all(self.pod_log_dir(pod).join(name));
-        let config = self.container_config(pod, container, &image_ref, attempt);
+        let config = container_config(pod, container, &image_ref, attempt);
         let id = match self
             .runtime
             .create_container(sandbox_id, config, sandbox.clone())
@@ -465,7 +311,6 @@ impl SyncContext {
             return Ok(Outcome::Done);
         }
         let spec = pod.spec.clone().unwrap_or_default();
-        let policy = spec.restart_policy.as_deref().unwrap_or("Always");
         let already_terminal = matches!(
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded" | "Failed")
@@ -473,21 +318,24 @@ impl SyncContext {
         let now = (self.clock)();
         let mut resync = RESYNC;
         let mut waiting: HashMap<String, Waiting> = HashMap::new();
+        let all_containers: Vec<&ApiContainer> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .collect();
 
-        let mut containers = self.observe(pod).await?;
-        // done: every container ran and none will run again
-        let finished = |containers: &HashMap<String, Vec<ContainerStatus>>| {
-            already_terminal
-                || spec.containers.iter().all(|c| {
-                    containers
-                        .get(&c.name)
-                        .and_then(|h| h.first())
-                        .is_some_and(|s| {
-                            s.state == ContainerState::ContainerExited as i32
-                                && !should_restart(policy, s.exit_code)
-                        })
-                })
+        let mut runs = self.observe(pod).await?;
+        let plan_for = |runs: &HashMap<String, Vec<ContainerStatus>>| {
+            let mut plan = actions::plan(pod, runs, now);
+            if already_terminal {
+                // phases never go back: nothing runs again
+                plan.steps.clear();
+                plan.finished = true;
+            }
+            plan
         };
+        let mut plan = plan_for(&runs);
 
         let sandboxes = self
             .runtime
@@ -500,8 +348,8 @@ impl SyncContext {
             .max_by_key(|s| s.created_at)
             .map(|s| s.id.clone());
 
-        if ready.is_none() && !finished(&containers) {
-            let config = self.sandbox_config(pod, sandboxes.len() as u32);
+        if ready.is_none() && !plan.finished {
+            let config = sandbox_config(pod, sandboxes.len() as u32, &self.pod_log_dir(pod));
             let _ = std::fs::create_dir_all(self.pod_log_dir(pod));
             match self.runtime.run_pod_sandbox(config).await {
                 Ok(id) => {
@@ -510,7 +358,7 @@ impl SyncContext {
                 }
                 Err(e) => {
                     tracing::warn!(pod = %pod_key(pod), error = %e, "creating the sandbox failed");
-                    for c in &spec.containers {
+                    for c in &all_containers {
                         waiting.insert(
                             c.name.clone(),
                             Waiting {
@@ -524,94 +372,43 @@ impl SyncContext {
             }
         }
 
-        if let Some(sandbox_id) = ready.as_deref()
-            && !finished(&containers)
-        {
+        if let Some(sandbox_id) = ready.as_deref() {
             let attempt = sandboxes.len().saturating_sub(1) as u32;
-            let sandbox = self.sandbox_config(pod, attempt);
-            let mut changed = false;
-            for container in &spec.containers {
-                let latest = containers.get(&container.name).and_then(|h| h.first());
-                let next_attempt = match latest {
-                    None => Some(0),
-                    Some(c) if c.state == ContainerState::ContainerRunning as i32 => None,
-                    Some(c) if c.state == ContainerState::ContainerCreated as i32 => {
-                        // created but never started (a failed start): try the start again
-                        if let Err(e) = self.runtime.start_container(&c.id).await {
-                            waiting.insert(
-                                container.name.clone(),
-                                Waiting {
-                                    reason: "RunContainerError".into(),
-                                    message: e.to_string(),
-                                },
-                            );
-                            resync = resync.max(RETRY);
-                        }
-                        changed = true;
-                        None
-                    }
-                    Some(c) if !should_restart(policy, c.exit_code) => None,
-                    Some(c) => {
-                        let restarts = c.metadata.as_ref().map(|m| m.attempt).unwrap_or(0);
-                        let delay = backoff(restarts);
-                        let finished_at = Timestamp::from_nanosecond(i128::from(c.finished_at))
-                            .unwrap_or(Timestamp::UNIX_EPOCH);
-                        let elapsed = now
-                            .duration_since(finished_at)
-                            .try_into()
-                            .unwrap_or(Duration::ZERO);
-                        if elapsed >= delay {
-                            Some(restarts + 1)
-                        } else {
-                            let m = &pod.metadata;
-                            waiting.insert(
-                                container.name.clone(),
-                                Waiting {
-                                    reason: "CrashLoopBackOff".into(),
-                                    message: format!(
-                                        "back-off {}s restarting failed container={} pod={}_{}({})",
-                                        delay.as_secs(),
-                                        container.name,
-                                        m.name.as_deref().unwrap_or_default(),
-                                        m.namespace.as_deref().unwrap_or("default"),
-                                        uid
-                                    ),
-                                },
-                            );
-                            resync = resync.max(delay - elapsed).min(BACKOFF_MAX);
-                            None
-                        }
-                    }
-                };
-                if let Some(attempt) = next_attempt {
-                    changed = true;
-                    // keep the newest exited run (it becomes lastState), remove older ones
-                    for old in containers
-                        .get(&container.name)
-                        .into_iter()
-                        .flatten()
-                        .skip(1)
-                    {
-                        let _ = self.runtime.remove_container(&old.id).await;
-                    }
-                    if let Some(w) = self
-                        .start_container(pod, sandbox_id, &sandbox, container, attempt)
+            let sandbox = sandbox_config(pod, attempt, &self.pod_log_dir(pod));
+            // an init container that is done at once lets the next one start in the same sync
+            for _ in 0..=all_containers.len() {
+                if plan.finished
+                    || !self
+                        .take_steps(
+                            pod,
+                            sandbox_id,
+                            &sandbox,
+                            &plan,
+                            &runs,
+                            &mut waiting,
+                            &mut resync,
+                        )
                         .await?
-                    {
-                        waiting.insert(container.name.clone(), w);
-                        resync = RETRY;
-                    }
+                {
+                    break;
                 }
+                runs = self.observe(pod).await?;
+                plan = plan_for(&runs);
             }
-            if changed {
-                containers = self.observe(pod).await?;
+        }
+        if plan.init != Init::Done {
+            for c in &spec.containers {
+                waiting.entry(c.name.clone()).or_insert(Waiting {
+                    reason: "PodInitializing".into(),
+                    message: String::new(),
+                });
             }
         }
 
         // a finished pod gives its sandbox (and pod IP) back
         let mut sandbox_status = None;
         if let Some(id) = ready.as_deref() {
-            if finished(&containers) {
+            if plan.finished {
                 self.runtime
                     .stop_pod_sandbox(id)
                     .await
@@ -621,26 +418,30 @@ impl SyncContext {
             }
         }
 
+        let mut view_of = |c: &ApiContainer| {
+            let history = runs.get(&c.name);
+            ContainerView {
+                name: c.name.clone(),
+                image: c.image.clone().unwrap_or_default(),
+                current: history.and_then(|h| h.first()).cloned(),
+                previous: history.and_then(|h| h.get(1)).cloned(),
+                waiting: waiting.remove(&c.name),
+            }
+        };
         let view = PodView {
             sandbox: sandbox_status,
-            containers: spec
-                .containers
+            init_containers: spec
+                .init_containers
                 .iter()
-                .map(|c| {
-                    let history = containers.get(&c.name);
-                    ContainerView {
-                        name: c.name.clone(),
-                        image: c.image.clone().unwrap_or_default(),
-                        current: history.and_then(|h| h.first()).cloned(),
-                        previous: history.and_then(|h| h.get(1)).cloned(),
-                        waiting: waiting.remove(&c.name),
-                    }
-                })
+                .flatten()
+                .map(&mut view_of)
                 .collect(),
+            containers: spec.containers.iter().map(&mut view_of).collect(),
+            init: plan.init,
             host_ip: self.host_ip.clone(),
             runtime_name: self.runtime_name.clone(),
         };
-        for c in &view.containers {
+        for c in view.init_containers.iter().chain(&view.containers) {
             if let Some(w) = &c.waiting
                 && w.reason == "CrashLoopBackOff"
                 && waiting_reason_of(pod, &c.name).as_deref() != Some("CrashLoopBackOff")
@@ -668,6 +469,69 @@ impl SyncContext {
                 .await?;
         }
         Ok(Outcome::Resync(resync))
+    }
+
+    /// Carries out a plan's steps; returns whether a container was started (so the runtime's
+    /// state changed).
+    #[allow(clippy::too_many_arguments)]
+    async fn take_steps(
+        &self,
+        pod: &Pod,
+        sandbox_id: &str,
+        sandbox: &PodSandboxConfig,
+        plan: &actions::Plan,
+        runs: &HashMap<String, Vec<ContainerStatus>>,
+        waiting: &mut HashMap<String, Waiting>,
+        resync: &mut Duration,
+    ) -> Result<bool> {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let mut changed = false;
+        for (name, step) in &plan.steps {
+            let Some(container) = spec
+                .init_containers
+                .iter()
+                .flatten()
+                .chain(&spec.containers)
+                .find(|c| &c.name == name)
+            else {
+                continue;
+            };
+            match step {
+                Step::Keep => {}
+                Step::BackOff { left, .. } => {
+                    if let Some(w) = actions::waiting(step, name, pod) {
+                        waiting.insert(name.clone(), w);
+                    }
+                    *resync = (*resync).max(*left).min(BACKOFF_MAX);
+                }
+                Step::StartCreated { id } => {
+                    changed = true;
+                    if let Err(e) = self.runtime.start_container(id).await {
+                        let w = Waiting {
+                            reason: "RunContainerError".into(),
+                            message: e.to_string(),
+                        };
+                        waiting.insert(name.clone(), w);
+                        *resync = RETRY;
+                    }
+                }
+                Step::Start { attempt } => {
+                    changed = true;
+                    // keep the newest exited run (it becomes lastState), remove older ones
+                    for old in runs.get(name).into_iter().flatten().skip(1) {
+                        let _ = self.runtime.remove_container(&old.id).await;
+                    }
+                    if let Some(w) = self
+                        .start_container(pod, sandbox_id, sandbox, container, *attempt)
+                        .await?
+                    {
+                        waiting.insert(name.clone(), w);
+                        *resync = RETRY;
+                    }
+                }
+            }
+        }
+        Ok(changed && waiting.is_empty())
     }
 
     /// Stops the pod's containers (SIGTERM, SIGKILL after `grace` seconds, all at once), then
@@ -726,24 +590,6 @@ impl SyncContext {
         let _ = std::fs::remove_dir_all(self.pod_log_dir(pod));
         tracing::info!(pod = %pod_key(pod), grace, "pod stopped and removed from the runtime");
         Ok(())
-    }
-}
-
-fn namespace_options(pod: &Pod) -> NamespaceOption {
-    let host_network = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.host_network)
-        .unwrap_or(false);
-    NamespaceOption {
-        network: if host_network {
-            NamespaceMode::Node
-        } else {
-            NamespaceMode::Pod
-        } as i32,
-        pid: NamespaceMode::Container as i32,
-        ipc: NamespaceMode::Pod as i32,
-        ..Default::default()
     }
 }
 

@@ -174,13 +174,6 @@ async fn an_exited_container_is_restarted_at_once_then_backs_off_ten_seconds() {
     assert_eq!(h.status().container_statuses.unwrap()[0].restart_count, 2);
 }
 
-#[test]
-fn backoff_doubles_from_ten_seconds_to_five_minutes() {
-    let secs: Vec<u64> = (0..8).map(|r| backoff(r).as_secs()).collect();
-    assert_eq!(secs, [0, 10, 20, 40, 80, 160, 300, 300]);
-    assert_eq!(backoff(100), BACKOFF_MAX);
-}
-
 #[tokio::test]
 async fn a_finished_pod_under_never_succeeds_and_gives_its_sandbox_back() {
     let h = harness();
@@ -302,10 +295,10 @@ async fn the_container_gets_the_command_args_env_and_log_path_of_the_spec() {
     let h = harness();
     let mut pod = pod("Always", "IfNotPresent");
     h.sync(&mut pod).await;
-    let sandbox = h.ctx.sandbox_config(&pod, 0);
+    let sandbox = crate::config::sandbox_config(&pod, 0, &h.ctx.pod_log_dir(&pod));
     assert_eq!(sandbox.labels[LABEL_POD_UID], "u1");
     assert!(sandbox.log_directory.ends_with("default_web_u1"));
-    let config = h.ctx.container_config(
+    let config = crate::config::container_config(
         &pod,
         &pod.spec.as_ref().unwrap().containers[0],
         "sha256:x",
@@ -319,4 +312,46 @@ async fn the_container_gets_the_command_args_env_and_log_path_of_the_spec() {
     );
     assert_eq!(config.log_path, "c/3.log");
     assert_eq!(config.labels[LABEL_CONTAINER_NAME], "c");
+}
+
+#[tokio::test]
+async fn init_containers_complete_before_the_app_container_starts() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    pod.spec.as_mut().unwrap().init_containers = Some(vec![
+        serde_json::from_value(json!({"name": "setup", "image": "busybox",
+                                      "imagePullPolicy": "IfNotPresent"}))
+        .unwrap(),
+    ]);
+    h.sync(&mut pod).await;
+    assert_eq!(h.runtime.containers_named("setup").len(), 1);
+    assert!(h.runtime.containers_named("c").is_empty(), "the app waits");
+    let status = h.status();
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    assert_eq!(waiting_reason(&status).as_deref(), Some("PodInitializing"));
+
+    let setup = h.runtime.containers_named("setup")[0].clone();
+    h.runtime.exit_container(&setup, 0);
+    h.sync(&mut pod).await;
+    assert_eq!(h.runtime.containers_named("c").len(), 1);
+    let status = h.status();
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    let init = &status.init_container_statuses.as_ref().unwrap()[0];
+    assert!(init.ready);
+    assert_eq!(
+        init.state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .exit_code,
+        0
+    );
+    h.sync(&mut pod).await;
+    assert_eq!(
+        h.runtime.containers_named("setup").len(),
+        1,
+        "not run again"
+    );
 }

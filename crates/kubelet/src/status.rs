@@ -1,6 +1,7 @@
-//! Pod status from CRI state, without I/O: container states (waiting, running, terminated),
-//! lastState, restartCount, ids; the phase by upstream's rules (`getPhase`); the PodScheduled,
-//! Initialized, ContainersReady and Ready conditions; pod and host IPs; startTime.
+//! Pod status from CRI state, without I/O: init and app container states (waiting, running,
+//! terminated), lastState, restartCount, ids; the phase by upstream's rules (`getPhase`); the
+//! PodReadyToStartContainers, Initialized, ContainersReady, Ready and PodScheduled conditions;
+//! pod and host IPs; startTime.
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
@@ -10,6 +11,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::actions::Init;
 use crate::cri::{ContainerState, ContainerStatus, PodSandboxStatus};
 
 /// Why the kubelet left a container waiting rather than running it (upstream's reasons).
@@ -39,8 +41,12 @@ pub struct ContainerView {
 pub struct PodView {
     /// The pod's ready sandbox, if it has one.
     pub sandbox: Option<PodSandboxStatus>,
+    /// One per spec init container, in spec order.
+    pub init_containers: Vec<ContainerView>,
     /// One per spec container, in spec order.
     pub containers: Vec<ContainerView>,
+    /// Where the init containers are.
+    pub init: Init,
     /// The node's IP (`status.hostIP`, and the pod IP of hostNetwork pods).
     pub host_ip: String,
     /// The runtime's name, the scheme of container ids (`containerd://…`).
@@ -195,10 +201,26 @@ pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
         .iter()
         .map(|c| container_status(c, &view.runtime_name))
         .collect();
+    let init_statuses: Vec<ApiContainerStatus> = view
+        .init_containers
+        .iter()
+        .map(|c| {
+            let mut s = container_status(c, &view.runtime_name);
+            // an init container is ready once it has completed successfully
+            s.ready = s
+                .state
+                .as_ref()
+                .and_then(|st| st.terminated.as_ref())
+                .is_some_and(|t| t.exit_code == 0);
+            s
+        })
+        .collect();
     let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let phase = match old.phase.as_deref() {
-        Some(p @ ("Succeeded" | "Failed")) => p,
-        _ => phase(&container_statuses, restart_policy),
+    let phase = match (old.phase.as_deref(), view.init) {
+        (Some(p @ ("Succeeded" | "Failed")), _) => p,
+        (_, Init::Failed) => "Failed",
+        (_, Init::InProgress) => "Pending",
+        (_, Init::Done) => phase(&container_statuses, restart_policy),
     }
     .to_string();
     let terminal = phase == "Succeeded" || phase == "Failed";
@@ -241,6 +263,24 @@ pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
             )),
         )
     };
+    let incomplete: Vec<&str> = init_statuses
+        .iter()
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect();
+    let initialized = if view.init == Init::Done {
+        condition("Initialized", true, None, None)
+    } else {
+        condition(
+            "Initialized",
+            false,
+            Some("ContainersNotInitialized"),
+            Some(format!(
+                "containers with incomplete status: [{}]",
+                incomplete.join(" ")
+            )),
+        )
+    };
     let conditions = vec![
         condition(
             "PodReadyToStartContainers",
@@ -248,7 +288,7 @@ pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
             None,
             None,
         ),
-        condition("Initialized", true, None, None),
+        initialized,
         condition("Ready", ready, reason, message.clone()),
         condition("ContainersReady", ready, reason, message),
         condition("PodScheduled", true, None, None),
@@ -276,6 +316,7 @@ pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
         pod_ip,
         start_time: old.start_time.clone().or(Some(Time(now))),
         container_statuses: Some(container_statuses),
+        init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         qos_class: old.qos_class.clone(),
         ..Default::default()
     }
@@ -342,6 +383,7 @@ mod tests {
             }],
             host_ip: "192.168.1.5".into(),
             runtime_name: "containerd".into(),
+            ..Default::default()
         }
     }
 
@@ -519,5 +561,71 @@ mod tests {
         assert_eq!(phase(&statuses(0), "OnFailure"), "Succeeded");
         assert_eq!(phase(&statuses(1), "OnFailure"), "Running");
         assert_eq!(phase(&statuses(0), "Always"), "Running");
+    }
+}
+
+#[cfg(test)]
+mod init_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_pod_initializing_is_pending_with_its_init_containers_listed_as_incomplete() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "uid": "u"},
+            "spec": {"initContainers": [{"name": "setup", "image": "busybox"}],
+                     "containers": [{"name": "app", "image": "busybox"}]},
+        }))
+        .unwrap();
+        let view = PodView {
+            init_containers: vec![ContainerView {
+                name: "setup".into(),
+                ..Default::default()
+            }],
+            containers: vec![ContainerView {
+                name: "app".into(),
+                waiting: Some(Waiting {
+                    reason: "PodInitializing".into(),
+                    message: String::new(),
+                }),
+                ..Default::default()
+            }],
+            init: Init::InProgress,
+            ..Default::default()
+        };
+        let status = pod_status(&pod, &view, Timestamp::UNIX_EPOCH);
+        assert_eq!(status.phase.as_deref(), Some("Pending"));
+        let init = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Initialized")
+            .unwrap();
+        assert_eq!(init.status, "False");
+        assert_eq!(init.reason.as_deref(), Some("ContainersNotInitialized"));
+        assert_eq!(
+            init.message.as_deref(),
+            Some("containers with incomplete status: [setup]")
+        );
+        assert_eq!(status.init_container_statuses.unwrap()[0].name, "setup");
+        let app = &status.container_statuses.unwrap()[0];
+        let reason = app
+            .state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .clone();
+        assert_eq!(reason.as_deref(), Some("PodInitializing"));
+
+        let failed = PodView {
+            init: Init::Failed,
+            ..view
+        };
+        let status = pod_status(&pod, &failed, Timestamp::UNIX_EPOCH);
+        assert_eq!(status.phase.as_deref(), Some("Failed"));
     }
 }

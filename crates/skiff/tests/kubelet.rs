@@ -1,7 +1,7 @@
 //! `skiff kubelet` against a real `skiff apiserver` and the real containerd it manages (seed
 //! 001: the kubelet watches its own pods, runs a sandbox and containers through CRI and writes
 //! status back): the Node registers Ready with its Lease; a busybox pod (the built-in image,
-//! offline) reaches Running with a pod IP from the CNI bridge and its container statuses; pods
+//! offline) runs its init container, then reaches Running with a pod IP from the CNI bridge and its container statuses; pods
 //! that exit reach Succeeded or Failed under restartPolicy Never; a crashing pod is restarted
 //! into CrashLoopBackOff; a restarted kubelet adopts running containers; a deleted pod is stopped within its grace period and removed, its
 //! containers gone from containerd. Needs root (containerd, CNI); skips otherwise.
@@ -249,7 +249,17 @@ async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, mut f: impl Fn
 }
 
 async fn create_pod(pods: &Api<Pod>, name: &str, restart_policy: &str, script: &str) -> Pod {
-    let pod = json!({
+    create_pod_with_init(pods, name, restart_policy, None, script).await
+}
+
+async fn create_pod_with_init(
+    pods: &Api<Pod>,
+    name: &str,
+    restart_policy: &str,
+    init: Option<&str>,
+    script: &str,
+) -> Pod {
+    let mut pod = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name},
         "spec": {
@@ -261,6 +271,10 @@ async fn create_pod(pods: &Api<Pod>, name: &str, restart_policy: &str, script: &
                             "env": [{"name": "GREETING", "value": "hello"}]}],
         },
     });
+    if let Some(init) = init {
+        pod["spec"]["initContainers"] = json!([{"name": "setup", "image": "busybox",
+                                               "command": ["sh", "-c", init]}]);
+    }
     pods.create(
         &PostParams::default(),
         &serde_json::from_value(pod).unwrap(),
@@ -313,10 +327,11 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
         assert_eq!(lease.spec.unwrap().holder_identity.as_deref(), Some(NODE));
 
         // a long-running pod: Running, with a pod IP from the bridge and container statuses
-        let web = create_pod(
+        let web = create_pod_with_init(
             &pods,
             "web",
             "Always",
+            Some("echo init done"),
             "trap 'exit 0' TERM; echo $GREETING; sleep 3600 & wait",
         )
         .await;
@@ -335,6 +350,14 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
         assert!(container_id.starts_with("containerd://"), "{container_id}");
         assert_eq!(cs.image, "docker.io/library/busybox:latest");
         assert!(!cs.image_id.is_empty());
+        let init = &status.init_container_statuses.clone().unwrap()[0];
+        let done = init
+            .state
+            .clone()
+            .unwrap()
+            .terminated
+            .expect("the init container ran");
+        assert_eq!((done.exit_code, init.ready), (0, true));
         for t in ["PodScheduled", "Initialized", "ContainersReady", "Ready"] {
             let cond = status.conditions.iter().flatten().find(|c| c.type_ == t);
             assert_eq!(cond.map(|c| c.status.as_str()), Some("True"), "{t}");
