@@ -1,13 +1,15 @@
 //! The CRI configs the kubelet asks for, from the pod's spec without I/O: the sandbox (metadata,
 //! hostname, log directory, host ports, labels by which the kubelet finds it again, namespaces)
-//! and each container (image, command, args, env, log path, labels, attempt).
+//! and each container (image, command, args, env with upstream's downward-API field references,
+//! cgroup resources from requests and limits, log path, labels, attempt).
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use k8s_cri::v1::{
-    LinuxContainerConfig, LinuxContainerSecurityContext, LinuxPodSandboxConfig,
-    LinuxSandboxSecurityContext, NamespaceMode, NamespaceOption, PortMapping, Protocol,
+    LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
+    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, NamespaceMode, NamespaceOption,
+    PortMapping, Protocol,
 };
 use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
 
@@ -79,11 +81,83 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, log_directory: &Path) -> PodSandb
     }
 }
 
+/// What the downward API reads from the running pod rather than its spec.
+#[derive(Debug, Clone, Default)]
+pub struct PodRuntimeFields {
+    /// `status.podIP`: the sandbox's IP (the host's for hostNetwork pods).
+    pub pod_ip: String,
+    /// `status.hostIP`.
+    pub host_ip: String,
+}
+
+/// The value of an env `fieldRef` (upstream's supported paths), or None for an unknown path.
+pub fn field_ref(pod: &Pod, path: &str, runtime: &PodRuntimeFields) -> Option<String> {
+    let m = &pod.metadata;
+    let spec = pod.spec.as_ref();
+    let key_in = |map: &Option<std::collections::BTreeMap<String, String>>, rest: &str| {
+        let key = rest.strip_prefix("['")?.strip_suffix("']")?;
+        Some(map.as_ref()?.get(key).cloned().unwrap_or_default())
+    };
+    Some(match path {
+        "metadata.name" => m.name.clone().unwrap_or_default(),
+        "metadata.namespace" => m.namespace.clone().unwrap_or_else(|| "default".into()),
+        "metadata.uid" => m.uid.clone().unwrap_or_default(),
+        "spec.nodeName" => spec?.node_name.clone().unwrap_or_default(),
+        "spec.serviceAccountName" => spec?.service_account_name.clone().unwrap_or_default(),
+        "status.podIP" | "status.podIPs" => runtime.pod_ip.clone(),
+        "status.hostIP" | "status.hostIPs" => runtime.host_ip.clone(),
+        _ => {
+            if let Some(rest) = path.strip_prefix("metadata.labels") {
+                return key_in(&m.labels, rest);
+            }
+            if let Some(rest) = path.strip_prefix("metadata.annotations") {
+                return key_in(&m.annotations, rest);
+            }
+            return None;
+        }
+    })
+}
+
+/// CPU shares, CFS quota and the memory limit from the container's requests and limits, as
+/// upstream's kubelet computes them (a CPU request of 1 is 1024 shares, at least 2; a CPU limit
+/// of 1 is a 100 ms quota per 100 ms period, at least 1 ms).
+pub fn linux_resources(container: &ApiContainer) -> LinuxContainerResources {
+    use skiff_apimachinery::quantity::Quantity;
+    let res = container.resources.clone().unwrap_or_default();
+    let get = |map: &Option<
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+               key: &str| {
+        map.as_ref()
+            .and_then(|m| m.get(key))
+            .and_then(|q| Quantity::parse(&q.0).ok())
+    };
+    const PERIOD: i64 = 100_000;
+    let cpu_limit = get(&res.limits, "cpu").map(|q| q.milli_value());
+    // a limit without a request requests the limit (upstream's defaulting)
+    let cpu_request = get(&res.requests, "cpu")
+        .map(|q| q.milli_value())
+        .or(cpu_limit);
+    let mut out = LinuxContainerResources {
+        cpu_shares: cpu_request.map(|m| (m * 1024 / 1000).max(2)).unwrap_or(2),
+        ..Default::default()
+    };
+    if let Some(milli) = cpu_limit {
+        out.cpu_period = PERIOD;
+        out.cpu_quota = (milli * PERIOD / 1000).max(1000);
+    }
+    if let Some(memory) = get(&res.limits, "memory") {
+        out.memory_limit_in_bytes = memory.value();
+    }
+    out
+}
+
 pub fn container_config(
     pod: &Pod,
     container: &ApiContainer,
     image_ref: &str,
     attempt: u32,
+    runtime: &PodRuntimeFields,
 ) -> ContainerConfig {
     let m = &pod.metadata;
     let labels = HashMap::from([
@@ -103,9 +177,17 @@ pub fn container_config(
         .iter()
         .flatten()
         .filter_map(|e| {
-            e.value.as_ref().map(|v| KeyValue {
+            let value = match (&e.value, &e.value_from) {
+                (Some(v), _) => Some(v.clone()),
+                (None, Some(from)) => from
+                    .field_ref
+                    .as_ref()
+                    .and_then(|f| field_ref(pod, &f.field_path, runtime)),
+                (None, None) => Some(String::new()),
+            }?;
+            Some(KeyValue {
                 key: e.name.clone(),
-                value: v.clone(),
+                value,
             })
         })
         .collect();
@@ -133,7 +215,7 @@ pub fn container_config(
         stdin_once: container.stdin_once.unwrap_or(false),
         tty: container.tty.unwrap_or(false),
         linux: Some(LinuxContainerConfig {
-            resources: None,
+            resources: Some(linux_resources(container)),
             security_context: Some(LinuxContainerSecurityContext {
                 namespace_options: Some(namespace_options(pod)),
                 privileged: container
@@ -163,5 +245,84 @@ fn namespace_options(pod: &Pod) -> NamespaceOption {
         pid: NamespaceMode::Container as i32,
         ipc: NamespaceMode::Pod as i32,
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(container: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "prod", "uid": "u1",
+                         "labels": {"app": "web"}},
+            "spec": {"nodeName": "n1", "containers": [container]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn requests_and_limits_become_shares_quota_and_a_memory_limit() {
+        let p = pod(json!({"name": "c", "resources": {
+            "requests": {"cpu": "250m", "memory": "64Mi"},
+            "limits": {"cpu": "500m", "memory": "128Mi"}}}));
+        let r = linux_resources(&p.spec.unwrap().containers[0]);
+        assert_eq!(
+            (r.cpu_shares, r.cpu_period, r.cpu_quota),
+            (256, 100_000, 50_000)
+        );
+        assert_eq!(r.memory_limit_in_bytes, 128 * 1024 * 1024);
+
+        let best_effort = pod(json!({"name": "c"}));
+        let r = linux_resources(&best_effort.spec.unwrap().containers[0]);
+        assert_eq!(
+            (r.cpu_shares, r.cpu_quota, r.memory_limit_in_bytes),
+            (2, 0, 0)
+        );
+    }
+
+    #[test]
+    fn field_refs_read_the_pod_and_its_runtime_addresses() {
+        let p = pod(json!({"name": "c"}));
+        let rt = PodRuntimeFields {
+            pod_ip: "10.42.0.9".into(),
+            host_ip: "192.168.1.5".into(),
+        };
+        let get = |path| field_ref(&p, path, &rt);
+        assert_eq!(get("metadata.name").as_deref(), Some("web"));
+        assert_eq!(get("metadata.namespace").as_deref(), Some("prod"));
+        assert_eq!(get("spec.nodeName").as_deref(), Some("n1"));
+        assert_eq!(get("status.podIP").as_deref(), Some("10.42.0.9"));
+        assert_eq!(get("status.hostIP").as_deref(), Some("192.168.1.5"));
+        assert_eq!(get("metadata.labels['app']").as_deref(), Some("web"));
+        assert_eq!(get("metadata.labels['none']").as_deref(), Some(""));
+        assert_eq!(get("spec.bogus"), None);
+    }
+
+    #[test]
+    fn the_container_gets_env_values_and_field_refs() {
+        let p = pod(json!({"name": "c", "env": [
+            {"name": "A", "value": "1"},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}));
+        let rt = PodRuntimeFields {
+            pod_ip: "10.42.0.9".into(),
+            host_ip: String::new(),
+        };
+        let c = container_config(
+            &p,
+            &p.spec.clone().unwrap().containers[0],
+            "sha256:x",
+            0,
+            &rt,
+        );
+        let env: Vec<(&str, &str)> = c
+            .envs
+            .iter()
+            .map(|kv| (kv.key.as_str(), kv.value.as_str()))
+            .collect();
+        assert_eq!(env, [("A", "1"), ("POD_IP", "10.42.0.9")]);
+        assert!(c.linux.unwrap().resources.is_some());
     }
 }

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
 
 use crate::actions::{self, BACKOFF_MAX, Init, Step};
 use crate::api::{PodApi, PodEvent};
-use crate::config::{container_config, sandbox_config};
+use crate::config::{PodRuntimeFields, container_config, sandbox_config};
 use crate::cri::{
     ContainerRuntime, ContainerState, ContainerStatus, PodSandboxConfig, PodSandboxState,
 };
@@ -219,7 +219,20 @@ impl SyncContext {
             Err(waiting) => return Ok(Some(waiting)),
         };
         let _ = std::fs::create_dir_all(self.pod_log_dir(pod).join(name));
-        let config = container_config(pod, container, &image_ref, attempt);
+        let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
+        let pod_ip = if host_network {
+            self.host_ip.clone()
+        } else {
+            match self.runtime.pod_sandbox_status(sandbox_id).await {
+                Ok(s) => s.network.map(|n| n.ip).unwrap_or_default(),
+                Err(_) => String::new(),
+            }
+        };
+        let fields = PodRuntimeFields {
+            pod_ip,
+            host_ip: self.host_ip.clone(),
+        };
+        let config = container_config(pod, container, &image_ref, attempt, &fields);
         let id = match self
             .runtime
             .create_container(sandbox_id, config, sandbox.clone())

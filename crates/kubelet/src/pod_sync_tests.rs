@@ -298,11 +298,13 @@ async fn the_container_gets_the_command_args_env_and_log_path_of_the_spec() {
     let sandbox = crate::config::sandbox_config(&pod, 0, &h.ctx.pod_log_dir(&pod));
     assert_eq!(sandbox.labels[LABEL_POD_UID], "u1");
     assert!(sandbox.log_directory.ends_with("default_web_u1"));
+    let fields = crate::config::PodRuntimeFields::default();
     let config = crate::config::container_config(
         &pod,
         &pod.spec.as_ref().unwrap().containers[0],
         "sha256:x",
         3,
+        &fields,
     );
     assert_eq!(config.command, ["sh"]);
     assert_eq!(config.args, ["-c", "sleep 1"]);

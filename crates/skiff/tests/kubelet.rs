@@ -268,7 +268,10 @@ async fn create_pod_with_init(
             "terminationGracePeriodSeconds": 5,
             "containers": [{"name": "c", "image": "busybox",
                             "command": ["sh", "-c", script],
-                            "env": [{"name": "GREETING", "value": "hello"}]}],
+                            "env": [{"name": "GREETING", "value": "hello"},
+                                    {"name": "POD_IP", "valueFrom":
+                                        {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                            "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}}],
         },
     });
     if let Some(init) = init {
@@ -332,7 +335,7 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
             "web",
             "Always",
             Some("echo init done"),
-            "trap 'exit 0' TERM; echo $GREETING; sleep 3600 & wait",
+            "trap 'exit 0' TERM; echo $GREETING from $POD_IP; sleep 3600 & wait",
         )
         .await;
         let running = eventually("web to be Running", || in_phase(&pods, "web", "Running")).await;
@@ -370,11 +373,22 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
         let line = eventually("the container's log line", || async {
             let text = support::read(&log_file);
             text.lines()
-                .find(|l| l.ends_with(" stdout F hello"))
+                .find(|l| l.contains(" stdout F hello from "))
                 .map(String::from)
         })
         .await;
-        assert!(line.contains("stdout F hello"), "{line}");
+        assert!(
+            line.ends_with(&format!("stdout F hello from {pod_ip}")),
+            "{line}"
+        );
+        // limits became cgroup settings through CRI
+        let short_id = container_id.trim_start_matches("containerd://");
+        let info = kubelet.ctr(&["containers", "info", short_id]);
+        assert!(
+            info.contains("\"limit\": 67108864"),
+            "no memory limit in\n{info}"
+        );
+        assert!(info.contains("\"quota\": 50000"), "no CPU quota in\n{info}");
 
         // upstream's events, as kubectl shows them
         let events = api.kubectl(
