@@ -1,8 +1,10 @@
 //! The kubelet's writes to pods through the API server, behind [`PodApi`] so that the pod
 //! workers can be tested with [`RecordingPodApi`]: status patches, events and the final delete.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod, PodStatus, Secret};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
@@ -14,6 +16,14 @@ use serde_json::json;
 pub enum Error {
     #[error("patching the status of pod {namespace}/{name}: {source}")]
     PatchStatus {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("reading {kind} {namespace}/{name}: {source}")]
+    Read {
+        kind: &'static str,
         namespace: String,
         name: String,
         #[source]
@@ -37,6 +47,16 @@ pub trait PodApi: Send + Sync {
     /// Records an event about the pod (or one of its containers, by `field_path` such as
     /// `spec.containers{web}`); failures are logged, never returned: events are best effort.
     async fn event(&self, pod: &Pod, event: PodEvent);
+    /// The data of a ConfigMap, or None if it does not exist.
+    async fn config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>>;
+    /// The data of a Secret (decoded; bytes that are not UTF-8 are replaced), or None if it
+    /// does not exist.
+    async fn secret(&self, namespace: &str, name: &str)
+    -> Result<Option<BTreeMap<String, String>>>;
     /// Removes the pod object once its containers are gone: `gracePeriodSeconds=0` with the
     /// uid as precondition, as upstream's status manager does. A pod already gone is success.
     async fn delete_now(&self, namespace: &str, name: &str, uid: &str) -> Result<()>;
@@ -149,6 +169,51 @@ impl PodApi for KubePodApi {
         }
     }
 
+    async fn config_map(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let found = api.get_opt(name).await.map_err(|source| Error::Read {
+            kind: "configmap",
+            namespace: namespace.into(),
+            name: name.into(),
+            source,
+        })?;
+        Ok(found.map(|cm| {
+            let mut data = cm.data.unwrap_or_default();
+            for (k, v) in cm.binary_data.unwrap_or_default() {
+                data.insert(k, String::from_utf8_lossy(&v.0).into_owned());
+            }
+            data
+        }))
+    }
+
+    async fn secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let found = api.get_opt(name).await.map_err(|source| Error::Read {
+            kind: "secret",
+            namespace: namespace.into(),
+            name: name.into(),
+            source,
+        })?;
+        Ok(found.map(|s| {
+            let mut data: BTreeMap<String, String> = s
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                .collect();
+            data.extend(s.string_data.unwrap_or_default());
+            data
+        }))
+    }
+
     async fn delete_now(&self, namespace: &str, name: &str, uid: &str) -> Result<()> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let params = DeleteParams {
@@ -171,11 +236,16 @@ impl PodApi for KubePodApi {
     }
 }
 
-/// A [`PodApi`] that records what it was asked to write.
+/// A [`PodApi`] that records what it was asked to write and serves the ConfigMaps and
+/// Secrets it was given.
 #[derive(Default)]
 pub struct RecordingPodApi {
     /// Guards the record; held for one push or one read.
     pub writes: Mutex<Vec<Write>>,
+    /// ConfigMaps by name (any namespace).
+    pub config_maps: Mutex<BTreeMap<String, BTreeMap<String, String>>>,
+    /// Secrets by name (any namespace).
+    pub secrets: Mutex<BTreeMap<String, BTreeMap<String, String>>>,
 }
 
 /// One recorded write.
@@ -243,6 +313,22 @@ impl PodApi for RecordingPodApi {
             name: pod.metadata.name.clone().unwrap_or_default(),
             event,
         });
+    }
+
+    async fn config_map(
+        &self,
+        _namespace: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>> {
+        Ok(self.config_maps.lock().get(name).cloned())
+    }
+
+    async fn secret(
+        &self,
+        _namespace: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>> {
+        Ok(self.secrets.lock().get(name).cloned())
     }
 
     async fn delete_now(&self, _namespace: &str, name: &str, uid: &str) -> Result<()> {

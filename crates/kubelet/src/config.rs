@@ -1,7 +1,7 @@
 //! The CRI configs the kubelet asks for, from the pod's spec without I/O: the sandbox (metadata,
 //! hostname, log directory, host ports, labels by which the kubelet finds it again, namespaces)
-//! and each container (image, command, args, env with upstream's downward-API field references,
-//! cgroup resources from requests and limits, log path, labels, attempt).
+//! and each container (image, command, args, env as resolved by the caller, cgroup resources from
+//! requests and limits, log path, labels, attempt); the downward API's field references.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -157,7 +157,7 @@ pub fn container_config(
     container: &ApiContainer,
     image_ref: &str,
     attempt: u32,
-    runtime: &PodRuntimeFields,
+    envs: Vec<KeyValue>,
 ) -> ContainerConfig {
     let m = &pod.metadata;
     let labels = HashMap::from([
@@ -172,25 +172,6 @@ pub fn container_config(
         ),
         (LABEL_CONTAINER_NAME.to_string(), container.name.clone()),
     ]);
-    let envs = container
-        .env
-        .iter()
-        .flatten()
-        .filter_map(|e| {
-            let value = match (&e.value, &e.value_from) {
-                (Some(v), _) => Some(v.clone()),
-                (None, Some(from)) => from
-                    .field_ref
-                    .as_ref()
-                    .and_then(|f| field_ref(pod, &f.field_path, runtime)),
-                (None, None) => Some(String::new()),
-            }?;
-            Some(KeyValue {
-                key: e.name.clone(),
-                value,
-            })
-        })
-        .collect();
     ContainerConfig {
         metadata: Some(ContainerMetadata {
             name: container.name.clone(),
@@ -302,27 +283,21 @@ mod tests {
     }
 
     #[test]
-    fn the_container_gets_env_values_and_field_refs() {
-        let p = pod(json!({"name": "c", "env": [
-            {"name": "A", "value": "1"},
-            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}));
-        let rt = PodRuntimeFields {
-            pod_ip: "10.42.0.9".into(),
-            host_ip: String::new(),
-        };
+    fn the_container_gets_its_env_and_resources() {
+        let p = pod(json!({"name": "c", "command": ["sh"]}));
+        let env = vec![KeyValue {
+            key: "A".into(),
+            value: "1".into(),
+        }];
         let c = container_config(
             &p,
             &p.spec.clone().unwrap().containers[0],
             "sha256:x",
             0,
-            &rt,
+            env,
         );
-        let env: Vec<(&str, &str)> = c
-            .envs
-            .iter()
-            .map(|kv| (kv.key.as_str(), kv.value.as_str()))
-            .collect();
-        assert_eq!(env, [("A", "1"), ("POD_IP", "10.42.0.9")]);
+        assert_eq!(c.envs[0].key, "A");
+        assert_eq!(c.command, ["sh"]);
         assert!(c.linux.unwrap().resources.is_some());
     }
 }

@@ -8,6 +8,7 @@
 //! - [`pod_sync`]: one sync of one pod (sandbox, images, containers, restarts, deletion).
 //! - [`actions`]: what a sync should do, without I/O (init order, restarts, back-off).
 //! - [`config`]: the CRI sandbox and container configs from the pod's spec.
+//! - [`env`]: a container's environment (values, field refs, ConfigMaps, Secrets).
 //! - [`status`]: pod status from CRI state, without I/O.
 //! - [`node`]: the Node object, its status and its Lease.
 //! - [`host`]: facts about this machine for the Node.
@@ -22,6 +23,7 @@ pub mod api;
 pub mod config;
 pub mod containerd;
 pub mod cri;
+pub mod env;
 pub mod fake;
 pub mod host;
 pub mod images;

@@ -232,7 +232,20 @@ impl SyncContext {
             pod_ip,
             host_ip: self.host_ip.clone(),
         };
-        let config = container_config(pod, container, &image_ref, attempt, &fields);
+        let envs = match crate::env::resolve(self.api.as_ref(), pod, container, &fields).await {
+            Ok(envs) => envs,
+            Err(problem) => {
+                let message = format!("Error: {problem}");
+                self.api
+                    .event(pod, PodEvent::warning("Failed", name, message))
+                    .await;
+                return Ok(Some(Waiting {
+                    reason: "CreateContainerConfigError".into(),
+                    message: problem,
+                }));
+            }
+        };
+        let config = container_config(pod, container, &image_ref, attempt, envs);
         let id = match self
             .runtime
             .create_container(sandbox_id, config, sandbox.clone())

@@ -298,20 +298,15 @@ async fn the_container_gets_the_command_args_env_and_log_path_of_the_spec() {
     let sandbox = crate::config::sandbox_config(&pod, 0, &h.ctx.pod_log_dir(&pod));
     assert_eq!(sandbox.labels[LABEL_POD_UID], "u1");
     assert!(sandbox.log_directory.ends_with("default_web_u1"));
-    let fields = crate::config::PodRuntimeFields::default();
     let config = crate::config::container_config(
         &pod,
         &pod.spec.as_ref().unwrap().containers[0],
         "sha256:x",
         3,
-        &fields,
+        vec![],
     );
     assert_eq!(config.command, ["sh"]);
     assert_eq!(config.args, ["-c", "sleep 1"]);
-    assert_eq!(
-        (config.envs[0].key.as_str(), config.envs[0].value.as_str()),
-        ("A", "1")
-    );
     assert_eq!(config.log_path, "c/3.log");
     assert_eq!(config.labels[LABEL_CONTAINER_NAME], "c");
 }
@@ -356,4 +351,29 @@ async fn init_containers_complete_before_the_app_container_starts() {
         1,
         "not run again"
     );
+}
+
+#[tokio::test]
+async fn a_missing_config_map_holds_the_container_until_it_exists() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    pod.spec.as_mut().unwrap().containers[0].env = Some(vec![
+        serde_json::from_value(json!({"name": "MODE", "valueFrom":
+            {"configMapKeyRef": {"name": "settings", "key": "mode"}}}))
+        .unwrap(),
+    ]);
+    assert_eq!(h.sync(&mut pod).await, Outcome::Resync(RETRY));
+    assert_eq!(
+        waiting_reason(&h.status()).as_deref(),
+        Some("CreateContainerConfigError")
+    );
+    assert_eq!(h.count("CreateContainer"), 0);
+
+    h.api.config_maps.lock().insert(
+        "settings".into(),
+        std::collections::BTreeMap::from([("mode".to_string(), "fast".to_string())]),
+    );
+    h.sync(&mut pod).await;
+    assert_eq!(h.count("CreateContainer"), 1);
+    assert_eq!(h.status().phase.as_deref(), Some("Running"));
 }

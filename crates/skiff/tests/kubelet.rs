@@ -3,7 +3,7 @@
 //! status back): the Node registers Ready with its Lease; a busybox pod (the built-in image,
 //! offline) runs its init container, then reaches Running with a pod IP from the CNI bridge and its container statuses; pods
 //! that exit reach Succeeded or Failed under restartPolicy Never; a crashing pod is restarted
-//! into CrashLoopBackOff; a restarted kubelet adopts running containers; a deleted pod is stopped within its grace period and removed, its
+//! into CrashLoopBackOff; env from a ConfigMap, and a missing one reported; a restarted kubelet adopts running containers; a deleted pod is stopped within its grace period and removed, its
 //! containers gone from containerd. Needs root (containerd, CNI); skips otherwise.
 
 mod support;
@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
@@ -268,7 +268,8 @@ async fn create_pod_with_init(
             "terminationGracePeriodSeconds": 5,
             "containers": [{"name": "c", "image": "busybox",
                             "command": ["sh", "-c", script],
-                            "env": [{"name": "GREETING", "value": "hello"},
+                            "env": [{"name": "GREETING", "valueFrom":
+                                        {"configMapKeyRef": {"name": "words", "key": "greeting"}}},
                                     {"name": "POD_IP", "valueFrom":
                                         {"fieldRef": {"fieldPath": "status.podIP"}}}],
                             "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}}],
@@ -328,6 +329,15 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
         })
         .await;
         assert_eq!(lease.spec.unwrap().holder_identity.as_deref(), Some(NODE));
+
+        // the ConfigMap every pod's env reads
+        let words: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "words"}, "data": {"greeting": "hello"}}))
+        .unwrap();
+        Api::<ConfigMap>::namespaced(c.clone(), "default")
+            .create(&PostParams::default(), &words)
+            .await
+            .expect("create the configmap");
 
         // a long-running pod: Running, with a pod IP from the bridge and container statuses
         let web = create_pod_with_init(
@@ -440,6 +450,32 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
             .expect("a terminated state");
         assert_eq!((term.exit_code, term.reason.as_deref()), (3, Some("Error")));
 
+        // a pod whose env names a ConfigMap that does not exist waits, and says why
+        let mut lost = json!({
+            "metadata": {"name": "lost"},
+            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox",
+                "env": [{"name": "X", "valueFrom":
+                    {"configMapKeyRef": {"name": "absent", "key": "k"}}}]}]}});
+        lost["apiVersion"] = json!("v1");
+        pods.create(
+            &PostParams::default(),
+            &serde_json::from_value(lost).unwrap(),
+        )
+        .await
+        .expect("create pod");
+        let waiting = eventually("lost to report its config error", || async {
+            let pod = pods.get("lost").await.ok()?;
+            let cs = pod.status?.container_statuses?.into_iter().next()?;
+            cs.state?
+                .waiting
+                .filter(|w| w.reason.as_deref() == Some("CreateContainerConfigError"))
+        })
+        .await;
+        assert_eq!(
+            waiting.message.as_deref(),
+            Some("configmap \"absent\" not found")
+        );
+
         // a crashing pod is restarted, then backs off
         create_pod(&pods, "crash", "Always", "exit 1").await;
         let backoff = eventually("crash to back off", || async {
@@ -463,12 +499,12 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
         // deletion: stopped within the grace period, then the object is gone
         let short_id = container_id.trim_start_matches("containerd://").to_string();
         assert!(kubelet.ctr(&["tasks", "ls"]).contains(&short_id));
-        for name in ["web", "once", "fails", "crash"] {
+        for name in ["web", "once", "fails", "crash", "lost"] {
             pods.delete(name, &DeleteParams::default())
                 .await
                 .expect("delete pod");
         }
-        for name in ["web", "once", "fails", "crash"] {
+        for name in ["web", "once", "fails", "crash", "lost"] {
             eventually(&format!("{name} to be gone"), || async {
                 pods.get_opt(name).await.ok()?.is_none().then_some(())
             })
