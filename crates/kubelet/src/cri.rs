@@ -74,10 +74,26 @@ pub trait ContainerRuntime: Send + Sync {
     /// Containers whose labels include all of `labels`.
     async fn list_containers(&self, labels: HashMap<String, String>) -> Result<Vec<Container>>;
     async fn container_status(&self, id: &str) -> Result<ContainerStatus>;
+    /// Runs a command in a running container and waits for it (at most `timeout_seconds`,
+    /// 0 for no limit): exec probes and hooks.
+    async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout_seconds: i64,
+    ) -> Result<ExecResult>;
     /// The image if the runtime has it.
     async fn image_status(&self, image: &str) -> Result<Option<Image>>;
     /// Pulls an image and returns its reference (the image id).
     async fn pull_image(&self, image: &str) -> Result<String>;
+}
+
+/// What a command run with [`ContainerRuntime::exec_sync`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecResult {
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
 }
 
 /// CRI over a unix socket. The channel is lazy and reconnects by itself, so a containerd
@@ -272,6 +288,26 @@ impl ContainerRuntime for CriClient {
                 method: "ContainerStatus",
                 field: "status",
             })
+    }
+
+    async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout_seconds: i64,
+    ) -> Result<ExecResult> {
+        let req = cri::ExecSyncRequest {
+            container_id: id.into(),
+            cmd,
+            timeout: timeout_seconds,
+        };
+        let r = self.runtime.clone().exec_sync(req).await;
+        let r = r.map_err(call("ExecSync"))?.into_inner();
+        Ok(ExecResult {
+            exit_code: r.exit_code,
+            stdout: r.stdout,
+            stderr: r.stderr,
+        })
     }
 
     async fn image_status(&self, image: &str) -> Result<Option<Image>> {

@@ -9,9 +9,9 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 
 use crate::cri::{
-    Container, ContainerConfig, ContainerRuntime, ContainerState, ContainerStatus, Error, Image,
-    PodSandbox, PodSandboxConfig, PodSandboxState, PodSandboxStatus, Result, VersionResponse,
-    image_spec,
+    Container, ContainerConfig, ContainerRuntime, ContainerState, ContainerStatus, Error,
+    ExecResult, Image, PodSandbox, PodSandboxConfig, PodSandboxState, PodSandboxStatus, Result,
+    VersionResponse, image_spec,
 };
 
 #[derive(Default)]
@@ -32,6 +32,8 @@ struct State {
     /// Container id → sandbox id.
     container_sandbox: HashMap<String, String>,
     images: HashSet<String>,
+    /// The exit code `ExecSync` answers with.
+    exec_exit_code: i32,
 }
 
 impl State {
@@ -77,6 +79,11 @@ impl FakeRuntime {
     /// Makes every later call of `method` (the CRI name, e.g. `"PullImage"`) fail with `code`.
     pub fn fail(&self, method: &'static str, code: tonic::Code) {
         self.state.lock().failures.insert(method, code);
+    }
+
+    /// Makes every later `ExecSync` exit with `code` (0 until told otherwise).
+    pub fn set_exec_exit_code(&self, code: i32) {
+        self.state.lock().exec_exit_code = code;
     }
 
     /// Pretends the image is present.
@@ -338,6 +345,18 @@ impl ContainerRuntime for FakeRuntime {
             .get(id)
             .cloned()
             .ok_or_else(|| not_found("ContainerStatus", id))
+    }
+
+    async fn exec_sync(&self, id: &str, cmd: Vec<String>, _timeout: i64) -> Result<ExecResult> {
+        let mut s = self.state.lock();
+        s.check("ExecSync", &format!("{id} {}", cmd.join(" ")))?;
+        match s.containers.get(id) {
+            Some(c) if c.state == ContainerState::ContainerRunning as i32 => Ok(ExecResult {
+                exit_code: s.exec_exit_code,
+                ..Default::default()
+            }),
+            _ => Err(not_found("ExecSync", id)),
+        }
     }
 
     async fn image_status(&self, image: &str) -> Result<Option<Image>> {

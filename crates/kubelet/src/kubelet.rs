@@ -353,6 +353,8 @@ const ORPHAN_GRACE_SECONDS: i64 = 2;
 
 /// Syncs one pod on every change and whenever its last sync asked to be called again.
 async fn pod_worker(ctx: SyncContext, mut last: Pod, mut rx: watch::Receiver<Option<Pod>>) {
+    // the pod's probe state lives as long as its worker
+    let mut probes = crate::probe::Probes::default();
     loop {
         let current = rx.borrow_and_update().clone();
         let delay = match current {
@@ -364,7 +366,7 @@ async fn pod_worker(ctx: SyncContext, mut last: Pod, mut rx: watch::Receiver<Opt
                 return;
             }
             Some(pod) => {
-                let result = ctx.sync_pod(&pod).await;
+                let result = ctx.sync_pod(&pod, &mut probes).await;
                 last = pod;
                 match result {
                     Ok(Outcome::Done) => return,

@@ -9,6 +9,7 @@
 //! - [`actions`]: what a sync should do, without I/O (init order, restarts, back-off).
 //! - [`config`]: the CRI sandbox and container configs from the pod's spec.
 //! - [`env`]: a container's environment (values, field refs, ConfigMaps, Secrets).
+//! - [`probe`]: startup, liveness and readiness probes (exec, tcpSocket, httpGet).
 //! - [`status`]: pod status from CRI state, without I/O.
 //! - [`node`]: the Node object, its status and its Lease.
 //! - [`host`]: facts about this machine for the Node.
@@ -30,6 +31,7 @@ pub mod images;
 pub mod kubelet;
 pub mod node;
 pub mod pod_sync;
+pub mod probe;
 pub mod status;
 
 pub use kubelet::{Config, Kubelet, Ready};

@@ -20,6 +20,7 @@ use crate::config::{PodRuntimeFields, container_config, sandbox_config};
 use crate::cri::{
     ContainerRuntime, ContainerState, ContainerStatus, PodSandboxConfig, PodSandboxState,
 };
+use crate::probe::{self, Kind, Probes, Transition};
 use crate::status::{self, ContainerView, PodView, Waiting};
 
 pub use crate::config::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
@@ -317,7 +318,7 @@ impl SyncContext {
     }
 
     /// Syncs the pod once.
-    pub async fn sync_pod(&self, pod: &Pod) -> Result<Outcome> {
+    pub async fn sync_pod(&self, pod: &Pod, probes: &mut Probes) -> Result<Outcome> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         if pod.metadata.deletion_timestamp.is_some() {
             let spec = pod.spec.clone().unwrap_or_default();
@@ -443,6 +444,23 @@ impl SyncContext {
                 sandbox_status = self.runtime.pod_sandbox_status(id).await.ok();
             }
         }
+        let mut probed: HashMap<String, (bool, bool)> = HashMap::new();
+        if sandbox_status.is_some() {
+            let pod_ip = if spec.host_network == Some(true) {
+                self.host_ip.clone()
+            } else {
+                sandbox_status
+                    .as_ref()
+                    .and_then(|s| s.network.as_ref())
+                    .map(|n| n.ip.clone())
+                    .unwrap_or_default()
+            };
+            let (results, killed) = self.probe(pod, &runs, &pod_ip, now, probes).await;
+            probed = results;
+            if killed {
+                runs = self.observe(pod).await?;
+            }
+        }
 
         let mut view_of = |c: &ApiContainer| {
             let history = runs.get(&c.name);
@@ -452,6 +470,7 @@ impl SyncContext {
                 current: history.and_then(|h| h.first()).cloned(),
                 previous: history.and_then(|h| h.get(1)).cloned(),
                 waiting: waiting.remove(&c.name),
+                probed: probed.get(&c.name).copied(),
             }
         };
         let view = PodView {
@@ -495,6 +514,81 @@ impl SyncContext {
                 .await?;
         }
         Ok(Outcome::Resync(resync))
+    }
+
+    /// Runs the probes that are due for the pod's running app containers. Returns each probed
+    /// container's (started, ready) by name, and whether a failed startup or liveness probe
+    /// had a container stopped (it is restarted by the next sync, as restartPolicy says).
+    async fn probe(
+        &self,
+        pod: &Pod,
+        runs: &HashMap<String, Vec<ContainerStatus>>,
+        pod_ip: &str,
+        now: Timestamp,
+        probes: &mut Probes,
+    ) -> (HashMap<String, (bool, bool)>, bool) {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let mut results = HashMap::new();
+        let mut running = Vec::new();
+        let mut killed = false;
+        for c in &spec.containers {
+            let Some(run) = runs.get(&c.name).and_then(|h| h.first()) else {
+                continue;
+            };
+            if run.state != ContainerState::ContainerRunning as i32 {
+                continue;
+            }
+            running.push(run.id.clone());
+            let started_at = Timestamp::from_nanosecond(i128::from(run.started_at)).unwrap_or(now);
+            let mut started = true;
+            for kind in [Kind::Startup, Kind::Liveness, Kind::Readiness] {
+                let Some(p) = kind.of(c) else { continue };
+                if kind == Kind::Startup && probes.result(&run.id, kind) {
+                    continue;
+                }
+                if !started || !probes.due(&run.id, kind, p, started_at, now) {
+                    if kind == Kind::Startup {
+                        started = false;
+                    }
+                    continue;
+                }
+                let outcome = probe::run(self.runtime.as_ref(), p, c, &run.id, pod_ip).await;
+                if let Err(why) = &outcome {
+                    let message = format!("{} probe failed: {why}", kind.name());
+                    self.api
+                        .event(pod, PodEvent::warning("Unhealthy", &c.name, message))
+                        .await;
+                }
+                let transition = probes.record(&run.id, kind, p, outcome.is_ok(), now);
+                if kind == Kind::Startup {
+                    started = probes.result(&run.id, kind);
+                }
+                if transition == Transition::Now(false) && kind != Kind::Readiness {
+                    let message = format!(
+                        "Container {} failed {} probe, will be restarted",
+                        c.name,
+                        kind.name().to_lowercase()
+                    );
+                    self.api
+                        .event(pod, PodEvent::normal("Killing", &c.name, message))
+                        .await;
+                    let grace = p
+                        .termination_grace_period_seconds
+                        .or(spec.termination_grace_period_seconds)
+                        .unwrap_or(30);
+                    if let Err(e) = self.runtime.stop_container(&run.id, grace).await {
+                        tracing::warn!(pod = %pod_key(pod), error = %e, "stopping an unhealthy container");
+                    }
+                    killed = true;
+                    break;
+                }
+            }
+            let ready =
+                started && (c.readiness_probe.is_none() || probes.result(&run.id, Kind::Readiness));
+            results.insert(c.name.clone(), (started, ready));
+        }
+        probes.retain(&running);
+        (results, killed)
     }
 
     /// Carries out a plan's steps; returns whether a container was started (so the runtime's

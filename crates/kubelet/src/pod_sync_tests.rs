@@ -12,6 +12,7 @@ use crate::api::RecordingPodApi;
 use crate::fake::FakeRuntime;
 
 struct Harness {
+    probes: parking_lot::Mutex<crate::probe::Probes>,
     runtime: Arc<FakeRuntime>,
     api: Arc<RecordingPodApi>,
     ctx: SyncContext,
@@ -33,6 +34,7 @@ fn harness() -> Harness {
         clock: Arc::new(move || clock_source.now()),
     };
     Harness {
+        probes: Default::default(),
         runtime,
         api,
         ctx,
@@ -57,7 +59,9 @@ fn pod(restart_policy: &str, pull_policy: &str) -> Pod {
 impl Harness {
     /// Syncs and feeds the status written back into the pod, as the watch would.
     async fn sync(&self, pod: &mut Pod) -> Outcome {
-        let outcome = self.ctx.sync_pod(pod).await.expect("sync");
+        let mut probes = std::mem::take(&mut *self.probes.lock());
+        let outcome = self.ctx.sync_pod(pod, &mut probes).await.expect("sync");
+        *self.probes.lock() = probes;
         if let Some(status) = self.api.last_status("web") {
             pod.status = Some(status);
         }
@@ -376,4 +380,51 @@ async fn a_missing_config_map_holds_the_container_until_it_exists() {
     h.sync(&mut pod).await;
     assert_eq!(h.count("CreateContainer"), 1);
     assert_eq!(h.status().phase.as_deref(), Some("Running"));
+}
+
+#[tokio::test]
+async fn readiness_gates_ready_and_a_failing_liveness_probe_restarts_the_container() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    let c = &mut pod.spec.as_mut().unwrap().containers[0];
+    c.readiness_probe = Some(
+        serde_json::from_value(json!({"exec": {"command": ["ready"]}, "periodSeconds": 1}))
+            .unwrap(),
+    );
+    c.liveness_probe = Some(
+        serde_json::from_value(json!({"exec": {"command": ["alive"]}, "periodSeconds": 1,
+                                      "failureThreshold": 2}))
+        .unwrap(),
+    );
+    // the first sync starts it; the next probes it
+    h.sync(&mut pod).await;
+    h.runtime.advance(Duration::from_secs(1));
+    h.sync(&mut pod).await;
+    let cs = &h.status().container_statuses.unwrap()[0];
+    assert!(cs.ready, "the readiness probe passed");
+    assert_eq!(
+        h.status()
+            .conditions
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap()
+            .status,
+        "True"
+    );
+
+    h.runtime.set_exec_exit_code(1);
+    h.runtime.advance(Duration::from_secs(1));
+    h.sync(&mut pod).await;
+    let cs = &h.status().container_statuses.unwrap()[0];
+    assert!(cs.ready, "one failure is below the default threshold of 3");
+    h.runtime.advance(Duration::from_secs(1));
+    h.sync(&mut pod).await;
+    // liveness failed twice: stopped, then restarted by the next sync
+    assert!(h.api.event_reasons().contains(&"Unhealthy"));
+    assert!(h.api.event_reasons().contains(&"Killing"));
+    h.runtime.set_exec_exit_code(0);
+    h.sync(&mut pod).await;
+    assert_eq!(h.runtime.containers_named("c").len(), 2);
+    assert_eq!(h.status().container_statuses.unwrap()[0].restart_count, 1);
 }

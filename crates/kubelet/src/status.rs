@@ -34,6 +34,9 @@ pub struct ContainerView {
     pub previous: Option<ContainerStatus>,
     /// Set when the kubelet did not (re)start the container this sync.
     pub waiting: Option<Waiting>,
+    /// (started, ready) from its startup and readiness probes, when it is running; None means
+    /// a running container is both.
+    pub probed: Option<(bool, bool)>,
 }
 
 /// What the kubelet knows about one pod after a sync.
@@ -125,13 +128,14 @@ pub fn container_status(view: &ContainerView, runtime: &str) -> ApiContainerStat
         }
     };
     let running = state.running.is_some();
+    let (started, ready) = view.probed.unwrap_or((true, true));
     let current = view.current.as_ref();
     ApiContainerStatus {
         name: view.name.clone(),
         state: Some(state),
         last_state: Some(last_state.unwrap_or_default()),
-        ready: running,
-        started: Some(running),
+        ready: running && ready,
+        started: Some(running && started),
         restart_count: current
             .and_then(|c| c.metadata.as_ref())
             .map(|m| m.attempt as i32)
@@ -380,6 +384,7 @@ mod tests {
                 current,
                 previous,
                 waiting: None,
+                probed: None,
             }],
             host_ip: "192.168.1.5".into(),
             runtime_name: "containerd".into(),

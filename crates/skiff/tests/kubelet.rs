@@ -3,7 +3,7 @@
 //! status back): the Node registers Ready with its Lease; a busybox pod (the built-in image,
 //! offline) runs its init container, then reaches Running with a pod IP from the CNI bridge and its container statuses; pods
 //! that exit reach Succeeded or Failed under restartPolicy Never; a crashing pod is restarted
-//! into CrashLoopBackOff; env from a ConfigMap, and a missing one reported; a restarted kubelet adopts running containers; a deleted pod is stopped within its grace period and removed, its
+//! into CrashLoopBackOff; a readiness probe gates ready and a failing liveness probe restarts; env from a ConfigMap, and a missing one reported; a restarted kubelet adopts running containers; a deleted pod is stopped within its grace period and removed, its
 //! containers gone from containerd. Needs root (containerd, CNI); skips otherwise.
 
 mod support;
@@ -272,7 +272,8 @@ async fn create_pod_with_init(
                                         {"configMapKeyRef": {"name": "words", "key": "greeting"}}},
                                     {"name": "POD_IP", "valueFrom":
                                         {"fieldRef": {"fieldPath": "status.podIP"}}}],
-                            "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}}],
+                            "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
+                            "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1}}],
         },
     });
     if let Some(init) = init {
@@ -348,7 +349,13 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
             "trap 'exit 0' TERM; echo $GREETING from $POD_IP; sleep 3600 & wait",
         )
         .await;
-        let running = eventually("web to be Running", || in_phase(&pods, "web", "Running")).await;
+        // Running, then ready once its readiness probe (exec through CRI) has passed
+        let running = eventually("web to be Running and ready", || async {
+            let pod = in_phase(&pods, "web", "Running").await?;
+            let cs = pod.status.as_ref()?.container_statuses.as_ref()?.first()?;
+            cs.ready.then_some(pod)
+        })
+        .await;
         let status = running.status.unwrap();
         let pod_ip = status.pod_ip.clone().expect("a pod IP");
         assert!(pod_ip.starts_with("10.42.0."), "{pod_ip}");
@@ -476,6 +483,42 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
             Some("configmap \"absent\" not found")
         );
 
+        // a failing liveness probe restarts the container
+        let sick = json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sick"},
+            "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 2,
+                     "containers": [{"name": "c", "image": "busybox",
+                        "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"],
+                        "livenessProbe": {"exec": {"command": ["false"]},
+                                          "periodSeconds": 1, "failureThreshold": 1}}]}});
+        pods.create(
+            &PostParams::default(),
+            &serde_json::from_value(sick).unwrap(),
+        )
+        .await
+        .expect("create pod");
+        eventually("sick to be restarted", || async {
+            let pod = pods.get("sick").await.ok()?;
+            let cs = pod.status?.container_statuses?.into_iter().next()?;
+            (cs.restart_count >= 1).then_some(())
+        })
+        .await;
+        let unhealthy = api.kubectl(
+            support::KUBECTL_133,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=sick,reason=Unhealthy",
+                "-o",
+                "jsonpath={.items[0].message}",
+            ],
+        );
+        assert!(
+            unhealthy.starts_with("Liveness probe failed"),
+            "{unhealthy}"
+        );
+
         // a crashing pod is restarted, then backs off
         create_pod(&pods, "crash", "Always", "exit 1").await;
         let backoff = eventually("crash to back off", || async {
@@ -499,12 +542,12 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
         // deletion: stopped within the grace period, then the object is gone
         let short_id = container_id.trim_start_matches("containerd://").to_string();
         assert!(kubelet.ctr(&["tasks", "ls"]).contains(&short_id));
-        for name in ["web", "once", "fails", "crash", "lost"] {
+        for name in ["web", "once", "fails", "crash", "lost", "sick"] {
             pods.delete(name, &DeleteParams::default())
                 .await
                 .expect("delete pod");
         }
-        for name in ["web", "once", "fails", "crash", "lost"] {
+        for name in ["web", "once", "fails", "crash", "lost", "sick"] {
             eventually(&format!("{name} to be gone"), || async {
                 pods.get_opt(name).await.ok()?.is_none().then_some(())
             })
