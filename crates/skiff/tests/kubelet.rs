@@ -3,7 +3,7 @@
 //! status back): the Node registers Ready with its Lease; a busybox pod (the built-in image,
 //! offline) runs its init container, then reaches Running with a pod IP from the CNI bridge and its container statuses; pods
 //! that exit reach Succeeded or Failed under restartPolicy Never; a crashing pod is restarted
-//! into CrashLoopBackOff; a readiness probe gates ready and a failing liveness probe restarts; env from a ConfigMap, and a missing one reported; a restarted kubelet adopts running containers; a deleted pod is stopped within its grace period and removed, its
+//! into CrashLoopBackOff; one pod fetches over HTTP from another's pod IP; a readiness probe gates ready and a failing liveness probe restarts; env from a ConfigMap, and a missing one reported; a restarted kubelet adopts running containers; a deleted pod is stopped within its grace period and removed, its
 //! containers gone from containerd. Needs root (containerd, CNI); skips otherwise.
 
 mod support;
@@ -434,6 +434,37 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
         // once the new kubelet has run the next pods (and so has synced this one)
         kubelet.restart(&api);
 
+        // pod to pod over the bridge: one serves HTTP (busybox httpd), another fetches from
+        // its pod IP and exits 0
+        create_pod(
+            &pods,
+            "server",
+            "Always",
+            "mkdir -p /www && echo pong > /www/index.html && exec httpd -f -p 8080 -h /www",
+        )
+        .await;
+        let server = eventually("server to run", || in_phase(&pods, "server", "Running")).await;
+        let server_ip = server.status.unwrap().pod_ip.expect("the server's pod IP");
+        create_pod(
+            &pods,
+            "client",
+            "Never",
+            &format!(
+                "for i in 1 2 3 4 5; do wget -q -O - http://{server_ip}:8080/ && exit 0; sleep 1; done; exit 1"
+            ),
+        )
+        .await;
+        eventually("client to fetch from server", || {
+            in_phase(&pods, "client", "Succeeded")
+        })
+        .await;
+        let client = pods.get("client").await.unwrap();
+        let client_log = kubelet.data().join(format!(
+            "logs/pods/default_client_{}/c/0.log",
+            client.metadata.uid.unwrap()
+        ));
+        assert!(support::read(&client_log).contains("stdout F pong"));
+
         // pods that exit under restartPolicy Never
         create_pod(&pods, "once", "Never", "exit 0").await;
         create_pod(&pods, "fails", "Never", "exit 3").await;
@@ -542,12 +573,16 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
         // deletion: stopped within the grace period, then the object is gone
         let short_id = container_id.trim_start_matches("containerd://").to_string();
         assert!(kubelet.ctr(&["tasks", "ls"]).contains(&short_id));
-        for name in ["web", "once", "fails", "crash", "lost", "sick"] {
+        for name in [
+            "web", "once", "fails", "crash", "lost", "sick", "server", "client",
+        ] {
             pods.delete(name, &DeleteParams::default())
                 .await
                 .expect("delete pod");
         }
-        for name in ["web", "once", "fails", "crash", "lost", "sick"] {
+        for name in [
+            "web", "once", "fails", "crash", "lost", "sick", "server", "client",
+        ] {
             eventually(&format!("{name} to be gone"), || async {
                 pods.get_opt(name).await.ok()?.is_none().then_some(())
             })
