@@ -82,6 +82,8 @@ pub trait ContainerRuntime: Send + Sync {
         cmd: Vec<String>,
         timeout_seconds: i64,
     ) -> Result<ExecResult>;
+    /// Every image the runtime has.
+    async fn list_images(&self) -> Result<Vec<Image>>;
     /// The image if the runtime has it.
     async fn image_status(&self, image: &str) -> Result<Option<Image>>;
     /// Pulls an image and returns its reference (the image id).
@@ -308,6 +310,12 @@ impl ContainerRuntime for CriClient {
             stdout: r.stdout,
             stderr: r.stderr,
         })
+    }
+
+    async fn list_images(&self) -> Result<Vec<Image>> {
+        let req = cri::ListImagesRequest { filter: None };
+        let r = self.images.clone().list_images(req).await;
+        Ok(r.map_err(call("ListImages"))?.into_inner().images)
     }
 
     async fn image_status(&self, image: &str) -> Result<Option<Image>> {

@@ -359,6 +359,22 @@ impl ContainerRuntime for FakeRuntime {
         }
     }
 
+    async fn list_images(&self) -> Result<Vec<Image>> {
+        let mut s = self.state.lock();
+        s.check("ListImages", "")?;
+        let mut names: Vec<&String> = s.images.iter().collect();
+        names.sort();
+        Ok(names
+            .into_iter()
+            .map(|name| Image {
+                id: format!("sha256:{}", name.len()),
+                repo_tags: vec![name.clone()],
+                size: 1000,
+                ..Default::default()
+            })
+            .collect())
+    }
+
     async fn image_status(&self, image: &str) -> Result<Option<Image>> {
         let mut s = self.state.lock();
         s.check("ImageStatus", image)?;

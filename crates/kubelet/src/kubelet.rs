@@ -97,7 +97,6 @@ pub struct Kubelet {
     managed: Option<ManagedContainerd>,
     ctx: SyncContext,
     node: Node,
-    host: HostInfo,
     runtime_version: String,
     pub ready: Ready,
 }
@@ -152,7 +151,8 @@ impl Kubelet {
         }
 
         let host = HostInfo::read(config.node_ip, &config.data_dir);
-        let status = node::node_status(&host, &runtime_version, Timestamp::now());
+        let mut status = node::node_status(&host, &runtime_version, Timestamp::now());
+        status.images = Some(node::node_images(&runtime.list_images().await?));
         let node = node::register(
             &nodes,
             node::node_object(&config.node_name, &host, &pod_cidr, status),
@@ -182,7 +182,6 @@ impl Kubelet {
             managed,
             ctx,
             node,
-            host,
             runtime_version,
             ready,
         })
@@ -194,7 +193,7 @@ impl Kubelet {
         let heartbeats = tokio::spawn(heartbeat(
             self.client.clone(),
             self.node.clone(),
-            self.host.clone(),
+            self.ctx.runtime.clone(),
             self.runtime_version.clone(),
             self.config.clone(),
         ));
@@ -233,12 +232,12 @@ async fn runtime_version(cri: &CriClient) -> Result<crate::cri::VersionResponse>
     }
 }
 
-/// Renews the Lease every 10 s; re-reads the host every 10 s and posts the status when it
-/// changed or 5 minutes passed.
+/// Renews the Lease every 10 s; re-reads the host and the runtime's images every 10 s and posts
+/// the status when it changed or 5 minutes passed.
 async fn heartbeat(
     client: kube::Client,
     node: Node,
-    host: HostInfo,
+    runtime: Arc<dyn ContainerRuntime>,
     runtime_version: String,
     config: Config,
 ) {
@@ -247,7 +246,6 @@ async fn heartbeat(
     let name = config.node_name.clone();
     let mut posted = node.status.clone().unwrap_or_default();
     let mut posted_at = tokio::time::Instant::now();
-    let _ = host;
     let mut tick = tokio::time::interval(node::LEASE_RENEW);
     loop {
         tick.tick().await;
@@ -256,6 +254,11 @@ async fn heartbeat(
         }
         let host = HostInfo::read(config.node_ip, &config.data_dir);
         let mut status = node::node_status(&host, &runtime_version, Timestamp::now());
+        match runtime.list_images().await {
+            Ok(images) => status.images = Some(node::node_images(&images)),
+            // keep what was posted rather than report no images
+            Err(_) => status.images = posted.images.clone(),
+        }
         if node::status_changed(&posted, &status) || posted_at.elapsed() >= node::STATUS_REPORT {
             node::keep_transition_times(&posted, &mut status);
             match node::post_status(&nodes, &name, &status).await {

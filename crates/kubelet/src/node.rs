@@ -9,7 +9,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo,
+    ContainerImage, Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
@@ -151,6 +151,23 @@ pub fn node_status(host: &HostInfo, runtime_version: &str, now: Timestamp) -> No
     }
 }
 
+/// How many images the node reports, largest first (upstream's `nodeStatusMaxImages`).
+pub const MAX_IMAGES: usize = 50;
+
+/// The node's `status.images` from the runtime's images: names are repo tags and digests.
+pub fn node_images(images: &[crate::cri::Image]) -> Vec<ContainerImage> {
+    let mut sorted: Vec<&crate::cri::Image> = images.iter().collect();
+    sorted.sort_by_key(|i| std::cmp::Reverse(i.size));
+    sorted
+        .into_iter()
+        .take(MAX_IMAGES)
+        .map(|i| ContainerImage {
+            names: Some(i.repo_tags.iter().chain(&i.repo_digests).cloned().collect()),
+            size_bytes: i64::try_from(i.size).ok(),
+        })
+        .collect()
+}
+
 /// Whether two statuses differ in anything but heartbeat and transition times.
 pub fn status_changed(old: &NodeStatus, new: &NodeStatus) -> bool {
     let strip = |s: &NodeStatus| {
@@ -159,7 +176,6 @@ pub fn status_changed(old: &NodeStatus, new: &NodeStatus) -> bool {
             c.last_heartbeat_time = None;
             c.last_transition_time = None;
         }
-        s.images = None;
         s
     };
     strip(old) != strip(new)
@@ -371,6 +387,22 @@ mod tests {
             &old,
             &node_status(&bigger, "containerd://1.6.20", later)
         ));
+    }
+
+    #[test]
+    fn images_are_reported_largest_first_with_tags_and_digests() {
+        let image = |tag: &str, size| crate::cri::Image {
+            repo_tags: vec![tag.into()],
+            repo_digests: vec![format!("{tag}@sha256:0")],
+            size,
+            ..Default::default()
+        };
+        let images = node_images(&[image("small", 10), image("big", 1000)]);
+        assert_eq!(
+            images[0].names.as_deref().unwrap(),
+            ["big".to_string(), "big@sha256:0".to_string()]
+        );
+        assert_eq!(images[1].size_bytes, Some(10));
     }
 
     #[test]

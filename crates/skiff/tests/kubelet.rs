@@ -324,6 +324,19 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
             info.container_runtime_version
         );
         assert!(status.capacity.unwrap().contains_key("cpu"));
+        // the built-in images, as the scheduler's ImageLocality reads them
+        let names: Vec<String> = status
+            .images
+            .iter()
+            .flatten()
+            .flat_map(|i| i.names.clone().unwrap_or_default())
+            .collect();
+        assert!(
+            names
+                .iter()
+                .any(|n| n == "docker.io/library/busybox:latest"),
+            "{names:?}"
+        );
         let leases: Api<Lease> = Api::namespaced(c.clone(), "kube-node-lease");
         let lease = eventually("the node lease", || async {
             leases.get_opt(NODE).await.ok().flatten()
