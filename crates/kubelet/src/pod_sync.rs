@@ -14,12 +14,13 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
 
-use crate::actions::{self, BACKOFF_MAX, Init, Step};
+use crate::actions::{self, Init, Step};
 use crate::api::{PodApi, PodEvent};
 use crate::config::{PodRuntimeFields, container_config, sandbox_config};
 use crate::cri::{
     ContainerRuntime, ContainerState, ContainerStatus, PodSandboxConfig, PodSandboxState,
 };
+use crate::hooks::{self, Hook};
 use crate::probe::{self, Kind, Probes, Transition};
 use crate::status::{self, ContainerView, PodView, Waiting};
 
@@ -282,6 +283,30 @@ impl SyncContext {
         self.api
             .event(pod, PodEvent::normal("Started", name, started))
             .await;
+        if let Some(handler) = Hook::PostStart.of(container) {
+            let budget = Duration::from_secs(
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+                    .unwrap_or(30)
+                    .max(1) as u64,
+            );
+            let hook = hooks::run(
+                self.runtime.as_ref(),
+                handler,
+                container,
+                &id,
+                &fields.pod_ip,
+                budget,
+            );
+            if let Err(why) = hook.await {
+                let message = format!("PostStartHook failed: {why}");
+                let event = PodEvent::warning(Hook::PostStart.failed_reason(), name, message);
+                self.api.event(pod, event).await;
+                let _ = self.runtime.stop_container(&id, 2).await;
+                return Ok(None);
+            }
+        }
         tracing::info!(pod = %pod_key(pod), container = %name, attempt, "started");
         Ok(None)
     }
@@ -421,6 +446,12 @@ impl SyncContext {
                 }
                 runs = self.observe(pod).await?;
                 plan = plan_for(&runs);
+            }
+        }
+        // the last plan's back-offs show even when the loop above stopped before acting on it
+        for (name, step) in &plan.steps {
+            if let Some(w) = actions::waiting(step, name, pod) {
+                waiting.entry(name.clone()).or_insert(w);
             }
         }
         if plan.init != Init::Done {
@@ -618,11 +649,12 @@ impl SyncContext {
             };
             match step {
                 Step::Keep => {}
-                Step::BackOff { left, .. } => {
+                // the worker keeps syncing every second (other containers need watching), so
+                // the restart happens on the first sync after the back-off
+                Step::BackOff { .. } => {
                     if let Some(w) = actions::waiting(step, name, pod) {
                         waiting.insert(name.clone(), w);
                     }
-                    *resync = (*resync).max(*left).min(BACKOFF_MAX);
                 }
                 Step::StartCreated { id } => {
                     changed = true;
@@ -675,9 +707,53 @@ impl SyncContext {
                     .await;
             }
         }
-        let stops = running
-            .iter()
-            .map(|c| self.runtime.stop_container(&c.id, grace));
+        let pod_ip = match self.runtime.list_pod_sandboxes(uid_labels(&uid)).await {
+            Ok(sandboxes) => match sandboxes.first() {
+                Some(sb) => self
+                    .runtime
+                    .pod_sandbox_status(&sb.id)
+                    .await
+                    .ok()
+                    .and_then(|s| s.network)
+                    .map(|n| n.ip)
+                    .unwrap_or_default(),
+                None => String::new(),
+            },
+            Err(_) => String::new(),
+        };
+        let stops = running.iter().map(|c| {
+            let spec = pod.spec.as_ref().and_then(|s| {
+                let name = c.labels.get(LABEL_CONTAINER_NAME)?;
+                s.containers.iter().find(|sc| &sc.name == name)
+            });
+            let pod_ip = pod_ip.clone();
+            async move {
+                let began = std::time::Instant::now();
+                let mut grace = grace;
+                if let Some(container) = spec
+                    && let Some(handler) = Hook::PreStop.of(container)
+                    && grace > 0
+                {
+                    let budget = Duration::from_secs(grace as u64);
+                    let hook = hooks::run(
+                        self.runtime.as_ref(),
+                        handler,
+                        container,
+                        &c.id,
+                        &pod_ip,
+                        budget,
+                    );
+                    if let Err(why) = hook.await {
+                        let message = format!("PreStopHook failed: {why}");
+                        let reason = Hook::PreStop.failed_reason();
+                        let event = PodEvent::warning(reason, &container.name, message);
+                        self.api.event(pod, event).await;
+                    }
+                    grace = hooks::grace_left(grace, began);
+                }
+                self.runtime.stop_container(&c.id, grace).await
+            }
+        });
         for r in futures::future::join_all(stops).await {
             match r {
                 Err(e) if !e.is_not_found() => return Err(self.runtime_err(pod)(e)),

@@ -428,3 +428,56 @@ async fn readiness_gates_ready_and_a_failing_liveness_probe_restarts_the_contain
     assert_eq!(h.runtime.containers_named("c").len(), 2);
     assert_eq!(h.status().container_statuses.unwrap()[0].restart_count, 1);
 }
+
+#[tokio::test]
+async fn a_failed_post_start_hook_stops_the_container_and_pre_stop_runs_before_sigterm() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    pod.spec.as_mut().unwrap().containers[0].lifecycle = Some(
+        serde_json::from_value(json!({
+            "postStart": {"exec": {"command": ["setup"]}},
+            "preStop": {"exec": {"command": ["drain"]}},
+        }))
+        .unwrap(),
+    );
+    h.runtime.set_exec_exit_code(1);
+    h.sync(&mut pod).await;
+    assert!(h.api.event_reasons().contains(&"FailedPostStartHook"));
+    let first = h.runtime.containers_named("c")[0].clone();
+    assert!(
+        h.runtime
+            .calls()
+            .iter()
+            .any(|c| c.starts_with(&format!("StopContainer {first}")))
+    );
+
+    // restarted at once (and failing again), then backing off; after the back-off, with the
+    // hook passing, it stays up
+    assert_eq!(
+        waiting_reason(&h.status()).as_deref(),
+        Some("CrashLoopBackOff")
+    );
+    h.runtime.set_exec_exit_code(0);
+    h.runtime.advance(Duration::from_secs(10));
+    h.sync(&mut pod).await;
+    let cs = &h.status().container_statuses.unwrap()[0];
+    assert_eq!(cs.restart_count, 2);
+    assert!(cs.state.as_ref().unwrap().running.is_some());
+    pod.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    pod.metadata.deletion_grace_period_seconds = Some(30);
+    assert_eq!(h.sync(&mut pod).await, Outcome::Done);
+    let calls = h.runtime.calls();
+    let drain = calls
+        .iter()
+        .rposition(|c| c.ends_with(" drain"))
+        .unwrap_or_else(|| panic!("{calls:#?}"));
+    let stop = calls
+        .iter()
+        .rposition(|c| c.starts_with("StopContainer"))
+        .unwrap();
+    assert!(drain < stop, "{calls:?}");
+    assert!(
+        calls[stop].ends_with(" 30"),
+        "the hook was quick: the grace is intact"
+    );
+}

@@ -3,7 +3,7 @@
 //! status back): the Node registers Ready with its Lease; a busybox pod (the built-in image,
 //! offline) runs its init container, then reaches Running with a pod IP from the CNI bridge and its container statuses; pods
 //! that exit reach Succeeded or Failed under restartPolicy Never; a crashing pod is restarted
-//! into CrashLoopBackOff; one pod fetches over HTTP from another's pod IP; a readiness probe gates ready and a failing liveness probe restarts; env from a ConfigMap, and a missing one reported; a restarted kubelet adopts running containers; a deleted pod is stopped within its grace period and removed, its
+//! into CrashLoopBackOff; a postStart hook runs; one pod fetches over HTTP from another's pod IP; a readiness probe gates ready and a failing liveness probe restarts; env from a ConfigMap, and a missing one reported; a restarted kubelet adopts running containers; a deleted pod is stopped within its grace period and removed, its
 //! containers gone from containerd. Needs root (containerd, CNI); skips otherwise.
 
 mod support;
@@ -273,7 +273,9 @@ async fn create_pod_with_init(
                                     {"name": "POD_IP", "valueFrom":
                                         {"fieldRef": {"fieldPath": "status.podIP"}}}],
                             "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
-                            "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1}}],
+                            "lifecycle": {"postStart": {"exec": {"command": ["touch", "/tmp/started"]}}},
+                            "readinessProbe": {"exec": {"command": ["cat", "/tmp/started"]},
+                                               "periodSeconds": 1}}],
         },
     });
     if let Some(init) = init {
@@ -362,7 +364,8 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
             "trap 'exit 0' TERM; echo $GREETING from $POD_IP; sleep 3600 & wait",
         )
         .await;
-        // Running, then ready once its readiness probe (exec through CRI) has passed
+        // Running, then ready once its readiness probe (exec through CRI) finds what its
+        // postStart hook wrote
         let running = eventually("web to be Running and ready", || async {
             let pod = in_phase(&pods, "web", "Running").await?;
             let cs = pod.status.as_ref()?.container_statuses.as_ref()?.first()?;
