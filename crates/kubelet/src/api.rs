@@ -47,6 +47,9 @@ pub trait PodApi: Send + Sync {
     /// Records an event about the pod (or one of its containers, by `field_path` such as
     /// `spec.containers{web}`); failures are logged, never returned: events are best effort.
     async fn event(&self, pod: &Pod, event: PodEvent);
+    /// Whether the pod (this uid) still exists: a check for finished pods, whose deletion is
+    /// immediate and seen only through the watch.
+    async fn pod_exists(&self, namespace: &str, name: &str, uid: &str) -> Result<bool>;
     /// The data of a ConfigMap, or None if it does not exist.
     async fn config_map(
         &self,
@@ -167,6 +170,17 @@ impl PodApi for KubePodApi {
         if let Err(e) = events.create(&PostParams::default(), &object).await {
             tracing::warn!(pod = %format!("{namespace}/{name}"), error = %e, "recording event {}", event.reason);
         }
+    }
+
+    async fn pod_exists(&self, namespace: &str, name: &str, uid: &str) -> Result<bool> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let found = pods.get_opt(name).await.map_err(|source| Error::Read {
+            kind: "pod",
+            namespace: namespace.into(),
+            name: name.into(),
+            source,
+        })?;
+        Ok(found.is_some_and(|p| p.metadata.uid.as_deref() == Some(uid)))
     }
 
     async fn config_map(
@@ -313,6 +327,10 @@ impl PodApi for RecordingPodApi {
             name: pod.metadata.name.clone().unwrap_or_default(),
             event,
         });
+    }
+
+    async fn pod_exists(&self, _namespace: &str, name: &str, _uid: &str) -> Result<bool> {
+        Ok(!self.deleted().contains(&name.to_string()))
     }
 
     async fn config_map(

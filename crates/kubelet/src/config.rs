@@ -60,7 +60,13 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, log_directory: &Path) -> PodSandb
             namespace,
             attempt,
         }),
-        hostname: spec.hostname.clone().unwrap_or(name),
+        // a hostNetwork pod shares the node's UTS namespace, so it keeps the node's hostname
+        // (runc refuses to set one without a private UTS namespace)
+        hostname: if spec.host_network == Some(true) {
+            String::new()
+        } else {
+            spec.hostname.clone().unwrap_or(name)
+        },
         log_directory: log_directory.display().to_string(),
         port_mappings,
         labels,
@@ -242,6 +248,24 @@ mod tests {
             "spec": {"nodeName": "n1", "containers": [container]},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_host_network_sandbox_shares_the_node_network_and_hostname() {
+        let mut p = pod(json!({"name": "c"}));
+        let sandbox = sandbox_config(&p, 0, Path::new("/logs"));
+        assert_eq!(sandbox.hostname, "web");
+        p.spec.as_mut().unwrap().host_network = Some(true);
+        let sandbox = sandbox_config(&p, 0, Path::new("/logs"));
+        assert_eq!(sandbox.hostname, "");
+        let ns = sandbox
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap()
+            .namespace_options
+            .unwrap();
+        assert_eq!(ns.network, NamespaceMode::Node as i32);
     }
 
     #[test]

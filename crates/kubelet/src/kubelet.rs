@@ -354,10 +354,53 @@ async fn remove_orphans(ctx: SyncContext, known: HashSet<String>) {
 /// period, is gone with the object.
 const ORPHAN_GRACE_SECONDS: i64 = 2;
 
+/// How often a finished pod's worker asks the API server whether the pod still exists.
+const FINISHED_CHECK: Duration = Duration::from_secs(10);
+
+/// A finished (Succeeded or Failed) pod is deleted at once, with nothing for the kubelet to
+/// stop, so its removal is seen only as a watch event; a worker whose pod has finished also
+/// checks now and then, so that a missed event does not leave its containers behind.
+#[derive(Default)]
+struct FinishedChecks {
+    /// The last sync found the pod finished.
+    finished: bool,
+    last: Option<tokio::time::Instant>,
+}
+
+impl FinishedChecks {
+    fn due(&mut self) -> bool {
+        if !self.finished {
+            return false;
+        }
+        let now = tokio::time::Instant::now();
+        match self.last {
+            Some(t) if now.duration_since(t) < FINISHED_CHECK => false,
+            _ => {
+                self.last = Some(now);
+                true
+            }
+        }
+    }
+}
+
+async fn still_exists(ctx: &SyncContext, pod: &Pod) -> bool {
+    let m = &pod.metadata;
+    ctx.api
+        .pod_exists(
+            m.namespace.as_deref().unwrap_or("default"),
+            m.name.as_deref().unwrap_or_default(),
+            m.uid.as_deref().unwrap_or_default(),
+        )
+        .await
+        // an error is no evidence that the pod is gone
+        .unwrap_or(true)
+}
+
 /// Syncs one pod on every change and whenever its last sync asked to be called again.
 async fn pod_worker(ctx: SyncContext, mut last: Pod, mut rx: watch::Receiver<Option<Pod>>) {
     // the pod's probe state lives as long as its worker
     let mut probes = crate::probe::Probes::default();
+    let mut finished_checks = FinishedChecks::default();
     loop {
         let current = rx.borrow_and_update().clone();
         let delay = match current {
@@ -369,11 +412,22 @@ async fn pod_worker(ctx: SyncContext, mut last: Pod, mut rx: watch::Receiver<Opt
                 return;
             }
             Some(pod) => {
+                if finished_checks.due() && !still_exists(&ctx, &pod).await {
+                    tracing::info!(pod = ?pod.metadata.name, "a finished pod is gone from the API server");
+                    if let Err(e) = ctx.kill_pod(&pod, 0).await {
+                        tracing::warn!(error = %e, "stopping a removed pod");
+                    }
+                    return;
+                }
                 let result = ctx.sync_pod(&pod, &mut probes).await;
                 last = pod;
                 match result {
                     Ok(Outcome::Done) => return,
                     Ok(Outcome::Resync(d)) => d,
+                    Ok(Outcome::Finished) => {
+                        finished_checks.finished = true;
+                        crate::pod_sync::RESYNC
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "pod sync failed");
                         Duration::from_secs(2)

@@ -50,6 +50,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Outcome {
     /// Sync again after this long, or sooner if the pod changes.
     Resync(Duration),
+    /// The pod has finished (no container will run again): sync again after [`RESYNC`], and
+    /// watch for its deletion.
+    Finished,
     /// The pod is stopped and removed: the worker ends.
     Done,
 }
@@ -543,6 +546,9 @@ impl SyncContext {
                     &new_status,
                 )
                 .await?;
+        }
+        if plan.finished {
+            return Ok(Outcome::Finished);
         }
         Ok(Outcome::Resync(resync))
     }
