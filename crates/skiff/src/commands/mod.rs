@@ -2,12 +2,16 @@
 //!
 //! # Layout
 //! - [`apiserver`]: `skiff apiserver`, the Kubernetes API server.
+//! - [`kubelet`]: `skiff kubelet`, the node agent running pods through containerd's CRI.
+//! - [`image`]: `skiff image import`, loading image archives into the node's containerd.
 //! - [`scheduler`]: `skiff scheduler`, binding pods to nodes through the API server.
 //! - [`store`]: `skiff store serve`, the embedded store behind the etcd v3 gRPC facade.
 //! - [`bench`]: `skiff bench <what>`, benchmarks printing one JSON object per result.
 
 pub mod apiserver;
 pub mod bench;
+pub mod image;
+pub mod kubelet;
 pub mod scheduler;
 pub mod store;
 
@@ -27,6 +31,11 @@ pub enum Command {
     Apiserver(apiserver::ApiServerArgs),
     /// The scheduler on its own.
     Scheduler(scheduler::SchedulerArgs),
+    /// The node agent on its own.
+    Kubelet(kubelet::KubeletArgs),
+    /// Container images on this node.
+    #[command(subcommand)]
+    Image(image::ImageCommand),
     /// The key-value store on its own.
     #[command(subcommand)]
     Store(store::StoreCommand),
@@ -52,6 +61,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Apiserver(args) => apiserver::run(args).await,
         Command::Scheduler(args) => scheduler::run(args).await,
+        Command::Kubelet(args) => kubelet::run(args).await,
+        Command::Image(cmd) => image::run(cmd).await,
         Command::Store(cmd) => store::run(cmd).await,
         Command::Bench(cmd) => bench::run(cmd).await,
     }

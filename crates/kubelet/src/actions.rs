@@ -1,0 +1,322 @@
+//! What a sync should do, without I/O (upstream's `computePodActions`): from the pod's spec and
+//! the containers the runtime has, which container to start (and as which attempt), which to
+//! leave waiting and why, and whether the pod is initialized, still running or finished. Init
+//! containers run one at a time, in order, each to a successful exit, before any app container.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::cri::{ContainerState, ContainerStatus};
+use crate::status::Waiting;
+
+/// CrashLoopBackOff: the first restart is immediate, then 10 s doubling up to 5 min.
+pub const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
+pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// CrashLoopBackOff's delay before restart number `restarts + 1`.
+pub fn backoff(restarts: u32) -> Duration {
+    if restarts == 0 {
+        return Duration::ZERO;
+    }
+    let factor = 1u32.checked_shl(restarts - 1).unwrap_or(u32::MAX);
+    BACKOFF_INITIAL.saturating_mul(factor).min(BACKOFF_MAX)
+}
+
+/// Whether a container that exited with `exit_code` is restarted under `policy`.
+pub fn should_restart(policy: &str, exit_code: i32) -> bool {
+    match policy {
+        "Never" => false,
+        "OnFailure" => exit_code != 0,
+        _ => true,
+    }
+}
+
+/// What to do with one container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Running, or exited for good: nothing to do.
+    Keep,
+    /// Create and start it as this attempt (0 for the first run).
+    Start { attempt: u32 },
+    /// It was created but never started (a failed start): start it again.
+    StartCreated { id: String },
+    /// Exited and due for a restart, but in back-off for this long yet.
+    BackOff { delay: Duration, left: Duration },
+}
+
+/// Where the pod's init containers are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Init {
+    /// All init containers exited 0 (or there are none): app containers run.
+    #[default]
+    Done,
+    /// One is running, starting or backing off: app containers wait.
+    InProgress,
+    /// One failed under restartPolicy Never: the pod has failed.
+    Failed,
+}
+
+/// The plan of one sync.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub init: Init,
+    /// Steps by container name, in the order to take them (at most one init container).
+    pub steps: Vec<(String, Step)>,
+    /// Every container ran and none will run again: the pod is done with its sandbox.
+    pub finished: bool,
+}
+
+fn is(c: &ContainerStatus, state: ContainerState) -> bool {
+    c.state == state as i32
+}
+
+/// The step for one container whose newest run is `latest`.
+pub fn step(latest: Option<&ContainerStatus>, policy: &str, now: Timestamp) -> Step {
+    let Some(c) = latest else {
+        return Step::Start { attempt: 0 };
+    };
+    if is(c, ContainerState::ContainerCreated) {
+        return Step::StartCreated { id: c.id.clone() };
+    }
+    if is(c, ContainerState::ContainerRunning) || !should_restart(policy, c.exit_code) {
+        return Step::Keep;
+    }
+    let restarts = c.metadata.as_ref().map(|m| m.attempt).unwrap_or(0);
+    let delay = backoff(restarts);
+    let finished_at =
+        Timestamp::from_nanosecond(i128::from(c.finished_at)).unwrap_or(Timestamp::UNIX_EPOCH);
+    let elapsed: Duration = now
+        .duration_since(finished_at)
+        .try_into()
+        .unwrap_or(Duration::ZERO);
+    if elapsed >= delay {
+        Step::Start {
+            attempt: restarts + 1,
+        }
+    } else {
+        Step::BackOff {
+            delay,
+            left: delay - elapsed,
+        }
+    }
+}
+
+/// The plan for a pod whose containers' runs are `runs` (by name, newest first).
+pub fn plan(pod: &Pod, runs: &HashMap<String, Vec<ContainerStatus>>, now: Timestamp) -> Plan {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    let latest = |name: &str| runs.get(name).and_then(|h| h.first());
+    // a failed init container is retried unless the pod never restarts anything
+    let init_policy = if policy == "Never" {
+        "Never"
+    } else {
+        "OnFailure"
+    };
+    let mut steps = Vec::new();
+    let mut init = Init::Done;
+    for c in spec.init_containers.iter().flatten() {
+        let last = latest(&c.name);
+        if last.is_some_and(|s| is(s, ContainerState::ContainerExited) && s.exit_code == 0) {
+            continue;
+        }
+        let step = step(last, init_policy, now);
+        init = if step == Step::Keep
+            && last.is_some_and(|s| !is(s, ContainerState::ContainerRunning))
+        {
+            Init::Failed
+        } else {
+            Init::InProgress
+        };
+        if step != Step::Keep {
+            steps.push((c.name.clone(), step));
+        }
+        break;
+    }
+    let mut finished = init == Init::Failed;
+    if init == Init::Done {
+        finished = true;
+        for c in &spec.containers {
+            let last = latest(&c.name);
+            let step = step(last, policy, now);
+            let done = step == Step::Keep
+                && last.is_some_and(|s| !is(s, ContainerState::ContainerRunning));
+            finished &= done;
+            if step != Step::Keep {
+                steps.push((c.name.clone(), step));
+            }
+        }
+    }
+    Plan {
+        init,
+        steps,
+        finished,
+    }
+}
+
+/// The waiting reason a step gives its container's status, if any.
+pub fn waiting(step: &Step, container: &str, pod: &Pod) -> Option<Waiting> {
+    match step {
+        Step::BackOff { delay, .. } => {
+            let m = &pod.metadata;
+            Some(Waiting {
+                reason: "CrashLoopBackOff".into(),
+                message: format!(
+                    "back-off {}s restarting failed container={container} pod={}_{}({})",
+                    delay.as_secs(),
+                    m.name.as_deref().unwrap_or_default(),
+                    m.namespace.as_deref().unwrap_or("default"),
+                    m.uid.as_deref().unwrap_or_default(),
+                ),
+            })
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_cri::v1::ContainerMetadata;
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(policy: &str, init: &[&str]) -> Pod {
+        let inits: Vec<_> = init
+            .iter()
+            .map(|n| json!({"name": n, "image": "busybox"}))
+            .collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+            "spec": {"restartPolicy": policy, "initContainers": inits,
+                     "containers": [{"name": "app", "image": "busybox"}]},
+        }))
+        .unwrap()
+    }
+
+    fn run(name: &str, state: ContainerState, attempt: u32, exit_code: i32) -> ContainerStatus {
+        ContainerStatus {
+            id: format!("{name}-{attempt}"),
+            metadata: Some(ContainerMetadata {
+                name: name.into(),
+                attempt,
+            }),
+            state: state as i32,
+            exit_code,
+            finished_at: 1_000_000_000,
+            ..Default::default()
+        }
+    }
+
+    fn runs(list: Vec<ContainerStatus>) -> HashMap<String, Vec<ContainerStatus>> {
+        let mut m: HashMap<String, Vec<ContainerStatus>> = HashMap::new();
+        for r in list {
+            m.entry(r.metadata.clone().unwrap().name)
+                .or_default()
+                .push(r);
+        }
+        m
+    }
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(secs).unwrap()
+    }
+
+    #[test]
+    fn backoff_doubles_from_ten_seconds_to_five_minutes() {
+        let secs: Vec<u64> = (0..8).map(|r| backoff(r).as_secs()).collect();
+        assert_eq!(secs, [0, 10, 20, 40, 80, 160, 300, 300]);
+        assert_eq!(backoff(100), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn init_containers_run_one_at_a_time_before_the_app() {
+        let p = pod("Always", &["a", "b"]);
+        let plan1 = plan(&p, &HashMap::new(), at(5));
+        assert_eq!(plan1.init, Init::InProgress);
+        assert_eq!(plan1.steps, [("a".to_string(), Step::Start { attempt: 0 })]);
+
+        let a_running = runs(vec![run("a", ContainerState::ContainerRunning, 0, 0)]);
+        let plan2 = plan(&p, &a_running, at(5));
+        assert_eq!((plan2.init, plan2.steps.len()), (Init::InProgress, 0));
+
+        let a_done = runs(vec![run("a", ContainerState::ContainerExited, 0, 0)]);
+        assert_eq!(
+            plan(&p, &a_done, at(5)).steps,
+            [("b".to_string(), Step::Start { attempt: 0 })]
+        );
+
+        let both_done = runs(vec![
+            run("a", ContainerState::ContainerExited, 0, 0),
+            run("b", ContainerState::ContainerExited, 0, 0),
+        ]);
+        let plan4 = plan(&p, &both_done, at(5));
+        assert_eq!(plan4.init, Init::Done);
+        assert_eq!(
+            plan4.steps,
+            [("app".to_string(), Step::Start { attempt: 0 })]
+        );
+    }
+
+    #[test]
+    fn a_failed_init_container_fails_a_never_pod_and_is_retried_otherwise() {
+        let failed = runs(vec![run("a", ContainerState::ContainerExited, 0, 1)]);
+        let never = plan(&pod("Never", &["a"]), &failed, at(5));
+        assert_eq!(never.init, Init::Failed);
+        assert!(never.finished);
+        assert!(never.steps.is_empty());
+
+        let always = plan(&pod("Always", &["a"]), &failed, at(5));
+        assert_eq!(always.init, Init::InProgress);
+        assert_eq!(
+            always.steps,
+            [("a".to_string(), Step::Start { attempt: 1 })]
+        );
+        assert!(!always.finished);
+    }
+
+    #[test]
+    fn an_exited_app_container_backs_off_from_its_second_restart() {
+        let p = pod("Always", &[]);
+        let second = runs(vec![run("app", ContainerState::ContainerExited, 1, 1)]);
+        // finished at 1 s; back-off of 10 s
+        let plan1 = plan(&p, &second, at(5));
+        assert_eq!(
+            plan1.steps,
+            [(
+                "app".to_string(),
+                Step::BackOff {
+                    delay: Duration::from_secs(10),
+                    left: Duration::from_secs(6)
+                }
+            )]
+        );
+        let w = waiting(&plan1.steps[0].1, "app", &p).unwrap();
+        assert_eq!(w.reason, "CrashLoopBackOff");
+        assert_eq!(
+            plan(&p, &second, at(11)).steps,
+            [("app".to_string(), Step::Start { attempt: 2 })]
+        );
+    }
+
+    #[test]
+    fn a_pod_is_finished_when_no_container_will_run_again() {
+        let ok = runs(vec![run("app", ContainerState::ContainerExited, 0, 0)]);
+        assert!(plan(&pod("Never", &[]), &ok, at(5)).finished);
+        assert!(plan(&pod("OnFailure", &[]), &ok, at(5)).finished);
+        assert!(!plan(&pod("Always", &[]), &ok, at(5)).finished);
+        let running = runs(vec![run("app", ContainerState::ContainerRunning, 0, 0)]);
+        assert!(!plan(&pod("Never", &[]), &running, at(5)).finished);
+    }
+
+    #[test]
+    fn a_created_but_unstarted_container_is_started_again() {
+        let created = runs(vec![run("app", ContainerState::ContainerCreated, 0, 0)]);
+        assert_eq!(
+            plan(&pod("Always", &[]), &created, at(5)).steps,
+            [("app".to_string(), Step::StartCreated { id: "app-0".into() })]
+        );
+    }
+}

@@ -1,0 +1,364 @@
+//! The container runtime as the kubelet sees it: the [`ContainerRuntime`] trait (the subset of
+//! CRI `runtime.v1` RuntimeService and ImageService the pod workers use) and [`CriClient`], its
+//! real implementation over containerd's unix socket with tonic. The recording fake lives in
+//! [`crate::fake`].
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use hyper_util::rt::TokioIo;
+use k8s_cri::v1 as cri;
+use k8s_cri::v1::image_service_client::ImageServiceClient;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// The CRI types, re-exported for callers that build configs and read statuses.
+pub use k8s_cri::v1::{
+    Container, ContainerConfig, ContainerMetadata, ContainerState, ContainerStatus, Image,
+    ImageSpec, KeyValue, PodSandbox, PodSandboxConfig, PodSandboxMetadata, PodSandboxState,
+    PodSandboxStatus, VersionResponse,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cri endpoint {endpoint}: not a unix:// endpoint")]
+    Endpoint { endpoint: String },
+    #[error("cri {method}: {status}")]
+    Call {
+        method: &'static str,
+        #[source]
+        status: tonic::Status,
+    },
+    #[error("cri {method}: the response has no {field}")]
+    MissingField {
+        method: &'static str,
+        field: &'static str,
+    },
+}
+
+impl Error {
+    /// Whether the runtime answered that the object does not exist (already removed).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::Call { status, .. } if status.code() == tonic::Code::NotFound)
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What the pod workers ask of a container runtime. Objects are found again by the labels the
+/// kubelet put on them (as upstream does), so a restarted kubelet adopts what is running.
+#[async_trait]
+pub trait ContainerRuntime: Send + Sync {
+    /// The runtime's name and version (`containerd`, `1.6.20`).
+    async fn version(&self) -> Result<VersionResponse>;
+    /// Creates and starts a sandbox (its network namespace held by the pause container) and
+    /// returns its id.
+    async fn run_pod_sandbox(&self, config: PodSandboxConfig) -> Result<String>;
+    async fn stop_pod_sandbox(&self, id: &str) -> Result<()>;
+    async fn remove_pod_sandbox(&self, id: &str) -> Result<()>;
+    async fn pod_sandbox_status(&self, id: &str) -> Result<PodSandboxStatus>;
+    /// Sandboxes whose labels include all of `labels`.
+    async fn list_pod_sandboxes(&self, labels: HashMap<String, String>) -> Result<Vec<PodSandbox>>;
+    /// Creates a container in a sandbox and returns its id.
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: ContainerConfig,
+        sandbox: PodSandboxConfig,
+    ) -> Result<String>;
+    async fn start_container(&self, id: &str) -> Result<()>;
+    /// SIGTERM, then SIGKILL after `timeout_seconds`.
+    async fn stop_container(&self, id: &str, timeout_seconds: i64) -> Result<()>;
+    async fn remove_container(&self, id: &str) -> Result<()>;
+    /// Containers whose labels include all of `labels`.
+    async fn list_containers(&self, labels: HashMap<String, String>) -> Result<Vec<Container>>;
+    async fn container_status(&self, id: &str) -> Result<ContainerStatus>;
+    /// Runs a command in a running container and waits for it (at most `timeout_seconds`,
+    /// 0 for no limit): exec probes and hooks.
+    async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout_seconds: i64,
+    ) -> Result<ExecResult>;
+    /// Every image the runtime has.
+    async fn list_images(&self) -> Result<Vec<Image>>;
+    /// The image if the runtime has it.
+    async fn image_status(&self, image: &str) -> Result<Option<Image>>;
+    /// Pulls an image and returns its reference (the image id).
+    async fn pull_image(&self, image: &str) -> Result<String>;
+}
+
+/// What a command run with [`ContainerRuntime::exec_sync`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecResult {
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// CRI over a unix socket. The channel is lazy and reconnects by itself, so a containerd
+/// restart shows up as failed calls until the socket answers again.
+#[derive(Clone)]
+pub struct CriClient {
+    runtime: RuntimeServiceClient<Channel>,
+    images: ImageServiceClient<Channel>,
+}
+
+impl CriClient {
+    /// A client for `unix:///path` (or a bare path).
+    pub fn connect(endpoint: &str) -> Result<CriClient> {
+        let path = socket_path(endpoint).ok_or_else(|| Error::Endpoint {
+            endpoint: endpoint.into(),
+        })?;
+        // the URI is ignored: every connection dials the socket
+        let channel = Endpoint::from_static("http://[::]:50051").connect_with_connector_lazy(
+            tower::service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move {
+                    Ok::<_, std::io::Error>(TokioIo::new(
+                        tokio::net::UnixStream::connect(path).await?,
+                    ))
+                }
+            }),
+        );
+        Ok(CriClient {
+            runtime: RuntimeServiceClient::new(channel.clone()),
+            images: ImageServiceClient::new(channel),
+        })
+    }
+}
+
+/// The socket path of a `unix://` endpoint (a bare absolute path is accepted too).
+pub fn socket_path(endpoint: &str) -> Option<PathBuf> {
+    let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+    Path::new(path).is_absolute().then(|| PathBuf::from(path))
+}
+
+fn call(method: &'static str) -> impl FnOnce(tonic::Status) -> Error {
+    move |status| Error::Call { method, status }
+}
+
+#[async_trait]
+impl ContainerRuntime for CriClient {
+    async fn version(&self) -> Result<VersionResponse> {
+        let r = self
+            .runtime
+            .clone()
+            .version(cri::VersionRequest::default())
+            .await;
+        Ok(r.map_err(call("Version"))?.into_inner())
+    }
+
+    async fn run_pod_sandbox(&self, config: PodSandboxConfig) -> Result<String> {
+        let req = cri::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: String::new(),
+        };
+        let r = self.runtime.clone().run_pod_sandbox(req).await;
+        Ok(r.map_err(call("RunPodSandbox"))?
+            .into_inner()
+            .pod_sandbox_id)
+    }
+
+    async fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
+        let req = cri::StopPodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        };
+        self.runtime
+            .clone()
+            .stop_pod_sandbox(req)
+            .await
+            .map_err(call("StopPodSandbox"))?;
+        Ok(())
+    }
+
+    async fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
+        let req = cri::RemovePodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        };
+        self.runtime
+            .clone()
+            .remove_pod_sandbox(req)
+            .await
+            .map_err(call("RemovePodSandbox"))?;
+        Ok(())
+    }
+
+    async fn pod_sandbox_status(&self, id: &str) -> Result<PodSandboxStatus> {
+        let req = cri::PodSandboxStatusRequest {
+            pod_sandbox_id: id.into(),
+            verbose: false,
+        };
+        let r = self.runtime.clone().pod_sandbox_status(req).await;
+        r.map_err(call("PodSandboxStatus"))?
+            .into_inner()
+            .status
+            .ok_or(Error::MissingField {
+                method: "PodSandboxStatus",
+                field: "status",
+            })
+    }
+
+    async fn list_pod_sandboxes(&self, labels: HashMap<String, String>) -> Result<Vec<PodSandbox>> {
+        let req = cri::ListPodSandboxRequest {
+            filter: Some(cri::PodSandboxFilter {
+                label_selector: labels,
+                ..Default::default()
+            }),
+        };
+        let r = self.runtime.clone().list_pod_sandbox(req).await;
+        Ok(r.map_err(call("ListPodSandbox"))?.into_inner().items)
+    }
+
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: ContainerConfig,
+        sandbox: PodSandboxConfig,
+    ) -> Result<String> {
+        let req = cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.into(),
+            config: Some(config),
+            sandbox_config: Some(sandbox),
+        };
+        let r = self.runtime.clone().create_container(req).await;
+        Ok(r.map_err(call("CreateContainer"))?
+            .into_inner()
+            .container_id)
+    }
+
+    async fn start_container(&self, id: &str) -> Result<()> {
+        let req = cri::StartContainerRequest {
+            container_id: id.into(),
+        };
+        self.runtime
+            .clone()
+            .start_container(req)
+            .await
+            .map_err(call("StartContainer"))?;
+        Ok(())
+    }
+
+    async fn stop_container(&self, id: &str, timeout_seconds: i64) -> Result<()> {
+        let req = cri::StopContainerRequest {
+            container_id: id.into(),
+            timeout: timeout_seconds,
+        };
+        self.runtime
+            .clone()
+            .stop_container(req)
+            .await
+            .map_err(call("StopContainer"))?;
+        Ok(())
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<()> {
+        let req = cri::RemoveContainerRequest {
+            container_id: id.into(),
+        };
+        self.runtime
+            .clone()
+            .remove_container(req)
+            .await
+            .map_err(call("RemoveContainer"))?;
+        Ok(())
+    }
+
+    async fn list_containers(&self, labels: HashMap<String, String>) -> Result<Vec<Container>> {
+        let req = cri::ListContainersRequest {
+            filter: Some(cri::ContainerFilter {
+                label_selector: labels,
+                ..Default::default()
+            }),
+        };
+        let r = self.runtime.clone().list_containers(req).await;
+        Ok(r.map_err(call("ListContainers"))?.into_inner().containers)
+    }
+
+    async fn container_status(&self, id: &str) -> Result<ContainerStatus> {
+        let req = cri::ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: false,
+        };
+        let r = self.runtime.clone().container_status(req).await;
+        r.map_err(call("ContainerStatus"))?
+            .into_inner()
+            .status
+            .ok_or(Error::MissingField {
+                method: "ContainerStatus",
+                field: "status",
+            })
+    }
+
+    async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout_seconds: i64,
+    ) -> Result<ExecResult> {
+        let req = cri::ExecSyncRequest {
+            container_id: id.into(),
+            cmd,
+            timeout: timeout_seconds,
+        };
+        let r = self.runtime.clone().exec_sync(req).await;
+        let r = r.map_err(call("ExecSync"))?.into_inner();
+        Ok(ExecResult {
+            exit_code: r.exit_code,
+            stdout: r.stdout,
+            stderr: r.stderr,
+        })
+    }
+
+    async fn list_images(&self) -> Result<Vec<Image>> {
+        let req = cri::ListImagesRequest { filter: None };
+        let r = self.images.clone().list_images(req).await;
+        Ok(r.map_err(call("ListImages"))?.into_inner().images)
+    }
+
+    async fn image_status(&self, image: &str) -> Result<Option<Image>> {
+        let req = cri::ImageStatusRequest {
+            image: Some(image_spec(image)),
+            verbose: false,
+        };
+        let r = self.images.clone().image_status(req).await;
+        Ok(r.map_err(call("ImageStatus"))?.into_inner().image)
+    }
+
+    async fn pull_image(&self, image: &str) -> Result<String> {
+        let req = cri::PullImageRequest {
+            image: Some(image_spec(image)),
+            auth: None,
+            sandbox_config: None,
+        };
+        let r = self.images.clone().pull_image(req).await;
+        Ok(r.map_err(call("PullImage"))?.into_inner().image_ref)
+    }
+}
+
+pub fn image_spec(image: &str) -> ImageSpec {
+    ImageSpec {
+        image: image.into(),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_unix_sockets_or_absolute_paths() {
+        assert_eq!(
+            socket_path("unix:///run/x.sock"),
+            Some(PathBuf::from("/run/x.sock"))
+        );
+        assert_eq!(
+            socket_path("/run/x.sock"),
+            Some(PathBuf::from("/run/x.sock"))
+        );
+        assert_eq!(socket_path("tcp://1.2.3.4:5"), None);
+    }
+}

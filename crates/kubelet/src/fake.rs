@@ -1,0 +1,395 @@
+//! A recording fake of [`ContainerRuntime`] for unit tests (and, later, hollow nodes): it keeps
+//! sandboxes, containers and images in memory, records every call as one line (`"RunPodSandbox
+//! default/web"`), hands out pod IPs from 10.42.0.0/24, and can be told to fail a method or to
+//! make a container exit.
+
+use std::collections::{HashMap, HashSet};
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+
+use crate::cri::{
+    Container, ContainerConfig, ContainerRuntime, ContainerState, ContainerStatus, Error,
+    ExecResult, Image, PodSandbox, PodSandboxConfig, PodSandboxState, PodSandboxStatus, Result,
+    VersionResponse, image_spec,
+};
+
+#[derive(Default)]
+pub struct FakeRuntime {
+    /// Guards all of the fake's state; held only for the duration of one call.
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    calls: Vec<String>,
+    failures: HashMap<&'static str, tonic::Code>,
+    next_id: u64,
+    /// Fake clock for created/started/finished stamps, in nanoseconds; advances 1 s per event.
+    now: i64,
+    sandboxes: HashMap<String, (PodSandboxConfig, PodSandboxState, String, i64)>,
+    containers: HashMap<String, ContainerStatus>,
+    /// Container id → sandbox id.
+    container_sandbox: HashMap<String, String>,
+    images: HashSet<String>,
+    /// The exit code `ExecSync` answers with.
+    exec_exit_code: i32,
+}
+
+impl State {
+    fn tick(&mut self) -> i64 {
+        self.now += 1_000_000_000;
+        self.now
+    }
+
+    fn check(&mut self, method: &'static str, what: &str) -> Result<()> {
+        self.calls
+            .push(format!("{method} {what}").trim_end().to_string());
+        match self.failures.get(method) {
+            Some(code) => Err(Error::Call {
+                method,
+                status: tonic::Status::new(*code, "injected failure"),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+fn labels_match(have: &HashMap<String, String>, want: &HashMap<String, String>) -> bool {
+    want.iter().all(|(k, v)| have.get(k) == Some(v))
+}
+
+fn not_found(method: &'static str, id: &str) -> Error {
+    Error::Call {
+        method,
+        status: tonic::Status::not_found(format!("{id} not found")),
+    }
+}
+
+impl FakeRuntime {
+    pub fn new() -> FakeRuntime {
+        FakeRuntime::default()
+    }
+
+    /// The calls so far, one line each, oldest first.
+    pub fn calls(&self) -> Vec<String> {
+        self.state.lock().calls.clone()
+    }
+
+    /// Makes every later call of `method` (the CRI name, e.g. `"PullImage"`) fail with `code`.
+    pub fn fail(&self, method: &'static str, code: tonic::Code) {
+        self.state.lock().failures.insert(method, code);
+    }
+
+    /// Makes every later `ExecSync` exit with `code` (0 until told otherwise).
+    pub fn set_exec_exit_code(&self, code: i32) {
+        self.state.lock().exec_exit_code = code;
+    }
+
+    /// Pretends the image is present.
+    pub fn add_image(&self, image: &str) {
+        self.state.lock().images.insert(image.to_string());
+    }
+
+    /// Makes a running container exit with `code`.
+    pub fn exit_container(&self, id: &str, code: i32) {
+        let mut s = self.state.lock();
+        let now = s.tick();
+        if let Some(c) = s.containers.get_mut(id) {
+            c.state = ContainerState::ContainerExited as i32;
+            c.finished_at = now;
+            c.exit_code = code;
+            c.reason = if code == 0 { "Completed" } else { "Error" }.into();
+        }
+    }
+
+    /// The fake's clock, which stamps created/started/finished times (1 s per event).
+    pub fn now(&self) -> jiff::Timestamp {
+        jiff::Timestamp::from_nanosecond(i128::from(self.state.lock().now))
+            .expect("the fake clock stays in range")
+    }
+
+    /// Moves the fake's clock forward.
+    pub fn advance(&self, by: std::time::Duration) {
+        self.state.lock().now += by.as_nanos() as i64;
+    }
+
+    /// The ids of the containers named `name`, oldest first.
+    pub fn containers_named(&self, name: &str) -> Vec<String> {
+        let s = self.state.lock();
+        let mut found: Vec<&ContainerStatus> = s
+            .containers
+            .values()
+            .filter(|c| c.metadata.as_ref().is_some_and(|m| m.name == name))
+            .collect();
+        found.sort_by_key(|c| c.created_at);
+        found.into_iter().map(|c| c.id.clone()).collect()
+    }
+}
+
+#[async_trait]
+impl ContainerRuntime for FakeRuntime {
+    async fn version(&self) -> Result<VersionResponse> {
+        self.state.lock().check("Version", "")?;
+        Ok(VersionResponse {
+            version: "0.1.0".into(),
+            runtime_name: "fake".into(),
+            runtime_version: "0.0.1".into(),
+            runtime_api_version: "v1".into(),
+        })
+    }
+
+    async fn run_pod_sandbox(&self, config: PodSandboxConfig) -> Result<String> {
+        let mut s = self.state.lock();
+        let meta = config.metadata.clone().unwrap_or_default();
+        s.check(
+            "RunPodSandbox",
+            &format!("{}/{}", meta.namespace, meta.name),
+        )?;
+        s.next_id += 1;
+        let id = format!("sandbox-{}", s.next_id);
+        let ip = format!("10.42.0.{}", s.next_id + 1);
+        let now = s.tick();
+        s.sandboxes
+            .insert(id.clone(), (config, PodSandboxState::SandboxReady, ip, now));
+        Ok(id)
+    }
+
+    async fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
+        let mut s = self.state.lock();
+        s.check("StopPodSandbox", id)?;
+        let now = s.tick();
+        let members: Vec<String> = s
+            .container_sandbox
+            .iter()
+            .filter(|(_, sb)| *sb == id)
+            .map(|(c, _)| c.clone())
+            .collect();
+        for c in members {
+            if let Some(st) = s.containers.get_mut(&c)
+                && st.state == ContainerState::ContainerRunning as i32
+            {
+                st.state = ContainerState::ContainerExited as i32;
+                st.finished_at = now;
+                st.exit_code = 137;
+            }
+        }
+        match s.sandboxes.get_mut(id) {
+            Some(sb) => {
+                sb.1 = PodSandboxState::SandboxNotready;
+                Ok(())
+            }
+            None => Err(not_found("StopPodSandbox", id)),
+        }
+    }
+
+    async fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
+        let mut s = self.state.lock();
+        s.check("RemovePodSandbox", id)?;
+        s.sandboxes.remove(id);
+        let members: Vec<String> = s
+            .container_sandbox
+            .iter()
+            .filter(|(_, sb)| *sb == id)
+            .map(|(c, _)| c.clone())
+            .collect();
+        for c in members {
+            s.containers.remove(&c);
+            s.container_sandbox.remove(&c);
+        }
+        Ok(())
+    }
+
+    async fn pod_sandbox_status(&self, id: &str) -> Result<PodSandboxStatus> {
+        let mut s = self.state.lock();
+        s.check("PodSandboxStatus", id)?;
+        let (config, state, ip, created) = s
+            .sandboxes
+            .get(id)
+            .ok_or_else(|| not_found("PodSandboxStatus", id))?;
+        Ok(PodSandboxStatus {
+            id: id.into(),
+            metadata: config.metadata.clone(),
+            state: *state as i32,
+            created_at: *created,
+            network: Some(k8s_cri::v1::PodSandboxNetworkStatus {
+                ip: ip.clone(),
+                additional_ips: vec![],
+            }),
+            labels: config.labels.clone(),
+            annotations: config.annotations.clone(),
+            ..Default::default()
+        })
+    }
+
+    async fn list_pod_sandboxes(&self, labels: HashMap<String, String>) -> Result<Vec<PodSandbox>> {
+        let mut s = self.state.lock();
+        s.check("ListPodSandbox", "")?;
+        Ok(s.sandboxes
+            .iter()
+            .filter(|(_, (c, ..))| labels_match(&c.labels, &labels))
+            .map(|(id, (c, state, _, created))| PodSandbox {
+                id: id.clone(),
+                metadata: c.metadata.clone(),
+                state: *state as i32,
+                created_at: *created,
+                labels: c.labels.clone(),
+                annotations: c.annotations.clone(),
+                runtime_handler: String::new(),
+            })
+            .collect())
+    }
+
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: ContainerConfig,
+        _sandbox: PodSandboxConfig,
+    ) -> Result<String> {
+        let mut s = self.state.lock();
+        let name = config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        s.check("CreateContainer", &name)?;
+        if !s.sandboxes.contains_key(sandbox_id) {
+            return Err(not_found("CreateContainer", sandbox_id));
+        }
+        s.next_id += 1;
+        let id = format!("container-{}", s.next_id);
+        let now = s.tick();
+        let image = config.image.clone().unwrap_or_default();
+        s.containers.insert(
+            id.clone(),
+            ContainerStatus {
+                id: id.clone(),
+                metadata: config.metadata.clone(),
+                state: ContainerState::ContainerCreated as i32,
+                created_at: now,
+                image_ref: format!("sha256:{}", image.image.len()),
+                image: Some(image),
+                labels: config.labels.clone(),
+                annotations: config.annotations.clone(),
+                log_path: config.log_path.clone(),
+                ..Default::default()
+            },
+        );
+        s.container_sandbox.insert(id.clone(), sandbox_id.into());
+        Ok(id)
+    }
+
+    async fn start_container(&self, id: &str) -> Result<()> {
+        let mut s = self.state.lock();
+        s.check("StartContainer", id)?;
+        let now = s.tick();
+        let c = s
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| not_found("StartContainer", id))?;
+        c.state = ContainerState::ContainerRunning as i32;
+        c.started_at = now;
+        Ok(())
+    }
+
+    async fn stop_container(&self, id: &str, timeout_seconds: i64) -> Result<()> {
+        let mut s = self.state.lock();
+        s.check("StopContainer", &format!("{id} {timeout_seconds}"))?;
+        let now = s.tick();
+        let c = s
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| not_found("StopContainer", id))?;
+        if c.state == ContainerState::ContainerRunning as i32 {
+            c.state = ContainerState::ContainerExited as i32;
+            c.finished_at = now;
+            c.exit_code = 143;
+            c.reason = "Error".into();
+        }
+        Ok(())
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<()> {
+        let mut s = self.state.lock();
+        s.check("RemoveContainer", id)?;
+        s.containers.remove(id);
+        s.container_sandbox.remove(id);
+        Ok(())
+    }
+
+    async fn list_containers(&self, labels: HashMap<String, String>) -> Result<Vec<Container>> {
+        let mut s = self.state.lock();
+        s.check("ListContainers", "")?;
+        Ok(s.containers
+            .values()
+            .filter(|c| labels_match(&c.labels, &labels))
+            .map(|c| Container {
+                id: c.id.clone(),
+                pod_sandbox_id: s.container_sandbox.get(&c.id).cloned().unwrap_or_default(),
+                metadata: c.metadata.clone(),
+                image: c.image.clone(),
+                image_ref: c.image_ref.clone(),
+                state: c.state,
+                created_at: c.created_at,
+                labels: c.labels.clone(),
+                annotations: c.annotations.clone(),
+                image_id: String::new(),
+            })
+            .collect())
+    }
+
+    async fn container_status(&self, id: &str) -> Result<ContainerStatus> {
+        let mut s = self.state.lock();
+        s.check("ContainerStatus", id)?;
+        s.containers
+            .get(id)
+            .cloned()
+            .ok_or_else(|| not_found("ContainerStatus", id))
+    }
+
+    async fn exec_sync(&self, id: &str, cmd: Vec<String>, _timeout: i64) -> Result<ExecResult> {
+        let mut s = self.state.lock();
+        s.check("ExecSync", &format!("{id} {}", cmd.join(" ")))?;
+        match s.containers.get(id) {
+            Some(c) if c.state == ContainerState::ContainerRunning as i32 => Ok(ExecResult {
+                exit_code: s.exec_exit_code,
+                ..Default::default()
+            }),
+            _ => Err(not_found("ExecSync", id)),
+        }
+    }
+
+    async fn list_images(&self) -> Result<Vec<Image>> {
+        let mut s = self.state.lock();
+        s.check("ListImages", "")?;
+        let mut names: Vec<&String> = s.images.iter().collect();
+        names.sort();
+        Ok(names
+            .into_iter()
+            .map(|name| Image {
+                id: format!("sha256:{}", name.len()),
+                repo_tags: vec![name.clone()],
+                size: 1000,
+                ..Default::default()
+            })
+            .collect())
+    }
+
+    async fn image_status(&self, image: &str) -> Result<Option<Image>> {
+        let mut s = self.state.lock();
+        s.check("ImageStatus", image)?;
+        Ok(s.images.contains(image).then(|| Image {
+            id: format!("sha256:{}", image.len()),
+            repo_tags: vec![image.into()],
+            spec: Some(image_spec(image)),
+            ..Default::default()
+        }))
+    }
+
+    async fn pull_image(&self, image: &str) -> Result<String> {
+        let mut s = self.state.lock();
+        s.check("PullImage", image)?;
+        s.images.insert(image.into());
+        Ok(format!("sha256:{}", image.len()))
+    }
+}

@@ -1,0 +1,443 @@
+//! The kubelet's main loop: start (or connect to) containerd, import the built-in images,
+//! register the Node, keep its Lease and status fresh, watch this node's pods only
+//! (`fieldSelector=spec.nodeName=<node>`, filtered by the API server) and run one worker per
+//! pod that syncs it on every change and every second.
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::watch;
+
+use crate::api::KubePodApi;
+use crate::containerd::{ContainerdConfig, ManagedContainerd};
+use crate::cri::{ContainerRuntime, CriClient};
+use crate::host::HostInfo;
+use crate::images::{self, CtrImporter};
+use crate::node;
+use crate::pod_sync::{LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Outcome, SyncContext};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading node {node}: {source}")]
+    ReadNode {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(transparent)]
+    Containerd(#[from] crate::containerd::Error),
+    #[error(transparent)]
+    Cri(#[from] crate::cri::Error),
+    #[error(transparent)]
+    Images(#[from] crate::images::Error),
+    #[error(transparent)]
+    Node(#[from] crate::node::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How a kubelet runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub node_name: String,
+    /// Everything the kubelet keeps: containerd's dirs, logs, built images.
+    pub data_dir: PathBuf,
+    /// The pod CIDR for the CNI bridge, unless the Node already has `spec.podCIDR`.
+    pub pod_cidr: String,
+    /// The node's IP; detected from the default route when unset.
+    pub node_ip: Option<IpAddr>,
+    /// An external CRI endpoint (`unix:///…`); a managed containerd is started when unset.
+    pub container_runtime_endpoint: Option<String>,
+    pub containerd_binary: PathBuf,
+    pub ctr_binary: PathBuf,
+    /// The static busybox the built-in images are made of.
+    pub busybox: PathBuf,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            node_name: String::new(),
+            data_dir: PathBuf::from("/var/lib/skiff"),
+            // k3s's default cluster CIDR's first node range
+            pod_cidr: "10.42.0.0/24".into(),
+            node_ip: None,
+            container_runtime_endpoint: None,
+            containerd_binary: PathBuf::from("containerd"),
+            ctr_binary: PathBuf::from("ctr"),
+            busybox: PathBuf::from("/bin/busybox"),
+        }
+    }
+}
+
+/// What the kubelet reports once its Node is registered.
+#[derive(Debug, Clone)]
+pub struct Ready {
+    pub node: String,
+    pub endpoint: String,
+    pub runtime_version: String,
+    pub node_ip: IpAddr,
+    pub pod_cidr: String,
+}
+
+/// A started kubelet: node registered, runtime up. [`Kubelet::run`] serves until shutdown.
+pub struct Kubelet {
+    client: kube::Client,
+    config: Config,
+    managed: Option<ManagedContainerd>,
+    ctx: SyncContext,
+    node: Node,
+    runtime_version: String,
+    pub ready: Ready,
+}
+
+impl Kubelet {
+    /// Starts the runtime, imports the built-in images and registers the Node.
+    pub async fn start(client: kube::Client, config: Config) -> Result<Kubelet> {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let existing =
+            nodes
+                .get_opt(&config.node_name)
+                .await
+                .map_err(|source| Error::ReadNode {
+                    node: config.node_name.clone(),
+                    source,
+                })?;
+        let pod_cidr = existing
+            .as_ref()
+            .and_then(|n| n.spec.as_ref())
+            .and_then(|s| s.pod_cidr.clone())
+            .unwrap_or_else(|| config.pod_cidr.clone());
+
+        let (managed, endpoint) = match &config.container_runtime_endpoint {
+            Some(e) => (None, e.clone()),
+            None => {
+                let c = ContainerdConfig {
+                    dir: config.data_dir.join("containerd"),
+                    pod_cidr: pod_cidr.clone(),
+                    ..Default::default()
+                };
+                let m = ManagedContainerd::start(c, config.containerd_binary.clone()).await?;
+                let e = m.endpoint();
+                (Some(m), e)
+            }
+        };
+        let cri = CriClient::connect(&endpoint)?;
+        let version = runtime_version(&cri).await?;
+        let runtime_version = format!("{}://{}", version.runtime_name, version.runtime_version);
+        let runtime: Arc<dyn ContainerRuntime> = Arc::new(cri);
+        if let Some(socket) = crate::cri::socket_path(&endpoint) {
+            let importer = CtrImporter {
+                ctr: config.ctr_binary.clone(),
+                socket,
+            };
+            images::ensure_builtin(
+                runtime.as_ref(),
+                &importer,
+                &config.busybox,
+                &config.data_dir.join("images"),
+            )
+            .await?;
+        }
+
+        let host = HostInfo::read(config.node_ip, &config.data_dir);
+        let mut status = node::node_status(&host, &runtime_version, Timestamp::now());
+        status.images = Some(node::node_images(&runtime.list_images().await?));
+        let node = node::register(
+            &nodes,
+            node::node_object(&config.node_name, &host, &pod_cidr, status),
+        )
+        .await?;
+        let ctx = SyncContext {
+            runtime,
+            api: Arc::new(KubePodApi {
+                client: client.clone(),
+                node: config.node_name.clone(),
+            }),
+            host_ip: host.ip.to_string(),
+            runtime_name: version.runtime_name.clone(),
+            log_dir: config.data_dir.join("logs/pods"),
+            clock: Arc::new(Timestamp::now),
+        };
+        let ready = Ready {
+            node: config.node_name.clone(),
+            endpoint,
+            runtime_version: runtime_version.clone(),
+            node_ip: host.ip,
+            pod_cidr,
+        };
+        Ok(Kubelet {
+            client,
+            config,
+            managed,
+            ctx,
+            node,
+            runtime_version,
+            ready,
+        })
+    }
+
+    /// Serves until `shutdown` completes; then stops the workers and the managed containerd
+    /// (pods keep running in their shims, as upstream's kubelet leaves them).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let heartbeats = tokio::spawn(heartbeat(
+            self.client.clone(),
+            self.node.clone(),
+            self.ctx.runtime.clone(),
+            self.runtime_version.clone(),
+            self.config.clone(),
+        ));
+        let pods = tokio::spawn(watch_pods(
+            self.client.clone(),
+            self.config.node_name.clone(),
+            self.ctx.clone(),
+        ));
+        shutdown.await;
+        heartbeats.abort();
+        pods.abort();
+        if let Some(m) = self.managed {
+            m.stop().await;
+        }
+        Ok(())
+    }
+}
+
+/// How long the runtime gets to answer CRI after its socket opened.
+const RUNTIME_WAIT: Duration = Duration::from_secs(30);
+
+/// The runtime's version, once CRI answers: a containerd that restarts over existing state opens
+/// its socket before its CRI plugin has restored that state, and answers "server is not
+/// initialized yet" until then.
+async fn runtime_version(cri: &CriClient) -> Result<crate::cri::VersionResponse> {
+    let deadline = tokio::time::Instant::now() + RUNTIME_WAIT;
+    loop {
+        match cri.version().await {
+            Ok(v) => return Ok(v),
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e, "waiting for the runtime's CRI");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Renews the Lease every 10 s; re-reads the host and the runtime's images every 10 s and posts
+/// the status when it changed or 5 minutes passed.
+async fn heartbeat(
+    client: kube::Client,
+    node: Node,
+    runtime: Arc<dyn ContainerRuntime>,
+    runtime_version: String,
+    config: Config,
+) {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let nodes: Api<Node> = Api::all(client);
+    let name = config.node_name.clone();
+    let mut posted = node.status.clone().unwrap_or_default();
+    let mut posted_at = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval(node::LEASE_RENEW);
+    loop {
+        tick.tick().await;
+        if let Err(e) = node::renew_lease(&leases, &node, Timestamp::now()).await {
+            tracing::warn!(error = %e, "node lease");
+        }
+        let host = HostInfo::read(config.node_ip, &config.data_dir);
+        let mut status = node::node_status(&host, &runtime_version, Timestamp::now());
+        match runtime.list_images().await {
+            Ok(images) => status.images = Some(node::node_images(&images)),
+            // keep what was posted rather than report no images
+            Err(_) => status.images = posted.images.clone(),
+        }
+        if node::status_changed(&posted, &status) || posted_at.elapsed() >= node::STATUS_REPORT {
+            node::keep_transition_times(&posted, &mut status);
+            match node::post_status(&nodes, &name, &status).await {
+                Ok(_) => {
+                    posted = status;
+                    posted_at = tokio::time::Instant::now();
+                }
+                Err(e) => tracing::warn!(error = %e, "node status"),
+            }
+        }
+    }
+}
+
+/// Watches this node's pods and hands each to its worker.
+async fn watch_pods(client: kube::Client, node_name: String, ctx: SyncContext) {
+    let pods: Api<Pod> = Api::all(client);
+    let selector = format!("spec.nodeName={node_name}");
+    let stream =
+        watcher::watcher(pods, watcher::Config::default().fields(&selector)).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    // pod uid → the worker's mailbox (latest object; None once removed from the API)
+    let mut workers: HashMap<String, watch::Sender<Option<Pod>>> = HashMap::new();
+    // the uids a (re)list returned, to find what the runtime runs for pods that are gone
+    let mut listed: HashSet<String> = HashSet::new();
+    while let Some(event) = stream.next().await {
+        let (pod, present) = match event {
+            Ok(Event::Apply(pod)) => (pod, true),
+            Ok(Event::InitApply(pod)) => {
+                listed.insert(pod.metadata.uid.clone().unwrap_or_default());
+                (pod, true)
+            }
+            Ok(Event::Delete(pod)) => (pod, false),
+            Ok(Event::Init) => {
+                listed.clear();
+                continue;
+            }
+            Ok(Event::InitDone) => {
+                tokio::spawn(remove_orphans(ctx.clone(), std::mem::take(&mut listed)));
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "watching pods");
+                continue;
+            }
+        };
+        workers.retain(|_, tx| !tx.is_closed());
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        match workers.get(&uid) {
+            Some(tx) => {
+                let _ = tx.send(present.then_some(pod));
+            }
+            None if present => {
+                let (tx, rx) = watch::channel(Some(pod.clone()));
+                tokio::spawn(pod_worker(ctx.clone(), pod, rx));
+                workers.insert(uid, tx);
+            }
+            None => {}
+        }
+    }
+}
+
+/// Stops and removes sandboxes (and their containers) of pods the API server no longer has:
+/// pods deleted while this kubelet was down.
+async fn remove_orphans(ctx: SyncContext, known: HashSet<String>) {
+    let sandboxes = match ctx.runtime.list_pod_sandboxes(HashMap::new()).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "listing sandboxes to find orphans");
+            return;
+        }
+    };
+    let mut seen = HashSet::new();
+    for sandbox in sandboxes {
+        let label = |k: &str| sandbox.labels.get(k).cloned();
+        let Some(uid) = label(LABEL_POD_UID) else {
+            continue;
+        };
+        if known.contains(&uid) || !seen.insert(uid.clone()) {
+            continue;
+        }
+        let mut pod = Pod::default();
+        pod.metadata.uid = Some(uid);
+        pod.metadata.name = label(LABEL_POD_NAME);
+        pod.metadata.namespace = label(LABEL_POD_NAMESPACE);
+        tracing::info!(pod = ?pod.metadata.name, "removing the containers of a pod that is gone");
+        if let Err(e) = ctx.kill_pod(&pod, ORPHAN_GRACE_SECONDS).await {
+            tracing::warn!(error = %e, "removing an orphaned pod");
+        }
+    }
+}
+
+/// How long an orphaned pod's containers get after SIGTERM: its spec, and so its grace
+/// period, is gone with the object.
+const ORPHAN_GRACE_SECONDS: i64 = 2;
+
+/// How often a finished pod's worker asks the API server whether the pod still exists.
+const FINISHED_CHECK: Duration = Duration::from_secs(10);
+
+/// A finished (Succeeded or Failed) pod is deleted at once, with nothing for the kubelet to
+/// stop, so its removal is seen only as a watch event; a worker whose pod has finished also
+/// checks now and then, so that a missed event does not leave its containers behind.
+#[derive(Default)]
+struct FinishedChecks {
+    /// The last sync found the pod finished.
+    finished: bool,
+    last: Option<tokio::time::Instant>,
+}
+
+impl FinishedChecks {
+    fn due(&mut self) -> bool {
+        if !self.finished {
+            return false;
+        }
+        let now = tokio::time::Instant::now();
+        match self.last {
+            Some(t) if now.duration_since(t) < FINISHED_CHECK => false,
+            _ => {
+                self.last = Some(now);
+                true
+            }
+        }
+    }
+}
+
+async fn still_exists(ctx: &SyncContext, pod: &Pod) -> bool {
+    let m = &pod.metadata;
+    ctx.api
+        .pod_exists(
+            m.namespace.as_deref().unwrap_or("default"),
+            m.name.as_deref().unwrap_or_default(),
+            m.uid.as_deref().unwrap_or_default(),
+        )
+        .await
+        // an error is no evidence that the pod is gone
+        .unwrap_or(true)
+}
+
+/// Syncs one pod on every change and whenever its last sync asked to be called again.
+async fn pod_worker(ctx: SyncContext, mut last: Pod, mut rx: watch::Receiver<Option<Pod>>) {
+    // the pod's probe state lives as long as its worker
+    let mut probes = crate::probe::Probes::default();
+    let mut finished_checks = FinishedChecks::default();
+    loop {
+        let current = rx.borrow_and_update().clone();
+        let delay = match current {
+            None => {
+                // removed from the API without us (a forced delete): stop what is left
+                if let Err(e) = ctx.kill_pod(&last, 0).await {
+                    tracing::warn!(error = %e, "stopping a removed pod");
+                }
+                return;
+            }
+            Some(pod) => {
+                if finished_checks.due() && !still_exists(&ctx, &pod).await {
+                    tracing::info!(pod = ?pod.metadata.name, "a finished pod is gone from the API server");
+                    if let Err(e) = ctx.kill_pod(&pod, 0).await {
+                        tracing::warn!(error = %e, "stopping a removed pod");
+                    }
+                    return;
+                }
+                let result = ctx.sync_pod(&pod, &mut probes).await;
+                last = pod;
+                match result {
+                    Ok(Outcome::Done) => return,
+                    Ok(Outcome::Resync(d)) => d,
+                    Ok(Outcome::Finished) => {
+                        finished_checks.finished = true;
+                        crate::pod_sync::RESYNC
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "pod sync failed");
+                        Duration::from_secs(2)
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            changed = rx.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! Skiff's kubelet: the last hop of the seeds' chain. It registers its Node, keeps a Lease,
+//! watches only its own pods through the API server and runs them through containerd's CRI,
+//! writing their status back.
+//!
+//! # Layout
+//! - [`kubelet`]: the main loop: runtime start, node registration, heartbeats, the pod watch
+//!   and one worker per pod.
+//! - [`pod_sync`]: one sync of one pod (sandbox, images, containers, restarts, deletion).
+//! - [`actions`]: what a sync should do, without I/O (init order, restarts, back-off).
+//! - [`config`]: the CRI sandbox and container configs from the pod's spec.
+//! - [`env`]: a container's environment (values, field refs, ConfigMaps, Secrets).
+//! - [`hooks`]: postStart and preStop hooks.
+//! - [`probe`]: startup, liveness and readiness probes (exec, tcpSocket, httpGet).
+//! - [`status`]: pod status from CRI state, without I/O.
+//! - [`node`]: the Node object, its status and its Lease.
+//! - [`host`]: facts about this machine for the Node.
+//! - [`cri`]: the [`cri::ContainerRuntime`] trait and its CRI client over a unix socket.
+//! - [`fake`]: a recording fake runtime for tests.
+//! - [`api`]: pod writes through the API server behind a trait, with a recording fake.
+//! - [`containerd`]: managed containerd (config, supervision).
+//! - [`images`]: the built-in pause and busybox images and image import.
+
+pub mod actions;
+pub mod api;
+pub mod config;
+pub mod containerd;
+pub mod cri;
+pub mod env;
+pub mod fake;
+pub mod hooks;
+pub mod host;
+pub mod images;
+pub mod kubelet;
+pub mod node;
+pub mod pod_sync;
+pub mod probe;
+pub mod status;
+
+pub use kubelet::{Config, Kubelet, Ready};

@@ -1,0 +1,420 @@
+//! The kubelet's Node: the object it registers (capacity and allocatable from the host, addresses,
+//! nodeInfo, conditions), its status posted on change or every 5 minutes, and the Lease in
+//! `kube-node-lease` renewed every 10 seconds (upstream's split between the cheap heartbeat and
+//! the full status).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{
+    ContainerImage, Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::host::HostInfo;
+
+/// Upstream's kubelet version string for this API level.
+pub const KUBELET_VERSION: &str = "v1.33.0-skiff";
+/// How often the Lease is renewed (upstream: 10 s, a quarter of its 40 s duration).
+pub const LEASE_RENEW: Duration = Duration::from_secs(10);
+/// The Lease duration (upstream's `nodeLeaseDurationSeconds`).
+pub const LEASE_DURATION_SECONDS: i32 = 40;
+/// How often the full status is posted when nothing changed (upstream's
+/// `nodeStatusReportFrequency`).
+pub const STATUS_REPORT: Duration = Duration::from_secs(300);
+/// How often the host is re-read to notice a change (upstream's `nodeStatusUpdateFrequency`).
+pub const STATUS_CHECK: Duration = Duration::from_secs(10);
+/// The pods a node runs at most (upstream's `maxPods`).
+pub const MAX_PODS: u32 = 110;
+/// Memory held back from allocatable (upstream's hard eviction threshold
+/// `memory.available<100Mi`).
+pub const EVICTION_MEMORY_BYTES: u64 = 100 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("registering node {node}: {source}")]
+    Register {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("updating the status of node {node}: {source}")]
+    Status {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("renewing lease kube-node-lease/{node}: {source}")]
+    Lease {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The node's status from what the host and the runtime report. Conditions carry `now` as their
+/// heartbeat and transition time.
+pub fn node_status(host: &HostInfo, runtime_version: &str, now: Timestamp) -> NodeStatus {
+    let capacity = BTreeMap::from([
+        ("cpu".to_string(), Quantity(host.cpus.to_string())),
+        (
+            "memory".to_string(),
+            Quantity(format!("{}Ki", host.memory_bytes / 1024)),
+        ),
+        ("pods".to_string(), Quantity(MAX_PODS.to_string())),
+        (
+            "ephemeral-storage".to_string(),
+            Quantity(format!("{}Ki", host.ephemeral_storage_bytes / 1024)),
+        ),
+    ]);
+    let mut allocatable = capacity.clone();
+    allocatable.insert(
+        "memory".into(),
+        Quantity(format!(
+            "{}Ki",
+            host.memory_bytes.saturating_sub(EVICTION_MEMORY_BYTES) / 1024
+        )),
+    );
+    let condition = |type_: &str, status: &str, reason: &str, message: &str| NodeCondition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        last_heartbeat_time: Some(Time(now)),
+        last_transition_time: Some(Time(now)),
+    };
+    NodeStatus {
+        capacity: Some(capacity),
+        allocatable: Some(allocatable),
+        addresses: Some(vec![
+            NodeAddress {
+                type_: "InternalIP".into(),
+                address: host.ip.to_string(),
+            },
+            NodeAddress {
+                type_: "Hostname".into(),
+                address: host.hostname.clone(),
+            },
+        ]),
+        conditions: Some(vec![
+            condition(
+                "MemoryPressure",
+                "False",
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+            ),
+            condition(
+                "DiskPressure",
+                "False",
+                "KubeletHasNoDiskPressure",
+                "kubelet has no disk pressure",
+            ),
+            condition(
+                "PIDPressure",
+                "False",
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+            ),
+            condition(
+                "Ready",
+                "True",
+                "KubeletReady",
+                "kubelet is posting ready status",
+            ),
+        ]),
+        node_info: Some(NodeSystemInfo {
+            architecture: match std::env::consts::ARCH {
+                "x86_64" => "amd64".into(),
+                "aarch64" => "arm64".into(),
+                other => other.into(),
+            },
+            boot_id: host.boot_id.clone(),
+            container_runtime_version: runtime_version.into(),
+            kernel_version: host.kernel_version.clone(),
+            kube_proxy_version: String::new(),
+            kubelet_version: KUBELET_VERSION.into(),
+            machine_id: host.machine_id.clone(),
+            operating_system: "linux".into(),
+            os_image: host.os_image.clone(),
+            system_uuid: host.system_uuid.clone(),
+            swap: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// How many images the node reports, largest first (upstream's `nodeStatusMaxImages`).
+pub const MAX_IMAGES: usize = 50;
+
+/// The node's `status.images` from the runtime's images: names are repo tags and digests.
+pub fn node_images(images: &[crate::cri::Image]) -> Vec<ContainerImage> {
+    let mut sorted: Vec<&crate::cri::Image> = images.iter().collect();
+    sorted.sort_by_key(|i| std::cmp::Reverse(i.size));
+    sorted
+        .into_iter()
+        .take(MAX_IMAGES)
+        .map(|i| ContainerImage {
+            names: Some(i.repo_tags.iter().chain(&i.repo_digests).cloned().collect()),
+            size_bytes: i64::try_from(i.size).ok(),
+        })
+        .collect()
+}
+
+/// Whether two statuses differ in anything but heartbeat and transition times.
+pub fn status_changed(old: &NodeStatus, new: &NodeStatus) -> bool {
+    let strip = |s: &NodeStatus| {
+        let mut s = s.clone();
+        for c in s.conditions.iter_mut().flatten() {
+            c.last_heartbeat_time = None;
+            c.last_transition_time = None;
+        }
+        s
+    };
+    strip(old) != strip(new)
+}
+
+/// Carries each condition's transition time over from `old` when its status did not change.
+pub fn keep_transition_times(old: &NodeStatus, new: &mut NodeStatus) {
+    for c in new.conditions.iter_mut().flatten() {
+        if let Some(prev) = old
+            .conditions
+            .iter()
+            .flatten()
+            .find(|p| p.type_ == c.type_ && p.status == c.status)
+        {
+            c.last_transition_time = prev.last_transition_time.clone();
+        }
+    }
+}
+
+/// The Node object registered when none exists.
+pub fn node_object(name: &str, host: &HostInfo, pod_cidr: &str, status: NodeStatus) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(BTreeMap::from([
+                ("kubernetes.io/hostname".to_string(), name.to_string()),
+                ("kubernetes.io/os".to_string(), "linux".to_string()),
+                (
+                    "kubernetes.io/arch".to_string(),
+                    status
+                        .node_info
+                        .as_ref()
+                        .map(|i| i.architecture.clone())
+                        .unwrap_or_default(),
+                ),
+            ])),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            pod_cidr: Some(pod_cidr.into()),
+            pod_cidrs: Some(vec![pod_cidr.into()]),
+            ..Default::default()
+        }),
+        status: Some(NodeStatus {
+            addresses: status.addresses.clone().or_else(|| {
+                Some(vec![NodeAddress {
+                    type_: "Hostname".into(),
+                    address: host.hostname.clone(),
+                }])
+            }),
+            ..status
+        }),
+    }
+}
+
+/// Creates the Node, or posts a fresh status if it exists (a restarted kubelet); returns the
+/// Node as stored.
+pub async fn register(nodes: &Api<Node>, node: Node) -> Result<Node> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let err = |source| Error::Register {
+        node: name.clone(),
+        source,
+    };
+    match nodes.get_opt(&name).await.map_err(err)? {
+        None => nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .map_err(err),
+        Some(existing) => {
+            let mut status = node.status.unwrap_or_default();
+            if let Some(old) = &existing.status {
+                keep_transition_times(old, &mut status);
+            }
+            post_status(nodes, &name, &status).await
+        }
+    }
+}
+
+/// Writes the node's status (merge patch on `nodes/{name}/status`).
+pub async fn post_status(nodes: &Api<Node>, name: &str, status: &NodeStatus) -> Result<Node> {
+    nodes
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+        .map_err(|source| Error::Status {
+            node: name.into(),
+            source,
+        })
+}
+
+/// The node's Lease as it should be after a renewal at `now`.
+pub fn lease_object(node: &Node, now: Timestamp) -> Lease {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some("kube-node-lease".into()),
+            owner_references: node.metadata.uid.as_ref().map(|uid| {
+                vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Node".into(),
+                    name: name.clone(),
+                    uid: uid.clone(),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(name),
+            lease_duration_seconds: Some(LEASE_DURATION_SECONDS),
+            renew_time: Some(MicroTime(now)),
+            ..Default::default()
+        }),
+    }
+}
+
+/// Creates the Lease, or renews it (a replace carrying the resourceVersion read).
+pub async fn renew_lease(leases: &Api<Lease>, node: &Node, now: Timestamp) -> Result<()> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let err = |source| Error::Lease {
+        node: name.clone(),
+        source,
+    };
+    let mut lease = lease_object(node, now);
+    match leases.get_opt(&name).await.map_err(err)? {
+        None => {
+            leases
+                .create(&PostParams::default(), &lease)
+                .await
+                .map_err(err)?;
+        }
+        Some(existing) => {
+            lease.metadata = ObjectMeta {
+                owner_references: lease.metadata.owner_references.take(),
+                ..existing.metadata
+            };
+            leases
+                .replace(&name, &PostParams::default(), &lease)
+                .await
+                .map_err(err)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host() -> HostInfo {
+        HostInfo {
+            hostname: "h1".into(),
+            ip: "10.0.0.5".parse().unwrap(),
+            cpus: 2,
+            memory_bytes: 4 * 1024 * 1024 * 1024,
+            ephemeral_storage_bytes: 100 * 1024 * 1024 * 1024,
+            kernel_version: "6.1.0".into(),
+            os_image: "Debian GNU/Linux 12 (bookworm)".into(),
+            machine_id: "m".into(),
+            system_uuid: "u".into(),
+            boot_id: "b".into(),
+        }
+    }
+
+    #[test]
+    fn capacity_comes_from_the_host_and_allocatable_keeps_back_the_eviction_threshold() {
+        let status = node_status(&host(), "containerd://1.6.20", Timestamp::UNIX_EPOCH);
+        let cap = status.capacity.unwrap();
+        let alloc = status.allocatable.unwrap();
+        assert_eq!(cap["cpu"].0, "2");
+        assert_eq!(cap["memory"].0, "4194304Ki");
+        assert_eq!(alloc["memory"].0, "4091904Ki");
+        assert_eq!(cap["pods"].0, "110");
+        let info = status.node_info.unwrap();
+        assert_eq!(info.container_runtime_version, "containerd://1.6.20");
+        assert_eq!(info.kubelet_version, KUBELET_VERSION);
+        let ready = status
+            .conditions
+            .unwrap()
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("True", Some("KubeletReady"))
+        );
+        assert_eq!(status.addresses.unwrap()[0].address, "10.0.0.5");
+    }
+
+    #[test]
+    fn a_heartbeat_alone_is_not_a_change_but_new_capacity_is() {
+        let old = node_status(&host(), "containerd://1.6.20", Timestamp::UNIX_EPOCH);
+        let later = Timestamp::from_second(60).unwrap();
+        let mut new = node_status(&host(), "containerd://1.6.20", later);
+        assert!(!status_changed(&old, &new));
+        keep_transition_times(&old, &mut new);
+        let ready = new.conditions.as_ref().unwrap().last().unwrap();
+        assert_eq!(
+            ready.last_transition_time,
+            Some(Time(Timestamp::UNIX_EPOCH))
+        );
+        assert_eq!(ready.last_heartbeat_time, Some(Time(later)));
+        let bigger = HostInfo { cpus: 4, ..host() };
+        assert!(status_changed(
+            &old,
+            &node_status(&bigger, "containerd://1.6.20", later)
+        ));
+    }
+
+    #[test]
+    fn images_are_reported_largest_first_with_tags_and_digests() {
+        let image = |tag: &str, size| crate::cri::Image {
+            repo_tags: vec![tag.into()],
+            repo_digests: vec![format!("{tag}@sha256:0")],
+            size,
+            ..Default::default()
+        };
+        let images = node_images(&[image("small", 10), image("big", 1000)]);
+        assert_eq!(
+            images[0].names.as_deref().unwrap(),
+            ["big".to_string(), "big@sha256:0".to_string()]
+        );
+        assert_eq!(images[1].size_bytes, Some(10));
+    }
+
+    #[test]
+    fn the_lease_is_held_by_the_node_and_owned_by_it() {
+        let mut node = node_object("n1", &host(), "10.42.0.0/24", NodeStatus::default());
+        node.metadata.uid = Some("uid-1".into());
+        let lease = lease_object(&node, Timestamp::UNIX_EPOCH);
+        assert_eq!(lease.metadata.namespace.as_deref(), Some("kube-node-lease"));
+        let spec = lease.spec.unwrap();
+        assert_eq!(spec.holder_identity.as_deref(), Some("n1"));
+        assert_eq!(spec.lease_duration_seconds, Some(40));
+        assert_eq!(lease.metadata.owner_references.unwrap()[0].uid, "uid-1");
+        assert_eq!(node.spec.unwrap().pod_cidr.as_deref(), Some("10.42.0.0/24"));
+    }
+}

@@ -1,0 +1,800 @@
+//! One sync of one pod, as upstream's `SyncPod`: find the pod's sandbox and containers in the
+//! runtime by their labels (so a restarted kubelet adopts them), create the sandbox if there is
+//! none, then carry out the plan of [`crate::actions`] (init containers in order, then app
+//! containers; restarts with CrashLoopBackOff): pull images as imagePullPolicy says, create and
+//! start containers, with upstream's events; stop the sandbox of a finished pod, and write the
+//! status back when it changed. A pod with a deletionTimestamp is stopped within its grace
+//! period and then removed from the API server.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
+
+use crate::actions::{self, Init, Step};
+use crate::api::{PodApi, PodEvent};
+use crate::config::{PodRuntimeFields, container_config, sandbox_config};
+use crate::cri::{
+    ContainerRuntime, ContainerState, ContainerStatus, PodSandboxConfig, PodSandboxState,
+};
+use crate::hooks::{self, Hook};
+use crate::probe::{self, Kind, Probes, Transition};
+use crate::status::{self, ContainerView, PodView, Waiting};
+
+pub use crate::config::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
+
+/// How often a pod is looked at when nothing happens (upstream's PLEG relists every second).
+pub const RESYNC: Duration = Duration::from_secs(1);
+/// How long before retrying a failed image pull or container creation.
+pub const RETRY: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("pod {pod}: {source}")]
+    Runtime {
+        pod: String,
+        #[source]
+        source: crate::cri::Error,
+    },
+    #[error(transparent)]
+    Api(#[from] crate::api::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What the worker does after a sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Sync again after this long, or sooner if the pod changes.
+    Resync(Duration),
+    /// The pod has finished (no container will run again): sync again after [`RESYNC`], and
+    /// watch for its deletion.
+    Finished,
+    /// The pod is stopped and removed: the worker ends.
+    Done,
+}
+
+/// What every sync needs; shared by all pod workers of one kubelet.
+#[derive(Clone)]
+pub struct SyncContext {
+    pub runtime: Arc<dyn ContainerRuntime>,
+    pub api: Arc<dyn PodApi>,
+    /// The node's IP (`status.hostIP`).
+    pub host_ip: String,
+    /// The runtime's name, the scheme of container ids.
+    pub runtime_name: String,
+    /// Container logs go under `<log_dir>/<namespace>_<name>_<uid>/<container>/<attempt>.log`.
+    pub log_dir: PathBuf,
+    pub clock: Arc<dyn Fn() -> Timestamp + Send + Sync>,
+}
+
+fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The waiting reason the pod's last written status gives for a container.
+fn waiting_reason_of(pod: &Pod, container: &str) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|s| s.name == container)?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?
+        .reason
+        .clone()
+}
+
+fn uid_labels(uid: &str) -> HashMap<String, String> {
+    HashMap::from([(LABEL_POD_UID.to_string(), uid.to_string())])
+}
+
+impl SyncContext {
+    fn runtime_err(&self, pod: &Pod) -> impl FnOnce(crate::cri::Error) -> Error {
+        let pod = pod_key(pod);
+        move |source| Error::Runtime { pod, source }
+    }
+
+    /// The directory of the pod's container logs.
+    pub fn pod_log_dir(&self, pod: &Pod) -> PathBuf {
+        let m = &pod.metadata;
+        self.log_dir.join(format!(
+            "{}_{}_{}",
+            m.namespace.as_deref().unwrap_or("default"),
+            m.name.as_deref().unwrap_or_default(),
+            m.uid.as_deref().unwrap_or_default()
+        ))
+    }
+
+    /// Makes the image present as imagePullPolicy says, returning its reference or why the
+    /// container has to wait, with upstream's events. `Always` falls back to a present image
+    /// when the pull fails: there is no registry on an offline machine, and Skiff's built-in
+    /// busybox is tagged `latest`. A pull that failed before shows as `ImagePullBackOff`.
+    async fn ensure_image(
+        &self,
+        pod: &Pod,
+        container: &ApiContainer,
+    ) -> Result<std::result::Result<String, Waiting>> {
+        let name = &container.name;
+        let image = container.image.clone().unwrap_or_default();
+        let policy = container
+            .image_pull_policy
+            .as_deref()
+            .unwrap_or("IfNotPresent");
+        let failed = |message: String| {
+            let backoff = matches!(
+                waiting_reason_of(pod, name).as_deref(),
+                Some("ErrImagePull" | "ImagePullBackOff")
+            );
+            Waiting {
+                reason: if backoff {
+                    "ImagePullBackOff"
+                } else {
+                    "ErrImagePull"
+                }
+                .into(),
+                message,
+            }
+        };
+        let present = match self.runtime.image_status(&image).await {
+            Ok(found) => found.map(|i| i.id),
+            Err(e) => return Ok(Err(failed(e.to_string()))),
+        };
+        if policy == "Never" || (policy == "IfNotPresent" && present.is_some()) {
+            return Ok(match present {
+                Some(id) => {
+                    let message = format!("Container image \"{image}\" already present on machine");
+                    self.api
+                        .event(pod, PodEvent::normal("Pulled", name, message))
+                        .await;
+                    Ok(id)
+                }
+                None => {
+                    let message = format!(
+                        "Container image \"{image}\" is not present with pull policy of Never"
+                    );
+                    let event = PodEvent::warning("ErrImageNeverPull", name, message.clone());
+                    self.api.event(pod, event).await;
+                    Err(Waiting {
+                        reason: "ErrImageNeverPull".into(),
+                        message,
+                    })
+                }
+            });
+        }
+        let pulling = format!("Pulling image \"{image}\"");
+        self.api
+            .event(pod, PodEvent::normal("Pulling", name, pulling))
+            .await;
+        let started = std::time::Instant::now();
+        match self.runtime.pull_image(&image).await {
+            Ok(image_ref) => {
+                let message = format!(
+                    "Successfully pulled image \"{image}\" in {:.3}s",
+                    started.elapsed().as_secs_f64()
+                );
+                self.api
+                    .event(pod, PodEvent::normal("Pulled", name, message))
+                    .await;
+                Ok(Ok(image_ref))
+            }
+            Err(e) => match present {
+                Some(id) => {
+                    tracing::info!(image, error = %e, "pull failed; using the image present");
+                    let message = format!(
+                        "Container image \"{image}\" already present on machine (pull failed: {e})"
+                    );
+                    self.api
+                        .event(pod, PodEvent::normal("Pulled", name, message))
+                        .await;
+                    Ok(Ok(id))
+                }
+                None => {
+                    let message = format!("Failed to pull image \"{image}\": {e}");
+                    let event = PodEvent::warning("Failed", name, message.clone());
+                    self.api.event(pod, event).await;
+                    Ok(Err(failed(message)))
+                }
+            },
+        }
+    }
+
+    /// Pulls, creates and starts one container; a failure becomes a waiting reason.
+    async fn start_container(
+        &self,
+        pod: &Pod,
+        sandbox_id: &str,
+        sandbox: &PodSandboxConfig,
+        container: &ApiContainer,
+        attempt: u32,
+    ) -> Result<Option<Waiting>> {
+        let name = &container.name;
+        let image_ref = match self.ensure_image(pod, container).await? {
+            Ok(r) => r,
+            Err(waiting) => return Ok(Some(waiting)),
+        };
+        let _ = std::fs::create_dir_all(self.pod_log_dir(pod).join(name));
+        let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
+        let pod_ip = if host_network {
+            self.host_ip.clone()
+        } else {
+            match self.runtime.pod_sandbox_status(sandbox_id).await {
+                Ok(s) => s.network.map(|n| n.ip).unwrap_or_default(),
+                Err(_) => String::new(),
+            }
+        };
+        let fields = PodRuntimeFields {
+            pod_ip,
+            host_ip: self.host_ip.clone(),
+        };
+        let envs = match crate::env::resolve(self.api.as_ref(), pod, container, &fields).await {
+            Ok(envs) => envs,
+            Err(problem) => {
+                let message = format!("Error: {problem}");
+                self.api
+                    .event(pod, PodEvent::warning("Failed", name, message))
+                    .await;
+                return Ok(Some(Waiting {
+                    reason: "CreateContainerConfigError".into(),
+                    message: problem,
+                }));
+            }
+        };
+        let config = container_config(pod, container, &image_ref, attempt, envs);
+        let id = match self
+            .runtime
+            .create_container(sandbox_id, config, sandbox.clone())
+            .await
+        {
+            Ok(id) => id,
+            Err(e) => {
+                let message = format!("Error: {e}");
+                self.api
+                    .event(pod, PodEvent::warning("Failed", name, message))
+                    .await;
+                return Ok(Some(Waiting {
+                    reason: "CreateContainerError".into(),
+                    message: e.to_string(),
+                }));
+            }
+        };
+        let created = format!("Created container: {name}");
+        self.api
+            .event(pod, PodEvent::normal("Created", name, created))
+            .await;
+        if let Err(e) = self.runtime.start_container(&id).await {
+            let message = format!("Error: {e}");
+            self.api
+                .event(pod, PodEvent::warning("Failed", name, message))
+                .await;
+            return Ok(Some(Waiting {
+                reason: "RunContainerError".into(),
+                message: e.to_string(),
+            }));
+        }
+        let started = format!("Started container {name}");
+        self.api
+            .event(pod, PodEvent::normal("Started", name, started))
+            .await;
+        if let Some(handler) = Hook::PostStart.of(container) {
+            let budget = Duration::from_secs(
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+                    .unwrap_or(30)
+                    .max(1) as u64,
+            );
+            let hook = hooks::run(
+                self.runtime.as_ref(),
+                handler,
+                container,
+                &id,
+                &fields.pod_ip,
+                budget,
+            );
+            if let Err(why) = hook.await {
+                let message = format!("PostStartHook failed: {why}");
+                let event = PodEvent::warning(Hook::PostStart.failed_reason(), name, message);
+                self.api.event(pod, event).await;
+                let _ = self.runtime.stop_container(&id, 2).await;
+                return Ok(None);
+            }
+        }
+        tracing::info!(pod = %pod_key(pod), container = %name, attempt, "started");
+        Ok(None)
+    }
+
+    /// The pod's containers in the runtime, grouped by container name, newest attempt first,
+    /// with their statuses (only the two newest of each name are asked for).
+    async fn observe(&self, pod: &Pod) -> Result<HashMap<String, Vec<ContainerStatus>>> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let mut listed = self
+            .runtime
+            .list_containers(uid_labels(&uid))
+            .await
+            .map_err(self.runtime_err(pod))?;
+        listed.sort_by_key(|c| {
+            std::cmp::Reverse((c.metadata.as_ref().map(|m| m.attempt), c.created_at))
+        });
+        let mut by_name: HashMap<String, Vec<ContainerStatus>> = HashMap::new();
+        for c in listed {
+            let name = c
+                .labels
+                .get(LABEL_CONTAINER_NAME)
+                .cloned()
+                .unwrap_or_default();
+            let entry = by_name.entry(name).or_default();
+            if entry.len() < 2 {
+                match self.runtime.container_status(&c.id).await {
+                    Ok(s) => entry.push(s),
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(self.runtime_err(pod)(e)),
+                }
+            }
+        }
+        Ok(by_name)
+    }
+
+    /// Syncs the pod once.
+    pub async fn sync_pod(&self, pod: &Pod, probes: &mut Probes) -> Result<Outcome> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if pod.metadata.deletion_timestamp.is_some() {
+            let spec = pod.spec.clone().unwrap_or_default();
+            let grace = pod
+                .metadata
+                .deletion_grace_period_seconds
+                .or(spec.termination_grace_period_seconds)
+                .unwrap_or(30);
+            self.kill_pod(pod, grace).await?;
+            self.api
+                .delete_now(
+                    pod.metadata.namespace.as_deref().unwrap_or("default"),
+                    pod.metadata.name.as_deref().unwrap_or_default(),
+                    &uid,
+                )
+                .await?;
+            return Ok(Outcome::Done);
+        }
+        let spec = pod.spec.clone().unwrap_or_default();
+        let already_terminal = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        let now = (self.clock)();
+        let mut resync = RESYNC;
+        let mut waiting: HashMap<String, Waiting> = HashMap::new();
+        let all_containers: Vec<&ApiContainer> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .collect();
+
+        let mut runs = self.observe(pod).await?;
+        let plan_for = |runs: &HashMap<String, Vec<ContainerStatus>>| {
+            let mut plan = actions::plan(pod, runs, now);
+            if already_terminal {
+                // phases never go back: nothing runs again
+                plan.steps.clear();
+                plan.finished = true;
+            }
+            plan
+        };
+        let mut plan = plan_for(&runs);
+
+        let sandboxes = self
+            .runtime
+            .list_pod_sandboxes(uid_labels(&uid))
+            .await
+            .map_err(self.runtime_err(pod))?;
+        let mut ready = sandboxes
+            .iter()
+            .filter(|s| s.state == PodSandboxState::SandboxReady as i32)
+            .max_by_key(|s| s.created_at)
+            .map(|s| s.id.clone());
+
+        if ready.is_none() && !plan.finished {
+            let config = sandbox_config(pod, sandboxes.len() as u32, &self.pod_log_dir(pod));
+            let _ = std::fs::create_dir_all(self.pod_log_dir(pod));
+            match self.runtime.run_pod_sandbox(config).await {
+                Ok(id) => {
+                    tracing::info!(pod = %pod_key(pod), sandbox = %id, "sandbox ready");
+                    ready = Some(id);
+                }
+                Err(e) => {
+                    tracing::warn!(pod = %pod_key(pod), error = %e, "creating the sandbox failed");
+                    for c in &all_containers {
+                        waiting.insert(
+                            c.name.clone(),
+                            Waiting {
+                                reason: "CreatePodSandboxError".into(),
+                                message: e.to_string(),
+                            },
+                        );
+                    }
+                    resync = RETRY;
+                }
+            }
+        }
+
+        if let Some(sandbox_id) = ready.as_deref() {
+            let attempt = sandboxes.len().saturating_sub(1) as u32;
+            let sandbox = sandbox_config(pod, attempt, &self.pod_log_dir(pod));
+            // an init container that is done at once lets the next one start in the same sync
+            for _ in 0..=all_containers.len() {
+                if plan.finished
+                    || !self
+                        .take_steps(
+                            pod,
+                            sandbox_id,
+                            &sandbox,
+                            &plan,
+                            &runs,
+                            &mut waiting,
+                            &mut resync,
+                        )
+                        .await?
+                {
+                    break;
+                }
+                runs = self.observe(pod).await?;
+                plan = plan_for(&runs);
+            }
+        }
+        // the last plan's back-offs show even when the loop above stopped before acting on it
+        for (name, step) in &plan.steps {
+            if let Some(w) = actions::waiting(step, name, pod) {
+                waiting.entry(name.clone()).or_insert(w);
+            }
+        }
+        if plan.init != Init::Done {
+            for c in &spec.containers {
+                waiting.entry(c.name.clone()).or_insert(Waiting {
+                    reason: "PodInitializing".into(),
+                    message: String::new(),
+                });
+            }
+        }
+
+        // a finished pod gives its sandbox (and pod IP) back
+        let mut sandbox_status = None;
+        if let Some(id) = ready.as_deref() {
+            if plan.finished {
+                self.runtime
+                    .stop_pod_sandbox(id)
+                    .await
+                    .map_err(self.runtime_err(pod))?;
+            } else {
+                sandbox_status = self.runtime.pod_sandbox_status(id).await.ok();
+            }
+        }
+        let mut probed: HashMap<String, (bool, bool)> = HashMap::new();
+        if sandbox_status.is_some() {
+            let pod_ip = if spec.host_network == Some(true) {
+                self.host_ip.clone()
+            } else {
+                sandbox_status
+                    .as_ref()
+                    .and_then(|s| s.network.as_ref())
+                    .map(|n| n.ip.clone())
+                    .unwrap_or_default()
+            };
+            let (results, killed) = self.probe(pod, &runs, &pod_ip, now, probes).await;
+            probed = results;
+            if killed {
+                runs = self.observe(pod).await?;
+            }
+        }
+
+        let mut view_of = |c: &ApiContainer| {
+            let history = runs.get(&c.name);
+            ContainerView {
+                name: c.name.clone(),
+                image: c.image.clone().unwrap_or_default(),
+                current: history.and_then(|h| h.first()).cloned(),
+                previous: history.and_then(|h| h.get(1)).cloned(),
+                waiting: waiting.remove(&c.name),
+                probed: probed.get(&c.name).copied(),
+            }
+        };
+        let view = PodView {
+            sandbox: sandbox_status,
+            init_containers: spec
+                .init_containers
+                .iter()
+                .flatten()
+                .map(&mut view_of)
+                .collect(),
+            containers: spec.containers.iter().map(&mut view_of).collect(),
+            init: plan.init,
+            host_ip: self.host_ip.clone(),
+            runtime_name: self.runtime_name.clone(),
+        };
+        for c in view.init_containers.iter().chain(&view.containers) {
+            if let Some(w) = &c.waiting
+                && w.reason == "CrashLoopBackOff"
+                && waiting_reason_of(pod, &c.name).as_deref() != Some("CrashLoopBackOff")
+            {
+                let m = &pod.metadata;
+                let message = format!(
+                    "Back-off restarting failed container {} in pod {}_{}({uid})",
+                    c.name,
+                    m.name.as_deref().unwrap_or_default(),
+                    m.namespace.as_deref().unwrap_or("default"),
+                );
+                let event = PodEvent::warning("BackOff", &c.name, message);
+                self.api.event(pod, event).await;
+            }
+        }
+        let new_status = status::pod_status(pod, &view, now);
+        let old = serde_json::to_value(pod.status.clone().unwrap_or_default()).ok();
+        if old != serde_json::to_value(&new_status).ok() {
+            self.api
+                .patch_status(
+                    pod.metadata.namespace.as_deref().unwrap_or("default"),
+                    pod.metadata.name.as_deref().unwrap_or_default(),
+                    &new_status,
+                )
+                .await?;
+        }
+        if plan.finished {
+            return Ok(Outcome::Finished);
+        }
+        Ok(Outcome::Resync(resync))
+    }
+
+    /// Runs the probes that are due for the pod's running app containers. Returns each probed
+    /// container's (started, ready) by name, and whether a failed startup or liveness probe
+    /// had a container stopped (it is restarted by the next sync, as restartPolicy says).
+    async fn probe(
+        &self,
+        pod: &Pod,
+        runs: &HashMap<String, Vec<ContainerStatus>>,
+        pod_ip: &str,
+        now: Timestamp,
+        probes: &mut Probes,
+    ) -> (HashMap<String, (bool, bool)>, bool) {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let mut results = HashMap::new();
+        let mut running = Vec::new();
+        let mut killed = false;
+        for c in &spec.containers {
+            let Some(run) = runs.get(&c.name).and_then(|h| h.first()) else {
+                continue;
+            };
+            if run.state != ContainerState::ContainerRunning as i32 {
+                continue;
+            }
+            running.push(run.id.clone());
+            let started_at = Timestamp::from_nanosecond(i128::from(run.started_at)).unwrap_or(now);
+            let mut started = true;
+            for kind in [Kind::Startup, Kind::Liveness, Kind::Readiness] {
+                let Some(p) = kind.of(c) else { continue };
+                if kind == Kind::Startup && probes.result(&run.id, kind) {
+                    continue;
+                }
+                if !started || !probes.due(&run.id, kind, p, started_at, now) {
+                    if kind == Kind::Startup {
+                        started = false;
+                    }
+                    continue;
+                }
+                let outcome = probe::run(self.runtime.as_ref(), p, c, &run.id, pod_ip).await;
+                if let Err(why) = &outcome {
+                    let message = format!("{} probe failed: {why}", kind.name());
+                    self.api
+                        .event(pod, PodEvent::warning("Unhealthy", &c.name, message))
+                        .await;
+                }
+                let transition = probes.record(&run.id, kind, p, outcome.is_ok(), now);
+                if kind == Kind::Startup {
+                    started = probes.result(&run.id, kind);
+                }
+                if transition == Transition::Now(false) && kind != Kind::Readiness {
+                    let message = format!(
+                        "Container {} failed {} probe, will be restarted",
+                        c.name,
+                        kind.name().to_lowercase()
+                    );
+                    self.api
+                        .event(pod, PodEvent::normal("Killing", &c.name, message))
+                        .await;
+                    let grace = p
+                        .termination_grace_period_seconds
+                        .or(spec.termination_grace_period_seconds)
+                        .unwrap_or(30);
+                    if let Err(e) = self.runtime.stop_container(&run.id, grace).await {
+                        tracing::warn!(pod = %pod_key(pod), error = %e, "stopping an unhealthy container");
+                    }
+                    killed = true;
+                    break;
+                }
+            }
+            let ready =
+                started && (c.readiness_probe.is_none() || probes.result(&run.id, Kind::Readiness));
+            results.insert(c.name.clone(), (started, ready));
+        }
+        probes.retain(&running);
+        (results, killed)
+    }
+
+    /// Carries out a plan's steps; returns whether a container was started (so the runtime's
+    /// state changed).
+    #[allow(clippy::too_many_arguments)]
+    async fn take_steps(
+        &self,
+        pod: &Pod,
+        sandbox_id: &str,
+        sandbox: &PodSandboxConfig,
+        plan: &actions::Plan,
+        runs: &HashMap<String, Vec<ContainerStatus>>,
+        waiting: &mut HashMap<String, Waiting>,
+        resync: &mut Duration,
+    ) -> Result<bool> {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let mut changed = false;
+        for (name, step) in &plan.steps {
+            let Some(container) = spec
+                .init_containers
+                .iter()
+                .flatten()
+                .chain(&spec.containers)
+                .find(|c| &c.name == name)
+            else {
+                continue;
+            };
+            match step {
+                Step::Keep => {}
+                // the worker keeps syncing every second (other containers need watching), so
+                // the restart happens on the first sync after the back-off
+                Step::BackOff { .. } => {
+                    if let Some(w) = actions::waiting(step, name, pod) {
+                        waiting.insert(name.clone(), w);
+                    }
+                }
+                Step::StartCreated { id } => {
+                    changed = true;
+                    if let Err(e) = self.runtime.start_container(id).await {
+                        let w = Waiting {
+                            reason: "RunContainerError".into(),
+                            message: e.to_string(),
+                        };
+                        waiting.insert(name.clone(), w);
+                        *resync = RETRY;
+                    }
+                }
+                Step::Start { attempt } => {
+                    changed = true;
+                    // keep the newest exited run (it becomes lastState), remove older ones
+                    for old in runs.get(name).into_iter().flatten().skip(1) {
+                        let _ = self.runtime.remove_container(&old.id).await;
+                    }
+                    if let Some(w) = self
+                        .start_container(pod, sandbox_id, sandbox, container, *attempt)
+                        .await?
+                    {
+                        waiting.insert(name.clone(), w);
+                        *resync = RETRY;
+                    }
+                }
+            }
+        }
+        Ok(changed && waiting.is_empty())
+    }
+
+    /// Stops the pod's containers (SIGTERM, SIGKILL after `grace` seconds, all at once), then
+    /// its sandboxes, and removes them all with the pod's log directory.
+    pub async fn kill_pod(&self, pod: &Pod, grace: i64) -> Result<()> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let containers = self
+            .runtime
+            .list_containers(uid_labels(&uid))
+            .await
+            .map_err(self.runtime_err(pod))?;
+        let running: Vec<_> = containers
+            .iter()
+            .filter(|c| c.state == ContainerState::ContainerRunning as i32)
+            .collect();
+        for c in &running {
+            if let Some(name) = c.labels.get(LABEL_CONTAINER_NAME) {
+                let message = format!("Stopping container {name}");
+                self.api
+                    .event(pod, PodEvent::normal("Killing", name, message))
+                    .await;
+            }
+        }
+        let pod_ip = match self.runtime.list_pod_sandboxes(uid_labels(&uid)).await {
+            Ok(sandboxes) => match sandboxes.first() {
+                Some(sb) => self
+                    .runtime
+                    .pod_sandbox_status(&sb.id)
+                    .await
+                    .ok()
+                    .and_then(|s| s.network)
+                    .map(|n| n.ip)
+                    .unwrap_or_default(),
+                None => String::new(),
+            },
+            Err(_) => String::new(),
+        };
+        let stops = running.iter().map(|c| {
+            let spec = pod.spec.as_ref().and_then(|s| {
+                let name = c.labels.get(LABEL_CONTAINER_NAME)?;
+                s.containers.iter().find(|sc| &sc.name == name)
+            });
+            let pod_ip = pod_ip.clone();
+            async move {
+                let began = std::time::Instant::now();
+                let mut grace = grace;
+                if let Some(container) = spec
+                    && let Some(handler) = Hook::PreStop.of(container)
+                    && grace > 0
+                {
+                    let budget = Duration::from_secs(grace as u64);
+                    let hook = hooks::run(
+                        self.runtime.as_ref(),
+                        handler,
+                        container,
+                        &c.id,
+                        &pod_ip,
+                        budget,
+                    );
+                    if let Err(why) = hook.await {
+                        let message = format!("PreStopHook failed: {why}");
+                        let reason = Hook::PreStop.failed_reason();
+                        let event = PodEvent::warning(reason, &container.name, message);
+                        self.api.event(pod, event).await;
+                    }
+                    grace = hooks::grace_left(grace, began);
+                }
+                self.runtime.stop_container(&c.id, grace).await
+            }
+        });
+        for r in futures::future::join_all(stops).await {
+            match r {
+                Err(e) if !e.is_not_found() => return Err(self.runtime_err(pod)(e)),
+                _ => {}
+            }
+        }
+        let sandboxes = self
+            .runtime
+            .list_pod_sandboxes(uid_labels(&uid))
+            .await
+            .map_err(self.runtime_err(pod))?;
+        for s in &sandboxes {
+            match self.runtime.stop_pod_sandbox(&s.id).await {
+                Err(e) if !e.is_not_found() => return Err(self.runtime_err(pod)(e)),
+                _ => {}
+            }
+        }
+        for c in &containers {
+            match self.runtime.remove_container(&c.id).await {
+                Err(e) if !e.is_not_found() => return Err(self.runtime_err(pod)(e)),
+                _ => {}
+            }
+        }
+        for s in &sandboxes {
+            match self.runtime.remove_pod_sandbox(&s.id).await {
+                Err(e) if !e.is_not_found() => return Err(self.runtime_err(pod)(e)),
+                _ => {}
+            }
+        }
+        let _ = std::fs::remove_dir_all(self.pod_log_dir(pod));
+        tracing::info!(pod = %pod_key(pod), grace, "pod stopped and removed from the runtime");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "pod_sync_tests.rs"]
+mod tests;

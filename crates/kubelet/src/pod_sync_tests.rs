@@ -1,0 +1,484 @@
+//! Unit tests of [`super::SyncContext::sync_pod`] with the fake runtime and a recording API.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::json;
+
+use super::*;
+use crate::api::RecordingPodApi;
+use crate::fake::FakeRuntime;
+
+struct Harness {
+    probes: parking_lot::Mutex<crate::probe::Probes>,
+    runtime: Arc<FakeRuntime>,
+    api: Arc<RecordingPodApi>,
+    ctx: SyncContext,
+    _logs: tempfile::TempDir,
+}
+
+fn harness() -> Harness {
+    let runtime = Arc::new(FakeRuntime::new());
+    runtime.add_image("busybox");
+    let api = Arc::new(RecordingPodApi::default());
+    let logs = tempfile::tempdir().unwrap();
+    let clock_source = runtime.clone();
+    let ctx = SyncContext {
+        runtime: runtime.clone(),
+        api: api.clone(),
+        host_ip: "192.168.1.5".into(),
+        runtime_name: "containerd".into(),
+        log_dir: logs.path().into(),
+        clock: Arc::new(move || clock_source.now()),
+    };
+    Harness {
+        probes: Default::default(),
+        runtime,
+        api,
+        ctx,
+        _logs: logs,
+    }
+}
+
+fn pod(restart_policy: &str, pull_policy: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+        "spec": {"nodeName": "n1", "restartPolicy": restart_policy,
+                 "terminationGracePeriodSeconds": 7,
+                 "containers": [{"name": "c", "image": "busybox",
+                                 "imagePullPolicy": pull_policy,
+                                 "command": ["sh"], "args": ["-c", "sleep 1"],
+                                 "env": [{"name": "A", "value": "1"}]}]},
+        "status": {"phase": "Pending", "qosClass": "BestEffort"},
+    }))
+    .unwrap()
+}
+
+impl Harness {
+    /// Syncs and feeds the status written back into the pod, as the watch would.
+    async fn sync(&self, pod: &mut Pod) -> Outcome {
+        let mut probes = std::mem::take(&mut *self.probes.lock());
+        let outcome = self.ctx.sync_pod(pod, &mut probes).await.expect("sync");
+        *self.probes.lock() = probes;
+        if let Some(status) = self.api.last_status("web") {
+            pod.status = Some(status);
+        }
+        outcome
+    }
+
+    fn status(&self) -> PodStatus {
+        self.api.last_status("web").expect("a status was written")
+    }
+
+    fn count(&self, prefix: &str) -> usize {
+        self.runtime
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with(prefix))
+            .count()
+    }
+}
+
+fn waiting_reason(status: &PodStatus) -> Option<String> {
+    status.container_statuses.as_ref()?[0]
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?
+        .reason
+        .clone()
+}
+
+#[tokio::test]
+async fn a_new_pod_gets_a_sandbox_then_its_container_and_a_running_status() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    assert_eq!(h.sync(&mut pod).await, Outcome::Resync(RESYNC));
+    let calls = h.runtime.calls();
+    let order: Vec<&str> = calls
+        .iter()
+        .filter_map(|c| c.split_whitespace().next())
+        .filter(|m| ["RunPodSandbox", "CreateContainer", "StartContainer"].contains(m))
+        .collect();
+    assert_eq!(
+        order,
+        ["RunPodSandbox", "CreateContainer", "StartContainer"]
+    );
+    assert_eq!(
+        h.count("PullImage"),
+        0,
+        "IfNotPresent with the image present"
+    );
+    let status = h.status();
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    assert_eq!(status.pod_ip.as_deref(), Some("10.42.0.2"));
+    assert_eq!(status.host_ip.as_deref(), Some("192.168.1.5"));
+    let cs = &status.container_statuses.as_ref().unwrap()[0];
+    assert!(cs.ready);
+    assert!(
+        cs.container_id
+            .as_deref()
+            .unwrap()
+            .starts_with("containerd://container-")
+    );
+}
+
+#[tokio::test]
+async fn a_second_sync_of_a_running_pod_creates_nothing_and_writes_nothing() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    h.sync(&mut pod).await;
+    let writes = h.api.writes.lock().len();
+    h.sync(&mut pod).await;
+    assert_eq!(h.count("RunPodSandbox"), 1);
+    assert_eq!(h.count("CreateContainer"), 1);
+    assert_eq!(
+        h.api.writes.lock().len(),
+        writes,
+        "an unchanged status is not written"
+    );
+}
+
+#[tokio::test]
+async fn an_exited_container_is_restarted_at_once_then_backs_off_ten_seconds() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    h.sync(&mut pod).await;
+    let first = h.runtime.containers_named("c")[0].clone();
+    h.runtime.exit_container(&first, 1);
+    h.sync(&mut pod).await;
+    let ids = h.runtime.containers_named("c");
+    assert_eq!(ids.len(), 2, "restarted at once, the exited run kept");
+    assert_eq!(h.status().container_statuses.unwrap()[0].restart_count, 1);
+
+    h.runtime.exit_container(&ids[1], 1);
+    let outcome = h.sync(&mut pod).await;
+    assert_eq!(
+        h.runtime.containers_named("c").len(),
+        2,
+        "not restarted yet"
+    );
+    assert_eq!(
+        waiting_reason(&h.status()).as_deref(),
+        Some("CrashLoopBackOff")
+    );
+    assert_eq!(h.status().phase.as_deref(), Some("Running"));
+    assert_eq!(
+        outcome,
+        Outcome::Resync(RESYNC),
+        "other containers stay watched"
+    );
+
+    h.runtime.advance(Duration::from_secs(10));
+    h.sync(&mut pod).await;
+    let ids = h.runtime.containers_named("c");
+    assert_eq!(ids.len(), 2, "the oldest run is removed, the last one kept");
+    assert!(!ids.contains(&first));
+    assert_eq!(h.status().container_statuses.unwrap()[0].restart_count, 2);
+}
+
+#[tokio::test]
+async fn a_finished_pod_under_never_succeeds_and_gives_its_sandbox_back() {
+    let h = harness();
+    let mut pod = pod("Never", "IfNotPresent");
+    h.sync(&mut pod).await;
+    let id = h.runtime.containers_named("c")[0].clone();
+    h.runtime.exit_container(&id, 0);
+    assert_eq!(h.sync(&mut pod).await, Outcome::Finished);
+    assert_eq!(h.status().phase.as_deref(), Some("Succeeded"));
+    assert_eq!(h.count("StopPodSandbox"), 1);
+    assert_eq!(
+        h.status().pod_ip.as_deref(),
+        Some("10.42.0.2"),
+        "the IP stays in the status"
+    );
+    h.sync(&mut pod).await;
+    assert_eq!(h.count("CreateContainer"), 1, "never restarted");
+    assert_eq!(
+        h.count("RunPodSandbox"),
+        1,
+        "no new sandbox for a finished pod"
+    );
+}
+
+#[tokio::test]
+async fn on_failure_restarts_a_failed_container_only() {
+    let h = harness();
+    let mut pod = pod("OnFailure", "IfNotPresent");
+    h.sync(&mut pod).await;
+    let id = h.runtime.containers_named("c")[0].clone();
+    h.runtime.exit_container(&id, 2);
+    h.sync(&mut pod).await;
+    assert_eq!(h.count("CreateContainer"), 2);
+    let id = h.runtime.containers_named("c")[1].clone();
+    h.runtime.exit_container(&id, 0);
+    h.sync(&mut pod).await;
+    assert_eq!(h.count("CreateContainer"), 2);
+    assert_eq!(h.status().phase.as_deref(), Some("Succeeded"));
+}
+
+#[tokio::test]
+async fn deletion_stops_containers_with_the_grace_period_removes_them_and_deletes_the_pod() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    h.sync(&mut pod).await;
+    let id = h.runtime.containers_named("c")[0].clone();
+    pod.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    pod.metadata.deletion_grace_period_seconds = Some(7);
+    assert_eq!(h.sync(&mut pod).await, Outcome::Done);
+    let calls = h.runtime.calls();
+    assert!(
+        calls.contains(&format!("StopContainer {id} 7")),
+        "{calls:?}"
+    );
+    let pos = |m: &str| calls.iter().position(|c| c.starts_with(m)).unwrap();
+    assert!(pos("StopContainer") < pos("StopPodSandbox"));
+    assert!(pos("StopPodSandbox") < pos("RemovePodSandbox"));
+    assert!(h.runtime.containers_named("c").is_empty());
+    assert_eq!(h.api.deleted(), ["web"]);
+    assert_eq!(h.api.event_reasons().last(), Some(&"Killing"));
+}
+
+#[tokio::test]
+async fn pull_policies_decide_between_the_image_present_and_a_pull() {
+    // Never, image missing: the container waits
+    let h = harness();
+    let mut p = pod("Always", "Never");
+    p.spec.as_mut().unwrap().containers[0].image = Some("missing:1".into());
+    h.sync(&mut p).await;
+    assert_eq!(
+        waiting_reason(&h.status()).as_deref(),
+        Some("ErrImageNeverPull")
+    );
+    assert_eq!(h.count("CreateContainer"), 0);
+
+    // Always: pulls even when present
+    let h = harness();
+    h.sync(&mut pod("Always", "Always")).await;
+    assert_eq!(h.count("PullImage"), 1);
+    assert_eq!(h.count("StartContainer"), 1);
+
+    // Always, no registry: the image present is used
+    let h = harness();
+    h.runtime.fail("PullImage", tonic::Code::Unavailable);
+    h.sync(&mut pod("Always", "Always")).await;
+    assert_eq!(h.count("StartContainer"), 1);
+
+    // IfNotPresent, missing and the pull fails: ErrImagePull, retried later
+    let h = harness();
+    h.runtime.fail("PullImage", tonic::Code::Unavailable);
+    let mut p = pod("Always", "IfNotPresent");
+    p.spec.as_mut().unwrap().containers[0].image = Some("missing:1".into());
+    assert_eq!(h.sync(&mut p).await, Outcome::Resync(RETRY));
+    assert_eq!(waiting_reason(&h.status()).as_deref(), Some("ErrImagePull"));
+    assert_eq!(h.api.event_reasons(), ["Pulling", "Failed"]);
+    h.sync(&mut p).await;
+    assert_eq!(
+        waiting_reason(&h.status()).as_deref(),
+        Some("ImagePullBackOff")
+    );
+}
+
+#[tokio::test]
+async fn a_sandbox_that_cannot_be_created_is_reported_and_retried() {
+    let h = harness();
+    h.runtime.fail("RunPodSandbox", tonic::Code::Internal);
+    let mut pod = pod("Always", "IfNotPresent");
+    assert_eq!(h.sync(&mut pod).await, Outcome::Resync(RETRY));
+    let status = h.status();
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    assert_eq!(
+        waiting_reason(&status).as_deref(),
+        Some("CreatePodSandboxError")
+    );
+}
+
+#[tokio::test]
+async fn the_container_gets_the_command_args_env_and_log_path_of_the_spec() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    h.sync(&mut pod).await;
+    let sandbox = crate::config::sandbox_config(&pod, 0, &h.ctx.pod_log_dir(&pod));
+    assert_eq!(sandbox.labels[LABEL_POD_UID], "u1");
+    assert!(sandbox.log_directory.ends_with("default_web_u1"));
+    let config = crate::config::container_config(
+        &pod,
+        &pod.spec.as_ref().unwrap().containers[0],
+        "sha256:x",
+        3,
+        vec![],
+    );
+    assert_eq!(config.command, ["sh"]);
+    assert_eq!(config.args, ["-c", "sleep 1"]);
+    assert_eq!(config.log_path, "c/3.log");
+    assert_eq!(config.labels[LABEL_CONTAINER_NAME], "c");
+}
+
+#[tokio::test]
+async fn init_containers_complete_before_the_app_container_starts() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    pod.spec.as_mut().unwrap().init_containers = Some(vec![
+        serde_json::from_value(json!({"name": "setup", "image": "busybox",
+                                      "imagePullPolicy": "IfNotPresent"}))
+        .unwrap(),
+    ]);
+    h.sync(&mut pod).await;
+    assert_eq!(h.runtime.containers_named("setup").len(), 1);
+    assert!(h.runtime.containers_named("c").is_empty(), "the app waits");
+    let status = h.status();
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    assert_eq!(waiting_reason(&status).as_deref(), Some("PodInitializing"));
+
+    let setup = h.runtime.containers_named("setup")[0].clone();
+    h.runtime.exit_container(&setup, 0);
+    h.sync(&mut pod).await;
+    assert_eq!(h.runtime.containers_named("c").len(), 1);
+    let status = h.status();
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    let init = &status.init_container_statuses.as_ref().unwrap()[0];
+    assert!(init.ready);
+    assert_eq!(
+        init.state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .exit_code,
+        0
+    );
+    h.sync(&mut pod).await;
+    assert_eq!(
+        h.runtime.containers_named("setup").len(),
+        1,
+        "not run again"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_config_map_holds_the_container_until_it_exists() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    pod.spec.as_mut().unwrap().containers[0].env = Some(vec![
+        serde_json::from_value(json!({"name": "MODE", "valueFrom":
+            {"configMapKeyRef": {"name": "settings", "key": "mode"}}}))
+        .unwrap(),
+    ]);
+    assert_eq!(h.sync(&mut pod).await, Outcome::Resync(RETRY));
+    assert_eq!(
+        waiting_reason(&h.status()).as_deref(),
+        Some("CreateContainerConfigError")
+    );
+    assert_eq!(h.count("CreateContainer"), 0);
+
+    h.api.config_maps.lock().insert(
+        "settings".into(),
+        std::collections::BTreeMap::from([("mode".to_string(), "fast".to_string())]),
+    );
+    h.sync(&mut pod).await;
+    assert_eq!(h.count("CreateContainer"), 1);
+    assert_eq!(h.status().phase.as_deref(), Some("Running"));
+}
+
+#[tokio::test]
+async fn readiness_gates_ready_and_a_failing_liveness_probe_restarts_the_container() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    let c = &mut pod.spec.as_mut().unwrap().containers[0];
+    c.readiness_probe = Some(
+        serde_json::from_value(json!({"exec": {"command": ["ready"]}, "periodSeconds": 1}))
+            .unwrap(),
+    );
+    c.liveness_probe = Some(
+        serde_json::from_value(json!({"exec": {"command": ["alive"]}, "periodSeconds": 1,
+                                      "failureThreshold": 2}))
+        .unwrap(),
+    );
+    // the first sync starts it; the next probes it
+    h.sync(&mut pod).await;
+    h.runtime.advance(Duration::from_secs(1));
+    h.sync(&mut pod).await;
+    let cs = &h.status().container_statuses.unwrap()[0];
+    assert!(cs.ready, "the readiness probe passed");
+    assert_eq!(
+        h.status()
+            .conditions
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap()
+            .status,
+        "True"
+    );
+
+    h.runtime.set_exec_exit_code(1);
+    h.runtime.advance(Duration::from_secs(1));
+    h.sync(&mut pod).await;
+    let cs = &h.status().container_statuses.unwrap()[0];
+    assert!(cs.ready, "one failure is below the default threshold of 3");
+    h.runtime.advance(Duration::from_secs(1));
+    h.sync(&mut pod).await;
+    // liveness failed twice: stopped, then restarted by the next sync
+    assert!(h.api.event_reasons().contains(&"Unhealthy"));
+    assert!(h.api.event_reasons().contains(&"Killing"));
+    h.runtime.set_exec_exit_code(0);
+    h.sync(&mut pod).await;
+    assert_eq!(h.runtime.containers_named("c").len(), 2);
+    assert_eq!(h.status().container_statuses.unwrap()[0].restart_count, 1);
+}
+
+#[tokio::test]
+async fn a_failed_post_start_hook_stops_the_container_and_pre_stop_runs_before_sigterm() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    pod.spec.as_mut().unwrap().containers[0].lifecycle = Some(
+        serde_json::from_value(json!({
+            "postStart": {"exec": {"command": ["setup"]}},
+            "preStop": {"exec": {"command": ["drain"]}},
+        }))
+        .unwrap(),
+    );
+    h.runtime.set_exec_exit_code(1);
+    h.sync(&mut pod).await;
+    assert!(h.api.event_reasons().contains(&"FailedPostStartHook"));
+    let first = h.runtime.containers_named("c")[0].clone();
+    assert!(
+        h.runtime
+            .calls()
+            .iter()
+            .any(|c| c.starts_with(&format!("StopContainer {first}")))
+    );
+
+    // restarted at once (and failing again), then backing off; after the back-off, with the
+    // hook passing, it stays up
+    assert_eq!(
+        waiting_reason(&h.status()).as_deref(),
+        Some("CrashLoopBackOff")
+    );
+    h.runtime.set_exec_exit_code(0);
+    h.runtime.advance(Duration::from_secs(10));
+    h.sync(&mut pod).await;
+    let cs = &h.status().container_statuses.unwrap()[0];
+    assert_eq!(cs.restart_count, 2);
+    assert!(cs.state.as_ref().unwrap().running.is_some());
+    pod.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    pod.metadata.deletion_grace_period_seconds = Some(30);
+    assert_eq!(h.sync(&mut pod).await, Outcome::Done);
+    let calls = h.runtime.calls();
+    let drain = calls
+        .iter()
+        .rposition(|c| c.ends_with(" drain"))
+        .unwrap_or_else(|| panic!("{calls:#?}"));
+    let stop = calls
+        .iter()
+        .rposition(|c| c.starts_with("StopContainer"))
+        .unwrap();
+    assert!(drain < stop, "{calls:?}");
+    assert!(
+        calls[stop].ends_with(" 30"),
+        "the hook was quick: the grace is intact"
+    );
+}

@@ -1,0 +1,636 @@
+//! Pod status from CRI state, without I/O: init and app container states (waiting, running,
+//! terminated), lastState, restartCount, ids; the phase by upstream's rules (`getPhase`); the
+//! PodReadyToStartContainers, Initialized, ContainersReady, Ready and PodScheduled conditions;
+//! pod and host IPs; startTime.
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{
+    ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus as ApiContainerStatus, HostIP, Pod, PodCondition, PodIP,
+    PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::actions::Init;
+use crate::cri::{ContainerState, ContainerStatus, PodSandboxStatus};
+
+/// Why the kubelet left a container waiting rather than running it (upstream's reasons).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    /// `ErrImagePull`, `ErrImageNeverPull`, `CrashLoopBackOff`, `CreateContainerError`…
+    pub reason: String,
+    pub message: String,
+}
+
+/// What the kubelet knows about one container of the pod's spec after a sync.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerView {
+    pub name: String,
+    /// The image as the spec names it.
+    pub image: String,
+    /// The latest attempt the runtime has, if any.
+    pub current: Option<ContainerStatus>,
+    /// The attempt before it, shown as `lastState`.
+    pub previous: Option<ContainerStatus>,
+    /// Set when the kubelet did not (re)start the container this sync.
+    pub waiting: Option<Waiting>,
+    /// (started, ready) from its startup and readiness probes, when it is running; None means
+    /// a running container is both.
+    pub probed: Option<(bool, bool)>,
+}
+
+/// What the kubelet knows about one pod after a sync.
+#[derive(Debug, Clone, Default)]
+pub struct PodView {
+    /// The pod's ready sandbox, if it has one.
+    pub sandbox: Option<PodSandboxStatus>,
+    /// One per spec init container, in spec order.
+    pub init_containers: Vec<ContainerView>,
+    /// One per spec container, in spec order.
+    pub containers: Vec<ContainerView>,
+    /// Where the init containers are.
+    pub init: Init,
+    /// The node's IP (`status.hostIP`, and the pod IP of hostNetwork pods).
+    pub host_ip: String,
+    /// The runtime's name, the scheme of container ids (`containerd://…`).
+    pub runtime_name: String,
+}
+
+fn time(nanos: i64) -> Option<Time> {
+    (nanos > 0)
+        .then(|| Timestamp::from_nanosecond(i128::from(nanos)).ok())
+        .flatten()
+        .map(Time)
+}
+
+fn terminated(c: &ContainerStatus, runtime: &str) -> ContainerStateTerminated {
+    let unknown = c.state == ContainerState::ContainerUnknown as i32;
+    ContainerStateTerminated {
+        exit_code: if unknown { 137 } else { c.exit_code },
+        reason: Some(if unknown {
+            "ContainerStatusUnknown".to_string()
+        } else if c.reason.is_empty() {
+            if c.exit_code == 0 {
+                "Completed"
+            } else {
+                "Error"
+            }
+            .to_string()
+        } else {
+            c.reason.clone()
+        }),
+        message: (!c.message.is_empty()).then(|| c.message.clone()),
+        started_at: time(c.started_at),
+        finished_at: time(c.finished_at),
+        container_id: Some(format!("{runtime}://{}", c.id)),
+        signal: None,
+    }
+}
+
+fn is_exited(c: &ContainerStatus) -> bool {
+    c.state == ContainerState::ContainerExited as i32
+        || c.state == ContainerState::ContainerUnknown as i32
+}
+
+/// The API status of one container.
+pub fn container_status(view: &ContainerView, runtime: &str) -> ApiContainerStatus {
+    let waiting = |reason: &str, message: Option<String>| ApiState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some(reason.into()),
+            message,
+        }),
+        ..Default::default()
+    };
+    let last_terminated = |c: &ContainerStatus| ApiState {
+        terminated: Some(terminated(c, runtime)),
+        ..Default::default()
+    };
+    let (state, last_state) = match (&view.waiting, &view.current) {
+        (Some(w), current) if current.as_ref().is_none_or(is_exited) => (
+            waiting(&w.reason, Some(w.message.clone()).filter(|m| !m.is_empty())),
+            current.as_ref().map(last_terminated),
+        ),
+        (_, None) => (waiting("ContainerCreating", None), None),
+        (_, Some(c)) => {
+            let state = if c.state == ContainerState::ContainerRunning as i32 {
+                ApiState {
+                    running: Some(ContainerStateRunning {
+                        started_at: time(c.started_at),
+                    }),
+                    ..Default::default()
+                }
+            } else if c.state == ContainerState::ContainerCreated as i32 {
+                waiting("ContainerCreating", None)
+            } else {
+                last_terminated(c)
+            };
+            (state, view.previous.as_ref().map(last_terminated))
+        }
+    };
+    let running = state.running.is_some();
+    let (started, ready) = view.probed.unwrap_or((true, true));
+    let current = view.current.as_ref();
+    ApiContainerStatus {
+        name: view.name.clone(),
+        state: Some(state),
+        last_state: Some(last_state.unwrap_or_default()),
+        ready: running && ready,
+        started: Some(running && started),
+        restart_count: current
+            .and_then(|c| c.metadata.as_ref())
+            .map(|m| m.attempt as i32)
+            .unwrap_or(0),
+        image: current
+            .and_then(|c| c.image.as_ref())
+            .map(|i| i.image.clone())
+            .filter(|i| !i.is_empty())
+            .unwrap_or_else(|| view.image.clone()),
+        image_id: current.map(|c| c.image_ref.clone()).unwrap_or_default(),
+        container_id: current.map(|c| format!("{runtime}://{}", c.id)),
+        ..Default::default()
+    }
+}
+
+/// Upstream's `getPhase` for a pod without init containers: waiting containers keep it
+/// Pending; any running one makes it Running; when all have stopped the restart policy decides
+/// between Running (they will restart), Succeeded and Failed.
+pub fn phase(statuses: &[ApiContainerStatus], restart_policy: &str) -> &'static str {
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for s in statuses {
+        let state = s.state.clone().unwrap_or_default();
+        if state.running.is_some() {
+            running += 1;
+        } else if let Some(t) = &state.terminated {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if s
+            .last_state
+            .as_ref()
+            .is_some_and(|l| l.terminated.is_some())
+        {
+            // waiting to restart after a previous run
+            stopped += 1;
+        } else {
+            waiting += 1;
+        }
+    }
+    if waiting > 0 {
+        return "Pending";
+    }
+    if running > 0 {
+        return "Running";
+    }
+    if stopped > 0 && stopped == statuses.len() {
+        return match restart_policy {
+            "Always" => "Running",
+            "OnFailure" if stopped == succeeded => "Succeeded",
+            "OnFailure" => "Running",
+            _ if stopped == succeeded => "Succeeded",
+            _ => "Failed",
+        };
+    }
+    "Pending"
+}
+
+/// The pod's status after a sync: a terminal phase already written is kept (phases never go
+/// back), condition transition times are carried over when a condition did not change, the pod
+/// IP survives the sandbox of a finished pod.
+pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let old = pod.status.clone().unwrap_or_default();
+    let container_statuses: Vec<ApiContainerStatus> = view
+        .containers
+        .iter()
+        .map(|c| container_status(c, &view.runtime_name))
+        .collect();
+    let init_statuses: Vec<ApiContainerStatus> = view
+        .init_containers
+        .iter()
+        .map(|c| {
+            let mut s = container_status(c, &view.runtime_name);
+            // an init container is ready once it has completed successfully
+            s.ready = s
+                .state
+                .as_ref()
+                .and_then(|st| st.terminated.as_ref())
+                .is_some_and(|t| t.exit_code == 0);
+            s
+        })
+        .collect();
+    let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    let phase = match (old.phase.as_deref(), view.init) {
+        (Some(p @ ("Succeeded" | "Failed")), _) => p,
+        (_, Init::Failed) => "Failed",
+        (_, Init::InProgress) => "Pending",
+        (_, Init::Done) => phase(&container_statuses, restart_policy),
+    }
+    .to_string();
+    let terminal = phase == "Succeeded" || phase == "Failed";
+
+    let unready: Vec<&str> = container_statuses
+        .iter()
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect();
+    let condition = |type_: &str, ok: bool, reason: Option<&str>, message: Option<String>| {
+        let status = if ok { "True" } else { "False" };
+        let since = old
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == type_ && c.status == status)
+            .and_then(|c| c.last_transition_time.clone())
+            .unwrap_or(Time(now));
+        PodCondition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.map(String::from),
+            message,
+            last_transition_time: Some(since),
+            last_probe_time: None,
+            observed_generation: None,
+        }
+    };
+    let (ready, reason, message) = if terminal {
+        (false, Some("PodCompleted"), None)
+    } else if unready.is_empty() {
+        (true, None, None)
+    } else {
+        (
+            false,
+            Some("ContainersNotReady"),
+            Some(format!(
+                "containers with unready status: [{}]",
+                unready.join(" ")
+            )),
+        )
+    };
+    let incomplete: Vec<&str> = init_statuses
+        .iter()
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect();
+    let initialized = if view.init == Init::Done {
+        condition("Initialized", true, None, None)
+    } else {
+        condition(
+            "Initialized",
+            false,
+            Some("ContainersNotInitialized"),
+            Some(format!(
+                "containers with incomplete status: [{}]",
+                incomplete.join(" ")
+            )),
+        )
+    };
+    let conditions = vec![
+        condition(
+            "PodReadyToStartContainers",
+            view.sandbox.is_some(),
+            None,
+            None,
+        ),
+        initialized,
+        condition("Ready", ready, reason, message.clone()),
+        condition("ContainersReady", ready, reason, message),
+        condition("PodScheduled", true, None, None),
+    ];
+
+    let host_network = spec.host_network.unwrap_or(false);
+    let pod_ip = if host_network {
+        Some(view.host_ip.clone())
+    } else {
+        view.sandbox
+            .as_ref()
+            .and_then(|s| s.network.as_ref())
+            .map(|n| n.ip.clone())
+            .filter(|ip| !ip.is_empty())
+            .or(old.pod_ip.clone())
+    };
+    PodStatus {
+        phase: Some(phase),
+        conditions: Some(conditions),
+        host_ip: Some(view.host_ip.clone()),
+        host_ips: Some(vec![HostIP {
+            ip: view.host_ip.clone(),
+        }]),
+        pod_ips: pod_ip.clone().map(|ip| vec![PodIP { ip }]),
+        pod_ip,
+        start_time: old.start_time.clone().or(Some(Time(now))),
+        container_statuses: Some(container_statuses),
+        init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
+        qos_class: old.qos_class.clone(),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_cri::v1::{ContainerMetadata, ImageSpec, PodSandboxNetworkStatus};
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(restart_policy: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+            "spec": {"restartPolicy": restart_policy,
+                     "containers": [{"name": "c", "image": "busybox"}]},
+            "status": {"phase": "Pending", "qosClass": "BestEffort"},
+        }))
+        .unwrap()
+    }
+
+    fn cri(id: &str, state: ContainerState, attempt: u32, exit_code: i32) -> ContainerStatus {
+        ContainerStatus {
+            id: id.into(),
+            metadata: Some(ContainerMetadata {
+                name: "c".into(),
+                attempt,
+            }),
+            state: state as i32,
+            created_at: 1_000_000_000,
+            started_at: 2_000_000_000,
+            finished_at: if state == ContainerState::ContainerExited {
+                3_000_000_000
+            } else {
+                0
+            },
+            exit_code,
+            image: Some(ImageSpec {
+                image: "docker.io/library/busybox:latest".into(),
+                ..Default::default()
+            }),
+            image_ref: "sha256:abc".into(),
+            ..Default::default()
+        }
+    }
+
+    fn view(current: Option<ContainerStatus>, previous: Option<ContainerStatus>) -> PodView {
+        PodView {
+            sandbox: Some(PodSandboxStatus {
+                id: "s1".into(),
+                network: Some(PodSandboxNetworkStatus {
+                    ip: "10.42.0.7".into(),
+                    additional_ips: vec![],
+                }),
+                ..Default::default()
+            }),
+            containers: vec![ContainerView {
+                name: "c".into(),
+                image: "busybox".into(),
+                current,
+                previous,
+                waiting: None,
+                probed: None,
+            }],
+            host_ip: "192.168.1.5".into(),
+            runtime_name: "containerd".into(),
+            ..Default::default()
+        }
+    }
+
+    fn condition(status: &PodStatus, type_: &str) -> String {
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status.clone())
+            .unwrap()
+    }
+
+    #[test]
+    fn a_running_container_makes_the_pod_running_and_ready_with_the_sandbox_ip() {
+        let now = Timestamp::from_second(10).unwrap();
+        let current = cri("abc", ContainerState::ContainerRunning, 0, 0);
+        let status = pod_status(&pod("Always"), &view(Some(current), None), now);
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(status.pod_ip.as_deref(), Some("10.42.0.7"));
+        assert_eq!(status.pod_ips.as_ref().unwrap()[0].ip, "10.42.0.7");
+        assert_eq!(status.host_ip.as_deref(), Some("192.168.1.5"));
+        assert_eq!(status.start_time, Some(Time(now)));
+        assert_eq!(status.qos_class.as_deref(), Some("BestEffort"));
+        let c = &status.container_statuses.as_ref().unwrap()[0];
+        assert!(c.ready);
+        assert_eq!(c.container_id.as_deref(), Some("containerd://abc"));
+        assert_eq!(c.image, "docker.io/library/busybox:latest");
+        assert_eq!(c.image_id, "sha256:abc");
+        assert!(c.state.as_ref().unwrap().running.is_some());
+        for t in ["Initialized", "ContainersReady", "Ready", "PodScheduled"] {
+            assert_eq!(condition(&status, t), "True", "{t}");
+        }
+    }
+
+    #[test]
+    fn a_container_not_created_yet_keeps_the_pod_pending_and_not_ready() {
+        let status = pod_status(&pod("Always"), &view(None, None), Timestamp::UNIX_EPOCH);
+        assert_eq!(status.phase.as_deref(), Some("Pending"));
+        let c = &status.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(
+            c.state
+                .as_ref()
+                .unwrap()
+                .waiting
+                .as_ref()
+                .unwrap()
+                .reason
+                .as_deref(),
+            Some("ContainerCreating")
+        );
+        assert_eq!(condition(&status, "Ready"), "False");
+        let ready = status
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Ready");
+        assert_eq!(
+            ready.unwrap().message.as_deref(),
+            Some("containers with unready status: [c]")
+        );
+    }
+
+    #[test]
+    fn exit_zero_under_never_is_succeeded_and_exit_one_is_failed() {
+        let done = cri("abc", ContainerState::ContainerExited, 0, 0);
+        let status = pod_status(
+            &pod("Never"),
+            &view(Some(done), None),
+            Timestamp::UNIX_EPOCH,
+        );
+        assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+        let t = status.container_statuses.as_ref().unwrap()[0]
+            .state
+            .clone()
+            .unwrap()
+            .terminated
+            .unwrap();
+        assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
+        let ready = status
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Ready");
+        assert_eq!(ready.unwrap().reason.as_deref(), Some("PodCompleted"));
+
+        let failed = cri("abc", ContainerState::ContainerExited, 0, 1);
+        let status = pod_status(
+            &pod("Never"),
+            &view(Some(failed), None),
+            Timestamp::UNIX_EPOCH,
+        );
+        assert_eq!(status.phase.as_deref(), Some("Failed"));
+    }
+
+    #[test]
+    fn a_crashing_container_in_backoff_is_waiting_with_its_last_run_as_last_state() {
+        let crashed = cri("abc", ContainerState::ContainerExited, 2, 1);
+        let mut v = view(Some(crashed), None);
+        v.containers[0].waiting = Some(Waiting {
+            reason: "CrashLoopBackOff".into(),
+            message: "back-off 20s restarting failed container".into(),
+        });
+        let status = pod_status(&pod("Always"), &v, Timestamp::UNIX_EPOCH);
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        let c = &status.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(c.restart_count, 2);
+        let w = c.state.as_ref().unwrap().waiting.as_ref().unwrap();
+        assert_eq!(w.reason.as_deref(), Some("CrashLoopBackOff"));
+        let last = c.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!(last.exit_code, 1);
+    }
+
+    #[test]
+    fn a_restarted_container_shows_its_previous_run_and_restart_count() {
+        let now = cri("new", ContainerState::ContainerRunning, 1, 0);
+        let before = cri("old", ContainerState::ContainerExited, 0, 2);
+        let status = pod_status(
+            &pod("Always"),
+            &view(Some(now), Some(before)),
+            Timestamp::UNIX_EPOCH,
+        );
+        let c = &status.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(c.restart_count, 1);
+        let last = c.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!(last.container_id.as_deref(), Some("containerd://old"));
+        assert_eq!(last.exit_code, 2);
+    }
+
+    #[test]
+    fn a_terminal_phase_is_never_left_and_condition_times_are_kept() {
+        let mut p = pod("Never");
+        let first = pod_status(
+            &p,
+            &view(
+                Some(cri("abc", ContainerState::ContainerExited, 0, 0)),
+                None,
+            ),
+            Timestamp::from_second(5).unwrap(),
+        );
+        p.status = Some(first.clone());
+        // the sandbox is gone now: the IP and the phase stay
+        let mut v = view(None, None);
+        v.sandbox = None;
+        let second = pod_status(&p, &v, Timestamp::from_second(50).unwrap());
+        assert_eq!(second.phase.as_deref(), Some("Succeeded"));
+        assert_eq!(second.pod_ip.as_deref(), Some("10.42.0.7"));
+        let scheduled = |s: &PodStatus| {
+            s.conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == "PodScheduled")
+                .unwrap()
+                .last_transition_time
+                .clone()
+        };
+        assert_eq!(scheduled(&second), scheduled(&first));
+        assert_eq!(second.start_time, first.start_time);
+    }
+
+    #[test]
+    fn on_failure_restarts_failures_and_completes_on_success() {
+        let statuses = |code| {
+            vec![container_status(
+                &ContainerView {
+                    name: "c".into(),
+                    current: Some(cri("a", ContainerState::ContainerExited, 0, code)),
+                    ..Default::default()
+                },
+                "containerd",
+            )]
+        };
+        assert_eq!(phase(&statuses(0), "OnFailure"), "Succeeded");
+        assert_eq!(phase(&statuses(1), "OnFailure"), "Running");
+        assert_eq!(phase(&statuses(0), "Always"), "Running");
+    }
+}
+
+#[cfg(test)]
+mod init_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_pod_initializing_is_pending_with_its_init_containers_listed_as_incomplete() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "uid": "u"},
+            "spec": {"initContainers": [{"name": "setup", "image": "busybox"}],
+                     "containers": [{"name": "app", "image": "busybox"}]},
+        }))
+        .unwrap();
+        let view = PodView {
+            init_containers: vec![ContainerView {
+                name: "setup".into(),
+                ..Default::default()
+            }],
+            containers: vec![ContainerView {
+                name: "app".into(),
+                waiting: Some(Waiting {
+                    reason: "PodInitializing".into(),
+                    message: String::new(),
+                }),
+                ..Default::default()
+            }],
+            init: Init::InProgress,
+            ..Default::default()
+        };
+        let status = pod_status(&pod, &view, Timestamp::UNIX_EPOCH);
+        assert_eq!(status.phase.as_deref(), Some("Pending"));
+        let init = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Initialized")
+            .unwrap();
+        assert_eq!(init.status, "False");
+        assert_eq!(init.reason.as_deref(), Some("ContainersNotInitialized"));
+        assert_eq!(
+            init.message.as_deref(),
+            Some("containers with incomplete status: [setup]")
+        );
+        assert_eq!(status.init_container_statuses.unwrap()[0].name, "setup");
+        let app = &status.container_statuses.unwrap()[0];
+        let reason = app
+            .state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .clone();
+        assert_eq!(reason.as_deref(), Some("PodInitializing"));
+
+        let failed = PodView {
+            init: Init::Failed,
+            ..view
+        };
+        let status = pod_status(&pod, &failed, Timestamp::UNIX_EPOCH);
+        assert_eq!(status.phase.as_deref(), Some("Failed"));
+    }
+}
