@@ -296,6 +296,13 @@ async fn watch_pods(client: kube::Client, node_name: String, ctx: SyncContext) {
                 continue;
             }
             Ok(Event::InitDone) => {
+                // pods deleted while the watch was down (a relist after 410 Gone) are missing
+                // from the list: their workers stop what they run, as on a DELETED event
+                for (uid, tx) in &workers {
+                    if !listed.contains(uid) {
+                        let _ = tx.send(None);
+                    }
+                }
                 tokio::spawn(remove_orphans(ctx.clone(), std::mem::take(&mut listed)));
                 continue;
             }
