@@ -10,14 +10,13 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
-use support::{ApiServer, Backend, HANG_GUARD, kube_client, line_reader, run};
+use support::{ApiServer, Backend, HANG_GUARD, eventually, kube_client, line_reader, run};
 
 const NODE: &str = "kubelet-e2e";
 
@@ -231,21 +230,6 @@ fn spawn_kubelet(api: &ApiServer, dir: &Path) -> (Child, std::sync::mpsc::Receiv
     assert!(ready.contains("ready"), "{ready}");
     assert!(ready.contains("containerd://"), "{ready}");
     (child, lines)
-}
-
-/// Polls until `f` gives a value (bounded by the hang guard, not a timing assertion).
-async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, mut f: impl FnMut() -> F) -> T {
-    let deadline = tokio::time::Instant::now() + HANG_GUARD;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "gave up waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 async fn create_pod(pods: &Api<Pod>, name: &str, restart_policy: &str, script: &str) -> Pod {

@@ -9,7 +9,6 @@
 mod support;
 
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition};
@@ -17,7 +16,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::{
-    ApiServer, Backend, HANG_GUARD, KUBECTL_133, expect_line, kube_client as client, line_reader,
+    ApiServer, Backend, KUBECTL_133, eventually, expect_line, kube_client as client, line_reader,
     run,
 };
 
@@ -113,21 +112,6 @@ async fn create_pod(pods: &Api<Pod>, name: &str, scheduler: Option<&str>) {
     )
     .await
     .expect("create pod");
-}
-
-/// Polls until `f` gives a value (each wait bounded by the hang guard).
-async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, mut f: impl FnMut() -> F) -> T {
-    let deadline = tokio::time::Instant::now() + HANG_GUARD;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "gave up waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn node_of(pods: &Api<Pod>, name: &str) -> Option<String> {

@@ -43,15 +43,7 @@ pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
     if args.node_name.is_empty() {
         return Err(super::UsageError("--node-name must not be empty".into()).into());
     }
-    let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig)
-        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
-    let client_config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .context("loading the kubeconfig")?;
-    let client = kube::Client::try_from(client_config)?;
+    let client = kube::Client::try_from(super::kube_config(&args.kubeconfig).await?)?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let config = Config {

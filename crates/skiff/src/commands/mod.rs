@@ -56,6 +56,16 @@ impl std::fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
+/// The client configuration a component's `--kubeconfig` file describes (its current context).
+pub async fn kube_config(path: &std::path::Path) -> anyhow::Result<kube::Config> {
+    use anyhow::Context;
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+        .with_context(|| format!("reading {}", path.display()))?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .context("loading the kubeconfig")
+}
+
 /// Run the parsed command to completion.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {

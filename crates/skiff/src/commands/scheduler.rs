@@ -47,15 +47,8 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
         )?,
         None => Configuration::default(),
     };
-    let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig)
-        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
-    let client_config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .context("loading the kubeconfig")?;
-    let builder = kube::client::ClientBuilder::try_from(client_config)?;
+    let builder =
+        kube::client::ClientBuilder::try_from(super::kube_config(&args.kubeconfig).await?)?;
     let client = match config.client_connection.rate_limit() {
         Some(layer) => builder.with_layer(&layer).build(),
         None => builder.build(),

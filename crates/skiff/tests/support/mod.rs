@@ -310,3 +310,22 @@ fn tail(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
+
+/// Polls every 100 ms until `f` gives a value (bounded by the hang guard, not a timing
+/// assertion).
+pub async fn eventually<T, F: Future<Output = Option<T>>>(
+    what: &str,
+    mut f: impl FnMut() -> F,
+) -> T {
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
