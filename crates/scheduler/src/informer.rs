@@ -101,6 +101,29 @@ pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch:
     );
 }
 
+/// What a watch here can follow: any namespaced or cluster-scoped built-in kind.
+trait Watched:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// A watch that only keeps one of the scheduler's side tables (budgets, namespaces,
 /// selectors) up to date; nothing waits for its first list.
 async fn side<K>(
@@ -109,13 +132,7 @@ async fn side<K>(
     apply: impl Fn(&Scheduler, &K),
     delete: impl Fn(&Scheduler, &K),
 ) where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     let gone = scheduler.clone();
     follow(
@@ -135,13 +152,7 @@ fn controllers<K>(
     selector: fn(&K) -> Option<&LabelSelector>,
 ) -> impl Future<Output = ()> + use<K>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     side::<K>(
         client.clone(),
@@ -177,13 +188,7 @@ async fn follow<K>(
     on_apply: impl Fn(Arc<K>),
     on_delete: impl Fn(Arc<K>),
 ) where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     let key = object_key::<K>;
     let mut known: HashMap<String, Arc<K>> = HashMap::new();
