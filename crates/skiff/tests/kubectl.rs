@@ -379,6 +379,23 @@ fn apply(kubectl: &str) {
         err.contains("unknown field \"spec.template.spec.containers[0].imagee\""),
         "{err}"
     );
+    // `--validate=warn` (fieldValidation=Warn) creates it and prints the server's warning.
+    let warned = api.kubectl_output(
+        kubectl,
+        &["apply", "--validate=warn", "-f", "-"],
+        Some(
+            &DEPLOYMENT
+                .replace("image: nginx:1.25", "image: nginx:1.25\n        imagee: x")
+                .replace("name: web\nspec", "name: warned\nspec"),
+        ),
+    );
+    let stderr = String::from_utf8_lossy(&warned.stderr);
+    assert!(warned.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Warning: unknown field \"spec.template.spec.containers[0].imagee\""),
+        "{stderr}"
+    );
+    api.kubectl(kubectl, &["delete", "deployment", "warned"]);
 
     api.kubectl(kubectl, &["delete", "deployment", "web", "--wait"]);
     let gone = api.kubectl(kubectl, &["get", "deployments", "-o", "name"]);

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use skiff_apimachinery::managedfields::{self, Scope, Writer};
 use skiff_apimachinery::validation::{FieldError, FieldPath};
 
-use super::write::{Fields, create_object, strict_fields, update_with};
+use super::write::{Fields, check_fields, create_object, update_with};
 use super::{Body, Ctx};
 use crate::conversion;
 use crate::error::{ApiError, Result};
@@ -175,7 +175,7 @@ async fn read_config(ctx: &mut Ctx) -> Result<Value> {
     if !config.get("metadata").is_none_or(Value::is_object) {
         return Err(ApiError::bad_request("metadata must be an object"));
     }
-    strict_fields(ctx, &config)?;
+    check_fields(ctx, &config)?;
     let meta = |k: &str| {
         config
             .pointer(&format!("/metadata/{k}"))

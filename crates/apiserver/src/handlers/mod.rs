@@ -50,7 +50,35 @@ pub struct Ctx {
     pub user: UserInfo,
     pub rt: &'static ResourceType,
     pub output: Output,
+    /// `Warning` headers for the response, shared with sub-request copies.
+    pub warnings: Warnings,
     body: Option<Incoming>,
+}
+
+/// Warnings a request collects on its way (e.g. unknown fields under `fieldValidation=Warn`),
+/// sent as upstream's `Warning: 299 - "text"` headers. A plain mutex: pushed to a few times per
+/// request, never held across an await.
+#[derive(Debug, Clone, Default)]
+pub struct Warnings(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Warnings {
+    pub fn push(&self, text: String) {
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !all.contains(&text) {
+            all.push(text);
+        }
+    }
+
+    /// Adds one `Warning` header per collected text, quoted as RFC 7234 asks.
+    fn apply(&self, resp: &mut Response<Body>) {
+        let all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        for text in all.iter() {
+            let quoted = text.replace('\\', "\\\\").replace('"', "\\\"");
+            if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{quoted}\"")) {
+                resp.headers_mut().append(header::WARNING, v);
+            }
+        }
+    }
 }
 
 impl Ctx {
@@ -64,6 +92,7 @@ impl Ctx {
             user: self.user.clone(),
             rt: self.rt,
             output: self.output,
+            warnings: self.warnings.clone(),
             body: None,
         }
     }
@@ -180,12 +209,16 @@ pub async fn route(
         user,
         rt,
         output,
+        warnings: Warnings::default(),
         body: Some(body),
     };
-    match dispatch(ctx).await {
+    let warnings = ctx.warnings.clone();
+    let mut resp = match dispatch(ctx).await {
         Ok(resp) => resp,
         Err(e) => error(&e),
-    }
+    };
+    warnings.apply(&mut resp);
+    resp
 }
 
 async fn dispatch(ctx: Ctx) -> Result<Response<Body>> {
@@ -225,5 +258,25 @@ async fn dispatch(ctx: Ctx) -> Result<Response<Body>> {
         "delete" => write::delete(ctx).await,
         "deletecollection" => write::delete_collection(ctx).await,
         _ => Err(ApiError::method_not_supported(&info.verb, rt.kind)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_become_quoted_warning_headers_once_each() {
+        let warnings = Warnings::default();
+        warnings.push(r#"unknown field "spec.x""#.to_string());
+        warnings.push(r#"unknown field "spec.x""#.to_string());
+        warnings.push(r"a \ b".to_string());
+        let mut resp = json(200, &serde_json::json!({}));
+        warnings.apply(&mut resp);
+        let headers: Vec<_> = resp.headers().get_all(header::WARNING).iter().collect();
+        assert_eq!(
+            headers,
+            [r#"299 - "unknown field \"spec.x\"""#, r#"299 - "a \\ b""#]
+        );
     }
 }

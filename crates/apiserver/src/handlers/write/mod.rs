@@ -21,7 +21,7 @@ mod update;
 use bytes::Bytes;
 use http::header;
 use serde_json::{Value, json};
-use skiff_apimachinery::validation;
+use skiff_apimachinery::validation::{self, FieldError, FieldPath};
 use skiff_store::{
     Compare, CompareOp, CompareTarget, DeleteRequest, KeyRange, PutRequest, TxnOp, TxnRequest,
 };
@@ -95,7 +95,7 @@ async fn read_object(ctx: &mut Ctx, kind: &str, api_version: &str) -> Result<Val
         }
         Some(_) => {}
     }
-    strict_fields(ctx, &obj)?;
+    check_fields(ctx, &obj)?;
     if !obj.get("metadata").is_none_or(Value::is_object) {
         return Err(ApiError::bad_request("metadata must be an object"));
     }
@@ -119,13 +119,30 @@ async fn read_object(ctx: &mut Ctx, kind: &str, api_version: &str) -> Result<Val
     Ok(conversion::to_internal(ctx.rt, obj))
 }
 
-/// `fieldValidation=Strict`: fields the schema does not define are a 400, as upstream's strict
-/// decoding (`Ignore` and the default `Warn` accept them; unknown fields are dropped on output
-/// only by typed clients, so Skiff keeps them as stored).
-pub(super) fn strict_fields(ctx: &Ctx, obj: &Value) -> Result<()> {
-    if ctx.query.get("fieldValidation").map(String::as_str) != Some("Strict") {
-        return Ok(());
-    }
+/// Field validation of a body against its schema, as upstream's `fieldValidation`: with
+/// `Strict` fields the schema does not define are a 400 (strict decoding); with `Warn`, the
+/// default, each becomes a `Warning` header; `Ignore` says nothing. Skiff keeps unknown fields
+/// as stored either way (typed clients drop them on output).
+pub(super) fn check_fields(ctx: &Ctx, obj: &Value) -> Result<()> {
+    let strict = match ctx.query.get("fieldValidation").map(String::as_str) {
+        Some("Ignore") => return Ok(()),
+        Some("Strict") => true,
+        None | Some("" | "Warn") => false,
+        Some(other) => {
+            // Upstream validates the verb's options (`CreateOptions`, `PatchOptions`, …) first.
+            let options = match ctx.info.verb.as_str() {
+                "create" => "CreateOptions",
+                "patch" => "PatchOptions",
+                _ => "UpdateOptions",
+            };
+            let err = FieldError::not_supported(
+                &FieldPath::new("fieldValidation"),
+                json!(other),
+                &["", "Ignore", "Strict", "Warn"],
+            );
+            return Err(ApiError::invalid(options, "meta.k8s.io", "", &[err]));
+        }
+    };
     let kind = obj
         .get("kind")
         .and_then(Value::as_str)
@@ -133,16 +150,17 @@ pub(super) fn strict_fields(ctx: &Ctx, obj: &Value) -> Result<()> {
     let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let unknown = skiff_openapi::unknown_fields(group, version, kind, obj);
+    let list = unknown.iter().map(|f| format!("unknown field \"{f}\""));
+    if !strict {
+        list.for_each(|w| ctx.warnings.push(w));
+        return Ok(());
+    }
     if unknown.is_empty() {
         return Ok(());
     }
-    let list: Vec<String> = unknown
-        .iter()
-        .map(|f| format!("unknown field \"{f}\""))
-        .collect();
     Err(ApiError::bad_request(format!(
         "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
-        list.join(", ")
+        list.collect::<Vec<_>>().join(", ")
     )))
 }
 

@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 use skiff_apimachinery::patch::{self, PatchType};
 
 use super::{
-    Fields, MAX_RETRIES, attrs, commit, delete_op, finalizers, name_of, no_op, put_op, read_object,
-    reservation_diff, rv_of, strict_fields, validate,
+    Fields, MAX_RETRIES, attrs, check_fields, commit, delete_op, finalizers, name_of, no_op,
+    put_op, read_object, reservation_diff, rv_of, validate,
 };
 use crate::admission::Operation;
 use crate::allocator;
@@ -146,7 +146,7 @@ pub async fn patch(mut ctx: Ctx) -> Result<Response<Body>> {
     update_with(&ctx, pinned, Fields::Record, |current| {
         let served = conversion::to_external(ctx.rt, current.clone());
         let patched = patch::apply(group, rkind, &served, kind, &body).map_err(patch_error)?;
-        strict_fields(&ctx, &patched)?;
+        check_fields(&ctx, &patched)?;
         Ok(conversion::to_internal(ctx.rt, patched))
     })
     .await
