@@ -1,13 +1,14 @@
 //! Pod status from CRI state, without I/O: init and app container states (waiting, running,
 //! terminated), lastState, restartCount, ids; the phase by upstream's rules (`getPhase`); the
-//! PodReadyToStartContainers, Initialized, ContainersReady, Ready and PodScheduled conditions;
+//! PodReadyToStartContainers, Initialized, ContainersReady, Ready (with readiness gates) and
+//! PodScheduled conditions, carrying over the conditions others own;
 //! pod and host IPs; startTime.
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
     ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus as ApiContainerStatus, HostIP, Pod, PodCondition, PodIP,
-    PodStatus,
+    PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -194,6 +195,38 @@ pub fn phase(statuses: &[ApiContainerStatus], restart_policy: &str) -> &'static 
     "Pending"
 }
 
+/// The conditions the kubelet owns; others (readiness gates, `DisruptionTarget`…) belong to
+/// whoever set them and are carried over unchanged, as upstream's status manager does.
+const KUBELET_CONDITIONS: [&str; 5] = [
+    "PodReadyToStartContainers",
+    "Initialized",
+    "Ready",
+    "ContainersReady",
+    "PodScheduled",
+];
+
+/// Why each of the pod's readiness gates holds it back (upstream's messages), from the
+/// conditions others set on it.
+fn unready_gates(spec: &PodSpec, conditions: &[PodCondition]) -> Vec<String> {
+    spec.readiness_gates
+        .iter()
+        .flatten()
+        .filter_map(|gate| {
+            let t = &gate.condition_type;
+            match conditions.iter().find(|c| &c.type_ == t) {
+                None => Some(format!(
+                    "corresponding condition of pod readiness gate \"{t}\" does not exist."
+                )),
+                Some(c) if c.status != "True" => Some(format!(
+                    "the status of pod readiness gate \"{t}\" is not \"True\", but {}",
+                    c.status
+                )),
+                Some(_) => None,
+            }
+        })
+        .collect()
+}
+
 /// The pod's status after a sync: a terminal phase already written is kept (phases never go
 /// back), condition transition times are carried over when a condition did not change, the pod
 /// IP survives the sandbox of a finished pod.
@@ -253,7 +286,7 @@ pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
             observed_generation: None,
         }
     };
-    let (ready, reason, message) = if terminal {
+    let (containers_ready, reason, message) = if terminal {
         (false, Some("PodCompleted"), None)
     } else if unready.is_empty() {
         (true, None, None)
@@ -266,6 +299,24 @@ pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
                 unready.join(" ")
             )),
         )
+    };
+    let foreign: Vec<PodCondition> = old
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| !KUBELET_CONDITIONS.contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
+    let ready = match unready_gates(&spec, &foreign) {
+        gates if !containers_ready || gates.is_empty() => {
+            condition("Ready", containers_ready, reason, message.clone())
+        }
+        gates => condition(
+            "Ready",
+            false,
+            Some("ReadinessGatesNotReady"),
+            Some(gates.join(", ")),
+        ),
     };
     let incomplete: Vec<&str> = init_statuses
         .iter()
@@ -285,7 +336,7 @@ pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
             )),
         )
     };
-    let conditions = vec![
+    let mut conditions = vec![
         condition(
             "PodReadyToStartContainers",
             view.sandbox.is_some(),
@@ -293,10 +344,11 @@ pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
             None,
         ),
         initialized,
-        condition("Ready", ready, reason, message.clone()),
-        condition("ContainersReady", ready, reason, message),
+        ready,
+        condition("ContainersReady", containers_ready, reason, message),
         condition("PodScheduled", true, None, None),
     ];
+    conditions.extend(foreign);
 
     let host_network = spec.host_network.unwrap_or(false);
     let pod_ip = if host_network {
@@ -566,6 +618,77 @@ mod tests {
         assert_eq!(phase(&statuses(0), "OnFailure"), "Succeeded");
         assert_eq!(phase(&statuses(1), "OnFailure"), "Running");
         assert_eq!(phase(&statuses(0), "Always"), "Running");
+    }
+
+    #[test]
+    fn readiness_gates_hold_ready_back_until_their_conditions_are_true() {
+        let now = Timestamp::from_second(10).unwrap();
+        let current = cri("abc", ContainerState::ContainerRunning, 0, 0);
+        let mut p = pod("Always");
+        p.spec.as_mut().unwrap().readiness_gates = Some(vec![
+            serde_json::from_value(json!({"conditionType": "example.com/lb"})).unwrap(),
+            serde_json::from_value(json!({"conditionType": "example.com/dns"})).unwrap(),
+        ]);
+        p.status.as_mut().unwrap().conditions = Some(vec![
+            serde_json::from_value(json!({"type": "example.com/dns", "status": "False"})).unwrap(),
+        ]);
+        let status = pod_status(&p, &view(Some(current.clone()), None), now);
+        let ready = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.reason.as_deref(), Some("ReadinessGatesNotReady"));
+        assert_eq!(
+            ready.message.as_deref(),
+            Some(
+                "corresponding condition of pod readiness gate \"example.com/lb\" does not exist., \
+                 the status of pod readiness gate \"example.com/dns\" is not \"True\", but False"
+            )
+        );
+        assert_eq!(condition(&status, "ContainersReady"), "True");
+        // the gate's own condition is kept as its owner wrote it
+        assert_eq!(condition(&status, "example.com/dns"), "False");
+
+        p.status.as_mut().unwrap().conditions = Some(vec![
+            serde_json::from_value(json!({"type": "example.com/dns", "status": "True"})).unwrap(),
+            serde_json::from_value(json!({"type": "example.com/lb", "status": "True"})).unwrap(),
+        ]);
+        let status = pod_status(&p, &view(Some(current), None), now);
+        assert_eq!(condition(&status, "Ready"), "True");
+    }
+
+    #[test]
+    fn conditions_others_own_survive_a_status_write() {
+        let now = Timestamp::from_second(10).unwrap();
+        let mut p = pod("Always");
+        p.status.as_mut().unwrap().conditions = Some(vec![
+            serde_json::from_value(json!({"type": "DisruptionTarget", "status": "True",
+                "reason": "PreemptionByScheduler"}))
+            .unwrap(),
+            serde_json::from_value(json!({"type": "Ready", "status": "True"})).unwrap(),
+        ]);
+        let status = pod_status(&p, &view(None, None), now);
+        let types: Vec<&str> = status
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "PodReadyToStartContainers",
+                "Initialized",
+                "Ready",
+                "ContainersReady",
+                "PodScheduled",
+                "DisruptionTarget"
+            ]
+        );
+        assert_eq!(condition(&status, "Ready"), "False");
     }
 }
 
