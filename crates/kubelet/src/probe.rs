@@ -1,5 +1,5 @@
 //! Container probes as upstream's prober runs them: startup, liveness and readiness probes with
-//! exec, tcpSocket and httpGet handlers; initialDelaySeconds, periodSeconds, timeoutSeconds and
+//! exec, tcpSocket, httpGet and grpc handlers; initialDelaySeconds, periodSeconds, timeoutSeconds and
 //! the success and failure thresholds. [`Probes`] keeps each running container's probe state
 //! (owned by its pod worker, so nothing here is shared); [`run`] performs one probe.
 
@@ -228,8 +228,66 @@ pub async fn run(
             Err(format!("HTTP probe failed with statuscode: {code}"))
         };
     }
-    // a probe without a handler (grpc is not supported yet) counts as success
+    if let Some(grpc) = &probe.grpc {
+        let port = u16::try_from(grpc.port).map_err(|_| format!("invalid port {}", grpc.port))?;
+        let service = grpc.service.clone().unwrap_or_default();
+        return grpc_check(&format!("{pod_ip}:{port}"), service, timeout).await;
+    }
+    // a probe without a handler counts as success, as upstream
     Ok(())
+}
+
+/// One `grpc.health.v1.Health/Check` call, with upstream's failure messages.
+async fn grpc_check(addr: &str, service: String, timeout: Duration) -> Result<(), String> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+    let secs = timeout.as_secs();
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| format!("error: invalid address {addr}: {e}"))?
+        .connect_timeout(timeout)
+        .timeout(timeout);
+    let channel = endpoint.connect().await.map_err(|e| {
+        format!("timeout: failed to connect service \"{addr}\" within {secs}s: {e}")
+    })?;
+    let mut client = HealthClient::new(channel);
+    let call = client.check(HealthCheckRequest { service });
+    let response = match tokio::time::timeout(timeout, call).await {
+        Err(_) => {
+            return Err(format!(
+                "timeout: health rpc did not complete within {secs}s"
+            ));
+        }
+        Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
+            return Err(format!(
+                "this server does not implement the grpc health protocol (grpc.health.v1.Health): {}",
+                status.message()
+            ));
+        }
+        Ok(Err(status)) if status.code() == tonic::Code::DeadlineExceeded => {
+            return Err(format!(
+                "timeout: health rpc did not complete within {secs}s"
+            ));
+        }
+        Ok(Err(status)) => {
+            return Err(format!(
+                "error: health rpc probe failed: {}",
+                status.message()
+            ));
+        }
+        Ok(Ok(r)) => r.into_inner(),
+    };
+    match ServingStatus::try_from(response.status) {
+        Ok(ServingStatus::Serving) => Ok(()),
+        Ok(other) => Err(format!(
+            "service unhealthy (responded with \"{}\")",
+            other.as_str_name()
+        )),
+        Err(_) => Err(format!(
+            "service unhealthy (responded with \"{}\")",
+            response.status
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -334,6 +392,55 @@ mod tests {
             run(&runtime, &named, &container, "x", "127.0.0.1")
                 .await
                 .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn grpc_handler_asks_the_health_service_and_reports_as_upstream() {
+        use tonic_health::ServingStatus;
+        let (reporter, service) = tonic_health::server::health_reporter();
+        reporter
+            .set_service_status("ready", ServingStatus::Serving)
+            .await;
+        reporter
+            .set_service_status("sick", ServingStatus::NotServing)
+            .await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(incoming),
+        );
+        let runtime = crate::fake::FakeRuntime::new();
+        let container: ApiContainer = serde_json::from_value(json!({"name": "c"})).unwrap();
+        let grpc = |service: &str| probe(json!({"grpc": {"port": port, "service": service}}));
+        assert_eq!(
+            run(&runtime, &grpc("ready"), &container, "x", "127.0.0.1").await,
+            Ok(())
+        );
+        assert_eq!(
+            run(&runtime, &grpc("sick"), &container, "x", "127.0.0.1").await,
+            Err("service unhealthy (responded with \"NOT_SERVING\")".into())
+        );
+        let unknown = run(&runtime, &grpc("other"), &container, "x", "127.0.0.1").await;
+        assert!(
+            unknown
+                .as_ref()
+                .is_err_and(|e| e.starts_with("error: health rpc probe failed")),
+            "{unknown:?}"
+        );
+        // nothing listens on the port any more once the listener is gone
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let dead = closed.local_addr().unwrap().port();
+        drop(closed);
+        let refused = probe(json!({"grpc": {"port": dead}}));
+        let err = run(&runtime, &refused, &container, "x", "127.0.0.1").await;
+        assert!(
+            err.as_ref()
+                .is_err_and(|e| e.starts_with("timeout: failed to connect service \"127.0.0.1:")),
+            "{err:?}"
         );
     }
 }
