@@ -1,13 +1,14 @@
 //! What a sync should do, without I/O (upstream's `computePodActions`): from the pod's spec and
 //! the containers the runtime has, which container to start (and as which attempt), which to
 //! leave waiting and why, and whether the pod is initialized, still running or finished. Init
-//! containers run one at a time, in order, each to a successful exit, before any app container.
+//! containers run one at a time, in order, each to a successful exit, before any app container;
+//! sidecars (init containers with `restartPolicy: Always`) start in that order and keep running.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::cri::{ContainerState, ContainerStatus};
 use crate::status::Waiting;
@@ -117,8 +118,23 @@ pub fn plan(pod: &Pod, runs: &HashMap<String, Vec<ContainerStatus>>, now: Timest
     };
     let mut steps = Vec::new();
     let mut init = Init::Done;
+    // once an app container has run, the pod was initialized, and a sidecar that stopped since
+    // is only restarted: it does not hold the pod back again
+    let initialized = spec.containers.iter().any(|c| runs.contains_key(&c.name));
     for c in spec.init_containers.iter().flatten() {
         let last = latest(&c.name);
+        if is_sidecar(c) {
+            let step = step(last, "Always", now);
+            let started = last.is_some_and(|s| is(s, ContainerState::ContainerRunning));
+            if step != Step::Keep {
+                steps.push((c.name.clone(), step));
+            }
+            if started || initialized {
+                continue;
+            }
+            init = Init::InProgress;
+            break;
+        }
         if last.is_some_and(|s| is(s, ContainerState::ContainerExited) && s.exit_code == 0) {
             continue;
         }
@@ -156,6 +172,13 @@ pub fn plan(pod: &Pod, runs: &HashMap<String, Vec<ContainerStatus>>, now: Timest
     }
 }
 
+/// A sidecar: an init container with `restartPolicy: Always`. It starts in init order, the next
+/// init container waits only for it to be running, and it keeps running (restarted whatever
+/// its exit) beside the app containers, which alone decide when the pod is finished.
+pub fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
 /// The waiting reason a step gives its container's status, if any.
 pub fn waiting(step: &Step, container: &str, pod: &Pod) -> Option<Waiting> {
     match step {
@@ -184,9 +207,13 @@ mod tests {
     use super::*;
 
     fn pod(policy: &str, init: &[&str]) -> Pod {
+        // a name starting with "side" is a sidecar
         let inits: Vec<_> = init
             .iter()
-            .map(|n| json!({"name": n, "image": "busybox"}))
+            .map(|n| match n.starts_with("side") {
+                true => json!({"name": n, "image": "busybox", "restartPolicy": "Always"}),
+                false => json!({"name": n, "image": "busybox"}),
+            })
             .collect();
         serde_json::from_value(json!({
             "metadata": {"name": "p", "namespace": "default", "uid": "u"},
@@ -318,5 +345,50 @@ mod tests {
             plan(&pod("Always", &[]), &created, at(5)).steps,
             [("app".to_string(), Step::StartCreated { id: "app-0".into() })]
         );
+    }
+
+    #[test]
+    fn a_sidecar_starts_in_init_order_and_the_next_init_container_waits_for_it_to_run() {
+        let p = pod("Never", &["side", "b"]);
+        assert_eq!(
+            plan(&p, &HashMap::new(), at(5)).steps,
+            [("side".to_string(), Step::Start { attempt: 0 })]
+        );
+        let side_running = runs(vec![run("side", ContainerState::ContainerRunning, 0, 0)]);
+        let next = plan(&p, &side_running, at(5));
+        assert_eq!(next.init, Init::InProgress);
+        assert_eq!(next.steps, [("b".to_string(), Step::Start { attempt: 0 })]);
+
+        let b_done = runs(vec![
+            run("side", ContainerState::ContainerRunning, 0, 0),
+            run("b", ContainerState::ContainerExited, 0, 0),
+        ]);
+        let app = plan(&p, &b_done, at(5));
+        assert_eq!(app.init, Init::Done);
+        assert_eq!(app.steps, [("app".to_string(), Step::Start { attempt: 0 })]);
+    }
+
+    #[test]
+    fn a_sidecar_is_restarted_whatever_the_pods_policy_and_does_not_keep_the_pod_alive() {
+        let p = pod("Never", &["side"]);
+        // it exited 0 under a Never pod, after the app started: restarted, pod still initialized
+        let side_exited = runs(vec![
+            run("side", ContainerState::ContainerExited, 0, 0),
+            run("app", ContainerState::ContainerRunning, 0, 0),
+        ]);
+        let restart = plan(&p, &side_exited, at(5));
+        assert_eq!(restart.init, Init::Done);
+        assert_eq!(
+            restart.steps,
+            [("side".to_string(), Step::Start { attempt: 1 })]
+        );
+        assert!(!restart.finished);
+
+        // the app is done: the pod is finished while its sidecar still runs
+        let app_done = runs(vec![
+            run("side", ContainerState::ContainerRunning, 0, 0),
+            run("app", ContainerState::ContainerExited, 0, 0),
+        ]);
+        assert!(plan(&p, &app_done, at(5)).finished);
     }
 }

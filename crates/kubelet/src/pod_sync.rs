@@ -553,7 +553,7 @@ impl SyncContext {
         Ok(Outcome::Resync(resync))
     }
 
-    /// Runs the probes that are due for the pod's running app containers. Returns each probed
+    /// Runs the probes that are due for the pod's running app containers and sidecars. Returns each probed
     /// container's (started, ready) by name, and whether a failed startup or liveness probe
     /// had a container stopped (it is restarted by the next sync, as restartPolicy says).
     async fn probe(
@@ -568,7 +568,11 @@ impl SyncContext {
         let mut results = HashMap::new();
         let mut running = Vec::new();
         let mut killed = false;
-        for c in &spec.containers {
+        let sidecars = spec.init_containers.iter().flatten();
+        for c in sidecars
+            .filter(|c| actions::is_sidecar(c))
+            .chain(&spec.containers)
+        {
             let Some(run) = runs.get(&c.name).and_then(|h| h.first()) else {
                 continue;
             };

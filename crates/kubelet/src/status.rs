@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::actions::Init;
+use crate::actions::{self, Init};
 use crate::cri::{ContainerState, ContainerStatus, PodSandboxStatus};
 
 /// Why the kubelet left a container waiting rather than running it (upstream's reasons).
@@ -238,17 +238,27 @@ pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
         .iter()
         .map(|c| container_status(c, &view.runtime_name))
         .collect();
+    let sidecars: Vec<bool> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(actions::is_sidecar)
+        .collect();
     let init_statuses: Vec<ApiContainerStatus> = view
         .init_containers
         .iter()
-        .map(|c| {
+        .zip(sidecars.iter().chain(std::iter::repeat(&false)))
+        .map(|(c, &sidecar)| {
             let mut s = container_status(c, &view.runtime_name);
-            // an init container is ready once it has completed successfully
-            s.ready = s
-                .state
-                .as_ref()
-                .and_then(|st| st.terminated.as_ref())
-                .is_some_and(|t| t.exit_code == 0);
+            // an init container is ready once it has completed successfully; a sidecar is
+            // ready as an app container is
+            if !sidecar {
+                s.ready = s
+                    .state
+                    .as_ref()
+                    .and_then(|st| st.terminated.as_ref())
+                    .is_some_and(|t| t.exit_code == 0);
+            }
             s
         })
         .collect();
@@ -262,8 +272,11 @@ pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
     .to_string();
     let terminal = phase == "Succeeded" || phase == "Failed";
 
-    let unready: Vec<&str> = container_statuses
-        .iter()
+    // sidecars count for readiness (upstream lists them first)
+    let sidecar_statuses = init_statuses.iter().zip(&sidecars).filter(|(_, s)| **s);
+    let unready: Vec<&str> = sidecar_statuses
+        .map(|(s, _)| s)
+        .chain(&container_statuses)
         .filter(|s| !s.ready)
         .map(|s| s.name.as_str())
         .collect();
@@ -320,8 +333,12 @@ pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
     };
     let incomplete: Vec<&str> = init_statuses
         .iter()
-        .filter(|s| !s.ready)
-        .map(|s| s.name.as_str())
+        .zip(sidecars.iter().chain(std::iter::repeat(&false)))
+        .filter(|(s, sidecar)| match sidecar {
+            true => s.started != Some(true),
+            false => !s.ready,
+        })
+        .map(|(s, _)| s.name.as_str())
         .collect();
     let initialized = if view.init == Init::Done {
         condition("Initialized", true, None, None)
@@ -618,6 +635,46 @@ mod tests {
         assert_eq!(phase(&statuses(0), "OnFailure"), "Succeeded");
         assert_eq!(phase(&statuses(1), "OnFailure"), "Running");
         assert_eq!(phase(&statuses(0), "Always"), "Running");
+    }
+
+    #[test]
+    fn a_running_sidecar_initializes_the_pod_and_its_readiness_counts() {
+        let mut p = pod("Never");
+        p.spec.as_mut().unwrap().init_containers = Some(vec![
+            serde_json::from_value(
+                json!({"name": "side", "image": "busybox", "restartPolicy": "Always"}),
+            )
+            .unwrap(),
+        ]);
+        let mut side = cri("s1", ContainerState::ContainerRunning, 0, 0);
+        side.metadata.as_mut().unwrap().name = "side".into();
+        let mut v = view(
+            Some(cri("abc", ContainerState::ContainerRunning, 0, 0)),
+            None,
+        );
+        v.init_containers = vec![ContainerView {
+            name: "side".into(),
+            image: "busybox".into(),
+            current: Some(side),
+            probed: Some((true, false)),
+            ..Default::default()
+        }];
+        let status = pod_status(&p, &v, Timestamp::from_second(10).unwrap());
+        assert_eq!(condition(&status, "Initialized"), "True");
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        let init = &status.init_container_statuses.as_ref().unwrap()[0];
+        assert_eq!((init.started, init.ready), (Some(true), false));
+        let ready = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.status, "False");
+        assert_eq!(
+            ready.message.as_deref(),
+            Some("containers with unready status: [side]")
+        );
     }
 
     #[test]

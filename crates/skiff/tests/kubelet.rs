@@ -488,6 +488,37 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
             .expect("a terminated state");
         assert_eq!((term.exit_code, term.reason.as_deref()), (3, Some("Error")));
 
+        // a sidecar (an init container that always restarts) runs beside the app and does not
+        // keep a Never pod alive once the app is done
+        let sidecar = json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sidecar"},
+            "spec": {"nodeName": NODE, "restartPolicy": "Never",
+                     "initContainers": [{"name": "side", "image": "busybox",
+                        "restartPolicy": "Always",
+                        "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]}],
+                     "containers": [{"name": "app", "image": "busybox",
+                        "command": ["sh", "-c", "sleep 3"]}]}});
+        pods.create(
+            &PostParams::default(),
+            &serde_json::from_value(sidecar).unwrap(),
+        )
+        .await
+        .expect("create pod");
+        let beside = eventually("the app to run beside its sidecar", || async {
+            let pod = in_phase(&pods, "sidecar", "Running").await?;
+            let status = pod.status?;
+            let side = status.init_container_statuses?.into_iter().next()?;
+            let app = status.container_statuses?.into_iter().next()?;
+            (app.state?.running.is_some()).then_some(side)
+        })
+        .await;
+        assert_eq!(beside.started, Some(true));
+        assert!(beside.state.unwrap().running.is_some());
+        eventually("the sidecar pod to succeed", || {
+            in_phase(&pods, "sidecar", "Succeeded")
+        })
+        .await;
+
         // a pod whose env names a ConfigMap that does not exist waits, and says why
         let mut lost = json!({
             "metadata": {"name": "lost"},
@@ -574,14 +605,14 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
         let short_id = container_id.trim_start_matches("containerd://").to_string();
         assert!(kubelet.ctr(&["tasks", "ls"]).contains(&short_id));
         for name in [
-            "web", "once", "fails", "crash", "lost", "sick", "server", "client",
+            "web", "once", "fails", "crash", "lost", "sick", "server", "client", "sidecar",
         ] {
             pods.delete(name, &DeleteParams::default())
                 .await
                 .expect("delete pod");
         }
         for name in [
-            "web", "once", "fails", "crash", "lost", "sick", "server", "client",
+            "web", "once", "fails", "crash", "lost", "sick", "server", "client", "sidecar",
         ] {
             eventually(&format!("{name} to be gone"), || async {
                 pods.get_opt(name).await.ok()?.is_none().then_some(())
