@@ -166,6 +166,7 @@ impl Kubelet {
             }),
             host_ip: host.ip.to_string(),
             runtime_name: version.runtime_name.clone(),
+            memory_capacity: host.memory_bytes,
             log_dir: config.data_dir.join("logs/pods"),
             clock: Arc::new(Timestamp::now),
         };

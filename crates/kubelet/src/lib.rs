@@ -12,6 +12,7 @@
 //! - [`hooks`]: postStart and preStop hooks.
 //! - [`probe`]: startup, liveness and readiness probes (exec, tcpSocket, httpGet).
 //! - [`status`]: pod status from CRI state, without I/O.
+//! - [`qos`]: containers' `oom_score_adj` from their pod's QoS class.
 //! - [`node`]: the Node object, its status and its Lease.
 //! - [`host`]: facts about this machine for the Node.
 //! - [`cri`]: the [`cri::ContainerRuntime`] trait and its CRI client over a unix socket.
@@ -34,6 +35,7 @@ pub mod kubelet;
 pub mod node;
 pub mod pod_sync;
 pub mod probe;
+pub mod qos;
 pub mod status;
 
 pub use kubelet::{Config, Kubelet, Ready};

@@ -22,6 +22,7 @@ use crate::cri::{
 };
 use crate::hooks::{self, Hook};
 use crate::probe::{self, Kind, Probes, Transition};
+use crate::qos;
 use crate::status::{self, ContainerView, PodView, Waiting};
 
 pub use crate::config::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
@@ -66,6 +67,8 @@ pub struct SyncContext {
     pub host_ip: String,
     /// The runtime's name, the scheme of container ids.
     pub runtime_name: String,
+    /// The node's memory, in bytes (Burstable containers' `oom_score_adj` is relative to it).
+    pub memory_capacity: u64,
     /// Container logs go under `<log_dir>/<namespace>_<name>_<uid>/<container>/<attempt>.log`.
     pub log_dir: PathBuf,
     pub clock: Arc<dyn Fn() -> Timestamp + Send + Sync>,
@@ -250,7 +253,10 @@ impl SyncContext {
                 }));
             }
         };
-        let config = container_config(pod, container, &image_ref, attempt, envs);
+        let mut config = container_config(pod, container, &image_ref, attempt, envs);
+        if let Some(resources) = config.linux.as_mut().and_then(|l| l.resources.as_mut()) {
+            resources.oom_score_adj = qos::oom_score_adj(pod, container, self.memory_capacity);
+        }
         let id = match self
             .runtime
             .create_container(sandbox_id, config, sandbox.clone())

@@ -30,6 +30,7 @@ fn harness() -> Harness {
         api: api.clone(),
         host_ip: "192.168.1.5".into(),
         runtime_name: "containerd".into(),
+        memory_capacity: 4 << 30,
         log_dir: logs.path().into(),
         clock: Arc::new(move || clock_source.now()),
     };
