@@ -4,13 +4,14 @@
 //! read through the API server; a missing one (unless `optional`) keeps the container from
 //! being created, reported as `CreateContainerConfigError`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
 
 use crate::api::PodApi;
 use crate::config::{PodRuntimeFields, field_ref};
 use crate::cri::KeyValue;
+use crate::expansion;
 
 /// Why the environment could not be built (the message of `CreateContainerConfigError`).
 pub type Problem = String;
@@ -94,6 +95,12 @@ fn set(envs: &mut Vec<KeyValue>, key: String, value: String) {
 }
 
 /// The container's environment, in order, or why it cannot be built.
+fn defined(envs: &[KeyValue]) -> HashMap<&str, &str> {
+    envs.iter()
+        .map(|kv| (kv.key.as_str(), kv.value.as_str()))
+        .collect()
+}
+
 pub async fn resolve(
     api: &dyn PodApi,
     pod: &Pod,
@@ -129,7 +136,8 @@ pub async fn resolve(
     }
     for e in container.env.iter().flatten() {
         let value = match (&e.value, &e.value_from) {
-            (Some(v), _) => Some(v.clone()),
+            // literal values may refer to the variables defined before them, as upstream
+            (Some(v), _) => Some(expansion::expand(v, &defined(&envs))),
             (None, None) => Some(String::new()),
             (None, Some(from)) => {
                 if let Some(f) = &from.field_ref {
@@ -247,5 +255,34 @@ mod tests {
             .await
             .unwrap();
         assert!(envs.is_empty());
+    }
+
+    #[tokio::test]
+    async fn literal_values_expand_earlier_variables_and_sourced_values_stay_verbatim() {
+        let (pod, c) = pod_with(json!({"name": "c", "env": [
+            {"name": "HOST", "value": "db"},
+            {"name": "URL", "value": "http://$(HOST):$(PORT)/$$(HOST)"},
+            {"name": "PORT", "value": "5432"},
+            {"name": "RAW", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+            {"name": "AGAIN", "value": "$(URL)"},
+        ]}));
+        let api = api();
+        api.secrets.lock().insert(
+            "creds".into(),
+            BTreeMap::from([("password".to_string(), "$(HOST)".to_string())]),
+        );
+        let envs = resolve(&api, &pod, &c, &PodRuntimeFields::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            pairs(&envs),
+            [
+                ("HOST", "db"),
+                ("URL", "http://db:$(PORT)/$(HOST)"),
+                ("PORT", "5432"),
+                ("RAW", "$(HOST)"),
+                ("AGAIN", "http://db:$(PORT)/$(HOST)"),
+            ]
+        );
     }
 }

@@ -9,6 +9,7 @@
 //! - [`actions`]: what a sync should do, without I/O (init order, restarts, back-off).
 //! - [`config`]: the CRI sandbox and container configs from the pod's spec.
 //! - [`env`]: a container's environment (values, field refs, ConfigMaps, Secrets).
+//! - [`expansion`]: `$(VAR)` references in env values, commands and args.
 //! - [`hooks`]: postStart and preStop hooks.
 //! - [`probe`]: startup, liveness and readiness probes (exec, tcpSocket, httpGet).
 //! - [`status`]: pod status from CRI state, without I/O.
@@ -27,6 +28,7 @@ pub mod config;
 pub mod containerd;
 pub mod cri;
 pub mod env;
+pub mod expansion;
 pub mod fake;
 pub mod hooks;
 pub mod host;

@@ -20,6 +20,7 @@ use crate::config::{PodRuntimeFields, container_config, sandbox_config};
 use crate::cri::{
     ContainerRuntime, ContainerState, ContainerStatus, PodSandboxConfig, PodSandboxState,
 };
+use crate::expansion;
 use crate::hooks::{self, Hook};
 use crate::probe::{self, Kind, Probes, Transition};
 use crate::qos;
@@ -254,6 +255,8 @@ impl SyncContext {
             }
         };
         let mut config = container_config(pod, container, &image_ref, attempt, envs);
+        config.command = expansion::expand_all(&config.command, &config.envs);
+        config.args = expansion::expand_all(&config.args, &config.envs);
         if let Some(resources) = config.linux.as_mut().and_then(|l| l.resources.as_mut()) {
             resources.oom_score_adj = qos::oom_score_adj(pod, container, self.memory_capacity);
         }
