@@ -514,6 +514,14 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
         .await;
         assert_eq!(beside.started, Some(true));
         assert!(beside.state.unwrap().running.is_some());
+        // a BestEffort pod: the OOM killer's first choice, as upstream sets it
+        let side_id = beside.container_id.expect("the sidecar's id");
+        let info = kubelet.ctr(&[
+            "containers",
+            "info",
+            side_id.trim_start_matches("containerd://"),
+        ]);
+        assert!(info.contains("\"oomScoreAdj\": 1000"), "{info}");
         eventually("the sidecar pod to succeed", || {
             in_phase(&pods, "sidecar", "Succeeded")
         })
