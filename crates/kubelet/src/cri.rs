@@ -15,8 +15,8 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 /// The CRI types, re-exported for callers that build configs and read statuses.
 pub use k8s_cri::v1::{
-    Container, ContainerConfig, ContainerMetadata, ContainerState, ContainerStatus, Image,
-    ImageSpec, KeyValue, PodSandbox, PodSandboxConfig, PodSandboxMetadata, PodSandboxState,
+    AuthConfig, Container, ContainerConfig, ContainerMetadata, ContainerState, ContainerStatus,
+    Image, ImageSpec, KeyValue, PodSandbox, PodSandboxConfig, PodSandboxMetadata, PodSandboxState,
     PodSandboxStatus, VersionResponse,
 };
 
@@ -86,8 +86,9 @@ pub trait ContainerRuntime: Send + Sync {
     async fn list_images(&self) -> Result<Vec<Image>>;
     /// The image if the runtime has it.
     async fn image_status(&self, image: &str) -> Result<Option<Image>>;
-    /// Pulls an image and returns its reference (the image id).
-    async fn pull_image(&self, image: &str) -> Result<String>;
+    /// Pulls an image, with registry credentials if given, and returns its reference (the
+    /// image id).
+    async fn pull_image(&self, image: &str, auth: Option<AuthConfig>) -> Result<String>;
 }
 
 /// What a command run with [`ContainerRuntime::exec_sync`] did.
@@ -327,10 +328,10 @@ impl ContainerRuntime for CriClient {
         Ok(r.map_err(call("ImageStatus"))?.into_inner().image)
     }
 
-    async fn pull_image(&self, image: &str) -> Result<String> {
+    async fn pull_image(&self, image: &str, auth: Option<AuthConfig>) -> Result<String> {
         let req = cri::PullImageRequest {
             image: Some(image_spec(image)),
-            auth: None,
+            auth,
             sandbox_config: None,
         };
         let r = self.images.clone().pull_image(req).await;

@@ -9,9 +9,9 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 
 use crate::cri::{
-    Container, ContainerConfig, ContainerRuntime, ContainerState, ContainerStatus, Error,
-    ExecResult, Image, PodSandbox, PodSandboxConfig, PodSandboxState, PodSandboxStatus, Result,
-    VersionResponse, image_spec,
+    AuthConfig, Container, ContainerConfig, ContainerRuntime, ContainerState, ContainerStatus,
+    Error, ExecResult, Image, PodSandbox, PodSandboxConfig, PodSandboxState, PodSandboxStatus,
+    Result, VersionResponse, image_spec,
 };
 
 #[derive(Default)]
@@ -386,9 +386,12 @@ impl ContainerRuntime for FakeRuntime {
         }))
     }
 
-    async fn pull_image(&self, image: &str) -> Result<String> {
+    async fn pull_image(&self, image: &str, auth: Option<AuthConfig>) -> Result<String> {
         let mut s = self.state.lock();
-        s.check("PullImage", image)?;
+        let user = auth
+            .map(|a| format!(" as {}", a.username))
+            .unwrap_or_default();
+        s.check("PullImage", &format!("{image}{user}"))?;
         s.images.insert(image.into());
         Ok(format!("sha256:{}", image.len()))
     }

@@ -19,6 +19,7 @@
 //! - [`cri`]: the [`cri::ContainerRuntime`] trait and its CRI client over a unix socket.
 //! - [`fake`]: a recording fake runtime for tests.
 //! - [`api`]: pod writes through the API server behind a trait, with a recording fake.
+//! - [`credentials`]: registry credentials from a pod's `imagePullSecrets`.
 //! - [`containerd`]: managed containerd (config, supervision).
 //! - [`images`]: the built-in pause and busybox images and image import.
 
@@ -26,6 +27,7 @@ pub mod actions;
 pub mod api;
 pub mod config;
 pub mod containerd;
+pub mod credentials;
 pub mod cri;
 pub mod env;
 pub mod expansion;

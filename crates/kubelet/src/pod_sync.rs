@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
 use crate::actions::{self, Init, Step};
 use crate::api::{PodApi, PodEvent};
 use crate::config::{PodRuntimeFields, container_config, sandbox_config};
+use crate::credentials::{self, Keyring};
 use crate::cri::{
     ContainerRuntime, ContainerState, ContainerStatus, PodSandboxConfig, PodSandboxState,
 };
@@ -176,12 +177,13 @@ impl SyncContext {
                 }
             });
         }
+        let keyring = self.pull_secrets(pod).await;
         let pulling = format!("Pulling image \"{image}\"");
         self.api
             .event(pod, PodEvent::normal("Pulling", name, pulling))
             .await;
         let started = std::time::Instant::now();
-        match self.runtime.pull_image(&image).await {
+        match self.pull_image(&keyring, &image).await {
             Ok(image_ref) => {
                 let message = format!(
                     "Successfully pulled image \"{image}\" in {:.3}s",
@@ -192,7 +194,7 @@ impl SyncContext {
                     .await;
                 Ok(Ok(image_ref))
             }
-            Err(e) => match present {
+            Err(e) => match present.filter(|_| !credentials::refused(&e.to_string())) {
                 Some(id) => {
                     tracing::info!(image, error = %e, "pull failed; using the image present");
                     let message = format!(
@@ -210,6 +212,56 @@ impl SyncContext {
                     Ok(Err(failed(message)))
                 }
             },
+        }
+    }
+
+    /// The registry credentials of the pod's `imagePullSecrets`; secrets that cannot be read
+    /// are reported in an event, as upstream's kubelet does before it pulls.
+    async fn pull_secrets(&self, pod: &Pod) -> Keyring {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let mut keyring = Keyring::default();
+        let mut missing = Vec::new();
+        let secrets = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.image_pull_secrets.as_ref());
+        for secret in secrets.into_iter().flatten() {
+            match self.api.secret(namespace, &secret.name).await {
+                Ok(Some(data)) => keyring.add_secret(&data),
+                _ => missing.push(secret.name.clone()),
+            }
+        }
+        if !missing.is_empty() {
+            let message = format!(
+                "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                missing.join(", ")
+            );
+            let event = PodEvent {
+                field_path: None,
+                ..PodEvent::warning("FailedToRetrieveImagePullSecret", "", message)
+            };
+            self.api.event(pod, event).await;
+        }
+        keyring
+    }
+
+    /// Pulls `image` with each matching credential in turn until one works, or anonymously
+    /// when none match, as upstream's kubelet does.
+    async fn pull_image(
+        &self,
+        keyring: &Keyring,
+        image: &str,
+    ) -> std::result::Result<String, crate::cri::Error> {
+        let mut last = None;
+        for auth in keyring.lookup(image) {
+            match self.runtime.pull_image(image, Some(auth)).await {
+                Ok(image_ref) => return Ok(image_ref),
+                Err(e) => last = Some(e),
+            }
+        }
+        match last {
+            Some(e) => Err(e),
+            None => self.runtime.pull_image(image, None).await,
         }
     }
 

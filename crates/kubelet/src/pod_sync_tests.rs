@@ -1,5 +1,6 @@
 //! Unit tests of [`super::SyncContext::sync_pod`] with the fake runtime and a recording API.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -279,6 +280,43 @@ async fn pull_policies_decide_between_the_image_present_and_a_pull() {
     assert_eq!(
         waiting_reason(&h.status()).as_deref(),
         Some("ImagePullBackOff")
+    );
+}
+
+#[tokio::test]
+async fn pulls_use_the_matching_image_pull_secret_and_missing_secrets_are_reported() {
+    let h = harness();
+    h.api.secrets.lock().insert(
+        "regcred".into(),
+        BTreeMap::from([(
+            ".dockerconfigjson".to_string(),
+            r#"{"auths": {"127.0.0.1:5000": {"username": "alice", "password": "pw"}}}"#.to_string(),
+        )]),
+    );
+    let mut p = pod("Always", "Always");
+    let spec = p.spec.as_mut().unwrap();
+    spec.containers[0].image = Some("127.0.0.1:5000/app:1".into());
+    spec.image_pull_secrets = Some(vec![
+        serde_json::from_value(json!({"name": "regcred"})).unwrap(),
+        serde_json::from_value(json!({"name": "gone"})).unwrap(),
+    ]);
+    h.sync(&mut p).await;
+    let pulls: Vec<String> = h
+        .runtime
+        .calls()
+        .into_iter()
+        .filter(|c| c.starts_with("PullImage"))
+        .collect();
+    assert_eq!(pulls, ["PullImage 127.0.0.1:5000/app:1 as alice"]);
+    assert_eq!(
+        h.api.event_reasons(),
+        [
+            "FailedToRetrieveImagePullSecret",
+            "Pulling",
+            "Pulled",
+            "Created",
+            "Started"
+        ]
     );
 }
 

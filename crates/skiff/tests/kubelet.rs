@@ -4,7 +4,9 @@
 //! offline) runs its init container, then reaches Running with a pod IP from the CNI bridge and its container statuses; pods
 //! that exit reach Succeeded or Failed under restartPolicy Never; a crashing pod is restarted
 //! into CrashLoopBackOff; a postStart hook runs; one pod fetches over HTTP from another's pod IP; a readiness probe gates ready and a failing liveness probe restarts; env from a ConfigMap, and a missing one reported; a restarted kubelet adopts running containers; a deleted pod is stopped within its grace period and removed, its
-//! containers gone from containerd. Needs root (containerd, CNI); skips otherwise.
+//! containers gone from containerd. A pod's image is pulled from Debian's `docker-registry` on
+//! loopback with its imagePullSecrets, and refused without them. Needs root (containerd, CNI);
+//! skips otherwise.
 
 mod support;
 
@@ -279,12 +281,16 @@ async fn in_phase(pods: &Api<Pod>, name: &str, phase: &str) -> Option<Pod> {
     (pod.status.as_ref()?.phase.as_deref() == Some(phase)).then_some(pod)
 }
 
+/// The tests of this file share the host's `cni0` bridge: one at a time.
+static ONE_NODE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deletion() {
     if let Some(why) = unsupported() {
         eprintln!("skipping: {why}");
         return;
     }
+    let _node = ONE_NODE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let api = ApiServer::start(Backend::Embedded);
     let mut kubelet = KubeletProcess::start(&api);
     run(async {
@@ -639,5 +645,216 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
                 .then_some(())
         })
         .await;
+    });
+}
+
+/// Debian's `docker-registry` on a free loopback port, requiring a login (htpasswd).
+struct Registry {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Registry {
+    const USER: &str = "alice";
+    const PASSWORD: &str = "s3cret";
+
+    fn start() -> Registry {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let htpasswd = support::run_guarded(Command::new("htpasswd").args([
+            "-Bbn",
+            Self::USER,
+            Self::PASSWORD,
+        ]));
+        assert!(htpasswd.status.success(), "htpasswd failed");
+        std::fs::write(dir.path().join("htpasswd"), &htpasswd.stdout).expect("write htpasswd");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let config = format!(
+            "version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {root}}}}}\n\
+             http: {{addr: 127.0.0.1:{port}}}\nauth: {{htpasswd: {{realm: skiff, path: {htpasswd}}}}}\n",
+            root = dir.path().join("data").display(),
+            htpasswd = dir.path().join("htpasswd").display(),
+        );
+        std::fs::write(dir.path().join("config.yml"), config).expect("write config");
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(dir.path().join("config.yml"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start docker-registry");
+        let registry = Registry {
+            child,
+            port,
+            _dir: dir,
+        };
+        let addr = format!("127.0.0.1:{port}");
+        let start = std::time::Instant::now();
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(
+                start.elapsed() < HANG_GUARD,
+                "docker-registry did not listen"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        registry
+    }
+
+    /// Pushes an OCI archive's image (by its ref name) as `repo:tag`, logged in.
+    fn push(&self, archive: &Path, ref_name: &str, repo_tag: &str) -> String {
+        let target = format!("127.0.0.1:{}/{repo_tag}", self.port);
+        let out = support::run_guarded(
+            Command::new("skopeo")
+                .args(["copy", "--quiet", "--dest-tls-verify=false", "--dest-creds"])
+                .arg(format!("{}:{}", Self::USER, Self::PASSWORD))
+                .arg(format!("oci-archive:{}:{ref_name}", archive.display()))
+                .arg(format!("docker://{target}")),
+        );
+        assert!(
+            out.status.success(),
+            "skopeo copy: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        target
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn images_are_pulled_from_a_registry_with_the_pods_image_pull_secrets() {
+    if let Some(why) = unsupported() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    for tool in ["docker-registry", "skopeo", "htpasswd"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            eprintln!("skipping: {tool} is not installed (scripts/install-deps)");
+            return;
+        }
+    }
+    let _node = ONE_NODE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let api = ApiServer::start(Backend::Embedded);
+    let kubelet = KubeletProcess::start(&api);
+    let registry = Registry::start();
+    // the built-in busybox, as the kubelet built it, pushed under a private name
+    let image = registry.push(
+        &kubelet.data().join("images/builtin-images.tar"),
+        "latest",
+        "private/busybox:1",
+    );
+    let never_pulled = registry.push(
+        &kubelet.data().join("images/builtin-images.tar"),
+        "latest",
+        "private/busybox:2",
+    );
+    api.kubectl(
+        support::KUBECTL_133,
+        &[
+            "create",
+            "secret",
+            "docker-registry",
+            "regcred",
+            &format!("--docker-server=127.0.0.1:{}", registry.port),
+            &format!("--docker-username={}", Registry::USER),
+            &format!("--docker-password={}", Registry::PASSWORD),
+        ],
+    );
+    run(async {
+        let pods: Api<Pod> = Api::namespaced(kube_client(&api).await, "default");
+        let pod = |name: &str, image: &str, secrets: serde_json::Value| {
+            serde_json::from_value::<Pod>(json!({
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": {"nodeName": NODE, "restartPolicy": "Never",
+                         "imagePullSecrets": secrets,
+                         "containers": [{"name": "c", "image": image,
+                            "imagePullPolicy": "Always", "command": ["true"]}]}}))
+            .unwrap()
+        };
+        // with the secret: pulled, run, done
+        pods.create(
+            &PostParams::default(),
+            &pod("pulled", &image, json!([{"name": "regcred"}])),
+        )
+        .await
+        .expect("create pod");
+        let done = eventually("the pulled pod to succeed", || {
+            in_phase(&pods, "pulled", "Succeeded")
+        })
+        .await;
+        let cs = &done.status.unwrap().container_statuses.unwrap()[0];
+        assert_eq!(cs.image, image);
+        // a pulled image's id is its repo digest, as upstream shows it
+        assert!(
+            cs.image_id.starts_with(&format!(
+                "127.0.0.1:{}/private/busybox@sha256:",
+                registry.port
+            )),
+            "{}",
+            cs.image_id
+        );
+
+        // without it the registry refuses, and the kubelet backs off saying so; the image
+        // already pulled is not used either, as upstream with imagePullPolicy Always
+        pods.create(
+            &PostParams::default(),
+            &pod("denied", &never_pulled, json!([])),
+        )
+        .await
+        .expect("create pod");
+        pods.create(&PostParams::default(), &pod("cached", &image, json!([])))
+            .await
+            .expect("create pod");
+        let waiting = eventually("the denied pod to wait on its image", || async {
+            let cs = pods.get("denied").await.ok()?.status?.container_statuses?;
+            let waiting = cs.into_iter().next()?.state?.waiting?;
+            matches!(
+                waiting.reason.as_deref(),
+                Some("ErrImagePull" | "ImagePullBackOff")
+            )
+            .then_some(waiting)
+        })
+        .await;
+        let message = waiting.message.unwrap_or_default();
+        assert!(message.contains("401 Unauthorized"), "{message}");
+        let cached = eventually("the cached image's pod to be refused too", || async {
+            let cs = pods.get("cached").await.ok()?.status?.container_statuses?;
+            let waiting = cs.into_iter().next()?.state?.waiting?;
+            matches!(
+                waiting.reason.as_deref(),
+                Some("ErrImagePull" | "ImagePullBackOff")
+            )
+            .then_some(waiting)
+        })
+        .await;
+        assert!(
+            cached
+                .message
+                .unwrap_or_default()
+                .contains("401 Unauthorized")
+        );
+        for name in ["pulled", "denied", "cached"] {
+            pods.delete(name, &DeleteParams::default())
+                .await
+                .expect("delete pod");
+        }
+        for name in ["pulled", "denied", "cached"] {
+            eventually(&format!("{name} to be gone"), || async {
+                pods.get_opt(name).await.ok()?.is_none().then_some(())
+            })
+            .await;
+        }
     });
 }
