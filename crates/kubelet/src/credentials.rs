@@ -66,7 +66,7 @@ impl Keyring {
             self.entries.push((key, auth));
         }
         // most specific first, as upstream's keyring orders its index
-        self.entries.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        self.entries.sort_by_key(|e| std::cmp::Reverse(e.0.len()));
     }
 
     /// The credentials to try for `image`, most specific first; empty means pull anonymously.
