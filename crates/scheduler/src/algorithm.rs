@@ -3,7 +3,7 @@
 //! PostFilter when none fits, then PreScore, Score, and the best node (ties broken at random).
 //! No I/O: the caller assumes, binds and reports.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -51,6 +51,17 @@ pub struct FitError {
     pub nominated_node: Option<String>,
     /// The pods to evict from the nominated node, most important first.
     pub victims: Vec<Arc<PodInfo>>,
+}
+
+impl FitError {
+    /// The plugins that rejected the pod on some node (PreFilter or Filter).
+    pub fn rejecting_plugins(&self) -> BTreeSet<&'static str> {
+        self.statuses
+            .values()
+            .filter(|s| s.is_rejected())
+            .map(|s| s.plugin())
+            .collect()
+    }
 }
 
 impl fmt::Display for FitError {

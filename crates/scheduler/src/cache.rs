@@ -136,19 +136,23 @@ impl Cache {
     }
 
     /// A pod the watch shows bound to a node (new, updated, or an assumed one confirmed).
-    pub fn add_or_update_pod(&mut self, pod: Arc<Pod>) {
+    /// Returns whether the watch had shown it bound before (an update rather than an add).
+    pub fn add_or_update_pod(&mut self, pod: Arc<Pod>) -> bool {
         let info = Arc::new(PodInfo::new(pod));
         let node = info.node_name().to_string();
         if node.is_empty() {
-            return;
+            return false;
         }
+        let mut bound_before = false;
         if let Some(old) = self.pods.remove(&info.key) {
+            bound_before = matches!(old, PodState::Bound { .. });
             let (PodState::Assumed { node: old } | PodState::Bound { node: old }) = old;
             self.unplace(&old, &info.key);
         }
         self.pods
             .insert(info.key.clone(), PodState::Bound { node: node.clone() });
         self.place(&node, info);
+        bound_before
     }
 
     pub fn remove_pod(&mut self, key: &str) {

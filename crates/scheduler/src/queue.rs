@@ -3,13 +3,13 @@
 //! - **activeQ**: ready to schedule, highest `spec.priority` first, then oldest (PrioritySort).
 //! - **backoffQ**: failed recently; each waits 1 s doubling up to 10 s per attempt before it
 //!   returns to activeQ.
-//! - **unschedulable**: no node fitted; parked until a cluster event might change that (a node
-//!   added or updated, a pod deleted: [`SchedulingQueue::move_all_to_active_or_backoff`]) or
-//!   for at most 5 minutes.
+//! - **unschedulable**: no node fitted; parked until a cluster event one of the plugins that
+//!   rejected it registered for (a node added, a node's labels changed, a pod deleted…:
+//!   [`SchedulingQueue::on_event`]) might change that, or for at most 5 minutes.
 //!
 //! If such an event arrives while a pod is being scheduled, a failure of that attempt sends it
 //! to backoffQ rather than parking it, so it is not stranded by an event it missed (upstream's
-//! `moveRequestCycle`).
+//! in-flight events).
 //!
 //! One mutex guards all three; [`SchedulingQueue::pop`] waits on a `Notify`. Time comes from
 //! `tokio::time::Instant`, so tests pause and advance it.
@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::framework::PodInfo;
+use crate::framework::{ClusterEvent, PodInfo};
 
 /// Upstream's `DefaultPodInitialBackoffDuration`.
 pub const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
@@ -53,6 +53,8 @@ enum Location {
     Backoff,
     Unschedulable {
         since: Instant,
+        /// The events that may make it schedulable (those its rejecting plugins registered).
+        interest: ClusterEvent,
     },
     /// Popped and being scheduled; `updated` if a newer version arrived meanwhile.
     InFlight {
@@ -99,7 +101,11 @@ struct Inner {
     backoff: BinaryHeap<Reverse<(Instant, String, u64)>>,
     next_seq: u64,
     scheduling_cycle: u64,
-    move_request_cycle: u64,
+    /// Pods popped and not yet back or done.
+    in_flight: usize,
+    /// Events seen while pods were in flight, with the scheduling cycle they came in; cleared
+    /// whenever no pod is in flight.
+    in_flight_events: Vec<(u64, ClusterEvent)>,
     closed: bool,
 }
 
@@ -137,6 +143,14 @@ impl Inner {
         }
     }
 
+    /// An in-flight pod left the flight (failed, done or deleted).
+    fn land(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if self.in_flight == 0 {
+            self.in_flight_events.clear();
+        }
+    }
+
     fn counts(&self) -> QueueSizes {
         let mut s = QueueSizes::default();
         for e in self.pods.values() {
@@ -163,8 +177,9 @@ pub struct QueueSizes {
 /// Why an attempt failed, which decides where the pod waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
-    /// No node fits: park it until a cluster event (or backoff, if one came during the attempt).
-    Unschedulable,
+    /// No node fits: park it until one of these cluster events (or backoff, if one came
+    /// during the attempt).
+    Unschedulable(ClusterEvent),
     /// Something went wrong (an API error, a failed binding): retry after backoff.
     Error,
 }
@@ -226,7 +241,12 @@ impl SchedulingQueue {
 
     /// The pod is gone (deleted, or bound by someone else).
     pub fn delete(&self, key: &str) {
-        self.inner.lock().pods.remove(key);
+        let mut q = self.inner.lock();
+        if let Some(e) = q.pods.remove(key)
+            && matches!(e.location, Location::InFlight { .. })
+        {
+            q.land();
+        }
     }
 
     /// Waits for the next pod to schedule; `None` once the queue is closed.
@@ -248,6 +268,7 @@ impl SchedulingQueue {
                         continue;
                     }
                     q.scheduling_cycle += 1;
+                    q.in_flight += 1;
                     let cycle = q.scheduling_cycle;
                     q.put(&key, Location::InFlight { updated: false });
                     let e = q.pods.get_mut(&key).expect("checked above");
@@ -263,7 +284,11 @@ impl SchedulingQueue {
     pub fn requeue_failed(&self, key: &str, cycle: u64, failure: Failure) {
         let now = Instant::now();
         let mut q = self.inner.lock();
-        let move_requested = q.move_request_cycle >= cycle;
+        let missed = q
+            .in_flight_events
+            .iter()
+            .filter(|(c, _)| *c >= cycle)
+            .fold(ClusterEvent::NONE, |all, (_, e)| all.with(*e));
         let Some(e) = q.pods.get_mut(key) else {
             return;
         };
@@ -275,11 +300,16 @@ impl SchedulingQueue {
         e.pod.backoff_until = now + backoff;
         e.pod.timestamp = now;
         match failure {
-            Failure::Unschedulable if !move_requested && !updated => {
-                q.put(key, Location::Unschedulable { since: now })
-            }
+            Failure::Unschedulable(interest) if !missed.intersects(interest) && !updated => q.put(
+                key,
+                Location::Unschedulable {
+                    since: now,
+                    interest,
+                },
+            ),
             _ => q.put(key, Location::Backoff),
         }
+        q.land();
     }
 
     /// A pod whose binding failed after it left the queue: back in, after its backoff.
@@ -317,24 +347,34 @@ impl SchedulingQueue {
             Some(Location::InFlight { .. })
         ) {
             q.pods.remove(key);
+            q.land();
         }
     }
 
-    /// A cluster event that may make parked pods schedulable: all of them go back to activeQ
-    /// (or backoffQ while their backoff lasts).
-    pub fn move_all_to_active_or_backoff(&self) {
+    /// A cluster event: the parked pods it may make schedulable (those whose rejecting plugins
+    /// registered for it) go back to activeQ, or backoffQ while their backoff lasts; attempts
+    /// in flight remember it.
+    pub fn on_event(&self, event: ClusterEvent) {
+        if event.is_empty() {
+            return;
+        }
         let now = Instant::now();
         let mut q = self.inner.lock();
         let parked: Vec<String> = q
             .pods
             .iter()
-            .filter(|(_, e)| matches!(e.location, Location::Unschedulable { .. }))
+            .filter(|(_, e)| {
+                matches!(e.location, Location::Unschedulable { interest, .. } if interest.intersects(event))
+            })
             .map(|(k, _)| k.clone())
             .collect();
         for key in &parked {
             q.requeue(key, now);
         }
-        q.move_request_cycle = q.scheduling_cycle;
+        if q.in_flight > 0 {
+            let cycle = q.scheduling_cycle;
+            q.in_flight_events.push((cycle, event));
+        }
         drop(q);
         if !parked.is_empty() {
             self.ready.notify_one();
@@ -365,7 +405,7 @@ impl SchedulingQueue {
             .pods
             .iter()
             .filter(|(_, e)| {
-                matches!(e.location, Location::Unschedulable { since } if now - since >= MAX_UNSCHEDULABLE)
+                matches!(e.location, Location::Unschedulable { since, .. } if now - since >= MAX_UNSCHEDULABLE)
             })
             .map(|(k, _)| k.clone())
             .collect();
@@ -421,12 +461,16 @@ mod tests {
         let q = SchedulingQueue::new();
         q.add_or_update(pod("p", 0));
         let (_, cycle) = pop_name(&q).await;
-        q.requeue_failed("default/p", cycle, Failure::Unschedulable);
+        q.requeue_failed(
+            "default/p",
+            cycle,
+            Failure::Unschedulable(ClusterEvent::ALL),
+        );
         assert_eq!(q.sizes().unschedulable, 1);
         tokio::time::advance(Duration::from_secs(30)).await;
         q.flush();
         assert_eq!(q.sizes().unschedulable, 1, "no event, not yet 5 minutes");
-        q.move_all_to_active_or_backoff();
+        q.on_event(ClusterEvent::ALL);
         assert_eq!(q.sizes().active, 1);
         assert_eq!(pop_name(&q).await.0, "p");
     }
@@ -436,8 +480,42 @@ mod tests {
         let q = SchedulingQueue::new();
         q.add_or_update(pod("p", 0));
         let (_, cycle) = pop_name(&q).await;
-        q.move_all_to_active_or_backoff();
-        q.requeue_failed("default/p", cycle, Failure::Unschedulable);
+        q.on_event(ClusterEvent::ALL);
+        q.requeue_failed(
+            "default/p",
+            cycle,
+            Failure::Unschedulable(ClusterEvent::ALL),
+        );
+        assert_eq!(q.sizes().backoff, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_parked_pod_returns_only_for_an_event_its_plugins_registered_for() {
+        let q = SchedulingQueue::new();
+        q.add_or_update(pod("p", 0));
+        let (_, cycle) = pop_name(&q).await;
+        // an event it does not care about, while it is in flight: it still parks
+        q.on_event(ClusterEvent::NODE_CONDITION);
+        let interest = ClusterEvent::NODE_ADD.with(ClusterEvent::NODE_LABEL);
+        q.requeue_failed("default/p", cycle, Failure::Unschedulable(interest));
+        assert_eq!(q.sizes().unschedulable, 1);
+        for other in [
+            ClusterEvent::NODE_TAINT,
+            ClusterEvent::NODE_CONDITION,
+            ClusterEvent::ASSIGNED_POD_ADD,
+        ] {
+            q.on_event(other);
+            assert_eq!(q.sizes().unschedulable, 1, "{other:?}");
+        }
+        q.on_event(ClusterEvent::NODE_LABEL);
+        assert_eq!(q.sizes().unschedulable, 0);
+
+        // one it cares about during the next attempt: backoff, not parked
+        tokio::time::advance(Duration::from_secs(10)).await;
+        q.flush();
+        let (_, cycle) = pop_name(&q).await;
+        q.on_event(ClusterEvent::NODE_ADD);
+        q.requeue_failed("default/p", cycle, Failure::Unschedulable(interest));
         assert_eq!(q.sizes().backoff, 1);
     }
 
@@ -466,7 +544,11 @@ mod tests {
         let q = SchedulingQueue::new();
         q.add_or_update(pod("p", 0));
         let (_, cycle) = pop_name(&q).await;
-        q.requeue_failed("default/p", cycle, Failure::Unschedulable);
+        q.requeue_failed(
+            "default/p",
+            cycle,
+            Failure::Unschedulable(ClusterEvent::ALL),
+        );
         tokio::time::advance(MAX_UNSCHEDULABLE).await;
         q.flush();
         assert_eq!(q.sizes().active, 1);
@@ -501,7 +583,11 @@ mod tests {
         q.add_or_update(pod("p", 0));
         let (_, cycle) = pop_name(&q).await;
         q.add_or_update(PodBuilder::new("p").priority(0).label("new", "yes").info());
-        q.requeue_failed("default/p", cycle, Failure::Unschedulable);
+        q.requeue_failed(
+            "default/p",
+            cycle,
+            Failure::Unschedulable(ClusterEvent::ALL),
+        );
         assert_eq!(q.sizes().backoff, 1);
     }
 }

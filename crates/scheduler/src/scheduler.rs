@@ -17,6 +17,7 @@ use skiff_apimachinery::labels::Selector;
 use crate::algorithm::{Algorithm, FitError, ScheduleError};
 use crate::api::ClusterApi;
 use crate::cache::Cache;
+use crate::framework::events::{self, ClusterEvent};
 use crate::framework::{
     Code, CycleState, Framework, NamespaceLabels, PodInfo, Snapshot, Workloads,
 };
@@ -144,9 +145,12 @@ impl Scheduler {
             self.nominator.lock().remove(&key);
             if is_terminal(&pod) {
                 self.cache.lock().remove_pod(&key);
-                self.queue.move_all_to_active_or_backoff();
+                self.queue.on_event(ClusterEvent::ASSIGNED_POD_DELETE);
             } else {
-                self.cache.lock().add_or_update_pod(pod);
+                let bound_before = self.cache.lock().add_or_update_pod(pod);
+                if !bound_before {
+                    self.queue.on_event(ClusterEvent::ASSIGNED_POD_ADD);
+                }
             }
         } else if pod.metadata.deletion_timestamp.is_some() || is_terminal(&pod) {
             self.queue.delete(&key);
@@ -178,14 +182,21 @@ impl Scheduler {
             placed
         };
         if was_placed {
-            self.queue.move_all_to_active_or_backoff();
+            self.queue.on_event(ClusterEvent::ASSIGNED_POD_DELETE);
         }
     }
 
-    /// A node was added or changed.
+    /// A node was added or changed: parked pods come back only if what changed is something
+    /// their rejecting plugins read (a heartbeat wakes none).
     pub fn on_node(&self, node: Arc<Node>) {
-        self.cache.lock().add_or_update_node(node);
-        self.queue.move_all_to_active_or_backoff();
+        let event = {
+            let mut cache = self.cache.lock();
+            let name = node.metadata.name.as_deref().unwrap_or_default();
+            let event = events::node_change(cache.node(name).map(|n| n.node.as_ref()), &node);
+            cache.add_or_update_node(node);
+            event
+        };
+        self.queue.on_event(event);
     }
 
     pub fn on_node_deleted(&self, name: &str) {
@@ -313,7 +324,14 @@ impl Scheduler {
             Err(e) => {
                 let (reason, failure) = match &e {
                     ScheduleError::Plugin(_) => ("SchedulerError", Failure::Error),
-                    _ => ("Unschedulable", Failure::Unschedulable),
+                    ScheduleError::NoNodes => (
+                        "Unschedulable",
+                        Failure::Unschedulable(ClusterEvent::NODE_ADD),
+                    ),
+                    ScheduleError::Fit(fit) => (
+                        "Unschedulable",
+                        Failure::Unschedulable(fw.events_of(fit.rejecting_plugins())),
+                    ),
                 };
                 let nominated = match &e {
                     ScheduleError::Fit(fit) => self.nominate(&fw, &pod, fit),
@@ -345,7 +363,7 @@ impl Scheduler {
             fw.run_unreserve(&mut state, &assumed, &chosen);
             self.cache.lock().forget(&pod.key);
             let failure = if permit.is_rejected() {
-                Failure::Unschedulable
+                Failure::Unschedulable(fw.events_of([permit.plugin()]))
             } else {
                 Failure::Error
             };
@@ -457,7 +475,7 @@ impl Scheduler {
         nominated: Option<String>,
     ) {
         let outcome = match failure {
-            Failure::Unschedulable => Outcome::Unschedulable,
+            Failure::Unschedulable(_) => Outcome::Unschedulable,
             Failure::Error => Outcome::Error,
         };
         let queued = &attempt.queued;
@@ -547,6 +565,20 @@ mod tests {
                 message: "0/1 nodes are available: 1 node(s) were unschedulable.".into(),
             }]
         );
+        assert_eq!(s.queue().sizes().unschedulable, 1);
+        // a heartbeat (a condition's timestamp) or a new label wakes nothing NodeUnschedulable reads
+        let mut beat = node("n1").unschedulable().build();
+        beat.status.get_or_insert_with(Default::default).conditions = Some(vec![
+            serde_json::from_value(serde_json::json!({"type": "Ready", "status": "True",
+                "lastHeartbeatTime": "2026-01-01T00:00:10Z"}))
+            .unwrap(),
+        ]);
+        s.on_node(Arc::new(beat.clone()));
+        beat.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("zone".into(), "a".into());
+        s.on_node(Arc::new(beat));
         assert_eq!(s.queue().sizes().unschedulable, 1);
         s.on_node(Arc::new(node("n1").build()));
         // out of the unschedulable pods, into backoff for the rest of its first second

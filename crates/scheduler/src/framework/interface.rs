@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::events::ClusterEvent;
 use super::status::Status;
 use super::types::{NodeInfo, PodInfo, Snapshot};
 
@@ -95,6 +96,12 @@ impl CycleState {
 pub trait Plugin: Send + Sync {
     /// Upstream's plugin name (`NodeResourcesFit`), used in configuration and messages.
     fn name(&self) -> &'static str;
+
+    /// The cluster events that may make a pod this plugin rejected schedulable (upstream's
+    /// `EventsToRegister`); a pod parked by it returns to the queue only for these.
+    fn events(&self) -> ClusterEvent {
+        ClusterEvent::ALL
+    }
 
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         None

@@ -2,6 +2,7 @@
 //! see, the extension-point traits, the runtime that runs a profile's plugins in order, and the
 //! pods waiting at Permit.
 
+pub mod events;
 pub mod interface;
 pub mod runtime;
 pub mod status;
@@ -9,6 +10,7 @@ pub mod testing;
 pub mod types;
 pub mod waiting;
 
+pub use events::ClusterEvent;
 pub use interface::{
     BindPlugin, CycleState, FilterPlugin, FilterRunner, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore,
     NodeStatuses, PermitPlugin, Plugin, PostBindPlugin, PostFilterPlugin, PostFilterResult,

@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use super::events::ClusterEvent;
 use super::interface::{
     CycleState, FilterRunner, NodeScore, NodeStatuses, Plugin, PostFilterResult, PreFilterResult,
 };
@@ -140,6 +141,23 @@ impl Framework {
     /// Names of the plugins, in run order.
     pub fn plugin_names(&self) -> Vec<&'static str> {
         self.plugins.iter().map(|p| p.name()).collect()
+    }
+
+    /// The events that may undo these plugins' rejections: the union of what each registered
+    /// for, and every event when none is known (an unattributed failure).
+    pub fn events_of<'a>(&self, plugins: impl IntoIterator<Item = &'a str>) -> ClusterEvent {
+        let mut events = ClusterEvent::NONE;
+        for name in plugins {
+            events = match self.plugins.iter().find(|p| p.name() == name) {
+                Some(p) => events.with(p.events()),
+                None => ClusterEvent::ALL,
+            };
+        }
+        if events.is_empty() {
+            ClusterEvent::ALL
+        } else {
+            events
+        }
     }
 
     pub fn has_post_filter(&self) -> bool {

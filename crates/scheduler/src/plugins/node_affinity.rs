@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::helper::{arg, normalize_to_max, pod_spec};
 use super::node_selector::{NodeSelector, PreferredTerms, RequiredNodeAffinity};
 use crate::framework::{
-    CycleState, FilterPlugin, NodeInfo, NodeScore, Plugin, PodInfo, PreFilterPlugin,
+    ClusterEvent, CycleState, FilterPlugin, NodeInfo, NodeScore, Plugin, PodInfo, PreFilterPlugin,
     PreFilterResult, PreScorePlugin, ScorePlugin, Snapshot, Status,
 };
 
@@ -94,6 +94,10 @@ fn preferred_terms(pod: &PodInfo) -> Result<Option<PreferredTerms>, String> {
 impl Plugin for NodeAffinity {
     fn name(&self) -> &'static str {
         NAME
+    }
+    /// A node added or its labels changed (upstream: Node Add|UpdateNodeLabel).
+    fn events(&self) -> ClusterEvent {
+        ClusterEvent::NODE_ADD.with(ClusterEvent::NODE_LABEL)
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

@@ -1,7 +1,7 @@
 //! `NodeName`: a pod that names a node in `spec.nodeName` fits only that node. (The scheduler
 //! only sees such pods when preemption or a test asks; the queue takes unassigned pods.)
 
-use crate::framework::{CycleState, FilterPlugin, NodeInfo, Plugin, PodInfo, Status};
+use crate::framework::{ClusterEvent, CycleState, FilterPlugin, NodeInfo, Plugin, PodInfo, Status};
 
 pub const NAME: &str = "NodeName";
 
@@ -13,6 +13,10 @@ pub struct NodeName;
 impl Plugin for NodeName {
     fn name(&self) -> &'static str {
         NAME
+    }
+    /// Only a new node can have the name (upstream: Node Add).
+    fn events(&self) -> ClusterEvent {
+        ClusterEvent::NODE_ADD
     }
     fn as_filter(&self) -> Option<&dyn FilterPlugin> {
         Some(self)

@@ -4,7 +4,7 @@
 
 use crate::framework::types::host_ports;
 use crate::framework::{
-    CycleState, FilterPlugin, HostPort, NodeInfo, Plugin, PodInfo, PreFilterPlugin,
+    ClusterEvent, CycleState, FilterPlugin, HostPort, NodeInfo, Plugin, PodInfo, PreFilterPlugin,
     PreFilterResult, Snapshot, Status,
 };
 
@@ -23,6 +23,10 @@ pub struct NodePorts;
 impl Plugin for NodePorts {
     fn name(&self) -> &'static str {
         NAME
+    }
+    /// A node added, or a pod holding the port gone (upstream: Node Add, Pod Delete).
+    fn events(&self) -> ClusterEvent {
+        ClusterEvent::NODE_ADD.with(ClusterEvent::ASSIGNED_POD_DELETE)
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

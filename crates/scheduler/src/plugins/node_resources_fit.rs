@@ -15,8 +15,8 @@ use super::resource_allocation::{
     requested_and_allocatable, requested_to_capacity_ratio, validate_resources, validate_shape,
 };
 use crate::framework::{
-    CycleState, FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult,
-    PreScorePlugin, Resource, ScorePlugin, Snapshot, Status,
+    ClusterEvent, CycleState, FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin,
+    PreFilterResult, PreScorePlugin, Resource, ScorePlugin, Snapshot, Status,
 };
 
 pub const NAME: &str = "NodeResourcesFit";
@@ -189,6 +189,14 @@ fn is_extended_resource(name: &str) -> bool {
 impl Plugin for NodeResourcesFit {
     fn name(&self) -> &'static str {
         NAME
+    }
+    /// Room appears: a node added or grown, or a pod gone (upstream: Node Add|UpdateNodeAllocatable|UpdateNodeLabel|UpdateNodeTaint, Pod Delete).
+    fn events(&self) -> ClusterEvent {
+        ClusterEvent::NODE_ADD
+            .with(ClusterEvent::NODE_ALLOCATABLE)
+            .with(ClusterEvent::NODE_LABEL)
+            .with(ClusterEvent::NODE_TAINT)
+            .with(ClusterEvent::ASSIGNED_POD_DELETE)
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

@@ -1,7 +1,7 @@
 //! `NodeUnschedulable`: a node with `spec.unschedulable` (cordoned) takes only pods that
 //! tolerate the `node.kubernetes.io/unschedulable:NoSchedule` taint.
 
-use crate::framework::{CycleState, FilterPlugin, NodeInfo, Plugin, PodInfo, Status};
+use crate::framework::{ClusterEvent, CycleState, FilterPlugin, NodeInfo, Plugin, PodInfo, Status};
 
 pub const NAME: &str = "NodeUnschedulable";
 
@@ -15,6 +15,10 @@ pub struct NodeUnschedulable;
 impl Plugin for NodeUnschedulable {
     fn name(&self) -> &'static str {
         NAME
+    }
+    /// A node added, or one made schedulable (upstream registers Node Add|UpdateNodeTaint).
+    fn events(&self) -> ClusterEvent {
+        ClusterEvent::NODE_ADD.with(ClusterEvent::NODE_TAINT)
     }
     fn as_filter(&self) -> Option<&dyn FilterPlugin> {
         Some(self)

@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::{Node, Toleration};
 use super::helper::{normalize_to_max, pod_spec};
 use super::tolerations::{find_untolerated_taint, is_do_not_schedule, tolerated_by_any};
 use crate::framework::{
-    CycleState, FilterPlugin, NodeInfo, NodeScore, Plugin, PodInfo, PreScorePlugin, ScorePlugin,
-    Snapshot, Status,
+    ClusterEvent, CycleState, FilterPlugin, NodeInfo, NodeScore, Plugin, PodInfo, PreScorePlugin,
+    ScorePlugin, Snapshot, Status,
 };
 
 pub const NAME: &str = "TaintToleration";
@@ -40,6 +40,10 @@ fn taints(node: &Node) -> &[k8s_openapi::api::core::v1::Taint] {
 impl Plugin for TaintToleration {
     fn name(&self) -> &'static str {
         NAME
+    }
+    /// A node added or its taints changed (upstream: Node Add|UpdateNodeTaint).
+    fn events(&self) -> ClusterEvent {
+        ClusterEvent::NODE_ADD.with(ClusterEvent::NODE_TAINT)
     }
     fn as_filter(&self) -> Option<&dyn FilterPlugin> {
         Some(self)

@@ -6,8 +6,8 @@ use k8s_openapi::api::core::v1::Volume;
 
 use super::helper::pod_spec;
 use crate::framework::{
-    CycleState, FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin, PreFilterResult,
-    Snapshot, Status,
+    ClusterEvent, CycleState, FilterPlugin, NodeInfo, Plugin, PodInfo, PreFilterPlugin,
+    PreFilterResult, Snapshot, Status,
 };
 
 pub const NAME: &str = "VolumeRestrictions";
@@ -63,6 +63,10 @@ pub struct VolumeRestrictions;
 impl Plugin for VolumeRestrictions {
     fn name(&self) -> &'static str {
         NAME
+    }
+    /// The pod using the volume gone (upstream: Pod Delete; PVC events are not served).
+    fn events(&self) -> ClusterEvent {
+        ClusterEvent::ASSIGNED_POD_DELETE
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

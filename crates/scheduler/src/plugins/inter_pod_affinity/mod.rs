@@ -24,7 +24,8 @@ use skiff_apimachinery::labels::Selector;
 
 use super::helper::{arg, label_selector, node_labels, pod_labels, pod_namespace, pod_spec};
 use crate::framework::{
-    FilterPlugin, NamespaceLabels, Plugin, PodInfo, PreFilterPlugin, PreScorePlugin, ScorePlugin,
+    ClusterEvent, FilterPlugin, NamespaceLabels, Plugin, PodInfo, PreFilterPlugin, PreScorePlugin,
+    ScorePlugin,
 };
 
 pub const NAME: &str = "InterPodAffinity";
@@ -289,6 +290,13 @@ impl InterPodAffinity {
 impl Plugin for InterPodAffinity {
     fn name(&self) -> &'static str {
         NAME
+    }
+    /// Pods matching its terms come or go, or nodes' topology labels change (upstream: Pod All, Node Add|UpdateNodeLabel).
+    fn events(&self) -> ClusterEvent {
+        ClusterEvent::NODE_ADD
+            .with(ClusterEvent::NODE_LABEL)
+            .with(ClusterEvent::ASSIGNED_POD_ADD)
+            .with(ClusterEvent::ASSIGNED_POD_DELETE)
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

@@ -22,7 +22,8 @@ use super::helper::{arg, is_terminating, label_selector, pod_labels, pod_namespa
 use super::node_selector::RequiredNodeAffinity;
 use super::tolerations::{find_untolerated_taint, is_do_not_schedule};
 use crate::framework::{
-    FilterPlugin, Plugin, PodInfo, PreFilterPlugin, PreScorePlugin, ScorePlugin, Workloads,
+    ClusterEvent, FilterPlugin, Plugin, PodInfo, PreFilterPlugin, PreScorePlugin, ScorePlugin,
+    Workloads,
 };
 
 pub const NAME: &str = "PodTopologySpread";
@@ -273,6 +274,14 @@ fn convert(
 impl Plugin for PodTopologySpread {
     fn name(&self) -> &'static str {
         NAME
+    }
+    /// The counts per domain change (upstream: Pod All, Node Add|Delete|UpdateNodeLabel|UpdateNodeTaint).
+    fn events(&self) -> ClusterEvent {
+        ClusterEvent::NODE_ADD
+            .with(ClusterEvent::NODE_LABEL)
+            .with(ClusterEvent::NODE_TAINT)
+            .with(ClusterEvent::ASSIGNED_POD_ADD)
+            .with(ClusterEvent::ASSIGNED_POD_DELETE)
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)
