@@ -3,7 +3,7 @@
 //! status back): the Node registers Ready with its Lease; a busybox pod (the built-in image,
 //! offline) runs its init container, then reaches Running with a pod IP from the CNI bridge and its container statuses; pods
 //! that exit reach Succeeded or Failed under restartPolicy Never; a crashing pod is restarted
-//! into CrashLoopBackOff; a postStart hook runs; one pod fetches over HTTP from another's pod IP; a readiness probe gates ready and a failing liveness probe restarts; env from a ConfigMap, and a missing one reported; a restarted kubelet adopts running containers; a deleted pod is stopped within its grace period and removed, its
+//! into CrashLoopBackOff; a postStart hook runs; one pod fetches over HTTP from another's pod IP; a readiness probe gates ready and a failing liveness probe restarts; env from a ConfigMap, and a missing one reported; a restarted kubelet adopts running containers and a crashed containerd is restarted; a deleted pod is stopped within its grace period and removed, its
 //! containers gone from containerd. A pod's image is pulled from Debian's `docker-registry` on
 //! loopback with its imagePullSecrets, and refused without them. Needs root (containerd, CNI);
 //! skips otherwise.
@@ -439,6 +439,17 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
         // a restarted kubelet (and containerd) adopts the running container: checked below,
         // once the new kubelet has run the next pods (and so has synced this one)
         kubelet.restart(&api);
+        // and containerd crashing under it: the kubelet restarts it, reconnects and carries on
+        // (the pods below run on the new one)
+        let pid_file = kubelet.data().join("containerd/containerd.pid");
+        let crashed = support::read(&pid_file).trim().to_string();
+        assert!(!crashed.is_empty(), "no containerd pid file");
+        let _ = Command::new("kill").args(["-KILL", &crashed]).status();
+        eventually("containerd to be restarted", || async {
+            let pid = support::read(&pid_file).trim().to_string();
+            (!pid.is_empty() && pid != crashed).then_some(())
+        })
+        .await;
 
         // pod to pod over the bridge: one serves HTTP (busybox httpd), another fetches from
         // its pod IP and exits 0
