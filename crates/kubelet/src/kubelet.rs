@@ -62,6 +62,10 @@ pub struct Config {
     pub ctr_binary: PathBuf,
     /// The static busybox the built-in images are made of.
     pub busybox: PathBuf,
+    /// A directory of static pod manifests (upstream's `staticPodPath`), if any.
+    pub pod_manifest_path: Option<PathBuf>,
+    /// How often that directory is read (upstream's `fileCheckFrequency`, 20 s).
+    pub file_check_frequency: Duration,
 }
 
 impl Default for Config {
@@ -76,6 +80,8 @@ impl Default for Config {
             containerd_binary: PathBuf::from("containerd"),
             ctr_binary: PathBuf::from("ctr"),
             busybox: PathBuf::from("/bin/busybox"),
+            pod_manifest_path: None,
+            file_check_frequency: crate::static_pods::FILE_CHECK,
         }
     }
 }
@@ -203,9 +209,21 @@ impl Kubelet {
             self.config.node_name.clone(),
             self.ctx.clone(),
         ));
+        let static_pods = self.config.pod_manifest_path.clone().map(|dir| {
+            let api = crate::static_pods::KubeMirrorApi {
+                client: self.client.clone(),
+                node: self.config.node_name.clone(),
+            };
+            let node = self.node.clone();
+            let every = self.config.file_check_frequency;
+            tokio::spawn(async move { crate::static_pods::run(&api, &dir, &node, every).await })
+        });
         shutdown.await;
         heartbeats.abort();
         pods.abort();
+        if let Some(task) = static_pods {
+            task.abort();
+        }
         if let Some(m) = self.managed {
             m.stop().await;
         }

@@ -12,6 +12,7 @@
 //! - [`expansion`]: `$(VAR)` references in env values, commands and args.
 //! - [`hooks`]: postStart and preStop hooks.
 //! - [`probe`]: startup, liveness and readiness probes (exec, tcpSocket, httpGet).
+//! - [`static_pods`]: pods from a manifest directory, kept as mirror pods in the API.
 //! - [`status`]: pod status from CRI state, without I/O.
 //! - [`qos`]: containers' `oom_score_adj` from their pod's QoS class.
 //! - [`node`]: the Node object, its status and its Lease.
@@ -40,6 +41,7 @@ pub mod node;
 pub mod pod_sync;
 pub mod probe;
 pub mod qos;
+pub mod static_pods;
 pub mod status;
 
 pub use kubelet::{Config, Kubelet, Ready};

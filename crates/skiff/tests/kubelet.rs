@@ -211,6 +211,9 @@ fn spawn_kubelet(api: &ApiServer, dir: &Path) -> (Child, std::sync::mpsc::Receiv
         .args(["--node-name", NODE, "--pod-cidr", "10.42.0.0/24"])
         .arg("--data-dir")
         .arg(dir.join("data"))
+        .arg("--pod-manifest-path")
+        .arg(dir.join("manifests"))
+        .args(["--file-check-frequency", "1"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log)
@@ -760,6 +763,15 @@ fn images_are_pulled_from_a_registry_with_the_pods_image_pull_secrets() {
     let api = ApiServer::start(Backend::Embedded);
     let kubelet = KubeletProcess::start(&api);
     let registry = Registry::start();
+    // a static pod: a manifest in the kubelet's directory, run and mirrored as `NAME-NODE`
+    let manifest = kubelet.dir.path().join("manifests/static.yaml");
+    std::fs::create_dir_all(manifest.parent().unwrap()).expect("manifest dir");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: static}\nspec:\n  containers:\n  \
+         - {name: c, image: busybox, command: [sh, -c, 'trap \"exit 0\" TERM; sleep 3600 & wait']}\n",
+    )
+    .expect("write manifest");
     // the built-in busybox, as the kubelet built it, pushed under a private name
     let image = registry.push(
         &kubelet.data().join("images/builtin-images.tar"),
@@ -861,7 +873,22 @@ fn images_are_pulled_from_a_registry_with_the_pods_image_pull_secrets() {
                 .await
                 .expect("delete pod");
         }
-        for name in ["pulled", "denied", "cached"] {
+        // the static pod's mirror runs; without its manifest it goes
+        let mirror_name = format!("static-{NODE}");
+        let mirror = eventually("the static pod to run", || {
+            in_phase(&pods, &mirror_name, "Running")
+        })
+        .await;
+        let annotations = mirror.metadata.annotations.unwrap_or_default();
+        assert_eq!(
+            annotations
+                .get("kubernetes.io/config.source")
+                .map(String::as_str),
+            Some("file")
+        );
+        assert!(annotations.contains_key("kubernetes.io/config.mirror"));
+        std::fs::remove_file(&manifest).expect("remove manifest");
+        for name in ["pulled", "denied", "cached", mirror_name.as_str()] {
             eventually(&format!("{name} to be gone"), || async {
                 pods.get_opt(name).await.ok()?.is_none().then_some(())
             })

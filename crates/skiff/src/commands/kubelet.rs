@@ -37,6 +37,14 @@ pub struct KubeletArgs {
     /// The node's InternalIP; detected from the default route when not given.
     #[arg(long, value_name = "IP")]
     pub node_ip: Option<IpAddr>,
+
+    /// A directory of static pod manifests, run on this node and mirrored to the API server.
+    #[arg(long, value_name = "DIR")]
+    pub pod_manifest_path: Option<PathBuf>,
+
+    /// How often the static pod directory is read again, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 20)]
+    pub file_check_frequency: u64,
 }
 
 pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
@@ -52,6 +60,8 @@ pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
         pod_cidr: args.pod_cidr,
         node_ip: args.node_ip,
         container_runtime_endpoint: args.container_runtime_endpoint,
+        pod_manifest_path: args.pod_manifest_path,
+        file_check_frequency: std::time::Duration::from_secs(args.file_check_frequency.max(1)),
         ..Config::default()
     };
     let kubelet = Kubelet::start(client, config).await?;
