@@ -16,6 +16,8 @@
 //! - [`host`]: facts about this machine for the Node.
 //! - [`cri`]: the [`cri::ContainerRuntime`] trait and its CRI client over a unix socket.
 //! - [`fake`]: a recording fake runtime for tests.
+//! - [`server`]: the HTTPS server on port 10250: health, pods, metrics, container logs, and
+//!   exec, attach and port-forward proxied to the runtime's streaming server.
 //! - [`api`]: pod writes through the API server behind a trait, with a recording fake.
 //! - [`containerd`]: managed containerd (config, supervision).
 //! - [`images`]: the built-in pause and busybox images and image import.
@@ -34,6 +36,7 @@ pub mod kubelet;
 pub mod node;
 pub mod pod_sync;
 pub mod probe;
+pub mod server;
 pub mod status;
 
 pub use kubelet::{Config, Kubelet, Ready};

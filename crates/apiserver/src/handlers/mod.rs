@@ -8,11 +8,14 @@
 //! - [`openapi`]: the OpenAPI v2 and v3 documents.
 //! - [`read`]: get and list (from the store or the watch cache), Table and metadata views.
 //! - [`scale`]: the `scale` subresource of workloads (`autoscaling/v1` Scale).
+//! - [`kubelet`]: `pods/{name}/log`, `exec`, `attach` and `portforward`, proxied to the pod's
+//!   kubelet.
 //! - [`watch`]: streaming watches from the watch cache (or the store for old revisions).
 //! - [`write`]: create, update, patch, delete, deletecollection and the write subresources.
 
 pub mod apply;
 pub mod discovery;
+pub mod kubelet;
 pub mod openapi;
 pub mod read;
 pub mod scale;
@@ -50,6 +53,11 @@ pub struct Ctx {
     pub user: UserInfo,
     pub rt: &'static ResourceType,
     pub output: Output,
+    /// The query string as sent (repeated keys such as exec's `command` kept).
+    pub raw_query: String,
+    /// The client's connection once a proxied upgrade (exec, attach, port-forward) switches
+    /// protocols.
+    pub upgrade: Option<hyper::upgrade::OnUpgrade>,
     body: Option<Incoming>,
 }
 
@@ -64,6 +72,8 @@ impl Ctx {
             user: self.user.clone(),
             rt: self.rt,
             output: self.output,
+            raw_query: self.raw_query.clone(),
+            upgrade: None,
             body: None,
         }
     }
@@ -171,11 +181,13 @@ pub async fn route(
         Ok(o) => o,
         Err(e) => return error(&e),
     };
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let ctx = Ctx {
         server,
         info,
         query,
+        raw_query: parts.uri.query().unwrap_or_default().to_string(),
+        upgrade: parts.extensions.remove::<hyper::upgrade::OnUpgrade>(),
         headers: parts.headers,
         user,
         rt,
