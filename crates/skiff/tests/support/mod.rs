@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use skiff_store::etcd_process::EtcdProcess;
 
+pub mod node;
+
 /// Guards every wait on a child so that a broken server fails a test instead of hanging it.
 pub const HANG_GUARD: Duration = Duration::from_secs(60);
 
