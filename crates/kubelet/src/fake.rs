@@ -116,7 +116,7 @@ impl FakeRuntime {
     }
 
     /// Makes `Exec`, `Attach` and `PortForward` answer URLs under `base` (`http://host:port`)
-    /// rather than under `http://streaming.invalid`.
+    /// rather than under `http://127.0.0.1:1`, where nothing listens.
     pub fn set_streaming_base(&self, base: &str) {
         self.state.lock().streaming_base = Some(base.trim_end_matches('/').to_string());
     }
@@ -127,7 +127,7 @@ impl FakeRuntime {
         let base = s
             .streaming_base
             .clone()
-            .unwrap_or_else(|| "http://streaming.invalid".into());
+            .unwrap_or_else(|| "http://127.0.0.1:1".into());
         format!("{base}/{kind}/token-{}", s.next_id)
     }
 

@@ -15,6 +15,9 @@ pub mod pods;
 pub mod streaming;
 pub mod tls;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
