@@ -3,8 +3,8 @@
 //! installed (1.27 speaks SPDY; 1.33 tries WebSocket first and falls back): logs show a
 //! container's output, `--tail` keeps the last lines, `-f` follows lines written afterwards;
 //! exec returns a command's output and exit code, and with `-i` feeds it stdin; attach shows
-//! what the container writes; port-forward reaches a server in the pod. The API server's
-//! container checks answer as upstream. Needs root (containerd, CNI); skips otherwise.
+//! what the container writes; port-forward reaches a server in the pod. kube-rs's WebSocket
+//! exec works too, and the API server's container checks answer as upstream. Needs root (containerd, CNI); skips otherwise.
 
 mod support;
 
@@ -12,12 +12,13 @@ use std::io::{Read, Write};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{LogParams, PostParams};
+use kube::api::{AttachParams, LogParams, PostParams};
 use serde_json::json;
 use support::node::{KubeletProcess, unsupported};
 use support::{
     ApiServer, Backend, KUBECTL_127, KUBECTL_133, eventually, expect_line, kube_client, run,
 };
+use tokio::io::AsyncReadExt;
 
 const NODE: &str = "streaming-e2e";
 
@@ -163,46 +164,46 @@ fn kubectl_logs_exec_attach_and_port_forward_reach_real_containers() {
         exercise(&api, kubectl, pod);
     }
     run(async {
-        // the API server's checks, as upstream words them
         let pods = pods(&api).await;
-        let err = pods
-            .logs("talker-127", &LogParams::default())
+        // kube-rs execs over WebSocket (offering v5, then v4: containerd picks v4)
+        let attach = AttachParams::default().container("talk").stderr(false);
+        let mut exec = pods
+            .exec("talker-133", ["sh", "-c", "echo from kube-rs"], &attach)
             .await
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains(
-                "a container name must be specified for pod talker-127, choose one of: [talk web]"
+            .expect("a WebSocket exec");
+        let mut out = String::new();
+        exec.stdout()
+            .expect("stdout")
+            .read_to_string(&mut out)
+            .await
+            .unwrap();
+        assert_eq!(out, "from kube-rs\n");
+        let status = exec.take_status().expect("a status").await.expect("sent");
+        assert_eq!(status.status.as_deref(), Some("Success"), "{status:?}");
+
+        // the API server's checks, as upstream words them
+        let params = |container: Option<&str>, previous| LogParams {
+            container: container.map(str::to_string),
+            previous,
+            ..Default::default()
+        };
+        for (params, expected) in [
+            (
+                params(None, false),
+                "a container name must be specified for pod talker-127, choose one of: [talk web]",
             ),
-            "{err}"
-        );
-        let nope = LogParams {
-            container: Some("nope".into()),
-            ..Default::default()
-        };
-        let err = pods
-            .logs("talker-127", &nope)
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("container nope is not valid for pod talker-127"),
-            "{err}"
-        );
-        let previous = LogParams {
-            container: Some("talk".into()),
-            previous: true,
-            ..Default::default()
-        };
-        let err = pods
-            .logs("talker-127", &previous)
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains(r#"previous terminated container "talk" in pod "talker-127" not found"#),
-            "{err}"
-        );
+            (
+                params(Some("nope"), false),
+                "container nope is not valid for pod talker-127",
+            ),
+            (
+                params(Some("talk"), true),
+                r#"previous terminated container "talk" in pod "talker-127" not found"#,
+            ),
+        ] {
+            let err = pods.logs("talker-127", &params).await.unwrap_err();
+            assert!(err.to_string().contains(expected), "{err}");
+        }
     });
 }
 

@@ -4,9 +4,9 @@
 //! whatever containers a failed test left.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
-use super::{ApiServer, HANG_GUARD, line_reader};
+use super::ApiServer;
 
 /// Why this host cannot run the test, if it cannot.
 pub fn unsupported() -> Option<String> {
@@ -191,46 +191,17 @@ fn spawn_kubelet(
     node: &str,
     dir: &Path,
 ) -> (Child, std::sync::mpsc::Receiver<String>) {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("kubelet.log"))
-        .expect("log file");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_skiff"))
-        .arg("kubelet")
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
+    cmd.arg("kubelet")
         .arg("--kubeconfig")
         .arg(api.kubeconfig())
         .args(["--node-name", node, "--pod-cidr", "10.42.0.0/24"])
         // the kubelet server on a free loopback port, reached by the API server on loopback
-        .args([
-            "--address",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--node-ip",
-            "127.0.0.1",
-        ])
+        .args(["--address", "127.0.0.1", "--port", "0"])
+        .args(["--node-ip", "127.0.0.1"])
         .arg("--data-dir")
-        .arg(dir.join("data"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .env("RUST_LOG", "info")
-        .spawn()
-        .expect("start skiff kubelet");
-    let lines = line_reader(child.stdout.take().expect("stdout"));
-    let ready = match lines.recv_timeout(HANG_GUARD) {
-        Ok(line) => line,
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "no ready line; kubelet log:\n{}",
-                super::read(&dir.join("kubelet.log"))
-            )
-        }
-    };
-    assert!(ready.contains("ready"), "{ready}");
+        .arg(dir.join("data"));
+    let (child, ready, lines) = super::spawn_until_ready(&mut cmd, &dir.join("kubelet.log"));
     assert!(ready.contains("containerd://"), "{ready}");
     (child, lines)
 }
