@@ -167,7 +167,7 @@ pub async fn handle(state: &ServerState, parts: Parts, authenticated: bool) -> R
     let get_or_post = get || parts.method == Method::POST;
     use streaming::Kind;
     match segments.as_slice() {
-        ["healthz"] if get => text(200, "ok").map(|b| b.boxed()),
+        ["healthz"] if get => text(200, "ok"),
         ["pods"] if get => pod_list(state),
         ["metrics"] if get => metrics(state).await,
         ["containerLogs", ns, pod, container] if get => {

@@ -226,3 +226,91 @@ async fn the_fake_records_attach_and_port_forward_and_refuses_stopped_containers
         (500, "container not found (\"app\")\n".into())
     );
 }
+
+/// A CA and a client certificate it signed, as (CA DER, client cert PEM, client key PEM).
+fn client_certificate(common_name: &str) -> (Vec<u8>, String, String) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::default();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, common_name);
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    (ca_cert.der().to_vec(), cert.pem(), key.serialize_pem())
+}
+
+/// `GET /healthz` over TLS (trusting the kubelet's self-signed certificate), with a client
+/// certificate when given; the status line, or the error if the exchange failed.
+async fn healthz_over_tls(
+    addr: std::net::SocketAddr,
+    serving_cert: &str,
+    client: Option<(&str, &str)>,
+) -> Result<String, std::io::Error> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(serving_cert.as_bytes()).unwrap())
+        .unwrap();
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match client {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = connector.connect(name, tcp).await?;
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: kubelet\r\nConnection: close\r\n\r\n")
+        .await?;
+    let mut answer = String::new();
+    tls.read_to_string(&mut answer).await?;
+    Ok(answer.lines().next().unwrap_or_default().to_string())
+}
+
+#[tokio::test]
+async fn over_tls_only_certificates_the_cluster_ca_signed_are_let_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, ..) = state(dir.path()).await;
+    let (ca, cert, key) = client_certificate("kube-apiserver-kubelet-client");
+    let (_, stranger_cert, stranger_key) = client_certificate("stranger");
+    let (serving_cert, serving_key) = super::tls::ensure_serving_certificate(
+        &dir.path().join("pki"),
+        "node-1",
+        &["127.0.0.1".parse().unwrap()],
+    )
+    .unwrap();
+    let tls = super::tls::server_config(&serving_cert, &serving_key, &[ca]).unwrap();
+    let server = super::KubeletServer::bind("127.0.0.1:0".parse().unwrap(), tls, state)
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    tokio::spawn(server.serve());
+
+    let anonymous = healthz_over_tls(addr, &serving_cert, None).await.unwrap();
+    assert_eq!(anonymous, "HTTP/1.1 401 Unauthorized");
+    let signed = healthz_over_tls(addr, &serving_cert, Some((&cert, &key)))
+        .await
+        .unwrap();
+    assert_eq!(signed, "HTTP/1.1 200 OK");
+    let stranger =
+        healthz_over_tls(addr, &serving_cert, Some((&stranger_cert, &stranger_key))).await;
+    assert!(
+        !stranger.as_deref().is_ok_and(|l| l.contains("200")),
+        "{stranger:?}"
+    );
+}
