@@ -1,5 +1,6 @@
 //! Kubernetes API machinery that works on objects as JSON (`serde_json::Value`): the pieces of
-//! upstream's `apimachinery` and printers that the API server needs and that have no I/O.
+//! upstream's `apimachinery` and printers that the API server needs and that have no I/O, plus
+//! upstream's upgrade-aware proxy, shared by the API server and the kubelet.
 //!
 //! # Layout
 //! - [`catalog`]: the built-in resource types served, with discovery's names, verbs and subresources.
@@ -9,6 +10,7 @@
 //! - [`patch`]: JSON patch, JSON merge patch and strategic merge patch.
 //! - [`managedfields`]: server-side apply and `metadata.managedFields` (field ownership).
 //! - [`table`]: `kubectl get` columns and rows per resource (`as=Table`).
+//! - [`proxy`]: forwarding a request, SPDY and WebSocket upgrades included, to a backend.
 //! - [`quantity`]: resource quantities (`100m`, `128Mi`) as millis and units.
 
 pub mod catalog;
@@ -16,6 +18,7 @@ pub mod fields;
 pub mod labels;
 pub mod managedfields;
 pub mod patch;
+pub mod proxy;
 pub mod quantity;
 pub mod table;
 pub mod validation;

@@ -7,6 +7,7 @@
 //! - [`server`]: configuration, shared state, the HTTPS listener and the request pipeline.
 //! - [`coalesce`]: HTTP/2 connections write once per scheduler round, not once per frame.
 //! - [`pki`]: the cluster CA, serving and client certificates, the admin kubeconfig.
+//! - [`kubelet_client`]: TLS connections to kubelets with the API server's client certificate.
 //! - [`authn`], [`authz`], [`admission`]: the three gates.
 //! - [`request`]: what a request asks for (verb, group, resource, namespace, name, subresource).
 //! - [`handlers`]: discovery, health, and the resource verbs.
@@ -33,6 +34,7 @@ pub mod conversion;
 pub mod encoding;
 pub mod error;
 pub mod handlers;
+pub mod kubelet_client;
 pub mod metrics;
 pub mod pki;
 pub mod protobuf;

@@ -1,6 +1,7 @@
 //! The cluster's certificates, kept under the data dir: a CA generated on first start, the API
-//! server's serving certificate (re-issued on every start for the current addresses), and the
-//! admin's client certificate (CN=admin, O=system:masters) with its kubeconfig.
+//! server's serving certificate (re-issued on every start for the current addresses), the
+//! admin's client certificate (CN=admin, O=system:masters) with its kubeconfig, and the API
+//! server's client certificate for kubelets (`apiserver-kubelet-client`, made once).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -195,6 +196,26 @@ impl Pki {
         Ok((cert.pem(), key.serialize_pem()))
     }
 
+    /// The certificate and key the API server presents to kubelets (kubeadm's
+    /// `apiserver-kubelet-client`: CN=kube-apiserver-kubelet-client, O=system:masters), made on
+    /// first start and kept in the PKI dir. Returns (cert PEM, key PEM).
+    pub fn kubelet_client(&self) -> Result<(String, String)> {
+        let crt = self.dir.join("apiserver-kubelet-client.crt");
+        let key = self.dir.join("apiserver-kubelet-client.key");
+        if let (Some(c), Some(k)) = (read(&crt)?, read(&key)?) {
+            return Ok((c, k));
+        }
+        let (c, k) = self.issue(
+            "kube-apiserver-kubelet-client",
+            Some("system:masters"),
+            &[],
+            false,
+        )?;
+        write_private(&key, &k)?;
+        write_private(&crt, &c)?;
+        Ok((c, k))
+    }
+
     /// Writes a kubeconfig for `user` (a client certificate for CN=user, O=group) that reaches the
     /// API server at `server_url`, unless a valid one is already there.
     pub fn write_kubeconfig(
@@ -249,5 +270,20 @@ mod tests {
         let text = std::fs::read_to_string(&kc).unwrap();
         assert!(text.contains("server: https://127.0.0.1:6443\n"));
         assert!(text.contains(&b64(&first.ca_cert_pem)));
+    }
+
+    #[test]
+    fn the_kubelet_client_certificate_is_made_once_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::ensure(dir.path(), &[]).unwrap();
+        let first = pki.kubelet_client().unwrap();
+        assert_eq!(
+            Pki::ensure(dir.path(), &[])
+                .unwrap()
+                .kubelet_client()
+                .unwrap(),
+            first
+        );
+        assert!(dir.path().join("apiserver-kubelet-client.key").is_file());
     }
 }

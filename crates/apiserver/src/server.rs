@@ -66,6 +66,8 @@ pub struct ApiServer {
     pub ranges: crate::allocator::Ranges,
     /// The current time (injected so tests can fix it).
     pub clock: fn() -> jiff::Timestamp,
+    /// Dials kubelets for `pods/log`, `exec`, `attach` and `portforward`.
+    pub kubelet: crate::kubelet_client::KubeletClient,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -142,8 +144,11 @@ impl PriorityClassLookup for StorePriorityClasses {
 
 impl ApiServer {
     /// Builds the server state over a store: starts the watch cache and the default policy
-    /// chain.
-    pub async fn new(store: Arc<dyn Store>) -> Result<Arc<Self>> {
+    /// chain; `kubelet` reaches the nodes' kubelets.
+    pub async fn new(
+        store: Arc<dyn Store>,
+        kubelet: crate::kubelet_client::KubeletClient,
+    ) -> Result<Arc<Self>> {
         let cache = Cacher::start(store.clone()).await?;
         // Built once here so the first `kubectl apply` does not pay for it.
         skiff_openapi::Documents::global();
@@ -171,6 +176,7 @@ impl ApiServer {
             metrics: Arc::default(),
             ranges: crate::allocator::Ranges::default(),
             clock: jiff::Timestamp::now,
+            kubelet,
         }))
     }
 

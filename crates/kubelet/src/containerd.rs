@@ -88,7 +88,9 @@ impl ContainerdConfig {
 
     /// containerd's config (version 2), as checked on this kind of machine: cgroupfs (cgroup v1,
     /// PID 1 not systemd) and `restrict_oom_score_adj` (root lacks CAP_SYS_RESOURCE, so a
-    /// negative `oom_score_adj` is refused and RunPodSandbox would fail).
+    /// negative `oom_score_adj` is refused and RunPodSandbox would fail). The CRI streaming
+    /// server (exec, attach, port-forward) listens on a free loopback port in plain HTTP: only
+    /// the kubelet, which proxies authenticated clients to it, dials it.
     pub fn config_toml(&self) -> String {
         let d = self.dir.display();
         format!(
@@ -107,6 +109,9 @@ state = "{d}/state"
     sandbox_image = "{sandbox}"
     systemd_cgroup = false
     restrict_oom_score_adj = true
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    enable_tls_streaming = false
     [plugins."io.containerd.grpc.v1.cri".containerd]
       snapshotter = "overlayfs"
       default_runtime_name = "runc"
@@ -389,6 +394,8 @@ mod tests {
             r#"bin_dir = "/usr/lib/cni""#,
             r#"conf_dir = "/data/containerd/cni/net.d""#,
             r#"sandbox_image = "localhost/pause:3.9""#,
+            r#"stream_server_address = "127.0.0.1""#,
+            r#"stream_server_port = "0""#,
         ] {
             assert!(toml.contains(line), "{line} missing from\n{toml}");
         }

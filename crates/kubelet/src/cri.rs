@@ -15,9 +15,9 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 /// The CRI types, re-exported for callers that build configs and read statuses.
 pub use k8s_cri::v1::{
-    AuthConfig, Container, ContainerConfig, ContainerMetadata, ContainerState, ContainerStatus,
-    Image, ImageSpec, KeyValue, PodSandbox, PodSandboxConfig, PodSandboxMetadata, PodSandboxState,
-    PodSandboxStatus, VersionResponse,
+    AttachRequest, AuthConfig, Container, ContainerConfig, ContainerMetadata, ContainerState,
+    ContainerStatus, ExecRequest, Image, ImageSpec, KeyValue, PodSandbox, PodSandboxConfig,
+    PodSandboxMetadata, PodSandboxState, PodSandboxStatus, PortForwardRequest, VersionResponse,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +82,15 @@ pub trait ContainerRuntime: Send + Sync {
         cmd: Vec<String>,
         timeout_seconds: i64,
     ) -> Result<ExecResult>;
+    /// A one-use URL on the runtime's streaming server that runs `request.cmd` in a container
+    /// with the streams asked for (CRI `Exec`); the kubelet proxies the client's upgraded
+    /// connection to it.
+    async fn exec(&self, request: cri::ExecRequest) -> Result<String>;
+    /// A one-use streaming URL attached to a container's main process (CRI `Attach`).
+    async fn attach(&self, request: cri::AttachRequest) -> Result<String>;
+    /// A one-use streaming URL forwarding to ports of a sandbox's network namespace (CRI
+    /// `PortForward`).
+    async fn port_forward(&self, request: cri::PortForwardRequest) -> Result<String>;
     /// Every image the runtime has.
     async fn list_images(&self) -> Result<Vec<Image>>;
     /// The image if the runtime has it.
@@ -311,6 +320,21 @@ impl ContainerRuntime for CriClient {
             stdout: r.stdout,
             stderr: r.stderr,
         })
+    }
+
+    async fn exec(&self, request: cri::ExecRequest) -> Result<String> {
+        let r = self.runtime.clone().exec(request).await;
+        Ok(r.map_err(call("Exec"))?.into_inner().url)
+    }
+
+    async fn attach(&self, request: cri::AttachRequest) -> Result<String> {
+        let r = self.runtime.clone().attach(request).await;
+        Ok(r.map_err(call("Attach"))?.into_inner().url)
+    }
+
+    async fn port_forward(&self, request: cri::PortForwardRequest) -> Result<String> {
+        let r = self.runtime.clone().port_forward(request).await;
+        Ok(r.map_err(call("PortForward"))?.into_inner().url)
     }
 
     async fn list_images(&self) -> Result<Vec<Image>> {

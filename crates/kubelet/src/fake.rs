@@ -9,9 +9,9 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 
 use crate::cri::{
-    AuthConfig, Container, ContainerConfig, ContainerRuntime, ContainerState, ContainerStatus,
-    Error, ExecResult, Image, PodSandbox, PodSandboxConfig, PodSandboxState, PodSandboxStatus,
-    Result, VersionResponse, image_spec,
+    AttachRequest, AuthConfig, Container, ContainerConfig, ContainerRuntime, ContainerState,
+    ContainerStatus, Error, ExecRequest, ExecResult, Image, PodSandbox, PodSandboxConfig,
+    PodSandboxState, PodSandboxStatus, PortForwardRequest, Result, VersionResponse, image_spec,
 };
 
 #[derive(Default)]
@@ -34,6 +34,8 @@ struct State {
     images: HashSet<String>,
     /// The exit code `ExecSync` answers with.
     exec_exit_code: i32,
+    /// Where the streaming URLs of `Exec`, `Attach` and `PortForward` point.
+    streaming_base: Option<String>,
 }
 
 impl State {
@@ -57,6 +59,33 @@ impl State {
 
 fn labels_match(have: &HashMap<String, String>, want: &HashMap<String, String>) -> bool {
     want.iter().all(|(k, v)| have.get(k) == Some(v))
+}
+
+/// The streams an `Exec` or `Attach` asked for, as recorded: `tty stdin stdout stderr`.
+fn streams(tty: bool, stdin: bool, stdout: bool, stderr: bool) -> String {
+    [
+        (tty, "tty"),
+        (stdin, "stdin"),
+        (stdout, "stdout"),
+        (stderr, "stderr"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, name)| *name)
+    .collect::<Vec<_>>()
+    .join(" ")
+}
+
+/// Streaming needs a running container, as containerd's CRI checks.
+fn running(s: &State, method: &'static str, id: &str) -> Result<()> {
+    match s.containers.get(id) {
+        Some(c) if c.state == ContainerState::ContainerRunning as i32 => Ok(()),
+        Some(_) => Err(Error::Call {
+            method,
+            status: tonic::Status::failed_precondition(format!("container {id} is not running")),
+        }),
+        None => Err(not_found(method, id)),
+    }
 }
 
 fn not_found(method: &'static str, id: &str) -> Error {
@@ -84,6 +113,22 @@ impl FakeRuntime {
     /// Makes every later `ExecSync` exit with `code` (0 until told otherwise).
     pub fn set_exec_exit_code(&self, code: i32) {
         self.state.lock().exec_exit_code = code;
+    }
+
+    /// Makes `Exec`, `Attach` and `PortForward` answer URLs under `base` (`http://host:port`)
+    /// rather than under `http://127.0.0.1:1`, where nothing listens.
+    pub fn set_streaming_base(&self, base: &str) {
+        self.state.lock().streaming_base = Some(base.trim_end_matches('/').to_string());
+    }
+
+    /// A streaming URL for `kind` (`exec`, `attach`, `portforward`), numbered like the fake's ids.
+    fn streaming_url(s: &mut State, kind: &str) -> String {
+        s.next_id += 1;
+        let base = s
+            .streaming_base
+            .clone()
+            .unwrap_or_else(|| "http://127.0.0.1:1".into());
+        format!("{base}/{kind}/token-{}", s.next_id)
     }
 
     /// Pretends the image is present.
@@ -357,6 +402,38 @@ impl ContainerRuntime for FakeRuntime {
             }),
             _ => Err(not_found("ExecSync", id)),
         }
+    }
+
+    async fn exec(&self, r: ExecRequest) -> Result<String> {
+        let mut s = self.state.lock();
+        let streams = streams(r.tty, r.stdin, r.stdout, r.stderr);
+        s.check(
+            "Exec",
+            &format!("{} {} [{streams}]", r.container_id, r.cmd.join(" ")),
+        )?;
+        running(&s, "Exec", &r.container_id)?;
+        Ok(FakeRuntime::streaming_url(&mut s, "exec"))
+    }
+
+    async fn attach(&self, r: AttachRequest) -> Result<String> {
+        let mut s = self.state.lock();
+        let streams = streams(r.tty, r.stdin, r.stdout, r.stderr);
+        s.check("Attach", &format!("{} [{streams}]", r.container_id))?;
+        running(&s, "Attach", &r.container_id)?;
+        Ok(FakeRuntime::streaming_url(&mut s, "attach"))
+    }
+
+    async fn port_forward(&self, r: PortForwardRequest) -> Result<String> {
+        let mut s = self.state.lock();
+        let ports: Vec<String> = r.port.iter().map(i32::to_string).collect();
+        s.check(
+            "PortForward",
+            &format!("{} {}", r.pod_sandbox_id, ports.join(",")),
+        )?;
+        if !s.sandboxes.contains_key(&r.pod_sandbox_id) {
+            return Err(not_found("PortForward", &r.pod_sandbox_id));
+        }
+        Ok(FakeRuntime::streaming_url(&mut s, "portforward"))
     }
 
     async fn list_images(&self) -> Result<Vec<Image>> {

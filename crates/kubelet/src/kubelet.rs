@@ -4,7 +4,7 @@
 //! pod that syncs it on every change and every second.
 
 use std::collections::{HashMap, HashSet};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +25,8 @@ use crate::host::HostInfo;
 use crate::images::{self, CtrImporter};
 use crate::node;
 use crate::pod_sync::{LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Outcome, SyncContext};
+use crate::server::pods::PodRegistry;
+use crate::server::{KubeletServer, ServerState, tls};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -42,6 +44,10 @@ pub enum Error {
     Images(#[from] crate::images::Error),
     #[error(transparent)]
     Node(#[from] crate::node::Error),
+    #[error(transparent)]
+    Server(#[from] crate::server::Error),
+    #[error(transparent)]
+    ServerTls(#[from] crate::server::tls::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -66,6 +72,12 @@ pub struct Config {
     pub pod_manifest_path: Option<PathBuf>,
     /// How often that directory is read (upstream's `fileCheckFrequency`, 20 s).
     pub file_check_frequency: Duration,
+    /// Where the kubelet server listens (upstream's `--address` and `--port`).
+    pub address: IpAddr,
+    pub port: u16,
+    /// The CA (DER certificates) that signs the certificates of the server's clients: the
+    /// cluster CA, from the kubeconfig. Empty: every request is answered 401.
+    pub client_ca: Vec<Vec<u8>>,
 }
 
 impl Default for Config {
@@ -82,6 +94,10 @@ impl Default for Config {
             busybox: PathBuf::from("/bin/busybox"),
             pod_manifest_path: None,
             file_check_frequency: crate::static_pods::FILE_CHECK,
+            // upstream's kubelet defaults
+            address: IpAddr::from([0, 0, 0, 0]),
+            port: 10250,
+            client_ca: Vec::new(),
         }
     }
 }
@@ -94,6 +110,8 @@ pub struct Ready {
     pub runtime_version: String,
     pub node_ip: IpAddr,
     pub pod_cidr: String,
+    /// Where the kubelet server listens.
+    pub server: SocketAddr,
 }
 
 /// A started kubelet: node registered, runtime up. [`Kubelet::run`] serves until shutdown.
@@ -104,6 +122,8 @@ pub struct Kubelet {
     ctx: SyncContext,
     node: Node,
     runtime_version: String,
+    server: KubeletServer,
+    pods: PodRegistry,
     pub ready: Ready,
 }
 
@@ -157,7 +177,28 @@ impl Kubelet {
         }
 
         let host = HostInfo::read(config.node_ip, &config.data_dir);
-        let mut status = node::node_status(&host, &runtime_version, Timestamp::now());
+        let (cert, key) = tls::ensure_serving_certificate(
+            &config.data_dir.join("pki"),
+            &host.hostname,
+            &[host.ip, IpAddr::from([127, 0, 0, 1])],
+        )?;
+        let log_dir = config.data_dir.join("logs/pods");
+        let pods = PodRegistry::default();
+        let server = KubeletServer::bind(
+            SocketAddr::new(config.address, config.port),
+            tls::server_config(&cert, &key, &config.client_ca)?,
+            ServerState {
+                runtime: runtime.clone(),
+                pods: pods.clone(),
+                log_dir: log_dir.clone(),
+                clock: Timestamp::now,
+            },
+        )
+        .await?;
+        let mut config = config;
+        // the port the server got (0 picks a free one), reported in the node's status
+        config.port = server.local_addr().port();
+        let mut status = node::node_status(&host, &runtime_version, config.port, Timestamp::now());
         status.images = Some(node::node_images(&runtime.list_images().await?));
         let node = node::register(
             &nodes,
@@ -173,7 +214,7 @@ impl Kubelet {
             host_ip: host.ip.to_string(),
             runtime_name: version.runtime_name.clone(),
             memory_capacity: host.memory_bytes,
-            log_dir: config.data_dir.join("logs/pods"),
+            log_dir,
             clock: Arc::new(Timestamp::now),
         };
         let ready = Ready {
@@ -182,6 +223,7 @@ impl Kubelet {
             runtime_version: runtime_version.clone(),
             node_ip: host.ip,
             pod_cidr,
+            server: server.local_addr(),
         };
         Ok(Kubelet {
             client,
@@ -190,6 +232,8 @@ impl Kubelet {
             ctx,
             node,
             runtime_version,
+            server,
+            pods,
             ready,
         })
     }
@@ -208,6 +252,7 @@ impl Kubelet {
             self.client.clone(),
             self.config.node_name.clone(),
             self.ctx.clone(),
+            self.pods.clone(),
         ));
         let static_pods = self.config.pod_manifest_path.clone().map(|dir| {
             let api = crate::static_pods::KubeMirrorApi {
@@ -218,9 +263,11 @@ impl Kubelet {
             let every = self.config.file_check_frequency;
             tokio::spawn(async move { crate::static_pods::run(&api, &dir, &node, every).await })
         });
+        let server = tokio::spawn(self.server.serve());
         shutdown.await;
         heartbeats.abort();
         pods.abort();
+        server.abort();
         if let Some(task) = static_pods {
             task.abort();
         }
@@ -272,7 +319,7 @@ async fn heartbeat(
             tracing::warn!(error = %e, "node lease");
         }
         let host = HostInfo::read(config.node_ip, &config.data_dir);
-        let mut status = node::node_status(&host, &runtime_version, Timestamp::now());
+        let mut status = node::node_status(&host, &runtime_version, config.port, Timestamp::now());
         match runtime.list_images().await {
             Ok(images) => status.images = Some(node::node_images(&images)),
             // keep what was posted rather than report no images
@@ -291,8 +338,14 @@ async fn heartbeat(
     }
 }
 
-/// Watches this node's pods and hands each to its worker.
-async fn watch_pods(client: kube::Client, node_name: String, ctx: SyncContext) {
+/// Watches this node's pods, keeps `registry` (what the server sees) up to date and hands each
+/// pod to its worker.
+async fn watch_pods(
+    client: kube::Client,
+    node_name: String,
+    ctx: SyncContext,
+    registry: PodRegistry,
+) {
     let pods: Api<Pod> = Api::all(client);
     let selector = format!("spec.nodeName={node_name}");
     let stream =
@@ -320,6 +373,7 @@ async fn watch_pods(client: kube::Client, node_name: String, ctx: SyncContext) {
                 for (uid, tx) in &workers {
                     if !listed.contains(uid) {
                         let _ = tx.send(None);
+                        registry.remove(uid);
                     }
                 }
                 tokio::spawn(remove_orphans(ctx.clone(), std::mem::take(&mut listed)));
@@ -332,6 +386,11 @@ async fn watch_pods(client: kube::Client, node_name: String, ctx: SyncContext) {
         };
         workers.retain(|_, tx| !tx.is_closed());
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if present {
+            registry.upsert(&pod);
+        } else {
+            registry.remove(&uid);
+        }
         match workers.get(&uid) {
             Some(tx) => {
                 let _ = tx.send(present.then_some(pod));

@@ -19,6 +19,8 @@
 //! - [`host`]: facts about this machine for the Node.
 //! - [`cri`]: the [`cri::ContainerRuntime`] trait and its CRI client over a unix socket.
 //! - [`fake`]: a recording fake runtime for tests.
+//! - [`server`]: the HTTPS server on port 10250: health, pods, metrics, container logs, and
+//!   exec, attach and port-forward proxied to the runtime's streaming server.
 //! - [`api`]: pod writes through the API server behind a trait, with a recording fake.
 //! - [`credentials`]: registry credentials from a pod's `imagePullSecrets`.
 //! - [`containerd`]: managed containerd (config, supervision).
@@ -41,6 +43,7 @@ pub mod node;
 pub mod pod_sync;
 pub mod probe;
 pub mod qos;
+pub mod server;
 pub mod static_pods;
 pub mod status;
 

@@ -9,7 +9,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    ContainerImage, Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo,
+    ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints,
+    NodeSpec, NodeStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
@@ -60,9 +61,15 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The node's status from what the host and the runtime report. Conditions carry `now` as their
-/// heartbeat and transition time.
-pub fn node_status(host: &HostInfo, runtime_version: &str, now: Timestamp) -> NodeStatus {
+/// The node's status from what the host and the runtime report, with the port the kubelet
+/// server listens on (`daemonEndpoints`, where the API server reaches it). Conditions carry
+/// `now` as their heartbeat and transition time.
+pub fn node_status(
+    host: &HostInfo,
+    runtime_version: &str,
+    kubelet_port: u16,
+    now: Timestamp,
+) -> NodeStatus {
     let capacity = BTreeMap::from([
         ("cpu".to_string(), Quantity(host.cpus.to_string())),
         (
@@ -130,6 +137,11 @@ pub fn node_status(host: &HostInfo, runtime_version: &str, now: Timestamp) -> No
                 "kubelet is posting ready status",
             ),
         ]),
+        daemon_endpoints: Some(NodeDaemonEndpoints {
+            kubelet_endpoint: Some(DaemonEndpoint {
+                port: i32::from(kubelet_port),
+            }),
+        }),
         node_info: Some(NodeSystemInfo {
             architecture: match std::env::consts::ARCH {
                 "x86_64" => "amd64".into(),
@@ -346,7 +358,7 @@ mod tests {
 
     #[test]
     fn capacity_comes_from_the_host_and_allocatable_keeps_back_the_eviction_threshold() {
-        let status = node_status(&host(), "containerd://1.6.20", Timestamp::UNIX_EPOCH);
+        let status = node_status(&host(), "containerd://1.6.20", 10250, Timestamp::UNIX_EPOCH);
         let cap = status.capacity.unwrap();
         let alloc = status.allocatable.unwrap();
         assert_eq!(cap["cpu"].0, "2");
@@ -367,13 +379,15 @@ mod tests {
             ("True", Some("KubeletReady"))
         );
         assert_eq!(status.addresses.unwrap()[0].address, "10.0.0.5");
+        let endpoint = status.daemon_endpoints.unwrap().kubelet_endpoint.unwrap();
+        assert_eq!(endpoint.port, 10250);
     }
 
     #[test]
     fn a_heartbeat_alone_is_not_a_change_but_new_capacity_is() {
-        let old = node_status(&host(), "containerd://1.6.20", Timestamp::UNIX_EPOCH);
+        let old = node_status(&host(), "containerd://1.6.20", 10250, Timestamp::UNIX_EPOCH);
         let later = Timestamp::from_second(60).unwrap();
-        let mut new = node_status(&host(), "containerd://1.6.20", later);
+        let mut new = node_status(&host(), "containerd://1.6.20", 10250, later);
         assert!(!status_changed(&old, &new));
         keep_transition_times(&old, &mut new);
         let ready = new.conditions.as_ref().unwrap().last().unwrap();
@@ -385,7 +399,7 @@ mod tests {
         let bigger = HostInfo { cpus: 4, ..host() };
         assert!(status_changed(
             &old,
-            &node_status(&bigger, "containerd://1.6.20", later)
+            &node_status(&bigger, "containerd://1.6.20", 10250, later)
         ));
     }
 

@@ -7,7 +7,7 @@
 //! period and then removed from the API server.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -104,6 +104,18 @@ fn uid_labels(uid: &str) -> HashMap<String, String> {
     HashMap::from([(LABEL_POD_UID.to_string(), uid.to_string())])
 }
 
+/// The directory of a pod's container logs under the kubelet's log directory
+/// (`<namespace>_<name>_<uid>`, as upstream).
+pub fn pod_log_dir(log_dir: &Path, pod: &Pod) -> PathBuf {
+    let m = &pod.metadata;
+    log_dir.join(format!(
+        "{}_{}_{}",
+        m.namespace.as_deref().unwrap_or("default"),
+        m.name.as_deref().unwrap_or_default(),
+        m.uid.as_deref().unwrap_or_default()
+    ))
+}
+
 impl SyncContext {
     fn runtime_err(&self, pod: &Pod) -> impl FnOnce(crate::cri::Error) -> Error {
         let pod = pod_key(pod);
@@ -112,13 +124,7 @@ impl SyncContext {
 
     /// The directory of the pod's container logs.
     pub fn pod_log_dir(&self, pod: &Pod) -> PathBuf {
-        let m = &pod.metadata;
-        self.log_dir.join(format!(
-            "{}_{}_{}",
-            m.namespace.as_deref().unwrap_or("default"),
-            m.name.as_deref().unwrap_or_default(),
-            m.uid.as_deref().unwrap_or_default()
-        ))
+        pod_log_dir(&self.log_dir, pod)
     }
 
     /// Makes the image present as imagePullPolicy says, returning its reference or why the

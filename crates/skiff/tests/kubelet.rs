@@ -10,7 +10,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -18,224 +18,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
-use support::{ApiServer, Backend, HANG_GUARD, eventually, kube_client, line_reader, run};
+use support::node::{KubeletProcess, unsupported};
+use support::{ApiServer, Backend, HANG_GUARD, eventually, kube_client, run};
 
 const NODE: &str = "kubelet-e2e";
-
-/// Why this host cannot run the test, if it cannot.
-fn unsupported() -> Option<String> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let root = status
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        == Some("0");
-    if !root {
-        return Some("not root: containerd and CNI need root".into());
-    }
-    for binary in [
-        "containerd",
-        "ctr",
-        "runc",
-        "/usr/lib/cni/bridge",
-        "/bin/busybox",
-    ] {
-        let found = if binary.starts_with('/') {
-            Path::new(binary).exists()
-        } else {
-            Command::new("sh")
-                .args(["-c", &format!("command -v {binary}")])
-                .output()
-                .is_ok_and(|o| o.status.success())
-        };
-        if !found {
-            return Some(format!("{binary} is not installed (scripts/install-deps)"));
-        }
-    }
-    None
-}
-
-/// A `skiff kubelet` child with its data dir. Dropping it kills whatever containers are left
-/// (a failed test), stops the kubelet with SIGTERM (which stops its containerd) and removes
-/// the data dir.
-struct KubeletProcess {
-    child: Child,
-    dir: tempfile::TempDir,
-    kubeconfig: PathBuf,
-    _lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl KubeletProcess {
-    fn start(api: &ApiServer) -> KubeletProcess {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let (child, lines) = spawn_kubelet(api, dir.path());
-        KubeletProcess {
-            child,
-            dir,
-            kubeconfig: api.kubeconfig(),
-            _lines: lines,
-        }
-    }
-
-    /// Stops the kubelet (SIGTERM: it stops its containerd, the containers keep running) and
-    /// starts it again on the same data dir.
-    fn restart(&mut self, api: &ApiServer) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-        let (child, lines) = spawn_kubelet(api, self.dir.path());
-        self.child = child;
-        self._lines = lines;
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.path().join("data")
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.data().join("containerd/containerd.sock")
-    }
-
-    fn log(&self) -> String {
-        support::read(&self.dir.path().join("kubelet.log"))
-    }
-
-    /// `ctr -n k8s.io <args>` against the managed containerd.
-    fn ctr(&self, args: &[&str]) -> String {
-        let out = support::run_guarded(
-            Command::new("ctr")
-                .arg("-a")
-                .arg(self.socket())
-                .args(["-n", "k8s.io"])
-                .args(args),
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for KubeletProcess {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("--- kubelet log ---\n{}", self.log());
-            // a failed test: let the kubelet tear its pods down properly (CNI included)
-            if matches!(self.child.try_wait(), Ok(None)) {
-                support::run_guarded(
-                    Command::new(support::KUBECTL_133)
-                        .arg("--kubeconfig")
-                        .arg(&self.kubeconfig)
-                        .args([
-                            "delete",
-                            "pods",
-                            "--all",
-                            "--grace-period=1",
-                            "--timeout=50s",
-                        ]),
-                );
-            }
-        }
-        for task in self.ctr(&["tasks", "ls", "-q"]).lines() {
-            self.ctr(&["tasks", "kill", "-s", "SIGKILL", task]);
-        }
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-        kill_shims(&self.socket());
-        // mounts a crashed containerd may leave under the data dir, deepest first
-        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-        let data = self.data().display().to_string();
-        let mut ours: Vec<&str> = mounts
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(1))
-            .filter(|m| m.starts_with(&data))
-            .collect();
-        ours.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in ours {
-            let _ = Command::new("umount").args(["-l", m]).status();
-        }
-    }
-}
-
-/// Kills the shims serving our containerd (their `-address` is our socket) and the containers
-/// under them, if a failed test left any: a container's pid namespace ends with its init.
-fn kill_shims(socket: &Path) {
-    let socket = socket.display().to_string();
-    let procs: Vec<(String, String, String)> = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let pid = e.file_name().to_string_lossy().into_owned();
-            pid.parse::<u32>().ok()?;
-            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            let ppid = stat
-                .rsplit(')')
-                .next()?
-                .split_whitespace()
-                .nth(1)?
-                .to_string();
-            Some((
-                pid,
-                ppid,
-                String::from_utf8_lossy(&cmdline).replace('\0', " "),
-            ))
-        })
-        .collect();
-    for (shim, _, cmdline) in &procs {
-        if cmdline.contains("containerd-shim") && cmdline.contains(&socket) {
-            for (pid, ppid, _) in &procs {
-                if ppid == shim {
-                    let _ = Command::new("kill").args(["-KILL", pid]).status();
-                }
-            }
-            let _ = Command::new("kill").args(["-KILL", shim]).status();
-        }
-    }
-}
-
-/// Starts `skiff kubelet` with its data under `dir` and waits for its ready line.
-fn spawn_kubelet(api: &ApiServer, dir: &Path) -> (Child, std::sync::mpsc::Receiver<String>) {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("kubelet.log"))
-        .expect("log file");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_skiff"))
-        .arg("kubelet")
-        .arg("--kubeconfig")
-        .arg(api.kubeconfig())
-        .args(["--node-name", NODE, "--pod-cidr", "10.42.0.0/24"])
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .arg("--pod-manifest-path")
-        .arg(dir.join("manifests"))
-        .args(["--file-check-frequency", "1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .env("RUST_LOG", "info")
-        .spawn()
-        .expect("start skiff kubelet");
-    let lines = line_reader(child.stdout.take().expect("stdout"));
-    let ready = match lines.recv_timeout(HANG_GUARD) {
-        Ok(line) => line,
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "no ready line; kubelet log:\n{}",
-                support::read(&dir.join("kubelet.log"))
-            )
-        }
-    };
-    assert!(ready.contains("ready"), "{ready}");
-    assert!(ready.contains("containerd://"), "{ready}");
-    (child, lines)
-}
 
 async fn create_pod(pods: &Api<Pod>, name: &str, restart_policy: &str, script: &str) -> Pod {
     create_pod_with_init(pods, name, restart_policy, None, script).await
@@ -295,7 +81,7 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
     }
     let _node = ONE_NODE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let api = ApiServer::start(Backend::Embedded);
-    let mut kubelet = KubeletProcess::start(&api);
+    let mut kubelet = KubeletProcess::start(&api, NODE);
     run(async {
         let c = kube_client(&api).await;
         let nodes: Api<Node> = Api::all(c.clone());
@@ -761,10 +547,10 @@ fn images_are_pulled_from_a_registry_with_the_pods_image_pull_secrets() {
     }
     let _node = ONE_NODE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let api = ApiServer::start(Backend::Embedded);
-    let kubelet = KubeletProcess::start(&api);
+    let kubelet = KubeletProcess::start(&api, NODE);
     let registry = Registry::start();
     // a static pod: a manifest in the kubelet's directory, run and mirrored as `NAME-NODE`
-    let manifest = kubelet.dir.path().join("manifests/static.yaml");
+    let manifest = kubelet.manifests().join("static.yaml");
     std::fs::create_dir_all(manifest.parent().unwrap()).expect("manifest dir");
     std::fs::write(
         &manifest,

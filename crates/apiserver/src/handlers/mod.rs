@@ -8,11 +8,14 @@
 //! - [`openapi`]: the OpenAPI v2 and v3 documents.
 //! - [`read`]: get and list (from the store or the watch cache), Table and metadata views.
 //! - [`scale`]: the `scale` subresource of workloads (`autoscaling/v1` Scale).
+//! - [`kubelet`]: `pods/{name}/log`, `exec`, `attach` and `portforward`, proxied to the pod's
+//!   kubelet.
 //! - [`watch`]: streaming watches from the watch cache (or the store for old revisions).
 //! - [`write`]: create, update, patch, delete, deletecollection and the write subresources.
 
 pub mod apply;
 pub mod discovery;
+pub mod kubelet;
 pub mod openapi;
 pub mod read;
 pub mod scale;
@@ -52,6 +55,11 @@ pub struct Ctx {
     pub output: Output,
     /// `Warning` headers for the response, shared with sub-request copies.
     pub warnings: Warnings,
+    /// The query string as sent (repeated keys such as exec's `command` kept).
+    pub raw_query: String,
+    /// The client's connection once a proxied upgrade (exec, attach, port-forward) switches
+    /// protocols.
+    pub upgrade: Option<hyper::upgrade::OnUpgrade>,
     body: Option<Incoming>,
 }
 
@@ -93,6 +101,8 @@ impl Ctx {
             rt: self.rt,
             output: self.output,
             warnings: self.warnings.clone(),
+            raw_query: self.raw_query.clone(),
+            upgrade: None,
             body: None,
         }
     }
@@ -200,11 +210,13 @@ pub async fn route(
         Ok(o) => o,
         Err(e) => return error(&e),
     };
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let ctx = Ctx {
         server,
         info,
         query,
+        raw_query: parts.uri.query().unwrap_or_default().to_string(),
+        upgrade: parts.extensions.remove::<hyper::upgrade::OnUpgrade>(),
         headers: parts.headers,
         user,
         rt,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
+use skiff_apiserver::kubelet_client::KubeletClient;
 use skiff_apiserver::{ApiServer, Config, Listener, bootstrap};
 use skiff_store::{EmbeddedConfig, EmbeddedStore, Store, etcd::EtcdStore};
 
@@ -77,7 +78,12 @@ pub async fn run(args: ApiServerArgs) -> anyhow::Result<()> {
     bootstrap::run(&store, advertise)
         .await
         .context("creating the bootstrap namespaces, services and RBAC policy")?;
-    let server = ApiServer::new(store)
+    let (cert, key) = listener
+        .pki
+        .kubelet_client()
+        .context("the kubelet client certificate")?;
+    let kubelet = KubeletClient::new(&cert, &key).context("the kubelet client")?;
+    let server = ApiServer::new(store, kubelet)
         .await
         .context("starting the watch cache")?;
     let kubeconfig = args.data_dir.join("kubeconfig.yaml");

@@ -45,13 +45,23 @@ pub struct KubeletArgs {
     /// How often the static pod directory is read again, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 20)]
     pub file_check_frequency: u64,
+    /// The address the kubelet server (logs, exec, port-forward) listens on.
+    #[arg(long, value_name = "IP", default_value = "0.0.0.0")]
+    pub address: IpAddr,
+
+    /// The kubelet server's port (0 picks a free one, reported in the Node's status).
+    #[arg(long, value_name = "PORT", default_value_t = 10250)]
+    pub port: u16,
 }
 
 pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
     if args.node_name.is_empty() {
         return Err(super::UsageError("--node-name must not be empty".into()).into());
     }
-    let client = kube::Client::try_from(super::kube_config(&args.kubeconfig).await?)?;
+    let kube_config = super::kube_config(&args.kubeconfig).await?;
+    // the cluster CA signs the API server's client certificate for the kubelet server
+    let client_ca = kube_config.root_cert.clone().unwrap_or_default();
+    let client = kube::Client::try_from(kube_config)?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let config = Config {
@@ -62,13 +72,16 @@ pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
         container_runtime_endpoint: args.container_runtime_endpoint,
         pod_manifest_path: args.pod_manifest_path,
         file_check_frequency: std::time::Duration::from_secs(args.file_check_frequency.max(1)),
+        address: args.address,
+        port: args.port,
+        client_ca,
         ..Config::default()
     };
     let kubelet = Kubelet::start(client, config).await?;
     let r = &kubelet.ready;
     println!(
-        "skiff kubelet ready: node {} registered ({}, pod CIDR {}); runtime {} at {}",
-        r.node, r.node_ip, r.pod_cidr, r.runtime_version, r.endpoint
+        "skiff kubelet ready: node {} registered ({}, pod CIDR {}); runtime {} at {}; serving https://{}",
+        r.node, r.node_ip, r.pod_cidr, r.runtime_version, r.endpoint, r.server
     );
     kubelet.run(shutdown_signal()).await?;
     Ok(())

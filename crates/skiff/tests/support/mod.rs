@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use skiff_store::etcd_process::EtcdProcess;
 
+pub mod node;
+
 /// Guards every wait on a child so that a broken server fails a test instead of hanging it.
 pub const HANG_GUARD: Duration = Duration::from_secs(60);
 
@@ -203,11 +205,6 @@ fn spawn(
     etcd: Option<&EtcdProcess>,
     port: u16,
 ) -> (Child, u16, mpsc::Receiver<String>) {
-    let log_file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .expect("log file");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
     cmd.args(["apiserver", "--data-dir"])
         .arg(data_dir)
@@ -216,26 +213,7 @@ fn spawn(
         cmd.arg("--datastore-endpoint")
             .arg(format!("etcd://{}", etcd.endpoint()));
     }
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log_file)
-        .env("RUST_LOG", "info")
-        .spawn()
-        .expect("start skiff apiserver");
-    let lines = line_reader(child.stdout.take().expect("stdout"));
-    let ready = match lines.recv_timeout(HANG_GUARD) {
-        Ok(line) => line,
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "skiff apiserver printed no ready line; its log:\n{}",
-                read(log)
-            );
-        }
-    };
-    assert!(ready.contains("ready"), "the ready line: {ready:?}");
+    let (child, ready, lines) = spawn_until_ready(&mut cmd, log);
     let port = ready
         .split("https://127.0.0.1:")
         .nth(1)
@@ -243,6 +221,35 @@ fn spawn(
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no port in the ready line {ready:?}"));
     (child, port, lines)
+}
+
+/// Starts a `skiff` command (stdin closed, stderr appended to `log`, `RUST_LOG=info`) and waits
+/// for its first line, which must say `ready`: returns the child, that line and the rest of its
+/// stdout. A command that prints nothing fails the test with its log.
+pub fn spawn_until_ready(cmd: &mut Command, log: &Path) -> (Child, String, mpsc::Receiver<String>) {
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("log file");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log_file)
+        .env("RUST_LOG", "info")
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
+    let lines = line_reader(child.stdout.take().expect("stdout"));
+    let ready = match lines.recv_timeout(HANG_GUARD) {
+        Ok(line) => line,
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} printed no ready line; its log:\n{}", read(log));
+        }
+    };
+    assert!(ready.contains("ready"), "the ready line: {ready:?}");
+    (child, ready, lines)
 }
 
 pub fn line_reader(out: impl Read + Send + 'static) -> mpsc::Receiver<String> {

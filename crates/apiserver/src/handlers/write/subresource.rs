@@ -49,6 +49,10 @@ pub async fn subresource(mut ctx: Ctx, sub: &'static Subresource) -> Result<Resp
                 &success_status(json!({"name": name, "kind": "pods"})),
             ))
         }
+        ("log", "get") => crate::handlers::kubelet::log::get(ctx).await,
+        ("exec" | "attach" | "portforward", _) => {
+            crate::handlers::kubelet::connect::connect(ctx).await
+        }
         (other, _) => Err(ApiError::service_unavailable(format!(
             "{}/{other} is not served yet (it needs the kubelet or the token issuer)",
             ctx.rt.plural

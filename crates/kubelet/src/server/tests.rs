@@ -1,0 +1,316 @@
+//! The server's endpoints over the recording fake runtime: authentication, `/pods`,
+//! `/containerLogs` reading the container's CRI log file, and `/exec` asking the runtime for a
+//! streaming URL and joining the client's upgraded connection to the server behind it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use http::Request;
+use http_body_util::BodyExt;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::pods::PodRegistry;
+use super::{ServerState, handle};
+use crate::config::{container_config, sandbox_config};
+use crate::cri::ContainerRuntime;
+use crate::fake::FakeRuntime;
+
+fn pod() -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "ns", "uid": "u1"},
+        "spec": {"containers": [{"name": "app", "image": "busybox"}]},
+    }))
+    .unwrap()
+}
+
+/// A server state whose runtime runs `pod()` with its container started (id returned).
+async fn state(log_dir: &Path) -> (ServerState, Arc<FakeRuntime>, String) {
+    let fake = Arc::new(FakeRuntime::new());
+    let pod = pod();
+    let sandbox = sandbox_config(&pod, 0, log_dir);
+    let sandbox_id = fake.run_pod_sandbox(sandbox.clone()).await.unwrap();
+    let container = pod.spec.as_ref().unwrap().containers[0].clone();
+    let config = container_config(&pod, &container, "busybox", 0, vec![]);
+    let id = fake
+        .create_container(&sandbox_id, config, sandbox)
+        .await
+        .unwrap();
+    fake.start_container(&id).await.unwrap();
+    let pods = PodRegistry::default();
+    pods.upsert(&pod);
+    let state = ServerState {
+        runtime: fake.clone(),
+        pods,
+        log_dir: log_dir.to_path_buf(),
+        clock: jiff::Timestamp::now,
+    };
+    (state, fake, id)
+}
+
+fn get(uri: &str) -> http::request::Parts {
+    Request::get(uri).body(()).unwrap().into_parts().0
+}
+
+async fn body_text(resp: http::Response<super::Body>) -> String {
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn clients_without_a_certificate_are_unauthorized_and_health_is_ok() {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, ..) = state(dir.path()).await;
+    let resp = handle(&state, get("/healthz"), false).await;
+    assert_eq!(resp.status(), 401);
+    let resp = handle(&state, get("/healthz"), true).await;
+    assert_eq!(
+        (resp.status().as_u16(), body_text(resp).await),
+        (200, "ok\n".into())
+    );
+    let resp = handle(&state, get("/nothing"), true).await;
+    assert_eq!(resp.status(), 404);
+}
+
+#[tokio::test]
+async fn pods_lists_the_pods_of_this_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, ..) = state(dir.path()).await;
+    let resp = handle(&state, get("/pods"), true).await;
+    let list: serde_json::Value = serde_json::from_str(&body_text(resp).await).unwrap();
+    assert_eq!(list["kind"], "PodList");
+    assert_eq!(list["items"][0]["metadata"]["name"], "web");
+}
+
+#[tokio::test]
+async fn container_logs_are_read_from_the_containers_log_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, ..) = state(dir.path()).await;
+    let pod_dir = crate::pod_sync::pod_log_dir(dir.path(), &pod());
+    std::fs::create_dir_all(pod_dir.join("app")).unwrap();
+    std::fs::write(
+        pod_dir.join("app/0.log"),
+        "2024-01-01T00:00:00Z stdout F a\n2024-01-01T00:00:01Z stderr F b\n",
+    )
+    .unwrap();
+    let resp = handle(&state, get("/containerLogs/ns/web/app?tailLines=1"), true).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(body_text(resp).await, "b\n");
+    let resp = handle(&state, get("/containerLogs/ns/web/nope"), true).await;
+    assert_eq!(resp.status(), 404);
+    assert_eq!(
+        body_text(resp).await,
+        "container \"nope\" not found in pod \"web\"\n"
+    );
+    let resp = handle(&state, get("/containerLogs/ns/web/app?previous=true"), true).await;
+    assert_eq!(resp.status(), 400);
+    let resp = handle(&state, get("/containerLogs/ns/gone/app"), true).await;
+    assert_eq!(
+        (resp.status().as_u16(), body_text(resp).await),
+        (404, "pod \"gone\" does not exist\n".into())
+    );
+}
+
+/// A streaming server that switches to any protocol asked for and echoes what it receives.
+async fn echo_streaming_server() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let service = hyper::service::service_fn(|mut req: Request<hyper::body::Incoming>| {
+            let upgrade = hyper::upgrade::on(&mut req);
+            tokio::spawn(async move {
+                let mut io = TokioIo::new(upgrade.await.unwrap());
+                let mut buf = [0u8; 4];
+                io.read_exact(&mut buf).await.unwrap();
+                io.write_all(&buf).await.unwrap();
+            });
+            let protocol = req.headers()["upgrade"].clone();
+            async move {
+                let resp = http::Response::builder()
+                    .status(101)
+                    .header("connection", "Upgrade")
+                    .header("upgrade", protocol)
+                    .body(http_body_util::Empty::<bytes::Bytes>::new())
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(resp)
+            }
+        });
+        hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(tcp), service)
+            .with_upgrades()
+            .await
+            .unwrap();
+    });
+    addr
+}
+
+#[tokio::test]
+async fn exec_asks_the_runtime_for_a_url_and_joins_the_upgraded_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, fake, id) = state(dir.path()).await;
+    let backend = echo_streaming_server().await;
+    fake.set_streaming_base(&format!("http://{backend}"));
+    // the kubelet server, without TLS, on its own port
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = Arc::new(state);
+    tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+            let state = state.clone();
+            async move {
+                let (parts, _) = req.into_parts();
+                Ok::<_, std::convert::Infallible>(handle(&state, parts, true).await)
+            }
+        });
+        hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(tcp), service)
+            .with_upgrades()
+            .await
+            .unwrap();
+    });
+    let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(
+            b"POST /exec/ns/web/app?command=sh&command=-c&command=true&input=1&output=1 HTTP/1.1\r\n\
+              Host: kubelet\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
+              X-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        head.push(client.read_u8().await.unwrap());
+    }
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    client.write_all(b"ping").await.unwrap();
+    let mut echoed = [0u8; 4];
+    client.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(&echoed, b"ping");
+    assert!(
+        fake.calls()
+            .contains(&format!("Exec {id} sh -c true [stdin stdout]")),
+        "{:?}",
+        fake.calls()
+    );
+}
+
+#[tokio::test]
+async fn the_fake_records_attach_and_port_forward_and_refuses_stopped_containers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, fake, id) = state(dir.path()).await;
+    let resp = handle(&state, get("/attach/ns/web/app?output=1&tty=1"), true).await;
+    // no streaming server behind the fake's default URL
+    assert_eq!(resp.status(), 502);
+    let resp = handle(&state, get("/portForward/ns/web?port=8080"), true).await;
+    assert_eq!(resp.status(), 502);
+    let calls = fake.calls();
+    assert!(
+        calls.contains(&format!("Attach {id} [tty stdout]")),
+        "{calls:?}"
+    );
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.starts_with("PortForward sandbox-") && c.ends_with(" 8080")),
+        "{calls:?}"
+    );
+    fake.exit_container(&id, 0);
+    let resp = handle(&state, get("/exec/ns/web/app?command=ls&output=1"), true).await;
+    assert_eq!(
+        (resp.status().as_u16(), body_text(resp).await),
+        (500, "container not found (\"app\")\n".into())
+    );
+}
+
+/// A CA and a client certificate it signed, as (CA DER, client cert PEM, client key PEM).
+fn client_certificate(common_name: &str) -> (Vec<u8>, String, String) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::default();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, common_name);
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    (ca_cert.der().to_vec(), cert.pem(), key.serialize_pem())
+}
+
+/// `GET /healthz` over TLS (trusting the kubelet's self-signed certificate), with a client
+/// certificate when given; the status line, or the error if the exchange failed.
+async fn healthz_over_tls(
+    addr: std::net::SocketAddr,
+    serving_cert: &str,
+    client: Option<(&str, &str)>,
+) -> Result<String, std::io::Error> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(serving_cert.as_bytes()).unwrap())
+        .unwrap();
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match client {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = connector.connect(name, tcp).await?;
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: kubelet\r\nConnection: close\r\n\r\n")
+        .await?;
+    let mut answer = String::new();
+    tls.read_to_string(&mut answer).await?;
+    Ok(answer.lines().next().unwrap_or_default().to_string())
+}
+
+#[tokio::test]
+async fn over_tls_only_certificates_the_cluster_ca_signed_are_let_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, ..) = state(dir.path()).await;
+    let (ca, cert, key) = client_certificate("kube-apiserver-kubelet-client");
+    let (_, stranger_cert, stranger_key) = client_certificate("stranger");
+    let (serving_cert, serving_key) = super::tls::ensure_serving_certificate(
+        &dir.path().join("pki"),
+        "node-1",
+        &["127.0.0.1".parse().unwrap()],
+    )
+    .unwrap();
+    let tls = super::tls::server_config(&serving_cert, &serving_key, &[ca]).unwrap();
+    let server = super::KubeletServer::bind("127.0.0.1:0".parse().unwrap(), tls, state)
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    tokio::spawn(server.serve());
+
+    let anonymous = healthz_over_tls(addr, &serving_cert, None).await.unwrap();
+    assert_eq!(anonymous, "HTTP/1.1 401 Unauthorized");
+    let signed = healthz_over_tls(addr, &serving_cert, Some((&cert, &key)))
+        .await
+        .unwrap();
+    assert_eq!(signed, "HTTP/1.1 200 OK");
+    let stranger =
+        healthz_over_tls(addr, &serving_cert, Some((&stranger_cert, &stranger_key))).await;
+    assert!(
+        !stranger.as_deref().is_ok_and(|l| l.contains("200")),
+        "{stranger:?}"
+    );
+}
