@@ -1,10 +1,14 @@
 //! The kubelet's writes to pods through the API server, behind [`PodApi`] so that the pod
-//! workers can be tested with [`RecordingPodApi`]: status patches, events and the final delete.
+//! workers can be tested with [`RecordingPodApi`]: status patches, events and the final delete;
+//! and its reads: ConfigMaps, Secrets and service account tokens (TokenRequest) for env and volumes.
 
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod, PodStatus, Secret};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ObjectReference, Pod, PodStatus, Secret, ServiceAccount,
+};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
@@ -24,6 +28,13 @@ pub enum Error {
     #[error("reading {kind} {namespace}/{name}: {source}")]
     Read {
         kind: &'static str,
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("requesting a token for serviceaccount {namespace}/{name}: {source}")]
+    TokenRequest {
         namespace: String,
         name: String,
         #[source]
@@ -63,6 +74,13 @@ pub trait PodApi: Send + Sync {
     /// Removes the pod object once its containers are gone: `gracePeriodSeconds=0` with the
     /// uid as precondition, as upstream's status manager does. A pod already gone is success.
     async fn delete_now(&self, namespace: &str, name: &str, uid: &str) -> Result<()>;
+    /// A token for a service account (`POST serviceaccounts/{name}/token`), with its status.
+    async fn token_request(
+        &self,
+        namespace: &str,
+        service_account: &str,
+        request: &TokenRequest,
+    ) -> Result<TokenRequest>;
 }
 
 /// Whether an event reports normal operation or a problem (the Event's `type`).
@@ -90,6 +108,16 @@ impl PodEvent {
             reason,
             message,
             field_path: Some(format!("spec.containers{{{container}}}")),
+        }
+    }
+
+    /// A warning about the pod as a whole (no container), such as `FailedMount`.
+    pub fn pod_warning(reason: &'static str, message: String) -> PodEvent {
+        PodEvent {
+            type_: EventType::Warning,
+            reason,
+            message,
+            field_path: None,
         }
     }
 
@@ -228,6 +256,23 @@ impl PodApi for KubePodApi {
         }))
     }
 
+    async fn token_request(
+        &self,
+        namespace: &str,
+        service_account: &str,
+        request: &TokenRequest,
+    ) -> Result<TokenRequest> {
+        let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
+        let err = |source| Error::TokenRequest {
+            namespace: namespace.into(),
+            name: service_account.into(),
+            source,
+        };
+        api.create_subresource("token", service_account, &PostParams::default(), request)
+            .await
+            .map_err(err)
+    }
+
     async fn delete_now(&self, namespace: &str, name: &str, uid: &str) -> Result<()> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let params = DeleteParams {
@@ -260,6 +305,9 @@ pub struct RecordingPodApi {
     pub config_maps: Mutex<BTreeMap<String, BTreeMap<String, String>>>,
     /// Secrets by name (any namespace).
     pub secrets: Mutex<BTreeMap<String, BTreeMap<String, String>>>,
+    /// When the tokens it issues were issued (they expire `expirationSeconds` later); the
+    /// UNIX epoch unless set.
+    pub token_clock: Mutex<Option<jiff::Timestamp>>,
 }
 
 /// One recorded write.
@@ -276,6 +324,10 @@ pub enum Write {
     Event {
         name: String,
         event: PodEvent,
+    },
+    TokenRequest {
+        service_account: String,
+        request: Box<TokenRequest>,
     },
 }
 
@@ -295,6 +347,18 @@ impl RecordingPodApi {
             .iter()
             .filter_map(|w| match w {
                 Write::Event { event, .. } => Some(event.reason),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The token requests made so far, oldest first.
+    pub fn token_requests(&self) -> Vec<TokenRequest> {
+        self.writes
+            .lock()
+            .iter()
+            .filter_map(|w| match w {
+                Write::TokenRequest { request, .. } => Some((**request).clone()),
                 _ => None,
             })
             .collect()
@@ -355,5 +419,37 @@ impl PodApi for RecordingPodApi {
             uid: uid.into(),
         });
         Ok(())
+    }
+
+    /// Issues `token-N` (N counting from 1), expiring `expirationSeconds` (default 3600)
+    /// after [`RecordingPodApi::token_clock`].
+    async fn token_request(
+        &self,
+        _namespace: &str,
+        service_account: &str,
+        request: &TokenRequest,
+    ) -> Result<TokenRequest> {
+        let mut writes = self.writes.lock();
+        writes.push(Write::TokenRequest {
+            service_account: service_account.into(),
+            request: Box::new(request.clone()),
+        });
+        let issued = writes
+            .iter()
+            .filter(|w| matches!(w, Write::TokenRequest { .. }))
+            .count();
+        let now = self
+            .token_clock
+            .lock()
+            .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        let seconds = request.spec.expiration_seconds.unwrap_or(3600);
+        let mut out = request.clone();
+        out.status = Some(k8s_openapi::api::authentication::v1::TokenRequestStatus {
+            token: format!("token-{issued}"),
+            expiration_timestamp: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                now + jiff::SignedDuration::from_secs(seconds),
+            ),
+        });
+        Ok(out)
     }
 }

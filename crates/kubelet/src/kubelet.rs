@@ -21,10 +21,13 @@ use tokio::sync::watch;
 use crate::api::KubePodApi;
 use crate::containerd::{ContainerdConfig, ManagedContainerd};
 use crate::cri::{ContainerRuntime, CriClient};
+use crate::dns::{DnsSettings, parse_resolv_conf};
 use crate::host::HostInfo;
 use crate::images::{self, CtrImporter};
 use crate::node;
 use crate::pod_sync::{LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Outcome, SyncContext};
+use crate::volumes::VolumeManager;
+use crate::volumes::host::RealHost;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -62,6 +65,12 @@ pub struct Config {
     pub ctr_binary: PathBuf,
     /// The static busybox the built-in images are made of.
     pub busybox: PathBuf,
+    /// Cluster DNS servers for ClusterFirst pods (`--cluster-dns`); none: the host's.
+    pub cluster_dns: Vec<IpAddr>,
+    /// `--cluster-domain`.
+    pub cluster_domain: String,
+    /// The host's resolv.conf, for `Default` pods and the search path (`--resolv-conf`).
+    pub resolv_conf: PathBuf,
 }
 
 impl Default for Config {
@@ -76,6 +85,10 @@ impl Default for Config {
             containerd_binary: PathBuf::from("containerd"),
             ctr_binary: PathBuf::from("ctr"),
             busybox: PathBuf::from("/bin/busybox"),
+            cluster_dns: Vec::new(),
+            // upstream's conventional clusterDomain and resolvConf
+            cluster_domain: "cluster.local".into(),
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
         }
     }
 }
@@ -153,6 +166,7 @@ impl Kubelet {
         let host = HostInfo::read(config.node_ip, &config.data_dir);
         let mut status = node::node_status(&host, &runtime_version, Timestamp::now());
         status.images = Some(node::node_images(&runtime.list_images().await?));
+        let allocatable = status.allocatable.clone().unwrap_or_default();
         let node = node::register(
             &nodes,
             node::node_object(&config.node_name, &host, &pod_cidr, status),
@@ -168,6 +182,18 @@ impl Kubelet {
             runtime_name: version.runtime_name.clone(),
             log_dir: config.data_dir.join("logs/pods"),
             clock: Arc::new(Timestamp::now),
+            volumes: Arc::new(VolumeManager::new(
+                config.data_dir.join("pods"),
+                Arc::new(RealHost),
+            )),
+            dns: Arc::new(DnsSettings {
+                cluster_dns: config.cluster_dns.clone(),
+                cluster_domain: config.cluster_domain.clone(),
+                host: parse_resolv_conf(
+                    &std::fs::read_to_string(&config.resolv_conf).unwrap_or_default(),
+                ),
+            }),
+            allocatable,
         };
         let ready = Ready {
             node: config.node_name.clone(),

@@ -8,7 +8,12 @@
 //! - [`pod_sync`]: one sync of one pod (sandbox, images, containers, restarts, deletion).
 //! - [`actions`]: what a sync should do, without I/O (init order, restarts, back-off).
 //! - [`config`]: the CRI sandbox and container configs from the pod's spec.
-//! - [`env`]: a container's environment (values, field refs, ConfigMaps, Secrets).
+//! - [`env`]: a container's environment (values, field refs, ConfigMaps, Secrets, resources).
+//! - [`resource_field`]: the downward API's `resourceFieldRef` (requests, limits, divisors).
+//! - [`volumes`]: pod volumes (emptyDir, hostPath, configMap, secret, downwardAPI, projected),
+//!   their atomic writer, service account tokens and the containers' mounts.
+//! - [`etc_hosts`]: the pod's managed /etc/hosts.
+//! - [`dns`]: the sandbox's DNS config from dnsPolicy, dnsConfig and `--cluster-dns`.
 //! - [`hooks`]: postStart and preStop hooks.
 //! - [`probe`]: startup, liveness and readiness probes (exec, tcpSocket, httpGet).
 //! - [`status`]: pod status from CRI state, without I/O.
@@ -25,7 +30,9 @@ pub mod api;
 pub mod config;
 pub mod containerd;
 pub mod cri;
+pub mod dns;
 pub mod env;
+pub mod etc_hosts;
 pub mod fake;
 pub mod hooks;
 pub mod host;
@@ -34,6 +41,8 @@ pub mod kubelet;
 pub mod node;
 pub mod pod_sync;
 pub mod probe;
+pub mod resource_field;
 pub mod status;
+pub mod volumes;
 
 pub use kubelet::{Config, Kubelet, Ready};

@@ -3,16 +3,19 @@
 //! none, then carry out the plan of [`crate::actions`] (init containers in order, then app
 //! containers; restarts with CrashLoopBackOff): pull images as imagePullPolicy says, create and
 //! start containers, with upstream's events; stop the sandbox of a finished pod, and write the
-//! status back when it changed. A pod with a deletionTimestamp is stopped within its grace
-//! period and then removed from the API server.
+//! status back when it changed. Volumes are set up (and refreshed) before the sandbox: a volume
+//! that fails keeps the pod `ContainerCreating` with a `FailedMount` event, and is retried. A pod
+//! with a deletionTimestamp is stopped within its grace period and then removed from the API
+//! server, its volumes torn down.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::actions::{self, Init, Step};
 use crate::api::{PodApi, PodEvent};
@@ -20,9 +23,11 @@ use crate::config::{PodRuntimeFields, container_config, sandbox_config};
 use crate::cri::{
     ContainerRuntime, ContainerState, ContainerStatus, PodSandboxConfig, PodSandboxState,
 };
+use crate::dns::{DnsSettings, pod_dns};
 use crate::hooks::{self, Hook};
 use crate::probe::{self, Kind, Probes, Transition};
 use crate::status::{self, ContainerView, PodView, Waiting};
+use crate::volumes::VolumeManager;
 
 pub use crate::config::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
 
@@ -69,6 +74,12 @@ pub struct SyncContext {
     /// Container logs go under `<log_dir>/<namespace>_<name>_<uid>/<container>/<attempt>.log`.
     pub log_dir: PathBuf,
     pub clock: Arc<dyn Fn() -> Timestamp + Send + Sync>,
+    /// The pods' volumes (and their directories, where /etc/hosts is written).
+    pub volumes: Arc<VolumeManager>,
+    /// `--cluster-dns`, `--cluster-domain` and the host's resolv.conf.
+    pub dns: Arc<DnsSettings>,
+    /// The node's allocatable resources (the downward API's default limits).
+    pub allocatable: BTreeMap<String, Quantity>,
 }
 
 fn pod_key(pod: &Pod) -> String {
@@ -103,6 +114,32 @@ impl SyncContext {
     fn runtime_err(&self, pod: &Pod) -> impl FnOnce(crate::cri::Error) -> Error {
         let pod = pod_key(pod);
         move |source| Error::Runtime { pod, source }
+    }
+
+    /// The pod's sandbox config with its DNS config, and the MissingClusterDNS warning if
+    /// ClusterFirst had to fall back to the host's resolv.conf.
+    fn sandbox_for(&self, pod: &Pod, attempt: u32) -> (PodSandboxConfig, Option<String>) {
+        let mut config = sandbox_config(pod, attempt, &self.pod_log_dir(pod));
+        let (dns, warning) = pod_dns(pod, &self.dns);
+        config.dns_config = Some(dns);
+        (config, warning)
+    }
+
+    /// Writes the pod's managed /etc/hosts (not for hostNetwork pods); returns its path.
+    fn write_hosts_file(&self, pod: &Pod, pod_ip: &str) -> Result<Option<PathBuf>, String> {
+        if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
+            return Ok(None);
+        }
+        let dir = self
+            .volumes
+            .pod_dir(pod.metadata.uid.as_deref().unwrap_or_default());
+        let path = dir.join("etc-hosts");
+        let content =
+            crate::etc_hosts::content(pod, &[pod_ip.to_string()], &self.dns.cluster_domain);
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(&path, content))
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        Ok(Some(path))
     }
 
     /// The directory of the pod's container logs.
@@ -236,9 +273,21 @@ impl SyncContext {
         let fields = PodRuntimeFields {
             pod_ip,
             host_ip: self.host_ip.clone(),
+            allocatable: self.allocatable.clone(),
         };
-        let envs = match crate::env::resolve(self.api.as_ref(), pod, container, &fields).await {
-            Ok(envs) => envs,
+        let resolved = match crate::env::resolve(self.api.as_ref(), pod, container, &fields).await {
+            Ok(envs) => self
+                .write_hosts_file(pod, &fields.pod_ip)
+                .and_then(|hosts| {
+                    let mounts =
+                        self.volumes
+                            .container_mounts(pod, container, &envs, hosts.as_deref())?;
+                    Ok((envs, mounts))
+                }),
+            Err(problem) => Err(problem),
+        };
+        let (envs, mounts) = match resolved {
+            Ok(resolved) => resolved,
             Err(problem) => {
                 let message = format!("Error: {problem}");
                 self.api
@@ -250,7 +299,7 @@ impl SyncContext {
                 }));
             }
         };
-        let config = container_config(pod, container, &image_ref, attempt, envs);
+        let config = container_config(pod, container, &image_ref, attempt, envs, mounts);
         let id = match self
             .runtime
             .create_container(sandbox_id, config, sandbox.clone())
@@ -403,8 +452,28 @@ impl SyncContext {
             .max_by_key(|s| s.created_at)
             .map(|s| s.id.clone());
 
-        if ready.is_none() && !plan.finished {
-            let config = sandbox_config(pod, sandboxes.len() as u32, &self.pod_log_dir(pod));
+        let mut volumes_ready = true;
+        if !plan.finished {
+            let set_up = self
+                .volumes
+                .set_up(self.api.as_ref(), pod, &self.allocatable, now)
+                .await;
+            for failure in &set_up.failures {
+                let event = PodEvent::pod_warning("FailedMount", failure.to_string());
+                self.api.event(pod, event).await;
+            }
+            if !set_up.ready {
+                volumes_ready = false;
+                resync = RETRY;
+            }
+        }
+
+        if ready.is_none() && !plan.finished && volumes_ready {
+            let (config, dns_warning) = self.sandbox_for(pod, sandboxes.len() as u32);
+            if let Some(message) = dns_warning {
+                let event = PodEvent::pod_warning("MissingClusterDNS", message);
+                self.api.event(pod, event).await;
+            }
             let _ = std::fs::create_dir_all(self.pod_log_dir(pod));
             match self.runtime.run_pod_sandbox(config).await {
                 Ok(id) => {
@@ -427,9 +496,9 @@ impl SyncContext {
             }
         }
 
-        if let Some(sandbox_id) = ready.as_deref() {
+        if let Some(sandbox_id) = ready.as_deref().filter(|_| volumes_ready) {
             let attempt = sandboxes.len().saturating_sub(1) as u32;
-            let sandbox = sandbox_config(pod, attempt, &self.pod_log_dir(pod));
+            let (sandbox, _) = self.sandbox_for(pod, attempt);
             // an init container that is done at once lets the next one start in the same sync
             for _ in 0..=all_containers.len() {
                 if plan.finished
@@ -790,6 +859,9 @@ impl SyncContext {
             }
         }
         let _ = std::fs::remove_dir_all(self.pod_log_dir(pod));
+        if let Err(e) = self.volumes.tear_down(&uid) {
+            tracing::warn!(pod = %pod_key(pod), error = %e, "tearing down the pod's volumes");
+        }
         tracing::info!(pod = %pod_key(pod), grace, "pod stopped and removed from the runtime");
         Ok(())
     }

@@ -37,6 +37,19 @@ pub struct KubeletArgs {
     /// The node's InternalIP; detected from the default route when not given.
     #[arg(long, value_name = "IP")]
     pub node_ip: Option<IpAddr>,
+
+    /// Cluster DNS servers for ClusterFirst pods (comma-separated); without them such pods
+    /// use the host's resolv.conf, with a MissingClusterDNS warning.
+    #[arg(long, value_name = "IP[,IP]", value_delimiter = ',')]
+    pub cluster_dns: Vec<IpAddr>,
+
+    /// The cluster's DNS domain: pods search `NS.svc.DOMAIN svc.DOMAIN DOMAIN`.
+    #[arg(long, value_name = "DOMAIN", default_value = "cluster.local")]
+    pub cluster_domain: String,
+
+    /// The host's resolv.conf, for `Default` pods and the host part of the search path.
+    #[arg(long, value_name = "FILE", default_value = "/etc/resolv.conf")]
+    pub resolv_conf: PathBuf,
 }
 
 pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
@@ -52,6 +65,9 @@ pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
         pod_cidr: args.pod_cidr,
         node_ip: args.node_ip,
         container_runtime_endpoint: args.container_runtime_endpoint,
+        cluster_dns: args.cluster_dns,
+        cluster_domain: args.cluster_domain,
+        resolv_conf: args.resolv_conf,
         ..Config::default()
     };
     let kubelet = Kubelet::start(client, config).await?;

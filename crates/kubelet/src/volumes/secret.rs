@@ -1,0 +1,28 @@
+//! secret volumes: the Secret's keys as files through the atomic writer, on a tmpfs as upstream
+//! keeps them (never on disk), refreshed when the Secret changes.
+
+use k8s_openapi::api::core::v1::SecretVolumeSource;
+
+use super::atomic_writer::Payload;
+use super::keys::{self, Kind};
+use crate::api::PodApi;
+
+/// The plugin's directory name under `volumes/`.
+pub const PLUGIN: &str = "kubernetes.io~secret";
+
+pub async fn payload(
+    api: &dyn PodApi,
+    namespace: &str,
+    source: &SecretVolumeSource,
+) -> Result<Payload, String> {
+    let name = source.secret_name.clone().unwrap_or_default();
+    let data = Kind::Secret.read(api, namespace, &name).await?;
+    keys::payload(
+        Kind::Secret,
+        &name,
+        data.as_ref(),
+        source.items.as_deref(),
+        source.default_mode.unwrap_or(keys::DEFAULT_MODE),
+        source.optional == Some(true),
+    )
+}
