@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod kubelet;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -1,0 +1,236 @@
+//! A real `skiff kubelet` for the end-to-end tests: a child process with its own data dir (and
+//! so its own managed containerd), started against a test API server, and cleaned up on drop
+//! (containers killed, shims and mounts gone) even when a test fails.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use super::{ApiServer, HANG_GUARD, line_reader};
+
+/// The node every end-to-end kubelet registers.
+pub const NODE: &str = "kubelet-e2e";
+
+/// Why this host cannot run the test, if it cannot.
+pub fn unsupported() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let root = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        == Some("0");
+    if !root {
+        return Some("not root: containerd and CNI need root".into());
+    }
+    for binary in [
+        "containerd",
+        "ctr",
+        "runc",
+        "/usr/lib/cni/bridge",
+        "/bin/busybox",
+    ] {
+        let found = if binary.starts_with('/') {
+            Path::new(binary).exists()
+        } else {
+            Command::new("sh")
+                .args(["-c", &format!("command -v {binary}")])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if !found {
+            return Some(format!("{binary} is not installed (scripts/install-deps)"));
+        }
+    }
+    None
+}
+
+/// A `skiff kubelet` child with its data dir. Dropping it kills whatever containers are left
+/// (a failed test), stops the kubelet with SIGTERM (which stops its containerd) and removes
+/// the data dir.
+pub struct KubeletProcess {
+    child: Child,
+    dir: tempfile::TempDir,
+    args: Vec<String>,
+    kubeconfig: PathBuf,
+    _lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl KubeletProcess {
+    pub fn start(api: &ApiServer) -> KubeletProcess {
+        KubeletProcess::start_with(api, &[])
+    }
+
+    /// Starts a kubelet with these extra flags (kept across [`KubeletProcess::restart`]).
+    pub fn start_with(api: &ApiServer, args: &[&str]) -> KubeletProcess {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let (child, lines) = spawn_kubelet(api, dir.path(), &args);
+        KubeletProcess {
+            child,
+            dir,
+            args,
+            kubeconfig: api.kubeconfig(),
+            _lines: lines,
+        }
+    }
+
+    /// Stops the kubelet (SIGTERM: it stops its containerd, the containers keep running) and
+    /// starts it again on the same data dir.
+    pub fn restart(&mut self, api: &ApiServer) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+        let (child, lines) = spawn_kubelet(api, self.dir.path(), &self.args);
+        self.child = child;
+        self._lines = lines;
+    }
+
+    pub fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.data().join("containerd/containerd.sock")
+    }
+
+    pub fn log(&self) -> String {
+        super::read(&self.dir.path().join("kubelet.log"))
+    }
+
+    /// `ctr -n k8s.io <args>` against the managed containerd.
+    pub fn ctr(&self, args: &[&str]) -> String {
+        let out = super::run_guarded(
+            Command::new("ctr")
+                .arg("-a")
+                .arg(self.socket())
+                .args(["-n", "k8s.io"])
+                .args(args),
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for KubeletProcess {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- kubelet log ---\n{}", self.log());
+            // a failed test: let the kubelet tear its pods down properly (CNI included)
+            if matches!(self.child.try_wait(), Ok(None)) {
+                super::run_guarded(
+                    Command::new(super::KUBECTL_133)
+                        .arg("--kubeconfig")
+                        .arg(&self.kubeconfig)
+                        .args([
+                            "delete",
+                            "pods",
+                            "--all",
+                            "--grace-period=1",
+                            "--timeout=50s",
+                        ]),
+                );
+            }
+        }
+        for task in self.ctr(&["tasks", "ls", "-q"]).lines() {
+            self.ctr(&["tasks", "kill", "-s", "SIGKILL", task]);
+        }
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+        kill_shims(&self.socket());
+        // mounts a crashed containerd may leave under the data dir, deepest first
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        let data = self.data().display().to_string();
+        let mut ours: Vec<&str> = mounts
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .filter(|m| m.starts_with(&data))
+            .collect();
+        ours.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in ours {
+            let _ = Command::new("umount").args(["-l", m]).status();
+        }
+    }
+}
+
+/// Kills the shims serving our containerd (their `-address` is our socket) and the containers
+/// under them, if a failed test left any: a container's pid namespace ends with its init.
+fn kill_shims(socket: &Path) {
+    let socket = socket.display().to_string();
+    let procs: Vec<(String, String, String)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_string_lossy().into_owned();
+            pid.parse::<u32>().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let ppid = stat
+                .rsplit(')')
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .to_string();
+            Some((
+                pid,
+                ppid,
+                String::from_utf8_lossy(&cmdline).replace('\0', " "),
+            ))
+        })
+        .collect();
+    for (shim, _, cmdline) in &procs {
+        if cmdline.contains("containerd-shim") && cmdline.contains(&socket) {
+            for (pid, ppid, _) in &procs {
+                if ppid == shim {
+                    let _ = Command::new("kill").args(["-KILL", pid]).status();
+                }
+            }
+            let _ = Command::new("kill").args(["-KILL", shim]).status();
+        }
+    }
+}
+
+/// Starts `skiff kubelet` with its data under `dir` and waits for its ready line.
+fn spawn_kubelet(
+    api: &ApiServer,
+    dir: &Path,
+    args: &[String],
+) -> (Child, std::sync::mpsc::Receiver<String>) {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("kubelet.log"))
+        .expect("log file");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skiff"))
+        .arg("kubelet")
+        .arg("--kubeconfig")
+        .arg(api.kubeconfig())
+        .args(["--node-name", NODE, "--pod-cidr", "10.42.0.0/24"])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .env("RUST_LOG", "info")
+        .spawn()
+        .expect("start skiff kubelet");
+    let lines = line_reader(child.stdout.take().expect("stdout"));
+    let ready = match lines.recv_timeout(HANG_GUARD) {
+        Ok(line) => line,
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "no ready line; kubelet log:\n{}",
+                super::read(&dir.join("kubelet.log"))
+            )
+        }
+    };
+    assert!(ready.contains("ready"), "{ready}");
+    assert!(ready.contains("containerd://"), "{ready}");
+    (child, lines)
+}

@@ -1,0 +1,196 @@
+//! Pod volumes, /etc/hosts and DNS on a real `skiff kubelet` with its managed containerd, against
+//! a real `skiff apiserver`: a pod whose two containers share configMap, secret, downwardAPI and
+//! emptyDir volumes checks its files, its /etc/hosts and its resolv.conf itself and succeeds; a
+//! pod whose ConfigMap is missing reports FailedMount and stays Pending until the ConfigMap is
+//! created, then runs; a deleted pod's volumes are torn down. Needs root (containerd, CNI);
+//! skips otherwise.
+
+mod support;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
+use support::kubelet::{KubeletProcess, NODE, unsupported};
+use support::{ApiServer, Backend, eventually, kube_client, run};
+
+/// Checks run in the containers: each prints what failed before exiting 1.
+const READER: &str = r##"
+check() { if ! sh -c "$1"; then echo "FAIL: $1"; exit 1; fi; }
+check 'test "$(cat /etc/cfg/k)" = v'
+check 'test "$(cat /etc/sec/password)" = pw'
+check 'test "$(stat -L -c %a /etc/sec/password)" = 400'
+check 'test -L /etc/cfg/k && test -L /etc/cfg/..data'
+check 'test "$(cat /etc/info/name)" = files'
+check 'grep -qx "app=\"demo\"" /etc/info/labels'
+check 'test "$(cat /etc/info/mem)" = 64'
+check 'touch /etc/cfg/x 2>/dev/null && exit 1 || true'
+for i in $(seq 1 300); do test -f /scratch/ready && break; sleep 0.1; done
+check 'test "$(cat /scratch/ready)" = from-writer'
+check 'head -1 /etc/hosts | grep -qx "# Kubernetes-managed hosts file."'
+check 'grep -q "files.sub.default.svc.cluster.local	files$" /etc/hosts'
+check 'grep -qx "10.9.9.9	extra.example" /etc/hosts'
+check 'grep -qx "nameserver 10.43.0.10" /etc/resolv.conf'
+check 'grep -q "^search default.svc.cluster.local svc.cluster.local cluster.local" /etc/resolv.conf'
+check 'grep -qx "options ndots:5" /etc/resolv.conf'
+check 'test "$(hostname)" = files'
+echo all checks passed
+"##;
+
+async fn create<K>(api: &Api<K>, object: serde_json::Value) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(object).unwrap(),
+    )
+    .await
+    .expect("create")
+}
+
+async fn in_phase(pods: &Api<Pod>, name: &str, phase: &str) -> Option<Pod> {
+    let pod = pods.get(name).await.ok()?;
+    (pod.status.as_ref()?.phase.as_deref() == Some(phase)).then_some(pod)
+}
+
+#[test]
+fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_sources() {
+    if let Some(why) = unsupported() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let api = ApiServer::start(Backend::Embedded);
+    let kubelet = KubeletProcess::start_with(&api, &["--cluster-dns", "10.43.0.10"]);
+    run(async {
+        let c = kube_client(&api).await;
+        let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+        let config_maps: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+        let secrets: Api<Secret> = Api::namespaced(c.clone(), "default");
+        create(
+            &config_maps,
+            json!({"metadata": {"name": "cfg"}, "data": {"k": "v"}}),
+        )
+        .await;
+        create(
+            &secrets,
+            json!({"metadata": {"name": "sec"}, "stringData": {"password": "pw"}}),
+        )
+        .await;
+
+        let mounts = json!([
+            {"name": "cfg", "mountPath": "/etc/cfg"},
+            {"name": "sec", "mountPath": "/etc/sec"},
+            {"name": "info", "mountPath": "/etc/info"},
+            {"name": "scratch", "mountPath": "/scratch"},
+        ]);
+        let files = create(
+            &pods,
+            json!({
+                "metadata": {"name": "files", "labels": {"app": "demo"}},
+                "spec": {
+                    "nodeName": NODE, "restartPolicy": "Never",
+                    "hostname": "files", "subdomain": "sub",
+                    "hostAliases": [{"ip": "10.9.9.9", "hostnames": ["extra.example"]}],
+                    "volumes": [
+                        {"name": "cfg", "configMap": {"name": "cfg"}},
+                        {"name": "sec", "secret": {"secretName": "sec", "defaultMode": 0o400}},
+                        {"name": "info", "downwardAPI": {"items": [
+                            {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+                            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                            {"path": "mem", "resourceFieldRef": {"containerName": "reader",
+                                "resource": "limits.memory", "divisor": "1Mi"}}]}},
+                        {"name": "scratch", "emptyDir": {}},
+                    ],
+                    "containers": [
+                        {"name": "writer", "image": "busybox", "volumeMounts": mounts,
+                         "command": ["sh", "-c", "echo from-writer > /scratch/ready"]},
+                        {"name": "reader", "image": "busybox", "volumeMounts": mounts,
+                         "resources": {"limits": {"memory": "64Mi"}},
+                         "command": ["sh", "-c", READER]},
+                    ],
+                },
+            }),
+        )
+        .await;
+        let uid = files.metadata.uid.clone().unwrap();
+        let log = kubelet
+            .data()
+            .join(format!("logs/pods/default_files_{uid}/reader/0.log"));
+        let done = eventually("files to finish", || async {
+            let pod = pods.get("files").await.ok()?;
+            let phase = pod.status.as_ref()?.phase.clone()?;
+            matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
+        })
+        .await;
+        assert_eq!(done, "Succeeded", "reader's log:\n{}", support::read(&log));
+        assert!(support::read(&log).contains("all checks passed"));
+
+        // a missing ConfigMap: FailedMount with upstream's message, Pending, until it exists
+        create(
+            &pods,
+            json!({
+                "metadata": {"name": "waits"},
+                "spec": {"nodeName": NODE, "restartPolicy": "Never",
+                    "volumes": [{"name": "later", "configMap": {"name": "later"}}],
+                    "containers": [{"name": "c", "image": "busybox",
+                        "volumeMounts": [{"name": "later", "mountPath": "/etc/later"}],
+                        "command": ["sh", "-c", "test \"$(cat /etc/later/k)\" = ok"]}]},
+            }),
+        )
+        .await;
+        let message = eventually("a FailedMount event", || async {
+            let out = api.kubectl(
+                support::KUBECTL_133,
+                &[
+                    "get",
+                    "events",
+                    "--field-selector",
+                    "involvedObject.name=waits,reason=FailedMount",
+                    "-o",
+                    "jsonpath={.items[0].message}",
+                ],
+            );
+            (!out.is_empty()).then_some(out)
+        })
+        .await;
+        assert_eq!(
+            message,
+            "MountVolume.SetUp failed for volume \"later\" : configmap \"later\" not found"
+        );
+        let waiting = pods.get("waits").await.unwrap().status.unwrap();
+        assert_eq!(waiting.phase.as_deref(), Some("Pending"));
+        let state = waiting.container_statuses.unwrap()[0]
+            .state
+            .clone()
+            .unwrap();
+        assert_eq!(
+            state.waiting.unwrap().reason.as_deref(),
+            Some("ContainerCreating")
+        );
+        create(
+            &config_maps,
+            json!({"metadata": {"name": "later"}, "data": {"k": "ok"}}),
+        )
+        .await;
+        eventually("waits to run once its ConfigMap exists", || {
+            in_phase(&pods, "waits", "Succeeded")
+        })
+        .await;
+
+        // deletion tears the volumes down: the secret's tmpfs unmounted, the pod dir removed
+        let pod_dir = kubelet.data().join("pods").join(&uid);
+        assert!(pod_dir.join("volumes/kubernetes.io~secret/sec").exists());
+        pods.delete("files", &DeleteParams::default())
+            .await
+            .expect("delete");
+        eventually("files' volumes to be torn down", || async {
+            let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+            (!pod_dir.exists() && !mounts.contains(&uid)).then_some(())
+        })
+        .await;
+        pods.delete("waits", &DeleteParams::default())
+            .await
+            .expect("delete");
+    });
+}
