@@ -8,6 +8,7 @@
 //! - [`coalesce`]: HTTP/2 connections write once per scheduler round, not once per frame.
 //! - [`pki`]: the cluster CA, serving and client certificates, the admin kubeconfig.
 //! - [`authn`], [`authz`], [`admission`]: the three gates.
+//! - [`tokens`]: the service account token signer (TokenRequest's JWTs).
 //! - [`request`]: what a request asks for (verb, group, resource, namespace, name, subresource).
 //! - [`handlers`]: discovery, health, and the resource verbs.
 //! - [`strategy`]: per-kind defaulting, validation and selectable fields.
@@ -41,6 +42,7 @@ pub mod server;
 pub mod stamped;
 pub mod storage;
 pub mod strategy;
+pub mod tokens;
 
 pub use error::{ApiError, Result};
 pub use server::{ApiServer, Config, Listener};

@@ -66,6 +66,9 @@ pub struct ApiServer {
     pub ranges: crate::allocator::Ranges,
     /// The current time (injected so tests can fix it).
     pub clock: fn() -> jiff::Timestamp,
+    /// Signs service account tokens (`serviceaccounts/{name}/token`); without it that
+    /// subresource answers 503.
+    pub tokens: Option<Arc<crate::tokens::TokenIssuer>>,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -144,6 +147,14 @@ impl ApiServer {
     /// Builds the server state over a store: starts the watch cache and the default policy
     /// chain.
     pub async fn new(store: Arc<dyn Store>) -> Result<Arc<Self>> {
+        Self::with_token_issuer(store, None).await
+    }
+
+    /// As [`ApiServer::new`], issuing service account tokens with `tokens`.
+    pub async fn with_token_issuer(
+        store: Arc<dyn Store>,
+        tokens: Option<Arc<crate::tokens::TokenIssuer>>,
+    ) -> Result<Arc<Self>> {
         let cache = Cacher::start(store.clone()).await?;
         // Built once here so the first `kubectl apply` does not pay for it.
         skiff_openapi::Documents::global();
@@ -171,6 +182,7 @@ impl ApiServer {
             metrics: Arc::default(),
             ranges: crate::allocator::Ranges::default(),
             clock: jiff::Timestamp::now,
+            tokens,
         }))
     }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
+use skiff_apiserver::tokens::{DEFAULT_ISSUER, TokenIssuer};
 use skiff_apiserver::{ApiServer, Config, Listener, bootstrap};
 use skiff_store::{EmbeddedConfig, EmbeddedStore, Store, etcd::EtcdStore};
 
@@ -77,7 +78,9 @@ pub async fn run(args: ApiServerArgs) -> anyhow::Result<()> {
     bootstrap::run(&store, advertise)
         .await
         .context("creating the bootstrap namespaces, services and RBAC policy")?;
-    let server = ApiServer::new(store)
+    let tokens = TokenIssuer::ensure(&listener.pki.dir, DEFAULT_ISSUER)
+        .context("loading the service account signing key")?;
+    let server = ApiServer::with_token_issuer(store, Some(Arc::new(tokens)))
         .await
         .context("starting the watch cache")?;
     let kubeconfig = args.data_dir.join("kubeconfig.yaml");
