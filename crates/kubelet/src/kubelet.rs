@@ -69,6 +69,9 @@ pub struct Config {
     pub cluster_dns: Vec<IpAddr>,
     /// `--cluster-domain`.
     pub cluster_domain: String,
+    /// How often configMap, secret, downwardAPI and projected volumes are refreshed
+    /// (`--sync-frequency`).
+    pub sync_frequency: Duration,
     /// The host's resolv.conf, for `Default` pods and the search path (`--resolv-conf`).
     pub resolv_conf: PathBuf,
 }
@@ -88,6 +91,7 @@ impl Default for Config {
             cluster_dns: Vec::new(),
             // upstream's conventional clusterDomain and resolvConf
             cluster_domain: "cluster.local".into(),
+            sync_frequency: crate::volumes::REFRESH,
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
         }
     }
@@ -185,6 +189,7 @@ impl Kubelet {
             volumes: Arc::new(VolumeManager::new(
                 config.data_dir.join("pods"),
                 Arc::new(RealHost),
+                config.sync_frequency,
             )),
             dns: Arc::new(DnsSettings {
                 cluster_dns: config.cluster_dns.clone(),

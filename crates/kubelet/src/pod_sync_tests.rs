@@ -37,6 +37,7 @@ fn harness() -> Harness {
         volumes: Arc::new(crate::volumes::VolumeManager::new(
             logs.path().join("pods"),
             host.clone(),
+            crate::volumes::REFRESH,
         )),
         dns: Arc::new(crate::dns::DnsSettings {
             cluster_dns: vec!["10.43.0.10".parse().unwrap()],

@@ -1,13 +1,14 @@
 //! Pod volumes, /etc/hosts and DNS on a real `skiff kubelet` with its managed containerd, against
-//! a real `skiff apiserver`: a pod whose two containers share configMap, secret, downwardAPI and
-//! emptyDir volumes checks its files, its /etc/hosts and its resolv.conf itself and succeeds; a
-//! pod whose ConfigMap is missing reports FailedMount and stays Pending until the ConfigMap is
-//! created, then runs; a deleted pod's volumes are torn down. Needs root (containerd, CNI);
-//! skips otherwise.
+//! a real `skiff apiserver`: a pod whose two containers share configMap, secret, downwardAPI,
+//! projected (with a service account token from TokenRequest) and emptyDir volumes checks its
+//! files, its /etc/hosts and its resolv.conf itself and succeeds; a running pod sees its
+//! ConfigMap's update; a pod whose ConfigMap is missing reports FailedMount and stays Pending
+//! until the ConfigMap is created, then runs; a deleted pod's volumes are torn down. Needs root
+//! (containerd, CNI); skips otherwise.
 
 mod support;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
@@ -24,6 +25,9 @@ check 'test -L /etc/cfg/k && test -L /etc/cfg/..data'
 check 'test "$(cat /etc/info/name)" = files'
 check 'grep -qx "app=\"demo\"" /etc/info/labels'
 check 'test "$(cat /etc/info/mem)" = 64'
+check 'test "$(awk -F. "{print NF}" /var/run/secrets/tokens/token)" = 3'
+check 'test "$(cat /var/run/secrets/tokens/namespace)" = default'
+check 'test "$(cat /var/run/secrets/tokens/cfg-k)" = v'
 check 'touch /etc/cfg/x 2>/dev/null && exit 1 || true'
 for i in $(seq 1 300); do test -f /scratch/ready && break; sleep 0.1; done
 check 'test "$(cat /scratch/ready)" = from-writer'
@@ -36,6 +40,21 @@ check 'grep -qx "options ndots:5" /etc/resolv.conf'
 check 'test "$(hostname)" = files'
 echo all checks passed
 "##;
+
+/// Waits (up to a minute) for its ConfigMap's new value.
+const FOLLOWER: &str =
+    r#"for i in $(seq 1 600); do test "$(cat /etc/cfg/k)" = v2 && exit 0; sleep 0.1; done; exit 1"#;
+
+/// The claims of a service account token, verified with the API server's public key.
+fn decode_token(api: &ApiServer, token: &str, audience: &str) -> serde_json::Value {
+    let public = support::read(&api.data_dir.join("tls/service-account.pub"));
+    let key = jsonwebtoken::DecodingKey::from_ec_pem(public.as_bytes()).expect("the public key");
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+    validation.set_audience(&[audience]);
+    jsonwebtoken::decode::<serde_json::Value>(token.trim(), &key, &validation)
+        .expect("the token verifies")
+        .claims
+}
 
 async fn create<K>(api: &Api<K>, object: serde_json::Value) -> K
 where
@@ -61,12 +80,17 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
         return;
     }
     let api = ApiServer::start(Backend::Embedded);
-    let kubelet = KubeletProcess::start_with(&api, &["--cluster-dns", "10.43.0.10"]);
+    let kubelet = KubeletProcess::start_with(
+        &api,
+        &["--cluster-dns", "10.43.0.10", "--sync-frequency", "1s"],
+    );
     run(async {
         let c = kube_client(&api).await;
         let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
         let config_maps: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
         let secrets: Api<Secret> = Api::namespaced(c.clone(), "default");
+        let accounts: Api<ServiceAccount> = Api::namespaced(c.clone(), "default");
+        create(&accounts, json!({"metadata": {"name": "robot"}})).await;
         create(
             &config_maps,
             json!({"metadata": {"name": "cfg"}, "data": {"k": "v"}}),
@@ -83,13 +107,14 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
             {"name": "sec", "mountPath": "/etc/sec"},
             {"name": "info", "mountPath": "/etc/info"},
             {"name": "scratch", "mountPath": "/scratch"},
+            {"name": "token", "mountPath": "/var/run/secrets/tokens"},
         ]);
         let files = create(
             &pods,
             json!({
                 "metadata": {"name": "files", "labels": {"app": "demo"}},
                 "spec": {
-                    "nodeName": NODE, "restartPolicy": "Never",
+                    "nodeName": NODE, "restartPolicy": "Never", "serviceAccountName": "robot",
                     "hostname": "files", "subdomain": "sub",
                     "hostAliases": [{"ip": "10.9.9.9", "hostnames": ["extra.example"]}],
                     "volumes": [
@@ -101,6 +126,13 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
                             {"path": "mem", "resourceFieldRef": {"containerName": "reader",
                                 "resource": "limits.memory", "divisor": "1Mi"}}]}},
                         {"name": "scratch", "emptyDir": {}},
+                        {"name": "token", "projected": {"sources": [
+                            {"serviceAccountToken": {"path": "token", "audience": "vault",
+                                                     "expirationSeconds": 600}},
+                            {"configMap": {"name": "cfg",
+                                           "items": [{"key": "k", "path": "cfg-k"}]}},
+                            {"downwardAPI": {"items": [{"path": "namespace",
+                                "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}},
                     ],
                     "containers": [
                         {"name": "writer", "image": "busybox", "volumeMounts": mounts,
@@ -125,6 +157,43 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
         .await;
         assert_eq!(done, "Succeeded", "reader's log:\n{}", support::read(&log));
         assert!(support::read(&log).contains("all checks passed"));
+
+        // the projected token came from TokenRequest, bound to the pod, for its audience
+        let pod_dir = kubelet.data().join("pods").join(&uid);
+        let token = support::read(&pod_dir.join("volumes/kubernetes.io~projected/token/token"));
+        let claims = decode_token(&api, &token, "vault");
+        assert_eq!(claims["sub"], "system:serviceaccount:default:robot");
+        assert_eq!(claims["kubernetes.io"]["pod"]["uid"], uid.as_str());
+        let lifetime = claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap();
+        assert_eq!(lifetime, 600);
+
+        // a running pod's configMap volume follows the ConfigMap
+        create(
+            &pods,
+            json!({
+                "metadata": {"name": "follows"},
+                "spec": {"nodeName": NODE, "restartPolicy": "Never",
+                    "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}],
+                    "containers": [{"name": "c", "image": "busybox",
+                        "volumeMounts": [{"name": "cfg", "mountPath": "/etc/cfg"}],
+                        "command": ["sh", "-c", FOLLOWER]}]},
+            }),
+        )
+        .await;
+        eventually("follows to run", || in_phase(&pods, "follows", "Running")).await;
+        let mut cfg = config_maps.get("cfg").await.unwrap();
+        cfg.data = Some([("k".to_string(), "v2".to_string())].into());
+        config_maps
+            .replace("cfg", &PostParams::default(), &cfg)
+            .await
+            .expect("update the configmap");
+        let phase = eventually("follows to finish", || async {
+            let pod = pods.get("follows").await.ok()?;
+            let phase = pod.status?.phase?;
+            matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
+        })
+        .await;
+        assert_eq!(phase, "Succeeded");
 
         // a missing ConfigMap: FailedMount with upstream's message, Pending, until it exists
         create(
@@ -158,16 +227,13 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
             message,
             "MountVolume.SetUp failed for volume \"later\" : configmap \"later\" not found"
         );
-        let waiting = pods.get("waits").await.unwrap().status.unwrap();
-        assert_eq!(waiting.phase.as_deref(), Some("Pending"));
-        let state = waiting.container_statuses.unwrap()[0]
-            .state
-            .clone()
-            .unwrap();
-        assert_eq!(
-            state.waiting.unwrap().reason.as_deref(),
-            Some("ContainerCreating")
-        );
+        let waiting = eventually("waits to report ContainerCreating", || async {
+            let status = pods.get("waits").await.ok()?.status?;
+            let state = status.container_statuses?.first()?.state.clone()?;
+            Some((status.phase?, state.waiting?.reason?))
+        })
+        .await;
+        assert_eq!(waiting, ("Pending".into(), "ContainerCreating".into()));
         create(
             &config_maps,
             json!({"metadata": {"name": "later"}, "data": {"k": "ok"}}),
@@ -179,7 +245,6 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
         .await;
 
         // deletion tears the volumes down: the secret's tmpfs unmounted, the pod dir removed
-        let pod_dir = kubelet.data().join("pods").join(&uid);
         assert!(pod_dir.join("volumes/kubernetes.io~secret/sec").exists());
         pods.delete("files", &DeleteParams::default())
             .await
@@ -189,8 +254,10 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
             (!pod_dir.exists() && !mounts.contains(&uid)).then_some(())
         })
         .await;
-        pods.delete("waits", &DeleteParams::default())
-            .await
-            .expect("delete");
+        for name in ["waits", "follows"] {
+            pods.delete(name, &DeleteParams::default())
+                .await
+                .expect("delete");
+        }
     });
 }

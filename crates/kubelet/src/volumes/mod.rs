@@ -1,9 +1,9 @@
 //! Pod volumes as upstream's kubelet lays them out: each volume of a pod in
 //! `{data_dir}/pods/{uid}/volumes/kubernetes.io~{plugin}/{name}` (hostPath volumes are the host
-//! path itself), set up before the pod's sandbox and refreshed every [`REFRESH`] (upstream's
-//! kubelet resyncs pods every `syncFrequency`, 1 minute) so that configMap, secret, downwardAPI
-//! and projected files follow their sources; torn down (tmpfs unmounted, directory removed)
-//! when the pod is removed.
+//! path itself), set up before the pod's sandbox and refreshed every `--sync-frequency`
+//! ([`REFRESH`] by default, upstream's 1 minute) so that configMap, secret, downwardAPI and
+//! projected files follow their sources; torn down (tmpfs unmounted, directory removed) when
+//! the pod is removed.
 //!
 //! # Layout
 //! - [`host`]: host side effects (tmpfs, hostPath checks) behind [`host::HostOps`], with a fake.
@@ -38,7 +38,8 @@ use parking_lot::Mutex;
 use crate::api::PodApi;
 use host::HostOps;
 
-/// How often a pod's volume files are rewritten from their sources.
+/// How often a pod's volume files are rewritten from their sources by default (upstream's
+/// `syncFrequency`).
 pub const REFRESH: Duration = Duration::from_secs(60);
 /// How long after a failed set-up it is tried again (and its FailedMount event repeated).
 pub const RETRY: Duration = Duration::from_secs(10);
@@ -104,6 +105,8 @@ struct Attempt {
 pub struct VolumeManager {
     pods_dir: PathBuf,
     host: Arc<dyn HostOps>,
+    /// How often set-up volumes are refreshed.
+    refresh: Duration,
     tokens: token::TokenCache,
     /// Pod uid → its last set-up attempt. Guards the map only, never held across an await.
     attempts: Mutex<HashMap<String, Attempt>>,
@@ -122,11 +125,13 @@ fn volume_type(volume: &Volume) -> String {
 }
 
 impl VolumeManager {
-    /// Pods' directories go under `pods_dir` (`{data_dir}/pods`).
-    pub fn new(pods_dir: PathBuf, host: Arc<dyn HostOps>) -> VolumeManager {
+    /// Pods' directories go under `pods_dir` (`{data_dir}/pods`); volumes are refreshed every
+    /// `refresh`.
+    pub fn new(pods_dir: PathBuf, host: Arc<dyn HostOps>, refresh: Duration) -> VolumeManager {
         VolumeManager {
             pods_dir,
             host,
+            refresh,
             tokens: token::TokenCache::default(),
             attempts: Mutex::new(HashMap::new()),
         }
@@ -161,7 +166,7 @@ impl VolumeManager {
     }
 
     /// Sets up the pod's volumes when due: the first time, [`RETRY`] after a failure, and
-    /// [`REFRESH`] after the last success.
+    /// the refresh period after the last success.
     pub async fn set_up(
         &self,
         api: &dyn PodApi,
@@ -172,7 +177,7 @@ impl VolumeManager {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let last = self.attempts.lock().get(&uid).copied();
         if let Some(last) = last {
-            let wait = if last.ok { REFRESH } else { RETRY };
+            let wait = if last.ok { self.refresh } else { RETRY };
             if now < last.at + wait {
                 return SetUp {
                     ready: last.ok,

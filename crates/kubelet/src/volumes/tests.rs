@@ -17,7 +17,7 @@ struct Harness {
 fn harness() -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let host = Arc::new(RecordingHost::default());
-    let volumes = VolumeManager::new(dir.path().join("pods"), host.clone());
+    let volumes = VolumeManager::new(dir.path().join("pods"), host.clone(), REFRESH);
     Harness {
         _dir: dir,
         host,
