@@ -65,7 +65,8 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, log_directory: &Path) -> PodSandb
         hostname: if spec.host_network == Some(true) {
             String::new()
         } else {
-            spec.hostname.clone().unwrap_or(name)
+            // upstream's: `hostname`, else the pod's name cut to 63 characters
+            crate::etc_hosts::hostname_and_domain(pod, "").0
         },
         log_directory: log_directory.display().to_string(),
         port_mappings,

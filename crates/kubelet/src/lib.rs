@@ -6,6 +6,7 @@
 //! - [`kubelet`]: the main loop: runtime start, node registration, heartbeats, the pod watch
 //!   and one worker per pod.
 //! - [`pod_sync`]: one sync of one pod (sandbox, images, containers, restarts, deletion).
+//! - [`pod_setup`]: what a pod needs before its containers (volumes, DNS, /etc/hosts).
 //! - [`actions`]: what a sync should do, without I/O (init order, restarts, back-off).
 //! - [`config`]: the CRI sandbox and container configs from the pod's spec.
 //! - [`env`]: a container's environment (values, field refs, ConfigMaps, Secrets, resources).
@@ -39,6 +40,7 @@ pub mod host;
 pub mod images;
 pub mod kubelet;
 pub mod node;
+pub mod pod_setup;
 pub mod pod_sync;
 pub mod probe;
 pub mod resource_field;

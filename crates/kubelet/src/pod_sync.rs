@@ -19,11 +19,11 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::actions::{self, Init, Step};
 use crate::api::{PodApi, PodEvent};
-use crate::config::{PodRuntimeFields, container_config, sandbox_config};
+use crate::config::{PodRuntimeFields, container_config};
 use crate::cri::{
     ContainerRuntime, ContainerState, ContainerStatus, PodSandboxConfig, PodSandboxState,
 };
-use crate::dns::{DnsSettings, pod_dns};
+use crate::dns::DnsSettings;
 use crate::hooks::{self, Hook};
 use crate::probe::{self, Kind, Probes, Transition};
 use crate::status::{self, ContainerView, PodView, Waiting};
@@ -114,32 +114,6 @@ impl SyncContext {
     fn runtime_err(&self, pod: &Pod) -> impl FnOnce(crate::cri::Error) -> Error {
         let pod = pod_key(pod);
         move |source| Error::Runtime { pod, source }
-    }
-
-    /// The pod's sandbox config with its DNS config, and the MissingClusterDNS warning if
-    /// ClusterFirst had to fall back to the host's resolv.conf.
-    fn sandbox_for(&self, pod: &Pod, attempt: u32) -> (PodSandboxConfig, Option<String>) {
-        let mut config = sandbox_config(pod, attempt, &self.pod_log_dir(pod));
-        let (dns, warning) = pod_dns(pod, &self.dns);
-        config.dns_config = Some(dns);
-        (config, warning)
-    }
-
-    /// Writes the pod's managed /etc/hosts (not for hostNetwork pods); returns its path.
-    fn write_hosts_file(&self, pod: &Pod, pod_ip: &str) -> Result<Option<PathBuf>, String> {
-        if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
-            return Ok(None);
-        }
-        let dir = self
-            .volumes
-            .pod_dir(pod.metadata.uid.as_deref().unwrap_or_default());
-        let path = dir.join("etc-hosts");
-        let content =
-            crate::etc_hosts::content(pod, &[pod_ip.to_string()], &self.dns.cluster_domain);
-        std::fs::create_dir_all(&dir)
-            .and_then(|()| std::fs::write(&path, content))
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
-        Ok(Some(path))
     }
 
     /// The directory of the pod's container logs.
@@ -452,20 +426,9 @@ impl SyncContext {
             .max_by_key(|s| s.created_at)
             .map(|s| s.id.clone());
 
-        let mut volumes_ready = true;
-        if !plan.finished {
-            let set_up = self
-                .volumes
-                .set_up(self.api.as_ref(), pod, &self.allocatable, now)
-                .await;
-            for failure in &set_up.failures {
-                let event = PodEvent::pod_warning("FailedMount", failure.to_string());
-                self.api.event(pod, event).await;
-            }
-            if !set_up.ready {
-                volumes_ready = false;
-                resync = RETRY;
-            }
+        let volumes_ready = plan.finished || self.set_up_volumes(pod, now).await;
+        if !volumes_ready {
+            resync = RETRY;
         }
 
         if ready.is_none() && !plan.finished && volumes_ready {
