@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
-use support::kubelet::{KubeletProcess, NODE, unsupported};
+use support::kubelet::{KubeletProcess, NODE, in_phase, unsupported};
 use support::{ApiServer, Backend, eventually, kube_client, run};
 
 async fn create_pod(pods: &Api<Pod>, name: &str, restart_policy: &str, script: &str) -> Pod {
@@ -56,11 +56,6 @@ async fn create_pod_with_init(
     )
     .await
     .expect("create pod")
-}
-
-async fn in_phase(pods: &Api<Pod>, name: &str, phase: &str) -> Option<Pod> {
-    let pod = pods.get(name).await.ok()?;
-    (pod.status.as_ref()?.phase.as_deref() == Some(phase)).then_some(pod)
 }
 
 #[test]

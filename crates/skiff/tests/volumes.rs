@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
-use support::kubelet::{KubeletProcess, NODE, unsupported};
+use support::kubelet::{KubeletProcess, NODE, finished, in_phase, unsupported};
 use support::{ApiServer, Backend, eventually, kube_client, run};
 
 /// Checks run in the containers: each prints what failed before exiting 1.
@@ -66,11 +66,6 @@ where
     )
     .await
     .expect("create")
-}
-
-async fn in_phase(pods: &Api<Pod>, name: &str, phase: &str) -> Option<Pod> {
-    let pod = pods.get(name).await.ok()?;
-    (pod.status.as_ref()?.phase.as_deref() == Some(phase)).then_some(pod)
 }
 
 #[test]
@@ -149,12 +144,7 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
         let log = kubelet
             .data()
             .join(format!("logs/pods/default_files_{uid}/reader/0.log"));
-        let done = eventually("files to finish", || async {
-            let pod = pods.get("files").await.ok()?;
-            let phase = pod.status.as_ref()?.phase.clone()?;
-            matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
-        })
-        .await;
+        let done = eventually("files to finish", || finished(&pods, "files")).await;
         assert_eq!(done, "Succeeded", "reader's log:\n{}", support::read(&log));
         assert!(support::read(&log).contains("all checks passed"));
 
@@ -187,12 +177,7 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
             .replace("cfg", &PostParams::default(), &cfg)
             .await
             .expect("update the configmap");
-        let phase = eventually("follows to finish", || async {
-            let pod = pods.get("follows").await.ok()?;
-            let phase = pod.status?.phase?;
-            matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
-        })
-        .await;
+        let phase = eventually("follows to finish", || finished(&pods, "follows")).await;
         assert_eq!(phase, "Succeeded");
 
         // a missing ConfigMap: FailedMount with upstream's message, Pending, until it exists

@@ -15,13 +15,16 @@ pub async fn payload(
     namespace: &str,
     source: &ConfigMapVolumeSource,
 ) -> Result<Payload, String> {
-    let data = Kind::ConfigMap.read(api, namespace, &source.name).await?;
-    keys::payload(
+    let mode = source.default_mode.unwrap_or(keys::DEFAULT_MODE);
+    let items = source.items.as_deref();
+    keys::read_payload(
+        api,
+        namespace,
         Kind::ConfigMap,
         &source.name,
-        data.as_ref(),
-        source.items.as_deref(),
-        source.default_mode.unwrap_or(keys::DEFAULT_MODE),
-        source.optional == Some(true),
+        items,
+        mode,
+        source.optional,
     )
+    .await
 }

@@ -21,7 +21,7 @@ pub const DEFAULT_MODE: i32 = 0o644;
 
 impl Kind {
     /// Reads the object's data, or None when it does not exist.
-    pub async fn read(
+    async fn read(
         self,
         api: &dyn PodApi,
         namespace: &str,
@@ -47,6 +47,27 @@ impl Kind {
             Kind::Secret => format!("references non-existent secret key: {key}"),
         }
     }
+}
+
+/// Reads a ConfigMap or Secret and makes its files (see [`payload`]).
+pub async fn read_payload(
+    api: &dyn PodApi,
+    namespace: &str,
+    kind: Kind,
+    name: &str,
+    items: Option<&[KeyToPath]>,
+    default_mode: i32,
+    optional: Option<bool>,
+) -> Result<Payload, String> {
+    let data = kind.read(api, namespace, name).await?;
+    payload(
+        kind,
+        name,
+        data.as_ref(),
+        items,
+        default_mode,
+        optional == Some(true),
+    )
 }
 
 /// The files of one ConfigMap or Secret (`data` as read, None when missing).

@@ -30,31 +30,19 @@ pub async fn payload(
     let mode = source.default_mode.unwrap_or(keys::DEFAULT_MODE);
     let mut out = Payload::new();
     for s in source.sources.iter().flatten() {
-        if let Some(cm) = &s.config_map {
-            let data = Kind::ConfigMap.read(api, namespace, &cm.name).await?;
-            let optional = cm.optional == Some(true);
-            let items = cm.items.as_deref();
-            out.extend(keys::payload(
-                Kind::ConfigMap,
-                &cm.name,
-                data.as_ref(),
-                items,
-                mode,
-                optional,
-            )?);
-        }
-        if let Some(secret) = &s.secret {
-            let data = Kind::Secret.read(api, namespace, &secret.name).await?;
-            let optional = secret.optional == Some(true);
-            let items = secret.items.as_deref();
-            out.extend(keys::payload(
-                Kind::Secret,
-                &secret.name,
-                data.as_ref(),
-                items,
-                mode,
-                optional,
-            )?);
+        let keyed = [
+            s.config_map
+                .as_ref()
+                .map(|c| (Kind::ConfigMap, &c.name, &c.items, c.optional)),
+            s.secret
+                .as_ref()
+                .map(|c| (Kind::Secret, &c.name, &c.items, c.optional)),
+        ];
+        for (kind, name, items, optional) in keyed.into_iter().flatten() {
+            let items = items.as_deref();
+            out.extend(
+                keys::read_payload(api, namespace, kind, name, items, mode, optional).await?,
+            );
         }
         if let Some(d) = &s.downward_api {
             let items = d.items.as_deref().unwrap_or_default();

@@ -15,14 +15,17 @@ pub async fn payload(
     namespace: &str,
     source: &SecretVolumeSource,
 ) -> Result<Payload, String> {
-    let name = source.secret_name.clone().unwrap_or_default();
-    let data = Kind::Secret.read(api, namespace, &name).await?;
-    keys::payload(
+    let name = source.secret_name.as_deref().unwrap_or_default();
+    let mode = source.default_mode.unwrap_or(keys::DEFAULT_MODE);
+    let items = source.items.as_deref();
+    keys::read_payload(
+        api,
+        namespace,
         Kind::Secret,
-        &name,
-        data.as_ref(),
-        source.items.as_deref(),
-        source.default_mode.unwrap_or(keys::DEFAULT_MODE),
-        source.optional == Some(true),
+        name,
+        items,
+        mode,
+        source.optional,
     )
+    .await
 }

@@ -5,6 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+
 use super::{ApiServer, HANG_GUARD, line_reader};
 
 /// The node every end-to-end kubelet registers.
@@ -233,4 +236,16 @@ fn spawn_kubelet(
     assert!(ready.contains("ready"), "{ready}");
     assert!(ready.contains("containerd://"), "{ready}");
     (child, lines)
+}
+
+/// The pod, once it is in `phase`.
+pub async fn in_phase(pods: &Api<Pod>, name: &str, phase: &str) -> Option<Pod> {
+    let pod = pods.get(name).await.ok()?;
+    (pod.status.as_ref()?.phase.as_deref() == Some(phase)).then_some(pod)
+}
+
+/// The pod's phase once it has finished (Succeeded or Failed).
+pub async fn finished(pods: &Api<Pod>, name: &str) -> Option<String> {
+    let phase = pods.get(name).await.ok()?.status?.phase?;
+    matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
 }
