@@ -1,8 +1,8 @@
 //! A container's environment as upstream's kubelet builds it: `envFrom` ConfigMaps and Secrets
 //! (with their prefix), then `env` entries (plain values, downward-API field references,
-//! ConfigMap and Secret keys, container resources), later names replacing earlier ones. ConfigMaps and Secrets are
-//! read through the API server; a missing one (unless `optional`) keeps the container from
-//! being created, reported as `CreateContainerConfigError`.
+//! ConfigMap and Secret keys, container resources), later names replacing earlier ones.
+//! ConfigMaps and Secrets are read through the API server; a missing one (unless `optional`)
+//! keeps the container from being created, reported as `CreateContainerConfigError`.
 
 use std::collections::BTreeMap;
 

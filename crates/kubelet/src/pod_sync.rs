@@ -249,18 +249,15 @@ impl SyncContext {
             host_ip: self.host_ip.clone(),
             allocatable: self.allocatable.clone(),
         };
-        let resolved = match crate::env::resolve(self.api.as_ref(), pod, container, &fields).await {
-            Ok(envs) => self
-                .write_hosts_file(pod, &fields.pod_ip)
-                .and_then(|hosts| {
-                    let mounts =
-                        self.volumes
-                            .container_mounts(pod, container, &envs, hosts.as_deref())?;
-                    Ok((envs, mounts))
-                }),
-            Err(problem) => Err(problem),
+        let resolved = async {
+            let envs = crate::env::resolve(self.api.as_ref(), pod, container, &fields).await?;
+            let hosts = self.write_hosts_file(pod, &fields.pod_ip)?;
+            let mounts = self
+                .volumes
+                .container_mounts(pod, container, &envs, hosts.as_deref())?;
+            Ok::<_, String>((envs, mounts))
         };
-        let (envs, mounts) = match resolved {
+        let (envs, mounts) = match resolved.await {
             Ok(resolved) => resolved,
             Err(problem) => {
                 let message = format!("Error: {problem}");
