@@ -1,6 +1,7 @@
 //! The kubelet's writes to pods through the API server, behind [`PodApi`] so that the pod
 //! workers can be tested with [`RecordingPodApi`]: status patches, events and the final delete;
-//! and its reads: ConfigMaps, Secrets and service account tokens (TokenRequest) for env and volumes.
+//! and its reads: ConfigMaps, Secrets and service account tokens (TokenRequest) for env and
+//! volumes.
 
 use std::collections::BTreeMap;
 
@@ -50,6 +51,22 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The API server's own message (`serviceaccounts "x" not found`) when it refused the
+    /// request, else the whole error.
+    pub fn api_message(&self) -> String {
+        match self {
+            Error::PatchStatus { source, .. }
+            | Error::Read { source, .. }
+            | Error::TokenRequest { source, .. }
+            | Error::Delete { source, .. } => match source {
+                kube::Error::Api(status) => status.message.clone(),
+                other => other.to_string(),
+            },
+        }
+    }
+}
 
 #[async_trait]
 pub trait PodApi: Send + Sync {
@@ -305,9 +322,6 @@ pub struct RecordingPodApi {
     pub config_maps: Mutex<BTreeMap<String, BTreeMap<String, String>>>,
     /// Secrets by name (any namespace).
     pub secrets: Mutex<BTreeMap<String, BTreeMap<String, String>>>,
-    /// When the tokens it issues were issued (they expire `expirationSeconds` later); the
-    /// UNIX epoch unless set.
-    pub token_clock: Mutex<Option<jiff::Timestamp>>,
 }
 
 /// One recorded write.
@@ -422,7 +436,7 @@ impl PodApi for RecordingPodApi {
     }
 
     /// Issues `token-N` (N counting from 1), expiring `expirationSeconds` (default 3600)
-    /// after [`RecordingPodApi::token_clock`].
+    /// after the UNIX epoch.
     async fn token_request(
         &self,
         _namespace: &str,
@@ -438,10 +452,7 @@ impl PodApi for RecordingPodApi {
             .iter()
             .filter(|w| matches!(w, Write::TokenRequest { .. }))
             .count();
-        let now = self
-            .token_clock
-            .lock()
-            .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        let now = jiff::Timestamp::UNIX_EPOCH;
         let seconds = request.spec.expiration_seconds.unwrap_or(3600);
         let mut out = request.clone();
         out.status = Some(k8s_openapi::api::authentication::v1::TokenRequestStatus {

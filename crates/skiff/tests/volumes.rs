@@ -56,6 +56,26 @@ fn decode_token(api: &ApiServer, token: &str, audience: &str) -> serde_json::Val
         .claims
 }
 
+/// The message of the pod's first FailedMount event.
+async fn failed_mount(api: &ApiServer, pod: &str) -> String {
+    let selector = format!("involvedObject.name={pod},reason=FailedMount");
+    eventually("a FailedMount event", || async {
+        let out = api.kubectl(
+            support::KUBECTL_133,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                &selector,
+                "-o",
+                "jsonpath={.items[0].message}",
+            ],
+        );
+        (!out.is_empty()).then_some(out)
+    })
+    .await
+}
+
 async fn create<K>(api: &Api<K>, object: serde_json::Value) -> K
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
@@ -193,21 +213,7 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
             }),
         )
         .await;
-        let message = eventually("a FailedMount event", || async {
-            let out = api.kubectl(
-                support::KUBECTL_133,
-                &[
-                    "get",
-                    "events",
-                    "--field-selector",
-                    "involvedObject.name=waits,reason=FailedMount",
-                    "-o",
-                    "jsonpath={.items[0].message}",
-                ],
-            );
-            (!out.is_empty()).then_some(out)
-        })
-        .await;
+        let message = failed_mount(&api, "waits").await;
         assert_eq!(
             message,
             "MountVolume.SetUp failed for volume \"later\" : configmap \"later\" not found"
@@ -224,6 +230,22 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
             json!({"metadata": {"name": "later"}, "data": {"k": "ok"}}),
         )
         .await;
+        // a token for a ServiceAccount that does not exist: FailedMount with TokenRequest's 404
+        create(
+            &pods,
+            json!({
+                "metadata": {"name": "nosa"},
+                "spec": {"nodeName": NODE, "serviceAccountName": "ghost",
+                    "volumes": [{"name": "token", "projected": {"sources": [
+                        {"serviceAccountToken": {"path": "token"}}]}}],
+                    "containers": [{"name": "c", "image": "busybox"}]},
+            }),
+        )
+        .await;
+        assert_eq!(
+            failed_mount(&api, "nosa").await,
+            "MountVolume.SetUp failed for volume \"token\" : failed to fetch token: serviceaccounts \"ghost\" not found"
+        );
         eventually("waits to run once its ConfigMap exists", || {
             in_phase(&pods, "waits", "Succeeded")
         })
@@ -239,7 +261,7 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
             (!pod_dir.exists() && !mounts.contains(&uid)).then_some(())
         })
         .await;
-        for name in ["waits", "follows"] {
+        for name in ["waits", "follows", "nosa"] {
             pods.delete(name, &DeleteParams::default())
                 .await
                 .expect("delete");

@@ -94,7 +94,7 @@ impl TokenCache {
         let issued = api
             .token_request(&namespace, &service_account, &request)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| format!("failed to fetch token: {}", e.api_message()))?;
         let token = issued
             .status
             .as_ref()
