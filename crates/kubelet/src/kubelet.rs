@@ -334,6 +334,10 @@ async fn watch_pods(client: kube::Client, node_name: String, ctx: SyncContext) {
                         let _ = tx.send(None);
                     }
                 }
+                // volumes of pods that are gone without a worker (deleted while the kubelet
+                // was down); done here, before a new pod's worker can create its directory
+                ctx.volumes
+                    .tear_down_others(|uid| listed.contains(uid) || workers.contains_key(uid));
                 tokio::spawn(remove_orphans(ctx.clone(), std::mem::take(&mut listed)));
                 continue;
             }

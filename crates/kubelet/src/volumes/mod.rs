@@ -278,6 +278,19 @@ impl VolumeManager {
         }
     }
 
+    /// Tears down the directories of pods that `keep` does not name (pods deleted while the
+    /// kubelet was down); failures are logged.
+    pub fn tear_down_others(&self, keep: impl Fn(&str) -> bool) {
+        for uid in self.pods_on_disk() {
+            if !keep(&uid) {
+                tracing::info!(uid, "removing the volumes of a pod that is gone");
+                if let Err(e) = self.tear_down(&uid) {
+                    tracing::warn!(uid, error = %e, "removing the volumes of a pod that is gone");
+                }
+            }
+        }
+    }
+
     /// The uids of the pods that have a directory here.
     pub fn pods_on_disk(&self) -> Vec<String> {
         std::fs::read_dir(&self.pods_dir)

@@ -226,3 +226,19 @@ fn sub_path_expressions_expand_known_variables_only() {
     }];
     assert_eq!(mounts::expand("$(A)/$(B)/$$(A)", &envs), "x/$(B)/$(A)");
 }
+
+#[tokio::test]
+async fn directories_of_pods_that_are_gone_are_torn_down_and_others_kept() {
+    let h = harness();
+    let p = pod(
+        json!([{"name": "mem", "emptyDir": {"medium": "Memory"}}]),
+        json!([]),
+    );
+    assert!(h.set_up(&p, at(0)).await.ready);
+    std::fs::create_dir_all(h.volumes.pod_dir("gone")).unwrap();
+    h.volumes.tear_down_others(|uid| uid == "u1");
+    assert_eq!(h.volumes.pods_on_disk(), ["u1"]);
+    h.volumes.tear_down_others(|_| false);
+    assert!(h.volumes.pods_on_disk().is_empty());
+    assert!(h.host.mounted.lock().is_empty());
+}
