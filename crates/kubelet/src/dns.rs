@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use k8s_cri::v1::DnsConfig;
 use k8s_openapi::api::core::v1::Pod;
 
-/// The kubelet's DNS settings and the host's resolv.conf.
+/// The kubelet's DNS settings, the host's resolv.conf and where its hosts file is.
 #[derive(Debug, Clone)]
 pub struct DnsSettings {
     /// `--cluster-dns`.
@@ -20,6 +20,8 @@ pub struct DnsSettings {
     pub cluster_domain: String,
     /// The host's resolv.conf (upstream's `--resolv-conf`, default /etc/resolv.conf).
     pub host: DnsConfig,
+    /// The node's hosts file, which hostNetwork pods see (with their `hostAliases`).
+    pub hosts_file: std::path::PathBuf,
 }
 
 impl Default for DnsSettings {
@@ -29,6 +31,7 @@ impl Default for DnsSettings {
             // upstream's conventional clusterDomain
             cluster_domain: "cluster.local".into(),
             host: DnsConfig::default(),
+            hosts_file: "/etc/hosts".into(),
         }
     }
 }
@@ -147,6 +150,7 @@ mod tests {
             host: parse_resolv_conf(
                 "# host\nnameserver 192.168.1.1\nsearch corp.example. lab\noptions edns0\n",
             ),
+            ..Default::default()
         }
     }
 

@@ -1,8 +1,9 @@
 //! The pod's managed /etc/hosts, as upstream's kubelet writes it (`managedHostsFileContent`):
 //! a header, the localhost entries, the pod's IPs with its hostname (and
 //! `hostname.subdomain.namespace.svc.cluster-domain` when it has a subdomain), then
-//! `hostAliases`. Written to `{data_dir}/pods/{uid}/etc-hosts` and mounted at /etc/hosts in every
-//! container of a pod that does not use the host's network.
+//! `hostAliases`; for a hostNetwork pod, the node's own hosts file then `hostAliases`
+//! (`nodeHostsFileContent`). Written to `{data_dir}/pods/{uid}/etc-hosts` and mounted at
+//! /etc/hosts in every container.
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -46,6 +47,18 @@ pub fn content(pod: &Pod, pod_ips: &[String], cluster_domain: &str) -> String {
             None => out.push_str(&format!("{ip}\t{hostname}\n")),
         }
     }
+    push_aliases(&mut out, pod);
+    out
+}
+
+/// The file's content for a hostNetwork pod, from the node's hosts file.
+pub fn host_network_content(pod: &Pod, node_hosts: &str) -> String {
+    let mut out = format!("# Kubernetes-managed hosts file (host network).\n{node_hosts}");
+    push_aliases(&mut out, pod);
+    out
+}
+
+fn push_aliases(out: &mut String, pod: &Pod) {
     let aliases = pod.spec.as_ref().and_then(|s| s.host_aliases.as_ref());
     if let Some(aliases) = aliases.filter(|a| !a.is_empty()) {
         out.push_str("\n# Entries added by HostAliases.\n");
@@ -54,7 +67,6 @@ pub fn content(pod: &Pod, pod_ips: &[String], cluster_domain: &str) -> String {
             out.push_str(&format!("{}\t{names}\n", a.ip));
         }
     }
-    out
 }
 
 #[cfg(test)]
@@ -78,6 +90,18 @@ mod tests {
         let p = pod(json!({"containers": []}));
         let got = content(&p, &["10.42.0.7".into()], "cluster.local");
         assert_eq!(got, format!("{HEADER}10.42.0.7\tweb-0\n"));
+    }
+
+    #[test]
+    fn a_host_network_pod_gets_the_node_hosts_file_and_its_aliases() {
+        let p = pod(json!({"containers": [], "hostNetwork": true,
+            "hostAliases": [{"ip": "10.1.2.3", "hostnames": ["db"]}]}));
+        let got = host_network_content(&p, "127.0.0.1\tlocalhost\n");
+        assert_eq!(
+            got,
+            "# Kubernetes-managed hosts file (host network).\n127.0.0.1\tlocalhost\n\n\
+             # Entries added by HostAliases.\n10.1.2.3\tdb\n"
+        );
     }
 
     #[test]

@@ -197,6 +197,7 @@ impl Kubelet {
                 host: parse_resolv_conf(
                     &std::fs::read_to_string(&config.resolv_conf).unwrap_or_default(),
                 ),
+                ..Default::default()
             }),
             allocatable,
         };

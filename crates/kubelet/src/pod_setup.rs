@@ -41,24 +41,22 @@ impl SyncContext {
         (config, warning)
     }
 
-    /// Writes the pod's managed /etc/hosts (not for hostNetwork pods); returns its path.
-    pub(crate) fn write_hosts_file(
-        &self,
-        pod: &Pod,
-        pod_ip: &str,
-    ) -> Result<Option<PathBuf>, String> {
-        if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
-            return Ok(None);
-        }
+    /// Writes the pod's managed /etc/hosts; returns its path.
+    pub(crate) fn write_hosts_file(&self, pod: &Pod, pod_ip: &str) -> Result<PathBuf, String> {
         let dir = self
             .volumes
             .pod_dir(pod.metadata.uid.as_deref().unwrap_or_default());
         let path = dir.join("etc-hosts");
-        let content =
-            crate::etc_hosts::content(pod, &[pod_ip.to_string()], &self.dns.cluster_domain);
+        let content = if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
+            let node_hosts = std::fs::read_to_string(&self.dns.hosts_file)
+                .map_err(|e| format!("reading {}: {e}", self.dns.hosts_file.display()))?;
+            crate::etc_hosts::host_network_content(pod, &node_hosts)
+        } else {
+            crate::etc_hosts::content(pod, &[pod_ip.to_string()], &self.dns.cluster_domain)
+        };
         std::fs::create_dir_all(&dir)
             .and_then(|()| std::fs::write(&path, content))
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
-        Ok(Some(path))
+        Ok(path)
     }
 }

@@ -254,7 +254,7 @@ impl SyncContext {
             let hosts = self.write_hosts_file(pod, &fields.pod_ip)?;
             let mounts = self
                 .volumes
-                .container_mounts(pod, container, &envs, hosts.as_deref())?;
+                .container_mounts(pod, container, &envs, Some(&hosts))?;
             Ok::<_, String>((envs, mounts))
         };
         let (envs, mounts) = match resolved.await {

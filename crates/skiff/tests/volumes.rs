@@ -41,6 +41,12 @@ check 'test "$(hostname)" = files'
 echo all checks passed
 "##;
 
+/// A hostNetwork pod's /etc/hosts: upstream's header, the node's entries, the aliases.
+const HOST_NETWORK_CHECK: &str = r##"
+head -1 /etc/hosts | grep -qx "# Kubernetes-managed hosts file (host network)." &&
+  grep -q localhost /etc/hosts && grep -qx "10.9.9.9	extra.example" /etc/hosts
+"##;
+
 /// Waits (up to a minute) for its ConfigMap's new value.
 const FOLLOWER: &str =
     r#"for i in $(seq 1 600); do test "$(cat /etc/cfg/k)" = v2 && exit 0; sleep 0.1; done; exit 1"#;
@@ -177,6 +183,21 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
         let lifetime = claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap();
         assert_eq!(lifetime, 600);
 
+        // a hostNetwork pod sees the node's hosts file under upstream's header, with its aliases
+        create(
+            &pods,
+            json!({
+                "metadata": {"name": "hostnet"},
+                "spec": {"nodeName": NODE, "restartPolicy": "Never", "hostNetwork": true,
+                    "hostAliases": [{"ip": "10.9.9.9", "hostnames": ["extra.example"]}],
+                    "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c",
+                        HOST_NETWORK_CHECK]}]},
+            }),
+        )
+        .await;
+        let phase = eventually("hostnet to finish", || finished(&pods, "hostnet")).await;
+        assert_eq!(phase, "Succeeded");
+
         // a running pod's configMap volume follows the ConfigMap
         create(
             &pods,
@@ -261,7 +282,7 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
             (!pod_dir.exists() && !mounts.contains(&uid)).then_some(())
         })
         .await;
-        for name in ["waits", "follows", "nosa"] {
+        for name in ["waits", "follows", "nosa", "hostnet"] {
             pods.delete(name, &DeleteParams::default())
                 .await
                 .expect("delete");
