@@ -94,7 +94,8 @@ pub struct SetUp {
     pub failures: Vec<Failure>,
 }
 
-/// When a pod's volumes were last set up, and whether all of them were.
+/// When a pod's volumes were last set up, and whether its containers may start (all of them
+/// were set up then or, for a failed refresh, before).
 #[derive(Debug, Clone, Copy)]
 struct Attempt {
     at: Timestamp,
