@@ -52,6 +52,13 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A ConfigMap's or Secret's keys and their bytes.
+pub type Data = BTreeMap<String, Vec<u8>>;
+
+fn bytes_of(map: BTreeMap<String, String>) -> Data {
+    map.into_iter().map(|(k, v)| (k, v.into_bytes())).collect()
+}
+
 impl Error {
     /// The API server's own message (`serviceaccounts "x" not found`) when it refused the
     /// request, else the whole error.
@@ -78,16 +85,10 @@ pub trait PodApi: Send + Sync {
     /// Whether the pod (this uid) still exists: a check for finished pods, whose deletion is
     /// immediate and seen only through the watch.
     async fn pod_exists(&self, namespace: &str, name: &str, uid: &str) -> Result<bool>;
-    /// The data of a ConfigMap, or None if it does not exist.
-    async fn config_map(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>>;
-    /// The data of a Secret (decoded; bytes that are not UTF-8 are replaced), or None if it
-    /// does not exist.
-    async fn secret(&self, namespace: &str, name: &str)
-    -> Result<Option<BTreeMap<String, String>>>;
+    /// The data of a ConfigMap (`data` and `binaryData`), or None if it does not exist.
+    async fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Data>>;
+    /// The data of a Secret (decoded `data` and `stringData`), or None if it does not exist.
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Data>>;
     /// Removes the pod object once its containers are gone: `gracePeriodSeconds=0` with the
     /// uid as precondition, as upstream's status manager does. A pod already gone is success.
     async fn delete_now(&self, namespace: &str, name: &str, uid: &str) -> Result<()>;
@@ -228,11 +229,7 @@ impl PodApi for KubePodApi {
         Ok(found.is_some_and(|p| p.metadata.uid.as_deref() == Some(uid)))
     }
 
-    async fn config_map(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>> {
+    async fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Data>> {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
         let found = api.get_opt(name).await.map_err(|source| Error::Read {
             kind: "configmap",
@@ -241,19 +238,18 @@ impl PodApi for KubePodApi {
             source,
         })?;
         Ok(found.map(|cm| {
-            let mut data = cm.data.unwrap_or_default();
-            for (k, v) in cm.binary_data.unwrap_or_default() {
-                data.insert(k, String::from_utf8_lossy(&v.0).into_owned());
-            }
+            let mut data = bytes_of(cm.data.unwrap_or_default());
+            data.extend(
+                cm.binary_data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0)),
+            );
             data
         }))
     }
 
-    async fn secret(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>> {
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Data>> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         let found = api.get_opt(name).await.map_err(|source| Error::Read {
             kind: "secret",
@@ -262,13 +258,13 @@ impl PodApi for KubePodApi {
             source,
         })?;
         Ok(found.map(|s| {
-            let mut data: BTreeMap<String, String> = s
+            let mut data: Data = s
                 .data
                 .unwrap_or_default()
                 .into_iter()
-                .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                .map(|(k, v)| (k, v.0))
                 .collect();
-            data.extend(s.string_data.unwrap_or_default());
+            data.extend(bytes_of(s.string_data.unwrap_or_default()));
             data
         }))
     }
@@ -411,20 +407,12 @@ impl PodApi for RecordingPodApi {
         Ok(!self.deleted().contains(&name.to_string()))
     }
 
-    async fn config_map(
-        &self,
-        _namespace: &str,
-        name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>> {
-        Ok(self.config_maps.lock().get(name).cloned())
+    async fn config_map(&self, _namespace: &str, name: &str) -> Result<Option<Data>> {
+        Ok(self.config_maps.lock().get(name).cloned().map(bytes_of))
     }
 
-    async fn secret(
-        &self,
-        _namespace: &str,
-        name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>> {
-        Ok(self.secrets.lock().get(name).cloned())
+    async fn secret(&self, _namespace: &str, name: &str) -> Result<Option<Data>> {
+        Ok(self.secrets.lock().get(name).cloned().map(bytes_of))
     }
 
     async fn delete_now(&self, _namespace: &str, name: &str, uid: &str) -> Result<()> {

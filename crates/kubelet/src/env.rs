@@ -57,7 +57,13 @@ impl Sources<'_> {
                 Source::Secret => self.api.secret(&self.namespace, name).await,
             }
             .map_err(|e| e.to_string())?;
-            self.read.insert(key.clone(), data);
+            // environment values are strings: bytes that are not UTF-8 are replaced
+            let text = data.map(|d| {
+                d.into_iter()
+                    .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+                    .collect()
+            });
+            self.read.insert(key.clone(), text);
         }
         Ok(self.read[&key].as_ref())
     }

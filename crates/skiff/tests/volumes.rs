@@ -20,6 +20,7 @@ const READER: &str = r##"
 check() { if ! sh -c "$1"; then echo "FAIL: $1"; exit 1; fi; }
 check 'test "$(cat /etc/cfg/k)" = v'
 check 'test "$(cat /etc/sec/password)" = pw'
+check 'test "$(od -An -tx1 /etc/sec/bin | tr -d " \n")" = ff0001'
 check 'test "$(stat -L -c %a /etc/sec/password)" = 400'
 check 'test -L /etc/cfg/k && test -L /etc/cfg/..data'
 check 'test "$(cat /etc/info/name)" = files'
@@ -119,7 +120,8 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
         .await;
         create(
             &secrets,
-            json!({"metadata": {"name": "sec"}, "stringData": {"password": "pw"}}),
+            json!({"metadata": {"name": "sec"}, "stringData": {"password": "pw"},
+                   "data": {"bin": "/wAB"}}),
         )
         .await;
 

@@ -2,12 +2,10 @@
 //! become files, all of them or the listed `items` (`key` → `path`, with their own `mode`),
 //! as upstream's `MakePayload`; a missing object or key fails unless `optional`.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::KeyToPath;
 
 use super::atomic_writer::{FileProjection, Payload};
-use crate::api::PodApi;
+use crate::api::{Data, PodApi};
 
 /// The object a volume reads its keys from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +24,7 @@ impl Kind {
         api: &dyn PodApi,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>, String> {
+    ) -> Result<Option<Data>, String> {
         match self {
             Kind::ConfigMap => api.config_map(namespace, name).await,
             Kind::Secret => api.secret(namespace, name).await,
@@ -74,7 +72,7 @@ pub async fn read_payload(
 pub fn payload(
     kind: Kind,
     name: &str,
-    data: Option<&BTreeMap<String, String>>,
+    data: Option<&Data>,
     items: Option<&[KeyToPath]>,
     default_mode: i32,
     optional: bool,
@@ -86,8 +84,8 @@ pub fn payload(
             Err(kind.not_found(name))
         };
     };
-    let file = |value: &String, mode: i32| FileProjection {
-        data: value.as_bytes().to_vec(),
+    let file = |value: &Vec<u8>, mode: i32| FileProjection {
+        data: value.clone(),
         mode: mode as u32,
     };
     let mut out = Payload::new();
@@ -119,8 +117,8 @@ pub fn payload(
 mod tests {
     use super::*;
 
-    fn data() -> BTreeMap<String, String> {
-        BTreeMap::from([("a".into(), "1".into()), ("b".into(), "2".into())])
+    fn data() -> Data {
+        Data::from([("a".into(), b"1".to_vec()), ("b".into(), vec![0xff, 0x00])])
     }
 
     fn item(key: &str, path: &str, mode: Option<i32>) -> KeyToPath {
@@ -136,7 +134,8 @@ mod tests {
         let p = payload(Kind::ConfigMap, "cm", Some(&data()), None, 0o640, false).unwrap();
         assert_eq!(p.keys().collect::<Vec<_>>(), ["a", "b"]);
         assert_eq!(p["a"].mode, 0o640);
-        assert_eq!(p["b"].data, b"2");
+        // binary data is written as it is
+        assert_eq!(p["b"].data, [0xff, 0x00]);
     }
 
     #[test]
