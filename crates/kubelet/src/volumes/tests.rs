@@ -242,3 +242,23 @@ async fn directories_of_pods_that_are_gone_are_torn_down_and_others_kept() {
     assert!(h.volumes.pods_on_disk().is_empty());
     assert!(h.host.mounted.lock().is_empty());
 }
+
+#[tokio::test]
+async fn a_host_that_refuses_mounts_fails_the_volume_and_teardown() {
+    let h = harness();
+    let p = pod(
+        json!([{"name": "mem", "emptyDir": {"medium": "Memory"}}]),
+        json!([]),
+    );
+    *h.host.fail.lock() = Some("operation not permitted".into());
+    let result = h.set_up(&p, at(0)).await;
+    assert!(!result.ready);
+    assert_eq!(
+        result.failures[0].to_string(),
+        "MountVolume.SetUp failed for volume \"mem\" : operation not permitted"
+    );
+    let err = h.volumes.tear_down("u1").unwrap_err();
+    assert!(matches!(err, Error::ListMounts { .. }), "{err}");
+    *h.host.fail.lock() = None;
+    assert!(h.set_up(&p, at(10)).await.ready);
+}
