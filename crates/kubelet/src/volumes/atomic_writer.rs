@@ -169,7 +169,14 @@ pub fn write(target: &Path, payload: &Payload) -> Result<bool> {
     }
     for name in old_visible.iter().filter(|n| !visible.contains(n.as_str())) {
         let p = target.join(name);
-        std::fs::remove_file(&p).map_err(io_err("removing", &p))?;
+        // a symlink of an earlier payload, or an (empty) directory a subPath mount created
+        let is_dir = std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir());
+        let removed = if is_dir {
+            std::fs::remove_dir(&p)
+        } else {
+            std::fs::remove_file(&p)
+        };
+        removed.map_err(io_err("removing", &p))?;
     }
     if let Some(old) = old_ts {
         let old = target.join(old);
@@ -274,6 +281,16 @@ mod tests {
         assert!(write(dir.path(), &p).unwrap());
         assert!(!write(dir.path(), &p).unwrap());
         assert!(write(dir.path(), &payload(&[("a", "1", 0o600)])).unwrap());
+    }
+
+    #[test]
+    fn an_empty_directory_left_by_a_sub_path_mount_is_removed_with_the_old_set() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), &payload(&[("a", "1", 0o644)])).unwrap();
+        std::fs::create_dir(dir.path().join("made")).unwrap();
+        write(dir.path(), &payload(&[("a", "2", 0o644)])).unwrap();
+        assert!(!dir.path().join("made").exists());
+        assert_eq!(read(dir.path(), "a"), "2");
     }
 
     #[test]
