@@ -34,6 +34,10 @@ kind: ServiceAccount
 metadata: {name: robot, namespace: default}
 ---
 apiVersion: v1
+kind: ServiceAccount
+metadata: {name: default, namespace: default}
+---
+apiVersion: v1
 kind: Node
 metadata: {name: n1}
 ---
@@ -104,6 +108,23 @@ fn kubectl_create_token_returns_a_verifiable_jwt_with_upstreams_claims() {
     assert_eq!(k8s["node"]["name"], "n1");
     assert_eq!(k8s["node"]["uid"], uid(&api, "node/n1").as_str());
 
+    let other = api.kubectl_fails(
+        KUBECTL_133,
+        &[
+            "create",
+            "token",
+            "default",
+            "--bound-object-kind",
+            "Pod",
+            "--bound-object-name",
+            "web",
+        ],
+        None,
+    );
+    assert!(
+        other.contains("to pod running with different serviceaccount name"),
+        "{other}"
+    );
     let missing = api.kubectl_fails(KUBECTL_133, &["create", "token", "ghost"], None);
     assert!(
         missing.contains("serviceaccounts \"ghost\" not found"),

@@ -1,8 +1,9 @@
 //! `POST serviceaccounts/{name}/token` (TokenRequest, `authentication.k8s.io/v1`), as
 //! upstream's `TokenREST`: 404 for a missing ServiceAccount, `expirationSeconds` defaulting to
 //! 3600 and at least 600, audiences defaulting to the API server's (its issuer), an optional
-//! `boundObjectRef` (a Pod, with its node; a Secret; a Node) that must exist and match its uid;
-//! answers 201 with the request, its defaults and `status.token`/`status.expirationTimestamp`.
+//! `boundObjectRef` (a Pod of this service account, with its node; a Secret; a Node) that must
+//! exist and match its uid; answers 201 with the request, its defaults and
+//! `status.token`/`status.expirationTimestamp`.
 
 use http::Response;
 use jiff::{SignedDuration, Timestamp};
@@ -76,7 +77,12 @@ struct Bound {
     node: Option<Ref>,
 }
 
-async fn bound_object(ctx: &Ctx, namespace: &str, reference: &Value) -> Result<Bound> {
+async fn bound_object(
+    ctx: &Ctx,
+    namespace: &str,
+    service_account: &str,
+    reference: &Value,
+) -> Result<Bound> {
     if reference.is_null() {
         return Ok(Bound::default());
     }
@@ -112,6 +118,15 @@ async fn bound_object(ctx: &Ctx, namespace: &str, reference: &Value) -> Result<B
     }
     Ok(match plural {
         "pods" => {
+            let runs_as = match str_at(&object, "/spec/serviceAccountName") {
+                "" => "default",
+                name => name,
+            };
+            if runs_as != service_account {
+                return Err(ApiError::bad_request(format!(
+                    "cannot bind token for serviceaccount \"{service_account}\" to pod running with different serviceaccount name."
+                )));
+            }
             let node_name = str_at(&object, "/spec/nodeName");
             let node = if node_name.is_empty() {
                 None
@@ -179,7 +194,8 @@ pub async fn create(mut ctx: Ctx) -> Result<Response<Body>> {
         .and_then(Value::as_i64)
         .unwrap_or(DEFAULT_EXPIRATION_SECONDS);
     validate_expiration(seconds)?;
-    let bound = bound_object(&ctx, &namespace, &request["spec"]["boundObjectRef"]).await?;
+    let reference = &request["spec"]["boundObjectRef"];
+    let bound = bound_object(&ctx, &namespace, &name, reference).await?;
     let mut audiences: Vec<String> = request
         .pointer("/spec/audiences")
         .and_then(Value::as_array)
