@@ -1,6 +1,10 @@
 //! Authentication, the first gate of the request pipeline: who is asking. Here: x509 client
 //! certificates signed by the cluster CA (CN = user, O = groups), and anonymous otherwise.
-//! Token, service-account and OIDC authenticators plug in behind the same trait.
+//! Token, service-account and OIDC authenticators plug in behind the same trait. Service
+//! account tokens (the JWTs `serviceaccounts/{name}/token` issues) verify with
+//! `crate::tokens::TokenIssuer::decoding_key` (ES256, `iss` and `aud` the issuer's), and their
+//! `kubernetes.io` claim names the user `system:serviceaccount:NS:NAME`: that authenticator
+//! goes here, not yet written.
 
 use x509_parser::prelude::{FromDer, X509Certificate};
 

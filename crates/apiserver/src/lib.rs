@@ -9,6 +9,7 @@
 //! - [`pki`]: the cluster CA, serving and client certificates, the admin kubeconfig.
 //! - [`kubelet_client`]: TLS connections to kubelets with the API server's client certificate.
 //! - [`authn`], [`authz`], [`admission`]: the three gates.
+//! - [`tokens`]: the service account token signer (TokenRequest's JWTs).
 //! - [`request`]: what a request asks for (verb, group, resource, namespace, name, subresource).
 //! - [`handlers`]: discovery, health, and the resource verbs.
 //! - [`strategy`]: per-kind defaulting, validation and selectable fields.
@@ -43,6 +44,7 @@ pub mod server;
 pub mod stamped;
 pub mod storage;
 pub mod strategy;
+pub mod tokens;
 
 pub use error::{ApiError, Result};
 pub use server::{ApiServer, Config, Listener};

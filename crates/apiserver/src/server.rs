@@ -68,6 +68,9 @@ pub struct ApiServer {
     pub clock: fn() -> jiff::Timestamp,
     /// Dials kubelets for `pods/log`, `exec`, `attach` and `portforward`.
     pub kubelet: crate::kubelet_client::KubeletClient,
+    /// Signs service account tokens (`serviceaccounts/{name}/token`); without it that
+    /// subresource answers 503.
+    pub tokens: Option<Arc<crate::tokens::TokenIssuer>>,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -144,10 +147,12 @@ impl PriorityClassLookup for StorePriorityClasses {
 
 impl ApiServer {
     /// Builds the server state over a store: starts the watch cache and the default policy
-    /// chain; `kubelet` reaches the nodes' kubelets.
+    /// chain; `kubelet` reaches the nodes' kubelets, `tokens` (if any) signs service account
+    /// tokens.
     pub async fn new(
         store: Arc<dyn Store>,
         kubelet: crate::kubelet_client::KubeletClient,
+        tokens: Option<Arc<crate::tokens::TokenIssuer>>,
     ) -> Result<Arc<Self>> {
         let cache = Cacher::start(store.clone()).await?;
         // Built once here so the first `kubectl apply` does not pay for it.
@@ -177,6 +182,7 @@ impl ApiServer {
             ranges: crate::allocator::Ranges::default(),
             clock: jiff::Timestamp::now,
             kubelet,
+            tokens,
         }))
     }
 

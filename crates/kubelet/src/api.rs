@@ -1,10 +1,15 @@
 //! The kubelet's writes to pods through the API server, behind [`PodApi`] so that the pod
-//! workers can be tested with [`RecordingPodApi`]: status patches, events and the final delete.
+//! workers can be tested with [`RecordingPodApi`]: status patches, events and the final delete;
+//! and its reads: ConfigMaps, Secrets and service account tokens (TokenRequest) for env and
+//! volumes.
 
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod, PodStatus, Secret};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ObjectReference, Pod, PodStatus, Secret, ServiceAccount,
+};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
@@ -29,6 +34,13 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error("requesting a token for serviceaccount {namespace}/{name}: {source}")]
+    TokenRequest {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("deleting pod {namespace}/{name}: {source}")]
     Delete {
         namespace: String,
@@ -40,6 +52,29 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A ConfigMap's or Secret's keys and their bytes.
+pub type Data = BTreeMap<String, Vec<u8>>;
+
+fn bytes_of(map: BTreeMap<String, String>) -> Data {
+    map.into_iter().map(|(k, v)| (k, v.into_bytes())).collect()
+}
+
+impl Error {
+    /// The API server's own message (`serviceaccounts "x" not found`) when it refused the
+    /// request, else the whole error.
+    pub fn api_message(&self) -> String {
+        match self {
+            Error::PatchStatus { source, .. }
+            | Error::Read { source, .. }
+            | Error::TokenRequest { source, .. }
+            | Error::Delete { source, .. } => match source {
+                kube::Error::Api(status) => status.message.clone(),
+                other => other.to_string(),
+            },
+        }
+    }
+}
+
 #[async_trait]
 pub trait PodApi: Send + Sync {
     /// Writes the pod's status (merge patch on `pods/{name}/status`).
@@ -50,19 +85,20 @@ pub trait PodApi: Send + Sync {
     /// Whether the pod (this uid) still exists: a check for finished pods, whose deletion is
     /// immediate and seen only through the watch.
     async fn pod_exists(&self, namespace: &str, name: &str, uid: &str) -> Result<bool>;
-    /// The data of a ConfigMap, or None if it does not exist.
-    async fn config_map(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>>;
-    /// The data of a Secret (decoded; bytes that are not UTF-8 are replaced), or None if it
-    /// does not exist.
-    async fn secret(&self, namespace: &str, name: &str)
-    -> Result<Option<BTreeMap<String, String>>>;
+    /// The data of a ConfigMap (`data` and `binaryData`), or None if it does not exist.
+    async fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Data>>;
+    /// The data of a Secret (decoded `data` and `stringData`), or None if it does not exist.
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Data>>;
     /// Removes the pod object once its containers are gone: `gracePeriodSeconds=0` with the
     /// uid as precondition, as upstream's status manager does. A pod already gone is success.
     async fn delete_now(&self, namespace: &str, name: &str, uid: &str) -> Result<()>;
+    /// A token for a service account (`POST serviceaccounts/{name}/token`), with its status.
+    async fn token_request(
+        &self,
+        namespace: &str,
+        service_account: &str,
+        request: &TokenRequest,
+    ) -> Result<TokenRequest>;
 }
 
 /// Whether an event reports normal operation or a problem (the Event's `type`).
@@ -90,6 +126,16 @@ impl PodEvent {
             reason,
             message,
             field_path: Some(format!("spec.containers{{{container}}}")),
+        }
+    }
+
+    /// A warning about the pod as a whole (no container), such as `FailedMount`.
+    pub fn pod_warning(reason: &'static str, message: String) -> PodEvent {
+        PodEvent {
+            type_: EventType::Warning,
+            reason,
+            message,
+            field_path: None,
         }
     }
 
@@ -183,11 +229,7 @@ impl PodApi for KubePodApi {
         Ok(found.is_some_and(|p| p.metadata.uid.as_deref() == Some(uid)))
     }
 
-    async fn config_map(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>> {
+    async fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Data>> {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
         let found = api.get_opt(name).await.map_err(|source| Error::Read {
             kind: "configmap",
@@ -196,19 +238,18 @@ impl PodApi for KubePodApi {
             source,
         })?;
         Ok(found.map(|cm| {
-            let mut data = cm.data.unwrap_or_default();
-            for (k, v) in cm.binary_data.unwrap_or_default() {
-                data.insert(k, String::from_utf8_lossy(&v.0).into_owned());
-            }
+            let mut data = bytes_of(cm.data.unwrap_or_default());
+            data.extend(
+                cm.binary_data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0)),
+            );
             data
         }))
     }
 
-    async fn secret(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>> {
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Data>> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         let found = api.get_opt(name).await.map_err(|source| Error::Read {
             kind: "secret",
@@ -217,15 +258,32 @@ impl PodApi for KubePodApi {
             source,
         })?;
         Ok(found.map(|s| {
-            let mut data: BTreeMap<String, String> = s
+            let mut data: Data = s
                 .data
                 .unwrap_or_default()
                 .into_iter()
-                .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                .map(|(k, v)| (k, v.0))
                 .collect();
-            data.extend(s.string_data.unwrap_or_default());
+            data.extend(bytes_of(s.string_data.unwrap_or_default()));
             data
         }))
+    }
+
+    async fn token_request(
+        &self,
+        namespace: &str,
+        service_account: &str,
+        request: &TokenRequest,
+    ) -> Result<TokenRequest> {
+        let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
+        let err = |source| Error::TokenRequest {
+            namespace: namespace.into(),
+            name: service_account.into(),
+            source,
+        };
+        api.create_subresource("token", service_account, &PostParams::default(), request)
+            .await
+            .map_err(err)
     }
 
     async fn delete_now(&self, namespace: &str, name: &str, uid: &str) -> Result<()> {
@@ -277,6 +335,10 @@ pub enum Write {
         name: String,
         event: PodEvent,
     },
+    TokenRequest {
+        service_account: String,
+        request: Box<TokenRequest>,
+    },
 }
 
 impl RecordingPodApi {
@@ -295,6 +357,18 @@ impl RecordingPodApi {
             .iter()
             .filter_map(|w| match w {
                 Write::Event { event, .. } => Some(event.reason),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The token requests made so far, oldest first.
+    pub fn token_requests(&self) -> Vec<TokenRequest> {
+        self.writes
+            .lock()
+            .iter()
+            .filter_map(|w| match w {
+                Write::TokenRequest { request, .. } => Some((**request).clone()),
                 _ => None,
             })
             .collect()
@@ -333,20 +407,12 @@ impl PodApi for RecordingPodApi {
         Ok(!self.deleted().contains(&name.to_string()))
     }
 
-    async fn config_map(
-        &self,
-        _namespace: &str,
-        name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>> {
-        Ok(self.config_maps.lock().get(name).cloned())
+    async fn config_map(&self, _namespace: &str, name: &str) -> Result<Option<Data>> {
+        Ok(self.config_maps.lock().get(name).cloned().map(bytes_of))
     }
 
-    async fn secret(
-        &self,
-        _namespace: &str,
-        name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>> {
-        Ok(self.secrets.lock().get(name).cloned())
+    async fn secret(&self, _namespace: &str, name: &str) -> Result<Option<Data>> {
+        Ok(self.secrets.lock().get(name).cloned().map(bytes_of))
     }
 
     async fn delete_now(&self, _namespace: &str, name: &str, uid: &str) -> Result<()> {
@@ -355,5 +421,34 @@ impl PodApi for RecordingPodApi {
             uid: uid.into(),
         });
         Ok(())
+    }
+
+    /// Issues `token-N` (N counting from 1), expiring `expirationSeconds` (default 3600)
+    /// after the UNIX epoch.
+    async fn token_request(
+        &self,
+        _namespace: &str,
+        service_account: &str,
+        request: &TokenRequest,
+    ) -> Result<TokenRequest> {
+        let mut writes = self.writes.lock();
+        writes.push(Write::TokenRequest {
+            service_account: service_account.into(),
+            request: Box::new(request.clone()),
+        });
+        let issued = writes
+            .iter()
+            .filter(|w| matches!(w, Write::TokenRequest { .. }))
+            .count();
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        let seconds = request.spec.expiration_seconds.unwrap_or(3600);
+        let mut out = request.clone();
+        out.status = Some(k8s_openapi::api::authentication::v1::TokenRequestStatus {
+            token: format!("token-{issued}"),
+            expiration_timestamp: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                now + jiff::SignedDuration::from_secs(seconds),
+            ),
+        });
+        Ok(out)
     }
 }

@@ -1,14 +1,14 @@
 //! The CRI configs the kubelet asks for, from the pod's spec without I/O: the sandbox (metadata,
 //! hostname, log directory, host ports, labels by which the kubelet finds it again, namespaces)
-//! and each container (image, command, args, env as resolved by the caller, cgroup resources from
-//! requests and limits, log path, labels, attempt); the downward API's field references.
+//! and each container (image, command, args, env and mounts as resolved by the caller, cgroup
+//! resources from requests and limits, log path, labels, attempt); the downward API's field references.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use k8s_cri::v1::{
     LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
-    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, NamespaceMode, NamespaceOption,
+    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount, NamespaceMode, NamespaceOption,
     PortMapping, Protocol,
 };
 use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
@@ -65,7 +65,8 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, log_directory: &Path) -> PodSandb
         hostname: if spec.host_network == Some(true) {
             String::new()
         } else {
-            spec.hostname.clone().unwrap_or(name)
+            // upstream's: `hostname`, else the pod's name cut to 63 characters
+            crate::etc_hosts::hostname_and_domain(pod, "").0
         },
         log_directory: log_directory.display().to_string(),
         port_mappings,
@@ -94,6 +95,9 @@ pub struct PodRuntimeFields {
     pub pod_ip: String,
     /// `status.hostIP`.
     pub host_ip: String,
+    /// The node's allocatable resources: the limits of containers that set none.
+    pub allocatable:
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
 }
 
 /// The value of an env `fieldRef` (upstream's supported paths), or None for an unknown path.
@@ -164,6 +168,7 @@ pub fn container_config(
     image_ref: &str,
     attempt: u32,
     envs: Vec<KeyValue>,
+    mounts: Vec<Mount>,
 ) -> ContainerConfig {
     let m = &pod.metadata;
     let labels = HashMap::from([
@@ -192,6 +197,7 @@ pub fn container_config(
         args: container.args.clone().unwrap_or_default(),
         working_dir: container.working_dir.clone().unwrap_or_default(),
         envs,
+        mounts,
         labels,
         annotations: HashMap::from([(
             "io.kubernetes.container.restartCount".to_string(),
@@ -294,6 +300,7 @@ mod tests {
         let rt = PodRuntimeFields {
             pod_ip: "10.42.0.9".into(),
             host_ip: "192.168.1.5".into(),
+            ..Default::default()
         };
         let get = |path| field_ref(&p, path, &rt);
         assert_eq!(get("metadata.name").as_deref(), Some("web"));
@@ -319,6 +326,7 @@ mod tests {
             "sha256:x",
             0,
             env,
+            Vec::new(),
         );
         assert_eq!(c.envs[0].key, "A");
         assert_eq!(c.command, ["sh"]);

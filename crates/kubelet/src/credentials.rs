@@ -37,13 +37,13 @@ pub struct Keyring {
 
 impl Keyring {
     /// Adds the entries of one secret's data; data of other types adds nothing.
-    pub fn add_secret(&mut self, data: &BTreeMap<String, String>) {
+    pub fn add_secret(&mut self, data: &BTreeMap<String, Vec<u8>>) {
         let auths = if let Some(json) = data.get(".dockerconfigjson") {
-            serde_json::from_str::<DockerConfigJson>(json)
+            serde_json::from_slice::<DockerConfigJson>(json)
                 .map(|c| c.auths)
                 .unwrap_or_default()
         } else if let Some(json) = data.get(".dockercfg") {
-            serde_json::from_str::<BTreeMap<String, Entry>>(json).unwrap_or_default()
+            serde_json::from_slice::<BTreeMap<String, Entry>>(json).unwrap_or_default()
         } else {
             return;
         };
@@ -164,7 +164,10 @@ mod tests {
 
     fn keyring(json: &str) -> Keyring {
         let mut k = Keyring::default();
-        k.add_secret(&BTreeMap::from([(".dockerconfigjson".into(), json.into())]));
+        k.add_secret(&BTreeMap::from([(
+            ".dockerconfigjson".into(),
+            json.as_bytes().to_vec(),
+        )]));
         k
     }
 
@@ -211,9 +214,9 @@ mod tests {
         let mut k = Keyring::default();
         k.add_secret(&BTreeMap::from([(
             ".dockercfg".into(),
-            r#"{"quay.io": {"username": "old", "password": "p"}}"#.into(),
+            br#"{"quay.io": {"username": "old", "password": "p"}}"#.to_vec(),
         )]));
-        k.add_secret(&BTreeMap::from([("token".into(), "x".into())]));
+        k.add_secret(&BTreeMap::from([("token".into(), b"x".to_vec())]));
         assert_eq!(users(&k, "quay.io/a/b"), ["old"]);
     }
 

@@ -1,8 +1,8 @@
 //! A container's environment as upstream's kubelet builds it: `envFrom` ConfigMaps and Secrets
 //! (with their prefix), then `env` entries (plain values, downward-API field references,
-//! ConfigMap and Secret keys), later names replacing earlier ones. ConfigMaps and Secrets are
-//! read through the API server; a missing one (unless `optional`) keeps the container from
-//! being created, reported as `CreateContainerConfigError`.
+//! ConfigMap and Secret keys, container resources), later names replacing earlier ones.
+//! ConfigMaps and Secrets are read through the API server; a missing one (unless `optional`)
+//! keeps the container from being created, reported as `CreateContainerConfigError`.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -58,7 +58,13 @@ impl Sources<'_> {
                 Source::Secret => self.api.secret(&self.namespace, name).await,
             }
             .map_err(|e| e.to_string())?;
-            self.read.insert(key.clone(), data);
+            // environment values are strings: bytes that are not UTF-8 are replaced
+            let text = data.map(|d| {
+                d.into_iter()
+                    .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+                    .collect()
+            });
+            self.read.insert(key.clone(), text);
         }
         Ok(self.read[&key].as_ref())
     }
@@ -154,8 +160,28 @@ pub async fn resolve(
                     sources
                         .key(Source::Secret, &r.name, &r.key, optional)
                         .await?
+                } else if let Some(r) = &from.resource_field_ref {
+                    let target = match r.container_name.as_deref() {
+                        None | Some("") => Some(container),
+                        Some(name) => pod.spec.iter().find_map(|s| {
+                            s.containers
+                                .iter()
+                                .chain(s.init_containers.iter().flatten())
+                                .find(|c| c.name == name)
+                        }),
+                    }
+                    .ok_or_else(|| {
+                        format!(
+                            "container {:?} not found in env {}",
+                            r.container_name, e.name
+                        )
+                    })?;
+                    Some(crate::resource_field::value(
+                        target,
+                        r,
+                        &fields.allocatable,
+                    )?)
                 } else {
-                    // resourceFieldRef is not supported yet: the variable is left out
                     None
                 }
             }
@@ -228,6 +254,37 @@ mod tests {
                 ("LEVEL", "3"),
                 ("NAME", "web"),
             ]
+        );
+    }
+
+    #[tokio::test]
+    async fn resource_field_refs_read_this_or_a_named_container_with_their_divisor() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "prod", "uid": "u1"},
+            "spec": {"containers": [
+                {"name": "c", "env": [
+                    {"name": "MEM", "valueFrom": {"resourceFieldRef":
+                        {"resource": "limits.memory", "divisor": "1Mi"}}},
+                    {"name": "SIDE_CPU", "valueFrom": {"resourceFieldRef":
+                        {"containerName": "side", "resource": "requests.cpu", "divisor": "1m"}}},
+                    {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
+                ], "resources": {"limits": {"memory": "32Mi"}}},
+                {"name": "side", "resources": {"requests": {"cpu": "300m"}}},
+            ]},
+        }))
+        .unwrap();
+        let c = pod.spec.clone().unwrap().containers[0].clone();
+        let fields = PodRuntimeFields {
+            allocatable: BTreeMap::from([(
+                "cpu".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("4".into()),
+            )]),
+            ..Default::default()
+        };
+        let envs = resolve(&api(), &pod, &c, &fields).await.unwrap();
+        assert_eq!(
+            pairs(&envs),
+            [("MEM", "32"), ("SIDE_CPU", "300"), ("CPU", "4")]
         );
     }
 

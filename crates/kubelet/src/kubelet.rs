@@ -21,12 +21,15 @@ use tokio::sync::watch;
 use crate::api::KubePodApi;
 use crate::containerd::{ContainerdConfig, ManagedContainerd};
 use crate::cri::{ContainerRuntime, CriClient};
+use crate::dns::{DnsSettings, parse_resolv_conf};
 use crate::host::HostInfo;
 use crate::images::{self, CtrImporter};
 use crate::node;
 use crate::pod_sync::{LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Outcome, SyncContext};
 use crate::server::pods::PodRegistry;
 use crate::server::{KubeletServer, ServerState, tls};
+use crate::volumes::VolumeManager;
+use crate::volumes::host::RealHost;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -78,6 +81,15 @@ pub struct Config {
     /// The CA (DER certificates) that signs the certificates of the server's clients: the
     /// cluster CA, from the kubeconfig. Empty: every request is answered 401.
     pub client_ca: Vec<Vec<u8>>,
+    /// Cluster DNS servers for ClusterFirst pods (`--cluster-dns`); none: the host's.
+    pub cluster_dns: Vec<IpAddr>,
+    /// `--cluster-domain`.
+    pub cluster_domain: String,
+    /// How often configMap, secret, downwardAPI and projected volumes are refreshed
+    /// (`--sync-frequency`).
+    pub sync_frequency: Duration,
+    /// The host's resolv.conf, for `Default` pods and the search path (`--resolv-conf`).
+    pub resolv_conf: PathBuf,
 }
 
 impl Default for Config {
@@ -98,6 +110,11 @@ impl Default for Config {
             address: IpAddr::from([0, 0, 0, 0]),
             port: 10250,
             client_ca: Vec::new(),
+            cluster_dns: Vec::new(),
+            // upstream's conventional clusterDomain and resolvConf
+            cluster_domain: "cluster.local".into(),
+            sync_frequency: crate::volumes::REFRESH,
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
         }
     }
 }
@@ -200,6 +217,7 @@ impl Kubelet {
         config.port = server.local_addr().port();
         let mut status = node::node_status(&host, &runtime_version, config.port, Timestamp::now());
         status.images = Some(node::node_images(&runtime.list_images().await?));
+        let allocatable = status.allocatable.clone().unwrap_or_default();
         let node = node::register(
             &nodes,
             node::node_object(&config.node_name, &host, &pod_cidr, status),
@@ -216,6 +234,20 @@ impl Kubelet {
             memory_capacity: host.memory_bytes,
             log_dir,
             clock: Arc::new(Timestamp::now),
+            volumes: Arc::new(VolumeManager::new(
+                config.data_dir.join("pods"),
+                Arc::new(RealHost),
+                config.sync_frequency,
+            )),
+            dns: Arc::new(DnsSettings {
+                cluster_dns: config.cluster_dns.clone(),
+                cluster_domain: config.cluster_domain.clone(),
+                host: parse_resolv_conf(
+                    &std::fs::read_to_string(&config.resolv_conf).unwrap_or_default(),
+                ),
+                ..Default::default()
+            }),
+            allocatable,
         };
         let ready = Ready {
             node: config.node_name.clone(),
@@ -376,6 +408,10 @@ async fn watch_pods(
                         registry.remove(uid);
                     }
                 }
+                // volumes of pods that are gone without a worker (deleted while the kubelet
+                // was down); done here, before a new pod's worker can create its directory
+                ctx.volumes
+                    .tear_down_others(|uid| listed.contains(uid) || workers.contains_key(uid));
                 tokio::spawn(remove_orphans(ctx.clone(), std::mem::take(&mut listed)));
                 continue;
             }

@@ -6,10 +6,16 @@
 //! - [`kubelet`]: the main loop: runtime start, node registration, heartbeats, the pod watch
 //!   and one worker per pod.
 //! - [`pod_sync`]: one sync of one pod (sandbox, images, containers, restarts, deletion).
+//! - [`pod_setup`]: what a pod needs before its containers (volumes, DNS, /etc/hosts).
 //! - [`actions`]: what a sync should do, without I/O (init order, restarts, back-off).
 //! - [`config`]: the CRI sandbox and container configs from the pod's spec.
-//! - [`env`]: a container's environment (values, field refs, ConfigMaps, Secrets).
+//! - [`env`]: a container's environment (values, field refs, ConfigMaps, Secrets, resources).
 //! - [`expansion`]: `$(VAR)` references in env values, commands and args.
+//! - [`resource_field`]: the downward API's `resourceFieldRef` (requests, limits, divisors).
+//! - [`volumes`]: pod volumes (emptyDir, hostPath, configMap, secret, downwardAPI, projected),
+//!   their atomic writer, service account tokens and the containers' mounts.
+//! - [`etc_hosts`]: the pod's managed /etc/hosts.
+//! - [`dns`]: the sandbox's DNS config from dnsPolicy, dnsConfig and `--cluster-dns`.
 //! - [`hooks`]: postStart and preStop hooks.
 //! - [`probe`]: startup, liveness and readiness probes (exec, tcpSocket, httpGet).
 //! - [`static_pods`]: pods from a manifest directory, kept as mirror pods in the API.
@@ -32,7 +38,9 @@ pub mod config;
 pub mod containerd;
 pub mod credentials;
 pub mod cri;
+pub mod dns;
 pub mod env;
+pub mod etc_hosts;
 pub mod expansion;
 pub mod fake;
 pub mod hooks;
@@ -40,11 +48,14 @@ pub mod host;
 pub mod images;
 pub mod kubelet;
 pub mod node;
+pub mod pod_setup;
 pub mod pod_sync;
 pub mod probe;
 pub mod qos;
+pub mod resource_field;
 pub mod server;
 pub mod static_pods;
 pub mod status;
+pub mod volumes;
 
 pub use kubelet::{Config, Kubelet, Ready};

@@ -3,29 +3,34 @@
 //! none, then carry out the plan of [`crate::actions`] (init containers in order, then app
 //! containers; restarts with CrashLoopBackOff): pull images as imagePullPolicy says, create and
 //! start containers, with upstream's events; stop the sandbox of a finished pod, and write the
-//! status back when it changed. A pod with a deletionTimestamp is stopped within its grace
-//! period and then removed from the API server.
+//! status back when it changed. Volumes are set up (and refreshed) before the sandbox: a volume
+//! that fails keeps the pod `ContainerCreating` with a `FailedMount` event, and is retried. A pod
+//! with a deletionTimestamp is stopped within its grace period and then removed from the API
+//! server, its volumes torn down.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::actions::{self, Init, Step};
 use crate::api::{PodApi, PodEvent};
-use crate::config::{PodRuntimeFields, container_config, sandbox_config};
+use crate::config::{PodRuntimeFields, container_config};
 use crate::credentials::{self, Keyring};
 use crate::cri::{
     ContainerRuntime, ContainerState, ContainerStatus, PodSandboxConfig, PodSandboxState,
 };
+use crate::dns::DnsSettings;
 use crate::expansion;
 use crate::hooks::{self, Hook};
 use crate::probe::{self, Kind, Probes, Transition};
 use crate::qos;
 use crate::status::{self, ContainerView, PodView, Waiting};
+use crate::volumes::VolumeManager;
 
 pub use crate::config::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
 
@@ -74,6 +79,12 @@ pub struct SyncContext {
     /// Container logs go under `<log_dir>/<namespace>_<name>_<uid>/<container>/<attempt>.log`.
     pub log_dir: PathBuf,
     pub clock: Arc<dyn Fn() -> Timestamp + Send + Sync>,
+    /// The pods' volumes (and their directories, where /etc/hosts is written).
+    pub volumes: Arc<VolumeManager>,
+    /// `--cluster-dns`, `--cluster-domain` and the host's resolv.conf.
+    pub dns: Arc<DnsSettings>,
+    /// The node's allocatable resources (the downward API's default limits).
+    pub allocatable: BTreeMap<String, Quantity>,
 }
 
 fn pod_key(pod: &Pod) -> String {
@@ -298,9 +309,18 @@ impl SyncContext {
         let fields = PodRuntimeFields {
             pod_ip,
             host_ip: self.host_ip.clone(),
+            allocatable: self.allocatable.clone(),
         };
-        let envs = match crate::env::resolve(self.api.as_ref(), pod, container, &fields).await {
-            Ok(envs) => envs,
+        let resolved = async {
+            let envs = crate::env::resolve(self.api.as_ref(), pod, container, &fields).await?;
+            let hosts = self.write_hosts_file(pod, &fields.pod_ip)?;
+            let mounts = self
+                .volumes
+                .container_mounts(pod, container, &envs, Some(&hosts))?;
+            Ok::<_, String>((envs, mounts))
+        };
+        let (envs, mounts) = match resolved.await {
+            Ok(resolved) => resolved,
             Err(problem) => {
                 let message = format!("Error: {problem}");
                 self.api
@@ -312,7 +332,7 @@ impl SyncContext {
                 }));
             }
         };
-        let mut config = container_config(pod, container, &image_ref, attempt, envs);
+        let mut config = container_config(pod, container, &image_ref, attempt, envs, mounts);
         config.command = expansion::expand_all(&config.command, &config.envs);
         config.args = expansion::expand_all(&config.args, &config.envs);
         if let Some(resources) = config.linux.as_mut().and_then(|l| l.resources.as_mut()) {
@@ -470,8 +490,17 @@ impl SyncContext {
             .max_by_key(|s| s.created_at)
             .map(|s| s.id.clone());
 
-        if ready.is_none() && !plan.finished {
-            let config = sandbox_config(pod, sandboxes.len() as u32, &self.pod_log_dir(pod));
+        let volumes_ready = plan.finished || self.set_up_volumes(pod, now).await;
+        if !volumes_ready {
+            resync = RETRY;
+        }
+
+        if ready.is_none() && !plan.finished && volumes_ready {
+            let (config, dns_warning) = self.sandbox_for(pod, sandboxes.len() as u32);
+            if let Some(message) = dns_warning {
+                let event = PodEvent::pod_warning("MissingClusterDNS", message);
+                self.api.event(pod, event).await;
+            }
             let _ = std::fs::create_dir_all(self.pod_log_dir(pod));
             match self.runtime.run_pod_sandbox(config).await {
                 Ok(id) => {
@@ -494,9 +523,9 @@ impl SyncContext {
             }
         }
 
-        if let Some(sandbox_id) = ready.as_deref() {
+        if let Some(sandbox_id) = ready.as_deref().filter(|_| volumes_ready) {
             let attempt = sandboxes.len().saturating_sub(1) as u32;
-            let sandbox = sandbox_config(pod, attempt, &self.pod_log_dir(pod));
+            let (sandbox, _) = self.sandbox_for(pod, attempt);
             // an init container that is done at once lets the next one start in the same sync
             for _ in 0..=all_containers.len() {
                 if plan.finished
@@ -861,6 +890,9 @@ impl SyncContext {
             }
         }
         let _ = std::fs::remove_dir_all(self.pod_log_dir(pod));
+        if let Err(e) = self.volumes.tear_down(&uid) {
+            tracing::warn!(pod = %pod_key(pod), error = %e, "tearing down the pod's volumes");
+        }
         tracing::info!(pod = %pod_key(pod), grace, "pod stopped and removed from the runtime");
         Ok(())
     }

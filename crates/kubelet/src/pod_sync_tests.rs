@@ -16,6 +16,7 @@ struct Harness {
     probes: parking_lot::Mutex<crate::probe::Probes>,
     runtime: Arc<FakeRuntime>,
     api: Arc<RecordingPodApi>,
+    host: Arc<crate::volumes::host::RecordingHost>,
     ctx: SyncContext,
     _logs: tempfile::TempDir,
 }
@@ -26,6 +27,7 @@ fn harness() -> Harness {
     let api = Arc::new(RecordingPodApi::default());
     let logs = tempfile::tempdir().unwrap();
     let clock_source = runtime.clone();
+    let host = Arc::new(crate::volumes::host::RecordingHost::default());
     let ctx = SyncContext {
         runtime: runtime.clone(),
         api: api.clone(),
@@ -34,11 +36,22 @@ fn harness() -> Harness {
         memory_capacity: 4 << 30,
         log_dir: logs.path().into(),
         clock: Arc::new(move || clock_source.now()),
+        volumes: Arc::new(crate::volumes::VolumeManager::new(
+            logs.path().join("pods"),
+            host.clone(),
+            crate::volumes::REFRESH,
+        )),
+        dns: Arc::new(crate::dns::DnsSettings {
+            cluster_dns: vec!["10.43.0.10".parse().unwrap()],
+            ..Default::default()
+        }),
+        allocatable: Default::default(),
     };
     Harness {
         probes: Default::default(),
         runtime,
         api,
+        host,
         ctx,
         _logs: logs,
     }
@@ -348,6 +361,7 @@ async fn the_container_gets_the_command_args_env_and_log_path_of_the_spec() {
         "sha256:x",
         3,
         vec![],
+        vec![],
     );
     assert_eq!(config.command, ["sh"]);
     assert_eq!(config.args, ["-c", "sleep 1"]);
@@ -520,4 +534,55 @@ async fn a_failed_post_start_hook_stops_the_container_and_pre_stop_runs_before_s
         calls[stop].ends_with(" 30"),
         "the hook was quick: the grace is intact"
     );
+}
+
+#[tokio::test]
+async fn a_volume_that_cannot_be_set_up_keeps_the_pod_creating_until_its_source_exists() {
+    let mut h = harness();
+    h.ctx.dns = Default::default();
+    let mut pod = pod("Always", "IfNotPresent");
+    let spec = pod.spec.as_mut().unwrap();
+    spec.volumes = Some(vec![
+        serde_json::from_value(json!({"name": "cfg", "configMap": {"name": "settings"}})).unwrap(),
+        serde_json::from_value(json!({"name": "mem", "emptyDir": {"medium": "Memory"}})).unwrap(),
+    ]);
+    assert_eq!(h.sync(&mut pod).await, Outcome::Resync(RETRY));
+    assert_eq!(h.count("RunPodSandbox"), 0);
+    assert_eq!(
+        waiting_reason(&h.status()).as_deref(),
+        Some("ContainerCreating")
+    );
+    let failed: Vec<_> = h
+        .api
+        .writes
+        .lock()
+        .iter()
+        .filter_map(|w| match w {
+            crate::api::Write::Event { event, .. } if event.reason == "FailedMount" => {
+                Some(event.message.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        failed,
+        ["MountVolume.SetUp failed for volume \"cfg\" : configmap \"settings\" not found"]
+    );
+
+    h.api.config_maps.lock().insert(
+        "settings".into(),
+        std::collections::BTreeMap::from([("k".to_string(), "v".to_string())]),
+    );
+    h.runtime.advance(crate::volumes::RETRY);
+    h.sync(&mut pod).await;
+    assert_eq!(h.count("CreateContainer"), 1);
+    assert_eq!(h.status().phase.as_deref(), Some("Running"));
+    // ClusterFirst without --cluster-dns falls back to the host, with upstream's warning
+    assert!(h.api.event_reasons().contains(&"MissingClusterDNS"));
+
+    // deleting the pod tears its volumes down
+    h.ctx.kill_pod(&pod, 0).await.unwrap();
+    let pod_dir = h.ctx.volumes.pod_dir("u1");
+    assert!(!pod_dir.exists());
+    assert!(h.host.mounted.lock().is_empty());
 }

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
-use support::node::{KubeletProcess, unsupported};
+use support::node::{KubeletProcess, in_phase, unsupported};
 use support::{ApiServer, Backend, HANG_GUARD, eventually, kube_client, run};
 
 const NODE: &str = "kubelet-e2e";
@@ -63,11 +63,6 @@ async fn create_pod_with_init(
     )
     .await
     .expect("create pod")
-}
-
-async fn in_phase(pods: &Api<Pod>, name: &str, phase: &str) -> Option<Pod> {
-    let pod = pods.get(name).await.ok()?;
-    (pod.status.as_ref()?.phase.as_deref() == Some(phase)).then_some(pod)
 }
 
 /// The tests of this file share the host's `cni0` bridge: one at a time.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 use skiff_apiserver::kubelet_client::KubeletClient;
+use skiff_apiserver::tokens::{DEFAULT_ISSUER, TokenIssuer};
 use skiff_apiserver::{ApiServer, Config, Listener, bootstrap};
 use skiff_store::{EmbeddedConfig, EmbeddedStore, Store, etcd::EtcdStore};
 
@@ -83,7 +84,9 @@ pub async fn run(args: ApiServerArgs) -> anyhow::Result<()> {
         .kubelet_client()
         .context("the kubelet client certificate")?;
     let kubelet = KubeletClient::new(&cert, &key).context("the kubelet client")?;
-    let server = ApiServer::new(store, kubelet)
+    let tokens = TokenIssuer::ensure(&listener.pki.dir, DEFAULT_ISSUER)
+        .context("loading the service account signing key")?;
+    let server = ApiServer::new(store, kubelet, Some(Arc::new(tokens)))
         .await
         .context("starting the watch cache")?;
     let kubeconfig = args.data_dir.join("kubeconfig.yaml");

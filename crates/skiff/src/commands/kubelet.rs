@@ -4,6 +4,7 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
@@ -42,9 +43,10 @@ pub struct KubeletArgs {
     #[arg(long, value_name = "DIR")]
     pub pod_manifest_path: Option<PathBuf>,
 
-    /// How often the static pod directory is read again, in seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 20)]
-    pub file_check_frequency: u64,
+    /// How often the static pod directory is read again, as a Go duration (upstream's `20s`).
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = go_duration)]
+    pub file_check_frequency: Duration,
+
     /// The address the kubelet server (logs, exec, port-forward) listens on.
     #[arg(long, value_name = "IP", default_value = "0.0.0.0")]
     pub address: IpAddr,
@@ -52,6 +54,24 @@ pub struct KubeletArgs {
     /// The kubelet server's port (0 picks a free one, reported in the Node's status).
     #[arg(long, value_name = "PORT", default_value_t = 10250)]
     pub port: u16,
+
+    /// Cluster DNS servers for ClusterFirst pods (comma-separated); without them such pods
+    /// use the host's resolv.conf, with a MissingClusterDNS warning.
+    #[arg(long, value_name = "IP[,IP]", value_delimiter = ',')]
+    pub cluster_dns: Vec<IpAddr>,
+
+    /// The cluster's DNS domain: pods search `NS.svc.DOMAIN svc.DOMAIN DOMAIN`.
+    #[arg(long, value_name = "DOMAIN", default_value = "cluster.local")]
+    pub cluster_domain: String,
+
+    /// How often volumes from ConfigMaps, Secrets, the downward API and projections are
+    /// refreshed, as a Go duration (`1m0s`, `10s`; upstream's default).
+    #[arg(long, value_name = "DURATION", default_value = "1m0s", value_parser = go_duration)]
+    pub sync_frequency: Duration,
+
+    /// The host's resolv.conf, for `Default` pods and the host part of the search path.
+    #[arg(long, value_name = "FILE", default_value = "/etc/resolv.conf")]
+    pub resolv_conf: PathBuf,
 }
 
 pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
@@ -71,10 +91,14 @@ pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
         node_ip: args.node_ip,
         container_runtime_endpoint: args.container_runtime_endpoint,
         pod_manifest_path: args.pod_manifest_path,
-        file_check_frequency: std::time::Duration::from_secs(args.file_check_frequency.max(1)),
+        file_check_frequency: args.file_check_frequency.max(Duration::from_secs(1)),
         address: args.address,
         port: args.port,
         client_ca,
+        cluster_dns: args.cluster_dns,
+        cluster_domain: args.cluster_domain,
+        resolv_conf: args.resolv_conf,
+        sync_frequency: args.sync_frequency.max(Duration::from_secs(1)),
         ..Config::default()
     };
     let kubelet = Kubelet::start(client, config).await?;
@@ -85,4 +109,47 @@ pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
     );
     kubelet.run(shutdown_signal()).await?;
     Ok(())
+}
+
+/// A duration as Go's `time.ParseDuration` writes whole ones: numbers with `h`, `m`, `s` or
+/// `ms` (`1m0s`, `90s`, `1h30m`); at least a millisecond.
+fn go_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("invalid duration {text:?} (for example 1m0s or 10s)");
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        let unit_len = rest[digits..]
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len() - digits);
+        let unit = &rest[digits..digits + unit_len];
+        total += match unit {
+            "h" => Duration::from_secs(n * 3600),
+            "m" => Duration::from_secs(n * 60),
+            "s" => Duration::from_secs(n),
+            "ms" => Duration::from_millis(n),
+            _ => return Err(bad()),
+        };
+        rest = &rest[digits + unit_len..];
+    }
+    if total < Duration::from_millis(1) {
+        return Err(bad());
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations_add_up_their_units() {
+        assert_eq!(go_duration("1m0s"), Ok(Duration::from_secs(60)));
+        assert_eq!(go_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(go_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert!(go_duration("10").is_err());
+        assert!(go_duration("0s").is_err());
+        assert!(go_duration("5d").is_err());
+    }
 }

@@ -6,6 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+
 use super::ApiServer;
 
 /// Why this host cannot run the test, if it cannot.
@@ -47,6 +50,8 @@ pub fn unsupported() -> Option<String> {
 pub struct KubeletProcess {
     child: Child,
     node: String,
+    /// Extra flags, kept across [`KubeletProcess::restart`].
+    args: Vec<String>,
     dir: tempfile::TempDir,
     kubeconfig: PathBuf,
     _lines: std::sync::mpsc::Receiver<String>,
@@ -54,11 +59,18 @@ pub struct KubeletProcess {
 
 impl KubeletProcess {
     pub fn start(api: &ApiServer, node: &str) -> KubeletProcess {
+        KubeletProcess::start_with(api, node, &[])
+    }
+
+    /// Starts a kubelet with these extra flags.
+    pub fn start_with(api: &ApiServer, node: &str, args: &[&str]) -> KubeletProcess {
         let dir = tempfile::tempdir().expect("temp dir");
-        let (child, lines) = spawn_kubelet(api, node, dir.path());
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let (child, lines) = spawn_kubelet(api, node, dir.path(), &args);
         KubeletProcess {
             child,
             node: node.to_string(),
+            args,
             dir,
             kubeconfig: api.kubeconfig(),
             _lines: lines,
@@ -73,7 +85,7 @@ impl KubeletProcess {
             .arg(self.child.id().to_string())
             .status();
         let _ = self.child.wait();
-        let (child, lines) = spawn_kubelet(api, &self.node, self.dir.path());
+        let (child, lines) = spawn_kubelet(api, &self.node, self.dir.path(), &self.args);
         self.child = child;
         self._lines = lines;
     }
@@ -195,6 +207,7 @@ fn spawn_kubelet(
     api: &ApiServer,
     node: &str,
     dir: &Path,
+    args: &[String],
 ) -> (Child, std::sync::mpsc::Receiver<String>) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
     cmd.arg("kubelet")
@@ -209,8 +222,21 @@ fn spawn_kubelet(
         // static pods, read every second
         .arg("--pod-manifest-path")
         .arg(dir.join("manifests"))
-        .args(["--file-check-frequency", "1"]);
+        .args(["--file-check-frequency", "1s"])
+        .args(args);
     let (child, ready, lines) = super::spawn_until_ready(&mut cmd, &dir.join("kubelet.log"));
     assert!(ready.contains("containerd://"), "{ready}");
     (child, lines)
+}
+
+/// The pod, once it is in `phase`.
+pub async fn in_phase(pods: &Api<Pod>, name: &str, phase: &str) -> Option<Pod> {
+    let pod = pods.get(name).await.ok()?;
+    (pod.status.as_ref()?.phase.as_deref() == Some(phase)).then_some(pod)
+}
+
+/// The pod's phase once it has finished (Succeeded or Failed).
+pub async fn finished(pods: &Api<Pod>, name: &str) -> Option<String> {
+    let phase = pods.get(name).await.ok()?.status?.phase?;
+    matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
 }

@@ -16,6 +16,7 @@
 mod create;
 mod delete;
 mod subresource;
+mod token;
 mod update;
 
 use bytes::Bytes;

@@ -1,5 +1,6 @@
 //! Write subresources: `status` and `finalize` (updates of one part of the object), `binding`
-//! (a pod's node, once), `eviction` (a delete), and the whole-object replacement `scale` uses.
+//! (a pod's node, once), `eviction` (a delete), `token` (a service account token), and the
+//! whole-object replacement `scale` uses.
 
 use http::Response;
 use serde_json::{Value, json};
@@ -41,6 +42,7 @@ pub async fn subresource(mut ctx: Ctx, sub: &'static Subresource) -> Result<Resp
         ("status", "patch") => patch(ctx).await,
         ("scale", _) => crate::handlers::scale::handle(ctx).await,
         ("binding", "create") => bind(ctx).await,
+        ("token", "create") => super::token::create(ctx).await,
         ("eviction", "create") => {
             let name = ctx.info.name.clone();
             delete_one(&ctx, &name, &DeleteOptions::default()).await?;
@@ -54,7 +56,7 @@ pub async fn subresource(mut ctx: Ctx, sub: &'static Subresource) -> Result<Resp
             crate::handlers::kubelet::connect::connect(ctx).await
         }
         (other, _) => Err(ApiError::service_unavailable(format!(
-            "{}/{other} is not served yet (it needs the kubelet or the token issuer)",
+            "{}/{other} is not served yet (it needs the kubelet)",
             ctx.rt.plural
         ))),
     }

@@ -1,0 +1,308 @@
+//! Pod volumes as upstream's kubelet lays them out: each volume of a pod in
+//! `{data_dir}/pods/{uid}/volumes/kubernetes.io~{plugin}/{name}` (hostPath volumes are the host
+//! path itself), set up before the pod's sandbox and refreshed every `--sync-frequency`
+//! ([`REFRESH`] by default, upstream's 1 minute) so that configMap, secret, downwardAPI and
+//! projected files follow their sources; torn down (tmpfs unmounted, directory removed) when
+//! the pod is removed.
+//!
+//! # Layout
+//! - [`host`]: host side effects (tmpfs, hostPath checks) behind [`host::HostOps`], with a fake.
+//! - [`atomic_writer`]: upstream's `..data` symlink swap that writes a volume's files.
+//! - [`empty_dir`], [`host_path`], [`config_map`], [`secret`], [`downward_api`], [`projected`]:
+//!   one file per volume type; [`keys`] is what configMap and secret share.
+//! - [`token`]: projected service account tokens, requested and refreshed.
+//! - [`mounts`]: a container's `volumeMounts` (and the pod's /etc/hosts) as CRI mounts.
+
+pub mod atomic_writer;
+pub mod config_map;
+pub mod downward_api;
+pub mod empty_dir;
+pub mod host;
+pub mod host_path;
+pub mod keys;
+pub mod mounts;
+pub mod projected;
+pub mod secret;
+pub mod token;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Pod, Volume};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+use parking_lot::Mutex;
+
+use crate::api::PodApi;
+use host::HostOps;
+
+/// How often a pod's volume files are rewritten from their sources by default (upstream's
+/// `syncFrequency`).
+pub const REFRESH: Duration = Duration::from_secs(60);
+/// How long after a failed set-up it is tried again (and its FailedMount event repeated).
+pub const RETRY: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("listing the mounts under {}: {source}", path.display())]
+    ListMounts {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("unmounting {}: {source}", path.display())]
+    Unmount {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("removing {}: {source}", path.display())]
+    Remove {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A volume that could not be set up; its Display is upstream's FailedMount message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub volume: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "MountVolume.SetUp failed for volume \"{}\" : {}",
+            self.volume, self.message
+        )
+    }
+}
+
+/// What [`VolumeManager::set_up`] found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SetUp {
+    /// Every volume of the pod was set up (now or before): its containers may start.
+    pub ready: bool,
+    /// The volumes that failed in this attempt (empty when nothing was due).
+    pub failures: Vec<Failure>,
+}
+
+/// When a pod's volumes were last set up, and whether its containers may start (all of them
+/// were set up then or, for a failed refresh, before).
+#[derive(Debug, Clone, Copy)]
+struct Attempt {
+    at: Timestamp,
+    ok: bool,
+}
+
+/// The volumes of this kubelet's pods.
+pub struct VolumeManager {
+    pods_dir: PathBuf,
+    host: Arc<dyn HostOps>,
+    /// How often set-up volumes are refreshed.
+    refresh: Duration,
+    tokens: token::TokenCache,
+    /// Pod uid → its last set-up attempt. Guards the map only, never held across an await.
+    attempts: Mutex<HashMap<String, Attempt>>,
+}
+
+/// The JSON name of a volume's type (`persistentVolumeClaim`, `nfs`…).
+fn volume_type(volume: &Volume) -> String {
+    match serde_json::to_value(volume) {
+        Ok(serde_json::Value::Object(map)) => map
+            .keys()
+            .find(|k| *k != "name")
+            .cloned()
+            .unwrap_or_else(|| "unknown".into()),
+        _ => "unknown".into(),
+    }
+}
+
+impl VolumeManager {
+    /// Pods' directories go under `pods_dir` (`{data_dir}/pods`); volumes are refreshed every
+    /// `refresh`.
+    pub fn new(pods_dir: PathBuf, host: Arc<dyn HostOps>, refresh: Duration) -> VolumeManager {
+        VolumeManager {
+            pods_dir,
+            host,
+            refresh,
+            tokens: token::TokenCache::default(),
+            attempts: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn pod_dir(&self, uid: &str) -> PathBuf {
+        self.pods_dir.join(uid)
+    }
+
+    fn plugin_dir(&self, uid: &str, plugin: &str, name: &str) -> PathBuf {
+        self.pod_dir(uid).join("volumes").join(plugin).join(name)
+    }
+
+    /// Where the volume is on the host, or None for a type Skiff does not support.
+    pub fn host_path(&self, uid: &str, volume: &Volume) -> Option<PathBuf> {
+        let plugin = if volume.empty_dir.is_some() {
+            empty_dir::PLUGIN
+        } else if let Some(h) = &volume.host_path {
+            return Some(PathBuf::from(&h.path));
+        } else if volume.config_map.is_some() {
+            config_map::PLUGIN
+        } else if volume.secret.is_some() {
+            secret::PLUGIN
+        } else if volume.downward_api.is_some() {
+            downward_api::PLUGIN
+        } else if volume.projected.is_some() {
+            projected::PLUGIN
+        } else {
+            return None;
+        };
+        Some(self.plugin_dir(uid, plugin, &volume.name))
+    }
+
+    /// Sets up the pod's volumes when due: the first time, [`RETRY`] after a failure, and
+    /// the refresh period after the last success.
+    pub async fn set_up(
+        &self,
+        api: &dyn PodApi,
+        pod: &Pod,
+        allocatable: &BTreeMap<String, ApiQuantity>,
+        now: Timestamp,
+    ) -> SetUp {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let last = self.attempts.lock().get(&uid).copied();
+        if let Some(last) = last {
+            let wait = if last.ok { self.refresh } else { RETRY };
+            if now < last.at + wait {
+                return SetUp {
+                    ready: last.ok,
+                    failures: Vec::new(),
+                };
+            }
+        }
+        let mut failures = Vec::new();
+        for volume in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+            if let Err(message) = self.set_up_one(api, pod, volume, allocatable, now).await {
+                failures.push(Failure {
+                    volume: volume.name.clone(),
+                    message,
+                });
+            }
+        }
+        // a refresh that fails leaves a running pod's earlier files (and its readiness) alone
+        let ok = failures.is_empty() || last.is_some_and(|l| l.ok);
+        self.attempts.lock().insert(uid, Attempt { at: now, ok });
+        SetUp {
+            ready: ok,
+            failures,
+        }
+    }
+
+    async fn set_up_one(
+        &self,
+        api: &dyn PodApi,
+        pod: &Pod,
+        volume: &Volume,
+        allocatable: &BTreeMap<String, ApiQuantity>,
+        now: Timestamp,
+    ) -> Result<(), String> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let Some(dir) = self.host_path(uid, volume) else {
+            return Err(format!(
+                "skiff does not support {} volumes",
+                volume_type(volume)
+            ));
+        };
+        let payload = if let Some(source) = &volume.empty_dir {
+            return empty_dir::set_up(&dir, source, self.host.as_ref());
+        } else if let Some(source) = &volume.host_path {
+            return host_path::set_up(&dir, source.type_.as_deref(), self.host.as_ref());
+        } else if let Some(source) = &volume.config_map {
+            config_map::payload(api, namespace, source).await?
+        } else if let Some(source) = &volume.secret {
+            self.ensure_tmpfs(&dir)?;
+            secret::payload(api, namespace, source).await?
+        } else if let Some(source) = &volume.downward_api {
+            let items = source.items.as_deref().unwrap_or_default();
+            let mode = source.default_mode.unwrap_or(keys::DEFAULT_MODE);
+            downward_api::payload(pod, items, mode, allocatable)?
+        } else if let Some(source) = &volume.projected {
+            self.ensure_tmpfs(&dir)?;
+            projected::payload(api, pod, source, allocatable, &self.tokens, now).await?
+        } else {
+            return Ok(());
+        };
+        atomic_writer::write(&dir, &payload).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    fn ensure_tmpfs(&self, dir: &Path) -> Result<(), String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+        if !self.host.is_mount_point(dir).map_err(|e| e.to_string())? {
+            self.host
+                .mount_tmpfs(dir, None)
+                .map_err(|e| format!("mounting tmpfs at {}: {e}", dir.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Unmounts what is mounted under the pod's directory and removes it; forgets the pod.
+    pub fn tear_down(&self, uid: &str) -> Result<()> {
+        self.attempts.lock().remove(uid);
+        self.tokens.forget(uid);
+        let dir = self.pod_dir(uid);
+        let mounts = self
+            .host
+            .mounts_under(&dir)
+            .map_err(|source| Error::ListMounts {
+                path: dir.clone(),
+                source,
+            })?;
+        for path in mounts {
+            self.host
+                .unmount(&path)
+                .map_err(|source| Error::Unmount { path, source })?;
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::Remove {
+                path: dir,
+                source: e,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Tears down the directories of pods that `keep` does not name (pods deleted while the
+    /// kubelet was down); failures are logged.
+    pub fn tear_down_others(&self, keep: impl Fn(&str) -> bool) {
+        for uid in self.pods_on_disk() {
+            if !keep(&uid) {
+                tracing::info!(uid, "removing the volumes of a pod that is gone");
+                if let Err(e) = self.tear_down(&uid) {
+                    tracing::warn!(uid, error = %e, "removing the volumes of a pod that is gone");
+                }
+            }
+        }
+    }
+
+    /// The uids of the pods that have a directory here.
+    pub fn pods_on_disk(&self) -> Vec<String> {
+        std::fs::read_dir(&self.pods_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(String::from))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

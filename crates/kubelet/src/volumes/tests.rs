@@ -1,0 +1,264 @@
+use std::collections::BTreeMap;
+
+use jiff::{SignedDuration, Timestamp};
+use serde_json::json;
+
+use super::host::{HostCall, RecordingHost};
+use super::*;
+use crate::api::RecordingPodApi;
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    host: Arc<RecordingHost>,
+    api: RecordingPodApi,
+    volumes: VolumeManager,
+}
+
+fn harness() -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let host = Arc::new(RecordingHost::default());
+    let volumes = VolumeManager::new(dir.path().join("pods"), host.clone(), REFRESH);
+    Harness {
+        _dir: dir,
+        host,
+        api: RecordingPodApi::default(),
+        volumes,
+    }
+}
+
+fn pod(volumes: serde_json::Value, mounts: serde_json::Value) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "prod", "uid": "u1", "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "c", "volumeMounts": mounts}], "volumes": volumes},
+    }))
+    .unwrap()
+}
+
+fn at(seconds: i64) -> Timestamp {
+    Timestamp::UNIX_EPOCH + SignedDuration::from_secs(seconds)
+}
+
+impl Harness {
+    async fn set_up(&self, pod: &Pod, now: Timestamp) -> SetUp {
+        self.volumes
+            .set_up(&self.api, pod, &BTreeMap::new(), now)
+            .await
+    }
+
+    fn read(&self, plugin: &str, name: &str, file: &str) -> String {
+        let dir = self.volumes.plugin_dir("u1", plugin, name);
+        std::fs::read_to_string(dir.join(file)).unwrap()
+    }
+}
+
+#[tokio::test]
+async fn a_missing_config_map_fails_with_upstream_message_until_it_exists() {
+    let h = harness();
+    let p = pod(
+        json!([{"name": "cfg", "configMap": {"name": "settings"}}]),
+        json!([]),
+    );
+    let first = h.set_up(&p, at(0)).await;
+    assert!(!first.ready);
+    assert_eq!(
+        first.failures[0].to_string(),
+        "MountVolume.SetUp failed for volume \"cfg\" : configmap \"settings\" not found"
+    );
+    // not retried before RETRY, and still not ready
+    assert_eq!(h.set_up(&p, at(5)).await, SetUp::default());
+    h.api.config_maps.lock().insert(
+        "settings".into(),
+        BTreeMap::from([("k".into(), "v".into())]),
+    );
+    let later = h.set_up(&p, at(10)).await;
+    assert!(later.ready && later.failures.is_empty());
+    assert_eq!(h.read(config_map::PLUGIN, "cfg", "k"), "v");
+}
+
+#[tokio::test]
+async fn files_follow_their_sources_at_each_refresh() {
+    let h = harness();
+    let p = pod(
+        json!([{"name": "cfg", "configMap": {"name": "settings"}},
+               {"name": "info", "downwardAPI": {"items": [
+                   {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]),
+        json!([]),
+    );
+    h.api.config_maps.lock().insert(
+        "settings".into(),
+        BTreeMap::from([("k".into(), "v1".into())]),
+    );
+    assert!(h.set_up(&p, at(0)).await.ready);
+    assert_eq!(
+        h.read(downward_api::PLUGIN, "info", "labels"),
+        "app=\"web\""
+    );
+    h.api.config_maps.lock().insert(
+        "settings".into(),
+        BTreeMap::from([("k".into(), "v2".into())]),
+    );
+    h.set_up(&p, at(30)).await;
+    assert_eq!(h.read(config_map::PLUGIN, "cfg", "k"), "v1");
+    h.set_up(&p, at(60)).await;
+    assert_eq!(h.read(config_map::PLUGIN, "cfg", "k"), "v2");
+}
+
+#[tokio::test]
+async fn secrets_and_projections_live_on_tmpfs_and_teardown_unmounts_and_removes_them() {
+    let h = harness();
+    let p = pod(
+        json!([{"name": "creds", "secret": {"secretName": "s", "defaultMode": 0o400}},
+               {"name": "sa", "projected": {"sources": [
+                   {"serviceAccountToken": {"path": "token"}}]}},
+               {"name": "scratch", "emptyDir": {}}]),
+        json!([]),
+    );
+    h.api.secrets.lock().insert(
+        "s".into(),
+        BTreeMap::from([("password".into(), "pw".into())]),
+    );
+    assert!(h.set_up(&p, at(0)).await.ready);
+    assert_eq!(h.read(secret::PLUGIN, "creds", "password"), "pw");
+    assert_eq!(h.read(projected::PLUGIN, "sa", "token"), "token-1");
+    let secret_dir = h.volumes.plugin_dir("u1", secret::PLUGIN, "creds");
+    let projected_dir = h.volumes.plugin_dir("u1", projected::PLUGIN, "sa");
+    assert_eq!(
+        *h.host.calls.lock(),
+        [
+            HostCall::MountTmpfs(secret_dir.clone(), None),
+            HostCall::MountTmpfs(projected_dir.clone(), None)
+        ]
+    );
+
+    h.volumes.tear_down("u1").unwrap();
+    let calls = h.host.calls.lock().clone();
+    assert!(calls.contains(&HostCall::Unmount(secret_dir)));
+    assert!(calls.contains(&HostCall::Unmount(projected_dir)));
+    assert!(!h.volumes.pod_dir("u1").exists());
+    assert!(h.volumes.pods_on_disk().is_empty());
+}
+
+#[tokio::test]
+async fn unsupported_volume_types_and_bad_host_paths_fail_by_name() {
+    let h = harness();
+    let p = pod(
+        json!([{"name": "data", "persistentVolumeClaim": {"claimName": "c"}},
+               {"name": "sock", "hostPath": {"path": "/run/none.sock", "type": "Socket"}}]),
+        json!([]),
+    );
+    let result = h.set_up(&p, at(0)).await;
+    let messages: Vec<String> = result.failures.iter().map(|f| f.to_string()).collect();
+    assert_eq!(
+        messages,
+        [
+            "MountVolume.SetUp failed for volume \"data\" : skiff does not support persistentVolumeClaim volumes",
+            "MountVolume.SetUp failed for volume \"sock\" : hostPath type check failed: /run/none.sock is not a socket file",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn volume_mounts_become_cri_mounts_with_sub_paths_and_the_hosts_file() {
+    let h = harness();
+    let p = pod(
+        json!([{"name": "cfg", "configMap": {"name": "settings"}},
+               {"name": "scratch", "emptyDir": {}},
+               {"name": "host", "hostPath": {"path": "/srv/data"}}]),
+        json!([{"name": "cfg", "mountPath": "/etc/cfg"},
+               {"name": "scratch", "mountPath": "/work", "subPathExpr": "$(POD)/out"},
+               {"name": "host", "mountPath": "/data", "readOnly": true,
+                "mountPropagation": "HostToContainer"}]),
+    );
+    h.api
+        .config_maps
+        .lock()
+        .insert("settings".into(), BTreeMap::new());
+    assert!(h.set_up(&p, at(0)).await.ready);
+    let envs = [crate::cri::KeyValue {
+        key: "POD".into(),
+        value: "web".into(),
+    }];
+    let container = &p.spec.as_ref().unwrap().containers[0];
+    let hosts = h.volumes.pod_dir("u1").join("etc-hosts");
+    let mounts = h
+        .volumes
+        .container_mounts(&p, container, &envs, Some(&hosts))
+        .unwrap();
+    let got: Vec<(&str, String, bool)> = mounts
+        .iter()
+        .map(|m| (m.container_path.as_str(), m.host_path.clone(), m.readonly))
+        .collect();
+    let vol = |plugin, name| h.volumes.plugin_dir("u1", plugin, name);
+    assert_eq!(
+        got,
+        [
+            (
+                "/etc/cfg",
+                vol(config_map::PLUGIN, "cfg").display().to_string(),
+                true
+            ),
+            (
+                "/work",
+                vol(empty_dir::PLUGIN, "scratch")
+                    .join("web/out")
+                    .display()
+                    .to_string(),
+                false
+            ),
+            ("/data", "/srv/data".into(), true),
+            ("/etc/hosts", hosts.display().to_string(), false),
+        ]
+    );
+    assert!(vol(empty_dir::PLUGIN, "scratch").join("web/out").is_dir());
+    assert_eq!(
+        mounts[2].propagation,
+        MountPropagationCheck::PropagationHostToContainer as i32
+    );
+}
+
+use k8s_cri::v1::MountPropagation as MountPropagationCheck;
+
+#[test]
+fn sub_path_expressions_expand_known_variables_only() {
+    let envs = [crate::cri::KeyValue {
+        key: "A".into(),
+        value: "x".into(),
+    }];
+    assert_eq!(mounts::expand("$(A)/$(B)/$$(A)", &envs), "x/$(B)/$(A)");
+}
+
+#[tokio::test]
+async fn directories_of_pods_that_are_gone_are_torn_down_and_others_kept() {
+    let h = harness();
+    let p = pod(
+        json!([{"name": "mem", "emptyDir": {"medium": "Memory"}}]),
+        json!([]),
+    );
+    assert!(h.set_up(&p, at(0)).await.ready);
+    std::fs::create_dir_all(h.volumes.pod_dir("gone")).unwrap();
+    h.volumes.tear_down_others(|uid| uid == "u1");
+    assert_eq!(h.volumes.pods_on_disk(), ["u1"]);
+    h.volumes.tear_down_others(|_| false);
+    assert!(h.volumes.pods_on_disk().is_empty());
+    assert!(h.host.mounted.lock().is_empty());
+}
+
+#[tokio::test]
+async fn a_host_that_refuses_mounts_fails_the_volume_and_teardown() {
+    let h = harness();
+    let p = pod(
+        json!([{"name": "mem", "emptyDir": {"medium": "Memory"}}]),
+        json!([]),
+    );
+    *h.host.fail.lock() = Some("operation not permitted".into());
+    let result = h.set_up(&p, at(0)).await;
+    assert!(!result.ready);
+    assert_eq!(
+        result.failures[0].to_string(),
+        "MountVolume.SetUp failed for volume \"mem\" : operation not permitted"
+    );
+    let err = h.volumes.tear_down("u1").unwrap_err();
+    assert!(matches!(err, Error::ListMounts { .. }), "{err}");
+    *h.host.fail.lock() = None;
+    assert!(h.set_up(&p, at(10)).await.ready);
+}
