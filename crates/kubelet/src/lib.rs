@@ -13,9 +13,12 @@
 //! - [`probe`]: startup, liveness and readiness probes (exec, tcpSocket, httpGet).
 //! - [`status`]: pod status from CRI state, without I/O.
 //! - [`node`]: the Node object, its status and its Lease.
+//! - [`heartbeat`]: the Lease renewal and status posting loop, jittered.
 //! - [`host`]: facts about this machine for the Node.
 //! - [`cri`]: the [`cri::ContainerRuntime`] trait and its CRI client over a unix socket.
 //! - [`fake`]: a recording fake runtime for tests.
+//! - [`hollow_runtime`]: the in-memory runtime of hollow nodes (pod IPs from the node's
+//!   CIDR, startup delay, failure mix).
 //! - [`api`]: pod writes through the API server behind a trait, with a recording fake.
 //! - [`containerd`]: managed containerd (config, supervision).
 //! - [`images`]: the built-in pause and busybox images and image import.
@@ -27,6 +30,8 @@ pub mod containerd;
 pub mod cri;
 pub mod env;
 pub mod fake;
+pub mod heartbeat;
+pub mod hollow_runtime;
 pub mod hooks;
 pub mod host;
 pub mod images;
