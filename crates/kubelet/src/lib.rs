@@ -17,6 +17,8 @@
 //! - [`host`]: facts about this machine for the Node.
 //! - [`cri`]: the [`cri::ContainerRuntime`] trait and its CRI client over a unix socket.
 //! - [`fake`]: a recording fake runtime for tests.
+//! - [`hollow`]: hollow kubelets: many simulated nodes in one process, the real node and
+//!   pod code against the hollow runtime.
 //! - [`hollow_runtime`]: the in-memory runtime of hollow nodes (pod IPs from the node's
 //!   CIDR, startup delay, failure mix).
 //! - [`api`]: pod writes through the API server behind a trait, with a recording fake.
@@ -31,6 +33,7 @@ pub mod cri;
 pub mod env;
 pub mod fake;
 pub mod heartbeat;
+pub mod hollow;
 pub mod hollow_runtime;
 pub mod hooks;
 pub mod host;
