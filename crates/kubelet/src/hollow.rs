@@ -16,7 +16,9 @@ use kube::Api;
 use crate::api::KubePodApi;
 use crate::cri::ContainerRuntime;
 use crate::heartbeat::{self, StatusSource};
-use crate::hollow_runtime::{Behaviour, Cidr, CidrError, HollowRuntime, RUNTIME_NAME, RUNTIME_VERSION};
+use crate::hollow_runtime::{
+    Behaviour, Cidr, CidrError, HollowRuntime, RUNTIME_NAME, RUNTIME_VERSION,
+};
 use crate::host::HostInfo;
 use crate::node;
 use crate::pod_sync::SyncContext;
@@ -201,15 +203,16 @@ async fn register(
         node: name.clone(),
         source,
     };
-    let pod_cidr = match existing
-        .and_then(|n| n.spec)
-        .and_then(|s| s.pod_cidr)
-    {
+    let pod_cidr = match existing.and_then(|n| n.spec).and_then(|s| s.pod_cidr) {
         Some(c) => Cidr::parse(&c).map_err(cidr_err)?,
         None => cluster.subnet(i, NODE_CIDR_MASK).map_err(cidr_err)?,
     };
     let clock: Arc<dyn Fn() -> Timestamp + Send + Sync> = Arc::new(Timestamp::now);
-    let runtime = Arc::new(HollowRuntime::new(pod_cidr, config.behaviour, clock.clone()));
+    let runtime = Arc::new(HollowRuntime::new(
+        pod_cidr,
+        config.behaviour,
+        clock.clone(),
+    ));
     let images = runtime.list_images().await.unwrap_or_default();
     let gateway = pod_cidr.host(1);
     let status = HollowStatus {

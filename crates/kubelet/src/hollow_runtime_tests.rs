@@ -50,7 +50,12 @@ fn container(uid: &str, name: &str) -> ContainerConfig {
 }
 
 async fn pod_ip(rt: &HollowRuntime, sandbox: &str) -> String {
-    rt.pod_sandbox_status(sandbox).await.unwrap().network.unwrap().ip
+    rt.pod_sandbox_status(sandbox)
+        .await
+        .unwrap()
+        .network
+        .unwrap()
+        .ip
 }
 
 /// Runs a sandbox with one container for `uid` and returns the container's status.
@@ -68,8 +73,14 @@ async fn start_pod(rt: &HollowRuntime, uid: &str) -> ContainerStatus {
 fn node_ranges_are_carved_from_the_cluster_cidr_in_order() {
     let cluster = Cidr::parse("10.64.0.0/10").unwrap();
     assert_eq!(cluster.subnet(0, 24).unwrap().to_string(), "10.64.0.0/24");
-    assert_eq!(cluster.subnet(999, 24).unwrap().to_string(), "10.67.231.0/24");
-    assert_eq!(cluster.subnet(16383, 24).unwrap().to_string(), "10.127.255.0/24");
+    assert_eq!(
+        cluster.subnet(999, 24).unwrap().to_string(),
+        "10.67.231.0/24"
+    );
+    assert_eq!(
+        cluster.subnet(16383, 24).unwrap().to_string(),
+        "10.127.255.0/24"
+    );
     let err = cluster.subnet(16384, 24).unwrap_err().to_string();
     assert_eq!(err, "cidr 10.64.0.0/10: has only 16384 /24 subnets");
     assert_eq!(
@@ -92,7 +103,13 @@ async fn pod_ips_come_from_the_node_range_after_the_gateway_round_robin() {
     // .0 is the network, .1 the gateway, .7 the broadcast address
     assert_eq!(
         ips,
-        ["10.42.3.2", "10.42.3.3", "10.42.3.4", "10.42.3.5", "10.42.3.6"]
+        [
+            "10.42.3.2",
+            "10.42.3.3",
+            "10.42.3.4",
+            "10.42.3.5",
+            "10.42.3.6"
+        ]
     );
     let err = rt.run_pod_sandbox(sandbox("f")).await.unwrap_err();
     assert!(
@@ -212,5 +229,10 @@ async fn the_real_pod_sync_runs_a_pod_on_the_hollow_runtime_with_an_ip_from_the_
     assert_eq!(outcome, Outcome::Done);
     assert_eq!(api.deleted(), ["web"]);
     assert!(rt.list_containers(HashMap::new()).await.unwrap().is_empty());
-    assert!(rt.list_pod_sandboxes(HashMap::new()).await.unwrap().is_empty());
+    assert!(
+        rt.list_pod_sandboxes(HashMap::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

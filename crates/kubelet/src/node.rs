@@ -317,7 +317,10 @@ pub async fn renew_lease(
             owner_references: renewed.metadata.owner_references.take(),
             ..previous.metadata
         };
-        match leases.replace(&name, &PostParams::default(), &renewed).await {
+        match leases
+            .replace(&name, &PostParams::default(), &renewed)
+            .await
+        {
             Ok(written) => {
                 *latest = Some(written);
                 return Ok(());

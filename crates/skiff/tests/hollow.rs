@@ -43,7 +43,10 @@ fn start_hollow(api: &ApiServer, dir: &std::path::Path) -> Hollow {
     let ready = lines
         .recv_timeout(HANG_GUARD)
         .expect("the hollow kubelet printed a line");
-    assert!(ready.contains("ready") && ready.contains("3 hollow nodes"), "{ready}");
+    assert!(
+        ready.contains("ready") && ready.contains("3 hollow nodes"),
+        "{ready}"
+    );
     hollow
 }
 
@@ -80,9 +83,16 @@ fn hollow_nodes_register_with_leases_and_run_their_pods_with_ips_from_their_rang
         for (name, range) in expected {
             let node = nodes.get(name).await.unwrap();
             let spec = node.spec.unwrap();
-            assert_eq!(spec.pod_cidr.as_deref(), Some(format!("{range}0/24").as_str()));
+            assert_eq!(
+                spec.pod_cidr.as_deref(),
+                Some(format!("{range}0/24").as_str())
+            );
             let status = node.status.unwrap();
-            let ready = status.conditions.unwrap().into_iter().find(|c| c.type_ == "Ready");
+            let ready = status
+                .conditions
+                .unwrap()
+                .into_iter()
+                .find(|c| c.type_ == "Ready");
             assert_eq!(ready.map(|c| c.status).as_deref(), Some("True"), "{name}");
             assert_eq!(status.capacity.unwrap()["pods"].0, "110");
             let lease = eventually(&format!("the lease of {name}"), || {
@@ -110,7 +120,10 @@ fn hollow_nodes_register_with_leases_and_run_their_pods_with_ips_from_their_rang
             })
             .await;
             let ip = status.pod_ip.unwrap();
-            assert!(ip.starts_with(range) && ip != format!("{range}1"), "{node}: {ip}");
+            assert!(
+                ip.starts_with(range) && ip != format!("{range}1"),
+                "{node}: {ip}"
+            );
             assert_eq!(status.host_ip.unwrap(), format!("{range}1"));
             let c = &status.container_statuses.unwrap()[0];
             assert!(c.ready, "{name}: {c:?}");

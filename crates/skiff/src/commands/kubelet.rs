@@ -60,12 +60,22 @@ pub struct HollowArgs {
     pub count: usize,
 
     /// Hollow node `i` is named `<prefix>-<i>`.
-    #[arg(long, value_name = "P", default_value = "hollow-node", requires = "hollow")]
+    #[arg(
+        long,
+        value_name = "P",
+        default_value = "hollow-node",
+        requires = "hollow"
+    )]
     pub node_name_prefix: String,
 
     /// Hollow node `i` gets the `i`-th /24 of this range as its pod CIDR (unless its Node
     /// has one); its InternalIP is the range's `.1`, its pods' IPs `.2` onwards.
-    #[arg(long, value_name = "CIDR", default_value = "10.64.0.0/10", requires = "hollow")]
+    #[arg(
+        long,
+        value_name = "CIDR",
+        default_value = "10.64.0.0/10",
+        requires = "hollow"
+    )]
     pub cluster_cidr: String,
 
     /// How long a hollow pod's sandbox takes to start, in milliseconds.
@@ -115,7 +125,9 @@ pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
 async fn run_hollow(client: kube::Client, args: KubeletArgs) -> anyhow::Result<()> {
     let h = args.hollow;
     if !(0.0..=1.0).contains(&h.hollow_failure_rate) {
-        return Err(super::UsageError("--hollow-failure-rate must be between 0 and 1".into()).into());
+        return Err(
+            super::UsageError("--hollow-failure-rate must be between 0 and 1".into()).into(),
+        );
     }
     let config = hollow::Config {
         count: h.count,
