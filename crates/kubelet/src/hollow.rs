@@ -16,9 +16,8 @@ use kube::Api;
 use crate::api::KubePodApi;
 use crate::cri::ContainerRuntime;
 use crate::heartbeat::{self, StatusSource};
-use crate::hollow_runtime::{
-    Behaviour, Cidr, CidrError, HollowRuntime, RUNTIME_NAME, RUNTIME_VERSION,
-};
+use crate::hollow_ipam::{Cidr, CidrError};
+use crate::hollow_runtime::{Behaviour, HollowRuntime, RUNTIME_NAME, RUNTIME_VERSION};
 use crate::host::HostInfo;
 use crate::node;
 use crate::pod_sync::SyncContext;

@@ -1,11 +1,10 @@
 //! The runtime of a hollow node: [`HollowRuntime`] implements [`ContainerRuntime`] in memory,
 //! so the real pod workers run against it with no containerd. Sandboxes get pod IPs from the
-//! node's pod CIDR (as CNI's host-local IPAM hands them out: round robin, `.1` left to the
-//! gateway, released when the sandbox stops); every image is present; containers run until
+//! node's pod CIDR ([`crate::hollow_ipam`]), released when the sandbox stops; every image is present; containers run until
 //! stopped. [`Behaviour`] adds a startup delay, a failure mix and a stop delay. Nothing is
 //! recorded, so a hollow node's memory stays flat however long it runs.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,129 +19,12 @@ use crate::cri::{
     ExecResult, Image, PodSandbox, PodSandboxConfig, PodSandboxState, PodSandboxStatus, Result,
     VersionResponse, image_spec,
 };
+use crate::hollow_ipam::{Cidr, IpPool};
 use crate::images::{BUSYBOX_IMAGE, PAUSE_IMAGE};
 
 /// The runtime name a hollow node reports (`hollow://0.1.0`) and container ids carry.
 pub const RUNTIME_NAME: &str = "hollow";
 pub const RUNTIME_VERSION: &str = "0.1.0";
-
-/// A CIDR that is not IPv4 `a.b.c.d/n`, or a subnet that does not fit in it.
-#[derive(Debug, thiserror::Error)]
-#[error("cidr {cidr}: {problem}")]
-pub struct CidrError {
-    pub cidr: String,
-    pub problem: String,
-}
-
-/// An IPv4 CIDR (hollow nodes are IPv4 only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    pub network: Ipv4Addr,
-    pub prefix: u8,
-}
-
-impl Cidr {
-    pub fn parse(cidr: &str) -> Result<Cidr, CidrError> {
-        let bad = |problem: &str| CidrError {
-            cidr: cidr.into(),
-            problem: problem.into(),
-        };
-        let (ip, prefix) = cidr.split_once('/').ok_or_else(|| bad("no /prefix"))?;
-        let ip: Ipv4Addr = ip.parse().map_err(|_| bad("not an IPv4 address"))?;
-        let prefix: u8 = prefix.parse().map_err(|_| bad("bad prefix length"))?;
-        if prefix > 30 {
-            return Err(bad("prefix longer than /30 leaves no pod addresses"));
-        }
-        let mask = u32::MAX << (32 - prefix);
-        Ok(Cidr {
-            network: Ipv4Addr::from(u32::from(ip) & mask),
-            prefix,
-        })
-    }
-
-    fn size(&self) -> u64 {
-        1 << (32 - self.prefix)
-    }
-
-    /// The `index`-th subnet of length `prefix` inside this range (a node's pod CIDR carved
-    /// from the cluster CIDR, as the node IPAM controller does).
-    pub fn subnet(&self, index: usize, prefix: u8) -> Result<Cidr, CidrError> {
-        let err = |problem: String| CidrError {
-            cidr: self.to_string(),
-            problem,
-        };
-        if prefix < self.prefix || prefix > 30 {
-            return Err(err(format!("cannot hold /{prefix} subnets")));
-        }
-        let count = 1u64 << (prefix - self.prefix);
-        if index as u64 >= count {
-            return Err(err(format!("has only {count} /{prefix} subnets")));
-        }
-        let base = u64::from(u32::from(self.network)) + index as u64 * (1 << (32 - prefix));
-        Ok(Cidr {
-            network: Ipv4Addr::from(base as u32),
-            prefix,
-        })
-    }
-
-    /// The `n`-th address of the range (0 is the network address).
-    pub fn host(&self, n: u64) -> Ipv4Addr {
-        Ipv4Addr::from((u64::from(u32::from(self.network)) + n) as u32)
-    }
-}
-
-impl std::fmt::Display for Cidr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.network, self.prefix)
-    }
-}
-
-/// Pod IPs of one node's range, as host-local hands them out: from `.2` (`.1` is the
-/// gateway, and the hollow node's own address) to the last before broadcast, round robin from
-/// the last one given, so a released address is not reused at once.
-#[derive(Debug)]
-pub struct IpPool {
-    cidr: Cidr,
-    used: HashSet<u64>,
-    /// The offset handed out last.
-    last: u64,
-}
-
-impl IpPool {
-    pub fn new(cidr: Cidr) -> IpPool {
-        IpPool {
-            cidr,
-            used: HashSet::new(),
-            last: 1,
-        }
-    }
-
-    /// The next free address, or an error naming the range when all are taken.
-    pub fn allocate(&mut self) -> Result<Ipv4Addr, CidrError> {
-        let (first, last) = (2, self.cidr.size() - 2);
-        let count = last - first + 1;
-        for step in 1..=count {
-            let n = first + (self.last + step - first) % count;
-            if self.used.insert(n) {
-                self.last = n;
-                return Ok(self.cidr.host(n));
-            }
-        }
-        Err(CidrError {
-            cidr: self.cidr.to_string(),
-            problem: format!(
-                "no IP addresses available in range set: {}-{}",
-                self.cidr.host(first),
-                self.cidr.host(last)
-            ),
-        })
-    }
-
-    pub fn release(&mut self, ip: Ipv4Addr) {
-        let n = u64::from(u32::from(ip)).wrapping_sub(u64::from(u32::from(self.cidr.network)));
-        self.used.remove(&n);
-    }
-}
 
 /// How hollow pods behave (flags of `skiff kubelet --hollow`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -1,4 +1,4 @@
-//! Unit tests of [`super::HollowRuntime`]: pod IPs from the node's CIDR, the startup delay,
+//! Unit tests of [`super::HollowRuntime`]: pod IPs from the node's range, the startup delay,
 //! failure mix and stop delay in paused time, and the real pod sync running against it.
 
 use std::collections::HashMap;
@@ -12,6 +12,7 @@ use serde_json::json;
 use super::*;
 use crate::api::RecordingPodApi;
 use crate::cri::{ContainerMetadata, PodSandboxMetadata};
+use crate::hollow_ipam::Cidr;
 use crate::pod_sync::{Outcome, SyncContext};
 
 fn runtime(cidr: &str, behaviour: Behaviour) -> HollowRuntime {
@@ -67,27 +68,6 @@ async fn start_pod(rt: &HollowRuntime, uid: &str) -> ContainerStatus {
         .unwrap();
     rt.start_container(&id).await.unwrap();
     rt.container_status(&id).await.unwrap()
-}
-
-#[test]
-fn node_ranges_are_carved_from_the_cluster_cidr_in_order() {
-    let cluster = Cidr::parse("10.64.0.0/10").unwrap();
-    assert_eq!(cluster.subnet(0, 24).unwrap().to_string(), "10.64.0.0/24");
-    assert_eq!(
-        cluster.subnet(999, 24).unwrap().to_string(),
-        "10.67.231.0/24"
-    );
-    assert_eq!(
-        cluster.subnet(16383, 24).unwrap().to_string(),
-        "10.127.255.0/24"
-    );
-    let err = cluster.subnet(16384, 24).unwrap_err().to_string();
-    assert_eq!(err, "cidr 10.64.0.0/10: has only 16384 /24 subnets");
-    assert_eq!(
-        Cidr::parse("10.42.7.9/24").unwrap().to_string(),
-        "10.42.7.0/24"
-    );
-    assert!(Cidr::parse("fd00::/64").is_err());
 }
 
 #[tokio::test]

@@ -19,6 +19,7 @@
 //! - [`fake`]: a recording fake runtime for tests.
 //! - [`hollow`]: hollow kubelets: many simulated nodes in one process, the real node and
 //!   pod code against the hollow runtime.
+//! - [`hollow_ipam`]: hollow nodes' pod CIDRs and pod IPs.
 //! - [`hollow_runtime`]: the in-memory runtime of hollow nodes (pod IPs from the node's
 //!   CIDR, startup delay, failure mix).
 //! - [`api`]: pod writes through the API server behind a trait, with a recording fake.
@@ -34,6 +35,7 @@ pub mod env;
 pub mod fake;
 pub mod heartbeat;
 pub mod hollow;
+pub mod hollow_ipam;
 pub mod hollow_runtime;
 pub mod hooks;
 pub mod host;

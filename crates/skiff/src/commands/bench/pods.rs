@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
+use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, PostParams};
@@ -37,7 +38,8 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 
 use super::api::{
-    Emitter, ServerChild, ensure_open_files, histogram, mb, micros, ms, proc_status_kb, round3,
+    Emitter, ServerChild, ensure_open_files, histogram, mb, merge, micros, ms, proc_status_kb,
+    round3,
 };
 
 /// Options of `skiff bench pods`.
@@ -97,9 +99,12 @@ impl KubeletChild {
         )
     }
 
-    fn rss_kb(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
-        proc_status_kb(&status, "VmRSS")
+    /// VmRSS, RssAnon (heap) and RssFile (mapped binary pages, shared with the API server
+    /// running the same binary), in kB.
+    fn rss_kb(&self) -> [Option<u64>; 3] {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid));
+        let status = status.unwrap_or_default();
+        ["VmRSS", "RssAnon", "RssFile"].map(|f| proc_status_kb(&status, f))
     }
 
     /// SIGTERM (a kubelet stops its managed containerd), then wait.
@@ -212,9 +217,11 @@ async fn bench(args: &PodBenchArgs, server: &ServerChild, dir: &Path) -> Result<
     );
 
     let many = kubelet_pods(&pods, &running, "many", args.pods).await?;
-    let mut rss = None;
+    let mut rss = [None; 3];
     for _ in 0..5 {
-        rss = rss.max(kubelet.rss_kb());
+        for (max, now) in rss.iter_mut().zip(kubelet.rss_kb()) {
+            *max = (*max).max(now);
+        }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     remove_pods(&pods, &cri).await?;
@@ -242,17 +249,14 @@ async fn bench(args: &PodBenchArgs, server: &ServerChild, dir: &Path) -> Result<
         "kubelet-rss",
         merge(
             line(args.pods, 1),
-            json!({"rss_mb": mb(rss), "target_mb": 30}),
+            json!({"rss_mb": mb(rss[0]), "anon_mb": mb(rss[1]), "file_mb": mb(rss[2]),
+                   "target_mb": 30}),
         ),
     );
     running.task.abort();
     kubelet.stop().await;
 
     hollow(args, &out, &client, &kubeconfig, dir).await
-}
-
-fn merge(a: Value, b: Value) -> Value {
-    super::api::merge(a, b)
 }
 
 fn hist(samples: &[Duration]) -> Result<hdrhistogram::Histogram<u64>> {
@@ -386,11 +390,11 @@ async fn floor_pods(
     Ok(done.into_iter().map(|(d, ..)| d).collect())
 }
 
-/// Writes of kind `K` per second bucket, as a watch sees them.
+/// Writes per second, counted from a watch: each write falls in the second `when` gives it.
 fn count_writes<K>(
     api: Api<K>,
-    buckets: Arc<Mutex<HashMap<u64, u64>>>,
-    origin: Instant,
+    buckets: Arc<Mutex<HashMap<i64, u64>>>,
+    when: impl Fn(&K) -> Timestamp + Send + 'static,
 ) -> tokio::task::JoinHandle<()>
 where
     K: Resource<DynamicType = ()>
@@ -404,11 +408,8 @@ where
         let stream = watcher::watcher(api, watcher::Config::default());
         futures::pin_mut!(stream);
         while let Some(Ok(e)) = stream.next().await {
-            if let Event::Apply(_) = e {
-                *buckets
-                    .lock()
-                    .entry(origin.elapsed().as_secs())
-                    .or_default() += 1;
+            if let Event::Apply(object) = e {
+                *buckets.lock().entry(when(&object).as_second()).or_default() += 1;
             }
         }
     })
@@ -440,20 +441,28 @@ async fn hollow(
     )
     .await?;
     let register_s = started.elapsed().as_secs_f64();
-    let origin = Instant::now();
+    let origin = Timestamp::now().as_second();
     let (leases, nodes) = (Arc::default(), Arc::default());
+    // a Lease's write second is its renewTime, when its node wrote it (delivery under load
+    // bunches events); a Node's is when the watch saw it
+    let renewed = |l: &Lease| {
+        let renew = l.spec.as_ref().and_then(|s| s.renew_time.as_ref());
+        renew.map_or_else(Timestamp::now, |t| t.0)
+    };
     let tasks = [
         count_writes(
             Api::<Lease>::namespaced(client.clone(), "kube-node-lease"),
             Arc::clone(&leases),
-            origin,
+            renewed,
         ),
-        count_writes(Api::<Node>::all(client.clone()), Arc::clone(&nodes), origin),
+        count_writes(Api::<Node>::all(client.clone()), Arc::clone(&nodes), |_| {
+            Timestamp::now()
+        }),
     ];
     // every node renews within one period (10 s plus jitter) of its registration
     let warmup = 12;
     tokio::time::sleep(Duration::from_secs(warmup + args.window_s)).await;
-    let rss = child.rss_kb();
+    let [rss, ..] = child.rss_kb();
     let peak = std::fs::read_to_string(format!("/proc/{}/status", child.pid))
         .ok()
         .and_then(|s| proc_status_kb(&s, "VmHWM"));
@@ -462,11 +471,11 @@ async fn hollow(
     }
     child.stop().await;
     let window = warmup..warmup + args.window_s;
-    let in_window = |b: &Arc<Mutex<HashMap<u64, u64>>>| -> (u64, u64) {
+    let in_window = |b: &Arc<Mutex<HashMap<i64, u64>>>| -> (u64, u64) {
         let b = b.lock();
         let per_sec: Vec<u64> = window
             .clone()
-            .map(|s| b.get(&s).copied().unwrap_or(0))
+            .map(|s| b.get(&(origin + s as i64)).copied().unwrap_or(0))
             .collect();
         (per_sec.iter().sum(), per_sec.into_iter().max().unwrap_or(0))
     };
