@@ -1,7 +1,9 @@
 //! The node's heartbeats, shared by the real kubelet and hollow ones: the Lease renewed every
 //! 10 s, and the status re-read on the same tick and posted when it changed or 5 minutes
-//! passed (upstream's split). Ticks are jittered as upstream's `wait.JitterUntil` with factor
-//! 0.04, and a first offset lets many nodes in one process spread their writes.
+//! passed (upstream's split). Periods are jittered as upstream's `wait.JitterUntil` with factor
+//! 0.04, and a first offset lets many nodes in one process spread their writes; unlike
+//! upstream's sliding period, each tick is scheduled from the one before, not from the end of
+//! its work, so that the spread survives a stall.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,8 +66,9 @@ pub async fn run(client: kube::Client, node: Node, source: impl StatusSource, of
     let mut lease = None;
     let mut posted = node.status.clone().unwrap_or_default();
     let mut posted_at = tokio::time::Instant::now();
-    tokio::time::sleep(offset).await;
+    let mut next = tokio::time::Instant::now() + offset;
     loop {
+        tokio::time::sleep_until(next).await;
         if let Err(e) = node::renew_lease(&leases, &node, &mut lease, Timestamp::now()).await {
             tracing::warn!(error = %e, "node lease");
         }
@@ -80,7 +83,10 @@ pub async fn run(client: kube::Client, node: Node, source: impl StatusSource, of
                 Err(e) => tracing::warn!(error = %e, "node status"),
             }
         }
-        tokio::time::sleep(jittered(node::LEASE_RENEW)).await;
+        // the next tick keeps to this node's schedule rather than sliding from the end of this
+        // one: after a stall (many nodes starting in one process), the late ticks bunch for one
+        // round, not for every round after it
+        next = (next + jittered(node::LEASE_RENEW)).max(tokio::time::Instant::now());
     }
 }
 
