@@ -310,15 +310,19 @@ pub async fn renew_lease(
         node: name.clone(),
         source,
     };
-    let mut lease = lease_object(node, now);
-    if let Some(previous) = latest.take() {
-        let mut renewed = lease.clone();
-        renewed.metadata = ObjectMeta {
-            owner_references: renewed.metadata.owner_references.take(),
-            ..previous.metadata
+    // the renewed Lease over the metadata (resourceVersion) of the one it replaces
+    let renewed = |meta: ObjectMeta| {
+        let mut lease = lease_object(node, now);
+        lease.metadata = ObjectMeta {
+            owner_references: lease.metadata.owner_references.take(),
+            ..meta
         };
+        lease
+    };
+    let params = PostParams::default();
+    if let Some(previous) = latest.take() {
         match leases
-            .replace(&name, &PostParams::default(), &renewed)
+            .replace(&name, &params, &renewed(previous.metadata))
             .await
         {
             Ok(written) => {
@@ -329,22 +333,14 @@ pub async fn renew_lease(
         }
     }
     let written = match leases.get_opt(&name).await.map_err(err)? {
-        None => leases
-            .create(&PostParams::default(), &lease)
-            .await
-            .map_err(err)?,
+        None => leases.create(&params, &lease_object(node, now)).await,
         Some(existing) => {
-            lease.metadata = ObjectMeta {
-                owner_references: lease.metadata.owner_references.take(),
-                ..existing.metadata
-            };
             leases
-                .replace(&name, &PostParams::default(), &lease)
+                .replace(&name, &params, &renewed(existing.metadata))
                 .await
-                .map_err(err)?
         }
     };
-    *latest = Some(written);
+    *latest = Some(written.map_err(err)?);
     Ok(())
 }
 
