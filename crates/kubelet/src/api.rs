@@ -80,7 +80,8 @@ pub trait PodApi: Send + Sync {
     /// Writes the pod's status (merge patch on `pods/{name}/status`).
     async fn patch_status(&self, namespace: &str, name: &str, status: &PodStatus) -> Result<()>;
     /// Records an event about the pod (or one of its containers, by `field_path` such as
-    /// `spec.containers{web}`); failures are logged, never returned: events are best effort.
+    /// `spec.containers{web}`) without waiting for the write; failures are logged, never
+    /// returned: events are best effort.
     async fn event(&self, pod: &Pod, event: PodEvent);
     /// Whether the pod (this uid) still exists: a check for finished pods, whose deletion is
     /// immediate and seen only through the watch.
@@ -213,9 +214,13 @@ impl PodApi for KubePodApi {
             ..Default::default()
         };
         let events: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        if let Err(e) = events.create(&PostParams::default(), &object).await {
-            tracing::warn!(pod = %format!("{namespace}/{name}"), error = %e, "recording event {}", event.reason);
-        }
+        // written in the background, as upstream's event broadcaster does: a pod's start does
+        // not wait for three round trips to the API server
+        tokio::spawn(async move {
+            if let Err(e) = events.create(&PostParams::default(), &object).await {
+                tracing::warn!(pod = %format!("{namespace}/{name}"), error = %e, "recording event {}", event.reason);
+            }
+        });
     }
 
     async fn pod_exists(&self, namespace: &str, name: &str, uid: &str) -> Result<bool> {

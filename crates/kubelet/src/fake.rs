@@ -1,7 +1,7 @@
-//! A recording fake of [`ContainerRuntime`] for unit tests (and, later, hollow nodes): it keeps
-//! sandboxes, containers and images in memory, records every call as one line (`"RunPodSandbox
-//! default/web"`), hands out pod IPs from 10.42.0.0/24, and can be told to fail a method or to
-//! make a container exit.
+//! A recording fake of [`ContainerRuntime`] for unit tests (hollow nodes use
+//! [`crate::hollow_runtime`], which records nothing): it keeps sandboxes, containers and images
+//! in memory, records every call as one line (`"RunPodSandbox default/web"`), hands out pod IPs
+//! from 10.42.0.0/24, and can be told to fail a method or to make a container exit.
 
 use std::collections::{HashMap, HashSet};
 

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use jiff::Timestamp;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::runtime::WatchStreamExt;
@@ -22,6 +21,7 @@ use crate::api::KubePodApi;
 use crate::containerd::{ContainerdConfig, ManagedContainerd};
 use crate::cri::{ContainerRuntime, CriClient};
 use crate::dns::{DnsSettings, parse_resolv_conf};
+use crate::heartbeat::{self, HostStatus};
 use crate::host::HostInfo;
 use crate::images::{self, CtrImporter};
 use crate::node;
@@ -273,12 +273,18 @@ impl Kubelet {
     /// Serves until `shutdown` completes; then stops the workers and the managed containerd
     /// (pods keep running in their shims, as upstream's kubelet leaves them).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
-        let heartbeats = tokio::spawn(heartbeat(
+        let status = HostStatus {
+            runtime: self.ctx.runtime.clone(),
+            runtime_version: self.runtime_version.clone(),
+            node_ip: self.config.node_ip,
+            data_dir: self.config.data_dir.clone(),
+            kubelet_port: self.config.port,
+        };
+        let heartbeats = tokio::spawn(heartbeat::run(
             self.client.clone(),
             self.node.clone(),
-            self.ctx.runtime.clone(),
-            self.runtime_version.clone(),
-            self.config.clone(),
+            status,
+            Duration::ZERO,
         ));
         let pods = tokio::spawn(watch_pods(
             self.client.clone(),
@@ -330,49 +336,9 @@ async fn runtime_version(cri: &CriClient) -> Result<crate::cri::VersionResponse>
     }
 }
 
-/// Renews the Lease every 10 s; re-reads the host and the runtime's images every 10 s and posts
-/// the status when it changed or 5 minutes passed.
-async fn heartbeat(
-    client: kube::Client,
-    node: Node,
-    runtime: Arc<dyn ContainerRuntime>,
-    runtime_version: String,
-    config: Config,
-) {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
-    let nodes: Api<Node> = Api::all(client);
-    let name = config.node_name.clone();
-    let mut posted = node.status.clone().unwrap_or_default();
-    let mut posted_at = tokio::time::Instant::now();
-    let mut tick = tokio::time::interval(node::LEASE_RENEW);
-    loop {
-        tick.tick().await;
-        if let Err(e) = node::renew_lease(&leases, &node, Timestamp::now()).await {
-            tracing::warn!(error = %e, "node lease");
-        }
-        let host = HostInfo::read(config.node_ip, &config.data_dir);
-        let mut status = node::node_status(&host, &runtime_version, config.port, Timestamp::now());
-        match runtime.list_images().await {
-            Ok(images) => status.images = Some(node::node_images(&images)),
-            // keep what was posted rather than report no images
-            Err(_) => status.images = posted.images.clone(),
-        }
-        if node::status_changed(&posted, &status) || posted_at.elapsed() >= node::STATUS_REPORT {
-            node::keep_transition_times(&posted, &mut status);
-            match node::post_status(&nodes, &name, &status).await {
-                Ok(_) => {
-                    posted = status;
-                    posted_at = tokio::time::Instant::now();
-                }
-                Err(e) => tracing::warn!(error = %e, "node status"),
-            }
-        }
-    }
-}
-
 /// Watches this node's pods, keeps `registry` (what the server sees) up to date and hands each
 /// pod to its worker.
-async fn watch_pods(
+pub(crate) async fn watch_pods(
     client: kube::Client,
     node_name: String,
     ctx: SyncContext,

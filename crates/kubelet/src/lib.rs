@@ -22,9 +22,15 @@
 //! - [`status`]: pod status from CRI state, without I/O.
 //! - [`qos`]: containers' `oom_score_adj` from their pod's QoS class.
 //! - [`node`]: the Node object, its status and its Lease.
+//! - [`heartbeat`]: the Lease renewal and status posting loop, jittered.
 //! - [`host`]: facts about this machine for the Node.
 //! - [`cri`]: the [`cri::ContainerRuntime`] trait and its CRI client over a unix socket.
 //! - [`fake`]: a recording fake runtime for tests.
+//! - [`hollow`]: hollow kubelets: many simulated nodes in one process, the real node and
+//!   pod code against the hollow runtime.
+//! - [`hollow_ipam`]: hollow nodes' pod CIDRs and pod IPs.
+//! - [`hollow_runtime`]: the in-memory runtime of hollow nodes (pod IPs from the node's
+//!   CIDR, startup delay, failure mix).
 //! - [`server`]: the HTTPS server on port 10250: health, pods, metrics, container logs, and
 //!   exec, attach and port-forward proxied to the runtime's streaming server.
 //! - [`api`]: pod writes through the API server behind a trait, with a recording fake.
@@ -43,6 +49,10 @@ pub mod env;
 pub mod etc_hosts;
 pub mod expansion;
 pub mod fake;
+pub mod heartbeat;
+pub mod hollow;
+pub mod hollow_ipam;
+pub mod hollow_runtime;
 pub mod hooks;
 pub mod host;
 pub mod images;

@@ -308,32 +308,51 @@ pub fn lease_object(node: &Node, now: Timestamp) -> Lease {
     }
 }
 
-/// Creates the Lease, or renews it (a replace carrying the resourceVersion read).
-pub async fn renew_lease(leases: &Api<Lease>, node: &Node, now: Timestamp) -> Result<()> {
+/// Creates the Lease, or renews it: a replace of `latest` (the Lease as last written, kept
+/// between renewals), falling back to a read when there is none or it is stale, as upstream's
+/// lease controller does, so a renewal is one request, not two.
+pub async fn renew_lease(
+    leases: &Api<Lease>,
+    node: &Node,
+    latest: &mut Option<Lease>,
+    now: Timestamp,
+) -> Result<()> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let err = |source| Error::Lease {
         node: name.clone(),
         source,
     };
-    let mut lease = lease_object(node, now);
-    match leases.get_opt(&name).await.map_err(err)? {
-        None => {
-            leases
-                .create(&PostParams::default(), &lease)
-                .await
-                .map_err(err)?;
-        }
-        Some(existing) => {
-            lease.metadata = ObjectMeta {
-                owner_references: lease.metadata.owner_references.take(),
-                ..existing.metadata
-            };
-            leases
-                .replace(&name, &PostParams::default(), &lease)
-                .await
-                .map_err(err)?;
+    // the renewed Lease over the metadata (resourceVersion) of the one it replaces
+    let renewed = |meta: ObjectMeta| {
+        let mut lease = lease_object(node, now);
+        lease.metadata = ObjectMeta {
+            owner_references: lease.metadata.owner_references.take(),
+            ..meta
+        };
+        lease
+    };
+    let params = PostParams::default();
+    if let Some(previous) = latest.take() {
+        match leases
+            .replace(&name, &params, &renewed(previous.metadata))
+            .await
+        {
+            Ok(written) => {
+                *latest = Some(written);
+                return Ok(());
+            }
+            Err(e) => tracing::debug!(error = %e, "renewing the lease as last written; reading it"),
         }
     }
+    let written = match leases.get_opt(&name).await.map_err(err)? {
+        None => leases.create(&params, &lease_object(node, now)).await,
+        Some(existing) => {
+            leases
+                .replace(&name, &params, &renewed(existing.metadata))
+                .await
+        }
+    };
+    *latest = Some(written.map_err(err)?);
     Ok(())
 }
 

@@ -31,8 +31,8 @@ pub enum Command {
     Apiserver(apiserver::ApiServerArgs),
     /// The scheduler on its own.
     Scheduler(scheduler::SchedulerArgs),
-    /// The node agent on its own.
-    Kubelet(kubelet::KubeletArgs),
+    /// The node agent on its own (boxed: its flags outweigh every other command's).
+    Kubelet(Box<kubelet::KubeletArgs>),
     /// Container images on this node.
     #[command(subcommand)]
     Image(image::ImageCommand),
@@ -71,7 +71,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Apiserver(args) => apiserver::run(args).await,
         Command::Scheduler(args) => scheduler::run(args).await,
-        Command::Kubelet(args) => kubelet::run(args).await,
+        Command::Kubelet(args) => kubelet::run(*args).await,
         Command::Image(cmd) => image::run(cmd).await,
         Command::Store(cmd) => store::run(cmd).await,
         Command::Bench(cmd) => bench::run(cmd).await,

@@ -354,12 +354,12 @@ pub(super) fn round3(ms: f64) -> f64 {
 }
 
 /// Kilobytes as megabytes (MiB) with one decimal, or null when the field was missing.
-fn mb(kb: Option<u64>) -> Value {
+pub(super) fn mb(kb: Option<u64>) -> Value {
     kb.map_or(Value::Null, |kb| json!((kb as f64 / 102.4).round() / 10.0))
 }
 
 /// A `kB` field of `/proc/PID/status` (`VmRSS:   123456 kB`).
-fn proc_status_kb(status: &str, field: &str) -> Option<u64> {
+pub(super) fn proc_status_kb(status: &str, field: &str) -> Option<u64> {
     status.lines().find_map(|line| {
         let rest = line.strip_prefix(field)?.strip_prefix(':')?;
         rest.split_whitespace().next()?.parse().ok()

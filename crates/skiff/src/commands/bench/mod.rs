@@ -2,6 +2,7 @@
 //! its peer in the same run where there is one.
 
 pub mod api;
+pub mod pods;
 pub mod scheduler;
 pub mod store;
 
@@ -13,6 +14,9 @@ pub enum BenchCommand {
     /// The API server over HTTPS (a `skiff apiserver` child): pod creates, LIST, memory, watch
     /// delivery.
     Api(api::ApiBenchArgs),
+    /// The kubelet end to end: pod startup against the CRI floor, the kubelet's memory, and
+    /// hollow nodes' heartbeat writes and memory (needs root).
+    Pods(pods::PodBenchArgs),
     /// The scheduler end to end (scheduler_perf's SchedulingBasic): Node objects, pods created
     /// through the API server, bindings observed through a watch.
     Scheduler(scheduler::SchedulerBenchArgs),
@@ -23,6 +27,7 @@ pub enum BenchCommand {
 pub async fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Api(args) => api::run(args).await,
+        BenchCommand::Pods(args) => pods::run(args).await,
         BenchCommand::Scheduler(args) => scheduler::run(args).await,
         BenchCommand::Store(args) => store::run(args).await,
     }

@@ -1,0 +1,261 @@
+//! Hollow kubelets, as kubemark's: many nodes in one process, each the real kubelet's node
+//! registration, heartbeats, pod watch and pod workers running against a
+//! [`HollowRuntime`] instead of containerd. All nodes share one API client (one connection
+//! pool) and run as tokio tasks, no thread per node; their heartbeats start spread over one
+//! renewal period so that they do not write in lockstep.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{ContainerImage, Node, NodeStatus};
+use kube::Api;
+
+use crate::api::KubePodApi;
+use crate::cri::ContainerRuntime;
+use crate::heartbeat::{self, StatusSource};
+use crate::hollow_ipam::{Cidr, CidrError};
+use crate::hollow_runtime::{Behaviour, HollowRuntime, RUNTIME_NAME, RUNTIME_VERSION};
+use crate::host::HostInfo;
+use crate::node;
+use crate::pod_sync::SyncContext;
+use crate::server::pods::PodRegistry;
+use crate::volumes::VolumeManager;
+use crate::volumes::host::RecordingHost;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading node {node}: {source}")]
+    ReadNode {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("node {node}: {source}")]
+    PodCidr {
+        node: String,
+        #[source]
+        source: CidrError,
+    },
+    #[error(transparent)]
+    Node(#[from] crate::node::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How the hollow nodes of one process are made.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// How many nodes.
+    pub count: usize,
+    /// Node `i` is named `<prefix>-<i>`.
+    pub prefix: String,
+    /// Node `i` gets the `i`-th /24 of this range as its pod CIDR, unless its Node already
+    /// has one.
+    pub cluster_cidr: String,
+    pub behaviour: Behaviour,
+    /// Where the pod workers make their (empty) container log directories.
+    pub log_dir: PathBuf,
+    /// Where hollow pods' volumes are written (per node); mounts are recorded, not made.
+    pub pods_dir: PathBuf,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            count: 1,
+            prefix: "hollow-node".into(),
+            // room for 16384 nodes of /24 each
+            cluster_cidr: "10.64.0.0/10".into(),
+            behaviour: Behaviour::default(),
+            log_dir: PathBuf::from("/var/lib/skiff/hollow/logs/pods"),
+            pods_dir: PathBuf::from("/var/lib/skiff/hollow/pods"),
+        }
+    }
+}
+
+/// The size of each node's pod range (upstream's default `--node-cidr-mask-size` for IPv4).
+pub const NODE_CIDR_MASK: u8 = 24;
+/// How many nodes register at once.
+const REGISTER_CONCURRENCY: usize = 16;
+
+/// What every hollow node reports as its machine: a mid-sized node (4 CPUs, 16 GiB, 100 GiB
+/// of disk), named after the node, addressed at its pod range's gateway.
+fn hollow_host(name: &str, ip: std::net::Ipv4Addr) -> HostInfo {
+    HostInfo {
+        hostname: name.into(),
+        ip: ip.into(),
+        cpus: 4,
+        memory_bytes: 16 << 30,
+        ephemeral_storage_bytes: 100 << 30,
+        kernel_version: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default(),
+        os_image: "Skiff hollow node".into(),
+        machine_id: format!("hollow-{name}"),
+        system_uuid: format!("hollow-{name}"),
+        boot_id: format!("hollow-{name}"),
+    }
+}
+
+/// A hollow node's status: fixed figures, fresh heartbeat times; no I/O.
+struct HollowStatus {
+    host: HostInfo,
+    images: Vec<ContainerImage>,
+}
+
+impl HollowStatus {
+    fn at(&self, now: Timestamp) -> NodeStatus {
+        let version = format!("{RUNTIME_NAME}://{RUNTIME_VERSION}");
+        // no kubelet server: no daemon endpoint
+        let mut status = node::node_status(&self.host, &version, 0, now);
+        status.images = Some(self.images.clone());
+        status
+    }
+}
+
+#[async_trait]
+impl StatusSource for HollowStatus {
+    async fn read(&self, _posted: &NodeStatus, now: Timestamp) -> NodeStatus {
+        self.at(now)
+    }
+}
+
+/// One registered hollow node.
+struct HollowNode {
+    node: Node,
+    status: HollowStatus,
+    ctx: SyncContext,
+}
+
+/// Registered hollow nodes; [`HollowNodes::run`] serves them until shutdown.
+pub struct HollowNodes {
+    client: kube::Client,
+    nodes: Vec<HollowNode>,
+}
+
+impl HollowNodes {
+    /// Registers the nodes (a few at a time); returns once all are.
+    pub async fn start(client: kube::Client, config: Config) -> Result<HollowNodes> {
+        let cluster = Cidr::parse(&config.cluster_cidr).map_err(|source| Error::PodCidr {
+            node: format!("{}-*", config.prefix),
+            source,
+        })?;
+        let nodes: Vec<HollowNode> = futures::stream::iter(0..config.count)
+            .map(|i| register(&client, &config, cluster, i))
+            .buffered(REGISTER_CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<_>>()?;
+        Ok(HollowNodes { client, nodes })
+    }
+
+    /// The registered nodes' names, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| n.node.metadata.name.clone().unwrap_or_default())
+            .collect()
+    }
+
+    /// Serves every node's heartbeats and pods until `shutdown` completes. The first
+    /// heartbeats are spread evenly over one renewal period.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let count = self.nodes.len().max(1) as u32;
+        let mut tasks = Vec::with_capacity(self.nodes.len() * 2);
+        for (i, n) in self.nodes.into_iter().enumerate() {
+            let name = n.node.metadata.name.clone().unwrap_or_default();
+            let offset = node::LEASE_RENEW * i as u32 / count;
+            tasks.push(tokio::spawn(heartbeat::run(
+                self.client.clone(),
+                n.node,
+                n.status,
+                offset,
+            )));
+            tasks.push(tokio::spawn(crate::kubelet::watch_pods(
+                self.client.clone(),
+                name,
+                n.ctx,
+                PodRegistry::default(),
+            )));
+        }
+        shutdown.await;
+        for t in tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Registers hollow node `i`: its pod CIDR is the one its Node has, or the `i`-th of the
+/// cluster range.
+async fn register(
+    client: &kube::Client,
+    config: &Config,
+    cluster: Cidr,
+    i: usize,
+) -> Result<HollowNode> {
+    let name = format!("{}-{i}", config.prefix);
+    let nodes: Api<Node> = Api::all(client.clone());
+    let existing = nodes
+        .get_opt(&name)
+        .await
+        .map_err(|source| Error::ReadNode {
+            node: name.clone(),
+            source,
+        })?;
+    let cidr_err = |source| Error::PodCidr {
+        node: name.clone(),
+        source,
+    };
+    let pod_cidr = match existing.and_then(|n| n.spec).and_then(|s| s.pod_cidr) {
+        Some(c) => Cidr::parse(&c).map_err(cidr_err)?,
+        None => cluster.subnet(i, NODE_CIDR_MASK).map_err(cidr_err)?,
+    };
+    let clock: Arc<dyn Fn() -> Timestamp + Send + Sync> = Arc::new(Timestamp::now);
+    let runtime = Arc::new(HollowRuntime::new(
+        pod_cidr,
+        config.behaviour,
+        clock.clone(),
+    ));
+    let images = runtime.list_images().await.unwrap_or_default();
+    let gateway = pod_cidr.host(1);
+    let status = HollowStatus {
+        host: hollow_host(&name, gateway),
+        images: node::node_images(&images),
+    };
+    let object = node::node_object(
+        &name,
+        &status.host,
+        &pod_cidr.to_string(),
+        status.at(Timestamp::now()),
+    );
+    let node = node::register(&nodes, object).await?;
+    let allocatable = node
+        .status
+        .as_ref()
+        .and_then(|s| s.allocatable.clone())
+        .unwrap_or_default();
+    let ctx = SyncContext {
+        runtime,
+        api: Arc::new(KubePodApi {
+            client: client.clone(),
+            node: name.clone(),
+        }),
+        host_ip: gateway.to_string(),
+        runtime_name: RUNTIME_NAME.into(),
+        memory_capacity: status.host.memory_bytes,
+        log_dir: config.log_dir.clone(),
+        clock,
+        volumes: Arc::new(VolumeManager::new(
+            config.pods_dir.join(&name),
+            Arc::new(RecordingHost::default()),
+            crate::volumes::REFRESH,
+        )),
+        dns: Arc::default(),
+        allocatable,
+    };
+    Ok(HollowNode { node, status, ctx })
+}

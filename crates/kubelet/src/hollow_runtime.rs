@@ -1,0 +1,399 @@
+//! The runtime of a hollow node: [`HollowRuntime`] implements [`ContainerRuntime`] in memory,
+//! so the real pod workers run against it with no containerd. Sandboxes get pod IPs from the
+//! node's pod CIDR ([`crate::hollow_ipam`]), released when the sandbox stops; every image is present; containers run until
+//! stopped. [`Behaviour`] adds a startup delay, a failure mix and a stop delay. Nothing is
+//! recorded, so a hollow node's memory stays flat however long it runs.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+use parking_lot::Mutex;
+
+use crate::config::{LABEL_CONTAINER_NAME, LABEL_POD_UID};
+use crate::cri::{
+    AttachRequest, AuthConfig, Container, ContainerConfig, ContainerRuntime, ContainerState,
+    ContainerStatus, Error, ExecRequest, ExecResult, Image, PodSandbox, PodSandboxConfig,
+    PodSandboxState, PodSandboxStatus, PortForwardRequest, Result, VersionResponse, image_spec,
+};
+use crate::hollow_ipam::{Cidr, IpPool};
+use crate::images::{BUSYBOX_IMAGE, PAUSE_IMAGE};
+
+/// The runtime name a hollow node reports (`hollow://0.1.0`) and container ids carry.
+pub const RUNTIME_NAME: &str = "hollow";
+pub const RUNTIME_VERSION: &str = "0.1.0";
+
+/// How hollow pods behave (flags of `skiff kubelet --hollow`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Behaviour {
+    /// How long `RunPodSandbox` takes: a pod's sandbox, network and image work. Zero by
+    /// default: pods are Running as soon as the kubelet has synced them.
+    pub startup_delay: Duration,
+    /// The fraction (0 to 1) of containers that exit with code 1 as soon as they start, on
+    /// every attempt (so they go to CrashLoopBackOff, or fail the pod under restartPolicy
+    /// Never). Which ones is decided by a hash of the pod uid and container name: the same
+    /// pods fail on every run.
+    pub failure_rate: f64,
+    /// How long a container takes to exit after SIGTERM; a container still running when the
+    /// grace period ends is killed (exit code 137). Zero by default.
+    pub stop_delay: Duration,
+}
+
+struct Sandbox {
+    config: PodSandboxConfig,
+    ready: bool,
+    /// The pod IP while the sandbox holds one.
+    ip: Option<Ipv4Addr>,
+    created_at: i64,
+}
+
+struct HollowContainer {
+    sandbox: String,
+    status: ContainerStatus,
+    /// Exits with code 1 when started (the failure mix).
+    fails: bool,
+}
+
+struct State {
+    ips: IpPool,
+    next_id: u64,
+    sandboxes: HashMap<String, Sandbox>,
+    containers: HashMap<String, HollowContainer>,
+}
+
+/// One hollow node's runtime. Its lock guards all its state and is never held across an
+/// await (delays sleep outside it).
+pub struct HollowRuntime {
+    behaviour: Behaviour,
+    clock: Arc<dyn Fn() -> Timestamp + Send + Sync>,
+    state: Mutex<State>,
+}
+
+fn no_streaming(method: &'static str) -> Error {
+    Error::Call {
+        method,
+        status: tonic::Status::unimplemented("hollow nodes do not stream"),
+    }
+}
+
+fn not_found(method: &'static str, id: &str) -> Error {
+    Error::Call {
+        method,
+        status: tonic::Status::not_found(format!("{id} not found")),
+    }
+}
+
+fn labels_match(have: &HashMap<String, String>, want: &HashMap<String, String>) -> bool {
+    want.iter().all(|(k, v)| have.get(k) == Some(v))
+}
+
+/// Whether a container is in the failing fraction: FNV-1a of its pod uid and name, as a
+/// number in [0, 1).
+fn in_failing_fraction(uid: &str, container: &str, rate: f64) -> bool {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in uid.bytes().chain([b'/']).chain(container.bytes()) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    ((h >> 11) as f64 / (1u64 << 53) as f64) < rate
+}
+
+impl HollowRuntime {
+    pub fn new(
+        pod_cidr: Cidr,
+        behaviour: Behaviour,
+        clock: Arc<dyn Fn() -> Timestamp + Send + Sync>,
+    ) -> HollowRuntime {
+        HollowRuntime {
+            behaviour,
+            clock,
+            state: Mutex::new(State {
+                ips: IpPool::new(pod_cidr),
+                next_id: 0,
+                sandboxes: HashMap::new(),
+                containers: HashMap::new(),
+            }),
+        }
+    }
+
+    fn now(&self) -> i64 {
+        i64::try_from((self.clock)().as_nanosecond()).unwrap_or(i64::MAX)
+    }
+
+    /// Marks a running container exited with `code` at `now`.
+    fn exit(c: &mut HollowContainer, code: i32, now: i64) {
+        if c.status.state == ContainerState::ContainerRunning as i32 {
+            c.status.state = ContainerState::ContainerExited as i32;
+            c.status.finished_at = now;
+            c.status.exit_code = code;
+            c.status.reason = if code == 0 { "Completed" } else { "Error" }.into();
+        }
+    }
+}
+
+#[async_trait]
+impl ContainerRuntime for HollowRuntime {
+    async fn version(&self) -> Result<VersionResponse> {
+        Ok(VersionResponse {
+            version: "0.1.0".into(),
+            runtime_name: RUNTIME_NAME.into(),
+            runtime_version: RUNTIME_VERSION.into(),
+            runtime_api_version: "v1".into(),
+        })
+    }
+
+    async fn run_pod_sandbox(&self, config: PodSandboxConfig) -> Result<String> {
+        tokio::time::sleep(self.behaviour.startup_delay).await;
+        let now = self.now();
+        let mut s = self.state.lock();
+        let ip = s.ips.allocate().map_err(|e| Error::Call {
+            method: "RunPodSandbox",
+            status: tonic::Status::resource_exhausted(e.to_string()),
+        })?;
+        s.next_id += 1;
+        let id = format!("sandbox-{}", s.next_id);
+        let sandbox = Sandbox {
+            config,
+            ready: true,
+            ip: Some(ip),
+            created_at: now,
+        };
+        s.sandboxes.insert(id.clone(), sandbox);
+        Ok(id)
+    }
+
+    async fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
+        let now = self.now();
+        let s = &mut *self.state.lock();
+        let sandbox = s
+            .sandboxes
+            .get_mut(id)
+            .ok_or_else(|| not_found("StopPodSandbox", id))?;
+        sandbox.ready = false;
+        if let Some(ip) = sandbox.ip.take() {
+            s.ips.release(ip);
+        }
+        for c in s.containers.values_mut().filter(|c| c.sandbox == id) {
+            HollowRuntime::exit(c, 137, now);
+        }
+        Ok(())
+    }
+
+    async fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
+        let s = &mut *self.state.lock();
+        if let Some(ip) = s.sandboxes.remove(id).and_then(|sb| sb.ip) {
+            s.ips.release(ip);
+        }
+        s.containers.retain(|_, c| c.sandbox != id);
+        Ok(())
+    }
+
+    async fn pod_sandbox_status(&self, id: &str) -> Result<PodSandboxStatus> {
+        let s = self.state.lock();
+        let sb = s
+            .sandboxes
+            .get(id)
+            .ok_or_else(|| not_found("PodSandboxStatus", id))?;
+        Ok(PodSandboxStatus {
+            id: id.into(),
+            metadata: sb.config.metadata.clone(),
+            state: if sb.ready {
+                PodSandboxState::SandboxReady
+            } else {
+                PodSandboxState::SandboxNotready
+            } as i32,
+            created_at: sb.created_at,
+            network: Some(k8s_cri::v1::PodSandboxNetworkStatus {
+                ip: sb.ip.map(|ip| ip.to_string()).unwrap_or_default(),
+                additional_ips: vec![],
+            }),
+            labels: sb.config.labels.clone(),
+            annotations: sb.config.annotations.clone(),
+            ..Default::default()
+        })
+    }
+
+    async fn list_pod_sandboxes(&self, labels: HashMap<String, String>) -> Result<Vec<PodSandbox>> {
+        let s = self.state.lock();
+        Ok(s.sandboxes
+            .iter()
+            .filter(|(_, sb)| labels_match(&sb.config.labels, &labels))
+            .map(|(id, sb)| PodSandbox {
+                id: id.clone(),
+                metadata: sb.config.metadata.clone(),
+                state: if sb.ready {
+                    PodSandboxState::SandboxReady
+                } else {
+                    PodSandboxState::SandboxNotready
+                } as i32,
+                created_at: sb.created_at,
+                labels: sb.config.labels.clone(),
+                annotations: sb.config.annotations.clone(),
+                runtime_handler: String::new(),
+            })
+            .collect())
+    }
+
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: ContainerConfig,
+        _sandbox: PodSandboxConfig,
+    ) -> Result<String> {
+        let now = self.now();
+        let mut s = self.state.lock();
+        if !s.sandboxes.get(sandbox_id).is_some_and(|sb| sb.ready) {
+            return Err(not_found("CreateContainer", sandbox_id));
+        }
+        let label = |k: &str| config.labels.get(k).map(String::as_str).unwrap_or_default();
+        let fails = in_failing_fraction(
+            label(LABEL_POD_UID),
+            label(LABEL_CONTAINER_NAME),
+            self.behaviour.failure_rate,
+        );
+        s.next_id += 1;
+        let id = format!("container-{}", s.next_id);
+        let image = config.image.clone().unwrap_or_default();
+        let status = ContainerStatus {
+            id: id.clone(),
+            metadata: config.metadata,
+            state: ContainerState::ContainerCreated as i32,
+            created_at: now,
+            image_ref: format!("sha256:{}", image.image.len()),
+            image: Some(image),
+            labels: config.labels,
+            annotations: config.annotations,
+            log_path: config.log_path,
+            ..Default::default()
+        };
+        s.containers.insert(
+            id.clone(),
+            HollowContainer {
+                sandbox: sandbox_id.into(),
+                status,
+                fails,
+            },
+        );
+        Ok(id)
+    }
+
+    async fn start_container(&self, id: &str) -> Result<()> {
+        let now = self.now();
+        let mut s = self.state.lock();
+        let c = s
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| not_found("StartContainer", id))?;
+        c.status.state = ContainerState::ContainerRunning as i32;
+        c.status.started_at = now;
+        if c.fails {
+            HollowRuntime::exit(c, 1, now);
+        }
+        Ok(())
+    }
+
+    async fn stop_container(&self, id: &str, timeout_seconds: i64) -> Result<()> {
+        if !self.state.lock().containers.contains_key(id) {
+            return Err(not_found("StopContainer", id));
+        }
+        let grace = Duration::from_secs(timeout_seconds.max(0) as u64);
+        let killed = self.behaviour.stop_delay > grace;
+        tokio::time::sleep(self.behaviour.stop_delay.min(grace)).await;
+        let now = self.now();
+        if let Some(c) = self.state.lock().containers.get_mut(id) {
+            HollowRuntime::exit(c, if killed { 137 } else { 143 }, now);
+        }
+        Ok(())
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<()> {
+        self.state.lock().containers.remove(id);
+        Ok(())
+    }
+
+    async fn list_containers(&self, labels: HashMap<String, String>) -> Result<Vec<Container>> {
+        let s = self.state.lock();
+        Ok(s.containers
+            .values()
+            .filter(|c| labels_match(&c.status.labels, &labels))
+            .map(|c| Container {
+                id: c.status.id.clone(),
+                pod_sandbox_id: c.sandbox.clone(),
+                metadata: c.status.metadata.clone(),
+                image: c.status.image.clone(),
+                image_ref: c.status.image_ref.clone(),
+                state: c.status.state,
+                created_at: c.status.created_at,
+                labels: c.status.labels.clone(),
+                annotations: c.status.annotations.clone(),
+                image_id: String::new(),
+            })
+            .collect())
+    }
+
+    async fn container_status(&self, id: &str) -> Result<ContainerStatus> {
+        let s = self.state.lock();
+        s.containers
+            .get(id)
+            .map(|c| c.status.clone())
+            .ok_or_else(|| not_found("ContainerStatus", id))
+    }
+
+    /// Commands in a running hollow container succeed (exec probes and hooks pass).
+    async fn exec_sync(&self, id: &str, _cmd: Vec<String>, _timeout: i64) -> Result<ExecResult> {
+        let s = self.state.lock();
+        match s.containers.get(id) {
+            Some(c) if c.status.state == ContainerState::ContainerRunning as i32 => {
+                Ok(ExecResult::default())
+            }
+            _ => Err(not_found("ExecSync", id)),
+        }
+    }
+
+    /// Hollow nodes have no streaming server: `kubectl exec`, `attach` and `port-forward`
+    /// to their pods are refused.
+    async fn exec(&self, _request: ExecRequest) -> Result<String> {
+        Err(no_streaming("Exec"))
+    }
+
+    async fn attach(&self, _request: AttachRequest) -> Result<String> {
+        Err(no_streaming("Attach"))
+    }
+
+    async fn port_forward(&self, _request: PortForwardRequest) -> Result<String> {
+        Err(no_streaming("PortForward"))
+    }
+
+    /// The built-in images, as a real Skiff node has them.
+    async fn list_images(&self) -> Result<Vec<Image>> {
+        Ok([PAUSE_IMAGE, BUSYBOX_IMAGE]
+            .into_iter()
+            .map(|name| Image {
+                id: format!("sha256:{}", name.len()),
+                repo_tags: vec![name.into()],
+                size: 1_000_000,
+                ..Default::default()
+            })
+            .collect())
+    }
+
+    /// Every image is present on a hollow node.
+    async fn image_status(&self, image: &str) -> Result<Option<Image>> {
+        Ok(Some(Image {
+            id: format!("sha256:{}", image.len()),
+            repo_tags: vec![image.into()],
+            spec: Some(image_spec(image)),
+            ..Default::default()
+        }))
+    }
+
+    async fn pull_image(&self, image: &str, _auth: Option<AuthConfig>) -> Result<String> {
+        Ok(format!("sha256:{}", image.len()))
+    }
+}
+
+#[cfg(test)]
+#[path = "hollow_runtime_tests.rs"]
+mod tests;

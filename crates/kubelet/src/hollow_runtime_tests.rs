@@ -1,0 +1,226 @@
+//! Unit tests of [`super::HollowRuntime`]: pod IPs from the node's range, the startup delay,
+//! failure mix and stop delay in paused time, and the real pod sync running against it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::json;
+
+use super::*;
+use crate::api::RecordingPodApi;
+use crate::cri::{ContainerMetadata, PodSandboxMetadata};
+use crate::hollow_ipam::Cidr;
+use crate::pod_sync::{Outcome, SyncContext};
+
+fn runtime(cidr: &str, behaviour: Behaviour) -> HollowRuntime {
+    HollowRuntime::new(
+        Cidr::parse(cidr).unwrap(),
+        behaviour,
+        Arc::new(|| Timestamp::UNIX_EPOCH),
+    )
+}
+
+fn sandbox(uid: &str) -> PodSandboxConfig {
+    PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: format!("pod-{uid}"),
+            uid: uid.into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        labels: HashMap::from([(LABEL_POD_UID.to_string(), uid.to_string())]),
+        ..Default::default()
+    }
+}
+
+fn container(uid: &str, name: &str) -> ContainerConfig {
+    ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        labels: HashMap::from([
+            (LABEL_POD_UID.to_string(), uid.to_string()),
+            (LABEL_CONTAINER_NAME.to_string(), name.to_string()),
+        ]),
+        ..Default::default()
+    }
+}
+
+async fn pod_ip(rt: &HollowRuntime, sandbox: &str) -> String {
+    rt.pod_sandbox_status(sandbox)
+        .await
+        .unwrap()
+        .network
+        .unwrap()
+        .ip
+}
+
+/// Runs a sandbox with one container for `uid` and returns the container's status.
+async fn start_pod(rt: &HollowRuntime, uid: &str) -> ContainerStatus {
+    let sb = rt.run_pod_sandbox(sandbox(uid)).await.unwrap();
+    let id = rt
+        .create_container(&sb, container(uid, "app"), sandbox(uid))
+        .await
+        .unwrap();
+    rt.start_container(&id).await.unwrap();
+    rt.container_status(&id).await.unwrap()
+}
+
+#[tokio::test]
+async fn pod_ips_come_from_the_node_range_after_the_gateway_round_robin() {
+    let rt = runtime("10.42.3.0/29", Behaviour::default());
+    let mut ips = Vec::new();
+    let mut sandboxes = Vec::new();
+    for uid in ["a", "b", "c", "d", "e"] {
+        let sb = rt.run_pod_sandbox(sandbox(uid)).await.unwrap();
+        ips.push(pod_ip(&rt, &sb).await);
+        sandboxes.push(sb);
+    }
+    // .0 is the network, .1 the gateway, .7 the broadcast address
+    assert_eq!(
+        ips,
+        [
+            "10.42.3.2",
+            "10.42.3.3",
+            "10.42.3.4",
+            "10.42.3.5",
+            "10.42.3.6"
+        ]
+    );
+    let err = rt.run_pod_sandbox(sandbox("f")).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no IP addresses available in range set: 10.42.3.2-10.42.3.6"),
+        "{err}"
+    );
+    // a stopped sandbox gives its address back; the next one is handed out after the last
+    rt.stop_pod_sandbox(&sandboxes[1]).await.unwrap();
+    assert_eq!(pod_ip(&rt, &sandboxes[1]).await, "");
+    let sb = rt.run_pod_sandbox(sandbox("g")).await.unwrap();
+    assert_eq!(pod_ip(&rt, &sb).await, "10.42.3.3");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_takes_the_startup_delay() {
+    let delay = Duration::from_millis(1500);
+    let rt = runtime(
+        "10.42.0.0/24",
+        Behaviour {
+            startup_delay: delay,
+            ..Default::default()
+        },
+    );
+    let began = tokio::time::Instant::now();
+    rt.run_pod_sandbox(sandbox("a")).await.unwrap();
+    // paused time advances exactly to the sleep's deadline
+    assert_eq!(began.elapsed(), delay);
+}
+
+#[tokio::test]
+async fn the_failure_mix_fails_its_fraction_of_containers_the_same_way_every_time() {
+    let failed = |rate: f64| async move {
+        let rt = runtime(
+            "10.64.0.0/16",
+            Behaviour {
+                failure_rate: rate,
+                ..Default::default()
+            },
+        );
+        let mut failed = Vec::new();
+        for i in 0..1000 {
+            let status = start_pod(&rt, &format!("uid-{i}")).await;
+            if status.state == ContainerState::ContainerExited as i32 {
+                assert_eq!((status.exit_code, status.reason.as_str()), (1, "Error"));
+                failed.push(i);
+            } else {
+                assert_eq!(status.state, ContainerState::ContainerRunning as i32);
+            }
+        }
+        failed
+    };
+    assert!(failed(0.0).await.is_empty());
+    assert_eq!(failed(1.0).await.len(), 1000);
+    let quarter = failed(0.25).await;
+    assert!((200..300).contains(&quarter.len()), "{}", quarter.len());
+    assert_eq!(failed(0.25).await, quarter);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_container_slower_to_stop_than_its_grace_period_is_killed_when_it_ends() {
+    let rt = runtime(
+        "10.42.0.0/24",
+        Behaviour {
+            stop_delay: Duration::from_secs(5),
+            ..Default::default()
+        },
+    );
+    let stop = |grace: i64| {
+        let rt = &rt;
+        async move {
+            let id = start_pod(rt, &format!("uid-{grace}")).await.id;
+            let began = tokio::time::Instant::now();
+            rt.stop_container(&id, grace).await.unwrap();
+            let status = rt.container_status(&id).await.unwrap();
+            (began.elapsed(), status.exit_code)
+        }
+    };
+    assert_eq!(stop(2).await, (Duration::from_secs(2), 137));
+    assert_eq!(stop(30).await, (Duration::from_secs(5), 143));
+}
+
+#[tokio::test]
+async fn the_real_pod_sync_runs_a_pod_on_the_hollow_runtime_with_an_ip_from_the_range() {
+    let rt = Arc::new(runtime("10.64.5.0/24", Behaviour::default()));
+    let api = Arc::new(RecordingPodApi::default());
+    let logs = tempfile::tempdir().unwrap();
+    let ctx = SyncContext {
+        runtime: rt.clone(),
+        api: api.clone(),
+        host_ip: "10.64.5.1".into(),
+        runtime_name: RUNTIME_NAME.into(),
+        memory_capacity: 4 << 30,
+        log_dir: logs.path().into(),
+        clock: Arc::new(|| Timestamp::UNIX_EPOCH),
+        volumes: Arc::new(crate::volumes::VolumeManager::new(
+            logs.path().join("pods"),
+            Arc::new(crate::volumes::host::RecordingHost::default()),
+            crate::volumes::REFRESH,
+        )),
+        dns: Arc::default(),
+        allocatable: Default::default(),
+    };
+    let mut pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+        "spec": {"nodeName": "hollow-5", "containers": [{"name": "c", "image": "nginx"}]},
+        "status": {"phase": "Pending"},
+    }))
+    .unwrap();
+    let mut probes = crate::probe::Probes::default();
+    let outcome = ctx.sync_pod(&pod, &mut probes).await.unwrap();
+    assert!(matches!(outcome, Outcome::Resync(_)));
+    let status = api.last_status("web").unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    assert_eq!(status.pod_ip.as_deref(), Some("10.64.5.2"));
+    assert_eq!(status.host_ip.as_deref(), Some("10.64.5.1"));
+    let c = &status.container_statuses.unwrap()[0];
+    assert!(c.ready && c.state.as_ref().unwrap().running.is_some());
+    assert!(c.container_id.as_deref().unwrap().starts_with("hollow://"));
+
+    pod.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        Timestamp::UNIX_EPOCH,
+    ));
+    let outcome = ctx.sync_pod(&pod, &mut probes).await.unwrap();
+    assert_eq!(outcome, Outcome::Done);
+    assert_eq!(api.deleted(), ["web"]);
+    assert!(rt.list_containers(HashMap::new()).await.unwrap().is_empty());
+    assert!(
+        rt.list_pod_sandboxes(HashMap::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
