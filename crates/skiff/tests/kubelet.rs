@@ -621,34 +621,20 @@ fn images_are_pulled_from_a_registry_with_the_pods_image_pull_secrets() {
         pods.create(&PostParams::default(), &pod("cached", &image, json!([])))
             .await
             .expect("create pod");
-        let waiting = eventually("the denied pod to wait on its image", || async {
-            let cs = pods.get("denied").await.ok()?.status?.container_statuses?;
-            let waiting = cs.into_iter().next()?.state?.waiting?;
-            matches!(
-                waiting.reason.as_deref(),
-                Some("ErrImagePull" | "ImagePullBackOff")
-            )
-            .then_some(waiting)
-        })
-        .await;
-        let message = waiting.message.unwrap_or_default();
-        assert!(message.contains("401 Unauthorized"), "{message}");
-        let cached = eventually("the cached image's pod to be refused too", || async {
-            let cs = pods.get("cached").await.ok()?.status?.container_statuses?;
-            let waiting = cs.into_iter().next()?.state?.waiting?;
-            matches!(
-                waiting.reason.as_deref(),
-                Some("ErrImagePull" | "ImagePullBackOff")
-            )
-            .then_some(waiting)
-        })
-        .await;
-        assert!(
-            cached
-                .message
-                .unwrap_or_default()
-                .contains("401 Unauthorized")
-        );
+        for name in ["denied", "cached"] {
+            let waiting = eventually(&format!("{name} to wait on its image"), || async {
+                let cs = pods.get(name).await.ok()?.status?.container_statuses?;
+                let waiting = cs.into_iter().next()?.state?.waiting?;
+                matches!(
+                    waiting.reason.as_deref(),
+                    Some("ErrImagePull" | "ImagePullBackOff")
+                )
+                .then_some(waiting)
+            })
+            .await;
+            let message = waiting.message.unwrap_or_default();
+            assert!(message.contains("401 Unauthorized"), "{name}: {message}");
+        }
         for name in ["pulled", "denied", "cached"] {
             pods.delete(name, &DeleteParams::default())
                 .await
