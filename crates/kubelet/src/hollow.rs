@@ -27,12 +27,6 @@ use crate::volumes::host::RecordingHost;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("reading node {node}: {source}")]
-    ReadNode {
-        node: String,
-        #[source]
-        source: kube::Error,
-    },
     #[error("node {node}: {source}")]
     PodCidr {
         node: String,
@@ -199,18 +193,12 @@ async fn register(
 ) -> Result<HollowNode> {
     let name = format!("{}-{i}", config.prefix);
     let nodes: Api<Node> = Api::all(client.clone());
-    let existing = nodes
-        .get_opt(&name)
-        .await
-        .map_err(|source| Error::ReadNode {
-            node: name.clone(),
-            source,
-        })?;
+    let assigned = node::assigned_pod_cidr(&nodes, &name).await?;
     let cidr_err = |source| Error::PodCidr {
         node: name.clone(),
         source,
     };
-    let pod_cidr = match existing.and_then(|n| n.spec).and_then(|s| s.pod_cidr) {
+    let pod_cidr = match assigned {
         Some(c) => Cidr::parse(&c).map_err(cidr_err)?,
         None => cluster.subnet(i, NODE_CIDR_MASK).map_err(cidr_err)?,
     };

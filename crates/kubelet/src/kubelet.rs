@@ -33,12 +33,6 @@ use crate::volumes::host::RealHost;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("reading node {node}: {source}")]
-    ReadNode {
-        node: String,
-        #[source]
-        source: kube::Error,
-    },
     #[error(transparent)]
     Containerd(#[from] crate::containerd::Error),
     #[error(transparent)]
@@ -148,18 +142,8 @@ impl Kubelet {
     /// Starts the runtime, imports the built-in images and registers the Node.
     pub async fn start(client: kube::Client, config: Config) -> Result<Kubelet> {
         let nodes: Api<Node> = Api::all(client.clone());
-        let existing =
-            nodes
-                .get_opt(&config.node_name)
-                .await
-                .map_err(|source| Error::ReadNode {
-                    node: config.node_name.clone(),
-                    source,
-                })?;
-        let pod_cidr = existing
-            .as_ref()
-            .and_then(|n| n.spec.as_ref())
-            .and_then(|s| s.pod_cidr.clone())
+        let pod_cidr = node::assigned_pod_cidr(&nodes, &config.node_name)
+            .await?
             .unwrap_or_else(|| config.pod_cidr.clone());
 
         let (managed, endpoint) = match &config.container_runtime_endpoint {

@@ -39,6 +39,12 @@ pub const EVICTION_MEMORY_BYTES: u64 = 100 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error("reading node {node}: {source}")]
+    Read {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("registering node {node}: {source}")]
     Register {
         node: String,
@@ -60,6 +66,15 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The `spec.podCIDR` the Node already has (set by node-ipam or an earlier run), if it exists.
+pub async fn assigned_pod_cidr(nodes: &Api<Node>, name: &str) -> Result<Option<String>> {
+    let existing = nodes.get_opt(name).await.map_err(|source| Error::Read {
+        node: name.to_string(),
+        source,
+    })?;
+    Ok(existing.and_then(|n| n.spec).and_then(|s| s.pod_cidr))
+}
 
 /// The node's status from what the host and the runtime report, with the port the kubelet
 /// server listens on (`daemonEndpoints`, where the API server reaches it). Conditions carry
