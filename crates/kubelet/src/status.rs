@@ -461,14 +461,17 @@ mod tests {
         }
     }
 
-    fn condition(status: &PodStatus, type_: &str) -> String {
+    fn condition_of<'a>(status: &'a PodStatus, type_: &str) -> &'a PodCondition {
         status
             .conditions
             .iter()
             .flatten()
             .find(|c| c.type_ == type_)
-            .map(|c| c.status.clone())
             .unwrap()
+    }
+
+    fn condition(status: &PodStatus, type_: &str) -> String {
+        condition_of(status, type_).status.clone()
     }
 
     #[test]
@@ -664,12 +667,7 @@ mod tests {
         assert_eq!(status.phase.as_deref(), Some("Running"));
         let init = &status.init_container_statuses.as_ref().unwrap()[0];
         assert_eq!((init.started, init.ready), (Some(true), false));
-        let ready = status
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == "Ready")
-            .unwrap();
+        let ready = condition_of(&status, "Ready");
         assert_eq!(ready.status, "False");
         assert_eq!(
             ready.message.as_deref(),
@@ -690,12 +688,7 @@ mod tests {
             serde_json::from_value(json!({"type": "example.com/dns", "status": "False"})).unwrap(),
         ]);
         let status = pod_status(&p, &view(Some(current.clone()), None), now);
-        let ready = status
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == "Ready")
-            .unwrap();
+        let ready = condition_of(&status, "Ready");
         assert_eq!(ready.status, "False");
         assert_eq!(ready.reason.as_deref(), Some("ReadinessGatesNotReady"));
         assert_eq!(
