@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //! - [`apiserver`]: `skiff apiserver`, the Kubernetes API server.
+//! - [`controller_manager`]: `skiff controller-manager`, the reconcile loops.
 //! - [`kubelet`]: `skiff kubelet`, the node agent running pods through containerd's CRI.
 //! - [`image`]: `skiff image import`, loading image archives into the node's containerd.
 //! - [`scheduler`]: `skiff scheduler`, binding pods to nodes through the API server.
@@ -10,6 +11,7 @@
 
 pub mod apiserver;
 pub mod bench;
+pub mod controller_manager;
 pub mod image;
 pub mod kubelet;
 pub mod scheduler;
@@ -29,6 +31,8 @@ pub struct Cli {
 pub enum Command {
     /// The Kubernetes API server on its own.
     Apiserver(apiserver::ApiServerArgs),
+    /// The controllers on their own.
+    ControllerManager(controller_manager::ControllerManagerArgs),
     /// The scheduler on its own.
     Scheduler(scheduler::SchedulerArgs),
     /// The node agent on its own (boxed: its flags outweigh every other command's).
@@ -66,10 +70,21 @@ pub async fn kube_config(path: &std::path::Path) -> anyhow::Result<kube::Config>
         .context("loading the kubeconfig")
 }
 
+/// This process's identity among its replicas (a Lease's `holderIdentity`): host name and pid.
+pub fn instance_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname");
+    format!(
+        "{}_{}",
+        host.as_deref().map_or("skiff", str::trim),
+        std::process::id()
+    )
+}
+
 /// Run the parsed command to completion.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Apiserver(args) => apiserver::run(args).await,
+        Command::ControllerManager(args) => controller_manager::run(args).await,
         Command::Scheduler(args) => scheduler::run(args).await,
         Command::Kubelet(args) => kubelet::run(*args).await,
         Command::Image(cmd) => image::run(cmd).await,

@@ -53,13 +53,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
         Some(layer) => builder.with_layer(&layer).build(),
         None => builder.build(),
     };
-    let instance = format!(
-        "{}_{}",
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "skiff".into()),
-        std::process::id()
-    );
+    let instance = super::instance_name();
     let api = Arc::new(KubeApi::new(client.clone(), instance.clone()));
     let frameworks = config.frameworks(api.clone())?;
     let names: Vec<String> = frameworks
