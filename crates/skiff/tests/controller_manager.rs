@@ -4,46 +4,15 @@
 
 mod support;
 
-use std::process::{Child, Command};
+use std::process::Command;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
-use support::{ApiServer, Backend, eventually, kube_client as client, run, spawn_until_ready};
-
-/// A `skiff controller-manager` child, killed on drop.
-pub struct ControllerManager {
-    child: Child,
-    _lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl ControllerManager {
-    pub fn start(api: &ApiServer, args: &[&str]) -> (ControllerManager, String) {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
-        cmd.arg("controller-manager")
-            .arg("--kubeconfig")
-            .arg(api.kubeconfig())
-            .args(args);
-        let log = api.data_dir.join("controller-manager.log");
-        let (child, ready, lines) = spawn_until_ready(&mut cmd, &log);
-        (
-            ControllerManager {
-                child,
-                _lines: lines,
-            },
-            ready,
-        )
-    }
-}
-
-impl Drop for ControllerManager {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use support::cluster::controller_manager;
+use support::{ApiServer, Backend, eventually, kube_client as client, run};
 
 #[test]
 fn an_unknown_controller_is_a_usage_error() {
@@ -63,8 +32,8 @@ fn an_unknown_controller_is_a_usage_error() {
 fn the_leader_holds_its_lease_and_every_namespace_gets_a_default_service_account() {
     run(async {
         let api = ApiServer::start(Backend::Embedded);
-        let (_cm, ready) = ControllerManager::start(&api, &[]);
-        assert!(ready.contains("serviceaccount"), "{ready}");
+        let cm = controller_manager(&api, &[]);
+        assert!(cm.ready.contains("serviceaccount"), "{}", cm.ready);
         let client = client(&api).await;
 
         let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");

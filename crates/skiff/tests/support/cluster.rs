@@ -1,0 +1,79 @@
+//! The rest of a cluster around a test's [`ApiServer`], each a real `skiff` child process killed
+//! when dropped: the controller manager, the scheduler, and hollow kubelets (nodes that run pods
+//! in memory, so that controllers see pods become Running without containerd).
+
+use std::process::{Child, Command};
+use std::sync::mpsc;
+
+use super::{ApiServer, spawn_until_ready};
+
+/// A `skiff` child process, killed on drop.
+pub struct Process {
+    child: Child,
+    /// Its first stdout line (containing `ready`).
+    pub ready: String,
+    _lines: mpsc::Receiver<String>,
+}
+
+impl Process {
+    /// Starts `skiff <args…> --kubeconfig <api's>` with its stderr in `<data dir>/<log>.log`.
+    pub fn start(api: &ApiServer, log: &str, args: &[&str]) -> Process {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
+        cmd.args(args).arg("--kubeconfig").arg(api.kubeconfig());
+        let log = api.data_dir.join(format!("{log}.log"));
+        let (child, ready, lines) = spawn_until_ready(&mut cmd, &log);
+        Process {
+            child,
+            ready,
+            _lines: lines,
+        }
+    }
+
+    /// Kills it (SIGKILL) as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `skiff controller-manager` with extra flags (e.g. `--controllers`).
+pub fn controller_manager(api: &ApiServer, args: &[&str]) -> Process {
+    let mut all = vec!["controller-manager"];
+    all.extend_from_slice(args);
+    Process::start(api, "controller-manager", &all)
+}
+
+/// `skiff scheduler`, its metrics on a free port.
+pub fn scheduler(api: &ApiServer) -> Process {
+    Process::start(
+        api,
+        "scheduler",
+        &["scheduler", "--metrics-bind-address", "127.0.0.1:0"],
+    )
+}
+
+/// `count` hollow nodes named `<prefix>-0…`, their data under the API server's data dir.
+pub fn hollow_nodes(api: &ApiServer, prefix: &str, count: usize) -> Process {
+    let dir = api.data_dir.join(format!("hollow-{prefix}"));
+    let count = count.to_string();
+    Process::start(
+        api,
+        &format!("hollow-{prefix}"),
+        &[
+            "kubelet",
+            "--data-dir",
+            dir.to_str().expect("utf-8 path"),
+            "--hollow",
+            "--count",
+            &count,
+            "--node-name-prefix",
+            prefix,
+        ],
+    )
+}
