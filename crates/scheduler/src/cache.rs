@@ -12,7 +12,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::framework::types::{image_counts, node_images, node_index};
-use crate::framework::{NodeInfo, PodInfo, Snapshot};
+use crate::framework::{ClusterEvent, NodeInfo, PodInfo, Snapshot};
 
 /// Where the cache has a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,23 +136,37 @@ impl Cache {
     }
 
     /// A pod the watch shows bound to a node (new, updated, or an assumed one confirmed).
-    /// Returns whether the watch had shown it bound before (an update rather than an add).
-    pub fn add_or_update_pod(&mut self, pod: Arc<Pod>) -> bool {
+    /// Returns the cluster event it makes: an add (the first time the watch shows it bound), a
+    /// label change, or none.
+    pub fn add_or_update_pod(&mut self, pod: Arc<Pod>) -> ClusterEvent {
         let info = Arc::new(PodInfo::new(pod));
         let node = info.node_name().to_string();
         if node.is_empty() {
-            return false;
+            return ClusterEvent::NONE;
         }
-        let mut bound_before = false;
+        let mut event = ClusterEvent::ASSIGNED_POD_ADD;
         if let Some(old) = self.pods.remove(&info.key) {
-            bound_before = matches!(old, PodState::Bound { .. });
-            let (PodState::Assumed { node: old } | PodState::Bound { node: old }) = old;
-            self.unplace(&old, &info.key);
+            let (PodState::Assumed { node: old_node } | PodState::Bound { node: old_node }) = &old;
+            if matches!(old, PodState::Bound { .. }) {
+                let labels_before = self
+                    .node(old_node)
+                    .and_then(|n| n.pods.iter().find(|p| p.key == info.key))
+                    .map(|p| p.pod.metadata.labels.clone());
+                // a pod on a node not seen yet counts for no plugin: no event
+                event = match labels_before {
+                    Some(before) if before != info.pod.metadata.labels => {
+                        ClusterEvent::ASSIGNED_POD_LABEL
+                    }
+                    _ => ClusterEvent::NONE,
+                };
+            }
+            let old_node = old_node.clone();
+            self.unplace(&old_node, &info.key);
         }
         self.pods
             .insert(info.key.clone(), PodState::Bound { node: node.clone() });
         self.place(&node, info);
-        bound_before
+        event
     }
 
     pub fn remove_pod(&mut self, key: &str) {
@@ -233,6 +247,35 @@ mod tests {
         c.add_or_update_pod(Arc::new(bound));
         assert!(!c.is_assumed("default/p"));
         assert_eq!(cpu_requested(&c, "n1"), 1000, "counted once, not twice");
+    }
+
+    #[test]
+    fn updates_of_bound_pods_are_an_event_only_when_their_labels_change() {
+        let mut c = cache_with(&["n1"]);
+        let bound = |app: &str| {
+            Arc::new(
+                PodBuilder::new("p")
+                    .label("app", app)
+                    .node_name("n1")
+                    .build(),
+            )
+        };
+        assert_eq!(
+            c.add_or_update_pod(bound("a")),
+            ClusterEvent::ASSIGNED_POD_ADD
+        );
+        assert_eq!(c.add_or_update_pod(bound("a")), ClusterEvent::NONE);
+        assert_eq!(
+            c.add_or_update_pod(bound("b")),
+            ClusterEvent::ASSIGNED_POD_LABEL
+        );
+        let assumed = PodBuilder::new("q").info();
+        c.assume(assumed, "n1");
+        let confirmed = Arc::new(PodBuilder::new("q").node_name("n1").build());
+        assert_eq!(
+            c.add_or_update_pod(confirmed),
+            ClusterEvent::ASSIGNED_POD_ADD
+        );
     }
 
     #[test]

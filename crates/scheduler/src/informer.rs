@@ -1,6 +1,6 @@
 //! Feeds the scheduler from the API server: one watch of all pods (no field selector; the
 //! scheduler decides on its side which are its own, seed 000), one of nodes, and of
-//! PodDisruptionBudgets (for preemption), namespaces (for pod affinity's namespace selectors)
+//! PodDisruptionBudgets (for preemption), PersistentVolumeClaims (for volume checks), namespaces (for pod affinity's namespace selectors)
 //! and Services, ReplicaSets and StatefulSets (for default spreading), through
 //! kube-rs's `watcher`, which lists, watches from the list's resourceVersion and relists
 //! after a 410. Objects missing from a relist are treated as deleted.
@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Api;
@@ -71,6 +71,12 @@ pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch:
         |s, p| s.on_pdb(object_key(p), Some(Arc::new(p.clone()))),
         |s, p| s.on_pdb(object_key(p), None),
     );
+    let claims = side::<PersistentVolumeClaim>(
+        client.clone(),
+        scheduler.clone(),
+        |s, c| s.on_claim(object_key(c), Some(Arc::new(c.clone()))),
+        |s, c| s.on_claim(object_key(c), None),
+    );
     let nodes = {
         let s = scheduler.clone();
         follow(
@@ -93,6 +99,7 @@ pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch:
         pods,
         nodes,
         pdbs,
+        claims,
         namespaces,
         services,
         replicasets,

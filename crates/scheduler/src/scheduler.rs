@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use parking_lot::Mutex;
 use skiff_apimachinery::labels::Selector;
@@ -19,7 +19,7 @@ use crate::api::ClusterApi;
 use crate::cache::Cache;
 use crate::framework::events::{self, ClusterEvent};
 use crate::framework::{
-    Code, CycleState, Framework, NamespaceLabels, PodInfo, Snapshot, Workloads,
+    Claims, Code, CycleState, Framework, NamespaceLabels, PodInfo, Snapshot, Workloads,
 };
 use crate::metrics::{Metrics, Outcome};
 use crate::nominator::Nominator;
@@ -57,6 +57,8 @@ pub struct Scheduler {
     nominator: Mutex<Nominator>,
     /// PodDisruptionBudgets, for preemption.
     pdbs: Mutex<Budgets>,
+    /// PersistentVolumeClaims (copied on write: each cycle's snapshot shares them).
+    claims: Mutex<Arc<Claims>>,
     /// Namespaces' labels (copied on write: each cycle's snapshot shares them).
     namespaces: Mutex<Arc<NamespaceLabels>>,
     /// Services' and controllers' selectors (copied on write when a selector changes).
@@ -115,6 +117,7 @@ impl Scheduler {
             cache: Mutex::new(Cache::default()),
             nominator: Mutex::default(),
             pdbs: Mutex::default(),
+            claims: Mutex::default(),
             namespaces: Mutex::default(),
             workloads: Mutex::default(),
             snapshot: Mutex::new(Snapshot::default()),
@@ -147,9 +150,9 @@ impl Scheduler {
                 self.cache.lock().remove_pod(&key);
                 self.queue.on_event(ClusterEvent::ASSIGNED_POD_DELETE);
             } else {
-                let bound_before = self.cache.lock().add_or_update_pod(pod);
-                if !bound_before {
-                    self.queue.on_event(ClusterEvent::ASSIGNED_POD_ADD);
+                let event = self.cache.lock().add_or_update_pod(pod);
+                if !event.is_empty() {
+                    self.queue.on_event(event);
                 }
             }
         } else if pod.metadata.deletion_timestamp.is_some() || is_terminal(&pod) {
@@ -274,6 +277,28 @@ impl Scheduler {
         pdbs.list = Arc::new(pdbs.by_key.values().cloned().collect());
     }
 
+    /// A PersistentVolumeClaim was added, changed or deleted (`None`): volume checks read
+    /// them, and an added or changed claim may let a parked pod in.
+    pub fn on_claim(&self, key: String, claim: Option<Arc<PersistentVolumeClaim>>) {
+        let changed = {
+            let mut claims = self.claims.lock();
+            let claims = Arc::make_mut(&mut claims);
+            match claim {
+                Some(c) => {
+                    claims.insert(key, c);
+                    true
+                }
+                None => {
+                    claims.remove(&key);
+                    false
+                }
+            }
+        };
+        if changed {
+            self.queue.on_event(ClusterEvent::PVC_CHANGE);
+        }
+    }
+
     /// Schedules pods until the queue is closed; flushes backoff every second.
     pub async fn run(self: &Arc<Self>) {
         let flusher = {
@@ -312,6 +337,7 @@ impl Scheduler {
             self.cache.lock().update_snapshot(&mut snapshot);
             snapshot.set_nominated(self.nominator.lock().pods());
             snapshot.set_pdbs(self.pdbs.lock().list.clone());
+            snapshot.set_claims(self.claims.lock().clone());
             snapshot.set_namespaces(self.namespaces.lock().clone());
             snapshot.set_workloads(self.workloads.lock().clone());
             profile

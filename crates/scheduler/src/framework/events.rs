@@ -28,6 +28,10 @@ impl ClusterEvent {
     pub const ASSIGNED_POD_ADD: ClusterEvent = ClusterEvent(1 << 6);
     /// An assigned pod was deleted, or finished and so gave its resources back.
     pub const ASSIGNED_POD_DELETE: ClusterEvent = ClusterEvent(1 << 7);
+    /// An assigned pod's labels changed (what pod affinity and spreading count).
+    pub const ASSIGNED_POD_LABEL: ClusterEvent = ClusterEvent(1 << 8);
+    /// A PersistentVolumeClaim was added or changed.
+    pub const PVC_CHANGE: ClusterEvent = ClusterEvent(1 << 9);
     /// Every event: what a plugin that does not say registers for.
     pub const ALL: ClusterEvent = ClusterEvent(u32::MAX);
 

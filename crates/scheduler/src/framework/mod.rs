@@ -20,6 +20,7 @@ pub use interface::{
 pub use runtime::{Framework, Points};
 pub use status::{Code, Status};
 pub use types::{
-    HostPort, NamespaceLabels, NodeInfo, NominatedPods, PodInfo, Resource, Snapshot, Workloads,
+    Claims, HostPort, NamespaceLabels, NodeInfo, NominatedPods, PodInfo, Resource, Snapshot,
+    Workloads,
 };
 pub use waiting::{WaitingPod, WaitingPods};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use k8s_openapi::api::core::v1::{Container, Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use skiff_apimachinery::labels::Selector;
@@ -427,9 +427,14 @@ pub struct Snapshot {
     workloads: Arc<Workloads>,
     /// The cluster's PodDisruptionBudgets, which preemption tries not to violate.
     pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>,
+    /// PersistentVolumeClaims by `namespace/name`, for volume checks.
+    claims: Arc<Claims>,
     /// The cache's node layout this snapshot was taken at (None: not from a cache).
     layout: Option<u64>,
 }
+
+/// PersistentVolumeClaim `namespace/name` → the claim.
+pub type Claims = HashMap<String, Arc<PersistentVolumeClaim>>;
 
 /// Namespace name → its labels.
 pub type NamespaceLabels = HashMap<String, BTreeMap<String, String>>;
@@ -494,6 +499,7 @@ impl Snapshot {
             images,
             nominated: Arc::default(),
             pdbs: Arc::default(),
+            claims: Arc::default(),
             namespaces: Arc::default(),
             workloads: Arc::default(),
             layout: None,
@@ -547,6 +553,20 @@ impl Snapshot {
 
     pub fn pdbs(&self) -> &[Arc<PodDisruptionBudget>] {
         &self.pdbs
+    }
+
+    pub fn set_claims(&mut self, claims: Arc<Claims>) {
+        self.claims = claims;
+    }
+
+    /// The PersistentVolumeClaim `namespace/name`, if the informer has it.
+    pub fn claim(&self, namespace: &str, name: &str) -> Option<&PersistentVolumeClaim> {
+        if self.claims.is_empty() {
+            return None;
+        }
+        self.claims
+            .get(&format!("{namespace}/{name}"))
+            .map(AsRef::as_ref)
     }
 
     /// The pods nominated to `node` (none, cheaply, while nothing is nominated anywhere).

@@ -297,6 +297,7 @@ impl Plugin for InterPodAffinity {
             .with(ClusterEvent::NODE_LABEL)
             .with(ClusterEvent::ASSIGNED_POD_ADD)
             .with(ClusterEvent::ASSIGNED_POD_DELETE)
+            .with(ClusterEvent::ASSIGNED_POD_LABEL)
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

@@ -282,6 +282,7 @@ impl Plugin for PodTopologySpread {
             .with(ClusterEvent::NODE_TAINT)
             .with(ClusterEvent::ASSIGNED_POD_ADD)
             .with(ClusterEvent::ASSIGNED_POD_DELETE)
+            .with(ClusterEvent::ASSIGNED_POD_LABEL)
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)
