@@ -3,6 +3,7 @@
 //! and its reads: ConfigMaps, Secrets and service account tokens (TokenRequest) for env and
 //! volumes.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
@@ -113,8 +114,9 @@ pub enum EventType {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodEvent {
     pub type_: EventType,
-    /// `Pulling`, `Pulled`, `Created`, `Started`, `Killing`, `BackOff`, `Failed`…
-    pub reason: &'static str,
+    /// `Pulling`, `Pulled`, `Created`, `Started`, `Killing`, `BackOff`, `Failed`, or an
+    /// admission rejection's (`OutOfcpu`, `OutOfexample.com/gpu`, …).
+    pub reason: Cow<'static, str>,
     pub message: String,
     /// The container it is about (`spec.containers{NAME}`), if any.
     pub field_path: Option<String>,
@@ -124,17 +126,17 @@ impl PodEvent {
     pub fn normal(reason: &'static str, container: &str, message: String) -> PodEvent {
         PodEvent {
             type_: EventType::Normal,
-            reason,
+            reason: reason.into(),
             message,
             field_path: Some(format!("spec.containers{{{container}}}")),
         }
     }
 
     /// A warning about the pod as a whole (no container), such as `FailedMount`.
-    pub fn pod_warning(reason: &'static str, message: String) -> PodEvent {
+    pub fn pod_warning(reason: impl Into<Cow<'static, str>>, message: String) -> PodEvent {
         PodEvent {
             type_: EventType::Warning,
-            reason,
+            reason: reason.into(),
             message,
             field_path: None,
         }
@@ -192,8 +194,8 @@ impl PodApi for KubePodApi {
             event_time: Some(MicroTime(now)),
             reporting_controller: Some("kubelet".into()),
             reporting_instance: Some(self.node.clone()),
-            action: Some(event.reason.into()),
-            reason: Some(event.reason.into()),
+            action: Some(event.reason.to_string()),
+            reason: Some(event.reason.to_string()),
             note: Some(event.message),
             type_: Some(
                 match event.type_ {
@@ -356,12 +358,12 @@ impl RecordingPodApi {
     }
 
     /// The reasons of the events recorded so far, oldest first.
-    pub fn event_reasons(&self) -> Vec<&'static str> {
+    pub fn event_reasons(&self) -> Vec<String> {
         self.writes
             .lock()
             .iter()
             .filter_map(|w| match w {
-                Write::Event { event, .. } => Some(event.reason),
+                Write::Event { event, .. } => Some(event.reason.to_string()),
                 _ => None,
             })
             .collect()

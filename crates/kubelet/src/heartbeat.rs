@@ -5,6 +5,7 @@
 //! upstream's sliding period, each tick is scheduled from the one before, not from the end of
 //! its work, so that the spread survives a stall.
 
+use crate::admission::NodeView;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,8 +61,15 @@ pub fn jittered(period: Duration) -> Duration {
 }
 
 /// Renews the node's Lease and posts its status until aborted; the first tick comes after
-/// `offset`, each later one after a jittered [`node::LEASE_RENEW`].
-pub async fn run(client: kube::Client, node: Node, source: impl StatusSource, offset: Duration) {
+/// `offset`, each later one after a jittered [`node::LEASE_RENEW`]. Each posted status's
+/// reply (the whole Node) goes to `view`.
+pub async fn run(
+    client: kube::Client,
+    view: NodeView,
+    source: impl StatusSource,
+    offset: Duration,
+) {
+    let node = view.get();
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let nodes: Api<Node> = Api::all(client);
     let name = node.metadata.name.clone().unwrap_or_default();
@@ -78,7 +86,8 @@ pub async fn run(client: kube::Client, node: Node, source: impl StatusSource, of
         if node::status_changed(&posted, &status) || posted_at.elapsed() >= node::STATUS_REPORT {
             node::keep_transition_times(&posted, &mut status);
             match node::post_status(&nodes, &name, &status).await {
-                Ok(_) => {
+                Ok(latest) => {
+                    view.set(latest);
                     posted = status;
                     posted_at = tokio::time::Instant::now();
                 }

@@ -13,6 +13,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerImage, Node, NodeStatus};
 use kube::Api;
 
+use crate::admission::NodeView;
 use crate::api::KubePodApi;
 use crate::cri::ContainerRuntime;
 use crate::heartbeat::{self, StatusSource};
@@ -163,9 +164,10 @@ impl HollowNodes {
         for (i, n) in self.nodes.into_iter().enumerate() {
             let name = n.node.metadata.name.clone().unwrap_or_default();
             let offset = node::LEASE_RENEW * i as u32 / count;
+            let view = NodeView::new(n.node);
             tasks.push(tokio::spawn(heartbeat::run(
                 self.client.clone(),
-                n.node,
+                view.clone(),
                 n.status,
                 offset,
             )));
@@ -174,6 +176,7 @@ impl HollowNodes {
                 name,
                 n.ctx,
                 PodRegistry::default(),
+                view,
             )));
         }
         shutdown.await;

@@ -17,6 +17,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
+use crate::admission::{self, NodeView};
 use crate::api::KubePodApi;
 use crate::containerd::{ContainerdConfig, ManagedContainerd};
 use crate::cri::{ContainerRuntime, CriClient};
@@ -264,9 +265,10 @@ impl Kubelet {
             data_dir: self.config.data_dir.clone(),
             kubelet_port: self.config.port,
         };
+        let view = NodeView::new(self.node.clone());
         let heartbeats = tokio::spawn(heartbeat::run(
             self.client.clone(),
-            self.node.clone(),
+            view.clone(),
             status,
             Duration::ZERO,
         ));
@@ -275,6 +277,7 @@ impl Kubelet {
             self.config.node_name.clone(),
             self.ctx.clone(),
             self.pods.clone(),
+            view,
         ));
         let static_pods = self.config.pod_manifest_path.clone().map(|dir| {
             let api = crate::static_pods::KubeMirrorApi {
@@ -320,14 +323,16 @@ async fn runtime_version(cri: &CriClient) -> Result<crate::cri::VersionResponse>
     }
 }
 
-/// Watches this node's pods, keeps `registry` (what the server sees) up to date and hands each
-/// pod to its worker.
+/// Watches this node's pods, keeps `registry` (what the server sees) up to date, admits each
+/// new pod (or rejects it) and hands it to its worker.
 pub(crate) async fn watch_pods(
     client: kube::Client,
     node_name: String,
     ctx: SyncContext,
     registry: PodRegistry,
+    view: NodeView,
 ) {
+    let nodes: Api<Node> = Api::all(client.clone());
     let pods: Api<Pod> = Api::all(client);
     let selector = format!("spec.nodeName={node_name}");
     let stream =
@@ -337,6 +342,8 @@ pub(crate) async fn watch_pods(
     let mut workers: HashMap<String, watch::Sender<Option<Pod>>> = HashMap::new();
     // the uids a (re)list returned, to find what the runtime runs for pods that are gone
     let mut listed: HashSet<String> = HashSet::new();
+    // pods rejected at admission, until their Failed status comes back through the watch
+    let mut rejected: HashSet<String> = HashSet::new();
     while let Some(event) = stream.next().await {
         let (pod, present) = match event {
             Ok(Event::Apply(pod)) => (pod, true),
@@ -382,6 +389,17 @@ pub(crate) async fn watch_pods(
                 let _ = tx.send(present.then_some(pod));
             }
             None if present => {
+                if admission::needs_admission(&pod) {
+                    if rejected.contains(&uid) {
+                        continue;
+                    }
+                    if let Err(r) = admit(&nodes, &node_name, &view, &pod, &workers).await {
+                        admission::reject(&ctx, &pod, r).await;
+                        rejected.insert(uid);
+                        continue;
+                    }
+                }
+                rejected.remove(&uid);
                 let (tx, rx) = watch::channel(Some(pod.clone()));
                 tokio::spawn(pod_worker(ctx.clone(), pod, rx));
                 workers.insert(uid, tx);
@@ -389,6 +407,34 @@ pub(crate) async fn watch_pods(
             None => {}
         }
     }
+}
+
+/// Admits a new pod beside the pods whose workers run and have not finished; before a
+/// rejection the Node is read again, in case its labels, taints or allocatable changed since
+/// it was last seen.
+async fn admit(
+    nodes: &Api<Node>,
+    node_name: &str,
+    view: &NodeView,
+    pod: &Pod,
+    workers: &HashMap<String, watch::Sender<Option<Pod>>>,
+) -> std::result::Result<(), admission::Rejection> {
+    let admitted: Vec<Pod> = workers
+        .values()
+        .filter_map(|tx| tx.borrow().clone())
+        .filter(|p| {
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            !matches!(phase, Some("Succeeded" | "Failed"))
+        })
+        .collect();
+    if admission::check(pod, &view.get(), &admitted).is_ok() {
+        return Ok(());
+    }
+    match nodes.get(node_name).await {
+        Ok(node) => view.set(node),
+        Err(e) => tracing::warn!(error = %e, "reading this node for admission"),
+    }
+    admission::check(pod, &view.get(), &admitted)
 }
 
 /// Stops and removes sandboxes (and their containers) of pods the API server no longer has:

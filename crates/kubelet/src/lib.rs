@@ -7,6 +7,8 @@
 //!   and one worker per pod.
 //! - [`pod_sync`]: one sync of one pod (sandbox, images, containers, restarts, deletion).
 //! - [`pod_setup`]: what a pod needs before its containers (volumes, DNS, /etc/hosts).
+//! - [`admission`]: whether a pod bound to this node can run here (resources, affinity,
+//!   ports, NoExecute taints), and rejecting it as upstream does.
 //! - [`actions`]: what a sync should do, without I/O (init order, restarts, back-off).
 //! - [`config`]: the CRI sandbox and container configs from the pod's spec.
 //! - [`env`]: a container's environment (values, field refs, ConfigMaps, Secrets, resources).
@@ -39,6 +41,7 @@
 //! - [`images`]: the built-in pause and busybox images and image import.
 
 pub mod actions;
+pub mod admission;
 pub mod api;
 pub mod config;
 pub mod containerd;

@@ -138,3 +138,80 @@ fn hollow_nodes_register_with_leases_and_run_their_pods_with_ips_from_their_rang
         assert!(pods.get_opt("p0").await.unwrap().is_some());
     });
 }
+
+/// A pod bound past the scheduler that the node cannot run is rejected at admission as
+/// upstream's kubelet does: phase Failed, the failure's reason, "Pod was rejected: …", and a
+/// Warning event; the pods admitted before it keep running.
+#[test]
+fn pods_the_node_cannot_run_are_rejected_at_admission() {
+    let api = ApiServer::start(Backend::Embedded);
+    let dir = tempfile::tempdir().expect("temp dir");
+    run(async {
+        let client = kube_client(&api).await;
+        let _hollow = start_hollow(&api, dir.path());
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let with = |name: &str, container: serde_json::Value| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"nodeName": "e2e-0", "containers": [container]},
+            }))
+            .unwrap()
+        };
+        let port = json!({"name": "app", "image": "registry.k8s.io/pause:3.10",
+                          "ports": [{"containerPort": 80, "hostPort": 8080}]});
+        let big = json!({"name": "app", "image": "registry.k8s.io/pause:3.10",
+                         "resources": {"requests": {"cpu": "64"}}});
+        let create = |pod: Pod| {
+            let pods = pods.clone();
+            async move { pods.create(&PostParams::default(), &pod).await.unwrap() }
+        };
+        create(with("first", port.clone())).await;
+        let running = |name: &'static str| {
+            let pods = pods.clone();
+            async move {
+                let status = pods.get(name).await.ok()?.status?;
+                (status.phase.as_deref() == Some("Running")).then_some(())
+            }
+        };
+        eventually("first Running", || running("first")).await;
+
+        create(with("second", port)).await;
+        create(with("huge", big)).await;
+        for (name, reason, message) in [
+            (
+                "second",
+                "NodePorts",
+                "Pod was rejected: Predicate NodePorts failed: node(s) didn't have free ports \
+                 for the requested pod ports",
+            ),
+            (
+                "huge",
+                "OutOfcpu",
+                "Pod was rejected: Node didn't have enough resource: cpu, requested: 64000, \
+                 used: 0, capacity: 4000",
+            ),
+        ] {
+            let status = eventually(&format!("{name} rejected"), || {
+                let pods = pods.clone();
+                async move {
+                    let status = pods.get(name).await.ok()?.status?;
+                    (status.phase.as_deref() == Some("Failed")).then_some(status)
+                }
+            })
+            .await;
+            assert_eq!(status.reason.as_deref(), Some(reason), "{name}");
+            assert_eq!(status.message.as_deref(), Some(message), "{name}");
+            // the event is written beside the status, not before it
+            let selector = format!("involvedObject.name={name}");
+            eventually(&format!("the {reason} event"), || async {
+                let events = api.kubectl(
+                    support::KUBECTL_133,
+                    &["get", "events", "--field-selector", &selector],
+                );
+                (events.contains("Warning") && events.contains(reason)).then_some(())
+            })
+            .await;
+        }
+        eventually("first still Running", || running("first")).await;
+    });
+}

@@ -1,0 +1,293 @@
+//! Admission: before it runs a pod the API server bound to this node, the kubelet checks that
+//! the pod can run here beside the pods it admitted before (upstream's
+//! `predicateAdmitHandler`): the `kubernetes.io/os` label and `spec.os`, the node's
+//! allocatable resources, node affinity, host ports (the scheduler's own checks, as upstream's
+//! kubelet imports them), and NoExecute taints. A pod that fails is never started: it gets a
+//! Warning event and `status.phase: Failed` with the first failure's reason (`OutOfcpu`,
+//! `NodePorts`, …) and the message "Pod was rejected: …".
+//!
+//! Static pods' mirror pods are not checked (upstream exempts static pods from the taint check
+//! and lets critical pods evict others to fit; Skiff admits them as they are).
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
+use parking_lot::RwLock;
+use skiff_scheduler::admission::{self, AdmissionFailure};
+use skiff_scheduler::framework::{NodeInfo, PodInfo};
+use skiff_scheduler::plugins::tolerations::find_untolerated_taint;
+
+use crate::api::PodEvent;
+use crate::pod_sync::SyncContext;
+use crate::static_pods::MIRROR_ANNOTATION;
+
+/// Why a pod may not run here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: String,
+    pub message: String,
+}
+
+/// The Node as this kubelet last saw it (registered, then returned by each status post).
+#[derive(Clone)]
+pub struct NodeView(Arc<RwLock<Arc<Node>>>);
+
+impl NodeView {
+    pub fn new(node: Node) -> NodeView {
+        NodeView(Arc::new(RwLock::new(Arc::new(node))))
+    }
+
+    pub fn get(&self) -> Arc<Node> {
+        self.0.read().clone()
+    }
+
+    pub fn set(&self, node: Node) {
+        *self.0.write() = Arc::new(node);
+    }
+}
+
+/// Whether a pod the watch shows for the first time must be admitted: one not yet started,
+/// finished or being deleted, and not a static pod's mirror.
+pub fn needs_admission(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    let phase = status.and_then(|s| s.phase.as_deref());
+    pod.metadata.deletion_timestamp.is_none()
+        && status.and_then(|s| s.start_time.as_ref()).is_none()
+        && !matches!(phase, Some("Succeeded" | "Failed"))
+        && !pod
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
+}
+
+/// Checks `pod` against `node` and the pods admitted before it.
+pub fn check(pod: &Pod, node: &Node, admitted: &[Pod]) -> Result<(), Rejection> {
+    let os_label = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("kubernetes.io/os"));
+    if os_label.is_some_and(|os| os != "linux") {
+        return Err(Rejection {
+            reason: "PodOSSelectorNodeLabelDoesNotMatch".into(),
+            message: "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"
+                .into(),
+        });
+    }
+    let spec = pod.spec.as_ref();
+    if spec
+        .and_then(|s| s.os.as_ref())
+        .is_some_and(|os| os.name != "linux")
+    {
+        return Err(Rejection {
+            reason: "PodOSNotSupported".into(),
+            message: "Failed to admit pod as the OS field doesn't match node OS".into(),
+        });
+    }
+    let mut info = NodeInfo::new(Arc::new(node.clone()));
+    for other in admitted {
+        info.add_pod(Arc::new(PodInfo::new(Arc::new(other.clone()))));
+    }
+    let candidate = PodInfo::new(Arc::new(pod.clone()));
+    if let Some(failure) = admission::check(&candidate, &info).into_iter().next() {
+        return Err(match failure {
+            AdmissionFailure::Insufficient {
+                resource,
+                requested,
+                used,
+                capacity,
+            } => Rejection {
+                reason: format!("OutOf{resource}"),
+                message: format!(
+                    "Node didn't have enough resource: {resource}, requested: {requested}, \
+                     used: {used}, capacity: {capacity}"
+                ),
+            },
+            AdmissionFailure::Predicate { plugin, reason } => predicate(plugin, &reason),
+        });
+    }
+    let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref());
+    let tolerations = spec.and_then(|s| s.tolerations.as_deref()).unwrap_or(&[]);
+    if find_untolerated_taint(taints.unwrap_or(&[]), tolerations, |t| {
+        t.effect == "NoExecute"
+    })
+    .is_some()
+    {
+        return Err(predicate(
+            "TaintToleration",
+            "node(s) had taints that the pod didn't tolerate",
+        ));
+    }
+    Ok(())
+}
+
+fn predicate(plugin: &str, reason: &str) -> Rejection {
+    Rejection {
+        reason: plugin.to_string(),
+        message: format!("Predicate {plugin} failed: {reason}"),
+    }
+}
+
+/// Rejects the pod: a Warning event and a Failed status, as upstream's `rejectPod`.
+pub async fn reject(ctx: &SyncContext, pod: &Pod, rejection: Rejection) {
+    tracing::info!(pod = ?pod.metadata.name, reason = %rejection.reason, "rejecting pod: {}", rejection.message);
+    let status = PodStatus {
+        phase: Some("Failed".into()),
+        reason: Some(rejection.reason.clone()),
+        message: Some(format!("Pod was rejected: {}", rejection.message)),
+        ..Default::default()
+    };
+    ctx.api
+        .event(
+            pod,
+            PodEvent::pod_warning(rejection.reason, rejection.message),
+        )
+        .await;
+    let m = &pod.metadata;
+    if let Err(e) = ctx
+        .api
+        .patch_status(
+            m.namespace.as_deref().unwrap_or("default"),
+            m.name.as_deref().unwrap_or_default(),
+            &status,
+        )
+        .await
+    {
+        tracing::warn!(error = %e, "writing a rejected pod's status");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(taints: serde_json::Value) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "n", "labels": {"kubernetes.io/os": "linux"}},
+            "spec": {"taints": taints},
+            "status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"}},
+        }))
+        .unwrap()
+    }
+
+    fn pod(name: &str, extra: serde_json::Value) -> Pod {
+        let mut pod = json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": "n", "containers": [{"name": "c", "image": "busybox"}]},
+        });
+        if let Some(spec) = extra.get("spec") {
+            for (k, v) in spec.as_object().unwrap() {
+                pod["spec"][k] = v.clone();
+            }
+        }
+        if let Some(labels) = extra.get("labels") {
+            pod["metadata"]["labels"] = labels.clone();
+        }
+        serde_json::from_value(pod).unwrap()
+    }
+
+    fn cpu(name: &str, amount: &str) -> Pod {
+        pod(
+            name,
+            json!({"spec": {"containers": [{"name": "c", "image": "busybox",
+                    "resources": {"requests": {"cpu": amount}}}]}}),
+        )
+    }
+
+    fn rejected(pod: &Pod, node: &Node, admitted: &[Pod]) -> (String, String) {
+        let r = check(pod, node, admitted).expect_err("rejected");
+        (r.reason, r.message)
+    }
+
+    #[test]
+    fn pods_beyond_the_allocatable_are_out_of_that_resource_with_upstream_amounts() {
+        let n = node(json!([]));
+        assert!(check(&cpu("a", "1500m"), &n, &[]).is_ok());
+        assert_eq!(
+            rejected(&cpu("b", "1"), &n, &[cpu("a", "1500m")]),
+            (
+                "OutOfcpu".into(),
+                "Node didn't have enough resource: cpu, requested: 1000, used: 1500, capacity: \
+                 2000"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_taken_host_port_and_an_untolerated_no_execute_taint_fail_their_predicates() {
+        let port = json!({"spec": {"containers": [{"name": "c", "image": "busybox",
+                          "ports": [{"containerPort": 80, "hostPort": 8080}]}]}});
+        let n = node(json!([]));
+        assert_eq!(
+            rejected(&pod("b", port.clone()), &n, &[pod("a", port)]),
+            (
+                "NodePorts".into(),
+                "Predicate NodePorts failed: node(s) didn't have free ports for the requested \
+                 pod ports"
+                    .into()
+            )
+        );
+
+        let tainted = node(json!([{"key": "k", "value": "v", "effect": "NoExecute"},
+                                  {"key": "soft", "effect": "NoSchedule"}]));
+        assert_eq!(
+            rejected(&pod("c", json!({})), &tainted, &[]).0,
+            "TaintToleration"
+        );
+        let tolerating = json!({"spec": {"tolerations": [
+            {"key": "k", "operator": "Exists", "effect": "NoExecute"}]}});
+        assert!(
+            check(&pod("d", tolerating), &tainted, &[]).is_ok(),
+            "NoSchedule taints are the scheduler's business"
+        );
+    }
+
+    #[test]
+    fn another_operating_system_is_refused() {
+        let n = node(json!([]));
+        let windows = json!({"labels": {"kubernetes.io/os": "windows"}});
+        assert_eq!(
+            rejected(&pod("w", windows), &n, &[]).0,
+            "PodOSSelectorNodeLabelDoesNotMatch"
+        );
+        let os = json!({"spec": {"os": {"name": "windows"}}});
+        assert_eq!(rejected(&pod("o", os), &n, &[]).0, "PodOSNotSupported");
+        let affinity = json!({"spec": {"nodeSelector": {"disk": "ssd"}}});
+        assert_eq!(
+            rejected(&pod("s", affinity), &n, &[]),
+            (
+                "NodeAffinity".into(),
+                "Predicate NodeAffinity failed: node(s) didn't match Pod's node \
+                 affinity/selector"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn started_finished_deleted_and_mirror_pods_are_not_admitted_again() {
+        let fresh = pod("p", json!({}));
+        assert!(needs_admission(&fresh));
+        let mut started = fresh.clone();
+        started.status = Some(PodStatus {
+            start_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::now(),
+            )),
+            ..Default::default()
+        });
+        assert!(!needs_admission(&started));
+        let mut failed = fresh.clone();
+        failed.status = Some(PodStatus {
+            phase: Some("Failed".into()),
+            ..Default::default()
+        });
+        assert!(!needs_admission(&failed));
+        let mut mirror = fresh;
+        mirror.metadata.annotations =
+            Some([(MIRROR_ANNOTATION.to_string(), "h".to_string())].into());
+        assert!(!needs_admission(&mirror));
+    }
+}
