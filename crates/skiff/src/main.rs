@@ -19,6 +19,9 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let cli = commands::Cli::parse();
+    if matches!(cli.command, commands::Command::Kubelet(_)) {
+        commands::kubelet::use_small_heap();
+    }
     init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

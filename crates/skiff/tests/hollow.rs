@@ -47,6 +47,15 @@ fn start_hollow(api: &ApiServer, dir: &std::path::Path) -> Hollow {
         ready.contains("ready") && ready.contains("3 hollow nodes"),
         "{ready}"
     );
+    // the kubelet re-executed itself (same pid) with jemalloc's small-heap configuration
+    let environ = std::fs::read(format!("/proc/{}/environ", hollow.0.id())).unwrap();
+    assert!(
+        environ
+            .split(|b| *b == 0)
+            .any(|kv| kv.starts_with(b"_RJEM_MALLOC_CONF=narenas:1,")),
+        "{}",
+        String::from_utf8_lossy(&environ)
+    );
     hollow
 }
 
