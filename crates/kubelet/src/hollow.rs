@@ -171,7 +171,7 @@ impl HollowNodes {
                 n.status,
                 offset,
             )));
-            tasks.push(tokio::spawn(crate::kubelet::watch_pods(
+            tasks.push(tokio::spawn(crate::pod_workers::watch_pods(
                 self.client.clone(),
                 name,
                 n.ctx,

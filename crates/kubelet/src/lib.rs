@@ -5,8 +5,12 @@
 //! # Layout
 //! - [`kubelet`]: the main loop: runtime start, node registration, heartbeats, the pod watch
 //!   and one worker per pod.
+//! - [`pod_workers`]: the pod watch, admission, and one worker per pod.
 //! - [`pod_sync`]: one sync of one pod (sandbox, images, containers, restarts, deletion).
 //! - [`pod_setup`]: what a pod needs before its containers (volumes, DNS, /etc/hosts).
+//! - [`pod_containers`]: one container's image pull, create and start.
+//! - [`pod_probes`]: running a pod's due probes and acting on failures.
+//! - [`pod_kill`]: stopping and removing a pod's containers and sandboxes.
 //! - [`admission`]: whether a pod bound to this node can run here (resources, affinity,
 //!   ports, NoExecute taints), and rejecting it as upstream does.
 //! - [`actions`]: what a sync should do, without I/O (init order, restarts, back-off).
@@ -61,8 +65,12 @@ pub mod host;
 pub mod images;
 pub mod kubelet;
 pub mod node;
+pub mod pod_containers;
+pub mod pod_kill;
+pub mod pod_probes;
 pub mod pod_setup;
 pub mod pod_sync;
+pub mod pod_workers;
 pub mod probe;
 pub mod qos;
 pub mod resource_field;

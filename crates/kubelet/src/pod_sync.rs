@@ -19,16 +19,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::actions::{self, Init, Step};
 use crate::api::{PodApi, PodEvent};
-use crate::config::{PodRuntimeFields, container_config};
-use crate::credentials::{self, Keyring};
-use crate::cri::{
-    ContainerRuntime, ContainerState, ContainerStatus, PodSandboxConfig, PodSandboxState,
-};
+use crate::cri::{ContainerRuntime, ContainerStatus, PodSandboxConfig, PodSandboxState};
 use crate::dns::DnsSettings;
-use crate::expansion;
-use crate::hooks::{self, Hook};
-use crate::probe::{self, Kind, Probes, Transition};
-use crate::qos;
+use crate::probe::Probes;
 use crate::status::{self, ContainerView, PodView, Waiting};
 use crate::volumes::VolumeManager;
 
@@ -87,7 +80,7 @@ pub struct SyncContext {
     pub allocatable: BTreeMap<String, Quantity>,
 }
 
-fn pod_key(pod: &Pod) -> String {
+pub(crate) fn pod_key(pod: &Pod) -> String {
     format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or("default"),
@@ -96,7 +89,7 @@ fn pod_key(pod: &Pod) -> String {
 }
 
 /// The waiting reason the pod's last written status gives for a container.
-fn waiting_reason_of(pod: &Pod, container: &str) -> Option<String> {
+pub(crate) fn waiting_reason_of(pod: &Pod, container: &str) -> Option<String> {
     pod.status
         .as_ref()?
         .container_statuses
@@ -111,7 +104,7 @@ fn waiting_reason_of(pod: &Pod, container: &str) -> Option<String> {
         .clone()
 }
 
-fn uid_labels(uid: &str) -> HashMap<String, String> {
+pub(crate) fn uid_labels(uid: &str) -> HashMap<String, String> {
     HashMap::from([(LABEL_POD_UID.to_string(), uid.to_string())])
 }
 
@@ -128,7 +121,7 @@ pub fn pod_log_dir(log_dir: &Path, pod: &Pod) -> PathBuf {
 }
 
 impl SyncContext {
-    fn runtime_err(&self, pod: &Pod) -> impl FnOnce(crate::cri::Error) -> Error {
+    pub(crate) fn runtime_err(&self, pod: &Pod) -> impl FnOnce(crate::cri::Error) -> Error {
         let pod = pod_key(pod);
         move |source| Error::Runtime { pod, source }
     }
@@ -136,269 +129,6 @@ impl SyncContext {
     /// The directory of the pod's container logs.
     pub fn pod_log_dir(&self, pod: &Pod) -> PathBuf {
         pod_log_dir(&self.log_dir, pod)
-    }
-
-    /// Makes the image present as imagePullPolicy says, returning its reference or why the
-    /// container has to wait, with upstream's events. `Always` falls back to a present image
-    /// when the pull fails: there is no registry on an offline machine, and Skiff's built-in
-    /// busybox is tagged `latest`. A pull that failed before shows as `ImagePullBackOff`.
-    async fn ensure_image(
-        &self,
-        pod: &Pod,
-        container: &ApiContainer,
-    ) -> Result<std::result::Result<String, Waiting>> {
-        let name = &container.name;
-        let image = container.image.clone().unwrap_or_default();
-        let policy = container
-            .image_pull_policy
-            .as_deref()
-            .unwrap_or("IfNotPresent");
-        let failed = |message: String| {
-            let backoff = matches!(
-                waiting_reason_of(pod, name).as_deref(),
-                Some("ErrImagePull" | "ImagePullBackOff")
-            );
-            Waiting {
-                reason: if backoff {
-                    "ImagePullBackOff"
-                } else {
-                    "ErrImagePull"
-                }
-                .into(),
-                message,
-            }
-        };
-        let present = match self.runtime.image_status(&image).await {
-            Ok(found) => found.map(|i| i.id),
-            Err(e) => return Ok(Err(failed(e.to_string()))),
-        };
-        if policy == "Never" || (policy == "IfNotPresent" && present.is_some()) {
-            return Ok(match present {
-                Some(id) => {
-                    let message = format!("Container image \"{image}\" already present on machine");
-                    self.api
-                        .event(pod, PodEvent::normal("Pulled", name, message))
-                        .await;
-                    Ok(id)
-                }
-                None => {
-                    let message = format!(
-                        "Container image \"{image}\" is not present with pull policy of Never"
-                    );
-                    let event = PodEvent::warning("ErrImageNeverPull", name, message.clone());
-                    self.api.event(pod, event).await;
-                    Err(Waiting {
-                        reason: "ErrImageNeverPull".into(),
-                        message,
-                    })
-                }
-            });
-        }
-        let keyring = self.pull_secrets(pod).await;
-        let pulling = format!("Pulling image \"{image}\"");
-        self.api
-            .event(pod, PodEvent::normal("Pulling", name, pulling))
-            .await;
-        let started = std::time::Instant::now();
-        match self.pull_image(&keyring, &image).await {
-            Ok(image_ref) => {
-                let message = format!(
-                    "Successfully pulled image \"{image}\" in {:.3}s",
-                    started.elapsed().as_secs_f64()
-                );
-                self.api
-                    .event(pod, PodEvent::normal("Pulled", name, message))
-                    .await;
-                Ok(Ok(image_ref))
-            }
-            Err(e) => match present.filter(|_| !credentials::refused(&e.to_string())) {
-                Some(id) => {
-                    tracing::info!(image, error = %e, "pull failed; using the image present");
-                    let message = format!(
-                        "Container image \"{image}\" already present on machine (pull failed: {e})"
-                    );
-                    self.api
-                        .event(pod, PodEvent::normal("Pulled", name, message))
-                        .await;
-                    Ok(Ok(id))
-                }
-                None => {
-                    let message = format!("Failed to pull image \"{image}\": {e}");
-                    let event = PodEvent::warning("Failed", name, message.clone());
-                    self.api.event(pod, event).await;
-                    Ok(Err(failed(message)))
-                }
-            },
-        }
-    }
-
-    /// The registry credentials of the pod's `imagePullSecrets`; secrets that cannot be read
-    /// are reported in an event, as upstream's kubelet does before it pulls.
-    async fn pull_secrets(&self, pod: &Pod) -> Keyring {
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-        let mut keyring = Keyring::default();
-        let mut missing = Vec::new();
-        let secrets = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.image_pull_secrets.as_ref());
-        for secret in secrets.into_iter().flatten() {
-            match self.api.secret(namespace, &secret.name).await {
-                Ok(Some(data)) => keyring.add_secret(&data),
-                _ => missing.push(secret.name.clone()),
-            }
-        }
-        if !missing.is_empty() {
-            let message = format!(
-                "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
-                missing.join(", ")
-            );
-            let event = PodEvent {
-                field_path: None,
-                ..PodEvent::warning("FailedToRetrieveImagePullSecret", "", message)
-            };
-            self.api.event(pod, event).await;
-        }
-        keyring
-    }
-
-    /// Pulls `image` with each matching credential in turn until one works, or anonymously
-    /// when none match, as upstream's kubelet does.
-    async fn pull_image(
-        &self,
-        keyring: &Keyring,
-        image: &str,
-    ) -> std::result::Result<String, crate::cri::Error> {
-        let mut last = None;
-        for auth in keyring.lookup(image) {
-            match self.runtime.pull_image(image, Some(auth)).await {
-                Ok(image_ref) => return Ok(image_ref),
-                Err(e) => last = Some(e),
-            }
-        }
-        match last {
-            Some(e) => Err(e),
-            None => self.runtime.pull_image(image, None).await,
-        }
-    }
-
-    /// Pulls, creates and starts one container; a failure becomes a waiting reason.
-    async fn start_container(
-        &self,
-        pod: &Pod,
-        sandbox_id: &str,
-        sandbox: &PodSandboxConfig,
-        container: &ApiContainer,
-        attempt: u32,
-    ) -> Result<Option<Waiting>> {
-        let name = &container.name;
-        let image_ref = match self.ensure_image(pod, container).await? {
-            Ok(r) => r,
-            Err(waiting) => return Ok(Some(waiting)),
-        };
-        let _ = std::fs::create_dir_all(self.pod_log_dir(pod).join(name));
-        let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
-        let pod_ip = if host_network {
-            self.host_ip.clone()
-        } else {
-            match self.runtime.pod_sandbox_status(sandbox_id).await {
-                Ok(s) => s.network.map(|n| n.ip).unwrap_or_default(),
-                Err(_) => String::new(),
-            }
-        };
-        let fields = PodRuntimeFields {
-            pod_ip,
-            host_ip: self.host_ip.clone(),
-            allocatable: self.allocatable.clone(),
-        };
-        let resolved = async {
-            let envs = crate::env::resolve(self.api.as_ref(), pod, container, &fields).await?;
-            let hosts = self.write_hosts_file(pod, &fields.pod_ip)?;
-            let mounts = self
-                .volumes
-                .container_mounts(pod, container, &envs, Some(&hosts))?;
-            Ok::<_, String>((envs, mounts))
-        };
-        let (envs, mounts) = match resolved.await {
-            Ok(resolved) => resolved,
-            Err(problem) => {
-                let message = format!("Error: {problem}");
-                self.api
-                    .event(pod, PodEvent::warning("Failed", name, message))
-                    .await;
-                return Ok(Some(Waiting {
-                    reason: "CreateContainerConfigError".into(),
-                    message: problem,
-                }));
-            }
-        };
-        let mut config = container_config(pod, container, &image_ref, attempt, envs, mounts);
-        config.command = expansion::expand_all(&config.command, &config.envs);
-        config.args = expansion::expand_all(&config.args, &config.envs);
-        if let Some(resources) = config.linux.as_mut().and_then(|l| l.resources.as_mut()) {
-            resources.oom_score_adj = qos::oom_score_adj(pod, container, self.memory_capacity);
-        }
-        let id = match self
-            .runtime
-            .create_container(sandbox_id, config, sandbox.clone())
-            .await
-        {
-            Ok(id) => id,
-            Err(e) => {
-                let message = format!("Error: {e}");
-                self.api
-                    .event(pod, PodEvent::warning("Failed", name, message))
-                    .await;
-                return Ok(Some(Waiting {
-                    reason: "CreateContainerError".into(),
-                    message: e.to_string(),
-                }));
-            }
-        };
-        let created = format!("Created container: {name}");
-        self.api
-            .event(pod, PodEvent::normal("Created", name, created))
-            .await;
-        if let Err(e) = self.runtime.start_container(&id).await {
-            let message = format!("Error: {e}");
-            self.api
-                .event(pod, PodEvent::warning("Failed", name, message))
-                .await;
-            return Ok(Some(Waiting {
-                reason: "RunContainerError".into(),
-                message: e.to_string(),
-            }));
-        }
-        let started = format!("Started container {name}");
-        self.api
-            .event(pod, PodEvent::normal("Started", name, started))
-            .await;
-        if let Some(handler) = Hook::PostStart.of(container) {
-            let budget = Duration::from_secs(
-                pod.spec
-                    .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds)
-                    .unwrap_or(30)
-                    .max(1) as u64,
-            );
-            let hook = hooks::run(
-                self.runtime.as_ref(),
-                handler,
-                container,
-                &id,
-                &fields.pod_ip,
-                budget,
-            );
-            if let Err(why) = hook.await {
-                let message = format!("PostStartHook failed: {why}");
-                let event = PodEvent::warning(Hook::PostStart.failed_reason(), name, message);
-                self.api.event(pod, event).await;
-                let _ = self.runtime.stop_container(&id, 2).await;
-                return Ok(None);
-            }
-        }
-        tracing::info!(pod = %pod_key(pod), container = %name, attempt, "started");
-        Ok(None)
     }
 
     /// The pod's containers in the runtime, grouped by container name, newest attempt first,
@@ -649,85 +379,6 @@ impl SyncContext {
         Ok(Outcome::Resync(resync))
     }
 
-    /// Runs the probes that are due for the pod's running app containers and sidecars. Returns each probed
-    /// container's (started, ready) by name, and whether a failed startup or liveness probe
-    /// had a container stopped (it is restarted by the next sync, as restartPolicy says).
-    async fn probe(
-        &self,
-        pod: &Pod,
-        runs: &HashMap<String, Vec<ContainerStatus>>,
-        pod_ip: &str,
-        now: Timestamp,
-        probes: &mut Probes,
-    ) -> (HashMap<String, (bool, bool)>, bool) {
-        let spec = pod.spec.clone().unwrap_or_default();
-        let mut results = HashMap::new();
-        let mut running = Vec::new();
-        let mut killed = false;
-        let sidecars = spec.init_containers.iter().flatten();
-        for c in sidecars
-            .filter(|c| actions::is_sidecar(c))
-            .chain(&spec.containers)
-        {
-            let Some(run) = runs.get(&c.name).and_then(|h| h.first()) else {
-                continue;
-            };
-            if run.state != ContainerState::ContainerRunning as i32 {
-                continue;
-            }
-            running.push(run.id.clone());
-            let started_at = Timestamp::from_nanosecond(i128::from(run.started_at)).unwrap_or(now);
-            let mut started = true;
-            for kind in [Kind::Startup, Kind::Liveness, Kind::Readiness] {
-                let Some(p) = kind.of(c) else { continue };
-                if kind == Kind::Startup && probes.result(&run.id, kind) {
-                    continue;
-                }
-                if !started || !probes.due(&run.id, kind, p, started_at, now) {
-                    if kind == Kind::Startup {
-                        started = false;
-                    }
-                    continue;
-                }
-                let outcome = probe::run(self.runtime.as_ref(), p, c, &run.id, pod_ip).await;
-                if let Err(why) = &outcome {
-                    let message = format!("{} probe failed: {why}", kind.name());
-                    self.api
-                        .event(pod, PodEvent::warning("Unhealthy", &c.name, message))
-                        .await;
-                }
-                let transition = probes.record(&run.id, kind, p, outcome.is_ok(), now);
-                if kind == Kind::Startup {
-                    started = probes.result(&run.id, kind);
-                }
-                if transition == Transition::Now(false) && kind != Kind::Readiness {
-                    let message = format!(
-                        "Container {} failed {} probe, will be restarted",
-                        c.name,
-                        kind.name().to_lowercase()
-                    );
-                    self.api
-                        .event(pod, PodEvent::normal("Killing", &c.name, message))
-                        .await;
-                    let grace = p
-                        .termination_grace_period_seconds
-                        .or(spec.termination_grace_period_seconds)
-                        .unwrap_or(30);
-                    if let Err(e) = self.runtime.stop_container(&run.id, grace).await {
-                        tracing::warn!(pod = %pod_key(pod), error = %e, "stopping an unhealthy container");
-                    }
-                    killed = true;
-                    break;
-                }
-            }
-            let ready =
-                started && (c.readiness_probe.is_none() || probes.result(&run.id, Kind::Readiness));
-            results.insert(c.name.clone(), (started, ready));
-        }
-        probes.retain(&running);
-        (results, killed)
-    }
-
     /// Carries out a plan's steps; returns whether a container was started (so the runtime's
     /// state changed).
     #[allow(clippy::too_many_arguments)]
@@ -790,111 +441,6 @@ impl SyncContext {
             }
         }
         Ok(changed && waiting.is_empty())
-    }
-
-    /// Stops the pod's containers (SIGTERM, SIGKILL after `grace` seconds, all at once), then
-    /// its sandboxes, and removes them all with the pod's log directory.
-    pub async fn kill_pod(&self, pod: &Pod, grace: i64) -> Result<()> {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let containers = self
-            .runtime
-            .list_containers(uid_labels(&uid))
-            .await
-            .map_err(self.runtime_err(pod))?;
-        let running: Vec<_> = containers
-            .iter()
-            .filter(|c| c.state == ContainerState::ContainerRunning as i32)
-            .collect();
-        for c in &running {
-            if let Some(name) = c.labels.get(LABEL_CONTAINER_NAME) {
-                let message = format!("Stopping container {name}");
-                self.api
-                    .event(pod, PodEvent::normal("Killing", name, message))
-                    .await;
-            }
-        }
-        let pod_ip = match self.runtime.list_pod_sandboxes(uid_labels(&uid)).await {
-            Ok(sandboxes) => match sandboxes.first() {
-                Some(sb) => self
-                    .runtime
-                    .pod_sandbox_status(&sb.id)
-                    .await
-                    .ok()
-                    .and_then(|s| s.network)
-                    .map(|n| n.ip)
-                    .unwrap_or_default(),
-                None => String::new(),
-            },
-            Err(_) => String::new(),
-        };
-        let stops = running.iter().map(|c| {
-            let spec = pod.spec.as_ref().and_then(|s| {
-                let name = c.labels.get(LABEL_CONTAINER_NAME)?;
-                s.containers.iter().find(|sc| &sc.name == name)
-            });
-            let pod_ip = pod_ip.clone();
-            async move {
-                let began = std::time::Instant::now();
-                let mut grace = grace;
-                if let Some(container) = spec
-                    && let Some(handler) = Hook::PreStop.of(container)
-                    && grace > 0
-                {
-                    let budget = Duration::from_secs(grace as u64);
-                    let hook = hooks::run(
-                        self.runtime.as_ref(),
-                        handler,
-                        container,
-                        &c.id,
-                        &pod_ip,
-                        budget,
-                    );
-                    if let Err(why) = hook.await {
-                        let message = format!("PreStopHook failed: {why}");
-                        let reason = Hook::PreStop.failed_reason();
-                        let event = PodEvent::warning(reason, &container.name, message);
-                        self.api.event(pod, event).await;
-                    }
-                    grace = hooks::grace_left(grace, began);
-                }
-                self.runtime.stop_container(&c.id, grace).await
-            }
-        });
-        for r in futures::future::join_all(stops).await {
-            match r {
-                Err(e) if !e.is_not_found() => return Err(self.runtime_err(pod)(e)),
-                _ => {}
-            }
-        }
-        let sandboxes = self
-            .runtime
-            .list_pod_sandboxes(uid_labels(&uid))
-            .await
-            .map_err(self.runtime_err(pod))?;
-        for s in &sandboxes {
-            match self.runtime.stop_pod_sandbox(&s.id).await {
-                Err(e) if !e.is_not_found() => return Err(self.runtime_err(pod)(e)),
-                _ => {}
-            }
-        }
-        for c in &containers {
-            match self.runtime.remove_container(&c.id).await {
-                Err(e) if !e.is_not_found() => return Err(self.runtime_err(pod)(e)),
-                _ => {}
-            }
-        }
-        for s in &sandboxes {
-            match self.runtime.remove_pod_sandbox(&s.id).await {
-                Err(e) if !e.is_not_found() => return Err(self.runtime_err(pod)(e)),
-                _ => {}
-            }
-        }
-        let _ = std::fs::remove_dir_all(self.pod_log_dir(pod));
-        if let Err(e) = self.volumes.tear_down(&uid) {
-            tracing::warn!(pod = %pod_key(pod), error = %e, "tearing down the pod's volumes");
-        }
-        tracing::info!(pod = %pod_key(pod), grace, "pod stopped and removed from the runtime");
-        Ok(())
     }
 }
 

@@ -1,0 +1,255 @@
+//! The kubelet's pod loop: watch this node's pods only (`fieldSelector=spec.nodeName=<node>`,
+//! filtered by the API server), admit each new one (or reject it), and run one worker per pod
+//! that syncs it on every change and whenever its last sync asked to be called again. Pods
+//! gone while the kubelet was down are found at each (re)list: their containers and volumes
+//! are removed.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::watch;
+
+use crate::admission::{self, NodeView};
+use crate::pod_sync::{LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Outcome, SyncContext};
+use crate::server::pods::PodRegistry;
+
+/// Watches this node's pods, keeps `registry` (what the server sees) up to date, admits each
+/// new pod (or rejects it) and hands it to its worker.
+pub(crate) async fn watch_pods(
+    client: kube::Client,
+    node_name: String,
+    ctx: SyncContext,
+    registry: PodRegistry,
+    view: NodeView,
+) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::all(client);
+    let selector = format!("spec.nodeName={node_name}");
+    let stream =
+        watcher::watcher(pods, watcher::Config::default().fields(&selector)).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    // pod uid → the worker's mailbox (latest object; None once removed from the API)
+    let mut workers: HashMap<String, watch::Sender<Option<Pod>>> = HashMap::new();
+    // the uids a (re)list returned, to find what the runtime runs for pods that are gone
+    let mut listed: HashSet<String> = HashSet::new();
+    // pods rejected at admission, until their Failed status comes back through the watch
+    let mut rejected: HashSet<String> = HashSet::new();
+    while let Some(event) = stream.next().await {
+        let (pod, present) = match event {
+            Ok(Event::Apply(pod)) => (pod, true),
+            Ok(Event::InitApply(pod)) => {
+                listed.insert(pod.metadata.uid.clone().unwrap_or_default());
+                (pod, true)
+            }
+            Ok(Event::Delete(pod)) => (pod, false),
+            Ok(Event::Init) => {
+                listed.clear();
+                continue;
+            }
+            Ok(Event::InitDone) => {
+                // pods deleted while the watch was down (a relist after 410 Gone) are missing
+                // from the list: their workers stop what they run, as on a DELETED event
+                for (uid, tx) in &workers {
+                    if !listed.contains(uid) {
+                        let _ = tx.send(None);
+                        registry.remove(uid);
+                    }
+                }
+                // volumes of pods that are gone without a worker (deleted while the kubelet
+                // was down); done here, before a new pod's worker can create its directory
+                ctx.volumes
+                    .tear_down_others(|uid| listed.contains(uid) || workers.contains_key(uid));
+                tokio::spawn(remove_orphans(ctx.clone(), std::mem::take(&mut listed)));
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "watching pods");
+                continue;
+            }
+        };
+        workers.retain(|_, tx| !tx.is_closed());
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if present {
+            registry.upsert(&pod);
+        } else {
+            registry.remove(&uid);
+        }
+        match workers.get(&uid) {
+            Some(tx) => {
+                let _ = tx.send(present.then_some(pod));
+            }
+            None if present => {
+                if admission::needs_admission(&pod) {
+                    if rejected.contains(&uid) {
+                        continue;
+                    }
+                    if let Err(r) = admit(&nodes, &node_name, &view, &pod, &workers).await {
+                        admission::reject(&ctx, &pod, r).await;
+                        rejected.insert(uid);
+                        continue;
+                    }
+                }
+                rejected.remove(&uid);
+                let (tx, rx) = watch::channel(Some(pod.clone()));
+                tokio::spawn(pod_worker(ctx.clone(), pod, rx));
+                workers.insert(uid, tx);
+            }
+            None => {}
+        }
+    }
+}
+
+/// Admits a new pod beside the pods whose workers run and have not finished; before a
+/// rejection the Node is read again, in case its labels, taints or allocatable changed since
+/// it was last seen.
+async fn admit(
+    nodes: &Api<Node>,
+    node_name: &str,
+    view: &NodeView,
+    pod: &Pod,
+    workers: &HashMap<String, watch::Sender<Option<Pod>>>,
+) -> std::result::Result<(), admission::Rejection> {
+    let admitted: Vec<Pod> = workers
+        .values()
+        .filter_map(|tx| tx.borrow().clone())
+        .filter(|p| {
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            !matches!(phase, Some("Succeeded" | "Failed"))
+        })
+        .collect();
+    if admission::check(pod, &view.get(), &admitted).is_ok() {
+        return Ok(());
+    }
+    match nodes.get(node_name).await {
+        Ok(node) => view.set(node),
+        Err(e) => tracing::warn!(error = %e, "reading this node for admission"),
+    }
+    admission::check(pod, &view.get(), &admitted)
+}
+
+/// Stops and removes sandboxes (and their containers) of pods the API server no longer has:
+/// pods deleted while this kubelet was down.
+async fn remove_orphans(ctx: SyncContext, known: HashSet<String>) {
+    let sandboxes = match ctx.runtime.list_pod_sandboxes(HashMap::new()).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "listing sandboxes to find orphans");
+            return;
+        }
+    };
+    let mut seen = HashSet::new();
+    for sandbox in sandboxes {
+        let label = |k: &str| sandbox.labels.get(k).cloned();
+        let Some(uid) = label(LABEL_POD_UID) else {
+            continue;
+        };
+        if known.contains(&uid) || !seen.insert(uid.clone()) {
+            continue;
+        }
+        let mut pod = Pod::default();
+        pod.metadata.uid = Some(uid);
+        pod.metadata.name = label(LABEL_POD_NAME);
+        pod.metadata.namespace = label(LABEL_POD_NAMESPACE);
+        tracing::info!(pod = ?pod.metadata.name, "removing the containers of a pod that is gone");
+        if let Err(e) = ctx.kill_pod(&pod, ORPHAN_GRACE_SECONDS).await {
+            tracing::warn!(error = %e, "removing an orphaned pod");
+        }
+    }
+}
+
+/// How long an orphaned pod's containers get after SIGTERM: its spec, and so its grace
+/// period, is gone with the object.
+const ORPHAN_GRACE_SECONDS: i64 = 2;
+
+/// How often a finished pod's worker asks the API server whether the pod still exists.
+const FINISHED_CHECK: Duration = Duration::from_secs(10);
+
+/// A finished (Succeeded or Failed) pod is deleted at once, with nothing for the kubelet to
+/// stop, so its removal is seen only as a watch event; a worker whose pod has finished also
+/// checks now and then, so that a missed event does not leave its containers behind.
+#[derive(Default)]
+struct FinishedChecks {
+    /// The last sync found the pod finished.
+    finished: bool,
+    last: Option<tokio::time::Instant>,
+}
+
+impl FinishedChecks {
+    fn due(&mut self) -> bool {
+        if !self.finished {
+            return false;
+        }
+        let now = tokio::time::Instant::now();
+        match self.last {
+            Some(t) if now.duration_since(t) < FINISHED_CHECK => false,
+            _ => {
+                self.last = Some(now);
+                true
+            }
+        }
+    }
+}
+
+async fn still_exists(ctx: &SyncContext, pod: &Pod) -> bool {
+    let m = &pod.metadata;
+    ctx.api
+        .pod_exists(
+            m.namespace.as_deref().unwrap_or("default"),
+            m.name.as_deref().unwrap_or_default(),
+            m.uid.as_deref().unwrap_or_default(),
+        )
+        .await
+        // an error is no evidence that the pod is gone
+        .unwrap_or(true)
+}
+
+/// Syncs one pod on every change and whenever its last sync asked to be called again.
+async fn pod_worker(ctx: SyncContext, mut last: Pod, mut rx: watch::Receiver<Option<Pod>>) {
+    // the pod's probe state lives as long as its worker
+    let mut probes = crate::probe::Probes::default();
+    let mut finished_checks = FinishedChecks::default();
+    loop {
+        let current = rx.borrow_and_update().clone();
+        let delay = match current {
+            None => {
+                // removed from the API without us (a forced delete): stop what is left
+                if let Err(e) = ctx.kill_pod(&last, 0).await {
+                    tracing::warn!(error = %e, "stopping a removed pod");
+                }
+                return;
+            }
+            Some(pod) => {
+                if finished_checks.due() && !still_exists(&ctx, &pod).await {
+                    tracing::info!(pod = ?pod.metadata.name, "a finished pod is gone from the API server");
+                    if let Err(e) = ctx.kill_pod(&pod, 0).await {
+                        tracing::warn!(error = %e, "stopping a removed pod");
+                    }
+                    return;
+                }
+                let result = ctx.sync_pod(&pod, &mut probes).await;
+                last = pod;
+                match result {
+                    Ok(Outcome::Done) => return,
+                    Ok(Outcome::Resync(d)) => d,
+                    Ok(Outcome::Finished) => {
+                        finished_checks.finished = true;
+                        crate::pod_sync::RESYNC
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "pod sync failed");
+                        Duration::from_secs(2)
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            changed = rx.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
