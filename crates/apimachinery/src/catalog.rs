@@ -218,6 +218,26 @@ pub static RESOURCES: &[ResourceType] = &[
         &[status_of(("", "v1", "Node"))],
     ),
     rt(
+        ("", "v1", "PersistentVolumeClaim"),
+        "persistentvolumeclaims",
+        "persistentvolumeclaim",
+        NS,
+        &["pvc"],
+        NONE,
+        CRUD,
+        &[status_of(("", "v1", "PersistentVolumeClaim"))],
+    ),
+    rt(
+        ("", "v1", "PersistentVolume"),
+        "persistentvolumes",
+        "persistentvolume",
+        CLUSTER,
+        &["pv"],
+        NONE,
+        CRUD,
+        &[status_of(("", "v1", "PersistentVolume"))],
+    ),
+    rt(
         ("", "v1", "Pod"),
         "pods",
         "pod",
@@ -460,6 +480,57 @@ pub static RESOURCES: &[ResourceType] = &[
         CRUD,
         NO_SUB,
     ),
+    // storage.k8s.io/v1
+    rt(
+        ("storage.k8s.io", "v1", "CSIDriver"),
+        "csidrivers",
+        "csidriver",
+        CLUSTER,
+        NONE,
+        NONE,
+        CRUD,
+        NO_SUB,
+    ),
+    rt(
+        ("storage.k8s.io", "v1", "CSINode"),
+        "csinodes",
+        "csinode",
+        CLUSTER,
+        NONE,
+        NONE,
+        CRUD,
+        NO_SUB,
+    ),
+    rt(
+        ("storage.k8s.io", "v1", "CSIStorageCapacity"),
+        "csistoragecapacities",
+        "csistoragecapacity",
+        NS,
+        NONE,
+        NONE,
+        CRUD,
+        NO_SUB,
+    ),
+    rt(
+        ("storage.k8s.io", "v1", "StorageClass"),
+        "storageclasses",
+        "storageclass",
+        CLUSTER,
+        &["sc"],
+        NONE,
+        CRUD,
+        NO_SUB,
+    ),
+    rt(
+        ("storage.k8s.io", "v1", "VolumeAttachment"),
+        "volumeattachments",
+        "volumeattachment",
+        CLUSTER,
+        NONE,
+        NONE,
+        CRUD,
+        &[status_of(("storage.k8s.io", "v1", "VolumeAttachment"))],
+    ),
 ];
 
 /// The API groups in discovery order, each with its one served version.
@@ -521,6 +592,6 @@ mod tests {
     fn groups_are_listed_once_in_order() {
         let groups = groups();
         assert_eq!(groups[0], ("apps", "v1"));
-        assert_eq!(groups.len(), 8);
+        assert_eq!(groups.len(), 9);
     }
 }

@@ -176,6 +176,7 @@ impl ApiServer {
                             cache: cache.clone(),
                         },
                     }),
+                    Box::new(admission::storage_protection::StorageObjectInUseProtection),
                 ],
             },
             metrics: Arc::default(),

@@ -19,6 +19,8 @@
 //! - `apps`: deployments, replica sets, stateful sets, daemon sets, controller revisions.
 //! - `batch`: jobs and cron jobs.
 //! - `other`: leases, endpoint slices, pod disruption budgets, role bindings, priority classes.
+//! - `storage`: persistent volumes and claims, storage classes, volume attachments, CSI drivers,
+//!   CSI nodes and CSI storage capacities.
 //! - `format`: label maps, label selectors, container lists, `host:port`, `a,b,c + 2 more...`.
 //! - `value`: reading fields out of JSON without panicking.
 //! - `duration`: [`human_duration`], upstream's `duration.HumanDuration` (the AGE cells).
@@ -31,6 +33,7 @@ mod events;
 mod format;
 mod other;
 mod pod;
+mod storage;
 mod value;
 
 pub use duration::human_duration;
@@ -116,6 +119,8 @@ fn printer(group: &str, plural: &str) -> Option<&'static Printer> {
         ("", "serviceaccounts") => &core::SERVICE_ACCOUNTS,
         ("", "resourcequotas") => &core::RESOURCE_QUOTAS,
         ("", "events") => &events::CORE_EVENTS,
+        ("", "persistentvolumeclaims") => &storage::PERSISTENT_VOLUME_CLAIMS,
+        ("", "persistentvolumes") => &storage::PERSISTENT_VOLUMES,
         ("events.k8s.io", "events") => &events::EVENTS_V1,
         ("apps", "deployments") => &apps::DEPLOYMENTS,
         ("apps", "replicasets") => &apps::REPLICA_SETS,
@@ -131,6 +136,11 @@ fn printer(group: &str, plural: &str) -> Option<&'static Printer> {
             &other::ROLE_BINDINGS
         }
         ("scheduling.k8s.io", "priorityclasses") => &other::PRIORITY_CLASSES,
+        ("storage.k8s.io", "storageclasses") => &storage::STORAGE_CLASSES,
+        ("storage.k8s.io", "volumeattachments") => &storage::VOLUME_ATTACHMENTS,
+        ("storage.k8s.io", "csidrivers") => &storage::CSI_DRIVERS,
+        ("storage.k8s.io", "csinodes") => &storage::CSI_NODES,
+        ("storage.k8s.io", "csistoragecapacities") => &storage::CSI_STORAGE_CAPACITIES,
         // limitranges, roles, clusterroles, bindings: upstream has no printer either.
         _ => return None,
     })

@@ -16,11 +16,15 @@
 //! - [`replicaset`], [`deployment`], [`statefulset`], [`daemonset`]: `apps/v1` workloads.
 //! - [`job`], [`cronjob`], [`cron`]: `batch/v1` Jobs, CronJobs and the cron schedule parser.
 //! - [`lease`], [`priorityclass`], [`pdb`], [`endpointslice`], [`rbac`]: the remaining groups.
+//! - [`pvc`], [`pv`]: PersistentVolumeClaims and PersistentVolumes, over the access mode,
+//!   quantity and class checks of [`volume`].
+//! - [`storageclass`], [`csi`], [`volumeattachment`]: `storage.k8s.io/v1`.
 
 pub mod common;
 pub mod configmap;
 pub mod cron;
 pub mod cronjob;
+pub mod csi;
 pub mod daemonset;
 pub mod deployment;
 pub mod endpointslice;
@@ -33,11 +37,16 @@ pub mod node;
 pub mod pdb;
 pub mod pod;
 pub mod priorityclass;
+pub mod pv;
+pub mod pvc;
 pub mod rbac;
 pub mod replicaset;
 pub mod secret;
 pub mod service;
 pub mod statefulset;
+pub mod storageclass;
+pub mod volume;
+pub mod volumeattachment;
 
 use serde_json::Value;
 use skiff_apimachinery::catalog::ResourceType;
@@ -88,6 +97,8 @@ pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
         ("", "configmaps") => &configmap::ConfigMapStrategy,
         ("", "secrets") => &secret::SecretStrategy,
         ("", "events") => &event::EventStrategy,
+        ("", "persistentvolumeclaims") => &pvc::PersistentVolumeClaimStrategy,
+        ("", "persistentvolumes") => &pv::PersistentVolumeStrategy,
         ("apps", "deployments") => &deployment::DeploymentStrategy,
         ("apps", "replicasets") => &replicaset::ReplicaSetStrategy,
         ("apps", "statefulsets") => &statefulset::StatefulSetStrategy,
@@ -106,6 +117,11 @@ pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
         ("rbac.authorization.k8s.io", "clusterrolebindings") => {
             &rbac::BindingStrategy { namespaced: false }
         }
+        ("storage.k8s.io", "storageclasses") => &storageclass::StorageClassStrategy,
+        ("storage.k8s.io", "csidrivers") => &csi::CsiDriverStrategy,
+        ("storage.k8s.io", "csinodes") => &csi::CsiNodeStrategy,
+        ("storage.k8s.io", "csistoragecapacities") => &csi::CsiStorageCapacityStrategy,
+        ("storage.k8s.io", "volumeattachments") => &volumeattachment::VolumeAttachmentStrategy,
         _ => &Plain,
     }
 }

@@ -1,0 +1,565 @@
+//! The storage, workload, autoscaling, networking and node kinds added beside the original
+//! ones, against a real `skiff apiserver` with unmodified kubectl 1.33 and kube-rs: discovery
+//! rows, create (client-side and server-side apply), table headers as upstream prints them,
+//! defaults, validation errors, patches, watches, explain and deletion.
+
+mod support;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{
+    DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use support::{ApiServer, Backend, KUBECTL_133, eventually, expect_line, kube_client, run};
+
+const STORAGE: &str = r#"
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: fast
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: example.com/ssd
+parameters: {type: ssd}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: pv-1
+spec:
+  capacity: {storage: 5Gi}
+  accessModes: [ReadWriteOnce]
+  storageClassName: fast
+  hostPath: {path: /data/pv-1}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: data
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: fast
+  resources: {requests: {storage: 1Gi}}
+"#;
+
+const CSI: &str = r#"
+apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata: {name: csi.example.com}
+spec: {}
+---
+apiVersion: storage.k8s.io/v1
+kind: CSINode
+metadata: {name: node-1}
+spec:
+  drivers: [{name: csi.example.com, nodeID: node-1}]
+---
+apiVersion: storage.k8s.io/v1
+kind: VolumeAttachment
+metadata: {name: va-1}
+spec:
+  attacher: csi.example.com
+  nodeName: node-1
+  source: {persistentVolumeName: pv-1}
+---
+apiVersion: storage.k8s.io/v1
+kind: CSIStorageCapacity
+metadata: {name: cap-1}
+storageClassName: fast
+capacity: 100Gi
+"#;
+
+/// The header of a `kubectl get` table, one entry per column (`ACCESS MODES` stays whole).
+fn header(table: &str) -> Vec<String> {
+    let line = table.lines().next().unwrap_or("");
+    line.split("  ")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The row of `name` in a `kubectl get` table.
+fn row<'a>(table: &'a str, name: &str) -> &'a str {
+    table
+        .lines()
+        .find(|l| l.starts_with(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no row {name} in {table}"))
+}
+
+/// `kubectl api-resources` lists each new kind with its short names, group version, scope and
+/// kind.
+#[test]
+fn api_resources_lists_the_new_kinds() {
+    let api = ApiServer::start(Backend::Embedded);
+    let out = api.kubectl(KUBECTL_133, &["api-resources"]);
+    for (plural, short, version, namespaced, kind) in [
+        (
+            "persistentvolumeclaims",
+            "pvc",
+            "v1",
+            "true",
+            "PersistentVolumeClaim",
+        ),
+        ("persistentvolumes", "pv", "v1", "false", "PersistentVolume"),
+        (
+            "storageclasses",
+            "sc",
+            "storage.k8s.io/v1",
+            "false",
+            "StorageClass",
+        ),
+        ("csidrivers", "", "storage.k8s.io/v1", "false", "CSIDriver"),
+        ("csinodes", "", "storage.k8s.io/v1", "false", "CSINode"),
+        (
+            "csistoragecapacities",
+            "",
+            "storage.k8s.io/v1",
+            "true",
+            "CSIStorageCapacity",
+        ),
+        (
+            "volumeattachments",
+            "",
+            "storage.k8s.io/v1",
+            "false",
+            "VolumeAttachment",
+        ),
+    ] {
+        let cells: Vec<&str> = row(&out, plural).split_whitespace().collect();
+        let want: Vec<&str> = [plural, short, version, namespaced, kind]
+            .into_iter()
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert_eq!(cells, want, "{out}");
+    }
+}
+
+/// PersistentVolumes, claims and classes through kubectl: apply, tables, defaults, the
+/// protection finalizer, validation, the immutable claim spec, explain, server-side apply and a
+/// finalized delete.
+#[test]
+fn volumes_claims_and_classes_through_kubectl() {
+    let api = ApiServer::start(Backend::Embedded);
+    let k = KUBECTL_133;
+    let applied = api.kubectl_stdin(k, &["apply", "-f", "-"], Some(STORAGE));
+    assert_eq!(
+        applied.lines().collect::<Vec<_>>(),
+        [
+            "storageclass.storage.k8s.io/fast created",
+            "persistentvolume/pv-1 created",
+            "persistentvolumeclaim/data created"
+        ]
+    );
+    let again = api.kubectl_stdin(k, &["apply", "-f", "-"], Some(STORAGE));
+    assert!(
+        again.contains("persistentvolumeclaim/data unchanged"),
+        "{again}"
+    );
+
+    let pvcs = api.kubectl(k, &["get", "pvc"]);
+    assert_eq!(
+        header(&pvcs),
+        [
+            "NAME",
+            "STATUS",
+            "VOLUME",
+            "CAPACITY",
+            "ACCESS MODES",
+            "STORAGECLASS",
+            "VOLUMEATTRIBUTESCLASS",
+            "AGE"
+        ]
+    );
+    let cells: Vec<&str> = row(&pvcs, "data").split_whitespace().collect();
+    assert_eq!(cells[..4], ["data", "Pending", "fast", "<unset>"], "{pvcs}");
+    let wide = api.kubectl(k, &["get", "pvc", "-o", "wide"]);
+    assert!(header(&wide).contains(&"VOLUMEMODE".to_string()), "{wide}");
+    assert!(row(&wide, "data").contains("Filesystem"), "{wide}");
+
+    let pvs = api.kubectl(k, &["get", "pv"]);
+    assert_eq!(
+        header(&pvs),
+        [
+            "NAME",
+            "CAPACITY",
+            "ACCESS MODES",
+            "RECLAIM POLICY",
+            "STATUS",
+            "CLAIM",
+            "STORAGECLASS",
+            "VOLUMEATTRIBUTESCLASS",
+            "REASON",
+            "AGE"
+        ]
+    );
+    let cells: Vec<&str> = row(&pvs, "pv-1").split_whitespace().collect();
+    assert_eq!(
+        cells[..6],
+        ["pv-1", "5Gi", "RWO", "Retain", "Pending", "fast"],
+        "{pvs}"
+    );
+
+    let classes = api.kubectl(k, &["get", "sc"]);
+    assert_eq!(
+        header(&classes),
+        [
+            "NAME",
+            "PROVISIONER",
+            "RECLAIMPOLICY",
+            "VOLUMEBINDINGMODE",
+            "ALLOWVOLUMEEXPANSION",
+            "AGE"
+        ]
+    );
+    let cells: Vec<&str> = row(&classes, "fast").split_whitespace().collect();
+    assert_eq!(
+        cells[..6],
+        [
+            "fast",
+            "(default)",
+            "example.com/ssd",
+            "Delete",
+            "Immediate",
+            "false"
+        ],
+        "{classes}"
+    );
+
+    let claim: serde_json::Value =
+        serde_json::from_str(&api.kubectl(k, &["get", "pvc", "data", "-o", "json"])).unwrap();
+    assert_eq!(claim["spec"]["volumeMode"], "Filesystem");
+    assert_eq!(claim["status"]["phase"], "Pending");
+    assert_eq!(
+        claim["metadata"]["finalizers"],
+        json!(["kubernetes.io/pvc-protection"])
+    );
+    assert!(claim["metadata"].get("generation").is_none(), "{claim}");
+    let volume: serde_json::Value =
+        serde_json::from_str(&api.kubectl(k, &["get", "pv", "pv-1", "-o", "json"])).unwrap();
+    assert_eq!(
+        volume["metadata"]["finalizers"],
+        json!(["kubernetes.io/pv-protection"])
+    );
+    assert_eq!(volume["spec"]["volumeMode"], "Filesystem");
+    assert_eq!(volume["spec"]["persistentVolumeReclaimPolicy"], "Retain");
+
+    let bad = r#"{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                  "metadata": {"name": "bad"}, "spec": {"resources": {}}}"#;
+    let refused = api.kubectl_fails(k, &["create", "-f", "-"], Some(bad));
+    assert!(
+        refused.contains("The PersistentVolumeClaim \"bad\" is invalid")
+            && refused
+                .contains("spec.accessModes: Required value: at least 1 access mode is required")
+            && refused.contains("spec.resources[storage]: Required value"),
+        "{refused}"
+    );
+    let grown = api.kubectl_fails(
+        k,
+        &[
+            "patch",
+            "pvc",
+            "data",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}"#,
+        ],
+        None,
+    );
+    assert!(
+        grown.contains("spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims"),
+        "{grown}"
+    );
+    let changed = api.kubectl_fails(
+        k,
+        &[
+            "patch",
+            "sc",
+            "fast",
+            "--type=merge",
+            "-p",
+            r#"{"parameters":{"type":"hdd"}}"#,
+        ],
+        None,
+    );
+    assert!(
+        changed.contains("parameters: Forbidden: updates to parameters are forbidden."),
+        "{changed}"
+    );
+
+    let ssa = r#"{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                  "metadata": {"name": "data", "labels": {"tier": "db"}},
+                  "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
+                           "resources": {"requests": {"storage": "1Gi"}}}}"#;
+    let out = api.kubectl_stdin(
+        k,
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        Some(ssa),
+    );
+    assert_eq!(out.trim(), "persistentvolumeclaim/data serverside-applied");
+    let labelled = api.kubectl(k, &["get", "pvc", "-l", "tier=db", "-o", "name"]);
+    assert_eq!(labelled.trim(), "persistentvolumeclaim/data");
+
+    let explain = api.kubectl(k, &["explain", "pvc.spec"]);
+    assert!(
+        explain.contains("accessModes") && explain.contains("storageClassName"),
+        "{explain}"
+    );
+    let explain = api.kubectl(k, &["explain", "sc"]);
+    assert!(explain.contains("provisioner"), "{explain}");
+
+    // The protection finalizer holds the claim until it is removed (no controller here).
+    api.kubectl(k, &["delete", "pvc", "data", "--wait=false"]);
+    let terminating = api.kubectl(k, &["get", "pvc", "data"]);
+    assert!(
+        row(&terminating, "data").contains("Terminating"),
+        "{terminating}"
+    );
+    api.kubectl(
+        k,
+        &[
+            "patch",
+            "pvc",
+            "data",
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+        ],
+    );
+    let gone = api.kubectl_fails(k, &["get", "pvc", "data"], None);
+    assert!(
+        gone.contains("persistentvolumeclaims \"data\" not found"),
+        "{gone}"
+    );
+}
+
+/// The CSI kinds and volume attachments: created with kubectl, defaults, tables.
+#[test]
+fn csi_kinds_and_volume_attachments_through_kubectl() {
+    let api = ApiServer::start(Backend::Embedded);
+    let k = KUBECTL_133;
+    let created = api.kubectl_stdin(k, &["create", "-f", "-"], Some(CSI));
+    assert_eq!(
+        created.lines().collect::<Vec<_>>(),
+        [
+            "csidriver.storage.k8s.io/csi.example.com created",
+            "csinode.storage.k8s.io/node-1 created",
+            "volumeattachment.storage.k8s.io/va-1 created",
+            "csistoragecapacity.storage.k8s.io/cap-1 created"
+        ]
+    );
+    let drivers = api.kubectl(k, &["get", "csidrivers"]);
+    assert_eq!(
+        header(&drivers),
+        [
+            "NAME",
+            "ATTACHREQUIRED",
+            "PODINFOONMOUNT",
+            "STORAGECAPACITY",
+            "TOKENREQUESTS",
+            "REQUIRESREPUBLISH",
+            "MODES",
+            "AGE"
+        ]
+    );
+    let cells: Vec<&str> = row(&drivers, "csi.example.com")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        cells[..7],
+        [
+            "csi.example.com",
+            "true",
+            "false",
+            "false",
+            "<unset>",
+            "false",
+            "Persistent"
+        ],
+        "{drivers}"
+    );
+    let nodes = api.kubectl(k, &["get", "csinodes"]);
+    assert_eq!(header(&nodes), ["NAME", "DRIVERS", "AGE"]);
+    assert!(
+        row(&nodes, "node-1").split_whitespace().nth(1) == Some("1"),
+        "{nodes}"
+    );
+    let attachments = api.kubectl(k, &["get", "volumeattachments"]);
+    assert_eq!(
+        header(&attachments),
+        ["NAME", "ATTACHER", "PV", "NODE", "ATTACHED", "AGE"]
+    );
+    let cells: Vec<&str> = row(&attachments, "va-1").split_whitespace().collect();
+    assert_eq!(
+        cells[..5],
+        ["va-1", "csi.example.com", "pv-1", "node-1", "false"]
+    );
+    let capacities = api.kubectl(k, &["get", "csistoragecapacities"]);
+    assert_eq!(
+        header(&capacities),
+        ["NAME", "STORAGECLASSNAME", "CAPACITY", "AGE"]
+    );
+    let cells: Vec<&str> = row(&capacities, "cap-1").split_whitespace().collect();
+    assert_eq!(cells[..3], ["cap-1", "fast", "100Gi"]);
+    let moved = api.kubectl_fails(
+        k,
+        &[
+            "patch",
+            "volumeattachment",
+            "va-1",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"nodeName":"node-2"}}"#,
+        ],
+        None,
+    );
+    assert!(moved.contains("field is immutable"), "{moved}");
+    api.kubectl(
+        k,
+        &[
+            "patch",
+            "volumeattachment",
+            "va-1",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"attached":true}}"#,
+        ],
+    );
+    let attachments = api.kubectl(k, &["get", "volumeattachments"]);
+    assert!(row(&attachments, "va-1").contains("true"), "{attachments}");
+}
+
+/// `kubectl get pvc --watch` sees a claim added and deleted.
+#[test]
+fn kubectl_watches_claims() {
+    let api = ApiServer::start(Backend::Embedded);
+    let (mut child, lines) = api.kubectl_stream(
+        KUBECTL_133,
+        &["get", "pvc", "--watch", "--output-watch-events"],
+    );
+    let claim = r#"{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "w", "finalizers": []},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}"#;
+    api.kubectl_stdin(KUBECTL_133, &["create", "-f", "-"], Some(claim));
+    expect_line(&lines, |l| {
+        l.starts_with("ADDED") && l.contains(" w ") && l.contains("Pending")
+    });
+    child.kill().ok();
+    child.wait().ok();
+}
+
+/// kube-rs typed APIs: create, get, list, watch, patch, status, a 422 with upstream's cause, and
+/// delete, for claims, volumes and classes.
+#[test]
+fn typed_clients_read_and_write_the_storage_kinds() {
+    let api = ApiServer::start(Backend::Embedded);
+    run(async {
+        let client = kube_client(&api).await;
+        let classes: Api<StorageClass> = Api::all(client.clone());
+        let class: StorageClass = serde_json::from_value(json!({
+            "metadata": {"name": "slow"}, "provisioner": "example.com/hdd"}))
+        .unwrap();
+        let class = classes
+            .create(&PostParams::default(), &class)
+            .await
+            .unwrap();
+        assert_eq!(class.reclaim_policy.as_deref(), Some("Delete"));
+        assert_eq!(class.volume_binding_mode.as_deref(), Some("Immediate"));
+
+        let volumes: Api<PersistentVolume> = Api::all(client.clone());
+        let volume: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": "pv-9"},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                     "nfs": {"server": "nfs.example.com", "path": "/exports/9"}}}))
+        .unwrap();
+        volumes
+            .create(&PostParams::default(), &volume)
+            .await
+            .unwrap();
+        let listed = volumes.list(&ListParams::default()).await.unwrap();
+        assert_eq!(listed.items.len(), 1);
+        let status = listed.items[0].status.as_ref().unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Pending"));
+
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+        let mut watch = claims
+            .watch(&WatchParams::default(), "0")
+            .await
+            .unwrap()
+            .boxed();
+        let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": "c1"},
+            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "slow",
+                     "resources": {"requests": {"storage": "1Gi"}}}}))
+        .unwrap();
+        let created = claims.create(&PostParams::default(), &claim).await.unwrap();
+        assert_eq!(created.finalizers(), ["kubernetes.io/pvc-protection"]);
+        match watch.try_next().await.unwrap() {
+            Some(WatchEvent::Added(c)) => assert_eq!(c.name_any(), "c1"),
+            other => panic!("expected the claim to be added, got {other:?}"),
+        }
+
+        // The binder's writes: the volume name once, then the bound status.
+        let bind = json!({"spec": {"volumeName": "pv-9"}});
+        claims
+            .patch("c1", &PatchParams::default(), &Patch::Merge(&bind))
+            .await
+            .unwrap();
+        let bound = json!({"status": {"phase": "Bound", "accessModes": ["ReadWriteMany"],
+                                      "capacity": {"storage": "1Gi"}}});
+        claims
+            .patch_status("c1", &PatchParams::default(), &Patch::Merge(&bound))
+            .await
+            .unwrap();
+        // A bound claim may ask for more storage.
+        let grow = json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}});
+        let grown = claims
+            .patch("c1", &PatchParams::default(), &Patch::Merge(&grow))
+            .await
+            .unwrap();
+        let requests = grown.spec.unwrap().resources.unwrap().requests.unwrap();
+        assert_eq!(requests["storage"].0, "2Gi");
+        let table = api.kubectl(KUBECTL_133, &["get", "pvc", "c1"]);
+        let cells: Vec<&str> = row(&table, "c1").split_whitespace().collect();
+        assert_eq!(
+            cells[..6],
+            ["c1", "Bound", "pv-9", "1Gi", "RWX", "slow"],
+            "{table}"
+        );
+
+        let invalid: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": "c2"},
+            "spec": {"accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "0"}}}}))
+        .unwrap();
+        match claims.create(&PostParams::default(), &invalid).await {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 422);
+                assert_eq!(status.reason, "Invalid");
+                assert_eq!(
+                    status.message,
+                    "PersistentVolumeClaim \"c2\" is invalid: spec.resources[storage]: Invalid value: \"0\": must be greater than zero"
+                );
+            }
+            other => panic!("expected 422, got {other:?}"),
+        }
+
+        // Deleting leaves the claim terminating until its finalizer goes.
+        claims.delete("c1", &DeleteParams::default()).await.unwrap();
+        let held = claims.get("c1").await.unwrap();
+        assert!(held.metadata.deletion_timestamp.is_some());
+        let release = json!({"metadata": {"finalizers": null}});
+        claims
+            .patch("c1", &PatchParams::default(), &Patch::Merge(&release))
+            .await
+            .unwrap();
+        eventually("the claim to be gone", || {
+            let claims = claims.clone();
+            async move { claims.get_opt("c1").await.unwrap().is_none().then_some(()) }
+        })
+        .await;
+    });
+}
