@@ -563,3 +563,108 @@ fn typed_clients_read_and_write_the_storage_kinds() {
         .await;
     });
 }
+
+const WORKLOADS: &str = r#"
+apiVersion: v1
+kind: ReplicationController
+metadata: {name: web}
+spec:
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: nginx, image: "nginx:1.27"}]
+---
+apiVersion: v1
+kind: PodTemplate
+metadata: {name: tmpl}
+template:
+  metadata: {labels: {app: batch}}
+  spec:
+    containers: [{name: work, image: busybox}]
+"#;
+
+/// ReplicationControllers and PodTemplates: defaults from the template, tables, `scale`, the
+/// `all` category and a selector that misses the template.
+#[test]
+fn replication_controllers_and_pod_templates_through_kubectl() {
+    let api = ApiServer::start(Backend::Embedded);
+    let k = KUBECTL_133;
+    let created = api.kubectl_stdin(k, &["create", "-f", "-"], Some(WORKLOADS));
+    assert_eq!(
+        created.lines().collect::<Vec<_>>(),
+        [
+            "replicationcontroller/web created",
+            "podtemplate/tmpl created"
+        ]
+    );
+    let rc: serde_json::Value =
+        serde_json::from_str(&api.kubectl(k, &["get", "rc", "web", "-o", "json"])).unwrap();
+    assert_eq!(rc["spec"]["selector"], json!({"app": "web"}));
+    assert_eq!(rc["metadata"]["labels"], json!({"app": "web"}));
+    assert_eq!(rc["spec"]["replicas"], 1);
+    assert_eq!(rc["spec"]["template"]["spec"]["restartPolicy"], "Always");
+
+    let table = api.kubectl(k, &["get", "rc"]);
+    assert_eq!(
+        header(&table),
+        ["NAME", "DESIRED", "CURRENT", "READY", "AGE"]
+    );
+    let cells: Vec<&str> = row(&table, "web").split_whitespace().collect();
+    assert_eq!(cells[..4], ["web", "1", "0", "0"], "{table}");
+    let scaled = api.kubectl(k, &["scale", "rc", "web", "--replicas=3"]);
+    assert_eq!(scaled.trim(), "replicationcontroller/web scaled");
+    let wide = api.kubectl(k, &["get", "rc", "web", "-o", "wide"]);
+    assert_eq!(
+        header(&wide),
+        [
+            "NAME",
+            "DESIRED",
+            "CURRENT",
+            "READY",
+            "AGE",
+            "CONTAINERS",
+            "IMAGES",
+            "SELECTOR"
+        ]
+    );
+    let cells: Vec<&str> = row(&wide, "web").split_whitespace().collect();
+    assert_eq!(cells[1], "3", "{wide}");
+    assert_eq!(cells[5..], ["nginx", "nginx:1.27", "app=web"], "{wide}");
+    let scale: serde_json::Value = serde_json::from_str(&api.kubectl(
+        k,
+        &[
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/replicationcontrollers/web/scale",
+        ],
+    ))
+    .unwrap();
+    assert_eq!(scale["spec"]["replicas"], 3);
+    assert_eq!(scale["status"]["selector"], "app=web");
+    let all = api.kubectl(k, &["get", "all"]);
+    assert!(all.contains("replicationcontroller/web"), "{all}");
+
+    let templates = api.kubectl(k, &["get", "podtemplates"]);
+    assert_eq!(
+        header(&templates),
+        ["NAME", "CONTAINERS", "IMAGES", "POD LABELS"]
+    );
+    let cells: Vec<&str> = row(&templates, "tmpl").split_whitespace().collect();
+    assert_eq!(cells, ["tmpl", "work", "busybox", "app=batch"]);
+
+    let mismatched = r#"{"apiVersion": "v1", "kind": "ReplicationController",
+        "metadata": {"name": "bad"},
+        "spec": {"selector": {"app": "db"},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}"#;
+    let refused = api.kubectl_fails(k, &["create", "-f", "-"], Some(mismatched));
+    assert!(
+        refused.contains("The ReplicationController \"bad\" is invalid: spec.template.metadata.labels: Invalid value: {\"app\":\"web\"}: `selector` does not match template `labels`"),
+        "{refused}"
+    );
+    api.kubectl(k, &["delete", "rc", "web"]);
+    api.kubectl(k, &["delete", "podtemplate", "tmpl"]);
+    let none = api.kubectl_output(k, &["get", "rc,podtemplates"], None);
+    let stderr = String::from_utf8_lossy(&none.stderr);
+    assert!(stderr.contains("No resources found"), "{stderr}");
+}

@@ -197,6 +197,24 @@ static PERSISTENT_VOLUME_CLAIM: Type = Type::new(
 
 static PERSISTENT_VOLUME: Type = Type::new("PersistentVolume", METADATA_ONLY);
 
+static POD_TEMPLATE: Type = Type::new(
+    "PodTemplate",
+    &[METADATA, object("template", &POD_TEMPLATE_SPEC)],
+);
+static REPLICATION_CONTROLLER_SPEC: Type = Type::new(
+    "ReplicationControllerSpec",
+    &[object("template", &POD_TEMPLATE_SPEC)],
+);
+static REPLICATION_CONTROLLER_STATUS: Type = Type::new("ReplicationControllerStatus", CONDITIONS);
+static REPLICATION_CONTROLLER: Type = Type::new(
+    "ReplicationController",
+    &[
+        METADATA,
+        object("spec", &REPLICATION_CONTROLLER_SPEC),
+        object("status", &REPLICATION_CONTROLLER_STATUS),
+    ],
+);
+
 static SERVICE_SPEC: Type = Type::new(
     "ServiceSpec",
     &[merge_by("ports", "port", None), atomic("externalIPs", None)],
@@ -402,6 +420,8 @@ pub fn for_kind(group: &str, kind: &str) -> Option<&'static Type> {
         ("", "PersistentVolume") => &PERSISTENT_VOLUME,
         ("", "PersistentVolumeClaim") => &PERSISTENT_VOLUME_CLAIM,
         ("", "Pod") => &POD,
+        ("", "PodTemplate") => &POD_TEMPLATE,
+        ("", "ReplicationController") => &REPLICATION_CONTROLLER,
         ("", "ResourceQuota") => &RESOURCE_QUOTA,
         ("", "Secret") => &SECRET,
         ("", "Service") => &SERVICE,

@@ -19,6 +19,7 @@
 //! - `apps`: deployments, replica sets, stateful sets, daemon sets, controller revisions.
 //! - `batch`: jobs and cron jobs.
 //! - `other`: leases, endpoint slices, pod disruption budgets, role bindings, priority classes.
+//! - `replication`: replication controllers and pod templates.
 //! - `storage`: persistent volumes and claims, storage classes, volume attachments, CSI drivers,
 //!   CSI nodes and CSI storage capacities.
 //! - `format`: label maps, label selectors, container lists, `host:port`, `a,b,c + 2 more...`.
@@ -33,6 +34,7 @@ mod events;
 mod format;
 mod other;
 mod pod;
+mod replication;
 mod storage;
 mod value;
 
@@ -121,6 +123,8 @@ fn printer(group: &str, plural: &str) -> Option<&'static Printer> {
         ("", "events") => &events::CORE_EVENTS,
         ("", "persistentvolumeclaims") => &storage::PERSISTENT_VOLUME_CLAIMS,
         ("", "persistentvolumes") => &storage::PERSISTENT_VOLUMES,
+        ("", "replicationcontrollers") => &replication::REPLICATION_CONTROLLERS,
+        ("", "podtemplates") => &replication::POD_TEMPLATES,
         ("events.k8s.io", "events") => &events::EVENTS_V1,
         ("apps", "deployments") => &apps::DEPLOYMENTS,
         ("apps", "replicasets") => &apps::REPLICA_SETS,

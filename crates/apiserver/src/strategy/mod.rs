@@ -19,6 +19,7 @@
 //! - [`pvc`], [`pv`]: PersistentVolumeClaims and PersistentVolumes, over the access mode,
 //!   quantity and class checks of [`volume`].
 //! - [`storageclass`], [`csi`], [`volumeattachment`]: `storage.k8s.io/v1`.
+//! - [`replicationcontroller`], [`podtemplate`]: the core/v1 workload kinds.
 
 pub mod common;
 pub mod configmap;
@@ -36,11 +37,13 @@ pub mod namespace;
 pub mod node;
 pub mod pdb;
 pub mod pod;
+pub mod podtemplate;
 pub mod priorityclass;
 pub mod pv;
 pub mod pvc;
 pub mod rbac;
 pub mod replicaset;
+pub mod replicationcontroller;
 pub mod secret;
 pub mod service;
 pub mod statefulset;
@@ -99,6 +102,8 @@ pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
         ("", "events") => &event::EventStrategy,
         ("", "persistentvolumeclaims") => &pvc::PersistentVolumeClaimStrategy,
         ("", "persistentvolumes") => &pv::PersistentVolumeStrategy,
+        ("", "replicationcontrollers") => &replicationcontroller::ReplicationControllerStrategy,
+        ("", "podtemplates") => &podtemplate::PodTemplateStrategy,
         ("apps", "deployments") => &deployment::DeploymentStrategy,
         ("apps", "replicasets") => &replicaset::ReplicaSetStrategy,
         ("apps", "statefulsets") => &statefulset::StatefulSetStrategy,

@@ -58,6 +58,8 @@ fn the_embedded_table_parses_and_names_the_served_kinds() {
         ("v1", "Binding"),
         ("v1", "PersistentVolumeClaim"),
         ("v1", "PersistentVolume"),
+        ("v1", "ReplicationController"),
+        ("v1", "PodTemplate"),
         ("storage.k8s.io/v1", "StorageClass"),
         ("storage.k8s.io/v1", "CSIDriver"),
         ("storage.k8s.io/v1", "CSINode"),
