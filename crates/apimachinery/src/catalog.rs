@@ -386,6 +386,17 @@ pub static RESOURCES: &[ResourceType] = &[
             status_of(("apps", "v1", "StatefulSet")),
         ],
     ),
+    // autoscaling/v2
+    rt(
+        ("autoscaling", "v2", "HorizontalPodAutoscaler"),
+        "horizontalpodautoscalers",
+        "horizontalpodautoscaler",
+        NS,
+        &["hpa"],
+        ALL,
+        CRUD,
+        &[status_of(("autoscaling", "v2", "HorizontalPodAutoscaler"))],
+    ),
     // batch/v1
     rt(
         ("batch", "v1", "CronJob"),
@@ -436,6 +447,48 @@ pub static RESOURCES: &[ResourceType] = &[
         "event",
         NS,
         &["ev"],
+        NONE,
+        CRUD,
+        NO_SUB,
+    ),
+    // networking.k8s.io/v1
+    rt(
+        ("networking.k8s.io", "v1", "IngressClass"),
+        "ingressclasses",
+        "ingressclass",
+        CLUSTER,
+        NONE,
+        NONE,
+        CRUD,
+        NO_SUB,
+    ),
+    rt(
+        ("networking.k8s.io", "v1", "Ingress"),
+        "ingresses",
+        "ingress",
+        NS,
+        &["ing"],
+        NONE,
+        CRUD,
+        &[status_of(("networking.k8s.io", "v1", "Ingress"))],
+    ),
+    rt(
+        ("networking.k8s.io", "v1", "NetworkPolicy"),
+        "networkpolicies",
+        "networkpolicy",
+        NS,
+        &["netpol"],
+        NONE,
+        CRUD,
+        NO_SUB,
+    ),
+    // node.k8s.io/v1
+    rt(
+        ("node.k8s.io", "v1", "RuntimeClass"),
+        "runtimeclasses",
+        "runtimeclass",
+        CLUSTER,
+        NONE,
         NONE,
         CRUD,
         NO_SUB,
@@ -615,6 +668,6 @@ mod tests {
     fn groups_are_listed_once_in_order() {
         let groups = groups();
         assert_eq!(groups[0], ("apps", "v1"));
-        assert_eq!(groups.len(), 9);
+        assert_eq!(groups.len(), 12);
     }
 }

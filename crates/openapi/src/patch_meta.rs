@@ -120,6 +120,13 @@ const TABLE: &[(&str, &str, &str, &str, Option<&str>)] = &[
         Some("type"),
     ),
     (
+        "io.k8s.api.autoscaling.v2.",
+        "HorizontalPodAutoscalerStatus",
+        "conditions",
+        MERGE,
+        Some("type"),
+    ),
+    (
         "io.k8s.api.storage.v1.",
         "CSINodeSpec",
         "drivers",

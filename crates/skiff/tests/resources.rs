@@ -668,3 +668,200 @@ fn replication_controllers_and_pod_templates_through_kubectl() {
     let stderr = String::from_utf8_lossy(&none.stderr);
     assert!(stderr.contains("No resources found"), "{stderr}");
 }
+
+const NETWORKING: &str = r#"
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: web}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
+  maxReplicas: 5
+---
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: nginx}
+spec: {controller: k8s.io/ingress-nginx}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: db}
+spec:
+  podSelector: {matchLabels: {app: db}}
+  ingress: [{ports: [{port: 5432}]}]
+---
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: gvisor}
+handler: runsc
+"#;
+
+/// Autoscalers, ingress classes, network policies and runtime classes: apply, defaults, tables,
+/// `get all`, an invalid autoscaler; ingresses from `kubectl create ingress`, whose body kubectl
+/// 1.33 sends as protobuf, then their status.
+#[test]
+fn autoscaling_networking_and_node_kinds_through_kubectl() {
+    let api = ApiServer::start(Backend::Embedded);
+    let k = KUBECTL_133;
+    let applied = api.kubectl_stdin(k, &["apply", "-f", "-"], Some(NETWORKING));
+    assert_eq!(
+        applied.lines().collect::<Vec<_>>(),
+        [
+            "horizontalpodautoscaler.autoscaling/web created",
+            "ingressclass.networking.k8s.io/nginx created",
+            "networkpolicy.networking.k8s.io/db created",
+            "runtimeclass.node.k8s.io/gvisor created"
+        ]
+    );
+    let hpa_only = NETWORKING.split("---").next().unwrap();
+    let again = api.kubectl_stdin(k, &["apply", "--server-side", "-f", "-"], Some(hpa_only));
+    assert!(
+        again.contains("horizontalpodautoscaler.autoscaling/web serverside-applied"),
+        "{again}"
+    );
+
+    let hpa: serde_json::Value =
+        serde_json::from_str(&api.kubectl(k, &["get", "hpa", "web", "-o", "json"])).unwrap();
+    assert_eq!(hpa["apiVersion"], "autoscaling/v2");
+    assert_eq!(hpa["spec"]["minReplicas"], 1);
+    assert_eq!(
+        hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"],
+        80
+    );
+    let table = api.kubectl(k, &["get", "hpa"]);
+    assert_eq!(
+        header(&table),
+        [
+            "NAME",
+            "REFERENCE",
+            "TARGETS",
+            "MINPODS",
+            "MAXPODS",
+            "REPLICAS",
+            "AGE"
+        ]
+    );
+    let line = row(&table, "web");
+    assert!(
+        line.contains("Deployment/web") && line.contains("cpu: <unknown>/80%"),
+        "{table}"
+    );
+    let all = api.kubectl(k, &["get", "all"]);
+    assert!(
+        all.contains("horizontalpodautoscaler.autoscaling/web"),
+        "{all}"
+    );
+    let bad = r#"{"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "bad"},
+        "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"},
+                 "minReplicas": 3, "maxReplicas": 2}}"#;
+    let refused = api.kubectl_fails(k, &["create", "-f", "-"], Some(bad));
+    assert!(
+        refused.contains(
+            "spec.maxReplicas: Invalid value: 2: must be greater than or equal to `minReplicas`"
+        ),
+        "{refused}"
+    );
+
+    let classes = api.kubectl(k, &["get", "ingressclass"]);
+    assert_eq!(
+        header(&classes),
+        ["NAME", "CONTROLLER", "PARAMETERS", "AGE"]
+    );
+    let cells: Vec<&str> = row(&classes, "nginx").split_whitespace().collect();
+    assert_eq!(cells[..3], ["nginx", "k8s.io/ingress-nginx", "<none>"]);
+    let policies = api.kubectl(k, &["get", "netpol"]);
+    assert_eq!(header(&policies), ["NAME", "POD-SELECTOR", "AGE"]);
+    assert!(row(&policies, "db").contains("app=db"), "{policies}");
+    let policy: serde_json::Value =
+        serde_json::from_str(&api.kubectl(k, &["get", "netpol", "db", "-o", "json"])).unwrap();
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+    assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["protocol"], "TCP");
+    let runtimes = api.kubectl(k, &["get", "runtimeclass"]);
+    assert_eq!(header(&runtimes), ["NAME", "HANDLER", "AGE"]);
+    assert!(row(&runtimes, "gvisor").contains("runsc"), "{runtimes}");
+    let changed = api.kubectl_fails(
+        k,
+        &[
+            "patch",
+            "runtimeclass",
+            "gvisor",
+            "--type=merge",
+            "-p",
+            r#"{"handler":"kata"}"#,
+        ],
+        None,
+    );
+    assert!(
+        changed.contains("handler: Invalid value: \"kata\": field is immutable"),
+        "{changed}"
+    );
+
+    // kubectl ≥ 1.32 sends the bodies of its create generators as protobuf.
+    let out = api.kubectl_output(
+        k,
+        &[
+            "create",
+            "ingress",
+            "web",
+            "--class=nginx",
+            "--rule=web.example.com/api*=web:80",
+            "-v=8",
+        ],
+        None,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout.trim(), "ingress.networking.k8s.io/web created");
+    assert!(
+        stderr.contains("Content-Type: application/vnd.kubernetes.protobuf"),
+        "kubectl sent protobuf: {stderr}"
+    );
+    let ingress: serde_json::Value =
+        serde_json::from_str(&api.kubectl(k, &["get", "ingress", "web", "-o", "json"])).unwrap();
+    let path = &ingress["spec"]["rules"][0]["http"]["paths"][0];
+    assert_eq!(path["path"], "/api");
+    assert_eq!(path["pathType"], "Prefix");
+    assert_eq!(
+        path["backend"]["service"],
+        json!({"name": "web", "port": {"number": 80}})
+    );
+    assert_eq!(ingress["spec"]["ingressClassName"], "nginx");
+    api.kubectl(
+        k,
+        &[
+            "patch",
+            "ingress",
+            "web",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.10"}]}}}"#,
+        ],
+    );
+    let ingresses = api.kubectl(k, &["get", "ing"]);
+    assert_eq!(
+        header(&ingresses),
+        ["NAME", "CLASS", "HOSTS", "ADDRESS", "PORTS", "AGE"]
+    );
+    let cells: Vec<&str> = row(&ingresses, "web").split_whitespace().collect();
+    assert_eq!(
+        cells[..5],
+        ["web", "nginx", "web.example.com", "192.0.2.10", "80"]
+    );
+    let relative = r#"{"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "bad"},
+        "spec": {"rules": [{"http": {"paths": [{"path": "api", "pathType": "Prefix",
+                  "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}}"#;
+    let refused = api.kubectl_fails(k, &["create", "-f", "-"], Some(relative));
+    assert!(
+        refused.contains(
+            "spec.rules[0].http.paths[0].path: Invalid value: \"api\": must be an absolute path"
+        ),
+        "{refused}"
+    );
+    let explain = api.kubectl(k, &["explain", "hpa.spec.metrics"]);
+    assert!(explain.contains("containerResource"), "{explain}");
+    let explain = api.kubectl(k, &["explain", "ingress.spec.rules"]);
+    assert!(explain.contains("host"), "{explain}");
+}

@@ -397,6 +397,18 @@ static EVENTS_EVENT: Type = Type::new("Event", METADATA_ONLY);
 static PRIORITY_CLASS: Type = Type::new("PriorityClass", METADATA_ONLY);
 static SCALE: Type = Type::new("Scale", METADATA_ONLY);
 
+// autoscaling/v2, networking.k8s.io/v1, node.k8s.io/v1: only an autoscaler's conditions merge.
+
+static HPA_STATUS: Type = Type::new("HorizontalPodAutoscalerStatus", CONDITIONS);
+static HORIZONTAL_POD_AUTOSCALER: Type = Type::new(
+    "HorizontalPodAutoscaler",
+    &[METADATA, object("status", &HPA_STATUS)],
+);
+static INGRESS: Type = Type::new("Ingress", METADATA_ONLY);
+static INGRESS_CLASS: Type = Type::new("IngressClass", METADATA_ONLY);
+static NETWORK_POLICY: Type = Type::new("NetworkPolicy", METADATA_ONLY);
+static RUNTIME_CLASS: Type = Type::new("RuntimeClass", METADATA_ONLY);
+
 // storage.k8s.io/v1: only a CSINode's drivers merge (by name).
 
 static CSI_DRIVER: Type = Type::new("CSIDriver", METADATA_ONLY);
@@ -432,6 +444,11 @@ pub fn for_kind(group: &str, kind: &str) -> Option<&'static Type> {
         ("apps", "ReplicaSet") => &REPLICA_SET,
         ("apps", "StatefulSet") => &STATEFUL_SET,
         ("autoscaling", "Scale") => &SCALE,
+        ("autoscaling", "HorizontalPodAutoscaler") => &HORIZONTAL_POD_AUTOSCALER,
+        ("networking.k8s.io", "Ingress") => &INGRESS,
+        ("networking.k8s.io", "IngressClass") => &INGRESS_CLASS,
+        ("networking.k8s.io", "NetworkPolicy") => &NETWORK_POLICY,
+        ("node.k8s.io", "RuntimeClass") => &RUNTIME_CLASS,
         ("batch", "CronJob") => &CRON_JOB,
         ("batch", "Job") => &JOB,
         ("coordination.k8s.io", "Lease") => &LEASE,

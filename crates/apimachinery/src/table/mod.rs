@@ -20,6 +20,8 @@
 //! - `batch`: jobs and cron jobs.
 //! - `other`: leases, endpoint slices, pod disruption budgets, role bindings, priority classes.
 //! - `replication`: replication controllers and pod templates.
+//! - `networking`: horizontal pod autoscalers, ingresses, ingress classes, network policies,
+//!   runtime classes.
 //! - `storage`: persistent volumes and claims, storage classes, volume attachments, CSI drivers,
 //!   CSI nodes and CSI storage capacities.
 //! - `format`: label maps, label selectors, container lists, `host:port`, `a,b,c + 2 more...`.
@@ -32,6 +34,7 @@ mod core;
 mod duration;
 mod events;
 mod format;
+mod networking;
 mod other;
 mod pod;
 mod replication;
@@ -140,6 +143,11 @@ fn printer(group: &str, plural: &str) -> Option<&'static Printer> {
             &other::ROLE_BINDINGS
         }
         ("scheduling.k8s.io", "priorityclasses") => &other::PRIORITY_CLASSES,
+        ("autoscaling", "horizontalpodautoscalers") => &networking::HORIZONTAL_POD_AUTOSCALERS,
+        ("networking.k8s.io", "ingresses") => &networking::INGRESSES,
+        ("networking.k8s.io", "ingressclasses") => &networking::INGRESS_CLASSES,
+        ("networking.k8s.io", "networkpolicies") => &networking::NETWORK_POLICIES,
+        ("node.k8s.io", "runtimeclasses") => &networking::RUNTIME_CLASSES,
         ("storage.k8s.io", "storageclasses") => &storage::STORAGE_CLASSES,
         ("storage.k8s.io", "volumeattachments") => &storage::VOLUME_ATTACHMENTS,
         ("storage.k8s.io", "csidrivers") => &storage::CSI_DRIVERS,

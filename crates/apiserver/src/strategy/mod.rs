@@ -20,6 +20,8 @@
 //!   quantity and class checks of [`volume`].
 //! - [`storageclass`], [`csi`], [`volumeattachment`]: `storage.k8s.io/v1`.
 //! - [`replicationcontroller`], [`podtemplate`]: the core/v1 workload kinds.
+//! - [`hpa`], [`ingress`], [`networkpolicy`], [`runtimeclass`]: `autoscaling/v2`,
+//!   `networking.k8s.io/v1` and `node.k8s.io/v1`.
 
 pub mod common;
 pub mod configmap;
@@ -31,9 +33,12 @@ pub mod deployment;
 pub mod endpointslice;
 pub mod event;
 pub mod generic;
+pub mod hpa;
+pub mod ingress;
 pub mod job;
 pub mod lease;
 pub mod namespace;
+pub mod networkpolicy;
 pub mod node;
 pub mod pdb;
 pub mod pod;
@@ -44,6 +49,7 @@ pub mod pvc;
 pub mod rbac;
 pub mod replicaset;
 pub mod replicationcontroller;
+pub mod runtimeclass;
 pub mod secret;
 pub mod service;
 pub mod statefulset;
@@ -127,6 +133,11 @@ pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
         ("storage.k8s.io", "csinodes") => &csi::CsiNodeStrategy,
         ("storage.k8s.io", "csistoragecapacities") => &csi::CsiStorageCapacityStrategy,
         ("storage.k8s.io", "volumeattachments") => &volumeattachment::VolumeAttachmentStrategy,
+        ("autoscaling", "horizontalpodautoscalers") => &hpa::HorizontalPodAutoscalerStrategy,
+        ("networking.k8s.io", "ingresses") => &ingress::IngressStrategy,
+        ("networking.k8s.io", "ingressclasses") => &ingress::IngressClassStrategy,
+        ("networking.k8s.io", "networkpolicies") => &networkpolicy::NetworkPolicyStrategy,
+        ("node.k8s.io", "runtimeclasses") => &runtimeclass::RuntimeClassStrategy,
         _ => &Plain,
     }
 }
