@@ -13,7 +13,9 @@ use kube::api::{
 };
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use support::{ApiServer, Backend, KUBECTL_133, eventually, expect_line, kube_client, run};
+use support::{
+    ApiServer, Backend, KUBECTL_127, KUBECTL_133, eventually, expect_line, kube_client, run,
+};
 
 const STORAGE: &str = r#"
 apiVersion: storage.k8s.io/v1
@@ -94,7 +96,13 @@ fn row<'a>(table: &'a str, name: &str) -> &'a str {
 #[test]
 fn api_resources_lists_the_new_kinds() {
     let api = ApiServer::start(Backend::Embedded);
-    let out = api.kubectl(KUBECTL_133, &["api-resources"]);
+    for kubectl in [KUBECTL_133, KUBECTL_127] {
+        api_resources(&api, kubectl);
+    }
+}
+
+fn api_resources(api: &ApiServer, kubectl: &str) {
+    let out = api.kubectl(kubectl, &["api-resources"]);
     for (plural, short, version, namespaced, kind) in [
         (
             "persistentvolumeclaims",
@@ -864,4 +872,30 @@ fn autoscaling_networking_and_node_kinds_through_kubectl() {
     assert!(explain.contains("containerResource"), "{explain}");
     let explain = api.kubectl(k, &["explain", "ingress.spec.rules"]);
     assert!(explain.contains("host"), "{explain}");
+}
+
+/// kubectl 1.27 (legacy discovery, its own apply) reads and writes the new kinds with the same
+/// server-side tables.
+#[test]
+fn the_oldest_kubectl_applies_and_lists_the_new_kinds() {
+    let api = ApiServer::start(Backend::Embedded);
+    let k = KUBECTL_127;
+    api.kubectl_stdin(k, &["apply", "-f", "-"], Some(STORAGE));
+    api.kubectl_stdin(k, &["apply", "-f", "-"], Some(NETWORKING));
+    let pvcs = api.kubectl(k, &["get", "pvc"]);
+    assert_eq!(header(&pvcs)[6], "VOLUMEATTRIBUTESCLASS", "{pvcs}");
+    let cells: Vec<&str> = row(&pvcs, "data").split_whitespace().collect();
+    assert_eq!(cells[..3], ["data", "Pending", "fast"], "{pvcs}");
+    let hpas = api.kubectl(k, &["get", "hpa"]);
+    assert!(row(&hpas, "web").contains("cpu: <unknown>/80%"), "{hpas}");
+    let names = api.kubectl(k, &["get", "sc,pv,runtimeclass,ingressclass", "-o", "name"]);
+    assert_eq!(
+        names.lines().collect::<Vec<_>>(),
+        [
+            "storageclass.storage.k8s.io/fast",
+            "persistentvolume/pv-1",
+            "runtimeclass.node.k8s.io/gvisor",
+            "ingressclass.networking.k8s.io/nginx"
+        ]
+    );
 }
