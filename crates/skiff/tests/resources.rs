@@ -254,6 +254,23 @@ fn volumes_claims_and_classes_through_kubectl() {
     assert_eq!(volume["spec"]["volumeMode"], "Filesystem");
     assert_eq!(volume["spec"]["persistentVolumeReclaimPolicy"], "Retain");
 
+    // DefaultStorageClass: a claim naming no class gets the default one.
+    let classless = r#"{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "plain"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}"#;
+    api.kubectl_stdin(k, &["create", "-f", "-"], Some(classless));
+    let class = api.kubectl(
+        k,
+        &[
+            "get",
+            "pvc",
+            "plain",
+            "-o",
+            "jsonpath={.spec.storageClassName}",
+        ],
+    );
+    assert_eq!(class, "fast");
+
     let bad = r#"{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                   "metadata": {"name": "bad"}, "spec": {"resources": {}}}"#;
     let refused = api.kubectl_fails(k, &["create", "-f", "-"], Some(bad));
