@@ -218,6 +218,26 @@ pub static RESOURCES: &[ResourceType] = &[
         &[status_of(("", "v1", "Node"))],
     ),
     rt(
+        ("", "v1", "PersistentVolumeClaim"),
+        "persistentvolumeclaims",
+        "persistentvolumeclaim",
+        NS,
+        &["pvc"],
+        NONE,
+        CRUD,
+        &[status_of(("", "v1", "PersistentVolumeClaim"))],
+    ),
+    rt(
+        ("", "v1", "PersistentVolume"),
+        "persistentvolumes",
+        "persistentvolume",
+        CLUSTER,
+        &["pv"],
+        NONE,
+        CRUD,
+        &[status_of(("", "v1", "PersistentVolume"))],
+    ),
+    rt(
         ("", "v1", "Pod"),
         "pods",
         "pod",
@@ -237,6 +257,29 @@ pub static RESOURCES: &[ResourceType] = &[
                 &["create", "get"],
             ),
             status_of(("", "v1", "Pod")),
+        ],
+    ),
+    rt(
+        ("", "v1", "PodTemplate"),
+        "podtemplates",
+        "podtemplate",
+        NS,
+        NONE,
+        NONE,
+        CRUD,
+        NO_SUB,
+    ),
+    rt(
+        ("", "v1", "ReplicationController"),
+        "replicationcontrollers",
+        "replicationcontroller",
+        NS,
+        &["rc"],
+        ALL,
+        CRUD,
+        &[
+            Subresource::new("scale", SCALE, GET_PATCH_UPDATE),
+            status_of(("", "v1", "ReplicationController")),
         ],
     ),
     rt(
@@ -343,6 +386,17 @@ pub static RESOURCES: &[ResourceType] = &[
             status_of(("apps", "v1", "StatefulSet")),
         ],
     ),
+    // autoscaling/v2
+    rt(
+        ("autoscaling", "v2", "HorizontalPodAutoscaler"),
+        "horizontalpodautoscalers",
+        "horizontalpodautoscaler",
+        NS,
+        &["hpa"],
+        ALL,
+        CRUD,
+        &[status_of(("autoscaling", "v2", "HorizontalPodAutoscaler"))],
+    ),
     // batch/v1
     rt(
         ("batch", "v1", "CronJob"),
@@ -393,6 +447,48 @@ pub static RESOURCES: &[ResourceType] = &[
         "event",
         NS,
         &["ev"],
+        NONE,
+        CRUD,
+        NO_SUB,
+    ),
+    // networking.k8s.io/v1
+    rt(
+        ("networking.k8s.io", "v1", "IngressClass"),
+        "ingressclasses",
+        "ingressclass",
+        CLUSTER,
+        NONE,
+        NONE,
+        CRUD,
+        NO_SUB,
+    ),
+    rt(
+        ("networking.k8s.io", "v1", "Ingress"),
+        "ingresses",
+        "ingress",
+        NS,
+        &["ing"],
+        NONE,
+        CRUD,
+        &[status_of(("networking.k8s.io", "v1", "Ingress"))],
+    ),
+    rt(
+        ("networking.k8s.io", "v1", "NetworkPolicy"),
+        "networkpolicies",
+        "networkpolicy",
+        NS,
+        &["netpol"],
+        NONE,
+        CRUD,
+        NO_SUB,
+    ),
+    // node.k8s.io/v1
+    rt(
+        ("node.k8s.io", "v1", "RuntimeClass"),
+        "runtimeclasses",
+        "runtimeclass",
+        CLUSTER,
+        NONE,
         NONE,
         CRUD,
         NO_SUB,
@@ -460,6 +556,57 @@ pub static RESOURCES: &[ResourceType] = &[
         CRUD,
         NO_SUB,
     ),
+    // storage.k8s.io/v1
+    rt(
+        ("storage.k8s.io", "v1", "CSIDriver"),
+        "csidrivers",
+        "csidriver",
+        CLUSTER,
+        NONE,
+        NONE,
+        CRUD,
+        NO_SUB,
+    ),
+    rt(
+        ("storage.k8s.io", "v1", "CSINode"),
+        "csinodes",
+        "csinode",
+        CLUSTER,
+        NONE,
+        NONE,
+        CRUD,
+        NO_SUB,
+    ),
+    rt(
+        ("storage.k8s.io", "v1", "CSIStorageCapacity"),
+        "csistoragecapacities",
+        "csistoragecapacity",
+        NS,
+        NONE,
+        NONE,
+        CRUD,
+        NO_SUB,
+    ),
+    rt(
+        ("storage.k8s.io", "v1", "StorageClass"),
+        "storageclasses",
+        "storageclass",
+        CLUSTER,
+        &["sc"],
+        NONE,
+        CRUD,
+        NO_SUB,
+    ),
+    rt(
+        ("storage.k8s.io", "v1", "VolumeAttachment"),
+        "volumeattachments",
+        "volumeattachment",
+        CLUSTER,
+        NONE,
+        NONE,
+        CRUD,
+        &[status_of(("storage.k8s.io", "v1", "VolumeAttachment"))],
+    ),
 ];
 
 /// The API groups in discovery order, each with its one served version.
@@ -521,6 +668,6 @@ mod tests {
     fn groups_are_listed_once_in_order() {
         let groups = groups();
         assert_eq!(groups[0], ("apps", "v1"));
-        assert_eq!(groups.len(), 8);
+        assert_eq!(groups.len(), 12);
     }
 }

@@ -145,6 +145,21 @@ impl PriorityClassLookup for StorePriorityClasses {
     }
 }
 
+/// The DefaultStorageClass plugin's view of StorageClasses: the watch cache.
+struct CachedStorageClasses {
+    cache: Arc<Cacher>,
+}
+
+#[async_trait]
+impl crate::admission::default_storage_class::StorageClassLookup for CachedStorageClasses {
+    async fn all(&self) -> Result<Vec<serde_json::Value>> {
+        let rt = skiff_apimachinery::catalog::lookup("storage.k8s.io", "v1", "storageclasses")
+            .expect("storageclasses");
+        let list = self.cache.resource(rt).list("");
+        list.objects.iter().map(|c| c.object()).collect()
+    }
+}
+
 impl ApiServer {
     /// Builds the server state over a store: starts the watch cache and the default policy
     /// chain; `kubelet` reaches the nodes' kubelets, `tokens` (if any) signs service account
@@ -176,6 +191,12 @@ impl ApiServer {
                             cache: cache.clone(),
                         },
                     }),
+                    Box::new(admission::default_storage_class::DefaultStorageClass {
+                        lookup: CachedStorageClasses {
+                            cache: cache.clone(),
+                        },
+                    }),
+                    Box::new(admission::storage_protection::StorageObjectInUseProtection),
                 ],
             },
             metrics: Arc::default(),

@@ -119,6 +119,20 @@ const TABLE: &[(&str, &str, &str, &str, Option<&str>)] = &[
         MERGE,
         Some("type"),
     ),
+    (
+        "io.k8s.api.autoscaling.v2.",
+        "HorizontalPodAutoscalerStatus",
+        "conditions",
+        MERGE,
+        Some("type"),
+    ),
+    (
+        "io.k8s.api.storage.v1.",
+        "CSINodeSpec",
+        "drivers",
+        MERGE,
+        Some("name"),
+    ),
 ];
 
 /// The table with full definition names.

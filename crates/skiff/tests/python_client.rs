@@ -234,3 +234,38 @@ fn the_python_client_watch_sees_an_object_created_concurrently() {
         "the script printed:\n{out}"
     );
 }
+
+const STORAGE_AND_AUTOSCALING: &str = r#"
+storage = client.StorageV1Api()
+autoscaling = client.AutoscalingV2Api()
+sc = storage.create_storage_class(client.V1StorageClass(metadata=meta(name="fast"), provisioner="example.com/ssd"))
+print("class", sc.reclaim_policy, sc.volume_binding_mode)
+spec = client.V1PersistentVolumeClaimSpec(access_modes=["ReadWriteOnce"], storage_class_name="fast",
+    resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}))
+pvc = v1.create_namespaced_persistent_volume_claim("default",
+    client.V1PersistentVolumeClaim(metadata=meta(name="data"), spec=spec))
+print("claim", pvc.status.phase, pvc.spec.volume_mode, pvc.metadata.finalizers)
+print("listed", [c.metadata.name for c in v1.list_namespaced_persistent_volume_claim("default").items])
+bad = client.V1PersistentVolumeClaim(metadata=meta(name="bad"),
+    spec=client.V1PersistentVolumeClaimSpec(access_modes=["ReadWriteOnce"],
+        resources=client.V1VolumeResourceRequirements(requests={})))
+print("bad", failure(lambda: v1.create_namespaced_persistent_volume_claim("default", bad)))
+target = client.V2CrossVersionObjectReference(api_version="apps/v1", kind="Deployment", name="web")
+hpa = autoscaling.create_namespaced_horizontal_pod_autoscaler("default", client.V2HorizontalPodAutoscaler(
+    metadata=meta(name="web"), spec=client.V2HorizontalPodAutoscalerSpec(scale_target_ref=target, max_replicas=4)))
+print("hpa", hpa.spec.min_replicas, hpa.spec.metrics[0].resource.name, hpa.spec.metrics[0].resource.target.average_utilization)
+"#;
+
+#[test]
+fn the_python_client_writes_claims_classes_and_autoscalers() {
+    let api = ApiServer::start(Backend::Embedded);
+    let out = python(&api, &format!("{PRELUDE}{STORAGE_AND_AUTOSCALING}"));
+    let want = [
+        "class Delete Immediate",
+        "claim Pending Filesystem ['kubernetes.io/pvc-protection']",
+        "listed ['data']",
+        "bad 422 Invalid PersistentVolumeClaim \"bad\" is invalid: spec.resources[storage]: Required value",
+        "hpa 1 cpu 80",
+    ];
+    assert_eq!(out.lines().collect::<Vec<_>>(), want, "{out}");
+}

@@ -195,6 +195,26 @@ static PERSISTENT_VOLUME_CLAIM: Type = Type::new(
     &[METADATA, object("status", &PERSISTENT_VOLUME_CLAIM_STATUS)],
 );
 
+static PERSISTENT_VOLUME: Type = Type::new("PersistentVolume", METADATA_ONLY);
+
+static POD_TEMPLATE: Type = Type::new(
+    "PodTemplate",
+    &[METADATA, object("template", &POD_TEMPLATE_SPEC)],
+);
+static REPLICATION_CONTROLLER_SPEC: Type = Type::new(
+    "ReplicationControllerSpec",
+    &[object("template", &POD_TEMPLATE_SPEC)],
+);
+static REPLICATION_CONTROLLER_STATUS: Type = Type::new("ReplicationControllerStatus", CONDITIONS);
+static REPLICATION_CONTROLLER: Type = Type::new(
+    "ReplicationController",
+    &[
+        METADATA,
+        object("spec", &REPLICATION_CONTROLLER_SPEC),
+        object("status", &REPLICATION_CONTROLLER_STATUS),
+    ],
+);
+
 static SERVICE_SPEC: Type = Type::new(
     "ServiceSpec",
     &[merge_by("ports", "port", None), atomic("externalIPs", None)],
@@ -377,6 +397,27 @@ static EVENTS_EVENT: Type = Type::new("Event", METADATA_ONLY);
 static PRIORITY_CLASS: Type = Type::new("PriorityClass", METADATA_ONLY);
 static SCALE: Type = Type::new("Scale", METADATA_ONLY);
 
+// autoscaling/v2, networking.k8s.io/v1, node.k8s.io/v1: only an autoscaler's conditions merge.
+
+static HPA_STATUS: Type = Type::new("HorizontalPodAutoscalerStatus", CONDITIONS);
+static HORIZONTAL_POD_AUTOSCALER: Type = Type::new(
+    "HorizontalPodAutoscaler",
+    &[METADATA, object("status", &HPA_STATUS)],
+);
+static INGRESS: Type = Type::new("Ingress", METADATA_ONLY);
+static INGRESS_CLASS: Type = Type::new("IngressClass", METADATA_ONLY);
+static NETWORK_POLICY: Type = Type::new("NetworkPolicy", METADATA_ONLY);
+static RUNTIME_CLASS: Type = Type::new("RuntimeClass", METADATA_ONLY);
+
+// storage.k8s.io/v1: only a CSINode's drivers merge (by name).
+
+static CSI_DRIVER: Type = Type::new("CSIDriver", METADATA_ONLY);
+static CSI_NODE_SPEC: Type = Type::new("CSINodeSpec", &[merge_by("drivers", "name", None)]);
+static CSI_NODE: Type = Type::new("CSINode", &[METADATA, object("spec", &CSI_NODE_SPEC)]);
+static CSI_STORAGE_CAPACITY: Type = Type::new("CSIStorageCapacity", METADATA_ONLY);
+static STORAGE_CLASS: Type = Type::new("StorageClass", METADATA_ONLY);
+static VOLUME_ATTACHMENT: Type = Type::new("VolumeAttachment", METADATA_ONLY);
+
 /// The patch metadata of the root of an object of `kind` in API group `group` (`""` for core),
 /// `None` for kinds Skiff does not serve as built-ins.
 pub fn for_kind(group: &str, kind: &str) -> Option<&'static Type> {
@@ -388,7 +429,11 @@ pub fn for_kind(group: &str, kind: &str) -> Option<&'static Type> {
         ("", "LimitRange") => &LIMIT_RANGE,
         ("", "Namespace") => &NAMESPACE,
         ("", "Node") => &NODE,
+        ("", "PersistentVolume") => &PERSISTENT_VOLUME,
+        ("", "PersistentVolumeClaim") => &PERSISTENT_VOLUME_CLAIM,
         ("", "Pod") => &POD,
+        ("", "PodTemplate") => &POD_TEMPLATE,
+        ("", "ReplicationController") => &REPLICATION_CONTROLLER,
         ("", "ResourceQuota") => &RESOURCE_QUOTA,
         ("", "Secret") => &SECRET,
         ("", "Service") => &SERVICE,
@@ -399,6 +444,11 @@ pub fn for_kind(group: &str, kind: &str) -> Option<&'static Type> {
         ("apps", "ReplicaSet") => &REPLICA_SET,
         ("apps", "StatefulSet") => &STATEFUL_SET,
         ("autoscaling", "Scale") => &SCALE,
+        ("autoscaling", "HorizontalPodAutoscaler") => &HORIZONTAL_POD_AUTOSCALER,
+        ("networking.k8s.io", "Ingress") => &INGRESS,
+        ("networking.k8s.io", "IngressClass") => &INGRESS_CLASS,
+        ("networking.k8s.io", "NetworkPolicy") => &NETWORK_POLICY,
+        ("node.k8s.io", "RuntimeClass") => &RUNTIME_CLASS,
         ("batch", "CronJob") => &CRON_JOB,
         ("batch", "Job") => &JOB,
         ("coordination.k8s.io", "Lease") => &LEASE,
@@ -411,6 +461,11 @@ pub fn for_kind(group: &str, kind: &str) -> Option<&'static Type> {
         ("rbac.authorization.k8s.io", "Role") => &ROLE,
         ("rbac.authorization.k8s.io", "RoleBinding") => &ROLE_BINDING,
         ("scheduling.k8s.io", "PriorityClass") => &PRIORITY_CLASS,
+        ("storage.k8s.io", "CSIDriver") => &CSI_DRIVER,
+        ("storage.k8s.io", "CSINode") => &CSI_NODE,
+        ("storage.k8s.io", "CSIStorageCapacity") => &CSI_STORAGE_CAPACITY,
+        ("storage.k8s.io", "StorageClass") => &STORAGE_CLASS,
+        ("storage.k8s.io", "VolumeAttachment") => &VOLUME_ATTACHMENT,
         _ => return None,
     };
     Some(ty)

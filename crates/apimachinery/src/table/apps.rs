@@ -7,19 +7,19 @@ use super::{AGE, Column, NAME, Printer};
 use jiff::Timestamp;
 use serde_json::Value;
 
-const CONTAINERS: Column = Column::new(
+pub(super) const CONTAINERS: Column = Column::new(
     "Containers",
     "string",
     1,
     "Names of the containers in the pod template.",
 );
-const IMAGES: Column = Column::new(
+pub(super) const IMAGES: Column = Column::new(
     "Images",
     "string",
     1,
     "Images of the containers in the pod template.",
 );
-const SELECTOR: Column = Column::new(
+pub(super) const SELECTOR: Column = Column::new(
     "Selector",
     "string",
     1,
@@ -32,7 +32,7 @@ fn desired(v: &Value) -> i64 {
 }
 
 /// Names and images of `spec.template.spec.containers`.
-fn template_containers(v: &Value) -> (Value, Value) {
+pub(super) fn template_containers(v: &Value) -> (Value, Value) {
     let (names, images) = containers(list(v, "/spec/template/spec/containers"));
     (names.into(), images.into())
 }

@@ -19,6 +19,11 @@
 //! - `apps`: deployments, replica sets, stateful sets, daemon sets, controller revisions.
 //! - `batch`: jobs and cron jobs.
 //! - `other`: leases, endpoint slices, pod disruption budgets, role bindings, priority classes.
+//! - `replication`: replication controllers and pod templates.
+//! - `networking`: horizontal pod autoscalers, ingresses, ingress classes, network policies,
+//!   runtime classes.
+//! - `storage`: persistent volumes and claims, storage classes, volume attachments, CSI drivers,
+//!   CSI nodes and CSI storage capacities.
 //! - `format`: label maps, label selectors, container lists, `host:port`, `a,b,c + 2 more...`.
 //! - `value`: reading fields out of JSON without panicking.
 //! - `duration`: [`human_duration`], upstream's `duration.HumanDuration` (the AGE cells).
@@ -29,8 +34,11 @@ mod core;
 mod duration;
 mod events;
 mod format;
+mod networking;
 mod other;
 mod pod;
+mod replication;
+mod storage;
 mod value;
 
 pub use duration::human_duration;
@@ -116,6 +124,10 @@ fn printer(group: &str, plural: &str) -> Option<&'static Printer> {
         ("", "serviceaccounts") => &core::SERVICE_ACCOUNTS,
         ("", "resourcequotas") => &core::RESOURCE_QUOTAS,
         ("", "events") => &events::CORE_EVENTS,
+        ("", "persistentvolumeclaims") => &storage::PERSISTENT_VOLUME_CLAIMS,
+        ("", "persistentvolumes") => &storage::PERSISTENT_VOLUMES,
+        ("", "replicationcontrollers") => &replication::REPLICATION_CONTROLLERS,
+        ("", "podtemplates") => &replication::POD_TEMPLATES,
         ("events.k8s.io", "events") => &events::EVENTS_V1,
         ("apps", "deployments") => &apps::DEPLOYMENTS,
         ("apps", "replicasets") => &apps::REPLICA_SETS,
@@ -131,6 +143,16 @@ fn printer(group: &str, plural: &str) -> Option<&'static Printer> {
             &other::ROLE_BINDINGS
         }
         ("scheduling.k8s.io", "priorityclasses") => &other::PRIORITY_CLASSES,
+        ("autoscaling", "horizontalpodautoscalers") => &networking::HORIZONTAL_POD_AUTOSCALERS,
+        ("networking.k8s.io", "ingresses") => &networking::INGRESSES,
+        ("networking.k8s.io", "ingressclasses") => &networking::INGRESS_CLASSES,
+        ("networking.k8s.io", "networkpolicies") => &networking::NETWORK_POLICIES,
+        ("node.k8s.io", "runtimeclasses") => &networking::RUNTIME_CLASSES,
+        ("storage.k8s.io", "storageclasses") => &storage::STORAGE_CLASSES,
+        ("storage.k8s.io", "volumeattachments") => &storage::VOLUME_ATTACHMENTS,
+        ("storage.k8s.io", "csidrivers") => &storage::CSI_DRIVERS,
+        ("storage.k8s.io", "csinodes") => &storage::CSI_NODES,
+        ("storage.k8s.io", "csistoragecapacities") => &storage::CSI_STORAGE_CAPACITIES,
         // limitranges, roles, clusterroles, bindings: upstream has no printer either.
         _ => return None,
     })

@@ -141,6 +141,67 @@ fn view_cannot_read_secrets_but_edit_can() {
 }
 
 #[test]
+fn the_scheduler_reads_the_storage_kinds_through_its_two_roles() {
+    let policy = policy();
+    let bound: Vec<&Value> = (policy.cluster_role_bindings.iter())
+        .filter(|b| {
+            b["subjects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|s| s["kind"] == "User" && s["name"] == "system:kube-scheduler")
+        })
+        .collect();
+    let mut rules = Vec::new();
+    for b in bound {
+        rules.extend(rules_of(cluster_role(
+            &policy,
+            b["roleRef"]["name"].as_str().unwrap(),
+        )));
+    }
+    let wanted = [
+        rule(
+            &[""],
+            &["persistentvolumeclaims", "persistentvolumes"],
+            &["get", "list", "watch"],
+        ),
+        rule(
+            &["storage.k8s.io"],
+            &[
+                "storageclasses",
+                "csinodes",
+                "csidrivers",
+                "csistoragecapacities",
+            ],
+            &["get", "list", "watch"],
+        ),
+    ];
+    assert!(uncovered(&rules, &wanted).is_empty());
+    let edit = rules_of(cluster_role(&policy, "edit"));
+    let write_claims = [rule(
+        &[""],
+        &["persistentvolumeclaims"],
+        &["create", "delete"],
+    )];
+    assert!(uncovered(&edit, &write_claims).is_empty());
+    let view = rules_of(cluster_role(&policy, "view"));
+    let read_new_kinds = [
+        rule(
+            &[""],
+            &["persistentvolumeclaims", "replicationcontrollers"],
+            &["list"],
+        ),
+        rule(&["autoscaling"], &["horizontalpodautoscalers"], &["list"]),
+        rule(
+            &["networking.k8s.io"],
+            &["ingresses", "networkpolicies"],
+            &["list"],
+        ),
+    ];
+    assert!(uncovered(&view, &read_new_kinds).is_empty());
+}
+
+#[test]
 fn aggregated_roles_carry_the_rules_of_the_roles_they_select() {
     let policy = policy();
     let rules = |n: &str| rules_of(cluster_role(&policy, n));

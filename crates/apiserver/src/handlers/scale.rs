@@ -14,11 +14,21 @@ use crate::error::{ApiError, Result};
 /// The Scale of a workload.
 pub fn scale_of(obj: &Value) -> Value {
     let meta = &obj["metadata"];
-    let selector = obj
-        .pointer("/spec/selector")
-        .and_then(|s| labels::Selector::from_label_selector(s).ok())
-        .map(|s| s.to_string())
-        .unwrap_or_default();
+    let selector = obj.pointer("/spec/selector");
+    let selector = if obj["kind"] == "ReplicationController" {
+        // A ReplicationController's selector is a plain label map.
+        let pairs = selector
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()));
+        labels::Selector::from_set(pairs).to_string()
+    } else {
+        selector
+            .and_then(|s| labels::Selector::from_label_selector(s).ok())
+            .map(|s| s.to_string())
+            .unwrap_or_default()
+    };
     json!({
         "kind": "Scale", "apiVersion": "autoscaling/v1",
         "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"],

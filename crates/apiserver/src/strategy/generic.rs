@@ -20,10 +20,17 @@ fn meta_mut(object: &mut Value) -> &mut Map<String, Value> {
 }
 
 /// Whether the kind tracks `metadata.generation` (kinds with a spec and a status subresource;
-/// pods only with the alpha PodObservedGenerationTracking, so not here).
+/// pods only with the alpha PodObservedGenerationTracking, so not here; volumes, their claims
+/// and attachments never, as upstream's strategies leave it unset).
 fn tracks_generation(rt: &ResourceType) -> bool {
     rt.has_status()
-        && !(rt.group.is_empty() && matches!(rt.plural, "pods" | "nodes" | "namespaces"))
+        && !matches!(
+            (rt.group, rt.plural),
+            (
+                "",
+                "pods" | "nodes" | "namespaces" | "persistentvolumeclaims" | "persistentvolumes"
+            ) | ("storage.k8s.io", "volumeattachments")
+        )
 }
 
 /// Whether a create resets `.status` (every kind with a status subresource except Nodes, whose

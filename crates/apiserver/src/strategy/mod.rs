@@ -16,28 +16,46 @@
 //! - [`replicaset`], [`deployment`], [`statefulset`], [`daemonset`]: `apps/v1` workloads.
 //! - [`job`], [`cronjob`], [`cron`]: `batch/v1` Jobs, CronJobs and the cron schedule parser.
 //! - [`lease`], [`priorityclass`], [`pdb`], [`endpointslice`], [`rbac`]: the remaining groups.
+//! - [`pvc`], [`pv`]: PersistentVolumeClaims and PersistentVolumes, over the access mode,
+//!   quantity and class checks of [`volume`].
+//! - [`storageclass`], [`csi`], [`volumeattachment`]: `storage.k8s.io/v1`.
+//! - [`replicationcontroller`], [`podtemplate`]: the core/v1 workload kinds.
+//! - [`hpa`], [`ingress`], [`networkpolicy`], [`runtimeclass`]: `autoscaling/v2`,
+//!   `networking.k8s.io/v1` and `node.k8s.io/v1`.
 
 pub mod common;
 pub mod configmap;
 pub mod cron;
 pub mod cronjob;
+pub mod csi;
 pub mod daemonset;
 pub mod deployment;
 pub mod endpointslice;
 pub mod event;
 pub mod generic;
+pub mod hpa;
+pub mod ingress;
 pub mod job;
 pub mod lease;
 pub mod namespace;
+pub mod networkpolicy;
 pub mod node;
 pub mod pdb;
 pub mod pod;
+pub mod podtemplate;
 pub mod priorityclass;
+pub mod pv;
+pub mod pvc;
 pub mod rbac;
 pub mod replicaset;
+pub mod replicationcontroller;
+pub mod runtimeclass;
 pub mod secret;
 pub mod service;
 pub mod statefulset;
+pub mod storageclass;
+pub mod volume;
+pub mod volumeattachment;
 
 use serde_json::Value;
 use skiff_apimachinery::catalog::ResourceType;
@@ -88,6 +106,10 @@ pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
         ("", "configmaps") => &configmap::ConfigMapStrategy,
         ("", "secrets") => &secret::SecretStrategy,
         ("", "events") => &event::EventStrategy,
+        ("", "persistentvolumeclaims") => &pvc::PersistentVolumeClaimStrategy,
+        ("", "persistentvolumes") => &pv::PersistentVolumeStrategy,
+        ("", "replicationcontrollers") => &replicationcontroller::ReplicationControllerStrategy,
+        ("", "podtemplates") => &podtemplate::PodTemplateStrategy,
         ("apps", "deployments") => &deployment::DeploymentStrategy,
         ("apps", "replicasets") => &replicaset::ReplicaSetStrategy,
         ("apps", "statefulsets") => &statefulset::StatefulSetStrategy,
@@ -106,6 +128,16 @@ pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
         ("rbac.authorization.k8s.io", "clusterrolebindings") => {
             &rbac::BindingStrategy { namespaced: false }
         }
+        ("storage.k8s.io", "storageclasses") => &storageclass::StorageClassStrategy,
+        ("storage.k8s.io", "csidrivers") => &csi::CsiDriverStrategy,
+        ("storage.k8s.io", "csinodes") => &csi::CsiNodeStrategy,
+        ("storage.k8s.io", "csistoragecapacities") => &csi::CsiStorageCapacityStrategy,
+        ("storage.k8s.io", "volumeattachments") => &volumeattachment::VolumeAttachmentStrategy,
+        ("autoscaling", "horizontalpodautoscalers") => &hpa::HorizontalPodAutoscalerStrategy,
+        ("networking.k8s.io", "ingresses") => &ingress::IngressStrategy,
+        ("networking.k8s.io", "ingressclasses") => &ingress::IngressClassStrategy,
+        ("networking.k8s.io", "networkpolicies") => &networkpolicy::NetworkPolicyStrategy,
+        ("node.k8s.io", "runtimeclasses") => &runtimeclass::RuntimeClassStrategy,
         _ => &Plain,
     }
 }

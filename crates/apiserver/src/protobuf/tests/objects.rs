@@ -13,6 +13,7 @@ use k8s_pb::api::batch::v1 as batch;
 use k8s_pb::api::coordination::v1 as coordination;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::api::policy::v1 as policy;
+use k8s_pb::api::storage::v1 as storage;
 use k8s_pb::apimachinery::pkg::api::resource::Quantity;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_pb::apimachinery::pkg::runtime::RawExtension;
@@ -659,4 +660,51 @@ fn map_entries_without_a_value_get_go_zero_values() {
         value["metadata"],
         json!({"labels": {"": "v"}, "creationTimestamp": null})
     );
+}
+
+#[test]
+fn a_persistent_volume_claim_keeps_its_modes_request_and_class() {
+    let pvc = core::PersistentVolumeClaim {
+        metadata: named("data"),
+        spec: Some(core::PersistentVolumeClaimSpec {
+            access_modes: vec!["ReadWriteOnce".into()],
+            resources: Some(core::VolumeResourceRequirements {
+                requests: map(&[("storage", quantity("1Gi"))]),
+                ..Default::default()
+            }),
+            storage_class_name: s("fast"),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let value = decoded("v1", "PersistentVolumeClaim", &pvc);
+    assert_eq!(value["metadata"]["name"], "data");
+    assert_eq!(value["spec"]["accessModes"], json!(["ReadWriteOnce"]));
+    assert_eq!(
+        value["spec"]["resources"],
+        json!({"requests": {"storage": "1Gi"}})
+    );
+    assert_eq!(value["spec"]["storageClassName"], "fast");
+    assert!(value["spec"].get("volumeMode").is_none());
+}
+
+#[test]
+fn a_storage_class_keeps_its_parameters_and_a_false_expansion_flag() {
+    let sc = storage::StorageClass {
+        metadata: named("fast"),
+        provisioner: s("example.com/ssd"),
+        parameters: map(&[("type", "ssd".to_string())]),
+        reclaim_policy: s("Retain"),
+        allow_volume_expansion: Some(false),
+        volume_binding_mode: s("WaitForFirstConsumer"),
+        ..Default::default()
+    };
+    let value = decoded("storage.k8s.io/v1", "StorageClass", &sc);
+    assert_eq!(value["apiVersion"], "storage.k8s.io/v1");
+    assert_eq!(value["kind"], "StorageClass");
+    assert_eq!(value["provisioner"], "example.com/ssd");
+    assert_eq!(value["parameters"], json!({"type": "ssd"}));
+    assert_eq!(value["reclaimPolicy"], "Retain");
+    assert_eq!(value["allowVolumeExpansion"], false);
+    assert_eq!(value["volumeBindingMode"], "WaitForFirstConsumer");
 }
