@@ -695,3 +695,51 @@ fn each_default_plugin_decides_and_explains_as_upstream() {
         assert_eq!(zones, vec!["a", "a", "b", "b"]);
     });
 }
+
+#[test]
+fn a_read_write_once_pod_claim_admits_one_pod_and_a_missing_claim_keeps_its_pod_waiting() {
+    let api = ApiServer::start(Backend::Embedded);
+    run(async {
+        let c = client(&api).await;
+        let nodes: Api<Node> = Api::all(c.clone());
+        let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+        zoned_node(&nodes, "a1", "a", false).await;
+        zoned_node(&nodes, "b1", "b", false).await;
+        let _scheduler = SchedulerProcess::start(&api, None);
+        let with_claim = json!({"volumes": [{"name": "data",
+                                             "persistentVolumeClaim": {"claimName": "data"}}]});
+
+        let waiting = decide(&pods, "first", json!({}), with_claim.clone()).await;
+        let message = waiting.expect_err("no claim yet");
+        assert!(
+            message
+                .starts_with("0/2 nodes are available: persistentvolumeclaim \"data\" not found"),
+            "{message}"
+        );
+
+        // the claim's creation wakes the pod
+        let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+            Api::namespaced(c.clone(), "default");
+        let claim = json!({"metadata": {"name": "data"},
+                           "spec": {"accessModes": ["ReadWriteOncePod"],
+                                    "resources": {"requests": {"storage": "1Gi"}}}});
+        claims
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(claim).unwrap(),
+            )
+            .await
+            .unwrap();
+        eventually("the first pod bound", || node_of(&pods, "first")).await;
+
+        let second = decide(&pods, "second", json!({}), with_claim).await;
+        let message = second.expect_err("the claim is taken");
+        assert!(
+            message.starts_with(
+                "0/2 nodes are available: 2 node has pod using PersistentVolumeClaim with the \
+                 same name and ReadWriteOncePod access mode."
+            ),
+            "{message}"
+        );
+    });
+}
