@@ -10,11 +10,14 @@
 //! # Layout
 //! One module per controller, named as upstream names it in `--controllers`:
 //! - [`serviceaccount`]: a `default` ServiceAccount in every namespace.
+//! - [`garbagecollector`] (`garbage-collector`): deletes dependents of deleted owners
+//!   (background, foreground, orphan).
 //! - [`namespace`]: empties a terminating namespace, then removes its `kubernetes` finalizer.
 //! - [`config`]: the controller flags [`Context`] carries.
 //! - [`resources`]: discovery of every served resource (for garbage-collector and namespace).
 
 pub mod config;
+pub mod garbagecollector;
 pub mod namespace;
 pub mod resources;
 pub mod serviceaccount;
@@ -70,6 +73,11 @@ pub struct Descriptor {
 
 /// Every controller Skiff has, in upstream's order.
 pub const CONTROLLERS: &[Descriptor] = &[
+    Descriptor {
+        name: "garbage-collector",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(garbagecollector::run(ctx)),
+    },
     Descriptor {
         name: "namespace",
         enabled_by_default: true,

@@ -161,3 +161,178 @@ fn deleting_a_namespace_empties_it_and_it_goes_away() {
         .await;
     });
 }
+
+/// A Deployment owning a ReplicaSet owning pods, all created here (no deployment controller):
+/// `(name, blockOwnerDeletion, finalizer)` per pod.
+async fn deployment_tree(client: &kube::Client, ns: &str, pods: &[(&str, bool, Option<&str>)]) {
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+    let labels = json!({"app": "web"});
+    let template = json!({"metadata": {"labels": labels},
+                          "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}});
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let d = create(
+        &deployments,
+        json!({"metadata": {"name": "web"},
+               "spec": {"selector": {"matchLabels": labels}, "template": template}}),
+    )
+    .await;
+    let owner = |kind: &str, name: &str, uid: &str, block: bool| {
+        json!([{"apiVersion": if kind == "Deployment" || kind == "ReplicaSet" { "apps/v1" } else { "v1" },
+                "kind": kind, "name": name, "uid": uid, "controller": true,
+                "blockOwnerDeletion": block}])
+    };
+    let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), ns);
+    let rs = create(
+        &replicasets,
+        json!({"metadata": {"name": "web-1", "ownerReferences":
+                              owner("Deployment", "web", &d.metadata.uid.unwrap(), true)},
+               "spec": {"selector": {"matchLabels": labels}, "template": template}}),
+    )
+    .await;
+    let rs_uid = rs.metadata.uid.unwrap();
+    let pod_api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for (name, block, finalizer) in pods {
+        let mut p = pod(name);
+        p["metadata"]["ownerReferences"] = owner("ReplicaSet", "web-1", &rs_uid, *block);
+        p["metadata"]["labels"] = labels.clone();
+        if let Some(f) = finalizer {
+            p["metadata"]["finalizers"] = json!([f]);
+        }
+        create(&pod_api, p).await;
+    }
+}
+
+async fn gone<T>(api: &Api<T>, name: &str) -> Option<()>
+where
+    T: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    api.get_opt(name).await.ok()?.is_none().then_some(())
+}
+
+async fn drop_finalizers(pods: &Api<Pod>, name: &str) {
+    pods.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+}
+
+#[test]
+fn kubectl_delete_cascades_in_the_background_and_orphans_on_request() {
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _cm = controller_manager(&api, &["--controllers", "garbage-collector"]);
+        let _log = LogOnPanic(&api);
+        let client = client(&api).await;
+        namespace(&client, "bg").await;
+        deployment_tree(&client, "bg", &[("p-0", true, None), ("p-1", true, None)]).await;
+        namespace(&client, "orphan").await;
+        deployment_tree(&client, "orphan", &[("p-0", true, None)]).await;
+
+        // background (kubectl's default): the deployment goes at once, then what it owned
+        api.kubectl(
+            support::KUBECTL_133,
+            &["delete", "deployment", "web", "-n", "bg"],
+        );
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), "bg");
+        assert!(deployments.get_opt("web").await.unwrap().is_none());
+        let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), "bg");
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "bg");
+        eventually("the replicaset collected", || gone(&replicasets, "web-1")).await;
+        eventually("p-0 collected", || gone(&pods, "p-0")).await;
+        eventually("p-1 collected", || gone(&pods, "p-1")).await;
+
+        // orphan: the replicaset stays, without its owner reference, and keeps its pods
+        let out = api.kubectl(
+            support::KUBECTL_133,
+            &[
+                "delete",
+                "deployment",
+                "web",
+                "-n",
+                "orphan",
+                "--cascade=orphan",
+            ],
+        );
+        assert!(out.contains("deleted"), "{out}");
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), "orphan");
+        eventually("the orphaning deployment gone", || {
+            gone(&deployments, "web")
+        })
+        .await;
+        let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), "orphan");
+        let rs = replicasets.get("web-1").await.unwrap();
+        assert_eq!(rs.metadata.owner_references, None);
+        assert!(rs.metadata.deletion_timestamp.is_none());
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "orphan");
+        let p = pods.get("p-0").await.unwrap();
+        assert_eq!(p.metadata.owner_references.unwrap()[0].name, "web-1");
+    });
+}
+
+#[test]
+fn foreground_deletion_keeps_the_owner_until_blocking_dependents_are_gone() {
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _cm = controller_manager(&api, &["--controllers", "garbage-collector"]);
+        let _log = LogOnPanic(&api);
+        let client = client(&api).await;
+        namespace(&client, "fg").await;
+        let hold = Some("example.com/hold");
+        deployment_tree(
+            &client,
+            "fg",
+            &[("blocking", true, hold), ("loose", false, hold)],
+        )
+        .await;
+        api.kubectl(
+            support::KUBECTL_133,
+            &[
+                "delete",
+                "deployment",
+                "web",
+                "-n",
+                "fg",
+                "--cascade=foreground",
+                "--wait=false",
+            ],
+        );
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), "fg");
+        let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), "fg");
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "fg");
+        for name in ["blocking", "loose"] {
+            eventually("the pods deleted (held by their finalizer)", || async {
+                pods.get(name).await.ok()?.metadata.deletion_timestamp
+            })
+            .await;
+        }
+        // Both owners wait, marked for deletion, for the blocking pod.
+        let d = deployments.get("web").await.unwrap();
+        assert!(d.metadata.deletion_timestamp.is_some());
+        assert_eq!(
+            d.metadata.finalizers,
+            Some(vec!["foregroundDeletion".to_string()])
+        );
+        let rs = replicasets.get("web-1").await.unwrap();
+        assert!(rs.metadata.deletion_timestamp.is_some());
+
+        drop_finalizers(&pods, "blocking").await;
+        eventually("the replicaset gone", || gone(&replicasets, "web-1")).await;
+        eventually("the deployment gone", || gone(&deployments, "web")).await;
+        // The pod without blockOwnerDeletion did not hold its owners.
+        assert!(
+            pods.get("loose")
+                .await
+                .unwrap()
+                .metadata
+                .deletion_timestamp
+                .is_some()
+        );
+        drop_finalizers(&pods, "loose").await;
+        eventually("the loose pod gone", || gone(&pods, "loose")).await;
+    });
+}
