@@ -1,9 +1,11 @@
 //! Admission, the third gate: plugins that may change (mutating) or refuse (validating) a write
 //! after authorization and before it is stored. Here: NamespaceLifecycle (nothing is created in a
-//! missing or terminating namespace) and [`priority`] (pods get their PriorityClass's value).
+//! missing or terminating namespace), [`priority`] (pods get their PriorityClass's value) and
+//! [`tolerations`] (DefaultTolerationSeconds).
 //! The full plugin set plugs in behind the same trait.
 
 pub mod priority;
+pub mod tolerations;
 
 use async_trait::async_trait;
 use serde_json::Value;

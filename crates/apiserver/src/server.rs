@@ -176,6 +176,7 @@ impl ApiServer {
                             cache: cache.clone(),
                         },
                     }),
+                    Box::new(admission::tolerations::DefaultTolerationSeconds),
                 ],
             },
             metrics: Arc::default(),

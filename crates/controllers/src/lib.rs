@@ -10,17 +10,22 @@
 //! # Layout
 //! One module per controller, named as upstream names it in `--controllers`:
 //! - [`serviceaccount`]: a `default` ServiceAccount in every namespace.
-//! - [`garbagecollector`] (`garbage-collector`): deletes dependents of deleted owners
+//! - [`garbagecollector`]: deletes dependents of deleted owners
 //!   (background, foreground, orphan).
 //! - [`namespace`]: empties a terminating namespace, then removes its `kubernetes` finalizer.
 //! - [`config`]: the controller flags [`Context`] carries.
+//! - [`nodelifecycle`]: node health from Leases and heartbeats; Unknown conditions and taints.
+//! - [`tainteviction`] (`taint-eviction-controller`): deletes pods that do not tolerate a
+//!   node's NoExecute taints.
 //! - [`resources`]: discovery of every served resource (for garbage-collector and namespace).
 
 pub mod config;
 pub mod garbagecollector;
 pub mod namespace;
+pub mod nodelifecycle;
 pub mod resources;
 pub mod serviceaccount;
+pub mod tainteviction;
 
 use std::sync::Arc;
 
@@ -74,7 +79,7 @@ pub struct Descriptor {
 /// Every controller Skiff has, in upstream's order.
 pub const CONTROLLERS: &[Descriptor] = &[
     Descriptor {
-        name: "garbage-collector",
+        name: "garbagecollector",
         enabled_by_default: true,
         run: |ctx| Box::pin(garbagecollector::run(ctx)),
     },
@@ -84,9 +89,19 @@ pub const CONTROLLERS: &[Descriptor] = &[
         run: |ctx| Box::pin(namespace::run(ctx)),
     },
     Descriptor {
+        name: "nodelifecycle",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(nodelifecycle::run(ctx)),
+    },
+    Descriptor {
         name: "serviceaccount",
         enabled_by_default: true,
         run: |ctx| Box::pin(serviceaccount::run(ctx)),
+    },
+    Descriptor {
+        name: "taint-eviction-controller",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(tainteviction::run(ctx)),
     },
 ];
 

@@ -224,7 +224,7 @@ fn kubectl_delete_cascades_in_the_background_and_orphans_on_request() {
     use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
     run(async {
         let api = ApiServer::start(Backend::Embedded);
-        let _cm = controller_manager(&api, &["--controllers", "garbage-collector"]);
+        let _cm = controller_manager(&api, &["--controllers", "garbagecollector"]);
         let _log = LogOnPanic(&api);
         let client = client(&api).await;
         namespace(&client, "bg").await;
@@ -278,7 +278,7 @@ fn foreground_deletion_keeps_the_owner_until_blocking_dependents_are_gone() {
     use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
     run(async {
         let api = ApiServer::start(Backend::Embedded);
-        let _cm = controller_manager(&api, &["--controllers", "garbage-collector"]);
+        let _cm = controller_manager(&api, &["--controllers", "garbagecollector"]);
         let _log = LogOnPanic(&api);
         let client = client(&api).await;
         namespace(&client, "fg").await;
@@ -334,5 +334,116 @@ fn foreground_deletion_keeps_the_owner_until_blocking_dependents_are_gone() {
         );
         drop_finalizers(&pods, "loose").await;
         eventually("the loose pod gone", || gone(&pods, "loose")).await;
+    });
+}
+
+fn bound_pod(name: &str, node: &str, toleration_seconds: Option<i64>) -> Value {
+    let mut toleration = json!({"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                                "effect": "NoExecute"});
+    if let Some(s) = toleration_seconds {
+        toleration["tolerationSeconds"] = json!(s);
+    }
+    json!({"metadata": {"name": name},
+           "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
+                    "tolerations": [toleration],
+                    "containers": [{"name": "c", "image": "busybox:1.36"}]}})
+}
+
+fn pod_ready(p: &Pod) -> Option<String> {
+    let conditions = p.status.as_ref()?.conditions.as_ref()?;
+    Some(
+        conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")?
+            .status
+            .clone(),
+    )
+}
+
+#[test]
+fn an_expired_node_lease_taints_the_node_and_evicts_its_pods() {
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::api::events::v1::Event;
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let mut hollow = support::cluster::hollow_nodes(&api, "edge", 1);
+        let _cm = controller_manager(
+            &api,
+            &[
+                "--controllers",
+                "nodelifecycle,taint-eviction-controller",
+                "--node-monitor-grace-period",
+                "15s",
+                "--node-monitor-period",
+                "1s",
+            ],
+        );
+        let _log = LogOnPanic(&api);
+        let client = client(&api).await;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        create(&pods, bound_pod("quick", "edge-0", Some(2))).await;
+        create(&pods, bound_pod("stays", "edge-0", None)).await;
+        for name in ["quick", "stays"] {
+            eventually("the pod ready on the hollow node", || async {
+                let p = pods.get(name).await.ok()?;
+                (pod_ready(&p)? == "True").then_some(())
+            })
+            .await;
+        }
+        // DefaultTolerationSeconds added the not-ready toleration the pods lacked.
+        let stays = pods.get("stays").await.unwrap();
+        let tolerations = stays.spec.unwrap().tolerations.unwrap();
+        let not_ready = tolerations
+            .iter()
+            .find(|t| t.key.as_deref() == Some("node.kubernetes.io/not-ready"))
+            .expect("the default not-ready toleration");
+        assert_eq!(not_ready.toleration_seconds, Some(300));
+        let node = nodes.get("edge-0").await.unwrap();
+        assert!(node.spec.unwrap().taints.unwrap_or_default().is_empty());
+
+        hollow.kill();
+        let taints = eventually("the unreachable taints", || async {
+            let node = nodes.get("edge-0").await.ok()?;
+            let taints = node.spec?.taints?;
+            let keys: Vec<String> = taints
+                .iter()
+                .map(|t| format!("{}:{}", t.key, t.effect))
+                .collect();
+            (keys.len() == 2).then_some(keys)
+        })
+        .await;
+        assert!(taints.contains(&"node.kubernetes.io/unreachable:NoExecute".to_string()));
+        assert!(taints.contains(&"node.kubernetes.io/unreachable:NoSchedule".to_string()));
+        let node = nodes.get("edge-0").await.unwrap();
+        let conditions = node.status.unwrap().conditions.unwrap();
+        let ready = conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!(ready.status, "Unknown");
+        assert_eq!(ready.reason.as_deref(), Some("NodeStatusUnknown"));
+        assert_eq!(
+            ready.message.as_deref(),
+            Some("Kubelet stopped posting node status.")
+        );
+
+        eventually("the pod tolerating 2 s evicted", || gone(&pods, "quick")).await;
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        eventually("the TaintManagerEviction event", || async {
+            let list = events.list(&Default::default()).await.ok()?;
+            list.items
+                .iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("TaintManagerEviction")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("quick")
+                })
+                .map(|_| ())
+        })
+        .await;
+        // The pod tolerating the taint forever stays, marked not Ready.
+        let stays = eventually("the remaining pod marked not ready", || async {
+            let p = pods.get("stays").await.ok()?;
+            (pod_ready(&p)? == "False").then_some(p)
+        })
+        .await;
+        assert!(stays.metadata.deletion_timestamp.is_none());
     });
 }
