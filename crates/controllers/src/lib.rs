@@ -14,16 +14,20 @@
 //!   (background, foreground, orphan).
 //! - [`namespace`]: empties a terminating namespace, then removes its `kubernetes` finalizer.
 //! - [`config`]: the controller flags [`Context`] carries.
+//! - [`nodeipam`]: a pod range from `--cluster-cidr` for every Node.
 //! - [`nodelifecycle`]: node health from Leases and heartbeats; Unknown conditions and taints.
 //! - [`tainteviction`] (`taint-eviction-controller`): deletes pods that do not tolerate a
 //!   node's NoExecute taints.
+//! - [`rootcacertpublisher`] (`root-ca-cert-publisher`): `kube-root-ca.crt` in every namespace.
 //! - [`resources`]: discovery of every served resource (for garbage-collector and namespace).
 
 pub mod config;
 pub mod garbagecollector;
 pub mod namespace;
+pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod resources;
+pub mod rootcacertpublisher;
 pub mod serviceaccount;
 pub mod tainteviction;
 
@@ -89,9 +93,19 @@ pub const CONTROLLERS: &[Descriptor] = &[
         run: |ctx| Box::pin(namespace::run(ctx)),
     },
     Descriptor {
+        name: "nodeipam",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(nodeipam::run(ctx)),
+    },
+    Descriptor {
         name: "nodelifecycle",
         enabled_by_default: true,
         run: |ctx| Box::pin(nodelifecycle::run(ctx)),
+    },
+    Descriptor {
+        name: "root-ca-cert-publisher",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(rootcacertpublisher::run(ctx)),
     },
     Descriptor {
         name: "serviceaccount",

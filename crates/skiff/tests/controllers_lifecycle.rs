@@ -447,3 +447,67 @@ fn an_expired_node_lease_taints_the_node_and_evicts_its_pods() {
         assert!(stays.metadata.deletion_timestamp.is_none());
     });
 }
+
+#[test]
+fn node_ipam_gives_each_node_its_own_range_and_every_namespace_gets_the_root_ca() {
+    use k8s_openapi::api::core::v1::Node;
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let client = client(&api).await;
+        let nodes: Api<Node> = Api::all(client.clone());
+        // one node already has a range: it is kept and never handed out again
+        create(
+            &nodes,
+            json!({"metadata": {"name": "n-old"},
+                   "spec": {"podCIDR": "10.42.0.0/24", "podCIDRs": ["10.42.0.0/24"]}}),
+        )
+        .await;
+        let _cm = controller_manager(&api, &["--controllers", "nodeipam,root-ca-cert-publisher"]);
+        let _log = LogOnPanic(&api);
+        for name in ["n-a", "n-b", "n-c"] {
+            create(&nodes, json!({"metadata": {"name": name}})).await;
+        }
+        let mut seen = Vec::new();
+        for name in ["n-old", "n-a", "n-b", "n-c"] {
+            let spec = eventually("a pod range", || async {
+                let spec = nodes.get(name).await.ok()?.spec?;
+                spec.pod_cidr.is_some().then_some(spec)
+            })
+            .await;
+            let cidr = spec.pod_cidr.unwrap();
+            assert_eq!(spec.pod_cidrs, Some(vec![cidr.clone()]));
+            assert!(
+                cidr.starts_with("10.42.") && cidr.ends_with(".0/24"),
+                "{cidr}"
+            );
+            assert!(!seen.contains(&cidr), "{cidr} handed out twice");
+            seen.push(cidr);
+        }
+        assert_eq!(seen[0], "10.42.0.0/24");
+
+        // kube-root-ca.crt: in a new namespace, with the kubeconfig's CA; restored when edited
+        let kubeconfig = support::read(&api.kubeconfig());
+        namespace(&client, "fresh").await;
+        let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "fresh");
+        let ca = eventually("kube-root-ca.crt", || async {
+            let cm = configmaps.get_opt("kube-root-ca.crt").await.ok()??;
+            cm.data?.get("ca.crt").cloned()
+        })
+        .await;
+        assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"), "{ca}");
+        assert!(kubeconfig.contains("certificate-authority-data"));
+        configmaps
+            .patch(
+                "kube-root-ca.crt",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"ca.crt": "junk"}})),
+            )
+            .await
+            .unwrap();
+        eventually("kube-root-ca.crt restored", || async {
+            let cm = configmaps.get("kube-root-ca.crt").await.ok()?;
+            (cm.data?.get("ca.crt")? == &ca).then_some(())
+        })
+        .await;
+    });
+}
