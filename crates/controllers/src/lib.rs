@@ -19,6 +19,8 @@
 //! - [`tainteviction`] (`taint-eviction-controller`): deletes pods that do not tolerate a
 //!   node's NoExecute taints.
 //! - [`rootcacertpublisher`] (`root-ca-cert-publisher`): `kube-root-ca.crt` in every namespace.
+//! - [`podgc`]: deletes excess terminated pods, pods of deleted nodes, unscheduled terminating
+//!   pods.
 //! - [`resources`]: discovery of every served resource (for garbage-collector and namespace).
 
 pub mod config;
@@ -26,6 +28,7 @@ pub mod garbagecollector;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod podgc;
 pub mod resources;
 pub mod rootcacertpublisher;
 pub mod serviceaccount;
@@ -101,6 +104,11 @@ pub const CONTROLLERS: &[Descriptor] = &[
         name: "nodelifecycle",
         enabled_by_default: true,
         run: |ctx| Box::pin(nodelifecycle::run(ctx)),
+    },
+    Descriptor {
+        name: "podgc",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(podgc::run(ctx)),
     },
     Descriptor {
         name: "root-ca-cert-publisher",

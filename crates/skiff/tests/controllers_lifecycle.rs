@@ -511,3 +511,40 @@ fn node_ipam_gives_each_node_its_own_range_and_every_namespace_gets_the_root_ca(
         .await;
     });
 }
+
+#[test]
+fn terminated_pods_over_the_threshold_are_collected_oldest_first() {
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let client = client(&api).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        for name in ["t-0", "t-1", "t-2"] {
+            create(&pods, pod(name)).await;
+            pods.patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+            )
+            .await
+            .unwrap();
+        }
+        create(&pods, pod("running")).await;
+        let _cm = controller_manager(
+            &api,
+            &[
+                "--controllers",
+                "podgc",
+                "--terminated-pod-gc-threshold",
+                "1",
+            ],
+        );
+        let _log = LogOnPanic(&api);
+        eventually("t-0 collected", || gone(&pods, "t-0")).await;
+        eventually("t-1 collected", || gone(&pods, "t-1")).await;
+        assert!(
+            pods.get_opt("t-2").await.unwrap().is_some(),
+            "the newest is kept"
+        );
+        assert!(pods.get_opt("running").await.unwrap().is_some());
+    });
+}
