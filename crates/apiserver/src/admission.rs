@@ -1,13 +1,15 @@
 //! Admission, the third gate: plugins that may change (mutating) or refuse (validating) a write
 //! after authorization and before it is stored. Here: NamespaceLifecycle (nothing is created in a
 //! missing or terminating namespace), [`priority`] (pods get their PriorityClass's value),
-//! [`default_storage_class`] (claims naming no class get the default one) and
-//! [`storage_protection`] (new volumes and claims get their protection finalizers).
+//! [`tolerations`] (DefaultTolerationSeconds), [`default_storage_class`] (claims naming no class
+//! get the default one) and [`storage_protection`] (new volumes and claims get their protection
+//! finalizers).
 //! The full plugin set plugs in behind the same trait.
 
 pub mod default_storage_class;
 pub mod priority;
 pub mod storage_protection;
+pub mod tolerations;
 
 use async_trait::async_trait;
 use serde_json::Value;

@@ -191,6 +191,7 @@ impl ApiServer {
                             cache: cache.clone(),
                         },
                     }),
+                    Box::new(admission::tolerations::DefaultTolerationSeconds),
                     Box::new(admission::default_storage_class::DefaultStorageClass {
                         lookup: CachedStorageClasses {
                             cache: cache.clone(),

@@ -10,8 +10,29 @@
 //! # Layout
 //! One module per controller, named as upstream names it in `--controllers`:
 //! - [`serviceaccount`]: a `default` ServiceAccount in every namespace.
+//! - [`garbagecollector`]: deletes dependents of deleted owners
+//!   (background, foreground, orphan).
+//! - [`namespace`]: empties a terminating namespace, then removes its `kubernetes` finalizer.
+//! - [`config`]: the controller flags [`Context`] carries.
+//! - [`nodeipam`]: a pod range from `--cluster-cidr` for every Node.
+//! - [`nodelifecycle`]: node health from Leases and heartbeats; Unknown conditions and taints.
+//! - [`tainteviction`] (`taint-eviction-controller`): deletes pods that do not tolerate a
+//!   node's NoExecute taints.
+//! - [`rootcacertpublisher`] (`root-ca-cert-publisher`): `kube-root-ca.crt` in every namespace.
+//! - [`podgc`]: deletes excess terminated pods, pods of deleted nodes, unscheduled terminating
+//!   pods.
+//! - [`resources`]: discovery of every served resource (for garbage-collector and namespace).
 
+pub mod config;
+pub mod garbagecollector;
+pub mod namespace;
+pub mod nodeipam;
+pub mod nodelifecycle;
+pub mod podgc;
+pub mod resources;
+pub mod rootcacertpublisher;
 pub mod serviceaccount;
+pub mod tainteviction;
 
 use std::sync::Arc;
 
@@ -24,6 +45,8 @@ pub struct Context {
     pub client: kube::Client,
     /// `reportingController` / `reportingInstance` of the Events controllers record.
     pub reporter: Reporter,
+    /// Controller flags.
+    pub config: Arc<config::Config>,
 }
 
 impl Context {
@@ -34,7 +57,14 @@ impl Context {
                 controller: "skiff-controller-manager".into(),
                 instance: Some(instance.into()),
             },
+            config: Arc::new(config::Config::default()),
         }
+    }
+
+    /// The same context with these controller flags.
+    pub fn with_config(mut self, config: config::Config) -> Context {
+        self.config = Arc::new(config);
+        self
     }
 
     /// An event recorder for one controller (events.k8s.io/v1, deduplicated into series).
@@ -54,11 +84,48 @@ pub struct Descriptor {
 }
 
 /// Every controller Skiff has, in upstream's order.
-pub const CONTROLLERS: &[Descriptor] = &[Descriptor {
-    name: "serviceaccount",
-    enabled_by_default: true,
-    run: |ctx| Box::pin(serviceaccount::run(ctx)),
-}];
+pub const CONTROLLERS: &[Descriptor] = &[
+    Descriptor {
+        name: "garbagecollector",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(garbagecollector::run(ctx)),
+    },
+    Descriptor {
+        name: "namespace",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(namespace::run(ctx)),
+    },
+    Descriptor {
+        name: "nodeipam",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(nodeipam::run(ctx)),
+    },
+    Descriptor {
+        name: "nodelifecycle",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(nodelifecycle::run(ctx)),
+    },
+    Descriptor {
+        name: "podgc",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(podgc::run(ctx)),
+    },
+    Descriptor {
+        name: "root-ca-cert-publisher",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(rootcacertpublisher::run(ctx)),
+    },
+    Descriptor {
+        name: "serviceaccount",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(serviceaccount::run(ctx)),
+    },
+    Descriptor {
+        name: "taint-eviction-controller",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(tainteviction::run(ctx)),
+    },
+];
 
 /// The controllers a `--controllers` list selects, as upstream reads it: `*` is every controller
 /// enabled by default, `name` adds one, `-name` removes one (and wins over `*`).
@@ -118,8 +185,12 @@ mod tests {
 
     #[test]
     fn star_selects_the_defaults_and_minus_removes() {
-        assert_eq!(names(&["*"]).unwrap(), vec!["serviceaccount"]);
-        assert!(names(&["*", "-serviceaccount"]).unwrap().is_empty());
+        assert!(names(&["*"]).unwrap().contains(&"serviceaccount"));
+        assert!(
+            !names(&["*", "-serviceaccount"])
+                .unwrap()
+                .contains(&"serviceaccount")
+        );
         assert_eq!(names(&["serviceaccount"]).unwrap(), vec!["serviceaccount"]);
         assert!(names(&[]).unwrap().is_empty());
     }

@@ -4,12 +4,15 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
 use skiff_controllers::Context;
+use skiff_controllers::config::Config;
 use skiff_runtime::leader::{self, LeaderElector};
 
+use super::kubelet::go_duration;
 use super::store::shutdown_signal;
 
 #[derive(Debug, Args)]
@@ -26,6 +29,85 @@ pub struct ControllerManagerArgs {
     /// Run controllers only while holding the Lease `kube-system/skiff-controller-manager`.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub leader_elect: bool,
+
+    /// The CA bundle published to every namespace as the ConfigMap `kube-root-ca.crt`; by
+    /// default the kubeconfig's cluster CA.
+    #[arg(long, value_name = "FILE")]
+    pub root_ca_file: Option<PathBuf>,
+
+    /// Assign each Node a pod range from `--cluster-cidr` (upstream's default is false).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub allocate_node_cidrs: bool,
+
+    /// The range node pod ranges are cut from.
+    #[arg(long, value_name = "CIDR", default_value = "10.42.0.0/16")]
+    pub cluster_cidr: String,
+
+    /// The prefix length of each node's pod range.
+    #[arg(long, value_name = "BITS", default_value_t = 24)]
+    pub node_cidr_mask_size: u8,
+
+    /// How long a node may go unheard before it is marked unknown.
+    #[arg(long, value_name = "DURATION", default_value = "40s", value_parser = go_duration)]
+    pub node_monitor_grace_period: Duration,
+
+    /// How often node health is checked.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = go_duration)]
+    pub node_monitor_period: Duration,
+
+    /// The grace a node that never posted its status gets after it was first seen.
+    #[arg(long, value_name = "DURATION", default_value = "1m0s", value_parser = go_duration)]
+    pub node_startup_grace_period: Duration,
+
+    /// Terminated pods kept before the oldest are deleted (0 or less: never).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 12500,
+        allow_negative_numbers = true
+    )]
+    pub terminated_pod_gc_threshold: i64,
+}
+
+/// The PEM bundle to publish: `--root-ca-file`, else the kubeconfig's current cluster CA.
+fn root_ca(args: &ControllerManagerArgs) -> anyhow::Result<Option<String>> {
+    use base64::Engine as _;
+    if let Some(path) = &args.root_ca_file {
+        let pem = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --root-ca-file {}", path.display()))?;
+        return Ok(Some(pem));
+    }
+    let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig)
+        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
+    let context = kubeconfig.current_context.as_deref().and_then(|name| {
+        kubeconfig
+            .contexts
+            .iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.context.as_ref())
+    });
+    let cluster = context.and_then(|c| {
+        kubeconfig
+            .clusters
+            .iter()
+            .find(|k| k.name == c.cluster)
+            .and_then(|k| k.cluster.as_ref())
+    });
+    let Some(cluster) = cluster else {
+        return Ok(None);
+    };
+    if let Some(data) = &cluster.certificate_authority_data {
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .context("decoding the kubeconfig's certificate-authority-data")?;
+        return Ok(Some(String::from_utf8_lossy(&pem).into_owned()));
+    }
+    match &cluster.certificate_authority {
+        Some(path) => Ok(Some(std::fs::read_to_string(path).with_context(|| {
+            format!("reading the kubeconfig's certificate-authority {path}")
+        })?)),
+        None => Ok(None),
+    }
 }
 
 const LEASE_NAMESPACE: &str = "kube-system";
@@ -35,7 +117,17 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
     let selected = skiff_controllers::select(&args.controllers).map_err(super::UsageError)?;
     let client = kube::Client::try_from(super::kube_config(&args.kubeconfig).await?)?;
     let instance = super::instance_name();
-    let ctx = Arc::new(Context::new(client.clone(), &instance));
+    let config = Config {
+        root_ca: root_ca(&args)?,
+        allocate_node_cidrs: args.allocate_node_cidrs,
+        cluster_cidr: args.cluster_cidr.clone(),
+        node_cidr_mask_size: args.node_cidr_mask_size,
+        node_monitor_grace_period: args.node_monitor_grace_period,
+        node_monitor_period: args.node_monitor_period,
+        node_startup_grace_period: args.node_startup_grace_period,
+        terminated_pod_gc_threshold: args.terminated_pod_gc_threshold,
+    };
+    let ctx = Arc::new(Context::new(client.clone(), &instance).with_config(config));
 
     let (leading_tx, mut leading) = tokio::sync::watch::channel(!args.leader_elect);
     if args.leader_elect {

@@ -228,7 +228,7 @@ async fn run_hollow(client: kube::Client, args: KubeletArgs) -> anyhow::Result<(
 
 /// A duration as Go's `time.ParseDuration` writes whole ones: numbers with `h`, `m`, `s` or
 /// `ms` (`1m0s`, `90s`, `1h30m`); at least a millisecond.
-fn go_duration(text: &str) -> Result<Duration, String> {
+pub(super) fn go_duration(text: &str) -> Result<Duration, String> {
     let bad = || format!("invalid duration {text:?} (for example 1m0s or 10s)");
     let mut total = Duration::ZERO;
     let mut rest = text;

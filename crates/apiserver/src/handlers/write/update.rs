@@ -63,7 +63,13 @@ pub(in crate::handlers) async fn update_with(
         }
         let computed = managed_fields_of(&obj).clone();
         generic::prepare_update(ctx.rt, &mut obj, &current, &ctx.info.subresource);
+        // `finalize` writes exactly the spec.finalizers a strategy otherwise keeps from `current`.
+        let finalized =
+            (ctx.info.subresource == "finalize").then(|| obj["spec"]["finalizers"].clone());
         strategy::for_resource(ctx.rt).prepare_for_update(&mut obj, &current);
+        if let Some(f) = finalized {
+            obj["spec"]["finalizers"] = f;
+        }
         match fields {
             Fields::Record => record_update(ctx, &current, &mut obj),
             // A status write keeps only the status: put the computed entries back.

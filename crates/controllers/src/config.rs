@@ -1,0 +1,45 @@
+//! Flags of `skiff controller-manager` that controllers read, with upstream's
+//! kube-controller-manager names and defaults (each field says which flag).
+
+use std::time::Duration;
+
+/// Controller configuration carried by [`crate::Context`].
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `--root-ca-file`'s PEM contents (or the kubeconfig's cluster CA when the flag is absent),
+    /// published as `kube-root-ca.crt`; `None` leaves root-ca-cert-publisher idle.
+    pub root_ca: Option<String>,
+    /// `--allocate-node-cidrs` (upstream default false; Skiff's is true so that nodes get pod
+    /// ranges without extra flags).
+    pub allocate_node_cidrs: bool,
+    /// `--cluster-cidr` (upstream has no default; Skiff's is `10.42.0.0/16`).
+    pub cluster_cidr: String,
+    /// `--node-cidr-mask-size` (upstream default 24 for IPv4).
+    pub node_cidr_mask_size: u8,
+    /// `--node-monitor-grace-period` (upstream default 40 s): how long a node may go without a
+    /// Lease renewal or status update before it is marked unknown.
+    pub node_monitor_grace_period: Duration,
+    /// `--node-monitor-period` (upstream default 5 s): how often node health is checked.
+    pub node_monitor_period: Duration,
+    /// `--node-startup-grace-period` (upstream default 60 s): the grace a node that never
+    /// posted a status gets after it was created.
+    pub node_startup_grace_period: Duration,
+    /// `--terminated-pod-gc-threshold` (upstream default 12500): terminated pods kept before
+    /// pod-garbage-collector deletes the oldest; 0 or less disables that part.
+    pub terminated_pod_gc_threshold: i64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            root_ca: None,
+            allocate_node_cidrs: true,
+            cluster_cidr: "10.42.0.0/16".into(),
+            node_cidr_mask_size: 24,
+            node_monitor_grace_period: Duration::from_secs(40),
+            node_monitor_period: Duration::from_secs(5),
+            node_startup_grace_period: Duration::from_secs(60),
+            terminated_pod_gc_threshold: 12500,
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! `root-ca-cert-publisher` (upstream's Publisher): every active namespace has the ConfigMap
+//! `kube-root-ca.crt` whose `ca.crt` is the cluster CA bundle (`--root-ca-file`, or the
+//! kubeconfig's CA), with upstream's description annotation. It is recreated when deleted and
+//! restored when edited.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use skiff_runtime::backoff::ItemBackoff;
+
+use crate::Context;
+
+pub const NAME: &str = "kube-root-ca.crt";
+pub const KEY: &str = "ca.crt";
+const DESCRIPTION_KEY: &str = "kubernetes.io/description";
+const DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver \
+when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other \
+usage is guaranteed across distributions of Kubernetes clusters.";
+
+/// What one namespace needs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    None,
+    Create(ConfigMap),
+    /// The existing ConfigMap's data and annotation are put back.
+    Restore(ConfigMap),
+}
+
+/// The ConfigMap as it should be.
+pub fn wanted(ca: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(NAME.into()),
+            annotations: Some(BTreeMap::from([(
+                DESCRIPTION_KEY.to_string(),
+                DESCRIPTION.to_string(),
+            )])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(KEY.to_string(), ca.to_string())])),
+        ..Default::default()
+    }
+}
+
+/// Compares the namespace's ConfigMap with the bundle.
+pub fn plan(namespace: &Namespace, existing: Option<&ConfigMap>, ca: &str) -> Change {
+    let active = namespace.metadata.deletion_timestamp.is_none()
+        && namespace.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Terminating");
+    if !active {
+        return Change::None;
+    }
+    let want = wanted(ca);
+    match existing {
+        None => Change::Create(want),
+        Some(cm) => {
+            let described = cm
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DESCRIPTION_KEY))
+                .is_some_and(|d| d == DESCRIPTION);
+            if cm.data == want.data && described && cm.binary_data.is_none() {
+                Change::None
+            } else {
+                Change::Restore(want)
+            }
+        }
+    }
+}
+
+#[async_trait]
+pub trait RootCaConfigMaps: Send + Sync {
+    async fn get(&self, namespace: &str) -> kube::Result<Option<ConfigMap>>;
+    async fn apply(&self, namespace: &str, change: Change) -> kube::Result<()>;
+}
+
+pub async fn reconcile(
+    namespace: &Namespace,
+    ca: &str,
+    api: &dyn RootCaConfigMaps,
+) -> kube::Result<()> {
+    let name = namespace.name_any();
+    let existing = api.get(&name).await?;
+    match plan(namespace, existing.as_ref(), ca) {
+        Change::None => Ok(()),
+        change => api.apply(&name, change).await,
+    }
+}
+
+struct KubeConfigMaps(kube::Client);
+
+#[async_trait]
+impl RootCaConfigMaps for KubeConfigMaps {
+    async fn get(&self, namespace: &str) -> kube::Result<Option<ConfigMap>> {
+        Api::<ConfigMap>::namespaced(self.0.clone(), namespace)
+            .get_opt(NAME)
+            .await
+    }
+
+    async fn apply(&self, namespace: &str, change: Change) -> kube::Result<()> {
+        let api: Api<ConfigMap> = Api::namespaced(self.0.clone(), namespace);
+        let r = match change {
+            Change::None => return Ok(()),
+            Change::Create(cm) => api.create(&PostParams::default(), &cm).await.map(|_| ()),
+            Change::Restore(cm) => {
+                let patch = json!({"metadata": {"annotations": cm.metadata.annotations},
+                                   "data": cm.data, "binaryData": null});
+                api.patch(NAME, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map(|_| ())
+            }
+        };
+        match r {
+            // Created meanwhile, or the namespace is going: the next event decides.
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 || s.code == 403 => Ok(()),
+            other => other,
+        }
+    }
+}
+
+struct State {
+    api: KubeConfigMaps,
+    ca: String,
+    backoff: ItemBackoff<ObjectRef<Namespace>>,
+}
+
+/// Runs the publisher (idle when there is no CA bundle to publish).
+pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+    let Some(ca) = ctx.config.root_ca.clone() else {
+        tracing::warn!("root-ca-cert-publisher: no CA bundle (--root-ca-file); idle");
+        std::future::pending::<()>().await;
+        return Ok(());
+    };
+    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    let configmaps: Api<ConfigMap> = Api::all(ctx.client.clone());
+    let only_ours = watcher::Config::default().fields(&format!("metadata.name={NAME}"));
+    let state = Arc::new(State {
+        api: KubeConfigMaps(ctx.client.clone()),
+        ca,
+        backoff: ItemBackoff::default(),
+    });
+    Controller::new(namespaces, watcher::Config::default())
+        .watches(configmaps, only_ours, |cm: ConfigMap| {
+            cm.namespace().map(|ns| ObjectRef::new(&ns))
+        })
+        .run(
+            |ns: Arc<Namespace>, state: Arc<State>| async move {
+                reconcile(&ns, &state.ca, &state.api).await?;
+                state.backoff.forget(&ObjectRef::from(ns.as_ref()));
+                Ok::<_, kube::Error>(Action::await_change())
+            },
+            |ns: Arc<Namespace>, error: &kube::Error, state: Arc<State>| {
+                tracing::warn!(namespace = %ns.name_any(), %error, "root-ca-cert-publisher: will retry");
+                Action::requeue(state.backoff.failed(ObjectRef::from(ns.as_ref())))
+            },
+            state.clone(),
+        )
+        .for_each(|_| async {})
+        .await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::NamespaceStatus;
+
+    fn namespace(phase: &str) -> Namespace {
+        Namespace {
+            metadata: ObjectMeta {
+                name: Some("a".into()),
+                ..Default::default()
+            },
+            status: Some(NamespaceStatus {
+                phase: Some(phase.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_missing_config_map_is_created_and_an_edited_one_restored() {
+        let ns = namespace("Active");
+        assert_eq!(plan(&ns, None, "PEM"), Change::Create(wanted("PEM")));
+        assert_eq!(plan(&ns, Some(&wanted("PEM")), "PEM"), Change::None);
+        let mut edited = wanted("PEM");
+        edited.data = Some(BTreeMap::from([(KEY.to_string(), "junk".to_string())]));
+        assert_eq!(
+            plan(&ns, Some(&edited), "PEM"),
+            Change::Restore(wanted("PEM"))
+        );
+        let mut bare = wanted("PEM");
+        bare.metadata.annotations = None;
+        assert_eq!(
+            plan(&ns, Some(&bare), "PEM"),
+            Change::Restore(wanted("PEM"))
+        );
+    }
+
+    #[test]
+    fn a_terminating_namespace_gets_nothing() {
+        assert_eq!(plan(&namespace("Terminating"), None, "PEM"), Change::None);
+    }
+}

@@ -1,0 +1,352 @@
+//! `taint-eviction-controller` (upstream's taint manager, split from node lifecycle in 1.29):
+//! a pod on a node with a `NoExecute` taint it does not tolerate is deleted at once; one that
+//! tolerates every such taint for a bounded `tolerationSeconds` is deleted when the shortest of
+//! them has passed. Before deleting, the pod gets the `DisruptionTarget` condition
+//! (`DeletionByTaintManager`) and a `TaintManagerEviction` event. Unlike upstream, which counts
+//! from when it observed the taint, the time counts from the taint's `timeAdded` (so that a
+//! restarted controller keeps the same deadline).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use skiff_runtime::backoff::ItemBackoff;
+
+use crate::Context;
+
+/// What to do with one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// No NoExecute taint applies, or it is tolerated forever.
+    Keep,
+    /// A NoExecute taint is not tolerated, or its toleration has run out.
+    EvictNow,
+    /// Tolerated until then.
+    EvictAt(Timestamp),
+}
+
+/// Whether `t` tolerates `taint` (upstream's `ToleratesTaint`).
+pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
+    if let Some(effect) = t.effect.as_deref().filter(|e| !e.is_empty())
+        && effect != taint.effect
+    {
+        return false;
+    }
+    let key = t.key.as_deref().unwrap_or("");
+    match t.operator.as_deref().unwrap_or("Equal") {
+        "Exists" => key.is_empty() || key == taint.key,
+        _ => {
+            key == taint.key
+                && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
+    }
+}
+
+/// When, if ever, the NoExecute taints `taints` evict `pod`.
+pub fn decide(pod: &Pod, taints: &[Taint], now: Timestamp) -> Decision {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Decision::Keep;
+    }
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.clone())
+        .unwrap_or_default();
+    let mut deadline: Option<Timestamp> = None;
+    for taint in taints.iter().filter(|t| t.effect == "NoExecute") {
+        let Some(t) = tolerations.iter().find(|t| tolerates(t, taint)) else {
+            return Decision::EvictNow;
+        };
+        let Some(seconds) = t.toleration_seconds else {
+            continue;
+        };
+        let from = taint.time_added.as_ref().map_or(now, |t| t.0);
+        let at = from
+            .checked_add(SignedDuration::from_secs(seconds.max(0)))
+            .unwrap_or(from);
+        deadline = Some(deadline.map_or(at, |d| d.min(at)));
+    }
+    match deadline {
+        None => Decision::Keep,
+        Some(at) if at <= now => Decision::EvictNow,
+        Some(at) => Decision::EvictAt(at),
+    }
+}
+
+/// The writes this controller makes.
+#[async_trait]
+pub trait Evictions: Send + Sync {
+    /// The node's taints (empty when it does not exist).
+    async fn node_taints(&self, node: &str) -> kube::Result<Vec<Taint>>;
+    /// Marks the pod with `DisruptionTarget`, records the event and deletes it.
+    async fn evict(&self, pod: &Pod, now: Timestamp) -> kube::Result<()>;
+}
+
+/// Handles one pod; returns when to look at it again, if on a timer.
+pub async fn reconcile(
+    pod: &Pod,
+    api: &dyn Evictions,
+    now: Timestamp,
+) -> kube::Result<Option<SignedDuration>> {
+    let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+        return Ok(None);
+    };
+    let taints = api.node_taints(node).await?;
+    match decide(pod, &taints, now) {
+        Decision::Keep => Ok(None),
+        Decision::EvictNow => {
+            api.evict(pod, now).await?;
+            Ok(None)
+        }
+        Decision::EvictAt(at) => Ok(Some(at.duration_since(now))),
+    }
+}
+
+struct KubeEvictions {
+    client: kube::Client,
+    recorder: Recorder,
+}
+
+#[async_trait]
+impl Evictions for KubeEvictions {
+    async fn node_taints(&self, node: &str) -> kube::Result<Vec<Taint>> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        Ok(nodes
+            .get_opt(node)
+            .await?
+            .and_then(|n| n.spec)
+            .and_then(|s| s.taints)
+            .unwrap_or_default())
+    }
+
+    async fn evict(&self, pod: &Pod, now: Timestamp) -> kube::Result<()> {
+        let ns = pod.namespace().unwrap_or_default();
+        let name = pod.name_any();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let mut conditions = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
+        conditions.retain(|c| c.type_ != "DisruptionTarget");
+        conditions.push(PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            reason: Some("DeletionByTaintManager".into()),
+            message: Some("Taint manager: deleting due to NoExecute taint".into()),
+            last_transition_time: Some(Time(now)),
+            ..Default::default()
+        });
+        let patch = json!({"status": {"conditions": conditions}});
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            other => other.map(|_| ())?,
+        }
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "TaintManagerEviction".into(),
+            note: Some(format!("Marking for deletion Pod {ns}/{name}")),
+            action: "Deleting".into(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &pod.object_ref(&())).await {
+            tracing::warn!(pod = %name, %error, "taint-eviction: event not recorded");
+        }
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: pod.uid(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(&name, &dp).await {
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+}
+
+struct State {
+    api: KubeEvictions,
+    backoff: ItemBackoff<ObjectRef<Pod>>,
+}
+
+/// Runs the controller: pods are the keys; a node's change requeues the pods bound to it.
+pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let state = Arc::new(State {
+        api: KubeEvictions {
+            client: ctx.client.clone(),
+            recorder: ctx.recorder(),
+        },
+        backoff: ItemBackoff::default(),
+    });
+    let controller = Controller::new(pods, watcher::Config::default());
+    let store = controller.store();
+    controller
+        .watches(nodes, watcher::Config::default(), move |node: Node| {
+            let name = node.name_any();
+            store
+                .state()
+                .into_iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&name))
+                .map(|p| ObjectRef::from(p.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .run(
+            |pod: Arc<Pod>, state: Arc<State>| async move {
+                let wait = reconcile(&pod, &state.api, Timestamp::now()).await?;
+                state.backoff.forget(&ObjectRef::from(pod.as_ref()));
+                Ok::<_, kube::Error>(match wait {
+                    Some(d) => Action::requeue(d.unsigned_abs()),
+                    None => Action::await_change(),
+                })
+            },
+            |pod: Arc<Pod>, error: &kube::Error, state: Arc<State>| {
+                tracing::warn!(pod = %pod.name_any(), %error, "taint-eviction: will retry");
+                Action::requeue(state.backoff.failed(ObjectRef::from(pod.as_ref())))
+            },
+            state.clone(),
+        )
+        .for_each(|_| async {})
+        .await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+    use parking_lot::Mutex;
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + secs).unwrap()
+    }
+
+    fn unreachable(added: i64) -> Taint {
+        Taint {
+            key: "node.kubernetes.io/unreachable".into(),
+            effect: "NoExecute".into(),
+            time_added: Some(Time(at(added))),
+            value: None,
+        }
+    }
+
+    fn pod(tolerations: Vec<Toleration>) -> Pod {
+        Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some("p".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some("n1".into()),
+                tolerations: Some(tolerations),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn toleration(key: &str, seconds: Option<i64>) -> Toleration {
+        Toleration {
+            key: Some(key.into()),
+            operator: Some("Exists".into()),
+            effect: Some("NoExecute".into()),
+            toleration_seconds: seconds,
+            value: None,
+        }
+    }
+
+    #[test]
+    fn an_untolerated_no_execute_taint_evicts_at_once() {
+        assert_eq!(
+            decide(&pod(vec![]), &[unreachable(0)], at(0)),
+            Decision::EvictNow
+        );
+        let mut no_schedule = unreachable(0);
+        no_schedule.effect = "NoSchedule".into();
+        assert_eq!(decide(&pod(vec![]), &[no_schedule], at(0)), Decision::Keep);
+    }
+
+    #[test]
+    fn a_bounded_toleration_evicts_after_its_seconds_from_the_taint() {
+        let p = pod(vec![toleration(
+            "node.kubernetes.io/unreachable",
+            Some(300),
+        )]);
+        assert_eq!(
+            decide(&p, &[unreachable(10)], at(20)),
+            Decision::EvictAt(at(310))
+        );
+        assert_eq!(decide(&p, &[unreachable(10)], at(310)), Decision::EvictNow);
+        let forever = pod(vec![toleration("", None)]);
+        assert_eq!(
+            decide(&forever, &[unreachable(0)], at(9999)),
+            Decision::Keep
+        );
+    }
+
+    #[test]
+    fn equal_tolerations_match_key_and_value() {
+        let t = Toleration {
+            key: Some("k".into()),
+            value: Some("v".into()),
+            ..Default::default()
+        };
+        let mut taint = Taint {
+            key: "k".into(),
+            value: Some("v".into()),
+            effect: "NoExecute".into(),
+            time_added: None,
+        };
+        assert!(tolerates(&t, &taint));
+        taint.value = Some("w".into());
+        assert!(!tolerates(&t, &taint));
+    }
+
+    struct Fake {
+        taints: Vec<Taint>,
+        evicted: Mutex<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl Evictions for Fake {
+        async fn node_taints(&self, _: &str) -> kube::Result<Vec<Taint>> {
+            Ok(self.taints.clone())
+        }
+        async fn evict(&self, pod: &Pod, _: Timestamp) -> kube::Result<()> {
+            self.evicted.lock().push(pod.name_any());
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn reconcile_evicts_or_asks_to_come_back_later() {
+        let api = Fake {
+            taints: vec![unreachable(0)],
+            evicted: Mutex::default(),
+        };
+        let p = pod(vec![toleration("node.kubernetes.io/unreachable", Some(5))]);
+        assert_eq!(
+            reconcile(&p, &api, at(2)).await.unwrap(),
+            Some(SignedDuration::from_secs(3))
+        );
+        assert!(api.evicted.lock().is_empty());
+        assert_eq!(reconcile(&p, &api, at(5)).await.unwrap(), None);
+        assert_eq!(*api.evicted.lock(), vec!["p"]);
+    }
+}
