@@ -1,0 +1,176 @@
+//! The `endpoints`, `endpointslice`, `daemonset` and `statefulset` controllers of `skiff
+//! controller-manager` against a real `skiff apiserver`, with the scheduler and hollow nodes
+//! running the pods (seed 001: Service traffic follows pod readiness through Endpoints and
+//! EndpointSlices). No garbage collector runs here: nothing depends on cascading deletion.
+
+mod support;
+
+use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use support::cluster::{controller_manager, hollow_nodes, scheduler};
+use support::{ApiServer, Backend, KUBECTL_133, eventually, kube_client, run};
+
+const CONTROLLERS: &[&str] = &["--controllers", "endpoints"];
+
+/// A pod labelled `app: web` whose container names `port_name` 8080; with `gated`, it stays
+/// unready until its `example.com/gate` condition is set True.
+fn web_pod(name: &str, port_name: &str, gated: bool) -> Pod {
+    let mut pod = json!({
+        "metadata": {"name": name, "labels": {"app": "web"}},
+        "spec": {"terminationGracePeriodSeconds": 0, "containers": [{
+            "name": "app", "image": "registry.k8s.io/pause:3.10",
+            "ports": [{"name": port_name, "containerPort": 8080}]}]},
+    });
+    if gated {
+        pod["spec"]["readinessGates"] = json!([{"conditionType": "example.com/gate"}]);
+    }
+    serde_json::from_value(pod).unwrap()
+}
+
+fn web_service(name: &str, publish_not_ready: bool) -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"selector": {"app": "web"}, "publishNotReadyAddresses": publish_not_ready,
+            "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
+    }))
+    .unwrap()
+}
+
+/// The ready and not-ready address IPs of an Endpoints object, each sorted.
+fn addresses(e: &Endpoints) -> (Vec<String>, Vec<String>) {
+    let mut ready = vec![];
+    let mut not_ready = vec![];
+    for s in e.subsets.iter().flatten() {
+        ready.extend(s.addresses.iter().flatten().map(|a| a.ip.clone()));
+        not_ready.extend(s.not_ready_addresses.iter().flatten().map(|a| a.ip.clone()));
+    }
+    ready.sort();
+    not_ready.sort();
+    (ready, not_ready)
+}
+
+async fn pod_ip(pods: &Api<Pod>, name: &str) -> String {
+    eventually(&format!("pod {name} has an IP"), || async {
+        pods.get(name).await.ok()?.status?.pod_ip
+    })
+    .await
+}
+
+#[test]
+fn endpoints_follow_pod_readiness_named_ports_and_deletion() {
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _nodes = hollow_nodes(&api, "ep", 2);
+        let _scheduler = scheduler(&api);
+        let _cm = controller_manager(&api, CONTROLLERS);
+        let client = kube_client(&api).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let services: Api<Service> = Api::namespaced(client.clone(), "default");
+        let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), "default");
+        let pp = PostParams::default();
+
+        services
+            .create(&pp, &web_service("web", false))
+            .await
+            .unwrap();
+        services
+            .create(&pp, &web_service("web-all", true))
+            .await
+            .unwrap();
+        pods.create(&pp, &web_pod("gated", "http", true))
+            .await
+            .unwrap();
+        pods.create(&pp, &web_pod("plain", "http", false))
+            .await
+            .unwrap();
+        // its container has no port named `http`: no endpoint for the `http` port
+        pods.create(&pp, &web_pod("unnamed", "other", false))
+            .await
+            .unwrap();
+        let gated = pod_ip(&pods, "gated").await;
+        let plain = pod_ip(&pods, "plain").await;
+        pod_ip(&pods, "unnamed").await;
+
+        eventually("web: plain ready, gated not ready", || async {
+            let e = endpoints.get_opt("web").await.ok()??;
+            (addresses(&e) == (vec![plain.clone()], vec![gated.clone()])).then_some(())
+        })
+        .await;
+        let e = endpoints.get("web").await.unwrap();
+        let subset = &e.subsets.as_ref().unwrap()[0];
+        let port = &subset.ports.as_ref().unwrap()[0];
+        assert_eq!((port.name.as_deref(), port.port), (Some("http"), 8080));
+        let address = &subset.addresses.as_ref().unwrap()[0];
+        assert_eq!(
+            address.target_ref.as_ref().unwrap().name.as_deref(),
+            Some("plain")
+        );
+        assert!(address.node_name.as_deref().unwrap().starts_with("ep-"));
+        assert!(
+            e.metadata
+                .annotations
+                .as_ref()
+                .unwrap()
+                .contains_key("endpoints.kubernetes.io/last-change-trigger-time"),
+            "{e:?}"
+        );
+        // publishNotReadyAddresses: both in addresses
+        let mut both = vec![gated.clone(), plain.clone()];
+        both.sort();
+        eventually("web-all: both pods as addresses", || async {
+            let e = endpoints.get_opt("web-all").await.ok()??;
+            (addresses(&e) == (both.clone(), vec![])).then_some(())
+        })
+        .await;
+
+        // the readiness gate opens: the kubelet makes the pod Ready, the endpoints follow
+        let gate = json!({"status": {"conditions": [
+            {"type": "example.com/gate", "status": "True"}]}});
+        pods.patch_status("gated", &PatchParams::default(), &Patch::Strategic(&gate))
+            .await
+            .unwrap();
+        eventually("web: both ready", || async {
+            let e = endpoints.get_opt("web").await.ok()??;
+            (addresses(&e) == (both.clone(), vec![])).then_some(())
+        })
+        .await;
+
+        let table = api.kubectl(KUBECTL_133, &["get", "endpoints", "web"]);
+        assert!(table.contains(&format!("{gated}:8080")), "{table}");
+
+        // a deleted pod leaves at once (terminating pods are skipped)
+        pods.delete("plain", &DeleteParams::default())
+            .await
+            .unwrap();
+        eventually("web: only gated", || async {
+            let e = endpoints.get_opt("web").await.ok()??;
+            (addresses(&e) == (vec![gated.clone()], vec![])).then_some(())
+        })
+        .await;
+
+        // a Service without selector keeps the Endpoints its owner writes
+        let manual: Service = serde_json::from_value(json!({
+            "metadata": {"name": "manual"}, "spec": {"ports": [{"port": 80}]}}))
+        .unwrap();
+        services.create(&pp, &manual).await.unwrap();
+        let mine: Endpoints = serde_json::from_value(json!({
+            "metadata": {"name": "manual"},
+            "subsets": [{"addresses": [{"ip": "192.0.2.1"}], "ports": [{"port": 80}]}]}))
+        .unwrap();
+        endpoints.create(&pp, &mine).await.unwrap();
+
+        // the Endpoints of a deleted Service go
+        services
+            .delete("web", &DeleteParams::default())
+            .await
+            .unwrap();
+        eventually("web's endpoints deleted", || async {
+            endpoints.get_opt("web").await.ok()?.is_none().then_some(())
+        })
+        .await;
+        let kept = endpoints.get("manual").await.unwrap();
+        assert_eq!(addresses(&kept).0, vec!["192.0.2.1"]);
+    });
+}
