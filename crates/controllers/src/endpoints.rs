@@ -21,7 +21,7 @@ use kube::{Api, ResourceExt};
 use skiff_runtime::backoff::ItemBackoff;
 
 use crate::Context;
-use crate::service_pods::{self as sp, LAST_CHANGE_TRIGGER_TIME, PodServices, TriggerTimes};
+use crate::service_pods::{self as sp, LAST_CHANGE_TRIGGER_TIME, TriggerTimes};
 
 /// The most addresses one Endpoints object holds (upstream's `maxCapacity`).
 pub const MAX_CAPACITY: usize = 1000;
@@ -363,26 +363,12 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         .default_backoff()
         .touched_objects()
         .boxed();
-    let index = Arc::new(PodServices::default());
     let queue = {
-        let services = services.clone();
-        let pods = pods.clone();
         stream::select_all([
             service_events
                 .map_ok(|s| ReconcileRequest::from(ObjectRef::from(&s)))
                 .boxed(),
-            pod_events
-                .map_ok(move |pod: Pod| {
-                    let gone = pods.get(&ObjectRef::from(&pod)).is_none();
-                    stream::iter(
-                        index
-                            .services_for(&pod, gone, &services.state())
-                            .into_iter()
-                            .map(|r| Ok(ReconcileRequest::from(r))),
-                    )
-                })
-                .try_flatten()
-                .boxed(),
+            sp::pod_requests(pod_events, pods.clone(), services.clone()).boxed(),
             endpoint_events
                 .map_ok(|e: Endpoints| {
                     let ns = e.namespace().unwrap_or_default();

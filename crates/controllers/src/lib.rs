@@ -10,10 +10,14 @@
 //! # Layout
 //! One module per controller, named as upstream names it in `--controllers`:
 //! - [`serviceaccount`]: a `default` ServiceAccount in every namespace.
+//! - [`config`]: the controllers' settings from the controller manager's flags.
 //! - [`endpoints`]: an Endpoints object per Service with a selector, from the pods it selects.
+//! - [`endpointslice`]: EndpointSlices per Service with a selector, at most 100 endpoints each.
 //! - [`service_pods`]: what `endpoints` and `endpointslice` share (pod selection, ports, readiness).
 
+pub mod config;
 pub mod endpoints;
+pub mod endpointslice;
 pub mod service_pods;
 pub mod serviceaccount;
 
@@ -28,6 +32,8 @@ pub struct Context {
     pub client: kube::Client,
     /// `reportingController` / `reportingInstance` of the Events controllers record.
     pub reporter: Reporter,
+    /// Settings from the controller manager's flags.
+    pub config: config::Config,
 }
 
 impl Context {
@@ -38,6 +44,7 @@ impl Context {
                 controller: "skiff-controller-manager".into(),
                 instance: Some(instance.into()),
             },
+            config: config::Config::default(),
         }
     }
 
@@ -68,6 +75,11 @@ pub const CONTROLLERS: &[Descriptor] = &[
         name: "endpoints",
         enabled_by_default: true,
         run: |ctx| Box::pin(endpoints::run(ctx)),
+    },
+    Descriptor {
+        name: "endpointslice",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(endpointslice::run(ctx)),
     },
 ];
 

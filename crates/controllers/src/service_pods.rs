@@ -7,9 +7,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::runtime::controller::ReconcileRequest;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -38,6 +39,23 @@ where
         .touched_objects()
         .boxed();
     (store, stream)
+}
+
+/// The Service keys to reconcile for a stream of pod events (from [`informer`] of `pods`):
+/// the Services that select each pod now or did at its previous event.
+pub fn pod_requests(
+    pod_events: impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static,
+    pods: Store<Pod>,
+    services: Store<Service>,
+) -> impl Stream<Item = Result<ReconcileRequest<Service>, watcher::Error>> + Send {
+    let index = PodServices::default();
+    pod_events
+        .map_ok(move |pod: Pod| {
+            let gone = pods.get(&ObjectRef::from(&pod)).is_none();
+            let refs = index.services_for(&pod, gone, &services.state());
+            futures::stream::iter(refs.into_iter().map(|r| Ok(ReconcileRequest::from(r))))
+        })
+        .try_flatten()
 }
 
 /// Whether `service` selects `pod`: same namespace and a non-empty selector its labels match.

@@ -5,14 +5,15 @@
 
 mod support;
 
-use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::cluster::{controller_manager, hollow_nodes, scheduler};
 use support::{ApiServer, Backend, KUBECTL_133, eventually, kube_client, run};
 
-const CONTROLLERS: &[&str] = &["--controllers", "endpoints"];
+const CONTROLLERS: &[&str] = &["--controllers", "endpoints,endpointslice"];
 
 /// A pod labelled `app: web` whose container names `port_name` 8080; with `gated`, it stays
 /// unready until its `example.com/gate` condition is set True.
@@ -51,6 +52,45 @@ fn addresses(e: &Endpoints) -> (Vec<String>, Vec<String>) {
     (ready, not_ready)
 }
 
+/// Each endpoint of the Service's slices that have ports as (pod, ready, serving, zone),
+/// sorted. (A pod that resolves none of the Service's ports is listed in a slice without
+/// ports, as upstream does.)
+async fn slice_endpoints(
+    slices: &Api<EndpointSlice>,
+    service: &str,
+) -> Option<Vec<(String, bool, bool, Option<String>)>> {
+    let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={service}"));
+    let list = slices.list(&lp).await.ok()?;
+    let mut out = vec![];
+    for s in &list.items {
+        assert_eq!(
+            s.metadata.labels.as_ref()?["endpointslice.kubernetes.io/managed-by"],
+            "endpointslice-controller.k8s.io"
+        );
+        assert!(
+            s.metadata
+                .name
+                .as_ref()?
+                .starts_with(&format!("{service}-"))
+        );
+        assert_eq!(s.metadata.owner_references.as_ref()?[0].name, service);
+        if s.ports.as_ref().is_none_or(|p| p.is_empty()) {
+            continue;
+        }
+        for e in &s.endpoints {
+            let c = e.conditions.clone()?;
+            out.push((
+                e.target_ref.as_ref()?.name.clone()?,
+                c.ready?,
+                c.serving?,
+                e.zone.clone(),
+            ));
+        }
+    }
+    out.sort();
+    Some(out)
+}
+
 async fn pod_ip(pods: &Api<Pod>, name: &str) -> String {
     eventually(&format!("pod {name} has an IP"), || async {
         pods.get(name).await.ok()?.status?.pod_ip
@@ -69,7 +109,23 @@ fn endpoints_follow_pod_readiness_named_ports_and_deletion() {
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
         let services: Api<Service> = Api::namespaced(client.clone(), "default");
         let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), "default");
+        let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
         let pp = PostParams::default();
+
+        // every node in zone-a: endpoints carry their node's zone
+        let nodes: Api<Node> = Api::all(client.clone());
+        for name in ["ep-0", "ep-1"] {
+            eventually(&format!("node {name}"), || async {
+                nodes.get_opt(name).await.ok()?
+            })
+            .await;
+            let zone = json!({"metadata": {"labels": {"topology.kubernetes.io/zone": "zone-a"}}});
+            nodes
+                .patch(name, &PatchParams::default(), &Patch::Merge(&zone))
+                .await
+                .unwrap();
+        }
+        let zone = Some("zone-a".to_string());
 
         services
             .create(&pp, &web_service("web", false))
@@ -116,6 +172,32 @@ fn endpoints_follow_pod_readiness_named_ports_and_deletion() {
                 .contains_key("endpoints.kubernetes.io/last-change-trigger-time"),
             "{e:?}"
         );
+        eventually("web's slice: plain ready, gated not", || async {
+            let got = slice_endpoints(&slices, "web").await?;
+            let want = vec![
+                ("gated".to_string(), false, false, zone.clone()),
+                ("plain".to_string(), true, true, zone.clone()),
+            ];
+            (got == want).then_some(())
+        })
+        .await;
+        let lp = ListParams::default().labels("kubernetes.io/service-name=web");
+        let portless: Vec<EndpointSlice> = slices
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|s| s.ports.as_ref().is_none_or(|p| p.is_empty()))
+            .collect();
+        assert_eq!(portless.len(), 1, "{portless:?}");
+        let pod = portless[0].endpoints[0]
+            .target_ref
+            .as_ref()
+            .unwrap()
+            .name
+            .clone();
+        assert_eq!(pod.as_deref(), Some("unnamed"));
         // publishNotReadyAddresses: both in addresses
         let mut both = vec![gated.clone(), plain.clone()];
         both.sort();
@@ -137,8 +219,17 @@ fn endpoints_follow_pod_readiness_named_ports_and_deletion() {
         })
         .await;
 
+        eventually("web's slice: both ready", || async {
+            let got = slice_endpoints(&slices, "web").await?;
+            (got.iter().filter(|e| e.1 && e.2).count() == 2).then_some(())
+        })
+        .await;
         let table = api.kubectl(KUBECTL_133, &["get", "endpoints", "web"]);
         assert!(table.contains(&format!("{gated}:8080")), "{table}");
+        // kubectl 1.33 describes a Service's endpoints from its EndpointSlices
+        let described = api.kubectl(KUBECTL_133, &["describe", "service", "web"]);
+        assert!(described.contains(&format!("{plain}:8080")), "{described}");
+        assert!(described.contains(&format!("{gated}:8080")), "{described}");
 
         // a deleted pod leaves at once (terminating pods are skipped)
         pods.delete("plain", &DeleteParams::default())
@@ -147,6 +238,12 @@ fn endpoints_follow_pod_readiness_named_ports_and_deletion() {
         eventually("web: only gated", || async {
             let e = endpoints.get_opt("web").await.ok()??;
             (addresses(&e) == (vec![gated.clone()], vec![])).then_some(())
+        })
+        .await;
+
+        eventually("web's slice: only gated", || async {
+            let got = slice_endpoints(&slices, "web").await?;
+            (got == vec![("gated".to_string(), true, true, zone.clone())]).then_some(())
         })
         .await;
 

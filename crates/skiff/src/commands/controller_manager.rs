@@ -26,6 +26,10 @@ pub struct ControllerManagerArgs {
     /// Run controllers only while holding the Lease `kube-system/skiff-controller-manager`.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub leader_elect: bool,
+
+    /// The most endpoints one EndpointSlice holds (upstream's `--max-endpoints-per-slice`).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub max_endpoints_per_slice: u16,
 }
 
 const LEASE_NAMESPACE: &str = "kube-system";
@@ -35,7 +39,9 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
     let selected = skiff_controllers::select(&args.controllers).map_err(super::UsageError)?;
     let client = kube::Client::try_from(super::kube_config(&args.kubeconfig).await?)?;
     let instance = super::instance_name();
-    let ctx = Arc::new(Context::new(client.clone(), &instance));
+    let mut ctx = Context::new(client.clone(), &instance);
+    ctx.config.max_endpoints_per_slice = args.max_endpoints_per_slice.into();
+    let ctx = Arc::new(ctx);
 
     let (leading_tx, mut leading) = tokio::sync::watch::channel(!args.leader_elect);
     if args.leader_elect {
