@@ -11,13 +11,19 @@
 //! One module per controller, named as upstream names it in `--controllers`:
 //! - [`serviceaccount`]: a `default` ServiceAccount in every namespace.
 //! - [`config`]: the controllers' settings from the controller manager's flags.
+//! - [`daemonset`]: one pod per eligible node, rolling updates, status.
+//! - [`daemonset_pods`]: which nodes run a DaemonSet's pod and the pod it gets.
 //! - [`endpoints`]: an Endpoints object per Service with a selector, from the pods it selects.
 //! - [`endpointslice`]: EndpointSlices per Service with a selector, at most 100 endpoints each.
+//! - [`revision`]: ControllerRevisions (template history and hashes) for daemonset and statefulset.
 //! - [`service_pods`]: what `endpoints` and `endpointslice` share (pod selection, ports, readiness).
 
 pub mod config;
+pub mod daemonset;
+pub mod daemonset_pods;
 pub mod endpoints;
 pub mod endpointslice;
+pub mod revision;
 pub mod service_pods;
 pub mod serviceaccount;
 
@@ -80,6 +86,11 @@ pub const CONTROLLERS: &[Descriptor] = &[
         name: "endpointslice",
         enabled_by_default: true,
         run: |ctx| Box::pin(endpointslice::run(ctx)),
+    },
+    Descriptor {
+        name: "daemonset",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(daemonset::run(ctx)),
     },
 ];
 

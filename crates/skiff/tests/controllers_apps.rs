@@ -5,6 +5,7 @@
 
 mod support;
 
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
@@ -13,7 +14,7 @@ use serde_json::json;
 use support::cluster::{controller_manager, hollow_nodes, scheduler};
 use support::{ApiServer, Backend, KUBECTL_133, eventually, kube_client, run};
 
-const CONTROLLERS: &[&str] = &["--controllers", "endpoints,endpointslice"];
+const CONTROLLERS: &[&str] = &["--controllers", "endpoints,endpointslice,daemonset"];
 
 /// A pod labelled `app: web` whose container names `port_name` 8080; with `gated`, it stays
 /// unready until its `example.com/gate` condition is set True.
@@ -269,5 +270,163 @@ fn endpoints_follow_pod_readiness_named_ports_and_deletion() {
         .await;
         let kept = endpoints.get("manual").await.unwrap();
         assert_eq!(addresses(&kept).0, vec!["192.0.2.1"]);
+    });
+}
+
+/// `role=worker` on a node (or off, with `None`).
+async fn set_role(nodes: &Api<Node>, name: &str, role: Option<&str>) {
+    let patch = json!({"metadata": {"labels": {"role": role}}});
+    nodes
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// The daemon pods (not terminating) by node, with their revision hash.
+async fn daemon_pods(pods: &Api<Pod>) -> Option<Vec<(String, String)>> {
+    let list = pods
+        .list(&ListParams::default().labels("app=agent"))
+        .await
+        .ok()?;
+    let mut out: Vec<(String, String)> = list
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            let node = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
+            let hash = p.metadata.labels.as_ref().unwrap()["controller-revision-hash"].clone();
+            (node, hash)
+        })
+        .collect();
+    out.sort();
+    Some(out)
+}
+
+#[test]
+fn a_daemonset_runs_one_pod_per_matching_node_follows_nodes_and_rolls_out() {
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _nodes = hollow_nodes(&api, "ds", 3);
+        let _scheduler = scheduler(&api);
+        let _cm = controller_manager(&api, CONTROLLERS);
+        let client = kube_client(&api).await;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), "default");
+        for name in ["ds-0", "ds-1", "ds-2"] {
+            eventually(&format!("node {name}"), || async {
+                nodes.get_opt(name).await.ok()?
+            })
+            .await;
+        }
+        set_role(&nodes, "ds-0", Some("worker")).await;
+        set_role(&nodes, "ds-1", Some("worker")).await;
+
+        let ds: DaemonSet = serde_json::from_value(json!({
+            "metadata": {"name": "agent"},
+            "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+                "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {
+                    "nodeSelector": {"role": "worker"}, "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "agent", "image": "registry.k8s.io/pause:3.10"}]}}}}))
+        .unwrap();
+        daemonsets
+            .create(&PostParams::default(), &ds)
+            .await
+            .unwrap();
+
+        let first = eventually("a pod on ds-0 and ds-1", || async {
+            let got = daemon_pods(&pods).await?;
+            let nodes: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+            (nodes == ["ds-0", "ds-1"]).then(|| got[0].1.clone())
+        })
+        .await;
+        let out = api.kubectl(
+            KUBECTL_133,
+            &["rollout", "status", "daemonset/agent", "--timeout=60s"],
+        );
+        assert!(out.contains("successfully rolled out"), "{out}");
+        let status = daemonsets.get("agent").await.unwrap().status.unwrap();
+        assert_eq!(
+            (
+                status.desired_number_scheduled,
+                status.current_number_scheduled,
+                status.number_ready
+            ),
+            (2, 2, 2)
+        );
+        assert_eq!(status.observed_generation, Some(1));
+        // the pod is pinned by node affinity on metadata.name and tolerates what daemons do
+        let pod = &pods
+            .list(&ListParams::default().labels("app=agent"))
+            .await
+            .unwrap()
+            .items[0];
+        let spec = pod.spec.as_ref().unwrap();
+        let terms = &spec
+            .affinity
+            .as_ref()
+            .unwrap()
+            .node_affinity
+            .as_ref()
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .as_ref()
+            .unwrap()
+            .node_selector_terms;
+        assert_eq!(
+            terms[0].match_fields.as_ref().unwrap()[0].key,
+            "metadata.name"
+        );
+        assert!(
+            spec.tolerations
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|t| t.key.as_deref() == Some("node.kubernetes.io/unschedulable"))
+        );
+
+        // a node that starts matching gets a pod; one that stops matching loses it
+        set_role(&nodes, "ds-2", Some("worker")).await;
+        set_role(&nodes, "ds-0", None).await;
+        eventually("pods on ds-1 and ds-2 only", || async {
+            let got = daemon_pods(&pods).await?;
+            let nodes: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+            (nodes == ["ds-1", "ds-2"]).then_some(())
+        })
+        .await;
+
+        // a new template rolls out to every pod, one node at a time
+        let image = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "agent", "image": "registry.k8s.io/pause:3.9"}]}}}});
+        daemonsets
+            .patch("agent", &PatchParams::default(), &Patch::Strategic(&image))
+            .await
+            .unwrap();
+        let out = api.kubectl(
+            KUBECTL_133,
+            &["rollout", "status", "daemonset/agent", "--timeout=60s"],
+        );
+        assert!(out.contains("successfully rolled out"), "{out}");
+        let got = eventually("every pod at the new revision", || async {
+            let got = daemon_pods(&pods).await?;
+            (got.len() == 2 && got.iter().all(|(_, h)| *h != first)).then_some(got)
+        })
+        .await;
+        let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), "default");
+        let list = revisions.list(&ListParams::default()).await.unwrap().items;
+        assert_eq!(list.len(), 2, "{list:?}");
+        let newest = list.iter().max_by_key(|r| r.revision).unwrap();
+        assert_eq!(
+            newest.metadata.labels.as_ref().unwrap()["controller-revision-hash"],
+            got[0].1
+        );
+        let status = daemonsets.get("agent").await.unwrap().status.unwrap();
+        assert_eq!(status.updated_number_scheduled, Some(2));
+        assert_eq!(status.observed_generation, Some(2));
     });
 }
