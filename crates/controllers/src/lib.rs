@@ -10,6 +10,8 @@
 //! # Layout
 //! One module per controller, named as upstream names it in `--controllers`:
 //! - [`serviceaccount`]: a `default` ServiceAccount in every namespace.
+//! - [`statefulset`]: pods `<set>-<ordinal>` created, scaled and updated in order.
+//! - [`statefulset_pods`]: a stateful pod's identity and claims.
 //! - [`config`]: the controllers' settings from the controller manager's flags.
 //! - [`daemonset`]: one pod per eligible node, rolling updates, status.
 //! - [`daemonset_pods`]: which nodes run a DaemonSet's pod and the pod it gets.
@@ -26,6 +28,8 @@ pub mod endpointslice;
 pub mod revision;
 pub mod service_pods;
 pub mod serviceaccount;
+pub mod statefulset;
+pub mod statefulset_pods;
 
 use std::sync::Arc;
 
@@ -91,6 +95,11 @@ pub const CONTROLLERS: &[Descriptor] = &[
         name: "daemonset",
         enabled_by_default: true,
         run: |ctx| Box::pin(daemonset::run(ctx)),
+    },
+    Descriptor {
+        name: "statefulset",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(statefulset::run(ctx)),
     },
 ];
 

@@ -5,7 +5,7 @@
 
 mod support;
 
-use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
@@ -14,7 +14,10 @@ use serde_json::json;
 use support::cluster::{controller_manager, hollow_nodes, scheduler};
 use support::{ApiServer, Backend, KUBECTL_133, eventually, kube_client, run};
 
-const CONTROLLERS: &[&str] = &["--controllers", "endpoints,endpointslice,daemonset"];
+const CONTROLLERS: &[&str] = &[
+    "--controllers",
+    "endpoints,endpointslice,daemonset,statefulset",
+];
 
 /// A pod labelled `app: web` whose container names `port_name` 8080; with `gated`, it stays
 /// unready until its `example.com/gate` condition is set True.
@@ -428,5 +431,141 @@ fn a_daemonset_runs_one_pod_per_matching_node_follows_nodes_and_rolls_out() {
         let status = daemonsets.get("agent").await.unwrap().status.unwrap();
         assert_eq!(status.updated_number_scheduled, Some(2));
         assert_eq!(status.observed_generation, Some(2));
+    });
+}
+
+/// Opens the `example.com/gate` readiness gate of a pod.
+async fn open_gate(pods: &Api<Pod>, name: &str) {
+    let gate = json!({"status": {"conditions": [{"type": "example.com/gate", "status": "True"}]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(&gate))
+        .await
+        .unwrap();
+}
+
+/// The pod, once it exists, is not terminating, runs and (with `hash`) is at that revision.
+async fn running_pod(pods: &Api<Pod>, name: &str, hash: Option<&str>) -> Pod {
+    eventually(&format!("{name} running at {hash:?}"), || async {
+        let p = pods.get_opt(name).await.ok()??;
+        let running = p.status.as_ref()?.phase.as_deref() == Some("Running");
+        let at = hash
+            .is_none_or(|h| p.metadata.labels.as_ref().unwrap()["controller-revision-hash"] == h);
+        (running && at && p.metadata.deletion_timestamp.is_none()).then_some(p)
+    })
+    .await
+}
+
+#[test]
+fn a_statefulset_creates_in_order_rolls_out_from_the_top_and_scales_down_from_the_top() {
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _nodes = hollow_nodes(&api, "sts", 2);
+        let _scheduler = scheduler(&api);
+        let _cm = controller_manager(&api, CONTROLLERS);
+        let client = kube_client(&api).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let sets: Api<StatefulSet> = Api::namespaced(client.clone(), "default");
+        // pods stay unready until the test opens their readiness gate
+        let set: StatefulSet = serde_json::from_value(json!({
+            "metadata": {"name": "db"},
+            "spec": {"replicas": 3, "serviceName": "db",
+                "selector": {"matchLabels": {"app": "db"}},
+                "template": {"metadata": {"labels": {"app": "db"}}, "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "readinessGates": [{"conditionType": "example.com/gate"}],
+                    "containers": [{"name": "db", "image": "registry.k8s.io/pause:3.10"}]}}}}))
+        .unwrap();
+        sets.create(&PostParams::default(), &set).await.unwrap();
+
+        for n in 0..3 {
+            let name = format!("db-{n}");
+            let pod = running_pod(&pods, &name, None).await;
+            // OrderedReady: the next one waits for this one to be Ready
+            let next = format!("db-{}", n + 1);
+            assert!(
+                pods.get_opt(&next).await.unwrap().is_none(),
+                "{next} before {name} was Ready"
+            );
+            let labels = pod.metadata.labels.as_ref().unwrap();
+            assert_eq!(labels["statefulset.kubernetes.io/pod-name"], name);
+            assert_eq!(labels["apps.kubernetes.io/pod-index"], n.to_string());
+            let spec = pod.spec.as_ref().unwrap();
+            assert_eq!(spec.hostname.as_deref(), Some(name.as_str()));
+            assert_eq!(spec.subdomain.as_deref(), Some("db"));
+            open_gate(&pods, &name).await;
+        }
+        let out = api.kubectl(
+            KUBECTL_133,
+            &["rollout", "status", "statefulset/db", "--timeout=60s"],
+        );
+        assert!(out.contains("complete"), "{out}");
+        let status = sets.get("db").await.unwrap().status.unwrap();
+        assert_eq!((status.replicas, status.ready_replicas), (3, Some(3)));
+        let first = status.update_revision.clone().unwrap();
+        assert_eq!(status.current_revision.as_deref(), Some(first.as_str()));
+
+        // a new template: replaced from db-2 down, each waiting for the one above to be Ready
+        let image = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "db", "image": "registry.k8s.io/pause:3.9"}]}}}});
+        sets.patch("db", &PatchParams::default(), &Patch::Strategic(&image))
+            .await
+            .unwrap();
+        let update = eventually("a new update revision", || async {
+            let s = sets.get("db").await.ok()?.status?;
+            s.update_revision.filter(|r| *r != first)
+        })
+        .await;
+        let hash = update.rsplit('-').next().unwrap().to_string();
+        for n in (0..3).rev() {
+            let name = format!("db-{n}");
+            running_pod(&pods, &name, Some(&hash)).await;
+            if n > 0 {
+                let below = pods.get(&format!("db-{}", n - 1)).await.unwrap();
+                let labels = below.metadata.labels.unwrap();
+                assert_eq!(
+                    labels["controller-revision-hash"],
+                    first.rsplit('-').next().unwrap()
+                );
+            }
+            open_gate(&pods, &name).await;
+        }
+        let out = api.kubectl(
+            KUBECTL_133,
+            &["rollout", "status", "statefulset/db", "--timeout=60s"],
+        );
+        assert!(out.contains("complete"), "{out}");
+        eventually("current revision is the update", || async {
+            let s = sets.get("db").await.ok()?.status?;
+            (s.current_revision == Some(update.clone()) && s.updated_replicas == Some(3))
+                .then_some(())
+        })
+        .await;
+
+        // scale down: db-2 goes first, then db-1
+        let scale = json!({"spec": {"replicas": 1}});
+        sets.patch("db", &PatchParams::default(), &Patch::Merge(&scale))
+            .await
+            .unwrap();
+        eventually("db-2 gone", || async {
+            pods.get_opt("db-2").await.ok()?.is_none().then_some(())
+        })
+        .await;
+        eventually("only db-0 left", || async {
+            let list = pods
+                .list(&ListParams::default().labels("app=db"))
+                .await
+                .ok()?;
+            let names: Vec<String> = list
+                .items
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            (names == ["db-0"]).then_some(())
+        })
+        .await;
+        eventually("status replicas 1", || async {
+            let s = sets.get("db").await.ok()?.status?;
+            (s.replicas == 1).then_some(())
+        })
+        .await;
     });
 }
