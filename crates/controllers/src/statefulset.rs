@@ -1,8 +1,9 @@
 //! `statefulset`: the pods `<set>-0 … <set>-(replicas-1)` of each StatefulSet (upstream's
 //! StatefulSetController). OrderedReady creates one pod at a time, each Running and Ready before
 //! the next, and scales down from the highest ordinal; Parallel does all at once. A pod's claims
-//! (`volumeClaimTemplates`) are created before it and never deleted here (the retention policy
-//! puts owner references on them for the garbage collector). Updates go through
+//! (`volumeClaimTemplates`) are created before it and never deleted here: the retention policy
+//! puts owner references on them for the garbage collector (`whenDeleted: Delete` the set's, at
+//! creation; `whenScaled: Delete` the condemned pod's, before the pod is deleted). Updates go through
 //! ControllerRevisions: RollingUpdate replaces pods from the highest ordinal down to `partition`,
 //! one at a time and waiting for each to be Ready; OnDelete replaces only deleted pods.
 
@@ -13,6 +14,7 @@ use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetStatus};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{self, Action, ReconcileRequest};
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -34,6 +36,13 @@ pub trait StatefulSetApi: Send + Sync {
         &self,
         set: &StatefulSet,
         claim: &PersistentVolumeClaim,
+    ) -> kube::Result<()>;
+    /// Adds `owner` to the claim's owner references (a missing claim is not an error).
+    async fn add_claim_owner(
+        &self,
+        set: &StatefulSet,
+        claim: &str,
+        owner: &OwnerReference,
     ) -> kube::Result<()>;
     /// Creates a pod; one that exists already is not an error.
     async fn create_pod(&self, set: &StatefulSet, pod: &Pod) -> kube::Result<()>;
@@ -183,6 +192,13 @@ pub fn status(set: &StatefulSet, pods: &[&Pod], current: &str, update: &str) -> 
     }
 }
 
+/// Whether `persistentVolumeClaimRetentionPolicy.whenScaled` is `Delete`.
+fn delete_claims_when_scaled(set: &StatefulSet) -> bool {
+    let spec = set.spec.as_ref();
+    let policy = spec.and_then(|s| s.persistent_volume_claim_retention_policy.as_ref());
+    policy.and_then(|p| p.when_scaled.as_deref()) == Some("Delete")
+}
+
 /// Syncs one StatefulSet: its update revision, its pods and claims, old revisions, its status.
 pub async fn reconcile(
     set: &StatefulSet,
@@ -236,7 +252,29 @@ pub async fn reconcile(
                 api.create_pod(set, &identity::new_pod(set, template, ordinal, hash))
                     .await?;
             }
-            Step::Delete { name, uid } => api.delete_pod(set, &name, &uid).await?,
+            Step::Delete { name, uid } => {
+                let condemned = pods
+                    .iter()
+                    .find(|p| p.name_any() == name)
+                    .and_then(|p| identity::ordinal(set, p))
+                    .is_some_and(|n| n >= spec.replicas.unwrap_or(1));
+                if condemned && delete_claims_when_scaled(set) {
+                    // the garbage collector deletes the claims after their pod
+                    let owner = OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "Pod".into(),
+                        name: name.clone(),
+                        uid: uid.clone(),
+                        controller: None,
+                        block_owner_deletion: Some(true),
+                    };
+                    for t in spec.volume_claim_templates.iter().flatten() {
+                        let claim = identity::claim_name(&t.name_any(), &name);
+                        api.add_claim_owner(set, &claim, &owner).await?;
+                    }
+                }
+                api.delete_pod(set, &name, &uid).await?
+            }
         }
     }
     let in_use: Vec<String> = pods
@@ -308,6 +346,28 @@ impl StatefulSetApi for KubeStatefulSets {
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    async fn add_claim_owner(
+        &self,
+        set: &StatefulSet,
+        claim: &str,
+        owner: &OwnerReference,
+    ) -> kube::Result<()> {
+        let api: Api<PersistentVolumeClaim> = self.api(set);
+        let Some(pvc) = api.get_metadata_opt(claim).await? else {
+            return Ok(());
+        };
+        let mut owners = pvc.metadata.owner_references.unwrap_or_default();
+        if owners.iter().any(|o| o.uid == owner.uid) {
+            return Ok(());
+        }
+        owners.push(owner.clone());
+        let patch = serde_json::json!({"metadata": {
+            "resourceVersion": pvc.metadata.resource_version, "ownerReferences": owners}});
+        api.patch(claim, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
     }
 
     async fn create_pod(&self, set: &StatefulSet, pod: &Pod) -> kube::Result<()> {

@@ -182,6 +182,17 @@ impl StatefulSetApi for Recording {
         self.writes.lock().push(format!("claim {}", c.name_any()));
         Ok(())
     }
+    async fn add_claim_owner(
+        &self,
+        _: &StatefulSet,
+        claim: &str,
+        o: &OwnerReference,
+    ) -> kube::Result<()> {
+        self.writes
+            .lock()
+            .push(format!("claim {claim} owned by {} {}", o.kind, o.name));
+        Ok(())
+    }
     async fn create_pod(&self, _: &StatefulSet, p: &Pod) -> kube::Result<()> {
         self.writes.lock().push(format!("create {}", p.name_any()));
         Ok(())
@@ -226,4 +237,29 @@ async fn claims_are_created_before_their_pod() {
             "status replicas=0"
         ]
     );
+}
+
+#[tokio::test]
+async fn scaling_down_with_when_scaled_delete_hands_the_claims_to_their_pod() {
+    let templates = json!([{"metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]);
+    let pods = [pod(0, "h", true), pod(1, "h", true)];
+    let refs: Vec<&Pod> = pods.iter().collect();
+    for (policy, handed) in [("Delete", true), ("Retain", false)] {
+        let s = set(
+            1,
+            json!({"volumeClaimTemplates": templates.clone(),
+            "persistentVolumeClaimRetentionPolicy": {"whenScaled": policy}}),
+        );
+        let api = Recording::default();
+        reconcile(&s, &refs, &[], &api).await.unwrap();
+        let writes = api.writes.lock().clone();
+        assert_eq!(
+            writes.contains(&"claim data-db-1 owned by Pod db-1".to_string()),
+            handed,
+            "{writes:?}"
+        );
+        assert!(writes.contains(&"delete db-1".to_string()), "{writes:?}");
+        assert!(writes.iter().all(|w| !w.starts_with("delete claim")));
+    }
 }
