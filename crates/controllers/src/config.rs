@@ -27,6 +27,8 @@ pub struct Config {
     /// `--terminated-pod-gc-threshold` (upstream default 12500): terminated pods kept before
     /// pod-garbage-collector deletes the oldest; 0 or less disables that part.
     pub terminated_pod_gc_threshold: i64,
+    /// `--max-endpoints-per-slice` (upstream default 100): endpoints per EndpointSlice.
+    pub max_endpoints_per_slice: usize,
 }
 
 impl Default for Config {
@@ -40,6 +42,7 @@ impl Default for Config {
             node_monitor_period: Duration::from_secs(5),
             node_startup_grace_period: Duration::from_secs(60),
             terminated_pod_gc_threshold: 12500,
+            max_endpoints_per_slice: 100,
         }
     }
 }

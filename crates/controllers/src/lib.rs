@@ -22,16 +22,32 @@
 //! - [`podgc`]: deletes excess terminated pods, pods of deleted nodes, unscheduled terminating
 //!   pods.
 //! - [`resources`]: discovery of every served resource (for garbage-collector and namespace).
+//! - [`statefulset`]: pods `<set>-<ordinal>` created, scaled and updated in order.
+//! - [`statefulset_pods`]: a stateful pod's identity and claims.
+//! - [`daemonset`]: one pod per eligible node, rolling updates, status.
+//! - [`daemonset_pods`]: which nodes run a DaemonSet's pod and the pod it gets.
+//! - [`endpoints`]: an Endpoints object per Service with a selector, from the pods it selects.
+//! - [`endpointslice`]: EndpointSlices per Service with a selector, at most 100 endpoints each.
+//! - [`revision`]: ControllerRevisions (template history and hashes) for daemonset and statefulset.
+//! - [`service_pods`]: what `endpoints` and `endpointslice` share (pod selection, ports, readiness).
 
 pub mod config;
+pub mod daemonset;
+pub mod daemonset_pods;
+pub mod endpoints;
+pub mod endpointslice;
 pub mod garbagecollector;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod podgc;
 pub mod resources;
+pub mod revision;
 pub mod rootcacertpublisher;
+pub mod service_pods;
 pub mod serviceaccount;
+pub mod statefulset;
+pub mod statefulset_pods;
 pub mod tainteviction;
 
 use std::sync::Arc;
@@ -124,6 +140,26 @@ pub const CONTROLLERS: &[Descriptor] = &[
         name: "taint-eviction-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(tainteviction::run(ctx)),
+    },
+    Descriptor {
+        name: "endpoints",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(endpoints::run(ctx)),
+    },
+    Descriptor {
+        name: "endpointslice",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(endpointslice::run(ctx)),
+    },
+    Descriptor {
+        name: "daemonset",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(daemonset::run(ctx)),
+    },
+    Descriptor {
+        name: "statefulset",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(statefulset::run(ctx)),
     },
 ];
 

@@ -67,6 +67,10 @@ pub struct ControllerManagerArgs {
         allow_negative_numbers = true
     )]
     pub terminated_pod_gc_threshold: i64,
+
+    /// The most endpoints one EndpointSlice holds (upstream's `--max-endpoints-per-slice`).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub max_endpoints_per_slice: u16,
 }
 
 /// The PEM bundle to publish: `--root-ca-file`, else the kubeconfig's current cluster CA.
@@ -126,6 +130,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         node_monitor_period: args.node_monitor_period,
         node_startup_grace_period: args.node_startup_grace_period,
         terminated_pod_gc_threshold: args.terminated_pod_gc_threshold,
+        max_endpoints_per_slice: args.max_endpoints_per_slice.into(),
     };
     let ctx = Arc::new(Context::new(client.clone(), &instance).with_config(config));
 

@@ -1,0 +1,437 @@
+//! `endpoints`: every Service with a selector has an Endpoints object of the same name listing
+//! the pods it selects (upstream's EndpointsController): ready pods under `addresses`, the others
+//! under `notReadyAddresses` (all under `addresses` with `publishNotReadyAddresses`), ports
+//! resolved per pod from each `targetPort` (a named port a pod lacks leaves that pod out for that
+//! port), subsets repacked by port set, at most 1000 addresses (the rest truncated and annotated),
+//! and the Endpoints of a deleted Service deleted. Services without selector are left alone.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{
+    EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Pod, Service,
+};
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::runtime::controller::{self, Action, ReconcileRequest};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, applier, watcher};
+use kube::{Api, ResourceExt};
+use skiff_runtime::backoff::ItemBackoff;
+
+use crate::Context;
+use crate::service_pods::{self as sp, LAST_CHANGE_TRIGGER_TIME, TriggerTimes};
+
+/// The most addresses one Endpoints object holds (upstream's `maxCapacity`).
+pub const MAX_CAPACITY: usize = 1000;
+/// The annotation on an Endpoints object whose addresses were truncated.
+pub const OVER_CAPACITY: &str = "endpoints.kubernetes.io/over-capacity";
+/// The label marking Endpoints this controller manages, and its value.
+pub const MANAGED_BY: (&str, &str) = ("endpoints.kubernetes.io/managed-by", "endpoint-controller");
+/// The annotation of leader-election Endpoints, never deleted as leftovers.
+const LEADER_ANNOTATION: &str = "control-plane.alpha.kubernetes.io/leader";
+
+/// The writes this controller makes.
+#[async_trait]
+pub trait EndpointsApi: Send + Sync {
+    /// The current `namespace/name` Endpoints, if any.
+    async fn get(&self, namespace: &str, name: &str) -> kube::Result<Option<Endpoints>>;
+    /// Creates it.
+    async fn create(&self, endpoints: &Endpoints) -> kube::Result<()>;
+    /// Replaces it (the object carries the resourceVersion read).
+    async fn replace(&self, endpoints: &Endpoints) -> kube::Result<()>;
+    /// Deletes `namespace/name`; a missing one is not an error.
+    async fn delete(&self, namespace: &str, name: &str) -> kube::Result<()>;
+}
+
+/// One address for one port: the unit subsets are packed from.
+struct Entry {
+    address: EndpointAddress,
+    ready: bool,
+    port: Option<EndpointPort>,
+}
+
+type PortKey = (String, i32, String, String);
+type AddressKey = (String, String, bool);
+
+fn port_key(p: &Option<EndpointPort>) -> Option<PortKey> {
+    p.as_ref().map(|p| {
+        (
+            p.name.clone().unwrap_or_default(),
+            p.port,
+            p.protocol.clone().unwrap_or_default(),
+            p.app_protocol.clone().unwrap_or_default(),
+        )
+    })
+}
+
+fn address_key(a: &EndpointAddress, ready: bool) -> AddressKey {
+    let uid = a
+        .target_ref
+        .as_ref()
+        .and_then(|r| r.uid.clone())
+        .unwrap_or_default();
+    (a.ip.clone(), uid, ready)
+}
+
+/// The entries for the Service's pods: one per pod and port it resolves.
+fn entries(service: &Service, pods: &[&Pod]) -> Vec<Entry> {
+    let publish = sp::publish_not_ready(service);
+    let ports = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.clone())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for pod in pods {
+        if !sp::should_be_in_endpoints(pod, publish) {
+            continue;
+        }
+        let Some(ip) = sp::pod_ip(pod) else { continue };
+        let address = EndpointAddress {
+            ip,
+            hostname: sp::hostname(pod, service),
+            node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            target_ref: Some(ObjectReference {
+                kind: Some("Pod".into()),
+                namespace: pod.namespace(),
+                name: Some(pod.name_any()),
+                uid: pod.uid(),
+                ..Default::default()
+            }),
+        };
+        let ready = publish || sp::is_ready(pod);
+        if ports.is_empty() {
+            if sp::headless(service) {
+                out.push(Entry {
+                    address,
+                    ready,
+                    port: None,
+                });
+            }
+            continue;
+        }
+        for port in &ports {
+            let Some(number) = sp::find_port(pod, port) else {
+                continue;
+            };
+            out.push(Entry {
+                address: address.clone(),
+                ready,
+                port: Some(EndpointPort {
+                    name: port.name.clone(),
+                    port: number,
+                    protocol: Some(port.protocol.clone().unwrap_or_else(|| "TCP".into())),
+                    app_protocol: port.app_protocol.clone(),
+                }),
+            });
+        }
+    }
+    out
+}
+
+/// Upstream's `RepackSubsets`: addresses that share the same set of ports form one subset;
+/// addresses, ports and subsets sorted so that equal inputs give equal objects.
+fn repack(entries: Vec<Entry>) -> Vec<EndpointSubset> {
+    let mut addresses: BTreeMap<AddressKey, EndpointAddress> = BTreeMap::new();
+    let mut ports: BTreeMap<Option<PortKey>, Option<EndpointPort>> = BTreeMap::new();
+    let mut by_port: BTreeMap<Option<PortKey>, BTreeSet<AddressKey>> = BTreeMap::new();
+    for e in entries {
+        let a = address_key(&e.address, e.ready);
+        let p = port_key(&e.port);
+        addresses.entry(a.clone()).or_insert(e.address);
+        ports.entry(p.clone()).or_insert(e.port);
+        by_port.entry(p).or_default().insert(a);
+    }
+    let mut by_addresses: BTreeMap<Vec<AddressKey>, Vec<Option<PortKey>>> = BTreeMap::new();
+    for (p, addrs) in by_port {
+        by_addresses
+            .entry(addrs.into_iter().collect())
+            .or_default()
+            .push(p);
+    }
+    by_addresses
+        .into_iter()
+        .map(|(addrs, port_keys)| {
+            let pick = |ready: bool| -> Option<Vec<EndpointAddress>> {
+                let v: Vec<EndpointAddress> = addrs
+                    .iter()
+                    .filter(|k| k.2 == ready)
+                    .map(|k| addresses[k].clone())
+                    .collect();
+                (!v.is_empty()).then_some(v)
+            };
+            let ports: Vec<EndpointPort> =
+                port_keys.iter().filter_map(|k| ports[k].clone()).collect();
+            EndpointSubset {
+                addresses: pick(true),
+                not_ready_addresses: pick(false),
+                ports: (!ports.is_empty()).then_some(ports),
+            }
+        })
+        .collect()
+}
+
+/// Keeps at most [`MAX_CAPACITY`] addresses, ready ones first; returns whether any were cut.
+fn truncate(subsets: &mut [EndpointSubset]) -> bool {
+    let count = |s: &EndpointSubset| {
+        s.addresses.as_ref().map_or(0, Vec::len)
+            + s.not_ready_addresses.as_ref().map_or(0, Vec::len)
+    };
+    if subsets.iter().map(count).sum::<usize>() <= MAX_CAPACITY {
+        return false;
+    }
+    let mut room = MAX_CAPACITY;
+    for s in subsets.iter_mut() {
+        if let Some(a) = s.addresses.as_mut() {
+            a.truncate(room);
+            room -= a.len();
+        }
+    }
+    for s in subsets.iter_mut() {
+        if let Some(a) = s.not_ready_addresses.as_mut() {
+            a.truncate(room);
+            room -= a.len();
+        }
+    }
+    for s in subsets.iter_mut() {
+        s.addresses = s.addresses.take().filter(|a| !a.is_empty());
+        s.not_ready_addresses = s.not_ready_addresses.take().filter(|a| !a.is_empty());
+    }
+    true
+}
+
+/// The subsets the Service's Endpoints should have, and whether they were truncated.
+pub fn desired_subsets(service: &Service, pods: &[&Pod]) -> (Vec<EndpointSubset>, bool) {
+    let mut subsets = repack(entries(service, pods));
+    let truncated = truncate(&mut subsets);
+    subsets.retain(|s| s.addresses.is_some() || s.not_ready_addresses.is_some());
+    (subsets, truncated)
+}
+
+/// The Endpoints to write for the Service, or `None` when `current` is already right.
+pub fn desired(
+    service: &Service,
+    current: Option<&Endpoints>,
+    pods: &[&Pod],
+    trigger: Option<jiff::Timestamp>,
+) -> Option<Endpoints> {
+    let (subsets, truncated) = desired_subsets(service, pods);
+    let mut labels = sp::endpoints_labels(service);
+    labels.insert(MANAGED_BY.0.into(), MANAGED_BY.1.into());
+    if let Some(current) = current {
+        let same_subsets = current.subsets.clone().unwrap_or_default() == subsets;
+        let same_labels = *current.labels() == labels;
+        let same_capacity = current.annotations().get(OVER_CAPACITY).map(String::as_str)
+            == truncated.then_some("truncated");
+        if same_subsets && same_labels && same_capacity {
+            return None;
+        }
+    }
+    let mut endpoints = current.cloned().unwrap_or_else(|| Endpoints {
+        metadata: ObjectMeta {
+            name: Some(service.name_any()),
+            namespace: service.namespace(),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    endpoints.metadata.labels = Some(labels);
+    let annotations = endpoints.annotations_mut();
+    match trigger {
+        Some(t) => annotations.insert(LAST_CHANGE_TRIGGER_TIME.into(), sp::format_time(t)),
+        None => annotations.remove(LAST_CHANGE_TRIGGER_TIME),
+    };
+    if truncated {
+        annotations.insert(OVER_CAPACITY.into(), "truncated".into());
+    } else {
+        annotations.remove(OVER_CAPACITY);
+    }
+    endpoints.subsets = (!subsets.is_empty()).then_some(subsets);
+    Some(endpoints)
+}
+
+/// Brings the Service's Endpoints up to date with `pods` (all pods of its namespace or more).
+pub async fn reconcile(
+    service: &Service,
+    pods: &[Arc<Pod>],
+    triggers: &TriggerTimes,
+    api: &dyn EndpointsApi,
+) -> kube::Result<()> {
+    if !sp::managed(service) {
+        return Ok(());
+    }
+    let selected: Vec<&Pod> = pods
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|p| sp::selects(service, p))
+        .collect();
+    let ns = service.namespace().unwrap_or_default();
+    let current = api.get(&ns, &service.name_any()).await?;
+    let publish = sp::publish_not_ready(service);
+    let listed: Vec<&Pod> = selected
+        .iter()
+        .copied()
+        .filter(|p| sp::should_be_in_endpoints(p, publish))
+        .collect();
+    let trigger = triggers.compute(service, &listed);
+    match desired(service, current.as_ref(), &selected, trigger) {
+        None => Ok(()),
+        Some(e) if current.is_none() => api.create(&e).await,
+        Some(e) => api.replace(&e).await,
+    }
+}
+
+/// Cleans up after a Service that is gone: its Endpoints are deleted unless they belong to
+/// leader election. `service_exists` is asked first, as the informer may lag.
+pub async fn service_gone(
+    namespace: &str,
+    name: &str,
+    service_exists: bool,
+    api: &dyn EndpointsApi,
+) -> kube::Result<()> {
+    if service_exists {
+        return Ok(());
+    }
+    match api.get(namespace, name).await? {
+        Some(e) if !e.annotations().contains_key(LEADER_ANNOTATION) => {
+            api.delete(namespace, name).await
+        }
+        _ => Ok(()),
+    }
+}
+
+struct KubeEndpoints(kube::Client);
+
+impl KubeEndpoints {
+    fn api(&self, namespace: &str) -> Api<Endpoints> {
+        Api::namespaced(self.0.clone(), namespace)
+    }
+}
+
+#[async_trait]
+impl EndpointsApi for KubeEndpoints {
+    async fn get(&self, namespace: &str, name: &str) -> kube::Result<Option<Endpoints>> {
+        self.api(namespace).get_opt(name).await
+    }
+
+    async fn create(&self, e: &Endpoints) -> kube::Result<()> {
+        let ns = e.namespace().unwrap_or_default();
+        self.api(&ns)
+            .create(&PostParams::default(), e)
+            .await
+            .map(|_| ())
+    }
+
+    async fn replace(&self, e: &Endpoints) -> kube::Result<()> {
+        let ns = e.namespace().unwrap_or_default();
+        self.api(&ns)
+            .replace(&e.name_any(), &PostParams::default(), e)
+            .await
+            .map(|_| ())
+    }
+
+    async fn delete(&self, namespace: &str, name: &str) -> kube::Result<()> {
+        match self
+            .api(namespace)
+            .delete(name, &DeleteParams::default())
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+}
+
+struct State {
+    api: KubeEndpoints,
+    pods: Store<Pod>,
+    triggers: TriggerTimes,
+    backoff: ItemBackoff<ObjectRef<Service>>,
+}
+
+/// Runs the controller: Services are the keys; a pod change requeues the Services that select
+/// it (now or before), an Endpoints change its Service, and a Service that is gone has its
+/// Endpoints deleted.
+pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+    let client = ctx.client.clone();
+    let cfg = watcher::Config::default;
+    let (services, service_events) = sp::informer(Api::<Service>::all(client.clone()), cfg());
+    let (pods, pod_events) = sp::informer(Api::<Pod>::all(client.clone()), cfg());
+    let endpoint_events = watcher(Api::<Endpoints>::all(client.clone()), cfg())
+        .default_backoff()
+        .touched_objects()
+        .boxed();
+    let queue = {
+        stream::select_all([
+            service_events
+                .map_ok(|s| ReconcileRequest::from(ObjectRef::from(&s)))
+                .boxed(),
+            sp::pod_requests(pod_events, pods.clone(), services.clone()).boxed(),
+            endpoint_events
+                .map_ok(|e: Endpoints| {
+                    let ns = e.namespace().unwrap_or_default();
+                    ReconcileRequest::from(ObjectRef::<Service>::new(&e.name_any()).within(&ns))
+                })
+                .boxed(),
+        ])
+    };
+    let state = Arc::new(State {
+        api: KubeEndpoints(client.clone()),
+        pods,
+        triggers: TriggerTimes::default(),
+        backoff: ItemBackoff::default(),
+    });
+    applier(
+        |svc: Arc<Service>, state: Arc<State>| {
+            Box::pin(async move {
+                let _ = state.pods.wait_until_ready().await;
+                reconcile(&svc, &state.pods.state(), &state.triggers, &state.api).await?;
+                state.backoff.forget(&ObjectRef::from(svc.as_ref()));
+                Ok::<_, kube::Error>(Action::await_change())
+            })
+        },
+        |svc: Arc<Service>, error: &kube::Error, state: Arc<State>| {
+            tracing::warn!(service = %ObjectRef::from(svc.as_ref()), %error, "endpoints: will retry");
+            Action::requeue(state.backoff.failed(ObjectRef::from(svc.as_ref())))
+        },
+        state.clone(),
+        services,
+        queue,
+        controller::Config::default(),
+    )
+    .for_each(|result| {
+        let state = state.clone();
+        let client = client.clone();
+        async move {
+            match result {
+                Err(controller::Error::ObjectNotFound(gone)) => {
+                    let ns = gone.namespace.clone().unwrap_or_default();
+                    state.triggers.forget(&ns, &gone.name);
+                    let services: Api<Service> = Api::namespaced(client, &ns);
+                    let exists = match services.get_opt(&gone.name).await {
+                        Ok(s) => s.is_some(),
+                        Err(error) => {
+                            tracing::warn!(service = %gone, %error, "endpoints: cannot check a deleted service");
+                            true
+                        }
+                    };
+                    if let Err(error) = service_gone(&ns, &gone.name, exists, &state.api).await {
+                        tracing::warn!(service = %gone, %error, "endpoints: cannot delete leftover endpoints");
+                    }
+                }
+                Err(controller::Error::QueueError(error)) => {
+                    tracing::warn!(%error, "endpoints: watch failed");
+                }
+                _ => {}
+            }
+        }
+    })
+    .await;
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "endpoints_tests.rs"]
+mod tests;

@@ -1,0 +1,460 @@
+//! `endpointslice`: the discovery.k8s.io/v1 EndpointSlices of every Service with a selector
+//! (upstream's EndpointSliceController): IPv4 slices named `<service>-<random>`, labelled with
+//! the Service name and this controller as manager and owned by the Service, one endpoint per
+//! selected pod with an IP (ready/serving/terminating conditions, targetRef, nodeName, zone from
+//! the node's `topology.kubernetes.io/zone`, hostname), slices grouped by the ports each pod
+//! resolves, at most `--max-endpoints-per-slice` endpoints each; updates reuse the slices that
+//! exist (changed slices first), and a Service without endpoints keeps one empty placeholder.
+//! Slices of a deleted Service go with it through the garbage collector (their owner reference).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Service};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::runtime::controller::{self, Action, ReconcileRequest};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{applier, watcher};
+use kube::{Api, ResourceExt};
+use skiff_runtime::backoff::ItemBackoff;
+
+use crate::Context;
+use crate::service_pods::{self as sp, LAST_CHANGE_TRIGGER_TIME, TriggerTimes};
+
+/// The label naming a slice's Service.
+pub const SERVICE_NAME: &str = "kubernetes.io/service-name";
+/// The label naming who manages a slice, and this controller's value.
+pub const MANAGED_BY: (&str, &str) = (
+    "endpointslice.kubernetes.io/managed-by",
+    "endpointslice-controller.k8s.io",
+);
+/// The node label an endpoint's zone comes from.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+/// The writes this controller makes.
+#[async_trait]
+pub trait SlicesApi: Send + Sync {
+    /// The slices labelled with the Service's name in its namespace.
+    async fn list(&self, namespace: &str, service: &str) -> kube::Result<Vec<EndpointSlice>>;
+    /// Creates a slice (named by `generateName`).
+    async fn create(&self, slice: &EndpointSlice) -> kube::Result<()>;
+    /// Replaces a slice (with the resourceVersion read).
+    async fn replace(&self, slice: &EndpointSlice) -> kube::Result<()>;
+    /// Deletes a slice; a missing one is not an error.
+    async fn delete(&self, namespace: &str, name: &str) -> kube::Result<()>;
+}
+
+/// The writes that bring a Service's slices up to date.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub create: Vec<EndpointSlice>,
+    pub update: Vec<EndpointSlice>,
+    pub delete: Vec<String>,
+}
+
+/// An endpoint's identity within a Service: its pod, else its first address.
+fn endpoint_key(e: &Endpoint) -> String {
+    e.target_ref
+        .as_ref()
+        .and_then(|r| r.name.clone())
+        .unwrap_or_else(|| e.addresses.first().cloned().unwrap_or_default())
+}
+
+/// A port list's identity (slices hold endpoints with identical ports).
+fn ports_key(ports: &[EndpointPort]) -> String {
+    serde_json::to_string(ports).unwrap_or_default()
+}
+
+/// The endpoint for a pod, as upstream's `podToEndpoint`.
+fn endpoint(service: &Service, pod: &Pod, ip: String, zone: Option<String>) -> Endpoint {
+    let publish = sp::publish_not_ready(service);
+    let terminating = pod.metadata.deletion_timestamp.is_some();
+    let serving = publish || sp::is_ready(pod);
+    Endpoint {
+        addresses: vec![ip],
+        conditions: Some(EndpointConditions {
+            ready: Some(serving && (publish || !terminating)),
+            serving: Some(serving),
+            terminating: Some(terminating),
+        }),
+        hostname: sp::hostname(pod, service),
+        node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        target_ref: Some(ObjectReference {
+            kind: Some("Pod".into()),
+            namespace: pod.namespace(),
+            name: Some(pod.name_any()),
+            uid: pod.uid(),
+            ..Default::default()
+        }),
+        zone,
+        ..Default::default()
+    }
+}
+
+/// The ports a pod serves for the Service (those its target ports resolve to).
+fn endpoint_ports(service: &Service, pod: &Pod) -> Vec<EndpointPort> {
+    let ports = service.spec.as_ref().and_then(|s| s.ports.as_ref());
+    ports
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            Some(EndpointPort {
+                name: Some(p.name.clone().unwrap_or_default()),
+                port: Some(sp::find_port(pod, p)?),
+                protocol: Some(p.protocol.clone().unwrap_or_else(|| "TCP".into())),
+                app_protocol: p.app_protocol.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The endpoints the Service should have, by port list: key → (ports, endpoint key → endpoint).
+type Desired = BTreeMap<String, (Vec<EndpointPort>, BTreeMap<String, Endpoint>)>;
+
+fn desired(service: &Service, pods: &[&Pod], zone: &dyn Fn(&str) -> Option<String>) -> Desired {
+    let mut out: Desired = BTreeMap::new();
+    for pod in pods {
+        if !sp::should_be_in_endpoints(pod, true) {
+            continue;
+        }
+        let Some(ip) = sp::pod_ip(pod) else { continue };
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        let e = endpoint(service, pod, ip, node.and_then(zone));
+        let ports = endpoint_ports(service, pod);
+        let entry = out
+            .entry(ports_key(&ports))
+            .or_insert_with(|| (ports, BTreeMap::new()));
+        entry.1.insert(endpoint_key(&e), e);
+    }
+    out
+}
+
+/// The labels the Service's slices carry (upstream's `setEndpointSliceLabels`).
+fn slice_labels(service: &Service) -> BTreeMap<String, String> {
+    let mut labels = sp::endpoints_labels(service);
+    labels.insert(SERVICE_NAME.into(), service.name_any());
+    labels.insert(MANAGED_BY.0.into(), MANAGED_BY.1.into());
+    labels
+}
+
+fn new_slice(
+    service: &Service,
+    ports: Vec<EndpointPort>,
+    endpoints: Vec<Endpoint>,
+) -> EndpointSlice {
+    EndpointSlice {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}-", service.name_any())),
+            namespace: service.namespace(),
+            labels: Some(slice_labels(service)),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Service".into(),
+                name: service.name_any(),
+                uid: service.uid().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..Default::default()
+        },
+        address_type: "IPv4".into(),
+        endpoints,
+        ports: Some(ports),
+    }
+}
+
+fn annotate(slice: &mut EndpointSlice, trigger: Option<jiff::Timestamp>) {
+    match trigger {
+        Some(t) => {
+            slice
+                .annotations_mut()
+                .insert(LAST_CHANGE_TRIGGER_TIME.into(), sp::format_time(t));
+        }
+        None => {
+            slice.annotations_mut().remove(LAST_CHANGE_TRIGGER_TIME);
+        }
+    }
+}
+
+/// Whether a slice is this controller's, for this Service.
+fn ours(service: &Service, slice: &EndpointSlice) -> bool {
+    let labels = slice.labels();
+    labels.get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1)
+        && labels.get(SERVICE_NAME) == Some(&service.name_any())
+        && slice.address_type == "IPv4"
+}
+
+/// Upstream's reconciler in short: existing slices keep the endpoints still wanted (updated in
+/// place), lose the others, and take new endpoints while they have room, the slices already
+/// changing first; what is left goes into one unchanged slice that can hold it all, else into
+/// new slices; emptied slices are deleted, except that a Service without endpoints keeps one
+/// empty placeholder.
+pub fn plan(
+    service: &Service,
+    existing: &[EndpointSlice],
+    pods: &[&Pod],
+    zone: &(dyn Fn(&str) -> Option<String> + Sync),
+    max: usize,
+    trigger: Option<jiff::Timestamp>,
+) -> Plan {
+    let mut want = desired(service, pods, zone);
+    let labels = slice_labels(service);
+    let mut plan = Plan::default();
+    let existing: Vec<&EndpointSlice> = existing.iter().filter(|s| ours(service, s)).collect();
+
+    if want.is_empty() {
+        let placeholder = existing
+            .iter()
+            .find(|s| s.endpoints.is_empty() && s.ports.as_deref().unwrap_or(&[]).is_empty());
+        for s in &existing {
+            if Some(s) != placeholder {
+                plan.delete.push(s.name_any());
+            }
+        }
+        match placeholder {
+            Some(p) if *p.labels() == labels => {}
+            Some(p) => {
+                let mut p = (*p).clone();
+                p.metadata.labels = Some(labels);
+                plan.update.push(p);
+            }
+            None => plan.create.push(new_slice(service, vec![], vec![])),
+        }
+        return plan;
+    }
+
+    // (slice, changed) per port list
+    let mut kept: BTreeMap<String, Vec<(EndpointSlice, bool)>> = BTreeMap::new();
+    for s in existing {
+        let key = ports_key(s.ports.as_deref().unwrap_or(&[]));
+        let Some((_, wanted)) = want.get_mut(&key) else {
+            plan.delete.push(s.name_any());
+            continue;
+        };
+        let mut slice = s.clone();
+        slice.endpoints = s
+            .endpoints
+            .iter()
+            .filter_map(|e| wanted.remove(&endpoint_key(e)))
+            .collect();
+        let changed = slice.endpoints != s.endpoints || *s.labels() != labels;
+        slice.metadata.labels = Some(labels.clone());
+        kept.entry(key).or_default().push((slice, changed));
+    }
+
+    for (key, (ports, wanted)) in want {
+        let mut rest: Vec<Endpoint> = wanted.into_values().collect();
+        let slices = kept.entry(key).or_default();
+        // 1. slices that change anyway take what they have room for
+        for (slice, changed) in slices.iter_mut().filter(|(_, c)| *c) {
+            let room = max.saturating_sub(slice.endpoints.len());
+            let take = room.min(rest.len());
+            slice.endpoints.extend(rest.drain(..take));
+            *changed = true;
+        }
+        // 2. one unchanged slice that can hold all the rest, the fullest first
+        if !rest.is_empty() {
+            let fits = slices
+                .iter_mut()
+                .filter(|(s, c)| !*c && max.saturating_sub(s.endpoints.len()) >= rest.len())
+                .max_by_key(|(s, _)| s.endpoints.len());
+            if let Some((slice, changed)) = fits {
+                slice.endpoints.append(&mut rest);
+                *changed = true;
+            }
+        }
+        // 3. new slices for what is left
+        while !rest.is_empty() {
+            let take = max.min(rest.len());
+            let mut s = new_slice(service, ports.clone(), rest.drain(..take).collect());
+            annotate(&mut s, trigger);
+            plan.create.push(s);
+        }
+    }
+    for (mut slice, changed) in kept.into_values().flatten() {
+        if slice.endpoints.is_empty() {
+            plan.delete.push(slice.name_any());
+        } else if changed {
+            annotate(&mut slice, trigger);
+            plan.update.push(slice);
+        }
+    }
+    plan
+}
+
+/// Brings the Service's slices up to date with `pods` (all pods of its namespace or more).
+pub async fn reconcile(
+    service: &Service,
+    pods: &[Arc<Pod>],
+    zone: &(dyn Fn(&str) -> Option<String> + Sync),
+    max: usize,
+    triggers: &TriggerTimes,
+    api: &dyn SlicesApi,
+) -> kube::Result<()> {
+    if !sp::managed(service) || service.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let selected: Vec<&Pod> = pods
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|p| sp::selects(service, p) && sp::should_be_in_endpoints(p, true))
+        .collect();
+    let ns = service.namespace().unwrap_or_default();
+    let existing = api.list(&ns, &service.name_any()).await?;
+    let trigger = triggers.compute(service, &selected);
+    let plan = plan(service, &existing, &selected, zone, max, trigger);
+    // creates and updates before deletes, so that the Service never has no slices in between
+    for s in &plan.create {
+        api.create(s).await?;
+    }
+    for s in &plan.update {
+        api.replace(s).await?;
+    }
+    for name in &plan.delete {
+        api.delete(&ns, name).await?;
+    }
+    Ok(())
+}
+
+struct KubeSlices(kube::Client);
+
+impl KubeSlices {
+    fn api(&self, namespace: &str) -> Api<EndpointSlice> {
+        Api::namespaced(self.0.clone(), namespace)
+    }
+}
+
+#[async_trait]
+impl SlicesApi for KubeSlices {
+    async fn list(&self, namespace: &str, service: &str) -> kube::Result<Vec<EndpointSlice>> {
+        let lp = ListParams::default().labels(&format!("{SERVICE_NAME}={service}"));
+        Ok(self.api(namespace).list(&lp).await?.items)
+    }
+
+    async fn create(&self, s: &EndpointSlice) -> kube::Result<()> {
+        let ns = s.namespace().unwrap_or_default();
+        self.api(&ns)
+            .create(&PostParams::default(), s)
+            .await
+            .map(|_| ())
+    }
+
+    async fn replace(&self, s: &EndpointSlice) -> kube::Result<()> {
+        let ns = s.namespace().unwrap_or_default();
+        self.api(&ns)
+            .replace(&s.name_any(), &PostParams::default(), s)
+            .await
+            .map(|_| ())
+    }
+
+    async fn delete(&self, namespace: &str, name: &str) -> kube::Result<()> {
+        match self
+            .api(namespace)
+            .delete(name, &DeleteParams::default())
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+}
+
+struct State {
+    api: KubeSlices,
+    pods: Store<Pod>,
+    nodes: Store<Node>,
+    max: usize,
+    triggers: TriggerTimes,
+    backoff: ItemBackoff<ObjectRef<Service>>,
+}
+
+impl State {
+    fn zone(&self, node: &str) -> Option<String> {
+        let node = self.nodes.get(&ObjectRef::new(node))?;
+        node.labels().get(ZONE_LABEL).cloned()
+    }
+}
+
+/// Runs the controller: Services are the keys; a pod change requeues the Services that select
+/// it (now or before), a slice change the Service it is labelled with.
+pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+    let client = ctx.client.clone();
+    let cfg = watcher::Config::default;
+    let (services, service_events) = sp::informer(Api::<Service>::all(client.clone()), cfg());
+    let (pods, pod_events) = sp::informer(Api::<Pod>::all(client.clone()), cfg());
+    let (nodes, node_events) = sp::informer(Api::<Node>::all(client.clone()), cfg());
+    let (_, slice_events) = sp::informer(
+        Api::<EndpointSlice>::all(client.clone()),
+        cfg().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1)),
+    );
+    let queue = stream::select_all([
+        service_events
+            .map_ok(|s| ReconcileRequest::from(ObjectRef::from(&s)))
+            .boxed(),
+        sp::pod_requests(pod_events, pods.clone(), services.clone()).boxed(),
+        slice_events
+            .try_filter_map(|s: EndpointSlice| async move {
+                let ns = s.namespace().unwrap_or_default();
+                Ok(s.labels().get(SERVICE_NAME).map(|name| {
+                    ReconcileRequest::from(ObjectRef::<Service>::new(name).within(&ns))
+                }))
+            })
+            .boxed(),
+        // nodes only fill their store (zones); they requeue nothing
+        node_events.try_filter_map(|_| async { Ok(None) }).boxed(),
+    ]);
+    let state = Arc::new(State {
+        api: KubeSlices(client.clone()),
+        pods,
+        nodes,
+        max: ctx.config.max_endpoints_per_slice,
+        triggers: TriggerTimes::default(),
+        backoff: ItemBackoff::default(),
+    });
+    applier(
+        |svc: Arc<Service>, state: Arc<State>| {
+            Box::pin(async move {
+                let _ = state.pods.wait_until_ready().await;
+                let _ = state.nodes.wait_until_ready().await;
+                let zone = |node: &str| state.zone(node);
+                let pods = state.pods.state();
+                reconcile(&svc, &pods, &zone, state.max, &state.triggers, &state.api).await?;
+                state.backoff.forget(&ObjectRef::from(svc.as_ref()));
+                Ok::<_, kube::Error>(Action::await_change())
+            })
+        },
+        |svc: Arc<Service>, error: &kube::Error, state: Arc<State>| {
+            tracing::warn!(service = %ObjectRef::from(svc.as_ref()), %error, "endpointslice: will retry");
+            Action::requeue(state.backoff.failed(ObjectRef::from(svc.as_ref())))
+        },
+        state.clone(),
+        services,
+        queue,
+        controller::Config::default(),
+    )
+    .for_each(|result| {
+        let state = state.clone();
+        async move {
+            match result {
+                Err(controller::Error::ObjectNotFound(gone)) => {
+                    let ns = gone.namespace.clone().unwrap_or_default();
+                    state.triggers.forget(&ns, &gone.name);
+                }
+                Err(controller::Error::QueueError(error)) => {
+                    tracing::warn!(%error, "endpointslice: watch failed");
+                }
+                _ => {}
+            }
+        }
+    })
+    .await;
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "endpointslice_tests.rs"]
+mod tests;

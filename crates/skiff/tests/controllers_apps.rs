@@ -1,0 +1,575 @@
+//! The `endpoints`, `endpointslice`, `daemonset` and `statefulset` controllers of `skiff
+//! controller-manager` against a real `skiff apiserver`, with the scheduler and hollow nodes
+//! running the pods (seed 001: Service traffic follows pod readiness through Endpoints and
+//! EndpointSlices). No garbage collector runs here: nothing depends on cascading deletion.
+
+mod support;
+
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use support::cluster::{controller_manager, hollow_nodes, scheduler};
+use support::{ApiServer, Backend, KUBECTL_133, eventually, kube_client, run};
+
+const CONTROLLERS: &[&str] = &[
+    "--controllers",
+    "endpoints,endpointslice,daemonset,statefulset",
+];
+
+/// A pod labelled `app: web` whose container names `port_name` 8080; with `gated`, it stays
+/// unready until its `example.com/gate` condition is set True.
+fn web_pod(name: &str, port_name: &str, gated: bool) -> Pod {
+    let mut pod = json!({
+        "metadata": {"name": name, "labels": {"app": "web"}},
+        "spec": {"terminationGracePeriodSeconds": 0, "containers": [{
+            "name": "app", "image": "registry.k8s.io/pause:3.10",
+            "ports": [{"name": port_name, "containerPort": 8080}]}]},
+    });
+    if gated {
+        pod["spec"]["readinessGates"] = json!([{"conditionType": "example.com/gate"}]);
+    }
+    serde_json::from_value(pod).unwrap()
+}
+
+fn web_service(name: &str, publish_not_ready: bool) -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"selector": {"app": "web"}, "publishNotReadyAddresses": publish_not_ready,
+            "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
+    }))
+    .unwrap()
+}
+
+/// The ready and not-ready address IPs of an Endpoints object, each sorted.
+fn addresses(e: &Endpoints) -> (Vec<String>, Vec<String>) {
+    let mut ready = vec![];
+    let mut not_ready = vec![];
+    for s in e.subsets.iter().flatten() {
+        ready.extend(s.addresses.iter().flatten().map(|a| a.ip.clone()));
+        not_ready.extend(s.not_ready_addresses.iter().flatten().map(|a| a.ip.clone()));
+    }
+    ready.sort();
+    not_ready.sort();
+    (ready, not_ready)
+}
+
+/// Each endpoint of the Service's slices that have ports as (pod, ready, serving, zone),
+/// sorted. (A pod that resolves none of the Service's ports is listed in a slice without
+/// ports, as upstream does.)
+async fn slice_endpoints(
+    slices: &Api<EndpointSlice>,
+    service: &str,
+) -> Option<Vec<(String, bool, bool, Option<String>)>> {
+    let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={service}"));
+    let list = slices.list(&lp).await.ok()?;
+    let mut out = vec![];
+    for s in &list.items {
+        assert_eq!(
+            s.metadata.labels.as_ref()?["endpointslice.kubernetes.io/managed-by"],
+            "endpointslice-controller.k8s.io"
+        );
+        assert!(
+            s.metadata
+                .name
+                .as_ref()?
+                .starts_with(&format!("{service}-"))
+        );
+        assert_eq!(s.metadata.owner_references.as_ref()?[0].name, service);
+        if s.ports.as_ref().is_none_or(|p| p.is_empty()) {
+            continue;
+        }
+        for e in &s.endpoints {
+            let c = e.conditions.clone()?;
+            out.push((
+                e.target_ref.as_ref()?.name.clone()?,
+                c.ready?,
+                c.serving?,
+                e.zone.clone(),
+            ));
+        }
+    }
+    out.sort();
+    Some(out)
+}
+
+async fn pod_ip(pods: &Api<Pod>, name: &str) -> String {
+    eventually(&format!("pod {name} has an IP"), || async {
+        pods.get(name).await.ok()?.status?.pod_ip
+    })
+    .await
+}
+
+#[test]
+fn endpoints_follow_pod_readiness_named_ports_and_deletion() {
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _nodes = hollow_nodes(&api, "ep", 2);
+        let _scheduler = scheduler(&api);
+        let _cm = controller_manager(&api, CONTROLLERS);
+        let client = kube_client(&api).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let services: Api<Service> = Api::namespaced(client.clone(), "default");
+        let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), "default");
+        let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
+        let pp = PostParams::default();
+
+        // every node in zone-a: endpoints carry their node's zone
+        let nodes: Api<Node> = Api::all(client.clone());
+        for name in ["ep-0", "ep-1"] {
+            eventually(&format!("node {name}"), || async {
+                nodes.get_opt(name).await.ok()?
+            })
+            .await;
+            let zone = json!({"metadata": {"labels": {"topology.kubernetes.io/zone": "zone-a"}}});
+            nodes
+                .patch(name, &PatchParams::default(), &Patch::Merge(&zone))
+                .await
+                .unwrap();
+        }
+        let zone = Some("zone-a".to_string());
+
+        services
+            .create(&pp, &web_service("web", false))
+            .await
+            .unwrap();
+        services
+            .create(&pp, &web_service("web-all", true))
+            .await
+            .unwrap();
+        pods.create(&pp, &web_pod("gated", "http", true))
+            .await
+            .unwrap();
+        pods.create(&pp, &web_pod("plain", "http", false))
+            .await
+            .unwrap();
+        // its container has no port named `http`: no endpoint for the `http` port
+        pods.create(&pp, &web_pod("unnamed", "other", false))
+            .await
+            .unwrap();
+        let gated = pod_ip(&pods, "gated").await;
+        let plain = pod_ip(&pods, "plain").await;
+        pod_ip(&pods, "unnamed").await;
+
+        eventually("web: plain ready, gated not ready", || async {
+            let e = endpoints.get_opt("web").await.ok()??;
+            (addresses(&e) == (vec![plain.clone()], vec![gated.clone()])).then_some(())
+        })
+        .await;
+        let e = endpoints.get("web").await.unwrap();
+        let subset = &e.subsets.as_ref().unwrap()[0];
+        let port = &subset.ports.as_ref().unwrap()[0];
+        assert_eq!((port.name.as_deref(), port.port), (Some("http"), 8080));
+        let address = &subset.addresses.as_ref().unwrap()[0];
+        assert_eq!(
+            address.target_ref.as_ref().unwrap().name.as_deref(),
+            Some("plain")
+        );
+        assert!(address.node_name.as_deref().unwrap().starts_with("ep-"));
+        assert!(
+            e.metadata
+                .annotations
+                .as_ref()
+                .unwrap()
+                .contains_key("endpoints.kubernetes.io/last-change-trigger-time"),
+            "{e:?}"
+        );
+        eventually("web's slice: plain ready, gated not", || async {
+            let got = slice_endpoints(&slices, "web").await?;
+            let want = vec![
+                ("gated".to_string(), false, false, zone.clone()),
+                ("plain".to_string(), true, true, zone.clone()),
+            ];
+            (got == want).then_some(())
+        })
+        .await;
+        // the pod without an `http` port is listed in a slice without ports, as upstream does
+        eventually("web's portless slice lists unnamed", || async {
+            let lp = ListParams::default().labels("kubernetes.io/service-name=web");
+            let list = slices.list(&lp).await.ok()?.items;
+            let portless: Vec<&EndpointSlice> = list
+                .iter()
+                .filter(|s| s.ports.as_ref().is_none_or(|p| p.is_empty()))
+                .collect();
+            let names: Vec<String> = portless
+                .iter()
+                .flat_map(|s| s.endpoints.iter())
+                .filter_map(|e| e.target_ref.as_ref()?.name.clone())
+                .collect();
+            (portless.len() == 1 && names == ["unnamed"]).then_some(())
+        })
+        .await;
+        // publishNotReadyAddresses: both in addresses
+        let mut both = vec![gated.clone(), plain.clone()];
+        both.sort();
+        eventually("web-all: both pods as addresses", || async {
+            let e = endpoints.get_opt("web-all").await.ok()??;
+            (addresses(&e) == (both.clone(), vec![])).then_some(())
+        })
+        .await;
+
+        // the readiness gate opens: the kubelet makes the pod Ready, the endpoints follow
+        let gate = json!({"status": {"conditions": [
+            {"type": "example.com/gate", "status": "True"}]}});
+        pods.patch_status("gated", &PatchParams::default(), &Patch::Strategic(&gate))
+            .await
+            .unwrap();
+        eventually("web: both ready", || async {
+            let e = endpoints.get_opt("web").await.ok()??;
+            (addresses(&e) == (both.clone(), vec![])).then_some(())
+        })
+        .await;
+
+        eventually("web's slice: both ready", || async {
+            let got = slice_endpoints(&slices, "web").await?;
+            (got.iter().filter(|e| e.1 && e.2).count() == 2).then_some(())
+        })
+        .await;
+        let table = api.kubectl(KUBECTL_133, &["get", "endpoints", "web"]);
+        assert!(table.contains(&format!("{gated}:8080")), "{table}");
+        // kubectl 1.33 describes a Service's endpoints from its EndpointSlices
+        let described = api.kubectl(KUBECTL_133, &["describe", "service", "web"]);
+        assert!(described.contains(&format!("{plain}:8080")), "{described}");
+        assert!(described.contains(&format!("{gated}:8080")), "{described}");
+
+        // a deleted pod leaves at once (terminating pods are skipped)
+        pods.delete("plain", &DeleteParams::default())
+            .await
+            .unwrap();
+        eventually("web: only gated", || async {
+            let e = endpoints.get_opt("web").await.ok()??;
+            (addresses(&e) == (vec![gated.clone()], vec![])).then_some(())
+        })
+        .await;
+
+        eventually("web's slice: only gated", || async {
+            let got = slice_endpoints(&slices, "web").await?;
+            (got == vec![("gated".to_string(), true, true, zone.clone())]).then_some(())
+        })
+        .await;
+
+        // a Service without selector keeps the Endpoints its owner writes
+        let manual: Service = serde_json::from_value(json!({
+            "metadata": {"name": "manual"}, "spec": {"ports": [{"port": 80}]}}))
+        .unwrap();
+        services.create(&pp, &manual).await.unwrap();
+        let mine: Endpoints = serde_json::from_value(json!({
+            "metadata": {"name": "manual"},
+            "subsets": [{"addresses": [{"ip": "192.0.2.1"}], "ports": [{"port": 80}]}]}))
+        .unwrap();
+        endpoints.create(&pp, &mine).await.unwrap();
+
+        // the Endpoints of a deleted Service go
+        services
+            .delete("web", &DeleteParams::default())
+            .await
+            .unwrap();
+        eventually("web's endpoints deleted", || async {
+            endpoints.get_opt("web").await.ok()?.is_none().then_some(())
+        })
+        .await;
+        let kept = endpoints.get("manual").await.unwrap();
+        assert_eq!(addresses(&kept).0, vec!["192.0.2.1"]);
+    });
+}
+
+/// `role=worker` on a node (or off, with `None`).
+async fn set_role(nodes: &Api<Node>, name: &str, role: Option<&str>) {
+    let patch = json!({"metadata": {"labels": {"role": role}}});
+    nodes
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// The daemon pods (not terminating) by node, with their revision hash.
+async fn daemon_pods(pods: &Api<Pod>) -> Option<Vec<(String, String)>> {
+    let list = pods
+        .list(&ListParams::default().labels("app=agent"))
+        .await
+        .ok()?;
+    let mut out: Vec<(String, String)> = list
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            let node = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
+            let hash = p.metadata.labels.as_ref().unwrap()["controller-revision-hash"].clone();
+            (node, hash)
+        })
+        .collect();
+    out.sort();
+    Some(out)
+}
+
+#[test]
+fn a_daemonset_runs_one_pod_per_matching_node_follows_nodes_and_rolls_out() {
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _nodes = hollow_nodes(&api, "ds", 3);
+        let _scheduler = scheduler(&api);
+        let _cm = controller_manager(&api, CONTROLLERS);
+        let client = kube_client(&api).await;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), "default");
+        for name in ["ds-0", "ds-1", "ds-2"] {
+            eventually(&format!("node {name}"), || async {
+                nodes.get_opt(name).await.ok()?
+            })
+            .await;
+        }
+        set_role(&nodes, "ds-0", Some("worker")).await;
+        set_role(&nodes, "ds-1", Some("worker")).await;
+
+        let ds: DaemonSet = serde_json::from_value(json!({
+            "metadata": {"name": "agent"},
+            "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+                "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {
+                    "nodeSelector": {"role": "worker"}, "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "agent", "image": "registry.k8s.io/pause:3.10"}]}}}}))
+        .unwrap();
+        daemonsets
+            .create(&PostParams::default(), &ds)
+            .await
+            .unwrap();
+
+        let first = eventually("a pod on ds-0 and ds-1", || async {
+            let got = daemon_pods(&pods).await?;
+            let nodes: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+            (nodes == ["ds-0", "ds-1"]).then(|| got[0].1.clone())
+        })
+        .await;
+        let out = api.kubectl(
+            KUBECTL_133,
+            &["rollout", "status", "daemonset/agent", "--timeout=60s"],
+        );
+        assert!(out.contains("successfully rolled out"), "{out}");
+        let status = daemonsets.get("agent").await.unwrap().status.unwrap();
+        assert_eq!(
+            (
+                status.desired_number_scheduled,
+                status.current_number_scheduled,
+                status.number_ready
+            ),
+            (2, 2, 2)
+        );
+        assert_eq!(status.observed_generation, Some(1));
+        // the pod is pinned by node affinity on metadata.name and tolerates what daemons do
+        let pod = &pods
+            .list(&ListParams::default().labels("app=agent"))
+            .await
+            .unwrap()
+            .items[0];
+        let spec = pod.spec.as_ref().unwrap();
+        let terms = &spec
+            .affinity
+            .as_ref()
+            .unwrap()
+            .node_affinity
+            .as_ref()
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .as_ref()
+            .unwrap()
+            .node_selector_terms;
+        assert_eq!(
+            terms[0].match_fields.as_ref().unwrap()[0].key,
+            "metadata.name"
+        );
+        assert!(
+            spec.tolerations
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|t| t.key.as_deref() == Some("node.kubernetes.io/unschedulable"))
+        );
+
+        // a node that starts matching gets a pod; one that stops matching loses it
+        set_role(&nodes, "ds-2", Some("worker")).await;
+        set_role(&nodes, "ds-0", None).await;
+        eventually("pods on ds-1 and ds-2 only", || async {
+            let got = daemon_pods(&pods).await?;
+            let nodes: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+            (nodes == ["ds-1", "ds-2"]).then_some(())
+        })
+        .await;
+
+        // a new template rolls out to every pod, one node at a time
+        let image = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "agent", "image": "registry.k8s.io/pause:3.9"}]}}}});
+        daemonsets
+            .patch("agent", &PatchParams::default(), &Patch::Strategic(&image))
+            .await
+            .unwrap();
+        let out = api.kubectl(
+            KUBECTL_133,
+            &["rollout", "status", "daemonset/agent", "--timeout=60s"],
+        );
+        assert!(out.contains("successfully rolled out"), "{out}");
+        let got = eventually("every pod at the new revision", || async {
+            let got = daemon_pods(&pods).await?;
+            (got.len() == 2 && got.iter().all(|(_, h)| *h != first)).then_some(got)
+        })
+        .await;
+        let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), "default");
+        let list = revisions.list(&ListParams::default()).await.unwrap().items;
+        assert_eq!(list.len(), 2, "{list:?}");
+        let newest = list.iter().max_by_key(|r| r.revision).unwrap();
+        assert_eq!(
+            newest.metadata.labels.as_ref().unwrap()["controller-revision-hash"],
+            got[0].1
+        );
+        eventually("status: 2 updated, generation 2 observed", || async {
+            let status = daemonsets.get("agent").await.ok()?.status?;
+            (status.updated_number_scheduled == Some(2)
+                && status.number_available == Some(2)
+                && status.observed_generation == Some(2))
+            .then_some(())
+        })
+        .await;
+    });
+}
+
+/// Opens the `example.com/gate` readiness gate of a pod.
+async fn open_gate(pods: &Api<Pod>, name: &str) {
+    let gate = json!({"status": {"conditions": [{"type": "example.com/gate", "status": "True"}]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(&gate))
+        .await
+        .unwrap();
+}
+
+/// The pod, once it exists, is not terminating, runs and (with `hash`) is at that revision.
+async fn running_pod(pods: &Api<Pod>, name: &str, hash: Option<&str>) -> Pod {
+    eventually(&format!("{name} running at {hash:?}"), || async {
+        let p = pods.get_opt(name).await.ok()??;
+        let running = p.status.as_ref()?.phase.as_deref() == Some("Running");
+        let at = hash
+            .is_none_or(|h| p.metadata.labels.as_ref().unwrap()["controller-revision-hash"] == h);
+        (running && at && p.metadata.deletion_timestamp.is_none()).then_some(p)
+    })
+    .await
+}
+
+#[test]
+fn a_statefulset_creates_in_order_rolls_out_from_the_top_and_scales_down_from_the_top() {
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _nodes = hollow_nodes(&api, "sts", 2);
+        let _scheduler = scheduler(&api);
+        let _cm = controller_manager(&api, CONTROLLERS);
+        let client = kube_client(&api).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let sets: Api<StatefulSet> = Api::namespaced(client.clone(), "default");
+        // pods stay unready until the test opens their readiness gate
+        let set: StatefulSet = serde_json::from_value(json!({
+            "metadata": {"name": "db"},
+            "spec": {"replicas": 3, "serviceName": "db",
+                "selector": {"matchLabels": {"app": "db"}},
+                "template": {"metadata": {"labels": {"app": "db"}}, "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "readinessGates": [{"conditionType": "example.com/gate"}],
+                    "containers": [{"name": "db", "image": "registry.k8s.io/pause:3.10"}]}}}}))
+        .unwrap();
+        sets.create(&PostParams::default(), &set).await.unwrap();
+
+        for n in 0..3 {
+            let name = format!("db-{n}");
+            let pod = running_pod(&pods, &name, None).await;
+            // OrderedReady: the next one waits for this one to be Ready
+            let next = format!("db-{}", n + 1);
+            assert!(
+                pods.get_opt(&next).await.unwrap().is_none(),
+                "{next} before {name} was Ready"
+            );
+            let labels = pod.metadata.labels.as_ref().unwrap();
+            assert_eq!(labels["statefulset.kubernetes.io/pod-name"], name);
+            assert_eq!(labels["apps.kubernetes.io/pod-index"], n.to_string());
+            let spec = pod.spec.as_ref().unwrap();
+            assert_eq!(spec.hostname.as_deref(), Some(name.as_str()));
+            assert_eq!(spec.subdomain.as_deref(), Some("db"));
+            open_gate(&pods, &name).await;
+        }
+        let out = api.kubectl(
+            KUBECTL_133,
+            &["rollout", "status", "statefulset/db", "--timeout=60s"],
+        );
+        assert!(out.contains("complete"), "{out}");
+        let status = sets.get("db").await.unwrap().status.unwrap();
+        assert_eq!((status.replicas, status.ready_replicas), (3, Some(3)));
+        let first = status.update_revision.clone().unwrap();
+        assert_eq!(status.current_revision.as_deref(), Some(first.as_str()));
+
+        // a new template: replaced from db-2 down, each waiting for the one above to be Ready
+        let image = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "db", "image": "registry.k8s.io/pause:3.9"}]}}}});
+        sets.patch("db", &PatchParams::default(), &Patch::Strategic(&image))
+            .await
+            .unwrap();
+        let update = eventually("a new update revision", || async {
+            let s = sets.get("db").await.ok()?.status?;
+            s.update_revision.filter(|r| *r != first)
+        })
+        .await;
+        let hash = update.rsplit('-').next().unwrap().to_string();
+        for n in (0..3).rev() {
+            let name = format!("db-{n}");
+            running_pod(&pods, &name, Some(&hash)).await;
+            if n > 0 {
+                let below = pods.get(&format!("db-{}", n - 1)).await.unwrap();
+                let labels = below.metadata.labels.unwrap();
+                assert_eq!(
+                    labels["controller-revision-hash"],
+                    first.rsplit('-').next().unwrap()
+                );
+            }
+            open_gate(&pods, &name).await;
+        }
+        let out = api.kubectl(
+            KUBECTL_133,
+            &["rollout", "status", "statefulset/db", "--timeout=60s"],
+        );
+        assert!(out.contains("complete"), "{out}");
+        eventually("current revision is the update", || async {
+            let s = sets.get("db").await.ok()?.status?;
+            (s.current_revision == Some(update.clone()) && s.updated_replicas == Some(3))
+                .then_some(())
+        })
+        .await;
+
+        // scale down: db-2 goes first, then db-1
+        let scale = json!({"spec": {"replicas": 1}});
+        sets.patch("db", &PatchParams::default(), &Patch::Merge(&scale))
+            .await
+            .unwrap();
+        eventually("db-2 gone", || async {
+            pods.get_opt("db-2").await.ok()?.is_none().then_some(())
+        })
+        .await;
+        eventually("only db-0 left", || async {
+            let list = pods
+                .list(&ListParams::default().labels("app=db"))
+                .await
+                .ok()?;
+            let names: Vec<String> = list
+                .items
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            (names == ["db-0"]).then_some(())
+        })
+        .await;
+        eventually("status replicas 1", || async {
+            let s = sets.get("db").await.ok()?.status?;
+            (s.replicas == 1).then_some(())
+        })
+        .await;
+    });
+}
