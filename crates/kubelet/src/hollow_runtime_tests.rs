@@ -275,3 +275,40 @@ async fn the_real_pod_sync_runs_a_pod_on_the_hollow_runtime_with_an_ip_from_the_
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn the_real_pod_sync_finishes_a_pod_whose_container_runs_true() {
+    let rt = Arc::new(runtime("10.64.6.0/24", Behaviour::default()));
+    let api = Arc::new(RecordingPodApi::default());
+    let logs = tempfile::tempdir().unwrap();
+    let ctx = SyncContext {
+        runtime: rt.clone(),
+        api: api.clone(),
+        host_ip: "10.64.6.1".into(),
+        runtime_name: RUNTIME_NAME.into(),
+        memory_capacity: 4 << 30,
+        log_dir: logs.path().into(),
+        clock: Arc::new(|| Timestamp::UNIX_EPOCH),
+        volumes: Arc::new(crate::volumes::VolumeManager::new(
+            logs.path().join("pods"),
+            Arc::new(crate::volumes::host::RecordingHost::default()),
+            crate::volumes::REFRESH,
+        )),
+        dns: Arc::default(),
+        allocatable: Default::default(),
+    };
+    let mut pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "job-x", "namespace": "default", "uid": "u2"},
+        "spec": {"nodeName": "hollow-6", "restartPolicy": "Never",
+                 "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]},
+        "status": {"phase": "Pending"},
+    }))
+    .unwrap();
+    let mut probes = crate::probe::Probes::default();
+    for _ in 0..3 {
+        ctx.sync_pod(&pod, &mut probes).await.unwrap();
+        pod.status = api.last_status("job-x");
+    }
+    let status = api.last_status("job-x").unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{status:?}");
+}
