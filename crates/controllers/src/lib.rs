@@ -11,11 +11,17 @@
 //! One module per controller, named as upstream names it in `--controllers`:
 //! - [`serviceaccount`]: a `default` ServiceAccount in every namespace.
 //! - [`job`]: a Job's pods run to completion; its status counts them.
+//! - [`cronjob`]: a CronJob's Jobs start on its schedule.
+//! - [`ttl_after_finished`]: finished Jobs deleted once their TTL has passed.
+//! - [`disruption`]: PodDisruptionBudget status (healthy, desired, disruptions allowed).
 //! - [`watched`]: reflector stores whose changes queue keys once the store shows them (for
 //!   kube-runtime's `applier`), shared by `job` and the controllers after it.
 
+pub mod cronjob;
+pub mod disruption;
 pub mod job;
 pub mod serviceaccount;
+pub mod ttl_after_finished;
 pub mod watched;
 
 use std::sync::Arc;
@@ -69,6 +75,21 @@ pub const CONTROLLERS: &[Descriptor] = &[
         name: "job",
         enabled_by_default: true,
         run: |ctx| Box::pin(job::run(ctx)),
+    },
+    Descriptor {
+        name: "cronjob",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(cronjob::run(ctx)),
+    },
+    Descriptor {
+        name: "ttl-after-finished",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(ttl_after_finished::run(ctx)),
+    },
+    Descriptor {
+        name: "disruption",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(disruption::run(ctx)),
     },
 ];
 

@@ -93,6 +93,9 @@ pub struct Memory {
 #[derive(Default)]
 struct PerJob {
     backoff: backoff::Record,
+    /// Finished pods already in `backoff`: a stale store shows a pod as newly finished again
+    /// until it sees the pod's finalizer gone, and it must not count twice.
+    recorded: HashSet<String>,
     created: HashSet<String>,
     deleted: HashSet<String>,
     since: Option<Timestamp>,
@@ -107,8 +110,32 @@ impl Memory {
             .unwrap_or_default()
     }
 
-    fn set_backoff(&self, uid: &str, record: backoff::Record) {
-        self.jobs.lock().entry(uid.into()).or_default().backoff = record;
+    /// The backoff after `succeeded` and `failed` (finished pods with their finish times)
+    /// are recorded, each pod once; `present` are the uids of the Job's pods now.
+    fn record_finished(
+        &self,
+        uid: &str,
+        succeeded: &[(String, Timestamp)],
+        failed: &[(String, Timestamp)],
+        present: &HashSet<String>,
+    ) -> backoff::Record {
+        let mut jobs = self.jobs.lock();
+        let job = jobs.entry(uid.into()).or_default();
+        let fresh = |pods: &[(String, Timestamp)], seen: &HashSet<String>| -> Vec<Timestamp> {
+            pods.iter()
+                .filter(|(u, _)| !seen.contains(u))
+                .map(|(_, t)| *t)
+                .collect()
+        };
+        let (s, f) = (
+            fresh(succeeded, &job.recorded),
+            fresh(failed, &job.recorded),
+        );
+        job.recorded.retain(|u| present.contains(u));
+        job.recorded
+            .extend(succeeded.iter().chain(failed).map(|(u, _)| u.clone()));
+        job.backoff = job.backoff.next(&s, &f);
+        job.backoff
     }
 
     fn expect_created(&self, uid: &str, names: Vec<String>, now: Timestamp) {

@@ -239,15 +239,17 @@ pub async fn sync(
         status.succeeded.unwrap_or(0) + (uncounted_succeeded.len() + new_succeeded.len()) as i32
     };
     let failed = status.failed.unwrap_or(0) + (uncounted_failed.len() + new_failed.len()) as i32;
-    let record = memory.backoff(&uid).next(
-        &new_succeeded
-            .iter()
-            .map(|p| pods::finish_time(p, now))
-            .collect::<Vec<_>>(),
-        &new_failed
-            .iter()
-            .map(|p| pods::finish_time(p, now))
-            .collect::<Vec<_>>(),
+    let finish = |ps: &[&Pod]| -> Vec<(String, Timestamp)> {
+        ps.iter()
+            .map(|p| (uid_of(p), pods::finish_time(p, now)))
+            .collect()
+    };
+    let present: HashSet<String> = all_pods.iter().map(|p| uid_of(p)).collect();
+    let record = memory.record_finished(
+        &uid,
+        &finish(&new_succeeded),
+        &finish(&new_failed),
+        &present,
     );
 
     if status.start_time.is_none() && !spec.suspended {
@@ -304,7 +306,6 @@ pub async fn sync(
     }
     to_delete.truncate(MAX_PER_SYNC);
     to_create.truncate(MAX_PER_SYNC);
-    memory.set_backoff(&uid, record);
 
     let mut deleted: Vec<&Pod> = Vec::new();
     let mut first_error = None;

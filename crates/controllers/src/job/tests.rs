@@ -409,3 +409,18 @@ async fn a_finished_job_only_releases_pods_still_tracked() {
     assert_eq!(*api.released.lock(), vec!["a"]);
     assert!(api.statuses.lock().is_empty());
 }
+
+#[tokio::test]
+async fn a_failed_pod_seen_again_in_a_stale_store_does_not_lengthen_the_backoff() {
+    let api = Recording::default();
+    let memory = Memory::default();
+    let j = job(
+        json!({"backoffLimit": 3}),
+        json!({"startTime": "2027-01-15T08:00:00Z"}),
+    );
+    let failed = [pod("a", "Failed", None)];
+    let first = sync::sync(&j, &failed, now(), &memory, &api).await.unwrap();
+    let again = sync::sync(&j, &failed, now(), &memory, &api).await.unwrap();
+    assert_eq!(first, Some(Duration::from_secs(10)));
+    assert_eq!(again, Some(Duration::from_secs(10)));
+}
