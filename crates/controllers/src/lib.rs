@@ -30,13 +30,22 @@
 //! - [`endpointslice`]: EndpointSlices per Service with a selector, at most 100 endpoints each.
 //! - [`revision`]: ControllerRevisions (template history and hashes) for daemonset and statefulset.
 //! - [`service_pods`]: what `endpoints` and `endpointslice` share (pod selection, ports, readiness).
+//! - [`job`]: a Job's pods run to completion; its status counts them.
+//! - [`cronjob`]: a CronJob's Jobs start on its schedule.
+//! - [`ttl_after_finished`]: finished Jobs deleted once their TTL has passed.
+//! - [`disruption`]: PodDisruptionBudget status (healthy, desired, disruptions allowed).
+//! - [`watched`]: reflector stores whose changes queue keys once the store shows them (for
+//!   kube-runtime's `applier`), shared by `job` and the controllers after it.
 
 pub mod config;
+pub mod cronjob;
 pub mod daemonset;
 pub mod daemonset_pods;
+pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod garbagecollector;
+pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
@@ -49,6 +58,8 @@ pub mod serviceaccount;
 pub mod statefulset;
 pub mod statefulset_pods;
 pub mod tainteviction;
+pub mod ttl_after_finished;
+pub mod watched;
 
 use std::sync::Arc;
 
@@ -160,6 +171,26 @@ pub const CONTROLLERS: &[Descriptor] = &[
         name: "statefulset",
         enabled_by_default: true,
         run: |ctx| Box::pin(statefulset::run(ctx)),
+    },
+    Descriptor {
+        name: "job",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(job::run(ctx)),
+    },
+    Descriptor {
+        name: "cronjob",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(cronjob::run(ctx)),
+    },
+    Descriptor {
+        name: "ttl-after-finished",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(ttl_after_finished::run(ctx)),
+    },
+    Descriptor {
+        name: "disruption",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(disruption::run(ctx)),
     },
 ];
 

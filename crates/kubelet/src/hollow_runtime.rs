@@ -1,8 +1,11 @@
 //! The runtime of a hollow node: [`HollowRuntime`] implements [`ContainerRuntime`] in memory,
 //! so the real pod workers run against it with no containerd. Sandboxes get pod IPs from the
-//! node's pod CIDR ([`crate::hollow_ipam`]), released when the sandbox stops; every image is present; containers run until
-//! stopped. [`Behaviour`] adds a startup delay, a failure mix and a stop delay. Nothing is
-//! recorded, so a hollow node's memory stays flat however long it runs.
+//! node's pod CIDR ([`crate::hollow_ipam`]), released when the sandbox stops; every image is
+//! present; containers run until stopped, except that a container whose command and args are
+//! exactly `true` exits 0, `false` exits 1, and `sh -c "exit N"` exits N right after it starts
+//! ([`scripted_exit`]), so that Jobs finish. [`Behaviour`] adds a startup delay, a failure mix
+//! and a stop delay. Nothing is recorded, so a hollow node's memory stays flat however long it
+//! runs.
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -53,8 +56,9 @@ struct Sandbox {
 struct HollowContainer {
     sandbox: String,
     status: ContainerStatus,
-    /// Exits with code 1 when started (the failure mix).
-    fails: bool,
+    /// The code it exits with as soon as it starts: its [`scripted_exit`], or 1 if it is in
+    /// the failure mix; `None` runs until stopped.
+    exit_on_start: Option<i32>,
 }
 
 struct State {
@@ -98,6 +102,22 @@ fn in_failing_fraction(uid: &str, container: &str, rate: f64) -> bool {
         h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
     ((h >> 11) as f64 / (1u64 << 53) as f64) < rate
+}
+
+/// The exit code of a container whose command line (command then args) is one a hollow node
+/// recognises: `["true"]` exits 0, `["false"]` exits 1, `["sh", "-c", "exit N"]` exits N
+/// (0–255). Any other command line runs until stopped.
+pub fn scripted_exit(command: &[String], args: &[String]) -> Option<i32> {
+    let line: Vec<&str> = command.iter().chain(args).map(String::as_str).collect();
+    match line.as_slice() {
+        ["true"] => Some(0),
+        ["false"] => Some(1),
+        ["sh", "-c", script] => {
+            let code = script.trim().strip_prefix("exit")?.trim();
+            code.parse::<u8>().ok().map(i32::from)
+        }
+        _ => None,
+    }
 }
 
 impl HollowRuntime {
@@ -248,11 +268,14 @@ impl ContainerRuntime for HollowRuntime {
             return Err(not_found("CreateContainer", sandbox_id));
         }
         let label = |k: &str| config.labels.get(k).map(String::as_str).unwrap_or_default();
-        let fails = in_failing_fraction(
-            label(LABEL_POD_UID),
-            label(LABEL_CONTAINER_NAME),
-            self.behaviour.failure_rate,
-        );
+        let exit_on_start = scripted_exit(&config.command, &config.args).or_else(|| {
+            in_failing_fraction(
+                label(LABEL_POD_UID),
+                label(LABEL_CONTAINER_NAME),
+                self.behaviour.failure_rate,
+            )
+            .then_some(1)
+        });
         s.next_id += 1;
         let id = format!("container-{}", s.next_id);
         let image = config.image.clone().unwrap_or_default();
@@ -273,7 +296,7 @@ impl ContainerRuntime for HollowRuntime {
             HollowContainer {
                 sandbox: sandbox_id.into(),
                 status,
-                fails,
+                exit_on_start,
             },
         );
         Ok(id)
@@ -288,8 +311,8 @@ impl ContainerRuntime for HollowRuntime {
             .ok_or_else(|| not_found("StartContainer", id))?;
         c.status.state = ContainerState::ContainerRunning as i32;
         c.status.started_at = now;
-        if c.fails {
-            HollowRuntime::exit(c, 1, now);
+        if let Some(code) = c.exit_on_start {
+            HollowRuntime::exit(c, code, now);
         }
         Ok(())
     }

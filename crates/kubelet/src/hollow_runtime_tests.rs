@@ -149,6 +149,57 @@ async fn the_failure_mix_fails_its_fraction_of_containers_the_same_way_every_tim
     assert_eq!(failed(0.25).await, quarter);
 }
 
+#[test]
+fn true_false_and_sh_exit_n_are_the_only_scripted_exits() {
+    let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(scripted_exit(&v(&["true"]), &[]), Some(0));
+    assert_eq!(scripted_exit(&v(&["false"]), &[]), Some(1));
+    assert_eq!(scripted_exit(&v(&["sh"]), &v(&["-c", "exit 3"])), Some(3));
+    assert_eq!(scripted_exit(&[], &v(&["sh", "-c", " exit 0 "])), Some(0));
+    assert_eq!(scripted_exit(&v(&["sh", "-c", "exit 256"]), &[]), None);
+    assert_eq!(
+        scripted_exit(&v(&["sh", "-c", "sleep 1; exit 0"]), &[]),
+        None
+    );
+    assert_eq!(scripted_exit(&v(&["true", "x"]), &[]), None);
+    assert_eq!(scripted_exit(&v(&["sleep", "3600"]), &[]), None);
+    assert_eq!(scripted_exit(&[], &[]), None);
+}
+
+#[tokio::test]
+async fn a_scripted_container_exits_with_its_code_when_started() {
+    let rt = runtime("10.42.0.0/24", Behaviour::default());
+    let run = |command: Vec<String>, uid: &'static str| {
+        let rt = &rt;
+        async move {
+            let sb = rt.run_pod_sandbox(sandbox(uid)).await.unwrap();
+            let config = ContainerConfig {
+                command,
+                ..container(uid, "app")
+            };
+            let id = rt
+                .create_container(&sb, config, sandbox(uid))
+                .await
+                .unwrap();
+            rt.start_container(&id).await.unwrap();
+            let s = rt.container_status(&id).await.unwrap();
+            (s.state, s.exit_code, s.reason)
+        }
+    };
+    let exited = ContainerState::ContainerExited as i32;
+    let cmd = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        run(cmd(&["true"]), "a").await,
+        (exited, 0, "Completed".to_string())
+    );
+    assert_eq!(
+        run(cmd(&["sh", "-c", "exit 2"]), "b").await,
+        (exited, 2, "Error".to_string())
+    );
+    let running = run(cmd(&["sleep", "infinity"]), "c").await;
+    assert_eq!(running.0, ContainerState::ContainerRunning as i32);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_container_slower_to_stop_than_its_grace_period_is_killed_when_it_ends() {
     let rt = runtime(
@@ -223,4 +274,41 @@ async fn the_real_pod_sync_runs_a_pod_on_the_hollow_runtime_with_an_ip_from_the_
             .unwrap()
             .is_empty()
     );
+}
+
+#[tokio::test]
+async fn the_real_pod_sync_finishes_a_pod_whose_container_runs_true() {
+    let rt = Arc::new(runtime("10.64.6.0/24", Behaviour::default()));
+    let api = Arc::new(RecordingPodApi::default());
+    let logs = tempfile::tempdir().unwrap();
+    let ctx = SyncContext {
+        runtime: rt.clone(),
+        api: api.clone(),
+        host_ip: "10.64.6.1".into(),
+        runtime_name: RUNTIME_NAME.into(),
+        memory_capacity: 4 << 30,
+        log_dir: logs.path().into(),
+        clock: Arc::new(|| Timestamp::UNIX_EPOCH),
+        volumes: Arc::new(crate::volumes::VolumeManager::new(
+            logs.path().join("pods"),
+            Arc::new(crate::volumes::host::RecordingHost::default()),
+            crate::volumes::REFRESH,
+        )),
+        dns: Arc::default(),
+        allocatable: Default::default(),
+    };
+    let mut pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "job-x", "namespace": "default", "uid": "u2"},
+        "spec": {"nodeName": "hollow-6", "restartPolicy": "Never",
+                 "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]},
+        "status": {"phase": "Pending"},
+    }))
+    .unwrap();
+    let mut probes = crate::probe::Probes::default();
+    for _ in 0..3 {
+        ctx.sync_pod(&pod, &mut probes).await.unwrap();
+        pod.status = api.last_status("job-x");
+    }
+    let status = api.last_status("job-x").unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{status:?}");
 }

@@ -15,6 +15,7 @@
 
 mod create;
 mod delete;
+mod eviction;
 mod subresource;
 mod token;
 mod update;

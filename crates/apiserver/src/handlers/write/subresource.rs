@@ -7,7 +7,6 @@ use serde_json::{Value, json};
 use skiff_apimachinery::catalog::Subresource;
 use skiff_apimachinery::validation::{FieldError, FieldPath};
 
-use super::delete::{DeleteOptions, delete_one};
 use super::update::{patch, update_with};
 use super::{Fields, commit, name_of, no_op, put_op, read_object, rv_of, validate};
 use crate::error::{ApiError, Result};
@@ -43,14 +42,7 @@ pub async fn subresource(mut ctx: Ctx, sub: &'static Subresource) -> Result<Resp
         ("scale", _) => crate::handlers::scale::handle(ctx).await,
         ("binding", "create") => bind(ctx).await,
         ("token", "create") => super::token::create(ctx).await,
-        ("eviction", "create") => {
-            let name = ctx.info.name.clone();
-            delete_one(&ctx, &name, &DeleteOptions::default()).await?;
-            Ok(crate::handlers::json(
-                201,
-                &success_status(json!({"name": name, "kind": "pods"})),
-            ))
-        }
+        ("eviction", "create") => super::eviction::evict(ctx).await,
         ("log", "get") => crate::handlers::kubelet::log::get(ctx).await,
         ("exec" | "attach" | "portforward", _) => {
             crate::handlers::kubelet::connect::connect(ctx).await

@@ -1,0 +1,391 @@
+//! `job`: runs a Job's pods to completion (upstream's JobController, batch/v1). Pods come from
+//! the Job's template with its generated labels, an owner reference and the
+//! `batch.kubernetes.io/job-tracking` finalizer; `parallelism`, `completions` (NonIndexed and
+//! Indexed), `backoffLimit` with a growing delay before replacing failed pods,
+//! `activeDeadlineSeconds`, `suspend` and `podReplacementPolicy` are honoured; status counts
+//! pods through `uncountedTerminatedPods` and ends in `Complete` or `Failed`.
+//!
+//! - [`sync`]: one sync of one Job, over the [`JobApi`] writes (a recording fake in tests).
+//! - [`pods`]: new pods from the template and how pods are read.
+//! - [`indexes`]: completion indexes and `completedIndexes`.
+//! - [`backoff`]: the delay after failures.
+//!
+//! Not done: `podFailurePolicy`, `backoffLimitPerIndex`/`maxFailedIndexes`, `successPolicy`,
+//! `managedBy`, and adopting orphan pods that match a Job's selector.
+
+pub mod backoff;
+pub mod indexes;
+pub mod pods;
+pub mod sync;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use parking_lot::Mutex;
+use skiff_runtime::backoff::ItemBackoff;
+
+use crate::{Context, watched};
+
+/// How long unobserved creations or deletions hold a Job's pod management back at most
+/// (upstream's `ExpectationsTimeout`).
+const EXPECTATIONS_TIMEOUT: jiff::SignedDuration = jiff::SignedDuration::from_secs(300);
+
+/// An event recorded on a Job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobEvent {
+    pub warning: bool,
+    pub reason: String,
+    pub note: String,
+}
+
+impl JobEvent {
+    pub fn normal(reason: &str, note: String) -> JobEvent {
+        JobEvent {
+            warning: false,
+            reason: reason.into(),
+            note,
+        }
+    }
+
+    pub fn warning(reason: &str, note: String) -> JobEvent {
+        JobEvent {
+            warning: true,
+            reason: reason.into(),
+            note,
+        }
+    }
+}
+
+/// The writes this controller makes.
+#[async_trait]
+pub trait JobApi: Send + Sync {
+    /// Creates a pod (named by `generateName`); returns it as stored.
+    async fn create_pod(&self, pod: &Pod) -> kube::Result<Pod>;
+    /// Deletes a pod (gone already is not an error).
+    async fn delete_pod(&self, pod: &Pod) -> kube::Result<()>;
+    /// Removes the tracking finalizer from a pod (gone already is not an error).
+    async fn remove_tracking_finalizer(&self, pod: &Pod) -> kube::Result<()>;
+    /// Writes `job.status` (guarded by its resourceVersion); returns the stored Job.
+    async fn update_status(&self, job: &Job) -> kube::Result<Job>;
+    /// Records an event on the Job (best effort).
+    async fn event(&self, job: &Job, event: JobEvent);
+}
+
+/// What the controller remembers between syncs, per Job uid: the failure backoff and the pods
+/// it created or deleted that its pod store does not show yet (upstream's expectations).
+#[derive(Default)]
+pub struct Memory {
+    jobs: Mutex<HashMap<String, PerJob>>,
+}
+
+#[derive(Default)]
+struct PerJob {
+    backoff: backoff::Record,
+    /// Finished pods already in `backoff`: a stale store shows a pod as newly finished again
+    /// until it sees the pod's finalizer gone, and it must not count twice.
+    recorded: HashSet<String>,
+    created: HashSet<String>,
+    deleted: HashSet<String>,
+    since: Option<Timestamp>,
+}
+
+impl Memory {
+    pub fn backoff(&self, uid: &str) -> backoff::Record {
+        self.jobs
+            .lock()
+            .get(uid)
+            .map(|j| j.backoff)
+            .unwrap_or_default()
+    }
+
+    /// The backoff after `succeeded` and `failed` (finished pods with their finish times)
+    /// are recorded, each pod once; `present` are the uids of the Job's pods now.
+    fn record_finished(
+        &self,
+        uid: &str,
+        succeeded: &[(String, Timestamp)],
+        failed: &[(String, Timestamp)],
+        present: &HashSet<String>,
+    ) -> backoff::Record {
+        let mut jobs = self.jobs.lock();
+        let job = jobs.entry(uid.into()).or_default();
+        let fresh = |pods: &[(String, Timestamp)], seen: &HashSet<String>| -> Vec<Timestamp> {
+            pods.iter()
+                .filter(|(u, _)| !seen.contains(u))
+                .map(|(_, t)| *t)
+                .collect()
+        };
+        let (s, f) = (
+            fresh(succeeded, &job.recorded),
+            fresh(failed, &job.recorded),
+        );
+        job.recorded.retain(|u| present.contains(u));
+        job.recorded
+            .extend(succeeded.iter().chain(failed).map(|(u, _)| u.clone()));
+        job.backoff = job.backoff.next(&s, &f);
+        job.backoff
+    }
+
+    fn expect_created(&self, uid: &str, names: Vec<String>, now: Timestamp) {
+        if !names.is_empty() {
+            let mut jobs = self.jobs.lock();
+            let job = jobs.entry(uid.into()).or_default();
+            job.created.extend(names);
+            job.since = Some(now);
+        }
+    }
+
+    fn expect_deleted(&self, uid: &str, uids: impl Iterator<Item = String>, now: Timestamp) {
+        let mut jobs = self.jobs.lock();
+        let job = jobs.entry(uid.into()).or_default();
+        let before = job.deleted.len();
+        job.deleted.extend(uids);
+        if job.deleted.len() != before {
+            job.since = Some(now);
+        }
+    }
+
+    /// Whether `pods` shows every creation and deletion made for the Job (or they are too old
+    /// to wait for); clears them when it does.
+    pub fn expectations_met(&self, uid: &str, pods: &[Arc<Pod>], now: Timestamp) -> bool {
+        let mut jobs = self.jobs.lock();
+        let Some(job) = jobs.get_mut(uid) else {
+            return true;
+        };
+        let expired = job
+            .since
+            .is_some_and(|t| now.duration_since(t) >= EXPECTATIONS_TIMEOUT);
+        let created = job
+            .created
+            .iter()
+            .all(|n| pods.iter().any(|p| p.metadata.name.as_ref() == Some(n)));
+        let deleted = job.deleted.iter().all(|u| {
+            !pods
+                .iter()
+                .any(|p| p.metadata.uid.as_ref() == Some(u) && pods::active(p))
+        });
+        let met = expired || (created && deleted);
+        if met {
+            job.created.clear();
+            job.deleted.clear();
+            job.since = None;
+        }
+        met
+    }
+
+    fn forget(&self, uid: &str) {
+        self.jobs.lock().remove(uid);
+    }
+}
+
+struct KubeJobs {
+    client: kube::Client,
+    recorder: Recorder,
+}
+
+fn gone_is_ok(r: kube::Result<()>) -> kube::Result<()> {
+    match r {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        other => other,
+    }
+}
+
+fn pods_api(client: &kube::Client, pod: &Pod) -> Api<Pod> {
+    Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default())
+}
+
+#[async_trait]
+impl JobApi for KubeJobs {
+    async fn create_pod(&self, pod: &Pod) -> kube::Result<Pod> {
+        pods_api(&self.client, pod)
+            .create(&PostParams::default(), pod)
+            .await
+    }
+
+    async fn delete_pod(&self, pod: &Pod) -> kube::Result<()> {
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: pod.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        let r = pods_api(&self.client, pod)
+            .delete(&pod.name_any(), &dp)
+            .await;
+        gone_is_ok(r.map(|_| ()))
+    }
+
+    /// A merge patch of the remaining finalizers pinned to the pod's resourceVersion; on a
+    /// conflict the pod is read again and the patch retried.
+    async fn remove_tracking_finalizer(&self, pod: &Pod) -> kube::Result<()> {
+        let api = pods_api(&self.client, pod);
+        let mut current = pod.clone();
+        for attempt in 0.. {
+            if !pods::has_tracking_finalizer(&current) {
+                return Ok(());
+            }
+            let rest: Vec<&String> = current
+                .finalizers()
+                .iter()
+                .filter(|f| *f != pods::TRACKING_FINALIZER)
+                .collect();
+            let patch = serde_json::json!({"metadata": {
+                "finalizers": rest,
+                "resourceVersion": current.resource_version(),
+            }});
+            let r = api
+                .patch(
+                    &pod.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await;
+            match r {
+                Err(kube::Error::Api(s)) if s.code == 409 && attempt < 3 => {
+                    match api.get_opt(&pod.name_any()).await? {
+                        Some(p) if p.metadata.uid == pod.metadata.uid => current = p,
+                        _ => return Ok(()),
+                    }
+                }
+                other => return gone_is_ok(other.map(|_| ())),
+            }
+        }
+        Ok(())
+    }
+
+    async fn update_status(&self, job: &Job) -> kube::Result<Job> {
+        let api: Api<Job> =
+            Api::namespaced(self.client.clone(), &job.namespace().unwrap_or_default());
+        api.replace_status(&job.name_any(), &PostParams::default(), job)
+            .await
+    }
+
+    async fn event(&self, job: &Job, event: JobEvent) {
+        let ev = Event {
+            type_: if event.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: event.reason.clone(),
+            note: Some(event.note),
+            action: event.reason,
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&ev, &job.object_ref(&())).await {
+            tracing::debug!(job = %job.name_any(), %error, "job: event not recorded");
+        }
+    }
+}
+
+struct State {
+    api: KubeJobs,
+    memory: Memory,
+    pods: Store<Pod>,
+    jobs: Store<Job>,
+    backoff: ItemBackoff<ObjectRef<Job>>,
+}
+
+/// The pods of the store that `job` controls.
+fn pods_of(store: &Store<Pod>, job: &Job) -> Vec<Arc<Pod>> {
+    let (ns, uid) = (job.namespace(), job.uid());
+    store
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace() == ns)
+        .filter(|p| {
+            watched::controller_of(&p.metadata, "Job").is_some_and(|o| Some(&o.uid) == uid.as_ref())
+        })
+        .collect()
+}
+
+/// The Job that controls `pod`, as a key.
+fn owner_key(pod: &Pod) -> Option<ObjectRef<Job>> {
+    let owner = watched::controller_of(&pod.metadata, "Job")?;
+    Some(ObjectRef::new(&owner.name).within(&pod.namespace()?))
+}
+
+/// A pod still holding the tracking finalizer after its Job is gone is released (upstream
+/// removes the finalizer of orphan pods).
+async fn release_orphan(state: &State, pod: &Pod) {
+    if !pods::has_tracking_finalizer(pod) || state.jobs.wait_until_ready().await.is_err() {
+        return;
+    }
+    let owner = watched::controller_of(&pod.metadata, "Job");
+    let job = owner_key(pod).and_then(|k| state.jobs.get(&k));
+    if job.is_some_and(|j| owner.is_some_and(|o| j.uid().as_ref() == Some(&o.uid))) {
+        return;
+    }
+    if let Err(error) = state.api.remove_tracking_finalizer(pod).await {
+        tracing::warn!(pod = %pod.name_any(), %error, "job: cannot release an orphan pod");
+    }
+}
+
+async fn reconcile(job: Arc<Job>, state: Arc<State>) -> kube::Result<Action> {
+    let _ = state.pods.wait_until_ready().await;
+    let pods = pods_of(&state.pods, &job);
+    let requeue = sync::sync(&job, &pods, Timestamp::now(), &state.memory, &state.api).await?;
+    state.backoff.forget(&ObjectRef::from(job.as_ref()));
+    Ok(match requeue {
+        Some(after) => Action::requeue(after.max(Duration::from_millis(100))),
+        None => Action::await_change(),
+    })
+}
+
+/// Runs the controller: Jobs are the keys; a pod's change queues the Job that controls it.
+pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+    let client = ctx.client.clone();
+    let jobs = watched::watch(Api::<Job>::all(client.clone()), watcher::Config::default());
+    let pods = watched::watch(Api::<Pod>::all(client.clone()), watcher::Config::default());
+    let state = Arc::new(State {
+        api: KubeJobs {
+            client,
+            recorder: ctx.recorder(),
+        },
+        memory: Memory::default(),
+        pods: pods.store.clone(),
+        jobs: jobs.store.clone(),
+        backoff: ItemBackoff::default(),
+    });
+    let job_keys = jobs.changes.map(|j| ObjectRef::from(&j)).boxed();
+    let releasing = state.clone();
+    let pod_keys = pods
+        .changes
+        .then(move |pod| {
+            let state = releasing.clone();
+            async move {
+                release_orphan(&state, &pod).await;
+                owner_key(&pod)
+            }
+        })
+        .filter_map(|key| async move { key })
+        .boxed();
+    watched::run(
+        jobs.store,
+        vec![job_keys, pod_keys],
+        state,
+        reconcile,
+        |job: Arc<Job>, error: &kube::Error, state: Arc<State>| {
+            tracing::warn!(job = %job.name_any(), %error, "job: will retry");
+            Action::requeue(state.backoff.failed(ObjectRef::from(job.as_ref())))
+        },
+    )
+    .await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
