@@ -11,10 +11,12 @@
 //! One module per controller, named as upstream names it in `--controllers`:
 //! - [`serviceaccount`]: a `default` ServiceAccount in every namespace.
 //! - [`replicaset`]: `spec.replicas` pods per ReplicaSet (with [`expectations`], [`ranking`]).
+//! - [`deployment`]: Deployments rolled out through ReplicaSets (a module directory).
 //!
 //! Shared by the workload controllers: [`informer`] (stores with change handlers), [`events`]
 //! (a non-blocking event sink), [`podutil`] (pod and owner-reference helpers).
 
+pub mod deployment;
 pub mod events;
 pub mod expectations;
 pub mod informer;
@@ -69,6 +71,11 @@ pub const CONTROLLERS: &[Descriptor] = &[
         name: "serviceaccount",
         enabled_by_default: true,
         run: |ctx| Box::pin(serviceaccount::run(ctx)),
+    },
+    Descriptor {
+        name: "deployment",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(deployment::run(ctx)),
     },
     Descriptor {
         name: "replicaset",
