@@ -4,7 +4,7 @@
 //! `controller.kubernetes.io/pod-deletion-cost` first, more pods on the same node first, ready
 //! more recently first (on a log₂ scale of age), more restarts first, newer first.
 
-use std::cmp::Ordering;
+use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -41,7 +41,7 @@ pub fn pods_to_delete(
             )
         })
         .collect();
-    ranked.sort_by(|a, b| compare(a.1, a.0, b.1, b.0, now));
+    ranked.sort_by_cached_key(|(rank, p)| sort_key(p, *rank, now));
     ranked
         .into_iter()
         .take(count)
@@ -97,52 +97,28 @@ fn uid(pod: &Pod) -> &str {
     pod.metadata.uid.as_deref().unwrap_or("")
 }
 
-/// `Less` of upstream's `ActivePodsWithRanks`, as an ordering (`Less` = delete first).
-fn compare(a: &Pod, rank_a: i64, b: &Pod, rank_b: i64, now: jiff::Timestamp) -> Ordering {
-    let assigned = |p: &Pod| node_of(p).is_some();
-    if assigned(a) != assigned(b) {
-        return assigned(a).cmp(&assigned(b));
-    }
-    let by_phase = phase_ordinal(a).cmp(&phase_ordinal(b));
-    if by_phase != Ordering::Equal {
-        return by_phase;
-    }
-    let (ready_a, ready_b) = (podutil::is_ready(a), podutil::is_ready(b));
-    if ready_a != ready_b {
-        return ready_a.cmp(&ready_b);
-    }
-    let by_cost = deletion_cost(a).cmp(&deletion_cost(b));
-    if by_cost != Ordering::Equal {
-        return by_cost;
-    }
-    if rank_a != rank_b {
-        return rank_b.cmp(&rank_a);
-    }
-    if ready_a && ready_b {
-        let since = |p: &Pod| podutil::ready_since(p).flatten();
-        if since(a) != since(b) {
-            let diff = log_rank(since(a), now) - log_rank(since(b), now);
-            return if diff == 0 {
-                uid(a).cmp(uid(b))
-            } else {
-                diff.cmp(&0)
-            };
-        }
-    }
-    let by_restarts = restarts(b).cmp(&restarts(a));
-    if by_restarts != Ordering::Equal {
-        return by_restarts;
-    }
-    let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    if created(a) != created(b) {
-        let diff = log_rank(created(a), now) - log_rank(created(b), now);
-        return if diff == 0 {
-            uid(a).cmp(uid(b))
-        } else {
-            diff.cmp(&0)
-        };
-    }
-    Ordering::Equal
+/// The sort key of upstream's `ActivePodsWithRanks` (smaller = delete first). Upstream compares
+/// pairs, breaking ties between ready times in the same log₂ bucket by uid before restarts;
+/// that is not a total order, so here equal buckets go on to restarts, creation and uid.
+fn sort_key(pod: &Pod, rank: i64, now: jiff::Timestamp) -> impl Ord + use<> {
+    let ready = podutil::is_ready(pod);
+    let ready_bucket = if ready {
+        log_rank(podutil::ready_since(pod).flatten(), now)
+    } else {
+        -1
+    };
+    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    (
+        node_of(pod).is_some(),
+        phase_ordinal(pod),
+        ready,
+        deletion_cost(pod),
+        Reverse(rank),
+        ready_bucket,
+        Reverse(restarts(pod)),
+        log_rank(created, now),
+        uid(pod).to_string(),
+    )
 }
 
 #[cfg(test)]
@@ -206,5 +182,27 @@ mod tests {
         let order = pods_to_delete(&pods, &pods, 4, now);
         assert_eq!(names(&order)[..2], ["shared-a", "shared-b"]);
         assert_eq!(names(&order)[2..], ["fresh", "alone"]);
+    }
+
+    #[test]
+    fn many_pods_with_close_ready_times_sort_without_panicking() {
+        let now: jiff::Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
+        let pods: Vec<Arc<Pod>> = (0..500)
+            .map(|i| {
+                let ready = format!(
+                    "2026-01-01T23:{:02}:{:02}Z",
+                    40 + (i * 7) % 20,
+                    (i * 13) % 60
+                );
+                pod(
+                    &format!("p{:03}", (i * 37) % 500),
+                    Some(["n1", "n2"][i % 2]),
+                    "Running",
+                    Some(&ready),
+                )
+            })
+            .collect();
+        let order = pods_to_delete(&pods, &pods, 500, now);
+        assert_eq!(order.len(), 500);
     }
 }
