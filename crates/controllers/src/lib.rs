@@ -36,20 +36,32 @@
 //! - [`disruption`]: PodDisruptionBudget status (healthy, desired, disruptions allowed).
 //! - [`watched`]: reflector stores whose changes queue keys once the store shows them (for
 //!   kube-runtime's `applier`), shared by `job` and the controllers after it.
+//! - [`replicaset`]: `spec.replicas` pods per ReplicaSet (with [`expectations`], [`ranking`]).
+//! - [`deployment`]: Deployments rolled out through ReplicaSets (a module directory).
+//!
+//! Shared by the workload controllers: [`informer`] (stores with change handlers), [`events`]
+//! (a non-blocking event sink), [`podutil`] (pod and owner-reference helpers).
 
 pub mod config;
 pub mod cronjob;
 pub mod daemonset;
 pub mod daemonset_pods;
+pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
+pub mod events;
+pub mod expectations;
 pub mod garbagecollector;
+pub mod informer;
 pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod podgc;
+pub mod podutil;
+pub mod ranking;
+pub mod replicaset;
 pub mod resources;
 pub mod revision;
 pub mod rootcacertpublisher;
@@ -110,12 +122,47 @@ pub struct Descriptor {
     pub run: fn(Arc<Context>) -> BoxFuture<'static, anyhow::Result<()>>,
 }
 
-/// Every controller Skiff has, in upstream's order.
+/// Every controller Skiff has, by name.
 pub const CONTROLLERS: &[Descriptor] = &[
+    Descriptor {
+        name: "cronjob",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(cronjob::run(ctx)),
+    },
+    Descriptor {
+        name: "daemonset",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(daemonset::run(ctx)),
+    },
+    Descriptor {
+        name: "deployment",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(deployment::run(ctx)),
+    },
+    Descriptor {
+        name: "disruption",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(disruption::run(ctx)),
+    },
+    Descriptor {
+        name: "endpoints",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(endpoints::run(ctx)),
+    },
+    Descriptor {
+        name: "endpointslice",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(endpointslice::run(ctx)),
+    },
     Descriptor {
         name: "garbagecollector",
         enabled_by_default: true,
         run: |ctx| Box::pin(garbagecollector::run(ctx)),
+    },
+    Descriptor {
+        name: "job",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(job::run(ctx)),
     },
     Descriptor {
         name: "namespace",
@@ -138,6 +185,11 @@ pub const CONTROLLERS: &[Descriptor] = &[
         run: |ctx| Box::pin(podgc::run(ctx)),
     },
     Descriptor {
+        name: "replicaset",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(replicaset::run(ctx)),
+    },
+    Descriptor {
         name: "root-ca-cert-publisher",
         enabled_by_default: true,
         run: |ctx| Box::pin(rootcacertpublisher::run(ctx)),
@@ -148,49 +200,19 @@ pub const CONTROLLERS: &[Descriptor] = &[
         run: |ctx| Box::pin(serviceaccount::run(ctx)),
     },
     Descriptor {
-        name: "taint-eviction-controller",
-        enabled_by_default: true,
-        run: |ctx| Box::pin(tainteviction::run(ctx)),
-    },
-    Descriptor {
-        name: "endpoints",
-        enabled_by_default: true,
-        run: |ctx| Box::pin(endpoints::run(ctx)),
-    },
-    Descriptor {
-        name: "endpointslice",
-        enabled_by_default: true,
-        run: |ctx| Box::pin(endpointslice::run(ctx)),
-    },
-    Descriptor {
-        name: "daemonset",
-        enabled_by_default: true,
-        run: |ctx| Box::pin(daemonset::run(ctx)),
-    },
-    Descriptor {
         name: "statefulset",
         enabled_by_default: true,
         run: |ctx| Box::pin(statefulset::run(ctx)),
     },
     Descriptor {
-        name: "job",
+        name: "taint-eviction-controller",
         enabled_by_default: true,
-        run: |ctx| Box::pin(job::run(ctx)),
-    },
-    Descriptor {
-        name: "cronjob",
-        enabled_by_default: true,
-        run: |ctx| Box::pin(cronjob::run(ctx)),
+        run: |ctx| Box::pin(tainteviction::run(ctx)),
     },
     Descriptor {
         name: "ttl-after-finished",
         enabled_by_default: true,
         run: |ctx| Box::pin(ttl_after_finished::run(ctx)),
-    },
-    Descriptor {
-        name: "disruption",
-        enabled_by_default: true,
-        run: |ctx| Box::pin(disruption::run(ctx)),
     },
 ];
 

@@ -2,6 +2,7 @@
 //! its peer in the same run where there is one.
 
 pub mod api;
+pub mod controllers;
 pub mod pods;
 pub mod scheduler;
 pub mod store;
@@ -14,6 +15,9 @@ pub enum BenchCommand {
     /// The API server over HTTPS (a `skiff apiserver` child): pod creates, LIST, memory, watch
     /// delivery.
     Api(api::ApiBenchArgs),
+    /// The workload controllers end to end (child apiserver, hollow nodes, scheduler and
+    /// controller manager): a Deployment's pods created and bound, then a rolling update.
+    Controllers(controllers::ControllersBenchArgs),
     /// The kubelet end to end: pod startup against the CRI floor, the kubelet's memory, and
     /// hollow nodes' heartbeat writes and memory (needs root).
     Pods(pods::PodBenchArgs),
@@ -27,6 +31,7 @@ pub enum BenchCommand {
 pub async fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Api(args) => api::run(args).await,
+        BenchCommand::Controllers(args) => controllers::run(args).await,
         BenchCommand::Pods(args) => pods::run(args).await,
         BenchCommand::Scheduler(args) => scheduler::run(args).await,
         BenchCommand::Store(args) => store::run(args).await,
