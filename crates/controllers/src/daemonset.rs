@@ -26,6 +26,7 @@ use crate::Context;
 use crate::daemonset_pods::{self as placement, TEMPLATE_GENERATION};
 use crate::revision::{self, Current, HASH_LABEL};
 use crate::service_pods::informer;
+use crate::{podutil, watched};
 
 /// The writes this controller makes.
 #[async_trait]
@@ -507,23 +508,6 @@ impl DaemonSetApi for KubeDaemonSets {
     }
 }
 
-/// Whether `uid` is the controller owner of `obj`.
-fn controlled_by<K: Resource>(obj: &K, uid: &str) -> bool {
-    obj.owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true) && o.uid == uid)
-}
-
-/// The DaemonSet that controls `obj`, if any.
-fn daemonset_of<K: Resource>(obj: &K) -> Option<ReconcileRequest<DaemonSet>> {
-    let owner = obj
-        .owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true) && o.kind == "DaemonSet")?;
-    let ns = obj.meta().namespace.clone()?;
-    Some(ObjectRef::<DaemonSet>::new(&owner.name).within(&ns).into())
-}
-
 struct State {
     api: KubeDaemonSets,
     nodes: Store<Node>,
@@ -550,10 +534,14 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
             .map_ok(|d| ReconcileRequest::from(ObjectRef::from(&d)))
             .boxed(),
         pod_events
-            .try_filter_map(|p: Pod| async move { Ok(daemonset_of(&p)) })
+            .try_filter_map(|p: Pod| async move {
+                Ok(watched::controller_key::<DaemonSet>(p.meta(), "DaemonSet").map(Into::into))
+            })
             .boxed(),
         revision_events
-            .try_filter_map(|r: ControllerRevision| async move { Ok(daemonset_of(&r)) })
+            .try_filter_map(|r: ControllerRevision| async move {
+                Ok(watched::controller_key::<DaemonSet>(r.meta(), "DaemonSet").map(Into::into))
+            })
             .boxed(),
         node_events
             .map_ok(move |_| {
@@ -588,10 +576,10 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
                 let nodes = state.nodes.state();
                 let nodes: Vec<&Node> = nodes.iter().map(Arc::as_ref).collect();
                 let pods = state.pods.state();
-                let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).filter(|p| controlled_by(*p, &uid)).collect();
+                let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).filter(|p| podutil::controlled_by(p.meta(), &uid)).collect();
                 let revisions = state.revisions.state();
                 let revisions: Vec<&ControllerRevision> =
-                    revisions.iter().map(Arc::as_ref).filter(|r| controlled_by(*r, &uid)).collect();
+                    revisions.iter().map(Arc::as_ref).filter(|r| podutil::controlled_by(r.meta(), &uid)).collect();
                 let mut pending = state.pending.lock().get(&uid).cloned().unwrap_or_default();
                 let now = jiff::Timestamp::now();
                 let result = reconcile(&ds, &nodes, &pods, &revisions, now, &mut pending, &state.api).await;

@@ -27,6 +27,7 @@ use crate::Context;
 use crate::revision::{self, Current, HASH_LABEL};
 use crate::service_pods::informer;
 use crate::statefulset_pods as identity;
+use crate::{podutil, watched};
 
 /// The writes this controller makes.
 #[async_trait]
@@ -451,25 +452,6 @@ impl StatefulSetApi for KubeStatefulSets {
     }
 }
 
-fn controlled_by<K: Resource>(obj: &K, uid: &str) -> bool {
-    obj.owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true) && o.uid == uid)
-}
-
-fn statefulset_of<K: Resource>(obj: &K) -> Option<ReconcileRequest<StatefulSet>> {
-    let owner = obj
-        .owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true) && o.kind == "StatefulSet")?;
-    let ns = obj.meta().namespace.clone()?;
-    Some(
-        ObjectRef::<StatefulSet>::new(&owner.name)
-            .within(&ns)
-            .into(),
-    )
-}
-
 struct State {
     api: KubeStatefulSets,
     pods: Store<Pod>,
@@ -491,10 +473,14 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
             .map_ok(|s| ReconcileRequest::from(ObjectRef::from(&s)))
             .boxed(),
         pod_events
-            .try_filter_map(|p: Pod| async move { Ok(statefulset_of(&p)) })
+            .try_filter_map(|p: Pod| async move {
+                Ok(watched::controller_key::<StatefulSet>(p.meta(), "StatefulSet").map(Into::into))
+            })
             .boxed(),
         revision_events
-            .try_filter_map(|r: ControllerRevision| async move { Ok(statefulset_of(&r)) })
+            .try_filter_map(|r: ControllerRevision| async move {
+                Ok(watched::controller_key::<StatefulSet>(r.meta(), "StatefulSet").map(Into::into))
+            })
             .boxed(),
     ]);
     let state = Arc::new(State {
@@ -513,10 +499,10 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
                 let _ = state.revisions.wait_until_ready().await;
                 let uid = set.uid().unwrap_or_default();
                 let pods = state.pods.state();
-                let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).filter(|p| controlled_by(*p, &uid)).collect();
+                let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).filter(|p| podutil::controlled_by(p.meta(), &uid)).collect();
                 let revisions = state.revisions.state();
                 let revisions: Vec<&ControllerRevision> =
-                    revisions.iter().map(Arc::as_ref).filter(|r| controlled_by(*r, &uid)).collect();
+                    revisions.iter().map(Arc::as_ref).filter(|r| podutil::controlled_by(r.meta(), &uid)).collect();
                 reconcile(&set, &pods, &revisions, &state.api).await?;
                 state.backoff.forget(&ObjectRef::from(set.as_ref()));
                 Ok::<_, kube::Error>(Action::await_change())

@@ -80,6 +80,16 @@ pub async fn run<K, Ctx, Fut, E>(
     .await;
 }
 
+/// The key of the object of `kind` that controls the object with this metadata (in its
+/// namespace), if any.
+pub fn controller_key<K>(meta: &kube::api::ObjectMeta, kind: &str) -> Option<ObjectRef<K>>
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    let owner = controller_of(meta, kind)?;
+    Some(ObjectRef::new(&owner.name).within(meta.namespace.as_deref()?))
+}
+
 /// The owner reference of `kind` marked as the controller, if any.
 pub fn controller_of<'a>(
     meta: &'a kube::api::ObjectMeta,
