@@ -57,6 +57,11 @@ pub struct StoreBenchArgs {
     /// (its `--threads`); by default its own, one per core.
     #[arg(long)]
     pub server_threads: Option<usize>,
+    /// Client threads driving the gRPC backends' put workloads, each a single-threaded runtime
+    /// with its share of the connections and writers; 0 runs the writers as tasks on the
+    /// bench's multi-threaded runtime instead (the harness before 2026-11-30).
+    #[arg(long, default_value_t = 2)]
+    pub client_threads: usize,
 }
 
 /// A backend under test, with the process behind it (killed on drop).
@@ -64,6 +69,8 @@ struct Backend {
     name: &'static str,
     /// One store handle per client connection (one in all for the in-process backend).
     stores: Vec<Arc<dyn Store>>,
+    /// Where the gRPC backends listen.
+    endpoint: Option<String>,
     _server: Option<Child>,
     _etcd: Option<EtcdProcess>,
 }
@@ -74,9 +81,16 @@ pub async fn run(args: StoreBenchArgs) -> Result<()> {
     for name in &args.backends {
         let backend = start(name, &root, &args).await?;
         for &writers in &args.writers {
-            let r =
-                put_workload(&backend.stores, writers, Duration::from_secs(args.seconds)).await?;
+            let duration = Duration::from_secs(args.seconds);
             let mut extra = json!({ "writers": writers, "value_bytes": 1024 });
+            let r = match &backend.endpoint {
+                Some(endpoint) if args.client_threads > 0 => {
+                    extra["client_threads"] = args.client_threads.into();
+                    let (conns, threads) = (args.connections, args.client_threads);
+                    put_workload_threaded(endpoint, conns, threads, writers, duration).await?
+                }
+                _ => put_workload(&backend.stores, writers, duration).await?,
+            };
             if let (Some(threads), "embedded-grpc") = (args.server_threads, backend.name) {
                 extra["server_threads"] = threads.into();
             }
@@ -129,6 +143,7 @@ async fn start(name: &str, root: &std::path::Path, args: &StoreBenchArgs) -> Res
             Backend {
                 name: "embedded",
                 stores: vec![store],
+                endpoint: None,
                 _server: None,
                 _etcd: None,
             }
@@ -139,6 +154,7 @@ async fn start(name: &str, root: &std::path::Path, args: &StoreBenchArgs) -> Res
             Backend {
                 name: "embedded-grpc",
                 stores,
+                endpoint: Some(endpoint),
                 _server: Some(child),
                 _etcd: None,
             }
@@ -151,6 +167,7 @@ async fn start(name: &str, root: &std::path::Path, args: &StoreBenchArgs) -> Res
             Backend {
                 name: "etcd",
                 stores,
+                endpoint: Some(etcd.endpoint()),
                 _server: None,
                 _etcd: Some(etcd),
             }
@@ -217,17 +234,101 @@ fn micros(d: Duration) -> u64 {
     (d.as_micros() as u64).max(1)
 }
 
-/// `writers` tasks put 1 KiB values for `duration`, each over its own 1,000 keys.
+/// `writers` tasks on this runtime put 1 KiB values for `duration`, each over its own 1,000
+/// keys; writer `w` uses `stores[w % stores.len()]`.
 async fn put_workload(
     stores: &[Arc<dyn Store>],
     writers: usize,
     duration: Duration,
 ) -> Result<Measured> {
-    let value = Bytes::from(vec![b'x'; 1024]);
     let start = Instant::now();
-    let deadline = start + duration;
-    // one task per writer, so client work spreads over every core as a real client's would
-    let tasks = (0..writers).map(|w| {
+    let results = put_writers(stores, (0..writers).collect(), start + duration).await?;
+    measured(results, start.elapsed())
+}
+
+/// The same puts from `threads` client threads, each a single-threaded runtime with its own
+/// share of the `connections` and of the writers (writer `w` on thread `w % threads`). On the
+/// multi-threaded runtime a request's connection task runs as soon as the request wakes it
+/// (Tokio's LIFO slot) and writes that request alone, twice (HEADERS, then DATA); a
+/// single-threaded runtime runs tasks in wake order, so the requests issued in one burst leave
+/// in one socket write. Both gRPC backends get the same client.
+async fn put_workload_threaded(
+    endpoint: &str,
+    connections: usize,
+    threads: usize,
+    writers: usize,
+    duration: Duration,
+) -> Result<Measured> {
+    let threads = threads.clamp(1, writers.max(1));
+    let ready = Arc::new(std::sync::Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let endpoint = endpoint.to_string();
+            let ready = ready.clone();
+            let conns = connections.div_ceil(threads).max(1);
+            let ids: Vec<usize> = (t..writers).step_by(threads).collect();
+            std::thread::spawn(move || -> Result<Vec<(u64, Histogram<u64>)>> {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        ready.wait();
+                        return Err(e.into());
+                    }
+                };
+                runtime.block_on(async {
+                    let setup = async {
+                        let stores = clients(&endpoint, conns).await?;
+                        // connect every client before the clock starts
+                        for store in &stores {
+                            let warm_up = RangeRequest {
+                                range: KeyRange::key("/warm-up"),
+                                ..Default::default()
+                            };
+                            store.range(warm_up).await?;
+                        }
+                        anyhow::Ok(stores)
+                    }
+                    .await;
+                    // reached even on failure, so the caller never waits for ever
+                    ready.wait();
+                    put_writers(&setup?, ids, Instant::now() + duration).await
+                })
+            })
+        })
+        .collect();
+    let start = tokio::task::spawn_blocking({
+        let ready = ready.clone();
+        move || {
+            ready.wait();
+            Instant::now()
+        }
+    })
+    .await?;
+    let results = tokio::task::spawn_blocking(move || {
+        let mut all = Vec::new();
+        for handle in handles {
+            let results = handle
+                .join()
+                .map_err(|_| anyhow::anyhow!("client thread panicked"))??;
+            all.extend(results);
+        }
+        anyhow::Ok(all)
+    })
+    .await??;
+    measured(results, start.elapsed())
+}
+
+/// One task per writer id, each putting until `deadline`; its count and latencies.
+async fn put_writers(
+    stores: &[Arc<dyn Store>],
+    ids: Vec<usize>,
+    deadline: Instant,
+) -> Result<Vec<(u64, Histogram<u64>)>> {
+    let value = Bytes::from(vec![b'x'; 1024]);
+    let tasks = ids.into_iter().map(|w| {
         let value = value.clone();
         let store = stores[w % stores.len()].clone();
         tokio::spawn(async move {
@@ -248,11 +349,13 @@ async fn put_workload(
             anyhow::Ok((i, latency))
         })
     });
-    let results: Vec<(u64, Histogram<u64>)> = futures::future::try_join_all(tasks)
+    futures::future::try_join_all(tasks)
         .await?
         .into_iter()
-        .collect::<Result<_>>()?;
-    let elapsed = start.elapsed();
+        .collect()
+}
+
+fn measured(results: Vec<(u64, Histogram<u64>)>, elapsed: Duration) -> Result<Measured> {
     let mut latency = histogram();
     let mut ops = 0;
     for (n, h) in results {
