@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::writer::Request;
+use super::writer::{Request, Submitted};
 use super::{EmbeddedConfig, Shared};
 
 /// When the embedded store compacts its history by itself.
@@ -47,7 +47,7 @@ impl Default for CompactionPolicy {
 pub(crate) fn spawn(
     config: &EmbeddedConfig,
     shared: Arc<Shared>,
-    writer: mpsc::WeakSender<Request>,
+    writer: mpsc::WeakSender<Submitted>,
 ) -> Vec<AbortHandle> {
     let mut tasks = vec![
         tokio::spawn(expire_leases(
@@ -70,7 +70,7 @@ fn interval(period: Duration) -> tokio::time::Interval {
     ticker
 }
 
-async fn expire_leases(period: Duration, shared: Arc<Shared>, writer: mpsc::WeakSender<Request>) {
+async fn expire_leases(period: Duration, shared: Arc<Shared>, writer: mpsc::WeakSender<Submitted>) {
     let mut ticker = interval(period);
     loop {
         ticker.tick().await;
@@ -87,11 +87,14 @@ async fn expire_leases(period: Duration, shared: Arc<Shared>, writer: mpsc::Weak
             let Some(tx) = writer.upgrade() else { return };
             let (reply, done) = oneshot::channel();
             if tx
-                .send(Request::LeaseRevoke {
-                    id,
-                    expired_at: Some(now),
-                    reply,
-                })
+                .send((
+                    Request::LeaseRevoke {
+                        id,
+                        expired_at: Some(now),
+                        reply,
+                    },
+                    None,
+                ))
                 .await
                 .is_err()
             {
@@ -116,7 +119,7 @@ async fn progress(period: Duration, shared: Arc<Shared>) {
 async fn auto_compact(
     policy: CompactionPolicy,
     shared: Arc<Shared>,
-    writer: mpsc::WeakSender<Request>,
+    writer: mpsc::WeakSender<Submitted>,
 ) {
     let period = match policy {
         CompactionPolicy::Disabled => return,
@@ -136,10 +139,13 @@ async fn auto_compact(
         let Some(tx) = writer.upgrade() else { return };
         let (reply, done) = oneshot::channel();
         if tx
-            .send(Request::Compact {
-                revision: target,
-                reply,
-            })
+            .send((
+                Request::Compact {
+                    revision: target,
+                    reply,
+                },
+                None,
+            ))
             .await
             .is_err()
         {

@@ -3,7 +3,8 @@
 //! # Layout
 //! - [`index`](self::index): the in-memory MVCC index (key histories, leases, revisions).
 //! - [`wal`](self::wal): the write-ahead log that makes each group commit durable.
-//! - [`writer`](self::writer): the single writer thread: index updates, group commit to the log.
+//! - [`writer`](self::writer): the single writer thread: index updates, batches written to the log.
+//! - [`syncer`](self::syncer): flushes the log (group commit), then publishes and answers.
 //! - [`applier`](self::applier): copies logged batches into the redb file; sweeps compacted
 //!   history out of it.
 //! - [`disk`](self::disk): the redb file and record format.
@@ -11,14 +12,16 @@
 //! - [`background`](self::background): lease expiry, periodic progress and automatic compaction.
 //!
 //! # Concurrency
-//! `Shared::index` (a `RwLock`) guards the index; only the writer thread takes it for writing,
-//! and only for in-memory work, never across I/O. Readers read at `Shared::committed`, which the
-//! writer advances (inside the hub lock) only after a batch is durable. Lock order: hub → index.
+//! `Shared::index` (a `RwLock`) guards the index; only the writer thread (and the syncer, for
+//! compaction chunks) takes it for writing, and only for in-memory work, never across I/O.
+//! Readers read at `Shared::committed`, which the syncer advances (inside the hub lock) only
+//! after a batch is durable. Lock order: hub → index.
 
 mod applier;
 mod background;
 mod disk;
 mod index;
+mod syncer;
 mod wal;
 mod watch;
 mod writer;
@@ -37,6 +40,7 @@ use tokio::time::Instant;
 
 use self::applier::Applier;
 use self::index::{Index, Lease, ReadOptions};
+use self::syncer::Syncer;
 use self::watch::Hub;
 use self::writer::{Request, Writer};
 use crate::error::{Error, Result};
@@ -85,6 +89,8 @@ impl EmbeddedConfig {
 
 /// Batches the writer may hand the applier before it waits for it.
 const APPLIER_QUEUE: usize = 1024;
+/// Batches written to the log but not yet synced that the writer may run ahead by.
+const SYNCER_QUEUE: usize = 64;
 
 /// State shared by the handle, the writer thread and the background tasks.
 pub(crate) struct Shared {
@@ -99,7 +105,7 @@ pub(crate) struct Shared {
 
 struct Handle {
     shared: Arc<Shared>,
-    tx: mpsc::Sender<Request>,
+    tx: mpsc::Sender<writer::Submitted>,
     config: EmbeddedConfig,
     db_path: PathBuf,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -185,9 +191,15 @@ impl EmbeddedStore {
             .name("skiff-store-apply".into())
             .spawn(move || applier.run())
             .map_err(|e| Error::Unavailable(format!("cannot start the applier thread: {e}")))?;
+        let (to_syncer, syncer_rx) = std::sync::mpsc::sync_channel(SYNCER_QUEUE);
+        let mut syncer = Syncer::new(shared.clone(), syncer_rx, to_applier, applier);
+        syncer.resume_purge(compact_revision);
+        let syncer = std::thread::Builder::new()
+            .name("skiff-store-sync".into())
+            .spawn(move || syncer.run())
+            .map_err(|e| Error::Unavailable(format!("cannot start the syncer thread: {e}")))?;
         let (tx, rx) = mpsc::channel(8192);
-        let mut writer = Writer::new(shared.clone(), wal, rx, to_applier, applier);
-        writer.resume_purge(compact_revision);
+        let writer = Writer::new(shared.clone(), wal, rx, to_syncer, syncer);
         let writer = std::thread::Builder::new()
             .name("skiff-store-writer".into())
             .spawn(move || writer.run())
@@ -236,7 +248,7 @@ impl EmbeddedStore {
         let (reply, rx) = oneshot::channel();
         self.inner
             .tx
-            .send(make(reply))
+            .send((make(reply), writer::Origin::current()))
             .await
             .map_err(|_| Error::Unavailable("store is closed".into()))?;
         rx.await

@@ -10,26 +10,61 @@
 //! Only the last frame of the last segment can be torn (each frame is synced before the next is
 //! written), so reading that segment stops at the first frame that is short or fails its
 //! checksum: that frame was never acknowledged. A bad frame anywhere else is corruption.
+//!
+//! # Preallocated segments
+//! `fdatasync` after appending to a file must also commit the file's new size (an ext4 journal
+//! commit); after overwriting blocks the file already has, it only flushes data, and takes about
+//! half as long here (0.2 against 0.4 ms for a 20 KB frame). So a segment is filled with zeros to
+//! [`SEGMENT_BYTES`] before frames are written into it, by a background thread that prepares the
+//! next segment while the current one fills (`N.log.tmp`, renamed to `N.log` when its turn
+//! comes). A zero length ends the frames of a segment; what follows the last frame of any
+//! segment must be zeros, except after a torn last frame.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{Error, Result};
 
 /// Directory of the log inside the data directory.
 pub(crate) const DIR_NAME: &str = "wal";
-/// Size at which the log moves on to a new segment.
+/// Size at which the log moves on to a new segment, and to which segments are preallocated.
 const SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
+/// Zeros written between two flushes while preallocating, so that no flush of the background
+/// thread holds the disk for long while the writer waits for its own.
+const ZERO_CHUNK: usize = 1024 * 1024;
 const FRAME_HEADER: usize = 8;
 
 /// The log, open for appending.
 pub(crate) struct Wal {
     dir: PathBuf,
-    file: File,
+    /// Shared with whoever syncs the frames written to it.
+    file: Arc<File>,
     /// Sequence number of the segment being appended to.
     segment: u64,
     len: u64,
+    /// Whether `file` was preallocated (the first segment of a run is not: opening does not
+    /// wait for the zeros; the log moves on as soon as a preallocated one is ready).
+    preallocated: bool,
+    /// Segment `segment + 1`, being preallocated.
+    spare: Option<Spare>,
+}
+
+/// A segment being preallocated by a thread of its own.
+struct Spare {
+    thread: std::thread::JoinHandle<std::io::Result<File>>,
+    /// Set when the log is closed: the thread stops after its current chunk.
+    cancel: Arc<AtomicBool>,
+}
+
+impl Drop for Wal {
+    fn drop(&mut self) {
+        if let Some(spare) = &self.spare {
+            spare.cancel.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 /// What [`Wal::open`] found from before: every intact frame, oldest first, and the segments
@@ -63,6 +98,7 @@ impl Wal {
             }
         }
         segments.sort();
+        remove_spares(&dir).map_err(|e| io(&dir, e))?;
         let mut recovered = Recovered {
             payloads: Vec::new(),
             segments: Vec::new(),
@@ -70,7 +106,7 @@ impl Wal {
         for (i, (_, path)) in segments.iter().enumerate() {
             let raw = std::fs::read(path).map_err(|e| io(path, e))?;
             let (payloads, valid) = parse(&raw);
-            if valid < raw.len() {
+            if raw[valid..].iter().any(|&b| b != 0) {
                 if i + 1 < segments.len() {
                     let reason = format!("damaged frame at offset {valid} of an older segment");
                     return Err(Error::Corrupt {
@@ -84,24 +120,76 @@ impl Wal {
             recovered.segments.push(path.clone());
         }
         let segment = segments.last().map_or(1, |(seq, _)| seq + 1);
-        let file = create_segment(&dir, segment)?;
+        let file = Arc::new(create_segment(&dir, segment)?);
+        let spare = Some(prepare_spare(&dir, segment + 1));
         Ok((
             Wal {
                 dir,
                 file,
                 segment,
                 len: 0,
+                preallocated: false,
+                spare,
             },
             recovered,
         ))
     }
 
+    /// Move on to segment `segment + 1`: the prepared spare if it is there, else a plain one.
+    fn rotate(&mut self) -> Result<()> {
+        let next = self.segment + 1;
+        let spare = self.spare.take().map(|spare| {
+            spare
+                .thread
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("preallocating thread panicked")))
+        });
+        let (file, preallocated) = match spare {
+            Some(Ok(file)) => {
+                let path = segment_path(&self.dir, next);
+                std::fs::rename(spare_path(&self.dir, next), &path)
+                    .and_then(|()| sync_dir(&self.dir))
+                    .map_err(|e| Error::Io {
+                        path: path.display().to_string(),
+                        reason: e.to_string(),
+                    })?;
+                (file, true)
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "preallocating a log segment failed; appending instead");
+                let _ = std::fs::remove_file(spare_path(&self.dir, next));
+                (create_segment(&self.dir, next)?, false)
+            }
+            None => (create_segment(&self.dir, next)?, false),
+        };
+        self.file = Arc::new(file);
+        self.segment = next;
+        self.len = 0;
+        self.preallocated = preallocated;
+        self.spare = Some(prepare_spare(&self.dir, next + 1));
+        Ok(())
+    }
+
     /// Append one frame and make it durable before returning; returns its segment's number.
+    #[cfg(test)]
     pub fn append(&mut self, payload: &[u8]) -> Result<u64> {
-        if self.len >= SEGMENT_BYTES {
-            self.file = create_segment(&self.dir, self.segment + 1)?;
-            self.segment += 1;
-            self.len = 0;
+        let (segment, file) = self.write(payload)?;
+        file.sync_data().map_err(|e| Error::Io {
+            path: segment_path(&self.dir, segment).display().to_string(),
+            reason: e.to_string(),
+        })?;
+        Ok(segment)
+    }
+
+    /// Write one frame, not yet durable: it is once its file has been synced (`sync_data`),
+    /// which the caller does, possibly for several frames at once and on another thread. Returns
+    /// the frame's segment number and file.
+    pub fn write(&mut self, payload: &[u8]) -> Result<(u64, Arc<File>)> {
+        let frame_len = (FRAME_HEADER + payload.len()) as u64;
+        let full = self.len > 0 && self.len + frame_len > SEGMENT_BYTES;
+        let spare_ready = self.spare.as_ref().is_some_and(|s| s.thread.is_finished());
+        if full || (!self.preallocated && spare_ready) {
+            self.rotate()?;
         }
         let mut frame = Vec::with_capacity(FRAME_HEADER + payload.len());
         frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
@@ -112,10 +200,9 @@ impl Wal {
             path: path(),
             reason: e.to_string(),
         };
-        self.file.write_all(&frame).map_err(io)?;
-        self.file.sync_data().map_err(io)?;
+        (&*self.file).write_all(&frame).map_err(io)?;
         self.len += frame.len() as u64;
-        Ok(self.segment)
+        Ok((self.segment, self.file.clone()))
     }
 }
 
@@ -144,6 +231,53 @@ fn segment_path(dir: &Path, segment: u64) -> PathBuf {
     dir.join(format!("{segment:020}.log"))
 }
 
+fn spare_path(dir: &Path, segment: u64) -> PathBuf {
+    dir.join(format!("{segment:020}.log.tmp"))
+}
+
+/// Delete spares a previous run left half made.
+fn remove_spares(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "tmp") {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Start preallocating segment `segment` as a spare, in a thread of its own.
+fn prepare_spare(dir: &Path, segment: u64) -> Spare {
+    let path = spare_path(dir, segment);
+    let cancel = Arc::new(AtomicBool::new(false));
+    let cancelled = cancel.clone();
+    let thread = std::thread::spawn(move || {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        let zeros = vec![0u8; ZERO_CHUNK];
+        let mut written = 0;
+        while written < SEGMENT_BYTES {
+            if cancelled.load(Ordering::Relaxed) {
+                return Err(std::io::Error::other("the log was closed"));
+            }
+            file.write_all(&zeros)?;
+            file.sync_data()?;
+            written += ZERO_CHUNK as u64;
+        }
+        file.sync_all()?;
+        file.rewind()?;
+        Ok(file)
+    });
+    Spare { thread, cancel }
+}
+
 /// Create a segment and make its directory entry durable.
 fn create_segment(dir: &Path, segment: u64) -> Result<File> {
     let path = segment_path(dir, segment);
@@ -156,9 +290,7 @@ fn create_segment(dir: &Path, segment: u64) -> Result<File> {
         .create_new(true)
         .open(&path)
         .map_err(|e| io(&path, e))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io(dir, e))?;
+    sync_dir(dir).map_err(|e| io(dir, e))?;
     Ok(file)
 }
 
@@ -206,6 +338,15 @@ mod tests {
         );
     }
 
+    /// Flip a byte of the last frame of segment `seg`, wherever in the file it ends.
+    fn damage_last_frame(dir: &Path, seg: u64) {
+        let path = segment_path(&dir.join(DIR_NAME), seg);
+        let mut raw = std::fs::read(&path).unwrap();
+        let (_, end) = parse(&raw);
+        raw[end - 1] ^= 0xff;
+        std::fs::write(&path, raw).unwrap();
+    }
+
     #[test]
     fn a_torn_last_frame_is_ignored_and_the_rest_kept() {
         let dir = tempfile::tempdir().unwrap();
@@ -213,14 +354,7 @@ mod tests {
         wal.append(b"kept").unwrap();
         let seg = wal.append(b"torn frame").unwrap();
         drop(wal);
-        let path = segment_path(&dir.path().join(DIR_NAME), seg);
-        let len = std::fs::metadata(&path).unwrap().len();
-        OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(len - 3)
-            .unwrap();
+        damage_last_frame(dir.path(), seg);
         let (_, old) = Wal::open(dir.path()).unwrap();
         assert_eq!(old.payloads, vec![b"kept".to_vec()]);
     }
@@ -234,12 +368,36 @@ mod tests {
         let (mut wal, _) = Wal::open(dir.path()).unwrap();
         wal.append(b"second run").unwrap();
         drop(wal);
-        let path = segment_path(&dir.path().join(DIR_NAME), seg);
-        let mut raw = std::fs::read(&path).unwrap();
-        let last = raw.len() - 1;
-        raw[last] ^= 0xff;
-        std::fs::write(&path, raw).unwrap();
+        damage_last_frame(dir.path(), seg);
         assert!(matches!(Wal::open(dir.path()), Err(Error::Corrupt { .. })));
+    }
+
+    #[test]
+    fn frames_go_to_the_preallocated_segment_once_it_is_ready() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut wal, _) = Wal::open(dir.path()).unwrap();
+        let plain = wal.append(b"before").unwrap();
+        while !wal.spare.as_ref().unwrap().thread.is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let preallocated = wal.append(b"after").unwrap();
+        assert_eq!(preallocated, plain + 1);
+        wal.append(b"again").unwrap();
+        drop(wal);
+        let path = segment_path(&dir.path().join(DIR_NAME), preallocated);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), SEGMENT_BYTES);
+        // the zeros after the last frame of an older segment are not damage
+        let (mut wal, old) = Wal::open(dir.path()).unwrap();
+        assert_eq!(old.payloads, [&b"before"[..], b"after", b"again"]);
+        wal.append(b"next run").unwrap();
+        drop(wal);
+        let (_, old) = Wal::open(dir.path()).unwrap();
+        assert_eq!(old.payloads.len(), 4);
+        let leftovers = std::fs::read_dir(dir.path().join(DIR_NAME))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension().unwrap() == "tmp")
+            .count();
+        assert!(leftovers <= 1, "only the spare being made is a .tmp file");
     }
 
     #[test]

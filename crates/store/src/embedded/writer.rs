@@ -1,16 +1,15 @@
-//! The writer thread: the only code that changes the index, and the one that makes writes
-//! durable.
+//! The writer thread: the only code that changes the index (besides the syncer's compaction
+//! chunks), and the one that writes the log.
 //!
 //! Requests queue on a channel. The thread takes everything queued (up to [`MAX_BATCH`]), applies
 //! it to the index one request after another (so each transaction sees the ones before it),
-//! appends the whole batch to the write-ahead log as one frame with one fsync (group commit),
-//! then publishes the events and answers every request. Nothing is acknowledged before it is on
-//! disk, and readers, which read at the committed revision, never see a write before it is
-//! durable. The batch then goes to the applier thread, which copies it into the redb file.
-//!
-//! Physical compaction (dropping superseded history) starts here, through the index in key order,
-//! a bounded chunk per batch so it never stalls writers for long, and only once the compaction is
-//! durable in the log; the applier then sweeps the file of whatever the index no longer holds.
+//! writes the whole batch to the write-ahead log as one frame, and hands it to the syncer thread
+//! (`syncer.rs`), which makes it durable and only then answers. While the syncer waits for one
+//! `fdatasync`, this thread already applies and writes the next batch, so a commit's CPU work
+//! overlaps the previous commit's flush (group commit, pipelined). Nothing is acknowledged before
+//! it is on disk, and readers, which read at the committed revision, never see a write before it
+//! is durable; the syncer answers batches in log order, so a transaction that read an earlier
+//! batch's writes is never answered before that batch is durable.
 //!
 //! If the log cannot be written, the store stops accepting writes (etcd panics in the same
 //! situation): what is on disk stays consistent and every later write gets `Unavailable`.
@@ -23,17 +22,15 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::Shared;
-use super::applier;
 use super::disk::{Batch, encode, encode_batch};
 use super::index::{Entry, Index, Lease, PutData, ReadOptions};
+use super::syncer::{Committing, Completion};
 use super::wal::Wal;
 use crate::error::{Error, Result};
 use crate::types::*;
 
 /// Most requests applied in one commit.
 const MAX_BATCH: usize = 4096;
-/// Work per in-memory compaction chunk: keys examined plus history entries removed.
-const PURGE_CHUNK: usize = 10_000;
 
 /// A write request for the writer thread, with where to send its answer.
 pub(crate) enum Request {
@@ -56,14 +53,32 @@ pub(crate) enum Request {
         reply: oneshot::Sender<Result<()>>,
     },
     /// Answer once every write before it is in the redb file and compaction requested before it
-    /// is physically done (see [`applier::Message::Checkpoint`]).
+    /// is physically done (see [`super::applier::Message::Checkpoint`]).
     Checkpoint {
         reply: oneshot::Sender<Result<()>>,
     },
 }
 
-/// Answers a request once its batch is durable (`None`) or has failed (`Some(reason)`).
-type Completion = Box<dyn FnOnce(Option<&str>) + Send>;
+/// Where a request was submitted: the runtime, and the thread on it, whose task awaits the
+/// answer (see `answer` in `syncer.rs`).
+pub(crate) struct Origin {
+    pub(super) thread: std::thread::ThreadId,
+    pub(super) runtime: tokio::runtime::Handle,
+}
+
+impl Origin {
+    /// The caller's, when it runs on a Tokio runtime.
+    pub(crate) fn current() -> Option<Origin> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        Some(Origin {
+            thread: std::thread::current().id(),
+            runtime,
+        })
+    }
+}
+
+/// A request as it travels to the writer thread.
+pub(crate) type Submitted = (Request, Option<Origin>);
 
 fn completion<T: Send + 'static>(tx: oneshot::Sender<Result<T>>, result: Result<T>) -> Completion {
     Box::new(move |failure| {
@@ -78,59 +93,32 @@ fn completion<T: Send + 'static>(tx: oneshot::Sender<Result<T>>, result: Result<
 pub(crate) struct Writer {
     shared: Arc<Shared>,
     wal: Wal,
-    rx: mpsc::Receiver<Request>,
-    applier: SyncSender<applier::Message>,
-    applier_thread: Option<std::thread::JoinHandle<()>>,
-    /// In-memory compaction in progress: (compact revision, next key to examine).
-    purge: Option<(i64, Bytes)>,
-    /// Checkpoints held back until the in-memory compaction in progress has finished (so the
-    /// applier gets the sweep that goes with it first).
-    checkpoints: Vec<oneshot::Sender<Result<()>>>,
+    rx: mpsc::Receiver<Submitted>,
+    syncer: SyncSender<Committing>,
+    syncer_thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Writer {
     pub fn new(
         shared: Arc<Shared>,
         wal: Wal,
-        rx: mpsc::Receiver<Request>,
-        applier: SyncSender<applier::Message>,
-        applier_thread: std::thread::JoinHandle<()>,
+        rx: mpsc::Receiver<Submitted>,
+        syncer: SyncSender<Committing>,
+        syncer_thread: std::thread::JoinHandle<()>,
     ) -> Self {
-        let applier_thread = Some(applier_thread);
         Writer {
             shared,
             wal,
             rx,
-            applier,
-            applier_thread,
-            purge: None,
-            checkpoints: Vec::new(),
+            syncer,
+            syncer_thread: Some(syncer_thread),
         }
     }
 
-    /// Resume physical compaction of history below `revision` (after a restart).
-    pub fn resume_purge(&mut self, revision: i64) {
-        if revision > 0 {
-            self.purge = Some((revision, Bytes::new()));
-        }
-    }
-
-    /// Run until every sender is gone, then wait for the applier to finish.
+    /// Run until every sender is gone, then wait for the syncer (and the applier) to finish.
     pub fn run(mut self) {
-        loop {
-            let first = if self.purge.is_some() {
-                match self.rx.try_recv() {
-                    Ok(req) => Some(req),
-                    Err(mpsc::error::TryRecvError::Empty) => None,
-                    Err(mpsc::error::TryRecvError::Disconnected) => break,
-                }
-            } else {
-                match self.rx.blocking_recv() {
-                    Some(req) => Some(req),
-                    None => break,
-                }
-            };
-            let mut requests: Vec<Request> = first.into_iter().collect();
+        while let Some(first) = self.rx.blocking_recv() {
+            let mut requests = vec![first];
             while requests.len() < MAX_BATCH {
                 match self.rx.try_recv() {
                     Ok(req) => requests.push(req),
@@ -140,99 +128,56 @@ impl Writer {
             self.process(requests);
         }
         let Writer {
-            applier,
-            applier_thread,
+            syncer,
+            syncer_thread,
             ..
         } = self;
-        drop(applier);
-        if let Some(thread) = applier_thread {
+        drop(syncer);
+        if let Some(thread) = syncer_thread {
             let _ = thread.join();
         }
     }
 
-    fn process(&mut self, requests: Vec<Request>) {
+    fn process(&mut self, requests: Vec<Submitted>) {
         if let Some(reason) = self.shared.failed.lock().clone() {
-            for req in requests {
+            for (req, _) in requests {
                 reject(req, &reason);
             }
             return;
         }
-        let mut batch = Batch::default();
-        let mut events = Vec::new();
-        let mut done: Vec<Completion> = Vec::with_capacity(requests.len());
+        let mut committing = Committing::default();
         {
             let shared = self.shared.clone();
             let mut ix = shared.index.write();
-            for req in requests {
-                done.push(self.apply(&mut ix, req, &mut batch, &mut events));
+            for (req, origin) in requests {
+                let done = self.apply(&mut ix, req, &mut committing);
+                committing.done.push((origin, done));
             }
-            batch.revision = ix.revision;
+            committing.batch.revision = ix.revision;
         }
-        let mut segment = None;
-        let failure = if batch.is_empty() {
-            None
-        } else {
-            match self.wal.append(&encode_batch(&batch)) {
-                Ok(s) => {
-                    segment = Some(s);
-                    None
-                }
-                Err(e) => Some(format!("logging revision {} failed: {e}", batch.revision)),
-            }
-        };
-        match &failure {
-            None => self.shared.hub.publish(batch.revision, &events),
-            Some(reason) => {
-                tracing::error!(%reason, "store commit failed; refusing further writes");
-                *self.shared.failed.lock() = Some(reason.clone());
-            }
-        }
-        for complete in done {
-            complete(failure.as_deref());
-        }
-        // Hand the durable batch to the applier (waits if it is far behind: backpressure).
-        if let Some(segment) = segment {
-            let _ = self
-                .applier
-                .send(applier::Message::Batch { batch, segment });
-        }
-        // Only now, with the compaction durable in the log, may the index drop history for it:
-        // the applier's sweep drops from the file whatever the index no longer holds.
-        let mut swept_index_below = None;
-        if failure.is_none()
-            && let Some((revision, from)) = self.purge.take()
-        {
-            match self
-                .shared
-                .index
-                .write()
-                .purge(revision, &from, PURGE_CHUNK)
-                .1
-            {
-                Some(from) => self.purge = Some((revision, from)),
-                None => swept_index_below = Some(revision),
-            }
-        }
-        if let Some(below) = swept_index_below {
-            let _ = self.applier.send(applier::Message::Sweep { below });
-        }
-        if self.purge.is_none() || failure.is_some() {
-            for reply in std::mem::take(&mut self.checkpoints) {
-                match &failure {
-                    None => drop(self.applier.send(applier::Message::Checkpoint(reply))),
-                    Some(reason) => drop(reply.send(Err(Error::Unavailable(reason.clone())))),
+        if !committing.batch.is_empty() {
+            match self.wal.write(&encode_batch(&committing.batch)) {
+                Ok(logged) => committing.logged = Some(logged),
+                Err(e) => {
+                    let reason =
+                        format!("logging revision {} failed: {e}", committing.batch.revision);
+                    tracing::error!(%reason, "store commit failed; refusing further writes");
+                    *self.shared.failed.lock() = Some(reason);
                 }
             }
         }
+        // Waits if the syncer is far behind (backpressure); if it has stopped, the requests'
+        // callers see the store as stopped.
+        let _ = self.syncer.send(committing);
     }
 
-    fn apply(
-        &mut self,
-        ix: &mut Index,
-        req: Request,
-        batch: &mut Batch,
-        events: &mut Vec<Event>,
-    ) -> Completion {
+    fn apply(&mut self, ix: &mut Index, req: Request, committing: &mut Committing) -> Completion {
+        let Committing {
+            batch,
+            events,
+            checkpoints,
+            ..
+        } = committing;
         match req {
             Request::Txn(txn, reply) => completion(reply, apply_txn(ix, txn, batch, events)),
             Request::LeaseGrant {
@@ -247,8 +192,8 @@ impl Writer {
                 reply,
             } => completion(reply, revoke(ix, id, expired_at, batch, events)),
             Request::Checkpoint { reply } => {
-                // answered by the applier, once process() has handed it over
-                self.checkpoints.push(reply);
+                // answered by the applier, once the syncer has handed it over
+                checkpoints.push(reply);
                 Box::new(|_| {})
             }
             Request::Compact { revision, reply } => {
@@ -263,9 +208,9 @@ impl Writer {
                         current: ix.revision,
                     })
                 } else {
+                    // the syncer drops the history once this is durable
                     ix.compact_revision = revision;
                     batch.compact_revision = Some(revision);
-                    self.purge = Some((revision, Bytes::new()));
                     Ok(())
                 };
                 completion(reply, result)
