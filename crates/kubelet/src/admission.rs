@@ -62,7 +62,7 @@ pub fn needs_admission(pod: &Pod) -> bool {
 }
 
 /// Checks `pod` against `node` and the pods admitted before it.
-pub fn check(pod: &Pod, node: &Node, admitted: &[Pod]) -> Result<(), Rejection> {
+pub fn check(pod: &Pod, node: &Node, admitted: &[Arc<Pod>]) -> Result<(), Rejection> {
     let os_label = pod
         .metadata
         .labels
@@ -87,7 +87,7 @@ pub fn check(pod: &Pod, node: &Node, admitted: &[Pod]) -> Result<(), Rejection> 
     }
     let mut info = NodeInfo::new(Arc::new(node.clone()));
     for other in admitted {
-        info.add_pod(Arc::new(PodInfo::new(Arc::new(other.clone()))));
+        info.add_pod(Arc::new(PodInfo::new(other.clone())));
     }
     let candidate = PodInfo::new(Arc::new(pod.clone()));
     if let Some(failure) = admission::check(&candidate, &info).into_iter().next() {
@@ -197,7 +197,8 @@ mod tests {
     }
 
     fn rejected(pod: &Pod, node: &Node, admitted: &[Pod]) -> (String, String) {
-        let r = check(pod, node, admitted).expect_err("rejected");
+        let admitted: Vec<Arc<Pod>> = admitted.iter().cloned().map(Arc::new).collect();
+        let r = check(pod, node, &admitted).expect_err("rejected");
         (r.reason, r.message)
     }
 

@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::api::authentication::v1::TokenRequest;
@@ -150,17 +151,36 @@ impl PodEvent {
     }
 }
 
+/// Status writes and events one kubelet has in flight at most. kube-rs speaks HTTP/1.1, one
+/// request per connection at a time, so a burst of pods each writing its status at once opened
+/// a TLS connection per pod (a quarter of a hollow node's CPU went to handshakes in `skiff bench
+/// controllers`); upstream's kubelet multiplexes over one HTTP/2 connection and writes statuses
+/// from one status manager.
+const MAX_WRITES_IN_FLIGHT: usize = 8;
+
 /// [`PodApi`] through kube-rs.
 pub struct KubePodApi {
-    pub client: kube::Client,
+    client: kube::Client,
     /// The node name: the events' reporting instance.
-    pub node: String,
+    node: String,
+    writes: Arc<tokio::sync::Semaphore>,
+}
+
+impl KubePodApi {
+    pub fn new(client: kube::Client, node: String) -> KubePodApi {
+        KubePodApi {
+            client,
+            node,
+            writes: Arc::new(tokio::sync::Semaphore::new(MAX_WRITES_IN_FLIGHT)),
+        }
+    }
 }
 
 #[async_trait]
 impl PodApi for KubePodApi {
     async fn patch_status(&self, namespace: &str, name: &str, status: &PodStatus) -> Result<()> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let _permit = self.writes.acquire().await;
         pods.patch_status(
             name,
             &PatchParams::default(),
@@ -218,7 +238,9 @@ impl PodApi for KubePodApi {
         let events: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         // written in the background, as upstream's event broadcaster does: a pod's start does
         // not wait for three round trips to the API server
+        let writes = self.writes.clone();
         tokio::spawn(async move {
+            let _permit = writes.acquire_owned().await;
             if let Err(e) = events.create(&PostParams::default(), &object).await {
                 tracing::warn!(pod = %format!("{namespace}/{name}"), error = %e, "recording event {}", event.reason);
             }

@@ -231,10 +231,7 @@ async fn register(
         .unwrap_or_default();
     let ctx = SyncContext {
         runtime,
-        api: Arc::new(KubePodApi {
-            client: client.clone(),
-            node: name.clone(),
-        }),
+        api: Arc::new(KubePodApi::new(client.clone(), name.clone())),
         host_ip: gateway.to_string(),
         runtime_name: RUNTIME_NAME.into(),
         memory_capacity: status.host.memory_bytes,

@@ -204,10 +204,7 @@ impl Kubelet {
         .await?;
         let ctx = SyncContext {
             runtime,
-            api: Arc::new(KubePodApi {
-                client: client.clone(),
-                node: config.node_name.clone(),
-            }),
+            api: Arc::new(KubePodApi::new(client.clone(), config.node_name.clone())),
             host_ip: host.ip.to_string(),
             runtime_name: version.runtime_name.clone(),
             memory_capacity: host.memory_bytes,

@@ -5,6 +5,7 @@
 //! are removed.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -114,12 +115,14 @@ async fn admit(
     pod: &Pod,
     workers: &HashMap<String, watch::Sender<Option<Pod>>>,
 ) -> std::result::Result<(), admission::Rejection> {
-    let admitted: Vec<Pod> = workers
+    let admitted: Vec<Arc<Pod>> = workers
         .values()
-        .filter_map(|tx| tx.borrow().clone())
-        .filter(|p| {
-            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-            !matches!(phase, Some("Succeeded" | "Failed"))
+        .filter_map(|tx| {
+            let pod = tx.borrow();
+            let pod = pod.as_ref()?;
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            let finished = matches!(phase, Some("Succeeded" | "Failed"));
+            (!finished).then(|| Arc::new(pod.clone()))
         })
         .collect();
     if admission::check(pod, &view.get(), &admitted).is_ok() {
