@@ -236,9 +236,9 @@ const MUST_SPECIFY: &[&str] = &[
     "limits.memory",
 ];
 
-/// What one object of `group/plural` uses at `now` (RFC 3339 timestamps compare as strings):
-/// its `count/` and every resource its evaluator charges.
-pub fn usage(group: &str, plural: &str, obj: &Value, now: &str) -> ResourceList {
+/// What one object of `group/plural` uses at `now`: its `count/` and every resource its
+/// evaluator charges.
+pub fn usage(group: &str, plural: &str, obj: &Value, now: jiff::Timestamp) -> ResourceList {
     let mut out = ResourceList::new();
     out.insert(count_name(group, plural), Amount::count(1));
     if !group.is_empty() {
@@ -317,7 +317,7 @@ pub fn usage(group: &str, plural: &str, obj: &Value, now: &str) -> ResourceList 
 
 /// Upstream's `QuotaV1Pod`: a pod in a terminal phase, or deleted and past its grace period,
 /// no longer uses compute resources (nor counts as `pods`, only as `count/pods`).
-pub fn counts_compute(pod: &Value, now: &str) -> bool {
+pub fn counts_compute(pod: &Value, now: jiff::Timestamp) -> bool {
     let phase = pod.pointer("/status/phase").and_then(Value::as_str);
     if matches!(phase, Some("Succeeded" | "Failed")) {
         return false;
@@ -326,7 +326,9 @@ pub fn counts_compute(pod: &Value, now: &str) -> bool {
         .pointer("/metadata/deletionTimestamp")
         .and_then(Value::as_str)
     {
-        Some(deadline) => deadline >= now,
+        Some(deadline) => deadline
+            .parse::<jiff::Timestamp>()
+            .is_ok_and(|deadline| deadline >= now),
         None => true,
     }
 }

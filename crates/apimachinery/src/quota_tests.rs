@@ -4,7 +4,9 @@ use serde_json::json;
 
 use super::*;
 
-const NOW: &str = "2026-01-01T10:00:00Z";
+fn now() -> jiff::Timestamp {
+    "2026-01-01T10:00:00Z".parse().unwrap()
+}
 
 fn list(pairs: &[(&str, &str)]) -> ResourceList {
     pairs
@@ -25,7 +27,7 @@ fn a_pod_uses_its_containers_sum_and_its_largest_init_container() {
         {"name": "b", "resources": {"requests": {"cpu": "400m", "memory": "128Mi"}}},
     ]));
     p["spec"]["initContainers"] = json!([{"name": "i", "resources": {"requests": {"cpu": "2"}}}]);
-    let used = usage("", "pods", &p, NOW);
+    let used = usage("", "pods", &p, now());
     assert_eq!(
         to_json(&used),
         json!({"count/pods": "1", "pods": "1", "cpu": "2", "requests.cpu": "2",
@@ -38,25 +40,25 @@ fn a_pod_uses_its_containers_sum_and_its_largest_init_container() {
 fn terminal_and_expired_pods_only_count_as_count_pods() {
     let mut p = pod(json!([{"name": "a", "resources": {"requests": {"cpu": "1"}}}]));
     p["status"] = json!({"phase": "Succeeded"});
-    assert_eq!(to_json(&usage("", "pods", &p, NOW)), json!({"count/pods": "1"}));
+    assert_eq!(to_json(&usage("", "pods", &p, now())), json!({"count/pods": "1"}));
     p["status"] = json!({"phase": "Running"});
     p["metadata"]["deletionTimestamp"] = json!("2026-01-01T09:59:00Z");
-    assert_eq!(to_json(&usage("", "pods", &p, NOW)), json!({"count/pods": "1"}));
+    assert_eq!(to_json(&usage("", "pods", &p, now())), json!({"count/pods": "1"}));
     p["metadata"]["deletionTimestamp"] = json!("2026-01-01T10:00:30Z");
-    assert!(usage("", "pods", &p, NOW).contains_key("pods"));
+    assert!(usage("", "pods", &p, now()).contains_key("pods"));
 }
 
 #[test]
 fn services_count_node_ports_and_load_balancers() {
     let svc = json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80}, {"port": 443}]}});
     assert_eq!(
-        to_json(&usage("", "services", &svc, NOW)),
+        to_json(&usage("", "services", &svc, now())),
         json!({"count/services": "1", "services": "1", "services.loadbalancers": "1",
                "services.nodeports": "2"})
     );
     let deploy = json!({"spec": {}});
     assert_eq!(
-        to_json(&usage("apps", "deployments", &deploy, NOW)),
+        to_json(&usage("apps", "deployments", &deploy, now())),
         json!({"count/deployments.apps": "1"})
     );
 }
@@ -65,7 +67,7 @@ fn services_count_node_ports_and_load_balancers() {
 fn claims_count_storage_overall_and_per_class() {
     let pvc = json!({"spec": {"storageClassName": "fast",
                               "resources": {"requests": {"storage": "1Gi"}}}});
-    let used = usage("", "persistentvolumeclaims", &pvc, NOW);
+    let used = usage("", "persistentvolumeclaims", &pvc, now());
     assert_eq!(used["requests.storage"].to_string(), "1Gi");
     assert_eq!(
         used["fast.storageclass.storage.k8s.io/requests.storage"].to_string(),
