@@ -181,10 +181,10 @@ pub fn format_canonical(nanos: i128, format: Format) -> String {
     let sign = if nanos < 0 { "-" } else { "" };
     let magnitude = nanos.unsigned_abs();
     const NANO: u128 = 1_000_000_000;
-    if format == Format::BinarySI && magnitude >= 1024 * NANO && magnitude % NANO == 0 {
+    if format == Format::BinarySI && magnitude >= 1024 * NANO && magnitude.is_multiple_of(NANO) {
         let mut units = magnitude / NANO;
         let mut i = 0;
-        while i < 6 && units % 1024 == 0 {
+        while i < 6 && units.is_multiple_of(1024) {
             units /= 1024;
             i += 1;
         }
@@ -194,7 +194,7 @@ pub fn format_canonical(nanos: i128, format: Format) -> String {
     // exponent of ten, from -9 up in steps of three
     let mut number = magnitude;
     let mut exponent: i32 = -9;
-    while exponent < 18 && number % 1000 == 0 {
+    while exponent < 18 && number.is_multiple_of(1000) {
         number /= 1000;
         exponent += 3;
     }

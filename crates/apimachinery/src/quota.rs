@@ -43,7 +43,7 @@ impl Amount {
     }
 
     /// `self + other`, keeping the format of the first non-zero term (upstream's `Add`).
-    pub fn add(self, other: Amount) -> Amount {
+    pub fn plus(self, other: Amount) -> Amount {
         Amount {
             nanos: self.nanos.saturating_add(other.nanos),
             format: if self.nanos == 0 {
@@ -54,7 +54,7 @@ impl Amount {
         }
     }
 
-    pub fn sub(self, other: Amount) -> Amount {
+    pub fn minus(self, other: Amount) -> Amount {
         Amount {
             nanos: self.nanos.saturating_sub(other.nanos),
             format: self.format,
@@ -94,7 +94,7 @@ pub fn to_json(list: &ResourceList) -> Value {
 pub fn add(a: &ResourceList, b: &ResourceList) -> ResourceList {
     let mut out = a.clone();
     for (k, v) in b {
-        let sum = out.get(k).copied().unwrap_or_default().add(*v);
+        let sum = out.get(k).copied().unwrap_or_default().plus(*v);
         out.insert(k.clone(), sum);
     }
     out
@@ -104,7 +104,7 @@ pub fn add(a: &ResourceList, b: &ResourceList) -> ResourceList {
 pub fn subtract(a: &ResourceList, b: &ResourceList) -> ResourceList {
     let mut out = a.clone();
     for (k, v) in b {
-        let diff = out.get(k).copied().unwrap_or_default().sub(*v);
+        let diff = out.get(k).copied().unwrap_or_default().minus(*v);
         out.insert(k.clone(), diff);
     }
     out
@@ -245,11 +245,10 @@ pub fn usage(group: &str, plural: &str, obj: &Value, now: jiff::Timestamp) -> Re
         return out;
     }
     match plural {
-        "pods" => {
-            if counts_compute(obj, now) {
-                out = add(&out, &pod_compute_usage(obj));
-            }
+        "pods" if counts_compute(obj, now) => {
+            out = add(&out, &pod_compute_usage(obj));
         }
+        "pods" => {}
         "services" => {
             out.insert("services".into(), Amount::count(1));
             let ports = obj
@@ -476,8 +475,12 @@ fn best_effort(pod: &Value) -> bool {
 
 fn scope_matches(sel: &ScopeSelector, pod: &Value) -> bool {
     match sel.scope.as_str() {
-        "Terminating" => pod.pointer("/spec/activeDeadlineSeconds").is_some_and(|v| !v.is_null()),
-        "NotTerminating" => pod.pointer("/spec/activeDeadlineSeconds").is_none_or(Value::is_null),
+        "Terminating" => pod
+            .pointer("/spec/activeDeadlineSeconds")
+            .is_some_and(|v| !v.is_null()),
+        "NotTerminating" => pod
+            .pointer("/spec/activeDeadlineSeconds")
+            .is_none_or(Value::is_null),
         "BestEffort" => best_effort(pod),
         "NotBestEffort" => !best_effort(pod),
         "PriorityClass" => {

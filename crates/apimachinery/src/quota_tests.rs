@@ -40,10 +40,16 @@ fn a_pod_uses_its_containers_sum_and_its_largest_init_container() {
 fn terminal_and_expired_pods_only_count_as_count_pods() {
     let mut p = pod(json!([{"name": "a", "resources": {"requests": {"cpu": "1"}}}]));
     p["status"] = json!({"phase": "Succeeded"});
-    assert_eq!(to_json(&usage("", "pods", &p, now())), json!({"count/pods": "1"}));
+    assert_eq!(
+        to_json(&usage("", "pods", &p, now())),
+        json!({"count/pods": "1"})
+    );
     p["status"] = json!({"phase": "Running"});
     p["metadata"]["deletionTimestamp"] = json!("2026-01-01T09:59:00Z");
-    assert_eq!(to_json(&usage("", "pods", &p, now())), json!({"count/pods": "1"}));
+    assert_eq!(
+        to_json(&usage("", "pods", &p, now())),
+        json!({"count/pods": "1"})
+    );
     p["metadata"]["deletionTimestamp"] = json!("2026-01-01T10:00:30Z");
     assert!(usage("", "pods", &p, now()).contains_key("pods"));
 }
@@ -85,12 +91,42 @@ fn scopes_match_only_pods_of_their_kind() {
     burstable["spec"]["activeDeadlineSeconds"] = json!(30);
     let q = |scopes: Value| json!({"spec": {"scopes": scopes}});
     assert!(matches(&q(json!(["BestEffort"])), &hard, "", "pods", &best));
-    assert!(!matches(&q(json!(["BestEffort"])), &hard, "", "pods", &burstable));
-    assert!(matches(&q(json!(["NotBestEffort", "Terminating"])), &hard, "", "pods", &burstable));
-    assert!(matches(&q(json!(["NotTerminating"])), &hard, "", "pods", &best));
+    assert!(!matches(
+        &q(json!(["BestEffort"])),
+        &hard,
+        "",
+        "pods",
+        &burstable
+    ));
+    assert!(matches(
+        &q(json!(["NotBestEffort", "Terminating"])),
+        &hard,
+        "",
+        "pods",
+        &burstable
+    ));
+    assert!(matches(
+        &q(json!(["NotTerminating"])),
+        &hard,
+        "",
+        "pods",
+        &best
+    ));
     let services = list(&[("services", "5")]);
-    assert!(!matches(&q(json!(["NotTerminating"])), &services, "", "services", &json!({})));
-    assert!(matches(&q(json!([])), &services, "", "services", &json!({})));
+    assert!(!matches(
+        &q(json!(["NotTerminating"])),
+        &services,
+        "",
+        "services",
+        &json!({})
+    ));
+    assert!(matches(
+        &q(json!([])),
+        &services,
+        "",
+        "services",
+        &json!({})
+    ));
     assert!(!matches(&q(json!([])), &hard, "", "services", &json!({})));
     let mut high = best.clone();
     high["spec"]["priorityClassName"] = json!("high");

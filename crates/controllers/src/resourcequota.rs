@@ -233,7 +233,10 @@ struct State {
 fn watch_kind<K>(
     client: &kube::Client,
     quotas: Store<ResourceQuota>,
-) -> (Arc<dyn Snapshot>, BoxStream<'static, ObjectRef<ResourceQuota>>)
+) -> (
+    Arc<dyn Snapshot>,
+    BoxStream<'static, ObjectRef<ResourceQuota>>,
+)
 where
     K: kube::Resource<DynamicType = ()>
         + Serialize

@@ -92,13 +92,20 @@ async fn used_counts_live_pods_and_their_compute_in_the_quotas_namespace_only() 
         vec![
             pod("a", "ns", Some("500m"), json!({})),
             pod("b", "ns", Some("1"), json!({})),
-            pod("done", "ns", Some("4"), json!({"status": {"phase": "Succeeded"}})),
+            pod(
+                "done",
+                "ns",
+                Some("4"),
+                json!({"status": {"phase": "Succeeded"}}),
+            ),
             pod("elsewhere", "other", Some("4"), json!({})),
         ],
     )]);
     let hard = json!({"hard": {"pods": "10", "requests.cpu": "4", "limits.cpu": "8",
                                "requests.memory": "1Gi", "count/pods": "20", "cpu": "4000m"}});
-    let after = reconcile(&rq(hard, json!({})), at(NOW), &api).await.unwrap();
+    let after = reconcile(&rq(hard, json!({})), at(NOW), &api)
+        .await
+        .unwrap();
     assert_eq!(after, SYNC_PERIOD);
     assert_eq!(
         written(&api),
@@ -133,8 +140,18 @@ async fn scopes_count_only_the_pods_they_match() {
     let pods = vec![
         pod("best", "ns", None, json!({})),
         pod("burst", "ns", Some("1"), json!({})),
-        pod("job", "ns", Some("1"), json!({"spec": {"activeDeadlineSeconds": 60}})),
-        pod("high", "ns", None, json!({"spec": {"priorityClassName": "high"}})),
+        pod(
+            "job",
+            "ns",
+            Some("1"),
+            json!({"spec": {"activeDeadlineSeconds": 60}}),
+        ),
+        pod(
+            "high",
+            "ns",
+            None,
+            json!({"spec": {"priorityClassName": "high"}}),
+        ),
     ];
     let api = api(&[("pods", pods)]);
     for (scopes, used) in [
@@ -150,7 +167,9 @@ async fn scopes_count_only_the_pods_they_match() {
     ] {
         let mut spec = scopes.clone();
         spec["hard"] = json!({"pods": "10"});
-        reconcile(&rq(spec, json!({})), at(NOW), &api).await.unwrap();
+        reconcile(&rq(spec, json!({})), at(NOW), &api)
+            .await
+            .unwrap();
         assert_eq!(written(&api)["used"]["pods"], json!(used), "{scopes}");
     }
 }
@@ -168,7 +187,10 @@ async fn object_counts_cover_services_claims_and_any_served_kind() {
             vec![json!({"metadata": {"namespace": "ns"},
                         "spec": {"resources": {"requests": {"storage": "5Gi"}}}})],
         ),
-        ("configmaps", vec![json!({"metadata": {"namespace": "ns"}}); 3]),
+        (
+            "configmaps",
+            vec![json!({"metadata": {"namespace": "ns"}}); 3],
+        ),
         (
             "deployments.apps",
             vec![json!({"metadata": {"namespace": "ns"}}); 2],
@@ -178,7 +200,9 @@ async fn object_counts_cover_services_claims_and_any_served_kind() {
                                "services.loadbalancers": "1", "persistentvolumeclaims": "5",
                                "requests.storage": "10Gi", "configmaps": "10",
                                "count/deployments.apps": "4", "secrets": "3"}});
-    reconcile(&rq(spec, json!({})), at(NOW), &api).await.unwrap();
+    reconcile(&rq(spec, json!({})), at(NOW), &api)
+        .await
+        .unwrap();
     assert_eq!(
         written(&api)["used"],
         json!({"services": "1", "services.nodeports": "2", "services.loadbalancers": "0",

@@ -30,7 +30,10 @@ fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
 async fn namespace(client: &kube::Client, name: &str) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
-        .create(&PostParams::default(), &from(json!({"metadata": {"name": name}})))
+        .create(
+            &PostParams::default(),
+            &from(json!({"metadata": {"name": name}})),
+        )
         .await
         .expect("namespace");
 }

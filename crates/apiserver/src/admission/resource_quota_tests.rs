@@ -213,5 +213,9 @@ async fn unmatched_scopes_kinds_and_dry_runs_charge_nothing() {
         .validate(&attrs(&user, "pods", false), Some(&pod(json!({}))))
         .await
         .unwrap_err();
-    assert!(err.message.contains("exceeded quota: best-effort"), "{}", err.message);
+    assert!(
+        err.message.contains("exceeded quota: best-effort"),
+        "{}",
+        err.message
+    );
 }
