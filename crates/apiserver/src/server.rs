@@ -160,10 +160,13 @@ impl crate::admission::default_storage_class::StorageClassLookup for CachedStora
     }
 }
 
-/// The ResourceQuota plugin's view of quotas: the store itself (never the cache, so that a
-/// charge is compared against the revision it read).
+/// The ResourceQuota plugin's view of quotas: the store itself (so that a charge is compared
+/// against the revision it read), asked only when the watch cache knows a quota in the
+/// namespace. That shortcut is safe: a quota constrains nothing until the controller has
+/// written its `status.hard`, and the controller saw the quota through this cache.
 struct StoreQuotas {
     store: Arc<dyn Store>,
+    cache: Arc<Cacher>,
 }
 
 fn resource_quotas() -> &'static skiff_apimachinery::catalog::ResourceType {
@@ -173,6 +176,15 @@ fn resource_quotas() -> &'static skiff_apimachinery::catalog::ResourceType {
 #[async_trait]
 impl admission::resource_quota::QuotaStore for StoreQuotas {
     async fn quotas(&self, namespace: &str) -> Result<Vec<serde_json::Value>> {
+        if self
+            .cache
+            .resource(resource_quotas())
+            .list(namespace)
+            .objects
+            .is_empty()
+        {
+            return Ok(Vec::new());
+        }
         let prefix = storage::prefix(resource_quotas(), namespace);
         let resp = self
             .store
@@ -263,7 +275,10 @@ impl ApiServer {
                     Box::new(admission::storage_protection::StorageObjectInUseProtection),
                     // last, as upstream: only what every other plugin let through is charged
                     Box::new(admission::resource_quota::ResourceQuota {
-                        store: StoreQuotas { store },
+                        store: StoreQuotas {
+                            store,
+                            cache: cache.clone(),
+                        },
                     }),
                 ],
             },

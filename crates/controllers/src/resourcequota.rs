@@ -3,11 +3,13 @@
 //! (object counts, compute resources of pods that are not terminal, claimed storage), counting
 //! only the pods its scopes (`Terminating`, `NotTerminating`, `BestEffort`, `NotBestEffort`,
 //! `scopeSelector` on `PriorityClass`) match; usage is [`skiff_apimachinery::quota`]'s, the
-//! same the API server's admission charges. A quota is recomputed when it changes, when an
-//! object of a counted kind changes in its namespace, and every five minutes (upstream's
-//! `--resource-quota-sync-period`); its status is written only when it changed.
+//! same the API server's admission charges. As upstream, a quota is recomputed when first seen,
+//! when its `spec.hard` changes, when an object it counts is deleted or stops counting, and
+//! every five minutes (`--resource-quota-sync-period`), but not on creates, which admission has
+//! already charged (a recount from a store that lags them would undo the charge and let the
+//! next create through); its status is written only when it changed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +32,7 @@ use serde_json::Value;
 use skiff_apimachinery::quota::{self, ResourceList};
 use skiff_runtime::backoff::ItemBackoff;
 
+use crate::informer::{self, Change};
 use crate::{Context, resources, watched};
 
 /// Upstream's `--resource-quota-sync-period` default: every quota is recomputed this often.
@@ -154,6 +157,16 @@ pub async fn reconcile(
     Ok(recheck.map_or(SYNC_PERIOD, |r| r.min(SYNC_PERIOD)))
 }
 
+/// Whether a quota's status lags its spec: `status.hard` differs from `spec.hard`, or a limit
+/// has no `status.used` yet (upstream's `addQuota` priorities).
+fn needs_sync(q: &ResourceQuota, hard: &ResourceList) -> bool {
+    let status = q.status.clone().unwrap_or_default();
+    !quota::equals(&from_quantities(status.hard.as_ref()), hard)
+        || hard
+            .keys()
+            .any(|k| !status.used.as_ref().is_some_and(|u| u.contains_key(k)))
+}
+
 /// A watched kind's store: its objects of one namespace, as JSON, once it has listed them.
 #[async_trait]
 trait Snapshot: Send + Sync {
@@ -228,10 +241,26 @@ struct State {
     backoff: ItemBackoff<ObjectRef<ResourceQuota>>,
 }
 
-/// Watches `K` cluster-wide: its store as a [`Snapshot`], and its changes as the keys of the
-/// quotas in the changed object's namespace.
+/// Whether a counted object's change can lower what quotas count (upstream's replenishment:
+/// only deletes, pods that stop counting, services changing type and claims changing size;
+/// creates are charged by admission, and a recount racing them could undo a charge).
+pub fn replenishes(plural: &str, old: &Value, new: &Value, now: Timestamp) -> bool {
+    match plural {
+        "pods" => quota::counts_compute(old, now) && !quota::counts_compute(new, now),
+        "services" => old.pointer("/spec/type") != new.pointer("/spec/type"),
+        "persistentvolumeclaims" => {
+            old.pointer("/spec/resources/requests/storage")
+                != new.pointer("/spec/resources/requests/storage")
+        }
+        _ => false,
+    }
+}
+
+/// Watches `K` cluster-wide: its store as a [`Snapshot`], and the keys of the quotas in the
+/// namespace of each object deleted or changed so that it may count less ([`replenishes`]).
 fn watch_kind<K>(
     client: &kube::Client,
+    plural: &'static str,
     quotas: Store<ResourceQuota>,
 ) -> (
     Arc<dyn Snapshot>,
@@ -247,18 +276,35 @@ where
         + Sync
         + 'static,
 {
-    let w = watched::watch(Api::<K>::all(client.clone()), watcher::Config::default());
-    (snapshot(w.store), quotas_of_namespace(w.changes, quotas))
+    let (tx, rx) = futures::channel::mpsc::unbounded::<Option<String>>();
+    let store = informer::spawn(
+        Api::<K>::all(client.clone()),
+        watcher::Config::default(),
+        move |change| {
+            let namespace = match change {
+                Change::Added(_) => return,
+                Change::Deleted(obj) => obj.meta().namespace.clone(),
+                Change::Updated { old, new } => {
+                    let json = |o: &K| serde_json::to_value(o).unwrap_or(Value::Null);
+                    if !replenishes(plural, &json(&old), &json(&new), Timestamp::now()) {
+                        return;
+                    }
+                    new.meta().namespace.clone()
+                }
+            };
+            let _ = tx.unbounded_send(namespace);
+        },
+    );
+    (snapshot(store), quotas_of_namespace(rx.boxed(), quotas))
 }
 
-/// The keys of the quotas in the namespace of each changed object.
-fn quotas_of_namespace<K: kube::Resource + Send + 'static>(
-    changes: BoxStream<'static, K>,
+/// The keys of the quotas in each namespace named.
+fn quotas_of_namespace(
+    namespaces: BoxStream<'static, Option<String>>,
     quotas: Store<ResourceQuota>,
 ) -> BoxStream<'static, ObjectRef<ResourceQuota>> {
-    changes
-        .flat_map(move |obj| {
-            let ns = obj.meta().namespace.clone();
+    namespaces
+        .flat_map(move |ns| {
             let keys: Vec<ObjectRef<ResourceQuota>> = quotas
                 .state()
                 .iter()
@@ -279,12 +325,39 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         watcher::Config::default(),
     );
     let qs = quotas.store.clone();
-    // a quota's change queues it and the others of its namespace (which count it)
-    let mut keys = vec![quotas_of_namespace(quotas.changes, qs.clone())];
+    // As upstream: a quota is queued when first seen (and the others of its namespace, which
+    // count it), when its spec.hard changes, or when its status does not yet show every limit
+    // and its usage; not for admission's charges, which a recount racing creates could undo.
+    let mut seen: HashMap<ObjectRef<ResourceQuota>, ResourceList> = HashMap::new();
+    let own_and_others = quotas
+        .changes
+        .flat_map({
+            let qs = qs.clone();
+            move |q| {
+                let own = ObjectRef::from(&q);
+                let hard = from_quantities(q.spec.as_ref().and_then(|s| s.hard.as_ref()));
+                let first = seen.insert(own.clone(), hard.clone()).is_none();
+                let keys: Vec<ObjectRef<ResourceQuota>> = if first {
+                    qs.state()
+                        .iter()
+                        .filter(|o| o.namespace() == q.namespace() && o.name_any() != q.name_any())
+                        .map(|o| ObjectRef::from(o.as_ref()))
+                        .chain(std::iter::once(own))
+                        .collect()
+                } else if needs_sync(&q, &hard) {
+                    vec![own]
+                } else {
+                    vec![]
+                };
+                futures::stream::iter(keys)
+            }
+        })
+        .boxed();
+    let mut keys = vec![own_and_others];
     let mut stores: Vec<(&'static str, Arc<dyn Snapshot>)> = Vec::new();
     macro_rules! watch {
         ($plural:literal, $kind:ty) => {{
-            let (snap, changes) = watch_kind::<$kind>(&client, qs.clone());
+            let (snap, changes) = watch_kind::<$kind>(&client, $plural, qs.clone());
             stores.push(($plural, snap));
             keys.push(changes);
         }};

@@ -232,3 +232,34 @@ async fn a_terminating_pod_is_counted_until_its_grace_period_ends_then_rechecked
         .unwrap();
     assert_eq!(written(&api)["used"], json!({"pods": "0"}));
 }
+
+#[test]
+fn only_changes_that_can_lower_usage_trigger_a_recount() {
+    let now = at(NOW);
+    let running = pod("a", "ns", Some("1"), json!({}));
+    let done = pod("a", "ns", Some("1"), json!({"status": {"phase": "Failed"}}));
+    assert!(replenishes("pods", &running, &done, now));
+    assert!(!replenishes("pods", &done, &running, now));
+    assert!(!replenishes("pods", &running, &running, now));
+    let cluster_ip = json!({"spec": {"type": "ClusterIP"}});
+    let lb = json!({"spec": {"type": "LoadBalancer"}});
+    assert!(replenishes("services", &lb, &cluster_ip, now));
+    assert!(!replenishes("configmaps", &lb, &cluster_ip, now));
+}
+
+#[test]
+fn a_quota_whose_status_lags_its_spec_needs_a_sync() {
+    let hard = |q: &ResourceQuota| from_quantities(q.spec.as_ref().and_then(|s| s.hard.as_ref()));
+    let fresh = rq(json!({"hard": {"pods": "2"}}), json!({}));
+    assert!(needs_sync(&fresh, &hard(&fresh)));
+    let synced = rq(
+        json!({"hard": {"pods": "2"}}),
+        json!({"hard": {"pods": "2"}, "used": {"pods": "1"}}),
+    );
+    assert!(!needs_sync(&synced, &hard(&synced)));
+    let raised = rq(
+        json!({"hard": {"pods": "3"}}),
+        json!({"hard": {"pods": "2"}, "used": {"pods": "1"}}),
+    );
+    assert!(needs_sync(&raised, &hard(&raised)));
+}

@@ -126,6 +126,11 @@ fn concurrent_creates_never_exceed_the_quota() {
             .await
             .unwrap();
 
+        // a consistent list waits for the watch cache, which admission asks first
+        assert_eq!(
+            quotas.list(&Default::default()).await.unwrap().items.len(),
+            1
+        );
         let pods: Api<Pod> = Api::namespaced(client.clone(), "race");
         let creates = (0..10).map(|i| {
             let pods = pods.clone();
