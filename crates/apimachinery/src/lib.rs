@@ -12,6 +12,7 @@
 //! - [`table`]: `kubectl get` columns and rows per resource (`as=Table`).
 //! - [`proxy`]: forwarding a request, SPDY and WebSocket upgrades included, to a backend.
 //! - [`quantity`]: resource quantities (`100m`, `128Mi`) as millis and units.
+//! - [`quota`]: ResourceQuota usage, scopes and constraints (controller and admission share it).
 
 pub mod catalog;
 pub mod fields;
@@ -20,5 +21,6 @@ pub mod managedfields;
 pub mod patch;
 pub mod proxy;
 pub mod quantity;
+pub mod quota;
 pub mod table;
 pub mod validation;

@@ -15,6 +15,19 @@ pub struct Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// How a quantity is written, as upstream's `resource.Format`: sums keep the format of their
+/// first non-zero term, and [`format_canonical`] writes a value back in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// `1e3`, `5e-3`.
+    DecimalExponent,
+    /// `1Ki`, `128Mi`: powers of 1024.
+    BinarySI,
+    /// `100m`, `1k`, `2G`, plain numbers.
+    #[default]
+    DecimalSI,
+}
+
 /// A parsed quantity: `digits × 10^-scale × numerator / denominator`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quantity {
@@ -23,6 +36,7 @@ pub struct Quantity {
     scale: u32,
     numerator: u128,
     denominator: u128,
+    format: Format,
 }
 
 impl Quantity {
@@ -53,6 +67,13 @@ impl Quantity {
         }
         let scale = frac.len() as u32;
         let pow10 = |e: u32| 10u128.checked_pow(e).ok_or_else(err);
+        let format = if suffix.ends_with('i') {
+            Format::BinarySI
+        } else if suffix.starts_with(['e', 'E']) {
+            Format::DecimalExponent
+        } else {
+            Format::DecimalSI
+        };
         let (numerator, denominator) = match suffix {
             "" => (1, 1),
             "Ki" => (1 << 10, 1),
@@ -89,7 +110,36 @@ impl Quantity {
             scale,
             numerator,
             denominator,
+            format,
         })
+    }
+
+    /// How it was written.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// In billionths (upstream's precision), rounded up, saturating at `i128`'s range: exact
+    /// for every quantity an object can reasonably hold, memory in exbibytes included.
+    pub fn nano_value(&self) -> i128 {
+        let magnitude = self.scaled_wide(1_000_000_000);
+        if self.negative { -magnitude } else { magnitude }
+    }
+
+    fn scaled_wide(&self, factor: u128) -> i128 {
+        let den = 10u128
+            .checked_pow(self.scale)
+            .and_then(|p| p.checked_mul(self.denominator));
+        let num = self
+            .digits
+            .checked_mul(self.numerator)
+            .and_then(|n| n.checked_mul(factor));
+        let magnitude = match (num, den) {
+            (Some(num), Some(den)) => num.div_ceil(den),
+            (None, _) => u128::MAX,
+            (Some(_), None) => 0,
+        };
+        i128::try_from(magnitude).unwrap_or(i128::MAX)
     }
 
     /// The value times `factor`, rounded up (away from zero), saturating at `i64`'s range.
@@ -119,6 +169,57 @@ impl Quantity {
     pub fn value(&self) -> i64 {
         self.scaled(1)
     }
+}
+
+/// Writes `nanos` billionths in `format` as upstream's `Quantity.String()` does: the largest
+/// suffix that keeps the number whole (`1500m`, `2`, `3k`; `256Mi`, and for a binary value that
+/// is under 1024 or not whole bytes, the decimal form).
+pub fn format_canonical(nanos: i128, format: Format) -> String {
+    if nanos == 0 {
+        return "0".into();
+    }
+    let sign = if nanos < 0 { "-" } else { "" };
+    let magnitude = nanos.unsigned_abs();
+    const NANO: u128 = 1_000_000_000;
+    if format == Format::BinarySI && magnitude >= 1024 * NANO && magnitude.is_multiple_of(NANO) {
+        let mut units = magnitude / NANO;
+        let mut i = 0;
+        while i < 6 && units.is_multiple_of(1024) {
+            units /= 1024;
+            i += 1;
+        }
+        let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][i];
+        return format!("{sign}{units}{suffix}");
+    }
+    // exponent of ten, from -9 up in steps of three
+    let mut number = magnitude;
+    let mut exponent: i32 = -9;
+    while exponent < 18 && number.is_multiple_of(1000) {
+        number /= 1000;
+        exponent += 3;
+    }
+    let suffix = if format == Format::DecimalExponent {
+        if exponent == 0 {
+            String::new()
+        } else {
+            format!("e{exponent}")
+        }
+    } else {
+        match exponent {
+            -9 => "n",
+            -6 => "u",
+            -3 => "m",
+            0 => "",
+            3 => "k",
+            6 => "M",
+            9 => "G",
+            12 => "T",
+            15 => "P",
+            _ => "E",
+        }
+        .to_string()
+    };
+    format!("{sign}{number}{suffix}")
 }
 
 impl std::str::FromStr for Quantity {
@@ -167,6 +268,25 @@ mod tests {
     #[test]
     fn huge_values_saturate_instead_of_overflowing() {
         assert_eq!(value("9999999999999999999999Ei"), i64::MAX);
+    }
+
+    #[test]
+    fn canonical_forms_are_upstreams() {
+        let canon = |s: &str| {
+            let q = Quantity::parse(s).unwrap();
+            format_canonical(q.nano_value(), q.format())
+        };
+        assert_eq!(canon("1000m"), "1");
+        assert_eq!(canon("1500m"), "1500m");
+        assert_eq!(canon("0.5"), "500m");
+        assert_eq!(canon("2048Mi"), "2Gi");
+        assert_eq!(canon("1536"), "1536");
+        assert_eq!(canon("1000Mi"), "1000Mi");
+        assert_eq!(canon("1.5Ki"), "1536");
+        assert_eq!(canon("3000k"), "3M");
+        assert_eq!(canon("1e3"), "1e3");
+        assert_eq!(canon("0"), "0");
+        assert_eq!(canon("16Ei"), "16Ei");
     }
 
     #[test]

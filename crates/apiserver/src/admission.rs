@@ -3,11 +3,13 @@
 //! missing or terminating namespace), [`priority`] (pods get their PriorityClass's value),
 //! [`tolerations`] (DefaultTolerationSeconds), [`default_storage_class`] (claims naming no class
 //! get the default one) and [`storage_protection`] (new volumes and claims get their protection
-//! finalizers).
+//! finalizers) and [`resource_quota`] (creates are charged against the namespace's
+//! ResourceQuotas, or refused).
 //! The full plugin set plugs in behind the same trait.
 
 pub mod default_storage_class;
 pub mod priority;
+pub mod resource_quota;
 pub mod storage_protection;
 pub mod tolerations;
 
@@ -36,6 +38,9 @@ pub struct Attributes<'a> {
     pub name: &'a str,
     pub user: &'a UserInfo,
     pub old: Option<&'a Value>,
+    /// `?dryRun=All`: plugins must not write anything (ResourceQuota checks but charges
+    /// nothing).
+    pub dry_run: bool,
 }
 
 /// One admission plugin. Mutating plugins change `object`; validating ones only refuse.
@@ -162,6 +167,7 @@ mod tests {
             name: "x",
             user,
             old: None,
+            dry_run: false,
         }
     }
 

@@ -160,6 +160,81 @@ impl crate::admission::default_storage_class::StorageClassLookup for CachedStora
     }
 }
 
+/// The ResourceQuota plugin's view of quotas: the store itself (so that a charge is compared
+/// against the revision it read), asked only when the watch cache knows a quota in the
+/// namespace. That shortcut is safe: a quota constrains nothing until the controller has
+/// written its `status.hard`, and the controller saw the quota through this cache.
+struct StoreQuotas {
+    store: Arc<dyn Store>,
+    cache: Arc<Cacher>,
+}
+
+fn resource_quotas() -> &'static skiff_apimachinery::catalog::ResourceType {
+    skiff_apimachinery::catalog::lookup("", "v1", "resourcequotas").expect("resourcequotas")
+}
+
+#[async_trait]
+impl admission::resource_quota::QuotaStore for StoreQuotas {
+    async fn quotas(&self, namespace: &str) -> Result<Vec<serde_json::Value>> {
+        if self
+            .cache
+            .resource(resource_quotas())
+            .list(namespace)
+            .objects
+            .is_empty()
+        {
+            return Ok(Vec::new());
+        }
+        let prefix = storage::prefix(resource_quotas(), namespace);
+        let resp = self
+            .store
+            .range(skiff_store::RangeRequest {
+                range: skiff_store::KeyRange::prefix(prefix),
+                ..Default::default()
+            })
+            .await?;
+        resp.kvs.iter().map(storage::decode).collect()
+    }
+
+    async fn update(&self, namespace: &str, quotas: &[serde_json::Value]) -> Result<bool> {
+        use skiff_store::{Compare, CompareOp, CompareTarget, PutRequest, TxnOp, TxnRequest};
+        let mut compare = Vec::new();
+        let mut success = Vec::new();
+        for q in quotas {
+            let name = q
+                .pointer("/metadata/name")
+                .and_then(|n| n.as_str())
+                .unwrap_or("");
+            let revision: i64 = q
+                .pointer("/metadata/resourceVersion")
+                .and_then(|v| v.as_str())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let key = storage::key(resource_quotas(), namespace, name);
+            compare.push(Compare::new(
+                key.clone(),
+                CompareOp::Equal,
+                CompareTarget::ModRevision(revision),
+            ));
+            success.push(TxnOp::Put(PutRequest {
+                key: key.into(),
+                value: storage::encode(q)?,
+                lease: 0,
+                prev_kv: false,
+            }));
+        }
+        let resp = self
+            .store
+            .txn(TxnRequest {
+                compare,
+                success,
+                failure: vec![],
+            })
+            .await?;
+        Ok(resp.succeeded)
+    }
+}
+
 impl ApiServer {
     /// Builds the server state over a store: starts the watch cache and the default policy
     /// chain; `kubelet` reaches the nodes' kubelets, `tokens` (if any) signs service account
@@ -187,7 +262,7 @@ impl ApiServer {
                     }),
                     Box::new(Priority {
                         lookup: StorePriorityClasses {
-                            store,
+                            store: store.clone(),
                             cache: cache.clone(),
                         },
                     }),
@@ -198,6 +273,13 @@ impl ApiServer {
                         },
                     }),
                     Box::new(admission::storage_protection::StorageObjectInUseProtection),
+                    // last, as upstream: only what every other plugin let through is charged
+                    Box::new(admission::resource_quota::ResourceQuota {
+                        store: StoreQuotas {
+                            store,
+                            cache: cache.clone(),
+                        },
+                    }),
                 ],
             },
             metrics: Arc::default(),

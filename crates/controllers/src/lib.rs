@@ -21,6 +21,8 @@
 //! - [`rootcacertpublisher`] (`root-ca-cert-publisher`): `kube-root-ca.crt` in every namespace.
 //! - [`podgc`]: deletes excess terminated pods, pods of deleted nodes, unscheduled terminating
 //!   pods.
+//! - [`resourcequota`]: ResourceQuota `status.hard` and `status.used` (object counts, compute
+//!   resources, scopes).
 //! - [`resources`]: discovery of every served resource (for garbage-collector and namespace).
 //! - [`statefulset`]: pods `<set>-<ordinal>` created, scaled and updated in order.
 //! - [`statefulset_pods`]: a stateful pod's identity and claims.
@@ -62,6 +64,7 @@ pub mod podgc;
 pub mod podutil;
 pub mod ranking;
 pub mod replicaset;
+pub mod resourcequota;
 pub mod resources;
 pub mod revision;
 pub mod rootcacertpublisher;
@@ -188,6 +191,11 @@ pub const CONTROLLERS: &[Descriptor] = &[
         name: "replicaset",
         enabled_by_default: true,
         run: |ctx| Box::pin(replicaset::run(ctx)),
+    },
+    Descriptor {
+        name: "resourcequota",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(resourcequota::run(ctx)),
     },
     Descriptor {
         name: "root-ca-cert-publisher",

@@ -140,6 +140,7 @@ mod tests {
             name: "data",
             user: &user,
             old: None,
+            dry_run: false,
         };
         let plugin = DefaultStorageClass {
             lookup: Fixed(vec![class("standard", "2026-01-01T00:00:00Z", true)]),

@@ -184,6 +184,7 @@ mod tests {
             name: "web",
             user: &user,
             old: None,
+            dry_run: false,
         };
         let mut pod = json!({"metadata": {"name": "web"}, "spec": spec});
         Priority {
@@ -266,6 +267,7 @@ mod tests {
             name: "second",
             user: &user,
             old: None,
+            dry_run: false,
         };
         let plugin = Priority {
             lookup: Classes(vec![class("first", 1, true, None)]),

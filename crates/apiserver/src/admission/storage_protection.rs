@@ -66,6 +66,7 @@ mod tests {
             name: "x",
             user,
             old: None,
+            dry_run: false,
         }
     }
 

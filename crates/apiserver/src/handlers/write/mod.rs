@@ -213,6 +213,7 @@ fn attrs<'a>(ctx: &'a Ctx, op: Operation, name: &'a str, old: Option<&'a Value>)
         name,
         user: &ctx.user,
         old,
+        dry_run: ctx.dry_run(),
     }
 }
 

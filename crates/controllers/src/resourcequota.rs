@@ -1,0 +1,397 @@
+//! `resourcequota` (upstream's ResourceQuotaController): every ResourceQuota's `status.hard`
+//! is its `spec.hard` and `status.used` what its namespace uses now of each of those resources
+//! (object counts, compute resources of pods that are not terminal, claimed storage), counting
+//! only the pods its scopes (`Terminating`, `NotTerminating`, `BestEffort`, `NotBestEffort`,
+//! `scopeSelector` on `PriorityClass`) match; usage is [`skiff_apimachinery::quota`]'s, the
+//! same the API server's admission charges. As upstream, a quota is recomputed when first seen,
+//! when its `spec.hard` changes, when an object it counts is deleted or stops counting, and
+//! every five minutes (`--resource-quota-sync-period`), but not on creates, which admission has
+//! already charged (a recount from a store that lags them would undo the charge and let the
+//! next create through); its status is written only when it changed.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PersistentVolumeClaim, Pod, ReplicationController, ResourceQuota,
+    ResourceQuotaStatus, Secret, Service,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{DynamicObject, ListParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use serde::Serialize;
+use serde_json::Value;
+use skiff_apimachinery::quota::{self, ResourceList};
+use skiff_runtime::backoff::ItemBackoff;
+
+use crate::informer::{self, Change};
+use crate::{Context, resources, watched};
+
+/// Upstream's `--resource-quota-sync-period` default: every quota is recomputed this often.
+pub const SYNC_PERIOD: Duration = Duration::from_secs(300);
+
+/// The kinds watched (and so counted from a store, and recounted as soon as they change);
+/// other kinds named by `count/<resource>` are listed when a quota is synced.
+const WATCHED: &[&str] = &[
+    "pods",
+    "services",
+    "configmaps",
+    "secrets",
+    "persistentvolumeclaims",
+    "replicationcontrollers",
+    "resourcequotas",
+];
+
+/// The reads and writes this controller makes.
+#[async_trait]
+pub trait Quotas: Send + Sync {
+    /// Every object of `group/plural` in `namespace`, as JSON; empty for a kind not served.
+    async fn list(&self, namespace: &str, group: &str, plural: &str) -> kube::Result<Vec<Value>>;
+    async fn update_status(&self, quota: &ResourceQuota) -> kube::Result<()>;
+}
+
+/// The kinds whose objects `hard` asks to be counted, as `(group, plural)`.
+fn counted_kinds(hard: &ResourceList) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    for name in hard.keys() {
+        if let Some((group, plural)) = quota::parse_count_name(name) {
+            out.insert((group.to_string(), plural.to_string()));
+        }
+        for plural in WATCHED {
+            if quota::charges("", plural, name) {
+                out.insert((String::new(), plural.to_string()));
+            }
+        }
+    }
+    out
+}
+
+fn to_quantities(list: &ResourceList) -> std::collections::BTreeMap<String, Quantity> {
+    list.iter()
+        .map(|(k, v)| (k.clone(), Quantity(v.to_string())))
+        .collect()
+}
+
+fn from_quantities(list: Option<&std::collections::BTreeMap<String, Quantity>>) -> ResourceList {
+    list.into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), quota::Amount::parse(&v.0)?)))
+        .collect()
+}
+
+/// The status `quota` should have at `now`, and when to look again because a terminating pod
+/// it counts will pass its grace period.
+pub async fn status_for(
+    rq: &ResourceQuota,
+    now: Timestamp,
+    api: &dyn Quotas,
+) -> kube::Result<(ResourceQuotaStatus, Option<Duration>)> {
+    let q = serde_json::to_value(rq).unwrap_or(Value::Null);
+    let hard = quota::parse_list(q.pointer("/spec/hard"));
+    let names: BTreeSet<String> = hard.keys().cloned().collect();
+    let namespace = rq.namespace().unwrap_or_default();
+    // every limited resource has a used value, if only 0
+    let mut used: ResourceList = names
+        .iter()
+        .map(|n| (n.clone(), quota::Amount::default()))
+        .collect();
+    let mut recheck: Option<Timestamp> = None;
+    for (group, plural) in counted_kinds(&hard) {
+        for obj in api.list(&namespace, &group, &plural).await? {
+            if !quota::matches(&q, &hard, &group, &plural, &obj) {
+                continue;
+            }
+            let usage = quota::usage(&group, &plural, &obj, now);
+            used = quota::add(&used, &quota::mask(&usage, &names));
+            let deadline = obj
+                .pointer("/metadata/deletionTimestamp")
+                .and_then(Value::as_str)
+                .and_then(|t| t.parse::<Timestamp>().ok());
+            if let Some(at) = deadline.filter(|at| *at >= now && usage.contains_key("pods")) {
+                recheck = Some(recheck.map_or(at, |r| r.min(at)));
+            }
+        }
+    }
+    let status = ResourceQuotaStatus {
+        hard: Some(to_quantities(&hard)),
+        used: Some(to_quantities(&used)),
+    };
+    let recheck = recheck.map(|at| {
+        Duration::try_from(at.duration_since(now)).unwrap_or_default() + Duration::from_secs(1)
+    });
+    Ok((status, recheck))
+}
+
+/// Syncs one quota: writes its status if it changed (compared as quantities, so `1` and
+/// `1000m` are the same); returns when to sync it again.
+pub async fn reconcile(
+    rq: &ResourceQuota,
+    now: Timestamp,
+    api: &dyn Quotas,
+) -> kube::Result<Duration> {
+    let (status, recheck) = status_for(rq, now, api).await?;
+    let old = rq.status.clone().unwrap_or_default();
+    let unchanged = old.hard.is_some()
+        && old.used.is_some()
+        && quota::equals(
+            &from_quantities(old.hard.as_ref()),
+            &from_quantities(status.hard.as_ref()),
+        )
+        && quota::equals(
+            &from_quantities(old.used.as_ref()),
+            &from_quantities(status.used.as_ref()),
+        );
+    if !unchanged {
+        let mut next = rq.clone();
+        next.status = Some(status);
+        api.update_status(&next).await?;
+    }
+    Ok(recheck.map_or(SYNC_PERIOD, |r| r.min(SYNC_PERIOD)))
+}
+
+/// Whether a quota's status lags its spec: `status.hard` differs from `spec.hard`, or a limit
+/// has no `status.used` yet (upstream's `addQuota` priorities).
+fn needs_sync(q: &ResourceQuota, hard: &ResourceList) -> bool {
+    let status = q.status.clone().unwrap_or_default();
+    !quota::equals(&from_quantities(status.hard.as_ref()), hard)
+        || hard
+            .keys()
+            .any(|k| !status.used.as_ref().is_some_and(|u| u.contains_key(k)))
+}
+
+/// A watched kind's store: its objects of one namespace, as JSON, once it has listed them.
+#[async_trait]
+trait Snapshot: Send + Sync {
+    async fn objects(&self, namespace: &str) -> Vec<Value>;
+}
+
+#[async_trait]
+impl<K> Snapshot for Store<K>
+where
+    K: kube::Resource<DynamicType = ()> + Serialize + Clone + Send + Sync + 'static,
+{
+    async fn objects(&self, namespace: &str) -> Vec<Value> {
+        // never count from a store that has not listed yet (a quota would drop to 0)
+        let _ = self.wait_until_ready().await;
+        self.state()
+            .iter()
+            .filter(|o| o.meta().namespace.as_deref() == Some(namespace))
+            .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
+            .collect()
+    }
+}
+
+fn snapshot<K>(store: Store<K>) -> Arc<dyn Snapshot>
+where
+    K: kube::Resource<DynamicType = ()> + Serialize + Clone + Send + Sync + 'static,
+{
+    Arc::new(store)
+}
+
+struct KubeQuotas {
+    client: kube::Client,
+    /// The watched kinds by plural (all in the core group).
+    stores: Vec<(&'static str, Arc<dyn Snapshot>)>,
+}
+
+#[async_trait]
+impl Quotas for KubeQuotas {
+    async fn list(&self, namespace: &str, group: &str, plural: &str) -> kube::Result<Vec<Value>> {
+        if group.is_empty()
+            && let Some((_, snap)) = self.stores.iter().find(|(p, _)| *p == plural)
+        {
+            return Ok(snap.objects(namespace).await);
+        }
+        let served = resources::discover(&self.client, false).await?;
+        let Some(kind) = served
+            .into_iter()
+            .find(|s| s.resource.group == group && s.resource.plural == plural && s.namespaced)
+        else {
+            return Ok(Vec::new());
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &kind.resource);
+        let list = api.list(&ListParams::default()).await?;
+        Ok(list
+            .items
+            .iter()
+            .filter_map(|o| serde_json::to_value(o).ok())
+            .collect())
+    }
+
+    async fn update_status(&self, quota: &ResourceQuota) -> kube::Result<()> {
+        let api: Api<ResourceQuota> =
+            Api::namespaced(self.client.clone(), &quota.namespace().unwrap_or_default());
+        api.replace_status(&quota.name_any(), &PostParams::default(), quota)
+            .await
+            .map(|_| ())
+    }
+}
+
+struct State {
+    api: KubeQuotas,
+    backoff: ItemBackoff<ObjectRef<ResourceQuota>>,
+}
+
+/// Whether a counted object's change can lower what quotas count (upstream's replenishment:
+/// only deletes, pods that stop counting, services changing type and claims changing size;
+/// creates are charged by admission, and a recount racing them could undo a charge).
+pub fn replenishes(plural: &str, old: &Value, new: &Value, now: Timestamp) -> bool {
+    match plural {
+        "pods" => quota::counts_compute(old, now) && !quota::counts_compute(new, now),
+        "services" => old.pointer("/spec/type") != new.pointer("/spec/type"),
+        "persistentvolumeclaims" => {
+            old.pointer("/spec/resources/requests/storage")
+                != new.pointer("/spec/resources/requests/storage")
+        }
+        _ => false,
+    }
+}
+
+/// Watches `K` cluster-wide: its store as a [`Snapshot`], and the keys of the quotas in the
+/// namespace of each object deleted or changed so that it may count less ([`replenishes`]).
+fn watch_kind<K>(
+    client: &kube::Client,
+    plural: &'static str,
+    quotas: Store<ResourceQuota>,
+) -> (
+    Arc<dyn Snapshot>,
+    BoxStream<'static, ObjectRef<ResourceQuota>>,
+)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Serialize
+        + serde::de::DeserializeOwned
+        + Clone
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (tx, rx) = futures::channel::mpsc::unbounded::<Option<String>>();
+    let store = informer::spawn(
+        Api::<K>::all(client.clone()),
+        watcher::Config::default(),
+        move |change| {
+            let namespace = match change {
+                Change::Added(_) => return,
+                Change::Deleted(obj) => obj.meta().namespace.clone(),
+                Change::Updated { old, new } => {
+                    let json = |o: &K| serde_json::to_value(o).unwrap_or(Value::Null);
+                    if !replenishes(plural, &json(&old), &json(&new), Timestamp::now()) {
+                        return;
+                    }
+                    new.meta().namespace.clone()
+                }
+            };
+            let _ = tx.unbounded_send(namespace);
+        },
+    );
+    (snapshot(store), quotas_of_namespace(rx.boxed(), quotas))
+}
+
+/// The keys of the quotas in each namespace named.
+fn quotas_of_namespace(
+    namespaces: BoxStream<'static, Option<String>>,
+    quotas: Store<ResourceQuota>,
+) -> BoxStream<'static, ObjectRef<ResourceQuota>> {
+    namespaces
+        .flat_map(move |ns| {
+            let keys: Vec<ObjectRef<ResourceQuota>> = quotas
+                .state()
+                .iter()
+                .filter(|q| q.namespace() == ns)
+                .map(|q| ObjectRef::from(q.as_ref()))
+                .collect();
+            futures::stream::iter(keys)
+        })
+        .boxed()
+}
+
+/// Runs the controller: quotas are the keys; a change to a counted object queues the quotas
+/// of its namespace.
+pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+    let client = ctx.client.clone();
+    let quotas = watched::watch(
+        Api::<ResourceQuota>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let qs = quotas.store.clone();
+    // As upstream: a quota is queued when first seen (and the others of its namespace, which
+    // count it), when its spec.hard changes, or when its status does not yet show every limit
+    // and its usage; not for admission's charges, which a recount racing creates could undo.
+    let mut seen: HashMap<ObjectRef<ResourceQuota>, ResourceList> = HashMap::new();
+    let own_and_others = quotas
+        .changes
+        .flat_map({
+            let qs = qs.clone();
+            move |q| {
+                let own = ObjectRef::from(&q);
+                let hard = from_quantities(q.spec.as_ref().and_then(|s| s.hard.as_ref()));
+                let first = seen.insert(own.clone(), hard.clone()).is_none();
+                let keys: Vec<ObjectRef<ResourceQuota>> = if first {
+                    qs.state()
+                        .iter()
+                        .filter(|o| o.namespace() == q.namespace() && o.name_any() != q.name_any())
+                        .map(|o| ObjectRef::from(o.as_ref()))
+                        .chain(std::iter::once(own))
+                        .collect()
+                } else if needs_sync(&q, &hard) {
+                    vec![own]
+                } else {
+                    vec![]
+                };
+                futures::stream::iter(keys)
+            }
+        })
+        .boxed();
+    let mut keys = vec![own_and_others];
+    let mut stores: Vec<(&'static str, Arc<dyn Snapshot>)> = Vec::new();
+    macro_rules! watch {
+        ($plural:literal, $kind:ty) => {{
+            let (snap, changes) = watch_kind::<$kind>(&client, $plural, qs.clone());
+            stores.push(($plural, snap));
+            keys.push(changes);
+        }};
+    }
+    watch!("pods", Pod);
+    watch!("services", Service);
+    watch!("configmaps", ConfigMap);
+    watch!("secrets", Secret);
+    watch!("persistentvolumeclaims", PersistentVolumeClaim);
+    watch!("replicationcontrollers", ReplicationController);
+    stores.push(("resourcequotas", snapshot(qs.clone())));
+    debug_assert_eq!(stores.len(), WATCHED.len());
+    let state = Arc::new(State {
+        api: KubeQuotas { client, stores },
+        backoff: ItemBackoff::default(),
+    });
+    watched::run(
+        quotas.store,
+        keys,
+        state,
+        |rq: Arc<ResourceQuota>, state: Arc<State>| async move {
+            let after = reconcile(&rq, Timestamp::now(), &state.api).await?;
+            state.backoff.forget(&ObjectRef::from(rq.as_ref()));
+            Ok::<_, kube::Error>(Action::requeue(after))
+        },
+        |rq: Arc<ResourceQuota>, error: &kube::Error, state: Arc<State>| {
+            tracing::warn!(quota = %rq.name_any(), %error, "resourcequota: will retry");
+            Action::requeue(state.backoff.failed(ObjectRef::from(rq.as_ref())))
+        },
+    )
+    .await;
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "resourcequota_tests.rs"]
+mod tests;

@@ -1,0 +1,159 @@
+//! ResourceQuota end to end against a real `skiff apiserver`: the `resourcequota` controller
+//! fills `status.used`, admission refuses creates past `hard` with upstream's 403, and
+//! concurrent creates never together exceed a quota.
+
+mod support;
+
+use k8s_openapi::api::core::v1::{Namespace, Pod, ResourceQuota};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::{Value, json};
+use support::cluster::controller_manager;
+use support::{ApiServer, Backend, eventually, kube_client as client, run};
+
+/// Prints the controller manager's log if the test fails, for diagnosis.
+struct LogOnPanic<'a>(&'a ApiServer);
+
+impl Drop for LogOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.0.data_dir.join("controller-manager.log");
+            eprintln!("--- controller-manager log ---\n{}", support::read(&log));
+        }
+    }
+}
+
+fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).expect("a valid object")
+}
+
+async fn namespace(client: &kube::Client, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &from(json!({"metadata": {"name": name}})),
+        )
+        .await
+        .expect("namespace");
+}
+
+fn pod(name: &str) -> Pod {
+    from(json!({"metadata": {"name": name},
+                "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}))
+}
+
+fn quota(pods: &str) -> ResourceQuota {
+    from(json!({"metadata": {"name": "q"}, "spec": {"hard": {"pods": pods}}}))
+}
+
+async fn used_pods(quotas: &Api<ResourceQuota>) -> Option<String> {
+    let q = quotas.get("q").await.ok()?;
+    Some(q.status?.used?.get("pods")?.0.clone())
+}
+
+#[test]
+fn creates_past_the_quota_are_refused_and_the_controller_keeps_used() {
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _cm = controller_manager(&api, &["--controllers", "resourcequota"]);
+        let _log = LogOnPanic(&api);
+        let client = client(&api).await;
+        namespace(&client, "limited").await;
+        let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), "limited");
+        quotas
+            .create(&PostParams::default(), &quota("2"))
+            .await
+            .unwrap();
+        eventually("the controller to count the quota", || async {
+            (used_pods(&quotas).await? == "0").then_some(())
+        })
+        .await;
+        let hard = quotas.get("q").await.unwrap().status.unwrap().hard.unwrap();
+        assert_eq!(hard["pods"].0, "2");
+
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "limited");
+        let mut created = 0;
+        let refusal = loop {
+            match pods
+                .create(&PostParams::default(), &pod(&format!("p{created}")))
+                .await
+            {
+                Ok(_) => created += 1,
+                Err(e) => break e,
+            }
+            assert!(created <= 2, "more pods than the quota allows");
+        };
+        assert_eq!(created, 2);
+        let kube::Error::Api(status) = refusal else {
+            panic!("not an API error: {refusal}")
+        };
+        assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+        assert_eq!(
+            status.message,
+            "pods \"p2\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2"
+        );
+        assert_eq!(used_pods(&quotas).await.as_deref(), Some("2"));
+
+        pods.delete("p0", &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+        eventually("used to go down after a delete", || async {
+            (used_pods(&quotas).await? == "1").then_some(())
+        })
+        .await;
+        pods.create(&PostParams::default(), &pod("p3"))
+            .await
+            .expect("room again after the delete");
+    });
+}
+
+#[test]
+fn concurrent_creates_never_exceed_the_quota() {
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let client = client(&api).await;
+        namespace(&client, "race").await;
+        let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), "race");
+        let mut q = quotas
+            .create(&PostParams::default(), &quota("3"))
+            .await
+            .unwrap();
+        // what the controller would write; without it running nothing lowers `used` meanwhile
+        q.status = Some(from(json!({"hard": {"pods": "3"}, "used": {"pods": "0"}})));
+        quotas
+            .replace_status("q", &PostParams::default(), &q)
+            .await
+            .unwrap();
+
+        // a consistent list waits for the watch cache, which admission asks first
+        assert_eq!(
+            quotas.list(&Default::default()).await.unwrap().items.len(),
+            1
+        );
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "race");
+        let creates = (0..10).map(|i| {
+            let pods = pods.clone();
+            tokio::spawn(async move {
+                pods.create(&PostParams::default(), &pod(&format!("p{i}")))
+                    .await
+            })
+        });
+        let results = futures::future::join_all(creates).await;
+        let mut ok = 0;
+        for r in results {
+            match r.unwrap() {
+                Ok(_) => ok += 1,
+                Err(kube::Error::Api(s)) => {
+                    assert_eq!(s.code, 403, "{}", s.message);
+                    assert!(s.message.contains("exceeded quota: q"), "{}", s.message);
+                }
+                Err(e) => panic!("unexpected error: {e}"),
+            }
+        }
+        assert_eq!(ok, 3);
+        assert_eq!(used_pods(&quotas).await.as_deref(), Some("3"));
+        let listed = pods.list(&Default::default()).await.unwrap();
+        assert_eq!(listed.items.len(), 3);
+    });
+}
