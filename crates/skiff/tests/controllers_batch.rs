@@ -1,5 +1,6 @@
 //! The batch and policy controllers of `skiff controller-manager` (`job`, `cronjob`,
-//! `ttl-after-finished`, `disruption`, `resourcequota`) against a real `skiff apiserver`, with
+//! `ttl-after-finished`, `disruption`; `resourcequota` is in resourcequota.rs) against a real
+//! `skiff apiserver`, with
 //! the scheduler and hollow nodes running the pods (containers running `true` succeed, `false`
 //! fail). Each test has its own cluster; results are read through the API and real kubectl.
 
