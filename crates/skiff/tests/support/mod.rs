@@ -41,13 +41,25 @@ pub fn run(body: impl Future<Output = ()>) {
 /// A kube client built from the server's admin kubeconfig, exactly as a user's program builds
 /// one.
 pub async fn kube_client(api: &ApiServer) -> kube::Client {
+    kube::Client::try_from(kube_config(api).await).expect("a client")
+}
+
+/// A kube-rs client that returns 429, 503 and 504 answers as errors: by default kube-rs retries
+/// them up to 15 times with backoff growing from 5 ms, minutes in all, so a test that expects
+/// one (an eviction a PodDisruptionBudget refuses) would wait that long instead.
+pub async fn kube_client_without_retries(api: &ApiServer) -> kube::Client {
+    let mut config = kube_config(api).await;
+    config.default_retry = false;
+    kube::Client::try_from(config).expect("a client")
+}
+
+async fn kube_config(api: &ApiServer) -> kube::Config {
     let kubeconfig =
         kube::config::Kubeconfig::read_from(api.kubeconfig()).expect("read the kubeconfig");
     let options = kube::config::KubeConfigOptions::default();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+    kube::Config::from_custom_kubeconfig(kubeconfig, &options)
         .await
-        .expect("a client config from the kubeconfig");
-    kube::Client::try_from(config).expect("a client")
+        .expect("a client config from the kubeconfig")
 }
 
 /// Which store the API server runs on.
