@@ -16,9 +16,11 @@
 //! commit); after overwriting blocks the file already has, it only flushes data, and takes about
 //! half as long here (0.2 against 0.4 ms for a 20 KB frame). So a segment is filled with zeros to
 //! [`SEGMENT_BYTES`] before frames are written into it, by a background thread that prepares the
-//! next segment while the current one fills (`N.log.tmp`, renamed to `N.log` when its turn
-//! comes). A zero length ends the frames of a segment; what follows the last frame of any
-//! segment must be zeros, except after a torn last frame.
+//! next segment while the current one fills (`spare.log.tmp`, renamed to `N.log` when it is put
+//! to use; if it is not ready when a segment is full, the log goes on in a plain segment and moves
+//! to the spare as soon as it is, so the writer never waits for the zeros). A zero length ends
+//! the frames of a segment; what follows the last frame of any segment must be zeros, except
+//! after a torn last frame.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, Write};
@@ -48,7 +50,7 @@ pub(crate) struct Wal {
     /// Whether `file` was preallocated (the first segment of a run is not: opening does not
     /// wait for the zeros; the log moves on as soon as a preallocated one is ready).
     preallocated: bool,
-    /// Segment `segment + 1`, being preallocated.
+    /// The next segment, being preallocated.
     spare: Option<Spare>,
 }
 
@@ -121,7 +123,7 @@ impl Wal {
         }
         let segment = segments.last().map_or(1, |(seq, _)| seq + 1);
         let file = Arc::new(create_segment(&dir, segment)?);
-        let spare = Some(prepare_spare(&dir, segment + 1));
+        let spare = Some(prepare_spare(&dir));
         Ok((
             Wal {
                 dir,
@@ -135,19 +137,21 @@ impl Wal {
         ))
     }
 
-    /// Move on to segment `segment + 1`: the prepared spare if it is there, else a plain one.
+    /// Move on to segment `segment + 1`: the spare if it is ready, else a plain segment (the
+    /// writer never waits for the zeros; the log moves on to the spare once it is ready).
     fn rotate(&mut self) -> Result<()> {
         let next = self.segment + 1;
-        let spare = self.spare.take().map(|spare| {
-            spare
-                .thread
-                .join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("preallocating thread panicked")))
-        });
+        let ready = self.spare.as_ref().is_some_and(|s| s.thread.is_finished());
+        let spare = match self.spare.take_if(|_| ready) {
+            Some(spare) => Some(spare.thread.join().unwrap_or_else(|_| {
+                Err(std::io::Error::other("the preallocating thread panicked"))
+            })),
+            None => None,
+        };
         let (file, preallocated) = match spare {
             Some(Ok(file)) => {
                 let path = segment_path(&self.dir, next);
-                std::fs::rename(spare_path(&self.dir, next), &path)
+                std::fs::rename(spare_path(&self.dir), &path)
                     .and_then(|()| sync_dir(&self.dir))
                     .map_err(|e| Error::Io {
                         path: path.display().to_string(),
@@ -157,7 +161,7 @@ impl Wal {
             }
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "preallocating a log segment failed; appending instead");
-                let _ = std::fs::remove_file(spare_path(&self.dir, next));
+                let _ = std::fs::remove_file(spare_path(&self.dir));
                 (create_segment(&self.dir, next)?, false)
             }
             None => (create_segment(&self.dir, next)?, false),
@@ -166,7 +170,9 @@ impl Wal {
         self.segment = next;
         self.len = 0;
         self.preallocated = preallocated;
-        self.spare = Some(prepare_spare(&self.dir, next + 1));
+        if self.spare.is_none() {
+            self.spare = Some(prepare_spare(&self.dir));
+        }
         Ok(())
     }
 
@@ -231,8 +237,9 @@ fn segment_path(dir: &Path, segment: u64) -> PathBuf {
     dir.join(format!("{segment:020}.log"))
 }
 
-fn spare_path(dir: &Path, segment: u64) -> PathBuf {
-    dir.join(format!("{segment:020}.log.tmp"))
+/// The spare gets its segment number when it is put to use.
+fn spare_path(dir: &Path) -> PathBuf {
+    dir.join("spare.log.tmp")
 }
 
 /// Delete spares a previous run left half made.
@@ -250,9 +257,9 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Start preallocating segment `segment` as a spare, in a thread of its own.
-fn prepare_spare(dir: &Path, segment: u64) -> Spare {
-    let path = spare_path(dir, segment);
+/// Start preallocating a spare segment, in a thread of its own.
+fn prepare_spare(dir: &Path) -> Spare {
+    let path = spare_path(dir);
     let cancel = Arc::new(AtomicBool::new(false));
     let cancelled = cancel.clone();
     let thread = std::thread::spawn(move || {
