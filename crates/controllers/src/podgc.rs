@@ -10,13 +10,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Node, Pod, PodCondition};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::Context;
+use crate::{Context, podutil};
 
 /// Upstream's `gcCheckPeriod`.
 pub const CHECK_PERIOD: Duration = Duration::from_secs(20);
@@ -153,20 +152,12 @@ impl PodGc for KubePodGc {
         let api: Api<Pod> = Api::namespaced(self.0.clone(), &pod.namespace().unwrap_or_default());
         let name = pod.name_any();
         if reason == Reason::Orphaned && !matches!(phase(pod), "Succeeded" | "Failed") {
-            let mut conditions = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.clone())
-                .unwrap_or_default();
-            conditions.retain(|c| c.type_ != "DisruptionTarget");
-            conditions.push(PodCondition {
-                type_: "DisruptionTarget".into(),
-                status: "True".into(),
-                reason: Some("DeletionByPodGC".into()),
-                message: Some("PodGC: node no longer exists".into()),
-                last_transition_time: Some(Time(now)),
-                ..Default::default()
-            });
+            let conditions = podutil::with_disruption_target(
+                pod,
+                "DeletionByPodGC",
+                "PodGC: node no longer exists",
+                now,
+            );
             let patch = json!({"status": {"phase": "Failed", "conditions": conditions}});
             match api
                 .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -240,6 +231,8 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
     use super::*;
     use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
     use parking_lot::Mutex;

@@ -116,6 +116,31 @@ pub fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(s) if s.code == 404)
 }
 
+/// The pod's conditions with `DisruptionTarget=True` for `reason` in place of any earlier one:
+/// what a controller writes into a pod's status before deleting it.
+pub fn with_disruption_target(
+    pod: &Pod,
+    reason: &str,
+    message: &str,
+    now: jiff::Timestamp,
+) -> Vec<k8s_openapi::api::core::v1::PodCondition> {
+    let mut conditions = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    conditions.retain(|c| c.type_ != "DisruptionTarget");
+    conditions.push(k8s_openapi::api::core::v1::PodCondition {
+        type_: "DisruptionTarget".into(),
+        status: "True".into(),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now)),
+        ..Default::default()
+    });
+    conditions
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -139,6 +139,37 @@ pub fn to_prune<'a>(
     old
 }
 
+/// Writes `current` through the API: creates it (one created meanwhile by another writer is
+/// fine), renumbers it, or leaves it.
+pub async fn save(client: &kube::Client, current: &Current) -> kube::Result<()> {
+    use kube::ResourceExt;
+    use kube::api::{Api, PostParams};
+    let r = current.revision();
+    let api: Api<ControllerRevision> =
+        Api::namespaced(client.clone(), &r.namespace().unwrap_or_default());
+    match current {
+        Current::Create(r) => match api.create(&PostParams::default(), r).await {
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            other => other.map(|_| ()),
+        },
+        Current::Renumber(r) => api
+            .replace(&r.name_any(), &PostParams::default(), r)
+            .await
+            .map(|_| ()),
+        Current::Exists(_) => Ok(()),
+    }
+}
+
+/// Deletes a revision; one already gone is fine.
+pub async fn delete(client: &kube::Client, namespace: &str, name: &str) -> kube::Result<()> {
+    use kube::api::{Api, DeleteParams};
+    let api: Api<ControllerRevision> = Api::namespaced(client.clone(), namespace);
+    match api.delete(name, &DeleteParams::default()).await {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

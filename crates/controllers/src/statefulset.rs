@@ -411,28 +411,11 @@ impl StatefulSetApi for KubeStatefulSets {
     }
 
     async fn save_revision(&self, current: &Current) -> kube::Result<()> {
-        let r = current.revision();
-        let api: Api<ControllerRevision> =
-            Api::namespaced(self.client.clone(), &r.namespace().unwrap_or_default());
-        match current {
-            Current::Create(r) => match api.create(&PostParams::default(), r).await {
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-                other => other.map(|_| ()),
-            },
-            Current::Renumber(r) => api
-                .replace(&r.name_any(), &PostParams::default(), r)
-                .await
-                .map(|_| ()),
-            Current::Exists(_) => Ok(()),
-        }
+        revision::save(&self.client, current).await
     }
 
     async fn delete_revision(&self, namespace: &str, name: &str) -> kube::Result<()> {
-        let api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), namespace);
-        match api.delete(name, &DeleteParams::default()).await {
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            other => other.map(|_| ()),
-        }
+        revision::delete(&self.client, namespace, name).await
     }
 
     async fn update_status(

@@ -11,8 +11,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::StreamExt;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, Taint, Toleration};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -22,7 +21,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use skiff_runtime::backoff::ItemBackoff;
 
-use crate::Context;
+use crate::{Context, podutil};
 
 /// What to do with one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,20 +132,12 @@ impl Evictions for KubeEvictions {
         let ns = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        let mut conditions = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.clone())
-            .unwrap_or_default();
-        conditions.retain(|c| c.type_ != "DisruptionTarget");
-        conditions.push(PodCondition {
-            type_: "DisruptionTarget".into(),
-            status: "True".into(),
-            reason: Some("DeletionByTaintManager".into()),
-            message: Some("Taint manager: deleting due to NoExecute taint".into()),
-            last_transition_time: Some(Time(now)),
-            ..Default::default()
-        });
+        let conditions = podutil::with_disruption_target(
+            pod,
+            "DeletionByTaintManager",
+            "Taint manager: deleting due to NoExecute taint",
+            now,
+        );
         let patch = json!({"status": {"conditions": conditions}});
         match api
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -229,6 +220,8 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
     use super::*;
     use k8s_openapi::api::core::v1::PodSpec;
     use parking_lot::Mutex;
