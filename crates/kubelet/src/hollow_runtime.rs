@@ -7,7 +7,7 @@
 //! and a stop delay. Nothing is recorded, so a hollow node's memory stays flat however long it
 //! runs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,6 +66,49 @@ struct State {
     next_id: u64,
     sandboxes: HashMap<String, Sandbox>,
     containers: HashMap<String, HollowContainer>,
+    /// Pod uid (its label) → the ids of its sandboxes and containers: the kubelet lists one
+    /// pod's on every sync, which must not scan the whole node.
+    by_pod: HashMap<String, BTreeSet<String>>,
+}
+
+impl State {
+    fn index(&mut self, labels: &HashMap<String, String>, id: &str) {
+        if let Some(uid) = labels.get(LABEL_POD_UID) {
+            self.by_pod
+                .entry(uid.clone())
+                .or_default()
+                .insert(id.to_string());
+        }
+    }
+
+    fn unindex(&mut self, labels: &HashMap<String, String>, id: &str) {
+        if let Some(uid) = labels.get(LABEL_POD_UID)
+            && let Some(ids) = self.by_pod.get_mut(uid)
+        {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.by_pod.remove(uid);
+            }
+        }
+    }
+
+    /// The ids that may match `labels`: those of its pod when it names one, else all.
+    fn candidates<'a, T>(
+        &'a self,
+        labels: &HashMap<String, String>,
+        all: &'a HashMap<String, T>,
+    ) -> Box<dyn Iterator<Item = (&'a String, &'a T)> + 'a> {
+        match labels.get(LABEL_POD_UID) {
+            Some(uid) => Box::new(
+                self.by_pod
+                    .get(uid)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|id| all.get_key_value(id)),
+            ),
+            None => Box::new(all.iter()),
+        }
+    }
 }
 
 /// One hollow node's runtime. Its lock guards all its state and is never held across an
@@ -134,6 +177,7 @@ impl HollowRuntime {
                 next_id: 0,
                 sandboxes: HashMap::new(),
                 containers: HashMap::new(),
+                by_pod: HashMap::new(),
             }),
         }
     }
@@ -180,6 +224,7 @@ impl ContainerRuntime for HollowRuntime {
             ip: Some(ip),
             created_at: now,
         };
+        s.index(&sandbox.config.labels, &id);
         s.sandboxes.insert(id.clone(), sandbox);
         Ok(id)
     }
@@ -203,10 +248,23 @@ impl ContainerRuntime for HollowRuntime {
 
     async fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
         let s = &mut *self.state.lock();
-        if let Some(ip) = s.sandboxes.remove(id).and_then(|sb| sb.ip) {
-            s.ips.release(ip);
+        if let Some(sb) = s.sandboxes.remove(id) {
+            s.unindex(&sb.config.labels, id);
+            if let Some(ip) = sb.ip {
+                s.ips.release(ip);
+            }
         }
-        s.containers.retain(|_, c| c.sandbox != id);
+        let gone: Vec<String> = s
+            .containers
+            .iter()
+            .filter(|(_, c)| c.sandbox == id)
+            .map(|(cid, _)| cid.clone())
+            .collect();
+        for cid in gone {
+            if let Some(c) = s.containers.remove(&cid) {
+                s.unindex(&c.status.labels, &cid);
+            }
+        }
         Ok(())
     }
 
@@ -237,8 +295,7 @@ impl ContainerRuntime for HollowRuntime {
 
     async fn list_pod_sandboxes(&self, labels: HashMap<String, String>) -> Result<Vec<PodSandbox>> {
         let s = self.state.lock();
-        Ok(s.sandboxes
-            .iter()
+        Ok(s.candidates(&labels, &s.sandboxes)
             .filter(|(_, sb)| labels_match(&sb.config.labels, &labels))
             .map(|(id, sb)| PodSandbox {
                 id: id.clone(),
@@ -291,6 +348,7 @@ impl ContainerRuntime for HollowRuntime {
             log_path: config.log_path,
             ..Default::default()
         };
+        s.index(&status.labels, &id);
         s.containers.insert(
             id.clone(),
             HollowContainer {
@@ -332,14 +390,17 @@ impl ContainerRuntime for HollowRuntime {
     }
 
     async fn remove_container(&self, id: &str) -> Result<()> {
-        self.state.lock().containers.remove(id);
+        let s = &mut *self.state.lock();
+        if let Some(c) = s.containers.remove(id) {
+            s.unindex(&c.status.labels, id);
+        }
         Ok(())
     }
 
     async fn list_containers(&self, labels: HashMap<String, String>) -> Result<Vec<Container>> {
         let s = self.state.lock();
-        Ok(s.containers
-            .values()
+        Ok(s.candidates(&labels, &s.containers)
+            .map(|(_, c)| c)
             .filter(|c| labels_match(&c.status.labels, &labels))
             .map(|c| Container {
                 id: c.status.id.clone(),

@@ -35,7 +35,8 @@ pub(crate) async fn watch_pods(
         watcher::watcher(pods, watcher::Config::default().fields(&selector)).default_backoff();
     let mut stream = std::pin::pin!(stream);
     // pod uid → the worker's mailbox (latest object; None once removed from the API)
-    let mut workers: HashMap<String, watch::Sender<Option<Pod>>> = HashMap::new();
+    // (shared, not copied: admission looks at every running pod each time a new one comes)
+    let mut workers: HashMap<String, watch::Sender<Option<Arc<Pod>>>> = HashMap::new();
     // the uids a (re)list returned, to find what the runtime runs for pods that are gone
     let mut listed: HashSet<String> = HashSet::new();
     // pods rejected at admission, until their Failed status comes back through the watch
@@ -75,6 +76,7 @@ pub(crate) async fn watch_pods(
         };
         workers.retain(|_, tx| !tx.is_closed());
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let pod = Arc::new(pod);
         if present {
             registry.upsert(&pod);
         } else {
@@ -113,7 +115,7 @@ async fn admit(
     node_name: &str,
     view: &NodeView,
     pod: &Pod,
-    workers: &HashMap<String, watch::Sender<Option<Pod>>>,
+    workers: &HashMap<String, watch::Sender<Option<Arc<Pod>>>>,
 ) -> std::result::Result<(), admission::Rejection> {
     let admitted: Vec<Arc<Pod>> = workers
         .values()
@@ -122,7 +124,7 @@ async fn admit(
             let pod = pod.as_ref()?;
             let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
             let finished = matches!(phase, Some("Succeeded" | "Failed"));
-            (!finished).then(|| Arc::new(pod.clone()))
+            (!finished).then(|| pod.clone())
         })
         .collect();
     if admission::check(pod, &view.get(), &admitted).is_ok() {
@@ -212,7 +214,11 @@ async fn still_exists(ctx: &SyncContext, pod: &Pod) -> bool {
 }
 
 /// Syncs one pod on every change and whenever its last sync asked to be called again.
-async fn pod_worker(ctx: SyncContext, mut last: Pod, mut rx: watch::Receiver<Option<Pod>>) {
+async fn pod_worker(
+    ctx: SyncContext,
+    mut last: Arc<Pod>,
+    mut rx: watch::Receiver<Option<Arc<Pod>>>,
+) {
     // the pod's probe state lives as long as its worker
     let mut probes = crate::probe::Probes::default();
     let mut finished_checks = FinishedChecks::default();

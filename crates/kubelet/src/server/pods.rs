@@ -36,11 +36,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// One lock, held only to copy in or out.
 #[derive(Clone, Default)]
 pub struct PodRegistry {
-    pods: Arc<RwLock<HashMap<String, Pod>>>,
+    pods: Arc<RwLock<HashMap<String, Arc<Pod>>>>,
 }
 
 impl PodRegistry {
-    pub fn upsert(&self, pod: &Pod) {
+    pub fn upsert(&self, pod: &Arc<Pod>) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.pods.write().insert(uid, pod.clone());
     }
@@ -52,7 +52,7 @@ impl PodRegistry {
     /// Every pod, sorted by namespace and name.
     pub fn list(&self) -> Vec<Pod> {
         let pods = self.pods.read();
-        let sorted: BTreeMap<(String, String), &Pod> = pods
+        let sorted: BTreeMap<(String, String), &Arc<Pod>> = pods
             .values()
             .map(|p| {
                 let m = &p.metadata;
@@ -65,7 +65,7 @@ impl PodRegistry {
                 )
             })
             .collect();
-        sorted.into_values().cloned().collect()
+        sorted.into_values().map(|p| Pod::clone(p)).collect()
     }
 
     pub fn get(&self, namespace: &str, name: &str) -> Result<Pod> {
@@ -76,7 +76,7 @@ impl PodRegistry {
                 p.metadata.namespace.as_deref() == Some(namespace)
                     && p.metadata.name.as_deref() == Some(name)
             })
-            .cloned()
+            .map(|p| Pod::clone(p))
             .ok_or_else(|| Error::PodNotFound { name: name.into() })
     }
 }

@@ -40,7 +40,7 @@ async fn state(log_dir: &Path) -> (ServerState, Arc<FakeRuntime>, String) {
         .unwrap();
     fake.start_container(&id).await.unwrap();
     let pods = PodRegistry::default();
-    pods.upsert(&pod);
+    pods.upsert(&Arc::new(pod.clone()));
     let state = ServerState {
         runtime: fake.clone(),
         pods,

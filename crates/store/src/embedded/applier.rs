@@ -33,7 +33,7 @@ use crate::error::Result;
 
 /// Records examined per sweep chunk.
 const SWEEP_CHUNK: usize = 1_000;
-/// Most messages taken into one round.
+/// Most messages (commit groups) taken into one round.
 const MAX_MESSAGES: usize = 4096;
 /// Shortest time between two rounds: the file is a checkpoint, so fewer, larger commits leave
 /// the disk to the log, whose fsyncs writers wait for.
@@ -41,8 +41,8 @@ const COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10
 
 /// What the writer hands the applier, in log order.
 pub(crate) enum Message {
-    /// A batch that is durable in log segment `segment`.
-    Batch { batch: Batch, segment: u64 },
+    /// Batches that are durable, in log order, the last of them in log segment `segment`.
+    Batches { batches: Vec<Batch>, segment: u64 },
     /// The index no longer holds superseded history below `revision`: sweep the file.
     Sweep { below: i64 },
     /// Answer once every batch before this message is in the file and no sweep is left to do.
@@ -124,8 +124,11 @@ impl Applier {
         let mut last_segment = None;
         for msg in messages {
             match msg {
-                Message::Batch { batch, segment } => {
-                    batches.push(batch);
+                Message::Batches {
+                    batches: more,
+                    segment,
+                } => {
+                    batches.extend(more);
                     last_segment = Some(segment);
                 }
                 Message::Sweep { below } => {

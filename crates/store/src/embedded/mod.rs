@@ -87,7 +87,7 @@ impl EmbeddedConfig {
     }
 }
 
-/// Batches the writer may hand the applier before it waits for it.
+/// Commit groups the syncer may hand the applier before it waits for it.
 const APPLIER_QUEUE: usize = 1024;
 /// Batches written to the log but not yet synced that the writer may run ahead by.
 const SYNCER_QUEUE: usize = 64;

@@ -114,6 +114,8 @@ impl Syncer {
 
     fn commit(&mut self, pending: Vec<Committing>) {
         let failure = self.sync(&pending);
+        let mut durable = Vec::with_capacity(pending.len());
+        let mut last_segment = None;
         for c in pending {
             self.checkpoints.extend(c.checkpoints);
             if failure.is_some() {
@@ -125,13 +127,18 @@ impl Syncer {
             if let Some(revision) = c.batch.compact_revision {
                 self.purge = Some((revision, Bytes::new()));
             }
-            // Hand the durable batch to the applier (waits if it is far behind: backpressure).
             if let Some((segment, _)) = c.logged {
-                let batch = c.batch;
-                let _ = self
-                    .applier
-                    .send(applier::Message::Batch { batch, segment });
+                durable.push(c.batch);
+                last_segment = Some(segment);
             }
+        }
+        // Hand the durable batches to the applier as one message, so that its queue bounds
+        // commit groups, not batches (waits if it is that far behind: backpressure).
+        if let Some(segment) = last_segment {
+            let _ = self.applier.send(applier::Message::Batches {
+                batches: durable,
+                segment,
+            });
         }
         // Only now, with the compaction durable in the log, may the index drop history for it:
         // the applier's sweep drops from the file whatever the index no longer holds.

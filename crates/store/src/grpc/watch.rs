@@ -128,6 +128,10 @@ impl<S: Store> Session<S> {
                     }
                 },
                 Some((id, item)) = self.streams.next(), if !self.streams.is_empty() => {
+                    // The store's publisher just woke every session one batch concerns; let
+                    // them all queue their responses before this one's, so that the
+                    // connection writes them together (`Facade::after_commit`).
+                    self.f.after_commit().await;
                     self.on_item(id, item).await
                 }
                 () = f.stopped() => break,
