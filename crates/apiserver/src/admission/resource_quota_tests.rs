@@ -219,3 +219,138 @@ async fn unmatched_scopes_kinds_and_dry_runs_charge_nothing() {
         err.message
     );
 }
+
+fn update<'a>(user: &'a UserInfo, plural: &str, old: &'a Value) -> Attributes<'a> {
+    Attributes {
+        operation: Operation::Update,
+        old: Some(old),
+        ..attrs(user, plural, false)
+    }
+}
+
+fn service(type_: &str, ports: usize) -> Value {
+    let ports: Vec<Value> = (0..ports)
+        .map(|i| json!({"port": 80 + i, "targetPort": 8080}))
+        .collect();
+    json!({"metadata": {"name": "web", "namespace": "ns", "resourceVersion": "3"},
+           "spec": {"type": type_, "ports": ports}})
+}
+
+fn claim(storage: &str) -> Value {
+    json!({"metadata": {"name": "web", "namespace": "ns", "resourceVersion": "3"},
+           "spec": {"accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": storage}}}})
+}
+
+#[tokio::test]
+async fn a_service_turned_into_a_load_balancer_is_charged_its_node_ports_and_balancer() {
+    let user = UserInfo::anonymous();
+    let p = plugin(vec![quota(
+        "q",
+        json!({"services": "5", "services.nodeports": "3", "services.loadbalancers": "1"}),
+        json!({"services": "1", "services.nodeports": "0", "services.loadbalancers": "0"}),
+        json!({}),
+    )]);
+    let old = service("ClusterIP", 2);
+    p.validate(
+        &update(&user, "services", &old),
+        Some(&service("LoadBalancer", 2)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        p.store.quotas.lock()[0]["status"]["used"],
+        json!({"services": "1", "services.nodeports": "2", "services.loadbalancers": "1"}),
+        "the service itself is not counted again"
+    );
+    // a second balancer is past the quota
+    let err = p
+        .validate(
+            &update(&user, "services", &service("NodePort", 1)),
+            Some(&service("LoadBalancer", 1)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.code, err.message.as_str()),
+        (
+            403,
+            "services \"web\" is forbidden: exceeded quota: q, requested: services.loadbalancers=1, used: services.loadbalancers=1, limited: services.loadbalancers=1"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_claim_resize_is_charged_the_growth_and_a_shrink_charges_nothing() {
+    let user = UserInfo::anonymous();
+    let p = plugin(vec![quota(
+        "q",
+        json!({"requests.storage": "10Gi"}),
+        json!({"requests.storage": "4Gi"}),
+        json!({}),
+    )]);
+    let (small, big, huge) = (claim("2Gi"), claim("5Gi"), claim("20Gi"));
+    p.validate(&update(&user, "persistentvolumeclaims", &small), Some(&big))
+        .await
+        .unwrap();
+    assert_eq!(
+        p.store.quotas.lock()[0]["status"]["used"]["requests.storage"],
+        "7Gi"
+    );
+    p.validate(&update(&user, "persistentvolumeclaims", &big), Some(&small))
+        .await
+        .unwrap();
+    assert_eq!(*p.store.updates.lock(), 1, "a shrink writes nothing");
+    let err = p
+        .validate(&update(&user, "persistentvolumeclaims", &big), Some(&huge))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "persistentvolumeclaims \"web\" is forbidden: exceeded quota: q, requested: requests.storage=15Gi, used: requests.storage=7Gi, limited: requests.storage=10Gi"
+    );
+}
+
+#[tokio::test]
+async fn updates_of_kinds_without_update_usage_and_unchanged_usage_charge_nothing() {
+    let user = UserInfo::anonymous();
+    let p = plugin(vec![quota(
+        "q",
+        json!({"pods": "1", "services": "1"}),
+        json!({"pods": "1", "services": "1"}),
+        json!({}),
+    )]);
+    let old = pod(json!({}));
+    p.validate(&update(&user, "pods", &old), Some(&pod(json!({}))))
+        .await
+        .unwrap();
+    let svc = service("ClusterIP", 1);
+    p.validate(&update(&user, "services", &svc), Some(&svc))
+        .await
+        .unwrap();
+    assert_eq!(*p.store.updates.lock(), 0);
+}
+
+#[tokio::test]
+async fn a_lost_race_on_an_update_is_retried_from_a_fresh_read() {
+    let user = UserInfo::anonymous();
+    let p = plugin(vec![quota(
+        "q",
+        json!({"services.nodeports": "4"}),
+        json!({"services.nodeports": "1"}),
+        json!({}),
+    )]);
+    *p.store.conflicts.lock() = 2;
+    let old = service("ClusterIP", 2);
+    p.validate(
+        &update(&user, "services", &old),
+        Some(&service("NodePort", 2)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(*p.store.updates.lock(), 1);
+    assert_eq!(
+        p.store.quotas.lock()[0]["status"]["used"]["services.nodeports"],
+        "3"
+    );
+}
