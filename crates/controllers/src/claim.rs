@@ -2,15 +2,19 @@
 //! statefulset controllers: which of the objects in an owner's namespace it controls, after
 //! adopting the orphans its selector matches and releasing the objects it owns but no longer
 //! matches. The patches are upstream's: a strategic-merge patch of `ownerReferences` with the
-//! object's `uid` as a precondition. The queue side, [`keys_for`], finds the owners an orphan's
-//! change concerns.
+//! object's `uid` as a precondition. The queue side, [`keys_for`] and [`owner_requests`], finds
+//! the owners an orphan's change concerns.
 
 use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 
+use futures::stream::{self, BoxStream};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use kube::runtime::controller::ReconcileRequest;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -133,6 +137,36 @@ where
         })
         .map(|o| ObjectRef::from(o.as_ref()))
         .collect()
+}
+
+/// The requests for the owners ([`keys_for`]) of each object `events` yields: how the daemonset
+/// and statefulset controllers queue pod and revision changes.
+pub fn owner_requests<K, T>(
+    events: impl Stream<Item = Result<T, watcher::Error>> + Send + 'static,
+    kind: &'static str,
+    owners: Store<K>,
+    selector: fn(&K) -> Option<&LabelSelector>,
+) -> BoxStream<'static, Result<ReconcileRequest<K>, watcher::Error>>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    T: Resource + Send + 'static,
+{
+    events
+        .map_ok(move |object: T| {
+            let keys = keys_for(object.meta(), kind, &owners, selector);
+            stream::iter(keys.into_iter().map(|k| Ok(ReconcileRequest::from(k))))
+        })
+        .try_flatten()
+        .boxed()
+}
+
+/// `adopt` or `release`: what a claim patch does (for recording fakes).
+pub fn patch_kind(patch: &serde_json::Value) -> &'static str {
+    if patch["metadata"]["ownerReferences"][0]["$patch"] == "delete" {
+        "release"
+    } else {
+        "adopt"
+    }
 }
 
 #[cfg(test)]

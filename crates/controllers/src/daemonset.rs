@@ -15,6 +15,7 @@ use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, DaemonSetStatus};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Action, ReconcileRequest};
@@ -564,27 +565,17 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         informer(Api::<ControllerRevision>::all(client.clone()), cfg());
     let all = daemonsets.clone();
     // a pod or revision queues its controller, an orphan every DaemonSet that matches it
-    let owners = |store: Store<DaemonSet>| {
-        move |meta: &kube::api::ObjectMeta| {
-            let keys = claim::keys_for(meta, "DaemonSet", &store, |d: &DaemonSet| {
-                d.spec.as_ref().map(|s| &s.selector)
-            });
-            stream::iter(keys.into_iter().map(|k| Ok(k.into())))
-        }
-    };
-    let (pod_owners, revision_owners) = (owners(daemonsets.clone()), owners(daemonsets.clone()));
+    let selector: fn(&DaemonSet) -> Option<&LabelSelector> =
+        |o| o.spec.as_ref().map(|s| &s.selector);
+    let pod_owners = claim::owner_requests(pod_events, "DaemonSet", daemonsets.clone(), selector);
+    let revision_owners =
+        claim::owner_requests(revision_events, "DaemonSet", daemonsets.clone(), selector);
     let queue = stream::select_all([
         ds_events
             .map_ok(|d| ReconcileRequest::from(ObjectRef::from(&d)))
             .boxed(),
-        pod_events
-            .map_ok(move |p: Pod| pod_owners(p.meta()))
-            .try_flatten()
-            .boxed(),
-        revision_events
-            .map_ok(move |r: ControllerRevision| revision_owners(r.meta()))
-            .try_flatten()
-            .boxed(),
+        pod_owners,
+        revision_owners,
         node_events
             .map_ok(move |_| {
                 let refs: Vec<_> = all

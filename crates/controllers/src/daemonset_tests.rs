@@ -211,15 +211,6 @@ fn min_ready_seconds_delays_availability_and_asks_for_a_requeue() {
     assert_eq!(p.requeue, Some(Duration::from_secs(3600)));
 }
 
-/// `adopt` or `release`, from a claim patch.
-fn patch_kind(p: &Value) -> &'static str {
-    if p["metadata"]["ownerReferences"][0]["$patch"] == "delete" {
-        "release"
-    } else {
-        "adopt"
-    }
-}
-
 #[derive(Default)]
 struct Recording {
     writes: Mutex<Vec<String>>,
@@ -239,13 +230,13 @@ impl DaemonSetApi for Recording {
     async fn patch_pod(&self, _: &DaemonSet, name: &str, p: Value) -> kube::Result<()> {
         self.writes
             .lock()
-            .push(format!("{} pod {name}", patch_kind(&p)));
+            .push(format!("{} pod {name}", claim::patch_kind(&p)));
         Ok(())
     }
     async fn patch_revision(&self, _: &DaemonSet, name: &str, p: Value) -> kube::Result<()> {
         self.writes
             .lock()
-            .push(format!("{} revision {name}", patch_kind(&p)));
+            .push(format!("{} revision {name}", claim::patch_kind(&p)));
         Ok(())
     }
     async fn save_revision(&self, r: &Current) -> kube::Result<()> {

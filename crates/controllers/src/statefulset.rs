@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetStatus};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{self, Action, ReconcileRequest};
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -510,27 +510,17 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let (revisions, revision_events) =
         informer(Api::<ControllerRevision>::all(client.clone()), cfg());
     // a pod or revision queues its controller, an orphan every StatefulSet that matches it
-    let owners = |store: Store<StatefulSet>| {
-        move |meta: &kube::api::ObjectMeta| {
-            let keys = claim::keys_for(meta, "StatefulSet", &store, |s: &StatefulSet| {
-                s.spec.as_ref().map(|s| &s.selector)
-            });
-            stream::iter(keys.into_iter().map(|k| Ok(k.into())))
-        }
-    };
-    let (pod_owners, revision_owners) = (owners(sets.clone()), owners(sets.clone()));
+    let selector: fn(&StatefulSet) -> Option<&LabelSelector> =
+        |o| o.spec.as_ref().map(|s| &s.selector);
+    let pod_owners = claim::owner_requests(pod_events, "StatefulSet", sets.clone(), selector);
+    let revision_owners =
+        claim::owner_requests(revision_events, "StatefulSet", sets.clone(), selector);
     let queue = stream::select_all([
         set_events
             .map_ok(|s| ReconcileRequest::from(ObjectRef::from(&s)))
             .boxed(),
-        pod_events
-            .map_ok(move |p: Pod| pod_owners(p.meta()))
-            .try_flatten()
-            .boxed(),
-        revision_events
-            .map_ok(move |r: ControllerRevision| revision_owners(r.meta()))
-            .try_flatten()
-            .boxed(),
+        pod_owners,
+        revision_owners,
     ]);
     let state = Arc::new(State {
         api: KubeStatefulSets {

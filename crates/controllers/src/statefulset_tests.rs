@@ -173,15 +173,6 @@ fn status_counts_replicas_and_completes_the_rollout_when_all_are_updated_and_rea
     );
 }
 
-/// `adopt` or `release`, from a claim patch.
-fn patch_kind(p: &Value) -> &'static str {
-    if p["metadata"]["ownerReferences"][0]["$patch"] == "delete" {
-        "release"
-    } else {
-        "adopt"
-    }
-}
-
 #[derive(Default)]
 struct Recording {
     writes: Mutex<Vec<String>>,
@@ -215,13 +206,13 @@ impl StatefulSetApi for Recording {
     async fn patch_pod(&self, _: &StatefulSet, name: &str, p: Value) -> kube::Result<()> {
         self.writes
             .lock()
-            .push(format!("{} pod {name}", patch_kind(&p)));
+            .push(format!("{} pod {name}", claim::patch_kind(&p)));
         Ok(())
     }
     async fn patch_revision(&self, _: &StatefulSet, name: &str, p: Value) -> kube::Result<()> {
         self.writes
             .lock()
-            .push(format!("{} revision {name}", patch_kind(&p)));
+            .push(format!("{} revision {name}", claim::patch_kind(&p)));
         Ok(())
     }
     async fn save_revision(&self, r: &Current) -> kube::Result<()> {
