@@ -110,6 +110,21 @@ pub fn subtract(a: &ResourceList, b: &ResourceList) -> ResourceList {
     out
 }
 
+/// Upstream's `quota.SubtractWithNonNegativeResult`: `a - b`, each resource at least zero.
+pub fn subtract_non_negative(a: &ResourceList, b: &ResourceList) -> ResourceList {
+    subtract(a, b)
+        .into_iter()
+        .map(|(k, v)| {
+            let v = if v.nanos < 0 {
+                Amount { nanos: 0, ..v }
+            } else {
+                v
+            };
+            (k, v)
+        })
+        .collect()
+}
+
 /// Upstream's `quota.Max`: the larger of each resource.
 pub fn max(a: &ResourceList, b: &ResourceList) -> ResourceList {
     let mut out = a.clone();

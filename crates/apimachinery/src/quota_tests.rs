@@ -159,6 +159,11 @@ fn lists_add_subtract_and_print_as_upstream() {
     assert_eq!(pretty(&sum), "pods=3,requests.cpu=1");
     assert_eq!(pretty(&subtract(&sum, &b)), "pods=2,requests.cpu=500m");
     assert_eq!(
+        pretty(&subtract_non_negative(&b, &a)),
+        "pods=0,requests.cpu=0",
+        "a smaller list takes nothing away"
+    );
+    assert_eq!(
         exceeded(&sum, &list(&[("pods", "2")])),
         ["pods".to_string()].into()
     );

@@ -3,8 +3,8 @@
 //! missing or terminating namespace), [`priority`] (pods get their PriorityClass's value),
 //! [`tolerations`] (DefaultTolerationSeconds), [`default_storage_class`] (claims naming no class
 //! get the default one) and [`storage_protection`] (new volumes and claims get their protection
-//! finalizers) and [`resource_quota`] (creates are charged against the namespace's
-//! ResourceQuotas, or refused).
+//! finalizers) and [`resource_quota`] (creates, and updates that raise a Service's or claim's
+//! usage, are charged against the namespace's ResourceQuotas, or refused).
 //! The full plugin set plugs in behind the same trait.
 
 pub mod default_storage_class;

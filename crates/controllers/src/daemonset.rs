@@ -1,5 +1,7 @@
 //! `daemonset`: one pod of each DaemonSet on every node that should run it (upstream's
-//! DaemonSetsController). Each sync keeps the template's ControllerRevision current, creates
+//! DaemonSetsController). Each sync first claims the pods and revisions of its namespace
+//! ([`crate::claim`]: adopts matching orphans, releases owned ones the selector no longer
+//! matches), keeps the template's ControllerRevision current, creates
 //! the missing pods (pinned by node affinity, placed by the scheduler), deletes failed,
 //! duplicate and evicted ones and those on nodes that are gone, rolls pods to the current
 //! revision (RollingUpdate with maxUnavailable/maxSurge; OnDelete replaces only deleted pods),
@@ -13,6 +15,7 @@ use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, DaemonSetStatus};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Action, ReconcileRequest};
@@ -20,13 +23,14 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{applier, watcher};
 use kube::{Api, Resource, ResourceExt};
+use serde_json::Value;
 use skiff_runtime::backoff::ItemBackoff;
 
 use crate::Context;
 use crate::daemonset_pods::{self as placement, TEMPLATE_GENERATION};
 use crate::revision::{self, Current, HASH_LABEL};
 use crate::service_pods::informer;
-use crate::{podutil, watched};
+use crate::{claim, podutil};
 
 /// The writes this controller makes.
 #[async_trait]
@@ -34,6 +38,10 @@ pub trait DaemonSetApi: Send + Sync {
     /// Creates a pod; returns its name.
     async fn create_pod(&self, ds: &DaemonSet, pod: &Pod) -> kube::Result<String>;
     async fn delete_pod(&self, ds: &DaemonSet, name: &str) -> kube::Result<()>;
+    /// A strategic-merge patch of a pod (adoption and release).
+    async fn patch_pod(&self, ds: &DaemonSet, name: &str, patch: Value) -> kube::Result<()>;
+    /// A strategic-merge patch of a revision (adoption and release).
+    async fn patch_revision(&self, ds: &DaemonSet, name: &str, patch: Value) -> kube::Result<()>;
     /// Creates (`Create`) or renumbers (`Renumber`) a revision.
     async fn save_revision(&self, revision: &Current) -> kube::Result<()>;
     async fn delete_revision(&self, namespace: &str, name: &str) -> kube::Result<()>;
@@ -341,13 +349,15 @@ impl Pending {
     }
 }
 
-/// Syncs one DaemonSet: its current revision, its pods (unless `pending` writes are not yet
-/// seen), old revisions, its status; `pending` becomes this sync's pod writes.
+/// Syncs one DaemonSet: claims its pods and revisions among those of its namespace (adopting
+/// matching orphans, releasing owned ones its selector no longer matches), then its current
+/// revision, its pods (unless `pending` writes are not yet seen), old revisions, its status;
+/// `pending` becomes this sync's pod writes.
 pub async fn reconcile(
     ds: &DaemonSet,
     nodes: &[&Node],
-    pods: &[&Pod],
-    revisions: &[&ControllerRevision],
+    namespace_pods: &[&Pod],
+    namespace_revisions: &[&ControllerRevision],
     now: jiff::Timestamp,
     pending: &mut Pending,
     api: &dyn DaemonSetApi,
@@ -355,6 +365,32 @@ pub async fn reconcile(
     if ds.metadata.deletion_timestamp.is_some() {
         return Ok(None);
     }
+    let Ok(selector) = podutil::selector(ds.spec.as_ref().map(|s| &s.selector)) else {
+        // validation rejects such a selector; nothing can be claimed with it
+        return Ok(None);
+    };
+    let matches = |meta: &kube::api::ObjectMeta| selector.matches(&podutil::labels(meta));
+    let owner = placement::owner(ds);
+    let pods = claim::claim(
+        &ds.metadata,
+        &owner,
+        namespace_pods,
+        |p: &Pod| matches(p.meta()),
+        Box::new(|name, patch| Box::pin(async move { api.patch_pod(ds, &name, patch).await })),
+    )
+    .await?;
+    let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    let pods = pods.as_slice();
+    let revisions = claim::claim(
+        &ds.metadata,
+        &owner,
+        namespace_revisions,
+        |r: &ControllerRevision| matches(r.meta()),
+        Box::new(|name, patch| Box::pin(async move { api.patch_revision(ds, &name, patch).await })),
+    )
+    .await?;
+    let revisions: Vec<&ControllerRevision> = revisions.iter().map(AsRef::as_ref).collect();
+    let revisions = revisions.as_slice();
     let spec = ds.spec.clone().unwrap_or_default();
     let ns = ds.namespace().unwrap_or_default();
     let current = revision::current(
@@ -469,6 +505,22 @@ impl DaemonSetApi for KubeDaemonSets {
         }
     }
 
+    async fn patch_pod(&self, ds: &DaemonSet, name: &str, patch: Value) -> kube::Result<()> {
+        let api: Api<Pod> =
+            Api::namespaced(self.client.clone(), &ds.namespace().unwrap_or_default());
+        api.patch(name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .map(|_| ())
+    }
+
+    async fn patch_revision(&self, ds: &DaemonSet, name: &str, patch: Value) -> kube::Result<()> {
+        let api: Api<ControllerRevision> =
+            Api::namespaced(self.client.clone(), &ds.namespace().unwrap_or_default());
+        api.patch(name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .map(|_| ())
+    }
+
     async fn save_revision(&self, current: &Current) -> kube::Result<()> {
         revision::save(&self.client, current).await
     }
@@ -512,20 +564,18 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let (revisions, revision_events) =
         informer(Api::<ControllerRevision>::all(client.clone()), cfg());
     let all = daemonsets.clone();
+    // a pod or revision queues its controller, an orphan every DaemonSet that matches it
+    let selector: fn(&DaemonSet) -> Option<&LabelSelector> =
+        |o| o.spec.as_ref().map(|s| &s.selector);
+    let pod_owners = claim::owner_requests(pod_events, "DaemonSet", daemonsets.clone(), selector);
+    let revision_owners =
+        claim::owner_requests(revision_events, "DaemonSet", daemonsets.clone(), selector);
     let queue = stream::select_all([
         ds_events
             .map_ok(|d| ReconcileRequest::from(ObjectRef::from(&d)))
             .boxed(),
-        pod_events
-            .try_filter_map(|p: Pod| async move {
-                Ok(watched::controller_key::<DaemonSet>(p.meta(), "DaemonSet").map(Into::into))
-            })
-            .boxed(),
-        revision_events
-            .try_filter_map(|r: ControllerRevision| async move {
-                Ok(watched::controller_key::<DaemonSet>(r.meta(), "DaemonSet").map(Into::into))
-            })
-            .boxed(),
+        pod_owners,
+        revision_owners,
         node_events
             .map_ok(move |_| {
                 let refs: Vec<_> = all
@@ -556,13 +606,13 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
                 let _ = state.pods.wait_until_ready().await;
                 let _ = state.revisions.wait_until_ready().await;
                 let uid = ds.uid().unwrap_or_default();
+                let ns = ds.namespace();
                 let nodes = state.nodes.state();
                 let nodes: Vec<&Node> = nodes.iter().map(Arc::as_ref).collect();
-                let pods = state.pods.state();
-                let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).filter(|p| podutil::controlled_by(p.meta(), &uid)).collect();
-                let revisions = state.revisions.state();
-                let revisions: Vec<&ControllerRevision> =
-                    revisions.iter().map(Arc::as_ref).filter(|r| podutil::controlled_by(r.meta(), &uid)).collect();
+                let pods = state.pods.state_filter(|p| p.namespace() == ns);
+                let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
+                let revisions = state.revisions.state_filter(|r| r.namespace() == ns);
+                let revisions: Vec<&ControllerRevision> = revisions.iter().map(Arc::as_ref).collect();
                 let mut pending = state.pending.lock().get(&uid).cloned().unwrap_or_default();
                 let now = jiff::Timestamp::now();
                 let result = reconcile(&ds, &nodes, &pods, &revisions, now, &mut pending, &state.api).await;

@@ -227,6 +227,18 @@ impl DaemonSetApi for Recording {
         self.writes.lock().push(format!("delete pod {name}"));
         Ok(())
     }
+    async fn patch_pod(&self, _: &DaemonSet, name: &str, p: Value) -> kube::Result<()> {
+        self.writes
+            .lock()
+            .push(format!("{} pod {name}", claim::patch_kind(&p)));
+        Ok(())
+    }
+    async fn patch_revision(&self, _: &DaemonSet, name: &str, p: Value) -> kube::Result<()> {
+        self.writes
+            .lock()
+            .push(format!("{} revision {name}", claim::patch_kind(&p)));
+        Ok(())
+    }
     async fn save_revision(&self, r: &Current) -> kube::Result<()> {
         let kind = if matches!(r, Current::Create(_)) {
             "create"
@@ -276,4 +288,73 @@ async fn a_sync_writes_the_revision_pods_and_status_and_waits_for_its_pods_to_be
     // once it has, syncs act again
     let seen = pod("agent-n1", "n1", "x", true);
     assert!(pending.satisfied(&[&seen], now()));
+}
+
+#[tokio::test]
+async fn a_matching_orphan_on_a_node_is_adopted_instead_of_a_second_pod_being_created() {
+    let d = ds(json!({}));
+    let (n1, n2) = (node("n1", true), node("n2", true));
+    let mut orphan = pod("agent-x", "n1", "h", true);
+    orphan.metadata.owner_references = None;
+    let mut other = pod("web-1", "n2", "h", true);
+    other.metadata.owner_references = None;
+    other.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+    let api = Recording::default();
+    let mut pending = Pending::default();
+    reconcile(
+        &d,
+        &[&n1, &n2],
+        &[&orphan, &other],
+        &[],
+        now(),
+        &mut pending,
+        &api,
+    )
+    .await
+    .unwrap();
+    let writes = api.writes.lock().clone();
+    assert_eq!(writes[0], "adopt pod agent-x", "{writes:?}");
+    let creates: Vec<&String> = writes
+        .iter()
+        .filter(|w| w.starts_with("create pod"))
+        .collect();
+    assert_eq!(creates, ["create pod on n2"], "{writes:?}");
+}
+
+#[tokio::test]
+async fn owned_pods_and_revisions_the_selector_no_longer_matches_are_released() {
+    let d = ds(json!({}));
+    let n1 = node("n1", true);
+    let mut relabelled = pod("agent-a", "n1", "h", true);
+    relabelled.metadata.labels = Some([("app".to_string(), "debug".to_string())].into());
+    let rev: ControllerRevision = serde_json::from_value(json!({
+        "metadata": {"name": "agent-old", "namespace": "ns", "labels": {"app": "other"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent",
+                "uid": "ds-uid", "controller": true}]},
+        "revision": 1}))
+    .unwrap();
+    let api = Recording::default();
+    let mut pending = Pending::default();
+    reconcile(
+        &d,
+        &[&n1],
+        &[&relabelled],
+        &[&rev],
+        now(),
+        &mut pending,
+        &api,
+    )
+    .await
+    .unwrap();
+    let writes = api.writes.lock().clone();
+    assert_eq!(
+        writes[..4],
+        [
+            "release pod agent-a",
+            "release revision agent-old",
+            "create revision 1",
+            "create pod on n1"
+        ],
+        "{writes:?}"
+    );
 }

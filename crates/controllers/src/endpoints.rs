@@ -13,7 +13,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{
     EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Pod, Service,
 };
-use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::api::ObjectMeta;
 use kube::runtime::controller::{self, Action, ReconcileRequest};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, applier, watcher};
@@ -302,13 +302,7 @@ pub async fn service_gone(
     }
 }
 
-struct KubeEndpoints(kube::Client);
-
-impl KubeEndpoints {
-    fn api(&self, namespace: &str) -> Api<Endpoints> {
-        Api::namespaced(self.0.clone(), namespace)
-    }
-}
+type KubeEndpoints = sp::Writes<Endpoints>;
 
 #[async_trait]
 impl EndpointsApi for KubeEndpoints {
@@ -316,31 +310,16 @@ impl EndpointsApi for KubeEndpoints {
         self.api(namespace).get_opt(name).await
     }
 
-    async fn create(&self, e: &Endpoints) -> kube::Result<()> {
-        let ns = e.namespace().unwrap_or_default();
-        self.api(&ns)
-            .create(&PostParams::default(), e)
-            .await
-            .map(|_| ())
+    async fn create(&self, object: &Endpoints) -> kube::Result<()> {
+        sp::Writes::create(self, object).await
     }
 
-    async fn replace(&self, e: &Endpoints) -> kube::Result<()> {
-        let ns = e.namespace().unwrap_or_default();
-        self.api(&ns)
-            .replace(&e.name_any(), &PostParams::default(), e)
-            .await
-            .map(|_| ())
+    async fn replace(&self, object: &Endpoints) -> kube::Result<()> {
+        sp::Writes::replace(self, object).await
     }
 
     async fn delete(&self, namespace: &str, name: &str) -> kube::Result<()> {
-        match self
-            .api(namespace)
-            .delete(name, &DeleteParams::default())
-            .await
-        {
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            other => other.map(|_| ()),
-        }
+        sp::Writes::delete(self, namespace, name).await
     }
 }
 
@@ -378,7 +357,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         ])
     };
     let state = Arc::new(State {
-        api: KubeEndpoints(client.clone()),
+        api: KubeEndpoints::new(client.clone()),
         pods,
         triggers: TriggerTimes::default(),
         backoff: ItemBackoff::default(),

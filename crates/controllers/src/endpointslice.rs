@@ -15,7 +15,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{ListParams, ObjectMeta};
 use kube::runtime::controller::{self, Action, ReconcileRequest};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{applier, watcher};
@@ -320,13 +320,7 @@ pub async fn reconcile(
     Ok(())
 }
 
-struct KubeSlices(kube::Client);
-
-impl KubeSlices {
-    fn api(&self, namespace: &str) -> Api<EndpointSlice> {
-        Api::namespaced(self.0.clone(), namespace)
-    }
-}
+type KubeSlices = sp::Writes<EndpointSlice>;
 
 #[async_trait]
 impl SlicesApi for KubeSlices {
@@ -335,31 +329,16 @@ impl SlicesApi for KubeSlices {
         Ok(self.api(namespace).list(&lp).await?.items)
     }
 
-    async fn create(&self, s: &EndpointSlice) -> kube::Result<()> {
-        let ns = s.namespace().unwrap_or_default();
-        self.api(&ns)
-            .create(&PostParams::default(), s)
-            .await
-            .map(|_| ())
+    async fn create(&self, object: &EndpointSlice) -> kube::Result<()> {
+        sp::Writes::create(self, object).await
     }
 
-    async fn replace(&self, s: &EndpointSlice) -> kube::Result<()> {
-        let ns = s.namespace().unwrap_or_default();
-        self.api(&ns)
-            .replace(&s.name_any(), &PostParams::default(), s)
-            .await
-            .map(|_| ())
+    async fn replace(&self, object: &EndpointSlice) -> kube::Result<()> {
+        sp::Writes::replace(self, object).await
     }
 
     async fn delete(&self, namespace: &str, name: &str) -> kube::Result<()> {
-        match self
-            .api(namespace)
-            .delete(name, &DeleteParams::default())
-            .await
-        {
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            other => other.map(|_| ()),
-        }
+        sp::Writes::delete(self, namespace, name).await
     }
 }
 
@@ -408,7 +387,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         node_events.try_filter_map(|_| async { Ok(None) }).boxed(),
     ]);
     let state = Arc::new(State {
-        api: KubeSlices(client.clone()),
+        api: KubeSlices::new(client.clone()),
         pods,
         nodes,
         max: ctx.config.max_endpoints_per_slice,

@@ -25,6 +25,53 @@ pub struct Record {
     pub note: String,
 }
 
+/// An event a controller records about one of its objects and publishes itself (the job and
+/// cronjob controllers; the others go through an [`EventSink`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    pub warning: bool,
+    pub reason: String,
+    pub note: String,
+}
+
+impl Note {
+    pub fn normal(reason: &str, note: String) -> Note {
+        Note {
+            warning: false,
+            reason: reason.into(),
+            note,
+        }
+    }
+
+    pub fn warning(reason: &str, note: String) -> Note {
+        Note {
+            warning: true,
+            reason: reason.into(),
+            note,
+        }
+    }
+
+    /// Publishes the event about `regarding`; a failure is only logged (events are best
+    /// effort), naming `controller`.
+    pub async fn publish(self, recorder: &Recorder, regarding: &ObjectReference, controller: &str) {
+        let event = Event {
+            type_: if self.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: self.reason.clone(),
+            note: Some(self.note),
+            action: self.reason,
+            secondary: None,
+        };
+        if let Err(error) = recorder.publish(&event, regarding).await {
+            let object = regarding.name.as_deref().unwrap_or_default();
+            tracing::debug!(object, %error, "{controller}: event not recorded");
+        }
+    }
+}
+
 /// Where controllers send events; cheap to clone.
 #[derive(Clone)]
 pub struct EventSink {

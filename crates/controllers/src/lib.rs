@@ -42,8 +42,10 @@
 //! - [`deployment`]: Deployments rolled out through ReplicaSets (a module directory).
 //!
 //! Shared by the workload controllers: [`informer`] (stores with change handlers), [`events`]
-//! (a non-blocking event sink), [`podutil`] (pod and owner-reference helpers).
+//! (a non-blocking event sink), [`podutil`] (pod and owner-reference helpers), [`claim`]
+//! (adoption and release by controller reference, for daemonset and statefulset).
 
+pub mod claim;
 pub mod config;
 pub mod cronjob;
 pub mod daemonset;

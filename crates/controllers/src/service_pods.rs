@@ -2,7 +2,8 @@
 //! `pkg/controller/util/endpoint` and `endpointslice/util`): which pods a Service selects and
 //! which of them belong in its endpoints, a pod's readiness and address, target port resolution
 //! (named ports per pod), the hostname rule, the pod → Services index that turns pod changes into
-//! Service keys, the last-change trigger time tracker, and an informer helper.
+//! Service keys, the last-change trigger time tracker, an informer helper, and [`Writes`] (the
+//! create, replace and delete both make).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, PostParams};
 use kube::runtime::controller::ReconcileRequest;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -39,6 +41,55 @@ where
         .touched_objects()
         .boxed();
     (store, stream)
+}
+
+/// Creates, replaces and deletes namespaced objects of `K` through the API server: the writes
+/// of the `endpoints` (Endpoints) and `endpointslice` (EndpointSlices) controllers.
+pub struct Writes<K>(pub kube::Client, std::marker::PhantomData<K>);
+
+impl<K> Writes<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    pub fn new(client: kube::Client) -> Writes<K> {
+        Writes(client, std::marker::PhantomData)
+    }
+
+    pub fn api(&self, namespace: &str) -> Api<K> {
+        Api::namespaced(self.0.clone(), namespace)
+    }
+
+    pub async fn create(&self, object: &K) -> kube::Result<()> {
+        let ns = object.namespace().unwrap_or_default();
+        self.api(&ns)
+            .create(&PostParams::default(), object)
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn replace(&self, object: &K) -> kube::Result<()> {
+        let ns = object.namespace().unwrap_or_default();
+        self.api(&ns)
+            .replace(&object.name_any(), &PostParams::default(), object)
+            .await
+            .map(|_| ())
+    }
+
+    /// Deletes the object; one already gone is not an error.
+    pub async fn delete(&self, namespace: &str, name: &str) -> kube::Result<()> {
+        match self
+            .api(namespace)
+            .delete(name, &DeleteParams::default())
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
 }
 
 /// The Service keys to reconcile for a stream of pod events (from [`informer`] of `pods`):

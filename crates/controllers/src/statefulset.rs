@@ -5,7 +5,9 @@
 //! puts owner references on them for the garbage collector (`whenDeleted: Delete` the set's, at
 //! creation; `whenScaled: Delete` the condemned pod's, before the pod is deleted). Updates go through
 //! ControllerRevisions: RollingUpdate replaces pods from the highest ordinal down to `partition`,
-//! one at a time and waiting for each to be Ready; OnDelete replaces only deleted pods.
+//! one at a time and waiting for each to be Ready; OnDelete replaces only deleted pods. Each sync
+//! first claims pods and revisions ([`crate::claim`]): an orphan pod the selector matches that
+//! bears one of the set's names is adopted rather than created again.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,20 +16,21 @@ use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetStatus};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{self, Action, ReconcileRequest};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{applier, watcher};
 use kube::{Api, Resource, ResourceExt};
+use serde_json::Value;
 use skiff_runtime::backoff::ItemBackoff;
 
 use crate::Context;
 use crate::revision::{self, Current, HASH_LABEL};
 use crate::service_pods::informer;
 use crate::statefulset_pods as identity;
-use crate::{podutil, watched};
+use crate::{claim, podutil};
 
 /// The writes this controller makes.
 #[async_trait]
@@ -49,6 +52,11 @@ pub trait StatefulSetApi: Send + Sync {
     async fn create_pod(&self, set: &StatefulSet, pod: &Pod) -> kube::Result<()>;
     /// Deletes the pod with this name and uid (not a newer pod of the same name).
     async fn delete_pod(&self, set: &StatefulSet, name: &str, uid: &str) -> kube::Result<()>;
+    /// A strategic-merge patch of a pod (adoption and release).
+    async fn patch_pod(&self, set: &StatefulSet, name: &str, patch: Value) -> kube::Result<()>;
+    /// A strategic-merge patch of a revision (adoption and release).
+    async fn patch_revision(&self, set: &StatefulSet, name: &str, patch: Value)
+    -> kube::Result<()>;
     async fn save_revision(&self, revision: &Current) -> kube::Result<()>;
     async fn delete_revision(&self, namespace: &str, name: &str) -> kube::Result<()>;
     async fn update_status(
@@ -200,16 +208,47 @@ fn delete_claims_when_scaled(set: &StatefulSet) -> bool {
     policy.and_then(|p| p.when_scaled.as_deref()) == Some("Delete")
 }
 
-/// Syncs one StatefulSet: its update revision, its pods and claims, old revisions, its status.
+/// Syncs one StatefulSet: claims its pods and revisions among those of its namespace (adopting
+/// orphans its selector matches, pods only with one of its names; releasing owned ones that no
+/// longer match), then its update revision, its pods and claims, old revisions, its status.
 pub async fn reconcile(
     set: &StatefulSet,
-    pods: &[&Pod],
-    revisions: &[&ControllerRevision],
+    namespace_pods: &[&Pod],
+    namespace_revisions: &[&ControllerRevision],
     api: &dyn StatefulSetApi,
 ) -> kube::Result<()> {
     if set.metadata.deletion_timestamp.is_some() {
         return Ok(());
     }
+    let Ok(selector) = podutil::selector(set.spec.as_ref().map(|s| &s.selector)) else {
+        // validation rejects such a selector; nothing can be claimed with it
+        return Ok(());
+    };
+    let matches = |meta: &kube::api::ObjectMeta| selector.matches(&podutil::labels(meta));
+    let owner = identity::owner(set);
+    // upstream's isMemberOf filter: a pod is a member only under one of the set's names
+    let pods = claim::claim(
+        &set.metadata,
+        &owner,
+        namespace_pods,
+        |p: &Pod| matches(p.meta()) && identity::ordinal(set, p).is_some(),
+        Box::new(|name, patch| Box::pin(async move { api.patch_pod(set, &name, patch).await })),
+    )
+    .await?;
+    let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    let pods = pods.as_slice();
+    let revisions = claim::claim(
+        &set.metadata,
+        &owner,
+        namespace_revisions,
+        |r: &ControllerRevision| matches(r.meta()),
+        Box::new(|name, patch| {
+            Box::pin(async move { api.patch_revision(set, &name, patch).await })
+        }),
+    )
+    .await?;
+    let revisions: Vec<&ControllerRevision> = revisions.iter().map(AsRef::as_ref).collect();
+    let revisions = revisions.as_slice();
     let spec = set.spec.clone().unwrap_or_default();
     let ns = set.namespace().unwrap_or_default();
     let update_rev = revision::current(
@@ -410,6 +449,25 @@ impl StatefulSetApi for KubeStatefulSets {
         }
     }
 
+    async fn patch_pod(&self, set: &StatefulSet, name: &str, patch: Value) -> kube::Result<()> {
+        let api: Api<Pod> = self.api(set);
+        api.patch(name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .map(|_| ())
+    }
+
+    async fn patch_revision(
+        &self,
+        set: &StatefulSet,
+        name: &str,
+        patch: Value,
+    ) -> kube::Result<()> {
+        let api: Api<ControllerRevision> = self.api(set);
+        api.patch(name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .map(|_| ())
+    }
+
     async fn save_revision(&self, current: &Current) -> kube::Result<()> {
         revision::save(&self.client, current).await
     }
@@ -451,20 +509,18 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let (pods, pod_events) = informer(Api::<Pod>::all(client.clone()), cfg());
     let (revisions, revision_events) =
         informer(Api::<ControllerRevision>::all(client.clone()), cfg());
+    // a pod or revision queues its controller, an orphan every StatefulSet that matches it
+    let selector: fn(&StatefulSet) -> Option<&LabelSelector> =
+        |o| o.spec.as_ref().map(|s| &s.selector);
+    let pod_owners = claim::owner_requests(pod_events, "StatefulSet", sets.clone(), selector);
+    let revision_owners =
+        claim::owner_requests(revision_events, "StatefulSet", sets.clone(), selector);
     let queue = stream::select_all([
         set_events
             .map_ok(|s| ReconcileRequest::from(ObjectRef::from(&s)))
             .boxed(),
-        pod_events
-            .try_filter_map(|p: Pod| async move {
-                Ok(watched::controller_key::<StatefulSet>(p.meta(), "StatefulSet").map(Into::into))
-            })
-            .boxed(),
-        revision_events
-            .try_filter_map(|r: ControllerRevision| async move {
-                Ok(watched::controller_key::<StatefulSet>(r.meta(), "StatefulSet").map(Into::into))
-            })
-            .boxed(),
+        pod_owners,
+        revision_owners,
     ]);
     let state = Arc::new(State {
         api: KubeStatefulSets {
@@ -480,12 +536,11 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
             Box::pin(async move {
                 let _ = state.pods.wait_until_ready().await;
                 let _ = state.revisions.wait_until_ready().await;
-                let uid = set.uid().unwrap_or_default();
-                let pods = state.pods.state();
-                let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).filter(|p| podutil::controlled_by(p.meta(), &uid)).collect();
-                let revisions = state.revisions.state();
-                let revisions: Vec<&ControllerRevision> =
-                    revisions.iter().map(Arc::as_ref).filter(|r| podutil::controlled_by(r.meta(), &uid)).collect();
+                let ns = set.namespace();
+                let pods = state.pods.state_filter(|p| p.namespace() == ns);
+                let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
+                let revisions = state.revisions.state_filter(|r| r.namespace() == ns);
+                let revisions: Vec<&ControllerRevision> = revisions.iter().map(Arc::as_ref).collect();
                 reconcile(&set, &pods, &revisions, &state.api).await?;
                 state.backoff.forget(&ObjectRef::from(set.as_ref()));
                 Ok::<_, kube::Error>(Action::await_change())

@@ -23,7 +23,9 @@ fn set(replicas: i32, extra: serde_json::Value) -> StatefulSet {
 fn pod(n: i32, hash: &str, ready: bool) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": format!("db-{n}"), "namespace": "ns", "uid": format!("uid-{n}"),
-            "labels": {"app": "db", HASH_LABEL: hash}},
+            "labels": {"app": "db", HASH_LABEL: hash},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
+                "uid": "u", "controller": true}]},
         "status": {"phase": if ready { "Running" } else { "Pending" },
             "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}
     }))
@@ -201,6 +203,18 @@ impl StatefulSetApi for Recording {
         self.writes.lock().push(format!("delete {name}"));
         Ok(())
     }
+    async fn patch_pod(&self, _: &StatefulSet, name: &str, p: Value) -> kube::Result<()> {
+        self.writes
+            .lock()
+            .push(format!("{} pod {name}", claim::patch_kind(&p)));
+        Ok(())
+    }
+    async fn patch_revision(&self, _: &StatefulSet, name: &str, p: Value) -> kube::Result<()> {
+        self.writes
+            .lock()
+            .push(format!("{} revision {name}", claim::patch_kind(&p)));
+        Ok(())
+    }
     async fn save_revision(&self, r: &Current) -> kube::Result<()> {
         self.writes
             .lock()
@@ -262,4 +276,81 @@ async fn scaling_down_with_when_scaled_delete_hands_the_claims_to_their_pod() {
         assert!(writes.contains(&"delete db-1".to_string()), "{writes:?}");
         assert!(writes.iter().all(|w| !w.starts_with("delete claim")));
     }
+}
+
+fn orphan(pod: &mut Pod) -> &mut Pod {
+    pod.metadata.owner_references = None;
+    pod
+}
+
+#[tokio::test]
+async fn orphans_with_a_member_name_are_adopted_instead_of_created_again() {
+    let s = set(2, json!({}));
+    let mut adopted = pod(0, "h", false);
+    let mut stranger = pod(0, "h", true);
+    stranger.metadata.name = Some("other-0".into());
+    let mut mismatched = pod(1, "h", true);
+    mismatched.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+    let pods = [
+        orphan(&mut adopted).clone(),
+        orphan(&mut stranger).clone(),
+        orphan(&mut mismatched).clone(),
+    ];
+    let refs: Vec<&Pod> = pods.iter().collect();
+    let api = Recording::default();
+    reconcile(&s, &refs, &[], &api).await.unwrap();
+    let writes = api.writes.lock().clone();
+    assert_eq!(writes[..2], ["adopt pod db-0", "revision 1"], "{writes:?}");
+    // db-0 is the set's now and not Ready: OrderedReady waits for it instead of creating db-0
+    assert!(
+        writes.iter().all(|w| !w.starts_with("create")),
+        "{writes:?}"
+    );
+    assert!(
+        writes.contains(&"status replicas=1".to_string()),
+        "{writes:?}"
+    );
+}
+
+#[tokio::test]
+async fn owned_pods_that_no_longer_match_are_released_and_replaced() {
+    let s = set(1, json!({}));
+    let mut relabelled = pod(0, "h", true);
+    relabelled.metadata.labels = Some([("app".to_string(), "debug".to_string())].into());
+    let api = Recording::default();
+    reconcile(&s, &[&relabelled], &[], &api).await.unwrap();
+    let writes = api.writes.lock().clone();
+    assert_eq!(
+        writes[..3],
+        ["release pod db-0", "revision 1", "create db-0"],
+        "{writes:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_set_being_deleted_adopts_nothing() {
+    let mut s = set(1, json!({}));
+    s.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        jiff::Timestamp::now(),
+    ));
+    let mut p = pod(0, "h", true);
+    let api = Recording::default();
+    reconcile(&s, &[orphan(&mut p)], &[], &api).await.unwrap();
+    assert!(api.writes.lock().is_empty(), "{:?}", api.writes.lock());
+}
+
+#[tokio::test]
+async fn orphan_revisions_matching_the_selector_are_adopted() {
+    let s = set(1, json!({}));
+    let rev: ControllerRevision = serde_json::from_value(json!({
+        "metadata": {"name": "db-abc", "namespace": "ns", "labels": {"app": "db"}},
+        "revision": 1}))
+    .unwrap();
+    let api = Recording::default();
+    reconcile(&s, &[], &[&rev], &api).await.unwrap();
+    let writes = api.writes.lock().clone();
+    assert!(
+        writes.contains(&"adopt revision db-abc".to_string()),
+        "{writes:?}"
+    );
 }

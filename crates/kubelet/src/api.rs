@@ -1,7 +1,7 @@
 //! The kubelet's writes to pods through the API server, behind [`PodApi`] so that the pod
 //! workers can be tested with [`RecordingPodApi`]: status patches, events and the final delete;
-//! and its reads: ConfigMaps, Secrets and service account tokens (TokenRequest) for env and
-//! volumes.
+//! and its reads: ConfigMaps, Secrets, PersistentVolumeClaims and service account tokens
+//! (TokenRequest) for env and volumes.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ObjectReference, Pod, PodStatus, Secret, ServiceAccount,
+    ConfigMap, ObjectReference, PersistentVolumeClaim, Pod, PodStatus, Secret, ServiceAccount,
 };
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -92,6 +92,8 @@ pub trait PodApi: Send + Sync {
     async fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Data>>;
     /// The data of a Secret (decoded `data` and `stringData`), or None if it does not exist.
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Data>>;
+    /// Whether the PersistentVolumeClaim is being deleted, or None if it does not exist.
+    async fn claim_deleting(&self, namespace: &str, name: &str) -> Result<Option<bool>>;
     /// Removes the pod object once its containers are gone: `gracePeriodSeconds=0` with the
     /// uid as precondition, as upstream's status manager does. A pod already gone is success.
     async fn delete_now(&self, namespace: &str, name: &str, uid: &str) -> Result<()>;
@@ -278,6 +280,20 @@ impl PodApi for KubePodApi {
         }))
     }
 
+    async fn claim_deleting(&self, namespace: &str, name: &str) -> Result<Option<bool>> {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        let found = api
+            .get_metadata_opt(name)
+            .await
+            .map_err(|source| Error::Read {
+                kind: "persistentvolumeclaim",
+                namespace: namespace.into(),
+                name: name.into(),
+                source,
+            })?;
+        Ok(found.map(|c| c.metadata.deletion_timestamp.is_some()))
+    }
+
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Data>> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         let found = api.get_opt(name).await.map_err(|source| Error::Read {
@@ -347,6 +363,8 @@ pub struct RecordingPodApi {
     pub config_maps: Mutex<BTreeMap<String, BTreeMap<String, String>>>,
     /// Secrets by name (any namespace).
     pub secrets: Mutex<BTreeMap<String, BTreeMap<String, String>>>,
+    /// PersistentVolumeClaims by name (any namespace): whether each is being deleted.
+    pub claims: Mutex<BTreeMap<String, bool>>,
 }
 
 /// One recorded write.
@@ -442,6 +460,10 @@ impl PodApi for RecordingPodApi {
 
     async fn secret(&self, _namespace: &str, name: &str) -> Result<Option<Data>> {
         Ok(self.secrets.lock().get(name).cloned().map(bytes_of))
+    }
+
+    async fn claim_deleting(&self, _namespace: &str, name: &str) -> Result<Option<bool>> {
+        Ok(self.claims.lock().get(name).copied())
     }
 
     async fn delete_now(&self, _namespace: &str, name: &str, uid: &str) -> Result<()> {

@@ -237,11 +237,14 @@ async fn register(
         memory_capacity: status.host.memory_bytes,
         log_dir: config.log_dir.clone(),
         clock,
-        volumes: Arc::new(VolumeManager::new(
-            config.pods_dir.join(&name),
-            Arc::new(RecordingHost::default()),
-            crate::volumes::REFRESH,
-        )),
+        volumes: Arc::new(
+            VolumeManager::new(
+                config.pods_dir.join(&name),
+                Arc::new(RecordingHost::default()),
+                crate::volumes::REFRESH,
+            )
+            .with_claims(crate::volumes::claim::Claims::NodeLocal),
+        ),
         dns: Arc::default(),
         allocatable,
     };

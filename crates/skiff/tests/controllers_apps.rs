@@ -1,12 +1,13 @@
 //! The `endpoints`, `endpointslice`, `daemonset` and `statefulset` controllers of `skiff
 //! controller-manager` against a real `skiff apiserver`, with the scheduler and hollow nodes
 //! running the pods (seed 001: Service traffic follows pod readiness through Endpoints and
-//! EndpointSlices). No garbage collector runs here: nothing depends on cascading deletion.
+//! EndpointSlices; a StatefulSet adopts an orphan pod and its pods mount their claims on hollow
+//! nodes). No garbage collector runs here: nothing depends on cascading deletion.
 
 mod support;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -468,6 +469,15 @@ fn a_statefulset_creates_in_order_rolls_out_from_the_top_and_scales_down_from_th
         let client = kube_client(&api).await;
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
         let sets: Api<StatefulSet> = Api::namespaced(client.clone(), "default");
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+        // an orphan with the set's labels and its first pod's name: adopted, not created again
+        let orphan: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "db-0", "labels": {"app": "db"}},
+            "spec": {"terminationGracePeriodSeconds": 0,
+                "readinessGates": [{"conditionType": "example.com/gate"}],
+                "containers": [{"name": "db", "image": "registry.k8s.io/pause:3.10"}]}}))
+        .unwrap();
+        let orphan = pods.create(&PostParams::default(), &orphan).await.unwrap();
         // pods stay unready until the test opens their readiness gate
         let set: StatefulSet = serde_json::from_value(json!({
             "metadata": {"name": "db"},
@@ -476,9 +486,28 @@ fn a_statefulset_creates_in_order_rolls_out_from_the_top_and_scales_down_from_th
                 "template": {"metadata": {"labels": {"app": "db"}}, "spec": {
                     "terminationGracePeriodSeconds": 0,
                     "readinessGates": [{"conditionType": "example.com/gate"}],
-                    "containers": [{"name": "db", "image": "registry.k8s.io/pause:3.10"}]}}}}))
+                    "containers": [{"name": "db", "image": "registry.k8s.io/pause:3.10",
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}},
+                "volumeClaimTemplates": [{"metadata": {"name": "data",
+                        "labels": {"tier": "storage"}},
+                    "spec": {"accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "1Gi"}}}}]}}))
         .unwrap();
-        sets.create(&PostParams::default(), &set).await.unwrap();
+        let set = sets.create(&PostParams::default(), &set).await.unwrap();
+        let set_uid = set.metadata.uid.clone().unwrap();
+        let adopted = eventually("db-0 adopted", || async {
+            let p = pods.get_opt("db-0").await.ok()??;
+            let owners = p.metadata.owner_references.clone()?;
+            owners
+                .iter()
+                .any(|o| o.uid == set_uid && o.controller == Some(true))
+                .then_some(p)
+        })
+        .await;
+        assert_eq!(
+            adopted.metadata.uid, orphan.metadata.uid,
+            "db-0 was replaced"
+        );
 
         for n in 0..3 {
             let name = format!("db-{n}");
@@ -489,6 +518,25 @@ fn a_statefulset_creates_in_order_rolls_out_from_the_top_and_scales_down_from_th
                 pods.get_opt(&next).await.unwrap().is_none(),
                 "{next} before {name} was Ready"
             );
+            if n == 0 {
+                // the adopted orphan keeps its own spec (and has no claim volume)
+                assert_eq!(pod.metadata.uid, orphan.metadata.uid);
+                open_gate(&pods, &name).await;
+                continue;
+            }
+            // its claim exists, labelled from the template and the selector, and is mounted
+            let claim = claims.get(&format!("data-{name}")).await.unwrap();
+            let labels = claim.metadata.labels.clone().unwrap();
+            assert_eq!(
+                (labels["app"].as_str(), labels["tier"].as_str()),
+                ("db", "storage")
+            );
+            let volumes = pod.spec.as_ref().unwrap().volumes.clone().unwrap();
+            let volume = volumes.iter().find(|v| v.name == "data").unwrap();
+            assert_eq!(
+                volume.persistent_volume_claim.as_ref().unwrap().claim_name,
+                format!("data-{name}")
+            );
             let labels = pod.metadata.labels.as_ref().unwrap();
             assert_eq!(labels["statefulset.kubernetes.io/pod-name"], name);
             assert_eq!(labels["apps.kubernetes.io/pod-index"], n.to_string());
@@ -497,11 +545,30 @@ fn a_statefulset_creates_in_order_rolls_out_from_the_top_and_scales_down_from_th
             assert_eq!(spec.subdomain.as_deref(), Some("db"));
             open_gate(&pods, &name).await;
         }
+        // the adopted db-0 is not at the set's revision: once all are Ready it is replaced
+        // (from the template, with its claim)
+        let replaced = eventually("db-0 replaced at the set's revision", || async {
+            let p = pods.get_opt("db-0").await.ok()??;
+            let labels = p.metadata.labels.clone()?;
+            (p.metadata.uid != orphan.metadata.uid
+                && labels.contains_key("controller-revision-hash")
+                && p.status.as_ref()?.phase.as_deref() == Some("Running"))
+            .then_some(p)
+        })
+        .await;
+        let volumes = replaced.spec.unwrap().volumes.unwrap();
+        assert!(volumes.iter().any(|v| v.name == "data"), "{volumes:?}");
+        open_gate(&pods, "db-0").await;
         let out = api.kubectl(
             KUBECTL_133,
             &["rollout", "status", "statefulset/db", "--timeout=60s"],
         );
         assert!(out.contains("complete"), "{out}");
+        // one claim per pod, none owned by the set (retention policy Retain by default)
+        for n in 0..3 {
+            let claim = claims.get(&format!("data-db-{n}")).await.unwrap();
+            assert_eq!(claim.metadata.owner_references, None, "data-db-{n}");
+        }
         let status = sets.get("db").await.unwrap().status.unwrap();
         assert_eq!((status.replicas, status.ready_replicas), (3, Some(3)));
         let first = status.update_revision.clone().unwrap();

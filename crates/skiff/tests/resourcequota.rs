@@ -1,12 +1,12 @@
 //! ResourceQuota end to end against a real `skiff apiserver`: the `resourcequota` controller
-//! fills `status.used`, admission refuses creates past `hard` with upstream's 403, and
-//! concurrent creates never together exceed a quota.
+//! fills `status.used`, admission refuses creates (and a Service update adding node ports) past
+//! `hard` with upstream's 403, and concurrent creates never together exceed a quota.
 
 mod support;
 
-use k8s_openapi::api::core::v1::{Namespace, Pod, ResourceQuota};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ResourceQuota, Service};
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::cluster::controller_manager;
 use support::{ApiServer, Backend, eventually, kube_client as client, run};
@@ -155,5 +155,47 @@ fn concurrent_creates_never_exceed_the_quota() {
         assert_eq!(used_pods(&quotas).await.as_deref(), Some("3"));
         let listed = pods.list(&Default::default()).await.unwrap();
         assert_eq!(listed.items.len(), 3);
+    });
+}
+
+#[test]
+fn an_update_that_adds_node_ports_is_charged_and_refused_past_the_quota() {
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _cm = controller_manager(&api, &["--controllers", "resourcequota"]);
+        let _log = LogOnPanic(&api);
+        let client = client(&api).await;
+        namespace(&client, "ports").await;
+        let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), "ports");
+        let q: ResourceQuota = from(json!({"metadata": {"name": "q"},
+            "spec": {"hard": {"services.nodeports": "1"}}}));
+        quotas.create(&PostParams::default(), &q).await.unwrap();
+        eventually("the controller to count the quota", || async {
+            let used = quotas.get("q").await.ok()?.status?.used?;
+            (used.get("services.nodeports")?.0 == "0").then_some(())
+        })
+        .await;
+        let services: Api<Service> = Api::namespaced(client.clone(), "ports");
+        let svc: Service = from(json!({"metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [
+                {"name": "a", "port": 80}, {"name": "b", "port": 81}]}}));
+        services.create(&PostParams::default(), &svc).await.unwrap();
+        let to_node_port = json!({"spec": {"type": "NodePort"}});
+        let refusal = services
+            .patch("web", &PatchParams::default(), &Patch::Merge(&to_node_port))
+            .await
+            .unwrap_err();
+        let kube::Error::Api(status) = refusal else {
+            panic!("not an API error: {refusal}")
+        };
+        assert_eq!(
+            (status.code, status.message.as_str()),
+            (
+                403,
+                "services \"web\" is forbidden: exceeded quota: q, requested: services.nodeports=2, used: services.nodeports=0, limited: services.nodeports=1"
+            )
+        );
+        let stored = services.get("web").await.unwrap();
+        assert_eq!(stored.spec.unwrap().type_.as_deref(), Some("ClusterIP"));
     });
 }

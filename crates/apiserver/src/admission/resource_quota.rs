@@ -1,4 +1,4 @@
-//! Upstream's `ResourceQuota` admission plugin: a create in a namespace is charged against every
+//! Upstream's `ResourceQuota` admission plugin: a write in a namespace is charged against every
 //! ResourceQuota there that limits what the object uses (and whose scopes match it). Each quota's
 //! `status.hard` and `status.used` (the `resourcequota` controller's) are read from the store;
 //! if the object would take any limited resource past `hard` the create is refused (403,
@@ -8,9 +8,12 @@
 //! concurrent creates can never together exceed a quota. A pod must also state in every
 //! container the `cpu`/`memory` requests or limits a matching quota limits.
 //!
-//! Only creates are charged (pod resources cannot change on update; upstream also re-charges
-//! PersistentVolumeClaim resizes and Service type changes, which Skiff does not). A create that
-//! fails after it was charged leaves `used` too high until the controller recounts.
+//! Updates are charged where upstream's evaluators handle them, Services and
+//! PersistentVolumeClaims (a type changed to NodePort or LoadBalancer, a claim's storage
+//! request raised): by what the new object uses beyond the old one, never less than zero (a
+//! shrink is given back by the controller's recount, as upstream). Other kinds are charged on
+//! create only. A write that fails after it was charged leaves `used` too high until the
+//! controller recounts.
 
 use std::collections::BTreeSet;
 
@@ -53,8 +56,14 @@ fn forbidden(attrs: &Attributes<'_>, why: String) -> ApiError {
     ApiError::forbidden(format!("{resource} \"{}\" is forbidden: {why}", attrs.name))
 }
 
+/// Whether an update of this kind is charged (upstream's evaluators whose `Handles` accepts
+/// `Update`: services and persistentvolumeclaims).
+pub fn charges_updates(group: &str, plural: &str) -> bool {
+    group.is_empty() && matches!(plural, "services" | "persistentvolumeclaims")
+}
+
 /// What charging `obj` does to `quotas`: the quotas whose `status.used` it raises (changed),
-/// or the refusal.
+/// or the refusal. An update (`attrs.old` set) is charged what `obj` uses beyond the old object.
 pub fn charge(
     attrs: &Attributes<'_>,
     obj: &Value,
@@ -62,7 +71,16 @@ pub fn charge(
     now: jiff::Timestamp,
 ) -> Result<Vec<Value>> {
     let (group, plural) = (attrs.resource.group, attrs.resource.plural);
-    let usage = quota::usage(group, plural, obj, now);
+    let mut usage = quota::usage(group, plural, obj, now);
+    if attrs.operation == Operation::Update {
+        let old = attrs.old.ok_or_else(|| {
+            forbidden(
+                attrs,
+                "unable to get previous usage since prior version of object was not found".into(),
+            )
+        })?;
+        usage = quota::subtract_non_negative(&usage, &quota::usage(group, plural, old, now));
+    }
     // first every matching quota must be usable: constraints met, usage known
     let mut matching: Vec<(&Value, ResourceList, BTreeSet<String>)> = Vec::new();
     for q in quotas {
@@ -130,7 +148,12 @@ impl<S: QuotaStore> Plugin for ResourceQuota<S> {
 
     async fn validate(&self, attrs: &Attributes<'_>, object: Option<&Value>) -> Result<()> {
         let Some(obj) = object else { return Ok(()) };
-        if attrs.operation != Operation::Create
+        let charged = match attrs.operation {
+            Operation::Create => true,
+            Operation::Update => charges_updates(attrs.resource.group, attrs.resource.plural),
+            Operation::Delete => false,
+        };
+        if !charged
             || !attrs.subresource.is_empty()
             || !attrs.resource.namespaced
             || attrs.namespace.is_empty()
@@ -149,7 +172,7 @@ impl<S: QuotaStore> Plugin for ResourceQuota<S> {
             if self.store.update(attrs.namespace, &changed).await? {
                 return Ok(());
             }
-            // another create charged a quota first: read again
+            // another write charged a quota first: read again
             tokio::task::yield_now().await;
         }
         Err(ApiError::internal(format!(

@@ -79,15 +79,18 @@ fn plugin(quotas: Vec<Value>) -> ResourceQuota<Recording> {
     }
 }
 
+/// The plugin over one unscoped quota `q`.
+fn one_quota(hard: Value, used: Value) -> ResourceQuota<Recording> {
+    plugin(vec![quota("q", hard, used, json!({}))])
+}
+
 #[tokio::test]
 async fn a_create_within_the_quota_raises_its_used() {
     let user = UserInfo::anonymous();
-    let p = plugin(vec![quota(
-        "q",
+    let p = one_quota(
         json!({"pods": "2", "requests.cpu": "1"}),
         json!({"pods": "1", "requests.cpu": "250m"}),
-        json!({}),
-    )]);
+    );
     let obj = pod(json!({"requests": {"cpu": "500m"}}));
     p.validate(&attrs(&user, "pods", false), Some(&obj))
         .await
@@ -101,12 +104,7 @@ async fn a_create_within_the_quota_raises_its_used() {
 #[tokio::test]
 async fn a_create_past_the_quota_is_refused_with_upstreams_message() {
     let user = UserInfo::anonymous();
-    let p = plugin(vec![quota(
-        "q",
-        json!({"pods": "2"}),
-        json!({"pods": "2"}),
-        json!({}),
-    )]);
+    let p = one_quota(json!({"pods": "2"}), json!({"pods": "2"}));
     let err = p
         .validate(&attrs(&user, "pods", false), Some(&pod(json!({}))))
         .await
@@ -147,12 +145,7 @@ async fn a_pod_must_state_what_a_quota_limits() {
 #[tokio::test]
 async fn a_quota_the_controller_has_not_counted_yet_refuses_until_it_has() {
     let user = UserInfo::anonymous();
-    let p = plugin(vec![quota(
-        "q",
-        json!({"pods": "2", "services": "1"}),
-        json!({}),
-        json!({}),
-    )]);
+    let p = one_quota(json!({"pods": "2", "services": "1"}), json!({}));
     let err = p
         .validate(&attrs(&user, "pods", false), Some(&pod(json!({}))))
         .await
@@ -166,12 +159,7 @@ async fn a_quota_the_controller_has_not_counted_yet_refuses_until_it_has() {
 #[tokio::test]
 async fn a_lost_race_is_retried_from_a_fresh_read() {
     let user = UserInfo::anonymous();
-    let p = plugin(vec![quota(
-        "q",
-        json!({"pods": "5"}),
-        json!({"pods": "1"}),
-        json!({}),
-    )]);
+    let p = one_quota(json!({"pods": "5"}), json!({"pods": "1"}));
     *p.store.conflicts.lock() = 3;
     p.validate(&attrs(&user, "pods", false), Some(&pod(json!({}))))
         .await
@@ -217,5 +205,132 @@ async fn unmatched_scopes_kinds_and_dry_runs_charge_nothing() {
         err.message.contains("exceeded quota: best-effort"),
         "{}",
         err.message
+    );
+}
+
+fn update<'a>(user: &'a UserInfo, plural: &str, old: &'a Value) -> Attributes<'a> {
+    Attributes {
+        operation: Operation::Update,
+        old: Some(old),
+        ..attrs(user, plural, false)
+    }
+}
+
+fn service(type_: &str, ports: usize) -> Value {
+    let ports: Vec<Value> = (0..ports)
+        .map(|i| json!({"port": 80 + i, "targetPort": 8080}))
+        .collect();
+    json!({"metadata": {"name": "web", "namespace": "ns", "resourceVersion": "3"},
+           "spec": {"type": type_, "ports": ports}})
+}
+
+fn claim(storage: &str) -> Value {
+    json!({"metadata": {"name": "web", "namespace": "ns", "resourceVersion": "3"},
+           "spec": {"accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": storage}}}})
+}
+
+#[tokio::test]
+async fn a_service_turned_into_a_load_balancer_is_charged_its_node_ports_and_balancer() {
+    let user = UserInfo::anonymous();
+    let p = one_quota(
+        json!({"services": "5", "services.nodeports": "3", "services.loadbalancers": "1"}),
+        json!({"services": "1", "services.nodeports": "0", "services.loadbalancers": "0"}),
+    );
+    let old = service("ClusterIP", 2);
+    p.validate(
+        &update(&user, "services", &old),
+        Some(&service("LoadBalancer", 2)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        p.store.quotas.lock()[0]["status"]["used"],
+        json!({"services": "1", "services.nodeports": "2", "services.loadbalancers": "1"}),
+        "the service itself is not counted again"
+    );
+    // a second balancer is past the quota
+    let err = p
+        .validate(
+            &update(&user, "services", &service("NodePort", 1)),
+            Some(&service("LoadBalancer", 1)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.code, err.message.as_str()),
+        (
+            403,
+            "services \"web\" is forbidden: exceeded quota: q, requested: services.loadbalancers=1, used: services.loadbalancers=1, limited: services.loadbalancers=1"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_claim_resize_is_charged_the_growth_and_a_shrink_charges_nothing() {
+    let user = UserInfo::anonymous();
+    let p = one_quota(
+        json!({"requests.storage": "10Gi"}),
+        json!({"requests.storage": "4Gi"}),
+    );
+    let (small, big, huge) = (claim("2Gi"), claim("5Gi"), claim("20Gi"));
+    p.validate(&update(&user, "persistentvolumeclaims", &small), Some(&big))
+        .await
+        .unwrap();
+    assert_eq!(
+        p.store.quotas.lock()[0]["status"]["used"]["requests.storage"],
+        "7Gi"
+    );
+    p.validate(&update(&user, "persistentvolumeclaims", &big), Some(&small))
+        .await
+        .unwrap();
+    assert_eq!(*p.store.updates.lock(), 1, "a shrink writes nothing");
+    let err = p
+        .validate(&update(&user, "persistentvolumeclaims", &big), Some(&huge))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "persistentvolumeclaims \"web\" is forbidden: exceeded quota: q, requested: requests.storage=15Gi, used: requests.storage=7Gi, limited: requests.storage=10Gi"
+    );
+}
+
+#[tokio::test]
+async fn updates_of_kinds_without_update_usage_and_unchanged_usage_charge_nothing() {
+    let user = UserInfo::anonymous();
+    let p = one_quota(
+        json!({"pods": "1", "services": "1"}),
+        json!({"pods": "1", "services": "1"}),
+    );
+    let old = pod(json!({}));
+    p.validate(&update(&user, "pods", &old), Some(&pod(json!({}))))
+        .await
+        .unwrap();
+    let svc = service("ClusterIP", 1);
+    p.validate(&update(&user, "services", &svc), Some(&svc))
+        .await
+        .unwrap();
+    assert_eq!(*p.store.updates.lock(), 0);
+}
+
+#[tokio::test]
+async fn a_lost_race_on_an_update_is_retried_from_a_fresh_read() {
+    let user = UserInfo::anonymous();
+    let p = one_quota(
+        json!({"services.nodeports": "4"}),
+        json!({"services.nodeports": "1"}),
+    );
+    *p.store.conflicts.lock() = 2;
+    let old = service("ClusterIP", 2);
+    p.validate(
+        &update(&user, "services", &old),
+        Some(&service("NodePort", 2)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(*p.store.updates.lock(), 1);
+    assert_eq!(
+        p.store.quotas.lock()[0]["status"]["used"]["services.nodeports"],
+        "3"
     );
 }

@@ -21,7 +21,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::api::{DeleteParams, PostParams, PropagationPolicy};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
@@ -30,30 +30,7 @@ use skiff_runtime::backoff::ItemBackoff;
 use crate::{Context, watched};
 
 /// An event recorded on a CronJob.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CronJobEvent {
-    pub warning: bool,
-    pub reason: String,
-    pub note: String,
-}
-
-impl CronJobEvent {
-    pub fn normal(reason: &str, note: String) -> CronJobEvent {
-        CronJobEvent {
-            warning: false,
-            reason: reason.into(),
-            note,
-        }
-    }
-
-    pub fn warning(reason: &str, note: String) -> CronJobEvent {
-        CronJobEvent {
-            warning: true,
-            reason: reason.into(),
-            note,
-        }
-    }
-}
+pub type CronJobEvent = crate::events::Note;
 
 /// The reads and writes this controller makes beyond its stores.
 #[async_trait]
@@ -120,20 +97,9 @@ impl CronJobApi for KubeCronJobs {
     }
 
     async fn event(&self, cronjob: &CronJob, event: CronJobEvent) {
-        let ev = Event {
-            type_: if event.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: event.reason.clone(),
-            note: Some(event.note),
-            action: event.reason,
-            secondary: None,
-        };
-        if let Err(error) = self.recorder.publish(&ev, &cronjob.object_ref(&())).await {
-            tracing::debug!(cronjob = %cronjob.name_any(), %error, "cronjob: event not recorded");
-        }
+        event
+            .publish(&self.recorder, &cronjob.object_ref(&()), "cronjob")
+            .await;
     }
 }
 

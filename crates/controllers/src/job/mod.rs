@@ -29,7 +29,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
@@ -43,30 +43,7 @@ use crate::{Context, watched};
 const EXPECTATIONS_TIMEOUT: jiff::SignedDuration = jiff::SignedDuration::from_secs(300);
 
 /// An event recorded on a Job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobEvent {
-    pub warning: bool,
-    pub reason: String,
-    pub note: String,
-}
-
-impl JobEvent {
-    pub fn normal(reason: &str, note: String) -> JobEvent {
-        JobEvent {
-            warning: false,
-            reason: reason.into(),
-            note,
-        }
-    }
-
-    pub fn warning(reason: &str, note: String) -> JobEvent {
-        JobEvent {
-            warning: true,
-            reason: reason.into(),
-            note,
-        }
-    }
-}
+pub type JobEvent = crate::events::Note;
 
 /// The writes this controller makes.
 #[async_trait]
@@ -274,20 +251,9 @@ impl JobApi for KubeJobs {
     }
 
     async fn event(&self, job: &Job, event: JobEvent) {
-        let ev = Event {
-            type_: if event.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: event.reason.clone(),
-            note: Some(event.note),
-            action: event.reason,
-            secondary: None,
-        };
-        if let Err(error) = self.recorder.publish(&ev, &job.object_ref(&())).await {
-            tracing::debug!(job = %job.name_any(), %error, "job: event not recorded");
-        }
+        event
+            .publish(&self.recorder, &job.object_ref(&()), "job")
+            .await;
     }
 }
 

@@ -11,9 +11,11 @@
 //! - [`empty_dir`], [`host_path`], [`config_map`], [`secret`], [`downward_api`], [`projected`]:
 //!   one file per volume type; [`keys`] is what configMap and secret share.
 //! - [`token`]: projected service account tokens, requested and refreshed.
+//! - [`claim`]: persistentVolumeClaim volumes (node-local directories on hollow nodes only).
 //! - [`mounts`]: a container's `volumeMounts` (and the pod's /etc/hosts) as CRI mounts.
 
 pub mod atomic_writer;
+pub mod claim;
 pub mod config_map;
 pub mod downward_api;
 pub mod empty_dir;
@@ -111,6 +113,8 @@ pub struct VolumeManager {
     tokens: token::TokenCache,
     /// Pod uid → its last set-up attempt. Guards the map only, never held across an await.
     attempts: Mutex<HashMap<String, Attempt>>,
+    /// How persistentVolumeClaim volumes are treated.
+    claims: claim::Claims,
 }
 
 /// The JSON name of a volume's type (`persistentVolumeClaim`, `nfs`…).
@@ -135,7 +139,14 @@ impl VolumeManager {
             refresh,
             tokens: token::TokenCache::default(),
             attempts: Mutex::new(HashMap::new()),
+            claims: claim::Claims::default(),
         }
+    }
+
+    /// Treats persistentVolumeClaim volumes as `claims` says (hollow nodes: node-local).
+    pub fn with_claims(mut self, claims: claim::Claims) -> VolumeManager {
+        self.claims = claims;
+        self
     }
 
     pub fn pod_dir(&self, uid: &str) -> PathBuf {
@@ -160,6 +171,10 @@ impl VolumeManager {
             downward_api::PLUGIN
         } else if volume.projected.is_some() {
             projected::PLUGIN
+        } else if volume.persistent_volume_claim.is_some()
+            && self.claims == claim::Claims::NodeLocal
+        {
+            claim::PLUGIN
         } else {
             return None;
         };
@@ -224,6 +239,8 @@ impl VolumeManager {
             return empty_dir::set_up(&dir, source, self.host.as_ref());
         } else if let Some(source) = &volume.host_path {
             return host_path::set_up(&dir, source.type_.as_deref(), self.host.as_ref());
+        } else if let Some(source) = &volume.persistent_volume_claim {
+            return claim::set_up(api, namespace, &source.claim_name, &dir).await;
         } else if let Some(source) = &volume.config_map {
             config_map::payload(api, namespace, source).await?
         } else if let Some(source) = &volume.secret {

@@ -262,3 +262,43 @@ async fn a_host_that_refuses_mounts_fails_the_volume_and_teardown() {
     *h.host.fail.lock() = None;
     assert!(h.set_up(&p, at(10)).await.ready);
 }
+
+#[tokio::test]
+async fn hollow_nodes_give_an_existing_claim_a_directory_and_refuse_missing_or_deleted_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let volumes = VolumeManager::new(
+        dir.path().join("pods"),
+        Arc::new(RecordingHost::default()),
+        REFRESH,
+    )
+    .with_claims(claim::Claims::NodeLocal);
+    let api = RecordingPodApi::default();
+    api.claims.lock().insert("data-web-0".into(), false);
+    api.claims.lock().insert("old".into(), true);
+    let p = pod(
+        json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data-web-0"}},
+               {"name": "gone", "persistentVolumeClaim": {"claimName": "missing"}},
+               {"name": "going", "persistentVolumeClaim": {"claimName": "old"}}]),
+        json!([]),
+    );
+    let result = volumes.set_up(&api, &p, &BTreeMap::new(), at(0)).await;
+    let messages: Vec<String> = result.failures.iter().map(|f| f.to_string()).collect();
+    assert_eq!(
+        messages,
+        [
+            "MountVolume.SetUp failed for volume \"gone\" : error processing PVC prod/missing: failed to fetch PVC from API server: persistentvolumeclaims \"missing\" not found",
+            "MountVolume.SetUp failed for volume \"going\" : error processing PVC prod/old: PVC is being deleted",
+        ]
+    );
+    let data = volumes
+        .host_path("u1", &p.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0])
+        .unwrap();
+    assert!(data.ends_with("u1/volumes/skiff.io~claim/data"), "{data:?}");
+    assert!(data.is_dir());
+
+    // once the claims exist and are not being deleted, the pod's volumes are ready
+    api.claims.lock().insert("missing".into(), false);
+    api.claims.lock().insert("old".into(), false);
+    let result = volumes.set_up(&api, &p, &BTreeMap::new(), at(60)).await;
+    assert!(result.ready && result.failures.is_empty(), "{result:?}");
+}

@@ -1,0 +1,301 @@
+//! `claim`: upstream's `ControllerRefManager` (`controller_ref_manager.go`) for the daemonset and
+//! statefulset controllers: which of the objects in an owner's namespace it controls, after
+//! adopting the orphans its selector matches and releasing the objects it owns but no longer
+//! matches. The patches are upstream's: a strategic-merge patch of `ownerReferences` with the
+//! object's `uid` as a precondition. The queue side, [`keys_for`] and [`owner_requests`], finds
+//! the owners an orphan's change concerns.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+
+use futures::stream::{self, BoxStream};
+use futures::{Stream, StreamExt, TryStreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use kube::runtime::controller::ReconcileRequest;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::podutil;
+
+/// What claiming decides about one object (upstream's `ClaimObject`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// The owner controls it and its selector matches: it is the owner's, no write.
+    Keep,
+    /// An orphan that matches: patch this controller reference in; it is the owner's once that
+    /// succeeds (a 404 means it is gone: not claimed, not an error).
+    Adopt(serde_json::Value),
+    /// The owner controls it but no longer matches: patch the reference out (404 and 422 mean
+    /// it is gone or already released: not an error). It is not the owner's either way.
+    Release(serde_json::Value),
+    /// Controlled by another owner, or an orphan the owner must not adopt: not the owner's.
+    Ignore,
+}
+
+/// Decides about `object` for `owner` (whose controller reference is `owner_ref`); `matches` is
+/// whether the owner's selector (and any filter of the controller) matches it.
+pub fn decide(
+    owner: &ObjectMeta,
+    owner_ref: &OwnerReference,
+    object: &ObjectMeta,
+    matches: bool,
+) -> Decision {
+    let deleting = owner.deletion_timestamp.is_some();
+    let object_uid = object.uid.clone().unwrap_or_default();
+    match podutil::controller_of(object) {
+        Some(r) if r.uid != owner_ref.uid => Decision::Ignore,
+        Some(_) if matches => Decision::Keep,
+        // an owner being deleted releases nothing
+        Some(_) if deleting => Decision::Ignore,
+        Some(_) => Decision::Release(json!({"metadata": {
+            "ownerReferences": [{"$patch": "delete", "uid": owner_ref.uid}],
+            "uid": object_uid,
+        }})),
+        None if deleting || !matches || object.deletion_timestamp.is_some() => Decision::Ignore,
+        None if owner.namespace.is_some() && owner.namespace != object.namespace => {
+            Decision::Ignore
+        }
+        None => Decision::Adopt(json!({"metadata": {
+            "ownerReferences": [owner_ref],
+            "uid": object_uid,
+        }})),
+    }
+}
+
+/// A patch write of a claim: the object's name and the patch.
+pub type Patch<'p> = Box<
+    dyn Fn(String, serde_json::Value) -> Pin<Box<dyn Future<Output = kube::Result<()>> + Send + 'p>>
+        + Send
+        + Sync
+        + 'p,
+>;
+
+/// The objects among `candidates` that `owner` controls after adopting and releasing through
+/// `patch` (adopted ones carry `owner_ref` from then on). The first failed patch is the error.
+pub async fn claim<'a, T>(
+    owner: &ObjectMeta,
+    owner_ref: &OwnerReference,
+    candidates: &[&'a T],
+    matches: impl Fn(&T) -> bool,
+    patch: Patch<'_>,
+) -> kube::Result<Vec<Cow<'a, T>>>
+where
+    T: Resource + Clone + 'a,
+{
+    let mut claimed = Vec::new();
+    for &object in candidates {
+        match decide(owner, owner_ref, object.meta(), matches(object)) {
+            Decision::Keep => claimed.push(Cow::Borrowed(object)),
+            Decision::Ignore => {}
+            Decision::Adopt(p) => match patch(object.name_any(), p).await {
+                Ok(()) => {
+                    let mut adopted = object.clone();
+                    let refs = adopted.meta_mut().owner_references.get_or_insert_default();
+                    refs.push(owner_ref.clone());
+                    claimed.push(Cow::Owned(adopted));
+                }
+                Err(e) if podutil::is_not_found(&e) => {}
+                Err(e) => return Err(e),
+            },
+            Decision::Release(p) => match patch(object.name_any(), p).await {
+                Ok(()) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 422 => {}
+                Err(e) => return Err(e),
+            },
+        }
+    }
+    Ok(claimed)
+}
+
+/// The owners in `owners` a change of the object with `meta` concerns: its controller of `kind`
+/// if it has one, else (an orphan) every owner of its namespace whose selector matches it
+/// (upstream's `getDaemonSetsForPod`, `getStatefulSetsForPod`).
+pub fn keys_for<K>(
+    meta: &ObjectMeta,
+    kind: &str,
+    owners: &Store<K>,
+    selector: impl Fn(&K) -> Option<&LabelSelector>,
+) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    if podutil::controller_of(meta).is_some() {
+        return crate::watched::controller_key(meta, kind)
+            .into_iter()
+            .collect();
+    }
+    let labels = podutil::labels(meta);
+    owners
+        .state()
+        .iter()
+        .filter(|o| o.meta().namespace == meta.namespace)
+        .filter(|o| {
+            podutil::selector(selector(o)).is_ok_and(|s| !s.is_empty() && s.matches(&labels))
+        })
+        .map(|o| ObjectRef::from(o.as_ref()))
+        .collect()
+}
+
+/// The requests for the owners ([`keys_for`]) of each object `events` yields: how the daemonset
+/// and statefulset controllers queue pod and revision changes.
+pub fn owner_requests<K, T>(
+    events: impl Stream<Item = Result<T, watcher::Error>> + Send + 'static,
+    kind: &'static str,
+    owners: Store<K>,
+    selector: fn(&K) -> Option<&LabelSelector>,
+) -> BoxStream<'static, Result<ReconcileRequest<K>, watcher::Error>>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    T: Resource + Send + 'static,
+{
+    events
+        .map_ok(move |object: T| {
+            let keys = keys_for(object.meta(), kind, &owners, selector);
+            stream::iter(keys.into_iter().map(|k| Ok(ReconcileRequest::from(k))))
+        })
+        .try_flatten()
+        .boxed()
+}
+
+/// `adopt` or `release`: what a claim patch does (for recording fakes).
+pub fn patch_kind(patch: &serde_json::Value) -> &'static str {
+    if patch["metadata"]["ownerReferences"][0]["$patch"] == "delete" {
+        "release"
+    } else {
+        "adopt"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use parking_lot::Mutex;
+    use std::sync::Arc;
+
+    fn owner() -> ObjectMeta {
+        serde_json::from_value(json!({"name": "o", "namespace": "ns", "uid": "owner-uid"})).unwrap()
+    }
+
+    fn owner_ref() -> OwnerReference {
+        podutil::controller_ref("apps/v1", "DaemonSet", &owner())
+    }
+
+    fn pod(name: &str, controller: Option<&str>) -> Pod {
+        let refs = controller.map(|uid| {
+            json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "x", "uid": uid,
+                "controller": true}])
+        });
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns",
+            "uid": format!("{name}-uid"), "ownerReferences": refs}}))
+        .unwrap()
+    }
+
+    fn deleting(mut meta: ObjectMeta) -> ObjectMeta {
+        meta.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        meta
+    }
+
+    #[test]
+    fn matching_orphans_are_adopted_with_the_uid_as_precondition() {
+        let d = decide(&owner(), &owner_ref(), &pod("p", None).metadata, true);
+        let Decision::Adopt(patch) = d else {
+            panic!("{d:?}")
+        };
+        let refs = &patch["metadata"]["ownerReferences"];
+        assert_eq!(refs[0]["uid"], "owner-uid");
+        assert_eq!(refs[0]["controller"], true);
+        assert_eq!(refs[0]["blockOwnerDeletion"], true);
+        assert_eq!(patch["metadata"]["uid"], "p-uid");
+    }
+
+    #[test]
+    fn orphans_are_not_adopted_when_they_or_the_owner_are_being_deleted_or_do_not_match() {
+        let orphan = pod("p", None).metadata;
+        assert_eq!(
+            decide(&deleting(owner()), &owner_ref(), &orphan, true),
+            Decision::Ignore
+        );
+        assert_eq!(
+            decide(&owner(), &owner_ref(), &deleting(orphan.clone()), true),
+            Decision::Ignore
+        );
+        assert_eq!(
+            decide(&owner(), &owner_ref(), &orphan, false),
+            Decision::Ignore
+        );
+        let mut elsewhere = orphan;
+        elsewhere.namespace = Some("other".into());
+        assert_eq!(
+            decide(&owner(), &owner_ref(), &elsewhere, true),
+            Decision::Ignore
+        );
+    }
+
+    #[test]
+    fn owned_objects_that_no_longer_match_are_released_unless_the_owner_is_being_deleted() {
+        let owned = pod("p", Some("owner-uid")).metadata;
+        assert_eq!(decide(&owner(), &owner_ref(), &owned, true), Decision::Keep);
+        assert_eq!(
+            decide(&deleting(owner()), &owner_ref(), &owned, true),
+            Decision::Keep
+        );
+        let Decision::Release(patch) = decide(&owner(), &owner_ref(), &owned, false) else {
+            panic!()
+        };
+        assert_eq!(
+            patch["metadata"]["ownerReferences"][0],
+            json!({"$patch": "delete", "uid": "owner-uid"})
+        );
+        assert_eq!(
+            decide(&deleting(owner()), &owner_ref(), &owned, false),
+            Decision::Ignore
+        );
+        let theirs = pod("p", Some("someone-else")).metadata;
+        assert_eq!(
+            decide(&owner(), &owner_ref(), &theirs, true),
+            Decision::Ignore
+        );
+    }
+
+    #[tokio::test]
+    async fn claim_returns_kept_and_adopted_objects_and_tolerates_vanished_ones() {
+        let pods = [
+            pod("mine", Some("owner-uid")),
+            pod("orphan", None),
+            pod("gone", None),
+            pod("stale", Some("owner-uid")),
+        ];
+        let writes = Arc::new(Mutex::new(Vec::new()));
+        let seen = writes.clone();
+        let patch: Patch = Box::new(move |name, _| {
+            seen.lock().push(name.clone());
+            Box::pin(async move {
+                if name == "gone" {
+                    Err(kube::Error::Api(Box::new(
+                        kube::core::Status::failure("not found", "NotFound").with_code(404),
+                    )))
+                } else {
+                    Ok(())
+                }
+            })
+        });
+        let claimed = claim(
+            &owner(),
+            &owner_ref(),
+            &pods.iter().collect::<Vec<_>>(),
+            |p: &Pod| p.name_any() != "stale",
+            patch,
+        )
+        .await
+        .unwrap();
+        let names: Vec<String> = claimed.iter().map(|p| p.name_any()).collect();
+        assert_eq!(names, ["mine", "orphan"]);
+        assert!(podutil::controlled_by(&claimed[1].metadata, "owner-uid"));
+        assert_eq!(*writes.lock(), ["orphan", "gone", "stale"]);
+    }
+}
