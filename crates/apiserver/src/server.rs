@@ -296,6 +296,7 @@ impl ApiServer {
                         },
                     }),
                     Box::new(admission::tolerations::DefaultTolerationSeconds),
+                    Box::new(admission::node_restriction::NodeRestriction),
                     Box::new(admission::default_storage_class::DefaultStorageClass {
                         lookup: CachedStorageClasses {
                             cache: cache.clone(),
