@@ -1,6 +1,6 @@
 //! The API server process: configuration, the shared state every handler reads, the HTTPS
 //! listener (HTTP/1.1 and HTTP/2 over rustls, client certificates verified against the cluster
-//! CA), and the request pipeline authentication → authorization → handler (admission runs inside
+//! CA), and the request pipeline authentication → impersonation → authorization → handler (admission runs inside
 //! the write handlers).
 
 use std::net::SocketAddr;
@@ -362,6 +362,10 @@ impl ApiServer {
                 tracing::debug!(%why, "authentication failed");
                 return handlers::error(&ApiError::unauthorized());
             }
+        };
+        let user = match crate::impersonation::resolve(&self.authz, user, req.headers()) {
+            Ok(u) => u,
+            Err(e) => return handlers::error(&e),
         };
         match self.authz.decide(&user, &info) {
             Decision::Allow => {}

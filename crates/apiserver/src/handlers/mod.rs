@@ -18,6 +18,7 @@ pub mod discovery;
 pub mod kubelet;
 pub mod openapi;
 pub mod read;
+pub mod reviews;
 pub mod scale;
 pub mod system;
 pub mod watch;
@@ -202,6 +203,12 @@ pub async fn route(
             return resp;
         }
         return system::handle(&server, req.method(), &info.path).await;
+    }
+    if reviews::is_review(&info) {
+        return match encoding::negotiate(accept.as_deref()) {
+            Ok(output) => reviews::handle(&server, req, &info, &user, output).await,
+            Err(e) => error(&e),
+        };
     }
     let Some(rt) = catalog::lookup(&info.group, &info.version, &info.resource) else {
         return error(&ApiError::path_not_found());
