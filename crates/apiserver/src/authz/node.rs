@@ -358,6 +358,15 @@ impl Authorizer for NodeAuthorizer {
             }
             ("", "persistentvolumes", _) => self.read_volume(node, r),
             ("", "pods", _) => self.pods(node, r),
+            // Skiff's kubelet records events.k8s.io/v1 Events where upstream's records core
+            // ones; the same verbs as `system:node` grants on core events
+            ("events.k8s.io", "events", "") => {
+                if matches!(r.verb.as_str(), "create" | "update" | "patch") {
+                    Decision::Allow
+                } else {
+                    Decision::pass()
+                }
+            }
             ("", "serviceaccounts", "token") => self.token(node, r),
             ("coordination.k8s.io", "leases", _) => self.lease(node, r),
             ("storage.k8s.io", "csinodes", _) => {

@@ -103,6 +103,11 @@ fn a_kubelet_reaches_only_what_its_pods_use() {
         (req("get", "", "persistentvolumes", "", "pv2"), false),
         (req("update", "", "pods/status", "default", "mine"), true),
         (req("create", "", "events", "default", ""), true),
+        (
+            req("create", "events.k8s.io", "events", "default", ""),
+            true,
+        ),
+        (req("list", "events.k8s.io", "events", "default", ""), false),
         (req("get", "", "nodes", "", "n1"), true),
         (req("update", "", "nodes/status", "", "n1"), true),
         (req("delete", "", "namespaces", "", "default"), false),

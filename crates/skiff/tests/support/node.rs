@@ -212,7 +212,7 @@ fn spawn_kubelet(
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
     cmd.arg("kubelet")
         .arg("--kubeconfig")
-        .arg(api.kubeconfig())
+        .arg(node_kubeconfig(api, node))
         .args(["--node-name", node, "--pod-cidr", "10.42.0.0/24"])
         // the kubelet server on a free loopback port, reached by the API server on loopback
         .args(["--address", "127.0.0.1", "--port", "0"])
@@ -227,6 +227,22 @@ fn spawn_kubelet(
     let (child, ready, lines) = super::spawn_until_ready(&mut cmd, &dir.join("kubelet.log"));
     assert!(ready.contains("containerd://"), "{ready}");
     (child, lines)
+}
+
+/// A kubeconfig with the node's own identity (`system:node:<node>` in `system:nodes`, as
+/// kubelet TLS bootstrapping gives upstream's kubelets), so the Node authorizer and
+/// NodeRestriction judge what the kubelet does.
+pub fn node_kubeconfig(api: &ApiServer, node: &str) -> PathBuf {
+    let pki = skiff_apiserver::pki::Pki::load(&api.data_dir.join("tls")).expect("the cluster CA");
+    let path = api.data_dir.join(format!("kubelet-{node}.kubeconfig"));
+    pki.write_kubeconfig(
+        &path,
+        &format!("https://127.0.0.1:{}", api.port),
+        &format!("system:node:{node}"),
+        Some("system:nodes"),
+    )
+    .expect("write the kubelet's kubeconfig");
+    path
 }
 
 /// The pod, once it is in `phase`.
