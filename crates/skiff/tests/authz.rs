@@ -2,7 +2,8 @@
 //! the newest and the oldest: a user certificate with a Role reads pods in its namespace and is
 //! refused elsewhere with upstream's message; `kubectl auth can-i` (also `--list` and `--as`)
 //! and `kubectl auth whoami` answer as upstream; `kubectl --as` runs as the impersonated user;
-//! a kubelet identity reads its own pods and their secrets, never another node's.
+//! a kubelet identity reads its own pods and their secrets, never another node's; aggregated
+//! ClusterRoles gather the rules of the roles they select.
 
 mod support;
 
@@ -410,4 +411,72 @@ fn a_kubelet_reads_only_its_own_pods_and_their_secrets() {
     }
     let out = kubectl_as(&api, KUBECTL_133, &n1, &["label", "node", "n1", "role=web"]);
     assert!(out.status.success(), "{}", text(&out).1);
+}
+
+#[test]
+fn an_aggregated_cluster_role_gathers_the_rules_of_the_roles_it_selects() {
+    let api = ApiServer::start(Backend::Embedded);
+    api.kubectl_stdin(
+        KUBECTL_133,
+        &["apply", "-f", "-"],
+        Some(
+            r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: monitoring}
+aggregationRule:
+  clusterRoleSelectors:
+  - matchLabels: {rbac.example.com/aggregate-to-monitoring: "true"}
+rules: []
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: monitoring-endpoints
+  labels: {rbac.example.com/aggregate-to-monitoring: "true"}
+rules:
+- {apiGroups: [""], resources: [services, endpoints, pods], verbs: [get, list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: carol-monitors}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: monitoring}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: carol}
+"#,
+        ),
+    );
+    let carol = kubeconfig_for(&api, "carol", None);
+    let listed = until_allowed(&api, &carol, &["get", "endpoints", "-A", "-o", "name"]);
+    assert!(listed.contains("endpoints/kubernetes"), "{listed}");
+    let rules = api.kubectl(
+        KUBECTL_133,
+        &[
+            "get",
+            "clusterrole",
+            "monitoring",
+            "-o",
+            "jsonpath={.rules[0].resources}",
+        ],
+    );
+    assert_eq!(rules, r#"["services","endpoints","pods"]"#);
+    // the label goes away: so does the rule
+    api.kubectl(
+        KUBECTL_133,
+        &[
+            "label",
+            "clusterrole",
+            "monitoring-endpoints",
+            "rbac.example.com/aggregate-to-monitoring-",
+        ],
+    );
+    let deadline = std::time::Instant::now() + support::HANG_GUARD;
+    loop {
+        let out = kubectl_as(&api, KUBECTL_133, &carol, &["get", "pods", "-A"]);
+        if !out.status.success() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the rule stayed");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
