@@ -10,23 +10,11 @@ mod support;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use skiff_apiserver::pki::Pki;
 use support::{ApiServer, Backend, KUBECTL_127, KUBECTL_133};
 
 /// A kubeconfig for a client certificate CN=`user`, O=`group`, signed by the cluster's CA.
 fn kubeconfig_for(api: &ApiServer, user: &str, group: Option<&str>) -> PathBuf {
-    let pki = Pki::load(&api.data_dir.join("tls")).expect("the cluster CA");
-    let path = api
-        .data_dir
-        .join(format!("{}.kubeconfig", user.replace(':', "-")));
-    pki.write_kubeconfig(
-        &path,
-        &format!("https://127.0.0.1:{}", api.port),
-        user,
-        group,
-    )
-    .expect("write the kubeconfig");
-    path
+    support::cluster::identity(api, user, group)
 }
 
 fn kubectl_as(api: &ApiServer, kubectl: &str, kubeconfig: &PathBuf, args: &[&str]) -> Output {

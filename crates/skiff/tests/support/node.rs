@@ -233,16 +233,7 @@ fn spawn_kubelet(
 /// kubelet TLS bootstrapping gives upstream's kubelets), so the Node authorizer and
 /// NodeRestriction judge what the kubelet does.
 pub fn node_kubeconfig(api: &ApiServer, node: &str) -> PathBuf {
-    let pki = skiff_apiserver::pki::Pki::load(&api.data_dir.join("tls")).expect("the cluster CA");
-    let path = api.data_dir.join(format!("kubelet-{node}.kubeconfig"));
-    pki.write_kubeconfig(
-        &path,
-        &format!("https://127.0.0.1:{}", api.port),
-        &format!("system:node:{node}"),
-        Some("system:nodes"),
-    )
-    .expect("write the kubelet's kubeconfig");
-    path
+    super::cluster::identity(api, &format!("system:node:{node}"), Some("system:nodes"))
 }
 
 /// The pod, once it is in `phase`.
