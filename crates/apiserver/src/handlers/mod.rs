@@ -7,6 +7,8 @@
 //! - [`discovery`]: `/api`, `/apis`, per-group and per-version lists, aggregated discovery.
 //! - [`openapi`]: the OpenAPI v2 and v3 documents.
 //! - [`read`]: get and list (from the store or the watch cache), Table and metadata views.
+//! - [`reviews`]: the create-only access and identity reviews (`kubectl auth can-i`,
+//!   `kubectl auth whoami`), answered by the authorizers, never stored.
 //! - [`scale`]: the `scale` subresource of workloads (`autoscaling/v1` Scale).
 //! - [`kubelet`]: `pods/{name}/log`, `exec`, `attach` and `portforward`, proxied to the pod's
 //!   kubelet.
