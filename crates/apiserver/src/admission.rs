@@ -3,11 +3,13 @@
 //! missing or terminating namespace), [`priority`] (pods get their PriorityClass's value),
 //! [`tolerations`] (DefaultTolerationSeconds), [`default_storage_class`] (claims naming no class
 //! get the default one) and [`storage_protection`] (new volumes and claims get their protection
-//! finalizers) and [`resource_quota`] (creates, and updates that raise a Service's or claim's
-//! usage, are charged against the namespace's ResourceQuotas, or refused).
+//! finalizers), [`resource_quota`] (creates, and updates that raise a Service's or claim's
+//! usage, are charged against the namespace's ResourceQuotas, or refused) and
+//! [`node_restriction`] (kubelets write only their own node and pods).
 //! The full plugin set plugs in behind the same trait.
 
 pub mod default_storage_class;
+pub mod node_restriction;
 pub mod priority;
 pub mod resource_quota;
 pub mod storage_protection;

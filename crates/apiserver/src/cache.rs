@@ -241,6 +241,12 @@ impl ResourceCache {
         self.state.read().objects.get(path).cloned()
     }
 
+    /// The revision of the last change to an object of this resource (authorizers rebuild
+    /// their indexes when it moves).
+    pub fn last_change(&self) -> i64 {
+        self.state.read().last_change
+    }
+
     /// How many objects the cache holds.
     pub fn len(&self) -> usize {
         self.state.read().objects.len()

@@ -74,6 +74,20 @@ impl ApiError {
         }
     }
 
+    /// Upstream's `NewForbidden`: `pods "x" is forbidden: why` (`pods is forbidden: why`
+    /// without a name), with the target in the details.
+    pub fn forbidden_target(t: Target<'_>, why: &str) -> Self {
+        let message = if t.name.is_empty() {
+            format!("{} is forbidden: {why}", t.qualified())
+        } else {
+            format!("{} \"{}\" is forbidden: {why}", t.qualified(), t.name)
+        };
+        Self {
+            details: Some(t.details()),
+            ..Self::new(403, "Forbidden", message)
+        }
+    }
+
     pub fn already_exists(t: Target<'_>) -> Self {
         Self {
             details: Some(t.details()),

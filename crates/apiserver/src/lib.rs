@@ -9,6 +9,7 @@
 //! - [`pki`]: the cluster CA, serving and client certificates, the admin kubeconfig.
 //! - [`kubelet_client`]: TLS connections to kubelets with the API server's client certificate.
 //! - [`authn`], [`authz`], [`admission`]: the three gates.
+//! - [`impersonation`]: `Impersonate-*` headers (`kubectl --as`), checked with the authorizers.
 //! - [`tokens`]: the service account token signer (TokenRequest's JWTs).
 //! - [`request`]: what a request asks for (verb, group, resource, namespace, name, subresource).
 //! - [`handlers`]: discovery, health, and the resource verbs.
@@ -35,6 +36,7 @@ pub mod conversion;
 pub mod encoding;
 pub mod error;
 pub mod handlers;
+pub mod impersonation;
 pub mod kubelet_client;
 pub mod metrics;
 pub mod pki;

@@ -158,6 +158,25 @@ impl Pki {
         Ok(pki)
     }
 
+    /// Loads the CA an earlier [`Pki::ensure`] made in `dir`, without issuing anything (for
+    /// tools and tests that make client certificates of a running cluster).
+    pub fn load(dir: &Path) -> Result<Self> {
+        let (ca_crt, ca_key) = (dir.join("ca.crt"), dir.join("ca.key"));
+        let (Some(ca_cert_pem), Some(ca_key_pem)) = (read(&ca_crt)?, read(&ca_key)?) else {
+            return Err(Error::Io {
+                path: ca_crt,
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            });
+        };
+        Ok(Self {
+            ca_cert_pem,
+            ca_key_pem,
+            serving_cert_pem: String::new(),
+            serving_key_pem: String::new(),
+            dir: dir.to_path_buf(),
+        })
+    }
+
     /// Issues a certificate signed by the cluster CA: a client certificate (CN = user, O = group)
     /// or, with `server`, a serving certificate for `names`. Returns (cert PEM, key PEM).
     pub fn issue(

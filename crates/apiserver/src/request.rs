@@ -21,6 +21,9 @@ pub struct RequestInfo {
     pub resource: String,
     pub subresource: String,
     pub name: String,
+    /// The `fieldSelector` of a list or watch (the Node authorizer lets kubelets list only
+    /// their own pods through it).
+    pub field_selector: String,
     /// Path segments after `/api` or `/apis` (discovery uses them).
     pub parts: Vec<String>,
 }
@@ -115,6 +118,7 @@ impl RequestInfo {
             return info;
         }
         info.is_resource_request = true;
+        info.field_selector = query.get("fieldSelector").cloned().unwrap_or_default();
         let mut watch_path = false;
         if parts[0] == "watch" {
             watch_path = true;

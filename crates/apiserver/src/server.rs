@@ -1,6 +1,6 @@
 //! The API server process: configuration, the shared state every handler reads, the HTTPS
 //! listener (HTTP/1.1 and HTTP/2 over rustls, client certificates verified against the cluster
-//! CA), and the request pipeline authentication → authorization → handler (admission runs inside
+//! CA), and the request pipeline authentication → impersonation → authorization → handler (admission runs inside
 //! the write handlers).
 
 use std::net::SocketAddr;
@@ -22,7 +22,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::admission::priority::{Priority, PriorityClassLookup};
 use crate::admission::{self, NamespaceLookup};
 use crate::authn::{self, Credentials, X509Authenticator};
-use crate::authz::{self, AllowAuthenticated, Authorizer, Decision};
+use crate::authz::{self, Decision, Mode};
 use crate::cache::Cacher;
 use crate::coalesce::GatherWrites;
 use crate::error::{ApiError, Result};
@@ -59,7 +59,9 @@ pub struct ApiServer {
     pub store: Arc<dyn Store>,
     pub cache: Arc<Cacher>,
     pub authn: authn::Chain,
-    pub authz: Vec<Box<dyn Authorizer>>,
+    pub authz: authz::Chain,
+    /// The RBAC authorizer when it is one of the modes (rules reviews list its rules).
+    pub rbac: Option<Arc<authz::rbac::Rbac>>,
     pub admission: admission::Chain,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Where Service ClusterIPs and NodePorts come from.
@@ -236,22 +238,49 @@ impl admission::resource_quota::QuotaStore for StoreQuotas {
 }
 
 impl ApiServer {
-    /// Builds the server state over a store: starts the watch cache and the default policy
-    /// chain; `kubelet` reaches the nodes' kubelets, `tokens` (if any) signs service account
-    /// tokens.
+    /// Builds the server state over a store: starts the watch cache, the authorizers of
+    /// `modes` (in order) and the default admission chain; `kubelet` reaches the nodes'
+    /// kubelets, `tokens` (if any) signs service account tokens.
     pub async fn new(
         store: Arc<dyn Store>,
         kubelet: crate::kubelet_client::KubeletClient,
         tokens: Option<Arc<crate::tokens::TokenIssuer>>,
+        modes: &[Mode],
     ) -> Result<Arc<Self>> {
         let cache = Cacher::start(store.clone()).await?;
+        let mut chain = authz::Chain::default();
+        let mut rbac = None;
+        for mode in modes {
+            match mode {
+                Mode::AlwaysAllow => chain.authorizers.push(Box::new(authz::AlwaysAllow)),
+                Mode::AlwaysDeny => chain.authorizers.push(Box::new(authz::AlwaysDeny)),
+                Mode::Node => chain
+                    .authorizers
+                    .push(Box::new(authz::node::NodeAuthorizer::new(Box::new(
+                        authz::node::CachedGraph {
+                            cache: cache.clone(),
+                        },
+                    )))),
+                Mode::Rbac => {
+                    let r = Arc::new(authz::rbac::Rbac::new(Box::new(
+                        authz::rbac::CachedPolicy {
+                            cache: cache.clone(),
+                        },
+                    )));
+                    chain.authorizers.push(Box::new(r.clone()));
+                    rbac = Some(r);
+                    authz::aggregation::spawn(cache.clone(), store.clone());
+                }
+            }
+        }
         // Built once here so the first `kubectl apply` does not pay for it.
         skiff_openapi::Documents::global();
         Ok(Arc::new(Self {
             store: store.clone(),
             cache: cache.clone(),
             authn: authn::Chain::new(vec![Box::new(X509Authenticator)]),
-            authz: vec![Box::new(AllowAuthenticated)],
+            authz: chain,
+            rbac,
             admission: admission::Chain {
                 plugins: vec![
                     Box::new(admission::NamespaceLifecycle {
@@ -267,6 +296,7 @@ impl ApiServer {
                         },
                     }),
                     Box::new(admission::tolerations::DefaultTolerationSeconds),
+                    Box::new(admission::node_restriction::NodeRestriction),
                     Box::new(admission::default_storage_class::DefaultStorageClass {
                         lookup: CachedStorageClasses {
                             cache: cache.clone(),
@@ -333,25 +363,15 @@ impl ApiServer {
                 return handlers::error(&ApiError::unauthorized());
             }
         };
-        let decision = self
-            .authz
-            .iter()
-            .map(|a| a.authorize(&user, &info))
-            .find(|d| *d != Decision::NoOpinion)
-            .unwrap_or(Decision::NoOpinion);
-        match decision {
+        let user = match crate::impersonation::resolve(&self.authz, user, req.headers()) {
+            Ok(u) => u,
+            Err(e) => return handlers::error(&e),
+        };
+        match self.authz.decide(&user, &info) {
             Decision::Allow => {}
             _ if user.is_anonymous() => return handlers::error(&ApiError::unauthorized()),
-            Decision::Deny(reason) => {
-                return handlers::error(&ApiError::forbidden(format!(
-                    "{}: {reason}",
-                    authz::forbidden_message(&user, &info)
-                )));
-            }
-            Decision::NoOpinion => {
-                return handlers::error(&ApiError::forbidden(authz::forbidden_message(
-                    &user, &info,
-                )));
+            Decision::Deny(reason) | Decision::NoOpinion(reason) => {
+                return handlers::error(&authz::forbidden(&user, &info, &reason));
             }
         }
         handlers::route(self, req, info, query, user).await

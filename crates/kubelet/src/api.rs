@@ -251,12 +251,19 @@ impl PodApi for KubePodApi {
 
     async fn pod_exists(&self, namespace: &str, name: &str, uid: &str) -> Result<bool> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let found = pods.get_opt(name).await.map_err(|source| Error::Read {
-            kind: "pod",
-            namespace: namespace.into(),
-            name: name.into(),
-            source,
-        })?;
+        let found = match pods.get_opt(name).await {
+            Ok(found) => found,
+            // the Node authorizer refuses pods not bound to this node, a deleted one included
+            Err(kube::Error::Api(e)) if e.code == 403 => None,
+            Err(source) => {
+                return Err(Error::Read {
+                    kind: "pod",
+                    namespace: namespace.into(),
+                    name: name.into(),
+                    source,
+                });
+            }
+        };
         Ok(found.is_some_and(|p| p.metadata.uid.as_deref() == Some(uid)))
     }
 

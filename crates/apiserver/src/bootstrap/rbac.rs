@@ -162,7 +162,7 @@ fn selects(selector: &Value, role: &Value) -> bool {
 /// Fills the rules of aggregated roles as upstream's clusterrole-aggregation controller leaves
 /// them once settled: for each selector, the rules of the roles it selects, taken in name order
 /// and without exact duplicates. Repeated until stable, since `edit` aggregates `view`.
-fn aggregate(roles: &mut [Value]) {
+pub(crate) fn aggregate(roles: &mut [Value]) {
     roles.sort_by(|a, b| {
         a["metadata"]["name"]
             .as_str()

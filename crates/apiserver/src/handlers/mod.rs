@@ -7,6 +7,8 @@
 //! - [`discovery`]: `/api`, `/apis`, per-group and per-version lists, aggregated discovery.
 //! - [`openapi`]: the OpenAPI v2 and v3 documents.
 //! - [`read`]: get and list (from the store or the watch cache), Table and metadata views.
+//! - [`reviews`]: the create-only access and identity reviews (`kubectl auth can-i`,
+//!   `kubectl auth whoami`), answered by the authorizers, never stored.
 //! - [`scale`]: the `scale` subresource of workloads (`autoscaling/v1` Scale).
 //! - [`kubelet`]: `pods/{name}/log`, `exec`, `attach` and `portforward`, proxied to the pod's
 //!   kubelet.
@@ -18,6 +20,7 @@ pub mod discovery;
 pub mod kubelet;
 pub mod openapi;
 pub mod read;
+pub mod reviews;
 pub mod scale;
 pub mod system;
 pub mod watch;
@@ -202,6 +205,12 @@ pub async fn route(
             return resp;
         }
         return system::handle(&server, req.method(), &info.path).await;
+    }
+    if reviews::is_review(&info) {
+        return match encoding::negotiate(accept.as_deref()) {
+            Ok(output) => reviews::handle(&server, req, &info, &user, output).await,
+            Err(e) => error(&e),
+        };
     }
     let Some(rt) = catalog::lookup(&info.group, &info.version, &info.resource) else {
         return error(&ApiError::path_not_found());

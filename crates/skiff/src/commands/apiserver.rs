@@ -32,6 +32,11 @@ pub struct ApiServerArgs {
     /// Port to serve HTTPS on (0 picks a free one, printed in the ready line).
     #[arg(long, value_name = "PORT", default_value_t = 6443)]
     pub secure_port: u16,
+
+    /// Authorizers to ask, in order (upstream's names: Node, RBAC, AlwaysAllow, AlwaysDeny);
+    /// members of `system:masters` are always allowed.
+    #[arg(long, value_name = "MODES", default_value = "Node,RBAC")]
+    pub authorization_mode: String,
 }
 
 /// The store a `--datastore-endpoint` names, or the embedded one under `data_dir/store`.
@@ -64,6 +69,8 @@ pub async fn open_store(
 }
 
 pub async fn run(args: ApiServerArgs) -> anyhow::Result<()> {
+    let modes = skiff_apiserver::authz::parse_modes(&args.authorization_mode)
+        .map_err(|e| UsageError(format!("--authorization-mode: {e}")))?;
     let (store, embedded) = open_store(&args.data_dir, args.datastore_endpoint.as_deref()).await?;
     let config = Config {
         data_dir: args.data_dir.clone(),
@@ -86,7 +93,7 @@ pub async fn run(args: ApiServerArgs) -> anyhow::Result<()> {
     let kubelet = KubeletClient::new(&cert, &key).context("the kubelet client")?;
     let tokens = TokenIssuer::ensure(&listener.pki.dir, DEFAULT_ISSUER)
         .context("loading the service account signing key")?;
-    let server = ApiServer::new(store, kubelet, Some(Arc::new(tokens)))
+    let server = ApiServer::new(store, kubelet, Some(Arc::new(tokens)), &modes)
         .await
         .context("starting the watch cache")?;
     let kubeconfig = args.data_dir.join("kubeconfig.yaml");

@@ -1,7 +1,9 @@
 //! The rest of a cluster around a test's [`ApiServer`], each a real `skiff` child process killed
 //! when dropped: the controller manager, the scheduler, and hollow kubelets (nodes that run pods
-//! in memory, so that controllers see pods become Running without containerd).
+//! in memory, so that controllers see pods become Running without containerd); all as the
+//! admin ([`identity`] makes kubeconfigs for other users).
 
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::mpsc;
 
@@ -18,8 +20,13 @@ pub struct Process {
 impl Process {
     /// Starts `skiff <args…> --kubeconfig <api's>` with its stderr in `<data dir>/<log>.log`.
     pub fn start(api: &ApiServer, log: &str, args: &[&str]) -> Process {
+        Process::start_as(api, &api.kubeconfig(), log, args)
+    }
+
+    /// Starts `skiff <args…> --kubeconfig <kubeconfig>` (another identity than the admin's).
+    pub fn start_as(api: &ApiServer, kubeconfig: &Path, log: &str, args: &[&str]) -> Process {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
-        cmd.args(args).arg("--kubeconfig").arg(api.kubeconfig());
+        cmd.args(args).arg("--kubeconfig").arg(kubeconfig);
         let log = api.data_dir.join(format!("{log}.log"));
         let (child, ready, lines) = spawn_until_ready(&mut cmd, &log);
         Process {
@@ -76,4 +83,20 @@ pub fn hollow_nodes(api: &ApiServer, prefix: &str, count: usize) -> Process {
             prefix,
         ],
     )
+}
+
+/// A kubeconfig for a client certificate CN=`user`, O=`group` from the cluster's CA.
+pub fn identity(api: &ApiServer, user: &str, group: Option<&str>) -> PathBuf {
+    let pki = skiff_apiserver::pki::Pki::load(&api.data_dir.join("tls")).expect("the cluster CA");
+    let path = api
+        .data_dir
+        .join(format!("{}.kubeconfig", user.replace(':', "-")));
+    pki.write_kubeconfig(
+        &path,
+        &format!("https://127.0.0.1:{}", api.port),
+        user,
+        group,
+    )
+    .expect("write the kubeconfig");
+    path
 }

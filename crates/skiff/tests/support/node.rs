@@ -212,7 +212,7 @@ fn spawn_kubelet(
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
     cmd.arg("kubelet")
         .arg("--kubeconfig")
-        .arg(api.kubeconfig())
+        .arg(node_kubeconfig(api, node))
         .args(["--node-name", node, "--pod-cidr", "10.42.0.0/24"])
         // the kubelet server on a free loopback port, reached by the API server on loopback
         .args(["--address", "127.0.0.1", "--port", "0"])
@@ -227,6 +227,13 @@ fn spawn_kubelet(
     let (child, ready, lines) = super::spawn_until_ready(&mut cmd, &dir.join("kubelet.log"));
     assert!(ready.contains("containerd://"), "{ready}");
     (child, lines)
+}
+
+/// A kubeconfig with the node's own identity (`system:node:<node>` in `system:nodes`, as
+/// kubelet TLS bootstrapping gives upstream's kubelets), so the Node authorizer and
+/// NodeRestriction judge what the kubelet does.
+pub fn node_kubeconfig(api: &ApiServer, node: &str) -> PathBuf {
+    super::cluster::identity(api, &format!("system:node:{node}"), Some("system:nodes"))
 }
 
 /// The pod, once it is in `phase`.
