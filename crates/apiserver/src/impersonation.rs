@@ -27,17 +27,7 @@ fn check(
     namespace: &str,
     name: &str,
 ) -> Result<(), ApiError> {
-    let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
-    let r = RequestInfo {
-        is_resource_request: true,
-        verb: "impersonate".into(),
-        group: group.into(),
-        resource: resource.into(),
-        subresource: subresource.into(),
-        namespace: namespace.into(),
-        name: name.into(),
-        ..Default::default()
-    };
+    let r = RequestInfo::resource_request("impersonate", group, resource, namespace, name);
     match chain.decide(user, &r) {
         Decision::Allow => Ok(()),
         Decision::Deny(reason) | Decision::NoOpinion(reason) => {

@@ -28,6 +28,30 @@ pub struct RequestInfo {
     pub parts: Vec<String>,
 }
 
+impl RequestInfo {
+    /// A request for `verb` on a resource (`pods`, or `pods/log` with its subresource), as the
+    /// authorizers see it: what impersonation and the tests ask them about.
+    pub fn resource_request(
+        verb: &str,
+        group: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Self {
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+        RequestInfo {
+            is_resource_request: true,
+            verb: verb.into(),
+            group: group.into(),
+            resource: resource.into(),
+            subresource: subresource.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+}
+
 /// Sub-paths of a namespace that are its subresources rather than resources in it.
 const NAMESPACE_SUBRESOURCES: &[&str] = &["status", "finalize"];
 

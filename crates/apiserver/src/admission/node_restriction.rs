@@ -30,6 +30,15 @@ fn forbidden(attrs: &Attributes<'_>, why: &str) -> ApiError {
     )
 }
 
+/// `Ok` if `allowed`, else 403 with the message `why` makes.
+fn ensure(allowed: bool, attrs: &Attributes<'_>, why: impl FnOnce() -> String) -> Result<()> {
+    if allowed {
+        Ok(())
+    } else {
+        Err(forbidden(attrs, &why()))
+    }
+}
+
 /// The restricted labels that differ between `old` and `new` (set, changed or removed).
 fn restricted_changes(old: Option<&Value>, new: &Value) -> Vec<String> {
     let labels = |o: Option<&Value>| {
@@ -59,15 +68,12 @@ fn node_name_of(pod: Option<&Value>) -> &str {
 
 impl NodeRestriction {
     fn nodes(&self, node: &str, attrs: &Attributes<'_>, object: Option<&Value>) -> Result<()> {
-        if attrs.name != node {
-            return Err(forbidden(
-                attrs,
-                &format!(
-                    "node \"{node}\" is not allowed to modify node \"{}\"",
-                    attrs.name
-                ),
-            ));
-        }
+        ensure(attrs.name == node, attrs, || {
+            format!(
+                "node \"{node}\" is not allowed to modify node \"{}\"",
+                attrs.name
+            )
+        })?;
         let Some(object) = object else { return Ok(()) };
         let changed = restricted_changes(attrs.old, object);
         if !changed.is_empty() {
@@ -101,46 +107,23 @@ impl NodeRestriction {
                     .pointer("/metadata/annotations")
                     .and_then(|a| a.get(MIRROR_ANNOTATION))
                     .is_some();
-                if !mirror {
-                    return Err(forbidden(
-                        attrs,
-                        &format!(
-                            "pod does not have \"{MIRROR_ANNOTATION}\" annotation, node \"{node}\" can only create mirror pods"
-                        ),
-                    ));
-                }
-                if node_name_of(object) != node {
-                    return Err(forbidden(
-                        attrs,
-                        &format!(
-                            "node \"{node}\" can only create pods with spec.nodeName set to itself"
-                        ),
-                    ));
-                }
-                Ok(())
+                ensure(mirror, attrs, || {
+                    format!(
+                        "pod does not have \"{MIRROR_ANNOTATION}\" annotation, node \"{node}\" can only create mirror pods"
+                    )
+                })?;
+                ensure(node_name_of(object) == node, attrs, || {
+                    format!("node \"{node}\" can only create pods with spec.nodeName set to itself")
+                })
             }
-            (Operation::Update, "status") => {
-                if node_name_of(attrs.old) != node {
-                    return Err(forbidden(
-                        attrs,
-                        &format!(
-                            "node \"{node}\" can only update pod status for pods with spec.nodeName set to itself"
-                        ),
-                    ));
-                }
-                Ok(())
-            }
-            (Operation::Delete, _) => {
-                if node_name_of(attrs.old) != node {
-                    return Err(forbidden(
-                        attrs,
-                        &format!(
-                            "node \"{node}\" can only delete pods with spec.nodeName set to itself"
-                        ),
-                    ));
-                }
-                Ok(())
-            }
+            (Operation::Update, "status") => ensure(node_name_of(attrs.old) == node, attrs, || {
+                format!(
+                    "node \"{node}\" can only update pod status for pods with spec.nodeName set to itself"
+                )
+            }),
+            (Operation::Delete, _) => ensure(node_name_of(attrs.old) == node, attrs, || {
+                format!("node \"{node}\" can only delete pods with spec.nodeName set to itself")
+            }),
             (Operation::Create, "eviction") => Ok(()),
             (op, _) => Err(forbidden(
                 attrs,

@@ -57,17 +57,7 @@ fn authorizer() -> NodeAuthorizer {
 }
 
 fn req(verb: &str, group: &str, resource: &str, ns: &str, name: &str) -> RequestInfo {
-    let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
-    RequestInfo {
-        is_resource_request: true,
-        verb: verb.into(),
-        group: group.into(),
-        resource: resource.into(),
-        subresource: subresource.into(),
-        namespace: ns.into(),
-        name: name.into(),
-        ..Default::default()
-    }
+    RequestInfo::resource_request(verb, group, resource, ns, name)
 }
 
 fn kubelet(node: &str) -> UserInfo {

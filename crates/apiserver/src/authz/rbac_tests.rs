@@ -95,18 +95,8 @@ fn req(verb: &str, what: &str) -> RequestInfo {
     }
     let (target, object) = what.split_once(' ').unwrap_or((what, ""));
     let (group, resource) = target.split_once(':').unwrap_or(("", target));
-    let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
     let (namespace, name) = object.split_once('/').unwrap_or((object, ""));
-    RequestInfo {
-        is_resource_request: true,
-        verb: verb.into(),
-        group: group.into(),
-        resource: resource.into(),
-        subresource: subresource.into(),
-        namespace: namespace.into(),
-        name: name.into(),
-        ..Default::default()
-    }
+    RequestInfo::resource_request(verb, group, resource, namespace, name)
 }
 
 #[test]

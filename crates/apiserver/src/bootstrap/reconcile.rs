@@ -3,30 +3,14 @@
 //! without touching the store. Nothing is ever removed, and whether the object may be written
 //! at all (the `autoupdate` annotation) is the caller's decision.
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// `rbac.authorization.kubernetes.io/autoupdate`: `"false"` keeps an object as its owner left it.
 pub const AUTOUPDATE: &str = "rbac.authorization.kubernetes.io/autoupdate";
 
-/// One `PolicyRule`, with upstream's JSON field names and omitted empty lists.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Rule {
-    pub verbs: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub api_groups: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub resources: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub resource_names: Vec<String>,
-    #[serde(
-        default,
-        rename = "nonResourceURLs",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub non_resource_urls: Vec<String>,
-}
+/// One `PolicyRule`: the authorizer's own type, so that what reconciliation adds is exactly
+/// what the authorizer reads.
+pub use crate::authz::rbac::PolicyRule as Rule;
 
 /// What reconciling an existing object asks for.
 #[derive(Debug, Clone, PartialEq)]
