@@ -2,10 +2,20 @@
 //!
 //! A write is durable once the writer thread has appended it to the write-ahead log; readers
 //! read the in-memory index. The file is the log's checkpoint: the applier takes every batch the
-//! writer has handed over, writes them in one durable redb commit, and then deletes the log
-//! segments whose batches are all in the file. It also runs the file's share of physical
+//! writer has handed over and writes them in one redb commit per round, and deletes the log
+//! segments whose batches are all durable in the file. It also runs the file's share of physical
 //! compaction (a sweep keeping exactly the records the index still holds), one bounded chunk per
 //! round.
+//!
+//! # Why most rounds do not fsync
+//! The log already makes every batch durable, so a round's commit only has to reach the OS
+//! (`Durability::None`); the file is made durable (one fsync for all the rounds before) only
+//! when the log is about to lose batches (segments deleted), when a checkpoint is asked for,
+//! when a sweep chunk commits, and at least every [`PERSIST_INTERVAL`]. A crash rolls the file
+//! back to its last durable commit, and opening replays the log over it. Each fsync of the file
+//! competes with the writer's log `fdatasync`, which writers wait for; and redb can reuse the
+//! pages a commit frees only after a durable commit, so the interval also bounds how far the
+//! file grows between two of them.
 //!
 //! # Why a sweep chunk is a commit of its own
 //! redb is copy-on-write: pages a transaction frees are reusable only by later transactions. A
@@ -38,6 +48,8 @@ const MAX_MESSAGES: usize = 4096;
 /// Shortest time between two rounds: the file is a checkpoint, so fewer, larger commits leave
 /// the disk to the log, whose fsyncs writers wait for.
 const COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+/// Longest time between two durable commits of the file while rounds run.
+const PERSIST_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What the writer hands the applier, in log order.
 pub(crate) enum Message {
@@ -61,6 +73,9 @@ pub(crate) struct Applier {
     removed_below: u64,
     commits: u64,
     last_round: std::time::Instant,
+    /// When the file was last made durable, and whether it has commits since that are not.
+    last_persisted: std::time::Instant,
+    unpersisted: bool,
 }
 
 impl Applier {
@@ -75,6 +90,8 @@ impl Applier {
             removed_below: 0,
             commits: 0,
             last_round: std::time::Instant::now(),
+            last_persisted: std::time::Instant::now(),
+            unpersisted: false,
         }
     }
 
@@ -104,12 +121,18 @@ impl Applier {
             }
             self.last_round = std::time::Instant::now();
             if let Err(e) = self.round(messages) {
-                let reason = format!("writing the store file failed: {e}");
-                tracing::error!(%reason, "refusing further writes");
-                *self.shared.failed.lock() = Some(reason);
-                return;
+                return self.fail(e);
             }
         }
+        if let Err(e) = self.persist() {
+            self.fail(e);
+        }
+    }
+
+    fn fail(&self, e: crate::error::Error) {
+        let reason = format!("writing the store file failed: {e}");
+        tracing::error!(%reason, "refusing further writes");
+        *self.shared.failed.lock() = Some(reason);
     }
 
     /// One round: a chunk of the sweep in progress, then the messages in order (each new sweep
@@ -144,7 +167,8 @@ impl Applier {
             }
         }
         self.write(&mut batches, last_segment)?;
-        if self.sweep.is_none() {
+        if self.sweep.is_none() && !self.waiting.is_empty() {
+            self.persist()?;
             for reply in self.waiting.drain(..) {
                 let _ = reply.send(Ok(()));
             }
@@ -152,18 +176,19 @@ impl Applier {
         Ok(())
     }
 
-    /// Commit `batches` (emptying it), then delete the log segments before `last_segment`,
-    /// whose batches are all in the file now.
+    /// Commit `batches` (emptying it), durably if the log segments before `last_segment` can
+    /// be deleted then (their batches are all in the file) or the file has gone
+    /// [`PERSIST_INTERVAL`] without a durable commit; then delete those segments.
     fn write(&mut self, batches: &mut Vec<Batch>, last_segment: Option<u64>) -> Result<()> {
         if batches.is_empty() {
             return Ok(());
         }
-        self.disk.write(batches)?;
+        let frees_log = last_segment.filter(|segment| *segment > self.removed_below);
+        let durable = frees_log.is_some() || self.last_persisted.elapsed() >= PERSIST_INTERVAL;
+        self.disk.write(batches, durable)?;
         batches.clear();
-        self.committed();
-        if let Some(segment) = last_segment
-            && segment > self.removed_below
-        {
+        self.committed(durable);
+        if let Some(segment) = frees_log {
             match wal::remove_before(&self.data_dir, segment) {
                 Ok(()) => self.removed_below = segment,
                 Err(e) => tracing::warn!(error = %e, "removing old log segments failed"),
@@ -181,14 +206,27 @@ impl Applier {
         let keep = |key: &[u8], rev: i64, sub: u32| shared.index.read().holds(key, rev, sub);
         let swept_to = self.disk.sweep(sweep, &keep)?;
         self.sweep = swept_to.map(|from| Sweep { from, ..sweep });
-        self.committed();
+        self.committed(true);
         if self.sweep.is_none() {
             self.update_size_in_use();
         }
         Ok(())
     }
 
-    fn committed(&mut self) {
+    /// Make every commit so far durable, if one is not.
+    fn persist(&mut self) -> Result<()> {
+        if self.unpersisted {
+            self.disk.persist()?;
+            self.committed(true);
+        }
+        Ok(())
+    }
+
+    fn committed(&mut self, durable: bool) {
+        if durable {
+            self.last_persisted = std::time::Instant::now();
+        }
+        self.unpersisted = !durable;
         self.commits += 1;
         if self.commits.is_multiple_of(64) {
             self.update_size_in_use();

@@ -270,7 +270,7 @@ impl Disk {
                 })?;
                 batches.push(batch);
             }
-            self.write(&batches)?;
+            self.write(&batches, true)?;
             tracing::info!(batches = batches.len(), "replayed the write-ahead log");
         }
         for segment in &recovered.segments {
@@ -324,13 +324,24 @@ impl Disk {
         Ok(loaded)
     }
 
-    /// Write `batches` in one durable commit (one fsync).
-    pub fn write(&self, batches: &[Batch]) -> Result<()> {
-        let txn = self.db.begin_write().map_err(|e| self.io(e))?;
+    /// Write `batches` in one commit: durable (one fsync, which also makes every earlier
+    /// non-durable commit durable) or not (the pages reach the OS, not the disk; a crash rolls
+    /// the file back to its last durable commit, and the log still holds what it lost).
+    pub fn write(&self, batches: &[Batch], durable: bool) -> Result<()> {
+        let mut txn = self.db.begin_write().map_err(|e| self.io(e))?;
+        if !durable {
+            txn.set_durability(redb::Durability::None)
+                .map_err(|e| self.io(e))?;
+        }
         for batch in batches {
             self.apply(&txn, batch)?;
         }
         txn.commit().map_err(|e| self.io(e))
+    }
+
+    /// Make every earlier commit durable: an empty durable commit.
+    pub fn persist(&self) -> Result<()> {
+        self.write(&[], true)
     }
 
     /// Run one chunk of `sweep` in a durable commit of its own, keeping only the records for
