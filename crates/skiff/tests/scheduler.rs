@@ -29,11 +29,27 @@ struct SchedulerProcess {
 }
 
 impl SchedulerProcess {
+    /// A scheduler with upstream's identity and least-privilege role, `system:kube-scheduler`.
     fn start(api: &ApiServer, config: Option<&std::path::Path>) -> SchedulerProcess {
+        let identity = support::cluster::identity(api, "system:kube-scheduler", None);
+        Self::start_as(&identity, config)
+    }
+
+    /// A second scheduler leading a Lease of its own: `system:kube-scheduler` may only hold
+    /// `kube-scheduler`, so (as upstream's guide for extra schedulers grants more) it runs as the
+    /// admin.
+    fn start_second(api: &ApiServer, config: &std::path::Path) -> SchedulerProcess {
+        Self::start_as(&api.kubeconfig(), Some(config))
+    }
+
+    fn start_as(
+        kubeconfig: &std::path::Path,
+        config: Option<&std::path::Path>,
+    ) -> SchedulerProcess {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
         cmd.arg("scheduler")
             .arg("--kubeconfig")
-            .arg(api.kubeconfig())
+            .arg(kubeconfig)
             .args(["--metrics-bind-address", "127.0.0.1:0"]);
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
@@ -270,7 +286,7 @@ fn a_standby_replica_takes_over_when_the_leader_dies() {
         create_node(&nodes, "n1", false).await;
         let mut first = SchedulerProcess::start(&api, None);
         let holder = eventually("the first replica to lead", || {
-            lease_holder(&leases, "skiff-scheduler")
+            lease_holder(&leases, "kube-scheduler")
         })
         .await;
         assert!(
@@ -287,7 +303,7 @@ fn a_standby_replica_takes_over_when_the_leader_dies() {
         create_pod(&pods, "after", None).await;
         let node = eventually("the standby to bind after", || node_of(&pods, "after")).await;
         assert_eq!(node, "n1");
-        let holder = lease_holder(&leases, "skiff-scheduler").await.unwrap();
+        let holder = lease_holder(&leases, "kube-scheduler").await.unwrap();
         assert!(
             holder.ends_with(&format!("_{}", standby.child.id())),
             "{holder}"
@@ -319,13 +335,13 @@ profiles:
         let leases: Api<Lease> = Api::namespaced(c.clone(), "kube-system");
         create_node(&nodes, "n1", false).await;
         let default = SchedulerProcess::start(&api, None);
-        let second = SchedulerProcess::start(&api, Some(&config));
+        let second = SchedulerProcess::start_second(&api, &config);
         create_pod(&pods, "mine", None).await;
         create_pod(&pods, "yours", Some("second-scheduler")).await;
         eventually("mine to be bound", || node_of(&pods, "mine")).await;
         eventually("yours to be bound", || node_of(&pods, "yours")).await;
         // each process leads its own lease
-        let first = lease_holder(&leases, "skiff-scheduler").await.unwrap();
+        let first = lease_holder(&leases, "kube-scheduler").await.unwrap();
         let other = lease_holder(&leases, "second-scheduler").await.unwrap();
         assert!(
             first.ends_with(&format!("_{}", default.child.id())),

@@ -23,7 +23,7 @@ pub struct SchedulerArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
-    /// Schedule only while holding the Lease `kube-system/skiff-scheduler` (or the one the
+    /// Schedule only while holding the Lease `kube-system/kube-scheduler` (or the one the
     /// configuration's `leaderElection` names), so that several replicas can run and one
     /// schedules (upstream's `--leader-elect`; the configuration's `leaderElect` wins).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
@@ -37,7 +37,7 @@ pub struct SchedulerArgs {
 
 /// The Lease replicas elect a leader on, unless the configuration names another.
 const LEASE_NAMESPACE: &str = "kube-system";
-const LEASE_NAME: &str = "skiff-scheduler";
+const LEASE_NAME: &str = "kube-scheduler";
 
 pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     let config = match &args.config {

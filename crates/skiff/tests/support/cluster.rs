@@ -56,10 +56,11 @@ pub fn controller_manager(api: &ApiServer, args: &[&str]) -> Process {
     Process::start(api, "controller-manager", &all)
 }
 
-/// `skiff scheduler`, its metrics on a free port.
+/// `skiff scheduler` as `system:kube-scheduler`, its metrics on a free port.
 pub fn scheduler(api: &ApiServer) -> Process {
-    Process::start(
+    Process::start_as(
         api,
+        &identity(api, "system:kube-scheduler", None),
         "scheduler",
         &["scheduler", "--metrics-bind-address", "127.0.0.1:0"],
     )

@@ -11,7 +11,8 @@
 //! The log already makes every batch durable, so a round's commit only has to reach the OS
 //! (`Durability::None`); the file is made durable (one fsync for all the rounds before) only
 //! when the log is about to lose batches (segments deleted), when a checkpoint is asked for,
-//! when a sweep chunk commits, and at least every [`PERSIST_INTERVAL`]. A crash rolls the file
+//! when a sweep chunk commits, and at least every [`PERSIST_INTERVAL`] or [`PERSIST_BYTES`]
+//! (the fsync writes everything since the last one, and the round waits for it). A crash rolls the file
 //! back to its last durable commit, and opening replays the log over it. Each fsync of the file
 //! competes with the writer's log `fdatasync`, which writers wait for; and redb can reuse the
 //! pages a commit frees only after a durable commit, so the interval also bounds how far the
@@ -32,7 +33,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 
 use tokio::sync::oneshot;
 
@@ -48,8 +49,92 @@ const MAX_MESSAGES: usize = 4096;
 /// Shortest time between two rounds: the file is a checkpoint, so fewer, larger commits leave
 /// the disk to the log, whose fsyncs writers wait for.
 const COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+/// A round this long is logged (the queue from the writers fills while it runs).
+const SLOW_ROUND: std::time::Duration = std::time::Duration::from_millis(250);
 /// Longest time between two durable commits of the file while rounds run.
 const PERSIST_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// Most record bytes committed between two durable commits: the fsync that makes them durable
+/// writes them all, and the round waits for it (16 MiB: about 0.1–0.2 s on this disk).
+const PERSIST_BYTES: usize = 16 << 20;
+
+/// Record bytes the syncer may hand the applier before it waits for it: room for the slow
+/// rounds (a sweep chunk, the fsync of a durable commit) at the highest write rates, so that
+/// writers do not stall behind one; bounded, so that a file that cannot keep up pushes back on
+/// the writers instead of memory growing without bound.
+const QUEUE_BYTES: usize = 64 << 20;
+
+/// The syncer's end of the queue to the applier.
+pub(crate) struct Queue {
+    tx: Sender<Message>,
+    budget: Arc<Budget>,
+}
+
+/// How many record bytes are queued, shared by both ends.
+#[derive(Default)]
+struct Budget {
+    /// Bytes queued, and whether the applier is gone (nothing waits for room then).
+    state: parking_lot::Mutex<(usize, bool)>,
+    freed: parking_lot::Condvar,
+}
+
+/// A queue to an applier, and the applier's end of it.
+pub(crate) fn queue() -> (Queue, Inbox) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let budget = Arc::new(Budget::default());
+    (
+        Queue {
+            tx,
+            budget: budget.clone(),
+        },
+        Inbox { rx, budget },
+    )
+}
+
+impl Queue {
+    /// Hand `msg` over, first waiting while the batches queued before it hold
+    /// [`QUEUE_BYTES`] or more. Returns whether the applier is still there.
+    pub fn send(&self, msg: Message) -> bool {
+        if let Message::Batches { batches, .. } = &msg {
+            let bytes = record_bytes(batches);
+            let mut state = self.budget.state.lock();
+            while state.0 > 0 && state.0 + bytes > QUEUE_BYTES && !state.1 {
+                self.budget.freed.wait(&mut state);
+            }
+            state.0 += bytes;
+        }
+        self.tx.send(msg).is_ok()
+    }
+}
+
+/// The applier's end of the queue; dropping it releases a syncer waiting for room.
+pub(crate) struct Inbox {
+    rx: Receiver<Message>,
+    budget: Arc<Budget>,
+}
+
+impl Inbox {
+    /// `bytes` of batches are in the file: room for more.
+    fn release(&self, bytes: usize) {
+        let mut state = self.budget.state.lock();
+        state.0 = state.0.saturating_sub(bytes);
+        self.budget.freed.notify_all();
+    }
+}
+
+impl Drop for Inbox {
+    fn drop(&mut self) {
+        self.budget.state.lock().1 = true;
+        self.budget.freed.notify_all();
+    }
+}
+
+fn record_bytes(batches: &[Batch]) -> usize {
+    batches
+        .iter()
+        .flat_map(|b| &b.records)
+        .map(|(_, record)| record.len())
+        .sum()
+}
 
 /// What the writer hands the applier, in log order.
 pub(crate) enum Message {
@@ -65,7 +150,7 @@ pub(crate) struct Applier {
     shared: Arc<Shared>,
     disk: Disk,
     data_dir: PathBuf,
-    rx: Receiver<Message>,
+    inbox: Inbox,
     sweep: Option<Sweep>,
     /// Checkpoints whose batches are in the file, waiting for the sweep to finish.
     waiting: Vec<oneshot::Sender<Result<()>>>,
@@ -76,15 +161,17 @@ pub(crate) struct Applier {
     /// When the file was last made durable, and whether it has commits since that are not.
     last_persisted: std::time::Instant,
     unpersisted: bool,
+    /// Record bytes committed since the last durable commit.
+    unpersisted_bytes: usize,
 }
 
 impl Applier {
-    pub fn new(shared: Arc<Shared>, disk: Disk, data_dir: PathBuf, rx: Receiver<Message>) -> Self {
+    pub fn new(shared: Arc<Shared>, disk: Disk, data_dir: PathBuf, inbox: Inbox) -> Self {
         Applier {
             shared,
             disk,
             data_dir,
-            rx,
+            inbox,
             sweep: None,
             waiting: Vec::new(),
             removed_below: 0,
@@ -92,6 +179,7 @@ impl Applier {
             last_round: std::time::Instant::now(),
             last_persisted: std::time::Instant::now(),
             unpersisted: false,
+            unpersisted_bytes: 0,
         }
     }
 
@@ -100,13 +188,13 @@ impl Applier {
         self.update_size_in_use();
         loop {
             let first = if self.sweep.is_some() {
-                match self.rx.try_recv() {
+                match self.inbox.rx.try_recv() {
                     Ok(msg) => Some(msg),
                     Err(TryRecvError::Empty) => None,
                     Err(TryRecvError::Disconnected) => break,
                 }
             } else {
-                match self.rx.recv() {
+                match self.inbox.rx.recv() {
                     Ok(msg) => Some(msg),
                     Err(_) => break,
                 }
@@ -114,7 +202,7 @@ impl Applier {
             let mut messages: Vec<Message> = first.into_iter().collect();
             std::thread::sleep(COMMIT_INTERVAL.saturating_sub(self.last_round.elapsed()));
             while messages.len() < MAX_MESSAGES {
-                match self.rx.try_recv() {
+                match self.inbox.rx.try_recv() {
                     Ok(msg) => messages.push(msg),
                     Err(_) => break,
                 }
@@ -122,6 +210,14 @@ impl Applier {
             self.last_round = std::time::Instant::now();
             if let Err(e) = self.round(messages) {
                 return self.fail(e);
+            }
+            let took = self.last_round.elapsed();
+            if took >= SLOW_ROUND {
+                tracing::warn!(
+                    ?took,
+                    sweeping = self.sweep.is_some(),
+                    "slow store file commit"
+                );
             }
         }
         if let Err(e) = self.persist() {
@@ -184,8 +280,13 @@ impl Applier {
             return Ok(());
         }
         let frees_log = last_segment.filter(|segment| *segment > self.removed_below);
-        let durable = frees_log.is_some() || self.last_persisted.elapsed() >= PERSIST_INTERVAL;
+        let bytes = record_bytes(batches);
+        self.unpersisted_bytes += bytes;
+        let durable = frees_log.is_some()
+            || self.unpersisted_bytes >= PERSIST_BYTES
+            || self.last_persisted.elapsed() >= PERSIST_INTERVAL;
         self.disk.write(batches, durable)?;
+        self.inbox.release(bytes);
         batches.clear();
         self.committed(durable);
         if let Some(segment) = frees_log {
@@ -225,6 +326,7 @@ impl Applier {
     fn committed(&mut self, durable: bool) {
         if durable {
             self.last_persisted = std::time::Instant::now();
+            self.unpersisted_bytes = 0;
         }
         self.unpersisted = !durable;
         self.commits += 1;
@@ -237,5 +339,46 @@ impl Applier {
         if let Ok(bytes) = self.disk.size_in_use() {
             self.shared.size_in_use.store(bytes, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batches(bytes: usize) -> Message {
+        Message::Batches {
+            batches: vec![Batch {
+                records: vec![((2, 0), vec![0; bytes])],
+                ..Default::default()
+            }],
+            segment: 0,
+        }
+    }
+
+    #[test]
+    fn the_queue_holds_the_syncer_back_until_the_applier_frees_room() {
+        let (queue, inbox) = queue();
+        assert!(queue.send(batches(QUEUE_BYTES - 1)));
+        let sender = std::thread::spawn(move || queue.send(batches(2)));
+        assert!(matches!(inbox.rx.recv().unwrap(), Message::Batches { .. }));
+        // the second waits for room (were it sent, it would arrive well within this wait)
+        let wait = std::time::Duration::from_millis(200);
+        assert!(inbox.rx.recv_timeout(wait).is_err());
+        assert!(!sender.is_finished());
+        inbox.release(QUEUE_BYTES - 1);
+        assert!(sender.join().unwrap());
+        assert!(matches!(inbox.rx.recv().unwrap(), Message::Batches { .. }));
+    }
+
+    #[test]
+    fn a_message_larger_than_the_queue_passes_alone_and_a_gone_applier_frees_the_syncer() {
+        let (queue, inbox) = queue();
+        assert!(queue.send(batches(QUEUE_BYTES * 2)));
+        let sender = std::thread::spawn(move || queue.send(batches(1)));
+        drop(inbox);
+        // returns (without this, the join would hang); whether the message was still taken
+        // depends on whether it raced the receiver's drop
+        sender.join().unwrap();
     }
 }

@@ -87,8 +87,6 @@ impl EmbeddedConfig {
     }
 }
 
-/// Commit groups the syncer may hand the applier before it waits for it.
-const APPLIER_QUEUE: usize = 1024;
 /// Batches written to the log but not yet synced that the writer may run ahead by.
 const SYNCER_QUEUE: usize = 64;
 
@@ -185,7 +183,7 @@ impl EmbeddedStore {
             min_lease_ttl: config.min_lease_ttl,
         });
 
-        let (to_applier, applier_rx) = std::sync::mpsc::sync_channel(APPLIER_QUEUE);
+        let (to_applier, applier_rx) = applier::queue();
         let applier = Applier::new(shared.clone(), disk, config.data_dir.clone(), applier_rx);
         let applier = std::thread::Builder::new()
             .name("skiff-store-apply".into())

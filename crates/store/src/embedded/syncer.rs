@@ -13,7 +13,7 @@
 
 use std::fs::File;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
+use std::sync::mpsc::{Receiver, TryRecvError};
 
 use bytes::Bytes;
 use tokio::sync::oneshot;
@@ -27,6 +27,8 @@ use crate::types::Event;
 
 /// Work per in-memory compaction chunk: keys examined plus history entries removed.
 const PURGE_CHUNK: usize = 10_000;
+/// A wait or step this long is logged: writers are held up by it.
+const SLOW: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Answers a request once its batch is durable (`None`) or has failed (`Some(reason)`).
 pub(crate) type Completion = Box<dyn FnOnce(Option<&str>) + Send>;
@@ -49,7 +51,7 @@ pub(crate) struct Committing {
 pub(crate) struct Syncer {
     shared: Arc<Shared>,
     rx: Receiver<Committing>,
-    applier: SyncSender<applier::Message>,
+    applier: applier::Queue,
     applier_thread: Option<std::thread::JoinHandle<()>>,
     /// In-memory compaction in progress: (compact revision, next key to examine).
     purge: Option<(i64, Bytes)>,
@@ -62,7 +64,7 @@ impl Syncer {
     pub fn new(
         shared: Arc<Shared>,
         rx: Receiver<Committing>,
-        applier: SyncSender<applier::Message>,
+        applier: applier::Queue,
         applier_thread: std::thread::JoinHandle<()>,
     ) -> Self {
         Syncer {
@@ -135,10 +137,15 @@ impl Syncer {
         // Hand the durable batches to the applier as one message, so that its queue bounds
         // commit groups, not batches (waits if it is that far behind: backpressure).
         if let Some(segment) = last_segment {
+            let started = std::time::Instant::now();
             let _ = self.applier.send(applier::Message::Batches {
                 batches: durable,
                 segment,
             });
+            let waited = started.elapsed();
+            if waited >= SLOW {
+                tracing::warn!(?waited, "the store file's applier is behind: writes waited");
+            }
         }
         // Only now, with the compaction durable in the log, may the index drop history for it:
         // the applier's sweep drops from the file whatever the index no longer holds.
@@ -146,13 +153,18 @@ impl Syncer {
         if failure.is_none()
             && let Some((revision, from)) = self.purge.take()
         {
-            match self
+            let started = std::time::Instant::now();
+            let next = self
                 .shared
                 .index
                 .write()
                 .purge(revision, &from, PURGE_CHUNK)
-                .1
-            {
+                .1;
+            let took = started.elapsed();
+            if took >= SLOW {
+                tracing::warn!(?took, "a chunk of in-memory compaction held the index");
+            }
+            match next {
                 Some(from) => self.purge = Some((revision, from)),
                 None => swept_index_below = Some(revision),
             }
@@ -163,7 +175,9 @@ impl Syncer {
         if self.purge.is_none() || failure.is_some() {
             for reply in std::mem::take(&mut self.checkpoints) {
                 match &failure {
-                    None => drop(self.applier.send(applier::Message::Checkpoint(reply))),
+                    None => {
+                        let _ = self.applier.send(applier::Message::Checkpoint(reply));
+                    }
                     Some(reason) => drop(reply.send(Err(Error::Unavailable(reason.clone())))),
                 }
             }
