@@ -215,10 +215,10 @@ impl Rotating {
         for (i, (stamp, path)) in backups.iter().enumerate() {
             let too_many = self.max_backups > 0 && i >= self.max_backups;
             let too_old = cutoff.as_ref().is_some_and(|c| stamp < c);
-            if too_many || too_old {
-                if let Err(e) = std::fs::remove_file(path) {
-                    tracing::warn!(path = %path.display(), error = %e, "removing an old audit log");
-                }
+            if (too_many || too_old)
+                && let Err(e) = std::fs::remove_file(path)
+            {
+                tracing::warn!(path = %path.display(), error = %e, "removing an old audit log");
             }
         }
     }

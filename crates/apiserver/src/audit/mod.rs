@@ -113,7 +113,12 @@ impl Auditor {
             json!(s.audit_id.to_str().unwrap_or_default()),
         );
         event.insert("stage".into(), json!(Stage::RequestReceived.as_str()));
-        event.insert("requestURI".into(), json!(s.uri.to_string()));
+        // the path and query only, as upstream (HTTP/2 requests arrive with an absolute URI)
+        let uri = s
+            .uri
+            .path_and_query()
+            .map_or_else(|| s.uri.path().to_string(), |pq| pq.to_string());
+        event.insert("requestURI".into(), json!(uri));
         event.insert("verb".into(), json!(s.info.verb));
         event.insert("user".into(), user_json(s.user));
         event.insert("sourceIPs".into(), json!(source_ips(s.headers, s.peer)));
@@ -331,27 +336,27 @@ impl Record {
             .event
             .insert("responseStatus".into(), Value::Object(status));
         let omit = self.decision.omit_managed_fields;
-        if let Some((bytes, ct)) = state.request_body.take() {
-            if let Some(mut obj) = decode_body(&bytes, ct.as_deref()) {
-                let created = obj
-                    .pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .map(str::to_string);
-                if let (Some(name), Some(r)) = (
-                    created,
-                    state
-                        .event
-                        .get_mut("objectRef")
-                        .and_then(Value::as_object_mut),
-                ) {
-                    r.entry("name").or_insert(json!(name));
+        if let Some((bytes, ct)) = state.request_body.take()
+            && let Some(mut obj) = decode_body(&bytes, ct.as_deref())
+        {
+            let created = obj
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            if let (Some(name), Some(r)) = (
+                created,
+                state
+                    .event
+                    .get_mut("objectRef")
+                    .and_then(Value::as_object_mut),
+            ) {
+                r.entry("name").or_insert(json!(name));
+            }
+            if self.decision.level >= Level::Request {
+                if omit {
+                    strip_managed_fields(&mut obj);
                 }
-                if self.decision.level >= Level::Request {
-                    if omit {
-                        strip_managed_fields(&mut obj);
-                    }
-                    state.event.insert("requestObject".into(), obj);
-                }
+                state.event.insert("requestObject".into(), obj);
             }
         }
         if self.decision.level == Level::RequestResponse

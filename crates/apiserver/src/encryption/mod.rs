@@ -147,7 +147,7 @@ impl Transformer {
     pub fn decrypt(&self, key: &[u8], stored: &[u8]) -> Result<(Vec<u8>, bool)> {
         for (i, p) in self.providers.iter().enumerate() {
             if let Some(result) = p.try_decrypt(key, stored) {
-                return result.map(|plain| (plain, i != 0));
+                return result.map(|(plain, later_key)| (plain, later_key || i != 0));
             }
         }
         Err(Error::Transform(

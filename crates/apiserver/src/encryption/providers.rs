@@ -178,15 +178,25 @@ impl Provider {
         }
     }
 
-    /// `None` when no key of this provider wrote `stored` (by prefix); otherwise the plaintext,
-    /// or why the key that claims it cannot open it.
-    pub fn try_decrypt(&self, key: &[u8], stored: &[u8]) -> Option<Result<Vec<u8>>> {
+    /// `None` when no key of this provider wrote `stored` (by prefix); otherwise the plaintext
+    /// and whether a key other than the first wrote it, or why the key that claims it cannot
+    /// open it.
+    pub fn try_decrypt(&self, key: &[u8], stored: &[u8]) -> Option<Result<(Vec<u8>, bool)>> {
+        let (plain, first) = match self.open(key, stored)? {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(Ok((plain, !first)))
+    }
+
+    /// As [`Provider::try_decrypt`], with whether the first key opened it.
+    fn open(&self, key: &[u8], stored: &[u8]) -> Option<Result<(Vec<u8>, bool)>> {
         match self {
             Provider::Identity => {
-                (!stored.starts_with(ENCRYPTED_PREFIX)).then(|| Ok(stored.to_vec()))
+                (!stored.starts_with(ENCRYPTED_PREFIX)).then(|| Ok((stored.to_vec(), true)))
             }
             Provider::AesGcm(keys) => {
-                let (k, rest) = claim(keys, stored)?;
+                let (k, rest, first) = claim(keys, stored)?;
                 Some(
                     (rest.len() >= 12)
                         .then(|| {
@@ -199,11 +209,12 @@ impl Provider {
                             )
                         })
                         .flatten()
+                        .map(|p| (p, first))
                         .ok_or_else(|| failed("aesgcm", &k.prefix)),
                 )
             }
             Provider::AesCbc(keys) => {
-                let (k, rest) = claim(keys, stored)?;
+                let (k, rest, first) = claim(keys, stored)?;
                 if rest.len() < 16 {
                     return Some(Err(failed("aescbc", &k.prefix)));
                 }
@@ -219,10 +230,14 @@ impl Provider {
                         .ok()
                         .and_then(|c| c.decrypt_padded_vec_mut::<Pkcs7>(ct).ok()),
                 };
-                Some(plain.ok_or_else(|| failed("aescbc", &k.prefix)))
+                Some(
+                    plain
+                        .map(|p| (p, first))
+                        .ok_or_else(|| failed("aescbc", &k.prefix)),
+                )
             }
             Provider::Secretbox(keys) => {
-                let (k, rest) = claim(keys, stored)?;
+                let (k, rest, first) = claim(keys, stored)?;
                 Some(
                     (rest.len() >= 24)
                         .then(|| {
@@ -234,6 +249,7 @@ impl Provider {
                                 .ok()
                         })
                         .flatten()
+                        .map(|p| (p, first))
                         .ok_or_else(|| failed("secretbox", &k.prefix)),
                 )
             }
@@ -241,10 +257,13 @@ impl Provider {
     }
 }
 
-/// The key whose prefix `stored` carries, and the bytes after it.
-fn claim<'a, C>(keys: &'a [Key<C>], stored: &'a [u8]) -> Option<(&'a Key<C>, &'a [u8])> {
-    keys.iter()
-        .find_map(|k| stored.strip_prefix(&k.prefix[..]).map(|rest| (k, rest)))
+/// The key whose prefix `stored` carries, the bytes after it, and whether it is the first key.
+fn claim<'a, C>(keys: &'a [Key<C>], stored: &'a [u8]) -> Option<(&'a Key<C>, &'a [u8], bool)> {
+    keys.iter().enumerate().find_map(|(i, k)| {
+        stored
+            .strip_prefix(&k.prefix[..])
+            .map(|rest| (k, rest, i == 0))
+    })
 }
 
 #[cfg(test)]
@@ -265,14 +284,27 @@ mod tests {
         for p in &all {
             let sealed = p.encrypt(b"/registry/k", b"hello world").unwrap();
             assert!(sealed.starts_with(format!("k8s:enc:{p:?}:v1:k1:").as_bytes()));
-            let plain = p.try_decrypt(b"/registry/k", &sealed).unwrap().unwrap();
+            let (plain, stale) = p.try_decrypt(b"/registry/k", &sealed).unwrap().unwrap();
             assert_eq!(plain, b"hello world", "{p:?}");
+            assert!(!stale, "{p:?}: written with the first key");
             assert_ne!(
                 p.encrypt(b"/registry/k", b"hello world").unwrap(),
                 sealed,
                 "{p:?} uses a fresh nonce each write"
             );
         }
+    }
+
+    #[test]
+    fn a_value_written_with_a_later_key_reads_as_stale() {
+        let mut later = keys(32);
+        later.reverse();
+        let old = Provider::aes_gcm(later).encrypt(b"k", b"x").unwrap();
+        let (plain, stale) = Provider::aes_gcm(keys(32))
+            .try_decrypt(b"k", &old)
+            .unwrap()
+            .unwrap();
+        assert_eq!((plain.as_slice(), stale), (&b"x"[..], true));
     }
 
     #[test]
