@@ -32,6 +32,8 @@ pub struct Limits {
     /// `None` when the limit is 0 (unlimited, as upstream).
     readonly: Option<Arc<Semaphore>>,
     mutating: Option<Arc<Semaphore>>,
+    max_readonly: usize,
+    max_mutating: usize,
     pub request_timeout: Duration,
 }
 
@@ -60,8 +62,23 @@ impl Limits {
         Self {
             readonly: pool(max_readonly),
             mutating: pool(max_mutating),
+            max_readonly,
+            max_mutating,
             request_timeout,
         }
+    }
+
+    /// Counted requests in flight now: (read-only, mutating), upstream's
+    /// `apiserver_current_inflight_requests`.
+    pub fn in_flight(&self) -> (usize, usize) {
+        let used = |pool: &Option<Arc<Semaphore>>, max: usize| {
+            pool.as_ref()
+                .map_or(0, |p| max.saturating_sub(p.available_permits()))
+        };
+        (
+            used(&self.readonly, self.max_readonly),
+            used(&self.mutating, self.max_mutating),
+        )
     }
 
     /// Takes an in-flight slot for the request, or refuses it with upstream's 429.
@@ -227,8 +244,10 @@ mod tests {
                 .unwrap(),
             Admit::Uncounted
         ));
+        assert_eq!(limits.in_flight(), (0, 1));
         drop(held);
         assert!(limits.admit(&info("update", ""), &user("g")).is_ok());
+        assert_eq!(limits.in_flight(), (0, 0));
     }
 
     #[test]

@@ -63,29 +63,29 @@ fn past_the_in_flight_limit_requests_get_429_but_masters_reads_and_watches_do_no
             let admin = admin.clone();
             async move { https::text(admin.send(post(CONFIGMAPS, HELD.len(), body)).await).await }
         });
-        // alice may not create configmaps (403) until the held create has its slot; from then
-        // on she is refused for load before authorization, as upstream
-        let refused = support::eventually("a 429 while the create is held", || {
-            let alice = alice.clone();
+        // the held create has the slot once upstream's in-flight gauge says so (reads have
+        // their own pool, and masters are never refused)
+        support::eventually("the held create in flight", || {
+            let admin = admin.clone();
             async move {
-                let cm = configmap("from-alice");
-                let resp = alice
-                    .send(post(CONFIGMAPS, cm.len(), https::body(cm)))
-                    .await;
-                let retry_after = resp
-                    .headers()
-                    .get("retry-after")
-                    .map(|v| v.to_str().unwrap().to_string());
-                let audit_id = resp.headers().contains_key("audit-id");
-                let (code, body) = https::text(resp).await;
-                match code {
-                    403 => None,
-                    _ => Some((code, retry_after, audit_id, body)),
-                }
+                let (_, metrics) = https::text(admin.send(get("/metrics")).await).await;
+                metrics
+                    .contains(r#"apiserver_current_inflight_requests{request_kind="mutating"} 1"#)
+                    .then_some(())
             }
         })
         .await;
-        let (code, retry_after, audit_id, body) = refused;
+        // from then on alice is refused for load, before authorization, as upstream
+        let cm = configmap("from-alice");
+        let resp = alice
+            .send(post(CONFIGMAPS, cm.len(), https::body(cm)))
+            .await;
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_string());
+        let audit_id = resp.headers().contains_key("audit-id");
+        let (code, body) = https::text(resp).await;
         assert_eq!(code, 429, "{body}");
         assert_eq!(retry_after.as_deref(), Some("1"));
         assert!(audit_id, "every response carries an Audit-Id");
