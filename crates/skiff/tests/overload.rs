@@ -1,8 +1,8 @@
 //! Overload protection against a real `skiff apiserver` with in-flight limits of 1: a create
 //! whose body stops half-way holds the one mutating slot for as long as the test wants (no
 //! timing), so the next mutating request is refused with upstream's 429 and `Retry-After: 1`,
-//! while masters, reads and watches still get through; a request past its `timeout=` gets
-//! upstream's 504.
+//! while masters, reads and watches still get through; a request past its deadline
+//! (`--request-timeout`, or its own shorter `timeout=`) gets upstream's 504.
 
 mod support;
 
@@ -136,23 +136,26 @@ fn past_the_in_flight_limit_requests_get_429_but_masters_reads_and_watches_do_no
 
 #[test]
 fn a_request_past_its_timeout_gets_504_and_a_bad_timeout_400() {
-    let api = ApiServer::start(Backend::Embedded);
+    let api = ApiServer::start_with(Backend::Embedded, &["--request-timeout", "2s"]);
     let admin = Client::new(&api, "admin", Some("system:masters"));
     support::run(async {
-        // the body never completes: the handler waits for it until the deadline
-        let (rest, body) = https::held_body(&HELD.as_bytes()[..20]);
-        let resp = admin
-            .send(post(&format!("{CONFIGMAPS}?timeout=1s"), HELD.len(), body))
-            .await;
-        let (code, body) = https::text(resp).await;
-        drop(rest);
-        assert_eq!(code, 504, "{body}");
-        let s = status(&body);
-        assert_eq!(s["reason"], "Timeout");
-        assert_eq!(
-            s["message"],
-            "Timeout: request did not complete within requested timeout - context deadline exceeded"
-        );
+        // the body never completes: the handler waits for it until the deadline, the request's
+        // own `timeout=` when shorter than --request-timeout, else the server's
+        for query in ["?timeout=1s", "", "?timeout=1h"] {
+            let (rest, body) = https::held_body(&HELD.as_bytes()[..20]);
+            let resp = admin
+                .send(post(&format!("{CONFIGMAPS}{query}"), HELD.len(), body))
+                .await;
+            let (code, body) = https::text(resp).await;
+            drop(rest);
+            assert_eq!(code, 504, "{query}: {body}");
+            let s = status(&body);
+            assert_eq!(s["reason"], "Timeout");
+            assert_eq!(
+                s["message"],
+                "Timeout: request did not complete within requested timeout - context deadline exceeded"
+            );
+        }
         let (code, body) =
             https::text(admin.send(get(&format!("{CONFIGMAPS}?timeout=soon"))).await).await;
         assert_eq!(code, 400, "{body}");
