@@ -1,7 +1,8 @@
 //! Auditing against a real `skiff apiserver` with `--audit-policy-file` and `--audit-log-path`:
 //! real kubectl (1.33, protobuf bodies) creates, reads and deletes objects and the log holds
 //! the events the policy asks for at its levels (bodies for configmaps, metadata only for
-//! secrets, nothing for the rest); the `Audit-Id` header names the request's events; a small
+//! secrets, nothing for the rest), with the authorization decision and the impersonated user;
+//! the `Audit-Id` header names the request's events; a small
 //! `--audit-log-maxsize` rotates the log into upstream-named backups, pruned to
 //! `--audit-log-maxbackup`.
 
@@ -204,6 +205,20 @@ fn the_log_records_creates_reads_and_deletes_at_the_levels_of_the_policy() {
             .await;
         let id = resp.headers()["audit-id"].to_str().unwrap().to_string();
         assert_eq!(id.len(), 36, "a UUID: {id}");
+        let impersonated = admin
+            .send(
+                Request::get("/api/v1/namespaces/default/configmaps")
+                    .header("host", "127.0.0.1")
+                    .header("impersonate-user", "bob")
+                    .body(https::body(""))
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(impersonated.status(), 403);
+        let impersonated_id = impersonated.headers()["audit-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
         let unaudited = admin
             .send(
                 Request::get("/version")
@@ -214,13 +229,23 @@ fn the_log_records_creates_reads_and_deletes_at_the_levels_of_the_policy() {
             .await;
         assert!(unaudited.headers().contains_key("audit-id"));
 
-        let all = wait_for(&log, "alice's refused read", |e| {
-            e["auditID"] == id.as_str() && e["stage"] == "ResponseComplete"
+        // the impersonated request was the last audited one
+        let all = wait_for(&log, "the impersonated read", |e| {
+            e["auditID"] == impersonated_id.as_str() && e["stage"] == "ResponseComplete"
         })
         .await;
         one(&all, |e| {
             e["auditID"] == "e2e-chosen-id" && e["stage"] == "ResponseComplete"
         });
+        let as_bob = one(&all, |e| {
+            e["auditID"] == impersonated_id.as_str() && e["stage"] == "ResponseComplete"
+        });
+        assert_eq!(as_bob["user"]["username"], "admin");
+        assert_eq!(as_bob["impersonatedUser"]["username"], "bob");
+        assert_eq!(
+            as_bob["annotations"]["authorization.k8s.io/decision"],
+            "forbid"
+        );
         let refused = one(&all, |e| {
             e["auditID"] == id.as_str() && e["stage"] == "ResponseComplete"
         });
