@@ -57,6 +57,7 @@ impl Cached {
         revision: i64,
         key: &[u8],
     ) -> Result<Self> {
+        crate::storage::check_readable(value)?;
         let object: Value = serde_json::from_slice(value).map_err(|e| {
             ApiError::internal(format!(
                 "decoding object at {}: {e}",

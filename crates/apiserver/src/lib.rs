@@ -9,12 +9,15 @@
 //! - [`pki`]: the cluster CA, serving and client certificates, the admin kubeconfig.
 //! - [`kubelet_client`]: TLS connections to kubelets with the API server's client certificate.
 //! - [`authn`], [`authz`], [`admission`]: the three gates.
+//! - [`audit`]: audit events (`--audit-policy-file`, `--audit-log-path`) and `Audit-Id`.
+//! - [`overload`]: in-flight limits (429) and the request timeout (504).
 //! - [`impersonation`]: `Impersonate-*` headers (`kubectl --as`), checked with the authorizers.
 //! - [`tokens`]: the service account token signer (TokenRequest's JWTs).
 //! - [`request`]: what a request asks for (verb, group, resource, namespace, name, subresource).
 //! - [`handlers`]: discovery, health, and the resource verbs.
 //! - [`strategy`]: per-kind defaulting, validation and selectable fields.
 //! - [`storage`]: key layout and the stored encoding of objects.
+//! - [`encryption`]: encryption at rest (`--encryption-provider-config`), a store wrapper.
 //! - [`cache`]: the watch cache.
 //! - [`stamped`]: stored JSON served with its `resourceVersion` spliced in, without a copy.
 //! - [`conversion`]: served forms that differ from the stored one (events.k8s.io Events).
@@ -27,6 +30,7 @@
 
 pub mod admission;
 pub mod allocator;
+pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod bootstrap;
@@ -34,11 +38,13 @@ pub mod cache;
 pub mod coalesce;
 pub mod conversion;
 pub mod encoding;
+pub mod encryption;
 pub mod error;
 pub mod handlers;
 pub mod impersonation;
 pub mod kubelet_client;
 pub mod metrics;
+pub mod overload;
 pub mod pki;
 pub mod protobuf;
 pub mod request;

@@ -33,6 +33,12 @@ pub struct LatencyLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InflightLabels {
+    /// `readOnly` or `mutating`, as upstream.
+    pub request_kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabels {
     pub resource: String,
 }
@@ -44,6 +50,7 @@ pub struct Metrics {
     latency: Family<LatencyLabels, Histogram>,
     pub watches: Family<ResourceLabels, Gauge>,
     objects: Family<ResourceLabels, Gauge>,
+    inflight: Family<InflightLabels, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -66,6 +73,12 @@ impl Default for Metrics {
         );
         let watches = Family::<ResourceLabels, Gauge>::default();
         let objects = Family::<ResourceLabels, Gauge>::default();
+        let inflight = Family::<InflightLabels, Gauge>::default();
+        registry.register(
+            "apiserver_current_inflight_requests",
+            "Maximal number of currently used inflight request limit of this apiserver per request kind in last second",
+            inflight.clone(),
+        );
         registry.register(
             "apiserver_request",
             "Counter of apiserver requests broken out for each verb, group, version, resource, subresource and HTTP response code",
@@ -92,6 +105,7 @@ impl Default for Metrics {
             latency,
             watches,
             objects,
+            inflight,
         }
     }
 }
@@ -134,6 +148,17 @@ impl Metrics {
         WatchGuard {
             metrics: self.clone(),
             labels,
+        }
+    }
+
+    /// Sets the in-flight gauges (read off the limits at scrape time).
+    pub fn set_inflight(&self, read_only: usize, mutating: usize) {
+        for (kind, n) in [("readOnly", read_only), ("mutating", mutating)] {
+            self.inflight
+                .get_or_create(&InflightLabels {
+                    request_kind: kind.into(),
+                })
+                .set(n as i64);
         }
     }
 

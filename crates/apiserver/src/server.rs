@@ -54,6 +54,42 @@ impl Default for Config {
     }
 }
 
+/// The gates the command line configures beyond authentication and authorization.
+#[derive(Debug, Default)]
+pub struct Gates {
+    /// `--audit-policy-file` and `--audit-log-path`: events for the requests the policy
+    /// selects.
+    pub audit: Option<Arc<crate::audit::Auditor>>,
+    /// `--encryption-provider-config`: the store wrapper `store` is (kept to ask whether an
+    /// object must be rewritten under the current key).
+    pub encryption: Option<Arc<crate::encryption::EncryptedStore>>,
+    /// In-flight limits and the request timeout.
+    pub overload: crate::overload::Limits,
+}
+
+impl Gates {
+    /// Whether the object at `key` is stored under another encryption provider or key than a
+    /// write would use now.
+    pub async fn stale(&self, key: &str) -> bool {
+        match &self.encryption {
+            Some(e) => e.stale(key.as_bytes()).await,
+            None => false,
+        }
+    }
+}
+
+/// The client's address, put in each request's extensions by the listener.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub SocketAddr);
+
+/// What the pipeline needs to start a request's audit record.
+struct AuditStart {
+    id: http::HeaderValue,
+    received: jiff::Timestamp,
+    /// Set once the policy records the request; read when it is answered (also on timeout).
+    record: Arc<std::sync::OnceLock<Arc<crate::audit::Record>>>,
+}
+
 /// Everything a request handler needs.
 pub struct ApiServer {
     pub store: Arc<dyn Store>,
@@ -73,6 +109,8 @@ pub struct ApiServer {
     /// Signs service account tokens (`serviceaccounts/{name}/token`); without it that
     /// subresource answers 503.
     pub tokens: Option<Arc<crate::tokens::TokenIssuer>>,
+    /// Audit, encryption at rest, in-flight limits and the request timeout.
+    pub gates: Gates,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -317,7 +355,24 @@ impl ApiServer {
             clock: jiff::Timestamp::now,
             kubelet,
             tokens,
+            gates: Gates::default(),
         }))
+    }
+
+    /// As [`ApiServer::new`], with the command line's `gates` (its `encryption`, if any, must
+    /// be `store`).
+    pub async fn with_gates(
+        store: Arc<dyn Store>,
+        kubelet: crate::kubelet_client::KubeletClient,
+        tokens: Option<Arc<crate::tokens::TokenIssuer>>,
+        modes: &[Mode],
+        gates: Gates,
+    ) -> Result<Arc<Self>> {
+        let mut server = Self::new(store, kubelet, tokens, modes).await?;
+        Arc::get_mut(&mut server)
+            .expect("a server being built is not shared yet")
+            .gates = gates;
+        Ok(server)
     }
 
     pub fn now(&self) -> jiff::Timestamp {
@@ -331,12 +386,39 @@ impl ApiServer {
         client_certificate: Option<Arc<Vec<u8>>>,
     ) -> Response<Body> {
         let started = std::time::Instant::now();
+        let audit = AuditStart {
+            id: crate::audit::request_id(req.headers()),
+            received: self.now(),
+            record: Arc::default(),
+        };
+        let audit_id = audit.id.clone();
+        let record = audit.record.clone();
         let query = parse_query(req.uri().query());
         let info = RequestInfo::parse(req.method(), req.uri().path(), &query);
-        let resp = self
-            .clone()
-            .pipeline(req, info.clone(), query, client_certificate)
-            .await;
+        // as upstream, the deadline wraps everything after the request is parsed; long-running
+        // requests have none
+        let mut resp = match self.gates.overload.deadline(&info, &query) {
+            Err(e) => handlers::error(&e),
+            Ok(deadline) => {
+                let work =
+                    self.clone()
+                        .pipeline(req, info.clone(), query, client_certificate, audit);
+                match deadline {
+                    None => work.await,
+                    Some(d) => tokio::time::timeout(d, work)
+                        .await
+                        .unwrap_or_else(|_| handlers::error(&crate::overload::timed_out())),
+                }
+            }
+        };
+        if let Some(record) = record.get() {
+            resp = record
+                .clone()
+                .finish(resp, crate::overload::is_long_running(&info))
+                .await;
+        }
+        resp.headers_mut()
+            .insert(crate::audit::AUDIT_ID_HEADER, audit_id);
         self.metrics.observe(
             &info,
             resp.status().as_u16(),
@@ -351,7 +433,9 @@ impl ApiServer {
         info: RequestInfo,
         query: std::collections::HashMap<String, String>,
         client_certificate: Option<Arc<Vec<u8>>>,
+        audit: AuditStart,
     ) -> Response<Body> {
+        let mut req = req;
         let credentials = Credentials {
             client_certificate: client_certificate.as_deref().map(Vec::as_slice),
             headers: req.headers(),
@@ -363,16 +447,58 @@ impl ApiServer {
                 return handlers::error(&ApiError::unauthorized());
             }
         };
+        let record = self.gates.audit.as_ref().and_then(|a| {
+            a.begin(crate::audit::Start {
+                audit_id: &audit.id,
+                received: audit.received,
+                user: &user,
+                info: &info,
+                uri: req.uri(),
+                headers: req.headers(),
+                peer: req.extensions().get::<Peer>().map(|p| p.0.ip()),
+                clock: self.clock,
+            })
+        });
+        if let Some(r) = &record {
+            let _ = audit.record.set(r.clone());
+        }
         let user = match crate::impersonation::resolve(&self.authz, user, req.headers()) {
             Ok(u) => u,
             Err(e) => return handlers::error(&e),
         };
-        match self.authz.decide(&user, &info) {
+        if let Some(r) = &record
+            && req.headers().contains_key(crate::impersonation::USER)
+        {
+            r.impersonated(&user);
+        }
+        // held until the response is built: the in-flight count
+        let _permit = match self.gates.overload.admit(&info, &user) {
+            Ok(admit) => admit,
+            Err(e) => {
+                let mut resp = handlers::error(&e);
+                resp.headers_mut().insert(
+                    http::header::RETRY_AFTER,
+                    http::HeaderValue::from_static("1"),
+                );
+                return resp;
+            }
+        };
+        let decision = self.authz.decide(&user, &info);
+        if let Some(r) = &record {
+            match &decision {
+                Decision::Allow => r.authorized(true, ""),
+                Decision::Deny(reason) | Decision::NoOpinion(reason) => r.authorized(false, reason),
+            }
+        }
+        match decision {
             Decision::Allow => {}
             _ if user.is_anonymous() => return handlers::error(&ApiError::unauthorized()),
             Decision::Deny(reason) | Decision::NoOpinion(reason) => {
                 return handlers::error(&authz::forbidden(&user, &info, &reason));
             }
+        }
+        if let Some(r) = record {
+            req.extensions_mut().insert(r);
         }
         handlers::route(self, req, info, query, user).await
     }
@@ -492,7 +618,8 @@ impl Listener {
                     .peer_certificates()
                     .and_then(|c| c.first())
                     .map(|c| Arc::new(c.as_ref().to_vec()));
-                let service = hyper::service::service_fn(move |req| {
+                let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                    req.extensions_mut().insert(Peer(peer));
                     let server = server.clone();
                     let cert = cert.clone();
                     async move { Ok::<_, std::convert::Infallible>(server.handle(req, cert).await) }

@@ -87,8 +87,22 @@ pub fn decode(kv: &KeyValue) -> Result<Value> {
     decode_at(&kv.value, kv.mod_revision, &kv.key)
 }
 
+/// A stored value the store layer could not read (encryption at rest: no configured key opens
+/// it) arrives as this prefix then the reason, so that one object fails with a 500 naming its
+/// key, never the whole watch cache or the server.
+pub const UNREADABLE: &[u8] = b"\0skiff:unreadable:";
+
+/// The error of a value the store layer could not read, if it is one.
+pub fn check_readable(value: &[u8]) -> Result<()> {
+    match value.strip_prefix(UNREADABLE) {
+        Some(reason) => Err(ApiError::internal(String::from_utf8_lossy(reason))),
+        None => Ok(()),
+    }
+}
+
 /// Reads stored JSON and stamps `resourceVersion` = `revision`.
 pub fn decode_at(value: &[u8], revision: i64, key: &[u8]) -> Result<Value> {
+    check_readable(value)?;
     let mut object: Value = serde_json::from_slice(value).map_err(|e| {
         ApiError::internal(format!(
             "decoding object at {}: {e}",

@@ -63,6 +63,8 @@ pub struct Ctx {
     /// The client's connection once a proxied upgrade (exec, attach, port-forward) switches
     /// protocols.
     pub upgrade: Option<hyper::upgrade::OnUpgrade>,
+    /// The request's audit record, which keeps the body once read (`Request` levels).
+    pub audit: Option<Arc<crate::audit::Record>>,
     body: Option<Incoming>,
 }
 
@@ -106,6 +108,7 @@ impl Ctx {
             warnings: self.warnings.clone(),
             raw_query: self.raw_query.clone(),
             upgrade: None,
+            audit: None,
             body: None,
         }
     }
@@ -116,7 +119,13 @@ impl Ctx {
             return Ok(Bytes::new());
         };
         match Limited::new(body, MAX_BODY_BYTES).collect().await {
-            Ok(collected) => Ok(collected.to_bytes()),
+            Ok(collected) => {
+                let bytes = collected.to_bytes();
+                if let Some(audit) = &self.audit {
+                    audit.request_body(&bytes, self.header(header::CONTENT_TYPE));
+                }
+                Ok(bytes)
+            }
             Err(e) if e.is::<http_body_util::LengthLimitError>() => {
                 Err(ApiError::too_large("the request body is larger than 3 MiB"))
             }
@@ -226,6 +235,7 @@ pub async fn route(
         query,
         raw_query: parts.uri.query().unwrap_or_default().to_string(),
         upgrade: parts.extensions.remove::<hyper::upgrade::OnUpgrade>(),
+        audit: parts.extensions.remove::<Arc<crate::audit::Record>>(),
         headers: parts.headers,
         user,
         rt,

@@ -67,5 +67,7 @@ fn metrics(server: &ApiServer) -> String {
         })
         .collect();
     let counts: Vec<(&str, usize)> = counts.iter().map(|(n, c)| (n.as_str(), *c)).collect();
+    let (read_only, mutating) = server.gates.overload.in_flight();
+    server.metrics.set_inflight(read_only, mutating);
     server.metrics.render(&counts)
 }

@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
+use skiff_apiserver::audit::{self, Auditor};
+use skiff_apiserver::encryption::{EncryptedStore, Encryption};
 use skiff_apiserver::kubelet_client::KubeletClient;
+use skiff_apiserver::server::Gates;
 use skiff_apiserver::tokens::{DEFAULT_ISSUER, TokenIssuer};
 use skiff_apiserver::{ApiServer, Config, Listener, bootstrap};
 use skiff_store::{EmbeddedConfig, EmbeddedStore, Store, etcd::EtcdStore};
@@ -37,6 +40,103 @@ pub struct ApiServerArgs {
     /// members of `system:masters` are always allowed.
     #[arg(long, value_name = "MODES", default_value = "Node,RBAC")]
     pub authorization_mode: String,
+
+    #[command(flatten)]
+    pub gates: GateArgs,
+}
+
+/// Audit, encryption at rest and overload flags (upstream's names and defaults).
+#[derive(Debug, Args)]
+pub struct GateArgs {
+    /// audit.k8s.io/v1 Policy: which requests are audited at which level (with
+    /// --audit-log-path).
+    #[arg(long, value_name = "FILE")]
+    pub audit_policy_file: Option<PathBuf>,
+
+    /// Where audit events go, one JSON line each; `-` is stdout.
+    #[arg(long, value_name = "PATH")]
+    pub audit_log_path: Option<PathBuf>,
+
+    /// Megabytes of audit log before it is rotated (0: 100).
+    #[arg(long, value_name = "MB", default_value_t = 0)]
+    pub audit_log_maxsize: u64,
+
+    /// Rotated audit logs to keep (0: all).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub audit_log_maxbackup: usize,
+
+    /// Days to keep rotated audit logs (0: regardless of age).
+    #[arg(long, value_name = "DAYS", default_value_t = 0)]
+    pub audit_log_maxage: u64,
+
+    /// apiserver.config.k8s.io/v1 EncryptionConfiguration: which resources are encrypted in
+    /// the store, and with which keys.
+    #[arg(long, value_name = "FILE")]
+    pub encryption_provider_config: Option<PathBuf>,
+
+    /// Non-mutating requests in flight at once before 429 (0: no limit).
+    #[arg(long, value_name = "N", default_value_t = skiff_apiserver::overload::DEFAULT_MAX_READONLY)]
+    pub max_requests_inflight: usize,
+
+    /// Mutating requests in flight at once before 429 (0: no limit).
+    #[arg(long, value_name = "N", default_value_t = skiff_apiserver::overload::DEFAULT_MAX_MUTATING)]
+    pub max_mutating_requests_inflight: usize,
+
+    /// How long a non-long-running request may take before 504 (a Go duration: 60s, 1m30s).
+    #[arg(long, value_name = "DURATION", default_value = "1m0s")]
+    pub request_timeout: String,
+}
+
+impl GateArgs {
+    /// The gates, and the store wrapped for encryption at rest when configured.
+    pub fn build(&self, store: Arc<dyn Store>) -> anyhow::Result<(Gates, Arc<dyn Store>)> {
+        let request_timeout = skiff_apiserver::overload::parse_duration(&self.request_timeout)
+            .flatten()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                UsageError(format!(
+                    "--request-timeout {:?}: expected a positive duration such as 60s",
+                    self.request_timeout
+                ))
+            })?;
+        let overload = skiff_apiserver::overload::Limits::new(
+            self.max_requests_inflight,
+            self.max_mutating_requests_inflight,
+            request_timeout,
+        );
+        let audit = match (&self.audit_policy_file, &self.audit_log_path) {
+            (Some(policy), Some(path)) => Some(Arc::new(Auditor::start(
+                policy,
+                audit::log::Options {
+                    path: path.clone(),
+                    max_size_mb: self.audit_log_maxsize,
+                    max_backups: self.audit_log_maxbackup,
+                    max_age_days: self.audit_log_maxage,
+                },
+            )?)),
+            (Some(_), None) => {
+                tracing::warn!("--audit-policy-file without --audit-log-path: nothing is audited");
+                None
+            }
+            _ => None,
+        };
+        let (encryption, store) = match &self.encryption_provider_config {
+            Some(path) => {
+                let config = Encryption::load(path)?;
+                let wrapped = Arc::new(EncryptedStore::new(store, config));
+                (Some(wrapped.clone()), wrapped as Arc<dyn Store>)
+            }
+            None => (None, store),
+        };
+        Ok((
+            Gates {
+                audit,
+                encryption,
+                overload,
+            },
+            store,
+        ))
+    }
 }
 
 /// The store a `--datastore-endpoint` names, or the embedded one under `data_dir/store`.
@@ -72,6 +172,7 @@ pub async fn run(args: ApiServerArgs) -> anyhow::Result<()> {
     let modes = skiff_apiserver::authz::parse_modes(&args.authorization_mode)
         .map_err(|e| UsageError(format!("--authorization-mode: {e}")))?;
     let (store, embedded) = open_store(&args.data_dir, args.datastore_endpoint.as_deref()).await?;
+    let (gates, store) = args.gates.build(store)?;
     let config = Config {
         data_dir: args.data_dir.clone(),
         listen: SocketAddr::new(args.bind_address, args.secure_port),
@@ -93,7 +194,7 @@ pub async fn run(args: ApiServerArgs) -> anyhow::Result<()> {
     let kubelet = KubeletClient::new(&cert, &key).context("the kubelet client")?;
     let tokens = TokenIssuer::ensure(&listener.pki.dir, DEFAULT_ISSUER)
         .context("loading the service account signing key")?;
-    let server = ApiServer::new(store, kubelet, Some(Arc::new(tokens)), &modes)
+    let server = ApiServer::with_gates(store, kubelet, Some(Arc::new(tokens)), &modes, gates)
         .await
         .context("starting the watch cache")?;
     let kubeconfig = args.data_dir.join("kubeconfig.yaml");

@@ -14,6 +14,7 @@ use std::time::Duration;
 use skiff_store::etcd_process::EtcdProcess;
 
 pub mod cluster;
+pub mod https;
 pub mod node;
 
 /// Guards every wait on a child so that a broken server fails a test instead of hanging it.
@@ -75,6 +76,8 @@ pub struct ApiServer {
     pub port: u16,
     pub data_dir: PathBuf,
     log: PathBuf,
+    /// Extra `skiff apiserver` flags, kept for restarts.
+    args: Vec<String>,
     _stdout: mpsc::Receiver<String>,
     etcd: Option<EtcdProcess>,
     _runtime: Option<tokio::runtime::Runtime>,
@@ -83,6 +86,12 @@ pub struct ApiServer {
 
 impl ApiServer {
     pub fn start(backend: Backend) -> ApiServer {
+        Self::start_with(backend, &[])
+    }
+
+    /// Starts with extra `skiff apiserver` flags.
+    pub fn start_with(backend: Backend, args: &[&str]) -> ApiServer {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         let dir = tempfile::tempdir().expect("temp dir");
         let (etcd, runtime) = match backend {
             Backend::Embedded => (None, None),
@@ -94,12 +103,13 @@ impl ApiServer {
         };
         let data_dir = dir.path().join("data");
         let log = dir.path().join("apiserver.log");
-        let (child, port, stdout) = spawn(&data_dir, &log, etcd.as_ref(), 0);
+        let (child, port, stdout) = spawn(&data_dir, &log, etcd.as_ref(), 0, &args);
         ApiServer {
             child,
             port,
             data_dir,
             log,
+            args,
             _stdout: stdout,
             etcd,
             _runtime: runtime,
@@ -111,7 +121,13 @@ impl ApiServer {
     pub fn restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let (child, port, stdout) = spawn(&self.data_dir, &self.log, self.etcd.as_ref(), self.port);
+        let (child, port, stdout) = spawn(
+            &self.data_dir,
+            &self.log,
+            self.etcd.as_ref(),
+            self.port,
+            &self.args,
+        );
         assert_eq!(port, self.port);
         self.child = child;
         self._stdout = stdout;
@@ -217,11 +233,13 @@ fn spawn(
     log: &Path,
     etcd: Option<&EtcdProcess>,
     port: u16,
+    args: &[String],
 ) -> (Child, u16, mpsc::Receiver<String>) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
     cmd.args(["apiserver", "--data-dir"])
         .arg(data_dir)
-        .args(["--secure-port", &port.to_string()]);
+        .args(["--secure-port", &port.to_string()])
+        .args(args);
     if let Some(etcd) = etcd {
         cmd.arg("--datastore-endpoint")
             .arg(format!("etcd://{}", etcd.endpoint()));

@@ -1,0 +1,173 @@
+//! Overload protection against a real `skiff apiserver` with in-flight limits of 1: a create
+//! whose body stops half-way holds the one mutating slot for as long as the test wants (no
+//! timing), so the next mutating request is refused with upstream's 429 and `Retry-After: 1`,
+//! while masters, reads and watches still get through; a request past its deadline
+//! (`--request-timeout`, or its own shorter `timeout=`) gets upstream's 504.
+
+mod support;
+
+use http::Request;
+use hyper::body::Frame;
+use serde_json::Value;
+use support::https::{self, Client};
+use support::{ApiServer, Backend};
+
+const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
+
+fn configmap(name: &str) -> String {
+    format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}},"data":{{"k":"v"}}}}"#
+    )
+}
+
+fn post(path: &str, len: usize, body: https::Body) -> Request<https::Body> {
+    Request::post(path)
+        .header("host", "127.0.0.1")
+        .header("content-type", "application/json")
+        .header("content-length", len)
+        .body(body)
+        .expect("a request")
+}
+
+fn get(path: &str) -> Request<https::Body> {
+    Request::get(path)
+        .header("host", "127.0.0.1")
+        .body(https::body(""))
+        .expect("a request")
+}
+
+fn status(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: not a Status: {body}"))
+}
+
+/// The held configmap `held`: its body is sent up to its first 20 bytes.
+const HELD: &str =
+    r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"held"},"data":{"k":"v"}}"#;
+
+#[test]
+fn past_the_in_flight_limit_requests_get_429_but_masters_reads_and_watches_do_not() {
+    let api = ApiServer::start_with(
+        Backend::Embedded,
+        &[
+            "--max-mutating-requests-inflight",
+            "1",
+            "--max-requests-inflight",
+            "1",
+        ],
+    );
+    let admin = Client::new(&api, "admin", Some("system:masters"));
+    let alice = Client::new(&api, "alice", None);
+    support::run(async {
+        let (rest, body) = https::held_body(&HELD.as_bytes()[..20]);
+        let held = tokio::spawn({
+            let admin = admin.clone();
+            async move { https::text(admin.send(post(CONFIGMAPS, HELD.len(), body)).await).await }
+        });
+        // the held create has the slot once upstream's in-flight gauge says so (reads have
+        // their own pool, and masters are never refused)
+        support::eventually("the held create in flight", || {
+            let admin = admin.clone();
+            async move {
+                let (_, metrics) = https::text(admin.send(get("/metrics")).await).await;
+                metrics
+                    .contains(r#"apiserver_current_inflight_requests{request_kind="mutating"} 1"#)
+                    .then_some(())
+            }
+        })
+        .await;
+        // from then on alice is refused for load, before authorization, as upstream
+        let cm = configmap("from-alice");
+        let resp = alice
+            .send(post(CONFIGMAPS, cm.len(), https::body(cm)))
+            .await;
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_string());
+        let audit_id = resp.headers().contains_key("audit-id");
+        let (code, body) = https::text(resp).await;
+        assert_eq!(code, 429, "{body}");
+        assert_eq!(retry_after.as_deref(), Some("1"));
+        assert!(audit_id, "every response carries an Audit-Id");
+        let s = status(&body);
+        assert_eq!(s["kind"], "Status");
+        assert_eq!(s["reason"], "TooManyRequests");
+        assert_eq!(s["code"], 429);
+        assert_eq!(s["message"], "Too many requests, please try again later.");
+
+        // a member of system:masters always gets an answer
+        let cm = configmap("from-admin");
+        let (code, body) = https::text(
+            admin
+                .send(post(CONFIGMAPS, cm.len(), https::body(cm)))
+                .await,
+        )
+        .await;
+        assert_eq!(code, 201, "{body}");
+
+        // a watch is long-running: it does not take the one read-only slot
+        let watch = admin.send(get(&format!("{CONFIGMAPS}?watch=true"))).await;
+        assert_eq!(watch.status(), 200);
+        let (code, body) = https::text(alice.send(get(CONFIGMAPS)).await).await;
+        assert_eq!(
+            code, 403,
+            "a read is not refused for load while a watch runs: {body}"
+        );
+        drop(watch);
+
+        // the held create completes once its body does, and frees the slot
+        rest.unbounded_send(Ok(Frame::data(bytes::Bytes::from_static(
+            &HELD.as_bytes()[20..],
+        ))))
+        .expect("the held body is open");
+        drop(rest);
+        let (code, body) = held.await.expect("the held request");
+        assert_eq!(code, 201, "{body}");
+        let cm = configmap("from-alice");
+        let (code, _) = https::text(
+            alice
+                .send(post(CONFIGMAPS, cm.len(), https::body(cm)))
+                .await,
+        )
+        .await;
+        assert_eq!(code, 403);
+    });
+}
+
+#[test]
+fn a_request_past_its_timeout_gets_504_and_a_bad_timeout_400() {
+    let api = ApiServer::start_with(Backend::Embedded, &["--request-timeout", "2s"]);
+    let admin = Client::new(&api, "admin", Some("system:masters"));
+    support::run(async {
+        // the body never completes: the handler waits for it until the deadline, the request's
+        // own `timeout=` when shorter than --request-timeout, else the server's
+        for query in ["?timeout=1s", "", "?timeout=1h"] {
+            let (rest, body) = https::held_body(&HELD.as_bytes()[..20]);
+            let resp = admin
+                .send(post(&format!("{CONFIGMAPS}{query}"), HELD.len(), body))
+                .await;
+            let (code, body) = https::text(resp).await;
+            drop(rest);
+            assert_eq!(code, 504, "{query}: {body}");
+            let s = status(&body);
+            assert_eq!(s["reason"], "Timeout");
+            assert_eq!(
+                s["message"],
+                "Timeout: request did not complete within requested timeout - context deadline exceeded"
+            );
+        }
+        let (code, body) =
+            https::text(admin.send(get(&format!("{CONFIGMAPS}?timeout=soon"))).await).await;
+        assert_eq!(code, 400, "{body}");
+        assert!(
+            status(&body)["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("invalid timeout specified in the request URL"),
+            "{body}"
+        );
+        // the timed-out create stored nothing
+        let (code, _) = https::text(admin.send(get(&format!("{CONFIGMAPS}/held"))).await).await;
+        assert_eq!(code, 404);
+    });
+}

@@ -1,0 +1,106 @@
+//! A bare HTTPS/1.1 client with a client certificate from the cluster CA, for what kubectl and
+//! kube-rs cannot do: send a body only part-way and hold it open, read response headers.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::channel::mpsc;
+use http::{Request, Response};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::TokioIo;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio_rustls::rustls;
+
+use super::ApiServer;
+
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// The sending end of a body that stays open until it is dropped or closed.
+pub type Held = mpsc::UnboundedSender<Result<Frame<Bytes>, Infallible>>;
+
+/// A whole body.
+pub fn body(bytes: impl Into<Bytes>) -> Body {
+    http_body_util::Full::new(bytes.into()).boxed()
+}
+
+/// A body whose first chunk is `first`; the rest comes through the returned sender.
+pub fn held_body(first: &'static [u8]) -> (Held, Body) {
+    let (tx, rx) = mpsc::unbounded();
+    tx.unbounded_send(Ok(Frame::data(Bytes::from_static(first))))
+        .expect("an open channel");
+    (tx, StreamBody::new(rx).boxed())
+}
+
+/// A client that connects as one user (a certificate CN=user, O=group from the cluster CA);
+/// cheap to clone into tasks.
+#[derive(Clone)]
+pub struct Client {
+    config: Arc<rustls::ClientConfig>,
+    port: u16,
+}
+
+impl Client {
+    pub fn new(api: &ApiServer, user: &str, group: Option<&str>) -> Client {
+        let pki =
+            skiff_apiserver::pki::Pki::load(&api.data_dir.join("tls")).expect("the cluster CA");
+        let (cert, key) = pki
+            .issue(user, group, &[], false)
+            .expect("a client certificate");
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(pki.ca_cert_pem.as_bytes()) {
+            roots.add(c.expect("CA PEM")).expect("CA certificate");
+        }
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.as_bytes())
+            .collect::<Result<_, _>>()
+            .expect("client certificate PEM");
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("client key PEM");
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)
+        .expect("client auth");
+        Client {
+            config: Arc::new(config),
+            port: api.port,
+        }
+    }
+
+    /// Sends one request on a new connection; returns once the response headers arrive (the
+    /// body streams).
+    pub async fn send(&self, req: Request<Body>) -> Response<Incoming> {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .expect("connect");
+        let tls = tokio_rustls::TlsConnector::from(self.config.clone())
+            .connect(
+                ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()),
+                tcp,
+            )
+            .await
+            .expect("TLS handshake");
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .expect("HTTP handshake");
+        tokio::spawn(conn);
+        sender.send_request(req).await.expect("a response")
+    }
+}
+
+/// The response's status and body as text.
+pub async fn text(resp: Response<Incoming>) -> (u16, String) {
+    let status = resp.status().as_u16();
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .expect("the body")
+        .to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
