@@ -289,6 +289,12 @@ impl ApiServer {
                             cache: cache.clone(),
                         },
                     }),
+                    Box::new(admission::limit_ranger::LimitRanger {
+                        lookup: admission::limit_ranger::CachedLimitRanges(cache.clone()),
+                    }),
+                    Box::new(admission::pod_security::PodSecurity {
+                        lookup: admission::pod_security::Cached(cache.clone()),
+                    }),
                     Box::new(Priority {
                         lookup: StorePriorityClasses {
                             store: store.clone(),

@@ -15,6 +15,7 @@
 //! - [`event`]: core Event field set and namespace check.
 //! - [`replicaset`], [`deployment`], [`statefulset`], [`daemonset`]: `apps/v1` workloads.
 //! - [`job`], [`cronjob`], [`cron`]: `batch/v1` Jobs, CronJobs and the cron schedule parser.
+//! - [`limitrange`]: LimitRange item defaults and bounds.
 //! - [`lease`], [`priorityclass`], [`pdb`], [`endpointslice`], [`rbac`]: the remaining groups.
 //! - [`pvc`], [`pv`]: PersistentVolumeClaims and PersistentVolumes, over the access mode,
 //!   quantity and class checks of [`volume`].
@@ -37,6 +38,7 @@ pub mod hpa;
 pub mod ingress;
 pub mod job;
 pub mod lease;
+pub mod limitrange;
 pub mod namespace;
 pub mod networkpolicy;
 pub mod node;
@@ -110,6 +112,7 @@ pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
         ("", "persistentvolumes") => &pv::PersistentVolumeStrategy,
         ("", "replicationcontrollers") => &replicationcontroller::ReplicationControllerStrategy,
         ("", "podtemplates") => &podtemplate::PodTemplateStrategy,
+        ("", "limitranges") => &limitrange::LimitRangeStrategy,
         ("apps", "deployments") => &deployment::DeploymentStrategy,
         ("apps", "replicasets") => &replicaset::ReplicaSetStrategy,
         ("apps", "statefulsets") => &statefulset::StatefulSetStrategy,
