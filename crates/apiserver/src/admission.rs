@@ -7,7 +7,7 @@
 //! usage, are charged against the namespace's ResourceQuotas, or refused) and
 //! [`node_restriction`] (kubelets write only their own node and pods), [`limit_ranger`]
 //! (LimitRange defaults and bounds), [`pod_security`] (the Pod Security Standards by namespace
-//! label).
+//! label), [`webhook`] (MutatingAdmissionWebhook and ValidatingAdmissionWebhook).
 //! The full plugin set plugs in behind the same trait.
 
 pub mod default_storage_class;
@@ -18,6 +18,7 @@ pub mod priority;
 pub mod resource_quota;
 pub mod storage_protection;
 pub mod tolerations;
+pub mod webhook;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

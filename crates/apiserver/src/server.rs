@@ -309,6 +309,31 @@ impl ApiServer {
                         },
                     }),
                     Box::new(admission::storage_protection::StorageObjectInUseProtection),
+                    // webhooks after the built-in plugins, as upstream
+                    Box::new(admission::webhook::mutating::MutatingWebhook {
+                        configurations: admission::webhook::CachedConfigurations::new(
+                            cache.clone(),
+                            "mutatingwebhookconfigurations",
+                        ),
+                        caller: admission::webhook::client::HttpsCaller {
+                            services: Box::new(admission::webhook::client::CachedServices(
+                                cache.clone(),
+                            )),
+                        },
+                        namespaces: admission::webhook::CachedNamespaces(cache.clone()),
+                    }),
+                    Box::new(admission::webhook::validating::ValidatingWebhook {
+                        configurations: admission::webhook::CachedConfigurations::new(
+                            cache.clone(),
+                            "validatingwebhookconfigurations",
+                        ),
+                        caller: admission::webhook::client::HttpsCaller {
+                            services: Box::new(admission::webhook::client::CachedServices(
+                                cache.clone(),
+                            )),
+                        },
+                        namespaces: admission::webhook::CachedNamespaces(cache.clone()),
+                    }),
                     // last, as upstream: only what every other plugin let through is charged
                     Box::new(admission::resource_quota::ResourceQuota {
                         store: StoreQuotas {

@@ -21,6 +21,7 @@
 //!   quantity and class checks of [`volume`].
 //! - [`storageclass`], [`csi`], [`volumeattachment`]: `storage.k8s.io/v1`.
 //! - [`replicationcontroller`], [`podtemplate`]: the core/v1 workload kinds.
+//! - [`webhookconfiguration`]: `admissionregistration.k8s.io/v1` webhook configurations.
 //! - [`hpa`], [`ingress`], [`networkpolicy`], [`runtimeclass`]: `autoscaling/v2`,
 //!   `networking.k8s.io/v1` and `node.k8s.io/v1`.
 
@@ -58,6 +59,7 @@ pub mod statefulset;
 pub mod storageclass;
 pub mod volume;
 pub mod volumeattachment;
+pub mod webhookconfiguration;
 
 use serde_json::Value;
 use skiff_apimachinery::catalog::ResourceType;
@@ -141,6 +143,12 @@ pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
         ("networking.k8s.io", "ingressclasses") => &ingress::IngressClassStrategy,
         ("networking.k8s.io", "networkpolicies") => &networkpolicy::NetworkPolicyStrategy,
         ("node.k8s.io", "runtimeclasses") => &runtimeclass::RuntimeClassStrategy,
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations") => {
+            &webhookconfiguration::WebhookConfigurationStrategy { mutating: true }
+        }
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations") => {
+            &webhookconfiguration::WebhookConfigurationStrategy { mutating: false }
+        }
         _ => &Plain,
     }
 }
