@@ -314,7 +314,12 @@ fn webhooks_mutate_with_a_json_patch_and_deny_with_their_message() {
          metadata: {{name: bouncer}}\nwebhooks:\n{}",
         namespace("mutated", "mutate"),
         namespace("guarded", "deny"),
-        hooks.webhook("label.skiff.test", "/mutate", "mutate", ""),
+        hooks.webhook(
+            "label.skiff.test",
+            "/mutate",
+            "mutate",
+            "  matchConditions: [{name: not-skipped, expression: \"object.metadata.name != 'skipped'\"}]\n"
+        ),
         hooks.webhook("deny.skiff.test", "/deny", "deny", ""),
     );
     api.kubectl_stdin(KUBECTL_133, &["apply", "-f", "-"], Some(&objects));
@@ -349,6 +354,25 @@ fn webhooks_mutate_with_a_json_patch_and_deny_with_their_message() {
         ],
     );
     assert_eq!(labels, r#"{"mutated":"yes"}"#);
+    // a false match condition skips the webhook
+    api.kubectl_stdin(
+        KUBECTL_133,
+        &["create", "-f", "-"],
+        Some(&pod_in("mutated", "skipped")),
+    );
+    let labels = api.kubectl(
+        KUBECTL_133,
+        &[
+            "get",
+            "pod",
+            "skipped",
+            "-n",
+            "mutated",
+            "-o",
+            "jsonpath={.metadata.labels}",
+        ],
+    );
+    assert_eq!(labels, "");
 
     // dry runs until the configuration is loaded, so that no pod is created meanwhile
     until(

@@ -85,6 +85,14 @@ pub struct Webhook {
     pub timeout: Duration,
     /// `reinvocationPolicy: IfNeeded`.
     pub reinvoke: bool,
+    /// `matchConditions`: CEL expressions over `object`, `oldObject` and `request` that must all
+    /// be true for the webhook to be called.
+    pub match_conditions: Vec<(String, Arc<cel::Program>)>,
+}
+
+/// Compiles a matchCondition expression; `Err` is upstream-like compile error text.
+pub fn compile(expression: &str) -> std::result::Result<cel::Program, String> {
+    cel::Program::compile(expression).map_err(|e| format!("compilation failed: {e}"))
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -146,6 +154,15 @@ pub fn parse(configuration: &Value) -> Vec<Webhook> {
             dry_run_safe: matches!(w["sideEffects"].as_str(), Some("None" | "NoneOnDryRun")),
             timeout: Duration::from_secs(w["timeoutSeconds"].as_u64().unwrap_or(10).clamp(1, 30)),
             reinvoke: w["reinvocationPolicy"] == "IfNeeded",
+            match_conditions: w["matchConditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| {
+                    let program = compile(c["expression"].as_str()?).ok()?;
+                    Some((c["name"].as_str()?.to_string(), Arc::new(program)))
+                })
+                .collect(),
         });
     }
     out
@@ -457,6 +474,43 @@ pub fn dry_run_unsupported(hook: &str) -> ApiError {
     ))
 }
 
+/// Upstream's match conditions: any false skips the webhook; otherwise an error (not a bool,
+/// or failing to evaluate) is reported for the failure policy to decide.
+pub fn conditions(hook: &Webhook, request: &Value) -> std::result::Result<bool, String> {
+    if hook.match_conditions.is_empty() {
+        return Ok(true);
+    }
+    let mut context = cel::Context::default();
+    for (name, value) in [
+        ("object", &request["object"]),
+        ("oldObject", &request["oldObject"]),
+        ("request", request),
+    ] {
+        context
+            .add_variable(name, value)
+            .map_err(|e| format!("preparing match conditions: {e}"))?;
+    }
+    let mut error = None;
+    for (name, program) in &hook.match_conditions {
+        match program.execute(&context) {
+            Ok(cel::Value::Bool(true)) => {}
+            Ok(cel::Value::Bool(false)) => return Ok(false),
+            Ok(other) => {
+                error.get_or_insert(format!(
+                    "failed to evaluate match condition {name:?}: expected a bool, got {other:?}"
+                ));
+            }
+            Err(e) => {
+                error.get_or_insert(format!("failed to evaluate match condition {name:?}: {e}"));
+            }
+        }
+    }
+    match error {
+        Some(e) => Err(e),
+        None => Ok(true),
+    }
+}
+
 /// Calls webhooks: the HTTPS client, or a recording fake in tests.
 #[async_trait]
 pub trait Caller: Send + Sync {
@@ -478,6 +532,12 @@ pub async fn invoke(
     }
     let uid = uuid::Uuid::new_v4().to_string();
     let review = review(attrs, object, &uid);
+    match conditions(hook, &review["request"]) {
+        Ok(true) => {}
+        Ok(false) => return Ok(None),
+        Err(_) if hook.fail_open => return Ok(None),
+        Err(why) => return Err(attrs.forbidden(&why)),
+    }
     let result = caller
         .call(hook, &review)
         .await
@@ -583,6 +643,35 @@ pub(crate) mod tests {
         );
         assert_eq!(hooks[0].timeout, Duration::from_secs(10));
         assert!(!hooks[0].fail_open);
+    }
+
+    #[test]
+    fn match_conditions_skip_the_webhook_when_one_is_false() {
+        let hooks = config(
+            json!([{"name": "c.x.io", "clientConfig": {"url": "https://h/"},
+            "matchConditions": [
+                {"name": "not-kube-system", "expression": "request.namespace != 'kube-system'"},
+                {"name": "labelled", "expression": "has(object.metadata.labels) && object.metadata.labels.hook == 'yes'"}]}]),
+        );
+        let hook = &hooks[0];
+        let request = |ns: &str, labels: Value| json!({"namespace": ns, "object": {"metadata": {"labels": labels}}, "oldObject": null});
+        assert_eq!(
+            conditions(hook, &request("team", json!({"hook": "yes"}))),
+            Ok(true)
+        );
+        assert_eq!(
+            conditions(hook, &request("kube-system", json!({"hook": "yes"}))),
+            Ok(false)
+        );
+        assert_eq!(
+            conditions(hook, &request("team", json!({"hook": "no"}))),
+            Ok(false)
+        );
+        let odd = &config(
+            json!([{"name": "c.x.io", "clientConfig": {"url": "https://h/"},
+            "matchConditions": [{"name": "n", "expression": "object.metadata.name"}]}]),
+        )[0];
+        assert!(conditions(odd, &json!({"object": {"metadata": {"name": "x"}}})).is_err());
     }
 
     #[test]

@@ -232,6 +232,25 @@ impl Strategy for WebhookConfigurationStrategy {
                     "must include at least one of v1, v1beta1",
                 ));
             }
+            for (j, c) in w["matchConditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                let at = path.child("matchConditions").index(j);
+                if c["name"].as_str().unwrap_or("").is_empty() {
+                    errs.push(FieldError::required(&at.child("name"), ""));
+                }
+                match c["expression"].as_str() {
+                    None | Some("") => errs.push(FieldError::required(&at.child("expression"), "")),
+                    Some(e) => {
+                        if let Err(why) = crate::admission::webhook::compile(e) {
+                            errs.push(FieldError::invalid(&at.child("expression"), e, why));
+                        }
+                    }
+                }
+            }
             if let Some(t) = w["timeoutSeconds"].as_i64()
                 && !(1..=30).contains(&t)
             {
@@ -273,7 +292,8 @@ mod tests {
         let s = WebhookConfigurationStrategy { mutating: false };
         let mut obj = json!({"webhooks": [{"name": "short",
             "clientConfig": {"url": "http://h/"}, "sideEffects": "Some",
-            "admissionReviewVersions": ["v2"], "timeoutSeconds": 31}]});
+            "admissionReviewVersions": ["v2"], "timeoutSeconds": 31,
+            "matchConditions": [{"name": "broken", "expression": "object.("}]}]});
         s.prepare_for_create(&mut obj);
         let errs: Vec<String> = s.validate(&obj).iter().map(ToString::to_string).collect();
         assert_eq!(
@@ -283,6 +303,8 @@ mod tests {
                 "webhooks[0].clientConfig.url: Invalid value: \"http://h/\": 'https' is the only allowed URL scheme",
                 "webhooks[0].sideEffects: Unsupported value: \"Some\": supported values: \"None\", \"NoneOnDryRun\"",
                 "webhooks[0].admissionReviewVersions: Invalid value: [\"v2\"]: must include at least one of v1, v1beta1",
+                "webhooks[0].matchConditions[0].expression: Invalid value: \"object.(\": compilation failed: \
+                 ERROR: <input>:1:8: Syntax error: no viable alternative at input '.('\n| object.(\n| .......^",
                 "webhooks[0].timeoutSeconds: Invalid value: 31: the timeout value must be between 1 and 30 seconds",
             ]
         );
