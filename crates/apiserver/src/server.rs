@@ -293,7 +293,10 @@ impl ApiServer {
                         lookup: admission::limit_ranger::CachedLimitRanges(cache.clone()),
                     }),
                     Box::new(admission::pod_security::PodSecurity {
-                        lookup: admission::pod_security::Cached(cache.clone()),
+                        lookup: admission::pod_security::Cached {
+                            cache: cache.clone(),
+                            store: store.clone(),
+                        },
                     }),
                     Box::new(Priority {
                         lookup: StorePriorityClasses {

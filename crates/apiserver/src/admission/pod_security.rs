@@ -41,17 +41,29 @@ pub trait PodSecurityLookup: Send + Sync {
     async fn pods(&self, namespace: &str) -> Result<Vec<Value>>;
 }
 
-/// Namespaces and pods from the watch cache.
-pub struct Cached(pub Arc<Cacher>);
+/// Namespaces and pods from the watch cache; a namespace the cache does not have yet (created a
+/// moment ago) is read from the store, so that its `enforce` label is never missed.
+pub struct Cached {
+    pub cache: Arc<Cacher>,
+    pub store: Arc<dyn skiff_store::Store>,
+}
 
 #[async_trait]
 impl PodSecurityLookup for Cached {
     async fn namespace_labels(&self, namespace: &str) -> Result<Option<Map<String, Value>>> {
+        use skiff_store::StoreExt;
         let rt = skiff_apimachinery::catalog::lookup("", "v1", "namespaces").expect("namespaces");
-        let Some(ns) = self.0.resource(rt).get(namespace) else {
-            return Ok(None);
+        let ns = match self.cache.resource(rt).get(namespace) {
+            Some(ns) => ns.object()?,
+            None => match self
+                .store
+                .get(crate::storage::key(rt, "", namespace).as_bytes())
+                .await?
+            {
+                Some(kv) => crate::storage::decode(&kv)?,
+                None => return Ok(None),
+            },
         };
-        let ns = ns.object()?;
         Ok(Some(
             ns.pointer("/metadata/labels")
                 .and_then(Value::as_object)
@@ -62,7 +74,7 @@ impl PodSecurityLookup for Cached {
 
     async fn pods(&self, namespace: &str) -> Result<Vec<Value>> {
         let rt = skiff_apimachinery::catalog::lookup("", "v1", "pods").expect("pods");
-        let list = self.0.resource(rt).list(namespace);
+        let list = self.cache.resource(rt).list(namespace);
         list.objects.iter().map(|c| c.object()).collect()
     }
 }
