@@ -170,6 +170,18 @@ fn pod_security_enforce_refuses_and_warn_prints_a_warning() {
         ),
         "{err}"
     );
+    // the oldest kubectl prints the warning too
+    let old = api.kubectl_output(
+        support::KUBECTL_127,
+        &["create", "--dry-run=server", "-f", "-"],
+        Some(&bare_pod("warned").replace("name: bare", "name: other")),
+    );
+    let (_, err) = text(&old);
+    assert!(old.status.success(), "{err}");
+    assert!(
+        err.contains("Warning: would violate PodSecurity \"restricted:latest\""),
+        "{err}"
+    );
 }
 
 /// An HTTPS admission webhook server in the test process, with its own CA (rcgen, through the
@@ -323,6 +335,9 @@ fn webhooks_mutate_with_a_json_patch_and_deny_with_their_message() {
         hooks.webhook("deny.skiff.test", "/deny", "deny", ""),
     );
     api.kubectl_stdin(KUBECTL_133, &["apply", "-f", "-"], Some(&objects));
+    let listed = api.kubectl(KUBECTL_133, &["get", "mutatingwebhookconfigurations"]);
+    assert!(listed.starts_with("NAME       WEBHOOKS   AGE"), "{listed}");
+    assert!(listed.contains("labeller   1 "), "{listed}");
 
     until(
         &api,
