@@ -165,6 +165,27 @@ impl<L: NamespaceLookup> Plugin for NamespaceLifecycle<L> {
     }
 }
 
+/// A namespace from the watch cache, or from the store when the cache does not have it yet
+/// (created a moment ago): plugins that read namespace labels never miss a new namespace's.
+pub async fn namespace_object(
+    cache: &crate::cache::Cacher,
+    store: &dyn skiff_store::Store,
+    name: &str,
+) -> Result<Option<Value>> {
+    use skiff_store::StoreExt;
+    let rt = skiff_apimachinery::catalog::lookup("", "v1", "namespaces").expect("namespaces");
+    if let Some(ns) = cache.resource(rt).get(name) {
+        return ns.object().map(Some);
+    }
+    match store
+        .get(crate::storage::key(rt, "", name).as_bytes())
+        .await?
+    {
+        Some(kv) => crate::storage::decode(&kv).map(Some),
+        None => Ok(None),
+    }
+}
+
 /// The plugins in order.
 pub struct Chain {
     pub plugins: Vec<Box<dyn Plugin>>,

@@ -323,7 +323,10 @@ impl ApiServer {
                                 cache.clone(),
                             )),
                         },
-                        namespaces: admission::webhook::CachedNamespaces(cache.clone()),
+                        namespaces: admission::webhook::CachedNamespaces {
+                            cache: cache.clone(),
+                            store: store.clone(),
+                        },
                     }),
                     Box::new(admission::webhook::validating::ValidatingWebhook {
                         configurations: admission::webhook::CachedConfigurations::new(
@@ -335,7 +338,10 @@ impl ApiServer {
                                 cache.clone(),
                             )),
                         },
-                        namespaces: admission::webhook::CachedNamespaces(cache.clone()),
+                        namespaces: admission::webhook::CachedNamespaces {
+                            cache: cache.clone(),
+                            store: store.clone(),
+                        },
                     }),
                     // last, as upstream: only what every other plugin let through is charged
                     Box::new(admission::resource_quota::ResourceQuota {

@@ -51,25 +51,13 @@ pub struct Cached {
 #[async_trait]
 impl PodSecurityLookup for Cached {
     async fn namespace_labels(&self, namespace: &str) -> Result<Option<Map<String, Value>>> {
-        use skiff_store::StoreExt;
-        let rt = skiff_apimachinery::catalog::lookup("", "v1", "namespaces").expect("namespaces");
-        let ns = match self.cache.resource(rt).get(namespace) {
-            Some(ns) => ns.object()?,
-            None => match self
-                .store
-                .get(crate::storage::key(rt, "", namespace).as_bytes())
-                .await?
-            {
-                Some(kv) => crate::storage::decode(&kv)?,
-                None => return Ok(None),
-            },
-        };
-        Ok(Some(
+        let ns = super::namespace_object(&self.cache, &*self.store, namespace).await?;
+        Ok(ns.map(|ns| {
             ns.pointer("/metadata/labels")
                 .and_then(Value::as_object)
                 .cloned()
-                .unwrap_or_default(),
-        ))
+                .unwrap_or_default()
+        }))
     }
 
     async fn pods(&self, namespace: &str) -> Result<Vec<Value>> {

@@ -221,17 +221,17 @@ pub trait NamespaceLabels: Send + Sync {
     async fn labels(&self, namespace: &str) -> Result<Value>;
 }
 
-/// Namespace labels from the watch cache.
-pub struct CachedNamespaces(pub Arc<Cacher>);
+/// Namespace labels from the watch cache (the store for a namespace it does not have yet).
+pub struct CachedNamespaces {
+    pub cache: Arc<Cacher>,
+    pub store: Arc<dyn skiff_store::Store>,
+}
 
 #[async_trait]
 impl NamespaceLabels for CachedNamespaces {
     async fn labels(&self, namespace: &str) -> Result<Value> {
-        let rt = skiff_apimachinery::catalog::lookup("", "v1", "namespaces").expect("namespaces");
-        Ok(match self.0.resource(rt).get(namespace) {
-            Some(ns) => ns.object()?["metadata"]["labels"].clone(),
-            None => Value::Null,
-        })
+        let ns = super::namespace_object(&self.cache, &*self.store, namespace).await?;
+        Ok(ns.map_or(Value::Null, |ns| ns["metadata"]["labels"].clone()))
     }
 }
 
@@ -527,9 +527,6 @@ pub async fn invoke(
     object: Option<&Value>,
     mutating: bool,
 ) -> Result<Option<Answer>> {
-    if attrs.dry_run && !hook.dry_run_safe {
-        return Err(dry_run_unsupported(&hook.name));
-    }
     let uid = uuid::Uuid::new_v4().to_string();
     let review = review(attrs, object, &uid);
     match conditions(hook, &review["request"]) {
@@ -537,6 +534,9 @@ pub async fn invoke(
         Ok(false) => return Ok(None),
         Err(_) if hook.fail_open => return Ok(None),
         Err(why) => return Err(attrs.forbidden(&why)),
+    }
+    if attrs.dry_run && !hook.dry_run_safe {
+        return Err(dry_run_unsupported(&hook.name));
     }
     let result = caller
         .call(hook, &review)
