@@ -318,11 +318,9 @@ impl ApiServer {
                             cache.clone(),
                             "mutatingwebhookconfigurations",
                         ),
-                        caller: admission::webhook::client::HttpsCaller {
-                            services: Box::new(admission::webhook::client::CachedServices(
-                                cache.clone(),
-                            )),
-                        },
+                        caller: admission::webhook::client::HttpsCaller::new(Box::new(
+                            admission::webhook::client::CachedServices(cache.clone()),
+                        )),
                         namespaces: admission::webhook::CachedNamespaces {
                             cache: cache.clone(),
                             store: store.clone(),
@@ -333,11 +331,9 @@ impl ApiServer {
                             cache.clone(),
                             "validatingwebhookconfigurations",
                         ),
-                        caller: admission::webhook::client::HttpsCaller {
-                            services: Box::new(admission::webhook::client::CachedServices(
-                                cache.clone(),
-                            )),
-                        },
+                        caller: admission::webhook::client::HttpsCaller::new(Box::new(
+                            admission::webhook::client::CachedServices(cache.clone()),
+                        )),
                         namespaces: admission::webhook::CachedNamespaces {
                             cache: cache.clone(),
                             store: store.clone(),

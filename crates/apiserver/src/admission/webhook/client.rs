@@ -7,6 +7,7 @@
 //! name `name.namespace.svc` as upstream. Skiff's API server runs on the host, so a ClusterIP
 //! works only where the host routes Service IPs (skiff-proxy on the same machine).
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -113,7 +114,35 @@ impl ServiceResolver for CachedServices {
 
 /// The HTTPS webhook client.
 pub struct HttpsCaller {
-    pub services: Box<dyn ServiceResolver>,
+    services: Box<dyn ServiceResolver>,
+    /// TLS configurations by caBundle (`None`: the host's roots), built once each: reading the
+    /// host's roots costs milliseconds. A plain mutex, never held across an await.
+    configs: std::sync::Mutex<HashMap<Option<Vec<u8>>, Arc<rustls::ClientConfig>>>,
+}
+
+impl HttpsCaller {
+    pub fn new(services: Box<dyn ServiceResolver>) -> HttpsCaller {
+        HttpsCaller {
+            services,
+            configs: Default::default(),
+        }
+    }
+
+    fn config(&self, hook: &Webhook) -> Result<Arc<rustls::ClientConfig>, String> {
+        let mut configs = self.configs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = configs.get(&hook.ca_bundle) {
+            return Ok(c.clone());
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots(hook)?)
+            .with_no_client_auth();
+        let config = Arc::new(config);
+        configs.insert(hook.ca_bundle.clone(), config.clone());
+        Ok(config)
+    }
 }
 
 /// Where `hook` is reached, its path carrying `?timeout=`.
@@ -184,13 +213,11 @@ fn roots(hook: &Webhook) -> Result<RootCertStore, String> {
     Ok(roots)
 }
 
-async fn post(target: &Target, hook: &Webhook, body: Vec<u8>) -> Result<Value, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots(hook)?)
-        .with_no_client_auth();
+async fn post(
+    target: &Target,
+    config: Arc<rustls::ClientConfig>,
+    body: Vec<u8>,
+) -> Result<Value, String> {
     let name = match target.server_name.parse::<IpAddr>() {
         Ok(ip) => ServerName::IpAddress(ip.into()),
         Err(_) => ServerName::try_from(target.server_name.clone()).map_err(|e| e.to_string())?,
@@ -198,7 +225,7 @@ async fn post(target: &Target, hook: &Webhook, body: Vec<u8>) -> Result<Value, S
     let tcp = TcpStream::connect((target.host.as_str(), target.port))
         .await
         .map_err(|e| format!("dial tcp {}:{}: {e}", target.host, target.port))?;
-    let tls = TlsConnector::from(Arc::new(config))
+    let tls = TlsConnector::from(config)
         .connect(name, tcp)
         .await
         .map_err(|e| format!("tls: {e}"))?;
@@ -242,7 +269,10 @@ impl Caller for HttpsCaller {
             target.server_name, target.port, target.path
         );
         let body = serde_json::to_vec(review).map_err(|e| e.to_string())?;
-        match tokio::time::timeout(hook.timeout, post(&target, hook, body)).await {
+        let config = self
+            .config(hook)
+            .map_err(|e| format!("failed to call webhook: {e}"))?;
+        match tokio::time::timeout(hook.timeout, post(&target, config, body)).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(format!("failed to call webhook: Post {url:?}: {e}")),
             Err(_) => Err(format!(
