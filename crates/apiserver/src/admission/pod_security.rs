@@ -317,9 +317,15 @@ impl<L: PodSecurityLookup> Plugin for PodSecurity<L> {
                 Ok(())
             };
         }
+        // Updates that leave the template alone (scaling, status) are not checked again.
+        let template_changed = |t: &Value| match attrs.old.and_then(|o| template(plural, o)) {
+            Some(old) if attrs.operation == Operation::Update => significant_update(t, old),
+            _ => true,
+        };
         if is_controller(group, plural)
             && attrs.subresource.is_empty()
             && let Some(t) = template(plural, obj)
+            && template_changed(t)
             && let Some(policy) = self.policy(attrs.namespace).await?
         {
             self.warn_and_audit(attrs, &policy, &t["metadata"], &t["spec"], false);
@@ -452,6 +458,14 @@ mod tests {
         deploy["spec"]["template"]["spec"]["hostPID"] = json!(true);
         p.validate(&a, Some(&deploy)).await.unwrap();
         assert_eq!(warnings(&a).len(), 1);
+        // scaling leaves the template alone: no new warning
+        let mut scale = attrs(&user, "apps", "v1", "deployments");
+        scale.operation = Operation::Update;
+        scale.old = Some(&deploy);
+        let mut scaled = deploy.clone();
+        scaled["spec"]["replicas"] = json!(5);
+        p.validate(&scale, Some(&scaled)).await.unwrap();
+        assert!(warnings(&scale).is_empty());
         let open = plugin(json!({}));
         let mut pod = bare_pod();
         pod["spec"]["containers"][0]["securityContext"] = json!({"privileged": true});
