@@ -87,6 +87,8 @@ fn limit_range_defaults_are_applied_and_its_max_refuses() {
         serde_json::json!({"limits": {"cpu": "500m", "memory": "128Mi"},
                            "requests": {"cpu": "100m", "memory": "64Mi"}})
     );
+    // the QoS class counts what LimitRanger set (upstream computes it after admission)
+    assert_eq!(pod["status"]["qosClass"], "Burstable");
 
     let big = PLAIN_POD.replace("name: web", "name: big").replace(
         "image: busybox}",
