@@ -607,6 +607,35 @@ pub static RESOURCES: &[ResourceType] = &[
         CRUD,
         &[status_of(("storage.k8s.io", "v1", "VolumeAttachment"))],
     ),
+    // admissionregistration.k8s.io/v1 (after storage, as upstream's discovery orders it)
+    rt(
+        (
+            "admissionregistration.k8s.io",
+            "v1",
+            "MutatingWebhookConfiguration",
+        ),
+        "mutatingwebhookconfigurations",
+        "mutatingwebhookconfiguration",
+        CLUSTER,
+        NONE,
+        &["api-extensions"],
+        CRUD,
+        NO_SUB,
+    ),
+    rt(
+        (
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingWebhookConfiguration",
+        ),
+        "validatingwebhookconfigurations",
+        "validatingwebhookconfiguration",
+        CLUSTER,
+        NONE,
+        &["api-extensions"],
+        CRUD,
+        NO_SUB,
+    ),
 ];
 
 /// The API groups in discovery order, each with its one served version.
@@ -668,6 +697,6 @@ mod tests {
     fn groups_are_listed_once_in_order() {
         let groups = groups();
         assert_eq!(groups[0], ("apps", "v1"));
-        assert_eq!(groups.len(), 12);
+        assert_eq!(groups.len(), 13);
     }
 }

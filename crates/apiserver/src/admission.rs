@@ -5,15 +5,23 @@
 //! get the default one) and [`storage_protection`] (new volumes and claims get their protection
 //! finalizers), [`resource_quota`] (creates, and updates that raise a Service's or claim's
 //! usage, are charged against the namespace's ResourceQuotas, or refused) and
-//! [`node_restriction`] (kubelets write only their own node and pods).
+//! [`node_restriction`] (kubelets write only their own node and pods), [`limit_ranger`]
+//! (LimitRange defaults and bounds), [`pod_security`] (the Pod Security Standards by namespace
+//! label), [`webhook`] (MutatingAdmissionWebhook and ValidatingAdmissionWebhook).
 //! The full plugin set plugs in behind the same trait.
 
 pub mod default_storage_class;
+pub mod limit_ranger;
 pub mod node_restriction;
+pub mod pod_security;
 pub mod priority;
 pub mod resource_quota;
 pub mod storage_protection;
 pub mod tolerations;
+pub mod webhook;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -43,6 +51,49 @@ pub struct Attributes<'a> {
     /// `?dryRun=All`: plugins must not write anything (ResourceQuota checks but charges
     /// nothing).
     pub dry_run: bool,
+    /// Where plugins leave response warnings and audit annotations.
+    pub notes: Notes,
+}
+
+impl Attributes<'_> {
+    /// Upstream's `admission.NewForbidden`: 403 `pods "x" is forbidden: why`.
+    pub fn forbidden(&self, why: &str) -> ApiError {
+        ApiError::forbidden_target(
+            crate::error::Target {
+                group: self.resource.group,
+                resource: self.resource.plural,
+                name: self.name,
+            },
+            why,
+        )
+    }
+}
+
+/// Audit annotations admission adds to a request's audit event (`pod-security.kubernetes.io/…`),
+/// shared by the copies of one request's attributes. A plain mutex: set a few times per
+/// request, never held across an await.
+#[derive(Debug, Clone, Default)]
+pub struct AuditAnnotations(Arc<Mutex<BTreeMap<String, String>>>);
+
+impl AuditAnnotations {
+    /// Sets `key` (the first value set wins, as upstream's `AddAnnotation` refuses to change
+    /// one).
+    pub fn add(&self, key: &str, value: String) {
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        all.entry(key.to_string()).or_insert(value);
+    }
+
+    pub fn all(&self) -> BTreeMap<String, String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// What admission tells beyond allow or refuse: `Warning` headers for the client and
+/// annotations for the audit log.
+#[derive(Debug, Clone, Default)]
+pub struct Notes {
+    pub warnings: crate::handlers::Warnings,
+    pub audit: AuditAnnotations,
 }
 
 /// One admission plugin. Mutating plugins change `object`; validating ones only refuse.
@@ -114,6 +165,27 @@ impl<L: NamespaceLookup> Plugin for NamespaceLifecycle<L> {
     }
 }
 
+/// A namespace from the watch cache, or from the store when the cache does not have it yet
+/// (created a moment ago): plugins that read namespace labels never miss a new namespace's.
+pub async fn namespace_object(
+    cache: &crate::cache::Cacher,
+    store: &dyn skiff_store::Store,
+    name: &str,
+) -> Result<Option<Value>> {
+    use skiff_store::StoreExt;
+    let rt = skiff_apimachinery::catalog::lookup("", "v1", "namespaces").expect("namespaces");
+    if let Some(ns) = cache.resource(rt).get(name) {
+        return ns.object().map(Some);
+    }
+    match store
+        .get(crate::storage::key(rt, "", name).as_bytes())
+        .await?
+    {
+        Some(kv) => crate::storage::decode(&kv).map(Some),
+        None => Ok(None),
+    }
+}
+
 /// The plugins in order.
 pub struct Chain {
     pub plugins: Vec<Box<dyn Plugin>>,
@@ -170,6 +242,7 @@ mod tests {
             user,
             old: None,
             dry_run: false,
+            notes: Notes::default(),
         }
     }
 

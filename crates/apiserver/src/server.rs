@@ -327,6 +327,15 @@ impl ApiServer {
                             cache: cache.clone(),
                         },
                     }),
+                    Box::new(admission::limit_ranger::LimitRanger {
+                        lookup: admission::limit_ranger::CachedLimitRanges(cache.clone()),
+                    }),
+                    Box::new(admission::pod_security::PodSecurity {
+                        lookup: admission::pod_security::Cached {
+                            cache: cache.clone(),
+                            store: store.clone(),
+                        },
+                    }),
                     Box::new(Priority {
                         lookup: StorePriorityClasses {
                             store: store.clone(),
@@ -341,6 +350,33 @@ impl ApiServer {
                         },
                     }),
                     Box::new(admission::storage_protection::StorageObjectInUseProtection),
+                    // webhooks after the built-in plugins, as upstream
+                    Box::new(admission::webhook::mutating::MutatingWebhook {
+                        configurations: admission::webhook::CachedConfigurations::new(
+                            cache.clone(),
+                            "mutatingwebhookconfigurations",
+                        ),
+                        caller: admission::webhook::client::HttpsCaller::new(Box::new(
+                            admission::webhook::client::CachedServices(cache.clone()),
+                        )),
+                        namespaces: admission::webhook::CachedNamespaces {
+                            cache: cache.clone(),
+                            store: store.clone(),
+                        },
+                    }),
+                    Box::new(admission::webhook::validating::ValidatingWebhook {
+                        configurations: admission::webhook::CachedConfigurations::new(
+                            cache.clone(),
+                            "validatingwebhookconfigurations",
+                        ),
+                        caller: admission::webhook::client::HttpsCaller::new(Box::new(
+                            admission::webhook::client::CachedServices(cache.clone()),
+                        )),
+                        namespaces: admission::webhook::CachedNamespaces {
+                            cache: cache.clone(),
+                            store: store.clone(),
+                        },
+                    }),
                     // last, as upstream: only what every other plugin let through is charged
                     Box::new(admission::resource_quota::ResourceQuota {
                         store: StoreQuotas {

@@ -418,6 +418,13 @@ static CSI_STORAGE_CAPACITY: Type = Type::new("CSIStorageCapacity", METADATA_ONL
 static STORAGE_CLASS: Type = Type::new("StorageClass", METADATA_ONLY);
 static VOLUME_ATTACHMENT: Type = Type::new("VolumeAttachment", METADATA_ONLY);
 
+// admissionregistration.k8s.io/v1
+
+static WEBHOOKS: &[Field] = &[METADATA, merge_by("webhooks", "name", None)];
+static MUTATING_WEBHOOK_CONFIGURATION: Type = Type::new("MutatingWebhookConfiguration", WEBHOOKS);
+static VALIDATING_WEBHOOK_CONFIGURATION: Type =
+    Type::new("ValidatingWebhookConfiguration", WEBHOOKS);
+
 /// The patch metadata of the root of an object of `kind` in API group `group` (`""` for core),
 /// `None` for kinds Skiff does not serve as built-ins.
 pub fn for_kind(group: &str, kind: &str) -> Option<&'static Type> {
@@ -466,6 +473,12 @@ pub fn for_kind(group: &str, kind: &str) -> Option<&'static Type> {
         ("storage.k8s.io", "CSIStorageCapacity") => &CSI_STORAGE_CAPACITY,
         ("storage.k8s.io", "StorageClass") => &STORAGE_CLASS,
         ("storage.k8s.io", "VolumeAttachment") => &VOLUME_ATTACHMENT,
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
+            &MUTATING_WEBHOOK_CONFIGURATION
+        }
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
+            &VALIDATING_WEBHOOK_CONFIGURATION
+        }
         _ => return None,
     };
     Some(ty)

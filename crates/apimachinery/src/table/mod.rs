@@ -143,6 +143,10 @@ fn printer(group: &str, plural: &str) -> Option<&'static Printer> {
             &other::ROLE_BINDINGS
         }
         ("scheduling.k8s.io", "priorityclasses") => &other::PRIORITY_CLASSES,
+        (
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations" | "validatingwebhookconfigurations",
+        ) => &other::WEBHOOK_CONFIGURATIONS,
         ("autoscaling", "horizontalpodautoscalers") => &networking::HORIZONTAL_POD_AUTOSCALERS,
         ("networking.k8s.io", "ingresses") => &networking::INGRESSES,
         ("networking.k8s.io", "ingressclasses") => &networking::INGRESS_CLASSES,

@@ -171,6 +171,27 @@ fn role_binding_cells(binding: &Value, now: Timestamp) -> Vec<Value> {
     ]
 }
 
+/// Upstream's printer for both webhook configuration kinds: how many webhooks each holds.
+pub(super) static WEBHOOK_CONFIGURATIONS: Printer = Printer {
+    columns: &[
+        NAME,
+        Column::new(
+            "Webhooks",
+            "integer",
+            0,
+            "Webhooks indicates the number of webhooks in the configuration.",
+        ),
+        AGE,
+    ],
+    cells: |c, now| {
+        let count = c
+            .get("webhooks")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        vec![name(c).into(), count.into(), age(c, now)]
+    },
+};
+
 pub(super) static PRIORITY_CLASSES: Printer = Printer {
     columns: &[
         NAME,
@@ -316,6 +337,16 @@ mod tests {
         assert_eq!(
             (PRIORITY_CLASSES.cells)(&json!({}), now())[4],
             json!("PreemptLowerPriority")
+        );
+    }
+
+    #[test]
+    fn webhook_configurations_count_their_webhooks() {
+        let c = json!({"metadata": {"name": "hooks", "creationTimestamp": "2024-05-01T11:59:15Z"},
+                       "webhooks": [{"name": "a.x.io"}, {"name": "b.x.io"}]});
+        assert_eq!(
+            (WEBHOOK_CONFIGURATIONS.cells)(&c, now()),
+            [json!("hooks"), json!(2), json!("45s")]
         );
     }
 }

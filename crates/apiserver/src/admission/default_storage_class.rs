@@ -141,6 +141,7 @@ mod tests {
             user: &user,
             old: None,
             dry_run: false,
+            notes: Default::default(),
         };
         let plugin = DefaultStorageClass {
             lookup: Fixed(vec![class("standard", "2026-01-01T00:00:00Z", true)]),

@@ -197,6 +197,7 @@ mod tests {
             user,
             old,
             dry_run: false,
+            notes: Default::default(),
         };
         NodeRestriction.validate(&attrs, new).await
     }

@@ -185,6 +185,7 @@ mod tests {
             user: &user,
             old: None,
             dry_run: false,
+            notes: Default::default(),
         };
         let mut pod = json!({"metadata": {"name": "web"}, "spec": spec});
         Priority {
@@ -268,6 +269,7 @@ mod tests {
             user: &user,
             old: None,
             dry_run: false,
+            notes: Default::default(),
         };
         let plugin = Priority {
             lookup: Classes(vec![class("first", 1, true, None)]),

@@ -67,6 +67,7 @@ fn attrs<'a>(user: &'a UserInfo, plural: &str, dry_run: bool) -> Attributes<'a> 
         user,
         old: None,
         dry_run,
+        notes: Default::default(),
     }
 }
 

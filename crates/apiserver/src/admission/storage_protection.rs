@@ -67,6 +67,7 @@ mod tests {
             user,
             old: None,
             dry_run: false,
+            notes: Default::default(),
         }
     }
 

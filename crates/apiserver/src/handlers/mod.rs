@@ -58,6 +58,8 @@ pub struct Ctx {
     pub output: Output,
     /// `Warning` headers for the response, shared with sub-request copies.
     pub warnings: Warnings,
+    /// Audit annotations admission adds, shared with sub-request copies.
+    pub audit_annotations: crate::admission::AuditAnnotations,
     /// The query string as sent (repeated keys such as exec's `command` kept).
     pub raw_query: String,
     /// The client's connection once a proxied upgrade (exec, attach, port-forward) switches
@@ -83,7 +85,7 @@ impl Warnings {
     }
 
     /// Adds one `Warning` header per collected text, quoted as RFC 7234 asks.
-    fn apply(&self, resp: &mut Response<Body>) {
+    pub(crate) fn apply(&self, resp: &mut Response<Body>) {
         let all = self.0.lock().unwrap_or_else(|e| e.into_inner());
         for text in all.iter() {
             let quoted = text.replace('\\', "\\\\").replace('"', "\\\"");
@@ -106,6 +108,7 @@ impl Ctx {
             rt: self.rt,
             output: self.output,
             warnings: self.warnings.clone(),
+            audit_annotations: self.audit_annotations.clone(),
             raw_query: self.raw_query.clone(),
             upgrade: None,
             audit: None,
@@ -241,6 +244,7 @@ pub async fn route(
         rt,
         output,
         warnings: Warnings::default(),
+        audit_annotations: Default::default(),
         body: Some(body),
     };
     let warnings = ctx.warnings.clone();

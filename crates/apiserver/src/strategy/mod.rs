@@ -15,11 +15,13 @@
 //! - [`event`]: core Event field set and namespace check.
 //! - [`replicaset`], [`deployment`], [`statefulset`], [`daemonset`]: `apps/v1` workloads.
 //! - [`job`], [`cronjob`], [`cron`]: `batch/v1` Jobs, CronJobs and the cron schedule parser.
+//! - [`limitrange`]: LimitRange item defaults and bounds.
 //! - [`lease`], [`priorityclass`], [`pdb`], [`endpointslice`], [`rbac`]: the remaining groups.
 //! - [`pvc`], [`pv`]: PersistentVolumeClaims and PersistentVolumes, over the access mode,
 //!   quantity and class checks of [`volume`].
 //! - [`storageclass`], [`csi`], [`volumeattachment`]: `storage.k8s.io/v1`.
 //! - [`replicationcontroller`], [`podtemplate`]: the core/v1 workload kinds.
+//! - [`webhookconfiguration`]: `admissionregistration.k8s.io/v1` webhook configurations.
 //! - [`hpa`], [`ingress`], [`networkpolicy`], [`runtimeclass`]: `autoscaling/v2`,
 //!   `networking.k8s.io/v1` and `node.k8s.io/v1`.
 
@@ -37,6 +39,7 @@ pub mod hpa;
 pub mod ingress;
 pub mod job;
 pub mod lease;
+pub mod limitrange;
 pub mod namespace;
 pub mod networkpolicy;
 pub mod node;
@@ -56,6 +59,7 @@ pub mod statefulset;
 pub mod storageclass;
 pub mod volume;
 pub mod volumeattachment;
+pub mod webhookconfiguration;
 
 use serde_json::Value;
 use skiff_apimachinery::catalog::ResourceType;
@@ -110,6 +114,7 @@ pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
         ("", "persistentvolumes") => &pv::PersistentVolumeStrategy,
         ("", "replicationcontrollers") => &replicationcontroller::ReplicationControllerStrategy,
         ("", "podtemplates") => &podtemplate::PodTemplateStrategy,
+        ("", "limitranges") => &limitrange::LimitRangeStrategy,
         ("apps", "deployments") => &deployment::DeploymentStrategy,
         ("apps", "replicasets") => &replicaset::ReplicaSetStrategy,
         ("apps", "statefulsets") => &statefulset::StatefulSetStrategy,
@@ -138,6 +143,12 @@ pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
         ("networking.k8s.io", "ingressclasses") => &ingress::IngressClassStrategy,
         ("networking.k8s.io", "networkpolicies") => &networkpolicy::NetworkPolicyStrategy,
         ("node.k8s.io", "runtimeclasses") => &runtimeclass::RuntimeClassStrategy,
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations") => {
+            &webhookconfiguration::WebhookConfigurationStrategy { mutating: true }
+        }
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations") => {
+            &webhookconfiguration::WebhookConfigurationStrategy { mutating: false }
+        }
         _ => &Plain,
     }
 }

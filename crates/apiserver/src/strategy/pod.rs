@@ -76,6 +76,44 @@ fn default_container(c: &mut Value) {
     }
 }
 
+/// Upstream's `SetDefaults_Pod` for resources (pods only, not templates): a container's limit
+/// with no request of the same resource becomes its request too.
+pub fn default_requests_from_limits(spec: &mut Value) {
+    for list in ["containers", "initContainers"] {
+        for c in spec
+            .get_mut(list)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            let Some(limits) = c
+                .pointer("/resources/limits")
+                .and_then(Value::as_object)
+                .cloned()
+            else {
+                continue;
+            };
+            if !c["resources"]["requests"].is_object() {
+                c["resources"]["requests"] = json!({});
+            }
+            if let Some(requests) = c["resources"]["requests"].as_object_mut() {
+                for (k, v) in limits {
+                    requests.entry(k).or_insert(v);
+                }
+            }
+        }
+    }
+}
+
+/// Sets `status.qosClass` from the spec: on create after mutating admission, as upstream's
+/// `PrepareForCreate` runs after it (LimitRanger and webhooks may add resources).
+pub fn set_qos_class(pod: &mut Value) {
+    let qos = qos_class(pod.get("spec").unwrap_or(&Value::Null));
+    if pod["status"].is_object() {
+        pod["status"]["qosClass"] = json!(qos);
+    }
+}
+
 /// Upstream's QoS class: Guaranteed when every container has equal cpu and memory limits and
 /// requests, BestEffort when none has any, Burstable otherwise.
 pub fn qos_class(spec: &Value) -> &'static str {
@@ -160,8 +198,9 @@ pub fn validate_pod_spec(spec: &Value, path: &FieldPath) -> Vec<FieldError> {
 
 impl Strategy for PodStrategy {
     fn prepare_for_create(&self, pod: &mut Value) {
-        if let Some(spec) = pod.get_mut("spec") {
+        if let Some(spec) = pod.get_mut("spec").filter(|s| s.is_object()) {
             default_pod_spec(spec);
+            default_requests_from_limits(spec);
         }
         let qos = qos_class(pod.get("spec").unwrap_or(&Value::Null));
         pod["status"] = json!({"phase": "Pending", "qosClass": qos});
@@ -266,6 +305,21 @@ mod tests {
                 "spec.containers[1].name: Required value".to_string(),
             ]
         );
+    }
+
+    #[test]
+    fn a_pods_limits_without_requests_become_its_requests() {
+        let mut pod = json!({"spec": {"containers": [
+            {"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"},
+                                        "requests": {"cpu": "500m"}}},
+            {"name": "b"}]}});
+        PodStrategy.prepare_for_create(&mut pod);
+        assert_eq!(
+            pod["spec"]["containers"][0]["resources"]["requests"],
+            json!({"cpu": "500m", "memory": "1Gi"})
+        );
+        assert_eq!(pod["spec"]["containers"][1]["resources"], json!({}));
+        assert_eq!(pod["status"]["qosClass"], "Burstable");
     }
 
     #[test]

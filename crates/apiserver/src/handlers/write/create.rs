@@ -72,6 +72,9 @@ pub(in crate::handlers) async fn create_object(
     }
     let a = attrs(ctx, Operation::Create, &name, None);
     ctx.server.admission.mutate(&a, Some(&mut obj)).await?;
+    if ctx.rt.group.is_empty() && ctx.rt.plural == "pods" && ctx.info.subresource.is_empty() {
+        strategy::pod::set_qos_class(&mut obj);
+    }
     let key = storage::key(ctx.rt, &ctx.info.namespace, &name);
     // Only objects that hold allocations may need a second attempt (and so a pristine copy).
     let unallocated = allocator::allocates(&obj).then(|| obj.clone());

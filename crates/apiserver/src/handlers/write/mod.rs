@@ -214,6 +214,10 @@ fn attrs<'a>(ctx: &'a Ctx, op: Operation, name: &'a str, old: Option<&'a Value>)
         user: &ctx.user,
         old,
         dry_run: ctx.dry_run(),
+        notes: crate::admission::Notes {
+            warnings: ctx.warnings.clone(),
+            audit: ctx.audit_annotations.clone(),
+        },
     }
 }
 
