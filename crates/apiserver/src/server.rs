@@ -21,7 +21,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::admission::priority::{Priority, PriorityClassLookup};
 use crate::admission::{self, NamespaceLookup};
-use crate::authn::{self, Credentials, X509Authenticator};
+use crate::authn::{self, Credentials};
 use crate::authz::{self, Decision, Mode};
 use crate::cache::Cacher;
 use crate::coalesce::GatherWrites;
@@ -247,6 +247,17 @@ impl ApiServer {
         tokens: Option<Arc<crate::tokens::TokenIssuer>>,
         modes: &[Mode],
     ) -> Result<Arc<Self>> {
+        Self::with_authn(store, kubelet, tokens, modes, authn::Options::default()).await
+    }
+
+    /// [`ApiServer::new`] with the authentication flags.
+    pub async fn with_authn(
+        store: Arc<dyn Store>,
+        kubelet: crate::kubelet_client::KubeletClient,
+        tokens: Option<Arc<crate::tokens::TokenIssuer>>,
+        modes: &[Mode],
+        authn_options: authn::Options,
+    ) -> Result<Arc<Self>> {
         let cache = Cacher::start(store.clone()).await?;
         let mut chain = authz::Chain::default();
         let mut rbac = None;
@@ -278,7 +289,7 @@ impl ApiServer {
         Ok(Arc::new(Self {
             store: store.clone(),
             cache: cache.clone(),
-            authn: authn::Chain::new(vec![Box::new(X509Authenticator)]),
+            authn: authn::build(authn_options, tokens.as_deref(), cache.clone()),
             authz: chain,
             rbac,
             admission: admission::Chain {
@@ -369,7 +380,6 @@ impl ApiServer {
         };
         match self.authz.decide(&user, &info) {
             Decision::Allow => {}
-            _ if user.is_anonymous() => return handlers::error(&ApiError::unauthorized()),
             Decision::Deny(reason) | Decision::NoOpinion(reason) => {
                 return handlers::error(&authz::forbidden(&user, &info, &reason));
             }
