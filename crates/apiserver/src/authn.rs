@@ -172,7 +172,7 @@ pub fn build(
     chain.anonymous = options.anonymous;
     chain.api_audiences = api_audiences.clone();
     if let Some(file) = options.token_file {
-        chain = chain.with_token(Box::new(file));
+        chain = chain.with_token(Box::new(file.with_api_audiences(api_audiences.clone())));
     }
     if let Some(issuer) = issuer {
         match issuer.decoding_key() {
@@ -194,13 +194,13 @@ pub fn build(
         chain = chain.with_token(Box::new(
             bootstrap_token::BootstrapTokenAuthenticator::new(
                 objects,
-                api_audiences,
+                api_audiences.clone(),
                 jiff::Timestamp::now,
             ),
         ));
     }
     if let Some(oidc) = options.oidc {
-        chain = chain.with_token(Box::new(oidc));
+        chain = chain.with_token(Box::new(oidc.with_api_audiences(api_audiences.clone())));
     }
     chain
 }

@@ -300,6 +300,13 @@ impl ApiServer {
                             cache: cache.clone(),
                         },
                     }),
+                    Box::new(admission::service_account::ServiceAccount {
+                        lookup: admission::service_account::StoreServiceAccounts {
+                            store: store.clone(),
+                            cache: cache.clone(),
+                        },
+                        suffix: admission::service_account::random_suffix,
+                    }),
                     Box::new(Priority {
                         lookup: StorePriorityClasses {
                             store: store.clone(),

@@ -166,6 +166,14 @@ impl OidcAuthenticator {
     }
 }
 
+impl OidcAuthenticator {
+    /// The API server's audiences, the only ones these audience-agnostic tokens are good for.
+    pub fn with_api_audiences(mut self, audiences: Vec<String>) -> Self {
+        self.api_audiences = audiences;
+        self
+    }
+}
+
 impl TokenAuthenticator for OidcAuthenticator {
     fn authenticate_token(
         &self,

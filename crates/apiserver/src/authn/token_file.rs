@@ -133,6 +133,14 @@ fn fields(line: &str) -> Option<Vec<String>> {
     }
 }
 
+impl TokenFile {
+    /// The API server's audiences, the only ones these audience-agnostic tokens are good for.
+    pub fn with_api_audiences(mut self, audiences: Vec<String>) -> Self {
+        self.api_audiences = audiences;
+        self
+    }
+}
+
 impl TokenAuthenticator for TokenFile {
     fn authenticate_token(
         &self,
