@@ -69,7 +69,11 @@ impl Credentials<'_> {
     /// The `Authorization: Bearer` token, as upstream's bearer token authenticator reads it
     /// (case-insensitive scheme, surrounding spaces trimmed; an empty token is no token).
     pub fn bearer_token(&self) -> Option<&str> {
-        let value = self.headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+        let value = self
+            .headers
+            .get(http::header::AUTHORIZATION)?
+            .to_str()
+            .ok()?;
         let value = value.trim();
         let (scheme, token) = value.split_once(' ')?;
         if !scheme.eq_ignore_ascii_case("bearer") {
@@ -177,27 +181,24 @@ pub fn build(
     if let Some(issuer) = issuer {
         match issuer.decoding_key() {
             Ok(key) => {
-                chain = chain.with_token(Box::new(
-                    service_account::ServiceAccountAuthenticator::new(
+                chain =
+                    chain.with_token(Box::new(service_account::ServiceAccountAuthenticator::new(
                         issuer.issuer(),
                         key,
                         api_audiences.clone(),
                         objects.clone(),
                         || jiff::Timestamp::now().as_second(),
-                    ),
-                ));
+                    )));
             }
             Err(e) => tracing::error!(error = %e, "service account tokens cannot be verified"),
         }
     }
     if options.bootstrap_tokens {
-        chain = chain.with_token(Box::new(
-            bootstrap_token::BootstrapTokenAuthenticator::new(
-                objects,
-                api_audiences.clone(),
-                jiff::Timestamp::now,
-            ),
-        ));
+        chain = chain.with_token(Box::new(bootstrap_token::BootstrapTokenAuthenticator::new(
+            objects,
+            api_audiences.clone(),
+            jiff::Timestamp::now,
+        )));
     }
     if let Some(oidc) = options.oidc {
         chain = chain.with_token(Box::new(oidc.with_api_audiences(api_audiences.clone())));

@@ -374,7 +374,16 @@ impl ApiServer {
             client_certificate: client_certificate.as_deref().map(Vec::as_slice),
             headers: req.headers(),
         };
-        let user = match self.authn.authenticate(&credentials) {
+        let mut authenticated = self.authn.authenticate(&credentials);
+        if authenticated.is_err() && credentials.bearer_token().is_some() {
+            // token authenticators read the watch cache: a token for an object written a
+            // moment ago (a bootstrap token's Secret, a bound pod) gets one more look once the
+            // cache has caught up with the store
+            if self.cache.wait_fresh().await.is_ok() {
+                authenticated = self.authn.authenticate(&credentials);
+            }
+        }
+        let user = match authenticated {
             Ok(u) => u,
             Err(why) => {
                 tracing::debug!(%why, "authentication failed");

@@ -151,7 +151,10 @@ impl<L: ServiceAccountLookup> Plugin for ServiceAccount<L> {
             return Ok(());
         };
         if pod
-            .pointer(&format!("/metadata/annotations/{}", MIRROR_ANNOTATION.replace('/', "~1")))
+            .pointer(&format!(
+                "/metadata/annotations/{}",
+                MIRROR_ANNOTATION.replace('/', "~1")
+            ))
             .is_some()
         {
             return Ok(());
@@ -259,11 +262,17 @@ mod tests {
         assert_eq!(pod["spec"]["serviceAccountName"], "default");
         let mount = json!({"name": "kube-api-access-abcde", "readOnly": true,
                            "mountPath": TOKEN_MOUNT_PATH});
-        assert_eq!(pod["spec"]["initContainers"][0]["volumeMounts"], json!([mount]));
+        assert_eq!(
+            pod["spec"]["initContainers"][0]["volumeMounts"],
+            json!([mount])
+        );
         assert_eq!(pod["spec"]["containers"][0]["volumeMounts"], json!([mount]));
         // b already mounts something there: left alone
         assert_eq!(
-            pod["spec"]["containers"][1]["volumeMounts"].as_array().unwrap().len(),
+            pod["spec"]["containers"][1]["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .len(),
             1
         );
         let volume = &pod["spec"]["volumes"][0];
@@ -332,13 +341,19 @@ mod tests {
             pod["spec"]["containers"][0]["volumeMounts"][0]["name"],
             "kube-api-access-zzzzz"
         );
-        assert_eq!(pod["spec"]["imagePullSecrets"], json!([{"name": "registry"}]));
+        assert_eq!(
+            pod["spec"]["imagePullSecrets"],
+            json!([{"name": "registry"}])
+        );
     }
 
     #[test]
     fn random_suffixes_use_upstreams_alphabet() {
         let s = random_suffix();
         assert_eq!(s.len(), 5);
-        assert!(s.bytes().all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b)));
+        assert!(
+            s.bytes()
+                .all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b))
+        );
     }
 }

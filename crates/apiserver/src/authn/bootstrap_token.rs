@@ -73,9 +73,9 @@ fn groups(secret: &Value) -> Option<Vec<String>> {
             let rest = g.strip_prefix("system:bootstrappers:")?;
             let valid = !rest.is_empty()
                 && rest.len() <= 256
-                && rest
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b':' || b == b'-')
+                && rest.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b':' || b == b'-'
+                })
                 && rest
                     .bytes()
                     .last()
@@ -224,7 +224,13 @@ mod tests {
 
     #[test]
     fn a_token_not_for_authentication_or_of_another_type_is_not_accepted() {
-        assert!(check(secret(&[("usage-bootstrap-authentication", "false")]), TOKEN).is_none());
+        assert!(
+            check(
+                secret(&[("usage-bootstrap-authentication", "false")]),
+                TOKEN
+            )
+            .is_none()
+        );
         let mut opaque = secret(&[]);
         opaque["type"] = json!("Opaque");
         assert!(check(opaque, TOKEN).is_none());

@@ -113,7 +113,10 @@ impl ServiceAccountAuthenticator {
                 r.uid
             ));
         }
-        if obj.pointer("/metadata/deletionTimestamp").is_some_and(|d| !d.is_null()) {
+        if obj
+            .pointer("/metadata/deletionTimestamp")
+            .is_some_and(|d| !d.is_null())
+        {
             return Err(format!("{what} {namespace}/{} has been deleted", r.name));
         }
         Ok(())
@@ -155,7 +158,12 @@ impl TokenAuthenticator for ServiceAccountAuthenticator {
         }
         check_times((self.clock)(), claims.nbf, claims.exp)?;
         let k = &claims.kubernetes;
-        self.check_live("serviceaccounts", "service account", &k.namespace, &k.serviceaccount)?;
+        self.check_live(
+            "serviceaccounts",
+            "service account",
+            &k.namespace,
+            &k.serviceaccount,
+        )?;
         if let Some(pod) = &k.pod {
             self.check_live("pods", "pod", &k.namespace, pod)?;
         }
@@ -295,7 +303,9 @@ mod tests {
 
     #[test]
     fn a_bound_token_names_the_service_account_its_groups_and_the_pod() {
-        let r = check(&claims(), objects("pod-uid", false)).unwrap().unwrap();
+        let r = check(&claims(), objects("pod-uid", false))
+            .unwrap()
+            .unwrap();
         assert_eq!(r.user.name, "system:serviceaccount:prod:robot");
         assert_eq!(r.user.uid, "sa-uid");
         assert_eq!(

@@ -226,7 +226,12 @@ fn subject(spec: &Value, kind: &str) -> Result<UserInfo> {
             .flatten()
             .map(|(k, v)| {
                 let values = v.as_array().into_iter().flatten();
-                (k.clone(), values.filter_map(|s| s.as_str().map(str::to_string)).collect())
+                (
+                    k.clone(),
+                    values
+                        .filter_map(|s| s.as_str().map(str::to_string))
+                        .collect(),
+                )
             })
             .collect(),
     })

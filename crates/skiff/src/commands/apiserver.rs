@@ -118,13 +118,14 @@ impl AuthnArgs {
                     groups_prefix: self.oidc_groups_prefix.clone(),
                 };
                 Some(
-                    oidc::OidcAuthenticator::load(options, jwks, Vec::new())
-                        .map_err(|e| match e {
+                    oidc::OidcAuthenticator::load(options, jwks, Vec::new()).map_err(
+                        |e| match e {
                             oidc::Error::Issuer(_) | oidc::Error::ClientId => {
                                 anyhow::Error::from(UsageError(e.to_string()))
                             }
                             e => e.into(),
-                        })?,
+                        },
+                    )?,
                 )
             }
         };

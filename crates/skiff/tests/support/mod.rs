@@ -71,6 +71,7 @@ pub enum Backend {
 
 /// A running `skiff apiserver`.
 pub struct ApiServer {
+    args: Vec<String>,
     child: Child,
     pub port: u16,
     pub data_dir: PathBuf,
@@ -83,6 +84,11 @@ pub struct ApiServer {
 
 impl ApiServer {
     pub fn start(backend: Backend) -> ApiServer {
+        Self::start_with(backend, &[])
+    }
+
+    /// Starts the server with extra `skiff apiserver` flags (kept across restarts).
+    pub fn start_with(backend: Backend, args: &[&str]) -> ApiServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let (etcd, runtime) = match backend {
             Backend::Embedded => (None, None),
@@ -94,8 +100,10 @@ impl ApiServer {
         };
         let data_dir = dir.path().join("data");
         let log = dir.path().join("apiserver.log");
-        let (child, port, stdout) = spawn(&data_dir, &log, etcd.as_ref(), 0);
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let (child, port, stdout) = spawn(&data_dir, &log, etcd.as_ref(), 0, &args);
         ApiServer {
+            args,
             child,
             port,
             data_dir,
@@ -111,7 +119,13 @@ impl ApiServer {
     pub fn restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let (child, port, stdout) = spawn(&self.data_dir, &self.log, self.etcd.as_ref(), self.port);
+        let (child, port, stdout) = spawn(
+            &self.data_dir,
+            &self.log,
+            self.etcd.as_ref(),
+            self.port,
+            &self.args,
+        );
         assert_eq!(port, self.port);
         self.child = child;
         self._stdout = stdout;
@@ -217,11 +231,13 @@ fn spawn(
     log: &Path,
     etcd: Option<&EtcdProcess>,
     port: u16,
+    args: &[String],
 ) -> (Child, u16, mpsc::Receiver<String>) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
     cmd.args(["apiserver", "--data-dir"])
         .arg(data_dir)
-        .args(["--secure-port", &port.to_string()]);
+        .args(["--secure-port", &port.to_string()])
+        .args(args);
     if let Some(etcd) = etcd {
         cmd.arg("--datastore-endpoint")
             .arg(format!("etcd://{}", etcd.endpoint()));
