@@ -279,11 +279,11 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
             .expect("delete ghost");
         let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "nosa"},
                              "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}});
-        pods.create_subresource::<serde_json::Value>(
+        pods.create_subresource::<serde_json::Value, serde_json::Value>(
             "binding",
             "nosa",
             &PostParams::default(),
-            serde_json::to_vec(&binding).unwrap(),
+            &binding,
         )
         .await
         .expect("bind nosa");
