@@ -679,6 +679,6 @@ mod tests {
     fn groups_are_listed_once_in_order() {
         let groups = groups();
         assert_eq!(groups[0], ("apps", "v1"));
-        assert_eq!(groups.len(), 12);
+        assert_eq!(groups.len(), 13);
     }
 }
