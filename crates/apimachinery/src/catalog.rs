@@ -386,6 +386,17 @@ pub static RESOURCES: &[ResourceType] = &[
             status_of(("apps", "v1", "StatefulSet")),
         ],
     ),
+    // authentication.k8s.io/v1: create-only, never stored (the API server answers it)
+    rt(
+        ("authentication.k8s.io", "v1", "TokenReview"),
+        "tokenreviews",
+        "tokenreview",
+        CLUSTER,
+        NONE,
+        NONE,
+        CREATE,
+        NO_SUB,
+    ),
     // autoscaling/v2
     rt(
         ("autoscaling", "v2", "HorizontalPodAutoscaler"),

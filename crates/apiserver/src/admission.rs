@@ -5,9 +5,10 @@
 //! get the default one) and [`storage_protection`] (new volumes and claims get their protection
 //! finalizers), [`resource_quota`] (creates, and updates that raise a Service's or claim's
 //! usage, are charged against the namespace's ResourceQuotas, or refused) and
-//! [`node_restriction`] (kubelets write only their own node and pods), [`limit_ranger`]
-//! (LimitRange defaults and bounds), [`pod_security`] (the Pod Security Standards by namespace
-//! label), [`webhook`] (MutatingAdmissionWebhook and ValidatingAdmissionWebhook).
+//! [`node_restriction`] (kubelets write only their own node and pods), [`service_account`]
+//! (pods run as a service account and mount its token), [`limit_ranger`] (LimitRange defaults
+//! and bounds), [`pod_security`] (the Pod Security Standards by namespace label), [`webhook`]
+//! (MutatingAdmissionWebhook and ValidatingAdmissionWebhook).
 //! The full plugin set plugs in behind the same trait.
 
 pub mod default_storage_class;
@@ -16,6 +17,7 @@ pub mod node_restriction;
 pub mod pod_security;
 pub mod priority;
 pub mod resource_quota;
+pub mod service_account;
 pub mod storage_protection;
 pub mod tolerations;
 pub mod webhook;

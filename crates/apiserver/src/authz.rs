@@ -199,6 +199,7 @@ mod tests {
             name: name.into(),
             uid: String::new(),
             groups: groups.iter().map(|g| g.to_string()).collect(),
+            extra: Default::default(),
         }
     }
 

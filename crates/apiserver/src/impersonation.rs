@@ -128,6 +128,7 @@ pub fn resolve(
         name: name.to_string(),
         uid: uid.unwrap_or_default().to_string(),
         groups,
+        extra: extras.into_iter().collect(),
     })
 }
 
@@ -158,6 +159,7 @@ mod tests {
             name: name.into(),
             uid: String::new(),
             groups: vec![GROUP_AUTHENTICATED.into()],
+            extra: Default::default(),
         }
     }
 

@@ -21,7 +21,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::admission::priority::{Priority, PriorityClassLookup};
 use crate::admission::{self, NamespaceLookup};
-use crate::authn::{self, Credentials, X509Authenticator};
+use crate::authn::{self, Credentials};
 use crate::authz::{self, Decision, Mode};
 use crate::cache::Cacher;
 use crate::coalesce::GatherWrites;
@@ -65,6 +65,8 @@ pub struct Gates {
     pub encryption: Option<Arc<crate::encryption::EncryptedStore>>,
     /// In-flight limits and the request timeout.
     pub overload: crate::overload::Limits,
+    /// `--disable-admission-plugins`: upstream's plugin names left out of the chain.
+    pub disabled_admission: Vec<String>,
 }
 
 impl Gates {
@@ -285,6 +287,17 @@ impl ApiServer {
         tokens: Option<Arc<crate::tokens::TokenIssuer>>,
         modes: &[Mode],
     ) -> Result<Arc<Self>> {
+        Self::with_authn(store, kubelet, tokens, modes, authn::Options::default()).await
+    }
+
+    /// [`ApiServer::new`] with the authentication flags.
+    pub async fn with_authn(
+        store: Arc<dyn Store>,
+        kubelet: crate::kubelet_client::KubeletClient,
+        tokens: Option<Arc<crate::tokens::TokenIssuer>>,
+        modes: &[Mode],
+        authn_options: authn::Options,
+    ) -> Result<Arc<Self>> {
         let cache = Cacher::start(store.clone()).await?;
         let mut chain = authz::Chain::default();
         let mut rbac = None;
@@ -316,7 +329,7 @@ impl ApiServer {
         Ok(Arc::new(Self {
             store: store.clone(),
             cache: cache.clone(),
-            authn: authn::Chain::new(vec![Box::new(X509Authenticator)]),
+            authn: authn::build(authn_options, tokens.as_deref(), cache.clone()),
             authz: chain,
             rbac,
             admission: admission::Chain {
@@ -329,6 +342,13 @@ impl ApiServer {
                     }),
                     Box::new(admission::limit_ranger::LimitRanger {
                         lookup: admission::limit_ranger::CachedLimitRanges(cache.clone()),
+                    }),
+                    Box::new(admission::service_account::ServiceAccount {
+                        lookup: admission::service_account::StoreServiceAccounts {
+                            store: store.clone(),
+                            cache: cache.clone(),
+                        },
+                        suffix: admission::service_account::random_suffix,
                     }),
                     Box::new(admission::pod_security::PodSecurity {
                         lookup: admission::pod_security::Cached {
@@ -395,19 +415,31 @@ impl ApiServer {
         }))
     }
 
-    /// As [`ApiServer::new`], with the command line's `gates` (its `encryption`, if any, must
-    /// be `store`).
+    /// As [`ApiServer::with_authn`], with the command line's `gates` (its `encryption`, if
+    /// any, must be `store`); the admission plugins `gates.disabled_admission` names are left
+    /// out of the chain.
     pub async fn with_gates(
         store: Arc<dyn Store>,
         kubelet: crate::kubelet_client::KubeletClient,
         tokens: Option<Arc<crate::tokens::TokenIssuer>>,
         modes: &[Mode],
+        authn_options: authn::Options,
         gates: Gates,
     ) -> Result<Arc<Self>> {
-        let mut server = Self::new(store, kubelet, tokens, modes).await?;
-        Arc::get_mut(&mut server)
-            .expect("a server being built is not shared yet")
-            .gates = gates;
+        let mut server = Self::with_authn(store, kubelet, tokens, modes, authn_options).await?;
+        let building = Arc::get_mut(&mut server).expect("a server being built is not shared yet");
+        let plugins = &mut building.admission.plugins;
+        if let Some(unknown) = gates
+            .disabled_admission
+            .iter()
+            .find(|name| !plugins.iter().any(|p| p.name() == name.as_str()))
+        {
+            return Err(ApiError::internal(format!(
+                "--disable-admission-plugins: unknown admission plugin {unknown:?}"
+            )));
+        }
+        plugins.retain(|p| !gates.disabled_admission.iter().any(|name| name == p.name()));
+        building.gates = gates;
         Ok(server)
     }
 
@@ -476,7 +508,16 @@ impl ApiServer {
             client_certificate: client_certificate.as_deref().map(Vec::as_slice),
             headers: req.headers(),
         };
-        let user = match self.authn.authenticate(&credentials) {
+        let mut authenticated = self.authn.authenticate(&credentials);
+        if authenticated.is_err() && credentials.bearer_token().is_some() {
+            // token authenticators read the watch cache: a token for an object written a
+            // moment ago (a bootstrap token's Secret, a bound pod) gets one more look once the
+            // cache has caught up with the store
+            if self.cache.wait_fresh().await.is_ok() {
+                authenticated = self.authn.authenticate(&credentials);
+            }
+        }
+        let user = match authenticated {
             Ok(u) => u,
             Err(why) => {
                 tracing::debug!(%why, "authentication failed");
@@ -528,7 +569,6 @@ impl ApiServer {
         }
         match decision {
             Decision::Allow => {}
-            _ if user.is_anonymous() => return handlers::error(&ApiError::unauthorized()),
             Decision::Deny(reason) | Decision::NoOpinion(reason) => {
                 return handlers::error(&authz::forbidden(&user, &info, &reason));
             }

@@ -6,8 +6,8 @@
 //! service account and, for tokens bound to a pod, the pod and its node. The header's `kid` is
 //! upstream's: the unpadded base64url SHA-256 of the public key's DER.
 //!
-//! Authenticating requests that carry these tokens is the authenticator's job: it verifies them
-//! with [`TokenIssuer::decoding_key`] (see the note in [`crate::authn`]).
+//! Requests that carry these tokens are authenticated by
+//! [`crate::authn::service_account`], which verifies them with [`TokenIssuer::decoding_key`].
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -141,6 +141,8 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
                 "metadata": {"name": "files", "labels": {"app": "demo"}},
                 "spec": {
                     "nodeName": NODE, "restartPolicy": "Never", "serviceAccountName": "robot",
+                    // its own token volume only (the kube-api-access one needs kube-root-ca.crt)
+                    "automountServiceAccountToken": false,
                     "hostname": "files", "subdomain": "sub",
                     "hostAliases": [{"ip": "10.9.9.9", "hostnames": ["extra.example"]}],
                     "volumes": [
@@ -257,17 +259,34 @@ fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_source
         )
         .await;
         // a token for a ServiceAccount that does not exist: FailedMount with TokenRequest's 404
+        // (admission refuses pods naming a missing account, so the account goes away after the
+        // pod is admitted and before the pod is bound to the node)
+        create(&accounts, json!({"metadata": {"name": "ghost"}})).await;
         create(
             &pods,
             json!({
                 "metadata": {"name": "nosa"},
-                "spec": {"nodeName": NODE, "serviceAccountName": "ghost",
+                "spec": {"serviceAccountName": "ghost", "automountServiceAccountToken": false,
                     "volumes": [{"name": "token", "projected": {"sources": [
                         {"serviceAccountToken": {"path": "token"}}]}}],
                     "containers": [{"name": "c", "image": "busybox"}]},
             }),
         )
         .await;
+        accounts
+            .delete("ghost", &DeleteParams::default())
+            .await
+            .expect("delete ghost");
+        let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "nosa"},
+                             "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}});
+        pods.create_subresource::<serde_json::Value, serde_json::Value>(
+            "binding",
+            "nosa",
+            &PostParams::default(),
+            &binding,
+        )
+        .await
+        .expect("bind nosa");
         assert_eq!(
             failed_mount(&api, "nosa").await,
             "MountVolume.SetUp failed for volume \"token\" : failed to fetch token: serviceaccounts \"ghost\" not found"

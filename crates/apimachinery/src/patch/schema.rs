@@ -491,7 +491,8 @@ mod tests {
 
     #[test]
     fn every_catalog_kind_and_patchable_subresource_has_metadata() {
-        for resource in RESOURCES {
+        // create-only kinds (TokenReview) are never patched
+        for resource in RESOURCES.iter().filter(|r| r.supports("patch")) {
             assert!(
                 for_kind(resource.group, resource.kind).is_some(),
                 "{}/{}",

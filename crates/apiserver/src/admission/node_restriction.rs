@@ -172,6 +172,7 @@ mod tests {
             name: format!("system:node:{node}"),
             uid: String::new(),
             groups: vec!["system:nodes".into()],
+            extra: Default::default(),
         }
     }
 
@@ -296,6 +297,7 @@ mod tests {
             name: "admin".into(),
             uid: String::new(),
             groups: vec![],
+            extra: Default::default(),
         };
         assert!(
             check(

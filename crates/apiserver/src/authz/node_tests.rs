@@ -65,6 +65,7 @@ fn kubelet(node: &str) -> UserInfo {
         name: format!("system:node:{node}"),
         uid: String::new(),
         groups: vec!["system:nodes".into(), "system:authenticated".into()],
+        extra: Default::default(),
     }
 }
 
@@ -201,6 +202,7 @@ fn users_that_are_not_kubelets_are_left_to_the_next_authorizer() {
         name: "system:node:n1".into(),
         uid: String::new(),
         groups: vec![],
+        extra: Default::default(),
     };
     for u in [not_in_group, UserInfo::anonymous()] {
         assert_eq!(

@@ -81,6 +81,7 @@ fn user(name: &str, groups: &[&str]) -> UserInfo {
         name: name.into(),
         uid: String::new(),
         groups: groups.iter().map(|g| g.to_string()).collect(),
+        extra: Default::default(),
     }
 }
 

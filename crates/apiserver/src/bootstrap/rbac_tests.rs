@@ -33,7 +33,8 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Rule {
 fn the_policy_has_upstreams_object_counts() {
     let policy = policy();
     assert_eq!(policy.cluster_roles.len(), 66);
-    assert_eq!(policy.cluster_role_bindings.len(), 47);
+    // upstream's 47 and skiff:kubelet-bootstrap (kubeadm's, for bootstrap tokens)
+    assert_eq!(policy.cluster_role_bindings.len(), 48);
     assert_eq!(policy.roles.len(), 7);
     assert_eq!(policy.role_bindings.len(), 7);
 }
@@ -306,7 +307,7 @@ async fn the_first_run_creates_every_object() {
     assert_eq!(
         summary,
         Summary {
-            created: 127,
+            created: 128,
             updated: 0,
             protected: 0
         }

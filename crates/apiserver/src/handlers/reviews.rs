@@ -2,7 +2,8 @@
 //! LocalSubjectAccessReview, SelfSubjectAccessReview and SelfSubjectRulesReview
 //! (authorization.k8s.io/v1; what `kubectl auth can-i` asks) and SelfSubjectReview
 //! (authentication.k8s.io, v1 with v1beta1 and v1alpha1 for older kubectl; what `kubectl auth
-//! whoami` asks). Each answers the posted object with its `status` filled, 201 Created.
+//! whoami` asks), and TokenReview (authentication.k8s.io/v1: who a bearer token is, for
+//! webhooks and aggregated servers). Each answers the posted object with its `status` filled, 201 Created.
 
 use std::sync::Arc;
 
@@ -31,6 +32,7 @@ enum Review {
     SelfSubject,
     SelfSubjectRules,
     SelfSubjectIdentity,
+    Token,
 }
 
 impl Review {
@@ -57,6 +59,7 @@ impl Review {
             (AUTHORIZATION, "v1", "selfsubjectrulesreviews", false) => {
                 Some((Review::SelfSubjectRules, "SelfSubjectRulesReview"))
             }
+            (AUTHENTICATION, "v1", "tokenreviews", false) => Some((Review::Token, "TokenReview")),
             (AUTHENTICATION, "v1" | "v1beta1" | "v1alpha1", "selfsubjectreviews", false) => {
                 Some((Review::SelfSubjectIdentity, "SelfSubjectReview"))
             }
@@ -109,7 +112,7 @@ async fn answer(
         .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?
         .to_bytes();
     let mut obj = encoding::expect_object(encoding::decode(format, &body)?)?;
-    let group = if review == Review::SelfSubjectIdentity {
+    let group = if matches!(review, Review::SelfSubjectIdentity | Review::Token) {
         AUTHENTICATION
     } else {
         AUTHORIZATION
@@ -123,6 +126,7 @@ async fn answer(
     let spec = obj["spec"].clone();
     obj["status"] = match review {
         Review::SelfSubjectIdentity => json!({"userInfo": user_info(user)}),
+        Review::Token => token(server, &spec)?,
         Review::SelfSubjectRules => rules(server, user, &spec, kind)?,
         Review::SelfSubject => access(server, user, &spec, kind, None)?,
         Review::LocalSubject => {
@@ -142,7 +146,45 @@ fn user_info(user: &UserInfo) -> Value {
     if !user.uid.is_empty() {
         v["uid"] = json!(user.uid);
     }
+    if !user.extra.is_empty() {
+        v["extra"] = json!(user.extra);
+    }
     v
+}
+
+/// TokenReview's status, as upstream's `tokenreview` REST: the token is authenticated for the
+/// audiences the review names (the API server's when none); a failure is `error` with
+/// `authenticated` and `user` empty.
+fn token(server: &ApiServer, spec: &Value) -> Result<Value> {
+    let token = spec["token"].as_str().unwrap_or_default();
+    if token.is_empty() {
+        return Err(ApiError::bad_request(
+            "token is required for TokenReview in authentication",
+        ));
+    }
+    let mut audiences: Vec<String> = spec["audiences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect();
+    if audiences.is_empty() {
+        audiences = server.authn.api_audiences.clone();
+    }
+    Ok(match server.authn.authenticate_token(token, &audiences) {
+        Ok(r) => {
+            if !audiences.is_empty() && crate::authn::intersect(&audiences, &r.audiences).is_empty()
+            {
+                return Err(ApiError::internal("error validating audience"));
+            }
+            let mut status = json!({"authenticated": true, "user": user_info(&r.user)});
+            if !r.audiences.is_empty() {
+                status["audiences"] = json!(r.audiences);
+            }
+            status
+        }
+        Err(e) => json!({"user": {}, "error": e}),
+    })
 }
 
 fn invalid(kind: &str, path: &str, why: &str) -> ApiError {
@@ -178,6 +220,20 @@ fn subject(spec: &Value, kind: &str) -> Result<UserInfo> {
         name,
         uid: spec["uid"].as_str().unwrap_or_default().to_string(),
         groups,
+        extra: spec["extra"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| {
+                let values = v.as_array().into_iter().flatten();
+                (
+                    k.clone(),
+                    values
+                        .filter_map(|s| s.as_str().map(str::to_string))
+                        .collect(),
+                )
+            })
+            .collect(),
     })
 }
 

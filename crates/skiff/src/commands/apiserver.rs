@@ -43,6 +43,9 @@ pub struct ApiServerArgs {
 
     #[command(flatten)]
     pub gates: GateArgs,
+
+    #[command(flatten)]
+    pub authn: AuthnArgs,
 }
 
 /// Audit, encryption at rest and overload flags (upstream's names and defaults).
@@ -85,6 +88,11 @@ pub struct GateArgs {
     /// How long a non-long-running request may take before 504 (a Go duration: 60s, 1m30s).
     #[arg(long, value_name = "DURATION", default_value = "1m0s")]
     pub request_timeout: String,
+
+    /// Admission plugins to turn off (upstream's names, e.g. PodSecurity,LimitRanger); every
+    /// plugin is on otherwise.
+    #[arg(long, value_name = "PLUGINS", value_delimiter = ',')]
+    pub disable_admission_plugins: Vec<String>,
 }
 
 impl GateArgs {
@@ -133,9 +141,107 @@ impl GateArgs {
                 audit,
                 encryption,
                 overload,
+                disabled_admission: self.disable_admission_plugins.clone(),
             },
             store,
         ))
+    }
+}
+
+/// The authentication flags (upstream's names and defaults, but bootstrap tokens are on).
+#[derive(Debug, Args)]
+pub struct AuthnArgs {
+    /// Requests without credentials are `system:anonymous` (else 401).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub anonymous_auth: bool,
+
+    /// Accept bootstrap tokens (Secrets of type bootstrap.kubernetes.io/token in kube-system).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub enable_bootstrap_token_auth: bool,
+
+    /// A CSV of bearer tokens: `token,user,uid,"group1,group2"`.
+    #[arg(long, value_name = "FILE")]
+    pub token_auth_file: Option<PathBuf>,
+
+    /// Audiences the API accepts tokens for (default: the service account issuer).
+    #[arg(long, value_name = "AUDIENCES", value_delimiter = ',')]
+    pub api_audiences: Vec<String>,
+
+    /// The OpenID Connect issuer (https URL) whose ID tokens are accepted.
+    #[arg(long, value_name = "URL")]
+    pub oidc_issuer_url: Option<String>,
+
+    /// The client id every ID token must be issued for (its `aud`).
+    #[arg(long, value_name = "ID")]
+    pub oidc_client_id: Option<String>,
+
+    /// The claim naming the user.
+    #[arg(long, value_name = "CLAIM", default_value = "sub")]
+    pub oidc_username_claim: String,
+
+    /// Prefix of OIDC user names (default `<issuer>#` unless the claim is `email`; `-` for none).
+    #[arg(long, value_name = "PREFIX")]
+    pub oidc_username_prefix: Option<String>,
+
+    /// The claim listing the user's groups.
+    #[arg(long, value_name = "CLAIM")]
+    pub oidc_groups_claim: Option<String>,
+
+    /// Prefix of OIDC group names.
+    #[arg(long, value_name = "PREFIX", default_value = "")]
+    pub oidc_groups_prefix: String,
+
+    /// The issuer's signing keys as a JWKS document (Skiff's flag: upstream fetches them through
+    /// the issuer's discovery document over HTTPS).
+    #[arg(long, value_name = "FILE")]
+    pub oidc_jwks_file: Option<PathBuf>,
+}
+
+impl AuthnArgs {
+    /// Loads the files the flags name.
+    pub fn options(&self) -> anyhow::Result<skiff_apiserver::authn::Options> {
+        use skiff_apiserver::authn::{Options, oidc, token_file::TokenFile};
+        let token_file = match &self.token_auth_file {
+            Some(path) => Some(TokenFile::load(path, Vec::new())?),
+            None => None,
+        };
+        let oidc = match &self.oidc_issuer_url {
+            None => None,
+            Some(issuer) => {
+                let Some(jwks) = &self.oidc_jwks_file else {
+                    return Err(UsageError(
+                        "--oidc-issuer-url needs --oidc-jwks-file (Skiff does not fetch the issuer's keys)"
+                            .into(),
+                    )
+                    .into());
+                };
+                let options = oidc::Options {
+                    issuer_url: issuer.clone(),
+                    client_id: self.oidc_client_id.clone().unwrap_or_default(),
+                    username_claim: self.oidc_username_claim.clone(),
+                    username_prefix: self.oidc_username_prefix.clone(),
+                    groups_claim: self.oidc_groups_claim.clone(),
+                    groups_prefix: self.oidc_groups_prefix.clone(),
+                };
+                Some(
+                    oidc::OidcAuthenticator::load(options, jwks, Vec::new()).map_err(
+                        |e| match e {
+                            oidc::Error::Issuer(_) | oidc::Error::ClientId => {
+                                anyhow::Error::from(UsageError(e.to_string()))
+                            }
+                            e => e.into(),
+                        },
+                    )?,
+                )
+            }
+        };
+        Ok(Options {
+            anonymous: self.anonymous_auth,
+            bootstrap_tokens: self.enable_bootstrap_token_auth,
+            token_file,
+            oidc,
+            api_audiences: self.api_audiences.clone(),
+        })
     }
 }
 
@@ -171,6 +277,7 @@ pub async fn open_store(
 pub async fn run(args: ApiServerArgs) -> anyhow::Result<()> {
     let modes = skiff_apiserver::authz::parse_modes(&args.authorization_mode)
         .map_err(|e| UsageError(format!("--authorization-mode: {e}")))?;
+    let authn = args.authn.options()?;
     let (store, embedded) = open_store(&args.data_dir, args.datastore_endpoint.as_deref()).await?;
     let (gates, store) = args.gates.build(store)?;
     let config = Config {
@@ -194,9 +301,10 @@ pub async fn run(args: ApiServerArgs) -> anyhow::Result<()> {
     let kubelet = KubeletClient::new(&cert, &key).context("the kubelet client")?;
     let tokens = TokenIssuer::ensure(&listener.pki.dir, DEFAULT_ISSUER)
         .context("loading the service account signing key")?;
-    let server = ApiServer::with_gates(store, kubelet, Some(Arc::new(tokens)), &modes, gates)
-        .await
-        .context("starting the watch cache")?;
+    let server =
+        ApiServer::with_gates(store, kubelet, Some(Arc::new(tokens)), &modes, authn, gates)
+            .await
+            .context("starting the watch cache")?;
     let kubeconfig = args.data_dir.join("kubeconfig.yaml");
     println!(
         "skiff apiserver: ready, serving https://{advertise} (kubeconfig {})",

@@ -89,7 +89,7 @@ impl ApiServer {
         Self::start_with(backend, &[])
     }
 
-    /// Starts with extra `skiff apiserver` flags.
+    /// Starts the server with extra `skiff apiserver` flags (kept across restarts).
     pub fn start_with(backend: Backend, args: &[&str]) -> ApiServer {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         let dir = tempfile::tempdir().expect("temp dir");
