@@ -219,6 +219,7 @@ mod tests {
             name: "u".into(),
             uid: String::new(),
             groups: vec![group.into()],
+            extra: Default::default(),
         }
     }
 

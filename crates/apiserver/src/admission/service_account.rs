@@ -243,6 +243,7 @@ mod tests {
             user: &user,
             old: None,
             dry_run: false,
+            notes: Default::default(),
         };
         plugin.mutate(&attrs, Some(pod)).await
     }

@@ -489,6 +489,7 @@ rules:
             name: "alice".into(),
             uid: String::new(),
             groups: vec!["dev".into(), "system:authenticated".into()],
+            extra: Default::default(),
         };
         a.begin(Start {
             audit_id: &HeaderValue::from_static("id-1"),

@@ -278,6 +278,7 @@ rules:
             name: name.into(),
             uid: String::new(),
             groups: vec![group.into()],
+            extra: Default::default(),
         }
     }
 

@@ -29,8 +29,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// The Kubernetes API server on its own.
-    Apiserver(apiserver::ApiServerArgs),
+    /// The Kubernetes API server on its own (boxed, as the kubelet's: many flags).
+    Apiserver(Box<apiserver::ApiServerArgs>),
     /// The controllers on their own.
     ControllerManager(controller_manager::ControllerManagerArgs),
     /// The scheduler on its own.
@@ -83,7 +83,7 @@ pub fn instance_name() -> String {
 /// Run the parsed command to completion.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Apiserver(args) => apiserver::run(args).await,
+        Command::Apiserver(args) => apiserver::run(*args).await,
         Command::ControllerManager(args) => controller_manager::run(args).await,
         Command::Scheduler(args) => scheduler::run(args).await,
         Command::Kubelet(args) => kubelet::run(*args).await,

@@ -37,6 +37,7 @@ use tokio::process::{Child, Command};
 
 use crate::commands::UsageError;
 
+mod gates;
 mod watch;
 
 /// Options of `skiff bench api`.
@@ -78,6 +79,11 @@ pub struct ApiBenchArgs {
     /// Watches per HTTP/2 connection (the API server, like kube-apiserver, allows 100).
     #[arg(long, default_value_t = 100)]
     pub streams_per_connection: usize,
+    /// Only the pod creates, through three API servers in turn: without the gates, and with
+    /// them (RBAC with 1,000 RoleBindings, the admission chain) for a client certificate and
+    /// for a bearer token ([`gates`]).
+    #[arg(long)]
+    pub gates: bool,
 }
 
 /// `ApiBenchArgs` with the quick/full defaults resolved.
@@ -123,6 +129,16 @@ const NAMESPACE: &str = "bench";
 pub async fn run(args: ApiBenchArgs) -> Result<()> {
     let plan = Plan::from_args(&args);
     ensure_open_files(plan.watchers + plan.clients + 256)?;
+    if args.gates {
+        if args.backend != "embedded" {
+            return Err(UsageError("--gates runs on the embedded store only".into()).into());
+        }
+        let out = Emitter {
+            backend: args.backend.clone(),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        return gates::run(&plan, &out).await;
+    }
     let tmp = tempfile::tempdir()?;
     let etcd = match args.backend.as_str() {
         "embedded" => None,
@@ -421,9 +437,19 @@ impl ServerChild {
         dir: &std::path::Path,
         endpoint: Option<&str>,
     ) -> Result<ServerChild> {
+        Self::start_with(dir, endpoint, &[]).await
+    }
+
+    /// [`ServerChild::start`] with more `skiff apiserver` arguments.
+    pub(super) async fn start_with(
+        dir: &std::path::Path,
+        endpoint: Option<&str>,
+        extra: &[&str],
+    ) -> Result<ServerChild> {
         let mut cmd = Command::new(std::env::current_exe()?);
         cmd.args(["apiserver", "--secure-port", "0", "--data-dir"])
             .arg(dir)
+            .args(extra)
             .stdout(Stdio::piped())
             .kill_on_drop(true);
         if let Some(endpoint) = endpoint {
@@ -799,6 +825,7 @@ mod tests {
             update_interval_ms: 20,
             watch_protocol: watch::Protocol::H2,
             streams_per_connection: 100,
+            gates: false,
         };
         let plan = Plan::from_args(&args);
         assert_eq!(

@@ -51,7 +51,10 @@ pub(super) async fn run(plan: &Plan, out: &Emitter) -> Result<()> {
     for mode in [Mode::Open, Mode::Cert, Mode::Token] {
         let tmp = tempfile::tempdir()?;
         let tokens = tmp.path().join("tokens.csv");
-        std::fs::write(&tokens, format!("{TOKEN},{USER},{USER}-uid,\"bench-users\"\n"))?;
+        std::fs::write(
+            &tokens,
+            format!("{TOKEN},{USER},{USER}-uid,\"bench-users\"\n"),
+        )?;
         let tokens = tokens.to_str().context("utf-8 temp path")?.to_string();
         let extra: Vec<&str> = match mode {
             Mode::Open => vec![
@@ -98,7 +101,9 @@ async fn measure(
             pki.write_kubeconfig(&path, &admin_config.cluster_url.to_string(), USER, None)?;
             let kubeconfig = kube::config::Kubeconfig::read_from(&path)?;
             let options = kube::config::KubeConfigOptions::default();
-            kube::Client::try_from(kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?)?
+            kube::Client::try_from(
+                kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?,
+            )?
         }
         Mode::Token => {
             let mut config = admin_config;
@@ -144,7 +149,9 @@ fn setup(mode: Mode) -> Vec<(String, Bytes)> {
         ),
         (
             format!("/api/v1/namespaces/{NAMESPACE}/serviceaccounts"),
-            body(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}})),
+            body(
+                json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}),
+            ),
         ),
     ];
     if mode == Mode::Open {
