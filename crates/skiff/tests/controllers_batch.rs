@@ -18,7 +18,8 @@ use support::{
     kube_client_without_retries, run,
 };
 
-const CONTROLLERS: &str = "serviceaccount,job,cronjob,ttl-after-finished,disruption";
+const CONTROLLERS: &str =
+    "serviceaccount,root-ca-cert-publisher,job,cronjob,ttl-after-finished,disruption";
 
 /// An API server with two hollow nodes, the scheduler and the controllers under test.
 fn cluster() -> (ApiServer, Vec<Process>) {
