@@ -708,6 +708,6 @@ mod tests {
     fn groups_are_listed_once_in_order() {
         let groups = groups();
         assert_eq!(groups[0], ("apps", "v1"));
-        assert_eq!(groups.len(), 13);
+        assert_eq!(groups.len(), 14);
     }
 }
