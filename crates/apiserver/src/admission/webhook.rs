@@ -96,10 +96,9 @@ pub fn compile(expression: &str) -> std::result::Result<cel::Program, String> {
 }
 
 fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
+    crate::strategy::common::strings(Some(v))
         .into_iter()
-        .flatten()
-        .filter_map(|s| s.as_str().map(str::to_string))
+        .map(str::to_string)
         .collect()
 }
 
@@ -579,6 +578,15 @@ pub(crate) mod tests {
 
     pub fn config(hooks: Value) -> Vec<Webhook> {
         parse(&json!({"metadata": {"name": "c"}, "webhooks": hooks}))
+    }
+
+    /// Configurations that never change.
+    pub struct Fixed(pub Arc<Vec<Webhook>>);
+
+    impl Configurations for Fixed {
+        fn webhooks(&self) -> Arc<Vec<Webhook>> {
+            self.0.clone()
+        }
     }
 
     pub struct NoNamespaces;

@@ -89,19 +89,11 @@ impl<C: Configurations, K: Caller, N: NamespaceLabels> Plugin for MutatingWebhoo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::webhook::tests::{NoNamespaces, attrs, config};
+    use crate::admission::webhook::tests::{Fixed, NoNamespaces, attrs, config};
     use crate::authn::UserInfo;
     use base64::Engine;
     use serde_json::json;
     use std::sync::{Arc, Mutex};
-
-    struct Fixed(Arc<Vec<Webhook>>);
-
-    impl Configurations for Fixed {
-        fn webhooks(&self) -> Arc<Vec<Webhook>> {
-            self.0.clone()
-        }
-    }
 
     /// Answers by webhook name: a patch adding the label `name=yes`, or a failure; records calls.
     #[derive(Default)]

@@ -47,18 +47,10 @@ impl<C: Configurations, K: Caller, N: NamespaceLabels> Plugin for ValidatingWebh
 mod tests {
     use super::*;
     use crate::admission::webhook::Webhook;
-    use crate::admission::webhook::tests::{NoNamespaces, attrs, config};
+    use crate::admission::webhook::tests::{Fixed, NoNamespaces, attrs, config};
     use crate::authn::UserInfo;
     use serde_json::json;
     use std::sync::Arc;
-
-    struct Fixed(Arc<Vec<Webhook>>);
-
-    impl Configurations for Fixed {
-        fn webhooks(&self) -> Arc<Vec<Webhook>> {
-            self.0.clone()
-        }
-    }
 
     /// Refuses pods labelled `deny`, allows everything else, with a warning.
     struct Fake;
