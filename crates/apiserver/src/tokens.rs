@@ -178,18 +178,24 @@ impl TokenIssuer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use jsonwebtoken::Validation;
 
     use super::*;
 
     fn claims() -> Claims {
+        sample_claims(3_999_996_400, 4_000_000_000)
+    }
+
+    /// A pod-bound token's claims (`prod/robot`, pod `web` on node `n1`), issued (and valid
+    /// from) `issued`, expiring at `expires`.
+    pub(crate) fn sample_claims(issued: i64, expires: i64) -> Claims {
         Claims {
             aud: vec![DEFAULT_ISSUER.into()],
-            exp: 4_000_000_000,
-            iat: 3_999_996_400,
+            exp: expires,
+            iat: issued,
             iss: DEFAULT_ISSUER.into(),
-            jti: "j".into(),
+            jti: "j1".into(),
             kubernetes: KubernetesClaim {
                 namespace: "prod".into(),
                 serviceaccount: Ref {
@@ -206,7 +212,7 @@ mod tests {
                     uid: "node-uid".into(),
                 }),
             },
-            nbf: 3_999_996_400,
+            nbf: issued,
             sub: "system:serviceaccount:prod:robot".into(),
         }
     }

@@ -218,7 +218,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::tokens::{DEFAULT_ISSUER, KubernetesClaim, TokenIssuer};
+    use crate::tokens::{DEFAULT_ISSUER, TokenIssuer};
 
     const NOW: i64 = 4_000_000_000;
 
@@ -247,31 +247,7 @@ mod tests {
     }
 
     fn claims() -> Claims {
-        Claims {
-            aud: vec![DEFAULT_ISSUER.into()],
-            exp: NOW + 3600,
-            iat: NOW - 10,
-            iss: DEFAULT_ISSUER.into(),
-            jti: "j1".into(),
-            kubernetes: KubernetesClaim {
-                namespace: "prod".into(),
-                serviceaccount: Ref {
-                    name: "robot".into(),
-                    uid: "sa-uid".into(),
-                },
-                pod: Some(Ref {
-                    name: "web".into(),
-                    uid: "pod-uid".into(),
-                }),
-                secret: None,
-                node: Some(Ref {
-                    name: "n1".into(),
-                    uid: "node-uid".into(),
-                }),
-            },
-            nbf: NOW - 10,
-            sub: "system:serviceaccount:prod:robot".into(),
-        }
+        crate::tokens::tests::sample_claims(NOW - 10, NOW + 3600)
     }
 
     struct Fixture {
