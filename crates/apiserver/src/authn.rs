@@ -82,6 +82,36 @@ impl Credentials<'_> {
         let token = token.trim();
         (!token.is_empty()).then_some(token)
     }
+
+    /// The kinds of credentials the request carries, as upstream's failed-authentication audit
+    /// names them: `basic`, `bearer`, `access_token` (`query_token`: the query has one) and
+    /// `x509`.
+    pub fn attempted(&self, query_token: bool) -> Vec<&'static str> {
+        use base64::Engine;
+        let authorization = self
+            .headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .unwrap_or_default();
+        let (scheme, rest) = authorization.split_once(' ').unwrap_or_default();
+        let basic = scheme.eq_ignore_ascii_case("basic")
+            && base64::engine::general_purpose::STANDARD
+                .decode(rest)
+                .is_ok_and(|pair| pair.contains(&b':'));
+        let mut kinds = Vec::new();
+        for (present, kind) in [
+            (basic, "basic"),
+            (scheme.eq_ignore_ascii_case("bearer"), "bearer"),
+            (query_token, "access_token"),
+            (self.client_certificate.is_some(), "x509"),
+        ] {
+            if present {
+                kinds.push(kind);
+            }
+        }
+        kinds
+    }
 }
 
 /// One way of establishing identity from a request. `Ok(None)` means "not mine, ask the next
@@ -401,6 +431,30 @@ mod tests {
             headers: &h,
         };
         assert_eq!(c.bearer_token(), None);
+    }
+
+    #[test]
+    fn the_credentials_tried_are_named_as_upstreams_failed_authentication_audit_names_them() {
+        let attempted = |authorization: Option<&str>, certificate: bool, query_token: bool| {
+            let mut h = http::HeaderMap::new();
+            if let Some(v) = authorization {
+                h.insert(http::header::AUTHORIZATION, v.parse().unwrap());
+            }
+            let der = [0u8; 1];
+            Credentials {
+                client_certificate: certificate.then_some(&der[..]),
+                headers: &h,
+            }
+            .attempted(query_token)
+        };
+        assert!(attempted(None, false, false).is_empty());
+        assert_eq!(attempted(Some("Bearer x"), true, false), ["bearer", "x509"]);
+        // "alice:pw"
+        assert_eq!(
+            attempted(Some("Basic YWxpY2U6cHc="), false, true),
+            ["basic", "access_token"]
+        );
+        assert!(attempted(Some("Basic not-base64!"), false, false).is_empty());
     }
 
     #[test]

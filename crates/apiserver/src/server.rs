@@ -517,25 +517,32 @@ impl ApiServer {
                 authenticated = self.authn.authenticate(&credentials);
             }
         }
+        let start = |user| crate::audit::Start {
+            audit_id: &audit.id,
+            received: audit.received,
+            user,
+            info: &info,
+            uri: req.uri(),
+            headers: req.headers(),
+            peer: req.extensions().get::<Peer>().map(|p| p.0.ip()),
+            clock: self.clock,
+        };
         let user = match authenticated {
             Ok(u) => u,
             Err(why) => {
                 tracing::debug!(%why, "authentication failed");
+                if let Some(a) = &self.gates.audit {
+                    let attempted = credentials.attempted(query.contains_key("access_token"));
+                    a.failed_authentication(start(&authn::UserInfo::default()), &attempted);
+                }
                 return handlers::error(&ApiError::unauthorized());
             }
         };
-        let record = self.gates.audit.as_ref().and_then(|a| {
-            a.begin(crate::audit::Start {
-                audit_id: &audit.id,
-                received: audit.received,
-                user: &user,
-                info: &info,
-                uri: req.uri(),
-                headers: req.headers(),
-                peer: req.extensions().get::<Peer>().map(|p| p.0.ip()),
-                clock: self.clock,
-            })
-        });
+        let record = self
+            .gates
+            .audit
+            .as_ref()
+            .and_then(|a| a.begin(start(&user)));
         if let Some(r) = &record {
             let _ = audit.record.set(r.clone());
         }

@@ -21,7 +21,9 @@ use crate::host::HostInfo;
 use crate::images::{self, CtrImporter};
 use crate::node;
 use crate::pod_sync::SyncContext;
+use crate::server::auth::Auth;
 use crate::server::pods::PodRegistry;
+use crate::server::reviews::ApiReviews;
 use crate::server::{KubeletServer, ServerState, tls};
 use crate::volumes::VolumeManager;
 use crate::volumes::host::RealHost;
@@ -68,7 +70,7 @@ pub struct Config {
     pub address: IpAddr,
     pub port: u16,
     /// The CA (DER certificates) that signs the certificates of the server's clients: the
-    /// cluster CA, from the kubeconfig. Empty: every request is answered 401.
+    /// cluster CA, from the kubeconfig. Empty: only bearer tokens authenticate.
     pub client_ca: Vec<Vec<u8>>,
     /// Cluster DNS servers for ClusterFirst pods (`--cluster-dns`); none: the host's.
     pub cluster_dns: Vec<IpAddr>,
@@ -188,6 +190,10 @@ impl Kubelet {
                 pods: pods.clone(),
                 log_dir: log_dir.clone(),
                 clock: Timestamp::now,
+                auth: Auth::new(
+                    Arc::new(ApiReviews::new(client.clone())),
+                    config.node_name.clone(),
+                ),
             },
         )
         .await?;

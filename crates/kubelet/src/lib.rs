@@ -38,7 +38,8 @@
 //! - [`hollow_runtime`]: the in-memory runtime of hollow nodes (pod IPs from the node's
 //!   CIDR, startup delay, failure mix).
 //! - [`server`]: the HTTPS server on port 10250: health, pods, metrics, container logs, and
-//!   exec, attach and port-forward proxied to the runtime's streaming server.
+//!   exec, attach and port-forward proxied to the runtime's streaming server; clients
+//!   authenticated and authorized through the API server's TokenReview and SubjectAccessReview.
 //! - [`api`]: pod writes through the API server behind a trait, with a recording fake.
 //! - [`credentials`]: registry credentials from a pod's `imagePullSecrets`.
 //! - [`containerd`]: managed containerd (config, supervision).

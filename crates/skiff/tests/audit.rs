@@ -2,7 +2,8 @@
 //! real kubectl (1.33, protobuf bodies) creates, reads and deletes objects and the log holds
 //! the events the policy asks for at its levels (bodies for configmaps, metadata only for
 //! secrets, nothing for the rest), with the authorization decision and the impersonated user;
-//! the `Audit-Id` header names the request's events; a small
+//! the `Audit-Id` header names the request's events; a request with a bad token is one
+//! `ResponseStarted` event with code 401 and no user; a small
 //! `--audit-log-maxsize` rotates the log into upstream-named backups, pruned to
 //! `--audit-log-maxbackup`.
 
@@ -255,6 +256,43 @@ fn the_log_records_creates_reads_and_deletes_at_the_levels_of_the_policy() {
         assert_eq!(
             refused["annotations"]["authorization.k8s.io/decision"],
             "forbid"
+        );
+    });
+}
+
+#[test]
+fn a_request_that_fails_authentication_is_one_response_started_event_with_401() {
+    let dir = tempfile::tempdir().unwrap();
+    let (api, log) = start(dir.path(), POLICY, &[]);
+    let pki = skiff_apiserver::pki::Pki::load(&api.data_dir.join("tls")).expect("the cluster CA");
+    let no_certificate = Client::to(&api, &pki.ca_cert_pem, api.port, None);
+    support::run(async {
+        let resp = no_certificate
+            .send(
+                Request::get("/api/v1/namespaces/default/secrets")
+                    .header("host", "127.0.0.1")
+                    .header("authorization", "Bearer not-a-token")
+                    .body(https::body(""))
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(resp.status(), 401);
+        let id = resp.headers()["audit-id"].to_str().unwrap().to_string();
+        let all = wait_for(&log, "the failed authentication", |e| {
+            e["auditID"] == id.as_str()
+        })
+        .await;
+        let event = one(&all, |e| e["auditID"] == id.as_str());
+        assert_eq!(event["stage"], "ResponseStarted");
+        assert_eq!(event["level"], "Metadata");
+        assert_eq!(event["verb"], "list");
+        assert_eq!(event["objectRef"]["resource"], "secrets");
+        assert_eq!(event["user"], serde_json::json!({}));
+        assert_eq!(event["sourceIPs"], serde_json::json!(["127.0.0.1"]));
+        assert_eq!(
+            event["responseStatus"],
+            serde_json::json!({"metadata": {}, "code": 401,
+                "message": "Authentication failed, attempted: bearer"})
         );
     });
 }

@@ -5,8 +5,10 @@
 //! that exit reach Succeeded or Failed under restartPolicy Never; a crashing pod is restarted
 //! into CrashLoopBackOff; a postStart hook runs; one pod fetches over HTTP from another's pod IP; a readiness probe gates ready and a failing liveness probe restarts; env from a ConfigMap, and a missing one reported; a restarted kubelet adopts running containers and a crashed containerd is restarted; a deleted pod is stopped within its grace period and removed, its
 //! containers gone from containerd. A pod's image is pulled from Debian's `docker-registry` on
-//! loopback with its imagePullSecrets, and refused without them. Needs root (containerd, CNI);
-//! skips otherwise.
+//! loopback with its imagePullSecrets, and refused without them. The kubelet's own server lets
+//! in only the clients the API server authenticates and authorizes (certificates, service
+//! account tokens; `nodes/metrics` granted by RBAC). Needs root (containerd, CNI); skips
+//! otherwise.
 
 mod support;
 
@@ -18,8 +20,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
+use support::https::{self, Client};
 use support::node::{KubeletProcess, in_phase, unsupported};
-use support::{ApiServer, Backend, HANG_GUARD, eventually, kube_client, run};
+use support::{ApiServer, Backend, HANG_GUARD, KUBECTL_133, eventually, kube_client, run};
 
 const NODE: &str = "kubelet-e2e";
 
@@ -661,5 +664,86 @@ fn images_are_pulled_from_a_registry_with_the_pods_image_pull_secrets() {
             })
             .await;
         }
+    });
+}
+
+/// RBAC granting `get nodes/metrics` to the service account `default/scraper`.
+const METRICS_READER: &str = r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: scraper, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: node-metrics-reader}
+rules:
+- {apiGroups: [""], resources: [nodes/metrics], verbs: [get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: scraper-node-metrics}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: node-metrics-reader}
+subjects:
+- {kind: ServiceAccount, name: scraper, namespace: default}
+"#;
+
+#[test]
+fn the_kubelet_server_lets_in_only_whom_the_api_server_authenticates_and_authorizes() {
+    if let Some(why) = unsupported() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let _node = ONE_NODE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let api = ApiServer::start(Backend::Embedded);
+    let kubelet = KubeletProcess::start(&api, NODE);
+    api.kubectl_stdin(KUBECTL_133, &["apply", "-f", "-"], Some(METRICS_READER));
+    let token = api.kubectl(KUBECTL_133, &["create", "token", "scraper"]);
+    let token = token.trim();
+    let client = |user| Client::to(&api, &kubelet.serving_certificate(), kubelet.port(), user);
+    let (nobody, alice, admin) = (
+        client(None),
+        client(Some(("alice", Some("dev")))),
+        client(Some(("admin", Some("system:masters")))),
+    );
+    run(async {
+        let get = |client: &Client, path: &str, token: Option<&str>| {
+            let mut req = http::Request::get(path).header("host", "127.0.0.1");
+            if let Some(t) = token {
+                req = req.header("authorization", format!("Bearer {t}"));
+            }
+            let req = req.body(https::body("")).unwrap();
+            let client = client.clone();
+            async move { https::text(client.send(req).await).await }
+        };
+        let unauthorized = (401, "Unauthorized\n".to_string());
+        assert_eq!(get(&nobody, "/healthz", None).await, unauthorized);
+        assert_eq!(
+            get(&nobody, "/healthz", Some("not-a-token")).await,
+            unauthorized
+        );
+        // a certificate from the cluster CA without RBAC: 403 naming what was asked
+        assert_eq!(
+            get(&alice, "/healthz", None).await,
+            (
+                403,
+                "Forbidden (user=alice, verb=get, resource=nodes, subresource(s)=[healthz proxy])\n"
+                    .into()
+            )
+        );
+        // the service account's token, reviewed by the API server: nodes/metrics only
+        let (code, metrics) = get(&nobody, "/metrics", Some(token)).await;
+        assert_eq!(code, 200, "{metrics}");
+        assert!(metrics.contains("kubelet_running_pods"), "{metrics}");
+        assert_eq!(
+            get(&nobody, "/pods", Some(token)).await,
+            (
+                403,
+                "Forbidden (user=system:serviceaccount:default:scraper, verb=get, resource=nodes, subresource(s)=[pods proxy])\n"
+                    .into()
+            )
+        );
+        // system:masters (as the API server's own kubelet client certificate) may do anything
+        let (code, pods) = get(&admin, "/pods", None).await;
+        assert_eq!((code, pods.contains("PodList")), (200, true), "{pods}");
     });
 }

@@ -2,8 +2,10 @@
 //! policy selects becomes `audit.k8s.io/v1` Events (one per stage: `RequestReceived`,
 //! `ResponseStarted` for long-running requests, `ResponseComplete`) with who asked, what for,
 //! the authorization decision and the response code, plus the request and response bodies at
-//! the `Request` and `RequestResponse` levels. Every response carries an `Audit-Id` header,
-//! auditing on or off: the client's own `Audit-ID` if it sent one, as upstream.
+//! the `Request` and `RequestResponse` levels. A request that fails authentication becomes one
+//! `ResponseStarted` event with code 401 and no user, as upstream's failed-authentication
+//! audit. Every response carries an `Audit-Id` header, auditing on or off: the client's own
+//! `Audit-ID` if it sent one, as upstream.
 //!
 //! # Layout
 //! - this file: the per-request [`Record`] and the events it sends.
@@ -104,6 +106,34 @@ impl Auditor {
         if decision.level == Level::None {
             return None;
         }
+        let record = Arc::new(self.record(&s, decision));
+        record.emit(Stage::RequestReceived);
+        Some(record)
+    }
+
+    /// A request that failed authentication, as upstream's `WithFailedAuthenticationAudit`:
+    /// one `ResponseStarted` event with code 401, no user (`s.user` is empty) and the
+    /// credentials that were tried in the message, unless the policy does not record it.
+    pub fn failed_authentication(&self, s: Start<'_>, attempted: &[&str]) {
+        let decision = self.policy.decide(s.user, s.info);
+        if decision.level == Level::None {
+            return;
+        }
+        let record = self.record(&s, decision);
+        let message = if attempted.is_empty() {
+            "Authentication failed, no credentials provided".to_string()
+        } else {
+            format!("Authentication failed, attempted: {}", attempted.join(", "))
+        };
+        record.state.lock().event.insert(
+            "responseStatus".into(),
+            json!({"metadata": {}, "message": message, "code": 401}),
+        );
+        record.emit(Stage::ResponseStarted);
+    }
+
+    /// A request's record: the event fields known when it is authenticated (or not).
+    fn record(&self, s: &Start<'_>, decision: policy::Decision) -> Record {
         let mut event = Map::new();
         event.insert("kind".into(), json!("Event"));
         event.insert("apiVersion".into(), json!("audit.k8s.io/v1"));
@@ -133,7 +163,7 @@ impl Auditor {
             event.insert("objectRef".into(), object_ref(s.info));
         }
         event.insert("requestReceivedTimestamp".into(), json!(micros(s.received)));
-        let record = Arc::new(Record {
+        Record {
             sink: self.sink.clone(),
             decision,
             clock: s.clock,
@@ -142,9 +172,7 @@ impl Auditor {
                 annotations: Map::new(),
                 request_body: None,
             }),
-        });
-        record.emit(Stage::RequestReceived);
-        Some(record)
+        }
     }
 
     /// Events dropped because the writer fell behind.
@@ -182,7 +210,9 @@ fn micros(t: jiff::Timestamp) -> String {
 
 fn user_json(u: &UserInfo) -> Value {
     let mut m = Map::new();
-    m.insert("username".into(), json!(u.name));
+    if !u.name.is_empty() {
+        m.insert("username".into(), json!(u.name));
+    }
     if !u.uid.is_empty() {
         m.insert("uid".into(), json!(u.uid));
     }
@@ -566,6 +596,38 @@ rules:
                 .get("managedFields")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_failed_authentication_is_one_response_started_event_without_a_user() {
+        let (a, mut rx) = auditor();
+        let info = RequestInfo::resource_request("list", "", "secrets", "a", "");
+        a.failed_authentication(
+            Start {
+                audit_id: &HeaderValue::from_static("id-2"),
+                received: fixed(),
+                user: &UserInfo::default(),
+                info: &info,
+                uri: &"/api/v1/namespaces/a/secrets".parse().unwrap(),
+                headers: &HeaderMap::new(),
+                peer: Some("127.0.0.1".parse().unwrap()),
+                clock: fixed,
+            },
+            &["bearer", "x509"],
+        );
+        let event = next(&mut rx);
+        assert_eq!(event["stage"], "ResponseStarted");
+        assert_eq!(event["level"], "Metadata");
+        assert_eq!(event["auditID"], "id-2");
+        assert_eq!(event["user"], json!({}));
+        assert_eq!(event["verb"], "list");
+        assert_eq!(event["objectRef"]["resource"], "secrets");
+        assert_eq!(
+            event["responseStatus"],
+            json!({"metadata": {}, "code": 401,
+                   "message": "Authentication failed, attempted: bearer, x509"})
+        );
+        assert!(rx.try_recv().is_err(), "no other stage");
     }
 
     #[tokio::test]

@@ -1,17 +1,23 @@
 //! The kubelet's HTTPS server (upstream's `pkg/kubelet/server`, port 10250): `/healthz`,
 //! `/pods`, `/metrics`, `/containerLogs/{ns}/{pod}/{container}`, and the streaming endpoints
 //! `/exec`, `/attach`, `/portForward` proxied to the runtime. Clients authenticate with a
-//! certificate signed by the cluster CA (the API server's `apiserver-kubelet-client`); the
-//! others get 401. Every authenticated client may do everything (no SubjectAccessReview yet).
+//! certificate signed by the cluster CA (the API server's `apiserver-kubelet-client`) or a
+//! bearer token the API server vouches for, and every request is authorized by a
+//! SubjectAccessReview for `nodes/proxy` (or `nodes/log`, `nodes/metrics`, …) of this node:
+//! 401 and 403 otherwise, as upstream's kubelet in Webhook mode.
 //!
 //! # Layout
 //! - [`tls`]: the self-signed serving certificate and client verification.
+//! - [`auth`]: who the client is and whether it may: the request's attributes, cached answers.
+//! - [`reviews`]: TokenReview and SubjectAccessReview through the API server, behind a trait.
 //! - [`pods`]: the pods this kubelet runs and their containers, as the endpoints look them up.
 //! - [`logs`]: CRI log files read, selected and followed.
 //! - [`streaming`]: exec, attach and port-forward through the runtime's streaming server.
 
+pub mod auth;
 pub mod logs;
 pub mod pods;
+pub mod reviews;
 pub mod streaming;
 pub mod tls;
 
@@ -40,7 +46,9 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::cri::{ContainerRuntime, ContainerState, PodSandboxState};
+use auth::Auth;
 use pods::PodRegistry;
+use reviews::User;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -67,6 +75,8 @@ pub struct ServerState {
     pub log_dir: PathBuf,
     /// The current time (injected so tests can fix it).
     pub clock: fn() -> jiff::Timestamp,
+    /// Who may do what, asked of the API server.
+    pub auth: Auth,
 }
 
 /// A bound, not yet serving, kubelet server: its address is known (port 0) before
@@ -117,12 +127,20 @@ impl KubeletServer {
                         return;
                     }
                 };
-                let authenticated = tls.get_ref().1.peer_certificates().is_some();
+                // the handshake verified the chain: the certificate names the user
+                let user = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|chain| chain.first())
+                    .and_then(|leaf| auth::certificate_user(leaf));
+                let user = Arc::new(user);
                 let service = hyper::service::service_fn(move |req: http::Request<_>| {
                     let state = state.clone();
+                    let user = user.clone();
                     async move {
                         let (parts, _body) = req.into_parts();
-                        Ok::<_, Infallible>(handle(&state, parts, authenticated).await)
+                        Ok::<_, Infallible>(handle(&state, parts, user.as_ref().as_ref()).await)
                     }
                 });
                 let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -156,10 +174,15 @@ pub fn text(code: u16, message: &str) -> Response<Body> {
     )
 }
 
-/// One request. `authenticated`: the client presented a certificate the cluster CA signed.
-pub async fn handle(state: &ServerState, parts: Parts, authenticated: bool) -> Response<Body> {
-    if !authenticated {
-        return text(401, "Unauthorized");
+/// One request. `certificate`: the user of the client's certificate (the cluster CA signed it),
+/// if it presented one.
+pub async fn handle(
+    state: &ServerState,
+    parts: Parts,
+    certificate: Option<&User>,
+) -> Response<Body> {
+    if let Err(refusal) = state.auth.check(&parts, certificate).await {
+        return refusal.response();
     }
     let path = parts.uri.path().to_string();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();

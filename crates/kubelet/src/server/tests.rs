@@ -1,10 +1,15 @@
-//! The server's endpoints over the recording fake runtime: authentication, `/pods`,
+//! The server's endpoints over the recording fake runtime and a recording fake of the API
+//! server's reviews: authentication (certificates, bearer tokens through TokenReview) and
+//! authorization (SubjectAccessReviews for this node, their answers cached), `/pods`,
 //! `/containerLogs` reading the container's CRI log file, and `/exec` asking the runtime for a
 //! streaming URL and joining the client's upgraded connection to the server behind it.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
+use async_trait::async_trait;
 use http::Request;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
@@ -12,11 +17,96 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::auth::Auth;
 use super::pods::PodRegistry;
+use super::reviews::{self, AccessReview, Reviews, User};
 use super::{ServerState, handle};
 use crate::config::{container_config, sandbox_config};
 use crate::cri::ContainerRuntime;
 use crate::fake::FakeRuntime;
+
+const NODE: &str = "node-1";
+
+/// A recording fake of the API server's reviews: the tokens it knows, the `(user, verb,
+/// subresource)` it allows (`*` for any verb or subresource), and whether it is failing.
+#[derive(Default)]
+struct FakeReviews {
+    tokens: HashMap<String, User>,
+    allowed: parking_lot::Mutex<Vec<(String, String, String)>>,
+    failing: std::sync::atomic::AtomicBool,
+    calls: parking_lot::Mutex<Vec<String>>,
+}
+
+impl FakeReviews {
+    fn allowing(rules: &[(&str, &str, &str)]) -> FakeReviews {
+        let reviews = FakeReviews::default();
+        for rule in rules {
+            reviews.allow(*rule);
+        }
+        reviews
+    }
+
+    fn allow(&self, (user, verb, subresource): (&str, &str, &str)) {
+        self.allowed
+            .lock()
+            .push((user.into(), verb.into(), subresource.into()));
+    }
+
+    fn calls(&self) -> Vec<String> {
+        std::mem::take(&mut *self.calls.lock())
+    }
+
+    fn fail(&self, failing: bool) {
+        self.failing
+            .store(failing, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn check(&self, kind: &'static str) -> reviews::Result<()> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(reviews::Error::Create {
+                kind,
+                message: "connection refused".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Reviews for FakeReviews {
+    async fn token(&self, token: &str) -> reviews::Result<Option<User>> {
+        self.calls.lock().push(format!("TokenReview {token}"));
+        self.check("TokenReview")?;
+        Ok(self.tokens.get(token).cloned())
+    }
+
+    async fn access(&self, r: &AccessReview) -> reviews::Result<bool> {
+        self.calls.lock().push(format!(
+            "SubjectAccessReview {} {:?} {} nodes/{} {}",
+            r.user.name, r.user.groups, r.verb, r.subresource, r.node
+        ));
+        self.check("SubjectAccessReview")?;
+        let matches = |rule: &str, value: &str| rule == "*" || rule == value;
+        Ok(self
+            .allowed
+            .lock()
+            .iter()
+            .any(|(u, v, s)| *u == r.user.name && matches(v, r.verb) && matches(s, r.subresource)))
+    }
+}
+
+/// The API server's identity at the kubelet, which the default fake allows everything.
+fn admin() -> User {
+    user("kube-apiserver-kubelet-client")
+}
+
+fn user(name: &str) -> User {
+    User {
+        name: name.into(),
+        groups: vec!["system:authenticated".into()],
+        ..User::default()
+    }
+}
 
 fn pod() -> Pod {
     serde_json::from_value(json!({
@@ -46,6 +136,10 @@ async fn state(log_dir: &Path) -> (ServerState, Arc<FakeRuntime>, String) {
         pods,
         log_dir: log_dir.to_path_buf(),
         clock: jiff::Timestamp::now,
+        auth: Auth::new(
+            Arc::new(FakeReviews::allowing(&[(&admin().name, "*", "*")])),
+            NODE,
+        ),
     };
     (state, fake, id)
 }
@@ -60,25 +154,229 @@ async fn body_text(resp: http::Response<super::Body>) -> String {
 }
 
 #[tokio::test]
-async fn clients_without_a_certificate_are_unauthorized_and_health_is_ok() {
+async fn clients_without_credentials_are_unauthorized_and_health_is_ok() {
     let dir = tempfile::tempdir().unwrap();
     let (state, ..) = state(dir.path()).await;
-    let resp = handle(&state, get("/healthz"), false).await;
+    let resp = handle(&state, get("/healthz"), None).await;
     assert_eq!(resp.status(), 401);
-    let resp = handle(&state, get("/healthz"), true).await;
+    let resp = handle(&state, get("/healthz"), Some(&admin())).await;
     assert_eq!(
         (resp.status().as_u16(), body_text(resp).await),
         (200, "ok\n".into())
     );
-    let resp = handle(&state, get("/nothing"), true).await;
+    let resp = handle(&state, get("/nothing"), Some(&admin())).await;
     assert_eq!(resp.status(), 404);
+}
+
+/// A server state whose authorizer is `reviews`.
+async fn state_asking(log_dir: &Path, reviews: &Arc<FakeReviews>) -> ServerState {
+    let (mut state, ..) = state(log_dir).await;
+    state.auth = Auth::new(reviews.clone(), NODE);
+    state
+}
+
+fn get_with_token(uri: &str, token: &str) -> http::request::Parts {
+    Request::get(uri)
+        .header("authorization", format!("Bearer {token}"))
+        .body(())
+        .unwrap()
+        .into_parts()
+        .0
+}
+
+#[tokio::test]
+async fn a_certificate_user_is_asked_about_for_this_node_and_the_answer_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let reviews = Arc::new(FakeReviews::allowing(&[("alice", "get", "proxy")]));
+    let state = state_asking(dir.path(), &reviews).await;
+    let alice = user("alice");
+    let resp = handle(&state, get("/containerLogs/ns/gone/app"), Some(&alice)).await;
+    assert_eq!(resp.status(), 404, "let in, then not found");
+    assert_eq!(
+        reviews.calls(),
+        [r#"SubjectAccessReview alice ["system:authenticated"] get nodes/proxy node-1"#]
+    );
+    let resp = handle(&state, get("/containerLogs/ns/gone/app"), Some(&alice)).await;
+    assert_eq!(resp.status(), 404);
+    assert!(reviews.calls().is_empty(), "the allowed answer is cached");
+    // a POST is `create`, another question
+    let post = Request::post("/exec/ns/web/app?command=ls&output=1")
+        .body(())
+        .unwrap()
+        .into_parts()
+        .0;
+    let resp = handle(&state, post, Some(&alice)).await;
+    assert_eq!(
+        (resp.status().as_u16(), body_text(resp).await),
+        (
+            403,
+            "Forbidden (user=alice, verb=create, resource=nodes, subresource(s)=[proxy])\n".into()
+        )
+    );
+    assert_eq!(
+        reviews.calls(),
+        [r#"SubjectAccessReview alice ["system:authenticated"] create nodes/proxy node-1"#]
+    );
+}
+
+#[tokio::test]
+async fn fine_grained_paths_try_their_own_subresource_then_proxy_and_403_names_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let reviews = Arc::new(FakeReviews::allowing(&[
+        ("scraper", "get", "pods"),
+        ("prober", "get", "proxy"),
+    ]));
+    let state = state_asking(dir.path(), &reviews).await;
+    let resp = handle(&state, get("/pods"), Some(&user("scraper"))).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(reviews.calls().len(), 1, "nodes/pods was enough");
+    let resp = handle(&state, get("/healthz"), Some(&user("prober"))).await;
+    assert_eq!(resp.status(), 200);
+    let asked: Vec<String> = reviews.calls();
+    assert!(
+        asked[0].ends_with("get nodes/healthz node-1")
+            && asked[1].ends_with("get nodes/proxy node-1"),
+        "{asked:?}"
+    );
+    let resp = handle(&state, get("/healthz"), Some(&user("scraper"))).await;
+    assert_eq!(
+        (resp.status().as_u16(), body_text(resp).await),
+        (
+            403,
+            "Forbidden (user=scraper, verb=get, resource=nodes, subresource(s)=[healthz proxy])\n"
+                .into()
+        )
+    );
+    let resp = handle(&state, get("/metrics"), Some(&user("prober"))).await;
+    assert_eq!(
+        body_text(resp).await,
+        "Forbidden (user=prober, verb=get, resource=nodes, subresource(s)=[metrics])\n"
+    );
+}
+
+#[tokio::test]
+async fn bearer_tokens_are_reviewed_once_and_unknown_ones_are_unauthorized() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut fake =
+        FakeReviews::allowing(&[("system:serviceaccount:mon:scraper", "get", "metrics")]);
+    fake.tokens.insert(
+        "good-token".into(),
+        User {
+            name: "system:serviceaccount:mon:scraper".into(),
+            uid: "u-1".into(),
+            groups: vec!["system:serviceaccounts".into()],
+            ..User::default()
+        },
+    );
+    let reviews = Arc::new(fake);
+    let state = state_asking(dir.path(), &reviews).await;
+    let resp = handle(&state, get_with_token("/metrics", "good-token"), None).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        reviews.calls(),
+        [
+            "TokenReview good-token",
+            r#"SubjectAccessReview system:serviceaccount:mon:scraper ["system:serviceaccounts", "system:authenticated"] get nodes/metrics node-1"#,
+        ]
+    );
+    let resp = handle(&state, get_with_token("/metrics", "good-token"), None).await;
+    assert_eq!(resp.status(), 200);
+    assert!(reviews.calls().is_empty(), "token and decision cached");
+    let resp = handle(&state, get_with_token("/metrics", "bad-token"), None).await;
+    assert_eq!(
+        (resp.status().as_u16(), body_text(resp).await),
+        (401, "Unauthorized\n".into())
+    );
+    assert_eq!(reviews.calls(), ["TokenReview bad-token"]);
+    let resp = handle(&state, get_with_token("/metrics", "bad-token"), None).await;
+    assert_eq!(resp.status(), 401);
+    assert!(
+        reviews.calls().is_empty(),
+        "the unknown token is cached too"
+    );
+    // a certificate wins over a token, as upstream's x509 authenticator comes first
+    let resp = handle(
+        &state,
+        get_with_token("/metrics", "good-token"),
+        Some(&user("bob")),
+    )
+    .await;
+    assert_eq!(resp.status(), 403);
+}
+
+#[tokio::test(start_paused = true)]
+async fn denials_are_kept_30_seconds_and_permissions_5_minutes() {
+    let dir = tempfile::tempdir().unwrap();
+    let reviews = Arc::new(FakeReviews::default());
+    let state = state_asking(dir.path(), &reviews).await;
+    let bob = user("bob");
+    let status = |state, bob| async move {
+        handle(state, get("/containerLogs/ns/gone/app"), Some(bob))
+            .await
+            .status()
+            .as_u16()
+    };
+    assert_eq!(status(&state, &bob).await, 403);
+    reviews.allow(("bob", "get", "proxy"));
+    tokio::time::advance(Duration::from_secs(29)).await;
+    assert_eq!(status(&state, &bob).await, 403, "the denial is still kept");
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert_eq!(status(&state, &bob).await, 404, "asked again: let in");
+    reviews.allowed.lock().clear();
+    tokio::time::advance(Duration::from_secs(299)).await;
+    assert_eq!(
+        status(&state, &bob).await,
+        404,
+        "the permission is still kept"
+    );
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert_eq!(status(&state, &bob).await, 403);
+    assert_eq!(reviews.calls().len(), 3);
+}
+
+#[tokio::test]
+async fn an_api_server_that_cannot_answer_gets_500_and_nothing_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let reviews = Arc::new(FakeReviews::allowing(&[("alice", "get", "proxy")]));
+    let state = state_asking(dir.path(), &reviews).await;
+    reviews.fail(true);
+    let resp = handle(
+        &state,
+        get("/containerLogs/ns/gone/app"),
+        Some(&user("alice")),
+    )
+    .await;
+    assert_eq!(
+        (resp.status().as_u16(), body_text(resp).await),
+        (
+            500,
+            "Authorization error (user=alice, verb=get, resource=nodes, subresource=proxy)\n"
+                .into()
+        )
+    );
+    let resp = handle(&state, get_with_token("/healthz", "any"), None).await;
+    assert_eq!(
+        resp.status(),
+        401,
+        "a failed token review is a failed authentication"
+    );
+    reviews.fail(false);
+    reviews.calls();
+    let resp = handle(
+        &state,
+        get("/containerLogs/ns/gone/app"),
+        Some(&user("alice")),
+    )
+    .await;
+    assert_eq!(resp.status(), 404);
+    assert_eq!(reviews.calls().len(), 1, "asked again");
 }
 
 #[tokio::test]
 async fn pods_lists_the_pods_of_this_node() {
     let dir = tempfile::tempdir().unwrap();
     let (state, ..) = state(dir.path()).await;
-    let resp = handle(&state, get("/pods"), true).await;
+    let resp = handle(&state, get("/pods"), Some(&admin())).await;
     let list: serde_json::Value = serde_json::from_str(&body_text(resp).await).unwrap();
     assert_eq!(list["kind"], "PodList");
     assert_eq!(list["items"][0]["metadata"]["name"], "web");
@@ -95,18 +393,28 @@ async fn container_logs_are_read_from_the_containers_log_file() {
         "2024-01-01T00:00:00Z stdout F a\n2024-01-01T00:00:01Z stderr F b\n",
     )
     .unwrap();
-    let resp = handle(&state, get("/containerLogs/ns/web/app?tailLines=1"), true).await;
+    let resp = handle(
+        &state,
+        get("/containerLogs/ns/web/app?tailLines=1"),
+        Some(&admin()),
+    )
+    .await;
     assert_eq!(resp.status(), 200);
     assert_eq!(body_text(resp).await, "b\n");
-    let resp = handle(&state, get("/containerLogs/ns/web/nope"), true).await;
+    let resp = handle(&state, get("/containerLogs/ns/web/nope"), Some(&admin())).await;
     assert_eq!(resp.status(), 404);
     assert_eq!(
         body_text(resp).await,
         "container \"nope\" not found in pod \"web\"\n"
     );
-    let resp = handle(&state, get("/containerLogs/ns/web/app?previous=true"), true).await;
+    let resp = handle(
+        &state,
+        get("/containerLogs/ns/web/app?previous=true"),
+        Some(&admin()),
+    )
+    .await;
     assert_eq!(resp.status(), 400);
-    let resp = handle(&state, get("/containerLogs/ns/gone/app"), true).await;
+    let resp = handle(&state, get("/containerLogs/ns/gone/app"), Some(&admin())).await;
     assert_eq!(
         (resp.status().as_u16(), body_text(resp).await),
         (404, "pod \"gone\" does not exist\n".into())
@@ -163,7 +471,7 @@ async fn exec_asks_the_runtime_for_a_url_and_joins_the_upgraded_streams() {
             let state = state.clone();
             async move {
                 let (parts, _) = req.into_parts();
-                Ok::<_, std::convert::Infallible>(handle(&state, parts, true).await)
+                Ok::<_, std::convert::Infallible>(handle(&state, parts, Some(&admin())).await)
             }
         });
         hyper::server::conn::http1::Builder::new()
@@ -203,10 +511,15 @@ async fn exec_asks_the_runtime_for_a_url_and_joins_the_upgraded_streams() {
 async fn the_fake_records_attach_and_port_forward_and_refuses_stopped_containers() {
     let dir = tempfile::tempdir().unwrap();
     let (state, fake, id) = state(dir.path()).await;
-    let resp = handle(&state, get("/attach/ns/web/app?output=1&tty=1"), true).await;
+    let resp = handle(
+        &state,
+        get("/attach/ns/web/app?output=1&tty=1"),
+        Some(&admin()),
+    )
+    .await;
     // no streaming server behind the fake's default URL
     assert_eq!(resp.status(), 502);
-    let resp = handle(&state, get("/portForward/ns/web?port=8080"), true).await;
+    let resp = handle(&state, get("/portForward/ns/web?port=8080"), Some(&admin())).await;
     assert_eq!(resp.status(), 502);
     let calls = fake.calls();
     assert!(
@@ -220,15 +533,21 @@ async fn the_fake_records_attach_and_port_forward_and_refuses_stopped_containers
         "{calls:?}"
     );
     fake.exit_container(&id, 0);
-    let resp = handle(&state, get("/exec/ns/web/app?command=ls&output=1"), true).await;
+    let resp = handle(
+        &state,
+        get("/exec/ns/web/app?command=ls&output=1"),
+        Some(&admin()),
+    )
+    .await;
     assert_eq!(
         (resp.status().as_u16(), body_text(resp).await),
         (500, "container not found (\"app\")\n".into())
     );
 }
 
-/// A CA and a client certificate it signed, as (CA DER, client cert PEM, client key PEM).
-fn client_certificate(common_name: &str) -> (Vec<u8>, String, String) {
+/// A CA and a client certificate it signed for `common_name` in `organization`, as (CA DER,
+/// client cert PEM, client key PEM).
+fn client_certificate(common_name: &str, organization: &str) -> (Vec<u8>, String, String) {
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca = rcgen::CertificateParams::default();
     ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -239,6 +558,9 @@ fn client_certificate(common_name: &str) -> (Vec<u8>, String, String) {
     params
         .distinguished_name
         .push(rcgen::DnType::CommonName, common_name);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, organization);
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
     let cert = params.signed_by(&key, &issuer).unwrap();
     (ca_cert.der().to_vec(), cert.pem(), key.serialize_pem())
@@ -283,11 +605,12 @@ async fn healthz_over_tls(
 }
 
 #[tokio::test]
-async fn over_tls_only_certificates_the_cluster_ca_signed_are_let_in() {
+async fn over_tls_certificates_the_cluster_ca_signed_name_the_user_and_its_groups() {
     let dir = tempfile::tempdir().unwrap();
-    let (state, ..) = state(dir.path()).await;
-    let (ca, cert, key) = client_certificate("kube-apiserver-kubelet-client");
-    let (_, stranger_cert, stranger_key) = client_certificate("stranger");
+    let reviews = Arc::new(FakeReviews::allowing(&[(&admin().name, "*", "*")]));
+    let state = state_asking(dir.path(), &reviews).await;
+    let (ca, cert, key) = client_certificate("kube-apiserver-kubelet-client", "system:masters");
+    let (_, stranger_cert, stranger_key) = client_certificate("stranger", "system:masters");
     let (serving_cert, serving_key) = super::tls::ensure_serving_certificate(
         &dir.path().join("pki"),
         "node-1",
@@ -307,10 +630,17 @@ async fn over_tls_only_certificates_the_cluster_ca_signed_are_let_in() {
         .await
         .unwrap();
     assert_eq!(signed, "HTTP/1.1 200 OK");
+    assert_eq!(
+        reviews.calls(),
+        [
+            r#"SubjectAccessReview kube-apiserver-kubelet-client ["system:masters", "system:authenticated"] get nodes/healthz node-1"#
+        ]
+    );
     let stranger =
         healthz_over_tls(addr, &serving_cert, Some((&stranger_cert, &stranger_key))).await;
     assert!(
         !stranger.as_deref().is_ok_and(|l| l.contains("200")),
         "{stranger:?}"
     );
+    assert!(reviews.calls().is_empty(), "the stranger never got as far");
 }

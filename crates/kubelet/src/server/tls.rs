@@ -1,8 +1,8 @@
 //! The kubelet server's TLS: a self-signed serving certificate kept in `<data-dir>/pki`
 //! (`kubelet.crt`, `kubelet.key`, as upstream's kubelet writes when given none) and made once,
 //! and client certificates verified against the cluster CA. A client without a certificate
-//! completes the handshake and is answered 401; one whose certificate the CA did not sign
-//! fails the handshake, as with upstream's `VerifyClientCertIfGiven`.
+//! completes the handshake (and may authenticate with a bearer token); one whose certificate
+//! the CA did not sign fails the handshake, as with upstream's `VerifyClientCertIfGiven`.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -107,7 +107,7 @@ pub fn server_config(
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?;
     let builder = if roots.is_empty() {
-        // no CA: nobody can authenticate, every request is answered 401
+        // no CA: no client certificates, only bearer tokens
         builder.with_no_client_auth()
     } else {
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)

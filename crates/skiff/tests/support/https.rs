@@ -1,5 +1,6 @@
 //! A bare HTTPS/1.1 client with a client certificate from the cluster CA, for what kubectl and
-//! kube-rs cannot do: send a body only part-way and hold it open, read response headers.
+//! kube-rs cannot do: send a body only part-way and hold it open, read response headers, talk
+//! to a kubelet's server directly.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -47,28 +48,49 @@ impl Client {
     pub fn new(api: &ApiServer, user: &str, group: Option<&str>) -> Client {
         let pki =
             skiff_apiserver::pki::Pki::load(&api.data_dir.join("tls")).expect("the cluster CA");
-        let (cert, key) = pki
-            .issue(user, group, &[], false)
-            .expect("a client certificate");
+        Client::to(api, &pki.ca_cert_pem, api.port, Some((user, group)))
+    }
+
+    /// A client of the server on `port` whose certificate `server_ca_pem` signs (a kubelet's
+    /// self-signed serving certificate, say), presenting a certificate for `user` (CN) and
+    /// group (O) from the cluster CA, or none.
+    pub fn to(
+        api: &ApiServer,
+        server_ca_pem: &str,
+        port: u16,
+        user: Option<(&str, Option<&str>)>,
+    ) -> Client {
         let mut roots = rustls::RootCertStore::empty();
-        for c in CertificateDer::pem_slice_iter(pki.ca_cert_pem.as_bytes()) {
+        for c in CertificateDer::pem_slice_iter(server_ca_pem.as_bytes()) {
             roots.add(c.expect("CA PEM")).expect("CA certificate");
         }
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.as_bytes())
-            .collect::<Result<_, _>>()
-            .expect("client certificate PEM");
-        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("client key PEM");
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
         .with_safe_default_protocol_versions()
         .expect("TLS versions")
-        .with_root_certificates(roots)
-        .with_client_auth_cert(certs, key)
-        .expect("client auth");
+        .with_root_certificates(roots);
+        let config = match user {
+            None => builder.with_no_client_auth(),
+            Some((user, group)) => {
+                let pki = skiff_apiserver::pki::Pki::load(&api.data_dir.join("tls"))
+                    .expect("the cluster CA");
+                let (cert, key) = pki
+                    .issue(user, group, &[], false)
+                    .expect("a client certificate");
+                let certs: Vec<CertificateDer<'static>> =
+                    CertificateDer::pem_slice_iter(cert.as_bytes())
+                        .collect::<Result<_, _>>()
+                        .expect("client certificate PEM");
+                let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("client key PEM");
+                builder
+                    .with_client_auth_cert(certs, key)
+                    .expect("client auth")
+            }
+        };
         Client {
             config: Arc::new(config),
-            port: api.port,
+            port,
         }
     }
 

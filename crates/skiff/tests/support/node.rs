@@ -54,6 +54,8 @@ pub struct KubeletProcess {
     args: Vec<String>,
     dir: tempfile::TempDir,
     kubeconfig: PathBuf,
+    /// The kubelet server's port (from the ready line).
+    port: u16,
     _lines: std::sync::mpsc::Receiver<String>,
 }
 
@@ -66,13 +68,14 @@ impl KubeletProcess {
     pub fn start_with(api: &ApiServer, node: &str, args: &[&str]) -> KubeletProcess {
         let dir = tempfile::tempdir().expect("temp dir");
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        let (child, lines) = spawn_kubelet(api, node, dir.path(), &args);
+        let (child, port, lines) = spawn_kubelet(api, node, dir.path(), &args);
         KubeletProcess {
             child,
             node: node.to_string(),
             args,
             dir,
             kubeconfig: api.kubeconfig(),
+            port,
             _lines: lines,
         }
     }
@@ -85,14 +88,25 @@ impl KubeletProcess {
             .arg(self.child.id().to_string())
             .status();
         let _ = self.child.wait();
-        let (child, lines) = spawn_kubelet(api, &self.node, self.dir.path(), &self.args);
+        let (child, port, lines) = spawn_kubelet(api, &self.node, self.dir.path(), &self.args);
         self.child = child;
+        self.port = port;
         self._lines = lines;
     }
 
     /// The kubelet's static pod directory (created on demand).
     pub fn manifests(&self) -> PathBuf {
         self.dir.path().join("manifests")
+    }
+
+    /// The kubelet server's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The kubelet server's self-signed certificate (PEM).
+    pub fn serving_certificate(&self) -> String {
+        super::read(&self.data().join("pki/kubelet.crt"))
     }
 
     pub fn data(&self) -> PathBuf {
@@ -202,13 +216,14 @@ fn kill_shims(socket: &Path) {
     }
 }
 
-/// Starts `skiff kubelet` with its data under `dir` and waits for its ready line.
+/// Starts `skiff kubelet` with its data under `dir` and waits for its ready line; the child,
+/// its server's port and its further output.
 fn spawn_kubelet(
     api: &ApiServer,
     node: &str,
     dir: &Path,
     args: &[String],
-) -> (Child, std::sync::mpsc::Receiver<String>) {
+) -> (Child, u16, std::sync::mpsc::Receiver<String>) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
     cmd.arg("kubelet")
         .arg("--kubeconfig")
@@ -226,7 +241,12 @@ fn spawn_kubelet(
         .args(args);
     let (child, ready, lines) = super::spawn_until_ready(&mut cmd, &dir.join("kubelet.log"));
     assert!(ready.contains("containerd://"), "{ready}");
-    (child, lines)
+    let port = ready
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no server port in {ready:?}"));
+    (child, port, lines)
 }
 
 /// A kubeconfig with the node's own identity (`system:node:<node>` in `system:nodes`, as
