@@ -12,6 +12,7 @@
 //! The full plugin set plugs in behind the same trait.
 
 pub mod default_storage_class;
+pub mod expressions;
 pub mod limit_ranger;
 pub mod node_restriction;
 pub mod pod_security;
