@@ -238,11 +238,7 @@ spec:
 #[test]
 fn params_warnings_and_failure_policies_behave_as_upstreams() {
     let api = ApiServer::start(Backend::Embedded);
-    api.kubectl_stdin(
-        KUBECTL_133,
-        &["apply", "-f", "-"],
-        Some(PARAMS_WARN_IGNORE),
-    );
+    api.kubectl_stdin(KUBECTL_133, &["apply", "-f", "-"], Some(PARAMS_WARN_IGNORE));
     let create = |ns: &'static str, name: &'static str, replicas: &'static str| {
         vec![
             "create",

@@ -5,8 +5,8 @@
 
 use super::format::list_with_more;
 use super::value::{age, flag, int, list, name, object, opt_int, scalar, text};
-use crate::labels::Selector;
 use super::{AGE, Column, NAME, Printer};
+use crate::labels::Selector;
 use jiff::Timestamp;
 use serde_json::Value;
 
@@ -438,7 +438,10 @@ mod tests {
                            "spec": {"policyName": "p", "paramRef": param_ref}});
             (VALIDATING_ADMISSION_POLICY_BINDINGS.cells)(&b, now())[2].clone()
         };
-        assert_eq!(b(json!({"name": "limits", "namespace": "team"})), "team/limits");
+        assert_eq!(
+            b(json!({"name": "limits", "namespace": "team"})),
+            "team/limits"
+        );
         assert_eq!(b(json!({"name": "limits"})), "*/limits");
         assert_eq!(b(json!({"selector": {"matchLabels": {"a": "b"}}})), "a=b");
         assert_eq!(b(Value::Null), "<unset>");

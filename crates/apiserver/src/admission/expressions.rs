@@ -129,6 +129,10 @@ mod tests {
             run("object.metadata.name.lowerAscii()", pod),
             Ok(cel::Value::from("web"))
         );
-        assert!(compile("object.(").unwrap_err().starts_with("compilation failed: "));
+        assert!(
+            compile("object.(")
+                .unwrap_err()
+                .starts_with("compilation failed: ")
+        );
     }
 }

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use self::evaluate::Input;
 use self::params::ParamSource;
-use self::policy::{MatchResources, Policies};
+use self::policy::{MatchResources, Policies, Policy};
 use super::webhook::{self, NamespaceLabels};
 use super::{Attributes, Plugin, expressions};
 use crate::error::{ApiError, Result};
@@ -39,10 +39,10 @@ impl Namespaces for webhook::CachedNamespaces {
 }
 
 /// The namespace already read, as selectors read its labels.
-struct Read<'a>(&'a Value);
+struct KnownNamespace<'a>(&'a Value);
 
 #[async_trait]
-impl NamespaceLabels for Read<'_> {
+impl NamespaceLabels for KnownNamespace<'_> {
     async fn labels(&self, _namespace: &str) -> Result<Value> {
         Ok(self.0["metadata"]["labels"].clone())
     }
@@ -56,10 +56,30 @@ pub struct ValidatingAdmissionPolicy<P, S, N> {
 
 /// A refusal: the policy, the binding when there is one, why, and the Status reason.
 struct Denial<'a> {
+    /// The policy's place in evaluation order: the first refusal in that order is reported.
+    order: usize,
     policy: &'a str,
     binding: Option<&'a str>,
     message: String,
     reason: &'static str,
+}
+
+impl<'a> Denial<'a> {
+    /// A policy or binding that cannot be used: a refusal unless the policy fails open.
+    fn misconfigured(
+        order: usize,
+        policy: &'a Policy,
+        binding: Option<&'a str>,
+        why: String,
+    ) -> Option<Self> {
+        (!policy.fail_open).then(|| Denial {
+            order,
+            policy: &policy.name,
+            binding,
+            message: why,
+            reason: "Invalid",
+        })
+    }
 }
 
 /// Upstream's code for a validation's reason (`reasonToCode`).
@@ -94,6 +114,14 @@ fn refusal(attrs: &Attributes<'_>, d: &Denial<'_>) -> ApiError {
     err
 }
 
+/// The first refusal in policy order, if any.
+fn first_refusal(attrs: &Attributes<'_>, denials: &[Denial<'_>]) -> Result<()> {
+    match denials.iter().min_by_key(|d| d.order) {
+        Some(d) => Err(refusal(attrs, d)),
+        None => Ok(()),
+    }
+}
+
 /// Policies never apply to policies and bindings, so a broken one can always be fixed.
 fn exempt(attrs: &Attributes<'_>) -> bool {
     attrs.resource.group == "admissionregistration.k8s.io"
@@ -112,8 +140,13 @@ impl<P: Policies, S: ParamSource, N: Namespaces> ValidatingAdmissionPolicy<P, S,
     ) -> Result<bool> {
         Ok(m.covers(attrs)
             && webhook::object_selected(&m.object_selector, attrs, object)
-            && webhook::namespace_selected(&m.namespace_selector, attrs, object, &Read(namespace))
-                .await?)
+            && webhook::namespace_selected(
+                &m.namespace_selector,
+                attrs,
+                object,
+                &KnownNamespace(namespace),
+            )
+            .await?)
     }
 }
 
@@ -137,14 +170,22 @@ impl<P: Policies, S: ParamSource, N: Namespaces> Plugin for ValidatingAdmissionP
         } else {
             Value::Null
         };
-        // Which bindings apply, with their params (or why they cannot be used).
+        // Which bindings apply, with their params; a policy or binding that cannot be used
+        // refuses unless its policy fails open.
+        let mut denials = Vec::new();
         let mut applying = Vec::new();
-        for hook in hooks.iter() {
-            if !Self::selected(&hook.policy.match_constraints, attrs, object, &namespace).await? {
+        for (order, hook) in hooks.iter().enumerate() {
+            let policy = &hook.policy;
+            if !Self::selected(&policy.match_constraints, attrs, object, &namespace).await? {
                 continue;
             }
-            if let Some(why) = &hook.policy.configuration_error {
-                applying.push((hook, None, Err(format!("failed to configure policy: {why}"))));
+            if let Some(why) = &policy.configuration_error {
+                denials.extend(Denial::misconfigured(
+                    order,
+                    policy,
+                    None,
+                    format!("failed to configure policy: {why}"),
+                ));
                 continue;
             }
             for binding in &hook.bindings {
@@ -153,18 +194,24 @@ impl<P: Policies, S: ParamSource, N: Namespaces> Plugin for ValidatingAdmissionP
                 {
                     continue;
                 }
-                let params = params::collect(
-                    &hook.policy,
+                match params::collect(
+                    policy,
                     binding.param_ref.as_ref(),
                     attrs.namespace,
                     &self.params,
-                )
-                .map_err(|why| format!("failed to configure binding: {why}"));
-                applying.push((hook, Some(binding), params));
+                ) {
+                    Ok(params) => applying.push((order, policy, binding, params)),
+                    Err(why) => denials.extend(Denial::misconfigured(
+                        order,
+                        policy,
+                        Some(&binding.name),
+                        format!("failed to configure binding: {why}"),
+                    )),
+                }
             }
         }
         if applying.is_empty() {
-            return Ok(());
+            return first_refusal(attrs, &denials);
         }
         let external = |o: Option<&Value>| {
             o.map(|o| expressions::value(&crate::conversion::to_external(rt, o.clone())))
@@ -179,25 +226,9 @@ impl<P: Policies, S: ParamSource, N: Namespaces> Plugin for ValidatingAdmissionP
             )),
             namespace_object: expressions::value(&namespace),
         };
-        let mut denials = Vec::new();
         let mut audit_failure = None;
         let mut annotations: Vec<(String, Vec<String>)> = Vec::new();
-        for (hook, binding, params) in applying {
-            let policy = &hook.policy;
-            let params = match params {
-                Ok(p) => p,
-                Err(_) if policy.fail_open => continue,
-                Err(message) => {
-                    denials.push(Denial {
-                        policy: &policy.name,
-                        binding: binding.map(|b| b.name.as_str()),
-                        message,
-                        reason: "Invalid",
-                    });
-                    continue;
-                }
-            };
-            let binding = binding.expect("bindings are collected with their params");
+        for (order, policy, binding, params) in applying {
             for param in &params {
                 let outcome = evaluate::evaluate(policy, &input, param);
                 for f in outcome.failures {
@@ -217,6 +248,7 @@ impl<P: Policies, S: ParamSource, N: Namespaces> Plugin for ValidatingAdmissionP
                     }
                     if binding.actions.deny {
                         denials.push(Denial {
+                            order,
                             policy: &policy.name,
                             binding: Some(&binding.name),
                             message: f.message,
@@ -226,6 +258,7 @@ impl<P: Policies, S: ParamSource, N: Namespaces> Plugin for ValidatingAdmissionP
                 }
                 for message in outcome.annotation_errors {
                     denials.push(Denial {
+                        order,
                         policy: &policy.name,
                         binding: Some(&binding.name),
                         message,
@@ -246,15 +279,12 @@ impl<P: Policies, S: ParamSource, N: Namespaces> Plugin for ValidatingAdmissionP
             attrs.notes.audit.add(&key, values.join(", "));
         }
         if let Some(failure) = audit_failure {
-            attrs
-                .notes
-                .audit
-                .add("validation.policy.admission.k8s.io/validation_failure", failure);
+            attrs.notes.audit.add(
+                "validation.policy.admission.k8s.io/validation_failure",
+                failure,
+            );
         }
-        match denials.first() {
-            Some(d) => Err(refusal(attrs, d)),
-            None => Ok(()),
-        }
+        first_refusal(attrs, &denials)
     }
 }
 

@@ -290,7 +290,11 @@ fn labels(o: Option<&Value>) -> Value {
 
 /// Whether an object selector selects the new or the old object (upstream's
 /// `MatchObjectSelector`).
-pub fn object_selected(selector: &Selector, attrs: &Attributes<'_>, object: Option<&Value>) -> bool {
+pub fn object_selected(
+    selector: &Selector,
+    attrs: &Attributes<'_>,
+    object: Option<&Value>,
+) -> bool {
     selector.matches(&labels(object)) || selector.matches(&labels(attrs.old))
 }
 

@@ -20,7 +20,12 @@ use super::webhookconfiguration::{one_of, validate_rule};
 use crate::admission::expressions;
 
 /// The reasons a validation may give (upstream's `supportedValidationPolicyReason`).
-pub const REASONS: &[&str] = &["Forbidden", "Invalid", "RequestEntityTooLarge", "Unauthorized"];
+pub const REASONS: &[&str] = &[
+    "Forbidden",
+    "Invalid",
+    "RequestEntityTooLarge",
+    "Unauthorized",
+];
 
 fn default_match_resources(m: &mut Value) {
     if !m.is_object() {
@@ -141,9 +146,27 @@ fn validate_validation(v: &Value, path: &FieldPath, errs: &mut Vec<FieldError>) 
 /// A CEL identifier that is not reserved (upstream's `isCELIdentifier`).
 fn cel_identifier(name: &str) -> bool {
     const RESERVED: &[&str] = &[
-        "true", "false", "null", "in", "as", "break", "const", "continue", "else", "for",
-        "function", "if", "import", "let", "loop", "package", "namespace", "return", "var",
-        "void", "while",
+        "true",
+        "false",
+        "null",
+        "in",
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "for",
+        "function",
+        "if",
+        "import",
+        "let",
+        "loop",
+        "package",
+        "namespace",
+        "return",
+        "var",
+        "void",
+        "while",
     ];
     let mut chars = name.chars();
     chars
@@ -229,7 +252,9 @@ fn validate_policy_spec(obj: &Value, errs: &mut Vec<FieldError>) {
             errs,
         );
     }
-    let validations = spec["validations"].as_array().map_or(&[][..], Vec::as_slice);
+    let validations = spec["validations"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
     let annotations = spec["auditAnnotations"]
         .as_array()
         .map_or(&[][..], Vec::as_slice);
@@ -424,7 +449,10 @@ mod tests {
         let mut next = obj.clone();
         next["metadata"]["generation"] = json!(2);
         PolicyStrategy.prepare_for_update(&mut next, &obj);
-        assert_eq!(next["metadata"]["generation"], 1, "nothing but defaults changed");
+        assert_eq!(
+            next["metadata"]["generation"], 1,
+            "nothing but defaults changed"
+        );
     }
 
     #[test]

@@ -112,7 +112,9 @@ pub fn evaluate(policy: &Policy, input: &Input, params: &Value) -> Outcome {
         let failure = match run(&e.program, &context) {
             Ok(cel::Value::String(s)) => {
                 if !s.trim().is_empty() {
-                    outcome.annotations.push((key.clone(), s.trim().to_string()));
+                    outcome
+                        .annotations
+                        .push((key.clone(), s.trim().to_string()));
                 }
                 continue;
             }
@@ -134,12 +136,13 @@ pub fn evaluate(policy: &Policy, input: &Input, params: &Value) -> Outcome {
 /// A refusal's message: the `messageExpression` result when it is a usable string (one line,
 /// not blank, at most 5 KiB), else `message`, else `failed expression: <expression>`.
 fn message(v: &Validation, context: &cel::Context<'_, '_>) -> String {
-    let evaluated = v.message_expression.as_ref().and_then(|m| {
-        match run(&m.program, context) {
+    let evaluated = v
+        .message_expression
+        .as_ref()
+        .and_then(|m| match run(&m.program, context) {
             Ok(cel::Value::String(s)) => Some(s.trim().to_string()),
             _ => None,
-        }
-    });
+        });
     match evaluated {
         Some(m) if !m.is_empty() && m.len() <= MAX_MESSAGE_BYTES && !m.contains('\n') => m,
         _ if !v.message.trim().is_empty() => v.message.trim().to_string(),
@@ -194,7 +197,10 @@ mod tests {
              "messageExpression": "'replicas ' + string(object.spec.replicas) + ' in ' + namespaceObject.metadata.labels.tier"},
             {"expression": "object.spec.replicas <= 1", "message": "fallback",
              "messageExpression": "'two\\nlines'"}]}));
-        assert_eq!(evaluate(&p, &deployment(1), &Value::Null), Outcome::default());
+        assert_eq!(
+            evaluate(&p, &deployment(1), &Value::Null),
+            Outcome::default()
+        );
         let failures = evaluate(&p, &deployment(6), &Value::Null).failures;
         let got: Vec<(usize, &str, &str)> = failures
             .iter()

@@ -73,7 +73,9 @@ pub fn collect(
             ("", ns) | (ns, _) => ns,
         }
     } else if !r.namespace.is_empty() {
-        return Err("paramRef.namespace must not be provided for a cluster-scoped `paramKind`".into());
+        return Err(
+            "paramRef.namespace must not be provided for a cluster-scoped `paramKind`".into(),
+        );
     } else {
         ""
     };
@@ -82,7 +84,9 @@ pub fn collect(
         None => source.select(rt, namespace, &r.selector),
     };
     if params.is_empty() && r.deny_when_missing {
-        return Err("no params found for policy binding with `Deny` parameterNotFoundAction".into());
+        return Err(
+            "no params found for policy binding with `Deny` parameterNotFoundAction".into(),
+        );
     }
     Ok(params
         .into_iter()

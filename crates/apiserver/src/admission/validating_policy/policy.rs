@@ -248,15 +248,17 @@ impl Policy {
 impl Binding {
     pub fn parse(binding: &Value) -> Binding {
         let spec = &binding["spec"];
-        let action_names: Vec<String> = crate::strategy::common::strings(Some(
-            &spec["validationActions"],
-        ))
-        .into_iter()
-        .map(str::to_string)
-        .collect();
+        let action_names: Vec<String> =
+            crate::strategy::common::strings(Some(&spec["validationActions"]))
+                .into_iter()
+                .map(str::to_string)
+                .collect();
         let has = |a: &str| action_names.iter().any(|n| n == a);
         Binding {
-            name: binding["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            name: binding["metadata"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
             param_ref: spec
                 .get("paramRef")
                 .filter(|r| r.is_object())
@@ -316,9 +318,14 @@ pub struct CachedPolicies {
     cache: Arc<Cacher>,
     policies: &'static ResourceType,
     bindings: &'static ResourceType,
-    /// The last changes of both resources and the hooks parsed at them. A plain mutex: held
-    /// only to swap the Arc, never across an await.
-    parsed: Mutex<((i64, i64), Arc<Vec<Hook>>)>,
+    /// A plain mutex: held only to swap the Arc, never across an await.
+    parsed: Mutex<Parsed>,
+}
+
+/// The hooks parsed at the last changes of policies and of bindings.
+struct Parsed {
+    changed: (i64, i64),
+    hooks: Arc<Vec<Hook>>,
 }
 
 impl CachedPolicies {
@@ -331,7 +338,10 @@ impl CachedPolicies {
             cache,
             policies: rt("validatingadmissionpolicies"),
             bindings: rt("validatingadmissionpolicybindings"),
-            parsed: Mutex::new(((-1, -1), Arc::default())),
+            parsed: Mutex::new(Parsed {
+                changed: (-1, -1),
+                hooks: Arc::default(),
+            }),
         }
     }
 }
@@ -344,7 +354,7 @@ impl Policies for CachedPolicies {
         );
         let changed = (policies.last_change(), bindings.last_change());
         let mut parsed = self.parsed.lock().unwrap_or_else(|e| e.into_inner());
-        if parsed.0 != changed {
+        if parsed.changed != changed {
             let objects = |r: &crate::cache::ResourceCache| -> Vec<Value> {
                 r.list("")
                     .objects
@@ -352,11 +362,11 @@ impl Policies for CachedPolicies {
                     .filter_map(|o| o.object().ok())
                     .collect()
             };
-            *parsed = (
+            *parsed = Parsed {
                 changed,
-                Arc::new(hooks(&objects(policies), &objects(bindings))),
-            );
+                hooks: Arc::new(hooks(&objects(policies), &objects(bindings))),
+            };
         }
-        parsed.1.clone()
+        parsed.hooks.clone()
     }
 }

@@ -51,9 +51,7 @@ impl Namespaces for Labelled {
         if name == "team" {
             labels["env"] = json!("test");
         }
-        Ok(Some(
-            json!({"metadata": {"name": name, "labels": labels}}),
-        ))
+        Ok(Some(json!({"metadata": {"name": name, "labels": labels}})))
     }
 }
 
@@ -122,7 +120,11 @@ fn warnings(a: &Attributes<'_>) -> Vec<String> {
 
 #[tokio::test]
 async fn a_deny_binding_refuses_with_upstreams_message_code_and_cause() {
-    let p = plugin(&[replica_policy(json!({}))], &[binding("limit", json!({}))], vec![]);
+    let p = plugin(
+        &[replica_policy(json!({}))],
+        &[binding("limit", json!({}))],
+        vec![],
+    );
     let user = UserInfo::anonymous();
     let a = attrs(&user, "team", "web");
     p.validate(&a, Some(&deployment(5))).await.unwrap();
@@ -195,7 +197,10 @@ async fn warn_and_audit_actions_admit_with_a_warning_and_an_annotation() {
         &[replica_policy(json!({"validations": [
             {"expression": "object.spec.replicas <= 5", "message": "too many replicas",
              "reason": "Forbidden"}]}))],
-        &[binding("warn", json!({"validationActions": ["Warn", "Audit"]}))],
+        &[binding(
+            "warn",
+            json!({"validationActions": ["Warn", "Audit"]}),
+        )],
         vec![],
     );
     let user = UserInfo::anonymous();
@@ -203,14 +208,15 @@ async fn warn_and_audit_actions_admit_with_a_warning_and_an_annotation() {
     p.validate(&a, Some(&deployment(6))).await.unwrap();
     assert_eq!(
         warnings(&a),
-        ["299 - \"Validation failed for ValidatingAdmissionPolicy 'replicas.example.com' \
-          with binding 'warn': too many replicas\""]
+        [
+            "299 - \"Validation failed for ValidatingAdmissionPolicy 'replicas.example.com' \
+          with binding 'warn': too many replicas\""
+        ]
     );
     let audit = a.notes.audit.all();
-    let failure: Value = serde_json::from_str(
-        &audit["validation.policy.admission.k8s.io/validation_failure"],
-    )
-    .unwrap();
+    let failure: Value =
+        serde_json::from_str(&audit["validation.policy.admission.k8s.io/validation_failure"])
+            .unwrap();
     assert_eq!(
         failure,
         json!([{"message": "too many replicas", "policy": "replicas.example.com",
@@ -235,7 +241,11 @@ async fn params_come_from_the_named_object_in_the_request_namespace() {
         )
     };
     let user = UserInfo::anonymous();
-    let p = plugin(&[policy.clone()], &[by_name("Deny")], vec![limits.clone()]);
+    let p = plugin(
+        std::slice::from_ref(&policy),
+        &[by_name("Deny")],
+        vec![limits.clone()],
+    );
     p.validate(&attrs(&user, "team", "web"), Some(&deployment(2)))
         .await
         .unwrap();
@@ -244,7 +254,11 @@ async fn params_come_from_the_named_object_in_the_request_namespace() {
         .await
         .unwrap_err();
     assert_eq!(err.code, 403);
-    assert!(err.message.ends_with("denied request: at most 2 replicas"), "{}", err.message);
+    assert!(
+        err.message.ends_with("denied request: at most 2 replicas"),
+        "{}",
+        err.message
+    );
     let err = p
         .validate(&attrs(&user, "other", "web"), Some(&deployment(1)))
         .await
@@ -257,7 +271,11 @@ async fn params_come_from_the_named_object_in_the_request_namespace() {
         "{}",
         err.message
     );
-    let allow = plugin(&[policy.clone()], &[by_name("Allow")], vec![limits.clone()]);
+    let allow = plugin(
+        std::slice::from_ref(&policy),
+        &[by_name("Allow")],
+        vec![limits.clone()],
+    );
     allow
         .validate(&attrs(&user, "other", "web"), Some(&deployment(9)))
         .await
@@ -339,5 +357,49 @@ async fn policies_and_bindings_themselves_are_never_validated() {
         p.validate(&attrs(&user, "team", "web"), Some(&deployment(1)))
             .await
             .is_err()
+    );
+}
+
+#[tokio::test]
+async fn the_first_refusal_in_policy_order_is_reported() {
+    let named = |name: &str, extra: Value| {
+        let mut p = replica_policy(extra);
+        p["metadata"]["name"] = json!(name);
+        p
+    };
+    let bound = |name: &str, policy: &str, spec: Value| {
+        let mut b = binding(name, spec);
+        b["spec"]["policyName"] = json!(policy);
+        b
+    };
+    // b's binding cannot find its param (found first), a's validation refuses.
+    let p = plugin(
+        &[
+            named(
+                "b.example.com",
+                json!({"paramKind": {"apiVersion": "v1", "kind": "ConfigMap"}}),
+            ),
+            named("a.example.com", json!({})),
+        ],
+        &[
+            bound(
+                "first",
+                "b.example.com",
+                json!({"paramRef": {"name": "absent", "parameterNotFoundAction": "Deny"}}),
+            ),
+            bound("second", "a.example.com", json!({})),
+        ],
+        vec![],
+    );
+    let user = UserInfo::anonymous();
+    let err = p
+        .validate(&attrs(&user, "team", "web"), Some(&deployment(6)))
+        .await
+        .unwrap_err();
+    assert!(
+        err.message
+            .contains("ValidatingAdmissionPolicy 'a.example.com' with binding 'second'"),
+        "{}",
+        err.message
     );
 }
