@@ -158,7 +158,12 @@ impl<P: Policies, S: ParamSource, N: Namespaces> Plugin for ValidatingAdmissionP
 
     async fn validate(&self, attrs: &Attributes<'_>, object: Option<&Value>) -> Result<()> {
         let hooks = self.policies.hooks();
-        if hooks.is_empty() || exempt(attrs) {
+        // Most requests match no policy's rules: they need no namespace read.
+        if exempt(attrs)
+            || !hooks
+                .iter()
+                .any(|h| h.policy.match_constraints.covers(attrs))
+        {
             return Ok(());
         }
         let rt = attrs.resource;

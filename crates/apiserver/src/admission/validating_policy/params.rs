@@ -93,3 +93,61 @@ pub fn collect(
         .map(|p| crate::conversion::to_external(rt, p))
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    struct Nothing;
+
+    impl ParamSource for Nothing {
+        fn get(&self, _rt: &'static ResourceType, _ns: &str, _name: &str) -> Option<Value> {
+            None
+        }
+
+        fn select(&self, _rt: &'static ResourceType, _ns: &str, _s: &Selector) -> Vec<Value> {
+            Vec::new()
+        }
+    }
+
+    fn policy(api_version: &str, kind: &str) -> Policy {
+        Policy::parse(&json!({"metadata": {"name": "p"},
+            "spec": {"paramKind": {"apiVersion": api_version, "kind": kind}}}))
+    }
+
+    fn by_name(namespace: &str, deny: bool) -> ParamRef {
+        ParamRef {
+            name: Some("limits".into()),
+            namespace: namespace.into(),
+            selector: Selector::everything(),
+            deny_when_missing: deny,
+        }
+    }
+
+    #[test]
+    fn the_param_scope_must_fit_the_request_and_the_kind() {
+        let namespaced = policy("v1", "ConfigMap");
+        assert_eq!(
+            collect(&namespaced, Some(&by_name("", false)), "", &Nothing),
+            Err(
+                "cannot use namespaced paramRef in policy binding that matches cluster-scoped resources"
+                    .into()
+            )
+        );
+        assert_eq!(
+            collect(&namespaced, Some(&by_name("", false)), "team", &Nothing),
+            Ok(vec![])
+        );
+        let cluster = policy("scheduling.k8s.io/v1", "PriorityClass");
+        assert_eq!(
+            collect(&cluster, Some(&by_name("team", false)), "team", &Nothing),
+            Err("paramRef.namespace must not be provided for a cluster-scoped `paramKind`".into())
+        );
+        assert_eq!(
+            collect(&cluster, None, "team", &Nothing),
+            Ok(vec![Value::Null]),
+            "a binding without paramRef evaluates with null params"
+        );
+    }
+}
