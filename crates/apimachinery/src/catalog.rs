@@ -637,6 +637,38 @@ pub static RESOURCES: &[ResourceType] = &[
         (
             "admissionregistration.k8s.io",
             "v1",
+            "ValidatingAdmissionPolicy",
+        ),
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicy",
+        CLUSTER,
+        NONE,
+        &["api-extensions"],
+        CRUD,
+        &[status_of((
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicy",
+        ))],
+    ),
+    rt(
+        (
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicyBinding",
+        ),
+        "validatingadmissionpolicybindings",
+        "validatingadmissionpolicybinding",
+        CLUSTER,
+        NONE,
+        &["api-extensions"],
+        CRUD,
+        NO_SUB,
+    ),
+    rt(
+        (
+            "admissionregistration.k8s.io",
+            "v1",
             "ValidatingWebhookConfiguration",
         ),
         "validatingwebhookconfigurations",

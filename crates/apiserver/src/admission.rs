@@ -8,10 +8,13 @@
 //! [`node_restriction`] (kubelets write only their own node and pods), [`service_account`]
 //! (pods run as a service account and mount its token), [`limit_ranger`] (LimitRange defaults
 //! and bounds), [`pod_security`] (the Pod Security Standards by namespace label), [`webhook`]
-//! (MutatingAdmissionWebhook and ValidatingAdmissionWebhook).
+//! (MutatingAdmissionWebhook and ValidatingAdmissionWebhook), [`validating_policy`]
+//! (ValidatingAdmissionPolicy: CEL validations bound to requests) over the CEL of
+//! [`expressions`].
 //! The full plugin set plugs in behind the same trait.
 
 pub mod default_storage_class;
+pub mod expressions;
 pub mod limit_ranger;
 pub mod node_restriction;
 pub mod pod_security;
@@ -20,6 +23,7 @@ pub mod resource_quota;
 pub mod service_account;
 pub mod storage_protection;
 pub mod tolerations;
+pub mod validating_policy;
 pub mod webhook;
 
 use std::collections::BTreeMap;

@@ -384,6 +384,17 @@ impl ApiServer {
                             store: store.clone(),
                         },
                     }),
+                    // policies between the two webhook plugins, as upstream orders them
+                    Box::new(admission::validating_policy::ValidatingAdmissionPolicy {
+                        policies: admission::validating_policy::policy::CachedPolicies::new(
+                            cache.clone(),
+                        ),
+                        params: admission::validating_policy::params::CachedParams(cache.clone()),
+                        namespaces: admission::webhook::CachedNamespaces {
+                            cache: cache.clone(),
+                            store: store.clone(),
+                        },
+                    }),
                     Box::new(admission::webhook::validating::ValidatingWebhook {
                         configurations: admission::webhook::CachedConfigurations::new(
                             cache.clone(),

@@ -418,12 +418,23 @@ static CSI_STORAGE_CAPACITY: Type = Type::new("CSIStorageCapacity", METADATA_ONL
 static STORAGE_CLASS: Type = Type::new("StorageClass", METADATA_ONLY);
 static VOLUME_ATTACHMENT: Type = Type::new("VolumeAttachment", METADATA_ONLY);
 
-// admissionregistration.k8s.io/v1
+// admissionregistration.k8s.io/v1: webhooks merge by name, as do a policy's matchConditions.
 
 static WEBHOOKS: &[Field] = &[METADATA, merge_by("webhooks", "name", None)];
 static MUTATING_WEBHOOK_CONFIGURATION: Type = Type::new("MutatingWebhookConfiguration", WEBHOOKS);
 static VALIDATING_WEBHOOK_CONFIGURATION: Type =
     Type::new("ValidatingWebhookConfiguration", WEBHOOKS);
+
+static POLICY_SPEC: Type = Type::new(
+    "ValidatingAdmissionPolicySpec",
+    &[merge_by("matchConditions", "name", None)],
+);
+static VALIDATING_ADMISSION_POLICY: Type = Type::new(
+    "ValidatingAdmissionPolicy",
+    &[METADATA, object("spec", &POLICY_SPEC)],
+);
+static VALIDATING_ADMISSION_POLICY_BINDING: Type =
+    Type::new("ValidatingAdmissionPolicyBinding", METADATA_ONLY);
 
 /// The patch metadata of the root of an object of `kind` in API group `group` (`""` for core),
 /// `None` for kinds Skiff does not serve as built-ins.
@@ -478,6 +489,12 @@ pub fn for_kind(group: &str, kind: &str) -> Option<&'static Type> {
         }
         ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
             &VALIDATING_WEBHOOK_CONFIGURATION
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            &VALIDATING_ADMISSION_POLICY
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            &VALIDATING_ADMISSION_POLICY_BINDING
         }
         _ => return None,
     };

@@ -147,6 +147,12 @@ fn printer(group: &str, plural: &str) -> Option<&'static Printer> {
             "admissionregistration.k8s.io",
             "mutatingwebhookconfigurations" | "validatingwebhookconfigurations",
         ) => &other::WEBHOOK_CONFIGURATIONS,
+        ("admissionregistration.k8s.io", "validatingadmissionpolicies") => {
+            &other::VALIDATING_ADMISSION_POLICIES
+        }
+        ("admissionregistration.k8s.io", "validatingadmissionpolicybindings") => {
+            &other::VALIDATING_ADMISSION_POLICY_BINDINGS
+        }
         ("autoscaling", "horizontalpodautoscalers") => &networking::HORIZONTAL_POD_AUTOSCALERS,
         ("networking.k8s.io", "ingresses") => &networking::INGRESSES,
         ("networking.k8s.io", "ingressclasses") => &networking::INGRESS_CLASSES,

@@ -1,10 +1,12 @@
 //! Tables of the smaller groups: leases (coordination.k8s.io), endpoint slices
 //! (discovery.k8s.io), pod disruption budgets (policy), role and cluster role bindings
-//! (rbac.authorization.k8s.io) and priority classes (scheduling.k8s.io).
+//! (rbac.authorization.k8s.io), priority classes (scheduling.k8s.io) and the admission
+//! configurations (admissionregistration.k8s.io).
 
 use super::format::list_with_more;
-use super::value::{age, flag, int, list, name, opt_int, scalar, text};
+use super::value::{age, flag, int, list, name, object, opt_int, scalar, text};
 use super::{AGE, Column, NAME, Printer};
+use crate::labels::Selector;
 use jiff::Timestamp;
 use serde_json::Value;
 
@@ -192,6 +194,88 @@ pub(super) static WEBHOOK_CONFIGURATIONS: Printer = Printer {
     },
 };
 
+/// Upstream's ValidatingAdmissionPolicy printer: how many validations, and the param kind.
+pub(super) static VALIDATING_ADMISSION_POLICIES: Printer = Printer {
+    columns: &[
+        NAME,
+        Column::new(
+            "Validations",
+            "integer",
+            0,
+            "Validations indicates the number of validation rules defined in this configuration",
+        ),
+        Column::new(
+            "ParamKind",
+            "string",
+            0,
+            "ParamKind specifies the kind of resources used to parameterize this policy",
+        ),
+        AGE,
+    ],
+    cells: |p, now| {
+        let param_kind = match object(p, "/spec/paramKind") {
+            Some(_) => format!(
+                "{}/{}",
+                text(p, "/spec/paramKind/apiVersion"),
+                text(p, "/spec/paramKind/kind")
+            ),
+            None => "<unset>".to_string(),
+        };
+        vec![
+            name(p).into(),
+            list(p, "/spec/validations").len().into(),
+            param_kind.into(),
+            age(p, now),
+        ]
+    },
+};
+
+/// Upstream's ValidatingAdmissionPolicyBinding printer: the policy and the param reference
+/// (`namespace/name`, `*/name` without a namespace, else the selector).
+pub(super) static VALIDATING_ADMISSION_POLICY_BINDINGS: Printer = Printer {
+    columns: &[
+        NAME,
+        Column::new(
+            "PolicyName",
+            "string",
+            0,
+            "PolicyName indicates the policy definition which the policy binding binded to",
+        ),
+        Column::new(
+            "ParamRef",
+            "string",
+            0,
+            "ParamRef indicates the param resource which sets the configration param",
+        ),
+        AGE,
+    ],
+    cells: |b, now| {
+        let param_ref = match object(b, "/spec/paramRef") {
+            None => "<unset>".to_string(),
+            Some(_) if !text(b, "/spec/paramRef/name").is_empty() => {
+                match text(b, "/spec/paramRef/namespace") {
+                    "" => format!("*/{}", text(b, "/spec/paramRef/name")),
+                    ns => format!("{ns}/{}", text(b, "/spec/paramRef/name")),
+                }
+            }
+            Some(r) => r.get("selector").map_or_else(
+                || "<unset>".to_string(),
+                |s| {
+                    Selector::from_label_selector(s)
+                        .map(|s| s.to_string())
+                        .unwrap_or_default()
+                },
+            ),
+        };
+        vec![
+            name(b).into(),
+            text(b, "/spec/policyName").into(),
+            param_ref.into(),
+            age(b, now),
+        ]
+    },
+};
+
 pub(super) static PRIORITY_CLASSES: Printer = Printer {
     columns: &[
         NAME,
@@ -338,6 +422,29 @@ mod tests {
             (PRIORITY_CLASSES.cells)(&json!({}), now())[4],
             json!("PreemptLowerPriority")
         );
+    }
+
+    #[test]
+    fn policies_count_validations_and_bindings_show_their_param_reference() {
+        let p = json!({"metadata": {"name": "p", "creationTimestamp": "2024-05-01T11:59:15Z"},
+                       "spec": {"validations": [{"expression": "true"}],
+                                "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"}}});
+        assert_eq!(
+            (VALIDATING_ADMISSION_POLICIES.cells)(&p, now()),
+            [json!("p"), json!(1), json!("v1/ConfigMap"), json!("45s")]
+        );
+        let b = |param_ref: Value| {
+            let b = json!({"metadata": {"name": "b", "creationTimestamp": "2024-05-01T11:59:15Z"},
+                           "spec": {"policyName": "p", "paramRef": param_ref}});
+            (VALIDATING_ADMISSION_POLICY_BINDINGS.cells)(&b, now())[2].clone()
+        };
+        assert_eq!(
+            b(json!({"name": "limits", "namespace": "team"})),
+            "team/limits"
+        );
+        assert_eq!(b(json!({"name": "limits"})), "*/limits");
+        assert_eq!(b(json!({"selector": {"matchLabels": {"a": "b"}}})), "a=b");
+        assert_eq!(b(Value::Null), "<unset>");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use skiff_apimachinery::catalog::ResourceType;
 use skiff_apimachinery::labels::Selector;
 
-use super::{Attributes, Operation};
+use super::{Attributes, Operation, expressions};
 use crate::cache::Cacher;
 use crate::error::{ApiError, Result};
 
@@ -87,12 +87,7 @@ pub struct Webhook {
     pub reinvoke: bool,
     /// `matchConditions`: CEL expressions over `object`, `oldObject` and `request` that must all
     /// be true for the webhook to be called.
-    pub match_conditions: Vec<(String, Arc<cel::Program>)>,
-}
-
-/// Compiles a matchCondition expression; `Err` is upstream-like compile error text.
-pub fn compile(expression: &str) -> std::result::Result<cel::Program, String> {
-    cel::Program::compile(expression).map_err(|e| format!("compilation failed: {e}"))
+    pub match_conditions: Vec<(String, Arc<expressions::Program>)>,
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -158,7 +153,7 @@ pub fn parse(configuration: &Value) -> Vec<Webhook> {
                 .into_iter()
                 .flatten()
                 .filter_map(|c| {
-                    let program = compile(c["expression"].as_str()?).ok()?;
+                    let program = expressions::compile(c["expression"].as_str()?).ok()?;
                     Some((c["name"].as_str()?.to_string(), Arc::new(program)))
                 })
                 .collect(),
@@ -234,7 +229,7 @@ impl NamespaceLabels for CachedNamespaces {
     }
 }
 
-fn operation(op: Operation) -> &'static str {
+pub(crate) fn operation(op: Operation) -> &'static str {
     match op {
         Operation::Create => "CREATE",
         Operation::Update => "UPDATE",
@@ -247,7 +242,7 @@ fn any(list: &[String], value: &str) -> bool {
 }
 
 /// Whether `rule` covers the request (upstream's `rules.Matcher`).
-fn rule_matches(rule: &Rule, attrs: &Attributes<'_>) -> bool {
+pub(crate) fn rule_matches(rule: &Rule, attrs: &Attributes<'_>) -> bool {
     let rt = attrs.resource;
     let scope_ok = match rule.scope.as_str() {
         "Cluster" => !rt.namespaced,
@@ -282,42 +277,71 @@ pub async fn matches(
     if exempt(attrs.resource) || !hook.rules.iter().any(|r| rule_matches(r, attrs)) {
         return Ok(false);
     }
-    let labels = |o: Option<&Value>| {
-        o.map(|o| o["metadata"]["labels"].clone())
-            .unwrap_or(Value::Null)
-    };
-    let object_ok = hook.object_selector.matches(&labels(object))
-        || hook.object_selector.matches(&labels(attrs.old));
-    if !object_ok {
+    if !object_selected(&hook.object_selector, attrs, object) {
         return Ok(false);
     }
-    let rt = attrs.resource;
-    if hook.namespace_selector.is_empty() {
+    namespace_selected(&hook.namespace_selector, attrs, object, namespaces).await
+}
+
+fn labels(o: Option<&Value>) -> Value {
+    o.map(|o| o["metadata"]["labels"].clone())
+        .unwrap_or(Value::Null)
+}
+
+/// Whether an object selector selects the new or the old object (upstream's
+/// `MatchObjectSelector`).
+pub fn object_selected(
+    selector: &Selector,
+    attrs: &Attributes<'_>,
+    object: Option<&Value>,
+) -> bool {
+    selector.matches(&labels(object)) || selector.matches(&labels(attrs.old))
+}
+
+/// Whether a namespace selector selects the request's namespace (a Namespace by its own
+/// labels; cluster-scoped objects are never selected out).
+pub async fn namespace_selected(
+    selector: &Selector,
+    attrs: &Attributes<'_>,
+    object: Option<&Value>,
+    namespaces: &dyn NamespaceLabels,
+) -> Result<bool> {
+    if selector.is_empty() {
         return Ok(true);
     }
+    let rt = attrs.resource;
     let ns_labels = if rt.group.is_empty() && rt.plural == "namespaces" {
         labels(object.or(attrs.old))
     } else if rt.namespaced {
         namespaces.labels(attrs.namespace).await?
     } else {
-        // cluster-scoped objects are not selected out by namespace selectors
         return Ok(true);
     };
-    Ok(hook.namespace_selector.matches(&ns_labels))
+    Ok(selector.matches(&ns_labels))
 }
 
 /// The AdmissionReview `hook` is sent, with request uid `uid`.
 pub fn review(attrs: &Attributes<'_>, object: Option<&Value>, uid: &str) -> Value {
+    let rt = attrs.resource;
+    let external = |o: Option<&Value>| {
+        o.map(|o| crate::conversion::to_external(rt, o.clone()))
+            .unwrap_or(Value::Null)
+    };
+    let mut request = request(attrs, uid);
+    request["object"] = external(object);
+    request["oldObject"] = external(attrs.old);
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+}
+
+/// An AdmissionRequest without its objects: what webhooks are sent around them and what CEL
+/// expressions see as `request`.
+pub fn request(attrs: &Attributes<'_>, uid: &str) -> Value {
     let rt = attrs.resource;
     let kind = match rt.subresource(attrs.subresource) {
         Some(s) => json!({"group": s.group, "version": s.version, "kind": s.kind}),
         None => json!({"group": rt.group, "version": rt.version, "kind": rt.kind}),
     };
     let resource = json!({"group": rt.group, "version": rt.version, "resource": rt.plural});
-    let external = |o: Option<&Value>| {
-        o.map(|o| crate::conversion::to_external(rt, o.clone()))
-            .unwrap_or(Value::Null)
-    };
     let options = match attrs.operation {
         Operation::Create => "CreateOptions",
         Operation::Update => "UpdateOptions",
@@ -333,8 +357,6 @@ pub fn review(attrs: &Attributes<'_>, object: Option<&Value>, uid: &str) -> Valu
         "operation": operation(attrs.operation),
         "userInfo": {"username": attrs.user.name, "uid": attrs.user.uid,
                      "groups": attrs.user.groups},
-        "object": external(object),
-        "oldObject": external(attrs.old),
         "dryRun": attrs.dry_run,
         "options": {"apiVersion": "meta.k8s.io/v1", "kind": options},
     });
@@ -345,7 +367,7 @@ pub fn review(attrs: &Attributes<'_>, object: Option<&Value>, uid: &str) -> Valu
     if !attrs.namespace.is_empty() {
         request["namespace"] = json!(attrs.namespace);
     }
-    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+    request
 }
 
 /// What a webhook answered.
@@ -473,41 +495,18 @@ pub fn dry_run_unsupported(hook: &str) -> ApiError {
     ))
 }
 
-/// Upstream's match conditions: any false skips the webhook; otherwise an error (not a bool,
-/// or failing to evaluate) is reported for the failure policy to decide.
+/// Upstream's match conditions over the AdmissionReview `request`: any false skips the webhook;
+/// otherwise an error is reported for the failure policy to decide.
 pub fn conditions(hook: &Webhook, request: &Value) -> std::result::Result<bool, String> {
     if hook.match_conditions.is_empty() {
         return Ok(true);
     }
-    let mut context = cel::Context::default();
-    for (name, value) in [
-        ("object", &request["object"]),
-        ("oldObject", &request["oldObject"]),
-        ("request", request),
-    ] {
-        context
-            .add_variable(name, value)
-            .map_err(|e| format!("preparing match conditions: {e}"))?;
-    }
-    let mut error = None;
-    for (name, program) in &hook.match_conditions {
-        match program.execute(&context) {
-            Ok(cel::Value::Bool(true)) => {}
-            Ok(cel::Value::Bool(false)) => return Ok(false),
-            Ok(other) => {
-                error.get_or_insert(format!(
-                    "failed to evaluate match condition {name:?}: expected a bool, got {other:?}"
-                ));
-            }
-            Err(e) => {
-                error.get_or_insert(format!("failed to evaluate match condition {name:?}: {e}"));
-            }
-        }
-    }
-    match error {
-        Some(e) => Err(e),
-        None => Ok(true),
-    }
+    let context = expressions::context([
+        ("object", expressions::value(&request["object"])),
+        ("oldObject", expressions::value(&request["oldObject"])),
+        ("request", expressions::value(request)),
+    ]);
+    expressions::conditions(&hook.match_conditions, &context)
 }
 
 /// Calls webhooks: the HTTPS client, or a recording fake in tests.

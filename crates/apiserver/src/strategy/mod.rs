@@ -22,9 +22,11 @@
 //! - [`storageclass`], [`csi`], [`volumeattachment`]: `storage.k8s.io/v1`.
 //! - [`replicationcontroller`], [`podtemplate`]: the core/v1 workload kinds.
 //! - [`webhookconfiguration`]: `admissionregistration.k8s.io/v1` webhook configurations.
+//! - [`admissionpolicy`]: ValidatingAdmissionPolicies and their bindings.
 //! - [`hpa`], [`ingress`], [`networkpolicy`], [`runtimeclass`]: `autoscaling/v2`,
 //!   `networking.k8s.io/v1` and `node.k8s.io/v1`.
 
+pub mod admissionpolicy;
 pub mod common;
 pub mod configmap;
 pub mod cron;
@@ -148,6 +150,12 @@ pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
         }
         ("admissionregistration.k8s.io", "validatingwebhookconfigurations") => {
             &webhookconfiguration::WebhookConfigurationStrategy { mutating: false }
+        }
+        ("admissionregistration.k8s.io", "validatingadmissionpolicies") => {
+            &admissionpolicy::PolicyStrategy
+        }
+        ("admissionregistration.k8s.io", "validatingadmissionpolicybindings") => {
+            &admissionpolicy::BindingStrategy
         }
         _ => &Plain,
     }

@@ -51,7 +51,7 @@ impl WebhookConfigurationStrategy {
     }
 }
 
-fn one_of(v: &Value, path: &FieldPath, allowed: &[&str], errs: &mut Vec<FieldError>) {
+pub(super) fn one_of(v: &Value, path: &FieldPath, allowed: &[&str], errs: &mut Vec<FieldError>) {
     match v.as_str() {
         Some(s) if allowed.contains(&s) => {}
         _ if v.is_null() => errs.push(FieldError::required(path, "")),
@@ -65,7 +65,7 @@ fn non_empty_strings(rule: &Value, field: &str, path: &FieldPath, errs: &mut Vec
     }
 }
 
-fn validate_rule(rule: &Value, path: &FieldPath, errs: &mut Vec<FieldError>) {
+pub(super) fn validate_rule(rule: &Value, path: &FieldPath, errs: &mut Vec<FieldError>) {
     non_empty_strings(rule, "operations", path, errs);
     for (i, op) in rule["operations"]
         .as_array()
@@ -245,7 +245,7 @@ impl Strategy for WebhookConfigurationStrategy {
                 match c["expression"].as_str() {
                     None | Some("") => errs.push(FieldError::required(&at.child("expression"), "")),
                     Some(e) => {
-                        if let Err(why) = crate::admission::webhook::compile(e) {
+                        if let Err(why) = crate::admission::expressions::compile(e) {
                             errs.push(FieldError::invalid(&at.child("expression"), e, why));
                         }
                     }

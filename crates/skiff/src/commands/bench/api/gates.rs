@@ -23,7 +23,7 @@ use super::{
 /// The admission plugins `open` disables: all of them.
 const PLUGINS: &str = "NamespaceLifecycle,LimitRanger,ServiceAccount,PodSecurity,Priority,\
 DefaultTolerationSeconds,NodeRestriction,DefaultStorageClass,StorageObjectInUseProtection,\
-MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ResourceQuota";
+MutatingAdmissionWebhook,ValidatingAdmissionPolicy,ValidatingAdmissionWebhook,ResourceQuota";
 const USER: &str = "bench-user";
 const TOKEN: &str = "skiff-bench-gates-token-4d1f0c2a9b";
 /// RoleBindings in the namespace for the authorizer to look through.
