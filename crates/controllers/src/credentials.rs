@@ -27,6 +27,9 @@ const MIN_LIFETIME: Duration = Duration::from_secs(600);
 /// The first retry of a failed token request, doubling up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_millis(500);
 const MAX_RETRY: Duration = Duration::from_secs(30);
+/// Tries for a controller's first token before the controller manager gives up (upstream's
+/// backoff of 4 steps, after which `ClientOrDie` exits); renewals retry without end.
+const FIRST_TOKEN_ATTEMPTS: usize = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -176,13 +179,13 @@ impl ClientBuilder {
     }
 
     /// The client of `kube-system/<account>`: made on first use, once its account exists and
-    /// its first token is issued (retried with backoff until then).
+    /// its first token is issued (an error after [`FIRST_TOKEN_ATTEMPTS`] failed tries).
     pub async fn client(&self, account: &str) -> Result<kube::Client> {
         let mut clients = self.clients.lock().await;
         if let Some(client) = clients.get(account) {
             return Ok(client.clone());
         }
-        let first = issue(self.issuer.as_ref(), account).await;
+        let first = issue(self.issuer.as_ref(), account, FIRST_TOKEN_ATTEMPTS).await?;
         let slot: Slot = Arc::new(RwLock::new(bearer(account, &first.token)?));
         let client = self.build(account, slot.clone())?;
         tokio::spawn(keep_fresh(
@@ -225,17 +228,23 @@ fn bearer(account: &str, token: &str) -> Result<HeaderValue> {
     Ok(value)
 }
 
-/// Ensures the account and gets a token, retrying with doubling backoff until both succeed.
-async fn issue(issuer: &dyn TokenIssuer, account: &str) -> IssuedToken {
+/// Ensures the account and gets a token, retrying with doubling backoff; the last error after
+/// `attempts` failed tries.
+async fn issue(issuer: &dyn TokenIssuer, account: &str, attempts: usize) -> Result<IssuedToken> {
     let mut wait = FIRST_RETRY;
+    let mut tried = 0;
     loop {
         let attempt = async {
             issuer.ensure_account(account).await?;
             issuer.request_token(account).await
         };
         match attempt.await {
-            Ok(issued) => return issued,
+            Ok(issued) => return Ok(issued),
             Err(error) => {
+                tried += 1;
+                if tried >= attempts {
+                    return Err(error);
+                }
                 tracing::warn!(%error, retry_in = ?wait, "controller credentials");
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(MAX_RETRY);
@@ -249,7 +258,9 @@ async fn keep_fresh(issuer: Arc<dyn TokenIssuer>, account: String, slot: Slot, l
     let mut lifetime = lifetime;
     loop {
         tokio::time::sleep(renew_after(lifetime)).await;
-        let next = issue(issuer.as_ref(), &account).await;
+        let Ok(next) = issue(issuer.as_ref(), &account, usize::MAX).await else {
+            continue;
+        };
         match bearer(&account, &next.token) {
             Ok(header) => *slot.write().unwrap_or_else(|e| e.into_inner()) = header,
             Err(error) => tracing::warn!(%error, "controller credentials"),
@@ -315,7 +326,7 @@ mod tests {
     async fn a_failed_request_is_retried_until_a_token_is_issued() {
         let issuer = FakeIssuer::default();
         *issuer.failures.lock() = 2;
-        let issued = issue(&issuer, "job-controller").await;
+        let issued = issue(&issuer, "job-controller", 4).await.unwrap();
         assert_eq!(issued.token, "token-3");
         assert_eq!(
             *issuer.calls.lock(),
@@ -328,6 +339,22 @@ mod tests {
                 "token job-controller",
             ]
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_token_is_given_up_on_after_four_failed_tries() {
+        let issuer = Arc::new(FakeIssuer::default());
+        *issuer.failures.lock() = 4;
+        let base = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+        let builder = ClientBuilder::new(base, issuer.clone());
+        let Err(error) = builder.client("job-controller").await else {
+            panic!("a client without a token")
+        };
+        assert_eq!(
+            error.to_string(),
+            "the token request for kube-system/job-controller returned no token"
+        );
+        assert_eq!(issuer.calls.lock().len(), 8);
     }
 
     #[tokio::test(start_paused = true)]
