@@ -386,11 +386,62 @@ pub static RESOURCES: &[ResourceType] = &[
             status_of(("apps", "v1", "StatefulSet")),
         ],
     ),
-    // authentication.k8s.io/v1: create-only, never stored (the API server answers it)
+    // authentication.k8s.io/v1 and authorization.k8s.io/v1: the reviews, create-only and never
+    // stored (the API server answers them)
+    rt(
+        ("authentication.k8s.io", "v1", "SelfSubjectReview"),
+        "selfsubjectreviews",
+        "selfsubjectreview",
+        CLUSTER,
+        NONE,
+        NONE,
+        CREATE,
+        NO_SUB,
+    ),
     rt(
         ("authentication.k8s.io", "v1", "TokenReview"),
         "tokenreviews",
         "tokenreview",
+        CLUSTER,
+        NONE,
+        NONE,
+        CREATE,
+        NO_SUB,
+    ),
+    rt(
+        ("authorization.k8s.io", "v1", "LocalSubjectAccessReview"),
+        "localsubjectaccessreviews",
+        "localsubjectaccessreview",
+        NS,
+        NONE,
+        NONE,
+        CREATE,
+        NO_SUB,
+    ),
+    rt(
+        ("authorization.k8s.io", "v1", "SelfSubjectAccessReview"),
+        "selfsubjectaccessreviews",
+        "selfsubjectaccessreview",
+        CLUSTER,
+        NONE,
+        NONE,
+        CREATE,
+        NO_SUB,
+    ),
+    rt(
+        ("authorization.k8s.io", "v1", "SelfSubjectRulesReview"),
+        "selfsubjectrulesreviews",
+        "selfsubjectrulesreview",
+        CLUSTER,
+        NONE,
+        NONE,
+        CREATE,
+        NO_SUB,
+    ),
+    rt(
+        ("authorization.k8s.io", "v1", "SubjectAccessReview"),
+        "subjectaccessreviews",
+        "subjectaccessreview",
         CLUSTER,
         NONE,
         NONE,
@@ -740,6 +791,6 @@ mod tests {
     fn groups_are_listed_once_in_order() {
         let groups = groups();
         assert_eq!(groups[0], ("apps", "v1"));
-        assert_eq!(groups.len(), 14);
+        assert_eq!(groups.len(), 15);
     }
 }

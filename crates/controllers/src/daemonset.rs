@@ -532,14 +532,9 @@ impl DaemonSetApi for KubeDaemonSets {
     async fn update_status(&self, ds: &DaemonSet, status: &DaemonSetStatus) -> kube::Result<()> {
         let api: Api<DaemonSet> =
             Api::namespaced(self.client.clone(), &ds.namespace().unwrap_or_default());
-        let patch = serde_json::json!({"status": status});
-        api.patch_status(
-            &ds.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .map(|_| ())
+        crate::status::update(&api, ds, |d| d.status = Some(status.clone()))
+            .await
+            .map(|_| ())
     }
 }
 
@@ -557,12 +552,13 @@ struct State {
 /// controlling DaemonSet, a node change every DaemonSet.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let client = ctx.client.clone();
+    let shared = ctx.informer_client.clone();
     let cfg = watcher::Config::default;
-    let (daemonsets, ds_events) = informer(Api::<DaemonSet>::all(client.clone()), cfg());
-    let (nodes, node_events) = informer(Api::<Node>::all(client.clone()), cfg());
-    let (pods, pod_events) = informer(Api::<Pod>::all(client.clone()), cfg());
+    let (daemonsets, ds_events) = informer(Api::<DaemonSet>::all(shared.clone()), cfg());
+    let (nodes, node_events) = informer(Api::<Node>::all(shared.clone()), cfg());
+    let (pods, pod_events) = informer(Api::<Pod>::all(shared.clone()), cfg());
     let (revisions, revision_events) =
-        informer(Api::<ControllerRevision>::all(client.clone()), cfg());
+        informer(Api::<ControllerRevision>::all(shared.clone()), cfg());
     let all = daemonsets.clone();
     // a pod or revision queues its controller, an orphan every DaemonSet that matches it
     let selector: fn(&DaemonSet) -> Option<&LabelSelector> =

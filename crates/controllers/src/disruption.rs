@@ -346,11 +346,12 @@ struct State {
 /// Runs the controller: budgets are the keys; a pod's change queues the budgets selecting it.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let client = ctx.client.clone();
+    let shared = ctx.informer_client.clone();
     let budgets = watched::watch(
-        Api::<PodDisruptionBudget>::all(client.clone()),
+        Api::<PodDisruptionBudget>::all(shared.clone()),
         watcher::Config::default(),
     );
-    let pods = watched::watch(Api::<Pod>::all(client.clone()), watcher::Config::default());
+    let pods = watched::watch(Api::<Pod>::all(shared.clone()), watcher::Config::default());
     let state = Arc::new(State {
         api: KubeBudgets(client),
         pods: pods.store.clone(),

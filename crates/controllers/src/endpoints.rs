@@ -335,10 +335,11 @@ struct State {
 /// Endpoints deleted.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let client = ctx.client.clone();
+    let shared = ctx.informer_client.clone();
     let cfg = watcher::Config::default;
-    let (services, service_events) = sp::informer(Api::<Service>::all(client.clone()), cfg());
-    let (pods, pod_events) = sp::informer(Api::<Pod>::all(client.clone()), cfg());
-    let endpoint_events = watcher(Api::<Endpoints>::all(client.clone()), cfg())
+    let (services, service_events) = sp::informer(Api::<Service>::all(shared.clone()), cfg());
+    let (pods, pod_events) = sp::informer(Api::<Pod>::all(shared.clone()), cfg());
+    let endpoint_events = watcher(Api::<Endpoints>::all(shared.clone()), cfg())
         .default_backoff()
         .touched_objects()
         .boxed();

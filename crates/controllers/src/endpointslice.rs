@@ -362,12 +362,13 @@ impl State {
 /// it (now or before), a slice change the Service it is labelled with.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let client = ctx.client.clone();
+    let shared = ctx.informer_client.clone();
     let cfg = watcher::Config::default;
-    let (services, service_events) = sp::informer(Api::<Service>::all(client.clone()), cfg());
-    let (pods, pod_events) = sp::informer(Api::<Pod>::all(client.clone()), cfg());
-    let (nodes, node_events) = sp::informer(Api::<Node>::all(client.clone()), cfg());
+    let (services, service_events) = sp::informer(Api::<Service>::all(shared.clone()), cfg());
+    let (pods, pod_events) = sp::informer(Api::<Pod>::all(shared.clone()), cfg());
+    let (nodes, node_events) = sp::informer(Api::<Node>::all(shared.clone()), cfg());
     let (_, slice_events) = sp::informer(
-        Api::<EndpointSlice>::all(client.clone()),
+        Api::<EndpointSlice>::all(shared.clone()),
         cfg().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1)),
     );
     let queue = stream::select_all([

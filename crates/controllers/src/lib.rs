@@ -14,6 +14,8 @@
 //!   (background, foreground, orphan).
 //! - [`namespace`]: empties a terminating namespace, then removes its `kubernetes` finalizer.
 //! - [`config`]: the controller flags [`Context`] carries.
+//! - [`credentials`]: each controller's own ServiceAccount token
+//!   (`--use-service-account-credentials`).
 //! - [`nodeipam`]: a pod range from `--cluster-cidr` for every Node.
 //! - [`nodelifecycle`]: node health from Leases and heartbeats; Unknown conditions and taints.
 //! - [`tainteviction`] (`taint-eviction-controller`): deletes pods that do not tolerate a
@@ -26,6 +28,7 @@
 //! - [`resources`]: discovery of every served resource (for garbage-collector and namespace).
 //! - [`statefulset`]: pods `<set>-<ordinal>` created, scaled and updated in order.
 //! - [`statefulset_pods`]: a stateful pod's identity and claims.
+//! - [`status`]: status writes as updates retried on conflict (what controller roles grant).
 //! - [`daemonset`]: one pod per eligible node, rolling updates, status.
 //! - [`daemonset_pods`]: which nodes run a DaemonSet's pod and the pod it gets.
 //! - [`endpoints`]: an Endpoints object per Service with a selector, from the pods it selects.
@@ -47,6 +50,7 @@
 
 pub mod claim;
 pub mod config;
+pub mod credentials;
 pub mod cronjob;
 pub mod daemonset;
 pub mod daemonset_pods;
@@ -74,6 +78,7 @@ pub mod service_pods;
 pub mod serviceaccount;
 pub mod statefulset;
 pub mod statefulset_pods;
+pub mod status;
 pub mod tainteviction;
 pub mod ttl_after_finished;
 pub mod watched;
@@ -83,10 +88,15 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use kube::runtime::events::{Recorder, Reporter};
 
-/// What every controller is given: the API client and who it reports events as.
+/// What every controller is given: its API clients and who it reports events as.
 #[derive(Clone)]
 pub struct Context {
+    /// The controller's own identity (its ServiceAccount with
+    /// `--use-service-account-credentials`): every write and every direct read.
     pub client: kube::Client,
+    /// The controller manager's identity: the lists and watches that fill informers (upstream
+    /// shares its informers under that identity, so controller roles need not grant them).
+    pub informer_client: kube::Client,
     /// `reportingController` / `reportingInstance` of the Events controllers record.
     pub reporter: Reporter,
     /// Controller flags.
@@ -96,6 +106,7 @@ pub struct Context {
 impl Context {
     pub fn new(client: kube::Client, instance: &str) -> Context {
         Context {
+            informer_client: client.clone(),
             client,
             reporter: Reporter {
                 controller: "skiff-controller-manager".into(),
@@ -111,6 +122,12 @@ impl Context {
         self
     }
 
+    /// The same context with this controller's own client (informers keep theirs).
+    pub fn with_client(mut self, client: kube::Client) -> Context {
+        self.client = client;
+        self
+    }
+
     /// An event recorder for one controller (events.k8s.io/v1, deduplicated into series).
     pub fn recorder(&self) -> Recorder {
         Recorder::new(self.client.clone(), self.reporter.clone())
@@ -121,6 +138,10 @@ impl Context {
 pub struct Descriptor {
     /// Upstream's name for it (`kube-controller-manager --controllers`).
     pub name: &'static str,
+    /// The ServiceAccount `kube-system/<this>` it acts as with
+    /// `--use-service-account-credentials` (upstream's `ClientBuilder.ClientOrDie` name; the
+    /// node controllers share `node-controller`, as upstream's do).
+    pub service_account: &'static str,
     /// Whether `*` includes it.
     pub enabled_by_default: bool,
     /// Runs it until the process stops; returns only on a fatal error.
@@ -131,96 +152,115 @@ pub struct Descriptor {
 pub const CONTROLLERS: &[Descriptor] = &[
     Descriptor {
         name: "cronjob",
+        service_account: "cronjob-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(cronjob::run(ctx)),
     },
     Descriptor {
         name: "daemonset",
+        service_account: "daemon-set-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(daemonset::run(ctx)),
     },
     Descriptor {
         name: "deployment",
+        service_account: "deployment-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(deployment::run(ctx)),
     },
     Descriptor {
         name: "disruption",
+        service_account: "disruption-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(disruption::run(ctx)),
     },
     Descriptor {
         name: "endpoints",
+        service_account: "endpoint-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(endpoints::run(ctx)),
     },
     Descriptor {
         name: "endpointslice",
+        service_account: "endpointslice-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(endpointslice::run(ctx)),
     },
     Descriptor {
         name: "garbagecollector",
+        service_account: "generic-garbage-collector",
         enabled_by_default: true,
         run: |ctx| Box::pin(garbagecollector::run(ctx)),
     },
     Descriptor {
         name: "job",
+        service_account: "job-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(job::run(ctx)),
     },
     Descriptor {
         name: "namespace",
+        service_account: "namespace-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(namespace::run(ctx)),
     },
     Descriptor {
         name: "nodeipam",
+        service_account: "node-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(nodeipam::run(ctx)),
     },
     Descriptor {
         name: "nodelifecycle",
+        service_account: "node-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(nodelifecycle::run(ctx)),
     },
     Descriptor {
         name: "podgc",
+        service_account: "pod-garbage-collector",
         enabled_by_default: true,
         run: |ctx| Box::pin(podgc::run(ctx)),
     },
     Descriptor {
         name: "replicaset",
+        service_account: "replicaset-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(replicaset::run(ctx)),
     },
     Descriptor {
         name: "resourcequota",
+        service_account: "resourcequota-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(resourcequota::run(ctx)),
     },
     Descriptor {
         name: "root-ca-cert-publisher",
+        service_account: "root-ca-cert-publisher",
         enabled_by_default: true,
         run: |ctx| Box::pin(rootcacertpublisher::run(ctx)),
     },
     Descriptor {
         name: "serviceaccount",
+        service_account: "service-account-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(serviceaccount::run(ctx)),
     },
     Descriptor {
         name: "statefulset",
+        service_account: "statefulset-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(statefulset::run(ctx)),
     },
     Descriptor {
         name: "taint-eviction-controller",
+        service_account: "node-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(tainteviction::run(ctx)),
     },
     Descriptor {
         name: "ttl-after-finished",
+        service_account: "ttl-after-finished-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(ttl_after_finished::run(ctx)),
     },
@@ -256,11 +296,22 @@ pub fn select(list: &[String]) -> Result<Vec<&'static Descriptor>, String> {
         .collect())
 }
 
-/// Runs the selected controllers together; returns when one of them fails.
-pub async fn run(ctx: Arc<Context>, controllers: &[&'static Descriptor]) -> anyhow::Result<()> {
+/// Runs the selected controllers together; returns when one of them fails. With `credentials`
+/// each gets its own ServiceAccount's client first (informers stay on `ctx`'s).
+pub async fn run(
+    ctx: Arc<Context>,
+    controllers: &[&'static Descriptor],
+    credentials: Option<&credentials::ClientBuilder>,
+) -> anyhow::Result<()> {
     let mut running = tokio::task::JoinSet::new();
     for d in controllers {
-        let ctx = ctx.clone();
+        let ctx = match credentials {
+            Some(builder) => {
+                let client = builder.client(d.service_account).await?;
+                Arc::new(ctx.as_ref().clone().with_client(client))
+            }
+            None => ctx.clone(),
+        };
         let name = d.name;
         let run = d.run;
         running.spawn(async move { (name, run(ctx).await) });

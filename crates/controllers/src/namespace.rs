@@ -14,12 +14,11 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Namespace, NamespaceCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, ResourceExt};
-use serde_json::json;
 use skiff_runtime::backoff::ItemBackoff;
 
 use crate::Context;
@@ -385,11 +384,13 @@ impl NamespaceContent for KubeContent {
         conditions: &[NamespaceCondition],
     ) -> kube::Result<()> {
         let api: Api<Namespace> = Api::all(self.0.clone());
-        let patch = json!({"status": {"conditions": conditions}});
-        ignore_not_found(
-            api.patch_status(namespace, &PatchParams::default(), &Patch::Merge(&patch))
-                .await,
-        )
+        let Some(current) = api.get_opt(namespace).await? else {
+            return Ok(());
+        };
+        let set = |ns: &mut Namespace| {
+            ns.status.get_or_insert_with(Default::default).conditions = Some(conditions.to_vec());
+        };
+        ignore_not_found(crate::status::update(&api, &current, set).await)
     }
 
     async fn finalize(&self, namespace: &Namespace, finalizers: Vec<String>) -> kube::Result<()> {
@@ -416,7 +417,7 @@ struct State {
 
 /// Runs the controller over every namespace.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
+    let namespaces: Api<Namespace> = Api::all(ctx.informer_client.clone());
     let state = Arc::new(State {
         api: KubeContent(ctx.client.clone()),
         backoff: ItemBackoff::default(),

@@ -249,7 +249,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         client: ctx.client.clone(),
         recorder: ctx.recorder(),
     };
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.informer_client.clone());
     let mut events = watcher::watcher(nodes, watcher::Config::default())
         .default_backoff()
         .boxed();

@@ -353,17 +353,17 @@ where
 
 /// Runs the monitor loop until the process stops.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
-    let nodes = informer(Api::<Node>::all(client.clone()), watcher::Config::default());
+    let shared = ctx.informer_client.clone();
+    let nodes = informer(Api::<Node>::all(shared.clone()), watcher::Config::default());
     let leases = informer(
-        Api::<Lease>::namespaced(client.clone(), LEASE_NAMESPACE),
+        Api::<Lease>::namespaced(shared.clone(), LEASE_NAMESPACE),
         watcher::Config::default(),
     );
-    let pods = informer(Api::<Pod>::all(client.clone()), watcher::Config::default());
+    let pods = informer(Api::<Pod>::all(shared), watcher::Config::default());
     nodes.wait_until_ready().await?;
     leases.wait_until_ready().await?;
     pods.wait_until_ready().await?;
-    let api = KubeWrites(client);
+    let api = KubeWrites(ctx.client.clone());
     let mut health: HashMap<String, Health> = HashMap::new();
     let mut tick = tokio::time::interval(ctx.config.node_monitor_period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

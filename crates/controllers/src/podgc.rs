@@ -185,8 +185,9 @@ impl PodGc for KubePodGc {
 /// Runs a pass every [`CHECK_PERIOD`] until the process stops.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let api = KubePodGc(ctx.client.clone());
-    let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    // the lists upstream's informers would hold, under the controller manager's identity
+    let pods: Api<Pod> = Api::all(ctx.informer_client.clone());
+    let nodes: Api<Node> = Api::all(ctx.informer_client.clone());
     let mut absent_since = HashMap::new();
     let mut tick = tokio::time::interval(CHECK_PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -535,12 +535,7 @@ impl ReplicaSetApi for KubeReplicaSets {
     async fn patch_status(&self, rs: &ReplicaSet, status: &ReplicaSetStatus) -> kube::Result<()> {
         let api: Api<ReplicaSet> =
             Api::namespaced(self.client.clone(), &rs.namespace().unwrap_or_default());
-        let mut status = serde_json::to_value(status).unwrap_or_default();
-        if status.get("conditions").is_none() {
-            status["conditions"] = serde_json::Value::Null;
-        }
-        let patch = Patch::Merge(json!({ "status": status }));
-        api.patch_status(&rs.name_any(), &PatchParams::default(), &patch)
+        crate::status::update(&api, rs, |r| r.status = Some(status.clone()))
             .await
             .map(|_| ())
     }
@@ -566,10 +561,11 @@ struct State {
 /// their owner (or, for orphans, the ReplicaSets that match them).
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let client = ctx.client.clone();
+    let shared = ctx.informer_client.clone();
     let (queue, keys) = mpsc::unbounded();
     let expectations = Arc::new(Expectations::default());
     let replicasets = informer::spawn(
-        Api::<ReplicaSet>::all(client.clone()),
+        Api::<ReplicaSet>::all(shared.clone()),
         watcher::Config::default(),
         {
             let (queue, exp) = (queue.clone(), expectations.clone());
@@ -580,7 +576,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         },
     );
     let pods = informer::spawn(
-        Api::<Pod>::all(client.clone()),
+        Api::<Pod>::all(shared.clone()),
         watcher::Config::default(),
         {
             let (store, exp) = (replicasets.clone(), expectations.clone());

@@ -320,8 +320,9 @@ fn quotas_of_namespace(
 /// of its namespace.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let client = ctx.client.clone();
+    let shared = ctx.informer_client.clone();
     let quotas = watched::watch(
-        Api::<ResourceQuota>::all(client.clone()),
+        Api::<ResourceQuota>::all(shared.clone()),
         watcher::Config::default(),
     );
     let qs = quotas.store.clone();
@@ -357,7 +358,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let mut stores: Vec<(&'static str, Arc<dyn Snapshot>)> = Vec::new();
     macro_rules! watch {
         ($plural:literal, $kind:ty) => {{
-            let (snap, changes) = watch_kind::<$kind>(&client, $plural, qs.clone());
+            let (snap, changes) = watch_kind::<$kind>(&shared, $plural, qs.clone());
             stores.push(($plural, snap));
             keys.push(changes);
         }};

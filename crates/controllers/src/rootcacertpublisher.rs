@@ -9,12 +9,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, ResourceExt};
-use serde_json::json;
 use skiff_runtime::backoff::ItemBackoff;
 
 use crate::Context;
@@ -31,7 +30,8 @@ usage is guaranteed across distributions of Kubernetes clusters.";
 pub enum Change {
     None,
     Create(ConfigMap),
-    /// The existing ConfigMap's data and annotation are put back.
+    /// The existing ConfigMap with its data and annotation put back (an update, as upstream:
+    /// its role grants no patch).
     Restore(ConfigMap),
 }
 
@@ -71,7 +71,15 @@ pub fn plan(namespace: &Namespace, existing: Option<&ConfigMap>, ca: &str) -> Ch
             if cm.data == want.data && described && cm.binary_data.is_none() {
                 Change::None
             } else {
-                Change::Restore(want)
+                let mut restored = cm.clone();
+                restored.data = want.data;
+                restored.binary_data = None;
+                restored
+                    .metadata
+                    .annotations
+                    .get_or_insert_default()
+                    .insert(DESCRIPTION_KEY.into(), DESCRIPTION.into());
+                Change::Restore(restored)
             }
         }
     }
@@ -96,28 +104,30 @@ pub async fn reconcile(
     }
 }
 
-struct KubeConfigMaps(kube::Client);
+struct KubeConfigMaps {
+    /// The controller manager's identity: reads what upstream reads from its informer (the
+    /// controller's role grants only create and update).
+    reads: kube::Client,
+    writes: kube::Client,
+}
 
 #[async_trait]
 impl RootCaConfigMaps for KubeConfigMaps {
     async fn get(&self, namespace: &str) -> kube::Result<Option<ConfigMap>> {
-        Api::<ConfigMap>::namespaced(self.0.clone(), namespace)
+        Api::<ConfigMap>::namespaced(self.reads.clone(), namespace)
             .get_opt(NAME)
             .await
     }
 
     async fn apply(&self, namespace: &str, change: Change) -> kube::Result<()> {
-        let api: Api<ConfigMap> = Api::namespaced(self.0.clone(), namespace);
+        let api: Api<ConfigMap> = Api::namespaced(self.writes.clone(), namespace);
         let r = match change {
             Change::None => return Ok(()),
             Change::Create(cm) => api.create(&PostParams::default(), &cm).await.map(|_| ()),
-            Change::Restore(cm) => {
-                let patch = json!({"metadata": {"annotations": cm.metadata.annotations},
-                                   "data": cm.data, "binaryData": null});
-                api.patch(NAME, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map(|_| ())
-            }
+            Change::Restore(cm) => api
+                .replace(NAME, &PostParams::default(), &cm)
+                .await
+                .map(|_| ()),
         };
         match r {
             // Created meanwhile, or the namespace is going: the next event decides.
@@ -140,11 +150,14 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         std::future::pending::<()>().await;
         return Ok(());
     };
-    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
-    let configmaps: Api<ConfigMap> = Api::all(ctx.client.clone());
+    let namespaces: Api<Namespace> = Api::all(ctx.informer_client.clone());
+    let configmaps: Api<ConfigMap> = Api::all(ctx.informer_client.clone());
     let only_ours = watcher::Config::default().fields(&format!("metadata.name={NAME}"));
     let state = Arc::new(State {
-        api: KubeConfigMaps(ctx.client.clone()),
+        api: KubeConfigMaps {
+            reads: ctx.informer_client.clone(),
+            writes: ctx.client.clone(),
+        },
         ca,
         backoff: ItemBackoff::default(),
     });
@@ -205,6 +218,16 @@ mod tests {
             plan(&ns, Some(&bare), "PEM"),
             Change::Restore(wanted("PEM"))
         );
+        // the update carries what the stored object has besides (its version, labels)
+        let mut labelled = edited.clone();
+        labelled.metadata.resource_version = Some("7".into());
+        labelled.metadata.labels = Some(BTreeMap::from([("x".into(), "y".into())]));
+        let Change::Restore(restored) = plan(&ns, Some(&labelled), "PEM") else {
+            panic!("restored")
+        };
+        assert_eq!(restored.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(restored.metadata.labels, labelled.metadata.labels);
+        assert_eq!(restored.data, wanted("PEM").data);
     }
 
     #[test]

@@ -43,12 +43,17 @@ pub async fn reconcile(namespace: &Namespace, api: &dyn ServiceAccounts) -> kube
     api.create_default(&name).await
 }
 
-struct KubeServiceAccounts(kube::Client);
+struct KubeServiceAccounts {
+    /// The controller manager's identity: reads what upstream reads from its informer (the
+    /// controller's role grants only create).
+    reads: kube::Client,
+    writes: kube::Client,
+}
 
 #[async_trait]
 impl ServiceAccounts for KubeServiceAccounts {
     async fn default_exists(&self, namespace: &str) -> kube::Result<bool> {
-        let api: Api<ServiceAccount> = Api::namespaced(self.0.clone(), namespace);
+        let api: Api<ServiceAccount> = Api::namespaced(self.reads.clone(), namespace);
         Ok(api.get_metadata_opt(DEFAULT).await?.is_some())
     }
 
@@ -60,7 +65,7 @@ impl ServiceAccounts for KubeServiceAccounts {
             },
             ..Default::default()
         };
-        let api: Api<ServiceAccount> = Api::namespaced(self.0.clone(), namespace);
+        let api: Api<ServiceAccount> = Api::namespaced(self.writes.clone(), namespace);
         match api.create(&PostParams::default(), &sa).await {
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
             other => other.map(|_| ()),
@@ -76,11 +81,14 @@ struct State {
 /// Runs the controller: namespaces are the keys; a `default` ServiceAccount's change requeues its
 /// namespace.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
-    let accounts: Api<ServiceAccount> = Api::all(ctx.client.clone());
+    let namespaces: Api<Namespace> = Api::all(ctx.informer_client.clone());
+    let accounts: Api<ServiceAccount> = Api::all(ctx.informer_client.clone());
     let only_default = watcher::Config::default().fields(&format!("metadata.name={DEFAULT}"));
     let state = Arc::new(State {
-        api: KubeServiceAccounts(ctx.client.clone()),
+        api: KubeServiceAccounts {
+            reads: ctx.informer_client.clone(),
+            writes: ctx.client.clone(),
+        },
         backoff: ItemBackoff::default(),
     });
     Controller::new(namespaces, watcher::Config::default())

@@ -395,17 +395,17 @@ impl StatefulSetApi for KubeStatefulSets {
         owner: &OwnerReference,
     ) -> kube::Result<()> {
         let api: Api<PersistentVolumeClaim> = self.api(set);
-        let Some(pvc) = api.get_metadata_opt(claim).await? else {
+        let Some(mut pvc) = api.get_opt(claim).await? else {
             return Ok(());
         };
-        let mut owners = pvc.metadata.owner_references.unwrap_or_default();
+        let owners = pvc.metadata.owner_references.get_or_insert_default();
         if owners.iter().any(|o| o.uid == owner.uid) {
             return Ok(());
         }
         owners.push(owner.clone());
-        let patch = serde_json::json!({"metadata": {
-            "resourceVersion": pvc.metadata.resource_version, "ownerReferences": owners}});
-        api.patch(claim, &PatchParams::default(), &Patch::Merge(&patch))
+        // an update, as upstream's: the controller's role grants no patch on claims
+        pvc.metadata.managed_fields = None;
+        api.replace(claim, &PostParams::default(), &pvc)
             .await
             .map(|_| ())
     }
@@ -482,14 +482,9 @@ impl StatefulSetApi for KubeStatefulSets {
         status: &StatefulSetStatus,
     ) -> kube::Result<()> {
         let api: Api<StatefulSet> = self.api(set);
-        let patch = serde_json::json!({"status": status});
-        api.patch_status(
-            &set.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .map(|_| ())
+        crate::status::update(&api, set, |s| s.status = Some(status.clone()))
+            .await
+            .map(|_| ())
     }
 }
 
@@ -504,11 +499,12 @@ struct State {
 /// controlling StatefulSet.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let client = ctx.client.clone();
+    let shared = ctx.informer_client.clone();
     let cfg = watcher::Config::default;
-    let (sets, set_events) = informer(Api::<StatefulSet>::all(client.clone()), cfg());
-    let (pods, pod_events) = informer(Api::<Pod>::all(client.clone()), cfg());
+    let (sets, set_events) = informer(Api::<StatefulSet>::all(shared.clone()), cfg());
+    let (pods, pod_events) = informer(Api::<Pod>::all(shared.clone()), cfg());
     let (revisions, revision_events) =
-        informer(Api::<ControllerRevision>::all(client.clone()), cfg());
+        informer(Api::<ControllerRevision>::all(shared.clone()), cfg());
     // a pod or revision queues its controller, an orphan every StatefulSet that matches it
     let selector: fn(&StatefulSet) -> Option<&LabelSelector> =
         |o| o.spec.as_ref().map(|s| &s.selector);

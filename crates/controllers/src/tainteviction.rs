@@ -177,8 +177,8 @@ struct State {
 
 /// Runs the controller: pods are the keys; a node's change requeues the pods bound to it.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let pods: Api<Pod> = Api::all(ctx.informer_client.clone());
+    let nodes: Api<Node> = Api::all(ctx.informer_client.clone());
     let state = Arc::new(State {
         api: KubeEvictions {
             client: ctx.client.clone(),

@@ -118,7 +118,7 @@ struct State {
 
 /// Runs the controller over every Job; each is requeued for its expiry.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let jobs: Api<Job> = Api::all(ctx.client.clone());
+    let jobs: Api<Job> = Api::all(ctx.informer_client.clone());
     let state = Arc::new(State {
         api: KubeJobs(ctx.client.clone()),
         backoff: ItemBackoff::default(),

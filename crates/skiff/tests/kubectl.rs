@@ -48,6 +48,52 @@ fn discovery(kubectl: &str) {
         .find(|l| l.starts_with("deployments "))
         .expect("deployments row");
     assert!(deploy.contains(" deploy ") && deploy.contains("apps/v1"));
+    // the reviews, create-only, as upstream lists them
+    for (name, group_version, namespaced, kind) in [
+        (
+            "selfsubjectreviews",
+            "authentication.k8s.io/v1",
+            "false",
+            "SelfSubjectReview",
+        ),
+        (
+            "tokenreviews",
+            "authentication.k8s.io/v1",
+            "false",
+            "TokenReview",
+        ),
+        (
+            "localsubjectaccessreviews",
+            "authorization.k8s.io/v1",
+            "true",
+            "LocalSubjectAccessReview",
+        ),
+        (
+            "selfsubjectaccessreviews",
+            "authorization.k8s.io/v1",
+            "false",
+            "SelfSubjectAccessReview",
+        ),
+        (
+            "selfsubjectrulesreviews",
+            "authorization.k8s.io/v1",
+            "false",
+            "SelfSubjectRulesReview",
+        ),
+        (
+            "subjectaccessreviews",
+            "authorization.k8s.io/v1",
+            "false",
+            "SubjectAccessReview",
+        ),
+    ] {
+        let row = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("api-resources lists {name}: {out}"));
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells, [name, group_version, namespaced, kind], "{row}");
+    }
     let wide = api.kubectl(kubectl, &["api-resources", "-o", "wide"]);
     let pods = wide
         .lines()

@@ -138,11 +138,12 @@ async fn reconcile(cronjob: Arc<CronJob>, state: Arc<State>) -> kube::Result<Act
 /// Runs the controller: CronJobs are the keys; a Job's change queues the CronJob that owns it.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let client = ctx.client.clone();
+    let shared = ctx.informer_client.clone();
     let cronjobs = watched::watch(
-        Api::<CronJob>::all(client.clone()),
+        Api::<CronJob>::all(shared.clone()),
         watcher::Config::default(),
     );
-    let jobs = watched::watch(Api::<Job>::all(client.clone()), watcher::Config::default());
+    let jobs = watched::watch(Api::<Job>::all(shared.clone()), watcher::Config::default());
     let state = Arc::new(State {
         api: KubeCronJobs {
             client,

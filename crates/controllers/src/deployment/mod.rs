@@ -394,9 +394,10 @@ struct State {
 /// queue their owner, pod deletions queue Recreate Deployments.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let client = ctx.client.clone();
+    let shared = ctx.informer_client.clone();
     let (queue, keys) = mpsc::unbounded();
     let deployments = informer::spawn(
-        Api::<Deployment>::all(client.clone()),
+        Api::<Deployment>::all(shared.clone()),
         watcher::Config::default(),
         {
             let queue = queue.clone();
@@ -408,7 +409,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         },
     );
     let sets = informer::spawn(
-        Api::<ReplicaSet>::all(client.clone()),
+        Api::<ReplicaSet>::all(shared.clone()),
         watcher::Config::default(),
         {
             let (store, queue) = (deployments.clone(), queue.clone());
@@ -416,7 +417,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         },
     );
     let pods = informer::spawn(
-        Api::<Pod>::all(client.clone()),
+        Api::<Pod>::all(shared.clone()),
         watcher::Config::default(),
         {
             let (sets, store) = (sets.clone(), deployments.clone());

@@ -323,6 +323,7 @@ async fn work(
 /// Runs the collector until the process stops.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let client = ctx.client.clone();
+    let shared = ctx.informer_client.clone();
     let graph = Arc::new(Mutex::new(Graph::default()));
     let queue = Queue::new();
     let kinds: Kinds = Arc::default();
@@ -361,7 +362,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
                 {
                     let key = (s.resource.group.clone(), s.resource.kind.clone());
                     if watched.insert(key) {
-                        tokio::spawn(watch(client.clone(), s.resource.clone(), tx.clone()));
+                        tokio::spawn(watch(shared.clone(), s.resource.clone(), tx.clone()));
                     }
                 }
             }

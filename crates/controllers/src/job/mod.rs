@@ -27,7 +27,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -232,7 +232,10 @@ impl JobApi for KubeJobs {
                 .await;
             match r {
                 Err(kube::Error::Api(s)) if s.code == 409 && attempt < 3 => {
-                    match api.get_opt(&pod.name_any()).await? {
+                    // a list by name: the controller's role lists pods but does not get them
+                    let by_name =
+                        ListParams::default().fields(&format!("metadata.name={}", pod.name_any()));
+                    match api.list(&by_name).await?.items.pop() {
                         Some(p) if p.metadata.uid == pod.metadata.uid => current = p,
                         _ => return Ok(()),
                     }
@@ -314,8 +317,9 @@ async fn reconcile(job: Arc<Job>, state: Arc<State>) -> kube::Result<Action> {
 /// Runs the controller: Jobs are the keys; a pod's change queues the Job that controls it.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let client = ctx.client.clone();
-    let jobs = watched::watch(Api::<Job>::all(client.clone()), watcher::Config::default());
-    let pods = watched::watch(Api::<Pod>::all(client.clone()), watcher::Config::default());
+    let shared = ctx.informer_client.clone();
+    let jobs = watched::watch(Api::<Job>::all(shared.clone()), watcher::Config::default());
+    let pods = watched::watch(Api::<Pod>::all(shared.clone()), watcher::Config::default());
     let state = Arc::new(State {
         api: KubeJobs {
             client,

@@ -1,6 +1,7 @@
 //! `skiff controller-manager`: the reconcile loops on their own, an ordinary API client (seeds
-//! 001–003). Replicas elect a leader on the Lease `kube-system/skiff-controller-manager`; only the
-//! leader runs controllers, and one that loses the lease exits, as upstream's does.
+//! 001–003). Replicas elect a leader on upstream's Lease `kube-system/kube-controller-manager`;
+//! only the leader runs controllers, and one that loses the lease exits, as upstream's does. With
+//! `--use-service-account-credentials` each controller acts as its own ServiceAccount.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use anyhow::Context as _;
 use clap::Args;
 use skiff_controllers::Context;
 use skiff_controllers::config::Config;
+use skiff_controllers::credentials;
 use skiff_runtime::leader::{self, LeaderElector};
 
 use super::kubelet::go_duration;
@@ -26,9 +28,15 @@ pub struct ControllerManagerArgs {
     #[arg(long, value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
 
-    /// Run controllers only while holding the Lease `kube-system/skiff-controller-manager`.
+    /// Run controllers only while holding the Lease `kube-system/kube-controller-manager`.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub leader_elect: bool,
+
+    /// Give each controller its own identity: the ServiceAccount `kube-system/<controller>`
+    /// and a token from its TokenRequest, renewed before it expires (upstream's default is
+    /// false: every controller then uses the kubeconfig's credentials).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub use_service_account_credentials: bool,
 
     /// The CA bundle published to every namespace as the ConfigMap `kube-root-ca.crt`; by
     /// default the kubeconfig's cluster CA.
@@ -115,11 +123,17 @@ fn root_ca(args: &ControllerManagerArgs) -> anyhow::Result<Option<String>> {
 }
 
 const LEASE_NAMESPACE: &str = "kube-system";
-const LEASE_NAME: &str = "skiff-controller-manager";
+/// Upstream's lease name, the one `system:kube-controller-manager` may update.
+const LEASE_NAME: &str = "kube-controller-manager";
 
 pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
     let selected = skiff_controllers::select(&args.controllers).map_err(super::UsageError)?;
-    let client = kube::Client::try_from(super::kube_config(&args.kubeconfig).await?)?;
+    let kube_config = super::kube_config(&args.kubeconfig).await?;
+    let client = kube::Client::try_from(kube_config.clone())?;
+    let credentials = args.use_service_account_credentials.then(|| {
+        let issuer = Arc::new(credentials::KubeTokenIssuer(client.clone()));
+        credentials::ClientBuilder::new(kube_config, issuer)
+    });
     let instance = super::instance_name();
     let config = Config {
         root_ca: root_ca(&args)?,
@@ -151,7 +165,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
     }
     tracing::info!(controllers = ?names, "leading; starting controllers");
     tokio::select! {
-        r = skiff_controllers::run(ctx, &selected) => r,
+        r = skiff_controllers::run(ctx, &selected, credentials.as_ref()) => r,
         () = shutdown_signal() => Ok(()),
         _ = leading.wait_for(|l| !*l) => {
             anyhow::bail!("lost the lease {LEASE_NAMESPACE}/{LEASE_NAME}")

@@ -1,7 +1,8 @@
 //! The rest of a cluster around a test's [`ApiServer`], each a real `skiff` child process killed
 //! when dropped: the controller manager, the scheduler, and hollow kubelets (nodes that run pods
-//! in memory, so that controllers see pods become Running without containerd); all as the
-//! admin ([`identity`] makes kubeconfigs for other users).
+//! in memory, so that controllers see pods become Running without containerd). Each runs with
+//! upstream's identity for it ([`identity`] makes the kubeconfigs) except the hollow nodes, which
+//! share one admin client.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -49,11 +50,21 @@ impl Drop for Process {
     }
 }
 
-/// `skiff controller-manager` with extra flags (e.g. `--controllers`).
+/// `skiff controller-manager` with extra flags (e.g. `--controllers`), as
+/// `system:kube-controller-manager` with `--use-service-account-credentials`: each controller
+/// acts as its ServiceAccount under upstream's `system:controller:*` role.
 pub fn controller_manager(api: &ApiServer, args: &[&str]) -> Process {
-    let mut all = vec!["controller-manager"];
+    let mut all = vec![
+        "controller-manager",
+        "--use-service-account-credentials=true",
+    ];
     all.extend_from_slice(args);
-    Process::start(api, "controller-manager", &all)
+    Process::start_as(
+        api,
+        &identity(api, "system:kube-controller-manager", None),
+        "controller-manager",
+        &all,
+    )
 }
 
 /// `skiff scheduler` as `system:kube-scheduler`, its metrics on a free port.
@@ -66,7 +77,9 @@ pub fn scheduler(api: &ApiServer) -> Process {
     )
 }
 
-/// `count` hollow nodes named `<prefix>-0…`, their data under the API server's data dir.
+/// `count` hollow nodes named `<prefix>-0…`, their data under the API server's data dir. They
+/// share one client and so one identity, the admin's: a `system:node:<name>` certificate each
+/// would need a client (and connection pool) per node.
 pub fn hollow_nodes(api: &ApiServer, prefix: &str, count: usize) -> Process {
     let dir = api.data_dir.join(format!("hollow-{prefix}"));
     let count = count.to_string();
