@@ -10,7 +10,8 @@
 //! - [`service_account`]: the JWTs TokenRequest issues, checked against the objects they are
 //!   bound to.
 //! - [`bootstrap_token`]: `bootstrap.kubernetes.io/token` Secrets in `kube-system`.
-//! - [`oidc`]: ID tokens of an OpenID Connect issuer, keys from a JWKS file.
+//! - [`oidc`]: ID tokens of an OpenID Connect issuer, keys from its discovery document over
+//!   HTTPS or from a JWKS file.
 //!
 //! Bearer tokens come from the `Authorization: Bearer` header; a token that no token
 //! authenticator recognises is `invalid bearer token` (401), never anonymous.
@@ -170,7 +171,7 @@ pub struct Options {
     pub bootstrap_tokens: bool,
     /// `--token-auth-file`, loaded.
     pub token_file: Option<token_file::TokenFile>,
-    /// `--oidc-*`, with its keys loaded.
+    /// `--oidc-*`, with its keys loaded (or being fetched from the issuer).
     pub oidc: Option<oidc::OidcAuthenticator>,
     /// `--api-audiences`; empty means the service account issuer (upstream's default).
     pub api_audiences: Vec<String>,

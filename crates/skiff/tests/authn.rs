@@ -1,6 +1,7 @@
 //! Authentication against a real `skiff apiserver` with real kubectl: bearer tokens from a
 //! `--token-auth-file`, from TokenRequest (`kubectl create token`), from a bootstrap token
-//! Secret and from an OIDC issuer (a test key in a JWKS file) each show their identity in
+//! Secret and from an OIDC issuer (a test key in a JWKS file, or keys served by a test issuer
+//! over HTTPS, rotated while the server runs) each show their identity in
 //! `kubectl auth whoami`; forged, expired and unbound tokens are 401 (`You must be logged in`);
 //! TokenReview answers through `kubectl create -f`; pods get the `kube-api-access-…` volume of
 //! the ServiceAccount admission plugin, and pods naming a missing account are refused;
@@ -10,12 +11,15 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 use serde_json::{Value, json};
 use support::{ApiServer, Backend, KUBECTL_127, KUBECTL_133};
 
 const UNAUTHORIZED: &str = "error: You must be logged in to the server (Unauthorized)";
+/// A 401, also when it answered kubectl's discovery (no cached discovery yet).
+const LOGGED_OUT: &str = "error: You must be logged in to the server";
 
 /// A kubeconfig for the server with `user` (a YAML mapping: `{token: …}` or `{}`) and no client
 /// certificate.
@@ -82,8 +86,32 @@ fn strings(v: &Value) -> Vec<String> {
         .collect()
 }
 
+/// `whoami` once the server accepts the token (it fetches the OIDC issuer's keys in the
+/// background).
+fn whoami_eventually(api: &ApiServer, token: &str) -> Value {
+    let config = token_kubeconfig(api, "eventually", token);
+    let mut last = String::new();
+    for _ in 0..150 {
+        let out = kubectl_with(api, KUBECTL_133, &config, &["auth", "whoami", "-o", "json"]);
+        if out.status.success() {
+            let review: Value = serde_json::from_slice(&out.stdout).expect("whoami json");
+            return review["status"]["userInfo"].clone();
+        }
+        last = String::from_utf8_lossy(&out.stderr).into_owned();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    panic!(
+        "the token was never accepted: {last}\n{}",
+        support::read(&api.data_dir.join("../apiserver.log"))
+    );
+}
+
 /// An ES256 key (made by the API server's own key code), as a signing key and a JWKS.
 fn oidc_key(dir: &Path) -> (jsonwebtoken::EncodingKey, Value) {
+    oidc_key_with_id(dir, "test")
+}
+
+fn oidc_key_with_id(dir: &Path, kid: &str) -> (jsonwebtoken::EncodingKey, Value) {
     skiff_apiserver::tokens::TokenIssuer::ensure(dir, "https://unused").expect("key");
     let private = std::fs::read_to_string(dir.join("service-account.key")).unwrap();
     let public = std::fs::read_to_string(dir.join("service-account.pub")).unwrap();
@@ -99,7 +127,7 @@ fn oidc_key(dir: &Path) -> (jsonwebtoken::EncodingKey, Value) {
     let point = &der[der.len() - 65..];
     assert_eq!(point[0], 4);
     let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
-    let jwks = json!({"keys": [{"kty": "EC", "crv": "P-256", "kid": "test", "use": "sig",
+    let jwks = json!({"keys": [{"kty": "EC", "crv": "P-256", "kid": kid, "use": "sig",
         "alg": "ES256", "x": b64(&point[1..33]), "y": b64(&point[33..])}]});
     (
         jsonwebtoken::EncodingKey::from_ec_pem(private.as_bytes()).unwrap(),
@@ -187,6 +215,144 @@ fn tokens_from_the_token_file_and_an_oidc_issuer_show_their_identity() {
     other_client["aud"] = json!("another-client");
     assert!(refused(&api, KUBECTL_133, &id_token(other_client)).contains(UNAUTHORIZED));
     assert!(refused(&api, KUBECTL_127, "not-in-the-file").contains(UNAUTHORIZED));
+}
+
+/// An OpenID Connect issuer on loopback in the test process, serving HTTPS with a certificate
+/// of its own CA (rcgen, through the API server's PKI code): its discovery document, and at
+/// `/keys` the key set it is told to serve (503 while it has none).
+struct Issuer {
+    url: String,
+    ca_file: PathBuf,
+    keys: Arc<Mutex<Option<Value>>>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Issuer {
+    fn start(dir: &Path) -> Issuer {
+        use rustls_pki_types::pem::PemObject;
+
+        let pki = skiff_apiserver::pki::Pki::ensure(dir, &["127.0.0.1".to_string()])
+            .expect("issuer certificates");
+        let ca_file = dir.join("issuer-ca.crt");
+        std::fs::write(&ca_file, &pki.ca_cert_pem).unwrap();
+        let certs: Vec<rustls_pki_types::CertificateDer<'static>> =
+            rustls_pki_types::CertificateDer::pem_slice_iter(pki.serving_cert_pem.as_bytes())
+                .collect::<Result<_, _>>()
+                .unwrap();
+        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(pki.serving_key_pem.as_bytes())
+            .unwrap();
+        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let url = format!(
+            "https://127.0.0.1:{}",
+            listener.local_addr().unwrap().port()
+        );
+        let keys: Arc<Mutex<Option<Value>>> = Arc::default();
+        let discovery = json!({"issuer": url, "jwks_uri": format!("{url}/keys"),
+                               "id_token_signing_alg_values_supported": ["ES256"]});
+        let served = keys.clone();
+        runtime.spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, keys, discovery) =
+                    (acceptor.clone(), served.clone(), discovery.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
+                        let answer = match req.uri().path() {
+                            "/.well-known/openid-configuration" => Some(discovery.clone()),
+                            "/keys" => keys.lock().unwrap().clone(),
+                            _ => None,
+                        };
+                        let status = match answer {
+                            Some(_) => hyper::StatusCode::OK,
+                            None => hyper::StatusCode::SERVICE_UNAVAILABLE,
+                        };
+                        let body = answer.map(|a| a.to_string()).unwrap_or_default();
+                        let mut response = hyper::Response::new(http_body_util::Full::new(
+                            bytes::Bytes::from(body),
+                        ));
+                        *response.status_mut() = status;
+                        std::future::ready(Ok::<_, hyper::Error>(response))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        Issuer {
+            url,
+            ca_file,
+            keys,
+            _runtime: runtime,
+        }
+    }
+
+    fn serve_keys(&self, jwks: Value) {
+        *self.keys.lock().unwrap() = Some(jwks);
+    }
+}
+
+#[test]
+fn oidc_keys_come_from_the_issuer_over_https_and_follow_its_rotation() {
+    let dir = tempfile::tempdir().unwrap();
+    let issuer = Issuer::start(dir.path());
+    let (one, jwks_one) = oidc_key_with_id(&dir.path().join("one"), "one");
+    let (two, jwks_two) = oidc_key_with_id(&dir.path().join("two"), "two");
+    // the issuer has no keys yet: the server starts all the same
+    let api = ApiServer::start_with(
+        Backend::Embedded,
+        &[
+            "--oidc-issuer-url",
+            &issuer.url,
+            "--oidc-client-id",
+            "skiff",
+            "--oidc-ca-file",
+            issuer.ca_file.to_str().unwrap(),
+        ],
+    );
+    let token = |kid: &str, key: &jsonwebtoken::EncodingKey, iss: &str| {
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        header.kid = Some(kid.into());
+        let claims = json!({"iss": iss, "aud": "skiff", "sub": "jane", "exp": now() + 600});
+        jsonwebtoken::encode(&header, &claims, key).unwrap()
+    };
+    let first = token("one", &one, &issuer.url);
+    let stderr = refused(&api, KUBECTL_133, &first);
+    assert!(stderr.contains(LOGGED_OUT), "{stderr}");
+
+    // the keys appear: the server's retry picks them up
+    issuer.serve_keys(jwks_one);
+    let jane = whoami_eventually(&api, &first);
+    assert_eq!(jane["username"], format!("{}#jane", issuer.url));
+    assert_eq!(strings(&jane["groups"]), vec!["system:authenticated"]);
+    // another issuer's token is no one's
+    let stranger = token("one", &one, "https://other.example");
+    assert!(refused(&api, KUBECTL_133, &stranger).contains(LOGGED_OUT));
+
+    // the issuer rotates to a new key: a token naming it has the keys refetched
+    issuer.serve_keys(jwks_two);
+    let rotated = token("two", &two, &issuer.url);
+    assert_eq!(
+        whoami_eventually(&api, &rotated)["username"],
+        format!("{}#jane", issuer.url)
+    );
+    // the old key went with the old set, and a key the issuer never published is refused
+    assert!(refused(&api, KUBECTL_133, &first).contains(LOGGED_OUT));
+    let unknown = token("three", &two, &issuer.url);
+    assert!(refused(&api, KUBECTL_133, &unknown).contains(LOGGED_OUT));
 }
 
 const ACCOUNTS: &str = r#"

@@ -1,15 +1,24 @@
 //! OpenID Connect ID tokens (`--oidc-issuer-url`, `--oidc-client-id`, upstream's `oidc`
-//! authenticator): a JWT whose `iss` is the issuer, signed by one of the issuer's keys (read
-//! from a JWKS file, `--oidc-jwks-file`; Skiff does not fetch the issuer's discovery document),
-//! with the client id among its audiences and not expired. The username comes from
+//! authenticator): a JWT whose `iss` is the issuer, signed by one of the issuer's keys, with the
+//! client id among its audiences and not expired. The keys come from the issuer's discovery
+//! document over HTTPS (trusting `--oidc-ca-file`), fetched in the background and again when a
+//! token names a key not in the set, or from a JWKS file (`--oidc-jwks-file`, a Skiff flag). The username comes from
 //! `--oidc-username-claim` (default `sub`) with `--oidc-username-prefix` (default `<issuer>#`
 //! for every claim but `email`, `-` for none); an `email` claim needs `email_verified` true
 //! when that claim is present. Groups come from `--oidc-groups-claim` (a string or a list)
 //! with `--oidc-groups-prefix`.
 
-use std::path::Path;
+//!
+//! # Layout
+//! - [`keys`]: the key set, fixed or refreshed from a [`keys::KeySource`].
+//! - [`discovery`]: the HTTPS key source.
 
-use jsonwebtoken::jwk::JwkSet;
+pub mod discovery;
+pub mod keys;
+
+use std::path::Path;
+use std::sync::Arc;
+
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 
@@ -30,6 +39,14 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    #[error("reading --oidc-ca-file {path}: {source}")]
+    ReadCa {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--oidc-ca-file {path}: {message}")]
+    Ca { path: String, message: String },
     #[error("--oidc-issuer-url {0:?} must be an https URL")]
     Issuer(String),
     #[error("--oidc-client-id is required with --oidc-issuer-url")]
@@ -66,7 +83,7 @@ impl Default for Options {
 pub struct OidcAuthenticator {
     options: Options,
     username_prefix: String,
-    keys: JwkSet,
+    keys: keys::KeySet,
     api_audiences: Vec<String>,
 }
 
@@ -74,19 +91,29 @@ impl std::fmt::Debug for OidcAuthenticator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OidcAuthenticator")
             .field("options", &self.options)
-            .field("keys", &self.keys.keys.len())
+            .field("keys", &self.keys.current().map(|k| k.keys.len()))
             .finish()
     }
 }
 
+/// The issuer is an https URL and a client id is set.
+fn validate(options: &Options) -> Result<(), Error> {
+    if !options.issuer_url.starts_with("https://") {
+        return Err(Error::Issuer(options.issuer_url.clone()));
+    }
+    if options.client_id.is_empty() {
+        return Err(Error::ClientId);
+    }
+    Ok(())
+}
+
 impl OidcAuthenticator {
-    pub fn new(options: Options, keys: JwkSet, api_audiences: Vec<String>) -> Result<Self, Error> {
-        if !options.issuer_url.starts_with("https://") {
-            return Err(Error::Issuer(options.issuer_url));
-        }
-        if options.client_id.is_empty() {
-            return Err(Error::ClientId);
-        }
+    pub fn new(
+        options: Options,
+        keys: keys::KeySet,
+        api_audiences: Vec<String>,
+    ) -> Result<Self, Error> {
+        validate(&options)?;
         let username_prefix = match options.username_prefix.as_deref() {
             Some("-") => String::new(),
             Some(p) => p.to_string(),
@@ -108,6 +135,33 @@ impl OidcAuthenticator {
             source,
         })?;
         let keys = serde_json::from_str(&text).map_err(|source| Error::Parse { path, source })?;
+        Self::new(options, keys::KeySet::fixed(keys), api_audiences)
+    }
+
+    /// Keys from the issuer's discovery document, fetched by a task spawned on the current Tokio
+    /// runtime; `ca_file` holds the certificates trusted for the issuer (else the host's roots).
+    /// The issuer being down is no error: tokens are refused until its keys arrive.
+    pub fn discover(
+        options: Options,
+        ca_file: Option<&Path>,
+        api_audiences: Vec<String>,
+    ) -> Result<Self, Error> {
+        validate(&options)?;
+        let ca = match ca_file {
+            Some(file) => Some(std::fs::read(file).map_err(|source| Error::ReadCa {
+                path: file.display().to_string(),
+                source,
+            })?),
+            None => None,
+        };
+        let source =
+            discovery::Discovery::new(&options.issuer_url, ca.as_deref()).map_err(|message| {
+                Error::Ca {
+                    path: ca_file.map(|f| f.display().to_string()).unwrap_or_default(),
+                    message,
+                }
+            })?;
+        let keys = keys::KeySet::remote(&options.issuer_url, Arc::new(source));
         Self::new(options, keys, api_audiences)
     }
 
@@ -124,12 +178,21 @@ impl OidcAuthenticator {
                 header.alg
             )));
         }
-        let candidates: Vec<_> = self
-            .keys
+        let Some(keys) = self.keys.current() else {
+            return Err(format!(
+                "oidc: authenticator for issuer {:?} is not initialized",
+                self.options.issuer_url
+            ));
+        };
+        let candidates: Vec<_> = keys
             .keys
             .iter()
             .filter(|k| header.kid.is_none() || k.common.key_id == header.kid)
             .collect();
+        if candidates.is_empty() && header.kid.is_some() {
+            // the issuer may have rotated its keys: later requests get the new set
+            self.keys.refetch();
+        }
         let mut validation = Validation::new(header.alg);
         validation.set_audience(&[&self.options.client_id]);
         validation.set_issuer(&[&self.options.issuer_url]);
@@ -234,6 +297,7 @@ impl TokenAuthenticator for OidcAuthenticator {
 #[cfg(test)]
 mod tests {
     use base64::Engine;
+    use jsonwebtoken::jwk::JwkSet;
     use jsonwebtoken::{EncodingKey, Header};
     use serde_json::json;
 
@@ -242,7 +306,7 @@ mod tests {
     const ISSUER: &str = "https://idp.example";
 
     /// An ES256 key pair and its JWKS.
-    fn key(kid: &str) -> (EncodingKey, JwkSet) {
+    pub(crate) fn key(kid: &str) -> (EncodingKey, JwkSet) {
         let pair = rcgen::KeyPair::generate().unwrap();
         let encoding = EncodingKey::from_ec_pem(pair.serialize_pem().as_bytes()).unwrap();
         let raw = pair.public_key_raw(); // 0x04 || x || y
@@ -253,8 +317,12 @@ mod tests {
     }
 
     fn sign(key: &EncodingKey, claims: &Value) -> String {
+        sign_as("k1", key, claims)
+    }
+
+    fn sign_as(kid: &str, key: &EncodingKey, claims: &Value) -> String {
         let mut header = Header::new(Algorithm::ES256);
-        header.kid = Some("k1".into());
+        header.kid = Some(kid.into());
         jsonwebtoken::encode(&header, claims, key).unwrap()
     }
 
@@ -265,13 +333,17 @@ mod tests {
     }
 
     fn authenticator(jwks: JwkSet, options: Options) -> OidcAuthenticator {
+        with_keys(keys::KeySet::fixed(jwks), options)
+    }
+
+    fn with_keys(keys: keys::KeySet, options: Options) -> OidcAuthenticator {
         OidcAuthenticator::new(
             Options {
                 issuer_url: ISSUER.into(),
                 client_id: "skiff".into(),
                 ..options
             },
-            jwks,
+            keys,
             vec![],
         )
         .unwrap()
@@ -353,5 +425,53 @@ mod tests {
         let mut c = claims();
         c["iss"] = json!("https://other.example");
         assert_eq!(check(Options::default(), &c), Ok(None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tokens_are_refused_until_the_issuers_keys_arrive() {
+        let source = Arc::new(keys::tests::FakeSource::default());
+        let oidc = with_keys(
+            keys::KeySet::remote(ISSUER, source.clone()),
+            Options::default(),
+        );
+        let (enc, jwks) = key("k1");
+        let token = sign(&enc, &claims());
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        assert_eq!(
+            oidc.authenticate_token(&token, &[]).unwrap_err(),
+            "oidc: authenticator for issuer \"https://idp.example\" is not initialized"
+        );
+        *source.answer.lock() = Some(jwks);
+        tokio::time::sleep(keys::RETRY_INTERVAL).await;
+        let user = oidc.authenticate_token(&token, &[]).unwrap().unwrap().user;
+        assert_eq!(user.name, "https://idp.example#1234");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_token_naming_an_unknown_key_is_refused_and_has_the_keys_refetched() {
+        let (old, old_jwks) = key("k1");
+        let (new, new_jwks) = key("k2");
+        let source = Arc::new(keys::tests::FakeSource::default());
+        *source.answer.lock() = Some(old_jwks);
+        let oidc = with_keys(
+            keys::KeySet::remote(ISSUER, source.clone()),
+            Options::default(),
+        );
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        assert!(oidc.authenticate_token(&sign(&old, &claims()), &[]).is_ok());
+        // the issuer rotates: the first token with the new kid asks for the new keys
+        *source.answer.lock() = Some(new_jwks);
+        let token = sign_as("k2", &new, &claims());
+        let err = oidc.authenticate_token(&token, &[]).unwrap_err();
+        assert!(err.contains("failed to verify signature"), "{err}");
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        assert_eq!(source.fetches.load(std::sync::atomic::Ordering::SeqCst), 2);
+        let user = oidc.authenticate_token(&token, &[]).unwrap().unwrap().user;
+        assert_eq!(user.name, "https://idp.example#1234");
+        // the old key is gone with the old set
+        assert!(
+            oidc.authenticate_token(&sign(&old, &claims()), &[])
+                .is_err()
+        );
     }
 }

@@ -191,10 +191,16 @@ pub struct AuthnArgs {
     #[arg(long, value_name = "PREFIX", default_value = "")]
     pub oidc_groups_prefix: String,
 
-    /// The issuer's signing keys as a JWKS document (Skiff's flag: upstream fetches them through
-    /// the issuer's discovery document over HTTPS).
+    /// The issuer's signing keys as a JWKS document (a Skiff flag). Without it the keys come
+    /// from the issuer's `/.well-known/openid-configuration` and its `jwks_uri` over HTTPS,
+    /// fetched again when a token names a key not in the set.
     #[arg(long, value_name = "FILE")]
     pub oidc_jwks_file: Option<PathBuf>,
+
+    /// PEM certificates that may sign the issuer's serving certificate (default: the host's
+    /// trust roots).
+    #[arg(long, value_name = "FILE")]
+    pub oidc_ca_file: Option<PathBuf>,
 }
 
 impl AuthnArgs {
@@ -208,13 +214,6 @@ impl AuthnArgs {
         let oidc = match &self.oidc_issuer_url {
             None => None,
             Some(issuer) => {
-                let Some(jwks) = &self.oidc_jwks_file else {
-                    return Err(UsageError(
-                        "--oidc-issuer-url needs --oidc-jwks-file (Skiff does not fetch the issuer's keys)"
-                            .into(),
-                    )
-                    .into());
-                };
                 let options = oidc::Options {
                     issuer_url: issuer.clone(),
                     client_id: self.oidc_client_id.clone().unwrap_or_default(),
@@ -223,16 +222,20 @@ impl AuthnArgs {
                     groups_claim: self.oidc_groups_claim.clone(),
                     groups_prefix: self.oidc_groups_prefix.clone(),
                 };
-                Some(
-                    oidc::OidcAuthenticator::load(options, jwks, Vec::new()).map_err(
-                        |e| match e {
-                            oidc::Error::Issuer(_) | oidc::Error::ClientId => {
-                                anyhow::Error::from(UsageError(e.to_string()))
-                            }
-                            e => e.into(),
-                        },
-                    )?,
-                )
+                let authenticator = match &self.oidc_jwks_file {
+                    Some(jwks) => oidc::OidcAuthenticator::load(options, jwks, Vec::new()),
+                    None => oidc::OidcAuthenticator::discover(
+                        options,
+                        self.oidc_ca_file.as_deref(),
+                        Vec::new(),
+                    ),
+                };
+                Some(authenticator.map_err(|e| match e {
+                    oidc::Error::Issuer(_) | oidc::Error::ClientId => {
+                        anyhow::Error::from(UsageError(e.to_string()))
+                    }
+                    e => e.into(),
+                })?)
             }
         };
         Ok(Options {
