@@ -8,32 +8,13 @@ mod support;
 
 use std::process::Output;
 
-use support::{ApiServer, Backend, HANG_GUARD, KUBECTL_133};
-
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use support::{ApiServer, Backend, KUBECTL_133, output_text};
 
 /// Runs `kubectl args` with `stdin` until `done` accepts its output: objects the plugins read
 /// (LimitRanges, namespace labels, webhook configurations) reach them through the watch cache,
 /// a moment after the write that made them returned.
 fn until(api: &ApiServer, args: &[&str], stdin: &str, done: impl Fn(&Output) -> bool) -> Output {
-    let deadline = std::time::Instant::now() + HANG_GUARD;
-    loop {
-        let out = api.kubectl_output(KUBECTL_133, args, Some(stdin));
-        if done(&out) {
-            return out;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "kubectl {args:?} never gave the expected answer: {:?}",
-            text(&out)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    api.kubectl_until(KUBECTL_133, args, Some(stdin), done)
 }
 
 const LIMITS: &str = r#"
@@ -70,7 +51,7 @@ fn limit_range_defaults_are_applied_and_its_max_refuses() {
         &api,
         &["create", "--dry-run=server", "-o", "json", "-f", "-"],
         PLAIN_POD,
-        |out| text(out).0.contains(annotation),
+        |out| output_text(out).0.contains(annotation),
     );
     let created = api.kubectl_stdin(
         KUBECTL_133,
@@ -156,14 +137,14 @@ fn pod_security_enforce_refuses_and_warn_prints_a_warning() {
         &api,
         &["create", "--dry-run=server", "-f", "-"],
         &bare_pod("warned"),
-        |out| text(out).1.contains("Warning:"),
+        |out| output_text(out).1.contains("Warning:"),
     );
     let warned = api.kubectl_output(
         KUBECTL_133,
         &["create", "-f", "-"],
         Some(&bare_pod("warned")),
     );
-    let (out, err) = text(&warned);
+    let (out, err) = output_text(&warned);
     assert!(warned.status.success(), "{err}");
     assert!(out.contains("pod/bare created"), "{out}");
     assert!(
@@ -178,7 +159,7 @@ fn pod_security_enforce_refuses_and_warn_prints_a_warning() {
         &["create", "--dry-run=server", "-f", "-"],
         Some(&bare_pod("warned").replace("name: bare", "name: other")),
     );
-    let (_, err) = text(&old);
+    let (_, err) = output_text(&old);
     assert!(old.status.success(), "{err}");
     assert!(
         err.contains("Warning: would violate PodSecurity \"restricted:latest\""),
@@ -227,26 +208,11 @@ fn review_answer(path: &str, review: &serde_json::Value) -> serde_json::Value {
 impl WebhookServer {
     fn start() -> WebhookServer {
         use http_body_util::BodyExt;
-        use rustls_pki_types::pem::PemObject;
-        use std::sync::Arc;
 
         let dir = tempfile::tempdir().unwrap();
         let pki = skiff_apiserver::pki::Pki::ensure(dir.path(), &["127.0.0.1".to_string()])
             .expect("webhook certificates");
-        let certs: Vec<rustls_pki_types::CertificateDer<'static>> =
-            rustls_pki_types::CertificateDer::pem_slice_iter(pki.serving_cert_pem.as_bytes())
-                .collect::<Result<_, _>>()
-                .unwrap();
-        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(pki.serving_key_pem.as_bytes())
-            .unwrap();
-        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-        let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let acceptor = support::https::loopback_acceptor(&pki);
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -345,14 +311,14 @@ fn webhooks_mutate_with_a_json_patch_and_deny_with_their_message() {
         &api,
         &["create", "--dry-run=server", "-o", "json", "-f", "-"],
         &pod_in("mutated", "web"),
-        |out| text(out).0.contains("\"mutated\": \"yes\""),
+        |out| output_text(out).0.contains("\"mutated\": \"yes\""),
     );
     let out = api.kubectl_output(
         KUBECTL_133,
         &["create", "-f", "-"],
         Some(&pod_in("mutated", "web")),
     );
-    let (_, err) = text(&out);
+    let (_, err) = output_text(&out);
     assert!(out.status.success(), "{err}");
     assert!(
         err.contains("Warning: mutated by the test webhook"),

@@ -9,31 +9,12 @@ mod support;
 
 use std::process::Output;
 
-use support::{ApiServer, Backend, HANG_GUARD, KUBECTL_133};
-
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use support::{ApiServer, Backend, KUBECTL_133, output_text};
 
 /// Runs `kubectl args` until `done` accepts its output: policies and bindings reach the plugin
 /// through the watch cache, a moment after the write that made them returned.
 fn until(api: &ApiServer, args: &[&str], done: impl Fn(&Output) -> bool) -> Output {
-    let deadline = std::time::Instant::now() + HANG_GUARD;
-    loop {
-        let out = api.kubectl_output(KUBECTL_133, args, None);
-        if done(&out) {
-            return out;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "kubectl {args:?} never gave the expected answer: {:?}",
-            text(&out)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    api.kubectl_until(KUBECTL_133, args, None, done)
 }
 
 /// Upstream's documentation example: at most 5 replicas in namespaces labelled
@@ -274,7 +255,7 @@ fn params_warnings_and_failure_policies_behave_as_upstreams() {
     // Within the limit: admitted although the owner policy's expression fails (Ignore), with
     // the small policy's warning.
     let out = api.kubectl_output(KUBECTL_133, &create("team", "web", "2"), None);
-    let (stdout, stderr) = text(&out);
+    let (stdout, stderr) = output_text(&out);
     assert!(out.status.success(), "{stderr}");
     assert!(stdout.contains("deployment.apps/web created"), "{stdout}");
     assert_eq!(

@@ -229,26 +229,11 @@ struct Issuer {
 
 impl Issuer {
     fn start(dir: &Path) -> Issuer {
-        use rustls_pki_types::pem::PemObject;
-
         let pki = skiff_apiserver::pki::Pki::ensure(dir, &["127.0.0.1".to_string()])
             .expect("issuer certificates");
         let ca_file = dir.join("issuer-ca.crt");
         std::fs::write(&ca_file, &pki.ca_cert_pem).unwrap();
-        let certs: Vec<rustls_pki_types::CertificateDer<'static>> =
-            rustls_pki_types::CertificateDer::pem_slice_iter(pki.serving_cert_pem.as_bytes())
-                .collect::<Result<_, _>>()
-                .unwrap();
-        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(pki.serving_key_pem.as_bytes())
-            .unwrap();
-        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-        let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let acceptor = support::https::loopback_acceptor(&pki);
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))

@@ -126,3 +126,21 @@ pub async fn text(resp: Response<Incoming>) -> (u16, String) {
         .to_bytes();
     (status, String::from_utf8_lossy(&bytes).into_owned())
 }
+
+/// A TLS acceptor for a test's own HTTPS server on loopback (a webhook, an OIDC issuer), serving
+/// `pki`'s serving certificate; clients trust `pki.ca_cert_pem`.
+pub fn loopback_acceptor(pki: &skiff_apiserver::pki::Pki) -> tokio_rustls::TlsAcceptor {
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(pki.serving_cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .expect("serving certificate");
+    let key = PrivateKeyDer::from_pem_slice(pki.serving_key_pem.as_bytes()).expect("serving key");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("serving certificate and key");
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+}

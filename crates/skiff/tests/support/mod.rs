@@ -174,6 +174,31 @@ impl ApiServer {
     }
 
     /// Runs kubectl, asserts success and returns stdout.
+    /// Runs `kubectl args` (with `stdin`) until `done` accepts its output: for objects that reach
+    /// the API server's plugins through its watch cache (LimitRanges, namespace labels, webhook
+    /// configurations, admission policies), a moment after the write that made them returned.
+    pub fn kubectl_until(
+        &self,
+        kubectl: &str,
+        args: &[&str],
+        stdin: Option<&str>,
+        done: impl Fn(&Output) -> bool,
+    ) -> Output {
+        let deadline = std::time::Instant::now() + HANG_GUARD;
+        loop {
+            let out = self.kubectl_output(kubectl, args, stdin);
+            if done(&out) {
+                return out;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "kubectl {args:?} never gave the expected answer: {:?}",
+                output_text(&out)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub fn kubectl(&self, kubectl: &str, args: &[&str]) -> String {
         self.kubectl_stdin(kubectl, args, None)
     }
@@ -334,6 +359,14 @@ pub fn expect_line(lines: &mpsc::Receiver<String>, pred: impl Fn(&str) -> bool) 
             Err(_) => panic!("no matching line within {HANG_GUARD:?}"),
         }
     }
+}
+
+/// A command's stdout and stderr as text.
+pub fn output_text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 pub fn read(path: &Path) -> String {
