@@ -41,6 +41,7 @@ pub mod encoding;
 pub mod encryption;
 pub mod error;
 pub mod handlers;
+pub mod https_client;
 pub mod impersonation;
 pub mod kubelet_client;
 pub mod metrics;

@@ -8,19 +8,15 @@
 //! works only where the host routes Service IPs (skiff-proxy on the same machine).
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use http::{Request, Uri, header};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::rt::TokioIo;
 use rustls::RootCertStore;
+use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
-use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
 
 use super::{Caller, Endpoint, Webhook};
 use crate::cache::Cacher;
@@ -218,23 +214,9 @@ async fn post(
     config: Arc<rustls::ClientConfig>,
     body: Vec<u8>,
 ) -> Result<Value, String> {
-    let name = match target.server_name.parse::<IpAddr>() {
-        Ok(ip) => ServerName::IpAddress(ip.into()),
-        Err(_) => ServerName::try_from(target.server_name.clone()).map_err(|e| e.to_string())?,
-    };
-    let tcp = TcpStream::connect((target.host.as_str(), target.port))
-        .await
-        .map_err(|e| format!("dial tcp {}:{}: {e}", target.host, target.port))?;
-    let tls = TlsConnector::from(config)
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("tls: {e}"))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
+    let mut sender =
+        crate::https_client::connect(&target.server_name, &target.host, target.port, config)
+            .await?;
     let req = Request::post(target.path.as_str())
         .header(
             header::HOST,

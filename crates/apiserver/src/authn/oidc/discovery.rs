@@ -9,14 +9,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use http::{Request, Uri, header};
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper_util::rt::TokioIo;
 use jsonwebtoken::jwk::JwkSet;
 use rustls::RootCertStore;
+use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
-use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
 
 use super::keys::KeySource;
 
@@ -85,23 +82,7 @@ impl Discovery {
             .trim_matches(['[', ']'])
             .to_string();
         let port = uri.port_u16().unwrap_or(443);
-        let name = match host.parse::<std::net::IpAddr>() {
-            Ok(ip) => ServerName::IpAddress(ip.into()),
-            Err(_) => ServerName::try_from(host.clone()).map_err(|e| e.to_string())?,
-        };
-        let tcp = TcpStream::connect((host.as_str(), port))
-            .await
-            .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
-        let tls = TlsConnector::from(self.tls.clone())
-            .connect(name, tcp)
-            .await
-            .map_err(|e| format!("tls: {e}"))?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .map_err(|e| e.to_string())?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let mut sender = crate::https_client::connect(&host, &host, port, self.tls.clone()).await?;
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
         let request = Request::get(path)
             .header(header::HOST, uri.authority().map_or("", |a| a.as_str()))
