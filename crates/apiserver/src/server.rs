@@ -43,6 +43,9 @@ pub struct Config {
     /// Address to listen on (upstream's `--bind-address` + `--secure-port`; default
     /// 127.0.0.1:6443).
     pub listen: SocketAddr,
+    /// More names and addresses for the serving certificate (k3s's `--tls-san`): those clients
+    /// on other hosts reach the server by.
+    pub tls_sans: Vec<String>,
 }
 
 impl Default for Config {
@@ -50,6 +53,7 @@ impl Default for Config {
         Self {
             data_dir: PathBuf::from("/var/lib/skiff"),
             listen: SocketAddr::from(([127, 0, 0, 1], 6443)),
+            tls_sans: Vec::new(),
         }
     }
 }
@@ -650,6 +654,7 @@ impl Listener {
         if addr.ip().is_unspecified() {
             hosts.push("127.0.0.1".into());
         }
+        hosts.extend(config.tls_sans.iter().cloned());
         let pki = Pki::ensure(&config.data_dir.join("tls"), &hosts)?;
         let host = if addr.ip().is_unspecified() {
             "127.0.0.1".to_string()

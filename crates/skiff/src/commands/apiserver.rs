@@ -36,6 +36,11 @@ pub struct ApiServerArgs {
     #[arg(long, value_name = "PORT", default_value_t = 6443)]
     pub secure_port: u16,
 
+    /// More names or IPs for the serving certificate (comma-separated, k3s's flag): those
+    /// nodes on other hosts reach the server by.
+    #[arg(long, value_name = "NAME[,NAME]", value_delimiter = ',')]
+    pub tls_san: Vec<String>,
+
     /// Authorizers to ask, in order (upstream's names: Node, RBAC, AlwaysAllow, AlwaysDeny);
     /// members of `system:masters` are always allowed.
     #[arg(long, value_name = "MODES", default_value = "Node,RBAC")]
@@ -286,6 +291,7 @@ pub async fn run(args: ApiServerArgs) -> anyhow::Result<()> {
     let config = Config {
         data_dir: args.data_dir.clone(),
         listen: SocketAddr::new(args.bind_address, args.secure_port),
+        tls_sans: args.tls_san.clone(),
     };
     let listener = Listener::bind(&config).await?;
     let addr = listener.local_addr();
