@@ -49,6 +49,10 @@ pub struct ContainerdConfig {
     pub cni_bin_dir: PathBuf,
     /// The Linux bridge pods attach to (upstream's and k3s's `cni0`).
     pub bridge: String,
+    /// Whether the bridge plugin masquerades traffic leaving the node's pod CIDR. Off when the
+    /// host-gw pod network ([`crate::podnet`]) runs: pods on other nodes must see a pod's own
+    /// address, and its `SKIFF-POSTROUTING` chain masquerades only what leaves the cluster CIDR.
+    pub ip_masq: bool,
 }
 
 impl Default for ContainerdConfig {
@@ -59,6 +63,7 @@ impl Default for ContainerdConfig {
             sandbox_image: crate::images::PAUSE_IMAGE.into(),
             cni_bin_dir: PathBuf::from("/usr/lib/cni"),
             bridge: "cni0".into(),
+            ip_masq: true,
         }
     }
 }
@@ -132,7 +137,7 @@ state = "{d}/state"
     }
 
     /// The CNI network: a bridge with the gateway on the host, masquerading traffic that
-    /// leaves the pod CIDR, hairpin for pods reaching themselves through a service; host-local
+    /// leaves the pod CIDR (unless [`ContainerdConfig::ip_masq`] is off), hairpin for pods reaching themselves through a service; host-local
     /// IPAM keeps its leases under our dir; portmap serves hostPort.
     pub fn cni_conflist(&self) -> String {
         let conf = serde_json::json!({
@@ -143,7 +148,7 @@ state = "{d}/state"
                     "type": "bridge",
                     "bridge": self.bridge,
                     "isGateway": true,
-                    "ipMasq": true,
+                    "ipMasq": self.ip_masq,
                     "hairpinMode": true,
                     "ipam": {
                         "type": "host-local",
@@ -412,6 +417,16 @@ mod tests {
         assert_eq!(plugins[0]["ipam"]["ranges"][0][0]["subnet"], "10.99.0.0/24");
         assert_eq!(plugins[0]["ipam"]["dataDir"], "/data/containerd/cni/ipam");
         assert_eq!(plugins[1]["type"], "portmap");
+    }
+
+    #[test]
+    fn the_bridge_leaves_masquerading_to_the_pod_network_when_told() {
+        let config = ContainerdConfig {
+            ip_masq: false,
+            ..config()
+        };
+        let conf: serde_json::Value = serde_json::from_str(&config.cni_conflist()).unwrap();
+        assert_eq!(conf["plugins"][0]["ipMasq"], false);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The kubelet's main loop: start (or connect to) containerd, import the built-in images,
 //! register the Node, keep its Lease and status fresh, and run the pod loop
-//! ([`crate::pod_workers`]), the kubelet server and the static pods.
+//! ([`crate::pod_workers`]), the kubelet server, the static pods and the pod network across
+//! nodes ([`crate::podnet`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -21,6 +22,8 @@ use crate::host::HostInfo;
 use crate::images::{self, CtrImporter};
 use crate::node;
 use crate::pod_sync::SyncContext;
+use crate::podnet::HostGw;
+use crate::podnet_runner::HostRunner;
 use crate::server::auth::Auth;
 use crate::server::pods::PodRegistry;
 use crate::server::reviews::ApiReviews;
@@ -38,6 +41,8 @@ pub enum Error {
     Images(#[from] crate::images::Error),
     #[error(transparent)]
     Node(#[from] crate::node::Error),
+    #[error(transparent)]
+    PodNet(#[from] crate::podnet::Error),
     #[error(transparent)]
     Server(#[from] crate::server::Error),
     #[error(transparent)]
@@ -81,6 +86,22 @@ pub struct Config {
     pub sync_frequency: Duration,
     /// The host's resolv.conf, for `Default` pods and the search path (`--resolv-conf`).
     pub resolv_conf: PathBuf,
+    /// How pods reach pods on other nodes (k3s's `--flannel-backend`).
+    pub flannel_backend: FlannelBackend,
+    /// The cluster's pod range, which the pod network does not masquerade within
+    /// (`--cluster-cidr`).
+    pub cluster_cidr: String,
+}
+
+/// How pods reach pods on other nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlannelBackend {
+    /// Routes to other nodes' pod CIDRs via their InternalIPs and masquerading out of the
+    /// cluster CIDR ([`crate::podnet`]); the CNI bridge does not masquerade.
+    HostGw,
+    /// No routes between nodes; the CNI bridge masquerades what leaves the node's pod CIDR
+    /// (one node, or a network someone else provides).
+    None,
 }
 
 impl Default for Config {
@@ -106,6 +127,9 @@ impl Default for Config {
             cluster_domain: "cluster.local".into(),
             sync_frequency: crate::volumes::REFRESH,
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            flannel_backend: FlannelBackend::HostGw,
+            // k3s's default cluster CIDR
+            cluster_cidr: "10.42.0.0/16".into(),
         }
     }
 }
@@ -132,12 +156,21 @@ pub struct Kubelet {
     runtime_version: String,
     server: KubeletServer,
     pods: PodRegistry,
+    host_gw: Option<HostGw>,
     pub ready: Ready,
 }
 
 impl Kubelet {
     /// Starts the runtime, imports the built-in images and registers the Node.
     pub async fn start(client: kube::Client, config: Config) -> Result<Kubelet> {
+        let host_gw = match config.flannel_backend {
+            FlannelBackend::HostGw => Some(HostGw::new(
+                Arc::new(HostRunner),
+                &config.node_name,
+                &config.cluster_cidr,
+            )?),
+            FlannelBackend::None => None,
+        };
         let nodes: Api<Node> = Api::all(client.clone());
         let pod_cidr = node::assigned_pod_cidr(&nodes, &config.node_name)
             .await?
@@ -149,6 +182,7 @@ impl Kubelet {
                 let c = ContainerdConfig {
                     dir: config.data_dir.join("containerd"),
                     pod_cidr: pod_cidr.clone(),
+                    ip_masq: host_gw.is_none(),
                     ..Default::default()
                 };
                 let m = ManagedContainerd::start(c, config.containerd_binary.clone()).await?;
@@ -248,6 +282,7 @@ impl Kubelet {
             runtime_version,
             server,
             pods,
+            host_gw,
             ready,
         })
     }
@@ -285,8 +320,14 @@ impl Kubelet {
             let every = self.config.file_check_frequency;
             tokio::spawn(async move { crate::static_pods::run(&api, &dir, &node, every).await })
         });
+        let pod_network = self
+            .host_gw
+            .map(|h| tokio::spawn(crate::podnet::run(self.client.clone(), h)));
         let server = tokio::spawn(self.server.serve());
         shutdown.await;
+        if let Some(task) = pod_network {
+            task.abort();
+        }
         heartbeats.abort();
         pods.abort();
         server.abort();

@@ -43,6 +43,8 @@
 //! - [`api`]: pod writes through the API server behind a trait, with a recording fake.
 //! - [`credentials`]: registry credentials from a pod's `imagePullSecrets`.
 //! - [`containerd`]: managed containerd (config, supervision).
+//! - [`podnet`]: host-gw routes to other nodes' pod CIDRs and masquerading out of the cluster.
+//! - [`podnet_runner`]: the `ip`/`iptables` commands the pod network runs, with a recording fake.
 //! - [`images`]: the built-in pause and busybox images and image import.
 
 pub mod actions;
@@ -72,6 +74,8 @@ pub mod pod_probes;
 pub mod pod_setup;
 pub mod pod_sync;
 pub mod pod_workers;
+pub mod podnet;
+pub mod podnet_runner;
 pub mod probe;
 pub mod qos;
 pub mod resource_field;
@@ -80,4 +84,4 @@ pub mod static_pods;
 pub mod status;
 pub mod volumes;
 
-pub use kubelet::{Config, Kubelet, Ready};
+pub use kubelet::{Config, FlannelBackend, Kubelet, Ready};

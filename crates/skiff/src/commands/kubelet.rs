@@ -12,7 +12,7 @@ use anyhow::Context;
 use clap::Args;
 use skiff_kubelet::hollow::{self, HollowNodes};
 use skiff_kubelet::hollow_runtime::Behaviour;
-use skiff_kubelet::{Config, Kubelet};
+use skiff_kubelet::{Config, FlannelBackend, Kubelet};
 
 use super::store::shutdown_signal;
 
@@ -76,6 +76,20 @@ pub struct KubeletArgs {
     /// The host's resolv.conf, for `Default` pods and the host part of the search path.
     #[arg(long, value_name = "FILE", default_value = "/etc/resolv.conf")]
     pub resolv_conf: PathBuf,
+
+    /// How pods reach pods on other nodes, as k3s's flag: `host-gw` routes other nodes' pod
+    /// CIDRs via their InternalIPs and masquerades traffic leaving the cluster CIDR; `none`
+    /// leaves the network to someone else (the CNI bridge masquerades). Hollow nodes have none.
+    #[arg(long, value_name = "BACKEND", default_value = "host-gw", value_parser = ["host-gw", "none"])]
+    pub flannel_backend: String,
+
+    /// The cluster's pod range (default 10.42.0.0/16, k3s's): host-gw does not masquerade
+    /// within it. Hollow node `i` gets the `i`-th /24 of it as its pod CIDR (unless its Node
+    /// has one), its InternalIP the range's `.1`, its pods' IPs `.2` onwards (default
+    /// 10.64.0.0/10, room for many hollow nodes).
+    #[arg(long, value_name = "CIDR")]
+    pub cluster_cidr: Option<String>,
+
     #[command(flatten)]
     pub hollow: HollowArgs,
 }
@@ -100,16 +114,6 @@ pub struct HollowArgs {
         requires = "hollow"
     )]
     pub node_name_prefix: String,
-
-    /// Hollow node `i` gets the `i`-th /24 of this range as its pod CIDR (unless its Node
-    /// has one); its InternalIP is the range's `.1`, its pods' IPs `.2` onwards.
-    #[arg(
-        long,
-        value_name = "CIDR",
-        default_value = "10.64.0.0/10",
-        requires = "hollow"
-    )]
-    pub cluster_cidr: String,
 
     /// How long a hollow pod's sandbox takes to start, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 0, requires = "hollow")]
@@ -182,6 +186,13 @@ pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
         cluster_dns: args.cluster_dns,
         cluster_domain: args.cluster_domain,
         resolv_conf: args.resolv_conf,
+        flannel_backend: match args.flannel_backend.as_str() {
+            "none" => FlannelBackend::None,
+            _ => FlannelBackend::HostGw,
+        },
+        cluster_cidr: args
+            .cluster_cidr
+            .unwrap_or_else(|| Config::default().cluster_cidr),
         sync_frequency: args.sync_frequency.max(Duration::from_secs(1)),
         ..Config::default()
     };
@@ -205,7 +216,9 @@ async fn run_hollow(client: kube::Client, args: KubeletArgs) -> anyhow::Result<(
     let config = hollow::Config {
         count: h.count,
         prefix: h.node_name_prefix,
-        cluster_cidr: h.cluster_cidr,
+        cluster_cidr: args
+            .cluster_cidr
+            .unwrap_or_else(|| hollow::Config::default().cluster_cidr),
         behaviour: Behaviour {
             startup_delay: Duration::from_millis(h.hollow_startup_delay_ms),
             failure_rate: h.hollow_failure_rate,
