@@ -225,7 +225,7 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
 
         // a restarted kubelet (and containerd) adopts the running container: checked below,
         // once the new kubelet has run the next pods (and so has synced this one)
-        kubelet.restart(&api);
+        kubelet.restart();
         // and containerd crashing under it: the kubelet restarts it, reconnects and carries on
         // (the pods below run on the new one)
         let pid_file = kubelet.data().join("containerd/containerd.pid");

@@ -15,6 +15,7 @@ use skiff_store::etcd_process::EtcdProcess;
 
 pub mod cluster;
 pub mod https;
+pub mod netns;
 pub mod node;
 
 /// Guards every wait on a child so that a broken server fails a test instead of hanging it.

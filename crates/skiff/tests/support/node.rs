@@ -1,7 +1,8 @@
 //! A real `skiff kubelet` for the end-to-end tests, with the managed containerd it starts:
-//! started on its own data dir, its kubelet server on a free loopback port (the Node's
-//! InternalIP is 127.0.0.1 so that the API server reaches it there), and torn down with
-//! whatever containers a failed test left.
+//! started on its own data dir, by default on this host with its kubelet server on a free
+//! loopback port (the Node's InternalIP is 127.0.0.1 so that the API server reaches it there),
+//! or in a network namespace of its own ([`Placement`], see [`super::netns`]), and torn down
+//! with whatever containers a failed test left.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -44,12 +45,50 @@ pub fn unsupported() -> Option<String> {
     None
 }
 
+/// Where a kubelet runs and how the API server reaches it.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    /// The command the kubelet runs under (`nsenter --net=…`); empty: directly.
+    pub prefix: Vec<String>,
+    /// The kubelet's kubeconfig (its node identity, the API server's address as it sees it).
+    pub kubeconfig: PathBuf,
+    /// Its network flags: `--node-ip`, `--address`, `--port`, the pod network.
+    pub args: Vec<String>,
+}
+
+impl Placement {
+    /// On this host: the kubelet server on a free loopback port, InternalIP 127.0.0.1, pod
+    /// CIDR 10.42.0.0/24, and no pod network across nodes (so no routes or masquerade rules
+    /// on the host; the CNI bridge masquerades as before).
+    pub fn loopback(api: &ApiServer, node: &str) -> Placement {
+        Placement {
+            prefix: Vec::new(),
+            kubeconfig: node_kubeconfig(api, node),
+            args: [
+                "--pod-cidr",
+                "10.42.0.0/24",
+                "--address",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--node-ip",
+                "127.0.0.1",
+                "--flannel-backend",
+                "none",
+            ]
+            .map(String::from)
+            .to_vec(),
+        }
+    }
+}
+
 /// A `skiff kubelet` child with its data dir. Dropping it kills whatever containers are left
 /// (a failed test), stops the kubelet with SIGTERM (which stops its containerd) and removes
 /// the data dir.
 pub struct KubeletProcess {
     child: Child,
     node: String,
+    placement: Placement,
     /// Extra flags, kept across [`KubeletProcess::restart`].
     args: Vec<String>,
     dir: tempfile::TempDir,
@@ -66,12 +105,23 @@ impl KubeletProcess {
 
     /// Starts a kubelet with these extra flags.
     pub fn start_with(api: &ApiServer, node: &str, args: &[&str]) -> KubeletProcess {
+        KubeletProcess::start_placed(api, node, Placement::loopback(api, node), args)
+    }
+
+    /// Starts a kubelet placed as `placement` says, with these extra flags.
+    pub fn start_placed(
+        api: &ApiServer,
+        node: &str,
+        placement: Placement,
+        args: &[&str],
+    ) -> KubeletProcess {
         let dir = tempfile::tempdir().expect("temp dir");
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        let (child, port, lines) = spawn_kubelet(api, node, dir.path(), &args);
+        let (child, port, lines) = spawn_kubelet(&placement, node, dir.path(), &args);
         KubeletProcess {
             child,
             node: node.to_string(),
+            placement,
             args,
             dir,
             kubeconfig: api.kubeconfig(),
@@ -82,13 +132,14 @@ impl KubeletProcess {
 
     /// Stops the kubelet (SIGTERM: it stops its containerd, the containers keep running) and
     /// starts it again on the same data dir.
-    pub fn restart(&mut self, api: &ApiServer) {
+    pub fn restart(&mut self) {
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(self.child.id().to_string())
             .status();
         let _ = self.child.wait();
-        let (child, port, lines) = spawn_kubelet(api, &self.node, self.dir.path(), &self.args);
+        let (child, port, lines) =
+            spawn_kubelet(&self.placement, &self.node, self.dir.path(), &self.args);
         self.child = child;
         self.port = port;
         self._lines = lines;
@@ -99,7 +150,7 @@ impl KubeletProcess {
         self.dir.path().join("manifests")
     }
 
-    /// The kubelet server's port on 127.0.0.1.
+    /// The kubelet server's port (on 127.0.0.1 when placed on loopback).
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -219,19 +270,25 @@ fn kill_shims(socket: &Path) {
 /// Starts `skiff kubelet` with its data under `dir` and waits for its ready line; the child,
 /// its server's port and its further output.
 fn spawn_kubelet(
-    api: &ApiServer,
+    placement: &Placement,
     node: &str,
     dir: &Path,
     args: &[String],
 ) -> (Child, u16, std::sync::mpsc::Receiver<String>) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
+    let skiff = env!("CARGO_BIN_EXE_skiff");
+    let mut cmd = match placement.prefix.split_first() {
+        Some((program, rest)) => {
+            let mut cmd = Command::new(program);
+            cmd.args(rest).arg(skiff);
+            cmd
+        }
+        None => Command::new(skiff),
+    };
     cmd.arg("kubelet")
         .arg("--kubeconfig")
-        .arg(node_kubeconfig(api, node))
-        .args(["--node-name", node, "--pod-cidr", "10.42.0.0/24"])
-        // the kubelet server on a free loopback port, reached by the API server on loopback
-        .args(["--address", "127.0.0.1", "--port", "0"])
-        .args(["--node-ip", "127.0.0.1"])
+        .arg(&placement.kubeconfig)
+        .args(["--node-name", node])
+        .args(&placement.args)
         .arg("--data-dir")
         .arg(dir.join("data"))
         // static pods, read every second

@@ -1,0 +1,202 @@
+//! The pod network across nodes (issue 8), end to end: two real kubelets with their managed
+//! containerd, each in a network namespace of its own on a private lan ([`support::netns`]);
+//! the controller manager's nodeipam gives their Nodes pod CIDRs and the scheduler places the
+//! pods. Each kubelet's host-gw sync routes the other node's pod CIDR via its lan address, so a
+//! pod on node A reaches a pod on node B by pod IP and B sees A's pod IP (no masquerade between
+//! pods), while a pod reaching the lan host leaves masqueraded behind its node's address. Needs
+//! root (containerd, CNI, network namespaces); skips otherwise.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, TcpListener};
+use std::sync::mpsc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+use support::cluster::{controller_manager, scheduler};
+use support::netns::{self, Lan, NodeNet};
+use support::node::{KubeletProcess, in_phase};
+use support::{ApiServer, Backend, KUBECTL_133, eventually, kube_client, run};
+
+const NODE_A: &str = "podnet-a";
+const NODE_B: &str = "podnet-b";
+
+/// An HTTP server (busybox httpd) whose CGI answers with the client address it sees.
+const WHO_AM_I: &str = r#"mkdir -p /www/cgi-bin && printf '#!/bin/sh\necho Content-Type: text/plain\necho\necho "$REMOTE_ADDR"\n' > /www/cgi-bin/ip && chmod +x /www/cgi-bin/ip && exec httpd -f -p 8080 -h /www"#;
+
+async fn create_pod(pods: &Api<Pod>, name: &str, node: &str, script: &str) {
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "busybox", "imagePullPolicy": "IfNotPresent",
+                            "command": ["sh", "-c", script]}],
+        },
+    });
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod).unwrap(),
+    )
+    .await
+    .expect("create pod");
+}
+
+/// The pod's IP once it runs on `node`.
+async fn running_on(pods: &Api<Pod>, name: &str, node: &str) -> String {
+    let pod = eventually(&format!("{name} running"), || {
+        in_phase(pods, name, "Running")
+    })
+    .await;
+    assert_eq!(pod.spec.unwrap().node_name.as_deref(), Some(node));
+    pod.status.unwrap().pod_ip.expect("a pod IP")
+}
+
+/// The Node's pod CIDR once nodeipam has given it one.
+fn pod_cidr(api: &ApiServer, node: &str) -> String {
+    let out = api.kubectl_until(
+        KUBECTL_133,
+        &["get", "node", node, "-o", "jsonpath={.spec.podCIDR}"],
+        None,
+        |out| out.status.success() && !out.stdout.is_empty(),
+    );
+    support::output_text(&out).0
+}
+
+/// Skiff's routes (protocol 83) in a node's namespace, once `want` is among them.
+fn route_appears(net: &NodeNet, want: &str) -> String {
+    let deadline = std::time::Instant::now() + support::HANG_GUARD;
+    loop {
+        let routes = net.exec_ok(&["ip", "-4", "route", "show", "proto", "83"]);
+        if routes.contains(want) {
+            return routes;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no route {want:?} in {}: {routes}",
+            net.namespace
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Whether `ip` is in the /24 `cidr`.
+fn in_cidr(ip: &str, cidr: &str) -> bool {
+    let prefix = cidr.trim_end_matches(".0/24");
+    ip.starts_with(&format!("{prefix}."))
+}
+
+#[test]
+fn pods_on_two_nodes_reach_each_other_unmasqueraded_and_leave_the_cluster_masqueraded() {
+    if let Some(why) = netns::unsupported() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    // declared first, dropped last: after the kubelets running inside it
+    let mut lan = Lan::create();
+    let flags = netns::api_server_flags(&lan);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let api = ApiServer::start_with(Backend::Embedded, &flags);
+    let (net_a, net_b) = (lan.add_node(), lan.add_node());
+    let _cm = controller_manager(
+        &api,
+        &["--controllers", "nodeipam", "--allocate-node-cidrs=true"],
+    );
+    let _scheduler = scheduler(&api);
+
+    // The Nodes exist before their kubelets, so that each kubelet's CNI bridge uses the range
+    // nodeipam gave its Node (a kubelet registering a new Node would bring its --pod-cidr).
+    for node in [NODE_A, NODE_B] {
+        let manifest = json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}},
+        });
+        api.kubectl_stdin(
+            KUBECTL_133,
+            &["create", "-f", "-"],
+            Some(&manifest.to_string()),
+        );
+    }
+    let (cidr_a, cidr_b) = (pod_cidr(&api, NODE_A), pod_cidr(&api, NODE_B));
+    assert_ne!(cidr_a, cidr_b);
+
+    let _kubelet_a = KubeletProcess::start_placed(&api, NODE_A, net_a.placement(&api, NODE_A), &[]);
+    let _kubelet_b = KubeletProcess::start_placed(&api, NODE_B, net_b.placement(&api, NODE_B), &[]);
+
+    // each node routes the other's pod CIDR via the other's lan address, marked as Skiff's
+    let routes_a = route_appears(&net_a, &format!("{cidr_b} via {}", net_b.ip));
+    let routes_b = route_appears(&net_b, &format!("{cidr_a} via {}", net_a.ip));
+    assert!(!routes_a.contains(&cidr_a), "{routes_a}");
+    assert!(!routes_b.contains(&cidr_b), "{routes_b}");
+    // and masquerades only what leaves the cluster CIDR
+    let nat = net_a.exec_ok(&["iptables", "-t", "nat", "-S", "SKIFF-POSTROUTING"]);
+    assert!(
+        nat.contains("-s 10.42.0.0/16 -d 10.42.0.0/16") && nat.contains("-j MASQUERADE"),
+        "{nat}"
+    );
+
+    let (mut ip_a, mut ip_b) = (String::new(), String::new());
+    run(async {
+        let pods: Api<Pod> = Api::default_namespaced(kube_client(&api).await);
+        create_pod(&pods, "server", NODE_B, WHO_AM_I).await;
+        create_pod(&pods, "client", NODE_A, "exec sleep 3600").await;
+        ip_a = running_on(&pods, "client", NODE_A).await;
+        ip_b = running_on(&pods, "server", NODE_B).await;
+    });
+    assert!(in_cidr(&ip_a, &cidr_a), "{ip_a} not in {cidr_a}");
+    assert!(in_cidr(&ip_b, &cidr_b), "{ip_b} not in {cidr_b}");
+
+    // pod A → pod B by pod IP; B sees A's pod IP
+    let url = format!("http://{ip_b}:8080/cgi-bin/ip");
+    let seen = api.kubectl_until(
+        KUBECTL_133,
+        &["exec", "client", "--", "wget", "-q", "-O", "-", &url],
+        None,
+        |out| out.status.success(),
+    );
+    let seen = support::output_text(&seen).0;
+    // httpd listens on IPv6 and shows IPv4 clients as `[::ffff:a.b.c.d]`
+    let seen = seen.trim().trim_matches(['[', ']']);
+    assert_eq!(seen.trim_start_matches("::ffff:"), ip_a);
+
+    // pod A → the lan host: masqueraded behind node A's address
+    let listener = TcpListener::bind((lan.host_ip(), 0)).expect("listen on the lan host");
+    let port = listener.local_addr().unwrap().port();
+    let (peers, peer) = mpsc::channel::<IpAddr>();
+    std::thread::spawn(move || {
+        while let Ok((mut conn, from)) = listener.accept() {
+            let mut request = [0u8; 1024];
+            let _ = conn.read(&mut request);
+            let _ = conn.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 6\r\n\r\nhello\n");
+            if peers.send(from.ip()).is_err() {
+                break;
+            }
+        }
+    });
+    let url = format!("http://{}:{port}/", lan.host_ip());
+    let out = api.kubectl(
+        KUBECTL_133,
+        &["exec", "client", "--", "wget", "-q", "-O", "-", &url],
+    );
+    assert_eq!(out, "hello\n");
+    let from = peer
+        .recv_timeout(support::HANG_GUARD)
+        .expect("the lan host saw the pod's request");
+    assert_eq!(from, IpAddr::V4(net_a.ip));
+
+    // the pods' sandboxes (and their CNI namespaces) go before the lan does
+    api.kubectl(
+        KUBECTL_133,
+        &[
+            "delete",
+            "pods",
+            "--all",
+            "--grace-period=1",
+            "--timeout=50s",
+        ],
+    );
+}

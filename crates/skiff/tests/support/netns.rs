@@ -1,0 +1,270 @@
+//! A private "lan" for multi-node tests, made of network namespaces and always removed (also
+//! when the test panics): a namespace holding a Linux bridge, a veth from this host to it (the
+//! host end, `skiff<n>`, gets 10.250.<n>.1/24: a link the test owns, no other host setting is
+//! touched) and, per node, a namespace with a veth into the bridge (`eth0`, 10.250.<n>.<k>/24,
+//! default route via .1). Kubelets run in a node's namespace through `nsenter --net` rather than
+//! `ip netns exec`, which would remount /sys and so hide the cgroup hierarchy runc needs; the
+//! mount namespace (containerd's shim sockets under /run/containerd/s, pinned pod netns under
+//! /var/run/netns) stays shared, which is fine: those paths are unique per containerd and pod.
+//! Routes, iptables rules and the `cni0` bridge a kubelet makes stay inside its node's namespace.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::ApiServer;
+use super::node::Placement;
+
+/// Lans made by this test process, for unique namespace names.
+static LANS: AtomicU32 = AtomicU32::new(0);
+
+/// Why this host cannot build a lan, if it cannot.
+pub fn unsupported() -> Option<String> {
+    if let Some(why) = super::node::unsupported() {
+        return Some(why);
+    }
+    for binary in ["ip", "nsenter", "iptables", "iptables-restore"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {binary}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            return Some(format!("{binary} is not installed (scripts/install-deps)"));
+        }
+    }
+    None
+}
+
+/// The lan: removed with its node namespaces on drop. Drop it after the kubelets in it (declare
+/// it before them).
+pub struct Lan {
+    /// The `n` of 10.250.<n>.0/24.
+    pub index: u8,
+    namespace: String,
+    host_link: String,
+    nodes: Vec<String>,
+}
+
+/// A node's namespace on the lan.
+#[derive(Debug, Clone)]
+pub struct NodeNet {
+    pub namespace: String,
+    pub ip: Ipv4Addr,
+    /// The lan host's address (the node's default gateway).
+    pub gateway: Ipv4Addr,
+}
+
+impl Lan {
+    /// Creates the bridge namespace and picks a free 10.250.<n>.0/24: the first `n` whose host
+    /// link `skiff<n>` can be created (another lan, of this or another test process, holds it
+    /// otherwise).
+    pub fn create() -> Lan {
+        let seq = LANS.fetch_add(1, Ordering::SeqCst);
+        let namespace = format!("skiff-lan-{}-{seq}", std::process::id());
+        ip(&["netns", "add", &namespace]);
+        let mut lan = Lan {
+            index: 0,
+            namespace,
+            host_link: String::new(),
+            nodes: Vec::new(),
+        };
+        let start = (std::process::id() % 200) as u16;
+        let index = (0..250u16)
+            .map(|i| ((start + i) % 250 + 1) as u8)
+            .find(|n| {
+                let link = format!("skiff{n}");
+                let taken =
+                    ip_output(&["-4", "addr", "show"]).contains(&format!("inet 10.250.{n}."));
+                !taken
+                    && run(Command::new("ip").args([
+                        "link",
+                        "add",
+                        &link,
+                        "type",
+                        "veth",
+                        "peer",
+                        "name",
+                        "uplink",
+                        "netns",
+                        &lan.namespace,
+                    ]))
+                    .status
+                    .success()
+            })
+            .expect("a free 10.250.<n>.0/24 for the test lan");
+        lan.index = index;
+        lan.host_link = format!("skiff{index}");
+        let ns = lan.namespace.clone();
+        ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        ip(&["-n", &ns, "link", "add", "br0", "type", "bridge"]);
+        ip(&["-n", &ns, "link", "set", "br0", "up"]);
+        ip(&["-n", &ns, "link", "set", "uplink", "master", "br0", "up"]);
+        let host_cidr = format!("{}/24", lan.host_ip());
+        ip(&["addr", "add", &host_cidr, "dev", &lan.host_link]);
+        ip(&["link", "set", &lan.host_link, "up"]);
+        lan
+    }
+
+    /// This host's address on the lan (10.250.<n>.1).
+    pub fn host_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, 250, self.index, 1)
+    }
+
+    /// A new node namespace on the lan, 10.250.<n>.<k> with k = 2, 3, …
+    pub fn add_node(&mut self) -> NodeNet {
+        let k = self.nodes.len() + 2;
+        let namespace = format!("{}-node{k}", self.namespace);
+        ip(&["netns", "add", &namespace]);
+        self.nodes.push(namespace.clone());
+        let port = format!("node{k}");
+        ip(&[
+            "-n",
+            &self.namespace,
+            "link",
+            "add",
+            &port,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &namespace,
+        ]);
+        ip(&[
+            "-n",
+            &self.namespace,
+            "link",
+            "set",
+            &port,
+            "master",
+            "br0",
+            "up",
+        ]);
+        let node_ip = Ipv4Addr::new(10, 250, self.index, k as u8);
+        ip(&["-n", &namespace, "link", "set", "lo", "up"]);
+        ip(&[
+            "-n",
+            &namespace,
+            "addr",
+            "add",
+            &format!("{node_ip}/24"),
+            "dev",
+            "eth0",
+        ]);
+        ip(&["-n", &namespace, "link", "set", "eth0", "up"]);
+        ip(&[
+            "-n",
+            &namespace,
+            "route",
+            "add",
+            "default",
+            "via",
+            &self.host_ip().to_string(),
+        ]);
+        NodeNet {
+            namespace,
+            ip: node_ip,
+            gateway: self.host_ip(),
+        }
+    }
+}
+
+impl Drop for Lan {
+    fn drop(&mut self) {
+        for ns in &self.nodes {
+            let _ = run(Command::new("ip").args(["netns", "del", ns]));
+        }
+        if !self.host_link.is_empty() {
+            let _ = run(Command::new("ip").args(["link", "del", &self.host_link]));
+        }
+        let _ = run(Command::new("ip").args(["netns", "del", &self.namespace]));
+    }
+}
+
+impl NodeNet {
+    /// Runs `args` in the node's namespace; its output, whatever the exit status.
+    pub fn exec(&self, args: &[&str]) -> Output {
+        run(Command::new("nsenter")
+            .arg(format!("--net=/var/run/netns/{}", self.namespace))
+            .args(args))
+    }
+
+    /// Runs `args` in the node's namespace, asserts success and returns stdout.
+    pub fn exec_ok(&self, args: &[&str]) -> String {
+        let out = self.exec(args);
+        let (stdout, stderr) = super::output_text(&out);
+        assert!(
+            out.status.success(),
+            "{args:?} in {}: {stderr}",
+            self.namespace
+        );
+        stdout
+    }
+
+    /// A kubelet for `node` in this namespace: InternalIP the node's lan address, its server on
+    /// all addresses (a free port), the host-gw pod network on, and a kubeconfig with the
+    /// node's identity that reaches the API server at the lan host's address (start the API
+    /// server with [`api_server_flags`]).
+    pub fn placement(&self, api: &ApiServer, node: &str) -> Placement {
+        Placement {
+            prefix: vec![
+                "nsenter".into(),
+                format!("--net=/var/run/netns/{}", self.namespace),
+            ],
+            kubeconfig: node_kubeconfig(api, node, self.gateway),
+            args: [
+                "--node-ip",
+                &self.ip.to_string(),
+                "--address",
+                "0.0.0.0",
+                "--port",
+                "0",
+                "--flannel-backend",
+                "host-gw",
+            ]
+            .map(String::from)
+            .to_vec(),
+        }
+    }
+}
+
+/// `skiff apiserver` flags that make it reachable from the lan's nodes: all addresses, and the
+/// lan host's address in its serving certificate.
+pub fn api_server_flags(lan: &Lan) -> Vec<String> {
+    vec![
+        "--bind-address".into(),
+        "0.0.0.0".into(),
+        "--tls-san".into(),
+        lan.host_ip().to_string(),
+    ]
+}
+
+/// A kubeconfig for `system:node:<node>` pointing at the API server's port on `server`.
+fn node_kubeconfig(api: &ApiServer, node: &str, server: Ipv4Addr) -> PathBuf {
+    let pki = skiff_apiserver::pki::Pki::load(&api.data_dir.join("tls")).expect("the cluster CA");
+    let path = api.data_dir.join(format!("node-{node}-lan.kubeconfig"));
+    pki.write_kubeconfig(
+        &path,
+        &format!("https://{server}:{}", api.port),
+        &format!("system:node:{node}"),
+        Some("system:nodes"),
+    )
+    .expect("write the kubeconfig");
+    path
+}
+
+fn ip(args: &[&str]) {
+    let out = run(Command::new("ip").args(args));
+    let (_, stderr) = super::output_text(&out);
+    assert!(out.status.success(), "ip {args:?}: {stderr}");
+}
+
+fn ip_output(args: &[&str]) -> String {
+    super::output_text(&run(Command::new("ip").args(args))).0
+}
+
+fn run(cmd: &mut Command) -> Output {
+    super::run_guarded(cmd)
+}
