@@ -3,7 +3,8 @@
 //! the controller manager's nodeipam gives their Nodes pod CIDRs and the scheduler places the
 //! pods. Each kubelet's host-gw sync routes the other node's pod CIDR via its lan address, so a
 //! pod on node A reaches a pod on node B by pod IP and B sees A's pod IP (no masquerade between
-//! pods), while a pod reaching the lan host leaves masqueraded behind its node's address. Needs
+//! pods), while a pod reaching the lan host leaves masqueraded behind its node's address; the API
+//! server reaches the kubelets at their lan addresses for logs and exec. Needs
 //! root (containerd, CNI, network namespaces); skips otherwise.
 
 mod support;
@@ -143,12 +144,16 @@ fn pods_on_two_nodes_reach_each_other_unmasqueraded_and_leave_the_cluster_masque
     run(async {
         let pods: Api<Pod> = Api::default_namespaced(kube_client(&api).await);
         create_pod(&pods, "server", NODE_B, WHO_AM_I).await;
-        create_pod(&pods, "client", NODE_A, "exec sleep 3600").await;
+        create_pod(&pods, "client", NODE_A, "echo client up && exec sleep 3600").await;
         ip_a = running_on(&pods, "client", NODE_A).await;
         ip_b = running_on(&pods, "server", NODE_B).await;
     });
     assert!(in_cidr(&ip_a, &cidr_a), "{ip_a} not in {cidr_a}");
     assert!(in_cidr(&ip_b, &cidr_b), "{ip_b} not in {cidr_b}");
+
+    // the API server reaches the kubelet in node A's namespace at its lan address
+    let logs = api.kubectl(KUBECTL_133, &["logs", "client"]);
+    assert_eq!(logs, "client up\n");
 
     // pod A → pod B by pod IP; B sees A's pod IP
     let url = format!("http://{ip_b}:8080/cgi-bin/ip");
