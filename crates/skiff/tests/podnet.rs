@@ -4,7 +4,8 @@
 //! pods. Each kubelet's host-gw sync routes the other node's pod CIDR via its lan address, so a
 //! pod on node A reaches a pod on node B by pod IP and B sees A's pod IP (no masquerade between
 //! pods), while a pod reaching the lan host leaves masqueraded behind its node's address; the API
-//! server reaches the kubelets at their lan addresses for logs and exec. Needs
+//! server reaches the kubelets at their lan addresses for logs and exec; a deleted Node's route
+//! goes. Needs
 //! root (containerd, CNI, network namespaces); skips otherwise.
 
 mod support;
@@ -68,17 +69,17 @@ fn pod_cidr(api: &ApiServer, node: &str) -> String {
     support::output_text(&out).0
 }
 
-/// Skiff's routes (protocol 83) in a node's namespace, once `want` is among them.
-fn route_appears(net: &NodeNet, want: &str) -> String {
+/// Skiff's routes (protocol 83) in a node's namespace, once `done` accepts them.
+fn routes_until(net: &NodeNet, what: &str, done: impl Fn(&str) -> bool) -> String {
     let deadline = std::time::Instant::now() + support::HANG_GUARD;
     loop {
         let routes = net.exec_ok(&["ip", "-4", "route", "show", "proto", "83"]);
-        if routes.contains(want) {
+        if done(&routes) {
             return routes;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "no route {want:?} in {}: {routes}",
+            "{what} never happened in {}: {routes}",
             net.namespace
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
@@ -129,8 +130,10 @@ fn pods_on_two_nodes_reach_each_other_unmasqueraded_and_leave_the_cluster_masque
     let _kubelet_b = KubeletProcess::start_placed(&api, NODE_B, net_b.placement(&api, NODE_B), &[]);
 
     // each node routes the other's pod CIDR via the other's lan address, marked as Skiff's
-    let routes_a = route_appears(&net_a, &format!("{cidr_b} via {}", net_b.ip));
-    let routes_b = route_appears(&net_b, &format!("{cidr_a} via {}", net_a.ip));
+    let to_b = format!("{cidr_b} via {}", net_b.ip);
+    let to_a = format!("{cidr_a} via {}", net_a.ip);
+    let routes_a = routes_until(&net_a, "the route to B's pods", |r| r.contains(&to_b));
+    let routes_b = routes_until(&net_b, "the route to A's pods", |r| r.contains(&to_a));
     assert!(!routes_a.contains(&cidr_a), "{routes_a}");
     assert!(!routes_b.contains(&cidr_b), "{routes_b}");
     // and masquerades only what leaves the cluster CIDR
@@ -204,4 +207,10 @@ fn pods_on_two_nodes_reach_each_other_unmasqueraded_and_leave_the_cluster_masque
             "--timeout=50s",
         ],
     );
+
+    // a Node that is gone takes its route with it
+    api.kubectl(KUBECTL_133, &["delete", "node", NODE_B]);
+    routes_until(&net_a, "removing the route to B's pods", |r| {
+        !r.contains(&cidr_b)
+    });
 }

@@ -170,6 +170,9 @@ async fn bench(args: &PodBenchArgs, server: &ServerChild, dir: &Path) -> Result<
             NODE,
             "--data-dir",
             data.to_str().context("path")?,
+            // one node on this host: no pod network routes or nat rules in the host's tables
+            "--flannel-backend",
+            "none",
         ],
     )
     .await?;
