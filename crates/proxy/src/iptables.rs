@@ -1,0 +1,916 @@
+//! iptables mode: upstream kube-proxy's chains (KUBE-SERVICES, KUBE-SVC-/SVL-/EXT-/SEP-…,
+//! KUBE-NODEPORTS, KUBE-POSTROUTING, KUBE-MARK-MASQ; filter KUBE-SERVICES and
+//! KUBE-EXTERNAL-SERVICES for REJECT/DROP), applied with `iptables-restore --noflush` as one
+//! transaction over both tables. As upstream's MinimizeIPTablesRestore, a partial sync writes the
+//! top-level chains in full but only the changed Services' own chains; stale chains are flushed
+//! and deleted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use crate::Result;
+use crate::dataplane::{Context, Dataplane, MASQUERADE_MARK, ServiceTable};
+use crate::hash;
+use crate::model::{Endpoint, PortEntry, ServiceKey, ServicePortName};
+use crate::runner::Runner;
+
+const SERVICES: &str = "KUBE-SERVICES";
+const EXTERNAL_SERVICES: &str = "KUBE-EXTERNAL-SERVICES";
+const NODEPORTS: &str = "KUBE-NODEPORTS";
+const POSTROUTING: &str = "KUBE-POSTROUTING";
+const MARK_MASQ: &str = "KUBE-MARK-MASQ";
+
+/// The jumps from the built-in chains into ours: (table, built-in chain, rule).
+const JUMPS: &[(&str, &str, &[&str])] = &[
+    (
+        "filter",
+        "INPUT",
+        &[
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes service portals",
+            "-j",
+            SERVICES,
+        ],
+    ),
+    (
+        "filter",
+        "FORWARD",
+        &[
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes service portals",
+            "-j",
+            SERVICES,
+        ],
+    ),
+    (
+        "filter",
+        "OUTPUT",
+        &[
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes service portals",
+            "-j",
+            SERVICES,
+        ],
+    ),
+    (
+        "filter",
+        "INPUT",
+        &[
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes externally-visible service portals",
+            "-j",
+            EXTERNAL_SERVICES,
+        ],
+    ),
+    (
+        "filter",
+        "FORWARD",
+        &[
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW",
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes externally-visible service portals",
+            "-j",
+            EXTERNAL_SERVICES,
+        ],
+    ),
+    (
+        "nat",
+        "PREROUTING",
+        &[
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes service portals",
+            "-j",
+            SERVICES,
+        ],
+    ),
+    (
+        "nat",
+        "OUTPUT",
+        &[
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes service portals",
+            "-j",
+            SERVICES,
+        ],
+    ),
+    (
+        "nat",
+        "POSTROUTING",
+        &[
+            "-m",
+            "comment",
+            "--comment",
+            "kubernetes postrouting rules",
+            "-j",
+            POSTROUTING,
+        ],
+    ),
+];
+
+/// One service port's rules: lines for the shared top-level chains, and its own chains.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Fragment {
+    nat_services: Vec<String>,
+    nat_nodeports: Vec<String>,
+    filter_services: Vec<String>,
+    filter_external: Vec<String>,
+    /// Its own nat chains, declared before any rule.
+    chains: Vec<String>,
+    rules: Vec<String>,
+}
+
+/// The iptables proxier's dataplane state: what the last successful sync applied.
+pub struct Iptables {
+    runner: Arc<dyn Runner>,
+    fragments: BTreeMap<ServicePortName, Fragment>,
+    /// The per-service nat chains the last applied sync left.
+    applied_chains: BTreeSet<String>,
+}
+
+impl Iptables {
+    pub fn new(runner: Arc<dyn Runner>) -> Self {
+        Iptables {
+            runner,
+            fragments: BTreeMap::new(),
+            applied_chains: BTreeSet::new(),
+        }
+    }
+
+    /// The `iptables-restore` input of one sync; `write` says which ports' own chains to write.
+    fn render(
+        &self,
+        write: &BTreeSet<ServicePortName>,
+        stale: &BTreeSet<String>,
+        context: &Context,
+    ) -> String {
+        let mut out = String::with_capacity(256 * (self.fragments.len() + 1));
+        out.push_str("*filter\n");
+        for chain in [SERVICES, EXTERNAL_SERVICES] {
+            let _ = writeln!(out, ":{chain} - [0:0]");
+        }
+        for f in self.fragments.values() {
+            lines(&mut out, &f.filter_services);
+        }
+        for f in self.fragments.values() {
+            lines(&mut out, &f.filter_external);
+        }
+        out.push_str("COMMIT\n*nat\n");
+        for chain in [SERVICES, NODEPORTS, POSTROUTING, MARK_MASQ] {
+            let _ = writeln!(out, ":{chain} - [0:0]");
+        }
+        let written = || write.iter().filter_map(|name| self.fragments.get(name));
+        for f in written() {
+            for chain in &f.chains {
+                let _ = writeln!(out, ":{chain} - [0:0]");
+            }
+        }
+        for chain in stale {
+            let _ = writeln!(out, ":{chain} - [0:0]");
+        }
+        let _ = writeln!(
+            out,
+            "-A {POSTROUTING} -m mark ! --mark {MASQUERADE_MARK}/{MASQUERADE_MARK} -j RETURN\n\
+             -A {POSTROUTING} -j MARK --xor-mark {MASQUERADE_MARK}\n\
+             -A {POSTROUTING} -m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE --random-fully\n\
+             -A {MARK_MASQ} -j MARK --or-mark {MASQUERADE_MARK}"
+        );
+        for f in self.fragments.values() {
+            lines(&mut out, &f.nat_services);
+        }
+        let nodeports_comment = "-m comment --comment \"kubernetes service nodeports; NOTE: this must be the last rule in this chain\"";
+        if context.node_ips.is_empty() {
+            let _ = writeln!(
+                out,
+                "-A {SERVICES} {nodeports_comment} -m addrtype --dst-type LOCAL -j {NODEPORTS}"
+            );
+        }
+        for ip in &context.node_ips {
+            let _ = writeln!(
+                out,
+                "-A {SERVICES} {nodeports_comment} -d {ip} -j {NODEPORTS}"
+            );
+        }
+        for f in self.fragments.values() {
+            lines(&mut out, &f.nat_nodeports);
+        }
+        for f in written() {
+            lines(&mut out, &f.rules);
+        }
+        for chain in stale {
+            let _ = writeln!(out, "-X {chain}");
+        }
+        out.push_str("COMMIT\n");
+        out
+    }
+
+    /// Per-service chains in the nat table now (from `iptables-save`), for a full sync to
+    /// delete those of a previous run.
+    fn existing_chains(&self) -> Result<BTreeSet<String>> {
+        let saved = self.runner.run("iptables-save", &["-t", "nat"], None)?;
+        Ok(saved
+            .lines()
+            .filter_map(|l| l.strip_prefix(':'))
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|c| hash::is_service_chain(c))
+            .map(str::to_string)
+            .collect())
+    }
+
+    /// Inserts the jumps from the built-in chains, where missing.
+    fn ensure_jumps(&self) -> Result<()> {
+        for (table, chain, rule) in JUMPS {
+            let mut check = vec!["-w", "-t", table, "-C", chain];
+            check.extend_from_slice(rule);
+            if self.runner.run("iptables", &check, None).is_err() {
+                let mut insert = vec!["-w", "-t", table, "-I", chain, "1"];
+                insert.extend_from_slice(rule);
+                self.runner.run("iptables", &insert, None)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Dataplane for Iptables {
+    fn sync(
+        &mut self,
+        table: &ServiceTable,
+        changed: &BTreeSet<ServiceKey>,
+        context: &Context,
+        full: bool,
+    ) -> Result<()> {
+        let mut write = BTreeSet::new();
+        if full {
+            self.fragments.clear();
+        } else {
+            self.fragments
+                .retain(|name, _| !changed.contains(&name.service));
+        }
+        let services: Box<dyn Iterator<Item = &Vec<PortEntry>>> = if full {
+            Box::new(table.values())
+        } else {
+            Box::new(changed.iter().filter_map(|key| table.get(key)))
+        };
+        for entry in services.flatten() {
+            self.fragments
+                .insert(entry.name.clone(), render_port(entry, context));
+            write.insert(entry.name.clone());
+        }
+        let active: BTreeSet<String> = self
+            .fragments
+            .values()
+            .flat_map(|f| f.chains.iter().cloned())
+            .collect();
+        let mut previous = self.applied_chains.clone();
+        if full {
+            previous.extend(self.existing_chains()?);
+        }
+        let stale: BTreeSet<String> = previous.difference(&active).cloned().collect();
+        let input = self.render(&write, &stale, context);
+        let applied = self.runner.run(
+            "iptables-restore",
+            &["-w", "--noflush", "--counters"],
+            Some(&input),
+        );
+        // on error nothing of the transaction applied, and the full sync that follows finds the
+        // chains to delete with iptables-save
+        applied?;
+        self.applied_chains = active;
+        if full {
+            self.ensure_jumps()?;
+        }
+        Ok(())
+    }
+}
+
+fn lines(out: &mut String, rules: &[String]) {
+    for rule in rules {
+        out.push_str(rule);
+        out.push('\n');
+    }
+}
+
+/// `-m comment --comment X`, quoted when X has spaces (as iptables-save prints it).
+fn comment(text: &str) -> String {
+    if text.contains(' ') {
+        format!("-m comment --comment \"{text}\"")
+    } else {
+        format!("-m comment --comment {text}")
+    }
+}
+
+/// Upstream's `probability`: `1/n` with ten decimals.
+fn probability(n: usize) -> String {
+    format!("{:.10}", 1.0 / n as f64)
+}
+
+/// One service port's rules, as upstream's `syncProxyRules` writes them.
+fn render_port(entry: &PortEntry, context: &Context) -> Fragment {
+    let mut f = Fragment::default();
+    let name = &entry.name;
+    let svc = name.to_string();
+    let info = &entry.info;
+    let proto = info.protocol.as_str();
+    let cat = entry.categorize();
+    let svc_chain = hash::svc_chain(name);
+    let svl_chain = hash::svl_chain(name);
+    let ext_chain = hash::ext_chain(name);
+    let cidr = &context.cluster_cidr;
+
+    let has_endpoints = cat.any;
+    let (internal_chain, has_internal) = if info.internal_local {
+        (&svl_chain, !cat.local.is_empty())
+    } else {
+        (&svc_chain, has_endpoints)
+    };
+    let (external_policy_chain, has_external) = if info.external_local {
+        (&svl_chain, !cat.local.is_empty())
+    } else {
+        (&svc_chain, has_endpoints)
+    };
+    let uses_ext = has_endpoints && info.externally_accessible();
+    let uses_cluster = !cat.cluster.is_empty() && info.uses_cluster_endpoints();
+    let uses_local = !cat.local.is_empty() && info.uses_local_endpoints();
+    let no_endpoints = |local: bool| {
+        if local {
+            (format!("{svc} has no local endpoints"), "DROP")
+        } else {
+            (format!("{svc} has no endpoints"), "REJECT")
+        }
+    };
+
+    // the cluster IP
+    let cluster_ip_args = format!(
+        "{} -m {proto} -p {proto} -d {} --dport {}",
+        comment(&format!("{svc} cluster IP")),
+        info.cluster_ip,
+        info.port
+    );
+    if has_internal {
+        f.nat_services.push(format!(
+            "-A {SERVICES} {cluster_ip_args} -j {internal_chain}"
+        ));
+        f.rules.push(format!(
+            "-A {internal_chain} {cluster_ip_args} ! -s {cidr} -j {MARK_MASQ}"
+        ));
+    } else {
+        let (text, target) = no_endpoints(info.internal_local);
+        f.filter_services.push(format!(
+            "-A {SERVICES} {} -m {proto} -p {proto} -d {} --dport {} -j {target}",
+            comment(&text),
+            info.cluster_ip,
+            info.port
+        ));
+    }
+
+    // external IPs
+    for ip in &info.external_ips {
+        if has_endpoints {
+            f.nat_services.push(format!(
+                "-A {SERVICES} {} -m {proto} -p {proto} -d {ip} --dport {} -j {ext_chain}",
+                comment(&format!("{svc} external IP")),
+                info.port
+            ));
+        }
+        if !has_external {
+            let (text, target) = no_endpoints(info.external_local);
+            f.filter_external.push(format!(
+                "-A {EXTERNAL_SERVICES} {} -m {proto} -p {proto} -d {ip} --dport {} -j {target}",
+                comment(&text),
+                info.port
+            ));
+        }
+    }
+
+    // the NodePort
+    if let Some(node_port) = info.node_port {
+        if has_endpoints {
+            f.nat_nodeports.push(format!(
+                "-A {NODEPORTS} {} -m {proto} -p {proto} --dport {node_port} -j {ext_chain}",
+                comment(&svc)
+            ));
+        }
+        if !has_external {
+            let (text, target) = no_endpoints(info.external_local);
+            f.filter_external.push(format!(
+                "-A {EXTERNAL_SERVICES} {} -m addrtype --dst-type LOCAL -m {proto} -p {proto} --dport {node_port} -j {target}",
+                comment(&text)
+            ));
+        }
+    }
+
+    if uses_ext {
+        f.chains.push(ext_chain.clone());
+        if !info.external_local {
+            f.rules.push(format!(
+                "-A {ext_chain} {} -j {MARK_MASQ}",
+                comment(&format!(
+                    "masquerade traffic for {svc} external destinations"
+                ))
+            ));
+        } else {
+            f.rules.push(format!(
+                "-A {ext_chain} -s {cidr} {} -j {svc_chain}",
+                comment(&format!("pod traffic for {svc} external destinations"))
+            ));
+            f.rules.push(format!(
+                "-A {ext_chain} {} -m addrtype --src-type LOCAL -j {MARK_MASQ}",
+                comment(&format!(
+                    "masquerade LOCAL traffic for {svc} external destinations"
+                ))
+            ));
+            f.rules.push(format!(
+                "-A {ext_chain} {} -m addrtype --src-type LOCAL -j {svc_chain}",
+                comment(&format!(
+                    "route LOCAL traffic for {svc} external destinations"
+                ))
+            ));
+        }
+        if has_external {
+            f.rules
+                .push(format!("-A {ext_chain} -j {external_policy_chain}"));
+        }
+    }
+
+    if uses_cluster {
+        f.chains.push(svc_chain.clone());
+        endpoint_jumps(&mut f.rules, entry, &svc_chain, &cat.cluster);
+    }
+    if uses_local {
+        f.chains.push(svl_chain.clone());
+        endpoint_jumps(&mut f.rules, entry, &svl_chain, &cat.local);
+    }
+    for endpoint in &cat.reachable {
+        let chain = hash::sep_chain(name, endpoint);
+        let args = format!("-A {chain} {}", comment(&svc));
+        f.rules
+            .push(format!("{args} -s {} -j {MARK_MASQ}", endpoint.ip));
+        let affinity = if info.affinity_seconds.is_some() {
+            format!(" -m recent --name {chain} --set")
+        } else {
+            String::new()
+        };
+        f.rules.push(format!(
+            "{args}{affinity} -m {proto} -p {proto} -j DNAT --to-destination {endpoint}"
+        ));
+        f.chains.push(chain);
+    }
+    f
+}
+
+/// Upstream's `writeServiceToEndpointRules`: affinity checks first, then random balancing.
+fn endpoint_jumps(
+    rules: &mut Vec<String>,
+    entry: &PortEntry,
+    chain: &str,
+    endpoints: &[&Endpoint],
+) {
+    let svc = entry.name.to_string();
+    if let Some(seconds) = entry.info.affinity_seconds {
+        for endpoint in endpoints {
+            let sep = hash::sep_chain(&entry.name, endpoint);
+            rules.push(format!(
+                "-A {chain} {} -m recent --name {sep} --rcheck --seconds {seconds} --reap -j {sep}",
+                comment(&format!("{svc} -> {endpoint}"))
+            ));
+        }
+    }
+    let n = endpoints.len();
+    for (i, endpoint) in endpoints.iter().enumerate() {
+        let sep = hash::sep_chain(&entry.name, endpoint);
+        let balance = if i + 1 < n {
+            format!(
+                " -m statistic --mode random --probability {}",
+                probability(n - i)
+            )
+        } else {
+            String::new()
+        };
+        rules.push(format!(
+            "-A {chain} {}{balance} -j {sep}",
+            comment(&format!("{svc} -> {endpoint}"))
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+    use crate::model::fixtures::{service, slice, table};
+    use crate::runner::FakeRunner;
+
+    /// Syncs and returns the restore input.
+    fn sync(
+        iptables: &mut Iptables,
+        runner: &FakeRunner,
+        table: &ServiceTable,
+        changed: &[(&str, &str)],
+        full: bool,
+    ) -> String {
+        runner.clear();
+        let changed = changed.iter().map(|(n, s)| ServiceKey::new(n, s)).collect();
+        let context = Context::default();
+        iptables.sync(table, &changed, &context, full).unwrap();
+        runner
+            .calls()
+            .into_iter()
+            .find(|c| c.program == "iptables-restore")
+            .and_then(|c| c.stdin)
+            .expect("a restore")
+    }
+
+    fn new() -> (Iptables, FakeRunner) {
+        let runner = FakeRunner::default();
+        runner.set_rules_present(true);
+        (Iptables::new(Arc::new(runner.clone())), runner)
+    }
+
+    fn web() -> (Service, EndpointSlice) {
+        (
+            service("ns1", "web", "10.43.0.41", &[("http", "TCP", 80)]),
+            slice(
+                "ns1",
+                "web",
+                "web-a",
+                ("http", "TCP", 8080),
+                &[("10.42.0.2", "n1", true), ("10.42.1.2", "n2", true)],
+            ),
+        )
+    }
+
+    #[test]
+    fn a_cluster_ip_service_renders_upstreams_chains_with_random_balancing() {
+        let (mut iptables, runner) = new();
+        let (svc, s) = web();
+        let input = sync(
+            &mut iptables,
+            &runner,
+            &table("n1", &[svc], &[s]),
+            &[],
+            true,
+        );
+        let expected = r#"*filter
+:KUBE-SERVICES - [0:0]
+:KUBE-EXTERNAL-SERVICES - [0:0]
+COMMIT
+*nat
+:KUBE-SERVICES - [0:0]
+:KUBE-NODEPORTS - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-SVC-4LVCYZMTA5CQO6SX - [0:0]
+:KUBE-SEP-CK3WAPHGALCNFYIL - [0:0]
+:KUBE-SEP-XLNCFND7OJA6ZQ3V - [0:0]
+-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
+-A KUBE-POSTROUTING -j MARK --xor-mark 0x4000
+-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully
+-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000
+-A KUBE-SERVICES -m comment --comment "ns1/web:http cluster IP" -m tcp -p tcp -d 10.43.0.41 --dport 80 -j KUBE-SVC-4LVCYZMTA5CQO6SX
+-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS
+-A KUBE-SVC-4LVCYZMTA5CQO6SX -m comment --comment "ns1/web:http cluster IP" -m tcp -p tcp -d 10.43.0.41 --dport 80 ! -s 10.42.0.0/16 -j KUBE-MARK-MASQ
+-A KUBE-SVC-4LVCYZMTA5CQO6SX -m comment --comment "ns1/web:http -> 10.42.0.2:8080" -m statistic --mode random --probability 0.5000000000 -j KUBE-SEP-CK3WAPHGALCNFYIL
+-A KUBE-SVC-4LVCYZMTA5CQO6SX -m comment --comment "ns1/web:http -> 10.42.1.2:8080" -j KUBE-SEP-XLNCFND7OJA6ZQ3V
+-A KUBE-SEP-CK3WAPHGALCNFYIL -m comment --comment ns1/web:http -s 10.42.0.2 -j KUBE-MARK-MASQ
+-A KUBE-SEP-CK3WAPHGALCNFYIL -m comment --comment ns1/web:http -m tcp -p tcp -j DNAT --to-destination 10.42.0.2:8080
+-A KUBE-SEP-XLNCFND7OJA6ZQ3V -m comment --comment ns1/web:http -s 10.42.1.2 -j KUBE-MARK-MASQ
+-A KUBE-SEP-XLNCFND7OJA6ZQ3V -m comment --comment ns1/web:http -m tcp -p tcp -j DNAT --to-destination 10.42.1.2:8080
+COMMIT
+"#;
+        assert_eq!(input, expected);
+    }
+
+    #[test]
+    fn affinity_node_port_and_external_ips_render_as_upstream() {
+        let (mut iptables, runner) = new();
+        let (mut svc, s) = web();
+        let spec = svc.spec.as_mut().unwrap();
+        spec.type_ = Some("NodePort".into());
+        spec.ports.as_mut().unwrap()[0].node_port = Some(30001);
+        spec.external_ips = Some(vec!["192.168.99.11".into()]);
+        spec.session_affinity = Some("ClientIP".into());
+        let input = sync(
+            &mut iptables,
+            &runner,
+            &table("n1", &[svc], &[s]),
+            &[],
+            true,
+        );
+        let svc = "KUBE-SVC-4LVCYZMTA5CQO6SX";
+        let ext = "KUBE-EXT-4LVCYZMTA5CQO6SX";
+        let sep = "KUBE-SEP-CK3WAPHGALCNFYIL";
+        for line in [
+            format!(
+                "-A KUBE-SERVICES -m comment --comment \"ns1/web:http external IP\" -m tcp -p tcp -d 192.168.99.11 --dport 80 -j {ext}"
+            ),
+            format!(
+                "-A KUBE-NODEPORTS -m comment --comment ns1/web:http -m tcp -p tcp --dport 30001 -j {ext}"
+            ),
+            format!(
+                "-A {ext} -m comment --comment \"masquerade traffic for ns1/web:http external destinations\" -j KUBE-MARK-MASQ"
+            ),
+            format!("-A {ext} -j {svc}"),
+            format!(
+                "-A {svc} -m comment --comment \"ns1/web:http -> 10.42.0.2:8080\" -m recent --name {sep} --rcheck --seconds 10800 --reap -j {sep}"
+            ),
+            format!(
+                "-A {sep} -m comment --comment ns1/web:http -m recent --name {sep} --set -m tcp -p tcp -j DNAT --to-destination 10.42.0.2:8080"
+            ),
+        ] {
+            assert!(
+                input.contains(&format!("{line}\n")),
+                "missing {line} in\n{input}"
+            );
+        }
+        // the affinity checks come before the random balancing
+        let check = input.find("--rcheck").unwrap();
+        assert!(check < input.find("--probability").unwrap());
+    }
+
+    #[test]
+    fn services_without_endpoints_are_rejected_in_the_filter_table() {
+        let (mut iptables, runner) = new();
+        let mut svc = service("ns2", "empty", "10.43.0.42", &[("", "UDP", 53)]);
+        let spec = svc.spec.as_mut().unwrap();
+        spec.type_ = Some("NodePort".into());
+        spec.ports.as_mut().unwrap()[0].node_port = Some(30053);
+        let input = sync(&mut iptables, &runner, &table("n1", &[svc], &[]), &[], true);
+        assert!(input.contains(
+            "-A KUBE-SERVICES -m comment --comment \"ns2/empty has no endpoints\" -m udp -p udp -d 10.43.0.42 --dport 53 -j REJECT\n"
+        ));
+        assert!(input.contains(
+            "-A KUBE-EXTERNAL-SERVICES -m comment --comment \"ns2/empty has no endpoints\" -m addrtype --dst-type LOCAL -m udp -p udp --dport 30053 -j REJECT\n"
+        ));
+        assert!(!input.contains("KUBE-SVC-"), "no service chains: {input}");
+    }
+
+    #[test]
+    fn external_local_policy_keeps_node_port_traffic_on_this_nodes_endpoints() {
+        let (mut iptables, runner) = new();
+        let (mut svc, s) = web();
+        let spec = svc.spec.as_mut().unwrap();
+        spec.type_ = Some("NodePort".into());
+        spec.ports.as_mut().unwrap()[0].node_port = Some(30001);
+        spec.external_traffic_policy = Some("Local".into());
+        let input = sync(
+            &mut iptables,
+            &runner,
+            &table("n2", &[svc], &[s]),
+            &[],
+            true,
+        );
+        let ext = "KUBE-EXT-4LVCYZMTA5CQO6SX";
+        let svl = "KUBE-SVL-4LVCYZMTA5CQO6SX";
+        for line in [
+            format!(
+                "-A {ext} -s 10.42.0.0/16 -m comment --comment \"pod traffic for ns1/web:http external destinations\" -j KUBE-SVC-4LVCYZMTA5CQO6SX"
+            ),
+            format!(
+                "-A {ext} -m comment --comment \"masquerade LOCAL traffic for ns1/web:http external destinations\" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ"
+            ),
+            format!("-A {ext} -j {svl}"),
+            // only the endpoint on n2
+            format!(
+                "-A {svl} -m comment --comment \"ns1/web:http -> 10.42.1.2:8080\" -j KUBE-SEP-XLNCFND7OJA6ZQ3V"
+            ),
+        ] {
+            assert!(
+                input.contains(&format!("{line}\n")),
+                "missing {line} in\n{input}"
+            );
+        }
+        assert_eq!(input.matches(&format!("-A {svl} ")).count(), 1);
+
+        // no endpoint on n3: external traffic is dropped, cluster traffic still balanced
+        let (mut iptables, runner) = new();
+        let (mut svc, s) = web();
+        let spec = svc.spec.as_mut().unwrap();
+        spec.type_ = Some("NodePort".into());
+        spec.ports.as_mut().unwrap()[0].node_port = Some(30001);
+        spec.external_traffic_policy = Some("Local".into());
+        let input = sync(
+            &mut iptables,
+            &runner,
+            &table("n3", &[svc], &[s]),
+            &[],
+            true,
+        );
+        assert!(input.contains(
+            "-A KUBE-EXTERNAL-SERVICES -m comment --comment \"ns1/web:http has no local endpoints\" -m addrtype --dst-type LOCAL -m tcp -p tcp --dport 30001 -j DROP\n"
+        ));
+        assert!(!input.contains(&format!("-A {ext} -j {svl}")));
+        assert!(input.contains("-j KUBE-SVC-4LVCYZMTA5CQO6SX\n"));
+    }
+
+    #[test]
+    fn internal_local_policy_sends_cluster_ip_traffic_to_the_local_chain() {
+        let (mut iptables, runner) = new();
+        let (mut svc, s) = web();
+        svc.spec.as_mut().unwrap().internal_traffic_policy = Some("Local".into());
+        let input = sync(
+            &mut iptables,
+            &runner,
+            &table("n1", &[svc], &[s]),
+            &[],
+            true,
+        );
+        assert!(input.contains("--dport 80 -j KUBE-SVL-4LVCYZMTA5CQO6SX\n"));
+        assert!(!input.contains(":KUBE-SVC-"));
+        assert!(
+            !input.contains("10.42.1.2"),
+            "the other node's endpoint: {input}"
+        );
+    }
+
+    #[test]
+    fn headless_and_external_name_services_get_no_rules() {
+        let (mut iptables, runner) = new();
+        let headless = service("ns", "h", "None", &[("", "TCP", 80)]);
+        let mut external = service("ns", "e", "", &[("", "TCP", 80)]);
+        external.spec.as_mut().unwrap().type_ = Some("ExternalName".into());
+        let s = slice(
+            "ns",
+            "h",
+            "h-1",
+            ("", "TCP", 80),
+            &[("10.42.0.2", "n1", true)],
+        );
+        let input = sync(
+            &mut iptables,
+            &runner,
+            &table("n1", &[headless, external], &[s]),
+            &[],
+            true,
+        );
+        assert!(!input.contains("ns/h"));
+        assert!(!input.contains("ns/e"));
+    }
+
+    #[test]
+    fn one_endpoint_change_rewrites_only_that_services_chains() {
+        let (mut iptables, runner) = new();
+        let (web, web_slice) = web();
+        let db = service("ns1", "db", "10.43.0.50", &[("", "TCP", 5432)]);
+        let db_slice = slice(
+            "ns1",
+            "db",
+            "db-a",
+            ("", "TCP", 5432),
+            &[("10.42.0.9", "n1", true)],
+        );
+        let before = table(
+            "n1",
+            &[web.clone(), db.clone()],
+            &[web_slice.clone(), db_slice],
+        );
+        sync(&mut iptables, &runner, &before, &[], true);
+        let db_slice = slice(
+            "ns1",
+            "db",
+            "db-a",
+            ("", "TCP", 5432),
+            &[("10.42.0.9", "n1", true), ("10.42.0.10", "n1", true)],
+        );
+        let after = table("n1", &[web, db], &[web_slice, db_slice]);
+        let input = sync(&mut iptables, &runner, &after, &[("ns1", "db")], false);
+        let declared: Vec<&str> = input
+            .lines()
+            .filter(|l| l.starts_with(":KUBE-S") && !l.starts_with(":KUBE-SERVICES"))
+            .collect();
+        assert_eq!(
+            declared.len(),
+            3,
+            "db's service chain and two endpoints: {input}"
+        );
+        assert!(declared.iter().all(|l| !l.contains("4LVCYZMTA5CQO6SX")));
+        // web's jump stays in the rewritten KUBE-SERVICES; its own chains are untouched
+        assert!(input.contains("\"ns1/web:http cluster IP\" -m tcp -p tcp -d 10.43.0.41 --dport 80 -j KUBE-SVC-4LVCYZMTA5CQO6SX\n"));
+        assert!(!input.contains("-A KUBE-SVC-4LVCYZMTA5CQO6SX"));
+        assert!(!input.contains("-X "));
+        // a partial sync neither reads the table back nor re-checks the jumps
+        assert_eq!(runner.calls().len(), 1);
+    }
+
+    #[test]
+    fn stale_chains_of_removed_services_and_previous_runs_are_deleted() {
+        let (mut iptables, runner) = new();
+        runner.set_output(
+            "iptables-save",
+            "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-OLDOLDOLDOLDOLD1 - [0:0]\n:DOCKER - [0:0]\nCOMMIT\n",
+        );
+        let (web, web_slice) = web();
+        let input = sync(
+            &mut iptables,
+            &runner,
+            &table("n1", &[web.clone()], &[web_slice]),
+            &[],
+            true,
+        );
+        assert!(input.contains(":KUBE-SVC-OLDOLDOLDOLDOLD1 - [0:0]\n"));
+        assert!(input.contains("-X KUBE-SVC-OLDOLDOLDOLDOLD1\n"));
+        assert!(!input.contains("DOCKER"));
+        // the jumps from the built-in chains are checked on a full sync
+        assert!(
+            runner
+                .calls()
+                .iter()
+                .any(|c| c.program == "iptables" && c.args.contains(&"-C".to_string()))
+        );
+
+        // the slice goes away: the service rejects and its chains are deleted
+        let input = sync(
+            &mut iptables,
+            &runner,
+            &table("n1", &[web], &[]),
+            &[("ns1", "web")],
+            false,
+        );
+        for chain in [
+            "KUBE-SVC-4LVCYZMTA5CQO6SX",
+            "KUBE-SEP-CK3WAPHGALCNFYIL",
+            "KUBE-SEP-XLNCFND7OJA6ZQ3V",
+        ] {
+            assert!(input.contains(&format!(":{chain} - [0:0]\n")));
+            assert!(input.contains(&format!("-X {chain}\n")));
+        }
+        assert!(
+            input.contains("has no endpoints\" -m tcp -p tcp -d 10.43.0.41 --dport 80 -j REJECT\n")
+        );
+    }
+
+    #[test]
+    fn node_ports_answer_on_the_node_addresses_when_known() {
+        let (mut iptables, runner) = new();
+        let context = Context {
+            node_ips: vec!["192.168.1.5".parse().unwrap()],
+            ..Context::default()
+        };
+        iptables
+            .sync(&ServiceTable::new(), &BTreeSet::new(), &context, true)
+            .unwrap();
+        let input = runner.calls().into_iter().find_map(|c| c.stdin).unwrap();
+        assert!(input.contains(
+            "NOTE: this must be the last rule in this chain\" -d 192.168.1.5 -j KUBE-NODEPORTS\n"
+        ));
+        assert!(!input.contains("--dst-type LOCAL -j KUBE-NODEPORTS"));
+    }
+
+    #[test]
+    fn missing_jumps_are_inserted_at_the_top_of_the_built_in_chains() {
+        let runner = FakeRunner::default();
+        let mut iptables = Iptables::new(Arc::new(runner.clone()));
+        iptables
+            .sync(
+                &ServiceTable::new(),
+                &BTreeSet::new(),
+                &Context::default(),
+                true,
+            )
+            .unwrap();
+        let inserted: Vec<String> = runner
+            .calls()
+            .into_iter()
+            .filter(|c| c.args.contains(&"-I".to_string()))
+            .map(|c| c.args[2..6].join(" "))
+            .collect();
+        assert!(inserted.contains(&"nat -I PREROUTING 1".to_string()));
+        assert!(inserted.contains(&"nat -I POSTROUTING 1".to_string()));
+        assert_eq!(inserted.len(), JUMPS.len());
+    }
+}
