@@ -838,7 +838,7 @@ COMMIT
         let input = sync(
             &mut iptables,
             &runner,
-            &table("n1", &[web.clone()], &[web_slice]),
+            &table("n1", std::slice::from_ref(&web), &[web_slice]),
             &[],
             true,
         );

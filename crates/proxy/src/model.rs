@@ -405,7 +405,6 @@ pub(crate) mod fixtures {
                     ..Default::default()
                 })
                 .collect(),
-            ..Default::default()
         }
     }
 }

@@ -127,7 +127,6 @@ fn slice(service: &str, ips: &[&str]) -> EndpointSlice {
                 ..Default::default()
             })
             .collect(),
-        ..Default::default()
     }
 }
 
