@@ -120,7 +120,6 @@ fn slice(i: u32, addresses: &[Ipv4Addr]) -> EndpointSlice {
                 ..Default::default()
             })
             .collect(),
-        ..Default::default()
     }
 }
 
