@@ -1,7 +1,9 @@
 //! The real dataplane: rules rendered from Services and EndpointSlices applied with the real
 //! runner inside a network namespace this test creates (`ip netns exec`), read back with
-//! `iptables -S` and `nft list table`, then updated, and stale chains removed. Needs root, `ip`,
-//! `iptables-restore` and `nft`; skips with a message otherwise.
+//! `iptables -S` and `nft list table`, then updated, and stale chains removed; a TCP server and
+//! client in the namespace check that traffic to a ClusterIP reaches the endpoint and that a
+//! Service without endpoints refuses. Needs root, `ip`, `iptables-restore`, `nft` and `python3`;
+//! skips with a message otherwise.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -33,9 +35,67 @@ impl Netns {
         Netns(name)
     }
 
+    /// Runs `sh -c script` inside the namespace and returns its standard output.
+    fn sh(&self, script: &str) -> String {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.0, "sh", "-c", script])
+            .output()
+            .expect("ip netns exec");
+        assert!(out.status.success(), "{script}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     fn runner(&self) -> Arc<dyn Runner> {
         Arc::new(HostRunner::new(Some(self.0.clone())))
     }
+}
+
+/// A child process killed on drop.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A TCP server on 10.42.0.2:8080 in `netns` (on its loopback) that greets and hangs up, and a
+/// route to the Service range through a veth, so that connections to ClusterIPs leave through
+/// the nat OUTPUT hook.
+fn serve_endpoint(netns: &Netns) -> Child {
+    netns.sh(
+        "ip link set lo up && ip addr add 10.42.0.2/32 dev lo && \
+         ip link add svc0 type veth peer name svc1 && ip addr add 10.43.0.254/16 dev svc0 && \
+         ip link set svc0 up && ip link set svc1 up",
+    );
+    let server = "import socket\n\
+        s = socket.socket()\n\
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+        s.bind(('10.42.0.2', 8080))\n\
+        s.listen()\n\
+        print('listening', flush=True)\n\
+        while True:\n    c, _ = s.accept()\n    c.sendall(b'hello from 10.42.0.2')\n    c.close()\n";
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &netns.0, "python3", "-c", server])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("stdout");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+    assert_eq!(line.trim(), "listening");
+    Child(child)
+}
+
+/// What a TCP client in `netns` gets from `ip:80`: the greeting, or the error's name.
+fn connect(netns: &Netns, ip: &str) -> String {
+    let client = format!(
+        "import socket\n\
+         try:\n    print(socket.create_connection(('{ip}', 80), timeout=5).recv(100).decode())\n\
+         except OSError as e:\n    print(type(e).__name__)\n"
+    );
+    netns.sh(&format!("python3 -c \"{client}\"")).trim().to_string()
 }
 
 impl Drop for Netns {
@@ -52,7 +112,7 @@ fn unsupported() -> Option<String> {
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
         return Some("not root".into());
     }
-    for tool in ["ip", "iptables-restore", "iptables-save", "nft"] {
+    for tool in ["ip", "iptables-restore", "iptables-save", "nft", "python3"] {
         let found = Command::new("sh")
             .args(["-c", &format!("command -v {tool}")])
             .stdout(std::process::Stdio::null())
@@ -68,7 +128,7 @@ fn unsupported() -> Option<String> {
 macro_rules! require_dataplane {
     () => {
         if let Some(why) = unsupported() {
-            eprintln!("skipping: the real dataplane test needs root, ip, iptables and nft ({why})");
+            eprintln!("skipping: the real dataplane test needs root, ip, iptables, nft and python3 ({why})");
             return;
         }
     };
@@ -273,4 +333,38 @@ fn nftables_table_applies_updates_one_service_and_is_replaced_on_restart_in_a_ne
         listing.contains("10.43.0.50 . tcp . 80 : goto reject-chain"),
         "{listing}"
     );
+}
+
+fn traffic_follows_the_rules(dataplane: &mut dyn Dataplane, netns: &Netns) {
+    // the test's source address (10.43.0.254) counts as in-cluster: no masquerading on loopback
+    let context = Context {
+        cluster_cidr: "10.0.0.0/8".into(),
+        node_ips: Vec::new(),
+    };
+    dataplane
+        .sync(&table(&["10.42.0.2"], true), &BTreeSet::new(), &context, true)
+        .expect("full sync");
+    assert_eq!(connect(netns, "10.43.0.41"), "hello from 10.42.0.2");
+    assert_eq!(connect(netns, "10.43.0.50"), "ConnectionRefusedError");
+    // web loses its endpoint: now it is refused too
+    dataplane
+        .sync(&table(&[], true), &changed("web"), &context, false)
+        .expect("partial sync");
+    assert_eq!(connect(netns, "10.43.0.41"), "ConnectionRefusedError");
+}
+
+#[test]
+fn iptables_rules_carry_cluster_ip_traffic_to_the_endpoint_and_refuse_services_without_any() {
+    require_dataplane!();
+    let netns = Netns::create();
+    let _server = serve_endpoint(&netns);
+    traffic_follows_the_rules(&mut Iptables::new(netns.runner()), &netns);
+}
+
+#[test]
+fn nftables_rules_carry_cluster_ip_traffic_to_the_endpoint_and_refuse_services_without_any() {
+    require_dataplane!();
+    let netns = Netns::create();
+    let _server = serve_endpoint(&netns);
+    traffic_follows_the_rules(&mut Nftables::new(netns.runner()), &netns);
 }
