@@ -1,7 +1,7 @@
 //! Informers on Services, EndpointSlices (discovery.k8s.io/v1) and this proxy's Node, feeding
-//! the [`ChangeTracker`] and waking the sync loop. As upstream, Services and slices labelled
-//! `service.kubernetes.io/service-proxy-name` belong to another proxy and headless Services'
-//! slices are not watched.
+//! the [`ChangeTracker`] and waking the sync loop. As upstream's informer factory, Services and
+//! slices are watched without those labelled `service.kubernetes.io/service-proxy-name` (another
+//! proxy's) or `service.kubernetes.io/headless`.
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -19,10 +19,8 @@ use tokio::sync::{Notify, watch};
 
 use crate::tracker::ChangeTracker;
 
-/// Upstream's selectors for the Services and slices kube-proxy serves.
-const SERVICE_SELECTOR: &str = "!service.kubernetes.io/service-proxy-name";
-const SLICE_SELECTOR: &str =
-    "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
+/// Upstream's label selector for the Services and slices kube-proxy serves.
+const SELECTOR: &str = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
 
 /// A watched object changed, or the first (or a new) full list arrived.
 enum Update<K> {
@@ -50,7 +48,7 @@ pub fn spawn(
     let done = Arc::new(done);
     {
         let (tracker, notify, done) = (tracker.clone(), notify.clone(), done.clone());
-        let config = watcher::Config::default().labels(SERVICE_SELECTOR);
+        let config = watcher::Config::default().labels(SELECTOR);
         tokio::spawn(inform(
             Api::<Service>::all(client.clone()),
             config,
@@ -70,7 +68,7 @@ pub fn spawn(
     }
     {
         let (tracker, notify, done) = (tracker.clone(), notify.clone(), done.clone());
-        let config = watcher::Config::default().labels(SLICE_SELECTOR);
+        let config = watcher::Config::default().labels(SELECTOR);
         let api = Api::<EndpointSlice>::all(client.clone());
         tokio::spawn(inform(api, config, move |u| {
             let mut t = tracker.lock();

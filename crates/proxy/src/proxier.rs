@@ -1,7 +1,8 @@
 //! The proxier: folds the tracker's changes into the model, syncs the dataplane (a full sync
 //! first and after any failure, partial syncs of the changed Services otherwise), flushes stale
 //! UDP conntrack entries, and records sync latency. [`run`] is the batching loop: at most one
-//! sync per minimum sync period, retried after a failure.
+//! sync per minimum sync period, retried after a failure, and a full sync at least every
+//! [`FULL_SYNC_PERIOD`] to repair rules someone else changed.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -17,6 +18,9 @@ use crate::metrics::Metrics;
 use crate::model::ServiceKey;
 use crate::runner::Runner;
 use crate::tracker::{ChangeTracker, Changes};
+
+/// Upstream's `FullSyncPeriod`: how long partial syncs may go on without a full one.
+pub const FULL_SYNC_PERIOD: Duration = Duration::from_secs(3600);
 
 pub struct Proxier {
     dataplane: Box<dyn Dataplane>,
@@ -75,6 +79,11 @@ impl Proxier {
         }
     }
 
+    /// The next sync rewrites everything.
+    pub fn force_full_sync(&mut self) {
+        self.needs_full = true;
+    }
+
     /// Whether a sync has anything to do.
     pub fn is_dirty(&self) -> bool {
         self.needs_full || !self.pending.is_empty()
@@ -119,7 +128,10 @@ pub async fn run(
     let mut last: Option<tokio::time::Instant> = None;
     loop {
         if !proxier.is_dirty() && !tracker.lock().has_changes() {
-            notify.notified().await;
+            let woken = tokio::time::timeout(FULL_SYNC_PERIOD, notify.notified()).await;
+            if woken.is_err() {
+                proxier.force_full_sync();
+            }
         }
         if let Some(last) = last {
             tokio::time::sleep_until(last + min_sync_period).await;
@@ -295,6 +307,15 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(3)).await;
         // three changes inside one minimum sync period: one more sync
         assert_eq!(restores(&runner), 2);
+        // nothing changes for an hour: a full sync anyway (it reads the table back)
+        runner.clear();
+        tokio::time::sleep(FULL_SYNC_PERIOD + Duration::from_secs(2)).await;
+        let programs: Vec<String> = runner.calls().into_iter().map(|c| c.program).collect();
+        assert!(
+            programs.contains(&"iptables-save".to_string()),
+            "{programs:?}"
+        );
+        assert_eq!(restores(&runner), 1);
         task.abort();
     }
 }

@@ -29,6 +29,9 @@ pub struct ChangeTracker {
     services: HashMap<ServiceKey, Arc<Service>>,
     /// Slices by their Service, then by slice name.
     slices: HashMap<ServiceKey, BTreeMap<String, Arc<EndpointSlice>>>,
+    /// Which Service each slice (by namespace and name) belongs to, so that a slice relabelled
+    /// to another Service leaves the first.
+    slice_owners: HashMap<ServiceKey, ServiceKey>,
     node_ips: Vec<Ipv4Addr>,
     dirty: BTreeSet<ServiceKey>,
     node_dirty: bool,
@@ -40,6 +43,7 @@ impl ChangeTracker {
             node_name: node_name.to_string(),
             services: HashMap::new(),
             slices: HashMap::new(),
+            slice_owners: HashMap::new(),
             node_ips: Vec::new(),
             dirty: BTreeSet::new(),
             node_dirty: false,
@@ -68,6 +72,12 @@ impl ChangeTracker {
         let Some((key, name)) = slice_key(&slice) else {
             return;
         };
+        let id = ServiceKey::new(&key.namespace, &name);
+        if let Some(previous) = self.slice_owners.insert(id, key.clone())
+            && previous != key
+        {
+            self.forget_slice(&previous, &name);
+        }
         self.slices
             .entry(key.clone())
             .or_default()
@@ -79,13 +89,19 @@ impl ChangeTracker {
         let Some((key, name)) = slice_key(slice) else {
             return;
         };
-        if let Some(slices) = self.slices.get_mut(&key) {
-            slices.remove(&name);
+        self.slice_owners
+            .remove(&ServiceKey::new(&key.namespace, &name));
+        self.forget_slice(&key, &name);
+    }
+
+    fn forget_slice(&mut self, key: &ServiceKey, name: &str) {
+        if let Some(slices) = self.slices.get_mut(key) {
+            slices.remove(name);
             if slices.is_empty() {
-                self.slices.remove(&key);
+                self.slices.remove(key);
             }
         }
-        self.dirty.insert(key);
+        self.dirty.insert(key.clone());
     }
 
     /// A (re)list of every Service: those missing from it are gone.
@@ -101,6 +117,7 @@ impl ChangeTracker {
     pub fn slices_listed(&mut self, slices: Vec<Arc<EndpointSlice>>) {
         self.dirty.extend(self.slices.keys().cloned());
         self.slices.clear();
+        self.slice_owners.clear();
         for slice in slices {
             self.slice_updated(slice);
         }
@@ -217,6 +234,47 @@ mod tests {
         tracker.service_deleted(&svc);
         let changes = tracker.take();
         assert_eq!(changes.services[&ServiceKey::new("ns", "a")], Vec::new());
+    }
+
+    #[test]
+    fn a_slice_relabelled_to_another_service_leaves_the_first() {
+        let mut tracker = ChangeTracker::new("n1");
+        tracker.service_updated(Arc::new(service(
+            "ns",
+            "a",
+            "10.43.0.1",
+            &[("", "TCP", 80)],
+        )));
+        tracker.service_updated(Arc::new(service(
+            "ns",
+            "b",
+            "10.43.0.2",
+            &[("", "TCP", 80)],
+        )));
+        let s = slice(
+            "ns",
+            "a",
+            "moving",
+            ("", "TCP", 80),
+            &[("10.42.0.2", "n1", true)],
+        );
+        tracker.slice_updated(Arc::new(s.clone()));
+        tracker.take();
+        let mut moved = s;
+        moved.metadata.labels = Some([(SERVICE_NAME_LABEL.to_string(), "b".to_string())].into());
+        tracker.slice_updated(Arc::new(moved));
+        let changes = tracker.take();
+        assert!(
+            changes.services[&ServiceKey::new("ns", "a")][0]
+                .endpoints
+                .is_empty()
+        );
+        assert_eq!(
+            changes.services[&ServiceKey::new("ns", "b")][0]
+                .endpoints
+                .len(),
+            1
+        );
     }
 
     #[test]

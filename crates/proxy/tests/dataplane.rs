@@ -64,11 +64,9 @@ impl Drop for Child {
 /// route to the Service range through a veth, so that connections to ClusterIPs leave through
 /// the nat OUTPUT hook.
 fn serve_endpoint(netns: &Netns) -> Child {
-    netns.sh(
-        "ip link set lo up && ip addr add 10.42.0.2/32 dev lo && \
+    netns.sh("ip link set lo up && ip addr add 10.42.0.2/32 dev lo && \
          ip link add svc0 type veth peer name svc1 && ip addr add 10.43.0.254/16 dev svc0 && \
-         ip link set svc0 up && ip link set svc1 up",
-    );
+         ip link set svc0 up && ip link set svc1 up");
     let server = "import socket\n\
         s = socket.socket()\n\
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
@@ -95,7 +93,10 @@ fn connect(netns: &Netns, ip: &str) -> String {
          try:\n    print(socket.create_connection(('{ip}', 80), timeout=5).recv(100).decode())\n\
          except OSError as e:\n    print(type(e).__name__)\n"
     );
-    netns.sh(&format!("python3 -c \"{client}\"")).trim().to_string()
+    netns
+        .sh(&format!("python3 -c \"{client}\""))
+        .trim()
+        .to_string()
 }
 
 impl Drop for Netns {
@@ -342,7 +343,12 @@ fn traffic_follows_the_rules(dataplane: &mut dyn Dataplane, netns: &Netns) {
         node_ips: Vec::new(),
     };
     dataplane
-        .sync(&table(&["10.42.0.2"], true), &BTreeSet::new(), &context, true)
+        .sync(
+            &table(&["10.42.0.2"], true),
+            &BTreeSet::new(),
+            &context,
+            true,
+        )
         .expect("full sync");
     assert_eq!(connect(netns, "10.43.0.41"), "hello from 10.42.0.2");
     assert_eq!(connect(netns, "10.43.0.50"), "ConnectionRefusedError");
