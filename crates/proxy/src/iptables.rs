@@ -153,12 +153,10 @@ struct Fragment {
     rules: Vec<String>,
 }
 
-/// The iptables proxier's dataplane state: what the last successful sync applied.
+/// The iptables proxier's dataplane state: every service port's rendered rules.
 pub struct Iptables {
     runner: Arc<dyn Runner>,
     fragments: BTreeMap<ServicePortName, Fragment>,
-    /// The per-service nat chains the last applied sync left.
-    applied_chains: BTreeSet<String>,
 }
 
 impl Iptables {
@@ -166,7 +164,6 @@ impl Iptables {
         Iptables {
             runner,
             fragments: BTreeMap::new(),
-            applied_chains: BTreeSet::new(),
         }
     }
 
@@ -273,43 +270,44 @@ impl Dataplane for Iptables {
         context: &Context,
         full: bool,
     ) -> Result<()> {
-        let mut write = BTreeSet::new();
+        // the per-service chains before this sync: all of them in the table on a full sync (a
+        // previous run's too), the changed Services' own otherwise
+        let mut previous = BTreeSet::new();
         if full {
+            previous = self.existing_chains()?;
             self.fragments.clear();
         } else {
-            self.fragments
-                .retain(|name, _| !changed.contains(&name.service));
+            self.fragments.retain(|name, fragment| {
+                let changed = changed.contains(&name.service);
+                if changed {
+                    previous.extend(fragment.chains.iter().cloned());
+                }
+                !changed
+            });
         }
         let services: Box<dyn Iterator<Item = &Vec<PortEntry>>> = if full {
             Box::new(table.values())
         } else {
             Box::new(changed.iter().filter_map(|key| table.get(key)))
         };
+        let mut write = BTreeSet::new();
         for entry in services.flatten() {
-            self.fragments
-                .insert(entry.name.clone(), render_port(entry, context));
+            let fragment = render_port(entry, context);
+            for chain in &fragment.chains {
+                previous.remove(chain);
+            }
+            self.fragments.insert(entry.name.clone(), fragment);
             write.insert(entry.name.clone());
         }
-        let active: BTreeSet<String> = self
-            .fragments
-            .values()
-            .flat_map(|f| f.chains.iter().cloned())
-            .collect();
-        let mut previous = self.applied_chains.clone();
-        if full {
-            previous.extend(self.existing_chains()?);
-        }
-        let stale: BTreeSet<String> = previous.difference(&active).cloned().collect();
+        let stale = previous;
         let input = self.render(&write, &stale, context);
-        let applied = self.runner.run(
+        // on error nothing of the transaction applied, and the full sync that follows finds the
+        // chains to delete with iptables-save
+        self.runner.run(
             "iptables-restore",
             &["-w", "--noflush", "--counters"],
             Some(&input),
-        );
-        // on error nothing of the transaction applied, and the full sync that follows finds the
-        // chains to delete with iptables-save
-        applied?;
-        self.applied_chains = active;
+        )?;
         if full {
             self.ensure_jumps()?;
         }
