@@ -21,125 +21,98 @@ const NODEPORTS: &str = "KUBE-NODEPORTS";
 const POSTROUTING: &str = "KUBE-POSTROUTING";
 const MARK_MASQ: &str = "KUBE-MARK-MASQ";
 
-/// The jumps from the built-in chains into ours: (table, built-in chain, rule).
-const JUMPS: &[(&str, &str, &[&str])] = &[
-    (
-        "filter",
-        "INPUT",
-        &[
-            "-m",
-            "conntrack",
-            "--ctstate",
-            "NEW",
-            "-m",
-            "comment",
-            "--comment",
-            "kubernetes service portals",
-            "-j",
-            SERVICES,
-        ],
-    ),
-    (
-        "filter",
-        "FORWARD",
-        &[
-            "-m",
-            "conntrack",
-            "--ctstate",
-            "NEW",
-            "-m",
-            "comment",
-            "--comment",
-            "kubernetes service portals",
-            "-j",
-            SERVICES,
-        ],
-    ),
-    (
-        "filter",
-        "OUTPUT",
-        &[
-            "-m",
-            "conntrack",
-            "--ctstate",
-            "NEW",
-            "-m",
-            "comment",
-            "--comment",
-            "kubernetes service portals",
-            "-j",
-            SERVICES,
-        ],
-    ),
-    (
-        "filter",
-        "INPUT",
-        &[
-            "-m",
-            "conntrack",
-            "--ctstate",
-            "NEW",
-            "-m",
-            "comment",
-            "--comment",
-            "kubernetes externally-visible service portals",
-            "-j",
-            EXTERNAL_SERVICES,
-        ],
-    ),
-    (
-        "filter",
-        "FORWARD",
-        &[
-            "-m",
-            "conntrack",
-            "--ctstate",
-            "NEW",
-            "-m",
-            "comment",
-            "--comment",
-            "kubernetes externally-visible service portals",
-            "-j",
-            EXTERNAL_SERVICES,
-        ],
-    ),
-    (
-        "nat",
-        "PREROUTING",
-        &[
-            "-m",
-            "comment",
-            "--comment",
-            "kubernetes service portals",
-            "-j",
-            SERVICES,
-        ],
-    ),
-    (
-        "nat",
-        "OUTPUT",
-        &[
-            "-m",
-            "comment",
-            "--comment",
-            "kubernetes service portals",
-            "-j",
-            SERVICES,
-        ],
-    ),
-    (
-        "nat",
-        "POSTROUTING",
-        &[
-            "-m",
-            "comment",
-            "--comment",
-            "kubernetes postrouting rules",
-            "-j",
-            POSTROUTING,
-        ],
-    ),
+/// A jump from a built-in chain into ours, inserted at its top when missing.
+#[derive(Debug)]
+struct Jump {
+    table: &'static str,
+    chain: &'static str,
+    /// Matches before the comment, each followed by a space.
+    matches: &'static str,
+    comment: &'static str,
+    target: &'static str,
+}
+
+impl Jump {
+    /// The rule after `-A CHAIN`, as `iptables-save` prints it.
+    fn rule(&self) -> String {
+        format!(
+            "{}-m comment --comment \"{}\" -j {}",
+            self.matches, self.comment, self.target
+        )
+    }
+}
+
+const NEW: &str = "-m conntrack --ctstate NEW ";
+const PORTALS: &str = "kubernetes service portals";
+const EXTERNAL_PORTALS: &str = "kubernetes externally-visible service portals";
+
+/// Upstream's jumps into its chains.
+const JUMPS: &[Jump] = &[
+    Jump {
+        table: "filter",
+        chain: "INPUT",
+        matches: NEW,
+        comment: PORTALS,
+        target: SERVICES,
+    },
+    Jump {
+        table: "filter",
+        chain: "FORWARD",
+        matches: NEW,
+        comment: PORTALS,
+        target: SERVICES,
+    },
+    Jump {
+        table: "filter",
+        chain: "OUTPUT",
+        matches: NEW,
+        comment: PORTALS,
+        target: SERVICES,
+    },
+    Jump {
+        table: "filter",
+        chain: "INPUT",
+        matches: NEW,
+        comment: EXTERNAL_PORTALS,
+        target: EXTERNAL_SERVICES,
+    },
+    Jump {
+        table: "filter",
+        chain: "FORWARD",
+        matches: NEW,
+        comment: EXTERNAL_PORTALS,
+        target: EXTERNAL_SERVICES,
+    },
+    Jump {
+        table: "nat",
+        chain: "PREROUTING",
+        matches: "",
+        comment: PORTALS,
+        target: SERVICES,
+    },
+    Jump {
+        table: "nat",
+        chain: "OUTPUT",
+        matches: "",
+        comment: PORTALS,
+        target: SERVICES,
+    },
+    Jump {
+        table: "nat",
+        chain: "POSTROUTING",
+        matches: "",
+        comment: "kubernetes postrouting rules",
+        target: POSTROUTING,
+    },
 ];
+
+/// What a full sync needs to know of the tables as they are.
+#[derive(Debug, Default)]
+struct Saved {
+    /// Per-service nat chains, a previous run's included.
+    chains: BTreeSet<String>,
+    missing_jumps: Vec<&'static Jump>,
+}
 
 /// One service port's rules: lines for the shared top-level chains, and its own chains.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -172,13 +145,20 @@ impl Iptables {
         &self,
         write: &BTreeSet<ServicePortName>,
         stale: &BTreeSet<String>,
+        jumps: &[&Jump],
         context: &Context,
     ) -> String {
         let mut out = String::with_capacity(256 * (self.fragments.len() + 1));
+        let insert_jumps = |out: &mut String, table: &str| {
+            for jump in jumps.iter().filter(|j| j.table == table) {
+                let _ = writeln!(out, "-I {} 1 {}", jump.chain, jump.rule());
+            }
+        };
         out.push_str("*filter\n");
         for chain in [SERVICES, EXTERNAL_SERVICES] {
             let _ = writeln!(out, ":{chain} - [0:0]");
         }
+        insert_jumps(&mut out, "filter");
         for f in self.fragments.values() {
             lines(&mut out, &f.filter_services);
         }
@@ -198,6 +178,7 @@ impl Iptables {
         for chain in stale {
             let _ = writeln!(out, ":{chain} - [0:0]");
         }
+        insert_jumps(&mut out, "nat");
         let _ = writeln!(
             out,
             "-A {POSTROUTING} -m mark ! --mark {MASQUERADE_MARK}/{MASQUERADE_MARK} -j RETURN\n\
@@ -234,31 +215,32 @@ impl Iptables {
         out
     }
 
-    /// Per-service chains in the nat table now (from `iptables-save`), for a full sync to
-    /// delete those of a previous run.
-    fn existing_chains(&self) -> Result<BTreeSet<String>> {
-        let saved = self.runner.run("iptables-save", &["-t", "nat"], None)?;
-        Ok(saved
-            .lines()
-            .filter_map(|l| l.strip_prefix(':'))
-            .filter_map(|l| l.split_whitespace().next())
-            .filter(|c| hash::is_service_chain(c))
-            .map(str::to_string)
-            .collect())
-    }
-
-    /// Inserts the jumps from the built-in chains, where missing.
-    fn ensure_jumps(&self) -> Result<()> {
-        for (table, chain, rule) in JUMPS {
-            let mut check = vec!["-w", "-t", table, "-C", chain];
-            check.extend_from_slice(rule);
-            if self.runner.run("iptables", &check, None).is_err() {
-                let mut insert = vec!["-w", "-t", table, "-I", chain, "1"];
-                insert.extend_from_slice(rule);
-                self.runner.run("iptables", &insert, None)?;
+    /// The tables as they are (`iptables-save`): our per-service chains, and which jumps into
+    /// our chains are missing.
+    fn saved(&self) -> Result<Saved> {
+        let text = self.runner.run("iptables-save", &[], None)?;
+        let mut saved = Saved::default();
+        let mut rules = BTreeSet::new();
+        let mut table = "";
+        for line in text.lines() {
+            if let Some(name) = line.strip_prefix('*') {
+                table = name;
+            } else if let Some(chain) = line.strip_prefix(':') {
+                let chain = chain.split_whitespace().next().unwrap_or_default();
+                if table == "nat" && hash::is_service_chain(chain) {
+                    saved.chains.insert(chain.to_string());
+                }
+            } else if line.starts_with("-A ") {
+                rules.insert((table, line));
             }
         }
-        Ok(())
+        saved.missing_jumps = JUMPS
+            .iter()
+            .filter(|j| {
+                !rules.contains(&(j.table, format!("-A {} {}", j.chain, j.rule()).as_str()))
+            })
+            .collect();
+        Ok(saved)
     }
 }
 
@@ -273,8 +255,11 @@ impl Dataplane for Iptables {
         // the per-service chains before this sync: all of them in the table on a full sync (a
         // previous run's too), the changed Services' own otherwise
         let mut previous = BTreeSet::new();
+        let mut jumps = Vec::new();
         if full {
-            previous = self.existing_chains()?;
+            let saved = self.saved()?;
+            previous = saved.chains;
+            jumps = saved.missing_jumps;
             self.fragments.clear();
         } else {
             self.fragments.retain(|name, fragment| {
@@ -300,7 +285,7 @@ impl Dataplane for Iptables {
             write.insert(entry.name.clone());
         }
         let stale = previous;
-        let input = self.render(&write, &stale, context);
+        let input = self.render(&write, &stale, &jumps, context);
         // on error nothing of the transaction applied, and the full sync that follows finds the
         // chains to delete with iptables-save
         self.runner.run(
@@ -308,9 +293,6 @@ impl Dataplane for Iptables {
             &["-w", "--noflush", "--counters"],
             Some(&input),
         )?;
-        if full {
-            self.ensure_jumps()?;
-        }
         Ok(())
     }
 }
@@ -554,9 +536,22 @@ mod tests {
             .expect("a restore")
     }
 
+    /// What `iptables-save` prints once the jumps are in place.
+    fn saved_jumps() -> String {
+        let mut out = String::new();
+        for table in ["filter", "nat"] {
+            out.push_str(&format!("*{table}\n"));
+            for jump in JUMPS.iter().filter(|j| j.table == table) {
+                out.push_str(&format!("-A {} {}\n", jump.chain, jump.rule()));
+            }
+            out.push_str("COMMIT\n");
+        }
+        out
+    }
+
     fn new() -> (Iptables, FakeRunner) {
         let runner = FakeRunner::default();
-        runner.set_rules_present(true);
+        runner.set_output("iptables-save", &saved_jumps());
         (Iptables::new(Arc::new(runner.clone())), runner)
     }
 
@@ -830,7 +825,7 @@ COMMIT
         let (mut iptables, runner) = new();
         runner.set_output(
             "iptables-save",
-            "*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-OLDOLDOLDOLDOLD1 - [0:0]\n:DOCKER - [0:0]\nCOMMIT\n",
+            &format!("{}*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-OLDOLDOLDOLDOLD1 - [0:0]\n:DOCKER - [0:0]\nCOMMIT\n", saved_jumps()),
         );
         let (web, web_slice) = web();
         let input = sync(
@@ -843,13 +838,8 @@ COMMIT
         assert!(input.contains(":KUBE-SVC-OLDOLDOLDOLDOLD1 - [0:0]\n"));
         assert!(input.contains("-X KUBE-SVC-OLDOLDOLDOLDOLD1\n"));
         assert!(!input.contains("DOCKER"));
-        // the jumps from the built-in chains are checked on a full sync
-        assert!(
-            runner
-                .calls()
-                .iter()
-                .any(|c| c.program == "iptables" && c.args.contains(&"-C".to_string()))
-        );
+        // the jumps are in place: none inserted
+        assert!(!input.contains("-I "));
 
         // the slice goes away: the service rejects and its chains are deleted
         let input = sync(
@@ -890,8 +880,9 @@ COMMIT
     }
 
     #[test]
-    fn missing_jumps_are_inserted_at_the_top_of_the_built_in_chains() {
+    fn missing_jumps_are_inserted_at_the_top_of_the_built_in_chains_in_the_same_transaction() {
         let runner = FakeRunner::default();
+        runner.set_output("iptables-save", "*nat\n-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\nCOMMIT\n");
         let mut iptables = Iptables::new(Arc::new(runner.clone()));
         iptables
             .sync(
@@ -901,14 +892,22 @@ COMMIT
                 true,
             )
             .unwrap();
-        let inserted: Vec<String> = runner
-            .calls()
-            .into_iter()
-            .filter(|c| c.args.contains(&"-I".to_string()))
-            .map(|c| c.args[2..6].join(" "))
-            .collect();
-        assert!(inserted.contains(&"nat -I PREROUTING 1".to_string()));
-        assert!(inserted.contains(&"nat -I POSTROUTING 1".to_string()));
-        assert_eq!(inserted.len(), JUMPS.len());
+        let input = runner.calls().into_iter().find_map(|c| c.stdin).unwrap();
+        let inserted: Vec<&str> = input.lines().filter(|l| l.starts_with("-I ")).collect();
+        assert_eq!(
+            inserted.len(),
+            JUMPS.len() - 1,
+            "all but the one present: {input}"
+        );
+        assert!(inserted.contains(
+            &"-I OUTPUT 1 -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES"
+        ));
+        assert!(inserted.contains(&"-I INPUT 1 -m conntrack --ctstate NEW -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES"));
+        assert!(!inserted.iter().any(|l| l.starts_with("-I PREROUTING")));
+        assert_eq!(
+            runner.calls().len(),
+            2,
+            "iptables-save and one iptables-restore"
+        );
     }
 }

@@ -88,8 +88,6 @@ struct FakeState {
     failures: Vec<String>,
     /// Standard output per program (e.g. what `iptables-save` prints).
     outputs: Vec<(String, String)>,
-    /// `iptables -C` checks fail (rule missing) when false.
-    rules_present: bool,
 }
 
 /// Records every command; succeeds unless told to fail.
@@ -119,11 +117,6 @@ impl FakeRunner {
             .outputs
             .push((program.to_string(), stdout.to_string()));
     }
-
-    /// `iptables -C` finds its rule.
-    pub fn set_rules_present(&self, present: bool) {
-        self.state.lock().rules_present = present;
-    }
 }
 
 impl Runner for FakeRunner {
@@ -134,17 +127,13 @@ impl Runner for FakeRunner {
             args: args.iter().map(|a| a.to_string()).collect(),
             stdin: stdin.map(str::to_string),
         });
-        let failed = |status| Error::Command {
-            command: format!("{program} {}", args.join(" ")),
-            status,
-            stderr: "fake failure".into(),
-        };
         if let Some(i) = state.failures.iter().position(|p| p == program) {
             state.failures.remove(i);
-            return Err(failed(2));
-        }
-        if program == "iptables" && args.contains(&"-C") && !state.rules_present {
-            return Err(failed(1));
+            return Err(Error::Command {
+                command: format!("{program} {}", args.join(" ")),
+                status: 2,
+                stderr: "fake failure".into(),
+            });
         }
         Ok(state
             .outputs

@@ -279,6 +279,13 @@ fn iptables_rules_apply_update_and_lose_stale_chains_in_a_netns() {
         2,
         "jumps not duplicated"
     );
+    let filter = run(&runner, "iptables", &["-w", "-t", "filter", "-S"]);
+    assert_eq!(filter.matches("-j KUBE-SERVICES").count(), 3, "{filter}");
+    assert_eq!(
+        filter.matches("-j KUBE-EXTERNAL-SERVICES").count(),
+        2,
+        "{filter}"
+    );
 }
 
 #[test]
