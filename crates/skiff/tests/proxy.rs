@@ -2,8 +2,8 @@
 //! `system:kube-proxy`: Services and EndpointSlices created through the API show up as rules
 //! (read back with `iptables -S` and `nft list table`) in a network namespace the test creates
 //! (`--netns`: the process stays on the host's network, so it reaches the loopback API server),
-//! follow endpoint changes, and go with the Service. Needs root, `ip`, iptables and nft; skips
-//! with a message otherwise.
+//! follow endpoint changes (churn included), ignore what has no rules (a port no slice names),
+//! and go with the Service. Needs root, `ip`, iptables and nft; skips with a message otherwise.
 
 mod support;
 
@@ -177,13 +177,45 @@ fn services_become_rules(mode: &str, list: fn(&Netns) -> String, rejects: fn(&st
         })
         .await;
 
+        // bad input: a Service with an empty selector and a port no slice names, and its slice
+        // for a port name it does not have; then web's slice churns
+        let odd: Service = serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "odd"},
+            "spec": {"selector": {}, "ports": [{"name": "nope", "port": 81, "protocol": "UDP"}]},
+        }))
+        .unwrap();
+        let odd = services.create(&PostParams::default(), &odd).await.unwrap();
+        let odd_ip = odd.spec.unwrap().cluster_ip.unwrap();
+        let mut stray = slice(&["10.42.0.9"]);
+        stray.metadata.name = Some("odd-a".into());
+        stray.metadata.labels = Some([("kubernetes.io/service-name".into(), "odd".into())].into());
+        slices.create(&PostParams::default(), &stray).await.unwrap();
+        for i in 0..10 {
+            let churned = serde_json::to_value(slice(&[&format!("10.42.1.{i}")])).unwrap();
+            slices
+                .patch("web-a", &PatchParams::default(), &Patch::Merge(churned))
+                .await
+                .unwrap();
+        }
+        eventually(
+            "the last churned endpoint only, and odd rejected",
+            || async {
+                let rules = list(&netns);
+                let web = rules.contains("10.42.1.9:8080") && !rules.contains("10.42.1.8:8080");
+                (web && rules.contains(&odd_ip) && !rules.contains("10.42.0.9")).then_some(())
+            },
+        )
+        .await;
+
         services
             .delete("web", &DeleteParams::default())
             .await
             .unwrap();
         eventually("the Service's rules gone", || async {
             let rules = list(&netns);
-            (!rules.contains(&cluster_ip) && !rules.contains("10.42.0.3")).then_some(())
+            (!rules.contains(&cluster_ip) && !rules.contains("10.42.1.9")).then_some(())
         })
         .await;
 
