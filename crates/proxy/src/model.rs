@@ -463,6 +463,31 @@ mod tests {
     }
 
     #[test]
+    fn node_ports_count_only_on_node_port_services_and_affinity_keeps_its_timeout() {
+        let mut svc = service("ns", "web", "10.43.0.5", &[("", "TCP", 80)]);
+        let spec = svc.spec.as_mut().unwrap();
+        spec.ports.as_mut().unwrap()[0].node_port = Some(30080);
+        spec.session_affinity = Some("ClientIP".into());
+        spec.session_affinity_config = Some(k8s_openapi::api::core::v1::SessionAffinityConfig {
+            client_ip: Some(k8s_openapi::api::core::v1::ClientIPConfig {
+                timeout_seconds: Some(60),
+            }),
+        });
+        spec.external_traffic_policy = Some("Local".into());
+        let cluster_ip = &service_ports(&svc, [], "n1")[0].info;
+        assert_eq!(
+            cluster_ip.node_port, None,
+            "a ClusterIP Service's stale nodePort"
+        );
+        assert!(!cluster_ip.external_local, "not externally accessible");
+        assert_eq!(cluster_ip.affinity_seconds, Some(60));
+        svc.spec.as_mut().unwrap().type_ = Some("NodePort".into());
+        let node_port = &service_ports(&svc, [], "n1")[0].info;
+        assert_eq!(node_port.node_port, Some(30080));
+        assert!(node_port.external_local);
+    }
+
+    #[test]
     fn invalid_addresses_in_slices_are_skipped() {
         let svc = service("ns", "web", "10.43.0.5", &[("", "TCP", 80)]);
         let s = slice(
