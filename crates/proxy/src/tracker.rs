@@ -1,6 +1,10 @@
 //! The service change tracker (upstream's `ServiceChangeTracker` and `EndpointsChangeTracker`):
 //! the informers' latest Services, EndpointSlices and node addresses, and which Services changed
 //! since the last sync. A change to one Service or one of its slices marks only that Service.
+//!
+//! Shared as `Arc<parking_lot::Mutex<ChangeTracker>>` between the informers (which update it) and
+//! the sync loop (which takes the changes); the lock is held for one update or one
+//! [`ChangeTracker::take`], never while rules are applied.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
