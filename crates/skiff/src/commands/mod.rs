@@ -4,6 +4,7 @@
 //! - [`apiserver`]: `skiff apiserver`, the Kubernetes API server.
 //! - [`controller_manager`]: `skiff controller-manager`, the reconcile loops.
 //! - [`kubelet`]: `skiff kubelet`, the node agent running pods through containerd's CRI.
+//! - [`proxy`]: `skiff proxy`, the node's Service dataplane (iptables or nftables).
 //! - [`image`]: `skiff image import`, loading image archives into the node's containerd.
 //! - [`scheduler`]: `skiff scheduler`, binding pods to nodes through the API server.
 //! - [`store`]: `skiff store serve`, the embedded store behind the etcd v3 gRPC facade.
@@ -14,6 +15,7 @@ pub mod bench;
 pub mod controller_manager;
 pub mod image;
 pub mod kubelet;
+pub mod proxy;
 pub mod scheduler;
 pub mod store;
 
@@ -37,6 +39,8 @@ pub enum Command {
     Scheduler(scheduler::SchedulerArgs),
     /// The node agent on its own (boxed: its flags outweigh every other command's).
     Kubelet(Box<kubelet::KubeletArgs>),
+    /// The Service dataplane of a node on its own (kube-proxy).
+    Proxy(proxy::ProxyArgs),
     /// Container images on this node.
     #[command(subcommand)]
     Image(image::ImageCommand),
@@ -87,6 +91,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::ControllerManager(args) => controller_manager::run(args).await,
         Command::Scheduler(args) => scheduler::run(args).await,
         Command::Kubelet(args) => kubelet::run(*args).await,
+        Command::Proxy(args) => proxy::run(args).await,
         Command::Image(cmd) => image::run(cmd).await,
         Command::Store(cmd) => store::run(cmd).await,
         Command::Bench(cmd) => bench::run(cmd).await,

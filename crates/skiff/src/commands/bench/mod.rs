@@ -4,6 +4,7 @@
 pub mod api;
 pub mod controllers;
 pub mod pods;
+pub mod proxy;
 pub mod scheduler;
 pub mod store;
 
@@ -21,6 +22,9 @@ pub enum BenchCommand {
     /// The kubelet end to end: pod startup against the CRI floor, the kubelet's memory, and
     /// hollow nodes' heartbeat writes and memory (needs root).
     Pods(pods::PodBenchArgs),
+    /// The Service dataplane (needs root): 1,000 Services x 10 endpoints programmed in a private
+    /// netns in iptables and nftables mode, then one-endpoint changes.
+    Proxy(proxy::ProxyBenchArgs),
     /// The scheduler end to end (scheduler_perf's SchedulingBasic): Node objects, pods created
     /// through the API server, bindings observed through a watch.
     Scheduler(scheduler::SchedulerBenchArgs),
@@ -33,6 +37,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Api(args) => api::run(args).await,
         BenchCommand::Controllers(args) => controllers::run(args).await,
         BenchCommand::Pods(args) => pods::run(args).await,
+        BenchCommand::Proxy(args) => proxy::run(args).await,
         BenchCommand::Scheduler(args) => scheduler::run(args).await,
         BenchCommand::Store(args) => store::run(args).await,
     }

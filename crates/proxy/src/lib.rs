@@ -1,0 +1,53 @@
+//! Skiff's kube-proxy (`skiff proxy`): Services and EndpointSlices from the API server, with
+//! upstream's semantics, programmed into iptables or nftables on this node.
+//!
+//! Informers feed a change tracker; the sync loop takes the changed Services at most once per
+//! minimum sync period, folds them into the model, and lets the dataplane rewrite only what
+//! changed (everything on the first sync and after a failure). Host commands go through a
+//! [`runner::Runner`], so the renderers are tested against a recording fake and the real one can
+//! run inside a network namespace.
+//!
+//! # Layout
+//! - [`model`]: Service ports and endpoints from Services and slices; endpoint categories.
+//! - [`tracker`]: the informers' latest objects and which Services changed.
+//! - [`dataplane`]: the [`dataplane::Dataplane`] trait both modes implement.
+//! - [`iptables`]: iptables mode, `iptables-restore --noflush` transactions.
+//! - [`nftables`]: nftables mode, the `ip skiff` table through `nft -f`.
+//! - [`hash`]: upstream's chain names.
+//! - [`conntrack`]: stale UDP flows deleted after endpoints go away.
+//! - [`proxier`]: one sync, and the batching sync loop.
+//! - [`informer`]: watches on Services, EndpointSlices and this Node.
+//! - [`metrics`]: `/metrics` with upstream's sync latency names.
+//! - [`runner`]: host commands, real (optionally in a netns) and fake.
+
+pub mod conntrack;
+pub mod dataplane;
+pub mod hash;
+pub mod informer;
+pub mod iptables;
+pub mod metrics;
+pub mod model;
+pub mod nftables;
+pub mod proxier;
+pub mod runner;
+pub mod tracker;
+
+/// What a host command did wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The command could not be started or fed (missing binary, broken pipe).
+    #[error("running {command}: {source}")]
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
+    /// The command exited non-zero; nothing of a restore or `nft -f` transaction applied.
+    #[error("{command} exited with {status}: {stderr}")]
+    Command {
+        command: String,
+        status: i32,
+        stderr: String,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,298 @@
+//! The service change tracker (upstream's `ServiceChangeTracker` and `EndpointsChangeTracker`):
+//! the informers' latest Services, EndpointSlices and node addresses, and which Services changed
+//! since the last sync. A change to one Service or one of its slices marks only that Service.
+//!
+//! Shared as `Arc<parking_lot::Mutex<ChangeTracker>>` between the informers (which update it) and
+//! the sync loop (which takes the changes); the lock is held for one update or one
+//! [`ChangeTracker::take`], never while rules are applied.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use crate::model::{PortEntry, ServiceKey, service_ports};
+
+/// The label an EndpointSlice names its Service with.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// What changed since the last [`ChangeTracker::take`].
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// Every changed Service with its ports now (empty: gone, or no longer proxied).
+    pub services: BTreeMap<ServiceKey, Vec<PortEntry>>,
+    /// The node's addresses, when they changed.
+    pub node_ips: Option<Vec<Ipv4Addr>>,
+}
+
+#[derive(Debug)]
+pub struct ChangeTracker {
+    node_name: String,
+    services: HashMap<ServiceKey, Arc<Service>>,
+    /// Slices by their Service, then by slice name.
+    slices: HashMap<ServiceKey, BTreeMap<String, Arc<EndpointSlice>>>,
+    /// Which Service each slice (by namespace and name) belongs to, so that a slice relabelled
+    /// to another Service leaves the first.
+    slice_owners: HashMap<ServiceKey, ServiceKey>,
+    node_ips: Vec<Ipv4Addr>,
+    dirty: BTreeSet<ServiceKey>,
+    node_dirty: bool,
+}
+
+impl ChangeTracker {
+    pub fn new(node_name: &str) -> Self {
+        ChangeTracker {
+            node_name: node_name.to_string(),
+            services: HashMap::new(),
+            slices: HashMap::new(),
+            slice_owners: HashMap::new(),
+            node_ips: Vec::new(),
+            dirty: BTreeSet::new(),
+            node_dirty: false,
+        }
+    }
+
+    /// A Service was added or updated.
+    pub fn service_updated(&mut self, service: Arc<Service>) {
+        let Some(key) = object_key(&service.metadata) else {
+            return;
+        };
+        self.services.insert(key.clone(), service);
+        self.dirty.insert(key);
+    }
+
+    pub fn service_deleted(&mut self, service: &Service) {
+        let Some(key) = object_key(&service.metadata) else {
+            return;
+        };
+        self.services.remove(&key);
+        self.dirty.insert(key);
+    }
+
+    /// A slice was added or updated; slices without a Service label are not proxied.
+    pub fn slice_updated(&mut self, slice: Arc<EndpointSlice>) {
+        let Some((key, name)) = slice_key(&slice) else {
+            return;
+        };
+        let id = ServiceKey::new(&key.namespace, &name);
+        if let Some(previous) = self.slice_owners.insert(id, key.clone())
+            && previous != key
+        {
+            self.forget_slice(&previous, &name);
+        }
+        self.slices
+            .entry(key.clone())
+            .or_default()
+            .insert(name, slice);
+        self.dirty.insert(key);
+    }
+
+    pub fn slice_deleted(&mut self, slice: &EndpointSlice) {
+        let Some((key, name)) = slice_key(slice) else {
+            return;
+        };
+        self.slice_owners
+            .remove(&ServiceKey::new(&key.namespace, &name));
+        self.forget_slice(&key, &name);
+    }
+
+    fn forget_slice(&mut self, key: &ServiceKey, name: &str) {
+        if let Some(slices) = self.slices.get_mut(key) {
+            slices.remove(name);
+            if slices.is_empty() {
+                self.slices.remove(key);
+            }
+        }
+        self.dirty.insert(key.clone());
+    }
+
+    /// A (re)list of every Service: those missing from it are gone.
+    pub fn services_listed(&mut self, services: Vec<Arc<Service>>) {
+        self.dirty.extend(self.services.keys().cloned());
+        self.services.clear();
+        for service in services {
+            self.service_updated(service);
+        }
+    }
+
+    /// A (re)list of every EndpointSlice: those missing from it are gone.
+    pub fn slices_listed(&mut self, slices: Vec<Arc<EndpointSlice>>) {
+        self.dirty.extend(self.slices.keys().cloned());
+        self.slices.clear();
+        self.slice_owners.clear();
+        for slice in slices {
+            self.slice_updated(slice);
+        }
+    }
+
+    /// This node changed: its InternalIP and ExternalIP addresses are where NodePorts answer.
+    pub fn node_updated(&mut self, node: &Node) {
+        let mut ips: Vec<Ipv4Addr> = node
+            .status
+            .iter()
+            .flat_map(|s| s.addresses.iter().flatten())
+            .filter(|a| a.type_ == "InternalIP" || a.type_ == "ExternalIP")
+            .filter_map(|a| a.address.parse().ok())
+            .collect();
+        ips.sort();
+        ips.dedup();
+        if ips != self.node_ips {
+            self.node_ips = ips;
+            self.node_dirty = true;
+        }
+    }
+
+    pub fn has_changes(&self) -> bool {
+        !self.dirty.is_empty() || self.node_dirty
+    }
+
+    /// The changed Services' ports as they are now, clearing the dirty marks.
+    pub fn take(&mut self) -> Changes {
+        let dirty = std::mem::take(&mut self.dirty);
+        let services = dirty
+            .into_iter()
+            .map(|key| {
+                let ports = match self.services.get(&key) {
+                    Some(service) => {
+                        let slices = self.slices.get(&key);
+                        let slices = slices.into_iter().flat_map(|s| s.values().map(Arc::as_ref));
+                        service_ports(service, slices, &self.node_name)
+                    }
+                    None => Vec::new(),
+                };
+                (key, ports)
+            })
+            .collect();
+        let node_ips = std::mem::take(&mut self.node_dirty).then(|| self.node_ips.clone());
+        Changes { services, node_ips }
+    }
+}
+
+fn object_key(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<ServiceKey> {
+    Some(ServiceKey::new(
+        meta.namespace.as_deref().unwrap_or("default"),
+        meta.name.as_deref()?,
+    ))
+}
+
+fn slice_key(slice: &EndpointSlice) -> Option<(ServiceKey, String)> {
+    let meta = &slice.metadata;
+    let service = meta.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
+    Some((
+        ServiceKey::new(meta.namespace.as_deref().unwrap_or("default"), service),
+        meta.name.clone()?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::fixtures::{service, slice};
+
+    #[test]
+    fn a_slice_change_marks_only_its_service() {
+        let mut tracker = ChangeTracker::new("n1");
+        tracker.service_updated(Arc::new(service(
+            "ns",
+            "a",
+            "10.43.0.1",
+            &[("", "TCP", 80)],
+        )));
+        tracker.service_updated(Arc::new(service(
+            "ns",
+            "b",
+            "10.43.0.2",
+            &[("", "TCP", 80)],
+        )));
+        assert_eq!(tracker.take().services.len(), 2);
+        assert!(!tracker.has_changes());
+        let s = slice(
+            "ns",
+            "b",
+            "b-1",
+            ("", "TCP", 80),
+            &[("10.42.0.2", "n1", true)],
+        );
+        tracker.slice_updated(Arc::new(s));
+        let changes = tracker.take();
+        assert_eq!(
+            changes.services.keys().collect::<Vec<_>>(),
+            [&ServiceKey::new("ns", "b")]
+        );
+        assert_eq!(
+            changes.services.values().next().unwrap()[0].endpoints.len(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_deleted_service_is_reported_with_no_ports() {
+        let mut tracker = ChangeTracker::new("n1");
+        let svc = service("ns", "a", "10.43.0.1", &[("", "TCP", 80)]);
+        tracker.service_updated(Arc::new(svc.clone()));
+        tracker.take();
+        tracker.service_deleted(&svc);
+        let changes = tracker.take();
+        assert_eq!(changes.services[&ServiceKey::new("ns", "a")], Vec::new());
+    }
+
+    #[test]
+    fn a_slice_relabelled_to_another_service_leaves_the_first() {
+        let mut tracker = ChangeTracker::new("n1");
+        tracker.service_updated(Arc::new(service(
+            "ns",
+            "a",
+            "10.43.0.1",
+            &[("", "TCP", 80)],
+        )));
+        tracker.service_updated(Arc::new(service(
+            "ns",
+            "b",
+            "10.43.0.2",
+            &[("", "TCP", 80)],
+        )));
+        let s = slice(
+            "ns",
+            "a",
+            "moving",
+            ("", "TCP", 80),
+            &[("10.42.0.2", "n1", true)],
+        );
+        tracker.slice_updated(Arc::new(s.clone()));
+        tracker.take();
+        let mut moved = s;
+        moved.metadata.labels = Some([(SERVICE_NAME_LABEL.to_string(), "b".to_string())].into());
+        tracker.slice_updated(Arc::new(moved));
+        let changes = tracker.take();
+        assert!(
+            changes.services[&ServiceKey::new("ns", "a")][0]
+                .endpoints
+                .is_empty()
+        );
+        assert_eq!(
+            changes.services[&ServiceKey::new("ns", "b")][0]
+                .endpoints
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn slices_without_a_service_label_are_ignored() {
+        let mut tracker = ChangeTracker::new("n1");
+        let mut s = slice(
+            "ns",
+            "b",
+            "b-1",
+            ("", "TCP", 80),
+            &[("10.42.0.2", "n1", true)],
+        );
+        s.metadata.labels = None;
+        tracker.slice_updated(Arc::new(s));
+        assert!(!tracker.has_changes());
+    }
+}
