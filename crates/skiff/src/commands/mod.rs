@@ -3,6 +3,7 @@
 //! # Layout
 //! - [`apiserver`]: `skiff apiserver`, the Kubernetes API server.
 //! - [`controller_manager`]: `skiff controller-manager`, the reconcile loops.
+//! - [`dns`]: `skiff dns`, the cluster DNS.
 //! - [`kubelet`]: `skiff kubelet`, the node agent running pods through containerd's CRI.
 //! - [`image`]: `skiff image import`, loading image archives into the node's containerd.
 //! - [`scheduler`]: `skiff scheduler`, binding pods to nodes through the API server.
@@ -12,6 +13,7 @@
 pub mod apiserver;
 pub mod bench;
 pub mod controller_manager;
+pub mod dns;
 pub mod image;
 pub mod kubelet;
 pub mod scheduler;
@@ -33,6 +35,8 @@ pub enum Command {
     Apiserver(Box<apiserver::ApiServerArgs>),
     /// The controllers on their own.
     ControllerManager(controller_manager::ControllerManagerArgs),
+    /// The cluster DNS on its own.
+    Dns(dns::DnsArgs),
     /// The scheduler on its own.
     Scheduler(scheduler::SchedulerArgs),
     /// The node agent on its own (boxed: its flags outweigh every other command's).
@@ -85,6 +89,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Apiserver(args) => apiserver::run(*args).await,
         Command::ControllerManager(args) => controller_manager::run(args).await,
+        Command::Dns(args) => dns::run(args).await,
         Command::Scheduler(args) => scheduler::run(args).await,
         Command::Kubelet(args) => kubelet::run(*args).await,
         Command::Image(cmd) => image::run(cmd).await,
