@@ -151,31 +151,34 @@ pub fn lookup(
         }
         [pod, _namespace, "pod"] => pod_record(zone, pod, owner, qtype),
         [service, namespace, "svc"] => {
-            service_answer(records, zone, namespace, service, None, None, owner, qtype)
-        }
-        [endpoint, service, namespace, "svc"] => service_answer(
-            records,
-            zone,
-            namespace,
-            service,
-            Some(endpoint),
-            None,
-            owner,
-            qtype,
-        ),
-        [port, protocol, service, namespace, "svc"] => {
-            let port = port.strip_prefix('_').unwrap_or(port);
-            let protocol = protocol.strip_prefix('_').unwrap_or(protocol);
-            service_answer(
-                records,
-                zone,
+            let question = ServiceQuestion {
                 namespace,
                 service,
-                None,
-                Some((port, protocol)),
-                owner,
-                qtype,
-            )
+                endpoint: None,
+                port: None,
+            };
+            service_answer(records, zone, &question, owner, qtype)
+        }
+        [endpoint, service, namespace, "svc"] => {
+            let question = ServiceQuestion {
+                namespace,
+                service,
+                endpoint: Some(endpoint),
+                port: None,
+            };
+            service_answer(records, zone, &question, owner, qtype)
+        }
+        [port, protocol, service, namespace, "svc"] => {
+            let question = ServiceQuestion {
+                namespace,
+                service,
+                endpoint: None,
+                port: Some((
+                    port.strip_prefix('_').unwrap_or(port),
+                    protocol.strip_prefix('_').unwrap_or(protocol),
+                )),
+            };
+            service_answer(records, zone, &question, owner, qtype)
         }
         _ => Answer::NxDomain,
     }
@@ -225,17 +228,29 @@ fn address(ip: IpAddr, qtype: RecordType) -> Option<RData> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A question about a Service: `[endpoint.]service.namespace.svc` or
+/// `_port._protocol.service.namespace.svc`.
+struct ServiceQuestion<'a> {
+    namespace: &'a str,
+    service: &'a str,
+    endpoint: Option<&'a str>,
+    /// (port name, protocol), underscores stripped.
+    port: Option<(&'a str, &'a str)>,
+}
+
 fn service_answer(
     records: &ClusterRecords,
     zone: &Zone,
-    namespace: &str,
-    name: &str,
-    endpoint: Option<&str>,
-    port: Option<(&str, &str)>,
+    question: &ServiceQuestion<'_>,
     owner: &Name,
     qtype: RecordType,
 ) -> Answer {
+    let ServiceQuestion {
+        namespace,
+        service: name,
+        endpoint,
+        port,
+    } = *question;
     let Some(service) = records.service(namespace, name) else {
         return Answer::NxDomain;
     };

@@ -333,10 +333,41 @@ fn services_endpoints_and_forwarded_names_are_answered_and_follow_the_watch() {
         })
         .await;
 
+        // an answer too big for 512 bytes is truncated over UDP and whole over TCP
+        let many: Service = serde_json::from_value(json!({
+            "metadata": {"name": "many"},
+            "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": 8080}]},
+        }))
+        .expect("svc");
+        services
+            .create(&PostParams::default(), &many)
+            .await
+            .expect("many");
+        let endpoints: Vec<_> = (1..=100)
+            .map(|i| json!({"addresses": [format!("10.42.9.{i}")], "conditions": {"ready": true}}))
+            .collect();
+        slices
+            .create(
+                &PostParams::default(),
+                &slice("many-1", "many", json!(endpoints)),
+            )
+            .await
+            .expect("slice");
+        let whole = eventually("100 endpoints over TCP", || async {
+            let answer = ask_tcp(server, "many.default.svc.cluster.local.", RecordType::A).await;
+            (answer.answers.len() == 100).then_some(answer)
+        })
+        .await;
+        assert!(!whole.metadata.truncation);
+        let udp = ask_udp(server, "many.default.svc.cluster.local.", RecordType::A).await;
+        assert!(udp.metadata.truncation, "{udp:?}");
+        assert!(udp.answers.len() < 100);
+
         // metrics under CoreDNS's names
         let body = http_get(&metrics).await;
         assert!(body.contains("coredns_dns_requests_total{"), "{body}");
         assert!(body.contains("rcode=\"NXDOMAIN\""), "{body}");
+        assert!(body.contains("type=\"SRV\""), "{body}");
     });
 }
 
