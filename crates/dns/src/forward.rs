@@ -22,6 +22,11 @@ pub const MAX_CACHE_TTL: u32 = 30;
 /// How many answers the cache holds at most (CoreDNS's cache default capacity, 9984).
 pub const CACHE_CAPACITY: usize = 9984;
 
+/// Questions forwarded at once at most; beyond, new ones are REFUSED at once (CoreDNS's
+/// `forward` option `max_concurrent`), so a flood of uncached names to a slow upstream cannot
+/// pile up tasks and buffers.
+pub const MAX_CONCURRENT: usize = 1000;
+
 /// How long one upstream gets to answer before the next is tried.
 pub const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -126,6 +131,8 @@ struct Cached {
 pub struct Forwarder<E = NetworkExchange> {
     upstreams: Vec<SocketAddr>,
     exchange: E,
+    /// Permits for questions in flight upstream ([`MAX_CONCURRENT`]).
+    in_flight: tokio::sync::Semaphore,
     /// Guards only map operations, never held across an await.
     cache: Mutex<HashMap<CacheKey, Cached>>,
 }
@@ -140,6 +147,7 @@ impl<E: Exchange> Forwarder<E> {
         Ok(Forwarder {
             upstreams,
             exchange,
+            in_flight: tokio::sync::Semaphore::new(MAX_CONCURRENT),
             cache: Mutex::new(HashMap::new()),
         })
     }
@@ -155,6 +163,9 @@ impl<E: Exchange> Forwarder<E> {
         if let Some(answer) = self.cached(&key, Instant::now()) {
             return Ok((answer, None));
         }
+        let Ok(_permit) = self.in_flight.try_acquire() else {
+            return Err(Error::Overloaded(MAX_CONCURRENT));
+        };
         let mut request = Message::new(fastrand::u16(..), MessageType::Query, OpCode::Query);
         request.metadata.recursion_desired = true;
         request.add_query(query.clone());

@@ -175,3 +175,38 @@ fn no_upstream_is_an_error() {
     };
     assert!(Forwarder::new(vec![], fake).is_err());
 }
+
+/// Never answers: every exchange waits until the test ends.
+struct SilentUpstream;
+
+#[async_trait::async_trait]
+impl Exchange for SilentUpstream {
+    async fn exchange(&self, _: SocketAddr, _: &Message) -> io::Result<Message> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn questions_beyond_the_concurrency_limit_are_refused_at_once() {
+    let upstream: SocketAddr = "192.0.2.53:53".parse().expect("addr");
+    let forwarder = Arc::new(Forwarder::new(vec![upstream], SilentUpstream).expect("forwarder"));
+    let mut waiting = Vec::new();
+    for i in 0..super::MAX_CONCURRENT {
+        let forwarder = forwarder.clone();
+        waiting.push(tokio::spawn(async move {
+            forwarder.resolve(&query(&format!("n{i}.example."))).await
+        }));
+    }
+    // let every spawned question take its permit
+    while forwarder.in_flight.available_permits() > 0 {
+        tokio::task::yield_now().await;
+    }
+    let error = forwarder
+        .resolve(&query("one-more.example."))
+        .await
+        .expect_err("refused");
+    assert!(matches!(error, crate::Error::Overloaded(_)), "{error}");
+    for task in waiting {
+        task.abort();
+    }
+}

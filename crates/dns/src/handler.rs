@@ -76,15 +76,15 @@ impl<E: Exchange> Handler<E> {
     /// The reply to one question.
     async fn answer(&self, query: &Query, name: &LowerName) -> Reply {
         let qtype = query.query_type();
-        let answer = if query.query_class() == DNSClass::IN {
+        let (answer, serial) = if query.query_class() == DNSClass::IN {
             let records = self.records.read();
-            lookup(&records, &self.zone, name, query.name(), qtype)
+            let answer = lookup(&records, &self.zone, name, query.name(), qtype);
+            (answer, records.generation())
         } else if self.zone.contains(name) {
             return Reply::error(ResponseCode::Refused, false);
         } else {
-            Answer::NotOurs
+            (Answer::NotOurs, 0)
         };
-        let serial = self.records.read().generation();
         let negative = |code| Reply {
             code,
             authoritative: true,
@@ -144,6 +144,10 @@ impl<E: Exchange> Handler<E> {
                     additionals: message.additionals,
                     forwarded: true,
                 }
+            }
+            Err(error @ crate::Error::Overloaded(_)) => {
+                tracing::debug!(%error, "forwarding refused");
+                Reply::error(ResponseCode::Refused, true)
             }
             Err(error) => {
                 tracing::debug!(%error, "forwarding failed");

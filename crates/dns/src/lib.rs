@@ -33,6 +33,9 @@ pub enum Error {
     /// Binding a listening socket failed.
     #[error("binding {0}: {1}")]
     Bind(std::net::SocketAddr, std::io::Error),
+    /// Too many questions are already waiting for upstreams.
+    #[error("{0} questions already forwarded; refusing more")]
+    Overloaded(usize),
     /// Every upstream failed to answer a forwarded question.
     #[error("forwarding {name} {qtype}: {reason}")]
     Forward {

@@ -82,6 +82,8 @@ struct Slice {
 pub struct ClusterRecords {
     services: HashMap<Key, Service>,
     slices: HashMap<Key, Slice>,
+    /// Derived: the names of each Service's slices, by the Service's key.
+    slices_of: HashMap<Key, HashSet<String>>,
     /// Derived: per Service, its record (only for Services that exist).
     records: HashMap<Key, ServiceRecord>,
     /// Derived: how many Services each namespace has (a namespace "exists" for DNS while > 0).
@@ -174,7 +176,7 @@ impl ClusterRecords {
             return;
         };
         let reduced = reduce_slice(slice);
-        let before = self.slices.insert(key.clone(), reduced.clone());
+        let before = self.insert_slice(&key, reduced.clone());
         if let Some(before) = before
             && before.service != reduced.service
         {
@@ -188,7 +190,7 @@ impl ClusterRecords {
         let Some(key) = key_of(&slice.metadata) else {
             return;
         };
-        if let Some(before) = self.slices.remove(&key) {
+        if let Some(before) = self.remove_slice(&key) {
             self.rederive(&(key.0, before.service));
         }
     }
@@ -203,12 +205,41 @@ impl ClusterRecords {
             .cloned()
             .collect();
         for key in gone {
-            if let Some(before) = self.slices.remove(&key) {
+            if let Some(before) = self.remove_slice(&key) {
                 self.rederive(&(key.0, before.service));
             }
         }
         for slice in slices {
             self.apply_slice(slice);
+        }
+    }
+
+    fn insert_slice(&mut self, key: &Key, slice: Slice) -> Option<Slice> {
+        let service_key = (key.0.clone(), slice.service.clone());
+        let before = self.slices.insert(key.clone(), slice);
+        if let Some(before) = &before {
+            self.unlink_slice(&key.0, &before.service, &key.1);
+        }
+        self.slices_of
+            .entry(service_key)
+            .or_default()
+            .insert(key.1.clone());
+        before
+    }
+
+    fn remove_slice(&mut self, key: &Key) -> Option<Slice> {
+        let before = self.slices.remove(key)?;
+        self.unlink_slice(&key.0, &before.service, &key.1);
+        Some(before)
+    }
+
+    fn unlink_slice(&mut self, namespace: &str, service: &str, slice: &str) {
+        let service_key = (namespace.to_string(), service.to_string());
+        if let Some(names) = self.slices_of.get_mut(&service_key) {
+            names.remove(slice);
+            if names.is_empty() {
+                self.slices_of.remove(&service_key);
+            }
         }
     }
 
@@ -228,10 +259,12 @@ impl ClusterRecords {
             return;
         };
         let mut endpoints: Vec<Endpoint> = self
-            .slices
-            .iter()
-            .filter(|((ns, _), s)| *ns == key.0 && s.service == key.1)
-            .flat_map(|(_, s)| s.endpoints.iter().cloned())
+            .slices_of
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter_map(|name| self.slices.get(&(key.0.clone(), name.clone())))
+            .flat_map(|s| s.endpoints.iter().cloned())
             .collect();
         endpoints.sort_by(|a, b| a.ip.cmp(&b.ip).then_with(|| a.name.cmp(&b.name)));
         endpoints.dedup_by(|a, b| a.ip == b.ip);

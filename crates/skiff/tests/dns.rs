@@ -368,6 +368,11 @@ fn services_endpoints_and_forwarded_names_are_answered_and_follow_the_watch() {
         assert!(body.contains("coredns_dns_requests_total{"), "{body}");
         assert!(body.contains("rcode=\"NXDOMAIN\""), "{body}");
         assert!(body.contains("type=\"SRV\""), "{body}");
+        let health = http_get(&metrics.replace("/metrics", "/health")).await;
+        assert!(
+            health.starts_with("HTTP/1.1 200") && health.ends_with("OK"),
+            "{health}"
+        );
     });
 }
 
