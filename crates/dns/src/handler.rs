@@ -268,3 +268,7 @@ fn rcode_label(code: ResponseCode) -> &'static str {
         _ => "OTHER",
     }
 }
+
+#[cfg(test)]
+#[path = "handler_tests.rs"]
+mod tests;

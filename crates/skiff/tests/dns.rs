@@ -437,6 +437,20 @@ fn malformed_packets_and_a_flood_leave_it_answering() {
 }
 
 #[test]
+fn a_bad_cluster_domain_is_a_usage_error() {
+    let out = support::run_guarded(Command::new(env!("CARGO_BIN_EXE_skiff")).args([
+        "dns",
+        "--kubeconfig",
+        "/nonexistent",
+        "--cluster-domain",
+        "cluster..local",
+    ]));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("\"cluster..local\""), "{stderr}");
+}
+
+#[test]
 fn dig_resolves_a_service_over_udp_and_tcp() {
     if !std::path::Path::new("/usr/bin/dig").exists() {
         eprintln!("dig not installed (dnsutils); skipping");
