@@ -80,12 +80,14 @@ struct Slice {
 /// one `RwLock` (writers are the two informer tasks, readers the query handlers).
 #[derive(Debug, Default)]
 pub struct ClusterRecords {
-    services: HashMap<Key, Service>,
+    /// Each Service reduced to how it is reached and its ports.
+    services: HashMap<Key, (ServiceKind, Vec<Port>)>,
     slices: HashMap<Key, Slice>,
     /// Derived: the names of each Service's slices, by the Service's key.
     slices_of: HashMap<Key, HashSet<String>>,
-    /// Derived: per Service, its record (only for Services that exist).
-    records: HashMap<Key, ServiceRecord>,
+    /// Derived: namespace → name → record (only for Services that exist), nested so that a
+    /// question looks up borrowed labels without building a key.
+    records: HashMap<String, HashMap<String, ServiceRecord>>,
     /// Derived: how many Services each namespace has (a namespace "exists" for DNS while > 0).
     namespaces: HashMap<String, usize>,
     /// Derived: IP → the names a PTR query for it answers with.
@@ -99,7 +101,7 @@ pub struct ClusterRecords {
 impl ClusterRecords {
     /// The record of Service `name` in `namespace`, if it exists.
     pub fn service(&self, namespace: &str, name: &str) -> Option<&ServiceRecord> {
-        self.records.get(&(namespace.to_string(), name.to_string()))
+        self.records.get(namespace)?.get(name)
     }
 
     /// Whether any Service lives in `namespace` (the informers watch no Namespaces).
@@ -127,19 +129,22 @@ impl ClusterRecords {
         let Some(key) = key_of(&service.metadata) else {
             return;
         };
-        let namespace = key.0.clone();
-        if self.services.insert(key.clone(), service.clone()).is_none() {
-            *self.namespaces.entry(namespace).or_default() += 1;
+        let reduced = (kind_of(service), service_ports(service));
+        if self.services.insert(key.clone(), reduced).is_none() {
+            *self.namespaces.entry(key.0.clone()).or_default() += 1;
         }
         self.rederive(&key);
     }
 
     /// A Service was deleted.
     pub fn delete_service(&mut self, service: &Service) {
-        let Some(key) = key_of(&service.metadata) else {
-            return;
-        };
-        if self.services.remove(&key).is_some()
+        if let Some(key) = key_of(&service.metadata) {
+            self.remove_service(&key);
+        }
+    }
+
+    fn remove_service(&mut self, key: &Key) {
+        if self.services.remove(key).is_some()
             && let Some(count) = self.namespaces.get_mut(&key.0)
         {
             *count -= 1;
@@ -147,7 +152,7 @@ impl ClusterRecords {
                 self.namespaces.remove(&key.0);
             }
         }
-        self.rederive(&key);
+        self.rederive(key);
     }
 
     /// Replaces every Service with a fresh list (a watch's initial list or re-list).
@@ -156,14 +161,14 @@ impl ClusterRecords {
             .iter()
             .filter_map(|s| key_of(&s.metadata))
             .collect();
-        let gone: Vec<Service> = self
+        let gone: Vec<Key> = self
             .services
-            .iter()
-            .filter(|(key, _)| !fresh.contains(*key))
-            .map(|(_, old)| old.clone())
+            .keys()
+            .filter(|key| !fresh.contains(*key))
+            .cloned()
             .collect();
-        for service in &gone {
-            self.delete_service(service);
+        for key in &gone {
+            self.remove_service(key);
         }
         for service in services {
             self.apply_service(service);
@@ -254,8 +259,13 @@ impl ClusterRecords {
                 }
             }
         }
-        let Some(service) = self.services.get(key) else {
-            self.records.remove(key);
+        let Some((kind, ports)) = self.services.get(key) else {
+            if let Some(names) = self.records.get_mut(&key.0) {
+                names.remove(&key.1);
+                if names.is_empty() {
+                    self.records.remove(&key.0);
+                }
+            }
             return;
         };
         let mut endpoints: Vec<Endpoint> = self
@@ -269,8 +279,8 @@ impl ClusterRecords {
         endpoints.sort_by(|a, b| a.ip.cmp(&b.ip).then_with(|| a.name.cmp(&b.name)));
         endpoints.dedup_by(|a, b| a.ip == b.ip);
         let record = ServiceRecord {
-            kind: kind_of(service),
-            ports: service_ports(service),
+            kind: kind.clone(),
+            ports: ports.clone(),
             endpoints,
         };
         let mut ips = Vec::new();
@@ -299,7 +309,10 @@ impl ClusterRecords {
             contributed.push(ip);
         }
         self.reverse_of.insert(key.clone(), contributed);
-        self.records.insert(key.clone(), record);
+        self.records
+            .entry(key.0.clone())
+            .or_default()
+            .insert(key.1.clone(), record);
     }
 }
 
