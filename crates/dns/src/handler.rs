@@ -41,11 +41,10 @@ struct Reply {
     answers: Vec<Record>,
     authorities: Vec<Record>,
     additionals: Vec<Record>,
-    forwarded: bool,
 }
 
 impl Reply {
-    fn error(code: ResponseCode, forwarded: bool) -> Reply {
+    fn error(code: ResponseCode) -> Reply {
         Reply {
             code,
             authoritative: false,
@@ -53,7 +52,6 @@ impl Reply {
             answers: Vec::new(),
             authorities: Vec::new(),
             additionals: Vec::new(),
-            forwarded,
         }
     }
 }
@@ -81,7 +79,7 @@ impl<E: Exchange> Handler<E> {
             let answer = lookup(&records, &self.zone, name, query.name(), qtype);
             (answer, records.generation())
         } else if self.zone.contains(name) {
-            return Reply::error(ResponseCode::Refused, false);
+            return Reply::error(ResponseCode::Refused);
         } else {
             (Answer::NotOurs, 0)
         };
@@ -92,7 +90,6 @@ impl<E: Exchange> Handler<E> {
             answers: Vec::new(),
             authorities: vec![self.zone.soa(serial)],
             additionals: Vec::new(),
-            forwarded: false,
         };
         match answer {
             Answer::Records {
@@ -109,7 +106,6 @@ impl<E: Exchange> Handler<E> {
                     answers,
                     authorities: Vec::new(),
                     additionals,
-                    forwarded: false,
                 }
             }
             Answer::NoData => negative(ResponseCode::NoError),
@@ -142,16 +138,15 @@ impl<E: Exchange> Handler<E> {
                     answers: message.answers,
                     authorities: message.authorities,
                     additionals: message.additionals,
-                    forwarded: true,
                 }
             }
             Err(error @ crate::Error::Overloaded(_)) => {
                 tracing::debug!(%error, "forwarding refused");
-                Reply::error(ResponseCode::Refused, true)
+                Reply::error(ResponseCode::Refused)
             }
             Err(error) => {
                 tracing::debug!(%error, "forwarding failed");
-                Reply::error(ResponseCode::ServFail, true)
+                Reply::error(ResponseCode::ServFail)
             }
         }
     }
@@ -195,9 +190,9 @@ impl<E: Exchange> RequestHandler for Handler<E> {
         };
         let queries = request.queries.queries();
         let reply = if request.metadata.op_code != OpCode::Query {
-            Reply::error(ResponseCode::NotImp, false)
+            Reply::error(ResponseCode::NotImp)
         } else if queries.len() != 1 {
-            Reply::error(ResponseCode::FormErr, false)
+            Reply::error(ResponseCode::FormErr)
         } else {
             self.answer(queries[0].original(), queries[0].name()).await
         };
@@ -223,7 +218,6 @@ impl<E: Exchange> RequestHandler for Handler<E> {
             }
         };
         self.metrics.observe(Observation {
-            forwarded: reply.forwarded,
             proto: match request.protocol() {
                 Protocol::Tcp => "tcp",
                 _ => "udp",

@@ -79,7 +79,7 @@ fn handler() -> Handler<FakeUpstream> {
         Arc::new(RwLock::new(records)),
         Zone::new("cluster.local").expect("zone"),
         Forwarder::new(vec![upstream], FakeUpstream).expect("forwarder"),
-        Arc::new(Metrics::new("cluster.local.")),
+        Arc::new(Metrics::default()),
     )
 }
 

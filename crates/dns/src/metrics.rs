@@ -1,6 +1,10 @@
 //! `metrics`: what `/metrics` shows, under CoreDNS's metric names (so its dashboards work):
 //! requests by protocol, address family and type, their duration, responses by rcode, forwarded
-//! requests by upstream, and cache hits and misses.
+//! requests by upstream, and cache hits and misses. The `zone` label is `.`, as CoreDNS's for its
+//! default Corefile's one server block (`.:53`).
+
+/// The `zone` label of every request.
+const ZONE: &str = ".";
 
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -42,8 +46,6 @@ struct CacheLabels {
 /// One request as the metrics see it.
 #[derive(Clone, Copy, Debug)]
 pub struct Observation {
-    /// `"."` for a forwarded name, else the cluster zone label given to [`Metrics::new`].
-    pub forwarded: bool,
     /// `udp` or `tcp`.
     pub proto: &'static str,
     /// `1` (IPv4 client) or `2` (IPv6 client), as CoreDNS.
@@ -55,7 +57,6 @@ pub struct Observation {
 
 /// The server's metrics.
 pub struct Metrics {
-    zone: &'static str,
     /// The registry is only read while encoding; the families inside are lock-free per series.
     registry: Mutex<Registry>,
     requests: Family<RequestLabels, Counter>,
@@ -68,13 +69,12 @@ pub struct Metrics {
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Metrics").field("zone", &self.zone).finish()
+        f.debug_struct("Metrics").finish_non_exhaustive()
     }
 }
 
-impl Metrics {
-    /// Metrics labelled with `zone` (the cluster domain, fully qualified) for cluster names.
-    pub fn new(zone: &str) -> Metrics {
+impl Default for Metrics {
+    fn default() -> Metrics {
         let mut registry = Registry::with_prefix("coredns");
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
@@ -112,7 +112,6 @@ impl Metrics {
             cache_misses.clone(),
         );
         Metrics {
-            zone: Box::leak(zone.to_string().into_boxed_str()),
             registry: Mutex::new(registry),
             requests,
             durations,
@@ -122,13 +121,14 @@ impl Metrics {
             cache_misses,
         }
     }
+}
 
+impl Metrics {
     /// Counts one answered request.
     pub fn observe(&self, o: Observation) {
-        let zone = if o.forwarded { "." } else { self.zone };
         self.requests
             .get_or_create(&RequestLabels {
-                zone,
+                zone: ZONE,
                 proto: o.proto,
                 family: o.family,
                 r#type: o.qtype,
@@ -136,13 +136,13 @@ impl Metrics {
             .inc();
         self.durations
             .get_or_create(&DurationLabels {
-                zone,
+                zone: ZONE,
                 r#type: o.qtype,
             })
             .observe(o.seconds);
         self.responses
             .get_or_create(&ResponseLabels {
-                zone,
+                zone: ZONE,
                 rcode: o.rcode,
             })
             .inc();

@@ -86,7 +86,7 @@ pub async fn run(args: DnsArgs) -> anyhow::Result<()> {
         () = shutdown_signal() => return Ok(()),
     }
 
-    let metrics = Arc::new(Metrics::new(&zone.origin().to_string()));
+    let metrics = Arc::new(Metrics::default());
     let origin = zone.origin().to_string();
     let handler = Handler::new(records.clone(), zone, forwarder, metrics.clone());
     let mut listening = server::listen(handler, args.listen).await?;

@@ -66,7 +66,7 @@ pub async fn run(args: DnsBenchArgs) -> Result<()> {
                 // never used: every question is a cluster name
                 let forwarder =
                     Forwarder::new(vec![([127, 0, 0, 1], 9).into()], NetworkExchange::default())?;
-                let metrics = Arc::new(Metrics::new("cluster.local."));
+                let metrics = Arc::new(Metrics::default());
                 let handler = Handler::new(records, zone, forwarder, metrics);
                 let mut listening = server::listen(handler, ([127, 0, 0, 1], 0).into()).await?;
                 addr_tx.send(listening.addr)?;
