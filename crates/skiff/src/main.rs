@@ -2,7 +2,8 @@
 //!
 //! Exit codes: 0 success, 1 runtime failure, 2 bad usage (clap's own exit code for a command
 //! line it cannot parse, and ours for [`commands::UsageError`]). Logs go to stderr, filtered by
-//! `RUST_LOG` (default `info`); stdout carries only what a command prints for its user (such as
+//! `RUST_LOG` (default `info`, and `warn` for hickory's server, which logs each DNS request at
+//! `info`); stdout carries only what a command prints for its user (such as
 //! the `ready` line), so scripts can read it.
 
 mod commands;
@@ -47,7 +48,8 @@ fn main() -> ExitCode {
 }
 
 fn init_logging() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,hickory_server=warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -3,6 +3,7 @@
 //! # Layout
 //! - [`apiserver`]: `skiff apiserver`, the Kubernetes API server.
 //! - [`controller_manager`]: `skiff controller-manager`, the reconcile loops.
+//! - [`dns`]: `skiff dns`, the cluster DNS.
 //! - [`kubelet`]: `skiff kubelet`, the node agent running pods through containerd's CRI.
 //! - [`proxy`]: `skiff proxy`, the node's Service dataplane (iptables or nftables).
 //! - [`image`]: `skiff image import`, loading image archives into the node's containerd.
@@ -13,6 +14,7 @@
 pub mod apiserver;
 pub mod bench;
 pub mod controller_manager;
+pub mod dns;
 pub mod image;
 pub mod kubelet;
 pub mod proxy;
@@ -35,6 +37,8 @@ pub enum Command {
     Apiserver(Box<apiserver::ApiServerArgs>),
     /// The controllers on their own.
     ControllerManager(controller_manager::ControllerManagerArgs),
+    /// The cluster DNS on its own.
+    Dns(dns::DnsArgs),
     /// The scheduler on its own.
     Scheduler(scheduler::SchedulerArgs),
     /// The node agent on its own (boxed: its flags outweigh every other command's).
@@ -89,6 +93,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Apiserver(args) => apiserver::run(*args).await,
         Command::ControllerManager(args) => controller_manager::run(args).await,
+        Command::Dns(args) => dns::run(args).await,
         Command::Scheduler(args) => scheduler::run(args).await,
         Command::Kubelet(args) => kubelet::run(*args).await,
         Command::Proxy(args) => proxy::run(args).await,

@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod controllers;
+pub mod dns;
 pub mod pods;
 pub mod proxy;
 pub mod scheduler;
@@ -19,6 +20,8 @@ pub enum BenchCommand {
     /// The workload controllers end to end (child apiserver, hollow nodes, scheduler and
     /// controller manager): a Deployment's pods created and bound, then a rolling update.
     Controllers(controllers::ControllersBenchArgs),
+    /// The cluster DNS on one core: queries/s and latency percentiles with 1000 Services.
+    Dns(dns::DnsBenchArgs),
     /// The kubelet end to end: pod startup against the CRI floor, the kubelet's memory, and
     /// hollow nodes' heartbeat writes and memory (needs root).
     Pods(pods::PodBenchArgs),
@@ -36,6 +39,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Api(args) => api::run(args).await,
         BenchCommand::Controllers(args) => controllers::run(args).await,
+        BenchCommand::Dns(args) => dns::run(args).await,
         BenchCommand::Pods(args) => pods::run(args).await,
         BenchCommand::Proxy(args) => proxy::run(args).await,
         BenchCommand::Scheduler(args) => scheduler::run(args).await,
