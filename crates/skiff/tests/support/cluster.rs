@@ -28,8 +28,12 @@ impl Process {
     pub fn start_as(api: &ApiServer, kubeconfig: &Path, log: &str, args: &[&str]) -> Process {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
         cmd.args(args).arg("--kubeconfig").arg(kubeconfig);
-        let log = api.data_dir.join(format!("{log}.log"));
-        let (child, ready, lines) = spawn_until_ready(&mut cmd, &log);
+        Process::spawn(&mut cmd, &api.data_dir.join(format!("{log}.log")))
+    }
+
+    /// Starts `cmd` (which runs a `skiff` command) with its stderr in `log`, once it is ready.
+    pub fn spawn(cmd: &mut Command, log: &Path) -> Process {
+        let (child, ready, lines) = spawn_until_ready(cmd, log);
         Process {
             child,
             ready,
@@ -113,4 +117,33 @@ pub fn identity(api: &ApiServer, user: &str, group: Option<&str>) -> PathBuf {
     )
     .expect("write the kubeconfig");
     path
+}
+
+/// CoreDNS's ClusterRole (its deployment manifest's `system:coredns`) bound to the
+/// `kube-system/kube-dns` ServiceAccount, which `skiff dns` runs as: upstream's bootstrap
+/// `system:kube-dns` role has no EndpointSlices.
+pub fn grant_coredns_role(api: &ApiServer) {
+    let manifest = serde_json::json!({
+        "apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": "system:coredns"},
+             "rules": [
+                {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
+                 "verbs": ["list", "watch"]},
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                 "verbs": ["list", "watch"]},
+             ]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": "system:coredns"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": "system:coredns"},
+             "subjects": [{"kind": "ServiceAccount", "name": "kube-dns",
+                           "namespace": "kube-system"}]},
+        ],
+    });
+    api.kubectl_stdin(
+        super::KUBECTL_133,
+        &["create", "-f", "-"],
+        Some(&manifest.to_string()),
+    );
 }

@@ -14,6 +14,7 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::ApiServer;
+use super::cluster::Process;
 use super::node::Placement;
 
 /// Lans made by this test process, for unique namespace names.
@@ -203,6 +204,24 @@ impl NodeNet {
         stdout
     }
 
+    /// `skiff <args…> --kubeconfig K` in this namespace, K a certificate for `user` (`group`)
+    /// that reaches the API server at the lan host's address; stderr in `<data dir>/<log>.log`.
+    pub fn start(
+        &self,
+        api: &ApiServer,
+        (user, group): (&str, Option<&str>),
+        log: &str,
+        args: &[&str],
+    ) -> Process {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/var/run/netns/{}", self.namespace))
+            .arg(env!("CARGO_BIN_EXE_skiff"))
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(lan_kubeconfig(api, user, group, self.gateway));
+        Process::spawn(&mut cmd, &api.data_dir.join(format!("{log}.log")))
+    }
+
     /// A kubelet for `node` in this namespace: InternalIP the node's lan address, its server on
     /// all addresses (a free port), the host-gw pod network on, and a kubeconfig with the
     /// node's identity that reaches the API server at the lan host's address (start the API
@@ -213,7 +232,12 @@ impl NodeNet {
                 "nsenter".into(),
                 format!("--net=/var/run/netns/{}", self.namespace),
             ],
-            kubeconfig: node_kubeconfig(api, node, self.gateway),
+            kubeconfig: lan_kubeconfig(
+                api,
+                &format!("system:node:{node}"),
+                Some("system:nodes"),
+                self.gateway,
+            ),
             args: [
                 "--node-ip",
                 &self.ip.to_string(),
@@ -241,15 +265,18 @@ pub fn api_server_flags(lan: &Lan) -> Vec<String> {
     ]
 }
 
-/// A kubeconfig for `system:node:<node>` pointing at the API server's port on `server`.
-fn node_kubeconfig(api: &ApiServer, node: &str, server: Ipv4Addr) -> PathBuf {
+/// A kubeconfig for a client certificate CN=`user`, O=`group` pointing at the API server's port
+/// on `server`.
+fn lan_kubeconfig(api: &ApiServer, user: &str, group: Option<&str>, server: Ipv4Addr) -> PathBuf {
     let pki = skiff_apiserver::pki::Pki::load(&api.data_dir.join("tls")).expect("the cluster CA");
-    let path = api.data_dir.join(format!("node-{node}-lan.kubeconfig"));
+    let path = api
+        .data_dir
+        .join(format!("{}-lan.kubeconfig", user.replace(':', "-")));
     pki.write_kubeconfig(
         &path,
         &format!("https://{server}:{}", api.port),
-        &format!("system:node:{node}"),
-        Some("system:nodes"),
+        user,
+        group,
     )
     .expect("write the kubeconfig");
     path
