@@ -5,8 +5,9 @@
 //!
 //! It runs inside the kubelet (`--flannel-backend host-gw`, as k3s's agent runs flannel in its
 //! own process): the kubelet is on every real node and already knows its node name, and the
-//! routes only make sense next to the CNI bridge the kubelet configures. Its routes carry
-//! [`ROUTE_PROTOCOL`] (as flannel and calico mark theirs), so it only ever deletes routes it
+//! routes only make sense next to the CNI bridge the kubelet configures (whose own masquerading
+//! it replaces); one module needs no crate of its own. Its routes carry [`ROUTE_PROTOCOL`] (as
+//! routing daemons such as calico's bird mark theirs), so it only ever deletes routes it
 //! made, and it leaves a pod CIDR alone when another route already claims it. Nodes come from a
 //! watch (no polling); every change recomputes the wanted routes and applies the difference.
 

@@ -80,8 +80,8 @@ pub struct KubeletArgs {
     /// How pods reach pods on other nodes, as k3s's flag: `host-gw` routes other nodes' pod
     /// CIDRs via their InternalIPs and masquerades traffic leaving the cluster CIDR; `none`
     /// leaves the network to someone else (the CNI bridge masquerades). Hollow nodes have none.
-    #[arg(long, value_name = "BACKEND", default_value = "host-gw", value_parser = ["host-gw", "none"])]
-    pub flannel_backend: String,
+    #[arg(long, value_name = "BACKEND", value_enum, default_value = "host-gw")]
+    pub flannel_backend: BackendArg,
 
     /// The cluster's pod range (default 10.42.0.0/16, k3s's): host-gw does not masquerade
     /// within it. Hollow node `i` gets the `i`-th /24 of it as its pod CIDR (unless its Node
@@ -92,6 +92,13 @@ pub struct KubeletArgs {
 
     #[command(flatten)]
     pub hollow: HollowArgs,
+}
+
+/// `--flannel-backend`'s values (see [`FlannelBackend`]).
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum BackendArg {
+    HostGw,
+    None,
 }
 
 /// Hollow mode: simulated nodes for scale tests (kubemark's hollow nodes).
@@ -186,9 +193,9 @@ pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
         cluster_dns: args.cluster_dns,
         cluster_domain: args.cluster_domain,
         resolv_conf: args.resolv_conf,
-        flannel_backend: match args.flannel_backend.as_str() {
-            "none" => FlannelBackend::None,
-            _ => FlannelBackend::HostGw,
+        flannel_backend: match args.flannel_backend {
+            BackendArg::HostGw => FlannelBackend::HostGw,
+            BackendArg::None => FlannelBackend::None,
         },
         cluster_cidr: args
             .cluster_cidr
