@@ -119,6 +119,17 @@ pub fn resolv_conf_nameservers(text: &str) -> Vec<SocketAddr> {
         .collect()
 }
 
+/// Whether `upstream` is this server itself, listening on `listen` (a forwarding loop, which
+/// CoreDNS's `loop` plugin detects at run time): the same port on the same address, or on
+/// a loopback address when listening on every address.
+pub fn loops_back(upstream: SocketAddr, listen: SocketAddr) -> bool {
+    if upstream.port() != listen.port() {
+        return false;
+    }
+    let (theirs, ours) = (upstream.ip(), listen.ip());
+    theirs == ours || (ours.is_unspecified() && theirs.is_loopback())
+}
+
 type CacheKey = (LowerName, RecordType, DNSClass);
 
 struct Cached {

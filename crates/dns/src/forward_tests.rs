@@ -10,7 +10,7 @@ use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::rdata::SOA;
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
-use super::{Exchange, Forwarder, MAX_CACHE_TTL, resolv_conf_nameservers};
+use super::{Exchange, Forwarder, MAX_CACHE_TTL, loops_back, resolv_conf_nameservers};
 
 /// Answers A 192.0.2.1 with `ttl` (or NXDOMAIN with an SOA of minimum `ttl` for `missing.`),
 /// counting calls; upstreams listed in `down` fail.
@@ -209,4 +209,16 @@ async fn questions_beyond_the_concurrency_limit_are_refused_at_once() {
     for task in waiting {
         task.abort();
     }
+}
+
+#[test]
+fn an_upstream_that_is_this_server_is_a_loop() {
+    let addr = |s: &str| s.parse::<SocketAddr>().expect("addr");
+    assert!(loops_back(addr("127.0.0.1:53"), addr("0.0.0.0:53")));
+    assert!(loops_back(addr("127.0.0.53:53"), addr("0.0.0.0:53")));
+    assert!(loops_back(addr("10.0.0.2:53"), addr("10.0.0.2:53")));
+    assert!(!loops_back(addr("127.0.0.53:53"), addr("10.43.0.10:53")));
+    assert!(!loops_back(addr("127.0.0.53:53"), addr("127.0.0.1:53")));
+    assert!(!loops_back(addr("127.0.0.1:5353"), addr("0.0.0.0:53")));
+    assert!(!loops_back(addr("10.0.0.2:53"), addr("0.0.0.0:53")));
 }

@@ -451,6 +451,22 @@ fn a_bad_cluster_domain_is_a_usage_error() {
 }
 
 #[test]
+fn forwarding_to_itself_is_a_usage_error() {
+    let out = support::run_guarded(Command::new(env!("CARGO_BIN_EXE_skiff")).args([
+        "dns",
+        "--kubeconfig",
+        "/nonexistent",
+        "--listen",
+        "0.0.0.0:5399",
+        "--upstream",
+        "127.0.0.1:5399",
+    ]));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("forwarding loop"), "{stderr}");
+}
+
+#[test]
 fn dig_resolves_a_service_over_udp_and_tcp() {
     if !std::path::Path::new("/usr/bin/dig").exists() {
         eprintln!("dig not installed (dnsutils); skipping");

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 use parking_lot::RwLock;
-use skiff_dns::forward::{Forwarder, NetworkExchange, resolv_conf_nameservers};
+use skiff_dns::forward::{Forwarder, NetworkExchange, loops_back, resolv_conf_nameservers};
 use skiff_dns::handler::Handler;
 use skiff_dns::lookup::Zone;
 use skiff_dns::metrics::Metrics;
@@ -69,6 +69,13 @@ pub async fn run(args: DnsArgs) -> anyhow::Result<()> {
     } else {
         args.upstream.clone()
     };
+    if let Some(upstream) = upstreams.iter().find(|u| loops_back(**u, args.listen)) {
+        return Err(UsageError(format!(
+            "upstream {upstream} is this server's own --listen {}: a forwarding loop; give --upstream",
+            args.listen
+        ))
+        .into());
+    }
     let upstream_list = upstreams
         .iter()
         .map(ToString::to_string)
