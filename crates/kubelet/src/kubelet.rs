@@ -57,8 +57,10 @@ pub struct Config {
     pub node_name: String,
     /// Everything the kubelet keeps: containerd's dirs, logs, built images.
     pub data_dir: PathBuf,
-    /// The pod CIDR for the CNI bridge, unless the Node already has `spec.podCIDR`.
-    pub pod_cidr: String,
+    /// The pod CIDR for the CNI bridge, unless the Node already has `spec.podCIDR`; when unset,
+    /// the kubelet waits for node-ipam to give its Node one (upstream's `--pod-cidr` is likewise
+    /// only for standalone kubelets).
+    pub pod_cidr: Option<String>,
     /// The node's IP; detected from the default route when unset.
     pub node_ip: Option<IpAddr>,
     /// An external CRI endpoint (`unix:///…`); a managed containerd is started when unset.
@@ -109,8 +111,7 @@ impl Default for Config {
         Config {
             node_name: String::new(),
             data_dir: PathBuf::from("/var/lib/skiff"),
-            // k3s's default cluster CIDR's first node range
-            pod_cidr: "10.42.0.0/24".into(),
+            pod_cidr: None,
             node_ip: None,
             container_runtime_endpoint: None,
             containerd_binary: PathBuf::from("containerd"),
@@ -172,9 +173,13 @@ impl Kubelet {
             FlannelBackend::None => None,
         };
         let nodes: Api<Node> = Api::all(client.clone());
-        let pod_cidr = node::assigned_pod_cidr(&nodes, &config.node_name)
-            .await?
-            .unwrap_or_else(|| config.pod_cidr.clone());
+        let pod_cidr = match node::assigned_pod_cidr(&nodes, &config.node_name).await? {
+            Some(cidr) => cidr,
+            None => match &config.pod_cidr {
+                Some(cidr) => cidr.clone(),
+                None => node::await_pod_cidr(&nodes, &config.node_name).await?,
+            },
+        };
 
         let (managed, endpoint) = match &config.container_runtime_endpoint {
             Some(e) => (None, e.clone()),

@@ -45,6 +45,12 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error("waiting for node {node} to be given spec.podCIDR: {source}")]
+    AwaitPodCidr {
+        node: String,
+        #[source]
+        source: kube::runtime::wait::Error,
+    },
     #[error("registering node {node}: {source}")]
     Register {
         node: String,
@@ -74,6 +80,52 @@ pub async fn assigned_pod_cidr(nodes: &Api<Node>, name: &str) -> Result<Option<S
         source,
     })?;
     Ok(existing.and_then(|n| n.spec).and_then(|s| s.pod_cidr))
+}
+
+/// Creates the Node, without a pod range, if it does not exist, then waits until node-ipam gives
+/// it `spec.podCIDR` (as upstream's kubelet and k3s's agent wait before pods get a network); the
+/// full registration with the node's status follows once the runtime is up.
+pub async fn await_pod_cidr(nodes: &Api<Node>, name: &str) -> Result<String> {
+    let placeholder = Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(BTreeMap::from([
+                ("kubernetes.io/hostname".to_string(), name.to_string()),
+                ("kubernetes.io/os".to_string(), "linux".to_string()),
+            ])),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match nodes.create(&PostParams::default(), &placeholder).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(source) => {
+            return Err(Error::Register {
+                node: name.into(),
+                source,
+            });
+        }
+    }
+    tracing::info!(
+        node = name,
+        "waiting for node-ipam to give the node spec.podCIDR"
+    );
+    let has_cidr = |node: Option<&Node>| {
+        node.and_then(|n| n.spec.as_ref())
+            .and_then(|s| s.pod_cidr.as_ref())
+            .is_some()
+    };
+    let node = kube::runtime::wait::await_condition(nodes.clone(), name, has_cidr)
+        .await
+        .map_err(|source| Error::AwaitPodCidr {
+            node: name.into(),
+            source,
+        })?;
+    Ok(node
+        .and_then(|n| n.spec)
+        .and_then(|s| s.pod_cidr)
+        .unwrap_or_default())
 }
 
 /// The node's status from what the host and the runtime report, with the port the kubelet

@@ -110,8 +110,8 @@ fn pods_on_two_nodes_reach_each_other_unmasqueraded_and_leave_the_cluster_masque
     );
     let _scheduler = scheduler(&api);
 
-    // The Nodes exist before their kubelets, so that each kubelet's CNI bridge uses the range
-    // nodeipam gave its Node (a kubelet registering a new Node would bring its --pod-cidr).
+    // The Nodes exist before their kubelets, which use the ranges nodeipam gave them (services.rs
+    // covers the other path: kubelets that register their Nodes and wait for the ranges).
     for node in [NODE_A, NODE_B] {
         let manifest = json!({
             "apiVersion": "v1", "kind": "Node",

@@ -126,19 +126,7 @@ fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_
         ],
     );
     let _scheduler = scheduler(&api);
-    for node in [NODE_A, NODE_B] {
-        apply(
-            &api,
-            json!({"apiVersion": "v1", "kind": "Node",
-                   "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}}}),
-        );
-        api.kubectl_until(
-            KUBECTL_133,
-            &["get", "node", node, "-o", "jsonpath={.spec.podCIDR}"],
-            None,
-            |out| out.status.success() && !out.stdout.is_empty(),
-        );
-    }
+    // the kubelets register their Nodes and wait for nodeipam's pod ranges
     let cluster_dns = ["--cluster-dns", DNS_IP];
     let _kubelet_a =
         KubeletProcess::start_placed(&api, NODE_A, net_a.placement(&api, NODE_A), &cluster_dns);

@@ -35,9 +35,10 @@ pub struct KubeletArgs {
     #[arg(long, value_name = "URL")]
     pub container_runtime_endpoint: Option<String>,
 
-    /// The pod CIDR of this node's CNI bridge, unless the Node already has `spec.podCIDR`.
-    #[arg(long, value_name = "CIDR", default_value = "10.42.0.0/24")]
-    pub pod_cidr: String,
+    /// The pod CIDR of this node's CNI bridge, unless the Node already has `spec.podCIDR`;
+    /// without it the kubelet waits for the controller manager's node-ipam to assign one.
+    #[arg(long, value_name = "CIDR")]
+    pub pod_cidr: Option<String>,
 
     /// The node's InternalIP; detected from the default route when not given.
     #[arg(long, value_name = "IP")]

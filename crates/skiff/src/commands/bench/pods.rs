@@ -170,7 +170,10 @@ async fn bench(args: &PodBenchArgs, server: &ServerChild, dir: &Path) -> Result<
             NODE,
             "--data-dir",
             data.to_str().context("path")?,
-            // one node on this host: no pod network routes or nat rules in the host's tables
+            // one node on this host, no node-ipam: its own pod range, and no pod network routes
+            // or nat rules in the host's tables
+            "--pod-cidr",
+            "10.42.0.0/24",
             "--flannel-backend",
             "none",
         ],
