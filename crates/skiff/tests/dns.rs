@@ -15,11 +15,10 @@ use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
-use support::cluster::{Process, identity};
+use support::cluster::{Process, grant_coredns_role, identity};
 use support::{ApiServer, Backend, eventually, kube_client as client, run};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -117,38 +116,6 @@ fn ip(s: &str) -> IpAddr {
     s.parse().expect("ip")
 }
 
-/// CoreDNS's ClusterRole (its deployment manifest's `system:coredns`), bound to the
-/// `kube-system/kube-dns` ServiceAccount: upstream's `system:kube-dns` has no EndpointSlices.
-async fn grant_coredns_role(client: &kube::Client) {
-    let roles: Api<ClusterRole> = Api::all(client.clone());
-    let role = serde_json::from_value(json!({
-        "metadata": {"name": "system:coredns"},
-        "rules": [
-            {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
-             "verbs": ["list", "watch"]},
-            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
-             "verbs": ["list", "watch"]},
-        ],
-    }))
-    .expect("role");
-    roles
-        .create(&PostParams::default(), &role)
-        .await
-        .expect("create role");
-    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
-    let binding = serde_json::from_value(json!({
-        "metadata": {"name": "system:coredns"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                    "name": "system:coredns"},
-        "subjects": [{"kind": "ServiceAccount", "name": "kube-dns", "namespace": "kube-system"}],
-    }))
-    .expect("binding");
-    bindings
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("create binding");
-}
-
 fn slice(name: &str, service: &str, endpoints: serde_json::Value) -> EndpointSlice {
     serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {"kubernetes.io/service-name": service}},
@@ -198,7 +165,7 @@ fn services_endpoints_and_forwarded_names_are_answered_and_follow_the_watch() {
     run(async {
         let api = ApiServer::start(Backend::Embedded);
         let client = client(&api).await;
-        grant_coredns_role(&client).await;
+        grant_coredns_role(&api);
         let services: Api<Service> = Api::namespaced(client.clone(), "default");
         let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
         let web: Service = serde_json::from_value(json!({
@@ -380,8 +347,7 @@ fn services_endpoints_and_forwarded_names_are_answered_and_follow_the_watch() {
 fn malformed_packets_and_a_flood_leave_it_answering() {
     run(async {
         let api = ApiServer::start(Backend::Embedded);
-        let client = client(&api).await;
-        grant_coredns_role(&client).await;
+        grant_coredns_role(&api);
         let (upstream, _) = fake_upstream().await;
         let (_dns, server, _) = start_dns(&api, upstream);
 
@@ -474,8 +440,7 @@ fn dig_resolves_a_service_over_udp_and_tcp() {
     }
     run(async {
         let api = ApiServer::start(Backend::Embedded);
-        let client = client(&api).await;
-        grant_coredns_role(&client).await;
+        grant_coredns_role(&api);
         let (upstream, _) = fake_upstream().await;
         let (_dns, server, _) = start_dns(&api, upstream);
         for transport in ["+notcp", "+tcp"] {

@@ -299,7 +299,7 @@ fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_
     // DNS: A, SRV for the named port, headless (one A per ready pod), PTR of the ClusterIP
     assert_eq!(
         dig(&net_a, &["web.default.svc.cluster.local"]),
-        [cluster_ip.clone()]
+        std::slice::from_ref(&cluster_ip)
     );
     assert_eq!(
         dig(&net_a, &["SRV", "_http._tcp.web.default.svc.cluster.local"]),
