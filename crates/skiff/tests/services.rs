@@ -378,7 +378,7 @@ fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_
         KUBECTL_133,
         &[
             "delete",
-            "deployment,pods",
+            "deployment,replicasets,pods",
             "--all",
             "--grace-period=1",
             "--timeout=60s",
