@@ -1,9 +1,9 @@
 //! The real dataplane: rules rendered from Services and EndpointSlices applied with the real
 //! runner inside a network namespace this test creates (`ip netns exec`), read back with
 //! `iptables -S` and `nft list table`, then updated, and stale chains removed; a TCP server and
-//! client in the namespace check that traffic to a ClusterIP and a NodePort reaches the endpoint and that a
-//! Service without endpoints refuses. Needs root, `ip`, `iptables-restore`, `nft` and `python3`;
-//! skips with a message otherwise.
+//! client in the namespace check that traffic to a ClusterIP and to a NodePort reaches the
+//! endpoint and that a Service without endpoints refuses. Needs root, `ip`, `iptables-restore`,
+//! `nft` and `python3`; skips with a message otherwise.
 
 use std::collections::BTreeSet;
 use std::process::Command;
