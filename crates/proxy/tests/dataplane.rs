@@ -1,9 +1,9 @@
 //! The real dataplane: rules rendered from Services and EndpointSlices applied with the real
 //! runner inside a network namespace this test creates (`ip netns exec`), read back with
 //! `iptables -S` and `nft list table`, then updated, and stale chains removed; a TCP server and
-//! client in the namespace check that traffic to a ClusterIP reaches the endpoint and that a
-//! Service without endpoints refuses. Needs root, `ip`, `iptables-restore`, `nft` and `python3`;
-//! skips with a message otherwise.
+//! client in the namespace check that traffic to a ClusterIP and to a NodePort reaches the
+//! endpoint and that a Service without endpoints refuses. Needs root, `ip`, `iptables-restore`,
+//! `nft` and `python3`; skips with a message otherwise.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -86,11 +86,11 @@ fn serve_endpoint(netns: &Netns) -> Child {
     Child(child)
 }
 
-/// What a TCP client in `netns` gets from `ip:80`: the greeting, or the error's name.
-fn connect(netns: &Netns, ip: &str) -> String {
+/// What a TCP client in `netns` gets from `ip:port`: the greeting, or the error's name.
+fn connect(netns: &Netns, ip: &str, port: u16) -> String {
     let client = format!(
         "import socket\n\
-         try:\n    print(socket.create_connection(('{ip}', 80), timeout=5).recv(100).decode())\n\
+         try:\n    print(socket.create_connection(('{ip}', {port}), timeout=5).recv(100).decode())\n\
          except OSError as e:\n    print(type(e).__name__)\n"
     );
     netns
@@ -357,17 +357,23 @@ fn traffic_follows_the_rules(dataplane: &mut dyn Dataplane, netns: &Netns) {
             true,
         )
         .expect("full sync");
-    assert_eq!(connect(netns, "10.43.0.41"), "hello from 10.42.0.2");
-    assert_eq!(connect(netns, "10.43.0.50"), "ConnectionRefusedError");
+    assert_eq!(connect(netns, "10.43.0.41", 80), "hello from 10.42.0.2");
+    assert_eq!(connect(netns, "10.43.0.50", 80), "ConnectionRefusedError");
+    // web's NodePort on a local address
+    assert_eq!(connect(netns, "10.43.0.254", 30001), "hello from 10.42.0.2");
     // web loses its endpoint: now it is refused too
     dataplane
         .sync(&table(&[], true), &changed("web"), &context, false)
         .expect("partial sync");
-    assert_eq!(connect(netns, "10.43.0.41"), "ConnectionRefusedError");
+    assert_eq!(connect(netns, "10.43.0.41", 80), "ConnectionRefusedError");
+    assert_eq!(
+        connect(netns, "10.43.0.254", 30001),
+        "ConnectionRefusedError"
+    );
 }
 
 #[test]
-fn iptables_rules_carry_cluster_ip_traffic_to_the_endpoint_and_refuse_services_without_any() {
+fn iptables_rules_carry_cluster_ip_and_node_port_traffic_to_the_endpoint_and_refuse_without_any() {
     require_dataplane!();
     let netns = Netns::create();
     let _server = serve_endpoint(&netns);
@@ -375,7 +381,7 @@ fn iptables_rules_carry_cluster_ip_traffic_to_the_endpoint_and_refuse_services_w
 }
 
 #[test]
-fn nftables_rules_carry_cluster_ip_traffic_to_the_endpoint_and_refuse_services_without_any() {
+fn nftables_rules_carry_cluster_ip_and_node_port_traffic_to_the_endpoint_and_refuse_without_any() {
     require_dataplane!();
     let netns = Netns::create();
     let _server = serve_endpoint(&netns);
