@@ -332,16 +332,10 @@ fn render_port(entry: &PortEntry, context: &Context) -> Fragment {
     let cidr = &context.cluster_cidr;
 
     let has_endpoints = cat.any;
-    let (internal_chain, has_internal) = if info.internal_local {
-        (&svl_chain, !cat.local.is_empty())
-    } else {
-        (&svc_chain, has_endpoints)
-    };
-    let (external_policy_chain, has_external) = if info.external_local {
-        (&svl_chain, !cat.local.is_empty())
-    } else {
-        (&svc_chain, has_endpoints)
-    };
+    let (internal_chain, has_internal) =
+        cat.policy_chain(info.internal_local, &svc_chain, &svl_chain);
+    let (external_policy_chain, has_external) =
+        cat.policy_chain(info.external_local, &svc_chain, &svl_chain);
     let uses_ext = has_endpoints && info.externally_accessible();
     let uses_cluster = !cat.cluster.is_empty() && info.uses_cluster_endpoints();
     let uses_local = !cat.local.is_empty() && info.uses_local_endpoints();

@@ -148,6 +148,26 @@ pub struct Categorized<'a> {
     pub any: bool,
 }
 
+impl Categorized<'_> {
+    /// The chain that internal (ClusterIP) or external (NodePort, external IP) traffic of a
+    /// port goes to under its traffic policy, and whether that chain has endpoints: the Local
+    /// chain and the local endpoints when the policy is `Local`, else the cluster chain and any
+    /// endpoint (upstream's `internalPolicyChain`/`externalPolicyChain` and
+    /// `hasInternalEndpoints`/`hasExternalEndpoints`).
+    pub fn policy_chain<'c>(
+        &self,
+        local_policy: bool,
+        cluster_chain: &'c String,
+        local_chain: &'c String,
+    ) -> (&'c String, bool) {
+        if local_policy {
+            (local_chain, !self.local.is_empty())
+        } else {
+            (cluster_chain, self.any)
+        }
+    }
+}
+
 impl PortEntry {
     pub fn categorize(&self) -> Categorized<'_> {
         let mut out = Categorized::default();

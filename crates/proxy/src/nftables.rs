@@ -218,16 +218,10 @@ fn render_port(entry: &PortEntry, context: &Context) -> Fragment {
     let cidr = &context.cluster_cidr;
 
     let has_endpoints = cat.any;
-    let (internal_chain, has_internal) = if info.internal_local {
-        (&local_chain, !cat.local.is_empty())
-    } else {
-        (&service_chain, has_endpoints)
-    };
-    let (external_policy_chain, has_external) = if info.external_local {
-        (&local_chain, !cat.local.is_empty())
-    } else {
-        (&service_chain, has_endpoints)
-    };
+    let (internal_chain, has_internal) =
+        cat.policy_chain(info.internal_local, &service_chain, &local_chain);
+    let (external_policy_chain, has_external) =
+        cat.policy_chain(info.external_local, &service_chain, &local_chain);
     let no_endpoints = |local: bool| if local { "drop" } else { "goto reject-chain" }.to_string();
     let mut element = |map, key: String, verdict: String| {
         f.elements.insert((map, key), verdict);

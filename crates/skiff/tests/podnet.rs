@@ -71,19 +71,7 @@ fn pod_cidr(api: &ApiServer, node: &str) -> String {
 
 /// Skiff's routes (protocol 83) in a node's namespace, once `done` accepts them.
 fn routes_until(net: &NodeNet, what: &str, done: impl Fn(&str) -> bool) -> String {
-    let deadline = std::time::Instant::now() + support::HANG_GUARD;
-    loop {
-        let routes = net.exec_ok(&["ip", "-4", "route", "show", "proto", "83"]);
-        if done(&routes) {
-            return routes;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{what} never happened in {}: {routes}",
-            net.namespace
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    net.exec_until(&["ip", "-4", "route", "show", "proto", "83"], what, done)
 }
 
 /// Whether `ip` is in the /24 `cidr`.

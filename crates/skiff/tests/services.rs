@@ -61,24 +61,6 @@ fn answered_by(api: &ApiServer, client: &str, url: &str, count: usize) -> BTreeS
     names.lines().map(str::to_string).collect()
 }
 
-/// Runs `args` in a node's namespace until `done` accepts its stdout.
-fn node_until(net: &NodeNet, args: &[&str], what: &str, done: impl Fn(&str) -> bool) -> String {
-    let deadline = std::time::Instant::now() + support::HANG_GUARD;
-    loop {
-        let out = net.exec(args);
-        let stdout = output_text(&out).0;
-        if out.status.success() && done(&stdout) {
-            return stdout;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{what} never happened in {}: {stdout}",
-            net.namespace
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
-}
-
 /// `dig +short` in node A's namespace, asking the cluster DNS at its ClusterIP.
 fn dig(net: &NodeNet, args: &[&str]) -> Vec<String> {
     let server = format!("@{DNS_IP}");
@@ -325,14 +307,12 @@ fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_
             r#"{"spec":{"sessionAffinity":"ClientIP"}}"#,
         ],
     );
-    node_until(
-        &net_a,
+    net_a.exec_until(
         &["iptables-save", "-t", "nat"],
         "the affinity rule",
         |rules| rules.contains("--name KUBE-SEP-") && rules.contains("--rcheck"),
     );
-    node_until(
-        &net_b,
+    net_b.exec_until(
         &["nft", "list", "table", "ip", "skiff"],
         "the affinity set",
         |table| table.contains("affinity"),
@@ -344,8 +324,7 @@ fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_
 
     // scaling down to one pod leaves one endpoint chain for the Service
     api.kubectl(KUBECTL_133, &["scale", "deployment", "web", "--replicas=1"]);
-    node_until(
-        &net_a,
+    net_a.exec_until(
         &["iptables-save", "-t", "nat"],
         "one endpoint left",
         |rules| {
@@ -360,14 +339,12 @@ fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_
 
     // deleting the Service removes its chains and map elements
     api.kubectl(KUBECTL_133, &["delete", "svc", "web"]);
-    node_until(
-        &net_a,
+    net_a.exec_until(
         &["iptables-save", "-t", "nat"],
         "removing the Service's chains",
         |rules| !rules.contains("default/web:http"),
     );
-    node_until(
-        &net_b,
+    net_b.exec_until(
         &["nft", "list", "table", "ip", "skiff"],
         "removing the Service's elements",
         |table| !table.contains(&cluster_ip),

@@ -105,13 +105,25 @@ pub fn hollow_nodes(api: &ApiServer, prefix: &str, count: usize) -> Process {
 
 /// A kubeconfig for a client certificate CN=`user`, O=`group` from the cluster's CA.
 pub fn identity(api: &ApiServer, user: &str, group: Option<&str>) -> PathBuf {
+    identity_at(api, user, group, "127.0.0.1", "")
+}
+
+/// [`identity`] reaching the API server's port at `server`, written as
+/// `<user><suffix>.kubeconfig`.
+pub fn identity_at(
+    api: &ApiServer,
+    user: &str,
+    group: Option<&str>,
+    server: &str,
+    suffix: &str,
+) -> PathBuf {
     let pki = skiff_apiserver::pki::Pki::load(&api.data_dir.join("tls")).expect("the cluster CA");
     let path = api
         .data_dir
-        .join(format!("{}.kubeconfig", user.replace(':', "-")));
+        .join(format!("{}{suffix}.kubeconfig", user.replace(':', "-")));
     pki.write_kubeconfig(
         &path,
-        &format!("https://127.0.0.1:{}", api.port),
+        &format!("https://{server}:{}", api.port),
         user,
         group,
     )

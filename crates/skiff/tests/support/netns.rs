@@ -192,6 +192,25 @@ impl NodeNet {
             .args(args))
     }
 
+    /// Runs `args` in the node's namespace until it succeeds with a stdout `done` accepts;
+    /// that stdout. Fails the test with `what` and the last stdout after [`super::HANG_GUARD`].
+    pub fn exec_until(&self, args: &[&str], what: &str, done: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + super::HANG_GUARD;
+        loop {
+            let out = self.exec(args);
+            let stdout = super::output_text(&out).0;
+            if out.status.success() && done(&stdout) {
+                return stdout;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what} never happened in {}: {stdout}",
+                self.namespace
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     /// Runs `args` in the node's namespace, asserts success and returns stdout.
     pub fn exec_ok(&self, args: &[&str]) -> String {
         let out = self.exec(args);
@@ -265,21 +284,9 @@ pub fn api_server_flags(lan: &Lan) -> Vec<String> {
     ]
 }
 
-/// A kubeconfig for a client certificate CN=`user`, O=`group` pointing at the API server's port
-/// on `server`.
+/// A kubeconfig for `user` (`group`) that reaches the API server at `server`.
 fn lan_kubeconfig(api: &ApiServer, user: &str, group: Option<&str>, server: Ipv4Addr) -> PathBuf {
-    let pki = skiff_apiserver::pki::Pki::load(&api.data_dir.join("tls")).expect("the cluster CA");
-    let path = api
-        .data_dir
-        .join(format!("{}-lan.kubeconfig", user.replace(':', "-")));
-    pki.write_kubeconfig(
-        &path,
-        &format!("https://{server}:{}", api.port),
-        user,
-        group,
-    )
-    .expect("write the kubeconfig");
-    path
+    super::cluster::identity_at(api, user, group, &server.to_string(), "-lan")
 }
 
 fn ip(args: &[&str]) {
