@@ -239,6 +239,33 @@ fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_
         .map(str::to_string)
         .collect();
     assert_eq!(listed, pod_ips);
+    // and kubectl get endpointslices, the proxy's source, the same three behind port 8080
+    let slices = api.kubectl_until(
+        KUBECTL_133,
+        &[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=web",
+        ],
+        None,
+        |out| {
+            pod_ips
+                .iter()
+                .all(|ip| output_text(out).0.contains(ip.as_str()))
+        },
+    );
+    let slices = output_text(&slices).0;
+    let row: Vec<&str> = slices
+        .lines()
+        .nth(1)
+        .expect("a slice row")
+        .split_whitespace()
+        .collect();
+    assert!(row[0].starts_with("web-"), "{slices}");
+    assert_eq!(row[1..3], ["IPv4", "8080"], "{slices}");
+    let shown: BTreeSet<String> = row[3].split(',').map(str::to_string).collect();
+    assert_eq!(shown, pod_ips, "{slices}");
 
     // by ClusterIP from both nodes (iptables and nftables), spread over the backends
     let by_ip = format!("http://{cluster_ip}/cgi-bin/name");
