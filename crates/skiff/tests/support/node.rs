@@ -185,6 +185,27 @@ impl KubeletProcess {
     }
 }
 
+impl KubeletProcess {
+    /// The names of the `/var/run/netns` pins of this containerd's sandboxes (`cni-…`), read
+    /// from their container specs.
+    fn pinned_network_namespaces(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        for id in self.ctr(&["containers", "ls", "-q"]).lines() {
+            let info = self.ctr(&["containers", "info", id]);
+            for part in info.split("/var/run/netns/").skip(1) {
+                let name: String = part
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                    .collect();
+                if name.starts_with("cni-") && !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+        names
+    }
+}
+
 impl Drop for KubeletProcess {
     fn drop(&mut self) {
         if std::thread::panicking() {
@@ -205,6 +226,8 @@ impl Drop for KubeletProcess {
                 );
             }
         }
+        // the pod network namespaces containerd pinned for sandboxes it will not tear down now
+        let pinned = self.pinned_network_namespaces();
         for task in self.ctr(&["tasks", "ls", "-q"]).lines() {
             self.ctr(&["tasks", "kill", "-s", "SIGKILL", task]);
         }
@@ -214,6 +237,9 @@ impl Drop for KubeletProcess {
             .status();
         let _ = self.child.wait();
         kill_shims(&self.socket());
+        for name in pinned {
+            let _ = Command::new("ip").args(["netns", "del", &name]).status();
+        }
         // mounts a crashed containerd may leave under the data dir, deepest first
         let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
         let data = self.data().display().to_string();
