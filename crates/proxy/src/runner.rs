@@ -1,10 +1,12 @@
 //! Host commands (`iptables-restore`, `iptables-save`, `iptables`, `nft`, `conntrack`) behind the
 //! [`Runner`] trait: [`HostRunner`] runs them, optionally inside a network namespace through
-//! `ip netns exec`; [`FakeRunner`] records them and can be told to fail.
+//! `ip netns exec`; [`FakeRunner`] records them and can be told to fail. [`OwnedNetns`] is a
+//! network namespace of this process's own, for applying real rules off the host's tables.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
@@ -25,6 +27,40 @@ pub struct HostRunner {
 impl HostRunner {
     pub fn new(netns: Option<String>) -> Self {
         HostRunner { netns }
+    }
+}
+
+/// A network namespace this process created, deleted on drop (also when a test panics): where
+/// `skiff bench proxy` and the dataplane tests apply real rules without touching the host's.
+#[derive(Debug)]
+pub struct OwnedNetns(String);
+
+impl OwnedNetns {
+    /// Creates `<prefix>-<pid>-<n>` with `ip netns add` (needs root and iproute2).
+    pub fn create(prefix: &str) -> Result<OwnedNetns> {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "{prefix}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        HostRunner::default().run("ip", &["netns", "add", &name], None)?;
+        Ok(OwnedNetns(name))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+
+    /// A runner whose commands run inside the namespace.
+    pub fn runner(&self) -> HostRunner {
+        HostRunner::new(Some(self.0.clone()))
+    }
+}
+
+impl Drop for OwnedNetns {
+    fn drop(&mut self) {
+        let _ = HostRunner::default().run("ip", &["netns", "delete", &self.0], None);
     }
 }
 

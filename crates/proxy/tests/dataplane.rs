@@ -8,7 +8,6 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
@@ -17,37 +16,23 @@ use skiff_proxy::dataplane::{Context, Dataplane, ServiceTable};
 use skiff_proxy::iptables::Iptables;
 use skiff_proxy::model::{ServiceKey, service_ports};
 use skiff_proxy::nftables::Nftables;
-use skiff_proxy::runner::{HostRunner, Runner};
+use skiff_proxy::runner::{OwnedNetns, Runner};
 
-/// A network namespace deleted on drop, also when the test panics.
-struct Netns(String);
+/// A private network namespace for one test.
+fn netns() -> OwnedNetns {
+    OwnedNetns::create("skiff-proxytest").expect("ip netns add")
+}
 
-impl Netns {
-    fn create() -> Netns {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let name = format!(
-            "skiff-proxytest-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let status = Command::new("ip").args(["netns", "add", &name]).status();
-        assert!(status.is_ok_and(|s| s.success()), "ip netns add {name}");
-        Netns(name)
-    }
+/// Runs `sh -c script` inside the namespace and returns its standard output.
+fn sh(netns: &OwnedNetns, script: &str) -> String {
+    netns
+        .runner()
+        .run("sh", &["-c", script], None)
+        .unwrap_or_else(|e| panic!("{script}: {e}"))
+}
 
-    /// Runs `sh -c script` inside the namespace and returns its standard output.
-    fn sh(&self, script: &str) -> String {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.0, "sh", "-c", script])
-            .output()
-            .expect("ip netns exec");
-        assert!(out.status.success(), "{script}: {out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn runner(&self) -> Arc<dyn Runner> {
-        Arc::new(HostRunner::new(Some(self.0.clone())))
-    }
+fn runner(netns: &OwnedNetns) -> Arc<dyn Runner> {
+    Arc::new(netns.runner())
 }
 
 /// A child process killed on drop.
@@ -63,10 +48,13 @@ impl Drop for Child {
 /// A TCP server on 10.42.0.2:8080 in `netns` (on its loopback) that greets and hangs up, and a
 /// route to the Service range through a veth, so that connections to ClusterIPs leave through
 /// the nat OUTPUT hook.
-fn serve_endpoint(netns: &Netns) -> Child {
-    netns.sh("ip link set lo up && ip addr add 10.42.0.2/32 dev lo && \
+fn serve_endpoint(netns: &OwnedNetns) -> Child {
+    sh(
+        netns,
+        "ip link set lo up && ip addr add 10.42.0.2/32 dev lo && \
          ip link add svc0 type veth peer name svc1 && ip addr add 10.43.0.254/16 dev svc0 && \
-         ip link set svc0 up && ip link set svc1 up");
+         ip link set svc0 up && ip link set svc1 up",
+    );
     let server = "import socket\n\
         s = socket.socket()\n\
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
@@ -75,7 +63,7 @@ fn serve_endpoint(netns: &Netns) -> Child {
         print('listening', flush=True)\n\
         while True:\n    c, _ = s.accept()\n    c.sendall(b'hello from 10.42.0.2')\n    c.close()\n";
     let mut child = Command::new("ip")
-        .args(["netns", "exec", &netns.0, "python3", "-c", server])
+        .args(["netns", "exec", netns.name(), "python3", "-c", server])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("python3");
@@ -87,24 +75,15 @@ fn serve_endpoint(netns: &Netns) -> Child {
 }
 
 /// What a TCP client in `netns` gets from `ip:port`: the greeting, or the error's name.
-fn connect(netns: &Netns, ip: &str, port: u16) -> String {
+fn connect(netns: &OwnedNetns, ip: &str, port: u16) -> String {
     let client = format!(
         "import socket\n\
          try:\n    print(socket.create_connection(('{ip}', {port}), timeout=5).recv(100).decode())\n\
          except OSError as e:\n    print(type(e).__name__)\n"
     );
-    netns
-        .sh(&format!("python3 -c \"{client}\""))
+    sh(netns, &format!("python3 -c \"{client}\""))
         .trim()
         .to_string()
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "delete", &self.0])
-            .status();
-    }
 }
 
 /// Why this host cannot run the test, if it cannot.
@@ -227,8 +206,8 @@ fn chains(listing: &str, prefix: &str) -> BTreeSet<String> {
 #[test]
 fn iptables_rules_apply_update_and_lose_stale_chains_in_a_netns() {
     require_dataplane!();
-    let netns = Netns::create();
-    let runner = netns.runner();
+    let netns = netns();
+    let runner = runner(&netns);
     let context = Context::default();
     let mut iptables = Iptables::new(runner.clone());
     let three = ["10.42.0.2", "10.42.0.3", "10.42.0.4"];
@@ -291,8 +270,8 @@ fn iptables_rules_apply_update_and_lose_stale_chains_in_a_netns() {
 #[test]
 fn nftables_table_applies_updates_one_service_and_is_replaced_on_restart_in_a_netns() {
     require_dataplane!();
-    let netns = Netns::create();
-    let runner = netns.runner();
+    let netns = netns();
+    let runner = runner(&netns);
     let context = Context::default();
     let mut nft = Nftables::new(runner.clone());
     let three = ["10.42.0.2", "10.42.0.3", "10.42.0.4"];
@@ -343,7 +322,7 @@ fn nftables_table_applies_updates_one_service_and_is_replaced_on_restart_in_a_ne
     );
 }
 
-fn traffic_follows_the_rules(dataplane: &mut dyn Dataplane, netns: &Netns) {
+fn traffic_follows_the_rules(dataplane: &mut dyn Dataplane, netns: &OwnedNetns) {
     // the test's source address (10.43.0.254) counts as in-cluster: no masquerading on loopback
     let context = Context {
         cluster_cidr: "10.0.0.0/8".into(),
@@ -375,15 +354,15 @@ fn traffic_follows_the_rules(dataplane: &mut dyn Dataplane, netns: &Netns) {
 #[test]
 fn iptables_rules_carry_cluster_ip_and_node_port_traffic_to_the_endpoint_and_refuse_without_any() {
     require_dataplane!();
-    let netns = Netns::create();
+    let netns = netns();
     let _server = serve_endpoint(&netns);
-    traffic_follows_the_rules(&mut Iptables::new(netns.runner()), &netns);
+    traffic_follows_the_rules(&mut Iptables::new(runner(&netns)), &netns);
 }
 
 #[test]
 fn nftables_rules_carry_cluster_ip_and_node_port_traffic_to_the_endpoint_and_refuse_without_any() {
     require_dataplane!();
-    let netns = Netns::create();
+    let netns = netns();
     let _server = serve_endpoint(&netns);
-    traffic_follows_the_rules(&mut Nftables::new(netns.runner()), &netns);
+    traffic_follows_the_rules(&mut Nftables::new(runner(&netns)), &netns);
 }

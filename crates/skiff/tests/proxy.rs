@@ -7,9 +7,9 @@
 
 mod support;
 
+use skiff_proxy::runner::{OwnedNetns, Runner};
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -19,39 +19,12 @@ use serde_json::json;
 use support::cluster::{Process, identity};
 use support::{ApiServer, Backend, eventually, kube_client, run};
 
-/// A network namespace deleted on drop, also when the test panics.
-struct Netns(String);
-
-impl Netns {
-    fn create() -> Netns {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let name = format!(
-            "skiff-proxye2e-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let ok = Command::new("ip").args(["netns", "add", &name]).status();
-        assert!(ok.is_ok_and(|s| s.success()), "ip netns add {name}");
-        Netns(name)
-    }
-
-    /// A command's output inside the namespace.
-    fn output(&self, args: &[&str]) -> String {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.0])
-            .args(args)
-            .output()
-            .expect("ip netns exec");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "delete", &self.0])
-            .status();
-    }
+/// A command's output inside the namespace (empty when it fails).
+fn output(netns: &OwnedNetns, args: &[&str]) -> String {
+    netns
+        .runner()
+        .run(args[0], &args[1..], None)
+        .unwrap_or_default()
 }
 
 fn unsupported() -> Option<String> {
@@ -102,14 +75,18 @@ fn http_get(addr: &str, path: &str) -> String {
 
 /// Drives one mode: `list` prints the rules in the namespace, `rejects` finds the rule that
 /// rejects traffic to a ClusterIP in them.
-fn services_become_rules(mode: &str, list: fn(&Netns) -> String, rejects: fn(&str, &str) -> bool) {
+fn services_become_rules(
+    mode: &str,
+    list: fn(&OwnedNetns) -> String,
+    rejects: fn(&str, &str) -> bool,
+) {
     if let Some(why) = unsupported() {
         eprintln!("skipping: the proxy e2e test needs root, ip, iptables and nft ({why})");
         return;
     }
     run(async {
         let api = ApiServer::start(Backend::Embedded);
-        let netns = Netns::create();
+        let netns = OwnedNetns::create("skiff-proxye2e").expect("ip netns add");
         let kubeconfig = identity(&api, "system:kube-proxy", None);
         let proxy = Process::start_as(
             &api,
@@ -122,7 +99,7 @@ fn services_become_rules(mode: &str, list: fn(&Netns) -> String, rejects: fn(&st
                 "--mode",
                 mode,
                 "--netns",
-                &netns.0,
+                netns.name(),
                 "--metrics-bind-address",
                 "127.0.0.1:0",
                 "--min-sync-period",
@@ -235,8 +212,8 @@ fn iptables_mode_follows_services_and_endpoint_slices() {
     services_become_rules(
         "iptables",
         |netns| {
-            let nat = netns.output(&["iptables", "-w", "-t", "nat", "-S"]);
-            let filter = netns.output(&["iptables", "-w", "-t", "filter", "-S"]);
+            let nat = output(netns, &["iptables", "-w", "-t", "nat", "-S"]);
+            let filter = output(netns, &["iptables", "-w", "-t", "filter", "-S"]);
             format!("{nat}{filter}")
         },
         |rules, ip| {
@@ -251,7 +228,7 @@ fn iptables_mode_follows_services_and_endpoint_slices() {
 fn nftables_mode_follows_services_and_endpoint_slices() {
     services_become_rules(
         "nftables",
-        |netns| netns.output(&["nft", "list", "table", "ip", "skiff"]),
+        |netns| output(netns, &["nft", "list", "table", "ip", "skiff"]),
         |rules, ip| rules.contains(&format!("{ip} . tcp . 80 : goto reject-chain")),
     );
 }

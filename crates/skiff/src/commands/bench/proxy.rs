@@ -5,7 +5,6 @@
 //! sync. Prints one JSON line per mode (needs root, `ip`, `iptables-restore` and `nft`).
 
 use std::net::Ipv4Addr;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,7 +18,7 @@ use skiff_proxy::iptables::Iptables;
 use skiff_proxy::metrics::Metrics;
 use skiff_proxy::nftables::Nftables;
 use skiff_proxy::proxier::Proxier;
-use skiff_proxy::runner::{HostRunner, Runner};
+use skiff_proxy::runner::{OwnedNetns, Runner};
 use skiff_proxy::tracker::{ChangeTracker, SERVICE_NAME_LABEL};
 
 use super::api::{histogram, micros, ms, round3};
@@ -43,31 +42,6 @@ pub struct ProxyBenchArgs {
     /// Only this mode (both by default).
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
-}
-
-/// A network namespace deleted on drop.
-struct Netns(String);
-
-impl Netns {
-    fn create(mode: Mode) -> Result<Netns> {
-        let name = format!("skiff-benchproxy-{mode:?}-{}", std::process::id()).to_lowercase();
-        let status = Command::new("ip")
-            .args(["netns", "add", &name])
-            .status()
-            .context("running ip netns add (the benchmark needs root and iproute2)")?;
-        if !status.success() {
-            bail!("ip netns add {name} failed (the benchmark needs root)");
-        }
-        Ok(Netns(name))
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "delete", &self.0])
-            .status();
-    }
 }
 
 /// The `n`th address after `base`.
@@ -124,8 +98,9 @@ fn slice(i: u32, addresses: &[Ipv4Addr]) -> EndpointSlice {
 }
 
 fn bench_mode(args: &ProxyBenchArgs, mode: Mode) -> Result<serde_json::Value> {
-    let netns = Netns::create(mode)?;
-    let runner: Arc<dyn Runner> = Arc::new(HostRunner::new(Some(netns.0.clone())));
+    let netns = OwnedNetns::create(&format!("skiff-benchproxy-{mode:?}").to_lowercase())
+        .context("creating a network namespace (the benchmark needs root and iproute2)")?;
+    let runner: Arc<dyn Runner> = Arc::new(netns.runner());
     let dataplane: Box<dyn Dataplane> = match mode {
         Mode::Iptables => Box::new(Iptables::new(runner.clone())),
         Mode::Nftables => Box::new(Nftables::new(runner.clone())),
