@@ -16,7 +16,7 @@ use skiff_apiserver::{ApiServer, Config, Listener, bootstrap};
 use skiff_store::{EmbeddedConfig, EmbeddedStore, Store, etcd::EtcdStore};
 
 use super::UsageError;
-use super::store::shutdown_signal;
+use super::lifecycle::Lifecycle;
 
 #[derive(Debug, Args)]
 pub struct ApiServerArgs {
@@ -282,7 +282,7 @@ pub async fn open_store(
     }
 }
 
-pub async fn run(args: ApiServerArgs) -> anyhow::Result<()> {
+pub async fn run(args: ApiServerArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
     let modes = skiff_apiserver::authz::parse_modes(&args.authorization_mode)
         .map_err(|e| UsageError(format!("--authorization-mode: {e}")))?;
     let authn = args.authn.options()?;
@@ -315,12 +315,12 @@ pub async fn run(args: ApiServerArgs) -> anyhow::Result<()> {
             .await
             .context("starting the watch cache")?;
     let kubeconfig = args.data_dir.join("kubeconfig.yaml");
-    println!(
+    lifecycle.ready(format!(
         "skiff apiserver: ready, serving https://{advertise} (kubeconfig {})",
         kubeconfig.display()
-    );
+    ));
     tracing::info!(%addr, "apiserver serving");
-    listener.serve(server, shutdown_signal()).await;
+    listener.serve(server, lifecycle.stopped()).await;
     if let Some(store) = embedded {
         store.close().await;
     }

@@ -15,7 +15,7 @@ use skiff_controllers::credentials;
 use skiff_runtime::leader::{self, LeaderElector};
 
 use super::kubelet::go_duration;
-use super::store::shutdown_signal;
+use super::lifecycle::Lifecycle;
 
 #[derive(Debug, Args)]
 pub struct ControllerManagerArgs {
@@ -126,7 +126,7 @@ const LEASE_NAMESPACE: &str = "kube-system";
 /// Upstream's lease name, the one `system:kube-controller-manager` may update.
 const LEASE_NAME: &str = "kube-controller-manager";
 
-pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
+pub async fn run(args: ControllerManagerArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
     let selected = skiff_controllers::select(&args.controllers).map_err(super::UsageError)?;
     let kube_config = super::kube_config(&args.kubeconfig).await?;
     let client = kube::Client::try_from(kube_config.clone())?;
@@ -155,18 +155,18 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         tokio::spawn(elector.run(leading_tx));
     }
     let names: Vec<&str> = selected.iter().map(|d| d.name).collect();
-    println!(
+    lifecycle.ready(format!(
         "skiff controller-manager ready: controllers {}",
         names.join(", ")
-    );
+    ));
     tokio::select! {
         r = leading.wait_for(|l| *l) => { r.context("leader election stopped")?; }
-        () = shutdown_signal() => return Ok(()),
+        () = lifecycle.stopped() => return Ok(()),
     }
     tracing::info!(controllers = ?names, "leading; starting controllers");
     tokio::select! {
         r = skiff_controllers::run(ctx, &selected, credentials.as_ref()) => r,
-        () = shutdown_signal() => Ok(()),
+        () = lifecycle.stopped() => Ok(()),
         _ = leading.wait_for(|l| !*l) => {
             anyhow::bail!("lost the lease {LEASE_NAMESPACE}/{LEASE_NAME}")
         }

@@ -18,7 +18,7 @@ use skiff_dns::records::ClusterRecords;
 use skiff_dns::{informer, server};
 
 use super::UsageError;
-use super::store::shutdown_signal;
+use super::lifecycle::Lifecycle;
 
 #[derive(Debug, Args)]
 pub struct DnsArgs {
@@ -60,7 +60,7 @@ fn parse_upstream(s: &str) -> Result<SocketAddr, String> {
         .map_err(|_| format!("{s:?} is neither IP nor IP:PORT"))
 }
 
-pub async fn run(args: DnsArgs) -> anyhow::Result<()> {
+pub async fn run(args: DnsArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
     let zone = Zone::new(&args.cluster_domain).map_err(|e| UsageError(e.to_string()))?;
     let upstreams = if args.upstream.is_empty() {
         let text = std::fs::read_to_string(&args.resolv_conf)
@@ -90,7 +90,7 @@ pub async fn run(args: DnsArgs) -> anyhow::Result<()> {
     informer::spawn(client, records.clone(), synced_tx);
     tokio::select! {
         r = synced.wait_for(|s| *s) => { r.context("informers stopped")?; }
-        () = shutdown_signal() => return Ok(()),
+        () = lifecycle.stopped() => return Ok(()),
     }
 
     let metrics = Arc::new(Metrics::default());
@@ -98,14 +98,14 @@ pub async fn run(args: DnsArgs) -> anyhow::Result<()> {
     let handler = Handler::new(records.clone(), zone, forwarder, metrics.clone());
     let mut listening = server::listen(handler, args.listen).await?;
     let http = server::serve_http(args.metrics_bind_address, metrics).await?;
-    println!(
+    lifecycle.ready(format!(
         "skiff dns ready: {origin} on udp+tcp {} ({} services); upstreams {upstream_list}; metrics http://{http}/metrics",
         listening.addr,
         records.read().service_count(),
-    );
+    ));
     tokio::select! {
         r = listening.server.block_until_done() => r.context("the DNS server stopped"),
-        () = shutdown_signal() => {
+        () = lifecycle.stopped() => {
             listening.server.shutdown_gracefully().await.context("stopping the DNS server")
         }
     }

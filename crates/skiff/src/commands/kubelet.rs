@@ -14,7 +14,7 @@ use skiff_kubelet::hollow::{self, HollowNodes};
 use skiff_kubelet::hollow_runtime::Behaviour;
 use skiff_kubelet::{Config, FlannelBackend, Kubelet};
 
-use super::store::shutdown_signal;
+use super::lifecycle::Lifecycle;
 
 #[derive(Debug, Args)]
 pub struct KubeletArgs {
@@ -166,7 +166,7 @@ pub fn use_small_heap() {
     eprintln!("skiff: warning: re-executing with a smaller heap configuration failed: {err}");
 }
 
-pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
+pub async fn run(args: KubeletArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
     let node_name = args.node_name.clone().unwrap_or_default();
     if node_name.is_empty() && !args.hollow.hollow {
         return Err(super::UsageError("--node-name must not be empty".into()).into());
@@ -178,7 +178,7 @@ pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     if args.hollow.hollow {
-        return run_hollow(client, args).await;
+        return run_hollow(client, args, lifecycle).await;
     }
     let config = Config {
         node_name,
@@ -206,15 +206,19 @@ pub async fn run(args: KubeletArgs) -> anyhow::Result<()> {
     };
     let kubelet = Kubelet::start(client, config).await?;
     let r = &kubelet.ready;
-    println!(
+    lifecycle.ready(format!(
         "skiff kubelet ready: node {} registered ({}, pod CIDR {}); runtime {} at {}; serving https://{}",
         r.node, r.node_ip, r.pod_cidr, r.runtime_version, r.endpoint, r.server
-    );
-    kubelet.run(shutdown_signal()).await?;
+    ));
+    kubelet.run(lifecycle.stopped()).await?;
     Ok(())
 }
 
-async fn run_hollow(client: kube::Client, args: KubeletArgs) -> anyhow::Result<()> {
+async fn run_hollow(
+    client: kube::Client,
+    args: KubeletArgs,
+    lifecycle: Lifecycle,
+) -> anyhow::Result<()> {
     let h = args.hollow;
     if !(0.0..=1.0).contains(&h.hollow_failure_rate) {
         return Err(
@@ -237,13 +241,13 @@ async fn run_hollow(client: kube::Client, args: KubeletArgs) -> anyhow::Result<(
     };
     let nodes = HollowNodes::start(client, config).await?;
     let names = nodes.names();
-    println!(
+    lifecycle.ready(format!(
         "skiff kubelet ready: {} hollow nodes registered ({} … {})",
         names.len(),
         names.first().map_or("", String::as_str),
         names.last().map_or("", String::as_str),
-    );
-    nodes.run(shutdown_signal()).await;
+    ));
+    nodes.run(lifecycle.stopped()).await;
     Ok(())
 }
 

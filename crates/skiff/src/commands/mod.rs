@@ -8,6 +8,8 @@
 //! - [`proxy`]: `skiff proxy`, the node's Service dataplane (iptables or nftables).
 //! - [`image`]: `skiff image import`, loading image archives into the node's containerd.
 //! - [`scheduler`]: `skiff scheduler`, binding pods to nodes through the API server.
+//! - [`server`]: `skiff server`, every component above in one process.
+//! - [`lifecycle`]: how a component stops and announces itself, alone or inside the server.
 //! - [`store`]: `skiff store serve`, the embedded store behind the etcd v3 gRPC facade.
 //! - [`bench`]: `skiff bench <what>`, benchmarks printing one JSON object per result.
 
@@ -17,11 +19,14 @@ pub mod controller_manager;
 pub mod dns;
 pub mod image;
 pub mod kubelet;
+pub mod lifecycle;
 pub mod proxy;
 pub mod scheduler;
+pub mod server;
 pub mod store;
 
 use clap::{Parser, Subcommand};
+use lifecycle::Lifecycle;
 
 /// Skiff: a Kubernetes-compatible container orchestrator in one binary.
 #[derive(Debug, Parser)]
@@ -33,6 +38,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// The whole cluster on this machine in one process (k3s's `server`): store, API server,
+    /// scheduler, controllers and, unless --disable-agent, a kubelet, the proxy and DNS.
+    Server(Box<server::ServerArgs>),
     /// The Kubernetes API server on its own (boxed, as the kubelet's: many flags).
     Apiserver(Box<apiserver::ApiServerArgs>),
     /// The controllers on their own.
@@ -91,12 +99,15 @@ pub fn instance_name() -> String {
 /// Run the parsed command to completion.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Apiserver(args) => apiserver::run(*args).await,
-        Command::ControllerManager(args) => controller_manager::run(args).await,
-        Command::Dns(args) => dns::run(args).await,
-        Command::Scheduler(args) => scheduler::run(args).await,
-        Command::Kubelet(args) => kubelet::run(*args).await,
-        Command::Proxy(args) => proxy::run(args).await,
+        Command::Apiserver(args) => apiserver::run(*args, Lifecycle::standalone()).await,
+        Command::ControllerManager(args) => {
+            controller_manager::run(args, Lifecycle::standalone()).await
+        }
+        Command::Dns(args) => dns::run(args, Lifecycle::standalone()).await,
+        Command::Scheduler(args) => scheduler::run(args, Lifecycle::standalone()).await,
+        Command::Kubelet(args) => kubelet::run(*args, Lifecycle::standalone()).await,
+        Command::Proxy(args) => proxy::run(args, Lifecycle::standalone()).await,
+        Command::Server(args) => server::run(*args).await,
         Command::Image(cmd) => image::run(cmd).await,
         Command::Store(cmd) => store::run(cmd).await,
         Command::Bench(cmd) => bench::run(cmd).await,

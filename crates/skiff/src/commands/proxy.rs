@@ -20,7 +20,7 @@ use skiff_proxy::tracker::ChangeTracker;
 use tokio::sync::Notify;
 
 use super::kubelet::go_duration;
-use super::store::shutdown_signal;
+use super::lifecycle::Lifecycle;
 
 /// Which dataplane programs the Services (upstream's `--proxy-mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -78,7 +78,7 @@ fn parse_cidr(text: &str) -> Result<String, String> {
     Ok(format!("{ip}/{bits}"))
 }
 
-pub async fn run(args: ProxyArgs) -> anyhow::Result<()> {
+pub async fn run(args: ProxyArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
     let client = kube::Client::try_from(super::kube_config(&args.kubeconfig).await?)?;
     let runner: Arc<dyn Runner> = Arc::new(HostRunner::new(args.netns.clone()));
     let dataplane: Box<dyn Dataplane> = match args.mode {
@@ -98,7 +98,7 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<()> {
         skiff_proxy::informer::spawn(client, &args.node_name, tracker.clone(), notify.clone());
     tokio::select! {
         r = synced.wait_for(|s| *s) => { r.context("informers stopped")?; }
-        () = shutdown_signal() => return Ok(()),
+        () = lifecycle.stopped() => return Ok(()),
     }
 
     let listener = tokio::net::TcpListener::bind(args.metrics_bind_address)
@@ -122,15 +122,16 @@ pub async fn run(args: ProxyArgs) -> anyhow::Result<()> {
 
     let mode = args.mode;
     let node = args.node_name.clone();
+    let announce = lifecycle.clone();
     let ready = move || {
-        println!(
+        announce.ready(format!(
             "skiff proxy ready: node {node}, {mode:?} mode; metrics http://{metrics_addr}/metrics"
-        );
+        ));
     };
     let sync_loop = proxier::run(proxier, tracker, notify, args.min_sync_period, ready);
     tokio::select! {
         () = sync_loop => anyhow::bail!("the sync loop stopped"),
-        () = shutdown_signal() => Ok(()),
+        () = lifecycle.stopped() => Ok(()),
     }
 }
 

@@ -11,7 +11,7 @@ use skiff_scheduler::api::KubeApi;
 use skiff_scheduler::config::Configuration;
 use skiff_scheduler::{Scheduler, informer};
 
-use super::store::shutdown_signal;
+use super::lifecycle::Lifecycle;
 
 #[derive(Debug, Args)]
 pub struct SchedulerArgs {
@@ -39,7 +39,7 @@ pub struct SchedulerArgs {
 const LEASE_NAMESPACE: &str = "kube-system";
 const LEASE_NAME: &str = "kube-scheduler";
 
-pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
+pub async fn run(args: SchedulerArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
     let config = match &args.config {
         Some(path) => Configuration::parse(
             &std::fs::read_to_string(path)
@@ -66,7 +66,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     let informers = tokio::spawn(informer::run(client.clone(), scheduler.clone(), synced_tx));
     tokio::select! {
         r = synced.wait_for(|s| *s) => { r.context("informers stopped")?; }
-        () = shutdown_signal() => return Ok(()),
+        () = lifecycle.stopped() => return Ok(()),
     }
     let listener = tokio::net::TcpListener::bind(args.metrics_bind_address)
         .await
@@ -89,10 +89,10 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
             tracing::warn!(error = %e, "serving /metrics");
         }
     });
-    println!(
+    lifecycle.ready(format!(
         "skiff scheduler ready: profiles {}; metrics http://{metrics_addr}/metrics",
         names.join(", ")
-    );
+    ));
 
     // replicas keep their caches warm but only the leader schedules
     let election = config.leader_election.clone().unwrap_or_default();
@@ -108,7 +108,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
         tokio::spawn(elector.run(leading_tx));
         tokio::select! {
             r = leading.wait_for(|l| *l) => { r.context("leader election stopped")?; }
-            () = shutdown_signal() => return Ok(()),
+            () = lifecycle.stopped() => return Ok(()),
         }
     }
     let run = {
@@ -116,7 +116,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
         tokio::spawn(async move { scheduler.run().await })
     };
     let lost = tokio::select! {
-        () = shutdown_signal() => false,
+        () = lifecycle.stopped() => false,
         _ = leading.wait_for(|l| !*l) => true,
     };
     scheduler.queue().close();

@@ -1,0 +1,111 @@
+//! What `skiff server` keeps in the cluster on every start (server-side apply, so a restart or
+//! a second server re-applies the same objects): the cluster DNS's `system:coredns` role bound
+//! to the `kube-system/kube-dns` ServiceAccount it runs as (upstream's bootstrap
+//! `system:kube-dns` role has no EndpointSlices), the `kube-dns` Service at the cluster DNS
+//! address, selecting nothing, and, where this server runs the DNS, an EndpointSlice naming
+//! this node's address, where `skiff dns` listens.
+
+use std::net::IpAddr;
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// The field manager of everything the server applies.
+const MANAGER: &str = "skiff-server";
+
+/// The DNS ports, as CoreDNS's Service names them.
+fn ports() -> Value {
+    json!([
+        {"name": "dns", "port": 53, "protocol": "UDP"},
+        {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+        {"name": "metrics", "port": 9153, "protocol": "TCP"},
+    ])
+}
+
+async fn apply<K>(api: Api<K>, name: &str, object: Value) -> anyhow::Result<()>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    api.patch(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(object),
+    )
+    .await
+    .with_context(|| format!("applying {} {name}", K::kind(&())))?;
+    Ok(())
+}
+
+/// The role, its binding and the `kube-dns` Service at `cluster_dns`.
+pub async fn ensure_dns_service(client: &kube::Client, cluster_dns: IpAddr) -> anyhow::Result<()> {
+    apply(
+        Api::<ClusterRole>::all(client.clone()),
+        "system:coredns",
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "system:coredns"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
+                 "verbs": ["list", "watch"]},
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                 "verbs": ["list", "watch"]},
+            ],
+        }),
+    )
+    .await?;
+    apply(
+        Api::<ClusterRoleBinding>::all(client.clone()),
+        "system:coredns",
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "system:coredns"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "system:coredns"},
+            "subjects": [{"kind": "ServiceAccount", "name": "kube-dns",
+                          "namespace": "kube-system"}],
+        }),
+    )
+    .await?;
+    apply(
+        Api::<Service>::namespaced(client.clone(), "kube-system"),
+        "kube-dns",
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "kube-dns", "namespace": "kube-system",
+                         "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}},
+            "spec": {"clusterIP": cluster_dns.to_string(), "ports": ports()},
+        }),
+    )
+    .await
+}
+
+/// The EndpointSlice `kube-dns-<node>`: the `kube-dns` Service served at `node_ip` (where this
+/// server's `skiff dns` listens).
+pub async fn ensure_dns_endpoints(
+    client: &kube::Client,
+    node: &str,
+    node_ip: IpAddr,
+) -> anyhow::Result<()> {
+    let name = format!("kube-dns-{node}");
+    let family = if node_ip.is_ipv4() { "IPv4" } else { "IPv6" };
+    apply(
+        Api::<EndpointSlice>::namespaced(client.clone(), "kube-system"),
+        &name,
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": name, "namespace": "kube-system",
+                         "labels": {"kubernetes.io/service-name": "kube-dns",
+                                    "endpointslice.kubernetes.io/managed-by": MANAGER}},
+            "addressType": family,
+            "endpoints": [{"addresses": [node_ip.to_string()], "nodeName": node,
+                           "conditions": {"ready": true}}],
+            "ports": ports(),
+        }),
+    )
+    .await
+}
