@@ -381,9 +381,7 @@ fn a_server_runs_seed_001s_checklist_and_a_restart_keeps_its_pods_running() {
         let url = format!("http://{name}/");
         let page = kubectl_until(
             &kc,
-            &[
-                "exec", "client", "--", "wget", "-q", "-O", "-", "-T", "5", &url,
-            ],
+            &["exec", "client", "--", "wget", "-q", "-O", "-", &url],
             |page| page.contains("hello from nginx"),
         );
         assert_eq!(page.trim(), "hello from nginx");

@@ -55,12 +55,7 @@ pub struct ServerArgs {
 
     /// The cluster's shared secret: with `--datastore-endpoint`, the key the CA and signing
     /// key are sealed with in etcd (required there).
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        env = "SKIFF_TOKEN",
-        hide_env_values = true
-    )]
+    #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
 
     /// Run the control plane only: no kubelet, proxy or cluster DNS on this machine.
