@@ -7,6 +7,7 @@ pub mod dns;
 pub mod pods;
 pub mod proxy;
 pub mod scheduler;
+pub mod startup;
 pub mod store;
 
 use anyhow::Result;
@@ -31,6 +32,9 @@ pub enum BenchCommand {
     /// The scheduler end to end (scheduler_perf's SchedulingBasic): Node objects, pods created
     /// through the API server, bindings observed through a watch.
     Scheduler(scheduler::SchedulerBenchArgs),
+    /// `skiff server` as users start it: seconds to ready, idle RSS, RSS with 1000 pods on
+    /// hollow nodes (needs root).
+    Startup(startup::StartupBenchArgs),
     /// The store: embedded in-process, embedded over gRPC, and a real etcd, all with fsync.
     Store(store::StoreBenchArgs),
 }
@@ -43,6 +47,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Pods(args) => pods::run(args).await,
         BenchCommand::Proxy(args) => proxy::run(args).await,
         BenchCommand::Scheduler(args) => scheduler::run(args).await,
+        BenchCommand::Startup(args) => startup::run(args).await,
         BenchCommand::Store(args) => store::run(args).await,
     }
 }

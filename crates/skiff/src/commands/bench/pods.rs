@@ -117,7 +117,7 @@ impl KubeletChild {
     }
 }
 
-fn load1() -> Value {
+pub(super) fn load1() -> Value {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     load.split_whitespace()
         .next()
