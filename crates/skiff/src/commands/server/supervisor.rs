@@ -106,3 +106,45 @@ impl Supervisor {
         first_error.map_or(Ok(()), Err)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn components_stop_last_started_first() {
+        let stopped = Arc::new(Mutex::new(Vec::new()));
+        let mut supervisor = Supervisor::new();
+        for name in ["apiserver", "scheduler", "kubelet"] {
+            let stopped = stopped.clone();
+            supervisor.spawn(name, move |lifecycle| async move {
+                lifecycle.stopped().await;
+                stopped.lock().unwrap().push(name);
+                Ok(())
+            });
+        }
+        supervisor.stop_all().await.unwrap();
+        assert_eq!(
+            *stopped.lock().unwrap(),
+            ["kubelet", "scheduler", "apiserver"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_component_that_fails_ends_the_step_being_guarded_with_its_error() {
+        let mut supervisor = Supervisor::new();
+        supervisor.spawn("apiserver", |lifecycle| async move {
+            lifecycle.stopped().await;
+            Ok(())
+        });
+        supervisor.spawn("dns", |_| async { anyhow::bail!("binding 10.0.0.1:53") });
+        let err = supervisor
+            .guard(std::future::pending::<anyhow::Result<()>>())
+            .await
+            .unwrap_err();
+        assert_eq!(format!("{err:#}"), "the dns failed: binding 10.0.0.1:53");
+        supervisor.stop_all().await.unwrap();
+    }
+}
