@@ -20,8 +20,10 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let cli = commands::Cli::parse();
-    if matches!(cli.command, commands::Command::Kubelet(_)) {
-        commands::kubelet::use_small_heap();
+    match cli.command {
+        commands::Command::Kubelet(_) => commands::kubelet::use_small_heap(),
+        commands::Command::Server(_) => commands::server::use_small_heap(),
+        _ => {}
     }
     init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -148,10 +148,16 @@ const KUBELET_MALLOC_CONF: &str =
 /// The variable tikv-jemallocator's (prefixed) jemalloc reads its configuration from.
 const MALLOC_CONF_VAR: &str = "_RJEM_MALLOC_CONF";
 
-/// Re-executes this process with [`KUBELET_MALLOC_CONF`] unless a configuration is already
-/// set (by an earlier re-exec or the user): jemalloc reads it before `main`, so the running
-/// process cannot change it. Returns (and the kubelet runs with the defaults) if exec fails.
+/// Re-executes this process with [`KUBELET_MALLOC_CONF`] (see [`use_malloc_conf`]).
 pub fn use_small_heap() {
+    use_malloc_conf(KUBELET_MALLOC_CONF);
+}
+
+/// Re-executes this process with jemalloc configured as `conf` unless a configuration is
+/// already set (by an earlier re-exec or the user): jemalloc reads it before `main`, so the
+/// running process cannot change it. Returns (and the command runs with the defaults) if exec
+/// fails.
+pub fn use_malloc_conf(conf: &str) {
     use std::os::unix::process::CommandExt;
     if std::env::var_os(MALLOC_CONF_VAR).is_some() {
         return;
@@ -161,7 +167,7 @@ pub fn use_small_heap() {
     };
     let err = std::process::Command::new(exe)
         .args(std::env::args_os().skip(1))
-        .env(MALLOC_CONF_VAR, KUBELET_MALLOC_CONF)
+        .env(MALLOC_CONF_VAR, conf)
         .exec();
     eprintln!("skiff: warning: re-executing with a smaller heap configuration failed: {err}");
 }

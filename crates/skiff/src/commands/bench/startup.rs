@@ -107,9 +107,17 @@ async fn terminate(child: &mut Child, pid: u32) {
     }
 }
 
-fn vm_rss_kb(pid: u32) -> Option<u64> {
+/// A `kB` field of the process's `/proc/PID/status` (`VmRSS`, `RssAnon`, `RssFile`).
+fn status_kb(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    proc_status_kb(&status, "VmRSS")
+    proc_status_kb(&status, field)
+}
+
+/// VmRSS, and its heap (`RssAnon`) and mapped-file (`RssFile`: mostly the binary's code) parts.
+fn rss(pid: u32) -> serde_json::Value {
+    json!({"rss_mb": mb(status_kb(pid, "VmRSS")),
+           "anon_mb": mb(status_kb(pid, "RssAnon")),
+           "file_mb": mb(status_kb(pid, "RssFile"))})
 }
 
 /// A free loopback port (bound, read, released).
@@ -195,9 +203,11 @@ async fn agent_runs(args: &StartupBenchArgs, emitter: &Emitter, dir: &Path) -> R
             tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
             emitter.emit(
                 "startup",
-                json!({"measure": "idle-rss", "idle_s": args.idle_seconds,
-                       "rss_mb": mb(vm_rss_kb(pid)), "target_mb": 64,
-                       "peer": "k3s server: 500 MB to 1.6 GB (issue 9)", "load1": load1()}),
+                merge(
+                    json!({"measure": "idle-rss", "idle_s": args.idle_seconds, "target_mb": 64,
+                           "peer": "k3s server: 500 MB to 1.6 GB (issue 9)", "load1": load1()}),
+                    rss(pid),
+                ),
             );
         }
         terminate(&mut child, pid).await;
@@ -279,8 +289,9 @@ async fn pods_run(args: &StartupBenchArgs, emitter: &Emitter, dir: &Path) -> Res
         "startup",
         merge(
             json!({"measure": "pods-rss", "pods": args.pods, "hollow_nodes": args.hollow_nodes,
-                   "rss_mb": mb(vm_rss_kb(pid)), "hollow_rss_mb": mb(vm_rss_kb(hollow_pid))}),
-            json!({"all_running_s": round3(all_running_s), "load1": load1()}),
+                   "hollow_rss_mb": mb(status_kb(hollow_pid, "VmRSS")),
+                   "all_running_s": round3(all_running_s), "load1": load1()}),
+            rss(pid),
         ),
     );
     terminate(&mut hollow, hollow_pid).await;
