@@ -506,6 +506,24 @@ fn servers_on_one_etcd_share_the_ca_and_one_takes_over_when_the_leader_dies() {
         support::read(&servers[0].data_dir.join("tls/ca.crt")),
         support::read(&servers[1].data_dir.join("tls/ca.crt"))
     );
+    // one signing key: a token the first issues passes the second's TokenReview
+    let token = kubectl(&servers[0].kubeconfig(), &["create", "token", "default"]);
+    let review = dir.path().join("review.json");
+    let body = serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                                  "spec": {"token": token.trim()}});
+    std::fs::write(&review, body.to_string()).expect("write the review");
+    let authenticated = kubectl(
+        &servers[1].kubeconfig(),
+        &[
+            "create",
+            "--validate=false",
+            "-f",
+            review.to_str().expect("utf-8 path"),
+            "-o",
+            "jsonpath={.status.authenticated}",
+        ],
+    );
+    assert_eq!(authenticated, "true");
 
     // one holder for each lease, one of the two servers
     let identities = [instance(&servers[0]), instance(&servers[1])];
