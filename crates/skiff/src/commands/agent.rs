@@ -95,55 +95,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let server = args.server.trim_end_matches('/').to_string();
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
-    let identities = [
-        Identity {
-            common_name: format!("system:node:{node}"),
-            organization: Some("system:nodes"),
-            signer: KUBELET_CLIENT_SIGNER,
-            request_prefix: "node-csr-",
-            file: KUBELET_KUBECONFIG,
-        },
-        Identity {
-            common_name: "system:kube-proxy".into(),
-            organization: None,
-            signer: CLIENT_SIGNER,
-            request_prefix: "kube-proxy-csr-",
-            file: PROXY_KUBECONFIG,
-        },
-    ];
-    let mut bootstrap: Option<(kube::Client, String)> = None;
-    for identity in &identities {
-        let path = args.data_dir.join(identity.file);
-        if let Some(left) = still_valid(&path, &server)? {
-            println!(
-                "skiff agent: reusing {} ({}, valid for {}h more)",
-                path.display(),
-                identity.common_name,
-                left.as_secs() / 3600
-            );
-            continue;
-        }
-        let (client, ca_pem) = match &bootstrap {
-            Some(b) => b.clone(),
-            None => {
-                let ca_pem = fetch_verified_ca(&server, &token).await?;
-                println!(
-                    "skiff agent: the cluster CA from {server} matches the token (sha256 {})",
-                    token.ca_hash
-                );
-                let yaml = kubeconfig(
-                    &server,
-                    &ca_pem,
-                    &format!("    token: {}\n", token.bootstrap_token()),
-                );
-                let b = (client_from(&yaml).await?, ca_pem);
-                bootstrap = Some(b.clone());
-                b
-            }
-        };
-        let yaml = obtain(&client, identity, &server, &ca_pem).await?;
-        token::write_private(&path, &yaml)?;
-    }
+    ensure_identities(&args.data_dir, &server, &token, &node).await?;
 
     let kubelet_kubeconfig = args.data_dir.join(KUBELET_KUBECONFIG);
     let mut kubelet_argv: Vec<String> = vec![
@@ -203,6 +155,67 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         r = components => r.map(|_| ()),
         never = announce => match never {},
     }
+}
+
+/// Makes sure the data dir holds the kubelet's and the proxy's kubeconfigs with certificates
+/// valid for a while: reused if so, otherwise asked for with the join token (the CA checked
+/// first, once).
+async fn ensure_identities(
+    data_dir: &Path,
+    server: &str,
+    token: &JoinToken,
+    node: &str,
+) -> anyhow::Result<()> {
+    let identities = [
+        Identity {
+            common_name: format!("system:node:{node}"),
+            organization: Some("system:nodes"),
+            signer: KUBELET_CLIENT_SIGNER,
+            request_prefix: "node-csr-",
+            file: KUBELET_KUBECONFIG,
+        },
+        Identity {
+            common_name: "system:kube-proxy".into(),
+            organization: None,
+            signer: CLIENT_SIGNER,
+            request_prefix: "kube-proxy-csr-",
+            file: PROXY_KUBECONFIG,
+        },
+    ];
+    let mut bootstrap: Option<(kube::Client, String)> = None;
+    for identity in &identities {
+        let path = data_dir.join(identity.file);
+        if let Some(left) = still_valid(&path, server)? {
+            println!(
+                "skiff agent: reusing {} ({}, valid for {}h more)",
+                path.display(),
+                identity.common_name,
+                left.as_secs() / 3600
+            );
+            continue;
+        }
+        let (client, ca_pem) = match &bootstrap {
+            Some(b) => b.clone(),
+            None => {
+                let ca_pem = fetch_verified_ca(server, token).await?;
+                println!(
+                    "skiff agent: the cluster CA from {server} matches the token (sha256 {})",
+                    token.ca_hash
+                );
+                let yaml = kubeconfig(
+                    server,
+                    &ca_pem,
+                    &format!("    token: {}\n", token.bootstrap_token()),
+                );
+                let b = (client_from(&yaml).await?, ca_pem);
+                bootstrap = Some(b.clone());
+                b
+            }
+        };
+        let yaml = obtain(&client, identity, server, &ca_pem).await?;
+        token::write_private(&path, &yaml)?;
+    }
+    Ok(())
 }
 
 /// The kubelet's command line, parsed by the same clap definitions as `skiff kubelet`.
