@@ -316,6 +316,34 @@ fn an_agent_joins_with_a_token_runs_pods_and_keeps_its_certificates_across_a_res
     );
     assert_eq!(csr_rows(&api).len(), 2);
 
+    // requests no controller decides wait for a person: kubectl certificate approve and deny
+    // write the `/approval` subresource
+    for name in ["by-hand-1", "by-hand-2"] {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "someone");
+        let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+        use base64::Engine as _;
+        let csr = json!({
+            "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+            "metadata": {"name": name},
+            "spec": {"request": base64::engine::general_purpose::STANDARD.encode(pem),
+                     "signerName": "example.com/by-hand", "usages": ["client auth"],
+                     "username": "forged"},
+        });
+        api.kubectl_stdin(KUBECTL_133, &["create", "-f", "-"], Some(&csr.to_string()));
+    }
+    api.kubectl(KUBECTL_133, &["certificate", "approve", "by-hand-1"]);
+    api.kubectl(KUBECTL_133, &["certificate", "deny", "by-hand-2"]);
+    let rows = csr_rows(&api);
+    let row = |name: &str| rows.iter().find(|r| r.starts_with(name)).cloned().unwrap();
+    // the requester is who created it, whatever the spec claimed
+    assert!(row("by-hand-1").contains(" admin "), "{rows:?}");
+    assert!(row("by-hand-1").ends_with(" Approved"), "{rows:?}");
+    assert!(row("by-hand-2").ends_with(" Denied"), "{rows:?}");
+
     // the pod's sandbox (and its CNI namespace) goes before the agent and the lan do
     api.kubectl(
         KUBECTL_133,
