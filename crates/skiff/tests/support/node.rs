@@ -257,7 +257,7 @@ impl Drop for KubeletProcess {
 
 /// Kills the shims serving our containerd (their `-address` is our socket) and the containers
 /// under them, if a failed test left any: a container's pid namespace ends with its init.
-fn kill_shims(socket: &Path) {
+pub fn kill_shims(socket: &Path) {
     let socket = socket.display().to_string();
     let procs: Vec<(String, String, String)> = std::fs::read_dir("/proc")
         .into_iter()
