@@ -480,6 +480,24 @@ pub static RESOURCES: &[ResourceType] = &[
         CRUD,
         &[status_of(("batch", "v1", "Job"))],
     ),
+    // certificates.k8s.io/v1
+    rt(
+        ("certificates.k8s.io", "v1", "CertificateSigningRequest"),
+        "certificatesigningrequests",
+        "certificatesigningrequest",
+        CLUSTER,
+        &["csr"],
+        NONE,
+        CRUD,
+        &[
+            Subresource::new(
+                "approval",
+                ("certificates.k8s.io", "v1", "CertificateSigningRequest"),
+                GET_PATCH_UPDATE,
+            ),
+            status_of(("certificates.k8s.io", "v1", "CertificateSigningRequest")),
+        ],
+    ),
     // coordination.k8s.io/v1
     rt(
         ("coordination.k8s.io", "v1", "Lease"),
@@ -791,6 +809,6 @@ mod tests {
     fn groups_are_listed_once_in_order() {
         let groups = groups();
         assert_eq!(groups[0], ("apps", "v1"));
-        assert_eq!(groups.len(), 15);
+        assert_eq!(groups.len(), 16);
     }
 }

@@ -1,6 +1,7 @@
 //! Flags of `skiff controller-manager` that controllers read, with upstream's
 //! kube-controller-manager names and defaults (each field says which flag).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Controller configuration carried by [`crate::Context`].
@@ -29,6 +30,12 @@ pub struct Config {
     pub terminated_pod_gc_threshold: i64,
     /// `--max-endpoints-per-slice` (upstream default 100): endpoints per EndpointSlice.
     pub max_endpoints_per_slice: usize,
+    /// `--cluster-signing-cert-file` and `--cluster-signing-key-file` (no upstream default):
+    /// the CA csrsigning issues certificates with; without both it is off.
+    pub cluster_signing_cert_file: Option<PathBuf>,
+    pub cluster_signing_key_file: Option<PathBuf>,
+    /// `--cluster-signing-duration` (upstream default 8760h): the longest certificate issued.
+    pub cluster_signing_duration: Duration,
 }
 
 impl Default for Config {
@@ -43,6 +50,9 @@ impl Default for Config {
             node_startup_grace_period: Duration::from_secs(60),
             terminated_pod_gc_threshold: 12500,
             max_endpoints_per_slice: 100,
+            cluster_signing_cert_file: None,
+            cluster_signing_key_file: None,
+            cluster_signing_duration: Duration::from_secs(8760 * 3600),
         }
     }
 }

@@ -20,6 +20,7 @@
 //! - [`nodelifecycle`]: node health from Leases and heartbeats; Unknown conditions and taints.
 //! - [`tainteviction`] (`taint-eviction-controller`): deletes pods that do not tolerate a
 //!   node's NoExecute taints.
+//! - [`certificates`] (`csrapproving`, `csrsigning`): kubelet TLS bootstrap's approver and signer.
 //! - [`rootcacertpublisher`] (`root-ca-cert-publisher`): `kube-root-ca.crt` in every namespace.
 //! - [`podgc`]: deletes excess terminated pods, pods of deleted nodes, unscheduled terminating
 //!   pods.
@@ -48,6 +49,7 @@
 //! (a non-blocking event sink), [`podutil`] (pod and owner-reference helpers), [`claim`]
 //! (adoption and release by controller reference, for daemonset and statefulset).
 
+pub mod certificates;
 pub mod claim;
 pub mod config;
 pub mod credentials;
@@ -155,6 +157,18 @@ pub const CONTROLLERS: &[Descriptor] = &[
         service_account: "cronjob-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(cronjob::run(ctx)),
+    },
+    Descriptor {
+        name: "csrapproving",
+        service_account: "certificate-controller",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(certificates::approver::run(ctx)),
+    },
+    Descriptor {
+        name: "csrsigning",
+        service_account: "certificate-controller",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(certificates::signer::run(ctx)),
     },
     Descriptor {
         name: "daemonset",

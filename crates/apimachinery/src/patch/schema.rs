@@ -380,6 +380,8 @@ static POD_DISRUPTION_BUDGET: Type = Type::new(
     ],
 );
 static EVICTION: Type = Type::new("Eviction", METADATA_ONLY);
+// certificates.k8s.io/v1: conditions are a list map without a patch strategy (replaced).
+static CERTIFICATE_SIGNING_REQUEST: Type = Type::new("CertificateSigningRequest", METADATA_ONLY);
 
 // rbac.authorization.k8s.io/v1: rules and subjects have no strategy.
 
@@ -469,6 +471,7 @@ pub fn for_kind(group: &str, kind: &str) -> Option<&'static Type> {
         ("node.k8s.io", "RuntimeClass") => &RUNTIME_CLASS,
         ("batch", "CronJob") => &CRON_JOB,
         ("batch", "Job") => &JOB,
+        ("certificates.k8s.io", "CertificateSigningRequest") => &CERTIFICATE_SIGNING_REQUEST,
         ("coordination.k8s.io", "Lease") => &LEASE,
         ("discovery.k8s.io", "EndpointSlice") => &ENDPOINT_SLICE,
         ("events.k8s.io", "Event") => &EVENTS_EVENT,

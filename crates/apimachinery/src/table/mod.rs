@@ -136,6 +136,9 @@ fn printer(group: &str, plural: &str) -> Option<&'static Printer> {
         ("apps", "controllerrevisions") => &apps::CONTROLLER_REVISIONS,
         ("batch", "jobs") => &batch::JOBS,
         ("batch", "cronjobs") => &batch::CRON_JOBS,
+        ("certificates.k8s.io", "certificatesigningrequests") => {
+            &other::CERTIFICATE_SIGNING_REQUESTS
+        }
         ("coordination.k8s.io", "leases") => &other::LEASES,
         ("discovery.k8s.io", "endpointslices") => &other::ENDPOINT_SLICES,
         ("policy", "poddisruptionbudgets") => &other::POD_DISRUPTION_BUDGETS,

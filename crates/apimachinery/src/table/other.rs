@@ -1,7 +1,8 @@
 //! Tables of the smaller groups: leases (coordination.k8s.io), endpoint slices
 //! (discovery.k8s.io), pod disruption budgets (policy), role and cluster role bindings
-//! (rbac.authorization.k8s.io), priority classes (scheduling.k8s.io) and the admission
-//! configurations (admissionregistration.k8s.io).
+//! (rbac.authorization.k8s.io), priority classes (scheduling.k8s.io), certificate signing
+//! requests (certificates.k8s.io) and the admission configurations
+//! (admissionregistration.k8s.io).
 
 use super::format::list_with_more;
 use super::value::{age, flag, int, list, name, object, opt_int, scalar, text};
@@ -29,6 +30,71 @@ pub(super) static LEASES: Printer = Printer {
         ]
     },
 };
+
+pub(super) static CERTIFICATE_SIGNING_REQUESTS: Printer = Printer {
+    columns: &[
+        NAME,
+        AGE,
+        Column::new("SignerName", "string", 0, "The signer the request names."),
+        Column::new(
+            "Requestor",
+            "string",
+            0,
+            "The user who created the request.",
+        ),
+        Column::new(
+            "RequestedDuration",
+            "string",
+            0,
+            "The certificate lifetime the request asks for.",
+        ),
+        Column::new(
+            "Condition",
+            "string",
+            0,
+            "Pending, Approved or Denied, then Failed and Issued where they apply.",
+        ),
+    ],
+    cells: |csr, now| {
+        let requested = opt_int(csr, "/spec/expirationSeconds").map_or_else(
+            || "<none>".to_string(),
+            |s| super::duration::human_duration(jiff::SignedDuration::from_secs(s)),
+        );
+        vec![
+            name(csr).into(),
+            age(csr, now),
+            text(csr, "/spec/signerName").into(),
+            text(csr, "/spec/username").into(),
+            requested.into(),
+            csr_condition(csr).into(),
+        ]
+    },
+};
+
+/// Upstream's `extractCSRStatus`: Denied over Approved over Pending, then `,Failed` and
+/// `,Issued`.
+fn csr_condition(csr: &Value) -> String {
+    let has = |kind: &str| {
+        list(csr, "/status/conditions")
+            .iter()
+            .any(|c| c["type"] == kind)
+    };
+    let mut status = if has("Denied") {
+        "Denied"
+    } else if has("Approved") {
+        "Approved"
+    } else {
+        "Pending"
+    }
+    .to_string();
+    if has("Failed") {
+        status += ",Failed";
+    }
+    if !text(csr, "/status/certificate").is_empty() {
+        status += ",Issued";
+    }
+    status
+}
 
 pub(super) static ENDPOINT_SLICES: Printer = Printer {
     columns: &[
@@ -337,6 +403,30 @@ mod tests {
             [json!("kube-scheduler"), json!("cp-1_8d2f"), json!("45s")]
         );
         assert_eq!((LEASES.cells)(&json!({}), now())[1], json!(""));
+    }
+
+    #[test]
+    fn certificate_signing_requests_show_their_decision_and_issue() {
+        let csr = json!({"metadata": meta("node-csr-a"),
+            "spec": {"signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+                     "username": "system:bootstrap:abcdef", "expirationSeconds": 3600},
+            "status": {"certificate": "Y2VydA==", "conditions": [{"type": "Approved"}]}});
+        assert_eq!(
+            (CERTIFICATE_SIGNING_REQUESTS.cells)(&csr, now()),
+            [
+                json!("node-csr-a"),
+                json!("45s"),
+                json!("kubernetes.io/kube-apiserver-client-kubelet"),
+                json!("system:bootstrap:abcdef"),
+                json!("60m"),
+                json!("Approved,Issued")
+            ]
+        );
+        let pending = json!({"metadata": meta("p"), "spec": {}});
+        assert_eq!(
+            (CERTIFICATE_SIGNING_REQUESTS.cells)(&pending, now())[4..],
+            [json!("<none>"), json!("Pending")]
+        );
     }
 
     #[test]

@@ -20,8 +20,8 @@ fn meta_mut(object: &mut Value) -> &mut Map<String, Value> {
 }
 
 /// Whether the kind tracks `metadata.generation` (kinds with a spec and a status subresource;
-/// pods only with the alpha PodObservedGenerationTracking, so not here; volumes, their claims
-/// and attachments never, as upstream's strategies leave it unset).
+/// pods only with the alpha PodObservedGenerationTracking, so not here; volumes, their claims,
+/// attachments and certificate signing requests never, as upstream's strategies leave it unset).
 fn tracks_generation(rt: &ResourceType) -> bool {
     rt.has_status()
         && !matches!(
@@ -30,6 +30,7 @@ fn tracks_generation(rt: &ResourceType) -> bool {
                 "",
                 "pods" | "nodes" | "namespaces" | "persistentvolumeclaims" | "persistentvolumes"
             ) | ("storage.k8s.io", "volumeattachments")
+                | ("certificates.k8s.io", "certificatesigningrequests")
         )
 }
 

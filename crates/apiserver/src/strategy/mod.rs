@@ -23,10 +23,12 @@
 //! - [`replicationcontroller`], [`podtemplate`]: the core/v1 workload kinds.
 //! - [`webhookconfiguration`]: `admissionregistration.k8s.io/v1` webhook configurations.
 //! - [`admissionpolicy`]: ValidatingAdmissionPolicies and their bindings.
+//! - [`certificatesigningrequest`]: `certificates.k8s.io/v1` requests, approval and status.
 //! - [`hpa`], [`ingress`], [`networkpolicy`], [`runtimeclass`]: `autoscaling/v2`,
 //!   `networking.k8s.io/v1` and `node.k8s.io/v1`.
 
 pub mod admissionpolicy;
+pub mod certificatesigningrequest;
 pub mod common;
 pub mod configmap;
 pub mod cron;
@@ -145,6 +147,9 @@ pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
         ("networking.k8s.io", "ingressclasses") => &ingress::IngressClassStrategy,
         ("networking.k8s.io", "networkpolicies") => &networkpolicy::NetworkPolicyStrategy,
         ("node.k8s.io", "runtimeclasses") => &runtimeclass::RuntimeClassStrategy,
+        ("certificates.k8s.io", "certificatesigningrequests") => {
+            &certificatesigningrequest::CertificateSigningRequestStrategy
+        }
         ("admissionregistration.k8s.io", "mutatingwebhookconfigurations") => {
             &webhookconfiguration::WebhookConfigurationStrategy { mutating: true }
         }

@@ -79,6 +79,20 @@ pub struct ControllerManagerArgs {
     /// The most endpoints one EndpointSlice holds (upstream's `--max-endpoints-per-slice`).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub max_endpoints_per_slice: u16,
+
+    /// The PEM CA certificate csrsigning issues cluster-scoped certificates with; with
+    /// `--cluster-signing-key-file` (both or neither; without them csrsigning is off).
+    #[arg(long, value_name = "FILE", requires = "cluster_signing_key_file")]
+    pub cluster_signing_cert_file: Option<PathBuf>,
+
+    /// The PEM key of `--cluster-signing-cert-file`.
+    #[arg(long, value_name = "FILE", requires = "cluster_signing_cert_file")]
+    pub cluster_signing_key_file: Option<PathBuf>,
+
+    /// The longest certificate csrsigning issues (a request's `expirationSeconds` may ask for
+    /// less).
+    #[arg(long, value_name = "DURATION", default_value = "8760h0m0s", value_parser = go_duration)]
+    pub cluster_signing_duration: Duration,
 }
 
 /// The PEM bundle to publish: `--root-ca-file`, else the kubeconfig's current cluster CA.
@@ -145,6 +159,9 @@ pub async fn run(args: ControllerManagerArgs, lifecycle: Lifecycle) -> anyhow::R
         node_startup_grace_period: args.node_startup_grace_period,
         terminated_pod_gc_threshold: args.terminated_pod_gc_threshold,
         max_endpoints_per_slice: args.max_endpoints_per_slice.into(),
+        cluster_signing_cert_file: args.cluster_signing_cert_file.clone(),
+        cluster_signing_key_file: args.cluster_signing_key_file.clone(),
+        cluster_signing_duration: args.cluster_signing_duration,
     };
     let ctx = Arc::new(Context::new(client.clone(), &instance).with_config(config));
 

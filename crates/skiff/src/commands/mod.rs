@@ -1,6 +1,7 @@
 //! The command line: one module per subcommand.
 //!
 //! # Layout
+//! - [`agent`]: `skiff agent`, joining this machine to a cluster as a node.
 //! - [`apiserver`]: `skiff apiserver`, the Kubernetes API server.
 //! - [`controller_manager`]: `skiff controller-manager`, the reconcile loops.
 //! - [`dns`]: `skiff dns`, the cluster DNS.
@@ -10,9 +11,11 @@
 //! - [`scheduler`]: `skiff scheduler`, binding pods to nodes through the API server.
 //! - [`server`]: `skiff server`, every component above in one process.
 //! - [`lifecycle`]: how a component stops and announces itself, alone or inside the server.
+//! - [`token`]: `skiff token create`, join tokens, and the join policy `skiff server` sets up.
 //! - [`store`]: `skiff store serve`, the embedded store behind the etcd v3 gRPC facade.
 //! - [`bench`]: `skiff bench <what>`, benchmarks printing one JSON object per result.
 
+pub mod agent;
 pub mod apiserver;
 pub mod bench;
 pub mod controller_manager;
@@ -24,6 +27,7 @@ pub mod proxy;
 pub mod scheduler;
 pub mod server;
 pub mod store;
+pub mod token;
 
 use clap::{Parser, Subcommand};
 use lifecycle::Lifecycle;
@@ -59,6 +63,11 @@ pub enum Command {
     /// The key-value store on its own.
     #[command(subcommand)]
     Store(store::StoreCommand),
+    /// Join this machine to a cluster as a node (kubelet and proxy, TLS bootstrap by token).
+    Agent(agent::AgentArgs),
+    /// Join tokens.
+    #[command(subcommand)]
+    Token(token::TokenCommand),
     /// Benchmarks, each measured against its peer in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -110,6 +119,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Server(args) => server::run(*args).await,
         Command::Image(cmd) => image::run(cmd).await,
         Command::Store(cmd) => store::run(cmd).await,
+        Command::Agent(args) => agent::run(args).await,
+        Command::Token(cmd) => token::run(cmd).await,
         Command::Bench(cmd) => bench::run(cmd).await,
     }
 }

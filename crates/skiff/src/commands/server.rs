@@ -265,6 +265,16 @@ async fn start(args: &ServerArgs, supervisor: &mut Supervisor) -> anyhow::Result
         return Ok(());
     }
 
+    let prepared =
+        super::token::prepare_joins(admin.clone(), &credentials.pki.ca_cert_pem, data_dir);
+    let Some(token) = supervisor.guard(prepared).await? else {
+        return Ok(());
+    };
+    println!(
+        "skiff server: join token in {}: skiff agent --server {url} --token {token}",
+        data_dir.join("token").display()
+    );
+
     let kubeconfig =
         credentials.kubeconfig("controller-manager", "system:kube-controller-manager", None)?;
     let cm_args = component_args(
@@ -276,6 +286,10 @@ async fn start(args: &ServerArgs, supervisor: &mut Supervisor) -> anyhow::Result
             "--allocate-node-cidrs=true".into(),
             "--cluster-cidr".into(),
             args.cluster_cidr.clone(),
+            "--cluster-signing-cert-file".into(),
+            path_arg(&tls_dir.join("ca.crt")),
+            "--cluster-signing-key-file".into(),
+            path_arg(&tls_dir.join("ca.key")),
         ],
         &args.extra.kube_controller_manager_arg,
     )?;

@@ -13,6 +13,7 @@ use crate::handlers::apply::record_update;
 use crate::handlers::read::render;
 use crate::handlers::{Body, Ctx};
 use crate::storage;
+use crate::strategy::certificatesigningrequest as csr;
 use crate::strategy::{self, generic};
 use skiff_store::StoreExt;
 
@@ -67,6 +68,9 @@ pub(in crate::handlers) async fn create_object(
     let name = name_of(&obj).to_string();
     generic::prepare_create(ctx.rt, &mut obj, ctx.server.now());
     strategy::for_resource(ctx.rt).prepare_for_create(&mut obj);
+    if (ctx.rt.group, ctx.rt.plural) == (csr::GROUP, csr::PLURAL) {
+        csr::set_requester(&mut obj, &ctx.user);
+    }
     if fields == Fields::Record {
         record_update(ctx, &json!({}), &mut obj);
     }

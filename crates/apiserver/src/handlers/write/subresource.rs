@@ -1,4 +1,4 @@
-//! Write subresources: `status` and `finalize` (updates of one part of the object), `binding`
+//! Write subresources: `status`, `approval` and `finalize` (updates of one part of the object), `binding`
 //! (a pod's node, once), `eviction` (a delete), `token` (a service account token), and the
 //! whole-object replacement `scale` uses.
 
@@ -20,8 +20,8 @@ use crate::strategy::generic;
 pub async fn subresource(mut ctx: Ctx, sub: &'static Subresource) -> Result<Response<Body>> {
     let verb = ctx.info.verb.clone();
     match (sub.name, verb.as_str()) {
-        ("status", "get") => crate::handlers::read::get(ctx).await,
-        ("status", "update") | ("finalize", "update") => {
+        ("status" | "approval", "get") => crate::handlers::read::get(ctx).await,
+        ("status" | "approval", "update") | ("finalize", "update") => {
             let (kind, api_version) = (ctx.rt.kind, ctx.rt.api_version());
             let obj = read_object(&mut ctx, kind, &api_version).await?;
             let pinned = rv_of(&obj);
@@ -38,7 +38,7 @@ pub async fn subresource(mut ctx: Ctx, sub: &'static Subresource) -> Result<Resp
             })
             .await
         }
-        ("status", "patch") => patch(ctx).await,
+        ("status" | "approval", "patch") => patch(ctx).await,
         ("scale", _) => crate::handlers::scale::handle(ctx).await,
         ("binding", "create") => bind(ctx).await,
         ("token", "create") => super::token::create(ctx).await,

@@ -18,6 +18,7 @@ use crate::handlers::apply::{self as ssa, managed_fields_of, record_update};
 use crate::handlers::read::{fetch, render_one};
 use crate::handlers::{Body, Ctx};
 use crate::storage;
+use crate::strategy::certificatesigningrequest as csr;
 use crate::strategy::{self, generic};
 
 pub async fn update(mut ctx: Ctx) -> Result<Response<Body>> {
@@ -63,6 +64,9 @@ pub(in crate::handlers) async fn update_with(
         }
         let computed = managed_fields_of(&obj).clone();
         generic::prepare_update(ctx.rt, &mut obj, &current, &ctx.info.subresource);
+        if (ctx.rt.group, ctx.rt.plural) == (csr::GROUP, csr::PLURAL) {
+            csr::prepare_subresource_update(&ctx.info.subresource, &mut obj, &current);
+        }
         // `finalize` writes exactly the spec.finalizers a strategy otherwise keeps from `current`.
         let finalized =
             (ctx.info.subresource == "finalize").then(|| obj["spec"]["finalizers"].clone());

@@ -66,6 +66,7 @@ fn the_embedded_table_parses_and_names_the_served_kinds() {
         ("networking.k8s.io/v1", "IngressClass"),
         ("networking.k8s.io/v1", "NetworkPolicy"),
         ("node.k8s.io/v1", "RuntimeClass"),
+        ("certificates.k8s.io/v1", "CertificateSigningRequest"),
         ("storage.k8s.io/v1", "CSIDriver"),
         ("storage.k8s.io/v1", "CSINode"),
         ("storage.k8s.io/v1", "CSIStorageCapacity"),

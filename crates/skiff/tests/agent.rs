@@ -1,0 +1,358 @@
+//! Joining a node end to end (issue 9): `skiff token create` against a real API server, then
+//! `skiff agent` in a network namespace of its own on a private lan ([`support::netns`]) joins
+//! with that token by TLS bootstrap — it checks the cluster CA against the token's hash, its
+//! CertificateSigningRequests are approved and issued by the controller manager's
+//! `csrapproving` and `csrsigning`, and it runs a real kubelet with its managed containerd and
+//! the proxy. Its Node goes Ready, a pod scheduled there runs and `kubectl exec` reaches it
+//! through the API server; a restarted agent reuses its certificates (no new request); a token
+//! for another CA is refused. Needs root (containerd, CNI, network namespaces); skips otherwise.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+
+use serde_json::json;
+use support::cluster::{controller_manager, scheduler};
+use support::netns::{self, Lan, NodeNet};
+use support::{ApiServer, Backend, HANG_GUARD, KUBECTL_133, line_reader, output_text};
+
+const NODE: &str = "joined-a";
+
+/// A `skiff agent` child in a node's namespace. Dropping it stops it with SIGTERM (which stops
+/// its containerd), kills whatever containers a failed test left, and removes its data dir.
+struct Agent {
+    child: Child,
+    /// Its stdout after the ready line (kept so that its writes do not fail).
+    lines: mpsc::Receiver<String>,
+    /// The node namespace, server and token it was started with.
+    command: (NodeNet, String, String),
+    dir: PathBuf,
+    log: PathBuf,
+}
+
+impl Agent {
+    fn command(net: &NodeNet, server: &str, token: &str, dir: &Path) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/var/run/netns/{}", net.namespace))
+            .arg(env!("CARGO_BIN_EXE_skiff"))
+            .args(["agent", "--server", server, "--token", token])
+            .args(["--node-name", NODE, "--node-ip", &net.ip.to_string()])
+            .arg("--data-dir")
+            .arg(dir);
+        cmd
+    }
+
+    /// Starts the agent; its stdout lines up to (and with) its `skiff agent ready` line.
+    fn start(net: &NodeNet, server: &str, token: &str, dir: &Path) -> (Agent, Vec<String>) {
+        let log = dir.with_extension("log");
+        let (child, lines, seen) = Agent::spawn(Agent::command(net, server, token, dir), &log);
+        let agent = Agent {
+            child,
+            lines,
+            command: (net.clone(), server.to_string(), token.to_string()),
+            dir: dir.to_path_buf(),
+            log,
+        };
+        (agent, seen)
+    }
+
+    fn spawn(mut cmd: Command, log: &Path) -> (Child, mpsc::Receiver<String>, Vec<String>) {
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log file");
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log_file)
+            .env("RUST_LOG", "info")
+            .spawn()
+            .expect("start skiff agent");
+        let lines = line_reader(child.stdout.take().expect("stdout"));
+        let deadline = std::time::Instant::now() + HANG_GUARD;
+        let mut seen = Vec::new();
+        while !seen
+            .last()
+            .is_some_and(|l: &String| l.starts_with("skiff agent ready"))
+        {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(line) => seen.push(line),
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!(
+                        "no ready line from skiff agent; its output: {seen:?}\nits log:\n{}",
+                        support::read(log)
+                    );
+                }
+            }
+        }
+        (child, lines, seen)
+    }
+
+    /// Stops it (SIGTERM: it stops its containerd, the containers keep running) and starts it
+    /// again on the same data dir; the new process's lines up to its ready line.
+    fn restart(&mut self) -> Vec<String> {
+        self.stop();
+        let (net, server, token) = &self.command;
+        let cmd = Agent::command(net, server, token, &self.dir);
+        let (child, lines, seen) = Agent::spawn(cmd, &self.log);
+        self.child = child;
+        self.lines = lines;
+        seen
+    }
+
+    /// SIGTERM, and wait for it to exit.
+    fn stop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- agent log ---\n{}", support::read(&self.log));
+        }
+        self.stop();
+        support::node::kill_shims(&self.dir.join("containerd/containerd.sock"));
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        let data = self.dir.display().to_string();
+        let mut ours: Vec<&str> = mounts
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .filter(|m| m.starts_with(&data))
+            .collect();
+        ours.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in ours {
+            let _ = Command::new("umount").args(["-l", m]).status();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `skiff token create --kubeconfig <admin> <args…>`'s output line.
+fn token_create(api: &ApiServer, args: &[&str]) -> String {
+    let out = support::run_guarded(
+        Command::new(env!("CARGO_BIN_EXE_skiff"))
+            .args(["token", "create", "--kubeconfig"])
+            .arg(api.kubeconfig())
+            .args(args),
+    );
+    let (stdout, stderr) = output_text(&out);
+    assert!(
+        out.status.success(),
+        "skiff token create {args:?}: {stderr}"
+    );
+    stdout.trim().to_string()
+}
+
+/// `kubectl get csr` rows (without the header).
+fn csr_rows(api: &ApiServer) -> Vec<String> {
+    api.kubectl(KUBECTL_133, &["get", "csr", "--no-headers"])
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn an_agent_joins_with_a_token_runs_pods_and_keeps_its_certificates_across_a_restart() {
+    if let Some(why) = netns::unsupported() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    // declared first, dropped last: after the agent running inside it
+    let mut lan = Lan::create();
+    let flags = netns::api_server_flags(&lan);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let api = ApiServer::start_with(Backend::Embedded, &flags);
+    let net = lan.add_node();
+    let tls = api.data_dir.join("tls");
+    let (ca_crt, ca_key) = (tls.join("ca.crt"), tls.join("ca.key"));
+    let _cm = controller_manager(
+        &api,
+        &[
+            "--controllers",
+            "csrapproving,csrsigning,nodeipam",
+            "--allocate-node-cidrs=true",
+            "--cluster-signing-cert-file",
+            ca_crt.to_str().unwrap(),
+            "--cluster-signing-key-file",
+            ca_key.to_str().unwrap(),
+        ],
+    );
+    let _scheduler = scheduler(&api);
+
+    // the server's join token, as `skiff server` keeps it: made once, then read back
+    let token = token_create(&api, &["--data-dir", api.data_dir.to_str().unwrap()]);
+    assert!(token.starts_with("K10") && token.contains("::"), "{token}");
+    assert_eq!(
+        token_create(&api, &["--data-dir", api.data_dir.to_str().unwrap()]),
+        token
+    );
+    assert_eq!(support::read(&api.data_dir.join("token")).trim(), token);
+    let server = format!("https://{}:{}", net.gateway, api.port);
+    let join = token_create(&api, &["--ttl", "1h", "--print-join-command"]);
+    assert!(
+        join.starts_with("skiff agent --server https://127.0.0.1:")
+            && join.contains(" --token K10"),
+        "{join}"
+    );
+
+    // a token for another CA: refused before anything is sent with it
+    let (_, bootstrap) = token.split_once("::").unwrap();
+    let wrong = format!("K10{}::{bootstrap}", "0".repeat(64));
+    let refused_dir = tempfile::tempdir().unwrap();
+    let out = support::run_guarded(&mut Agent::command(
+        &net,
+        &server,
+        &wrong,
+        refused_dir.path(),
+    ));
+    let (_, stderr) = output_text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("refusing to join") && stderr.contains(&"0".repeat(64)),
+        "{stderr}"
+    );
+    assert!(csr_rows(&api).is_empty());
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("agent");
+    let (mut agent, lines) = Agent::start(&net, &server, &token, &data);
+    assert!(
+        lines.iter().any(|l| l.contains("matches the token")),
+        "{lines:?}"
+    );
+    // both requests approved and issued: the node's and the proxy's
+    let rows = csr_rows(&api);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(
+        rows.iter().all(|r| r.contains("Approved,Issued")),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r.contains("kubernetes.io/kube-apiserver-client-kubelet")),
+        "{rows:?}"
+    );
+    let reason = api.kubectl(
+        KUBECTL_133,
+        &[
+            "get",
+            "csr",
+            "-o",
+            "jsonpath={.items[*].status.conditions[0].reason}",
+        ],
+    );
+    assert_eq!(reason, "AutoApproved AutoApproved");
+    let ready = api.kubectl(
+        KUBECTL_133,
+        &[
+            "get",
+            "node",
+            NODE,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ],
+    );
+    assert_eq!(ready, "True");
+
+    // a pod scheduled there runs, and exec reaches it through the API server
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "on-joined"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": NODE},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "busybox", "imagePullPolicy": "IfNotPresent",
+                            "command": ["sh", "-c", "exec sleep 3600"]}],
+        },
+    });
+    api.kubectl_stdin(KUBECTL_133, &["create", "-f", "-"], Some(&pod.to_string()));
+    api.kubectl(
+        KUBECTL_133,
+        &[
+            "wait",
+            "pod/on-joined",
+            "--for=jsonpath={.status.phase}=Running",
+            "--timeout=55s",
+        ],
+    );
+    let node = api.kubectl(
+        KUBECTL_133,
+        &["get", "pod", "on-joined", "-o", "jsonpath={.spec.nodeName}"],
+    );
+    assert_eq!(node, NODE);
+    let out = api.kubectl_until(
+        KUBECTL_133,
+        &[
+            "exec",
+            "on-joined",
+            "--",
+            "echo",
+            "hello from the joined node",
+        ],
+        None,
+        |out| out.status.success(),
+    );
+    assert_eq!(output_text(&out).0, "hello from the joined node\n");
+
+    // a restart reuses both certificates: no new request
+    let lines = agent.restart();
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("reusing")).count(),
+        2,
+        "{lines:?}"
+    );
+    assert_eq!(csr_rows(&api).len(), 2);
+
+    // requests no controller decides wait for a person: kubectl certificate approve and deny
+    // write the `/approval` subresource
+    for name in ["by-hand-1", "by-hand-2"] {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "someone");
+        let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+        use base64::Engine as _;
+        let csr = json!({
+            "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+            "metadata": {"name": name},
+            "spec": {"request": base64::engine::general_purpose::STANDARD.encode(pem),
+                     "signerName": "example.com/by-hand", "usages": ["client auth"],
+                     "username": "forged"},
+        });
+        api.kubectl_stdin(KUBECTL_133, &["create", "-f", "-"], Some(&csr.to_string()));
+    }
+    api.kubectl(KUBECTL_133, &["certificate", "approve", "by-hand-1"]);
+    api.kubectl(KUBECTL_133, &["certificate", "deny", "by-hand-2"]);
+    let rows = csr_rows(&api);
+    let row = |name: &str| rows.iter().find(|r| r.starts_with(name)).cloned().unwrap();
+    // the requester is who created it, whatever the spec claimed
+    assert!(row("by-hand-1").contains(" admin "), "{rows:?}");
+    assert!(row("by-hand-1").ends_with(" Approved"), "{rows:?}");
+    assert!(row("by-hand-2").ends_with(" Denied"), "{rows:?}");
+
+    // the pod's sandbox (and its CNI namespace) goes before the agent and the lan do
+    api.kubectl(
+        KUBECTL_133,
+        &[
+            "delete",
+            "pods",
+            "--all",
+            "--grace-period=1",
+            "--timeout=50s",
+        ],
+    );
+}
