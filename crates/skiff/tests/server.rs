@@ -289,6 +289,9 @@ fn a_server_runs_seed_001s_checklist_and_a_restart_keeps_its_pods_running() {
         &["--bind-address", &ip, "--node-ip", &ip, "--node-name", NODE],
     );
     assert!(server.ready.contains(NODE), "{}", server.ready);
+    // the join token `skiff agent --token` takes, kept in the data dir
+    let token = support::read(&server.data_dir.join("token"));
+    assert!(token.starts_with("K10"), "{token}");
     let kc = server.kubeconfig();
 
     // kubectl get nodes shows the node Ready once the server said so
