@@ -9,136 +9,15 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 
 use serde_json::json;
+use support::agent::Agent;
 use support::cluster::{controller_manager, scheduler};
-use support::netns::{self, Lan, NodeNet};
-use support::{ApiServer, Backend, HANG_GUARD, KUBECTL_133, line_reader, output_text};
+use support::netns::{self, Lan};
+use support::{ApiServer, Backend, KUBECTL_133, output_text};
 
 const NODE: &str = "joined-a";
-
-/// A `skiff agent` child in a node's namespace. Dropping it stops it with SIGTERM (which stops
-/// its containerd), kills whatever containers a failed test left, and removes its data dir.
-struct Agent {
-    child: Child,
-    /// Its stdout after the ready line (kept so that its writes do not fail).
-    lines: mpsc::Receiver<String>,
-    /// The node namespace, server and token it was started with.
-    command: (NodeNet, String, String),
-    dir: PathBuf,
-    log: PathBuf,
-}
-
-impl Agent {
-    fn command(net: &NodeNet, server: &str, token: &str, dir: &Path) -> Command {
-        let mut cmd = Command::new("nsenter");
-        cmd.arg(format!("--net=/var/run/netns/{}", net.namespace))
-            .arg(env!("CARGO_BIN_EXE_skiff"))
-            .args(["agent", "--server", server, "--token", token])
-            .args(["--node-name", NODE, "--node-ip", &net.ip.to_string()])
-            .arg("--data-dir")
-            .arg(dir);
-        cmd
-    }
-
-    /// Starts the agent; its stdout lines up to (and with) its `skiff agent ready` line.
-    fn start(net: &NodeNet, server: &str, token: &str, dir: &Path) -> (Agent, Vec<String>) {
-        let log = dir.with_extension("log");
-        let (child, lines, seen) = Agent::spawn(Agent::command(net, server, token, dir), &log);
-        let agent = Agent {
-            child,
-            lines,
-            command: (net.clone(), server.to_string(), token.to_string()),
-            dir: dir.to_path_buf(),
-            log,
-        };
-        (agent, seen)
-    }
-
-    fn spawn(mut cmd: Command, log: &Path) -> (Child, mpsc::Receiver<String>, Vec<String>) {
-        let log_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .expect("log file");
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log_file)
-            .env("RUST_LOG", "info")
-            .spawn()
-            .expect("start skiff agent");
-        let lines = line_reader(child.stdout.take().expect("stdout"));
-        let deadline = std::time::Instant::now() + HANG_GUARD;
-        let mut seen = Vec::new();
-        while !seen
-            .last()
-            .is_some_and(|l: &String| l.starts_with("skiff agent ready"))
-        {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match lines.recv_timeout(left) {
-                Ok(line) => seen.push(line),
-                Err(_) => {
-                    let _ = child.kill();
-                    panic!(
-                        "no ready line from skiff agent; its output: {seen:?}\nits log:\n{}",
-                        support::read(log)
-                    );
-                }
-            }
-        }
-        (child, lines, seen)
-    }
-
-    /// Stops it (SIGTERM: it stops its containerd, the containers keep running) and starts it
-    /// again on the same data dir; the new process's lines up to its ready line.
-    fn restart(&mut self) -> Vec<String> {
-        self.stop();
-        let (net, server, token) = &self.command;
-        let cmd = Agent::command(net, server, token, &self.dir);
-        let (child, lines, seen) = Agent::spawn(cmd, &self.log);
-        self.child = child;
-        self.lines = lines;
-        seen
-    }
-
-    /// SIGTERM, and wait for it to exit.
-    fn stop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("--- agent log ---\n{}", support::read(&self.log));
-        }
-        self.stop();
-        support::node::kill_shims(&self.dir.join("containerd/containerd.sock"));
-        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-        let data = self.dir.display().to_string();
-        let mut ours: Vec<&str> = mounts
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(1))
-            .filter(|m| m.starts_with(&data))
-            .collect();
-        ours.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in ours {
-            let _ = Command::new("umount").args(["-l", m]).status();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// `skiff token create --kubeconfig <admin> <args…>`'s output line.
 fn token_create(api: &ApiServer, args: &[&str]) -> String {
@@ -216,6 +95,7 @@ fn an_agent_joins_with_a_token_runs_pods_and_keeps_its_certificates_across_a_res
         &net,
         &server,
         &wrong,
+        NODE,
         refused_dir.path(),
     ));
     let (_, stderr) = output_text(&out);
@@ -228,7 +108,7 @@ fn an_agent_joins_with_a_token_runs_pods_and_keeps_its_certificates_across_a_res
 
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("agent");
-    let (mut agent, lines) = Agent::start(&net, &server, &token, &data);
+    let (mut agent, lines) = Agent::start(&net, &server, &token, NODE, &data);
     assert!(
         lines.iter().any(|l| l.contains("matches the token")),
         "{lines:?}"

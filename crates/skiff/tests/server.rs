@@ -3,7 +3,9 @@
 //! lan ([`support::netns`]) so that its proxy's iptables rules, its kubelet's routes and its
 //! DNS on port 53 stay out of this host's. kubectl on the lan host applies a pod and walks the
 //! seed's list: Running, `auth can-i`, `get --watch`, `-o wide`, jsonpath, `describe` events,
-//! the Service's endpoints, the node's nat table, a pod reaching the Service by DNS name; then
+//! the Service's endpoints, the node's nat table, a pod reaching the Service by DNS name; a
+//! second node joined with `skiff agent` (in a namespace of its own) runs a pod scheduled to it,
+//! which reaches the Service on the first node by name; then
 //! SIGTERM stops the server with exit code 0 and a restart on the same data dir finds the same
 //! pod still running in the same container. A second test runs two `skiff server
 //! --disable-agent` on one etcd with one token: they share the CA, one of them leads the
@@ -16,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::sync::mpsc;
 
+use support::agent::Agent;
 use support::netns::{self, Lan, NodeNet};
 use support::{KUBECTL_133, expect_line, line_reader, output_text, run_guarded};
 
@@ -211,6 +214,8 @@ fn apply(kubeconfig: &Path, manifest: &str) -> String {
 }
 
 const NODE: &str = "skiff-e2e";
+/// The node `skiff agent` joins.
+const JOINED: &str = "skiff-e2e-joined";
 
 /// seed 001's pod.yaml, with the busybox image the kubelet imports offline serving HTTP.
 const POD_YAML: &str = r#"apiVersion: v1
@@ -389,6 +394,66 @@ fn a_server_runs_seed_001s_checklist_and_a_restart_keeps_its_pods_running() {
         );
         assert_eq!(page.trim(), "hello from nginx");
     }
+
+    // a second machine joins with `skiff agent --token`, from a namespace of its own on the
+    // lan, and runs a pod scheduled to it that reaches the nginx Service on the first node
+    let joined_net = lan.add_node();
+    let server_url = format!("https://{ip}:6443");
+    let (joined, _) = Agent::start(
+        &joined_net,
+        &server_url,
+        token.trim(),
+        JOINED,
+        &dir.path().join("joined"),
+    );
+    kubectl_until(&kc, &["get", "node", JOINED], |out| out.contains(" Ready "));
+    apply(
+        &kc,
+        &CLIENT_YAML.replace("name: client", "name: remote").replace(
+            "  containers:",
+            &format!("  nodeSelector:\n    kubernetes.io/hostname: {JOINED}\n  containers:"),
+        ),
+    );
+    kubectl(
+        &kc,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "pod/remote",
+            "--timeout=60s",
+        ],
+    );
+    let remote = kubectl(
+        &kc,
+        &["get", "pod", "remote", "-o", "jsonpath={.spec.nodeName}"],
+    );
+    assert_eq!(remote, JOINED);
+    let page = kubectl_until(
+        &kc,
+        &[
+            "exec",
+            "remote",
+            "--",
+            "wget",
+            "-q",
+            "-O",
+            "-",
+            "http://nginx/",
+        ],
+        |page| page.contains("hello from nginx"),
+    );
+    assert_eq!(page.trim(), "hello from nginx");
+    kubectl(
+        &kc,
+        &[
+            "delete",
+            "pod",
+            "remote",
+            "--grace-period=1",
+            "--timeout=60s",
+        ],
+    );
+    drop(joined);
 
     // SIGTERM stops it cleanly; a restart resumes the cluster, the container still running
     let before = container_identity(&kc);

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use skiff_store::etcd_process::EtcdProcess;
 
+pub mod agent;
 pub mod cluster;
 pub mod https;
 pub mod netns;
