@@ -98,6 +98,7 @@ pub(in crate::handlers) async fn create_object(
         let op = put_op(&key, storage::encode(&obj)?);
         if let Some(rev) = commit(ctx, &key, 0, op, &reserve, &[]).await? {
             storage::set_resource_version(&mut obj, rev);
+            crate::trace::wrote(ctx, None, Some(&obj), rev);
             return render(ctx, 201, &obj);
         }
         if reserve.is_empty() || ctx.server.store.get(key.as_bytes()).await?.is_some() {

@@ -192,6 +192,7 @@ pub(super) async fn delete_one(ctx: &Ctx, name: &str, options: &DeleteOptions) -
             put_op(&key, storage::encode(&next)?)
         };
         if let Some(rev) = commit(ctx, &key, current_rv, op, &[], &release).await? {
+            crate::trace::wrote(ctx, Some(&current), (!immediate).then_some(&next), rev);
             let mut out = if immediate { current } else { next };
             storage::set_resource_version(&mut out, rev);
             return Ok(out);

@@ -122,6 +122,7 @@ pub(in crate::handlers) async fn update_with(
         match commit(ctx, &key, current_rv, op, &reserve, &release).await? {
             Some(rev) => {
                 storage::set_resource_version(&mut obj, rev);
+                crate::trace::wrote(ctx, Some(&current), (!finished).then_some(&obj), rev);
                 return render_one(ctx, &obj);
             }
             None if pinned.is_some() => {
