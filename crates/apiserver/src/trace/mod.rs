@@ -164,8 +164,16 @@ fn recorder(ctx: &Ctx) -> Option<&Arc<Recorder>> {
 }
 
 /// Records a committed write (`old` → `new` at `revision`; `new` absent for a delete) on the
-/// timelines it belongs to. Called by every write path after its transaction succeeded.
-pub fn wrote(ctx: &Ctx, old: Option<&Value>, new: Option<&Value>, revision: i64) {
+/// timelines it belongs to. Called by every write path after its transaction succeeded; `sent`
+/// is when the transaction was sent to the store (the entry's time: a watch may be handed the
+/// change before the handler hears back, never before the transaction was sent).
+pub fn wrote(
+    ctx: &Ctx,
+    old: Option<&Value>,
+    new: Option<&Value>,
+    revision: i64,
+    sent: jiff::Timestamp,
+) {
     let Some(rec) = recorder(ctx) else { return };
     let targets = summary::targets(ctx.rt.group, ctx.rt.plural, old, new);
     if targets.is_empty() {
@@ -178,7 +186,6 @@ pub fn wrote(ctx: &Ctx, old: Option<&Value>, new: Option<&Value>, revision: i64)
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
-    let now = ctx.server.now();
     for target in targets {
         let write = What::Write {
             client: client.clone(),
@@ -192,7 +199,7 @@ pub fn wrote(ctx: &Ctx, old: Option<&Value>, new: Option<&Value>, revision: i64)
             facts: target.facts,
         };
         let key = key(&target.namespace, &target.pod);
-        if let Some(stages) = rec.record(&key, target.creates, now, write) {
+        if let Some(stages) = rec.record(&key, target.creates, sent, write) {
             for stage in stages.iter().filter_map(|s| Some((s.name, s.seconds?))) {
                 ctx.server.metrics.observe_startup_stage(stage.0, stage.1);
             }

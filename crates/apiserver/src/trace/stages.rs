@@ -1,5 +1,6 @@
 //! The startup breakdown of a pod, derived only from what the API server recorded (times are the
-//! API server's: when a write committed, when a delivery's frame was handed to the connection).
+//! API server's: when a write's transaction was sent to the store, when a delivery's frame was
+//! handed to the connection).
 //!
 //! | stage | from | to |
 //! |---|---|---|
