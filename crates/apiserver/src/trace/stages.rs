@@ -8,7 +8,7 @@
 //! | `scheduling` | the scheduler's watch is delivered the pod (ADDED) | the Binding request reaches the API server |
 //! | `binding` | the Binding request reaches the API server | the write setting `spec.nodeName` commits |
 //! | `kubelet_pickup` | the binding commits | the node's kubelet watch (`fieldSelector=spec.nodeName=<node>`) is delivered the pod |
-//! | `sandbox` | kubelet pickup | the write turning `PodReadyToStartContainers` True, else the first `Pulling`/`Pulled` Event (image work starts after the sandbox) |
+//! | `sandbox` | kubelet pickup | the earlier of the write turning `PodReadyToStartContainers` True and the first `Pulling`/`Pulled` Event (image work starts once the sandbox is up) |
 //! | `image` | sandbox end | the last `Pulled` Event |
 //! | `container_start` | image end | the first write showing a container running (`containerStatuses[].state.running`), else the `Started` Event |
 //! | `readiness` | container start | the write turning the `Ready` condition True |
@@ -97,7 +97,7 @@ pub fn derive(entries: &[Entry]) -> Vec<Stage> {
         },
         "the kubelet's watch delivery",
     );
-    let sandbox_end = first(
+    let sandbox_condition = first(
         entries,
         |e| {
             pod_write(e).is_some_and(|f| {
@@ -107,14 +107,17 @@ pub fn derive(entries: &[Entry]) -> Vec<Stage> {
             })
         },
         "PodReadyToStartContainers",
-    )
-    .or_else(|| {
-        first(
-            entries,
-            |e| matches!(event_reason(e), Some("Pulling" | "Pulled")),
-            "the first Pulling/Pulled Event",
-        )
-    });
+    );
+    let image_start = first(
+        entries,
+        |e| matches!(event_reason(e), Some("Pulling" | "Pulled")),
+        "the first Pulling/Pulled Event",
+    );
+    // whichever was recorded first: a kubelet may report the condition in a later status write
+    let sandbox_end = match (sandbox_condition, image_start) {
+        (Some(c), Some(i)) => Some(if i.0 < c.0 { i } else { c }),
+        (c, i) => c.or(i),
+    };
     let image_end = entries
         .iter()
         .rev()
@@ -325,6 +328,30 @@ mod tests {
         let readiness = stages.iter().find(|s| s.name == "readiness").unwrap();
         assert_eq!(readiness.seconds, None);
         assert_eq!(readiness.note, "its end was not recorded");
+    }
+
+    #[test]
+    fn a_sandbox_condition_reported_after_the_image_events_does_not_end_the_sandbox_late() {
+        let entries = vec![
+            write(
+                5,
+                "pods",
+                4,
+                Facts {
+                    node_name: Some("n1".into()),
+                    ..Default::default()
+                },
+            ),
+            delivery(6, "system:node:n1", "spec.nodeName=n1"),
+            event(20, "Pulled"),
+            became(25, &["PodReadyToStartContainers", "Ready"], &["app"]),
+        ];
+        let derived = derive(&entries);
+        let stages = seconds(&derived);
+        assert_eq!(stages[4], ("sandbox", Some(14)));
+        assert_eq!(stages[5], ("image", Some(0)));
+        assert_eq!(stages[6], ("container_start", Some(5)));
+        assert_eq!(stages[7], ("readiness", Some(0)));
     }
 
     #[test]

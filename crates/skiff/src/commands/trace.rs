@@ -112,11 +112,11 @@ fn step(e: &Value) -> (String, String) {
             (
                 s(client, "component").to_string(),
                 format!(
-                    "{} {what} rv={} by {} ({}): {}",
+                    "{} {what} rv={} by {}{}: {}",
                     s(e, "verb"),
                     e["resourceVersion"],
                     s(client, "user"),
-                    s(client, "userAgent"),
+                    agent(client),
                     summary.join(", ")
                 ),
             )
@@ -126,11 +126,11 @@ fn step(e: &Value) -> (String, String) {
             (
                 format!("{} inbox", s(w, "component")),
                 format!(
-                    "{} rv={} delivered to the watch of {} ({}) {}",
+                    "{} rv={} delivered to the watch of {}{} {}",
                     s(e, "event"),
                     e["resourceVersion"],
                     s(w, "user"),
-                    s(w, "userAgent"),
+                    agent(w),
                     selectors(w)
                 ),
             )
@@ -156,6 +156,14 @@ fn step(e: &Value) -> (String, String) {
             }
             (lanes.join(", "), text)
         }
+    }
+}
+
+/// ` (<user agent>)`, or nothing when the client sent none.
+fn agent(client: &Value) -> String {
+    match s(client, "userAgent") {
+        "" => String::new(),
+        ua => format!(" ({ua})"),
     }
 }
 
