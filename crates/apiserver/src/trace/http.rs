@@ -58,7 +58,7 @@ pub fn handle(
         None => error(&ApiError::with_code(
             404,
             "NotFound",
-            &format!(
+            format!(
                 "no trace of pod \"{name}\" in namespace \"{namespace}\" (the API server records pods it sees written)"
             ),
         )),

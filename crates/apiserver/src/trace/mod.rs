@@ -113,7 +113,8 @@ pub enum What {
         /// When the request reached the handler (binding latency is commit − this).
         received: jiff::Timestamp,
         summary: Vec<String>,
-        facts: summary::Facts,
+        /// Boxed: most entries are deliveries, which are much smaller.
+        facts: Box<summary::Facts>,
     },
     /// A pod event handed to one watch's connection.
     #[serde(rename_all = "camelCase")]
@@ -196,7 +197,7 @@ pub fn wrote(
             resource_version: revision,
             received: ctx.received,
             summary: target.summary,
-            facts: target.facts,
+            facts: Box::new(target.facts),
         };
         let key = key(&target.namespace, &target.pod);
         if let Some(stages) = rec.record(&key, target.creates, sent, write) {

@@ -235,10 +235,10 @@ mod tests {
             resource_version: rv,
             received: at(0),
             summary: vec![],
-            facts: Facts {
+            facts: Box::new(Facts {
                 became_true: became_true.iter().map(|s| s.to_string()).collect(),
                 ..Default::default()
-            },
+            }),
         }
     }
 

@@ -201,7 +201,7 @@ mod tests {
                 resource_version: 1,
                 received: at(received),
                 summary: vec![],
-                facts,
+                facts: Box::new(facts),
             },
         }
     }
