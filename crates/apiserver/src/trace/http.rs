@@ -73,9 +73,8 @@ fn pod_of(rest: &str) -> Option<(&str, &str)> {
 
 /// The JSON of one timeline.
 pub fn document(namespace: &str, name: &str, timeline: &Timeline) -> Value {
-    let mut entries: Vec<_> = timeline.entries.iter().cloned().collect();
+    let entries = super::recorder::sorted(&timeline.entries);
     let stages = stages::derive(&entries);
-    entries.sort_by_key(|e| (e.time, e.seq));
     json!({
         "kind": "PodTrace",
         "namespace": namespace,

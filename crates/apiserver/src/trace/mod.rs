@@ -6,7 +6,7 @@
 //! the Binding (the `pods/binding` subresource is a pod write), Events whose involved object is
 //! the pod, and Endpoints/EndpointSlices whose `targetRef` names it.
 //!
-//! Only pods have timelines (`--trace-objects N` of them, least recently written first out; 0
+//! Only pods have timelines (`--trace-objects N` of them, least recently recorded first out; 0
 //! turns recording off). Hooks cost one uncontended lock per pod write and per pod watch event
 //! per pod watcher; other kinds pay a `match` on the resource.
 //!
@@ -246,9 +246,7 @@ impl WatchTrace {
 
     /// An event queued for this watch's next frame.
     pub fn queued(&mut self, namespace: &str, name: &str, revision: i64, event: &'static str) {
-        if self.recorder.tracks(namespace, name) {
-            self.pending.push((key(namespace, name), revision, event));
-        }
+        self.pending.push((key(namespace, name), revision, event));
     }
 
     /// The change at `revision` was not sent: the selectors excluded it.

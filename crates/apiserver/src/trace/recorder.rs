@@ -1,5 +1,5 @@
 //! The recorder: at most `objects` timelines of at most `per_object` entries each, the least
-//! recently written timeline evicted first, and a live feed of new entries for streaming readers.
+//! recently recorded timeline evicted first, and a live feed of new entries for streaming readers.
 //!
 //! Invariant: `Inner` is guarded by one `parking_lot` mutex, held only to look up a timeline and
 //! push or copy entries (never across an await or a serialization); the live feed is sent on
@@ -23,6 +23,13 @@ const LIVE_BUFFER: usize = 1024;
 /// watches' deliveries of the same change sit in between).
 const MERGE_WINDOW: usize = 32;
 
+/// `entries` in the order things happened (recording order can differ by a few microseconds).
+pub fn sorted(entries: &VecDeque<Entry>) -> Vec<Entry> {
+    let mut out: Vec<Entry> = entries.iter().cloned().collect();
+    out.sort_by_key(|e| (e.time, e.seq));
+    out
+}
+
 /// One pod's recorded history.
 #[derive(Debug, Default, Clone)]
 pub struct Timeline {
@@ -37,7 +44,7 @@ pub struct Timeline {
 #[derive(Debug, Default)]
 struct Inner {
     timelines: HashMap<String, Timeline>,
-    /// Bumped on every write; a timeline's `touched` is the tick of its last write.
+    /// Bumped on every entry; a timeline's `touched` is the tick of its last entry.
     tick: u64,
     seq: u64,
 }
@@ -68,14 +75,6 @@ impl Recorder {
         self.watch_ids.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Whether `namespace/name` has a timeline.
-    pub fn tracks(&self, namespace: &str, name: &str) -> bool {
-        self.inner
-            .lock()
-            .timelines
-            .contains_key(&super::key(namespace, name))
-    }
-
     /// Records a write on `key`'s timeline, starting one (and evicting the least recently
     /// written) when `creates`. Returns the startup stages when this write made the pod Ready
     /// for the first time.
@@ -88,29 +87,13 @@ impl Recorder {
     ) -> Option<Vec<Stage>> {
         let ready = matches!(&what, What::Write { facts, .. } if facts.became_true.iter().any(|c| c == "Ready"));
         let mut inner = self.inner.lock();
-        inner.tick += 1;
-        let tick = inner.tick;
-        if !inner.timelines.contains_key(key) {
-            if !creates {
-                return None;
-            }
-            if inner.timelines.len() >= self.objects
-                && let Some(oldest) = inner
-                    .timelines
-                    .iter()
-                    .min_by_key(|(_, t)| t.touched)
-                    .map(|(k, _)| k.clone())
-            {
-                inner.timelines.remove(&oldest);
-            }
-            inner.timelines.insert(key.to_string(), Timeline::default());
+        if !self.push(&mut inner, key, creates, time, what) {
+            return None;
         }
-        self.push(&mut inner, key, time, what);
         let timeline = inner.timelines.get_mut(key)?;
-        timeline.touched = tick;
         if ready && !timeline.observed {
             timeline.observed = true;
-            return Some(stages::derive(timeline.entries.make_contiguous()));
+            return Some(stages::derive(&sorted(&timeline.entries)));
         }
         None
     }
@@ -130,7 +113,9 @@ impl Recorder {
             event,
             resource_version: revision,
         };
-        self.push(&mut inner, key, time, what);
+        // a delivery may be recorded before the write that caused it (the handler hears back
+        // from the store after the watch cache does), so it starts the timeline too
+        self.push(&mut inner, key, true, time, what);
     }
 
     /// Records that `watcher` was offered the change at `revision` and its selectors excluded
@@ -143,22 +128,21 @@ impl Recorder {
         time: jiff::Timestamp,
     ) {
         let mut inner = self.inner.lock();
-        let Some(timeline) = inner.timelines.get_mut(key) else {
-            return;
-        };
-        let existing = timeline
-            .entries
-            .iter_mut()
-            .rev()
-            .take(MERGE_WINDOW)
-            .find_map(|e| match &mut e.what {
-                What::Filtered {
-                    resource_version,
-                    watches,
-                    more,
-                } if *resource_version == revision => Some((watches, more)),
-                _ => None,
-            });
+        let existing = inner.timelines.get_mut(key).and_then(|timeline| {
+            timeline
+                .entries
+                .iter_mut()
+                .rev()
+                .take(MERGE_WINDOW)
+                .find_map(|e| match &mut e.what {
+                    What::Filtered {
+                        resource_version,
+                        watches,
+                        more,
+                    } if *resource_version == revision => Some((watches, more)),
+                    _ => None,
+                })
+        });
         if let Some((watches, more)) = existing {
             if watches.len() < FILTERED_NAMED {
                 watches.push(watcher.clone());
@@ -172,16 +156,42 @@ impl Recorder {
             watches: vec![watcher.clone()],
             more: 0,
         };
-        self.push(&mut inner, key, time, what);
+        self.push(&mut inner, key, true, time, what);
     }
 
-    /// Appends to an existing timeline, within the bound, and tells live readers.
-    fn push(&self, inner: &mut Inner, key: &str, time: jiff::Timestamp, what: What) {
+    /// Appends to `key`'s timeline, within the bound, starting it (and evicting the least
+    /// recently recorded one) when `creates`, and tells live readers. `false` when there is no
+    /// such timeline and `creates` is not set.
+    fn push(
+        &self,
+        inner: &mut Inner,
+        key: &str,
+        creates: bool,
+        time: jiff::Timestamp,
+        what: What,
+    ) -> bool {
         inner.seq += 1;
-        let seq = inner.seq;
+        inner.tick += 1;
+        let (seq, tick) = (inner.seq, inner.tick);
+        if !inner.timelines.contains_key(key) {
+            if !creates {
+                return false;
+            }
+            if inner.timelines.len() >= self.objects
+                && let Some(oldest) = inner
+                    .timelines
+                    .iter()
+                    .min_by_key(|(_, t)| t.touched)
+                    .map(|(k, _)| k.clone())
+            {
+                inner.timelines.remove(&oldest);
+            }
+            inner.timelines.insert(key.to_string(), Timeline::default());
+        }
         let Some(timeline) = inner.timelines.get_mut(key) else {
-            return;
+            return false;
         };
+        timeline.touched = tick;
         if timeline.entries.len() >= self.per_object {
             timeline.entries.pop_front();
             timeline.dropped += 1;
@@ -191,6 +201,7 @@ impl Recorder {
             let _ = self.live.send(Arc::new((key.to_string(), entry.clone())));
         }
         timeline.entries.push_back(entry);
+        true
     }
 
     /// A copy of `key`'s timeline.
@@ -260,8 +271,8 @@ mod tests {
         r.record("ns/a", true, at(3), write(3, &[]));
         r.record("ns/c", true, at(4), write(4, &[]));
         assert_eq!(r.len(), 2);
-        assert!(r.tracks("ns", "a") && r.tracks("ns", "c"));
-        assert!(!r.tracks("ns", "b"));
+        assert!(r.timeline("ns/a").is_some() && r.timeline("ns/c").is_some());
+        assert!(r.timeline("ns/b").is_none());
     }
 
     #[test]
@@ -287,8 +298,16 @@ mod tests {
         let r = Recorder::new(5, 5);
         r.record("ns/a", false, at(1), write(1, &[]));
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn a_delivery_recorded_before_its_write_starts_the_timeline_and_sorts_after_it() {
+        let r = Recorder::new(5, 5);
         r.delivered("ns/a", 1, "ADDED", &watcher(1, ""), at(2));
-        assert!(r.is_empty());
+        r.record("ns/a", true, at(1), write(1, &[]));
+        let t = r.timeline("ns/a").unwrap();
+        let order: Vec<_> = sorted(&t.entries).iter().map(|e| e.time).collect();
+        assert_eq!(order, [at(1), at(2)]);
     }
 
     #[test]
