@@ -4,7 +4,9 @@
 //! inbox getting it (ADDED), the kubelet's `spec.nodeName` watch filtering it out, the Binding by
 //! `system:kube-scheduler`, the kubelet's inbox getting it once bound, the node's status writes
 //! and the endpoint controllers — `/metrics` has the startup stage histograms, and the web page,
-//! opened through a real `kubectl proxy` in headless Chromium, draws the lanes and steps.
+//! opened through a real `kubectl proxy` in headless Chromium, draws the lanes and steps. A
+//! second test runs the pod on a real kubelet with containerd: the trace then has the image and
+//! container events, and the sandbox, image, container start and readiness stages measured.
 
 mod support;
 
@@ -12,6 +14,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use support::cluster::{Process, controller_manager, identity, scheduler};
+use support::node::{KubeletProcess, unsupported};
 use support::{ApiServer, Backend, KUBECTL_133, line_reader, output_text, run_guarded};
 
 const POD: &str = r#"{"apiVersion": "v1", "kind": "Pod",
@@ -278,5 +281,76 @@ fn skiff_trace_pod_shows_the_chain_from_create_to_ready_and_the_page_draws_it() 
         }
         let _ = proxy.kill();
         let _ = proxy.wait();
+    });
+}
+
+const BUSYBOX_POD: &str = r#"{"apiVersion": "v1", "kind": "Pod",
+  "metadata": {"name": "sleeper", "namespace": "default"},
+  "spec": {"terminationGracePeriodSeconds": 0,
+           "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}]}}"#;
+
+#[test]
+fn on_a_real_kubelet_the_trace_has_the_container_events_and_every_node_stage() {
+    if let Some(why) = unsupported() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    support::run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _kubelet = KubeletProcess::start(&api, "trace-node");
+        let _scheduler = scheduler(&api);
+        api.kubectl_stdin(KUBECTL_133, &["apply", "-f", "-"], Some(BUSYBOX_POD));
+        api.kubectl_until(
+            KUBECTL_133,
+            &[
+                "get",
+                "pod",
+                "sleeper",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+            None,
+            |o| o.stdout == b"True",
+        );
+        let out = run_guarded(
+            Command::new(env!("CARGO_BIN_EXE_skiff"))
+                .args(["trace", "pod", "sleeper", "--kubeconfig"])
+                .arg(api.kubeconfig()),
+        );
+        let (text, stderr) = output_text(&out);
+        assert!(out.status.success(), "skiff trace pod failed: {stderr}");
+        eprintln!("{text}");
+        let binding = line_with(&text, &["create pods/binding", "by system:kube-scheduler"]);
+        let inbox = line_with(
+            &text,
+            &[
+                "kubelet trace-node inbox",
+                "ADDED",
+                "[fields: spec.nodeName=trace-node]",
+            ],
+        );
+        let pulled = line_with(&text, &["by system:node:trace-node", "Event Normal Pulled"]);
+        let started = line_with(
+            &text,
+            &["by system:node:trace-node", "Event Normal Started"],
+        );
+        line_with(
+            &text,
+            &["pods/status", "by system:node:trace-node", "container c:"],
+        );
+        assert!(
+            binding < inbox && inbox < pulled && pulled < started,
+            "{text}"
+        );
+        for stage in [
+            "kubelet_pickup",
+            "sandbox",
+            "image",
+            "container_start",
+            "readiness",
+        ] {
+            line_with(&text, &[stage, " ms  until "]);
+        }
+        api.kubectl(KUBECTL_133, &["delete", "pod", "sleeper", "--wait=false"]);
     });
 }

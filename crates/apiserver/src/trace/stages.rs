@@ -10,7 +10,7 @@
 //! | `kubelet_pickup` | the binding commits | the node's kubelet watch (`fieldSelector=spec.nodeName=<node>`) is delivered the pod |
 //! | `sandbox` | kubelet pickup | the earlier of the write turning `PodReadyToStartContainers` True and the first `Pulling`/`Pulled` Event (image work starts once the sandbox is up) |
 //! | `image` | sandbox end | the last `Pulled` Event |
-//! | `container_start` | image end | the first write showing a container running (`containerStatuses[].state.running`), else the `Started` Event |
+//! | `container_start` | image end | the earlier of the `Started` Event and the first write showing a container running (`containerStatuses[].state.running`) |
 //! | `readiness` | container start | the write turning the `Ready` condition True |
 //!
 //! Event times are when the kubelet's Event reached the API server (its recorder may send them
@@ -64,6 +64,14 @@ fn event_reason(e: &Entry) -> Option<&str> {
     }
 }
 
+/// The earlier of two points (either may be missing).
+fn earlier(a: Point, b: Point) -> Point {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+        (a, b) => a.or(b),
+    }
+}
+
 fn first(entries: &[Entry], pred: impl Fn(&Entry) -> bool, how: &'static str) -> Point {
     entries.iter().find(|e| pred(e)).map(|e| (e.time, how))
 }
@@ -114,27 +122,24 @@ pub fn derive(entries: &[Entry]) -> Vec<Stage> {
         "the first Pulling/Pulled Event",
     );
     // whichever was recorded first: a kubelet may report the condition in a later status write
-    let sandbox_end = match (sandbox_condition, image_start) {
-        (Some(c), Some(i)) => Some(if i.0 < c.0 { i } else { c }),
-        (c, i) => c.or(i),
-    };
+    let sandbox_end = earlier(sandbox_condition, image_start);
     let image_end = entries
         .iter()
         .rev()
         .find(|e| event_reason(e) == Some("Pulled"))
         .map(|e| (e.time, "the last Pulled Event"));
-    let started = first(
-        entries,
-        |e| pod_write(e).is_some_and(|f| !f.started.is_empty()),
-        "a container running",
-    )
-    .or_else(|| {
+    let started = earlier(
+        first(
+            entries,
+            |e| pod_write(e).is_some_and(|f| !f.started.is_empty()),
+            "a container running",
+        ),
         first(
             entries,
             |e| event_reason(e) == Some("Started"),
             "the Started Event",
-        )
-    });
+        ),
+    );
     let ready = first(
         entries,
         |e| pod_write(e).is_some_and(|f| f.became_true.iter().any(|c| c == "Ready")),
@@ -293,8 +298,8 @@ mod tests {
                 ("kubelet_pickup", Some(2)),
                 ("sandbox", Some(23)),
                 ("image", Some(100)),
-                ("container_start", Some(15)),
-                ("readiness", Some(20)),
+                ("container_start", Some(10)),
+                ("readiness", Some(25)),
             ]
         );
         assert!(stages[0].note.contains("not observable"));
