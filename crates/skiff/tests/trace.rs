@@ -13,6 +13,8 @@ mod support;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
+use futures::AsyncBufReadExt as _;
+
 use support::cluster::{Process, controller_manager, identity, scheduler};
 use support::node::{KubeletProcess, unsupported};
 use support::{ApiServer, Backend, KUBECTL_133, line_reader, output_text, run_guarded};
@@ -217,6 +219,33 @@ fn skiff_trace_pod_shows_the_chain_from_create_to_ready_and_the_page_draws_it() 
         for stage in ["scheduling", "binding", "kubelet_pickup", "readiness"] {
             line_with(&text, &[stage, " ms  until "]);
         }
+
+        // the streaming variant: the document, then each new entry as it is recorded
+        let client = support::kube_client(&api).await;
+        let request = http::Request::get("/debug/trace/pods/default/web?watch=1")
+            .body(Vec::new())
+            .unwrap();
+        let mut stream = Box::pin(client.request_stream(request).await.expect("trace stream"));
+        let mut line = String::new();
+        stream.read_line(&mut line).await.expect("the document");
+        let doc: serde_json::Value = serde_json::from_str(&line).expect("a JSON document");
+        assert_eq!(doc["kind"], "PodTrace");
+        assert!(
+            doc["entries"].as_array().is_some_and(|e| e.len() > 10),
+            "{doc}"
+        );
+        api.kubectl(KUBECTL_133, &["label", "pod", "web", "traced=yes"]);
+        let patched = loop {
+            line.clear();
+            stream.read_line(&mut line).await.expect("an entry");
+            let entry: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+            if entry["entry"]["kind"] == "write" {
+                break entry;
+            }
+        };
+        assert_eq!(patched["entry"]["verb"], "patch", "{patched}");
+        assert_eq!(patched["entry"]["client"]["user"], "admin", "{patched}");
+        drop(stream);
 
         let metrics = api.kubectl(KUBECTL_133, &["get", "--raw", "/metrics"]);
         for stage in ["scheduling", "binding", "kubelet_pickup", "readiness"] {
