@@ -110,8 +110,18 @@ fn pod(old: Option<&Value>, new: Option<&Value>) -> Option<Target> {
             }
         }
     }
+    for (field, what) in [
+        ("/metadata/labels", "labels"),
+        ("/metadata/annotations", "annotations"),
+        ("/metadata/finalizers", "finalizers"),
+        ("/metadata/ownerReferences", "ownerReferences"),
+    ] {
+        if old.is_some() && new.is_some() && before.pointer(field) != after.pointer(field) {
+            summary.push(format!("{what} changed"));
+        }
+    }
     if summary.is_empty() {
-        summary.push("metadata or spec change".to_string());
+        summary.push("other metadata or spec change".to_string());
     }
     Some(Target {
         namespace: str_at(any, "/metadata/namespace").to_string(),
@@ -350,6 +360,23 @@ mod tests {
         );
         assert_eq!(t.facts.became_true, ["Ready"]);
         assert_eq!(t.facts.started, ["app"]);
+    }
+
+    #[test]
+    fn a_label_change_is_named_and_anything_else_is_said_to_be_other() {
+        let old = json!({"metadata": {"name": "web", "namespace": "ns", "labels": {"a": "1"}}});
+        let mut new = old.clone();
+        new["metadata"]["labels"]["b"] = json!("2");
+        assert_eq!(
+            targets("", "pods", Some(&old), Some(&new))[0].summary,
+            ["labels changed"]
+        );
+        let mut other = old.clone();
+        other["spec"] = json!({"activeDeadlineSeconds": 5});
+        assert_eq!(
+            targets("", "pods", Some(&old), Some(&other))[0].summary,
+            ["other metadata or spec change"]
+        );
     }
 
     #[test]
