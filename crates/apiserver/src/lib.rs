@@ -26,6 +26,7 @@
 //! - [`bootstrap`]: namespaces, the `kubernetes` Service and the default RBAC policy every
 //!   cluster has.
 //! - [`metrics`]: the `/metrics` endpoint's counters and gauges.
+//! - [`trace`]: the lifecycle trace of recent pods (`/debug/trace/…`, `/ui/trace/…`).
 //! - [`error`]: `Status` errors.
 
 pub mod admission;
@@ -54,6 +55,7 @@ pub mod stamped;
 pub mod storage;
 pub mod strategy;
 pub mod tokens;
+pub mod trace;
 
 pub use error::{ApiError, Result};
 pub use server::{ApiServer, Config, Listener};

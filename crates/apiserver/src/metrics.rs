@@ -39,6 +39,12 @@ pub struct InflightLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabels {
+    /// One of [`crate::trace::stages::NAMES`].
+    pub stage: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabels {
     pub resource: String,
 }
@@ -51,6 +57,7 @@ pub struct Metrics {
     pub watches: Family<ResourceLabels, Gauge>,
     objects: Family<ResourceLabels, Gauge>,
     inflight: Family<InflightLabels, Gauge>,
+    startup_stages: Family<StageLabels, Histogram>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -64,6 +71,12 @@ const BUCKETS: [f64; 12] = [
     0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 5.0, 10.0,
 ];
 
+/// Pod startup stage buckets (seconds): milliseconds for the API-side steps up to a minute
+/// for image pulls.
+const STAGE_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0,
+];
+
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
@@ -74,6 +87,14 @@ impl Default for Metrics {
         let watches = Family::<ResourceLabels, Gauge>::default();
         let objects = Family::<ResourceLabels, Gauge>::default();
         let inflight = Family::<InflightLabels, Gauge>::default();
+        let startup_stages = Family::<StageLabels, Histogram>::new_with_constructor(
+            (|| Histogram::new(STAGE_BUCKETS)) as fn() -> Histogram,
+        );
+        registry.register(
+            "skiff_pod_startup_stage_seconds",
+            "Seconds each stage of a pod's startup took, as the lifecycle trace derived them, observed once per pod when it became Ready",
+            startup_stages.clone(),
+        );
         registry.register(
             "apiserver_current_inflight_requests",
             "Maximal number of currently used inflight request limit of this apiserver per request kind in last second",
@@ -106,6 +127,7 @@ impl Default for Metrics {
             watches,
             objects,
             inflight,
+            startup_stages,
         }
     }
 }
@@ -137,6 +159,15 @@ impl Metrics {
                 })
                 .observe(seconds);
         }
+    }
+
+    /// One pod's startup stage (see [`crate::trace::stages`]).
+    pub fn observe_startup_stage(&self, stage: &str, seconds: f64) {
+        self.startup_stages
+            .get_or_create(&StageLabels {
+                stage: stage.to_string(),
+            })
+            .observe(seconds);
     }
 
     /// Marks a watch open until the returned guard drops.
@@ -204,6 +235,7 @@ mod tests {
             ..Default::default()
         };
         m.observe(&info, 200, 0.003);
+        m.observe_startup_stage("binding", 0.004);
         let guard = m.watch_opened("pods");
         let text = m.render(&[("pods", 7)]);
         assert!(text.contains(r#"apiserver_request_total{verb="LIST",group="",version="v1",resource="pods",subresource="",code="200"} 1"#), "{text}");
@@ -213,6 +245,10 @@ mod tests {
         );
         assert!(
             text.contains(r#"apiserver_storage_objects{resource="pods"} 7"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"skiff_pod_startup_stage_seconds_count{stage="binding"} 1"#),
             "{text}"
         );
         drop(guard);

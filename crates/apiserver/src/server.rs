@@ -71,6 +71,8 @@ pub struct Gates {
     pub overload: crate::overload::Limits,
     /// `--disable-admission-plugins`: upstream's plugin names left out of the chain.
     pub disabled_admission: Vec<String>,
+    /// `--trace-objects`: the lifecycle trace's recorder (none: recording off).
+    pub trace: Option<Arc<crate::trace::Recorder>>,
 }
 
 impl Gates {

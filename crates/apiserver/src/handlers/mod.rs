@@ -67,6 +67,8 @@ pub struct Ctx {
     pub upgrade: Option<hyper::upgrade::OnUpgrade>,
     /// The request's audit record, which keeps the body once read (`Request` levels).
     pub audit: Option<Arc<crate::audit::Record>>,
+    /// When the request reached its handler (the lifecycle trace's binding latency).
+    pub received: jiff::Timestamp,
     body: Option<Incoming>,
 }
 
@@ -112,6 +114,7 @@ impl Ctx {
             raw_query: self.raw_query.clone(),
             upgrade: None,
             audit: None,
+            received: self.received,
             body: None,
         }
     }
@@ -216,6 +219,11 @@ pub async fn route(
         {
             return resp;
         }
+        if req.method() == http::Method::GET
+            && let Some(resp) = crate::trace::http::handle(&server, &info.path, &query)
+        {
+            return resp;
+        }
         return system::handle(&server, req.method(), &info.path).await;
     }
     if reviews::is_review(&info) {
@@ -232,6 +240,7 @@ pub async fn route(
         Err(e) => return error(&e),
     };
     let (mut parts, body) = req.into_parts();
+    let received = server.now();
     let ctx = Ctx {
         server,
         info,
@@ -239,6 +248,7 @@ pub async fn route(
         raw_query: parts.uri.query().unwrap_or_default().to_string(),
         upgrade: parts.extensions.remove::<hyper::upgrade::OnUpgrade>(),
         audit: parts.extensions.remove::<Arc<crate::audit::Record>>(),
+        received,
         headers: parts.headers,
         user,
         rt,

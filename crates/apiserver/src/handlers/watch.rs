@@ -22,6 +22,7 @@ use crate::encoding::Output;
 use crate::error::{ApiError, Result};
 use crate::request::flag;
 use crate::storage;
+use crate::trace::WatchTrace;
 
 /// Upstream closes watches after a random 30–60 minutes; Skiff after 30 unless asked.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -41,13 +42,26 @@ struct Sink {
     /// Event lines not yet sent.
     buf: Vec<u8>,
     last_revision: i64,
+    /// Pod watches with the lifecycle trace on: what this watch was sent, or not.
+    trace: Option<WatchTrace>,
 }
 
 impl Sink {
-    fn selects(&self, c: &Cached) -> bool {
+    /// Whether `c` is in the watch's namespace and name (offered to it, before selectors).
+    fn in_scope(&self, c: &Cached) -> bool {
         self.name.as_ref().is_none_or(|n| *n == c.name)
             && (self.ctx.info.namespace.is_empty() || self.ctx.info.namespace == c.namespace)
-            && self.filter.matches(c)
+    }
+
+    fn selects(&self, c: &Cached) -> bool {
+        self.in_scope(c) && self.filter.matches(c)
+    }
+
+    /// Tells the trace an event line for `c` is queued.
+    fn note(&mut self, kind: &'static str, c: &Cached) {
+        if let Some(t) = &mut self.trace {
+            t.queued(&c.namespace, &c.name, c.revision, kind);
+        }
     }
 
     /// Queues one event line; lines go out in one frame per [`Sink::flush`] (or every 64 KiB), so
@@ -82,7 +96,11 @@ impl Sink {
             return true;
         }
         let frame = Frame::data(Bytes::from(std::mem::take(&mut self.buf)));
-        self.tx.send(Ok(frame)).await.is_ok()
+        let sent = self.tx.send(Ok(frame)).await.is_ok();
+        if sent && let Some(t) = &mut self.trace {
+            t.written(self.ctx.server.now());
+        }
+        sent
     }
 
     async fn send_object(&mut self, kind: &str, c: &Cached) -> bool {
@@ -144,13 +162,25 @@ impl Sink {
         let before = prev.is_some_and(|p| self.selects(p));
         let kind = match (change, before, now) {
             (Change::Deleted, true, _) => "DELETED",
-            (Change::Deleted, false, _) => return true,
-            (_, false, true) => "ADDED",
+            (_, false, true) if change != Change::Deleted => "ADDED",
             (Change::Modified, true, true) => "MODIFIED",
             (Change::Added, true, true) => "ADDED",
             (_, true, false) => "DELETED",
-            (_, false, false) => return true,
+            (_, false, _) => {
+                if let Some(t) = &self.trace
+                    && self.in_scope(object)
+                {
+                    t.filtered(
+                        &object.namespace,
+                        &object.name,
+                        object.revision,
+                        self.ctx.server.now(),
+                    );
+                }
+                return true;
+            }
         };
+        self.note(kind, object);
         self.send_object(kind, object).await
     }
 
@@ -222,7 +252,9 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
     let cache = ctx.server.cache.resource(ctx.rt).clone();
     let start = cache.watch(&ctx.info.namespace, from);
     let (tx, rx) = mpsc::channel(64);
+    let trace = WatchTrace::for_watch(&ctx);
     let mut sink = Sink {
+        trace,
         tx,
         ctx,
         filter,
@@ -239,7 +271,11 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
             match start {
                 Some(WatchStart::Snapshot(snapshot, rx)) => {
                     for c in &snapshot.objects {
-                        if sink.selects(c) && !sink.send_object("ADDED", c).await {
+                        if !sink.selects(c) {
+                            continue;
+                        }
+                        sink.note("ADDED", c);
+                        if !sink.send_object("ADDED", c).await {
                             return;
                         }
                     }

@@ -98,6 +98,11 @@ pub struct GateArgs {
     /// plugin is on otherwise.
     #[arg(long, value_name = "PLUGINS", value_delimiter = ',')]
     pub disable_admission_plugins: Vec<String>,
+
+    /// Pods the lifecycle trace keeps timelines for (`skiff trace pod`, `/ui/trace/pods/…`),
+    /// the least recently written dropped first; 0 turns recording off.
+    #[arg(long, value_name = "N", default_value_t = skiff_apiserver::trace::DEFAULT_OBJECTS)]
+    pub trace_objects: usize,
 }
 
 impl GateArgs {
@@ -147,6 +152,12 @@ impl GateArgs {
                 encryption,
                 overload,
                 disabled_admission: self.disable_admission_plugins.clone(),
+                trace: (self.trace_objects > 0).then(|| {
+                    Arc::new(skiff_apiserver::trace::Recorder::new(
+                        self.trace_objects,
+                        skiff_apiserver::trace::ENTRIES_PER_OBJECT,
+                    ))
+                }),
             },
             store,
         ))

@@ -28,6 +28,7 @@ pub mod scheduler;
 pub mod server;
 pub mod store;
 pub mod token;
+pub mod trace;
 
 use clap::{Parser, Subcommand};
 use lifecycle::Lifecycle;
@@ -71,6 +72,9 @@ pub enum Command {
     /// Benchmarks, each measured against its peer in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// What the API server recorded of an object's lifecycle across components.
+    #[command(subcommand)]
+    Trace(trace::TraceCommand),
 }
 
 /// A command line that parsed but makes no sense (exit code 2, as clap's own usage errors).
@@ -122,5 +126,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Agent(args) => agent::run(args).await,
         Command::Token(cmd) => token::run(cmd).await,
         Command::Bench(cmd) => bench::run(cmd).await,
+        Command::Trace(cmd) => trace::run(cmd).await,
     }
 }

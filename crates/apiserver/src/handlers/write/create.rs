@@ -96,8 +96,10 @@ pub(in crate::handlers) async fn create_object(
         }
         let (reserve, _) = reservation_diff(Some(&obj), None);
         let op = put_op(&key, storage::encode(&obj)?);
+        let sent = ctx.server.now();
         if let Some(rev) = commit(ctx, &key, 0, op, &reserve, &[]).await? {
             storage::set_resource_version(&mut obj, rev);
+            crate::trace::wrote(ctx, None, Some(&obj), rev, sent);
             return render(ctx, 201, &obj);
         }
         if reserve.is_empty() || ctx.server.store.get(key.as_bytes()).await?.is_some() {

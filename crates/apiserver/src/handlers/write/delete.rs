@@ -191,7 +191,15 @@ pub(super) async fn delete_one(ctx: &Ctx, name: &str, options: &DeleteOptions) -
             }
             put_op(&key, storage::encode(&next)?)
         };
+        let sent = ctx.server.now();
         if let Some(rev) = commit(ctx, &key, current_rv, op, &[], &release).await? {
+            crate::trace::wrote(
+                ctx,
+                Some(&current),
+                (!immediate).then_some(&next),
+                rev,
+                sent,
+            );
             let mut out = if immediate { current } else { next };
             storage::set_resource_version(&mut out, rev);
             return Ok(out);

@@ -119,9 +119,11 @@ pub(in crate::handlers) async fn update_with(
                 reservation_diff(Some(&obj), Some(&current)),
             )
         };
+        let sent = ctx.server.now();
         match commit(ctx, &key, current_rv, op, &reserve, &release).await? {
             Some(rev) => {
                 storage::set_resource_version(&mut obj, rev);
+                crate::trace::wrote(ctx, Some(&current), (!finished).then_some(&obj), rev, sent);
                 return render_one(ctx, &obj);
             }
             None if pinned.is_some() => {

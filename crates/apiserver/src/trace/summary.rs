@@ -1,0 +1,444 @@
+//! What a write changed, for the timelines it lands on: a pod's own writes (created, nodeName
+//! set, phase X→Y, conditions, container states, deletion), Events whose involved object is a
+//! pod, and Endpoints/EndpointSlices whose addresses name a pod (`targetRef`) when that pod's
+//! membership or readiness in them changed.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// Facts of a write that the startup stages are derived from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Facts {
+    /// `spec.nodeName` this write set (the binding).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// Pod conditions this write turned True.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub became_true: Vec<String>,
+    /// Containers this write shows running that were not before.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub started: Vec<String>,
+    /// An Event's reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A timeline one write lands on, and what it says there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    pub namespace: String,
+    pub pod: String,
+    /// Whether the write starts a timeline (a pod's own writes do; writes about it do not).
+    pub creates: bool,
+    pub summary: Vec<String>,
+    pub facts: Facts,
+}
+
+/// The timelines a write of resource `group`/`plural` from `old` to `new` lands on.
+pub fn targets(group: &str, plural: &str, old: Option<&Value>, new: Option<&Value>) -> Vec<Target> {
+    match (group, plural) {
+        ("", "pods") => pod(old, new).into_iter().collect(),
+        ("" | "events.k8s.io", "events") => event(new).into_iter().collect(),
+        ("", "endpoints") => endpoints(plural, old, new, endpoints_members),
+        ("discovery.k8s.io", "endpointslices") => endpoints(plural, old, new, slice_members),
+        _ => Vec::new(),
+    }
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+fn pod(old: Option<&Value>, new: Option<&Value>) -> Option<Target> {
+    let any = new.or(old)?;
+    let mut summary = Vec::new();
+    let mut facts = Facts::default();
+    let empty = Value::Null;
+    let before = old.unwrap_or(&empty);
+    let after = new.unwrap_or(&empty);
+    match (old, new) {
+        (None, _) => summary.push("created".to_string()),
+        (_, None) => summary.push("deleted".to_string()),
+        _ => {}
+    }
+    if new.is_some()
+        && before.pointer("/metadata/deletionTimestamp").is_none()
+        && let Some(at) = after
+            .pointer("/metadata/deletionTimestamp")
+            .and_then(Value::as_str)
+    {
+        summary.push(format!("deletion requested (at {at})"));
+    }
+    let node = str_at(after, "/spec/nodeName");
+    if !node.is_empty() && str_at(before, "/spec/nodeName").is_empty() {
+        summary.push(format!("spec.nodeName={node}"));
+        facts.node_name = Some(node.to_string());
+    }
+    let (p0, p1) = (
+        str_at(before, "/status/phase"),
+        str_at(after, "/status/phase"),
+    );
+    if new.is_some() && p0 != p1 && !p1.is_empty() {
+        let from = if p0.is_empty() { "(none)" } else { p0 };
+        summary.push(format!("phase {from}→{p1}"));
+    }
+    let (c0, c1) = (conditions(before), conditions(after));
+    for (kind, status) in &c1 {
+        match c0.get(kind) {
+            Some(s) if s == status => {}
+            Some(s) => summary.push(format!("{kind} {s}→{status}")),
+            None => summary.push(format!("{kind}={status}")),
+        }
+        if status == "True" && c0.get(kind).is_none_or(|s| s != "True") {
+            facts.became_true.push(kind.clone());
+        }
+    }
+    let ip = str_at(after, "/status/podIP");
+    if !ip.is_empty() && ip != str_at(before, "/status/podIP") {
+        summary.push(format!("podIP {ip}"));
+    }
+    let (s0, s1) = (container_states(before), container_states(after));
+    for (name, state) in &s1 {
+        let previous = s0.get(name).map(String::as_str).unwrap_or("(none)");
+        if previous != state {
+            summary.push(format!("container {name}: {previous}→{state}"));
+            if state == "running" {
+                facts.started.push(name.clone());
+            }
+        }
+    }
+    for (field, what) in [
+        ("/metadata/labels", "labels"),
+        ("/metadata/annotations", "annotations"),
+        ("/metadata/finalizers", "finalizers"),
+        ("/metadata/ownerReferences", "ownerReferences"),
+    ] {
+        if old.is_some() && new.is_some() && before.pointer(field) != after.pointer(field) {
+            summary.push(format!("{what} changed"));
+        }
+    }
+    if summary.is_empty() {
+        summary.push("other metadata or spec change".to_string());
+    }
+    Some(Target {
+        namespace: str_at(any, "/metadata/namespace").to_string(),
+        pod: str_at(any, "/metadata/name").to_string(),
+        creates: true,
+        summary,
+        facts,
+    })
+}
+
+fn conditions(pod: &Value) -> BTreeMap<String, String> {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            (
+                str_at(c, "/type").to_string(),
+                str_at(c, "/status").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Each container's state as one word: `waiting (Reason)`, `running`, `terminated (Reason)`.
+fn container_states(pod: &Value) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for list in ["/status/initContainerStatuses", "/status/containerStatuses"] {
+        for c in pod
+            .pointer(list)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let Some(state) = c.get("state").and_then(Value::as_object) else {
+                continue;
+            };
+            let Some((kind, detail)) = state.iter().next() else {
+                continue;
+            };
+            let reason = str_at(detail, "/reason");
+            let word = if reason.is_empty() {
+                kind.clone()
+            } else {
+                format!("{kind} ({reason})")
+            };
+            out.insert(str_at(c, "/name").to_string(), word);
+        }
+    }
+    out
+}
+
+fn event(new: Option<&Value>) -> Option<Target> {
+    let e = new?;
+    // core/v1 names the pod in involvedObject, events.k8s.io/v1 in regarding
+    let about = e.get("involvedObject").or_else(|| e.get("regarding"))?;
+    if str_at(about, "/kind") != "Pod" {
+        return None;
+    }
+    let reason = str_at(e, "/reason");
+    let message = e
+        .get("message")
+        .or_else(|| e.get("note"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let mut line = format!("Event {} {reason}: {message}", str_at(e, "/type"));
+    if let Some(n) = e.get("count").and_then(Value::as_i64).filter(|n| *n > 1) {
+        line.push_str(&format!(" (×{n})"));
+    }
+    let namespace = match str_at(about, "/namespace") {
+        "" => str_at(e, "/metadata/namespace"),
+        ns => ns,
+    };
+    Some(Target {
+        namespace: namespace.to_string(),
+        pod: str_at(about, "/name").to_string(),
+        creates: false,
+        summary: vec![line],
+        facts: Facts {
+            reason: Some(reason.to_string()),
+            ..Facts::default()
+        },
+    })
+}
+
+/// Pods an Endpoints object lists, `(namespace, name)` → ready.
+fn endpoints_members(e: &Value) -> BTreeMap<(String, String), bool> {
+    let mut out = BTreeMap::new();
+    for subset in e
+        .get("subsets")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for (list, ready) in [("addresses", true), ("notReadyAddresses", false)] {
+            for a in subset
+                .get(list)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(pod) = pod_ref(e, a.get("targetRef")) {
+                    out.insert(pod, ready);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Pods an EndpointSlice lists, `(namespace, name)` → ready (an unset `ready` counts as ready,
+/// as upstream's consumers read it).
+fn slice_members(e: &Value) -> BTreeMap<(String, String), bool> {
+    e.get("endpoints")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|ep| {
+            let ready = ep
+                .pointer("/conditions/ready")
+                .and_then(Value::as_bool)
+                .unwrap_or(true);
+            Some((pod_ref(e, ep.get("targetRef"))?, ready))
+        })
+        .collect()
+}
+
+fn pod_ref(owner: &Value, target: Option<&Value>) -> Option<(String, String)> {
+    let t = target?;
+    if str_at(t, "/kind") != "Pod" {
+        return None;
+    }
+    let namespace = match str_at(t, "/namespace") {
+        "" => str_at(owner, "/metadata/namespace"),
+        ns => ns,
+    };
+    Some((namespace.to_string(), str_at(t, "/name").to_string()))
+}
+
+fn endpoints(
+    plural: &str,
+    old: Option<&Value>,
+    new: Option<&Value>,
+    members: fn(&Value) -> BTreeMap<(String, String), bool>,
+) -> Vec<Target> {
+    let before = old.map(members).unwrap_or_default();
+    let after = new.map(members).unwrap_or_default();
+    let name = str_at(new.or(old).unwrap_or(&Value::Null), "/metadata/name");
+    let kind = if plural == "endpoints" {
+        "Endpoints"
+    } else {
+        "EndpointSlice"
+    };
+    let mut out = Vec::new();
+    for pod in before
+        .keys()
+        .chain(after.keys().filter(|k| !before.contains_key(*k)))
+    {
+        let line = match (before.get(pod), after.get(pod)) {
+            (None, Some(true)) => "lists the pod, ready",
+            (None, Some(false)) => "lists the pod, not ready",
+            (Some(false), Some(true)) => "the pod's address is now ready",
+            (Some(true), Some(false)) => "the pod's address is now not ready",
+            (Some(_), None) => "no longer lists the pod",
+            _ => continue,
+        };
+        out.push(Target {
+            namespace: pod.0.clone(),
+            pod: pod.1.clone(),
+            creates: false,
+            summary: vec![format!("{kind} {name}: {line}")],
+            facts: Facts::default(),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod_at(node: &str, phase: &str, ready: &str, state: Value) -> Value {
+        json!({"metadata": {"name": "web", "namespace": "ns"},
+               "spec": {"nodeName": node},
+               "status": {"phase": phase,
+                          "conditions": [{"type": "Ready", "status": ready}],
+                          "containerStatuses": [{"name": "app", "state": state}]}})
+    }
+
+    #[test]
+    fn a_pod_create_starts_a_timeline() {
+        let p = json!({"metadata": {"name": "web", "namespace": "ns"}, "spec": {}});
+        let t = targets("", "pods", None, Some(&p));
+        assert_eq!(t.len(), 1);
+        assert!(t[0].creates);
+        assert_eq!((t[0].namespace.as_str(), t[0].pod.as_str()), ("ns", "web"));
+        assert_eq!(t[0].summary, ["created"]);
+    }
+
+    #[test]
+    fn a_binding_is_summarized_as_the_node_name_it_set() {
+        let old = json!({"metadata": {"name": "web", "namespace": "ns"}, "spec": {}});
+        let mut new = old.clone();
+        new["spec"]["nodeName"] = json!("n1");
+        new["status"] = json!({"conditions": [{"type": "PodScheduled", "status": "True"}]});
+        let t = &targets("", "pods", Some(&old), Some(&new))[0];
+        assert_eq!(t.summary, ["spec.nodeName=n1", "PodScheduled=True"]);
+        assert_eq!(t.facts.node_name.as_deref(), Some("n1"));
+        assert_eq!(t.facts.became_true, ["PodScheduled"]);
+    }
+
+    #[test]
+    fn a_status_write_is_summarized_as_phase_conditions_and_container_states() {
+        let old = pod_at(
+            "n1",
+            "Pending",
+            "False",
+            json!({"waiting": {"reason": "ContainerCreating"}}),
+        );
+        let new = pod_at(
+            "n1",
+            "Running",
+            "True",
+            json!({"running": {"startedAt": "t"}}),
+        );
+        let t = &targets("", "pods", Some(&old), Some(&new))[0];
+        assert_eq!(
+            t.summary,
+            [
+                "phase Pending→Running",
+                "Ready False→True",
+                "container app: waiting (ContainerCreating)→running"
+            ]
+        );
+        assert_eq!(t.facts.became_true, ["Ready"]);
+        assert_eq!(t.facts.started, ["app"]);
+    }
+
+    #[test]
+    fn a_label_change_is_named_and_anything_else_is_said_to_be_other() {
+        let old = json!({"metadata": {"name": "web", "namespace": "ns", "labels": {"a": "1"}}});
+        let mut new = old.clone();
+        new["metadata"]["labels"]["b"] = json!("2");
+        assert_eq!(
+            targets("", "pods", Some(&old), Some(&new))[0].summary,
+            ["labels changed"]
+        );
+        let mut other = old.clone();
+        other["spec"] = json!({"activeDeadlineSeconds": 5});
+        assert_eq!(
+            targets("", "pods", Some(&old), Some(&other))[0].summary,
+            ["other metadata or spec change"]
+        );
+    }
+
+    #[test]
+    fn an_event_belongs_to_its_involved_pods_timeline() {
+        let e = json!({"metadata": {"name": "web.1", "namespace": "ns"}, "type": "Normal",
+                       "reason": "Pulled", "message": "image pulled", "count": 1,
+                       "involvedObject": {"kind": "Pod", "name": "web", "namespace": "ns"}});
+        let t = targets("", "events", None, Some(&e));
+        assert_eq!(t.len(), 1);
+        assert!(!t[0].creates);
+        assert_eq!(t[0].pod, "web");
+        assert_eq!(t[0].summary, ["Event Normal Pulled: image pulled"]);
+        assert_eq!(t[0].facts.reason.as_deref(), Some("Pulled"));
+        let about_node =
+            json!({"reason": "Starting", "involvedObject": {"kind": "Node", "name": "n1"}});
+        assert!(targets("", "events", None, Some(&about_node)).is_empty());
+    }
+
+    #[test]
+    fn endpoint_slices_land_on_the_pods_whose_membership_or_readiness_changed() {
+        let slice = |ready_b: bool| {
+            json!({"metadata": {"name": "svc-abc", "namespace": "ns"}, "endpoints": [
+                {"conditions": {"ready": true}, "targetRef": {"kind": "Pod", "name": "a", "namespace": "ns"}},
+                {"conditions": {"ready": ready_b}, "targetRef": {"kind": "Pod", "name": "b", "namespace": "ns"}}]})
+        };
+        let t = targets(
+            "discovery.k8s.io",
+            "endpointslices",
+            Some(&slice(false)),
+            Some(&slice(true)),
+        );
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].pod, "b");
+        assert_eq!(
+            t[0].summary,
+            ["EndpointSlice svc-abc: the pod's address is now ready"]
+        );
+        let first = targets(
+            "discovery.k8s.io",
+            "endpointslices",
+            None,
+            Some(&slice(true)),
+        );
+        assert_eq!(first.len(), 2);
+    }
+
+    #[test]
+    fn endpoints_list_ready_and_not_ready_addresses() {
+        let e = json!({"metadata": {"name": "svc", "namespace": "ns"}, "subsets": [{
+            "addresses": [{"ip": "10.0.0.1", "targetRef": {"kind": "Pod", "name": "a"}}],
+            "notReadyAddresses": [{"ip": "10.0.0.2", "targetRef": {"kind": "Pod", "name": "b"}}]}]});
+        let t = targets("", "endpoints", None, Some(&e));
+        let lines: Vec<_> = t
+            .iter()
+            .map(|t| (t.pod.as_str(), t.summary[0].as_str()))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                ("a", "Endpoints svc: lists the pod, ready"),
+                ("b", "Endpoints svc: lists the pod, not ready")
+            ]
+        );
+    }
+}

@@ -1,0 +1,385 @@
+//! The lifecycle trace end to end (seed 000's picture): a real API server, scheduler, endpoint
+//! controllers and a hollow kubelet acting as its node (`system:node:trace-0`); a pod is created
+//! with kubectl and `skiff trace pod` shows its chain — the create, the scheduler's unfiltered
+//! inbox getting it (ADDED), the kubelet's `spec.nodeName` watch filtering it out, the Binding by
+//! `system:kube-scheduler`, the kubelet's inbox getting it once bound, the node's status writes
+//! and the endpoint controllers — `/metrics` has the startup stage histograms, and the web page,
+//! opened through a real `kubectl proxy` in headless Chromium, draws the lanes and steps. A
+//! second test runs the pod on a real kubelet with containerd: the trace then has the image and
+//! container events, and the sandbox, image, container start and readiness stages measured.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use futures::AsyncBufReadExt as _;
+
+use support::cluster::{Process, controller_manager, identity, scheduler};
+use support::node::{KubeletProcess, unsupported};
+use support::{ApiServer, Backend, KUBECTL_133, line_reader, output_text, run_guarded};
+
+const POD: &str = r#"{"apiVersion": "v1", "kind": "Pod",
+  "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+  "spec": {"terminationGracePeriodSeconds": 0,
+           "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}"#;
+
+const SERVICE: &str = r#"{"apiVersion": "v1", "kind": "Service",
+  "metadata": {"name": "web", "namespace": "default"},
+  "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}"#;
+
+/// One hollow node, `trace-0`, with the node's own identity (its writes and watch are the
+/// kubelet's, as on a real node).
+fn hollow_node(api: &ApiServer) -> Process {
+    let kubeconfig = identity(api, "system:node:trace-0", Some("system:nodes"));
+    let dir = api.data_dir.join("hollow-trace");
+    Process::start_as(
+        api,
+        &kubeconfig,
+        "hollow-trace",
+        &[
+            "kubelet",
+            "--data-dir",
+            dir.to_str().expect("utf-8 path"),
+            "--hollow",
+            "--count",
+            "1",
+            "--node-name-prefix",
+            "trace",
+        ],
+    )
+}
+
+fn skiff_trace(api: &ApiServer) -> String {
+    let out = run_guarded(
+        Command::new(env!("CARGO_BIN_EXE_skiff"))
+            .args(["trace", "pod", "web", "-n", "default", "--kubeconfig"])
+            .arg(api.kubeconfig()),
+    );
+    let (stdout, stderr) = output_text(&out);
+    assert!(out.status.success(), "skiff trace pod failed: {stderr}");
+    stdout
+}
+
+/// The index of the first line containing every one of `parts`.
+fn line_with(text: &str, parts: &[&str]) -> usize {
+    text.lines()
+        .position(|l| parts.iter().all(|p| l.contains(p)))
+        .unwrap_or_else(|| panic!("no line with {parts:?} in:\n{text}"))
+}
+
+/// `kubectl proxy` on a free port: the child and its base URL.
+fn kubectl_proxy(api: &ApiServer) -> (Child, String) {
+    let mut child = Command::new(KUBECTL_133)
+        .args(["proxy", "--port=0", "--kubeconfig"])
+        .arg(api.kubeconfig())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl proxy");
+    let lines = line_reader(child.stdout.take().expect("stdout"));
+    let line = lines
+        .recv_timeout(support::HANG_GUARD)
+        .expect("kubectl proxy says where it serves");
+    let addr = line
+        .rsplit(' ')
+        .next()
+        .filter(|a| a.starts_with("127.0.0.1:"))
+        .unwrap_or_else(|| panic!("unexpected kubectl proxy line {line:?}"))
+        .to_string();
+    (child, format!("http://{addr}"))
+}
+
+/// Headless Chromium on `url` with `mode` (`--dump-dom` or `--screenshot=<png>`); its stdout.
+fn chromium(url: &str, mode: &str, profile: &Path) -> String {
+    let out = run_guarded(Command::new("chromium").args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        &format!("--user-data-dir={}", profile.display()),
+        "--window-size=1200,800",
+        "--virtual-time-budget=5000",
+        mode,
+        url,
+    ]));
+    let (stdout, stderr) = output_text(&out);
+    assert!(out.status.success(), "chromium {mode} {url}: {stderr}");
+    stdout
+}
+
+/// A PNG's width and height (from its IHDR chunk), after checking its signature.
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert!(bytes.len() > 24, "not a PNG: {} bytes", bytes.len());
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    assert_eq!(&bytes[12..16], b"IHDR");
+    let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    (be(&bytes[16..20]), be(&bytes[20..24]))
+}
+
+#[test]
+fn skiff_trace_pod_shows_the_chain_from_create_to_ready_and_the_page_draws_it() {
+    support::run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _node = hollow_node(&api);
+        let _scheduler = scheduler(&api);
+        let _cm = controller_manager(&api, &["--controllers", "endpoints,endpointslice"]);
+        api.kubectl_until(KUBECTL_133, &["get", "node", "trace-0"], None, |o| {
+            o.status.success()
+        });
+        api.kubectl_stdin(KUBECTL_133, &["apply", "-f", "-"], Some(SERVICE));
+        api.kubectl_stdin(KUBECTL_133, &["apply", "-f", "-"], Some(POD));
+        api.kubectl_until(
+            KUBECTL_133,
+            &[
+                "get",
+                "pod",
+                "web",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+            None,
+            |o| o.stdout == b"True",
+        );
+        // the endpoint controllers have listed the ready pod
+        let mut text = String::new();
+        let deadline = std::time::Instant::now() + support::HANG_GUARD;
+        while !text.contains("EndpointSlice") || !text.contains("Endpoints web") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no endpoints in:\n{text}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            text = skiff_trace(&api);
+        }
+
+        eprintln!("{text}");
+        let create = line_with(
+            &text,
+            &["kubectl", "create pods rv=", "by admin", "created"],
+        );
+        let scheduler_inbox = line_with(
+            &text,
+            &[
+                "scheduler inbox",
+                "ADDED",
+                "system:kube-scheduler",
+                "[all pods]",
+            ],
+        );
+        let filtered = line_with(
+            &text,
+            &[
+                "kubelet trace-0 inbox",
+                "filtered out",
+                "system:node:trace-0 [fields: spec.nodeName=trace-0]",
+            ],
+        );
+        let binding = line_with(
+            &text,
+            &[
+                "create pods/binding",
+                "by system:kube-scheduler",
+                "spec.nodeName=trace-0",
+            ],
+        );
+        let kubelet_inbox = line_with(
+            &text,
+            &[
+                "kubelet trace-0 inbox",
+                "ADDED",
+                "system:node:trace-0",
+                "[fields: spec.nodeName=trace-0]",
+            ],
+        );
+        let status = line_with(&text, &["pods/status", "by system:node:trace-0"]);
+        let ready = text
+            .lines()
+            .position(|l| {
+                l.contains("by system:node:trace-0")
+                    && (l.contains("Ready False→True") || l.contains("Ready=True"))
+            })
+            .unwrap_or_else(|| panic!("no write making the pod Ready in:\n{text}"));
+        let endpoints = line_with(&text, &["Endpoints web:", "lists the pod"]);
+        line_with(&text, &["EndpointSlice web-", "lists the pod"]);
+        assert!(create < scheduler_inbox && create < filtered, "{text}");
+        assert!(filtered < binding && binding < kubelet_inbox, "{text}");
+        assert!(kubelet_inbox < status && status <= ready, "{text}");
+        assert!(kubelet_inbox < endpoints, "{text}");
+        line_with(&text, &["Startup (as the API server saw it):"]);
+        line_with(
+            &text,
+            &["queue_wait", "—", "not observable from the API server"],
+        );
+        for stage in ["scheduling", "binding", "kubelet_pickup", "readiness"] {
+            line_with(&text, &[stage, " ms  until "]);
+        }
+
+        // the streaming variant: the document, then each new entry as it is recorded
+        let client = support::kube_client(&api).await;
+        let request = http::Request::get("/debug/trace/pods/default/web?watch=1")
+            .body(Vec::new())
+            .unwrap();
+        let mut stream = Box::pin(client.request_stream(request).await.expect("trace stream"));
+        let mut line = String::new();
+        stream.read_line(&mut line).await.expect("the document");
+        let doc: serde_json::Value = serde_json::from_str(&line).expect("a JSON document");
+        assert_eq!(doc["kind"], "PodTrace");
+        assert!(
+            doc["entries"].as_array().is_some_and(|e| e.len() > 10),
+            "{doc}"
+        );
+        api.kubectl(KUBECTL_133, &["label", "pod", "web", "traced=yes"]);
+        let patched = loop {
+            line.clear();
+            stream.read_line(&mut line).await.expect("an entry");
+            let entry: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+            if entry["entry"]["kind"] == "write" {
+                break entry;
+            }
+        };
+        assert_eq!(patched["entry"]["verb"], "patch", "{patched}");
+        assert_eq!(patched["entry"]["client"]["user"], "admin", "{patched}");
+        drop(stream);
+
+        let metrics = api.kubectl(KUBECTL_133, &["get", "--raw", "/metrics"]);
+        for stage in ["scheduling", "binding", "kubelet_pickup", "readiness"] {
+            let count = format!("skiff_pod_startup_stage_seconds_count{{stage=\"{stage}\"}} 1");
+            assert!(metrics.contains(&count), "no {count} in /metrics");
+        }
+
+        // the web page, through kubectl proxy, in headless Chromium
+        let (mut proxy, base) = kubectl_proxy(&api);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("{base}/ui/trace/pods/default/web");
+        let dom = chromium(&url, "--dump-dom", &dir.path().join("profile-dom"));
+        for lane in [
+            "apiserver",
+            "scheduler inbox",
+            "kubelet trace-0 inbox",
+            "kubelet trace-0",
+        ] {
+            assert!(
+                dom.contains(&format!(">{lane}</text>")),
+                "no lane {lane} in the page:\n{dom}"
+            );
+        }
+        assert!(
+            dom.contains("create pods/binding"),
+            "no binding step in the page:\n{dom}"
+        );
+        assert!(
+            dom.contains("filtered out"),
+            "no filtered step in the page:\n{dom}"
+        );
+        assert!(
+            dom.contains("updating live"),
+            "the page did not render:\n{dom}"
+        );
+
+        let shot = dir.path().join("trace.png");
+        chromium(
+            &url,
+            &format!("--screenshot={}", shot.display()),
+            &dir.path().join("profile-1"),
+        );
+        let blank = dir.path().join("blank.png");
+        chromium(
+            "about:blank",
+            &format!("--screenshot={}", blank.display()),
+            &dir.path().join("profile-2"),
+        );
+        let (page, empty) = (
+            std::fs::read(&shot).unwrap(),
+            std::fs::read(&blank).unwrap(),
+        );
+        assert_eq!(png_size(&page), (1200, 800));
+        assert!(
+            page.len() > 10 * empty.len() && page.len() > 20_000,
+            "the page's screenshot ({} bytes) is no richer than a blank page's ({} bytes)",
+            page.len(),
+            empty.len()
+        );
+        if let Ok(keep) = std::env::var("SKIFF_TRACE_SCREENSHOT") {
+            std::fs::copy(&shot, keep).expect("keeping the screenshot");
+        }
+        let _ = proxy.kill();
+        let _ = proxy.wait();
+    });
+}
+
+const BUSYBOX_POD: &str = r#"{"apiVersion": "v1", "kind": "Pod",
+  "metadata": {"name": "sleeper", "namespace": "default"},
+  "spec": {"terminationGracePeriodSeconds": 0,
+           "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"]}]}}"#;
+
+#[test]
+fn on_a_real_kubelet_the_trace_has_the_container_events_and_every_node_stage() {
+    if let Some(why) = unsupported() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    support::run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _kubelet = KubeletProcess::start(&api, "trace-node");
+        let _scheduler = scheduler(&api);
+        api.kubectl_stdin(KUBECTL_133, &["apply", "-f", "-"], Some(BUSYBOX_POD));
+        api.kubectl_until(
+            KUBECTL_133,
+            &[
+                "get",
+                "pod",
+                "sleeper",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+            None,
+            |o| o.stdout == b"True",
+        );
+        let out = run_guarded(
+            Command::new(env!("CARGO_BIN_EXE_skiff"))
+                .args(["trace", "pod", "sleeper", "--kubeconfig"])
+                .arg(api.kubeconfig()),
+        );
+        let (text, stderr) = output_text(&out);
+        assert!(out.status.success(), "skiff trace pod failed: {stderr}");
+        eprintln!("{text}");
+        let binding = line_with(&text, &["create pods/binding", "by system:kube-scheduler"]);
+        let inbox = line_with(
+            &text,
+            &[
+                "kubelet trace-node inbox",
+                "ADDED",
+                "[fields: spec.nodeName=trace-node]",
+            ],
+        );
+        let pulled = line_with(&text, &["by system:node:trace-node", "Event Normal Pulled"]);
+        let started = line_with(
+            &text,
+            &["by system:node:trace-node", "Event Normal Started"],
+        );
+        line_with(
+            &text,
+            &["pods/status", "by system:node:trace-node", "container c:"],
+        );
+        assert!(
+            binding < inbox && inbox < pulled && pulled < started,
+            "{text}"
+        );
+        for stage in [
+            "kubelet_pickup",
+            "sandbox",
+            "image",
+            "container_start",
+            "readiness",
+        ] {
+            line_with(&text, &[stage, " ms  until "]);
+        }
+        api.kubectl(KUBECTL_133, &["delete", "pod", "sleeper", "--wait=false"]);
+    });
+}
