@@ -3,10 +3,10 @@
 //! lan ([`support::netns`]) so that its proxy's iptables rules, its kubelet's routes and its
 //! DNS on port 53 stay out of this host's. kubectl on the lan host applies a pod and walks the
 //! seed's list: Running, `auth can-i`, `get --watch`, `-o wide`, jsonpath, `describe` events,
-//! the Service's endpoints, the node's nat table, a pod reaching the Service by DNS name; a
-//! second node joined with `skiff agent` (in a namespace of its own) runs a pod scheduled to it,
-//! which reaches the Service on the first node by name; then
-//! SIGTERM stops the server with exit code 0 and a restart on the same data dir finds the same
+//! the Service's endpoints, the node's nat table, a pod reaching the Service by DNS name, and
+//! `skiff trace pod nginx` showing the chain from create to Running. A second node joined with
+//! `skiff agent` (in a namespace of its own) runs a pod scheduled to it, which reaches the
+//! Service on the first node by name. Then SIGTERM stops the server with exit code 0 and a restart on the same data dir finds the same
 //! pod still running in the same container. A second test runs two `skiff server
 //! --disable-agent` on one etcd with one token: they share the CA, one of them leads the
 //! scheduler and the controller manager, and when the leader is killed the other takes over.
@@ -20,7 +20,7 @@ use std::sync::mpsc;
 
 use support::agent::Agent;
 use support::netns::{self, Lan, NodeNet};
-use support::{KUBECTL_133, expect_line, line_reader, output_text, run_guarded};
+use support::{KUBECTL_133, expect_line, line_reader, line_with, output_text, run_guarded};
 
 /// A `skiff server` child, its stdout line by line; SIGTERM (and its pods' cleanup) on drop.
 struct Server {
@@ -394,6 +394,29 @@ fn a_server_runs_seed_001s_checklist_and_a_restart_keeps_its_pods_running() {
         );
         assert_eq!(page.trim(), "hello from nginx");
     }
+
+    // skiff trace pod nginx: the seed's chain, as the API server saw it
+    let out = run_guarded(
+        Command::new(env!("CARGO_BIN_EXE_skiff"))
+            .args(["trace", "pod", "nginx", "--kubeconfig"])
+            .arg(&kc),
+    );
+    let (trace, stderr) = output_text(&out);
+    assert!(out.status.success(), "skiff trace pod: {stderr}");
+    let inbox = format!("kubelet {NODE} inbox");
+    let node_user = format!("by system:node:{NODE}");
+    let steps = [
+        line_with(&trace, &["create pods", "by admin"]),
+        line_with(&trace, &["scheduler inbox", "ADDED", "[all pods]"]),
+        line_with(&trace, &["create pods/binding", "by system:kube-scheduler"]),
+        line_with(&trace, &[&inbox, "ADDED", "spec.nodeName="]),
+        line_with(&trace, &[&node_user, "Event Normal Started"]),
+        line_with(&trace, &["pods/status", &node_user, "Running"]),
+    ];
+    assert!(steps.is_sorted(), "{trace}");
+    line_with(&trace, &[&inbox, "filtered out"]);
+    line_with(&trace, &["Endpoints nginx:", "lists the pod"]);
+    line_with(&trace, &["Startup (as the API server saw it):"]);
 
     // a second machine joins with `skiff agent --token`, from a namespace of its own on the
     // lan, and runs a pod scheduled to it that reaches the nginx Service on the first node

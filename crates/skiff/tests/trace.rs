@@ -17,7 +17,7 @@ use futures::AsyncBufReadExt as _;
 
 use support::cluster::{Process, controller_manager, identity, scheduler};
 use support::node::{KubeletProcess, unsupported};
-use support::{ApiServer, Backend, KUBECTL_133, line_reader, output_text, run_guarded};
+use support::{ApiServer, Backend, KUBECTL_133, line_reader, line_with, output_text, run_guarded};
 
 const POD: &str = r#"{"apiVersion": "v1", "kind": "Pod",
   "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
@@ -59,13 +59,6 @@ fn skiff_trace(api: &ApiServer) -> String {
     let (stdout, stderr) = output_text(&out);
     assert!(out.status.success(), "skiff trace pod failed: {stderr}");
     stdout
-}
-
-/// The index of the first line containing every one of `parts`.
-fn line_with(text: &str, parts: &[&str]) -> usize {
-    text.lines()
-        .position(|l| parts.iter().all(|p| l.contains(p)))
-        .unwrap_or_else(|| panic!("no line with {parts:?} in:\n{text}"))
 }
 
 /// `kubectl proxy` on a free port: the child and its base URL.

@@ -402,3 +402,10 @@ pub async fn eventually<T, F: Future<Output = Option<T>>>(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The index of the first line of `text` containing every one of `parts`.
+pub fn line_with(text: &str, parts: &[&str]) -> usize {
+    text.lines()
+        .position(|l| parts.iter().all(|p| l.contains(p)))
+        .unwrap_or_else(|| panic!("no line with {parts:?} in:\n{text}"))
+}
