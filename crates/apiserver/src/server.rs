@@ -119,6 +119,10 @@ pub struct ApiServer {
     pub tokens: Option<Arc<crate::tokens::TokenIssuer>>,
     /// Audit, encryption at rest, in-flight limits and the request timeout.
     pub gates: Gates,
+    /// Turns true when the listener stops: watches end then (as upstream's with
+    /// `--shutdown-watch-termination-grace-period` 0), so the graceful shutdown does not wait
+    /// for clients to close them.
+    pub stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -333,6 +337,7 @@ impl ApiServer {
         // Built once here so the first `kubectl apply` does not pay for it.
         skiff_openapi::Documents::global();
         Ok(Arc::new(Self {
+            stopping: tokio::sync::watch::Sender::new(false),
             store: store.clone(),
             cache: cache.clone(),
             authn: authn::build(authn_options, tokens.as_deref(), cache.clone()),
@@ -743,6 +748,7 @@ impl Listener {
                 }
             });
         }
+        server.stopping.send_replace(true);
         tokio::select! {
             () = graceful.shutdown() => {}
             () = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}

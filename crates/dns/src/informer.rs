@@ -15,6 +15,7 @@ use kube::{Api, Resource};
 use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 use crate::records::ClusterRecords;
 
@@ -51,26 +52,28 @@ impl Feed for EndpointSlice {
     }
 }
 
-/// Starts both watches on their own tasks; `synced` turns true once both have applied their
-/// first full list.
+/// Starts both watches on tasks of the returned set, which stops them when dropped; `synced`
+/// turns true once both have applied their first full list.
 pub fn spawn(
     client: kube::Client,
     records: Arc<RwLock<ClusterRecords>>,
     synced: watch::Sender<bool>,
-) {
+) -> JoinSet<()> {
     let (services_tx, mut services_rx) = watch::channel(false);
     let (slices_tx, mut slices_rx) = watch::channel(false);
-    tokio::spawn(run::<Service>(
+    let mut tasks = JoinSet::new();
+    tasks.spawn(run::<Service>(
         Api::all(client.clone()),
         records.clone(),
         services_tx,
     ));
-    tokio::spawn(run::<EndpointSlice>(Api::all(client), records, slices_tx));
-    tokio::spawn(async move {
+    tasks.spawn(run::<EndpointSlice>(Api::all(client), records, slices_tx));
+    tasks.spawn(async move {
         if services_rx.wait_for(|s| *s).await.is_ok() && slices_rx.wait_for(|s| *s).await.is_ok() {
             let _ = synced.send(true);
         }
     });
+    tasks
 }
 
 async fn run<K: Feed>(

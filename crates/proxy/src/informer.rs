@@ -16,6 +16,7 @@ use kube::{Api, Client, Resource};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
 
 use crate::tracker::ChangeTracker;
 
@@ -29,14 +30,16 @@ enum Update<K> {
     Listed(Vec<Arc<K>>),
 }
 
-/// Starts the three informers; the returned receiver turns true once each has listed.
+/// Starts the three informers on tasks of the returned set, which stops them when dropped; the
+/// returned receiver turns true once each has listed.
 pub fn spawn(
     client: Client,
     node_name: &str,
     tracker: Arc<Mutex<ChangeTracker>>,
     notify: Arc<Notify>,
-) -> watch::Receiver<bool> {
+) -> (watch::Receiver<bool>, JoinSet<()>) {
     let (synced_tx, synced_rx) = watch::channel(false);
+    let mut tasks = JoinSet::new();
     let listed = Arc::new(Mutex::new(BTreeSet::new()));
     let done = move |kind: &'static str| {
         let mut listed = listed.lock();
@@ -49,7 +52,7 @@ pub fn spawn(
     {
         let (tracker, notify, done) = (tracker.clone(), notify.clone(), done.clone());
         let config = watcher::Config::default().labels(SELECTOR);
-        tokio::spawn(inform(
+        tasks.spawn(inform(
             Api::<Service>::all(client.clone()),
             config,
             move |u| {
@@ -70,7 +73,7 @@ pub fn spawn(
         let (tracker, notify, done) = (tracker.clone(), notify.clone(), done.clone());
         let config = watcher::Config::default().labels(SELECTOR);
         let api = Api::<EndpointSlice>::all(client.clone());
-        tokio::spawn(inform(api, config, move |u| {
+        tasks.spawn(inform(api, config, move |u| {
             let mut t = tracker.lock();
             match u {
                 Update::Applied(s) => t.slice_updated(s),
@@ -84,7 +87,7 @@ pub fn spawn(
         }));
     }
     let config = watcher::Config::default().fields(&format!("metadata.name={node_name}"));
-    tokio::spawn(inform(Api::<Node>::all(client), config, move |u| {
+    tasks.spawn(inform(Api::<Node>::all(client), config, move |u| {
         let mut t = tracker.lock();
         match u {
             Update::Applied(n) => t.node_updated(&n),
@@ -98,7 +101,7 @@ pub fn spawn(
         }
         notify.notify_one();
     }));
-    synced_rx
+    (synced_rx, tasks)
 }
 
 /// Watches `api` forever (with kube's default backoff), handing each change to `handle`; a

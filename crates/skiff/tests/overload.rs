@@ -2,11 +2,13 @@
 //! whose body stops half-way holds the one mutating slot for as long as the test wants (no
 //! timing), so the next mutating request is refused with upstream's 429 and `Retry-After: 1`,
 //! while masters, reads and watches still get through; a request past its deadline
-//! (`--request-timeout`, or its own shorter `timeout=`) gets upstream's 504.
+//! (`--request-timeout`, or its own shorter `timeout=`) gets upstream's 504. A server told to
+//! stop ends its open watches cleanly rather than leaving them for its clients to close.
 
 mod support;
 
 use http::Request;
+use http_body_util::BodyExt;
 use hyper::body::Frame;
 use serde_json::Value;
 use support::https::{self, Client};
@@ -169,5 +171,20 @@ fn a_request_past_its_timeout_gets_504_and_a_bad_timeout_400() {
         // the timed-out create stored nothing
         let (code, _) = https::text(admin.send(get(&format!("{CONFIGMAPS}/held"))).await).await;
         assert_eq!(code, 404);
+    });
+}
+
+#[test]
+fn a_stopping_server_ends_its_watches_cleanly_and_exits_0() {
+    let mut api = ApiServer::start(Backend::Embedded);
+    let admin = Client::new(&api, "admin", Some("system:masters"));
+    support::run(async {
+        let watch = admin.send(get(&format!("{CONFIGMAPS}?watch=true"))).await;
+        assert_eq!(watch.status(), 200);
+        let code = tokio::task::block_in_place(|| api.terminate());
+        assert_eq!(code, Some(0), "{}", api.log());
+        // the body ends with its last chunk: no reset, no truncation
+        let body = watch.into_body().collect().await;
+        assert!(body.is_ok(), "the watch was cut off: {body:?}");
     });
 }

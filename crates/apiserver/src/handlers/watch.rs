@@ -265,6 +265,7 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
         last_revision: from.unwrap_or(0),
     };
     let guard = sink.ctx.server.metrics.watch_opened(sink.ctx.rt.plural);
+    let mut stopping = sink.ctx.server.stopping.subscribe();
     tokio::spawn(async move {
         let _guard = guard;
         let run = async {
@@ -302,7 +303,11 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
                 None => from_store(&mut sink).await,
             }
         };
-        let _ = tokio::time::timeout(timeout, run).await;
+        // ends with the timeout, the client, or the server stopping
+        tokio::select! {
+            _ = tokio::time::timeout(timeout, run) => {}
+            _ = stopping.wait_for(|s| *s) => {}
+        }
     });
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
     let body = BodyExt::boxed(StreamBody::new(stream));

@@ -87,7 +87,8 @@ pub async fn run(args: DnsArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
 
     let records = Arc::new(RwLock::new(ClusterRecords::default()));
     let (synced_tx, mut synced) = tokio::sync::watch::channel(false);
-    informer::spawn(client, records.clone(), synced_tx);
+    // held until this returns: dropping it ends the watches
+    let _informers = informer::spawn(client, records.clone(), synced_tx);
     tokio::select! {
         r = synced.wait_for(|s| *s) => { r.context("informers stopped")?; }
         () = lifecycle.stopped() => return Ok(()),

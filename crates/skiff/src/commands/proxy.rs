@@ -94,7 +94,8 @@ pub async fn run(args: ProxyArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
 
     let tracker = Arc::new(Mutex::new(ChangeTracker::new(&args.node_name)));
     let notify = Arc::new(Notify::new());
-    let mut synced =
+    // the informers are held until this returns: dropping them ends the watches
+    let (mut synced, _informers) =
         skiff_proxy::informer::spawn(client, &args.node_name, tracker.clone(), notify.clone());
     tokio::select! {
         r = synced.wait_for(|s| *s) => { r.context("informers stopped")?; }

@@ -135,6 +135,14 @@ impl ApiServer {
         self._stdout = stdout;
     }
 
+    /// Stops the server with SIGTERM; its exit code once it has exited.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        self.child.wait().expect("wait for the server").code()
+    }
+
     /// The etcd endpoint (`127.0.0.1:PORT`) the server stores into, on [`Backend::Etcd`].
     pub fn etcd_endpoint(&self) -> Option<String> {
         self.etcd.as_ref().map(EtcdProcess::endpoint)
