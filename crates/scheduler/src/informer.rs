@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod, Se
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Api;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
@@ -200,7 +201,9 @@ async fn follow<K>(
     let key = object_key::<K>;
     let mut known: HashMap<String, Arc<K>> = HashMap::new();
     let mut relisted: HashMap<String, Arc<K>> = HashMap::new();
-    let stream = watcher::watcher(api, watcher::Config::default());
+    // backoff between retries also yields: a watch failing at once (the API server stopped)
+    // must not spin its thread
+    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
         match event {

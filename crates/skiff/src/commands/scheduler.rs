@@ -63,7 +63,9 @@ pub async fn run(args: SchedulerArgs, lifecycle: Lifecycle) -> anyhow::Result<()
     let scheduler = Scheduler::new(frameworks, api);
 
     let (synced_tx, mut synced) = tokio::sync::watch::channel(false);
-    let informers = tokio::spawn(informer::run(client.clone(), scheduler.clone(), synced_tx));
+    // dropped (and the watches with it) however this returns
+    let mut informers = tokio::task::JoinSet::new();
+    informers.spawn(informer::run(client.clone(), scheduler.clone(), synced_tx));
     tokio::select! {
         r = synced.wait_for(|s| *s) => { r.context("informers stopped")?; }
         () = lifecycle.stopped() => return Ok(()),
@@ -120,7 +122,7 @@ pub async fn run(args: SchedulerArgs, lifecycle: Lifecycle) -> anyhow::Result<()
         _ = leading.wait_for(|l| !*l) => true,
     };
     scheduler.queue().close();
-    informers.abort();
+    drop(informers);
     let _ = run.await;
     if lost {
         // as upstream: a replica that lost the lease exits rather than risk two leaders
