@@ -61,9 +61,14 @@ fn rc(what: &'static str) -> impl FnOnce(rcgen::Error) -> Error {
     move |source| Error::Rcgen { what, source }
 }
 
-fn write_private(path: &Path, contents: &str) -> Result<()> {
+/// Writes `contents` to `path` readable by its owner only (0600), atomically (a synced temporary
+/// file renamed over it), creating the parent directory if needed.
+pub fn write_private(path: &Path, contents: &str) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+    }
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::OpenOptions::new()
         .create(true)

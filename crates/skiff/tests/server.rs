@@ -153,18 +153,7 @@ impl Drop for Server {
         }
         self.terminate();
         support::node::kill_shims(&socket);
-        // mounts a stopped containerd leaves under the data dir, deepest first
-        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-        let data = self.data_dir.display().to_string();
-        let mut ours: Vec<&str> = mounts
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(1))
-            .filter(|m| m.starts_with(&data))
-            .collect();
-        ours.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in ours {
-            let _ = Command::new("umount").args(["-l", m]).status();
-        }
+        support::unmount_under(&self.data_dir);
     }
 }
 

@@ -218,7 +218,7 @@ async fn ensure_identities(
             }
         };
         let yaml = obtain(&client, identity, server, &ca_pem).await?;
-        token::write_private(&path, &yaml)?;
+        skiff_apiserver::pki::write_private(&path, &yaml)?;
     }
     Ok(())
 }

@@ -392,29 +392,8 @@ pub async fn prepare_joins(
         id,
         secret,
     };
-    write_private(&path, &format!("{token}\n"))?;
+    skiff_apiserver::pki::write_private(&path, &format!("{token}\n"))?;
     Ok(token)
-}
-
-/// Writes `contents` to `path` with mode 0600 (through a temporary file and a rename).
-pub fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    f.write_all(contents.as_bytes())
-        .and_then(|()| f.sync_all())
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
 /// The current context's cluster of a kubeconfig: its server URL and CA PEM.

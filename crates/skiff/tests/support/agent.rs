@@ -122,17 +122,7 @@ impl Drop for Agent {
         }
         self.stop();
         super::node::kill_shims(&self.dir.join("containerd/containerd.sock"));
-        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-        let data = self.dir.display().to_string();
-        let mut ours: Vec<&str> = mounts
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(1))
-            .filter(|m| m.starts_with(&data))
-            .collect();
-        ours.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in ours {
-            let _ = Command::new("umount").args(["-l", m]).status();
-        }
+        super::unmount_under(&self.dir);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -240,18 +240,7 @@ impl Drop for KubeletProcess {
         for name in pinned {
             let _ = Command::new("ip").args(["netns", "del", &name]).status();
         }
-        // mounts a crashed containerd may leave under the data dir, deepest first
-        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-        let data = self.data().display().to_string();
-        let mut ours: Vec<&str> = mounts
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(1))
-            .filter(|m| m.starts_with(&data))
-            .collect();
-        ours.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in ours {
-            let _ = Command::new("umount").args(["-l", m]).status();
-        }
+        super::unmount_under(&self.data());
     }
 }
 
