@@ -17,7 +17,7 @@ fn main() -> std::io::Result<()> {
     println!("v2 protobuf: {} bytes", docs.v2_protobuf().len());
     println!("v3 index: {} bytes", docs.v3_index_json().len());
     for path in docs.v3_paths() {
-        let bytes = docs.v3_group_version(path).map_or(0, <[u8]>::len);
+        let bytes = docs.v3_group_version(path).map_or(0, |b| b.len());
         println!("v3 {path}: {bytes} bytes");
     }
     let Some(dir) = std::env::args().nth(1) else {

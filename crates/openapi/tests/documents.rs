@@ -11,11 +11,11 @@ fn docs() -> &'static Documents {
 
 fn v3(path: &str) -> Value {
     let bytes = docs().v3_group_version(path).expect("group version served");
-    serde_json::from_slice(bytes).expect("valid JSON")
+    serde_json::from_slice(&bytes).expect("valid JSON")
 }
 
 fn v2() -> Value {
-    serde_json::from_slice(docs().v2_json()).expect("valid JSON")
+    serde_json::from_slice(&docs().v2_json()).expect("valid JSON")
 }
 
 /// `/api/v1/namespaces/{namespace}/pods` or `/apis/apps/v1/nodes`-style collection path.
@@ -44,7 +44,7 @@ fn has_param(op: &Value, name: &str) -> bool {
 
 #[test]
 fn the_index_lists_every_group_version_with_a_hashed_url() {
-    let index: Value = serde_json::from_slice(docs().v3_index_json()).unwrap();
+    let index: Value = serde_json::from_slice(&docs().v3_index_json()).unwrap();
     let paths = index["paths"].as_object().unwrap();
     for key in ["api/v1", "apis/apps/v1", "apis/batch/v1"] {
         let url = paths[key]["serverRelativeURL"].as_str().unwrap();
@@ -229,10 +229,10 @@ fn v2_is_negotiated_by_accept_and_protobuf_is_labelled_without_the_at_sign() {
     let reply = d.serve_v2(Some(V2_PROTOBUF), None);
     assert_eq!(reply.status, 200);
     assert_eq!(reply.header("Content-Type"), Some(V2_PROTOBUF_ALT));
-    assert_eq!(reply.body, d.v2_protobuf());
+    assert_eq!(reply.body(), d.v2_protobuf());
     let reply = d.serve_v2(Some("application/json, */*"), None);
     assert_eq!(reply.header("Content-Type"), Some("application/json"));
-    assert_eq!(reply.body, d.v2_json());
+    assert_eq!(reply.body(), d.v2_json());
     let etag = reply.header("ETag").unwrap().to_string();
     assert_eq!(etag, format!("\"{}\"", d.v2_hash()));
     assert_eq!(d.serve_v2(None, Some(&etag)).status, 304);
@@ -246,7 +246,7 @@ fn v3_documents_are_immutable_at_their_hash_and_redirected_from_stale_ones() {
     let fresh = d.serve_v3("apis/apps/v1", Some(&hash), Some("application/json"), None);
     assert_eq!(fresh.status, 200);
     assert_eq!(fresh.header("Cache-Control"), Some("public, immutable"));
-    assert_eq!(fresh.body, d.v3_group_version("apis/apps/v1").unwrap());
+    assert_eq!(fresh.body(), d.v3_group_version("apis/apps/v1").unwrap());
     let stale = d.serve_v3("apis/apps/v1", Some("0000"), None, None);
     assert_eq!(stale.status, 301);
     assert_eq!(

@@ -1,6 +1,7 @@
 //! `/openapi/v2` and `/openapi/v3[/{group-version}]`: the documents kubectl reads for `explain`
 //! and for deciding that the server validates fields (`fieldValidation=Strict`), built once by
-//! `skiff-openapi` and served with its ETag and caching rules.
+//! `skiff-openapi` and served with its ETag and caching rules, gzip-compressed to a client whose
+//! `Accept-Encoding` takes gzip (as upstream compresses large responses).
 
 use http::{HeaderValue, Response};
 use skiff_openapi::{Documents, Reply};
@@ -26,20 +27,57 @@ pub fn handle(
             docs.serve_v3(gv, hash, accept, if_none_match)
         }
     };
-    Some(respond(reply))
+    Some(respond(
+        reply,
+        accepts_gzip(header(http::header::ACCEPT_ENCODING)),
+    ))
 }
 
-fn respond(reply: Reply<'_>) -> Response<Body> {
+/// Whether an `Accept-Encoding` header takes gzip (named, or `*`, without `q=0`).
+fn accepts_gzip(accept_encoding: Option<&str>) -> bool {
+    accept_encoding.is_some_and(|header| {
+        header.split(',').any(|clause| {
+            let mut parts = clause.split(';').map(str::trim);
+            let coding = parts.next().unwrap_or_default();
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
+        })
+    })
+}
+
+fn respond(reply: Reply<'_>, gzip: bool) -> Response<Body> {
     let immutable = reply
         .headers
         .iter()
         .any(|(k, v)| k.eq_ignore_ascii_case("cache-control") && v.contains("immutable"));
-    let mut resp = Response::new(full(reply.body.to_vec()));
+    let gzip = gzip && !reply.gzip.is_empty();
+    let body = if gzip {
+        reply.gzip.to_vec()
+    } else {
+        reply.body()
+    };
+    let mut resp = Response::new(full(body));
     *resp.status_mut() = http::StatusCode::from_u16(reply.status).unwrap_or(http::StatusCode::OK);
+    if gzip {
+        resp.headers_mut().insert(
+            http::header::CONTENT_ENCODING,
+            HeaderValue::from_static("gzip"),
+        );
+    }
     for (k, v) in &reply.headers {
         if let Ok(v) = HeaderValue::from_str(v) {
             resp.headers_mut().insert(*k, v);
         }
+    }
+    if !reply.gzip.is_empty() {
+        resp.headers_mut().append(
+            http::header::VARY,
+            HeaderValue::from_static("Accept-Encoding"),
+        );
     }
     if immutable {
         let expires = jiff::Timestamp::now()
@@ -51,4 +89,66 @@ fn respond(reply: Reply<'_>) -> Response<Body> {
         }
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gzip_is_sent_only_to_a_client_that_takes_it() {
+        assert!(accepts_gzip(Some("gzip")));
+        assert!(accepts_gzip(Some("deflate, GZIP;q=0.5")));
+        assert!(accepts_gzip(Some("*")));
+        assert!(!accepts_gzip(None));
+        assert!(!accepts_gzip(Some("identity")));
+        assert!(!accepts_gzip(Some("gzip;q=0")));
+        assert!(!accepts_gzip(Some("br, gzip; q=0.0")));
+    }
+
+    #[test]
+    fn documents_are_inflated_for_a_client_without_gzip_and_sent_compressed_otherwise() {
+        let query = std::collections::HashMap::new();
+        let get = |encoding: Option<&'static str>| {
+            let mut headers = http::HeaderMap::new();
+            if let Some(e) = encoding {
+                headers.insert(http::header::ACCEPT_ENCODING, HeaderValue::from_static(e));
+            }
+            let resp = handle("/openapi/v2", &query, &headers).expect("an OpenAPI path");
+            let encoding = resp.headers().get(http::header::CONTENT_ENCODING).cloned();
+            let vary: Vec<_> = resp
+                .headers()
+                .get_all(http::header::VARY)
+                .iter()
+                .cloned()
+                .collect();
+            let body =
+                futures::executor::block_on(http_body_util::BodyExt::collect(resp.into_body()))
+                    .expect("a full body")
+                    .to_bytes();
+            (encoding, vary, body)
+        };
+        let (encoding, vary, plain) = get(None);
+        assert_eq!(encoding, None);
+        assert_eq!(vary, ["Accept", "Accept-Encoding"]);
+        assert_eq!(plain, Documents::global().v2_json());
+        let (encoding, _, compressed) = get(Some("gzip, deflate"));
+        assert_eq!(
+            encoding.as_ref().map(HeaderValue::as_bytes),
+            Some(&b"gzip"[..])
+        );
+        assert!(
+            compressed.len() * 4 < plain.len(),
+            "{} of {}",
+            compressed.len(),
+            plain.len()
+        );
+        let mut inflated = Vec::new();
+        std::io::Read::read_to_end(
+            &mut flate2::read::GzDecoder::new(&compressed[..]),
+            &mut inflated,
+        )
+        .expect("valid gzip");
+        assert_eq!(inflated, plain);
+    }
 }
