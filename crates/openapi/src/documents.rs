@@ -25,7 +25,6 @@ use std::sync::OnceLock;
 use flate2::Compression;
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
-
 use serde_json::{Map, Value, json};
 
 use crate::schemas::{self, registry};
@@ -45,8 +44,9 @@ pub const JSON: &str = "application/json";
 struct Gzipped(Vec<u8>);
 
 impl Gzipped {
-    /// Compresses `bytes` at gzip's fastest level (22 ms for every document together, a sixth
-    /// of their size; the best level saves another 0.2 MB for three times the time).
+    /// Compresses `bytes` at gzip's fastest level: measured with zlib on all 5.3 MB of documents,
+    /// 22 ms and a sixth of their size; the default level saves 0.2 MB more for three times the
+    /// time.
     fn new(bytes: &[u8]) -> Gzipped {
         let mut encoder = GzEncoder::new(Vec::new(), Compression::fast());
         // writing to a Vec cannot fail
