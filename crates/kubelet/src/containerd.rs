@@ -374,6 +374,25 @@ async fn terminate(child: &mut Child) {
     let _ = child.kill().await;
 }
 
+/// Lazily unmounts whatever is mounted under `dir` (what a stopped containerd leaves behind:
+/// overlay rootfs and shm mounts under its root and state), deepest first. For harnesses that
+/// remove a node's data dir after its containerd is gone.
+pub fn unmount_under(dir: &Path) {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let dir = dir.display().to_string();
+    let mut ours: Vec<&str> = mounts
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter(|m| m.starts_with(&dir))
+        .collect();
+    ours.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for m in ours {
+        let _ = std::process::Command::new("umount")
+            .args(["-l", m])
+            .status();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

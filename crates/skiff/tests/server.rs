@@ -153,7 +153,7 @@ impl Drop for Server {
         }
         self.terminate();
         support::node::kill_shims(&socket);
-        support::unmount_under(&self.data_dir);
+        skiff_kubelet::containerd::unmount_under(&self.data_dir);
     }
 }
 

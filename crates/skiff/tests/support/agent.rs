@@ -122,7 +122,7 @@ impl Drop for Agent {
         }
         self.stop();
         super::node::kill_shims(&self.dir.join("containerd/containerd.sock"));
-        super::unmount_under(&self.dir);
+        skiff_kubelet::containerd::unmount_under(&self.dir);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

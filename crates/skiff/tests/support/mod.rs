@@ -417,19 +417,3 @@ pub fn line_with(text: &str, parts: &[&str]) -> usize {
         .position(|l| parts.iter().all(|p| l.contains(p)))
         .unwrap_or_else(|| panic!("no line with {parts:?} in:\n{text}"))
 }
-
-/// Lazily unmounts whatever is mounted under `dir` (what a stopped containerd leaves behind),
-/// deepest first.
-pub fn unmount_under(dir: &Path) {
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    let dir = dir.display().to_string();
-    let mut ours: Vec<&str> = mounts
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1))
-        .filter(|m| m.starts_with(&dir))
-        .collect();
-    ours.sort_by_key(|m| std::cmp::Reverse(m.len()));
-    for m in ours {
-        let _ = Command::new("umount").args(["-l", m]).status();
-    }
-}

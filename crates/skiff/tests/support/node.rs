@@ -240,7 +240,7 @@ impl Drop for KubeletProcess {
         for name in pinned {
             let _ = Command::new("ip").args(["netns", "del", &name]).status();
         }
-        super::unmount_under(&self.data());
+        skiff_kubelet::containerd::unmount_under(&self.data());
     }
 }
 

@@ -127,23 +127,6 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
-/// Lazy-unmounts what a stopped containerd left under `dir`, deepest first.
-fn unmount_under(dir: &Path) {
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    let dir = dir.display().to_string();
-    let mut ours: Vec<&str> = mounts
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1))
-        .filter(|m| m.starts_with(&dir))
-        .collect();
-    ours.sort_by_key(|m| std::cmp::Reverse(m.len()));
-    for m in ours {
-        let _ = std::process::Command::new("umount")
-            .args(["-l", m])
-            .status();
-    }
-}
-
 pub async fn run(args: StartupBenchArgs) -> Result<()> {
     let emitter = Emitter {
         backend: "embedded".into(),
@@ -151,7 +134,7 @@ pub async fn run(args: StartupBenchArgs) -> Result<()> {
     };
     let dir = tempfile::tempdir()?;
     let result = agent_runs(&args, &emitter, dir.path()).await;
-    unmount_under(dir.path());
+    skiff_kubelet::containerd::unmount_under(dir.path());
     result?;
     pods_run(&args, &emitter, dir.path()).await
 }
