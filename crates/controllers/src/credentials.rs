@@ -204,7 +204,7 @@ impl ClientBuilder {
         // the API server would otherwise authenticate the certificate first
         config.auth_info = kube::config::AuthInfo::default();
         let builder =
-            kube::client::ClientBuilder::try_from(config).map_err(|source| Error::Client {
+            skiff_runtime::http2::client_builder(config).map_err(|source| Error::Client {
                 account: account.into(),
                 source,
             })?;

@@ -327,7 +327,7 @@ async fn client_from(yaml: &str) -> anyhow::Result<kube::Client> {
     )
     .await
     .context("loading a kubeconfig")?;
-    Ok(kube::Client::try_from(config)?)
+    Ok(skiff_runtime::http2::client(config)?)
 }
 
 /// How long the client certificate of the kubeconfig at `path` stays valid, if it is for

@@ -143,7 +143,7 @@ const LEASE_NAME: &str = "kube-controller-manager";
 pub async fn run(args: ControllerManagerArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
     let selected = skiff_controllers::select(&args.controllers).map_err(super::UsageError)?;
     let kube_config = super::kube_config(&args.kubeconfig).await?;
-    let client = kube::Client::try_from(kube_config.clone())?;
+    let client = skiff_runtime::http2::client(kube_config.clone())?;
     let credentials = args.use_service_account_credentials.then(|| {
         let issuer = Arc::new(credentials::KubeTokenIssuer(client.clone()));
         credentials::ClientBuilder::new(kube_config, issuer)

@@ -83,7 +83,7 @@ pub async fn run(args: DnsArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
         .join(", ");
     let forwarder = Forwarder::new(upstreams, NetworkExchange::default())
         .map_err(|e| UsageError(e.to_string()))?;
-    let client = kube::Client::try_from(super::kube_config(&args.kubeconfig).await?)?;
+    let client = skiff_runtime::http2::client(super::kube_config(&args.kubeconfig).await?)?;
 
     let records = Arc::new(RwLock::new(ClusterRecords::default()));
     let (synced_tx, mut synced) = tokio::sync::watch::channel(false);

@@ -180,7 +180,7 @@ pub async fn run(args: KubeletArgs, lifecycle: Lifecycle) -> anyhow::Result<()> 
     let kube_config = super::kube_config(&args.kubeconfig).await?;
     // the cluster CA signs the API server's client certificate for the kubelet server
     let client_ca = kube_config.root_cert.clone().unwrap_or_default();
-    let client = kube::Client::try_from(kube_config)?;
+    let client = skiff_runtime::http2::client(kube_config)?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     if args.hollow.hollow {

@@ -79,7 +79,7 @@ fn parse_cidr(text: &str) -> Result<String, String> {
 }
 
 pub async fn run(args: ProxyArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
-    let client = kube::Client::try_from(super::kube_config(&args.kubeconfig).await?)?;
+    let client = skiff_runtime::http2::client(super::kube_config(&args.kubeconfig).await?)?;
     let runner: Arc<dyn Runner> = Arc::new(HostRunner::new(args.netns.clone()));
     let dataplane: Box<dyn Dataplane> = match args.mode {
         Mode::Iptables => Box::new(Iptables::new(runner.clone())),

@@ -48,7 +48,7 @@ pub async fn run(args: SchedulerArgs, lifecycle: Lifecycle) -> anyhow::Result<()
         None => Configuration::default(),
     };
     let builder =
-        kube::client::ClientBuilder::try_from(super::kube_config(&args.kubeconfig).await?)?;
+        skiff_runtime::http2::client_builder(super::kube_config(&args.kubeconfig).await?)?;
     let client = match config.client_connection.rate_limit() {
         Some(layer) => builder.with_layer(&layer).build(),
         None => builder.build(),

@@ -422,7 +422,7 @@ async fn serving(kubeconfig: &Path, url: &str) -> anyhow::Result<kube::Client> {
         let written = std::fs::read_to_string(kubeconfig)
             .is_ok_and(|text| text.contains(&format!("server: {url}\n")));
         if written {
-            let client = kube::Client::try_from(super::kube_config(kubeconfig).await?)?;
+            let client = skiff_runtime::http2::client(super::kube_config(kubeconfig).await?)?;
             if client.apiserver_version().await.is_ok() {
                 return Ok(client);
             }
