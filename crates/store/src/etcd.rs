@@ -74,9 +74,28 @@ impl EtcdStore {
         let options = ec::ConnectOptions::new()
             .with_keep_alive(KEEP_ALIVE.0, KEEP_ALIVE.1)
             .with_keep_alive_while_idle(false);
-        let client = ec::Client::connect(&endpoints, Some(options))
-            .await
-            .map_err(|e| Error::Remote(format!("connecting to etcd at {endpoints:?}: {e}")))?;
+        let failed = |e: &dyn std::fmt::Display| {
+            Error::Remote(format!("connecting to etcd at {endpoints:?}: {e}"))
+        };
+        let client = match endpoints[..] {
+            // one endpoint needs no balancing: a plain tonic channel saves etcd-client's
+            // load balancer (and its ready-polling) on every request
+            [endpoint] => {
+                let url = match endpoint.contains("://") {
+                    true => endpoint.to_string(),
+                    false => format!("http://{endpoint}"),
+                };
+                let channel = tonic::transport::Endpoint::from_shared(url)
+                    .map_err(|e| failed(&e))?
+                    .http2_keep_alive_interval(KEEP_ALIVE.0)
+                    .keep_alive_timeout(KEEP_ALIVE.1)
+                    .keep_alive_while_idle(false)
+                    .connect_lazy();
+                ec::Client::from_channel(ec::Channel::Tonic(channel), Some(options)).await
+            }
+            _ => ec::Client::connect(&endpoints, Some(options)).await,
+        }
+        .map_err(|e| failed(&e))?;
         Ok(EtcdStore {
             client,
             prefix: prefix.into(),
