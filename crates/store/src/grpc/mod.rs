@@ -128,14 +128,6 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
-
-    /// The gRPC server stopped with an error.
-    #[error("etcd v3 gRPC server on {addr} failed: {source}")]
-    Transport {
-        addr: SocketAddr,
-        #[source]
-        source: tonic::transport::Error,
-    },
 }
 
 /// Serve the etcd v3 API for `store` on `listener` with [`FacadeConfig::default`], until
@@ -242,29 +234,89 @@ pub async fn serve_with_config<S: Store>(
     result
 }
 
-/// The gRPC services of the facade, as one tonic router.
-fn router<S: Store>(facade: Arc<Facade<S>>) -> tonic::transport::server::Router {
-    use pb::etcdserverpb::{
-        cluster_server::ClusterServer, kv_server::KvServer, lease_server::LeaseServer,
-        maintenance_server::MaintenanceServer, watch_server::WatchServer,
-    };
-    let max_request_bytes = facade.config.max_request_bytes;
-    tonic::transport::Server::builder()
-        .max_concurrent_streams(facade.config.max_concurrent_streams)
-        .add_service(
+/// The gRPC services of the facade behind one `Service`, dispatched on the method path's
+/// service name.
+///
+/// tonic's own `transport::Server` puts a stack around its router for every request (connect
+/// info, timeout, load shedding, error recovery) and routes through axum; the serving threads
+/// (`shards`) hand requests straight to the generated services instead, which is what those
+/// layers end in. What is left out: tonic's server-side `grpc-timeout` (the client's own
+/// deadline still applies) and its concurrency limit and load shedding, which the facade never
+/// configured.
+pub(crate) struct Services<S: Store> {
+    kv: pb::etcdserverpb::kv_server::KvServer<kv::KvService<S>>,
+    watch: pb::etcdserverpb::watch_server::WatchServer<watch::WatchService<S>>,
+    lease: pb::etcdserverpb::lease_server::LeaseServer<lease::LeaseService<S>>,
+    maintenance:
+        pb::etcdserverpb::maintenance_server::MaintenanceServer<maintenance::MaintenanceService<S>>,
+    cluster: pb::etcdserverpb::cluster_server::ClusterServer<maintenance::ClusterService<S>>,
+}
+
+impl<S: Store> Clone for Services<S> {
+    fn clone(&self) -> Self {
+        Services {
+            kv: self.kv.clone(),
+            watch: self.watch.clone(),
+            lease: self.lease.clone(),
+            maintenance: self.maintenance.clone(),
+            cluster: self.cluster.clone(),
+        }
+    }
+}
+
+impl<S: Store> Services<S> {
+    pub(crate) fn new(facade: Arc<Facade<S>>) -> Services<S> {
+        use pb::etcdserverpb::{
+            cluster_server::ClusterServer, kv_server::KvServer, lease_server::LeaseServer,
+            maintenance_server::MaintenanceServer, watch_server::WatchServer,
+        };
+        let max_request_bytes = facade.config.max_request_bytes;
+        Services {
             // The KV service checks etcd's limit itself, to answer as etcd does (see kv.rs).
-            KvServer::new(kv::KvService::new(facade.clone()))
+            kv: KvServer::new(kv::KvService::new(facade.clone()))
                 .max_decoding_message_size(max_request_bytes.saturating_mul(4)),
-        )
-        .add_service(
-            WatchServer::new(watch::WatchService::new(facade.clone()))
+            watch: WatchServer::new(watch::WatchService::new(facade.clone()))
                 .max_decoding_message_size(max_request_bytes),
-        )
-        .add_service(LeaseServer::new(lease::LeaseService::new(facade.clone())))
-        .add_service(MaintenanceServer::new(
-            maintenance::MaintenanceService::new(facade.clone()),
-        ))
-        .add_service(ClusterServer::new(maintenance::ClusterService::new(facade)))
+            lease: LeaseServer::new(lease::LeaseService::new(facade.clone())),
+            maintenance: MaintenanceServer::new(maintenance::MaintenanceService::new(
+                facade.clone(),
+            )),
+            cluster: ClusterServer::new(maintenance::ClusterService::new(facade)),
+        }
+    }
+}
+
+type GrpcResponse = http::Response<tonic::body::Body>;
+
+impl<S: Store> tonic::codegen::Service<http::Request<hyper::body::Incoming>> for Services<S> {
+    type Response = GrpcResponse;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<GrpcResponse, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        // the generated services are always ready
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<hyper::body::Incoming>) -> Self::Future {
+        let service = request
+            .uri()
+            .path()
+            .strip_prefix('/')
+            .and_then(|p| p.split_once('/'))
+            .map_or("", |(service, _)| service);
+        match service {
+            "etcdserverpb.KV" => self.kv.call(request),
+            "etcdserverpb.Watch" => self.watch.call(request),
+            "etcdserverpb.Lease" => self.lease.call(request),
+            "etcdserverpb.Maintenance" => self.maintenance.call(request),
+            "etcdserverpb.Cluster" => self.cluster.call(request),
+            _ => Box::pin(async { Ok(tonic::Status::unimplemented("").into_http()) }),
+        }
+    }
 }
 
 /// What every service shares: the store, the settings, and the highest store revision seen.

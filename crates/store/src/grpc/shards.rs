@@ -1,6 +1,7 @@
 //! Where the facade's connections are served: each accepted connection goes, round robin, to one
 //! of a few threads, and each thread runs a single-threaded Tokio runtime of its own with the
-//! whole gRPC server (tonic, h2) for the connections it was given.
+//! gRPC services (hyper's HTTP/2 server, tonic's generated services) for the connections it
+//! was given.
 //!
 //! # Why not the caller's multi-threaded runtime
 //! Under many concurrent puts, the cost of the facade was mostly HTTP/2 and TCP work per request,
@@ -22,11 +23,12 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::{Facade, ServeError};
+use super::{Facade, ServeError, Services};
 use crate::store::Store;
 
 /// One serving thread: where to send it connections, and how it ended.
@@ -72,30 +74,45 @@ impl Shard {
 fn run<S: Store>(
     facade: Arc<Facade<S>>,
     addr: SocketAddr,
-    connections: mpsc::UnboundedReceiver<std::net::TcpStream>,
+    mut connections: mpsc::UnboundedReceiver<std::net::TcpStream>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), ServeError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|source| ServeError::Runtime { addr, source })?;
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    http2.max_concurrent_streams(facade.config.max_concurrent_streams);
+    let services = Services::new(facade);
     runtime.block_on(async move {
-        // Registered with this thread's runtime here, as the stream is polled on it.
-        let incoming = UnboundedReceiverStream::new(connections)
-            .map(tokio::net::TcpStream::from_std)
-            .filter_map(|stream| match stream {
-                Ok(stream) => Some(Ok::<_, std::io::Error>(stream)),
+        let graceful = GracefulShutdown::new();
+        loop {
+            let stream = tokio::select! {
+                stream = connections.recv() => match stream {
+                    Some(stream) => stream,
+                    None => break,
+                },
+                _ = stop.wait_for(|&stopped| stopped) => break,
+            };
+            // registered with this thread's runtime here, as the connection is served on it
+            let stream = match tokio::net::TcpStream::from_std(stream) {
+                Ok(stream) => stream,
                 Err(err) => {
                     tracing::warn!(%addr, error = %err, "dropping a connection the runtime refused");
-                    None
+                    continue;
+                }
+            };
+            let service = TowerToHyperService::new(services.clone());
+            let connection = graceful.watch(http2.serve_connection(TokioIo::new(stream), service));
+            tokio::spawn(async move {
+                if let Err(err) = connection.await {
+                    tracing::debug!(%addr, error = %err, "gRPC connection ended");
                 }
             });
-        let shutdown = async move {
-            let _ = stop.wait_for(|&stopped| stopped).await;
-        };
-        super::router(facade)
-            .serve_with_incoming_shutdown(incoming, shutdown)
-            .await
-            .map_err(|source| ServeError::Transport { addr, source })
-    })
+        }
+        // GOAWAY to every connection; unary requests in flight finish, streams end with the
+        // facade's shutdown signal
+        graceful.shutdown().await;
+    });
+    Ok(())
 }
