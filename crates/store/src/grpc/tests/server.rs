@@ -122,3 +122,43 @@ async fn the_etcd_client_crate_interoperates_with_the_facade() {
         b"x"
     );
 }
+
+#[tokio::test]
+async fn the_etcd_backend_reconnects_after_its_server_restarts() {
+    let server = start().await;
+    let addr = server.addr;
+    let store = crate::etcd::EtcdStore::connect(&[addr.to_string()], "")
+        .await
+        .unwrap();
+    let put_v = |value: &'static str| {
+        store.put(PutRequest {
+            key: "/k".into(),
+            value: value.into(),
+            ..Default::default()
+        })
+    };
+    put_v("before").await.unwrap();
+    let served = server.store.clone();
+    let dir = server.stop_keeping_dir().await;
+    served.close().await;
+    assert!(put_v("while down").await.is_err(), "no server, no write");
+
+    // the same store, served again on the same port
+    let reopened = EmbeddedStore::open(EmbeddedConfig::new(dir.path()))
+        .await
+        .unwrap();
+    let listener = TcpListener::bind(addr).await.unwrap();
+    let (_stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(serve(reopened, listener, async move {
+        let _ = stopped.await;
+    }));
+    put_v("after").await.expect("a new connection");
+    let got = store
+        .range(crate::types::RangeRequest {
+            range: KeyRange::key("/k"),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(&got.kvs[0].value[..], b"after");
+}
