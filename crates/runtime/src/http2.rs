@@ -79,7 +79,9 @@ struct Inner {
     server_name: ServerName<'static>,
     tls: tokio_rustls::TlsConnector,
     connect_timeout: Option<Duration>,
-    connections: tokio::sync::Mutex<Vec<Connection>>,
+    connections: parking_lot::Mutex<Vec<Connection>>,
+    /// Held while a connection is being opened.
+    opening: tokio::sync::Mutex<()>,
 }
 
 struct Connection {
@@ -111,48 +113,58 @@ impl Pool {
                 server_name,
                 tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
                 connect_timeout: config.connect_timeout,
-                connections: tokio::sync::Mutex::new(Vec::new()),
+                connections: parking_lot::Mutex::new(Vec::new()),
+                opening: tokio::sync::Mutex::new(()),
             }),
         })
     }
 
     /// Connections currently open (for tests and diagnostics).
-    pub async fn connections(&self) -> usize {
-        let mut connections = self.inner.connections.lock().await;
+    pub fn connections(&self) -> usize {
+        let mut connections = self.inner.connections.lock();
         connections.retain(|c| !c.sender.is_closed());
         connections.len()
     }
 }
 
 impl Inner {
-    /// A connection with room for one more stream, opening one if none has, and the claim on
-    /// that stream.
+    /// A connection with room for one more stream, and the claim on that stream, opening a
+    /// connection if none has room. Only the opening waits (one at a time, so that concurrent
+    /// requests share what it opens); finding and claiming take a plain lock, never held
+    /// across I/O.
     async fn checkout(&self) -> Result<(SendRequest<Body>, Stream), BoxError> {
-        let mut connections = self.connections.lock().await;
-        connections.retain(|c| !c.sender.is_closed());
-        let found = connections.iter().find(|c| {
-            c.sender.is_ready() && c.streams.load(Ordering::Acquire) < STREAMS_PER_CONNECTION
-        });
-        let connection = match found {
-            Some(c) => c,
-            None => {
-                let sender = match self.connect_timeout {
-                    Some(limit) => tokio::time::timeout(limit, self.connect())
-                        .await
-                        .map_err(|_| format!("connecting to {}: timed out", self.address))??,
-                    None => self.connect().await?,
-                };
-                connections.push(Connection {
-                    sender,
-                    streams: Arc::default(),
-                });
-                connections.last().expect("just pushed")
-            }
+        if let Some(found) = self.claim() {
+            return Ok(found);
+        }
+        let _opening = self.opening.lock().await;
+        if let Some(found) = self.claim() {
+            return Ok(found);
+        }
+        let sender = match self.connect_timeout {
+            Some(limit) => tokio::time::timeout(limit, self.connect())
+                .await
+                .map_err(|_| format!("connecting to {}: timed out", self.address))??,
+            None => self.connect().await?,
         };
-        Ok((
-            connection.sender.clone(),
-            Stream::claim(&connection.streams),
-        ))
+        let streams = Arc::default();
+        let stream = Stream::claim(&streams);
+        self.connections.lock().push(Connection {
+            sender: sender.clone(),
+            streams,
+        });
+        Ok((sender, stream))
+    }
+
+    /// A stream on an open connection with room for it, if there is one.
+    fn claim(&self) -> Option<(SendRequest<Body>, Stream)> {
+        let mut connections = self.connections.lock();
+        connections.retain(|c| !c.sender.is_closed());
+        connections
+            .iter()
+            .find(|c| {
+                c.sender.is_ready() && c.streams.load(Ordering::Acquire) < STREAMS_PER_CONNECTION
+            })
+            .map(|c| (c.sender.clone(), Stream::claim(&c.streams)))
     }
 
     async fn connect(&self) -> Result<SendRequest<Body>, BoxError> {
@@ -372,7 +384,7 @@ mod tests {
             watches.push(response.unwrap());
         }
         assert_eq!(server.accepted.load(Ordering::SeqCst), 1);
-        assert_eq!(pool.connections().await, 1);
+        assert_eq!(pool.connections(), 1);
 
         // the 101st would wait in hyper's queue behind watches that never end: it gets a
         // connection of its own instead, and answers
