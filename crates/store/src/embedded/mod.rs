@@ -98,7 +98,7 @@ pub(crate) struct Shared {
     /// Set when a commit failed; every later write is refused with this reason.
     failed: Mutex<Option<String>>,
     /// Bytes of the file's pages in use, as the applier last counted them (at start-up, after
-    /// each sweep, and at least every minute while it commits).
+    /// each sweep, and once a minute while commits go on).
     size_in_use: AtomicI64,
     min_lease_ttl: i64,
 }
