@@ -65,8 +65,8 @@ const QUEUE_BYTES: usize = 64 << 20;
 /// Longest time between two refreshes of the space in use (reported by `status`) while commits
 /// go on. Besides, it is refreshed at start-up and after each sweep, which is when it shrinks.
 /// Counting it reads every page of the file (redb has no cheaper count): about 0.23 CPU seconds
-/// with 300,000 records of 1 KiB here, a quarter of the applier's work under load when it was
-/// done every 64 commits (6.4 s).
+/// with 110,000–250,000 records of 1 KiB here, a quarter of the applier's work under load when
+/// it was done every 64 commits (6.4 s).
 const SIZE_REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The syncer's end of the queue to the applier.
