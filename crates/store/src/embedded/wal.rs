@@ -23,7 +23,7 @@
 //! after a torn last frame.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Seek, Write};
+use std::io::{IoSlice, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -197,19 +197,33 @@ impl Wal {
         if full || (!self.preallocated && spare_ready) {
             self.rotate()?;
         }
-        let mut frame = Vec::with_capacity(FRAME_HEADER + payload.len());
-        frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-        frame.extend_from_slice(payload);
+        let mut header = [0u8; FRAME_HEADER];
+        header[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        header[4..].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
         let path = || segment_path(&self.dir, self.segment).display().to_string();
         let io = |e: std::io::Error| Error::Io {
             path: path(),
             reason: e.to_string(),
         };
-        (&*self.file).write_all(&frame).map_err(io)?;
-        self.len += frame.len() as u64;
+        // header and payload in one system call, without copying the payload into a frame
+        let mut frame = [IoSlice::new(&header), IoSlice::new(payload)];
+        write_all_vectored(&self.file, &mut frame).map_err(io)?;
+        self.len += frame_len;
         Ok((self.segment, self.file.clone()))
     }
+}
+
+/// `Write::write_all_vectored`, which is not yet stable: write every byte of `bufs`.
+fn write_all_vectored(mut file: &File, mut bufs: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    while !bufs.is_empty() {
+        match file.write_vectored(bufs) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Delete the segments numbered below `segment` in `data_dir`'s log (their batches are durable
