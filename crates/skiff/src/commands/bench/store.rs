@@ -5,6 +5,7 @@
 //! Both gRPC backends are driven by the same client code (`EtcdStore`, over `etcd-client`), so
 //! `embedded-grpc` against `etcd` is like for like.
 
+use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -57,12 +58,21 @@ pub struct StoreBenchArgs {
     /// (its `--threads`); by default its own, one per core.
     #[arg(long)]
     pub server_threads: Option<usize>,
+    /// Times the put workloads are repeated. The backends run in turn within each round, in
+    /// reverse order every other round, so slow drift in the machine (or in one backend) falls
+    /// on both sides of a comparison; with more than one round and both gRPC backends, a
+    /// `put-ratio` line per writer count gives the median of the rounds' throughput ratios.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
     /// Client threads driving the gRPC backends' put workloads, each a single-threaded runtime
     /// with its share of the connections and writers; 0 runs the writers as tasks on the
     /// bench's multi-threaded runtime instead (the harness before 2026-11-30).
     #[arg(long, default_value_t = 2)]
     pub client_threads: usize,
 }
+
+/// The pause between two put workloads.
+const SETTLE: Duration = Duration::from_secs(2);
 
 /// A backend under test, with the process behind it (killed on drop).
 struct Backend {
@@ -78,24 +88,47 @@ struct Backend {
 pub async fn run(args: StoreBenchArgs) -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let root = args.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    let mut backends = Vec::new();
     for name in &args.backends {
-        let backend = start(name, &root, &args).await?;
-        for &writers in &args.writers {
-            let duration = Duration::from_secs(args.seconds);
-            let mut extra = json!({ "writers": writers, "value_bytes": 1024 });
-            let r = match &backend.endpoint {
-                Some(endpoint) if args.client_threads > 0 => {
-                    extra["client_threads"] = args.client_threads.into();
-                    let (conns, threads) = (args.connections, args.client_threads);
-                    put_workload_threaded(endpoint, conns, threads, writers, duration).await?
-                }
-                _ => put_workload(&backend.stores, writers, duration).await?,
-            };
-            if let (Some(threads), "embedded-grpc") = (args.server_threads, backend.name) {
-                extra["server_threads"] = threads.into();
-            }
-            emit("put", backend.name, extra, &r);
+        backends.push(start(name, &root, &args).await?);
+    }
+    let mut ratios = Ratios::default();
+    let mut first = true;
+    for round in 0..args.rounds.max(1) {
+        let mut order: Vec<&Backend> = backends.iter().collect();
+        if round % 2 == 1 {
+            order.reverse();
         }
+        for &writers in &args.writers {
+            for backend in &order {
+                if !first {
+                    // let the last workload's background work (a store's applier catching up,
+                    // the kernel writing back dirty pages) finish before the next is timed
+                    tokio::time::sleep(SETTLE).await;
+                }
+                first = false;
+                let r = put_round(backend, writers, &args).await?;
+                let mut extra = json!({ "writers": writers, "value_bytes": 1024 });
+                if backend.endpoint.is_some() && args.client_threads > 0 {
+                    extra["client_threads"] = args.client_threads.into();
+                }
+                if let (Some(threads), "embedded-grpc") = (args.server_threads, backend.name) {
+                    extra["server_threads"] = threads.into();
+                }
+                if args.rounds > 1 {
+                    extra["round"] = round.into();
+                }
+                emit("put", backend.name, extra, &r);
+                ratios.record(round, writers, backend.name, &r);
+            }
+        }
+    }
+    if args.rounds > 1 {
+        for line in ratios.summary() {
+            println!("{line}");
+        }
+    }
+    for backend in backends {
         let r = range_workload(&backend.stores[0], args.range_keys).await?;
         emit(
             "range",
@@ -117,9 +150,92 @@ pub async fn run(args: StoreBenchArgs) -> Result<()> {
             json!({ "writers": 1, "watchers": args.watchers }),
             &r,
         );
-        drop(backend);
     }
     Ok(())
+}
+
+/// One put workload against one backend: from client threads of their own for the gRPC
+/// backends (unless `--client-threads 0`), from tasks on this runtime otherwise.
+async fn put_round(backend: &Backend, writers: usize, args: &StoreBenchArgs) -> Result<Measured> {
+    let duration = Duration::from_secs(args.seconds);
+    match &backend.endpoint {
+        Some(endpoint) if args.client_threads > 0 => {
+            let (conns, threads) = (args.connections, args.client_threads);
+            put_workload_threaded(endpoint, conns, threads, writers, duration).await
+        }
+        _ => put_workload(&backend.stores, writers, duration).await,
+    }
+}
+
+/// The put throughput and p99 of `embedded-grpc` and `etcd` in each round, by writer count.
+#[derive(Default)]
+struct Ratios {
+    /// (writers, round) -> [embedded-grpc, etcd], each once measured.
+    rounds: BTreeMap<(usize, usize), [Option<Side>; 2]>,
+}
+
+/// One backend's put figures in one round.
+#[derive(Clone, Copy)]
+struct Side {
+    ops_per_sec: f64,
+    p99_ms: f64,
+}
+
+impl Ratios {
+    fn record(&mut self, round: usize, writers: usize, backend: &str, m: &Measured) {
+        let index = match backend {
+            "embedded-grpc" => 0,
+            "etcd" => 1,
+            _ => return,
+        };
+        let side = Side {
+            ops_per_sec: m.ops as f64 / m.elapsed.as_secs_f64(),
+            p99_ms: m.latency.value_at_quantile(0.99) as f64 / 1000.0,
+        };
+        self.rounds.entry((writers, round)).or_default()[index] = Some(side);
+    }
+
+    /// One `put-ratio` line per writer count measured on both sides: every round's
+    /// embedded-grpc/etcd throughput ratio and the median, and both sides' median p99.
+    fn summary(&self) -> Vec<serde_json::Value> {
+        let mut by_writers: BTreeMap<usize, Vec<[Side; 2]>> = BTreeMap::new();
+        for (&(writers, _), sides) in &self.rounds {
+            if let [Some(grpc), Some(etcd)] = *sides {
+                by_writers.entry(writers).or_default().push([grpc, etcd]);
+            }
+        }
+        by_writers
+            .into_iter()
+            .map(|(writers, pairs)| {
+                let ratios: Vec<f64> = pairs
+                    .iter()
+                    .map(|[grpc, etcd]| grpc.ops_per_sec / etcd.ops_per_sec)
+                    .collect();
+                let p99 = |i: usize| median(pairs.iter().map(|pair| pair[i].p99_ms).collect());
+                let round2 = |x: f64| (x * 100.0).round() / 100.0;
+                json!({
+                    "bench": "put-ratio",
+                    "backend": "embedded-grpc/etcd",
+                    "writers": writers,
+                    "rounds": pairs.len(),
+                    "ratios": ratios.iter().copied().map(round2).collect::<Vec<_>>(),
+                    "ratio_median": round2(median(ratios)),
+                    "p99_ms_median": { "embedded-grpc": p99(0), "etcd": p99(1) },
+                })
+            })
+            .collect()
+    }
+}
+
+/// The median (the mean of the middle two for an even count); `values` must not be empty.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
 }
 
 /// `connections` clients of one gRPC endpoint.
@@ -522,4 +638,50 @@ async fn compact_workload(
         call: call?,
     };
     Ok((measured?, compaction))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ops` in one second, all with the same latency (below 2 ms, which the histogram keeps
+    /// exactly).
+    fn one_second(ops: u64, p99_micros: u64) -> Measured {
+        let mut latency = histogram();
+        latency.record(p99_micros).unwrap();
+        Measured {
+            ops,
+            elapsed: Duration::from_secs(1),
+            latency,
+        }
+    }
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+
+    #[test]
+    fn ratio_summary_pairs_the_backends_round_by_round() {
+        let mut ratios = Ratios::default();
+        ratios.record(0, 64, "embedded-grpc", &one_second(30_000, 1_000));
+        ratios.record(0, 64, "etcd", &one_second(15_000, 1_200));
+        ratios.record(1, 64, "etcd", &one_second(10_000, 2_000));
+        ratios.record(1, 64, "embedded-grpc", &one_second(25_000, 1_600));
+        ratios.record(2, 64, "embedded-grpc", &one_second(40_000, 500));
+        ratios.record(0, 1, "embedded", &one_second(99_000, 1_000));
+        ratios.record(0, 1, "etcd", &one_second(1_000, 1_000));
+        let summary = ratios.summary();
+        // round 2 has no etcd figure and writers=1 has no embedded-grpc one: neither counts
+        assert_eq!(summary.len(), 1);
+        let line = &summary[0];
+        assert_eq!(line["bench"], "put-ratio");
+        assert_eq!(line["writers"], 64);
+        assert_eq!(line["rounds"], 2);
+        assert_eq!(line["ratios"], json!([2.0, 2.5]));
+        assert_eq!(line["ratio_median"], 2.25);
+        assert_eq!(line["p99_ms_median"]["embedded-grpc"], 1.3);
+        assert_eq!(line["p99_ms_median"]["etcd"], 1.6);
+    }
 }
