@@ -189,8 +189,8 @@ impl Ratios {
             _ => return,
         };
         let side = Side {
-            ops_per_sec: m.ops as f64 / m.elapsed.as_secs_f64(),
-            p99_ms: m.latency.value_at_quantile(0.99) as f64 / 1000.0,
+            ops_per_sec: m.ops_per_sec(),
+            p99_ms: m.ms(0.99),
         };
         self.rounds.entry((writers, round)).or_default()[index] = Some(side);
     }
@@ -325,15 +325,25 @@ struct Measured {
     latency: Histogram<u64>,
 }
 
+impl Measured {
+    fn ops_per_sec(&self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// The latency at quantile `q`, in milliseconds.
+    fn ms(&self, q: f64) -> f64 {
+        self.latency.value_at_quantile(q) as f64 / 1000.0
+    }
+}
+
 fn emit(bench: &str, backend: &str, extra: serde_json::Value, m: &Measured) {
-    let ms = |q: f64| m.latency.value_at_quantile(q) as f64 / 1000.0;
     let mut line = json!({
         "bench": bench,
         "backend": backend,
         "ops": m.ops,
-        "ops_per_sec": (m.ops as f64 / m.elapsed.as_secs_f64()).round(),
-        "p50_ms": ms(0.5),
-        "p99_ms": ms(0.99),
+        "ops_per_sec": m.ops_per_sec().round(),
+        "p50_ms": m.ms(0.5),
+        "p99_ms": m.ms(0.99),
         "max_ms": m.latency.max() as f64 / 1000.0,
     });
     if let (Some(line), serde_json::Value::Object(extra)) = (line.as_object_mut(), extra) {
