@@ -2,7 +2,7 @@
 //! hollow nodes, and prints every result line with its peer. Figures are not asserted (they
 //! belong in BENCHMARKS.md). Needs root (containerd, CNI); skips otherwise.
 
-use std::process::Command;
+mod support;
 
 #[test]
 fn bench_pods_prints_each_result_with_its_peer_at_small_sizes() {
@@ -11,33 +11,17 @@ fn bench_pods_prints_each_result_with_its_peer_at_small_sizes() {
         eprintln!("skipped: not root (the bench runs containerd and CNI)");
         return;
     }
-    // not under the hang guard: the run takes a warm-up period of 12 s and more under load,
-    // and the bench bounds its own waits for pods and sandboxes
-    let out = Command::new(env!("CARGO_BIN_EXE_skiff"))
-        .args([
-            "bench",
-            "pods",
-            "--single-runs",
-            "1",
-            "--pods",
-            "2",
-            "--hollow-nodes",
-            "3",
-            "--window-s",
-            "1",
-        ])
-        .output()
-        .expect("run skiff bench pods");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let (stdout, lines) = support::bench(&[
+        "pods",
+        "--single-runs",
+        "1",
+        "--pods",
+        "2",
+        "--hollow-nodes",
+        "3",
+        "--window-s",
+        "1",
+    ]);
     let find = |bench: &str, pods: u64| {
         lines
             .iter()

@@ -3,43 +3,29 @@
 //! rounds of puts: every workload prints its line, and the rounds give a `put-ratio` line.
 //! Figures are not asserted (they belong in BENCHMARKS.md).
 
-use std::process::Command;
+mod support;
 
 use serde_json::Value;
 
 #[test]
 fn bench_store_prints_every_workload_and_the_ratio_over_rounds() {
-    let out = Command::new(env!("CARGO_BIN_EXE_skiff"))
-        .args([
-            "bench",
-            "store",
-            "--backends",
-            "embedded-grpc,etcd",
-            "--writers",
-            "2",
-            "--seconds",
-            "1",
-            "--rounds",
-            "2",
-            "--range-keys",
-            "100",
-            "--history",
-            "1000",
-            "--watchers",
-            "2",
-        ])
-        .output()
-        .expect("run skiff bench store");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let (stdout, lines) = support::bench(&[
+        "store",
+        "--backends",
+        "embedded-grpc,etcd",
+        "--writers",
+        "2",
+        "--seconds",
+        "1",
+        "--rounds",
+        "2",
+        "--range-keys",
+        "100",
+        "--history",
+        "1000",
+        "--watchers",
+        "2",
+    ]);
     let of = |bench: &str, backend: &str| -> Vec<&Value> {
         lines
             .iter()

@@ -379,6 +379,24 @@ pub fn output_text(out: &Output) -> (String, String) {
     )
 }
 
+/// Runs `skiff bench ARGS` to the end, failing the test if it fails (not under the hang guard:
+/// a bench takes longer under load and bounds its own waits); its stdout, and the JSON object on
+/// each line of it.
+pub fn bench(args: &[&str]) -> (String, Vec<serde_json::Value>) {
+    let out = Command::new(env!("CARGO_BIN_EXE_skiff"))
+        .arg("bench")
+        .args(args)
+        .output()
+        .expect("run skiff bench");
+    let (stdout, stderr) = output_text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let lines = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    (stdout, lines)
+}
+
 pub fn read(path: &Path) -> String {
     let mut s = String::new();
     if let Ok(mut f) = std::fs::File::open(path) {
