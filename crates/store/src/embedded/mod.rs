@@ -4,7 +4,8 @@
 //! - [`index`](self::index): the in-memory MVCC index (key histories, leases, revisions).
 //! - [`wal`](self::wal): the write-ahead log that makes each group commit durable.
 //! - [`writer`](self::writer): the single writer thread: index updates, batches written to the log.
-//! - [`syncer`](self::syncer): flushes the log (group commit), then publishes and answers.
+//! - [`syncer`](self::syncer): flushes the log (group commit), then publishes and answers; the
+//!   writer thread does the same itself for a batch that nothing else is waiting behind.
 //! - [`applier`](self::applier): copies logged batches into the redb file; sweeps compacted
 //!   history out of it.
 //! - [`disk`](self::disk): the redb file and record format.
@@ -14,8 +15,8 @@
 //! # Concurrency
 //! `Shared::index` (a `RwLock`) guards the index; only the writer thread (and the syncer, for
 //! compaction chunks) takes it for writing, and only for in-memory work, never across I/O.
-//! Readers read at `Shared::committed`, which the syncer advances (inside the hub lock) only
-//! after a batch is durable. Lock order: hub → index.
+//! Readers read at `Shared::committed`, which a commit advances (inside the hub lock) only
+//! after a batch is durable. Lock order: committer → hub → index.
 
 mod applier;
 mod background;
@@ -40,7 +41,7 @@ use tokio::time::Instant;
 
 use self::applier::Applier;
 use self::index::{Index, Lease, ReadOptions};
-use self::syncer::Syncer;
+use self::syncer::Committer;
 use self::watch::Hub;
 use self::writer::{Request, Writer};
 use crate::error::{Error, Result};
@@ -191,9 +192,9 @@ impl EmbeddedStore {
             .name("skiff-store-apply".into())
             .spawn(move || applier.run())
             .map_err(|e| Error::Unavailable(format!("cannot start the applier thread: {e}")))?;
-        let (to_syncer, syncer_rx) = std::sync::mpsc::sync_channel(SYNCER_QUEUE);
-        let mut syncer = Syncer::new(shared.clone(), syncer_rx, to_applier, applier);
-        syncer.resume_purge(compact_revision);
+        let mut committer = Committer::new(shared.clone(), to_applier, applier);
+        committer.resume_purge(compact_revision);
+        let (syncer, to_syncer) = syncer::syncer(committer, SYNCER_QUEUE);
         let syncer = std::thread::Builder::new()
             .name("skiff-store-sync".into())
             .spawn(move || syncer.run())

@@ -6,16 +6,17 @@
 //! writes the whole batch to the write-ahead log as one frame, and hands it to the syncer thread
 //! (`syncer.rs`), which makes it durable and only then answers. While the syncer waits for one
 //! `fdatasync`, this thread already applies and writes the next batch, so a commit's CPU work
-//! overlaps the previous commit's flush (group commit, pipelined). Nothing is acknowledged before
-//! it is on disk, and readers, which read at the committed revision, never see a write before it
-//! is durable; the syncer answers batches in log order, so a transaction that read an earlier
+//! overlaps the previous commit's flush (group commit, pipelined). When no other request is
+//! waiting and the syncer has nothing in hand, there is nothing to overlap, and this thread
+//! commits the batch itself (`Handle::submit`). Nothing is acknowledged before it is on disk,
+//! and readers, which read at the committed revision, never see a write before it is durable;
+//! batches are committed one at a time in log order, so a transaction that read an earlier
 //! batch's writes is never answered before that batch is durable.
 //!
 //! If the log cannot be written, the store stops accepting writes (etcd panics in the same
 //! situation): what is on disk stays consistent and every later write gets `Unavailable`.
 
 use std::sync::Arc;
-use std::sync::mpsc::SyncSender;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
@@ -24,7 +25,7 @@ use tokio::time::Instant;
 use super::Shared;
 use super::disk::{Batch, encode, encode_batch};
 use super::index::{Entry, Index, Lease, PutData, ReadOptions};
-use super::syncer::{Committing, Completion};
+use super::syncer::{self, Committing, Completion};
 use super::wal::Wal;
 use crate::error::{Error, Result};
 use crate::types::*;
@@ -94,7 +95,7 @@ pub(crate) struct Writer {
     shared: Arc<Shared>,
     wal: Wal,
     rx: mpsc::Receiver<Submitted>,
-    syncer: SyncSender<Committing>,
+    syncer: syncer::Handle,
     syncer_thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -103,7 +104,7 @@ impl Writer {
         shared: Arc<Shared>,
         wal: Wal,
         rx: mpsc::Receiver<Submitted>,
-        syncer: SyncSender<Committing>,
+        syncer: syncer::Handle,
         syncer_thread: std::thread::JoinHandle<()>,
     ) -> Self {
         Writer {
@@ -132,7 +133,7 @@ impl Writer {
             syncer_thread,
             ..
         } = self;
-        drop(syncer);
+        syncer.close();
         if let Some(thread) = syncer_thread {
             let _ = thread.join();
         }
@@ -166,9 +167,7 @@ impl Writer {
                 }
             }
         }
-        // Waits if the syncer is far behind (backpressure); if it has stopped, the requests'
-        // callers see the store as stopped.
-        let _ = self.syncer.send(committing);
+        self.syncer.submit(committing, !self.rx.is_empty());
     }
 
     fn apply(&mut self, ix: &mut Index, req: Request, committing: &mut Committing) -> Completion {
