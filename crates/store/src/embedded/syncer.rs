@@ -79,11 +79,14 @@ pub(crate) struct Syncer {
     in_flight: Arc<AtomicUsize>,
 }
 
-/// The writer's end: hands batches to the syncer thread, or commits them itself.
+/// The writer's end: hands batches to the syncer thread, or commits them itself. Dropping it
+/// lets the syncer thread finish, which then waits for the applier.
 pub(crate) struct Handle {
-    tx: SyncSender<Committing>,
+    // Fields drop in this order: the committer before the channel, so that the syncer thread
+    // holds the last reference to it when it sees the channel closed.
     committer: Arc<Mutex<Committer>>,
     in_flight: Arc<AtomicUsize>,
+    tx: SyncSender<Committing>,
 }
 
 /// A syncer for `committer`, and the writer's handle to it.
@@ -116,7 +119,7 @@ impl Handle {
     pub fn submit(&self, batch: Committing, more_waiting: bool) {
         if !more_waiting && self.in_flight.load(Ordering::Acquire) == 0 {
             let mut committer = self.committer.lock();
-            if committer.idle()
+            if committer.purge.is_none()
                 && batch.batch.compact_revision.is_none()
                 && batch.checkpoints.is_empty()
             {
@@ -128,15 +131,6 @@ impl Handle {
         // Waits if the syncer is far behind (backpressure); if it has stopped, the requests'
         // callers see the store as stopped.
         let _ = self.tx.send(batch);
-    }
-
-    /// Let the syncer thread finish: it then waits for the applier.
-    pub fn close(self) {
-        let Handle { tx, committer, .. } = self;
-        // The committer first, so that the syncer thread holds the last reference when it sees
-        // the channel closed.
-        drop(committer);
-        drop(tx);
     }
 }
 
@@ -192,11 +186,6 @@ impl Committer {
         if revision > 0 {
             self.purge = Some((revision, Bytes::new()));
         }
-    }
-
-    /// Whether no compaction is in progress (nor checkpoint held back for one).
-    fn idle(&self) -> bool {
-        self.purge.is_none() && self.checkpoints.is_empty()
     }
 
     /// Wait for the applier to finish.
@@ -409,7 +398,7 @@ mod tests {
         handle.submit(batch(4, &answers), false);
         assert_eq!(answered.try_recv(), Ok(4));
 
-        handle.close();
+        drop(handle);
         thread.join().unwrap();
     }
 
@@ -424,7 +413,7 @@ mod tests {
 
         let thread = std::thread::spawn(move || syncer.run());
         assert_eq!(answered.recv(), Ok(1));
-        handle.close();
+        drop(handle);
         thread.join().unwrap();
     }
 }

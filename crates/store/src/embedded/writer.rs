@@ -133,7 +133,7 @@ impl Writer {
             syncer_thread,
             ..
         } = self;
-        syncer.close();
+        drop(syncer);
         if let Some(thread) = syncer_thread {
             let _ = thread.join();
         }
