@@ -4,8 +4,16 @@
 //!
 //! A key's history is a vector of [`Entry`]s in ascending revision order; a tombstone entry marks a
 //! delete. Reading at revision `r` takes, per key, the last entry with `rev <= r`.
+//!
+//! Histories are found by hashing the key; a sorted set of the same keys serves ranges. Every
+//! put, delete and compare needs one key's history, and in a B-tree of tens of thousands of keys
+//! each of the ~20 comparisons on the way down reads another key's bytes from another allocation:
+//! at 64 writers the walk was a quarter of the writer thread's samples, nearly all cache misses.
+//! The sorted set changes only when a key first appears or its history is purged away. The price
+//! is paid by ranges, which look up each key they return: 10,000 keys take 0.2–0.7 ms longer
+//! (BENCHMARKS.md, "Where the time goes", session 18).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet, hash_map};
 use std::ops::Bound;
 
 use bytes::Bytes;
@@ -47,7 +55,11 @@ pub(crate) struct Lease {
 /// The whole in-memory state. See the module docs.
 #[derive(Debug, Default)]
 pub(crate) struct Index {
-    keys: BTreeMap<Bytes, Vec<Entry>>,
+    /// Every key with any history. foldhash (seeded per map) rather than std's SipHash: a key is
+    /// hashed on every put and for every key a range returns, and SipHash is the slower of the two.
+    keys: HashMap<Bytes, Vec<Entry>, foldhash::fast::RandomState>,
+    /// The keys of `keys`, in order, for ranges.
+    order: BTreeSet<Bytes>,
     /// Latest revision written into the index; may be ahead of the committed revision while a
     /// batch is being made durable.
     pub revision: i64,
@@ -108,7 +120,22 @@ impl Index {
             Some(end) => Bound::Excluded(end),
             None => Bound::Unbounded,
         };
-        Box::new(self.keys.range::<[u8], _>((lower, upper)))
+        Box::new(
+            self.order
+                .range::<[u8], _>((lower, upper))
+                .map(|key| (key, &self.keys[key])),
+        )
+    }
+
+    /// The history of `key`, created empty (and the key added to `order`) if it has none.
+    fn history_mut(&mut self, key: &Bytes) -> &mut Vec<Entry> {
+        match self.keys.entry(key.clone()) {
+            hash_map::Entry::Occupied(entry) => entry.into_mut(),
+            hash_map::Entry::Vacant(entry) => {
+                self.order.insert(key.clone());
+                entry.insert(Vec::new())
+            }
+        }
     }
 
     /// The live version of every key in `range` at revision `rev`.
@@ -163,9 +190,7 @@ impl Index {
 
     /// Write `key` at (`rev`, `sub`); returns the event (with `prev_kv` always filled).
     pub fn put(&mut self, key: Bytes, value: Bytes, lease: i64, rev: i64, sub: u32) -> Event {
-        // One walk of the key map per put (a lookup and then an insert were two): under 64
-        // writers these walks were the writer thread's largest cost after the log itself.
-        let entries = self.keys.entry(key.clone()).or_default();
+        let entries = self.history_mut(&key);
         let prev = entries.last().and_then(|e| kv_of(&key, e, false));
         let (create_revision, version) = match &prev {
             Some(p) => (p.create_revision, p.version + 1),
@@ -230,13 +255,14 @@ impl Index {
     /// Add one entry read back from disk (entries arrive in revision order).
     pub fn load(&mut self, key: Bytes, entry: Entry) {
         self.revision = self.revision.max(entry.rev);
-        self.keys.entry(key).or_default().push(entry);
+        self.history_mut(&key).push(entry);
     }
 
     /// Attach every live key to its lease (after loading); returns keys whose lease is gone.
     pub fn attach_leases(&mut self) -> Vec<Bytes> {
         let mut orphans = Vec::new();
-        for (key, entries) in &self.keys {
+        for key in &self.order {
+            let entries = &self.keys[key];
             let Some(put) = entries.last().and_then(|e| e.put.as_ref()) else {
                 continue;
             };
@@ -305,11 +331,15 @@ impl Index {
         let mut removed = Vec::new();
         let mut emptied = Vec::new();
         let mut next = None;
-        for (n, (key, entries)) in self.keys.range_mut::<Bytes, _>(from..).enumerate() {
+        for (n, key) in self.order.range::<Bytes, _>(from..).enumerate() {
             if n > 0 && n + removed.len() >= budget {
                 next = Some(key.clone());
                 break;
             }
+            let entries = self
+                .keys
+                .get_mut(key)
+                .expect("every ordered key has a history");
             let below = entries.partition_point(|e| e.rev < compact_rev);
             if below == 0 {
                 continue;
@@ -323,6 +353,7 @@ impl Index {
         }
         for key in emptied {
             self.keys.remove(&key);
+            self.order.remove(&key);
         }
         (removed, next)
     }
@@ -433,6 +464,16 @@ mod tests {
         assert_eq!(
             read(&ix, &KeyRange::key("a"), 5),
             vec![("a".into(), "5".into())]
+        );
+        // the purged key is gone from the ordered keys too, so ranges still find every history
+        assert_eq!(
+            read(&ix, &KeyRange::prefix(""), 5),
+            vec![("a".into(), "5".into())]
+        );
+        ix.put(b("gone"), b("again"), 0, 6, 0);
+        assert_eq!(
+            read(&ix, &KeyRange::prefix(""), 6),
+            vec![("a".into(), "5".into()), ("gone".into(), "again".into())]
         );
         // a put below the compact revision that is still live survives
         let mut ix = Index::default();
