@@ -3,7 +3,8 @@
 //!
 //! Whatever a real store does costs at least this much, so if `check perf` fails against
 //! `--fsync`, no durable store served by this facade can pass it on that machine. Not a store:
-//! every put answers revision 1, reads find nothing, watches and leases are refused.
+//! every put answers revision 1, reads find nothing, and transactions, watches and leases are
+//! refused.
 //!
 //! ```text
 //! cargo build --release -p skiff-store --example facade_floor
