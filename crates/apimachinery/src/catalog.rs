@@ -1,12 +1,257 @@
-//! The built-in resource types Skiff serves: group, version, kind, plural and singular names,
-//! scope, short names, categories, verbs and subresources, as upstream's discovery reports them.
+//! The resource types the API serves: group, version, kind, plural and singular names, scope,
+//! short names, categories, verbs and subresources, as upstream's discovery reports them.
 //!
-//! Discovery, OpenAPI, the REST router and storage all read this one table, so a resource exists
-//! everywhere or nowhere.
+//! The built-in types are a static table ([`builtins`]); the set served at any moment is a
+//! [`Catalog`], held by a [`Registry`] that changes while the server runs (custom resources are
+//! installed and removed). Discovery, OpenAPI, the REST router and the watch cache all read the
+//! registry, so a resource exists everywhere or nowhere.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, RwLock};
+
+/// One subresource (`pods/status`, `deployments/scale`, …).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subresource {
+    /// The path segment after the object name (`status`, `scale`, `binding`, `log`).
+    pub name: String,
+    /// Group of the kind the subresource speaks (`""` for core, `autoscaling` for `scale`).
+    pub group: String,
+    /// Version of that kind.
+    pub version: String,
+    /// The kind sent and returned (`Pod` for `status`, `Scale`, `Binding`, `Eviction`).
+    pub kind: String,
+    pub verbs: Vec<String>,
+}
+
+impl Subresource {
+    pub fn supports(&self, verb: &str) -> bool {
+        self.verbs.iter().any(|v| v == verb)
+    }
+}
+
+/// One resource type of the API (`pods` in core/v1, `deployments` in apps/v1, …).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceType {
+    /// API group, `""` for the core (legacy) group.
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    /// The URL segment and storage name (`pods`).
+    pub plural: String,
+    pub singular: String,
+    /// Whether objects live in a namespace.
+    pub namespaced: bool,
+    pub short_names: Vec<String>,
+    /// Categories (`all` makes `kubectl get all` include the resource).
+    pub categories: Vec<String>,
+    pub verbs: Vec<String>,
+    pub subresources: Vec<Subresource>,
+    /// Whether the type is one of Skiff's own ([`builtins`]) rather than installed at run time.
+    pub builtin: bool,
+}
+
+impl ResourceType {
+    /// `v1` for core, `apps/v1` otherwise: the `apiVersion` of objects of this type.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The kind of a list of these objects (`PodList`).
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    pub fn subresource(&self, name: &str) -> Option<&Subresource> {
+        self.subresources.iter().find(|s| s.name == name)
+    }
+
+    /// Whether the resource has a `status` subresource (writes to the object then ignore
+    /// `.status`, and writes to `/status` ignore everything else).
+    pub fn has_status(&self) -> bool {
+        self.subresource("status").is_some()
+    }
+
+    pub fn supports(&self, verb: &str) -> bool {
+        self.verbs.iter().any(|v| v == verb)
+    }
+
+    /// Whether `name` is one of the type's short names.
+    pub fn has_short_name(&self, name: &str) -> bool {
+        self.short_names.iter().any(|s| s == name)
+    }
+
+    /// Whether the type is in `category` (`all`).
+    pub fn in_category(&self, category: &str) -> bool {
+        self.categories.iter().any(|c| c == category)
+    }
+}
+
+/// One API group as discovery lists it: its served versions, the preferred one first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    pub name: String,
+    pub versions: Vec<String>,
+}
+
+impl Group {
+    pub fn preferred(&self) -> &str {
+        &self.versions[0]
+    }
+}
+
+/// The resource types served at one moment, in discovery order (core first, then groups as
+/// upstream orders them, then installed groups in the order they arrived). Immutable: a change
+/// makes a new catalog ([`Registry`]), so a request reads one consistent set.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    types: Vec<Arc<ResourceType>>,
+    /// Positions in `types` by plural (a few groups share a plural: `events`).
+    by_plural: HashMap<String, Vec<usize>>,
+}
+
+impl Catalog {
+    fn new(types: Vec<Arc<ResourceType>>) -> Self {
+        let mut by_plural: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, t) in types.iter().enumerate() {
+            by_plural.entry(t.plural.clone()).or_default().push(i);
+        }
+        Self { types, by_plural }
+    }
+
+    /// Every type, in discovery order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<ResourceType>> {
+        self.types.iter()
+    }
+
+    /// The type at `group/version/plural`.
+    pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<&Arc<ResourceType>> {
+        self.by_plural
+            .get(plural)?
+            .iter()
+            .map(|&i| &self.types[i])
+            .find(|r| r.group == group && r.version == version)
+    }
+
+    /// The type of `apiVersion`/`kind` (`apps/v1`, `Deployment`).
+    pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<&Arc<ResourceType>> {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        self.types
+            .iter()
+            .find(|r| r.group == group && r.version == version && r.kind == kind)
+    }
+
+    /// The named groups (not core) in discovery order, each with its served versions.
+    pub fn groups(&self) -> Vec<Group> {
+        let mut out: Vec<Group> = Vec::new();
+        for r in self.types.iter().filter(|r| !r.group.is_empty()) {
+            match out.iter_mut().find(|g| g.name == r.group) {
+                Some(g) if !g.versions.contains(&r.version) => g.versions.push(r.version.clone()),
+                Some(_) => {}
+                None => out.push(Group {
+                    name: r.group.clone(),
+                    versions: vec![r.version.clone()],
+                }),
+            }
+        }
+        out
+    }
+
+    /// Whether `group/version` is served.
+    pub fn serves(&self, group: &str, version: &str) -> bool {
+        self.types
+            .iter()
+            .any(|r| r.group == group && r.version == version)
+    }
+
+    /// This catalog with `types` added, replacing any served at the same group, version and
+    /// plural. New types go after the others of their group (or at the end).
+    pub fn with(&self, types: impl IntoIterator<Item = ResourceType>) -> Catalog {
+        let mut all = self.types.clone();
+        for t in types {
+            match all
+                .iter()
+                .position(|r| r.group == t.group && r.version == t.version && r.plural == t.plural)
+            {
+                Some(i) => all[i] = Arc::new(t),
+                None => {
+                    let at = all
+                        .iter()
+                        .rposition(|r| r.group == t.group)
+                        .map_or(all.len(), |i| i + 1);
+                    all.insert(at, Arc::new(t));
+                }
+            }
+        }
+        Catalog::new(all)
+    }
+
+    /// This catalog without the types of `group` and `plural` that `keep` refuses (every version
+    /// of a custom resource when `keep` is always false).
+    pub fn without(
+        &self,
+        group: &str,
+        plural: &str,
+        keep: impl Fn(&ResourceType) -> bool,
+    ) -> Catalog {
+        let all = self
+            .types
+            .iter()
+            .filter(|r| r.builtin || r.group != group || r.plural != plural || keep(r))
+            .cloned()
+            .collect();
+        Catalog::new(all)
+    }
+}
+
+/// The catalog currently served, replaced whole on every change. Readers take a snapshot (an
+/// `Arc` clone under a read lock held for no longer than that); writers are rare (a CRD
+/// established or removed). A std `RwLock` because it is never held across an await.
+#[derive(Debug)]
+pub struct Registry {
+    current: RwLock<Arc<Catalog>>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Registry {
+    /// A registry serving the built-in types.
+    pub fn new() -> Self {
+        Self {
+            current: RwLock::new(Arc::new(Catalog::new(builtins().to_vec()))),
+        }
+    }
+
+    /// The catalog as it is now.
+    pub fn snapshot(&self) -> Arc<Catalog> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The type at `group/version/plural`, if served now.
+    pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
+        self.snapshot().lookup(group, version, plural).cloned()
+    }
+
+    /// Replaces the catalog with `change(current)`.
+    pub fn update(&self, change: impl FnOnce(&Catalog) -> Catalog) {
+        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+        *current = Arc::new(change(&current));
+    }
+}
 
 /// Verbs of a read-write collection (upstream's `get list watch create update patch delete
 /// deletecollection`).
-const CRUD: &[&str] = &[
+pub const CRUD: &[&str] = &[
     "create",
     "delete",
     "deletecollection",
@@ -24,87 +269,70 @@ const GET_PATCH_UPDATE: &[&str] = &["get", "patch", "update"];
 const CREATE: &[&str] = &["create"];
 const GET: &[&str] = &["get"];
 
-/// One subresource (`pods/status`, `deployments/scale`, …).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Subresource {
-    /// The path segment after the object name (`status`, `scale`, `binding`, `log`).
-    pub name: &'static str,
-    /// Group of the kind the subresource speaks (`""` for core, `autoscaling` for `scale`).
-    pub group: &'static str,
-    /// Version of that kind.
-    pub version: &'static str,
-    /// The kind sent and returned (`Pod` for `status`, `Scale`, `Binding`, `Eviction`).
-    pub kind: &'static str,
-    pub verbs: &'static [&'static str],
+/// A subresource of the static table.
+struct SubSpec {
+    name: &'static str,
+    kind: (&'static str, &'static str, &'static str),
+    verbs: &'static [&'static str],
 }
 
-impl Subresource {
+impl SubSpec {
     const fn new(
         name: &'static str,
-        (group, version, kind): (&'static str, &'static str, &'static str),
+        kind: (&'static str, &'static str, &'static str),
         verbs: &'static [&'static str],
     ) -> Self {
-        Self {
-            name,
-            group,
-            version,
-            kind,
-            verbs,
+        Self { name, kind, verbs }
+    }
+}
+
+/// A built-in type of the static table.
+struct Spec {
+    kind: (&'static str, &'static str, &'static str),
+    plural: &'static str,
+    singular: &'static str,
+    namespaced: bool,
+    short_names: &'static [&'static str],
+    categories: &'static [&'static str],
+    verbs: &'static [&'static str],
+    subresources: &'static [SubSpec],
+}
+
+fn strings(s: &[&str]) -> Vec<String> {
+    s.iter().map(|s| s.to_string()).collect()
+}
+
+impl Spec {
+    fn build(&self) -> ResourceType {
+        let (group, version, kind) = self.kind;
+        ResourceType {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+            plural: self.plural.into(),
+            singular: self.singular.into(),
+            namespaced: self.namespaced,
+            short_names: strings(self.short_names),
+            categories: strings(self.categories),
+            verbs: strings(self.verbs),
+            subresources: self
+                .subresources
+                .iter()
+                .map(|s| Subresource {
+                    name: s.name.into(),
+                    group: s.kind.0.into(),
+                    version: s.kind.1.into(),
+                    kind: s.kind.2.into(),
+                    verbs: strings(s.verbs),
+                })
+                .collect(),
+            builtin: true,
         }
     }
 }
 
-/// One resource type of the API (`pods` in core/v1, `deployments` in apps/v1, …).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ResourceType {
-    /// API group, `""` for the core (legacy) group.
-    pub group: &'static str,
-    pub version: &'static str,
-    pub kind: &'static str,
-    /// The URL segment and storage name (`pods`).
-    pub plural: &'static str,
-    pub singular: &'static str,
-    /// Whether objects live in a namespace.
-    pub namespaced: bool,
-    pub short_names: &'static [&'static str],
-    /// Categories (`all` makes `kubectl get all` include the resource).
-    pub categories: &'static [&'static str],
-    pub verbs: &'static [&'static str],
-    pub subresources: &'static [Subresource],
-}
-
-impl ResourceType {
-    /// `v1` for core, `apps/v1` otherwise: the `apiVersion` of objects of this type.
-    pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.to_string()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
-    }
-
-    /// The kind of a list of these objects (`PodList`).
-    pub fn list_kind(&self) -> String {
-        format!("{}List", self.kind)
-    }
-
-    pub fn subresource(&self, name: &str) -> Option<&'static Subresource> {
-        self.subresources.iter().find(|s| s.name == name)
-    }
-
-    /// Whether the resource has a `status` subresource (writes to the object then ignore
-    /// `.status`, and writes to `/status` ignore everything else).
-    pub fn has_status(&self) -> bool {
-        self.subresource("status").is_some()
-    }
-
-    pub fn supports(&self, verb: &str) -> bool {
-        self.verbs.contains(&verb)
-    }
-}
-
-const fn status_of(kind: (&'static str, &'static str, &'static str)) -> Subresource {
-    Subresource::new("status", kind, GET_PATCH_UPDATE)
+const fn status_of(kind: (&'static str, &'static str, &'static str)) -> SubSpec {
+    SubSpec::new("status", kind, GET_PATCH_UPDATE)
 }
 
 const SCALE: (&str, &str, &str) = ("autoscaling", "v1", "Scale");
@@ -118,12 +346,10 @@ const fn rt(
     short_names: &'static [&'static str],
     categories: &'static [&'static str],
     verbs: &'static [&'static str],
-    subresources: &'static [Subresource],
-) -> ResourceType {
-    ResourceType {
-        group,
-        version,
-        kind,
+    subresources: &'static [SubSpec],
+) -> Spec {
+    Spec {
+        kind: (group, version, kind),
         plural,
         singular,
         namespaced,
@@ -138,11 +364,11 @@ const NS: bool = true;
 const CLUSTER: bool = false;
 const ALL: &[&str] = &["all"];
 const NONE: &[&str] = &[];
-const NO_SUB: &[Subresource] = &[];
+const NO_SUB: &[SubSpec] = &[];
 
-/// Every resource type Skiff serves, in discovery order (core first, then groups as upstream
+/// Every built-in resource type, in discovery order (core first, then groups as upstream
 /// orders them).
-pub static RESOURCES: &[ResourceType] = &[
+static SPECS: &[Spec] = &[
     // core/v1
     rt(
         ("", "v1", "Binding"),
@@ -203,7 +429,7 @@ pub static RESOURCES: &[ResourceType] = &[
         NONE,
         CRUD_NO_COLLECTION,
         &[
-            Subresource::new("finalize", ("", "v1", "Namespace"), &["update"]),
+            SubSpec::new("finalize", ("", "v1", "Namespace"), &["update"]),
             status_of(("", "v1", "Namespace")),
         ],
     ),
@@ -246,12 +472,12 @@ pub static RESOURCES: &[ResourceType] = &[
         ALL,
         CRUD,
         &[
-            Subresource::new("attach", ("", "v1", "PodAttachOptions"), &["create", "get"]),
-            Subresource::new("binding", ("", "v1", "Binding"), CREATE),
-            Subresource::new("eviction", ("policy", "v1", "Eviction"), CREATE),
-            Subresource::new("exec", ("", "v1", "PodExecOptions"), &["create", "get"]),
-            Subresource::new("log", ("", "v1", "Pod"), GET),
-            Subresource::new(
+            SubSpec::new("attach", ("", "v1", "PodAttachOptions"), &["create", "get"]),
+            SubSpec::new("binding", ("", "v1", "Binding"), CREATE),
+            SubSpec::new("eviction", ("policy", "v1", "Eviction"), CREATE),
+            SubSpec::new("exec", ("", "v1", "PodExecOptions"), &["create", "get"]),
+            SubSpec::new("log", ("", "v1", "Pod"), GET),
+            SubSpec::new(
                 "portforward",
                 ("", "v1", "PodPortForwardOptions"),
                 &["create", "get"],
@@ -278,7 +504,7 @@ pub static RESOURCES: &[ResourceType] = &[
         ALL,
         CRUD,
         &[
-            Subresource::new("scale", SCALE, GET_PATCH_UPDATE),
+            SubSpec::new("scale", SCALE, GET_PATCH_UPDATE),
             status_of(("", "v1", "ReplicationController")),
         ],
     ),
@@ -310,7 +536,7 @@ pub static RESOURCES: &[ResourceType] = &[
         &["sa"],
         NONE,
         CRUD,
-        &[Subresource::new(
+        &[SubSpec::new(
             "token",
             ("authentication.k8s.io", "v1", "TokenRequest"),
             CREATE,
@@ -356,7 +582,7 @@ pub static RESOURCES: &[ResourceType] = &[
         ALL,
         CRUD,
         &[
-            Subresource::new("scale", SCALE, GET_PATCH_UPDATE),
+            SubSpec::new("scale", SCALE, GET_PATCH_UPDATE),
             status_of(("apps", "v1", "Deployment")),
         ],
     ),
@@ -369,7 +595,7 @@ pub static RESOURCES: &[ResourceType] = &[
         ALL,
         CRUD,
         &[
-            Subresource::new("scale", SCALE, GET_PATCH_UPDATE),
+            SubSpec::new("scale", SCALE, GET_PATCH_UPDATE),
             status_of(("apps", "v1", "ReplicaSet")),
         ],
     ),
@@ -382,7 +608,7 @@ pub static RESOURCES: &[ResourceType] = &[
         ALL,
         CRUD,
         &[
-            Subresource::new("scale", SCALE, GET_PATCH_UPDATE),
+            SubSpec::new("scale", SCALE, GET_PATCH_UPDATE),
             status_of(("apps", "v1", "StatefulSet")),
         ],
     ),
@@ -490,7 +716,7 @@ pub static RESOURCES: &[ResourceType] = &[
         NONE,
         CRUD,
         &[
-            Subresource::new(
+            SubSpec::new(
                 "approval",
                 ("certificates.k8s.io", "v1", "CertificateSigningRequest"),
                 GET_PATCH_UPDATE,
@@ -750,30 +976,30 @@ pub static RESOURCES: &[ResourceType] = &[
     ),
 ];
 
-/// The API groups in discovery order, each with its one served version.
-pub fn groups() -> Vec<(&'static str, &'static str)> {
-    let mut out: Vec<(&str, &str)> = Vec::new();
-    for r in RESOURCES.iter().filter(|r| !r.group.is_empty()) {
-        if !out.iter().any(|(g, _)| *g == r.group) {
-            out.push((r.group, r.version));
-        }
-    }
-    out
+static BUILTINS: LazyLock<Vec<Arc<ResourceType>>> =
+    LazyLock::new(|| SPECS.iter().map(|s| Arc::new(s.build())).collect());
+
+/// Every built-in resource type, in discovery order.
+pub fn builtins() -> &'static [Arc<ResourceType>] {
+    &BUILTINS
 }
 
-/// The resource type at `group/version/plural`.
+/// The built-in type at `group/version/plural` (what code that names a built-in kind uses;
+/// requests look types up in the [`Registry`]).
 pub fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
-    RESOURCES
+    builtins()
         .iter()
         .find(|r| r.group == group && r.version == version && r.plural == plural)
+        .map(|r| &**r)
 }
 
-/// The resource type of `apiVersion`/`kind` (`apps/v1`, `Deployment`).
+/// The built-in type of `apiVersion`/`kind` (`apps/v1`, `Deployment`).
 pub fn by_kind(api_version: &str, kind: &str) -> Option<&'static ResourceType> {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    RESOURCES
+    builtins()
         .iter()
         .find(|r| r.group == group && r.version == version && r.kind == kind)
+        .map(|r| &**r)
 }
 
 #[cfg(test)]
@@ -782,8 +1008,9 @@ mod tests {
 
     #[test]
     fn every_plural_is_unique_within_its_group() {
-        for (i, a) in RESOURCES.iter().enumerate() {
-            for b in &RESOURCES[i + 1..] {
+        let all = builtins();
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
                 assert!(
                     !(a.group == b.group && a.plural == b.plural),
                     "{}/{} twice",
@@ -807,8 +1034,76 @@ mod tests {
 
     #[test]
     fn groups_are_listed_once_in_order() {
-        let groups = groups();
-        assert_eq!(groups[0], ("apps", "v1"));
+        let groups = Registry::new().snapshot().groups();
+        assert_eq!(groups[0].name, "apps");
+        assert_eq!(groups[0].versions, ["v1"]);
         assert_eq!(groups.len(), 16);
+    }
+
+    fn widget(version: &str) -> ResourceType {
+        ResourceType {
+            group: "example.com".into(),
+            version: version.into(),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+            singular: "widget".into(),
+            namespaced: true,
+            short_names: vec!["wd".into()],
+            categories: vec![],
+            verbs: strings(CRUD),
+            subresources: vec![],
+            builtin: false,
+        }
+    }
+
+    #[test]
+    fn an_installed_type_is_served_until_removed() {
+        let registry = Registry::new();
+        let before = registry.snapshot();
+        registry.update(|c| c.with([widget("v1"), widget("v1beta1")]));
+        let now = registry.snapshot();
+        assert_eq!(
+            now.lookup("example.com", "v1", "widgets").unwrap().kind,
+            "Widget"
+        );
+        assert!(now.serves("example.com", "v1beta1"));
+        let group = now.groups().pop().unwrap();
+        assert_eq!(
+            (group.name.as_str(), group.versions.len()),
+            ("example.com", 2)
+        );
+        // A snapshot taken before is unchanged: a request reads one consistent set.
+        assert!(before.lookup("example.com", "v1", "widgets").is_none());
+
+        registry.update(|c| c.without("example.com", "widgets", |r| r.version == "v1"));
+        assert!(
+            registry
+                .lookup("example.com", "v1beta1", "widgets")
+                .is_none()
+        );
+        assert!(registry.lookup("example.com", "v1", "widgets").is_some());
+        registry.update(|c| c.without("example.com", "widgets", |_| false));
+        assert!(!registry.snapshot().serves("example.com", "v1"));
+        assert_eq!(registry.snapshot().iter().count(), builtins().len());
+    }
+
+    #[test]
+    fn installing_again_replaces_the_type_in_place() {
+        let registry = Registry::new();
+        registry.update(|c| c.with([widget("v1")]));
+        let mut changed = widget("v1");
+        changed.short_names = vec!["wdg".into()];
+        registry.update(|c| c.with([changed]));
+        let snapshot = registry.snapshot();
+        let found: Vec<_> = snapshot.iter().filter(|r| r.plural == "widgets").collect();
+        assert_eq!(found.len(), 1);
+        assert!(found[0].has_short_name("wdg"));
+    }
+
+    #[test]
+    fn built_in_types_are_never_removed() {
+        let registry = Registry::new();
+        registry.update(|c| c.without("", "pods", |_| false));
+        assert!(registry.lookup("", "v1", "pods").is_some());
     }
 }

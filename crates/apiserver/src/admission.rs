@@ -48,7 +48,7 @@ pub enum Operation {
 #[derive(Debug)]
 pub struct Attributes<'a> {
     pub operation: Operation,
-    pub resource: &'static ResourceType,
+    pub resource: &'a ResourceType,
     pub subresource: &'a str,
     pub namespace: &'a str,
     pub name: &'a str,
@@ -66,8 +66,8 @@ impl Attributes<'_> {
     pub fn forbidden(&self, why: &str) -> ApiError {
         ApiError::forbidden_target(
             crate::error::Target {
-                group: self.resource.group,
-                resource: self.resource.plural,
+                group: &self.resource.group,
+                resource: &self.resource.plural,
                 name: self.name,
             },
             why,

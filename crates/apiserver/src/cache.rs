@@ -19,9 +19,9 @@ use bytes::Bytes;
 use futures::StreamExt;
 use parking_lot::{Mutex, RwLock};
 use serde_json::Value;
-use skiff_apimachinery::catalog::{RESOURCES, ResourceType};
+use skiff_apimachinery::catalog::{self, ResourceType};
 use skiff_store::{EventKind, KeyRange, RangeRequest, Store, WatchControl, WatchRequest};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::error::{ApiError, Result};
 use crate::stamped::Stamped;
@@ -190,7 +190,7 @@ struct State {
 
 /// The cache of one resource type.
 pub struct ResourceCache {
-    pub rt: &'static ResourceType,
+    pub rt: Arc<ResourceType>,
     state: RwLock<State>,
     events: broadcast::Sender<CacheEvent>,
 }
@@ -220,7 +220,7 @@ pub enum WatchStart {
 }
 
 impl ResourceCache {
-    fn new(rt: &'static ResourceType) -> Self {
+    fn new(rt: Arc<ResourceType>) -> Self {
         Self {
             rt,
             state: RwLock::new(State::default()),
@@ -378,13 +378,52 @@ fn restamp(c: &Cached, revision: i64) -> Arc<Cached> {
     })
 }
 
+/// A storage id: the first two segments of a key (`core`, `pods`).
+type StorageId = (String, String);
+
+/// The caches, by storage id (for store events) and by served type (`(group, plural)`, for
+/// requests; two types may share one storage, as the two Event APIs do).
+#[derive(Default)]
+struct Caches {
+    by_storage: HashMap<StorageId, Arc<ResourceCache>>,
+    by_type: HashMap<(String, String), Arc<ResourceCache>>,
+}
+
+impl Caches {
+    /// Adds the cache of a built-in type; types sharing storage (the two Event APIs) share
+    /// the cache of the first.
+    fn add(&mut self, rt: &Arc<ResourceType>) {
+        let cache = self
+            .by_storage
+            .entry(storage::storage_id(rt))
+            .or_insert_with(|| Arc::new(ResourceCache::new(rt.clone())))
+            .clone();
+        self.by_type
+            .insert((rt.group.clone(), rt.plural.clone()), cache);
+    }
+}
+
+/// What the run loop is asked to do besides applying store events.
+enum Command {
+    /// Add a cache for a type installed at run time, filled as of the loop's revision, and say
+    /// when it is in place.
+    Install(ResourceType, oneshot::Sender<Result<()>>),
+}
+
 /// The caches of every resource, fed by one store watch.
+///
+/// The set of caches changes while serving (custom resources). A cache is added only by the
+/// run loop, between store batches: it is filled by a store read at the revision every other
+/// cache is complete up to, so it then receives exactly the events after it. Removal needs no
+/// such care and happens at once; dropping the cache closes its channel, which ends its
+/// watches.
 pub struct Cacher {
     store: Arc<dyn Store>,
-    resources: HashMap<(&'static str, &'static str), Arc<ResourceCache>>,
-    by_type: HashMap<(&'static str, &'static str), Arc<ResourceCache>>,
+    /// Read by every request and store batch, written on install and removal.
+    caches: RwLock<Caches>,
     revision: watch::Sender<i64>,
     control: Mutex<Option<Arc<dyn WatchControl>>>,
+    commands: mpsc::UnboundedSender<Command>,
 }
 
 impl std::fmt::Debug for Cacher {
@@ -398,27 +437,21 @@ impl std::fmt::Debug for Cacher {
 impl Cacher {
     /// Lists everything once and starts the watch that keeps the caches current.
     pub async fn start(store: Arc<dyn Store>) -> Result<Arc<Self>> {
-        let mut resources = HashMap::new();
-        let mut by_type = HashMap::new();
-        for rt in RESOURCES {
-            let id = storage::storage_id(rt);
-            // Resources sharing storage (the two Event APIs) share the cache of the first.
-            let cache = resources
-                .entry(id)
-                .or_insert_with(|| Arc::new(ResourceCache::new(rt)))
-                .clone();
-            by_type.insert((rt.group, rt.plural), cache);
+        let mut caches = Caches::default();
+        for rt in catalog::builtins() {
+            caches.add(rt);
         }
+        let (commands, requests) = mpsc::unbounded_channel();
         let cacher = Arc::new(Cacher {
             store,
-            resources,
-            by_type,
+            caches: RwLock::new(caches),
             revision: watch::channel(0).0,
             control: Mutex::new(None),
+            commands,
         });
         let revision = cacher.relist().await?;
         let this = cacher.clone();
-        tokio::spawn(async move { this.run(revision).await });
+        tokio::spawn(async move { this.run(revision, requests).await });
         let this = Arc::downgrade(&cacher);
         tokio::spawn(async move {
             // Periodic progress: lets idle resources' watchers get bookmarks and consistent
@@ -432,24 +465,129 @@ impl Cacher {
         Ok(cacher)
     }
 
-    pub fn resource(&self, rt: &ResourceType) -> &Arc<ResourceCache> {
-        &self.by_type[&(rt.group, rt.plural)]
+    /// The cache of a type: built-in types always have one.
+    ///
+    /// # Panics
+    /// For a type installed at run time and since removed; requests use [`Cacher::get`].
+    pub fn resource(&self, rt: &ResourceType) -> Arc<ResourceCache> {
+        self.get(rt)
+            .unwrap_or_else(|| panic!("no watch cache for {}/{}", rt.group, rt.plural))
+    }
+
+    /// The cache of a type, if it is served.
+    pub fn get(&self, rt: &ResourceType) -> Option<Arc<ResourceCache>> {
+        let key = (rt.group.clone(), rt.plural.clone());
+        self.caches.read().by_type.get(&key).cloned()
+    }
+
+    /// Adds the cache of a type installed at run time (no-op if it has one) and returns once
+    /// the cache is complete: from then on, lists and watches of the type are served.
+    pub async fn install(&self, rt: &ResourceType) -> Result<()> {
+        if self.get(rt).is_some() {
+            return Ok(());
+        }
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Install(rt.clone(), tx))
+            .map_err(|_| ApiError::internal("the watch cache has stopped"))?;
+        rx.await
+            .map_err(|_| ApiError::internal("the watch cache has stopped"))?
+    }
+
+    /// Drops the cache of a type installed at run time: its watches end. The storage's cache
+    /// stays while another type still uses it.
+    pub fn remove(&self, group: &str, plural: &str) {
+        let mut caches = self.caches.write();
+        let Some(cache) = caches
+            .by_type
+            .remove(&(group.to_string(), plural.to_string()))
+        else {
+            return;
+        };
+        if !caches.by_type.values().any(|c| Arc::ptr_eq(c, &cache)) {
+            let id = storage::storage_id(&cache.rt);
+            caches.by_storage.remove(&id);
+        }
     }
 
     /// The cache stored under storage group `g` and resource `p` (a key's first two segments).
-    fn find(
-        &self,
-        g: &str,
-        p: &str,
-    ) -> Option<(&(&'static str, &'static str), &Arc<ResourceCache>)> {
-        self.resources
-            .iter()
-            .find(|((rg, rp), _)| *rg == g && *rp == p)
+    fn find(&self, g: &str, p: &str) -> Option<Arc<ResourceCache>> {
+        let id = (g.to_string(), p.to_string());
+        self.caches.read().by_storage.get(&id).cloned()
     }
 
     /// The revision the caches are complete up to.
     pub fn revision(&self) -> i64 {
         *self.revision.borrow()
+    }
+
+    /// Every cache with its storage id.
+    fn all(&self) -> Vec<(StorageId, Arc<ResourceCache>)> {
+        let caches = self.caches.read();
+        caches
+            .by_storage
+            .iter()
+            .map(|(id, c)| (id.clone(), c.clone()))
+            .collect()
+    }
+
+    /// Reads every object of one cache's storage at `revision`.
+    async fn load(
+        &self,
+        rt: &ResourceType,
+        revision: i64,
+    ) -> Result<BTreeMap<String, Arc<Cached>>> {
+        let resp = self
+            .store
+            .range(RangeRequest {
+                range: KeyRange::prefix(storage::prefix(rt, "").into_bytes()),
+                revision,
+                ..Default::default()
+            })
+            .await?;
+        let mut objects = BTreeMap::new();
+        for kv in &resp.kvs {
+            match Cached::from_stored(rt, &kv.value, kv.mod_revision, &kv.key) {
+                Ok(c) => {
+                    objects.insert(c.path(), Arc::new(c));
+                }
+                Err(e) => {
+                    let key = String::from_utf8_lossy(&kv.key);
+                    tracing::warn!(key = %key, error = %e, "skipping undecodable object");
+                }
+            }
+        }
+        Ok(objects)
+    }
+
+    /// Carries out a command, between store batches: the caches are complete up to
+    /// `revision`.
+    async fn command(&self, command: Command, revision: i64) {
+        match command {
+            Command::Install(rt, done) => {
+                let key = (rt.group.clone(), rt.plural.clone());
+                let id = storage::storage_id(&rt);
+                let shared = self.caches.read().by_storage.get(&id).cloned();
+                let result = match shared {
+                    Some(cache) => {
+                        self.caches.write().by_type.insert(key, cache);
+                        Ok(())
+                    }
+                    None => match self.load(&rt, revision).await {
+                        Ok(objects) => {
+                            let cache = Arc::new(ResourceCache::new(Arc::new(rt)));
+                            cache.reset(objects, revision);
+                            let mut caches = self.caches.write();
+                            caches.by_storage.insert(id, cache.clone());
+                            caches.by_type.insert(key, cache);
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
+                    },
+                };
+                let _ = done.send(result);
+            }
+        }
     }
 
     async fn relist(&self) -> Result<i64> {
@@ -460,31 +598,38 @@ impl Cacher {
                 ..Default::default()
             })
             .await?;
-        let mut fresh: HashMap<(&'static str, &'static str), BTreeMap<String, Arc<Cached>>> =
-            HashMap::new();
+        let all = self.all();
+        let mut fresh: HashMap<StorageId, BTreeMap<String, Arc<Cached>>> = HashMap::new();
         for kv in &resp.kvs {
             let key = String::from_utf8_lossy(&kv.key);
             let Some((g, p, _, _)) = storage::parse_key(&key) else {
                 continue;
             };
-            let Some((id, cache)) = self.find(g, p) else {
+            let Some((id, cache)) = all.iter().find(|((sg, sp), _)| sg == g && sp == p) else {
                 continue;
             };
-            match Cached::from_stored(cache.rt, &kv.value, kv.mod_revision, &kv.key) {
+            match Cached::from_stored(&cache.rt, &kv.value, kv.mod_revision, &kv.key) {
                 Ok(c) => {
-                    fresh.entry(*id).or_default().insert(c.path(), Arc::new(c));
+                    fresh
+                        .entry(id.clone())
+                        .or_default()
+                        .insert(c.path(), Arc::new(c));
                 }
                 Err(e) => tracing::warn!(key = %key, error = %e, "skipping undecodable object"),
             }
         }
-        for (id, cache) in &self.resources {
+        for (id, cache) in &all {
             cache.reset(fresh.remove(id).unwrap_or_default(), resp.revision);
         }
         self.revision.send_replace(resp.revision);
         Ok(resp.revision)
     }
 
-    async fn run(self: Arc<Self>, mut revision: i64) {
+    async fn run(
+        self: Arc<Self>,
+        mut revision: i64,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+    ) {
         loop {
             let watch = self
                 .store
@@ -504,7 +649,15 @@ impl Cacher {
                 }
             };
             *self.control.lock() = Some(stream.control());
-            while let Some(batch) = stream.next().await {
+            loop {
+                let batch = tokio::select! {
+                    batch = stream.next() => batch,
+                    Some(command) = commands.recv() => {
+                        self.command(command, revision).await;
+                        continue;
+                    }
+                };
+                let Some(batch) = batch else { break };
                 match batch {
                     Ok(batch) => {
                         for ev in &batch.events {
@@ -512,7 +665,7 @@ impl Cacher {
                         }
                         revision = revision.max(batch.revision);
                         let progress = batch.events.is_empty();
-                        for cache in self.resources.values() {
+                        for (_, cache) in self.all() {
                             cache.advance(revision, progress);
                         }
                         self.revision.send_replace(revision);
@@ -547,7 +700,7 @@ impl Cacher {
         let Some((g, p, ns, name)) = storage::parse_key(&key) else {
             return;
         };
-        let Some((_, cache)) = self.find(g, p) else {
+        let Some(cache) = self.find(g, p) else {
             return;
         };
         let k = if ns.is_empty() {
@@ -557,7 +710,7 @@ impl Cacher {
         };
         match ev.kind {
             EventKind::Put => {
-                match Cached::from_stored(cache.rt, &ev.kv.value, ev.kv.mod_revision, &ev.kv.key) {
+                match Cached::from_stored(&cache.rt, &ev.kv.value, ev.kv.mod_revision, &ev.kv.key) {
                     Ok(c) => cache.apply(k, Some(Arc::new(c)), ev.kv.mod_revision),
                     Err(e) => tracing::warn!(key = %key, error = %e, "skipping undecodable object"),
                 }

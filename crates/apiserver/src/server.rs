@@ -31,6 +31,7 @@ use crate::pki::Pki;
 use crate::request::{RequestInfo, parse_query};
 
 use crate::storage;
+use skiff_apimachinery::catalog::{Registry, ResourceType};
 
 /// HTTP/2 streams a client may keep open on one connection (kube-apiserver's default).
 const MAX_STREAMS_PER_CONNECTION: u32 = 100;
@@ -101,6 +102,8 @@ struct AuditStart {
 /// Everything a request handler needs.
 pub struct ApiServer {
     pub store: Arc<dyn Store>,
+    /// The resource types served now: the built-in ones and those installed at run time.
+    pub registry: Registry,
     pub cache: Arc<Cacher>,
     pub authn: authn::Chain,
     pub authz: authz::Chain,
@@ -339,6 +342,7 @@ impl ApiServer {
         Ok(Arc::new(Self {
             stopping: tokio::sync::watch::Sender::new(false),
             store: store.clone(),
+            registry: Registry::new(),
             cache: cache.clone(),
             authn: authn::build(authn_options, tokens.as_deref(), cache.clone()),
             authz: chain,
@@ -467,6 +471,33 @@ impl ApiServer {
 
     pub fn now(&self) -> jiff::Timestamp {
         (self.clock)()
+    }
+
+    /// Starts serving `types` (versions of one resource installed at run time, a custom
+    /// resource): its watch cache first, then the registry, so that a request that finds the
+    /// type also finds its objects. A type already served at the same group, version and
+    /// plural is replaced (its names or subresources changed).
+    pub async fn install(&self, types: Vec<ResourceType>) -> Result<()> {
+        for rt in &types {
+            self.cache.install(rt).await?;
+        }
+        self.registry.update(|c| c.with(types));
+        Ok(())
+    }
+
+    /// Stops serving the versions of `group`/`plural` that `keep` refuses (all of them when it
+    /// always refuses): they leave the registry, and with the last of them the watch cache,
+    /// which ends their watches. Built-in types are never removed.
+    pub fn remove(&self, group: &str, plural: &str, keep: impl Fn(&ResourceType) -> bool) {
+        self.registry.update(|c| c.without(group, plural, &keep));
+        let still_served = self
+            .registry
+            .snapshot()
+            .iter()
+            .any(|r| r.group == group && r.plural == plural);
+        if !still_served {
+            self.cache.remove(group, plural);
+        }
     }
 
     /// One request through the pipeline.

@@ -12,16 +12,11 @@ use crate::error::{ApiError, Result};
 /// The prefix under which every Kubernetes object lives.
 pub const ROOT: &str = "/registry/";
 
-/// The storage group segment of a resource (`core` for the legacy group).
-fn group_segment(rt: &ResourceType) -> &'static str {
-    storage_type(rt).0
-}
-
 /// Where a resource's objects are stored. `events.k8s.io/v1` Events share core Events' storage,
 /// as upstream.
-fn storage_type(rt: &ResourceType) -> (&'static str, &'static str) {
-    match (rt.group, rt.plural) {
-        ("events.k8s.io", "events") | ("", _) => ("core", rt.plural),
+fn storage_type(rt: &ResourceType) -> (&str, &str) {
+    match (rt.group.as_str(), rt.plural.as_str()) {
+        ("events.k8s.io", "events") | ("", _) => ("core", &rt.plural),
         (g, p) => (g, p),
     }
 }
@@ -62,8 +57,9 @@ pub fn parse_key(key: &str) -> Option<(&str, &str, &str, &str)> {
 }
 
 /// The `(storage group, resource)` pair a key belongs to, for routing store events.
-pub fn storage_id(rt: &ResourceType) -> (&'static str, &'static str) {
-    (group_segment(rt), storage_type(rt).1)
+pub fn storage_id(rt: &ResourceType) -> (String, String) {
+    let (g, p) = storage_type(rt);
+    (g.to_string(), p.to_string())
 }
 
 /// Serializes an object for the store: JSON without `metadata.resourceVersion`.

@@ -137,8 +137,8 @@ impl Documents {
         let group_versions: Vec<(String, Map<String, Value>)> = schemas::served_group_versions()
             .into_iter()
             .map(|(group, version)| {
-                let paths = v3::group_version_paths(registry, group, version);
-                (v3::index_key(group, version), paths)
+                let paths = v3::group_version_paths(registry, &group, &version);
+                (v3::index_key(&group, &version), paths)
             })
             .collect();
         let v2_doc = v2::document(registry, group_versions.iter().map(|(_, paths)| paths));

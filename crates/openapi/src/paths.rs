@@ -182,13 +182,13 @@ struct Builder<'a> {
 impl Builder<'_> {
     fn kind(&self) -> (String, String, String) {
         let r = self.resource;
-        (r.group.into(), r.version.into(), r.kind.into())
+        (r.group.clone(), r.version.clone(), r.kind.clone())
     }
 
     /// The definition of the resource's own kind.
     fn object(&self) -> Value {
         let r = self.resource;
-        let name = self.registry.name_of(r.group, r.version, r.kind);
+        let name = self.registry.name_of(&r.group, &r.version, &r.kind);
         name.map(schema_ref)
             .unwrap_or_else(|| json!({"type": "object"}))
     }
@@ -205,7 +205,7 @@ impl Builder<'_> {
         format!(
             "{verb}{}{}{infix}{ns}{}{suffix}",
             self.word,
-            capitalize(r.version),
+            capitalize(&r.version),
             r.kind
         )
     }
@@ -226,7 +226,7 @@ pub(crate) fn resource_paths(
     paths: &mut Map<String, Value>,
 ) {
     let r = resource;
-    let base = prefix(r.group, r.version);
+    let base = prefix(&r.group, &r.version);
     let collection = if r.namespaced {
         format!("{base}/namespaces/{{namespace}}/{}", r.plural)
     } else {
@@ -236,8 +236,8 @@ pub(crate) fn resource_paths(
     let mut b = Builder {
         registry,
         resource,
-        tag: tag(r.group, r.version),
-        word: group_word(r.group),
+        tag: tag(&r.group, &r.version),
+        word: group_word(&r.group),
         paths,
     };
     let namespace = path_param(
@@ -253,12 +253,12 @@ pub(crate) fn resource_paths(
     }
     let object = b.object();
     let list = registry
-        .name_of(r.group, r.version, &r.list_kind())
+        .name_of(&r.group, &r.version, &r.list_kind())
         .map(schema_ref)
         .unwrap_or_else(|| json!({"type": "object"}));
     let status = schema_ref(STATUS);
-    let kind = r.kind;
-    let plural = r.plural;
+    let kind = &r.kind;
+    let plural = &r.plural;
 
     if r.supports("list") {
         let op = Op {
@@ -311,14 +311,14 @@ pub(crate) fn resource_paths(
         b.add(&collection, collection_params.clone(), "delete", op);
     }
     object_ops(&mut b, &object_path, &object_params, &object);
-    for sub in r.subresources {
+    for sub in &r.subresources {
         subresource_ops(&mut b, &object_path, &object_params, sub);
     }
 }
 
 fn object_ops(b: &mut Builder, path: &str, params: &[Value], object: &Value) {
     let r = b.resource;
-    let kind = r.kind;
+    let kind = &r.kind;
     if r.supports("get") {
         let op = Op {
             action: "get",
@@ -388,21 +388,17 @@ fn patch_op(id: String, what: &str, kind: (String, String, String), object: &Val
 fn subresource_ops(b: &mut Builder, object_path: &str, params: &[Value], sub: &Subresource) {
     let r = b.resource;
     let path = format!("{object_path}/{}", sub.name);
-    let suffix = capitalize(sub.name);
-    let kind = (
-        sub.group.to_string(),
-        sub.version.to_string(),
-        sub.kind.to_string(),
-    );
+    let suffix = capitalize(&sub.name);
+    let kind = (sub.group.clone(), sub.version.clone(), sub.kind.clone());
     let schema = b
         .registry
-        .name_of(sub.group, sub.version, sub.kind)
+        .name_of(&sub.group, &sub.version, &sub.kind)
         .map(schema_ref);
     let what = format!("{} of the specified {}", sub.name, r.kind);
     let string = json!({"type": "string"});
-    let connect = schema.is_none() && sub.verbs.contains(&"create");
-    for verb in sub.verbs {
-        let (method, op) = match (*verb, &schema) {
+    let connect = schema.is_none() && sub.supports("create");
+    for verb in &sub.verbs {
+        let (method, op) = match (verb.as_str(), &schema) {
             ("get", _) if sub.name == "log" => {
                 let op = Op {
                     action: "get",
@@ -426,7 +422,7 @@ fn subresource_ops(b: &mut Builder, object_path: &str, params: &[Value], sub: &S
                     id: b.id("connect", word, true, &suffix),
                     description: format!("connect {method} requests to {} of {}", sub.name, r.kind),
                     kind: kind.clone(),
-                    params: connect_params(sub.name),
+                    params: connect_params(&sub.name),
                     body: None,
                     responses: responses(OK, &string, ANY_MEDIA),
                 };

@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 use skiff_apimachinery::catalog::{self, ResourceType};
 
 use crate::patch_meta;
-use crate::types::{self, Gvk};
+use crate::types;
 
 /// Prefix of a definition reference in Swagger 2.0 form.
 pub(crate) const V2_REF: &str = "#/definitions/";
@@ -94,13 +94,16 @@ fn build() -> Registry {
     let served = served_group_versions();
     for shared in [DELETE_OPTIONS, WATCH_EVENT] {
         let kind = shared.rsplit('.').next().unwrap_or(shared);
-        let gvks: Vec<Gvk> = served.iter().map(|(g, v)| (*g, *v, kind)).collect();
+        let gvks: Vec<(&str, &str, &str)> = served
+            .iter()
+            .map(|(g, v)| (g.as_str(), v.as_str(), kind))
+            .collect();
         set_gvks(&mut definitions, shared, &gvks);
     }
 
     let mut placeholders = Vec::new();
-    for resource in catalog::RESOURCES {
-        let key = owned((resource.group, resource.version, resource.kind));
+    for resource in catalog::builtins() {
+        let key = owned((&resource.group, &resource.version, &resource.kind));
         let item = match by_gvk.get(&key) {
             Some(name) => name.clone(),
             None => {
@@ -117,11 +120,7 @@ fn build() -> Registry {
             let list = list_schema(resource, &item, &definitions);
             definitions.insert(list_name.clone(), list);
             by_gvk.insert(
-                (
-                    resource.group.to_string(),
-                    resource.version.to_string(),
-                    list_kind,
-                ),
+                (resource.group.clone(), resource.version.clone(), list_kind),
                 list_name,
             );
         }
@@ -136,19 +135,23 @@ fn build() -> Registry {
     }
 }
 
-fn owned((g, v, k): Gvk) -> (String, String, String) {
+fn owned((g, v, k): (&str, &str, &str)) -> (String, String, String) {
     (g.to_string(), v.to_string(), k.to_string())
 }
 
-/// `("", "v1")` then every catalog group's served version, in discovery order.
-pub(crate) fn served_group_versions() -> Vec<(&'static str, &'static str)> {
-    let mut out = vec![("", "v1")];
-    out.extend(catalog::groups());
+/// `("", "v1")` then every built-in group's served version, in discovery order.
+pub(crate) fn served_group_versions() -> Vec<(String, String)> {
+    let mut out = vec![(String::new(), "v1".to_string())];
+    for r in catalog::builtins() {
+        if !r.group.is_empty() && !out.iter().any(|(g, _)| *g == r.group) {
+            out.push((r.group.clone(), r.version.clone()));
+        }
+    }
     out
 }
 
 /// Sets `x-kubernetes-group-version-kind` on a definition to the given kinds.
-fn set_gvks(definitions: &mut Map<String, Value>, name: &str, gvks: &[Gvk]) {
+fn set_gvks(definitions: &mut Map<String, Value>, name: &str, gvks: &[(&str, &str, &str)]) {
     let Some(Value::Object(schema)) = definitions.get_mut(name) else {
         return;
     };
@@ -202,7 +205,7 @@ pub(crate) fn v3_override(name: &str, v2: &Value) -> Option<Value> {
 
 /// Where a kind's definitions live (`io.k8s.api.apps.v1`), for kinds without a k8s-openapi type.
 fn placeholder_name(resource: &ResourceType) -> String {
-    let package = match resource.group {
+    let package = match resource.group.as_str() {
         "" => "core".to_string(),
         group => group
             .trim_end_matches(".k8s.io")
@@ -338,8 +341,8 @@ mod tests {
             "no k8s-openapi type listed in types.rs for {:?}",
             registry.placeholders
         );
-        for r in catalog::RESOURCES {
-            assert!(registry.name_of(r.group, r.version, r.kind).is_some());
+        for r in catalog::builtins() {
+            assert!(registry.name_of(&r.group, &r.version, &r.kind).is_some());
         }
     }
 

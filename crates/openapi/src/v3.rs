@@ -32,7 +32,7 @@ pub(crate) fn group_version_paths(
 ) -> Map<String, Value> {
     let mut paths = Map::new();
     paths::discovery_path(group, version, &mut paths);
-    for resource in catalog::RESOURCES
+    for resource in catalog::builtins()
         .iter()
         .filter(|r| r.group == group && r.version == version)
     {

@@ -2,7 +2,7 @@
 //! kubectl looks up in them.
 
 use serde_json::Value;
-use skiff_apimachinery::catalog::RESOURCES;
+use skiff_apimachinery::catalog::builtins;
 use skiff_openapi::{Documents, V2_PROTOBUF, V2_PROTOBUF_ALT};
 
 fn docs() -> &'static Documents {
@@ -33,7 +33,7 @@ fn collection_path(r: &skiff_apimachinery::catalog::ResourceType) -> String {
 }
 
 fn index_key(r: &skiff_apimachinery::catalog::ResourceType) -> String {
-    skiff_openapi::v3::index_key(r.group, r.version)
+    skiff_openapi::v3::index_key(&r.group, &r.version)
 }
 
 fn has_param(op: &Value, name: &str) -> bool {
@@ -51,7 +51,7 @@ fn the_index_lists_every_group_version_with_a_hashed_url() {
         let hash = docs().v3_hash(key).unwrap();
         assert_eq!(url, format!("/openapi/v3/{key}?hash={hash}"));
     }
-    for r in RESOURCES {
+    for r in builtins() {
         assert!(
             paths.contains_key(&index_key(r)),
             "{} missing",
@@ -91,7 +91,7 @@ fn the_core_document_describes_pod_with_its_kind_and_field_docs() {
 
 #[test]
 fn every_resource_has_create_and_list_operations_that_take_field_validation() {
-    for r in RESOURCES {
+    for r in builtins() {
         let doc = v3(&index_key(r));
         let item = &doc["paths"][collection_path(r)];
         let gvk = serde_json::json!({"group": r.group, "version": r.version, "kind": r.kind});

@@ -507,25 +507,21 @@ pub fn for_kind(group: &str, kind: &str) -> Option<&'static Type> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::RESOURCES;
+    use crate::catalog::builtins;
 
     #[test]
     fn every_catalog_kind_and_patchable_subresource_has_metadata() {
         // create-only kinds (TokenReview) are never patched
-        for resource in RESOURCES.iter().filter(|r| r.supports("patch")) {
+        for resource in builtins().iter().filter(|r| r.supports("patch")) {
             assert!(
-                for_kind(resource.group, resource.kind).is_some(),
+                for_kind(&resource.group, &resource.kind).is_some(),
                 "{}/{}",
                 resource.group,
                 resource.kind
             );
-            for sub in resource
-                .subresources
-                .iter()
-                .filter(|s| s.verbs.contains(&"patch"))
-            {
+            for sub in resource.subresources.iter().filter(|s| s.supports("patch")) {
                 assert!(
-                    for_kind(sub.group, sub.kind).is_some(),
+                    for_kind(&sub.group, &sub.kind).is_some(),
                     "{}/{} of {}",
                     sub.group,
                     sub.kind,

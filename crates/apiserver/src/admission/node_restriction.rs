@@ -22,8 +22,8 @@ pub struct NodeRestriction;
 fn forbidden(attrs: &Attributes<'_>, why: &str) -> ApiError {
     ApiError::forbidden_target(
         crate::error::Target {
-            group: attrs.resource.group,
-            resource: attrs.resource.plural,
+            group: &attrs.resource.group,
+            resource: &attrs.resource.plural,
             name: attrs.name,
         },
         why,
@@ -153,7 +153,7 @@ impl Plugin for NodeRestriction {
         if !attrs.resource.group.is_empty() {
             return Ok(());
         }
-        match attrs.resource.plural {
+        match attrs.resource.plural.as_str() {
             "nodes" => self.nodes(node, attrs, object),
             "pods" => self.pods(node, attrs, object),
             _ => Ok(()),

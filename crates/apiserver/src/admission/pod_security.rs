@@ -295,7 +295,10 @@ impl<L: PodSecurityLookup> Plugin for PodSecurity<L> {
 
     async fn validate(&self, attrs: &Attributes<'_>, object: Option<&Value>) -> Result<()> {
         let Some(obj) = object else { return Ok(()) };
-        let (group, plural) = (attrs.resource.group, attrs.resource.plural);
+        let (group, plural) = (
+            attrs.resource.group.as_str(),
+            attrs.resource.plural.as_str(),
+        );
         if attrs.operation == Operation::Delete {
             return Ok(());
         }

@@ -70,7 +70,10 @@ pub fn charge(
     quotas: &[Value],
     now: jiff::Timestamp,
 ) -> Result<Vec<Value>> {
-    let (group, plural) = (attrs.resource.group, attrs.resource.plural);
+    let (group, plural) = (
+        attrs.resource.group.as_str(),
+        attrs.resource.plural.as_str(),
+    );
     let mut usage = quota::usage(group, plural, obj, now);
     if attrs.operation == Operation::Update {
         let old = attrs.old.ok_or_else(|| {
@@ -150,7 +153,10 @@ impl<S: QuotaStore> Plugin for ResourceQuota<S> {
         let Some(obj) = object else { return Ok(()) };
         let charged = match attrs.operation {
             Operation::Create => true,
-            Operation::Update => charges_updates(attrs.resource.group, attrs.resource.plural),
+            Operation::Update => charges_updates(
+                attrs.resource.group.as_str(),
+                attrs.resource.plural.as_str(),
+            ),
             Operation::Delete => false,
         };
         if !charged

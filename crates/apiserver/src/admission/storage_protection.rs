@@ -28,7 +28,7 @@ impl Plugin for StorageObjectInUseProtection {
         {
             return Ok(());
         }
-        let finalizer = match attrs.resource.plural {
+        let finalizer = match attrs.resource.plural.as_str() {
             "persistentvolumeclaims" => PVC_PROTECTION,
             "persistentvolumes" => PV_PROTECTION,
             _ => return Ok(()),

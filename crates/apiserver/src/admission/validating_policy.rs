@@ -126,7 +126,7 @@ fn first_refusal(attrs: &Attributes<'_>, denials: &[Denial<'_>]) -> Result<()> {
 fn exempt(attrs: &Attributes<'_>) -> bool {
     attrs.resource.group == "admissionregistration.k8s.io"
         && matches!(
-            attrs.resource.plural,
+            attrs.resource.plural.as_str(),
             "validatingadmissionpolicies" | "validatingadmissionpolicybindings"
         )
 }

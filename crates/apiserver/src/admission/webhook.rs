@@ -255,8 +255,8 @@ pub(crate) fn rule_matches(rule: &Rule, attrs: &Attributes<'_>) -> bool {
     });
     scope_ok
         && any(&rule.operations, operation(attrs.operation))
-        && any(&rule.groups, rt.group)
-        && any(&rule.versions, rt.version)
+        && any(&rule.groups, &rt.group)
+        && any(&rule.versions, &rt.version)
         && resource_ok
 }
 

@@ -284,7 +284,7 @@ async fn ensure_object(
     let ns = expected["metadata"]["namespace"].as_str().unwrap_or("");
     let name = expected["metadata"]["name"].as_str().unwrap_or("");
     let key = storage::key(rt, ns, name);
-    let is_role = matches!(rt.plural, "roles" | "clusterroles");
+    let is_role = matches!(rt.plural.as_str(), "roles" | "clusterroles");
     for _ in 0..ATTEMPTS {
         let Some(kv) = store.get(key.as_bytes()).await? else {
             let mut object = expected.clone();

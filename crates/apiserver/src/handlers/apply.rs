@@ -61,8 +61,8 @@ fn with_writer<T>(ctx: &Ctx, f: impl FnOnce(&Writer<'_>) -> T) -> T {
         subresource: &ctx.info.subresource,
         scope: scope(ctx),
         now: &now,
-        group: ctx.rt.group,
-        kind: ctx.rt.kind,
+        group: &ctx.rt.group,
+        kind: &ctx.rt.kind,
     };
     f(&writer)
 }
@@ -218,10 +218,10 @@ pub async fn apply(mut ctx: Ctx) -> Result<Response<Body>> {
         .and_then(Value::as_str)
         .and_then(|s| s.parse::<i64>().ok());
     let updated = update_with(&ctx, pinned, Fields::Computed, |current| {
-        let served = conversion::to_external(ctx.rt, current.clone());
+        let served = conversion::to_external(&ctx.rt, current.clone());
         let merged = with_writer(&ctx, |w| managedfields::apply(&served, &config, w, force))
             .map_err(|e| apply_error(&ctx, e))?;
-        Ok(conversion::to_internal(ctx.rt, merged))
+        Ok(conversion::to_internal(&ctx.rt, merged))
     })
     .await;
     match updated {
@@ -251,5 +251,10 @@ pub async fn apply(mut ctx: Ctx) -> Result<Response<Body>> {
     } else if let Some(m) = obj["metadata"].as_object_mut() {
         m.remove("namespace");
     }
-    create_object(&ctx, conversion::to_internal(ctx.rt, obj), Fields::Computed).await
+    create_object(
+        &ctx,
+        conversion::to_internal(&ctx.rt, obj),
+        Fields::Computed,
+    )
+    .await
 }

@@ -1,11 +1,12 @@
 //! Discovery: what groups, versions and resources exist. The legacy documents (`/api`,
 //! `/api/v1`, `/apis`, `/apis/{group}`, `/apis/{group}/{version}`) and the aggregated form
 //! (`apidiscovery.k8s.io/v2` `APIGroupDiscoveryList`) that kubectl ≥ 1.30 asks for on `/api` and
-//! `/apis`. All are built from the one catalog.
+//! `/apis`. All are built from one snapshot of the registry, so a type installed or removed while
+//! serving appears or disappears in every document at once.
 
 use http::Method;
 use serde_json::{Value, json};
-use skiff_apimachinery::catalog::{self, RESOURCES, ResourceType};
+use skiff_apimachinery::catalog::{Catalog, Group, ResourceType};
 
 use super::{Body, bytes_response, json};
 use crate::request::RequestInfo;
@@ -17,7 +18,7 @@ const AGGREGATED_V2BETA1: &str =
 
 /// Answers a discovery path, or `None` when the path is not discovery.
 pub fn handle(
-    _server: &ApiServer,
+    server: &ApiServer,
     method: &Method,
     info: &RequestInfo,
     accept: Option<&str>,
@@ -30,10 +31,11 @@ pub fn handle(
     if !(legacy || path == "/apis" || path.starts_with("/apis/")) {
         return None;
     }
+    let catalog = server.registry.snapshot();
     let parts: Vec<&str> = info.parts.iter().map(String::as_str).collect();
     match (legacy, parts.as_slice()) {
         (true, []) => Some(match aggregated_version(accept) {
-            Some(v) => aggregated(v, true),
+            Some(v) => aggregated(&catalog, v, true),
             None => json(
                 200,
                 &json!({"kind": "APIVersions", "versions": ["v1"],
@@ -41,27 +43,26 @@ pub fn handle(
                                                         "serverAddress": ""}]}),
             ),
         }),
-        (true, ["v1"]) => Some(json(200, &resource_list("", "v1"))),
+        (true, ["v1"]) => Some(json(200, &resource_list(&catalog, "", "v1"))),
         (false, []) => Some(match aggregated_version(accept) {
-            Some(v) => aggregated(v, false),
+            Some(v) => aggregated(&catalog, v, false),
             None => json(
                 200,
                 &json!({"kind": "APIGroupList", "apiVersion": "v1",
-                        "groups": catalog::groups().iter().map(|(g, v)| group(g, v)).collect::<Vec<_>>()}),
+                        "groups": catalog.groups().iter().map(group).collect::<Vec<_>>()}),
             ),
         }),
-        (false, [g]) => catalog::groups()
+        (false, [g]) => catalog
+            .groups()
             .iter()
-            .find(|(name, _)| name == g)
-            .map(|(g, v)| {
-                let mut doc = group(g, v);
+            .find(|group| group.name == *g)
+            .map(|g| {
+                let mut doc = group(g);
                 doc["kind"] = json!("APIGroup");
                 doc["apiVersion"] = json!("v1");
                 json(200, &doc)
             }),
-        (false, [g, v]) if catalog::groups().contains(&(g, v)) => {
-            Some(json(200, &resource_list(g, v)))
-        }
+        (false, [g, v]) if catalog.serves(g, v) => Some(json(200, &resource_list(&catalog, g, v))),
         _ => None,
     }
 }
@@ -83,14 +84,16 @@ fn aggregated_version(accept: Option<&str>) -> Option<&'static str> {
     None
 }
 
-fn group(name: &str, version: &str) -> Value {
-    let gv = json!({"groupVersion": format!("{name}/{version}"), "version": version});
-    json!({"name": name, "versions": [gv.clone()], "preferredVersion": gv})
+fn group(group: &Group) -> Value {
+    let gv = |v: &str| json!({"groupVersion": format!("{}/{v}", group.name), "version": v});
+    json!({"name": group.name,
+           "versions": group.versions.iter().map(|v| gv(v)).collect::<Vec<_>>(),
+           "preferredVersion": gv(group.preferred())})
 }
 
-fn resource_list(group: &str, version: &str) -> Value {
+fn resource_list(catalog: &Catalog, group: &str, version: &str) -> Value {
     let mut resources = Vec::new();
-    for rt in RESOURCES
+    for rt in catalog
         .iter()
         .filter(|r| r.group == group && r.version == version)
     {
@@ -105,7 +108,7 @@ fn resource_list(group: &str, version: &str) -> Value {
             r["categories"] = json!(rt.categories);
         }
         resources.push(r);
-        for sub in rt.subresources {
+        for sub in &rt.subresources {
             let mut s = json!({
                 "name": format!("{}/{}", rt.plural, sub.name), "singularName": "",
                 "namespaced": rt.namespaced, "kind": sub.kind, "verbs": sub.verbs,
@@ -154,22 +157,31 @@ fn discovery_resource(rt: &ResourceType) -> Value {
     r
 }
 
-fn aggregated(version: &'static str, legacy: bool) -> http::Response<Body> {
-    let groups: Vec<(&str, &str)> = if legacy {
-        vec![("", "v1")]
+fn aggregated(catalog: &Catalog, version: &'static str, legacy: bool) -> http::Response<Body> {
+    let groups = if legacy {
+        vec![Group {
+            name: String::new(),
+            versions: vec!["v1".into()],
+        }]
     } else {
-        catalog::groups()
+        catalog.groups()
     };
     let items: Vec<Value> = groups
         .iter()
-        .map(|(g, v)| {
-            let resources: Vec<Value> = RESOURCES
+        .map(|g| {
+            let versions: Vec<Value> = g
+                .versions
                 .iter()
-                .filter(|r| r.group == *g && r.version == *v)
-                .map(discovery_resource)
+                .map(|v| {
+                    let resources: Vec<Value> = catalog
+                        .iter()
+                        .filter(|r| r.group == g.name && r.version == *v)
+                        .map(|r| discovery_resource(r))
+                        .collect();
+                    json!({"version": v, "resources": resources, "freshness": "Current"})
+                })
                 .collect();
-            json!({"metadata": {"name": g},
-                   "versions": [{"version": v, "resources": resources, "freshness": "Current"}]})
+            json!({"metadata": {"name": g.name}, "versions": versions})
         })
         .collect();
     let doc = json!({"kind": "APIGroupDiscoveryList",

@@ -36,7 +36,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use serde_json::Value;
-use skiff_apimachinery::catalog::{self, ResourceType};
+use skiff_apimachinery::catalog::ResourceType;
 
 use crate::authn::UserInfo;
 use crate::encoding::{self, MAX_BODY_BYTES, Output};
@@ -54,7 +54,8 @@ pub struct Ctx {
     pub query: HashMap<String, String>,
     pub headers: http::HeaderMap,
     pub user: UserInfo,
-    pub rt: &'static ResourceType,
+    /// The type, as the registry served it when the request arrived.
+    pub rt: Arc<ResourceType>,
     pub output: Output,
     /// `Warning` headers for the response, shared with sub-request copies.
     pub warnings: Warnings,
@@ -107,7 +108,7 @@ impl Ctx {
             query: self.query.clone(),
             headers: self.headers.clone(),
             user: self.user.clone(),
-            rt: self.rt,
+            rt: self.rt.clone(),
             output: self.output,
             warnings: self.warnings.clone(),
             audit_annotations: self.audit_annotations.clone(),
@@ -147,8 +148,8 @@ impl Ctx {
 
     pub fn target<'a>(&'a self, name: &'a str) -> crate::error::Target<'a> {
         crate::error::Target {
-            group: self.rt.group,
-            resource: self.rt.plural,
+            group: &self.rt.group,
+            resource: &self.rt.plural,
             name,
         }
     }
@@ -232,7 +233,10 @@ pub async fn route(
             Err(e) => error(&e),
         };
     }
-    let Some(rt) = catalog::lookup(&info.group, &info.version, &info.resource) else {
+    let Some(rt) = server
+        .registry
+        .lookup(&info.group, &info.version, &info.resource)
+    else {
         return error(&ApiError::path_not_found());
     };
     let output = match encoding::negotiate(accept.as_deref()) {
@@ -267,7 +271,7 @@ pub async fn route(
 }
 
 async fn dispatch(ctx: Ctx) -> Result<Response<Body>> {
-    let rt = ctx.rt;
+    let rt = ctx.rt.clone();
     let info = &ctx.info;
     if rt.namespaced
         && info.namespace.is_empty()
@@ -279,19 +283,19 @@ async fn dispatch(ctx: Ctx) -> Result<Response<Body>> {
         return Err(ApiError::path_not_found());
     }
     if !info.subresource.is_empty() {
-        let Some(sub) = rt.subresource(&info.subresource) else {
+        let Some(sub) = rt.subresource(&info.subresource).cloned() else {
             return Err(ApiError::path_not_found());
         };
-        if !sub.verbs.contains(&info.verb.as_str()) {
+        if !sub.supports(&info.verb) {
             return Err(ApiError::method_not_supported(
                 &info.verb,
                 &format!("{}/{}", rt.plural, sub.name),
             ));
         }
-        return write::subresource(ctx, sub).await;
+        return write::subresource(ctx, &sub).await;
     }
     if !rt.supports(&info.verb) {
-        return Err(ApiError::method_not_supported(&info.verb, rt.kind));
+        return Err(ApiError::method_not_supported(&info.verb, &rt.kind));
     }
     match info.verb.as_str() {
         "get" => read::get(ctx).await,
@@ -302,7 +306,7 @@ async fn dispatch(ctx: Ctx) -> Result<Response<Body>> {
         "patch" => write::patch(ctx).await,
         "delete" => write::delete(ctx).await,
         "deletecollection" => write::delete_collection(ctx).await,
-        _ => Err(ApiError::method_not_supported(&info.verb, rt.kind)),
+        _ => Err(ApiError::method_not_supported(&info.verb, &rt.kind)),
     }
 }
 

@@ -46,7 +46,7 @@ impl Filter {
                 .unwrap_or(""),
         )
         .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?;
-        let supported = supported_fields(ctx.rt);
+        let supported = supported_fields(&ctx.rt);
         for r in fields.requirements() {
             if !supported.contains(&r.field.as_str()) {
                 return Err(ApiError::bad_request(format!(
@@ -81,7 +81,7 @@ pub async fn get(ctx: Ctx) -> Result<Response<Body>> {
 
 /// The stored object named `name` in the request's namespace, or 404.
 pub async fn fetch(ctx: &Ctx, name: &str) -> Result<Value> {
-    let key = storage::key(ctx.rt, &ctx.info.namespace, name);
+    let key = storage::key(&ctx.rt, &ctx.info.namespace, name);
     match ctx.server.store.get(key.as_bytes()).await? {
         Some(kv) => storage::decode(&kv),
         None => Err(ApiError::not_found(ctx.target(name))),
@@ -96,8 +96,8 @@ pub fn render_one(ctx: &Ctx, obj: &Value) -> Result<Response<Body>> {
 /// Renders one stored object with `code`, in its served form.
 pub fn render(ctx: &Ctx, code: u16, stored: &Value) -> Result<Response<Body>> {
     let converted;
-    let obj = if conversion::needed(ctx.rt) {
-        converted = conversion::to_external(ctx.rt, stored.clone());
+    let obj = if conversion::needed(&ctx.rt) {
+        converted = conversion::to_external(&ctx.rt, stored.clone());
         &converted
     } else {
         stored
@@ -130,7 +130,7 @@ pub fn table_of(ctx: &Ctx, objects: &[Value], rv: &Value, cont: Option<&str>) ->
         .get("includeObject")
         .map(String::as_str)
         .unwrap_or("Metadata");
-    let columns: Vec<Value> = table::columns(ctx.rt.group, ctx.rt.plural)
+    let columns: Vec<Value> = table::columns(&ctx.rt.group, &ctx.rt.plural)
         .iter()
         .map(|c| {
             json!({"name": c.name, "type": c.type_, "format": c.format,
@@ -140,7 +140,7 @@ pub fn table_of(ctx: &Ctx, objects: &[Value], rv: &Value, cont: Option<&str>) ->
     let rows: Vec<Value> = objects
         .iter()
         .map(|o| {
-            let mut row = json!({"cells": table::row(ctx.rt.group, ctx.rt.plural, o, now)});
+            let mut row = json!({"cells": table::row(&ctx.rt.group, &ctx.rt.plural, o, now)});
             match include {
                 "None" => {}
                 "Object" => row["object"] = o.clone(),
@@ -219,13 +219,13 @@ pub async fn list(ctx: Ctx) -> Result<Response<Body>> {
             ));
         }
         let token = decode_continue(token)?;
-        let cache = ctx.server.cache.resource(ctx.rt);
+        let cache = ctx.server.cache.resource(&ctx.rt);
         return match cache.list_at(&ctx.info.namespace, token.rv) {
             Some(snapshot) => page(&ctx, &filter, &snapshot, &token.start, limit),
             None => list_from_store(&ctx, &filter, token.rv, &token.start, limit).await,
         };
     }
-    let cache = ctx.server.cache.resource(ctx.rt);
+    let cache = ctx.server.cache.resource(&ctx.rt);
     match (rv, rv_match) {
         (_, m) if !m.is_empty() && !matches!(m, "Exact" | "NotOlderThan") => {
             return Err(ApiError::bad_request(format!(
@@ -291,8 +291,8 @@ async fn list_from_store(
     start: &str,
     limit: usize,
 ) -> Result<Response<Body>> {
-    let prefix = storage::prefix(ctx.rt, &ctx.info.namespace);
-    let resource_prefix = storage::prefix(ctx.rt, "");
+    let prefix = storage::prefix(&ctx.rt, &ctx.info.namespace);
+    let resource_prefix = storage::prefix(&ctx.rt, "");
     let end = prefix_end(prefix.as_bytes());
     let mut from = if start.is_empty() {
         prefix.clone().into_bytes()
@@ -322,7 +322,7 @@ async fn list_from_store(
                 e => e.into(),
             })?;
         for kv in &page.kvs {
-            let c = Cached::from_stored(ctx.rt, &kv.value, kv.mod_revision, &kv.key)?;
+            let c = Cached::from_stored(&ctx.rt, &kv.value, kv.mod_revision, &kv.key)?;
             if !filter.matches(&c) {
                 continue;
             }
@@ -379,8 +379,8 @@ fn render_list(
                 if i > 0 {
                     out.push(b',');
                 }
-                if conversion::needed(ctx.rt) {
-                    out.extend_from_slice(&conversion::external_bytes(ctx.rt, &c.json()));
+                if conversion::needed(&ctx.rt) {
+                    out.extend_from_slice(&conversion::external_bytes(&ctx.rt, &c.json()));
                 } else {
                     c.write_json(&mut out);
                 }

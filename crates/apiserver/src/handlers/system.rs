@@ -55,17 +55,21 @@ fn is_health(path: &str) -> bool {
 }
 
 fn metrics(server: &ApiServer) -> String {
-    let counts: Vec<(String, usize)> = skiff_apimachinery::catalog::RESOURCES
-        .iter()
-        .map(|rt| {
-            let name = if rt.group.is_empty() {
-                rt.plural.to_string()
-            } else {
-                format!("{}.{}", rt.plural, rt.group)
-            };
-            (name, server.cache.resource(rt).len())
-        })
-        .collect();
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for rt in server.registry.snapshot().iter() {
+        let name = if rt.group.is_empty() {
+            rt.plural.clone()
+        } else {
+            format!("{}.{}", rt.plural, rt.group)
+        };
+        // Versions of one resource share one count.
+        if counts.iter().any(|(n, _)| *n == name) {
+            continue;
+        }
+        if let Some(cache) = server.cache.get(rt) {
+            counts.push((name, cache.len()));
+        }
+    }
     let counts: Vec<(&str, usize)> = counts.iter().map(|(n, c)| (n.as_str(), *c)).collect();
     let (read_only, mutating) = server.gates.overload.in_flight();
     server.metrics.set_inflight(read_only, mutating);

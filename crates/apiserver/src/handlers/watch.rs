@@ -108,7 +108,7 @@ impl Sink {
         match self.ctx.output {
             Output::Table => {
                 let Ok(obj) = c.object() else { return true };
-                let obj = conversion::to_external(self.ctx.rt, obj);
+                let obj = conversion::to_external(&self.ctx.rt, obj);
                 let mut table = table_of(&self.ctx, &[obj], &json!(c.revision.to_string()), None);
                 if self.columns_sent {
                     table["columnDefinitions"] = json!([]);
@@ -124,8 +124,8 @@ impl Sink {
                 self.send_line(kind, &serde_json::to_vec(&meta).unwrap_or_default())
                     .await
             }
-            _ if conversion::needed(self.ctx.rt) => {
-                let bytes = conversion::external_bytes(self.ctx.rt, &c.json());
+            _ if conversion::needed(&self.ctx.rt) => {
+                let bytes = conversion::external_bytes(&self.ctx.rt, &c.json());
                 self.send_line(kind, &bytes).await
             }
             _ => {
@@ -249,7 +249,7 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
         }
     };
     let name = (!ctx.info.name.is_empty()).then(|| ctx.info.name.clone());
-    let cache = ctx.server.cache.resource(ctx.rt).clone();
+    let cache = ctx.server.cache.resource(&ctx.rt).clone();
     let start = cache.watch(&ctx.info.namespace, from);
     let (tx, rx) = mpsc::channel(64);
     let trace = WatchTrace::for_watch(&ctx);
@@ -264,7 +264,7 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
         buf: Vec::new(),
         last_revision: from.unwrap_or(0),
     };
-    let guard = sink.ctx.server.metrics.watch_opened(sink.ctx.rt.plural);
+    let guard = sink.ctx.server.metrics.watch_opened(&sink.ctx.rt.plural);
     let mut stopping = sink.ctx.server.stopping.subscribe();
     tokio::spawn(async move {
         let _guard = guard;
@@ -358,7 +358,7 @@ async fn live(sink: &mut Sink, mut rx: broadcast::Receiver<CacheEvent>) {
 
 /// Serves a watch older than the cache's window straight from a store watch.
 async fn from_store(sink: &mut Sink) {
-    let prefix = storage::prefix(sink.ctx.rt, &sink.ctx.info.namespace);
+    let prefix = storage::prefix(&sink.ctx.rt, &sink.ctx.info.namespace);
     let req = WatchRequest {
         range: KeyRange::prefix(prefix.into_bytes()),
         start_revision: sink.last_revision + 1,
@@ -369,7 +369,7 @@ async fn from_store(sink: &mut Sink) {
         Ok(s) => s,
         Err(e) => return sink.error(&ApiError::from(e)).await,
     };
-    let rt = sink.ctx.rt;
+    let rt = sink.ctx.rt.clone();
     while let Some(batch) = stream.next().await {
         let batch = match batch {
             Ok(b) => b,
@@ -387,7 +387,7 @@ async fn from_store(sink: &mut Sink) {
         };
         for ev in &batch.events {
             let decode = |kv: &skiff_store::KeyValue, rev: i64| -> Option<Cached> {
-                Cached::from_stored(rt, &kv.value, rev, &kv.key).ok()
+                Cached::from_stored(&rt, &kv.value, rev, &kv.key).ok()
             };
             let prev = ev.prev_kv.as_ref().and_then(|p| decode(p, p.mod_revision));
             let (change, object) = match ev.kind {

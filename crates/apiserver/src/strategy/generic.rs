@@ -25,7 +25,7 @@ fn meta_mut(object: &mut Value) -> &mut Map<String, Value> {
 fn tracks_generation(rt: &ResourceType) -> bool {
     rt.has_status()
         && !matches!(
-            (rt.group, rt.plural),
+            (rt.group.as_str(), rt.plural.as_str()),
             (
                 "",
                 "pods" | "nodes" | "namespaces" | "persistentvolumeclaims" | "persistentvolumes"

@@ -106,7 +106,7 @@ impl Strategy for Plain {}
 
 /// The strategy of a resource type.
 pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
-    match (rt.group, rt.plural) {
+    match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "pods") => &pod::PodStrategy,
         ("", "namespaces") => &namespace::NamespaceStrategy,
         ("", "nodes") => &node::NodeStrategy,

@@ -176,7 +176,7 @@ pub fn wrote(
     sent: jiff::Timestamp,
 ) {
     let Some(rec) = recorder(ctx) else { return };
-    let targets = summary::targets(ctx.rt.group, ctx.rt.plural, old, new);
+    let targets = summary::targets(&ctx.rt.group, &ctx.rt.plural, old, new);
     if targets.is_empty() {
         return;
     }

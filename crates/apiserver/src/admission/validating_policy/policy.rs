@@ -364,7 +364,7 @@ impl Policies for CachedPolicies {
             };
             *parsed = Parsed {
                 changed,
-                hooks: Arc::new(hooks(&objects(policies), &objects(bindings))),
+                hooks: Arc::new(hooks(&objects(&policies), &objects(&bindings))),
             };
         }
         parsed.hooks.clone()

@@ -44,7 +44,7 @@ pub trait ServiceResolver: Send + Sync {
 pub struct CachedServices(pub Arc<Cacher>);
 
 fn lookup(group: &str, plural: &str) -> &'static skiff_apimachinery::catalog::ResourceType {
-    skiff_apimachinery::catalog::RESOURCES
+    skiff_apimachinery::catalog::builtins()
         .iter()
         .find(|r| r.group == group && r.plural == plural)
         .expect("catalog resource")

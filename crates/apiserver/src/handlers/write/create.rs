@@ -32,8 +32,8 @@ fn generated_name(base: &str) -> String {
 }
 
 pub async fn create(mut ctx: Ctx) -> Result<Response<Body>> {
-    let (kind, api_version) = (ctx.rt.kind, ctx.rt.api_version());
-    let mut obj = read_object(&mut ctx, kind, &api_version).await?;
+    let (kind, api_version) = (ctx.rt.kind.clone(), ctx.rt.api_version());
+    let mut obj = read_object(&mut ctx, &kind, &api_version).await?;
     if name_of(&obj).is_empty() {
         match obj
             .pointer("/metadata/generateName")
@@ -44,8 +44,8 @@ pub async fn create(mut ctx: Ctx) -> Result<Response<Body>> {
             }
             _ => {
                 return Err(ApiError::invalid(
-                    ctx.rt.kind,
-                    ctx.rt.group,
+                    &ctx.rt.kind,
+                    &ctx.rt.group,
                     "",
                     &[FieldError::required(
                         &FieldPath::new("metadata").child("name"),
@@ -66,9 +66,9 @@ pub(in crate::handlers) async fn create_object(
     fields: Fields,
 ) -> Result<Response<Body>> {
     let name = name_of(&obj).to_string();
-    generic::prepare_create(ctx.rt, &mut obj, ctx.server.now());
-    strategy::for_resource(ctx.rt).prepare_for_create(&mut obj);
-    if (ctx.rt.group, ctx.rt.plural) == (csr::GROUP, csr::PLURAL) {
+    generic::prepare_create(&ctx.rt, &mut obj, ctx.server.now());
+    strategy::for_resource(&ctx.rt).prepare_for_create(&mut obj);
+    if (ctx.rt.group.as_str(), ctx.rt.plural.as_str()) == (csr::GROUP, csr::PLURAL) {
         csr::set_requester(&mut obj, &ctx.user);
     }
     if fields == Fields::Record {
@@ -79,7 +79,7 @@ pub(in crate::handlers) async fn create_object(
     if ctx.rt.group.is_empty() && ctx.rt.plural == "pods" && ctx.info.subresource.is_empty() {
         strategy::pod::set_qos_class(&mut obj);
     }
-    let key = storage::key(ctx.rt, &ctx.info.namespace, &name);
+    let key = storage::key(&ctx.rt, &ctx.info.namespace, &name);
     // Only objects that hold allocations may need a second attempt (and so a pristine copy).
     let unallocated = allocator::allocates(&obj).then(|| obj.clone());
     for attempt in 0..MAX_RETRIES {

@@ -90,7 +90,7 @@ pub async fn delete(mut ctx: Ctx) -> Result<Response<Body>> {
     let pending = obj.pointer("/metadata/deletionTimestamp").is_some();
     let returns_object = ctx.rt.group.is_empty()
         && matches!(
-            ctx.rt.plural,
+            ctx.rt.plural.as_str(),
             "pods" | "services" | "serviceaccounts" | "namespaces"
         );
     if pending || returns_object {
@@ -106,7 +106,7 @@ pub async fn delete(mut ctx: Ctx) -> Result<Response<Body>> {
 
 /// Deletes one object (or starts its graceful/finalized deletion); returns its last state.
 pub(super) async fn delete_one(ctx: &Ctx, name: &str, options: &DeleteOptions) -> Result<Value> {
-    let key = storage::key(ctx.rt, &ctx.info.namespace, name);
+    let key = storage::key(&ctx.rt, &ctx.info.namespace, name);
     for _ in 0..MAX_RETRIES {
         let current = fetch(ctx, name).await?;
         let current_rv = rv_of(&current).unwrap_or(0);
@@ -139,7 +139,8 @@ pub(super) async fn delete_one(ctx: &Ctx, name: &str, options: &DeleteOptions) -
             .validate(&attrs(ctx, Operation::Delete, name, Some(&current)), None)
             .await?;
         let mut next = current.clone();
-        let grace = strategy::for_resource(ctx.rt).graceful_delete_seconds(&current, options.grace);
+        let grace =
+            strategy::for_resource(&ctx.rt).graceful_delete_seconds(&current, options.grace);
         let mut pending = finalizers(&current);
         match options.propagation.as_deref() {
             Some("Foreground") if !pending.iter().any(|f| f == "foregroundDeletion") => {
@@ -224,7 +225,7 @@ pub async fn delete_collection(mut ctx: Ctx) -> Result<Response<Body>> {
     let options = delete_options(&mut ctx).await?;
     let filter = Filter::from_query(&ctx)?;
     ctx.server.cache.wait_fresh().await?;
-    let snapshot = ctx.server.cache.resource(ctx.rt).list(&ctx.info.namespace);
+    let snapshot = ctx.server.cache.resource(&ctx.rt).list(&ctx.info.namespace);
     let mut items = Vec::new();
     for c in snapshot.objects.iter().filter(|c| filter.matches(c)) {
         let mut scoped = ctx.info.clone();

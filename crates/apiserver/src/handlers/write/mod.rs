@@ -118,7 +118,7 @@ async fn read_object(ctx: &mut Ctx, kind: &str, api_version: &str) -> Result<Val
     } else if let Some(m) = obj["metadata"].as_object_mut() {
         m.remove("namespace");
     }
-    Ok(conversion::to_internal(ctx.rt, obj))
+    Ok(conversion::to_internal(&ctx.rt, obj))
 }
 
 /// Field validation of a body against its schema, as upstream's `fieldValidation`: with
@@ -148,7 +148,7 @@ pub(super) fn check_fields(ctx: &Ctx, obj: &Value) -> Result<()> {
     let kind = obj
         .get("kind")
         .and_then(Value::as_str)
-        .unwrap_or(ctx.rt.kind);
+        .unwrap_or(&ctx.rt.kind);
     let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     let unknown = skiff_openapi::unknown_fields(group, version, kind, obj);
@@ -179,7 +179,7 @@ fn path_segment_name(name: &str) -> Vec<String> {
 }
 
 fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<()> {
-    let name_check = match (ctx.rt.group, ctx.rt.plural) {
+    let name_check = match (ctx.rt.group.as_str(), ctx.rt.plural.as_str()) {
         ("", "namespaces" | "services") => validation::is_dns1123_label,
         // RBAC names are path segments (`system:controller:…`), as upstream.
         ("rbac.authorization.k8s.io", _) => path_segment_name,
@@ -187,7 +187,7 @@ fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<()> {
     };
     let mut errs =
         validation::validate_object_meta(&obj["metadata"], ctx.rt.namespaced, name_check);
-    let strategy = strategy::for_resource(ctx.rt);
+    let strategy = strategy::for_resource(&ctx.rt);
     errs.extend(match old {
         Some(old) => strategy.validate_update(obj, old),
         None => strategy.validate(obj),
@@ -196,8 +196,8 @@ fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<()> {
         Ok(())
     } else {
         Err(ApiError::invalid(
-            ctx.rt.kind,
-            ctx.rt.group,
+            &ctx.rt.kind,
+            &ctx.rt.group,
             name_of(obj),
             &errs,
         ))
@@ -207,7 +207,7 @@ fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<()> {
 fn attrs<'a>(ctx: &'a Ctx, op: Operation, name: &'a str, old: Option<&'a Value>) -> Attributes<'a> {
     Attributes {
         operation: op,
-        resource: ctx.rt,
+        resource: &ctx.rt,
         subresource: &ctx.info.subresource,
         namespace: &ctx.info.namespace,
         name,

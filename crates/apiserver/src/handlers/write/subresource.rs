@@ -17,13 +17,13 @@ use crate::storage;
 use crate::strategy::generic;
 
 /// Requests to a subresource.
-pub async fn subresource(mut ctx: Ctx, sub: &'static Subresource) -> Result<Response<Body>> {
+pub async fn subresource(mut ctx: Ctx, sub: &Subresource) -> Result<Response<Body>> {
     let verb = ctx.info.verb.clone();
-    match (sub.name, verb.as_str()) {
+    match (sub.name.as_str(), verb.as_str()) {
         ("status" | "approval", "get") => crate::handlers::read::get(ctx).await,
         ("status" | "approval", "update") | ("finalize", "update") => {
-            let (kind, api_version) = (ctx.rt.kind, ctx.rt.api_version());
-            let obj = read_object(&mut ctx, kind, &api_version).await?;
+            let (kind, api_version) = (ctx.rt.kind.clone(), ctx.rt.api_version());
+            let obj = read_object(&mut ctx, &kind, &api_version).await?;
             let pinned = rv_of(&obj);
             let finalize = sub.name == "finalize";
             update_with(&ctx, pinned, Fields::Record, |current| {
@@ -128,11 +128,11 @@ async fn bind(mut ctx: Ctx) -> Result<Response<Body>> {
 /// on the revision it was computed from. Returns the stored object.
 pub async fn replace_object(ctx: &Ctx, next: Value) -> Result<Value> {
     let name = ctx.info.name.clone();
-    let key = storage::key(ctx.rt, &ctx.info.namespace, &name);
+    let key = storage::key(&ctx.rt, &ctx.info.namespace, &name);
     let current = fetch(ctx, &name).await?;
     let current_rv = rv_of(&current).unwrap_or(0);
     let mut obj = next;
-    generic::prepare_update(ctx.rt, &mut obj, &current, "scale");
+    generic::prepare_update(&ctx.rt, &mut obj, &current, "scale");
     record_update(ctx, &current, &mut obj);
     if no_op(&obj, &current) {
         return Ok(current);

@@ -22,8 +22,8 @@ use crate::strategy::certificatesigningrequest as csr;
 use crate::strategy::{self, generic};
 
 pub async fn update(mut ctx: Ctx) -> Result<Response<Body>> {
-    let (kind, api_version) = (ctx.rt.kind, ctx.rt.api_version());
-    let obj = read_object(&mut ctx, kind, &api_version).await?;
+    let (kind, api_version) = (ctx.rt.kind.clone(), ctx.rt.api_version());
+    let obj = read_object(&mut ctx, &kind, &api_version).await?;
     let name = ctx.info.name.clone();
     match name_of(&obj) {
         "" => {}
@@ -47,7 +47,7 @@ pub(in crate::handlers) async fn update_with(
     mut change: impl FnMut(&Value) -> Result<Value>,
 ) -> Result<Response<Body>> {
     let name = ctx.info.name.as_str();
-    let key = storage::key(ctx.rt, &ctx.info.namespace, name);
+    let key = storage::key(&ctx.rt, &ctx.info.namespace, name);
     for _ in 0..MAX_RETRIES {
         let current = fetch(ctx, name).await?;
         let current_rv = rv_of(&current).unwrap_or(0);
@@ -63,14 +63,14 @@ pub(in crate::handlers) async fn update_with(
             obj["metadata"]["namespace"] = json!(ctx.info.namespace);
         }
         let computed = managed_fields_of(&obj).clone();
-        generic::prepare_update(ctx.rt, &mut obj, &current, &ctx.info.subresource);
-        if (ctx.rt.group, ctx.rt.plural) == (csr::GROUP, csr::PLURAL) {
+        generic::prepare_update(&ctx.rt, &mut obj, &current, &ctx.info.subresource);
+        if (ctx.rt.group.as_str(), ctx.rt.plural.as_str()) == (csr::GROUP, csr::PLURAL) {
             csr::prepare_subresource_update(&ctx.info.subresource, &mut obj, &current);
         }
         // `finalize` writes exactly the spec.finalizers a strategy otherwise keeps from `current`.
         let finalized =
             (ctx.info.subresource == "finalize").then(|| obj["spec"]["finalizers"].clone());
-        strategy::for_resource(ctx.rt).prepare_for_update(&mut obj, &current);
+        strategy::for_resource(&ctx.rt).prepare_for_update(&mut obj, &current);
         if let Some(f) = finalized {
             obj["spec"]["finalizers"] = f;
         }
@@ -157,10 +157,10 @@ pub async fn patch(mut ctx: Ctx) -> Result<Response<Body>> {
         .as_ref()
         .and_then(rv_of);
     update_with(&ctx, pinned, Fields::Record, |current| {
-        let served = conversion::to_external(ctx.rt, current.clone());
+        let served = conversion::to_external(&ctx.rt, current.clone());
         let patched = patch::apply(group, rkind, &served, kind, &body).map_err(patch_error)?;
         check_fields(&ctx, &patched)?;
-        Ok(conversion::to_internal(ctx.rt, patched))
+        Ok(conversion::to_internal(&ctx.rt, patched))
     })
     .await
 }
@@ -187,6 +187,6 @@ fn patch_error(e: patch::Error) -> ApiError {
 }
 
 /// The kind a patch is applied to (for strategic merge metadata).
-fn patch_type_of(ctx: &Ctx) -> (&'static str, &'static str) {
-    (ctx.rt.group, ctx.rt.kind)
+fn patch_type_of(ctx: &Ctx) -> (&str, &str) {
+    (&ctx.rt.group, &ctx.rt.kind)
 }
