@@ -3,7 +3,8 @@
 //! upstream's upgrade-aware proxy, shared by the API server and the kubelet.
 //!
 //! # Layout
-//! - [`catalog`]: the built-in resource types served, with discovery's names, verbs and subresources.
+//! - [`catalog`]: the resource types served (the built-in table, and the registry that changes
+//!   while serving), with discovery's names, verbs and subresources.
 //! - [`labels`]: label selectors (`a=b,c!=d,e in (f),!g`), parsed and matched as upstream.
 //! - [`fields`]: field selectors (`spec.nodeName=n1,status.phase!=Running`).
 //! - [`validation`]: names, label keys and values, and field error lists (`field.ErrorList`).

@@ -4,7 +4,9 @@
 //! cache fed by one store watch.
 //!
 //! # Layout
-//! - [`server`]: configuration, shared state, the HTTPS listener and the request pipeline.
+//! - [`server`]: configuration, shared state (with the registry of served types, which
+//!   [`ApiServer::install`] and [`ApiServer::remove`] change), the HTTPS listener and the request
+//!   pipeline.
 //! - [`coalesce`]: HTTP/2 connections write once per scheduler round, not once per frame.
 //! - [`pki`]: the cluster CA, serving and client certificates, the admin kubeconfig.
 //! - [`kubelet_client`]: TLS connections to kubelets with the API server's client certificate.
@@ -18,7 +20,7 @@
 //! - [`strategy`]: per-kind defaulting, validation and selectable fields.
 //! - [`storage`]: key layout and the stored encoding of objects.
 //! - [`encryption`]: encryption at rest (`--encryption-provider-config`), a store wrapper.
-//! - [`cache`]: the watch cache.
+//! - [`cache`]: the watch cache, one per served resource, added and dropped as types are.
 //! - [`stamped`]: stored JSON served with its `resourceVersion` spliced in, without a copy.
 //! - [`conversion`]: served forms that differ from the stored one (events.k8s.io Events).
 //! - [`encoding`], [`protobuf`]: request body formats and content negotiation.
