@@ -565,29 +565,30 @@ impl Cacher {
     async fn command(&self, command: Command, revision: i64) {
         match command {
             Command::Install(rt, done) => {
-                let key = (rt.group.clone(), rt.plural.clone());
-                let id = storage::storage_id(&rt);
-                let shared = self.caches.read().by_storage.get(&id).cloned();
-                let result = match shared {
-                    Some(cache) => {
-                        self.caches.write().by_type.insert(key, cache);
-                        Ok(())
-                    }
-                    None => match self.load(&rt, revision).await {
-                        Ok(objects) => {
-                            let cache = Arc::new(ResourceCache::new(Arc::new(rt)));
-                            cache.reset(objects, revision);
-                            let mut caches = self.caches.write();
-                            caches.by_storage.insert(id, cache.clone());
-                            caches.by_type.insert(key, cache);
-                            Ok(())
-                        }
-                        Err(e) => Err(e),
-                    },
-                };
-                let _ = done.send(result);
+                let _ = done.send(self.add(rt, revision).await);
             }
         }
+    }
+
+    /// Adds the cache of `rt`, sharing its storage's cache if there is one, else filled as of
+    /// `revision`.
+    async fn add(&self, rt: ResourceType, revision: i64) -> Result<()> {
+        let key = (rt.group.clone(), rt.plural.clone());
+        let id = storage::storage_id(&rt);
+        let shared = self.caches.read().by_storage.get(&id).cloned();
+        let cache = match shared {
+            Some(cache) => cache,
+            None => {
+                let objects = self.load(&rt, revision).await?;
+                let cache = Arc::new(ResourceCache::new(Arc::new(rt)));
+                cache.reset(objects, revision);
+                cache
+            }
+        };
+        let mut caches = self.caches.write();
+        caches.by_storage.insert(id, cache.clone());
+        caches.by_type.insert(key, cache);
+        Ok(())
     }
 
     async fn relist(&self) -> Result<i64> {
@@ -665,7 +666,8 @@ impl Cacher {
                         }
                         revision = revision.max(batch.revision);
                         let progress = batch.events.is_empty();
-                        for (_, cache) in self.all() {
+                        // Lock order: the set of caches, then one cache's state.
+                        for cache in self.caches.read().by_storage.values() {
                             cache.advance(revision, progress);
                         }
                         self.revision.send_replace(revision);
