@@ -48,6 +48,9 @@ pub struct ResourceType {
     pub subresources: Vec<Subresource>,
     /// Whether the type is one of Skiff's own ([`builtins`]) rather than installed at run time.
     pub builtin: bool,
+    /// The version objects are stored as, when it is not `version` (a custom resource served in
+    /// several versions).
+    pub storage_version: Option<String>,
 }
 
 impl ResourceType {
@@ -327,6 +330,7 @@ impl Spec {
                 })
                 .collect(),
             builtin: true,
+            storage_version: None,
         }
     }
 }
@@ -974,6 +978,21 @@ static SPECS: &[Spec] = &[
         CRUD,
         NO_SUB,
     ),
+    // apiextensions.k8s.io/v1
+    rt(
+        ("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        CLUSTER,
+        &["crd", "crds"],
+        &["api-extensions"],
+        CRUD,
+        &[status_of((
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+        ))],
+    ),
 ];
 
 static BUILTINS: LazyLock<Vec<Arc<ResourceType>>> =
@@ -1037,7 +1056,7 @@ mod tests {
         let groups = Registry::new().snapshot().groups();
         assert_eq!(groups[0].name, "apps");
         assert_eq!(groups[0].versions, ["v1"]);
-        assert_eq!(groups.len(), 16);
+        assert_eq!(groups.len(), 17);
     }
 
     fn widget(version: &str) -> ResourceType {
@@ -1053,6 +1072,7 @@ mod tests {
             verbs: strings(CRUD),
             subresources: vec![],
             builtin: false,
+            storage_version: None,
         }
     }
 

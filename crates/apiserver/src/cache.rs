@@ -26,7 +26,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use crate::error::{ApiError, Result};
 use crate::stamped::Stamped;
 use crate::storage;
-use crate::strategy;
+use crate::strategy::{self, Strategy, StrategyRef};
 
 /// Events kept per resource for watches that resume from a recent resourceVersion.
 pub const HISTORY: usize = 10_000;
@@ -54,7 +54,7 @@ impl Cached {
     /// kept as they are (shared with whoever else holds them), unless they are not in the stored
     /// form (a `resourceVersion` in them), then they are encoded again.
     pub fn from_stored(
-        rt: &ResourceType,
+        strategy: &dyn Strategy,
         value: &Bytes,
         revision: i64,
         key: &[u8],
@@ -70,14 +70,14 @@ impl Cached {
             Ok(s) => s,
             Err(_) => Self::stamped(&object)?,
         };
-        Ok(Self::with_stored(rt, &object, revision, stored))
+        Ok(Self::with_stored(strategy, &object, revision, stored))
     }
 
     /// An object from its decoded form (its `resourceVersion`, if any, is replaced by
     /// `revision`).
-    pub fn from_object(rt: &ResourceType, object: &Value, revision: i64) -> Result<Self> {
+    pub fn from_object(strategy: &dyn Strategy, object: &Value, revision: i64) -> Result<Self> {
         let stored = Self::stamped(object)?;
-        Ok(Self::with_stored(rt, object, revision, stored))
+        Ok(Self::with_stored(strategy, object, revision, stored))
     }
 
     fn stamped(object: &Value) -> Result<Stamped> {
@@ -87,7 +87,12 @@ impl Cached {
         })
     }
 
-    fn with_stored(rt: &ResourceType, object: &Value, revision: i64, stored: Stamped) -> Self {
+    fn with_stored(
+        strategy: &dyn Strategy,
+        object: &Value,
+        revision: i64,
+        stored: Stamped,
+    ) -> Self {
         let meta = &object["metadata"];
         let name = meta["name"].as_str().unwrap_or_default().to_string();
         let namespace = meta["namespace"].as_str().unwrap_or_default().to_string();
@@ -103,7 +108,7 @@ impl Cached {
             ("metadata.name", name.clone()),
             ("metadata.namespace", namespace.clone()),
         ];
-        fields.extend(strategy::for_resource(rt).fields(object));
+        fields.extend(strategy.fields(object));
         Cached {
             namespace,
             name,
@@ -191,6 +196,8 @@ struct State {
 /// The cache of one resource type.
 pub struct ResourceCache {
     pub rt: Arc<ResourceType>,
+    /// The type's strategy, for the field-selector values of its objects.
+    pub strategy: StrategyRef,
     state: RwLock<State>,
     events: broadcast::Sender<CacheEvent>,
 }
@@ -220,9 +227,10 @@ pub enum WatchStart {
 }
 
 impl ResourceCache {
-    fn new(rt: Arc<ResourceType>) -> Self {
+    fn new(rt: Arc<ResourceType>, strategy: StrategyRef) -> Self {
         Self {
             rt,
+            strategy,
             state: RwLock::new(State::default()),
             events: broadcast::channel(FANOUT).0,
         }
@@ -396,7 +404,10 @@ impl Caches {
         let cache = self
             .by_storage
             .entry(storage::storage_id(rt))
-            .or_insert_with(|| Arc::new(ResourceCache::new(rt.clone())))
+            .or_insert_with(|| {
+                let strategy = StrategyRef::Builtin(strategy::for_resource(rt));
+                Arc::new(ResourceCache::new(rt.clone(), strategy))
+            })
             .clone();
         self.by_type
             .insert((rt.group.clone(), rt.plural.clone()), cache);
@@ -407,7 +418,7 @@ impl Caches {
 enum Command {
     /// Add a cache for a type installed at run time, filled as of the loop's revision, and say
     /// when it is in place.
-    Install(ResourceType, oneshot::Sender<Result<()>>),
+    Install(ResourceType, StrategyRef, oneshot::Sender<Result<()>>),
 }
 
 /// The caches of every resource, fed by one store watch.
@@ -482,13 +493,13 @@ impl Cacher {
 
     /// Adds the cache of a type installed at run time (no-op if it has one) and returns once
     /// the cache is complete: from then on, lists and watches of the type are served.
-    pub async fn install(&self, rt: &ResourceType) -> Result<()> {
+    pub async fn install(&self, rt: &ResourceType, strategy: StrategyRef) -> Result<()> {
         if self.get(rt).is_some() {
             return Ok(());
         }
         let (tx, rx) = oneshot::channel();
         self.commands
-            .send(Command::Install(rt.clone(), tx))
+            .send(Command::Install(rt.clone(), strategy, tx))
             .map_err(|_| ApiError::internal("the watch cache has stopped"))?;
         rx.await
             .map_err(|_| ApiError::internal("the watch cache has stopped"))?
@@ -535,6 +546,7 @@ impl Cacher {
     async fn load(
         &self,
         rt: &ResourceType,
+        strategy: &dyn Strategy,
         revision: i64,
     ) -> Result<BTreeMap<String, Arc<Cached>>> {
         let resp = self
@@ -547,7 +559,7 @@ impl Cacher {
             .await?;
         let mut objects = BTreeMap::new();
         for kv in &resp.kvs {
-            match Cached::from_stored(rt, &kv.value, kv.mod_revision, &kv.key) {
+            match Cached::from_stored(strategy, &kv.value, kv.mod_revision, &kv.key) {
                 Ok(c) => {
                     objects.insert(c.path(), Arc::new(c));
                 }
@@ -564,23 +576,23 @@ impl Cacher {
     /// `revision`.
     async fn command(&self, command: Command, revision: i64) {
         match command {
-            Command::Install(rt, done) => {
-                let _ = done.send(self.add(rt, revision).await);
+            Command::Install(rt, strategy, done) => {
+                let _ = done.send(self.add(rt, strategy, revision).await);
             }
         }
     }
 
     /// Adds the cache of `rt`, sharing its storage's cache if there is one, else filled as of
     /// `revision`.
-    async fn add(&self, rt: ResourceType, revision: i64) -> Result<()> {
+    async fn add(&self, rt: ResourceType, strategy: StrategyRef, revision: i64) -> Result<()> {
         let key = (rt.group.clone(), rt.plural.clone());
         let id = storage::storage_id(&rt);
         let shared = self.caches.read().by_storage.get(&id).cloned();
         let cache = match shared {
             Some(cache) => cache,
             None => {
-                let objects = self.load(&rt, revision).await?;
-                let cache = Arc::new(ResourceCache::new(Arc::new(rt)));
+                let objects = self.load(&rt, &*strategy, revision).await?;
+                let cache = Arc::new(ResourceCache::new(Arc::new(rt), strategy));
                 cache.reset(objects, revision);
                 cache
             }
@@ -609,7 +621,7 @@ impl Cacher {
             let Some((id, cache)) = all.iter().find(|((sg, sp), _)| sg == g && sp == p) else {
                 continue;
             };
-            match Cached::from_stored(&cache.rt, &kv.value, kv.mod_revision, &kv.key) {
+            match Cached::from_stored(&*cache.strategy, &kv.value, kv.mod_revision, &kv.key) {
                 Ok(c) => {
                     fresh
                         .entry(id.clone())
@@ -712,7 +724,12 @@ impl Cacher {
         };
         match ev.kind {
             EventKind::Put => {
-                match Cached::from_stored(&cache.rt, &ev.kv.value, ev.kv.mod_revision, &ev.kv.key) {
+                match Cached::from_stored(
+                    &*cache.strategy,
+                    &ev.kv.value,
+                    ev.kv.mod_revision,
+                    &ev.kv.key,
+                ) {
                     Ok(c) => cache.apply(k, Some(Arc::new(c)), ev.kv.mod_revision),
                     Err(e) => tracing::warn!(key = %key, error = %e, "skipping undecodable object"),
                 }
@@ -778,7 +795,13 @@ mod tests {
     fn a_cached_object_shares_the_stored_bytes_instead_of_copying_them() {
         let pods = lookup("", "v1", "pods").unwrap();
         let stored = storage::encode(&pod()).unwrap();
-        let c = Cached::from_stored(pods, &stored, 7, b"/registry/core/pods/ns/p").unwrap();
+        let c = Cached::from_stored(
+            strategy::for_resource(pods),
+            &stored,
+            7,
+            b"/registry/core/pods/ns/p",
+        )
+        .unwrap();
         assert_eq!(c.stored.stored().as_ptr(), stored.as_ptr());
         assert_eq!(c.labels.get("app").map(String::as_str), Some("web"));
         assert_eq!(c.field("spec.nodeName").as_deref(), Some("n1"));
@@ -794,7 +817,7 @@ mod tests {
         let mut with_rv = pod();
         storage::set_resource_version(&mut with_rv, 3);
         let stored = Bytes::from(serde_json::to_vec(&with_rv).unwrap());
-        let c = Cached::from_stored(pods, &stored, 9, b"k").unwrap();
+        let c = Cached::from_stored(strategy::for_resource(pods), &stored, 9, b"k").unwrap();
         assert_eq!(c.object().unwrap()["metadata"]["resourceVersion"], "9");
         let served: Value = serde_json::from_slice(&c.json()).unwrap();
         assert_eq!(served["metadata"]["resourceVersion"], "9");
@@ -803,7 +826,7 @@ mod tests {
     #[test]
     fn a_deleted_object_is_restamped_with_the_deletion_revision() {
         let pods = lookup("", "v1", "pods").unwrap();
-        let c = Cached::from_object(pods, &pod(), 4).unwrap();
+        let c = Cached::from_object(strategy::for_resource(pods), &pod(), 4).unwrap();
         let gone = restamp(&c, 8);
         assert_eq!(gone.revision, 8);
         let served: Value = serde_json::from_slice(&gone.json()).unwrap();

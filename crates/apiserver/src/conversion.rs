@@ -1,6 +1,8 @@
-//! Conversion between the stored form and another served version of the same objects. One case
-//! exists: `events.k8s.io/v1` Events are stored as core `v1` Events (as upstream, they share one
-//! storage), so kubectl describe sees events written through either API. Field mapping as
+//! Conversion between the stored form and another served version of the same objects. Two cases
+//! exist: custom resources served in a version other than their storage version (conversion
+//! `None`: only `apiVersion` changes, as upstream's `nopConverter`), and `events.k8s.io/v1`
+//! Events, stored as core `v1` Events (as upstream, they share one storage), so kubectl
+//! describe sees events written through either API. Field mapping as
 //! upstream's `events/v1` conversion: regarding ⇄ involvedObject, note ⇄ message,
 //! reportingController ⇄ reportingComponent, deprecatedSource/FirstTimestamp/LastTimestamp/Count ⇄
 //! source/firstTimestamp/lastTimestamp/count.
@@ -21,7 +23,19 @@ const EVENT_FIELDS: &[(&str, &str)] = &[
 
 /// Whether objects of `rt` are served in a different form than stored.
 pub fn needed(rt: &ResourceType) -> bool {
+    rt.storage_version.is_some() || is_events_api(rt)
+}
+
+fn is_events_api(rt: &ResourceType) -> bool {
     rt.group == "events.k8s.io" && rt.plural == "events"
+}
+
+/// `obj` with its `apiVersion` set to `group/version`.
+fn with_version(mut obj: Value, group: &str, version: &str) -> Value {
+    if let Some(map) = obj.as_object_mut() {
+        map.insert("apiVersion".into(), json!(format!("{group}/{version}")));
+    }
+    obj
 }
 
 fn rename(
@@ -41,9 +55,12 @@ fn rename(
     Value::Object(map)
 }
 
-/// The stored (core `v1`) form of an object received through `rt`.
+/// The stored form of an object received through `rt`.
 pub fn to_internal(rt: &ResourceType, obj: Value) -> Value {
-    if !needed(rt) {
+    if let Some(storage) = &rt.storage_version {
+        return with_version(obj, &rt.group, storage);
+    }
+    if !is_events_api(rt) {
         return obj;
     }
     let mut out = rename(obj, EVENT_FIELDS.iter().copied(), "v1");
@@ -58,9 +75,12 @@ pub fn to_internal(rt: &ResourceType, obj: Value) -> Value {
     out
 }
 
-/// The served form (`events.k8s.io/v1`) of a stored object.
+/// The served form of a stored object.
 pub fn to_external(rt: &ResourceType, obj: Value) -> Value {
-    if !needed(rt) {
+    if rt.storage_version.is_some() {
+        return with_version(obj, &rt.group, &rt.version);
+    }
+    if !is_events_api(rt) {
         return obj;
     }
     rename(

@@ -22,6 +22,7 @@
 //! - [`encryption`]: encryption at rest (`--encryption-provider-config`), a store wrapper.
 //! - [`cache`]: the watch cache, one per served resource, added and dropped as types are.
 //! - [`stamped`]: stored JSON served with its `resourceVersion` spliced in, without a copy.
+//! - [`crd`]: CustomResourceDefinitions and custom resources.
 //! - [`conversion`]: served forms that differ from the stored one (events.k8s.io Events).
 //! - [`encoding`], [`protobuf`]: request body formats and content negotiation.
 //! - [`allocator`]: Service ClusterIPs and NodePorts.
@@ -40,6 +41,7 @@ pub mod bootstrap;
 pub mod cache;
 pub mod coalesce;
 pub mod conversion;
+pub mod crd;
 pub mod encoding;
 pub mod encryption;
 pub mod error;

@@ -31,6 +31,7 @@ use crate::pki::Pki;
 use crate::request::{RequestInfo, parse_query};
 
 use crate::storage;
+use crate::strategy::{Strategy, StrategyRef};
 use skiff_apimachinery::catalog::{Registry, ResourceType};
 
 /// HTTP/2 streams a client may keep open on one connection (kube-apiserver's default).
@@ -104,6 +105,10 @@ pub struct ApiServer {
     pub store: Arc<dyn Store>,
     /// The resource types served now: the built-in ones and those installed at run time.
     pub registry: Registry,
+    /// The strategies of the types in the registry that were installed at run time.
+    pub strategies: crate::strategy::Strategies,
+    /// The OpenAPI documents served now (custom resources' schemas included).
+    pub openapi: crate::handlers::openapi::Published,
     pub cache: Arc<Cacher>,
     pub authn: authn::Chain,
     pub authz: authz::Chain,
@@ -300,7 +305,15 @@ impl ApiServer {
         tokens: Option<Arc<crate::tokens::TokenIssuer>>,
         modes: &[Mode],
     ) -> Result<Arc<Self>> {
-        Self::with_authn(store, kubelet, tokens, modes, authn::Options::default()).await
+        Self::with_gates(
+            store,
+            kubelet,
+            tokens,
+            modes,
+            authn::Options::default(),
+            Gates::default(),
+        )
+        .await
     }
 
     /// [`ApiServer::new`] with the authentication flags.
@@ -343,6 +356,8 @@ impl ApiServer {
             stopping: tokio::sync::watch::Sender::new(false),
             store: store.clone(),
             registry: Registry::new(),
+            strategies: Default::default(),
+            openapi: Default::default(),
             cache: cache.clone(),
             authn: authn::build(authn_options, tokens.as_deref(), cache.clone()),
             authz: chain,
@@ -466,6 +481,7 @@ impl ApiServer {
         }
         plugins.retain(|p| !gates.disabled_admission.iter().any(|name| name == p.name()));
         building.gates = gates;
+        crate::crd::controller::spawn(Arc::downgrade(&server));
         Ok(server)
     }
 
@@ -474,14 +490,21 @@ impl ApiServer {
     }
 
     /// Starts serving `types` (versions of one resource installed at run time, a custom
-    /// resource): its watch cache first, then the registry, so that a request that finds the
-    /// type also finds its objects. A type already served at the same group, version and
-    /// plural is replaced (its names or subresources changed).
-    pub async fn install(&self, types: Vec<ResourceType>) -> Result<()> {
-        for rt in &types {
-            self.cache.install(rt).await?;
+    /// resource) with their strategies: strategy and watch cache first, then the registry, so
+    /// that a request that finds the type also finds its rules and its objects. A type already
+    /// served at the same group, version and plural is replaced (its names, subresources or
+    /// schema changed). The first type is the one objects are stored as.
+    pub async fn install(&self, types: Vec<(ResourceType, Arc<dyn Strategy>)>) -> Result<()> {
+        for (rt, strategy) in &types {
+            self.strategies.insert(rt, strategy.clone());
         }
-        self.registry.update(|c| c.with(types));
+        if let Some((storage, strategy)) = types.first() {
+            self.cache
+                .install(storage, StrategyRef::Installed(strategy.clone()))
+                .await?;
+        }
+        self.registry
+            .update(|c| c.with(types.into_iter().map(|(rt, _)| rt).collect::<Vec<_>>()));
         Ok(())
     }
 
@@ -489,15 +512,24 @@ impl ApiServer {
     /// always refuses): they leave the registry, and with the last of them the watch cache,
     /// which ends their watches. Built-in types are never removed.
     pub fn remove(&self, group: &str, plural: &str, keep: impl Fn(&ResourceType) -> bool) {
+        let before = self.registry.snapshot();
         self.registry.update(|c| c.without(group, plural, &keep));
-        let still_served = self
-            .registry
-            .snapshot()
+        let after = self.registry.snapshot();
+        let served = |rt: &ResourceType| after.lookup(&rt.group, &rt.version, &rt.plural).is_some();
+        for gone in before
             .iter()
-            .any(|r| r.group == group && r.plural == plural);
-        if !still_served {
+            .filter(|r| r.group == group && r.plural == plural && !served(r))
+        {
+            self.strategies.remove(gone);
+        }
+        if !after.iter().any(|r| r.group == group && r.plural == plural) {
             self.cache.remove(group, plural);
         }
+    }
+
+    /// The strategy of a served type.
+    pub fn strategy(&self, rt: &ResourceType) -> StrategyRef {
+        self.strategies.resolve(rt)
     }
 
     /// One request through the pipeline.

@@ -3,7 +3,8 @@
 //! type installed while the server runs is served everywhere (routing, discovery, the watch
 //! cache, every verb), and once removed it is gone everywhere and its watches end.
 
-use std::net::SocketAddr;
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,68 +16,11 @@ use kube::api::{
 use kube::discovery::Discovery;
 use serde_json::json;
 use skiff_apimachinery::catalog::{CRUD, ResourceType, Subresource};
-use skiff_apiserver::authz::Mode;
-use skiff_apiserver::kubelet_client::KubeletClient;
-use skiff_apiserver::{ApiServer, Config, Listener};
-use skiff_store::{EmbeddedConfig, EmbeddedStore, Store};
+use skiff_apiserver::strategy::{Plain, Strategy};
 
-/// A running server: its state (to install types), a client, and what to stop.
-struct Running {
-    server: Arc<ApiServer>,
-    client: kube::Client,
-    stop: tokio::sync::oneshot::Sender<()>,
-    store: EmbeddedStore,
-    _dir: tempfile::TempDir,
-}
-
-async fn start() -> Running {
-    let dir = tempfile::tempdir().unwrap();
-    let store = EmbeddedStore::open(EmbeddedConfig::new(dir.path().join("store")))
-        .await
-        .unwrap();
-    let shared: Arc<dyn Store> = Arc::new(store.clone());
-    let config = Config {
-        data_dir: dir.path().to_path_buf(),
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        tls_sans: vec![],
-    };
-    let listener = Listener::bind(&config).await.unwrap();
-    skiff_apiserver::bootstrap::run(&shared, listener.local_addr())
-        .await
-        .unwrap();
-    let (cert, key) = listener.pki.kubelet_client().unwrap();
-    let kubelet = KubeletClient::new(&cert, &key).unwrap();
-    let server = ApiServer::new(shared, kubelet, None, &[Mode::AlwaysAllow])
-        .await
-        .unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(listener.serve(server.clone(), async {
-        let _ = stopped.await;
-    }));
-    let kubeconfig =
-        kube::config::Kubeconfig::read_from(dir.path().join("kubeconfig.yaml")).unwrap();
-    let client_config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(client_config).unwrap();
-    Running {
-        server,
-        client,
-        stop,
-        store,
-        _dir: dir,
-    }
-}
-
-impl Running {
-    async fn stop(self) {
-        let _ = self.stop.send(());
-        self.store.close().await;
-    }
-}
-
-fn widget_type(version: &str) -> ResourceType {
-    ResourceType {
+/// A served version of `widgets.example.com`, with no rules of its own.
+fn widget_type(version: &str) -> (ResourceType, Arc<dyn Strategy>) {
+    let rt = ResourceType {
         group: "example.com".into(),
         version: version.into(),
         kind: "Widget".into(),
@@ -94,7 +38,9 @@ fn widget_type(version: &str) -> ResourceType {
             verbs: vec!["get".into(), "patch".into(), "update".into()],
         }],
         builtin: false,
-    }
+        storage_version: None,
+    };
+    (rt, Arc::new(Plain))
 }
 
 fn widgets(client: &kube::Client, version: &str) -> Api<DynamicObject> {
@@ -118,7 +64,7 @@ fn widget(name: &str, version: &str) -> DynamicObject {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_type_installed_while_serving_is_served_until_removed() {
-    let running = start().await;
+    let running = common::start().await;
     let client = running.client.clone();
     let api = widgets(&client, "v1");
 

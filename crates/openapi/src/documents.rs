@@ -20,14 +20,15 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use flate2::Compression;
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use serde_json::{Map, Value, json};
 
-use crate::schemas::{self, registry};
+use crate::custom::{self, Custom};
+use crate::schemas::{self, Registry, registry};
 use crate::{proto, v2, v3};
 
 /// Media type of the Swagger 2.0 document as protobuf, as kubectl asks for it (`Accept`).
@@ -89,11 +90,54 @@ impl Served {
 /// Every OpenAPI document Skiff serves, serialized.
 #[derive(Debug)]
 pub struct Documents {
-    v2_json: Served,
-    v2_protobuf: Gzipped,
+    /// Built when first asked for (a change of custom resources rebuilds the documents, and
+    /// only old kubectl reads this one).
+    v2: OnceLock<V2>,
+    /// The custom resources described besides the built-in kinds.
+    custom: Vec<Custom>,
     v3_index: Served,
-    /// By index key (`api/v1`, `apis/apps/v1`).
-    v3: BTreeMap<String, Served>,
+    /// By index key (`api/v1`, `apis/apps/v1`); the built-in ones shared by every generation.
+    v3: BTreeMap<String, Arc<Served>>,
+}
+
+/// The Swagger 2.0 document, as JSON and as protobuf.
+#[derive(Debug)]
+struct V2 {
+    json: Served,
+    protobuf: Gzipped,
+}
+
+impl V2 {
+    fn new(registry: &Registry, group_versions: &[Map<String, Value>]) -> V2 {
+        let doc = v2::document(registry, group_versions);
+        V2 {
+            protobuf: Gzipped::new(&proto::encode_document(&doc)),
+            json: Served::new(&to_bytes(&doc)),
+        }
+    }
+}
+
+/// The paths of every built-in group version, by index key.
+fn builtin_paths() -> Vec<(String, Map<String, Value>)> {
+    schemas::served_group_versions()
+        .into_iter()
+        .map(|(group, version)| {
+            let paths = v3::group_version_paths(registry(), &group, &version);
+            (v3::index_key(&group, &version), paths)
+        })
+        .collect()
+}
+
+/// The `/openapi/v3` index of `v3`.
+fn index(v3: &BTreeMap<String, Arc<Served>>) -> Served {
+    let paths: Map<String, Value> = v3
+        .iter()
+        .map(|(key, served)| {
+            let url = format!("/openapi/v3/{key}?hash={}", served.hash);
+            (key.clone(), json!({"serverRelativeURL": url}))
+        })
+        .collect();
+    Served::new(&to_bytes(&json!({ "paths": paths })))
 }
 
 /// The answer to one request for a document, for the HTTP layer to send as is.
@@ -131,60 +175,90 @@ impl Reply<'_> {
 }
 
 impl Documents {
-    /// Generates and serializes every document (tens of milliseconds in release).
+    /// Generates and serializes every document of the built-in kinds (tens of milliseconds
+    /// in release).
     pub fn build() -> Documents {
-        let registry = registry();
-        let group_versions: Vec<(String, Map<String, Value>)> = schemas::served_group_versions()
+        let (keys, group_versions): (Vec<String>, Vec<Map<String, Value>>) =
+            builtin_paths().into_iter().unzip();
+        let v2 = V2::new(registry(), &group_versions);
+        let v3: BTreeMap<String, Arc<Served>> = keys
             .into_iter()
-            .map(|(group, version)| {
-                let paths = v3::group_version_paths(registry, &group, &version);
-                (v3::index_key(&group, &version), paths)
+            .zip(group_versions)
+            .map(|(key, paths)| {
+                let doc = v3::document(registry(), paths);
+                (key, Arc::new(Served::new(&to_bytes(&doc))))
             })
             .collect();
-        let v2_doc = v2::document(registry, group_versions.iter().map(|(_, paths)| paths));
-        let v2_protobuf = Gzipped::new(&proto::encode_document(&v2_doc));
-        let v2_json = Served::new(&to_bytes(&v2_doc));
-        drop(v2_doc);
-        let mut v3 = BTreeMap::new();
-        for (key, paths) in group_versions {
-            let doc = v3::document(registry, paths);
-            v3.insert(key, Served::new(&to_bytes(&doc)));
-        }
-        let index: Map<String, Value> = v3
-            .iter()
-            .map(|(key, served)| {
-                let url = format!("/openapi/v3/{key}?hash={}", served.hash);
-                (key.clone(), json!({"serverRelativeURL": url}))
-            })
-            .collect();
-        let v3_index = Served::new(&to_bytes(&json!({"paths": index})));
         Documents {
-            v2_json,
-            v2_protobuf,
-            v3_index,
+            v2: OnceLock::from(v2),
+            custom: Vec::new(),
+            v3_index: index(&v3),
             v3,
         }
     }
 
-    /// The process-wide documents, built on first use.
+    /// The built-in documents with `custom` resources added: their group versions' documents
+    /// (those whose resources are unchanged since `previous` are kept from it), the index, and
+    /// the Swagger 2.0 document when first asked for.
+    pub fn with_custom(custom: Vec<Custom>, previous: &Documents) -> Documents {
+        let registry = custom::registry(&custom);
+        let mut v3 = Documents::global().v3.clone();
+        let in_gv = |set: &[Custom], key: &str| -> Vec<Custom> {
+            set.iter()
+                .filter(|c| v3::index_key(&c.resource.group, &c.resource.version) == key)
+                .cloned()
+                .collect()
+        };
+        for (key, paths) in custom::group_version_paths(&registry, &custom) {
+            let kept = previous
+                .v3
+                .get(&key)
+                .filter(|_| in_gv(&previous.custom, &key) == in_gv(&custom, &key));
+            let served = match kept {
+                Some(served) => served.clone(),
+                None => Arc::new(Served::new(&to_bytes(&v3::document(&registry, paths)))),
+            };
+            v3.insert(key, served);
+        }
+        Documents {
+            v2: OnceLock::new(),
+            custom,
+            v3_index: index(&v3),
+            v3,
+        }
+    }
+
+    /// The process-wide documents of the built-in kinds, built on first use.
     pub fn global() -> &'static Documents {
         static DOCUMENTS: OnceLock<Documents> = OnceLock::new();
         DOCUMENTS.get_or_init(Documents::build)
     }
 
+    /// The Swagger 2.0 documents, built on first use.
+    fn v2(&self) -> &V2 {
+        self.v2.get_or_init(|| {
+            let registry = custom::registry(&self.custom);
+            let mut group_versions: Vec<Map<String, Value>> =
+                builtin_paths().into_iter().map(|(_, p)| p).collect();
+            group_versions
+                .extend(custom::group_version_paths(&registry, &self.custom).into_values());
+            V2::new(&registry, &group_versions)
+        })
+    }
+
     /// The Swagger 2.0 document as JSON.
     pub fn v2_json(&self) -> Vec<u8> {
-        self.v2_json.doc.inflate()
+        self.v2().json.doc.inflate()
     }
 
     /// The Swagger 2.0 document as gnostic protobuf (`openapi.v2.Document`).
     pub fn v2_protobuf(&self) -> Vec<u8> {
-        self.v2_protobuf.inflate()
+        self.v2().protobuf.inflate()
     }
 
     /// The hash of the Swagger 2.0 document; the ETag is this in double quotes.
     pub fn v2_hash(&self) -> &str {
-        &self.v2_json.hash
+        &self.v2().json.hash
     }
 
     /// The `/openapi/v3` index.
@@ -212,12 +286,13 @@ impl Documents {
         let Some(format) = negotiate(accept, &[JSON, V2_PROTOBUF, V2_PROTOBUF_ALT]) else {
             return Reply::empty(406);
         };
+        let v2 = self.v2();
         let (content_type, gzip) = if format == JSON {
-            (JSON, &self.v2_json.doc)
+            (JSON, &v2.json.doc)
         } else {
-            (V2_PROTOBUF_ALT, &self.v2_protobuf)
+            (V2_PROTOBUF_ALT, &v2.protobuf)
         };
-        let etag = format!("\"{}\"", self.v2_json.hash);
+        let etag = format!("\"{}\"", v2.json.hash);
         let mut headers = vec![
             ("Content-Type", content_type.to_string()),
             ("Vary", "Accept".to_string()),

@@ -21,9 +21,12 @@
 //! - [`v3`]: one OpenAPI 3.0 document per group version, and index keys.
 //! - `v2`: the Swagger 2.0 document.
 //! - `proto`: the Swagger 2.0 document as gnostic protobuf.
-//! - `documents`: [`Documents`], serialized once, with hashes and request answers.
+//! - `custom`: custom resources' definitions and paths ([`Custom`]).
+//! - `documents`: [`Documents`], serialized once (again when custom resources change), with
+//!   hashes and request answers.
 //! - `unknown`: [`unknown_fields`] for strict field validation.
 
+mod custom;
 mod documents;
 mod params;
 mod patch_meta;
@@ -35,5 +38,6 @@ mod unknown;
 mod v2;
 pub mod v3;
 
+pub use custom::{Custom, definition_name};
 pub use documents::{Documents, JSON, Reply, V2_PROTOBUF, V2_PROTOBUF_ALT};
 pub use unknown::{has_schema, kinds_without_schema, unknown_fields};

@@ -45,6 +45,8 @@ pub(crate) struct Registry {
     by_gvk: HashMap<(String, String, String), String>,
     /// Catalog kinds that no k8s-openapi type describes; they get an open placeholder schema.
     pub placeholders: Vec<String>,
+    /// The registry this one adds to (custom resources' definitions over the built-in ones).
+    pub base: Option<&'static Registry>,
 }
 
 impl Registry {
@@ -53,10 +55,24 @@ impl Registry {
         self.by_gvk
             .get(&(group.to_string(), version.to_string(), kind.to_string()))
             .map(String::as_str)
+            .or_else(|| self.base?.name_of(group, version, kind))
     }
 
     pub fn get(&self, name: &str) -> Option<&Value> {
-        self.definitions.get(name)
+        self.definitions.get(name).or_else(|| self.base?.get(name))
+    }
+
+    /// A registry over the built-in one, holding `definitions` of the kinds `by_gvk` names.
+    pub fn over_builtins(
+        definitions: Map<String, Value>,
+        by_gvk: HashMap<(String, String, String), String>,
+    ) -> Registry {
+        Registry {
+            definitions,
+            by_gvk,
+            placeholders: Vec::new(),
+            base: Some(registry()),
+        }
     }
 }
 
@@ -132,6 +148,7 @@ fn build() -> Registry {
         definitions,
         by_gvk,
         placeholders,
+        base: None,
     }
 }
 
@@ -235,7 +252,11 @@ fn placeholder(resource: &ResourceType) -> Value {
 }
 
 /// The `<Kind>List` definition: `apiVersion`, `kind`, `metadata` (ListMeta) and `items`.
-fn list_schema(resource: &ResourceType, item: &str, definitions: &Map<String, Value>) -> Value {
+pub(crate) fn list_schema(
+    resource: &ResourceType,
+    item: &str,
+    definitions: &Map<String, Value>,
+) -> Value {
     let field_doc = |field: &str| {
         definitions
             .get(item)

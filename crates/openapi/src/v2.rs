@@ -12,10 +12,7 @@ use crate::schemas::{self, Registry, V2_REF};
 use crate::v3::{self, INFO_TITLE, INFO_VERSION};
 
 /// The whole Swagger 2.0 document, from the OpenAPI 3 paths of every group version.
-pub(crate) fn document<'a>(
-    registry: &Registry,
-    group_versions: impl IntoIterator<Item = &'a Map<String, Value>>,
-) -> Value {
+pub(crate) fn document(registry: &Registry, group_versions: &[Map<String, Value>]) -> Value {
     let mut paths = Map::new();
     for gv_paths in group_versions {
         for (path, item) in gv_paths {
@@ -159,7 +156,7 @@ mod tests {
     fn patch_operations_become_swagger_with_consumes_and_inline_field_validation() {
         let registry = registry();
         let gv = v3::group_version_paths(registry, "apps", "v1");
-        let doc = document(registry, [&gv]);
+        let doc = document(registry, std::slice::from_ref(&gv));
         let patch =
             &doc["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["patch"];
         let consumes = patch["consumes"].as_array().unwrap();

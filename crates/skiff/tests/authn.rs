@@ -451,10 +451,10 @@ fn service_account_tokens_authenticate_while_what_they_are_bound_to_exists() {
             "apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec:\n  token: \"{token}\"\n  audiences: {audiences}\n"
         );
         // kubectl's field-validation probe looks for a PATCH of the kind, which create-only
-        // kinds lack, then lists CustomResourceDefinitions, which Skiff does not serve
+        // kinds lack, then lists CustomResourceDefinitions
         let out = api.kubectl_stdin(
             KUBECTL_133,
-            &["create", "--validate=false", "-f", "-", "-o", "json"],
+            &["create", "-f", "-", "-o", "json"],
             Some(&body),
         );
         serde_json::from_str(&out).unwrap()

@@ -269,3 +269,53 @@ fn the_python_client_writes_claims_classes_and_autoscalers() {
     ];
     assert_eq!(out.lines().collect::<Vec<_>>(), want, "{out}");
 }
+
+const CUSTOM_OBJECTS: &str = r#"
+import time
+ext = client.ApiextensionsV1Api()
+custom = client.CustomObjectsApi()
+schema = {"type": "object", "properties": {"spec": {"type": "object",
+    "x-kubernetes-validations": [{"rule": "self.min <= self.max", "message": "min must not exceed max"}],
+    "properties": {"min": {"type": "integer", "default": 1}, "max": {"type": "integer"}}}}}
+version = lambda name, storage: {"name": name, "served": True, "storage": storage,
+    "schema": {"openAPIV3Schema": schema}}
+ext.create_custom_resource_definition({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "ranges.example.com"},
+    "spec": {"group": "example.com", "scope": "Cluster",
+             "names": {"plural": "ranges", "singular": "range", "kind": "Range"},
+             "versions": [version("v1beta1", False), version("v1", True)]}})
+for _ in range(100):
+    crd = ext.read_custom_resource_definition("ranges.example.com")
+    if any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or [])):
+        break
+    time.sleep(0.1)
+print("stored", crd.status.stored_versions)
+made = custom.create_cluster_custom_object("example.com", "v1beta1", "ranges",
+    {"apiVersion": "example.com/v1beta1", "kind": "Range", "metadata": {"name": "r"}, "spec": {"max": 5}})
+print("made", made["apiVersion"], made["spec"])
+got = custom.get_cluster_custom_object("example.com", "v1", "ranges", "r")
+print("read", got["apiVersion"], got["spec"])
+patched = custom.patch_cluster_custom_object("example.com", "v1", "ranges", "r", {"spec": {"max": 7}})
+print("patched", patched["spec"], patched["metadata"]["generation"])
+bad = {"apiVersion": "example.com/v1", "kind": "Range", "metadata": {"name": "bad"}, "spec": {"min": 9, "max": 2}}
+print("bad", failure(lambda: custom.create_cluster_custom_object("example.com", "v1", "ranges", bad)))
+print("listed", [r["metadata"]["name"] for r in custom.list_cluster_custom_object("example.com", "v1beta1", "ranges")["items"]])
+custom.delete_cluster_custom_object("example.com", "v1", "ranges", "r")
+print("left", len(custom.list_cluster_custom_object("example.com", "v1", "ranges")["items"]))
+"#;
+
+#[test]
+fn the_python_client_defines_and_uses_a_custom_resource_in_two_versions() {
+    let api = ApiServer::start(Backend::Embedded);
+    let out = python(&api, &format!("{PRELUDE}{CUSTOM_OBJECTS}"));
+    let want = [
+        "stored ['v1']",
+        "made example.com/v1beta1 {'max': 5, 'min': 1}",
+        "read example.com/v1 {'max': 5, 'min': 1}",
+        "patched {'max': 7, 'min': 1} 2",
+        "bad 422 Invalid Range.example.com \"bad\" is invalid: spec: Invalid value: \"object\": min must not exceed max",
+        "listed ['r']",
+        "left 0",
+    ];
+    assert_eq!(out.lines().collect::<Vec<_>>(), want, "{out}");
+}

@@ -596,7 +596,6 @@ fn servers_on_one_etcd_share_the_ca_and_one_takes_over_when_the_leader_dies() {
         &servers[1].kubeconfig(),
         &[
             "create",
-            "--validate=false",
             "-f",
             review.to_str().expect("utf-8 path"),
             "-o",

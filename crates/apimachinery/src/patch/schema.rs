@@ -438,6 +438,9 @@ static VALIDATING_ADMISSION_POLICY: Type = Type::new(
 static VALIDATING_ADMISSION_POLICY_BINDING: Type =
     Type::new("ValidatingAdmissionPolicyBinding", METADATA_ONLY);
 
+// apiextensions.k8s.io/v1: a CRD's lists carry no patch strategy (they replace).
+static CUSTOM_RESOURCE_DEFINITION: Type = Type::new("CustomResourceDefinition", METADATA_ONLY);
+
 /// The patch metadata of the root of an object of `kind` in API group `group` (`""` for core),
 /// `None` for kinds Skiff does not serve as built-ins.
 pub fn for_kind(group: &str, kind: &str) -> Option<&'static Type> {
@@ -499,6 +502,7 @@ pub fn for_kind(group: &str, kind: &str) -> Option<&'static Type> {
         ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
             &VALIDATING_ADMISSION_POLICY_BINDING
         }
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => &CUSTOM_RESOURCE_DEFINITION,
         _ => return None,
     };
     Some(ty)

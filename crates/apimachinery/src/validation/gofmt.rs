@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 /// Quotes `s` as Go's `strconv.Quote` (and so `fmt`'s `%q`) does: double quotes, backslash
 /// escapes for `"` and `\`, C escapes for control characters, `\u`/`\U` for other
 /// non-printable characters.
-pub(crate) fn quote(s: &str) -> String {
+pub fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -66,11 +66,16 @@ pub(crate) fn is_go_printable(c: char) -> bool {
 }
 
 /// Renders a number as Go's `%v` does for the `int64` or `float64` it would decode into.
-pub(crate) fn number(n: &serde_json::Number) -> String {
+pub fn number(n: &serde_json::Number) -> String {
     if n.is_i64() || n.is_u64() {
         return n.to_string();
     }
     let f = n.as_f64().unwrap_or_default();
+    float(f, Exp::Fmt)
+}
+
+/// Renders a `float64` as Go's `%v` does.
+pub fn float64(f: f64) -> String {
     float(f, Exp::Fmt)
 }
 

@@ -387,6 +387,19 @@ fn parse_ipv4_sloppy(value: &str) -> Option<std::net::Ipv4Addr> {
     Some(std::net::Ipv4Addr::from(octets))
 }
 
+/// Upstream's `ValidatePathSegmentName`: any name that can be one URL path segment (RBAC
+/// names such as `system:controller:…`).
+pub fn is_path_segment_name(name: &str) -> Vec<String> {
+    if name == "." || name == ".." {
+        return vec![format!("may not be '{name}'")];
+    }
+    ["/", "%"]
+        .iter()
+        .filter(|bad| name.contains(**bad))
+        .map(|bad| format!("may not contain '{bad}'"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -145,7 +145,7 @@ async fn read_config(ctx: &mut Ctx) -> Result<Value> {
     } else {
         serde_yaml::from_slice(&body).map_err(|e| e.to_string())
     };
-    let config = match decoded {
+    let mut config = match decoded {
         Ok(v @ Value::Object(_)) => v,
         Ok(Value::Null) => json!({}),
         Ok(other) => {
@@ -175,7 +175,7 @@ async fn read_config(ctx: &mut Ctx) -> Result<Value> {
     if !config.get("metadata").is_none_or(Value::is_object) {
         return Err(ApiError::bad_request("metadata must be an object"));
     }
-    check_fields(ctx, &config)?;
+    check_fields(ctx, &mut config)?;
     let meta = |k: &str| {
         config
             .pointer(&format!("/metadata/{k}"))

@@ -43,6 +43,7 @@ use crate::encoding::{self, MAX_BODY_BYTES, Output};
 use crate::error::{ApiError, Result};
 use crate::request::RequestInfo;
 use crate::server::ApiServer;
+use crate::strategy::StrategyRef;
 
 /// Response bodies: whole (most) or streamed (watches).
 pub type Body = BoxBody<Bytes, Infallible>;
@@ -56,6 +57,8 @@ pub struct Ctx {
     pub user: UserInfo,
     /// The type, as the registry served it when the request arrived.
     pub rt: Arc<ResourceType>,
+    /// The type's strategy (defaults, validation, selectable fields).
+    pub strategy: StrategyRef,
     pub output: Output,
     /// `Warning` headers for the response, shared with sub-request copies.
     pub warnings: Warnings,
@@ -100,6 +103,44 @@ impl Warnings {
 }
 
 impl Ctx {
+    /// A request the API server makes of itself (its in-process controllers), as upstream's
+    /// loopback client: user `system:apiserver` in `system:masters`, field manager
+    /// `kube-apiserver`.
+    pub fn internal(server: Arc<ApiServer>, rt: Arc<ResourceType>, info: RequestInfo) -> Ctx {
+        let strategy = server.strategy(&rt);
+        let received = server.now();
+        Ctx {
+            server,
+            info,
+            query: HashMap::from([("fieldManager".to_string(), "kube-apiserver".to_string())]),
+            headers: http::HeaderMap::new(),
+            user: UserInfo {
+                name: "system:apiserver".into(),
+                groups: vec!["system:masters".into()],
+                ..Default::default()
+            },
+            rt,
+            strategy,
+            output: Output::Json,
+            warnings: Warnings::default(),
+            audit_annotations: Default::default(),
+            raw_query: String::new(),
+            upgrade: None,
+            audit: None,
+            received,
+            body: None,
+        }
+    }
+
+    /// The watch cache of the request's type; a custom resource removed since the request was
+    /// routed is not found.
+    pub fn cache(&self) -> Result<Arc<crate::cache::ResourceCache>> {
+        self.server
+            .cache
+            .get(&self.rt)
+            .ok_or_else(ApiError::path_not_found)
+    }
+
     /// A copy for a sub-request (the body, already read, is not shared).
     pub fn share(&self) -> Ctx {
         Ctx {
@@ -109,6 +150,7 @@ impl Ctx {
             headers: self.headers.clone(),
             user: self.user.clone(),
             rt: self.rt.clone(),
+            strategy: self.strategy.clone(),
             output: self.output,
             warnings: self.warnings.clone(),
             audit_annotations: self.audit_annotations.clone(),
@@ -216,7 +258,7 @@ pub async fn route(
             return resp;
         }
         if req.method() == http::Method::GET
-            && let Some(resp) = openapi::handle(&info.path, &query, req.headers())
+            && let Some(resp) = openapi::handle(&server.openapi, &info.path, &query, req.headers())
         {
             return resp;
         }
@@ -245,6 +287,7 @@ pub async fn route(
     };
     let (mut parts, body) = req.into_parts();
     let received = server.now();
+    let strategy = server.strategy(&rt);
     let ctx = Ctx {
         server,
         info,
@@ -256,6 +299,7 @@ pub async fn route(
         headers: parts.headers,
         user,
         rt,
+        strategy,
         output,
         warnings: Warnings::default(),
         audit_annotations: Default::default(),

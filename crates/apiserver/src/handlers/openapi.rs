@@ -1,15 +1,53 @@
 //! `/openapi/v2` and `/openapi/v3[/{group-version}]`: the documents kubectl reads for `explain`
-//! and for deciding that the server validates fields (`fieldValidation=Strict`), built once by
-//! `skiff-openapi` and served with its ETag and caching rules, gzip-compressed to a client whose
-//! `Accept-Encoding` takes gzip (as upstream compresses large responses).
+//! and for deciding that the server validates fields (`fieldValidation=Strict`), built by
+//! `skiff-openapi` (once for the built-in kinds, again as custom resources come and go) and
+//! served with its ETag and caching rules, gzip-compressed to a client whose `Accept-Encoding`
+//! takes gzip (as upstream compresses large responses).
+
+use std::sync::{Arc, RwLock};
 
 use http::{HeaderValue, Response};
-use skiff_openapi::{Documents, Reply};
+use skiff_openapi::{Custom, Documents, Reply};
 
 use super::{Body, full};
 
+/// The documents served now: the built-in ones until custom resources are published.
+#[derive(Debug, Default)]
+pub struct Published(RwLock<Option<Arc<Documents>>>);
+
+impl Published {
+    /// Serves the built-in documents with `custom` resources added (only the documents of
+    /// group versions that changed are built again).
+    pub fn publish(&self, custom: Vec<Custom>) {
+        let previous = self.0.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let next = if custom.is_empty() {
+            None
+        } else {
+            let base = previous.as_deref().unwrap_or_else(|| Documents::global());
+            Some(Arc::new(Documents::with_custom(custom, base)))
+        };
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = next;
+    }
+
+    /// Runs `f` on the current documents.
+    fn with<R>(&self, f: impl FnOnce(&Documents) -> R) -> R {
+        let current = self.0.read().unwrap_or_else(|e| e.into_inner());
+        f(current.as_deref().unwrap_or_else(|| Documents::global()))
+    }
+}
+
 /// Answers an OpenAPI path, or `None` when the path is not one.
 pub fn handle(
+    published: &Published,
+    path: &str,
+    query: &std::collections::HashMap<String, String>,
+    headers: &http::HeaderMap,
+) -> Option<Response<Body>> {
+    published.with(|docs| serve(docs, path, query, headers))
+}
+
+fn serve(
+    docs: &Documents,
     path: &str,
     query: &std::collections::HashMap<String, String>,
     headers: &http::HeaderMap,
@@ -17,7 +55,6 @@ pub fn handle(
     let header = |name: http::header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     let accept = header(http::header::ACCEPT);
     let if_none_match = header(http::header::IF_NONE_MATCH);
-    let docs = Documents::global();
     let reply = match path.trim_end_matches('/') {
         "/openapi/v2" | "/swagger-2.0.0.pb-v1" => docs.serve_v2(accept, if_none_match),
         "/openapi/v3" => docs.serve_v3_index(if_none_match),
@@ -114,7 +151,8 @@ mod tests {
             if let Some(e) = encoding {
                 headers.insert(http::header::ACCEPT_ENCODING, HeaderValue::from_static(e));
             }
-            let resp = handle("/openapi/v2", &query, &headers).expect("an OpenAPI path");
+            let resp = handle(&Published::default(), "/openapi/v2", &query, &headers)
+                .expect("an OpenAPI path");
             let encoding = resp.headers().get(http::header::CONTENT_ENCODING).cloned();
             let vary: Vec<_> = resp
                 .headers()

@@ -10,7 +10,6 @@ use base64::Engine;
 use bytes::Bytes;
 use http::Response;
 use serde_json::{Value, json};
-use skiff_apimachinery::catalog::ResourceType;
 use skiff_apimachinery::{fields, labels, table};
 use skiff_store::{KeyRange, RangeRequest, StoreExt, prefix_end};
 
@@ -20,7 +19,7 @@ use crate::conversion;
 use crate::encoding::Output;
 use crate::error::{ApiError, Result};
 use crate::storage;
-use crate::strategy;
+use crate::strategy::Strategy;
 
 /// What a list or watch selects.
 #[derive(Debug)]
@@ -46,7 +45,7 @@ impl Filter {
                 .unwrap_or(""),
         )
         .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?;
-        let supported = supported_fields(&ctx.rt);
+        let supported = supported_fields(&*ctx.strategy);
         for r in fields.requirements() {
             if !supported.contains(&r.field.as_str()) {
                 return Err(ApiError::bad_request(format!(
@@ -63,14 +62,9 @@ impl Filter {
     }
 }
 
-fn supported_fields(rt: &ResourceType) -> Vec<&'static str> {
+fn supported_fields(strategy: &dyn Strategy) -> Vec<&'static str> {
     let mut out = vec!["metadata.name", "metadata.namespace"];
-    out.extend(
-        strategy::for_resource(rt)
-            .fields(&json!({}))
-            .into_iter()
-            .map(|(f, _)| f),
-    );
+    out.extend(strategy.fields(&json!({})).into_iter().map(|(f, _)| f));
     out
 }
 
@@ -130,17 +124,24 @@ pub fn table_of(ctx: &Ctx, objects: &[Value], rv: &Value, cont: Option<&str>) ->
         .get("includeObject")
         .map(String::as_str)
         .unwrap_or("Metadata");
-    let columns: Vec<Value> = table::columns(&ctx.rt.group, &ctx.rt.plural)
-        .iter()
-        .map(|c| {
-            json!({"name": c.name, "type": c.type_, "format": c.format,
-                   "description": c.description, "priority": c.priority})
-        })
-        .collect();
+    let own = ctx.strategy.table_columns();
+    let columns: Vec<Value> = own.clone().unwrap_or_else(|| {
+        table::columns(&ctx.rt.group, &ctx.rt.plural)
+            .iter()
+            .map(|c| {
+                json!({"name": c.name, "type": c.type_, "format": c.format,
+                       "description": c.description, "priority": c.priority})
+            })
+            .collect()
+    });
     let rows: Vec<Value> = objects
         .iter()
         .map(|o| {
-            let mut row = json!({"cells": table::row(&ctx.rt.group, &ctx.rt.plural, o, now)});
+            let cells = match own {
+                Some(_) => ctx.strategy.table_row(o, now),
+                None => table::row(&ctx.rt.group, &ctx.rt.plural, o, now),
+            };
+            let mut row = json!({ "cells": cells });
             match include {
                 "None" => {}
                 "Object" => row["object"] = o.clone(),
@@ -219,13 +220,13 @@ pub async fn list(ctx: Ctx) -> Result<Response<Body>> {
             ));
         }
         let token = decode_continue(token)?;
-        let cache = ctx.server.cache.resource(&ctx.rt);
+        let cache = ctx.cache()?;
         return match cache.list_at(&ctx.info.namespace, token.rv) {
             Some(snapshot) => page(&ctx, &filter, &snapshot, &token.start, limit),
             None => list_from_store(&ctx, &filter, token.rv, &token.start, limit).await,
         };
     }
-    let cache = ctx.server.cache.resource(&ctx.rt);
+    let cache = ctx.cache()?;
     match (rv, rv_match) {
         (_, m) if !m.is_empty() && !matches!(m, "Exact" | "NotOlderThan") => {
             return Err(ApiError::bad_request(format!(
@@ -322,7 +323,7 @@ async fn list_from_store(
                 e => e.into(),
             })?;
         for kv in &page.kvs {
-            let c = Cached::from_stored(&ctx.rt, &kv.value, kv.mod_revision, &kv.key)?;
+            let c = Cached::from_stored(&*ctx.strategy, &kv.value, kv.mod_revision, &kv.key)?;
             if !filter.matches(&c) {
                 continue;
             }

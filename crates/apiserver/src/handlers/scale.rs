@@ -1,5 +1,6 @@
 //! The `scale` subresource (`kubectl scale`): an `autoscaling/v1` Scale view of a workload's
-//! `spec.replicas`, `status.replicas` and selector; writes change only `spec.replicas`.
+//! `spec.replicas`, `status.replicas` and selector (or of the fields a custom resource names);
+//! writes change only the spec's replicas.
 
 use http::Response;
 use serde_json::{Value, json};
@@ -10,12 +11,24 @@ use super::read::fetch;
 use super::{Body, Ctx};
 use crate::encoding::{self, BodyFormat};
 use crate::error::{ApiError, Result};
+use crate::strategy::ScalePaths;
 
-/// The Scale of a workload.
-pub fn scale_of(obj: &Value) -> Value {
+/// The Scale of a workload, or of a custom resource with its `paths`.
+pub fn scale_of(obj: &Value, paths: Option<&ScalePaths>) -> Value {
     let meta = &obj["metadata"];
+    let (spec_replicas, status_replicas) = match paths {
+        Some(p) => (p.spec_replicas.as_str(), p.status_replicas.as_str()),
+        None => ("/spec/replicas", "/status/replicas"),
+    };
     let selector = obj.pointer("/spec/selector");
-    let selector = if obj["kind"] == "ReplicationController" {
+    let selector = if let Some(p) = paths {
+        p.label_selector
+            .as_deref()
+            .and_then(|at| obj.pointer(at))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    } else if obj["kind"] == "ReplicationController" {
         // A ReplicationController's selector is a plain label map.
         let pairs = selector
             .and_then(Value::as_object)
@@ -34,15 +47,16 @@ pub fn scale_of(obj: &Value) -> Value {
         "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"],
                      "resourceVersion": meta["resourceVersion"],
                      "creationTimestamp": meta["creationTimestamp"]},
-        "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0))},
-        "status": {"replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+        "spec": {"replicas": obj.pointer(spec_replicas).cloned().unwrap_or(json!(0))},
+        "status": {"replicas": obj.pointer(status_replicas).cloned().unwrap_or(json!(0)),
                    "selector": selector},
     })
 }
 
 pub async fn handle(mut ctx: Ctx) -> Result<Response<Body>> {
     let current = fetch(&ctx, &ctx.info.name.clone()).await?;
-    let scale = scale_of(&current);
+    let paths = ctx.strategy.scale_paths().cloned();
+    let scale = scale_of(&current, paths.as_ref());
     let wanted = match ctx.info.verb.as_str() {
         "get" => return Ok(super::json(200, &scale)),
         "update" => {
@@ -81,7 +95,26 @@ pub async fn handle(mut ctx: Ctx) -> Result<Response<Body>> {
         ));
     }
     let mut next = current.clone();
-    next["spec"]["replicas"] = json!(replicas);
+    let at = paths
+        .as_ref()
+        .map_or("/spec/replicas", |p| &p.spec_replicas);
+    set_at(&mut next, at, json!(replicas));
     let resp = super::write::replace_object(&ctx, next).await?;
-    Ok(super::json(200, &scale_of(&resp)))
+    Ok(super::json(200, &scale_of(&resp, paths.as_ref())))
+}
+
+/// Sets the value at JSON pointer `at`, creating the objects on the way.
+fn set_at(obj: &mut Value, at: &str, value: Value) {
+    let mut here = obj;
+    for part in at.split('/').skip(1) {
+        if !here.is_object() {
+            *here = json!({});
+        }
+        here = here
+            .as_object_mut()
+            .expect("made an object above")
+            .entry(part.to_string())
+            .or_insert(Value::Null);
+    }
+    *here = value;
 }

@@ -249,7 +249,7 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
         }
     };
     let name = (!ctx.info.name.is_empty()).then(|| ctx.info.name.clone());
-    let cache = ctx.server.cache.resource(&ctx.rt).clone();
+    let cache = ctx.cache()?;
     let start = cache.watch(&ctx.info.namespace, from);
     let (tx, rx) = mpsc::channel(64);
     let trace = WatchTrace::for_watch(&ctx);
@@ -369,7 +369,7 @@ async fn from_store(sink: &mut Sink) {
         Ok(s) => s,
         Err(e) => return sink.error(&ApiError::from(e)).await,
     };
-    let rt = sink.ctx.rt.clone();
+    let strategy = sink.ctx.strategy.clone();
     while let Some(batch) = stream.next().await {
         let batch = match batch {
             Ok(b) => b,
@@ -387,7 +387,7 @@ async fn from_store(sink: &mut Sink) {
         };
         for ev in &batch.events {
             let decode = |kv: &skiff_store::KeyValue, rev: i64| -> Option<Cached> {
-                Cached::from_stored(&rt, &kv.value, rev, &kv.key).ok()
+                Cached::from_stored(&*strategy, &kv.value, rev, &kv.key).ok()
             };
             let prev = ev.prev_kv.as_ref().and_then(|p| decode(p, p.mod_revision));
             let (change, object) = match ev.kind {

@@ -19,10 +19,14 @@ fn meta_mut(object: &mut Value) -> &mut Map<String, Value> {
         .expect("metadata is an object")
 }
 
-/// Whether the kind tracks `metadata.generation` (kinds with a spec and a status subresource;
-/// pods only with the alpha PodObservedGenerationTracking, so not here; volumes, their claims,
-/// attachments and certificate signing requests never, as upstream's strategies leave it unset).
+/// Whether the kind tracks `metadata.generation`: custom resources always; built-in kinds with
+/// a spec and a status subresource (pods only with the alpha PodObservedGenerationTracking, so
+/// not here; volumes, their claims, attachments and certificate signing requests never, as
+/// upstream's strategies leave it unset).
 fn tracks_generation(rt: &ResourceType) -> bool {
+    if !rt.builtin {
+        return true;
+    }
     rt.has_status()
         && !matches!(
             (rt.group.as_str(), rt.plural.as_str()),
@@ -111,7 +115,13 @@ pub fn prepare_update(rt: &ResourceType, object: &mut Value, old: &Value, subres
             None => obj.remove("status"),
         };
     }
-    if tracks_generation(rt) && spec_changed(object, old) {
+    // Without a status subresource, a custom resource's status is content like any other.
+    let changed = if rt.has_status() {
+        spec_changed(object, old)
+    } else {
+        object.get("status") != old.get("status") || spec_changed(object, old)
+    };
+    if tracks_generation(rt) && changed {
         let next = old_meta
             .get("generation")
             .and_then(Value::as_i64)

@@ -65,6 +65,10 @@ pub mod volume;
 pub mod volumeattachment;
 pub mod webhookconfiguration;
 
+use std::collections::HashMap;
+use std::ops::Deref;
+use std::sync::{Arc, RwLock};
+
 use serde_json::Value;
 use skiff_apimachinery::catalog::ResourceType;
 use skiff_apimachinery::validation::FieldError;
@@ -95,6 +99,116 @@ pub trait Strategy: Send + Sync {
     /// Whether deleting needs a grace period (pods bound to a node).
     fn graceful_delete_seconds(&self, _object: &Value, _requested: Option<i64>) -> Option<i64> {
         None
+    }
+
+    /// Finalizers the first delete adds before the object goes (a CRD's
+    /// `customresourcecleanup`, which removes its custom resources first).
+    fn delete_finalizers(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// What starting a delete that waits (for finalizers or a grace period) changes besides
+    /// the deletion fields (a namespace turns `Terminating`).
+    fn prepare_for_delete(&self, _object: &mut Value) {}
+
+    /// The fields of a received object (in its served form) that its schema does not define,
+    /// as `fieldValidation` reports them (`spec.foo`); a strategy that prunes removes them.
+    /// Built-in kinds are checked against their OpenAPI schema.
+    fn unknown_fields(&self, object: &mut Value) -> Vec<String> {
+        let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+        let api_version = object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        skiff_openapi::unknown_fields(group, version, kind, object)
+    }
+
+    /// The columns of the kind's Table when it has its own (custom resources'
+    /// `additionalPrinterColumns`); `None` for the kinds the built-in printers know.
+    fn table_columns(&self) -> Option<Vec<Value>> {
+        None
+    }
+
+    /// One object's cells under [`Strategy::table_columns`].
+    fn table_row(&self, _object: &Value, _now: jiff::Timestamp) -> Vec<Value> {
+        Vec::new()
+    }
+
+    /// Where the `scale` subresource finds replicas and the selector, when not where the
+    /// built-in workloads keep them.
+    fn scale_paths(&self) -> Option<&ScalePaths> {
+        None
+    }
+}
+
+/// The fields behind a custom resource's `scale` subresource, as JSON pointers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalePaths {
+    pub spec_replicas: String,
+    pub status_replicas: String,
+    /// Where the status holds the selector, as a string in label selector syntax.
+    pub label_selector: Option<String>,
+}
+
+/// The strategy of a served type: a built-in kind's, or the one a custom resource was
+/// installed with.
+#[derive(Clone)]
+pub enum StrategyRef {
+    Builtin(&'static dyn Strategy),
+    Installed(Arc<dyn Strategy>),
+}
+
+impl Deref for StrategyRef {
+    type Target = dyn Strategy;
+
+    fn deref(&self) -> &(dyn Strategy + 'static) {
+        match self {
+            StrategyRef::Builtin(s) => *s,
+            StrategyRef::Installed(s) => &**s,
+        }
+    }
+}
+
+/// The strategies of the types installed at run time, by group, version and plural; built-in
+/// kinds resolve to their own without a lookup.
+#[derive(Default)]
+pub struct Strategies(RwLock<HashMap<String, Arc<dyn Strategy>>>);
+
+fn installed_key(rt: &ResourceType) -> String {
+    format!("{}/{}/{}", rt.group, rt.version, rt.plural)
+}
+
+impl Strategies {
+    /// The strategy of `rt` (`Plain` for an installed type without one).
+    pub fn resolve(&self, rt: &ResourceType) -> StrategyRef {
+        if rt.builtin {
+            return StrategyRef::Builtin(for_resource(rt));
+        }
+        let installed = self.0.read().unwrap_or_else(|e| e.into_inner());
+        match installed.get(&installed_key(rt)) {
+            Some(s) => StrategyRef::Installed(s.clone()),
+            None => StrategyRef::Builtin(&Plain),
+        }
+    }
+
+    pub fn insert(&self, rt: &ResourceType, strategy: Arc<dyn Strategy>) {
+        let mut installed = self.0.write().unwrap_or_else(|e| e.into_inner());
+        installed.insert(installed_key(rt), strategy);
+    }
+
+    pub fn remove(&self, rt: &ResourceType) {
+        let mut installed = self.0.write().unwrap_or_else(|e| e.into_inner());
+        installed.remove(&installed_key(rt));
+    }
+}
+
+impl std::fmt::Debug for StrategyRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StrategyRef::Builtin(_) => "StrategyRef::Builtin",
+            StrategyRef::Installed(_) => "StrategyRef::Installed",
+        })
     }
 }
 
@@ -161,6 +275,9 @@ pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
         }
         ("admissionregistration.k8s.io", "validatingadmissionpolicybindings") => {
             &admissionpolicy::BindingStrategy
+        }
+        (crate::crd::GROUP, crate::crd::PLURAL) => {
+            &crate::crd::definition::CustomResourceDefinitionStrategy
         }
         _ => &Plain,
     }

@@ -9,6 +9,10 @@ use super::{Strategy, string_at};
 pub struct NamespaceStrategy;
 
 impl Strategy for NamespaceStrategy {
+    fn prepare_for_delete(&self, ns: &mut Value) {
+        ns["status"]["phase"] = json!("Terminating");
+    }
+
     fn prepare_for_create(&self, ns: &mut Value) {
         ns["spec"] = json!({"finalizers": ["kubernetes"]});
         ns["status"] = json!({"phase": "Active"});

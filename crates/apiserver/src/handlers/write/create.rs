@@ -67,7 +67,7 @@ pub(in crate::handlers) async fn create_object(
 ) -> Result<Response<Body>> {
     let name = name_of(&obj).to_string();
     generic::prepare_create(&ctx.rt, &mut obj, ctx.server.now());
-    strategy::for_resource(&ctx.rt).prepare_for_create(&mut obj);
+    ctx.strategy.prepare_for_create(&mut obj);
     if (ctx.rt.group.as_str(), ctx.rt.plural.as_str()) == (csr::GROUP, csr::PLURAL) {
         csr::set_requester(&mut obj, &ctx.user);
     }

@@ -13,11 +13,11 @@ use crate::error::{ApiError, Result};
 use crate::handlers::read::{Filter, fetch, render};
 use crate::handlers::{Body, Ctx, object, success_status};
 use crate::storage;
-use crate::strategy::{self, generic};
+use crate::strategy::generic;
 
 /// `DeleteOptions` from the body (if any) and the query.
 #[derive(Debug, Default)]
-pub(super) struct DeleteOptions {
+pub(crate) struct DeleteOptions {
     grace: Option<i64>,
     propagation: Option<String>,
     uid: Option<String>,
@@ -105,7 +105,7 @@ pub async fn delete(mut ctx: Ctx) -> Result<Response<Body>> {
 }
 
 /// Deletes one object (or starts its graceful/finalized deletion); returns its last state.
-pub(super) async fn delete_one(ctx: &Ctx, name: &str, options: &DeleteOptions) -> Result<Value> {
+pub(crate) async fn delete_one(ctx: &Ctx, name: &str, options: &DeleteOptions) -> Result<Value> {
     let key = storage::key(&ctx.rt, &ctx.info.namespace, name);
     for _ in 0..MAX_RETRIES {
         let current = fetch(ctx, name).await?;
@@ -139,8 +139,9 @@ pub(super) async fn delete_one(ctx: &Ctx, name: &str, options: &DeleteOptions) -
             .validate(&attrs(ctx, Operation::Delete, name, Some(&current)), None)
             .await?;
         let mut next = current.clone();
-        let grace =
-            strategy::for_resource(&ctx.rt).graceful_delete_seconds(&current, options.grace);
+        let grace = ctx
+            .strategy
+            .graceful_delete_seconds(&current, options.grace);
         let mut pending = finalizers(&current);
         match options.propagation.as_deref() {
             Some("Foreground") if !pending.iter().any(|f| f == "foregroundDeletion") => {
@@ -152,6 +153,14 @@ pub(super) async fn delete_one(ctx: &Ctx, name: &str, options: &DeleteOptions) -
                 add_finalizer(&mut next, "orphan");
             }
             _ => {}
+        }
+        if current.pointer("/metadata/deletionTimestamp").is_none() {
+            for f in ctx.strategy.delete_finalizers() {
+                if !pending.iter().any(|p| p == f) {
+                    pending.push(f.to_string());
+                    add_finalizer(&mut next, f);
+                }
+            }
         }
         let immediate = pending.is_empty() && grace.is_none();
         if ctx.dry_run() {
@@ -184,9 +193,7 @@ pub(super) async fn delete_one(ctx: &Ctx, name: &str, options: &DeleteOptions) -
                 // A shorter grace period replaces the running one (kubectl delete --grace-period).
                 meta["deletionGracePeriodSeconds"] = json!(grace);
             }
-            if ctx.rt.plural == "namespaces" && ctx.rt.group.is_empty() {
-                next["status"]["phase"] = json!("Terminating");
-            }
+            ctx.strategy.prepare_for_delete(&mut next);
             if next == current {
                 return Ok(current);
             }
@@ -225,7 +232,7 @@ pub async fn delete_collection(mut ctx: Ctx) -> Result<Response<Body>> {
     let options = delete_options(&mut ctx).await?;
     let filter = Filter::from_query(&ctx)?;
     ctx.server.cache.wait_fresh().await?;
-    let snapshot = ctx.server.cache.resource(&ctx.rt).list(&ctx.info.namespace);
+    let snapshot = ctx.cache()?.list(&ctx.info.namespace);
     let mut items = Vec::new();
     for c in snapshot.objects.iter().filter(|c| filter.matches(c)) {
         let mut scoped = ctx.info.clone();

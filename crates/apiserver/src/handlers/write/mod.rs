@@ -35,18 +35,19 @@ use crate::allocator;
 use crate::conversion;
 use crate::encoding::{self, BodyFormat};
 use crate::error::{ApiError, Result};
-use crate::strategy::{self, generic};
+use crate::strategy::generic;
 
 pub use create::create;
 pub(super) use create::create_object;
+pub(crate) use delete::{DeleteOptions, delete_one};
 pub use delete::{delete, delete_collection};
 pub use subresource::{replace_object, subresource};
-pub(super) use update::update_with;
+pub(crate) use update::update_with;
 pub use update::{patch, update};
 
 /// How a write treats `metadata.managedFields`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Fields {
+pub(crate) enum Fields {
     /// Record an `Update` entry for the request's manager (creates, updates, patches).
     Record,
     /// The new object's entries are already computed (server-side apply).
@@ -97,7 +98,7 @@ async fn read_object(ctx: &mut Ctx, kind: &str, api_version: &str) -> Result<Val
         }
         Some(_) => {}
     }
-    check_fields(ctx, &obj)?;
+    check_fields(ctx, &mut obj)?;
     if !obj.get("metadata").is_none_or(Value::is_object) {
         return Err(ApiError::bad_request("metadata must be an object"));
     }
@@ -123,13 +124,14 @@ async fn read_object(ctx: &mut Ctx, kind: &str, api_version: &str) -> Result<Val
 
 /// Field validation of a body against its schema, as upstream's `fieldValidation`: with
 /// `Strict` fields the schema does not define are a 400 (strict decoding); with `Warn`, the
-/// default, each becomes a `Warning` header; `Ignore` says nothing. Skiff keeps unknown fields
-/// as stored either way (typed clients drop them on output).
-pub(super) fn check_fields(ctx: &Ctx, obj: &Value) -> Result<()> {
+/// default, each becomes a `Warning` header; `Ignore` says nothing. A strategy that prunes
+/// (custom resources) drops them from `obj` in every mode; built-in kinds keep them as stored
+/// (typed clients drop them on output).
+pub(super) fn check_fields(ctx: &Ctx, obj: &mut Value) -> Result<()> {
     let strict = match ctx.query.get("fieldValidation").map(String::as_str) {
-        Some("Ignore") => return Ok(()),
-        Some("Strict") => true,
-        None | Some("" | "Warn") => false,
+        Some("Ignore") => None,
+        Some("Strict") => Some(true),
+        None | Some("" | "Warn") => Some(false),
         Some(other) => {
             // Upstream validates the verb's options (`CreateOptions`, `PatchOptions`, …) first.
             let options = match ctx.info.verb.as_str() {
@@ -145,49 +147,44 @@ pub(super) fn check_fields(ctx: &Ctx, obj: &Value) -> Result<()> {
             return Err(ApiError::invalid(options, "meta.k8s.io", "", &[err]));
         }
     };
-    let kind = obj
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or(&ctx.rt.kind);
-    let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let unknown = skiff_openapi::unknown_fields(group, version, kind, obj);
+    // Built-in kinds keep unknown fields, so only the modes that report them look.
+    if strict.is_none() && ctx.rt.builtin {
+        return Ok(());
+    }
+    let unknown = ctx.strategy.unknown_fields(obj);
     let list = unknown.iter().map(|f| format!("unknown field \"{f}\""));
-    if !strict {
-        list.for_each(|w| ctx.warnings.push(w));
-        return Ok(());
+    match strict {
+        None => Ok(()),
+        Some(false) => {
+            list.for_each(|w| ctx.warnings.push(w));
+            Ok(())
+        }
+        Some(true) if unknown.is_empty() => Ok(()),
+        Some(true) => {
+            let kind = obj
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or(&ctx.rt.kind);
+            let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+            let version = api_version.rsplit('/').next().unwrap_or("");
+            Err(ApiError::bad_request(format!(
+                "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+                list.collect::<Vec<_>>().join(", ")
+            )))
+        }
     }
-    if unknown.is_empty() {
-        return Ok(());
-    }
-    Err(ApiError::bad_request(format!(
-        "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
-        list.collect::<Vec<_>>().join(", ")
-    )))
-}
-
-/// Upstream's `ValidatePathSegmentName`: any name that can be one URL path segment.
-fn path_segment_name(name: &str) -> Vec<String> {
-    if name == "." || name == ".." {
-        return vec![format!("may not be '{name}'")];
-    }
-    ["/", "%"]
-        .iter()
-        .filter(|bad| name.contains(**bad))
-        .map(|bad| format!("may not contain '{bad}'"))
-        .collect()
 }
 
 fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<()> {
     let name_check = match (ctx.rt.group.as_str(), ctx.rt.plural.as_str()) {
         ("", "namespaces" | "services") => validation::is_dns1123_label,
         // RBAC names are path segments (`system:controller:…`), as upstream.
-        ("rbac.authorization.k8s.io", _) => path_segment_name,
+        ("rbac.authorization.k8s.io", _) => validation::is_path_segment_name,
         _ => validation::is_dns1123_subdomain,
     };
     let mut errs =
         validation::validate_object_meta(&obj["metadata"], ctx.rt.namespaced, name_check);
-    let strategy = strategy::for_resource(&ctx.rt);
+    let strategy = &ctx.strategy;
     errs.extend(match old {
         Some(old) => strategy.validate_update(obj, old),
         None => strategy.validate(obj),

@@ -19,7 +19,7 @@ use crate::handlers::read::{fetch, render_one};
 use crate::handlers::{Body, Ctx};
 use crate::storage;
 use crate::strategy::certificatesigningrequest as csr;
-use crate::strategy::{self, generic};
+use crate::strategy::generic;
 
 pub async fn update(mut ctx: Ctx) -> Result<Response<Body>> {
     let (kind, api_version) = (ctx.rt.kind.clone(), ctx.rt.api_version());
@@ -40,7 +40,7 @@ pub async fn update(mut ctx: Ctx) -> Result<Response<Body>> {
 
 /// A guaranteed update: reads the object, computes the new one with `change`, and writes it
 /// guarded on the revision read; retried on conflict unless the client pinned `pinned`.
-pub(in crate::handlers) async fn update_with(
+pub(crate) async fn update_with(
     ctx: &Ctx,
     pinned: Option<i64>,
     fields: Fields,
@@ -70,7 +70,7 @@ pub(in crate::handlers) async fn update_with(
         // `finalize` writes exactly the spec.finalizers a strategy otherwise keeps from `current`.
         let finalized =
             (ctx.info.subresource == "finalize").then(|| obj["spec"]["finalizers"].clone());
-        strategy::for_resource(&ctx.rt).prepare_for_update(&mut obj, &current);
+        ctx.strategy.prepare_for_update(&mut obj, &current);
         if let Some(f) = finalized {
             obj["spec"]["finalizers"] = f;
         }
@@ -149,6 +149,15 @@ pub async fn patch(mut ctx: Ctx) -> Result<Response<Body>> {
     let Some(kind) = PatchType::from_content_type(&encoding::media_type(&ct)) else {
         return Err(ApiError::unsupported_media_type(&ct));
     };
+    // Custom resources have no Go struct to read merge keys from: upstream offers them only
+    // the other patch types.
+    if kind == PatchType::StrategicMerge && !ctx.rt.builtin {
+        return Err(ApiError::with_code(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        ));
+    }
     ssa::validate_patch_options(&ctx, false)?;
     let body = ctx.body().await?;
     let (group, rkind) = patch_type_of(&ctx);
@@ -158,8 +167,8 @@ pub async fn patch(mut ctx: Ctx) -> Result<Response<Body>> {
         .and_then(rv_of);
     update_with(&ctx, pinned, Fields::Record, |current| {
         let served = conversion::to_external(&ctx.rt, current.clone());
-        let patched = patch::apply(group, rkind, &served, kind, &body).map_err(patch_error)?;
-        check_fields(&ctx, &patched)?;
+        let mut patched = patch::apply(group, rkind, &served, kind, &body).map_err(patch_error)?;
+        check_fields(&ctx, &mut patched)?;
         Ok(conversion::to_internal(&ctx.rt, patched))
     })
     .await
