@@ -359,3 +359,71 @@ async fn a_definition_that_breaks_the_rules_is_refused_with_each_error() {
     );
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminating_definition_waits_for_its_objects_finalizers_and_refuses_creates() {
+    let running = common::start().await;
+    let client = running.client.clone();
+    establish(&client, &Widget::crd()).await;
+    let api: Api<Widget> = Api::namespaced(client.clone(), "default");
+    let mut held = widget("held", 1, "red");
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    api.create(&PostParams::default(), &held).await.unwrap();
+
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.delete("widgets.example.com", &DeleteParams::default())
+        .await
+        .unwrap();
+    let terminating = await_condition(
+        crds.clone(),
+        "widgets.example.com",
+        |crd: Option<&CustomResourceDefinition>| {
+            crd.and_then(|c| c.status.as_ref())
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c.type_ == "Terminating"
+                            && c.status == "True"
+                            && c.reason.as_deref() == Some("InstanceDeletionInProgress")
+                    })
+                })
+        },
+    );
+    tokio::time::timeout(Duration::from_secs(5), terminating)
+        .await
+        .expect("the CRD is terminating within 5 s")
+        .unwrap();
+    let err = api
+        .create(&PostParams::default(), &widget("late", 1, "red"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 405
+            && s.message == "create not allowed while custom resource definition is terminating"),
+        "{err:?}"
+    );
+    // The object waits on its own finalizer, and the CRD on the object.
+    let held = api.get("held").await.unwrap();
+    assert!(held.metadata.deletion_timestamp.is_some());
+    assert!(crds.get_opt("widgets.example.com").await.unwrap().is_some());
+
+    let uid = crds
+        .get("widgets.example.com")
+        .await
+        .unwrap()
+        .uid()
+        .unwrap();
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    let gone = await_condition(crds, "widgets.example.com", conditions::is_deleted(&uid));
+    tokio::time::timeout(Duration::from_secs(10), gone)
+        .await
+        .expect("the CRD is deleted within 10 s of its last object")
+        .unwrap();
+    running.stop().await;
+}

@@ -179,6 +179,8 @@ struct Served {
     source: Value,
     /// Its versions as the OpenAPI documents describe them.
     documented: Vec<skiff_openapi::Custom>,
+    /// Its versions' strategies (told when the CRD starts terminating).
+    strategies: Vec<Arc<CustomResourceStrategy>>,
 }
 
 #[derive(Default)]
@@ -321,7 +323,12 @@ impl Controller {
                 same && keep.contains(&rt.version.as_str())
             });
         }
-        server.install(types).await?;
+        let strategies = types.iter().map(|(_, s)| s.clone()).collect();
+        let installed = types
+            .into_iter()
+            .map(|(rt, s)| (rt, s as Arc<dyn Strategy>))
+            .collect();
+        server.install(installed).await?;
         self.served.insert(
             name,
             Served {
@@ -329,6 +336,7 @@ impl Controller {
                 plural: names.plural.clone(),
                 source,
                 documented,
+                strategies,
             },
         );
         self.unpublished = true;
@@ -372,6 +380,14 @@ impl Controller {
             return Ok(false);
         }
         let name = name_of(crd).to_string();
+        for strategy in self
+            .served
+            .get(&name)
+            .into_iter()
+            .flat_map(|s| &s.strategies)
+        {
+            strategy.terminate();
+        }
         let mut status = crd.get("status").cloned().unwrap_or_else(|| json!({}));
         set_condition(
             &mut status,
@@ -431,7 +447,7 @@ impl Controller {
 
 /// The served versions of a CRD as resource types with their strategies, highest priority
 /// first (the group's preferred version), as upstream orders a group's versions.
-fn served_types(crd: &Value, names: &Names) -> Vec<(ResourceType, Arc<dyn Strategy>)> {
+fn served_types(crd: &Value, names: &Names) -> Vec<(ResourceType, Arc<CustomResourceStrategy>)> {
     let group = text(crd, "/spec/group").to_string();
     let storage = storage_version(crd).unwrap_or("").to_string();
     let namespaced = text(crd, "/spec/scope") == "Namespaced";
@@ -477,8 +493,7 @@ fn served_types(crd: &Value, names: &Names) -> Vec<(ResourceType, Arc<dyn Strate
                 builtin: false,
                 storage_version: (version != storage).then(|| storage.clone()),
             };
-            let strategy: Arc<dyn Strategy> = Arc::new(CustomResourceStrategy::new(v));
-            (rt, strategy)
+            (rt, Arc::new(CustomResourceStrategy::new(v)))
         })
         .collect()
 }

@@ -3,6 +3,7 @@
 //! selectable fields, printer columns and the scale subresource's paths.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex};
 
 use serde_json::Value;
@@ -20,6 +21,8 @@ pub struct CustomResourceStrategy {
     /// Field-selector names (`spec.color`) and where their values are.
     selectable: Vec<(&'static str, JsonPath)>,
     scale: Option<ScalePaths>,
+    /// Set once the CRD is being deleted: creates are refused from then on.
+    terminating: AtomicBool,
 }
 
 impl CustomResourceStrategy {
@@ -61,7 +64,13 @@ impl CustomResourceStrategy {
             columns: printer::columns(version),
             selectable,
             scale,
+            terminating: AtomicBool::new(false),
         }
+    }
+
+    /// Refuses creates from now on (the CRD is being deleted).
+    pub fn terminate(&self) {
+        self.terminating.store(true, Ordering::Relaxed);
     }
 }
 
@@ -81,6 +90,17 @@ fn intern(name: &str) -> &'static str {
 }
 
 impl Strategy for CustomResourceStrategy {
+    fn check_create(&self) -> crate::Result<()> {
+        if self.terminating.load(Ordering::Relaxed) {
+            return Err(crate::ApiError::with_code(
+                405,
+                "MethodNotAllowed",
+                "create not allowed while custom resource definition is terminating",
+            ));
+        }
+        Ok(())
+    }
+
     fn prepare_for_create(&self, object: &mut Value) {
         if let Some(schema) = &self.schema {
             schema.apply_defaults(object);

@@ -101,6 +101,12 @@ pub trait Strategy: Send + Sync {
         None
     }
 
+    /// Refuses every create of the type, when it must (a custom resource whose CRD is being
+    /// deleted).
+    fn check_create(&self) -> crate::Result<()> {
+        Ok(())
+    }
+
     /// Finalizers the first delete adds before the object goes (a CRD's
     /// `customresourcecleanup`, which removes its custom resources first).
     fn delete_finalizers(&self) -> &'static [&'static str] {

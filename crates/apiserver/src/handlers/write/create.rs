@@ -65,6 +65,7 @@ pub(in crate::handlers) async fn create_object(
     mut obj: Value,
     fields: Fields,
 ) -> Result<Response<Body>> {
+    ctx.strategy.check_create()?;
     let name = name_of(&obj).to_string();
     generic::prepare_create(&ctx.rt, &mut obj, ctx.server.now());
     ctx.strategy.prepare_for_create(&mut obj);
