@@ -52,7 +52,8 @@ pub struct Cached {
 impl Cached {
     /// An object from its stored JSON (`value` of a store key), as of `revision`. The bytes are
     /// kept as they are (shared with whoever else holds them), unless they are not in the stored
-    /// form (a `resourceVersion` in them), then they are encoded again.
+    /// form (a `resourceVersion` in them) or the strategy defaults something on read (a custom
+    /// resource's schema), then they are encoded again.
     pub fn from_stored(
         strategy: &dyn Strategy,
         value: &Bytes,
@@ -60,13 +61,14 @@ impl Cached {
         key: &[u8],
     ) -> Result<Self> {
         crate::storage::check_readable(value)?;
-        let object: Value = serde_json::from_slice(value).map_err(|e| {
+        let mut object: Value = serde_json::from_slice(value).map_err(|e| {
             ApiError::internal(format!(
                 "decoding object at {}: {e}",
                 String::from_utf8_lossy(key)
             ))
         })?;
         let stored = match Stamped::new(value.clone()) {
+            Ok(_) if strategy.default_on_read(&mut object) => Self::stamped(&object)?,
             Ok(s) => s,
             Err(_) => Self::stamped(&object)?,
         };
@@ -491,12 +493,11 @@ impl Cacher {
         self.caches.read().by_type.get(&key).cloned()
     }
 
-    /// Adds the cache of a type installed at run time (no-op if it has one) and returns once
-    /// the cache is complete: from then on, lists and watches of the type are served.
+    /// Adds the cache of a type installed at run time and returns once the cache is complete:
+    /// from then on, lists and watches of the type are served. A type installed again (its
+    /// definition changed) gets a new cache read with its new strategy, and the old one's
+    /// watches end, as upstream ends them when a CRD changes.
     pub async fn install(&self, rt: &ResourceType, strategy: StrategyRef) -> Result<()> {
-        if self.get(rt).is_some() {
-            return Ok(());
-        }
         let (tx, rx) = oneshot::channel();
         self.commands
             .send(Command::Install(rt.clone(), strategy, tx))
@@ -582,12 +583,20 @@ impl Cacher {
         }
     }
 
-    /// Adds the cache of `rt`, sharing its storage's cache if there is one, else filled as of
-    /// `revision`.
+    /// Adds the cache of `rt`, sharing its storage's cache if another type has one, else
+    /// filled as of `revision` (replacing the type's own old cache).
     async fn add(&self, rt: ResourceType, strategy: StrategyRef, revision: i64) -> Result<()> {
         let key = (rt.group.clone(), rt.plural.clone());
         let id = storage::storage_id(&rt);
-        let shared = self.caches.read().by_storage.get(&id).cloned();
+        let shared = {
+            let caches = self.caches.read();
+            let own = caches.by_type.get(&key);
+            caches
+                .by_storage
+                .get(&id)
+                .filter(|c| own.is_none_or(|own| !Arc::ptr_eq(own, c)))
+                .cloned()
+        };
         let cache = match shared {
             Some(cache) => cache,
             None => {

@@ -493,14 +493,19 @@ impl ApiServer {
     /// resource) with their strategies: strategy and watch cache first, then the registry, so
     /// that a request that finds the type also finds its rules and its objects. A type already
     /// served at the same group, version and plural is replaced (its names, subresources or
-    /// schema changed). The first type is the one objects are stored as.
-    pub async fn install(&self, types: Vec<(ResourceType, Arc<dyn Strategy>)>) -> Result<()> {
+    /// schema changed). The watch cache reads stored objects with `stored`, the strategy of
+    /// the version they are stored as.
+    pub async fn install(
+        &self,
+        types: Vec<(ResourceType, Arc<dyn Strategy>)>,
+        stored: Arc<dyn Strategy>,
+    ) -> Result<()> {
         for (rt, strategy) in &types {
             self.strategies.insert(rt, strategy.clone());
         }
-        if let Some((storage, strategy)) = types.first() {
+        if let Some((rt, _)) = types.first() {
             self.cache
-                .install(storage, StrategyRef::Installed(strategy.clone()))
+                .install(rt, StrategyRef::Installed(stored))
                 .await?;
         }
         self.registry

@@ -427,3 +427,43 @@ async fn a_terminating_definition_waits_for_its_objects_finalizers_and_refuses_c
         .unwrap();
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_default_added_to_the_schema_shows_on_objects_stored_before_it() {
+    let running = common::start().await;
+    let client = running.client.clone();
+    establish(&client, &Widget::crd()).await;
+    let api: Api<Widget> = Api::namespaced(client.clone(), "default");
+    api.create(&PostParams::default(), &widget("old", 1, "red"))
+        .await
+        .unwrap();
+    assert_eq!(api.get("old").await.unwrap().spec.note, None);
+
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let patch: json_patch::Patch = serde_json::from_value(json!([{"op": "add",
+        "path": "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/note/default",
+        "value": "hello"}]))
+    .unwrap();
+    crds.patch(
+        "widgets.example.com",
+        &PatchParams::default(),
+        &Patch::Json::<()>(patch),
+    )
+    .await
+    .unwrap();
+    // Served again with the new schema a moment later: reads carry the default.
+    let defaulted = async {
+        loop {
+            if api.get("old").await.unwrap().spec.note.as_deref() == Some("hello") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), defaulted)
+        .await
+        .expect("the default shows within 5 s");
+    let listed = api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items[0].spec.note.as_deref(), Some("hello"));
+    running.stop().await;
+}

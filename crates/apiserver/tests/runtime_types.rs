@@ -79,7 +79,10 @@ async fn a_type_installed_while_serving_is_served_until_removed() {
 
     running
         .server
-        .install(vec![widget_type("v1"), widget_type("v1beta1")])
+        .install(
+            vec![widget_type("v1"), widget_type("v1beta1")],
+            Arc::new(Plain),
+        )
         .await
         .unwrap();
 
@@ -206,7 +209,7 @@ async fn a_type_installed_while_serving_is_served_until_removed() {
     // Installed again, the type's cache is filled from the store: the object is still there.
     running
         .server
-        .install(vec![widget_type("v1")])
+        .install(vec![widget_type("v1")], Arc::new(Plain))
         .await
         .unwrap();
     assert_eq!(

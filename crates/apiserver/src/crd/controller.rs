@@ -323,12 +323,20 @@ impl Controller {
                 same && keep.contains(&rt.version.as_str())
             });
         }
-        let strategies = types.iter().map(|(_, s)| s.clone()).collect();
+        let strategies: Vec<_> = types.iter().map(|(_, s)| s.clone()).collect();
+        let storage = storage_version(crd).unwrap_or("");
+        let stored: Arc<dyn Strategy> = match types.iter().find(|(rt, _)| rt.version == storage) {
+            Some((_, s)) => s.clone(),
+            None => {
+                let version = versions(crd).find(|v| v["name"] == storage);
+                Arc::new(CustomResourceStrategy::new(version.unwrap_or(&Value::Null)))
+            }
+        };
         let installed = types
             .into_iter()
             .map(|(rt, s)| (rt, s as Arc<dyn Strategy>))
             .collect();
-        server.install(installed).await?;
+        server.install(installed, stored).await?;
         self.served.insert(
             name,
             Served {

@@ -21,6 +21,8 @@ pub struct CustomResourceStrategy {
     /// Field-selector names (`spec.color`) and where their values are.
     selectable: Vec<(&'static str, JsonPath)>,
     scale: Option<ScalePaths>,
+    /// Whether the schema sets any default (only then can a read be defaulted).
+    has_defaults: bool,
     /// Set once the CRD is being deleted: creates are refused from then on.
     terminating: AtomicBool,
 }
@@ -59,11 +61,13 @@ impl CustomResourceStrategy {
                 })
             })
             .flatten();
+        let has_defaults = schema.as_ref().is_some_and(Schema::has_defaults);
         Self {
             schema,
             columns: printer::columns(version),
             selectable,
             scale,
+            has_defaults,
             terminating: AtomicBool::new(false),
         }
     }
@@ -90,6 +94,15 @@ fn intern(name: &str) -> &'static str {
 }
 
 impl Strategy for CustomResourceStrategy {
+    fn default_on_read(&self, object: &mut Value) -> bool {
+        let Some(schema) = self.schema.as_ref().filter(|_| self.has_defaults) else {
+            return false;
+        };
+        let before = object.clone();
+        schema.apply_defaults(object);
+        *object != before
+    }
+
     fn check_create(&self) -> crate::Result<()> {
         if self.terminating.load(Ordering::Relaxed) {
             return Err(crate::ApiError::with_code(

@@ -76,10 +76,16 @@ pub async fn get(ctx: Ctx) -> Result<Response<Body>> {
 /// The stored object named `name` in the request's namespace, or 404.
 pub async fn fetch(ctx: &Ctx, name: &str) -> Result<Value> {
     let key = storage::key(&ctx.rt, &ctx.info.namespace, name);
-    match ctx.server.store.get(key.as_bytes()).await? {
-        Some(kv) => storage::decode(&kv),
-        None => Err(ApiError::not_found(ctx.target(name))),
+    let Some(kv) = ctx.server.store.get(key.as_bytes()).await? else {
+        return Err(ApiError::not_found(ctx.target(name)));
+    };
+    let mut obj = storage::decode(&kv)?;
+    // Defaults on read (custom resources only) are the stored version's, whose strategy the
+    // watch cache holds.
+    if !ctx.rt.builtin {
+        ctx.cache()?.strategy.default_on_read(&mut obj);
     }
+    Ok(obj)
 }
 
 /// Renders one object in the negotiated output.

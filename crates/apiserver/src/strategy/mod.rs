@@ -101,6 +101,12 @@ pub trait Strategy: Send + Sync {
         None
     }
 
+    /// Fills what a stored object lacks before it is served (a custom resource's schema
+    /// defaults, as upstream defaults on reading from storage); whether anything changed.
+    fn default_on_read(&self, _object: &mut Value) -> bool {
+        false
+    }
+
     /// Refuses every create of the type, when it must (a custom resource whose CRD is being
     /// deleted).
     fn check_create(&self) -> crate::Result<()> {

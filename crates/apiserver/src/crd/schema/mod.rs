@@ -264,6 +264,18 @@ impl Schema {
 
     /// `additionalProperties`, if given: `Some(Some(schema))` with a schema for the values,
     /// `Some(None)` as a boolean.
+    /// Whether a `default` is set anywhere in the schema (defaulting a stored object can only
+    /// change it then).
+    pub fn has_defaults(&self) -> bool {
+        self.default.is_some()
+            || self.properties.values().any(Schema::has_defaults)
+            || self.items.as_deref().is_some_and(Schema::has_defaults)
+            || self
+                .additional_schema()
+                .flatten()
+                .is_some_and(Schema::has_defaults)
+    }
+
     fn additional_schema(&self) -> Option<Option<&Schema>> {
         self.additional_properties.as_ref().map(Additional::schema)
     }
