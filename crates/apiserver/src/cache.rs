@@ -249,6 +249,12 @@ impl ResourceCache {
         })
     }
 
+    /// The revision above which the cache holds every event (a watch from an older one is
+    /// expired).
+    pub fn history_floor(&self) -> i64 {
+        self.state.read().history_floor
+    }
+
     /// One object by its path (`namespace/name` or `name`).
     pub fn get(&self, path: &str) -> Option<Arc<Cached>> {
         self.state.read().objects.get(path).cloned()

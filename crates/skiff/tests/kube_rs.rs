@@ -415,7 +415,10 @@ async fn write(cms: &Api<ConfigMap>, names: &[String], expected: &mut Vec<Seen>)
 
 /// A watch is consumed while objects are created, changed and deleted; the server is killed
 /// mid-way and restarted, more writes land while nobody watches, and a new watch from the last
-/// resourceVersion seen reports exactly the rest: the union is every write once, in order.
+/// resourceVersion seen reports exactly the rest: the union is every write once, in order. When
+/// that resourceVersion is older than the restarted server's watch cache, the watch gets 410
+/// Expired instead, as upstream's; the client then lists (every object the writes left) and
+/// watches from the list, which reports exactly the writes after it.
 async fn watch_resumes_after_restart(api: &mut ApiServer) {
     let client = client(api).await;
     create_namespace(&client, "resume").await;
@@ -453,6 +456,41 @@ async fn watch_resumes_after_restart(api: &mut ApiServer) {
     let cms: Api<ConfigMap> = Api::namespaced(client, "resume");
     write(&cms, &batch(12, 20), &mut expected).await;
     let mut resumed = consume(&cms, &wp, &last_rv).await;
+    let first = resumed
+        .recv()
+        .await
+        .expect("the resumed watch sends something");
+    if let Ok(WatchEvent::Error(gone)) = &first {
+        assert_eq!(
+            (gone.code, gone.reason.as_str()),
+            (410, "Expired"),
+            "{gone:?}"
+        );
+        // Relist: the state every write so far left, then watch from there.
+        let list = cms.list(&ListParams::default()).await.expect("relist");
+        let mut alive: Vec<String> = Vec::new();
+        for e in &expected {
+            match e.kind {
+                "DELETED" => alive.retain(|n| *n != e.name),
+                _ if !alive.contains(&e.name) => alive.push(e.name.clone()),
+                _ => {}
+            }
+        }
+        alive.sort();
+        assert_eq!(names(&list), alive);
+        last_rv = list
+            .metadata
+            .resource_version
+            .expect("list resourceVersion");
+        expected.clear();
+        seen.clear();
+        resumed = consume(&cms, &wp, &last_rv).await;
+    } else {
+        assert!(
+            record(first, &mut seen, &mut last_rv),
+            "the resumed watch failed"
+        );
+    }
     write(&cms, &batch(20, 24), &mut expected).await;
     // A last write marks the end: anything repeated or extra arrives before it.
     let sentinel = cms

@@ -24,5 +24,5 @@ pub use names::{
 };
 pub use object_meta::{
     TOTAL_ANNOTATION_SIZE_LIMIT_BYTES, validate_annotations, validate_label_selector,
-    validate_labels, validate_object_meta,
+    validate_labels, validate_object_meta, validate_object_meta_update,
 };

@@ -20,6 +20,41 @@ pub const MAX_SUBRESOURCE_NAME_LENGTH: usize = 256;
 const FINALIZER_ORPHAN_DEPENDENTS: &str = "orphan";
 const FINALIZER_DELETE_DEPENDENTS: &str = "foregroundDeletion";
 
+/// The rules `metadata` follows on update beyond [`validate_object_meta`] (upstream's
+/// `ValidateObjectMetaUpdate`, the part Skiff's generic update does not already enforce by
+/// carrying fields over): no new finalizers once the object is being deleted.
+pub fn validate_object_meta_update(meta: &Value, old: &Value) -> Vec<FieldError> {
+    if old.get("deletionTimestamp").is_none_or(Value::is_null) {
+        return Vec::new();
+    }
+    let list = |m: &Value| -> Vec<String> {
+        m.get("finalizers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f.as_str().map(str::to_string))
+            .collect()
+    };
+    let before = list(old);
+    let mut added: Vec<String> = list(meta)
+        .into_iter()
+        .filter(|f| !before.contains(f))
+        .collect();
+    if added.is_empty() {
+        return Vec::new();
+    }
+    added.sort();
+    added.dedup();
+    let go_slice: Vec<String> = added.iter().map(|f| gofmt::quote(f)).collect();
+    vec![FieldError::forbidden(
+        &FieldPath::new("metadata").child("finalizers"),
+        format!(
+            "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+            go_slice.join(", ")
+        ),
+    )]
+}
+
 /// Validates `metadata` of an object being created, in upstream's order: `generateName` and
 /// `name` (against `name_check`, e.g. [`is_dns1123_subdomain`](super::is_dns1123_subdomain)),
 /// the namespace by scope, `generation`, labels, annotations and their total size, owner

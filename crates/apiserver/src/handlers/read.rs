@@ -10,6 +10,7 @@ use base64::Engine;
 use bytes::Bytes;
 use http::Response;
 use serde_json::{Value, json};
+use skiff_apimachinery::validation::{FieldError, FieldPath};
 use skiff_apimachinery::{fields, labels, table};
 use skiff_store::{KeyRange, RangeRequest, StoreExt, prefix_end};
 
@@ -29,6 +30,12 @@ pub struct Filter {
 }
 
 impl Filter {
+    /// Whether the filter selects everything (only then does a page say how many remain, as
+    /// upstream).
+    pub fn is_everything(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+
     /// Parses `labelSelector` and `fieldSelector`; a field the kind cannot select on is 400.
     pub fn from_query(ctx: &Ctx) -> Result<Self> {
         let labels = labels::Selector::parse(
@@ -194,6 +201,78 @@ fn decode_continue(s: &str) -> Result<ContinueToken> {
         })
 }
 
+/// Upstream's `ValidateListOptions` for a list (`watch` false) or a watch: a 422 `Invalid`
+/// `ListOptions` naming each option that does not go with the others.
+pub(super) fn validate_list_options(ctx: &Ctx, watch: bool) -> Result<()> {
+    let q = |k: &str| ctx.query.get(k).map(String::as_str).unwrap_or("");
+    let (rv, rv_match, cont) = (
+        q("resourceVersion"),
+        q("resourceVersionMatch"),
+        q("continue"),
+    );
+    let send_initial = ctx.query.contains_key("sendInitialEvents");
+    let at = FieldPath::new("resourceVersionMatch");
+    let mut errs = Vec::new();
+    if watch {
+        if send_initial && rv_match != "NotOlderThan" {
+            errs.push(FieldError::forbidden(
+                &at,
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if !rv_match.is_empty() {
+            if !send_initial {
+                errs.push(FieldError::forbidden(
+                    &at,
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                ));
+            }
+            if rv_match != "NotOlderThan" {
+                errs.push(FieldError::not_supported(&at, rv_match, &["NotOlderThan"]));
+            }
+        }
+    } else {
+        if !rv_match.is_empty() {
+            if rv.is_empty() {
+                errs.push(FieldError::forbidden(
+                    &at,
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if !matches!(rv_match, "Exact" | "NotOlderThan") {
+                errs.push(FieldError::not_supported(
+                    &at,
+                    rv_match,
+                    &["Exact", "NotOlderThan", ""],
+                ));
+            }
+            if rv_match == "Exact" && rv == "0" {
+                errs.push(FieldError::forbidden(
+                    &at,
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+        }
+        if send_initial {
+            errs.push(FieldError::forbidden(
+                &FieldPath::new("sendInitialEvents"),
+                "sendInitialEvents is forbidden for list",
+            ));
+        }
+    }
+    if !rv_match.is_empty() && !cont.is_empty() {
+        errs.push(FieldError::forbidden(
+            &at,
+            "resourceVersionMatch is forbidden when continue is provided",
+        ));
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid("ListOptions", "meta.k8s.io", "", &errs))
+    }
+}
+
 fn parse_rv(s: &str) -> Result<i64> {
     s.parse::<i64>()
         .ok()
@@ -202,6 +281,7 @@ fn parse_rv(s: &str) -> Result<i64> {
 }
 
 pub async fn list(ctx: Ctx) -> Result<Response<Body>> {
+    validate_list_options(&ctx, false)?;
     let filter = Filter::from_query(&ctx)?;
     let limit = match ctx.query.get("limit") {
         Some(l) => l
@@ -234,18 +314,8 @@ pub async fn list(ctx: Ctx) -> Result<Response<Body>> {
     }
     let cache = ctx.cache()?;
     match (rv, rv_match) {
-        (_, m) if !m.is_empty() && !matches!(m, "Exact" | "NotOlderThan") => {
-            return Err(ApiError::bad_request(format!(
-                "unsupported resourceVersionMatch: {m:?}"
-            )));
-        }
-        ("", "") => {
-            ctx.server.cache.wait_fresh().await?;
-        }
         ("", _) => {
-            return Err(ApiError::bad_request(
-                "resourceVersionMatch is forbidden unless resourceVersion is provided",
-            ));
+            ctx.server.cache.wait_fresh().await?;
         }
         (rv, "Exact") => {
             let rv = parse_rv(rv)?;
@@ -277,17 +347,28 @@ fn page(
     };
     let mut items: Vec<Arc<Cached>> = Vec::new();
     let mut next = None;
-    for c in snapshot.objects[first..]
-        .iter()
-        .filter(|c| filter.matches(c))
-    {
+    for (i, c) in snapshot.objects[first..].iter().enumerate() {
+        if !filter.matches(c) {
+            continue;
+        }
         if limit > 0 && items.len() == limit {
-            next = Some(encode_continue(snapshot.revision, &c.path()));
+            let remaining = snapshot.objects.len() - first - i;
+            next = Some(Page {
+                token: encode_continue(snapshot.revision, &c.path()),
+                remaining: filter.is_everything().then_some(remaining),
+            });
             break;
         }
         items.push(c.clone());
     }
-    render_list(ctx, snapshot.revision, &items, next.as_deref())
+    render_list(ctx, snapshot.revision, &items, next.as_ref())
+}
+
+/// Where a paged list goes on: the continue token and, for an unfiltered list, how many
+/// objects follow (`remainingItemCount`).
+struct Page {
+    token: String,
+    remaining: Option<usize>,
 }
 
 /// A page read from the store at `revision`, starting at `start` (a path below the prefix).
@@ -308,6 +389,7 @@ async fn list_from_store(
     };
     let mut items = Vec::new();
     let mut next = None;
+    let mut from_first_page = true;
     loop {
         let page = ctx
             .server
@@ -334,7 +416,14 @@ async fn list_from_store(
                 continue;
             }
             if limit > 0 && items.len() == limit {
-                next = Some(encode_continue(revision, &c.path()));
+                // The range counts every key from where it started, this page's included.
+                let remaining = usize::try_from(page.count)
+                    .unwrap_or(0)
+                    .saturating_sub(items.len());
+                next = Some(Page {
+                    token: encode_continue(revision, &c.path()),
+                    remaining: (filter.is_everything() && from_first_page).then_some(remaining),
+                });
                 break;
             }
             items.push(Arc::new(c));
@@ -349,29 +438,40 @@ async fn list_from_store(
             .unwrap_or_default();
         last.push(0);
         from = last;
+        from_first_page = false;
     }
     let revision = if revision == 0 {
         ctx.server.cache.revision()
     } else {
         revision
     };
-    render_list(ctx, revision, &items, next.as_deref())
+    render_list(ctx, revision, &items, next.as_ref())
+}
+
+/// A list's `metadata`: its resourceVersion and, for a page, where the next one starts.
+fn list_meta(rv: &Value, next: Option<&Page>) -> Value {
+    let mut meta = json!({ "resourceVersion": rv });
+    if let Some(p) = next {
+        meta["continue"] = json!(p.token);
+        if let Some(n) = p.remaining {
+            meta["remainingItemCount"] = json!(n);
+        }
+    }
+    meta
 }
 
 fn render_list(
     ctx: &Ctx,
     revision: i64,
     items: &[Arc<Cached>],
-    cont: Option<&str>,
+    next: Option<&Page>,
 ) -> Result<Response<Body>> {
     let rv = json!(revision.to_string());
+    let cont = next.map(|p| p.token.as_str());
     match ctx.output {
         Output::Json => {
             // Items are already serialized: splice them into the list without re-encoding.
-            let mut meta = json!({"resourceVersion": rv});
-            if let Some(c) = cont {
-                meta["continue"] = json!(c);
-            }
+            let meta = list_meta(&rv, next);
             let head = format!(
                 "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
                 ctx.rt.list_kind(),
@@ -407,10 +507,7 @@ fn render_list(
                 .iter()
                 .map(|c| c.object().map(|o| partial(&o)))
                 .collect::<Result<Vec<_>>>()?;
-            let mut meta = json!({"resourceVersion": rv});
-            if let Some(c) = cont {
-                meta["continue"] = json!(c);
-            }
+            let meta = list_meta(&rv, next);
             Ok(super::json(
                 200,
                 &json!({"kind": "PartialObjectMetadataList",
@@ -422,10 +519,7 @@ fn render_list(
                 .iter()
                 .map(|c| c.object())
                 .collect::<Result<Vec<_>>>()?;
-            let mut meta = json!({"resourceVersion": rv});
-            if let Some(c) = cont {
-                meta["continue"] = json!(c);
-            }
+            let meta = list_meta(&rv, next);
             Ok(object(
                 200,
                 Output::Yaml,

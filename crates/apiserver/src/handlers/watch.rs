@@ -1,17 +1,16 @@
 //! Watches: a chunked stream of JSON lines `{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR,
-//! "object": …}`, served from the watch cache (or, for a revision older than its window, from a
-//! store watch), filtered on the server: an object that stops matching the selectors arrives as
-//! DELETED, one that starts matching as ADDED.
+//! "object": …}`, served from the watch cache, filtered on the server: an object that stops
+//! matching the selectors arrives as DELETED, one that starts matching as ADDED. A revision
+//! older than the cache's window gets one ERROR event, 410 `Expired`, as upstream's cacher
+//! answers it, and the client lists again.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::StreamExt;
 use http::Response;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use serde_json::json;
-use skiff_store::{EventKind, KeyRange, WatchRequest};
 use tokio::sync::{broadcast, mpsc};
 
 use super::read::{Filter, table_of};
@@ -21,7 +20,6 @@ use crate::conversion;
 use crate::encoding::Output;
 use crate::error::{ApiError, Result};
 use crate::request::flag;
-use crate::storage;
 use crate::trace::WatchTrace;
 
 /// Upstream closes watches after a random 30–60 minutes; Skiff after 30 unless asked.
@@ -203,6 +201,7 @@ impl Sink {
 }
 
 pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
+    super::read::validate_list_options(&ctx, true)?;
     let filter = Filter::from_query(&ctx)?;
     let rv = ctx
         .query
@@ -300,7 +299,12 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
                     }
                     live(&mut sink, rx).await;
                 }
-                None => from_store(&mut sink).await,
+                None => {
+                    let floor = sink.ctx.cache().map_or(0, |c| c.history_floor());
+                    let message =
+                        format!("too old resource version: {} ({floor})", from.unwrap_or(0));
+                    sink.error(&ApiError::gone(message)).await;
+                }
             }
         };
         // ends with the timeout, the client, or the server stopping
@@ -349,67 +353,6 @@ async fn live(sink: &mut Sink, mut rx: broadcast::Receiver<CacheEvent>) {
                 Err(broadcast::error::TryRecvError::Empty) => break,
             }
             next = rx.try_recv();
-        }
-        if !sink.flush().await {
-            return;
-        }
-    }
-}
-
-/// Serves a watch older than the cache's window straight from a store watch.
-async fn from_store(sink: &mut Sink) {
-    let prefix = storage::prefix(&sink.ctx.rt, &sink.ctx.info.namespace);
-    let req = WatchRequest {
-        range: KeyRange::prefix(prefix.into_bytes()),
-        start_revision: sink.last_revision + 1,
-        prev_kv: true,
-        progress_notify: false,
-    };
-    let mut stream = match sink.ctx.server.store.watch(req).await {
-        Ok(s) => s,
-        Err(e) => return sink.error(&ApiError::from(e)).await,
-    };
-    let strategy = sink.ctx.strategy.clone();
-    while let Some(batch) = stream.next().await {
-        let batch = match batch {
-            Ok(b) => b,
-            Err(skiff_store::Error::Compacted {
-                compact_revision, ..
-            }) => {
-                return sink
-                    .error(&ApiError::gone(format!(
-                        "too old resource version: {} ({compact_revision})",
-                        sink.last_revision
-                    )))
-                    .await;
-            }
-            Err(e) => return sink.error(&ApiError::from(e)).await,
-        };
-        for ev in &batch.events {
-            let decode = |kv: &skiff_store::KeyValue, rev: i64| -> Option<Cached> {
-                Cached::from_stored(&*strategy, &kv.value, rev, &kv.key).ok()
-            };
-            let prev = ev.prev_kv.as_ref().and_then(|p| decode(p, p.mod_revision));
-            let (change, object) = match ev.kind {
-                EventKind::Put => (
-                    if prev.is_some() {
-                        Change::Modified
-                    } else {
-                        Change::Added
-                    },
-                    decode(&ev.kv, ev.kv.mod_revision),
-                ),
-                EventKind::Delete => (
-                    Change::Deleted,
-                    ev.prev_kv
-                        .as_ref()
-                        .and_then(|p| decode(p, ev.kv.mod_revision)),
-                ),
-            };
-            let Some(object) = object else { continue };
-            if !sink.change(change, &object, prev.as_ref()).await {
-                return;
-            }
         }
         if !sink.flush().await {
             return;

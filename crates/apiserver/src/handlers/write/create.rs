@@ -93,6 +93,10 @@ pub(in crate::handlers) async fn create_object(
         validate(ctx, &obj, None)?;
         ctx.server.admission.validate(&a, Some(&obj)).await?;
         if ctx.dry_run() {
+            // As upstream's dry run, everything but the write: a name in use is a conflict.
+            if ctx.server.store.get(key.as_bytes()).await?.is_some() {
+                return Err(ApiError::already_exists(ctx.target(&name)));
+            }
             return render(ctx, 201, &obj);
         }
         let (reserve, _) = reservation_diff(Some(&obj), None);

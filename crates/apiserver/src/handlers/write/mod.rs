@@ -184,6 +184,12 @@ fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<()> {
     };
     let mut errs =
         validation::validate_object_meta(&obj["metadata"], ctx.rt.namespaced, name_check);
+    if let Some(old) = old {
+        errs.extend(validation::validate_object_meta_update(
+            &obj["metadata"],
+            &old["metadata"],
+        ));
+    }
     let strategy = &ctx.strategy;
     errs.extend(match old {
         Some(old) => strategy.validate_update(obj, old),

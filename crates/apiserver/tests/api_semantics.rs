@@ -1,0 +1,138 @@
+//! API semantics a client notices, in process, each as upstream answers it: paginated lists
+//! say how many items remain, list and watch options that do not go together are a 422
+//! `Invalid` naming them, a watch from before the watch cache's window is 410 `Expired`, a dry
+//! run create of a name in use is 409, and no finalizer can be added to an object being deleted.
+
+mod common;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
+
+fn config_map(name: &str) -> ConfigMap {
+    serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap()
+}
+
+/// The Status of a request that must fail.
+fn status<T: std::fmt::Debug>(result: kube::Result<T>) -> kube::core::Status {
+    match result {
+        Err(kube::Error::Api(s)) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_watches_dry_runs_and_finalizers_answer_as_upstream() {
+    let running = common::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(running.client.clone(), "default");
+    for name in ["a", "b", "c", "d", "e"] {
+        api.create(&PostParams::default(), &config_map(name))
+            .await
+            .unwrap();
+    }
+
+    // A page of an unfiltered list says how many objects follow it; a filtered one does not.
+    let page = api.list(&ListParams::default().limit(2)).await.unwrap();
+    assert_eq!(page.items.len(), 2);
+    assert_eq!(page.metadata.remaining_item_count, Some(3));
+    let next = api
+        .list(
+            &ListParams::default()
+                .limit(2)
+                .continue_token(page.metadata.continue_.as_deref().unwrap()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(next.metadata.remaining_item_count, Some(1));
+    let filtered = api
+        .list(&ListParams::default().limit(2).fields("metadata.name!=zz"))
+        .await
+        .unwrap();
+    assert!(filtered.metadata.continue_.is_some());
+    assert_eq!(filtered.metadata.remaining_item_count, None);
+
+    // List options that do not go together.
+    // (kube-rs refuses to build this one, so it is sent as is)
+    let list = http::Request::get(
+        "/api/v1/namespaces/default/configmaps?resourceVersionMatch=NotOlderThan",
+    )
+    .body(Vec::new())
+    .unwrap();
+    let s = status(running.client.request_text(list).await);
+    assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        s.message,
+        r#"ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"#
+    );
+    let watch = http::Request::get(
+        "/api/v1/namespaces/default/configmaps?watch=1&sendInitialEvents=true&allowWatchBookmarks=true",
+    )
+    .body(Vec::new())
+    .unwrap();
+    let s = status(running.client.request_text(watch).await);
+    assert_eq!(
+        (s.code, s.message.as_str()),
+        (
+            422,
+            r#"ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"#
+        )
+    );
+
+    // A watch from before the cache's window: one ERROR event, 410 Expired.
+    let mut old = api
+        .watch(&WatchParams::default(), "1")
+        .await
+        .unwrap()
+        .boxed();
+    match old.next().await.unwrap().unwrap() {
+        WatchEvent::Error(e) => {
+            assert_eq!((e.code, e.reason.as_str()), (410, "Expired"), "{e:?}");
+            assert!(
+                e.message.starts_with("too old resource version: 1 ("),
+                "{e:?}"
+            );
+        }
+        other => panic!("expected an ERROR event, got {other:?}"),
+    }
+
+    // A dry run create of a name in use conflicts, as the real create would.
+    let s = status(
+        api.create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &config_map("a"),
+        )
+        .await,
+    );
+    assert_eq!((s.code, s.reason.as_str()), (409, "AlreadyExists"));
+
+    // No new finalizers on an object being deleted.
+    api.patch(
+        "b",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": ["example.com/one"]}})),
+    )
+    .await
+    .unwrap();
+    api.delete("b", &DeleteParams::default()).await.unwrap();
+    let s = status(
+        api.patch(
+            "b",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {
+                "finalizers": ["example.com/one", "example.com/two"]}})),
+        )
+        .await,
+    );
+    assert_eq!(s.code, 422);
+    assert!(
+        s.message.ends_with(r#"metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{"example.com/two"}"#),
+        "{}",
+        s.message
+    );
+    running.stop().await;
+}
