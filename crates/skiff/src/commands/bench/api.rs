@@ -13,6 +13,9 @@
 //!   HTTP/2 as client-go opens them or one HTTP/1.1 connection each as kube-rs does
 //!   ([`watch`]).
 //!
+//! `--gates` measures the request pipeline's gates instead ([`gates`]), `--crd` custom
+//! resources ([`crd`]).
+//!
 //! Client and server share the host's cores, so every figure includes the client's own work
 //! (TLS, HTTP, and JSON where a workload must parse); each line carries `cores`, and the timed
 //! lines `server_cpu_s`/`client_cpu_s` (and `etcd_cpu_s`), to say how the cores were split.
@@ -37,6 +40,7 @@ use tokio::process::{Child, Command};
 
 use crate::commands::UsageError;
 
+mod crd;
 mod gates;
 mod watch;
 
@@ -84,6 +88,10 @@ pub struct ApiBenchArgs {
     /// for a bearer token ([`gates`]).
     #[arg(long)]
     pub gates: bool,
+    /// Custom resources instead: their creates against ConfigMaps', the time from a CRD's
+    /// create to its first object, and discovery and OpenAPI with 200 CRDs ([`crd`]).
+    #[arg(long)]
+    pub crd: bool,
 }
 
 /// `ApiBenchArgs` with the quick/full defaults resolved.
@@ -129,15 +137,20 @@ const NAMESPACE: &str = "bench";
 pub async fn run(args: ApiBenchArgs) -> Result<()> {
     let plan = Plan::from_args(&args);
     ensure_open_files(plan.watchers + plan.clients + 256)?;
-    if args.gates {
+    if args.gates || args.crd {
         if args.backend != "embedded" {
-            return Err(UsageError("--gates runs on the embedded store only".into()).into());
+            return Err(
+                UsageError("--gates and --crd run on the embedded store only".into()).into(),
+            );
         }
         let out = Emitter {
             backend: args.backend.clone(),
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
-        return gates::run(&plan, &out).await;
+        return match args.crd {
+            true => crd::run(&plan, &out).await,
+            false => gates::run(&plan, &out).await,
+        };
     }
     let tmp = tempfile::tempdir()?;
     let etcd = match args.backend.as_str() {
@@ -583,16 +596,30 @@ struct Created {
     cpu: Value,
 }
 
-/// `plan.pods` pods created by `plan.clients` concurrent clients, the first `plan.warmup` of
-/// them before the clock starts. Each client takes the next pre-serialized body and POSTs it.
+/// `plan.pods` pods created by `plan.clients` concurrent clients (see [`create_bodies`]).
 async fn create_workload(client: &kube::Client, plan: &Plan, cpu: &CpuMeter) -> Result<Created> {
-    let bodies: Arc<Vec<Bytes>> = Arc::new((0..plan.pods).map(|i| pod_json(i).into()).collect());
+    let bodies = (0..plan.pods).map(|i| pod_json(i).into()).collect();
+    let path = format!("/api/v1/namespaces/{NAMESPACE}/pods");
+    create_bodies(client, plan, cpu, &path, bodies).await
+}
+
+/// `bodies` POSTed to `path` by `plan.clients` concurrent clients, the first `plan.warmup` of
+/// them before the clock starts. Each client takes the next pre-serialized body and POSTs it.
+async fn create_bodies(
+    client: &kube::Client,
+    plan: &Plan,
+    cpu: &CpuMeter,
+    path: &str,
+    bodies: Vec<Bytes>,
+) -> Result<Created> {
+    let bodies = Arc::new(bodies);
     let body_bytes = bodies.first().map_or(0, |b| b.len());
-    let phase = |range| create_phase(client, &bodies, range, plan.clients);
-    phase(0..plan.warmup).await?;
+    let warmup = plan.warmup.min(bodies.len());
+    let phase = |range| create_phase(client, path, &bodies, range, plan.clients);
+    phase(0..warmup).await?;
     let before = cpu.snapshot();
     let start = Instant::now();
-    let latency = phase(plan.warmup..plan.pods).await?;
+    let latency = phase(warmup..bodies.len()).await?;
     Ok(Created {
         ops: latency.len(),
         elapsed: start.elapsed(),
@@ -606,11 +633,12 @@ async fn create_workload(client: &kube::Client, plan: &Plan, cpu: &CpuMeter) -> 
 /// their latencies merged.
 async fn create_phase(
     client: &kube::Client,
+    path: &str,
     bodies: &Arc<Vec<Bytes>>,
     range: std::ops::Range<usize>,
     clients: usize,
 ) -> Result<Histogram<u64>> {
-    let path = format!("/api/v1/namespaces/{NAMESPACE}/pods");
+    let path = path.to_string();
     let next = Arc::new(AtomicUsize::new(range.start));
     let end = range.end;
     // one task per client, so client work spreads over every core as real clients' would
@@ -826,6 +854,7 @@ mod tests {
             watch_protocol: watch::Protocol::H2,
             streams_per_connection: 100,
             gates: false,
+            crd: false,
         };
         let plan = Plan::from_args(&args);
         assert_eq!(
