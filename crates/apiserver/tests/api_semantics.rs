@@ -1,7 +1,8 @@
 //! API semantics a client notices, in process, each as upstream answers it: paginated lists
 //! say how many items remain, list and watch options that do not go together are a 422
 //! `Invalid` naming them, a watch from before the watch cache's window is 410 `Expired`, a dry
-//! run create of a name in use is 409, and no finalizer can be added to an object being deleted.
+//! run create of a name in use is 409, no finalizer can be added to an object being deleted,
+//! and unknown fields are never stored.
 
 mod common;
 
@@ -134,5 +135,25 @@ async fn lists_watches_dry_runs_and_finalizers_answer_as_upstream() {
         "{}",
         s.message
     );
+    // Unknown fields are dropped, whatever the field validation (kube-rs cannot send one).
+    for mode in ["Ignore", "Warn"] {
+        let name = format!("unknown-{}", mode.to_lowercase());
+        let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name}, "data": {"a": "1"}, "bogus": {"x": 1}});
+        let post = http::Request::post(format!(
+            "/api/v1/namespaces/default/configmaps?fieldValidation={mode}"
+        ))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).unwrap())
+        .unwrap();
+        running.client.request_text(post).await.unwrap();
+        let get = http::Request::get(format!("/api/v1/namespaces/default/configmaps/{name}"))
+            .body(Vec::new())
+            .unwrap();
+        let stored: serde_json::Value =
+            serde_json::from_str(&running.client.request_text(get).await.unwrap()).unwrap();
+        assert!(stored.get("bogus").is_none(), "{mode}: {stored}");
+        assert_eq!(stored["data"]["a"], "1");
+    }
     running.stop().await;
 }

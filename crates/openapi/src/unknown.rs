@@ -1,5 +1,6 @@
-//! Unknown-field detection for server-side field validation (`fieldValidation=Strict|Warn`):
-//! which fields of a request body the kind's schema does not define.
+//! Unknown fields for server-side field validation (`fieldValidation=Strict|Warn|Ignore`):
+//! which fields of a request body the kind's schema does not define, dropped as upstream's typed
+//! decoding drops them.
 //!
 //! Paths are written as upstream's strict decoder writes them in
 //! `strict decoding error: unknown field "spec.containers[0].imagee"`: dotted field names from
@@ -13,9 +14,10 @@ use serde_json::Value;
 
 use crate::schemas::{Registry, V2_REF, registry};
 
-/// Paths of the fields in `object` that the schema of `group/version, kind` does not define, in
-/// the object's key order. Empty when every field is known, and when the kind has no schema.
-pub fn unknown_fields(group: &str, version: &str, kind: &str, object: &Value) -> Vec<String> {
+/// Removes the fields of `object` that the schema of `group/version, kind` does not define and
+/// returns their paths, in the object's key order. Empty when every field is known, and when
+/// the kind has no schema.
+pub fn unknown_fields(group: &str, version: &str, kind: &str, object: &mut Value) -> Vec<String> {
     let registry = registry();
     let Some(name) = registry.name_of(group, version, kind) else {
         return Vec::new();
@@ -68,7 +70,7 @@ fn resolve<'a>(registry: &'a Registry, mut schema: &'a Value) -> &'a Value {
 fn walk(
     registry: &Registry,
     schema: &Value,
-    value: &Value,
+    value: &mut Value,
     path: &mut String,
     out: &mut Vec<String>,
 ) {
@@ -79,18 +81,25 @@ fn walk(
     match value {
         Value::Object(fields) => {
             if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
-                for (key, child) in fields {
+                fields.retain(|key, child| {
                     let mark = push_field(path, key);
-                    match properties.get(key) {
-                        Some(field_schema) => walk(registry, field_schema, child, path, out),
-                        None => out.push(path.clone()),
-                    }
+                    let known = match properties.get(key) {
+                        Some(field_schema) => {
+                            walk(registry, field_schema, child, path, out);
+                            true
+                        }
+                        None => {
+                            out.push(path.clone());
+                            false
+                        }
+                    };
                     path.truncate(mark);
-                }
+                    known
+                });
             } else if let Some(values) =
                 schema.get("additionalProperties").filter(|s| s.is_object())
             {
-                for (key, child) in fields {
+                for (key, child) in fields.iter_mut() {
                     let mark = push_field(path, key);
                     walk(registry, values, child, path, out);
                     path.truncate(mark);
@@ -99,7 +108,7 @@ fn walk(
         }
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
-                for (index, item) in items.iter().enumerate() {
+                for (index, item) in items.iter_mut().enumerate() {
                     let mark = path.len();
                     path.push_str(&format!("[{index}]"));
                     walk(registry, item_schema, item, path, out);
@@ -128,7 +137,7 @@ mod tests {
 
     #[test]
     fn a_misspelled_container_field_is_reported_with_its_index() {
-        let pod = json!({
+        let mut pod = json!({
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": "p", "labels": {"app": "x"}},
@@ -138,14 +147,17 @@ mod tests {
             ]},
         });
         assert_eq!(
-            unknown_fields("", "v1", "Pod", &pod),
+            unknown_fields("", "v1", "Pod", &mut pod),
             vec!["spec.containers[1].imagee"]
         );
+        // Dropped, as upstream's typed decoding drops it.
+        assert!(pod["spec"]["containers"][1].get("imagee").is_none());
+        assert_eq!(pod["spec"]["containers"][1]["name"], "b");
     }
 
     #[test]
     fn a_valid_deployment_has_no_unknown_fields() {
-        let deployment = json!({
+        let mut deployment = json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
             "metadata": {"name": "web", "namespace": "default", "annotations": {"a": "b"},
@@ -169,12 +181,12 @@ mod tests {
             },
             "status": {"replicas": 2, "conditions": [{"type": "Available", "status": "True"}]},
         });
-        assert!(unknown_fields("apps", "v1", "Deployment", &deployment).is_empty());
+        assert!(unknown_fields("apps", "v1", "Deployment", &mut deployment).is_empty());
     }
 
     #[test]
     fn unknown_fields_are_found_at_every_depth() {
-        let object = json!({
+        let mut object = json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
             "bogus": 1,
@@ -182,7 +194,7 @@ mod tests {
             "spec": {"template": {"spec": {"containers": [{"name": "a", "ports": [{"containerPortZ": 1}]}]}}},
         });
         assert_eq!(
-            unknown_fields("apps", "v1", "Deployment", &object),
+            unknown_fields("apps", "v1", "Deployment", &mut object),
             vec![
                 "bogus",
                 "metadata.nmae",
@@ -193,20 +205,20 @@ mod tests {
 
     #[test]
     fn free_form_fields_and_unknown_kinds_are_not_checked() {
-        let revision = json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+        let mut revision = json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
             "revision": 1, "data": {"anything": {"goes": true}}});
-        assert!(unknown_fields("apps", "v1", "ControllerRevision", &revision).is_empty());
-        assert!(unknown_fields("example.com", "v1", "Widget", &json!({"x": 1})).is_empty());
+        assert!(unknown_fields("apps", "v1", "ControllerRevision", &mut revision).is_empty());
+        assert!(unknown_fields("example.com", "v1", "Widget", &mut json!({"x": 1})).is_empty());
         assert!(!has_schema("example.com", "v1", "Widget"));
         assert!(has_schema("", "v1", "PodList"));
     }
 
     #[test]
     fn list_items_are_checked_against_the_item_kind() {
-        let list = json!({"apiVersion": "v1", "kind": "ConfigMapList",
+        let mut list = json!({"apiVersion": "v1", "kind": "ConfigMapList",
             "items": [{"metadata": {"name": "a"}, "dat": {}}]});
         assert_eq!(
-            unknown_fields("", "v1", "ConfigMapList", &list),
+            unknown_fields("", "v1", "ConfigMapList", &mut list),
             vec!["items[0].dat"]
         );
     }

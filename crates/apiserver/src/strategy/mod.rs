@@ -123,17 +123,20 @@ pub trait Strategy: Send + Sync {
     /// the deletion fields (a namespace turns `Terminating`).
     fn prepare_for_delete(&self, _object: &mut Value) {}
 
-    /// The fields of a received object (in its served form) that its schema does not define,
-    /// as `fieldValidation` reports them (`spec.foo`); a strategy that prunes removes them.
-    /// Built-in kinds are checked against their OpenAPI schema.
+    /// Removes the fields of a received object (in its served form) that its schema does not
+    /// define and returns them as `fieldValidation` reports them (`spec.foo`). Built-in kinds
+    /// are checked against their OpenAPI schema.
     fn unknown_fields(&self, object: &mut Value) -> Vec<String> {
-        let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
-        let api_version = object
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        skiff_openapi::unknown_fields(group, version, kind, object)
+        let text = |k: &str| {
+            object
+                .get(k)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let (kind, api_version) = (text("kind"), text("apiVersion"));
+        let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+        skiff_openapi::unknown_fields(group, version, &kind, object)
     }
 
     /// The columns of the kind's Table when it has its own (custom resources'

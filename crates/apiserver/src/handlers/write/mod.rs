@@ -124,9 +124,9 @@ async fn read_object(ctx: &mut Ctx, kind: &str, api_version: &str) -> Result<Val
 
 /// Field validation of a body against its schema, as upstream's `fieldValidation`: with
 /// `Strict` fields the schema does not define are a 400 (strict decoding); with `Warn`, the
-/// default, each becomes a `Warning` header; `Ignore` says nothing. A strategy that prunes
-/// (custom resources) drops them from `obj` in every mode; built-in kinds keep them as stored
-/// (typed clients drop them on output).
+/// default, each becomes a `Warning` header; `Ignore` says nothing. Either way they are dropped
+/// from `obj`, as upstream's decoding (or a custom resource's pruning) drops them: nothing a
+/// typed client cannot read is stored.
 pub(super) fn check_fields(ctx: &Ctx, obj: &mut Value) -> Result<()> {
     let strict = match ctx.query.get("fieldValidation").map(String::as_str) {
         Some("Ignore") => None,
@@ -147,10 +147,6 @@ pub(super) fn check_fields(ctx: &Ctx, obj: &mut Value) -> Result<()> {
             return Err(ApiError::invalid(options, "meta.k8s.io", "", &[err]));
         }
     };
-    // Built-in kinds keep unknown fields, so only the modes that report them look.
-    if strict.is_none() && ctx.rt.builtin {
-        return Ok(());
-    }
     let unknown = ctx.strategy.unknown_fields(obj);
     let list = unknown.iter().map(|f| format!("unknown field \"{f}\""));
     match strict {
