@@ -1,8 +1,8 @@
 //! API semantics a client notices, in process, each as upstream answers it: paginated lists
 //! say how many items remain, list and watch options that do not go together are a 422
-//! `Invalid` naming them, a watch from before the watch cache's window is 410 `Expired`, a dry
-//! run create of a name in use is 409, no finalizer can be added to an object being deleted,
-//! and unknown fields are never stored.
+//! `Invalid` naming them, a watch from before the watch cache's window is 410 `Expired`, a
+//! short watch gets a bookmark before its deadline, a dry run create of a name in use is 409,
+//! no finalizer can be added to an object being deleted, and unknown fields are never stored.
 
 mod common;
 
@@ -97,6 +97,31 @@ async fn lists_watches_dry_runs_and_finalizers_answer_as_upstream() {
         }
         other => panic!("expected an ERROR event, got {other:?}"),
     }
+
+    // A short watch that asked for bookmarks gets one before its deadline.
+    let rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut short = api
+        .watch(
+            &WatchParams {
+                bookmarks: true,
+                ..WatchParams::default().timeout(3)
+            },
+            &rv,
+        )
+        .await
+        .unwrap()
+        .boxed();
+    let mut bookmarked = false;
+    while let Some(event) = short.next().await {
+        bookmarked |= matches!(event.unwrap(), WatchEvent::Bookmark(_));
+    }
+    assert!(bookmarked, "no bookmark before the 3 s deadline");
 
     // A dry run create of a name in use conflicts, as the real create would.
     let s = status(

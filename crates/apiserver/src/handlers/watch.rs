@@ -25,6 +25,9 @@ use crate::trace::WatchTrace;
 /// Upstream closes watches after a random 30–60 minutes; Skiff after 30 unless asked.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
 
+/// How long before a watch's deadline its last bookmark is sent (upstream's cacher: 2 s).
+const FINAL_BOOKMARK_LEAD: Duration = Duration::from_secs(2);
+
 /// Queued event lines are sent once they reach this size, even mid-backlog.
 const FLUSH_BYTES: usize = 64 * 1024;
 
@@ -263,6 +266,8 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
         buf: Vec::new(),
         last_revision: from.unwrap_or(0),
     };
+    let final_bookmark = (bookmarks && timeout > FINAL_BOOKMARK_LEAD)
+        .then(|| tokio::time::Instant::now() + timeout - FINAL_BOOKMARK_LEAD);
     let guard = sink.ctx.server.metrics.watch_opened(&sink.ctx.rt.plural);
     let mut stopping = sink.ctx.server.stopping.subscribe();
     tokio::spawn(async move {
@@ -286,7 +291,7 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
                     if !sink.flush().await {
                         return;
                     }
-                    live(&mut sink, rx).await;
+                    live(&mut sink, rx, final_bookmark).await;
                 }
                 Some(WatchStart::Replay(events, rx)) => {
                     for e in &events {
@@ -297,7 +302,7 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
                     if !sink.flush().await {
                         return;
                     }
-                    live(&mut sink, rx).await;
+                    live(&mut sink, rx, final_bookmark).await;
                 }
                 None => {
                     let floor = sink.ctx.cache().map_or(0, |c| c.history_floor());
@@ -323,11 +328,27 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
     Ok(resp)
 }
 
-async fn live(sink: &mut Sink, mut rx: broadcast::Receiver<CacheEvent>) {
+/// Streams cache events to the watcher; at `final_bookmark` (shortly before the watch's
+/// deadline, as upstream's cacher does) it sends a bookmark, so a client whose watch times out
+/// resumes from where it got to.
+async fn live(
+    sink: &mut Sink,
+    mut rx: broadcast::Receiver<CacheEvent>,
+    mut final_bookmark: Option<tokio::time::Instant>,
+) {
     loop {
         let first = tokio::select! {
             event = rx.recv() => event,
             () = sink.tx.closed() => return,
+            () = async { tokio::time::sleep_until(final_bookmark.unwrap_or_else(tokio::time::Instant::now)).await },
+                if final_bookmark.is_some() => {
+                final_bookmark = None;
+                let revision = sink.last_revision;
+                if revision > 0 && !(sink.bookmark(revision, false).await && sink.flush().await) {
+                    return;
+                }
+                continue;
+            }
         };
         // Everything already queued goes out with it, in one frame.
         let mut next = first.map_err(|e| match e {
