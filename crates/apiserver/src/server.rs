@@ -316,8 +316,9 @@ impl ApiServer {
         .await
     }
 
-    /// [`ApiServer::new`] with the authentication flags.
-    pub async fn with_authn(
+    /// The server's state with the authentication flags ([`ApiServer::with_gates`] finishes
+    /// it and starts its controllers).
+    async fn with_authn(
         store: Arc<dyn Store>,
         kubelet: crate::kubelet_client::KubeletClient,
         tokens: Option<Arc<crate::tokens::TokenIssuer>>,
@@ -456,9 +457,9 @@ impl ApiServer {
         }))
     }
 
-    /// As [`ApiServer::with_authn`], with the command line's `gates` (its `encryption`, if
-    /// any, must be `store`); the admission plugins `gates.disabled_admission` names are left
-    /// out of the chain.
+    /// [`ApiServer::new`] with the authentication flags and the command line's `gates` (its
+    /// `encryption`, if any, must be `store`); the admission plugins `gates.disabled_admission`
+    /// names are left out of the chain. Starts the server's own controllers (CRDs).
     pub async fn with_gates(
         store: Arc<dyn Store>,
         kubelet: crate::kubelet_client::KubeletClient,
