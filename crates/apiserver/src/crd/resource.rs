@@ -95,12 +95,10 @@ fn intern(name: &str) -> &'static str {
 
 impl Strategy for CustomResourceStrategy {
     fn default_on_read(&self, object: &mut Value) -> bool {
-        let Some(schema) = self.schema.as_ref().filter(|_| self.has_defaults) else {
-            return false;
-        };
-        let before = object.clone();
-        schema.apply_defaults(object);
-        *object != before
+        self.schema
+            .as_ref()
+            .filter(|_| self.has_defaults)
+            .is_some_and(|schema| schema.apply_defaults(object))
     }
 
     fn check_create(&self) -> crate::Result<()> {

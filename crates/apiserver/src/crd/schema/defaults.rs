@@ -7,8 +7,10 @@ use skiff_apimachinery::validation::{FieldError, FieldPath};
 
 use super::{Schema, cel, meta, prune, validate};
 
-/// Drops nulls that the schema does not allow and that no default will replace.
-pub(super) fn prune_nulls(v: &mut Value, s: Option<&Schema>) {
+/// Drops nulls that the schema does not allow and that no default will replace; whether any
+/// was dropped.
+pub(super) fn prune_nulls(v: &mut Value, s: Option<&Schema>) -> bool {
+    let mut changed = false;
     match v {
         Value::Object(fields) => {
             fields.retain(|k, value| {
@@ -17,24 +19,28 @@ pub(super) fn prune_nulls(v: &mut Value, s: Option<&Schema>) {
                 let drop =
                     value.is_null() && schema.is_some_and(|s| !s.nullable && s.default.is_none());
                 if !drop {
-                    prune_nulls(value, schema);
+                    changed |= prune_nulls(value, schema);
                 }
+                changed |= drop;
                 !drop
             });
         }
         Value::Array(items) => {
             let item_schema = s.and_then(|s| s.items.as_deref());
             for item in items {
-                prune_nulls(item, item_schema);
+                changed |= prune_nulls(item, item_schema);
             }
         }
         _ => {}
     }
+    changed
 }
 
 /// Fills defaults: properties missing from a present object (or null where not nullable),
 /// null items and map values that are not nullable; recursing into everything present.
-pub(super) fn apply(v: &mut Value, s: &Schema) {
+/// Whether anything was filled.
+pub(super) fn apply(v: &mut Value, s: &Schema) -> bool {
+    let mut changed = false;
     match v {
         Value::Object(fields) => {
             for (k, prop) in &s.properties {
@@ -43,34 +49,42 @@ pub(super) fn apply(v: &mut Value, s: &Schema) {
                 };
                 if fields.get(k).is_none_or(|x| x.is_null() && !prop.nullable) {
                     fields.insert(k.clone(), default.clone());
+                    changed = true;
                 }
             }
             for (k, value) in fields.iter_mut() {
                 if let Some(prop) = s.properties.get(k) {
-                    apply(value, prop);
+                    changed |= apply(value, prop);
                 } else if let Some(Some(values)) = s.additional_schema() {
-                    fill_null(value, values);
-                    apply(value, values);
+                    changed |= fill_null(value, values);
+                    changed |= apply(value, values);
                 }
             }
         }
         Value::Array(items) => {
             if let Some(item_schema) = &s.items {
                 for item in items {
-                    fill_null(item, item_schema);
-                    apply(item, item_schema);
+                    changed |= fill_null(item, item_schema);
+                    changed |= apply(item, item_schema);
                 }
             }
         }
         _ => {}
     }
+    changed
 }
 
-/// A null `value` where `s` does not allow null becomes `s`'s default (still null without one).
-fn fill_null(value: &mut Value, s: &Schema) {
-    if value.is_null() && !s.nullable {
-        *value = s.default.clone().unwrap_or(Value::Null);
+/// A null `value` where `s` does not allow null becomes `s`'s default (still null without
+/// one); whether it changed.
+fn fill_null(value: &mut Value, s: &Schema) -> bool {
+    if value.is_null()
+        && !s.nullable
+        && let Some(default) = &s.default
+    {
+        *value = default.clone();
+        return true;
     }
+    false
 }
 
 /// Upstream's `ValidateDefaults` for the schema at `path`: each default (on properties and

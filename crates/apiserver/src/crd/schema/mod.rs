@@ -216,10 +216,11 @@ impl Schema {
     /// Applies `default`s in place as upstream's structural defaulting: nulls the schema does
     /// not allow are dropped unless a default replaces them, then defaults fill properties
     /// missing from objects that are present, recursing through items and
-    /// `additionalProperties`. Used on write and on read from storage.
-    pub fn apply_defaults(&self, obj: &mut Value) {
-        defaults::prune_nulls(obj, Some(self));
-        defaults::apply(obj, self);
+    /// `additionalProperties`. Used on write and on read from storage. Whether anything
+    /// changed.
+    pub fn apply_defaults(&self, obj: &mut Value) -> bool {
+        let pruned = defaults::prune_nulls(obj, Some(self));
+        defaults::apply(obj, self) || pruned
     }
 
     /// Removes fields the schema does not specify, as upstream's pruning:

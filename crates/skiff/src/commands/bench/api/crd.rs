@@ -38,8 +38,13 @@ const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGrou
 
 /// A CRD of `plural` in `group`, kind `Kind` from the plural, with the schema the custom
 /// resources of the throughput workload pass.
+/// The kind of a bench CRD: its plural, capitalised (`things7` → `Things7`).
+fn kind_of(plural: &str) -> String {
+    format!("{}{}", plural[..1].to_uppercase(), &plural[1..])
+}
+
 fn definition(group: &str, plural: &str) -> Value {
-    let kind = format!("{}{}", plural[..1].to_uppercase(), &plural[1..]);
+    let kind = kind_of(plural);
     let ports = json!({"type": "array", "items": {
         "type": "object", "required": ["port"],
         "properties": {"name": {"type": "string"},
@@ -238,7 +243,7 @@ async fn measure(plan: &Plan, server: &ServerChild, out: &Emitter) -> Result<()>
             continue;
         }
         let t = Instant::now();
-        let object = json!({"apiVersion": format!("{group}/v1"), "kind": "Things",
+        let object = json!({"apiVersion": format!("{group}/v1"), "kind": kind_of(&plural),
                             "metadata": {"name": "first"}, "spec": {"image": "x"}});
         let path = format!("/apis/{group}/v1/namespaces/{NAMESPACE}/{plural}");
         post_until_created(&client, &path, post_json(&object)).await?;
