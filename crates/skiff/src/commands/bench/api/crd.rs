@@ -244,7 +244,8 @@ async fn measure(plan: &Plan, server: &ServerChild, out: &Emitter) -> Result<()>
         }
         let t = Instant::now();
         let object = json!({"apiVersion": format!("{group}/v1"), "kind": kind_of(&plural),
-                            "metadata": {"name": "first"}, "spec": {"image": "x"}});
+                            "metadata": {"name": "first"},
+                            "spec": {"image": "x", "maxReplicas": 3}});
         let path = format!("/apis/{group}/v1/namespaces/{NAMESPACE}/{plural}");
         post_until_created(&client, &path, post_json(&object)).await?;
         establish.record(micros(t.elapsed()))?;
