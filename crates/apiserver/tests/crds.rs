@@ -8,7 +8,9 @@ mod common;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, CustomResourceDefinitionCondition,
+};
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
@@ -61,6 +63,19 @@ fn widget(name: &str, replicas: i32, color: &str) -> Widget {
     )
 }
 
+/// The condition of `type_` in a CRD's status, if set.
+fn condition<'a>(
+    crd: Option<&'a CustomResourceDefinition>,
+    type_: &str,
+) -> Option<&'a CustomResourceDefinitionCondition> {
+    crd?.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
 /// Creates the CRD and waits until it is established.
 async fn establish(client: &kube::Client, crd: &CustomResourceDefinition) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -82,19 +97,14 @@ async fn a_derived_custom_resource_is_served_as_upstream_serves_it() {
     // The CRD's status as upstream's controllers leave it.
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = crds.get("widgets.example.com").await.unwrap();
-    let status = crd.status.unwrap();
+    let status = crd.status.as_ref().unwrap();
     assert_eq!(status.stored_versions, Some(vec!["v1".to_string()]));
-    let accepted = status.accepted_names.unwrap();
+    let accepted = status.accepted_names.as_ref().unwrap();
     assert_eq!(
         (accepted.plural.as_str(), accepted.kind.as_str()),
         ("widgets", "Widget")
     );
-    let names_accepted = status
-        .conditions
-        .unwrap()
-        .into_iter()
-        .find(|c| c.type_ == "NamesAccepted")
-        .unwrap();
+    let names_accepted = condition(Some(&crd), "NamesAccepted").unwrap();
     assert_eq!(
         (
             names_accepted.status.as_str(),
@@ -265,13 +275,7 @@ async fn a_derived_custom_resource_is_served_as_upstream_serves_it() {
         .await
         .expect("the CRD is deleted within 10 s")
         .unwrap();
-    let discovery = Discovery::new(client.clone()).run().await.unwrap();
-    assert!(!discovery.groups().any(|g| g.name() == "example.com"));
-    let err = api.list(&ListParams::default()).await.unwrap_err();
-    assert!(
-        matches!(&err, kube::Error::Api(s) if s.code == 404),
-        "{err:?}"
-    );
+    common::assert_unserved(&client, &api, "example.com").await;
 
     // Created again, nothing of the old objects is left.
     establish(&client, &Widget::crd()).await;
@@ -301,16 +305,11 @@ async fn a_kind_another_crd_of_the_group_holds_is_not_accepted() {
         crds.clone(),
         "gadgets.example.com",
         |crd: Option<&CustomResourceDefinition>| {
-            crd.and_then(|c| c.status.as_ref())
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| {
-                    cs.iter().any(|c| {
-                        c.type_ == "NamesAccepted"
-                            && c.status == "False"
-                            && c.reason.as_deref() == Some("KindConflict")
-                            && c.message.as_deref() == Some("\"Widget\" is already in use")
-                    })
-                })
+            condition(crd, "NamesAccepted").is_some_and(|c| {
+                c.status == "False"
+                    && c.reason.as_deref() == Some("KindConflict")
+                    && c.message.as_deref() == Some("\"Widget\" is already in use")
+            })
         },
     );
     tokio::time::timeout(Duration::from_secs(5), refused)
@@ -318,12 +317,7 @@ async fn a_kind_another_crd_of_the_group_holds_is_not_accepted() {
         .expect("the conflict is reported within 5 s")
         .unwrap();
     let crd = crds.get("gadgets.example.com").await.unwrap();
-    let established = crd
-        .status
-        .and_then(|s| s.conditions)
-        .unwrap_or_default()
-        .into_iter()
-        .any(|c| c.type_ == "Established" && c.status == "True");
+    let established = condition(Some(&crd), "Established").is_some_and(|c| c.status == "True");
     assert!(
         !established,
         "a CRD whose names were never accepted is not established"
@@ -378,15 +372,9 @@ async fn a_terminating_definition_waits_for_its_objects_finalizers_and_refuses_c
         crds.clone(),
         "widgets.example.com",
         |crd: Option<&CustomResourceDefinition>| {
-            crd.and_then(|c| c.status.as_ref())
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| {
-                    cs.iter().any(|c| {
-                        c.type_ == "Terminating"
-                            && c.status == "True"
-                            && c.reason.as_deref() == Some("InstanceDeletionInProgress")
-                    })
-                })
+            condition(crd, "Terminating").is_some_and(|c| {
+                c.status == "True" && c.reason.as_deref() == Some("InstanceDeletionInProgress")
+            })
         },
     );
     tokio::time::timeout(Duration::from_secs(5), terminating)

@@ -69,13 +69,7 @@ async fn a_type_installed_while_serving_is_served_until_removed() {
     let api = widgets(&client, "v1");
 
     // Before: no such path (404 NotFound with a Status), nor in discovery.
-    let err = api.list(&ListParams::default()).await.unwrap_err();
-    assert!(
-        matches!(&err, kube::Error::Api(s) if s.code == 404),
-        "{err:?}"
-    );
-    let discovery = Discovery::new(client.clone()).run().await.unwrap();
-    assert!(!discovery.groups().any(|g| g.name() == "example.com"));
+    common::assert_unserved(&client, &api, "example.com").await;
 
     running
         .server
@@ -198,13 +192,7 @@ async fn a_type_installed_while_serving_is_served_until_removed() {
     .await
     .expect("the watch ends within 10 s of the removal");
     assert!(end.is_none(), "{end:?}");
-    let err = beta.list(&ListParams::default()).await.unwrap_err();
-    assert!(
-        matches!(&err, kube::Error::Api(s) if s.code == 404),
-        "{err:?}"
-    );
-    let discovery = Discovery::new(client.clone()).run().await.unwrap();
-    assert!(!discovery.groups().any(|g| g.name() == "example.com"));
+    common::assert_unserved(&client, &beta, "example.com").await;
 
     // Installed again, the type's cache is filled from the store: the object is still there.
     running

@@ -64,7 +64,7 @@ fn definition(custom: &Custom) -> Value {
 }
 
 /// A registry holding the custom kinds (and their lists) over the built-in definitions.
-pub(crate) fn registry(customs: &[Custom]) -> Registry {
+pub(crate) fn registry(customs: &[&Custom]) -> Registry {
     let mut definitions = Map::new();
     let mut by_gvk = HashMap::new();
     for custom in customs {
@@ -87,7 +87,7 @@ pub(crate) fn registry(customs: &[Custom]) -> Registry {
 /// discovery path.
 pub(crate) fn group_version_paths(
     registry: &Registry,
-    customs: &[Custom],
+    customs: &[&Custom],
 ) -> BTreeMap<String, Map<String, Value>> {
     let mut out: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
     for custom in customs {
@@ -136,7 +136,8 @@ mod tests {
             definition_name("stable.example.com", "v1", "CronTab"),
             "com.example.stable.v1.CronTab"
         );
-        let registry = registry(&[widget()]);
+        let widget = widget();
+        let registry = registry(&[&widget]);
         let name = registry.name_of("example.com", "v1", "Widget").unwrap();
         let def = registry.get(name).unwrap();
         assert_eq!(
@@ -152,7 +153,7 @@ mod tests {
         );
         // Built-in definitions are reached through the base.
         assert!(registry.get(OBJECT_META).is_some());
-        let paths = group_version_paths(&registry, &[widget()]);
+        let paths = group_version_paths(&registry, &[&widget]);
         let gv = &paths["apis/example.com/v1"];
         assert!(gv.contains_key("/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"));
     }

@@ -128,6 +128,16 @@ fn builtin_paths() -> Vec<(String, Map<String, Value>)> {
         .collect()
 }
 
+/// `custom` by the index key of its group version (`apis/example.com/v1`).
+fn by_group_version(custom: &[Custom]) -> BTreeMap<String, Vec<&Custom>> {
+    let mut out: BTreeMap<String, Vec<&Custom>> = BTreeMap::new();
+    for c in custom {
+        let key = v3::index_key(&c.resource.group, &c.resource.version);
+        out.entry(key).or_default().push(c);
+    }
+    out
+}
+
 /// The `/openapi/v3` index of `v3`.
 fn index(v3: &BTreeMap<String, Arc<Served>>) -> Served {
     let paths: Map<String, Value> = v3
@@ -201,22 +211,21 @@ impl Documents {
     /// (those whose resources are unchanged since `previous` are kept from it), the index, and
     /// the Swagger 2.0 document when first asked for.
     pub fn with_custom(custom: Vec<Custom>, previous: &Documents) -> Documents {
-        let registry = custom::registry(&custom);
+        let before = by_group_version(&previous.custom);
         let mut v3 = Documents::global().v3.clone();
-        let in_gv = |set: &[Custom], key: &str| -> Vec<Custom> {
-            set.iter()
-                .filter(|c| v3::index_key(&c.resource.group, &c.resource.version) == key)
-                .cloned()
-                .collect()
-        };
-        for (key, paths) in custom::group_version_paths(&registry, &custom) {
+        for (key, members) in by_group_version(&custom) {
             let kept = previous
                 .v3
                 .get(&key)
-                .filter(|_| in_gv(&previous.custom, &key) == in_gv(&custom, &key));
+                .filter(|_| before.get(&key) == Some(&members));
             let served = match kept {
                 Some(served) => served.clone(),
-                None => Arc::new(Served::new(&to_bytes(&v3::document(&registry, paths)))),
+                None => {
+                    let registry = custom::registry(&members);
+                    let mut paths = custom::group_version_paths(&registry, &members);
+                    let paths = paths.remove(&key).unwrap_or_default();
+                    Arc::new(Served::new(&to_bytes(&v3::document(&registry, paths))))
+                }
             };
             v3.insert(key, served);
         }
@@ -237,11 +246,11 @@ impl Documents {
     /// The Swagger 2.0 documents, built on first use.
     fn v2(&self) -> &V2 {
         self.v2.get_or_init(|| {
-            let registry = custom::registry(&self.custom);
+            let custom: Vec<&Custom> = self.custom.iter().collect();
+            let registry = custom::registry(&custom);
             let mut group_versions: Vec<Map<String, Value>> =
                 builtin_paths().into_iter().map(|(_, p)| p).collect();
-            group_versions
-                .extend(custom::group_version_paths(&registry, &self.custom).into_values());
+            group_versions.extend(custom::group_version_paths(&registry, &custom).into_values());
             V2::new(&registry, &group_versions)
         })
     }

@@ -10,6 +10,35 @@ use serde_json::Value;
 
 pub use cel::Program;
 
+/// CEL's reserved words: not identifiers (upstream's `isCELIdentifier`), and escaped as
+/// `__word__` in property names.
+pub const RESERVED_WORDS: &[&str] = &[
+    "true",
+    "false",
+    "null",
+    "in",
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "for",
+    "function",
+    "if",
+    "import",
+    "let",
+    "loop",
+    "package",
+    "namespace",
+    "return",
+    "var",
+    "void",
+    "while",
+];
+
+/// Upstream's limit on a `messageExpression` result (`MaxEvaluatedMessageExpressionSizeBytes`).
+pub const MAX_MESSAGE_BYTES: usize = 5 * 1024;
+
 /// Built once: building an environment registers every standard function.
 static ENV: LazyLock<Arc<cel::Env>> = LazyLock::new(|| {
     let mut env = cel::Env::stdlib();

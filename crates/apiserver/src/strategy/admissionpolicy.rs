@@ -145,35 +145,12 @@ fn validate_validation(v: &Value, path: &FieldPath, errs: &mut Vec<FieldError>) 
 
 /// A CEL identifier that is not reserved (upstream's `isCELIdentifier`).
 fn cel_identifier(name: &str) -> bool {
-    const RESERVED: &[&str] = &[
-        "true",
-        "false",
-        "null",
-        "in",
-        "as",
-        "break",
-        "const",
-        "continue",
-        "else",
-        "for",
-        "function",
-        "if",
-        "import",
-        "let",
-        "loop",
-        "package",
-        "namespace",
-        "return",
-        "var",
-        "void",
-        "while",
-    ];
     let mut chars = name.chars();
     chars
         .next()
         .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
-        && !RESERVED.contains(&name)
+        && !crate::admission::expressions::RESERVED_WORDS.contains(&name)
 }
 
 fn validate_policy_spec(obj: &Value, errs: &mut Vec<FieldError>) {

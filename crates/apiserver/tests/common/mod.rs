@@ -9,6 +9,28 @@ use skiff_apiserver::kubelet_client::KubeletClient;
 use skiff_apiserver::{ApiServer, Config, Listener};
 use skiff_store::{EmbeddedConfig, EmbeddedStore, Store};
 
+/// Asserts that `api`'s resource is not served: a list is a 404 `Status`, and discovery does
+/// not name `group`.
+#[allow(dead_code)] // not every test binary removes types
+pub async fn assert_unserved<K>(client: &kube::Client, api: &kube::Api<K>, group: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let err = api
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 404),
+        "{err:?}"
+    );
+    let discovery = kube::discovery::Discovery::new(client.clone())
+        .run()
+        .await
+        .unwrap();
+    assert!(!discovery.groups().any(|g| g.name() == group));
+}
+
 /// A running server: its state (to install types), a client, and what to stop.
 pub struct Running {
     /// Not every test installs types by hand.

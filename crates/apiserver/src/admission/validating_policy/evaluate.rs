@@ -8,10 +8,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::policy::{Policy, Validation};
-use crate::admission::expressions::{self, conditions, evaluate as run};
-
-/// Upstream's limit on a `messageExpression` result (`MaxEvaluatedMessageExpressionSizeBytes`).
-const MAX_MESSAGE_BYTES: usize = 5 * 1024;
+use crate::admission::expressions::{self, MAX_MESSAGE_BYTES, conditions, evaluate as run};
 
 /// The request as CEL sees it, converted once per request.
 pub struct Input {

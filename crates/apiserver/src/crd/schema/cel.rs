@@ -20,38 +20,12 @@ use serde_json::Value;
 use skiff_apimachinery::validation::{FieldError, FieldPath};
 
 use super::{Schema, regex::Regex};
-use crate::admission::expressions;
+use crate::admission::expressions::{self, MAX_MESSAGE_BYTES, RESERVED_WORDS};
 
 /// Upstream's `PerCallLimit`: the cost one evaluation may reach.
 const PER_CALL_LIMIT: u64 = 1_000_000;
 /// Upstream's `RuntimeCELCostBudget`: the cost all evaluations of one request may reach.
 const RUNTIME_BUDGET: u64 = 10_000_000;
-/// Upstream's `MaxEvaluatedMessageExpressionSizeBytes`.
-const MAX_MESSAGE_BYTES: usize = 5 * 1024;
-/// CEL's reserved words, which upstream escapes as `__word__` in property names.
-const RESERVED: &[&str] = &[
-    "true",
-    "false",
-    "null",
-    "in",
-    "as",
-    "break",
-    "const",
-    "continue",
-    "else",
-    "for",
-    "function",
-    "if",
-    "import",
-    "let",
-    "loop",
-    "package",
-    "namespace",
-    "return",
-    "var",
-    "void",
-    "while",
-];
 
 /// One rule's fields as written in the CRD.
 #[derive(Debug, Clone, Default)]
@@ -366,7 +340,7 @@ pub(super) fn escape(name: &str) -> Option<String> {
     if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
         return None;
     }
-    if RESERVED.contains(&name) {
+    if RESERVED_WORDS.contains(&name) {
         return Some(format!("__{name}__"));
     }
     let mut out = String::with_capacity(name.len());
