@@ -83,7 +83,7 @@ impl Cached {
     }
 
     fn stamped(object: &Value) -> Result<Stamped> {
-        let bytes = storage::encode(object)?;
+        let bytes = storage::encode(object);
         Stamped::encoded(bytes).map_err(|e| {
             ApiError::internal(format!("encoding {}: {e:?}", object["metadata"]["name"]))
         })
@@ -809,7 +809,7 @@ mod tests {
     #[test]
     fn a_cached_object_shares_the_stored_bytes_instead_of_copying_them() {
         let pods = lookup("", "v1", "pods").unwrap();
-        let stored = storage::encode(&pod()).unwrap();
+        let stored = storage::encode(&pod());
         let c = Cached::from_stored(
             strategy::for_resource(pods),
             &stored,
@@ -822,7 +822,7 @@ mod tests {
         assert_eq!(c.field("spec.nodeName").as_deref(), Some("n1"));
         let mut expected = pod();
         storage::set_resource_version(&mut expected, 7);
-        assert_eq!(c.json(), serde_json::to_vec(&expected).unwrap());
+        assert_eq!(c.json(), crate::protobuf::order::to_vec(&expected));
         assert_eq!(c.object().unwrap(), expected);
     }
 

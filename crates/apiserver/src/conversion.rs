@@ -93,7 +93,7 @@ pub fn to_external(rt: &ResourceType, obj: Value) -> Value {
 /// Converts serialized stored JSON to the served form (only called when [`needed`]).
 pub fn external_bytes(rt: &ResourceType, json: &[u8]) -> Vec<u8> {
     match serde_json::from_slice::<Value>(json) {
-        Ok(v) => serde_json::to_vec(&to_external(rt, v)).unwrap_or_else(|_| json.to_vec()),
+        Ok(v) => crate::protobuf::order::to_vec(&to_external(rt, v)),
         Err(_) => json.to_vec(),
     }
 }

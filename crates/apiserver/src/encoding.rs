@@ -138,7 +138,7 @@ pub fn encode(output: Output, value: &Value) -> (Bytes, &'static str) {
             "application/yaml",
         ),
         _ => (
-            Bytes::from(serde_json::to_vec(value).unwrap_or_default()),
+            Bytes::from(crate::protobuf::order::to_vec(value)),
             "application/json",
         ),
     }

@@ -278,7 +278,7 @@ impl admission::resource_quota::QuotaStore for StoreQuotas {
             ));
             success.push(TxnOp::Put(PutRequest {
                 key: key.into(),
-                value: storage::encode(q)?,
+                value: storage::encode(q),
                 lease: 0,
                 prev_kv: false,
             }));

@@ -4,9 +4,12 @@
 //! buffer the store holds, shared, not copied — and where the `"resourceVersion":"N"` member
 //! goes, found by one scan of the bytes, so the served form is written by splicing.
 //!
-//! The member goes where serde_json's sorted maps would put it (before the first key of
-//! `metadata` that sorts after `resourceVersion`), so for Skiff's own stored JSON the served
-//! bytes are exactly those of decoding the object, stamping it and serializing it again.
+//! The member goes where the object's layout puts it, so for Skiff's own stored JSON the served
+//! bytes are exactly those of decoding the object, stamping it and serializing it again with
+//! [`crate::storage`]'s writer. Built-in kinds are stored in Go field order (`kind` first, see
+//! [`crate::protobuf::order`]), where it follows `uid` and the other identifying fields; other
+//! objects (custom resources, and objects stored before Skiff wrote Go order) are sorted, where
+//! it goes before the first key that sorts after it.
 
 use bytes::Bytes;
 
@@ -40,6 +43,9 @@ pub enum Unusual {
 }
 
 const KEY: &[u8] = b"resourceVersion";
+
+/// The ObjectMeta fields Go's struct puts before `resourceVersion`.
+const GO_BEFORE_KEY: &[&[u8]] = &[b"name", b"generateName", b"namespace", b"selfLink", b"uid"];
 
 impl Stamped {
     /// Wraps stored JSON; fails if the bytes are not an object in the stored form (no
@@ -223,7 +229,10 @@ fn find_splice(json: &[u8], strict: bool) -> Result<Splice, Unusual> {
     }
     let mut scan = Scan { b: json, i: 0 };
     let mut splice = Splice::Nowhere;
+    // Go order writes `kind` first; sorted order writes `apiVersion` (or `a…`) before it
+    let mut go_order = None;
     scan.object(|s, key, _, _| {
+        let go_order = *go_order.get_or_insert(key == b"kind");
         if key != b"metadata" || s.peek()? != b'{' {
             return s.value();
         }
@@ -232,7 +241,12 @@ fn find_splice(json: &[u8], strict: bool) -> Result<Splice, Unusual> {
             if (strict && escaped) || key == KEY {
                 return Err(Unusual::NotCanonical);
             }
-            if before.is_none() && key > KEY {
+            let after = if go_order {
+                !GO_BEFORE_KEY.contains(&key)
+            } else {
+                key > KEY
+            };
+            if before.is_none() && after {
                 before = Some(quote);
             }
             s.value()
@@ -257,15 +271,16 @@ mod tests {
 
     use super::*;
 
-    /// What the splice must equal: decode, stamp, serialize.
+    /// What the splice must equal: decode, stamp, serialize (in Go order where the kind has
+    /// one, sorted otherwise).
     fn reference(stored: &[u8], rv: i64) -> Vec<u8> {
         let mut v: Value = serde_json::from_slice(stored).unwrap();
         crate::storage::set_resource_version(&mut v, rv);
-        serde_json::to_vec(&v).unwrap()
+        crate::protobuf::order::to_vec(&v)
     }
 
     fn check(obj: Value) {
-        let stored = serde_json::to_vec(&obj).unwrap();
+        let stored = crate::storage::encode(&obj).to_vec();
         let s = Stamped::new(Bytes::from(stored.clone())).unwrap();
         for rv in [1, 42, 9_876_543_210] {
             assert_eq!(
@@ -283,6 +298,22 @@ mod tests {
                          "managedFields": [{"fieldsV1": {"f:metadata": {"f:resourceVersion": {}}}}]},
             "spec": {"containers": [{"name": "c", "args": ["]", "}", "\\\""]}], "n": 1.5e3,
                      "t": true, "z": null}}));
+    }
+
+    #[test]
+    fn built_in_kinds_get_it_in_go_order_after_uid() {
+        check(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "n", "uid": "u", "generation": 2,
+                         "annotations": {"x": "y"}, "zzz": 1},
+            "data": {"k": "v"}}));
+        check(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}));
+        check(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"labels": {}}}));
+        let stored = crate::storage::encode(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "a", "uid": "u", "creationTimestamp": "t"}}));
+        assert_eq!(
+            String::from_utf8(Stamped::new(stored).unwrap().to_vec(9)).unwrap(),
+            r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","uid":"u","resourceVersion":"9","creationTimestamp":"t"}}"#
+        );
     }
 
     #[test]

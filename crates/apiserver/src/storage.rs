@@ -62,20 +62,18 @@ pub fn storage_id(rt: &ResourceType) -> (String, String) {
     (g.to_string(), p.to_string())
 }
 
-/// Serializes an object for the store: JSON without `metadata.resourceVersion`.
+/// Serializes an object for the store: JSON without `metadata.resourceVersion`, in the order
+/// upstream serves it (Go field order for built-in kinds, sorted for others), so that reads
+/// serve the stored bytes as they are.
 ///
 /// The buffer is exactly as long as the JSON: the store (and the watch cache, which shares it)
 /// keeps it for the object's lifetime, and a serializer's buffer grows by doubling, so it would
 /// otherwise carry up to as much spare capacity as JSON.
-pub fn encode(object: &Value) -> Result<Bytes> {
-    let mut object = object.clone();
-    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("resourceVersion");
-    }
-    let mut json = serde_json::to_vec(&object)
-        .map_err(|e| ApiError::internal(format!("encoding object: {e}")))?;
+pub fn encode(object: &Value) -> Bytes {
+    let mut json = Vec::with_capacity(512);
+    crate::protobuf::order::write_stored(object, &mut json);
     json.shrink_to_fit();
-    Ok(Bytes::from(json))
+    Bytes::from(json)
 }
 
 /// Reads an object from the store, with `resourceVersion` set to the revision it was written at.
@@ -152,7 +150,7 @@ mod tests {
     #[test]
     fn stored_objects_carry_no_resource_version() {
         let obj = serde_json::json!({"metadata": {"name": "a", "resourceVersion": "7"}});
-        let bytes = encode(&obj).unwrap();
+        let bytes = encode(&obj);
         assert!(!String::from_utf8_lossy(&bytes).contains("resourceVersion"));
         let back = decode_at(&bytes, 9, b"k").unwrap();
         assert_eq!(back["metadata"]["resourceVersion"], "9");

@@ -182,3 +182,71 @@ async fn lists_watches_dry_runs_and_finalizers_answer_as_upstream() {
     }
     running.stop().await;
 }
+
+/// The raw body of a GET, whatever its status.
+async fn raw_get(client: &kube::Client, path: &str, accept: &str) -> (u16, String, Vec<u8>) {
+    let req = http::Request::get(path)
+        .header("accept", accept)
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let resp = client.send(req).await.unwrap();
+    let code = resp.status().as_u16();
+    let content_type = resp.headers()["content-type"].to_str().unwrap().to_string();
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes()
+        .to_vec();
+    (code, content_type, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_is_written_in_the_go_structs_order() {
+    let running = common::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(running.client.clone(), "default");
+    let mut cm = config_map("ordered");
+    cm.data = Some([("k".to_string(), "v".to_string())].into());
+    api.create(&PostParams::default(), &cm).await.unwrap();
+
+    let (code, _, body) = raw_get(
+        &running.client,
+        "/api/v1/namespaces/default/configmaps/missing",
+        "application/json",
+    )
+    .await;
+    assert_eq!(code, 404);
+    assert_eq!(
+        String::from_utf8(body).unwrap(),
+        r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"configmaps \"missing\" not found","reason":"NotFound","details":{"name":"missing","kind":"configmaps"},"code":404}"#
+    );
+
+    let (_, _, body) = raw_get(
+        &running.client,
+        "/api/v1/namespaces/default/configmaps/ordered",
+        "application/json",
+    )
+    .await;
+    let text = String::from_utf8(body).unwrap();
+    let at = |key: &str| {
+        text.find(&format!("\"{key}\":"))
+            .unwrap_or_else(|| panic!("{key} in {text}"))
+    };
+    assert!(text.starts_with(r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"ordered","namespace":"default","uid":"#), "{text}");
+    assert!(at("uid") < at("resourceVersion") && at("resourceVersion") < at("creationTimestamp"));
+    assert!(at("creationTimestamp") < at("managedFields") && at("managedFields") < at("data"));
+
+    let (_, _, body) = raw_get(
+        &running.client,
+        "/api/v1/namespaces/default/configmaps?limit=1",
+        "application/json",
+    )
+    .await;
+    let text = String::from_utf8(body).unwrap();
+    assert!(
+        text.starts_with(
+            r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":""#
+        ),
+        "{text}"
+    );
+    running.stop().await;
+}

@@ -63,7 +63,7 @@ pub async fn sync(cache: &Cacher, store: &Arc<dyn Store>) -> Result<usize> {
                 )],
                 success: vec![TxnOp::Put(PutRequest {
                     key: Bytes::from(key),
-                    value: storage::encode(&role)?,
+                    value: storage::encode(&role),
                     lease: 0,
                     prev_kv: false,
                 })],

@@ -80,7 +80,7 @@ async fn ensure(
             compare: vec![Compare::new(key.clone(), CompareOp::Equal, compare)],
             success: vec![TxnOp::Put(PutRequest {
                 key: Bytes::from(key),
-                value: storage::encode(&object)?,
+                value: storage::encode(&object),
                 lease: 0,
                 prev_kv: false,
             })],

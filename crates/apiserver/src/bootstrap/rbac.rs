@@ -261,7 +261,7 @@ async fn put_if(
 ) -> Result<bool> {
     let put = TxnOp::Put(PutRequest {
         key: Bytes::from(key.to_string()),
-        value: storage::encode(object)?,
+        value: storage::encode(object),
         lease: 0,
         prev_kv: false,
     });

@@ -287,7 +287,7 @@ async fn write(store: &Arc<dyn Store>, plural: &str, object: &Value) {
     store
         .put(PutRequest {
             key: Bytes::from(key),
-            value: storage::encode(object).unwrap(),
+            value: storage::encode(object),
             lease: 0,
             prev_kv: false,
         })

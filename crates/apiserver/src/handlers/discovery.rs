@@ -192,5 +192,5 @@ fn aggregated(catalog: &Catalog, version: &'static str, legacy: bool) -> http::R
     } else {
         AGGREGATED_V2BETA1
     };
-    bytes_response(200, serde_json::to_vec(&doc).unwrap_or_default(), ct)
+    bytes_response(200, crate::protobuf::order::to_vec(&doc), ct)
 }

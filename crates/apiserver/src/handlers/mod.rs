@@ -209,7 +209,7 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
 pub fn json(code: u16, value: &Value) -> Response<Body> {
     bytes_response(
         code,
-        serde_json::to_vec(value).unwrap_or_default(),
+        crate::protobuf::order::to_vec(value),
         "application/json",
     )
 }

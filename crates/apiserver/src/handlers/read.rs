@@ -19,6 +19,7 @@ use crate::cache::Cached;
 use crate::conversion;
 use crate::encoding::Output;
 use crate::error::{ApiError, Result};
+use crate::protobuf::order;
 use crate::storage;
 use crate::strategy::Strategy;
 
@@ -471,17 +472,14 @@ fn render_list(
     match ctx.output {
         Output::Json => {
             // Items are already serialized: splice them into the list without re-encoding.
-            let meta = list_meta(&rv, next);
-            let head = format!(
-                "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
-                ctx.rt.list_kind(),
-                ctx.rt.api_version(),
-                meta
-            );
+            let mut head = order::to_vec(&json!({"kind": ctx.rt.list_kind(),
+                "apiVersion": ctx.rt.api_version(), "metadata": list_meta(&rv, next)}));
+            head.pop(); // the closing brace: items follow metadata in every list kind
+            head.extend_from_slice(b",\"items\":[");
             let mut out = Vec::with_capacity(
                 head.len() + items.iter().map(|c| c.json_len() + 1).sum::<usize>() + 2,
             );
-            out.extend_from_slice(head.as_bytes());
+            out.extend_from_slice(&head);
             for (i, c) in items.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');

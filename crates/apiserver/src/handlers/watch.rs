@@ -19,6 +19,7 @@ use crate::cache::{CacheEvent, Cached, Change, WatchStart};
 use crate::conversion;
 use crate::encoding::Output;
 use crate::error::{ApiError, Result};
+use crate::protobuf::order;
 use crate::request::flag;
 use crate::trace::WatchTrace;
 
@@ -115,15 +116,14 @@ impl Sink {
                     table["columnDefinitions"] = json!([]);
                 }
                 self.columns_sent = true;
-                let bytes = serde_json::to_vec(&table).unwrap_or_default();
+                let bytes = order::to_vec(&table);
                 self.send_line(kind, &bytes).await
             }
             Output::PartialMetadata => {
                 let Ok(obj) = c.object() else { return true };
                 let meta = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                                   "metadata": obj["metadata"]});
-                self.send_line(kind, &serde_json::to_vec(&meta).unwrap_or_default())
-                    .await
+                self.send_line(kind, &order::to_vec(&meta)).await
             }
             _ if conversion::needed(&self.ctx.rt) => {
                 let bytes = conversion::external_bytes(&self.ctx.rt, &c.json());
@@ -143,12 +143,11 @@ impl Sink {
         }
         let obj = json!({"kind": self.ctx.rt.kind, "apiVersion": self.ctx.rt.api_version(),
                          "metadata": meta});
-        self.send_line("BOOKMARK", &serde_json::to_vec(&obj).unwrap_or_default())
-            .await
+        self.send_line("BOOKMARK", &order::to_vec(&obj)).await
     }
 
     async fn error(&mut self, e: &ApiError) {
-        let status = serde_json::to_vec(&e.to_status()).unwrap_or_default();
+        let status = order::to_vec(&e.to_status());
         if self.send_line("ERROR", &status).await {
             self.flush().await;
         }

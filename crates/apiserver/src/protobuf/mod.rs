@@ -8,6 +8,7 @@
 //! - [`wire`]: the wire-format walker that builds JSON with the table.
 //! - [`wellknown`]: Time, MicroTime, Duration, RawExtension, Quantity, IntOrString.
 
+pub mod order;
 mod schema;
 mod wellknown;
 mod wire;

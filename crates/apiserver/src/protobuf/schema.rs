@@ -119,6 +119,11 @@ impl Schema {
         &self.messages[id]
     }
 
+    /// How many messages the table has (ids are `0..message_count()`).
+    pub fn message_count(&self) -> usize {
+        self.messages.len()
+    }
+
     /// The message of a package by name (`("core", "ConfigMap")`).
     pub fn find(&self, package: &str, name: &str) -> Option<MessageId> {
         let p = self.packages.iter().find(|p| p.name == package)?;

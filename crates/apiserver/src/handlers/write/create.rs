@@ -100,7 +100,7 @@ pub(in crate::handlers) async fn create_object(
             return render(ctx, 201, &obj);
         }
         let (reserve, _) = reservation_diff(Some(&obj), None);
-        let op = put_op(&key, storage::encode(&obj)?);
+        let op = put_op(&key, storage::encode(&obj));
         let sent = ctx.server.now();
         if let Some(rev) = commit(ctx, &key, 0, op, &reserve, &[]).await? {
             storage::set_resource_version(&mut obj, rev);

@@ -197,7 +197,7 @@ pub(crate) async fn delete_one(ctx: &Ctx, name: &str, options: &DeleteOptions) -
             if next == current {
                 return Ok(current);
             }
-            put_op(&key, storage::encode(&next)?)
+            put_op(&key, storage::encode(&next))
         };
         let sent = ctx.server.now();
         if let Some(rev) = commit(ctx, &key, current_rv, op, &[], &release).await? {

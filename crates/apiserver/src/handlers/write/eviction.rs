@@ -201,7 +201,7 @@ pub async fn evict(ctx: Ctx) -> Result<Response<Body>> {
                     &ctx,
                     &key,
                     rev,
-                    put_op(&key, storage::encode(&stored)?),
+                    put_op(&key, storage::encode(&stored)),
                     &[],
                     &[],
                 )

@@ -142,7 +142,7 @@ pub async fn replace_object(ctx: &Ctx, next: Value) -> Result<Value> {
         ctx,
         &key,
         current_rv,
-        put_op(&key, storage::encode(&obj)?),
+        put_op(&key, storage::encode(&obj)),
         &[],
         &[],
     )

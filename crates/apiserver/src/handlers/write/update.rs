@@ -115,7 +115,7 @@ pub(crate) async fn update_with(
             (delete_op(&key), reservation_diff(None, Some(&current)))
         } else {
             (
-                put_op(&key, storage::encode(&obj)?),
+                put_op(&key, storage::encode(&obj)),
                 reservation_diff(Some(&obj), Some(&current)),
             )
         };
