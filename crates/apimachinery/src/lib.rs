@@ -5,6 +5,7 @@
 //! # Layout
 //! - [`catalog`]: the resource types served (the built-in table, and the registry that changes
 //!   while serving), with discovery's names, verbs and subresources.
+//! - [`duration`]: Go's duration text (`1m30s`), as `time.ParseDuration` reads it.
 //! - [`labels`]: label selectors (`a=b,c!=d,e in (f),!g`), parsed and matched as upstream.
 //! - [`fields`]: field selectors (`spec.nodeName=n1,status.phase!=Running`).
 //! - [`validation`]: names, label keys and values, and field error lists (`field.ErrorList`).
@@ -16,6 +17,7 @@
 //! - [`quota`]: ResourceQuota usage, scopes and constraints (controller and admission share it).
 
 pub mod catalog;
+pub mod duration;
 pub mod fields;
 pub mod labels;
 pub mod managedfields;

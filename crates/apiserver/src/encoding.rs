@@ -1,6 +1,7 @@
 //! Request and response encodings: JSON, YAML and protobuf (built-in types, through
-//! [`crate::protobuf`]) bodies in, and content negotiation out: plain JSON, YAML, or a
-//! `meta.k8s.io` Table (`kubectl get`) or PartialObjectMetadata view.
+//! [`crate::protobuf`]) bodies in, and content negotiation out: JSON (in Go field order), YAML,
+//! protobuf (built-in kinds, as upstream; custom resources are JSON only), or a `meta.k8s.io`
+//! Table (`kubectl get`, JSON) or PartialObjectMetadata view (JSON or protobuf).
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -82,14 +83,33 @@ pub fn expect_object(v: Value) -> Result<Value> {
 pub enum Output {
     Json,
     Yaml,
+    /// `application/vnd.kubernetes.protobuf`.
+    Protobuf,
     /// `as=Table;g=meta.k8s.io;v=v1` (or v1beta1).
     Table,
-    /// `as=PartialObjectMetadata` (a single object) or `as=PartialObjectMetadataList`.
-    PartialMetadata,
+    /// `as=PartialObjectMetadata` (a single object) or `as=PartialObjectMetadataList`, as JSON or
+    /// as protobuf.
+    PartialMetadata {
+        protobuf: bool,
+    },
 }
 
-/// Picks the first acceptable media type of an `Accept` header, as upstream's negotiation.
-pub fn negotiate(accept: Option<&str>) -> Result<Output> {
+impl Output {
+    /// Whether the body is protobuf.
+    pub fn is_protobuf(self) -> bool {
+        matches!(
+            self,
+            Output::Protobuf | Output::PartialMetadata { protobuf: true }
+        )
+    }
+}
+
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// Picks the first acceptable media type of an `Accept` header, as upstream's negotiation;
+/// `protobuf` says whether the resource's objects can be written as protobuf (a metadata view
+/// always can).
+pub fn negotiate(accept: Option<&str>, protobuf: bool) -> Result<Output> {
     let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
         return Ok(Output::Json);
     };
@@ -111,32 +131,44 @@ pub fn negotiate(accept: Option<&str>) -> Result<Output> {
             media.as_str(),
             "application/json" | "*/*" | "application/*" | "application/json-seq"
         );
+        let is_protobuf = media == PROTOBUF;
         match (as_.as_deref(), json_like) {
             (Some("Table"), true) if group.as_deref() == Some("meta.k8s.io") => {
                 return Ok(Output::Table);
             }
-            (Some("PartialObjectMetadata" | "PartialObjectMetadataList"), true)
-                if group.as_deref() == Some("meta.k8s.io") =>
+            (Some("PartialObjectMetadata" | "PartialObjectMetadataList"), _)
+                if group.as_deref() == Some("meta.k8s.io") && (json_like || is_protobuf) =>
             {
-                return Ok(Output::PartialMetadata);
+                return Ok(Output::PartialMetadata {
+                    protobuf: is_protobuf,
+                });
             }
             (Some(_), _) => continue,
             (None, true) => return Ok(Output::Json),
             (None, false) if media == "application/yaml" => return Ok(Output::Yaml),
+            (None, false) if is_protobuf && protobuf => return Ok(Output::Protobuf),
             _ => continue,
         }
     }
     Err(ApiError::not_acceptable(accept))
 }
 
-/// Serializes a value for the chosen output (Table and metadata views are built by the caller
-/// and arrive here as JSON).
+/// Serializes a value for the chosen output (Table and metadata views are built by the caller).
+/// A value the protobuf table cannot write (not expected of a built-in kind's object) is sent
+/// as JSON, which every client decodes by its content type, and logged.
 pub fn encode(output: Output, value: &Value) -> (Bytes, &'static str) {
     match output {
         Output::Yaml => (
             Bytes::from(serde_yaml::to_string(value).unwrap_or_default()),
             "application/yaml",
         ),
+        out if out.is_protobuf() => match crate::protobuf::encode::object(value) {
+            Ok(bytes) => (Bytes::from(bytes), PROTOBUF),
+            Err(e) => {
+                tracing::warn!(error = %e, kind = %value["kind"], "served as JSON, not protobuf");
+                encode(Output::Json, value)
+            }
+        },
         _ => (
             Bytes::from(crate::protobuf::order::to_vec(value)),
             "application/json",
@@ -151,15 +183,29 @@ mod tests {
     #[test]
     fn kubectl_get_asks_for_a_table() {
         let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
-        assert_eq!(negotiate(Some(accept)).unwrap(), Output::Table);
+        assert_eq!(negotiate(Some(accept), true).unwrap(), Output::Table);
     }
 
     #[test]
-    fn protobuf_first_falls_back_to_json() {
+    fn protobuf_is_chosen_where_the_kind_has_it_and_falls_back_to_json_elsewhere() {
         let accept = "application/vnd.kubernetes.protobuf, */*";
-        assert_eq!(negotiate(Some(accept)).unwrap(), Output::Json);
-        assert_eq!(negotiate(None).unwrap(), Output::Json);
-        assert!(negotiate(Some("text/html")).is_err());
+        assert_eq!(negotiate(Some(accept), true).unwrap(), Output::Protobuf);
+        assert_eq!(negotiate(Some(accept), false).unwrap(), Output::Json);
+        assert_eq!(
+            negotiate(Some(PROTOBUF), false).unwrap_err().code,
+            406,
+            "custom resources are not protobuf"
+        );
+        let metadata = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+        assert_eq!(
+            negotiate(Some(metadata), false).unwrap(),
+            Output::PartialMetadata { protobuf: true }
+        );
+        let table =
+            "application/vnd.kubernetes.protobuf;as=Table;g=meta.k8s.io;v=v1,application/json";
+        assert_eq!(negotiate(Some(table), true).unwrap(), Output::Json);
+        assert_eq!(negotiate(None, true).unwrap(), Output::Json);
+        assert!(negotiate(Some("text/html"), true).is_err());
     }
 
     #[test]

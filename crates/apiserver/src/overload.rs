@@ -114,15 +114,17 @@ impl Limits {
         }
         let mut timeout = self.request_timeout;
         if let Some(v) = query.get("timeout").filter(|v| !v.is_empty()) {
-            let asked = parse_duration(v).ok_or_else(|| {
+            let asked = skiff_apimachinery::duration::parse(v).map_err(|e| {
                 ApiError::bad_request(format!(
-                    "invalid timeout specified in the request URL - time: invalid duration {v:?}"
+                    "invalid timeout specified in the request URL - {e}"
                 ))
             })?;
-            if let Some(asked) = asked.filter(|d| !d.is_zero())
-                && asked < timeout
+            // upstream ignores a timeout that is not positive
+            if let Ok(asked) = u64::try_from(asked)
+                && asked > 0
+                && Duration::from_nanos(asked) < timeout
             {
-                timeout = asked;
+                timeout = Duration::from_nanos(asked);
             }
         }
         Ok(Some(timeout))
@@ -155,49 +157,6 @@ pub fn timed_out() -> ApiError {
     ApiError::timeout(
         "Timeout: request did not complete within requested timeout - context deadline exceeded",
     )
-}
-
-/// A Go `time.Duration` string (`30s`, `1m30s`, `1.5h`, `250ms`, `0`): `Some(None)` for a
-/// negative one (ignored, as upstream ignores non-positive timeouts), `None` when invalid.
-/// Hand-written: a dozen lines, and no maintained crate parses Go's exact grammar.
-pub fn parse_duration(s: &str) -> Option<Option<Duration>> {
-    let (negative, mut rest) = match s.as_bytes().first()? {
-        b'-' => (true, &s[1..]),
-        b'+' => (false, &s[1..]),
-        _ => (false, s),
-    };
-    if rest == "0" {
-        return Some(Some(Duration::ZERO));
-    }
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number: f64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let nanos = match &rest[..unit_len] {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        total += number * nanos;
-    }
-    if negative {
-        return Some(None);
-    }
-    Some(Some(Duration::from_nanos(total as u64)))
 }
 
 #[cfg(test)]
@@ -304,17 +263,5 @@ mod tests {
             bad.message
                 .starts_with("invalid timeout specified in the request URL")
         );
-    }
-
-    #[test]
-    fn go_durations_parse_as_go_does() {
-        let d = |s: &str| parse_duration(s).unwrap().unwrap();
-        assert_eq!(d("1m30s"), Duration::from_secs(90));
-        assert_eq!(d("1.5h"), Duration::from_secs(5400));
-        assert_eq!(d("250ms"), Duration::from_millis(250));
-        assert_eq!(d("0"), Duration::ZERO);
-        for bad in ["", "5", "s", "1y", "1..5s"] {
-            assert!(parse_duration(bad).is_none(), "{bad}");
-        }
     }
 }

@@ -250,3 +250,114 @@ async fn json_is_written_in_the_go_structs_order() {
     );
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_is_served_for_built_in_kinds_as_upstream_encodes_it() {
+    use k8s_pb::api::core::v1 as core;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
+    use k8s_pb::apimachinery::pkg::runtime::Unknown;
+    use prost::Message;
+
+    const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+    /// The `runtime.Unknown` after the `k8s\0` magic.
+    fn envelope(body: &[u8]) -> Unknown {
+        let raw = body.strip_prefix(b"k8s\0").expect("the k8s magic");
+        Unknown::decode(raw).unwrap()
+    }
+
+    let running = common::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(running.client.clone(), "default");
+    let mut cm = config_map("proto");
+    cm.data = Some([("k".to_string(), "v".to_string())].into());
+    api.create(&PostParams::default(), &cm).await.unwrap();
+
+    // One object: the envelope names its kind, the message holds the fields.
+    let (code, content_type, body) = raw_get(
+        &running.client,
+        "/api/v1/namespaces/default/configmaps/proto",
+        &format!("{PROTOBUF}, application/json"),
+    )
+    .await;
+    assert_eq!((code, content_type.as_str()), (200, PROTOBUF));
+    let unknown = envelope(&body);
+    let type_meta = unknown.type_meta.unwrap();
+    assert_eq!(
+        (type_meta.api_version.as_deref(), type_meta.kind.as_deref()),
+        (Some("v1"), Some("ConfigMap"))
+    );
+    let decoded = core::ConfigMap::decode(unknown.raw.unwrap().as_slice()).unwrap();
+    let metadata = decoded.metadata.unwrap();
+    assert_eq!(metadata.name.as_deref(), Some("proto"));
+    assert!(metadata.creation_timestamp.unwrap().seconds.unwrap() > 1_700_000_000);
+    assert_eq!(decoded.data.get("k").map(String::as_str), Some("v"));
+
+    // A list, and a metadata-only list (the garbage collector's metadata client asks so).
+    let (_, _, body) = raw_get(
+        &running.client,
+        "/api/v1/namespaces/default/configmaps",
+        PROTOBUF,
+    )
+    .await;
+    let list = core::ConfigMapList::decode(envelope(&body).raw.unwrap().as_slice()).unwrap();
+    assert!(list.metadata.unwrap().resource_version.is_some());
+    assert!(
+        list.items
+            .iter()
+            .any(|i| i.metadata.as_ref().unwrap().name.as_deref() == Some("proto"))
+    );
+    let (_, content_type, body) = raw_get(
+        &running.client,
+        "/api/v1/namespaces/default/configmaps",
+        &format!("{PROTOBUF};as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"),
+    )
+    .await;
+    assert_eq!(content_type, PROTOBUF);
+    let unknown = envelope(&body);
+    assert_eq!(
+        unknown.type_meta.unwrap().kind.as_deref(),
+        Some("PartialObjectMetadataList")
+    );
+    let partial = meta::PartialObjectMetadataList::decode(unknown.raw.unwrap().as_slice()).unwrap();
+    assert!(
+        partial
+            .items
+            .iter()
+            .any(|i| i.metadata.as_ref().unwrap().name.as_deref() == Some("proto"))
+    );
+
+    // Errors are protobuf Status objects.
+    let (code, content_type, body) = raw_get(
+        &running.client,
+        "/api/v1/namespaces/default/configmaps/missing",
+        PROTOBUF,
+    )
+    .await;
+    assert_eq!((code, content_type.as_str()), (404, PROTOBUF));
+    let status = meta::Status::decode(envelope(&body).raw.unwrap().as_slice()).unwrap();
+    assert_eq!(
+        (status.code, status.reason.as_deref()),
+        (Some(404), Some("NotFound"))
+    );
+
+    // A watch: frames of a 4-byte length and a WatchEvent holding an enveloped object.
+    let req = http::Request::get("/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=3")
+        .header("accept", PROTOBUF)
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let resp = running.client.send(req).await.unwrap();
+    assert_eq!(
+        resp.headers()["content-type"],
+        "application/vnd.kubernetes.protobuf;stream=watch"
+    );
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let len = u32::from_be_bytes(body[..4].try_into().unwrap()) as usize;
+    let event = meta::WatchEvent::decode(&body[4..4 + len]).unwrap();
+    assert_eq!(event.r#type.as_deref(), Some("ADDED"));
+    let raw = event.object.unwrap().raw.unwrap();
+    let watched = core::ConfigMap::decode(envelope(&raw).raw.unwrap().as_slice()).unwrap();
+    assert!(watched.metadata.unwrap().name.is_some());
+    running.stop().await;
+}

@@ -235,6 +235,15 @@ pub fn error(e: &ApiError) -> Response<Body> {
     json(e.code, &e.to_status())
 }
 
+/// The `Status` response of an error, as protobuf when the client asked for it.
+pub fn error_as(output: Output, e: &ApiError) -> Response<Body> {
+    if output.is_protobuf() {
+        object(e.code, Output::Protobuf, &e.to_status())
+    } else {
+        error(e)
+    }
+}
+
 /// A success `Status` (upstream returns one for some deletes).
 pub fn success_status(details: Value) -> Value {
     serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
@@ -270,7 +279,8 @@ pub async fn route(
         return system::handle(&server, req.method(), &info.path).await;
     }
     if reviews::is_review(&info) {
-        return match encoding::negotiate(accept.as_deref()) {
+        // reviews answer JSON (or YAML): no client asks them for protobuf alone
+        return match encoding::negotiate(accept.as_deref(), false) {
             Ok(output) => reviews::handle(&server, req, &info, &user, output).await,
             Err(e) => error(&e),
         };
@@ -281,7 +291,8 @@ pub async fn route(
     else {
         return error(&ApiError::path_not_found());
     };
-    let output = match encoding::negotiate(accept.as_deref()) {
+    let protobuf = crate::protobuf::encode::supports(&rt.api_version(), &rt.kind);
+    let output = match encoding::negotiate(accept.as_deref(), protobuf) {
         Ok(o) => o,
         Err(e) => return error(&e),
     };
@@ -306,9 +317,10 @@ pub async fn route(
         body: Some(body),
     };
     let warnings = ctx.warnings.clone();
+    let output = ctx.output;
     let mut resp = match dispatch(ctx).await {
         Ok(resp) => resp,
-        Err(e) => error(&e),
+        Err(e) => error_as(output, &e),
     };
     warnings.apply(&mut resp);
     resp

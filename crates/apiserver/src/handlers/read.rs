@@ -120,7 +120,7 @@ pub fn render(ctx: &Ctx, code: u16, stored: &Value) -> Result<Response<Body>> {
                 None,
             ),
         ),
-        Output::PartialMetadata => super::json(code, &partial(obj)),
+        out @ Output::PartialMetadata { .. } => object(code, out, &partial(obj)),
         out => object(code, out, obj),
     })
 }
@@ -500,27 +500,35 @@ fn render_list(
                 .collect::<Result<Vec<_>>>()?;
             Ok(super::json(200, &table_of(ctx, &objects, &rv, cont)))
         }
-        Output::PartialMetadata => {
+        out @ Output::PartialMetadata { .. } => {
             let objects = items
                 .iter()
                 .map(|c| c.object().map(|o| partial(&o)))
                 .collect::<Result<Vec<_>>>()?;
             let meta = list_meta(&rv, next);
-            Ok(super::json(
+            Ok(object(
                 200,
+                out,
                 &json!({"kind": "PartialObjectMetadataList",
                 "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": objects}),
             ))
         }
-        Output::Yaml => {
+        out @ (Output::Yaml | Output::Protobuf) => {
             let objects = items
                 .iter()
-                .map(|c| c.object())
+                .map(|c| {
+                    let o = c.object()?;
+                    Ok(if conversion::needed(&ctx.rt) {
+                        conversion::to_external(&ctx.rt, o)
+                    } else {
+                        o
+                    })
+                })
                 .collect::<Result<Vec<_>>>()?;
             let meta = list_meta(&rv, next);
             Ok(object(
                 200,
-                Output::Yaml,
+                out,
                 &json!({"kind": ctx.rt.list_kind(),
                 "apiVersion": ctx.rt.api_version(), "metadata": meta, "items": objects}),
             ))

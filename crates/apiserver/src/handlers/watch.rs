@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::Response;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
 use super::read::{Filter, table_of};
@@ -63,6 +63,25 @@ impl Sink {
     fn note(&mut self, kind: &'static str, c: &Cached) {
         if let Some(t) = &mut self.trace {
             t.queued(&c.namespace, &c.name, c.revision, kind);
+        }
+    }
+
+    /// Queues one event of a value: a JSON line (Go field order), or a protobuf frame when the
+    /// client asked for protobuf.
+    async fn send_value(&mut self, kind: &str, value: &Value) -> bool {
+        if !self.ctx.output.is_protobuf() {
+            return self.send_line(kind, &order::to_vec(value)).await;
+        }
+        match crate::protobuf::encode::watch_event(kind, value) {
+            Ok(frame) => {
+                self.buf.extend_from_slice(&frame);
+                self.buf.len() < FLUSH_BYTES || self.flush().await
+            }
+            Err(e) => {
+                // a frame in another encoding would break the stream: the event is left out
+                tracing::error!(error = %e, "watch event not encodable as protobuf; not sent");
+                true
+            }
         }
     }
 
@@ -119,11 +138,16 @@ impl Sink {
                 let bytes = order::to_vec(&table);
                 self.send_line(kind, &bytes).await
             }
-            Output::PartialMetadata => {
+            Output::PartialMetadata { .. } => {
                 let Ok(obj) = c.object() else { return true };
                 let meta = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                                   "metadata": obj["metadata"]});
-                self.send_line(kind, &order::to_vec(&meta)).await
+                self.send_value(kind, &meta).await
+            }
+            Output::Protobuf => {
+                let Ok(obj) = c.object() else { return true };
+                let obj = conversion::to_external(&self.ctx.rt, obj);
+                self.send_value(kind, &obj).await
             }
             _ if conversion::needed(&self.ctx.rt) => {
                 let bytes = conversion::external_bytes(&self.ctx.rt, &c.json());
@@ -143,12 +167,11 @@ impl Sink {
         }
         let obj = json!({"kind": self.ctx.rt.kind, "apiVersion": self.ctx.rt.api_version(),
                          "metadata": meta});
-        self.send_line("BOOKMARK", &order::to_vec(&obj)).await
+        self.send_value("BOOKMARK", &obj).await
     }
 
     async fn error(&mut self, e: &ApiError) {
-        let status = order::to_vec(&e.to_status());
-        if self.send_line("ERROR", &status).await {
+        if self.send_value("ERROR", &e.to_status()).await {
             self.flush().await;
         }
     }
@@ -254,6 +277,7 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
     let start = cache.watch(&ctx.info.namespace, from);
     let (tx, rx) = mpsc::channel(64);
     let trace = WatchTrace::for_watch(&ctx);
+    let output = ctx.output;
     let mut sink = Sink {
         trace,
         tx,
@@ -322,7 +346,11 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
     let mut resp = Response::new(body);
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
+        http::HeaderValue::from_static(if output.is_protobuf() {
+            "application/vnd.kubernetes.protobuf;stream=watch"
+        } else {
+            "application/json"
+        }),
     );
     Ok(resp)
 }

@@ -1,13 +1,18 @@
-//! Protobuf request bodies (`application/vnd.kubernetes.protobuf`), as kubectl ≥ 1.32 sends them
-//! for built-in kinds: the `k8s\0` magic, then a `runtime.Unknown` envelope with the object's
-//! TypeMeta and its protobuf-encoded message. [`decode`] turns them into the JSON object
-//! upstream's JSON encoding gives for the same object, so the rest of the server only sees JSON.
+//! Kubernetes' protobuf encoding (`application/vnd.kubernetes.protobuf`) of built-in kinds, and
+//! the Go structs' field order it records. Bodies are the `k8s\0` magic, then a
+//! `runtime.Unknown` envelope with the object's TypeMeta and its protobuf-encoded message.
+//! [`decode`] turns a request body (kubectl ≥ 1.32 sends them) into the JSON object upstream's
+//! JSON encoding gives for the same object, so the rest of the server only sees JSON; [`encode`]
+//! writes responses from that JSON; [`order`] writes JSON in Go field order.
 //!
 //! # Layout
 //! - [`schema`]: the message table (`schema.txt`, written by `scripts/gen-protobuf-schema`).
 //! - [`wire`]: the wire-format walker that builds JSON with the table.
+//! - [`encode`]: the writer of protobuf responses from JSON, with the same table.
 //! - [`wellknown`]: Time, MicroTime, Duration, RawExtension, Quantity, IntOrString.
+//! - [`order`]: JSON in the Go structs' field order.
 
+pub mod encode;
 pub mod order;
 mod schema;
 mod wellknown;

@@ -225,3 +225,52 @@ fn array(b: &[u8]) -> Result<Value, Malformed> {
         Value::Array(items)
     })
 }
+
+/// The message bytes of a special type from its JSON (the inverse of [`decode`]).
+pub fn encode(special: Special, v: &Value, out: &mut Vec<u8>) -> Result<(), Malformed> {
+    use super::encode::{expected, length_delimited, varint_field};
+    let text = || v.as_str().ok_or_else(|| expected("a string", v));
+    match special {
+        Special::Time | Special::MicroTime => {
+            let t: jiff::Timestamp = text()?
+                .parse()
+                .map_err(|e| Malformed::Value(format!("not an RFC 3339 time: {e}")))?;
+            varint_field(1, t.as_second() as u64, out);
+            let nanos = t.subsec_nanosecond();
+            if special == Special::MicroTime && nanos != 0 {
+                varint_field(2, i64::from(nanos) as u64, out);
+            }
+        }
+        Special::Duration => {
+            let ns = skiff_apimachinery::duration::parse(text()?).map_err(Malformed::Value)?;
+            varint_field(1, ns as u64, out);
+        }
+        Special::Json => length_delimited(1, &super::order::to_vec(v), out),
+        Special::Quantity => match v {
+            Value::Number(n) => length_delimited(1, n.to_string().as_bytes(), out),
+            _ => length_delimited(1, text()?.as_bytes(), out),
+        },
+        Special::IntOrString => match v {
+            Value::String(s) => {
+                varint_field(1, 1, out);
+                length_delimited(3, s.as_bytes(), out);
+            }
+            _ => {
+                let n = v
+                    .as_i64()
+                    .and_then(|n| i32::try_from(n).ok())
+                    .ok_or_else(|| expected("an int32 or a string", v))?;
+                varint_field(1, 0, out);
+                varint_field(2, i64::from(n) as u64, out);
+            }
+        },
+        Special::Array => {
+            let items = v.as_array().ok_or_else(|| expected("an array", v))?;
+            for item in items {
+                let s = item.as_str().ok_or_else(|| expected("a string", item))?;
+                length_delimited(1, s.as_bytes(), out);
+            }
+        }
+    }
+    Ok(())
+}

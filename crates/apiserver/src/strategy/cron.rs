@@ -108,9 +108,9 @@ fn parse_descriptor(spec: &str) -> Result<(), String> {
         return Ok(());
     }
     match spec.strip_prefix("@every ") {
-        Some(duration) => {
-            parse_duration(duration).map_err(|e| format!("failed to parse duration {spec}: {e}"))
-        }
+        Some(duration) => skiff_apimachinery::duration::parse(duration)
+            .map(drop)
+            .map_err(|e| format!("failed to parse duration {spec}: {e}")),
         None => Err(format!("unrecognized descriptor: {spec}")),
     }
 }
@@ -187,49 +187,6 @@ fn parse_range(expr: &str, bounds: &Bounds) -> Result<(), String> {
     }
     if step == 0 {
         return Err(format!("step of range should be a positive number: {expr}"));
-    }
-    Ok(())
-}
-
-/// Go's `time.ParseDuration` grammar (`[-+]?([0-9]*(\.[0-9]*)?[a-z]+)+`), with its errors.
-fn parse_duration(orig: &str) -> Result<(), String> {
-    let invalid = || format!("time: invalid duration {}", quote(orig));
-    let mut s = orig.strip_prefix(['+', '-']).unwrap_or(orig);
-    if s == "0" {
-        return Ok(());
-    }
-    if s.is_empty() {
-        return Err(invalid());
-    }
-    while !s.is_empty() {
-        if !s.starts_with(|c: char| c == '.' || c.is_ascii_digit()) {
-            return Err(invalid());
-        }
-        let int_len = s.bytes().take_while(u8::is_ascii_digit).count();
-        s = &s[int_len..];
-        let mut frac_len = 0;
-        if let Some(rest) = s.strip_prefix('.') {
-            frac_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-            s = &rest[frac_len..];
-        }
-        if int_len == 0 && frac_len == 0 {
-            return Err(invalid());
-        }
-        let unit_len = s
-            .find(|c: char| c == '.' || c.is_ascii_digit())
-            .unwrap_or(s.len());
-        if unit_len == 0 {
-            return Err(format!("time: missing unit in duration {}", quote(orig)));
-        }
-        let unit = &s[..unit_len];
-        if !matches!(unit, "ns" | "us" | "µs" | "μs" | "ms" | "s" | "m" | "h") {
-            return Err(format!(
-                "time: unknown unit {} in duration {}",
-                quote(unit),
-                quote(orig)
-            ));
-        }
-        s = &s[unit_len..];
     }
     Ok(())
 }

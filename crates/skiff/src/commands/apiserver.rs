@@ -108,15 +108,12 @@ pub struct GateArgs {
 impl GateArgs {
     /// The gates, and the store wrapped for encryption at rest when configured.
     pub fn build(&self, store: Arc<dyn Store>) -> anyhow::Result<(Gates, Arc<dyn Store>)> {
-        let request_timeout = skiff_apiserver::overload::parse_duration(&self.request_timeout)
-            .flatten()
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| {
-                UsageError(format!(
-                    "--request-timeout {:?}: expected a positive duration such as 60s",
-                    self.request_timeout
-                ))
-            })?;
+        let request_timeout = super::kubelet::go_duration(&self.request_timeout).map_err(|_| {
+            UsageError(format!(
+                "--request-timeout {:?}: expected a positive duration such as 60s",
+                self.request_timeout
+            ))
+        })?;
         let overload = skiff_apiserver::overload::Limits::new(
             self.max_requests_inflight,
             self.max_mutating_requests_inflight,

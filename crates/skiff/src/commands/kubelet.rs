@@ -257,32 +257,15 @@ async fn run_hollow(
     Ok(())
 }
 
-/// A duration as Go's `time.ParseDuration` writes whole ones: numbers with `h`, `m`, `s` or
-/// `ms` (`1m0s`, `90s`, `1h30m`); at least a millisecond.
+/// A duration as Go's `time.ParseDuration` reads it (`1m0s`, `90s`, `1h30m`); at least a
+/// millisecond.
 pub(super) fn go_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("invalid duration {text:?} (for example 1m0s or 10s)");
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        let unit_len = rest[digits..]
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len() - digits);
-        let unit = &rest[digits..digits + unit_len];
-        total += match unit {
-            "h" => Duration::from_secs(n * 3600),
-            "m" => Duration::from_secs(n * 60),
-            "s" => Duration::from_secs(n),
-            "ms" => Duration::from_millis(n),
-            _ => return Err(bad()),
-        };
-        rest = &rest[digits + unit_len..];
-    }
-    if total < Duration::from_millis(1) {
-        return Err(bad());
-    }
-    Ok(total)
+    let nanos = skiff_apimachinery::duration::parse(text)?;
+    u64::try_from(nanos)
+        .ok()
+        .map(Duration::from_nanos)
+        .filter(|d| *d >= Duration::from_millis(1))
+        .ok_or_else(|| format!("invalid duration {text:?}: it must be at least 1ms"))
 }
 
 #[cfg(test)]
