@@ -455,3 +455,108 @@ async fn a_default_added_to_the_schema_shows_on_objects_stored_before_it() {
     assert_eq!(listed.items[0].spec.note.as_deref(), Some("hello"));
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_merges_lists_as_the_schema_declares_them() {
+    use kube::api::{ApiResource, DynamicObject};
+
+    let running = common::start().await;
+    let client = running.client.clone();
+    let list = |extensions: serde_json::Value, items: serde_json::Value| {
+        let mut s = json!({"type": "array", "items": items});
+        s.as_object_mut()
+            .unwrap()
+            .extend(extensions.as_object().unwrap().clone());
+        s
+    };
+    let port = json!({"type": "object", "required": ["name"],
+                      "properties": {"name": {"type": "string"}, "port": {"type": "integer"}}});
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {
+                        "ports": list(json!({"x-kubernetes-list-type": "map",
+                                             "x-kubernetes-list-map-keys": ["name"]}), port),
+                        "tags": list(json!({"x-kubernetes-list-type": "set"}),
+                                     json!({"type": "string"})),
+                        "args": list(json!({}), json!({"type": "string"})),
+                    }}}}}}]}
+    }))
+    .unwrap();
+    establish(&client, &crd).await;
+    let resource = ApiResource {
+        group: "example.com".into(),
+        version: "v1".into(),
+        api_version: "example.com/v1".into(),
+        kind: "Gadget".into(),
+        plural: "gadgets".into(),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &resource);
+    let apply = |manager: &'static str, spec: serde_json::Value| {
+        let api = api.clone();
+        async move {
+            api.patch(
+                "g1",
+                &PatchParams::apply(manager),
+                &Patch::Apply(json!({"apiVersion": "example.com/v1", "kind": "Gadget",
+                                     "metadata": {"name": "g1"}, "spec": spec})),
+            )
+            .await
+        }
+    };
+
+    apply(
+        "alice",
+        json!({"ports": [{"name": "http", "port": 80}], "tags": ["a"], "args": ["x"]}),
+    )
+    .await
+    .unwrap();
+    // A list map and a set merge by their elements' names: no conflict, both kept.
+    let merged = apply(
+        "bob",
+        json!({"ports": [{"name": "metrics", "port": 9090}], "tags": ["b"]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        merged.data["spec"]["ports"],
+        json!([{"name": "http", "port": 80}, {"name": "metrics", "port": 9090}])
+    );
+    assert_eq!(merged.data["spec"]["tags"], json!(["a", "b"]));
+    let bob = merged
+        .managed_fields()
+        .iter()
+        .find(|m| m.manager.as_deref() == Some("bob"))
+        .and_then(|m| m.fields_v1.clone())
+        .unwrap();
+    assert!(
+        bob.0["f:spec"]["f:ports"]
+            .get(r#"k:{"name":"metrics"}"#)
+            .is_some(),
+        "{:?}",
+        bob.0
+    );
+    // An atomic list is one value: another manager's change to it is a conflict.
+    let err = apply(
+        "bob",
+        json!({"ports": [{"name": "metrics", "port": 9090}], "args": ["y"]}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 409 && s.message.contains(".spec.args")),
+        "{err:?}"
+    );
+    // Dropping an element from one's configuration removes only that element.
+    let after = apply("alice", json!({"ports": [], "tags": ["a"], "args": ["x"]}))
+        .await
+        .unwrap();
+    assert_eq!(
+        after.data["spec"]["ports"],
+        json!([{"name": "metrics", "port": 9090}])
+    );
+    running.stop().await;
+}

@@ -127,6 +127,8 @@ pub struct Writer<'a> {
     /// The API group and kind, for the [`schema`].
     pub group: &'a str,
     pub kind: &'a str,
+    /// A custom resource's schema (from its CRD), for the [`schema`].
+    pub custom: Option<&'a schema::Custom>,
 }
 
 /// The fields no manager ever owns (upstream's `stripMeta`).
@@ -184,7 +186,7 @@ pub fn update(live: &Value, new: &mut Value, writer: &Writer<'_>) {
             _ => from_live(),
         }
     };
-    let node = schema::root(writer.group, writer.kind);
+    let node = schema::root(writer.group, writer.kind, writer.custom);
     let mut c = typed::compare(
         &without_managed_fields(live),
         &without_managed_fields(new),
@@ -270,7 +272,7 @@ fn allowed_by_last_applied(live: &Value, annotation: &str, writer: &Writer<'_>) 
     if last.get("apiVersion").and_then(Value::as_str) != Some(writer.api_version) {
         return None;
     }
-    let node = schema::root(writer.group, writer.kind);
+    let node = schema::root(writer.group, writer.kind, writer.custom);
     let fields = typed::field_set(&last, &node).ok()?;
     let c = typed::compare(&last, &without_managed_fields(live), &node);
     Some(
@@ -290,7 +292,7 @@ fn apply_once(live: &Value, config: &Value, writer: &Writer<'_>, force: bool) ->
     }
     let mut managed = Managed::decode(live.pointer("/metadata/managedFields"))?;
     let live = without_managed_fields(live);
-    let node = schema::root(writer.group, writer.kind);
+    let node = schema::root(writer.group, writer.kind, writer.custom);
     let mut applied = typed::field_set(config, &node)?;
     applied.retain_top(|pe| writer.scope.keeps(pe));
     let merged = typed::merge(&live, config, &node)?;

@@ -16,6 +16,7 @@ fn writer<'a>(manager: &'a str, now: &'a str) -> Writer<'a> {
         now,
         group: "apps",
         kind: "Deployment",
+        custom: None,
     }
 }
 

@@ -4,8 +4,8 @@ use super::*;
 use crate::managedfields::schema::root;
 use serde_json::json;
 
-fn deployment() -> Node {
-    root("apps", "Deployment")
+fn deployment() -> Node<'static> {
+    root("apps", "Deployment", None)
 }
 
 fn fields(v: &Value) -> Value {

@@ -12,6 +12,7 @@ use skiff_apimachinery::validation::FieldError;
 use super::printer::{self, Column, JsonPath};
 use super::schema::Schema;
 use crate::strategy::{ScalePaths, Strategy};
+use skiff_apimachinery::managedfields::schema::Custom;
 
 /// What one version of a CRD asks of its objects.
 #[derive(Debug)]
@@ -23,6 +24,8 @@ pub struct CustomResourceStrategy {
     scale: Option<ScalePaths>,
     /// Whether the schema sets any default (only then can a read be defaulted).
     has_defaults: bool,
+    /// Server-side apply's view of the schema.
+    apply: Option<Custom>,
     /// Set once the CRD is being deleted: creates are refused from then on.
     terminating: AtomicBool,
 }
@@ -62,7 +65,9 @@ impl CustomResourceStrategy {
             })
             .flatten();
         let has_defaults = schema.as_ref().is_some_and(Schema::has_defaults);
+        let apply = schema.as_ref().map(Schema::apply_schema);
         Self {
+            apply,
             schema,
             columns: printer::columns(version),
             selectable,
@@ -94,6 +99,10 @@ fn intern(name: &str) -> &'static str {
 }
 
 impl Strategy for CustomResourceStrategy {
+    fn apply_schema(&self) -> Option<&Custom> {
+        self.apply.as_ref()
+    }
+
     fn default_on_read(&self, object: &mut Value) -> bool {
         self.schema
             .as_ref()

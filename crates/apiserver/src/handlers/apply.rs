@@ -63,6 +63,7 @@ fn with_writer<T>(ctx: &Ctx, f: impl FnOnce(&Writer<'_>) -> T) -> T {
         now: &now,
         group: &ctx.rt.group,
         kind: &ctx.rt.kind,
+        custom: ctx.strategy.apply_schema(),
     };
     f(&writer)
 }

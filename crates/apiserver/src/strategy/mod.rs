@@ -155,6 +155,12 @@ pub trait Strategy: Send + Sync {
     fn scale_paths(&self) -> Option<&ScalePaths> {
         None
     }
+
+    /// How server-side apply sees the kind's lists and maps, when its schema says so rather
+    /// than the built-in patch metadata (a custom resource's `x-kubernetes-list-type`, …).
+    fn apply_schema(&self) -> Option<&skiff_apimachinery::managedfields::schema::Custom> {
+        None
+    }
 }
 
 /// The fields behind a custom resource's `scale` subresource, as JSON pointers.

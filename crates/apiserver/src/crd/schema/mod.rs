@@ -39,6 +39,7 @@ mod tests;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
+use skiff_apimachinery::managedfields::schema::{Custom, CustomList};
 use skiff_apimachinery::validation::{ErrorType, FieldError, FieldPath};
 
 /// Upstream's `x-kubernetes-validations` error when any other error would make rules
@@ -221,6 +222,30 @@ impl Schema {
     pub fn apply_defaults(&self, obj: &mut Value) -> bool {
         let pruned = defaults::prune_nulls(obj, Some(self));
         defaults::apply(obj, self) || pruned
+    }
+
+    /// Server-side apply's view of this schema: objects, maps and lists with their
+    /// `x-kubernetes-map-type`, `x-kubernetes-list-type` and `x-kubernetes-list-map-keys`.
+    pub fn apply_schema(&self) -> Custom {
+        Custom {
+            properties: self
+                .properties
+                .iter()
+                .map(|(name, s)| (name.clone(), s.apply_schema()))
+                .collect(),
+            values: self
+                .additional_properties
+                .as_ref()
+                .and_then(Additional::schema)
+                .map(|s| Box::new(s.apply_schema())),
+            items: self.items.as_ref().map(|s| Box::new(s.apply_schema())),
+            list: match self.x.list_type.as_deref() {
+                Some("set") => CustomList::Set,
+                Some("map") => CustomList::Map(self.x.list_map_keys.clone()),
+                _ => CustomList::Atomic,
+            },
+            atomic: self.x.map_type.as_deref() == Some("atomic"),
+        }
     }
 
     /// Removes fields the schema does not specify, as upstream's pruning:
