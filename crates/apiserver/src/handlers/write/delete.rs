@@ -94,7 +94,7 @@ pub async fn delete(mut ctx: Ctx) -> Result<Response<Body>> {
             "pods" | "services" | "serviceaccounts" | "namespaces"
         );
     if pending || returns_object {
-        return render(&ctx, 200, &obj);
+        return render(&ctx, 200, &obj).await;
     }
     let mut details = json!({"name": name, "kind": ctx.rt.plural,
                              "uid": obj.pointer("/metadata/uid").cloned().unwrap_or(Value::Null)});
