@@ -76,7 +76,11 @@ pub enum Error {
     },
     /// A converted object's labels or annotations cannot be kept.
     #[error("conversion webhook for {gvk} returned invalid metadata{at}: {why}")]
-    Metadata { gvk: String, at: String, why: String },
+    Metadata {
+        gvk: String,
+        at: String,
+        why: String,
+    },
 }
 
 impl Error {
@@ -421,11 +425,12 @@ impl WebhookCall<'_> {
             };
             let original = &objects[i];
             check_converted(original, &converted, self.desired).map_err(invalid)?;
-            let restored = restore_metadata(original, converted).map_err(|why| Error::Metadata {
-                gvk: gvk.clone(),
-                at: meta_at,
-                why,
-            })?;
+            let restored =
+                restore_metadata(original, converted).map_err(|why| Error::Metadata {
+                    gvk: gvk.clone(),
+                    at: meta_at,
+                    why,
+                })?;
             objects[i] = restored;
         }
         Ok(objects)
@@ -484,10 +489,7 @@ fn go_type(v: &Value) -> &'static str {
 /// namespace and uid (upstream's `validateConvertedObject`).
 fn check_converted(original: &Value, converted: &Value, desired: &str) -> Result<(), String> {
     if !converted.is_object() {
-        return Err(format!(
-            "expected an object, got {}",
-            go_type(converted)
-        ));
+        return Err(format!("expected an object, got {}", go_type(converted)));
     }
     let got = api_version_of(converted);
     if got != desired {
@@ -661,9 +663,11 @@ pub(crate) mod tests {
             } else {
                 request["uid"].clone()
             };
-            Ok(json!({"apiVersion": review["apiVersion"], "kind": "ConversionReview",
+            Ok(
+                json!({"apiVersion": review["apiVersion"], "kind": "ConversionReview",
                       "response": {"uid": uid, "result": result,
-                                   "convertedObjects": converted}}))
+                                   "convertedObjects": converted}}),
+            )
         }
     }
 
@@ -796,7 +800,7 @@ pub(crate) mod tests {
             .to_external_all(&rt, vec![v1("a"), stored, v1("c")])
             .await
             .unwrap();
-        let reviews = hook.reviews.lock().unwrap();
+        let reviews = hook.reviews.lock().unwrap().clone();
         assert_eq!(reviews.len(), 1);
         assert_eq!(reviews[0]["apiVersion"], "apiextensions.k8s.io/v1beta1");
         let sent = reviews[0]["request"]["objects"].as_array().unwrap();
@@ -808,7 +812,6 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(names, ["a", "b", "c"]);
         assert!(out.iter().all(|o| o["spec"]["cronSpec"] == "* * * * */5"));
-        drop(reviews);
         // Nothing to convert: no call.
         c.to_external_all(&rt, vec![v1("a")]).await.unwrap();
         assert_eq!(hook.reviews.lock().unwrap().len(), 1);

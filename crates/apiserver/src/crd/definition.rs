@@ -500,10 +500,7 @@ mod tests {
         c["metadata"]["name"] = json!("gadgets.example.com");
         c["spec"]["scope"] = json!("Global");
         c["spec"]["versions"][0]["storage"] = json!(false);
-        let errs: Vec<String> = validate(&c, true)
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let errs: Vec<String> = validate(&c, true).iter().map(ToString::to_string).collect();
         assert!(errs.contains(&r#"metadata.name: Invalid value: "gadgets.example.com": must be spec.names.plural+"."+spec.group"#.to_string()), "{errs:?}");
         assert!(errs.contains(&r#"spec.scope: Unsupported value: "Global": supported values: "Cluster", "Namespaced""#.to_string()), "{errs:?}");
         assert!(
@@ -571,7 +568,8 @@ mod tests {
             "{errs:?}"
         );
         assert!(
-            errs.iter().any(|e| e.starts_with("spec.conversion.conversionReviewVersions: Invalid value")
+            errs.iter().any(|e| e
+                .starts_with("spec.conversion.conversionReviewVersions: Invalid value")
                 && e.ends_with("must include at least one of v1, v1beta1")),
             "{errs:?}"
         );
@@ -584,7 +582,9 @@ mod tests {
             .map(ToString::to_string)
             .collect();
         assert!(
-            !update.iter().any(|e| e.ends_with("must include at least one of v1, v1beta1")),
+            !update
+                .iter()
+                .any(|e| e.ends_with("must include at least one of v1, v1beta1")),
             "{update:?}"
         );
 

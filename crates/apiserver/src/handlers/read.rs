@@ -496,40 +496,20 @@ async fn render_list(
     } else {
         None
     };
-    let objects = || match &converted {
-        Some(objects) => Ok(objects.clone()),
-        None => items.iter().map(|c| c.object()).collect::<Result<Vec<_>>>(),
+    let objects = match (ctx.output, converted) {
+        (Output::Json, converted) => {
+            return json_list(ctx, &rv, next, items, converted.as_deref());
+        }
+        (_, Some(objects)) => objects,
+        (_, None) => items
+            .iter()
+            .map(|c| c.object())
+            .collect::<Result<Vec<_>>>()?,
     };
     match ctx.output {
-        Output::Json => {
-            // Items are already serialized: splice them into the list without re-encoding.
-            let meta = list_meta(&rv, next);
-            let head = format!(
-                "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
-                ctx.rt.list_kind(),
-                ctx.rt.api_version(),
-                meta
-            );
-            let mut out = Vec::with_capacity(
-                head.len() + items.iter().map(|c| c.json_len() + 1).sum::<usize>() + 2,
-            );
-            out.extend_from_slice(head.as_bytes());
-            for (i, c) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                match &converted {
-                    Some(objects) => serde_json::to_writer(&mut out, &objects[i])
-                        .map_err(|e| ApiError::internal(e.to_string()))?,
-                    None => c.write_json(&mut out),
-                }
-            }
-            out.extend_from_slice(b"]}");
-            Ok(bytes_response(200, out, "application/json"))
-        }
-        Output::Table => Ok(super::json(200, &table_of(ctx, &objects()?, &rv, cont))),
+        Output::Table => Ok(super::json(200, &table_of(ctx, &objects, &rv, cont))),
         Output::PartialMetadata => {
-            let objects: Vec<Value> = objects()?.iter().map(partial).collect();
+            let objects: Vec<Value> = objects.iter().map(partial).collect();
             let meta = list_meta(&rv, next);
             Ok(super::json(
                 200,
@@ -537,14 +517,47 @@ async fn render_list(
                 "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": objects}),
             ))
         }
-        Output::Yaml => {
+        out => {
             let meta = list_meta(&rv, next);
             Ok(object(
                 200,
-                Output::Yaml,
+                out,
                 &json!({"kind": ctx.rt.list_kind(),
-                "apiVersion": ctx.rt.api_version(), "metadata": meta, "items": objects()?}),
+                "apiVersion": ctx.rt.api_version(), "metadata": meta, "items": objects}),
             ))
         }
     }
+}
+
+/// A JSON list of `items`, spliced from their serialized form (or from `converted`, their
+/// served form, when that differs) without re-encoding.
+fn json_list(
+    ctx: &Ctx,
+    rv: &Value,
+    next: Option<&Page>,
+    items: &[Arc<Cached>],
+    converted: Option<&[Value]>,
+) -> Result<Response<Body>> {
+    let meta = list_meta(rv, next);
+    let head = format!(
+        "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
+        ctx.rt.list_kind(),
+        ctx.rt.api_version(),
+        meta
+    );
+    let mut out =
+        Vec::with_capacity(head.len() + items.iter().map(|c| c.json_len() + 1).sum::<usize>() + 2);
+    out.extend_from_slice(head.as_bytes());
+    for (i, c) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        match converted {
+            Some(objects) => serde_json::to_writer(&mut out, &objects[i])
+                .map_err(|e| ApiError::internal(e.to_string()))?,
+            None => c.write_json(&mut out),
+        }
+    }
+    out.extend_from_slice(b"]}");
+    Ok(bytes_response(200, out, "application/json"))
 }

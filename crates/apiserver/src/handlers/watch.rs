@@ -112,7 +112,13 @@ impl Sink {
             return self.send_stored(kind, c).await;
         }
         let Ok(obj) = c.object() else { return true };
-        match self.ctx.server.conversion.to_external(&self.ctx.rt, obj).await {
+        match self
+            .ctx
+            .server
+            .conversion
+            .to_external(&self.ctx.rt, obj)
+            .await
+        {
             Ok(obj) => self.send_converted(kind, c, &obj).await,
             Err(e) => {
                 self.error(&e).await;
@@ -132,7 +138,10 @@ impl Sink {
             }
             return true;
         }
-        let values = objects.iter().filter_map(|c| c.object().ok()).collect();
+        let (cached, values): (Vec<&Cached>, Vec<Value>) = objects
+            .into_iter()
+            .filter_map(|c| Some((c, c.object().ok()?)))
+            .unzip();
         let converted = match self
             .ctx
             .server
@@ -146,8 +155,7 @@ impl Sink {
                 return false;
             }
         };
-        let parsed = objects.into_iter().filter(|c| c.object().is_ok());
-        for (c, obj) in parsed.zip(converted) {
+        for (c, obj) in cached.into_iter().zip(converted) {
             self.note("ADDED", c);
             if !self.send_converted("ADDED", c, &obj).await {
                 return false;

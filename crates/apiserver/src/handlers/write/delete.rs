@@ -247,6 +247,14 @@ pub async fn delete_collection(mut ctx: Ctx) -> Result<Response<Body>> {
             Err(e) => return Err(e),
         }
     }
+    // The deleted objects are answered in the request's version, converted together.
+    if ctx.server.conversion.needed(&ctx.rt) {
+        items = ctx
+            .server
+            .conversion
+            .to_external_all(&ctx.rt, items)
+            .await?;
+    }
     Ok(object(
         200,
         ctx.output,

@@ -129,7 +129,11 @@ async fn encode(ctx: &Ctx, obj: &Value) -> Result<Bytes> {
     if !ctx.server.conversion.needed(&ctx.rt) {
         return storage::encode(obj);
     }
-    let stored = ctx.server.conversion.to_storage(&ctx.rt, obj.clone()).await?;
+    let stored = ctx
+        .server
+        .conversion
+        .to_storage(&ctx.rt, obj.clone())
+        .await?;
     storage::encode(&stored)
 }
 

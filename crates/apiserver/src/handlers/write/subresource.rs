@@ -140,8 +140,7 @@ pub async fn replace_object(ctx: &Ctx, next: Value) -> Result<Value> {
     }
     validate(ctx, &obj, Some(&current))?;
     let value = encode(ctx, &obj).await?;
-    match commit(ctx, &key, current_rv, put_op(&key, value), &[], &[]).await?
-    {
+    match commit(ctx, &key, current_rv, put_op(&key, value), &[], &[]).await? {
         Some(rev) => {
             storage::set_resource_version(&mut obj, rev);
             Ok(obj)
