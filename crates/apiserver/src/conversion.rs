@@ -188,6 +188,7 @@ fn kind_of(obj: &Value) -> &str {
 }
 
 impl Converter {
+    /// A converter calling conversion webhooks with `caller`, knowing no custom resource yet.
     pub fn new(caller: Arc<dyn Caller>) -> Converter {
         Converter {
             custom: RwLock::default(),
@@ -410,21 +411,26 @@ impl WebhookCall<'_> {
             });
         }
         for (n, (converted, i)) in answer.into_iter().zip(pending).enumerate() {
-            let (what, meta_at) = if list {
-                (
-                    format!("converted object at index {n}"),
-                    format!(" in object at index {n}"),
-                )
+            // Upstream numbers a list's objects from 1 in these messages (it counts the object
+            // before checking it), and a single object's type from index 0.
+            let (typed, same, meta_at) = if list {
+                let at = format!("converted object at index {}", n + 1);
+                (at.clone(), at, format!(" in object at index {}", n + 1))
             } else {
-                ("object".to_string(), String::new())
+                (
+                    "object at index 0".to_string(),
+                    "object".to_string(),
+                    String::new(),
+                )
             };
-            let invalid = |why: String| Error::Invalid {
+            let invalid = |what: String, why: String| Error::Invalid {
                 gvk: gvk.clone(),
-                what: what.clone(),
+                what,
                 why,
             };
             let original = &objects[i];
-            check_converted(original, &converted, self.desired).map_err(invalid)?;
+            check_type(original, &converted, self.desired).map_err(|why| invalid(typed, why))?;
+            check_identity(original, &converted).map_err(|why| invalid(same, why))?;
             let restored =
                 restore_metadata(original, converted).map_err(|why| Error::Metadata {
                     gvk: gvk.clone(),
@@ -485,9 +491,8 @@ fn go_type(v: &Value) -> &'static str {
     }
 }
 
-/// A converted object is in the desired version and keeps the original's kind, name,
-/// namespace and uid (upstream's `validateConvertedObject`).
-fn check_converted(original: &Value, converted: &Value, desired: &str) -> Result<(), String> {
+/// A converted object is an object in the desired version, of the original's kind.
+fn check_type(original: &Value, converted: &Value, desired: &str) -> Result<(), String> {
     if !converted.is_object() {
         return Err(format!("expected an object, got {}", go_type(converted)));
     }
@@ -501,6 +506,12 @@ fn check_converted(original: &Value, converted: &Value, desired: &str) -> Result
     if want != got {
         return Err(format!("invalid kind (expected {want}, received {got})"));
     }
+    Ok(())
+}
+
+/// A converted object keeps the original's name, namespace and uid (upstream's
+/// `validateConvertedObject`).
+fn check_identity(original: &Value, converted: &Value) -> Result<(), String> {
     for (field, label) in [("name", "name"), ("namespace", "namespace"), ("uid", "UID")] {
         let meta = |o: &Value| {
             o.pointer(&format!("/metadata/{field}"))
@@ -844,7 +855,7 @@ pub(crate) mod tests {
             ),
             (
                 "version",
-                "conversion webhook for stable.example.com/v1, Kind=CronTab returned invalid object: invalid groupVersion (expected stable.example.com/v2, received stable.example.com/v3)",
+                "conversion webhook for stable.example.com/v1, Kind=CronTab returned invalid object at index 0: invalid groupVersion (expected stable.example.com/v2, received stable.example.com/v3)",
             ),
         ];
         for (how, message) in cases {
@@ -867,10 +878,19 @@ pub(crate) mod tests {
             err.message,
             "conversion webhook for stable.example.com/v2, Kind=CronTab failed: cronSpec is bad"
         );
-        let err = c.to_external_all(&rt, vec![stored]).await.unwrap_err();
+        let err = c
+            .to_external_all(&rt, vec![stored.clone()])
+            .await
+            .unwrap_err();
         assert_eq!(
             err.message,
             "conversion webhook for stable.example.com/v1, Kind=CronTabList failed: cronSpec is bad"
+        );
+        *hook.how.lock().unwrap() = "rename";
+        let err = c.to_external_all(&rt, vec![stored]).await.unwrap_err();
+        assert_eq!(
+            err.message,
+            "conversion webhook for stable.example.com/v1, Kind=CronTabList returned invalid converted object at index 1: must have the same name: a != other"
         );
     }
 
