@@ -199,11 +199,12 @@ mod tests {
             .mutate(&attrs(&user, "pods", ""), Some(&mut pod))
             .await
             .unwrap_err();
-        assert_eq!(err.code, 500);
-        assert!(
-            err.message.contains("failed calling webhook \"down.x.io\""),
-            "{}",
-            err.message
+        assert_eq!(
+            (err.code, err.message.as_str()),
+            (
+                500,
+                "Internal error occurred: failed calling webhook \"down.x.io\": failed to call webhook: connection refused"
+            )
         );
     }
 }
