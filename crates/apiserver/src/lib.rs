@@ -23,7 +23,10 @@
 //! - [`cache`]: the watch cache, one per served resource, added and dropped as types are.
 //! - [`stamped`]: stored JSON served with its `resourceVersion` spliced in, without a copy.
 //! - [`crd`]: CustomResourceDefinitions and custom resources.
-//! - [`conversion`]: served forms that differ from the stored one (events.k8s.io Events).
+//! - [`conversion`]: stored, handled and served forms of objects (custom resources' versions,
+//!   through conversion webhooks; events.k8s.io Events).
+//! - [`webhook_client`], [`https_client`]: the API server as a client of admission and
+//!   conversion webhooks.
 //! - [`encoding`], [`protobuf`]: request body formats and content negotiation.
 //! - [`allocator`]: Service ClusterIPs and NodePorts.
 //! - [`bootstrap`]: namespaces, the `kubernetes` Service and the default RBAC policy every
@@ -60,6 +63,7 @@ pub mod storage;
 pub mod strategy;
 pub mod tokens;
 pub mod trace;
+pub mod webhook_client;
 
 pub use error::{ApiError, Result};
 pub use server::{ApiServer, Config, Listener};

@@ -109,6 +109,9 @@ pub struct ApiServer {
     pub strategies: crate::strategy::Strategies,
     /// The OpenAPI documents served now (custom resources' schemas included).
     pub openapi: crate::handlers::openapi::Published,
+    /// Converts objects between their stored, handled and served forms (custom resources'
+    /// versions, through their CRDs' webhooks when they have one).
+    pub conversion: Arc<crate::conversion::Converter>,
     pub cache: Arc<Cacher>,
     pub authn: authn::Chain,
     pub authz: authz::Chain,
@@ -353,12 +356,18 @@ impl ApiServer {
         }
         // Built once here so the first `kubectl apply` does not pay for it.
         skiff_openapi::Documents::global();
+        // One webhook client for admission and conversion webhooks.
+        let webhooks = Arc::new(crate::webhook_client::HttpsCaller::new(Box::new(
+            crate::webhook_client::CachedServices(cache.clone()),
+        )));
+        let conversion = Arc::new(crate::conversion::Converter::new(webhooks.clone()));
         Ok(Arc::new(Self {
             stopping: tokio::sync::watch::Sender::new(false),
             store: store.clone(),
             registry: Registry::new(),
             strategies: Default::default(),
             openapi: Default::default(),
+            conversion: conversion.clone(),
             cache: cache.clone(),
             authn: authn::build(authn_options, tokens.as_deref(), cache.clone()),
             authz: chain,
@@ -407,13 +416,12 @@ impl ApiServer {
                             cache.clone(),
                             "mutatingwebhookconfigurations",
                         ),
-                        caller: admission::webhook::client::HttpsCaller::new(Box::new(
-                            admission::webhook::client::CachedServices(cache.clone()),
-                        )),
+                        caller: webhooks.clone(),
                         namespaces: admission::webhook::CachedNamespaces {
                             cache: cache.clone(),
                             store: store.clone(),
                         },
+                        conversion: conversion.clone(),
                     }),
                     // policies between the two webhook plugins, as upstream orders them
                     Box::new(admission::validating_policy::ValidatingAdmissionPolicy {
@@ -425,19 +433,19 @@ impl ApiServer {
                             cache: cache.clone(),
                             store: store.clone(),
                         },
+                        conversion: conversion.clone(),
                     }),
                     Box::new(admission::webhook::validating::ValidatingWebhook {
                         configurations: admission::webhook::CachedConfigurations::new(
                             cache.clone(),
                             "validatingwebhookconfigurations",
                         ),
-                        caller: admission::webhook::client::HttpsCaller::new(Box::new(
-                            admission::webhook::client::CachedServices(cache.clone()),
-                        )),
+                        caller: webhooks.clone(),
                         namespaces: admission::webhook::CachedNamespaces {
                             cache: cache.clone(),
                             store: store.clone(),
                         },
+                        conversion: conversion.clone(),
                     }),
                     // last, as upstream: only what every other plugin let through is charged
                     Box::new(admission::resource_quota::ResourceQuota {
@@ -530,6 +538,7 @@ impl ApiServer {
         }
         if !after.iter().any(|r| r.group == group && r.plural == plural) {
             self.cache.remove(group, plural);
+            self.conversion.remove(group, plural);
         }
     }
 

@@ -15,6 +15,8 @@ pub mod evaluate;
 pub mod params;
 pub mod policy;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -23,6 +25,7 @@ use self::params::ParamSource;
 use self::policy::{MatchResources, Policies, Policy};
 use super::webhook::{self, NamespaceLabels};
 use super::{Attributes, Plugin, expressions};
+use crate::conversion::Converter;
 use crate::error::{ApiError, Result};
 
 /// The Namespace objects requests are made in (`namespaceObject`, namespace selectors).
@@ -52,6 +55,8 @@ pub struct ValidatingAdmissionPolicy<P, S, N> {
     pub policies: P,
     pub params: S,
     pub namespaces: N,
+    /// Expressions see objects and params in their requested versions.
+    pub conversion: Arc<Converter>,
 }
 
 /// A refusal: the policy, the binding when there is one, why, and the Status reason.
@@ -199,12 +204,21 @@ impl<P: Policies, S: ParamSource, N: Namespaces> Plugin for ValidatingAdmissionP
                 {
                     continue;
                 }
-                match params::collect(
+                let params = params::collect(
                     policy,
                     binding.param_ref.as_ref(),
                     attrs.namespace,
                     &self.params,
-                ) {
+                );
+                let params = match (params, policy.param_kind) {
+                    (Ok(params), Some(kind)) => self
+                        .conversion
+                        .to_external_all(kind, params)
+                        .await
+                        .map_err(|e| e.message),
+                    (other, _) => other,
+                };
+                match params {
                     Ok(params) => applying.push((order, policy, binding, params)),
                     Err(why) => denials.extend(Denial::misconfigured(
                         order,
@@ -218,13 +232,16 @@ impl<P: Policies, S: ParamSource, N: Namespaces> Plugin for ValidatingAdmissionP
         if applying.is_empty() {
             return first_refusal(attrs, &denials);
         }
-        let external = |o: Option<&Value>| {
-            o.map(|o| expressions::value(&crate::conversion::to_external(rt, o.clone())))
-                .unwrap_or(cel::Value::Null)
-        };
+        let mut external = [cel::Value::Null, cel::Value::Null];
+        for (slot, o) in external.iter_mut().zip([object, attrs.old]) {
+            if let Some(o) = o {
+                *slot = expressions::value(&self.conversion.to_external(rt, o.clone()).await?);
+            }
+        }
+        let [object_value, old_value] = external;
         let input = Input {
-            object: external(object),
-            old_object: external(attrs.old),
+            object: object_value,
+            old_object: old_value,
             request: expressions::value(&webhook::request(
                 attrs,
                 &uuid::Uuid::new_v4().to_string(),

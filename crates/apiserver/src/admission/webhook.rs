@@ -7,11 +7,11 @@
 //! - this file: parsed webhooks, the cached configurations (rebuilt from the watch cache only
 //!   when a configuration changed, never a store read per request), matching, reviews and
 //!   upstream's error messages.
-//! - [`client`]: the HTTPS call (caBundle, `url` or `service`, `timeoutSeconds`).
+//! - [`crate::webhook_client`] (shared with CRD conversion): the HTTPS call (caBundle, `url` or
+//!   `service`, `timeoutSeconds`).
 //! - [`mutating`]: the mutating plugin (JSONPatch responses, reinvocation).
 //! - [`validating`]: the validating plugin (webhooks called in parallel).
 
-pub mod client;
 pub mod mutating;
 pub mod validating;
 
@@ -26,36 +26,9 @@ use skiff_apimachinery::labels::Selector;
 
 use super::{Attributes, Operation, expressions};
 use crate::cache::Cacher;
+use crate::conversion::Converter;
 use crate::error::{ApiError, Result};
-
-/// Where a webhook is reached.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Endpoint {
-    /// `clientConfig.url`.
-    Url(String),
-    /// `clientConfig.service`: reached through its endpoints (see [`client`]).
-    Service {
-        namespace: String,
-        name: String,
-        path: String,
-        port: u16,
-    },
-}
-
-impl Endpoint {
-    /// The URL upstream names in its errors (`https://name.namespace.svc:443/path`).
-    pub fn url(&self) -> String {
-        match self {
-            Endpoint::Url(u) => u.clone(),
-            Endpoint::Service {
-                namespace,
-                name,
-                path,
-                port,
-            } => format!("https://{name}.{namespace}.svc:{port}{path}"),
-        }
-    }
-}
+use crate::webhook_client::{Caller, ClientConfig};
 
 /// One rule of a webhook (`operations`, `apiGroups`, `apiVersions`, `resources`, `scope`).
 #[derive(Debug, Clone, Default)]
@@ -71,9 +44,7 @@ pub struct Rule {
 #[derive(Debug, Clone)]
 pub struct Webhook {
     pub name: String,
-    pub endpoint: Endpoint,
-    /// PEM certificates trusted for the webhook's serving certificate.
-    pub ca_bundle: Option<Vec<u8>>,
+    pub client: ClientConfig,
     pub rules: Vec<Rule>,
     /// `failurePolicy: Ignore` (the default is Fail).
     pub fail_open: bool,
@@ -108,23 +79,6 @@ fn selector(v: &Value) -> Selector {
 pub fn parse(configuration: &Value) -> Vec<Webhook> {
     let mut out = Vec::new();
     for w in configuration["webhooks"].as_array().into_iter().flatten() {
-        let cc = &w["clientConfig"];
-        let endpoint = match cc["url"].as_str() {
-            Some(url) => Endpoint::Url(url.to_string()),
-            None => Endpoint::Service {
-                namespace: cc["service"]["namespace"].as_str().unwrap_or("").into(),
-                name: cc["service"]["name"].as_str().unwrap_or("").into(),
-                path: cc["service"]["path"].as_str().unwrap_or("").into(),
-                port: cc["service"]["port"]
-                    .as_u64()
-                    .and_then(|p| u16::try_from(p).ok())
-                    .unwrap_or(443),
-            },
-        };
-        let ca_bundle = cc["caBundle"]
-            .as_str()
-            .filter(|s| !s.is_empty())
-            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
         let rules = w["rules"]
             .as_array()
             .into_iter()
@@ -139,8 +93,7 @@ pub fn parse(configuration: &Value) -> Vec<Webhook> {
             .collect();
         out.push(Webhook {
             name: w["name"].as_str().unwrap_or("").to_string(),
-            endpoint,
-            ca_bundle,
+            client: ClientConfig::parse(&w["clientConfig"]),
             rules,
             fail_open: w["failurePolicy"] == "Ignore",
             namespace_selector: selector(&w["namespaceSelector"]),
@@ -320,17 +273,23 @@ pub async fn namespace_selected(
     Ok(selector.matches(&ns_labels))
 }
 
-/// The AdmissionReview `hook` is sent, with request uid `uid`.
-pub fn review(attrs: &Attributes<'_>, object: Option<&Value>, uid: &str) -> Value {
+/// The AdmissionReview `hook` is sent, with request uid `uid`: the objects in the request's
+/// version (an object converted to it fails the request as the conversion does).
+pub async fn review(
+    attrs: &Attributes<'_>,
+    object: Option<&Value>,
+    uid: &str,
+    conversion: &Converter,
+) -> Result<Value> {
     let rt = attrs.resource;
-    let external = |o: Option<&Value>| {
-        o.map(|o| crate::conversion::to_external(rt, o.clone()))
-            .unwrap_or(Value::Null)
-    };
     let mut request = request(attrs, uid);
-    request["object"] = external(object);
-    request["oldObject"] = external(attrs.old);
-    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+    for (field, o) in [("object", object), ("oldObject", attrs.old)] {
+        request[field] = match o {
+            Some(o) => conversion.to_external(rt, o.clone()).await?,
+            None => Value::Null,
+        };
+    }
+    Ok(json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}))
 }
 
 /// An AdmissionRequest without its objects: what webhooks are sent around them and what CEL
@@ -509,24 +468,18 @@ pub fn conditions(hook: &Webhook, request: &Value) -> std::result::Result<bool, 
     expressions::conditions(&hook.match_conditions, &context)
 }
 
-/// Calls webhooks: the HTTPS client, or a recording fake in tests.
-#[async_trait]
-pub trait Caller: Send + Sync {
-    /// Sends `review` to `hook` within its timeout; `Err` says why the call failed.
-    async fn call(&self, hook: &Webhook, review: &Value) -> std::result::Result<Value, String>;
-}
-
 /// One call, with the answer checked; `Ok(None)` when the call failed and the webhook fails
 /// open.
 pub async fn invoke(
     caller: &dyn Caller,
+    conversion: &Converter,
     hook: &Webhook,
     attrs: &Attributes<'_>,
     object: Option<&Value>,
     mutating: bool,
 ) -> Result<Option<Answer>> {
     let uid = uuid::Uuid::new_v4().to_string();
-    let review = review(attrs, object, &uid);
+    let review = review(attrs, object, &uid, conversion).await?;
     match conditions(hook, &review["request"]) {
         Ok(true) => {}
         Ok(false) => return Ok(None),
@@ -537,8 +490,9 @@ pub async fn invoke(
         return Err(dry_run_unsupported(&hook.name));
     }
     let result = caller
-        .call(hook, &review)
+        .call(&hook.client, hook.timeout, &review)
         .await
+        .map_err(|e| format!("failed to call webhook: {e}"))
         .and_then(|r| answer(&r, &uid, mutating));
     match result {
         Ok(a) if !a.allowed => Err(denied(&hook.name, &a.status)),

@@ -3,9 +3,9 @@
 //!
 //! - accepts its names unless another CRD of the group holds one of them (`NamesAccepted`,
 //!   with upstream's `…Conflict` reasons), as upstream's naming controller;
-//! - serves its versions from the accepted names, then marks it `Established` (so a client
-//!   that waits for the condition finds the resource), as the establishing controller and the
-//!   CRD handler do;
+//! - serves its versions from the accepted names (with their conversion, `None` or `Webhook`),
+//!   then marks it `Established` (so a client that waits for the condition finds the
+//!   resource), as the establishing controller and the CRD handler do;
 //! - on deletion (`customresourcecleanup` finalizer): marks it `Terminating`, deletes its
 //!   custom resources (their own finalizers respected), stops serving it once none is left,
 //!   then removes the finalizer, as the finalizer controller.
@@ -323,6 +323,12 @@ impl Controller {
                 same && keep.contains(&rt.version.as_str())
             });
         }
+        // How its versions convert, before anything is served through them.
+        server.conversion.set(
+            &group,
+            &names.plural,
+            crate::conversion::Custom::from_crd(crd),
+        );
         let strategies: Vec<_> = types.iter().map(|(_, s)| s.clone()).collect();
         let storage = storage_version(crd).unwrap_or("");
         let stored: Arc<dyn Strategy> = match types.iter().find(|(rt, _)| rt.version == storage) {

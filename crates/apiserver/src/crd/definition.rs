@@ -32,7 +32,7 @@ pub fn versions(crd: &Value) -> impl Iterator<Item = &Value> {
 }
 
 /// Upstream's `SetDefaults_CustomResourceDefinition`: singular and listKind from the kind,
-/// conversion `None`.
+/// conversion `None`, a conversion webhook's service port 443.
 fn set_defaults(crd: &mut Value) {
     let Some(spec) = crd.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
@@ -64,6 +64,12 @@ fn set_defaults(crd: &mut Value) {
     let conversion = spec.entry("conversion").or_insert_with(|| json!({}));
     if conversion.get("strategy").is_none() {
         conversion["strategy"] = json!("None");
+    }
+    if let Some(service) = conversion.pointer_mut("/webhook/clientConfig/service")
+        && service.is_object()
+        && service.get("port").is_none()
+    {
+        service["port"] = json!(443);
     }
 }
 
@@ -104,11 +110,12 @@ impl Strategy for CustomResourceDefinitionStrategy {
     }
 
     fn validate(&self, crd: &Value) -> Vec<FieldError> {
-        validate(crd)
+        validate(crd, true)
     }
 
     fn validate_update(&self, crd: &Value, old: &Value) -> Vec<FieldError> {
-        let mut errs = validate(crd);
+        // As upstream, a CRD stored before its review versions were checked may keep them.
+        let mut errs = validate(crd, recognized_review_versions(old));
         let scope = FieldPath::new("spec").child("scope");
         if crd.pointer("/spec/scope") != old.pointer("/spec/scope") {
             errs.push(FieldError::invalid(
@@ -156,8 +163,9 @@ fn dns1035(errs: &mut Vec<FieldError>, path: &FieldPath, value: &str) {
 }
 
 /// `ValidateCustomResourceDefinition`: metadata name, group, names, scope, versions (with
-/// their schemas, subresources and printer columns) and conversion.
-fn validate(crd: &Value) -> Vec<FieldError> {
+/// their schemas, subresources and printer columns) and conversion (whose review versions must
+/// include one the server speaks when `require_review_version`).
+fn validate(crd: &Value, require_review_version: bool) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let spec = FieldPath::new("spec");
     let group = text(crd, "/spec/group");
@@ -196,30 +204,99 @@ fn validate(crd: &Value) -> Vec<FieldError> {
         )),
     }
     validate_versions(&mut errs, crd);
+    validate_conversion(&mut errs, crd, require_review_version);
+    errs
+}
+
+/// The ConversionReview versions the server speaks (upstream's `acceptedConversionReviewVersions`).
+const REVIEW_VERSIONS: &[&str] = &["v1", "v1beta1"];
+
+fn review_versions(crd: &Value) -> Vec<&str> {
+    crd.pointer("/spec/conversion/webhook/conversionReviewVersions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|v| v.as_str().unwrap_or(""))
+        .collect()
+}
+
+/// Whether `crd`'s review versions are empty or include one the server speaks (upstream's
+/// `hasValidConversionReviewVersionOrEmpty`).
+fn recognized_review_versions(crd: &Value) -> bool {
+    let versions = review_versions(crd);
+    versions.is_empty() || versions.iter().any(|v| REVIEW_VERSIONS.contains(v))
+}
+
+/// Upstream's `validateCustomResourceConversion`, with its field paths (those of the internal
+/// type: `spec.conversion.webhookClientConfig`, `spec.conversion.conversionReviewVersions`).
+fn validate_conversion(errs: &mut Vec<FieldError>, crd: &Value, require_review_version: bool) {
+    let path = FieldPath::new("spec").child("conversion");
     let strategy = text(crd, "/spec/conversion/strategy");
-    let conversion = spec.child("conversion");
+    let client_config = crd.pointer("/spec/conversion/webhook/clientConfig");
+    let versions = review_versions(crd);
     match strategy {
-        "None" => {
-            if crd.pointer("/spec/conversion/webhook").is_some() {
-                errs.push(FieldError::forbidden(
-                    &conversion.child("webhook"),
-                    "should not be set when strategy is not set to Webhook",
-                ));
-            }
-        }
-        // Refused rather than accepted and never called: objects would be served unconverted.
-        "Webhook" => errs.push(FieldError::not_supported(
-            &conversion.child("strategy"),
-            "Webhook",
-            &["None"],
-        )),
+        "None" | "Webhook" => {}
+        "" => errs.push(FieldError::required(&path.child("strategy"), "")),
         other => errs.push(FieldError::not_supported(
-            &conversion.child("strategy"),
+            &path.child("strategy"),
             other,
             &["None", "Webhook"],
         )),
     }
-    errs
+    if strategy != "Webhook" {
+        let forbidden = "should not be set when strategy is not set to Webhook";
+        if client_config.is_some_and(|c| !c.is_null()) {
+            errs.push(FieldError::forbidden(
+                &path.child("webhookClientConfig"),
+                forbidden,
+            ));
+        }
+        if !versions.is_empty() {
+            errs.push(FieldError::forbidden(
+                &path.child("conversionReviewVersions"),
+                forbidden,
+            ));
+        }
+        return;
+    }
+    // Pruning needs structural schemas, and only pruned objects can be converted.
+    if crd.pointer("/spec/preserveUnknownFields") == Some(&Value::Bool(true)) {
+        errs.push(FieldError::invalid(
+            &path.child("strategy"),
+            strategy,
+            "must be None if spec.preserveUnknownFields is true",
+        ));
+    }
+    let cc_path = path.child("webhookClientConfig");
+    match client_config.filter(|c| !c.is_null()) {
+        None => errs.push(FieldError::required(
+            &cc_path,
+            "required when strategy is set to Webhook",
+        )),
+        Some(cc) => {
+            crate::strategy::webhookconfiguration::validate_client_config(cc, &cc_path, errs)
+        }
+    }
+    let at = path.child("conversionReviewVersions");
+    if versions.is_empty() {
+        errs.push(FieldError::required(&at, ""));
+        return;
+    }
+    let mut seen = HashSet::new();
+    for (i, v) in versions.iter().enumerate() {
+        if !seen.insert(*v) {
+            errs.push(FieldError::invalid(&at.index(i), *v, "duplicate version"));
+            continue;
+        }
+        dns1035(errs, &at.index(i), v);
+    }
+    if require_review_version && !versions.iter().any(|v| REVIEW_VERSIONS.contains(v)) {
+        errs.push(FieldError::invalid(
+            &at,
+            json!(versions),
+            "must include at least one of v1, v1beta1",
+        ));
+    }
 }
 
 fn validate_names(errs: &mut Vec<FieldError>, crd: &Value) {
@@ -413,7 +490,7 @@ mod tests {
         assert_eq!(c["spec"]["names"]["listKind"], "WidgetList");
         assert_eq!(c["spec"]["conversion"]["strategy"], "None");
         assert_eq!(c["status"]["storedVersions"], json!(["v1"]));
-        assert!(validate(&c).is_empty(), "{:?}", validate(&c));
+        assert!(validate(&c, true).is_empty(), "{:?}", validate(&c, true));
     }
 
     #[test]
@@ -423,7 +500,7 @@ mod tests {
         c["metadata"]["name"] = json!("gadgets.example.com");
         c["spec"]["scope"] = json!("Global");
         c["spec"]["versions"][0]["storage"] = json!(false);
-        let errs: Vec<String> = validate(&c).iter().map(ToString::to_string).collect();
+        let errs: Vec<String> = validate(&c, true).iter().map(ToString::to_string).collect();
         assert!(errs.contains(&r#"metadata.name: Invalid value: "gadgets.example.com": must be spec.names.plural+"."+spec.group"#.to_string()), "{errs:?}");
         assert!(errs.contains(&r#"spec.scope: Unsupported value: "Global": supported values: "Cluster", "Namespaced""#.to_string()), "{errs:?}");
         assert!(
@@ -460,5 +537,77 @@ mod tests {
             ),
             "{errs:?}"
         );
+    }
+
+    fn errors(c: &Value) -> Vec<String> {
+        validate(c, true).iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn a_conversion_webhook_needs_one_client_config_and_a_review_version_the_server_speaks() {
+        let mut c = crd();
+        c["spec"]["conversion"] = json!({"strategy": "Webhook", "webhook": {
+            "clientConfig": {"service": {"namespace": "ns", "name": "conv", "path": "/convert"}},
+            "conversionReviewVersions": ["v1", "v1beta1"]}});
+        CustomResourceDefinitionStrategy.prepare_for_create(&mut c);
+        assert_eq!(
+            c["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["port"],
+            443
+        );
+        assert!(errors(&c).is_empty(), "{:?}", errors(&c));
+
+        c["spec"]["conversion"]["webhook"]["clientConfig"]["url"] = json!("https://h/convert");
+        c["spec"]["conversion"]["webhook"]["conversionReviewVersions"] = json!(["v2", "v2"]);
+        let errs = errors(&c);
+        assert!(errs.contains(&"spec.conversion.webhookClientConfig: Required value: exactly one of url or service is required".to_string()), "{errs:?}");
+        assert!(
+            errs.contains(
+                &r#"spec.conversion.conversionReviewVersions[1]: Invalid value: "v2": duplicate version"#
+                    .to_string()
+            ),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter().any(|e| e
+                .starts_with("spec.conversion.conversionReviewVersions: Invalid value")
+                && e.ends_with("must include at least one of v1, v1beta1")),
+            "{errs:?}"
+        );
+        // An update keeps review versions the stored CRD already had.
+        let mut old = c.clone();
+        old["spec"]["conversion"]["webhook"]["clientConfig"] = json!({"url": "https://h/c"});
+        let update: Vec<String> = CustomResourceDefinitionStrategy
+            .validate_update(&old, &c)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert!(
+            !update
+                .iter()
+                .any(|e| e.ends_with("must include at least one of v1, v1beta1")),
+            "{update:?}"
+        );
+
+        c["spec"]["conversion"] = json!({"strategy": "Webhook"});
+        c["spec"]["preserveUnknownFields"] = json!(true);
+        let errs = errors(&c);
+        assert!(errs.contains(&"spec.conversion.webhookClientConfig: Required value: required when strategy is set to Webhook".to_string()), "{errs:?}");
+        assert!(
+            errs.contains(&"spec.conversion.conversionReviewVersions: Required value".to_string()),
+            "{errs:?}"
+        );
+        assert!(errs.contains(&r#"spec.conversion.strategy: Invalid value: "Webhook": must be None if spec.preserveUnknownFields is true"#.to_string()), "{errs:?}");
+    }
+
+    #[test]
+    fn strategy_none_takes_no_webhook() {
+        let mut c = crd();
+        c["spec"]["conversion"] = json!({"strategy": "None", "webhook": {
+            "clientConfig": {"url": "https://h/"}, "conversionReviewVersions": ["v1"]}});
+        let errs = errors(&c);
+        assert!(errs.contains(&"spec.conversion.webhookClientConfig: Forbidden: should not be set when strategy is not set to Webhook".to_string()), "{errs:?}");
+        assert!(errs.contains(&"spec.conversion.conversionReviewVersions: Forbidden: should not be set when strategy is not set to Webhook".to_string()), "{errs:?}");
+        c["spec"]["conversion"] = json!({"strategy": "Magic"});
+        assert!(errors(&c).contains(&r#"spec.conversion.strategy: Unsupported value: "Magic": supported values: "None", "Webhook""#.to_string()));
     }
 }

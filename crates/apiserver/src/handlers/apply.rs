@@ -11,7 +11,6 @@ use skiff_apimachinery::validation::{FieldError, FieldPath};
 
 use super::write::{Fields, check_fields, create_object, update_with};
 use super::{Body, Ctx};
-use crate::conversion;
 use crate::error::{ApiError, Result};
 use crate::strategy::generic;
 
@@ -219,10 +218,8 @@ pub async fn apply(mut ctx: Ctx) -> Result<Response<Body>> {
         .and_then(Value::as_str)
         .and_then(|s| s.parse::<i64>().ok());
     let updated = update_with(&ctx, pinned, Fields::Computed, |current| {
-        let served = conversion::to_external(&ctx.rt, current.clone());
-        let merged = with_writer(&ctx, |w| managedfields::apply(&served, &config, w, force))
-            .map_err(|e| apply_error(&ctx, e))?;
-        Ok(conversion::to_internal(&ctx.rt, merged))
+        with_writer(&ctx, |w| managedfields::apply(current, &config, w, force))
+            .map_err(|e| apply_error(&ctx, e))
     })
     .await;
     match updated {
@@ -252,10 +249,5 @@ pub async fn apply(mut ctx: Ctx) -> Result<Response<Body>> {
     } else if let Some(m) = obj["metadata"].as_object_mut() {
         m.remove("namespace");
     }
-    create_object(
-        &ctx,
-        conversion::to_internal(&ctx.rt, obj),
-        Fields::Computed,
-    )
-    .await
+    create_object(&ctx, obj, Fields::Computed).await
 }

@@ -16,7 +16,6 @@ use skiff_store::{KeyRange, RangeRequest, StoreExt, prefix_end};
 
 use super::{Body, Ctx, bytes_response, object};
 use crate::cache::Cached;
-use crate::conversion;
 use crate::encoding::Output;
 use crate::error::{ApiError, Result};
 use crate::protobuf::order;
@@ -78,7 +77,7 @@ fn supported_fields(strategy: &dyn Strategy) -> Vec<&'static str> {
 
 pub async fn get(ctx: Ctx) -> Result<Response<Body>> {
     let obj = fetch(&ctx, &ctx.info.name).await?;
-    render_one(&ctx, &obj)
+    render_one(&ctx, &obj).await
 }
 
 /// The stored object named `name` in the request's namespace, or 404.
@@ -96,16 +95,30 @@ pub async fn fetch(ctx: &Ctx, name: &str) -> Result<Value> {
     Ok(obj)
 }
 
-/// Renders one object in the negotiated output.
-pub fn render_one(ctx: &Ctx, obj: &Value) -> Result<Response<Body>> {
-    render(ctx, 200, obj)
+/// The stored object named `name` in the form handlers work on (converted from the version it
+/// was stored in, when that may differ).
+pub async fn fetch_internal(ctx: &Ctx, name: &str) -> Result<Value> {
+    let stored = fetch(ctx, name).await?;
+    if !ctx.server.conversion.needed(&ctx.rt) {
+        return Ok(stored);
+    }
+    ctx.server.conversion.to_internal(&ctx.rt, stored).await
 }
 
-/// Renders one stored object with `code`, in its served form.
-pub fn render(ctx: &Ctx, code: u16, stored: &Value) -> Result<Response<Body>> {
+/// Renders one object in the negotiated output.
+pub async fn render_one(ctx: &Ctx, obj: &Value) -> Result<Response<Body>> {
+    render(ctx, 200, obj).await
+}
+
+/// Renders one object (stored or handled) with `code`, in its served form.
+pub async fn render(ctx: &Ctx, code: u16, stored: &Value) -> Result<Response<Body>> {
     let converted;
-    let obj = if conversion::needed(&ctx.rt) {
-        converted = conversion::to_external(&ctx.rt, stored.clone());
+    let obj = if ctx.server.conversion.needed(&ctx.rt) {
+        converted = ctx
+            .server
+            .conversion
+            .to_external(&ctx.rt, stored.clone())
+            .await?;
         &converted
     } else {
         stored
@@ -309,7 +322,7 @@ pub async fn list(ctx: Ctx) -> Result<Response<Body>> {
         let token = decode_continue(token)?;
         let cache = ctx.cache()?;
         return match cache.list_at(&ctx.info.namespace, token.rv) {
-            Some(snapshot) => page(&ctx, &filter, &snapshot, &token.start, limit),
+            Some(snapshot) => page(&ctx, &filter, &snapshot, &token.start, limit).await,
             None => list_from_store(&ctx, &filter, token.rv, &token.start, limit).await,
         };
     }
@@ -328,11 +341,11 @@ pub async fn list(ctx: Ctx) -> Result<Response<Body>> {
         }
     }
     let snapshot = cache.list(&ctx.info.namespace);
-    page(&ctx, &filter, &snapshot, "", limit)
+    page(&ctx, &filter, &snapshot, "", limit).await
 }
 
 /// One page of a cached snapshot, from the object at path `start` on.
-fn page(
+async fn page(
     ctx: &Ctx,
     filter: &Filter,
     snapshot: &crate::cache::Snapshot,
@@ -362,7 +375,7 @@ fn page(
         }
         items.push(c.clone());
     }
-    render_list(ctx, snapshot.revision, &items, next.as_ref())
+    render_list(ctx, snapshot.revision, &items, next.as_ref()).await
 }
 
 /// Where a paged list goes on: the continue token and, for an unfiltered list, how many
@@ -446,7 +459,7 @@ async fn list_from_store(
     } else {
         revision
     };
-    render_list(ctx, revision, &items, next.as_ref())
+    render_list(ctx, revision, &items, next.as_ref()).await
 }
 
 /// A list's `metadata`: its resourceVersion and, for a page, where the next one starts.
@@ -461,7 +474,7 @@ fn list_meta(rv: &Value, next: Option<&Page>) -> Value {
     meta
 }
 
-fn render_list(
+async fn render_list(
     ctx: &Ctx,
     revision: i64,
     items: &[Arc<Cached>],
@@ -469,42 +482,35 @@ fn render_list(
 ) -> Result<Response<Body>> {
     let rv = json!(revision.to_string());
     let cont = next.map(|p| p.token.as_str());
+    // Items served in another form than stored are converted together (one webhook call).
+    let converted = if ctx.server.conversion.needed(&ctx.rt) {
+        let objects = items
+            .iter()
+            .map(|c| c.object())
+            .collect::<Result<Vec<_>>>()?;
+        Some(
+            ctx.server
+                .conversion
+                .to_external_all(&ctx.rt, objects)
+                .await?,
+        )
+    } else {
+        None
+    };
+    let objects = match (ctx.output, converted) {
+        (Output::Json, converted) => {
+            return json_list(ctx, &rv, next, items, converted.as_deref());
+        }
+        (_, Some(objects)) => objects,
+        (_, None) => items
+            .iter()
+            .map(|c| c.object())
+            .collect::<Result<Vec<_>>>()?,
+    };
     match ctx.output {
-        Output::Json => {
-            // Items are already serialized: splice them into the list without re-encoding.
-            let mut head = order::to_vec(&json!({"kind": ctx.rt.list_kind(),
-                "apiVersion": ctx.rt.api_version(), "metadata": list_meta(&rv, next)}));
-            head.pop(); // the closing brace: items follow metadata in every list kind
-            head.extend_from_slice(b",\"items\":[");
-            let mut out = Vec::with_capacity(
-                head.len() + items.iter().map(|c| c.json_len() + 1).sum::<usize>() + 2,
-            );
-            out.extend_from_slice(&head);
-            for (i, c) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                if conversion::needed(&ctx.rt) {
-                    out.extend_from_slice(&conversion::external_bytes(&ctx.rt, &c.json()));
-                } else {
-                    c.write_json(&mut out);
-                }
-            }
-            out.extend_from_slice(b"]}");
-            Ok(bytes_response(200, out, "application/json"))
-        }
-        Output::Table => {
-            let objects = items
-                .iter()
-                .map(|c| c.object())
-                .collect::<Result<Vec<_>>>()?;
-            Ok(super::json(200, &table_of(ctx, &objects, &rv, cont)))
-        }
+        Output::Table => Ok(super::json(200, &table_of(ctx, &objects, &rv, cont))),
         out @ Output::PartialMetadata { .. } => {
-            let objects = items
-                .iter()
-                .map(|c| c.object().map(|o| partial(&o)))
-                .collect::<Result<Vec<_>>>()?;
+            let objects: Vec<Value> = objects.iter().map(partial).collect();
             let meta = list_meta(&rv, next);
             Ok(object(
                 200,
@@ -513,18 +519,7 @@ fn render_list(
                 "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": objects}),
             ))
         }
-        out @ (Output::Yaml | Output::Protobuf) => {
-            let objects = items
-                .iter()
-                .map(|c| {
-                    let o = c.object()?;
-                    Ok(if conversion::needed(&ctx.rt) {
-                        conversion::to_external(&ctx.rt, o)
-                    } else {
-                        o
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
+        out => {
             let meta = list_meta(&rv, next);
             Ok(object(
                 200,
@@ -534,4 +529,33 @@ fn render_list(
             ))
         }
     }
+}
+
+/// A JSON list of `items`, spliced from their serialized form (or from `converted`, their
+/// served form, when that differs) without re-encoding.
+fn json_list(
+    ctx: &Ctx,
+    rv: &Value,
+    next: Option<&Page>,
+    items: &[Arc<Cached>],
+    converted: Option<&[Value]>,
+) -> Result<Response<Body>> {
+    let mut head = order::to_vec(&json!({"kind": ctx.rt.list_kind(),
+        "apiVersion": ctx.rt.api_version(), "metadata": list_meta(rv, next)}));
+    head.pop(); // the closing brace: items follow metadata in every list kind
+    head.extend_from_slice(b",\"items\":[");
+    let mut out =
+        Vec::with_capacity(head.len() + items.iter().map(|c| c.json_len() + 1).sum::<usize>() + 2);
+    out.extend_from_slice(&head);
+    for (i, c) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        match converted {
+            Some(objects) => order::write(&objects[i], &mut out),
+            None => c.write_json(&mut out),
+        }
+    }
+    out.extend_from_slice(b"]}");
+    Ok(bytes_response(200, out, "application/json"))
 }

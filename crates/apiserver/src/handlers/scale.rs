@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use skiff_apimachinery::labels;
 use skiff_apimachinery::patch::{self, PatchType};
 
-use super::read::fetch;
+use super::read::fetch_internal;
 use super::{Body, Ctx};
 use crate::encoding::{self, BodyFormat};
 use crate::error::{ApiError, Result};
@@ -54,7 +54,7 @@ pub fn scale_of(obj: &Value, paths: Option<&ScalePaths>) -> Value {
 }
 
 pub async fn handle(mut ctx: Ctx) -> Result<Response<Body>> {
-    let current = fetch(&ctx, &ctx.info.name.clone()).await?;
+    let current = fetch_internal(&ctx, &ctx.info.name.clone()).await?;
     let paths = ctx.strategy.scale_paths().cloned();
     let scale = scale_of(&current, paths.as_ref());
     let wanted = match ctx.info.verb.as_str() {

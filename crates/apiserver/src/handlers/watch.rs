@@ -2,7 +2,9 @@
 //! "object": …}`, served from the watch cache, filtered on the server: an object that stops
 //! matching the selectors arrives as DELETED, one that starts matching as ADDED. A revision
 //! older than the cache's window gets one ERROR event, 410 `Expired`, as upstream's cacher
-//! answers it, and the client lists again.
+//! answers it, and the client lists again. Objects served in another form than stored are
+//! converted per event (the initial ones together); a conversion that fails ends the watch with
+//! an ERROR event carrying its `Status`.
 
 use std::time::Duration;
 
@@ -16,7 +18,6 @@ use tokio::sync::{broadcast, mpsc};
 use super::read::{Filter, table_of};
 use super::{Body, Ctx};
 use crate::cache::{CacheEvent, Cached, Change, WatchStart};
-use crate::conversion;
 use crate::encoding::Output;
 use crate::error::{ApiError, Result};
 use crate::protobuf::order;
@@ -124,34 +125,105 @@ impl Sink {
         sent
     }
 
+    /// Sends one object, converted to its served form when that differs; `false` once the
+    /// watch is over (the client is gone, or the conversion failed and the watch ended).
     async fn send_object(&mut self, kind: &str, c: &Cached) -> bool {
+        if !self.ctx.server.conversion.needed(&self.ctx.rt) {
+            return self.send_stored(kind, c).await;
+        }
+        let Ok(obj) = c.object() else { return true };
+        match self
+            .ctx
+            .server
+            .conversion
+            .to_external(&self.ctx.rt, obj)
+            .await
+        {
+            Ok(obj) => self.send_converted(kind, c, &obj).await,
+            Err(e) => {
+                self.error(&e).await;
+                false
+            }
+        }
+    }
+
+    /// Sends the initial objects, converted together when they must be.
+    async fn send_initial(&mut self, objects: Vec<&Cached>) -> bool {
+        if !self.ctx.server.conversion.needed(&self.ctx.rt) {
+            for c in objects {
+                self.note("ADDED", c);
+                if !self.send_stored("ADDED", c).await {
+                    return false;
+                }
+            }
+            return true;
+        }
+        let (cached, values): (Vec<&Cached>, Vec<Value>) = objects
+            .into_iter()
+            .filter_map(|c| Some((c, c.object().ok()?)))
+            .unzip();
+        let converted = match self
+            .ctx
+            .server
+            .conversion
+            .to_external_all(&self.ctx.rt, values)
+            .await
+        {
+            Ok(converted) => converted,
+            Err(e) => {
+                self.error(&e).await;
+                return false;
+            }
+        };
+        for (c, obj) in cached.into_iter().zip(converted) {
+            self.note("ADDED", c);
+            if !self.send_converted("ADDED", c, &obj).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Sends an object in its served form, `obj`.
+    async fn send_converted(&mut self, kind: &str, c: &Cached, obj: &Value) -> bool {
+        self.last_revision = self.last_revision.max(c.revision);
+        match self.ctx.output {
+            Output::Table => self.send_table(kind, c, obj.clone()).await,
+            Output::PartialMetadata { .. } => self.send_partial(kind, obj).await,
+            _ => self.send_value(kind, obj).await,
+        }
+    }
+
+    async fn send_table(&mut self, kind: &str, c: &Cached, obj: Value) -> bool {
+        let mut table = table_of(&self.ctx, &[obj], &json!(c.revision.to_string()), None);
+        if self.columns_sent {
+            table["columnDefinitions"] = json!([]);
+        }
+        self.columns_sent = true;
+        self.send_line(kind, &order::to_vec(&table)).await
+    }
+
+    async fn send_partial(&mut self, kind: &str, obj: &Value) -> bool {
+        let meta = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                          "metadata": obj["metadata"]});
+        self.send_value(kind, &meta).await
+    }
+
+    /// Sends an object served as stored.
+    async fn send_stored(&mut self, kind: &str, c: &Cached) -> bool {
         self.last_revision = self.last_revision.max(c.revision);
         match self.ctx.output {
             Output::Table => {
                 let Ok(obj) = c.object() else { return true };
-                let obj = conversion::to_external(&self.ctx.rt, obj);
-                let mut table = table_of(&self.ctx, &[obj], &json!(c.revision.to_string()), None);
-                if self.columns_sent {
-                    table["columnDefinitions"] = json!([]);
-                }
-                self.columns_sent = true;
-                let bytes = order::to_vec(&table);
-                self.send_line(kind, &bytes).await
+                self.send_table(kind, c, obj).await
             }
             Output::PartialMetadata { .. } => {
                 let Ok(obj) = c.object() else { return true };
-                let meta = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                                  "metadata": obj["metadata"]});
-                self.send_value(kind, &meta).await
+                self.send_partial(kind, &obj).await
             }
             Output::Protobuf => {
                 let Ok(obj) = c.object() else { return true };
-                let obj = conversion::to_external(&self.ctx.rt, obj);
                 self.send_value(kind, &obj).await
-            }
-            _ if conversion::needed(&self.ctx.rt) => {
-                let bytes = conversion::external_bytes(&self.ctx.rt, &c.json());
-                self.send_line(kind, &bytes).await
             }
             _ => {
                 self.send_with(kind, c.json_len(), |buf| c.write_json(buf))
@@ -298,14 +370,14 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
         let run = async {
             match start {
                 Some(WatchStart::Snapshot(snapshot, rx)) => {
-                    for c in &snapshot.objects {
-                        if !sink.selects(c) {
-                            continue;
-                        }
-                        sink.note("ADDED", c);
-                        if !sink.send_object("ADDED", c).await {
-                            return;
-                        }
+                    let selected: Vec<&Cached> = snapshot
+                        .objects
+                        .iter()
+                        .filter(|c| sink.selects(c))
+                        .map(|c| &**c)
+                        .collect();
+                    if !sink.send_initial(selected).await {
+                        return;
                     }
                     sink.last_revision = snapshot.revision;
                     if send_initial && !sink.bookmark(snapshot.revision, true).await {

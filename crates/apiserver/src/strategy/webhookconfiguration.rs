@@ -96,7 +96,9 @@ pub(super) fn validate_rule(rule: &Value, path: &FieldPath, errs: &mut Vec<Field
     );
 }
 
-fn validate_client_config(cc: &Value, path: &FieldPath, errs: &mut Vec<FieldError>) {
+/// Upstream's `ValidateWebhookURL` (https only) and `ValidateWebhookService` on a
+/// `clientConfig`, which must hold exactly one of them (CRD conversion webhooks share it).
+pub(crate) fn validate_client_config(cc: &Value, path: &FieldPath, errs: &mut Vec<FieldError>) {
     match (cc.get("url"), cc.get("service")) {
         (Some(url), None) => {
             let url = url.as_str().unwrap_or("");

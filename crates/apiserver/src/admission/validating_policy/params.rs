@@ -50,8 +50,9 @@ impl ParamSource for CachedParams {
     }
 }
 
-/// The params to evaluate `policy` with for a request in `namespace`: `[null]` when the policy
-/// takes none or the binding names none, possibly empty (nothing is evaluated) when none is
+/// The params to evaluate `policy` with for a request in `namespace`, as stored (the caller
+/// converts them to the `paramKind`'s version): `[null]` when the policy takes none or the
+/// binding names none, possibly empty (nothing is evaluated) when none is
 /// found and the binding allows that; `Err` is a configuration error.
 pub fn collect(
     policy: &Policy,
@@ -88,10 +89,7 @@ pub fn collect(
             "no params found for policy binding with `Deny` parameterNotFoundAction".into(),
         );
     }
-    Ok(params
-        .into_iter()
-        .map(|p| crate::conversion::to_external(rt, p))
-        .collect())
+    Ok(params)
 }
 
 #[cfg(test)]

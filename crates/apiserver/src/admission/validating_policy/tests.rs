@@ -85,6 +85,7 @@ fn plugin(
         policies: Fixed(Arc::new(hooks(policies, bindings))),
         params: ConfigMaps(params),
         namespaces: Labelled,
+        conversion: crate::conversion::tests::converter(),
     }
 }
 

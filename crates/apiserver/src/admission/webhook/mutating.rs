@@ -4,17 +4,23 @@
 //! A webhook with `reinvocationPolicy: IfNeeded` is called once more when a later webhook changed
 //! the object after it ran.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{Caller, Configurations, NamespaceLabels, Webhook, invoke, matches};
+use super::{Configurations, NamespaceLabels, Webhook, invoke, matches};
 use crate::admission::{Attributes, Plugin};
+use crate::conversion::Converter;
 use crate::error::{ApiError, Result};
+use crate::webhook_client::Caller;
 
 pub struct MutatingWebhook<C, K, N> {
     pub configurations: C,
     pub caller: K,
     pub namespaces: N,
+    /// Reviews carry objects in the request's version; patches apply to that form.
+    pub conversion: Arc<Converter>,
 }
 
 impl<C: Configurations, K: Caller, N: NamespaceLabels> MutatingWebhook<C, K, N> {
@@ -25,7 +31,16 @@ impl<C: Configurations, K: Caller, N: NamespaceLabels> MutatingWebhook<C, K, N> 
         attrs: &Attributes<'_>,
         object: &mut Value,
     ) -> Result<bool> {
-        let Some(answer) = invoke(&self.caller, hook, attrs, Some(object), true).await? else {
+        let Some(answer) = invoke(
+            &self.caller,
+            &self.conversion,
+            hook,
+            attrs,
+            Some(object),
+            true,
+        )
+        .await?
+        else {
             return Ok(false);
         };
         let Some(patch) = answer.patch else {
@@ -38,14 +53,14 @@ impl<C: Configurations, K: Caller, N: NamespaceLabels> MutatingWebhook<C, K, N> 
             ))
         })?;
         let rt = attrs.resource;
-        let mut external = crate::conversion::to_external(rt, object.clone());
+        let mut external = self.conversion.to_external(rt, object.clone()).await?;
         json_patch::patch(&mut external, &patch).map_err(|e| {
             ApiError::internal(format!(
                 "applying the patch of webhook {:?}: {e}",
                 hook.name
             ))
         })?;
-        let patched = crate::conversion::to_internal(rt, external);
+        let patched = self.conversion.to_internal(rt, external).await?;
         if patched == *object {
             return Ok(false);
         }
@@ -91,11 +106,14 @@ mod tests {
     use super::*;
     use crate::admission::webhook::tests::{Fixed, NoNamespaces, attrs, config};
     use crate::authn::UserInfo;
+    use crate::webhook_client::{ClientConfig, Endpoint};
     use base64::Engine;
     use serde_json::json;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
+    use std::time::Duration;
 
-    /// Answers by webhook name: a patch adding the label `name=yes`, or a failure; records calls.
+    /// Answers by the webhook's host (`https://first.x.io/`): a patch adding the label
+    /// `first=yes`, or a failure for hosts starting `down`; records the hosts called.
     #[derive(Default)]
     struct Fake {
         calls: Mutex<Vec<String>>,
@@ -103,13 +121,22 @@ mod tests {
 
     #[async_trait]
     impl Caller for Fake {
-        async fn call(&self, hook: &Webhook, review: &Value) -> std::result::Result<Value, String> {
-            self.calls.lock().unwrap().push(hook.name.clone());
+        async fn call(
+            &self,
+            client: &ClientConfig,
+            _timeout: Duration,
+            review: &Value,
+        ) -> std::result::Result<Value, String> {
+            let Endpoint::Url(url) = &client.endpoint else {
+                return Err("no url".into());
+            };
+            let host = url.trim_start_matches("https://").trim_end_matches('/');
+            self.calls.lock().unwrap().push(host.to_string());
             let uid = review["request"]["uid"].clone();
-            if hook.name.starts_with("down") {
-                return Err("failed to call webhook: connection refused".into());
+            if host.starts_with("down") {
+                return Err("connection refused".into());
             }
-            let label = hook.name.split('.').next().unwrap();
+            let label = host.split('.').next().unwrap();
             let patch =
                 json!([{"op": "add", "path": format!("/metadata/labels/{label}"), "value": "yes"}]);
             Ok(
@@ -127,16 +154,18 @@ mod tests {
     #[tokio::test]
     async fn patches_apply_in_order_and_if_needed_webhooks_run_again() {
         let hooks = config(json!([
-            {"name": "first.x.io", "clientConfig": {"url": "https://h/"}, "rules": rules(),
-             "reinvocationPolicy": "IfNeeded"},
-            {"name": "second.x.io", "clientConfig": {"url": "https://h/"}, "rules": rules()},
-            {"name": "down.x.io", "clientConfig": {"url": "https://h/"}, "rules": rules(),
+            {"name": "first.x.io", "clientConfig": {"url": "https://first.x.io/"},
+             "rules": rules(), "reinvocationPolicy": "IfNeeded"},
+            {"name": "second.x.io", "clientConfig": {"url": "https://second.x.io/"},
+             "rules": rules()},
+            {"name": "down.x.io", "clientConfig": {"url": "https://down.x.io/"}, "rules": rules(),
              "failurePolicy": "Ignore"},
         ]));
         let plugin = MutatingWebhook {
             configurations: Fixed(Arc::new(hooks)),
             caller: Fake::default(),
             namespaces: NoNamespaces,
+            conversion: crate::conversion::tests::converter(),
         };
         let user = UserInfo::anonymous();
         let a = attrs(&user, "pods", "");
@@ -156,11 +185,13 @@ mod tests {
     #[tokio::test]
     async fn a_failing_webhook_that_fails_closed_refuses() {
         let hooks = config(json!([
-            {"name": "down.x.io", "clientConfig": {"url": "https://h/"}, "rules": rules()}]));
+            {"name": "down.x.io", "clientConfig": {"url": "https://down.x.io/"},
+             "rules": rules()}]));
         let plugin = MutatingWebhook {
             configurations: Fixed(Arc::new(hooks)),
             caller: Fake::default(),
             namespaces: NoNamespaces,
+            conversion: crate::conversion::tests::converter(),
         };
         let user = UserInfo::anonymous();
         let mut pod = json!({"metadata": {"name": "web"}});
@@ -168,11 +199,12 @@ mod tests {
             .mutate(&attrs(&user, "pods", ""), Some(&mut pod))
             .await
             .unwrap_err();
-        assert_eq!(err.code, 500);
-        assert!(
-            err.message.contains("failed calling webhook \"down.x.io\""),
-            "{}",
-            err.message
+        assert_eq!(
+            (err.code, err.message.as_str()),
+            (
+                500,
+                "Internal error occurred: failed calling webhook \"down.x.io\": failed to call webhook: connection refused"
+            )
         );
     }
 }

@@ -3,17 +3,23 @@
 //! ResourceQuota charges); any refusal, or a failure of a webhook that fails closed, refuses the
 //! request (the first in configuration order is reported).
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{Caller, Configurations, NamespaceLabels, invoke, matches};
+use super::{Configurations, NamespaceLabels, invoke, matches};
 use crate::admission::{Attributes, Plugin};
+use crate::conversion::Converter;
 use crate::error::Result;
+use crate::webhook_client::Caller;
 
 pub struct ValidatingWebhook<C, K, N> {
     pub configurations: C,
     pub caller: K,
     pub namespaces: N,
+    /// Reviews carry objects in the request's version.
+    pub conversion: Arc<Converter>,
 }
 
 #[async_trait]
@@ -33,7 +39,7 @@ impl<C: Configurations, K: Caller, N: NamespaceLabels> Plugin for ValidatingWebh
         let results = futures::future::join_all(
             called
                 .iter()
-                .map(|hook| invoke(&self.caller, hook, attrs, object, false)),
+                .map(|hook| invoke(&self.caller, &self.conversion, hook, attrs, object, false)),
         )
         .await;
         for r in results {
@@ -46,11 +52,11 @@ impl<C: Configurations, K: Caller, N: NamespaceLabels> Plugin for ValidatingWebh
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::webhook::Webhook;
     use crate::admission::webhook::tests::{Fixed, NoNamespaces, attrs, config};
     use crate::authn::UserInfo;
+    use crate::webhook_client::ClientConfig;
     use serde_json::json;
-    use std::sync::Arc;
+    use std::time::Duration;
 
     /// Refuses pods labelled `deny`, allows everything else, with a warning.
     struct Fake;
@@ -59,7 +65,8 @@ mod tests {
     impl Caller for Fake {
         async fn call(
             &self,
-            _hook: &Webhook,
+            _client: &ClientConfig,
+            _timeout: Duration,
             review: &Value,
         ) -> std::result::Result<Value, String> {
             let req = &review["request"];
@@ -82,6 +89,7 @@ mod tests {
             configurations: Fixed(Arc::new(hooks)),
             caller: Fake,
             namespaces: NoNamespaces,
+            conversion: crate::conversion::tests::converter(),
         };
         let user = UserInfo::anonymous();
         let a = attrs(&user, "pods", "");

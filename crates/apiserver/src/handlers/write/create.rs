@@ -5,7 +5,9 @@ use http::Response;
 use serde_json::{Value, json};
 use skiff_apimachinery::validation::{FieldError, FieldPath};
 
-use super::{Fields, attrs, commit, name_of, put_op, read_object, reservation_diff, validate};
+use super::{
+    Fields, attrs, commit, encode, name_of, put_op, read_object, reservation_diff, validate,
+};
 use crate::admission::Operation;
 use crate::allocator;
 use crate::error::{ApiError, Result};
@@ -59,13 +61,18 @@ pub async fn create(mut ctx: Ctx) -> Result<Response<Body>> {
 }
 
 /// The create path shared by POST, apply and the subresources that create (bindings are not
-/// objects).
+/// objects); `obj` is in the request's version.
 pub(in crate::handlers) async fn create_object(
     ctx: &Ctx,
-    mut obj: Value,
+    obj: Value,
     fields: Fields,
 ) -> Result<Response<Body>> {
     ctx.strategy.check_create()?;
+    let mut obj = if ctx.server.conversion.needed(&ctx.rt) {
+        ctx.server.conversion.to_internal(&ctx.rt, obj).await?
+    } else {
+        obj
+    };
     let name = name_of(&obj).to_string();
     generic::prepare_create(&ctx.rt, &mut obj, ctx.server.now());
     ctx.strategy.prepare_for_create(&mut obj);
@@ -92,20 +99,21 @@ pub(in crate::handlers) async fn create_object(
         allocator::allocate(&*ctx.server.store, &ctx.server.ranges, &mut obj, None).await?;
         validate(ctx, &obj, None)?;
         ctx.server.admission.validate(&a, Some(&obj)).await?;
+        let value = encode(ctx, &obj).await?;
         if ctx.dry_run() {
             // As upstream's dry run, everything but the write: a name in use is a conflict.
             if ctx.server.store.get(key.as_bytes()).await?.is_some() {
                 return Err(ApiError::already_exists(ctx.target(&name)));
             }
-            return render(ctx, 201, &obj);
+            return render(ctx, 201, &obj).await;
         }
         let (reserve, _) = reservation_diff(Some(&obj), None);
-        let op = put_op(&key, storage::encode(&obj));
+        let op = put_op(&key, value);
         let sent = ctx.server.now();
         if let Some(rev) = commit(ctx, &key, 0, op, &reserve, &[]).await? {
             storage::set_resource_version(&mut obj, rev);
             crate::trace::wrote(ctx, None, Some(&obj), rev, sent);
-            return render(ctx, 201, &obj);
+            return render(ctx, 201, &obj).await;
         }
         if reserve.is_empty() || ctx.server.store.get(key.as_bytes()).await?.is_some() {
             return Err(ApiError::already_exists(ctx.target(&name)));

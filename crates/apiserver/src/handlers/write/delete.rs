@@ -94,7 +94,7 @@ pub async fn delete(mut ctx: Ctx) -> Result<Response<Body>> {
             "pods" | "services" | "serviceaccounts" | "namespaces"
         );
     if pending || returns_object {
-        return render(&ctx, 200, &obj);
+        return render(&ctx, 200, &obj).await;
     }
     let mut details = json!({"name": name, "kind": ctx.rt.plural,
                              "uid": obj.pointer("/metadata/uid").cloned().unwrap_or(Value::Null)});
@@ -246,6 +246,14 @@ pub async fn delete_collection(mut ctx: Ctx) -> Result<Response<Body>> {
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),
         }
+    }
+    // The deleted objects are answered in the request's version, converted together.
+    if ctx.server.conversion.needed(&ctx.rt) {
+        items = ctx
+            .server
+            .conversion
+            .to_external_all(&ctx.rt, items)
+            .await?;
     }
     Ok(object(
         200,

@@ -32,9 +32,9 @@ use super::Ctx;
 use super::apply::managed_fields_of;
 use crate::admission::{Attributes, Operation};
 use crate::allocator;
-use crate::conversion;
 use crate::encoding::{self, BodyFormat};
 use crate::error::{ApiError, Result};
+use crate::storage;
 use crate::strategy::generic;
 
 pub use create::create;
@@ -75,7 +75,8 @@ fn rv_of(obj: &Value) -> Option<i64> {
         .and_then(|s| s.parse().ok())
 }
 
-/// Reads a create/update body and checks its type and namespace against the URL.
+/// Reads a create/update body (in the request's version) and checks its type and namespace
+/// against the URL.
 async fn read_object(ctx: &mut Ctx, kind: &str, api_version: &str) -> Result<Value> {
     let format = BodyFormat::from_content_type(ctx.header(header::CONTENT_TYPE))?;
     let body = ctx.body().await?;
@@ -119,7 +120,21 @@ async fn read_object(ctx: &mut Ctx, kind: &str, api_version: &str) -> Result<Val
     } else if let Some(m) = obj["metadata"].as_object_mut() {
         m.remove("namespace");
     }
-    Ok(conversion::to_internal(&ctx.rt, obj))
+    Ok(obj)
+}
+
+/// `obj` (as handlers work on it) encoded for the store: converted to the storage version first
+/// when that may differ, so a conversion that fails stores nothing.
+async fn encode(ctx: &Ctx, obj: &Value) -> Result<Bytes> {
+    if !ctx.server.conversion.needed(&ctx.rt) {
+        return Ok(storage::encode(obj));
+    }
+    let stored = ctx
+        .server
+        .conversion
+        .to_storage(&ctx.rt, obj.clone())
+        .await?;
+    Ok(storage::encode(&stored))
 }
 
 /// Field validation of a body against its schema, as upstream's `fieldValidation`: with

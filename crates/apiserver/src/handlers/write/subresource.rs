@@ -8,10 +8,10 @@ use skiff_apimachinery::catalog::Subresource;
 use skiff_apimachinery::validation::{FieldError, FieldPath};
 
 use super::update::{patch, update_with};
-use super::{Fields, commit, name_of, no_op, put_op, read_object, rv_of, validate};
+use super::{Fields, commit, encode, name_of, no_op, put_op, read_object, rv_of, validate};
 use crate::error::{ApiError, Result};
 use crate::handlers::apply::record_update;
-use crate::handlers::read::fetch;
+use crate::handlers::read::fetch_internal;
 use crate::handlers::{Body, Ctx, success_status};
 use crate::storage;
 use crate::strategy::generic;
@@ -124,12 +124,13 @@ async fn bind(mut ctx: Ctx) -> Result<Response<Body>> {
     Ok(crate::handlers::json(201, &success_status(Value::Null)))
 }
 
-/// Writes a whole new state of the request's object (for subresources that compute it), guarded
-/// on the revision it was computed from. Returns the stored object.
+/// Writes a whole new state of the request's object (for subresources that compute it, in the
+/// form handlers work on), guarded on the revision it was computed from. Returns the object
+/// written, in that form.
 pub async fn replace_object(ctx: &Ctx, next: Value) -> Result<Value> {
     let name = ctx.info.name.clone();
     let key = storage::key(&ctx.rt, &ctx.info.namespace, &name);
-    let current = fetch(ctx, &name).await?;
+    let current = fetch_internal(ctx, &name).await?;
     let current_rv = rv_of(&current).unwrap_or(0);
     let mut obj = next;
     generic::prepare_update(&ctx.rt, &mut obj, &current, "scale");
@@ -138,16 +139,8 @@ pub async fn replace_object(ctx: &Ctx, next: Value) -> Result<Value> {
         return Ok(current);
     }
     validate(ctx, &obj, Some(&current))?;
-    match commit(
-        ctx,
-        &key,
-        current_rv,
-        put_op(&key, storage::encode(&obj)),
-        &[],
-        &[],
-    )
-    .await?
-    {
+    let value = encode(ctx, &obj).await?;
+    match commit(ctx, &key, current_rv, put_op(&key, value), &[], &[]).await? {
         Some(rev) => {
             storage::set_resource_version(&mut obj, rev);
             Ok(obj)

@@ -6,16 +6,15 @@ use serde_json::{Value, json};
 use skiff_apimachinery::patch::{self, PatchType};
 
 use super::{
-    Fields, MAX_RETRIES, attrs, check_fields, commit, delete_op, finalizers, name_of, no_op,
-    put_op, read_object, reservation_diff, rv_of, validate,
+    Fields, MAX_RETRIES, attrs, check_fields, commit, delete_op, encode, finalizers, name_of,
+    no_op, put_op, read_object, reservation_diff, rv_of, validate,
 };
 use crate::admission::Operation;
 use crate::allocator;
-use crate::conversion;
 use crate::encoding;
 use crate::error::{ApiError, Result};
 use crate::handlers::apply::{self as ssa, managed_fields_of, record_update};
-use crate::handlers::read::{fetch, render_one};
+use crate::handlers::read::{fetch_internal, render_one};
 use crate::handlers::{Body, Ctx};
 use crate::storage;
 use crate::strategy::certificatesigningrequest as csr;
@@ -38,8 +37,9 @@ pub async fn update(mut ctx: Ctx) -> Result<Response<Body>> {
     update_with(&ctx, pinned, Fields::Record, |_| Ok(obj.clone())).await
 }
 
-/// A guaranteed update: reads the object, computes the new one with `change`, and writes it
-/// guarded on the revision read; retried on conflict unless the client pinned `pinned`.
+/// A guaranteed update: reads the object, computes the new one with `change` (which sees and
+/// returns it in the request's version), and writes it guarded on the revision read; retried on
+/// conflict unless the client pinned `pinned`.
 pub(crate) async fn update_with(
     ctx: &Ctx,
     pinned: Option<i64>,
@@ -49,7 +49,7 @@ pub(crate) async fn update_with(
     let name = ctx.info.name.as_str();
     let key = storage::key(&ctx.rt, &ctx.info.namespace, name);
     for _ in 0..MAX_RETRIES {
-        let current = fetch(ctx, name).await?;
+        let current = fetch_internal(ctx, name).await?;
         let current_rv = rv_of(&current).unwrap_or(0);
         if pinned.is_some_and(|p| p != current_rv) {
             return Err(ApiError::conflict(
@@ -57,7 +57,13 @@ pub(crate) async fn update_with(
                 "the object has been modified; please apply your changes to the latest version and try again",
             ));
         }
-        let mut obj = change(&current)?;
+        let mut obj = if ctx.server.conversion.needed(&ctx.rt) {
+            let conversion = &ctx.server.conversion;
+            let served = conversion.to_external(&ctx.rt, current.clone()).await?;
+            conversion.to_internal(&ctx.rt, change(&served)?).await?
+        } else {
+            change(&current)?
+        };
         obj["metadata"]["name"] = json!(name);
         if ctx.rt.namespaced {
             obj["metadata"]["namespace"] = json!(ctx.info.namespace);
@@ -87,7 +93,7 @@ pub(crate) async fn update_with(
         storage::set_resource_version(&mut obj, current_rv);
         // an object stored under an older encryption key is rewritten even when unchanged
         if no_op(&obj, &current) && !ctx.server.gates.stale(&key).await {
-            return render_one(ctx, &current);
+            return render_one(ctx, &current).await;
         }
         let a = attrs(ctx, Operation::Update, name, Some(&current));
         ctx.server.admission.mutate(&a, Some(&mut obj)).await?;
@@ -100,9 +106,6 @@ pub(crate) async fn update_with(
         .await?;
         validate(ctx, &obj, Some(&current))?;
         ctx.server.admission.validate(&a, Some(&obj)).await?;
-        if ctx.dry_run() {
-            return render_one(ctx, &obj);
-        }
         // Removing the last finalizer of an object being deleted deletes it.
         let finished = obj.pointer("/metadata/deletionTimestamp").is_some()
             && finalizers(&obj).is_empty()
@@ -111,20 +114,26 @@ pub(crate) async fn update_with(
                 .and_then(Value::as_i64)
                 .unwrap_or(0)
                 == 0;
-        let (op, (reserve, release)) = if finished {
-            (delete_op(&key), reservation_diff(None, Some(&current)))
-        } else {
-            (
-                put_op(&key, storage::encode(&obj)),
+        let value = match finished {
+            true => None,
+            false => Some(encode(ctx, &obj).await?),
+        };
+        if ctx.dry_run() {
+            return render_one(ctx, &obj).await;
+        }
+        let (op, (reserve, release)) = match value {
+            None => (delete_op(&key), reservation_diff(None, Some(&current))),
+            Some(value) => (
+                put_op(&key, value),
                 reservation_diff(Some(&obj), Some(&current)),
-            )
+            ),
         };
         let sent = ctx.server.now();
         match commit(ctx, &key, current_rv, op, &reserve, &release).await? {
             Some(rev) => {
                 storage::set_resource_version(&mut obj, rev);
                 crate::trace::wrote(ctx, Some(&current), (!finished).then_some(&obj), rev, sent);
-                return render_one(ctx, &obj);
+                return render_one(ctx, &obj).await;
             }
             None if pinned.is_some() => {
                 return Err(ApiError::conflict(
@@ -166,10 +175,9 @@ pub async fn patch(mut ctx: Ctx) -> Result<Response<Body>> {
         .as_ref()
         .and_then(rv_of);
     update_with(&ctx, pinned, Fields::Record, |current| {
-        let served = conversion::to_external(&ctx.rt, current.clone());
-        let mut patched = patch::apply(group, rkind, &served, kind, &body).map_err(patch_error)?;
+        let mut patched = patch::apply(group, rkind, current, kind, &body).map_err(patch_error)?;
         check_fields(&ctx, &mut patched)?;
-        Ok(conversion::to_internal(&ctx.rt, patched))
+        Ok(patched)
     })
     .await
 }

@@ -1,6 +1,8 @@
-//! The HTTPS call to a webhook: `POST` of the AdmissionReview as JSON (HTTP/1.1 over rustls),
-//! the serving certificate verified against `caBundle` (the host's trust roots without one), the
-//! request abandoned after `timeoutSeconds` (`?timeout=Ns` in the URL, as upstream sends it).
+//! The API server as a client of webhooks: admission webhooks and CRD conversion webhooks share
+//! one `clientConfig` ([`ClientConfig`]: `url` or `service`, `caBundle`) and one HTTPS caller.
+//! A call is a `POST` of a JSON review (HTTP/1.1 over rustls), the serving certificate verified
+//! against `caBundle` (the host's trust roots without one), abandoned after the caller's timeout
+//! (`?timeout=Ns` in the URL, as upstream sends it).
 //!
 //! `clientConfig.service` is reached at a ready address of the Service's EndpointSlices (the
 //! port whose name or number matches the Service port), else its ClusterIP, with TLS server
@@ -9,8 +11,10 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
+use base64::Engine;
 use http::{Request, Uri, header};
 use http_body_util::{BodyExt, Full, Limited};
 use rustls::RootCertStore;
@@ -18,11 +22,86 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use serde_json::Value;
 
-use super::{Caller, Endpoint, Webhook};
 use crate::cache::Cacher;
 
-/// Largest AdmissionReview answer read (upstream's limit on webhook responses is similar).
+/// Largest review answer read (upstream's limit on webhook responses is similar).
 const MAX_RESPONSE_BYTES: usize = 3 * 1024 * 1024;
+
+/// Where a webhook is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `clientConfig.url`.
+    Url(String),
+    /// `clientConfig.service`: reached through its endpoints (see [`CachedServices`]).
+    Service {
+        namespace: String,
+        name: String,
+        path: String,
+        port: u16,
+    },
+}
+
+/// A webhook's `clientConfig` (admissionregistration's `WebhookClientConfig` and
+/// apiextensions' `spec.conversion.webhook.clientConfig` have the same fields).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientConfig {
+    pub endpoint: Endpoint,
+    /// PEM certificates trusted for the webhook's serving certificate.
+    pub ca_bundle: Option<Vec<u8>>,
+}
+
+impl ClientConfig {
+    /// Reads a `clientConfig` object (a validated one: `url` or `service`; service port 443
+    /// unless given, as upstream defaults it).
+    pub fn parse(cc: &Value) -> ClientConfig {
+        let endpoint = match cc["url"].as_str() {
+            Some(url) => Endpoint::Url(url.to_string()),
+            None => Endpoint::Service {
+                namespace: cc["service"]["namespace"].as_str().unwrap_or("").into(),
+                name: cc["service"]["name"].as_str().unwrap_or("").into(),
+                path: cc["service"]["path"].as_str().unwrap_or("").into(),
+                port: cc["service"]["port"]
+                    .as_u64()
+                    .and_then(|p| u16::try_from(p).ok())
+                    .unwrap_or(443),
+            },
+        };
+        let ca_bundle = cc["caBundle"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok());
+        ClientConfig {
+            endpoint,
+            ca_bundle,
+        }
+    }
+}
+
+/// Calls webhooks: the HTTPS client, or a recording fake in tests.
+#[async_trait]
+pub trait Caller: Send + Sync {
+    /// POSTs `review` to the webhook at `client` and reads its JSON answer within `timeout`;
+    /// `Err` says why the call failed, in Go's words (`Post "https://…": dial tcp …`).
+    async fn call(
+        &self,
+        client: &ClientConfig,
+        timeout: Duration,
+        review: &Value,
+    ) -> Result<Value, String>;
+}
+
+/// One caller shared by the admission plugins and the conversion of custom resources.
+#[async_trait]
+impl<T: Caller + ?Sized> Caller for Arc<T> {
+    async fn call(
+        &self,
+        client: &ClientConfig,
+        timeout: Duration,
+        review: &Value,
+    ) -> Result<Value, String> {
+        (**self).call(client, timeout, review).await
+    }
+}
 
 /// Where a request goes: the address dialled and the name the certificate must carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,27 +203,31 @@ impl HttpsCaller {
         }
     }
 
-    fn config(&self, hook: &Webhook) -> Result<Arc<rustls::ClientConfig>, String> {
+    fn config(&self, client: &ClientConfig) -> Result<Arc<rustls::ClientConfig>, String> {
         let mut configs = self.configs.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = configs.get(&hook.ca_bundle) {
+        if let Some(c) = configs.get(&client.ca_bundle) {
             return Ok(c.clone());
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?
-            .with_root_certificates(roots(hook)?)
+            .with_root_certificates(roots(client)?)
             .with_no_client_auth();
         let config = Arc::new(config);
-        configs.insert(hook.ca_bundle.clone(), config.clone());
+        configs.insert(client.ca_bundle.clone(), config.clone());
         Ok(config)
     }
 }
 
-/// Where `hook` is reached, its path carrying `?timeout=`.
-pub fn target(hook: &Webhook, services: &dyn ServiceResolver) -> Result<Target, String> {
-    let timeout = format!("timeout={}s", hook.timeout.as_secs());
-    match &hook.endpoint {
+/// Where `client` is reached, its path carrying `?timeout=`.
+pub fn target(
+    client: &ClientConfig,
+    timeout: Duration,
+    services: &dyn ServiceResolver,
+) -> Result<Target, String> {
+    let timeout = format!("timeout={}s", timeout.as_secs());
+    match &client.endpoint {
         Endpoint::Url(url) => {
             let uri: Uri = url
                 .parse()
@@ -189,9 +272,9 @@ pub fn target(hook: &Webhook, services: &dyn ServiceResolver) -> Result<Target, 
     }
 }
 
-fn roots(hook: &Webhook) -> Result<RootCertStore, String> {
+fn roots(client: &ClientConfig) -> Result<RootCertStore, String> {
     let mut roots = RootCertStore::empty();
-    match &hook.ca_bundle {
+    match &client.ca_bundle {
         Some(pem) => {
             for cert in CertificateDer::pem_slice_iter(pem) {
                 let cert = cert.map_err(|e| format!("invalid caBundle: {e}"))?;
@@ -244,22 +327,23 @@ async fn post(
 
 #[async_trait]
 impl Caller for HttpsCaller {
-    async fn call(&self, hook: &Webhook, review: &Value) -> Result<Value, String> {
-        let target = target(hook, &*self.services)?;
+    async fn call(
+        &self,
+        client: &ClientConfig,
+        timeout: Duration,
+        review: &Value,
+    ) -> Result<Value, String> {
+        let target = target(client, timeout, &*self.services)?;
         let url = format!(
             "https://{}:{}{}",
             target.server_name, target.port, target.path
         );
         let body = serde_json::to_vec(review).map_err(|e| e.to_string())?;
-        let config = self
-            .config(hook)
-            .map_err(|e| format!("failed to call webhook: {e}"))?;
-        match tokio::time::timeout(hook.timeout, post(&target, config, body)).await {
+        let config = self.config(client)?;
+        match tokio::time::timeout(timeout, post(&target, config, body)).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(format!("failed to call webhook: Post {url:?}: {e}")),
-            Err(_) => Err(format!(
-                "failed to call webhook: Post {url:?}: context deadline exceeded"
-            )),
+            Ok(Err(e)) => Err(format!("Post {url:?}: {e}")),
+            Err(_) => Err(format!("Post {url:?}: context deadline exceeded")),
         }
     }
 }
@@ -277,16 +361,17 @@ mod tests {
         }
     }
 
-    fn hook(cc: Value) -> Webhook {
-        super::super::tests::config(json!([{"name": "h.x.io", "clientConfig": cc,
-                                             "timeoutSeconds": 3}]))
-        .remove(0)
+    const THREE: Duration = Duration::from_secs(3);
+
+    fn hook(cc: Value) -> ClientConfig {
+        ClientConfig::parse(&cc)
     }
 
     #[test]
     fn urls_and_services_become_targets_with_the_timeout_in_the_query() {
         let t = target(
             &hook(json!({"url": "https://127.0.0.1:8443/mutate?x=1"})),
+            THREE,
             &Fixed,
         )
         .unwrap();
@@ -301,6 +386,7 @@ mod tests {
         );
         let t = target(
             &hook(json!({"service": {"namespace": "ns", "name": "hooks", "path": "/v"}})),
+            THREE,
             &Fixed,
         )
         .unwrap();
@@ -313,7 +399,7 @@ mod tests {
             ),
             ("10.0.0.7", 444, "hooks.ns.svc", "/v?timeout=3s")
         );
-        assert!(target(&hook(json!({"url": "http://h/"})), &Fixed).is_err());
+        assert!(target(&hook(json!({"url": "http://h/"})), THREE, &Fixed).is_err());
     }
 
     #[test]
