@@ -19,6 +19,8 @@
 //! - [`handlers`]: discovery, health, and the resource verbs.
 //! - [`strategy`]: per-kind defaulting, validation and selectable fields.
 //! - [`storage`]: key layout and the stored encoding of objects.
+//! - [`registry`]: the guarded store transactions every write is (the only place they are
+//!   built).
 //! - [`encryption`]: encryption at rest (`--encryption-provider-config`), a store wrapper.
 //! - [`cache`]: the watch cache, one per served resource, added and dropped as types are.
 //! - [`stamped`]: stored JSON served with its `resourceVersion` spliced in, without a copy.
@@ -56,6 +58,7 @@ pub mod metrics;
 pub mod overload;
 pub mod pki;
 pub mod protobuf;
+pub mod registry;
 pub mod request;
 pub mod server;
 pub mod stamped;

@@ -260,9 +260,7 @@ impl admission::resource_quota::QuotaStore for StoreQuotas {
     }
 
     async fn update(&self, namespace: &str, quotas: &[serde_json::Value]) -> Result<bool> {
-        use skiff_store::{Compare, CompareOp, CompareTarget, PutRequest, TxnOp, TxnRequest};
-        let mut compare = Vec::new();
-        let mut success = Vec::new();
+        let mut txn = crate::registry::Txn::new();
         for q in quotas {
             let name = q
                 .pointer("/metadata/name")
@@ -274,27 +272,10 @@ impl admission::resource_quota::QuotaStore for StoreQuotas {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0);
             let key = storage::key(resource_quotas(), namespace, name);
-            compare.push(Compare::new(
-                key.clone(),
-                CompareOp::Equal,
-                CompareTarget::ModRevision(revision),
-            ));
-            success.push(TxnOp::Put(PutRequest {
-                key: key.into(),
-                value: storage::encode(q),
-                lease: 0,
-                prev_kv: false,
-            }));
+            let guard = crate::registry::Guard::At(revision);
+            txn = txn.put(&key, guard, storage::encode(q));
         }
-        let resp = self
-            .store
-            .txn(TxnRequest {
-                compare,
-                success,
-                failure: vec![],
-            })
-            .await?;
-        Ok(resp.succeeded)
+        Ok(txn.commit(&*self.store).await?.is_some())
     }
 }
 

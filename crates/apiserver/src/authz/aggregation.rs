@@ -6,9 +6,10 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use serde_json::Value;
-use skiff_store::{Compare, CompareOp, CompareTarget, PutRequest, Store, TxnOp, TxnRequest};
+use skiff_store::Store;
+
+use crate::registry::{Guard, Txn};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::cache::{CacheEvent, Cacher, WatchStart};
@@ -54,23 +55,11 @@ pub async fn sync(cache: &Cacher, store: &Arc<dyn Store>) -> Result<usize> {
     for role in stale(&roles) {
         let name = role["metadata"]["name"].as_str().unwrap_or_default();
         let key = storage::key(rt, "", name);
-        let resp = store
-            .txn(TxnRequest {
-                compare: vec![Compare::new(
-                    key.clone(),
-                    CompareOp::Equal,
-                    CompareTarget::ModRevision(revisions[name]),
-                )],
-                success: vec![TxnOp::Put(PutRequest {
-                    key: Bytes::from(key),
-                    value: storage::encode(&role),
-                    lease: 0,
-                    prev_kv: false,
-                })],
-                failure: vec![],
-            })
+        let committed = Txn::new()
+            .put(&key, Guard::At(revisions[name]), storage::encode(&role))
+            .commit(&**store)
             .await?;
-        written += usize::from(resp.succeeded);
+        written += usize::from(committed.is_some());
     }
     Ok(written)
 }

@@ -14,12 +14,11 @@ pub mod reconcile;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use serde_json::{Value, json};
 use skiff_apimachinery::catalog::lookup;
-use skiff_store::{
-    Compare, CompareOp, CompareTarget, PutRequest, Store, StoreExt, TxnOp, TxnRequest,
-};
+use skiff_store::{Store, StoreExt};
+
+use crate::registry::{Guard, Txn};
 
 use crate::error::Result;
 use crate::pki::KUBERNETES_SERVICE_IP;
@@ -69,23 +68,10 @@ async fn ensure(
             0
         }
     };
-    let compare = if revision == 0 {
-        CompareTarget::CreateRevision(0)
-    } else {
-        CompareTarget::ModRevision(revision)
-    };
     // A lost race means another API server wrote it first: fine either way.
-    store
-        .txn(TxnRequest {
-            compare: vec![Compare::new(key.clone(), CompareOp::Equal, compare)],
-            success: vec![TxnOp::Put(PutRequest {
-                key: Bytes::from(key),
-                value: storage::encode(&object),
-                lease: 0,
-                prev_kv: false,
-            })],
-            failure: vec![],
-        })
+    Txn::new()
+        .put(&key, Guard::revision(revision), storage::encode(&object))
+        .commit(&**store)
         .await?;
     Ok(())
 }
@@ -110,21 +96,9 @@ pub async fn run(store: &Arc<dyn Store>, advertise: SocketAddr) -> Result<()> {
     ensure(store, "", "services", service, false).await?;
     // The reservation of the kubernetes Service's address (so it is never handed out again).
     let reservation = format!("{}{KUBERNETES_SERVICE_IP}", crate::allocator::SERVICE_IPS);
-    store
-        .txn(TxnRequest {
-            compare: vec![Compare::new(
-                reservation.clone(),
-                CompareOp::Equal,
-                CompareTarget::CreateRevision(0),
-            )],
-            success: vec![TxnOp::Put(PutRequest {
-                key: Bytes::from(reservation),
-                value: Bytes::from_static(b"/registry/core/services/default/kubernetes"),
-                lease: 0,
-                prev_kv: false,
-            })],
-            failure: vec![],
-        })
+    Txn::new()
+        .reserve(&reservation, "/registry/core/services/default/kubernetes")
+        .commit(&**store)
         .await?;
     let endpoints = json!({
         "apiVersion": "v1", "kind": "Endpoints",

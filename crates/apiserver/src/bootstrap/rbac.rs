@@ -7,14 +7,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use skiff_apimachinery::catalog::{ResourceType, lookup};
-use skiff_store::{
-    Compare, CompareOp, CompareTarget, DeleteRequest, KeyRange, PutRequest, Store, StoreExt, TxnOp,
-    TxnRequest,
-};
+use skiff_store::{Store, StoreExt};
+
+use crate::registry::{Guard, Txn};
 
 use super::reconcile::{self, AUTOUPDATE, Change, Rule};
 use crate::error::Result;
@@ -248,31 +246,10 @@ enum Outcome {
     Protected,
 }
 
-fn guard(key: &str, target: CompareTarget) -> Vec<Compare> {
-    vec![Compare::new(key.to_string(), CompareOp::Equal, target)]
-}
-
-/// Writes `object` under `key` if the key's `target` revision holds; whether it did.
-async fn put_if(
-    store: &Arc<dyn Store>,
-    key: &str,
-    target: CompareTarget,
-    object: &Value,
-) -> Result<bool> {
-    let put = TxnOp::Put(PutRequest {
-        key: Bytes::from(key.to_string()),
-        value: storage::encode(object),
-        lease: 0,
-        prev_kv: false,
-    });
-    let resp = store
-        .txn(TxnRequest {
-            compare: guard(key, target),
-            success: vec![put],
-            failure: vec![],
-        })
-        .await?;
-    Ok(resp.succeeded)
+/// Writes `object` under `key` if the key is as `guard` says; whether it did.
+async fn put_if(store: &Arc<dyn Store>, key: &str, guard: Guard, object: &Value) -> Result<bool> {
+    let txn = Txn::new().put(key, guard, storage::encode(object));
+    Ok(txn.commit(&**store).await?.is_some())
 }
 
 /// Creates, updates or leaves `expected` as reconciliation says, retrying lost races.
@@ -290,7 +267,7 @@ async fn ensure_object(
             let mut object = expected.clone();
             generic::prepare_create(rt, &mut object, jiff::Timestamp::now());
             strategy::for_resource(rt).prepare_for_create(&mut object);
-            if put_if(store, &key, CompareTarget::CreateRevision(0), &object).await? {
+            if put_if(store, &key, Guard::Absent, &object).await? {
                 return Ok(Outcome::Created);
             }
             continue;
@@ -307,16 +284,9 @@ async fn ensure_object(
             Change::Update(object) => object,
             Change::Recreate => {
                 // A roleRef cannot change in place: delete, then create on the next attempt.
-                let delete = TxnOp::Delete(DeleteRequest {
-                    range: KeyRange::key(Bytes::from(key.clone())),
-                    prev_kv: false,
-                });
-                store
-                    .txn(TxnRequest {
-                        compare: guard(&key, CompareTarget::ModRevision(kv.mod_revision)),
-                        success: vec![delete],
-                        failure: vec![],
-                    })
+                Txn::new()
+                    .delete(&key, Guard::At(kv.mod_revision))
+                    .commit(&**store)
                     .await?;
                 continue;
             }
@@ -326,8 +296,7 @@ async fn ensure_object(
         if generic::unchanged(&object, &old) {
             return Ok(Outcome::Unchanged);
         }
-        let target = CompareTarget::ModRevision(kv.mod_revision);
-        if put_if(store, &key, target, &object).await? {
+        if put_if(store, &key, Guard::At(kv.mod_revision), &object).await? {
             return Ok(Outcome::Updated);
         }
     }

@@ -4,7 +4,8 @@
 use std::collections::HashSet;
 
 use serde_json::json;
-use skiff_store::{EmbeddedConfig, EmbeddedStore};
+use bytes::Bytes;
+use skiff_store::{DeleteRequest, EmbeddedConfig, EmbeddedStore, KeyRange, PutRequest};
 
 use super::*;
 use crate::bootstrap::reconcile::{rules_of, uncovered};

@@ -24,7 +24,7 @@ const DECISIONS: [&str; 2] = ["Approved", "Denied"];
 
 /// Records the requesting user in the spec of a new request (upstream's `PrepareForCreate`:
 /// clients cannot claim to be someone else).
-pub fn set_requester(csr: &mut Value, user: &UserInfo) {
+fn set_requester(csr: &mut Value, user: &UserInfo) {
     if !csr.get("spec").is_some_and(Value::is_object) {
         csr["spec"] = json!({});
     }
@@ -52,7 +52,7 @@ pub fn set_requester(csr: &mut Value, user: &UserInfo) {
 /// What a write to the `approval` or `status` subresource keeps of `current` (applied after
 /// the generic rules): `/approval` changes only `status.conditions`; `/status` cannot touch the
 /// Approved and Denied conditions.
-pub fn prepare_subresource_update(subresource: &str, csr: &mut Value, current: &Value) {
+fn prepare_subresource_update(subresource: &str, csr: &mut Value, current: &Value) {
     let conditions = |v: &Value| {
         v.pointer("/status/conditions")
             .and_then(Value::as_array)
@@ -147,6 +147,15 @@ fn validate_conditions(csr: &Value) -> Vec<FieldError> {
 }
 
 impl Strategy for CertificateSigningRequestStrategy {
+    fn prepare_for_create_by(&self, csr: &mut Value, user: &UserInfo) {
+        set_requester(csr, user);
+    }
+
+    fn prepare_for_subresource_update(&self, sub: &str, csr: &mut Value, old: &Value) -> bool {
+        prepare_subresource_update(sub, csr, old);
+        false
+    }
+
     fn prepare_for_update(&self, csr: &mut Value, old: &Value) {
         // the spec is the request: fixed once made (upstream's PrepareForUpdate of every path)
         match old.get("spec") {

@@ -73,13 +73,47 @@ use serde_json::Value;
 use skiff_apimachinery::catalog::ResourceType;
 use skiff_apimachinery::validation::FieldError;
 
+use crate::authn::UserInfo;
+
 /// The type-specific half of create/update handling. Every method has the generic default.
 pub trait Strategy: Send + Sync {
     /// Fills defaults and resets what a create may not set (e.g. status), before validation.
     fn prepare_for_create(&self, _object: &mut Value) {}
 
+    /// Records on a new object who creates it (a CertificateSigningRequest's requester), after
+    /// `prepare_for_create`.
+    fn prepare_for_create_by(&self, _object: &mut Value, _user: &UserInfo) {}
+
+    /// Completes a new object after mutating admission changed it, for what depends on those
+    /// changes (a pod's QoS class, from the resources LimitRanger may have defaulted).
+    fn prepare_admitted(&self, _object: &mut Value) {}
+
     /// Fills defaults on the new object of an update; `old` is the stored object.
     fn prepare_for_update(&self, _object: &mut Value, _old: &Value) {}
+
+    /// Prepares a write to `subresource` (`""` for the object itself), as upstream's
+    /// per-subresource strategies: what it may change of `old`. Returns `true` when this
+    /// replaces `prepare_for_update` (a subresource that writes only its own fields), `false`
+    /// when `prepare_for_update` follows.
+    fn prepare_for_subresource_update(
+        &self,
+        _subresource: &str,
+        _object: &mut Value,
+        _old: &Value,
+    ) -> bool {
+        false
+    }
+
+    /// How `metadata.name` is validated: a DNS-1123 subdomain unless the kind says otherwise.
+    fn name_validation(&self) -> fn(&str) -> Vec<String> {
+        skiff_apimachinery::validation::is_dns1123_subdomain
+    }
+
+    /// Whether a finished delete answers with the deleted object rather than a Success Status
+    /// (upstream's `ReturnDeletedObject`).
+    fn returns_deleted_object(&self) -> bool {
+        false
+    }
 
     /// Field errors of a new object (metadata is validated generically).
     fn validate(&self, _object: &Value) -> Vec<FieldError> {
@@ -239,6 +273,15 @@ pub struct Plain;
 
 impl Strategy for Plain {}
 
+/// ServiceAccounts: the generic rules; a delete answers with the account, as upstream.
+struct ServiceAccountStrategy;
+
+impl Strategy for ServiceAccountStrategy {
+    fn returns_deleted_object(&self) -> bool {
+        true
+    }
+}
+
 /// The strategy of a resource type.
 pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
     match (rt.group.as_str(), rt.plural.as_str()) {
@@ -247,6 +290,7 @@ pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
         ("", "nodes") => &node::NodeStrategy,
         ("", "services") => &service::ServiceStrategy,
         ("", "configmaps") => &configmap::ConfigMapStrategy,
+        ("", "serviceaccounts") => &ServiceAccountStrategy,
         ("", "secrets") => &secret::SecretStrategy,
         ("", "events") => &event::EventStrategy,
         ("", "persistentvolumeclaims") => &pvc::PersistentVolumeClaimStrategy,

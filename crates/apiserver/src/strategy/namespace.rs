@@ -9,6 +9,25 @@ use super::{Strategy, string_at};
 pub struct NamespaceStrategy;
 
 impl Strategy for NamespaceStrategy {
+    fn name_validation(&self) -> fn(&str) -> Vec<String> {
+        skiff_apimachinery::validation::is_dns1123_label
+    }
+
+    fn returns_deleted_object(&self) -> bool {
+        true
+    }
+
+    /// `finalize` writes exactly the `spec.finalizers` an update otherwise keeps.
+    fn prepare_for_subresource_update(&self, sub: &str, ns: &mut Value, old: &Value) -> bool {
+        if sub != "finalize" {
+            return false;
+        }
+        let finalizers = ns["spec"]["finalizers"].take();
+        self.prepare_for_update(ns, old);
+        ns["spec"]["finalizers"] = finalizers;
+        true
+    }
+
     fn prepare_for_delete(&self, ns: &mut Value) {
         ns["status"]["phase"] = json!("Terminating");
     }

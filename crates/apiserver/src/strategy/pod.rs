@@ -107,7 +107,7 @@ pub fn default_requests_from_limits(spec: &mut Value) {
 
 /// Sets `status.qosClass` from the spec: on create after mutating admission, as upstream's
 /// `PrepareForCreate` runs after it (LimitRanger and webhooks may add resources).
-pub fn set_qos_class(pod: &mut Value) {
+fn set_qos_class(pod: &mut Value) {
     let qos = qos_class(pod.get("spec").unwrap_or(&Value::Null));
     if pod["status"].is_object() {
         pod["status"]["qosClass"] = json!(qos);
@@ -197,6 +197,14 @@ pub fn validate_pod_spec(spec: &Value, path: &FieldPath) -> Vec<FieldError> {
 }
 
 impl Strategy for PodStrategy {
+    fn prepare_admitted(&self, pod: &mut Value) {
+        set_qos_class(pod);
+    }
+
+    fn returns_deleted_object(&self) -> bool {
+        true
+    }
+
     fn prepare_for_create(&self, pod: &mut Value) {
         if let Some(spec) = pod.get_mut("spec").filter(|s| s.is_object()) {
             default_pod_spec(spec);

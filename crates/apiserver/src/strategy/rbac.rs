@@ -4,7 +4,9 @@
 //! name, subjects are ServiceAccounts, Users or Groups, and `roleRef` never changes.
 
 use serde_json::{Value, json};
-use skiff_apimachinery::validation::{FieldError, FieldPath, is_dns1123_subdomain};
+use skiff_apimachinery::validation::{
+    FieldError, FieldPath, is_dns1123_subdomain, is_path_segment_name,
+};
 
 use super::Strategy;
 use super::common::{is_empty, object_at, str_at};
@@ -80,6 +82,11 @@ fn validate_rule(rule: &Value, namespaced: bool, path: &FieldPath) -> Vec<FieldE
 }
 
 impl Strategy for RoleStrategy {
+    /// RBAC names are path segments (`system:controller:…`), as upstream.
+    fn name_validation(&self) -> fn(&str) -> Vec<String> {
+        is_path_segment_name
+    }
+
     fn validate(&self, role: &Value) -> Vec<FieldError> {
         let path = FieldPath::new("rules");
         let rules = role.get("rules").and_then(Value::as_array);
@@ -160,6 +167,10 @@ fn validate_subject(subject: &Value, namespaced: bool, path: &FieldPath) -> Vec<
 }
 
 impl Strategy for BindingStrategy {
+    fn name_validation(&self) -> fn(&str) -> Vec<String> {
+        is_path_segment_name
+    }
+
     fn prepare_for_create(&self, binding: &mut Value) {
         default_binding(binding);
     }

@@ -246,6 +246,14 @@ fn drop_type_dependent(svc: &mut Value, old: &Value) {
 }
 
 impl Strategy for ServiceStrategy {
+    fn name_validation(&self) -> fn(&str) -> Vec<String> {
+        skiff_apimachinery::validation::is_dns1123_label
+    }
+
+    fn returns_deleted_object(&self) -> bool {
+        true
+    }
+
     fn prepare_for_create(&self, svc: &mut Value) {
         defaults(svc);
         // Upstream's status is a struct, so a new Service shows `loadBalancer: {}`.

@@ -5,9 +5,7 @@ use http::Response;
 use serde_json::{Value, json};
 use skiff_apimachinery::validation::{FieldError, FieldPath};
 
-use super::{
-    Fields, attrs, commit, encode, name_of, put_op, read_object, reservation_diff, validate,
-};
+use super::{Fields, attrs, commit, encode, name_of, read_object, reservation_diff, validate};
 use crate::admission::Operation;
 use crate::allocator;
 use crate::error::{ApiError, Result};
@@ -15,8 +13,7 @@ use crate::handlers::apply::record_update;
 use crate::handlers::read::render;
 use crate::handlers::{Body, Ctx};
 use crate::storage;
-use crate::strategy::certificatesigningrequest as csr;
-use crate::strategy::{self, generic};
+use crate::strategy::generic;
 use skiff_store::StoreExt;
 
 use super::MAX_RETRIES;
@@ -76,16 +73,14 @@ pub(in crate::handlers) async fn create_object(
     let name = name_of(&obj).to_string();
     generic::prepare_create(&ctx.rt, &mut obj, ctx.server.now());
     ctx.strategy.prepare_for_create(&mut obj);
-    if (ctx.rt.group.as_str(), ctx.rt.plural.as_str()) == (csr::GROUP, csr::PLURAL) {
-        csr::set_requester(&mut obj, &ctx.user);
-    }
+    ctx.strategy.prepare_for_create_by(&mut obj, &ctx.user);
     if fields == Fields::Record {
         record_update(ctx, &json!({}), &mut obj);
     }
     let a = attrs(ctx, Operation::Create, &name, None);
     ctx.server.admission.mutate(&a, Some(&mut obj)).await?;
-    if ctx.rt.group.is_empty() && ctx.rt.plural == "pods" && ctx.info.subresource.is_empty() {
-        strategy::pod::set_qos_class(&mut obj);
+    if ctx.info.subresource.is_empty() {
+        ctx.strategy.prepare_admitted(&mut obj);
     }
     let key = storage::key(&ctx.rt, &ctx.info.namespace, &name);
     // Only objects that hold allocations may need a second attempt (and so a pristine copy).
@@ -108,7 +103,7 @@ pub(in crate::handlers) async fn create_object(
             return render(ctx, 201, &obj).await;
         }
         let (reserve, _) = reservation_diff(Some(&obj), None);
-        let op = put_op(&key, value);
+        let op = Some(value);
         let sent = ctx.server.now();
         if let Some(rev) = commit(ctx, &key, 0, op, &reserve, &[]).await? {
             storage::set_resource_version(&mut obj, rev);

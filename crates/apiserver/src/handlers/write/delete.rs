@@ -6,7 +6,7 @@ use http::{Response, header};
 use serde_json::{Value, json};
 use skiff_apimachinery::validation::{FieldError, FieldPath};
 
-use super::{MAX_RETRIES, attrs, commit, delete_op, finalizers, put_op, reservation_diff, rv_of};
+use super::{MAX_RETRIES, attrs, commit, finalizers, reservation_diff, rv_of};
 use crate::admission::Operation;
 use crate::encoding::{self, BodyFormat};
 use crate::error::{ApiError, Result};
@@ -88,12 +88,7 @@ pub async fn delete(mut ctx: Ctx) -> Result<Response<Body>> {
     // A pending deletion (grace period, finalizers) answers with the object; a finished one with
     // a Success Status, except for the kinds upstream sets `ReturnDeletedObject` on.
     let pending = obj.pointer("/metadata/deletionTimestamp").is_some();
-    let returns_object = ctx.rt.group.is_empty()
-        && matches!(
-            ctx.rt.plural.as_str(),
-            "pods" | "services" | "serviceaccounts" | "namespaces"
-        );
-    if pending || returns_object {
+    if pending || ctx.strategy.returns_deleted_object() {
         return render(&ctx, 200, &obj).await;
     }
     let mut details = json!({"name": name, "kind": ctx.rt.plural,
@@ -172,7 +167,7 @@ pub(crate) async fn delete_one(ctx: &Ctx, name: &str, options: &DeleteOptions) -
             Vec::new()
         };
         let op = if immediate {
-            delete_op(&key)
+            None
         } else {
             let now = ctx.server.now();
             let meta = &mut next["metadata"];
@@ -197,7 +192,7 @@ pub(crate) async fn delete_one(ctx: &Ctx, name: &str, options: &DeleteOptions) -
             if next == current {
                 return Ok(current);
             }
-            put_op(&key, storage::encode(&next))
+            Some(storage::encode(&next))
         };
         let sent = ctx.server.now();
         if let Some(rev) = commit(ctx, &key, current_rv, op, &[], &release).await? {

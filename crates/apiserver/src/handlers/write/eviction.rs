@@ -11,7 +11,7 @@ use skiff_apimachinery::labels::Selector;
 use skiff_store::{KeyRange, RangeRequest};
 
 use super::delete::{DeleteOptions, delete_one};
-use super::{commit, put_op, rv_of};
+use super::{commit, rv_of};
 use crate::error::{ApiError, Result};
 use crate::handlers::read::fetch;
 use crate::handlers::{Body, Ctx, success_status};
@@ -197,16 +197,9 @@ pub async fn evict(ctx: Ctx) -> Result<Response<Body>> {
                     m.remove("resourceVersion");
                 }
                 let rev = rv_of(&budget).unwrap_or(0);
-                if commit(
-                    &ctx,
-                    &key,
-                    rev,
-                    put_op(&key, storage::encode(&stored)),
-                    &[],
-                    &[],
-                )
-                .await?
-                .is_some()
+                if commit(&ctx, &key, rev, Some(storage::encode(&stored)), &[], &[])
+                    .await?
+                    .is_some()
                 {
                     taken = true;
                     break;

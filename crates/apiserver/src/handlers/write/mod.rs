@@ -20,13 +20,11 @@ mod subresource;
 mod token;
 mod update;
 
+use crate::registry::{Guard, Txn};
 use bytes::Bytes;
 use http::header;
 use serde_json::{Value, json};
 use skiff_apimachinery::validation::{self, FieldError, FieldPath};
-use skiff_store::{
-    Compare, CompareOp, CompareTarget, DeleteRequest, KeyRange, PutRequest, TxnOp, TxnRequest,
-};
 
 use super::Ctx;
 use super::apply::managed_fields_of;
@@ -187,12 +185,7 @@ pub(super) fn check_fields(ctx: &Ctx, obj: &mut Value) -> Result<()> {
 }
 
 fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<()> {
-    let name_check = match (ctx.rt.group.as_str(), ctx.rt.plural.as_str()) {
-        ("", "namespaces" | "services") => validation::is_dns1123_label,
-        // RBAC names are path segments (`system:controller:…`), as upstream.
-        ("rbac.authorization.k8s.io", _) => validation::is_path_segment_name,
-        _ => validation::is_dns1123_subdomain,
-    };
+    let name_check = ctx.strategy.name_validation();
     let mut errs =
         validation::validate_object_meta(&obj["metadata"], ctx.rt.namespaced, name_check);
     if let Some(old) = old {
@@ -235,59 +228,29 @@ fn attrs<'a>(ctx: &'a Ctx, op: Operation, name: &'a str, old: Option<&'a Value>)
     }
 }
 
-fn put_op(key: &str, value: Bytes) -> TxnOp {
-    TxnOp::Put(PutRequest {
-        key: Bytes::from(key.to_string()),
-        value,
-        lease: 0,
-        prev_kv: false,
-    })
-}
-
-fn delete_op(key: &str) -> TxnOp {
-    TxnOp::Delete(DeleteRequest {
-        range: KeyRange::key(key.to_string()),
-        prev_kv: false,
-    })
-}
-
-/// Writes `op` at `key` if the key is still at `revision` (0: absent), creating the reservation
-/// keys in `reserve` (which must be absent) and deleting those in `release`, atomically. Returns
-/// the new revision, or `None` when a guard failed.
+/// Writes `value` (`None`: deletes) at `key` if the key is still at `revision` (0: absent),
+/// taking the reservation keys in `reserve` and releasing those in `release`, atomically.
+/// Returns the new revision, or `None` when a guard failed.
 async fn commit(
     ctx: &Ctx,
     key: &str,
     revision: i64,
-    op: TxnOp,
+    value: Option<Bytes>,
     reserve: &[String],
     release: &[String],
 ) -> Result<Option<i64>> {
-    let target = if revision == 0 {
-        CompareTarget::CreateRevision(0)
-    } else {
-        CompareTarget::ModRevision(revision)
+    let guard = Guard::revision(revision);
+    let mut txn = match value {
+        Some(value) => Txn::new().put(key, guard, value),
+        None => Txn::new().delete(key, guard),
     };
-    let mut compare = vec![Compare::new(key.to_string(), CompareOp::Equal, target)];
-    let mut success = vec![op];
     for r in reserve {
-        compare.push(Compare::new(
-            r.clone(),
-            CompareOp::Equal,
-            CompareTarget::CreateRevision(0),
-        ));
-        success.push(put_op(r, Bytes::from(key.to_string())));
+        txn = txn.reserve(r, key);
     }
-    success.extend(release.iter().map(|r| delete_op(r)));
-    let resp = ctx
-        .server
-        .store
-        .txn(TxnRequest {
-            compare,
-            success,
-            failure: vec![],
-        })
-        .await?;
-    Ok(resp.succeeded.then_some(resp.revision))
+    for r in release {
+        txn = txn.release(r);
+    }
+    txn.commit(&*ctx.server.store).await
 }
 
 /// Reservation keys `new` holds and `old` does not, and the reverse.

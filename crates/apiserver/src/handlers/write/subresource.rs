@@ -8,7 +8,7 @@ use skiff_apimachinery::catalog::Subresource;
 use skiff_apimachinery::validation::{FieldError, FieldPath};
 
 use super::update::{patch, update_with};
-use super::{Fields, commit, encode, name_of, no_op, put_op, read_object, rv_of, validate};
+use super::{Fields, commit, encode, name_of, no_op, read_object, rv_of, validate};
 use crate::error::{ApiError, Result};
 use crate::handlers::apply::record_update;
 use crate::handlers::read::fetch_internal;
@@ -140,7 +140,7 @@ pub async fn replace_object(ctx: &Ctx, next: Value) -> Result<Value> {
     }
     validate(ctx, &obj, Some(&current))?;
     let value = encode(ctx, &obj).await?;
-    match commit(ctx, &key, current_rv, put_op(&key, value), &[], &[]).await? {
+    match commit(ctx, &key, current_rv, Some(value), &[], &[]).await? {
         Some(rev) => {
             storage::set_resource_version(&mut obj, rev);
             Ok(obj)

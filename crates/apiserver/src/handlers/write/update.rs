@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 use skiff_apimachinery::patch::{self, PatchType};
 
 use super::{
-    Fields, MAX_RETRIES, attrs, check_fields, commit, delete_op, encode, finalizers, name_of,
-    no_op, put_op, read_object, reservation_diff, rv_of, validate,
+    Fields, MAX_RETRIES, attrs, check_fields, commit, encode, finalizers, name_of, no_op,
+    read_object, reservation_diff, rv_of, validate,
 };
 use crate::admission::Operation;
 use crate::allocator;
@@ -17,7 +17,6 @@ use crate::handlers::apply::{self as ssa, managed_fields_of, record_update};
 use crate::handlers::read::{fetch_internal, render_one};
 use crate::handlers::{Body, Ctx};
 use crate::storage;
-use crate::strategy::certificatesigningrequest as csr;
 use crate::strategy::generic;
 
 pub async fn update(mut ctx: Ctx) -> Result<Response<Body>> {
@@ -70,15 +69,12 @@ pub(crate) async fn update_with(
         }
         let computed = managed_fields_of(&obj).clone();
         generic::prepare_update(&ctx.rt, &mut obj, &current, &ctx.info.subresource);
-        if (ctx.rt.group.as_str(), ctx.rt.plural.as_str()) == (csr::GROUP, csr::PLURAL) {
-            csr::prepare_subresource_update(&ctx.info.subresource, &mut obj, &current);
-        }
-        // `finalize` writes exactly the spec.finalizers a strategy otherwise keeps from `current`.
-        let finalized =
-            (ctx.info.subresource == "finalize").then(|| obj["spec"]["finalizers"].clone());
-        ctx.strategy.prepare_for_update(&mut obj, &current);
-        if let Some(f) = finalized {
-            obj["spec"]["finalizers"] = f;
+        let sub = &ctx.info.subresource;
+        if !ctx
+            .strategy
+            .prepare_for_subresource_update(sub, &mut obj, &current)
+        {
+            ctx.strategy.prepare_for_update(&mut obj, &current);
         }
         match fields {
             Fields::Record => record_update(ctx, &current, &mut obj),
@@ -122,11 +118,8 @@ pub(crate) async fn update_with(
             return render_one(ctx, &obj).await;
         }
         let (op, (reserve, release)) = match value {
-            None => (delete_op(&key), reservation_diff(None, Some(&current))),
-            Some(value) => (
-                put_op(&key, value),
-                reservation_diff(Some(&obj), Some(&current)),
-            ),
+            None => (None, reservation_diff(None, Some(&current))),
+            Some(value) => (Some(value), reservation_diff(Some(&obj), Some(&current))),
         };
         let sent = ctx.server.now();
         match commit(ctx, &key, current_rv, op, &reserve, &release).await? {
