@@ -19,8 +19,8 @@
 //! - [`handlers`]: discovery, health, and the resource verbs.
 //! - [`strategy`]: per-kind defaulting, validation and selectable fields.
 //! - [`storage`]: key layout and the stored encoding of objects.
-//! - [`registry`]: the guarded store transactions every write is (the only place they are
-//!   built).
+//! - [`registry`]: the generic registry every write goes through (strategy, admission,
+//!   allocation, conversion, one guarded store transaction, the only place one is built).
 //! - [`encryption`]: encryption at rest (`--encryption-provider-config`), a store wrapper.
 //! - [`cache`]: the watch cache, one per served resource, added and dropped as types are.
 //! - [`stamped`]: stored JSON served with its `resourceVersion` spliced in, without a copy.

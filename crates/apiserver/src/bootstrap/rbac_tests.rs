@@ -3,8 +3,8 @@
 
 use std::collections::HashSet;
 
-use serde_json::json;
 use bytes::Bytes;
+use serde_json::json;
 use skiff_store::{DeleteRequest, EmbeddedConfig, EmbeddedStore, KeyRange, PutRequest};
 
 use super::*;

@@ -27,7 +27,7 @@ use super::{FINALIZER, GROUP, PLURAL};
 use crate::cache::{CacheEvent, WatchStart};
 use crate::error::Result;
 use crate::handlers::Ctx;
-use crate::handlers::write::{DeleteOptions, Fields, delete_one, update_with};
+use crate::registry::{self, DeleteOptions, Fields};
 use crate::request::RequestInfo;
 use crate::server::ApiServer;
 use crate::strategy::{Strategy, generic};
@@ -436,7 +436,7 @@ impl Controller {
                         &c.name,
                     );
                     let ctx = Ctx::internal(server.clone(), rt.clone(), info);
-                    match delete_one(&ctx, &c.name, &DeleteOptions::default()).await {
+                    match registry::delete(&ctx, &c.name, &DeleteOptions::default()).await {
                         Ok(_) => {}
                         Err(e) if e.code == 404 => {}
                         Err(e) => return Err(e),
@@ -447,7 +447,7 @@ impl Controller {
         }
         self.unserve(server, &name);
         let ctx = definition_ctx(server, "update", &name, "");
-        update_with(&ctx, None, Fields::Record, |current| {
+        registry::update(&ctx, None, Fields::Record, |current| {
             let mut next = current.clone();
             if let Some(f) = next["metadata"]["finalizers"].as_array_mut() {
                 f.retain(|f| f != FINALIZER);
@@ -596,7 +596,7 @@ fn definition_ctx(server: &Arc<ApiServer>, verb: &str, name: &str, subresource: 
 /// Writes a CRD's status through its `status` subresource.
 async fn write_status(server: &Arc<ApiServer>, name: &str, status: Value) -> Result<()> {
     let ctx = definition_ctx(server, "update", name, "status");
-    update_with(&ctx, None, Fields::Record, |current| {
+    registry::update(&ctx, None, Fields::Record, |current| {
         let mut next = current.clone();
         next["status"] = status.clone();
         Ok(next)

@@ -1,17 +1,19 @@
 //! Server-side apply (`PATCH` with `Content-Type: application/apply-patch+yaml`) and the
 //! managedFields bookkeeping of every other write: which manager a request writes as, which
 //! fields its path may own, and the glue from [`skiff_apimachinery::managedfields`] to the
-//! write path (`write.rs`), whose defaulting, validation, admission and store transaction an
-//! apply goes through like any patch.
+//! [`registry`](crate::registry), whose defaulting, validation, admission and store
+//! transaction an apply goes through like any patch.
 
 use http::{Response, header};
 use serde_json::{Value, json};
 use skiff_apimachinery::managedfields::{self, Scope, Writer};
 use skiff_apimachinery::validation::{FieldError, FieldPath};
 
-use super::write::{Fields, check_fields, create_object, update_with};
+use super::write::check_fields;
 use super::{Body, Ctx};
 use crate::error::{ApiError, Result};
+use crate::handlers::read::{render, render_one};
+use crate::registry::{self, Fields};
 use crate::strategy::generic;
 
 /// The media type of an apply patch.
@@ -217,14 +219,15 @@ pub async fn apply(mut ctx: Ctx) -> Result<Response<Body>> {
         .pointer("/metadata/resourceVersion")
         .and_then(Value::as_str)
         .and_then(|s| s.parse::<i64>().ok());
-    let updated = update_with(&ctx, pinned, Fields::Computed, |current| {
+    let updated = registry::update(&ctx, pinned, Fields::Computed, |current| {
         with_writer(&ctx, |w| managedfields::apply(current, &config, w, force))
             .map_err(|e| apply_error(&ctx, e))
     })
     .await;
     match updated {
         Err(e) if e.code == 404 && ctx.info.subresource.is_empty() => {}
-        other => return other,
+        Err(e) => return Err(e),
+        Ok(updated) => return render_one(&ctx, &updated).await,
     }
     // Apply creates.
     if let Some(uid) = config
@@ -249,5 +252,6 @@ pub async fn apply(mut ctx: Ctx) -> Result<Response<Body>> {
     } else if let Some(m) = obj["metadata"].as_object_mut() {
         m.remove("namespace");
     }
-    create_object(&ctx, obj, Fields::Computed).await
+    let created = registry::create(&ctx, obj, Fields::Computed).await?;
+    render(&ctx, 201, &created).await
 }

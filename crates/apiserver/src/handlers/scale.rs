@@ -99,7 +99,7 @@ pub async fn handle(mut ctx: Ctx) -> Result<Response<Body>> {
         .as_ref()
         .map_or("/spec/replicas", |p| &p.spec_replicas);
     set_at(&mut next, at, json!(replicas));
-    let resp = super::write::replace_object(&ctx, next).await?;
+    let resp = crate::registry::replace(&ctx, next).await?;
     Ok(super::json(200, &scale_of(&resp, paths.as_ref())))
 }
 

@@ -10,11 +10,10 @@ use skiff_apimachinery::catalog;
 use skiff_apimachinery::labels::Selector;
 use skiff_store::{KeyRange, RangeRequest};
 
-use super::delete::{DeleteOptions, delete_one};
-use super::{commit, rv_of};
 use crate::error::{ApiError, Result};
 use crate::handlers::read::fetch;
 use crate::handlers::{Body, Ctx, success_status};
+use crate::registry::{self, DeleteOptions, commit, rv_of};
 use crate::storage;
 use crate::strategy::generic;
 
@@ -214,7 +213,7 @@ pub async fn evict(ctx: Ctx) -> Result<Response<Body>> {
             "Cannot evict pod as it would violate the pod's disruption budget.",
         ));
     }
-    delete_one(&ctx, &name, &DeleteOptions::default()).await?;
+    registry::delete(&ctx, &name, &DeleteOptions::default()).await?;
     Ok(crate::handlers::json(
         201,
         &success_status(json!({"name": name, "kind": "pods"})),

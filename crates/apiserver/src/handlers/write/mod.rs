@@ -1,17 +1,15 @@
-//! Writes: create, update (PUT), patch, delete and deletecollection, and the write subresources
-//! (`status`, `scale`, `binding`, `finalize`, `eviction`). Each write runs defaulting, the
-//! status split, validation and admission, then one store transaction guarded on the object's
-//! revision (create-if-absent, update-if-unchanged, delete-if-unchanged), retried when the client
-//! did not pin a resourceVersion.
+//! Write requests: create, update (PUT), patch, delete and deletecollection, and the write
+//! subresources (`status`, `scale`, `binding`, `finalize`, `eviction`, `token`). Each reads and
+//! checks the request (body, type, namespace, options, `fieldValidation`), hands the write to
+//! the [`registry`](crate::registry), and renders what it stored.
 //!
 //! # Layout
-//! - this file: what every write shares (reading the body, validation, admission attributes,
-//!   the guarded store transaction, reservation keys).
-//! - [`create`]: POST, `generateName`, and the create path apply shares.
-//! - [`update`]: PUT and patches, over the guaranteed-update loop apply shares.
-//! - [`delete`]: delete options, graceful and finalized deletion, deletecollection.
-//! - [`subresource`]: `status`, `finalize`, `binding`, `eviction`, and whole-object replacement
-//!   for `scale`.
+//! - this file: reading a create/update body, and field validation.
+//! - [`create`]: POST and `generateName`.
+//! - [`update`]: PUT and patches.
+//! - [`delete`]: delete options, DELETE and deletecollection.
+//! - [`subresource`]: `status`, `finalize`, `binding`, and whole-object replacement for `scale`.
+//! - `eviction`, `token`: the Eviction and TokenRequest subresources.
 
 mod create;
 mod delete;
@@ -20,58 +18,18 @@ mod subresource;
 mod token;
 mod update;
 
-use crate::registry::{Guard, Txn};
-use bytes::Bytes;
 use http::header;
 use serde_json::{Value, json};
-use skiff_apimachinery::validation::{self, FieldError, FieldPath};
+use skiff_apimachinery::validation::{FieldError, FieldPath};
 
 use super::Ctx;
-use super::apply::managed_fields_of;
-use crate::admission::{Attributes, Operation};
-use crate::allocator;
 use crate::encoding::{self, BodyFormat};
 use crate::error::{ApiError, Result};
-use crate::storage;
-use crate::strategy::generic;
 
 pub use create::create;
-pub(super) use create::create_object;
-pub(crate) use delete::{DeleteOptions, delete_one};
 pub use delete::{delete, delete_collection};
-pub use subresource::{replace_object, subresource};
-pub(crate) use update::update_with;
+pub use subresource::subresource;
 pub use update::{patch, update};
-
-/// How a write treats `metadata.managedFields`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fields {
-    /// Record an `Update` entry for the request's manager (creates, updates, patches).
-    Record,
-    /// The new object's entries are already computed (server-side apply).
-    Computed,
-}
-
-/// Whether a prepared write changes nothing the store would keep, managedFields included.
-fn no_op(obj: &Value, current: &Value) -> bool {
-    generic::unchanged(obj, current) && managed_fields_of(obj) == managed_fields_of(current)
-}
-
-/// Guaranteed updates retry this often on a conflicting concurrent write.
-const MAX_RETRIES: usize = 16;
-
-fn name_of(obj: &Value) -> &str {
-    obj.pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-}
-
-fn rv_of(obj: &Value) -> Option<i64> {
-    obj.pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .and_then(|s| s.parse().ok())
-}
 
 /// Reads a create/update body (in the request's version) and checks its type and namespace
 /// against the URL.
@@ -121,20 +79,6 @@ async fn read_object(ctx: &mut Ctx, kind: &str, api_version: &str) -> Result<Val
     Ok(obj)
 }
 
-/// `obj` (as handlers work on it) encoded for the store: converted to the storage version first
-/// when that may differ, so a conversion that fails stores nothing.
-async fn encode(ctx: &Ctx, obj: &Value) -> Result<Bytes> {
-    if !ctx.server.conversion.needed(&ctx.rt) {
-        return Ok(storage::encode(obj));
-    }
-    let stored = ctx
-        .server
-        .conversion
-        .to_storage(&ctx.rt, obj.clone())
-        .await?;
-    Ok(storage::encode(&stored))
-}
-
 /// Field validation of a body against its schema, as upstream's `fieldValidation`: with
 /// `Strict` fields the schema does not define are a 400 (strict decoding); with `Warn`, the
 /// default, each becomes a `Warning` header; `Ignore` says nothing. Either way they are dropped
@@ -182,101 +126,4 @@ pub(super) fn check_fields(ctx: &Ctx, obj: &mut Value) -> Result<()> {
             )))
         }
     }
-}
-
-fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<()> {
-    let name_check = ctx.strategy.name_validation();
-    let mut errs =
-        validation::validate_object_meta(&obj["metadata"], ctx.rt.namespaced, name_check);
-    if let Some(old) = old {
-        errs.extend(validation::validate_object_meta_update(
-            &obj["metadata"],
-            &old["metadata"],
-        ));
-    }
-    let strategy = &ctx.strategy;
-    errs.extend(match old {
-        Some(old) => strategy.validate_update(obj, old),
-        None => strategy.validate(obj),
-    });
-    if errs.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(
-            &ctx.rt.kind,
-            &ctx.rt.group,
-            name_of(obj),
-            &errs,
-        ))
-    }
-}
-
-fn attrs<'a>(ctx: &'a Ctx, op: Operation, name: &'a str, old: Option<&'a Value>) -> Attributes<'a> {
-    Attributes {
-        operation: op,
-        resource: &ctx.rt,
-        subresource: &ctx.info.subresource,
-        namespace: &ctx.info.namespace,
-        name,
-        user: &ctx.user,
-        old,
-        dry_run: ctx.dry_run(),
-        notes: crate::admission::Notes {
-            warnings: ctx.warnings.clone(),
-            audit: ctx.audit_annotations.clone(),
-        },
-    }
-}
-
-/// Writes `value` (`None`: deletes) at `key` if the key is still at `revision` (0: absent),
-/// taking the reservation keys in `reserve` and releasing those in `release`, atomically.
-/// Returns the new revision, or `None` when a guard failed.
-async fn commit(
-    ctx: &Ctx,
-    key: &str,
-    revision: i64,
-    value: Option<Bytes>,
-    reserve: &[String],
-    release: &[String],
-) -> Result<Option<i64>> {
-    let guard = Guard::revision(revision);
-    let mut txn = match value {
-        Some(value) => Txn::new().put(key, guard, value),
-        None => Txn::new().delete(key, guard),
-    };
-    for r in reserve {
-        txn = txn.reserve(r, key);
-    }
-    for r in release {
-        txn = txn.release(r);
-    }
-    txn.commit(&*ctx.server.store).await
-}
-
-/// Reservation keys `new` holds and `old` does not, and the reverse.
-fn reservation_diff(new: Option<&Value>, old: Option<&Value>) -> (Vec<String>, Vec<String>) {
-    let new = new.map(allocator::reservations).unwrap_or_default();
-    let old = old.map(allocator::reservations).unwrap_or_default();
-    let reserve = new.iter().filter(|k| !old.contains(k)).cloned().collect();
-    let release = old.iter().filter(|k| !new.contains(k)).cloned().collect();
-    (reserve, release)
-}
-
-fn finalizers(obj: &Value) -> Vec<String> {
-    let mut out: Vec<String> = obj
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|f| f.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    // A namespace also waits for its spec finalizers (the namespace controller).
-    if let Some(spec) = obj.pointer("/spec/finalizers").and_then(Value::as_array)
-        && obj.get("kind").and_then(Value::as_str) == Some("Namespace")
-    {
-        out.extend(spec.iter().filter_map(|f| f.as_str().map(str::to_string)));
-    }
-    out
 }

@@ -1,19 +1,18 @@
-//! Write subresources: `status`, `approval` and `finalize` (updates of one part of the object), `binding`
-//! (a pod's node, once), `eviction` (a delete), `token` (a service account token), and the
-//! whole-object replacement `scale` uses.
+//! Write subresources: `status`, `approval` and `finalize` (updates of one part of the
+//! object), `binding` (a pod's node, once), `eviction` (a delete) and `token` (a service
+//! account token).
 
 use http::Response;
 use serde_json::{Value, json};
 use skiff_apimachinery::catalog::Subresource;
 use skiff_apimachinery::validation::{FieldError, FieldPath};
 
-use super::update::{patch, update_with};
-use super::{Fields, commit, encode, name_of, no_op, read_object, rv_of, validate};
+use super::read_object;
+use super::update::patch;
 use crate::error::{ApiError, Result};
-use crate::handlers::apply::record_update;
-use crate::handlers::read::fetch_internal;
+use crate::handlers::read::render_one;
 use crate::handlers::{Body, Ctx, success_status};
-use crate::storage;
+use crate::registry::{self, Fields, name_of, rv_of};
 use crate::strategy::generic;
 
 /// Requests to a subresource.
@@ -26,7 +25,7 @@ pub async fn subresource(mut ctx: Ctx, sub: &Subresource) -> Result<Response<Bod
             let obj = read_object(&mut ctx, &kind, &api_version).await?;
             let pinned = rv_of(&obj);
             let finalize = sub.name == "finalize";
-            update_with(&ctx, pinned, Fields::Record, |current| {
+            let updated = registry::update(&ctx, pinned, Fields::Record, |current| {
                 if finalize {
                     // Only spec.finalizers changes.
                     let mut next = current.clone();
@@ -36,7 +35,8 @@ pub async fn subresource(mut ctx: Ctx, sub: &Subresource) -> Result<Response<Bod
                     Ok(obj.clone())
                 }
             })
-            .await
+            .await?;
+            render_one(&ctx, &updated).await
         }
         ("status" | "approval", "patch") => patch(ctx).await,
         ("scale", _) => crate::handlers::scale::handle(ctx).await,
@@ -82,7 +82,7 @@ async fn bind(mut ctx: Ctx) -> Result<Response<Body>> {
         ));
     }
     let now = generic::timestamp(ctx.server.now());
-    update_with(&ctx, None, Fields::Record, |pod| {
+    registry::update(&ctx, None, Fields::Record, |pod| {
         if let Some(existing) = pod
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)
@@ -122,32 +122,4 @@ async fn bind(mut ctx: Ctx) -> Result<Response<Body>> {
     })
     .await?;
     Ok(crate::handlers::json(201, &success_status(Value::Null)))
-}
-
-/// Writes a whole new state of the request's object (for subresources that compute it, in the
-/// form handlers work on), guarded on the revision it was computed from. Returns the object
-/// written, in that form.
-pub async fn replace_object(ctx: &Ctx, next: Value) -> Result<Value> {
-    let name = ctx.info.name.clone();
-    let key = storage::key(&ctx.rt, &ctx.info.namespace, &name);
-    let current = fetch_internal(ctx, &name).await?;
-    let current_rv = rv_of(&current).unwrap_or(0);
-    let mut obj = next;
-    generic::prepare_update(&ctx.rt, &mut obj, &current, "scale");
-    record_update(ctx, &current, &mut obj);
-    if no_op(&obj, &current) {
-        return Ok(current);
-    }
-    validate(ctx, &obj, Some(&current))?;
-    let value = encode(ctx, &obj).await?;
-    match commit(ctx, &key, current_rv, Some(value), &[], &[]).await? {
-        Some(rev) => {
-            storage::set_resource_version(&mut obj, rev);
-            Ok(obj)
-        }
-        None => Err(ApiError::conflict(
-            ctx.target(&name),
-            "the object has been modified; please apply your changes to the latest version and try again",
-        )),
-    }
 }

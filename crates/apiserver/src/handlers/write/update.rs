@@ -1,23 +1,17 @@
-//! PUT and patches (JSON, merge, strategic merge; apply patches go to `apply.rs`), over the
-//! guaranteed-update loop: read, compute, write guarded on the revision read, retry.
+//! PUT and patches (JSON, merge, strategic merge; apply patches go to `apply.rs`), each a
+//! change the registry's guaranteed update applies to the current object.
 
 use http::{Response, header};
 use serde_json::{Value, json};
 use skiff_apimachinery::patch::{self, PatchType};
 
-use super::{
-    Fields, MAX_RETRIES, attrs, check_fields, commit, encode, finalizers, name_of, no_op,
-    read_object, reservation_diff, rv_of, validate,
-};
-use crate::admission::Operation;
-use crate::allocator;
+use super::{check_fields, read_object};
 use crate::encoding;
 use crate::error::{ApiError, Result};
-use crate::handlers::apply::{self as ssa, managed_fields_of, record_update};
-use crate::handlers::read::{fetch_internal, render_one};
+use crate::handlers::apply as ssa;
+use crate::handlers::read::render_one;
 use crate::handlers::{Body, Ctx};
-use crate::storage;
-use crate::strategy::generic;
+use crate::registry::{self, Fields, name_of, rv_of};
 
 pub async fn update(mut ctx: Ctx) -> Result<Response<Body>> {
     let (kind, api_version) = (ctx.rt.kind.clone(), ctx.rt.api_version());
@@ -33,114 +27,8 @@ pub async fn update(mut ctx: Ctx) -> Result<Response<Body>> {
         _ => {}
     }
     let pinned = rv_of(&obj);
-    update_with(&ctx, pinned, Fields::Record, |_| Ok(obj.clone())).await
-}
-
-/// A guaranteed update: reads the object, computes the new one with `change` (which sees and
-/// returns it in the request's version), and writes it guarded on the revision read; retried on
-/// conflict unless the client pinned `pinned`.
-pub(crate) async fn update_with(
-    ctx: &Ctx,
-    pinned: Option<i64>,
-    fields: Fields,
-    mut change: impl FnMut(&Value) -> Result<Value>,
-) -> Result<Response<Body>> {
-    let name = ctx.info.name.as_str();
-    let key = storage::key(&ctx.rt, &ctx.info.namespace, name);
-    for _ in 0..MAX_RETRIES {
-        let current = fetch_internal(ctx, name).await?;
-        let current_rv = rv_of(&current).unwrap_or(0);
-        if pinned.is_some_and(|p| p != current_rv) {
-            return Err(ApiError::conflict(
-                ctx.target(name),
-                "the object has been modified; please apply your changes to the latest version and try again",
-            ));
-        }
-        let mut obj = if ctx.server.conversion.needed(&ctx.rt) {
-            let conversion = &ctx.server.conversion;
-            let served = conversion.to_external(&ctx.rt, current.clone()).await?;
-            conversion.to_internal(&ctx.rt, change(&served)?).await?
-        } else {
-            change(&current)?
-        };
-        obj["metadata"]["name"] = json!(name);
-        if ctx.rt.namespaced {
-            obj["metadata"]["namespace"] = json!(ctx.info.namespace);
-        }
-        let computed = managed_fields_of(&obj).clone();
-        generic::prepare_update(&ctx.rt, &mut obj, &current, &ctx.info.subresource);
-        let sub = &ctx.info.subresource;
-        if !ctx
-            .strategy
-            .prepare_for_subresource_update(sub, &mut obj, &current)
-        {
-            ctx.strategy.prepare_for_update(&mut obj, &current);
-        }
-        match fields {
-            Fields::Record => record_update(ctx, &current, &mut obj),
-            // A status write keeps only the status: put the computed entries back.
-            Fields::Computed if computed.is_null() => {
-                if let Some(m) = obj["metadata"].as_object_mut() {
-                    m.remove("managedFields");
-                }
-            }
-            Fields::Computed => obj["metadata"]["managedFields"] = computed,
-        }
-        storage::set_resource_version(&mut obj, current_rv);
-        // an object stored under an older encryption key is rewritten even when unchanged
-        if no_op(&obj, &current) && !ctx.server.gates.stale(&key).await {
-            return render_one(ctx, &current).await;
-        }
-        let a = attrs(ctx, Operation::Update, name, Some(&current));
-        ctx.server.admission.mutate(&a, Some(&mut obj)).await?;
-        allocator::allocate(
-            &*ctx.server.store,
-            &ctx.server.ranges,
-            &mut obj,
-            Some(&current),
-        )
-        .await?;
-        validate(ctx, &obj, Some(&current))?;
-        ctx.server.admission.validate(&a, Some(&obj)).await?;
-        // Removing the last finalizer of an object being deleted deletes it.
-        let finished = obj.pointer("/metadata/deletionTimestamp").is_some()
-            && finalizers(&obj).is_empty()
-            && obj
-                .pointer("/metadata/deletionGracePeriodSeconds")
-                .and_then(Value::as_i64)
-                .unwrap_or(0)
-                == 0;
-        let value = match finished {
-            true => None,
-            false => Some(encode(ctx, &obj).await?),
-        };
-        if ctx.dry_run() {
-            return render_one(ctx, &obj).await;
-        }
-        let (op, (reserve, release)) = match value {
-            None => (None, reservation_diff(None, Some(&current))),
-            Some(value) => (Some(value), reservation_diff(Some(&obj), Some(&current))),
-        };
-        let sent = ctx.server.now();
-        match commit(ctx, &key, current_rv, op, &reserve, &release).await? {
-            Some(rev) => {
-                storage::set_resource_version(&mut obj, rev);
-                crate::trace::wrote(ctx, Some(&current), (!finished).then_some(&obj), rev, sent);
-                return render_one(ctx, &obj).await;
-            }
-            None if pinned.is_some() => {
-                return Err(ApiError::conflict(
-                    ctx.target(name),
-                    "the object has been modified; please apply your changes to the latest version and try again",
-                ));
-            }
-            None => continue,
-        }
-    }
-    Err(ApiError::conflict(
-        ctx.target(name),
-        "too many concurrent updates",
-    ))
+    let updated = registry::update(&ctx, pinned, Fields::Record, |_| Ok(obj.clone())).await?;
+    render_one(&ctx, &updated).await
 }
 
 pub async fn patch(mut ctx: Ctx) -> Result<Response<Body>> {
@@ -167,12 +55,13 @@ pub async fn patch(mut ctx: Ctx) -> Result<Response<Body>> {
         .ok()
         .as_ref()
         .and_then(rv_of);
-    update_with(&ctx, pinned, Fields::Record, |current| {
+    let patched = registry::update(&ctx, pinned, Fields::Record, |current| {
         let mut patched = patch::apply(group, rkind, current, kind, &body).map_err(patch_error)?;
         check_fields(&ctx, &mut patched)?;
         Ok(patched)
     })
-    .await
+    .await?;
+    render_one(&ctx, &patched).await
 }
 
 /// A patch that cannot be applied, with the status upstream gives it.
