@@ -183,6 +183,14 @@ async fn lists_watches_dry_runs_and_finalizers_answer_as_upstream() {
     running.stop().await;
 }
 
+/// Creates ConfigMap `name` in `default` with data `k: v`.
+async fn create_with_data(client: &kube::Client, name: &str) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let mut cm = config_map(name);
+    cm.data = Some([("k".to_string(), "v".to_string())].into());
+    api.create(&PostParams::default(), &cm).await.unwrap();
+}
+
 /// The raw body of a GET, whatever its status.
 async fn raw_get(client: &kube::Client, path: &str, accept: &str) -> (u16, String, Vec<u8>) {
     let req = http::Request::get(path)
@@ -203,10 +211,7 @@ async fn raw_get(client: &kube::Client, path: &str, accept: &str) -> (u16, Strin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_is_written_in_the_go_structs_order() {
     let running = common::start().await;
-    let api: Api<ConfigMap> = Api::namespaced(running.client.clone(), "default");
-    let mut cm = config_map("ordered");
-    cm.data = Some([("k".to_string(), "v".to_string())].into());
-    api.create(&PostParams::default(), &cm).await.unwrap();
+    create_with_data(&running.client, "ordered").await;
 
     let (code, _, body) = raw_get(
         &running.client,
@@ -266,10 +271,7 @@ async fn protobuf_is_served_for_built_in_kinds_as_upstream_encodes_it() {
     }
 
     let running = common::start().await;
-    let api: Api<ConfigMap> = Api::namespaced(running.client.clone(), "default");
-    let mut cm = config_map("proto");
-    cm.data = Some([("k".to_string(), "v".to_string())].into());
-    api.create(&PostParams::default(), &cm).await.unwrap();
+    create_with_data(&running.client, "proto").await;
 
     // One object: the envelope names its kind, the message holds the fields.
     let (code, content_type, body) = raw_get(
