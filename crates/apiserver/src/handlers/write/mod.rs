@@ -176,6 +176,8 @@ fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<()> {
         ("", "namespaces" | "services") => validation::is_dns1123_label,
         // RBAC names are path segments (`system:controller:…`), as upstream.
         ("rbac.authorization.k8s.io", _) => validation::is_path_segment_name,
+        // APIService names are `<version>.<group>` (`v1.` for core), path segments as upstream
+        ("apiregistration.k8s.io", "apiservices") => validation::is_path_segment_name,
         _ => validation::is_dns1123_subdomain,
     };
     let mut errs =
