@@ -10,6 +10,8 @@
 //! - [`coalesce`]: HTTP/2 connections write once per scheduler round, not once per frame.
 //! - [`pki`]: the cluster CA, serving and client certificates, the admin kubeconfig.
 //! - [`kubelet_client`]: TLS connections to kubelets with the API server's client certificate.
+//! - [`https_client`]: HTTPS connections to webhooks, OIDC issuers and aggregated API servers.
+//! - [`services`]: finding a Service's address (its EndpointSlices) for those calls.
 //! - [`authn`], [`authz`], [`admission`]: the three gates.
 //! - [`audit`]: audit events (`--audit-policy-file`, `--audit-log-path`) and `Audit-Id`.
 //! - [`overload`]: in-flight limits (429) and the request timeout (504).
@@ -55,6 +57,7 @@ pub mod pki;
 pub mod protobuf;
 pub mod request;
 pub mod server;
+pub mod services;
 pub mod stamped;
 pub mod storage;
 pub mod strategy;

@@ -60,7 +60,7 @@ pub async fn create(mut ctx: Ctx) -> Result<Response<Body>> {
 
 /// The create path shared by POST, apply and the subresources that create (bindings are not
 /// objects).
-pub(in crate::handlers) async fn create_object(
+pub(crate) async fn create_object(
     ctx: &Ctx,
     mut obj: Value,
     fields: Fields,

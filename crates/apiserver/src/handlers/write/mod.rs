@@ -38,7 +38,7 @@ use crate::error::{ApiError, Result};
 use crate::strategy::generic;
 
 pub use create::create;
-pub(super) use create::create_object;
+pub(crate) use create::create_object;
 pub(crate) use delete::{DeleteOptions, delete_one};
 pub use delete::{delete, delete_collection};
 pub use subresource::{replace_object, subresource};
