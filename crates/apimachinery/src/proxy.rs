@@ -115,7 +115,11 @@ pub fn bodiless(
 /// switches protocols and the request carries the client's pending upgrade, the two upgraded
 /// connections are joined in a background task. The response's body is the backend's,
 /// streamed.
-pub async fn forward<IO, B>(io: IO, backend: &str, request: Forward<B>) -> Result<Response<Incoming>>
+pub async fn forward<IO, B>(
+    io: IO,
+    backend: &str,
+    request: Forward<B>,
+) -> Result<Response<Incoming>>
 where
     IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     B: hyper::body::Body<Data = Bytes> + Send + 'static,

@@ -25,6 +25,8 @@
 //! - [`cache`]: the watch cache, one per served resource, added and dropped as types are.
 //! - [`stamped`]: stored JSON served with its `resourceVersion` spliced in, without a copy.
 //! - [`crd`]: CustomResourceDefinitions and custom resources.
+//! - [`aggregator`]: APIServices: Local ones for what is served here, remote ones proxied to
+//!   aggregated API servers and merged into discovery (upstream's kube-aggregator).
 //! - [`conversion`]: served forms that differ from the stored one (events.k8s.io Events).
 //! - [`encoding`], [`protobuf`]: request body formats and content negotiation.
 //! - [`allocator`]: Service ClusterIPs and NodePorts.
@@ -35,6 +37,7 @@
 //! - [`error`]: `Status` errors.
 
 pub mod admission;
+pub mod aggregator;
 pub mod allocator;
 pub mod audit;
 pub mod authn;

@@ -402,8 +402,9 @@ mod tests {
         assert_ne!(proxy.ca_cert_pem, pki.ca_cert_pem);
         let again = Pki::load(dir.path()).unwrap().front_proxy().unwrap();
         assert_eq!(again.client_cert_pem, proxy.client_cert_pem);
-        let der = rustls_pki_types::CertificateDer::from_pem_slice(proxy.client_cert_pem.as_bytes())
-            .unwrap();
+        let der =
+            rustls_pki_types::CertificateDer::from_pem_slice(proxy.client_cert_pem.as_bytes())
+                .unwrap();
         let (_, cert) = X509Certificate::from_der(&der).unwrap();
         let cn = cert.subject().iter_common_name().next().unwrap();
         assert_eq!(cn.as_str().unwrap(), FRONT_PROXY_CLIENT);

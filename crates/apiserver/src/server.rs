@@ -75,6 +75,8 @@ pub struct Gates {
     pub disabled_admission: Vec<String>,
     /// `--trace-objects`: the lifecycle trace's recorder (none: recording off).
     pub trace: Option<Arc<crate::trace::Recorder>>,
+    /// The client and front-proxy CAs and the proxy client certificate of API aggregation.
+    pub aggregation: Option<crate::aggregator::Options>,
 }
 
 impl Gates {
@@ -127,6 +129,8 @@ pub struct ApiServer {
     pub tokens: Option<Arc<crate::tokens::TokenIssuer>>,
     /// Audit, encryption at rest, in-flight limits and the request timeout.
     pub gates: Gates,
+    /// APIServices: what is proxied to aggregated API servers, and how.
+    pub aggregator: crate::aggregator::Aggregator,
     /// Turns true when the listener stops: watches end then (as upstream's with
     /// `--shutdown-watch-termination-grace-period` 0), so the graceful shutdown does not wait
     /// for clients to close them.
@@ -454,12 +458,13 @@ impl ApiServer {
             kubelet,
             tokens,
             gates: Gates::default(),
+            aggregator: crate::aggregator::Aggregator::default(),
         }))
     }
 
     /// [`ApiServer::new`] with the authentication flags and the command line's `gates` (its
     /// `encryption`, if any, must be `store`); the admission plugins `gates.disabled_admission`
-    /// names are left out of the chain. Starts the server's own controllers (CRDs).
+    /// names are left out of the chain. Starts the server's own controllers (CRDs, APIServices).
     pub async fn with_gates(
         store: Arc<dyn Store>,
         kubelet: crate::kubelet_client::KubeletClient,
@@ -481,8 +486,10 @@ impl ApiServer {
             )));
         }
         plugins.retain(|p| !gates.disabled_admission.iter().any(|name| name == p.name()));
+        building.aggregator = crate::aggregator::Aggregator::new(gates.aggregation.clone())?;
         building.gates = gates;
         crate::crd::controller::spawn(Arc::downgrade(&server));
+        crate::aggregator::controller::spawn(Arc::downgrade(&server));
         Ok(server)
     }
 

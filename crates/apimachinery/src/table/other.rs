@@ -596,7 +596,12 @@ mod tests {
             "status": {"conditions": [{"type": "Available", "status": "True", "reason": "Local"}]}});
         assert_eq!(
             (API_SERVICES.cells)(&local, now()),
-            [json!("v1.apps"), json!("Local"), json!("True"), json!("45s")]
+            [
+                json!("v1.apps"),
+                json!("Local"),
+                json!("True"),
+                json!("45s")
+            ]
         );
         let down = json!({"metadata": meta("v1beta1.metrics.k8s.io"),
             "spec": {"service": {"namespace": "kube-system", "name": "metrics-server"}},
@@ -604,7 +609,10 @@ mod tests {
                                        "reason": "MissingEndpoints"}]}});
         assert_eq!(
             (API_SERVICES.cells)(&down, now())[1..3],
-            [json!("kube-system/metrics-server"), json!("False (MissingEndpoints)")]
+            [
+                json!("kube-system/metrics-server"),
+                json!("False (MissingEndpoints)")
+            ]
         );
         let new = json!({"metadata": meta("v1.x.io"), "spec": {"service": {"name": "s"}}});
         assert_eq!((API_SERVICES.cells)(&new, now())[2], json!("Unknown"));

@@ -241,6 +241,8 @@ pub fn success_status(details: Value) -> Value {
                        "status": "Success", "details": details})
 }
 
+/// Routes a request that passed the gates: a remote APIService's paths to its aggregated
+/// server, the rest to discovery, OpenAPI, the system paths or a resource verb.
 pub async fn route(
     server: Arc<ApiServer>,
     req: Request<Incoming>,
@@ -248,6 +250,10 @@ pub async fn route(
     query: HashMap<String, String>,
     user: UserInfo,
 ) -> Response<Body> {
+    let aggregated = crate::aggregator::proxy::target(&server.aggregator.state(), &info).cloned();
+    if let Some(api_service) = aggregated {
+        return crate::aggregator::proxy::serve(server, req, api_service, &user).await;
+    }
     let accept = req
         .headers()
         .get(header::ACCEPT)

@@ -134,7 +134,7 @@ pub async fn send(
     let request = proxy::bodiless(method, path_and_query, headers, ctx.upgrade.take());
     proxy::forward(tls, &authority, request)
         .await
-    .map_err(|e| unreachable(&e))
+        .map_err(|e| unreachable(&e))
 }
 
 /// Upstream's `GenericHttpResponseChecker`: a kubelet answer outside 2xx becomes an error
