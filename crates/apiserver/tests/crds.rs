@@ -390,9 +390,15 @@ async fn a_terminating_definition_waits_for_its_objects_finalizers_and_refuses_c
             && s.message == "create not allowed while custom resource definition is terminating"),
         "{err:?}"
     );
-    // The object waits on its own finalizer, and the CRD on the object.
-    let held = api.get("held").await.unwrap();
-    assert!(held.metadata.deletion_timestamp.is_some());
+    // The object waits on its own finalizer, and the CRD on the object (its deletion follows
+    // the Terminating condition, so it is waited for).
+    let deleting = await_condition(api.clone(), "held", |w: Option<&Widget>| {
+        w.is_some_and(|w| w.metadata.deletion_timestamp.is_some())
+    });
+    tokio::time::timeout(Duration::from_secs(5), deleting)
+        .await
+        .expect("the object is being deleted within 5 s")
+        .unwrap();
     assert!(crds.get_opt("widgets.example.com").await.unwrap().is_some());
 
     let uid = crds
