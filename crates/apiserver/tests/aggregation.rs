@@ -57,6 +57,11 @@ fn answer(path: &str, user: &str) -> (u16, Value) {
                               "metadata": {"name": "f1", "namespace": "default",
                                            "annotations": {"seen-user": user}}}]}),
         ),
+        "/openapi/v3/apis/wardle.example.com/v1alpha1" => (
+            200,
+            json!({"openapi": "3.0.0", "info": {"title": "wardle", "version": "v1alpha1"},
+                   "paths": {}}),
+        ),
         _ => (
             404,
             json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
@@ -371,6 +376,15 @@ async fn an_aggregated_api_server_is_proxied_discovered_and_checked() {
         .unwrap();
     assert_eq!(item["versions"][0]["resources"][0]["resource"], "flunders");
     assert_eq!(item["versions"][0]["freshness"], "Current");
+
+    // OpenAPI v3 lists the group version, and its document is the remote's
+    let (_, index) = get(&client, "/openapi/v3").await;
+    assert_eq!(
+        index["paths"]["apis/wardle.example.com/v1alpha1"]["serverRelativeURL"],
+        "/openapi/v3/apis/wardle.example.com/v1alpha1"
+    );
+    let (code, doc) = get(&client, "/openapi/v3/apis/wardle.example.com/v1alpha1").await;
+    assert_eq!((code, doc["info"]["title"].as_str()), (200, Some("wardle")));
 
     // a request through the aggregator reaches the server as the authenticated user
     let gvk = GroupVersionKind::gvk(GROUP, VERSION, "Flunder");

@@ -1,5 +1,5 @@
-//! Requests under `/apis/<group>/<version>` of a remote APIService, forwarded as upstream's
-//! proxy handler does: after this server's authentication, impersonation and authorization,
+//! Requests under `/apis/<group>/<version>` of a remote APIService (and for its OpenAPI v3
+//! document, `/openapi/v3/apis/<group>/<version>`), forwarded as upstream's proxy handler does: after this server's authentication, impersonation and authorization,
 //! to a ready endpoint of the APIService's Service over TLS (its `caBundle`, else the host's
 //! roots, or unchecked with `insecureSkipTLSVerify`; server name `<service>.<namespace>.svc`),
 //! presenting the front-proxy client certificate and the user in `X-Remote-User`,
@@ -38,6 +38,31 @@ pub fn target<'a>(state: &'a State, info: &RequestInfo) -> Option<&'a ApiService
         [group, version, ..] => state.remote(group, version),
         _ => None,
     }
+}
+
+/// The remote APIService whose OpenAPI v3 document `path` asks for
+/// (`/openapi/v3/apis/<group>/<version>`), if any.
+pub fn openapi_target<'a>(state: &'a State, path: &str) -> Option<&'a ApiService> {
+    let gv = path
+        .strip_prefix("/openapi/v3/apis/")?
+        .trim_end_matches('/');
+    let (group, version) = gv.split_once('/')?;
+    if version.contains('/') {
+        return None;
+    }
+    state.remote(group, version)
+}
+
+/// The OpenAPI v3 index keys of the available remote group versions.
+pub fn openapi_paths(state: &State) -> Vec<String> {
+    let mut paths: Vec<String> = state
+        .services
+        .values()
+        .filter(|s| s.service.is_some() && s.available)
+        .map(|s| format!("apis/{}/{}", s.group, s.version))
+        .collect();
+    paths.sort();
+    paths
 }
 
 /// An `X-Remote-Extra-` key as client-go escapes it: bytes that may not appear in a header

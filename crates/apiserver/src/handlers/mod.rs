@@ -250,7 +250,10 @@ pub async fn route(
     query: HashMap<String, String>,
     user: UserInfo,
 ) -> Response<Body> {
-    let aggregated = crate::aggregator::proxy::target(&server.aggregator.state(), &info).cloned();
+    let aggregation = server.aggregator.state();
+    let aggregated = crate::aggregator::proxy::target(&aggregation, &info)
+        .or_else(|| crate::aggregator::proxy::openapi_target(&aggregation, &info.path))
+        .cloned();
     if let Some(api_service) = aggregated {
         return crate::aggregator::proxy::serve(server, req, api_service, &user).await;
     }
@@ -264,7 +267,13 @@ pub async fn route(
             return resp;
         }
         if req.method() == http::Method::GET
-            && let Some(resp) = openapi::handle(&server.openapi, &info.path, &query, req.headers())
+            && let Some(resp) = openapi::handle(
+                &server.openapi,
+                &crate::aggregator::proxy::openapi_paths(&aggregation),
+                &info.path,
+                &query,
+                req.headers(),
+            )
         {
             return resp;
         }
