@@ -90,6 +90,14 @@ impl Gates {
     }
 }
 
+/// A client certificate the TLS handshake verified (DER of the leaf), and whether it chains to
+/// the front-proxy CA rather than the cluster CA.
+#[derive(Debug)]
+pub struct ClientCertificate {
+    pub der: Vec<u8>,
+    pub front_proxy: bool,
+}
+
 /// The client's address, put in each request's extensions by the listener.
 #[derive(Debug, Clone, Copy)]
 pub struct Peer(pub SocketAddr);
@@ -549,7 +557,7 @@ impl ApiServer {
     pub async fn handle(
         self: Arc<Self>,
         req: Request<Incoming>,
-        client_certificate: Option<Arc<Vec<u8>>>,
+        client_certificate: Option<Arc<ClientCertificate>>,
     ) -> Response<Body> {
         let started = std::time::Instant::now();
         let audit = AuditStart {
@@ -598,12 +606,13 @@ impl ApiServer {
         req: Request<Incoming>,
         info: RequestInfo,
         query: std::collections::HashMap<String, String>,
-        client_certificate: Option<Arc<Vec<u8>>>,
+        client_certificate: Option<Arc<ClientCertificate>>,
         audit: AuditStart,
     ) -> Response<Body> {
         let mut req = req;
         let credentials = Credentials {
-            client_certificate: client_certificate.as_deref().map(Vec::as_slice),
+            client_certificate: client_certificate.as_deref().map(|c| c.der.as_slice()),
+            front_proxy: client_certificate.as_deref().is_some_and(|c| c.front_proxy),
             headers: req.headers(),
         };
         let mut authenticated = self.authn.authenticate(&credentials);
@@ -689,6 +698,8 @@ impl ApiServer {
 pub struct Listener {
     listener: TcpListener,
     acceptor: TlsAcceptor,
+    /// Tells front-proxy client certificates from the cluster CA's (both pass the handshake).
+    front_proxy: Arc<dyn rustls::server::danger::ClientCertVerifier>,
     pub pki: Pki,
 }
 
@@ -751,10 +762,13 @@ impl Listener {
                 path: kubeconfig.clone(),
                 source,
             })?;
-        let acceptor = tls_acceptor(&pki)?;
+        let front_proxy_ca = pki.front_proxy()?.ca_cert_pem;
+        let acceptor = tls_acceptor(&pki, &front_proxy_ca)?;
+        let front_proxy = client_verifier(&front_proxy_ca, false)?;
         Ok(Self {
             listener,
             acceptor,
+            front_proxy,
             pki,
         })
     }
@@ -784,6 +798,7 @@ impl Listener {
             };
             let _ = tcp.set_nodelay(true);
             let acceptor = self.acceptor.clone();
+            let front_proxy = self.front_proxy.clone();
             let server = server.clone();
             let watcher = graceful.watcher();
             tokio::spawn(async move {
@@ -794,12 +809,16 @@ impl Listener {
                         return;
                     }
                 };
-                let cert = tls
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|c| c.first())
-                    .map(|c| Arc::new(c.as_ref().to_vec()));
+                let cert = tls.get_ref().1.peer_certificates().and_then(|chain| {
+                    let (leaf, intermediates) = chain.split_first()?;
+                    let now = rustls_pki_types::UnixTime::now();
+                    Some(Arc::new(ClientCertificate {
+                        der: leaf.as_ref().to_vec(),
+                        front_proxy: front_proxy
+                            .verify_client_cert(leaf, intermediates, now)
+                            .is_ok(),
+                    }))
+                });
                 let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
                     req.extensions_mut().insert(Peer(peer));
                     let server = server.clone();
@@ -832,17 +851,33 @@ impl Listener {
     }
 }
 
-fn tls_acceptor(pki: &Pki) -> std::result::Result<TlsAcceptor, ServeError> {
+/// A verifier of client certificates chaining to the CAs in `ca_pem`; `optional` lets clients
+/// without one through (they are then authenticated otherwise).
+fn client_verifier(
+    ca_pem: &str,
+    optional: bool,
+) -> std::result::Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, ServeError> {
     let tls = |e: &dyn std::fmt::Display| ServeError::Tls(e.to_string());
     let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(pki.ca_cert_pem.as_bytes()) {
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.map_err(|e| tls(&e))?).map_err(|e| tls(&e))?;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| tls(&e))?;
+    let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+    let builder = if optional {
+        builder.allow_unauthenticated()
+    } else {
+        builder
+    };
+    builder.build().map_err(|e| tls(&e))
+}
+
+/// Client certificates of the cluster CA and of the front-proxy CA pass the handshake;
+/// authentication tells them apart.
+fn tls_acceptor(pki: &Pki, front_proxy_ca: &str) -> std::result::Result<TlsAcceptor, ServeError> {
+    let tls = |e: &dyn std::fmt::Display| ServeError::Tls(e.to_string());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = client_verifier(&format!("{}\n{front_proxy_ca}", pki.ca_cert_pem), true)?;
     let certs: Vec<CertificateDer<'static>> =
         CertificateDer::pem_slice_iter(pki.serving_cert_pem.as_bytes())
             .collect::<std::result::Result<_, _>>()

@@ -479,3 +479,51 @@ async fn an_aggregated_api_server_is_proxied_discovered_and_checked() {
     assert_eq!(code, 404);
     running.stop().await;
 }
+
+/// `kubectl auth whoami` of `client`: the user name and groups, or the refusal's code.
+async fn whoami(client: &kube::Client) -> Result<(String, Vec<String>), u16> {
+    let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
+    let req = http::Request::post("/apis/authentication.k8s.io/v1/selfsubjectreviews")
+        .header("content-type", "application/json")
+        .body(review.to_string().into_bytes())
+        .unwrap();
+    let resp = client
+        .send(req.map(kube::client::Body::from))
+        .await
+        .unwrap();
+    let code = resp.status().as_u16();
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    if code != 201 {
+        return Err(code);
+    }
+    let review: Value = serde_json::from_slice(&body).unwrap();
+    let user = &review["status"]["userInfo"];
+    Ok((
+        user["username"].as_str().unwrap().to_string(),
+        serde_json::from_value(user["groups"].clone()).unwrap(),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_front_proxy_certificate_vouches_for_the_user_in_its_headers() {
+    let running = common::start().await;
+    let headers = [("x-remote-user", "bob"), ("x-remote-group", "devs")];
+    let proxied = running.client_with_headers(true, &headers).await;
+    assert_eq!(
+        whoami(&proxied).await,
+        Ok((
+            "bob".to_string(),
+            vec!["devs".to_string(), "system:authenticated".to_string()]
+        ))
+    );
+    // the headers mean nothing from a cluster CA certificate
+    let admin = running.client_with_headers(false, &headers).await;
+    assert_eq!(whoami(&admin).await.unwrap().0, "admin");
+    // and the front-proxy certificate names no user of its own
+    let bare = running.client_with_headers(true, &[]).await;
+    assert_eq!(whoami(&bare).await, Err(401));
+    running.stop().await;
+}

@@ -202,7 +202,7 @@ mod tests {
         assert_eq!(all.len(), 2);
         // later, with v1.apps deleted by someone: only the CRD's comes back
         let crd_object = w[1].object();
-        assert_eq!(plan(&w, &[crd_object.clone()], false), Vec::<Action>::new());
+        assert_eq!(plan(&w, std::slice::from_ref(&crd_object), false), []);
         let later = plan(&w, &[], false);
         assert_eq!(later, [Action::Create(crd_object.clone())]);
         // a changed priority is put back; a CRD version gone is deleted

@@ -108,6 +108,37 @@ pub async fn start_with(tune: impl FnOnce(&mut Gates)) -> Running {
 }
 
 impl Running {
+    /// A client sending `headers`, presenting the front-proxy client certificate (as an
+    /// aggregator in front of this server would) when `front_proxy`, else the admin's.
+    #[allow(dead_code)] // not every test binary needs it
+    pub async fn client_with_headers(
+        &self,
+        front_proxy: bool,
+        headers: &[(&'static str, &str)],
+    ) -> kube::Client {
+        use base64::Engine;
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(self._dir.path().join("kubeconfig.yaml")).unwrap();
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        if front_proxy {
+            let pki = skiff_apiserver::pki::Pki::load(&self._dir.path().join("tls")).unwrap();
+            let proxy = pki.front_proxy().unwrap();
+            let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+            config.auth_info = serde_json::from_value(serde_json::json!({
+                "client-certificate-data": b64(&proxy.client_cert_pem),
+                "client-key-data": b64(&proxy.client_key_pem),
+            }))
+            .unwrap();
+        }
+        config.headers = headers
+            .iter()
+            .map(|(k, v)| (http::HeaderName::from_static(k), v.parse().unwrap()))
+            .collect();
+        kube::Client::try_from(config).unwrap()
+    }
+
     /// A client that never retries (kube-rs retries 429, 503 and 504 by default), for tests
     /// that assert those codes.
     #[allow(dead_code)] // not every test binary needs it
