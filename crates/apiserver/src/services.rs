@@ -1,8 +1,9 @@
 //! How the API server finds a Service it calls (an admission webhook's `clientConfig.service`,
 //! an APIService's `spec.service`): the Service and its EndpointSlices from the watch cache, a
 //! ready address of the slice port that matches the Service port (upstream's endpoint routing),
-//! else the ClusterIP. Skiff's API server runs on the host, so a ClusterIP works only where the
-//! host routes Service IPs (skiff-proxy on the same machine).
+//! else the ClusterIP; an `ExternalName` Service is its external name at the port asked for.
+//! Skiff's API server runs on the host, so a ClusterIP works only where the host routes Service
+//! IPs (skiff-proxy on the same machine).
 
 use std::sync::Arc;
 
@@ -98,6 +99,14 @@ impl ServiceResolver for CachedServices {
         let service = self
             .service(namespace, name)
             .ok_or_else(|| format!("service \"{name}\" not found"))?;
+        if service["spec"]["type"] == "ExternalName" {
+            return match service["spec"]["externalName"].as_str() {
+                Some(host) if !host.is_empty() => {
+                    Ok((host.trim_end_matches('.').to_string(), port))
+                }
+                _ => Err(format!("service \"{name}\" has no external name")),
+            };
+        }
         if let Some(ep) = endpoint_of(&service, &self.slices(namespace, name), port) {
             return Ok(ep);
         }
