@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
-use http_body_util::Full;
+use futures::StreamExt;
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -150,11 +151,23 @@ async fn serve(
                     groups: header("x-remote-group"),
                     proxy_name: proxy_name.clone(),
                 });
+                let watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
                 let (code, body) = answer(req.uri().path(), &user);
+                let body = if watch {
+                    // one event, then the stream stays open: only a proxy that streams lets
+                    // the client see it
+                    let event = json!({"type": "ADDED", "object": body["items"][0]});
+                    let first = hyper::body::Frame::data(Bytes::from(format!("{event}\n")));
+                    let frames = futures::stream::once(async move { Ok(first) })
+                        .chain(futures::stream::pending());
+                    BodyExt::boxed(StreamBody::new(frames))
+                } else {
+                    BodyExt::boxed(Full::new(Bytes::from(body.to_string())))
+                };
                 let resp = http::Response::builder()
                     .status(code)
                     .header("content-type", "application/json")
-                    .body(Full::new(Bytes::from(body.to_string())))
+                    .body(body)
                     .unwrap();
                 async move { Ok::<_, std::convert::Infallible>(resp) }
             });
@@ -403,6 +416,23 @@ async fn an_aggregated_api_server_is_proxied_discovered_and_checked() {
         .unwrap();
     assert!(proxied.groups.contains(&"system:masters".to_string()));
     assert_eq!(proxied.proxy_name, "front-proxy-client");
+
+    // a watch streams through the aggregator
+    let mut events = flunders_api
+        .watch(&kube::api::WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let first = tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .expect("the first event arrives while the watch is open")
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(&first, kube::api::WatchEvent::Added(f) if f.metadata.name.as_deref() == Some("f1")),
+        "{first:?}"
+    );
+    drop(events);
 
     // the server goes away: the discovery check fails and requests get 503
     wardle.abort();
