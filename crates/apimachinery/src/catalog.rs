@@ -556,6 +556,17 @@ static SPECS: &[Spec] = &[
         CRUD,
         &[status_of(("", "v1", "Service"))],
     ),
+    // apiregistration.k8s.io/v1 (first of the named groups, as upstream's discovery orders it)
+    rt(
+        ("apiregistration.k8s.io", "v1", "APIService"),
+        "apiservices",
+        "apiservice",
+        CLUSTER,
+        NONE,
+        &["api-extensions"],
+        CRUD,
+        &[status_of(("apiregistration.k8s.io", "v1", "APIService"))],
+    ),
     // apps/v1
     rt(
         ("apps", "v1", "ControllerRevision"),
@@ -1054,9 +1065,10 @@ mod tests {
     #[test]
     fn groups_are_listed_once_in_order() {
         let groups = Registry::new().snapshot().groups();
-        assert_eq!(groups[0].name, "apps");
-        assert_eq!(groups[0].versions, ["v1"]);
-        assert_eq!(groups.len(), 17);
+        assert_eq!(groups[0].name, "apiregistration.k8s.io");
+        assert_eq!(groups[1].name, "apps");
+        assert_eq!(groups[1].versions, ["v1"]);
+        assert_eq!(groups.len(), 18);
     }
 
     fn widget(version: &str) -> ResourceType {

@@ -84,21 +84,54 @@ pub fn forwarded_headers(client: &HeaderMap, host: &str) -> HeaderMap {
     out
 }
 
-/// Sends `method path_and_query` with `headers` over `io` (a connection to `backend`, named in
-/// errors). When the backend switches protocols and `client` is the client's pending upgrade,
-/// the two upgraded connections are joined in a background task. The response's body is the
-/// backend's, streamed.
-pub async fn forward<IO>(
-    io: IO,
-    backend: &str,
+/// What [`forward`] sends: the request line, its headers and body, and the client's pending
+/// upgrade, if any.
+pub struct Forward<B> {
+    pub method: http::Method,
+    pub path_and_query: String,
+    pub headers: HeaderMap,
+    /// Streamed to the backend as the client sends it.
+    pub body: B,
+    pub client: Option<OnUpgrade>,
+}
+
+/// A bodiless request (kubelet streams), the client's upgrade kept.
+pub fn bodiless(
     method: http::Method,
     path_and_query: &str,
     headers: HeaderMap,
     client: Option<OnUpgrade>,
+) -> Forward<Empty<Bytes>> {
+    Forward {
+        method,
+        path_and_query: path_and_query.to_string(),
+        headers,
+        body: Empty::new(),
+        client,
+    }
+}
+
+/// Sends `request` over `io` (a connection to `backend`, named in errors). When the backend
+/// switches protocols and the request carries the client's pending upgrade, the two upgraded
+/// connections are joined in a background task. The response's body is the backend's,
+/// streamed.
+pub async fn forward<IO, B>(
+    io: IO,
+    backend: &str,
+    request: Forward<B>,
 ) -> Result<Response<Incoming>>
 where
     IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let Forward {
+        method,
+        path_and_query,
+        headers,
+        body,
+        client,
+    } = request;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|source| Error::Handshake {
@@ -110,7 +143,7 @@ where
             tracing::debug!(error = %e, "proxied connection ended");
         }
     });
-    let mut req = Request::new(Empty::<Bytes>::new());
+    let mut req = Request::new(body);
     *req.method_mut() = method;
     *req.uri_mut() = path_and_query
         .parse()

@@ -5,6 +5,8 @@
 //! `system:authenticated` (upstream's `AuthenticatedGroupAdder`).
 //!
 //! # Layout
+//! - [`request_header`]: front-proxy certificates vouching for the user in `X-Remote-*`
+//!   headers (`--requestheader-*`).
 //! - [`x509`]: client certificates signed by the cluster CA (CN = user, O = groups).
 //! - [`token_file`]: `--token-auth-file`, a static CSV of bearer tokens.
 //! - [`service_account`]: the JWTs TokenRequest issues, checked against the objects they are
@@ -18,6 +20,7 @@
 
 pub mod bootstrap_token;
 pub mod oidc;
+pub mod request_header;
 pub mod service_account;
 pub mod token_file;
 pub mod x509;
@@ -58,11 +61,13 @@ impl UserInfo {
 }
 
 /// What the authenticators see of a request: the verified client certificate chain (the TLS
-/// layer has already checked it against the cluster CA) and the headers.
+/// layer has already checked it against the cluster CA or the front-proxy CA) and the headers.
 #[derive(Debug)]
 pub struct Credentials<'a> {
     /// DER of the client's leaf certificate, when it presented one.
     pub client_certificate: Option<&'a [u8]>,
+    /// Whether that certificate chains to the front-proxy CA (else to the cluster CA).
+    pub front_proxy: bool,
     pub headers: &'a http::HeaderMap,
 }
 
@@ -189,7 +194,8 @@ impl Default for Options {
     }
 }
 
-/// Builds upstream's chain from the options: x509 client certificates, then the bearer token
+/// Builds upstream's chain from the options: front-proxy request headers, x509 client
+/// certificates, then the bearer token
 /// authenticators in upstream's order (token file, service accounts when `issuer` signs
 /// tokens, bootstrap tokens, OIDC), then anonymous. `objects` is the API server's watch cache.
 pub fn build(
@@ -203,7 +209,11 @@ pub fn build(
     {
         api_audiences = vec![issuer.issuer().to_string()];
     }
-    let mut chain = Chain::new(vec![Box::new(X509Authenticator)]);
+    // upstream's order: the front proxy's headers, then client certificates
+    let mut chain = Chain::new(vec![
+        Box::new(request_header::RequestHeaderAuthenticator::default()),
+        Box::new(X509Authenticator),
+    ]);
     chain.anonymous = options.anonymous;
     chain.api_audiences = api_audiences.clone();
     if let Some(file) = options.token_file {
@@ -377,6 +387,7 @@ mod tests {
     fn authenticate(chain: &Chain, headers: &http::HeaderMap) -> Result<UserInfo, String> {
         chain.authenticate(&Credentials {
             client_certificate: None,
+            front_proxy: false,
             headers,
         })
     }
@@ -423,12 +434,14 @@ mod tests {
         h.insert(http::header::AUTHORIZATION, "bearer  tok ".parse().unwrap());
         let c = Credentials {
             client_certificate: None,
+            front_proxy: false,
             headers: &h,
         };
         assert_eq!(c.bearer_token(), Some("tok"));
         h.insert(http::header::AUTHORIZATION, "Bearer ".parse().unwrap());
         let c = Credentials {
             client_certificate: None,
+            front_proxy: false,
             headers: &h,
         };
         assert_eq!(c.bearer_token(), None);
@@ -444,6 +457,7 @@ mod tests {
             let der = [0u8; 1];
             Credentials {
                 client_certificate: certificate.then_some(&der[..]),
+                front_proxy: false,
                 headers: &h,
             }
             .attempted(query_token)

@@ -10,6 +10,8 @@
 //! - [`coalesce`]: HTTP/2 connections write once per scheduler round, not once per frame.
 //! - [`pki`]: the cluster CA, serving and client certificates, the admin kubeconfig.
 //! - [`kubelet_client`]: TLS connections to kubelets with the API server's client certificate.
+//! - [`https_client`]: HTTPS connections to webhooks, OIDC issuers and aggregated API servers.
+//! - [`services`]: finding a Service's address (its EndpointSlices) for those calls.
 //! - [`authn`], [`authz`], [`admission`]: the three gates.
 //! - [`audit`]: audit events (`--audit-policy-file`, `--audit-log-path`) and `Audit-Id`.
 //! - [`overload`]: in-flight limits (429) and the request timeout (504).
@@ -25,6 +27,8 @@
 //! - [`cache`]: the watch cache, one per served resource, added and dropped as types are.
 //! - [`stamped`]: stored JSON served with its `resourceVersion` spliced in, without a copy.
 //! - [`crd`]: CustomResourceDefinitions and custom resources.
+//! - [`aggregator`]: APIServices: Local ones for what is served here, remote ones proxied to
+//!   aggregated API servers and merged into discovery (upstream's kube-aggregator).
 //! - [`conversion`]: stored, handled and served forms of objects (custom resources' versions,
 //!   through conversion webhooks; events.k8s.io Events).
 //! - [`webhook_client`], [`https_client`]: the API server as a client of admission and
@@ -38,6 +42,7 @@
 //! - [`error`]: `Status` errors.
 
 pub mod admission;
+pub mod aggregator;
 pub mod allocator;
 pub mod audit;
 pub mod authn;
@@ -61,6 +66,7 @@ pub mod protobuf;
 pub mod registry;
 pub mod request;
 pub mod server;
+pub mod services;
 pub mod stamped;
 pub mod storage;
 pub mod strategy;

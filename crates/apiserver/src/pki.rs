@@ -1,7 +1,9 @@
 //! The cluster's certificates, kept under the data dir: a CA generated on first start, the API
 //! server's serving certificate (re-issued on every start for the current addresses), the
-//! admin's client certificate (CN=admin, O=system:masters) with its kubeconfig, and the API
-//! server's client certificate for kubelets (`apiserver-kubelet-client`, made once).
+//! admin's client certificate (CN=admin, O=system:masters) with its kubeconfig, the API
+//! server's client certificate for kubelets (`apiserver-kubelet-client`, made once), and, as
+//! kubeadm makes them, a separate front-proxy CA with the `front-proxy-client` certificate the
+//! aggregator presents to aggregated API servers ([`Pki::front_proxy`]).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -99,9 +101,9 @@ fn dn(common_name: &str, organization: Option<&str>) -> DistinguishedName {
     dn
 }
 
-fn ca_params() -> CertificateParams {
+fn ca_params(common_name: &str) -> CertificateParams {
     let mut p = CertificateParams::default();
-    p.distinguished_name = dn("skiff-ca", None);
+    p.distinguished_name = dn(common_name, None);
     p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     p.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
@@ -113,24 +115,91 @@ fn ca_params() -> CertificateParams {
     p
 }
 
+/// The CA `<stem>.crt`/`<stem>.key` in `dir`, made (self-signed, CN `common_name`) when
+/// missing. Returns (cert PEM, key PEM).
+fn ensure_ca(dir: &Path, stem: &str, common_name: &str) -> Result<(String, String)> {
+    let (crt, key_path) = (
+        dir.join(format!("{stem}.crt")),
+        dir.join(format!("{stem}.key")),
+    );
+    if let (Some(c), Some(k)) = (read(&crt)?, read(&key_path)?) {
+        return Ok((c, k));
+    }
+    let key = KeyPair::generate().map_err(rc("generating a CA key"))?;
+    let cert = ca_params(common_name)
+        .self_signed(&key)
+        .map_err(rc("self-signing a CA"))?;
+    write_private(&key_path, &key.serialize_pem())?;
+    write_private(&crt, &cert.pem())?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// A certificate signed by the CA `ca_cert_pem`/`ca_key_pem`: a client certificate (CN = user,
+/// O = group) or, with `server`, a serving certificate for `names`. Returns (cert PEM, key PEM).
+fn sign(
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+    common_name: &str,
+    organization: Option<&str>,
+    names: &[String],
+    server: bool,
+) -> Result<(String, String)> {
+    let ca_key = KeyPair::from_pem(ca_key_pem).map_err(rc("reading the CA key"))?;
+    let issuer =
+        Issuer::from_ca_cert_pem(ca_cert_pem, ca_key).map_err(rc("reading the CA certificate"))?;
+    let mut p = CertificateParams::default();
+    p.distinguished_name = dn(common_name, organization);
+    p.not_before = rcgen::date_time_ymd(2024, 1, 1);
+    p.not_after = rcgen::date_time_ymd(2124, 1, 1);
+    p.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    p.extended_key_usages = vec![if server {
+        ExtendedKeyUsagePurpose::ServerAuth
+    } else {
+        ExtendedKeyUsagePurpose::ClientAuth
+    }];
+    for n in names {
+        p.subject_alt_names.push(match n.parse::<IpAddr>() {
+            Ok(ip) => SanType::IpAddress(ip),
+            Err(_) => SanType::DnsName(n.clone().try_into().map_err(rc("a DNS name"))?),
+        });
+    }
+    let key = KeyPair::generate().map_err(rc("generating a key"))?;
+    let cert = p
+        .signed_by(&key, &issuer)
+        .map_err(rc("signing a certificate"))?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// The front proxy's credentials (upstream's `--requestheader-client-ca-file`,
+/// `--proxy-client-cert-file` and `--proxy-client-key-file`).
+#[derive(Clone)]
+pub struct FrontProxy {
+    /// The front-proxy CA, which signs only proxy client certificates.
+    pub ca_cert_pem: String,
+    /// `front-proxy-client`, signed by that CA.
+    pub client_cert_pem: String,
+    pub client_key_pem: String,
+}
+
+impl std::fmt::Debug for FrontProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrontProxy").finish_non_exhaustive()
+    }
+}
+
+/// The common name of the proxy client certificate (kubeadm's), which aggregated servers are
+/// told to accept (`requestheader-allowed-names`).
+pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
+
 impl Pki {
     /// Loads the CA from `dir` or creates it, then issues a serving certificate for `hosts`
     /// (DNS names or IPs) plus the names in-cluster clients use.
     pub fn ensure(dir: &Path, hosts: &[String]) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
-        let (ca_crt, ca_key) = (dir.join("ca.crt"), dir.join("ca.key"));
-        let (ca_cert_pem, ca_key_pem) = match (read(&ca_crt)?, read(&ca_key)?) {
-            (Some(c), Some(k)) => (c, k),
-            _ => {
-                let key = KeyPair::generate().map_err(rc("generating the CA key"))?;
-                let cert = ca_params()
-                    .self_signed(&key)
-                    .map_err(rc("self-signing the CA"))?;
-                write_private(&ca_key, &key.serialize_pem())?;
-                write_private(&ca_crt, &cert.pem())?;
-                (cert.pem(), key.serialize_pem())
-            }
-        };
+        let (ca_cert_pem, ca_key_pem) = ensure_ca(dir, "ca", "skiff-ca")?;
         let mut pki = Self {
             ca_cert_pem,
             ca_key_pem,
@@ -191,33 +260,14 @@ impl Pki {
         names: &[String],
         server: bool,
     ) -> Result<(String, String)> {
-        let ca_key = KeyPair::from_pem(&self.ca_key_pem).map_err(rc("reading the CA key"))?;
-        let issuer = Issuer::from_ca_cert_pem(&self.ca_cert_pem, ca_key)
-            .map_err(rc("reading the CA certificate"))?;
-        let mut p = CertificateParams::default();
-        p.distinguished_name = dn(common_name, organization);
-        p.not_before = rcgen::date_time_ymd(2024, 1, 1);
-        p.not_after = rcgen::date_time_ymd(2124, 1, 1);
-        p.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        p.extended_key_usages = vec![if server {
-            ExtendedKeyUsagePurpose::ServerAuth
-        } else {
-            ExtendedKeyUsagePurpose::ClientAuth
-        }];
-        for n in names {
-            p.subject_alt_names.push(match n.parse::<IpAddr>() {
-                Ok(ip) => SanType::IpAddress(ip),
-                Err(_) => SanType::DnsName(n.clone().try_into().map_err(rc("a DNS name"))?),
-            });
-        }
-        let key = KeyPair::generate().map_err(rc("generating a key"))?;
-        let cert = p
-            .signed_by(&key, &issuer)
-            .map_err(rc("signing a certificate"))?;
-        Ok((cert.pem(), key.serialize_pem()))
+        sign(
+            &self.ca_cert_pem,
+            &self.ca_key_pem,
+            common_name,
+            organization,
+            names,
+            server,
+        )
     }
 
     /// The certificate and key the API server presents to kubelets (kubeadm's
@@ -238,6 +288,37 @@ impl Pki {
         write_private(&key, &k)?;
         write_private(&crt, &c)?;
         Ok((c, k))
+    }
+
+    /// The front-proxy CA (`front-proxy-ca`, separate from the cluster CA so that its
+    /// certificates can assert any user through headers and nothing else) and its
+    /// `front-proxy-client` certificate, both made on first use and kept in the PKI dir.
+    pub fn front_proxy(&self) -> Result<FrontProxy> {
+        let (ca_cert_pem, ca_key_pem) =
+            ensure_ca(&self.dir, "front-proxy-ca", "skiff-front-proxy-ca")?;
+        let crt = self.dir.join("front-proxy-client.crt");
+        let key = self.dir.join("front-proxy-client.key");
+        let (client_cert_pem, client_key_pem) = match (read(&crt)?, read(&key)?) {
+            (Some(c), Some(k)) => (c, k),
+            _ => {
+                let (c, k) = sign(
+                    &ca_cert_pem,
+                    &ca_key_pem,
+                    FRONT_PROXY_CLIENT,
+                    None,
+                    &[],
+                    false,
+                )?;
+                write_private(&key, &k)?;
+                write_private(&crt, &c)?;
+                (c, k)
+            }
+        };
+        Ok(FrontProxy {
+            ca_cert_pem,
+            client_cert_pem,
+            client_key_pem,
+        })
     }
 
     /// Writes a kubeconfig for `user` (a client certificate for CN=user, O=group) that reaches the
@@ -274,6 +355,7 @@ fn b64(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls_pki_types::pem::PemObject;
 
     #[test]
     fn the_ca_survives_a_restart_and_the_kubeconfig_names_the_server() {
@@ -309,5 +391,24 @@ mod tests {
             first
         );
         assert!(dir.path().join("apiserver-kubelet-client.key").is_file());
+    }
+
+    #[test]
+    fn the_front_proxy_has_its_own_ca_and_a_kept_client_certificate() {
+        use x509_parser::prelude::{FromDer, X509Certificate};
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::ensure(dir.path(), &[]).unwrap();
+        let proxy = pki.front_proxy().unwrap();
+        assert_ne!(proxy.ca_cert_pem, pki.ca_cert_pem);
+        let again = Pki::load(dir.path()).unwrap().front_proxy().unwrap();
+        assert_eq!(again.client_cert_pem, proxy.client_cert_pem);
+        let der =
+            rustls_pki_types::CertificateDer::from_pem_slice(proxy.client_cert_pem.as_bytes())
+                .unwrap();
+        let (_, cert) = X509Certificate::from_der(&der).unwrap();
+        let cn = cert.subject().iter_common_name().next().unwrap();
+        assert_eq!(cn.as_str().unwrap(), FRONT_PROXY_CLIENT);
+        let issuer = cert.issuer().iter_common_name().next().unwrap();
+        assert_eq!(issuer.as_str().unwrap(), "skiff-front-proxy-ca");
     }
 }

@@ -75,6 +75,8 @@ pub struct Gates {
     pub disabled_admission: Vec<String>,
     /// `--trace-objects`: the lifecycle trace's recorder (none: recording off).
     pub trace: Option<Arc<crate::trace::Recorder>>,
+    /// The client and front-proxy CAs and the proxy client certificate of API aggregation.
+    pub aggregation: Option<crate::aggregator::Options>,
 }
 
 impl Gates {
@@ -86,6 +88,14 @@ impl Gates {
             None => false,
         }
     }
+}
+
+/// A client certificate the TLS handshake verified (DER of the leaf), and whether it chains to
+/// the front-proxy CA rather than the cluster CA.
+#[derive(Debug)]
+pub struct ClientCertificate {
+    pub der: Vec<u8>,
+    pub front_proxy: bool,
 }
 
 /// The client's address, put in each request's extensions by the listener.
@@ -130,6 +140,8 @@ pub struct ApiServer {
     pub tokens: Option<Arc<crate::tokens::TokenIssuer>>,
     /// Audit, encryption at rest, in-flight limits and the request timeout.
     pub gates: Gates,
+    /// APIServices: what is proxied to aggregated API servers, and how.
+    pub aggregator: crate::aggregator::Aggregator,
     /// Turns true when the listener stops: watches end then (as upstream's with
     /// `--shutdown-watch-termination-grace-period` 0), so the graceful shutdown does not wait
     /// for clients to close them.
@@ -443,12 +455,13 @@ impl ApiServer {
             kubelet,
             tokens,
             gates: Gates::default(),
+            aggregator: crate::aggregator::Aggregator::default(),
         }))
     }
 
     /// [`ApiServer::new`] with the authentication flags and the command line's `gates` (its
     /// `encryption`, if any, must be `store`); the admission plugins `gates.disabled_admission`
-    /// names are left out of the chain. Starts the server's own controllers (CRDs).
+    /// names are left out of the chain. Starts the server's own controllers (CRDs, APIServices).
     pub async fn with_gates(
         store: Arc<dyn Store>,
         kubelet: crate::kubelet_client::KubeletClient,
@@ -470,8 +483,10 @@ impl ApiServer {
             )));
         }
         plugins.retain(|p| !gates.disabled_admission.iter().any(|name| name == p.name()));
+        building.aggregator = crate::aggregator::Aggregator::new(gates.aggregation.clone())?;
         building.gates = gates;
         crate::crd::controller::spawn(Arc::downgrade(&server));
+        crate::aggregator::controller::spawn(Arc::downgrade(&server));
         Ok(server)
     }
 
@@ -532,7 +547,7 @@ impl ApiServer {
     pub async fn handle(
         self: Arc<Self>,
         req: Request<Incoming>,
-        client_certificate: Option<Arc<Vec<u8>>>,
+        client_certificate: Option<Arc<ClientCertificate>>,
     ) -> Response<Body> {
         let started = std::time::Instant::now();
         let audit = AuditStart {
@@ -581,12 +596,13 @@ impl ApiServer {
         req: Request<Incoming>,
         info: RequestInfo,
         query: std::collections::HashMap<String, String>,
-        client_certificate: Option<Arc<Vec<u8>>>,
+        client_certificate: Option<Arc<ClientCertificate>>,
         audit: AuditStart,
     ) -> Response<Body> {
         let mut req = req;
         let credentials = Credentials {
-            client_certificate: client_certificate.as_deref().map(Vec::as_slice),
+            client_certificate: client_certificate.as_deref().map(|c| c.der.as_slice()),
+            front_proxy: client_certificate.as_deref().is_some_and(|c| c.front_proxy),
             headers: req.headers(),
         };
         let mut authenticated = self.authn.authenticate(&credentials);
@@ -672,6 +688,8 @@ impl ApiServer {
 pub struct Listener {
     listener: TcpListener,
     acceptor: TlsAcceptor,
+    /// Tells front-proxy client certificates from the cluster CA's (both pass the handshake).
+    front_proxy: Arc<dyn rustls::server::danger::ClientCertVerifier>,
     pub pki: Pki,
 }
 
@@ -734,10 +752,13 @@ impl Listener {
                 path: kubeconfig.clone(),
                 source,
             })?;
-        let acceptor = tls_acceptor(&pki)?;
+        let front_proxy_ca = pki.front_proxy()?.ca_cert_pem;
+        let acceptor = tls_acceptor(&pki, &front_proxy_ca)?;
+        let front_proxy = client_verifier(&front_proxy_ca, false)?;
         Ok(Self {
             listener,
             acceptor,
+            front_proxy,
             pki,
         })
     }
@@ -767,6 +788,7 @@ impl Listener {
             };
             let _ = tcp.set_nodelay(true);
             let acceptor = self.acceptor.clone();
+            let front_proxy = self.front_proxy.clone();
             let server = server.clone();
             let watcher = graceful.watcher();
             tokio::spawn(async move {
@@ -777,12 +799,16 @@ impl Listener {
                         return;
                     }
                 };
-                let cert = tls
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|c| c.first())
-                    .map(|c| Arc::new(c.as_ref().to_vec()));
+                let cert = tls.get_ref().1.peer_certificates().and_then(|chain| {
+                    let (leaf, intermediates) = chain.split_first()?;
+                    let now = rustls_pki_types::UnixTime::now();
+                    Some(Arc::new(ClientCertificate {
+                        der: leaf.as_ref().to_vec(),
+                        front_proxy: front_proxy
+                            .verify_client_cert(leaf, intermediates, now)
+                            .is_ok(),
+                    }))
+                });
                 let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
                     req.extensions_mut().insert(Peer(peer));
                     let server = server.clone();
@@ -815,17 +841,33 @@ impl Listener {
     }
 }
 
-fn tls_acceptor(pki: &Pki) -> std::result::Result<TlsAcceptor, ServeError> {
+/// A verifier of client certificates chaining to the CAs in `ca_pem`; `optional` lets clients
+/// without one through (they are then authenticated otherwise).
+fn client_verifier(
+    ca_pem: &str,
+    optional: bool,
+) -> std::result::Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, ServeError> {
     let tls = |e: &dyn std::fmt::Display| ServeError::Tls(e.to_string());
     let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(pki.ca_cert_pem.as_bytes()) {
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.map_err(|e| tls(&e))?).map_err(|e| tls(&e))?;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| tls(&e))?;
+    let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+    let builder = if optional {
+        builder.allow_unauthenticated()
+    } else {
+        builder
+    };
+    builder.build().map_err(|e| tls(&e))
+}
+
+/// Client certificates of the cluster CA and of the front-proxy CA pass the handshake;
+/// authentication tells them apart.
+fn tls_acceptor(pki: &Pki, front_proxy_ca: &str) -> std::result::Result<TlsAcceptor, ServeError> {
+    let tls = |e: &dyn std::fmt::Display| ServeError::Tls(e.to_string());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = client_verifier(&format!("{}\n{front_proxy_ca}", pki.ca_cert_pem), true)?;
     let certs: Vec<CertificateDer<'static>> =
         CertificateDer::pem_slice_iter(pki.serving_cert_pem.as_bytes())
             .collect::<std::result::Result<_, _>>()

@@ -4,12 +4,9 @@
 //! against `caBundle` (the host's trust roots without one), abandoned after the caller's timeout
 //! (`?timeout=Ns` in the URL, as upstream sends it).
 //!
-//! `clientConfig.service` is reached at a ready address of the Service's EndpointSlices (the
-//! port whose name or number matches the Service port), else its ClusterIP, with TLS server
-//! name `name.namespace.svc` as upstream. Skiff's API server runs on the host, so a ClusterIP
-//! works only where the host routes Service IPs (skiff-proxy on the same machine).
+//! `clientConfig.service` is reached through [`crate::services`], with TLS server name
+//! `name.namespace.svc` as upstream.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,12 +14,10 @@ use async_trait::async_trait;
 use base64::Engine;
 use http::{Request, Uri, header};
 use http_body_util::{BodyExt, Full, Limited};
-use rustls::RootCertStore;
-use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject;
 use serde_json::Value;
 
-use crate::cache::Cacher;
+use crate::https_client::{TlsConfigs, Trust};
+pub use crate::services::{CachedServices, ServiceResolver};
 
 /// Largest review answer read (upstream's limit on webhook responses is similar).
 const MAX_RESPONSE_BYTES: usize = 3 * 1024 * 1024;
@@ -113,110 +108,26 @@ pub struct Target {
     pub path: String,
 }
 
-/// Finds a Service's address.
-pub trait ServiceResolver: Send + Sync {
-    /// `(ip, port)` serving port `port` of Service `namespace/name`.
-    fn resolve(&self, namespace: &str, name: &str, port: u16) -> Result<(String, u16), String>;
-}
-
-/// Services and their EndpointSlices from the watch cache.
-pub struct CachedServices(pub Arc<Cacher>);
-
-fn lookup(group: &str, plural: &str) -> &'static skiff_apimachinery::catalog::ResourceType {
-    skiff_apimachinery::catalog::builtins()
-        .iter()
-        .find(|r| r.group == group && r.plural == plural)
-        .expect("catalog resource")
-}
-
-/// The endpoint `(ip, port)` of a Service port in its EndpointSlices: the slice port named as
-/// the Service port, at a ready address.
-pub fn endpoint_of(service: &Value, slices: &[Value], port: u16) -> Option<(String, u16)> {
-    let sp = service["spec"]["ports"]
-        .as_array()?
-        .iter()
-        .find(|p| p["port"].as_u64() == Some(u64::from(port)))?;
-    let name = sp["name"].as_str().unwrap_or("");
-    for slice in slices {
-        let Some(target) = slice["ports"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["name"].as_str().unwrap_or("") == name)
-            .and_then(|p| p["port"].as_u64())
-            .and_then(|p| u16::try_from(p).ok())
-        else {
-            continue;
-        };
-        for ep in slice["endpoints"].as_array().into_iter().flatten() {
-            if ep["conditions"]["ready"] == Value::Bool(false) {
-                continue;
-            }
-            if let Some(ip) = ep["addresses"][0].as_str() {
-                return Some((ip.to_string(), target));
-            }
-        }
-    }
-    None
-}
-
-impl ServiceResolver for CachedServices {
-    fn resolve(&self, namespace: &str, name: &str, port: u16) -> Result<(String, u16), String> {
-        let service = self
-            .0
-            .resource(lookup("", "services"))
-            .get(&format!("{namespace}/{name}"))
-            .and_then(|s| s.object().ok())
-            .ok_or_else(|| format!("service \"{name}\" not found"))?;
-        let slices: Vec<Value> = self
-            .0
-            .resource(lookup("discovery.k8s.io", "endpointslices"))
-            .list(namespace)
-            .objects
-            .iter()
-            .filter_map(|c| c.object().ok())
-            .filter(|s| s["metadata"]["labels"]["kubernetes.io/service-name"] == name)
-            .collect();
-        if let Some(ep) = endpoint_of(&service, &slices, port) {
-            return Ok(ep);
-        }
-        match service["spec"]["clusterIP"].as_str() {
-            Some(ip) if !ip.is_empty() && ip != "None" => Ok((ip.to_string(), port)),
-            _ => Err(format!("service \"{name}\" has no endpoints")),
-        }
-    }
-}
-
 /// The HTTPS webhook client.
 pub struct HttpsCaller {
     services: Box<dyn ServiceResolver>,
-    /// TLS configurations by caBundle (`None`: the host's roots), built once each: reading the
-    /// host's roots costs milliseconds. A plain mutex, never held across an await.
-    configs: std::sync::Mutex<HashMap<Option<Vec<u8>>, Arc<rustls::ClientConfig>>>,
+    /// By the hook's caBundle (the host's roots without one); no client certificate.
+    configs: TlsConfigs,
 }
 
 impl HttpsCaller {
     pub fn new(services: Box<dyn ServiceResolver>) -> HttpsCaller {
         HttpsCaller {
             services,
-            configs: Default::default(),
+            configs: TlsConfigs::new(None),
         }
     }
 
     fn config(&self, client: &ClientConfig) -> Result<Arc<rustls::ClientConfig>, String> {
-        let mut configs = self.configs.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = configs.get(&client.ca_bundle) {
-            return Ok(c.clone());
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots(client)?)
-            .with_no_client_auth();
-        let config = Arc::new(config);
-        configs.insert(client.ca_bundle.clone(), config.clone());
-        Ok(config)
+        self.configs.get(&match &client.ca_bundle {
+            Some(pem) => Trust::Bundle(pem.clone()),
+            None => Trust::HostRoots,
+        })
     }
 }
 
@@ -270,26 +181,6 @@ pub fn target(
             })
         }
     }
-}
-
-fn roots(client: &ClientConfig) -> Result<RootCertStore, String> {
-    let mut roots = RootCertStore::empty();
-    match &client.ca_bundle {
-        Some(pem) => {
-            for cert in CertificateDer::pem_slice_iter(pem) {
-                let cert = cert.map_err(|e| format!("invalid caBundle: {e}"))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("invalid caBundle: {e}"))?;
-            }
-        }
-        None => {
-            for cert in rustls_native_certs::load_native_certs().certs {
-                let _ = roots.add(cert);
-            }
-        }
-    }
-    Ok(roots)
 }
 
 async fn post(
@@ -400,19 +291,5 @@ mod tests {
             ("10.0.0.7", 444, "hooks.ns.svc", "/v?timeout=3s")
         );
         assert!(target(&hook(json!({"url": "http://h/"})), THREE, &Fixed).is_err());
-    }
-
-    #[test]
-    fn services_resolve_to_a_ready_endpoint_of_the_named_port() {
-        let svc = json!({"spec": {"clusterIP": "10.96.0.9",
-            "ports": [{"name": "https", "port": 443, "targetPort": 8443}]}});
-        let slices = [json!({"ports": [{"name": "https", "port": 8443}],
-            "endpoints": [{"addresses": ["10.1.0.4"], "conditions": {"ready": false}},
-                          {"addresses": ["10.1.0.5"], "conditions": {"ready": true}}]})];
-        assert_eq!(
-            endpoint_of(&svc, &slices, 443),
-            Some(("10.1.0.5".to_string(), 8443))
-        );
-        assert_eq!(endpoint_of(&svc, &slices, 80), None);
     }
 }

@@ -15,6 +15,7 @@ use k8s_openapi::api::{
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions_v1;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta_v1;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration_v1;
 use schemars::{JsonSchema, SchemaGenerator};
 
 /// Group, version and kind of a top-level type (`("apps", "v1", "Deployment")`).
@@ -102,7 +103,7 @@ pub(crate) fn generate(generator: &mut SchemaGenerator) -> Vec<Root> {
         kind::<storage_v1::StorageClass>(g),
         kind::<storage_v1::VolumeAttachment>(g),
         kind::<node_v1::RuntimeClass>(g),
-        // authentication, authorization, certificates, admission, flow control, CRDs
+        // authentication, authorization, certificates, admission, flow control, CRDs, APIServices
         kind::<authentication_v1::TokenRequest>(g),
         kind::<authentication_v1::TokenReview>(g),
         kind::<authentication_v1::SelfSubjectReview>(g),
@@ -118,6 +119,7 @@ pub(crate) fn generate(generator: &mut SchemaGenerator) -> Vec<Root> {
         kind::<flowcontrol_v1::FlowSchema>(g),
         kind::<flowcontrol_v1::PriorityLevelConfiguration>(g),
         kind::<apiextensions_v1::CustomResourceDefinition>(g),
+        kind::<apiregistration_v1::APIService>(g),
         // meta types that operations take and return
         kind::<meta_v1::Status>(g),
         meta::<meta_v1::DeleteOptions>(g),

@@ -18,7 +18,8 @@
 //! - `events`: core/v1 and events.k8s.io/v1 events (one printer, two field layouts).
 //! - `apps`: deployments, replica sets, stateful sets, daemon sets, controller revisions.
 //! - `batch`: jobs and cron jobs.
-//! - `other`: leases, endpoint slices, pod disruption budgets, role bindings, priority classes.
+//! - `other`: leases, endpoint slices, pod disruption budgets, role bindings, priority classes,
+//!   API services.
 //! - `replication`: replication controllers and pod templates.
 //! - `networking`: horizontal pod autoscalers, ingresses, ingress classes, network policies,
 //!   runtime classes.
@@ -156,6 +157,7 @@ fn printer(group: &str, plural: &str) -> Option<&'static Printer> {
         ("admissionregistration.k8s.io", "validatingadmissionpolicybindings") => {
             &other::VALIDATING_ADMISSION_POLICY_BINDINGS
         }
+        ("apiregistration.k8s.io", "apiservices") => &other::API_SERVICES,
         ("autoscaling", "horizontalpodautoscalers") => &networking::HORIZONTAL_POD_AUTOSCALERS,
         ("networking.k8s.io", "ingresses") => &networking::INGRESSES,
         ("networking.k8s.io", "ingressclasses") => &networking::INGRESS_CLASSES,

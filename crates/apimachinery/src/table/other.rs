@@ -1,8 +1,8 @@
 //! Tables of the smaller groups: leases (coordination.k8s.io), endpoint slices
 //! (discovery.k8s.io), pod disruption budgets (policy), role and cluster role bindings
 //! (rbac.authorization.k8s.io), priority classes (scheduling.k8s.io), certificate signing
-//! requests (certificates.k8s.io) and the admission configurations
-//! (admissionregistration.k8s.io).
+//! requests (certificates.k8s.io), the admission configurations
+//! (admissionregistration.k8s.io) and API services (apiregistration.k8s.io).
 
 use super::format::list_with_more;
 use super::value::{age, flag, int, list, name, object, opt_int, scalar, text};
@@ -381,6 +381,49 @@ pub(super) static PRIORITY_CLASSES: Printer = Printer {
     },
 };
 
+pub(super) static API_SERVICES: Printer = Printer {
+    columns: &[
+        NAME,
+        Column::new(
+            "Service",
+            "string",
+            0,
+            "The Service that serves this group version, or Local when the API server does.",
+        ),
+        Column::new(
+            "Available",
+            "string",
+            0,
+            "Whether the group version is available, with the reason when it is not.",
+        ),
+        AGE,
+    ],
+    cells: |api_service, now| {
+        let service = match text(api_service, "/spec/service/name") {
+            "" => "Local".to_string(),
+            name => format!("{}/{name}", text(api_service, "/spec/service/namespace")),
+        };
+        // upstream: Unknown without the condition, True, else the status and its reason
+        let available = list(api_service, "/status/conditions")
+            .iter()
+            .find(|c| text(c, "/type") == "Available")
+            .map_or_else(
+                || "Unknown".to_string(),
+                |c| match (text(c, "/status"), text(c, "/reason")) {
+                    ("True", _) => "True".to_string(),
+                    (status, "") => status.to_string(),
+                    (status, reason) => format!("{status} ({reason})"),
+                },
+            );
+        vec![
+            name(api_service).into(),
+            service.into(),
+            available.into(),
+            age(api_service, now),
+        ]
+    },
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -545,5 +588,33 @@ mod tests {
             (WEBHOOK_CONFIGURATIONS.cells)(&c, now()),
             [json!("hooks"), json!(2), json!("45s")]
         );
+    }
+
+    #[test]
+    fn api_services_show_their_service_and_availability_with_the_reason() {
+        let local = json!({"metadata": meta("v1.apps"),
+            "status": {"conditions": [{"type": "Available", "status": "True", "reason": "Local"}]}});
+        assert_eq!(
+            (API_SERVICES.cells)(&local, now()),
+            [
+                json!("v1.apps"),
+                json!("Local"),
+                json!("True"),
+                json!("45s")
+            ]
+        );
+        let down = json!({"metadata": meta("v1beta1.metrics.k8s.io"),
+            "spec": {"service": {"namespace": "kube-system", "name": "metrics-server"}},
+            "status": {"conditions": [{"type": "Available", "status": "False",
+                                       "reason": "MissingEndpoints"}]}});
+        assert_eq!(
+            (API_SERVICES.cells)(&down, now())[1..3],
+            [
+                json!("kube-system/metrics-server"),
+                json!("False (MissingEndpoints)")
+            ]
+        );
+        let new = json!({"metadata": meta("v1.x.io"), "spec": {"service": {"name": "s"}}});
+        assert_eq!((API_SERVICES.cells)(&new, now())[2], json!("Unknown"));
     }
 }

@@ -1,5 +1,7 @@
 //! x509 client certificates: the TLS handshake verified the chain to the cluster CA, so the
 //! subject's CN is the user and its O entries the groups (upstream's `x509.CommonNameUserConversion`).
+//! A certificate of the front-proxy CA is refused here (as by upstream's `--client-ca-file`
+//! verification): it vouches for users only through [`super::request_header`].
 
 use x509_parser::prelude::{FromDer, X509Certificate};
 
@@ -15,6 +17,10 @@ impl Authenticator for X509Authenticator {
         let Some(der) = credentials.client_certificate else {
             return Ok(None);
         };
+        if credentials.front_proxy {
+            // that CA's certificates name a user only through the front-proxy headers
+            return Err("x509: certificate signed by unknown authority".into());
+        }
         let (_, cert) = X509Certificate::from_der(der)
             .map_err(|e| format!("unreadable client certificate: {e}"))?;
         let subject = cert.subject();
@@ -52,6 +58,7 @@ mod tests {
         let user = Chain::new(vec![Box::new(X509Authenticator)])
             .authenticate(&Credentials {
                 client_certificate: Some(&der),
+                front_proxy: false,
                 headers: &headers,
             })
             .unwrap();
@@ -68,6 +75,7 @@ mod tests {
         let user = Chain::new(vec![Box::new(X509Authenticator)])
             .authenticate(&Credentials {
                 client_certificate: None,
+                front_proxy: false,
                 headers: &headers,
             })
             .unwrap();

@@ -237,9 +237,9 @@ impl Controller {
             let mut status = crd.get("status").cloned().unwrap_or_else(|| json!({}));
             let names = match &conflict {
                 None => {
-                    set_condition(
+                    generic::set_condition(
                         &mut status,
-                        server,
+                        server.now(),
                         "NamesAccepted",
                         "True",
                         "NoConflicts",
@@ -248,9 +248,9 @@ impl Controller {
                     wanted
                 }
                 Some((reason, message)) => {
-                    set_condition(
+                    generic::set_condition(
                         &mut status,
-                        server,
+                        server.now(),
                         "NamesAccepted",
                         "False",
                         reason,
@@ -267,9 +267,9 @@ impl Controller {
                 self.serve(server, crd, &names).await?;
                 // Documented before it is established, so `kubectl explain` finds it then.
                 self.publish(server);
-                set_condition(
+                generic::set_condition(
                     &mut status,
-                    server,
+                    server.now(),
                     "Established",
                     "True",
                     "InitialNamesAccepted",
@@ -403,9 +403,9 @@ impl Controller {
             strategy.terminate();
         }
         let mut status = crd.get("status").cloned().unwrap_or_else(|| json!({}));
-        set_condition(
+        generic::set_condition(
             &mut status,
-            server,
+            server.now(),
             "Terminating",
             "True",
             "InstanceDeletionInProgress",
@@ -539,44 +539,6 @@ pub fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
         (Some(_), None) => std::cmp::Ordering::Less,
         (None, Some(_)) => std::cmp::Ordering::Greater,
         (None, None) => a.cmp(b),
-    }
-}
-
-/// Sets a condition of `status`, its transition time moving only when its status does.
-fn set_condition(
-    status: &mut Value,
-    server: &ApiServer,
-    type_: &str,
-    value: &str,
-    reason: &str,
-    message: &str,
-) {
-    if !status.is_object() {
-        *status = json!({});
-    }
-    let conditions = status
-        .as_object_mut()
-        .expect("made an object above")
-        .entry("conditions")
-        .or_insert_with(|| json!([]));
-    if !conditions.is_array() {
-        *conditions = json!([]);
-    }
-    let list = conditions.as_array_mut().expect("made an array above");
-    let now = generic::timestamp(server.now());
-    match list.iter_mut().find(|c| c["type"] == type_) {
-        Some(c) => {
-            if c["status"] != value {
-                c["lastTransitionTime"] = json!(now);
-            }
-            c["status"] = json!(value);
-            c["reason"] = json!(reason);
-            c["message"] = json!(message);
-        }
-        None => list.push(
-            json!({"type": type_, "status": value, "lastTransitionTime": now,
-                                 "reason": reason, "message": message}),
-        ),
     }
 }
 

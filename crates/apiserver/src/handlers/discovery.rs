@@ -6,9 +6,12 @@
 
 use http::Method;
 use serde_json::{Value, json};
-use skiff_apimachinery::catalog::{Catalog, Group, ResourceType};
+use skiff_apimachinery::catalog::{Catalog, ResourceType};
 
 use super::{Body, bytes_response, json};
+use crate::aggregator::State;
+use crate::aggregator::discovery::stale;
+use crate::aggregator::registration::{DiscoveryGroup, Served, discovery_order, name_of};
 use crate::request::RequestInfo;
 use crate::server::ApiServer;
 
@@ -32,10 +35,11 @@ pub fn handle(
         return None;
     }
     let catalog = server.registry.snapshot();
+    let state = server.aggregator.state();
     let parts: Vec<&str> = info.parts.iter().map(String::as_str).collect();
     match (legacy, parts.as_slice()) {
         (true, []) => Some(match aggregated_version(accept) {
-            Some(v) => aggregated(&catalog, v, true),
+            Some(v) => aggregated(&catalog, &state, v, true),
             None => json(
                 200,
                 &json!({"kind": "APIVersions", "versions": ["v1"],
@@ -45,15 +49,15 @@ pub fn handle(
         }),
         (true, ["v1"]) => Some(json(200, &resource_list(&catalog, "", "v1"))),
         (false, []) => Some(match aggregated_version(accept) {
-            Some(v) => aggregated(&catalog, v, false),
+            Some(v) => aggregated(&catalog, &state, v, false),
             None => json(
                 200,
                 &json!({"kind": "APIGroupList", "apiVersion": "v1",
-                        "groups": catalog.groups().iter().map(group).collect::<Vec<_>>()}),
+                        "groups": discovery_order(&catalog, &state).iter().map(group)
+                                      .collect::<Vec<_>>()}),
             ),
         }),
-        (false, [g]) => catalog
-            .groups()
+        (false, [g]) => discovery_order(&catalog, &state)
             .iter()
             .find(|group| group.name == *g)
             .map(|g| {
@@ -84,11 +88,11 @@ fn aggregated_version(accept: Option<&str>) -> Option<&'static str> {
     None
 }
 
-fn group(group: &Group) -> Value {
+fn group(group: &DiscoveryGroup) -> Value {
     let gv = |v: &str| json!({"groupVersion": format!("{}/{v}", group.name), "version": v});
     json!({"name": group.name,
-           "versions": group.versions.iter().map(|v| gv(v)).collect::<Vec<_>>(),
-           "preferredVersion": gv(group.preferred())})
+           "versions": group.versions.iter().map(|(v, _)| gv(v)).collect::<Vec<_>>(),
+           "preferredVersion": gv(&group.versions[0].0)})
 }
 
 fn resource_list(catalog: &Catalog, group: &str, version: &str) -> Value {
@@ -157,14 +161,19 @@ fn discovery_resource(rt: &ResourceType) -> Value {
     r
 }
 
-fn aggregated(catalog: &Catalog, version: &'static str, legacy: bool) -> http::Response<Body> {
+fn aggregated(
+    catalog: &Catalog,
+    state: &State,
+    version: &'static str,
+    legacy: bool,
+) -> http::Response<Body> {
     let groups = if legacy {
-        vec![Group {
+        vec![DiscoveryGroup {
             name: String::new(),
-            versions: vec!["v1".into()],
+            versions: vec![("v1".into(), Served::Local)],
         }]
     } else {
-        catalog.groups()
+        discovery_order(catalog, state)
     };
     let items: Vec<Value> = groups
         .iter()
@@ -172,13 +181,20 @@ fn aggregated(catalog: &Catalog, version: &'static str, legacy: bool) -> http::R
             let versions: Vec<Value> = g
                 .versions
                 .iter()
-                .map(|v| {
-                    let resources: Vec<Value> = catalog
-                        .iter()
-                        .filter(|r| r.group == g.name && r.version == *v)
-                        .map(|r| discovery_resource(r))
-                        .collect();
-                    json!({"version": v, "resources": resources, "freshness": "Current"})
+                .map(|(v, served)| match served {
+                    Served::Local => {
+                        let resources: Vec<Value> = catalog
+                            .iter()
+                            .filter(|r| r.group == g.name && r.version == *v)
+                            .map(|r| discovery_resource(r))
+                            .collect();
+                        json!({"version": v, "resources": resources, "freshness": "Current"})
+                    }
+                    Served::Remote => state
+                        .discovery
+                        .get(&name_of(&g.name, v))
+                        .cloned()
+                        .unwrap_or_else(|| stale(v)),
                 })
                 .collect();
             json!({"metadata": {"name": g.name}, "versions": versions})

@@ -250,6 +250,8 @@ pub fn success_status(details: Value) -> Value {
                        "status": "Success", "details": details})
 }
 
+/// Routes a request that passed the gates: a remote APIService's paths to its aggregated
+/// server, the rest to discovery, OpenAPI, the system paths or a resource verb.
 pub async fn route(
     server: Arc<ApiServer>,
     req: Request<Incoming>,
@@ -257,6 +259,13 @@ pub async fn route(
     query: HashMap<String, String>,
     user: UserInfo,
 ) -> Response<Body> {
+    let aggregation = server.aggregator.state();
+    let aggregated = crate::aggregator::proxy::target(&aggregation, &info)
+        .or_else(|| crate::aggregator::proxy::openapi_target(&aggregation, &info.path))
+        .cloned();
+    if let Some(api_service) = aggregated {
+        return crate::aggregator::proxy::serve(server, req, api_service, &user).await;
+    }
     let accept = req
         .headers()
         .get(header::ACCEPT)
@@ -267,7 +276,13 @@ pub async fn route(
             return resp;
         }
         if req.method() == http::Method::GET
-            && let Some(resp) = openapi::handle(&server.openapi, &info.path, &query, req.headers())
+            && let Some(resp) = openapi::handle(
+                &server.openapi,
+                &crate::aggregator::proxy::openapi_paths(&aggregation),
+                &info.path,
+                &query,
+                req.headers(),
+            )
         {
             return resp;
         }

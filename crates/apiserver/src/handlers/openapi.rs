@@ -2,11 +2,14 @@
 //! and for deciding that the server validates fields (`fieldValidation=Strict`), built by
 //! `skiff-openapi` (once for the built-in kinds, again as custom resources come and go) and
 //! served with its ETag and caching rules, gzip-compressed to a client whose `Accept-Encoding`
-//! takes gzip (as upstream compresses large responses).
+//! takes gzip (as upstream compresses large responses). The v3 index also lists the group
+//! versions of available remote APIServices, whose documents their aggregated servers serve
+//! (the router proxies `/openapi/v3/apis/<group>/<version>` to them).
 
 use std::sync::{Arc, RwLock};
 
 use http::{HeaderValue, Response};
+use serde_json::json;
 use skiff_openapi::{Custom, Documents, Reply};
 
 use super::{Body, full};
@@ -36,18 +39,49 @@ impl Published {
     }
 }
 
-/// Answers an OpenAPI path, or `None` when the path is not one.
+/// Answers an OpenAPI path, or `None` when the path is not one; `remote` are the v3 index
+/// keys (`apis/metrics.k8s.io/v1beta1`) of remote group versions.
 pub fn handle(
     published: &Published,
+    remote: &[String],
     path: &str,
     query: &std::collections::HashMap<String, String>,
     headers: &http::HeaderMap,
 ) -> Option<Response<Body>> {
-    published.with(|docs| serve(docs, path, query, headers))
+    published.with(|docs| serve(docs, remote, path, query, headers))
+}
+
+/// The v3 index with `remote` group versions added (their documents unhashed: the aggregated
+/// server owns them), its ETag a hash of the merged index.
+fn merged_index(
+    docs: &Documents,
+    remote: &[String],
+    if_none_match: Option<&str>,
+) -> Response<Body> {
+    use std::hash::{Hash, Hasher};
+    let mut index: serde_json::Value =
+        serde_json::from_slice(&docs.v3_index_json()).unwrap_or_else(|_| json!({"paths": {}}));
+    for key in remote {
+        index["paths"][key] = json!({"serverRelativeURL": format!("/openapi/v3/{key}")});
+    }
+    let bytes = serde_json::to_vec(&index).unwrap_or_default();
+    let mut hasher = std::hash::DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    let etag = format!("\"{:016X}\"", hasher.finish());
+    let mut resp = if if_none_match.is_some_and(|t| t.split(',').any(|t| t.trim() == etag)) {
+        super::bytes_response(304, Vec::new(), "application/json")
+    } else {
+        super::bytes_response(200, bytes, "application/json")
+    };
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        resp.headers_mut().insert(http::header::ETAG, v);
+    }
+    resp
 }
 
 fn serve(
     docs: &Documents,
+    remote: &[String],
     path: &str,
     query: &std::collections::HashMap<String, String>,
     headers: &http::HeaderMap,
@@ -57,6 +91,9 @@ fn serve(
     let if_none_match = header(http::header::IF_NONE_MATCH);
     let reply = match path.trim_end_matches('/') {
         "/openapi/v2" | "/swagger-2.0.0.pb-v1" => docs.serve_v2(accept, if_none_match),
+        "/openapi/v3" if !remote.is_empty() => {
+            return Some(merged_index(docs, remote, if_none_match));
+        }
         "/openapi/v3" => docs.serve_v3_index(if_none_match),
         p => {
             let gv = p.strip_prefix("/openapi/v3/")?;
@@ -151,7 +188,7 @@ mod tests {
             if let Some(e) = encoding {
                 headers.insert(http::header::ACCEPT_ENCODING, HeaderValue::from_static(e));
             }
-            let resp = handle(&Published::default(), "/openapi/v2", &query, &headers)
+            let resp = handle(&Published::default(), &[], "/openapi/v2", &query, &headers)
                 .expect("an OpenAPI path");
             let encoding = resp.headers().get(http::header::CONTENT_ENCODING).cloned();
             let vary: Vec<_> = resp
@@ -188,5 +225,28 @@ mod tests {
         )
         .expect("valid gzip");
         assert_eq!(inflated, plain);
+    }
+
+    #[test]
+    fn the_v3_index_lists_remote_group_versions_next_to_the_built_in_ones() {
+        let remote = ["apis/metrics.k8s.io/v1beta1".to_string()];
+        let resp = merged_index(Documents::global(), &remote, None);
+        let etag = resp.headers()[http::header::ETAG].clone();
+        let body = futures::executor::block_on(http_body_util::BodyExt::collect(resp.into_body()))
+            .expect("a full body")
+            .to_bytes();
+        let index: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            index["paths"]["apis/metrics.k8s.io/v1beta1"]["serverRelativeURL"],
+            "/openapi/v3/apis/metrics.k8s.io/v1beta1"
+        );
+        assert!(
+            index["paths"]["apis/apps/v1"]["serverRelativeURL"]
+                .as_str()
+                .unwrap()
+                .starts_with("/openapi/v3/apis/apps/v1?hash=")
+        );
+        let again = merged_index(Documents::global(), &remote, etag.to_str().ok());
+        assert_eq!(again.status(), 304);
     }
 }

@@ -10,6 +10,44 @@ pub fn timestamp(now: jiff::Timestamp) -> String {
     now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
+/// Sets a condition of `status`, its transition time moving only when its status does.
+pub fn set_condition(
+    status: &mut Value,
+    now: jiff::Timestamp,
+    type_: &str,
+    value: &str,
+    reason: &str,
+    message: &str,
+) {
+    if !status.is_object() {
+        *status = json!({});
+    }
+    let conditions = status
+        .as_object_mut()
+        .expect("made an object above")
+        .entry("conditions")
+        .or_insert_with(|| json!([]));
+    if !conditions.is_array() {
+        *conditions = json!([]);
+    }
+    let list = conditions.as_array_mut().expect("made an array above");
+    let now = timestamp(now);
+    match list.iter_mut().find(|c| c["type"] == type_) {
+        Some(c) => {
+            if c["status"] != value {
+                c["lastTransitionTime"] = json!(now);
+            }
+            c["status"] = json!(value);
+            c["reason"] = json!(reason);
+            c["message"] = json!(message);
+        }
+        None => list.push(
+            json!({"type": type_, "status": value, "lastTransitionTime": now,
+                                 "reason": reason, "message": message}),
+        ),
+    }
+}
+
 fn meta_mut(object: &mut Value) -> &mut Map<String, Value> {
     if !object.get("metadata").is_some_and(Value::is_object) {
         object["metadata"] = json!({});

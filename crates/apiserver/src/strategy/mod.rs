@@ -23,11 +23,13 @@
 //! - [`replicationcontroller`], [`podtemplate`]: the core/v1 workload kinds.
 //! - [`webhookconfiguration`]: `admissionregistration.k8s.io/v1` webhook configurations.
 //! - [`admissionpolicy`]: ValidatingAdmissionPolicies and their bindings.
+//! - [`apiservice`]: `apiregistration.k8s.io/v1` APIServices (the aggregation layer's kind).
 //! - [`certificatesigningrequest`]: `certificates.k8s.io/v1` requests, approval and status.
 //! - [`hpa`], [`ingress`], [`networkpolicy`], [`runtimeclass`]: `autoscaling/v2`,
 //!   `networking.k8s.io/v1` and `node.k8s.io/v1`.
 
 pub mod admissionpolicy;
+pub mod apiservice;
 pub mod certificatesigningrequest;
 pub mod common;
 pub mod configmap;
@@ -341,6 +343,7 @@ pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
         ("admissionregistration.k8s.io", "validatingadmissionpolicybindings") => {
             &admissionpolicy::BindingStrategy
         }
+        ("apiregistration.k8s.io", "apiservices") => &apiservice::ApiServiceStrategy,
         (crate::crd::GROUP, crate::crd::PLURAL) => {
             &crate::crd::definition::CustomResourceDefinitionStrategy
         }

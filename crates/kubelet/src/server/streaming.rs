@@ -188,16 +188,10 @@ async fn to_streaming_server(
         .map_err(|e| format!("dialing the runtime's streaming server {authority}: {e}"))?;
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
     let headers = proxy::forwarded_headers(&parts.headers, &authority);
-    let resp = proxy::forward(
-        tcp,
-        &authority,
-        parts.method.clone(),
-        path,
-        headers,
-        upgrade,
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let request = proxy::bodiless(parts.method.clone(), path, headers, upgrade);
+    let resp = proxy::forward(tcp, &authority, request)
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(resp.map(proxy::stream_body))
 }
 

@@ -155,6 +155,8 @@ impl GateArgs {
                         skiff_apiserver::trace::ENTRIES_PER_OBJECT,
                     ))
                 }),
+                // set once the PKI is loaded (`run`)
+                aggregation: None,
             },
             store,
         ))
@@ -295,7 +297,7 @@ pub async fn run(args: ApiServerArgs, lifecycle: Lifecycle) -> anyhow::Result<()
         .map_err(|e| UsageError(format!("--authorization-mode: {e}")))?;
     let authn = args.authn.options()?;
     let (store, embedded) = open_store(&args.data_dir, args.datastore_endpoint.as_deref()).await?;
-    let (gates, store) = args.gates.build(store)?;
+    let (mut gates, store) = args.gates.build(store)?;
     let config = Config {
         data_dir: args.data_dir.clone(),
         listen: SocketAddr::new(args.bind_address, args.secure_port),
@@ -316,6 +318,14 @@ pub async fn run(args: ApiServerArgs, lifecycle: Lifecycle) -> anyhow::Result<()
         .kubelet_client()
         .context("the kubelet client certificate")?;
     let kubelet = KubeletClient::new(&cert, &key).context("the kubelet client")?;
+    gates.aggregation = Some(skiff_apiserver::aggregator::Options {
+        client_ca_pem: listener.pki.ca_cert_pem.clone(),
+        front_proxy: listener
+            .pki
+            .front_proxy()
+            .context("the front-proxy CA and client certificate")?,
+        recheck: skiff_apiserver::aggregator::DEFAULT_RECHECK,
+    });
     let tokens = TokenIssuer::ensure(&listener.pki.dir, DEFAULT_ISSUER)
         .context("loading the service account signing key")?;
     let server =

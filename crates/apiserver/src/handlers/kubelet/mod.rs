@@ -131,16 +131,10 @@ pub async fn send(
         .await
         .map_err(|e| unreachable(&e))?;
     let headers = proxy::forwarded_headers(&ctx.headers, &authority);
-    proxy::forward(
-        tls,
-        &authority,
-        method,
-        path_and_query,
-        headers,
-        ctx.upgrade.take(),
-    )
-    .await
-    .map_err(|e| unreachable(&e))
+    let request = proxy::bodiless(method, path_and_query, headers, ctx.upgrade.take());
+    proxy::forward(tls, &authority, request)
+        .await
+        .map_err(|e| unreachable(&e))
 }
 
 /// Upstream's `GenericHttpResponseChecker`: a kubelet answer outside 2xx becomes an error
