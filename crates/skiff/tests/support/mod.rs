@@ -15,6 +15,7 @@ use skiff_store::etcd_process::EtcdProcess;
 
 pub mod agent;
 pub mod cluster;
+pub mod crd;
 pub mod https;
 pub mod netns;
 pub mod node;
