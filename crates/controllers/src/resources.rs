@@ -1,8 +1,15 @@
 //! Discovery of every resource the API server serves, shared by the controllers that act on
-//! all of them (garbage-collector, namespace): each resource at its group's preferred version,
-//! with its scope and verbs.
+//! all of them (garbage-collector, namespace, resourcequota): each resource at its group's
+//! preferred version, with its scope and verbs; and the metadata-only watch those that follow
+//! every resource (custom resources included) keep on each of them.
 
+use futures::StreamExt;
+use kube::Api;
+use kube::api::DynamicObject;
+use kube::core::PartialObjectMeta;
 use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope, verbs};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::mpsc;
 
 /// One served resource (never a subresource).
 #[derive(Debug, Clone)]
@@ -30,11 +37,48 @@ impl Served {
         format!("{}.{}", self.resource.plural, self.resource.group)
     }
 
+    /// Whether it is one of the two Event resources, which upstream's garbage collector and
+    /// quota monitor leave alone (their default `ignoredResources`).
+    pub fn is_event(&self) -> bool {
+        self.resource.plural == "events"
+            && (self.resource.group.is_empty() || self.resource.group == "events.k8s.io")
+    }
+
     /// Whether it can be listed, watched and deleted (what the garbage collector needs).
     pub fn collectable(&self) -> bool {
         [verbs::LIST, verbs::WATCH, verbs::DELETE]
             .iter()
             .all(|v| self.supports(v))
+    }
+}
+
+/// One metadata watch event of a discovered resource.
+pub type MetaEvent = (
+    ApiResource,
+    watcher::Event<PartialObjectMeta<DynamicObject>>,
+);
+
+/// Watches one resource's metadata cluster-wide (relisting with backoff after errors, which
+/// are logged as `who`'s) into `tx`, until its receiver is gone.
+pub async fn watch_metadata(
+    client: kube::Client,
+    ar: ApiResource,
+    tx: mpsc::UnboundedSender<MetaEvent>,
+    who: &'static str,
+) {
+    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
+    let mut events = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(e) = events.next().await {
+        match e {
+            Ok(e) => {
+                if tx.send((ar.clone(), e)).is_err() {
+                    return;
+                }
+            }
+            Err(error) => tracing::warn!(resource = %ar.plural, %error, "{who}: watch"),
+        }
     }
 }
 

@@ -21,13 +21,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy,
+    DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy,
 };
 use kube::core::PartialObjectMeta;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use parking_lot::{Mutex, RwLock};
 use serde_json::{Value, json};
@@ -38,7 +37,7 @@ use self::attempt::{Done, Error, Objects, Policy, Snapshot, Target};
 use self::graph::{Graph, Identity, Node, Work};
 use self::queue::Queue;
 use crate::Context;
-use crate::resources::{self, Served};
+use crate::resources::{self, MetaEvent, Served};
 
 /// How often discovery runs again to find new resources (upstream's 30 s resync).
 const REDISCOVERY: Duration = Duration::from_secs(30);
@@ -46,11 +45,6 @@ const REDISCOVERY: Duration = Duration::from_secs(30);
 const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 /// Workers (upstream's `--concurrent-gc-syncs` default).
 const WORKERS: usize = 20;
-
-/// Resources never collected (upstream's default `ignoredResources`).
-fn ignored(ar: &ApiResource) -> bool {
-    ar.plural == "events" && (ar.group.is_empty() || ar.group == "events.k8s.io")
-}
 
 /// Served kinds by (apiVersion, kind), every version.
 type Kinds = Arc<RwLock<HashMap<(String, String), Served>>>;
@@ -209,35 +203,12 @@ impl Objects for KubeObjects {
     }
 }
 
-type Event = (
-    ApiResource,
-    watcher::Event<PartialObjectMeta<DynamicObject>>,
-);
-
-/// Watches one resource's metadata into the graph builder's channel.
-async fn watch(client: Client, ar: ApiResource, tx: mpsc::UnboundedSender<Event>) {
-    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
-    let mut events = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    while let Some(e) = events.next().await {
-        match e {
-            Ok(e) => {
-                if tx.send((ar.clone(), e)).is_err() {
-                    return;
-                }
-            }
-            Err(error) => tracing::warn!(resource = %ar.plural, %error, "garbage-collector: watch"),
-        }
-    }
-}
-
 /// Applies watch events to the graph and queues the work they cause; reports each resource's
 /// first complete list on `synced`.
 async fn build_graph(
     graph: Arc<Mutex<Graph>>,
     queue: Arc<Queue<Work>>,
-    mut rx: mpsc::UnboundedReceiver<Event>,
+    mut rx: mpsc::UnboundedReceiver<MetaEvent>,
     synced: Arc<Mutex<HashSet<(String, String)>>>,
 ) {
     let mut listing: HashMap<(String, String), HashSet<String>> = HashMap::new();
@@ -358,11 +329,16 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
                     .unwrap_or_default();
                 for s in preferred
                     .into_iter()
-                    .filter(|s| s.collectable() && !ignored(&s.resource))
+                    .filter(|s| s.collectable() && !s.is_event())
                 {
                     let key = (s.resource.group.clone(), s.resource.kind.clone());
                     if watched.insert(key) {
-                        tokio::spawn(watch(shared.clone(), s.resource.clone(), tx.clone()));
+                        tokio::spawn(resources::watch_metadata(
+                            shared.clone(),
+                            s.resource.clone(),
+                            tx.clone(),
+                            "garbage-collector",
+                        ));
                     }
                 }
             }
