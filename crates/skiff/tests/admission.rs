@@ -168,7 +168,8 @@ fn pod_security_enforce_refuses_and_warn_prints_a_warning() {
 }
 
 /// An HTTPS admission webhook server in the test process, with its own CA (rcgen, through the
-/// API server's PKI code): `/mutate` adds the label `mutated=yes` with a JSONPatch, `/deny`
+/// API server's PKI code): `/mutate` adds the label `mutated=yes` with a JSONPatch,
+/// `/mutate-spec` sets a Widget's `spec.color` and adds a field its schema lacks, `/deny`
 /// refuses, `/slow` answers after five seconds.
 struct WebhookServer {
     port: u16,
@@ -193,6 +194,16 @@ fn review_answer(path: &str, review: &serde_json::Value) -> serde_json::Value {
                 .encode(patch.to_string())
                 .into();
             response["warnings"] = serde_json::json!(["mutated by the test webhook"]);
+        }
+        "/mutate-spec" => {
+            // one field the Widget schema defines, one it does not (pruned after admission)
+            let patch = serde_json::json!([
+                {"op": "replace", "path": "/spec/color", "value": "red"},
+                {"op": "add", "path": "/spec/shade", "value": "dark"}]);
+            response["patchType"] = "JSONPatch".into();
+            response["patch"] = base64::engine::general_purpose::STANDARD
+                .encode(patch.to_string())
+                .into();
         }
         "/deny" => {
             response["allowed"] = false.into();
@@ -468,12 +479,19 @@ fn webhooks_mutate_and_validate_custom_resources() {
     install_widgets(&api);
     let objects = format!(
         "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\n\
-         metadata: {{name: widget-labeller}}\nwebhooks:\n{}---\n\
+         metadata: {{name: widget-labeller}}\nwebhooks:\n{}{}---\n\
          apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\n\
          metadata: {{name: widget-bouncer}}\nwebhooks:\n{}",
         hooks.entry(
             "label.skiff.test",
             "/mutate",
+            "[example.com]",
+            "widgets",
+            ""
+        ),
+        hooks.entry(
+            "paint.skiff.test",
+            "/mutate-spec",
             "[example.com]",
             "widgets",
             ""
@@ -505,6 +523,12 @@ fn webhooks_mutate_and_validate_custom_resources() {
         &["get", "widget", "w", "-o", "jsonpath={.metadata.labels}"],
     );
     assert_eq!(labels, r#"{"mutated":"yes"}"#);
+    // the patched object is pruned to the schema, as upstream's conformance test requires
+    let spec = api.kubectl(
+        KUBECTL_133,
+        &["get", "widget", "w", "-o", "jsonpath={.spec}"],
+    );
+    assert_eq!(spec, r#"{"color":"red"}"#);
 
     // the validating webhook is called for the custom resource and its refusal stands
     let guarded = widget("default", "intruder", ", labels: {guard: deny}");

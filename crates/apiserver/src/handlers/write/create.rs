@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 use skiff_apimachinery::validation::{FieldError, FieldPath};
 
 use super::{
-    Fields, attrs, commit, encode, name_of, put_op, read_object, reservation_diff, validate,
+    Fields, attrs, commit, encode, name_of, put_op, read_object, redecode_patched,
+    reservation_diff, validate,
 };
 use crate::admission::Operation;
 use crate::allocator;
@@ -84,6 +85,7 @@ pub(in crate::handlers) async fn create_object(
     }
     let a = attrs(ctx, Operation::Create, &name, None);
     ctx.server.admission.mutate(&a, Some(&mut obj)).await?;
+    redecode_patched(ctx, &a, &mut obj);
     if ctx.rt.group.is_empty() && ctx.rt.plural == "pods" && ctx.info.subresource.is_empty() {
         strategy::pod::set_qos_class(&mut obj);
     }

@@ -186,6 +186,16 @@ pub(super) fn check_fields(ctx: &Ctx, obj: &mut Value) -> Result<()> {
     }
 }
 
+/// An object an admission webhook patched, decoded again as upstream decodes the patched
+/// object: the fields its schema does not define are dropped (a custom resource is pruned) and
+/// a custom resource's schema defaults are applied.
+fn redecode_patched(ctx: &Ctx, a: &Attributes<'_>, obj: &mut Value) {
+    if a.notes.patched() {
+        ctx.strategy.unknown_fields(obj);
+        ctx.strategy.default_on_read(obj);
+    }
+}
+
 fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<()> {
     let name_check = match (ctx.rt.group.as_str(), ctx.rt.plural.as_str()) {
         ("", "namespaces" | "services") => validation::is_dns1123_label,
@@ -228,10 +238,7 @@ fn attrs<'a>(ctx: &'a Ctx, op: Operation, name: &'a str, old: Option<&'a Value>)
         user: &ctx.user,
         old,
         dry_run: ctx.dry_run(),
-        notes: crate::admission::Notes {
-            warnings: ctx.warnings.clone(),
-            audit: ctx.audit_annotations.clone(),
-        },
+        notes: crate::admission::Notes::new(ctx.warnings.clone(), ctx.audit_annotations.clone()),
     }
 }
 

@@ -7,7 +7,7 @@ use skiff_apimachinery::patch::{self, PatchType};
 
 use super::{
     Fields, MAX_RETRIES, attrs, check_fields, commit, delete_op, encode, finalizers, name_of,
-    no_op, put_op, read_object, reservation_diff, rv_of, validate,
+    no_op, put_op, read_object, redecode_patched, reservation_diff, rv_of, validate,
 };
 use crate::admission::Operation;
 use crate::allocator;
@@ -97,6 +97,7 @@ pub(crate) async fn update_with(
         }
         let a = attrs(ctx, Operation::Update, name, Some(&current));
         ctx.server.admission.mutate(&a, Some(&mut obj)).await?;
+        redecode_patched(ctx, &a, &mut obj);
         allocator::allocate(
             &*ctx.server.store,
             &ctx.server.ranges,
