@@ -336,7 +336,8 @@ fn monitored(s: &resources::Served) -> bool {
 }
 
 /// Upstream's quota monitor for every other resource: discovers them (every [`REDISCOVERY`])
-/// and watches each one's metadata; the namespace of each object deleted goes to `deleted`.
+/// and watches each one's metadata while it is served; the namespace of each object deleted
+/// goes to `deleted`.
 async fn monitor_discovered(
     client: kube::Client,
     deleted: futures::channel::mpsc::UnboundedSender<Option<String>>,
@@ -351,22 +352,10 @@ async fn monitor_discovered(
             }
         }
     });
-    let mut watched: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut monitors = resources::Monitors::new(client.clone(), tx, "resourcequota");
     loop {
         match resources::discover(&client, false).await {
-            Ok(served) => {
-                for s in served.into_iter().filter(monitored) {
-                    let key = (s.resource.group.clone(), s.resource.plural.clone());
-                    if watched.insert(key) {
-                        tokio::spawn(resources::watch_metadata(
-                            client.clone(),
-                            s.resource,
-                            tx.clone(),
-                            "resourcequota",
-                        ));
-                    }
-                }
-            }
+            Ok(served) => monitors.sync(served.into_iter().filter(monitored)),
             Err(error) => tracing::warn!(%error, "resourcequota: discovery failed"),
         }
         tokio::time::sleep(REDISCOVERY).await;

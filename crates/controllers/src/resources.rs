@@ -1,7 +1,9 @@
 //! Discovery of every resource the API server serves, shared by the controllers that act on
 //! all of them (garbage-collector, namespace, resourcequota): each resource at its group's
-//! preferred version, with its scope and verbs; and the metadata-only watch those that follow
-//! every resource (custom resources included) keep on each of them.
+//! preferred version, with its scope and verbs; and the metadata-only watches those that follow
+//! every resource (custom resources included) keep on each of them ([`Monitors`]).
+
+use std::collections::HashMap;
 
 use futures::StreamExt;
 use kube::Api;
@@ -60,7 +62,7 @@ pub type MetaEvent = (
 
 /// Watches one resource's metadata cluster-wide (relisting with backoff after errors, which
 /// are logged as `who`'s) into `tx`, until its receiver is gone.
-pub async fn watch_metadata(
+async fn watch_metadata(
     client: kube::Client,
     ar: ApiResource,
     tx: mpsc::UnboundedSender<MetaEvent>,
@@ -79,6 +81,64 @@ pub async fn watch_metadata(
             }
             Err(error) => tracing::warn!(resource = %ar.plural, %error, "{who}: watch"),
         }
+    }
+}
+
+/// The metadata watches a controller keeps on the resources discovery finds (upstream's
+/// garbage collector and quota monitors): one per resource, started when discovery first finds
+/// it, stopped when it no longer does (its CRD deleted); events go to one channel.
+pub struct Monitors {
+    client: kube::Client,
+    tx: mpsc::UnboundedSender<MetaEvent>,
+    /// Whose watches (in their logs).
+    who: &'static str,
+    /// The running watches by group and plural.
+    running: HashMap<(String, String), tokio::task::AbortHandle>,
+}
+
+impl Monitors {
+    pub fn new(
+        client: kube::Client,
+        tx: mpsc::UnboundedSender<MetaEvent>,
+        who: &'static str,
+    ) -> Monitors {
+        Monitors {
+            client,
+            tx,
+            who,
+            running: HashMap::new(),
+        }
+    }
+
+    /// Watches each of `served` not watched yet and stops the watches of the others.
+    pub fn sync(&mut self, served: impl IntoIterator<Item = Served>) {
+        let mut keep = HashMap::new();
+        for s in served {
+            let key = (s.resource.group.clone(), s.resource.plural.clone());
+            let handle = match self.running.remove(&key) {
+                Some(running) => running,
+                None => tokio::spawn(watch_metadata(
+                    self.client.clone(),
+                    s.resource,
+                    self.tx.clone(),
+                    self.who,
+                ))
+                .abort_handle(),
+            };
+            keep.insert(key, handle);
+        }
+        for (_, gone) in std::mem::replace(&mut self.running, keep) {
+            gone.abort();
+        }
+    }
+
+    /// How many resources are watched.
+    pub fn len(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.running.is_empty()
     }
 }
 
@@ -101,4 +161,45 @@ pub async fn discover(client: &kube::Client, all_versions: bool) -> kube::Result
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served(group: &str, plural: &str) -> Served {
+        Served {
+            resource: ApiResource {
+                group: group.into(),
+                version: "v1".into(),
+                api_version: format!("{group}/v1"),
+                kind: "Kind".into(),
+                plural: plural.into(),
+            },
+            namespaced: true,
+            verbs: vec!["list".into(), "watch".into(), "delete".into()],
+        }
+    }
+
+    #[tokio::test]
+    async fn monitors_follow_what_discovery_finds_and_drop_what_it_no_longer_finds() {
+        // nothing answers there: the watches keep retrying, which is all this test needs
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let mut monitors = Monitors::new(client, tx, "test");
+        monitors.sync([
+            served("example.com", "widgets"),
+            served("apps", "deployments"),
+        ]);
+        assert_eq!(monitors.len(), 2);
+        let widgets = monitors.running[&("example.com".into(), "widgets".into())].clone();
+        // the CRD of widgets is gone: its watch stops, the other one is kept
+        monitors.sync([served("apps", "deployments")]);
+        assert_eq!(monitors.len(), 1);
+        tokio::task::yield_now().await;
+        assert!(widgets.is_finished());
+        monitors.sync([]);
+        assert!(monitors.is_empty());
+    }
 }

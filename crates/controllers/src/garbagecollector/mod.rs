@@ -307,7 +307,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         synced.clone(),
     ));
 
-    let mut watched: HashSet<(String, String)> = HashSet::new();
+    let mut watched = resources::Monitors::new(shared.clone(), tx, "garbage-collector");
     let mut failures = 0u32;
     let mut workers_started = false;
     let started = tokio::time::Instant::now();
@@ -323,23 +323,14 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
                     );
                 }
                 *kinds.write() = next;
-                // Watch each kind once, at its group's preferred version.
-                let preferred = resources::discover(&client, false)
-                    .await
-                    .unwrap_or_default();
-                for s in preferred
-                    .into_iter()
-                    .filter(|s| s.collectable() && !s.is_event())
-                {
-                    let key = (s.resource.group.clone(), s.resource.kind.clone());
-                    if watched.insert(key) {
-                        tokio::spawn(resources::watch_metadata(
-                            shared.clone(),
-                            s.resource.clone(),
-                            tx.clone(),
-                            "garbage-collector",
-                        ));
-                    }
+                // Watch each resource once, at its group's preferred version (and stop
+                // watching those no longer served).
+                if let Ok(preferred) = resources::discover(&client, false).await {
+                    watched.sync(
+                        preferred
+                            .into_iter()
+                            .filter(|s| s.collectable() && !s.is_event()),
+                    );
                 }
             }
             Err(error) => {
