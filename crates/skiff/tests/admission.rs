@@ -2,7 +2,8 @@
 //! defaults land on new pods and its max refuses a pod with upstream's 403; PodSecurity
 //! `enforce` refuses a pod with upstream's message and `warn` makes kubectl print `Warning:`;
 //! admission webhooks served over HTTPS by the test itself mutate (a JSONPatch adding a label),
-//! deny, fail closed or open when down, and time out instead of hanging.
+//! deny, fail closed or open when down, and time out instead of hanging; on custom resources
+//! too, a patched custom resource pruned to its schema.
 
 mod support;
 

@@ -3,7 +3,9 @@
 //! from a ConfigMap param refuses by its `messageExpression` (and a missing param refuses under
 //! `parameterNotFoundAction: Deny`), a Warn binding makes kubectl print the warning, a failing
 //! expression admits under `failurePolicy: Ignore`, a policy whose CEL does not compile is
-//! refused with 422, and kubectl lists policies and bindings with upstream's columns.
+//! refused with 422, and kubectl lists policies and bindings with upstream's columns; a custom
+//! resource is a `paramKind` once its CRD is established (until then the policy fails with
+//! upstream's message) and policies match custom resources.
 
 mod support;
 
@@ -432,4 +434,53 @@ fn a_custom_resource_is_a_param_kind_once_its_crd_is_established() {
         ],
     );
     until(&api, &create("big", "4", true), |out| out.status.success());
+
+    // Policies match custom resources too: the params themselves are held to a ceiling.
+    api.kubectl_stdin(
+        KUBECTL_133,
+        &["apply", "-f", "-"],
+        Some(LIMIT_CEILING_POLICY),
+    );
+    let too_high = REPLICA_LIMIT_CRD
+        .split("---")
+        .nth(1)
+        .unwrap()
+        .replace("name: replica-limit-test.example.com", "name: too-high")
+        .replace("maxReplicas: 3", "maxReplicas: 50");
+    let out = api.kubectl_until(
+        KUBECTL_133,
+        &["create", "-f", "-"],
+        Some(&too_high),
+        |out| !out.status.success(),
+    );
+    assert!(
+        output_text(&out).1.contains(
+            "replicalimits.rules.example.com \"too-high\" is forbidden: \
+             ValidatingAdmissionPolicy 'limit-ceiling.example.com' with binding \
+             'limit-ceiling-binding' denied request: failed expression: object.maxReplicas <= 10"
+        ),
+        "{:?}",
+        output_text(&out)
+    );
 }
+
+const LIMIT_CEILING_POLICY: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: limit-ceiling.example.com}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [rules.example.com], apiVersions: [v1], operations: [CREATE, UPDATE],
+       resources: [replicalimits]}
+  validations:
+  - expression: object.maxReplicas <= 10
+    reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: limit-ceiling-binding}
+spec:
+  policyName: limit-ceiling.example.com
+  validationActions: [Deny]
+"#;

@@ -5,7 +5,7 @@
 //! the `Audit-Id` header names the request's events; a request with a bad token is one
 //! `ResponseStarted` event with code 401 and no user; a small
 //! `--audit-log-maxsize` rotates the log into upstream-named backups, pruned to
-//! `--audit-log-maxbackup`.
+//! `--audit-log-maxbackup`; a custom resource's create is audited with its group and resource.
 
 mod support;
 

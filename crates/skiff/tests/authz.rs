@@ -3,7 +3,8 @@
 //! refused elsewhere with upstream's message; `kubectl auth can-i` (also `--list` and `--as`)
 //! and `kubectl auth whoami` answer as upstream; `kubectl --as` runs as the impersonated user;
 //! a kubelet identity reads its own pods and their secrets, never another node's; aggregated
-//! ClusterRoles gather the rules of the roles they select.
+//! ClusterRoles gather the rules of the roles they select; custom resources are authorized as
+//! built-in ones (a Role on their group and plural, `resources: ["*"]`, aggregation into `view`).
 
 mod support;
 

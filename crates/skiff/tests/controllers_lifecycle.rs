@@ -1,7 +1,8 @@
 //! The lifecycle controllers of `skiff controller-manager` against a real `skiff apiserver`:
 //! namespace deletion, the garbage collector's cascades, node lifecycle and taint eviction,
 //! node-ipam, root-ca-cert-publisher and pod-garbage-collector, each seen through the API
-//! (and kubectl where users drive it).
+//! (and kubectl where users drive it); custom resources among them (collected with and as
+//! owners, deleted with their namespace).
 
 mod support;
 

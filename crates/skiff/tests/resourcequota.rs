@@ -1,6 +1,7 @@
 //! ResourceQuota end to end against a real `skiff apiserver`: the `resourcequota` controller
 //! fills `status.used`, admission refuses creates (and a Service update adding node ports) past
-//! `hard` with upstream's 403, and concurrent creates never together exceed a quota.
+//! `hard` with upstream's 403, and concurrent creates never together exceed a quota; custom
+//! resources are counted (`count/widgets.example.com`), charged and given back on delete.
 
 mod support;
 
