@@ -647,6 +647,21 @@ fn the_garbage_collector_follows_owners_to_and_from_custom_resources() {
         })
         .await;
         eventually("the foreground widget gone", || gone(&widgets, "held")).await;
+
+        // Orphan: the custom resource goes, its dependent stays without the reference.
+        let keeper = create(&widgets, widget("keeper")).await;
+        let mut kept = json!({"metadata": {"name": "kept"}});
+        kept["metadata"]["ownerReferences"] =
+            owned_by("example.com/v1", "Widget", "keeper", keeper.metadata.uid);
+        create(&configmaps, kept).await;
+        widgets
+            .delete("keeper", &DeleteParams::orphan())
+            .await
+            .unwrap();
+        eventually("the orphaning widget gone", || gone(&widgets, "keeper")).await;
+        let kept = configmaps.get("kept").await.unwrap();
+        assert_eq!(kept.metadata.owner_references, None);
+        assert!(kept.metadata.deletion_timestamp.is_none());
     });
 }
 
