@@ -418,18 +418,25 @@ impl Record {
             };
             return Response::from_parts(parts, body.boxed());
         }
-        let json_body = resp
+        // JSON or protobuf (the log has the object as JSON whatever the client asked for)
+        let content_type = resp
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| encoding::media_type(ct) == "application/json");
-        if json_body && (code >= 400 || self.decision.level == Level::RequestResponse) {
+            .map(str::to_string);
+        let decodable = content_type.as_deref().is_some_and(|ct| {
+            matches!(
+                encoding::media_type(ct).as_str(),
+                "application/json" | "application/vnd.kubernetes.protobuf"
+            )
+        });
+        if decodable && (code >= 400 || self.decision.level == Level::RequestResponse) {
             let (parts, body) = resp.into_parts();
             let bytes = match body.collect().await {
                 Ok(c) => c.to_bytes(),
                 Err(never) => match never {},
             };
-            self.respond(code, serde_json::from_slice(&bytes).ok());
+            self.respond(code, decode_body(&bytes, content_type.as_deref()));
             self.emit(Stage::ResponseComplete);
             return Response::from_parts(parts, crate::handlers::full(bytes));
         }
