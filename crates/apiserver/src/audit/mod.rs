@@ -638,6 +638,29 @@ rules:
     }
 
     #[tokio::test]
+    async fn a_protobuf_response_is_logged_as_json() {
+        let (a, mut rx) = auditor();
+        let mut info = RequestInfo::resource_request("create", "", "configmaps", "a", "");
+        info.version = "v1".into();
+        let record = begin(&a, &info, &HeaderMap::new()).unwrap();
+        next(&mut rx);
+        record.authorized(true, "");
+        let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "cm", "namespace": "a"}, "data": {"k": "v"}});
+        let (bytes, content_type) = encoding::encode(encoding::Output::Protobuf, &object);
+        assert_eq!(content_type, "application/vnd.kubernetes.protobuf");
+        let resp = Response::builder()
+            .status(201)
+            .header(header::CONTENT_TYPE, content_type)
+            .body(crate::handlers::full(bytes))
+            .unwrap();
+        record.finish(resp, false).await;
+        let done = next(&mut rx);
+        assert_eq!(done["responseObject"]["metadata"]["name"], "cm");
+        assert_eq!(done["responseObject"]["data"]["k"], "v");
+    }
+
+    #[tokio::test]
     async fn metadata_level_failures_carry_the_status_but_no_bodies() {
         let (a, mut rx) = auditor();
         let info = RequestInfo::resource_request("get", "", "secrets", "a", "s");
