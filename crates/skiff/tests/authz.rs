@@ -519,24 +519,14 @@ subjects:
 
 /// Runs `kubectl --kubeconfig <kubeconfig> args` with `stdin`.
 fn kubectl_as_stdin(api: &ApiServer, kubeconfig: &PathBuf, args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(KUBECTL_133)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .env("HOME", api.data_dir.join("home"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run kubectl");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin.as_bytes())
-        .expect("write stdin");
-    child.wait_with_output().expect("kubectl output")
+    support::run_guarded_with(
+        Command::new(KUBECTL_133)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .env("HOME", api.data_dir.join("home")),
+        Some(stdin),
+    )
 }
 
 #[test]
