@@ -27,6 +27,7 @@ pub mod validating_policy;
 pub mod webhook;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -94,12 +95,38 @@ impl AuditAnnotations {
     }
 }
 
-/// What admission tells beyond allow or refuse: `Warning` headers for the client and
-/// annotations for the audit log.
+/// What admission tells beyond allow or refuse: `Warning` headers for the client, annotations
+/// for the audit log, and whether a webhook's patch replaced the object.
 #[derive(Debug, Clone, Default)]
 pub struct Notes {
     pub warnings: crate::handlers::Warnings,
     pub audit: AuditAnnotations,
+    /// Set by the mutating webhook plugin when a patch changed the object: the handler then
+    /// decodes it again as upstream decodes a patched object (fields the schema does not define
+    /// dropped, a custom resource's schema defaults applied). Shared by the copies of one
+    /// request's attributes.
+    patched: Arc<AtomicBool>,
+}
+
+impl Notes {
+    /// The notes of a request whose warnings and audit annotations go to these.
+    pub fn new(warnings: crate::handlers::Warnings, audit: AuditAnnotations) -> Notes {
+        Notes {
+            warnings,
+            audit,
+            patched: Arc::default(),
+        }
+    }
+
+    /// Records that a webhook's patch changed the object.
+    pub fn mark_patched(&self) {
+        self.patched.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a webhook's patch changed the object.
+    pub fn patched(&self) -> bool {
+        self.patched.load(Ordering::Relaxed)
+    }
 }
 
 /// One admission plugin. Mutating plugins change `object`; validating ones only refuse.

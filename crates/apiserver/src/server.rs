@@ -114,7 +114,7 @@ struct AuditStart {
 pub struct ApiServer {
     pub store: Arc<dyn Store>,
     /// The resource types served now: the built-in ones and those installed at run time.
-    pub registry: Registry,
+    pub registry: Arc<Registry>,
     /// The strategies of the types in the registry that were installed at run time.
     pub strategies: crate::strategy::Strategies,
     /// The OpenAPI documents served now (custom resources' schemas included).
@@ -354,10 +354,12 @@ impl ApiServer {
             crate::webhook_client::CachedServices(cache.clone()),
         )));
         let conversion = Arc::new(crate::conversion::Converter::new(webhooks.clone()));
+        // shared with the admission plugins that resolve kinds named in objects (param kinds)
+        let registry = Arc::new(Registry::new());
         Ok(Arc::new(Self {
             stopping: tokio::sync::watch::Sender::new(false),
             store: store.clone(),
-            registry: Registry::new(),
+            registry: registry.clone(),
             strategies: Default::default(),
             openapi: Default::default(),
             conversion: conversion.clone(),
@@ -421,7 +423,10 @@ impl ApiServer {
                         policies: admission::validating_policy::policy::CachedPolicies::new(
                             cache.clone(),
                         ),
-                        params: admission::validating_policy::params::CachedParams(cache.clone()),
+                        params: admission::validating_policy::params::CachedParams {
+                            cache: cache.clone(),
+                            registry,
+                        },
                         namespaces: admission::webhook::CachedNamespaces {
                             cache: cache.clone(),
                             store: store.clone(),

@@ -7,7 +7,10 @@
 //! when its `spec.hard` changes, when an object it counts is deleted or stops counting, and
 //! every five minutes (`--resource-quota-sync-period`), but not on creates, which admission has
 //! already charged (a recount from a store that lags them would undo the charge and let the
-//! next create through); its status is written only when it changed.
+//! next create through); its status is written only when it changed. Deletes of the kinds not
+//! watched here with a store (custom resources among them) reach it as upstream's quota monitor
+//! sees them: every quotable resource discovery finds (again every 30 s, so that types added
+//! later are followed) has its metadata watched.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -49,6 +52,10 @@ const WATCHED: &[&str] = &[
     "replicationcontrollers",
     "resourcequotas",
 ];
+
+/// How often discovery runs again to follow resources added since (upstream's 30 s quota
+/// monitor resync).
+const REDISCOVERY: Duration = Duration::from_secs(30);
 
 /// The reads and writes this controller makes.
 #[async_trait]
@@ -316,6 +323,45 @@ fn quotas_of_namespace(
         .boxed()
 }
 
+/// Whether deletes of `s` replenish quotas through a metadata watch (upstream's quotable
+/// resources: namespaced, created, listed, watched and deleted, not events), leaving out the
+/// kinds watched with a store.
+fn monitored(s: &resources::Served) -> bool {
+    s.namespaced
+        && ["create", "list", "watch", "delete"]
+            .iter()
+            .all(|v| s.supports(v))
+        && !s.is_event()
+        && !(s.resource.group.is_empty() && WATCHED.contains(&s.resource.plural.as_str()))
+}
+
+/// Upstream's quota monitor for every other resource: discovers them (every [`REDISCOVERY`])
+/// and watches each one's metadata while it is served; the namespace of each object deleted
+/// goes to `deleted`.
+async fn monitor_discovered(
+    client: kube::Client,
+    deleted: futures::channel::mpsc::UnboundedSender<Option<String>>,
+) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<resources::MetaEvent>();
+    tokio::spawn(async move {
+        while let Some((_, event)) = rx.recv().await {
+            if let watcher::Event::Delete(m) = event
+                && deleted.unbounded_send(m.metadata.namespace).is_err()
+            {
+                return;
+            }
+        }
+    });
+    let mut monitors = resources::Monitors::new(client.clone(), tx, "resourcequota");
+    loop {
+        match resources::discover(&client, false).await {
+            Ok(served) => monitors.sync(served.into_iter().filter(monitored)),
+            Err(error) => tracing::warn!(%error, "resourcequota: discovery failed"),
+        }
+        tokio::time::sleep(REDISCOVERY).await;
+    }
+}
+
 /// Runs the controller: quotas are the keys; a change to a counted object queues the quotas
 /// of its namespace.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
@@ -370,6 +416,9 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     watch!("persistentvolumeclaims", PersistentVolumeClaim);
     watch!("replicationcontrollers", ReplicationController);
     stores.push(("resourcequotas", snapshot(qs.clone())));
+    let (deleted, deletes) = futures::channel::mpsc::unbounded();
+    tokio::spawn(monitor_discovered(shared.clone(), deleted));
+    keys.push(quotas_of_namespace(deletes.boxed(), qs.clone()));
     debug_assert_eq!(stores.len(), WATCHED.len());
     let state = Arc::new(State {
         api: KubeQuotas { client, stores },

@@ -263,3 +263,42 @@ fn a_quota_whose_status_lags_its_spec_needs_a_sync() {
     );
     assert!(needs_sync(&raised, &hard(&raised)));
 }
+
+fn served(group: &str, plural: &str, namespaced: bool, verbs: &[&str]) -> resources::Served {
+    resources::Served {
+        resource: kube::discovery::ApiResource {
+            group: group.into(),
+            version: "v1".into(),
+            api_version: if group.is_empty() {
+                "v1".into()
+            } else {
+                format!("{group}/v1")
+            },
+            kind: "Kind".into(),
+            plural: plural.into(),
+        },
+        namespaced,
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+    }
+}
+
+#[test]
+fn the_quota_monitor_follows_quotable_resources_not_watched_with_a_store() {
+    let crud = [
+        "create", "delete", "get", "list", "patch", "update", "watch",
+    ];
+    assert!(monitored(&served("example.com", "widgets", true, &crud)));
+    assert!(monitored(&served("apps", "deployments", true, &crud)));
+    // watched with a store already
+    assert!(!monitored(&served("", "pods", true, &crud)));
+    // not quotable: cluster-scoped, not creatable, or events
+    assert!(!monitored(&served("example.com", "gadgets", false, &crud)));
+    assert!(!monitored(&served(
+        "example.com",
+        "readonly",
+        true,
+        &["get", "list", "watch", "delete"]
+    )));
+    assert!(!monitored(&served("events.k8s.io", "events", true, &crud)));
+    assert!(!monitored(&served("", "events", true, &crud)));
+}

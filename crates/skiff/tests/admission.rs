@@ -2,7 +2,8 @@
 //! defaults land on new pods and its max refuses a pod with upstream's 403; PodSecurity
 //! `enforce` refuses a pod with upstream's message and `warn` makes kubectl print `Warning:`;
 //! admission webhooks served over HTTPS by the test itself mutate (a JSONPatch adding a label),
-//! deny, fail closed or open when down, and time out instead of hanging.
+//! deny, fail closed or open when down, and time out instead of hanging; on custom resources
+//! too, a patched custom resource pruned to its schema.
 
 mod support;
 
@@ -168,7 +169,8 @@ fn pod_security_enforce_refuses_and_warn_prints_a_warning() {
 }
 
 /// An HTTPS admission webhook server in the test process, with its own CA (rcgen, through the
-/// API server's PKI code): `/mutate` adds the label `mutated=yes` with a JSONPatch, `/deny`
+/// API server's PKI code): `/mutate` adds the label `mutated=yes` with a JSONPatch,
+/// `/mutate-spec` sets a Widget's `spec.color` and adds a field its schema lacks, `/deny`
 /// refuses, `/slow` answers after five seconds.
 struct WebhookServer {
     port: u16,
@@ -194,10 +196,22 @@ fn review_answer(path: &str, review: &serde_json::Value) -> serde_json::Value {
                 .into();
             response["warnings"] = serde_json::json!(["mutated by the test webhook"]);
         }
+        "/mutate-spec" => {
+            // one field the Widget schema defines, one it does not (pruned after admission)
+            let patch = serde_json::json!([
+                {"op": "replace", "path": "/spec/color", "value": "red"},
+                {"op": "add", "path": "/spec/shade", "value": "dark"}]);
+            response["patchType"] = "JSONPatch".into();
+            response["patch"] = base64::engine::general_purpose::STANDARD
+                .encode(patch.to_string())
+                .into();
+        }
         "/deny" => {
             response["allowed"] = false.into();
             response["status"] = serde_json::json!({"code": 403, "message": format!(
-                "pods named {} are not welcome", request["name"].as_str().unwrap_or(""))});
+                "{} named {} are not welcome",
+                request["resource"]["resource"].as_str().unwrap_or(""),
+                request["name"].as_str().unwrap_or(""))});
         }
         _ => {}
     }
@@ -260,10 +274,20 @@ impl WebhookServer {
 
     /// One webhook entry calling `path`, for pods in namespaces labelled `hooks=<selects>`.
     fn webhook(&self, name: &str, path: &str, selects: &str, extra: &str) -> String {
+        self.entry(
+            name,
+            path,
+            "[\"\"]",
+            "pods",
+            &format!("  namespaceSelector: {{matchLabels: {{hooks: {selects}}}}}\n{extra}"),
+        )
+    }
+
+    /// One webhook entry calling `path` for creates of `resource` in `groups` (a YAML list).
+    fn entry(&self, name: &str, path: &str, groups: &str, resource: &str, extra: &str) -> String {
         format!(
             "- name: {name}\n  clientConfig: {{url: \"https://127.0.0.1:{}{path}\", caBundle: {}}}\n  \
-             rules: [{{operations: [CREATE], apiGroups: [\"\"], apiVersions: [v1], resources: [pods]}}]\n  \
-             namespaceSelector: {{matchLabels: {{hooks: {selects}}}}}\n  \
+             rules: [{{operations: [CREATE], apiGroups: {groups}, apiVersions: [v1], resources: [{resource}]}}]\n  \
              sideEffects: None\n  admissionReviewVersions: [v1]\n{extra}",
             self.port, self.ca_bundle
         )
@@ -443,6 +467,84 @@ fn webhooks_that_are_down_or_slow_follow_their_failure_policy() {
              \"https://127.0.0.1:{}/slow?timeout=1s\": context deadline exceeded",
             hooks.port
         )),
+        "{err}"
+    );
+}
+
+#[test]
+fn webhooks_mutate_and_validate_custom_resources() {
+    use support::crd::{install_widgets, widget};
+
+    let hooks = WebhookServer::start();
+    let api = ApiServer::start(Backend::Embedded);
+    install_widgets(&api);
+    let objects = format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\n\
+         metadata: {{name: widget-labeller}}\nwebhooks:\n{}{}---\n\
+         apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\n\
+         metadata: {{name: widget-bouncer}}\nwebhooks:\n{}",
+        hooks.entry(
+            "label.skiff.test",
+            "/mutate",
+            "[example.com]",
+            "widgets",
+            ""
+        ),
+        hooks.entry(
+            "paint.skiff.test",
+            "/mutate-spec",
+            "[example.com]",
+            "widgets",
+            ""
+        ),
+        hooks.entry(
+            "deny.skiff.test",
+            "/deny",
+            "[example.com]",
+            "widgets",
+            "  objectSelector: {matchLabels: {guard: deny}}\n"
+        ),
+    );
+    api.kubectl_stdin(KUBECTL_133, &["apply", "-f", "-"], Some(&objects));
+
+    // the mutating webhook's JSONPatch lands on the custom resource
+    until(
+        &api,
+        &["create", "--dry-run=server", "-o", "json", "-f", "-"],
+        &widget("default", "w", ""),
+        |out| output_text(out).0.contains("\"mutated\": \"yes\""),
+    );
+    api.kubectl_stdin(
+        KUBECTL_133,
+        &["create", "-f", "-"],
+        Some(&widget("default", "w", "")),
+    );
+    let labels = api.kubectl(
+        KUBECTL_133,
+        &["get", "widget", "w", "-o", "jsonpath={.metadata.labels}"],
+    );
+    assert_eq!(labels, r#"{"mutated":"yes"}"#);
+    // the patched object is pruned to the schema, as upstream's conformance test requires
+    let spec = api.kubectl(
+        KUBECTL_133,
+        &["get", "widget", "w", "-o", "jsonpath={.spec}"],
+    );
+    assert_eq!(spec, r#"{"color":"red"}"#);
+
+    // the validating webhook is called for the custom resource and its refusal stands
+    let guarded = widget("default", "intruder", ", labels: {guard: deny}");
+    until(
+        &api,
+        &["create", "--dry-run=server", "-f", "-"],
+        &guarded,
+        |out| !out.status.success(),
+    );
+    let err = api.kubectl_fails(KUBECTL_133, &["create", "-f", "-"], Some(&guarded));
+    assert!(
+        err.contains(
+            "Error from server: error when creating \"STDIN\": admission webhook \
+             \"deny.skiff.test\" denied the request: widgets named intruder are not welcome"
+        ),
         "{err}"
     );
 }

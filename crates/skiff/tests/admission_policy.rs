@@ -3,7 +3,9 @@
 //! from a ConfigMap param refuses by its `messageExpression` (and a missing param refuses under
 //! `parameterNotFoundAction: Deny`), a Warn binding makes kubectl print the warning, a failing
 //! expression admits under `failurePolicy: Ignore`, a policy whose CEL does not compile is
-//! refused with 422, and kubectl lists policies and bindings with upstream's columns.
+//! refused with 422, and kubectl lists policies and bindings with upstream's columns; a custom
+//! resource is a `paramKind` once its CRD is established (until then the policy fails with
+//! upstream's message) and policies match custom resources.
 
 mod support;
 
@@ -302,3 +304,183 @@ spec:
         "{stderr}"
     );
 }
+
+/// Upstream's documentation example with its own param kind: a `ReplicaLimit` custom resource
+/// (`rules.example.com/v1`) holds the limit, and the policy exists before its CRD does.
+const CUSTOM_PARAM_POLICY: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: limited, labels: {environment: test}}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: replicalimit-policy.example.com}
+spec:
+  failurePolicy: Fail
+  paramKind: {apiVersion: rules.example.com/v1, kind: ReplicaLimit}
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE], resources: [deployments]}
+  validations:
+  - expression: object.spec.replicas <= params.maxReplicas
+    messageExpression: "'replicas must be at most ' + string(params.maxReplicas)"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: replicalimit-binding-test.example.com}
+spec:
+  policyName: replicalimit-policy.example.com
+  validationActions: [Deny]
+  paramRef: {name: replica-limit-test.example.com, parameterNotFoundAction: Deny}
+  matchResources:
+    namespaceSelector:
+      matchLabels: {environment: test}
+"#;
+
+const REPLICA_LIMIT_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: replicalimits.rules.example.com}
+spec:
+  group: rules.example.com
+  scope: Namespaced
+  names: {plural: replicalimits, singular: replicalimit, kind: ReplicaLimit}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          maxReplicas: {type: integer}
+---
+apiVersion: rules.example.com/v1
+kind: ReplicaLimit
+metadata: {name: replica-limit-test.example.com, namespace: limited}
+maxReplicas: 3
+"#;
+
+#[test]
+fn a_custom_resource_is_a_param_kind_once_its_crd_is_established() {
+    let api = ApiServer::start(Backend::Embedded);
+    api.kubectl_stdin(
+        KUBECTL_133,
+        &["apply", "-f", "-"],
+        Some(CUSTOM_PARAM_POLICY),
+    );
+    let create = |name: &'static str, replicas: &'static str, dry_run: bool| {
+        let mut args = vec![
+            "create",
+            "deployment",
+            name,
+            "--image=nginx",
+            "-n",
+            "limited",
+            "--replicas",
+            replicas,
+        ];
+        if dry_run {
+            args.push("--dry-run=server");
+        }
+        args
+    };
+    // No such kind yet: the policy cannot be configured, and fails closed.
+    let out = until(&api, &create("any", "1", true), |out| !out.status.success());
+    assert!(
+        output_text(&out).1.contains(
+            "deployments.apps \"any\" is forbidden: ValidatingAdmissionPolicy \
+             'replicalimit-policy.example.com' denied request: failed to configure policy: \
+             failed to find resource referenced by paramKind: \
+             'rules.example.com/v1, Kind=ReplicaLimit'"
+        ),
+        "{:?}",
+        output_text(&out)
+    );
+
+    // Once the CRD is established and the param created, the policy reads it.
+    api.kubectl_until(
+        KUBECTL_133,
+        &["apply", "-f", "-"],
+        Some(REPLICA_LIMIT_CRD),
+        |out| out.status.success(),
+    );
+    until(&api, &create("small", "2", true), |out| {
+        out.status.success()
+    });
+    let refused = api.kubectl_fails(KUBECTL_133, &create("big", "4", false), None);
+    assert!(
+        refused.contains(
+            "deployments.apps \"big\" is forbidden: ValidatingAdmissionPolicy \
+             'replicalimit-policy.example.com' with binding \
+             'replicalimit-binding-test.example.com' denied request: replicas must be at most 3"
+        ),
+        "{refused}"
+    );
+    api.kubectl(KUBECTL_133, &create("small", "2", false));
+
+    // A change of the param is seen by the next request.
+    api.kubectl(
+        KUBECTL_133,
+        &[
+            "patch",
+            "replicalimit",
+            "replica-limit-test.example.com",
+            "-n",
+            "limited",
+            "--type=merge",
+            "-p",
+            r#"{"maxReplicas":5}"#,
+        ],
+    );
+    until(&api, &create("big", "4", true), |out| out.status.success());
+
+    // Policies match custom resources too: the params themselves are held to a ceiling.
+    api.kubectl_stdin(
+        KUBECTL_133,
+        &["apply", "-f", "-"],
+        Some(LIMIT_CEILING_POLICY),
+    );
+    let too_high = REPLICA_LIMIT_CRD
+        .split("---")
+        .nth(1)
+        .unwrap()
+        .replace("name: replica-limit-test.example.com", "name: too-high")
+        .replace("maxReplicas: 3", "maxReplicas: 50");
+    let out = api.kubectl_until(
+        KUBECTL_133,
+        &["create", "-f", "-"],
+        Some(&too_high),
+        |out| !out.status.success(),
+    );
+    assert!(
+        output_text(&out).1.contains(
+            "replicalimits.rules.example.com \"too-high\" is forbidden: \
+             ValidatingAdmissionPolicy 'limit-ceiling.example.com' with binding \
+             'limit-ceiling-binding' denied request: failed expression: object.maxReplicas <= 10"
+        ),
+        "{:?}",
+        output_text(&out)
+    );
+}
+
+const LIMIT_CEILING_POLICY: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: limit-ceiling.example.com}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [rules.example.com], apiVersions: [v1], operations: [CREATE, UPDATE],
+       resources: [replicalimits]}
+  validations:
+  - expression: object.maxReplicas <= 10
+    reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: limit-ceiling-binding}
+spec:
+  policyName: limit-ceiling.example.com
+  validationActions: [Deny]
+"#;

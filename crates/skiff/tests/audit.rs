@@ -5,7 +5,7 @@
 //! the `Audit-Id` header names the request's events; a request with a bad token is one
 //! `ResponseStarted` event with code 401 and no user; a small
 //! `--audit-log-maxsize` rotates the log into upstream-named backups, pruned to
-//! `--audit-log-maxbackup`.
+//! `--audit-log-maxbackup`; a custom resource's create is audited with its group and resource.
 
 mod support;
 
@@ -354,4 +354,53 @@ fn past_its_size_the_log_rotates_into_upstream_named_backups_pruned_to_maxbackup
     let backup = events(&dir.path().join(&backups[0]));
     assert!(!backup.is_empty() && backup.iter().all(|e| e["kind"] == "Event"));
     assert!(std::fs::metadata(&log).unwrap().len() > 0);
+}
+
+const WIDGET_POLICY: &str = r#"
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: RequestResponse
+  resources:
+  - group: example.com
+    resources: [widgets]
+"#;
+
+#[test]
+fn a_custom_resource_create_is_audited_with_its_group_and_resource() {
+    let dir = tempfile::tempdir().unwrap();
+    let (api, log) = start(dir.path(), WIDGET_POLICY, &[]);
+    support::crd::install_widgets(&api);
+    api.kubectl_stdin(
+        KUBECTL_133,
+        &["create", "-f", "-"],
+        Some(&support::crd::widget("default", "w", "")),
+    );
+    support::run(async {
+        let all = wait_for(&log, "the widget create", |e| {
+            is(e, "ResponseComplete", "create", "widgets")
+        })
+        .await;
+        let create = one(&all, |e| is(e, "ResponseComplete", "create", "widgets"));
+        assert_eq!(create["level"], "RequestResponse");
+        assert_eq!(
+            create["objectRef"],
+            serde_json::json!({"resource": "widgets", "namespace": "default", "name": "w",
+                               "apiGroup": "example.com", "apiVersion": "v1"})
+        );
+        assert_eq!(
+            create["requestURI"],
+            "/apis/example.com/v1/namespaces/default/widgets?fieldManager=kubectl-create&fieldValidation=Strict"
+        );
+        assert_eq!(create["responseStatus"]["code"], 201);
+        assert_eq!(create["requestObject"]["spec"]["color"], "blue");
+        assert_eq!(create["responseObject"]["kind"], "Widget");
+        assert_eq!(create["responseObject"]["metadata"]["name"], "w");
+        // the CRD itself is not in the policy's rules
+        assert!(
+            !all.iter()
+                .any(|e| e["objectRef"]["resource"] == "customresourcedefinitions")
+        );
+    });
 }

@@ -3,7 +3,8 @@
 //! refused elsewhere with upstream's message; `kubectl auth can-i` (also `--list` and `--as`)
 //! and `kubectl auth whoami` answer as upstream; `kubectl --as` runs as the impersonated user;
 //! a kubelet identity reads its own pods and their secrets, never another node's; aggregated
-//! ClusterRoles gather the rules of the roles they select.
+//! ClusterRoles gather the rules of the roles they select; custom resources are authorized as
+//! built-in ones (a Role on their group and plural, `resources: ["*"]`, aggregation into `view`).
 
 mod support;
 
@@ -467,4 +468,160 @@ subjects:
         assert!(std::time::Instant::now() < deadline, "the rule stayed");
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+}
+
+const WIDGET_ROLES: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: widget-reader, namespace: shop}
+rules:
+- {apiGroups: [example.com], resources: [widgets], verbs: [get, list]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: bob-reads-widgets, namespace: shop}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: widget-reader}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: bob}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: example-admin}
+rules:
+- {apiGroups: [example.com], resources: ["*"], verbs: [get, list, create, delete]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: erin-administers-example}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: example-admin}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: erin}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: widgets-view
+  labels: {rbac.authorization.k8s.io/aggregate-to-view: "true"}
+rules:
+- {apiGroups: [example.com], resources: [widgets], verbs: [get, list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: frank-views, namespace: shop}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: frank}
+"#;
+
+/// Runs `kubectl --kubeconfig <kubeconfig> args` with `stdin`.
+fn kubectl_as_stdin(api: &ApiServer, kubeconfig: &PathBuf, args: &[&str], stdin: &str) -> Output {
+    support::run_guarded_with(
+        Command::new(KUBECTL_133)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .env("HOME", api.data_dir.join("home")),
+        Some(stdin),
+    )
+}
+
+#[test]
+fn custom_resources_are_authorized_as_built_in_resources_are() {
+    use support::crd::{install_widgets, widget};
+
+    let api = ApiServer::start(Backend::Embedded);
+    install_widgets(&api);
+    api.kubectl_stdin(KUBECTL_133, &["apply", "-f", "-"], Some(WIDGET_ROLES));
+    api.kubectl_stdin(
+        KUBECTL_133,
+        &["create", "-f", "-"],
+        Some(&widget("shop", "w1", "")),
+    );
+
+    // A Role naming the resource and its group: bob reads, and may neither create nor read
+    // elsewhere, refused with upstream's message.
+    let bob = kubeconfig_for(&api, "bob", None);
+    let listed = until_allowed(&api, &bob, &["get", "widgets", "-n", "shop", "-o", "name"]);
+    assert_eq!(listed.trim(), "widget.example.com/w1");
+    let got = kubectl_as(
+        &api,
+        KUBECTL_133,
+        &bob,
+        &["get", "widget", "w1", "-n", "shop"],
+    );
+    assert!(got.status.success(), "{}", text(&got).1);
+    let out = kubectl_as_stdin(
+        &api,
+        &bob,
+        &["create", "-f", "-"],
+        &widget("shop", "w2", ""),
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out).1.contains(
+            "Error from server (Forbidden): error when creating \"STDIN\": widgets.example.com is \
+             forbidden: User \"bob\" cannot create resource \"widgets\" in API group \
+             \"example.com\" in the namespace \"shop\""
+        ),
+        "{}",
+        text(&out).1
+    );
+    let out = kubectl_as(
+        &api,
+        KUBECTL_133,
+        &bob,
+        &["get", "widgets", "-n", "default"],
+    );
+    assert!(
+        text(&out).1.contains(
+            "widgets.example.com is forbidden: User \"bob\" cannot list resource \"widgets\" in \
+             API group \"example.com\" in the namespace \"default\""
+        ),
+        "{}",
+        text(&out).1
+    );
+
+    // A ClusterRole with `resources: ["*"]` in the group covers the custom resource everywhere
+    // (and nothing outside its group).
+    let erin = kubeconfig_for(&api, "erin", None);
+    until_allowed(&api, &erin, &["get", "widgets", "-A"]);
+    let out = kubectl_as_stdin(
+        &api,
+        &erin,
+        &["create", "-f", "-"],
+        &widget("default", "w3", ""),
+    );
+    assert!(out.status.success(), "{}", text(&out).1);
+    let out = kubectl_as(&api, KUBECTL_133, &erin, &["get", "configmaps"]);
+    assert!(!out.status.success());
+
+    // A ClusterRole labelled to aggregate into `view` (as cert-manager's are): `view` gains its
+    // rule, and a user bound to `view` reads the custom resource.
+    let frank = kubeconfig_for(&api, "frank", None);
+    let listed = until_allowed(
+        &api,
+        &frank,
+        &["get", "widgets", "-n", "shop", "-o", "name"],
+    );
+    assert_eq!(listed.trim(), "widget.example.com/w1");
+    let view = api.kubectl(KUBECTL_133, &["get", "clusterrole", "view", "-o", "json"]);
+    let view: serde_json::Value = serde_json::from_str(&view).unwrap();
+    assert!(
+        view["rules"].as_array().unwrap().iter().any(|r| {
+            r["apiGroups"] == serde_json::json!(["example.com"])
+                && r["resources"] == serde_json::json!(["widgets"])
+        }),
+        "{view:#}"
+    );
+    let out = kubectl_as_stdin(
+        &api,
+        &frank,
+        &["create", "-f", "-"],
+        &widget("shop", "w4", ""),
+    );
+    assert!(!out.status.success(), "view does not create");
 }

@@ -1,7 +1,8 @@
 //! The lifecycle controllers of `skiff controller-manager` against a real `skiff apiserver`:
 //! namespace deletion, the garbage collector's cascades, node lifecycle and taint eviction,
 //! node-ipam, root-ca-cert-publisher and pod-garbage-collector, each seen through the API
-//! (and kubectl where users drive it).
+//! (and kubectl where users drive it); custom resources among them (collected with and as
+//! owners, deleted with their namespace).
 
 mod support;
 
@@ -546,5 +547,168 @@ fn terminated_pods_over_the_threshold_are_collected_oldest_first() {
             "the newest is kept"
         );
         assert!(pods.get_opt("running").await.unwrap().is_some());
+    });
+}
+
+/// Widgets in `ns` (a dynamic client: the type is a custom resource).
+fn widgets(client: &kube::Client, ns: &str) -> Api<kube::api::DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &support::crd::widget_resource())
+}
+
+fn widget(name: &str) -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name},
+           "spec": {"color": "blue"}})
+}
+
+/// An ownerReferences list naming one owner.
+fn owned_by(api_version: &str, kind: &str, name: &str, uid: Option<String>) -> Value {
+    json!([{"apiVersion": api_version, "kind": kind, "name": name, "uid": uid.unwrap(),
+            "blockOwnerDeletion": true}])
+}
+
+#[test]
+fn the_garbage_collector_follows_owners_to_and_from_custom_resources() {
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _cm = controller_manager(&api, &["--controllers", "garbagecollector"]);
+        let _log = LogOnPanic(&api);
+        // the type is defined after the collector started: its rediscovery must find it
+        support::crd::install_widgets(&api);
+        let client = client(&api).await;
+        namespace(&client, "gc").await;
+        let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "gc");
+        let widgets = widgets(&client, "gc");
+
+        // A custom resource owned by a ConfigMap goes with it (background).
+        let owner = create(&configmaps, json!({"metadata": {"name": "owner"}})).await;
+        let mut owned = widget("owned");
+        owned["metadata"]["ownerReferences"] =
+            owned_by("v1", "ConfigMap", "owner", owner.metadata.uid);
+        create(&widgets, owned).await;
+        configmaps
+            .delete("owner", &DeleteParams::background())
+            .await
+            .unwrap();
+        eventually("the owned widget collected", || gone(&widgets, "owned")).await;
+
+        // A ConfigMap owned by a custom resource goes with it (background).
+        let parent = create(&widgets, widget("parent")).await;
+        let mut child = json!({"metadata": {"name": "child"}});
+        child["metadata"]["ownerReferences"] =
+            owned_by("example.com/v1", "Widget", "parent", parent.metadata.uid);
+        create(&configmaps, child).await;
+        widgets
+            .delete("parent", &DeleteParams::background())
+            .await
+            .unwrap();
+        eventually("the child configmap collected", || {
+            gone(&configmaps, "child")
+        })
+        .await;
+
+        // Foreground: the custom resource waits, marked for deletion with the
+        // `foregroundDeletion` finalizer, until its blocking dependent is gone.
+        let held = create(&widgets, widget("held")).await;
+        let mut blocking = json!({"metadata": {"name": "blocking",
+                                               "finalizers": ["example.com/hold"]}});
+        blocking["metadata"]["ownerReferences"] =
+            owned_by("example.com/v1", "Widget", "held", held.metadata.uid);
+        create(&configmaps, blocking).await;
+        widgets
+            .delete("held", &DeleteParams::foreground())
+            .await
+            .unwrap();
+        let w = widgets.get("held").await.unwrap();
+        assert!(w.metadata.deletion_timestamp.is_some());
+        assert_eq!(
+            w.metadata.finalizers,
+            Some(vec!["foregroundDeletion".to_string()])
+        );
+        eventually("the blocking configmap deleted", || async {
+            configmaps
+                .get("blocking")
+                .await
+                .ok()?
+                .metadata
+                .deletion_timestamp
+        })
+        .await;
+        assert!(widgets.get_opt("held").await.unwrap().is_some());
+        configmaps
+            .patch(
+                "blocking",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+            .unwrap();
+        eventually("the blocking configmap gone", || {
+            gone(&configmaps, "blocking")
+        })
+        .await;
+        eventually("the foreground widget gone", || gone(&widgets, "held")).await;
+
+        // Orphan: the custom resource goes, its dependent stays without the reference.
+        let keeper = create(&widgets, widget("keeper")).await;
+        let mut kept = json!({"metadata": {"name": "kept"}});
+        kept["metadata"]["ownerReferences"] =
+            owned_by("example.com/v1", "Widget", "keeper", keeper.metadata.uid);
+        create(&configmaps, kept).await;
+        widgets
+            .delete("keeper", &DeleteParams::orphan())
+            .await
+            .unwrap();
+        eventually("the orphaning widget gone", || gone(&widgets, "keeper")).await;
+        let kept = configmaps.get("kept").await.unwrap();
+        assert_eq!(kept.metadata.owner_references, None);
+        assert!(kept.metadata.deletion_timestamp.is_none());
+    });
+}
+
+#[test]
+fn deleting_a_namespace_deletes_its_custom_resources() {
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _cm = controller_manager(&api, &["--controllers", "namespace"]);
+        let _log = LogOnPanic(&api);
+        support::crd::install_widgets(&api);
+        let client = client(&api).await;
+        let namespaces = namespace(&client, "crs").await;
+        let widgets = widgets(&client, "crs");
+        create(&widgets, widget("plain")).await;
+        let mut held = widget("held");
+        held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+        create(&widgets, held).await;
+
+        namespaces
+            .delete("crs", &DeleteParams::default())
+            .await
+            .unwrap();
+        let message = eventually("the finalizers-remaining condition", || async {
+            let ns = namespaces.get_opt("crs").await.ok()??;
+            let conditions = ns.status?.conditions?;
+            let c = conditions
+                .iter()
+                .find(|c| c.type_ == "NamespaceFinalizersRemaining" && c.status == "True")?;
+            c.message.clone()
+        })
+        .await;
+        assert!(
+            message.contains("example.com/hold in 1 resource instances"),
+            "{message}"
+        );
+        assert!(widgets.get_opt("plain").await.unwrap().is_none());
+        let w = widgets.get("held").await.unwrap();
+        assert!(w.metadata.deletion_timestamp.is_some());
+
+        widgets
+            .patch(
+                "held",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+            .unwrap();
+        eventually("the namespace is gone", || gone(&namespaces, "crs")).await;
     });
 }

@@ -1,6 +1,7 @@
 //! ResourceQuota end to end against a real `skiff apiserver`: the `resourcequota` controller
 //! fills `status.used`, admission refuses creates (and a Service update adding node ports) past
-//! `hard` with upstream's 403, and concurrent creates never together exceed a quota.
+//! `hard` with upstream's 403, and concurrent creates never together exceed a quota; custom
+//! resources are counted (`count/widgets.example.com`), charged and given back on delete.
 
 mod support;
 
@@ -197,5 +198,81 @@ fn an_update_that_adds_node_ports_is_charged_and_refused_past_the_quota() {
         );
         let stored = services.get("web").await.unwrap();
         assert_eq!(stored.spec.unwrap().type_.as_deref(), Some("ClusterIP"));
+    });
+}
+
+#[test]
+fn custom_resources_are_counted_charged_and_replenished() {
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        // served before the controller starts: its first discovery finds the type (one added
+        // later is followed from the next discovery, 30 s on, as upstream's quota monitor)
+        support::crd::install_widgets(&api);
+        let _cm = controller_manager(&api, &["--controllers", "resourcequota"]);
+        let _log = LogOnPanic(&api);
+        let client = client(&api).await;
+        namespace(&client, "widgets").await;
+        let widgets: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(client.clone(), "widgets", &support::crd::widget_resource());
+        let widget = |name: &str| -> kube::api::DynamicObject {
+            from(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                        "metadata": {"name": name}, "spec": {"color": "blue"}}))
+        };
+        widgets
+            .create(&PostParams::default(), &widget("w0"))
+            .await
+            .unwrap();
+
+        // the controller counts what was there before the quota
+        let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), "widgets");
+        let q: ResourceQuota = from(json!({"metadata": {"name": "q"},
+            "spec": {"hard": {"count/widgets.example.com": "2"}}}));
+        quotas.create(&PostParams::default(), &q).await.unwrap();
+        let used = || async {
+            let used = quotas.get("q").await.ok()?.status?.used?;
+            Some(used.get("count/widgets.example.com")?.0.clone())
+        };
+        eventually("the controller to count the widget", || async {
+            (used().await? == "1").then_some(())
+        })
+        .await;
+
+        // admission charges the second and refuses the third with upstream's message
+        widgets
+            .create(&PostParams::default(), &widget("w1"))
+            .await
+            .unwrap();
+        let refusal = widgets
+            .create(&PostParams::default(), &widget("w2"))
+            .await
+            .unwrap_err();
+        let kube::Error::Api(status) = refusal else {
+            panic!("not an API error: {refusal}")
+        };
+        assert_eq!(
+            (status.code, status.reason.as_str(), status.message.as_str()),
+            (
+                403,
+                "Forbidden",
+                "widgets.example.com \"w2\" is forbidden: exceeded quota: q, requested: \
+                 count/widgets.example.com=1, used: count/widgets.example.com=2, limited: \
+                 count/widgets.example.com=2"
+            )
+        );
+        assert_eq!(used().await.as_deref(), Some("2"));
+
+        // a delete is given back by the controller, as for built-in kinds
+        widgets
+            .delete("w0", &DeleteParams::default())
+            .await
+            .unwrap();
+        eventually("used to go down after a delete", || async {
+            (used().await? == "1").then_some(())
+        })
+        .await;
+        widgets
+            .create(&PostParams::default(), &widget("w3"))
+            .await
+            .expect("room again after the delete");
     });
 }

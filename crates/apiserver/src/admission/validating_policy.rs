@@ -189,15 +189,25 @@ impl<P: Policies, S: ParamSource, N: Namespaces> Plugin for ValidatingAdmissionP
             if !Self::selected(&policy.match_constraints, attrs, object, &namespace).await? {
                 continue;
             }
-            if let Some(why) = &policy.configuration_error {
-                denials.extend(Denial::misconfigured(
-                    order,
-                    policy,
-                    None,
-                    format!("failed to configure policy: {why}"),
-                ));
-                continue;
-            }
+            // the param kind is looked up at each request: a custom resource's CRD may be
+            // established after the policy was written (or removed since)
+            let param_kind = match (&policy.configuration_error, &policy.param_kind) {
+                (Some(why), _) => Err(why.clone()),
+                (None, None) => Ok(None),
+                (None, Some(pk)) => self.params.kind(pk).map(Some).ok_or_else(|| pk.not_found()),
+            };
+            let param_kind = match param_kind {
+                Ok(kind) => kind,
+                Err(why) => {
+                    denials.extend(Denial::misconfigured(
+                        order,
+                        policy,
+                        None,
+                        format!("failed to configure policy: {why}"),
+                    ));
+                    continue;
+                }
+            };
             for binding in &hook.bindings {
                 if let Some(m) = &binding.match_resources
                     && !Self::selected(m, attrs, object, &namespace).await?
@@ -205,12 +215,12 @@ impl<P: Policies, S: ParamSource, N: Namespaces> Plugin for ValidatingAdmissionP
                     continue;
                 }
                 let params = params::collect(
-                    policy,
+                    param_kind.as_deref(),
                     binding.param_ref.as_ref(),
                     attrs.namespace,
                     &self.params,
                 );
-                let params = match (params, policy.param_kind) {
+                let params = match (params, param_kind.as_deref()) {
                     (Ok(params), Some(kind)) => self
                         .conversion
                         .to_external_all(kind, params)

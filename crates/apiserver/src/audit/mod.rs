@@ -418,18 +418,25 @@ impl Record {
             };
             return Response::from_parts(parts, body.boxed());
         }
-        let json_body = resp
+        // JSON or protobuf (the log has the object as JSON whatever the client asked for)
+        let content_type = resp
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| encoding::media_type(ct) == "application/json");
-        if json_body && (code >= 400 || self.decision.level == Level::RequestResponse) {
+            .map(str::to_string);
+        let decodable = content_type.as_deref().is_some_and(|ct| {
+            matches!(
+                encoding::media_type(ct).as_str(),
+                "application/json" | "application/vnd.kubernetes.protobuf"
+            )
+        });
+        if decodable && (code >= 400 || self.decision.level == Level::RequestResponse) {
             let (parts, body) = resp.into_parts();
             let bytes = match body.collect().await {
                 Ok(c) => c.to_bytes(),
                 Err(never) => match never {},
             };
-            self.respond(code, serde_json::from_slice(&bytes).ok());
+            self.respond(code, decode_body(&bytes, content_type.as_deref()));
             self.emit(Stage::ResponseComplete);
             return Response::from_parts(parts, crate::handlers::full(bytes));
         }
@@ -628,6 +635,29 @@ rules:
                    "message": "Authentication failed, attempted: bearer, x509"})
         );
         assert!(rx.try_recv().is_err(), "no other stage");
+    }
+
+    #[tokio::test]
+    async fn a_protobuf_response_is_logged_as_json() {
+        let (a, mut rx) = auditor();
+        let mut info = RequestInfo::resource_request("create", "", "configmaps", "a", "");
+        info.version = "v1".into();
+        let record = begin(&a, &info, &HeaderMap::new()).unwrap();
+        next(&mut rx);
+        record.authorized(true, "");
+        let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "cm", "namespace": "a"}, "data": {"k": "v"}});
+        let (bytes, content_type) = encoding::encode(encoding::Output::Protobuf, &object);
+        assert_eq!(content_type, "application/vnd.kubernetes.protobuf");
+        let resp = Response::builder()
+            .status(201)
+            .header(header::CONTENT_TYPE, content_type)
+            .body(crate::handlers::full(bytes))
+            .unwrap();
+        record.finish(resp, false).await;
+        let done = next(&mut rx);
+        assert_eq!(done["responseObject"]["metadata"]["name"], "cm");
+        assert_eq!(done["responseObject"]["data"]["k"], "v");
     }
 
     #[tokio::test]

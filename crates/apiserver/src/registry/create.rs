@@ -4,7 +4,10 @@
 use serde_json::{Value, json};
 use skiff_store::StoreExt;
 
-use super::{Fields, MAX_RETRIES, attrs, commit, encode, name_of, reservation_diff, validate};
+use super::{
+    Fields, MAX_RETRIES, attrs, commit, encode, name_of, redecode_patched, reservation_diff,
+    validate,
+};
 use crate::admission::Operation;
 use crate::allocator;
 use crate::error::{ApiError, Result};
@@ -31,6 +34,7 @@ pub(crate) async fn create(ctx: &Ctx, obj: Value, fields: Fields) -> Result<Valu
     }
     let a = attrs(ctx, Operation::Create, &name, None);
     ctx.server.admission.mutate(&a, Some(&mut obj)).await?;
+    redecode_patched(ctx, &a, &mut obj);
     if ctx.info.subresource.is_empty() {
         ctx.strategy.prepare_admitted(&mut obj);
     }

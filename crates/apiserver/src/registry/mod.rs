@@ -81,6 +81,16 @@ pub(crate) async fn encode(ctx: &Ctx, obj: &Value) -> Result<Bytes> {
     Ok(storage::encode(&stored))
 }
 
+/// An object an admission webhook patched, decoded again as upstream decodes the patched
+/// object: the fields its schema does not define are dropped (a custom resource is pruned) and
+/// a custom resource's schema defaults are applied.
+fn redecode_patched(ctx: &Ctx, a: &Attributes<'_>, obj: &mut Value) {
+    if a.notes.patched() {
+        ctx.strategy.unknown_fields(obj);
+        ctx.strategy.default_on_read(obj);
+    }
+}
+
 pub(crate) fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<()> {
     let name_check = ctx.strategy.name_validation();
     let mut errs =
@@ -123,10 +133,7 @@ pub(crate) fn attrs<'a>(
         user: &ctx.user,
         old,
         dry_run: ctx.dry_run(),
-        notes: crate::admission::Notes {
-            warnings: ctx.warnings.clone(),
-            audit: ctx.audit_annotations.clone(),
-        },
+        notes: crate::admission::Notes::new(ctx.warnings.clone(), ctx.audit_annotations.clone()),
     }
 }
 

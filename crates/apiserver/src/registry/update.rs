@@ -4,8 +4,8 @@
 use serde_json::{Value, json};
 
 use super::{
-    Fields, MAX_RETRIES, attrs, commit, encode, finalizers, no_op, reservation_diff, rv_of,
-    validate,
+    Fields, MAX_RETRIES, attrs, commit, encode, finalizers, no_op, redecode_patched,
+    reservation_diff, rv_of, validate,
 };
 use crate::admission::Operation;
 use crate::allocator;
@@ -74,6 +74,7 @@ pub(crate) async fn update(
         }
         let a = attrs(ctx, Operation::Update, name, Some(&current));
         ctx.server.admission.mutate(&a, Some(&mut obj)).await?;
+        redecode_patched(ctx, &a, &mut obj);
         allocator::allocate(
             &*ctx.server.store,
             &ctx.server.ranges,

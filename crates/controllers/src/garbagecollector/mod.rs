@@ -21,13 +21,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy,
+    DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy,
 };
 use kube::core::PartialObjectMeta;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use parking_lot::{Mutex, RwLock};
 use serde_json::{Value, json};
@@ -38,7 +37,7 @@ use self::attempt::{Done, Error, Objects, Policy, Snapshot, Target};
 use self::graph::{Graph, Identity, Node, Work};
 use self::queue::Queue;
 use crate::Context;
-use crate::resources::{self, Served};
+use crate::resources::{self, MetaEvent, Served};
 
 /// How often discovery runs again to find new resources (upstream's 30 s resync).
 const REDISCOVERY: Duration = Duration::from_secs(30);
@@ -46,11 +45,6 @@ const REDISCOVERY: Duration = Duration::from_secs(30);
 const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 /// Workers (upstream's `--concurrent-gc-syncs` default).
 const WORKERS: usize = 20;
-
-/// Resources never collected (upstream's default `ignoredResources`).
-fn ignored(ar: &ApiResource) -> bool {
-    ar.plural == "events" && (ar.group.is_empty() || ar.group == "events.k8s.io")
-}
 
 /// Served kinds by (apiVersion, kind), every version.
 type Kinds = Arc<RwLock<HashMap<(String, String), Served>>>;
@@ -209,35 +203,12 @@ impl Objects for KubeObjects {
     }
 }
 
-type Event = (
-    ApiResource,
-    watcher::Event<PartialObjectMeta<DynamicObject>>,
-);
-
-/// Watches one resource's metadata into the graph builder's channel.
-async fn watch(client: Client, ar: ApiResource, tx: mpsc::UnboundedSender<Event>) {
-    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
-    let mut events = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    while let Some(e) = events.next().await {
-        match e {
-            Ok(e) => {
-                if tx.send((ar.clone(), e)).is_err() {
-                    return;
-                }
-            }
-            Err(error) => tracing::warn!(resource = %ar.plural, %error, "garbage-collector: watch"),
-        }
-    }
-}
-
 /// Applies watch events to the graph and queues the work they cause; reports each resource's
 /// first complete list on `synced`.
 async fn build_graph(
     graph: Arc<Mutex<Graph>>,
     queue: Arc<Queue<Work>>,
-    mut rx: mpsc::UnboundedReceiver<Event>,
+    mut rx: mpsc::UnboundedReceiver<MetaEvent>,
     synced: Arc<Mutex<HashSet<(String, String)>>>,
 ) {
     let mut listing: HashMap<(String, String), HashSet<String>> = HashMap::new();
@@ -336,7 +307,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         synced.clone(),
     ));
 
-    let mut watched: HashSet<(String, String)> = HashSet::new();
+    let mut watched = resources::Monitors::new(shared.clone(), tx, "garbage-collector");
     let mut failures = 0u32;
     let mut workers_started = false;
     let started = tokio::time::Instant::now();
@@ -352,18 +323,14 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
                     );
                 }
                 *kinds.write() = next;
-                // Watch each kind once, at its group's preferred version.
-                let preferred = resources::discover(&client, false)
-                    .await
-                    .unwrap_or_default();
-                for s in preferred
-                    .into_iter()
-                    .filter(|s| s.collectable() && !ignored(&s.resource))
-                {
-                    let key = (s.resource.group.clone(), s.resource.kind.clone());
-                    if watched.insert(key) {
-                        tokio::spawn(watch(shared.clone(), s.resource.clone(), tx.clone()));
-                    }
+                // Watch each resource once, at its group's preferred version (and stop
+                // watching those no longer served).
+                if let Ok(preferred) = resources::discover(&client, false).await {
+                    watched.sync(
+                        preferred
+                            .into_iter()
+                            .filter(|s| s.collectable() && !s.is_event()),
+                    );
                 }
             }
             Err(error) => {

@@ -15,6 +15,7 @@ use skiff_store::etcd_process::EtcdProcess;
 
 pub mod agent;
 pub mod cluster;
+pub mod crd;
 pub mod https;
 pub mod netns;
 pub mod node;
@@ -349,12 +350,29 @@ fn wait_output(child: Child, limit: Duration) -> Output {
 
 /// Runs a command to completion (stdin closed, output captured), killing it after [`HANG_GUARD`].
 pub fn run_guarded(cmd: &mut Command) -> Output {
-    let child = cmd
-        .stdin(Stdio::null())
+    run_guarded_with(cmd, None)
+}
+
+/// [`run_guarded`] with `stdin` written to the command (then closed), when given.
+pub fn run_guarded_with(cmd: &mut Command, stdin: Option<&str>) -> Output {
+    let mut child = cmd
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("starting {cmd:?} failed: {e}"));
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write stdin");
+    }
     wait_output(child, HANG_GUARD)
 }
 

@@ -1,6 +1,7 @@
 //! Policies and bindings as the plugin uses them: parsed once, expressions compiled, match
-//! resources with their selectors, the param kind resolved against the catalog; and the set of
-//! them from the watch cache, parsed again only when a policy or binding changed.
+//! resources with their selectors, the param kind named (resolved against the served types at
+//! each request, as a custom resource's may come and go); and the set of them from the watch
+//! cache, parsed again only when a policy or binding changed.
 
 use std::sync::{Arc, Mutex};
 
@@ -108,22 +109,45 @@ pub struct Validation {
     pub reason: &'static str,
 }
 
+/// A policy's `paramKind`, as written: resolved against the types served when a request is
+/// admitted ([`super::params::ParamSource::kind`]), since a custom resource's CRD may be
+/// established after the policy is written, or removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamKind {
+    pub api_version: String,
+    pub kind: String,
+}
+
+impl ParamKind {
+    /// Upstream's configuration error for a kind not served (the Go `GroupVersionKind`
+    /// format, `example.com/v1, Kind=Widget`; the core group is empty, `/v1, Kind=ConfigMap`).
+    pub fn not_found(&self) -> String {
+        let (group, version) = self
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", &self.api_version));
+        format!(
+            "failed to find resource referenced by paramKind: '{group}/{version}, Kind={}'",
+            self.kind
+        )
+    }
+}
+
 /// A parsed ValidatingAdmissionPolicy.
 #[derive(Debug, Clone)]
 pub struct Policy {
     pub name: String,
     /// `failurePolicy: Ignore`: errors admit (the default, Fail, refuses).
     pub fail_open: bool,
-    /// The kind `paramKind` names, when it names one; its `apiVersion, Kind` text otherwise
-    /// goes into `configuration_error`.
-    pub param_kind: Option<&'static ResourceType>,
+    /// The kind `paramKind` names, if any.
+    pub param_kind: Option<ParamKind>,
     pub match_constraints: MatchResources,
     pub match_conditions: Vec<(String, Arc<Program>)>,
     pub variables: Vec<(String, Expression)>,
     pub validations: Vec<Validation>,
     pub audit_annotations: Vec<(String, Expression)>,
-    /// Why the policy cannot be evaluated (a paramKind Skiff does not serve, an expression
-    /// stored before it compiled): requests it matches meet the failure policy.
+    /// Why the policy cannot be evaluated (an expression stored before it compiled): requests
+    /// it matches meet the failure policy, as they do while its param kind is not served.
     pub configuration_error: Option<String>,
 }
 
@@ -184,23 +208,13 @@ impl Policy {
     pub fn parse(policy: &Value) -> Policy {
         let spec = &policy["spec"];
         let mut errors = Vec::new();
-        let param_kind = match spec.get("paramKind").filter(|p| !p.is_null()) {
-            None => None,
-            Some(pk) => {
-                let (api_version, kind) = (
-                    pk["apiVersion"].as_str().unwrap_or(""),
-                    pk["kind"].as_str().unwrap_or(""),
-                );
-                let found = catalog::by_kind(api_version, kind);
-                if found.is_none() {
-                    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-                    errors.push(format!(
-                        "failed to find resource referenced by paramKind: '{group}/{version}, Kind={kind}'"
-                    ));
-                }
-                found
-            }
-        };
+        let param_kind = spec
+            .get("paramKind")
+            .filter(|p| !p.is_null())
+            .map(|pk| ParamKind {
+                api_version: pk["apiVersion"].as_str().unwrap_or("").to_string(),
+                kind: pk["kind"].as_str().unwrap_or("").to_string(),
+            });
         let text = |v: &Value, field: &str| v[field].as_str().unwrap_or("").to_string();
         let match_conditions = compile_all(&spec["matchConditions"], &mut errors, |c| {
             let e = Expression::compile(c["expression"].as_str().unwrap_or(""))?;

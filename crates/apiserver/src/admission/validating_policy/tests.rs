@@ -24,14 +24,19 @@ impl Policies for Fixed {
 struct ConfigMaps(Vec<Value>);
 
 impl ParamSource for ConfigMaps {
-    fn get(&self, _rt: &'static ResourceType, namespace: &str, name: &str) -> Option<Value> {
+    fn kind(&self, kind: &policy::ParamKind) -> Option<Arc<ResourceType>> {
+        let rt = skiff_apimachinery::catalog::by_kind(&kind.api_version, &kind.kind)?;
+        Some(Arc::new(rt.clone()))
+    }
+
+    fn get(&self, _rt: &ResourceType, namespace: &str, name: &str) -> Option<Value> {
         self.0
             .iter()
             .find(|c| c["metadata"]["namespace"] == namespace && c["metadata"]["name"] == name)
             .cloned()
     }
 
-    fn select(&self, _rt: &'static ResourceType, namespace: &str, s: &Selector) -> Vec<Value> {
+    fn select(&self, _rt: &ResourceType, namespace: &str, s: &Selector) -> Vec<Value> {
         self.0
             .iter()
             .filter(|c| c["metadata"]["namespace"] == namespace)

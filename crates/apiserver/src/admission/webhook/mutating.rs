@@ -65,6 +65,7 @@ impl<C: Configurations, K: Caller, N: NamespaceLabels> MutatingWebhook<C, K, N> 
             return Ok(false);
         }
         *object = patched;
+        attrs.notes.mark_patched();
         Ok(true)
     }
 }
@@ -171,10 +172,15 @@ mod tests {
         let a = attrs(&user, "pods", "");
         let mut pod =
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "labels": {}}});
+        assert!(!a.notes.patched());
         plugin.mutate(&a, Some(&mut pod)).await.unwrap();
         assert_eq!(
             pod["metadata"]["labels"],
             json!({"first": "yes", "second": "yes"})
+        );
+        assert!(
+            a.notes.patched(),
+            "the handler is told to decode the object again"
         );
         assert_eq!(
             *plugin.caller.calls.lock().unwrap(),
