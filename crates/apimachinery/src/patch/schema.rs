@@ -441,6 +441,12 @@ static VALIDATING_ADMISSION_POLICY_BINDING: Type =
 // apiextensions.k8s.io/v1: a CRD's lists carry no patch strategy (they replace).
 static CUSTOM_RESOURCE_DEFINITION: Type = Type::new("CustomResourceDefinition", METADATA_ONLY);
 
+static API_SERVICE_STATUS: Type = Type::new("APIServiceStatus", CONDITIONS);
+static API_SERVICE: Type = Type::new(
+    "APIService",
+    &[METADATA, object("status", &API_SERVICE_STATUS)],
+);
+
 /// The patch metadata of the root of an object of `kind` in API group `group` (`""` for core),
 /// `None` for kinds Skiff does not serve as built-ins.
 pub fn for_kind(group: &str, kind: &str) -> Option<&'static Type> {
@@ -503,6 +509,7 @@ pub fn for_kind(group: &str, kind: &str) -> Option<&'static Type> {
             &VALIDATING_ADMISSION_POLICY_BINDING
         }
         ("apiextensions.k8s.io", "CustomResourceDefinition") => &CUSTOM_RESOURCE_DEFINITION,
+        ("apiregistration.k8s.io", "APIService") => &API_SERVICE,
         _ => return None,
     };
     Some(ty)
