@@ -5,6 +5,7 @@
 //! sibling `description`); [`crate::v3`] rewrites them for OpenAPI 3. Corrections made here:
 //! - `IntOrString` and `Quantity` get upstream's scalar shapes (k8s-openapi writes CRD-style
 //!   `x-kubernetes-int-or-string`); the v3 shapes are in [`v3_override`].
+//! - apiextensions' free-form values (`JSON`, `JSONSchemaPropsOr…`) have no type, as upstream.
 //! - `metadata` is dropped from `required` (k8s-openapi requires it because its structs do;
 //!   upstream never does).
 //! - Every kind gets `x-kubernetes-group-version-kind`; list kinds (`PodList`) are synthesized
@@ -32,6 +33,16 @@ pub(crate) const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.De
 pub(crate) const WATCH_EVENT: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.WatchEvent";
 pub(crate) const PATCH: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch";
 pub(crate) const API_RESOURCE_LIST: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.APIResourceList";
+
+/// apiextensions' free-form values (a schema's `default`, `enum` and `example`, and the
+/// schema-or-bool/array unions): upstream publishes them without a type, so that a client
+/// validating against the document accepts any JSON there.
+const ANY_VALUE: &[&str] = &[
+    "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON",
+    "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrArray",
+    "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrBool",
+    "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaPropsOrStringArray",
+];
 
 /// Extension naming the kinds a definition is (a list) or an operation speaks (one object).
 pub(crate) const GVK_EXTENSION: &str = "x-kubernetes-group-version-kind";
@@ -96,6 +107,10 @@ fn build() -> Registry {
         strip_required_metadata(schema);
         if name == INT_OR_STRING || name == QUANTITY {
             *schema = v2_scalar(name, schema);
+        }
+        if ANY_VALUE.contains(&name.as_str()) {
+            let description = schema.get("description").cloned().unwrap_or_default();
+            *schema = json!({ "description": description });
         }
     }
 
@@ -403,6 +418,13 @@ mod tests {
             "int-or-string"
         );
         assert_eq!(registry.get(QUANTITY).unwrap()["type"], "string");
+        let json = registry
+            .get("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON")
+            .unwrap();
+        assert!(
+            json.get("type").is_none() && json["description"].is_string(),
+            "{json}"
+        );
         let time = registry
             .get("io.k8s.apimachinery.pkg.apis.meta.v1.Time")
             .unwrap();

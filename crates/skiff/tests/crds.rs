@@ -59,6 +59,32 @@ spec:
                 type: integer
 "#;
 
+const LISTED_CRD: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: apiextensions.k8s.io/v1
+  kind: CustomResourceDefinition
+  metadata:
+    name: gadgets.lists.example.com
+  spec:
+    group: lists.example.com
+    scope: Namespaced
+    names: {plural: gadgets, singular: gadget, kind: Gadget}
+    versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              properties:
+                mode: {type: string, enum: [fast, safe], default: safe}
+"#;
+
 const CRONTAB: &str = r#"
 apiVersion: stable.example.com/v1
 kind: CronTab
@@ -96,6 +122,15 @@ fn crontabs(kubectl: &str) {
             "--timeout=10s",
             "crd/crontabs.stable.example.com",
         ],
+    );
+    // In a List, kubectl validates each item against the published OpenAPI v2 itself: a
+    // schema's free-form `enum` and `default` values must pass.
+    let out = api.kubectl_stdin(kubectl, &["create", "-f", "-"], Some(LISTED_CRD));
+    assert!(
+        out.contains(
+            "customresourcedefinition.apiextensions.k8s.io/gadgets.lists.example.com created"
+        ),
+        "{out}"
     );
     let out = api.kubectl_stdin(kubectl, &["apply", "-f", "-"], Some(CRONTAB));
     assert!(
