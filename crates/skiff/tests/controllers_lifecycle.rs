@@ -26,6 +26,19 @@ impl Drop for LogOnPanic<'_> {
     }
 }
 
+/// The message of namespace `name`'s `NamespaceFinalizersRemaining` condition, once it is true.
+async fn finalizers_remaining(namespaces: &Api<Namespace>, name: &str) -> String {
+    eventually("the finalizers-remaining condition", || async {
+        let ns = namespaces.get_opt(name).await.ok()??;
+        let conditions = ns.status?.conditions?;
+        let c = conditions
+            .iter()
+            .find(|c| c.type_ == "NamespaceFinalizersRemaining" && c.status == "True")?;
+        c.message.clone()
+    })
+    .await
+}
+
 fn from<T: DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).expect("a valid object")
 }
@@ -123,15 +136,7 @@ fn deleting_a_namespace_empties_it_and_it_goes_away() {
             .unwrap();
         // Everything without a finalizer goes; the held configmap keeps the namespace, and the
         // status says why.
-        let message = eventually("the finalizers-remaining condition", || async {
-            let ns = namespaces.get_opt("doomed").await.ok()??;
-            let conditions = ns.status?.conditions?;
-            let c = conditions
-                .iter()
-                .find(|c| c.type_ == "NamespaceFinalizersRemaining" && c.status == "True")?;
-            c.message.clone()
-        })
-        .await;
+        let message = finalizers_remaining(&namespaces, "doomed").await;
         assert!(
             message.contains("example.com/hold in 1 resource instances"),
             "{message}"
@@ -684,15 +689,7 @@ fn deleting_a_namespace_deletes_its_custom_resources() {
             .delete("crs", &DeleteParams::default())
             .await
             .unwrap();
-        let message = eventually("the finalizers-remaining condition", || async {
-            let ns = namespaces.get_opt("crs").await.ok()??;
-            let conditions = ns.status?.conditions?;
-            let c = conditions
-                .iter()
-                .find(|c| c.type_ == "NamespaceFinalizersRemaining" && c.status == "True")?;
-            c.message.clone()
-        })
-        .await;
+        let message = finalizers_remaining(&namespaces, "crs").await;
         assert!(
             message.contains("example.com/hold in 1 resource instances"),
             "{message}"
