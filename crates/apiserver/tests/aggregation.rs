@@ -209,15 +209,7 @@ fn api_services(client: &kube::Client) -> Api<DynamicObject> {
 /// `GET path` through the aggregator: status code and body.
 async fn get(client: &kube::Client, path: &str) -> (u16, Value) {
     let req = http::Request::get(path).body(Vec::new()).unwrap();
-    let resp = client
-        .send(req.map(kube::client::Body::from))
-        .await
-        .unwrap();
-    let code = resp.status().as_u16();
-    let body = http_body_util::BodyExt::collect(resp.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
+    let (code, _, body) = common::send_raw(client, req).await;
     (code, serde_json::from_slice(&body).unwrap_or(Value::Null))
 }
 
@@ -517,15 +509,7 @@ async fn whoami(client: &kube::Client) -> Result<(String, Vec<String>), u16> {
         .header("content-type", "application/json")
         .body(review.to_string().into_bytes())
         .unwrap();
-    let resp = client
-        .send(req.map(kube::client::Body::from))
-        .await
-        .unwrap();
-    let code = resp.status().as_u16();
-    let body = http_body_util::BodyExt::collect(resp.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
+    let (code, _, body) = common::send_raw(client, req).await;
     if code != 201 {
         return Err(code);
     }

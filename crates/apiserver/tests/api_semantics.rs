@@ -195,17 +195,11 @@ async fn create_with_data(client: &kube::Client, name: &str) {
 async fn raw_get(client: &kube::Client, path: &str, accept: &str) -> (u16, String, Vec<u8>) {
     let req = http::Request::get(path)
         .header("accept", accept)
-        .body(kube::client::Body::empty())
+        .body(Vec::new())
         .unwrap();
-    let resp = client.send(req).await.unwrap();
-    let code = resp.status().as_u16();
-    let content_type = resp.headers()["content-type"].to_str().unwrap().to_string();
-    let body = http_body_util::BodyExt::collect(resp.into_body())
-        .await
-        .unwrap()
-        .to_bytes()
-        .to_vec();
-    (code, content_type, body)
+    let (code, headers, body) = common::send_raw(client, req).await;
+    let content_type = headers["content-type"].to_str().unwrap().to_string();
+    (code, content_type, body.to_vec())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -179,3 +179,22 @@ impl Running {
         self.store.close().await;
     }
 }
+
+/// Sends `req` and reads the whole answer, whatever its status: code, headers, body.
+#[allow(dead_code)] // not every test binary sends raw requests
+pub async fn send_raw(
+    client: &kube::Client,
+    req: http::Request<Vec<u8>>,
+) -> (u16, http::HeaderMap, bytes::Bytes) {
+    let resp = client
+        .send(req.map(kube::client::Body::from))
+        .await
+        .unwrap();
+    let code = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (code, headers, body)
+}
