@@ -4,6 +4,7 @@
 //! kind, a `<Kind>List`, and the resource's paths in its group version's document.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use skiff_apimachinery::catalog::ResourceType;
@@ -11,11 +12,12 @@ use skiff_apimachinery::catalog::ResourceType;
 use crate::paths;
 use crate::schemas::{self, GVK_EXTENSION, Registry, V2_REF};
 
-/// One served version of a custom resource and its structural schema (`openAPIV3Schema`).
+/// One served version of a custom resource and its structural schema (`openAPIV3Schema`),
+/// shared: every set of published documents holds each custom resource's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Custom {
     pub resource: ResourceType,
-    pub schema: Value,
+    pub schema: Arc<Value>,
 }
 
 const API_VERSION_DOC: &str = "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources";
@@ -33,7 +35,7 @@ pub fn definition_name(group: &str, version: &str, kind: &str) -> String {
 /// The definition of one custom kind: its schema with the standard fields of every kind.
 fn definition(custom: &Custom) -> Value {
     let r = &custom.resource;
-    let mut schema = custom.schema.clone();
+    let mut schema = Value::clone(&custom.schema);
     if !schema.is_object() {
         schema = json!({"type": "object"});
     }
@@ -125,8 +127,10 @@ mod tests {
                 builtin: false,
                 storage_version: None,
             },
-            schema: json!({"type": "object", "properties": {"spec": {"type": "object",
+            schema: Arc::new(
+                json!({"type": "object", "properties": {"spec": {"type": "object",
                 "properties": {"size": {"type": "integer", "description": "How big."}}}}}),
+            ),
         }
     }
 

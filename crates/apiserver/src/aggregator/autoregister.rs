@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::registration::{ApiService, CRD_PRIORITY, builtin_priority, name_of};
@@ -75,11 +76,32 @@ impl Wanted {
     }
 }
 
+/// What autoregistration reads of a CustomResourceDefinition (decoded without its schemas).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct CrdVersions {
+    spec: CrdSpec,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct CrdSpec {
+    group: String,
+    versions: Vec<CrdVersion>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct CrdVersion {
+    name: String,
+    served: bool,
+}
+
 /// The APIServices for the built-in group versions (`builtin`, those upstream gives a
 /// priority) and for every served version of `crds`.
 pub fn wanted<'a>(
     builtin: impl IntoIterator<Item = (&'a str, &'a str)>,
-    crds: &[Value],
+    crds: &[CrdVersions],
 ) -> Vec<Wanted> {
     let mut out: Vec<Wanted> = Vec::new();
     let mut push = |w: Wanted| {
@@ -101,17 +123,10 @@ pub fn wanted<'a>(
         }
     }
     for crd in crds {
-        let group = str_at(crd, "/spec/group");
-        for v in crd
-            .pointer("/spec/versions")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter(|v| v["served"] == true)
-        {
+        for v in crd.spec.versions.iter().filter(|v| v.served) {
             push(Wanted {
-                group: group.into(),
-                version: str_at(v, "/name").into(),
+                group: crd.spec.group.clone(),
+                version: v.name.clone(),
                 priority: CRD_PRIORITY,
                 mode: Mode::Always,
             });
@@ -173,9 +188,10 @@ pub fn resource() -> &'static skiff_apimachinery::catalog::ResourceType {
 mod tests {
     use super::*;
 
-    fn crd(group: &str, versions: &[(&str, bool)]) -> Value {
-        json!({"spec": {"group": group, "versions": versions.iter()
-            .map(|(n, s)| json!({"name": n, "served": s})).collect::<Vec<_>>()}})
+    fn crd(group: &str, versions: &[(&str, bool)]) -> CrdVersions {
+        serde_json::from_value(json!({"spec": {"group": group, "versions": versions.iter()
+            .map(|(n, s)| json!({"name": n, "served": s})).collect::<Vec<_>>()}}))
+        .unwrap()
     }
 
     #[test]

@@ -21,7 +21,7 @@ use super::autoregister::{self, Action};
 use super::available::{self, Condition};
 use super::registration::ApiService;
 use super::{State, authentication, discovery};
-use crate::cache::{CacheEvent, WatchStart};
+use crate::cache::{CacheEvent, Cached, WatchStart};
 use crate::error::Result;
 use crate::handlers::Ctx;
 use crate::registry::{self, DeleteOptions, Fields};
@@ -41,12 +41,18 @@ pub fn spawn(server: Weak<ApiServer>) -> tokio::task::JoinHandle<()> {
             let Some((api_services, mut api_rx)) = watch(&strong, autoregister::resource()) else {
                 return;
             };
+            let api_services: Vec<Value> = api_services
+                .iter()
+                .filter_map(|c| c.object().ok())
+                .collect();
             let crds_rt =
                 skiff_apimachinery::catalog::lookup(crate::crd::GROUP, "v1", crate::crd::PLURAL)
                     .expect("CRDs are built in");
             let Some((crds, mut crd_rx)) = watch(&strong, crds_rt) else {
                 return;
             };
+            let crds: Vec<autoregister::CrdVersions> =
+                crds.iter().filter_map(|c| c.decode().ok()).collect();
             let services_rt =
                 skiff_apimachinery::catalog::lookup("", "v1", "services").expect("built in");
             let slices_rt =
@@ -73,8 +79,8 @@ pub fn spawn(server: Weak<ApiServer>) -> tokio::task::JoinHandle<()> {
             drop(strong);
             tokio::pin!(recheck);
             let concerns_service =
-                |c: &crate::cache::Cached| remote.contains(&(c.namespace.clone(), c.name.clone()));
-            let concerns_slice = |c: &crate::cache::Cached| {
+                |c: &Cached| remote.contains(&(c.namespace.clone(), c.name.clone()));
+            let concerns_slice = |c: &Cached| {
                 c.labels
                     .get(SERVICE_NAME_LABEL)
                     .is_some_and(|n| remote.contains(&(c.namespace.clone(), n.clone())))
@@ -109,7 +115,7 @@ enum Wake {
 
 fn relevant(
     event: std::result::Result<CacheEvent, RecvError>,
-    concerns: impl Fn(&crate::cache::Cached) -> bool,
+    concerns: impl Fn(&Cached) -> bool,
 ) -> Wake {
     match event {
         Ok(CacheEvent::Object { object, prev, .. }) => {
@@ -130,17 +136,12 @@ fn relevant(
 fn watch(
     server: &ApiServer,
     rt: &skiff_apimachinery::catalog::ResourceType,
-) -> Option<(Vec<Value>, Receiver<CacheEvent>)> {
+) -> Option<(Vec<Arc<Cached>>, Receiver<CacheEvent>)> {
     let cache = server.cache.get(rt)?;
     let Some(WatchStart::Snapshot(snapshot, rx)) = cache.watch("", None) else {
         return None;
     };
-    let objects = snapshot
-        .objects
-        .iter()
-        .filter_map(|c| c.object().ok())
-        .collect();
-    Some((objects, rx))
+    Some((snapshot.objects, rx))
 }
 
 fn api_service_ctx(server: &Arc<ApiServer>, verb: &str, name: &str, subresource: &str) -> Ctx {
@@ -161,7 +162,7 @@ async fn sync(
     server: &Arc<ApiServer>,
     starting: bool,
     api_services: &[Value],
-    crds: &[Value],
+    crds: &[autoregister::CrdVersions],
 ) -> Result<()> {
     let mut first_error = None;
     let mut keep = |r: Result<()>| {

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::{Value, json};
 use skiff_apimachinery::catalog::{CRUD, ResourceType, Subresource};
 use tokio::sync::broadcast::error::RecvError;
@@ -24,7 +25,7 @@ use tokio::sync::broadcast::error::RecvError;
 use super::definition::{storage_version, versions};
 use super::resource::CustomResourceStrategy;
 use super::{FINALIZER, GROUP, PLURAL};
-use crate::cache::{CacheEvent, WatchStart};
+use crate::cache::{CacheEvent, Cached, WatchStart};
 use crate::error::Result;
 use crate::handlers::Ctx;
 use crate::registry::{self, DeleteOptions, Fields};
@@ -50,12 +51,7 @@ pub fn spawn(server: Weak<ApiServer>) -> tokio::task::JoinHandle<()> {
             let Some(WatchStart::Snapshot(snapshot, mut rx)) = cache.watch("", None) else {
                 return;
             };
-            let crds: Vec<Value> = snapshot
-                .objects
-                .iter()
-                .filter_map(|c| c.object().ok())
-                .collect();
-            let pending = match controller.sync(&strong, crds).await {
+            let pending = match controller.sync(&strong, &snapshot.objects).await {
                 Ok(pending) => pending,
                 Err(e) => {
                     tracing::warn!(error = %e, "custom resource definitions");
@@ -91,7 +87,8 @@ fn definitions() -> &'static ResourceType {
 }
 
 /// The names a CRD asks for or was given (`spec.names`, `status.acceptedNames`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 struct Names {
     plural: String,
     singular: String,
@@ -103,28 +100,8 @@ struct Names {
 
 impl Names {
     fn read(v: Option<&Value>) -> Names {
-        let text = |k: &str| {
-            v.and_then(|v| v.get(k))
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        };
-        let list = |k: &str| -> Vec<String> {
-            v.and_then(|v| v.get(k))
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        };
-        Names {
-            plural: text("plural"),
-            singular: text("singular"),
-            kind: text("kind"),
-            list_kind: text("listKind"),
-            short_names: list("shortNames"),
-            categories: list("categories"),
-        }
+        v.and_then(|v| Names::deserialize(v).ok())
+            .unwrap_or_default()
     }
 
     fn to_json(&self) -> Value {
@@ -171,12 +148,66 @@ impl Names {
     }
 }
 
+/// What each pass reads of every CRD: enough to settle names and to tell the CRDs with
+/// nothing to do (decoded without their schemas).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct Summary {
+    metadata: SummaryMeta,
+    spec: SummarySpec,
+    status: SummaryStatus,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct SummaryMeta {
+    name: String,
+    creation_timestamp: String,
+    deletion_timestamp: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SummarySpec {
+    group: String,
+    names: Names,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct SummaryStatus {
+    accepted_names: Names,
+    conditions: Vec<SummaryCondition>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SummaryCondition {
+    #[serde(rename = "type")]
+    kind: String,
+    status: String,
+}
+
+impl Summary {
+    /// Established under the names it asks for, and not being deleted: once such a CRD's
+    /// revision was handled, a pass has nothing to do for it.
+    fn settled(&self) -> bool {
+        self.metadata.deletion_timestamp.is_none()
+            && self.status.accepted_names == self.spec.names
+            && self
+                .status
+                .conditions
+                .iter()
+                .any(|c| c.kind == "Established" && c.status == "True")
+    }
+}
+
 /// What is served for one CRD, and from which definition.
 struct Served {
     group: String,
     plural: String,
-    /// The spec and accepted names it was built from: a change reinstalls.
-    source: Value,
+    /// The spec and accepted names it was built from, serialized: a change reinstalls.
+    source: Vec<u8>,
     /// Its versions as the OpenAPI documents describe them.
     documented: Vec<skiff_openapi::Custom>,
     /// Its versions' strategies (told when the CRD starts terminating).
@@ -187,6 +218,8 @@ struct Served {
 struct Controller {
     /// By CRD name.
     served: HashMap<String, Served>,
+    /// The revision of each CRD last handled without error.
+    handled: HashMap<String, i64>,
     /// Whether what is served changed since the OpenAPI documents were last published.
     unpublished: bool,
 }
@@ -203,27 +236,38 @@ fn text<'a>(v: &'a Value, pointer: &str) -> &'a str {
 
 impl Controller {
     /// Brings every CRD and what is served for it up to date; whether some CRD waits for its
-    /// custom resources to go.
-    async fn sync(&mut self, server: &Arc<ApiServer>, mut crds: Vec<Value>) -> Result<bool> {
+    /// custom resources to go. Only the CRDs changed since they were last handled, or not
+    /// settled, are decoded whole.
+    async fn sync(&mut self, server: &Arc<ApiServer>, cached: &[Arc<Cached>]) -> Result<bool> {
+        let mut crds: Vec<(Summary, &Arc<Cached>)> = cached
+            .iter()
+            .filter_map(|c| Some((c.decode::<Summary>().ok()?, c)))
+            .collect();
         // The first CRD to claim a name keeps it.
-        crds.sort_by(|a, b| {
-            let created = |c: &Value| text(c, "/metadata/creationTimestamp").to_string();
-            created(a).cmp(&created(b)).then(name_of(a).cmp(name_of(b)))
+        crds.sort_by(|(a, _), (b, _)| {
+            let key = |s: &Summary| {
+                (
+                    s.metadata.creation_timestamp.clone(),
+                    s.metadata.name.clone(),
+                )
+            };
+            key(a).cmp(&key(b))
         });
         let mut accepted: Vec<(String, String, Names)> = crds
             .iter()
-            .map(|c| {
-                let names = Names::read(c.pointer("/status/acceptedNames"));
-                (
-                    name_of(c).to_string(),
-                    text(c, "/spec/group").to_string(),
-                    names,
-                )
+            .map(|(s, _)| {
+                let names = s.status.accepted_names.clone();
+                (s.metadata.name.clone(), s.spec.group.clone(), names)
             })
             .collect();
         let mut pending = false;
-        for crd in &crds {
-            let name = name_of(crd).to_string();
+        for (summary, cached) in &crds {
+            let name = summary.metadata.name.clone();
+            if summary.settled() && self.handled.get(&name) == Some(&cached.revision) {
+                continue;
+            }
+            let crd = cached.object()?;
+            let crd = &crd;
             if crd.pointer("/metadata/deletionTimestamp").is_some() {
                 pending |= self.finalize(server, crd).await?;
                 continue;
@@ -279,9 +323,11 @@ impl Controller {
             if crd.get("status") != Some(&status) {
                 write_status(server, &name, status).await?;
             }
+            self.handled.insert(name, cached.revision);
         }
         // CRDs gone without their finalizer (removed from the store directly).
-        let present: Vec<&str> = crds.iter().map(name_of).collect();
+        let present: Vec<&str> = crds.iter().map(|(s, _)| s.metadata.name.as_str()).collect();
+        self.handled.retain(|n, _| present.contains(&n.as_str()));
         let gone: Vec<String> = self
             .served
             .keys()
@@ -298,7 +344,7 @@ impl Controller {
     /// Serves the CRD's versions under its accepted `names` (again, if its definition changed).
     async fn serve(&mut self, server: &ApiServer, crd: &Value, names: &Names) -> Result<()> {
         let name = name_of(crd).to_string();
-        let source = json!({"spec": crd["spec"], "names": names.to_json()});
+        let source = serde_json::to_vec(&(&crd["spec"], names.to_json())).unwrap_or_default();
         if self.served.get(&name).is_some_and(|s| s.source == source) {
             return Ok(());
         }
@@ -308,11 +354,13 @@ impl Controller {
             .iter()
             .map(|(rt, _)| skiff_openapi::Custom {
                 resource: rt.clone(),
-                schema: versions(crd)
-                    .find(|v| v["name"] == rt.version.as_str())
-                    .and_then(|v| v.pointer("/schema/openAPIV3Schema"))
-                    .cloned()
-                    .unwrap_or_default(),
+                schema: Arc::new(
+                    versions(crd)
+                        .find(|v| v["name"] == rt.version.as_str())
+                        .and_then(|v| v.pointer("/schema/openAPIV3Schema"))
+                        .cloned()
+                        .unwrap_or_default(),
+                ),
             })
             .collect();
         // Versions no longer served, and the old plural if the names changed, go first.
