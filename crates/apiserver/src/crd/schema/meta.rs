@@ -31,6 +31,9 @@ fn embedded(
     resource: bool,
     errs: &mut Vec<FieldError>,
 ) {
+    if !resource && !s.has_embedded {
+        return;
+    }
     let at = |f: &dyn Fn(FieldPath) -> FieldPath| Some(f(path.clone().unwrap_or_default()));
     match v {
         Value::Object(fields) => {
@@ -169,6 +172,9 @@ fn object_lists(
 }
 
 fn lists(s: &Schema, v: &Value, path: &FieldPath, errs: &mut Vec<FieldError>) {
+    if !s.has_keyed_lists {
+        return;
+    }
     match v {
         Value::Object(fields) => object_lists(s, fields, &Some(path.clone()), errs),
         Value::Array(items) => {

@@ -68,6 +68,10 @@ pub struct Schema {
     only_type: bool,
     /// Whether this node or one below it on the structural spine has rules.
     has_rules: bool,
+    /// Whether this node or one below it is an embedded resource (`meta` checks those).
+    has_embedded: bool,
+    /// Whether this node or one below it is a `set` or `map` list (`meta` checks those).
+    has_keyed_lists: bool,
 }
 
 /// `additionalProperties`: a boolean, or a schema for the values.

@@ -130,6 +130,8 @@ pub(super) fn parse(
         unsupported,
         only_type: obj.keys().all(|k| k == "type" || k == "example"),
         has_rules: false,
+        has_embedded: false,
+        has_keyed_lists: false,
     };
     // Rules are compiled against the finished node: field paths and field references are
     // checked against its properties.
@@ -165,13 +167,15 @@ pub(super) fn parse(
             cel::Rule::parse(rule, fields, &schema, resource)
         })
         .collect();
-    schema.has_rules = !rules.is_empty()
-        || schema.items.as_ref().is_some_and(|s| s.has_rules)
-        || schema.properties.values().any(|s| s.has_rules)
-        || schema
-            .additional_schema()
-            .flatten()
-            .is_some_and(|s| s.has_rules);
+    let below = |schema: &Schema, has: fn(&Schema) -> bool| {
+        schema.items.as_deref().is_some_and(has)
+            || schema.properties.values().any(has)
+            || schema.additional_schema().flatten().is_some_and(has)
+    };
+    schema.has_rules = !rules.is_empty() || below(&schema, |s| s.has_rules);
+    schema.has_embedded = schema.x.embedded_resource || below(&schema, |s| s.has_embedded);
+    schema.has_keyed_lists = matches!(schema.x.list_type.as_deref(), Some("set" | "map"))
+        || below(&schema, |s| s.has_keyed_lists);
     schema.x.rules = rules;
     schema
 }
