@@ -54,6 +54,10 @@ pub(super) struct Rule {
     depth: u32,
     /// `fieldPath` as a field path (`spec.x`), when it is valid for the node.
     field_path: Option<String>,
+    /// The fields of `self` and `oldSelf` the rule and its `messageExpression` select, when
+    /// they use them only that way (`self.a < self.b`): only those are made CEL values.
+    /// `None`: they are used whole.
+    selected: Option<Vec<String>>,
 }
 
 impl Rule {
@@ -94,6 +98,17 @@ impl Rule {
         let field_path = Some(fields.field_path.as_str())
             .filter(|p| !p.is_empty())
             .and_then(|p| valid_field_path(p, node));
+        let mut selected = Some(Vec::new());
+        let programs = [program.as_ref().ok().cloned().flatten()]
+            .into_iter()
+            .chain([message.as_ref().and_then(|m| m.as_ref().ok().cloned())]);
+        for p in programs.flatten() {
+            if let Some(fields) = &mut selected
+                && !selected_fields(p.expression(), fields)
+            {
+                selected = None;
+            }
+        }
         Rule {
             json: json.clone(),
             fields,
@@ -102,6 +117,7 @@ impl Rule {
             uses_old_self,
             depth,
             field_path,
+            selected,
         }
     }
 
@@ -323,6 +339,24 @@ fn entries(entries: &[cel::common::ast::IdedEntryExpr]) -> Vec<&IdedExpr> {
         .collect()
 }
 
+/// Adds to `fields` the fields `expr` selects on `self` and `oldSelf`; false if it uses either
+/// otherwise (whole, as in `self == oldSelf`, `size(self)` or `self.?x`).
+fn selected_fields(expr: &IdedExpr, fields: &mut Vec<String>) -> bool {
+    match &expr.expr {
+        Expr::Select(select) if matches!(&select.operand.expr, Expr::Ident(n) if n == "self" || n == "oldSelf") =>
+        {
+            if !fields.contains(&select.field) {
+                fields.push(select.field.clone());
+            }
+            true
+        }
+        Expr::Ident(name) if name == "self" || name == "oldSelf" => false,
+        _ => children(expr)
+            .into_iter()
+            .all(|child| selected_fields(child, fields)),
+    }
+}
+
 /// How deeply comprehensions (`all`, `exists`, `map`, …) nest in `expr`.
 fn comprehension_depth(expr: &IdedExpr) -> u32 {
     let deepest = |exprs: Vec<&IdedExpr>| exprs.into_iter().map(comprehension_depth).max();
@@ -525,8 +559,16 @@ impl Run {
         if self.budget == 0 {
             return self.out_of_budget(&here, &type_value, "validation failed");
         }
-        let this = to_cel(obj, Some(s), resource_root);
-        let old_value = old.map(|o| to_cel(o, Some(s), resource_root));
+        // Only the fields the node's rules select, when that is all they use.
+        let selected: Option<Vec<&str>> =
+            s.x.rules
+                .iter()
+                .map(|r| r.selected.as_ref())
+                .collect::<Option<Vec<_>>>()
+                .map(|all| all.into_iter().flatten().map(String::as_str).collect());
+        let only = selected.as_deref();
+        let this = to_cel_only(obj, s, resource_root, only);
+        let old_value = old.map(|o| to_cel_only(o, s, resource_root, only));
         let size = nodes(obj);
         for rule in &s.x.rules {
             let program = match &rule.program {
@@ -711,9 +753,20 @@ fn go_error(e: &str) -> String {
 /// properties by escaped name, resource roots expose `apiVersion`, `kind` and only
 /// `metadata.name` and `metadata.generateName`; untyped values are converted as JSON.
 fn to_cel(value: &Value, schema: Option<&Schema>, resource_root: bool) -> cel::Value {
-    let Some(s) = schema else {
-        return expressions::value(value);
-    };
+    match schema {
+        Some(s) => to_cel_only(value, s, resource_root, None),
+        None => expressions::value(value),
+    }
+}
+
+/// [`to_cel`], with only the fields `only` names (by their CEL names) when `value` is an object.
+fn to_cel_only(
+    value: &Value,
+    s: &Schema,
+    resource_root: bool,
+    only: Option<&[&str]>,
+) -> cel::Value {
+    let wanted = |name: &str| only.is_none_or(|o| o.contains(&name));
     match (s.type_name.as_str(), value) {
         (_, Value::Null) => cel::Value::Null,
         ("integer", Value::Number(n)) => {
@@ -741,7 +794,7 @@ fn to_cel(value: &Value, schema: Option<&Schema>, resource_root: bool) -> cel::V
             let resource = resource_root || s.x.embedded_resource;
             let mut out: HashMap<String, cel::Value> = HashMap::new();
             if let Some(Some(values)) = s.additional_schema().filter(|_| s.properties.is_empty()) {
-                for (k, v) in fields {
+                for (k, v) in fields.iter().filter(|(k, _)| wanted(k)) {
                     out.insert(
                         k.clone(),
                         to_cel(v, Some(values), values.x.embedded_resource),
@@ -751,6 +804,9 @@ fn to_cel(value: &Value, schema: Option<&Schema>, resource_root: bool) -> cel::V
                 return expressions::value(value);
             }
             for (k, v) in fields {
+                if resource && (k == "metadata" || k == "apiVersion" || k == "kind") && !wanted(k) {
+                    continue;
+                }
                 if resource && k == "metadata" {
                     let visible: serde_json::Map<String, Value> = v
                         .as_object()
@@ -762,7 +818,9 @@ fn to_cel(value: &Value, schema: Option<&Schema>, resource_root: bool) -> cel::V
                     out.insert(k.clone(), expressions::value(&Value::Object(visible)));
                 } else if resource && (k == "apiVersion" || k == "kind") {
                     out.insert(k.clone(), expressions::value(v));
-                } else if let (Some(prop), Some(name)) = (s.properties.get(k), escape(k)) {
+                } else if let (Some(prop), Some(name)) = (s.properties.get(k), escape(k))
+                    && wanted(&name)
+                {
                     out.insert(name, to_cel(v, Some(prop), prop.x.embedded_resource));
                 }
             }

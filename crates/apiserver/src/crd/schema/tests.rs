@@ -925,3 +925,29 @@ fn string_formats_are_checked_as_strfmt_does() {
     assert_eq!(formats::effective("integer", false, "int32"), "int32");
     assert_eq!(formats::effective("boolean", false, "date"), "");
 }
+
+#[test]
+fn rules_see_the_fields_they_select_and_whole_self_when_they_use_it() {
+    // `self.a`/`self.b` only are made CEL values for the first rule (and its message); the
+    // second uses `self` whole, so all of it is there.
+    let schema = parsed(object(json!({"spec": {
+        "type": "object",
+        "x-kubernetes-validations": [
+            {"rule": "self.a <= self.b", "messageExpression": "'a is ' + string(self.a)"},
+            {"rule": "size(self) <= 3", "message": "at most three fields"},
+        ],
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
+                       "c": {"type": "string"}, "d": {"type": "string"}},
+    }})));
+    assert_eq!(
+        errors(&schema, json!({"spec": {"a": 1, "b": 2, "c": "x"}})),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        errors(&schema, json!({"spec": {"a": 3, "b": 2, "c": "x", "d": "y"}})),
+        [
+            "spec: Invalid value: \"object\": a is 3",
+            "spec: Invalid value: \"object\": at most three fields",
+        ]
+    );
+}
