@@ -944,7 +944,10 @@ fn rules_see_the_fields_they_select_and_whole_self_when_they_use_it() {
         Vec::<String>::new()
     );
     assert_eq!(
-        errors(&schema, json!({"spec": {"a": 3, "b": 2, "c": "x", "d": "y"}})),
+        errors(
+            &schema,
+            json!({"spec": {"a": 3, "b": 2, "c": "x", "d": "y"}})
+        ),
         [
             "spec: Invalid value: \"object\": a is 3",
             "spec: Invalid value: \"object\": at most three fields",
