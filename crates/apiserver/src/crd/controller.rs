@@ -245,13 +245,8 @@ impl Controller {
             .collect();
         // The first CRD to claim a name keeps it.
         crds.sort_by(|(a, _), (b, _)| {
-            let key = |s: &Summary| {
-                (
-                    s.metadata.creation_timestamp.clone(),
-                    s.metadata.name.clone(),
-                )
-            };
-            key(a).cmp(&key(b))
+            (&a.metadata.creation_timestamp, &a.metadata.name)
+                .cmp(&(&b.metadata.creation_timestamp, &b.metadata.name))
         });
         let mut accepted: Vec<(String, String, Names)> = crds
             .iter()
@@ -266,8 +261,7 @@ impl Controller {
             if summary.settled() && self.handled.get(&name) == Some(&cached.revision) {
                 continue;
             }
-            let crd = cached.object()?;
-            let crd = &crd;
+            let crd = &cached.object()?;
             if crd.pointer("/metadata/deletionTimestamp").is_some() {
                 pending |= self.finalize(server, crd).await?;
                 continue;

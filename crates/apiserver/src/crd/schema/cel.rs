@@ -339,6 +339,20 @@ fn entries(entries: &[cel::common::ast::IdedEntryExpr]) -> Vec<&IdedExpr> {
         .collect()
 }
 
+/// The fields of `self` and `oldSelf` that `rules` (of one node) select, when that is all they
+/// use them for; `None` if one uses them whole.
+pub(super) fn selected(rules: &[Rule]) -> Option<Vec<String>> {
+    let mut fields: Vec<String> = Vec::new();
+    for rule in rules {
+        for field in rule.selected.as_ref()? {
+            if !fields.contains(field) {
+                fields.push(field.clone());
+            }
+        }
+    }
+    Some(fields)
+}
+
 /// Adds to `fields` the fields `expr` selects on `self` and `oldSelf`; false if it uses either
 /// otherwise (whole, as in `self == oldSelf`, `size(self)` or `self.?x`).
 fn selected_fields(expr: &IdedExpr, fields: &mut Vec<String>) -> bool {
@@ -559,14 +573,7 @@ impl Run {
         if self.budget == 0 {
             return self.out_of_budget(&here, &type_value, "validation failed");
         }
-        // Only the fields the node's rules select, when that is all they use.
-        let selected: Option<Vec<&str>> =
-            s.x.rules
-                .iter()
-                .map(|r| r.selected.as_ref())
-                .collect::<Option<Vec<_>>>()
-                .map(|all| all.into_iter().flatten().map(String::as_str).collect());
-        let only = selected.as_deref();
+        let only = s.rule_fields.as_deref();
         let this = to_cel_only(obj, s, resource_root, only);
         let old_value = old.map(|o| to_cel_only(o, s, resource_root, only));
         let size = nodes(obj);
@@ -764,9 +771,9 @@ fn to_cel_only(
     value: &Value,
     s: &Schema,
     resource_root: bool,
-    only: Option<&[&str]>,
+    only: Option<&[String]>,
 ) -> cel::Value {
-    let wanted = |name: &str| only.is_none_or(|o| o.contains(&name));
+    let wanted = |name: &str| only.is_none_or(|o| o.iter().any(|f| f == name));
     match (s.type_name.as_str(), value) {
         (_, Value::Null) => cel::Value::Null,
         ("integer", Value::Number(n)) => {

@@ -68,6 +68,9 @@ pub struct Schema {
     only_type: bool,
     /// Whether this node or one below it on the structural spine has rules.
     has_rules: bool,
+    /// The fields of `self` its rules select, when that is all they use (see
+    /// [`cel::selected`]): only those are made CEL values.
+    rule_fields: Option<Vec<String>>,
     /// Whether this node or one below it is an embedded resource (`meta` checks those).
     has_embedded: bool,
     /// Whether this node or one below it is a `set` or `map` list (`meta` checks those).

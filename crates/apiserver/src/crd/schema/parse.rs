@@ -130,6 +130,7 @@ pub(super) fn parse(
         unsupported,
         only_type: obj.keys().all(|k| k == "type" || k == "example"),
         has_rules: false,
+        rule_fields: None,
         has_embedded: false,
         has_keyed_lists: false,
     };
@@ -176,6 +177,7 @@ pub(super) fn parse(
     schema.has_embedded = schema.x.embedded_resource || below(&schema, |s| s.has_embedded);
     schema.has_keyed_lists = matches!(schema.x.list_type.as_deref(), Some("set" | "map"))
         || below(&schema, |s| s.has_keyed_lists);
+    schema.rule_fields = cel::selected(&rules);
     schema.x.rules = rules;
     schema
 }
