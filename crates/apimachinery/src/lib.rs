@@ -15,6 +15,7 @@
 //! - [`proxy`]: forwarding a request, SPDY and WebSocket upgrades included, to a backend.
 //! - [`quantity`]: resource quantities (`100m`, `128Mi`) as millis and units.
 //! - [`quota`]: ResourceQuota usage, scopes and constraints (controller and admission share it).
+//! - [`version`]: the Kubernetes version Skiff implements, and components' `User-Agent`.
 
 pub mod catalog;
 pub mod duration;
@@ -27,3 +28,4 @@ pub mod quantity;
 pub mod quota;
 pub mod table;
 pub mod validation;
+pub mod version;

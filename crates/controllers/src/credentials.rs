@@ -5,6 +5,7 @@
 //! certificate, and a background task asks for the next one once 80% of its lifetime has
 //! passed. Controllers sharing an account (upstream's `node-controller`) share one client.
 
+use skiff_apimachinery::version::user_agent;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -203,11 +204,14 @@ impl ClientBuilder {
         // as upstream, the certificate and any token of the base configuration are dropped:
         // the API server would otherwise authenticate the certificate first
         config.auth_info = kube::config::AuthInfo::default();
-        let builder =
-            skiff_runtime::http2::client_builder(config).map_err(|source| Error::Client {
+        // upstream's `AddUserAgent`: the program's agent, then the controller's name
+        let agent = format!("{}/{account}", user_agent(crate::PROGRAM));
+        let builder = skiff_runtime::http2::client_builder(config, &agent).map_err(|source| {
+            Error::Client {
                 account: account.into(),
                 source,
-            })?;
+            }
+        })?;
         let authorize =
             tower::util::MapRequestLayer::new(move |mut req: http::Request<kube::client::Body>| {
                 let header = slot.read().unwrap_or_else(|e| e.into_inner()).clone();

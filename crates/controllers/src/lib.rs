@@ -90,6 +90,10 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use kube::runtime::events::{Recorder, Reporter};
 
+/// The controller manager's program name: its `User-Agent`'s first word and the
+/// `reportingController` of its events.
+pub const PROGRAM: &str = "skiff-controller-manager";
+
 /// What every controller is given: its API clients and who it reports events as.
 #[derive(Clone)]
 pub struct Context {
@@ -111,7 +115,7 @@ impl Context {
             informer_client: client.clone(),
             client,
             reporter: Reporter {
-                controller: "skiff-controller-manager".into(),
+                controller: PROGRAM.into(),
                 instance: Some(instance.into()),
             },
             config: Arc::new(config::Config::default()),

@@ -1,9 +1,6 @@
 //! Per-key retry delays for reconcilers, as client-go's `ItemExponentialFailureRateLimiter`: a
 //! key's n-th consecutive failure waits `base · 2ⁿ`, capped, and a success forgets the key.
-//!
-//! kube-runtime's `Controller` is the work queue (one key is never handed to two workers at
-//! once, and a key queued again while it runs is reconciled once more afterwards); what it lacks
-//! is this memory of how often a key has failed, which its `error_policy` consults.
+//! The [`workqueue`](crate::workqueue) consults it for every rate-limited requeue.
 
 use std::collections::HashMap;
 use std::hash::Hash;

@@ -37,9 +37,21 @@ pub const STREAMS_PER_CONNECTION: usize = 100;
 pub type GenericService = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
 
 /// A kube `ClientBuilder` for `config` whose requests travel over [`Pool`]'s HTTP/2
-/// connections. A cluster URL that is not `https` keeps kube's default (HTTP/1.1) stack: ALPN,
-/// which is how the server agrees to HTTP/2, is part of TLS.
-pub fn client_builder(config: kube::Config) -> kube::Result<ClientBuilder<GenericService>> {
+/// connections and say they come from `user_agent` (see
+/// `skiff_apimachinery::version::user_agent`). A cluster URL that is not `https` keeps
+/// kube's default (HTTP/1.1) stack: ALPN, which is how the server agrees to HTTP/2, is part of
+/// TLS.
+pub fn client_builder(
+    mut config: kube::Config,
+    user_agent: &str,
+) -> kube::Result<ClientBuilder<GenericService>> {
+    // our own programs' names: always a valid header, but never a panic if not
+    let user_agent =
+        http::HeaderValue::from_str(user_agent).unwrap_or(http::HeaderValue::from_static("skiff"));
+    config
+        .headers
+        .retain(|(name, _)| name != http::header::USER_AGENT);
+    config.headers.push((http::header::USER_AGENT, user_agent));
     if config.cluster_url.scheme() != Some(&http::uri::Scheme::HTTPS) {
         return ClientBuilder::try_from(config);
     }
@@ -63,8 +75,8 @@ pub fn client_builder(config: kube::Config) -> kube::Result<ClientBuilder<Generi
 }
 
 /// `kube::Client` for `config` over HTTP/2 (see [`client_builder`]).
-pub fn client(config: kube::Config) -> kube::Result<kube::Client> {
-    Ok(client_builder(config)?.build())
+pub fn client(config: kube::Config, user_agent: &str) -> kube::Result<kube::Client> {
+    Ok(client_builder(config, user_agent)?.build())
 }
 
 /// HTTP/2 connections to one API server, opened as the requests in flight need them.
@@ -348,12 +360,14 @@ mod tests {
                 futures::stream::pending::<Result<Frame<Bytes>, std::convert::Infallible>>();
             return Response::new(StreamBody::new(never).boxed());
         }
-        let user = req
-            .headers()
-            .get("impersonate-user")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("-");
-        let text = format!("{:?} {} {user}", req.version(), req.uri().path());
+        let header = |name| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-")
+        };
+        let (user, agent) = (header("impersonate-user"), header("user-agent"));
+        let text = format!("{:?} {} {user} {agent}", req.version(), req.uri().path());
         Response::new(Full::new(Bytes::from(text)).boxed())
     }
 
@@ -390,7 +404,7 @@ mod tests {
         // connection of its own instead, and answers
         let response = pool.ready().await.unwrap().call(get(&server, "/x")).await;
         let body = response.unwrap().into_body().collect().await.unwrap();
-        assert_eq!(body.to_bytes(), "HTTP/2.0 /x -");
+        assert_eq!(body.to_bytes(), "HTTP/2.0 /x - -");
         assert_eq!(server.accepted.load(Ordering::SeqCst), 2);
 
         // ended responses give their streams back: the next requests reuse the connections
@@ -407,12 +421,12 @@ mod tests {
         let server = server(&[b"h2"]).await;
         let mut config = config(&server);
         config.auth_info.impersonate = Some("alice".into());
-        let client = super::client(config).unwrap();
+        let client = super::client(config, "skiff-test/v1 (linux/amd64)").unwrap();
         let text = client
             .request_text(Request::get("/version").body(Vec::new()).unwrap())
             .await
             .unwrap();
-        assert_eq!(text, "HTTP/2.0 /version alice");
+        assert_eq!(text, "HTTP/2.0 /version alice skiff-test/v1 (linux/amd64)");
     }
 
     #[tokio::test]

@@ -1,7 +1,13 @@
-//! What Skiff's components share as API clients, on top of kube-rs.
+//! Skiff's client layer, on top of kube-rs: what every component that Lists and Watches the API
+//! server shares (client-go's `informers`, `workqueue`, `record`, `leaderelection`).
 //!
 //! # Layout
-//! - [`backoff`]: per-key retry delays for reconcilers (client-go's item exponential backoff).
+//! - [`informer`]: one List+Watch and one indexed [`cache`] per resource per process, with
+//!   change handlers (client-go's shared informer factory).
+//! - [`workqueue`]: the rate-limited, deduplicating queue of keys a controller reconciles.
+//! - [`controller`]: N workers draining a work queue through a reconcile function.
+//! - [`metrics`]: the work queues' Prometheus series.
+//! - [`backoff`]: per-key retry delays (client-go's item exponential backoff).
 //! - [`http2`]: the components' HTTP/2 transport to the API server, many requests per
 //!   connection, as client-go's.
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease, as client-go's
@@ -9,6 +15,11 @@
 //! - [`ratelimit`]: client-side QPS and burst, as client-go's, for kube's `ClientBuilder`.
 
 pub mod backoff;
+pub mod cache;
+pub mod controller;
 pub mod http2;
+pub mod informer;
 pub mod leader;
+pub mod metrics;
 pub mod ratelimit;
+pub mod workqueue;

@@ -38,16 +38,34 @@ impl TokenBucket {
     /// Takes a token, or says how long until one is there.
     pub fn try_take(&self) -> Result<(), Duration> {
         let mut state = self.state.lock();
-        let (tokens, at) = &mut *state;
-        let now = Instant::now();
-        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * self.qps).min(self.burst);
-        *at = now;
+        let tokens = self.refill(&mut state);
         if *tokens >= 1.0 {
             *tokens -= 1.0;
             Ok(())
         } else {
             Err(Duration::from_secs_f64((1.0 - *tokens) / self.qps))
         }
+    }
+
+    /// Takes a token even when there is none yet, and says how long until it would have been
+    /// there (golang.org/x/time/rate's `Reserve().Delay()`, client-go's bucket rate limiter).
+    pub fn reserve(&self) -> Duration {
+        let mut state = self.state.lock();
+        let tokens = self.refill(&mut state);
+        *tokens -= 1.0;
+        if *tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-*tokens / self.qps)
+        }
+    }
+
+    /// Adds the tokens earned since the last take; returns the count.
+    fn refill<'a>(&self, state: &'a mut (f64, Instant)) -> &'a mut f64 {
+        let now = Instant::now();
+        state.0 = (state.0 + now.duration_since(state.1).as_secs_f64() * self.qps).min(self.burst);
+        state.1 = now;
+        &mut state.0
     }
 }
 

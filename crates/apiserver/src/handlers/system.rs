@@ -7,8 +7,7 @@ use super::{Body, bytes_response, error, json};
 use crate::error::ApiError;
 use crate::server::ApiServer;
 
-/// The Kubernetes version Skiff reports (the API it implements).
-pub const GIT_VERSION: &str = "v1.33.0-skiff";
+use skiff_apimachinery::version::{GIT_VERSION, MAJOR, MINOR, platform};
 
 pub async fn handle(server: &ApiServer, method: &Method, path: &str) -> http::Response<Body> {
     if method != Method::GET && method != Method::HEAD {
@@ -18,10 +17,10 @@ pub async fn handle(server: &ApiServer, method: &Method, path: &str) -> http::Re
         "/version" | "/version/" => json(
             200,
             &json!({
-                "major": "1", "minor": "33", "gitVersion": GIT_VERSION,
+                "major": MAJOR, "minor": MINOR, "gitVersion": GIT_VERSION,
                 "gitCommit": "", "gitTreeState": "clean", "buildDate": "2026-11-29T00:00:00Z",
                 "goVersion": "go1.24 (skiff: rust)", "compiler": "rustc",
-                "platform": format!("{}/{}", std::env::consts::OS, arch()),
+                "platform": platform(),
             }),
         ),
         p if is_health(p) => {
@@ -37,14 +36,6 @@ pub async fn handle(server: &ApiServer, method: &Method, path: &str) -> http::Re
         }
         "/metrics" => bytes_response(200, metrics(server), "text/plain; version=0.0.4"),
         _ => error(&ApiError::path_not_found()),
-    }
-}
-
-fn arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
     }
 }
 

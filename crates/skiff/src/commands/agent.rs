@@ -10,6 +10,7 @@
 //! (with its managed containerd) and the proxy, the same code as `skiff kubelet` and
 //! `skiff proxy`, and prints a `ready` line once its Node is Ready.
 
+use skiff_apimachinery::version::user_agent;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -327,7 +328,10 @@ async fn client_from(yaml: &str) -> anyhow::Result<kube::Client> {
     )
     .await
     .context("loading a kubeconfig")?;
-    Ok(skiff_runtime::http2::client(config)?)
+    Ok(skiff_runtime::http2::client(
+        config,
+        &user_agent("kubelet"),
+    )?)
 }
 
 /// How long the client certificate of the kubeconfig at `path` stays valid, if it is for

@@ -3,6 +3,7 @@
 //! only the leader runs controllers, and one that loses the lease exits, as upstream's does. With
 //! `--use-service-account-credentials` each controller acts as its own ServiceAccount.
 
+use skiff_apimachinery::version::user_agent;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,7 +144,8 @@ const LEASE_NAME: &str = "kube-controller-manager";
 pub async fn run(args: ControllerManagerArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
     let selected = skiff_controllers::select(&args.controllers).map_err(super::UsageError)?;
     let kube_config = super::kube_config(&args.kubeconfig).await?;
-    let client = skiff_runtime::http2::client(kube_config.clone())?;
+    let client =
+        skiff_runtime::http2::client(kube_config.clone(), &user_agent(skiff_controllers::PROGRAM))?;
     let credentials = args.use_service_account_credentials.then(|| {
         let issuer = Arc::new(credentials::KubeTokenIssuer(client.clone()));
         credentials::ClientBuilder::new(kube_config, issuer)

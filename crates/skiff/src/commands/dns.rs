@@ -3,6 +3,7 @@
 //! and forwards the rest to the host's resolvers (or `--upstream`). It only serves: the
 //! `kube-dns` Service with its fixed ClusterIP is created by whoever starts the cluster.
 
+use skiff_apimachinery::version::user_agent;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -83,7 +84,10 @@ pub async fn run(args: DnsArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
         .join(", ");
     let forwarder = Forwarder::new(upstreams, NetworkExchange::default())
         .map_err(|e| UsageError(e.to_string()))?;
-    let client = skiff_runtime::http2::client(super::kube_config(&args.kubeconfig).await?)?;
+    let client = skiff_runtime::http2::client(
+        super::kube_config(&args.kubeconfig).await?,
+        &user_agent("skiff-dns"),
+    )?;
 
     let records = Arc::new(RwLock::new(ClusterRecords::default()));
     let (synced_tx, mut synced) = tokio::sync::watch::channel(false);

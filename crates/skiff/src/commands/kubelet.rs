@@ -4,6 +4,7 @@
 //! `--count` simulated nodes instead, as kubemark's hollow nodes: the same kubelet code against
 //! an in-memory runtime, no containerd.
 
+use skiff_apimachinery::version::user_agent;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -180,7 +181,7 @@ pub async fn run(args: KubeletArgs, lifecycle: Lifecycle) -> anyhow::Result<()> 
     let kube_config = super::kube_config(&args.kubeconfig).await?;
     // the cluster CA signs the API server's client certificate for the kubelet server
     let client_ca = kube_config.root_cert.clone().unwrap_or_default();
-    let client = skiff_runtime::http2::client(kube_config)?;
+    let client = skiff_runtime::http2::client(kube_config, &user_agent("kubelet"))?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     if args.hollow.hollow {

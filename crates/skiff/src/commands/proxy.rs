@@ -2,6 +2,7 @@
 //! Services, EndpointSlices and its Node through the API server and programs this host's
 //! iptables or nftables.
 
+use skiff_apimachinery::version::user_agent;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -79,7 +80,10 @@ fn parse_cidr(text: &str) -> Result<String, String> {
 }
 
 pub async fn run(args: ProxyArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
-    let client = skiff_runtime::http2::client(super::kube_config(&args.kubeconfig).await?)?;
+    let client = skiff_runtime::http2::client(
+        super::kube_config(&args.kubeconfig).await?,
+        &user_agent("skiff-proxy"),
+    )?;
     let runner: Arc<dyn Runner> = Arc::new(HostRunner::new(args.netns.clone()));
     let dataplane: Box<dyn Dataplane> = match args.mode {
         Mode::Iptables => Box::new(Iptables::new(runner.clone())),

@@ -1,6 +1,7 @@
 //! `skiff scheduler`: the scheduler on its own, an ordinary API client (seed 000): it watches
 //! pods and nodes through the API server and binds pods there.
 
+use skiff_apimachinery::version::user_agent;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -47,8 +48,10 @@ pub async fn run(args: SchedulerArgs, lifecycle: Lifecycle) -> anyhow::Result<()
         )?,
         None => Configuration::default(),
     };
-    let builder =
-        skiff_runtime::http2::client_builder(super::kube_config(&args.kubeconfig).await?)?;
+    let builder = skiff_runtime::http2::client_builder(
+        super::kube_config(&args.kubeconfig).await?,
+        &user_agent("skiff-scheduler"),
+    )?;
     let client = match config.client_connection.rate_limit() {
         Some(layer) => builder.with_layer(&layer).build(),
         None => builder.build(),

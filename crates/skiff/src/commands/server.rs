@@ -16,6 +16,7 @@ pub mod addons;
 pub mod bootstrap;
 pub mod supervisor;
 
+use skiff_apimachinery::version::user_agent;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -422,7 +423,8 @@ async fn serving(kubeconfig: &Path, url: &str) -> anyhow::Result<kube::Client> {
         let written = std::fs::read_to_string(kubeconfig)
             .is_ok_and(|text| text.contains(&format!("server: {url}\n")));
         if written {
-            let client = skiff_runtime::http2::client(super::kube_config(kubeconfig).await?)?;
+            let config = super::kube_config(kubeconfig).await?;
+            let client = skiff_runtime::http2::client(config, &user_agent("skiff-server"))?;
             if client.apiserver_version().await.is_ok() {
                 return Ok(client);
             }

@@ -1,0 +1,295 @@
+//! `cache`: the indexed, read-only view of one resource an [`Informer`](crate::informer::Informer)
+//! keeps (client-go's `Indexer`): objects by key, by namespace, and by any index a controller adds
+//! (pods by node, say), so that a reconcile reads the objects it needs without scanning them all.
+//!
+//! Written here rather than using kube-runtime's reflector `Store`, which has no indexes: every
+//! controller would scan all pods of the cluster on every reconcile.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use kube::Resource;
+use kube::runtime::reflector::ObjectRef;
+use parking_lot::RwLock;
+use tokio::sync::watch;
+
+/// What an index files an object under (none, one or several values).
+pub type IndexFn<K> = Box<dyn Fn(&K) -> Vec<String> + Send + Sync>;
+
+/// The built-in index of every cache: objects by namespace (cluster-scoped ones under `""`).
+pub const NAMESPACE_INDEX: &str = "namespace";
+
+struct Index<K: Resource<DynamicType = ()>> {
+    name: &'static str,
+    values: IndexFn<K>,
+    keys: HashMap<String, HashSet<ObjectRef<K>>>,
+}
+
+impl<K: Resource<DynamicType = ()>> Index<K> {
+    fn file(&mut self, key: &ObjectRef<K>, obj: &K) {
+        for value in (self.values)(obj) {
+            self.keys.entry(value).or_default().insert(key.clone());
+        }
+    }
+
+    fn unfile(&mut self, key: &ObjectRef<K>, obj: &K) {
+        for value in (self.values)(obj) {
+            if let Some(keys) = self.keys.get_mut(&value) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.keys.remove(&value);
+                }
+            }
+        }
+    }
+}
+
+struct Contents<K: Resource<DynamicType = ()>> {
+    objects: HashMap<ObjectRef<K>, Arc<K>>,
+    indexes: Vec<Index<K>>,
+}
+
+impl<K: Resource<DynamicType = ()>> Contents<K> {
+    fn insert(&mut self, obj: Arc<K>) -> Option<Arc<K>> {
+        let key = ObjectRef::from_obj(obj.as_ref());
+        let old = self.remove(&key);
+        for index in &mut self.indexes {
+            index.file(&key, &obj);
+        }
+        self.objects.insert(key, obj);
+        old
+    }
+
+    fn remove(&mut self, key: &ObjectRef<K>) -> Option<Arc<K>> {
+        let old = self.objects.remove(key)?;
+        for index in &mut self.indexes {
+            index.unfile(key, &old);
+        }
+        Some(old)
+    }
+}
+
+/// A shared, cheaply cloned handle on one resource's cached objects.
+pub struct Cache<K: Resource<DynamicType = ()>> {
+    contents: Arc<RwLock<Contents<K>>>,
+    ready: watch::Receiver<bool>,
+    /// Kept by the cache so that a cache made with [`Cache::from_objects`] stays ready.
+    ready_tx: Arc<watch::Sender<bool>>,
+}
+
+impl<K: Resource<DynamicType = ()>> Clone for Cache<K> {
+    fn clone(&self) -> Self {
+        Cache {
+            contents: self.contents.clone(),
+            ready: self.ready.clone(),
+            ready_tx: self.ready_tx.clone(),
+        }
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> Default for Cache<K> {
+    fn default() -> Self {
+        let (ready_tx, ready) = watch::channel(false);
+        let namespace = Index {
+            name: NAMESPACE_INDEX,
+            values: Box::new(|o: &K| vec![o.meta().namespace.clone().unwrap_or_default()]),
+            keys: HashMap::new(),
+        };
+        Cache {
+            contents: Arc::new(RwLock::new(Contents {
+                objects: HashMap::new(),
+                indexes: vec![namespace],
+            })),
+            ready,
+            ready_tx: Arc::new(ready_tx),
+        }
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> Cache<K> {
+    /// A cache that already holds `objects` and is ready (for tests of code that reads caches).
+    pub fn from_objects(objects: impl IntoIterator<Item = K>) -> Cache<K> {
+        let cache = Cache::default();
+        cache.replace(objects.into_iter().map(Arc::new).collect());
+        cache.ready_tx.send_replace(true);
+        cache
+    }
+
+    /// Adds an index; the objects already cached are filed under it at once. A name already
+    /// used is replaced.
+    pub fn add_index(
+        &self,
+        name: &'static str,
+        values: impl Fn(&K) -> Vec<String> + Send + Sync + 'static,
+    ) {
+        let mut contents = self.contents.write();
+        contents.indexes.retain(|i| i.name != name);
+        let mut index = Index {
+            name,
+            values: Box::new(values),
+            keys: HashMap::new(),
+        };
+        for (key, obj) in &contents.objects {
+            index.file(key, obj);
+        }
+        contents.indexes.push(index);
+    }
+
+    /// The object with this key.
+    pub fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
+        self.contents.read().objects.get(key).cloned()
+    }
+
+    /// Every object.
+    pub fn state(&self) -> Vec<Arc<K>> {
+        self.contents.read().objects.values().cloned().collect()
+    }
+
+    /// Every object `predicate` accepts.
+    pub fn state_filter(&self, mut predicate: impl FnMut(&K) -> bool) -> Vec<Arc<K>> {
+        let contents = self.contents.read();
+        contents
+            .objects
+            .values()
+            .filter(|o| predicate(o))
+            .cloned()
+            .collect()
+    }
+
+    /// Some object `predicate` accepts.
+    pub fn find(&self, mut predicate: impl FnMut(&K) -> bool) -> Option<Arc<K>> {
+        let contents = self.contents.read();
+        contents.objects.values().find(|o| predicate(o)).cloned()
+    }
+
+    /// The objects filed under `value` in the index `name` (none if there is no such index).
+    pub fn by_index(&self, name: &str, value: &str) -> Vec<Arc<K>> {
+        let contents = self.contents.read();
+        let Some(index) = contents.indexes.iter().find(|i| i.name == name) else {
+            return Vec::new();
+        };
+        index
+            .keys
+            .get(value)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| contents.objects.get(key).cloned())
+            .collect()
+    }
+
+    /// The objects of one namespace.
+    pub fn namespaced(&self, namespace: &str) -> Vec<Arc<K>> {
+        self.by_index(NAMESPACE_INDEX, namespace)
+    }
+
+    pub fn len(&self) -> usize {
+        self.contents.read().objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the first full list is in.
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// Waits for the first full list.
+    pub async fn wait_until_ready(&self) {
+        let mut ready = self.ready.clone();
+        // the sender lives in `self`, so this only ends with the first list
+        let _ = ready.wait_for(|r| *r).await;
+    }
+
+    pub(crate) fn mark_ready(&self) {
+        self.ready_tx
+            .send_if_modified(|r| !std::mem::replace(r, true));
+    }
+
+    /// Stores `obj`; returns what it replaced.
+    pub(crate) fn insert(&self, obj: Arc<K>) -> Option<Arc<K>> {
+        self.contents.write().insert(obj)
+    }
+
+    pub(crate) fn remove(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
+        self.contents.write().remove(key)
+    }
+
+    /// Replaces every object (after a list); returns what was held before.
+    pub(crate) fn replace(&self, objects: Vec<Arc<K>>) -> HashMap<ObjectRef<K>, Arc<K>> {
+        let mut contents = self.contents.write();
+        let before = std::mem::take(&mut contents.objects);
+        for index in &mut contents.indexes {
+            index.keys.clear();
+        }
+        for obj in objects {
+            contents.insert(obj);
+        }
+        before
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+
+    fn pod(namespace: &str, name: &str, node: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": namespace, "name": name},
+            "spec": {"nodeName": node, "containers": []},
+        }))
+        .unwrap()
+    }
+
+    fn names(pods: Vec<Arc<Pod>>) -> Vec<String> {
+        let mut names: Vec<String> = pods
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn node_of(p: &Pod) -> Vec<String> {
+        p.spec.iter().filter_map(|s| s.node_name.clone()).collect()
+    }
+
+    #[test]
+    fn indexes_follow_inserts_updates_and_removals() {
+        let cache = Cache::from_objects([pod("a", "p1", "n1"), pod("b", "p2", "n1")]);
+        cache.add_index("node", node_of);
+        assert_eq!(names(cache.by_index("node", "n1")), ["p1", "p2"]);
+        assert_eq!(names(cache.namespaced("a")), ["p1"]);
+
+        let old = cache.insert(Arc::new(pod("a", "p1", "n2")));
+        assert!(old.is_some());
+        assert_eq!(names(cache.by_index("node", "n1")), ["p2"]);
+        assert_eq!(names(cache.by_index("node", "n2")), ["p1"]);
+
+        cache.remove(&ObjectRef::new("p2").within("b"));
+        assert!(cache.by_index("node", "n1").is_empty());
+        assert!(cache.namespaced("b").is_empty());
+        assert!(cache.by_index("nosuch", "x").is_empty());
+
+        let before = cache.replace(vec![Arc::new(pod("c", "p3", "n1"))]);
+        assert_eq!(before.len(), 1);
+        assert_eq!(names(cache.by_index("node", "n1")), ["p3"]);
+        assert!(cache.namespaced("a").is_empty());
+        assert_eq!(cache.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_cache_is_ready_only_after_its_first_list() {
+        let cache = Cache::<Pod>::default();
+        assert!(!cache.is_ready());
+        let waiter = tokio::spawn({
+            let cache = cache.clone();
+            async move { cache.wait_until_ready().await }
+        });
+        cache.mark_ready();
+        waiter.await.unwrap();
+        assert!(cache.is_ready());
+    }
+}

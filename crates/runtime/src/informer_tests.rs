@@ -1,0 +1,295 @@
+//! The factory against a scripted API server: lists answer from a queue, and each watch is a
+//! stream the test writes events into.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::channel::mpsc;
+use futures::stream::BoxStream;
+use http_body_util::StreamBody;
+use hyper::body::Frame;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+use super::*;
+
+type Chunk = Result<Frame<Bytes>, Infallible>;
+
+/// The API server's side of the script.
+#[derive(Default)]
+struct Script {
+    /// Request paths and queries, in order.
+    requests: Vec<String>,
+    /// What the next lists answer (an empty list when none is left).
+    lists: VecDeque<Value>,
+    /// Where each new watch's event sender goes.
+    watches: Option<mpsc::UnboundedSender<mpsc::UnboundedSender<Chunk>>>,
+}
+
+struct Fake {
+    script: Arc<Mutex<Script>>,
+    watches: mpsc::UnboundedReceiver<mpsc::UnboundedSender<Chunk>>,
+}
+
+impl Fake {
+    fn new(lists: Vec<Value>) -> (Fake, kube::Client) {
+        let (watch_tx, watches) = mpsc::unbounded();
+        let script = Arc::new(Mutex::new(Script {
+            lists: lists.into(),
+            watches: Some(watch_tx),
+            ..Default::default()
+        }));
+        let served = script.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let script = served.clone();
+            async move {
+                let mut script = script.lock();
+                let uri = req.uri().to_string();
+                script.requests.push(uri.clone());
+                let body: BoxStream<'static, Chunk> = if uri.contains("watch=true") {
+                    let (tx, rx) = mpsc::unbounded();
+                    let _ = script.watches.as_ref().unwrap().unbounded_send(tx);
+                    rx.boxed()
+                } else {
+                    let list = script.lists.pop_front().unwrap_or_else(|| list("99", &[]));
+                    let bytes = Bytes::from(list.to_string());
+                    futures::stream::iter([Ok(Frame::data(bytes))]).boxed()
+                };
+                Ok::<_, Infallible>(http::Response::new(StreamBody::new(body)))
+            }
+        });
+        let fake = Fake { script, watches };
+        (fake, kube::Client::new(service, "default"))
+    }
+
+    /// The next watch the informer opens.
+    async fn watch(&mut self) -> mpsc::UnboundedSender<Chunk> {
+        self.watches.next().await.expect("a watch")
+    }
+
+    fn lists_of(&self, path: &str) -> usize {
+        let script = self.script.lock();
+        let is_list = |r: &&String| r.starts_with(path) && !r.contains("watch=true");
+        script.requests.iter().filter(is_list).count()
+    }
+}
+
+fn pod(name: &str, rv: &str) -> Value {
+    json!({"metadata": {"namespace": "ns", "name": name, "resourceVersion": rv}})
+}
+
+fn list(rv: &str, items: &[Value]) -> Value {
+    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": rv}, "items": items})
+}
+
+fn send(watch: &mpsc::UnboundedSender<Chunk>, type_: &str, object: Value) {
+    let line = format!("{}\n", json!({"type": type_, "object": object}));
+    watch
+        .unbounded_send(Ok(Frame::data(Bytes::from(line))))
+        .unwrap();
+}
+
+/// What a handler saw, as `kind name rv` lines.
+type Seen = Arc<Mutex<Vec<String>>>;
+
+fn recorder() -> (Seen, impl FnMut(&Change<Pod>) + Send + 'static) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let out = seen.clone();
+    let handler = move |change: &Change<Pod>| {
+        let line = |what: &str, p: &Pod| {
+            let rv = p.metadata.resource_version.as_deref().unwrap_or("");
+            format!("{what} {} {rv}", p.metadata.name.as_deref().unwrap_or(""))
+        };
+        out.lock().push(match change {
+            Change::Added(p) => line("added", p),
+            Change::Updated { old, new } => {
+                let old_rv = old.metadata.resource_version.as_deref().unwrap_or("");
+                line(&format!("updated(from {old_rv})"), new)
+            }
+            Change::Deleted {
+                last,
+                final_state_unknown,
+            } => line(
+                if *final_state_unknown {
+                    "tombstone"
+                } else {
+                    "deleted"
+                },
+                last,
+            ),
+        });
+    };
+    (seen, handler)
+}
+
+async fn settle() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn one_list_and_watch_per_type_and_filter_shared_by_every_handle() {
+    let (mut fake, client) = Fake::new(vec![list("1", &[pod("a", "1")])]);
+    let informers = Informers::new(client);
+    let first = informers.get::<Pod>();
+    let second = informers.get::<Pod>();
+    first.cache().wait_until_ready().await;
+    let watch = fake.watch().await;
+    assert_eq!(
+        second.cache().len(),
+        1,
+        "the second handle shares the cache"
+    );
+    assert_eq!(fake.lists_of("/api/v1/pods"), 1);
+
+    send(&watch, "ADDED", pod("b", "2"));
+    settle().await;
+    assert_eq!(second.cache().len(), 2);
+
+    let on_node = informers.filtered::<Pod>(watcher::Config::default().fields("spec.nodeName=n1"));
+    on_node.cache().wait_until_ready().await;
+    assert_eq!(
+        fake.lists_of("/api/v1/pods"),
+        2,
+        "a filter is its own informer"
+    );
+    assert!(on_node.cache().is_empty());
+    let again = informers.filtered::<Pod>(watcher::Config::default().fields("spec.nodeName=n1"));
+    assert!(Arc::ptr_eq(&again.shared, &on_node.shared));
+}
+
+#[tokio::test]
+async fn handlers_see_each_change_after_the_cache_and_late_handlers_a_replay() {
+    let (mut fake, client) = Fake::new(vec![list("1", &[pod("a", "1")])]);
+    let informers = Informers::new(client);
+    let pods = informers.get::<Pod>();
+    let (early, handler) = recorder();
+    pods.add_handler(handler);
+    // the handler reads the cache: it must already hold the change it is told about
+    let cache = pods.cache().clone();
+    let consistent = Arc::new(Mutex::new(true));
+    let flag = consistent.clone();
+    pods.add_handler(move |change| {
+        let key = ObjectRef::from_obj(change.object().as_ref());
+        let cached = cache.get(&key);
+        let ok = match change {
+            Change::Deleted { .. } => cached.is_none(),
+            _ => cached.is_some_and(|c| Arc::ptr_eq(&c, change.object())),
+        };
+        *flag.lock() &= ok;
+    });
+    pods.cache().wait_until_ready().await;
+    let watch = fake.watch().await;
+    send(&watch, "MODIFIED", pod("a", "2"));
+    send(&watch, "ADDED", pod("b", "3"));
+    settle().await;
+
+    let (late, handler) = recorder();
+    pods.add_handler(handler);
+    send(&watch, "DELETED", pod("a", "4"));
+    settle().await;
+
+    assert_eq!(
+        *early.lock(),
+        [
+            "added a 1",
+            "updated(from 1) a 2",
+            "added b 3",
+            "deleted a 4"
+        ]
+    );
+    let mut late = late.lock().clone();
+    late[..2].sort();
+    assert_eq!(late, ["added a 2", "added b 3", "deleted a 4"]);
+    assert!(
+        *consistent.lock(),
+        "a handler saw a change the cache did not show yet"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_410_relists_and_objects_gone_meanwhile_become_tombstones() {
+    let (mut fake, client) = Fake::new(vec![
+        list("1", &[pod("a", "1"), pod("b", "1"), pod("c", "1")]),
+        list("9", &[pod("b", "1"), pod("c", "7"), pod("d", "8")]),
+    ]);
+    let informers = Informers::new(client);
+    let pods = informers.get::<Pod>();
+    let (seen, handler) = recorder();
+    pods.add_handler(handler);
+    let watch = fake.watch().await;
+    send(
+        &watch,
+        "ERROR",
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+               "reason": "Expired", "message": "too old resource version", "code": 410}),
+    );
+    let _rewatch = fake.watch().await;
+    settle().await;
+
+    assert_eq!(
+        fake.lists_of("/api/v1/pods"),
+        2,
+        "the 410 made it list again"
+    );
+    let mut seen = seen.lock().clone();
+    seen[..3].sort();
+    seen[3..].sort();
+    assert_eq!(
+        seen,
+        [
+            "added a 1",
+            "added b 1",
+            "added c 1",
+            "added d 8",
+            "tombstone a 1",
+            "updated(from 1) c 7"
+        ]
+    );
+    let mut names: Vec<String> = pods
+        .cache()
+        .state()
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["b", "c", "d"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resync_handler_sees_every_object_each_period_and_the_others_do_not() {
+    let (mut fake, client) = Fake::new(vec![list("1", &[pod("a", "1"), pod("b", "1")])]);
+    let informers = Informers::new(client);
+    let pods = informers.get::<Pod>();
+    let (plain, handler) = recorder();
+    pods.add_handler(handler);
+    let (resynced, handler) = recorder();
+    pods.add_handler_with_resync(Duration::from_secs(30), handler);
+    pods.cache().wait_until_ready().await;
+    let _watch = fake.watch().await;
+
+    tokio::time::sleep(Duration::from_secs(29)).await;
+    assert_eq!(resynced.lock().len(), 2, "not yet");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut after_one = resynced.lock()[2..].to_vec();
+    after_one.sort();
+    assert_eq!(after_one, ["updated(from 1) a 1", "updated(from 1) b 1"]);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(resynced.lock().len(), 6);
+    assert_eq!(plain.lock().len(), 2);
+}
+
+#[tokio::test]
+async fn informers_stop_with_their_factory() {
+    let (mut fake, client) = Fake::new(vec![list("1", &[])]);
+    let informers = Informers::new(client);
+    let pods = informers.get::<Pod>();
+    let watch = fake.watch().await;
+    drop(informers);
+    settle().await;
+    assert!(watch.is_closed(), "the watch ended with the factory");
+    assert!(pods.cache().is_ready(), "what was cached stays readable");
+}
