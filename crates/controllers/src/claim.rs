@@ -8,6 +8,7 @@
 use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -17,6 +18,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
+use skiff_runtime::cache::Cache;
 
 use crate::podutil;
 
@@ -108,6 +110,44 @@ where
         }
     }
     Ok(claimed)
+}
+
+/// The object of `K` in `cache` that controls the object with `meta` (its controller
+/// reference names `K`'s kind and group, and the cached object has the reference's uid).
+pub fn controller_in<K>(meta: &ObjectMeta, cache: &Cache<K>) -> Option<Arc<K>>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let r = podutil::controller_of(meta)?;
+    let group = K::group(&());
+    let same_group = match r.api_version.split_once('/') {
+        Some((g, _)) => g == group,
+        None => group.is_empty(),
+    };
+    if r.kind != K::kind(&()) || !same_group {
+        return None;
+    }
+    let ns = meta.namespace.as_deref().unwrap_or("");
+    let owner = cache.get(&ObjectRef::new(&r.name).within(ns))?;
+    (owner.meta().uid.as_deref() == Some(r.uid.as_str())).then_some(owner)
+}
+
+/// The objects of `K` in the namespace of the object with `meta` whose (non-empty) selector
+/// matches its labels: the candidates to adopt an orphan.
+pub fn selecting<K>(
+    meta: &ObjectMeta,
+    cache: &Cache<K>,
+    selector: impl Fn(&K) -> Option<&LabelSelector>,
+) -> Vec<Arc<K>>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let labels = podutil::labels(meta);
+    let mut owners = cache.namespaced(meta.namespace.as_deref().unwrap_or_default());
+    owners.retain(|o| {
+        podutil::selector(selector(o)).is_ok_and(|s| !s.is_empty() && s.matches(&labels))
+    });
+    owners
 }
 
 /// The owners in `owners` a change of the object with `meta` concerns: its controller of `kind`

@@ -89,6 +89,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use kube::runtime::events::{Recorder, Reporter};
+use skiff_runtime::informer::Informers;
 
 /// The controller manager's program name: its `User-Agent`'s first word and the
 /// `reportingController` of its events.
@@ -103,6 +104,9 @@ pub struct Context {
     /// The controller manager's identity: the lists and watches that fill informers (upstream
     /// shares its informers under that identity, so controller roles need not grant them).
     pub informer_client: kube::Client,
+    /// The process's shared informers (on `informer_client`): one watch per resource, read by
+    /// every controller.
+    pub informers: Informers,
     /// `reportingController` / `reportingInstance` of the Events controllers record.
     pub reporter: Reporter,
     /// Controller flags.
@@ -113,6 +117,7 @@ impl Context {
     pub fn new(client: kube::Client, instance: &str) -> Context {
         Context {
             informer_client: client.clone(),
+            informers: Informers::new(client.clone()),
             client,
             reporter: Reporter {
                 controller: PROGRAM.into(),

@@ -8,30 +8,27 @@
 //! `ReplicaFailure` condition) and events `SuccessfulCreate`, `FailedCreate`, `SuccessfulDelete`,
 //! `FailedDelete`.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::StreamExt;
-use futures::channel::mpsc;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{self, Action};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use skiff_apimachinery::labels::Selector;
-use skiff_runtime::backoff::ItemBackoff;
+use skiff_runtime::cache::Cache;
+use skiff_runtime::controller::{Action, Controller};
+use skiff_runtime::informer::Change;
+use skiff_runtime::workqueue::WorkQueue;
 use tokio::time::Instant;
 
 use crate::events::{EventSink, Record};
 use crate::expectations::Expectations;
-use crate::informer::{self, Change};
-use crate::{Context, podutil, ranking};
+use crate::{Context, claim, podutil, ranking};
 
 /// Upstream's `BurstReplicas`: at most this many creates or deletes per sync.
 pub const BURST_REPLICAS: usize = 500;
@@ -143,7 +140,7 @@ pub async fn reconcile(
         .filter_map(|p| podutil::available_in(p, min_ready, now))
         .chain(expectations.expires_in(&key, instant))
         .min();
-    Ok(next.map_or_else(Action::await_change, Action::requeue))
+    Ok(next.map_or(Action::AwaitChange, Action::RequeueAfter))
 }
 
 /// Upstream's `ClaimPods`: the active pods this ReplicaSet controls after adopting matching
@@ -418,38 +415,23 @@ fn needs_status_update(rs: &ReplicaSet, new: &ReplicaSetStatus) -> bool {
         || old.conditions.unwrap_or_default() != new.conditions.clone().unwrap_or_default()
 }
 
-/// The ReplicaSet that controls `meta` (by controller reference), if it is in the store.
-fn owner_of(meta: &ObjectMeta, store: &Store<ReplicaSet>) -> Option<Arc<ReplicaSet>> {
-    let r = podutil::controller_of(meta)?;
-    if r.kind != "ReplicaSet" || !r.api_version.starts_with("apps/") {
-        return None;
-    }
-    let ns = meta.namespace.as_deref().unwrap_or("");
-    let rs = store.get(&ObjectRef::new(&r.name).within(ns))?;
-    (rs.metadata.uid.as_deref() == Some(r.uid.as_str())).then_some(rs)
-}
-
 /// The ReplicaSets whose selector matches an orphan pod.
-fn matching(pod: &Pod, store: &Store<ReplicaSet>) -> Vec<Arc<ReplicaSet>> {
-    let ns = pod.namespace();
-    let labels = podutil::labels(&pod.metadata);
-    store.state_filter(|rs| {
-        rs.namespace() == ns
-            && podutil::selector(rs.spec.as_ref().map(|s| &s.selector))
-                .is_ok_and(|s| !s.is_empty() && s.matches(&labels))
+fn matching(pod: &Pod, store: &Cache<ReplicaSet>) -> Vec<Arc<ReplicaSet>> {
+    claim::selecting(&pod.metadata, store, |rs| {
+        rs.spec.as_ref().map(|s| &s.selector)
     })
 }
 
-type Queue = mpsc::UnboundedSender<ObjectRef<ReplicaSet>>;
+type Queue = WorkQueue<ObjectRef<ReplicaSet>>;
 
 fn enqueue(queue: &Queue, rs: &ReplicaSet) {
-    let _ = queue.unbounded_send(ObjectRef::from_obj(rs));
+    queue.add(ObjectRef::from_obj(rs));
 }
 
 /// Upstream's `addPod`/`updatePod`/`deletePod`: lowers expectations and queues the owners.
-fn on_pod(change: Change<Pod>, store: &Store<ReplicaSet>, exp: &Expectations, queue: &Queue) {
+fn on_pod(change: &Change<Pod>, store: &Cache<ReplicaSet>, exp: &Expectations, queue: &Queue) {
     let deleted = |pod: &Pod| {
-        if let Some(rs) = owner_of(&pod.metadata, store) {
+        if let Some(rs) = claim::controller_in(&pod.metadata, store) {
             exp.deletion_observed(&rs_key(&rs), &podutil::key(&pod.metadata));
             enqueue(queue, &rs);
         }
@@ -460,7 +442,7 @@ fn on_pod(change: Change<Pod>, store: &Store<ReplicaSet>, exp: &Expectations, qu
                 return deleted(&pod);
             }
             if podutil::controller_of(&pod.metadata).is_some() {
-                if let Some(rs) = owner_of(&pod.metadata, store) {
+                if let Some(rs) = claim::controller_in(&pod.metadata, store) {
                     exp.creation_observed(&rs_key(&rs));
                     enqueue(queue, &rs);
                 }
@@ -483,12 +465,12 @@ fn on_pod(change: Change<Pod>, store: &Store<ReplicaSet>, exp: &Expectations, qu
                 podutil::controller_of(&new.metadata),
             );
             if old_ref != new_ref
-                && let Some(rs) = owner_of(&old.metadata, store)
+                && let Some(rs) = claim::controller_in(&old.metadata, store)
             {
                 enqueue(queue, &rs);
             }
             if new_ref.is_some() {
-                if let Some(rs) = owner_of(&new.metadata, store) {
+                if let Some(rs) = claim::controller_in(&new.metadata, store) {
                     enqueue(queue, &rs);
                 }
                 return;
@@ -499,7 +481,7 @@ fn on_pod(change: Change<Pod>, store: &Store<ReplicaSet>, exp: &Expectations, qu
                 }
             }
         }
-        Change::Deleted(pod) => deleted(&pod),
+        Change::Deleted { last, .. } => deleted(last),
     }
 }
 
@@ -550,80 +532,47 @@ impl ReplicaSetApi for KubeReplicaSets {
     }
 }
 
-struct State {
-    api: KubeReplicaSets,
-    expectations: Arc<Expectations>,
-    pods: Store<Pod>,
-    backoff: ItemBackoff<ObjectRef<ReplicaSet>>,
-}
-
 /// Runs the controller until the process stops: ReplicaSets are the keys; pod changes queue
 /// their owner (or, for orphans, the ReplicaSets that match them).
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
-    let shared = ctx.informer_client.clone();
-    let (queue, keys) = mpsc::unbounded();
+    let controller = Controller::new("replicaset");
     let expectations = Arc::new(Expectations::default());
-    let replicasets = informer::spawn(
-        Api::<ReplicaSet>::all(shared.clone()),
-        watcher::Config::default(),
-        {
-            let (queue, exp) = (queue.clone(), expectations.clone());
-            move |change| match change {
-                Change::Added(rs) | Change::Updated { new: rs, .. } => enqueue(&queue, &rs),
-                Change::Deleted(rs) => exp.forget(&rs_key(&rs)),
-            }
-        },
-    );
-    let pods = informer::spawn(
-        Api::<Pod>::all(shared.clone()),
-        watcher::Config::default(),
-        {
-            let (store, exp) = (replicasets.clone(), expectations.clone());
-            move |change| on_pod(change, &store, &exp, &queue)
-        },
-    );
-    replicasets.wait_until_ready().await?;
-    pods.wait_until_ready().await?;
-    tracing::info!("replicaset: caches synced");
-    let state = Arc::new(State {
-        api: KubeReplicaSets {
-            client,
-            events: EventSink::spawn(ctx.recorder()),
-        },
-        expectations,
-        pods,
-        backoff: ItemBackoff::default(),
+    let replicasets = ctx.informers.get::<ReplicaSet>();
+    let pods = ctx.informers.get::<Pod>();
+    replicasets.add_handler({
+        let (queue, exp) = (controller.queue().clone(), expectations.clone());
+        move |change| match change {
+            Change::Added(rs) | Change::Updated { new: rs, .. } => enqueue(&queue, rs),
+            Change::Deleted { last, .. } => exp.forget(&rs_key(last)),
+        }
     });
-    controller::applier(
-        |rs: Arc<ReplicaSet>, state: Arc<State>| {
-            Box::pin(async move {
-                let ns = rs.namespace();
-                let pods = state.pods.state_filter(|p| p.namespace() == ns);
-                let action = reconcile(
-                    &rs,
-                    pods,
-                    &state.api,
-                    &state.expectations,
-                    jiff::Timestamp::now(),
-                    Instant::now(),
-                )
-                .await?;
-                state.backoff.forget(&ObjectRef::from_obj(rs.as_ref()));
-                Ok::<_, Error>(action)
-            })
-        },
-        |rs: Arc<ReplicaSet>, error: &Error, state: Arc<State>| {
-            tracing::warn!(%error, "replicaset: will retry");
-            Action::requeue(state.backoff.failed(ObjectRef::from_obj(rs.as_ref())))
-        },
-        state,
-        replicasets,
-        keys.map(Ok::<_, Infallible>),
-        controller::Config::default(),
-    )
-    .for_each(|_| async {})
-    .await;
+    pods.add_handler({
+        let queue = controller.queue().clone();
+        let (store, exp) = (replicasets.cache().clone(), expectations.clone());
+        move |change| on_pod(change, &store, &exp, &queue)
+    });
+    replicasets.cache().wait_until_ready().await;
+    pods.cache().wait_until_ready().await;
+    tracing::info!("replicaset: caches synced");
+    let api = Arc::new(KubeReplicaSets {
+        client: ctx.client.clone(),
+        events: EventSink::spawn(ctx.recorder()),
+    });
+    let (sets, pods) = (replicasets.cache().clone(), pods.cache().clone());
+    controller
+        .run(move |key| {
+            let (api, expectations) = (api.clone(), expectations.clone());
+            let (rs, pods) = (sets.get(&key), pods.clone());
+            async move {
+                let Some(rs) = rs else {
+                    return Ok(Action::AwaitChange);
+                };
+                let pods = pods.namespaced(&rs.namespace().unwrap_or_default());
+                let now = jiff::Timestamp::now();
+                reconcile(&rs, pods, api.as_ref(), &expectations, now, Instant::now()).await
+            }
+        })
+        .await;
     Ok(())
 }
 
@@ -780,7 +729,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(api.creates.load(Ordering::SeqCst), 3);
-        assert_eq!(action, Action::requeue(crate::expectations::TIMEOUT));
+        assert_eq!(action, Action::RequeueAfter(crate::expectations::TIMEOUT));
         for _ in 0..3 {
             exp.creation_observed("ns/web");
         }
@@ -893,7 +842,7 @@ mod tests {
             (3, Some(2), Some(2), Some(0))
         );
         assert!(
-            action != Action::await_change(),
+            action != Action::AwaitChange,
             "comes back when the pods become available"
         );
         reconcile(

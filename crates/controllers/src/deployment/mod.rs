@@ -23,27 +23,23 @@ pub mod util;
 #[cfg(test)]
 mod tests;
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::StreamExt;
-use futures::channel::mpsc;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::controller::{self, Action};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
-use skiff_runtime::backoff::ItemBackoff;
+use skiff_runtime::cache::Cache;
+use skiff_runtime::controller::{Action, Controller};
+use skiff_runtime::informer::Change;
+use skiff_runtime::workqueue::WorkQueue;
 
 use crate::events::{EventSink, Record};
-use crate::informer::{self, Change};
-use crate::{Context, podutil};
+use crate::{Context, claim, podutil};
 use sync::Syncer;
 
 /// Why a sync failed; each is retried with the key's backoff.
@@ -124,7 +120,7 @@ pub async fn reconcile(
             status.observed_generation = d.metadata.generation;
             s.write_status().await?;
         }
-        return Ok(Action::await_change());
+        return Ok(Action::AwaitChange);
     }
     let sets = claim_replica_sets(d, &selector, namespace_sets, api).await?;
     if d.metadata.deletion_timestamp.is_some() {
@@ -216,61 +212,48 @@ async fn claim_replica_sets(
     Ok(claimed)
 }
 
-/// The Deployment that controls `meta`, if it is in the store.
-fn owner_of(meta: &ObjectMeta, store: &Store<Deployment>) -> Option<Arc<Deployment>> {
-    let r = podutil::controller_of(meta)?;
-    if r.kind != "Deployment" || !r.api_version.starts_with("apps/") {
-        return None;
-    }
-    let ns = meta.namespace.as_deref().unwrap_or("");
-    let d = store.get(&ObjectRef::new(&r.name).within(ns))?;
-    (d.metadata.uid.as_deref() == Some(r.uid.as_str())).then_some(d)
-}
-
 /// The Deployments whose selector matches an orphan ReplicaSet.
-fn matching(rs: &ReplicaSet, store: &Store<Deployment>) -> Vec<Arc<Deployment>> {
-    let ns = rs.namespace();
-    let labels = podutil::labels(&rs.metadata);
-    store.state_filter(|d| {
-        d.namespace() == ns
-            && podutil::selector(d.spec.as_ref().map(|s| &s.selector))
-                .is_ok_and(|s| !s.is_empty() && s.matches(&labels))
+fn matching(rs: &ReplicaSet, store: &Cache<Deployment>) -> Vec<Arc<Deployment>> {
+    claim::selecting(&rs.metadata, store, |d| {
+        d.spec.as_ref().map(|s| &s.selector)
     })
 }
 
-type Queue = mpsc::UnboundedSender<ObjectRef<Deployment>>;
+type Queue = WorkQueue<ObjectRef<Deployment>>;
 
 fn enqueue(queue: &Queue, d: &Deployment) {
-    let _ = queue.unbounded_send(ObjectRef::from_obj(d));
+    queue.add(ObjectRef::from_obj(d));
 }
 
 /// Upstream's `addReplicaSet`/`updateReplicaSet`/`deleteReplicaSet`: queues the owner (or, for
 /// an orphan, every Deployment that matches it).
-fn on_replica_set(change: Change<ReplicaSet>, store: &Store<Deployment>, queue: &Queue) {
+fn on_replica_set(change: &Change<ReplicaSet>, store: &Cache<Deployment>, queue: &Queue) {
     match change {
-        Change::Added(rs) | Change::Deleted(rs) => match owner_of(&rs.metadata, store) {
-            Some(d) => enqueue(queue, &d),
-            None if podutil::controller_of(&rs.metadata).is_none() => {
-                matching(&rs, store).iter().for_each(|d| enqueue(queue, d));
+        Change::Added(rs) | Change::Deleted { last: rs, .. } => {
+            match claim::controller_in(&rs.metadata, store) {
+                Some(d) => enqueue(queue, &d),
+                None if podutil::controller_of(&rs.metadata).is_none() => {
+                    matching(rs, store).iter().for_each(|d| enqueue(queue, d));
+                }
+                None => {}
             }
-            None => {}
-        },
+        }
         Change::Updated { old, new } => {
             let (old_ref, new_ref) = (
                 podutil::controller_of(&old.metadata),
                 podutil::controller_of(&new.metadata),
             );
             if old_ref != new_ref
-                && let Some(d) = owner_of(&old.metadata, store)
+                && let Some(d) = claim::controller_in(&old.metadata, store)
             {
                 enqueue(queue, &d);
             }
             if new_ref.is_some() {
-                if let Some(d) = owner_of(&new.metadata, store) {
+                if let Some(d) = claim::controller_in(&new.metadata, store) {
                     enqueue(queue, &d);
                 }
             } else if old.metadata.labels != new.metadata.labels || old_ref != new_ref {
-                matching(&new, store).iter().for_each(|d| enqueue(queue, d));
+                matching(new, store).iter().for_each(|d| enqueue(queue, d));
             }
         }
     }
@@ -278,12 +261,14 @@ fn on_replica_set(change: Change<ReplicaSet>, store: &Store<Deployment>, queue: 
 
 /// Upstream's `deletePod`: a Recreate Deployment waits for its old pods to be gone.
 fn on_pod(
-    change: Change<Pod>,
-    sets: &Store<ReplicaSet>,
-    deployments: &Store<Deployment>,
+    change: &Change<Pod>,
+    sets: &Cache<ReplicaSet>,
+    deployments: &Cache<Deployment>,
     queue: &Queue,
 ) {
-    let Change::Deleted(pod) = change else { return };
+    let Change::Deleted { last: pod, .. } = change else {
+        return;
+    };
     let Some(r) = podutil::controller_of(&pod.metadata) else {
         return;
     };
@@ -291,7 +276,7 @@ fn on_pod(
     let Some(rs) = sets.get(&ObjectRef::new(&r.name).within(&ns)) else {
         return;
     };
-    if let Some(d) = owner_of(&rs.metadata, deployments)
+    if let Some(d) = claim::controller_in(&rs.metadata, deployments)
         && util::is_recreate(&d)
     {
         enqueue(queue, &d);
@@ -383,85 +368,58 @@ impl DeploymentApi for KubeDeployments {
     }
 }
 
-struct State {
-    api: KubeDeployments,
-    sets: Store<ReplicaSet>,
-    pods: Store<Pod>,
-    backoff: ItemBackoff<ObjectRef<Deployment>>,
-}
-
 /// Runs the controller until the process stops: Deployments are the keys; ReplicaSet changes
 /// queue their owner, pod deletions queue Recreate Deployments.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
-    let shared = ctx.informer_client.clone();
-    let (queue, keys) = mpsc::unbounded();
-    let deployments = informer::spawn(
-        Api::<Deployment>::all(shared.clone()),
-        watcher::Config::default(),
-        {
-            let queue = queue.clone();
-            move |change| match change {
-                Change::Added(d) | Change::Updated { new: d, .. } | Change::Deleted(d) => {
-                    enqueue(&queue, &d)
-                }
-            }
-        },
-    );
-    let sets = informer::spawn(
-        Api::<ReplicaSet>::all(shared.clone()),
-        watcher::Config::default(),
-        {
-            let (store, queue) = (deployments.clone(), queue.clone());
-            move |change| on_replica_set(change, &store, &queue)
-        },
-    );
-    let pods = informer::spawn(
-        Api::<Pod>::all(shared.clone()),
-        watcher::Config::default(),
-        {
-            let (sets, store) = (sets.clone(), deployments.clone());
-            move |change| on_pod(change, &sets, &store, &queue)
-        },
-    );
-    deployments.wait_until_ready().await?;
-    sets.wait_until_ready().await?;
-    pods.wait_until_ready().await?;
-    tracing::info!("deployment: caches synced");
-    let state = Arc::new(State {
-        api: KubeDeployments {
-            client,
-            events: EventSink::spawn(ctx.recorder()),
-        },
-        sets,
-        pods,
-        backoff: ItemBackoff::default(),
+    let controller = Controller::new("deployment");
+    let deployments = ctx.informers.get::<Deployment>();
+    let sets = ctx.informers.get::<ReplicaSet>();
+    let pods = ctx.informers.get::<Pod>();
+    deployments.add_handler({
+        let queue = controller.queue().clone();
+        move |change| enqueue(&queue, change.object())
     });
-    controller::applier(
-        |d: Arc<Deployment>, state: Arc<State>| {
-            Box::pin(async move {
-                let ns = d.namespace();
-                let sets = state.sets.state_filter(|rs| rs.namespace() == ns);
+    sets.add_handler({
+        let (store, queue) = (deployments.cache().clone(), controller.queue().clone());
+        move |change| on_replica_set(change, &store, &queue)
+    });
+    pods.add_handler({
+        let (sets, store) = (sets.cache().clone(), deployments.cache().clone());
+        let queue = controller.queue().clone();
+        move |change| on_pod(change, &sets, &store, &queue)
+    });
+    deployments.cache().wait_until_ready().await;
+    sets.cache().wait_until_ready().await;
+    pods.cache().wait_until_ready().await;
+    tracing::info!("deployment: caches synced");
+    let api = Arc::new(KubeDeployments {
+        client: ctx.client.clone(),
+        events: EventSink::spawn(ctx.recorder()),
+    });
+    let (deployments, sets, pods) = (
+        deployments.cache().clone(),
+        sets.cache().clone(),
+        pods.cache().clone(),
+    );
+    controller
+        .run(move |key| {
+            let api = api.clone();
+            let d = deployments.get(&key);
+            let (sets, pods) = (sets.clone(), pods.clone());
+            async move {
+                let Some(d) = d else {
+                    return Ok(Action::AwaitChange);
+                };
+                let ns = d.namespace().unwrap_or_default();
+                let sets = sets.namespaced(&ns);
                 let pods = if util::is_recreate(&d) {
-                    state.pods.state_filter(|p| p.namespace() == ns)
+                    pods.namespaced(&ns)
                 } else {
                     Vec::new()
                 };
-                let action = reconcile(&d, sets, pods, &state.api, jiff::Timestamp::now()).await?;
-                state.backoff.forget(&ObjectRef::from_obj(d.as_ref()));
-                Ok::<_, Error>(action)
-            })
-        },
-        |d: Arc<Deployment>, error: &Error, state: Arc<State>| {
-            tracing::warn!(%error, "deployment: will retry");
-            Action::requeue(state.backoff.failed(ObjectRef::from_obj(d.as_ref())))
-        },
-        state,
-        deployments,
-        keys.map(Ok::<_, Infallible>),
-        controller::Config::default(),
-    )
-    .for_each(|_| async {})
-    .await;
+                reconcile(&d, sets, pods, api.as_ref(), jiff::Timestamp::now()).await
+            }
+        })
+        .await;
     Ok(())
 }

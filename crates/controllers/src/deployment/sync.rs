@@ -9,8 +9,8 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
-use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use skiff_runtime::controller::Action;
 
 use super::util::{self, desired, max_surge, replicas};
 use super::{DeploymentApi, Error, Result, hash, key};
@@ -64,7 +64,7 @@ impl<'a> Syncer<'a> {
 
     pub fn action(&self) -> Action {
         self.requeue
-            .map_or_else(Action::await_change, Action::requeue)
+            .map_or(Action::AwaitChange, Action::RequeueAfter)
     }
 
     pub(super) fn failed(&self, step: String) -> impl FnOnce(kube::Error) -> Error {

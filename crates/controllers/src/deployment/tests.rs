@@ -349,7 +349,7 @@ async fn a_stuck_rollout_times_out_after_its_progress_deadline() {
     let fake = Fake::default();
     *fake.deployment.lock() = Some(deployment(2, "a", rolling(json!(1), json!(0))));
     let action = sync(&fake).await;
-    assert_ne!(action, Action::await_change(), "requeued for its deadline");
+    assert_ne!(action, Action::AwaitChange, "requeued for its deadline");
     let d = fake.d();
     let later = now() + jiff::SignedDuration::from_secs(601);
     reconcile(&d, fake.list(), Vec::new(), &fake, later)
