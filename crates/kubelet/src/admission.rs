@@ -13,9 +13,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
 use parking_lot::RwLock;
+use skiff_component_helpers::tolerations::find_untolerated_taint;
 use skiff_scheduler::admission::{self, AdmissionFailure};
 use skiff_scheduler::framework::{NodeInfo, PodInfo};
-use skiff_scheduler::plugins::tolerations::find_untolerated_taint;
 
 use crate::api::PodEvent;
 use crate::pod_sync::SyncContext;

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::NodeAffinity as K8sNodeAffinity;
 use serde_json::Value;
+use skiff_component_helpers::node_affinity::{NodeSelector, PreferredTerms, RequiredNodeAffinity};
 
 use super::helper::{arg, normalize_to_max, pod_spec};
-use super::node_selector::{NodeSelector, PreferredTerms, RequiredNodeAffinity};
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, NodeInfo, NodeScore, Plugin, PodInfo, PreFilterPlugin,
     PreFilterResult, PreScorePlugin, ScorePlugin, Snapshot, Status,
