@@ -16,8 +16,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
-use skiff_scheduler::plugins::node_selector::RequiredNodeAffinity;
-use skiff_scheduler::plugins::tolerations::tolerated_by_any;
+use skiff_component_helpers::node_affinity::RequiredNodeAffinity;
+use skiff_component_helpers::tolerations::tolerated_by_any;
 
 use crate::revision::HASH_LABEL;
 

@@ -4,14 +4,16 @@
 //! them has passed. Before deleting, the pod gets the `DisruptionTarget` condition
 //! (`DeletionByTaintManager`) and a `TaintManagerEviction` event. Unlike upstream, which counts
 //! from when it observed the taint, the time counts from the taint's `timeAdded` (so that a
-//! restarted controller keeps the same deadline).
+//! restarted controller keeps the same deadline). Which toleration tolerates a taint is
+//! upstream's `ToleratesTaint`, shared through the component helpers; the deadline from
+//! `tolerationSeconds` is this controller's.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -19,6 +21,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
+use skiff_component_helpers::tolerations::tolerates;
 use skiff_runtime::backoff::ItemBackoff;
 
 use crate::{Context, podutil};
@@ -32,23 +35,6 @@ pub enum Decision {
     EvictNow,
     /// Tolerated until then.
     EvictAt(Timestamp),
-}
-
-/// Whether `t` tolerates `taint` (upstream's `ToleratesTaint`).
-pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    if let Some(effect) = t.effect.as_deref().filter(|e| !e.is_empty())
-        && effect != taint.effect
-    {
-        return false;
-    }
-    let key = t.key.as_deref().unwrap_or("");
-    match t.operator.as_deref().unwrap_or("Equal") {
-        "Exists" => key.is_empty() || key == taint.key,
-        _ => {
-            key == taint.key
-                && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
-    }
 }
 
 /// When, if ever, the NoExecute taints `taints` evict `pod`.
@@ -223,7 +209,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
-    use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::api::core::v1::{PodSpec, Toleration};
     use parking_lot::Mutex;
 
     fn at(secs: i64) -> Timestamp {

@@ -1,8 +1,9 @@
 //! Admission: before it runs a pod the API server bound to this node, the kubelet checks that
 //! the pod can run here beside the pods it admitted before (upstream's
 //! `predicateAdmitHandler`): the `kubernetes.io/os` label and `spec.os`, the node's
-//! allocatable resources, node affinity, host ports (the scheduler's own checks, as upstream's
-//! kubelet imports them), and NoExecute taints. A pod that fails is never started: it gets a
+//! allocatable resources, node affinity, host ports (the scheduler's own checks, which upstream's
+//! kubelet imports from the scheduler and Skiff's from the component helpers), and NoExecute
+//! taints. A pod that fails is never started: it gets a
 //! Warning event and `status.phase: Failed` with the first failure's reason (`OutOfcpu`,
 //! `NodePorts`, …) and the message "Pod was rejected: …".
 //!
@@ -13,9 +14,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
 use parking_lot::RwLock;
-use skiff_scheduler::admission::{self, AdmissionFailure};
-use skiff_scheduler::framework::{NodeInfo, PodInfo};
-use skiff_scheduler::plugins::tolerations::find_untolerated_taint;
+use skiff_component_helpers::admission::{self, AdmissionFailure};
+use skiff_component_helpers::tolerations::find_untolerated_taint;
 
 use crate::api::PodEvent;
 use crate::pod_sync::SyncContext;
@@ -85,12 +85,8 @@ pub fn check(pod: &Pod, node: &Node, admitted: &[Arc<Pod>]) -> Result<(), Reject
             message: "Failed to admit pod as the OS field doesn't match node OS".into(),
         });
     }
-    let mut info = NodeInfo::new(Arc::new(node.clone()));
-    for other in admitted {
-        info.add_pod(Arc::new(PodInfo::new(other.clone())));
-    }
-    let candidate = PodInfo::new(Arc::new(pod.clone()));
-    if let Some(failure) = admission::check(&candidate, &info).into_iter().next() {
+    let admitted = admitted.iter().map(|p| &**p);
+    if let Some(failure) = admission::check(pod, node, admitted).into_iter().next() {
         return Err(match failure {
             AdmissionFailure::Insufficient {
                 resource,

@@ -3,7 +3,6 @@
 //! `Binding` to `pods/{name}/binding`. It never talks to a kubelet.
 //!
 //! # Layout
-//! - [`admission`]: the checks a kubelet makes before running a pod bound to its node.
 //! - [`framework`]: statuses, pod and node views, the extension-point traits, the runtime.
 //! - [`plugins`]: upstream's default plugins, one file each, and the registry by name.
 //! - [`queue`]: activeQ, backoffQ and the unschedulable pods.
@@ -17,7 +16,6 @@
 //! - [`informer`]: the pod and node watches that feed the scheduler.
 //! - [`metrics`]: `/metrics` with upstream's names.
 
-pub mod admission;
 pub mod algorithm;
 pub mod api;
 pub mod binder;

@@ -1,6 +1,8 @@
 //! What plugins look at: a pod with its resource requests worked out ([`PodInfo`]), a node
 //! with the pods on it and what they use ([`NodeInfo`]), and the cluster as one cycle sees it
-//! ([`Snapshot`]). Upstream's `framework.PodInfo`, `NodeInfo` and the cache snapshot.
+//! ([`Snapshot`]). Upstream's `framework.PodInfo`, `NodeInfo` and the cache snapshot. The
+//! resource amounts, a pod's effective requests and its host ports come from the component
+//! helpers, which the kubelet's admission check shares.
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
@@ -8,11 +10,12 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use k8s_openapi::api::core::v1::{Container, Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use skiff_apimachinery::labels::Selector;
-use skiff_apimachinery::quantity::Quantity;
+pub use skiff_component_helpers::ports::{HostPort, host_ports};
+pub use skiff_component_helpers::resources::Resource;
+use skiff_component_helpers::resources::{node_allocatable, pod_requests};
 
 /// CPU assumed for a container that requests none, when scoring (upstream's
 /// `DefaultMilliCPURequest`).
@@ -20,99 +23,6 @@ pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
 /// Memory assumed for a container that requests none, when scoring (upstream's
 /// `DefaultMemoryRequest`, 200 MiB).
 pub const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
-
-/// Amounts of resources (upstream's `framework.Resource`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Resource {
-    pub milli_cpu: i64,
-    /// Bytes.
-    pub memory: i64,
-    /// Bytes.
-    pub ephemeral_storage: i64,
-    /// Pods a node may hold (allocatable only).
-    pub allowed_pod_number: i64,
-    /// Extended resources and hugepages, by resource name, in units.
-    pub scalar: BTreeMap<String, i64>,
-}
-
-impl Resource {
-    /// From a resource list (`requests`, `limits`, `allocatable`); quantities that do not parse
-    /// count as zero (the API server validates them).
-    pub fn from_list(list: &BTreeMap<String, K8sQuantity>) -> Resource {
-        let mut r = Resource::default();
-        for (name, q) in list {
-            r.set(name, q);
-        }
-        r
-    }
-
-    fn set(&mut self, name: &str, q: &K8sQuantity) {
-        let Ok(q) = Quantity::parse(&q.0) else { return };
-        match name {
-            "cpu" => self.milli_cpu = q.milli_value(),
-            "memory" => self.memory = q.value(),
-            "ephemeral-storage" => self.ephemeral_storage = q.value(),
-            "pods" => self.allowed_pod_number = q.value(),
-            other => {
-                self.scalar.insert(other.to_string(), q.value());
-            }
-        }
-    }
-
-    pub fn add(&mut self, other: &Resource) {
-        self.milli_cpu += other.milli_cpu;
-        self.memory += other.memory;
-        self.ephemeral_storage += other.ephemeral_storage;
-        self.allowed_pod_number += other.allowed_pod_number;
-        for (k, v) in &other.scalar {
-            *self.scalar.entry(k.clone()).or_default() += v;
-        }
-    }
-
-    pub fn sub(&mut self, other: &Resource) {
-        self.milli_cpu -= other.milli_cpu;
-        self.memory -= other.memory;
-        self.ephemeral_storage -= other.ephemeral_storage;
-        self.allowed_pod_number -= other.allowed_pod_number;
-        for (k, v) in &other.scalar {
-            *self.scalar.entry(k.clone()).or_default() -= v;
-        }
-    }
-
-    /// Each amount raised to `other`'s where that is larger.
-    pub fn set_max(&mut self, other: &Resource) {
-        self.milli_cpu = self.milli_cpu.max(other.milli_cpu);
-        self.memory = self.memory.max(other.memory);
-        self.ephemeral_storage = self.ephemeral_storage.max(other.ephemeral_storage);
-        self.allowed_pod_number = self.allowed_pod_number.max(other.allowed_pod_number);
-        for (k, v) in &other.scalar {
-            let e = self.scalar.entry(k.clone()).or_default();
-            *e = (*e).max(*v);
-        }
-    }
-
-    /// The amount of a resource by its API name (`cpu` in millicores, others in units).
-    pub fn get(&self, name: &str) -> i64 {
-        match name {
-            "cpu" => self.milli_cpu,
-            "memory" => self.memory,
-            "ephemeral-storage" => self.ephemeral_storage,
-            "pods" => self.allowed_pod_number,
-            other => self.scalar.get(other).copied().unwrap_or(0),
-        }
-    }
-}
-
-/// A container's requests; a resource with a limit but no request counts at its limit, as the
-/// API server's defaulting would have set it.
-fn container_requests(c: &Container) -> Resource {
-    let Some(res) = &c.resources else {
-        return Resource::default();
-    };
-    let mut list = res.limits.clone().unwrap_or_default();
-    list.extend(res.requests.clone().unwrap_or_default());
-    Resource::from_list(&list)
-}
 
 /// The same with upstream's scoring defaults for missing CPU and memory requests.
 fn non_zero(mut r: Resource) -> Resource {
@@ -123,40 +33,6 @@ fn non_zero(mut r: Resource) -> Resource {
         r.memory = DEFAULT_MEMORY_REQUEST;
     }
     r
-}
-
-/// A pod's effective requests (upstream's `resource.PodRequests`): the containers' sum; each
-/// init container's needs at the moment it runs (itself plus the sidecars started before it),
-/// taking the largest; sidecars (init containers with `restartPolicy: Always`) also run beside
-/// the containers; plus the pod overhead. `per_container` maps each container's requests
-/// first (for the scoring defaults).
-fn pod_requests(pod: &Pod, per_container: impl Fn(Resource) -> Resource) -> Resource {
-    let Some(spec) = &pod.spec else {
-        return Resource::default();
-    };
-    let mut total = Resource::default();
-    for c in &spec.containers {
-        total.add(&per_container(container_requests(c)));
-    }
-    let mut sidecars = Resource::default();
-    let mut init_peak = Resource::default();
-    for c in spec.init_containers.iter().flatten() {
-        let r = per_container(container_requests(c));
-        if c.restart_policy.as_deref() == Some("Always") {
-            sidecars.add(&r);
-            init_peak.set_max(&sidecars);
-        } else {
-            let mut at_start = r;
-            at_start.add(&sidecars);
-            init_peak.set_max(&at_start);
-        }
-    }
-    total.add(&sidecars);
-    total.set_max(&init_peak);
-    if let Some(overhead) = &spec.overhead {
-        total.add(&Resource::from_list(overhead));
-    }
-    total
 }
 
 /// One memoized value on a [`PodInfo`], under its key.
@@ -267,49 +143,6 @@ fn namespace_of(pod: &Pod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or("default")
 }
 
-/// A host port a pod uses: protocol, port and IP (`0.0.0.0` for all addresses).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct HostPort {
-    pub protocol: String,
-    pub port: i32,
-    pub ip: String,
-}
-
-impl HostPort {
-    /// Whether two uses of a host port collide: same protocol and port, and the same IP or
-    /// either bound to all addresses.
-    pub fn conflicts(&self, other: &HostPort) -> bool {
-        self.protocol == other.protocol
-            && self.port == other.port
-            && (self.ip == other.ip || self.ip == "0.0.0.0" || other.ip == "0.0.0.0")
-    }
-}
-
-/// The host ports a pod's containers (and init containers) ask for (upstream's
-/// `schedutil.GetHostPorts`): protocol defaults to TCP, the IP to `0.0.0.0`.
-pub fn host_ports(pod: &Pod) -> Vec<HostPort> {
-    let Some(spec) = &pod.spec else {
-        return Vec::new();
-    };
-    spec.containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-        .flat_map(|c| c.ports.iter().flatten())
-        .filter_map(|p| {
-            let port = p.host_port.filter(|p| *p > 0)?;
-            Some(HostPort {
-                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
-                port,
-                ip: p
-                    .host_ip
-                    .clone()
-                    .filter(|ip| !ip.is_empty())
-                    .unwrap_or_else(|| "0.0.0.0".into()),
-            })
-        })
-        .collect()
-}
-
 /// A node and the pods assigned (or assumed) to it (upstream's `framework.NodeInfo`).
 #[derive(Debug, Clone)]
 pub struct NodeInfo {
@@ -333,12 +166,7 @@ pub struct NodeInfo {
 
 impl NodeInfo {
     pub fn new(node: Arc<Node>) -> NodeInfo {
-        let allocatable = node
-            .status
-            .as_ref()
-            .and_then(|s| s.allocatable.as_ref())
-            .map(Resource::from_list)
-            .unwrap_or_default();
+        let allocatable = node_allocatable(&node);
         NodeInfo {
             node,
             pods: Vec::new(),
@@ -634,20 +462,6 @@ mod tests {
     }
 
     #[test]
-    fn sidecars_run_beside_the_containers_and_overhead_is_added() {
-        let mut pod = PodBuilder::new("p")
-            .container("app", &[("cpu", "100m")])
-            .sidecar("proxy", &[("cpu", "50m")])
-            .init_container("late-init", &[("cpu", "120m")])
-            .build();
-        pod.spec.as_mut().unwrap().overhead =
-            Some([("cpu".to_string(), K8sQuantity("10m".into()))].into());
-        let info = PodInfo::new(Arc::new(pod));
-        // max(100 + 50, 120 + 50) + 10
-        assert_eq!(info.requests.milli_cpu, 180);
-    }
-
-    #[test]
     fn node_info_tracks_requests_and_ports_as_pods_come_and_go() {
         let mut n = NodeInfo::new(Arc::new(node("n1").cpu("2").memory("4Gi").build()));
         assert_eq!(n.allocatable.milli_cpu, 2000);
@@ -676,24 +490,5 @@ mod tests {
         let clone = (*info).clone();
         assert_eq!(*clone.memo("labels", count), 1);
         assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
-    }
-
-    #[test]
-    fn host_ports_on_all_addresses_conflict_with_any_address() {
-        let any = HostPort {
-            protocol: "TCP".into(),
-            port: 80,
-            ip: "0.0.0.0".into(),
-        };
-        let one = HostPort {
-            ip: "10.0.0.1".into(),
-            ..any.clone()
-        };
-        let udp = HostPort {
-            protocol: "UDP".into(),
-            ..any.clone()
-        };
-        assert!(any.conflicts(&one));
-        assert!(!any.conflicts(&udp));
     }
 }

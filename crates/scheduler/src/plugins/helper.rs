@@ -1,35 +1,16 @@
 //! What several plugins share and the framework does not (yet) give them: upstream's
-//! `helper.DefaultNormalizeScore`, borrowed label maps without cloning, `metav1.LabelSelector`
-//! to [`Selector`] without a JSON round trip, and reading plugin args from `pluginConfig`.
+//! `helper.DefaultNormalizeScore`, borrowed label maps without cloning (from the component
+//! helpers), `metav1.LabelSelector` to [`Selector`] without a JSON round trip, and reading
+//! plugin args from `pluginConfig`.
 
-use std::collections::BTreeMap;
-use std::sync::LazyLock;
-
-use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use skiff_apimachinery::labels::{Error as LabelError, Operator, Requirement, Selector};
+pub use skiff_component_helpers::views::{node_labels, pod_labels, pod_spec};
 
 use crate::framework::{MAX_NODE_SCORE, NodeScore};
-
-static EMPTY_LABELS: LazyLock<BTreeMap<String, String>> = LazyLock::new(BTreeMap::new);
-static EMPTY_SPEC: LazyLock<PodSpec> = LazyLock::new(PodSpec::default);
-
-/// A node's labels, borrowed (empty when it has none).
-pub fn node_labels(node: &Node) -> &BTreeMap<String, String> {
-    node.metadata.labels.as_ref().unwrap_or(&EMPTY_LABELS)
-}
-
-/// A pod's labels, borrowed (empty when it has none).
-pub fn pod_labels(pod: &Pod) -> &BTreeMap<String, String> {
-    pod.metadata.labels.as_ref().unwrap_or(&EMPTY_LABELS)
-}
-
-/// A pod's spec, or an empty one.
-pub fn pod_spec(pod: &Pod) -> &PodSpec {
-    pod.spec.as_ref().unwrap_or(&EMPTY_SPEC)
-}
 
 /// A pod's namespace as the framework reads it (`default` when unset).
 pub fn pod_namespace(pod: &Pod) -> &str {
@@ -115,6 +96,8 @@ pub fn arg<T: DeserializeOwned>(args: Option<&Value>, field: &str) -> Result<Opt
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     fn scores(raw: &[i64]) -> Vec<NodeScore> {

@@ -16,8 +16,6 @@
 //! - [`volume_restrictions`]: `VolumeRestrictions`, single-writer disks already in use.
 //! - [`default_preemption`]: `DefaultPreemption`, evicting lower-priority pods when none fits.
 //! - [`resource_allocation`]: the requested/allocatable scoring both resource plugins share.
-//! - [`node_selector`]: node selector terms and a pod's required node affinity, shared.
-//! - [`tolerations`]: toleration-matches-taint, shared with other plugins and controllers.
 //! - [`helper`]: score normalization, borrowed labels, label selectors, plugin args.
 
 pub mod balanced_allocation;
@@ -29,12 +27,10 @@ pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
 pub mod node_resources_fit;
-pub mod node_selector;
 pub mod node_unschedulable;
 pub mod pod_topology_spread;
 pub mod resource_allocation;
 pub mod taint_toleration;
-pub mod tolerations;
 pub mod volume_restrictions;
 
 use std::collections::BTreeMap;

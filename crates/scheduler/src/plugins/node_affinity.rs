@@ -8,18 +8,19 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::NodeAffinity as K8sNodeAffinity;
 use serde_json::Value;
+use skiff_component_helpers::admission;
+use skiff_component_helpers::node_affinity::{NodeSelector, PreferredTerms, RequiredNodeAffinity};
 
 use super::helper::{arg, normalize_to_max, pod_spec};
-use super::node_selector::{NodeSelector, PreferredTerms, RequiredNodeAffinity};
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, NodeInfo, NodeScore, Plugin, PodInfo, PreFilterPlugin,
     PreFilterResult, PreScorePlugin, ScorePlugin, Snapshot, Status,
 };
 
-pub const NAME: &str = "NodeAffinity";
+pub const NAME: &str = admission::NODE_AFFINITY;
 
-/// Upstream's `ErrReasonPod`.
-pub const REASON_POD: &str = "node(s) didn't match Pod's node affinity/selector";
+/// Upstream's `ErrReasonPod` (the kubelet's admission fails with it too).
+pub const REASON_POD: &str = admission::NODE_AFFINITY_REASON;
 /// Upstream's `errReasonEnforced`: the profile's `addedAffinity` rejected the node.
 pub const REASON_ENFORCED: &str = "node(s) didn't match scheduler-enforced node affinity";
 /// Upstream's `errReasonConflict`: the terms name disjoint sets of nodes.

@@ -1,12 +1,14 @@
 //! `NodeName`: a pod that names a node in `spec.nodeName` fits only that node. (The scheduler
 //! only sees such pods when preemption or a test asks; the queue takes unassigned pods.)
 
+use skiff_component_helpers::admission::{self, node_name_fits};
+
 use crate::framework::{ClusterEvent, CycleState, FilterPlugin, NodeInfo, Plugin, PodInfo, Status};
 
-pub const NAME: &str = "NodeName";
+pub const NAME: &str = admission::NODE_NAME;
 
-/// Upstream's `ErrReason`.
-pub const REASON: &str = "node(s) didn't match the requested node name";
+/// Upstream's `ErrReason` (the kubelet's admission fails with it too).
+pub const REASON: &str = admission::NODE_NAME_REASON;
 
 pub struct NodeName;
 
@@ -25,8 +27,7 @@ impl Plugin for NodeName {
 
 impl FilterPlugin for NodeName {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let wanted = pod.node_name();
-        if wanted.is_empty() || wanted == node.name() {
+        if node_name_fits(&pod.pod, &node.node) {
             Status::success()
         } else {
             Status::unresolvable(REASON)

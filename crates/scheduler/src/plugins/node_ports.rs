@@ -2,16 +2,18 @@
 //! same protocol and port on an overlapping address (PreFilter collects the ports, Filter
 //! checks them against the node's used ports).
 
-use crate::framework::types::host_ports;
+use skiff_component_helpers::admission;
+use skiff_component_helpers::ports::{any_conflict, host_ports};
+
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, HostPort, NodeInfo, Plugin, PodInfo, PreFilterPlugin,
     PreFilterResult, Snapshot, Status,
 };
 
-pub const NAME: &str = "NodePorts";
+pub const NAME: &str = admission::NODE_PORTS;
 
-/// Upstream's `ErrReason`.
-pub const REASON: &str = "node(s) didn't have free ports for the requested pod ports";
+/// Upstream's `ErrReason` (the kubelet's admission fails with it too).
+pub const REASON: &str = admission::NODE_PORTS_REASON;
 
 const PRE_FILTER_KEY: &str = "PreFilterNodePorts";
 
@@ -54,10 +56,7 @@ impl FilterPlugin for NodePorts {
                 "reading {PRE_FILTER_KEY:?} from cycleState: not found"
             ));
         };
-        let taken = wanted
-            .iter()
-            .any(|w| node.used_ports.iter().any(|u| u.conflicts(w)));
-        if taken {
+        if any_conflict(wanted, &node.used_ports) {
             Status::unschedulable(REASON)
         } else {
             Status::success()

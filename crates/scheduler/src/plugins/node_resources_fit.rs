@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::Value;
+use skiff_component_helpers::resources::insufficient_resources;
 
 use super::helper::arg;
 use super::resource_allocation::{
@@ -139,34 +140,20 @@ impl NodeResourcesFit {
 
     /// Upstream's `fitsRequest`: the reasons the pod does not fit, empty if it does.
     fn insufficient(&self, pod: &Resource, node: &NodeInfo) -> Vec<String> {
-        let mut reasons = Vec::new();
-        if node.pods.len() as i64 + 1 > node.allocatable.allowed_pod_number {
-            reasons.push(REASON_TOO_MANY_PODS.to_string());
-        }
-        let (alloc, used) = (&node.allocatable, &node.requested);
-        let short = |want: i64, have: i64, used: i64| want > 0 && want > have - used;
-        if short(pod.milli_cpu, alloc.milli_cpu, used.milli_cpu) {
-            reasons.push(insufficient("cpu"));
-        }
-        if short(pod.memory, alloc.memory, used.memory) {
-            reasons.push(insufficient("memory"));
-        }
-        if short(
-            pod.ephemeral_storage,
-            alloc.ephemeral_storage,
-            used.ephemeral_storage,
-        ) {
-            reasons.push(insufficient("ephemeral-storage"));
-        }
-        for (name, want) in &pod.scalar {
-            if *want == 0 || self.ignored(name) {
-                continue;
-            }
-            if short(*want, alloc.get(name), used.get(name)) {
-                reasons.push(insufficient(name));
-            }
-        }
-        reasons
+        let short = insufficient_resources(
+            pod,
+            &node.allocatable,
+            &node.requested,
+            node.pods.len(),
+            |name| self.ignored(name),
+        );
+        short
+            .into_iter()
+            .map(|r| match r.resource.as_str() {
+                "pods" => REASON_TOO_MANY_PODS.to_string(),
+                name => insufficient(name),
+            })
+            .collect()
     }
 
     fn score_with(&self, node: &NodeInfo, pod_requests: &[i64]) -> i64 {

@@ -5,9 +5,11 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Toleration};
+use skiff_component_helpers::tolerations::{
+    find_untolerated_taint, is_do_not_schedule, tolerated_by_any,
+};
 
 use super::helper::{normalize_to_max, pod_spec};
-use super::tolerations::{find_untolerated_taint, is_do_not_schedule, tolerated_by_any};
 use crate::framework::{
     ClusterEvent, CycleState, FilterPlugin, NodeInfo, NodeScore, Plugin, PodInfo, PreScorePlugin,
     ScorePlugin, Snapshot, Status,

@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 
+use skiff_component_helpers::node_affinity::RequiredNodeAffinity;
+
 use super::{
     Constraint, NAME, PodTopologySpread, REASON, REASON_LABEL, count_matching, has_all_keys,
 };
@@ -11,7 +13,6 @@ use crate::framework::{
     CycleState, FilterPlugin, NodeInfo, PodInfo, PreFilterPlugin, PreFilterResult, Snapshot, Status,
 };
 use crate::plugins::helper::{node_labels, pod_labels};
-use crate::plugins::node_selector::RequiredNodeAffinity;
 
 const PRE_FILTER_KEY: &str = "PreFilterPodTopologySpread";
 

@@ -17,10 +17,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Node, Pod, TopologySpreadConstraint};
 use serde_json::Value;
 use skiff_apimachinery::labels::{Operator, Requirement, Selector};
+use skiff_component_helpers::node_affinity::RequiredNodeAffinity;
+use skiff_component_helpers::tolerations::{find_untolerated_taint, is_do_not_schedule};
 
 use super::helper::{arg, is_terminating, label_selector, pod_labels, pod_namespace, pod_spec};
-use super::node_selector::RequiredNodeAffinity;
-use super::tolerations::{find_untolerated_taint, is_do_not_schedule};
 use crate::framework::{
     ClusterEvent, FilterPlugin, Plugin, PodInfo, PreFilterPlugin, PreScorePlugin, ScorePlugin,
     Workloads,

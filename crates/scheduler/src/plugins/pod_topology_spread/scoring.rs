@@ -6,13 +6,14 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use skiff_component_helpers::node_affinity::RequiredNodeAffinity;
+
 use super::{Constraint, HOSTNAME, PodTopologySpread, count_matching, has_all_keys};
 use crate::framework::{
     CycleState, MAX_NODE_SCORE, NodeInfo, NodeScore, PodInfo, PreScorePlugin, ScorePlugin,
     Snapshot, Status,
 };
 use crate::plugins::helper::node_labels;
-use crate::plugins::node_selector::RequiredNodeAffinity;
 
 const PRE_SCORE_KEY: &str = "PreScorePodTopologySpread";
 

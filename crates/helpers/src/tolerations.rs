@@ -1,6 +1,7 @@
 //! Whether tolerations tolerate taints (upstream's `Toleration.ToleratesTaint` and
-//! `v1helper.FindMatchingUntoleratedTaint`): shared by TaintToleration, PodTopologySpread's
-//! `nodeTaintsPolicy` and, later, the DaemonSet controller.
+//! `v1helper.FindMatchingUntoleratedTaint`): shared by the scheduler's TaintToleration and
+//! PodTopologySpread (`nodeTaintsPolicy`), the kubelet's admission (NoExecute taints), and the
+//! DaemonSet and taint eviction controllers.
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 

@@ -2,7 +2,8 @@
 //! terms are ORed, a term's requirements ANDed, an empty term matches nothing;
 //! `matchExpressions` on labels (In, NotIn, Exists, DoesNotExist, Gt, Lt), `matchFields` on
 //! `metadata.name` (In, NotIn, one value). Also a pod's required node affinity together with
-//! its `nodeSelector` ([`RequiredNodeAffinity`]), which NodeAffinity and PodTopologySpread use.
+//! its `nodeSelector` ([`RequiredNodeAffinity`]), which the scheduler's NodeAffinity and
+//! PodTopologySpread, the kubelet's admission and the DaemonSet controller use.
 
 use std::collections::BTreeMap;
 
@@ -12,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 };
 use skiff_apimachinery::labels::{Operator, Requirement};
 
-use super::helper::{node_labels, pod_spec};
+use crate::views::{node_labels, pod_spec};
 
 /// `matchFields` on `metadata.name`.
 #[derive(Debug, Clone)]
@@ -221,7 +222,18 @@ impl RequiredNodeAffinity {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::testing::node;
+
+    fn node(name: &str, labels: &[(&str, &str)]) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        n
+    }
 
     fn req(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {
         NodeSelectorRequirement {
@@ -243,7 +255,7 @@ mod tests {
 
     #[test]
     fn terms_are_ored_and_requirements_anded() {
-        let n = node("n1").label("zone", "a").label("cores", "8").build();
+        let n = node("n1", &[("zone", "a"), ("cores", "8")]);
         let cases = [
             (
                 "In matches",
@@ -334,7 +346,7 @@ mod tests {
 
     #[test]
     fn preferred_terms_sum_the_weights_that_match() {
-        let n = node("n1").label("zone", "a").label("disk", "ssd").build();
+        let n = node("n1", &[("zone", "a"), ("disk", "ssd")]);
         let pt = |w, k: &str, v: &str| PreferredSchedulingTerm {
             weight: w,
             preference: term(vec![req(k, "In", &[v])], vec![]),
