@@ -339,6 +339,7 @@ fn monitored(s: &resources::Served) -> bool {
 /// and watches each one's metadata while it is served; the namespace of each object deleted
 /// goes to `deleted`.
 async fn monitor_discovered(
+    informers: skiff_runtime::informer::Informers,
     client: kube::Client,
     deleted: futures::channel::mpsc::UnboundedSender<Option<String>>,
 ) {
@@ -352,7 +353,7 @@ async fn monitor_discovered(
             }
         }
     });
-    let mut monitors = resources::Monitors::new(client.clone(), tx, "resourcequota");
+    let mut monitors = resources::Monitors::new(informers, client.clone(), tx, "resourcequota");
     loop {
         match resources::discover(&client, false).await {
             Ok(served) => monitors.sync(served.into_iter().filter(monitored)),
@@ -417,7 +418,11 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     watch!("replicationcontrollers", ReplicationController);
     stores.push(("resourcequotas", snapshot(qs.clone())));
     let (deleted, deletes) = futures::channel::mpsc::unbounded();
-    tokio::spawn(monitor_discovered(shared.clone(), deleted));
+    tokio::spawn(monitor_discovered(
+        ctx.informers.clone(),
+        shared.clone(),
+        deleted,
+    ));
     keys.push(quotas_of_namespace(deletes.boxed(), qs.clone()));
     debug_assert_eq!(stores.len(), WATCHED.len());
     let state = Arc::new(State {

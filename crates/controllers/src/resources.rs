@@ -4,13 +4,17 @@
 //! every resource (custom resources included) keep on each of them ([`Monitors`]).
 
 use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
-use kube::Api;
 use kube::api::DynamicObject;
-use kube::core::PartialObjectMeta;
+use kube::core::{PartialObjectMeta, TypeMeta};
 use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope, verbs};
 use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource};
+use skiff_runtime::informer::{Change, Informer, Informers};
 use tokio::sync::mpsc;
 
 /// One served resource (never a subresource).
@@ -86,23 +90,30 @@ async fn watch_metadata(
 
 /// The metadata watches a controller keeps on the resources discovery finds (upstream's
 /// garbage collector and quota monitors): one per resource, started when discovery first finds
-/// it, stopped when it no longer does (its CRD deleted); events go to one channel.
+/// it, stopped when it no longer does (its CRD deleted); events go to one channel. As
+/// upstream's `InformerFactory.ForResource`, a resource the process's controllers already
+/// read typed (pods, replicasets, …: [`shared_kinds`]) is followed through that shared
+/// informer instead of a watch of its own.
 pub struct Monitors {
+    informers: Informers,
     client: kube::Client,
     tx: mpsc::UnboundedSender<MetaEvent>,
     /// Whose watches (in their logs).
     who: &'static str,
-    /// The running watches by group and plural.
-    running: HashMap<(String, String), tokio::task::AbortHandle>,
+    /// The followed resources by group and plural: the own watches' tasks, or `None` for a
+    /// shared informer (followed for as long as the process runs).
+    running: HashMap<(String, String), Option<tokio::task::AbortHandle>>,
 }
 
 impl Monitors {
     pub fn new(
+        informers: Informers,
         client: kube::Client,
         tx: mpsc::UnboundedSender<MetaEvent>,
         who: &'static str,
     ) -> Monitors {
         Monitors {
+            informers,
             client,
             tx,
             who,
@@ -110,29 +121,34 @@ impl Monitors {
         }
     }
 
-    /// Watches each of `served` not watched yet and stops the watches of the others.
+    /// Follows each of `served` not followed yet and stops the own watches of the others.
     pub fn sync(&mut self, served: impl IntoIterator<Item = Served>) {
         let mut keep = HashMap::new();
         for s in served {
             let key = (s.resource.group.clone(), s.resource.plural.clone());
             let handle = match self.running.remove(&key) {
                 Some(running) => running,
-                None => tokio::spawn(watch_metadata(
-                    self.client.clone(),
-                    s.resource,
-                    self.tx.clone(),
-                    self.who,
-                ))
-                .abort_handle(),
+                None if shared_kinds(&self.informers, &s.resource, &self.tx) => None,
+                None => Some(
+                    tokio::spawn(watch_metadata(
+                        self.client.clone(),
+                        s.resource,
+                        self.tx.clone(),
+                        self.who,
+                    ))
+                    .abort_handle(),
+                ),
             };
             keep.insert(key, handle);
         }
         for (_, gone) in std::mem::replace(&mut self.running, keep) {
-            gone.abort();
+            if let Some(task) = gone {
+                task.abort();
+            }
         }
     }
 
-    /// How many resources are watched.
+    /// How many resources are followed.
     pub fn len(&self) -> usize {
         self.running.len()
     }
@@ -140,6 +156,98 @@ impl Monitors {
     pub fn is_empty(&self) -> bool {
         self.running.is_empty()
     }
+}
+
+/// Follows `ar` through the shared typed informer if it is one of the kinds the controllers
+/// read typed; says whether it did.
+fn shared_kinds(
+    informers: &Informers,
+    ar: &ApiResource,
+    tx: &mpsc::UnboundedSender<MetaEvent>,
+) -> bool {
+    macro_rules! follow_one_of {
+        ($($kind:ty),* $(,)?) => {
+            $(
+                if is::<$kind>(ar) {
+                    follow::<$kind>(informers.get::<$kind>(), ar.clone(), tx.clone());
+                    return true;
+                }
+            )*
+        };
+    }
+    use k8s_openapi::api::apps::v1::{
+        ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet,
+    };
+    use k8s_openapi::api::batch::v1::{CronJob, Job};
+    use k8s_openapi::api::core::v1::{
+        Endpoints, Namespace, Node, Pod, ResourceQuota, Service, ServiceAccount,
+    };
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    follow_one_of!(
+        Pod,
+        ReplicaSet,
+        Deployment,
+        StatefulSet,
+        DaemonSet,
+        ControllerRevision,
+        Job,
+        CronJob,
+        Service,
+        Endpoints,
+        EndpointSlice,
+        Namespace,
+        Node,
+        ServiceAccount,
+        ResourceQuota,
+        PodDisruptionBudget,
+    );
+    false
+}
+
+fn is<K: Resource<DynamicType = ()>>(ar: &ApiResource) -> bool {
+    ar.group == K::group(&()) && ar.version == K::version(&()) && ar.plural == K::plural(&())
+}
+
+/// Forwards `informer`'s changes as metadata watch events of `ar`: once its cache is ready, a
+/// list (`Init`, the cached objects, `InitDone`), then each change.
+fn follow<K>(informer: Informer<K>, ar: ApiResource, tx: mpsc::UnboundedSender<MetaEvent>)
+where
+    K: Resource<DynamicType = ()> + Send + Sync + 'static,
+{
+    tokio::spawn(async move {
+        informer.cache().wait_until_ready().await;
+        let _ = tx.send((ar.clone(), watcher::Event::Init));
+        let listing = Arc::new(AtomicBool::new(true));
+        let (done_ar, done_tx, done) = (ar.clone(), tx.clone(), listing.clone());
+        let types = TypeMeta {
+            api_version: ar.api_version.clone(),
+            kind: ar.kind.clone(),
+        };
+        let meta = move |obj: &K| PartialObjectMeta::<DynamicObject> {
+            types: Some(types.clone()),
+            metadata: obj.meta().clone(),
+            _phantom: PhantomData,
+        };
+        informer.add_handler_then(
+            move |change| {
+                let event = match change {
+                    Change::Added(_) if listing.load(Ordering::Relaxed) => {
+                        watcher::Event::InitApply(meta(change.object()))
+                    }
+                    Change::Added(obj) | Change::Updated { new: obj, .. } => {
+                        watcher::Event::Apply(meta(obj))
+                    }
+                    Change::Deleted { last, .. } => watcher::Event::Delete(meta(last)),
+                };
+                let _ = tx.send((ar.clone(), event));
+            },
+            move || {
+                done.store(false, Ordering::Relaxed);
+                let _ = done_tx.send((done_ar, watcher::Event::InitDone));
+            },
+        );
+    });
 }
 
 /// Every resource the server serves, at each group's preferred version; `all_versions` adds the
@@ -187,16 +295,28 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
         let (tx, _rx) = mpsc::unbounded_channel();
-        let mut monitors = Monitors::new(client, tx, "test");
+        let informers = Informers::new(client.clone());
+        let mut monitors = Monitors::new(informers, client, tx, "test");
         monitors.sync([
             served("example.com", "widgets"),
+            served("example.com", "gadgets"),
+            served("apps", "deployments"),
+        ]);
+        assert_eq!(monitors.len(), 3);
+        let running = |m: &Monitors, group: &str, plural: &str| {
+            m.running[&(group.into(), plural.into())].clone()
+        };
+        let widgets = running(&monitors, "example.com", "widgets").expect("an own watch");
+        assert!(
+            running(&monitors, "apps", "deployments").is_none(),
+            "deployments are followed through the shared informer"
+        );
+        // the CRD of widgets is gone: its watch stops, the others are kept
+        monitors.sync([
+            served("example.com", "gadgets"),
             served("apps", "deployments"),
         ]);
         assert_eq!(monitors.len(), 2);
-        let widgets = monitors.running[&("example.com".into(), "widgets".into())].clone();
-        // the CRD of widgets is gone: its watch stops, the other one is kept
-        monitors.sync([served("apps", "deployments")]);
-        assert_eq!(monitors.len(), 1);
         tokio::task::yield_now().await;
         assert!(widgets.is_finished());
         monitors.sync([]);

@@ -180,7 +180,7 @@ impl<K: Resource<DynamicType = ()>> Informer<K> {
     /// Calls `on_change` with every change from now on; it first sees every object already
     /// cached as [`Change::Added`].
     pub fn add_handler(&self, on_change: impl FnMut(&Change<K>) + Send + 'static) {
-        self.add(Box::new(on_change), None);
+        drop(self.add(Box::new(on_change), None));
     }
 
     /// As [`Informer::add_handler`], and every `period` the handler also sees each cached object
@@ -190,11 +190,28 @@ impl<K: Resource<DynamicType = ()>> Informer<K> {
         period: Duration,
         on_change: impl FnMut(&Change<K>) + Send + 'static,
     ) {
-        self.add(Box::new(on_change), Some(period));
+        drop(self.add(Box::new(on_change), Some(period)));
         self.shared.resync_added.notify_one();
     }
 
-    fn add(&self, mut on_change: HandlerFn<K>, resync: Option<Duration>) {
+    /// As [`Informer::add_handler`], and `replayed` runs once the handler has seen every
+    /// cached object, before it sees any later change (client-go's `HasSynced` of a handler's
+    /// registration, for a consumer that must know where the replay ends).
+    pub fn add_handler_then(
+        &self,
+        on_change: impl FnMut(&Change<K>) + Send + 'static,
+        replayed: impl FnOnce(),
+    ) {
+        let handlers = self.add(Box::new(on_change), None);
+        replayed();
+        drop(handlers);
+    }
+
+    fn add(
+        &self,
+        mut on_change: HandlerFn<K>,
+        resync: Option<Duration>,
+    ) -> parking_lot::MutexGuard<'_, Vec<Handler<K>>> {
         let mut handlers = self.shared.handlers.lock();
         for obj in self.shared.cache.state() {
             on_change(&Change::Added(obj));
@@ -203,6 +220,7 @@ impl<K: Resource<DynamicType = ()>> Informer<K> {
             on_change,
             resync: resync.map(|period| (period, Instant::now() + period)),
         });
+        handlers
     }
 }
 

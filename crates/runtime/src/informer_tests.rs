@@ -188,7 +188,10 @@ async fn handlers_see_each_change_after_the_cache_and_late_handlers_a_replay() {
     settle().await;
 
     let (late, handler) = recorder();
-    pods.add_handler(handler);
+    let at_replay_end = late.clone();
+    pods.add_handler_then(handler, move || {
+        at_replay_end.lock().push("replayed".into())
+    });
     send(&watch, "DELETED", pod("a", "4"));
     settle().await;
 
@@ -203,7 +206,7 @@ async fn handlers_see_each_change_after_the_cache_and_late_handlers_a_replay() {
     );
     let mut late = late.lock().clone();
     late[..2].sort();
-    assert_eq!(late, ["added a 2", "added b 3", "deleted a 4"]);
+    assert_eq!(late, ["added a 2", "added b 3", "replayed", "deleted a 4"]);
     assert!(
         *consistent.lock(),
         "a handler saw a change the cache did not show yet"

@@ -307,7 +307,12 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         synced.clone(),
     ));
 
-    let mut watched = resources::Monitors::new(shared.clone(), tx, "garbage-collector");
+    let mut watched = resources::Monitors::new(
+        ctx.informers.clone(),
+        shared.clone(),
+        tx,
+        "garbage-collector",
+    );
     let mut failures = 0u32;
     let mut workers_started = false;
     let started = tokio::time::Instant::now();
