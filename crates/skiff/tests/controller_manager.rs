@@ -168,3 +168,74 @@ fn with_service_account_credentials_each_controller_writes_as_its_own_account() 
         assert_eq!(leader, "system:kube-controller-manager");
     });
 }
+
+/// `apiserver_longrunning_requests` (open watches) per resource, from the API server's metrics.
+async fn open_watches(client: &kube::Client) -> std::collections::BTreeMap<String, u64> {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(request).await.unwrap();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("apiserver_longrunning_requests{resource=\""))
+        .filter_map(|l| {
+            let (resource, count) = l.split_once("\"} ")?;
+            Some((resource.to_string(), count.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Issue 30's shared informers: a controller manager running every controller holds one watch
+/// per resource (one Pod watch for all of them), as the API server's metrics and `skiff trace`
+/// show, and its requests say which program they come from.
+#[test]
+fn every_controller_shares_one_watch_per_resource() {
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let client = client(&api).await;
+        let cm = controller_manager(&api, &[]);
+        // the garbage collector's graph is synced once everything it follows is listed: every
+        // controller has opened its informers by then
+        let log = api.data_dir.join("controller-manager.log");
+        eventually("the garbage collector's graph", || async {
+            let text = std::fs::read_to_string(&log).ok()?;
+            text.contains("graph synced").then_some(())
+        })
+        .await;
+        let watches = open_watches(&client).await;
+        assert_eq!(watches.get("pods"), Some(&1), "{watches:?}");
+        let shared = ["replicasets", "deployments", "nodes", "namespaces", "jobs"];
+        for resource in shared {
+            assert_eq!(watches.get(resource), Some(&1), "{resource}: {watches:?}");
+        }
+        assert!(watches.values().all(|n| *n <= 1), "{watches:?}");
+
+        // a pod's creation reaches the controller manager through that one watch
+        let pod = serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        }))
+        .unwrap();
+        Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), "default")
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+        let trace = eventually("the controller manager in the pod's trace", || async {
+            let out = support::run_guarded(
+                Command::new(env!("CARGO_BIN_EXE_skiff"))
+                    .args(["trace", "pod", "web", "-n", "default", "--kubeconfig"])
+                    .arg(api.kubeconfig()),
+            );
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.contains("controller-manager inbox").then_some(text)
+        })
+        .await;
+        let deliveries: Vec<&str> = trace
+            .lines()
+            .filter(|l| l.contains("controller-manager inbox") && l.contains("ADDED"))
+            .collect();
+        assert_eq!(deliveries.len(), 1, "{trace}");
+        assert!(
+            deliveries[0].contains("(skiff-controller-manager/v1.33.0-skiff (linux/"),
+            "the user agent names the program: {trace}"
+        );
+        drop(cm);
+    });
+}
