@@ -459,7 +459,18 @@ impl ServerChild {
         endpoint: Option<&str>,
         extra: &[&str],
     ) -> Result<ServerChild> {
-        let mut cmd = Command::new(std::env::current_exe()?);
+        Self::start_from(&std::env::current_exe()?, dir, endpoint, extra).await
+    }
+
+    /// [`ServerChild::start_with`] from the `skiff` binary `exe` rather than this one (a
+    /// benchmark comparing two builds starts each build's server).
+    pub(super) async fn start_from(
+        exe: &std::path::Path,
+        dir: &std::path::Path,
+        endpoint: Option<&str>,
+        extra: &[&str],
+    ) -> Result<ServerChild> {
+        let mut cmd = Command::new(exe);
         cmd.args(["apiserver", "--secure-port", "0", "--data-dir"])
             .arg(dir)
             .args(extra)
@@ -471,7 +482,9 @@ impl ServerChild {
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "warn");
         }
-        let mut child = cmd.spawn().context("starting skiff apiserver")?;
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {} apiserver", exe.display()))?;
         let pid = child.id().context("apiserver child has no pid")?;
         let mut lines = BufReader::new(child.stdout.take().context("child stdout")?).lines();
         while let Some(line) = lines.next_line().await? {

@@ -1,13 +1,24 @@
 //! `skiff bench controllers`: the workload controllers end to end. Starts `skiff apiserver`,
 //! hollow nodes (`skiff kubelet --hollow`), `skiff scheduler` and `skiff controller-manager
-//! --controllers replicaset,deployment` as children, creates a Deployment of `--replicas` pods
-//! and watches: the time until every pod exists, until every pod is bound, and until the
-//! Deployment is available; then changes its template and times the rolling update (maxSurge
-//! 25%, maxUnavailable 25%) until `kubectl rollout status` would succeed. Prints one JSON line,
-//! with the CPU seconds each process used.
+//! --controllers LIST` (every default controller unless told, so it holds all its watches as in
+//! production) as children, creates a Deployment of `--replicas` pods and watches: the time
+//! until every pod exists, until every pod is bound, and until the Deployment is available; then
+//! changes its template and times the rolling update (maxSurge 25%, maxUnavailable 25%) until
+//! `kubectl rollout status` would succeed.
+//!
+//! Prints one `controllers` line per run with the CPU seconds each process used per phase and
+//! over the whole workload, the controller manager's RSS at the end of the run (VmRSS, VmHWM),
+//! and the watches it holds: the API server's `apiserver_longrunning_requests` per resource,
+//! scraped before the controller manager starts and again once its watches have settled, the
+//! difference being its own ([`watches`]).
+//!
+//! With `--baseline PATH` the same run happens twice in one invocation, every child started
+//! first from the `skiff` binary PATH (`"build": "before"`), then from this one (`"after"`), and
+//! a `controllers-compare` line gives each figure of both and its ratio before ÷ after (above 1:
+//! the current build uses less, or is faster).
 
-use std::collections::HashSet;
-use std::path::Path;
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,11 +31,14 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use parking_lot::Mutex;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use super::api::{CpuMeter, Emitter, ServerChild, ensure_open_files, merge, round3};
+use super::api::{
+    CpuMeter, Emitter, ServerChild, ensure_open_files, mb, merge, proc_status_kb, round3,
+};
+use crate::commands::UsageError;
 
 /// Options of `skiff bench controllers`.
 #[derive(Debug, Clone, clap::Args)]
@@ -32,9 +46,18 @@ pub struct ControllersBenchArgs {
     /// Replicas of the Deployment.
     #[arg(long, default_value_t = 1000)]
     pub replicas: usize,
-    /// Hollow nodes (110 pods each).
-    #[arg(long, default_value_t = 20)]
-    pub nodes: usize,
+    /// Hollow nodes (110 pods each) [default: 20, or one per 80 replicas if that is more, so
+    /// the rolling update's 25% surge fits].
+    #[arg(long)]
+    pub nodes: Option<usize>,
+    /// The controller manager's `--controllers` (`*`: every controller on by default).
+    #[arg(long, default_value = "*")]
+    pub controllers: String,
+    /// A `skiff` binary of another build (the commit a change starts from): the run happens
+    /// first with every child started from it, then from this binary, and a comparison line
+    /// follows.
+    #[arg(long, value_name = "PATH")]
+    pub baseline: Option<PathBuf>,
     /// Seconds to wait for each phase before giving up.
     #[arg(long, default_value_t = 300)]
     pub timeout_s: u64,
@@ -42,16 +65,44 @@ pub struct ControllersBenchArgs {
 
 const NAMESPACE: &str = "default";
 const NAME: &str = "bench";
+/// Pods a hollow node takes (the kubelet's `--max-pods` default, as upstream's).
+const PODS_PER_NODE: usize = 110;
+/// How long the watch counts must stay the same to count as settled, and how long to wait
+/// for that at most.
+const SETTLED: Duration = Duration::from_secs(3);
+const SETTLE_LIMIT: Duration = Duration::from_secs(60);
+
+/// Hollow nodes for `args`: as given, else 20 or one per 80 replicas (the surge of a rolling
+/// update, 125% of the replicas, then fits in 110 pods a node); fewer than the replicas need
+/// is a usage error.
+fn node_count(args: &ControllersBenchArgs) -> Result<usize, UsageError> {
+    let nodes = args.nodes.unwrap_or(args.replicas.div_ceil(80).max(20));
+    let need = args.replicas.div_ceil(PODS_PER_NODE);
+    if nodes < need {
+        return Err(UsageError(format!(
+            "--nodes {nodes}: {} replicas need at least {need} hollow nodes of {PODS_PER_NODE} pods",
+            args.replicas
+        )));
+    }
+    Ok(nodes)
+}
 
 /// A `skiff` child process, killed when dropped.
 struct SkiffChild {
-    _child: Child,
+    child: Child,
     pid: u32,
 }
 
-/// Starts `skiff ARGS` (stderr into `log`) and waits for its ready line.
-async fn start(args: &[&str], log: &Path) -> Result<SkiffChild> {
-    let mut child = Command::new(std::env::current_exe()?)
+impl SkiffChild {
+    /// Kills the child and waits for it to be gone, so the next run has the cores to itself.
+    async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// Starts `EXE ARGS` (stderr into `log`) and waits for its ready line.
+async fn start(exe: &Path, args: &[&str], log: &Path) -> Result<SkiffChild> {
+    let mut child = Command::new(exe)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(log)?)
@@ -61,17 +112,18 @@ async fn start(args: &[&str], log: &Path) -> Result<SkiffChild> {
         )
         .kill_on_drop(true)
         .spawn()
-        .with_context(|| format!("starting skiff {}", args[0]))?;
+        .with_context(|| format!("starting {} {}", exe.display(), args[0]))?;
     let pid = child.id().context("child has no pid")?;
     let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
     while let Some(line) = lines.next_line().await? {
         if line.contains("ready") {
             tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-            return Ok(SkiffChild { _child: child, pid });
+            return Ok(SkiffChild { child, pid });
         }
     }
     bail!(
-        "skiff {} exited before it was ready; see {}",
+        "{} {} exited before it was ready; see {}",
+        exe.display(),
         args[0],
         log.display()
     )
@@ -102,11 +154,80 @@ fn rolled_out(d: &Deployment, replicas: usize) -> bool {
     })
 }
 
+/// What one run is compared on, in the `controllers-compare` line.
+const COMPARED: [&str; 10] = [
+    "cm_rss_mb",
+    "cm_peak_mb",
+    "cm_cpu_s",
+    "server_cpu_s",
+    "cm_pod_watches",
+    "cm_watches_total",
+    "pods_created_s",
+    "pods_bound_s",
+    "available_s",
+    "rolling_update_s",
+];
+
 pub async fn run(args: ControllersBenchArgs) -> Result<()> {
-    ensure_open_files(4 * args.nodes + 1024)?;
+    let nodes = node_count(&args)?;
+    ensure_open_files(4 * nodes + 1024)?;
+    let out = Emitter {
+        backend: "embedded".into(),
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let current = std::env::current_exe()?;
+    let Some(baseline) = &args.baseline else {
+        let line = run_one(&args, nodes, &current).await?;
+        out.emit("controllers", line);
+        return Ok(());
+    };
+    if !baseline.is_file() {
+        return Err(UsageError(format!("--baseline {}: no such file", baseline.display())).into());
+    }
+    let mut lines = Vec::new();
+    for (build, exe) in [("before", baseline), ("after", &current)] {
+        let line = run_one(&args, nodes, exe)
+            .await
+            .with_context(|| format!("the {build} run ({})", exe.display()))?;
+        let line = merge(
+            json!({"build": build, "exe": exe.display().to_string()}),
+            line,
+        );
+        out.emit("controllers", line.clone());
+        lines.push(line);
+    }
+    out.emit("controllers-compare", compare(&lines[0], &lines[1]));
+    Ok(())
+}
+
+/// The `controllers-compare` fields: each [`COMPARED`] figure before and after, and its ratio
+/// before ÷ after where both are there and after is not zero.
+fn compare(before: &Value, after: &Value) -> Value {
+    let mut fields = serde_json::Map::new();
+    fields.insert("replicas".into(), after["replicas"].clone());
+    fields.insert("nodes".into(), after["nodes"].clone());
+    for key in COMPARED {
+        let (b, a) = (before[key].as_f64(), after[key].as_f64());
+        fields.insert(format!("{key}_before"), before[key].clone());
+        fields.insert(format!("{key}_after"), after[key].clone());
+        if let (Some(b), Some(a)) = (b, a)
+            && a != 0.0
+        {
+            fields.insert(format!("{key}_ratio"), json!(round3(b / a)));
+        }
+    }
+    // issue 30: one Pod watch per process, RSS and API server CPU each at least 3x lower
+    fields.insert("target_pod_watches".into(), json!(1));
+    fields.insert("target_cm_rss_ratio".into(), json!(3));
+    fields.insert("target_server_cpu_ratio".into(), json!(3));
+    Value::Object(fields)
+}
+
+/// One run with every child started from `exe`: its `controllers` line.
+async fn run_one(args: &ControllersBenchArgs, nodes: usize, exe: &Path) -> Result<Value> {
     let tmp = tempfile::tempdir()?;
-    let mut server = ServerChild::start(&tmp.path().join("api"), None).await?;
-    let result = bench(&args, &server, tmp.path()).await;
+    let mut server = ServerChild::start_from(exe, &tmp.path().join("api"), None, &[]).await?;
+    let result = bench(args, nodes, exe, &server, tmp.path()).await;
     server.stop().await;
     if result.is_err() {
         eprintln!(
@@ -117,16 +238,19 @@ pub async fn run(args: ControllersBenchArgs) -> Result<()> {
     result
 }
 
-async fn bench(args: &ControllersBenchArgs, server: &ServerChild, dir: &Path) -> Result<()> {
-    let out = Emitter {
-        backend: "embedded".into(),
-        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
+async fn bench(
+    args: &ControllersBenchArgs,
+    nodes: usize,
+    exe: &Path,
+    server: &ServerChild,
+    dir: &Path,
+) -> Result<Value> {
     let kubeconfig = dir.join("api/kubeconfig.yaml");
     let kubeconfig = kubeconfig.to_str().context("path")?;
     let hollow_dir = dir.join("hollow");
-    let count = args.nodes.to_string();
-    let nodes = start(
+    let count = nodes.to_string();
+    let hollow = start(
+        exe,
         &[
             "kubelet",
             "--kubeconfig",
@@ -143,6 +267,7 @@ async fn bench(args: &ControllersBenchArgs, server: &ServerChild, dir: &Path) ->
     )
     .await?;
     let scheduler = start(
+        exe,
         &[
             "scheduler",
             "--kubeconfig",
@@ -153,27 +278,6 @@ async fn bench(args: &ControllersBenchArgs, server: &ServerChild, dir: &Path) ->
         &dir.join("scheduler.log"),
     )
     .await?;
-    let cm = start(
-        &[
-            "controller-manager",
-            "--kubeconfig",
-            kubeconfig,
-            "--controllers",
-            "replicaset,deployment",
-            "--leader-elect",
-            "false",
-        ],
-        &dir.join("controller-manager.log"),
-    )
-    .await?;
-    let cpu = CpuMeter {
-        processes: vec![
-            ("server", server.pid.to_string()),
-            ("controller_manager", cm.pid.to_string()),
-            ("scheduler", scheduler.pid.to_string()),
-            ("hollow_nodes", nodes.pid.to_string()),
-        ],
-    };
     let client = kube::Client::try_from(server.config().await?)?;
 
     // pods as a watch sees them: created, and bound
@@ -213,11 +317,42 @@ async fn bench(args: &ControllersBenchArgs, server: &ServerChild, dir: &Path) ->
             }
         })
     };
+
+    // every watch but the controller manager's is open (the hollow nodes', the scheduler's,
+    // this benchmark's two) once the count settles
+    let others = watches::settled(&client, &BTreeMap::new()).await?.watches;
+    let cm = start(
+        exe,
+        &[
+            "controller-manager",
+            "--kubeconfig",
+            kubeconfig,
+            "--controllers",
+            &args.controllers,
+            "--leader-elect",
+            "false",
+        ],
+        &dir.join("controller-manager.log"),
+    )
+    .await?;
+    let synced = watches::settled(&client, &others).await?;
+    let cm_watches = watches::difference(&others, &synced.watches);
+    let cm_rss_synced = proc_status(cm.pid, "VmRSS");
+
+    let cpu = CpuMeter {
+        processes: vec![
+            ("server", server.pid.to_string()),
+            ("controller_manager", cm.pid.to_string()),
+            ("scheduler", scheduler.pid.to_string()),
+            ("hollow_nodes", hollow.pid.to_string()),
+        ],
+    };
     let limit = Duration::from_secs(args.timeout_s);
     let n = args.replicas;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
 
-    let before = cpu.snapshot();
+    let workload = cpu.snapshot();
+    let before = workload.clone();
     let start_at = Instant::now();
     deployments
         .create(&PostParams::default(), &deployment(n))
@@ -268,11 +403,19 @@ async fn bench(args: &ControllersBenchArgs, server: &ServerChild, dir: &Path) ->
     done??;
     let rollout_s = update_at.elapsed().as_secs_f64();
     let rollout_cpu = cpu.used_since(&before);
+    let workload_cpu = cpu.used_since(&workload);
+    let cm_status = std::fs::read_to_string(format!("/proc/{}/status", cm.pid))
+        .context("reading the controller manager's /proc status")?;
+    let cm_total_cpu = proc_cpu_seconds(cm.pid);
     pod_watch.abort();
     deploy_watch.abort();
-    let prefix = |v: serde_json::Value, p: &str| -> serde_json::Value {
+    cm.stop().await;
+    scheduler.stop().await;
+    hollow.stop().await;
+
+    let prefix = |v: Value, p: &str| -> Value {
         match v {
-            serde_json::Value::Object(m) => m
+            Value::Object(m) => m
                 .into_iter()
                 .map(|(k, v)| (format!("{p}_{k}"), v))
                 .collect::<serde_json::Map<_, _>>()
@@ -280,24 +423,235 @@ async fn bench(args: &ControllersBenchArgs, server: &ServerChild, dir: &Path) ->
             other => other,
         }
     };
-    out.emit(
-        "controllers",
-        merge(
-            merge(
-                json!({
-                    "replicas": n,
-                    "nodes": args.nodes,
-                    "pods_created_s": round3(created_s),
-                    "pods_bound_s": round3(bound_s),
-                    "target_pods_bound_s": 2,
-                    "available_s": round3(available_s),
-                    "rolling_update_s": round3(rollout_s),
-                    "target_rolling_update_s": 10,
-                }),
-                prefix(create_cpu, "create"),
-            ),
-            prefix(rollout_cpu, "update"),
-        ),
-    );
-    Ok(())
+    let total: i64 = cm_watches.values().sum();
+    let line = json!({
+        "replicas": n,
+        "nodes": nodes,
+        "controllers": args.controllers,
+        "pods_created_s": round3(created_s),
+        "pods_bound_s": round3(bound_s),
+        "target_pods_bound_s": 2,
+        "available_s": round3(available_s),
+        "rolling_update_s": round3(rollout_s),
+        "target_rolling_update_s": 10,
+        // the controller manager at the end of the run, and right after its watches settled
+        "cm_rss_mb": mb(proc_status_kb(&cm_status, "VmRSS")),
+        "cm_peak_mb": mb(proc_status_kb(&cm_status, "VmHWM")),
+        "cm_rss_synced_mb": mb(cm_rss_synced),
+        // CPU over the whole workload (create to rolled out); the controller manager's from
+        // its start too (its initial lists included)
+        "cm_cpu_s": workload_cpu["controller_manager_cpu_s"],
+        "cm_total_cpu_s": cm_total_cpu.map(round3),
+        "server_cpu_s": workload_cpu["server_cpu_s"],
+        "scheduler_cpu_s": workload_cpu["scheduler_cpu_s"],
+        "hollow_nodes_cpu_s": workload_cpu["hollow_nodes_cpu_s"],
+        // the watches the API server holds for the controller manager
+        "cm_pod_watches": cm_watches.get("pods").copied().unwrap_or(0),
+        "cm_watches_total": total,
+        "cm_watches": cm_watches,
+        "other_watches_total": others.values().sum::<i64>(),
+        "watches_settled_s": round3(synced.after.as_secs_f64()),
+        "watches_settled": synced.settled,
+    });
+    Ok(merge(
+        merge(line, prefix(create_cpu, "create")),
+        prefix(rollout_cpu, "update"),
+    ))
+}
+
+/// A `kB` field of `/proc/PID/status`.
+fn proc_status(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    proc_status_kb(&status, field)
+}
+
+/// CPU seconds a process used since it started.
+fn proc_cpu_seconds(pid: u32) -> Option<f64> {
+    let meter = CpuMeter {
+        processes: vec![("p", pid.to_string())],
+    };
+    meter.snapshot().into_iter().next().flatten()
+}
+
+/// The API server's open watches, from its `/metrics`.
+mod watches {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use anyhow::{Context, Result};
+    use tokio::time::Instant;
+
+    use super::{SETTLE_LIMIT, SETTLED};
+
+    const GAUGE: &str = "apiserver_longrunning_requests";
+
+    /// Open watches per resource, as the gauge `apiserver_longrunning_requests` counts them
+    /// (summed over any labels besides `resource`).
+    pub(super) fn parse(text: &str) -> BTreeMap<String, i64> {
+        let mut watches = BTreeMap::new();
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix(GAUGE) else {
+                continue;
+            };
+            let Some(rest) = rest.strip_prefix('{') else {
+                continue;
+            };
+            let Some((labels, value)) = rest.split_once('}') else {
+                continue;
+            };
+            let Ok(value) = value.trim().parse::<f64>() else {
+                continue;
+            };
+            let resource = labels
+                .split(',')
+                .find_map(|l| l.trim().strip_prefix("resource=\""))
+                .and_then(|v| v.strip_suffix('"'))
+                .unwrap_or_default();
+            *watches.entry(resource.to_string()).or_default() += value as i64;
+        }
+        watches
+    }
+
+    /// `after - before` per resource, the resources whose count did not change left out.
+    pub(super) fn difference(
+        before: &BTreeMap<String, i64>,
+        after: &BTreeMap<String, i64>,
+    ) -> BTreeMap<String, i64> {
+        let mut diff = BTreeMap::new();
+        for key in before.keys().chain(after.keys()) {
+            let d = after.get(key).unwrap_or(&0) - before.get(key).unwrap_or(&0);
+            if d != 0 {
+                diff.insert(key.clone(), d);
+            }
+        }
+        diff
+    }
+
+    async fn scrape(client: &kube::Client) -> Result<BTreeMap<String, i64>> {
+        let req = http::Request::get("/metrics").body(Vec::new())?;
+        let text = client
+            .request_text(req)
+            .await
+            .context("GET /metrics of the API server")?;
+        Ok(parse(&text))
+    }
+
+    /// Watch counts once they have settled.
+    pub(super) struct Settled {
+        pub(super) watches: BTreeMap<String, i64>,
+        /// How long after the call they settled (or the limit).
+        pub(super) after: Duration,
+        /// Whether they did settle: false if they still changed at [`SETTLE_LIMIT`].
+        pub(super) settled: bool,
+    }
+
+    /// Scrapes every 250 ms until the counts differ from `from` and then stay the same for
+    /// [`SETTLED`]; gives up after [`SETTLE_LIMIT`] with the last counts.
+    pub(super) async fn settled(
+        client: &kube::Client,
+        from: &BTreeMap<String, i64>,
+    ) -> Result<Settled> {
+        let start = Instant::now();
+        let mut last = scrape(client).await?;
+        let mut since = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let now = scrape(client).await?;
+            if now != last {
+                (last, since) = (now, Instant::now());
+            } else if last != *from && since.elapsed() >= SETTLED {
+                return Ok(Settled {
+                    watches: last,
+                    after: since - start,
+                    settled: true,
+                });
+            }
+            if start.elapsed() >= SETTLE_LIMIT {
+                eprintln!(
+                    "skiff bench controllers: the API server's watch counts still changed after \
+                     {SETTLE_LIMIT:?}; using the last ones"
+                );
+                return Ok(Settled {
+                    watches: last,
+                    after: start.elapsed(),
+                    settled: false,
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(replicas: usize, nodes: Option<usize>) -> ControllersBenchArgs {
+        ControllersBenchArgs {
+            replicas,
+            nodes,
+            controllers: "*".into(),
+            baseline: None,
+            timeout_s: 300,
+        }
+    }
+
+    #[test]
+    fn nodes_default_to_twenty_or_room_for_the_surge() {
+        assert_eq!(node_count(&args(1000, None)).unwrap(), 20);
+        assert_eq!(node_count(&args(10_000, None)).unwrap(), 125);
+        assert_eq!(node_count(&args(500, Some(5))).unwrap(), 5);
+    }
+
+    #[test]
+    fn too_few_nodes_for_the_replicas_is_a_usage_error() {
+        let e = node_count(&args(10_000, Some(90))).unwrap_err();
+        assert!(e.0.contains("at least 91"), "{}", e.0);
+    }
+
+    #[test]
+    fn watch_gauges_are_read_per_resource() {
+        let text = "# HELP apiserver_longrunning_requests Gauge of all active long-running\n\
+                    # TYPE apiserver_longrunning_requests gauge\n\
+                    apiserver_longrunning_requests{resource=\"pods\"} 14\n\
+                    apiserver_longrunning_requests{resource=\"nodes\"} 3\n\
+                    apiserver_longrunning_requests{verb=\"WATCH\",resource=\"pods\"} 2\n\
+                    apiserver_request_total{verb=\"LIST\",resource=\"pods\"} 9\n";
+        let w = watches::parse(text);
+        assert_eq!(w.get("pods"), Some(&16));
+        assert_eq!(w.get("nodes"), Some(&3));
+        assert_eq!(w.len(), 2);
+    }
+
+    #[test]
+    fn the_controller_managers_watches_are_the_difference() {
+        let before = BTreeMap::from([("pods".to_string(), 101), ("nodes".to_string(), 1)]);
+        let after = BTreeMap::from([
+            ("pods".to_string(), 115),
+            ("nodes".to_string(), 1),
+            ("jobs".to_string(), 1),
+        ]);
+        let d = watches::difference(&before, &after);
+        assert_eq!(
+            d,
+            BTreeMap::from([("pods".to_string(), 14), ("jobs".to_string(), 1)])
+        );
+    }
+
+    #[test]
+    fn the_comparison_gives_before_after_and_their_ratio() {
+        let before = json!({"replicas": 10, "nodes": 20, "cm_rss_mb": 300.0, "cm_pod_watches": 14,
+                            "server_cpu_s": 0.0});
+        let after = json!({"replicas": 10, "nodes": 20, "cm_rss_mb": 100.0, "cm_pod_watches": 1,
+                           "server_cpu_s": 0.0});
+        let c = compare(&before, &after);
+        assert_eq!(c["cm_rss_mb_before"], json!(300.0));
+        assert_eq!(c["cm_rss_mb_after"], json!(100.0));
+        assert_eq!(c["cm_rss_mb_ratio"], json!(3.0));
+        assert_eq!(c["cm_pod_watches_ratio"], json!(14.0));
+        assert!(c.get("server_cpu_s_ratio").is_none(), "no ratio over zero");
+        assert!(
+            c.get("cm_cpu_s_ratio").is_none(),
+            "no ratio without figures"
+        );
+    }
 }
