@@ -201,7 +201,14 @@ fn every_controller_shares_one_watch_per_resource() {
         .await;
         let watches = open_watches(&client).await;
         assert_eq!(watches.get("pods"), Some(&1), "{watches:?}");
-        let typed = ["replicasets", "deployments", "nodes", "namespaces", "jobs", "services"];
+        let typed = [
+            "replicasets",
+            "deployments",
+            "nodes",
+            "namespaces",
+            "jobs",
+            "services",
+        ];
         for resource in typed {
             assert_eq!(watches.get(resource), Some(&1), "{resource}: {watches:?}");
         }
