@@ -163,9 +163,7 @@ where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
     if podutil::controller_of(meta).is_some() {
-        return crate::watched::controller_key(meta, kind)
-            .into_iter()
-            .collect();
+        return controller_key(meta, kind).into_iter().collect();
     }
     let labels = podutil::labels(meta);
     owners
@@ -207,6 +205,34 @@ pub fn patch_kind(patch: &serde_json::Value) -> &'static str {
     } else {
         "adopt"
     }
+}
+
+/// The key of the object of `kind` that controls the object with this metadata (in its
+/// namespace), if any (for [`keys_for`]).
+pub fn controller_key<K>(meta: &ObjectMeta, kind: &str) -> Option<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let owner = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true) && r.kind == kind)?;
+    Some(ObjectRef::new(&owner.name).within(meta.namespace.as_deref()?))
+}
+
+/// The objects of `K` in `cache` that the object with `owner` controls (in its namespace,
+/// their controller reference has its uid): a Job's pods, a CronJob's Jobs.
+pub fn controlled_in<K>(owner: &ObjectMeta, cache: &Cache<K>) -> Vec<Arc<K>>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let Some(uid) = owner.uid.as_deref() else {
+        return Vec::new();
+    };
+    let mut owned = cache.namespaced(owner.namespace.as_deref().unwrap_or_default());
+    owned.retain(|o| podutil::controlled_by(o.meta(), uid));
+    owned
 }
 
 #[cfg(test)]

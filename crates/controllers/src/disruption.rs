@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, ReplicationController};
@@ -20,18 +19,16 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatu
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::PostParams;
-use kube::runtime::controller::Action;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use skiff_runtime::backoff::ItemBackoff;
+use skiff_runtime::controller::{Action, Controller};
 
-use crate::{Context, watched};
+use crate::Context;
 
 /// How long an eviction the API server granted is waited for (upstream's `DeletionTimeout`).
 const DELETION_TIMEOUT: jiff::SignedDuration = jiff::SignedDuration::from_secs(120);
 
-/// The reads and writes this controller makes beyond its stores.
+/// The reads and writes this controller makes beyond its caches.
 #[async_trait]
 pub trait Budgets: Send + Sync {
     /// The scale (`spec.replicas`) of the controller `kind/name`, following a ReplicaSet up to
@@ -336,65 +333,45 @@ pub async fn reconcile(
     Ok(recheck)
 }
 
-struct State {
-    api: KubeBudgets,
-    pods: Store<Pod>,
-    budgets: Store<PodDisruptionBudget>,
-    backoff: ItemBackoff<ObjectRef<PodDisruptionBudget>>,
-}
-
 /// Runs the controller: budgets are the keys; a pod's change queues the budgets selecting it.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
-    let shared = ctx.informer_client.clone();
-    let budgets = watched::watch(
-        Api::<PodDisruptionBudget>::all(shared.clone()),
-        watcher::Config::default(),
-    );
-    let pods = watched::watch(Api::<Pod>::all(shared.clone()), watcher::Config::default());
-    let state = Arc::new(State {
-        api: KubeBudgets(client),
-        pods: pods.store.clone(),
-        budgets: budgets.store.clone(),
-        backoff: ItemBackoff::default(),
+    let controller = Controller::new("disruption");
+    let budgets = ctx.informers.get::<PodDisruptionBudget>();
+    let pods = ctx.informers.get::<Pod>();
+    budgets.add_handler({
+        let queue = controller.queue().clone();
+        move |change| queue.add(ObjectRef::from_obj(change.object().as_ref()))
     });
-    let store = state.budgets.clone();
-    let pod_keys = pods
-        .changes
-        .flat_map(move |pod| {
-            let keys: Vec<ObjectRef<PodDisruptionBudget>> = store
-                .state()
-                .iter()
-                .filter(|b| selected(b, &pod))
-                .map(|b| ObjectRef::from(b.as_ref()))
-                .collect();
-            futures::stream::iter(keys)
+    pods.add_handler({
+        let (queue, budgets) = (controller.queue().clone(), budgets.cache().clone());
+        move |change| {
+            let pod = change.object();
+            for pdb in budgets.namespaced(&pod.namespace().unwrap_or_default()) {
+                if selected(&pdb, pod) {
+                    queue.add(ObjectRef::from_obj(pdb.as_ref()));
+                }
+            }
+        }
+    });
+    budgets.cache().wait_until_ready().await;
+    pods.cache().wait_until_ready().await;
+    tracing::info!("disruption: caches synced");
+    let api = Arc::new(KubeBudgets(ctx.client.clone()));
+    let (budgets, pods) = (budgets.cache().clone(), pods.cache().clone());
+    controller
+        .run(move |key| {
+            let api = api.clone();
+            let (pdb, pods) = (budgets.get(&key), pods.clone());
+            async move {
+                let Some(pdb) = pdb else {
+                    return Ok(Action::AwaitChange);
+                };
+                let pods = pods.namespaced(&pdb.namespace().unwrap_or_default());
+                let recheck = reconcile(&pdb, &pods, Timestamp::now(), api.as_ref()).await?;
+                Ok::<_, kube::Error>(recheck.map_or(Action::AwaitChange, Action::RequeueAfter))
+            }
         })
-        .boxed();
-    let keys = vec![
-        budgets.changes.map(|b| ObjectRef::from(&b)).boxed(),
-        pod_keys,
-    ];
-    watched::run(
-        budgets.store,
-        keys,
-        state,
-        |pdb: Arc<PodDisruptionBudget>, state: Arc<State>| async move {
-            let _ = state.pods.wait_until_ready().await;
-            let pods = state.pods.state();
-            let recheck = reconcile(&pdb, &pods, Timestamp::now(), &state.api).await?;
-            state.backoff.forget(&ObjectRef::from(pdb.as_ref()));
-            Ok::<_, kube::Error>(match recheck {
-                Some(after) => Action::requeue(after),
-                None => Action::await_change(),
-            })
-        },
-        |pdb: Arc<PodDisruptionBudget>, error: &kube::Error, state: Arc<State>| {
-            tracing::warn!(pdb = %pdb.name_any(), %error, "disruption: will retry");
-            Action::requeue(state.backoff.failed(ObjectRef::from(pdb.as_ref())))
-        },
-    )
-    .await;
+        .await;
     Ok(())
 }
 

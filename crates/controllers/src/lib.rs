@@ -40,12 +40,10 @@
 //! - [`cronjob`]: a CronJob's Jobs start on its schedule.
 //! - [`ttl_after_finished`]: finished Jobs deleted once their TTL has passed.
 //! - [`disruption`]: PodDisruptionBudget status (healthy, desired, disruptions allowed).
-//! - [`watched`]: reflector stores whose changes queue keys once the store shows them (for
-//!   kube-runtime's `applier`), shared by `job` and the controllers after it.
 //! - [`replicaset`]: `spec.replicas` pods per ReplicaSet (with [`expectations`], [`ranking`]).
 //! - [`deployment`]: Deployments rolled out through ReplicaSets (a module directory).
 //!
-//! Shared by the workload controllers: [`informer`] (stores with change handlers), [`events`]
+//! Shared by the workload controllers: [`events`]
 //! (a non-blocking event sink), [`podutil`] (pod and owner-reference helpers), [`claim`]
 //! (adoption and release by controller reference, for daemonset and statefulset).
 
@@ -63,7 +61,6 @@ pub mod endpointslice;
 pub mod events;
 pub mod expectations;
 pub mod garbagecollector;
-pub mod informer;
 pub mod job;
 pub mod namespace;
 pub mod nodeipam;
@@ -83,7 +80,6 @@ pub mod statefulset_pods;
 pub mod status;
 pub mod tainteviction;
 pub mod ttl_after_finished;
-pub mod watched;
 
 use std::sync::Arc;
 

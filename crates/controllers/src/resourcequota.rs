@@ -6,9 +6,9 @@
 //! same the API server's admission charges. As upstream, a quota is recomputed when first seen,
 //! when its `spec.hard` changes, when an object it counts is deleted or stops counting, and
 //! every five minutes (`--resource-quota-sync-period`), but not on creates, which admission has
-//! already charged (a recount from a store that lags them would undo the charge and let the
+//! already charged (a recount from a cache that lags them would undo the charge and let the
 //! next create through); its status is written only when it changed. Deletes of the kinds not
-//! watched here with a store (custom resources among them) reach it as upstream's quota monitor
+//! watched here with a cache (custom resources among them) reach it as upstream's quota monitor
 //! sees them: every quotable resource discovery finds (again every 30 s, so that types added
 //! later are followed) has its metadata watched.
 
@@ -17,8 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
-use futures::stream::BoxStream;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
     ConfigMap, PersistentVolumeClaim, Pod, ReplicationController, ResourceQuota,
@@ -26,22 +24,23 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DynamicObject, ListParams, PostParams};
-use kube::runtime::controller::Action;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde::Serialize;
 use serde_json::Value;
 use skiff_apimachinery::quota::{self, ResourceList};
-use skiff_runtime::backoff::ItemBackoff;
+use skiff_runtime::cache::Cache;
+use skiff_runtime::controller::{Action, Controller};
+use skiff_runtime::informer::{Change, Informers};
+use skiff_runtime::workqueue::WorkQueue;
 
-use crate::informer::{self, Change};
-use crate::{Context, resources, watched};
+use crate::{Context, resources};
 
 /// Upstream's `--resource-quota-sync-period` default: every quota is recomputed this often.
 pub const SYNC_PERIOD: Duration = Duration::from_secs(300);
 
-/// The kinds watched (and so counted from a store, and recounted as soon as they change);
+/// The kinds watched (and so counted from a cache, and recounted as soon as they change);
 /// other kinds named by `count/<resource>` are listed when a quota is synced.
 const WATCHED: &[&str] = &[
     "pods",
@@ -174,33 +173,25 @@ fn needs_sync(q: &ResourceQuota, hard: &ResourceList) -> bool {
             .any(|k| !status.used.as_ref().is_some_and(|u| u.contains_key(k)))
 }
 
-/// A watched kind's store: its objects of one namespace, as JSON, once it has listed them.
+/// A watched kind's cache: its objects of one namespace, as JSON, once it has listed them.
 #[async_trait]
 trait Snapshot: Send + Sync {
     async fn objects(&self, namespace: &str) -> Vec<Value>;
 }
 
 #[async_trait]
-impl<K> Snapshot for Store<K>
+impl<K> Snapshot for Cache<K>
 where
-    K: kube::Resource<DynamicType = ()> + Serialize + Clone + Send + Sync + 'static,
+    K: kube::Resource<DynamicType = ()> + Serialize + Send + Sync + 'static,
 {
     async fn objects(&self, namespace: &str) -> Vec<Value> {
-        // never count from a store that has not listed yet (a quota would drop to 0)
-        let _ = self.wait_until_ready().await;
-        self.state()
+        // never count from a cache that has not listed yet (a quota would drop to 0)
+        self.wait_until_ready().await;
+        self.namespaced(namespace)
             .iter()
-            .filter(|o| o.meta().namespace.as_deref() == Some(namespace))
             .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
             .collect()
     }
-}
-
-fn snapshot<K>(store: Store<K>) -> Arc<dyn Snapshot>
-where
-    K: kube::Resource<DynamicType = ()> + Serialize + Clone + Send + Sync + 'static,
-{
-    Arc::new(store)
 }
 
 struct KubeQuotas {
@@ -243,11 +234,6 @@ impl Quotas for KubeQuotas {
     }
 }
 
-struct State {
-    api: KubeQuotas,
-    backoff: ItemBackoff<ObjectRef<ResourceQuota>>,
-}
-
 /// Whether a counted object's change can lower what quotas count (upstream's replenishment:
 /// only deletes, pods that stop counting, services changing type and claims changing size;
 /// creates are charged by admission, and a recount racing them could undo a charge).
@@ -263,16 +249,24 @@ pub fn replenishes(plural: &str, old: &Value, new: &Value, now: Timestamp) -> bo
     }
 }
 
-/// Watches `K` cluster-wide: its store as a [`Snapshot`], and the keys of the quotas in the
-/// namespace of each object deleted or changed so that it may count less ([`replenishes`]).
+type Queue = WorkQueue<ObjectRef<ResourceQuota>>;
+
+/// Queues every quota of `namespace`.
+fn queue_namespace(queue: &Queue, quotas: &Cache<ResourceQuota>, namespace: Option<&str>) {
+    for q in quotas.namespaced(namespace.unwrap_or_default()) {
+        queue.add(ObjectRef::from_obj(q.as_ref()));
+    }
+}
+
+/// Follows `K` cluster-wide through the shared informers: its cache as a [`Snapshot`], and the
+/// quotas of the namespace of each object deleted or changed so that it may count less
+/// ([`replenishes`]) queued.
 fn watch_kind<K>(
-    client: &kube::Client,
+    ctx: &Context,
     plural: &'static str,
-    quotas: Store<ResourceQuota>,
-) -> (
-    Arc<dyn Snapshot>,
-    BoxStream<'static, ObjectRef<ResourceQuota>>,
-)
+    quotas: &Cache<ResourceQuota>,
+    queue: &Queue,
+) -> Arc<dyn Snapshot>
 where
     K: kube::Resource<DynamicType = ()>
         + Serialize
@@ -283,49 +277,30 @@ where
         + Sync
         + 'static,
 {
-    let (tx, rx) = futures::channel::mpsc::unbounded::<Option<String>>();
-    let store = informer::spawn(
-        Api::<K>::all(client.clone()),
-        watcher::Config::default(),
+    let informer = ctx.informers.get::<K>();
+    informer.add_handler({
+        let (quotas, queue) = (quotas.clone(), queue.clone());
         move |change| {
             let namespace = match change {
                 Change::Added(_) => return,
-                Change::Deleted(obj) => obj.meta().namespace.clone(),
+                Change::Deleted { last, .. } => last.meta().namespace.as_deref(),
                 Change::Updated { old, new } => {
                     let json = |o: &K| serde_json::to_value(o).unwrap_or(Value::Null);
-                    if !replenishes(plural, &json(&old), &json(&new), Timestamp::now()) {
+                    if !replenishes(plural, &json(old), &json(new), Timestamp::now()) {
                         return;
                     }
-                    new.meta().namespace.clone()
+                    new.meta().namespace.as_deref()
                 }
             };
-            let _ = tx.unbounded_send(namespace);
-        },
-    );
-    (snapshot(store), quotas_of_namespace(rx.boxed(), quotas))
-}
-
-/// The keys of the quotas in each namespace named.
-fn quotas_of_namespace(
-    namespaces: BoxStream<'static, Option<String>>,
-    quotas: Store<ResourceQuota>,
-) -> BoxStream<'static, ObjectRef<ResourceQuota>> {
-    namespaces
-        .flat_map(move |ns| {
-            let keys: Vec<ObjectRef<ResourceQuota>> = quotas
-                .state()
-                .iter()
-                .filter(|q| q.namespace() == ns)
-                .map(|q| ObjectRef::from(q.as_ref()))
-                .collect();
-            futures::stream::iter(keys)
-        })
-        .boxed()
+            queue_namespace(&queue, &quotas, namespace);
+        }
+    });
+    Arc::new(informer.cache().clone())
 }
 
 /// Whether deletes of `s` replenish quotas through a metadata watch (upstream's quotable
 /// resources: namespaced, created, listed, watched and deleted, not events), leaving out the
-/// kinds watched with a store.
+/// kinds watched with a cache.
 fn monitored(s: &resources::Served) -> bool {
     s.namespaced
         && ["create", "list", "watch", "delete"]
@@ -336,20 +311,19 @@ fn monitored(s: &resources::Served) -> bool {
 }
 
 /// Upstream's quota monitor for every other resource: discovers them (every [`REDISCOVERY`])
-/// and watches each one's metadata while it is served; the namespace of each object deleted
-/// goes to `deleted`.
+/// and watches each one's metadata while it is served (through the shared informer for the
+/// kinds the controllers read typed); each object deleted queues the quotas of its namespace.
 async fn monitor_discovered(
-    informers: skiff_runtime::informer::Informers,
+    informers: Informers,
     client: kube::Client,
-    deleted: futures::channel::mpsc::UnboundedSender<Option<String>>,
+    quotas: Cache<ResourceQuota>,
+    queue: Queue,
 ) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<resources::MetaEvent>();
     tokio::spawn(async move {
         while let Some((_, event)) = rx.recv().await {
-            if let watcher::Event::Delete(m) = event
-                && deleted.unbounded_send(m.metadata.namespace).is_err()
-            {
-                return;
+            if let watcher::Event::Delete(m) = event {
+                queue_namespace(&queue, &quotas, m.metadata.namespace.as_deref());
             }
         }
     });
@@ -363,52 +337,46 @@ async fn monitor_discovered(
     }
 }
 
+/// The quota handler, as upstream's: a quota is queued when first seen (and the others of its
+/// namespace, which count it), when its spec.hard changes, or when its status does not yet
+/// show every limit and its usage; not for admission's charges, which a recount racing
+/// creates could undo.
+fn quota_handler(
+    quotas: Cache<ResourceQuota>,
+    queue: Queue,
+) -> impl FnMut(&Change<ResourceQuota>) + Send + 'static {
+    let mut seen: HashMap<ObjectRef<ResourceQuota>, ResourceList> = HashMap::new();
+    move |change| {
+        let q = match change {
+            Change::Added(q) | Change::Updated { new: q, .. } => q,
+            Change::Deleted { last, .. } => {
+                seen.remove(&ObjectRef::from_obj(last.as_ref()));
+                return;
+            }
+        };
+        let own = ObjectRef::from_obj(q.as_ref());
+        let hard = from_quantities(q.spec.as_ref().and_then(|s| s.hard.as_ref()));
+        if seen.insert(own.clone(), hard.clone()).is_none() {
+            queue_namespace(&queue, &quotas, q.namespace().as_deref());
+        } else if needs_sync(q, &hard) {
+            queue.add(own);
+        }
+    }
+}
+
 /// Runs the controller: quotas are the keys; a change to a counted object queues the quotas
 /// of its namespace.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
-    let shared = ctx.informer_client.clone();
-    let quotas = watched::watch(
-        Api::<ResourceQuota>::all(shared.clone()),
-        watcher::Config::default(),
-    );
-    let qs = quotas.store.clone();
-    // As upstream: a quota is queued when first seen (and the others of its namespace, which
-    // count it), when its spec.hard changes, or when its status does not yet show every limit
-    // and its usage; not for admission's charges, which a recount racing creates could undo.
-    let mut seen: HashMap<ObjectRef<ResourceQuota>, ResourceList> = HashMap::new();
-    let own_and_others = quotas
-        .changes
-        .flat_map({
-            let qs = qs.clone();
-            move |q| {
-                let own = ObjectRef::from(&q);
-                let hard = from_quantities(q.spec.as_ref().and_then(|s| s.hard.as_ref()));
-                let first = seen.insert(own.clone(), hard.clone()).is_none();
-                let keys: Vec<ObjectRef<ResourceQuota>> = if first {
-                    qs.state()
-                        .iter()
-                        .filter(|o| o.namespace() == q.namespace() && o.name_any() != q.name_any())
-                        .map(|o| ObjectRef::from(o.as_ref()))
-                        .chain(std::iter::once(own))
-                        .collect()
-                } else if needs_sync(&q, &hard) {
-                    vec![own]
-                } else {
-                    vec![]
-                };
-                futures::stream::iter(keys)
-            }
-        })
-        .boxed();
-    let mut keys = vec![own_and_others];
+    let controller = Controller::new("resourcequota");
+    let queue = controller.queue().clone();
+    let quotas = ctx.informers.get::<ResourceQuota>();
+    let qs = quotas.cache().clone();
+    quotas.add_handler(quota_handler(qs.clone(), queue.clone()));
     let mut stores: Vec<(&'static str, Arc<dyn Snapshot>)> = Vec::new();
     macro_rules! watch {
-        ($plural:literal, $kind:ty) => {{
-            let (snap, changes) = watch_kind::<$kind>(&shared, $plural, qs.clone());
-            stores.push(($plural, snap));
-            keys.push(changes);
-        }};
+        ($plural:literal, $kind:ty) => {
+            stores.push(($plural, watch_kind::<$kind>(&ctx, $plural, &qs, &queue)))
+        };
     }
     watch!("pods", Pod);
     watch!("services", Service);
@@ -416,34 +384,33 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     watch!("secrets", Secret);
     watch!("persistentvolumeclaims", PersistentVolumeClaim);
     watch!("replicationcontrollers", ReplicationController);
-    stores.push(("resourcequotas", snapshot(qs.clone())));
-    let (deleted, deletes) = futures::channel::mpsc::unbounded();
+    stores.push(("resourcequotas", Arc::new(qs.clone())));
+    debug_assert_eq!(stores.len(), WATCHED.len());
     tokio::spawn(monitor_discovered(
         ctx.informers.clone(),
-        shared.clone(),
-        deleted,
+        ctx.informer_client.clone(),
+        qs.clone(),
+        queue,
     ));
-    keys.push(quotas_of_namespace(deletes.boxed(), qs.clone()));
-    debug_assert_eq!(stores.len(), WATCHED.len());
-    let state = Arc::new(State {
-        api: KubeQuotas { client, stores },
-        backoff: ItemBackoff::default(),
+    qs.wait_until_ready().await;
+    tracing::info!("resourcequota: caches synced");
+    let api = Arc::new(KubeQuotas {
+        client: ctx.client.clone(),
+        stores,
     });
-    watched::run(
-        quotas.store,
-        keys,
-        state,
-        |rq: Arc<ResourceQuota>, state: Arc<State>| async move {
-            let after = reconcile(&rq, Timestamp::now(), &state.api).await?;
-            state.backoff.forget(&ObjectRef::from(rq.as_ref()));
-            Ok::<_, kube::Error>(Action::requeue(after))
-        },
-        |rq: Arc<ResourceQuota>, error: &kube::Error, state: Arc<State>| {
-            tracing::warn!(quota = %rq.name_any(), %error, "resourcequota: will retry");
-            Action::requeue(state.backoff.failed(ObjectRef::from(rq.as_ref())))
-        },
-    )
-    .await;
+    controller
+        .run(move |key| {
+            let api = api.clone();
+            let rq = qs.get(&key);
+            async move {
+                let Some(rq) = rq else {
+                    return Ok(Action::AwaitChange);
+                };
+                let after = reconcile(&rq, Timestamp::now(), api.as_ref()).await?;
+                Ok::<_, kube::Error>(Action::RequeueAfter(after))
+            }
+        })
+        .await;
     Ok(())
 }
 

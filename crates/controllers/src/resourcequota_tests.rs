@@ -1,7 +1,10 @@
-//! Unit tests of ResourceQuota status with a fake object lister and `now` passed in.
+//! Unit tests of ResourceQuota status with a fake object lister and `now` passed in, and of
+//! which quota changes queue which quotas.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use futures::FutureExt;
 use parking_lot::Mutex;
 use serde_json::json;
 
@@ -301,4 +304,42 @@ fn the_quota_monitor_follows_quotable_resources_not_watched_with_a_store() {
     )));
     assert!(!monitored(&served("events.k8s.io", "events", true, &crud)));
     assert!(!monitored(&served("", "events", true, &crud)));
+}
+
+#[tokio::test]
+async fn a_new_quota_queues_its_namespace_and_a_known_one_only_itself_when_it_lags() {
+    let named = |name: &str, ns: &str, status: Value| {
+        let mut q = rq(json!({"hard": {"pods": "2"}}), status);
+        q.metadata.name = Some(name.into());
+        q.metadata.namespace = Some(ns.into());
+        Arc::new(q)
+    };
+    let synced = json!({"hard": {"pods": "2"}, "used": {"pods": "0"}});
+    let quotas = Cache::from_objects(
+        [
+            named("a", "ns", synced.clone()),
+            named("b", "ns", synced.clone()),
+            named("c", "other", synced.clone()),
+        ]
+        .map(|q| (*q).clone()),
+    );
+    let queue = Queue::new("quotas");
+    let mut handle = quota_handler(quotas, queue.clone());
+    let drain = |queue: &Queue| {
+        let mut keys = Vec::new();
+        while let Some(key) = queue.get().now_or_never().flatten() {
+            queue.done(&key);
+            keys.push(key.name);
+        }
+        keys.sort();
+        keys
+    };
+    handle(&Change::Added(named("a", "ns", synced.clone())));
+    assert_eq!(drain(&queue), ["a", "b"]);
+    let (old, new) = (named("a", "ns", synced.clone()), named("a", "ns", synced));
+    handle(&Change::Updated { old, new });
+    assert!(drain(&queue).is_empty(), "nothing to do for a synced quota");
+    let (old, new) = (named("a", "ns", json!({})), named("a", "ns", json!({})));
+    handle(&Change::Updated { old, new });
+    assert_eq!(drain(&queue), ["a"]);
 }

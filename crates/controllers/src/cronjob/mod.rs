@@ -16,29 +16,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::api::{DeleteParams, PostParams, PropagationPolicy};
-use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
-use skiff_runtime::backoff::ItemBackoff;
+use skiff_runtime::controller::{Action, Controller};
 
-use crate::{Context, watched};
+use crate::{Context, claim};
 
 /// An event recorded on a CronJob.
 pub type CronJobEvent = crate::events::Note;
 
-/// The reads and writes this controller makes beyond its stores.
+/// The reads and writes this controller makes beyond its caches.
 #[async_trait]
 pub trait CronJobApi: Send + Sync {
     async fn create_job(&self, job: &Job) -> kube::Result<Job>;
     /// Deletes a Job and (in the background) its pods; gone already is not an error.
     async fn delete_job(&self, namespace: &str, name: &str) -> kube::Result<()>;
-    /// Whether the Job `name` with `uid` exists (read from the API, not the store).
+    /// Whether the Job `name` with `uid` exists (read from the API, not the cache).
     async fn job_exists(
         &self,
         namespace: &str,
@@ -103,72 +100,48 @@ impl CronJobApi for KubeCronJobs {
     }
 }
 
-struct State {
-    api: KubeCronJobs,
-    jobs: Store<Job>,
-    backoff: ItemBackoff<ObjectRef<CronJob>>,
-}
-
-fn owner_key(job: &Job) -> Option<ObjectRef<CronJob>> {
-    let owner = watched::controller_of(&job.metadata, "CronJob")?;
-    Some(ObjectRef::new(&owner.name).within(&job.namespace()?))
-}
-
-async fn reconcile(cronjob: Arc<CronJob>, state: Arc<State>) -> kube::Result<Action> {
-    let _ = state.jobs.wait_until_ready().await;
-    let (ns, uid) = (cronjob.namespace(), cronjob.uid());
-    let jobs: Vec<Arc<Job>> = state
-        .jobs
-        .state()
-        .into_iter()
-        .filter(|j| j.namespace() == ns)
-        .filter(|j| {
-            watched::controller_of(&j.metadata, "CronJob")
-                .is_some_and(|o| Some(&o.uid) == uid.as_ref())
-        })
-        .collect();
-    let requeue = sync::sync(&cronjob, &jobs, Timestamp::now(), &state.api).await?;
-    state.backoff.forget(&ObjectRef::from(cronjob.as_ref()));
-    Ok(match requeue {
-        Some(after) => Action::requeue(after.max(Duration::from_millis(100))),
-        None => Action::await_change(),
-    })
-}
-
 /// Runs the controller: CronJobs are the keys; a Job's change queues the CronJob that owns it.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
-    let shared = ctx.informer_client.clone();
-    let cronjobs = watched::watch(
-        Api::<CronJob>::all(shared.clone()),
-        watcher::Config::default(),
-    );
-    let jobs = watched::watch(Api::<Job>::all(shared.clone()), watcher::Config::default());
-    let state = Arc::new(State {
-        api: KubeCronJobs {
-            client,
-            recorder: ctx.recorder(),
-        },
-        jobs: jobs.store.clone(),
-        backoff: ItemBackoff::default(),
+    let controller = Controller::new("cronjob");
+    let cronjobs = ctx.informers.get::<CronJob>();
+    let jobs = ctx.informers.get::<Job>();
+    cronjobs.add_handler({
+        let queue = controller.queue().clone();
+        move |change| queue.add(ObjectRef::from_obj(change.object().as_ref()))
     });
-    let keys = vec![
-        cronjobs.changes.map(|c| ObjectRef::from(&c)).boxed(),
-        jobs.changes
-            .filter_map(|j| async move { owner_key(&j) })
-            .boxed(),
-    ];
-    watched::run(
-        cronjobs.store,
-        keys,
-        state,
-        reconcile,
-        |cj: Arc<CronJob>, error: &kube::Error, state: Arc<State>| {
-            tracing::warn!(cronjob = %cj.name_any(), %error, "cronjob: will retry");
-            Action::requeue(state.backoff.failed(ObjectRef::from(cj.as_ref())))
-        },
-    )
-    .await;
+    jobs.add_handler({
+        let (queue, cronjobs) = (controller.queue().clone(), cronjobs.cache().clone());
+        move |change| {
+            if let Some(owner) = claim::controller_in(&change.object().metadata, &cronjobs) {
+                queue.add(ObjectRef::from_obj(owner.as_ref()));
+            }
+        }
+    });
+    cronjobs.cache().wait_until_ready().await;
+    jobs.cache().wait_until_ready().await;
+    tracing::info!("cronjob: caches synced");
+    let api = Arc::new(KubeCronJobs {
+        client: ctx.client.clone(),
+        recorder: ctx.recorder(),
+    });
+    let (cronjobs, jobs) = (cronjobs.cache().clone(), jobs.cache().clone());
+    controller
+        .run(move |key| {
+            let api = api.clone();
+            let (cronjob, jobs) = (cronjobs.get(&key), jobs.clone());
+            async move {
+                let Some(cronjob) = cronjob else {
+                    return Ok(Action::AwaitChange);
+                };
+                let jobs = claim::controlled_in(&cronjob.metadata, &jobs);
+                let requeue = sync::sync(&cronjob, &jobs, Timestamp::now(), api.as_ref()).await?;
+                Ok::<_, kube::Error>(match requeue {
+                    Some(after) => Action::RequeueAfter(after.max(Duration::from_millis(100))),
+                    None => Action::AwaitChange,
+                })
+            }
+        })
+        .await;
     Ok(())
 }
 

@@ -23,20 +23,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use parking_lot::Mutex;
-use skiff_runtime::backoff::ItemBackoff;
+use skiff_runtime::cache::Cache;
+use skiff_runtime::controller::{Action, Controller};
+use skiff_runtime::informer::Change;
+use skiff_runtime::workqueue::WorkQueue;
 
-use crate::{Context, watched};
+use crate::{Context, claim};
 
 /// How long unobserved creations or deletions hold a Job's pod management back at most
 /// (upstream's `ExpectationsTimeout`).
@@ -260,100 +260,95 @@ impl JobApi for KubeJobs {
     }
 }
 
-struct State {
-    api: KubeJobs,
-    memory: Memory,
-    pods: Store<Pod>,
-    jobs: Store<Job>,
-    backoff: ItemBackoff<ObjectRef<Job>>,
-}
-
-/// The pods of the store that `job` controls.
-fn pods_of(store: &Store<Pod>, job: &Job) -> Vec<Arc<Pod>> {
-    let (ns, uid) = (job.namespace(), job.uid());
-    store
-        .state()
-        .into_iter()
-        .filter(|p| p.namespace() == ns)
-        .filter(|p| {
-            watched::controller_of(&p.metadata, "Job").is_some_and(|o| Some(&o.uid) == uid.as_ref())
-        })
-        .collect()
-}
-
-/// The Job that controls `pod`, as a key.
-fn owner_key(pod: &Pod) -> Option<ObjectRef<Job>> {
-    let owner = watched::controller_of(&pod.metadata, "Job")?;
-    Some(ObjectRef::new(&owner.name).within(&pod.namespace()?))
-}
-
-/// A pod still holding the tracking finalizer after its Job is gone is released (upstream
-/// removes the finalizer of orphan pods).
-async fn release_orphan(state: &State, pod: &Pod) {
-    if !pods::has_tracking_finalizer(pod) || state.jobs.wait_until_ready().await.is_err() {
-        return;
-    }
-    let owner = watched::controller_of(&pod.metadata, "Job");
-    let job = owner_key(pod).and_then(|k| state.jobs.get(&k));
-    if job.is_some_and(|j| owner.is_some_and(|o| j.uid().as_ref() == Some(&o.uid))) {
-        return;
-    }
-    if let Err(error) = state.api.remove_tracking_finalizer(pod).await {
-        tracing::warn!(pod = %pod.name_any(), %error, "job: cannot release an orphan pod");
+/// The pod handler: queues the Job that controls the pod, or, for a pod still holding the
+/// tracking finalizer without a Job (upstream's orphan pods), the pod itself for release.
+fn on_pod(change: &Change<Pod>, jobs: &Cache<Job>, queue: &JobQueue, orphans: &PodQueue) {
+    let pod = change.object();
+    match claim::controller_in(&pod.metadata, jobs) {
+        Some(job) => queue.add(ObjectRef::from_obj(job.as_ref())),
+        None if pods::has_tracking_finalizer(pod) && !matches!(change, Change::Deleted { .. }) => {
+            orphans.add(ObjectRef::from_obj(pod.as_ref()));
+        }
+        None => {}
     }
 }
 
-async fn reconcile(job: Arc<Job>, state: Arc<State>) -> kube::Result<Action> {
-    let _ = state.pods.wait_until_ready().await;
-    let pods = pods_of(&state.pods, &job);
-    let requeue = sync::sync(&job, &pods, Timestamp::now(), &state.memory, &state.api).await?;
-    state.backoff.forget(&ObjectRef::from(job.as_ref()));
-    Ok(match requeue {
-        Some(after) => Action::requeue(after.max(Duration::from_millis(100))),
-        None => Action::await_change(),
-    })
+type JobQueue = WorkQueue<ObjectRef<Job>>;
+type PodQueue = WorkQueue<ObjectRef<Pod>>;
+
+/// A pod still holding the tracking finalizer without a Job that controls it is released
+/// (upstream's `syncOrphanPod`); the caches are read again, as the pod may have been adopted
+/// or released since it was queued.
+async fn release_orphan(
+    pod: Option<Arc<Pod>>,
+    jobs: &Cache<Job>,
+    api: &dyn JobApi,
+) -> kube::Result<Action> {
+    let Some(pod) = pod else {
+        return Ok(Action::AwaitChange);
+    };
+    if pods::has_tracking_finalizer(&pod) && claim::controller_in(&pod.metadata, jobs).is_none() {
+        api.remove_tracking_finalizer(&pod).await?;
+    }
+    Ok(Action::AwaitChange)
 }
 
-/// Runs the controller: Jobs are the keys; a pod's change queues the Job that controls it.
+/// Runs the controller: Jobs are the keys; a pod's change queues the Job that controls it, and
+/// orphan pods that still hold the tracking finalizer go to a second queue that releases them.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
-    let shared = ctx.informer_client.clone();
-    let jobs = watched::watch(Api::<Job>::all(shared.clone()), watcher::Config::default());
-    let pods = watched::watch(Api::<Pod>::all(shared.clone()), watcher::Config::default());
-    let state = Arc::new(State {
-        api: KubeJobs {
-            client,
-            recorder: ctx.recorder(),
-        },
-        memory: Memory::default(),
-        pods: pods.store.clone(),
-        jobs: jobs.store.clone(),
-        backoff: ItemBackoff::default(),
-    });
-    let job_keys = jobs.changes.map(|j| ObjectRef::from(&j)).boxed();
-    let releasing = state.clone();
-    let pod_keys = pods
-        .changes
-        .then(move |pod| {
-            let state = releasing.clone();
-            async move {
-                release_orphan(&state, &pod).await;
-                owner_key(&pod)
+    let controller = Controller::new("job");
+    // upstream runs one orphan-pod worker beside the `--concurrent-job-syncs` ones
+    let orphans = Controller::new("job_orphan_pod").workers(1);
+    let memory = Arc::new(Memory::default());
+    let jobs = ctx.informers.get::<Job>();
+    let pods = ctx.informers.get::<Pod>();
+    jobs.add_handler({
+        let (queue, memory) = (controller.queue().clone(), memory.clone());
+        move |change| match change {
+            Change::Added(job) | Change::Updated { new: job, .. } => {
+                queue.add(ObjectRef::from_obj(job.as_ref()));
             }
-        })
-        .filter_map(|key| async move { key })
-        .boxed();
-    watched::run(
-        jobs.store,
-        vec![job_keys, pod_keys],
-        state,
-        reconcile,
-        |job: Arc<Job>, error: &kube::Error, state: Arc<State>| {
-            tracing::warn!(job = %job.name_any(), %error, "job: will retry");
-            Action::requeue(state.backoff.failed(ObjectRef::from(job.as_ref())))
-        },
-    )
-    .await;
+            Change::Deleted { last, .. } => memory.forget(&last.uid().unwrap_or_default()),
+        }
+    });
+    pods.add_handler({
+        let (queue, orphans) = (controller.queue().clone(), orphans.queue().clone());
+        let jobs = jobs.cache().clone();
+        move |change| on_pod(change, &jobs, &queue, &orphans)
+    });
+    jobs.cache().wait_until_ready().await;
+    pods.cache().wait_until_ready().await;
+    tracing::info!("job: caches synced");
+    let api = Arc::new(KubeJobs {
+        client: ctx.client.clone(),
+        recorder: ctx.recorder(),
+    });
+    let (job_cache, pod_cache) = (jobs.cache().clone(), pods.cache().clone());
+    let sync_jobs = controller.run({
+        let (api, jobs, pods) = (api.clone(), job_cache.clone(), pod_cache.clone());
+        move |key| {
+            let (api, memory) = (api.clone(), memory.clone());
+            let (job, pods) = (jobs.get(&key), pods.clone());
+            async move {
+                let Some(job) = job else {
+                    return Ok(Action::AwaitChange);
+                };
+                let pods = claim::controlled_in(&job.metadata, &pods);
+                let requeue =
+                    sync::sync(&job, &pods, Timestamp::now(), &memory, api.as_ref()).await?;
+                Ok::<_, kube::Error>(match requeue {
+                    Some(after) => Action::RequeueAfter(after.max(Duration::from_millis(100))),
+                    None => Action::AwaitChange,
+                })
+            }
+        }
+    });
+    let release_orphans = orphans.run(move |key| {
+        let (api, jobs) = (api.clone(), job_cache.clone());
+        let pod = pod_cache.get(&key);
+        async move { release_orphan(pod, &jobs, api.as_ref()).await }
+    });
+    tokio::join!(sync_jobs, release_orphans);
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 //! Unit tests of one Job sync over a recording [`JobApi`] and a fixed clock: pods created
 //! towards parallelism and completions, finished pods counted through uncountedTerminatedPods,
 //! the terminal conditions and events, the failure backoff, Indexed Jobs, the deadline,
-//! suspension and expectations.
+//! suspension and expectations; and what the pod handler queues, and which orphans are released.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -423,4 +423,58 @@ async fn a_failed_pod_seen_again_in_a_stale_store_does_not_lengthen_the_backoff(
     let again = sync::sync(&j, &failed, now(), &memory, &api).await.unwrap();
     assert_eq!(first, Some(Duration::from_secs(10)));
     assert_eq!(again, Some(Duration::from_secs(10)));
+}
+
+/// The keys a queue hands out now, in order.
+async fn drain<T: skiff_runtime::workqueue::QueueKey>(queue: &WorkQueue<T>) -> Vec<String> {
+    let mut keys = Vec::new();
+    while !queue.is_empty() {
+        let key = queue.get().await.unwrap();
+        queue.done(&key);
+        keys.push(key.to_string());
+    }
+    keys
+}
+
+#[tokio::test]
+async fn a_pod_change_queues_its_job_and_an_orphan_still_tracked_is_queued_for_release() {
+    let jobs = Cache::from_objects([job(json!({}), json!({}))]);
+    let (queue, orphans) = (JobQueue::new("job"), PodQueue::new("orphans"));
+    let mut adopted_elsewhere = (*pod("other-uid", "Running", None)).clone();
+    adopted_elsewhere
+        .metadata
+        .owner_references
+        .as_mut()
+        .unwrap()[0]
+        .uid = "old-job".into();
+    for p in [
+        pod("mine", "Running", None),
+        Arc::new(adopted_elsewhere),
+        untracked(Arc::new({
+            let mut p = (*pod("bare", "Running", None)).clone();
+            p.metadata.owner_references = None;
+            p
+        })),
+    ] {
+        on_pod(&Change::Added(p), &jobs, &queue, &orphans);
+    }
+    assert_eq!(drain(&queue).await.len(), 1, "the pod of the cached Job");
+    assert_eq!(
+        drain(&orphans).await.len(),
+        1,
+        "the tracked pod of a Job that is gone"
+    );
+
+    let api = Recording::default();
+    let orphan = pod("orphan", "Succeeded", None);
+    let mut other = (*orphan).clone();
+    other.metadata.owner_references.as_mut().unwrap()[0].uid = "old-job".into();
+    release_orphan(Some(Arc::new(other)), &jobs, &api)
+        .await
+        .unwrap();
+    release_orphan(Some(pod("adopted", "Running", None)), &jobs, &api)
+        .await
+        .unwrap();
+    release_orphan(None, &jobs, &api).await.unwrap();
+    assert_eq!(*api.released.lock(), ["orphan"]);
 }
