@@ -439,7 +439,7 @@ fn on_pod(change: &Change<Pod>, store: &Cache<ReplicaSet>, exp: &Expectations, q
     match change {
         Change::Added(pod) => {
             if pod.metadata.deletion_timestamp.is_some() {
-                return deleted(&pod);
+                return deleted(pod);
             }
             if podutil::controller_of(&pod.metadata).is_some() {
                 if let Some(rs) = claim::controller_in(&pod.metadata, store) {
@@ -448,15 +448,15 @@ fn on_pod(change: &Change<Pod>, store: &Cache<ReplicaSet>, exp: &Expectations, q
                 }
                 return;
             }
-            for rs in matching(&pod, store) {
+            for rs in matching(pod, store) {
                 enqueue(queue, &rs);
             }
         }
         Change::Updated { old, new } => {
             if new.metadata.deletion_timestamp.is_some() {
-                deleted(&new);
+                deleted(new);
                 if old.metadata.labels != new.metadata.labels {
-                    deleted(&old);
+                    deleted(old);
                 }
                 return;
             }
@@ -476,7 +476,7 @@ fn on_pod(change: &Change<Pod>, store: &Cache<ReplicaSet>, exp: &Expectations, q
                 return;
             }
             if old.metadata.labels != new.metadata.labels || old_ref != new_ref {
-                for rs in matching(&new, store) {
+                for rs in matching(new, store) {
                     enqueue(queue, &rs);
                 }
             }
