@@ -39,6 +39,8 @@
 //! - [`job`]: a Job's pods run to completion; its status counts them.
 //! - [`cronjob`]: a CronJob's Jobs start on its schedule.
 //! - [`ttl_after_finished`]: finished Jobs deleted once their TTL has passed.
+//! - [`triggers`]: informer handlers that queue keys (an object's own, or those it maps to),
+//!   the runner of a controller keyed by one resource, and the pods-by-node index.
 //! - [`disruption`]: PodDisruptionBudget status (healthy, desired, disruptions allowed).
 //! - [`replicaset`]: `spec.replicas` pods per ReplicaSet (with [`expectations`], [`ranking`]).
 //! - [`deployment`]: Deployments rolled out through ReplicaSets (a module directory).
@@ -79,6 +81,7 @@ pub mod statefulset;
 pub mod statefulset_pods;
 pub mod status;
 pub mod tainteviction;
+pub mod triggers;
 pub mod ttl_after_finished;
 
 use std::sync::Arc;

@@ -10,19 +10,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Namespace, NamespaceCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
 use kube::{Api, ResourceExt};
 use skiff_runtime::backoff::ItemBackoff;
+use skiff_runtime::controller::{Action, Controller};
 
-use crate::Context;
 use crate::resources::{self, Served};
+use crate::{Context, triggers};
 
 /// The spec finalizer this controller owns.
 pub const FINALIZER: &str = "kubernetes";
@@ -407,44 +405,33 @@ impl NamespaceContent for KubeContent {
     }
 }
 
-struct State {
-    api: KubeContent,
-    /// Failures: client-go's default per-item backoff.
-    backoff: ItemBackoff<ObjectRef<Namespace>>,
-    /// Content still there: look again after 1 s, doubling to 30 s while it stays.
-    waiting: ItemBackoff<ObjectRef<Namespace>>,
-}
-
-/// Runs the controller over every namespace.
+/// Runs the controller over every namespace (upstream's `--concurrent-namespace-syncs`, 10).
+/// A namespace whose content remains is looked at again after 1 s, doubling to 30 s while it
+/// stays.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let namespaces: Api<Namespace> = Api::all(ctx.informer_client.clone());
-    let state = Arc::new(State {
-        api: KubeContent(ctx.client.clone()),
-        backoff: ItemBackoff::default(),
-        waiting: ItemBackoff::new(Duration::from_secs(1), Duration::from_secs(30)),
-    });
-    Controller::new(namespaces, watcher::Config::default())
-        .run(
-            |ns: Arc<Namespace>, state: Arc<State>| async move {
-                let key = ObjectRef::from(ns.as_ref());
-                let outcome = reconcile(&ns, &state.api, Timestamp::now()).await?;
-                state.backoff.forget(&key);
-                Ok::<_, Error>(match outcome {
-                    Outcome::ContentRemaining => Action::requeue(state.waiting.failed(key)),
+    let api = Arc::new(KubeContent(ctx.client.clone()));
+    let waiting = Arc::new(ItemBackoff::new(
+        Duration::from_secs(1),
+        Duration::from_secs(30),
+    ));
+    let namespaces = ctx.informers.get::<Namespace>();
+    let controller = Controller::new("namespace").workers(10);
+    triggers::run_each(controller, &namespaces, move |ns| {
+        let (api, waiting) = (api.clone(), waiting.clone());
+        async move {
+            let key = ObjectRef::from_obj(ns.as_ref());
+            Ok::<_, Error>(
+                match reconcile(&ns, api.as_ref(), Timestamp::now()).await? {
+                    Outcome::ContentRemaining => Action::RequeueAfter(waiting.failed(key)),
                     Outcome::Untouched | Outcome::Finalized => {
-                        state.waiting.forget(&key);
-                        Action::await_change()
+                        waiting.forget(&key);
+                        Action::AwaitChange
                     }
-                })
-            },
-            |ns: Arc<Namespace>, error: &Error, state: Arc<State>| {
-                tracing::warn!(namespace = %ns.name_any(), %error, "namespace: will retry");
-                Action::requeue(state.backoff.failed(ObjectRef::from(ns.as_ref())))
-            },
-            state.clone(),
-        )
-        .for_each(|_| async {})
-        .await;
+                },
+            )
+        }
+    })
+    .await;
     Ok(())
 }
 

@@ -3,7 +3,9 @@
 //! range of `--cluster-cidr` in `spec.podCIDR` and `spec.podCIDRs`. One task owns the
 //! allocation table (so a range is never handed out twice); it is rebuilt from the Nodes'
 //! existing ranges before anything is allocated, so it survives restarts. A deleted Node's range
-//! is released. When none is left the Node gets a `CIDRNotAvailable` event. IPv4 only.
+//! is released, also when the Node went while the watch was disconnected (the shared
+//! informer's tombstone after its relist). When none is left the Node gets a
+//! `CIDRNotAvailable` event. IPv4 only.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::Ipv4Addr;
@@ -11,13 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
+use skiff_runtime::informer::Change;
+use tokio::sync::mpsc;
 
 use crate::Context;
 
@@ -238,54 +240,101 @@ impl NodeCidrs for KubeCidrs {
     }
 }
 
-/// Runs the allocator until the process stops (idle without `--allocate-node-cidrs`).
+/// What the allocation task keeps between changes: the table, the nodes still waiting for a
+/// range, and those already told none is left.
+#[derive(Debug)]
+pub struct Allocation {
+    pub ipam: Ipam,
+    pub pending: Vec<Node>,
+    pub reported: HashSet<String>,
+}
+
+impl Allocation {
+    pub fn new(ipam: Ipam) -> Allocation {
+        Allocation {
+            ipam,
+            pending: Vec::new(),
+            reported: HashSet::new(),
+        }
+    }
+
+    /// Applies one change of the Node informer: a node's range is recorded, a node without one
+    /// waits for one, and a deleted node's range is freed, also when the watch missed the
+    /// deletion and a relist found the node gone.
+    pub fn observe(&mut self, change: &Change<Node>) {
+        let node = change.object();
+        let name = node.name_any();
+        self.pending.retain(|p| p.name_any() != name);
+        match change {
+            Change::Added(_) | Change::Updated { .. } => {
+                self.ipam.observe(node);
+                if pod_cidr(node).is_none() {
+                    self.pending.push(node.as_ref().clone());
+                }
+            }
+            Change::Deleted { .. } => {
+                self.reported.remove(&name);
+                self.ipam.forget(&name);
+            }
+        }
+    }
+
+    /// Assigns ranges to the pending nodes that can get one.
+    pub async fn assign(&mut self, api: &dyn NodeCidrs) {
+        if !self.pending.is_empty() {
+            let todo = std::mem::take(&mut self.pending);
+            self.pending = assign_pending(&mut self.ipam, todo, &mut self.reported, api).await;
+        }
+    }
+}
+
+/// Runs the allocator until the process stops (idle without `--allocate-node-cidrs`). The
+/// shared Node informer's handler hands its changes to the one task that owns the table.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     if !ctx.config.allocate_node_cidrs {
         std::future::pending::<()>().await;
     }
     let allocator = Allocator::new(&ctx.config.cluster_cidr, ctx.config.node_cidr_mask_size)?;
-    let mut ipam = Ipam::new(allocator);
+    let mut allocation = Allocation::new(Ipam::new(allocator));
     let api = KubeCidrs {
         client: ctx.client.clone(),
         recorder: ctx.recorder(),
     };
-    let nodes: Api<Node> = Api::all(ctx.informer_client.clone());
-    let mut events = watcher::watcher(nodes, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let mut synced = false;
-    let mut pending: Vec<Node> = Vec::new();
-    let mut reported = HashSet::new();
+    let (changes, mut received) = mpsc::unbounded_channel();
+    let nodes = ctx.informers.get::<Node>();
+    nodes.add_handler(move |change: &Change<Node>| {
+        let copy = match change {
+            Change::Added(n) => Change::Added(n.clone()),
+            Change::Updated { old, new } => Change::Updated {
+                old: old.clone(),
+                new: new.clone(),
+            },
+            Change::Deleted {
+                last,
+                final_state_unknown,
+            } => Change::Deleted {
+                last: last.clone(),
+                final_state_unknown: *final_state_unknown,
+            },
+        };
+        let _ = changes.send(copy);
+    });
+    // Only once every existing range is known is any handed out: the handler has sent every
+    // node of the first list by the time the cache is ready.
+    nodes.cache().wait_until_ready().await;
+    while let Ok(change) = received.try_recv() {
+        allocation.observe(&change);
+    }
     let mut retry = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
-            e = events.next() => {
-                let Some(e) = e else { anyhow::bail!("the node watch ended") };
-                match e {
-                    Ok(watcher::Event::Init) => pending.clear(),
-                    Ok(watcher::Event::InitApply(n) | watcher::Event::Apply(n)) => {
-                        ipam.observe(&n);
-                        pending.retain(|p| p.name_any() != n.name_any());
-                        if pod_cidr(&n).is_none() {
-                            pending.push(n);
-                        }
-                    }
-                    Ok(watcher::Event::InitDone) => synced = true,
-                    Ok(watcher::Event::Delete(n)) => {
-                        pending.retain(|p| p.name_any() != n.name_any());
-                        reported.remove(&n.name_any());
-                        ipam.forget(&n.name_any());
-                    }
-                    Err(error) => tracing::warn!(%error, "nodeipam: node watch"),
-                }
+            change = received.recv() => {
+                let Some(change) = change else { anyhow::bail!("the node informer stopped") };
+                allocation.observe(&change);
             }
             _ = retry.tick() => {}
         }
-        // Only once every existing range is known (after the first list) is any handed out.
-        if synced && !pending.is_empty() {
-            let todo = std::mem::take(&mut pending);
-            pending = assign_pending(&mut ipam, todo, &mut reported, &api).await;
-        }
+        allocation.assign(&api).await;
     }
 }
 
@@ -367,5 +416,28 @@ mod tests {
                 .is_empty()
         );
         assert_eq!(api.assigned.lock()[1], ("b".into(), "10.0.0.0/31".into()));
+    }
+
+    #[tokio::test]
+    async fn a_node_deleted_while_the_watch_was_down_frees_its_range() {
+        let mut allocation = Allocation::new(Ipam::new(Allocator::new("10.0.0.0/30", 31).unwrap()));
+        let gone = Arc::new(node("gone", Some("10.0.0.0/31")));
+        allocation.observe(&Change::Added(gone.clone()));
+        allocation.observe(&Change::Added(Arc::new(node("kept", Some("10.0.0.2/31")))));
+        allocation.observe(&Change::Added(Arc::new(node("new", None))));
+        let api = Recording::default();
+        allocation.assign(&api).await;
+        assert_eq!(*api.unavailable.lock(), vec!["new"], "every range is held");
+        // the relist after a reconnect no longer has `gone`: the informer's tombstone
+        allocation.observe(&Change::Deleted {
+            last: gone,
+            final_state_unknown: true,
+        });
+        allocation.assign(&api).await;
+        assert_eq!(
+            *api.assigned.lock(),
+            vec![("new".to_string(), "10.0.0.0/31".to_string())]
+        );
+        assert!(allocation.pending.is_empty());
     }
 }

@@ -9,23 +9,22 @@
 //! and NoSchedule, and the NoSchedule taints of the pressure conditions, `network-unavailable`
 //! and `unschedulable`; they go when the condition clears.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, PodCondition, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::Context;
 use crate::config::Config;
+use crate::{Context, triggers};
 
 pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
@@ -332,37 +331,18 @@ impl NodeWrites for KubeWrites {
     }
 }
 
-/// A reflector store of `api`, kept current by a background watch.
-pub(crate) fn informer<K>(api: Api<K>, config: watcher::Config) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher::watcher(api, config))
-        .default_backoff()
-        .for_each(|_| async {});
-    tokio::spawn(stream);
-    store
-}
-
 /// Runs the monitor loop until the process stops.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let shared = ctx.informer_client.clone();
-    let nodes = informer(Api::<Node>::all(shared.clone()), watcher::Config::default());
-    let leases = informer(
-        Api::<Lease>::namespaced(shared.clone(), LEASE_NAMESPACE),
-        watcher::Config::default(),
-    );
-    let pods = informer(Api::<Pod>::all(shared), watcher::Config::default());
-    nodes.wait_until_ready().await?;
-    leases.wait_until_ready().await?;
-    pods.wait_until_ready().await?;
+    let nodes = ctx.informers.get::<Node>();
+    let in_lease_namespace =
+        watcher::Config::default().fields(&format!("metadata.namespace={LEASE_NAMESPACE}"));
+    let leases = ctx.informers.filtered::<Lease>(in_lease_namespace);
+    let pods = ctx.informers.get::<Pod>();
+    triggers::index_pods_by_node(pods.cache());
+    let (nodes, leases, pods) = (nodes.cache(), leases.cache(), pods.cache());
+    nodes.wait_until_ready().await;
+    leases.wait_until_ready().await;
+    pods.wait_until_ready().await;
     let api = KubeWrites(ctx.client.clone());
     let mut health: HashMap<String, Health> = HashMap::new();
     let mut tick = tokio::time::interval(ctx.config.node_monitor_period);
@@ -371,16 +351,12 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         tick.tick().await;
         let now = Timestamp::now();
         let all = nodes.state();
-        health.retain(|name, _| all.iter().any(|n| n.name_any() == *name));
-        let pods = pods.state();
+        let names: HashSet<String> = all.iter().map(|n| n.name_any()).collect();
+        health.retain(|name, _| names.contains(name));
         for node in all {
             let name = node.name_any();
-            let lease = leases.get(&reflector::ObjectRef::new(&name).within(LEASE_NAMESPACE));
-            let on_node: Vec<Arc<Pod>> = pods
-                .iter()
-                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&name))
-                .cloned()
-                .collect();
+            let lease = leases.get(&ObjectRef::new(&name).within(LEASE_NAMESPACE));
+            let on_node = triggers::pods_on(pods, &name);
             let r = monitor(
                 &node,
                 lease.as_deref(),

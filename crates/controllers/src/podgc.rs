@@ -4,6 +4,7 @@
 //! (`DeletionByPodGC`) and force-deleted; terminating pods never scheduled are force-deleted.
 //! Upstream's pass over terminating pods on `out-of-service` tainted nodes is not done.
 
+use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -50,8 +51,8 @@ fn node_of(p: &Pod) -> Option<&str> {
 /// The pods to delete this pass. `absent_since` remembers when each missing node was first
 /// noticed: its pods are planned only after the quarantine (and [`pass`] confirms the node is
 /// still missing with a fresh read before deleting them).
-pub fn plan(
-    pods: &[Pod],
+pub fn plan<P: Borrow<Pod>>(
+    pods: &[P],
     nodes: &HashSet<String>,
     absent_since: &mut HashMap<String, Timestamp>,
     threshold: i64,
@@ -60,6 +61,7 @@ pub fn plan(
     let mut out = Vec::new();
     let mut terminated: Vec<&Pod> = pods
         .iter()
+        .map(Borrow::borrow)
         .filter(|p| matches!(phase(p), "Succeeded" | "Failed"))
         .collect();
     if threshold > 0 && terminated.len() as i64 > threshold {
@@ -78,7 +80,7 @@ pub fn plan(
         );
     }
     absent_since.retain(|n, _| !nodes.contains(n));
-    for p in pods {
+    for p in pods.iter().map(Borrow::borrow) {
         if out.iter().any(|(o, _)| o.uid() == p.uid()) {
             continue;
         }
@@ -107,8 +109,8 @@ pub trait PodGc: Send + Sync {
 }
 
 /// One pass: plans, confirms missing nodes, deletes.
-pub async fn pass(
-    pods: &[Pod],
+pub async fn pass<P: Borrow<Pod>>(
+    pods: &[P],
     nodes: &HashSet<String>,
     absent_since: &mut HashMap<String, Timestamp>,
     threshold: i64,
@@ -182,44 +184,33 @@ impl PodGc for KubePodGc {
     }
 }
 
-/// Runs a pass every [`CHECK_PERIOD`] until the process stops.
+/// Runs a pass every [`CHECK_PERIOD`] until the process stops, over what the shared Pod and
+/// Node informers hold.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let api = KubePodGc(ctx.client.clone());
-    // the lists upstream's informers would hold, under the controller manager's identity
-    let pods: Api<Pod> = Api::all(ctx.informer_client.clone());
-    let nodes: Api<Node> = Api::all(ctx.informer_client.clone());
+    let pods = ctx.informers.get::<Pod>();
+    let nodes = ctx.informers.get::<Node>();
+    let (pods, nodes) = (pods.cache(), nodes.cache());
+    pods.wait_until_ready().await;
+    nodes.wait_until_ready().await;
     let mut absent_since = HashMap::new();
     let mut tick = tokio::time::interval(CHECK_PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let listed = async {
-            let pods = pods.list(&ListParams::default()).await?.items;
-            let nodes: HashSet<String> = nodes
-                .list_metadata(&ListParams::default())
-                .await?
-                .items
-                .into_iter()
-                .map(|n| n.name_any())
-                .collect();
-            kube::Result::Ok((pods, nodes))
-        };
-        let r = match listed.await {
-            Ok((pods, nodes)) => {
-                let threshold = ctx.config.terminated_pod_gc_threshold;
-                pass(
-                    &pods,
-                    &nodes,
-                    &mut absent_since,
-                    threshold,
-                    Timestamp::now(),
-                    &api,
-                )
-                .await
-            }
-            Err(e) => Err(e),
-        };
-        match r {
+        let names: HashSet<String> = nodes.state().iter().map(|n| n.name_any()).collect();
+        let threshold = ctx.config.terminated_pod_gc_threshold;
+        let now = Timestamp::now();
+        match pass(
+            &pods.state(),
+            &names,
+            &mut absent_since,
+            threshold,
+            now,
+            &api,
+        )
+        .await
+        {
             Ok(done) => {
                 for (pod, reason) in done {
                     tracing::info!(%pod, ?reason, "podgc: deleted");

@@ -7,16 +7,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{ObjectMeta, PostParams};
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
-use skiff_runtime::backoff::ItemBackoff;
+use skiff_runtime::cache::Cache;
+use skiff_runtime::controller::{Action, Controller};
 
-use crate::Context;
+use crate::{Context, triggers};
 
 pub const NAME: &str = "kube-root-ca.crt";
 pub const KEY: &str = "ca.crt";
@@ -105,18 +104,17 @@ pub async fn reconcile(
 }
 
 struct KubeConfigMaps {
-    /// The controller manager's identity: reads what upstream reads from its informer (the
+    /// The `kube-root-ca.crt` ConfigMaps, from the informer upstream reads them from (the
     /// controller's role grants only create and update).
-    reads: kube::Client,
+    configmaps: Cache<ConfigMap>,
     writes: kube::Client,
 }
 
 #[async_trait]
 impl RootCaConfigMaps for KubeConfigMaps {
     async fn get(&self, namespace: &str) -> kube::Result<Option<ConfigMap>> {
-        Api::<ConfigMap>::namespaced(self.reads.clone(), namespace)
-            .get_opt(NAME)
-            .await
+        let key = ObjectRef::new(NAME).within(namespace);
+        Ok(self.configmaps.get(&key).map(|cm| cm.as_ref().clone()))
     }
 
     async fn apply(&self, namespace: &str, change: Change) -> kube::Result<()> {
@@ -137,48 +135,34 @@ impl RootCaConfigMaps for KubeConfigMaps {
     }
 }
 
-struct State {
-    api: KubeConfigMaps,
-    ca: String,
-    backoff: ItemBackoff<ObjectRef<Namespace>>,
-}
-
-/// Runs the publisher (idle when there is no CA bundle to publish).
+/// Runs the publisher (idle when there is no CA bundle to publish; upstream's one worker):
+/// namespaces are the keys; a change of a namespace's `kube-root-ca.crt` (its deletion too)
+/// requeues the namespace.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let Some(ca) = ctx.config.root_ca.clone() else {
         tracing::warn!("root-ca-cert-publisher: no CA bundle (--root-ca-file); idle");
         std::future::pending::<()>().await;
         return Ok(());
     };
-    let namespaces: Api<Namespace> = Api::all(ctx.informer_client.clone());
-    let configmaps: Api<ConfigMap> = Api::all(ctx.informer_client.clone());
+    let ca: Arc<str> = ca.into();
+    let namespaces = ctx.informers.get::<Namespace>();
     let only_ours = watcher::Config::default().fields(&format!("metadata.name={NAME}"));
-    let state = Arc::new(State {
-        api: KubeConfigMaps {
-            reads: ctx.informer_client.clone(),
-            writes: ctx.client.clone(),
-        },
-        ca,
-        backoff: ItemBackoff::default(),
+    let configmaps = ctx.informers.filtered::<ConfigMap>(only_ours);
+    let controller = Controller::new("root-ca-cert-publisher").workers(1);
+    triggers::queue_mapped_keys(&configmaps, controller.queue(), triggers::namespace_key);
+    configmaps.cache().wait_until_ready().await;
+    let api = Arc::new(KubeConfigMaps {
+        configmaps: configmaps.cache().clone(),
+        writes: ctx.client.clone(),
     });
-    Controller::new(namespaces, watcher::Config::default())
-        .watches(configmaps, only_ours, |cm: ConfigMap| {
-            cm.namespace().map(|ns| ObjectRef::new(&ns))
-        })
-        .run(
-            |ns: Arc<Namespace>, state: Arc<State>| async move {
-                reconcile(&ns, &state.ca, &state.api).await?;
-                state.backoff.forget(&ObjectRef::from(ns.as_ref()));
-                Ok::<_, kube::Error>(Action::await_change())
-            },
-            |ns: Arc<Namespace>, error: &kube::Error, state: Arc<State>| {
-                tracing::warn!(namespace = %ns.name_any(), %error, "root-ca-cert-publisher: will retry");
-                Action::requeue(state.backoff.failed(ObjectRef::from(ns.as_ref())))
-            },
-            state.clone(),
-        )
-        .for_each(|_| async {})
-        .await;
+    triggers::run_each(controller, &namespaces, move |ns| {
+        let (api, ca) = (api.clone(), ca.clone());
+        async move {
+            reconcile(&ns, &ca, api.as_ref()).await?;
+            Ok::<_, kube::Error>(Action::AwaitChange)
+        }
+    })
+    .await;
     Ok(())
 }
 

@@ -5,16 +5,15 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{ObjectMeta, PostParams};
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
-use skiff_runtime::backoff::ItemBackoff;
+use skiff_runtime::cache::Cache;
+use skiff_runtime::controller::{Action, Controller};
 
-use crate::Context;
+use crate::{Context, triggers};
 
 /// The ServiceAccount every namespace gets.
 pub const DEFAULT: &str = "default";
@@ -44,17 +43,19 @@ pub async fn reconcile(namespace: &Namespace, api: &dyn ServiceAccounts) -> kube
 }
 
 struct KubeServiceAccounts {
-    /// The controller manager's identity: reads what upstream reads from its informer (the
+    /// The `default` ServiceAccounts, from the informer upstream reads them from (the
     /// controller's role grants only create).
-    reads: kube::Client,
+    accounts: Cache<ServiceAccount>,
     writes: kube::Client,
 }
 
 #[async_trait]
 impl ServiceAccounts for KubeServiceAccounts {
     async fn default_exists(&self, namespace: &str) -> kube::Result<bool> {
-        let api: Api<ServiceAccount> = Api::namespaced(self.reads.clone(), namespace);
-        Ok(api.get_metadata_opt(DEFAULT).await?.is_some())
+        Ok(self
+            .accounts
+            .get(&ObjectRef::new(DEFAULT).within(namespace))
+            .is_some())
     }
 
     async fn create_default(&self, namespace: &str) -> kube::Result<()> {
@@ -73,42 +74,27 @@ impl ServiceAccounts for KubeServiceAccounts {
     }
 }
 
-struct State {
-    api: KubeServiceAccounts,
-    backoff: ItemBackoff<ObjectRef<Namespace>>,
-}
-
-/// Runs the controller: namespaces are the keys; a `default` ServiceAccount's change requeues its
-/// namespace.
+/// Runs the controller (upstream's one worker): namespaces are the keys; a `default`
+/// ServiceAccount's change (its deletion too) requeues its namespace.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let namespaces: Api<Namespace> = Api::all(ctx.informer_client.clone());
-    let accounts: Api<ServiceAccount> = Api::all(ctx.informer_client.clone());
+    let namespaces = ctx.informers.get::<Namespace>();
     let only_default = watcher::Config::default().fields(&format!("metadata.name={DEFAULT}"));
-    let state = Arc::new(State {
-        api: KubeServiceAccounts {
-            reads: ctx.informer_client.clone(),
-            writes: ctx.client.clone(),
-        },
-        backoff: ItemBackoff::default(),
+    let accounts = ctx.informers.filtered::<ServiceAccount>(only_default);
+    let controller = Controller::new("serviceaccount").workers(1);
+    triggers::queue_mapped_keys(&accounts, controller.queue(), triggers::namespace_key);
+    accounts.cache().wait_until_ready().await;
+    let api = Arc::new(KubeServiceAccounts {
+        accounts: accounts.cache().clone(),
+        writes: ctx.client.clone(),
     });
-    Controller::new(namespaces, watcher::Config::default())
-        .watches(accounts, only_default, |sa: ServiceAccount| {
-            sa.namespace().map(|ns| ObjectRef::new(&ns))
-        })
-        .run(
-            |ns: Arc<Namespace>, state: Arc<State>| async move {
-                reconcile(&ns, &state.api).await?;
-                state.backoff.forget(&ObjectRef::from(ns.as_ref()));
-                Ok::<_, kube::Error>(Action::await_change())
-            },
-            |ns: Arc<Namespace>, error: &kube::Error, state: Arc<State>| {
-                tracing::warn!(namespace = %ns.name_any(), %error, "serviceaccount: will retry");
-                Action::requeue(state.backoff.failed(ObjectRef::from(ns.as_ref())))
-            },
-            state.clone(),
-        )
-        .for_each(|_| async {})
-        .await;
+    triggers::run_each(controller, &namespaces, move |ns| {
+        let api = api.clone();
+        async move {
+            reconcile(&ns, api.as_ref()).await?;
+            Ok::<_, kube::Error>(Action::AwaitChange)
+        }
+    })
+    .await;
     Ok(())
 }
 

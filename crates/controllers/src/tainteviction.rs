@@ -11,20 +11,18 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use skiff_component_helpers::tolerations::tolerates;
-use skiff_runtime::backoff::ItemBackoff;
+use skiff_runtime::cache::Cache;
+use skiff_runtime::controller::{Action, Controller};
 
-use crate::{Context, podutil};
+use crate::{Context, podutil, triggers};
 
 /// What to do with one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,17 +98,17 @@ pub async fn reconcile(
 struct KubeEvictions {
     client: kube::Client,
     recorder: Recorder,
+    /// The shared Node informer's cache: a node's change is queued only once it shows it.
+    nodes: Cache<Node>,
 }
 
 #[async_trait]
 impl Evictions for KubeEvictions {
     async fn node_taints(&self, node: &str) -> kube::Result<Vec<Taint>> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        Ok(nodes
-            .get_opt(node)
-            .await?
-            .and_then(|n| n.spec)
-            .and_then(|s| s.taints)
+        Ok(self
+            .nodes
+            .get(&ObjectRef::new(node))
+            .and_then(|n| n.spec.as_ref()?.taints.clone())
             .unwrap_or_default())
     }
 
@@ -156,51 +154,35 @@ impl Evictions for KubeEvictions {
     }
 }
 
-struct State {
-    api: KubeEvictions,
-    backoff: ItemBackoff<ObjectRef<Pod>>,
-}
-
-/// Runs the controller: pods are the keys; a node's change requeues the pods bound to it.
+/// Runs the controller (upstream's 8 update workers): pods are the keys; a node's change
+/// requeues the pods bound to it.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let pods: Api<Pod> = Api::all(ctx.informer_client.clone());
-    let nodes: Api<Node> = Api::all(ctx.informer_client.clone());
-    let state = Arc::new(State {
-        api: KubeEvictions {
-            client: ctx.client.clone(),
-            recorder: ctx.recorder(),
-        },
-        backoff: ItemBackoff::default(),
+    let pods = ctx.informers.get::<Pod>();
+    let nodes = ctx.informers.get::<Node>();
+    triggers::index_pods_by_node(pods.cache());
+    let controller = Controller::new("taint-eviction-controller").workers(8);
+    let cache = pods.cache().clone();
+    triggers::queue_mapped_keys(&nodes, controller.queue(), move |node: &Node| {
+        let on_node = triggers::pods_on(&cache, &node.name_any());
+        on_node.into_iter().map(|p| ObjectRef::from_obj(p.as_ref()))
     });
-    let controller = Controller::new(pods, watcher::Config::default());
-    let store = controller.store();
-    controller
-        .watches(nodes, watcher::Config::default(), move |node: Node| {
-            let name = node.name_any();
-            store
-                .state()
-                .into_iter()
-                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&name))
-                .map(|p| ObjectRef::from(p.as_ref()))
-                .collect::<Vec<_>>()
-        })
-        .run(
-            |pod: Arc<Pod>, state: Arc<State>| async move {
-                let wait = reconcile(&pod, &state.api, Timestamp::now()).await?;
-                state.backoff.forget(&ObjectRef::from(pod.as_ref()));
-                Ok::<_, kube::Error>(match wait {
-                    Some(d) => Action::requeue(d.unsigned_abs()),
-                    None => Action::await_change(),
-                })
-            },
-            |pod: Arc<Pod>, error: &kube::Error, state: Arc<State>| {
-                tracing::warn!(pod = %pod.name_any(), %error, "taint-eviction: will retry");
-                Action::requeue(state.backoff.failed(ObjectRef::from(pod.as_ref())))
-            },
-            state.clone(),
-        )
-        .for_each(|_| async {})
-        .await;
+    nodes.cache().wait_until_ready().await;
+    let api = Arc::new(KubeEvictions {
+        client: ctx.client.clone(),
+        recorder: ctx.recorder(),
+        nodes: nodes.cache().clone(),
+    });
+    triggers::run_each(controller, &pods, move |pod| {
+        let api = api.clone();
+        async move {
+            let wait = reconcile(&pod, api.as_ref(), Timestamp::now()).await?;
+            Ok::<_, kube::Error>(match wait {
+                Some(d) => Action::RequeueAfter(d.unsigned_abs()),
+                None => Action::AwaitChange,
+            })
+        }
+    })
+    .await;
     Ok(())
 }
 

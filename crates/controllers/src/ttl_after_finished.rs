@@ -8,18 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{DeleteParams, Preconditions, PropagationPolicy};
-use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
 use kube::{Api, ResourceExt};
-use skiff_runtime::backoff::ItemBackoff;
+use skiff_runtime::controller::{Action, Controller};
 
-use crate::Context;
 use crate::job::sync::finish_time;
+use crate::{Context, triggers};
 
 /// The reads and writes this controller makes.
 #[async_trait]
@@ -111,36 +107,20 @@ impl Jobs for KubeJobs {
     }
 }
 
-struct State {
-    api: KubeJobs,
-    backoff: ItemBackoff<ObjectRef<Job>>,
-}
-
-/// Runs the controller over every Job; each is requeued for its expiry.
+/// Runs the controller over every Job (upstream's `--concurrent-ttl-after-finished-syncs`, 5);
+/// each is requeued for its expiry.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let jobs: Api<Job> = Api::all(ctx.informer_client.clone());
-    let state = Arc::new(State {
-        api: KubeJobs(ctx.client.clone()),
-        backoff: ItemBackoff::default(),
-    });
-    Controller::new(jobs, watcher::Config::default())
-        .run(
-            |job: Arc<Job>, state: Arc<State>| async move {
-                let requeue = reconcile(&job, Timestamp::now(), &state.api).await?;
-                state.backoff.forget(&ObjectRef::from(job.as_ref()));
-                Ok::<_, kube::Error>(match requeue {
-                    Some(after) => Action::requeue(after),
-                    None => Action::await_change(),
-                })
-            },
-            |job: Arc<Job>, error: &kube::Error, state: Arc<State>| {
-                tracing::warn!(job = %job.name_any(), %error, "ttl-after-finished: will retry");
-                Action::requeue(state.backoff.failed(ObjectRef::from(job.as_ref())))
-            },
-            state,
-        )
-        .for_each(|_| async {})
-        .await;
+    let api = Arc::new(KubeJobs(ctx.client.clone()));
+    let jobs = ctx.informers.get::<Job>();
+    let controller = Controller::new("ttl-after-finished");
+    triggers::run_each(controller, &jobs, move |job| {
+        let api = api.clone();
+        async move {
+            let requeue = reconcile(&job, Timestamp::now(), api.as_ref()).await?;
+            Ok::<_, kube::Error>(requeue.map_or(Action::AwaitChange, Action::RequeueAfter))
+        }
+    })
+    .await;
     Ok(())
 }
 

@@ -12,7 +12,6 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
@@ -21,14 +20,11 @@ use k8s_openapi::api::certificates::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::PostParams;
-use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
 use kube::{Api, ResourceExt};
-use skiff_runtime::backoff::ItemBackoff;
+use skiff_runtime::controller::{Action, Controller};
 
 use super::{CLIENT_SIGNER, KUBELET_CLIENT_SIGNER, NODES_GROUP};
-use crate::Context;
+use crate::{Context, triggers};
 
 /// The user a joining node's proxy runs as (bound to `system:node-proxier`).
 pub const KUBE_PROXY_USER: &str = "system:kube-proxy";
@@ -209,36 +205,21 @@ impl ApproverApi for KubeApprover {
     }
 }
 
-struct State {
-    api: KubeApprover,
-    backoff: ItemBackoff<ObjectRef<CertificateSigningRequest>>,
-}
-
-/// Runs the approver.
+/// Runs the approver (upstream's 5 workers).
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let requests: Api<CertificateSigningRequest> = Api::all(ctx.informer_client.clone());
-    let state = Arc::new(State {
-        api: KubeApprover {
-            client: ctx.client.clone(),
-        },
-        backoff: ItemBackoff::default(),
+    let api = Arc::new(KubeApprover {
+        client: ctx.client.clone(),
     });
-    Controller::new(requests, watcher::Config::default())
-        .run(
-            |csr: Arc<CertificateSigningRequest>, state: Arc<State>| async move {
-                let now = Time(jiff::Timestamp::now());
-                reconcile(&csr, &state.api, now).await?;
-                state.backoff.forget(&ObjectRef::from(csr.as_ref()));
-                Ok::<_, kube::Error>(Action::await_change())
-            },
-            |csr: Arc<CertificateSigningRequest>, error: &kube::Error, state: Arc<State>| {
-                tracing::warn!(csr = %csr.name_any(), %error, "csrapproving: will retry");
-                Action::requeue(state.backoff.failed(ObjectRef::from(csr.as_ref())))
-            },
-            state.clone(),
-        )
-        .for_each(|_| async {})
-        .await;
+    let requests = ctx.informers.get::<CertificateSigningRequest>();
+    let controller = Controller::new("csrapproving");
+    triggers::run_each(controller, &requests, move |csr| {
+        let api = api.clone();
+        async move {
+            reconcile(&csr, api.as_ref(), Time(jiff::Timestamp::now())).await?;
+            Ok::<_, kube::Error>(Action::AwaitChange)
+        }
+    })
+    .await;
     Ok(())
 }
 

@@ -12,22 +12,18 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::PostParams;
-use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
 use kube::{Api, ResourceExt};
 use rcgen::{ExtendedKeyUsagePurpose, Issuer, KeyPair, KeyUsagePurpose};
-use skiff_runtime::backoff::ItemBackoff;
+use skiff_runtime::controller::{Action, Controller};
 
 use super::{CLIENT_SIGNER, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER};
-use crate::Context;
+use crate::{Context, triggers};
 
 /// How far back a certificate's validity starts (upstream's 5-minute backdate for clock skew).
 const BACKDATE: Duration = Duration::from_secs(5 * 60);
@@ -243,14 +239,8 @@ impl SignerApi for KubeStatus {
     }
 }
 
-struct State {
-    api: KubeStatus,
-    signer: CaSigner,
-    max_lifetime: Duration,
-    backoff: ItemBackoff<ObjectRef<CertificateSigningRequest>>,
-}
-
-/// Runs the signer (idle without `--cluster-signing-cert-file` and `--cluster-signing-key-file`).
+/// Runs the signer (idle without `--cluster-signing-cert-file` and `--cluster-signing-key-file`;
+/// upstream's 5 workers).
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let config = &ctx.config;
     let (Some(cert), Some(key)) = (
@@ -263,31 +253,21 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         std::future::pending::<()>().await;
         return Ok(());
     };
-    let signer = CaSigner::load(cert, key).map_err(anyhow::Error::msg)?;
-    let state = Arc::new(State {
-        api: KubeStatus {
-            client: ctx.client.clone(),
-        },
-        signer,
-        max_lifetime: config.cluster_signing_duration,
-        backoff: ItemBackoff::default(),
+    let signer = Arc::new(CaSigner::load(cert, key).map_err(anyhow::Error::msg)?);
+    let api = Arc::new(KubeStatus {
+        client: ctx.client.clone(),
     });
-    let requests: Api<CertificateSigningRequest> = Api::all(ctx.informer_client.clone());
-    Controller::new(requests, watcher::Config::default())
-        .run(
-            |csr: Arc<CertificateSigningRequest>, state: Arc<State>| async move {
-                reconcile(&csr, &state.signer, state.max_lifetime, &state.api).await?;
-                state.backoff.forget(&ObjectRef::from(csr.as_ref()));
-                Ok::<_, kube::Error>(Action::await_change())
-            },
-            |csr: Arc<CertificateSigningRequest>, error: &kube::Error, state: Arc<State>| {
-                tracing::warn!(csr = %csr.name_any(), %error, "csrsigning: will retry");
-                Action::requeue(state.backoff.failed(ObjectRef::from(csr.as_ref())))
-            },
-            state.clone(),
-        )
-        .for_each(|_| async {})
-        .await;
+    let max_lifetime = config.cluster_signing_duration;
+    let requests = ctx.informers.get::<CertificateSigningRequest>();
+    let controller = Controller::new("csrsigning");
+    triggers::run_each(controller, &requests, move |csr| {
+        let (signer, api) = (signer.clone(), api.clone());
+        async move {
+            reconcile(&csr, signer.as_ref(), max_lifetime, api.as_ref()).await?;
+            Ok::<_, kube::Error>(Action::AwaitChange)
+        }
+    })
+    .await;
     Ok(())
 }
 
