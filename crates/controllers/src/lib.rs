@@ -2,10 +2,12 @@
 //! state through informers on the API server and writes back only through it; none calls another
 //! component.
 //!
-//! Every controller is a kube-runtime `Controller` (its work queue never hands one key to two
-//! workers at once) with a reconcile function over one object and an error policy that backs the
-//! key off with [`skiff_runtime::backoff::ItemBackoff`]. Side effects on the API go through a trait
-//! per controller with a recording fake, so that reconcile logic is unit-tested without a server.
+//! Every controller reads the process's shared informers ([`Context::informers`]: one List+Watch
+//! and one indexed cache per resource, whoever reads it), queues keys from their change handlers,
+//! and reconciles them with [`skiff_runtime::controller::Controller`] (a rate-limited work queue
+//! that never hands one key to two workers at once, and logs and backs off failures in one
+//! place). Side effects on the API go through a trait per controller with a recording fake, so
+//! that reconcile logic is unit-tested without a server.
 //!
 //! # Layout
 //! One module per controller, named as upstream names it in `--controllers`:
@@ -45,9 +47,9 @@
 //! - [`replicaset`]: `spec.replicas` pods per ReplicaSet (with [`expectations`], [`ranking`]).
 //! - [`deployment`]: Deployments rolled out through ReplicaSets (a module directory).
 //!
-//! Shared by the workload controllers: [`events`]
-//! (a non-blocking event sink), [`podutil`] (pod and owner-reference helpers), [`claim`]
-//! (adoption and release by controller reference, for daemonset and statefulset).
+//! Shared by the workload controllers: [`events`] (a non-blocking event sink), [`podutil`] (pod
+//! and owner-reference helpers), [`claim`] (adoption and release by controller reference, and
+//! the owners a change concerns).
 
 pub mod certificates;
 pub mod claim;
