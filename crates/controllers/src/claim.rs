@@ -2,23 +2,22 @@
 //! statefulset controllers: which of the objects in an owner's namespace it controls, after
 //! adopting the orphans its selector matches and releasing the objects it owns but no longer
 //! matches. The patches are upstream's: a strategic-merge patch of `ownerReferences` with the
-//! object's `uid` as a precondition. The queue side, [`keys_for`] and [`owner_requests`], finds
-//! the owners an orphan's change concerns.
+//! object's `uid` as a precondition. The queue side, [`owners_of`] and [`queue_owners`], finds
+//! the owners a change of a pod or revision concerns (its controller, or for an orphan, the owners
+//! whose selector matches it).
 
 use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use futures::stream::{self, BoxStream};
-use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
-use kube::runtime::controller::ReconcileRequest;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use skiff_runtime::cache::Cache;
+use skiff_runtime::informer::Informer;
+use skiff_runtime::workqueue::WorkQueue;
 
 use crate::podutil;
 
@@ -150,52 +149,39 @@ where
     owners
 }
 
-/// The owners in `owners` a change of the object with `meta` concerns: its controller of `kind`
-/// if it has one, else (an orphan) every owner of its namespace whose selector matches it
-/// (upstream's `getDaemonSetsForPod`, `getStatefulSetsForPod`).
-pub fn keys_for<K>(
+/// The owners in `owners` a change of the object with `meta` concerns: its controller of `K`
+/// if it has one (and that is cached), else (an orphan) every owner of its namespace whose
+/// selector matches it (upstream's `getDaemonSetsForPod`, `getStatefulSetsForPod`).
+pub fn owners_of<K>(
     meta: &ObjectMeta,
-    kind: &str,
-    owners: &Store<K>,
+    owners: &Cache<K>,
     selector: impl Fn(&K) -> Option<&LabelSelector>,
-) -> Vec<ObjectRef<K>>
+) -> Vec<Arc<K>>
 where
-    K: Resource<DynamicType = ()> + Clone + 'static,
+    K: Resource<DynamicType = ()>,
 {
     if podutil::controller_of(meta).is_some() {
-        return controller_key(meta, kind).into_iter().collect();
+        return controller_in(meta, owners).into_iter().collect();
     }
-    let labels = podutil::labels(meta);
-    owners
-        .state()
-        .iter()
-        .filter(|o| o.meta().namespace == meta.namespace)
-        .filter(|o| {
-            podutil::selector(selector(o)).is_ok_and(|s| !s.is_empty() && s.matches(&labels))
-        })
-        .map(|o| ObjectRef::from(o.as_ref()))
-        .collect()
+    selecting(meta, owners, selector)
 }
 
-/// The requests for the owners ([`keys_for`]) of each object `events` yields: how the daemonset
-/// and statefulset controllers queue pod and revision changes.
-pub fn owner_requests<K, T>(
-    events: impl Stream<Item = Result<T, watcher::Error>> + Send + 'static,
-    kind: &'static str,
-    owners: Store<K>,
+/// Queues into `queue`, for every change `objects` sees, the owners it concerns
+/// ([`owners_of`]): how the daemonset and statefulset controllers follow pods and revisions.
+pub fn queue_owners<K, T>(
+    objects: &Informer<T>,
+    owners: &Cache<K>,
+    queue: &WorkQueue<ObjectRef<K>>,
     selector: fn(&K) -> Option<&LabelSelector>,
-) -> BoxStream<'static, Result<ReconcileRequest<K>, watcher::Error>>
-where
-    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
-    T: Resource + Send + 'static,
+) where
+    K: Resource<DynamicType = ()> + Send + Sync + 'static,
+    T: Resource<DynamicType = ()> + 'static,
 {
-    events
-        .map_ok(move |object: T| {
-            let keys = keys_for(object.meta(), kind, &owners, selector);
-            stream::iter(keys.into_iter().map(|k| Ok(ReconcileRequest::from(k))))
-        })
-        .try_flatten()
-        .boxed()
+    let owners = owners.clone();
+    crate::triggers::queue_mapped_keys(objects, queue, move |object: &T| {
+        let owners = owners_of(object.meta(), &owners, selector);
+        owners.into_iter().map(|o| ObjectRef::from_obj(o.as_ref()))
+    });
 }
 
 /// `adopt` or `release`: what a claim patch does (for recording fakes).
@@ -205,20 +191,6 @@ pub fn patch_kind(patch: &serde_json::Value) -> &'static str {
     } else {
         "adopt"
     }
-}
-
-/// The key of the object of `kind` that controls the object with this metadata (in its
-/// namespace), if any (for [`keys_for`]).
-pub fn controller_key<K>(meta: &ObjectMeta, kind: &str) -> Option<ObjectRef<K>>
-where
-    K: Resource<DynamicType = ()>,
-{
-    let owner = meta
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true) && r.kind == kind)?;
-    Some(ObjectRef::new(&owner.name).within(meta.namespace.as_deref()?))
 }
 
 /// The objects of `K` in `cache` that the object with `owner` controls (in its namespace,
@@ -363,5 +335,45 @@ mod tests {
         assert_eq!(names, ["mine", "orphan"]);
         assert!(podutil::controlled_by(&claimed[1].metadata, "owner-uid"));
         assert_eq!(*writes.lock(), ["orphan", "gone", "stale"]);
+    }
+
+    #[test]
+    fn a_change_concerns_its_cached_controller_or_for_an_orphan_every_owner_that_selects_it() {
+        use k8s_openapi::api::apps::v1::DaemonSet;
+        let ds = |name: &str, ns: &str, app: &str| -> DaemonSet {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": ns, "uid": format!("{name}-uid")},
+                "spec": {"selector": {"matchLabels": {"app": app}},
+                    "template": {"metadata": {"labels": {"app": app}}}},
+            }))
+            .unwrap()
+        };
+        let owners = Cache::from_objects([
+            ds("x", "ns", "web"),
+            ds("y", "ns", "web"),
+            ds("z", "ns", "db"),
+            ds("w", "other", "web"),
+        ]);
+        let selector: fn(&DaemonSet) -> Option<&LabelSelector> =
+            |d| d.spec.as_ref().map(|s| &s.selector);
+        let names = |owners: Vec<Arc<DaemonSet>>| {
+            let mut names: Vec<String> = owners.iter().map(|o| o.name_any()).collect();
+            names.sort();
+            names
+        };
+        let labelled = |mut p: Pod| {
+            p.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+            p
+        };
+        let owned = labelled(pod("p", Some("x-uid")));
+        assert_eq!(names(owners_of(&owned.metadata, &owners, selector)), ["x"]);
+        // controlled by an owner that is gone (another uid): none, not the orphan's owners
+        let stale = labelled(pod("p", Some("old-uid")));
+        assert!(owners_of(&stale.metadata, &owners, selector).is_empty());
+        let orphan = labelled(pod("p", None));
+        assert_eq!(
+            names(owners_of(&orphan.metadata, &owners, selector)),
+            ["x", "y"]
+        );
     }
 }

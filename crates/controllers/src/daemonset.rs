@@ -7,29 +7,27 @@
 //! revision (RollingUpdate with maxUnavailable/maxSurge; OnDelete replaces only deleted pods),
 //! prunes old revisions and writes the status. Where pods go is in [`crate::daemonset_pods`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, DaemonSetStatus};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{self, Action, ReconcileRequest};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{applier, watcher};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
+use parking_lot::Mutex;
 use serde_json::Value;
-use skiff_runtime::backoff::ItemBackoff;
+use skiff_runtime::controller::{Action, Controller};
+use skiff_runtime::informer::Change;
 
 use crate::Context;
 use crate::daemonset_pods::{self as placement, TEMPLATE_GENERATION};
 use crate::revision::{self, Current, HASH_LABEL};
-use crate::service_pods::informer;
 use crate::{claim, podutil};
 
 /// The writes this controller makes.
@@ -538,101 +536,87 @@ impl DaemonSetApi for KubeDaemonSets {
     }
 }
 
-struct State {
-    api: KubeDaemonSets,
-    nodes: Store<Node>,
-    pods: Store<Pod>,
-    revisions: Store<ControllerRevision>,
-    /// DaemonSet uid → its pending pod writes. Guarded alone; one key is never synced twice at once.
-    pending: parking_lot::Mutex<std::collections::HashMap<String, Pending>>,
-    backoff: ItemBackoff<ObjectRef<DaemonSet>>,
-}
+/// Upstream's `--concurrent-daemonset-syncs` default.
+const WORKERS: usize = 2;
 
-/// Runs the controller: DaemonSets are the keys; a pod or revision change requeues its
-/// controlling DaemonSet, a node change every DaemonSet.
+/// Runs the controller: DaemonSets are the keys; a pod or revision change queues its
+/// controlling DaemonSet (an orphan's every DaemonSet whose selector matches it), a node change
+/// every DaemonSet.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
-    let shared = ctx.informer_client.clone();
-    let cfg = watcher::Config::default;
-    let (daemonsets, ds_events) = informer(Api::<DaemonSet>::all(shared.clone()), cfg());
-    let (nodes, node_events) = informer(Api::<Node>::all(shared.clone()), cfg());
-    let (pods, pod_events) = informer(Api::<Pod>::all(shared.clone()), cfg());
-    let (revisions, revision_events) =
-        informer(Api::<ControllerRevision>::all(shared.clone()), cfg());
-    let all = daemonsets.clone();
-    // a pod or revision queues its controller, an orphan every DaemonSet that matches it
+    let controller = Controller::new("daemonset").workers(WORKERS);
+    // DaemonSet uid → its pending pod writes. Guarded alone; one key is never synced twice at
+    // once.
+    let pending: Arc<Mutex<HashMap<String, Pending>>> = Arc::default();
+    let daemonsets = ctx.informers.get::<DaemonSet>();
+    let nodes = ctx.informers.get::<Node>();
+    let pods = ctx.informers.get::<Pod>();
+    let revisions = ctx.informers.get::<ControllerRevision>();
+    daemonsets.add_handler({
+        let (queue, pending) = (controller.queue().clone(), pending.clone());
+        move |change| match change {
+            Change::Added(ds) | Change::Updated { new: ds, .. } => {
+                queue.add(ObjectRef::from_obj(ds.as_ref()))
+            }
+            Change::Deleted { last, .. } => {
+                pending.lock().remove(&last.uid().unwrap_or_default());
+            }
+        }
+    });
     let selector: fn(&DaemonSet) -> Option<&LabelSelector> =
         |o| o.spec.as_ref().map(|s| &s.selector);
-    let pod_owners = claim::owner_requests(pod_events, "DaemonSet", daemonsets.clone(), selector);
-    let revision_owners =
-        claim::owner_requests(revision_events, "DaemonSet", daemonsets.clone(), selector);
-    let queue = stream::select_all([
-        ds_events
-            .map_ok(|d| ReconcileRequest::from(ObjectRef::from(&d)))
-            .boxed(),
-        pod_owners,
-        revision_owners,
-        node_events
-            .map_ok(move |_| {
-                let refs: Vec<_> = all
-                    .state()
-                    .iter()
-                    .map(|d| Ok(ObjectRef::from(d.as_ref()).into()))
-                    .collect();
-                stream::iter(refs)
-            })
-            .try_flatten()
-            .boxed(),
-    ]);
-    let state = Arc::new(State {
-        api: KubeDaemonSets {
-            client: client.clone(),
-            recorder: ctx.recorder(),
-        },
-        nodes,
-        pods,
-        revisions,
-        pending: Default::default(),
-        backoff: ItemBackoff::default(),
-    });
-    applier(
-        |ds: Arc<DaemonSet>, state: Arc<State>| {
-            Box::pin(async move {
-                let _ = state.nodes.wait_until_ready().await;
-                let _ = state.pods.wait_until_ready().await;
-                let _ = state.revisions.wait_until_ready().await;
-                let uid = ds.uid().unwrap_or_default();
-                let ns = ds.namespace();
-                let nodes = state.nodes.state();
-                let nodes: Vec<&Node> = nodes.iter().map(Arc::as_ref).collect();
-                let pods = state.pods.state_filter(|p| p.namespace() == ns);
-                let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
-                let revisions = state.revisions.state_filter(|r| r.namespace() == ns);
-                let revisions: Vec<&ControllerRevision> = revisions.iter().map(Arc::as_ref).collect();
-                let mut pending = state.pending.lock().get(&uid).cloned().unwrap_or_default();
-                let now = jiff::Timestamp::now();
-                let result = reconcile(&ds, &nodes, &pods, &revisions, now, &mut pending, &state.api).await;
-                state.pending.lock().insert(uid, pending);
-                let requeue = result?;
-                state.backoff.forget(&ObjectRef::from(ds.as_ref()));
-                Ok::<_, kube::Error>(requeue.map_or_else(Action::await_change, Action::requeue))
-            })
-        },
-        |ds: Arc<DaemonSet>, error: &kube::Error, state: Arc<State>| {
-            tracing::warn!(daemonset = %ObjectRef::from(ds.as_ref()), %error, "daemonset: will retry");
-            Action::requeue(state.backoff.failed(ObjectRef::from(ds.as_ref())))
-        },
-        state.clone(),
-        daemonsets,
-        queue,
-        controller::Config::default(),
-    )
-    .for_each(|result| async move {
-        if let Err(controller::Error::QueueError(error)) = result {
-            tracing::warn!(%error, "daemonset: watch failed");
+    claim::queue_owners(&pods, daemonsets.cache(), controller.queue(), selector);
+    claim::queue_owners(&revisions, daemonsets.cache(), controller.queue(), selector);
+    nodes.add_handler({
+        let (queue, all) = (controller.queue().clone(), daemonsets.cache().clone());
+        move |_| {
+            for ds in all.state() {
+                queue.add(ObjectRef::from_obj(ds.as_ref()));
+            }
         }
-    })
-    .await;
+    });
+    daemonsets.cache().wait_until_ready().await;
+    nodes.cache().wait_until_ready().await;
+    pods.cache().wait_until_ready().await;
+    revisions.cache().wait_until_ready().await;
+    tracing::info!("daemonset: caches synced");
+    let api = Arc::new(KubeDaemonSets {
+        client: ctx.client.clone(),
+        recorder: ctx.recorder(),
+    });
+    let (daemonsets, nodes, pods, revisions) = (
+        daemonsets.cache().clone(),
+        nodes.cache().clone(),
+        pods.cache().clone(),
+        revisions.cache().clone(),
+    );
+    controller
+        .run(move |key| {
+            let (api, pending) = (api.clone(), pending.clone());
+            let ds = daemonsets.get(&key);
+            let (nodes, pods, revisions) = (nodes.clone(), pods.clone(), revisions.clone());
+            async move {
+                let Some(ds) = ds else {
+                    return Ok(Action::AwaitChange);
+                };
+                let uid = ds.uid().unwrap_or_default();
+                let ns = ds.namespace().unwrap_or_default();
+                let nodes = nodes.state();
+                let nodes: Vec<&Node> = nodes.iter().map(Arc::as_ref).collect();
+                let pods = pods.namespaced(&ns);
+                let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
+                let revisions = revisions.namespaced(&ns);
+                let revisions: Vec<&ControllerRevision> =
+                    revisions.iter().map(Arc::as_ref).collect();
+                let mut state = pending.lock().get(&uid).cloned().unwrap_or_default();
+                let now = jiff::Timestamp::now();
+                let api = api.as_ref();
+                let result = reconcile(&ds, &nodes, &pods, &revisions, now, &mut state, api).await;
+                pending.lock().insert(uid, state);
+                let requeue = result?;
+                Ok::<_, kube::Error>(requeue.map_or(Action::AwaitChange, Action::RequeueAfter))
+            }
+        })
+        .await;
     Ok(())
 }
 

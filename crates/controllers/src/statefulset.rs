@@ -13,22 +13,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetStatus};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::controller::{self, Action, ReconcileRequest};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{applier, watcher};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
-use skiff_runtime::backoff::ItemBackoff;
+use skiff_runtime::controller::{Action, Controller};
 
 use crate::Context;
 use crate::revision::{self, Current, HASH_LABEL};
-use crate::service_pods::informer;
 use crate::statefulset_pods as identity;
 use crate::{claim, podutil};
 
@@ -488,75 +484,53 @@ impl StatefulSetApi for KubeStatefulSets {
     }
 }
 
-struct State {
-    api: KubeStatefulSets,
-    pods: Store<Pod>,
-    revisions: Store<ControllerRevision>,
-    backoff: ItemBackoff<ObjectRef<StatefulSet>>,
-}
-
-/// Runs the controller: StatefulSets are the keys; a pod or revision change requeues its
-/// controlling StatefulSet.
+/// Runs the controller: StatefulSets are the keys; a pod or revision change queues its
+/// controlling StatefulSet, an orphan's every StatefulSet whose selector matches it.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
-    let shared = ctx.informer_client.clone();
-    let cfg = watcher::Config::default;
-    let (sets, set_events) = informer(Api::<StatefulSet>::all(shared.clone()), cfg());
-    let (pods, pod_events) = informer(Api::<Pod>::all(shared.clone()), cfg());
-    let (revisions, revision_events) =
-        informer(Api::<ControllerRevision>::all(shared.clone()), cfg());
-    // a pod or revision queues its controller, an orphan every StatefulSet that matches it
+    let controller = Controller::new("statefulset");
+    let sets = ctx.informers.get::<StatefulSet>();
+    let pods = ctx.informers.get::<Pod>();
+    let revisions = ctx.informers.get::<ControllerRevision>();
+    sets.add_handler({
+        let queue = controller.queue().clone();
+        move |change| queue.add(ObjectRef::from_obj(change.object().as_ref()))
+    });
     let selector: fn(&StatefulSet) -> Option<&LabelSelector> =
         |o| o.spec.as_ref().map(|s| &s.selector);
-    let pod_owners = claim::owner_requests(pod_events, "StatefulSet", sets.clone(), selector);
-    let revision_owners =
-        claim::owner_requests(revision_events, "StatefulSet", sets.clone(), selector);
-    let queue = stream::select_all([
-        set_events
-            .map_ok(|s| ReconcileRequest::from(ObjectRef::from(&s)))
-            .boxed(),
-        pod_owners,
-        revision_owners,
-    ]);
-    let state = Arc::new(State {
-        api: KubeStatefulSets {
-            client: client.clone(),
-            recorder: ctx.recorder(),
-        },
-        pods,
-        revisions,
-        backoff: ItemBackoff::default(),
+    claim::queue_owners(&pods, sets.cache(), controller.queue(), selector);
+    claim::queue_owners(&revisions, sets.cache(), controller.queue(), selector);
+    sets.cache().wait_until_ready().await;
+    pods.cache().wait_until_ready().await;
+    revisions.cache().wait_until_ready().await;
+    tracing::info!("statefulset: caches synced");
+    let api = Arc::new(KubeStatefulSets {
+        client: ctx.client.clone(),
+        recorder: ctx.recorder(),
     });
-    applier(
-        |set: Arc<StatefulSet>, state: Arc<State>| {
-            Box::pin(async move {
-                let _ = state.pods.wait_until_ready().await;
-                let _ = state.revisions.wait_until_ready().await;
-                let ns = set.namespace();
-                let pods = state.pods.state_filter(|p| p.namespace() == ns);
+    let (sets, pods, revisions) = (
+        sets.cache().clone(),
+        pods.cache().clone(),
+        revisions.cache().clone(),
+    );
+    controller
+        .run(move |key| {
+            let api = api.clone();
+            let (set, pods, revisions) = (sets.get(&key), pods.clone(), revisions.clone());
+            async move {
+                let Some(set) = set else {
+                    return Ok(Action::AwaitChange);
+                };
+                let ns = set.namespace().unwrap_or_default();
+                let pods = pods.namespaced(&ns);
                 let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
-                let revisions = state.revisions.state_filter(|r| r.namespace() == ns);
-                let revisions: Vec<&ControllerRevision> = revisions.iter().map(Arc::as_ref).collect();
-                reconcile(&set, &pods, &revisions, &state.api).await?;
-                state.backoff.forget(&ObjectRef::from(set.as_ref()));
-                Ok::<_, kube::Error>(Action::await_change())
-            })
-        },
-        |set: Arc<StatefulSet>, error: &kube::Error, state: Arc<State>| {
-            tracing::warn!(statefulset = %ObjectRef::from(set.as_ref()), %error, "statefulset: will retry");
-            Action::requeue(state.backoff.failed(ObjectRef::from(set.as_ref())))
-        },
-        state.clone(),
-        sets,
-        queue,
-        controller::Config::default(),
-    )
-    .for_each(|result| async move {
-        if let Err(controller::Error::QueueError(error)) = result {
-            tracing::warn!(%error, "statefulset: watch failed");
-        }
-    })
-    .await;
+                let revisions = revisions.namespaced(&ns);
+                let revisions: Vec<&ControllerRevision> =
+                    revisions.iter().map(Arc::as_ref).collect();
+                reconcile(&set, &pods, &revisions, api.as_ref()).await?;
+                Ok::<_, kube::Error>(Action::AwaitChange)
+            }
+        })
+        .await;
     Ok(())
 }
 
