@@ -9,16 +9,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{
     EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Pod, Service,
 };
 use kube::api::ObjectMeta;
-use kube::runtime::controller::{self, Action, ReconcileRequest};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, applier, watcher};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use skiff_runtime::backoff::ItemBackoff;
+use skiff_runtime::controller::{Action, Controller};
 
 use crate::Context;
 use crate::service_pods::{self as sp, LAST_CHANGE_TRIGGER_TIME, TriggerTimes};
@@ -323,92 +320,47 @@ impl EndpointsApi for KubeEndpoints {
     }
 }
 
-struct State {
-    api: KubeEndpoints,
-    pods: Store<Pod>,
-    triggers: TriggerTimes,
-    backoff: ItemBackoff<ObjectRef<Service>>,
-}
-
-/// Runs the controller: Services are the keys; a pod change requeues the Services that select
-/// it (now or before), an Endpoints change its Service, and a Service that is gone has its
+/// Runs the controller: Services are the keys; a pod change queues the Services that select it
+/// (now or before), an Endpoints change its Service, and a Service that is gone has its
 /// Endpoints deleted.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
-    let shared = ctx.informer_client.clone();
-    let cfg = watcher::Config::default;
-    let (services, service_events) = sp::informer(Api::<Service>::all(shared.clone()), cfg());
-    let (pods, pod_events) = sp::informer(Api::<Pod>::all(shared.clone()), cfg());
-    let endpoint_events = watcher(Api::<Endpoints>::all(shared.clone()), cfg())
-        .default_backoff()
-        .touched_objects()
-        .boxed();
-    let queue = {
-        stream::select_all([
-            service_events
-                .map_ok(|s| ReconcileRequest::from(ObjectRef::from(&s)))
-                .boxed(),
-            sp::pod_requests(pod_events, pods.clone(), services.clone()).boxed(),
-            endpoint_events
-                .map_ok(|e: Endpoints| {
-                    let ns = e.namespace().unwrap_or_default();
-                    ReconcileRequest::from(ObjectRef::<Service>::new(&e.name_any()).within(&ns))
-                })
-                .boxed(),
-        ])
-    };
-    let state = Arc::new(State {
-        api: KubeEndpoints::new(client.clone()),
-        pods,
-        triggers: TriggerTimes::default(),
-        backoff: ItemBackoff::default(),
-    });
-    applier(
-        |svc: Arc<Service>, state: Arc<State>| {
-            Box::pin(async move {
-                let _ = state.pods.wait_until_ready().await;
-                reconcile(&svc, &state.pods.state(), &state.triggers, &state.api).await?;
-                state.backoff.forget(&ObjectRef::from(svc.as_ref()));
-                Ok::<_, kube::Error>(Action::await_change())
-            })
-        },
-        |svc: Arc<Service>, error: &kube::Error, state: Arc<State>| {
-            tracing::warn!(service = %ObjectRef::from(svc.as_ref()), %error, "endpoints: will retry");
-            Action::requeue(state.backoff.failed(ObjectRef::from(svc.as_ref())))
-        },
-        state.clone(),
-        services,
-        queue,
-        controller::Config::default(),
-    )
-    .for_each(|result| {
-        let state = state.clone();
-        let client = client.clone();
-        async move {
-            match result {
-                Err(controller::Error::ObjectNotFound(gone)) => {
-                    let ns = gone.namespace.clone().unwrap_or_default();
-                    state.triggers.forget(&ns, &gone.name);
-                    let services: Api<Service> = Api::namespaced(client, &ns);
-                    let exists = match services.get_opt(&gone.name).await {
-                        Ok(s) => s.is_some(),
-                        Err(error) => {
-                            tracing::warn!(service = %gone, %error, "endpoints: cannot check a deleted service");
-                            true
-                        }
-                    };
-                    if let Err(error) = service_gone(&ns, &gone.name, exists, &state.api).await {
-                        tracing::warn!(service = %gone, %error, "endpoints: cannot delete leftover endpoints");
-                    }
-                }
-                Err(controller::Error::QueueError(error)) => {
-                    tracing::warn!(%error, "endpoints: watch failed");
-                }
-                _ => {}
-            }
+    let controller = Controller::new("endpoint");
+    let (services, pods) = sp::queue_services(&ctx.informers, controller.queue());
+    let endpoints = ctx.informers.get::<Endpoints>();
+    endpoints.add_handler({
+        let queue = controller.queue().clone();
+        move |change| {
+            let e = change.object();
+            let ns = e.namespace().unwrap_or_default();
+            queue.add(ObjectRef::new(&e.name_any()).within(&ns));
         }
-    })
-    .await;
+    });
+    services.cache().wait_until_ready().await;
+    pods.cache().wait_until_ready().await;
+    endpoints.cache().wait_until_ready().await;
+    tracing::info!("endpoint: caches synced");
+    let api = Arc::new(KubeEndpoints::new(ctx.client.clone()));
+    let triggers = Arc::new(TriggerTimes::default());
+    let (services, pods) = (services.cache().clone(), pods.cache().clone());
+    controller
+        .run(move |key: ObjectRef<Service>| {
+            let (api, triggers) = (api.clone(), triggers.clone());
+            let (svc, pods) = (services.get(&key), pods.clone());
+            async move {
+                let ns = key.namespace.clone().unwrap_or_default();
+                let Some(svc) = svc else {
+                    triggers.forget(&ns, &key.name);
+                    // the cache may lag behind a Service just created: ask the API server
+                    let services: Api<Service> = Api::namespaced(api.0.clone(), &ns);
+                    let exists = services.get_opt(&key.name).await?.is_some();
+                    service_gone(&ns, &key.name, exists, api.as_ref()).await?;
+                    return Ok(Action::AwaitChange);
+                };
+                reconcile(&svc, &pods.namespaced(&ns), &triggers, api.as_ref()).await?;
+                Ok::<_, kube::Error>(Action::AwaitChange)
+            }
+        })
+        .await;
     Ok(())
 }
 

@@ -11,16 +11,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::ResourceExt;
 use kube::api::{ListParams, ObjectMeta};
-use kube::runtime::controller::{self, Action, ReconcileRequest};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{applier, watcher};
-use kube::{Api, ResourceExt};
-use skiff_runtime::backoff::ItemBackoff;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use skiff_runtime::controller::{Action, Controller};
 
 use crate::Context;
 use crate::service_pods::{self as sp, LAST_CHANGE_TRIGGER_TIME, TriggerTimes};
@@ -342,96 +340,61 @@ impl SlicesApi for KubeSlices {
     }
 }
 
-struct State {
-    api: KubeSlices,
-    pods: Store<Pod>,
-    nodes: Store<Node>,
-    max: usize,
-    triggers: TriggerTimes,
-    backoff: ItemBackoff<ObjectRef<Service>>,
-}
-
-impl State {
-    fn zone(&self, node: &str) -> Option<String> {
-        let node = self.nodes.get(&ObjectRef::new(node))?;
-        node.labels().get(ZONE_LABEL).cloned()
-    }
-}
-
-/// Runs the controller: Services are the keys; a pod change requeues the Services that select
-/// it (now or before), a slice change the Service it is labelled with.
+/// Runs the controller: Services are the keys; a pod change queues the Services that select it
+/// (now or before), a change of one of this controller's slices the Service it is labelled with.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
-    let shared = ctx.informer_client.clone();
-    let cfg = watcher::Config::default;
-    let (services, service_events) = sp::informer(Api::<Service>::all(shared.clone()), cfg());
-    let (pods, pod_events) = sp::informer(Api::<Pod>::all(shared.clone()), cfg());
-    let (nodes, node_events) = sp::informer(Api::<Node>::all(shared.clone()), cfg());
-    let (_, slice_events) = sp::informer(
-        Api::<EndpointSlice>::all(shared.clone()),
-        cfg().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1)),
-    );
-    let queue = stream::select_all([
-        service_events
-            .map_ok(|s| ReconcileRequest::from(ObjectRef::from(&s)))
-            .boxed(),
-        sp::pod_requests(pod_events, pods.clone(), services.clone()).boxed(),
-        slice_events
-            .try_filter_map(|s: EndpointSlice| async move {
+    let controller = Controller::new("endpoint_slice");
+    let (services, pods) = sp::queue_services(&ctx.informers, controller.queue());
+    // nodes only give zones; they queue nothing
+    let nodes = ctx.informers.get::<Node>();
+    let managed = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
+    let slices = ctx
+        .informers
+        .filtered::<EndpointSlice>(watcher::Config::default().labels(&managed));
+    slices.add_handler({
+        let queue = controller.queue().clone();
+        move |change| {
+            let s = change.object();
+            if let Some(name) = s.labels().get(SERVICE_NAME) {
                 let ns = s.namespace().unwrap_or_default();
-                Ok(s.labels().get(SERVICE_NAME).map(|name| {
-                    ReconcileRequest::from(ObjectRef::<Service>::new(name).within(&ns))
-                }))
-            })
-            .boxed(),
-        // nodes only fill their store (zones); they requeue nothing
-        node_events.try_filter_map(|_| async { Ok(None) }).boxed(),
-    ]);
-    let state = Arc::new(State {
-        api: KubeSlices::new(client.clone()),
-        pods,
-        nodes,
-        max: ctx.config.max_endpoints_per_slice,
-        triggers: TriggerTimes::default(),
-        backoff: ItemBackoff::default(),
-    });
-    applier(
-        |svc: Arc<Service>, state: Arc<State>| {
-            Box::pin(async move {
-                let _ = state.pods.wait_until_ready().await;
-                let _ = state.nodes.wait_until_ready().await;
-                let zone = |node: &str| state.zone(node);
-                let pods = state.pods.state();
-                reconcile(&svc, &pods, &zone, state.max, &state.triggers, &state.api).await?;
-                state.backoff.forget(&ObjectRef::from(svc.as_ref()));
-                Ok::<_, kube::Error>(Action::await_change())
-            })
-        },
-        |svc: Arc<Service>, error: &kube::Error, state: Arc<State>| {
-            tracing::warn!(service = %ObjectRef::from(svc.as_ref()), %error, "endpointslice: will retry");
-            Action::requeue(state.backoff.failed(ObjectRef::from(svc.as_ref())))
-        },
-        state.clone(),
-        services,
-        queue,
-        controller::Config::default(),
-    )
-    .for_each(|result| {
-        let state = state.clone();
-        async move {
-            match result {
-                Err(controller::Error::ObjectNotFound(gone)) => {
-                    let ns = gone.namespace.clone().unwrap_or_default();
-                    state.triggers.forget(&ns, &gone.name);
-                }
-                Err(controller::Error::QueueError(error)) => {
-                    tracing::warn!(%error, "endpointslice: watch failed");
-                }
-                _ => {}
+                queue.add(ObjectRef::new(name).within(&ns));
             }
         }
-    })
-    .await;
+    });
+    services.cache().wait_until_ready().await;
+    pods.cache().wait_until_ready().await;
+    nodes.cache().wait_until_ready().await;
+    slices.cache().wait_until_ready().await;
+    tracing::info!("endpoint_slice: caches synced");
+    let api = Arc::new(KubeSlices::new(ctx.client.clone()));
+    let triggers = Arc::new(TriggerTimes::default());
+    let max = ctx.config.max_endpoints_per_slice;
+    let (services, pods, nodes) = (
+        services.cache().clone(),
+        pods.cache().clone(),
+        nodes.cache().clone(),
+    );
+    controller
+        .run(move |key: ObjectRef<Service>| {
+            let (api, triggers) = (api.clone(), triggers.clone());
+            let (svc, pods, nodes) = (services.get(&key), pods.clone(), nodes.clone());
+            async move {
+                let ns = key.namespace.clone().unwrap_or_default();
+                let Some(svc) = svc else {
+                    // its slices go with it through the garbage collector
+                    triggers.forget(&ns, &key.name);
+                    return Ok(Action::AwaitChange);
+                };
+                let zone = |node: &str| {
+                    let node = nodes.get(&ObjectRef::new(node))?;
+                    node.labels().get(ZONE_LABEL).cloned()
+                };
+                let pods = pods.namespaced(&ns);
+                reconcile(&svc, &pods, &zone, max, &triggers, api.as_ref()).await?;
+                Ok::<_, kube::Error>(Action::AwaitChange)
+            }
+        })
+        .await;
     Ok(())
 }
 

@@ -2,46 +2,25 @@
 //! `pkg/controller/util/endpoint` and `endpointslice/util`): which pods a Service selects and
 //! which of them belong in its endpoints, a pod's readiness and address, target port resolution
 //! (named ports per pod), the hostname rule, the pod → Services index that turns pod changes into
-//! Service keys, the last-change trigger time tracker, an informer helper, and [`Writes`] (the
-//! create, replace and delete both make).
+//! Service keys ([`queue_services`] subscribes it to the shared informers), the last-change
+//! trigger time tracker, and [`Writes`] (the create, replace and delete both make).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, PostParams};
-use kube::runtime::controller::ReconcileRequest;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use parking_lot::Mutex;
+use skiff_runtime::informer::{Change, Informer, Informers};
+use skiff_runtime::workqueue::WorkQueue;
 
 /// The annotation with the time of the change that caused this endpoints update.
 pub const LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
 /// The label a headless Service's endpoints carry.
 pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
-
-/// A store of `K` and the stream that fills it, yielding every object applied or deleted (after
-/// the store has seen it); the stream must be polled for the store to fill.
-pub fn informer<K>(
-    api: Api<K>,
-    config: watcher::Config,
-) -> (
-    Store<K>,
-    impl Stream<Item = Result<K, watcher::Error>> + Send,
-)
-where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
-{
-    let (store, writer) = kube::runtime::reflector::store();
-    let stream = reflector(writer, watcher(api, config).default_backoff())
-        .touched_objects()
-        .boxed();
-    (store, stream)
-}
 
 /// Creates, replaces and deletes namespaced objects of `K` through the API server: the writes
 /// of the `endpoints` (Endpoints) and `endpointslice` (EndpointSlices) controllers.
@@ -92,21 +71,32 @@ where
     }
 }
 
-/// The Service keys to reconcile for a stream of pod events (from [`informer`] of `pods`):
-/// the Services that select each pod now or did at its previous event.
-pub fn pod_requests(
-    pod_events: impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static,
-    pods: Store<Pod>,
-    services: Store<Service>,
-) -> impl Stream<Item = Result<ReconcileRequest<Service>, watcher::Error>> + Send {
-    let index = PodServices::default();
-    pod_events
-        .map_ok(move |pod: Pod| {
-            let gone = pods.get(&ObjectRef::from(&pod)).is_none();
-            let refs = index.services_for(&pod, gone, &services.state());
-            futures::stream::iter(refs.into_iter().map(|r| Ok(ReconcileRequest::from(r))))
-        })
-        .try_flatten()
+/// The Service and Pod informers both controllers read, with handlers that queue into `queue`
+/// a Service's key on every change of it, and on every pod change the Services that select the
+/// pod now or did at its previous change ([`PodServices`]).
+pub fn queue_services(
+    informers: &Informers,
+    queue: &WorkQueue<ObjectRef<Service>>,
+) -> (Informer<Service>, Informer<Pod>) {
+    let services = informers.get::<Service>();
+    let pods = informers.get::<Pod>();
+    services.add_handler({
+        let queue = queue.clone();
+        move |change| queue.add(ObjectRef::from_obj(change.object().as_ref()))
+    });
+    pods.add_handler({
+        let (queue, services) = (queue.clone(), services.cache().clone());
+        let index = PodServices::default();
+        move |change: &Change<Pod>| {
+            let pod = change.object();
+            let gone = matches!(change, Change::Deleted { .. });
+            let candidates = services.namespaced(&pod.namespace().unwrap_or_default());
+            for key in index.services_for(pod, gone, &candidates) {
+                queue.add(key);
+            }
+        }
+    });
+    (services, pods)
 }
 
 /// Whether `service` selects `pod`: same namespace and a non-empty selector its labels match.
