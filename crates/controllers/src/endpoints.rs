@@ -308,11 +308,11 @@ impl EndpointsApi for KubeEndpoints {
     }
 
     async fn create(&self, object: &Endpoints) -> kube::Result<()> {
-        sp::Writes::create(self, object).await
+        sp::Writes::create(self, object).await.map(drop)
     }
 
     async fn replace(&self, object: &Endpoints) -> kube::Result<()> {
-        sp::Writes::replace(self, object).await
+        sp::Writes::replace(self, object).await.map(drop)
     }
 
     async fn delete(&self, namespace: &str, name: &str) -> kube::Result<()> {

@@ -6,8 +6,10 @@
 //! resolves, at most `--max-endpoints-per-slice` endpoints each; updates reuse the slices that
 //! exist (changed slices first), and a Service without endpoints keeps one empty placeholder.
 //! Slices of a deleted Service go with it through the garbage collector (their owner reference).
+//! Slices are read from the shared cache, or from the API server while the cache has not shown
+//! this controller's own last writes of a Service's slices ([`Unseen`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -18,7 +20,10 @@ use kube::ResourceExt;
 use kube::api::{ListParams, ObjectMeta};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
+use parking_lot::Mutex;
+use skiff_runtime::cache::Cache;
 use skiff_runtime::controller::{Action, Controller};
+use skiff_runtime::informer::Change;
 
 use crate::Context;
 use crate::service_pods::{self as sp, LAST_CHANGE_TRIGGER_TIME, TriggerTimes};
@@ -36,7 +41,7 @@ pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// The writes this controller makes.
 #[async_trait]
 pub trait SlicesApi: Send + Sync {
-    /// The slices labelled with the Service's name in its namespace.
+    /// This controller's slices labelled with the Service's name in its namespace.
     async fn list(&self, namespace: &str, service: &str) -> kube::Result<Vec<EndpointSlice>>;
     /// Creates a slice (named by `generateName`).
     async fn create(&self, slice: &EndpointSlice) -> kube::Result<()>;
@@ -318,25 +323,115 @@ pub async fn reconcile(
     Ok(())
 }
 
-type KubeSlices = sp::Writes<EndpointSlice>;
+/// This controller's writes of slices that the cache has not shown yet, per Service (upstream's
+/// `EndpointSliceTracker`): while a Service has some, its cached slices are stale.
+#[derive(Default)]
+pub struct Unseen {
+    /// Service → slice name → the generation its last write returned (`None`: a delete).
+    /// Guarded alone, never across an await.
+    writes: Mutex<HashMap<sp::NamespacedName, HashMap<String, Option<i64>>>>,
+}
+
+/// The Service (namespace, name) a slice is labelled with.
+fn service_of(slice: &EndpointSlice) -> sp::NamespacedName {
+    let service = slice.labels().get(SERVICE_NAME).cloned();
+    (
+        slice.namespace().unwrap_or_default(),
+        service.unwrap_or_default(),
+    )
+}
+
+impl Unseen {
+    /// Records a write of `slice` (as the API server returned it; `deleted` for a delete).
+    pub fn wrote(&self, slice: &EndpointSlice, deleted: bool) {
+        let generation = (!deleted).then(|| slice.metadata.generation.unwrap_or(0));
+        let mut writes = self.writes.lock();
+        let service = writes.entry(service_of(slice)).or_default();
+        service.insert(slice.name_any(), generation);
+    }
+
+    /// The informer saw `slice` deleted: no write of it is awaited any more.
+    pub fn deleted(&self, slice: &EndpointSlice) {
+        let mut writes = self.writes.lock();
+        let service = service_of(slice);
+        if let Some(unseen) = writes.get_mut(&service) {
+            unseen.remove(&slice.name_any());
+            if unseen.is_empty() {
+                writes.remove(&service);
+            }
+        }
+    }
+
+    /// Whether `cached` (the Service's slices in the cache) shows every write awaited; forgets
+    /// those it shows.
+    pub fn caught_up(&self, service: &sp::NamespacedName, cached: &[EndpointSlice]) -> bool {
+        let mut writes = self.writes.lock();
+        let Some(unseen) = writes.get_mut(service) else {
+            return true;
+        };
+        unseen.retain(|name, generation| {
+            let now = cached.iter().find(|s| s.name_any() == *name);
+            match (*generation, now) {
+                (Some(g), Some(s)) => s.metadata.generation.unwrap_or(0) < g,
+                (None, None) => false,
+                _ => true,
+            }
+        });
+        let caught_up = unseen.is_empty();
+        if caught_up {
+            writes.remove(service);
+        }
+        caught_up
+    }
+}
+
+/// The API server's slices, read from the shared cache; a Service whose cached slices lag
+/// behind this controller's own writes ([`Unseen`]) is listed from the API server instead, so
+/// that a sync never creates a slice again because the cache does not show it yet.
+struct KubeSlices {
+    writes: sp::Writes<EndpointSlice>,
+    cache: Cache<EndpointSlice>,
+    unseen: Unseen,
+}
 
 #[async_trait]
 impl SlicesApi for KubeSlices {
     async fn list(&self, namespace: &str, service: &str) -> kube::Result<Vec<EndpointSlice>> {
+        let cached: Vec<EndpointSlice> = self
+            .cache
+            .namespaced(namespace)
+            .iter()
+            .filter(|s| s.labels().get(SERVICE_NAME).map(String::as_str) == Some(service))
+            .map(|s| s.as_ref().clone())
+            .collect();
+        if self
+            .unseen
+            .caught_up(&(namespace.into(), service.into()), &cached)
+        {
+            return Ok(cached);
+        }
         let lp = ListParams::default().labels(&format!("{SERVICE_NAME}={service}"));
-        Ok(self.api(namespace).list(&lp).await?.items)
+        Ok(self.writes.api(namespace).list(&lp).await?.items)
     }
 
     async fn create(&self, object: &EndpointSlice) -> kube::Result<()> {
-        sp::Writes::create(self, object).await
+        let created = self.writes.create(object).await?;
+        self.unseen.wrote(&created, false);
+        Ok(())
     }
 
     async fn replace(&self, object: &EndpointSlice) -> kube::Result<()> {
-        sp::Writes::replace(self, object).await
+        let replaced = self.writes.replace(object).await?;
+        self.unseen.wrote(&replaced, false);
+        Ok(())
     }
 
     async fn delete(&self, namespace: &str, name: &str) -> kube::Result<()> {
-        sp::Writes::delete(self, namespace, name).await
+        self.writes.delete(namespace, name).await?;
+        if let Some(slice) = self.cache.get(&ObjectRef::new(name).within(namespace)) {
+            self.unseen.wrote(&slice, true);
+        }
+        Ok(())
     }
 }
 
@@ -351,10 +446,18 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let slices = ctx
         .informers
         .filtered::<EndpointSlice>(watcher::Config::default().labels(&managed));
+    let api = Arc::new(KubeSlices {
+        writes: sp::Writes::new(ctx.client.clone()),
+        cache: slices.cache().clone(),
+        unseen: Unseen::default(),
+    });
     slices.add_handler({
-        let queue = controller.queue().clone();
+        let (queue, api) = (controller.queue().clone(), api.clone());
         move |change| {
             let s = change.object();
+            if let Change::Deleted { last, .. } = change {
+                api.unseen.deleted(last);
+            }
             if let Some(name) = s.labels().get(SERVICE_NAME) {
                 let ns = s.namespace().unwrap_or_default();
                 queue.add(ObjectRef::new(name).within(&ns));
@@ -366,7 +469,6 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     nodes.cache().wait_until_ready().await;
     slices.cache().wait_until_ready().await;
     tracing::info!("endpoint_slice: caches synced");
-    let api = Arc::new(KubeSlices::new(ctx.client.clone()));
     let triggers = Arc::new(TriggerTimes::default());
     let max = ctx.config.max_endpoints_per_slice;
     let (services, pods, nodes) = (

@@ -227,3 +227,44 @@ async fn slices_of_other_managers_are_left_alone() {
     assert!(api.writes.lock().iter().all(|w| !w.contains("mine")));
     assert_eq!(api.slices.lock().len(), 2);
 }
+
+#[test]
+fn cached_slices_are_stale_until_they_show_every_write_of_this_controller() {
+    let slice = |name: &str, generation: i64| -> EndpointSlice {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "generation": generation,
+                "labels": {SERVICE_NAME: "web"}},
+            "addressType": "IPv4", "endpoints": [],
+        }))
+        .unwrap()
+    };
+    let web = ("ns".to_string(), "web".to_string());
+    let unseen = Unseen::default();
+    assert!(
+        unseen.caught_up(&web, &[]),
+        "nothing written, nothing awaited"
+    );
+    unseen.wrote(&slice("a", 1), false);
+    assert!(
+        !unseen.caught_up(&web, &[]),
+        "a created slice not cached yet"
+    );
+    unseen.wrote(&slice("a", 2), false);
+    assert!(
+        !unseen.caught_up(&web, &[slice("a", 1)]),
+        "an older generation"
+    );
+    assert!(unseen.caught_up(&web, &[slice("a", 2)]));
+    assert!(unseen.caught_up(&web, &[]), "what was seen is forgotten");
+
+    unseen.wrote(&slice("a", 2), true);
+    assert!(
+        !unseen.caught_up(&web, &[slice("a", 2)]),
+        "a deleted slice still cached"
+    );
+    assert!(unseen.caught_up(&web, &[]));
+    // a slice someone else deleted before the cache showed this controller's write
+    unseen.wrote(&slice("b", 1), false);
+    unseen.deleted(&slice("b", 1));
+    assert!(unseen.caught_up(&web, &[]));
+}

@@ -42,20 +42,18 @@ where
         Api::namespaced(self.0.clone(), namespace)
     }
 
-    pub async fn create(&self, object: &K) -> kube::Result<()> {
+    /// Creates the object; returns it as written.
+    pub async fn create(&self, object: &K) -> kube::Result<K> {
         let ns = object.namespace().unwrap_or_default();
-        self.api(&ns)
-            .create(&PostParams::default(), object)
-            .await
-            .map(|_| ())
+        self.api(&ns).create(&PostParams::default(), object).await
     }
 
-    pub async fn replace(&self, object: &K) -> kube::Result<()> {
+    /// Replaces the object; returns it as written.
+    pub async fn replace(&self, object: &K) -> kube::Result<K> {
         let ns = object.namespace().unwrap_or_default();
         self.api(&ns)
             .replace(&object.name_any(), &PostParams::default(), object)
             .await
-            .map(|_| ())
     }
 
     /// Deletes the object; one already gone is not an error.
@@ -218,7 +216,7 @@ pub fn endpoints_labels(service: &Service) -> BTreeMap<String, String> {
 }
 
 /// `(namespace, name)` of an object.
-type NamespacedName = (String, String);
+pub type NamespacedName = (String, String);
 
 /// The Services (in `services`) a pod change concerns: those that select the pod now and those
 /// that selected it at its previous change (so that a relabelled or deleted pod leaves them).
