@@ -28,7 +28,7 @@ use skiff_runtime::informer::Change;
 use crate::Context;
 use crate::daemonset_pods::{self as placement, TEMPLATE_GENERATION};
 use crate::revision::{self, Current, HASH_LABEL};
-use crate::{claim, podutil};
+use crate::{claim, podutil, triggers};
 
 /// The writes this controller makes.
 #[async_trait]
@@ -552,12 +552,9 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let pods = ctx.informers.get::<Pod>();
     let revisions = ctx.informers.get::<ControllerRevision>();
     daemonsets.add_handler({
-        let (queue, pending) = (controller.queue().clone(), pending.clone());
-        move |change| match change {
-            Change::Added(ds) | Change::Updated { new: ds, .. } => {
-                queue.add(ObjectRef::from_obj(ds.as_ref()))
-            }
-            Change::Deleted { last, .. } => {
+        let pending = pending.clone();
+        move |change| {
+            if let Change::Deleted { last, .. } = change {
                 pending.lock().remove(&last.uid().unwrap_or_default());
             }
         }
@@ -566,57 +563,43 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         |o| o.spec.as_ref().map(|s| &s.selector);
     claim::queue_owners(&pods, daemonsets.cache(), controller.queue(), selector);
     claim::queue_owners(&revisions, daemonsets.cache(), controller.queue(), selector);
-    nodes.add_handler({
-        let (queue, all) = (controller.queue().clone(), daemonsets.cache().clone());
-        move |_| {
-            for ds in all.state() {
-                queue.add(ObjectRef::from_obj(ds.as_ref()));
-            }
-        }
+    let all = daemonsets.cache().clone();
+    triggers::queue_mapped_keys(&nodes, controller.queue(), move |_: &Node| {
+        let all = all.state();
+        all.into_iter().map(|ds| ObjectRef::from_obj(ds.as_ref()))
     });
-    daemonsets.cache().wait_until_ready().await;
     nodes.cache().wait_until_ready().await;
     pods.cache().wait_until_ready().await;
     revisions.cache().wait_until_ready().await;
-    tracing::info!("daemonset: caches synced");
     let api = Arc::new(KubeDaemonSets {
         client: ctx.client.clone(),
         recorder: ctx.recorder(),
     });
-    let (daemonsets, nodes, pods, revisions) = (
-        daemonsets.cache().clone(),
+    let (nodes, pods, revisions) = (
         nodes.cache().clone(),
         pods.cache().clone(),
         revisions.cache().clone(),
     );
-    controller
-        .run(move |key| {
-            let (api, pending) = (api.clone(), pending.clone());
-            let ds = daemonsets.get(&key);
-            let (nodes, pods, revisions) = (nodes.clone(), pods.clone(), revisions.clone());
-            async move {
-                let Some(ds) = ds else {
-                    return Ok(Action::AwaitChange);
-                };
-                let uid = ds.uid().unwrap_or_default();
-                let ns = ds.namespace().unwrap_or_default();
-                let nodes = nodes.state();
-                let nodes: Vec<&Node> = nodes.iter().map(Arc::as_ref).collect();
-                let pods = pods.namespaced(&ns);
-                let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
-                let revisions = revisions.namespaced(&ns);
-                let revisions: Vec<&ControllerRevision> =
-                    revisions.iter().map(Arc::as_ref).collect();
-                let mut state = pending.lock().get(&uid).cloned().unwrap_or_default();
-                let now = jiff::Timestamp::now();
-                let api = api.as_ref();
-                let result = reconcile(&ds, &nodes, &pods, &revisions, now, &mut state, api).await;
-                pending.lock().insert(uid, state);
-                let requeue = result?;
-                Ok::<_, kube::Error>(requeue.map_or(Action::AwaitChange, Action::RequeueAfter))
-            }
-        })
-        .await;
+    triggers::run_each(controller, &daemonsets, move |ds| {
+        let (api, pending) = (api.clone(), pending.clone());
+        let ns = ds.namespace().unwrap_or_default();
+        let nodes = nodes.state();
+        let (pods, revisions) = (pods.namespaced(&ns), revisions.namespaced(&ns));
+        async move {
+            let uid = ds.uid().unwrap_or_default();
+            let nodes: Vec<&Node> = nodes.iter().map(Arc::as_ref).collect();
+            let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
+            let revisions: Vec<&ControllerRevision> = revisions.iter().map(Arc::as_ref).collect();
+            let mut state = pending.lock().get(&uid).cloned().unwrap_or_default();
+            let now = jiff::Timestamp::now();
+            let api = api.as_ref();
+            let result = reconcile(&ds, &nodes, &pods, &revisions, now, &mut state, api).await;
+            pending.lock().insert(uid, state);
+            let requeue = result?;
+            Ok::<_, kube::Error>(requeue.map_or(Action::AwaitChange, Action::RequeueAfter))
+        }
+    })
+    .await;
     Ok(())
 }
 

@@ -17,8 +17,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use skiff_runtime::controller::{Action, Controller};
 
-use crate::Context;
 use crate::service_pods::{self as sp, LAST_CHANGE_TRIGGER_TIME, TriggerTimes};
+use crate::{Context, triggers};
 
 /// The most addresses one Endpoints object holds (upstream's `maxCapacity`).
 pub const MAX_CAPACITY: usize = 1000;
@@ -327,13 +327,9 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let controller = Controller::new("endpoint");
     let (services, pods) = sp::queue_services(&ctx.informers, controller.queue());
     let endpoints = ctx.informers.get::<Endpoints>();
-    endpoints.add_handler({
-        let queue = controller.queue().clone();
-        move |change| {
-            let e = change.object();
-            let ns = e.namespace().unwrap_or_default();
-            queue.add(ObjectRef::new(&e.name_any()).within(&ns));
-        }
+    triggers::queue_mapped_keys(&endpoints, controller.queue(), |e: &Endpoints| {
+        let ns = e.namespace().unwrap_or_default();
+        Some(ObjectRef::new(&e.name_any()).within(&ns))
     });
     services.cache().wait_until_ready().await;
     pods.cache().wait_until_ready().await;

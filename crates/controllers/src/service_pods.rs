@@ -17,6 +17,8 @@ use parking_lot::Mutex;
 use skiff_runtime::informer::{Change, Informer, Informers};
 use skiff_runtime::workqueue::WorkQueue;
 
+use crate::triggers;
+
 /// The annotation with the time of the change that caused this endpoints update.
 pub const LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
 /// The label a headless Service's endpoints carry.
@@ -78,10 +80,8 @@ pub fn queue_services(
 ) -> (Informer<Service>, Informer<Pod>) {
     let services = informers.get::<Service>();
     let pods = informers.get::<Pod>();
-    services.add_handler({
-        let queue = queue.clone();
-        move |change| queue.add(ObjectRef::from_obj(change.object().as_ref()))
-    });
+    // a deleted Service too: its endpoints go with it
+    triggers::queue_mapped_keys(&services, queue, |s: &Service| Some(ObjectRef::from_obj(s)));
     pods.add_handler({
         let (queue, services) = (queue.clone(), services.cache().clone());
         let index = PodServices::default();

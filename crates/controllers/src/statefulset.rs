@@ -18,7 +18,6 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
 use skiff_runtime::controller::{Action, Controller};
@@ -26,7 +25,7 @@ use skiff_runtime::controller::{Action, Controller};
 use crate::Context;
 use crate::revision::{self, Current, HASH_LABEL};
 use crate::statefulset_pods as identity;
-use crate::{claim, podutil};
+use crate::{claim, podutil, triggers};
 
 /// The writes this controller makes.
 #[async_trait]
@@ -491,46 +490,29 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let sets = ctx.informers.get::<StatefulSet>();
     let pods = ctx.informers.get::<Pod>();
     let revisions = ctx.informers.get::<ControllerRevision>();
-    sets.add_handler({
-        let queue = controller.queue().clone();
-        move |change| queue.add(ObjectRef::from_obj(change.object().as_ref()))
-    });
     let selector: fn(&StatefulSet) -> Option<&LabelSelector> =
         |o| o.spec.as_ref().map(|s| &s.selector);
     claim::queue_owners(&pods, sets.cache(), controller.queue(), selector);
     claim::queue_owners(&revisions, sets.cache(), controller.queue(), selector);
-    sets.cache().wait_until_ready().await;
     pods.cache().wait_until_ready().await;
     revisions.cache().wait_until_ready().await;
-    tracing::info!("statefulset: caches synced");
     let api = Arc::new(KubeStatefulSets {
         client: ctx.client.clone(),
         recorder: ctx.recorder(),
     });
-    let (sets, pods, revisions) = (
-        sets.cache().clone(),
-        pods.cache().clone(),
-        revisions.cache().clone(),
-    );
-    controller
-        .run(move |key| {
-            let api = api.clone();
-            let (set, pods, revisions) = (sets.get(&key), pods.clone(), revisions.clone());
-            async move {
-                let Some(set) = set else {
-                    return Ok(Action::AwaitChange);
-                };
-                let ns = set.namespace().unwrap_or_default();
-                let pods = pods.namespaced(&ns);
-                let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
-                let revisions = revisions.namespaced(&ns);
-                let revisions: Vec<&ControllerRevision> =
-                    revisions.iter().map(Arc::as_ref).collect();
-                reconcile(&set, &pods, &revisions, api.as_ref()).await?;
-                Ok::<_, kube::Error>(Action::AwaitChange)
-            }
-        })
-        .await;
+    let (pods, revisions) = (pods.cache().clone(), revisions.cache().clone());
+    triggers::run_each(controller, &sets, move |set| {
+        let api = api.clone();
+        let ns = set.namespace().unwrap_or_default();
+        let (pods, revisions) = (pods.namespaced(&ns), revisions.namespaced(&ns));
+        async move {
+            let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
+            let revisions: Vec<&ControllerRevision> = revisions.iter().map(Arc::as_ref).collect();
+            reconcile(&set, &pods, &revisions, api.as_ref()).await?;
+            Ok::<_, kube::Error>(Action::AwaitChange)
+        }
+    })
+    .await;
     Ok(())
 }
 
