@@ -336,23 +336,23 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     endpoints.cache().wait_until_ready().await;
     tracing::info!("endpoint: caches synced");
     let api = Arc::new(KubeEndpoints::new(ctx.client.clone()));
-    let triggers = Arc::new(TriggerTimes::default());
+    let times = Arc::new(TriggerTimes::default());
     let (services, pods) = (services.cache().clone(), pods.cache().clone());
     controller
         .run(move |key: ObjectRef<Service>| {
-            let (api, triggers) = (api.clone(), triggers.clone());
+            let (api, times) = (api.clone(), times.clone());
             let (svc, pods) = (services.get(&key), pods.clone());
             async move {
                 let ns = key.namespace.clone().unwrap_or_default();
                 let Some(svc) = svc else {
-                    triggers.forget(&ns, &key.name);
+                    times.forget(&ns, &key.name);
                     // the cache may lag behind a Service just created: ask the API server
                     let services: Api<Service> = Api::namespaced(api.0.clone(), &ns);
                     let exists = services.get_opt(&key.name).await?.is_some();
                     service_gone(&ns, &key.name, exists, api.as_ref()).await?;
                     return Ok(Action::AwaitChange);
                 };
-                reconcile(&svc, &pods.namespaced(&ns), &triggers, api.as_ref()).await?;
+                reconcile(&svc, &pods.namespaced(&ns), &times, api.as_ref()).await?;
                 Ok::<_, kube::Error>(Action::AwaitChange)
             }
         })

@@ -469,7 +469,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     nodes.cache().wait_until_ready().await;
     slices.cache().wait_until_ready().await;
     tracing::info!("endpoint_slice: caches synced");
-    let triggers = Arc::new(TriggerTimes::default());
+    let times = Arc::new(TriggerTimes::default());
     let max = ctx.config.max_endpoints_per_slice;
     let (services, pods, nodes) = (
         services.cache().clone(),
@@ -478,13 +478,13 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     );
     controller
         .run(move |key: ObjectRef<Service>| {
-            let (api, triggers) = (api.clone(), triggers.clone());
+            let (api, times) = (api.clone(), times.clone());
             let (svc, pods, nodes) = (services.get(&key), pods.clone(), nodes.clone());
             async move {
                 let ns = key.namespace.clone().unwrap_or_default();
                 let Some(svc) = svc else {
                     // its slices go with it through the garbage collector
-                    triggers.forget(&ns, &key.name);
+                    times.forget(&ns, &key.name);
                     return Ok(Action::AwaitChange);
                 };
                 let zone = |node: &str| {
@@ -492,7 +492,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
                     node.labels().get(ZONE_LABEL).cloned()
                 };
                 let pods = pods.namespaced(&ns);
-                reconcile(&svc, &pods, &zone, max, &triggers, api.as_ref()).await?;
+                reconcile(&svc, &pods, &zone, max, &times, api.as_ref()).await?;
                 Ok::<_, kube::Error>(Action::AwaitChange)
             }
         })
