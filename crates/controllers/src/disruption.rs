@@ -23,7 +23,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use skiff_runtime::controller::{Action, Controller};
 
-use crate::Context;
+use crate::{Context, triggers};
 
 /// How long an eviction the API server granted is waited for (upstream's `DeletionTimeout`).
 const DELETION_TIMEOUT: jiff::SignedDuration = jiff::SignedDuration::from_secs(120);
@@ -338,10 +338,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let controller = Controller::new("disruption");
     let budgets = ctx.informers.get::<PodDisruptionBudget>();
     let pods = ctx.informers.get::<Pod>();
-    budgets.add_handler({
-        let queue = controller.queue().clone();
-        move |change| queue.add(ObjectRef::from_obj(change.object().as_ref()))
-    });
+    triggers::queue_own_keys(&budgets, controller.queue());
     pods.add_handler({
         let (queue, budgets) = (controller.queue().clone(), budgets.cache().clone());
         move |change| {

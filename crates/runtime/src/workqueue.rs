@@ -349,33 +349,23 @@ mod tests {
         assert_eq!(at, [(1, "a"), (1, "b"), (100, "c"), (200, "d")]);
     }
 
+    /// A worker: takes keys until the queue ends; returns them.
+    async fn drain(q: WorkQueue<&'static str>) -> Vec<&'static str> {
+        let mut got = Vec::new();
+        while let Some(k) = q.get().await {
+            got.push(k);
+            q.done(&k);
+        }
+        got
+    }
+
     #[tokio::test(start_paused = true)]
     async fn shutdown_hands_out_what_is_queued_then_ends_every_worker() {
         let q = queue();
         q.add("a");
         q.add_after("later", Duration::from_secs(1));
-        let idle = tokio::spawn({
-            let q = q.clone();
-            async move {
-                let mut got = Vec::new();
-                while let Some(k) = q.get().await {
-                    got.push(k);
-                    q.done(&k);
-                }
-                got
-            }
-        });
-        let other = tokio::spawn({
-            let q = q.clone();
-            async move {
-                let mut got = Vec::new();
-                while let Some(k) = q.get().await {
-                    got.push(k);
-                    q.done(&k);
-                }
-                got
-            }
-        });
+        let idle = tokio::spawn(drain(q.clone()));
+        let other = tokio::spawn(drain(q.clone()));
         tokio::task::yield_now().await;
         q.shut_down();
         q.add("refused");

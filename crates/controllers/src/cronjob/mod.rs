@@ -24,7 +24,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use skiff_runtime::controller::{Action, Controller};
 
-use crate::{Context, claim};
+use crate::{Context, claim, triggers};
 
 /// An event recorded on a CronJob.
 pub type CronJobEvent = crate::events::Note;
@@ -105,10 +105,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let controller = Controller::new("cronjob");
     let cronjobs = ctx.informers.get::<CronJob>();
     let jobs = ctx.informers.get::<Job>();
-    cronjobs.add_handler({
-        let queue = controller.queue().clone();
-        move |change| queue.add(ObjectRef::from_obj(change.object().as_ref()))
-    });
+    triggers::queue_own_keys(&cronjobs, controller.queue());
     jobs.add_handler({
         let (queue, cronjobs) = (controller.queue().clone(), cronjobs.cache().clone());
         move |change| {

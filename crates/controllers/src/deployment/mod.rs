@@ -39,7 +39,7 @@ use skiff_runtime::informer::Change;
 use skiff_runtime::workqueue::WorkQueue;
 
 use crate::events::{EventSink, Record};
-use crate::{Context, claim, podutil};
+use crate::{Context, claim, podutil, triggers};
 use sync::Syncer;
 
 /// Why a sync failed; each is retried with the key's backoff.
@@ -375,10 +375,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let deployments = ctx.informers.get::<Deployment>();
     let sets = ctx.informers.get::<ReplicaSet>();
     let pods = ctx.informers.get::<Pod>();
-    deployments.add_handler({
-        let queue = controller.queue().clone();
-        move |change| enqueue(&queue, change.object())
-    });
+    triggers::queue_own_keys(&deployments, controller.queue());
     sets.add_handler({
         let (store, queue) = (deployments.cache().clone(), controller.queue().clone());
         move |change| on_replica_set(change, &store, &queue)
