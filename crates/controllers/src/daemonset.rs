@@ -17,12 +17,12 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::Value;
 use skiff_runtime::controller::{Action, Controller};
+use skiff_runtime::events::{Event, EventType, Recorder};
 use skiff_runtime::informer::Change;
 
 use crate::Context;
@@ -441,17 +441,9 @@ struct KubeDaemonSets {
 }
 
 impl KubeDaemonSets {
-    async fn event(&self, ds: &DaemonSet, type_: EventType, reason: &str, note: String) {
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
-        };
-        if let Err(error) = self.recorder.publish(&event, &ds.object_ref(&())).await {
-            tracing::debug!(%error, "daemonset: cannot record an event");
-        }
+    fn event(&self, ds: &DaemonSet, type_: EventType, reason: &str, note: String) {
+        let event = Event::new(type_, ds.object_ref(&()), reason, note);
+        self.recorder.record(event);
     }
 }
 
@@ -467,8 +459,7 @@ impl DaemonSetApi for KubeDaemonSets {
                     EventType::Normal,
                     "SuccessfulCreate",
                     format!("Created pod: {}", p.name_any()),
-                )
-                .await;
+                );
                 Ok(p.name_any())
             }
             Err(e) => {
@@ -477,8 +468,7 @@ impl DaemonSetApi for KubeDaemonSets {
                     EventType::Warning,
                     "FailedCreate",
                     format!("Error creating: {e}"),
-                )
-                .await;
+                );
                 Err(e)
             }
         }
@@ -496,8 +486,7 @@ impl DaemonSetApi for KubeDaemonSets {
                     EventType::Normal,
                     "SuccessfulDelete",
                     format!("Deleted pod: {name}"),
-                )
-                .await;
+                );
                 Ok(())
             }
         }
@@ -573,7 +562,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     revisions.cache().wait_until_ready().await;
     let api = Arc::new(KubeDaemonSets {
         client: ctx.client.clone(),
-        recorder: ctx.recorder(),
+        recorder: ctx.recorder("daemonset-controller"),
     });
     let (nodes, pods, revisions) = (
         nodes.cache().clone(),

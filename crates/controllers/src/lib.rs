@@ -89,11 +89,10 @@ pub mod ttl_after_finished;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use kube::runtime::events::{Recorder, Reporter};
+use skiff_runtime::events::{Recorder, Reporter};
 use skiff_runtime::informer::Informers;
 
-/// The controller manager's program name: its `User-Agent`'s first word and the
-/// `reportingController` of its events.
+/// The controller manager's program name: its `User-Agent`'s first word.
 pub const PROGRAM: &str = "skiff-controller-manager";
 
 /// What every controller is given: its API clients and who it reports events as.
@@ -108,8 +107,8 @@ pub struct Context {
     /// The process's shared informers (on `informer_client`): one watch per resource, read by
     /// every controller.
     pub informers: Informers,
-    /// `reportingController` / `reportingInstance` of the Events controllers record.
-    pub reporter: Reporter,
+    /// The `reportingInstance` of the Events controllers record.
+    pub instance: String,
     /// Controller flags.
     pub config: Arc<config::Config>,
 }
@@ -120,10 +119,7 @@ impl Context {
             informer_client: client.clone(),
             informers: Informers::new(client.clone()),
             client,
-            reporter: Reporter {
-                controller: PROGRAM.into(),
-                instance: Some(instance.into()),
-            },
+            instance: instance.into(),
             config: Arc::new(config::Config::default()),
         }
     }
@@ -140,9 +136,15 @@ impl Context {
         self
     }
 
-    /// An event recorder for one controller (events.k8s.io/v1, deduplicated into series).
-    pub fn recorder(&self) -> Recorder {
-        Recorder::new(self.client.clone(), self.reporter.clone())
+    /// The event recorder of one controller, reporting as `component` (upstream's event
+    /// source: `replicaset-controller`, `job-controller`, …), through its own client.
+    pub fn recorder(&self, component: &str) -> Recorder {
+        let reporter = Reporter {
+            controller: component.into(),
+            instance: self.instance.clone(),
+            host: None,
+        };
+        Recorder::new(self.client.clone(), reporter)
     }
 }
 

@@ -15,9 +15,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
+use skiff_runtime::events::{Event, Recorder};
 use skiff_runtime::informer::Change;
 use tokio::sync::mpsc;
 
@@ -226,17 +226,10 @@ impl NodeCidrs for KubeCidrs {
     }
 
     async fn not_available(&self, node: &Node) -> kube::Result<()> {
-        let event = Event {
-            type_: EventType::Normal,
-            reason: "CIDRNotAvailable".into(),
-            note: Some(format!(
-                "Node {} status is now: CIDRNotAvailable",
-                node.name_any()
-            )),
-            action: "Allocating".into(),
-            secondary: None,
-        };
-        self.recorder.publish(&event, &node.object_ref(&())).await
+        let note = format!("Node {} status is now: CIDRNotAvailable", node.name_any());
+        let event = Event::normal(node.object_ref(&()), "CIDRNotAvailable", note);
+        self.recorder.record(event.with_action("Allocating"));
+        Ok(())
     }
 }
 
@@ -298,7 +291,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let mut allocation = Allocation::new(Ipam::new(allocator));
     let api = KubeCidrs {
         client: ctx.client.clone(),
-        recorder: ctx.recorder(),
+        recorder: ctx.recorder("cidrAllocator"),
     };
     let (changes, mut received) = mpsc::unbounded_channel();
     let nodes = ctx.informers.get::<Node>();

@@ -15,18 +15,17 @@ use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStat
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use skiff_apimachinery::labels::Selector;
 use skiff_runtime::cache::Cache;
 use skiff_runtime::controller::{Action, Controller};
+use skiff_runtime::events::{Event, EventType, Recorder};
 use skiff_runtime::informer::Change;
 use skiff_runtime::workqueue::WorkQueue;
 use tokio::time::Instant;
 
-use crate::events::{EventSink, Record};
 use crate::expectations::Expectations;
 use crate::{Context, claim, podutil, ranking};
 
@@ -487,7 +486,7 @@ fn on_pod(change: &Change<Pod>, store: &Cache<ReplicaSet>, exp: &Expectations, q
 
 struct KubeReplicaSets {
     client: kube::Client,
-    events: EventSink,
+    events: Recorder,
 }
 
 #[async_trait]
@@ -523,12 +522,8 @@ impl ReplicaSetApi for KubeReplicaSets {
     }
 
     fn event(&self, rs: &ReplicaSet, type_: EventType, reason: &str, note: String) {
-        self.events.record(Record {
-            regarding: rs.object_ref(&()),
-            type_,
-            reason: reason.into(),
-            note,
-        });
+        let event = Event::new(type_, rs.object_ref(&()), reason, note);
+        self.events.record(event);
     }
 }
 
@@ -556,7 +551,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     tracing::info!("replicaset: caches synced");
     let api = Arc::new(KubeReplicaSets {
         client: ctx.client.clone(),
-        events: EventSink::spawn(ctx.recorder()),
+        events: ctx.recorder("replicaset-controller"),
     });
     let (sets, pods) = (replicasets.cache().clone(), pods.cache().clone());
     controller

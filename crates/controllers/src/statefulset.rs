@@ -17,10 +17,10 @@ use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetSta
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
 use skiff_runtime::controller::{Action, Controller};
+use skiff_runtime::events::{Event, EventType, Recorder};
 
 use crate::Context;
 use crate::revision::{self, Current, HASH_LABEL};
@@ -335,17 +335,9 @@ struct KubeStatefulSets {
 }
 
 impl KubeStatefulSets {
-    async fn event(&self, set: &StatefulSet, type_: EventType, reason: &str, note: String) {
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
-        };
-        if let Err(error) = self.recorder.publish(&event, &set.object_ref(&())).await {
-            tracing::debug!(%error, "statefulset: cannot record an event");
-        }
+    fn event(&self, set: &StatefulSet, type_: EventType, reason: &str, note: String) {
+        let event = Event::new(type_, set.object_ref(&()), reason, note);
+        self.recorder.record(event);
     }
 
     fn api<K: Resource<Scope = k8s_openapi::NamespaceResourceScope>>(
@@ -374,8 +366,7 @@ impl StatefulSetApi for KubeStatefulSets {
         match api.create(&PostParams::default(), claim).await {
             Ok(_) => {
                 let note = format!("create Claim {pod} in StatefulSet {name} success");
-                self.event(set, EventType::Normal, "SuccessfulCreate", note)
-                    .await;
+                self.event(set, EventType::Normal, "SuccessfulCreate", note);
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
@@ -411,8 +402,7 @@ impl StatefulSetApi for KubeStatefulSets {
         match api.create(&PostParams::default(), pod).await {
             Ok(_) => {
                 let note = format!("create Pod {pod_name} in StatefulSet {name} successful");
-                self.event(set, EventType::Normal, "SuccessfulCreate", note)
-                    .await;
+                self.event(set, EventType::Normal, "SuccessfulCreate", note);
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
@@ -435,8 +425,7 @@ impl StatefulSetApi for KubeStatefulSets {
                     "delete Pod {pod} in StatefulSet {} successful",
                     set.name_any()
                 );
-                self.event(set, EventType::Normal, "SuccessfulDelete", note)
-                    .await;
+                self.event(set, EventType::Normal, "SuccessfulDelete", note);
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
@@ -498,7 +487,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     revisions.cache().wait_until_ready().await;
     let api = Arc::new(KubeStatefulSets {
         client: ctx.client.clone(),
-        recorder: ctx.recorder(),
+        recorder: ctx.recorder("statefulset-controller"),
     });
     let (pods, revisions) = (pods.cache().clone(), revisions.cache().clone());
     triggers::run_each(controller, &sets, move |set| {

@@ -14,13 +14,13 @@ use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use skiff_component_helpers::tolerations::tolerates;
 use skiff_runtime::cache::Cache;
 use skiff_runtime::controller::{Action, Controller};
+use skiff_runtime::events::{Event, Recorder};
 
 use crate::{Context, podutil, triggers};
 
@@ -130,16 +130,9 @@ impl Evictions for KubeEvictions {
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
             other => other.map(|_| ())?,
         }
-        let event = Event {
-            type_: EventType::Normal,
-            reason: "TaintManagerEviction".into(),
-            note: Some(format!("Marking for deletion Pod {ns}/{name}")),
-            action: "Deleting".into(),
-            secondary: None,
-        };
-        if let Err(error) = self.recorder.publish(&event, &pod.object_ref(&())).await {
-            tracing::warn!(pod = %name, %error, "taint-eviction: event not recorded");
-        }
+        let note = format!("Marking for deletion Pod {ns}/{name}");
+        let event = Event::normal(pod.object_ref(&()), "TaintManagerEviction", note);
+        self.recorder.record(event.with_action("Deleting"));
         let dp = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: pod.uid(),
@@ -169,7 +162,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     nodes.cache().wait_until_ready().await;
     let api = Arc::new(KubeEvictions {
         client: ctx.client.clone(),
-        recorder: ctx.recorder(),
+        recorder: ctx.recorder("taint-eviction-controller"),
         nodes: nodes.cache().clone(),
     });
     triggers::run_each(controller, &pods, move |pod| {

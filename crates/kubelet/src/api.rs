@@ -12,12 +12,11 @@ use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{
     ConfigMap, ObjectReference, PersistentVolumeClaim, Pod, PodStatus, Secret, ServiceAccount,
 };
-use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use parking_lot::Mutex;
 use serde_json::json;
+use skiff_runtime::events::{Event, Recorder, Reporter};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -106,12 +105,7 @@ pub trait PodApi: Send + Sync {
     ) -> Result<TokenRequest>;
 }
 
-/// Whether an event reports normal operation or a problem (the Event's `type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
+pub use skiff_runtime::events::EventType;
 
 /// One event as upstream's kubelet records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,16 +157,21 @@ const MAX_WRITES_IN_FLIGHT: usize = 8;
 /// [`PodApi`] through kube-rs.
 pub struct KubePodApi {
     client: kube::Client,
-    /// The node name: the events' reporting instance.
-    node: String,
+    /// Reports as `kubelet` on this node, as upstream's.
+    events: Recorder,
     writes: Arc<tokio::sync::Semaphore>,
 }
 
 impl KubePodApi {
     pub fn new(client: kube::Client, node: String) -> KubePodApi {
+        let reporter = Reporter {
+            controller: "kubelet".into(),
+            instance: node.clone(),
+            host: Some(node),
+        };
         KubePodApi {
+            events: Recorder::new(client.clone(), reporter),
             client,
-            node,
             writes: Arc::new(tokio::sync::Semaphore::new(MAX_WRITES_IN_FLIGHT)),
         }
     }
@@ -197,56 +196,20 @@ impl PodApi for KubePodApi {
         Ok(())
     }
 
-    /// An `events.k8s.io/v1` Event named as upstream names them (`{pod}.{unix nanos in hex}`),
-    /// reported by `kubelet` on this node.
+    /// Recorded in the background, as upstream's event broadcaster does: a pod's start does
+    /// not wait for three round trips to the API server.
     async fn event(&self, pod: &Pod, event: PodEvent) {
-        let now = jiff::Timestamp::now();
-        let namespace = pod
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let object = Event {
-            metadata: ObjectMeta {
-                name: Some(format!("{name}.{:x}", now.as_nanosecond())),
-                namespace: Some(namespace.clone()),
-                ..Default::default()
-            },
-            event_time: Some(MicroTime(now)),
-            reporting_controller: Some("kubelet".into()),
-            reporting_instance: Some(self.node.clone()),
-            action: Some(event.reason.to_string()),
-            reason: Some(event.reason.to_string()),
-            note: Some(event.message),
-            type_: Some(
-                match event.type_ {
-                    EventType::Normal => "Normal",
-                    EventType::Warning => "Warning",
-                }
-                .into(),
-            ),
-            regarding: Some(ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: Some(name.clone()),
-                namespace: Some(namespace.clone()),
-                uid: pod.metadata.uid.clone(),
-                resource_version: pod.metadata.resource_version.clone(),
-                field_path: event.field_path,
-            }),
-            ..Default::default()
+        let regarding = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: pod.metadata.name.clone(),
+            namespace: pod.metadata.namespace.clone(),
+            uid: pod.metadata.uid.clone(),
+            resource_version: pod.metadata.resource_version.clone(),
+            field_path: event.field_path,
         };
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        // written in the background, as upstream's event broadcaster does: a pod's start does
-        // not wait for three round trips to the API server
-        let writes = self.writes.clone();
-        tokio::spawn(async move {
-            let _permit = writes.acquire_owned().await;
-            if let Err(e) = events.create(&PostParams::default(), &object).await {
-                tracing::warn!(pod = %format!("{namespace}/{name}"), error = %e, "recording event {}", event.reason);
-            }
-        });
+        let recorded = Event::new(event.type_, regarding, &event.reason, event.message);
+        self.events.record(recorded);
     }
 
     async fn pod_exists(&self, namespace: &str, name: &str, uid: &str) -> Result<bool> {

@@ -6,6 +6,7 @@
 //!   change handlers (client-go's shared informer factory).
 //! - [`workqueue`]: the rate-limited, deduplicating queue of keys a controller reconciles.
 //! - [`controller`]: N workers draining a work queue through a reconcile function.
+//! - [`events`]: the event recorder (client-go's `record`: aggregation, series, spam filter).
 //! - [`metrics`]: the work queues' Prometheus series.
 //! - [`backoff`]: per-key retry delays (client-go's item exponential backoff).
 //! - [`http2`]: the components' HTTP/2 transport to the API server, many requests per
@@ -17,6 +18,7 @@
 pub mod backoff;
 pub mod cache;
 pub mod controller;
+pub mod events;
 pub mod http2;
 pub mod informer;
 pub mod leader;

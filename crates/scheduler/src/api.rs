@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
-use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use parking_lot::Mutex;
 use serde_json::json;
+use skiff_runtime::events::{Event, Recorder, Reporter};
 
 use crate::framework::PodInfo;
 
@@ -46,62 +46,28 @@ pub trait ClusterApi: Send + Sync {
     async fn preempt(&self, victim: &PodInfo, preemptor: &PodInfo, node: &str, profile: &str);
 }
 
-/// Writes through the API server.
+/// Writes through the API server; events go through the scheduler's [`Recorder`].
 pub struct KubeApi {
     client: kube::Client,
-    instance: String,
+    events: Recorder,
 }
 
 impl KubeApi {
+    /// Writes through `client`, reporting events as [`REPORTING_CONTROLLER`] `instance`.
     pub fn new(client: kube::Client, instance: String) -> KubeApi {
-        KubeApi { client, instance }
+        let reporter = Reporter {
+            controller: REPORTING_CONTROLLER.into(),
+            instance,
+            host: None,
+        };
+        KubeApi {
+            events: Recorder::new(client.clone(), reporter),
+            client,
+        }
     }
 
     fn pods(&self, pod: &PodInfo) -> Api<Pod> {
         Api::namespaced(self.client.clone(), pod.namespace())
-    }
-
-    /// Creates an `events.k8s.io/v1` Event about the pod, named as upstream names them
-    /// (`{pod}.{unix nanos in hex}`). Written directly rather than through kube's `Recorder`,
-    /// whose deduplication cache is scanned on every publish: one event per pod would make
-    /// scheduling quadratic.
-    async fn event(&self, pod: &PodInfo, type_: &str, reason: &str, action: &str, note: &str) {
-        self.event_related(pod, None, type_, reason, action, note)
-            .await;
-    }
-
-    /// An event about `pod` that also names `related` (the preemptor of a victim).
-    async fn event_related(
-        &self,
-        pod: &PodInfo,
-        related: Option<&PodInfo>,
-        type_: &str,
-        reason: &str,
-        action: &str,
-        note: &str,
-    ) {
-        let now = jiff::Timestamp::now();
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some(format!("{}.{:x}", pod.name(), now.as_nanosecond())),
-                namespace: Some(pod.namespace().into()),
-                ..Default::default()
-            },
-            event_time: Some(MicroTime(now)),
-            reporting_controller: Some(REPORTING_CONTROLLER.into()),
-            reporting_instance: Some(self.instance.clone()),
-            action: Some(action.into()),
-            reason: Some(reason.into()),
-            note: Some(note.into()),
-            type_: Some(type_.into()),
-            regarding: Some(reference(pod)),
-            related: related.map(reference),
-            ..Default::default()
-        };
-        let events: Api<Event> = Api::namespaced(self.client.clone(), pod.namespace());
-        if let Err(e) = events.create(&PostParams::default(), &event).await {
-            tracing::warn!(pod = %pod.key, error = %e, "recording event {reason}");
-        }
     }
 }
 
@@ -157,13 +123,13 @@ impl ClusterApi for KubeApi {
 
     async fn scheduled(&self, pod: &PodInfo, node: &str) {
         let note = format!("Successfully assigned {} to {node}", pod.key);
-        self.event(pod, "Normal", "Scheduled", "Binding", &note)
-            .await;
+        let event = Event::normal(reference(pod), "Scheduled", note);
+        self.events.record(event.with_action("Binding"));
     }
 
     async fn failed(&self, pod: &PodInfo, reason: &str, message: &str, nominated: Option<&str>) {
-        self.event(pod, "Warning", "FailedScheduling", "Scheduling", message)
-            .await;
+        let event = Event::warning(reference(pod), "FailedScheduling", message.into());
+        self.events.record(event.with_action("Scheduling"));
         let mut status = json!({
             "conditions": [{
                 "type": "PodScheduled",
@@ -225,15 +191,9 @@ impl ClusterApi for KubeApi {
             }
         }
         let note = format!("Preempted by pod {} on node {node}", preemptor.uid());
-        self.event_related(
-            victim,
-            Some(preemptor),
-            "Normal",
-            "Preempted",
-            "Preempting",
-            &note,
-        )
-        .await;
+        let event = Event::normal(reference(victim), "Preempted", note);
+        let event = event.with_related(Some(reference(preemptor)));
+        self.events.record(event.with_action("Preempting"));
     }
 }
 

@@ -19,10 +19,10 @@ use async_trait::async_trait;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::api::{DeleteParams, PostParams, PropagationPolicy};
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use skiff_runtime::controller::{Action, Controller};
+use skiff_runtime::events::Recorder;
 
 use crate::{Context, claim, triggers};
 
@@ -94,9 +94,7 @@ impl CronJobApi for KubeCronJobs {
     }
 
     async fn event(&self, cronjob: &CronJob, event: CronJobEvent) {
-        event
-            .publish(&self.recorder, &cronjob.object_ref(&()), "cronjob")
-            .await;
+        event.record(&self.recorder, cronjob.object_ref(&()));
     }
 }
 
@@ -119,7 +117,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     tracing::info!("cronjob: caches synced");
     let api = Arc::new(KubeCronJobs {
         client: ctx.client.clone(),
-        recorder: ctx.recorder(),
+        recorder: ctx.recorder("cronjob-controller"),
     });
     let (cronjobs, jobs) = (cronjobs.cache().clone(), jobs.cache().clone());
     controller

@@ -29,16 +29,15 @@ use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use skiff_runtime::cache::Cache;
 use skiff_runtime::controller::{Action, Controller};
+use skiff_runtime::events::{Event, EventType, Recorder};
 use skiff_runtime::informer::Change;
 use skiff_runtime::workqueue::WorkQueue;
 
-use crate::events::{EventSink, Record};
 use crate::{Context, claim, podutil, triggers};
 use sync::Syncer;
 
@@ -285,7 +284,7 @@ fn on_pod(
 
 struct KubeDeployments {
     client: kube::Client,
-    events: EventSink,
+    events: Recorder,
 }
 
 impl KubeDeployments {
@@ -359,12 +358,8 @@ impl DeploymentApi for KubeDeployments {
     }
 
     fn event(&self, d: &Deployment, type_: EventType, reason: &str, note: String) {
-        self.events.record(Record {
-            regarding: d.object_ref(&()),
-            type_,
-            reason: reason.into(),
-            note,
-        });
+        let event = Event::new(type_, d.object_ref(&()), reason, note);
+        self.events.record(event);
     }
 }
 
@@ -391,7 +386,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     tracing::info!("deployment: caches synced");
     let api = Arc::new(KubeDeployments {
         client: ctx.client.clone(),
-        events: EventSink::spawn(ctx.recorder()),
+        events: ctx.recorder("deployment-controller"),
     });
     let (deployments, sets, pods) = (
         deployments.cache().clone(),

@@ -9,8 +9,8 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
-use kube::runtime::events::EventType;
 use skiff_runtime::controller::Action;
+use skiff_runtime::events::EventType;
 
 use super::util::{self, desired, max_surge, replicas};
 use super::{DeploymentApi, Error, Result, hash, key};

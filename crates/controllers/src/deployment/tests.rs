@@ -8,9 +8,9 @@ use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::runtime::events::EventType;
 use parking_lot::Mutex;
 use serde_json::json;
+use skiff_runtime::events::EventType;
 
 use super::util::{self, replicas};
 use super::*;

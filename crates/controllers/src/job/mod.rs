@@ -27,12 +27,12 @@ use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use parking_lot::Mutex;
 use skiff_runtime::cache::Cache;
 use skiff_runtime::controller::{Action, Controller};
+use skiff_runtime::events::Recorder;
 use skiff_runtime::informer::Change;
 use skiff_runtime::workqueue::WorkQueue;
 
@@ -254,9 +254,7 @@ impl JobApi for KubeJobs {
     }
 
     async fn event(&self, job: &Job, event: JobEvent) {
-        event
-            .publish(&self.recorder, &job.object_ref(&()), "job")
-            .await;
+        event.record(&self.recorder, job.object_ref(&()));
     }
 }
 
@@ -321,7 +319,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     tracing::info!("job: caches synced");
     let api = Arc::new(KubeJobs {
         client: ctx.client.clone(),
-        recorder: ctx.recorder(),
+        recorder: ctx.recorder("job-controller"),
     });
     let (job_cache, pod_cache) = (jobs.cache().clone(), pods.cache().clone());
     let sync_jobs = controller.run({

@@ -1,0 +1,442 @@
+//! `events`: the one way components record `events.k8s.io/v1` Events, as client-go's event
+//! broadcaster and correlator do it. A [`Recorder`] never blocks its caller: events go through
+//! a bounded queue (full: dropped, as upstream's) to one task per recorder, which
+//! - **aggregates**: more than 10 events about one object with the same type and reason but
+//!   different notes within 10 minutes become one, noted `(combined from similar events): …`;
+//! - **makes series**: an event identical to one already written (same object and field path,
+//!   related object, type, reason, action and note) is not written again: the written one's
+//!   `series` counts it (`count`, `lastObservedTime`), so `kubectl describe` shows `(xN over …)`;
+//! - **filters spam**: each object gets a burst of 25 writes from one recorder, then one per
+//!   5 minutes.
+//!
+//! The reporter is upstream's: `reportingController` and `deprecatedSource.component` are the
+//! component (`kubelet`, `default-scheduler`, `replicaset-controller`), `deprecatedSource.host`
+//! the node for a kubelet. Writes run concurrently (a few at a time), except that a series'
+//! update waits for the write before it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{EventSource, ObjectReference};
+use k8s_openapi::api::events::v1::{Event as EventObject, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
+
+/// Upstream's event queue length (`maxQueuedEvents`).
+const QUEUE: usize = 1000;
+/// Writes in flight per recorder.
+const IN_FLIGHT: usize = 8;
+/// Upstream's correlator cache size (`maxLruCacheEntries`), for each of its caches.
+const CACHE_ENTRIES: usize = 4096;
+/// Upstream's `defaultSpamBurst` and `defaultSpamQPS` (one per 300 s).
+const SPAM_BURST: f64 = 25.0;
+const SPAM_REFILL: Duration = Duration::from_secs(300);
+/// Upstream's `defaultAggregateMaxEvents` and `defaultAggregateIntervalInSeconds`.
+const AGGREGATE_MAX: usize = 10;
+const AGGREGATE_INTERVAL: Duration = Duration::from_secs(600);
+/// Upstream's note prefix of an aggregated event.
+const COMBINED: &str = "(combined from similar events): ";
+
+/// `Normal` or `Warning`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// Who records: `reportingController` (and `deprecatedSource.component`), `reportingInstance`,
+/// and `deprecatedSource.host` (the node, for a kubelet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reporter {
+    pub controller: String,
+    pub instance: String,
+    pub host: Option<String>,
+}
+
+/// One occurrence to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub type_: EventType,
+    pub reason: String,
+    /// What was done (or failed); the reason unless set.
+    pub action: String,
+    pub note: String,
+    pub regarding: ObjectReference,
+    pub related: Option<ObjectReference>,
+}
+
+impl Event {
+    pub fn new(type_: EventType, regarding: ObjectReference, reason: &str, note: String) -> Event {
+        Event {
+            type_,
+            reason: reason.into(),
+            action: reason.into(),
+            note,
+            regarding,
+            related: None,
+        }
+    }
+
+    pub fn normal(regarding: ObjectReference, reason: &str, note: String) -> Event {
+        Event::new(EventType::Normal, regarding, reason, note)
+    }
+
+    pub fn warning(regarding: ObjectReference, reason: &str, note: String) -> Event {
+        Event::new(EventType::Warning, regarding, reason, note)
+    }
+
+    pub fn with_action(mut self, action: &str) -> Event {
+        self.action = action.into();
+        self
+    }
+
+    pub fn with_related(mut self, related: Option<ObjectReference>) -> Event {
+        self.related = related;
+        self
+    }
+}
+
+/// Where a component records events; cheap to clone.
+#[derive(Clone)]
+pub struct Recorder {
+    tx: mpsc::Sender<Event>,
+}
+
+impl Recorder {
+    /// Starts the recorder's writer, which writes through `client` until every clone of the
+    /// recorder is dropped.
+    pub fn new(client: kube::Client, reporter: Reporter) -> Recorder {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        tokio::spawn(write(client, reporter, rx));
+        Recorder { tx }
+    }
+
+    /// Queues one event; never waits (when the queue is full the event is dropped, as
+    /// upstream's broadcaster drops it).
+    pub fn record(&self, event: Event) {
+        if let Err(mpsc::error::TrySendError::Full(event)) = self.tx.try_send(event) {
+            tracing::debug!(reason = %event.reason, "event queue full; event dropped");
+        }
+    }
+}
+
+/// The writer: correlates each event, then creates or patches it.
+async fn write(client: kube::Client, reporter: Reporter, mut rx: mpsc::Receiver<Event>) {
+    let mut correlator = Correlator::default();
+    let permits = Arc::new(Semaphore::new(IN_FLIGHT));
+    while let Some(event) = rx.recv().await {
+        let Some((write, order)) = correlator.correlate(&reporter, event, Instant::now()) else {
+            continue;
+        };
+        // a series' writes go in order: each waits for the one before
+        let turn = order.lock_owned().await;
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let client = client.clone();
+        tokio::spawn(async move {
+            write.apply(client).await;
+            drop((turn, permit));
+        });
+    }
+}
+
+/// One write to the API server.
+#[derive(Debug, Clone, PartialEq)]
+enum Write {
+    Create(EventObject),
+    /// A series' new count; the full object to create when the written one is gone (expired).
+    Series {
+        series: EventSeries,
+        object: EventObject,
+    },
+}
+
+impl Write {
+    async fn apply(self, client: kube::Client) {
+        let (mut object, series) = match self {
+            Write::Create(object) => (object, None),
+            Write::Series { series, object } => (object, Some(series)),
+        };
+        let namespace = object.metadata.namespace.clone().unwrap_or_default();
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let api: Api<EventObject> = Api::namespaced(client, &namespace);
+        let result = match series {
+            Some(series) => {
+                let patch = Patch::Merge(serde_json::json!({ "series": series }));
+                match api.patch(&name, &PatchParams::default(), &patch).await {
+                    Err(kube::Error::Api(s)) if s.code == 404 => {
+                        object.series = Some(series);
+                        api.create(&PostParams::default(), &object).await
+                    }
+                    other => other,
+                }
+            }
+            None => api.create(&PostParams::default(), &object).await,
+        };
+        if let Err(error) = result {
+            let reason = object.reason.as_deref().unwrap_or_default();
+            tracing::debug!(event = %name, reason, %error, "could not record an event");
+        }
+    }
+}
+
+/// The correlator's state: client-go's `EventCorrelator` (aggregator, logger, spam filter),
+/// each a cache bounded to [`CACHE_ENTRIES`].
+#[derive(Default)]
+struct Correlator {
+    similar: Bounded<SimilarKey, Similar>,
+    series: Bounded<SeriesKey, Series>,
+    spam: Bounded<ObjectKey, (f64, Instant)>,
+}
+
+/// The object an event is about, without its resourceVersion (and without its field path
+/// unless taken `with_field`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ObjectKey {
+    api_version: Option<String>,
+    kind: Option<String>,
+    namespace: Option<String>,
+    name: Option<String>,
+    uid: Option<String>,
+    field_path: Option<String>,
+}
+
+impl ObjectKey {
+    fn of(r: &ObjectReference) -> ObjectKey {
+        ObjectKey {
+            api_version: r.api_version.clone(),
+            kind: r.kind.clone(),
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            uid: r.uid.clone(),
+            field_path: None,
+        }
+    }
+
+    fn with_field(r: &ObjectReference) -> ObjectKey {
+        ObjectKey {
+            field_path: r.field_path.clone(),
+            ..ObjectKey::of(r)
+        }
+    }
+}
+
+/// Events that differ only in their note (upstream's `EventAggregatorByReasonFunc`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SimilarKey {
+    object: ObjectKey,
+    type_: EventType,
+    reason: String,
+}
+
+/// The distinct notes seen of similar events since the interval began.
+struct Similar {
+    notes: std::collections::HashSet<String>,
+    since: Instant,
+}
+
+/// Identical events: one series.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SeriesKey {
+    regarding: ObjectKey,
+    related: Option<ObjectKey>,
+    type_: EventType,
+    reason: String,
+    action: String,
+    /// The note, or nothing for the aggregate of similar events.
+    note: Option<String>,
+}
+
+/// A written event and how often it occurred; `order` serialises its writes.
+struct Series {
+    object: EventObject,
+    count: i32,
+    order: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Correlator {
+    /// What to write for `event` (and the lock its series' writes take in turn), or nothing
+    /// when the spam filter drops it.
+    fn correlate(
+        &mut self,
+        reporter: &Reporter,
+        mut event: Event,
+        now: Instant,
+    ) -> Option<(Write, Arc<tokio::sync::Mutex<()>>)> {
+        let object = ObjectKey::of(&event.regarding);
+        let aggregated = self.aggregate(&object, &mut event, now);
+        let key = SeriesKey {
+            regarding: ObjectKey::with_field(&event.regarding),
+            related: event.related.as_ref().map(ObjectKey::with_field),
+            type_: event.type_,
+            reason: event.reason.clone(),
+            action: event.action.clone(),
+            note: (!aggregated).then(|| event.note.clone()),
+        };
+        let wall = jiff::Timestamp::now();
+        let write = match self.series.get_mut(&key) {
+            Some(series) => {
+                series.count += 1;
+                Write::Series {
+                    series: EventSeries {
+                        count: series.count,
+                        last_observed_time: MicroTime(wall),
+                    },
+                    object: series.object.clone(),
+                }
+            }
+            None => {
+                let object = new_object(reporter, &event, wall);
+                let series = Series {
+                    object: object.clone(),
+                    count: 1,
+                    order: Arc::default(),
+                };
+                self.series.insert(key.clone(), series);
+                Write::Create(object)
+            }
+        };
+        let order = self.series.get_mut(&key)?.order.clone();
+        self.allow(object, now).then_some((write, order))
+    }
+
+    /// Counts `event` among its similar ones; once more than [`AGGREGATE_MAX`] distinct notes
+    /// came within the interval, rewrites its note as the combined one and returns true.
+    fn aggregate(&mut self, object: &ObjectKey, event: &mut Event, now: Instant) -> bool {
+        let key = SimilarKey {
+            object: object.clone(),
+            type_: event.type_,
+            reason: event.reason.clone(),
+        };
+        let similar = self.similar.get_or_insert_with(key, || Similar {
+            notes: Default::default(),
+            since: now,
+        });
+        if now.duration_since(similar.since) > AGGREGATE_INTERVAL {
+            similar.notes.clear();
+            similar.since = now;
+        }
+        similar.notes.insert(event.note.clone());
+        if similar.notes.len() < AGGREGATE_MAX {
+            return false;
+        }
+        event.note = format!("{COMBINED}{}", event.note);
+        true
+    }
+
+    /// The spam filter: a token bucket per object.
+    fn allow(&mut self, object: ObjectKey, now: Instant) -> bool {
+        let (tokens, at) = self.spam.get_or_insert_with(object, || (SPAM_BURST, now));
+        let refill = now.saturating_duration_since(*at).as_secs_f64() / SPAM_REFILL.as_secs_f64();
+        *tokens = (*tokens + refill).min(SPAM_BURST);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The Event first written for an occurrence, named as upstream names them
+/// (`{object}.{unix nanos in hex}`), in the object's namespace (`default` for a cluster-scoped
+/// object).
+fn new_object(reporter: &Reporter, event: &Event, now: jiff::Timestamp) -> EventObject {
+    let name = event.regarding.name.as_deref().unwrap_or_default();
+    let namespace = match event.regarding.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => ns,
+        _ => "default",
+    };
+    EventObject {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}.{:x}", now.as_nanosecond())),
+            namespace: Some(namespace.into()),
+            ..Default::default()
+        },
+        event_time: Some(MicroTime(now)),
+        reporting_controller: Some(reporter.controller.clone()),
+        reporting_instance: Some(reporter.instance.clone()),
+        deprecated_source: Some(EventSource {
+            component: Some(reporter.controller.clone()),
+            host: reporter.host.clone(),
+        }),
+        action: Some(event.action.clone()),
+        reason: Some(event.reason.clone()),
+        note: Some(event.note.clone()),
+        type_: Some(event.type_.as_str().into()),
+        regarding: Some(event.regarding.clone()),
+        related: event.related.clone(),
+        ..Default::default()
+    }
+}
+
+/// A map that forgets its least recently used entry beyond [`CACHE_ENTRIES`].
+struct Bounded<K, V> {
+    entries: HashMap<K, (u64, V)>,
+    by_use: BTreeMap<u64, K>,
+    clock: u64,
+    capacity: usize,
+}
+
+impl<K, V> Default for Bounded<K, V> {
+    fn default() -> Self {
+        Bounded {
+            entries: HashMap::new(),
+            by_use: BTreeMap::new(),
+            clock: 0,
+            capacity: CACHE_ENTRIES,
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
+    fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        let (used, _) = self.entries.get_mut(key)?;
+        self.by_use.remove(used);
+        self.clock += 1;
+        *used = self.clock;
+        self.by_use.insert(self.clock, key.clone());
+        self.entries.get_mut(key).map(|(_, v)| v)
+    }
+
+    fn insert(&mut self, key: K, value: V) {
+        self.clock += 1;
+        if let Some((used, _)) = self.entries.insert(key.clone(), (self.clock, value)) {
+            self.by_use.remove(&used);
+        }
+        self.by_use.insert(self.clock, key);
+        while self.entries.len() > self.capacity {
+            let Some((_, oldest)) = self.by_use.pop_first() else {
+                break;
+            };
+            self.entries.remove(&oldest);
+        }
+    }
+
+    fn get_or_insert_with(&mut self, key: K, value: impl FnOnce() -> V) -> &mut V {
+        if !self.entries.contains_key(&key) {
+            self.insert(key.clone(), value());
+        }
+        self.get_mut(&key).expect("just inserted")
+    }
+}
+
+#[cfg(test)]
+#[path = "events_tests.rs"]
+mod tests;
