@@ -1,5 +1,5 @@
 //! Hollow kubelets, as kubemark's: many nodes in one process, each the real kubelet's node
-//! registration, heartbeats, pod watch and pod workers running against a
+//! registration, heartbeats, pod informer and pod workers running against a
 //! [`HollowRuntime`] instead of containerd. All nodes share one API client (one connection
 //! pool) and run as tokio tasks, no thread per node; their heartbeats start spread over one
 //! renewal period so that they do not write in lockstep.
@@ -12,6 +12,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerImage, Node, NodeStatus};
 use kube::Api;
+use skiff_runtime::informer::Informers;
 
 use crate::admission::NodeView;
 use crate::api::KubePodApi;
@@ -161,6 +162,9 @@ impl HollowNodes {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let count = self.nodes.len().max(1) as u32;
         let mut tasks = Vec::with_capacity(self.nodes.len() * 2);
+        // one factory for all nodes: each node's pod informer has its own field selector (so
+        // its own watch); they stop once the tasks given them are
+        let informers = Informers::new(self.client.clone());
         for (i, n) in self.nodes.into_iter().enumerate() {
             let name = n.node.metadata.name.clone().unwrap_or_default();
             let offset = node::LEASE_RENEW * i as u32 / count;
@@ -173,6 +177,7 @@ impl HollowNodes {
             )));
             tasks.push(tokio::spawn(crate::pod_workers::watch_pods(
                 self.client.clone(),
+                informers.clone(),
                 name,
                 n.ctx,
                 PodRegistry::default(),

@@ -1,7 +1,8 @@
 //! The kubelet's main loop: start (or connect to) containerd, import the built-in images,
 //! register the Node, keep its Lease and status fresh, and run the pod loop
 //! ([`crate::pod_workers`]), the kubelet server, the static pods and the pod network across
-//! nodes ([`crate::podnet`]).
+//! nodes ([`crate::podnet`]); the pod loop and the pod network read the kubelet's shared
+//! informers.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
+use skiff_runtime::informer::Informers;
 
 use crate::admission::NodeView;
 use crate::api::KubePodApi;
@@ -302,6 +304,9 @@ impl Kubelet {
             data_dir: self.config.data_dir.clone(),
             kubelet_port: self.config.port,
         };
+        // this kubelet's watches (its pods, and the Nodes for the pod network); they stop once
+        // the tasks given them are
+        let informers = Informers::new(self.client.clone());
         let view = NodeView::new(self.node.clone());
         let heartbeats = tokio::spawn(heartbeat::run(
             self.client.clone(),
@@ -311,6 +316,7 @@ impl Kubelet {
         ));
         let pods = tokio::spawn(crate::pod_workers::watch_pods(
             self.client.clone(),
+            informers.clone(),
             self.config.node_name.clone(),
             self.ctx.clone(),
             self.pods.clone(),
@@ -327,7 +333,7 @@ impl Kubelet {
         });
         let pod_network = self
             .host_gw
-            .map(|h| tokio::spawn(crate::podnet::run(self.client.clone(), h)));
+            .map(|h| tokio::spawn(crate::podnet::run(informers.clone(), h)));
         let server = tokio::spawn(self.server.serve());
         shutdown.await;
         if let Some(task) = pod_network {

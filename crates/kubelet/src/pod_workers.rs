@@ -1,82 +1,88 @@
-//! The kubelet's pod loop: watch this node's pods only (`fieldSelector=spec.nodeName=<node>`,
-//! filtered by the API server), admit each new one (or reject it), and run one worker per pod
-//! that syncs it on every change and whenever its last sync asked to be called again. Pods
-//! gone while the kubelet was down are found at each (re)list: their containers and volumes
-//! are removed.
+//! The kubelet's pod loop: this node's pods come from a shared informer filtered by the API
+//! server (`fieldSelector=spec.nodeName=<node>`); each new one is admitted (or rejected) and
+//! gets one worker that syncs it on every change and whenever its last sync asked to be called
+//! again. Once the first list is in, the containers and volumes of pods that are gone (deleted
+//! while the kubelet was down) are removed.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
-use tokio::sync::watch;
+use kube::runtime::watcher;
+use skiff_runtime::informer::{Change, Informers};
+use tokio::sync::{mpsc, watch};
 
 use crate::admission::{self, NodeView};
 use crate::pod_sync::{LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Outcome, SyncContext};
 use crate::server::pods::PodRegistry;
 
-/// Watches this node's pods, keeps `registry` (what the server sees) up to date, admits each
-/// new pod (or rejects it) and hands it to its worker.
+/// What the pod informer's handler hands the pod loop, in the informer's order.
+enum PodUpdate {
+    /// A pod as it is now (`present`), or as it was last seen once it is gone (deleted, or
+    /// found missing by a relist).
+    Pod { pod: Arc<Pod>, present: bool },
+    /// Every pod of the first list has been handed over; the uids of those pods.
+    Listed(HashSet<String>),
+}
+
+fn uid_of(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
+
+/// Follows this node's pods (an informer of `informers`), keeps `registry` (what the server
+/// sees) up to date, admits each new pod (or rejects it) and hands it to its worker.
 pub(crate) async fn watch_pods(
     client: kube::Client,
+    informers: Informers,
     node_name: String,
     ctx: SyncContext,
     registry: PodRegistry,
     view: NodeView,
 ) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let pods: Api<Pod> = Api::all(client);
+    let nodes: Api<Node> = Api::all(client);
     let selector = format!("spec.nodeName={node_name}");
-    let stream =
-        watcher::watcher(pods, watcher::Config::default().fields(&selector)).default_backoff();
-    let mut stream = std::pin::pin!(stream);
+    let pods = informers.filtered::<Pod>(watcher::Config::default().fields(&selector));
+    // admission awaits (a Node GET), handlers must not: the handler only forwards
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    pods.cache().wait_until_ready().await;
+    let (listed_tx, cache) = (tx.clone(), pods.cache().clone());
+    pods.add_handler_then(
+        move |change: &Change<Pod>| {
+            let (pod, present) = match change {
+                Change::Added(pod) | Change::Updated { new: pod, .. } => (pod, true),
+                // a tombstone (missed while the watch was down) is a deletion too
+                Change::Deleted { last, .. } => (last, false),
+            };
+            let pod = pod.clone();
+            let _ = tx.send(PodUpdate::Pod { pod, present });
+        },
+        // the handler has just been handed every cached pod, and nothing later yet
+        move || {
+            let listed = cache.state().iter().map(|p| uid_of(p)).collect();
+            let _ = listed_tx.send(PodUpdate::Listed(listed));
+        },
+    );
     // pod uid → the worker's mailbox (latest object; None once removed from the API)
     // (shared, not copied: admission looks at every running pod each time a new one comes)
     let mut workers: HashMap<String, watch::Sender<Option<Arc<Pod>>>> = HashMap::new();
-    // the uids a (re)list returned, to find what the runtime runs for pods that are gone
-    let mut listed: HashSet<String> = HashSet::new();
     // pods rejected at admission, until their Failed status comes back through the watch
     let mut rejected: HashSet<String> = HashSet::new();
-    while let Some(event) = stream.next().await {
-        let (pod, present) = match event {
-            Ok(Event::Apply(pod)) => (pod, true),
-            Ok(Event::InitApply(pod)) => {
-                listed.insert(pod.metadata.uid.clone().unwrap_or_default());
-                (pod, true)
-            }
-            Ok(Event::Delete(pod)) => (pod, false),
-            Ok(Event::Init) => {
-                listed.clear();
-                continue;
-            }
-            Ok(Event::InitDone) => {
-                // pods deleted while the watch was down (a relist after 410 Gone) are missing
-                // from the list: their workers stop what they run, as on a DELETED event
-                for (uid, tx) in &workers {
-                    if !listed.contains(uid) {
-                        let _ = tx.send(None);
-                        registry.remove(uid);
-                    }
-                }
+    while let Some(update) = rx.recv().await {
+        let (pod, present) = match update {
+            PodUpdate::Pod { pod, present } => (pod, present),
+            PodUpdate::Listed(listed) => {
                 // volumes of pods that are gone without a worker (deleted while the kubelet
                 // was down); done here, before a new pod's worker can create its directory
                 ctx.volumes
                     .tear_down_others(|uid| listed.contains(uid) || workers.contains_key(uid));
-                tokio::spawn(remove_orphans(ctx.clone(), std::mem::take(&mut listed)));
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "watching pods");
+                tokio::spawn(remove_orphans(ctx.clone(), listed));
                 continue;
             }
         };
         workers.retain(|_, tx| !tx.is_closed());
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let pod = Arc::new(pod);
+        let uid = uid_of(&pod);
         if present {
             registry.upsert(&pod);
         } else {

@@ -8,20 +8,20 @@
 //! routes only make sense next to the CNI bridge the kubelet configures (whose own masquerading
 //! it replaces); one module needs no crate of its own. Its routes carry [`ROUTE_PROTOCOL`] (as
 //! routing daemons such as calico's bird mark theirs), so it only ever deletes routes it
-//! made, and it leaves a pod CIDR alone when another route already claims it. Nodes come from a
-//! watch (no polling); every change recomputes the wanted routes and applies the difference.
+//! made, and it leaves a pod CIDR alone when another route already claims it. Nodes come from the
+//! kubelet's shared Node informer (no polling); every change recomputes the wanted routes and
+//! applies the difference.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::Api;
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, reflector};
 use serde::Deserialize;
+use skiff_runtime::informer::{Change, Informers};
+use tokio::sync::Notify;
 
 use crate::podnet_runner::{self, Cmd, Runner};
 
@@ -347,29 +347,26 @@ impl HostGw {
     }
 }
 
-/// Sets up masquerading, then keeps the routes in line with the Nodes the watch shows, for as
-/// long as the task runs. A failed sync is logged and retried on the next Node event (Node
-/// heartbeats bring one every few seconds).
-pub async fn run(client: kube::Client, mut host_gw: HostGw) {
+/// Sets up masquerading, then keeps the routes in line with the Nodes of the shared Node
+/// informer, for as long as the task runs: once its cache is ready, and after every change. A
+/// failed sync is logged and retried on the next change (Node heartbeats bring one every few
+/// seconds).
+pub async fn run(informers: Informers, mut host_gw: HostGw) {
     if let Err(error) = host_gw.ensure_masquerade().await {
         tracing::error!(%error, "podnet: setting up masquerading failed");
     }
-    let (reader, writer) = reflector::store();
-    let stream = watcher::watcher(Api::<Node>::all(client), watcher::Config::default())
-        .default_backoff()
-        .reflect(writer);
-    futures::pin_mut!(stream);
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(Event::Init | Event::InitApply(_)) => continue,
-            Ok(_) => {}
-            Err(error) => {
-                tracing::warn!(%error, "podnet: the Node watch failed; retrying");
-                continue;
-            }
-        }
-        let nodes = reader.state();
-        match host_gw.sync_routes(nodes.iter().map(|n| n.as_ref())).await {
+    let nodes = informers.get::<Node>();
+    nodes.cache().wait_until_ready().await;
+    let changed = Arc::new(Notify::new());
+    nodes.add_handler({
+        let changed = changed.clone();
+        move |_: &Change<Node>| changed.notify_one()
+    });
+    // the cached Nodes the handler was first handed are read below anyway
+    let _ = changed.notified().now_or_never();
+    loop {
+        let state = nodes.cache().state();
+        match host_gw.sync_routes(state.iter().map(|n| n.as_ref())).await {
             Ok(changes) => {
                 for (dst, via) in &changes.replaced {
                     tracing::info!(%dst, %via, "podnet: route to a node's pods");
@@ -383,6 +380,7 @@ pub async fn run(client: kube::Client, mut host_gw: HostGw) {
             }
             Err(error) => tracing::warn!(%error, "podnet: syncing routes failed"),
         }
+        changed.notified().await;
     }
 }
 
