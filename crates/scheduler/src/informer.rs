@@ -1,180 +1,159 @@
-//! Feeds the scheduler from the API server: one watch of all pods (no field selector; the
-//! scheduler decides on its side which are its own, seed 000), one of nodes, and of
-//! PodDisruptionBudgets (for preemption), PersistentVolumeClaims (for volume checks), namespaces (for pod affinity's namespace selectors)
-//! and Services, ReplicaSets and StatefulSets (for default spreading), through
-//! kube-rs's `watcher`, which lists, watches from the list's resourceVersion and relists
-//! after a 410. Objects missing from a relist are treated as deleted.
+//! Feeds the scheduler from a shared [`Informers`] factory: all pods (no field selector; the
+//! scheduler decides on its side which are its own, seed 000) and nodes, and
+//! PodDisruptionBudgets (for preemption), PersistentVolumeClaims (for volume checks), namespaces
+//! (for pod affinity's namespace selectors) and Services, ReplicaSets and StatefulSets (for
+//! default spreading). Each informer's handler hands adds, updates and deletions (a deletion a
+//! relist found included) to the scheduler's `on_*` methods.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::{Arc, Weak};
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::Api;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::Resource;
+use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use skiff_apimachinery::labels::Selector;
+use skiff_runtime::informer::{Change, Informers};
 
 use crate::plugins::helper::label_selector;
 use crate::scheduler::Scheduler;
 
-/// Runs the watches until the process ends; `synced` turns true once the pods and nodes are
-/// listed (the side tables follow when they come).
-pub async fn run(client: kube::Client, scheduler: Arc<Scheduler>, synced: watch::Sender<bool>) {
-    let (pods_synced, mut pods_rx) = watch::channel(false);
-    let (nodes_synced, mut nodes_rx) = watch::channel(false);
-    let pods = {
-        let s = scheduler.clone();
-        follow(
-            Api::<Pod>::all(client.clone()),
-            pods_synced,
-            move |p| s.on_pod(p),
-            {
-                let s = scheduler.clone();
-                move |p: Arc<Pod>| s.on_pod_deleted(&p)
-            },
-        )
-    };
-    let namespaces = side::<Namespace>(
-        client.clone(),
-        scheduler.clone(),
-        |s, n| {
+/// Adds the scheduler's handlers to `informers` at once (a cache that already holds objects
+/// replays them). The returned future turns `synced` true once the pods and nodes are listed
+/// (the side tables follow when they come), then holds a clone of the factory until it is
+/// dropped, so that a scheduler whose factory is its own stops watching with it. The handlers
+/// hold the scheduler weakly: once it is dropped they do nothing.
+pub fn run(
+    informers: &Informers,
+    scheduler: Arc<Scheduler>,
+    synced: watch::Sender<bool>,
+) -> impl Future<Output = ()> + Send + 'static {
+    let pods = informers.get::<Pod>();
+    follow(
+        informers,
+        &scheduler,
+        |s, p: &Arc<Pod>| s.on_pod(p.clone()),
+        |s, p| s.on_pod_deleted(p),
+    );
+    let nodes = informers.get::<Node>();
+    follow(
+        informers,
+        &scheduler,
+        |s, n: &Arc<Node>| s.on_node(n.clone()),
+        |s, n| s.on_node_deleted(name_of(n.as_ref())),
+    );
+    follow(
+        informers,
+        &scheduler,
+        |s, n: &Arc<Namespace>| {
             s.on_namespace(
-                name_of(n),
+                name_of(n.as_ref()),
                 Some(n.metadata.labels.clone().unwrap_or_default()),
             )
         },
-        |s, n| s.on_namespace(name_of(n), None),
+        |s, n| s.on_namespace(name_of(n.as_ref()), None),
     );
-    let services = side::<Service>(
-        client.clone(),
-        scheduler.clone(),
-        |s, svc| {
+    follow(
+        informers,
+        &scheduler,
+        |s, svc: &Arc<Service>| {
             let selector = svc.spec.as_ref().and_then(|spec| spec.selector.clone());
-            s.on_service(namespace_of(svc), name_of(svc), selector)
+            s.on_service(namespace_of(svc.as_ref()), name_of(svc.as_ref()), selector)
         },
-        |s, svc| s.on_service(namespace_of(svc), name_of(svc), None),
+        |s, svc| s.on_service(namespace_of(svc.as_ref()), name_of(svc.as_ref()), None),
     );
-    let replicasets = controllers::<ReplicaSet>(&client, &scheduler, "ReplicaSet", |rs| {
+    controllers::<ReplicaSet>(informers, &scheduler, "ReplicaSet", |rs| {
         rs.spec.as_ref().map(|spec| &spec.selector)
     });
-    let statefulsets = controllers::<StatefulSet>(&client, &scheduler, "StatefulSet", |ss| {
+    controllers::<StatefulSet>(informers, &scheduler, "StatefulSet", |ss| {
         ss.spec.as_ref().map(|spec| &spec.selector)
     });
-    let pdbs = side::<PodDisruptionBudget>(
-        client.clone(),
-        scheduler.clone(),
-        |s, p| s.on_pdb(object_key(p), Some(Arc::new(p.clone()))),
-        |s, p| s.on_pdb(object_key(p), None),
+    follow(
+        informers,
+        &scheduler,
+        |s, p: &Arc<PodDisruptionBudget>| s.on_pdb(object_key(p.as_ref()), Some(p.clone())),
+        |s, p| s.on_pdb(object_key(p.as_ref()), None),
     );
-    let claims = side::<PersistentVolumeClaim>(
-        client.clone(),
-        scheduler.clone(),
-        |s, c| s.on_claim(object_key(c), Some(Arc::new(c.clone()))),
-        |s, c| s.on_claim(object_key(c), None),
+    follow(
+        informers,
+        &scheduler,
+        |s, c: &Arc<PersistentVolumeClaim>| s.on_claim(object_key(c.as_ref()), Some(c.clone())),
+        |s, c| s.on_claim(object_key(c.as_ref()), None),
     );
-    let nodes = {
-        let s = scheduler.clone();
-        follow(
-            Api::<Node>::all(client),
-            nodes_synced,
-            move |n| s.on_node(n),
-            {
-                let s = scheduler.clone();
-                move |n: Arc<Node>| s.on_node_deleted(n.metadata.name.as_deref().unwrap_or(""))
-            },
-        )
-    };
-    let ready = async move {
-        let _ = pods_rx.wait_for(|v| *v).await;
-        let _ = nodes_rx.wait_for(|v| *v).await;
+    let factory = informers.clone();
+    async move {
+        let _factory = factory;
+        pods.cache().wait_until_ready().await;
+        nodes.cache().wait_until_ready().await;
         let _ = synced.send(true);
         std::future::pending::<()>().await;
-    };
-    tokio::join!(
-        pods,
-        nodes,
-        pdbs,
-        claims,
-        namespaces,
-        services,
-        replicasets,
-        statefulsets,
-        ready
-    );
+    }
 }
 
-/// What a watch here can follow: any namespaced or cluster-scoped built-in kind.
-trait Watched:
-    kube::Resource<DynamicType = ()>
-    + Clone
-    + std::fmt::Debug
-    + serde::de::DeserializeOwned
-    + Send
-    + Sync
-    + 'static
-{
-}
-
-impl<K> Watched for K where
-    K: kube::Resource<DynamicType = ()>
+/// Hands every change of the `K`s to the scheduler: an add or update to `apply`, a deletion
+/// (one the watch missed included) to `delete`. Both run on the informer's task and must be
+/// quick.
+fn follow<K>(
+    informers: &Informers,
+    scheduler: &Arc<Scheduler>,
+    apply: impl Fn(&Scheduler, &Arc<K>) + Send + 'static,
+    delete: impl Fn(&Scheduler, &Arc<K>) + Send + 'static,
+) where
+    K: Resource<DynamicType = ()>
         + Clone
+        + DeserializeOwned
         + std::fmt::Debug
-        + serde::de::DeserializeOwned
         + Send
         + Sync
-        + 'static
+        + 'static,
 {
-}
-
-/// A watch that only keeps one of the scheduler's side tables (budgets, namespaces,
-/// selectors) up to date; nothing waits for its first list.
-async fn side<K>(
-    client: kube::Client,
-    scheduler: Arc<Scheduler>,
-    apply: impl Fn(&Scheduler, &K),
-    delete: impl Fn(&Scheduler, &K),
-) where
-    K: Watched,
-{
-    let gone = scheduler.clone();
-    follow(
-        Api::<K>::all(client),
-        watch::channel(false).0,
-        move |o: Arc<K>| apply(&scheduler, &o),
-        move |o: Arc<K>| delete(&gone, &o),
-    )
-    .await
+    let scheduler: Weak<Scheduler> = Arc::downgrade(scheduler);
+    informers.get::<K>().add_handler(move |change: &Change<K>| {
+        let Some(s) = scheduler.upgrade() else {
+            return;
+        };
+        match change {
+            Change::Added(o) | Change::Updated { new: o, .. } => apply(&s, o),
+            Change::Deleted { last, .. } => delete(&s, last),
+        }
+    });
 }
 
 /// The selectors of one kind of controller, for default spreading.
 fn controllers<K>(
-    client: &kube::Client,
+    informers: &Informers,
     scheduler: &Arc<Scheduler>,
     kind: &'static str,
     selector: fn(&K) -> Option<&LabelSelector>,
-) -> impl Future<Output = ()> + use<K>
-where
-    K: Watched,
+) where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
 {
-    side::<K>(
-        client.clone(),
-        scheduler.clone(),
-        move |s, o| s.on_controller(kind, namespace_of(o), name_of(o), selector_of(selector(o))),
-        move |s, o| s.on_controller(kind, namespace_of(o), name_of(o), None),
+    follow::<K>(
+        informers,
+        scheduler,
+        move |s, o| {
+            let o = o.as_ref();
+            s.on_controller(kind, namespace_of(o), name_of(o), selector_of(selector(o)))
+        },
+        move |s, o| s.on_controller(kind, namespace_of(o.as_ref()), name_of(o.as_ref()), None),
     )
 }
 
-fn namespace_of<K: kube::Resource>(o: &K) -> &str {
+fn namespace_of<K: Resource>(o: &K) -> &str {
     o.meta().namespace.as_deref().unwrap_or("")
 }
 
-fn name_of<K: kube::Resource>(o: &K) -> &str {
+fn name_of<K: Resource>(o: &K) -> &str {
     o.meta().name.as_deref().unwrap_or("")
 }
 
@@ -185,53 +164,79 @@ fn selector_of(selector: Option<&LabelSelector>) -> Option<Selector> {
 }
 
 /// `namespace/name`.
-fn object_key<K: kube::Resource>(o: &K) -> String {
+fn object_key<K: Resource>(o: &K) -> String {
     format!("{}/{}", namespace_of(o), name_of(o))
 }
 
-/// One watch: applies and deletes go to the handlers; a relist's missing objects are deleted.
-async fn follow<K>(
-    api: Api<K>,
-    synced: watch::Sender<bool>,
-    on_apply: impl Fn(Arc<K>),
-    on_delete: impl Fn(Arc<K>),
-) where
-    K: Watched,
-{
-    let key = object_key::<K>;
-    let mut known: HashMap<String, Arc<K>> = HashMap::new();
-    let mut relisted: HashMap<String, Arc<K>> = HashMap::new();
-    // backoff between retries also yields: a watch failing at once (the API server stopped)
-    // must not spin its thread
-    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
-    futures::pin_mut!(stream);
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(Event::Apply(o)) => {
-                let o = Arc::new(o);
-                known.insert(key(&o), o.clone());
-                on_apply(o);
-            }
-            Ok(Event::Delete(o)) => {
-                known.remove(&key(&o));
-                on_delete(Arc::new(o));
-            }
-            Ok(Event::Init) => relisted.clear(),
-            Ok(Event::InitApply(o)) => {
-                let o = Arc::new(o);
-                relisted.insert(key(&o), o.clone());
-                on_apply(o);
-            }
-            Ok(Event::InitDone) => {
-                for (k, o) in known.drain() {
-                    if !relisted.contains_key(&k) {
-                        on_delete(o);
-                    }
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::api::RecordingApi;
+    use crate::config::Configuration;
+
+    /// A client whose lists answer `lists` by path (an empty list for any other) and whose
+    /// watches never answer.
+    fn client(lists: Vec<(&'static str, Vec<Value>)>) -> kube::Client {
+        let lists = Arc::new(lists);
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let lists = lists.clone();
+            async move {
+                let uri = req.uri().to_string();
+                if uri.contains("watch=true") {
+                    std::future::pending::<()>().await;
                 }
-                known = std::mem::take(&mut relisted);
-                let _ = synced.send(true);
+                let items = lists
+                    .iter()
+                    .find(|(path, _)| uri.starts_with(&format!("{path}?")))
+                    .map(|(_, items)| items.clone())
+                    .unwrap_or_default();
+                let list = json!({"apiVersion": "v1", "kind": "List",
+                                  "metadata": {"resourceVersion": "1"}, "items": items});
+                let body = kube::client::Body::from(list.to_string().into_bytes());
+                Ok::<_, Infallible>(http::Response::new(body))
             }
-            Err(e) => tracing::warn!(error = %e, "watch failed; retrying"),
-        }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    #[tokio::test]
+    async fn the_listed_pods_and_nodes_reach_the_scheduler_before_it_reports_synced() {
+        let pod = |name: &str, node: Option<&str>| {
+            json!({"metadata": {"namespace": "ns", "name": name, "resourceVersion": "1"},
+                   "spec": {"containers": [{"name": "c"}], "nodeName": node}})
+        };
+        let node = json!({"metadata": {"name": "n1", "resourceVersion": "1"}});
+        let informers = Informers::new(client(vec![
+            (
+                "/api/v1/pods",
+                vec![pod("bound", Some("n1")), pod("pending", None)],
+            ),
+            ("/api/v1/nodes", vec![node]),
+        ]));
+        let api = RecordingApi::new();
+        let scheduler = Scheduler::new(
+            Configuration::default().frameworks(api.clone()).unwrap(),
+            api,
+        );
+        let (synced_tx, mut synced) = watch::channel(false);
+        let feed = tokio::spawn(run(&informers, scheduler.clone(), synced_tx));
+        drop(informers);
+        // the feed holds the factory: dropping the caller's clone does not stop the watches
+        let ready = synced.wait_for(|s| *s);
+        tokio::time::timeout(std::time::Duration::from_secs(10), ready)
+            .await
+            .expect("synced")
+            .unwrap();
+        scheduler.with_cache(|c| {
+            assert_eq!(c.node_count(), 1);
+            assert!(c.has_pod("ns/bound"));
+            assert!(!c.has_pod("ns/pending"));
+        });
+        assert_eq!(scheduler.queue().sizes().active, 1);
+        feed.abort();
     }
 }

@@ -13,7 +13,7 @@
 //! - [`api`]: the writes (bindings, events, conditions) behind a trait.
 //! - [`binder`]: the `DefaultBinder` plugin.
 //! - [`config`]: `KubeSchedulerConfiguration` and the profiles it builds.
-//! - [`informer`]: the pod and node watches that feed the scheduler.
+//! - [`informer`]: the handlers on the shared informers that feed the scheduler.
 //! - [`metrics`]: `/metrics` with upstream's names.
 
 pub mod algorithm;

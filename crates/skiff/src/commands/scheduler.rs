@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
+use skiff_runtime::informer::Informers;
 use skiff_runtime::leader::{self, LeaderElector};
 use skiff_scheduler::api::KubeApi;
 use skiff_scheduler::config::Configuration;
@@ -66,9 +67,14 @@ pub async fn run(args: SchedulerArgs, lifecycle: Lifecycle) -> anyhow::Result<()
     let scheduler = Scheduler::new(frameworks, api);
 
     let (synced_tx, mut synced) = tokio::sync::watch::channel(false);
-    // dropped (and the watches with it) however this returns
-    let mut informers = tokio::task::JoinSet::new();
-    informers.spawn(informer::run(client.clone(), scheduler.clone(), synced_tx));
+    // `feed` holds the factory's only clone: the watches stop when it is dropped, however this
+    // returns
+    let mut feed = tokio::task::JoinSet::new();
+    feed.spawn(informer::run(
+        &Informers::new(client.clone()),
+        scheduler.clone(),
+        synced_tx,
+    ));
     tokio::select! {
         r = synced.wait_for(|s| *s) => { r.context("informers stopped")?; }
         () = lifecycle.stopped() => return Ok(()),
@@ -125,7 +131,7 @@ pub async fn run(args: SchedulerArgs, lifecycle: Lifecycle) -> anyhow::Result<()
         _ = leading.wait_for(|l| !*l) => true,
     };
     scheduler.queue().close();
-    drop(informers);
+    drop(feed);
     let _ = run.await;
     if lost {
         // as upstream: a replica that lost the lease exits rather than risk two leaders

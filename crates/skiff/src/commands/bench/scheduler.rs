@@ -17,6 +17,7 @@ use kube::Api;
 use kube::runtime::watcher::{self, Event};
 use parking_lot::Mutex;
 use serde_json::json;
+use skiff_runtime::informer::Informers;
 use skiff_scheduler::api::{ClusterApi, KubeApi};
 use skiff_scheduler::config::Configuration;
 use skiff_scheduler::metrics::Outcome;
@@ -195,7 +196,12 @@ async fn bench(args: &SchedulerBenchArgs, server: &ServerChild) -> Result<()> {
     let api: Arc<dyn ClusterApi> = Arc::new(KubeApi::new(client.clone(), "bench".into()));
     let scheduler = Scheduler::new(Configuration::default().frameworks(api.clone())?, api);
     let (synced_tx, mut synced) = tokio::sync::watch::channel(false);
-    let informers = tokio::spawn(informer::run(client.clone(), scheduler.clone(), synced_tx));
+    // the task holds the factory's only clone: aborting it stops the watches
+    let informers = tokio::spawn(informer::run(
+        &Informers::new(client.clone()),
+        scheduler.clone(),
+        synced_tx,
+    ));
     synced.wait_for(|s| *s).await.context("scheduler watches")?;
     let loop_task = {
         let s = scheduler.clone();
