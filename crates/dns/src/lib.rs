@@ -9,7 +9,7 @@
 //! - [`forward`]: other names sent to upstream resolvers (behind the [`forward::Exchange`]
 //!   trait), with a TTL-bounded cache; `/etc/resolv.conf` parsing.
 //! - [`handler`]: the hickory request handler tying lookup, forwarding and metrics together.
-//! - [`informer`]: the Service and EndpointSlice watches filling the records.
+//! - [`informer`]: the Service and EndpointSlice informers' handlers filling the records.
 //! - [`metrics`]: `/metrics` with CoreDNS's metric names.
 //! - [`server`]: binding the UDP and TCP sockets and the HTTP endpoints.
 

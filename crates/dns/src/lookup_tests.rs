@@ -1,12 +1,14 @@
 //! Questions against records built from fake Services and EndpointSlices.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use hickory_proto::rr::rdata::{CNAME, PTR, SRV};
 use hickory_proto::rr::{LowerName, Name, RData, Record, RecordType};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::json;
+use skiff_runtime::informer::Change;
 
 use super::{Answer, DEFAULT_TTL, Zone, lookup};
 use crate::records::ClusterRecords;
@@ -435,12 +437,24 @@ fn updates_and_deletes_change_the_answers() {
 #[test]
 fn a_relist_drops_what_is_gone() {
     let mut records = cluster();
-    records.replace_services(&[service(
-        "prod",
-        "web",
-        json!({"clusterIP": "10.43.0.21", "ports": [{"name": "http", "port": 80}]}),
-    )]);
-    records.replace_slices(&[]);
+    // what the informers deliver after a relist that has only `web`, changed: its update, and
+    // a tombstone for every other Service and slice
+    let web = |spec| Arc::new(service("prod", "web", spec));
+    records.service_changed(&Change::Updated {
+        old: web(json!({"clusterIP": "10.43.0.20"})),
+        new: web(json!({"clusterIP": "10.43.0.21", "ports": [{"name": "http", "port": 80}]})),
+    });
+    let gone = |last| Change::Deleted {
+        last: Arc::new(last),
+        final_state_unknown: true,
+    };
+    for (ns, name) in [("prod", "db"), ("prod", "ext"), ("other", "dual")] {
+        records.service_changed(&gone(service(ns, name, json!({}))));
+    }
+    records.slice_changed(&Change::Deleted {
+        last: Arc::new(slice("prod", "db-abc", "db", json!([]))),
+        final_state_unknown: true,
+    });
     assert_eq!(records.service_count(), 1);
     let answer = ask(&records, "web.prod.svc.cluster.local.", RecordType::A);
     assert_eq!(answers(answer), vec![a("10.43.0.21")]);

@@ -12,6 +12,7 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use skiff_runtime::informer::Change;
 
 /// The label an EndpointSlice names its Service with (upstream's `discovery.LabelServiceName`).
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -77,7 +78,7 @@ struct Slice {
 }
 
 /// Everything the informers have told us. Not synchronised itself: the server keeps it behind
-/// one `RwLock` (writers are the two informer tasks, readers the query handlers).
+/// one `RwLock` (writers are the informers' handlers, readers the query handlers).
 #[derive(Debug, Default)]
 pub struct ClusterRecords {
     /// Each Service reduced to how it is reached and its ports.
@@ -155,23 +156,13 @@ impl ClusterRecords {
         self.rederive(key);
     }
 
-    /// Replaces every Service with a fresh list (a watch's initial list or re-list).
-    pub fn replace_services(&mut self, services: &[Service]) {
-        let fresh: HashSet<Key> = services
-            .iter()
-            .filter_map(|s| key_of(&s.metadata))
-            .collect();
-        let gone: Vec<Key> = self
-            .services
-            .keys()
-            .filter(|key| !fresh.contains(*key))
-            .cloned()
-            .collect();
-        for key in &gone {
-            self.remove_service(key);
-        }
-        for service in services {
-            self.apply_service(service);
+    /// Applies one change of the Service informer.
+    pub fn service_changed(&mut self, change: &Change<Service>) {
+        match change {
+            Change::Added(service) | Change::Updated { new: service, .. } => {
+                self.apply_service(service);
+            }
+            Change::Deleted { last, .. } => self.delete_service(last),
         }
     }
 
@@ -200,22 +191,11 @@ impl ClusterRecords {
         }
     }
 
-    /// Replaces every EndpointSlice with a fresh list.
-    pub fn replace_slices(&mut self, slices: &[EndpointSlice]) {
-        let fresh: HashSet<Key> = slices.iter().filter_map(|s| key_of(&s.metadata)).collect();
-        let gone: Vec<Key> = self
-            .slices
-            .keys()
-            .filter(|k| !fresh.contains(k))
-            .cloned()
-            .collect();
-        for key in gone {
-            if let Some(before) = self.remove_slice(&key) {
-                self.rederive(&(key.0, before.service));
-            }
-        }
-        for slice in slices {
-            self.apply_slice(slice);
+    /// Applies one change of the EndpointSlice informer.
+    pub fn slice_changed(&mut self, change: &Change<EndpointSlice>) {
+        match change {
+            Change::Added(slice) | Change::Updated { new: slice, .. } => self.apply_slice(slice),
+            Change::Deleted { last, .. } => self.delete_slice(last),
         }
     }
 

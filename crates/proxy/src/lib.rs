@@ -16,7 +16,7 @@
 //! - [`hash`]: upstream's chain names.
 //! - [`conntrack`]: stale UDP flows deleted after endpoints go away.
 //! - [`proxier`]: one sync, and the batching sync loop.
-//! - [`informer`]: watches on Services, EndpointSlices and this Node.
+//! - [`informer`]: handlers on the shared informers of Services, EndpointSlices and this Node.
 //! - [`metrics`]: `/metrics` with upstream's sync latency names.
 //! - [`runner`]: host commands, real (optionally in a netns) and fake.
 

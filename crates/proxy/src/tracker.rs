@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use skiff_runtime::informer::Change;
 
 use crate::model::{PortEntry, ServiceKey, service_ports};
 
@@ -108,22 +109,31 @@ impl ChangeTracker {
         self.dirty.insert(key.clone());
     }
 
-    /// A (re)list of every Service: those missing from it are gone.
-    pub fn services_listed(&mut self, services: Vec<Arc<Service>>) {
-        self.dirty.extend(self.services.keys().cloned());
-        self.services.clear();
-        for service in services {
-            self.service_updated(service);
+    /// Applies one change of the Service informer.
+    pub fn service_changed(&mut self, change: &Change<Service>) {
+        match change {
+            Change::Added(service) | Change::Updated { new: service, .. } => {
+                self.service_updated(service.clone());
+            }
+            Change::Deleted { last, .. } => self.service_deleted(last),
         }
     }
 
-    /// A (re)list of every EndpointSlice: those missing from it are gone.
-    pub fn slices_listed(&mut self, slices: Vec<Arc<EndpointSlice>>) {
-        self.dirty.extend(self.slices.keys().cloned());
-        self.slices.clear();
-        self.slice_owners.clear();
-        for slice in slices {
-            self.slice_updated(slice);
+    /// Applies one change of the EndpointSlice informer.
+    pub fn slice_changed(&mut self, change: &Change<EndpointSlice>) {
+        match change {
+            Change::Added(slice) | Change::Updated { new: slice, .. } => {
+                self.slice_updated(slice.clone());
+            }
+            Change::Deleted { last, .. } => self.slice_deleted(last),
+        }
+    }
+
+    /// Applies one change of this node's informer; a deleted node keeps its last addresses.
+    pub fn node_changed(&mut self, change: &Change<Node>) {
+        match change {
+            Change::Added(node) | Change::Updated { new: node, .. } => self.node_updated(node),
+            Change::Deleted { .. } => {}
         }
     }
 
@@ -192,6 +202,7 @@ fn slice_key(slice: &EndpointSlice) -> Option<(ServiceKey, String)> {
 mod tests {
     use super::*;
     use crate::model::fixtures::{service, slice};
+    use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus};
 
     #[test]
     fn a_slice_change_marks_only_its_service() {
@@ -279,6 +290,72 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    #[test]
+    fn informer_changes_apply_and_a_tombstone_removes() {
+        let mut tracker = ChangeTracker::new("n1");
+        let svc = Arc::new(service("ns", "a", "10.43.0.1", &[("", "TCP", 80)]));
+        let s = Arc::new(slice(
+            "ns",
+            "a",
+            "a-1",
+            ("", "TCP", 80),
+            &[("10.42.0.2", "n1", true)],
+        ));
+        tracker.service_changed(&Change::Added(svc.clone()));
+        tracker.slice_changed(&Change::Added(s.clone()));
+        let key = ServiceKey::new("ns", "a");
+        assert_eq!(tracker.take().services[&key][0].endpoints.len(), 1);
+
+        let mut on_n2 = s.as_ref().clone();
+        on_n2.endpoints[0].node_name = Some("n2".to_string());
+        tracker.slice_changed(&Change::Updated {
+            old: s.clone(),
+            new: Arc::new(on_n2.clone()),
+        });
+        assert!(!tracker.take().services[&key][0].endpoints[0].local);
+
+        // a relist after the watch was down no longer has the slice: its tombstone
+        tracker.slice_changed(&Change::Deleted {
+            last: Arc::new(on_n2),
+            final_state_unknown: true,
+        });
+        assert!(tracker.take().services[&key][0].endpoints.is_empty());
+        tracker.service_changed(&Change::Deleted {
+            last: svc,
+            final_state_unknown: true,
+        });
+        assert_eq!(tracker.take().services[&key], Vec::new());
+        assert!(tracker.services.is_empty() && tracker.slices.is_empty());
+        assert!(tracker.slice_owners.is_empty());
+    }
+
+    #[test]
+    fn node_changes_update_its_addresses() {
+        let mut tracker = ChangeTracker::new("n1");
+        let address = |type_: &str, address: &str| NodeAddress {
+            type_: type_.to_string(),
+            address: address.to_string(),
+        };
+        let node = Arc::new(Node {
+            status: Some(NodeStatus {
+                addresses: Some(vec![
+                    address("InternalIP", "192.168.0.2"),
+                    address("Hostname", "n1"),
+                ]),
+                ..NodeStatus::default()
+            }),
+            ..Node::default()
+        });
+        tracker.node_changed(&Change::Added(node.clone()));
+        let ips = tracker.take().node_ips;
+        assert_eq!(ips, Some(vec![Ipv4Addr::new(192, 168, 0, 2)]));
+        tracker.node_changed(&Change::Deleted {
+            last: node,
+            final_state_unknown: false,
+        });
+        assert!(!tracker.has_changes());
     }
 
     #[test]

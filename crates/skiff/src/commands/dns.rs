@@ -17,6 +17,7 @@ use skiff_dns::lookup::Zone;
 use skiff_dns::metrics::Metrics;
 use skiff_dns::records::ClusterRecords;
 use skiff_dns::{informer, server};
+use skiff_runtime::informer::Informers;
 
 use super::UsageError;
 use super::lifecycle::Lifecycle;
@@ -90,11 +91,11 @@ pub async fn run(args: DnsArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
     )?;
 
     let records = Arc::new(RwLock::new(ClusterRecords::default()));
-    let (synced_tx, mut synced) = tokio::sync::watch::channel(false);
-    // held until this returns: dropping it ends the watches
-    let _informers = informer::spawn(client, records.clone(), synced_tx);
+    // held until this returns: dropping the factory ends the watches
+    let informers = Informers::new(client);
+    let synced = informer::subscribe(&informers, records.clone());
     tokio::select! {
-        r = synced.wait_for(|s| *s) => { r.context("informers stopped")?; }
+        () = synced => {}
         () = lifecycle.stopped() => return Ok(()),
     }
 

@@ -18,6 +18,7 @@ use skiff_proxy::nftables::Nftables;
 use skiff_proxy::proxier::{self, Proxier};
 use skiff_proxy::runner::{HostRunner, Runner};
 use skiff_proxy::tracker::ChangeTracker;
+use skiff_runtime::informer::Informers;
 use tokio::sync::Notify;
 
 use super::kubelet::go_duration;
@@ -98,11 +99,16 @@ pub async fn run(args: ProxyArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
 
     let tracker = Arc::new(Mutex::new(ChangeTracker::new(&args.node_name)));
     let notify = Arc::new(Notify::new());
-    // the informers are held until this returns: dropping them ends the watches
-    let (mut synced, _informers) =
-        skiff_proxy::informer::spawn(client, &args.node_name, tracker.clone(), notify.clone());
+    // held until this returns: dropping the factory ends the watches
+    let informers = Informers::new(client);
+    let synced = skiff_proxy::informer::subscribe(
+        &informers,
+        &args.node_name,
+        tracker.clone(),
+        notify.clone(),
+    );
     tokio::select! {
-        r = synced.wait_for(|s| *s) => { r.context("informers stopped")?; }
+        () = synced => {}
         () = lifecycle.stopped() => return Ok(()),
     }
 
