@@ -142,7 +142,6 @@ impl Context {
         let reporter = Reporter {
             controller: component.into(),
             instance: self.instance.clone(),
-            host: None,
         };
         Recorder::new(self.client.clone(), reporter)
     }

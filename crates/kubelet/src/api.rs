@@ -166,8 +166,7 @@ impl KubePodApi {
     pub fn new(client: kube::Client, node: String) -> KubePodApi {
         let reporter = Reporter {
             controller: "kubelet".into(),
-            instance: node.clone(),
-            host: Some(node),
+            instance: node,
         };
         KubePodApi {
             events: Recorder::new(client.clone(), reporter),

@@ -9,17 +9,18 @@
 //! - **filters spam**: each object gets a burst of 25 writes from one recorder, then one per
 //!   5 minutes.
 //!
-//! The reporter is upstream's: `reportingController` and `deprecatedSource.component` are the
-//! component (`kubelet`, `default-scheduler`, `replicaset-controller`), `deprecatedSource.host`
-//! the node for a kubelet. Writes run concurrently (a few at a time), except that a series'
-//! update waits for the write before it.
+//! `reportingController` is upstream's component name (`kubelet`, `default-scheduler`,
+//! `replicaset-controller`), `reportingInstance` the node for a kubelet. (Upstream's kubelet and
+//! controller manager write core Events, whose `source` carries the same two; the
+//! events.k8s.io API refuses `deprecatedSource` on create.) Writes run concurrently (a few at a
+//! time), except that a series' update waits for the write before it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{EventSource, ObjectReference};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event as EventObject, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
@@ -58,13 +59,11 @@ impl EventType {
     }
 }
 
-/// Who records: `reportingController` (and `deprecatedSource.component`), `reportingInstance`,
-/// and `deprecatedSource.host` (the node, for a kubelet).
+/// Who records: `reportingController` and `reportingInstance`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reporter {
     pub controller: String,
     pub instance: String,
-    pub host: Option<String>,
 }
 
 /// One occurrence to record.
@@ -372,10 +371,6 @@ fn new_object(reporter: &Reporter, event: &Event, now: jiff::Timestamp) -> Event
         event_time: Some(MicroTime(now)),
         reporting_controller: Some(reporter.controller.clone()),
         reporting_instance: Some(reporter.instance.clone()),
-        deprecated_source: Some(EventSource {
-            component: Some(reporter.controller.clone()),
-            host: reporter.host.clone(),
-        }),
         action: Some(event.action.clone()),
         reason: Some(event.reason.clone()),
         note: Some(event.note.clone()),

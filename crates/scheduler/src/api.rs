@@ -58,7 +58,6 @@ impl KubeApi {
         let reporter = Reporter {
             controller: REPORTING_CONTROLLER.into(),
             instance,
-            host: None,
         };
         KubeApi {
             events: Recorder::new(client.clone(), reporter),

@@ -405,6 +405,32 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
         assert!(backoff.restart_count >= 1, "{backoff:?}");
         let last = backoff.last_state.unwrap().terminated.unwrap();
         assert_eq!(last.exit_code, 1);
+        // its repeated events form one series each rather than new Events
+        let started = eventually("the crashing pod's Started events to form a series", || {
+            let out = api.kubectl(
+                support::KUBECTL_133,
+                &[
+                    "get",
+                    "events",
+                    "--field-selector",
+                    "involvedObject.name=crash,reason=Started",
+                    "-o",
+                    "jsonpath={range .items[*]}{.series.count}{\"\\n\"}{end}",
+                ],
+            );
+            async move { (out.trim().parse::<u32>().ok()? >= 2).then_some(out) }
+        })
+        .await;
+        assert_eq!(started.lines().count(), 1, "one Started Event: {started}");
+        let described = api.kubectl(support::KUBECTL_133, &["describe", "pod", "crash"]);
+        let line = described
+            .lines()
+            .find(|l| l.contains("Started container c"))
+            .unwrap_or_else(|| panic!("no Started event in\n{described}"));
+        assert!(
+            line.contains(" (x") && line.contains(" over ") && line.contains("kubelet"),
+            "{line}"
+        );
 
         let after = pods.get("web").await.unwrap().status.unwrap();
         assert_eq!(after.phase.as_deref(), Some("Running"));
