@@ -245,3 +245,94 @@ fn every_controller_shares_one_watch_per_resource() {
         drop(cm);
     });
 }
+
+/// `GET <path>` from `addr` over a plain HTTP/1.0 request: the status line and the body.
+async fn http_get(addr: &str, path: &str) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to the metrics address");
+    conn.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut response = String::new();
+    conn.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head.lines().next().unwrap_or("").to_string();
+    (status, body.to_string())
+}
+
+/// The value of the sample `series` (name and labels, as exposed) in a scrape.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// As kube-controller-manager's secure port: `/healthz` answers `ok` and `/metrics` carries the
+/// work queues' series by queue name, which grow as the controllers reconcile.
+#[test]
+fn the_work_queues_series_are_served_on_metrics_and_healthz_is_ok() {
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let cm = controller_manager(&api, &["--controllers", "replicaset,deployment"]);
+        let addr = cm
+            .ready
+            .split("metrics http://")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or_else(|| panic!("no metrics address in {:?}", cm.ready))
+            .to_string();
+
+        let (status, body) = http_get(&addr, "/healthz").await;
+        assert!(status.contains(" 200 "), "{status}");
+        assert_eq!(body, "ok");
+
+        let client = client(&api).await;
+        let deployment: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+                },
+            },
+        }))
+        .unwrap();
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), "default")
+            .create(&PostParams::default(), &deployment)
+            .await
+            .unwrap();
+
+        // the Deployment went through the deployment queue, its ReplicaSet through replicaset's,
+        // and both were reconciled (a reconcile is timed once it returns)
+        let text = eventually("both queues' adds and reconciles on /metrics", || async {
+            let (status, text) = http_get(&addr, "/metrics").await;
+            assert!(status.contains(" 200 "), "{status}");
+            let positive = |series: &str, queue: &str| {
+                sample(&text, &format!("{series}{{name=\"{queue}\"}}")).is_some_and(|n| n > 0.0)
+            };
+            let done = ["deployment", "replicaset"].iter().all(|queue| {
+                positive("workqueue_adds_total", queue)
+                    && positive("workqueue_work_duration_seconds_count", queue)
+            });
+            done.then_some(text)
+        })
+        .await;
+        for series in [
+            "# TYPE workqueue_depth gauge",
+            "workqueue_depth{name=\"deployment\"}",
+            "# TYPE workqueue_retries counter",
+            "workqueue_queue_duration_seconds_count{name=\"deployment\"}",
+            "# TYPE workqueue_work_duration_seconds histogram",
+        ] {
+            assert!(text.contains(series), "{series} missing from:\n{text}");
+        }
+    });
+}

@@ -555,6 +555,8 @@ fn servers_on_one_etcd_share_the_ca_and_one_takes_over_when_the_leader_dies() {
                 &port,
                 "--kube-scheduler-arg",
                 "metrics-bind-address=127.0.0.1:0",
+                "--kube-controller-manager-arg",
+                "metrics-bind-address=127.0.0.1:0",
             ],
         )
     };

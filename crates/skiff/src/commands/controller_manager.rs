@@ -1,7 +1,8 @@
 //! `skiff controller-manager`: the reconcile loops on their own, an ordinary API client (seeds
 //! 001–003). Replicas elect a leader on upstream's Lease `kube-system/kube-controller-manager`;
 //! only the leader runs controllers, and one that loses the lease exits, as upstream's does. With
-//! `--use-service-account-credentials` each controller acts as its own ServiceAccount.
+//! `--use-service-account-credentials` each controller acts as its own ServiceAccount. Every
+//! replica, leading or not, serves `/metrics` (the work queues' series) and `/healthz`.
 
 use skiff_apimachinery::version::user_agent;
 use std::path::PathBuf;
@@ -94,6 +95,13 @@ pub struct ControllerManagerArgs {
     /// less).
     #[arg(long, value_name = "DURATION", default_value = "8760h0m0s", value_parser = go_duration)]
     pub cluster_signing_duration: Duration,
+
+    /// Where to serve `/metrics` (the work queues' `workqueue_*` series, by queue `name`) and
+    /// `/healthz` over plain HTTP (port 0 picks a free one, printed in the ready line). Stands for
+    /// upstream's `--bind-address` and `--secure-port` (10257), which serve them over HTTPS with
+    /// authentication and authorization delegated to the API server.
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:10257")]
+    pub metrics_bind_address: std::net::SocketAddr,
 }
 
 /// The PEM bundle to publish: `--root-ca-file`, else the kubeconfig's current cluster CA.
@@ -173,9 +181,15 @@ pub async fn run(args: ControllerManagerArgs, lifecycle: Lifecycle) -> anyhow::R
         let elector = LeaderElector::new(leases, LEASE_NAME, &instance, leader::Config::default());
         tokio::spawn(elector.run(leading_tx));
     }
+    let metrics_addr = super::metrics::serve(
+        args.metrics_bind_address,
+        &lifecycle,
+        skiff_runtime::metrics::encode,
+    )
+    .await?;
     let names: Vec<&str> = selected.iter().map(|d| d.name).collect();
     lifecycle.ready(format!(
-        "skiff controller-manager ready: controllers {}",
+        "skiff controller-manager ready: controllers {}; metrics http://{metrics_addr}/metrics",
         names.join(", ")
     ));
     tokio::select! {

@@ -11,6 +11,8 @@
 //! - [`scheduler`]: `skiff scheduler`, binding pods to nodes through the API server.
 //! - [`server`]: `skiff server`, every component above in one process.
 //! - [`lifecycle`]: how a component stops and announces itself, alone or inside the server.
+//! - [`metrics`]: the `/metrics` and `/healthz` endpoint of the scheduler, the controller
+//!   manager and the proxy.
 //! - [`token`]: `skiff token create`, join tokens, and the join policy `skiff server` sets up.
 //! - [`store`]: `skiff store serve`, the embedded store behind the etcd v3 gRPC facade.
 //! - [`bench`]: `skiff bench <what>`, benchmarks printing one JSON object per result.
@@ -23,6 +25,7 @@ pub mod dns;
 pub mod image;
 pub mod kubelet;
 pub mod lifecycle;
+pub mod metrics;
 pub mod proxy;
 pub mod scheduler;
 pub mod server;

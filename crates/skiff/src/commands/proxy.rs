@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use parking_lot::Mutex;
 use skiff_proxy::dataplane::{Context, Dataplane};
@@ -112,24 +111,10 @@ pub async fn run(args: ProxyArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
         () = lifecycle.stopped() => return Ok(()),
     }
 
-    let listener = tokio::net::TcpListener::bind(args.metrics_bind_address)
-        .await
-        .with_context(|| format!("binding {}", args.metrics_bind_address))?;
-    let metrics_addr = listener.local_addr()?;
-    let app = axum::Router::new()
-        .route(
-            "/metrics",
-            axum::routing::get(move || {
-                let metrics = metrics.clone();
-                async move { metrics.encode() }
-            }),
-        )
-        .route("/healthz", axum::routing::get(|| async { "ok" }));
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::warn!(error = %e, "serving /metrics");
-        }
-    });
+    let metrics_addr = super::metrics::serve(args.metrics_bind_address, &lifecycle, move || {
+        metrics.encode()
+    })
+    .await?;
 
     let mode = args.mode;
     let node = args.node_name.clone();

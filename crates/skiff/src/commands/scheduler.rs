@@ -79,27 +79,13 @@ pub async fn run(args: SchedulerArgs, lifecycle: Lifecycle) -> anyhow::Result<()
         r = synced.wait_for(|s| *s) => { r.context("informers stopped")?; }
         () = lifecycle.stopped() => return Ok(()),
     }
-    let listener = tokio::net::TcpListener::bind(args.metrics_bind_address)
-        .await
-        .with_context(|| format!("binding {}", args.metrics_bind_address))?;
-    let metrics_addr = listener.local_addr()?;
-    let app = {
+    let metrics_addr = {
         let scheduler = scheduler.clone();
-        axum::Router::new()
-            .route(
-                "/metrics",
-                axum::routing::get(move || {
-                    let scheduler = scheduler.clone();
-                    async move { scheduler.metrics.encode(scheduler.queue().sizes()) }
-                }),
-            )
-            .route("/healthz", axum::routing::get(|| async { "ok" }))
+        super::metrics::serve(args.metrics_bind_address, &lifecycle, move || {
+            scheduler.metrics.encode(scheduler.queue().sizes())
+        })
+        .await?
     };
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::warn!(error = %e, "serving /metrics");
-        }
-    });
     lifecycle.ready(format!(
         "skiff scheduler ready: profiles {}; metrics http://{metrics_addr}/metrics",
         names.join(", ")

@@ -479,6 +479,23 @@ mod tests {
         .unwrap();
         assert_eq!(args.node_name, "b");
 
+        // the controller manager's metrics default to upstream's secure port, 10257
+        let cm = |extra: &[String]| {
+            component_args::<super::super::controller_manager::ControllerManagerArgs>(
+                "controller-manager",
+                vec!["--kubeconfig=k".into()],
+                extra,
+            )
+            .unwrap()
+            .metrics_bind_address
+            .to_string()
+        };
+        assert_eq!(cm(&[]), "127.0.0.1:10257");
+        assert_eq!(
+            cm(&["metrics-bind-address=127.0.0.1:0".into()]),
+            "127.0.0.1:0"
+        );
+
         let bad = component_args::<super::super::proxy::ProxyArgs>(
             "proxy",
             vec!["--kubeconfig=k".into(), "--node-name=a".into()],

@@ -56,11 +56,14 @@ impl Drop for Process {
 
 /// `skiff controller-manager` with extra flags (e.g. `--controllers`), as
 /// `system:kube-controller-manager` with `--use-service-account-credentials`: each controller
-/// acts as its ServiceAccount under upstream's `system:controller:*` role.
+/// acts as its ServiceAccount under upstream's `system:controller:*` role. Its metrics are on a
+/// free port, named in its ready line (`metrics http://<addr>/metrics`).
 pub fn controller_manager(api: &ApiServer, args: &[&str]) -> Process {
     let mut all = vec![
         "controller-manager",
         "--use-service-account-credentials=true",
+        "--metrics-bind-address",
+        "127.0.0.1:0",
     ];
     all.extend_from_slice(args);
     Process::start_as(

@@ -380,6 +380,8 @@ async fn bench(
             &args.controllers,
             "--leader-elect",
             "false",
+            "--metrics-bind-address",
+            "127.0.0.1:0",
         ],
         &dir.join("controller-manager.log"),
     )

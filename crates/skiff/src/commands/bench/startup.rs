@@ -212,6 +212,8 @@ async fn pods_run(args: &StartupBenchArgs, emitter: &Emitter, dir: &Path) -> Res
         &port,
         "--kube-scheduler-arg",
         "metrics-bind-address=127.0.0.1:0",
+        "--kube-controller-manager-arg",
+        "metrics-bind-address=127.0.0.1:0",
     ]
     .map(String::from)
     .to_vec();
