@@ -10,7 +10,8 @@
 //! next create through); its status is written only when it changed. Deletes of the kinds not
 //! watched here with a cache (custom resources among them) reach it as upstream's quota monitor
 //! sees them: every quotable resource discovery finds (again every 30 s, so that types added
-//! later are followed) has its metadata watched.
+//! later are followed) is followed through its shared informer (the metadata informer the
+//! garbage collector follows too, for a kind no controller reads typed).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -311,8 +312,8 @@ fn monitored(s: &resources::Served) -> bool {
 }
 
 /// Upstream's quota monitor for every other resource: discovers them (every [`REDISCOVERY`])
-/// and watches each one's metadata while it is served (through the shared informer for the
-/// kinds the controllers read typed); each object deleted queues the quotas of its namespace.
+/// and follows each one through its shared informer while it is served ([`resources::Monitors`]);
+/// each object deleted queues the quotas of its namespace.
 async fn monitor_discovered(
     informers: Informers,
     client: kube::Client,
@@ -327,7 +328,7 @@ async fn monitor_discovered(
             }
         }
     });
-    let mut monitors = resources::Monitors::new(informers, client.clone(), tx, "resourcequota");
+    let mut monitors = resources::Monitors::new(informers, tx);
     loop {
         match resources::discover(&client, false).await {
             Ok(served) => monitors.sync(served.into_iter().filter(monitored)),

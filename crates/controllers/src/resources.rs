@@ -1,21 +1,22 @@
 //! Discovery of every resource the API server serves, shared by the controllers that act on
 //! all of them (garbage-collector, namespace, resourcequota): each resource at its group's
-//! preferred version, with its scope and verbs; and the metadata-only watches those that follow
-//! every resource (custom resources included) keep on each of them ([`Monitors`]).
+//! preferred version, with its scope and verbs; and how those that follow every resource
+//! (custom resources included) follow each of them through the shared informers ([`Monitors`]).
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::StreamExt;
+use kube::Resource;
 use kube::api::DynamicObject;
 use kube::core::{PartialObjectMeta, TypeMeta};
 use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope, verbs};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Resource};
-use skiff_runtime::informer::{Change, Informer, Informers};
+use kube::runtime::watcher;
+use parking_lot::Mutex;
+use skiff_runtime::informer::{Change, HandlerId, Informer, Informers};
 use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
 
 /// One served resource (never a subresource).
 #[derive(Debug, Clone)]
@@ -64,88 +65,48 @@ pub type MetaEvent = (
     watcher::Event<PartialObjectMeta<DynamicObject>>,
 );
 
-/// Watches one resource's metadata cluster-wide (relisting with backoff after errors, which
-/// are logged as `who`'s) into `tx`, until its receiver is gone.
-async fn watch_metadata(
-    client: kube::Client,
-    ar: ApiResource,
-    tx: mpsc::UnboundedSender<MetaEvent>,
-    who: &'static str,
-) {
-    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &ar);
-    let mut events = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    while let Some(e) = events.next().await {
-        match e {
-            Ok(e) => {
-                if tx.send((ar.clone(), e)).is_err() {
-                    return;
-                }
-            }
-            Err(error) => tracing::warn!(resource = %ar.plural, %error, "{who}: watch"),
-        }
-    }
-}
-
-/// The metadata watches a controller keeps on the resources discovery finds (upstream's
-/// garbage collector and quota monitors): one per resource, started when discovery first finds
-/// it, stopped when it no longer does (its CRD deleted); events go to one channel. As
-/// upstream's `InformerFactory.ForResource`, a resource the process's controllers already
-/// read typed (pods, replicasets, …: [`shared_kinds`]) is followed through that shared
-/// informer instead of a watch of its own.
+/// What a controller follows of the resources discovery finds (upstream's garbage collector and
+/// quota monitors): each resource's changes, as metadata watch events into one channel, from
+/// when discovery first finds it until it no longer does (its CRD deleted). Every resource is
+/// followed through the process's shared informers, as upstream's `InformerFactory.ForResource`:
+/// the typed one of a kind the controllers read typed (pods, replicasets, …: [`shared_kinds`]),
+/// else the resource's metadata informer, one watch for every controller that follows it (and
+/// stopped once none does).
 pub struct Monitors {
     informers: Informers,
-    client: kube::Client,
     tx: mpsc::UnboundedSender<MetaEvent>,
-    /// Whose watches (in their logs).
-    who: &'static str,
-    /// The followed resources by group and plural: the own watches' tasks, or `None` for a
-    /// shared informer (followed for as long as the process runs).
-    running: HashMap<(String, String), Option<tokio::task::AbortHandle>>,
+    /// The followed resources by group and plural.
+    running: HashMap<(String, String), Follow>,
 }
 
 impl Monitors {
-    pub fn new(
-        informers: Informers,
-        client: kube::Client,
-        tx: mpsc::UnboundedSender<MetaEvent>,
-        who: &'static str,
-    ) -> Monitors {
+    pub fn new(informers: Informers, tx: mpsc::UnboundedSender<MetaEvent>) -> Monitors {
         Monitors {
             informers,
-            client,
             tx,
-            who,
             running: HashMap::new(),
         }
     }
 
-    /// Follows each of `served` not followed yet and stops the own watches of the others.
+    /// Follows each of `served` not followed yet and stops following the others.
     pub fn sync(&mut self, served: impl IntoIterator<Item = Served>) {
         let mut keep = HashMap::new();
         for s in served {
             let key = (s.resource.group.clone(), s.resource.plural.clone());
-            let handle = match self.running.remove(&key) {
+            let follow = match self.running.remove(&key) {
                 Some(running) => running,
-                None if shared_kinds(&self.informers, &s.resource, &self.tx) => None,
-                None => Some(
-                    tokio::spawn(watch_metadata(
-                        self.client.clone(),
-                        s.resource,
-                        self.tx.clone(),
-                        self.who,
-                    ))
-                    .abort_handle(),
-                ),
+                None => match shared_kinds(&self.informers, &s.resource, &self.tx) {
+                    Some(typed) => typed,
+                    None => {
+                        let informer = self.informers.metadata(&s.resource);
+                        follow(informer, s.resource, self.tx.clone())
+                    }
+                },
             };
-            keep.insert(key, handle);
+            keep.insert(key, follow);
         }
-        for (_, gone) in std::mem::replace(&mut self.running, keep) {
-            if let Some(task) = gone {
-                task.abort();
-            }
-        }
+        // dropping a follow stops it
+        self.running = keep;
     }
 
     /// How many resources are followed.
@@ -159,18 +120,17 @@ impl Monitors {
 }
 
 /// Follows `ar` through the shared typed informer if it is one of the kinds the controllers
-/// read typed; says whether it did.
+/// read typed.
 fn shared_kinds(
     informers: &Informers,
     ar: &ApiResource,
     tx: &mpsc::UnboundedSender<MetaEvent>,
-) -> bool {
+) -> Option<Follow> {
     macro_rules! follow_one_of {
         ($($kind:ty),* $(,)?) => {
             $(
                 if is::<$kind>(ar) {
-                    follow::<$kind>(informers.get::<$kind>(), ar.clone(), tx.clone());
-                    return true;
+                    return Some(follow::<$kind>(informers.get::<$kind>(), ar.clone(), tx.clone()));
                 }
             )*
         };
@@ -179,8 +139,10 @@ fn shared_kinds(
         ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet,
     };
     use k8s_openapi::api::batch::v1::{CronJob, Job};
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
     use k8s_openapi::api::core::v1::{
-        Endpoints, Namespace, Node, Pod, ResourceQuota, Service, ServiceAccount,
+        ConfigMap, Endpoints, Namespace, Node, PersistentVolumeClaim, Pod, ReplicationController,
+        ResourceQuota, Secret, Service, ServiceAccount,
     };
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -201,53 +163,103 @@ fn shared_kinds(
         ServiceAccount,
         ResourceQuota,
         PodDisruptionBudget,
+        // the quota controller's
+        ConfigMap,
+        Secret,
+        PersistentVolumeClaim,
+        ReplicationController,
+        // the CSR approver's and signer's
+        CertificateSigningRequest,
     );
-    false
+    None
 }
 
 fn is<K: Resource<DynamicType = ()>>(ar: &ApiResource) -> bool {
     ar.group == K::group(&()) && ar.version == K::version(&()) && ar.plural == K::plural(&())
 }
 
+/// Where a follow is.
+enum Following {
+    /// Waiting for the informer's first list.
+    Waiting,
+    Handler(HandlerId),
+    Stopped,
+}
+
+/// One followed resource; dropping it stops the forwarding (and lets go of the informer, whose
+/// watch stops if it is a metadata informer nothing else holds).
+struct Follow {
+    state: Arc<Mutex<Following>>,
+    task: AbortHandle,
+    /// Removes a handler from the informer (and holds the informer's handle).
+    remove: Box<dyn Fn(HandlerId) + Send + Sync>,
+}
+
+impl Drop for Follow {
+    fn drop(&mut self) {
+        self.task.abort();
+        let mut state = self.state.lock();
+        if let Following::Handler(id) = std::mem::replace(&mut *state, Following::Stopped) {
+            (self.remove)(id);
+        }
+    }
+}
+
 /// Forwards `informer`'s changes as metadata watch events of `ar`: once its cache is ready, a
 /// list (`Init`, the cached objects, `InitDone`), then each change.
-fn follow<K>(informer: Informer<K>, ar: ApiResource, tx: mpsc::UnboundedSender<MetaEvent>)
+fn follow<K>(informer: Informer<K>, ar: ApiResource, tx: mpsc::UnboundedSender<MetaEvent>) -> Follow
 where
-    K: Resource<DynamicType = ()> + Send + Sync + 'static,
+    K: Resource + Send + Sync + 'static,
 {
-    tokio::spawn(async move {
-        informer.cache().wait_until_ready().await;
-        let _ = tx.send((ar.clone(), watcher::Event::Init));
-        let listing = Arc::new(AtomicBool::new(true));
-        let (done_ar, done_tx, done) = (ar.clone(), tx.clone(), listing.clone());
-        let types = TypeMeta {
-            api_version: ar.api_version.clone(),
-            kind: ar.kind.clone(),
-        };
-        let meta = move |obj: &K| PartialObjectMeta::<DynamicObject> {
-            types: Some(types.clone()),
-            metadata: obj.meta().clone(),
-            _phantom: PhantomData,
-        };
-        informer.add_handler_then(
-            move |change| {
-                let event = match change {
-                    Change::Added(_) if listing.load(Ordering::Relaxed) => {
-                        watcher::Event::InitApply(meta(change.object()))
-                    }
-                    Change::Added(obj) | Change::Updated { new: obj, .. } => {
-                        watcher::Event::Apply(meta(obj))
-                    }
-                    Change::Deleted { last, .. } => watcher::Event::Delete(meta(last)),
-                };
-                let _ = tx.send((ar.clone(), event));
-            },
-            move || {
-                done.store(false, Ordering::Relaxed);
-                let _ = done_tx.send((done_ar, watcher::Event::InitDone));
-            },
-        );
+    let state = Arc::new(Mutex::new(Following::Waiting));
+    let task = tokio::spawn({
+        let (informer, state) = (informer.clone(), state.clone());
+        async move {
+            informer.cache().wait_until_ready().await;
+            // held until the handler is added, so that a drop of the follow meanwhile waits
+            // and then removes it
+            let mut state = state.lock();
+            if !matches!(*state, Following::Waiting) {
+                return;
+            }
+            let _ = tx.send((ar.clone(), watcher::Event::Init));
+            let listing = Arc::new(AtomicBool::new(true));
+            let (done_ar, done_tx, done) = (ar.clone(), tx.clone(), listing.clone());
+            let types = TypeMeta {
+                api_version: ar.api_version.clone(),
+                kind: ar.kind.clone(),
+            };
+            let meta = move |obj: &K| PartialObjectMeta::<DynamicObject> {
+                types: Some(types.clone()),
+                metadata: obj.meta().clone(),
+                _phantom: PhantomData,
+            };
+            let id = informer.add_handler_then(
+                move |change| {
+                    let event = match change {
+                        Change::Added(_) if listing.load(Ordering::Relaxed) => {
+                            watcher::Event::InitApply(meta(change.object()))
+                        }
+                        Change::Added(obj) | Change::Updated { new: obj, .. } => {
+                            watcher::Event::Apply(meta(obj))
+                        }
+                        Change::Deleted { last, .. } => watcher::Event::Delete(meta(last)),
+                    };
+                    let _ = tx.send((ar.clone(), event));
+                },
+                move || {
+                    done.store(false, Ordering::Relaxed);
+                    let _ = done_tx.send((done_ar, watcher::Event::InitDone));
+                },
+            );
+            *state = Following::Handler(id);
+        }
     });
+    Follow {
+        state,
+        task: task.abort_handle(),
+        remove: Box::new(move |id| informer.remove_handler(id)),
+    }
 }
 
 /// Every resource the server serves, at each group's preferred version; `all_versions` adds the
@@ -295,31 +307,42 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
         let (tx, _rx) = mpsc::unbounded_channel();
-        let informers = Informers::new(client.clone());
-        let mut monitors = Monitors::new(informers, client, tx, "test");
-        monitors.sync([
+        let informers = Informers::new(client);
+        let mut monitors = Monitors::new(informers.clone(), tx.clone());
+        // another controller's (the garbage collector's and the quota monitor's)
+        let mut others = Monitors::new(informers.clone(), tx);
+        let (widgets, gadgets) = (
             served("example.com", "widgets"),
             served("example.com", "gadgets"),
-            served("apps", "deployments"),
-        ]);
-        assert_eq!(monitors.len(), 3);
-        let running = |m: &Monitors, group: &str, plural: &str| {
-            m.running[&(group.into(), plural.into())].clone()
-        };
-        let widgets = running(&monitors, "example.com", "widgets").expect("an own watch");
-        assert!(
-            running(&monitors, "apps", "deployments").is_none(),
-            "deployments are followed through the shared informer"
         );
-        // the CRD of widgets is gone: its watch stops, the others are kept
-        monitors.sync([
-            served("example.com", "gadgets"),
-            served("apps", "deployments"),
-        ]);
+        let deployments = served("apps", "deployments");
+        monitors.sync([widgets.clone(), gadgets.clone(), deployments.clone()]);
+        others.sync([widgets.clone()]);
+        assert_eq!(monitors.len(), 3);
+        let watched = |s: &Served| informers.watches_metadata(&s.resource);
+        assert!(watched(&widgets) && watched(&gadgets));
+        assert!(
+            !watched(&deployments),
+            "deployments are followed through the shared typed informer"
+        );
+        // the CRD of widgets is gone: its monitor stops; the watch stays while another needs it
+        monitors.sync([gadgets.clone(), deployments.clone()]);
         assert_eq!(monitors.len(), 2);
-        tokio::task::yield_now().await;
-        assert!(widgets.is_finished());
+        settle().await;
+        assert!(watched(&widgets), "still followed by the others");
+        others.sync([]);
+        settle().await;
+        assert!(!watched(&widgets), "followed by none");
+        assert!(watched(&gadgets));
         monitors.sync([]);
         assert!(monitors.is_empty());
+        settle().await;
+        assert!(!watched(&gadgets));
+    }
+
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
     }
 }

@@ -19,20 +19,46 @@ pub type IndexFn<K> = Box<dyn Fn(&K) -> Vec<String> + Send + Sync>;
 /// The built-in index of every cache: objects by namespace (cluster-scoped ones under `""`).
 pub const NAMESPACE_INDEX: &str = "namespace";
 
-struct Index<K: Resource<DynamicType = ()>> {
-    name: &'static str,
-    values: IndexFn<K>,
-    keys: HashMap<String, HashSet<ObjectRef<K>>>,
+/// Where a cache files an object: its namespace and name. Every object of a cache is of one
+/// resource, so this is all an [`ObjectRef`] says that tells them apart (without its dynamic
+/// type, which for an untyped resource is a whole `ApiResource` per key).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Key {
+    namespace: Option<String>,
+    name: String,
 }
 
-impl<K: Resource<DynamicType = ()>> Index<K> {
-    fn file(&mut self, key: &ObjectRef<K>, obj: &K) {
+impl Key {
+    pub(crate) fn of<K: Resource>(obj: &K) -> Key {
+        let meta = obj.meta();
+        Key {
+            namespace: meta.namespace.clone(),
+            name: meta.name.clone().unwrap_or_default(),
+        }
+    }
+
+    fn of_ref<K: Resource>(key: &ObjectRef<K>) -> Key {
+        Key {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+        }
+    }
+}
+
+struct Index<K> {
+    name: &'static str,
+    values: IndexFn<K>,
+    keys: HashMap<String, HashSet<Key>>,
+}
+
+impl<K> Index<K> {
+    fn file(&mut self, key: &Key, obj: &K) {
         for value in (self.values)(obj) {
             self.keys.entry(value).or_default().insert(key.clone());
         }
     }
 
-    fn unfile(&mut self, key: &ObjectRef<K>, obj: &K) {
+    fn unfile(&mut self, key: &Key, obj: &K) {
         for value in (self.values)(obj) {
             if let Some(keys) = self.keys.get_mut(&value) {
                 keys.remove(key);
@@ -44,14 +70,14 @@ impl<K: Resource<DynamicType = ()>> Index<K> {
     }
 }
 
-struct Contents<K: Resource<DynamicType = ()>> {
-    objects: HashMap<ObjectRef<K>, Arc<K>>,
+struct Contents<K> {
+    objects: HashMap<Key, Arc<K>>,
     indexes: Vec<Index<K>>,
 }
 
-impl<K: Resource<DynamicType = ()>> Contents<K> {
+impl<K: Resource> Contents<K> {
     fn insert(&mut self, obj: Arc<K>) -> Option<Arc<K>> {
-        let key = ObjectRef::from_obj(obj.as_ref());
+        let key = Key::of(obj.as_ref());
         let old = self.remove(&key);
         for index in &mut self.indexes {
             index.file(&key, &obj);
@@ -60,7 +86,7 @@ impl<K: Resource<DynamicType = ()>> Contents<K> {
         old
     }
 
-    fn remove(&mut self, key: &ObjectRef<K>) -> Option<Arc<K>> {
+    fn remove(&mut self, key: &Key) -> Option<Arc<K>> {
         let old = self.objects.remove(key)?;
         for index in &mut self.indexes {
             index.unfile(key, &old);
@@ -69,15 +95,16 @@ impl<K: Resource<DynamicType = ()>> Contents<K> {
     }
 }
 
-/// A shared, cheaply cloned handle on one resource's cached objects.
-pub struct Cache<K: Resource<DynamicType = ()>> {
+/// A shared, cheaply cloned handle on one resource's cached objects (of a typed resource, or an
+/// untyped one's: `PartialObjectMeta<DynamicObject>`, whose keys' dynamic type is ignored).
+pub struct Cache<K> {
     contents: Arc<RwLock<Contents<K>>>,
     ready: watch::Receiver<bool>,
     /// Kept by the cache so that a cache made with [`Cache::from_objects`] stays ready.
     ready_tx: Arc<watch::Sender<bool>>,
 }
 
-impl<K: Resource<DynamicType = ()>> Clone for Cache<K> {
+impl<K> Clone for Cache<K> {
     fn clone(&self) -> Self {
         Cache {
             contents: self.contents.clone(),
@@ -87,7 +114,7 @@ impl<K: Resource<DynamicType = ()>> Clone for Cache<K> {
     }
 }
 
-impl<K: Resource<DynamicType = ()>> Default for Cache<K> {
+impl<K: Resource> Default for Cache<K> {
     fn default() -> Self {
         let (ready_tx, ready) = watch::channel(false);
         let namespace = Index {
@@ -106,7 +133,7 @@ impl<K: Resource<DynamicType = ()>> Default for Cache<K> {
     }
 }
 
-impl<K: Resource<DynamicType = ()>> Cache<K> {
+impl<K: Resource> Cache<K> {
     /// A cache that already holds `objects` and is ready (for tests of code that reads caches).
     pub fn from_objects(objects: impl IntoIterator<Item = K>) -> Cache<K> {
         let cache = Cache::default();
@@ -137,7 +164,7 @@ impl<K: Resource<DynamicType = ()>> Cache<K> {
 
     /// The object with this key.
     pub fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
-        self.contents.read().objects.get(key).cloned()
+        self.contents.read().objects.get(&Key::of_ref(key)).cloned()
     }
 
     /// Every object.
@@ -212,12 +239,12 @@ impl<K: Resource<DynamicType = ()>> Cache<K> {
         self.contents.write().insert(obj)
     }
 
-    pub(crate) fn remove(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
+    pub(crate) fn remove(&self, key: &Key) -> Option<Arc<K>> {
         self.contents.write().remove(key)
     }
 
     /// Replaces every object (after a list); returns what was held before.
-    pub(crate) fn replace(&self, objects: Vec<Arc<K>>) -> HashMap<ObjectRef<K>, Arc<K>> {
+    pub(crate) fn replace(&self, objects: Vec<Arc<K>>) -> HashMap<Key, Arc<K>> {
         let mut contents = self.contents.write();
         let before = std::mem::take(&mut contents.objects);
         for index in &mut contents.indexes {
@@ -268,7 +295,7 @@ mod tests {
         assert_eq!(names(cache.by_index("node", "n1")), ["p2"]);
         assert_eq!(names(cache.by_index("node", "n2")), ["p1"]);
 
-        cache.remove(&ObjectRef::new("p2").within("b"));
+        cache.remove(&Key::of_ref(&ObjectRef::<Pod>::new("p2").within("b")));
         assert!(cache.by_index("node", "n1").is_empty());
         assert!(cache.namespaced("b").is_empty());
         assert!(cache.by_index("nosuch", "x").is_empty());

@@ -3,6 +3,11 @@
 //! [`Cache`] and calls its handlers with every [`Change`] *after* the cache shows it, so a key a
 //! handler queues is reconciled against a cache that already has the change.
 //!
+//! Informers are typed ([`Informers::get`]: `Pod`, `Node`, …) or, for resources known only
+//! through discovery (custom resources, say), metadata-only ([`Informers::metadata`]: each
+//! object's `PartialObjectMetadata`, as client-go's metadata informers); both kinds work alike,
+//! except that a metadata informer stops when nothing holds it any more.
+//!
 //! The watch itself is kube-runtime's `watcher` (relist on `410 Gone`, bookmarks, backoff on
 //! errors). What this adds: sharing, handlers (a handler added late first sees every cached
 //! object as added, as client-go's do), periodic resync, and tombstones for objects that
@@ -14,12 +19,15 @@
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
+use kube::api::DynamicObject;
+use kube::core::PartialObjectMeta;
+use kube::discovery::ApiResource;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
 use parking_lot::Mutex;
@@ -28,6 +36,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 pub use crate::cache::Cache;
+use crate::cache::Key;
 
 /// One change the cache has applied.
 #[derive(Debug)]
@@ -64,24 +73,72 @@ pub struct Informers {
 
 struct FactoryInner {
     client: kube::Client,
-    informers: Mutex<HashMap<InformerKey, Arc<dyn Any + Send + Sync>>>,
-    tasks: Mutex<Vec<AbortHandle>>,
+    informers: Mutex<HashMap<InformerKey, Running>>,
 }
 
-impl Drop for FactoryInner {
+/// One started informer: its [`Shared`] state (type-erased) and its task, aborted when the
+/// entry is dropped (with the factory, or when the last handle of a metadata informer goes).
+struct Running {
+    shared: Arc<dyn Any + Send + Sync>,
+    task: AbortHandle,
+    /// A metadata informer's lease, held by its handles.
+    lease: Option<Weak<Lease>>,
+}
+
+impl Drop for Running {
     fn drop(&mut self) {
-        for task in self.tasks.get_mut().drain(..) {
-            task.abort();
+        self.task.abort();
+    }
+}
+
+/// One informer per type (and, for an untyped one, resource) and server-side filter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct InformerKey {
+    kind: TypeId,
+    /// The group, version and plural of an untyped informer's resource.
+    resource: Option<(String, String, String)>,
+    labels: Option<String>,
+    fields: Option<String>,
+}
+
+impl InformerKey {
+    fn metadata(resource: &ApiResource) -> InformerKey {
+        InformerKey {
+            kind: TypeId::of::<PartialObjectMeta<DynamicObject>>(),
+            resource: Some((
+                resource.group.clone(),
+                resource.version.clone(),
+                resource.plural.clone(),
+            )),
+            labels: None,
+            fields: None,
         }
     }
 }
 
-/// One informer per type and server-side filter.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct InformerKey {
-    kind: TypeId,
-    labels: Option<String>,
-    fields: Option<String>,
+/// Held by every handle on a metadata informer: the last one dropped stops its watch and takes
+/// it out of the factory (a resource no longer served, its CRD deleted, is no longer watched).
+struct Lease {
+    factory: Weak<FactoryInner>,
+    key: InformerKey,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let Some(factory) = self.factory.upgrade() else {
+            return;
+        };
+        let mut informers = factory.informers.lock();
+        // unless a handle taken meanwhile started the resource's informer again
+        let dead = |r: &Running| r.lease.as_ref().is_some_and(|l| l.strong_count() == 0);
+        let stopped = match informers.get(&self.key) {
+            Some(running) if dead(running) => informers.remove(&self.key),
+            _ => None,
+        };
+        drop(informers);
+        // dropped unlocked: its handlers may hold handles, whose leases lock the factory
+        drop(stopped);
+    }
 }
 
 impl Informers {
@@ -92,7 +149,6 @@ impl Informers {
             inner: Arc::new(FactoryInner {
                 client,
                 informers: Mutex::new(HashMap::new()),
-                tasks: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -113,46 +169,114 @@ impl Informers {
     {
         let key = InformerKey {
             kind: TypeId::of::<K>(),
+            resource: None,
             labels: config.label_selector.clone(),
             fields: config.field_selector.clone(),
         };
+        self.informer(key, &(), config, false)
+    }
+
+    /// The metadata-only informer of every object of `resource` in the cluster (client-go's
+    /// metadata informers: lists and watches ask for `PartialObjectMetadata`), started on first
+    /// use and shared by everyone who asks for the same group, version and plural.
+    ///
+    /// Unlike a typed informer, it runs only while some handle on it is held: once the last
+    /// one is dropped (a handler holding one keeps it), its watch stops and the factory forgets
+    /// it, so that a resource no longer served (its CRD deleted) is no longer watched. Its
+    /// handlers should be removed first ([`Informer::remove_handler`]).
+    pub fn metadata(&self, resource: &ApiResource) -> Informer<PartialObjectMeta<DynamicObject>> {
+        let key = InformerKey::metadata(resource);
+        self.informer(key, resource, watcher::Config::default(), true)
+    }
+
+    /// Whether the metadata informer of `resource` is running (some handle on it is held).
+    pub fn watches_metadata(&self, resource: &ApiResource) -> bool {
+        let informers = self.inner.informers.lock();
+        let running = informers.get(&InformerKey::metadata(resource));
+        running.is_some_and(|r| r.lease.as_ref().is_some_and(|l| l.strong_count() > 0))
+    }
+
+    /// The informer under `key`, started (listing and watching `K`s of `dyntype`) if there is
+    /// none; `leased` for one that stops with its last handle.
+    fn informer<K>(
+        &self,
+        key: InformerKey,
+        dyntype: &K::DynamicType,
+        config: watcher::Config,
+        leased: bool,
+    ) -> Informer<K>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
         let mut informers = self.inner.informers.lock();
-        if let Some(existing) = informers.get(&key) {
-            let shared = existing.clone().downcast::<Shared<K>>().ok();
-            return Informer {
-                shared: shared.expect("informers are keyed by type"),
+        if let Some(running) = informers.get(&key) {
+            let lease = match &running.lease {
+                None => Some(None),
+                Some(lease) => lease.upgrade().map(Some),
             };
+            // else its last handle is being dropped: it is replaced
+            if let Some(lease) = lease {
+                let shared = running.shared.clone().downcast::<Shared<K>>().ok();
+                return Informer {
+                    shared: shared.expect("informers are keyed by type"),
+                    _lease: lease,
+                };
+            }
         }
         let shared = Arc::new(Shared::default());
-        informers.insert(key, shared.clone());
-        let api = Api::<K>::all(self.inner.client.clone());
-        let task = tokio::spawn(reflect(api, config, shared.clone()));
-        self.inner.tasks.lock().push(task.abort_handle());
-        Informer { shared }
+        let api = Api::<K>::all_with(self.inner.client.clone(), dyntype);
+        let kind = K::kind(dyntype).into_owned();
+        let task = tokio::spawn(reflect(api, config, shared.clone(), kind));
+        let lease = leased.then(|| {
+            Arc::new(Lease {
+                factory: Arc::downgrade(&self.inner),
+                key: key.clone(),
+            })
+        });
+        let running = Running {
+            shared: shared.clone(),
+            task: task.abort_handle(),
+            lease: lease.as_ref().map(Arc::downgrade),
+        };
+        let replaced = informers.insert(key, running);
+        drop(informers);
+        drop(replaced);
+        Informer {
+            shared,
+            _lease: lease,
+        }
     }
 }
 
 /// A handle on one shared informer.
-pub struct Informer<K: Resource<DynamicType = ()>> {
+pub struct Informer<K> {
     shared: Arc<Shared<K>>,
+    /// A metadata informer's: it runs while some handle holds this.
+    _lease: Option<Arc<Lease>>,
 }
 
-impl<K: Resource<DynamicType = ()>> Clone for Informer<K> {
+impl<K> Clone for Informer<K> {
     fn clone(&self) -> Self {
         Informer {
             shared: self.shared.clone(),
+            _lease: self._lease.clone(),
         }
     }
 }
 
+/// Names a handler for [`Informer::remove_handler`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HandlerId(u64);
+
 type HandlerFn<K> = Box<dyn FnMut(&Change<K>) + Send>;
 
 struct Handler<K> {
+    id: HandlerId,
     on_change: HandlerFn<K>,
     resync: Option<(Duration, Instant)>,
 }
 
-struct Shared<K: Resource<DynamicType = ()>> {
+struct Shared<K> {
     cache: Cache<K>,
     /// Held while a change is applied to the cache and dispatched, so that a handler added
     /// meanwhile sees each change exactly once (in the replay or as it happens).
@@ -161,7 +285,7 @@ struct Shared<K: Resource<DynamicType = ()>> {
     resync_added: tokio::sync::Notify,
 }
 
-impl<K: Resource<DynamicType = ()>> Default for Shared<K> {
+impl<K: Resource> Default for Shared<K> {
     fn default() -> Self {
         Shared {
             cache: Cache::default(),
@@ -171,7 +295,7 @@ impl<K: Resource<DynamicType = ()>> Default for Shared<K> {
     }
 }
 
-impl<K: Resource<DynamicType = ()>> Informer<K> {
+impl<K: Resource> Informer<K> {
     /// The informer's cache.
     pub fn cache(&self) -> &Cache<K> {
         &self.shared.cache
@@ -196,15 +320,28 @@ impl<K: Resource<DynamicType = ()>> Informer<K> {
 
     /// As [`Informer::add_handler`], and `replayed` runs once the handler has seen every
     /// cached object, before it sees any later change (client-go's `HasSynced` of a handler's
-    /// registration, for a consumer that must know where the replay ends).
+    /// registration, for a consumer that must know where the replay ends). Returns the
+    /// handler's id, for [`Informer::remove_handler`].
     pub fn add_handler_then(
         &self,
         on_change: impl FnMut(&Change<K>) + Send + 'static,
         replayed: impl FnOnce(),
-    ) {
+    ) -> HandlerId {
         let handlers = self.add(Box::new(on_change), None);
         replayed();
-        drop(handlers);
+        handlers.last().expect("just added").id
+    }
+
+    /// Stops calling the handler `id` (client-go's `RemoveEventHandler`); once this returns it
+    /// sees no more changes. Not to be called from a handler (they run under the same lock).
+    pub fn remove_handler(&self, id: HandlerId) {
+        let removed = {
+            let mut handlers = self.shared.handlers.lock();
+            let at = handlers.iter().position(|h| h.id == id);
+            at.map(|at| handlers.remove(at))
+        };
+        // dropped unlocked: it may hold handles, whose leases lock the factory
+        drop(removed);
     }
 
     fn add(
@@ -212,11 +349,13 @@ impl<K: Resource<DynamicType = ()>> Informer<K> {
         mut on_change: HandlerFn<K>,
         resync: Option<Duration>,
     ) -> parking_lot::MutexGuard<'_, Vec<Handler<K>>> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         let mut handlers = self.shared.handlers.lock();
         for obj in self.shared.cache.state() {
             on_change(&Change::Added(obj));
         }
         handlers.push(Handler {
+            id: HandlerId(NEXT_ID.fetch_add(1, Ordering::Relaxed)),
             on_change,
             resync: resync.map(|period| (period, Instant::now() + period)),
         });
@@ -224,7 +363,7 @@ impl<K: Resource<DynamicType = ()>> Informer<K> {
     }
 }
 
-impl<K: Resource<DynamicType = ()>> Shared<K> {
+impl<K: Resource> Shared<K> {
     fn dispatch(handlers: &mut [Handler<K>], change: Change<K>) {
         for handler in handlers.iter_mut() {
             (handler.on_change)(&change);
@@ -244,7 +383,7 @@ impl<K: Resource<DynamicType = ()>> Shared<K> {
                 Self::dispatch(&mut handlers, change);
             }
             Event::Delete(obj) => {
-                self.cache.remove(&ObjectRef::from_obj(&obj));
+                self.cache.remove(&Key::of(&obj));
                 let change = Change::Deleted {
                     last: Arc::new(obj),
                     final_state_unknown: false,
@@ -257,7 +396,7 @@ impl<K: Resource<DynamicType = ()>> Shared<K> {
                 let listed = std::mem::take(relist);
                 let mut before = self.cache.replace(listed.clone());
                 for new in listed {
-                    let change = match before.remove(&ObjectRef::from_obj(new.as_ref())) {
+                    let change = match before.remove(&Key::of(new.as_ref())) {
                         None => Change::Added(new),
                         Some(old) if old.meta().resource_version != new.meta().resource_version => {
                             Change::Updated { old, new }
@@ -303,10 +442,11 @@ impl<K: Resource<DynamicType = ()>> Shared<K> {
     }
 }
 
-/// The informer's task: watches `api` into `shared` until the factory stops it.
-async fn reflect<K>(api: Api<K>, config: watcher::Config, shared: Arc<Shared<K>>)
+/// The informer's task: watches `api` (of `kind`s) into `shared` until the factory stops it.
+/// An `Api<PartialObjectMeta<_>>` lists and watches metadata only.
+async fn reflect<K>(api: Api<K>, config: watcher::Config, shared: Arc<Shared<K>>, kind: String)
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let stream = watcher::watcher(api, config).default_backoff();
     futures::pin_mut!(stream);
@@ -323,7 +463,7 @@ where
             event = stream.next() => match event {
                 Some(Ok(event)) => shared.apply(event, &mut relist),
                 Some(Err(error)) => {
-                    tracing::warn!(kind = %K::kind(&()), %error, "informer: watch failed; retrying");
+                    tracing::warn!(%kind, %error, "informer: watch failed; retrying");
                 }
                 None => return,
             },

@@ -11,6 +11,7 @@ use futures::stream::BoxStream;
 use http_body_util::StreamBody;
 use hyper::body::Frame;
 use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 
 use super::*;
@@ -22,6 +23,8 @@ type Chunk = Result<Frame<Bytes>, Infallible>;
 struct Script {
     /// Request paths and queries, in order.
     requests: Vec<String>,
+    /// Their `Accept` headers.
+    accepts: Vec<String>,
     /// What the next lists answer (an empty list when none is left).
     lists: VecDeque<Value>,
     /// Where each new watch's event sender goes.
@@ -48,6 +51,9 @@ impl Fake {
                 let mut script = script.lock();
                 let uri = req.uri().to_string();
                 script.requests.push(uri.clone());
+                let accept = req.headers().get(http::header::ACCEPT);
+                let accept = accept.and_then(|a| a.to_str().ok()).unwrap_or_default();
+                script.accepts.push(accept.to_string());
                 let body: BoxStream<'static, Chunk> = if uri.contains("watch=true") {
                     let (tx, rx) = mpsc::unbounded();
                     let _ = script.watches.as_ref().unwrap().unbounded_send(tx);
@@ -73,6 +79,12 @@ impl Fake {
         let script = self.script.lock();
         let is_list = |r: &&String| r.starts_with(path) && !r.contains("watch=true");
         script.requests.iter().filter(is_list).count()
+    }
+
+    fn watches_of(&self, path: &str) -> usize {
+        let script = self.script.lock();
+        let is_watch = |r: &&String| r.starts_with(path) && r.contains("watch=true");
+        script.requests.iter().filter(is_watch).count()
     }
 }
 
@@ -295,4 +307,128 @@ async fn informers_stop_with_their_factory() {
     settle().await;
     assert!(watch.is_closed(), "the watch ended with the factory");
     assert!(pods.cache().is_ready(), "what was cached stays readable");
+}
+
+fn widgets() -> ApiResource {
+    ApiResource {
+        group: "example.com".into(),
+        version: "v1".into(),
+        api_version: "example.com/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    }
+}
+
+fn widget(name: &str, rv: &str) -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+           "metadata": {"namespace": "ns", "name": name, "resourceVersion": rv}})
+}
+
+fn widget_list(rv: &str, items: &[Value]) -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+           "metadata": {"resourceVersion": rv}, "items": items})
+}
+
+type Meta = PartialObjectMeta<DynamicObject>;
+
+/// A handler that records `kind name` lines of a metadata informer's changes.
+fn meta_recorder() -> (Seen, impl FnMut(&Change<Meta>) + Send + 'static) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let out = seen.clone();
+    let handler = move |change: &Change<Meta>| {
+        let what = match change {
+            Change::Added(_) => "added",
+            Change::Updated { .. } => "updated",
+            Change::Deleted { .. } => "deleted",
+        };
+        let name = change.object().metadata.name.clone().unwrap_or_default();
+        out.lock().push(format!("{what} {name}"));
+    };
+    (seen, handler)
+}
+
+#[tokio::test]
+async fn two_users_of_a_metadata_informer_share_one_metadata_only_list_and_watch() {
+    let (mut fake, client) = Fake::new(vec![widget_list("1", &[widget("a", "1")])]);
+    let informers = Informers::new(client);
+    // say, the garbage collector and the quota monitor
+    let first = informers.metadata(&widgets());
+    let (first_seen, handler) = meta_recorder();
+    first.add_handler(handler);
+    let second = informers.metadata(&widgets());
+    let (second_seen, handler) = meta_recorder();
+    let id = second.add_handler_then(handler, || {});
+    assert!(Arc::ptr_eq(&first.shared, &second.shared));
+    second.cache().wait_until_ready().await;
+    let watch = fake.watch().await;
+    send(&watch, "ADDED", widget("b", "2"));
+    settle().await;
+    second.remove_handler(id);
+    send(&watch, "DELETED", widget("a", "3"));
+    settle().await;
+
+    assert_eq!(fake.lists_of("/apis/example.com/v1/widgets"), 1);
+    assert_eq!(fake.watches_of("/apis/example.com/v1/widgets"), 1);
+    let accepts = fake.script.lock().accepts.clone();
+    assert!(
+        accepts
+            .iter()
+            .all(|a| a.contains("as=PartialObjectMetadata")),
+        "metadata only: {accepts:?}"
+    );
+    assert_eq!(*first_seen.lock(), ["added a", "added b", "deleted a"]);
+    assert_eq!(
+        *second_seen.lock(),
+        ["added a", "added b"],
+        "a removed handler sees nothing more"
+    );
+    let key = ObjectRef::new_with("b", widgets()).within("ns");
+    assert!(
+        first.cache().get(&key).is_some(),
+        "keyed by namespace and name"
+    );
+    assert!(
+        first
+            .cache()
+            .get(&ObjectRef::new_with("a", widgets()).within("ns"))
+            .is_none()
+    );
+
+    // another resource is another informer
+    let gadgets = ApiResource {
+        plural: "gadgets".into(),
+        kind: "Gadget".into(),
+        ..widgets()
+    };
+    let other = informers.metadata(&gadgets);
+    other.cache().wait_until_ready().await;
+    assert!(!Arc::ptr_eq(&first.shared, &other.shared));
+    assert_eq!(fake.lists_of("/apis/example.com/v1/gadgets"), 1);
+}
+
+#[tokio::test]
+async fn a_metadata_informer_stops_with_its_last_handle() {
+    let (mut fake, client) = Fake::new(vec![widget_list("1", &[widget("a", "1")])]);
+    let informers = Informers::new(client);
+    let first = informers.metadata(&widgets());
+    let second = first.clone();
+    let third = informers.metadata(&widgets());
+    third.cache().wait_until_ready().await;
+    let watch = fake.watch().await;
+    drop((first, second));
+    settle().await;
+    assert!(!watch.is_closed(), "a handle is left");
+    assert!(informers.watches_metadata(&widgets()));
+
+    drop(third);
+    settle().await;
+    assert!(watch.is_closed(), "the last handle stopped the watch");
+    assert!(!informers.watches_metadata(&widgets()));
+
+    // served again (its CRD recreated): a new list and watch
+    let again = informers.metadata(&widgets());
+    again.cache().wait_until_ready().await;
+    let _watch = fake.watch().await;
+    assert_eq!(fake.lists_of("/apis/example.com/v1/widgets"), 2);
+    assert!(again.cache().is_empty(), "a fresh cache");
 }

@@ -1,11 +1,12 @@
 //! `garbage-collector` (upstream's GarbageCollector): deletes objects whose owners are gone,
 //! in the background, foreground and orphan modes that `propagationPolicy` asks for.
 //!
-//! Discovery (every 30 s) finds every resource that can be listed, watched and deleted; a
-//! metadata-only watch per resource feeds the ownership [`graph`], whose changes queue uids
-//! for the workers, which decide through the API what to do with each ([`attempt`]). Upstream
-//! differences: events are ignored as upstream's default `ignoredResources`; there is no
-//! absent-owner cache (each owner is read when a dependent is looked at).
+//! Discovery (every 30 s) finds every resource that can be listed, watched and deleted; each
+//! one's shared informer (its metadata informer unless the controllers read it typed) feeds the
+//! ownership [`graph`], whose changes queue uids for the workers, which decide through the API
+//! what to do with each ([`attempt`]). Upstream differences: events are ignored as upstream's
+//! default `ignoredResources`; there is no absent-owner cache (each owner is read when a
+//! dependent is looked at).
 //!
 //! # Layout
 //! - [`graph`]: the objects by uid and each owner's dependents; watch events in, work out.
@@ -294,7 +295,6 @@ async fn work(
 /// Runs the collector until the process stops.
 pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     let client = ctx.client.clone();
-    let shared = ctx.informer_client.clone();
     let graph = Arc::new(Mutex::new(Graph::default()));
     let queue = Queue::new();
     let kinds: Kinds = Arc::default();
@@ -307,12 +307,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         synced.clone(),
     ));
 
-    let mut watched = resources::Monitors::new(
-        ctx.informers.clone(),
-        shared.clone(),
-        tx,
-        "garbage-collector",
-    );
+    let mut watched = resources::Monitors::new(ctx.informers.clone(), tx);
     let mut failures = 0u32;
     let mut workers_started = false;
     let started = tokio::time::Instant::now();
