@@ -531,7 +531,7 @@ const WORKERS: usize = 2;
 /// Runs the controller: DaemonSets are the keys; a pod or revision change queues its
 /// controlling DaemonSet (an orphan's every DaemonSet whose selector matches it), a node change
 /// every DaemonSet.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let controller = Controller::new("daemonset").workers(WORKERS);
     // DaemonSet uid → its pending pod writes. Guarded alone; one key is never synced twice at
     // once.

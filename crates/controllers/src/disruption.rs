@@ -334,7 +334,7 @@ pub async fn reconcile(
 }
 
 /// Runs the controller: budgets are the keys; a pod's change queues the budgets selecting it.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let controller = Controller::new("disruption");
     let budgets = ctx.informers.get::<PodDisruptionBudget>();
     let pods = ctx.informers.get::<Pod>();

@@ -323,7 +323,7 @@ impl EndpointsApi for KubeEndpoints {
 /// Runs the controller: Services are the keys; a pod change queues the Services that select it
 /// (now or before), an Endpoints change its Service, and a Service that is gone has its
 /// Endpoints deleted.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let controller = Controller::new("endpoint");
     let (services, pods) = sp::queue_services(&ctx.informers, controller.queue());
     let endpoints = ctx.informers.get::<Endpoints>();

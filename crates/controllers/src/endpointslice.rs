@@ -437,7 +437,7 @@ impl SlicesApi for KubeSlices {
 
 /// Runs the controller: Services are the keys; a pod change queues the Services that select it
 /// (now or before), a change of one of this controller's slices the Service it is labelled with.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let controller = Controller::new("endpoint_slice");
     let (services, pods) = sp::queue_services(&ctx.informers, controller.queue());
     // nodes only give zones; they queue nothing

@@ -147,6 +147,28 @@ impl Context {
     }
 }
 
+/// Why a controller, or the controller manager's set of them, stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    NodeIpam(#[from] nodeipam::Error),
+    #[error("the CSR signer's CA: {0}")]
+    Signer(String),
+    #[error(transparent)]
+    Credentials(#[from] credentials::Error),
+    #[error("the {0} informer stopped")]
+    InformerStopped(&'static str),
+    #[error("controller {0} stopped")]
+    Stopped(&'static str),
+    #[error("controller {name}: {source}")]
+    Failed {
+        name: &'static str,
+        source: Box<Error>,
+    },
+    #[error("a controller panicked: {0}")]
+    Panicked(String),
+}
+
 /// One controller `skiff controller-manager --controllers` can name.
 pub struct Descriptor {
     /// Upstream's name for it (`kube-controller-manager --controllers`).
@@ -158,7 +180,7 @@ pub struct Descriptor {
     /// Whether `*` includes it.
     pub enabled_by_default: bool,
     /// Runs it until the process stops; returns only on a fatal error.
-    pub run: fn(Arc<Context>) -> BoxFuture<'static, anyhow::Result<()>>,
+    pub run: fn(Arc<Context>) -> BoxFuture<'static, Result<(), Error>>,
 }
 
 /// Every controller Skiff has, by name.
@@ -327,7 +349,7 @@ pub async fn run(
     ctx: Arc<Context>,
     controllers: &[&'static Descriptor],
     credentials: Option<&credentials::ClientBuilder>,
-) -> anyhow::Result<()> {
+) -> Result<(), Error> {
     let mut running = tokio::task::JoinSet::new();
     for d in controllers {
         let ctx = match credentials {
@@ -343,9 +365,12 @@ pub async fn run(
     }
     match running.join_next().await {
         None => std::future::pending().await,
-        Some(Ok((name, Ok(())))) => anyhow::bail!("controller {name} stopped"),
-        Some(Ok((name, Err(e)))) => Err(e.context(format!("controller {name}"))),
-        Some(Err(e)) => Err(anyhow::anyhow!("a controller panicked: {e}")),
+        Some(Ok((name, Ok(())))) => Err(Error::Stopped(name)),
+        Some(Ok((name, Err(e)))) => Err(Error::Failed {
+            name,
+            source: Box::new(e),
+        }),
+        Some(Err(e)) => Err(Error::Panicked(e.to_string())),
     }
 }
 

@@ -408,7 +408,7 @@ impl NamespaceContent for KubeContent {
 /// Runs the controller over every namespace (upstream's `--concurrent-namespace-syncs`, 10).
 /// A namespace whose content remains is looked at again after 1 s, doubling to 30 s while it
 /// stays.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let api = Arc::new(KubeContent(ctx.client.clone()));
     let waiting = Arc::new(ItemBackoff::new(
         Duration::from_secs(1),

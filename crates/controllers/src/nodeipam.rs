@@ -283,7 +283,7 @@ impl Allocation {
 
 /// Runs the allocator until the process stops (idle without `--allocate-node-cidrs`). The
 /// shared Node informer's handler hands its changes to the one task that owns the table.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     if !ctx.config.allocate_node_cidrs {
         std::future::pending::<()>().await;
     }
@@ -322,7 +322,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
     loop {
         tokio::select! {
             change = received.recv() => {
-                let Some(change) = change else { anyhow::bail!("the node informer stopped") };
+                let Some(change) = change else { return Err(crate::Error::InformerStopped("node")) };
                 allocation.observe(&change);
             }
             _ = retry.tick() => {}

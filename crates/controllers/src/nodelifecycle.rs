@@ -332,7 +332,7 @@ impl NodeWrites for KubeWrites {
 }
 
 /// Runs the monitor loop until the process stops.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let nodes = ctx.informers.get::<Node>();
     let in_lease_namespace =
         watcher::Config::default().fields(&format!("metadata.namespace={LEASE_NAMESPACE}"));

@@ -186,7 +186,7 @@ impl PodGc for KubePodGc {
 
 /// Runs a pass every [`CHECK_PERIOD`] until the process stops, over what the shared Pod and
 /// Node informers hold.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let api = KubePodGc(ctx.client.clone());
     let pods = ctx.informers.get::<Pod>();
     let nodes = ctx.informers.get::<Node>();

@@ -529,7 +529,7 @@ impl ReplicaSetApi for KubeReplicaSets {
 
 /// Runs the controller until the process stops: ReplicaSets are the keys; pod changes queue
 /// their owner (or, for orphans, the ReplicaSets that match them).
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let controller = Controller::new("replicaset");
     let expectations = Arc::new(Expectations::default());
     let replicasets = ctx.informers.get::<ReplicaSet>();

@@ -367,7 +367,7 @@ fn quota_handler(
 
 /// Runs the controller: quotas are the keys; a change to a counted object queues the quotas
 /// of its namespace.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let controller = Controller::new("resourcequota");
     let queue = controller.queue().clone();
     let quotas = ctx.informers.get::<ResourceQuota>();

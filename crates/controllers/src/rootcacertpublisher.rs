@@ -138,7 +138,7 @@ impl RootCaConfigMaps for KubeConfigMaps {
 /// Runs the publisher (idle when there is no CA bundle to publish; upstream's one worker):
 /// namespaces are the keys; a change of a namespace's `kube-root-ca.crt` (its deletion too)
 /// requeues the namespace.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let Some(ca) = ctx.config.root_ca.clone() else {
         tracing::warn!("root-ca-cert-publisher: no CA bundle (--root-ca-file); idle");
         std::future::pending::<()>().await;

@@ -76,7 +76,7 @@ impl ServiceAccounts for KubeServiceAccounts {
 
 /// Runs the controller (upstream's one worker): namespaces are the keys; a `default`
 /// ServiceAccount's change (its deletion too) requeues its namespace.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let namespaces = ctx.informers.get::<Namespace>();
     let only_default = watcher::Config::default().fields(&format!("metadata.name={DEFAULT}"));
     let accounts = ctx.informers.filtered::<ServiceAccount>(only_default);

@@ -474,7 +474,7 @@ impl StatefulSetApi for KubeStatefulSets {
 
 /// Runs the controller: StatefulSets are the keys; a pod or revision change queues its
 /// controlling StatefulSet, an orphan's every StatefulSet whose selector matches it.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let controller = Controller::new("statefulset");
     let sets = ctx.informers.get::<StatefulSet>();
     let pods = ctx.informers.get::<Pod>();

@@ -149,7 +149,7 @@ impl Evictions for KubeEvictions {
 
 /// Runs the controller (upstream's 8 update workers): pods are the keys; a node's change
 /// requeues the pods bound to it.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let pods = ctx.informers.get::<Pod>();
     let nodes = ctx.informers.get::<Node>();
     triggers::index_pods_by_node(pods.cache());

@@ -109,7 +109,7 @@ impl Jobs for KubeJobs {
 
 /// Runs the controller over every Job (upstream's `--concurrent-ttl-after-finished-syncs`, 5);
 /// each is requeued for its expiry.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let api = Arc::new(KubeJobs(ctx.client.clone()));
     let jobs = ctx.informers.get::<Job>();
     let controller = Controller::new("ttl-after-finished");

@@ -206,7 +206,7 @@ impl ApproverApi for KubeApprover {
 }
 
 /// Runs the approver (upstream's 5 workers).
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let api = Arc::new(KubeApprover {
         client: ctx.client.clone(),
     });

@@ -241,7 +241,7 @@ impl SignerApi for KubeStatus {
 
 /// Runs the signer (idle without `--cluster-signing-cert-file` and `--cluster-signing-key-file`;
 /// upstream's 5 workers).
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let config = &ctx.config;
     let (Some(cert), Some(key)) = (
         &config.cluster_signing_cert_file,
@@ -253,7 +253,7 @@ pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
         std::future::pending::<()>().await;
         return Ok(());
     };
-    let signer = Arc::new(CaSigner::load(cert, key).map_err(anyhow::Error::msg)?);
+    let signer = Arc::new(CaSigner::load(cert, key).map_err(crate::Error::Signer)?);
     let api = Arc::new(KubeStatus {
         client: ctx.client.clone(),
     });

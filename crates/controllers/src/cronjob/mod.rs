@@ -99,7 +99,7 @@ impl CronJobApi for KubeCronJobs {
 }
 
 /// Runs the controller: CronJobs are the keys; a Job's change queues the CronJob that owns it.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let controller = Controller::new("cronjob");
     let cronjobs = ctx.informers.get::<CronJob>();
     let jobs = ctx.informers.get::<Job>();

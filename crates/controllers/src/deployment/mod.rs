@@ -365,7 +365,7 @@ impl DeploymentApi for KubeDeployments {
 
 /// Runs the controller until the process stops: Deployments are the keys; ReplicaSet changes
 /// queue their owner, pod deletions queue Recreate Deployments.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let controller = Controller::new("deployment");
     let deployments = ctx.informers.get::<Deployment>();
     let sets = ctx.informers.get::<ReplicaSet>();

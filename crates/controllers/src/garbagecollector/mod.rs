@@ -293,7 +293,7 @@ async fn work(
 }
 
 /// Runs the collector until the process stops.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let client = ctx.client.clone();
     let graph = Arc::new(Mutex::new(Graph::default()));
     let queue = Queue::new();

@@ -293,7 +293,7 @@ async fn release_orphan(
 
 /// Runs the controller: Jobs are the keys; a pod's change queues the Job that controls it, and
 /// orphan pods that still hold the tracking finalizer go to a second queue that releases them.
-pub async fn run(ctx: Arc<Context>) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let controller = Controller::new("job");
     // upstream runs one orphan-pod worker beside the `--concurrent-job-syncs` ones
     let orphans = Controller::new("job_orphan_pod").workers(1);

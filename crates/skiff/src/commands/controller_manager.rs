@@ -198,7 +198,7 @@ pub async fn run(args: ControllerManagerArgs, lifecycle: Lifecycle) -> anyhow::R
     }
     tracing::info!(controllers = ?names, "leading; starting controllers");
     tokio::select! {
-        r = skiff_controllers::run(ctx, &selected, credentials.as_ref()) => r,
+        r = skiff_controllers::run(ctx, &selected, credentials.as_ref()) => Ok(r?),
         () = lifecycle.stopped() => Ok(()),
         _ = leading.wait_for(|l| !*l) => {
             anyhow::bail!("lost the lease {LEASE_NAMESPACE}/{LEASE_NAME}")
