@@ -157,6 +157,16 @@ fn rolled_out(d: &Deployment, replicas: usize) -> bool {
     })
 }
 
+/// Whether `exe controller-manager` takes `--metrics-bind-address`.
+async fn serves_metrics(exe: &Path) -> Result<bool> {
+    let help = Command::new(exe)
+        .args(["controller-manager", "--help"])
+        .output()
+        .await
+        .context("running controller-manager --help")?;
+    Ok(String::from_utf8_lossy(&help.stdout).contains("--metrics-bind-address"))
+}
+
 /// How often each pod is changed to measure the API server's CPU for pod events.
 const TOUCH_ROUNDS: usize = 3;
 /// Pod changes in flight while touching.
@@ -370,22 +380,20 @@ async fn bench(
     // every watch but the controller manager's is open (the hollow nodes', the scheduler's,
     // this benchmark's two) once the count settles
     let others = watches::settled(&client, &BTreeMap::new()).await?.watches;
-    let cm = start(
-        exe,
-        &[
-            "controller-manager",
-            "--kubeconfig",
-            kubeconfig,
-            "--controllers",
-            &args.controllers,
-            "--leader-elect",
-            "false",
-            "--metrics-bind-address",
-            "127.0.0.1:0",
-        ],
-        &dir.join("controller-manager.log"),
-    )
-    .await?;
+    let mut cm_args = vec![
+        "controller-manager",
+        "--kubeconfig",
+        kubeconfig,
+        "--controllers",
+        &args.controllers,
+        "--leader-elect",
+        "false",
+    ];
+    // a baseline from before the controller manager served metrics has no such flag
+    if serves_metrics(exe).await? {
+        cm_args.extend(["--metrics-bind-address", "127.0.0.1:0"]);
+    }
+    let cm = start(exe, &cm_args, &dir.join("controller-manager.log")).await?;
     let synced = watches::settled(&client, &others).await?;
     let cm_watches = watches::difference(&others, &synced.watches);
     let cm_rss_synced = proc_status(cm.pid, "VmRSS");
