@@ -269,14 +269,7 @@ fn watch_kind<K>(
     queue: &Queue,
 ) -> Arc<dyn Snapshot>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Serialize
-        + serde::de::DeserializeOwned
-        + Clone
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: skiff_runtime::informer::Kind + Serialize,
 {
     let informer = ctx.informers.get::<K>();
     informer.add_handler({

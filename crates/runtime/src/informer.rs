@@ -65,6 +65,17 @@ impl<K> Change<K> {
     }
 }
 
+/// A built-in (typed) kind an informer can follow.
+pub trait Kind:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+
+impl<K> Kind for K where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+
 /// What resources a process reads: the informers, created on first use and shared.
 #[derive(Clone)]
 pub struct Informers {
@@ -156,7 +167,7 @@ impl Informers {
     /// The informer of every `K` in the cluster, started on first use.
     pub fn get<K>(&self) -> Informer<K>
     where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K: Kind,
     {
         self.filtered(watcher::Config::default())
     }
@@ -165,7 +176,7 @@ impl Informers {
     /// `spec.nodeName=<node>`), started on first use; one per distinct pair of selectors.
     pub fn filtered<K>(&self, config: watcher::Config) -> Informer<K>
     where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K: Kind,
     {
         let key = InformerKey {
             kind: TypeId::of::<K>(),

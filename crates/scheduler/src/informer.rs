@@ -13,11 +13,10 @@ use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod, Se
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Resource;
-use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use skiff_apimachinery::labels::Selector;
-use skiff_runtime::informer::{Change, Informers};
+use skiff_runtime::informer::{Change, Informers, Kind};
 
 use crate::plugins::helper::label_selector;
 use crate::scheduler::Scheduler;
@@ -103,13 +102,7 @@ fn follow<K>(
     apply: impl Fn(&Scheduler, &Arc<K>) + Send + 'static,
     delete: impl Fn(&Scheduler, &Arc<K>) + Send + 'static,
 ) where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Kind,
 {
     let scheduler: Weak<Scheduler> = Arc::downgrade(scheduler);
     informers.get::<K>().add_handler(move |change: &Change<K>| {
@@ -130,13 +123,7 @@ fn controllers<K>(
     kind: &'static str,
     selector: fn(&K) -> Option<&LabelSelector>,
 ) where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Kind,
 {
     follow::<K>(
         informers,
