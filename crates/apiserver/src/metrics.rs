@@ -1,7 +1,9 @@
 //! `/metrics` in Prometheus text format with upstream's metric names: requests by verb,
 //! resource and code (`apiserver_request_total`), their latency
 //! (`apiserver_request_duration_seconds`), open watches (`apiserver_longrunning_requests`), and
-//! objects per resource (`apiserver_storage_objects`, read off the watch cache at scrape time).
+//! objects per resource (`apiserver_storage_objects`, read off the watch cache at scrape time),
+//! and the events sent to watchers, counted (`apiserver_watch_events_total`) and sized in bytes
+//! (`apiserver_watch_events_sizes`) by group, version and kind.
 
 use std::sync::Arc;
 
@@ -33,6 +35,13 @@ pub struct LatencyLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct InflightLabels {
     /// `readOnly` or `mutating`, as upstream.
     pub request_kind: String,
@@ -56,6 +65,8 @@ pub struct Metrics {
     latency: Family<LatencyLabels, Histogram>,
     pub watches: Family<ResourceLabels, Gauge>,
     objects: Family<ResourceLabels, Gauge>,
+    watch_events: Family<KindLabels, Counter>,
+    watch_event_sizes: Family<KindLabels, Histogram>,
     inflight: Family<InflightLabels, Gauge>,
     startup_stages: Family<StageLabels, Histogram>,
 }
@@ -69,6 +80,11 @@ impl std::fmt::Debug for Metrics {
 /// Upstream's request latency buckets (seconds).
 const BUCKETS: [f64; 12] = [
     0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 5.0, 10.0,
+];
+
+/// Upstream's watch event size buckets (bytes): 1 KiB to 128 KiB.
+const SIZE_BUCKETS: [f64; 8] = [
+    1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0, 65536.0, 131072.0,
 ];
 
 /// Pod startup stage buckets (seconds): milliseconds for the API-side steps up to a minute
@@ -87,6 +103,10 @@ impl Default for Metrics {
         let watches = Family::<ResourceLabels, Gauge>::default();
         let objects = Family::<ResourceLabels, Gauge>::default();
         let inflight = Family::<InflightLabels, Gauge>::default();
+        let watch_events = Family::<KindLabels, Counter>::default();
+        let watch_event_sizes = Family::<KindLabels, Histogram>::new_with_constructor(
+            (|| Histogram::new(SIZE_BUCKETS)) as fn() -> Histogram,
+        );
         let startup_stages = Family::<StageLabels, Histogram>::new_with_constructor(
             (|| Histogram::new(STAGE_BUCKETS)) as fn() -> Histogram,
         );
@@ -120,12 +140,24 @@ impl Default for Metrics {
             "Number of stored objects at the time of last check split by kind",
             objects.clone(),
         );
+        registry.register(
+            "apiserver_watch_events",
+            "Number of events sent in watch clients",
+            watch_events.clone(),
+        );
+        registry.register(
+            "apiserver_watch_events_sizes",
+            "Watch event size distribution in bytes",
+            watch_event_sizes.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             requests,
             latency,
             watches,
             objects,
+            watch_events,
+            watch_event_sizes,
             inflight,
             startup_stages,
         }
@@ -182,6 +214,20 @@ impl Metrics {
         }
     }
 
+    /// The meters of the events one watch of `group/version` `kind` sends: taken once per watch,
+    /// so that counting an event costs no label lookup.
+    pub fn watch_event_meters(&self, group: &str, version: &str, kind: &str) -> WatchEventMeters {
+        let labels = KindLabels {
+            group: group.to_string(),
+            version: version.to_string(),
+            kind: kind.to_string(),
+        };
+        WatchEventMeters {
+            events: self.watch_events.get_or_create(&labels).clone(),
+            sizes: self.watch_event_sizes.get_or_create(&labels).clone(),
+        }
+    }
+
     /// Sets the in-flight gauges (read off the limits at scrape time).
     pub fn set_inflight(&self, read_only: usize, mutating: usize) {
         for (kind, n) in [("readOnly", read_only), ("mutating", mutating)] {
@@ -220,6 +266,21 @@ impl Drop for WatchGuard {
     }
 }
 
+/// Where one watch counts the events it sends (see [`Metrics::watch_event_meters`]).
+#[derive(Debug, Clone)]
+pub struct WatchEventMeters {
+    events: Counter,
+    sizes: Histogram,
+}
+
+impl WatchEventMeters {
+    /// One event of `bytes` sent.
+    pub fn sent(&self, bytes: usize) {
+        self.events.inc();
+        self.sizes.observe(bytes as f64);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,6 +298,9 @@ mod tests {
         m.observe(&info, 200, 0.003);
         m.observe_startup_stage("binding", 0.004);
         let guard = m.watch_opened("pods");
+        let meters = m.watch_event_meters("", "v1", "Pod");
+        meters.sent(1500);
+        meters.sent(300);
         let text = m.render(&[("pods", 7)]);
         assert!(text.contains(r#"apiserver_request_total{verb="LIST",group="",version="v1",resource="pods",subresource="",code="200"} 1"#), "{text}");
         assert!(
@@ -245,6 +309,22 @@ mod tests {
         );
         assert!(
             text.contains(r#"apiserver_storage_objects{resource="pods"} 7"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"apiserver_watch_events_total{group="",version="v1",kind="Pod"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"apiserver_watch_events_sizes_sum{group="",version="v1",kind="Pod"} 1800"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"apiserver_watch_events_sizes_bucket{le="1024.0",group="",version="v1",kind="Pod"} 1"#
+            ),
             "{text}"
         );
         assert!(

@@ -213,7 +213,17 @@ fn every_controller_shares_one_watch_per_resource() {
             assert_eq!(watches.get(resource), Some(&1), "{resource}: {watches:?}");
         }
 
-        // a pod's creation reaches the controller manager through that one watch
+        // a pod's creation reaches the controller manager through that one watch, and the API
+        // server counts what it sent in upstream's watch event metrics
+        let pod_events = || async {
+            let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+            let text = client.request_text(request).await.unwrap();
+            let labels = r#"{group="",version="v1",kind="Pod"}"#;
+            let events = sample(&text, &format!("apiserver_watch_events_total{labels}"));
+            let bytes = sample(&text, &format!("apiserver_watch_events_sizes_sum{labels}"));
+            (events.unwrap_or(0.0), bytes.unwrap_or(0.0))
+        };
+        let (events_before, bytes_before) = pod_events().await;
         let pod = serde_json::from_value(json!({
             "metadata": {"name": "web"},
             "spec": {"containers": [{"name": "c", "image": "busybox"}]},
@@ -241,6 +251,16 @@ fn every_controller_shares_one_watch_per_resource() {
         assert!(
             deliveries[0].contains("(skiff-controller-manager/v1.33.0-skiff (linux/"),
             "the user agent names the program: {trace}"
+        );
+        let (events, bytes) = pod_events().await;
+        assert!(
+            events > events_before,
+            "pod watch events sent: {events_before} then {events}"
+        );
+        // the event line carries the whole pod: more than its name and kind
+        assert!(
+            bytes - bytes_before > 200.0,
+            "pod watch event bytes: {bytes_before} then {bytes}"
         );
         drop(cm);
     });

@@ -20,6 +20,7 @@ use super::{Body, Ctx};
 use crate::cache::{CacheEvent, Cached, Change, WatchStart};
 use crate::encoding::Output;
 use crate::error::{ApiError, Result};
+use crate::metrics::WatchEventMeters;
 use crate::protobuf::order;
 use crate::request::flag;
 use crate::trace::WatchTrace;
@@ -47,6 +48,8 @@ struct Sink {
     last_revision: i64,
     /// Pod watches with the lifecycle trace on: what this watch was sent, or not.
     trace: Option<WatchTrace>,
+    /// `apiserver_watch_events_total` and `_sizes` of this watch's kind.
+    meters: WatchEventMeters,
 }
 
 impl Sink {
@@ -75,6 +78,7 @@ impl Sink {
         }
         match crate::protobuf::encode::watch_event(kind, value) {
             Ok(frame) => {
+                self.meters.sent(frame.len());
                 self.buf.extend_from_slice(&frame);
                 self.buf.len() < FLUSH_BYTES || self.flush().await
             }
@@ -101,11 +105,13 @@ impl Sink {
         write: impl FnOnce(&mut Vec<u8>),
     ) -> bool {
         self.buf.reserve(len + 32);
+        let start = self.buf.len();
         self.buf.extend_from_slice(b"{\"type\":\"");
         self.buf.extend_from_slice(kind.as_bytes());
         self.buf.extend_from_slice(b"\",\"object\":");
         write(&mut self.buf);
         self.buf.extend_from_slice(b"}\n");
+        self.meters.sent(self.buf.len() - start);
         if self.buf.len() >= FLUSH_BYTES {
             return self.flush().await;
         }
@@ -350,8 +356,13 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
     let (tx, rx) = mpsc::channel(64);
     let trace = WatchTrace::for_watch(&ctx);
     let output = ctx.output;
+    let meters =
+        ctx.server
+            .metrics
+            .watch_event_meters(&ctx.rt.group, &ctx.rt.version, &ctx.rt.kind);
     let mut sink = Sink {
         trace,
+        meters,
         tx,
         ctx,
         filter,

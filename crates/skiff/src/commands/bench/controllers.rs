@@ -10,15 +10,23 @@
 //! over the whole workload, the controller manager's RSS at the end of the run (VmRSS, VmHWM),
 //! and the watches it holds: the API server's `apiserver_longrunning_requests` per resource,
 //! scraped before the controller manager starts and again once its watches have settled, the
-//! difference being its own ([`watches`]). Last, the API server's CPU for pod events: every
-//! pod's annotation is changed a few times while the controller manager runs, then as often
-//! after it stopped; the difference in the server's CPU seconds is what serving the controller
-//! manager's watches those events costs (`server_cpu_pod_events_s`).
+//! difference being its own ([`watches`]).
 //!
-//! With `--baseline PATH` the same run happens twice in one invocation, every child started
-//! first from the `skiff` binary PATH (`"build": "before"`), then from this one (`"after"`), and
-//! a `controllers-compare` line gives each figure of both and its ratio before ÷ after (above 1:
-//! the current build uses less, or is faster).
+//! Last, what the controller manager's watches of pod events cost the API server. The scheduler
+//! and the benchmark's own watches stop (the hollow nodes keep their nodes Ready), so that the
+//! controller manager and the hollow nodes are the only pod watchers; then, [`TOUCH_PAIRS`]
+//! times, every pod's annotation is changed once while the controller manager runs and once
+//! after it stopped (it starts again for the next pair). Per phase the API server's CPU seconds
+//! and its `apiserver_watch_events_total` and `_sizes_sum` for Pods are read: the differences
+//! between the phases of a pair are the pod events (and bytes) the server sent the controller
+//! manager (`cm_pod_watch_events`, `cm_pod_watch_mb`) and the CPU that cost it
+//! (`server_cpu_pod_events_s`, with each pair's figure, so the noise shows).
+//!
+//! With `--baseline PATH` the same run happens twice in one invocation, the controller manager
+//! started first from the `skiff` binary PATH (`"build": "before"`), then from this one
+//! (`"after"`); the API server, scheduler and hollow nodes come from this binary in both, so the
+//! runs differ by the controller manager alone. A `controllers-compare` line gives each figure
+//! of both and its ratio before ÷ after (above 1: the current build uses less, or is faster).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -57,8 +65,8 @@ pub struct ControllersBenchArgs {
     #[arg(long, default_value = "*")]
     pub controllers: String,
     /// A `skiff` binary of another build (the commit a change starts from): the run happens
-    /// first with every child started from it, then from this binary, and a comparison line
-    /// follows.
+    /// first with the controller manager started from it, then from this binary, and a
+    /// comparison line follows.
     #[arg(long, value_name = "PATH")]
     pub baseline: Option<PathBuf>,
     /// Seconds to wait for each phase before giving up.
@@ -167,10 +175,14 @@ async fn serves_metrics(exe: &Path) -> Result<bool> {
     Ok(String::from_utf8_lossy(&help.stdout).contains("--metrics-bind-address"))
 }
 
-/// How often each pod is changed to measure the API server's CPU for pod events.
-const TOUCH_ROUNDS: usize = 3;
+/// Pairs of phases (controller manager running, then stopped) in which every pod is changed once,
+/// to measure the API server's work for the controller manager's pod events.
+const TOUCH_PAIRS: usize = 3;
 /// Pod changes in flight while touching.
 const TOUCH_IN_FLIGHT: usize = 32;
+/// How long after its last change a phase still counts: the events of the last changes are
+/// still being sent when the change returns.
+const TOUCH_DRAIN: Duration = Duration::from_secs(1);
 
 /// The names of the pods in the benchmark's namespace.
 async fn pod_names(client: &kube::Client) -> Result<Vec<String>> {
@@ -183,41 +195,56 @@ async fn pod_names(client: &kube::Client) -> Result<Vec<String>> {
         .collect())
 }
 
-/// Changes an annotation of every pod in `names` [`TOUCH_ROUNDS`] times (each change a pod
-/// event every pod watcher receives); returns the API server's CPU seconds meanwhile.
+/// What the API server did in one touch phase.
+#[derive(Debug, Clone, Copy, Default)]
+struct Touched {
+    server_cpu_s: f64,
+    /// Pod events it sent to watchers, and their bytes.
+    events: f64,
+    bytes: f64,
+}
+
+/// Changes an annotation of every pod in `names` once (a pod event for every pod watcher);
+/// returns the API server's CPU seconds (`server`) and the pod events it sent meanwhile.
 async fn touch_pods(
     client: &kube::Client,
     names: &[String],
     tag: &str,
-    cpu: &CpuMeter,
-) -> Result<f64> {
+    server: &CpuMeter,
+) -> Result<Touched> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let before = cpu.snapshot();
-    for round in 0..TOUCH_ROUNDS {
-        let value = format!("{tag}-{round}");
-        let patch = json!({"metadata": {"annotations": {"bench.skiff.dev/touch": value}}});
-        let patches = names.iter().map(|name| {
-            let (pods, patch) = (&pods, Patch::Merge(&patch));
-            async move { pods.patch(name, &PatchParams::default(), &patch).await }
-        });
-        let mut results = futures::stream::iter(patches).buffer_unordered(TOUCH_IN_FLIGHT);
-        while let Some(result) = results.next().await {
-            result.context("changing a pod's annotation")?;
-        }
+    let (events, bytes) = watches::pod_events_sent(client).await?;
+    let before = server.snapshot();
+    let patch = json!({"metadata": {"annotations": {"bench.skiff.dev/touch": tag}}});
+    let patches = names.iter().map(|name| {
+        let (pods, patch) = (&pods, Patch::Merge(&patch));
+        async move { pods.patch(name, &PatchParams::default(), &patch).await }
+    });
+    let mut results = futures::stream::iter(patches).buffer_unordered(TOUCH_IN_FLIGHT);
+    while let Some(result) = results.next().await {
+        result.context("changing a pod's annotation")?;
     }
-    let used = cpu.used_since(&before);
-    used["server_cpu_s"]
+    tokio::time::sleep(TOUCH_DRAIN).await;
+    let server_cpu_s = server.used_since(&before)["server_cpu_s"]
         .as_f64()
-        .context("the API server's CPU time")
+        .context("the API server's CPU time")?;
+    let (events_after, bytes_after) = watches::pod_events_sent(client).await?;
+    Ok(Touched {
+        server_cpu_s,
+        events: events_after - events,
+        bytes: bytes_after - bytes,
+    })
 }
 
 /// What one run is compared on, in the `controllers-compare` line.
-const COMPARED: [&str; 11] = [
+const COMPARED: [&str; 13] = [
     "cm_rss_mb",
     "cm_peak_mb",
     "cm_cpu_s",
     "server_cpu_s",
     "server_cpu_pod_events_s",
+    "cm_pod_watch_events",
+    "cm_pod_watch_mb",
     "cm_pod_watches",
     "cm_watches_total",
     "pods_created_s",
@@ -277,16 +304,19 @@ fn compare(before: &Value, after: &Value) -> Value {
     // issue 30: one Pod watch per process, RSS and API server CPU for pod events each at
     // least 3x lower
     fields.insert("target_pod_watches".into(), json!(1));
+    fields.insert("target_cm_pod_watch_events_ratio".into(), json!(3));
     fields.insert("target_cm_rss_ratio".into(), json!(3));
     fields.insert("target_server_cpu_pod_events_ratio".into(), json!(3));
     Value::Object(fields)
 }
 
-/// One run with every child started from `exe`: its `controllers` line.
-async fn run_one(args: &ControllersBenchArgs, nodes: usize, exe: &Path) -> Result<Value> {
+/// One run with the controller manager started from `cm_exe` (every other child from this
+/// binary): its `controllers` line.
+async fn run_one(args: &ControllersBenchArgs, nodes: usize, cm_exe: &Path) -> Result<Value> {
     let tmp = tempfile::tempdir()?;
-    let mut server = ServerChild::start_from(exe, &tmp.path().join("api"), None, &[]).await?;
-    let result = bench(args, nodes, exe, &server, tmp.path()).await;
+    let exe = std::env::current_exe()?;
+    let mut server = ServerChild::start_from(&exe, &tmp.path().join("api"), None, &[]).await?;
+    let result = bench(args, nodes, &exe, cm_exe, &server, tmp.path()).await;
     server.stop().await;
     if result.is_err() {
         eprintln!(
@@ -301,6 +331,7 @@ async fn bench(
     args: &ControllersBenchArgs,
     nodes: usize,
     exe: &Path,
+    cm_exe: &Path,
     server: &ServerChild,
     dir: &Path,
 ) -> Result<Value> {
@@ -390,10 +421,10 @@ async fn bench(
         "false",
     ];
     // a baseline from before the controller manager served metrics has no such flag
-    if serves_metrics(exe).await? {
+    if serves_metrics(cm_exe).await? {
         cm_args.extend(["--metrics-bind-address", "127.0.0.1:0"]);
     }
-    let cm = start(exe, &cm_args, &dir.join("controller-manager.log")).await?;
+    let cm = start(cm_exe, &cm_args, &dir.join("controller-manager.log")).await?;
     let synced = watches::settled(&client, &others).await?;
     let cm_watches = watches::difference(&others, &synced.watches);
     let cm_rss_synced = proc_status(cm.pid, "VmRSS");
@@ -467,17 +498,49 @@ async fn bench(
         .context("reading the controller manager's /proc status")?;
     let cm_total_cpu = proc_cpu_seconds(cm.pid);
 
-    // the API server's CPU for pod events: every pod changed TOUCH_ROUNDS times while the
-    // controller manager watches, then as often once it has stopped; the difference is what
-    // serving its watches the pod events costs the server
-    let names = pod_names(&client).await?;
-    let with_cm = touch_pods(&client, &names, "with-cm", &cpu).await?;
-    cm.stop().await;
-    let without_cm = touch_pods(&client, &names, "without-cm", &cpu).await?;
+    // what the controller manager's pod events cost the API server: the scheduler and this
+    // benchmark's watches stop, so that only the controller manager and the hollow nodes watch
+    // pods; then each pair changes every pod with the controller manager running, and again
+    // once it has stopped
     pod_watch.abort();
     deploy_watch.abort();
     scheduler.stop().await;
+    let names = pod_names(&client).await?;
+    let server_cpu = CpuMeter {
+        processes: vec![("server", server.pid.to_string())],
+    };
+    let mut running = Some(cm);
+    let mut pairs = Vec::new();
+    for pair in 0..TOUCH_PAIRS {
+        let cm = match running.take() {
+            Some(cm) => cm,
+            None => {
+                let without = watches::scrape(&client).await?;
+                let log = dir.join(format!("controller-manager-{pair}.log"));
+                let cm = start(cm_exe, &cm_args, &log).await?;
+                watches::settled(&client, &without).await?;
+                cm
+            }
+        };
+        let with = touch_pods(&client, &names, &format!("with-cm-{pair}"), &server_cpu).await?;
+        cm.stop().await;
+        let without =
+            touch_pods(&client, &names, &format!("without-cm-{pair}"), &server_cpu).await?;
+        pairs.push((with, without));
+    }
     hollow.stop().await;
+    let sum = |f: fn(&Touched) -> f64| -> (f64, f64) {
+        pairs.iter().fold((0.0, 0.0), |(w, wo), (with, without)| {
+            (w + f(with), wo + f(without))
+        })
+    };
+    let (cpu_with, cpu_without) = sum(|t| t.server_cpu_s);
+    let (events_with, events_without) = sum(|t| t.events);
+    let (bytes_with, bytes_without) = sum(|t| t.bytes);
+    let cpu_pairs: Vec<f64> = pairs
+        .iter()
+        .map(|(with, without)| round3(with.server_cpu_s - without.server_cpu_s))
+        .collect();
 
     let prefix = |v: Value, p: &str| -> Value {
         match v {
@@ -509,10 +572,16 @@ async fn bench(
         "cm_cpu_s": workload_cpu["controller_manager_cpu_s"],
         "cm_total_cpu_s": cm_total_cpu.map(round3),
         "server_cpu_s": workload_cpu["server_cpu_s"],
-        "server_cpu_pod_events_s": round3(with_cm - without_cm),
-        "server_cpu_pod_events_with_cm_s": round3(with_cm),
-        "server_cpu_pod_events_without_cm_s": round3(without_cm),
-        "pod_events": names.len() * TOUCH_ROUNDS,
+        // the pod events and what sending them cost the API server, summed over the pairs
+        "pod_events": names.len() * TOUCH_PAIRS,
+        "server_cpu_pod_events_s": round3(cpu_with - cpu_without),
+        "server_cpu_pod_events_pairs_s": cpu_pairs,
+        "server_cpu_pod_events_with_cm_s": round3(cpu_with),
+        "server_cpu_pod_events_without_cm_s": round3(cpu_without),
+        "cm_pod_watch_events": events_with - events_without,
+        "cm_pod_watch_mb": round3((bytes_with - bytes_without) / 1e6),
+        "pod_watch_events_with_cm": events_with,
+        "pod_watch_events_without_cm": events_without,
         "scheduler_cpu_s": workload_cpu["scheduler_cpu_s"],
         "hollow_nodes_cpu_s": workload_cpu["hollow_nodes_cpu_s"],
         // the watches the API server holds for the controller manager
@@ -597,13 +666,41 @@ mod watches {
         diff
     }
 
-    async fn scrape(client: &kube::Client) -> Result<BTreeMap<String, i64>> {
+    async fn metrics(client: &kube::Client) -> Result<String> {
         let req = http::Request::get("/metrics").body(Vec::new())?;
-        let text = client
+        client
             .request_text(req)
             .await
-            .context("GET /metrics of the API server")?;
-        Ok(parse(&text))
+            .context("GET /metrics of the API server")
+    }
+
+    /// Open watches per resource now.
+    pub(super) async fn scrape(client: &kube::Client) -> Result<BTreeMap<String, i64>> {
+        Ok(parse(&metrics(client).await?))
+    }
+
+    /// The value of the sample `series` (name and labels, as exposed), 0 if absent.
+    pub(super) fn sample(text: &str, series: &str) -> f64 {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(series)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    }
+
+    /// Pod events the API server has sent to watchers, and their bytes, so far
+    /// (`apiserver_watch_events_total` and `apiserver_watch_events_sizes_sum`).
+    pub(super) async fn pod_events_sent(client: &kube::Client) -> Result<(f64, f64)> {
+        let text = metrics(client).await?;
+        let labels = r#"{group="",version="v1",kind="Pod"}"#;
+        Ok((
+            sample(&text, &format!("apiserver_watch_events_total{labels}")),
+            sample(&text, &format!("apiserver_watch_events_sizes_sum{labels}")),
+        ))
     }
 
     /// Watch counts once they have settled.
@@ -690,6 +787,18 @@ mod tests {
         assert_eq!(w.get("pods"), Some(&16));
         assert_eq!(w.get("nodes"), Some(&3));
         assert_eq!(w.len(), 2);
+    }
+
+    #[test]
+    fn watch_event_samples_are_read_by_series() {
+        let text = "apiserver_watch_events_total{group=\"\",version=\"v1\",kind=\"Pod\"} 30000\n\
+                    apiserver_watch_events_total{group=\"apps\",version=\"v1\",kind=\"Deployment\"} 7\n\
+                    apiserver_watch_events_sizes_sum{group=\"\",version=\"v1\",kind=\"Pod\"} 1.5e7\n";
+        let pod = r#"{group="",version="v1",kind="Pod"}"#;
+        let events = watches::sample(text, &format!("apiserver_watch_events_total{pod}"));
+        let bytes = watches::sample(text, &format!("apiserver_watch_events_sizes_sum{pod}"));
+        assert_eq!((events, bytes), (30000.0, 1.5e7));
+        assert_eq!(watches::sample(text, "apiserver_watch_events_total{}"), 0.0);
     }
 
     #[test]
