@@ -443,6 +443,7 @@ async fn bench(
 
     let workload = cpu.snapshot();
     let before = workload.clone();
+    let traffic = watches::traffic(&client).await?;
     let start_at = Instant::now();
     deployments
         .create(&PostParams::default(), &deployment(n))
@@ -464,6 +465,7 @@ async fn bench(
     .context("waiting for the deployment to be available")??;
     let available_s = start_at.elapsed().as_secs_f64();
     let create_cpu = cpu.used_since(&before);
+    let create_traffic = watches::traffic(&client).await?;
 
     let before = cpu.snapshot();
     let update_at = Instant::now();
@@ -493,6 +495,7 @@ async fn bench(
     done??;
     let rollout_s = update_at.elapsed().as_secs_f64();
     let rollout_cpu = cpu.used_since(&before);
+    let update_traffic = watches::traffic(&client).await?;
     let workload_cpu = cpu.used_since(&workload);
     let cm_status = std::fs::read_to_string(format!("/proc/{}/status", cm.pid))
         .context("reading the controller manager's /proc status")?;
@@ -591,6 +594,10 @@ async fn bench(
         "other_watches_total": others.values().sum::<i64>(),
         "watches_settled_s": round3(synced.after.as_secs_f64()),
         "watches_settled": synced.settled,
+        // what the API server did per phase: watch events sent per kind, writes per verb and
+        // resource
+        "create_traffic": watches::difference_f64(&traffic, &create_traffic),
+        "update_traffic": watches::difference_f64(&create_traffic, &update_traffic),
     });
     Ok(merge(
         merge(line, prefix(create_cpu, "create")),
@@ -690,6 +697,56 @@ mod watches {
                     .ok()
             })
             .unwrap_or(0.0)
+    }
+
+    /// The API server's work so far: watch events sent per kind (`events Pod`) and writes per
+    /// verb and resource (`PATCH pods`), from `apiserver_watch_events_total` and
+    /// `apiserver_request_total`.
+    pub(super) async fn traffic(client: &kube::Client) -> Result<BTreeMap<String, f64>> {
+        Ok(parse_traffic(&metrics(client).await?))
+    }
+
+    pub(super) fn parse_traffic(text: &str) -> BTreeMap<String, f64> {
+        let mut traffic = BTreeMap::new();
+        for line in text.lines() {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(value) = value.parse::<f64>() else {
+                continue;
+            };
+            let Some((name, labels)) = series.split_once('{') else {
+                continue;
+            };
+            let labels = labels.strip_suffix('}').unwrap_or(labels);
+            let label = |key: &str| {
+                labels
+                    .split(',')
+                    .find_map(|l| l.strip_prefix(key)?.strip_prefix("=\"")?.strip_suffix('"'))
+                    .unwrap_or_default()
+            };
+            let key = match name {
+                "apiserver_watch_events_total" => format!("events {}", label("kind")),
+                "apiserver_request_total" if !matches!(label("verb"), "GET" | "LIST" | "WATCH") => {
+                    format!("{} {}", label("verb"), label("resource"))
+                }
+                _ => continue,
+            };
+            *traffic.entry(key).or_default() += value;
+        }
+        traffic
+    }
+
+    /// `after - before` per key, the keys that did not change left out.
+    pub(super) fn difference_f64(
+        before: &BTreeMap<String, f64>,
+        after: &BTreeMap<String, f64>,
+    ) -> BTreeMap<String, f64> {
+        after
+            .iter()
+            .map(|(k, a)| (k.clone(), a - before.get(k).unwrap_or(&0.0)))
+            .filter(|(_, d)| *d != 0.0)
+            .collect()
     }
 
     /// Pod events the API server has sent to watchers, and their bytes, so far
@@ -799,6 +856,22 @@ mod tests {
         let bytes = watches::sample(text, &format!("apiserver_watch_events_sizes_sum{pod}"));
         assert_eq!((events, bytes), (30000.0, 1.5e7));
         assert_eq!(watches::sample(text, "apiserver_watch_events_total{}"), 0.0);
+    }
+
+    #[test]
+    fn traffic_is_watch_events_per_kind_and_writes_per_resource() {
+        let text = "apiserver_watch_events_total{group=\"\",version=\"v1\",kind=\"Pod\"} 30\n\
+                    apiserver_request_total{verb=\"PATCH\",group=\"\",version=\"v1\",resource=\"pods\",subresource=\"status\",code=\"200\"} 4\n\
+                    apiserver_request_total{verb=\"PATCH\",group=\"\",version=\"v1\",resource=\"pods\",subresource=\"\",code=\"409\"} 1\n\
+                    apiserver_request_total{verb=\"LIST\",group=\"\",version=\"v1\",resource=\"pods\",subresource=\"\",code=\"200\"} 9\n";
+        let t = watches::parse_traffic(text);
+        assert_eq!(
+            t,
+            BTreeMap::from([
+                ("events Pod".to_string(), 30.0),
+                ("PATCH pods".to_string(), 5.0)
+            ])
+        );
     }
 
     #[test]
