@@ -189,14 +189,21 @@ fn validate_scheduling_gates(spec: &Value, path: &FieldPath) -> Vec<FieldError> 
     errs
 }
 
-/// Upstream's `validateOnlyDeletedSchedulingGates`: an update may remove gates, never add one.
+/// Upstream's `validateOnlyDeletedSchedulingGates`: an update may remove gates, never add one;
+/// one error per new name, at its last index (upstream reports them in map order, Skiff in
+/// index order).
 fn validate_only_deleted_scheduling_gates(spec: &Value, old_spec: &Value) -> Vec<FieldError> {
     let old = gate_names(old_spec);
     let path = FieldPath::new("spec").child("schedulingGates");
-    gate_names(spec)
+    let mut added: Vec<(usize, &str)> = Vec::new();
+    for (i, name) in gate_names(spec).into_iter().enumerate() {
+        added.retain(|(_, n)| *n != name);
+        if !old.contains(&name) {
+            added.push((i, name));
+        }
+    }
+    added
         .into_iter()
-        .enumerate()
-        .filter(|(_, name)| !old.contains(name))
         .map(|(i, name)| {
             FieldError::forbidden(
                 &path.index(i).child("name"),
@@ -560,6 +567,19 @@ mod tests {
                     .to_string()
             ]
         );
+        // a new name given twice is one error, at its last index, as upstream
+        let mut twice = old.clone();
+        twice["spec"]["schedulingGates"] = json!([{"name": "x"}, {"name": "a"}, {"name": "x"}]);
+        let errs = messages(&PodStrategy.validate_update(&twice, &old));
+        assert!(
+            errs.contains(
+                &"spec.schedulingGates[2].name: Forbidden: only deletion is allowed, but found \
+                  new scheduling gate 'x'"
+                    .to_string()
+            ),
+            "{errs:?}"
+        );
+        assert_eq!(errs.iter().filter(|e| e.contains("Forbidden")).count(), 1);
         // gates never come back once gone
         let mut again = none.clone();
         again["spec"]["schedulingGates"] = json!([{"name": "a"}]);
