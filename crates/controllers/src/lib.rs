@@ -418,6 +418,10 @@ mod tests {
         );
         assert_eq!(names(&["serviceaccount"]).unwrap(), vec!["serviceaccount"]);
         assert!(names(&[]).unwrap().is_empty());
+        let defaults = names(&["*"]).unwrap();
+        for storage in ["persistentvolume-binder", "pvc-protection", "pv-protection"] {
+            assert!(defaults.contains(&storage), "{storage}");
+        }
     }
 
     #[test]
