@@ -9,11 +9,15 @@
 //! provisioned; Skiff has no in-tree volume plugin that deletes or recycles a volume.
 //!
 //! # Layout
-//! - [`sync`]: `syncClaim` and `syncVolume` over a [`Cluster`]: matching, binding, phases,
-//!   reclaim, events.
+//! - [`sync`]: `syncClaim` and `syncVolume` over a [`Cluster`], their errors and accessors;
+//!   [`claim`] (binding and provisioning claims), [`volume`] (phases and reclaim of volumes),
+//!   [`binding`] (the writes both make).
 //! - this module: the [`Cluster`] the controller reads and writes through, and its wiring.
 
+pub mod binding;
+pub mod claim;
 pub mod sync;
+pub mod volume;
 
 #[cfg(test)]
 mod tests;
