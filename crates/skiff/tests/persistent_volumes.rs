@@ -2,7 +2,8 @@
 //! `skiff controller-manager` against a real `skiff apiserver` (no node, no containerd): a
 //! static hostPath volume and a claim bind both ways as `kubectl get pv,pvc` shows; deleting
 //! the claim leaves the `Retain` volume `Released`; a claim asking for an unknown class stays
-//! Pending with upstream's `ProvisioningFailed` event; a claim a scheduled pod uses stays
+//! Pending with upstream's `ProvisioningFailed` event; a `WaitForFirstConsumer` claim waits
+//! until a node is selected, then is handed to its class's provisioner; a claim a scheduled pod uses stays
 //! Terminating until the pod is gone, and a volume no longer bound is deleted at once; a
 //! namespace holding a claim deletes completely.
 
@@ -265,6 +266,73 @@ fn claims_bind_release_and_are_protected_while_in_use() {
             volumes.get_opt("pv-b").await.ok()?.is_none().then_some(())
         })
         .await;
+
+        // WaitForFirstConsumer: the claim waits for the scheduler's node, then its class's
+        // provisioner is asked for a volume
+        api.kubectl_stdin(
+            KUBECTL,
+            &["apply", "-f", "-"],
+            Some(
+                r#"{"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                    "metadata": {"name": "later"}, "provisioner": "example.com/later",
+                    "volumeBindingMode": "WaitForFirstConsumer"}"#,
+            ),
+        );
+        api.kubectl_stdin(
+            KUBECTL,
+            &["apply", "-f", "-"],
+            Some(&claim("later", "later", None)),
+        );
+        let described = api.kubectl_until(
+            KUBECTL,
+            &["describe", "pvc", "later", "-n", "default"],
+            None,
+            |out| String::from_utf8_lossy(&out.stdout).contains("WaitForFirstConsumer"),
+        );
+        let described = String::from_utf8_lossy(&described.stdout).into_owned();
+        line_with(
+            &described,
+            &[
+                "Normal",
+                "WaitForFirstConsumer",
+                "waiting for first consumer to be created before binding",
+            ],
+        );
+        api.kubectl(
+            KUBECTL,
+            &[
+                "annotate",
+                "pvc",
+                "later",
+                "-n",
+                "default",
+                "volume.kubernetes.io/selected-node=n1",
+            ],
+        );
+        let provisioner = eventually("the provisioner annotation", || async {
+            let c = claims.get("later").await.ok()?;
+            c.metadata
+                .annotations?
+                .get("volume.kubernetes.io/storage-provisioner")
+                .cloned()
+        })
+        .await;
+        assert_eq!(provisioner, "example.com/later");
+        let described = api.kubectl_until(
+            KUBECTL,
+            &["describe", "pvc", "later", "-n", "default"],
+            None,
+            |out| String::from_utf8_lossy(&out.stdout).contains("ExternalProvisioning"),
+        );
+        let described = String::from_utf8_lossy(&described.stdout).into_owned();
+        line_with(&described, &["Status:", "Pending"]);
+        line_with(
+            &described,
+            &[
+                "ExternalProvisioning",
+                "external provisioner 'example.com/later'",
+            ],
+        );
 
         // a namespace holding a claim deletes completely
         api.kubectl(KUBECTL, &["create", "namespace", "vols"]);
