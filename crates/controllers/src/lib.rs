@@ -46,6 +46,10 @@
 //! - [`disruption`]: PodDisruptionBudget status (healthy, desired, disruptions allowed).
 //! - [`replicaset`]: `spec.replicas` pods per ReplicaSet (with [`expectations`], [`ranking`]).
 //! - [`deployment`]: Deployments rolled out through ReplicaSets (a module directory).
+//! - [`persistentvolume`] (`persistentvolume-binder`): claims bound to volumes, volumes
+//!   reclaimed (a module directory).
+//! - [`pvcprotection`] (`pvc-protection`), [`pvprotection`] (`pv-protection`): the storage
+//!   protection finalizers removed once a claim or volume is no longer in use.
 //!
 //! Shared by the workload controllers: [`events`] (a non-blocking event sink), [`podutil`] (pod
 //! and owner-reference helpers), [`claim`] (adoption and release by controller reference, and
@@ -69,8 +73,11 @@ pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod persistentvolume;
 pub mod podgc;
 pub mod podutil;
+pub mod pvcprotection;
+pub mod pvprotection;
 pub mod ranking;
 pub mod replicaset;
 pub mod resourcequota;
@@ -264,10 +271,28 @@ pub const CONTROLLERS: &[Descriptor] = &[
         run: |ctx| Box::pin(nodelifecycle::run(ctx)),
     },
     Descriptor {
+        name: "persistentvolume-binder",
+        service_account: "persistent-volume-binder",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(persistentvolume::run(ctx)),
+    },
+    Descriptor {
         name: "podgc",
         service_account: "pod-garbage-collector",
         enabled_by_default: true,
         run: |ctx| Box::pin(podgc::run(ctx)),
+    },
+    Descriptor {
+        name: "pv-protection",
+        service_account: "pv-protection-controller",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(pvprotection::run(ctx)),
+    },
+    Descriptor {
+        name: "pvc-protection",
+        service_account: "pvc-protection-controller",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(pvcprotection::run(ctx)),
     },
     Descriptor {
         name: "replicaset",
@@ -393,6 +418,10 @@ mod tests {
         );
         assert_eq!(names(&["serviceaccount"]).unwrap(), vec!["serviceaccount"]);
         assert!(names(&[]).unwrap().is_empty());
+        let defaults = names(&["*"]).unwrap();
+        for storage in ["persistentvolume-binder", "pvc-protection", "pv-protection"] {
+            assert!(defaults.contains(&storage), "{storage}");
+        }
     }
 
     #[test]

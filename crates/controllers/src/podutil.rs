@@ -13,6 +13,33 @@ pub fn is_active(pod: &Pod) -> bool {
     !matches!(phase, Some("Succeeded" | "Failed")) && pod.metadata.deletion_timestamp.is_none()
 }
 
+/// Whether the pod is done: `Succeeded`, `Failed`, or deleted with no container (init, app or
+/// ephemeral) running (upstream's volume `IsPodTerminated`).
+pub fn is_terminated(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    if matches!(
+        status.and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    ) {
+        return true;
+    }
+    let not_running = |list: Option<&Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
+        list.is_none_or(|cs| {
+            cs.iter().all(|c| {
+                c.state
+                    .as_ref()
+                    .is_none_or(|st| st.terminated.is_some() || st.waiting.is_some())
+            })
+        })
+    };
+    pod.metadata.deletion_timestamp.is_some()
+        && status.is_none_or(|s| {
+            not_running(s.init_container_statuses.as_ref())
+                && not_running(s.container_statuses.as_ref())
+                && not_running(s.ephemeral_container_statuses.as_ref())
+        })
+}
+
 /// When the pod's Ready condition last turned True, if it is True.
 pub fn ready_since(pod: &Pod) -> Option<Option<jiff::Timestamp>> {
     let conditions = pod.status.as_ref()?.conditions.as_ref()?;

@@ -1,8 +1,9 @@
 //! `triggers`: what connects the shared informers to the controllers whose handlers only queue
 //! keys (what kube-runtime's `Controller::new`, `owns` and `watches` did for them): an object's
 //! own key, or the keys another object maps to; [`run_each`], the whole wiring of a controller
-//! keyed by one resource's objects; and the index of pods by node (upstream's
-//! `PodNodeNameKeyIndex`), so that a node's change finds its pods without a scan.
+//! keyed by one resource's objects; the index of pods by node (upstream's
+//! `PodNodeNameKeyIndex`), so that a node's change finds its pods without a scan; and the index
+//! of pods by the claims they use (upstream's `PodPVCIndex`).
 
 use std::fmt::Display;
 use std::sync::Arc;
@@ -105,6 +106,46 @@ pub fn index_pods_by_node(pods: &Cache<Pod>) {
 /// The pods bound to `node`, from a cache [`index_pods_by_node`] indexed.
 pub fn pods_on(pods: &Cache<Pod>, node: &str) -> Vec<Arc<Pod>> {
     pods.by_index(POD_NODE_INDEX, node)
+}
+
+/// The name of the pods-by-claim index: `namespace/claim` of every claim a pod's volumes use.
+pub const POD_CLAIM_INDEX: &str = "pod-pvc-index";
+
+/// The claims a pod's volumes name: a `persistentVolumeClaim`'s `claimName`, and a generic
+/// ephemeral volume's claim `<pod>-<volume>` (upstream's `ephemeral.VolumeClaimName`).
+pub fn claim_names(pod: &Pod) -> Vec<String> {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or("");
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
+    volumes
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|v| {
+            if let Some(source) = &v.persistent_volume_claim {
+                Some(source.claim_name.clone())
+            } else {
+                v.ephemeral
+                    .as_ref()
+                    .map(|_| format!("{pod_name}-{}", v.name))
+            }
+        })
+        .collect()
+}
+
+/// Adds [`POD_CLAIM_INDEX`] to a pod cache (again if it is there: the same index).
+pub fn index_pods_by_claim(pods: &Cache<Pod>) {
+    pods.add_index(POD_CLAIM_INDEX, |pod: &Pod| {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
+        claim_names(pod)
+            .into_iter()
+            .map(|claim| format!("{namespace}/{claim}"))
+            .collect()
+    });
+}
+
+/// The pods whose volumes name the claim `namespace/claim`, from a cache
+/// [`index_pods_by_claim`] indexed.
+pub fn pods_using_claim(pods: &Cache<Pod>, namespace: &str, claim: &str) -> Vec<Arc<Pod>> {
+    pods.by_index(POD_CLAIM_INDEX, &format!("{namespace}/{claim}"))
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@
 //! - [`ports`]: the host ports a pod asks for and when two uses of one collide.
 //! - [`admission`]: the checks a kubelet makes before running a pod bound to its node.
 //! - [`views`]: a node's labels and a pod's labels and spec, borrowed without cloning.
+//! - [`volume`]: how claims and volumes match (classes, modes, pre-binding, the smallest fit,
+//!   the default StorageClass), for the PersistentVolume controller and volume binding.
 
 pub mod admission;
 pub mod node_affinity;
@@ -21,3 +23,4 @@ pub mod ports;
 pub mod resources;
 pub mod tolerations;
 pub mod views;
+pub mod volume;

@@ -1,8 +1,9 @@
 //! `KubeSchedulerConfiguration` (`kubescheduler.config.k8s.io/v1`), the part Skiff reads:
 //! profiles by `schedulerName`; their plugins enabled and disabled through `multiPoint` (every
-//! point a plugin implements) and per extension point (`filter`, `score` with weights, …; `*`
-//! disables every default there); `pluginConfig` args; `percentageOfNodesToScore` (global or
-//! per profile); `leaderElection` (whether, and on which Lease); and `clientConnection`'s
+//! point a plugin implements) and per extension point (`preEnqueue`, `queueSort`, `filter`,
+//! `score` with weights, …; `*` disables every default there), with upstream's checks that each
+//! profile has exactly one QueueSort plugin and all profiles the same one; `pluginConfig`
+//! args; `percentageOfNodesToScore` (global or per profile); `leaderElection` (whether, and on which Lease); and `clientConnection`'s
 //! `qps` and `burst`.
 
 use std::collections::BTreeMap;
@@ -40,6 +41,18 @@ pub enum Error {
         plugin: String,
         point: &'static str,
     },
+    #[error("profile {0:?}: no queue sort plugin is enabled")]
+    NoQueueSort(String),
+    #[error("profile {0:?}: only one queue sort plugin can be enabled")]
+    QueueSorts(String),
+    #[error("different queue sort plugins for profile {profile:?}: {plugin:?}, first: {first:?}")]
+    DifferentQueueSort {
+        profile: String,
+        plugin: String,
+        first: String,
+    },
+    #[error("different queue sort plugin args for profile {0:?}")]
+    DifferentQueueSortArgs(String),
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -101,12 +114,13 @@ pub struct ProfileConfig {
     pub plugin_config: Vec<PluginConfig>,
 }
 
-/// A profile's `plugins`: `multiPoint`, then per extension point (upstream's `queueSort` and
-/// `preEnqueue` have no counterpart: the queue's order is always PrioritySort's).
+/// A profile's `plugins`: `multiPoint`, then per extension point.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Plugins {
     pub multi_point: PluginSet,
+    pub pre_enqueue: PluginSet,
+    pub queue_sort: PluginSet,
     pub pre_filter: PluginSet,
     pub filter: PluginSet,
     pub post_filter: PluginSet,
@@ -121,8 +135,10 @@ pub struct Plugins {
 
 impl Plugins {
     /// Each extension point's set, with its name (as upstream's errors spell it) and bit.
-    fn per_point(&self) -> [(&PluginSet, &'static str, Points); 10] {
+    fn per_point(&self) -> [(&PluginSet, &'static str, Points); 12] {
         [
+            (&self.pre_enqueue, "PreEnqueue", Points::PRE_ENQUEUE),
+            (&self.queue_sort, "QueueSort", Points::QUEUE_SORT),
             (&self.pre_filter, "PreFilter", Points::PRE_FILTER),
             (&self.filter, "Filter", Points::FILTER),
             (&self.post_filter, "PostFilter", Points::POST_FILTER),
@@ -177,6 +193,9 @@ impl Configuration {
         };
         let mut seen = std::collections::BTreeSet::new();
         let mut out = Vec::new();
+        // the first profile's QueueSort plugin and its args: the queue is shared, so every
+        // profile must name the same (upstream's profile validator)
+        let mut first_sort: Option<(&'static str, Option<Value>)> = None;
         for p in &profiles {
             let name = p
                 .scheduler_name
@@ -186,6 +205,31 @@ impl Configuration {
                 return Err(Error::DuplicateProfile(name));
             }
             let mut fw = build(&name, p, api.clone())?;
+            let sorts = fw.plugins_at(Points::QUEUE_SORT);
+            let sort = match sorts[..] {
+                [] => return Err(Error::NoQueueSort(name)),
+                [one] => one,
+                _ => return Err(Error::QueueSorts(name)),
+            };
+            let args = p
+                .plugin_config
+                .iter()
+                .find(|c| c.name == sort)
+                .and_then(|c| c.args.clone());
+            match &first_sort {
+                None => first_sort = Some((sort, args)),
+                Some((first, _)) if *first != sort => {
+                    return Err(Error::DifferentQueueSort {
+                        profile: name,
+                        plugin: sort.into(),
+                        first: (*first).into(),
+                    });
+                }
+                Some((_, first_args)) if *first_args != args => {
+                    return Err(Error::DifferentQueueSortArgs(name));
+                }
+                Some(_) => {}
+            }
             fw.percentage_of_nodes_to_score = p
                 .percentage_of_nodes_to_score
                 .or(self.percentage_of_nodes_to_score)
@@ -432,5 +476,128 @@ profiles:
         assert_eq!(le.leader_elect, Some(true));
         assert_eq!(le.resource_name.as_deref(), Some("second-scheduler"));
         assert_eq!(le.resource_namespace, None);
+    }
+
+    fn frameworks(yaml: &str) -> Result<Vec<Framework>, Error> {
+        Configuration::parse(yaml)
+            .unwrap()
+            .frameworks(RecordingApi::new())
+    }
+
+    #[test]
+    fn the_default_profile_gates_pods_and_sorts_the_queue_by_priority() {
+        let fw = &frameworks("").unwrap()[0];
+        assert_eq!(fw.plugins_at(Points::PRE_ENQUEUE), vec!["SchedulingGates"]);
+        assert_eq!(fw.plugins_at(Points::QUEUE_SORT), vec!["PrioritySort"]);
+    }
+
+    #[test]
+    fn pre_enqueue_and_queue_sort_lists_take_plugins_out_or_name_them() {
+        for yaml in [
+            "profiles:\n- plugins:\n    preEnqueue:\n      disabled:\n      - name: SchedulingGates\n",
+            "profiles:\n- plugins:\n    preEnqueue:\n      disabled:\n      - name: '*'\n",
+            "profiles:\n- plugins:\n    multiPoint:\n      disabled:\n      - name: SchedulingGates\n",
+        ] {
+            let fw = &frameworks(yaml).unwrap()[0];
+            assert!(fw.plugins_at(Points::PRE_ENQUEUE).is_empty(), "{yaml}");
+            assert_eq!(fw.plugins_at(Points::QUEUE_SORT), vec!["PrioritySort"]);
+        }
+        // taken out everywhere, then named at one point again
+        let fw = &frameworks(
+            r"
+profiles:
+- plugins:
+    multiPoint:
+      disabled:
+      - name: '*'
+      enabled:
+      - name: DefaultBinder
+    queueSort:
+      enabled:
+      - name: PrioritySort
+    preEnqueue:
+      enabled:
+      - name: SchedulingGates
+",
+        )
+        .unwrap()[0];
+        assert_eq!(fw.plugins_at(Points::QUEUE_SORT), vec!["PrioritySort"]);
+        assert_eq!(fw.plugins_at(Points::PRE_ENQUEUE), vec!["SchedulingGates"]);
+        assert!(fw.plugins_at(Points::FILTER).is_empty());
+    }
+
+    #[test]
+    fn a_profile_needs_one_known_queue_sort_plugin_the_same_in_every_profile() {
+        let error = |yaml: &str| frameworks(yaml).err().map(|e| e.to_string());
+        assert_eq!(
+            error("profiles:\n- plugins:\n    queueSort:\n      disabled:\n      - name: '*'\n")
+                .as_deref(),
+            Some("profile \"default-scheduler\": no queue sort plugin is enabled")
+        );
+        assert_eq!(
+            error(
+                "profiles:\n- plugins:\n    multiPoint:\n      disabled:\n      - name: PrioritySort\n"
+            )
+            .as_deref(),
+            Some("profile \"default-scheduler\": no queue sort plugin is enabled")
+        );
+        assert_eq!(
+            error("profiles:\n- plugins:\n    queueSort:\n      enabled:\n      - name: Nope\n")
+                .as_deref(),
+            Some("profile \"default-scheduler\": unknown plugin \"Nope\"")
+        );
+        assert_eq!(
+            error(
+                "profiles:\n- plugins:\n    queueSort:\n      enabled:\n      - name: NodeName\n"
+            )
+            .as_deref(),
+            Some(
+                "profile \"default-scheduler\": plugin \"NodeName\" does not extend QueueSort \
+                 plugin"
+            )
+        );
+        assert_eq!(
+            error(
+                "profiles:\n- plugins:\n    preEnqueue:\n      enabled:\n      - name: NodeName\n"
+            )
+            .as_deref(),
+            Some(
+                "profile \"default-scheduler\": plugin \"NodeName\" does not extend PreEnqueue \
+                 plugin"
+            )
+        );
+        // a second profile without a queue sort of its own
+        assert_eq!(
+            error(
+                r"
+profiles:
+- schedulerName: default-scheduler
+- schedulerName: other
+  plugins:
+    queueSort:
+      disabled:
+      - name: PrioritySort
+"
+            )
+            .as_deref(),
+            Some("profile \"other\": no queue sort plugin is enabled")
+        );
+        assert_eq!(
+            error(
+                r"
+profiles:
+- schedulerName: default-scheduler
+- schedulerName: other
+  pluginConfig:
+  - name: PrioritySort
+    args: {reversed: true}
+"
+            )
+            .as_deref(),
+            Some("different queue sort plugin args for profile \"other\"")
+        );
+        // two profiles, the same queue sort
+        let two = frameworks("profiles:\n- schedulerName: a\n- schedulerName: b\n").unwrap();
+        assert_eq!(two.len(), 2);
     }
 }

@@ -5,7 +5,7 @@
 //! # Layout
 //! - [`framework`]: statuses, pod and node views, the extension-point traits, the runtime.
 //! - [`plugins`]: upstream's default plugins, one file each, and the registry by name.
-//! - [`queue`]: activeQ, backoffQ and the unschedulable pods.
+//! - [`queue`]: activeQ, backoffQ, the unschedulable pods and those PreEnqueue plugins gate.
 //! - [`cache`]: nodes and their pods, with assumed pods.
 //! - [`nominator`]: pods preemption nominated to nodes, kept room for until bound.
 //! - [`algorithm`]: one pod's Filter/Score pass and the `FailedScheduling` message.

@@ -2,8 +2,8 @@
 //! (`scheduler_schedule_attempts_total`), how long each attempt's algorithm took
 //! (`scheduler_scheduling_attempt_duration_seconds`), first queueing to binding
 //! (`scheduler_pod_scheduling_sli_duration_seconds`), and pods waiting per queue
-//! (`scheduler_pending_pods`, read off the queue at scrape time), and preemption
-//! (`scheduler_preemption_attempts_total`, `scheduler_preemption_victims`).
+//! (`scheduler_pending_pods`, gated pods included, read off the queue at scrape time), and
+//! preemption (`scheduler_preemption_attempts_total`, `scheduler_preemption_victims`).
 
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -161,6 +161,7 @@ impl Metrics {
             ("active", sizes.active),
             ("backoff", sizes.backoff),
             ("unschedulable", sizes.unschedulable),
+            ("gated", sizes.gated),
         ] {
             self.pending
                 .get_or_create(&QueueLabels {
@@ -189,6 +190,7 @@ mod tests {
         m.scheduled(0.5);
         let text = m.encode(QueueSizes {
             unschedulable: 3,
+            gated: 2,
             ..Default::default()
         });
         assert!(text.contains(
@@ -196,6 +198,10 @@ mod tests {
         ), "{text}");
         assert!(
             text.contains(r#"scheduler_pending_pods{queue="unschedulable"} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"scheduler_pending_pods{queue="gated"} 2"#),
             "{text}"
         );
         assert!(

@@ -1,17 +1,25 @@
 //! The scheduling queue (upstream's `PriorityQueue`): pods waiting for a node.
 //!
-//! - **activeQ**: ready to schedule, highest `spec.priority` first, then oldest (PrioritySort).
+//! - **activeQ**: ready to schedule, in the order of the profiles' QueueSort plugin
+//!   (PrioritySort: highest `spec.priority` first, then oldest), then by name.
 //! - **backoffQ**: failed recently; each waits 1 s doubling up to 10 s per attempt before it
 //!   returns to activeQ.
 //! - **unschedulable**: no node fitted; parked until a cluster event one of the plugins that
 //!   rejected it registered for (a node added, a node's labels changed, a pod deleted…:
 //!   [`SchedulingQueue::on_event`]) might change that, or for at most 5 minutes.
+//! - **gated**: a PreEnqueue plugin (SchedulingGates) keeps it out of activeQ; it is never
+//!   attempted, and waits for an update of the pod that lets it in. Upstream keeps these among
+//!   the unschedulable pods, flagged, and counts them apart
+//!   (`scheduler_pending_pods{queue="gated"}`).
+//!
+//! Every move into activeQ (add, update, end of backoff, a cluster event, the 5-minute flush)
+//! runs the pod's profile's PreEnqueue plugins first, as upstream's `moveToActiveQ`.
 //!
 //! If such an event arrives while a pod is being scheduled, a failure of that attempt sends it
 //! to backoffQ rather than parking it, so it is not stranded by an event it missed (upstream's
 //! in-flight events).
 //!
-//! One mutex guards all three; [`SchedulingQueue::pop`] waits on a `Notify`. Time comes from
+//! One mutex guards all of them; [`SchedulingQueue::pop`] waits on a `Notify`. Time comes from
 //! `tokio::time::Instant`, so tests pause and advance it.
 
 use std::cmp::{Ordering as CmpOrdering, Reverse};
@@ -23,7 +31,8 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::framework::{ClusterEvent, PodInfo};
+use crate::framework::{ClusterEvent, Framework, Plugin, PodInfo, QueuedPodInfo};
+use crate::plugins::priority_sort::PrioritySort;
 
 /// Upstream's `DefaultPodInitialBackoffDuration`.
 pub const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
@@ -56,6 +65,12 @@ enum Location {
         /// The events that may make it schedulable (those its rejecting plugins registered).
         interest: ClusterEvent,
     },
+    /// Kept out of activeQ by a PreEnqueue plugin (named) since `since`; only an update of
+    /// the pod (or the 5-minute flush) runs the PreEnqueue plugins again.
+    Gated {
+        since: Instant,
+        plugin: &'static str,
+    },
     /// Popped and being scheduled; `updated` if a newer version arrived meanwhile.
     InFlight {
         updated: bool,
@@ -69,22 +84,39 @@ struct Entry {
     seq: u64,
 }
 
-/// activeQ order: priority, then age, then name for a total order.
-#[derive(PartialEq, Eq)]
+/// An activeQ entry: ordered by the QueueSort plugin, then by name for a total order.
 struct ActiveKey {
-    priority: i32,
-    timestamp: Reverse<Instant>,
-    key: Reverse<String>,
+    /// The queue's QueueSort plugin (shared by every entry: the heap's order needs it).
+    sort: Arc<dyn Plugin>,
+    info: Arc<PodInfo>,
+    timestamp: Instant,
+    key: String,
     seq: u64,
 }
 
+impl ActiveKey {
+    fn view(&self) -> QueuedPodInfo<'_> {
+        QueuedPodInfo {
+            pod: &self.info,
+            timestamp: self.timestamp,
+        }
+    }
+}
+
+/// The heap pops the greatest: the pod the QueueSort plugin puts first.
 impl Ord for ActiveKey {
     fn cmp(&self, other: &Self) -> CmpOrdering {
-        (self.priority, &self.timestamp, &self.key).cmp(&(
-            other.priority,
-            &other.timestamp,
-            &other.key,
-        ))
+        let Some(sort) = self.sort.as_queue_sort() else {
+            return other.key.cmp(&self.key);
+        };
+        let (a, b) = (self.view(), other.view());
+        if sort.less(&a, &b) {
+            CmpOrdering::Greater
+        } else if sort.less(&b, &a) {
+            CmpOrdering::Less
+        } else {
+            other.key.cmp(&self.key)
+        }
     }
 }
 
@@ -94,8 +126,47 @@ impl PartialOrd for ActiveKey {
     }
 }
 
+impl PartialEq for ActiveKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == CmpOrdering::Equal
+    }
+}
+
+impl Eq for ActiveKey {}
+
+/// What the queue runs of the profiles: each one's PreEnqueue plugins, by scheduler name, and
+/// the QueueSort plugin they share.
+struct QueuePlugins {
+    profiles: HashMap<String, Arc<Framework>>,
+    sort: Arc<dyn Plugin>,
+}
+
+impl Default for QueuePlugins {
+    fn default() -> Self {
+        QueuePlugins {
+            profiles: HashMap::new(),
+            sort: Arc::new(PrioritySort),
+        }
+    }
+}
+
+impl QueuePlugins {
+    /// The PreEnqueue plugin of the pod's profile that keeps it out of activeQ, if any.
+    fn gate(&self, pod: &PodInfo) -> Option<&'static str> {
+        let fw = self.profiles.get(pod.scheduler_name())?;
+        let s = fw.run_pre_enqueue(pod);
+        if s.is_success() {
+            return None;
+        }
+        tracing::debug!(pod = %pod.key, plugin = s.plugin(), status = %s, "pod gated");
+        Some(s.plugin())
+    }
+}
+
 #[derive(Default)]
 struct Inner {
+    /// Set once at construction.
+    plugins: QueuePlugins,
     pods: HashMap<String, Entry>,
     active: BinaryHeap<ActiveKey>,
     backoff: BinaryHeap<Reverse<(Instant, String, u64)>>,
@@ -110,36 +181,47 @@ struct Inner {
 }
 
 impl Inner {
-    fn put(&mut self, key: &str, location: Location) {
+    /// Moves a known pod; into activeQ only if its PreEnqueue plugins let it (else it is
+    /// gated). Returns where it went.
+    fn put(&mut self, key: &str, mut location: Location) -> Option<Location> {
         self.next_seq += 1;
         let seq = self.next_seq;
-        let Some(e) = self.pods.get_mut(key) else {
-            return;
-        };
+        let e = self.pods.get_mut(key)?;
+        if location == Location::Active
+            && let Some(plugin) = self.plugins.gate(&e.pod.info)
+        {
+            location = Location::Gated {
+                since: Instant::now(),
+                plugin,
+            };
+        }
         e.location = location;
         e.seq = seq;
         match location {
             Location::Active => self.active.push(ActiveKey {
-                priority: e.pod.info.priority(),
-                timestamp: Reverse(e.pod.timestamp),
-                key: Reverse(key.to_string()),
+                sort: self.plugins.sort.clone(),
+                info: e.pod.info.clone(),
+                timestamp: e.pod.timestamp,
+                key: key.to_string(),
                 seq,
             }),
             Location::Backoff => {
                 self.backoff
                     .push(Reverse((e.pod.backoff_until, key.to_string(), seq)));
             }
-            Location::Unschedulable { .. } | Location::InFlight { .. } => {}
+            Location::Unschedulable { .. } | Location::Gated { .. } | Location::InFlight { .. } => {
+            }
         }
+        Some(location)
     }
 
-    /// Active if its backoff is over, else backoff.
-    fn requeue(&mut self, key: &str, now: Instant) {
-        let until = self.pods.get(key).map(|e| e.pod.backoff_until);
-        match until {
-            Some(until) if until > now => self.put(key, Location::Backoff),
-            Some(_) => self.put(key, Location::Active),
-            None => {}
+    /// Active if its backoff is over (and its PreEnqueue plugins let it), else backoff.
+    fn requeue(&mut self, key: &str, now: Instant) -> Option<Location> {
+        let until = self.pods.get(key).map(|e| e.pod.backoff_until)?;
+        if until > now {
+            self.put(key, Location::Backoff)
+        } else {
+            self.put(key, Location::Active)
         }
     }
 
@@ -158,6 +240,7 @@ impl Inner {
                 Location::Active => s.active += 1,
                 Location::Backoff => s.backoff += 1,
                 Location::Unschedulable { .. } => s.unschedulable += 1,
+                Location::Gated { .. } => s.gated += 1,
                 Location::InFlight { .. } => s.in_flight += 1,
             }
         }
@@ -171,6 +254,8 @@ pub struct QueueSizes {
     pub active: usize,
     pub backoff: usize,
     pub unschedulable: usize,
+    /// Kept out of activeQ by a PreEnqueue plugin.
+    pub gated: usize,
     pub in_flight: usize,
 }
 
@@ -192,8 +277,33 @@ pub struct SchedulingQueue {
 }
 
 impl SchedulingQueue {
+    /// A queue without PreEnqueue plugins, in PrioritySort's order.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A queue for these profiles: each pod goes through its profile's PreEnqueue plugins,
+    /// and activeQ is in the order of their QueueSort plugin (the configuration makes every
+    /// profile name the same one; PrioritySort when none does).
+    pub fn for_profiles<'a>(profiles: impl IntoIterator<Item = &'a Arc<Framework>>) -> Self {
+        let mut plugins = QueuePlugins::default();
+        let mut sort = None;
+        for fw in profiles {
+            sort = sort.or_else(|| fw.queue_sort());
+            plugins
+                .profiles
+                .insert(fw.scheduler_name().to_string(), fw.clone());
+        }
+        if let Some(sort) = sort {
+            plugins.sort = sort;
+        }
+        SchedulingQueue {
+            inner: Mutex::new(Inner {
+                plugins,
+                ..Inner::default()
+            }),
+            ready: Notify::new(),
+        }
     }
 
     /// A pending pod seen for the first time, or a newer version of one already queued.
@@ -228,10 +338,23 @@ impl SchedulingQueue {
                         return;
                     }
                     // an update that may make it schedulable: try again (after its backoff)
-                    Location::Unschedulable { .. } if !unchanged_spec => q.requeue(&key, now),
+                    Location::Unschedulable { .. } if !unchanged_spec => {
+                        q.requeue(&key, now);
+                    }
+                    // a gated pod is not backing off: its PreEnqueue plugins decide again at
+                    // once (the update may have removed its last gate)
+                    Location::Gated { .. } if !unchanged_spec => {
+                        if q.put(&key, Location::Active) != Some(Location::Active) {
+                            return;
+                        }
+                    }
                     // the heaps hold the key; re-push so a priority change takes effect
-                    Location::Active => q.put(&key, Location::Active),
-                    Location::Backoff | Location::Unschedulable { .. } => return,
+                    Location::Active => {
+                        q.put(&key, Location::Active);
+                    }
+                    Location::Backoff | Location::Unschedulable { .. } | Location::Gated { .. } => {
+                        return;
+                    }
                 }
             }
         }
@@ -259,7 +382,7 @@ impl SchedulingQueue {
                     return None;
                 }
                 while let Some(top) = q.active.pop() {
-                    let key = top.key.0;
+                    let key = top.key;
                     let live = q
                         .pods
                         .get(&key)
@@ -308,7 +431,7 @@ impl SchedulingQueue {
                 },
             ),
             _ => q.put(key, Location::Backoff),
-        }
+        };
         q.land();
     }
 
@@ -397,21 +520,23 @@ impl SchedulingQueue {
                 .get(&key)
                 .is_some_and(|e| e.seq == seq && e.location == Location::Backoff);
             if live {
-                q.put(&key, Location::Active);
-                moved = true;
+                moved |= q.put(&key, Location::Active) == Some(Location::Active);
             }
         }
+        // gated pods too: their PreEnqueue plugins decide again, as upstream's flush does
         let stale: Vec<String> = q
             .pods
             .iter()
-            .filter(|(_, e)| {
-                matches!(e.location, Location::Unschedulable { since, .. } if now - since >= MAX_UNSCHEDULABLE)
+            .filter(|(_, e)| match e.location {
+                Location::Unschedulable { since, .. } | Location::Gated { since, .. } => {
+                    now - since >= MAX_UNSCHEDULABLE
+                }
+                _ => false,
             })
             .map(|(k, _)| k.clone())
             .collect();
         for key in stale {
-            q.requeue(&key, now);
-            moved = true;
+            moved |= q.requeue(&key, now) == Some(Location::Active);
         }
         drop(q);
         if moved {
@@ -589,5 +714,114 @@ mod tests {
             Failure::Unschedulable(ClusterEvent::ALL),
         );
         assert_eq!(q.sizes().backoff, 1);
+    }
+
+    /// A queue whose one profile (the default scheduler's) runs SchedulingGates.
+    fn gating_queue() -> SchedulingQueue {
+        use crate::plugins::scheduling_gates::SchedulingGates;
+        let fw = Framework::new(
+            crate::DEFAULT_SCHEDULER_NAME,
+            vec![(Arc::new(SchedulingGates), 0)],
+        );
+        SchedulingQueue::for_profiles([&Arc::new(fw)])
+    }
+
+    fn gated(name: &str, gates: &[&str]) -> Arc<PodInfo> {
+        PodBuilder::new(name).scheduling_gates(gates).info()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_gated_pod_is_never_popped_and_waits_apart_from_the_unschedulable_ones() {
+        let q = gating_queue();
+        q.add_or_update(gated("held", &["example.com/quota"]));
+        q.add_or_update(pod("free", 0));
+        assert_eq!(pop_name(&q).await.0, "free");
+        q.done("default/free");
+        assert_eq!(
+            q.sizes(),
+            QueueSizes {
+                gated: 1,
+                ..QueueSizes::default()
+            }
+        );
+        // no cluster event and no flush lets it in, not even after five minutes
+        q.on_event(ClusterEvent::ALL);
+        tokio::time::advance(MAX_UNSCHEDULABLE).await;
+        q.flush();
+        assert_eq!(q.sizes().gated, 1);
+        assert_eq!(q.sizes().active, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn removing_the_last_gate_lets_the_pod_in_at_once() {
+        let q = gating_queue();
+        q.add_or_update(gated("p", &["a", "b"]));
+        q.add_or_update(gated("p", &["b"]));
+        assert_eq!(q.sizes().gated, 1, "one gate left");
+        q.add_or_update(gated("p", &[]));
+        assert_eq!(q.sizes().active, 1);
+        let (p, _) = q.pop().await.unwrap();
+        assert_eq!((p.info.name(), p.attempts), ("p", 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deleted_gated_pod_leaves_the_queue() {
+        let q = gating_queue();
+        q.add_or_update(gated("p", &["a"]));
+        q.delete("default/p");
+        assert_eq!(q.sizes(), QueueSizes::default());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_pre_enqueue_plugin_gates_are_ignored() {
+        let q = SchedulingQueue::new();
+        q.add_or_update(gated("p", &["a"]));
+        assert_eq!(pop_name(&q).await.0, "p");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pods_of_profiles_without_the_plugin_are_not_gated() {
+        let q = gating_queue();
+        q.add_or_update(
+            PodBuilder::new("theirs")
+                .scheduler_name("other")
+                .scheduling_gates(&["a"])
+                .info(),
+        );
+        assert_eq!(q.sizes().active, 1);
+    }
+
+    /// A QueueSort plugin that puts the lowest priority first.
+    struct LowestFirst;
+
+    impl Plugin for LowestFirst {
+        fn name(&self) -> &'static str {
+            "LowestFirst"
+        }
+        fn as_queue_sort(&self) -> Option<&dyn crate::framework::QueueSortPlugin> {
+            Some(self)
+        }
+    }
+
+    impl crate::framework::QueueSortPlugin for LowestFirst {
+        fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool {
+            a.pod.priority() < b.pod.priority()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn active_pods_pop_in_the_profiles_queue_sort_order() {
+        let fw = Framework::new(
+            crate::DEFAULT_SCHEDULER_NAME,
+            vec![(Arc::new(LowestFirst), 0)],
+        );
+        let q = SchedulingQueue::for_profiles([&Arc::new(fw)]);
+        q.add_or_update(pod("high", 100));
+        q.add_or_update(pod("b-low", 0));
+        q.add_or_update(pod("a-low", 0));
+        // equal for the plugin: by name
+        assert_eq!(pop_name(&q).await.0, "a-low");
+        assert_eq!(pop_name(&q).await.0, "b-low");
+        assert_eq!(pop_name(&q).await.0, "high");
     }
 }

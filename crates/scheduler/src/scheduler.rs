@@ -94,7 +94,7 @@ fn is_terminal(pod: &Pod) -> bool {
 
 impl Scheduler {
     pub fn new(profiles: Vec<Framework>, api: Arc<dyn ClusterApi>) -> Arc<Scheduler> {
-        let profiles = profiles
+        let profiles: HashMap<String, Profile> = profiles
             .into_iter()
             .enumerate()
             .map(|(i, fw)| {
@@ -111,9 +111,10 @@ impl Scheduler {
                 )
             })
             .collect();
+        let queue = SchedulingQueue::for_profiles(profiles.values().map(|p| &p.framework));
         Arc::new(Scheduler {
             profiles,
-            queue: SchedulingQueue::new(),
+            queue,
             cache: Mutex::new(Cache::default()),
             nominator: Mutex::default(),
             pdbs: Mutex::default(),
@@ -788,5 +789,71 @@ mod tests {
         ));
         s.on_pod(Arc::new(PodBuilder::new("bound").node_name("n1").build()));
         assert_eq!(s.queue().sizes().active, 0);
+    }
+
+    /// The default profile, or the profile `yaml` configures.
+    fn configured(api: Arc<RecordingApi>, yaml: &str) -> Arc<Scheduler> {
+        let config = crate::config::Configuration::parse(yaml).unwrap();
+        Scheduler::new(config.frameworks(api.clone()).unwrap(), api)
+    }
+
+    fn bound(api: &RecordingApi, name: &str) -> bool {
+        api.calls()
+            .iter()
+            .any(|c| matches!(c, Call::Bind { pod, .. } if pod == &format!("default/{name}")))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_gated_pod_is_never_attempted_until_an_update_removes_its_last_gate() {
+        let api = RecordingApi::new();
+        let s = configured(api.clone(), "");
+        s.on_node(Arc::new(node("n1").build()));
+        let held = || PodBuilder::new("held");
+        s.on_pod(Arc::new(held().scheduling_gates(&["a", "b"]).build()));
+        s.on_pod(Arc::new(PodBuilder::new("free").build()));
+        // the loop schedules the other pod; the gated one is not popped, and not reported
+        assert!(s.schedule_one().await);
+        settle().await;
+        assert!(bound(&api, "free"));
+        assert!(!bound(&api, "held"));
+        assert!(
+            !api.calls().iter().any(|c| matches!(c, Call::Failed { .. })),
+            "{:?}",
+            api.calls()
+        );
+        assert_eq!(s.queue().sizes().gated, 1);
+        s.on_pod(Arc::new(held().scheduling_gates(&["b"]).build()));
+        assert_eq!(s.queue().sizes().gated, 1);
+        s.on_pod(Arc::new(held().build()));
+        assert!(s.schedule_one().await);
+        settle().await;
+        assert!(bound(&api, "held"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deleted_gated_pod_leaves_the_queue() {
+        let s = configured(RecordingApi::new(), "");
+        let pod = PodBuilder::new("held").scheduling_gates(&["a"]).build();
+        s.on_pod(Arc::new(pod.clone()));
+        s.on_pod_deleted(&pod);
+        assert_eq!(s.queue().sizes(), crate::queue::QueueSizes::default());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_scheduling_gates_disabled_a_gated_pod_is_scheduled() {
+        for yaml in [
+            "profiles:\n- plugins:\n    preEnqueue:\n      disabled:\n      - name: SchedulingGates\n",
+            "profiles:\n- plugins:\n    multiPoint:\n      disabled:\n      - name: SchedulingGates\n",
+        ] {
+            let api = RecordingApi::new();
+            let s = configured(api.clone(), yaml);
+            s.on_node(Arc::new(node("n1").build()));
+            s.on_pod(Arc::new(
+                PodBuilder::new("held").scheduling_gates(&["a"]).build(),
+            ));
+            assert!(s.schedule_one().await);
+            settle().await;
+            assert!(bound(&api, "held"), "{yaml}");
+        }
     }
 }

@@ -3,8 +3,8 @@
 //! API, bindings, `Scheduled` and `FailedScheduling` events as kubectl shows them, the
 //! `PodScheduled` condition, requeue when a node changes, pods for another scheduler left
 //! alone, each default plugin's decisions and reasons, a second profile, a standby replica
-//! taking over the lease from a dead leader, and preemption of lower-priority pods by
-//! PriorityClass.
+//! taking over the lease from a dead leader, preemption of lower-priority pods by
+//! PriorityClass, and a pod held back by scheduling gates until its last gate is removed.
 
 mod support;
 
@@ -16,8 +16,8 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::{
-    ApiServer, Backend, KUBECTL_133, eventually, expect_line, kube_client as client, line_reader,
-    run,
+    ApiServer, Backend, KUBECTL_127, KUBECTL_133, eventually, expect_line, kube_client as client,
+    line_reader, run,
 };
 
 /// A `skiff scheduler` child, killed on drop.
@@ -757,5 +757,152 @@ fn a_read_write_once_pod_claim_admits_one_pod_and_a_missing_claim_keeps_its_pod_
             ),
             "{message}"
         );
+    });
+}
+
+const GATED_POD: &str = r"apiVersion: v1
+kind: Pod
+metadata:
+  name: held
+spec:
+  schedulingGates:
+  - name: example.com/quota
+  - name: example.com/arch
+  containers:
+  - name: c
+    image: busybox
+";
+
+/// `kubectl get pod NAME`'s STATUS column.
+fn status_column(api: &ApiServer, kubectl: &str, name: &str) -> String {
+    let out = api.kubectl(kubectl, &["get", "pod", name, "--no-headers"]);
+    out.split_whitespace()
+        .nth(2)
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_gated_pod_stays_scheduling_gated_until_its_last_gate_is_removed() {
+    let api = ApiServer::start(Backend::Embedded);
+    run(async {
+        let c = client(&api).await;
+        let nodes: Api<Node> = Api::all(c.clone());
+        let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+        create_node(&nodes, "open", false).await;
+        let scheduler = SchedulerProcess::start(&api, None);
+        api.kubectl_stdin(KUBECTL_133, &["create", "-f", "-"], Some(GATED_POD));
+        // a pod queued after the gated one is scheduled: the scheduler has seen the gated pod
+        // by then, and left it alone
+        create_pod(&pods, "after", None).await;
+        eventually("after to be bound", || node_of(&pods, "after")).await;
+        assert_eq!(node_of(&pods, "held").await, None);
+        for kubectl in [KUBECTL_133, KUBECTL_127] {
+            assert_eq!(status_column(&api, kubectl, "held"), "SchedulingGated");
+        }
+        let cond = not_scheduled(&pods, "held")
+            .await
+            .expect("PodScheduled=False");
+        assert_eq!(cond.reason.as_deref(), Some("SchedulingGated"));
+        assert_eq!(
+            cond.message.as_deref(),
+            Some("Scheduling is blocked due to non-empty scheduling gates")
+        );
+        let metrics = scheduler.metrics();
+        assert!(
+            metrics.contains("scheduler_pending_pods{queue=\"gated\"} 1"),
+            "{metrics}"
+        );
+        let failed = api.kubectl(
+            KUBECTL_133,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "reason=FailedScheduling",
+                "-o",
+                "name",
+            ],
+        );
+        assert!(failed.trim().is_empty(), "no FailedScheduling: {failed}");
+
+        // nobody binds it, adds a gate to it, or creates one with a node
+        let binding = r#"{"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "held"},
+                          "target": {"apiVersion": "v1", "kind": "Node", "name": "open"}}"#;
+        let refused = api.kubectl_fails(
+            KUBECTL_133,
+            &[
+                "create",
+                "--raw",
+                "/api/v1/namespaces/default/pods/held/binding",
+                "-f",
+                "-",
+            ],
+            Some(binding),
+        );
+        assert!(
+            refused.contains(
+                "Operation cannot be fulfilled on pods/binding \"held\": pod held has non-empty \
+                 .spec.schedulingGates"
+            ),
+            "{refused}"
+        );
+        let add = r#"[{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": "x"}}]"#;
+        let refused = api.kubectl_fails(
+            KUBECTL_133,
+            &["patch", "pod", "held", "--type=json", "-p", add],
+            None,
+        );
+        assert!(
+            refused.contains(
+                "spec.schedulingGates[2].name: Forbidden: only deletion is allowed, but found \
+                 new scheduling gate 'x'"
+            ),
+            "{refused}"
+        );
+        let placed = GATED_POD
+            .replace("name: held", "name: placed")
+            .replace("spec:\n", "spec:\n  nodeName: open\n");
+        let refused = api.kubectl_fails(KUBECTL_133, &["create", "-f", "-"], Some(&placed));
+        assert!(
+            refused.contains(
+                "spec.nodeName: Forbidden: cannot be set until all schedulingGates have been \
+                 cleared"
+            ),
+            "{refused}"
+        );
+
+        // one gate removed, one left: still held (a pod created after that update is
+        // scheduled, this one is not)
+        let remove_first = r#"[{"op": "remove", "path": "/spec/schedulingGates/0"}]"#;
+        api.kubectl(
+            KUBECTL_133,
+            &["patch", "pod", "held", "--type=json", "-p", remove_first],
+        );
+        create_pod(&pods, "after-2", None).await;
+        eventually("after-2 to be bound", || node_of(&pods, "after-2")).await;
+        assert_eq!(node_of(&pods, "held").await, None);
+        assert_eq!(status_column(&api, KUBECTL_133, "held"), "SchedulingGated");
+
+        // the last gate removed: scheduled
+        let remove_all = r#"[{"op": "remove", "path": "/spec/schedulingGates"}]"#;
+        api.kubectl(
+            KUBECTL_133,
+            &["patch", "pod", "held", "--type=json", "-p", remove_all],
+        );
+        let node = eventually("held to be bound", || node_of(&pods, "held")).await;
+        assert_eq!(node, "open");
+        let scheduled = api.kubectl(
+            KUBECTL_133,
+            &[
+                "get",
+                "pod",
+                "held",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"PodScheduled\")].status}",
+            ],
+        );
+        assert_eq!(scheduled, "True");
+        assert_eq!(status_column(&api, KUBECTL_133, "held"), "Pending");
     });
 }

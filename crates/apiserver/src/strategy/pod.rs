@@ -1,6 +1,9 @@
 //! Pods: upstream's defaults (`SetDefaults_PodSpec`, `SetDefaults_Container`), the checks of
-//! `ValidatePodCreate` that Skiff relies on, the initial status (phase Pending and the QoS
-//! class), the field selector set, and graceful deletion of bound pods.
+//! `ValidatePodCreate` and `ValidatePodUpdate` that Skiff relies on (scheduling gates among
+//! them: valid and distinct names, only removed by an update, none on a pod with a node), the
+//! initial status (phase Pending, the QoS class, and `PodScheduled=False` with reason
+//! `SchedulingGated` for a gated pod), which pods may be bound, the field selector set, and
+//! graceful deletion of bound pods.
 
 use serde_json::{Value, json};
 use skiff_apimachinery::validation::{self, FieldError, FieldPath};
@@ -105,6 +108,123 @@ pub fn default_requests_from_limits(spec: &mut Value) {
     }
 }
 
+/// Upstream's `PodReasonSchedulingGated`: the PodScheduled condition's reason while a pod has
+/// scheduling gates (`kubectl get pod` shows it as the STATUS).
+pub const SCHEDULING_GATED: &str = "SchedulingGated";
+
+/// The names in `spec.schedulingGates`, in order.
+fn gate_names(spec: &Value) -> Vec<&str> {
+    spec.get("schedulingGates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|g| g.get("name").and_then(Value::as_str).unwrap_or(""))
+        .collect()
+}
+
+/// Upstream's `applySchedulingGatedCondition`: a new pod with scheduling gates starts with
+/// `PodScheduled=False`, reason `SchedulingGated`, unless it already has a PodScheduled
+/// condition. Runs after mutating admission, as upstream's `PrepareForCreate` does (webhooks
+/// such as Kueue's add gates).
+fn set_scheduling_gated_condition(pod: &mut Value) {
+    if gate_names(pod.get("spec").unwrap_or(&Value::Null)).is_empty() || !pod["status"].is_object()
+    {
+        return;
+    }
+    if !pod["status"]["conditions"].is_array() {
+        pod["status"]["conditions"] = json!([]);
+    }
+    let Some(conditions) = pod["status"]["conditions"].as_array_mut() else {
+        return;
+    };
+    if conditions.iter().any(|c| c["type"] == "PodScheduled") {
+        return;
+    }
+    conditions.push(json!({
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": SCHEDULING_GATED,
+        "message": "Scheduling is blocked due to non-empty scheduling gates",
+        "lastProbeTime": null,
+        "lastTransitionTime": null,
+    }));
+}
+
+/// Why `pods/binding` refuses to bind this pod, in upstream's words (`assignPod`), or `None`
+/// when it may be bound. The handler answers 409 on `pods/binding` with it.
+pub fn binding_refusal(pod: &Value, name: &str) -> Option<String> {
+    if pod.pointer("/metadata/deletionTimestamp").is_some() {
+        return Some(format!(
+            "pod {name} is being deleted, cannot be assigned to a host"
+        ));
+    }
+    if let Some(existing) = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+    {
+        return Some(format!(
+            "pod {name} is already assigned to node \"{existing}\""
+        ));
+    }
+    if !gate_names(pod.get("spec").unwrap_or(&Value::Null)).is_empty() {
+        return Some(format!("pod {name} has non-empty .spec.schedulingGates"));
+    }
+    None
+}
+
+/// Upstream's `validateSchedulingGates`: each name a qualified name, none twice.
+fn validate_scheduling_gates(spec: &Value, path: &FieldPath) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let path = path.child("schedulingGates");
+    for (i, name) in gate_names(spec).into_iter().enumerate() {
+        for msg in validation::is_qualified_name(name) {
+            errs.push(FieldError::invalid(&path.index(i), json!(name), &msg));
+        }
+        if !seen.insert(name) {
+            errs.push(FieldError::duplicate(&path.index(i), json!(name)));
+        }
+    }
+    errs
+}
+
+/// Upstream's `validateOnlyDeletedSchedulingGates`: an update may remove gates, never add one;
+/// one error per new name, at its last index (upstream reports them in map order, Skiff in
+/// index order).
+fn validate_only_deleted_scheduling_gates(spec: &Value, old_spec: &Value) -> Vec<FieldError> {
+    let old = gate_names(old_spec);
+    let path = FieldPath::new("spec").child("schedulingGates");
+    let mut added: Vec<(usize, &str)> = Vec::new();
+    for (i, name) in gate_names(spec).into_iter().enumerate() {
+        added.retain(|(_, n)| *n != name);
+        if !old.contains(&name) {
+            added.push((i, name));
+        }
+    }
+    added
+        .into_iter()
+        .map(|(i, name)| {
+            FieldError::forbidden(
+                &path.index(i).child("name"),
+                format!("only deletion is allowed, but found new scheduling gate '{name}'"),
+            )
+        })
+        .collect()
+}
+
+/// Upstream's check in `ValidatePodCreate`: a pod cannot name its node while it has gates.
+fn validate_node_name_without_gates(spec: &Value) -> Vec<FieldError> {
+    let node = spec.get("nodeName").and_then(Value::as_str).unwrap_or("");
+    if node.is_empty() || gate_names(spec).is_empty() {
+        return Vec::new();
+    }
+    vec![FieldError::forbidden(
+        &FieldPath::new("spec").child("nodeName"),
+        "cannot be set until all schedulingGates have been cleared",
+    )]
+}
+
 /// Sets `status.qosClass` from the spec: on create after mutating admission, as upstream's
 /// `PrepareForCreate` runs after it (LimitRanger and webhooks may add resources).
 fn set_qos_class(pod: &mut Value) {
@@ -182,6 +302,7 @@ pub fn validate_pod_spec(spec: &Value, path: &FieldPath) -> Vec<FieldError> {
             }
         }
     }
+    errs.extend(validate_scheduling_gates(spec, path));
     let restart = spec
         .get("restartPolicy")
         .and_then(Value::as_str)
@@ -199,6 +320,7 @@ pub fn validate_pod_spec(spec: &Value, path: &FieldPath) -> Vec<FieldError> {
 impl Strategy for PodStrategy {
     fn prepare_admitted(&self, pod: &mut Value) {
         set_qos_class(pod);
+        set_scheduling_gated_condition(pod);
     }
 
     fn returns_deleted_object(&self) -> bool {
@@ -222,9 +344,28 @@ impl Strategy for PodStrategy {
 
     fn validate(&self, pod: &Value) -> Vec<FieldError> {
         match pod.get("spec") {
-            Some(spec) if spec.is_object() => validate_pod_spec(spec, &FieldPath::new("spec")),
+            Some(spec) if spec.is_object() => {
+                let mut errs = validate_pod_spec(spec, &FieldPath::new("spec"));
+                errs.extend(validate_node_name_without_gates(spec));
+                errs
+            }
             _ => vec![FieldError::required(&FieldPath::new("spec"), "")],
         }
+    }
+
+    fn validate_update(&self, pod: &Value, old: &Value) -> Vec<FieldError> {
+        let Some(spec) = pod.get("spec").filter(|s| s.is_object()) else {
+            return vec![FieldError::required(&FieldPath::new("spec"), "")];
+        };
+        let old_spec = old.get("spec").unwrap_or(&Value::Null);
+        let mut errs = validate_pod_spec(spec, &FieldPath::new("spec"));
+        errs.extend(validate_only_deleted_scheduling_gates(spec, old_spec));
+        // upstream forbids any change of spec.nodeName on update; Skiff checks at least that
+        // a gated pod is not given a node this way, as on create
+        if spec.get("nodeName") != old_spec.get("nodeName") {
+            errs.extend(validate_node_name_without_gates(spec));
+        }
+        errs
     }
 
     fn fields(&self, pod: &Value) -> Vec<(&'static str, String)> {
@@ -346,5 +487,137 @@ mod tests {
         let bound = json!({"spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 10}});
         assert_eq!(PodStrategy.graceful_delete_seconds(&bound, None), Some(10));
         assert_eq!(PodStrategy.graceful_delete_seconds(&bound, Some(0)), None);
+    }
+
+    fn gated_pod(gates: &[&str]) -> Value {
+        let gates: Vec<Value> = gates.iter().map(|g| json!({"name": g})).collect();
+        json!({"metadata": {"name": "p"},
+               "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                        "schedulingGates": gates}})
+    }
+
+    fn messages(errs: &[FieldError]) -> Vec<String> {
+        errs.iter().map(|e| e.to_string()).collect()
+    }
+
+    /// Create as the registry runs it: defaults and the initial status, then (after mutating
+    /// admission) what depends on the admitted object.
+    fn created(mut pod: Value) -> Value {
+        PodStrategy.prepare_for_create(&mut pod);
+        PodStrategy.prepare_admitted(&mut pod);
+        pod
+    }
+
+    #[test]
+    fn a_pod_created_with_gates_is_scheduling_gated() {
+        let pod = created(gated_pod(&["example.com/quota"]));
+        assert_eq!(
+            pod["status"]["conditions"],
+            json!([{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                    "message": "Scheduling is blocked due to non-empty scheduling gates",
+                    "lastProbeTime": null, "lastTransitionTime": null}])
+        );
+        assert_eq!(pod["status"]["phase"], "Pending");
+        assert!(PodStrategy.validate(&pod).is_empty());
+        // without gates (or with an empty list), no condition
+        for ungated in [
+            gated_pod(&[]),
+            json!({"spec": {"containers": [{"name": "c"}]}}),
+        ] {
+            let pod = created(ungated);
+            assert!(pod["status"].get("conditions").is_none(), "{pod}");
+        }
+    }
+
+    #[test]
+    fn gates_need_distinct_qualified_names() {
+        let errs = PodStrategy.validate(&gated_pod(&["a", "example.com/b", "a", "-bad"]));
+        assert_eq!(
+            messages(&errs),
+            vec![
+                "spec.schedulingGates[2]: Duplicate value: \"a\"".to_string(),
+                "spec.schedulingGates[3]: Invalid value: \"-bad\": name part must consist of \
+                 alphanumeric characters, '-', '_' or '.', and must start and end with an \
+                 alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex \
+                 used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+                    .to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn gates_may_only_be_removed_by_an_update() {
+        let old = created(gated_pod(&["a", "b"]));
+        let mut fewer = old.clone();
+        fewer["spec"]["schedulingGates"] = json!([{"name": "b"}]);
+        assert!(PodStrategy.validate_update(&fewer, &old).is_empty());
+        let mut none = old.clone();
+        none["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("schedulingGates");
+        assert!(PodStrategy.validate_update(&none, &old).is_empty());
+        let mut added = old.clone();
+        added["spec"]["schedulingGates"] = json!([{"name": "a"}, {"name": "b"}, {"name": "c"}]);
+        assert_eq!(
+            messages(&PodStrategy.validate_update(&added, &old)),
+            vec![
+                "spec.schedulingGates[2].name: Forbidden: only deletion is allowed, but found \
+                 new scheduling gate 'c'"
+                    .to_string()
+            ]
+        );
+        // a new name given twice is one error, at its last index, as upstream
+        let mut twice = old.clone();
+        twice["spec"]["schedulingGates"] = json!([{"name": "x"}, {"name": "a"}, {"name": "x"}]);
+        let errs = messages(&PodStrategy.validate_update(&twice, &old));
+        assert!(
+            errs.contains(
+                &"spec.schedulingGates[2].name: Forbidden: only deletion is allowed, but found \
+                  new scheduling gate 'x'"
+                    .to_string()
+            ),
+            "{errs:?}"
+        );
+        assert_eq!(errs.iter().filter(|e| e.contains("Forbidden")).count(), 1);
+        // gates never come back once gone
+        let mut again = none.clone();
+        again["spec"]["schedulingGates"] = json!([{"name": "a"}]);
+        assert_eq!(PodStrategy.validate_update(&again, &none).len(), 1);
+    }
+
+    #[test]
+    fn a_pod_with_a_node_cannot_have_gates() {
+        let forbidden = vec![
+            "spec.nodeName: Forbidden: cannot be set until all schedulingGates have been cleared"
+                .to_string(),
+        ];
+        let mut pod = gated_pod(&["a"]);
+        pod["spec"]["nodeName"] = json!("n1");
+        assert_eq!(messages(&PodStrategy.validate(&pod)), forbidden);
+        // nor be given one by an update while gated
+        let old = created(gated_pod(&["a"]));
+        let mut placed = old.clone();
+        placed["spec"]["nodeName"] = json!("n1");
+        assert_eq!(
+            messages(&PodStrategy.validate_update(&placed, &old)),
+            forbidden
+        );
+    }
+
+    #[test]
+    fn a_gated_pod_cannot_be_bound() {
+        let pod = created(gated_pod(&["a"]));
+        assert_eq!(
+            binding_refusal(&pod, "p").as_deref(),
+            Some("pod p has non-empty .spec.schedulingGates")
+        );
+        assert_eq!(binding_refusal(&created(gated_pod(&[])), "p"), None);
+        let mut bound = created(gated_pod(&[]));
+        bound["spec"]["nodeName"] = json!("n1");
+        assert_eq!(
+            binding_refusal(&bound, "p").as_deref(),
+            Some("pod p is already assigned to node \"n1\"")
+        );
     }
 }

@@ -146,6 +146,25 @@ pub fn validate_volume_spec(spec: &Value, path: &FieldPath) -> Vec<FieldError> {
     errs
 }
 
+/// Upstream's status strategy: `status.lastPhaseTransitionTime` is kept while the phase stays,
+/// and set to `now` when the phase changes unless the writer set a new time itself.
+fn stamp_phase_transition(pv: &mut Value, old: &Value, now: jiff::Timestamp) {
+    let time = |v: &Value| {
+        v.pointer("/status/lastPhaseTransitionTime")
+            .filter(|t| !t.is_null())
+            .cloned()
+    };
+    let (new_time, old_time) = (time(pv), time(old));
+    let same_phase = pv.pointer("/status/phase") == old.pointer("/status/phase");
+    if same_phase && new_time.is_none() {
+        if let Some(t) = old_time {
+            object_at(pv, "status")["lastPhaseTransitionTime"] = t;
+        }
+    } else if !same_phase && (new_time.is_none() || new_time == old_time) {
+        object_at(pv, "status")["lastPhaseTransitionTime"] = json!(super::generic::timestamp(now));
+    }
+}
+
 /// The volume source fields of a spec (`PersistentVolumeSource`, inlined in the spec).
 fn source_of(spec: Option<&Value>) -> Value {
     let mut out = serde_json::Map::new();
@@ -169,6 +188,13 @@ impl Strategy for PersistentVolumeStrategy {
 
     fn prepare_for_update(&self, pv: &mut Value, _old: &Value) {
         defaults(pv);
+    }
+
+    fn prepare_for_subresource_update(&self, sub: &str, pv: &mut Value, old: &Value) -> bool {
+        if sub == "status" {
+            stamp_phase_transition(pv, old, jiff::Timestamp::now());
+        }
+        false
     }
 
     fn validate(&self, pv: &Value) -> Vec<FieldError> {
@@ -237,6 +263,33 @@ mod tests {
             "2026-11-30T08:00:00Z"
         );
         assert!(PersistentVolumeStrategy.validate(&obj).is_empty());
+    }
+
+    #[test]
+    fn a_phase_change_through_status_moves_the_transition_time() {
+        let old = created();
+        let now: jiff::Timestamp = "2026-05-01T10:00:00Z".parse().unwrap();
+        let mut bound = old.clone();
+        bound["status"] = json!({"phase": "Bound"});
+        let mut through_status = bound.clone();
+        assert!(!PersistentVolumeStrategy.prepare_for_subresource_update(
+            "status",
+            &mut through_status,
+            &old
+        ));
+        assert!(through_status["status"]["lastPhaseTransitionTime"].is_string());
+        stamp_phase_transition(&mut bound, &old, now);
+        assert_eq!(
+            bound["status"]["lastPhaseTransitionTime"],
+            "2026-05-01T10:00:00Z"
+        );
+        let mut same = bound.clone();
+        same["status"] = json!({"phase": "Bound", "message": "x"});
+        stamp_phase_transition(&mut same, &bound, "2026-06-01T00:00:00Z".parse().unwrap());
+        assert_eq!(
+            same["status"]["lastPhaseTransitionTime"],
+            "2026-05-01T10:00:00Z"
+        );
     }
 
     #[test]

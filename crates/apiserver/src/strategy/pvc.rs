@@ -107,6 +107,22 @@ impl Strategy for PersistentVolumeClaimStrategy {
                 }
             }
         }
+        // A claim created without a class may get one later (upstream's retroactive default
+        // StorageClass assignment by the PersistentVolume controller), unless the beta
+        // annotation named its class.
+        let beta = old
+            .pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class")
+            .is_some();
+        let unset = |v: Option<&Value>| v.is_none_or(Value::is_null);
+        if !beta
+            && unset(old_spec.get("storageClassName"))
+            && new_spec
+                .get("storageClassName")
+                .and_then(Value::as_str)
+                .is_some_and(|c| !c.is_empty())
+        {
+            old_spec["storageClassName"] = new_spec["storageClassName"].clone();
+        }
         // Claims bound to a volume may ask for more storage and change their attributes class.
         if pvc.pointer("/status/phase").and_then(Value::as_str) == Some("Bound") {
             for (field, ptr) in [
@@ -273,6 +289,23 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn a_claim_without_a_class_may_get_one_once() {
+        let strategy = PersistentVolumeClaimStrategy;
+        let old = created();
+        let mut classed = old.clone();
+        classed["spec"]["storageClassName"] = json!("local-path");
+        assert!(strategy.validate_update(&classed, &old).is_empty());
+        let mut changed = classed.clone();
+        changed["spec"]["storageClassName"] = json!("other");
+        assert_eq!(
+            errors(strategy.validate_update(&changed, &classed)),
+            [
+                "spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims"
+            ]
+        );
     }
 
     #[test]

@@ -1,6 +1,10 @@
 //! The extension points (upstream's `framework/interface.go`): one trait per point, and
 //! [`Plugin`], through which the framework asks a plugin which points it implements.
 //!
+//! Two points belong to the queue: PreEnqueue decides whether a pod may enter activeQ at all
+//! (a gated pod waits among the unschedulable pods until an update lets it in), QueueSort
+//! orders activeQ.
+//!
 //! A scheduling cycle runs, for one pod: PreFilter (once) → Filter (per node) → PostFilter
 //! (only when no node fits: preemption) → PreScore (once) → Score (per feasible node, then
 //! NormalizeScore per plugin) → Reserve → Permit; the binding cycle then runs, concurrently
@@ -13,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tokio::time::Instant;
 
 use super::events::ClusterEvent;
 use super::status::Status;
@@ -103,6 +108,12 @@ pub trait Plugin: Send + Sync {
         ClusterEvent::ALL
     }
 
+    fn as_pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
+        None
+    }
+    fn as_queue_sort(&self) -> Option<&dyn QueueSortPlugin> {
+        None
+    }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         None
     }
@@ -133,6 +144,30 @@ pub trait Plugin: Send + Sync {
     fn as_post_bind(&self) -> Option<&dyn PostBindPlugin> {
         None
     }
+}
+
+/// Runs whenever a pod would enter activeQ (added, updated, back from backoff or from the
+/// unschedulable pods); anything but Success keeps it out, parked among the unschedulable pods
+/// with this plugin as the reason, until an update of the pod lets it in (upstream's
+/// `PreEnqueuePlugin`). Runs under the queue's lock: it must be quick and must not block.
+pub trait PreEnqueuePlugin: Plugin {
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status;
+}
+
+/// A pod in activeQ as a QueueSort plugin compares it (the fields of upstream's
+/// `QueuedPodInfo` the sort reads).
+#[derive(Debug, Clone, Copy)]
+pub struct QueuedPodInfo<'a> {
+    pub pod: &'a PodInfo,
+    /// When it (last) entered the queue.
+    pub timestamp: Instant,
+}
+
+/// Orders activeQ: `less(a, b)` when `a` is to be scheduled before `b` (upstream's
+/// `QueueSortPlugin`). A profile has exactly one, and every profile the same one: the queue is
+/// shared.
+pub trait QueueSortPlugin: Plugin {
+    fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool;
 }
 
 /// What PreFilter found: its status, and optionally the only nodes worth filtering.

@@ -14,8 +14,8 @@ pub use events::ClusterEvent;
 pub use interface::{
     BindPlugin, CycleState, FilterPlugin, FilterRunner, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore,
     NodeStatuses, PermitPlugin, Plugin, PostBindPlugin, PostFilterPlugin, PostFilterResult,
-    PreBindPlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin, ScorePlugin,
-    StateData,
+    PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, PreScorePlugin,
+    QueueSortPlugin, QueuedPodInfo, ReservePlugin, ScorePlugin, StateData,
 };
 pub use runtime::{Framework, Points};
 pub use status::{Code, Status};

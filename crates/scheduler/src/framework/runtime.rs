@@ -31,7 +31,9 @@ impl Points {
     pub const PRE_BIND: Points = Points(1 << 7);
     pub const BIND: Points = Points(1 << 8);
     pub const POST_BIND: Points = Points(1 << 9);
-    pub const ALL: Points = Points((1 << 10) - 1);
+    pub const PRE_ENQUEUE: Points = Points(1 << 10);
+    pub const QUEUE_SORT: Points = Points(1 << 11);
+    pub const ALL: Points = Points((1 << 12) - 1);
     pub const NONE: Points = Points(0);
 
     pub fn contains(self, other: Points) -> bool {
@@ -49,6 +51,8 @@ impl Points {
     /// The points among `self` that `plugin` implements.
     pub fn implemented_by(self, plugin: &dyn Plugin) -> Points {
         let has = [
+            (Points::PRE_ENQUEUE, plugin.as_pre_enqueue().is_some()),
+            (Points::QUEUE_SORT, plugin.as_queue_sort().is_some()),
             (Points::PRE_FILTER, plugin.as_pre_filter().is_some()),
             (Points::FILTER, plugin.as_filter().is_some()),
             (Points::POST_FILTER, plugin.as_post_filter().is_some()),
@@ -158,6 +162,27 @@ impl Framework {
         } else {
             events
         }
+    }
+
+    /// PreEnqueue: the first plugin that does not answer Success keeps the pod out of activeQ;
+    /// its status names it.
+    pub fn run_pre_enqueue(&self, pod: &PodInfo) -> Status {
+        for p in self.at(Points::PRE_ENQUEUE) {
+            let Some(pe) = p.as_pre_enqueue() else {
+                continue;
+            };
+            let s = pe.pre_enqueue(pod);
+            if !s.is_success() {
+                return s.with_plugin(p.name());
+            }
+        }
+        Status::success()
+    }
+
+    /// The profile's QueueSort plugin (the first, when a hand-built profile has several; the
+    /// configuration allows exactly one).
+    pub fn queue_sort(&self) -> Option<Arc<dyn Plugin>> {
+        self.at(Points::QUEUE_SORT).next().cloned()
     }
 
     pub fn has_post_filter(&self) -> bool {

@@ -165,6 +165,19 @@ impl PodBuilder {
         self
     }
 
+    /// `spec.schedulingGates` with these names.
+    pub fn scheduling_gates(mut self, names: &[&str]) -> Self {
+        self.spec().scheduling_gates = Some(
+            names
+                .iter()
+                .map(|n| k8s_openapi::api::core::v1::PodSchedulingGate {
+                    name: n.to_string(),
+                })
+                .collect(),
+        );
+        self
+    }
+
     /// Any other change to the spec.
     pub fn with_spec(mut self, f: impl FnOnce(&mut PodSpec)) -> Self {
         f(self.spec());

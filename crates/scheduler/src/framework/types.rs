@@ -103,6 +103,15 @@ impl PodInfo {
         self.pod.metadata.labels.clone().unwrap_or_default()
     }
 
+    /// `spec.schedulerName`: the profile the pod is for (the default scheduler when unset).
+    pub fn scheduler_name(&self) -> &str {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .unwrap_or(crate::scheduler::DEFAULT_SCHEDULER_NAME)
+    }
+
     /// `spec.priority`, 0 when unset.
     pub fn priority(&self) -> i32 {
         self.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)

@@ -2,6 +2,9 @@
 //! a profile.
 //!
 //! # Layout
+//! - [`scheduling_gates`]: `SchedulingGates` (PreEnqueue), pods held back by
+//!   `spec.schedulingGates`.
+//! - [`priority_sort`]: `PrioritySort` (QueueSort), activeQ's order.
 //! - [`node_unschedulable`]: `NodeUnschedulable`, nodes marked `spec.unschedulable`.
 //! - [`node_name`]: `NodeName`, pods that name their node.
 //! - [`taint_toleration`]: `TaintToleration`, taints the pod must tolerate or prefers to avoid.
@@ -29,7 +32,9 @@ pub mod node_ports;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
 pub mod pod_topology_spread;
+pub mod priority_sort;
 pub mod resource_allocation;
+pub mod scheduling_gates;
 pub mod taint_toleration;
 pub mod volume_restrictions;
 
@@ -47,6 +52,12 @@ pub type Factory = fn(Option<&Value>) -> Result<Arc<dyn Plugin>, String>;
 /// Every plugin Skiff knows, by upstream name.
 pub fn registry() -> BTreeMap<&'static str, Factory> {
     let mut r: BTreeMap<&'static str, Factory> = BTreeMap::new();
+    r.insert(scheduling_gates::NAME, |_| {
+        Ok(Arc::new(scheduling_gates::SchedulingGates))
+    });
+    r.insert(priority_sort::NAME, |_| {
+        Ok(Arc::new(priority_sort::PrioritySort))
+    });
     r.insert(node_unschedulable::NAME, |_| {
         Ok(Arc::new(node_unschedulable::NodeUnschedulable))
     });
@@ -96,6 +107,8 @@ pub fn registry() -> BTreeMap<&'static str, Factory> {
 /// `getDefaultPlugins` for `kubescheduler.config.k8s.io/v1`); plugins without a Score get 0.
 pub fn default_plugins() -> Vec<(&'static str, i64)> {
     vec![
+        (scheduling_gates::NAME, 0),
+        (priority_sort::NAME, 0),
         (node_unschedulable::NAME, 0),
         (node_name::NAME, 0),
         (taint_toleration::NAME, 3),

@@ -9,7 +9,7 @@ use skiff_apimachinery::validation::{FieldError, FieldPath};
 
 use super::read_object;
 use super::update::patch;
-use crate::error::{ApiError, Result};
+use crate::error::{ApiError, Result, Target};
 use crate::handlers::read::render_one;
 use crate::handlers::{Body, Ctx, success_status};
 use crate::registry::{self, Fields, name_of, rv_of};
@@ -83,21 +83,14 @@ async fn bind(mut ctx: Ctx) -> Result<Response<Body>> {
     }
     let now = generic::timestamp(ctx.server.now());
     registry::update(&ctx, None, Fields::Record, |pod| {
-        if let Some(existing) = pod
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-        {
-            return Err(ApiError::conflict(
-                ctx.target(&name),
-                &format!("pod {name} is already assigned to node \"{existing}\""),
-            ));
-        }
-        if pod.pointer("/metadata/deletionTimestamp").is_some() {
-            return Err(ApiError::conflict(
-                ctx.target(&name),
-                &format!("pod {name} is being deleted, cannot be assigned to a host"),
-            ));
+        if let Some(why) = crate::strategy::pod::binding_refusal(pod, &name) {
+            // upstream's `assignPod` answers a Conflict on pods/binding
+            let target = Target {
+                group: "",
+                resource: "pods/binding",
+                name: &name,
+            };
+            return Err(ApiError::conflict(target, &why));
         }
         let mut pod = pod.clone();
         pod["spec"]["nodeName"] = json!(node);
