@@ -113,9 +113,12 @@ spec:
 fn kubectl_lists_api_services_and_gets_an_aggregated_resource() {
     let kubectl = KUBECTL_133;
     let api = ApiServer::start(Backend::Embedded);
-    // the server's own group versions, Local and available
+    // the server's own group versions, Local and available (once the availability controller
+    // has looked at them: Unknown until then)
     let out = api.kubectl_until(kubectl, &["get", "apiservices"], None, |out| {
-        String::from_utf8_lossy(&out.stdout).contains("v1.apps")
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.starts_with("v1.apps ") && !l.contains("Unknown"))
     });
     let out = String::from_utf8_lossy(&out.stdout).into_owned();
     let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
