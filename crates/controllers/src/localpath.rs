@@ -25,9 +25,9 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use skiff_component_helpers::local_path::{
-    ANN_NODE_DIR, LABEL_NODE, PROVISIONER, is_label_value, volume_dir,
-};
+use skiff_component_helpers::local_path::{ANN_NODE_DIR, LABEL_NODE, is_label_value, volume_dir};
+/// The default class's name and its provisioner, for what applies the class (`skiff server`).
+pub use skiff_component_helpers::local_path::{CLASS, PROVISIONER};
 use skiff_component_helpers::volume::{
     self as helpers, ANN_BETA_STORAGE_PROVISIONER, ANN_DYNAMICALLY_PROVISIONED, ANN_SELECTED_NODE,
     ANN_STORAGE_PROVISIONER,
