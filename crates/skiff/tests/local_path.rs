@@ -6,14 +6,18 @@
 //! kubelet publishes; a pod writes to it (a subPath too), and once that pod is deleted a second
 //! pod, mounting the claim read-only, reads the data and cannot write; deleting the claim
 //! removes the volume's directory and then the volume. A pod whose claim does not exist waits
-//! with upstream's message in a FailedMount event.
+//! with upstream's message in a FailedMount event. Needs root (containerd, CNI): skips
+//! otherwise, and fails instead under `CI=true`.
 //!
-//! Needs root (containerd, CNI): skips otherwise, and fails instead under `CI=true`.
+//! A second test starts `skiff server --disable-agent` (no root needed): it applies the default
+//! class `local-path`, puts it back on its next start after a user deleted it (as k3s re-applies
+//! its packaged manifests), and applies none with `--disable local-storage`.
 
 mod support;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -272,4 +276,108 @@ fn a_local_path_claim_keeps_its_data_across_pods_and_goes_with_its_volume() {
         assert!(!dir.exists(), "{} is still there", dir.display());
         assert!(storage.exists());
     });
+}
+
+/// A `skiff server --disable-agent` on `dir`, once ready, and its stdout (kept open); SIGTERM
+/// and wait on drop.
+struct Server(Child, std::sync::mpsc::Receiver<String>);
+
+impl Server {
+    fn start(dir: &Path, extra: &[&str]) -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+            .to_string();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiff"));
+        cmd.arg("server")
+            .arg("--data-dir")
+            .arg(dir)
+            .args(["--disable-agent", "--https-port", &port])
+            .args(["--kube-scheduler-arg", "metrics-bind-address=127.0.0.1:0"])
+            .args([
+                "--kube-controller-manager-arg",
+                "metrics-bind-address=127.0.0.1:0",
+            ])
+            .args(extra);
+        let log = std::fs::File::create(dir.with_extension("log")).unwrap();
+        let mut child = cmd
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("start skiff server");
+        let lines = support::line_reader(child.stdout.take().unwrap());
+        let server = Server(child, lines);
+        support::expect_line(&server.1, |l| l.contains("ready"));
+        server
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.0.id().to_string())
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+fn kubectl(dir: &Path, args: &[&str]) -> String {
+    let out = support::run_guarded(
+        Command::new(KUBECTL_133)
+            .arg("--kubeconfig")
+            .arg(dir.join("kubeconfig.yaml"))
+            .args(args)
+            .env("HOME", dir.join("kubectl-home")),
+    );
+    let (stdout, stderr) = support::output_text(&out);
+    assert!(out.status.success(), "kubectl {args:?}: {stderr}{stdout}");
+    stdout
+}
+
+/// The cells of `kubectl get storageclass`'s line for `local-path`, if there is one.
+fn class_line(dir: &Path) -> Option<Vec<String>> {
+    let table = kubectl(dir, &["get", "storageclass", "--no-headers"]);
+    table
+        .lines()
+        .find(|l| l.starts_with("local-path"))
+        .map(|l| {
+            l.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(String::from)
+                .collect()
+        })
+}
+
+#[test]
+fn skiff_server_applies_the_default_local_path_class_on_every_start_unless_disabled() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("server");
+    {
+        let _server = Server::start(&data, &[]);
+        let cells = class_line(&data).expect("a local-path class");
+        assert_eq!(
+            cells[..5],
+            [
+                "local-path (default)",
+                "skiff.dev/local-path",
+                "Delete",
+                "WaitForFirstConsumer",
+                "false"
+            ]
+        );
+        kubectl(&data, &["delete", "storageclass", "local-path"]);
+        assert!(class_line(&data).is_none());
+    }
+    {
+        let _server = Server::start(&data, &[]);
+        assert!(class_line(&data).is_some(), "re-applied at the next start");
+    }
+    let other = dir.path().join("disabled");
+    let _server = Server::start(&other, &["--disable", "local-storage"]);
+    assert!(class_line(&other).is_none());
 }
