@@ -24,6 +24,9 @@ pub struct RequestInfo {
     /// The `fieldSelector` of a list or watch (the Node authorizer lets kubelets list only
     /// their own pods through it).
     pub field_selector: String,
+    /// The `labelSelector` of a list or watch (the Node authorizer lets kubelets list their
+    /// own local-path volumes through it).
+    pub label_selector: String,
     /// Path segments after `/api` or `/apis` (discovery uses them).
     pub parts: Vec<String>,
 }
@@ -143,6 +146,7 @@ impl RequestInfo {
         }
         info.is_resource_request = true;
         info.field_selector = query.get("fieldSelector").cloned().unwrap_or_default();
+        info.label_selector = query.get("labelSelector").cloned().unwrap_or_default();
         let mut watch_path = false;
         if parts[0] == "watch" {
             watch_path = true;

@@ -48,6 +48,8 @@
 //! - [`deployment`]: Deployments rolled out through ReplicaSets (a module directory).
 //! - [`persistentvolume`] (`persistentvolume-binder`): claims bound to volumes, volumes
 //!   reclaimed (a module directory).
+//! - [`localpath`] (`local-path-provisioner`, Skiff's own): volumes for claims of the default
+//!   `local-path` class, on the node the scheduler selected.
 //! - [`pvcprotection`] (`pvc-protection`), [`pvprotection`] (`pv-protection`): the storage
 //!   protection finalizers removed once a claim or volume is no longer in use.
 //!
@@ -70,6 +72,7 @@ pub mod events;
 pub mod expectations;
 pub mod garbagecollector;
 pub mod job;
+pub mod localpath;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
@@ -253,6 +256,12 @@ pub const CONTROLLERS: &[Descriptor] = &[
         run: |ctx| Box::pin(job::run(ctx)),
     },
     Descriptor {
+        name: "local-path-provisioner",
+        service_account: "local-path-provisioner",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(localpath::run(ctx)),
+    },
+    Descriptor {
         name: "namespace",
         service_account: "namespace-controller",
         enabled_by_default: true,
@@ -419,7 +428,12 @@ mod tests {
         assert_eq!(names(&["serviceaccount"]).unwrap(), vec!["serviceaccount"]);
         assert!(names(&[]).unwrap().is_empty());
         let defaults = names(&["*"]).unwrap();
-        for storage in ["persistentvolume-binder", "pvc-protection", "pv-protection"] {
+        for storage in [
+            "persistentvolume-binder",
+            "pvc-protection",
+            "pv-protection",
+            "local-path-provisioner",
+        ] {
             assert!(defaults.contains(&storage), "{storage}");
         }
     }

@@ -1,7 +1,7 @@
 //! The kubelet's writes to pods through the API server, behind [`PodApi`] so that the pod
 //! workers can be tested with [`RecordingPodApi`]: status patches, events and the final delete;
-//! and its reads: ConfigMaps, Secrets, PersistentVolumeClaims and service account tokens
-//! (TokenRequest) for env and volumes.
+//! and its reads: ConfigMaps, Secrets, PersistentVolumeClaims, PersistentVolumes and service
+//! account tokens (TokenRequest) for env and volumes.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -10,7 +10,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ObjectReference, PersistentVolumeClaim, Pod, PodStatus, Secret, ServiceAccount,
+    ConfigMap, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, PodStatus, Secret,
+    ServiceAccount,
 };
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -91,8 +92,10 @@ pub trait PodApi: Send + Sync {
     async fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Data>>;
     /// The data of a Secret (decoded `data` and `stringData`), or None if it does not exist.
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Data>>;
-    /// Whether the PersistentVolumeClaim is being deleted, or None if it does not exist.
-    async fn claim_deleting(&self, namespace: &str, name: &str) -> Result<Option<bool>>;
+    /// A PersistentVolumeClaim, or None if it does not exist.
+    async fn claim(&self, namespace: &str, name: &str) -> Result<Option<PersistentVolumeClaim>>;
+    /// A PersistentVolume, or None if it does not exist.
+    async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>>;
     /// Removes the pod object once its containers are gone: `gracePeriodSeconds=0` with the
     /// uid as precondition, as upstream's status manager does. A pod already gone is success.
     async fn delete_now(&self, namespace: &str, name: &str, uid: &str) -> Result<()>;
@@ -249,18 +252,24 @@ impl PodApi for KubePodApi {
         }))
     }
 
-    async fn claim_deleting(&self, namespace: &str, name: &str) -> Result<Option<bool>> {
+    async fn claim(&self, namespace: &str, name: &str) -> Result<Option<PersistentVolumeClaim>> {
         let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
-        let found = api
-            .get_metadata_opt(name)
-            .await
-            .map_err(|source| Error::Read {
-                kind: "persistentvolumeclaim",
-                namespace: namespace.into(),
-                name: name.into(),
-                source,
-            })?;
-        Ok(found.map(|c| c.metadata.deletion_timestamp.is_some()))
+        api.get_opt(name).await.map_err(|source| Error::Read {
+            kind: "persistentvolumeclaim",
+            namespace: namespace.into(),
+            name: name.into(),
+            source,
+        })
+    }
+
+    async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>> {
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        api.get_opt(name).await.map_err(|source| Error::Read {
+            kind: "persistentvolume",
+            namespace: String::new(),
+            name: name.into(),
+            source,
+        })
     }
 
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Data>> {
@@ -332,8 +341,10 @@ pub struct RecordingPodApi {
     pub config_maps: Mutex<BTreeMap<String, BTreeMap<String, String>>>,
     /// Secrets by name (any namespace).
     pub secrets: Mutex<BTreeMap<String, BTreeMap<String, String>>>,
-    /// PersistentVolumeClaims by name (any namespace): whether each is being deleted.
-    pub claims: Mutex<BTreeMap<String, bool>>,
+    /// PersistentVolumeClaims by name (any namespace).
+    pub claims: Mutex<BTreeMap<String, PersistentVolumeClaim>>,
+    /// PersistentVolumes by name.
+    pub volumes: Mutex<BTreeMap<String, PersistentVolume>>,
 }
 
 /// One recorded write.
@@ -431,8 +442,12 @@ impl PodApi for RecordingPodApi {
         Ok(self.secrets.lock().get(name).cloned().map(bytes_of))
     }
 
-    async fn claim_deleting(&self, _namespace: &str, name: &str) -> Result<Option<bool>> {
-        Ok(self.claims.lock().get(name).copied())
+    async fn claim(&self, _namespace: &str, name: &str) -> Result<Option<PersistentVolumeClaim>> {
+        Ok(self.claims.lock().get(name).cloned())
+    }
+
+    async fn volume(&self, name: &str) -> Result<Option<PersistentVolume>> {
+        Ok(self.volumes.lock().get(name).cloned())
     }
 
     async fn delete_now(&self, _namespace: &str, name: &str, uid: &str) -> Result<()> {

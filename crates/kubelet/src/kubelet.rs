@@ -1,8 +1,8 @@
 //! The kubelet's main loop: start (or connect to) containerd, import the built-in images,
 //! register the Node, keep its Lease and status fresh, and run the pod loop
-//! ([`crate::pod_workers`]), the kubelet server, the static pods and the pod network across
-//! nodes ([`crate::podnet`]); the pod loop and the pod network read the kubelet's shared
-//! informers.
+//! ([`crate::pod_workers`]), the kubelet server, the static pods, the pod network across
+//! nodes ([`crate::podnet`]) and the deletion of released local-path volumes
+//! ([`crate::local_path`]); these read the kubelet's shared informers.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -244,11 +244,15 @@ impl Kubelet {
         let mut status = node::node_status(&host, &runtime_version, config.port, Timestamp::now());
         status.images = Some(node::node_images(&runtime.list_images().await?));
         let allocatable = status.allocatable.clone().unwrap_or_default();
-        let node = node::register(
-            &nodes,
-            node::node_object(&config.node_name, &host, &pod_cidr, status),
-        )
-        .await?;
+        let mut object = node::node_object(&config.node_name, &host, &pod_cidr, status);
+        // where this node's local-path volumes live, for the provisioner to name in volumes
+        object.metadata.annotations = Some(std::collections::BTreeMap::from([(
+            crate::local_path::ANN_NODE_DIR.to_string(),
+            crate::local_path::node_dir(&config.data_dir)
+                .display()
+                .to_string(),
+        )]));
+        let node = node::register(&nodes, object).await?;
         let ctx = SyncContext {
             runtime,
             api: Arc::new(KubePodApi::new(client.clone(), config.node_name.clone())),
@@ -331,6 +335,16 @@ impl Kubelet {
             let every = self.config.file_check_frequency;
             tokio::spawn(async move { crate::static_pods::run(&api, &dir, &node, every).await })
         });
+        let local_path = tokio::spawn(crate::local_path::run(
+            informers.clone(),
+            self.config.node_name.clone(),
+            crate::local_path::node_dir(&self.config.data_dir),
+            self.ctx.volumes.host(),
+            Arc::new(crate::local_path::KubeVolumeApi::new(
+                self.client.clone(),
+                &self.config.node_name,
+            )),
+        ));
         let pod_network = self
             .host_gw
             .map(|h| tokio::spawn(crate::podnet::run(informers.clone(), h)));
@@ -340,6 +354,7 @@ impl Kubelet {
             task.abort();
         }
         heartbeats.abort();
+        local_path.abort();
         pods.abort();
         server.abort();
         if let Some(task) = static_pods {

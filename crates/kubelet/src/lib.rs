@@ -18,7 +18,8 @@
 //! - [`env`]: a container's environment (values, field refs, ConfigMaps, Secrets, resources).
 //! - [`expansion`]: `$(VAR)` references in env values, commands and args.
 //! - [`resource_field`]: the downward API's `resourceFieldRef` (requests, limits, divisors).
-//! - [`volumes`]: pod volumes (emptyDir, hostPath, configMap, secret, downwardAPI, projected),
+//! - [`volumes`]: pod volumes (emptyDir, hostPath, configMap, secret, downwardAPI, projected,
+//!   persistentVolumeClaim),
 //!   their atomic writer, service account tokens and the containers' mounts.
 //! - [`etc_hosts`]: the pod's managed /etc/hosts.
 //! - [`dns`]: the sandbox's DNS config from dnsPolicy, dnsConfig and `--cluster-dns`.
@@ -46,6 +47,8 @@
 //! - [`podnet`]: host-gw routes to other nodes' pod CIDRs and masquerading out of the cluster.
 //! - [`podnet_runner`]: the `ip`/`iptables` commands the pod network runs, with a recording fake.
 //! - [`images`]: the built-in pause and busybox images and image import.
+//! - [`local_path`]: this node's local-path directory (published on its Node) and the deletion
+//!   of its released local-path volumes.
 
 pub mod actions;
 pub mod admission;
@@ -67,6 +70,7 @@ pub mod hooks;
 pub mod host;
 pub mod images;
 pub mod kubelet;
+pub mod local_path;
 pub mod node;
 pub mod pod_containers;
 pub mod pod_kill;

@@ -324,6 +324,7 @@ pub async fn register(nodes: &Api<Node>, node: Node) -> Result<Node> {
             .await
             .map_err(err),
         Some(existing) => {
+            ensure_annotations(nodes, &existing, node.metadata.annotations.as_ref()).await?;
             let mut status = node.status.unwrap_or_default();
             if let Some(old) = &existing.status {
                 keep_transition_times(old, &mut status);
@@ -331,6 +332,38 @@ pub async fn register(nodes: &Api<Node>, node: Node) -> Result<Node> {
             post_status(nodes, &name, &status).await
         }
     }
+}
+
+/// Sets the annotations the kubelet owns (`wanted`) on an existing Node where they differ,
+/// as upstream's kubelet reconciles its Node on restart (a new data dir moves the local-path
+/// directory).
+async fn ensure_annotations(
+    nodes: &Api<Node>,
+    existing: &Node,
+    wanted: Option<&BTreeMap<String, String>>,
+) -> Result<()> {
+    let name = existing.metadata.name.clone().unwrap_or_default();
+    let have = existing.metadata.annotations.clone().unwrap_or_default();
+    let differ: BTreeMap<&String, &String> = wanted
+        .into_iter()
+        .flatten()
+        .filter(|(k, v)| have.get(*k) != Some(*v))
+        .collect();
+    if differ.is_empty() {
+        return Ok(());
+    }
+    nodes
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": differ}})),
+        )
+        .await
+        .map_err(|source| Error::Register {
+            node: name.clone(),
+            source,
+        })?;
+    Ok(())
 }
 
 /// Writes the node's status (merge patch on `nodes/{name}/status`).

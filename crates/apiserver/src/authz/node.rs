@@ -4,10 +4,17 @@
 //! and CSINode; everything else a kubelet does is judged against upstream's `system:node` rules
 //! (NodeRestriction admission then narrows node, pod and status writes to its own objects). The
 //! relationships are read from the watch cache on each request, not from the store.
+//!
+//! Skiff adds one relationship of its own: a kubelet may list and watch the volumes Skiff's
+//! local-path provisioner made on its node (only through the label selector naming its node),
+//! and delete such a volume once it is `Released`: it removes their directories itself, where
+//! k3s's provisioner runs a helper pod.
 
 use std::sync::Arc;
 
 use serde_json::Value;
+
+use skiff_component_helpers::local_path::{LABEL_NODE, PROVISIONER};
 
 use super::rbac::PolicyRule;
 use super::{Authorizer, Decision};
@@ -35,6 +42,8 @@ pub trait NodeGraph: Send + Sync {
     fn pod_node(&self, namespace: &str, name: &str) -> Option<String>;
     /// A PersistentVolumeClaim.
     fn claim(&self, namespace: &str, name: &str) -> Option<Value>;
+    /// A PersistentVolume.
+    fn volume(&self, name: &str) -> Option<Value>;
 }
 
 /// The watch cache as a [`NodeGraph`].
@@ -81,6 +90,14 @@ impl NodeGraph for CachedGraph {
         self.cache
             .resource(core("persistentvolumeclaims"))
             .get(&format!("{namespace}/{name}"))?
+            .object()
+            .ok()
+    }
+
+    fn volume(&self, name: &str) -> Option<Value> {
+        self.cache
+            .resource(core("persistentvolumes"))
+            .get(name)?
             .object()
             .ok()
     }
@@ -258,6 +275,49 @@ impl NodeAuthorizer {
         }
     }
 
+    /// Whether `volume` is a local-path volume of `node` (Skiff's provisioner made it there).
+    fn is_local_path_volume_of(volume: &Value, node: &str) -> bool {
+        volume["metadata"]["labels"][LABEL_NODE].as_str() == Some(node)
+            && volume["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"].as_str()
+                == Some(PROVISIONER)
+    }
+
+    /// PersistentVolumes themselves: upstream's reads of the volumes its pods use, and Skiff's
+    /// local-path volumes of the node: listed and watched through the label selector
+    /// `skiff.dev/local-path-node=<node>`, read by name, deleted once `Released`.
+    fn volumes(&self, node: &str, r: &RequestInfo) -> Decision {
+        match r.verb.as_str() {
+            "list" | "watch" => {
+                let pinned = r.label_selector.split(',').any(|t| {
+                    t.split_once('=').is_some_and(|(k, v)| {
+                        k.trim() == LABEL_NODE && v.trim_start_matches('=').trim() == node
+                    })
+                });
+                if pinned {
+                    Decision::Allow
+                } else {
+                    Decision::NoOpinion(format!(
+                        "can only list/watch persistentvolumes with the {LABEL_NODE}=<node> label selector"
+                    ))
+                }
+            }
+            "get" => match self.graph.volume(&r.name) {
+                Some(v) if Self::is_local_path_volume_of(&v, node) => Decision::Allow,
+                _ => self.read_volume(node, r),
+            },
+            "delete" => match self.graph.volume(&r.name) {
+                Some(v)
+                    if Self::is_local_path_volume_of(&v, node)
+                        && v["status"]["phase"] == "Released" =>
+                {
+                    Decision::Allow
+                }
+                _ => no_relationship(node),
+            },
+            _ => self.read_volume(node, r),
+        }
+    }
+
     /// Pods: one by name when bound to the node; lists and watches only through the
     /// `spec.nodeName=<node>` field selector; the rest per the static rules.
     fn pods(&self, node: &str, r: &RequestInfo) -> Decision {
@@ -365,6 +425,7 @@ impl Authorizer for NodeAuthorizer {
                     no_relationship(node)
                 }
             }
+            ("", "persistentvolumes", "") => self.volumes(node, r),
             ("", "persistentvolumes", _) => self.read_volume(node, r),
             ("", "pods", _) => self.pods(node, r),
             // Skiff's kubelet records events.k8s.io/v1 Events where upstream's records core

@@ -8,6 +8,7 @@ use super::*;
 struct Graph {
     pods: Vec<Value>,
     claims: Vec<Value>,
+    volumes: Vec<Value>,
 }
 
 impl NodeGraph for Graph {
@@ -29,6 +30,12 @@ impl NodeGraph for Graph {
         self.claims
             .iter()
             .find(|c| c["metadata"]["namespace"] == namespace && c["metadata"]["name"] == name)
+            .cloned()
+    }
+    fn volume(&self, name: &str) -> Option<Value> {
+        self.volumes
+            .iter()
+            .find(|v| v["metadata"]["name"] == name)
             .cloned()
     }
 }
@@ -53,7 +60,20 @@ fn authorizer() -> NodeAuthorizer {
             json!({"metadata": {"namespace": "default", "name": "pvc1"}, "spec": {"volumeName": "pv1"}}),
             json!({"metadata": {"namespace": "default", "name": "pvc2"}, "spec": {"volumeName": "pv2"}}),
         ],
+        volumes: vec![
+            local_path_volume("lp-released", "n1", "Released"),
+            local_path_volume("lp-bound", "n1", "Bound"),
+            local_path_volume("lp-theirs", "n2", "Released"),
+            json!({"metadata": {"name": "static", "labels": {LABEL_NODE: "n1"}},
+                   "status": {"phase": "Released"}}),
+        ],
     }))
+}
+
+fn local_path_volume(name: &str, node: &str, phase: &str) -> Value {
+    json!({"metadata": {"name": name, "labels": {LABEL_NODE: node},
+                        "annotations": {"pv.kubernetes.io/provisioned-by": PROVISIONER}},
+           "status": {"phase": phase}})
 }
 
 fn req(verb: &str, group: &str, resource: &str, ns: &str, name: &str) -> RequestInfo {
@@ -208,6 +228,57 @@ fn users_that_are_not_kubelets_are_left_to_the_next_authorizer() {
         assert_eq!(
             a.authorize(&u, &req("get", "", "pods", "default", "mine")),
             Decision::pass()
+        );
+    }
+}
+
+#[test]
+fn a_kubelet_watches_and_deletes_only_its_own_released_local_path_volumes() {
+    let a = authorizer();
+    let n1 = kubelet("n1");
+    let selecting = |verb: &str, selector: &str| {
+        let mut r = req(verb, "", "persistentvolumes", "", "");
+        r.label_selector = selector.into();
+        r
+    };
+    let cases: &[(RequestInfo, bool)] = &[
+        (selecting("list", "skiff.dev/local-path-node=n1"), true),
+        (selecting("watch", "skiff.dev/local-path-node==n1"), true),
+        (selecting("watch", "skiff.dev/local-path-node=n2"), false),
+        (selecting("list", ""), false),
+        (selecting("list", "skiff.dev/local-path-node!=n2"), false),
+        (req("get", "", "persistentvolumes", "", "lp-bound"), true),
+        (req("get", "", "persistentvolumes", "", "lp-theirs"), false),
+        (
+            req("delete", "", "persistentvolumes", "", "lp-released"),
+            true,
+        ),
+        // bound, another node's, or not the provisioner's: not the kubelet's to delete
+        (
+            req("delete", "", "persistentvolumes", "", "lp-bound"),
+            false,
+        ),
+        (
+            req("delete", "", "persistentvolumes", "", "lp-theirs"),
+            false,
+        ),
+        (req("delete", "", "persistentvolumes", "", "static"), false),
+        (req("delete", "", "persistentvolumes", "", "pv1"), false),
+        (
+            req("update", "", "persistentvolumes", "", "lp-bound"),
+            false,
+        ),
+        (req("create", "", "persistentvolumes", "", ""), false),
+    ];
+    for (r, allowed) in cases {
+        let d = a.authorize(&n1, r);
+        assert_eq!(
+            matches!(d, Decision::Allow),
+            *allowed,
+            "{} {} {:?}: {d:?}",
+            r.verb,
+            r.name,
+            r.label_selector
         );
     }
 }

@@ -33,9 +33,11 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Rule {
 #[test]
 fn the_policy_has_upstreams_object_counts() {
     let policy = policy();
-    assert_eq!(policy.cluster_roles.len(), 66);
-    // upstream's 47 and skiff:kubelet-bootstrap (kubeadm's, for bootstrap tokens)
-    assert_eq!(policy.cluster_role_bindings.len(), 48);
+    // upstream's policy and system:controller:local-path-provisioner (Skiff's provisioner)
+    assert_eq!(policy.cluster_roles.len(), 67);
+    // upstream's 47, skiff:kubelet-bootstrap (kubeadm's, for bootstrap tokens) and the
+    // local-path provisioner's
+    assert_eq!(policy.cluster_role_bindings.len(), 49);
     assert_eq!(policy.roles.len(), 7);
     assert_eq!(policy.role_bindings.len(), 7);
 }
@@ -308,7 +310,7 @@ async fn the_first_run_creates_every_object() {
     assert_eq!(
         summary,
         Summary {
-            created: 128,
+            created: 130,
             updated: 0,
             protected: 0
         }

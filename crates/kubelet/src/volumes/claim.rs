@@ -1,48 +1,322 @@
-//! persistentVolumeClaim volumes on hollow nodes. Upstream's kubelet mounts the PersistentVolume
-//! bound to the claim; Skiff has no volume binder or provisioner, so claims never become Bound.
-//! A hollow node instead checks what it can of upstream's `getPVCExtractPV` (the claim exists
-//! and is not being deleted) and gives the volume a directory under the pod's directory, like a
-//! disk emptyDir: it lives as long as the pod, not as long as the claim. Real nodes keep
-//! refusing these volumes (`docs/compatibility.md`).
+//! persistentVolumeClaim volumes. A real node resolves the claim to its bound PersistentVolume
+//! as upstream's desired-state populator does (`getPVCExtractPV`, `getPVSpec`, with their
+//! messages) and mounts the volume's host directory: a `hostPath` volume is its path itself
+//! (after the hostPath type checks; a local-path volume's directory is created `0777`, as k3s's
+//! provisioner's helper pod creates it), a `local` volume is bind-mounted at
+//! `volumes/kubernetes.io~local-volume/<volume>` in the pod's directory. Other volume sources
+//! are refused by name.
+//!
+//! A hollow node records instead of making: it checks that the claim exists and is not being
+//! deleted, bound or not, and gives the volume a directory under the pod's directory, like a
+//! disk emptyDir (`docs/compatibility.md`).
 
 use std::path::Path;
 
+use k8s_openapi::api::core::v1::{
+    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource,
+};
+use skiff_component_helpers::local_path::PROVISIONER;
+
 use crate::api::PodApi;
 
-/// The plugin's directory name under `volumes/` (Skiff's own: there is no PersistentVolume
-/// whose plugin would name it).
+/// The plugin directory of a hollow node's claim volumes (Skiff's own name).
 pub const PLUGIN: &str = "skiff.io~claim";
+/// The plugin directory of bind-mounted `local` volumes (upstream's).
+pub const LOCAL_PLUGIN: &str = "kubernetes.io~local-volume";
+/// The finalizer that lets a pod start on a claim being deleted (upstream's
+/// `PVCProtectionFinalizer`): the claim stays until its pods are gone.
+pub const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
+/// The mode of a local-path volume's directory (k3s's helper pod runs `mkdir -m 0777`).
+pub const LOCAL_PATH_MODE: u32 = 0o777;
 
 /// How a kubelet treats persistentVolumeClaim volumes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Claims {
-    /// They fail to set up (`skiff does not support persistentVolumeClaim volumes`); a pod
-    /// using one never starts. Real nodes.
+    /// The claim's bound volume is mounted (hostPath and local volumes); a claim that is not
+    /// bound fails to set up and is retried. Real nodes.
     #[default]
-    Unsupported,
+    Bound,
     /// An existing claim that is not being deleted gets a directory under the pod's directory,
     /// bound or not. Hollow nodes.
     NodeLocal,
 }
 
-/// Checks the claim as upstream's volume manager does before mounting (its messages, less the
-/// binding checks), then creates the volume's directory at `dir`.
-pub async fn set_up(
+/// Where a bound volume's data is on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A `hostPath` volume: the path, checked (and created) as its `type` says.
+    HostPath { path: String, type_: Option<String> },
+    /// A `local` volume: the path, which must exist, bind-mounted into the pod's directory.
+    Local { path: String },
+}
+
+/// A claim resolved to its volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// The PersistentVolume's name.
+    pub volume: String,
+    pub source: Source,
+    /// The pod's volume source says `readOnly`: every container mounts it read-only.
+    pub read_only: bool,
+    /// Skiff's local-path provisioner made the volume: its directory is created `0777`.
+    pub local_path: bool,
+}
+
+fn is_deleting_unprotected(claim: &PersistentVolumeClaim) -> bool {
+    claim.metadata.deletion_timestamp.is_some()
+        && !claim
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == PVC_PROTECTION)
+}
+
+/// The claim's volume name and uid, if it may be mounted (upstream's `getPVCExtractPV`: a
+/// claim being deleted without its protection finalizer, or not bound, may not).
+pub fn check_claim(
+    name: &str,
+    claim: Option<&PersistentVolumeClaim>,
+) -> Result<(String, String), String> {
+    let Some(claim) = claim else {
+        return Err(format!(
+            "failed to fetch PVC from API server: persistentvolumeclaims \"{name}\" not found"
+        ));
+    };
+    if is_deleting_unprotected(claim) {
+        return Err("PVC is being deleted".into());
+    }
+    let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref());
+    if phase != Some("Bound") {
+        return Err("PVC is not bound".into());
+    }
+    let volume = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.clone())
+        .unwrap_or_default();
+    if volume.is_empty() {
+        return Err("PVC has empty pvc.Spec.VolumeName".into());
+    }
+    Ok((volume, claim.metadata.uid.clone().unwrap_or_default()))
+}
+
+/// The volume `name` bound to the claim of uid `claim_uid`, as upstream's `getPVSpec` checks
+/// it, and where its data is.
+pub fn check_volume(
+    name: &str,
+    volume: Option<&PersistentVolume>,
+    claim_uid: &str,
+    read_only: bool,
+) -> Result<Resolved, String> {
+    let Some(volume) = volume else {
+        return Err(format!(
+            "failed to fetch PV {name} from API server: persistentvolumes \"{name}\" not found"
+        ));
+    };
+    let spec = volume.spec.clone().unwrap_or_default();
+    let Some(claim_ref) = &spec.claim_ref else {
+        return Err(format!(
+            "found PV object {name} but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim"
+        ));
+    };
+    let bound_uid = claim_ref.uid.as_deref().unwrap_or("");
+    if bound_uid != claim_uid {
+        return Err(format!(
+            "found PV object {name} but its pv.Spec.ClaimRef.UID {bound_uid} does not point to claim.UID {claim_uid}"
+        ));
+    }
+    if spec.volume_mode.as_deref() == Some("Block") {
+        return Err(format!(
+            "skiff does not support block volumes (persistentvolume {name})"
+        ));
+    }
+    let source = if let Some(h) = spec.host_path {
+        Source::HostPath {
+            path: h.path,
+            type_: h.type_,
+        }
+    } else if let Some(l) = spec.local {
+        Source::Local { path: l.path }
+    } else {
+        return Err(format!(
+            "skiff mounts only hostPath and local persistent volumes, not persistentvolume {name}'s"
+        ));
+    };
+    let local_path = volume
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(skiff_component_helpers::volume::ANN_DYNAMICALLY_PROVISIONED))
+        .is_some_and(|p| p == PROVISIONER);
+    Ok(Resolved {
+        volume: name.into(),
+        source,
+        read_only,
+        local_path,
+    })
+}
+
+/// Resolves the pod's claim volume through the API server; an error is upstream's message
+/// (`error processing PVC <namespace>/<claim>: …`).
+pub async fn resolve(
+    api: &dyn PodApi,
+    namespace: &str,
+    source: &PersistentVolumeClaimVolumeSource,
+) -> Result<Resolved, String> {
+    let name = &source.claim_name;
+    let failed = |why: String| format!("error processing PVC {namespace}/{name}: {why}");
+    let claim = api.claim(namespace, name).await.map_err(|e| {
+        failed(format!(
+            "failed to fetch PVC from API server: {}",
+            e.api_message()
+        ))
+    })?;
+    let (volume_name, uid) = check_claim(name, claim.as_ref()).map_err(failed)?;
+    let volume = api.volume(&volume_name).await.map_err(|e| {
+        failed(format!(
+            "failed to fetch PV {volume_name} from API server: {}",
+            e.api_message()
+        ))
+    })?;
+    check_volume(
+        &volume_name,
+        volume.as_ref(),
+        &uid,
+        source.read_only == Some(true),
+    )
+    .map_err(failed)
+}
+
+/// A hollow node's claim volume: checks the claim as upstream's volume manager does before
+/// mounting (its messages, less the binding checks), then creates the directory at `dir`.
+pub async fn node_local(
     api: &dyn PodApi,
     namespace: &str,
     claim: &str,
     dir: &Path,
 ) -> Result<(), String> {
     let failed = |why: String| format!("error processing PVC {namespace}/{claim}: {why}");
-    match api.claim_deleting(namespace, claim).await {
-        Err(e) => return Err(failed(format!("failed to fetch PVC from API server: {e}"))),
-        Ok(None) => {
+    let found = api.claim(namespace, claim).await.map_err(|e| {
+        failed(format!(
+            "failed to fetch PVC from API server: {}",
+            e.api_message()
+        ))
+    })?;
+    match found {
+        None => {
             return Err(failed(format!(
                 "failed to fetch PVC from API server: persistentvolumeclaims \"{claim}\" not found"
             )));
         }
-        Ok(Some(true)) => return Err(failed("PVC is being deleted".into())),
-        Ok(Some(false)) => {}
+        Some(c) if is_deleting_unprotected(&c) => {
+            return Err(failed("PVC is being deleted".into()));
+        }
+        Some(_) => {}
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn claim(v: serde_json::Value) -> PersistentVolumeClaim {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn volume(v: serde_json::Value) -> PersistentVolume {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_claim_is_mountable_once_bound_with_upstreams_messages_until_then() {
+        assert_eq!(
+            check_claim("data", None).unwrap_err(),
+            "failed to fetch PVC from API server: persistentvolumeclaims \"data\" not found"
+        );
+        let pending = claim(json!({"metadata": {"name": "data", "uid": "u"},
+                                   "status": {"phase": "Pending"}}));
+        assert_eq!(
+            check_claim("data", Some(&pending)).unwrap_err(),
+            "PVC is not bound"
+        );
+        let no_name = claim(json!({"metadata": {"name": "data", "uid": "u"},
+                                   "status": {"phase": "Bound"}}));
+        assert_eq!(
+            check_claim("data", Some(&no_name)).unwrap_err(),
+            "PVC has empty pvc.Spec.VolumeName"
+        );
+        let bound = json!({"metadata": {"name": "data", "uid": "u"},
+                           "spec": {"volumeName": "pv-1"}, "status": {"phase": "Bound"}});
+        assert_eq!(
+            check_claim("data", Some(&claim(bound.clone()))).unwrap(),
+            ("pv-1".to_string(), "u".to_string())
+        );
+        // being deleted: refused unless pvc-protection holds it for its pods
+        let mut deleting = bound.clone();
+        deleting["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+        assert_eq!(
+            check_claim("data", Some(&claim(deleting.clone()))).unwrap_err(),
+            "PVC is being deleted"
+        );
+        deleting["metadata"]["finalizers"] = json!([PVC_PROTECTION]);
+        assert!(check_claim("data", Some(&claim(deleting))).is_ok());
+    }
+
+    #[test]
+    fn a_volume_must_be_bound_to_this_claim_and_be_host_path_or_local() {
+        assert_eq!(
+            check_volume("pv-1", None, "u", false).unwrap_err(),
+            "failed to fetch PV pv-1 from API server: persistentvolumes \"pv-1\" not found"
+        );
+        let unbound = volume(json!({"metadata": {"name": "pv-1"},
+                                    "spec": {"hostPath": {"path": "/srv"}}}));
+        assert_eq!(
+            check_volume("pv-1", Some(&unbound), "u", false).unwrap_err(),
+            "found PV object pv-1 but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim"
+        );
+        let other = volume(json!({"metadata": {"name": "pv-1"},
+            "spec": {"claimRef": {"uid": "x"}, "hostPath": {"path": "/srv"}}}));
+        assert_eq!(
+            check_volume("pv-1", Some(&other), "u", false).unwrap_err(),
+            "found PV object pv-1 but its pv.Spec.ClaimRef.UID x does not point to claim.UID u"
+        );
+        let nfs = volume(json!({"metadata": {"name": "pv-1"},
+            "spec": {"claimRef": {"uid": "u"}, "nfs": {"server": "s", "path": "/"}}}));
+        assert!(
+            check_volume("pv-1", Some(&nfs), "u", false)
+                .unwrap_err()
+                .contains("only hostPath and local")
+        );
+        let provisioned = volume(json!({
+            "metadata": {"name": "pv-1",
+                         "annotations": {"pv.kubernetes.io/provisioned-by": PROVISIONER}},
+            "spec": {"claimRef": {"uid": "u"},
+                     "hostPath": {"path": "/d/storage/pv-1_ns_data", "type": "DirectoryOrCreate"}}}));
+        assert_eq!(
+            check_volume("pv-1", Some(&provisioned), "u", true).unwrap(),
+            Resolved {
+                volume: "pv-1".into(),
+                source: Source::HostPath {
+                    path: "/d/storage/pv-1_ns_data".into(),
+                    type_: Some("DirectoryOrCreate".into()),
+                },
+                read_only: true,
+                local_path: true,
+            }
+        );
+        let local = volume(json!({"metadata": {"name": "pv-2"},
+            "spec": {"claimRef": {"uid": "u"}, "local": {"path": "/mnt/disk"}}}));
+        let resolved = check_volume("pv-2", Some(&local), "u", false).unwrap();
+        assert_eq!(
+            resolved.source,
+            Source::Local {
+                path: "/mnt/disk".into()
+            }
+        );
+        assert!(!resolved.local_path && !resolved.read_only);
+    }
 }

@@ -1,6 +1,7 @@
 //! The volume plugins' side effects on the host outside the kubelet's data dir, behind
-//! [`HostOps`]: tmpfs mounts (emptyDir `medium: Memory`, secrets), unmounts, and the hostPath
-//! checks and creations. [`RealHost`] does them (the `mount`/`umount` commands, std::fs);
+//! [`HostOps`]: tmpfs mounts (emptyDir `medium: Memory`, secrets), bind mounts (`local`
+//! volumes), unmounts, the hostPath checks and creations, and the removal of a local-path
+//! volume's directory. [`RealHost`] does them (the `mount`/`umount` commands, std::fs);
 //! [`RecordingHost`] records them and can be told to fail.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -37,6 +38,10 @@ pub trait HostOps: Send + Sync {
     fn create_dir_all(&self, path: &Path, mode: u32) -> io::Result<()>;
     /// Creates an empty file with `mode`, and its parent directories (hostPath `FileOrCreate`).
     fn create_file(&self, path: &Path, mode: u32) -> io::Result<()>;
+    /// Bind-mounts `source` at `target` (which exists), read-only when asked.
+    fn bind_mount(&self, source: &Path, target: &Path, read_only: bool) -> io::Result<()>;
+    /// Removes `path` and everything below it; a missing path is success.
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
 }
 
 /// [`HostOps`] on this machine.
@@ -150,6 +155,28 @@ impl HostOps for RealHost {
             .open(path)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
     }
+
+    fn bind_mount(&self, source: &Path, target: &Path, read_only: bool) -> io::Result<()> {
+        run(Command::new("mount").arg("--bind").arg(source).arg(target))?;
+        if read_only {
+            // a bind mount takes `ro` only on a remount
+            if let Err(e) = run(Command::new("mount")
+                .args(["-o", "remount,bind,ro"])
+                .arg(target))
+            {
+                let _ = run(Command::new("umount").arg(target));
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        match std::fs::remove_dir_all(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
 }
 
 /// One call to a [`RecordingHost`].
@@ -159,6 +186,12 @@ pub enum HostCall {
     Unmount(PathBuf),
     CreateDir(PathBuf, u32),
     CreateFile(PathBuf, u32),
+    BindMount {
+        source: PathBuf,
+        target: PathBuf,
+        read_only: bool,
+    },
+    RemoveDir(PathBuf),
 }
 
 /// A [`HostOps`] that records what it was asked to change, keeps a table of mounts and host
@@ -237,6 +270,24 @@ impl HostOps for RecordingHost {
             .lock()
             .push(HostCall::CreateFile(path.into(), mode));
         self.files.lock().insert(path.into(), FileKind::File);
+        Ok(())
+    }
+
+    fn bind_mount(&self, source: &Path, target: &Path, read_only: bool) -> io::Result<()> {
+        self.check()?;
+        self.calls.lock().push(HostCall::BindMount {
+            source: source.into(),
+            target: target.into(),
+            read_only,
+        });
+        self.mounted.lock().insert(target.into());
+        Ok(())
+    }
+
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        self.check()?;
+        self.calls.lock().push(HostCall::RemoveDir(path.into()));
+        self.files.lock().retain(|p, _| !p.starts_with(path));
         Ok(())
     }
 }

@@ -11,7 +11,8 @@
 //! - [`empty_dir`], [`host_path`], [`config_map`], [`secret`], [`downward_api`], [`projected`]:
 //!   one file per volume type; [`keys`] is what configMap and secret share.
 //! - [`token`]: projected service account tokens, requested and refreshed.
-//! - [`claim`]: persistentVolumeClaim volumes (node-local directories on hollow nodes only).
+//! - [`claim`]: persistentVolumeClaim volumes: the bound hostPath or local volume (hollow
+//!   nodes: a directory under the pod's).
 //! - [`mounts`]: a container's `volumeMounts` (and the pod's /etc/hosts) as CRI mounts.
 
 pub mod atomic_writer;
@@ -115,6 +116,16 @@ pub struct VolumeManager {
     attempts: Mutex<HashMap<String, Attempt>>,
     /// How persistentVolumeClaim volumes are treated.
     claims: claim::Claims,
+    /// (pod uid, volume name) → where a set-up claim volume is on the host. Guards the map
+    /// only, never held across an await.
+    claim_mounts: Mutex<HashMap<(String, String), ClaimMount>>,
+}
+
+/// A set-up claim volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ClaimMount {
+    path: PathBuf,
+    read_only: bool,
 }
 
 /// The JSON name of a volume's type (`persistentVolumeClaim`, `nfs`…).
@@ -140,13 +151,20 @@ impl VolumeManager {
             tokens: token::TokenCache::default(),
             attempts: Mutex::new(HashMap::new()),
             claims: claim::Claims::default(),
+            claim_mounts: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Treats persistentVolumeClaim volumes as `claims` says (hollow nodes: node-local).
+    /// Treats persistentVolumeClaim volumes as `claims` says (real nodes: [`claim::Claims::Bound`],
+    /// the default; hollow nodes: node-local).
     pub fn with_claims(mut self, claims: claim::Claims) -> VolumeManager {
         self.claims = claims;
         self
+    }
+
+    /// The host operations the volumes use (shared with the local-path volume deleter).
+    pub fn host(&self) -> Arc<dyn HostOps> {
+        self.host.clone()
     }
 
     pub fn pod_dir(&self, uid: &str) -> PathBuf {
@@ -157,7 +175,8 @@ impl VolumeManager {
         self.pod_dir(uid).join("volumes").join(plugin).join(name)
     }
 
-    /// Where the volume is on the host, or None for a type Skiff does not support.
+    /// Where the volume is on the host, or None for a type Skiff does not support (or a claim
+    /// volume not set up yet).
     pub fn host_path(&self, uid: &str, volume: &Volume) -> Option<PathBuf> {
         let plugin = if volume.empty_dir.is_some() {
             empty_dir::PLUGIN
@@ -171,9 +190,10 @@ impl VolumeManager {
             downward_api::PLUGIN
         } else if volume.projected.is_some() {
             projected::PLUGIN
-        } else if volume.persistent_volume_claim.is_some()
-            && self.claims == claim::Claims::NodeLocal
-        {
+        } else if volume.persistent_volume_claim.is_some() {
+            if self.claims == claim::Claims::Bound {
+                return self.claim_mount(uid, &volume.name).map(|m| m.path);
+            }
             claim::PLUGIN
         } else {
             return None;
@@ -229,6 +249,22 @@ impl VolumeManager {
     ) -> Result<(), String> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        if let Some(source) = &volume.persistent_volume_claim {
+            return match self.claims {
+                claim::Claims::NodeLocal => {
+                    let dir = self.plugin_dir(uid, claim::PLUGIN, &volume.name);
+                    claim::node_local(api, namespace, &source.claim_name, &dir).await
+                }
+                claim::Claims::Bound => {
+                    let resolved = claim::resolve(api, namespace, source).await?;
+                    let mount = self.mount_claim(uid, &resolved)?;
+                    self.claim_mounts
+                        .lock()
+                        .insert((uid.to_string(), volume.name.clone()), mount);
+                    Ok(())
+                }
+            };
+        }
         let Some(dir) = self.host_path(uid, volume) else {
             return Err(format!(
                 "skiff does not support {} volumes",
@@ -239,8 +275,6 @@ impl VolumeManager {
             return empty_dir::set_up(&dir, source, self.host.as_ref());
         } else if let Some(source) = &volume.host_path {
             return host_path::set_up(&dir, source.type_.as_deref(), self.host.as_ref());
-        } else if let Some(source) = &volume.persistent_volume_claim {
-            return claim::set_up(api, namespace, &source.claim_name, &dir).await;
         } else if let Some(source) = &volume.config_map {
             config_map::payload(api, namespace, source).await?
         } else if let Some(source) = &volume.secret {
@@ -260,6 +294,69 @@ impl VolumeManager {
         Ok(())
     }
 
+    fn claim_mount(&self, uid: &str, volume: &str) -> Option<ClaimMount> {
+        self.claim_mounts
+            .lock()
+            .get(&(uid.to_string(), volume.to_string()))
+            .cloned()
+    }
+
+    /// Whether the pod's claim volume `volume` is mounted read-only (its source says so).
+    pub fn claim_read_only(&self, uid: &str, volume: &str) -> bool {
+        self.claim_mount(uid, volume).is_some_and(|m| m.read_only)
+    }
+
+    /// Makes a resolved claim volume's data reachable: a hostPath volume's path checked (a
+    /// local-path volume's directory created `0777` first), a local volume bind-mounted into
+    /// the pod's directory (once).
+    fn mount_claim(&self, uid: &str, resolved: &claim::Resolved) -> Result<ClaimMount, String> {
+        let path = match &resolved.source {
+            claim::Source::HostPath { path, type_ } => {
+                let path = PathBuf::from(path);
+                let missing = self
+                    .host
+                    .file_kind(&path)
+                    .map_err(|e| e.to_string())?
+                    .is_none();
+                if resolved.local_path && missing {
+                    self.host
+                        .create_dir_all(&path, claim::LOCAL_PATH_MODE)
+                        .map_err(|e| format!("creating {}: {e}", path.display()))?;
+                }
+                host_path::set_up(&path, type_.as_deref(), self.host.as_ref())?;
+                path
+            }
+            claim::Source::Local { path } => {
+                let source = PathBuf::from(path);
+                if self
+                    .host
+                    .file_kind(&source)
+                    .map_err(|e| e.to_string())?
+                    .is_none()
+                {
+                    return Err(format!("path {path:?} does not exist"));
+                }
+                let target = self.plugin_dir(uid, claim::LOCAL_PLUGIN, &resolved.volume);
+                std::fs::create_dir_all(&target)
+                    .map_err(|e| format!("mkdir {}: {e}", target.display()))?;
+                if !self
+                    .host
+                    .is_mount_point(&target)
+                    .map_err(|e| e.to_string())?
+                {
+                    self.host
+                        .bind_mount(&source, &target, resolved.read_only)
+                        .map_err(|e| format!("mounting {path} at {}: {e}", target.display()))?;
+                }
+                target
+            }
+        };
+        Ok(ClaimMount {
+            path,
+            read_only: resolved.read_only,
+        })
+    }
+
     fn ensure_tmpfs(&self, dir: &Path) -> Result<(), String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
         if !self.host.is_mount_point(dir).map_err(|e| e.to_string())? {
@@ -271,21 +368,43 @@ impl VolumeManager {
     }
 
     /// Unmounts what is mounted under the pod's directory and removes it; forgets the pod.
+    /// A mount stacked on another at one path (listed once) is unmounted in a second round;
+    /// the directory is removed only once nothing is mounted under it, so that a bind-mounted
+    /// local volume's data is never removed with it.
     pub fn tear_down(&self, uid: &str) -> Result<()> {
         self.attempts.lock().remove(uid);
         self.tokens.forget(uid);
+        self.claim_mounts.lock().retain(|(u, _), _| u != uid);
         let dir = self.pod_dir(uid);
-        let mounts = self
+        for _round in 0..3 {
+            let mounts = self
+                .host
+                .mounts_under(&dir)
+                .map_err(|source| Error::ListMounts {
+                    path: dir.clone(),
+                    source,
+                })?;
+            if mounts.is_empty() {
+                break;
+            }
+            for path in mounts {
+                self.host
+                    .unmount(&path)
+                    .map_err(|source| Error::Unmount { path, source })?;
+            }
+        }
+        let left = self
             .host
             .mounts_under(&dir)
             .map_err(|source| Error::ListMounts {
                 path: dir.clone(),
                 source,
             })?;
-        for path in mounts {
-            self.host
-                .unmount(&path)
-                .map_err(|source| Error::Unmount { path, source })?;
+        if let Some(path) = left.into_iter().next() {
+            return Err(Error::Unmount {
+                path,
+                source: std::io::Error::other("still mounted after unmounting it"),
+            });
         }
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::Remove {

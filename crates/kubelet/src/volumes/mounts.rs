@@ -1,6 +1,7 @@
 //! A container's CRI mounts, as upstream's `makeMounts`: each `volumeMount` at its `mountPath`
 //! from the volume's host path (or its `subPath`/expanded `subPathExpr`, created when missing),
-//! read-only when asked and always for configMap, secret, downwardAPI and projected volumes;
+//! read-only when asked (by the mount, or by a claim volume's source) and always for configMap,
+//! secret, downwardAPI and projected volumes;
 //! `mountPropagation`; and the pod's managed /etc/hosts unless a volume is mounted there.
 
 use std::path::{Component, Path, PathBuf};
@@ -84,7 +85,9 @@ impl VolumeManager {
                 check_sub_path(&sub_path)?;
                 host_path = host_path.join(&sub_path);
                 if std::fs::symlink_metadata(&host_path).is_err() {
-                    self.create_sub_path(&host_path, volume.host_path.is_some())?;
+                    let on_host =
+                        volume.host_path.is_some() || volume.persistent_volume_claim.is_some();
+                    self.create_sub_path(&host_path, on_host)?;
                 }
             }
             let api_data = volume.config_map.is_some()
@@ -99,7 +102,10 @@ impl VolumeManager {
             out.push(Mount {
                 container_path: vm.mount_path.clone(),
                 host_path: host_path.display().to_string(),
-                readonly: vm.read_only == Some(true) || api_data,
+                readonly: vm.read_only == Some(true)
+                    || api_data
+                    || (volume.persistent_volume_claim.is_some()
+                        && self.claim_read_only(uid, &volume.name)),
                 propagation: propagation as i32,
                 ..Default::default()
             });

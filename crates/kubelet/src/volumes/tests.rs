@@ -142,7 +142,7 @@ async fn secrets_and_projections_live_on_tmpfs_and_teardown_unmounts_and_removes
 async fn unsupported_volume_types_and_bad_host_paths_fail_by_name() {
     let h = harness();
     let p = pod(
-        json!([{"name": "data", "persistentVolumeClaim": {"claimName": "c"}},
+        json!([{"name": "data", "nfs": {"server": "nas", "path": "/export"}},
                {"name": "sock", "hostPath": {"path": "/run/none.sock", "type": "Socket"}}]),
         json!([]),
     );
@@ -151,7 +151,7 @@ async fn unsupported_volume_types_and_bad_host_paths_fail_by_name() {
     assert_eq!(
         messages,
         [
-            "MountVolume.SetUp failed for volume \"data\" : skiff does not support persistentVolumeClaim volumes",
+            "MountVolume.SetUp failed for volume \"data\" : skiff does not support nfs volumes",
             "MountVolume.SetUp failed for volume \"sock\" : hostPath type check failed: /run/none.sock is not a socket file",
         ]
     );
@@ -263,6 +263,31 @@ async fn a_host_that_refuses_mounts_fails_the_volume_and_teardown() {
     assert!(h.set_up(&p, at(10)).await.ready);
 }
 
+fn claim_object(name: &str, volume: Option<&str>, deleting: bool) -> PersistentVolumeClaim {
+    let mut c = json!({"metadata": {"name": name, "namespace": "prod", "uid": format!("uid-{name}")},
+                       "status": {"phase": "Pending"}});
+    if let Some(v) = volume {
+        c["spec"] = json!({"volumeName": v});
+        c["status"]["phase"] = json!("Bound");
+    }
+    if deleting {
+        c["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+    }
+    serde_json::from_value(c).unwrap()
+}
+
+fn volume_object(name: &str, claim: &str, source: serde_json::Value) -> PersistentVolume {
+    let mut v = json!({"metadata": {"name": name},
+                       "spec": {"claimRef": {"namespace": "prod", "name": claim,
+                                             "uid": format!("uid-{claim}")}}});
+    for (k, val) in source.as_object().unwrap() {
+        v["spec"][k] = val.clone();
+    }
+    serde_json::from_value(v).unwrap()
+}
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+
 #[tokio::test]
 async fn hollow_nodes_give_an_existing_claim_a_directory_and_refuse_missing_or_deleted_ones() {
     let dir = tempfile::tempdir().unwrap();
@@ -273,8 +298,13 @@ async fn hollow_nodes_give_an_existing_claim_a_directory_and_refuse_missing_or_d
     )
     .with_claims(claim::Claims::NodeLocal);
     let api = RecordingPodApi::default();
-    api.claims.lock().insert("data-web-0".into(), false);
-    api.claims.lock().insert("old".into(), true);
+    let add = |name: &str, deleting| {
+        api.claims
+            .lock()
+            .insert(name.into(), claim_object(name, None, deleting))
+    };
+    add("data-web-0", false);
+    add("old", true);
     let p = pod(
         json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data-web-0"}},
                {"name": "gone", "persistentVolumeClaim": {"claimName": "missing"}},
@@ -297,8 +327,142 @@ async fn hollow_nodes_give_an_existing_claim_a_directory_and_refuse_missing_or_d
     assert!(data.is_dir());
 
     // once the claims exist and are not being deleted, the pod's volumes are ready
-    api.claims.lock().insert("missing".into(), false);
-    api.claims.lock().insert("old".into(), false);
+    add("missing", false);
+    add("old", false);
     let result = volumes.set_up(&api, &p, &BTreeMap::new(), at(60)).await;
     assert!(result.ready && result.failures.is_empty(), "{result:?}");
+}
+
+#[tokio::test]
+async fn a_claim_volume_waits_for_its_binding_then_mounts_the_local_path_directory() {
+    let h = harness();
+    let p = pod(
+        json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data", "readOnly": true}}]),
+        json!([{"name": "data", "mountPath": "/data"},
+               {"name": "data", "mountPath": "/logs", "subPathExpr": "$(POD)"}]),
+    );
+    // no claim yet, then a claim not bound yet: not ready, with upstream's messages
+    let first = h.set_up(&p, at(0)).await;
+    assert!(!first.ready);
+    assert_eq!(
+        first.failures[0].to_string(),
+        "MountVolume.SetUp failed for volume \"data\" : error processing PVC prod/data: failed to fetch PVC from API server: persistentvolumeclaims \"data\" not found"
+    );
+    h.api
+        .claims
+        .lock()
+        .insert("data".into(), claim_object("data", None, false));
+    let pending = h.set_up(&p, at(10)).await;
+    assert_eq!(
+        pending.failures[0].message,
+        "error processing PVC prod/data: PVC is not bound"
+    );
+    // bound to a local-path volume: its directory is made 0777 and mounted as it is
+    let dir = h._dir.path().join("storage/pvc-1_prod_data");
+    let path = dir.display().to_string();
+    let mut v = volume_object(
+        "pvc-1",
+        "data",
+        json!({"hostPath": {"path": path, "type": "DirectoryOrCreate"}}),
+    );
+    v.metadata.annotations = Some(BTreeMap::from([(
+        "pv.kubernetes.io/provisioned-by".to_string(),
+        "skiff.dev/local-path".to_string(),
+    )]));
+    h.api.volumes.lock().insert("pvc-1".into(), v);
+    h.api
+        .claims
+        .lock()
+        .insert("data".into(), claim_object("data", Some("pvc-1"), false));
+    let bound = h.set_up(&p, at(20)).await;
+    assert!(bound.ready && bound.failures.is_empty(), "{bound:?}");
+    assert_eq!(
+        *h.host.calls.lock(),
+        [HostCall::CreateDir(dir.clone(), 0o777)]
+    );
+    let envs = [crate::cri::KeyValue {
+        key: "POD".into(),
+        value: "web".into(),
+    }];
+    let container = &p.spec.as_ref().unwrap().containers[0];
+    let mounts = h
+        .volumes
+        .container_mounts(&p, container, &envs, None)
+        .unwrap();
+    let got: Vec<(&str, String, bool)> = mounts
+        .iter()
+        .map(|m| (m.container_path.as_str(), m.host_path.clone(), m.readonly))
+        .collect();
+    // the claim source's readOnly makes every mount of it read-only
+    assert_eq!(
+        got,
+        [
+            ("/data", path.clone(), true),
+            ("/logs", format!("{path}/web"), true)
+        ]
+    );
+    // the sub path is made on the host, through the host's operations
+    assert_eq!(
+        h.host.calls.lock().last(),
+        Some(&HostCall::CreateDir(dir.join("web"), 0o755))
+    );
+    // the volume's data outlives the pod
+    h.volumes.tear_down("u1").unwrap();
+    assert!(
+        !h.host
+            .calls
+            .lock()
+            .iter()
+            .any(|c| matches!(c, HostCall::RemoveDir(_) | HostCall::Unmount(_)))
+    );
+}
+
+#[tokio::test]
+async fn a_local_volume_is_bind_mounted_into_the_pod_and_unmounted_with_it() {
+    let h = harness();
+    h.host
+        .files
+        .lock()
+        .insert("/mnt/disk".into(), host::FileKind::Directory);
+    h.api
+        .claims
+        .lock()
+        .insert("data".into(), claim_object("data", Some("local-1"), false));
+    h.api.volumes.lock().insert(
+        "local-1".into(),
+        volume_object("local-1", "data", json!({"local": {"path": "/mnt/disk"}})),
+    );
+    let p = pod(
+        json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]),
+        json!([{"name": "data", "mountPath": "/data"}]),
+    );
+    assert!(h.set_up(&p, at(0)).await.ready);
+    // a refresh does not mount it twice
+    assert!(h.set_up(&p, at(60)).await.ready);
+    let target = h.volumes.plugin_dir("u1", claim::LOCAL_PLUGIN, "local-1");
+    assert_eq!(
+        *h.host.calls.lock(),
+        [HostCall::BindMount {
+            source: "/mnt/disk".into(),
+            target: target.clone(),
+            read_only: false
+        }]
+    );
+    let container = &p.spec.as_ref().unwrap().containers[0];
+    let mounts = h
+        .volumes
+        .container_mounts(&p, container, &[], None)
+        .unwrap();
+    assert_eq!(mounts[0].host_path, target.display().to_string());
+    assert!(!mounts[0].readonly);
+    h.volumes.tear_down("u1").unwrap();
+    assert_eq!(h.host.calls.lock().last(), Some(&HostCall::Unmount(target)));
+    assert!(h.host.mounted.lock().is_empty());
+    // a volume whose directory is gone is not mounted
+    h.host.files.lock().clear();
+    let failed = h.set_up(&p, at(120)).await;
+    assert_eq!(
+        failed.failures[0].message,
+        "path \"/mnt/disk\" does not exist"
+    );
 }

@@ -8,7 +8,8 @@
 //! pods' shims keep running, so a restart on the same data dir finds its pods as it left them.
 //!
 //! # Layout
-//! - [`addons`]: the `kube-dns` Service, its endpoints and the DNS's role, applied every start.
+//! - [`addons`]: the `kube-dns` Service, its endpoints and the DNS's role, and the default
+//!   StorageClass, applied every start.
 //! - [`bootstrap`]: the CA and signing key shared through etcd, sealed with the token.
 //! - [`supervisor`]: the component tasks, their failures and their stopping order.
 
@@ -62,6 +63,13 @@ pub struct ServerArgs {
     /// Run the control plane only: no kubelet, proxy or cluster DNS on this machine.
     #[arg(long)]
     pub disable_agent: bool,
+
+    /// Do not apply a packaged component (repeatable, k3s's flag): `local-storage` (the default
+    /// StorageClass `local-path`). k3s's `servicelb`, `traefik`, `metrics-server` and
+    /// `runtimes` are accepted and ignored: Skiff packages none of them.
+    #[arg(long, value_name = "NAME", value_delimiter = ',',
+          value_parser = ["local-storage", "servicelb", "traefik", "metrics-server", "runtimes"])]
+    pub disable: Vec<String>,
 
     /// This machine's Node name (default: the host name).
     #[arg(long, value_name = "NAME")]
@@ -262,6 +270,14 @@ async fn start(args: &ServerArgs, supervisor: &mut Supervisor) -> anyhow::Result
         .guard(addons::ensure_dns_service(&admin, cluster_dns))
         .await?
         .is_none()
+    {
+        return Ok(());
+    }
+    if !args.disable.iter().any(|d| d == "local-storage")
+        && supervisor
+            .guard(addons::ensure_local_storage(&admin))
+            .await?
+            .is_none()
     {
         return Ok(());
     }

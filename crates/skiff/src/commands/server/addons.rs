@@ -3,7 +3,9 @@
 //! to the `kube-system/kube-dns` ServiceAccount it runs as (upstream's bootstrap
 //! `system:kube-dns` role has no EndpointSlices), the `kube-dns` Service at the cluster DNS
 //! address, selecting nothing, and, where this server runs the DNS, an EndpointSlice naming
-//! this node's address, where `skiff dns` listens.
+//! this node's address, where `skiff dns` listens; and, unless `--disable local-storage`, the
+//! default StorageClass `local-path` of Skiff's built-in provisioner (k3s's `local-storage`
+//! manifest, which k3s likewise re-applies on every start).
 
 use std::net::IpAddr;
 
@@ -11,9 +13,11 @@ use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
+use skiff_controllers::localpath::{CLASS, PROVISIONER};
 
 /// The field manager of everything the server applies.
 const MANAGER: &str = "skiff-server";
@@ -108,4 +112,56 @@ pub async fn ensure_dns_endpoints(
         }),
     )
     .await
+}
+
+/// The annotation that makes a StorageClass the default one.
+const ANN_DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
+
+/// The default StorageClass `local-path`, as k3s's `local-storage` manifest declares it (with
+/// Skiff's provisioner): volumes on the node the scheduler picks, deleted with their claim.
+pub fn local_storage_class() -> Value {
+    json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": CLASS, "annotations": {ANN_DEFAULT_CLASS: "true"}},
+        "provisioner": PROVISIONER,
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "reclaimPolicy": "Delete",
+    })
+}
+
+/// Applies [`local_storage_class`]. A class of that name that cannot take it (another
+/// provisioner's: a StorageClass's provisioner, reclaim policy and binding mode are immutable)
+/// is left as it is, with a warning: the server starts anyway.
+pub async fn ensure_local_storage(client: &kube::Client) -> anyhow::Result<()> {
+    let applied = apply(
+        Api::<StorageClass>::all(client.clone()),
+        CLASS,
+        local_storage_class(),
+    )
+    .await;
+    if let Err(e) = applied {
+        eprintln!("skiff server: warning: leaving storageclass {CLASS} as it is: {e:#}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_class_is_k3s_local_path_with_skiffs_provisioner() {
+        let class: StorageClass = serde_json::from_value(local_storage_class()).unwrap();
+        assert_eq!(class.metadata.name.as_deref(), Some("local-path"));
+        assert_eq!(class.provisioner, "skiff.dev/local-path");
+        assert_eq!(
+            class.metadata.annotations.unwrap()[ANN_DEFAULT_CLASS],
+            "true"
+        );
+        assert_eq!(
+            class.volume_binding_mode.as_deref(),
+            Some("WaitForFirstConsumer")
+        );
+        assert_eq!(class.reclaim_policy.as_deref(), Some("Delete"));
+    }
 }
