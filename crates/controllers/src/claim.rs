@@ -144,7 +144,7 @@ where
     let labels = podutil::labels(meta);
     let mut owners = cache.namespaced(meta.namespace.as_deref().unwrap_or_default());
     owners.retain(|o| {
-        podutil::selector(selector(o)).is_ok_and(|s| !s.is_empty() && s.matches(&labels))
+        podutil::selector(selector(o)).is_ok_and(|s| !s.is_empty() && s.matches(labels))
     });
     owners
 }

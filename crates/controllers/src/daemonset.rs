@@ -367,7 +367,7 @@ pub async fn reconcile(
         // validation rejects such a selector; nothing can be claimed with it
         return Ok(None);
     };
-    let matches = |meta: &kube::api::ObjectMeta| selector.matches(&podutil::labels(meta));
+    let matches = |meta: &kube::api::ObjectMeta| selector.matches(podutil::labels(meta));
     let owner = placement::owner(ds);
     let pods = claim::claim(
         &ds.metadata,

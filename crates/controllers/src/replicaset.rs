@@ -155,7 +155,18 @@ async fn claim_pods(
     let namespace = rs.namespace().unwrap_or_default();
     let mut claimed = Vec::with_capacity(pods.len());
     for pod in pods {
-        let matches = selector.matches(&podutil::labels(&pod.metadata));
+        let matches = selector.matches(podutil::labels(&pod.metadata));
+        let controller = podutil::controller_of(&pod.metadata);
+        // the common case, checked before anything is allocated: a sync looks at every pod of
+        // the namespace
+        match controller {
+            Some(r) if r.uid != uid => continue,
+            Some(_) if matches || deleting => {
+                claimed.push(pod);
+                continue;
+            }
+            _ => {}
+        }
         let pod_name = pod.name_any();
         let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
         let failed = |source| Error::Claim {
@@ -163,12 +174,8 @@ async fn claim_pods(
             pod: pod_name.clone(),
             source,
         };
-        match podutil::controller_of(&pod.metadata) {
+        match controller {
             Some(r) if r.uid == uid => {
-                if matches || deleting {
-                    claimed.push(pod);
-                    continue;
-                }
                 let release = json!({"metadata": {
                     "ownerReferences": [{"$patch": "delete", "uid": uid}],
                     "uid": pod_uid,

@@ -219,7 +219,7 @@ pub async fn reconcile(
         // validation rejects such a selector; nothing can be claimed with it
         return Ok(());
     };
-    let matches = |meta: &kube::api::ObjectMeta| selector.matches(&podutil::labels(meta));
+    let matches = |meta: &kube::api::ObjectMeta| selector.matches(podutil::labels(meta));
     let owner = identity::owner(set);
     // upstream's isMemberOf filter: a pod is a member only under one of the set's names
     let pods = claim::claim(

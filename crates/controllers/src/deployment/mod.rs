@@ -162,7 +162,7 @@ async fn claim_replica_sets(
     let deleting = d.metadata.deletion_timestamp.is_some();
     let mut claimed = Vec::new();
     for rs in sets {
-        let matches = selector.matches(&podutil::labels(&rs.metadata));
+        let matches = selector.matches(podutil::labels(&rs.metadata));
         let name = rs.name_any();
         let ns = rs.namespace().unwrap_or_default();
         let rs_uid = rs.metadata.uid.clone().unwrap_or_default();
