@@ -2,11 +2,13 @@
 //! `component-helpers/storage/volume` (shared there by the PersistentVolume controller and the
 //! scheduler's volume binding): the annotations of binding and provisioning, classes (the beta
 //! annotation before the field), access and volume modes, pre-binding, a volume's node
-//! affinity, the smallest volume that satisfies a claim, and the default StorageClass.
+//! affinity, the smallest volume that satisfies a claim (as one check per volume, which the
+//! scheduler runs once per cycle), binding a volume to a claim, a claim fully bound, a class's
+//! allowed topologies, and the default StorageClass.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use skiff_apimachinery::labels::Selector;
@@ -198,6 +200,82 @@ fn attributes_class_of_volume(volume: &PersistentVolume) -> &str {
         .unwrap_or("")
 }
 
+/// What [`volume_candidate`] says about one volume for a claim, node affinity aside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Candidate {
+    /// The volume is pre-bound to the claim (its `claimRef` names it): it is the claim's
+    /// volume, or none is, wherever its node affinity admits.
+    PreBound,
+    /// An `Available` volume of the claim's class that fits it: the smallest wins.
+    Fits,
+    /// Not for this claim.
+    No,
+}
+
+/// The claim's label selector, parsed once for [`volume_candidate`].
+pub fn claim_selector(claim: &PersistentVolumeClaim) -> Result<Option<Selector>, String> {
+    let Some(s) = claim.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
+        return Ok(None);
+    };
+    let value = serde_json::to_value(s).unwrap_or_default();
+    let key = format!(
+        "{}/{}",
+        claim.metadata.namespace.as_deref().unwrap_or(""),
+        claim.metadata.name.as_deref().unwrap_or("")
+    );
+    Selector::from_label_selector(&value)
+        .map(Some)
+        .map_err(|e| format!("error creating internal label selector for claim: {key}: {e}"))
+}
+
+/// Whether `volume` can take `claim`, every check of upstream's `FindMatchingVolume` but the
+/// volume's node affinity: capacity, volume mode, no attributes class, no deletion pending,
+/// then pre-binding; otherwise (unless `delay_binding` without a node, the controller's case
+/// for `WaitForFirstConsumer` claims) the `Available` phase, no `claimRef`, the claim's
+/// `selector`, the class, and on the scheduler's path (`for_node`) the access modes.
+pub fn volume_candidate(
+    claim: &PersistentVolumeClaim,
+    volume: &PersistentVolume,
+    selector: Option<&Selector>,
+    for_node: bool,
+    delay_binding: bool,
+) -> Candidate {
+    if !attributes_class_of_claim(claim).is_empty() {
+        return Candidate::No;
+    }
+    let spec = volume.spec.as_ref();
+    if spec.and_then(|s| s.claim_ref.as_ref()).is_some() && !is_bound_to_claim(volume, claim) {
+        return Candidate::No;
+    }
+    if capacity(volume) < requested(claim) || volume_mode_mismatch(claim, volume) {
+        return Candidate::No;
+    }
+    if !attributes_class_of_volume(volume).is_empty()
+        || volume.metadata.deletion_timestamp.is_some()
+    {
+        return Candidate::No;
+    }
+    if is_bound_to_claim(volume, claim) {
+        return Candidate::PreBound;
+    }
+    if !for_node && delay_binding {
+        return Candidate::No;
+    }
+    let phase = volume.status.as_ref().and_then(|s| s.phase.as_deref());
+    if phase != Some("Available") {
+        return Candidate::No;
+    }
+    let empty = BTreeMap::new();
+    let labels = volume.metadata.labels.as_ref().unwrap_or(&empty);
+    if selector.is_some_and(|s| !s.matches(labels)) || volume_class(volume) != claim_class(claim) {
+        return Candidate::No;
+    }
+    if for_node && !has_access_modes(claim, volume) {
+        return Candidate::No;
+    }
+    Candidate::Fits
+}
+
 /// The volume among `volumes` to bind `claim` to (upstream's `FindMatchingVolume`, with the
 /// `VolumeAttributesClass` feature off as in 1.33): one pre-bound to the claim (by its
 /// `claimRef`) wins; otherwise the smallest `Available` one with enough capacity, the same
@@ -213,67 +291,98 @@ pub fn find_matching_volume<'a>(
     if !attributes_class_of_claim(claim).is_empty() {
         return Ok(None);
     }
-    let wanted = requested(claim);
-    let class = claim_class(claim);
-    let selector = match claim.spec.as_ref().and_then(|s| s.selector.as_ref()) {
-        None => None,
-        Some(s) => {
-            let value = serde_json::to_value(s).unwrap_or_default();
-            let key = format!(
-                "{}/{}",
-                claim.metadata.namespace.as_deref().unwrap_or(""),
-                claim.metadata.name.as_deref().unwrap_or("")
-            );
-            let parsed = Selector::from_label_selector(&value).map_err(|e| {
-                format!("error creating internal label selector for claim: {key}: {e}")
-            })?;
-            Some(parsed)
-        }
-    };
+    let selector = claim_selector(claim)?;
     let mut smallest: Option<(&PersistentVolume, i128)> = None;
     for &volume in volumes {
-        let spec = volume.spec.as_ref();
-        if spec.and_then(|s| s.claim_ref.as_ref()).is_some() && !is_bound_to_claim(volume, claim) {
-            continue;
-        }
-        let size = capacity(volume);
-        if size < wanted || volume_mode_mismatch(claim, volume) {
-            continue;
-        }
-        if !attributes_class_of_volume(volume).is_empty() {
-            continue;
-        }
-        if volume.metadata.deletion_timestamp.is_some() {
+        let candidate = volume_candidate(
+            claim,
+            volume,
+            selector.as_ref(),
+            node.is_some(),
+            delay_binding,
+        );
+        if candidate == Candidate::No {
             continue;
         }
         let affinity_ok = node.is_none_or(|n| check_node_affinity(volume, n).is_ok());
-        if is_bound_to_claim(volume, claim) {
+        if candidate == Candidate::PreBound {
             return Ok(affinity_ok.then_some(volume));
         }
-        if node.is_none() && delay_binding {
-            continue;
-        }
-        let phase = volume.status.as_ref().and_then(|s| s.phase.as_deref());
-        if phase != Some("Available") {
-            continue;
-        }
-        let empty = BTreeMap::new();
-        let labels = volume.metadata.labels.as_ref().unwrap_or(&empty);
-        if selector.as_ref().is_some_and(|s| !s.matches(labels)) {
-            continue;
-        }
-        if volume_class(volume) != class || !affinity_ok {
-            continue;
-        }
-        if node.is_some() && !has_access_modes(claim, volume) {
-            continue;
-        }
-        if smallest.is_none_or(|(_, s)| s > size) {
+        let size = capacity(volume);
+        if affinity_ok && smallest.is_none_or(|(_, s)| s > size) {
             smallest = Some((volume, size));
         }
     }
     Ok(smallest.map(|(v, _)| v))
 }
+
+/// The volume with its `claimRef` naming `claim` (kind, namespace, name, uid and resource
+/// version) and, unless it was already pre-bound to it, annotated `bound-by-controller`
+/// (upstream's `GetBindVolumeToClaim`); `None` when it already is.
+pub fn bind_volume_to_claim(
+    volume: &PersistentVolume,
+    claim: &PersistentVolumeClaim,
+) -> Option<PersistentVolume> {
+    let by_controller = !is_bound_to_claim(volume, claim);
+    let mut updated = volume.clone();
+    let mut dirty = false;
+    let current = volume.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+    if current.is_none_or(|r| {
+        r.name != claim.metadata.name
+            || r.namespace != claim.metadata.namespace
+            || r.uid != claim.metadata.uid
+    }) {
+        updated.spec.get_or_insert_with(Default::default).claim_ref = Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("PersistentVolumeClaim".into()),
+            namespace: claim.metadata.namespace.clone(),
+            name: claim.metadata.name.clone(),
+            uid: claim.metadata.uid.clone(),
+            resource_version: claim.metadata.resource_version.clone(),
+            field_path: None,
+        });
+        dirty = true;
+    }
+    let annotations = updated
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
+    if by_controller && !annotations.contains_key(ANN_BOUND_BY_CONTROLLER) {
+        annotations.insert(ANN_BOUND_BY_CONTROLLER.into(), "yes".into());
+        dirty = true;
+    }
+    dirty.then_some(updated)
+}
+
+/// Whether the PersistentVolume controller finished binding the claim: it names its volume
+/// and is annotated `bind-completed` (upstream's `isPVCFullyBound`).
+pub fn is_claim_fully_bound(claim: &PersistentVolumeClaim) -> bool {
+    let volume = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref());
+    volume.is_some_and(|v| !v.is_empty())
+        && annotation(claim.metadata.annotations.as_ref(), ANN_BIND_COMPLETED).is_some()
+}
+
+/// Whether a StorageClass's `allowedTopologies` admit the node (none admit every node):
+/// some term whose every expression's key is a label of the node with one of its values
+/// (upstream's `MatchTopologySelectorTerms`).
+pub fn class_allows_node(class: &StorageClass, node: &Node) -> bool {
+    let terms = class.allowed_topologies.as_deref().unwrap_or(&[]);
+    if terms.is_empty() {
+        return true;
+    }
+    let labels = node.metadata.labels.as_ref();
+    terms.iter().any(|term| {
+        term.match_label_expressions.iter().flatten().all(|e| {
+            labels
+                .and_then(|l| l.get(&e.key))
+                .is_some_and(|v| e.values.contains(v))
+        })
+    })
+}
+
+/// The provisioner name of classes whose volumes are made by hand (upstream's
+/// `NotSupportedProvisioner`).
+pub const NOT_SUPPORTED_PROVISIONER: &str = "kubernetes.io/no-provisioner";
 
 /// The canonical form of a set of access modes (upstream's `GetAccessModesAsString`: each
 /// mode once, abbreviated, in a fixed order), under which volumes are grouped.
@@ -445,6 +554,66 @@ mod tests {
             check_volume_satisfies_claim(&classy, &c),
             Err("storageClassName does not match".into())
         );
+    }
+
+    #[test]
+    fn binding_a_volume_points_it_at_the_claim_once_and_marks_who_bound_it() {
+        let mut c = claim(json!({}));
+        c.metadata.resource_version = Some("7".into());
+        let free = volume("v", "1Gi", json!({}));
+        let bound = bind_volume_to_claim(&free, &c).expect("a change");
+        let r = bound.spec.as_ref().unwrap().claim_ref.as_ref().unwrap();
+        assert_eq!(
+            (r.kind.as_deref(), r.namespace.as_deref(), r.name.as_deref()),
+            (Some("PersistentVolumeClaim"), Some("ns"), Some("c"))
+        );
+        assert_eq!(
+            (r.uid.as_deref(), r.resource_version.as_deref()),
+            (Some("u1"), Some("7"))
+        );
+        assert_eq!(
+            bound.metadata.annotations.as_ref().unwrap()[ANN_BOUND_BY_CONTROLLER],
+            "yes"
+        );
+        assert!(bind_volume_to_claim(&bound, &c).is_none());
+        // pre-bound by the user (name only): the uid is filled in, no bound-by-controller
+        let pre = volume(
+            "p",
+            "1Gi",
+            json!({"spec": {"claimRef": {"namespace": "ns", "name": "c"}}}),
+        );
+        let filled = bind_volume_to_claim(&pre, &c).expect("the uid");
+        assert!(filled.metadata.annotations.unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_claim_is_fully_bound_with_its_volume_named_and_bind_completed() {
+        assert!(!is_claim_fully_bound(&claim(json!({}))));
+        let named = claim(json!({"spec": {"volumeName": "v"}}));
+        assert!(!is_claim_fully_bound(&named));
+        let done = claim(json!({"spec": {"volumeName": "v"},
+            "metadata": {"annotations": {ANN_BIND_COMPLETED: "yes"}}}));
+        assert!(is_claim_fully_bound(&done));
+    }
+
+    #[test]
+    fn allowed_topologies_admit_nodes_with_a_matching_label_in_some_term() {
+        let class: StorageClass = serde_json::from_value(json!({
+            "metadata": {"name": "zonal"}, "provisioner": "p",
+            "allowedTopologies": [{"matchLabelExpressions": [
+                {"key": "topology.kubernetes.io/zone", "values": ["a", "b"]}]}]}))
+        .unwrap();
+        let node = |zone: Option<&str>| -> Node {
+            let labels = zone.map(|z| json!({"topology.kubernetes.io/zone": z}));
+            serde_json::from_value(json!({"metadata": {"name": "n", "labels": labels}})).unwrap()
+        };
+        assert!(class_allows_node(&class, &node(Some("b"))));
+        assert!(!class_allows_node(&class, &node(Some("c"))));
+        assert!(!class_allows_node(&class, &node(None)));
+        let open: StorageClass =
+            serde_json::from_value(json!({"metadata": {"name": "any"}, "provisioner": "p"}))
+                .unwrap();
+        assert!(class_allows_node(&open, &node(None)));
     }
 
     #[test]

@@ -142,6 +142,13 @@ impl<K: Resource> Cache<K> {
         cache
     }
 
+    /// Stores `obj` as if the watch had brought it, telling no handler; returns what it
+    /// replaced. For tests of code that reads a cache another party writes (with
+    /// [`Cache::from_objects`]); in a running process only the informer writes its cache.
+    pub fn store(&self, obj: K) -> Option<Arc<K>> {
+        self.insert(Arc::new(obj))
+    }
+
     /// Adds an index; the objects already cached are filed under it at once. A name already
     /// used is replaced.
     pub fn add_index(

@@ -285,9 +285,12 @@ impl Algorithm {
         }
         let candidates: Vec<Arc<NodeInfo>> = match &pre.node_names {
             Some(names) => {
+                // upstream names the plugins that narrowed the nodes, sorted
+                let mut narrowing = state.node_set_plugins.clone();
+                narrowing.sort_unstable();
                 let absent = Status::unresolvable(format!(
                     "node(s) didn't satisfy plugin(s) [{}]",
-                    fw.plugin_names().join(" ")
+                    narrowing.join(" ")
                 ));
                 for n in snapshot.nodes() {
                     if !names.contains(n.name()) {
@@ -449,6 +452,36 @@ mod tests {
             alg.schedule(&fw, &mut CycleState::default(), &pod, &Snapshot::default()),
             Err(ScheduleError::NoNodes)
         ));
+    }
+
+    #[test]
+    fn nodes_a_pre_filter_left_out_name_the_plugins_that_narrowed_them() {
+        use crate::plugins::node_affinity::NodeAffinity;
+        let fw = Framework::new(
+            "default-scheduler",
+            vec![
+                (Arc::new(NodeUnschedulable), 0),
+                (Arc::new(NodeAffinity::default()), 0),
+            ],
+        );
+        let affinity = serde_json::from_value(serde_json::json!({"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In",
+                                  "values": ["n1"]}]}]}}}))
+        .unwrap();
+        let pod = PodBuilder::new("p").affinity(affinity).info();
+        let nodes = snapshot(vec![
+            node("n1").unschedulable().info(&[]),
+            node("n2").info(&[]),
+        ]);
+        let err = Algorithm::new(1)
+            .schedule(&fw, &mut CycleState::default(), &pod, &nodes)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "0/2 nodes are available: 1 node(s) didn't satisfy plugin(s) [NodeAffinity], \
+             1 node(s) were unschedulable."
+        );
     }
 
     #[test]

@@ -1,11 +1,15 @@
 //! Everything the scheduler writes, behind one trait: bindings, events, the pod's
-//! `PodScheduled` condition and nomination, and the eviction of preemption victims. [`KubeApi`] writes through the API server; [`RecordingApi`]
-//! records calls for tests and can be told to fail bindings.
+//! `PodScheduled` condition and nomination, the eviction of preemption victims, and volume
+//! binding's updates of PersistentVolumes and claims. [`KubeApi`] writes through the API
+//! server; [`RecordingApi`] records calls for tests and can be told to fail bindings and
+//! updates.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{
+    Binding, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use parking_lot::Mutex;
@@ -26,6 +30,12 @@ pub enum Error {
         node: String,
         message: String,
     },
+    #[error("updating {kind} {name}: {message}")]
+    Update {
+        kind: &'static str,
+        name: String,
+        message: String,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -44,6 +54,20 @@ pub trait ClusterApi: Send + Sync {
     /// Evicts a preemption victim as upstream does: the `DisruptionTarget` condition, the
     /// deletion (with the pod's own grace period), and a Normal `Preempted` event on it.
     async fn preempt(&self, victim: &PodInfo, preemptor: &PodInfo, node: &str, profile: &str);
+    /// PUTs a PersistentVolume (volume binding's `claimRef`); returns what the server stored.
+    async fn update_volume(&self, volume: &PersistentVolume) -> Result<PersistentVolume>;
+    /// PUTs a PersistentVolumeClaim (volume binding's `selected-node`); returns what the
+    /// server stored.
+    async fn update_claim(&self, claim: &PersistentVolumeClaim) -> Result<PersistentVolumeClaim>;
+}
+
+/// The API server's own message for an API error (`Operation cannot be fulfilled on …`), else
+/// the client's.
+fn api_message(e: kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.message,
+        e => e.to_string(),
+    }
 }
 
 /// Writes through the API server; events go through the scheduler's [`Recorder`].
@@ -194,6 +218,31 @@ impl ClusterApi for KubeApi {
         let event = event.with_related(Some(reference(preemptor)));
         self.events.record(event.with_action("Preempting"));
     }
+
+    async fn update_volume(&self, volume: &PersistentVolume) -> Result<PersistentVolume> {
+        let name = volume.metadata.name.clone().unwrap_or_default();
+        Api::<PersistentVolume>::all(self.client.clone())
+            .replace(&name, &PostParams::default(), volume)
+            .await
+            .map_err(|e| Error::Update {
+                kind: "PersistentVolume",
+                name,
+                message: api_message(e),
+            })
+    }
+
+    async fn update_claim(&self, claim: &PersistentVolumeClaim) -> Result<PersistentVolumeClaim> {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let namespace = claim.metadata.namespace.as_deref().unwrap_or("default");
+        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace)
+            .replace(&name, &PostParams::default(), claim)
+            .await
+            .map_err(|e| Error::Update {
+                kind: "PersistentVolumeClaim",
+                name: format!("{namespace}/{name}"),
+                message: api_message(e),
+            })
+    }
 }
 
 /// One call the scheduler made.
@@ -217,13 +266,39 @@ pub enum Call {
         preemptor: String,
         node: String,
     },
+    /// A PersistentVolume updated, with the claim (`namespace/name`) its `claimRef` names.
+    UpdateVolume {
+        volume: String,
+        claim: String,
+    },
+    /// A claim (`namespace/name`) updated, with its `selected-node` annotation.
+    UpdateClaim {
+        claim: String,
+        selected_node: Option<String>,
+    },
 }
 
-/// Records calls; bindings of pods named in `fail_binds` fail.
+/// Records calls; bindings of pods named in `fail_binds` fail, and so do updates of volumes
+/// and claims (by name, `namespace/name` for claims) named in `fail_updates`. An update
+/// returns the object with its resource version plus one.
 #[derive(Default)]
 pub struct RecordingApi {
     pub calls: Mutex<Vec<Call>>,
     pub fail_binds: Mutex<Vec<String>>,
+    pub fail_updates: Mutex<Vec<String>>,
+}
+
+/// The object as a server would store it: its resource version plus one.
+fn stored<K: kube::Resource + Clone>(obj: &K) -> K {
+    let mut obj = obj.clone();
+    let meta = obj.meta_mut();
+    let rv: u64 = meta
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    meta.resource_version = Some((rv + 1).to_string());
+    obj
 }
 
 impl RecordingApi {
@@ -274,5 +349,59 @@ impl ClusterApi for RecordingApi {
             preemptor: preemptor.key.clone(),
             node: node.into(),
         });
+    }
+
+    async fn update_volume(&self, volume: &PersistentVolume) -> Result<PersistentVolume> {
+        let name = volume.metadata.name.clone().unwrap_or_default();
+        let claim = volume
+            .spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .map(|r| {
+                format!(
+                    "{}/{}",
+                    r.namespace.as_deref().unwrap_or(""),
+                    r.name.as_deref().unwrap_or("")
+                )
+            })
+            .unwrap_or_default();
+        self.calls.lock().push(Call::UpdateVolume {
+            volume: name.clone(),
+            claim,
+        });
+        if self.fail_updates.lock().contains(&name) {
+            return Err(Error::Update {
+                kind: "PersistentVolume",
+                name,
+                message: "told to fail".into(),
+            });
+        }
+        Ok(stored(volume))
+    }
+
+    async fn update_claim(&self, claim: &PersistentVolumeClaim) -> Result<PersistentVolumeClaim> {
+        let key = format!(
+            "{}/{}",
+            claim.metadata.namespace.as_deref().unwrap_or(""),
+            claim.metadata.name.as_deref().unwrap_or("")
+        );
+        let selected_node = claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(skiff_component_helpers::volume::ANN_SELECTED_NODE))
+            .cloned();
+        self.calls.lock().push(Call::UpdateClaim {
+            claim: key.clone(),
+            selected_node,
+        });
+        if self.fail_updates.lock().contains(&key) {
+            return Err(Error::Update {
+                kind: "PersistentVolumeClaim",
+                name: key,
+                message: "told to fail".into(),
+            });
+        }
+        Ok(stored(claim))
     }
 }

@@ -13,9 +13,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::api::ClusterApi;
-use crate::binder::DefaultBinder;
 use crate::framework::{Framework, Plugin, Points};
-use crate::plugins;
+use crate::plugins::{self, Handle};
 use crate::scheduler::DEFAULT_SCHEDULER_NAME;
 
 /// A configuration file that cannot be used.
@@ -184,8 +183,15 @@ impl Configuration {
         }
     }
 
-    /// The profiles as frameworks; with none configured, upstream's default profile.
+    /// The profiles as frameworks, their volume plugins over empty storage caches (see
+    /// [`Configuration::frameworks_with`]).
     pub fn frameworks(&self, api: Arc<dyn ClusterApi>) -> Result<Vec<Framework>, Error> {
+        self.frameworks_with(&Handle::new(api))
+    }
+
+    /// The profiles as frameworks, their plugins built with `handle`; with none configured,
+    /// upstream's default profile.
+    pub fn frameworks_with(&self, handle: &Handle) -> Result<Vec<Framework>, Error> {
         let profiles = if self.profiles.is_empty() {
             vec![ProfileConfig::default()]
         } else {
@@ -204,7 +210,7 @@ impl Configuration {
             if !seen.insert(name.clone()) {
                 return Err(Error::DuplicateProfile(name));
             }
-            let mut fw = build(&name, p, api.clone())?;
+            let mut fw = build(&name, p, handle)?;
             let sorts = fw.plugins_at(Points::QUEUE_SORT);
             let sort = match sorts[..] {
                 [] => return Err(Error::NoQueueSort(name)),
@@ -251,7 +257,7 @@ struct Chosen {
 /// what it enables, at every point; then each extension point's own list takes plugins out of
 /// that point or adds them to it (a weight under `score` sets the Score weight). Each plugin
 /// is built once, with its `pluginConfig` args.
-fn build(name: &str, p: &ProfileConfig, api: Arc<dyn ClusterApi>) -> Result<Framework, Error> {
+fn build(name: &str, p: &ProfileConfig, handle: &Handle) -> Result<Framework, Error> {
     let config = p.plugins.clone().unwrap_or_default();
     let multi = &config.multi_point;
     let mut defaults = plugins::default_plugins();
@@ -302,21 +308,18 @@ fn build(name: &str, p: &ProfileConfig, api: Arc<dyn ClusterApi>) -> Result<Fram
     let registry = plugins::registry();
     let mut list = Vec::new();
     for c in chosen.into_iter().filter(|c| c.points != Points::NONE) {
-        let built: Arc<dyn Plugin> = if c.name == crate::binder::NAME {
-            Arc::new(DefaultBinder::new(api.clone()))
-        } else {
-            let factory = registry
-                .get(c.name.as_str())
-                .ok_or_else(|| Error::UnknownPlugin {
-                    profile: name.into(),
-                    plugin: c.name.clone(),
-                })?;
-            factory(args.get(c.name.as_str()).copied()).map_err(|message| Error::Args {
+        let factory = registry
+            .get(c.name.as_str())
+            .ok_or_else(|| Error::UnknownPlugin {
+                profile: name.into(),
+                plugin: c.name.clone(),
+            })?;
+        let built: Arc<dyn Plugin> =
+            factory(args.get(c.name.as_str()).copied(), handle).map_err(|message| Error::Args {
                 profile: name.into(),
                 plugin: c.name.clone(),
                 message,
-            })?
-        };
+            })?;
         // a plugin named at one point must implement it, as upstream checks
         for (set, point_name, point) in config.per_point() {
             let named = set.enabled.iter().any(|e| e.name == c.name);

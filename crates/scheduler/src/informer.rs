@@ -3,14 +3,18 @@
 //! PodDisruptionBudgets (for preemption), PersistentVolumeClaims (for volume checks), namespaces
 //! (for pod affinity's namespace selectors) and Services, ReplicaSets and StatefulSets (for
 //! default spreading). Each informer's handler hands adds, updates and deletions (a deletion a
-//! relist found included) to the scheduler's `on_*` methods.
+//! relist found included) to the scheduler's `on_*` methods. PersistentVolumes, StorageClasses
+//! and CSINodes, which the volume plugins read from the informers' caches, only wake the pods
+//! their additions and changes may help.
 
 use std::future::Future;
 use std::sync::{Arc, Weak};
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Resource;
 use tokio::sync::watch;
@@ -18,6 +22,7 @@ use tokio::sync::watch;
 use skiff_apimachinery::labels::Selector;
 use skiff_runtime::informer::{Change, Informers, Kind};
 
+use crate::framework::ClusterEvent;
 use crate::plugins::helper::label_selector;
 use crate::scheduler::Scheduler;
 
@@ -83,11 +88,20 @@ pub fn run(
         |s, c: &Arc<PersistentVolumeClaim>| s.on_claim(object_key(c.as_ref()), Some(c.clone())),
         |s, c| s.on_claim(object_key(c.as_ref()), None),
     );
+    wake::<PersistentVolume>(informers, &scheduler, ClusterEvent::PV_CHANGE);
+    wake::<StorageClass>(informers, &scheduler, ClusterEvent::STORAGE_CLASS_CHANGE);
+    wake::<CSINode>(informers, &scheduler, ClusterEvent::CSI_NODE_CHANGE);
+    let claims = informers.get::<PersistentVolumeClaim>();
+    let volumes = informers.get::<PersistentVolume>();
+    let classes = informers.get::<StorageClass>();
     let factory = informers.clone();
     async move {
         let _factory = factory;
         pods.cache().wait_until_ready().await;
         nodes.cache().wait_until_ready().await;
+        claims.cache().wait_until_ready().await;
+        volumes.cache().wait_until_ready().await;
+        classes.cache().wait_until_ready().await;
         let _ = synced.send(true);
         std::future::pending::<()>().await;
     }
@@ -114,6 +128,16 @@ fn follow<K>(
             Change::Deleted { last, .. } => delete(&s, last),
         }
     });
+}
+
+/// Hands `event` to the scheduler for every `K` added or changed.
+fn wake<K: Kind>(informers: &Informers, scheduler: &Arc<Scheduler>, event: ClusterEvent) {
+    follow::<K>(
+        informers,
+        scheduler,
+        move |s, _| s.on_storage_event(event),
+        |_, _| {},
+    );
 }
 
 /// The selectors of one kind of controller, for default spreading.

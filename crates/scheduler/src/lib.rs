@@ -14,6 +14,7 @@
 //! - [`binder`]: the `DefaultBinder` plugin.
 //! - [`config`]: `KubeSchedulerConfiguration` and the profiles it builds.
 //! - [`informer`]: the handlers on the shared informers that feed the scheduler.
+//! - [`volumes`]: the storage caches the volume plugins read, with what VolumeBinding assumed.
 //! - [`metrics`]: `/metrics` with upstream's names.
 
 pub mod algorithm;
@@ -28,5 +29,6 @@ pub mod nominator;
 pub mod plugins;
 pub mod queue;
 pub mod scheduler;
+pub mod volumes;
 
 pub use scheduler::{DEFAULT_SCHEDULER_NAME, Scheduler};

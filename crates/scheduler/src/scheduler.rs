@@ -300,6 +300,12 @@ impl Scheduler {
         }
     }
 
+    /// A PersistentVolume, StorageClass or CSINode was added or changed (`event` says which):
+    /// pods the volume plugins rejected may fit now.
+    pub fn on_storage_event(&self, event: ClusterEvent) {
+        self.queue.on_event(event);
+    }
+
     /// Schedules pods until the queue is closed; flushes backoff every second.
     pub async fn run(self: &Arc<Self>) {
         let flusher = {
@@ -419,10 +425,13 @@ impl Scheduler {
             queued, started, ..
         } = attempt;
         let mut status = fw.wait_on_permit(&pod).await;
+        let mut stage = "Permit";
         if status.is_success() {
+            stage = "PreBind";
             status = fw.run_pre_bind(&state, &pod, &node).await;
         }
         if status.is_success() {
+            stage = "Bind";
             status = fw.run_bind(&state, &pod, &node).await;
         }
         if status.is_success() {
@@ -446,9 +455,19 @@ impl Scheduler {
             queued.attempts,
             queued.first_seen,
         );
-        // a Permit plugin's refusal is the pod's lot; anything else is the scheduler's error
+        // a Permit or PreBind plugin's refusal is the pod's lot; anything else is the
+        // scheduler's error, worded as upstream's for the step that failed
         let (reason, msg) = if status.is_rejected() {
             ("Unschedulable", status.message())
+        } else if stage == "PreBind" {
+            (
+                "SchedulerError",
+                format!(
+                    "running PreBind plugin {:?}: {}",
+                    status.plugin(),
+                    status.message()
+                ),
+            )
         } else {
             (
                 "SchedulerError",

@@ -7,7 +7,9 @@
 mod support;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Endpoints, Node, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{
+    Endpoints, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
+};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -17,7 +19,7 @@ use support::{ApiServer, Backend, KUBECTL_133, eventually, kube_client, run};
 
 const CONTROLLERS: &[&str] = &[
     "--controllers",
-    "endpoints,endpointslice,daemonset,statefulset",
+    "endpoints,endpointslice,daemonset,statefulset,persistentvolume-binder",
 ];
 
 /// A pod labelled `app: web` whose container names `port_name` 8080; with `gated`, it stays
@@ -493,6 +495,17 @@ fn a_statefulset_creates_in_order_rolls_out_from_the_top_and_scales_down_from_th
                     "spec": {"accessModes": ["ReadWriteOnce"],
                         "resources": {"requests": {"storage": "1Gi"}}}}]}}))
         .unwrap();
+        // a volume for each claim: a pod whose claim is unbound is not scheduled (VolumeBinding)
+        let volumes: Api<PersistentVolume> = Api::all(client.clone());
+        for n in 0..3 {
+            let pv: PersistentVolume = serde_json::from_value(json!({
+                "metadata": {"name": format!("sts-pv-{n}")},
+                "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "",
+                    "hostPath": {"path": format!("/tmp/skiff-sts-pv-{n}")}}}))
+            .unwrap();
+            volumes.create(&PostParams::default(), &pv).await.unwrap();
+        }
         let set = sets.create(&PostParams::default(), &set).await.unwrap();
         let set_uid = set.metadata.uid.clone().unwrap();
         let adopted = eventually("db-0 adopted", || async {

@@ -1,8 +1,9 @@
 //! Skiff's local-path volumes end to end: a real `skiff apiserver`, `skiff controller-manager`
 //! (the PersistentVolume binder, the local-path provisioner, the protection controllers) and a
 //! `skiff kubelet` with its managed containerd. A claim of the default class `local-path`
-//! (as `skiff server` applies it) placed on the node (its `selected-node` annotation set here:
-//! the scheduler's volume binding does not set it yet) gets a volume under the directory the
+//! (as `skiff server` applies it) placed on the node (its `selected-node` annotation set here,
+//! as the scheduler's volume binding sets it: no scheduler runs, the pods name their node; see
+//! `volume_binding.rs` for the scheduler's part) gets a volume under the directory the
 //! kubelet publishes; a pod writes to it (a subPath too), and once that pod is deleted a second
 //! pod, mounting the claim read-only, reads the data and cannot write; deleting the claim
 //! removes the volume's directory and then the volume. A pod whose claim does not exist waits
@@ -181,7 +182,7 @@ fn a_local_path_claim_keeps_its_data_across_pods_and_goes_with_its_volume() {
             .await
             .unwrap();
 
-        // the scheduler's volume binding would place it; here the test does
+        // the scheduler's volume binding places it; here the test does
         claims
             .patch(
                 "data",

@@ -733,11 +733,25 @@ fn a_read_write_once_pod_claim_admits_one_pod_and_a_missing_claim_keeps_its_pod_
             "{message}"
         );
 
-        // the claim's creation wakes the pod
+        // the claim's creation wakes the pod (a claim bound already: no binder runs here)
+        let volumes: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(c.clone());
+        let volume = json!({"metadata": {"name": "data-pv"},
+                            "spec": {"accessModes": ["ReadWriteOncePod"], "storageClassName": "",
+                                     "capacity": {"storage": "1Gi"},
+                                     "hostPath": {"path": "/var/lib/skiff-test/data"}}});
+        volumes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(volume).unwrap(),
+            )
+            .await
+            .unwrap();
         let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
             Api::namespaced(c.clone(), "default");
-        let claim = json!({"metadata": {"name": "data"},
-                           "spec": {"accessModes": ["ReadWriteOncePod"],
+        let claim = json!({"metadata": {"name": "data",
+                                        "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+                           "spec": {"accessModes": ["ReadWriteOncePod"], "storageClassName": "",
+                                    "volumeName": "data-pv",
                                     "resources": {"requests": {"storage": "1Gi"}}}});
         claims
             .create(

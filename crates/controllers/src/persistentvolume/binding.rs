@@ -14,8 +14,7 @@ use skiff_component_helpers::volume::{
 
 use super::Cluster;
 use super::sync::{
-    Error, Result, claim_phase, claim_ref, has_annotation, set_annotation, volume_name_of,
-    volume_phase,
+    Error, Result, claim_phase, has_annotation, set_annotation, volume_name_of, volume_phase,
 };
 use crate::events::Note;
 
@@ -33,31 +32,17 @@ pub async fn bind(
     Ok(())
 }
 
+/// The volume's `claimRef` pointed at the claim, written only when that changes (the change
+/// itself is the helpers', which the scheduler's volume binding shares).
 pub(super) async fn bind_volume_to_claim(
     c: &dyn Cluster,
     volume: &PersistentVolume,
     claim: &PersistentVolumeClaim,
 ) -> Result<PersistentVolume> {
-    let by_controller = !helpers::is_bound_to_claim(volume, claim);
-    let mut updated = volume.clone();
-    let mut dirty = false;
-    let current = claim_ref(volume);
-    if current.is_none_or(|r| {
-        r.name != claim.metadata.name
-            || r.namespace != claim.metadata.namespace
-            || r.uid != claim.metadata.uid
-    }) {
-        updated.spec.get_or_insert_default().claim_ref = Some(claim.object_ref(&()));
-        dirty = true;
+    match helpers::bind_volume_to_claim(volume, claim) {
+        None => Ok(volume.clone()),
+        Some(updated) => Ok(c.update_volume(updated).await?),
     }
-    if by_controller && !has_annotation(&updated, ANN_BOUND_BY_CONTROLLER) {
-        set_annotation(&mut updated, ANN_BOUND_BY_CONTROLLER, "yes");
-        dirty = true;
-    }
-    if !dirty {
-        return Ok(volume.clone());
-    }
-    Ok(c.update_volume(updated).await?)
 }
 
 pub(super) async fn bind_claim_to_volume(

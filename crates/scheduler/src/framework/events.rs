@@ -32,6 +32,12 @@ impl ClusterEvent {
     pub const ASSIGNED_POD_LABEL: ClusterEvent = ClusterEvent(1 << 8);
     /// A PersistentVolumeClaim was added or changed.
     pub const PVC_CHANGE: ClusterEvent = ClusterEvent(1 << 9);
+    /// A PersistentVolume was added or changed.
+    pub const PV_CHANGE: ClusterEvent = ClusterEvent(1 << 10);
+    /// A StorageClass was added or changed.
+    pub const STORAGE_CLASS_CHANGE: ClusterEvent = ClusterEvent(1 << 11);
+    /// A CSINode was added or changed.
+    pub const CSI_NODE_CHANGE: ClusterEvent = ClusterEvent(1 << 12);
     /// Every event: what a plugin that does not say registers for.
     pub const ALL: ClusterEvent = ClusterEvent(u32::MAX);
 

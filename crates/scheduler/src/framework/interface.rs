@@ -56,6 +56,9 @@ pub struct CycleState {
     data: Vec<(&'static str, Box<dyn StateData>)>,
     pub skip_filter_plugins: Vec<&'static str>,
     pub skip_score_plugins: Vec<&'static str>,
+    /// The plugins whose PreFilter named the only nodes worth filtering, for the message of
+    /// the nodes left out.
+    pub node_set_plugins: Vec<&'static str>,
 }
 
 impl Clone for CycleState {
@@ -68,6 +71,7 @@ impl Clone for CycleState {
                 .collect(),
             skip_filter_plugins: self.skip_filter_plugins.clone(),
             skip_score_plugins: self.skip_score_plugins.clone(),
+            node_set_plugins: self.node_set_plugins.clone(),
         }
     }
 }

@@ -211,6 +211,7 @@ impl Framework {
                 return r.status.with_plugin(p.name()).into();
             }
             if let Some(names) = r.node_names {
+                state.node_set_plugins.push(p.name());
                 nodes = Some(match nodes {
                     None => names,
                     Some(prev) => prev.intersection(&names).cloned().collect(),

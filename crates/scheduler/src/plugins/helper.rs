@@ -1,9 +1,9 @@
 //! What several plugins share and the framework does not (yet) give them: upstream's
 //! `helper.DefaultNormalizeScore`, borrowed label maps without cloning (from the component
-//! helpers), `metav1.LabelSelector` to [`Selector`] without a JSON round trip, and reading
-//! plugin args from `pluginConfig`.
+//! helpers), `metav1.LabelSelector` to [`Selector`] without a JSON round trip, reading
+//! plugin args from `pluginConfig`, and the claims a pod's volumes use.
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -92,6 +92,55 @@ pub fn arg<T: DeserializeOwned>(args: Option<&Value>, field: &str) -> Result<Opt
             .map(Some)
             .map_err(|e| format!("{field}: {e}")),
     }
+}
+
+/// A claim one of a pod's volumes uses: a `persistentVolumeClaim` volume's, or the one the
+/// ephemeral volume controller makes for a generic ephemeral volume (`<pod>-<volume>`, owned
+/// by the pod).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimUse {
+    pub name: String,
+    pub ephemeral: bool,
+}
+
+/// The claims the pod's volumes use, in the order of its volumes.
+pub fn pod_claims(pod: &Pod) -> impl Iterator<Item = ClaimUse> + '_ {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or("");
+    pod_spec(pod).volumes.iter().flatten().filter_map(move |v| {
+        if let Some(c) = &v.persistent_volume_claim {
+            Some(ClaimUse {
+                name: c.claim_name.clone(),
+                ephemeral: false,
+            })
+        } else {
+            v.ephemeral.as_ref().map(|_| ClaimUse {
+                name: format!("{pod_name}-{}", v.name),
+                ephemeral: true,
+            })
+        }
+    })
+}
+
+/// Whether the pod controls the claim made for its ephemeral volume (upstream's
+/// `ephemeral.VolumeIsForPod`), with upstream's message when not.
+pub fn claim_is_for_pod(pod: &Pod, claim: &PersistentVolumeClaim) -> Result<(), String> {
+    let uid = pod.metadata.uid.as_deref();
+    let controlled = claim
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid);
+    if controlled {
+        return Ok(());
+    }
+    Err(format!(
+        "PVC {}/{} was not created for pod {}/{} (pod is not owner)",
+        claim.metadata.namespace.as_deref().unwrap_or(""),
+        claim.metadata.name.as_deref().unwrap_or(""),
+        pod_namespace(pod),
+        pod.metadata.name.as_deref().unwrap_or("")
+    ))
 }
 
 #[cfg(test)]

@@ -17,6 +17,11 @@
 //! - [`pod_topology_spread`]: `PodTopologySpread`, even spreading over zones and hosts.
 //! - [`inter_pod_affinity`]: `InterPodAffinity`, pod affinity and anti-affinity by domain.
 //! - [`volume_restrictions`]: `VolumeRestrictions`, single-writer disks already in use.
+//! - [`node_volume_limits`]: `NodeVolumeLimits`, CSI volumes per node within the CSINode's
+//!   limits.
+//! - [`volume_binding`]: `VolumeBinding`, claims bound or bindable on the node, bound (and
+//!   provisioned) before the pod.
+//! - [`volume_zone`]: `VolumeZone`, bound volumes' zone and region labels.
 //! - [`default_preemption`]: `DefaultPreemption`, evicting lower-priority pods when none fits.
 //! - [`resource_allocation`]: the requested/allocatable scoring both resource plugins share.
 //! - [`helper`]: score normalization, borrowed labels, label selectors, plugin args.
@@ -31,71 +36,113 @@ pub mod node_name;
 pub mod node_ports;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
+pub mod node_volume_limits;
 pub mod pod_topology_spread;
 pub mod priority_sort;
 pub mod resource_allocation;
 pub mod scheduling_gates;
 pub mod taint_toleration;
+pub mod volume_binding;
 pub mod volume_restrictions;
+pub mod volume_zone;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::api::ClusterApi;
+use crate::binder::{self, DefaultBinder};
 use crate::framework::Plugin;
+use crate::volumes::Volumes;
 
-/// Builds a plugin from its `pluginConfig` args (None when the profile gives none); a bad
-/// argument is an error naming it.
-pub type Factory = fn(Option<&Value>) -> Result<Arc<dyn Plugin>, String>;
+/// What a plugin may use besides its args (upstream's `framework.Handle`): the scheduler's
+/// writes, and the storage caches the volume plugins read.
+#[derive(Clone)]
+pub struct Handle {
+    pub api: Arc<dyn ClusterApi>,
+    pub volumes: Arc<Volumes>,
+}
+
+impl Handle {
+    /// With empty storage caches (a scheduler fed without informers, and tests).
+    pub fn new(api: Arc<dyn ClusterApi>) -> Handle {
+        Handle {
+            api,
+            volumes: Volumes::empty(),
+        }
+    }
+}
+
+/// Builds a plugin from its `pluginConfig` args (None when the profile gives none) and the
+/// handle; a bad argument is an error naming it.
+pub type Factory = fn(Option<&Value>, &Handle) -> Result<Arc<dyn Plugin>, String>;
 
 /// Every plugin Skiff knows, by upstream name.
 pub fn registry() -> BTreeMap<&'static str, Factory> {
     let mut r: BTreeMap<&'static str, Factory> = BTreeMap::new();
-    r.insert(scheduling_gates::NAME, |_| {
+    r.insert(scheduling_gates::NAME, |_, _| {
         Ok(Arc::new(scheduling_gates::SchedulingGates))
     });
-    r.insert(priority_sort::NAME, |_| {
+    r.insert(priority_sort::NAME, |_, _| {
         Ok(Arc::new(priority_sort::PrioritySort))
     });
-    r.insert(node_unschedulable::NAME, |_| {
+    r.insert(node_unschedulable::NAME, |_, _| {
         Ok(Arc::new(node_unschedulable::NodeUnschedulable))
     });
-    r.insert(node_name::NAME, |_| Ok(Arc::new(node_name::NodeName)));
-    r.insert(taint_toleration::NAME, |_| {
+    r.insert(node_name::NAME, |_, _| Ok(Arc::new(node_name::NodeName)));
+    r.insert(taint_toleration::NAME, |_, _| {
         Ok(Arc::new(taint_toleration::TaintToleration))
     });
-    r.insert(node_affinity::NAME, |args| {
+    r.insert(node_affinity::NAME, |args, _| {
         Ok(Arc::new(node_affinity::NodeAffinity::from_args(args)?))
     });
-    r.insert(node_ports::NAME, |_| Ok(Arc::new(node_ports::NodePorts)));
-    r.insert(node_resources_fit::NAME, |args| {
+    r.insert(node_ports::NAME, |_, _| Ok(Arc::new(node_ports::NodePorts)));
+    r.insert(node_resources_fit::NAME, |args, _| {
         Ok(Arc::new(node_resources_fit::NodeResourcesFit::from_args(
             args,
         )?))
     });
-    r.insert(balanced_allocation::NAME, |args| {
+    r.insert(balanced_allocation::NAME, |args, _| {
         Ok(Arc::new(
             balanced_allocation::BalancedAllocation::from_args(args)?,
         ))
     });
-    r.insert(image_locality::NAME, |_| {
+    r.insert(image_locality::NAME, |_, _| {
         Ok(Arc::new(image_locality::ImageLocality))
     });
-    r.insert(pod_topology_spread::NAME, |args| {
+    r.insert(pod_topology_spread::NAME, |args, _| {
         Ok(Arc::new(pod_topology_spread::PodTopologySpread::from_args(
             args,
         )?))
     });
-    r.insert(inter_pod_affinity::NAME, |args| {
+    r.insert(inter_pod_affinity::NAME, |args, _| {
         Ok(Arc::new(inter_pod_affinity::InterPodAffinity::from_args(
             args,
         )?))
     });
-    r.insert(volume_restrictions::NAME, |_| {
+    r.insert(volume_restrictions::NAME, |_, _| {
         Ok(Arc::new(volume_restrictions::VolumeRestrictions))
     });
-    r.insert(default_preemption::NAME, |args| {
+    r.insert(node_volume_limits::NAME, |_, h| {
+        Ok(Arc::new(node_volume_limits::NodeVolumeLimits::new(
+            h.volumes.clone(),
+        )))
+    });
+    r.insert(volume_binding::NAME, |args, h| {
+        Ok(Arc::new(volume_binding::VolumeBinding::from_args(
+            args,
+            h.volumes.clone(),
+            h.api.clone(),
+        )?))
+    });
+    r.insert(volume_zone::NAME, |_, h| {
+        Ok(Arc::new(volume_zone::VolumeZone::new(h.volumes.clone())))
+    });
+    r.insert(binder::NAME, |_, h| {
+        Ok(Arc::new(DefaultBinder::new(h.api.clone())))
+    });
+    r.insert(default_preemption::NAME, |args, _| {
         Ok(Arc::new(default_preemption::DefaultPreemption::from_args(
             args,
         )?))
@@ -116,6 +163,9 @@ pub fn default_plugins() -> Vec<(&'static str, i64)> {
         (node_ports::NAME, 0),
         (node_resources_fit::NAME, 1),
         (volume_restrictions::NAME, 0),
+        (node_volume_limits::NAME, 0),
+        (volume_binding::NAME, 0),
+        (volume_zone::NAME, 0),
         (pod_topology_spread::NAME, 2),
         (inter_pod_affinity::NAME, 2),
         (default_preemption::NAME, 0),
@@ -128,6 +178,10 @@ pub fn default_plugins() -> Vec<(&'static str, i64)> {
 mod tests {
     use super::*;
 
+    fn handle() -> Handle {
+        Handle::new(crate::api::RecordingApi::new())
+    }
+
     #[test]
     fn every_default_plugin_is_registered_and_weighted_only_if_it_scores() {
         let r = registry();
@@ -135,7 +189,7 @@ mod tests {
             let factory = r
                 .get(name)
                 .unwrap_or_else(|| panic!("{name} not registered"));
-            let plugin = factory(None).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let plugin = factory(None, &handle()).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(plugin.name(), name);
             assert_eq!(plugin.as_score().is_some(), weight > 0, "{name}");
         }
@@ -175,9 +229,14 @@ mod tests {
                 serde_json::json!({"minCandidateNodesPercentage": 200}),
                 "minCandidateNodesPercentage",
             ),
+            (
+                volume_binding::NAME,
+                serde_json::json!({"bindTimeoutSeconds": -1}),
+                "bindTimeoutSeconds",
+            ),
         ];
         for (name, args, field) in cases {
-            let err = r[name](Some(&args))
+            let err = r[name](Some(&args), &handle())
                 .err()
                 .unwrap_or_else(|| panic!("{name} accepted"));
             assert!(err.starts_with(field), "{name}: {err}");

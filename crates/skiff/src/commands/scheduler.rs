@@ -1,5 +1,6 @@
 //! `skiff scheduler`: the scheduler on its own, an ordinary API client (seed 000): it watches
-//! pods and nodes through the API server and binds pods there.
+//! pods, nodes and the storage objects through the API server, and binds pods (and, for
+//! `WaitForFirstConsumer` claims, volumes) there.
 
 use skiff_apimachinery::version::user_agent;
 use std::path::PathBuf;
@@ -11,6 +12,8 @@ use skiff_runtime::informer::Informers;
 use skiff_runtime::leader::{self, LeaderElector};
 use skiff_scheduler::api::KubeApi;
 use skiff_scheduler::config::Configuration;
+use skiff_scheduler::plugins::Handle;
+use skiff_scheduler::volumes::Volumes;
 use skiff_scheduler::{Scheduler, informer};
 
 use super::lifecycle::Lifecycle;
@@ -59,7 +62,15 @@ pub async fn run(args: SchedulerArgs, lifecycle: Lifecycle) -> anyhow::Result<()
     };
     let instance = super::instance_name();
     let api = Arc::new(KubeApi::new(client.clone(), instance.clone()));
-    let frameworks = config.frameworks(api.clone())?;
+    let informers = Informers::new(client.clone());
+    // the volume plugins read the storage objects from the same informers the scheduler's feed
+    // follows (their caches do not keep the informers running)
+    let handle = Handle {
+        api: api.clone(),
+        volumes: Volumes::from_informers(&informers),
+    };
+    let frameworks = config.frameworks_with(&handle)?;
+    drop(handle);
     let names: Vec<String> = frameworks
         .iter()
         .map(|f| f.scheduler_name().to_string())
@@ -70,11 +81,8 @@ pub async fn run(args: SchedulerArgs, lifecycle: Lifecycle) -> anyhow::Result<()
     // `feed` holds the factory's only clone: the watches stop when it is dropped, however this
     // returns
     let mut feed = tokio::task::JoinSet::new();
-    feed.spawn(informer::run(
-        &Informers::new(client.clone()),
-        scheduler.clone(),
-        synced_tx,
-    ));
+    feed.spawn(informer::run(&informers, scheduler.clone(), synced_tx));
+    drop(informers);
     tokio::select! {
         r = synced.wait_for(|s| *s) => { r.context("informers stopped")?; }
         () = lifecycle.stopped() => return Ok(()),

@@ -21,6 +21,8 @@ use skiff_runtime::informer::Informers;
 use skiff_scheduler::api::{ClusterApi, KubeApi};
 use skiff_scheduler::config::Configuration;
 use skiff_scheduler::metrics::Outcome;
+use skiff_scheduler::plugins::Handle;
+use skiff_scheduler::volumes::Volumes;
 use skiff_scheduler::{Scheduler, informer};
 
 use super::api::{
@@ -194,14 +196,17 @@ async fn bench(args: &SchedulerBenchArgs, server: &ServerChild) -> Result<()> {
 
     // the scheduler, as `skiff scheduler` runs it
     let api: Arc<dyn ClusterApi> = Arc::new(KubeApi::new(client.clone(), "bench".into()));
-    let scheduler = Scheduler::new(Configuration::default().frameworks(api.clone())?, api);
+    let factory = Informers::new(client.clone());
+    let handle = Handle {
+        api: api.clone(),
+        volumes: Volumes::from_informers(&factory),
+    };
+    let scheduler = Scheduler::new(Configuration::default().frameworks_with(&handle)?, api);
+    drop(handle);
     let (synced_tx, mut synced) = tokio::sync::watch::channel(false);
     // the task holds the factory's only clone: aborting it stops the watches
-    let informers = tokio::spawn(informer::run(
-        &Informers::new(client.clone()),
-        scheduler.clone(),
-        synced_tx,
-    ));
+    let informers = tokio::spawn(informer::run(&factory, scheduler.clone(), synced_tx));
+    drop(factory);
     synced.wait_for(|s| *s).await.context("scheduler watches")?;
     let loop_task = {
         let s = scheduler.clone();
