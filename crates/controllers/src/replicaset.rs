@@ -23,6 +23,7 @@ use skiff_runtime::cache::Cache;
 use skiff_runtime::controller::{Action, Controller};
 use skiff_runtime::events::{Event, EventType, Recorder};
 use skiff_runtime::informer::Change;
+use skiff_runtime::mutation::MutationCache;
 use skiff_runtime::workqueue::WorkQueue;
 use tokio::time::Instant;
 
@@ -494,6 +495,8 @@ fn on_pod(change: &Change<Pod>, store: &Cache<ReplicaSet>, exp: &Expectations, q
 struct KubeReplicaSets {
     client: kube::Client,
     events: Recorder,
+    /// Where the status writes go, for the next sync to read before the watch brings them.
+    written: MutationCache<ReplicaSet>,
 }
 
 #[async_trait]
@@ -523,9 +526,9 @@ impl ReplicaSetApi for KubeReplicaSets {
     async fn patch_status(&self, rs: &ReplicaSet, status: &ReplicaSetStatus) -> kube::Result<()> {
         let api: Api<ReplicaSet> =
             Api::namespaced(self.client.clone(), &rs.namespace().unwrap_or_default());
-        crate::status::update(&api, rs, |r| r.status = Some(status.clone()))
-            .await
-            .map(|_| ())
+        let updated = crate::status::update(&api, rs, |r| r.status = Some(status.clone())).await?;
+        self.written.mutated(updated);
+        Ok(())
     }
 
     fn event(&self, rs: &ReplicaSet, type_: EventType, reason: &str, note: String) {
@@ -556,11 +559,13 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     replicasets.cache().wait_until_ready().await;
     pods.cache().wait_until_ready().await;
     tracing::info!("replicaset: caches synced");
+    let sets = MutationCache::new(replicasets.cache().clone());
     let api = Arc::new(KubeReplicaSets {
         client: ctx.client.clone(),
         events: ctx.recorder("replicaset-controller"),
+        written: sets.clone(),
     });
-    let (sets, pods) = (replicasets.cache().clone(), pods.cache().clone());
+    let pods = pods.cache().clone();
     controller
         .run(move |key| {
             let (api, expectations) = (api.clone(), expectations.clone());

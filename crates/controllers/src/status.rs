@@ -11,16 +11,17 @@ use serde::de::DeserializeOwned;
 const CONFLICT_RETRIES: usize = 3;
 
 /// Writes `object`'s status as `set` makes it: first over the cached copy (its
-/// resourceVersion the precondition), then over a fresh read after each conflict.
+/// resourceVersion the precondition), then over a fresh read after each conflict, unless the
+/// fresh copy already has that status (another write of this controller's got there first).
 pub async fn update<K>(api: &Api<K>, object: &K, set: impl Fn(&mut K)) -> kube::Result<K>
 where
-    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    K: Resource + Clone + PartialEq + Serialize + DeserializeOwned + std::fmt::Debug,
 {
     let name = object.name_any();
     let mut next = object.clone();
+    set(&mut next);
     let mut attempt = 0;
     loop {
-        set(&mut next);
         next.meta_mut().managed_fields = None;
         match api
             .replace_status(&name, &PostParams::default(), &next)
@@ -28,7 +29,12 @@ where
         {
             Err(kube::Error::Api(s)) if s.code == 409 && attempt < CONFLICT_RETRIES => {
                 attempt += 1;
-                next = api.get(&name).await?;
+                let current = api.get(&name).await?;
+                next = current.clone();
+                set(&mut next);
+                if next == current {
+                    return Ok(current);
+                }
             }
             other => return other,
         }

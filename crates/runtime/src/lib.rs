@@ -4,6 +4,8 @@
 //! # Layout
 //! - [`informer`]: one List+Watch and one indexed [`cache`] per resource per process, with
 //!   change handlers (client-go's shared informer factory).
+//! - [`mutation`]: a controller's own writes laid over a cache until its watch brings them
+//!   (client-go's `MutationCache`).
 //! - [`workqueue`]: the rate-limited, deduplicating queue of keys a controller reconciles.
 //! - [`controller`]: N workers draining a work queue through a reconcile function.
 //! - [`events`]: the event recorder (client-go's `record`: aggregation, series, spam filter).
@@ -23,5 +25,6 @@ pub mod http2;
 pub mod informer;
 pub mod leader;
 pub mod metrics;
+pub mod mutation;
 pub mod ratelimit;
 pub mod workqueue;

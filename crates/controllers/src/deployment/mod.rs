@@ -36,6 +36,7 @@ use skiff_runtime::cache::Cache;
 use skiff_runtime::controller::{Action, Controller};
 use skiff_runtime::events::{Event, EventType, Recorder};
 use skiff_runtime::informer::Change;
+use skiff_runtime::mutation::MutationCache;
 use skiff_runtime::workqueue::WorkQueue;
 
 use crate::{Context, claim, podutil, triggers};
@@ -285,6 +286,9 @@ fn on_pod(
 struct KubeDeployments {
     client: kube::Client,
     events: Recorder,
+    /// Where this controller's writes go, for the next sync to read before the watch brings them.
+    written_sets: MutationCache<ReplicaSet>,
+    written: MutationCache<Deployment>,
 }
 
 impl KubeDeployments {
@@ -310,9 +314,12 @@ impl DeploymentApi for KubeDeployments {
     }
 
     async fn update_replica_set(&self, rs: &ReplicaSet) -> kube::Result<ReplicaSet> {
-        self.sets(&rs.namespace().unwrap_or_default())
+        let updated = self
+            .sets(&rs.namespace().unwrap_or_default())
             .replace(&rs.name_any(), &PostParams::default(), rs)
-            .await
+            .await?;
+        self.written_sets.mutated(updated.clone());
+        Ok(updated)
     }
 
     async fn delete_replica_set(&self, rs: &ReplicaSet) -> kube::Result<()> {
@@ -346,15 +353,21 @@ impl DeploymentApi for KubeDeployments {
     }
 
     async fn update_deployment(&self, d: &Deployment) -> kube::Result<Deployment> {
-        self.deployments(d)
+        let updated = self
+            .deployments(d)
             .replace(&d.name_any(), &PostParams::default(), d)
-            .await
+            .await?;
+        self.written.mutated(updated.clone());
+        Ok(updated)
     }
 
     async fn update_status(&self, d: &Deployment) -> kube::Result<Deployment> {
-        self.deployments(d)
+        let updated = self
+            .deployments(d)
             .replace_status(&d.name_any(), &PostParams::default(), d)
-            .await
+            .await?;
+        self.written.mutated(updated.clone());
+        Ok(updated)
     }
 
     fn event(&self, d: &Deployment, type_: EventType, reason: &str, note: String) {
@@ -384,15 +397,17 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     sets.cache().wait_until_ready().await;
     pods.cache().wait_until_ready().await;
     tracing::info!("deployment: caches synced");
+    let (deployments, sets, pods) = (
+        MutationCache::new(deployments.cache().clone()),
+        MutationCache::new(sets.cache().clone()),
+        pods.cache().clone(),
+    );
     let api = Arc::new(KubeDeployments {
         client: ctx.client.clone(),
         events: ctx.recorder("deployment-controller"),
+        written_sets: sets.clone(),
+        written: deployments.clone(),
     });
-    let (deployments, sets, pods) = (
-        deployments.cache().clone(),
-        sets.cache().clone(),
-        pods.cache().clone(),
-    );
     controller
         .run(move |key| {
             let api = api.clone();
