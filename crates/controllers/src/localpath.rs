@@ -10,7 +10,9 @@
 //! volume is `Released` with reclaim `Delete`.
 //!
 //! A class of this provisioner with `volumeBindingMode: Immediate` is refused with a
-//! `ProvisioningFailed` event: a node-local volume needs the node the scheduler picks.
+//! `ProvisioningFailed` event: a node-local volume needs the node the scheduler picks. A claim
+//! placed on a node that is gone or publishes no directory is handed back to the scheduler, as
+//! the library reschedules: its `selected-node` is removed, so that the scheduler picks again.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,6 +56,9 @@ pub enum Plan {
     /// Provisioning cannot proceed (`ProvisioningFailed` with this cause); retried with
     /// backoff, and when the claim or its node changes.
     Fail(String),
+    /// Provisioning cannot proceed on the selected node (`ProvisioningFailed` with this
+    /// cause): the claim's `selected-node` is removed (the library's `ProvisioningReschedule`).
+    Reschedule(String),
     /// Create this volume.
     Create(Box<PersistentVolume>),
 }
@@ -115,10 +120,10 @@ pub fn plan(
         ));
     };
     let Some(node) = node(selected) else {
-        return Plan::Fail(format!("nodes {selected:?} not found"));
+        return Plan::Reschedule(format!("nodes {selected:?} not found"));
     };
     let Some(base) = annotation(node.as_ref(), ANN_NODE_DIR).filter(|d| d.starts_with('/')) else {
-        return Plan::Fail(format!(
+        return Plan::Reschedule(format!(
             "node {selected:?} does not publish its local-path directory (annotation \
              {ANN_NODE_DIR}): its kubelet is not Skiff's or is older"
         ));
@@ -223,6 +228,9 @@ pub trait Cluster: Send + Sync {
     fn volume_exists(&self, name: &str) -> bool;
     /// Creates the volume; an existing one of the same name is success (made before).
     async fn create_volume(&self, volume: &PersistentVolume) -> kube::Result<()>;
+    /// Removes the claim's `selected-node` (an update over the cached claim, as the library's
+    /// `rescheduleProvisioning`).
+    async fn unselect_node(&self, claim: &PersistentVolumeClaim) -> kube::Result<()>;
     fn event(&self, regarding: ObjectReference, note: Note);
 }
 
@@ -231,6 +239,12 @@ pub trait Cluster: Send + Sync {
 pub enum Error {
     #[error("provisioning claim {claim}: {message}")]
     Provision { claim: String, message: String },
+    #[error("rescheduling claim {claim}: removing its selected node: {source}")]
+    Reschedule {
+        claim: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("creating persistentvolume {volume} for claim {claim}: {source}")]
     Create {
         claim: String,
@@ -267,6 +281,13 @@ pub async fn sync(c: &dyn Cluster, claim: &PersistentVolumeClaim) -> Result<(), 
                 claim: key,
                 message,
             })
+        }
+        Plan::Reschedule(message) => {
+            c.event(claim.object_ref(&()), failed(&class_name, &message));
+            // once the node is removed, the claim waits for the scheduler's next choice
+            c.unselect_node(claim)
+                .await
+                .map_err(|source| Error::Reschedule { claim: key, source })
         }
         Plan::Create(volume) => {
             c.event(
@@ -328,6 +349,19 @@ impl Cluster for KubeCluster {
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
             other => other.map(|_| ()),
         }
+    }
+
+    async fn unselect_node(&self, claim: &PersistentVolumeClaim) -> kube::Result<()> {
+        let api: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &claim.namespace().unwrap_or_default());
+        let mut unselected = claim.clone();
+        if let Some(a) = unselected.metadata.annotations.as_mut() {
+            a.remove(ANN_SELECTED_NODE);
+        }
+        unselected.metadata.managed_fields = None;
+        api.replace(&claim.name_any(), &PostParams::default(), &unselected)
+            .await
+            .map(|_| ())
     }
 
     fn event(&self, regarding: ObjectReference, note: Note) {

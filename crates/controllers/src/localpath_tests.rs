@@ -94,7 +94,7 @@ fn claims_not_handed_over_or_not_yet_placed_are_skipped() {
 }
 
 #[test]
-fn an_immediate_class_a_missing_node_or_directory_fail_with_a_cause() {
+fn an_immediate_class_fails_and_a_missing_node_or_directory_reschedules_with_a_cause() {
     let n = nodes(Some("/d"));
     let Plan::Fail(why) = plan(&handed_over(None), Some(&class("Immediate")), &n) else {
         panic!()
@@ -103,9 +103,9 @@ fn an_immediate_class_a_missing_node_or_directory_fail_with_a_cause() {
     let wffc = class("WaitForFirstConsumer");
     assert_eq!(
         plan(&handed_over(Some("gone")), Some(&wffc), &n),
-        Plan::Fail("nodes \"gone\" not found".into())
+        Plan::Reschedule("nodes \"gone\" not found".into())
     );
-    let Plan::Fail(why) = plan(&handed_over(Some("n1")), Some(&wffc), nodes(None)) else {
+    let Plan::Reschedule(why) = plan(&handed_over(Some("n1")), Some(&wffc), nodes(None)) else {
         panic!()
     };
     assert!(why.contains(ANN_NODE_DIR), "{why}");
@@ -119,6 +119,7 @@ struct Fake {
     created: Mutex<Vec<String>>,
     events: Mutex<Vec<Note>>,
     existing: Mutex<BTreeMap<String, ()>>,
+    unselected: Mutex<Vec<String>>,
     refuse: bool,
 }
 
@@ -143,6 +144,17 @@ impl Cluster for Fake {
         }
         self.created.lock().push(volume.name_any());
         self.existing.lock().insert(volume.name_any(), ());
+        Ok(())
+    }
+    async fn unselect_node(&self, claim: &PersistentVolumeClaim) -> kube::Result<()> {
+        if self.refuse {
+            return Err(kube::Error::Api(
+                kube::core::Status::failure("conflict", "Conflict")
+                    .with_code(409)
+                    .boxed(),
+            ));
+        }
+        self.unselected.lock().push(claim.name_any());
         Ok(())
     }
     fn event(&self, _regarding: ObjectReference, note: Note) {
@@ -188,11 +200,24 @@ async fn a_refused_create_is_a_provisioning_failure_and_an_error_to_retry() {
         "{:?}",
         f.events.lock()
     );
+}
+
+#[tokio::test]
+async fn a_claim_placed_on_a_node_that_is_gone_goes_back_to_the_scheduler() {
     let f = Fake::default();
-    let err = sync(&f, &handed_over(Some("gone"))).await.unwrap_err();
-    assert!(matches!(err, Error::Provision { .. }), "{err}");
+    sync(&f, &handed_over(Some("gone"))).await.unwrap();
+    assert_eq!(*f.unselected.lock(), ["data"], "selected-node removed");
+    assert!(f.created.lock().is_empty());
+    assert_eq!(reasons(&f), ["ProvisioningFailed"]);
     assert_eq!(
         f.events.lock()[0].note,
         "failed to provision volume with StorageClass \"local-path\": nodes \"gone\" not found"
     );
+    // the update that removes it failed: retried
+    let f = Fake {
+        refuse: true,
+        ..Default::default()
+    };
+    let err = sync(&f, &handed_over(Some("gone"))).await.unwrap_err();
+    assert!(matches!(err, Error::Reschedule { .. }), "{err}");
 }
