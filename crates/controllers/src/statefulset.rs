@@ -1,21 +1,25 @@
 //! `statefulset`: the pods `<set>-0 … <set>-(replicas-1)` of each StatefulSet (upstream's
-//! StatefulSetController). OrderedReady creates one pod at a time, each Running and Ready before
-//! the next, and scales down from the highest ordinal; Parallel does all at once. A pod's claims
-//! (`volumeClaimTemplates`) are created before it and never deleted here: the retention policy
-//! puts owner references on them for the garbage collector (`whenDeleted: Delete` the set's, at
-//! creation; `whenScaled: Delete` the condemned pod's, before the pod is deleted). Updates go through
-//! ControllerRevisions: RollingUpdate replaces pods from the highest ordinal down to `partition`,
-//! one at a time and waiting for each to be Ready; OnDelete replaces only deleted pods. Each sync
-//! first claims pods and revisions ([`crate::claim`]): an orphan pod the selector matches that
-//! bears one of the set's names is adopted rather than created again.
+//! StatefulSetController). OrderedReady creates one pod at a time, each Running, Ready and
+//! available (`minReadySeconds`) before the next, and scales down from the highest ordinal;
+//! Parallel does all at once. A pod's claims (`volumeClaimTemplates`) are created before it and
+//! never deleted here: the retention policy puts controller references on them for the garbage
+//! collector ([`crate::statefulset_claims`]), the set's (`whenDeleted: Delete`) or, before a pod
+//! being scaled away is deleted, the pod's (`whenScaled: Delete`), and moves them when the policy
+//! changes. Updates go through ControllerRevisions: RollingUpdate replaces pods from the highest
+//! ordinal down to `partition`, up to `maxUnavailable` at a time (upstream's
+//! MaxUnavailableStatefulSet), waiting while more pods than that are unavailable; OnDelete replaces
+//! only deleted pods. Each sync first claims pods and revisions ([`crate::claim`]): an orphan pod
+//! the selector matches that bears one of the set's names is adopted rather than created again.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetStatus};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
@@ -24,24 +28,46 @@ use skiff_runtime::events::{Event, EventType, Recorder};
 
 use crate::Context;
 use crate::revision::{self, Current, HASH_LABEL};
+use crate::statefulset_claims::{self as retention, ClaimPod};
 use crate::statefulset_pods as identity;
 use crate::{claim, podutil, triggers};
+
+/// What can fail in a sync; either way the set is synced again with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A read or write through the API server failed.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    /// A claim a pod needs is being deleted: the pod is not created until it is gone
+    /// (upstream's `createPersistentVolumeClaims`).
+    #[error("pvc {0} is being deleted")]
+    ClaimTerminating(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Rewrites a claim's owner references: given the claim as it is, the references it should
+/// have, or `None` when it needs no write.
+pub type OwnerFix<'a> =
+    dyn Fn(&PersistentVolumeClaim) -> Option<Vec<OwnerReference>> + Send + Sync + 'a;
 
 /// The writes this controller makes.
 #[async_trait]
 pub trait StatefulSetApi: Send + Sync {
-    /// Creates the claim unless it exists.
-    async fn ensure_claim(
+    /// Creates a claim of pod `pod`; one that exists already is not an error.
+    async fn create_claim(
         &self,
         set: &StatefulSet,
+        pod: &str,
         claim: &PersistentVolumeClaim,
     ) -> kube::Result<()>;
-    /// Adds `owner` to the claim's owner references (a missing claim is not an error).
-    async fn add_claim_owner(
+    /// Reads the claim and, if `fix` asks for it, updates its owner references (a missing claim
+    /// is not an error).
+    async fn update_claim_owners(
         &self,
         set: &StatefulSet,
         claim: &str,
-        owner: &OwnerReference,
+        fix: &OwnerFix<'_>,
     ) -> kube::Result<()>;
     /// Creates a pod; one that exists already is not an error.
     async fn create_pod(&self, set: &StatefulSet, pod: &Pod) -> kube::Result<()>;
@@ -59,126 +85,318 @@ pub trait StatefulSetApi: Send + Sync {
         set: &StatefulSet,
         status: &StatefulSetStatus,
     ) -> kube::Result<()>;
+    /// Records an event about the set that the sync itself decides on (a conflicting claim
+    /// controller, a pod not created).
+    fn event(&self, set: &StatefulSet, type_: EventType, reason: &str, note: String);
+}
+
+/// Why a pod is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// It Failed or Succeeded: it is created again at the next sync.
+    Finished,
+    /// Its ordinal is no longer among the replicas.
+    ScaledDown,
+    /// It is not at the update revision (rolling update); counted out of `currentReplicas`.
+    Update,
 }
 
 /// One write of a sync.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
-    /// Create the pod with this ordinal (and its claims) at the current (`false`) or update
-    /// (`true`) revision.
+    /// Create the pod with this ordinal (and its missing claims) at the current (`false`) or
+    /// update (`true`) revision.
     Create { ordinal: i32, updated: bool },
+    /// Create the missing claims of the (Pending) pod with this ordinal.
+    CreateClaims { ordinal: i32 },
+    /// Bring the owner references of claim `claim` of pod `pod` (uid `uid`, empty before it
+    /// exists) in line with the retention policy; `conflicting`: another controller manages it.
+    SetClaimOwners {
+        claim: String,
+        pod: String,
+        uid: String,
+        in_range: bool,
+        conflicting: bool,
+    },
     /// Delete this pod (name, uid).
-    Delete { name: String, uid: String },
+    Delete { name: String, uid: String, why: Why },
 }
 
-fn running_and_ready(pod: &Pod) -> bool {
+fn phase(pod: &Pod) -> &str {
     let status = pod.status.as_ref();
-    status.and_then(|s| s.phase.as_deref()) == Some("Running")
-        && crate::service_pods::is_ready(pod)
-        && pod.metadata.deletion_timestamp.is_none()
+    status.and_then(|s| s.phase.as_deref()).unwrap_or("")
+}
+
+/// Upstream's `isRunningAndReady` (a terminating pod may still be).
+fn running_and_ready(pod: &Pod) -> bool {
+    phase(pod) == "Running" && podutil::is_ready(pod)
+}
+
+fn terminating(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
 }
 
 fn hash(pod: &Pod) -> Option<&str> {
     pod.labels().get(HASH_LABEL).map(String::as_str)
 }
 
-/// The steps of one sync (upstream's `updateStatefulSet`), given the set's pods by ordinal and
-/// its current and update revision hashes.
-pub fn plan(
-    set: &StatefulSet,
-    pods: &BTreeMap<i32, &Pod>,
-    current: &str,
-    update: &str,
-) -> Vec<Step> {
+fn min_ready_seconds(set: &StatefulSet) -> i32 {
+    let spec = set.spec.as_ref();
+    spec.and_then(|s| s.min_ready_seconds).unwrap_or(0).max(0)
+}
+
+fn wanted_replicas(set: &StatefulSet) -> i32 {
+    set.spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(1)
+        .max(0)
+}
+
+/// `maxUnavailable` of the rolling update scaled to `replicas` (a percentage rounds down), at
+/// least one (upstream's `getStatefulSetMaxUnavailable`).
+fn max_unavailable(v: Option<&IntOrString>, replicas: i32) -> i32 {
+    let n = match v {
+        None => 1,
+        Some(IntOrString::Int(n)) => *n,
+        Some(IntOrString::String(s)) => {
+            let pct: i64 = s.trim_end_matches('%').parse().unwrap_or(0);
+            (pct * i64::from(replicas) / 100) as i32
+        }
+    };
+    n.max(1)
+}
+
+/// What one sync sees: the set's pods by ordinal and its namespace's claims by name.
+pub struct View<'a> {
+    pub pods: BTreeMap<i32, &'a Pod>,
+    pub claims: BTreeMap<&'a str, &'a PersistentVolumeClaim>,
+    pub now: jiff::Timestamp,
+}
+
+impl View<'_> {
+    /// Upstream's `isRunningAndAvailable`: Ready for `minReadySeconds`.
+    fn available(&self, set: &StatefulSet, pod: &Pod) -> bool {
+        podutil::is_available(pod, min_ready_seconds(set), self.now)
+    }
+
+    /// Upstream's `isUnavailable`: not available, or terminating.
+    fn unavailable(&self, set: &StatefulSet, pod: Option<&&Pod>) -> bool {
+        pod.is_none_or(|p| !self.available(set, p) || terminating(p))
+    }
+
+    /// The names of the claims of the pod with ordinal `n`.
+    fn claim_names(set: &StatefulSet, n: i32) -> Vec<String> {
+        let pod = identity::pod_name(set, n);
+        let spec = set.spec.as_ref();
+        let templates = spec.and_then(|s| s.volume_claim_templates.as_deref());
+        let templates = templates.unwrap_or_default();
+        templates
+            .iter()
+            .map(|t| identity::claim_name(&t.name_any(), &pod))
+            .collect()
+    }
+
+    /// Steps fixing the owners of the pod's existing claims that disagree with the policy
+    /// (upstream's `ClaimsMatchRetentionPolicy` then `UpdatePodClaimForRetentionPolicy`).
+    fn fix_claims(&self, set: &StatefulSet, n: i32, uid: &str, in_range: bool) -> Vec<Step> {
+        let name = identity::pod_name(set, n);
+        let pod = ClaimPod {
+            name: &name,
+            uid,
+            in_range,
+        };
+        Self::claim_names(set, n)
+            .into_iter()
+            .filter_map(|c| {
+                let claim = self.claims.get(c.as_str())?;
+                (!retention::up_to_date(claim, set, &pod)).then(|| Step::SetClaimOwners {
+                    conflicting: retention::has_unexpected_controller(claim, set, &pod),
+                    claim: c,
+                    pod: name.clone(),
+                    uid: uid.to_string(),
+                    in_range,
+                })
+            })
+            .collect()
+    }
+
+    /// Whether a claim of the pod with ordinal `n` is missing or being deleted.
+    fn claims_missing(&self, set: &StatefulSet, n: i32) -> bool {
+        Self::claim_names(set, n).iter().any(|c| {
+            self.claims
+                .get(c.as_str())
+                .is_none_or(|claim| claim.metadata.deletion_timestamp.is_some())
+        })
+    }
+
+    /// Whether a claim of the pod with ordinal `n`, about to be created, is stale.
+    fn claim_is_stale(&self, set: &StatefulSet, n: i32) -> bool {
+        let name = identity::pod_name(set, n);
+        let pod = ClaimPod {
+            name: &name,
+            uid: "",
+            in_range: true,
+        };
+        Self::claim_names(set, n).iter().any(|c| {
+            self.claims
+                .get(c.as_str())
+                .is_some_and(|claim| retention::is_stale(set, claim, &pod))
+        })
+    }
+}
+
+/// The steps of one sync (upstream's `updateStatefulSet` then, for RollingUpdate,
+/// `updateStatefulSetAfterInvariantEstablished`), given the current and update revision hashes.
+pub fn plan(set: &StatefulSet, view: &View, current: &str, update: &str) -> Vec<Step> {
     let spec = set.spec.clone().unwrap_or_default();
-    let replicas = spec.replicas.unwrap_or(1).max(0);
+    let replicas = wanted_replicas(set);
     let ordered = spec.pod_management_policy.as_deref() != Some("Parallel");
     let strategy = spec.update_strategy.clone().unwrap_or_default();
     let rolling = strategy.type_.as_deref().unwrap_or("RollingUpdate") == "RollingUpdate";
-    let partition = strategy
-        .rolling_update
-        .and_then(|r| r.partition)
-        .unwrap_or(0)
-        .max(0);
-    let delete = |p: &Pod| Step::Delete {
+    let rolling_update = strategy.rolling_update.unwrap_or_default();
+    let partition = rolling_update.partition.unwrap_or(0).max(0);
+    let pods = &view.pods;
+    let delete = |p: &Pod, why: Why| Step::Delete {
         name: p.name_any(),
         uid: p.uid().unwrap_or_default(),
+        why,
     };
+    let uid = |p: &Pod| p.uid().unwrap_or_default();
     let mut steps = Vec::new();
     // a replacement pod is made at the current revision below the partition, else the update
     let updated_for = |n: i32| !(rolling && n < partition && current != update);
+    let condemned: Vec<(i32, &Pod)> = pods
+        .range(replicas..)
+        .rev()
+        .map(|(n, p)| (*n, *p))
+        .collect();
+    // the first unavailable pod: a missing or unavailable replica, else a condemned one
+    let first_unavailable = (0..replicas)
+        .find(|n| view.unavailable(set, pods.get(n)))
+        .or_else(|| {
+            let mut up = condemned.iter().rev();
+            up.find(|(_, p)| view.unavailable(set, Some(p)))
+                .map(|(n, _)| *n)
+        });
 
-    // 1. the pods that should exist, lowest ordinal first
+    // 1. the pods that should exist, lowest ordinal first (upstream's processReplica)
     for n in 0..replicas {
-        match pods.get(&n) {
-            None => {
-                steps.push(Step::Create {
-                    ordinal: n,
-                    updated: updated_for(n),
-                });
+        let Some(p) = pods.get(&n) else {
+            if view.claim_is_stale(set, n) {
+                // an older pod's claim is on its way out: wait for the collector
                 if ordered {
                     return steps;
                 }
+                continue;
             }
-            Some(p)
-                if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
-                    && p.metadata.deletion_timestamp.is_none() =>
-            {
-                steps.push(delete(p));
-                if ordered {
-                    return steps;
-                }
+            steps.push(Step::Create {
+                ordinal: n,
+                updated: updated_for(n),
+            });
+            // existing claims get their references as far as they can before the pod exists
+            steps.extend(view.fix_claims(set, n, "", true));
+            if ordered {
+                return steps;
             }
-            Some(p) if ordered && !running_and_ready(p) => return steps,
-            Some(_) => {}
-        }
-    }
-    // 2. the condemned pods, highest ordinal first
-    let condemned: Vec<&&Pod> = pods.range(replicas..).rev().map(|(_, p)| p).collect();
-    for p in condemned {
-        if p.metadata.deletion_timestamp.is_some() {
+            continue;
+        };
+        if matches!(phase(p), "Failed" | "Succeeded") {
+            if !terminating(p) {
+                steps.push(delete(p, Why::Finished));
+            }
             if ordered {
                 return steps;
             }
             continue;
         }
-        steps.push(delete(p));
+        let mut claims_fixed = false;
+        if phase(p) == "Pending" {
+            if view.claims_missing(set, n) {
+                steps.push(Step::CreateClaims { ordinal: n });
+            }
+            steps.extend(view.fix_claims(set, n, &uid(p), true));
+            claims_fixed = true;
+        }
+        if ordered && (terminating(p) || !running_and_ready(p) || !view.available(set, p)) {
+            return steps;
+        }
+        if !claims_fixed {
+            steps.extend(view.fix_claims(set, n, &uid(p), true));
+        }
+    }
+    // 2. the claims of every condemned pod, before any is deleted
+    for (n, p) in &condemned {
+        steps.extend(view.fix_claims(set, *n, &uid(p), false));
+    }
+    // 3. the condemned pods, highest ordinal first (upstream's processCondemned)
+    for (n, p) in &condemned {
+        if terminating(p) {
+            if ordered {
+                return steps;
+            }
+            continue;
+        }
+        let first = first_unavailable == Some(*n);
+        if ordered && !first && (!running_and_ready(p) || !view.available(set, p)) {
+            return steps;
+        }
+        steps.push(delete(p, Why::ScaledDown));
         if ordered {
             return steps;
         }
     }
-    if !steps.is_empty() && !ordered {
+    if !rolling {
         return steps;
     }
-    // 3. rolling update from the highest ordinal down to the partition, one at a time
-    if rolling {
-        for n in (partition..replicas).rev() {
-            let Some(p) = pods.get(&n) else { return steps };
-            if hash(p) != Some(update) {
-                if p.metadata.deletion_timestamp.is_none() {
-                    steps.push(delete(p));
-                }
-                return steps;
-            }
-            if !running_and_ready(p) {
-                return steps;
-            }
+    // 4. rolling update from the highest ordinal down to the partition, deleting as many pods
+    // not at the update revision as maxUnavailable leaves room for
+    let max = max_unavailable(rolling_update.max_unavailable.as_ref(), replicas);
+    let unavailable = (0..replicas)
+        .filter(|n| view.unavailable(set, pods.get(n)))
+        .count() as i32;
+    let mut room = max - unavailable;
+    for n in (partition..replicas).rev() {
+        if room <= 0 {
+            break;
+        }
+        let Some(p) = pods.get(&n) else { continue };
+        if hash(p) != Some(update) && !terminating(p) {
+            steps.push(delete(p, Why::Update));
+            room -= 1;
         }
     }
     steps
 }
 
-/// The status from the pods as they are.
-pub fn status(set: &StatefulSet, pods: &[&Pod], current: &str, update: &str) -> StatefulSetStatus {
+/// The status from the pods as they are (upstream's `updateStatus` and
+/// `completeRollingUpdate`), less the `update_deletions` this sync made.
+pub fn status(
+    set: &StatefulSet,
+    view: &View,
+    current: &str,
+    update: &str,
+    update_deletions: i32,
+) -> StatefulSetStatus {
+    let pods: Vec<&Pod> = view.pods.values().copied().collect();
     let count = |f: &dyn Fn(&Pod) -> bool| pods.iter().filter(|p| f(p)).count() as i32;
-    let replicas = count(&|_| true);
-    let ready = count(&|p| running_and_ready(p));
-    let updated = count(&|p| hash(p) == Some(update));
+    let created = |p: &Pod| !phase(p).is_empty();
+    let replicas = count(&created);
+    let ready = count(&running_and_ready);
+    let available = count(&|p| running_and_ready(p) && view.available(set, p));
+    let live_at =
+        |rev: &str| count(&|p: &Pod| created(p) && !terminating(p) && hash(p) == Some(rev));
+    let updated = live_at(update);
     let mut current_revision = current.to_string();
-    let mut current_replicas = count(&|p| hash(p) == Some(current));
-    let wanted = set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    // upstream's completeRollingUpdate: every pod updated and ready
-    if updated == wanted && ready == wanted && replicas == wanted {
+    let mut current_replicas = live_at(current) - update_deletions;
+    let wanted = wanted_replicas(set);
+    let spec = set.spec.as_ref();
+    let strategy = spec.and_then(|s| s.update_strategy.as_ref());
+    let rolling = strategy
+        .and_then(|s| s.type_.as_deref())
+        .unwrap_or("RollingUpdate")
+        == "RollingUpdate";
+    if rolling && updated == wanted && ready == wanted && replicas == wanted {
         current_revision = update.to_string();
         current_replicas = updated;
     }
@@ -186,38 +404,91 @@ pub fn status(set: &StatefulSet, pods: &[&Pod], current: &str, update: &str) -> 
         observed_generation: set.metadata.generation,
         replicas,
         ready_replicas: Some(ready).filter(|n| *n > 0),
-        available_replicas: Some(ready),
+        available_replicas: Some(available),
         current_replicas: Some(current_replicas).filter(|n| *n > 0),
         updated_replicas: Some(updated).filter(|n| *n > 0),
         current_revision: Some(current_revision),
         update_revision: Some(update.to_string()),
-        collision_count: set.status.as_ref().and_then(|s| s.collision_count),
+        collision_count: Some(
+            set.status
+                .as_ref()
+                .and_then(|s| s.collision_count)
+                .unwrap_or(0),
+        ),
         conditions: set.status.as_ref().and_then(|s| s.conditions.clone()),
     }
 }
 
-/// Whether `persistentVolumeClaimRetentionPolicy.whenScaled` is `Delete`.
-fn delete_claims_when_scaled(set: &StatefulSet) -> bool {
-    let spec = set.spec.as_ref();
-    let policy = spec.and_then(|s| s.persistent_volume_claim_retention_policy.as_ref());
-    policy.and_then(|p| p.when_scaled.as_deref()) == Some("Delete")
+/// When to look again for availability: with `minReadySeconds` and fewer available replicas
+/// than wanted, when the next ready pod becomes available, else after `minReadySeconds`
+/// (upstream's `enqueueSSAfter`).
+pub fn requeue(set: &StatefulSet, view: &View, status: &StatefulSetStatus) -> Option<Duration> {
+    let min_ready = min_ready_seconds(set);
+    if min_ready == 0 || status.available_replicas == Some(wanted_replicas(set)) {
+        return None;
+    }
+    let next = view
+        .pods
+        .values()
+        .filter_map(|p| podutil::available_in(p, min_ready, view.now))
+        .min();
+    Some(next.unwrap_or(Duration::from_secs(min_ready as u64)))
+}
+
+/// The namespace's objects a sync looks at.
+pub struct Namespace<'a> {
+    pub pods: &'a [&'a Pod],
+    pub revisions: &'a [&'a ControllerRevision],
+    pub claims: &'a [&'a PersistentVolumeClaim],
+}
+
+/// Creates the claims of the pod with ordinal `n` that do not exist; a claim being deleted is
+/// an error (reported as the pod's failed creation when `creating`).
+async fn create_claims(
+    set: &StatefulSet,
+    n: i32,
+    view: &View<'_>,
+    creating: bool,
+    api: &dyn StatefulSetApi,
+) -> Result<()> {
+    let pod = identity::pod_name(set, n);
+    for claim in identity::claims(set, n) {
+        let name = claim.name_any();
+        match view.claims.get(name.as_str()) {
+            None => api.create_claim(set, &pod, &claim).await?,
+            Some(c) if c.metadata.deletion_timestamp.is_some() => {
+                let err = Error::ClaimTerminating(name);
+                if creating {
+                    let note = format!(
+                        "create Pod {pod} in StatefulSet {} failed error: {err}",
+                        set.name_any()
+                    );
+                    api.event(set, EventType::Warning, "FailedCreate", note);
+                }
+                return Err(err);
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// Syncs one StatefulSet: claims its pods and revisions among those of its namespace (adopting
 /// orphans its selector matches, pods only with one of its names; releasing owned ones that no
 /// longer match), then its update revision, its pods and claims, old revisions, its status.
+/// Asks for another look when a pod is yet to become available.
 pub async fn reconcile(
     set: &StatefulSet,
-    namespace_pods: &[&Pod],
-    namespace_revisions: &[&ControllerRevision],
+    namespace: &Namespace<'_>,
+    now: jiff::Timestamp,
     api: &dyn StatefulSetApi,
-) -> kube::Result<()> {
+) -> Result<Action> {
     if set.metadata.deletion_timestamp.is_some() {
-        return Ok(());
+        return Ok(Action::AwaitChange);
     }
     let Ok(selector) = podutil::selector(set.spec.as_ref().map(|s| &s.selector)) else {
         // validation rejects such a selector; nothing can be claimed with it
-        return Ok(());
+        return Ok(Action::AwaitChange);
     };
     let matches = |meta: &kube::api::ObjectMeta| selector.matches(podutil::labels(meta));
     let owner = identity::owner(set);
@@ -225,7 +496,7 @@ pub async fn reconcile(
     let pods = claim::claim(
         &set.metadata,
         &owner,
-        namespace_pods,
+        namespace.pods,
         |p: &Pod| matches(p.meta()) && identity::ordinal(set, p).is_some(),
         Box::new(|name, patch| Box::pin(async move { api.patch_pod(set, &name, patch).await })),
     )
@@ -235,7 +506,7 @@ pub async fn reconcile(
     let revisions = claim::claim(
         &set.metadata,
         &owner,
-        namespace_revisions,
+        namespace.revisions,
         |r: &ControllerRevision| matches(r.meta()),
         Box::new(|name, patch| {
             Box::pin(async move { api.patch_revision(set, &name, patch).await })
@@ -269,16 +540,23 @@ pub async fn reconcile(
         .and_then(|r| identity::revision_template(r))
         .unwrap_or_else(|| spec.template.clone());
 
-    let by_ordinal: BTreeMap<i32, &Pod> = pods
-        .iter()
-        .filter_map(|p| Some((identity::ordinal(set, p)?, *p)))
-        .collect();
-    for step in plan(set, &by_ordinal, &current, &update) {
+    let view = View {
+        pods: pods
+            .iter()
+            .filter_map(|p| Some((identity::ordinal(set, p)?, *p)))
+            .collect(),
+        claims: namespace
+            .claims
+            .iter()
+            .filter_map(|c| Some((c.metadata.name.as_deref()?, *c)))
+            .collect(),
+        now,
+    };
+    let mut update_deletions = 0;
+    for step in plan(set, &view, &current, &update) {
         match step {
             Step::Create { ordinal, updated } => {
-                for claim in identity::claims(set, ordinal) {
-                    api.ensure_claim(set, &claim).await?;
-                }
+                create_claims(set, ordinal, &view, true, api).await?;
                 let (template, hash) = if updated {
                     (&spec.template, &update)
                 } else {
@@ -287,28 +565,40 @@ pub async fn reconcile(
                 api.create_pod(set, &identity::new_pod(set, template, ordinal, hash))
                     .await?;
             }
-            Step::Delete { name, uid } => {
-                let condemned = pods
-                    .iter()
-                    .find(|p| p.name_any() == name)
-                    .and_then(|p| identity::ordinal(set, p))
-                    .is_some_and(|n| n >= spec.replicas.unwrap_or(1));
-                if condemned && delete_claims_when_scaled(set) {
-                    // the garbage collector deletes the claims after their pod
-                    let owner = OwnerReference {
-                        api_version: "v1".into(),
-                        kind: "Pod".into(),
-                        name: name.clone(),
-                        uid: uid.clone(),
-                        controller: None,
-                        block_owner_deletion: Some(true),
-                    };
-                    for t in spec.volume_claim_templates.iter().flatten() {
-                        let claim = identity::claim_name(&t.name_any(), &name);
-                        api.add_claim_owner(set, &claim, &owner).await?;
-                    }
+            Step::CreateClaims { ordinal } => {
+                create_claims(set, ordinal, &view, false, api).await?;
+            }
+            Step::SetClaimOwners {
+                claim,
+                pod,
+                uid,
+                in_range,
+                conflicting,
+            } => {
+                if conflicting {
+                    let note = format!(
+                        "PersistentVolumeClaim {claim} has a conflicting OwnerReference that \
+                         acts as a manging controller, the retention policy is ignored for this \
+                         claim"
+                    );
+                    api.event(set, EventType::Warning, "ConflictingController", note);
                 }
-                api.delete_pod(set, &name, &uid).await?
+                let pod = ClaimPod {
+                    name: &pod,
+                    uid: &uid,
+                    in_range,
+                };
+                let fix = |c: &PersistentVolumeClaim| {
+                    (!retention::up_to_date(c, set, &pod))
+                        .then(|| retention::wanted_owners(c, set, &pod))
+                };
+                api.update_claim_owners(set, &claim, &fix).await?;
+            }
+            Step::Delete { name, uid, why } => {
+                api.delete_pod(set, &name, &uid).await?;
+                if why == Why::Update {
+                    update_deletions += 1;
+                }
             }
         }
     }
@@ -322,11 +612,11 @@ pub async fn reconcile(
     for r in revision::to_prune(revisions, &update, &keep, limit) {
         api.delete_revision(&ns, &r.name_any()).await?;
     }
-    let status = status(set, pods, &current, &update);
+    let status = status(set, &view, &current, &update, update_deletions);
     if set.status.as_ref() != Some(&status) {
         api.update_status(set, &status).await?;
     }
-    Ok(())
+    Ok(requeue(set, &view, &status).map_or(Action::AwaitChange, Action::RequeueAfter))
 }
 
 struct KubeStatefulSets {
@@ -335,11 +625,6 @@ struct KubeStatefulSets {
 }
 
 impl KubeStatefulSets {
-    fn event(&self, set: &StatefulSet, type_: EventType, reason: &str, note: String) {
-        let event = Event::new(type_, set.object_ref(&()), reason, note);
-        self.recorder.record(event);
-    }
-
     fn api<K: Resource<Scope = k8s_openapi::NamespaceResourceScope>>(
         &self,
         set: &StatefulSet,
@@ -351,49 +636,65 @@ impl KubeStatefulSets {
     }
 }
 
+/// Conflicts an owner update retries before giving up (client-go's `retry.DefaultBackoff`).
+const CLAIM_UPDATE_ATTEMPTS: usize = 5;
+
 #[async_trait]
 impl StatefulSetApi for KubeStatefulSets {
-    async fn ensure_claim(
+    async fn create_claim(
         &self,
         set: &StatefulSet,
+        pod: &str,
         claim: &PersistentVolumeClaim,
     ) -> kube::Result<()> {
         let api: Api<PersistentVolumeClaim> = self.api(set);
-        if api.get_metadata_opt(&claim.name_any()).await?.is_some() {
-            return Ok(());
-        }
-        let (pod, name) = (claim.name_any(), set.name_any());
+        let (claim_name, name) = (claim.name_any(), set.name_any());
         match api.create(&PostParams::default(), claim).await {
             Ok(_) => {
-                let note = format!("create Claim {pod} in StatefulSet {name} success");
+                let note =
+                    format!("create Claim {claim_name} Pod {pod} in StatefulSet {name} success");
                 self.event(set, EventType::Normal, "SuccessfulCreate", note);
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(e),
+            Err(e) => {
+                let note = format!(
+                    "create Claim {claim_name} for Pod {pod} in StatefulSet {name} failed error: \
+                     failed to create PVC {claim_name}: {e}"
+                );
+                self.event(set, EventType::Warning, "FailedCreate", note);
+                Err(e)
+            }
         }
     }
 
-    async fn add_claim_owner(
+    async fn update_claim_owners(
         &self,
         set: &StatefulSet,
         claim: &str,
-        owner: &OwnerReference,
+        fix: &OwnerFix<'_>,
     ) -> kube::Result<()> {
         let api: Api<PersistentVolumeClaim> = self.api(set);
-        let Some(mut pvc) = api.get_opt(claim).await? else {
-            return Ok(());
-        };
-        let owners = pvc.metadata.owner_references.get_or_insert_default();
-        if owners.iter().any(|o| o.uid == owner.uid) {
-            return Ok(());
+        let mut attempt = 0;
+        loop {
+            let Some(mut pvc) = api.get_opt(claim).await? else {
+                return Ok(());
+            };
+            let Some(owners) = fix(&pvc) else {
+                return Ok(());
+            };
+            pvc.metadata.owner_references = Some(owners).filter(|o| !o.is_empty());
+            // an update, as upstream's: the controller's role grants no patch on claims
+            pvc.metadata.managed_fields = None;
+            match api.replace(claim, &PostParams::default(), &pvc).await {
+                Err(kube::Error::Api(s))
+                    if s.code == 409 && attempt + 1 < CLAIM_UPDATE_ATTEMPTS =>
+                {
+                    attempt += 1;
+                }
+                result => return result.map(|_| ()),
+            }
         }
-        owners.push(owner.clone());
-        // an update, as upstream's: the controller's role grants no patch on claims
-        pvc.metadata.managed_fields = None;
-        api.replace(claim, &PostParams::default(), &pvc)
-            .await
-            .map(|_| ())
     }
 
     async fn create_pod(&self, set: &StatefulSet, pod: &Pod) -> kube::Result<()> {
@@ -406,7 +707,11 @@ impl StatefulSetApi for KubeStatefulSets {
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(e),
+            Err(e) => {
+                let note = format!("create Pod {pod_name} in StatefulSet {name} failed error: {e}");
+                self.event(set, EventType::Warning, "FailedCreate", note);
+                Err(e)
+            }
         }
     }
 
@@ -419,17 +724,19 @@ impl StatefulSetApi for KubeStatefulSets {
             }),
             ..Default::default()
         };
+        let name = set.name_any();
         match api.delete(pod, &dp).await {
             Ok(_) => {
-                let note = format!(
-                    "delete Pod {pod} in StatefulSet {} successful",
-                    set.name_any()
-                );
+                let note = format!("delete Pod {pod} in StatefulSet {name} successful");
                 self.event(set, EventType::Normal, "SuccessfulDelete", note);
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-            Err(e) => Err(e),
+            Err(e) => {
+                let note = format!("delete Pod {pod} in StatefulSet {name} failed error: {e}");
+                self.event(set, EventType::Warning, "FailedDelete", note);
+                Err(e)
+            }
         }
     }
 
@@ -470,35 +777,56 @@ impl StatefulSetApi for KubeStatefulSets {
             .await
             .map(|_| ())
     }
+
+    fn event(&self, set: &StatefulSet, type_: EventType, reason: &str, note: String) {
+        let event = Event::new(type_, set.object_ref(&()), reason, note);
+        self.recorder.record(event);
+    }
 }
 
 /// Runs the controller: StatefulSets are the keys; a pod or revision change queues its
-/// controlling StatefulSet, an orphan's every StatefulSet whose selector matches it.
+/// controlling StatefulSet, an orphan's every StatefulSet whose selector matches it. Claims are
+/// read from their informer, as upstream's claim lister.
 pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let controller = Controller::new("statefulset");
     let sets = ctx.informers.get::<StatefulSet>();
     let pods = ctx.informers.get::<Pod>();
     let revisions = ctx.informers.get::<ControllerRevision>();
+    let claims = ctx.informers.get::<PersistentVolumeClaim>();
     let selector: fn(&StatefulSet) -> Option<&LabelSelector> =
         |o| o.spec.as_ref().map(|s| &s.selector);
     claim::queue_owners(&pods, sets.cache(), controller.queue(), selector);
     claim::queue_owners(&revisions, sets.cache(), controller.queue(), selector);
     pods.cache().wait_until_ready().await;
     revisions.cache().wait_until_ready().await;
+    claims.cache().wait_until_ready().await;
     let api = Arc::new(KubeStatefulSets {
         client: ctx.client.clone(),
         recorder: ctx.recorder("statefulset-controller"),
     });
-    let (pods, revisions) = (pods.cache().clone(), revisions.cache().clone());
+    let (pods, revisions, claims) = (
+        pods.cache().clone(),
+        revisions.cache().clone(),
+        claims.cache().clone(),
+    );
     triggers::run_each(controller, &sets, move |set| {
         let api = api.clone();
         let ns = set.namespace().unwrap_or_default();
-        let (pods, revisions) = (pods.namespaced(&ns), revisions.namespaced(&ns));
+        let (pods, revisions, claims) = (
+            pods.namespaced(&ns),
+            revisions.namespaced(&ns),
+            claims.namespaced(&ns),
+        );
         async move {
             let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
             let revisions: Vec<&ControllerRevision> = revisions.iter().map(Arc::as_ref).collect();
-            reconcile(&set, &pods, &revisions, api.as_ref()).await?;
-            Ok::<_, kube::Error>(Action::AwaitChange)
+            let claims: Vec<&PersistentVolumeClaim> = claims.iter().map(Arc::as_ref).collect();
+            let namespace = Namespace {
+                pods: &pods,
+                revisions: &revisions,
+                claims: &claims,
+            };
+            reconcile(&set, &namespace, jiff::Timestamp::now(), api.as_ref()).await
         }
     })
     .await;
