@@ -140,6 +140,21 @@ fn hash(pod: &Pod) -> Option<&str> {
     pod.labels().get(HASH_LABEL).map(String::as_str)
 }
 
+/// A revision of the set: pods are labelled, and the status names it, with its name (as
+/// upstream's); a pod labelled with its bare hash, as older Skiff labelled them, is at it too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rev<'a> {
+    pub name: &'a str,
+    pub hash: &'a str,
+}
+
+impl Rev<'_> {
+    /// Whether the pod is at this revision.
+    fn has(&self, pod: &Pod) -> bool {
+        hash(pod).is_some_and(|h| h == self.name || h == self.hash)
+    }
+}
+
 fn min_ready_seconds(set: &StatefulSet) -> i32 {
     let spec = set.spec.as_ref();
     spec.and_then(|s| s.min_ready_seconds).unwrap_or(0).max(0)
@@ -247,8 +262,8 @@ impl View<'_> {
 }
 
 /// The steps of one sync (upstream's `updateStatefulSet` then, for RollingUpdate,
-/// `updateStatefulSetAfterInvariantEstablished`), given the current and update revision hashes.
-pub fn plan(set: &StatefulSet, view: &View, current: &str, update: &str) -> Vec<Step> {
+/// `updateStatefulSetAfterInvariantEstablished`), given the current and update revisions.
+pub fn plan(set: &StatefulSet, view: &View, current: Rev, update: Rev) -> Vec<Step> {
     let spec = set.spec.clone().unwrap_or_default();
     let replicas = wanted_replicas(set);
     let ordered = spec.pod_management_policy.as_deref() != Some("Parallel");
@@ -361,7 +376,7 @@ pub fn plan(set: &StatefulSet, view: &View, current: &str, update: &str) -> Vec<
             break;
         }
         let Some(p) = pods.get(&n) else { continue };
-        if hash(p) != Some(update) && !terminating(p) {
+        if !update.has(p) && !terminating(p) {
             steps.push(delete(p, Why::Update));
             room -= 1;
         }
@@ -374,8 +389,8 @@ pub fn plan(set: &StatefulSet, view: &View, current: &str, update: &str) -> Vec<
 pub fn status(
     set: &StatefulSet,
     view: &View,
-    current: &str,
-    update: &str,
+    current: Rev,
+    update: Rev,
     update_deletions: i32,
 ) -> StatefulSetStatus {
     let pods: Vec<&Pod> = view.pods.values().copied().collect();
@@ -384,10 +399,9 @@ pub fn status(
     let replicas = count(&created);
     let ready = count(&running_and_ready);
     let available = count(&|p| running_and_ready(p) && view.available(set, p));
-    let live_at =
-        |rev: &str| count(&|p: &Pod| created(p) && !terminating(p) && hash(p) == Some(rev));
+    let live_at = |rev: Rev| count(&|p: &Pod| created(p) && !terminating(p) && rev.has(p));
     let updated = live_at(update);
-    let mut current_revision = current.to_string();
+    let mut current_revision = current.name.to_string();
     let mut current_replicas = live_at(current) - update_deletions;
     let wanted = wanted_replicas(set);
     let spec = set.spec.as_ref();
@@ -397,7 +411,7 @@ pub fn status(
         .unwrap_or("RollingUpdate")
         == "RollingUpdate";
     if rolling && updated == wanted && ready == wanted && replicas == wanted {
-        current_revision = update.to_string();
+        current_revision = update.name.to_string();
         current_replicas = updated;
     }
     StatefulSetStatus {
@@ -408,7 +422,7 @@ pub fn status(
         current_replicas: Some(current_replicas).filter(|n| *n > 0),
         updated_replicas: Some(updated).filter(|n| *n > 0),
         current_revision: Some(current_revision),
-        update_revision: Some(update.to_string()),
+        update_revision: Some(update.name.to_string()),
         collision_count: Some(
             set.status
                 .as_ref()
@@ -529,13 +543,25 @@ pub async fn reconcile(
     if !matches!(update_rev, Current::Exists(_)) {
         api.save_revision(&update_rev).await?;
     }
-    let update = revision::hash_of(update_rev.revision());
+    let update_name = update_rev.revision().name_any();
+    let update_hash = revision::hash_of(update_rev.revision());
+    let update = Rev {
+        name: &update_name,
+        hash: &update_hash,
+    };
     // the current revision: the status's, if its revision still exists
     let recorded = set.status.as_ref().and_then(|s| s.current_revision.clone());
     let current_rev = revisions
         .iter()
         .find(|r| Some(r.name_any()) == recorded || Some(revision::hash_of(r)) == recorded);
-    let current = current_rev.map_or(update.clone(), |r| revision::hash_of(r));
+    let (current_name, current_hash) = current_rev.map_or_else(
+        || (update_name.clone(), update_hash.clone()),
+        |r| (r.name_any(), revision::hash_of(r)),
+    );
+    let current = Rev {
+        name: &current_name,
+        hash: &current_hash,
+    };
     let current_template: PodTemplateSpec = current_rev
         .and_then(|r| identity::revision_template(r))
         .unwrap_or_else(|| spec.template.clone());
@@ -553,16 +579,16 @@ pub async fn reconcile(
         now,
     };
     let mut update_deletions = 0;
-    for step in plan(set, &view, &current, &update) {
+    for step in plan(set, &view, current, update) {
         match step {
             Step::Create { ordinal, updated } => {
                 create_claims(set, ordinal, &view, true, api).await?;
-                let (template, hash) = if updated {
-                    (&spec.template, &update)
+                let (template, rev) = if updated {
+                    (&spec.template, update)
                 } else {
-                    (&current_template, &current)
+                    (&current_template, current)
                 };
-                api.create_pod(set, &identity::new_pod(set, template, ordinal, hash))
+                api.create_pod(set, &identity::new_pod(set, template, ordinal, rev.name))
                     .await?;
             }
             Step::CreateClaims { ordinal } => {
@@ -602,17 +628,24 @@ pub async fn reconcile(
             }
         }
     }
-    let in_use: Vec<String> = pods
+    // the revisions live pods are at, and the current one, are kept
+    let keep: Vec<String> = revisions
         .iter()
-        .filter_map(|p| hash(p).map(str::to_string))
+        .filter(|r| {
+            let (name, hash) = (r.name_any(), revision::hash_of(r));
+            let rev = Rev {
+                name: &name,
+                hash: &hash,
+            };
+            name == current.name || pods.iter().any(|p| rev.has(p))
+        })
+        .map(|r| revision::hash_of(r))
         .collect();
-    let mut keep = in_use.clone();
-    keep.push(current.clone());
     let limit = spec.revision_history_limit.unwrap_or(10).max(0) as usize;
-    for r in revision::to_prune(revisions, &update, &keep, limit) {
+    for r in revision::to_prune(revisions, update.hash, &keep, limit) {
         api.delete_revision(&ns, &r.name_any()).await?;
     }
-    let status = status(set, &view, &current, &update, update_deletions);
+    let status = status(set, &view, current, update, update_deletions);
     if set.status.as_ref() != Some(&status) {
         api.update_status(set, &status).await?;
     }

@@ -95,14 +95,14 @@ pub fn claims(set: &StatefulSet, n: i32) -> Vec<PersistentVolumeClaim> {
         .collect()
 }
 
-/// The pod with ordinal `n` from `template` at revision `hash`.
-pub fn new_pod(set: &StatefulSet, template: &PodTemplateSpec, n: i32, hash: &str) -> Pod {
+/// The pod with ordinal `n` from `template` at revision `revision` (its name, upstream's label).
+pub fn new_pod(set: &StatefulSet, template: &PodTemplateSpec, n: i32, revision: &str) -> Pod {
     let name = pod_name(set, n);
     let meta = template.metadata.clone().unwrap_or_default();
     let mut labels: BTreeMap<String, String> = meta.labels.unwrap_or_default();
     labels.insert(POD_NAME_LABEL.into(), name.clone());
     labels.insert(POD_INDEX_LABEL.into(), n.to_string());
-    labels.insert(HASH_LABEL.into(), hash.into());
+    labels.insert(HASH_LABEL.into(), revision.into());
     let mut spec = template.spec.clone().unwrap_or_default();
     spec.hostname = Some(name.clone());
     let service = set.spec.as_ref().and_then(|s| s.service_name.clone());

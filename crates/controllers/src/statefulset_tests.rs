@@ -60,8 +60,13 @@ fn view<'a>(set: &StatefulSet, pods: &'a [Pod], claims: &'a [PersistentVolumeCla
     }
 }
 
+/// A revision whose name is its hash.
+fn rev(name: &str) -> Rev<'_> {
+    Rev { name, hash: name }
+}
+
 fn steps(set: &StatefulSet, pods: &[Pod], current: &str, update: &str) -> Vec<Step> {
-    plan(set, &view(set, pods, &[]), current, update)
+    plan(set, &view(set, pods, &[]), rev(current), rev(update))
 }
 
 fn create(ordinal: i32) -> Step {
@@ -295,7 +300,7 @@ fn status_counts_available_replicas_with_min_ready_seconds_and_asks_for_a_requeu
         pod(2, "h", false),
     ];
     let v = view(&s, &pods, &[]);
-    let st = status(&s, &v, "h", "h", 0);
+    let st = status(&s, &v, rev("h"), rev("h"), 0);
     assert_eq!(
         (st.replicas, st.ready_replicas, st.available_replicas),
         (3, Some(2), Some(1))
@@ -308,7 +313,7 @@ fn status_counts_available_replicas_with_min_ready_seconds_and_asks_for_a_requeu
     );
     // without minReadySeconds ready is available and nothing is requeued
     let s = set(3, json!({}));
-    let st = status(&s, &v, "h", "h", 0);
+    let st = status(&s, &v, rev("h"), rev("h"), 0);
     assert_eq!(st.available_replicas, Some(2));
     assert_eq!(requeue(&s, &v, &st), None);
 }
@@ -320,7 +325,7 @@ fn status_leaves_terminating_pods_out_of_current_and_updated_and_counts_update_d
     going.metadata.deletion_timestamp =
         Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
     let pods = [pod(0, "old", true), pod(1, "old", true), going];
-    let st = status(&s, &view(&s, &pods, &[]), "old", "new", 1);
+    let st = status(&s, &view(&s, &pods, &[]), rev("old"), rev("new"), 1);
     assert_eq!(
         (
             st.replicas,
@@ -334,15 +339,42 @@ fn status_leaves_terminating_pods_out_of_current_and_updated_and_counts_update_d
     // OnDelete never completes a rollout by itself
     let on_delete = set(1, json!({"updateStrategy": {"type": "OnDelete"}}));
     let pods = [pod(0, "new", true)];
-    let st = status(&on_delete, &view(&on_delete, &pods, &[]), "old", "new", 0);
+    let st = status(
+        &on_delete,
+        &view(&on_delete, &pods, &[]),
+        rev("old"),
+        rev("new"),
+        0,
+    );
     assert_eq!(st.current_revision.as_deref(), Some("old"));
+}
+
+#[test]
+fn revisions_go_by_name_and_pods_labelled_with_the_bare_hash_are_at_them_too() {
+    let s = set(2, json!({}));
+    let update = Rev {
+        name: "db-abc",
+        hash: "abc",
+    };
+    let pods = [pod(0, "abc", true), pod(1, "db-abc", true)];
+    let v = view(&s, &pods, &[]);
+    assert_eq!(plan(&s, &v, rev("db-old"), update), vec![]);
+    let st = status(&s, &v, rev("db-old"), update, 0);
+    assert_eq!(st.updated_replicas, Some(2));
+    assert_eq!(
+        (
+            st.current_revision.as_deref(),
+            st.update_revision.as_deref()
+        ),
+        (Some("db-abc"), Some("db-abc"))
+    );
 }
 
 #[test]
 fn status_counts_replicas_and_completes_the_rollout_when_all_are_updated_and_ready() {
     let s = set(2, json!({}));
     let pods = [pod(0, "old", true), pod(1, "new", false)];
-    let st = status(&s, &view(&s, &pods, &[]), "old", "new", 0);
+    let st = status(&s, &view(&s, &pods, &[]), rev("old"), rev("new"), 0);
     assert_eq!(
         (
             st.replicas,
@@ -354,7 +386,7 @@ fn status_counts_replicas_and_completes_the_rollout_when_all_are_updated_and_rea
     );
     assert_eq!(st.current_revision.as_deref(), Some("old"));
     let pods = [pod(0, "new", true), pod(1, "new", true)];
-    let st = status(&s, &view(&s, &pods, &[]), "old", "new", 0);
+    let st = status(&s, &view(&s, &pods, &[]), rev("old"), rev("new"), 0);
     assert_eq!(st.current_revision.as_deref(), Some("new"));
     assert_eq!(
         (st.current_replicas, st.observed_generation),
