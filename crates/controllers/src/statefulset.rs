@@ -1,15 +1,16 @@
-//! `statefulset`: the pods `<set>-0 … <set>-(replicas-1)` of each StatefulSet (upstream's
-//! StatefulSetController). OrderedReady creates one pod at a time, each Running, Ready and
-//! available (`minReadySeconds`) before the next, and scales down from the highest ordinal;
-//! Parallel does all at once. A pod's claims (`volumeClaimTemplates`) are created before it and
-//! never deleted here: the retention policy puts controller references on them for the garbage
-//! collector ([`crate::statefulset_claims`]), the set's (`whenDeleted: Delete`) or, before a pod
-//! being scaled away is deleted, the pod's (`whenScaled: Delete`), and moves them when the policy
-//! changes. Updates go through ControllerRevisions: RollingUpdate replaces pods from the highest
-//! ordinal down to `partition`, up to `maxUnavailable` at a time (upstream's
-//! MaxUnavailableStatefulSet), waiting while more pods than that are unavailable; OnDelete replaces
-//! only deleted pods. Each sync first claims pods and revisions ([`crate::claim`]): an orphan pod
-//! the selector matches that bears one of the set's names is adopted rather than created again.
+//! `statefulset`: the pods `<set>-<start> … <set>-<start+replicas-1>` of each StatefulSet
+//! (`spec.ordinals.start`, 0 by default; upstream's StatefulSetController). OrderedReady creates
+//! one pod at a time, each Running, Ready and available (`minReadySeconds`) before the next, and
+//! scales down from the highest ordinal; Parallel does all at once. A pod's claims
+//! (`volumeClaimTemplates`) are created before it and never deleted here: the retention policy
+//! puts controller references on them for the garbage collector ([`crate::statefulset_claims`]),
+//! the set's (`whenDeleted: Delete`) or, before a pod being scaled away is deleted, the pod's
+//! (`whenScaled: Delete`), and moves them when the policy changes. Updates go through
+//! ControllerRevisions: RollingUpdate replaces pods from the highest ordinal down to `partition`,
+//! up to `maxUnavailable` at a time (upstream's MaxUnavailableStatefulSet), waiting while more
+//! pods than that are unavailable; OnDelete replaces only deleted pods. Each sync first claims
+//! pods and revisions ([`crate::claim`]): an orphan pod the selector matches that bears one of the
+//! set's names is adopted rather than created again.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -168,6 +169,15 @@ fn wanted_replicas(set: &StatefulSet) -> i32 {
         .max(0)
 }
 
+/// The ordinals of the set's replicas: `spec.ordinals.start` (0 by default) onwards (upstream's
+/// `getStartOrdinal` and `getEndOrdinal`).
+fn ordinals(set: &StatefulSet) -> std::ops::Range<i32> {
+    let spec = set.spec.as_ref();
+    let start = spec.and_then(|s| s.ordinals.as_ref()).and_then(|o| o.start);
+    let start = start.unwrap_or(0).max(0);
+    start..start.saturating_add(wanted_replicas(set))
+}
+
 /// `maxUnavailable` of the rolling update scaled to `replicas` (a percentage rounds down), at
 /// least one (upstream's `getStatefulSetMaxUnavailable`).
 fn max_unavailable(v: Option<&IntOrString>, replicas: i32) -> i32 {
@@ -265,7 +275,7 @@ impl View<'_> {
 /// `updateStatefulSetAfterInvariantEstablished`), given the current and update revisions.
 pub fn plan(set: &StatefulSet, view: &View, current: Rev, update: Rev) -> Vec<Step> {
     let spec = set.spec.clone().unwrap_or_default();
-    let replicas = wanted_replicas(set);
+    let range = ordinals(set);
     let ordered = spec.pod_management_policy.as_deref() != Some("Parallel");
     let strategy = spec.update_strategy.clone().unwrap_or_default();
     let rolling = strategy.type_.as_deref().unwrap_or("RollingUpdate") == "RollingUpdate";
@@ -279,15 +289,20 @@ pub fn plan(set: &StatefulSet, view: &View, current: Rev, update: Rev) -> Vec<St
     };
     let uid = |p: &Pod| p.uid().unwrap_or_default();
     let mut steps = Vec::new();
+    // the partition counts from the first ordinal
+    let update_min = range.start.saturating_add(partition);
     // a replacement pod is made at the current revision below the partition, else the update
-    let updated_for = |n: i32| !(rolling && n < partition && current != update);
+    let updated_for = |n: i32| !(rolling && n < update_min && current != update);
+    // the pods outside the range, highest ordinal first
     let condemned: Vec<(i32, &Pod)> = pods
-        .range(replicas..)
+        .iter()
         .rev()
+        .filter(|(n, _)| !range.contains(n))
         .map(|(n, p)| (*n, *p))
         .collect();
     // the first unavailable pod: a missing or unavailable replica, else a condemned one
-    let first_unavailable = (0..replicas)
+    let first_unavailable = range
+        .clone()
         .find(|n| view.unavailable(set, pods.get(n)))
         .or_else(|| {
             let mut up = condemned.iter().rev();
@@ -296,7 +311,7 @@ pub fn plan(set: &StatefulSet, view: &View, current: Rev, update: Rev) -> Vec<St
         });
 
     // 1. the pods that should exist, lowest ordinal first (upstream's processReplica)
-    for n in 0..replicas {
+    for n in range.clone() {
         let Some(p) = pods.get(&n) else {
             if view.claim_is_stale(set, n) {
                 // an older pod's claim is on its way out: wait for the collector
@@ -366,12 +381,13 @@ pub fn plan(set: &StatefulSet, view: &View, current: Rev, update: Rev) -> Vec<St
     }
     // 4. rolling update from the highest ordinal down to the partition, deleting as many pods
     // not at the update revision as maxUnavailable leaves room for
-    let max = max_unavailable(rolling_update.max_unavailable.as_ref(), replicas);
-    let unavailable = (0..replicas)
+    let max = max_unavailable(rolling_update.max_unavailable.as_ref(), range.len() as i32);
+    let unavailable = range
+        .clone()
         .filter(|n| view.unavailable(set, pods.get(n)))
         .count() as i32;
     let mut room = max - unavailable;
-    for n in (partition..replicas).rev() {
+    for n in (update_min..range.end).rev() {
         if room <= 0 {
             break;
         }

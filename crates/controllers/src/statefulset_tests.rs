@@ -281,6 +281,29 @@ fn max_unavailable_with_ordered_ready_replaces_several_once_all_are_available() 
 }
 
 #[test]
+fn ordinals_start_where_the_spec_says_and_the_partition_counts_from_there() {
+    let s = set(2, json!({"ordinals": {"start": 5}}));
+    assert_eq!(steps(&s, &[], "h", "h"), vec![create(5)]);
+    // a pod below the start is scaled away like one above the end
+    let pods = [pod(0, "h", true), pod(5, "h", true), pod(6, "h", true)];
+    assert_eq!(steps(&s, &pods, "h", "h"), vec![delete(0)]);
+    let partitioned = set(
+        2,
+        json!({"ordinals": {"start": 5}, "updateStrategy": {"type": "RollingUpdate",
+            "rollingUpdate": {"partition": 1, "maxUnavailable": 2}}}),
+    );
+    let pods = [pod(5, "old", true), pod(6, "old", true)];
+    assert_eq!(steps(&partitioned, &pods, "old", "new"), vec![update(6)]);
+    assert_eq!(
+        steps(&partitioned, &[pod(6, "new", true)], "old", "new"),
+        vec![Step::Create {
+            ordinal: 5,
+            updated: false
+        }]
+    );
+}
+
+#[test]
 fn finished_pods_are_deleted_to_be_created_again() {
     let s = set(2, json!({}));
     let mut done = pod(0, "h", false);
