@@ -503,6 +503,76 @@ async fn create_claims(
     Ok(())
 }
 
+/// The current and update revisions and their templates.
+struct Revisions<'a> {
+    current: Rev<'a>,
+    update: Rev<'a>,
+    current_template: &'a PodTemplateSpec,
+    update_template: &'a PodTemplateSpec,
+}
+
+/// Makes the writes of `steps` in order, stopping at the first that fails; counts the pods
+/// deleted for the rollout in `update_deletions`.
+async fn apply(
+    set: &StatefulSet,
+    steps: Vec<Step>,
+    view: &View<'_>,
+    revs: &Revisions<'_>,
+    api: &dyn StatefulSetApi,
+    update_deletions: &mut i32,
+) -> Result<()> {
+    for step in steps {
+        match step {
+            Step::Create { ordinal, updated } => {
+                create_claims(set, ordinal, view, true, api).await?;
+                let (template, rev) = if updated {
+                    (revs.update_template, revs.update)
+                } else {
+                    (revs.current_template, revs.current)
+                };
+                api.create_pod(set, &identity::new_pod(set, template, ordinal, rev.name))
+                    .await?;
+            }
+            Step::CreateClaims { ordinal } => {
+                create_claims(set, ordinal, view, false, api).await?;
+            }
+            Step::SetClaimOwners {
+                claim,
+                pod,
+                uid,
+                in_range,
+                conflicting,
+            } => {
+                if conflicting {
+                    let note = format!(
+                        "PersistentVolumeClaim {claim} has a conflicting OwnerReference that \
+                         acts as a manging controller, the retention policy is ignored for this \
+                         claim"
+                    );
+                    api.event(set, EventType::Warning, "ConflictingController", note);
+                }
+                let pod = ClaimPod {
+                    name: &pod,
+                    uid: &uid,
+                    in_range,
+                };
+                let fix = |c: &PersistentVolumeClaim| {
+                    (!retention::up_to_date(c, set, &pod))
+                        .then(|| retention::wanted_owners(c, set, &pod))
+                };
+                api.update_claim_owners(set, &claim, &fix).await?;
+            }
+            Step::Delete { name, uid, why } => {
+                api.delete_pod(set, &name, &uid).await?;
+                if why == Why::Update {
+                    *update_deletions += 1;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Syncs one StatefulSet: claims its pods and revisions among those of its namespace (adopting
 /// orphans its selector matches, pods only with one of its names; releasing owned ones that no
 /// longer match), then its update revision, its pods and claims, old revisions, its status.
@@ -594,57 +664,21 @@ pub async fn reconcile(
             .collect(),
         now,
     };
+    let revs = Revisions {
+        current,
+        update,
+        current_template: &current_template,
+        update_template: &spec.template,
+    };
     let mut update_deletions = 0;
-    for step in plan(set, &view, current, update) {
-        match step {
-            Step::Create { ordinal, updated } => {
-                create_claims(set, ordinal, &view, true, api).await?;
-                let (template, rev) = if updated {
-                    (&spec.template, update)
-                } else {
-                    (&current_template, current)
-                };
-                api.create_pod(set, &identity::new_pod(set, template, ordinal, rev.name))
-                    .await?;
-            }
-            Step::CreateClaims { ordinal } => {
-                create_claims(set, ordinal, &view, false, api).await?;
-            }
-            Step::SetClaimOwners {
-                claim,
-                pod,
-                uid,
-                in_range,
-                conflicting,
-            } => {
-                if conflicting {
-                    let note = format!(
-                        "PersistentVolumeClaim {claim} has a conflicting OwnerReference that \
-                         acts as a manging controller, the retention policy is ignored for this \
-                         claim"
-                    );
-                    api.event(set, EventType::Warning, "ConflictingController", note);
-                }
-                let pod = ClaimPod {
-                    name: &pod,
-                    uid: &uid,
-                    in_range,
-                };
-                let fix = |c: &PersistentVolumeClaim| {
-                    (!retention::up_to_date(c, set, &pod))
-                        .then(|| retention::wanted_owners(c, set, &pod))
-                };
-                api.update_claim_owners(set, &claim, &fix).await?;
-            }
-            Step::Delete { name, uid, why } => {
-                api.delete_pod(set, &name, &uid).await?;
-                if why == Why::Update {
-                    update_deletions += 1;
-                }
-            }
-        }
+    let steps = plan(set, &view, current, update);
+    let applied = apply(set, steps, &view, &revs, api, &mut update_deletions).await;
+    // the status is written even when a step failed (upstream's performUpdate)
+    let status = status(set, &view, current, update, update_deletions);
+    if set.status.as_ref() != Some(&status) {
+        api.update_status(set, &status).await?;
     }
-    // the revisions live pods are at, and the current one, are kept
+    // the revisions live pods are at, and the current one, are kept (upstream's truncateHistory)
     let keep: Vec<String> = revisions
         .iter()
         .filter(|r| {
@@ -658,13 +692,16 @@ pub async fn reconcile(
         .map(|r| revision::hash_of(r))
         .collect();
     let limit = spec.revision_history_limit.unwrap_or(10).max(0) as usize;
+    let mut pruned = Ok(());
     for r in revision::to_prune(revisions, update.hash, &keep, limit) {
-        api.delete_revision(&ns, &r.name_any()).await?;
+        pruned = api.delete_revision(&ns, &r.name_any()).await;
+        if pruned.is_err() {
+            break;
+        }
     }
-    let status = status(set, &view, current, update, update_deletions);
-    if set.status.as_ref() != Some(&status) {
-        api.update_status(set, &status).await?;
-    }
+    // a failed step is the error to report, after the status and the history are done
+    applied?;
+    pruned?;
     Ok(requeue(set, &view, &status).map_or(Action::AwaitChange, Action::RequeueAfter))
 }
 

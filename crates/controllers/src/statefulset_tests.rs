@@ -731,6 +731,8 @@ async fn a_pod_whose_claim_is_being_deleted_is_not_created() {
     let err = sync(&s, &[], &[deleting], &api).await.unwrap_err();
     assert_eq!(err.to_string(), "pvc data-db-0 is being deleted");
     assert!(!api.writes().contains(&"create db-0".to_string()));
+    // the status is written all the same
+    assert!(api.writes().contains(&"status replicas=0".to_string()));
     assert_eq!(
         api.events.lock().clone(),
         [
