@@ -2,8 +2,11 @@
 //! recording fake.
 
 use super::*;
+use crate::revision::HASH_LABEL;
 use parking_lot::Mutex;
 use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 fn set(replicas: i32, extra: serde_json::Value) -> StatefulSet {
     let mut spec = json!({"replicas": replicas, "serviceName": "db",
