@@ -204,7 +204,8 @@ pub fn plan(set: &StatefulSet, view: &View, current: Rev, update: Rev) -> Vec<St
     let ordered = spec.pod_management_policy.as_deref() != Some("Parallel");
     let strategy = spec.update_strategy.clone().unwrap_or_default();
     let rolling = strategy.type_.as_deref().unwrap_or("RollingUpdate") == "RollingUpdate";
-    let rolling_update = strategy.rolling_update.unwrap_or_default();
+    let explicit = strategy.rolling_update;
+    let rolling_update = explicit.clone().unwrap_or_default();
     let partition = rolling_update.partition.unwrap_or(0).max(0);
     let pods = &view.pods;
     let delete = |p: &Pod, why: Why| Step::Delete {
@@ -217,7 +218,17 @@ pub fn plan(set: &StatefulSet, view: &View, current: Rev, update: Rev) -> Vec<St
     // the partition counts from the first ordinal
     let update_min = range.start.saturating_add(partition);
     // a replacement pod is made at the current revision below the partition, else the update
-    let updated_for = |n: i32| !(rolling && n < update_min && current != update);
+    // (upstream's newVersionedStatefulSetPod: without a rollingUpdate, below the current replicas)
+    let current_below = match &explicit {
+        Some(_) => update_min,
+        None if rolling => {
+            let status = set.status.as_ref();
+            let current_replicas = status.and_then(|s| s.current_replicas).unwrap_or(0);
+            range.start.saturating_add(current_replicas)
+        }
+        None => range.start,
+    };
+    let updated_for = |n: i32| !(n < current_below && current != update);
     // the pods outside the range, highest ordinal first
     let condemned: Vec<(i32, &Pod)> = pods
         .iter()

@@ -307,6 +307,25 @@ fn ordinals_start_where_the_spec_says_and_the_partition_counts_from_there() {
 }
 
 #[test]
+fn without_a_rolling_update_a_missing_pod_below_the_current_replicas_comes_back_current() {
+    let mut s = set(3, json!({"updateStrategy": {"type": "RollingUpdate"}}));
+    s.status = Some(StatefulSetStatus {
+        current_replicas: Some(2),
+        ..Default::default()
+    });
+    let pods = [pod(1, "old", true), pod(2, "new", true)];
+    assert_eq!(
+        steps(&s, &pods, "old", "new"),
+        vec![Step::Create {
+            ordinal: 0,
+            updated: false
+        }]
+    );
+    let pods = [pod(0, "old", true), pod(1, "old", true)];
+    assert_eq!(steps(&s, &pods, "old", "new"), vec![create(2)]);
+}
+
+#[test]
 fn finished_pods_are_deleted_to_be_created_again() {
     let s = set(2, json!({}));
     let mut done = pod(0, "h", false);
