@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{
     Endpoints, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -719,6 +720,21 @@ fn a_statefulset_waits_for_available_pods_and_its_claims_follow_the_retention_po
             let claim = claims.get(&format!("data-kv-{n}")).await.unwrap();
             assert_eq!(claim.metadata.owner_references, None, "data-kv-{n}");
         }
+        // each claim's creation is an event of the set, in upstream's words
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        eventually("the claim creation event", || async {
+            let list = events.list(&Default::default()).await.ok()?;
+            list.items
+                .iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("SuccessfulCreate")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("kv")
+                        && e.note.as_deref()
+                            == Some("create Claim data-kv-0 Pod kv-0 in StatefulSet kv success")
+                })
+                .map(|_| ())
+        })
+        .await;
 
         // a rollout with maxUnavailable 2 completes, waiting for availability
         let image = json!({"spec": {"template": {"spec": {"containers": [
