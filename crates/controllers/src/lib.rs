@@ -31,6 +31,8 @@
 //! - [`resources`]: discovery of every served resource (for garbage-collector and namespace).
 //! - [`statefulset`]: pods `<set>-<ordinal>` created, scaled and updated in order.
 //! - [`statefulset_pods`]: a stateful pod's identity and claims.
+//! - [`statefulset_claims`]: a stateful pod's claims' owners under the retention policy.
+//! - [`statefulset_plan`]: the writes, status and requeue of one StatefulSet sync.
 //! - [`status`]: status writes as updates retried on conflict (what controller roles grant).
 //! - [`daemonset`]: one pod per eligible node, rolling updates, status.
 //! - [`daemonset_pods`]: which nodes run a DaemonSet's pod and the pod it gets.
@@ -90,6 +92,8 @@ pub mod rootcacertpublisher;
 pub mod service_pods;
 pub mod serviceaccount;
 pub mod statefulset;
+pub mod statefulset_claims;
+pub mod statefulset_plan;
 pub mod statefulset_pods;
 pub mod status;
 pub mod tainteviction;

@@ -1,15 +1,17 @@
-//! `statefulset`: the pods `<set>-0 … <set>-(replicas-1)` of each StatefulSet (upstream's
-//! StatefulSetController). OrderedReady creates one pod at a time, each Running and Ready before
-//! the next, and scales down from the highest ordinal; Parallel does all at once. A pod's claims
+//! `statefulset`: the pods `<set>-<start> … <set>-<start+replicas-1>` of each StatefulSet
+//! (`spec.ordinals.start`, 0 by default; upstream's StatefulSetController). OrderedReady creates
+//! one pod at a time, each Running, Ready and available (`minReadySeconds`) before the next, and
+//! scales down from the highest ordinal; Parallel does all at once. A pod's claims
 //! (`volumeClaimTemplates`) are created before it and never deleted here: the retention policy
-//! puts owner references on them for the garbage collector (`whenDeleted: Delete` the set's, at
-//! creation; `whenScaled: Delete` the condemned pod's, before the pod is deleted). Updates go through
+//! puts controller references on them for the garbage collector ([`crate::statefulset_claims`]),
+//! the set's (`whenDeleted: Delete`) or, before a pod being scaled away is deleted, the pod's
+//! (`whenScaled: Delete`), and moves them when the policy changes. Updates go through
 //! ControllerRevisions: RollingUpdate replaces pods from the highest ordinal down to `partition`,
-//! one at a time and waiting for each to be Ready; OnDelete replaces only deleted pods. Each sync
-//! first claims pods and revisions ([`crate::claim`]): an orphan pod the selector matches that
-//! bears one of the set's names is adopted rather than created again.
+//! up to `maxUnavailable` at a time (upstream's MaxUnavailableStatefulSet), waiting while more
+//! pods than that are unavailable; OnDelete replaces only deleted pods. Each sync first claims
+//! pods and revisions ([`crate::claim`]): an orphan pod the selector matches that bears one of the
+//! set's names is adopted rather than created again.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -23,25 +25,48 @@ use skiff_runtime::controller::{Action, Controller};
 use skiff_runtime::events::{Event, EventType, Recorder};
 
 use crate::Context;
-use crate::revision::{self, Current, HASH_LABEL};
+use crate::revision::{self, Current};
+use crate::statefulset_claims::{self as retention, ClaimPod};
+pub use crate::statefulset_plan::{Rev, Step, View, Why, plan, requeue, status};
 use crate::statefulset_pods as identity;
 use crate::{claim, podutil, triggers};
+
+/// What can fail in a sync; either way the set is synced again with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A read or write through the API server failed.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    /// A claim a pod needs is being deleted: the pod is not created until it is gone
+    /// (upstream's `createPersistentVolumeClaims`).
+    #[error("pvc {0} is being deleted")]
+    ClaimTerminating(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Rewrites a claim's owner references: given the claim as it is, the references it should
+/// have, or `None` when it needs no write.
+pub type OwnerFix<'a> =
+    dyn Fn(&PersistentVolumeClaim) -> Option<Vec<OwnerReference>> + Send + Sync + 'a;
 
 /// The writes this controller makes.
 #[async_trait]
 pub trait StatefulSetApi: Send + Sync {
-    /// Creates the claim unless it exists.
-    async fn ensure_claim(
+    /// Creates a claim of pod `pod`; one that exists already is not an error.
+    async fn create_claim(
         &self,
         set: &StatefulSet,
+        pod: &str,
         claim: &PersistentVolumeClaim,
     ) -> kube::Result<()>;
-    /// Adds `owner` to the claim's owner references (a missing claim is not an error).
-    async fn add_claim_owner(
+    /// Reads the claim and, if `fix` asks for it, updates its owner references (a missing claim
+    /// is not an error).
+    async fn update_claim_owners(
         &self,
         set: &StatefulSet,
         claim: &str,
-        owner: &OwnerReference,
+        fix: &OwnerFix<'_>,
     ) -> kube::Result<()>;
     /// Creates a pod; one that exists already is not an error.
     async fn create_pod(&self, set: &StatefulSet, pod: &Pod) -> kube::Result<()>;
@@ -59,165 +84,135 @@ pub trait StatefulSetApi: Send + Sync {
         set: &StatefulSet,
         status: &StatefulSetStatus,
     ) -> kube::Result<()>;
+    /// Records an event about the set that the sync itself decides on (a conflicting claim
+    /// controller, a pod not created).
+    fn event(&self, set: &StatefulSet, type_: EventType, reason: &str, note: String);
 }
 
-/// One write of a sync.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Step {
-    /// Create the pod with this ordinal (and its claims) at the current (`false`) or update
-    /// (`true`) revision.
-    Create { ordinal: i32, updated: bool },
-    /// Delete this pod (name, uid).
-    Delete { name: String, uid: String },
+/// The namespace's objects a sync looks at.
+pub struct Namespace<'a> {
+    pub pods: &'a [&'a Pod],
+    pub revisions: &'a [&'a ControllerRevision],
+    pub claims: &'a [&'a PersistentVolumeClaim],
 }
 
-fn running_and_ready(pod: &Pod) -> bool {
-    let status = pod.status.as_ref();
-    status.and_then(|s| s.phase.as_deref()) == Some("Running")
-        && crate::service_pods::is_ready(pod)
-        && pod.metadata.deletion_timestamp.is_none()
-}
-
-fn hash(pod: &Pod) -> Option<&str> {
-    pod.labels().get(HASH_LABEL).map(String::as_str)
-}
-
-/// The steps of one sync (upstream's `updateStatefulSet`), given the set's pods by ordinal and
-/// its current and update revision hashes.
-pub fn plan(
+/// Creates the claims of the pod with ordinal `n` that do not exist; a claim being deleted is
+/// an error (reported as the pod's failed creation when `creating`).
+async fn create_claims(
     set: &StatefulSet,
-    pods: &BTreeMap<i32, &Pod>,
-    current: &str,
-    update: &str,
-) -> Vec<Step> {
-    let spec = set.spec.clone().unwrap_or_default();
-    let replicas = spec.replicas.unwrap_or(1).max(0);
-    let ordered = spec.pod_management_policy.as_deref() != Some("Parallel");
-    let strategy = spec.update_strategy.clone().unwrap_or_default();
-    let rolling = strategy.type_.as_deref().unwrap_or("RollingUpdate") == "RollingUpdate";
-    let partition = strategy
-        .rolling_update
-        .and_then(|r| r.partition)
-        .unwrap_or(0)
-        .max(0);
-    let delete = |p: &Pod| Step::Delete {
-        name: p.name_any(),
-        uid: p.uid().unwrap_or_default(),
-    };
-    let mut steps = Vec::new();
-    // a replacement pod is made at the current revision below the partition, else the update
-    let updated_for = |n: i32| !(rolling && n < partition && current != update);
-
-    // 1. the pods that should exist, lowest ordinal first
-    for n in 0..replicas {
-        match pods.get(&n) {
-            None => {
-                steps.push(Step::Create {
-                    ordinal: n,
-                    updated: updated_for(n),
-                });
-                if ordered {
-                    return steps;
+    n: i32,
+    view: &View<'_>,
+    creating: bool,
+    api: &dyn StatefulSetApi,
+) -> Result<()> {
+    let pod = identity::pod_name(set, n);
+    for claim in identity::claims(set, n) {
+        let name = claim.name_any();
+        match view.claims.get(name.as_str()) {
+            None => api.create_claim(set, &pod, &claim).await?,
+            Some(c) if c.metadata.deletion_timestamp.is_some() => {
+                let err = Error::ClaimTerminating(name);
+                if creating {
+                    let note = format!(
+                        "create Pod {pod} in StatefulSet {} failed error: {err}",
+                        set.name_any()
+                    );
+                    api.event(set, EventType::Warning, "FailedCreate", note);
                 }
+                return Err(err);
             }
-            Some(p)
-                if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
-                    && p.metadata.deletion_timestamp.is_none() =>
-            {
-                steps.push(delete(p));
-                if ordered {
-                    return steps;
-                }
-            }
-            Some(p) if ordered && !running_and_ready(p) => return steps,
             Some(_) => {}
         }
     }
-    // 2. the condemned pods, highest ordinal first
-    let condemned: Vec<&&Pod> = pods.range(replicas..).rev().map(|(_, p)| p).collect();
-    for p in condemned {
-        if p.metadata.deletion_timestamp.is_some() {
-            if ordered {
-                return steps;
+    Ok(())
+}
+
+/// The current and update revisions and their templates.
+struct Revisions<'a> {
+    current: Rev<'a>,
+    update: Rev<'a>,
+    current_template: &'a PodTemplateSpec,
+    update_template: &'a PodTemplateSpec,
+}
+
+/// Makes the writes of `steps` in order, stopping at the first that fails; counts the pods
+/// deleted for the rollout in `update_deletions`.
+async fn apply(
+    set: &StatefulSet,
+    steps: Vec<Step>,
+    view: &View<'_>,
+    revs: &Revisions<'_>,
+    api: &dyn StatefulSetApi,
+    update_deletions: &mut i32,
+) -> Result<()> {
+    for step in steps {
+        match step {
+            Step::Create { ordinal, updated } => {
+                create_claims(set, ordinal, view, true, api).await?;
+                let (template, rev) = if updated {
+                    (revs.update_template, revs.update)
+                } else {
+                    (revs.current_template, revs.current)
+                };
+                api.create_pod(set, &identity::new_pod(set, template, ordinal, rev.name))
+                    .await?;
             }
-            continue;
-        }
-        steps.push(delete(p));
-        if ordered {
-            return steps;
-        }
-    }
-    if !steps.is_empty() && !ordered {
-        return steps;
-    }
-    // 3. rolling update from the highest ordinal down to the partition, one at a time
-    if rolling {
-        for n in (partition..replicas).rev() {
-            let Some(p) = pods.get(&n) else { return steps };
-            if hash(p) != Some(update) {
-                if p.metadata.deletion_timestamp.is_none() {
-                    steps.push(delete(p));
+            Step::CreateClaims { ordinal } => {
+                create_claims(set, ordinal, view, false, api).await?;
+            }
+            Step::SetClaimOwners {
+                claim,
+                pod,
+                uid,
+                in_range,
+                conflicting,
+            } => {
+                if conflicting {
+                    let note = format!(
+                        "PersistentVolumeClaim {claim} has a conflicting OwnerReference that \
+                         acts as a manging controller, the retention policy is ignored for this \
+                         claim"
+                    );
+                    api.event(set, EventType::Warning, "ConflictingController", note);
                 }
-                return steps;
+                let pod = ClaimPod {
+                    name: &pod,
+                    uid: &uid,
+                    in_range,
+                };
+                let fix = |c: &PersistentVolumeClaim| {
+                    (!retention::up_to_date(c, set, &pod))
+                        .then(|| retention::wanted_owners(c, set, &pod))
+                };
+                api.update_claim_owners(set, &claim, &fix).await?;
             }
-            if !running_and_ready(p) {
-                return steps;
+            Step::Delete { name, uid, why } => {
+                api.delete_pod(set, &name, &uid).await?;
+                if why == Why::Update {
+                    *update_deletions += 1;
+                }
             }
         }
     }
-    steps
-}
-
-/// The status from the pods as they are.
-pub fn status(set: &StatefulSet, pods: &[&Pod], current: &str, update: &str) -> StatefulSetStatus {
-    let count = |f: &dyn Fn(&Pod) -> bool| pods.iter().filter(|p| f(p)).count() as i32;
-    let replicas = count(&|_| true);
-    let ready = count(&|p| running_and_ready(p));
-    let updated = count(&|p| hash(p) == Some(update));
-    let mut current_revision = current.to_string();
-    let mut current_replicas = count(&|p| hash(p) == Some(current));
-    let wanted = set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    // upstream's completeRollingUpdate: every pod updated and ready
-    if updated == wanted && ready == wanted && replicas == wanted {
-        current_revision = update.to_string();
-        current_replicas = updated;
-    }
-    StatefulSetStatus {
-        observed_generation: set.metadata.generation,
-        replicas,
-        ready_replicas: Some(ready).filter(|n| *n > 0),
-        available_replicas: Some(ready),
-        current_replicas: Some(current_replicas).filter(|n| *n > 0),
-        updated_replicas: Some(updated).filter(|n| *n > 0),
-        current_revision: Some(current_revision),
-        update_revision: Some(update.to_string()),
-        collision_count: set.status.as_ref().and_then(|s| s.collision_count),
-        conditions: set.status.as_ref().and_then(|s| s.conditions.clone()),
-    }
-}
-
-/// Whether `persistentVolumeClaimRetentionPolicy.whenScaled` is `Delete`.
-fn delete_claims_when_scaled(set: &StatefulSet) -> bool {
-    let spec = set.spec.as_ref();
-    let policy = spec.and_then(|s| s.persistent_volume_claim_retention_policy.as_ref());
-    policy.and_then(|p| p.when_scaled.as_deref()) == Some("Delete")
+    Ok(())
 }
 
 /// Syncs one StatefulSet: claims its pods and revisions among those of its namespace (adopting
 /// orphans its selector matches, pods only with one of its names; releasing owned ones that no
 /// longer match), then its update revision, its pods and claims, old revisions, its status.
+/// Asks for another look when a pod is yet to become available.
 pub async fn reconcile(
     set: &StatefulSet,
-    namespace_pods: &[&Pod],
-    namespace_revisions: &[&ControllerRevision],
+    namespace: &Namespace<'_>,
+    now: jiff::Timestamp,
     api: &dyn StatefulSetApi,
-) -> kube::Result<()> {
+) -> Result<Action> {
     if set.metadata.deletion_timestamp.is_some() {
-        return Ok(());
+        return Ok(Action::AwaitChange);
     }
     let Ok(selector) = podutil::selector(set.spec.as_ref().map(|s| &s.selector)) else {
         // validation rejects such a selector; nothing can be claimed with it
-        return Ok(());
+        return Ok(Action::AwaitChange);
     };
     let matches = |meta: &kube::api::ObjectMeta| selector.matches(podutil::labels(meta));
     let owner = identity::owner(set);
@@ -225,7 +220,7 @@ pub async fn reconcile(
     let pods = claim::claim(
         &set.metadata,
         &owner,
-        namespace_pods,
+        namespace.pods,
         |p: &Pod| matches(p.meta()) && identity::ordinal(set, p).is_some(),
         Box::new(|name, patch| Box::pin(async move { api.patch_pod(set, &name, patch).await })),
     )
@@ -235,7 +230,7 @@ pub async fn reconcile(
     let revisions = claim::claim(
         &set.metadata,
         &owner,
-        namespace_revisions,
+        namespace.revisions,
         |r: &ControllerRevision| matches(r.meta()),
         Box::new(|name, patch| {
             Box::pin(async move { api.patch_revision(set, &name, patch).await })
@@ -258,75 +253,80 @@ pub async fn reconcile(
     if !matches!(update_rev, Current::Exists(_)) {
         api.save_revision(&update_rev).await?;
     }
-    let update = revision::hash_of(update_rev.revision());
+    let update_name = update_rev.revision().name_any();
+    let update_hash = revision::hash_of(update_rev.revision());
+    let update = Rev {
+        name: &update_name,
+        hash: &update_hash,
+    };
     // the current revision: the status's, if its revision still exists
     let recorded = set.status.as_ref().and_then(|s| s.current_revision.clone());
     let current_rev = revisions
         .iter()
         .find(|r| Some(r.name_any()) == recorded || Some(revision::hash_of(r)) == recorded);
-    let current = current_rev.map_or(update.clone(), |r| revision::hash_of(r));
+    let (current_name, current_hash) = current_rev.map_or_else(
+        || (update_name.clone(), update_hash.clone()),
+        |r| (r.name_any(), revision::hash_of(r)),
+    );
+    let current = Rev {
+        name: &current_name,
+        hash: &current_hash,
+    };
     let current_template: PodTemplateSpec = current_rev
         .and_then(|r| identity::revision_template(r))
         .unwrap_or_else(|| spec.template.clone());
 
-    let by_ordinal: BTreeMap<i32, &Pod> = pods
-        .iter()
-        .filter_map(|p| Some((identity::ordinal(set, p)?, *p)))
-        .collect();
-    for step in plan(set, &by_ordinal, &current, &update) {
-        match step {
-            Step::Create { ordinal, updated } => {
-                for claim in identity::claims(set, ordinal) {
-                    api.ensure_claim(set, &claim).await?;
-                }
-                let (template, hash) = if updated {
-                    (&spec.template, &update)
-                } else {
-                    (&current_template, &current)
-                };
-                api.create_pod(set, &identity::new_pod(set, template, ordinal, hash))
-                    .await?;
-            }
-            Step::Delete { name, uid } => {
-                let condemned = pods
-                    .iter()
-                    .find(|p| p.name_any() == name)
-                    .and_then(|p| identity::ordinal(set, p))
-                    .is_some_and(|n| n >= spec.replicas.unwrap_or(1));
-                if condemned && delete_claims_when_scaled(set) {
-                    // the garbage collector deletes the claims after their pod
-                    let owner = OwnerReference {
-                        api_version: "v1".into(),
-                        kind: "Pod".into(),
-                        name: name.clone(),
-                        uid: uid.clone(),
-                        controller: None,
-                        block_owner_deletion: Some(true),
-                    };
-                    for t in spec.volume_claim_templates.iter().flatten() {
-                        let claim = identity::claim_name(&t.name_any(), &name);
-                        api.add_claim_owner(set, &claim, &owner).await?;
-                    }
-                }
-                api.delete_pod(set, &name, &uid).await?
-            }
-        }
-    }
-    let in_use: Vec<String> = pods
-        .iter()
-        .filter_map(|p| hash(p).map(str::to_string))
-        .collect();
-    let mut keep = in_use.clone();
-    keep.push(current.clone());
-    let limit = spec.revision_history_limit.unwrap_or(10).max(0) as usize;
-    for r in revision::to_prune(revisions, &update, &keep, limit) {
-        api.delete_revision(&ns, &r.name_any()).await?;
-    }
-    let status = status(set, pods, &current, &update);
+    let view = View {
+        pods: pods
+            .iter()
+            .filter_map(|p| Some((identity::ordinal(set, p)?, *p)))
+            .collect(),
+        claims: namespace
+            .claims
+            .iter()
+            .filter_map(|c| Some((c.metadata.name.as_deref()?, *c)))
+            .collect(),
+        now,
+    };
+    let revs = Revisions {
+        current,
+        update,
+        current_template: &current_template,
+        update_template: &spec.template,
+    };
+    let mut update_deletions = 0;
+    let steps = plan(set, &view, current, update);
+    let applied = apply(set, steps, &view, &revs, api, &mut update_deletions).await;
+    // the status is written even when a step failed (upstream's performUpdate)
+    let status = status(set, &view, current, update, update_deletions);
     if set.status.as_ref() != Some(&status) {
         api.update_status(set, &status).await?;
     }
-    Ok(())
+    // the revisions live pods are at, and the current one, are kept (upstream's truncateHistory)
+    let keep: Vec<String> = revisions
+        .iter()
+        .filter(|r| {
+            let (name, hash) = (r.name_any(), revision::hash_of(r));
+            let rev = Rev {
+                name: &name,
+                hash: &hash,
+            };
+            name == current.name || pods.iter().any(|p| rev.has(p))
+        })
+        .map(|r| revision::hash_of(r))
+        .collect();
+    let limit = spec.revision_history_limit.unwrap_or(10).max(0) as usize;
+    let mut pruned = Ok(());
+    for r in revision::to_prune(revisions, update.hash, &keep, limit) {
+        pruned = api.delete_revision(&ns, &r.name_any()).await;
+        if pruned.is_err() {
+            break;
+        }
+    }
+    // a failed step is the error to report, after the status and the history are done
+    applied?;
+    pruned?;
+    Ok(requeue(set, &view, &status).map_or(Action::AwaitChange, Action::RequeueAfter))
 }
 
 struct KubeStatefulSets {
@@ -335,11 +335,6 @@ struct KubeStatefulSets {
 }
 
 impl KubeStatefulSets {
-    fn event(&self, set: &StatefulSet, type_: EventType, reason: &str, note: String) {
-        let event = Event::new(type_, set.object_ref(&()), reason, note);
-        self.recorder.record(event);
-    }
-
     fn api<K: Resource<Scope = k8s_openapi::NamespaceResourceScope>>(
         &self,
         set: &StatefulSet,
@@ -351,49 +346,65 @@ impl KubeStatefulSets {
     }
 }
 
+/// Conflicts an owner update retries before giving up (client-go's `retry.DefaultBackoff`).
+const CLAIM_UPDATE_ATTEMPTS: usize = 5;
+
 #[async_trait]
 impl StatefulSetApi for KubeStatefulSets {
-    async fn ensure_claim(
+    async fn create_claim(
         &self,
         set: &StatefulSet,
+        pod: &str,
         claim: &PersistentVolumeClaim,
     ) -> kube::Result<()> {
         let api: Api<PersistentVolumeClaim> = self.api(set);
-        if api.get_metadata_opt(&claim.name_any()).await?.is_some() {
-            return Ok(());
-        }
-        let (pod, name) = (claim.name_any(), set.name_any());
+        let (claim_name, name) = (claim.name_any(), set.name_any());
         match api.create(&PostParams::default(), claim).await {
             Ok(_) => {
-                let note = format!("create Claim {pod} in StatefulSet {name} success");
+                let note =
+                    format!("create Claim {claim_name} Pod {pod} in StatefulSet {name} success");
                 self.event(set, EventType::Normal, "SuccessfulCreate", note);
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(e),
+            Err(e) => {
+                let note = format!(
+                    "create Claim {claim_name} for Pod {pod} in StatefulSet {name} failed error: \
+                     failed to create PVC {claim_name}: {e}"
+                );
+                self.event(set, EventType::Warning, "FailedCreate", note);
+                Err(e)
+            }
         }
     }
 
-    async fn add_claim_owner(
+    async fn update_claim_owners(
         &self,
         set: &StatefulSet,
         claim: &str,
-        owner: &OwnerReference,
+        fix: &OwnerFix<'_>,
     ) -> kube::Result<()> {
         let api: Api<PersistentVolumeClaim> = self.api(set);
-        let Some(mut pvc) = api.get_opt(claim).await? else {
-            return Ok(());
-        };
-        let owners = pvc.metadata.owner_references.get_or_insert_default();
-        if owners.iter().any(|o| o.uid == owner.uid) {
-            return Ok(());
+        let mut attempt = 0;
+        loop {
+            let Some(mut pvc) = api.get_opt(claim).await? else {
+                return Ok(());
+            };
+            let Some(owners) = fix(&pvc) else {
+                return Ok(());
+            };
+            pvc.metadata.owner_references = Some(owners).filter(|o| !o.is_empty());
+            // an update, as upstream's: the controller's role grants no patch on claims
+            pvc.metadata.managed_fields = None;
+            match api.replace(claim, &PostParams::default(), &pvc).await {
+                Err(kube::Error::Api(s))
+                    if s.code == 409 && attempt + 1 < CLAIM_UPDATE_ATTEMPTS =>
+                {
+                    attempt += 1;
+                }
+                result => return result.map(|_| ()),
+            }
         }
-        owners.push(owner.clone());
-        // an update, as upstream's: the controller's role grants no patch on claims
-        pvc.metadata.managed_fields = None;
-        api.replace(claim, &PostParams::default(), &pvc)
-            .await
-            .map(|_| ())
     }
 
     async fn create_pod(&self, set: &StatefulSet, pod: &Pod) -> kube::Result<()> {
@@ -406,7 +417,11 @@ impl StatefulSetApi for KubeStatefulSets {
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(e),
+            Err(e) => {
+                let note = format!("create Pod {pod_name} in StatefulSet {name} failed error: {e}");
+                self.event(set, EventType::Warning, "FailedCreate", note);
+                Err(e)
+            }
         }
     }
 
@@ -419,17 +434,19 @@ impl StatefulSetApi for KubeStatefulSets {
             }),
             ..Default::default()
         };
+        let name = set.name_any();
         match api.delete(pod, &dp).await {
             Ok(_) => {
-                let note = format!(
-                    "delete Pod {pod} in StatefulSet {} successful",
-                    set.name_any()
-                );
+                let note = format!("delete Pod {pod} in StatefulSet {name} successful");
                 self.event(set, EventType::Normal, "SuccessfulDelete", note);
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-            Err(e) => Err(e),
+            Err(e) => {
+                let note = format!("delete Pod {pod} in StatefulSet {name} failed error: {e}");
+                self.event(set, EventType::Warning, "FailedDelete", note);
+                Err(e)
+            }
         }
     }
 
@@ -470,35 +487,56 @@ impl StatefulSetApi for KubeStatefulSets {
             .await
             .map(|_| ())
     }
+
+    fn event(&self, set: &StatefulSet, type_: EventType, reason: &str, note: String) {
+        let event = Event::new(type_, set.object_ref(&()), reason, note);
+        self.recorder.record(event);
+    }
 }
 
 /// Runs the controller: StatefulSets are the keys; a pod or revision change queues its
-/// controlling StatefulSet, an orphan's every StatefulSet whose selector matches it.
+/// controlling StatefulSet, an orphan's every StatefulSet whose selector matches it. Claims are
+/// read from their informer, as upstream's claim lister.
 pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let controller = Controller::new("statefulset");
     let sets = ctx.informers.get::<StatefulSet>();
     let pods = ctx.informers.get::<Pod>();
     let revisions = ctx.informers.get::<ControllerRevision>();
+    let claims = ctx.informers.get::<PersistentVolumeClaim>();
     let selector: fn(&StatefulSet) -> Option<&LabelSelector> =
         |o| o.spec.as_ref().map(|s| &s.selector);
     claim::queue_owners(&pods, sets.cache(), controller.queue(), selector);
     claim::queue_owners(&revisions, sets.cache(), controller.queue(), selector);
     pods.cache().wait_until_ready().await;
     revisions.cache().wait_until_ready().await;
+    claims.cache().wait_until_ready().await;
     let api = Arc::new(KubeStatefulSets {
         client: ctx.client.clone(),
         recorder: ctx.recorder("statefulset-controller"),
     });
-    let (pods, revisions) = (pods.cache().clone(), revisions.cache().clone());
+    let (pods, revisions, claims) = (
+        pods.cache().clone(),
+        revisions.cache().clone(),
+        claims.cache().clone(),
+    );
     triggers::run_each(controller, &sets, move |set| {
         let api = api.clone();
         let ns = set.namespace().unwrap_or_default();
-        let (pods, revisions) = (pods.namespaced(&ns), revisions.namespaced(&ns));
+        let (pods, revisions, claims) = (
+            pods.namespaced(&ns),
+            revisions.namespaced(&ns),
+            claims.namespaced(&ns),
+        );
         async move {
             let pods: Vec<&Pod> = pods.iter().map(Arc::as_ref).collect();
             let revisions: Vec<&ControllerRevision> = revisions.iter().map(Arc::as_ref).collect();
-            reconcile(&set, &pods, &revisions, api.as_ref()).await?;
-            Ok::<_, kube::Error>(Action::AwaitChange)
+            let claims: Vec<&PersistentVolumeClaim> = claims.iter().map(Arc::as_ref).collect();
+            let namespace = Namespace {
+                pods: &pods,
+                revisions: &revisions,
+                claims: &claims,
+            };
+            reconcile(&set, &namespace, jiff::Timestamp::now(), api.as_ref()).await
         }
     })
     .await;

@@ -14,6 +14,7 @@ use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
 use crate::revision::HASH_LABEL;
+use crate::statefulset_claims::{self as retention, ClaimPod};
 
 /// The label with a stateful pod's name.
 pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
@@ -58,15 +59,12 @@ pub fn revision_template(r: &ControllerRevision) -> Option<PodTemplateSpec> {
     serde_json::from_value(t).ok()
 }
 
-/// The claims the pod with ordinal `n` needs, as they are created.
+/// The claims the pod with ordinal `n` needs, as they are created: labelled from their template
+/// and the selector, and owned as the retention policy wants while the pod is among the
+/// replicas (by the set with `whenDeleted: Delete`), so no update has to follow.
 pub fn claims(set: &StatefulSet, n: i32) -> Vec<PersistentVolumeClaim> {
     let spec = set.spec.clone().unwrap_or_default();
     let pod = pod_name(set, n);
-    let delete_with_set = spec
-        .persistent_volume_claim_retention_policy
-        .as_ref()
-        .and_then(|p| p.when_deleted.as_deref())
-        == Some("Delete");
     let selector = spec.selector.match_labels.clone().unwrap_or_default();
     spec.volume_claim_templates
         .unwrap_or_default()
@@ -74,32 +72,37 @@ pub fn claims(set: &StatefulSet, n: i32) -> Vec<PersistentVolumeClaim> {
         .map(|t| {
             let mut labels = t.metadata.labels.clone().unwrap_or_default();
             labels.extend(selector.clone());
-            let mut owner = owner(set);
-            owner.controller = None;
-            PersistentVolumeClaim {
+            let mut claim = PersistentVolumeClaim {
                 metadata: ObjectMeta {
                     name: Some(claim_name(&t.name_any(), &pod)),
                     namespace: set.namespace(),
                     labels: Some(labels),
                     annotations: t.metadata.annotations.clone(),
-                    owner_references: delete_with_set.then(|| vec![owner]),
                     ..Default::default()
                 },
                 spec: t.spec.clone(),
                 status: None,
-            }
+            };
+            let owner = ClaimPod {
+                name: &pod,
+                uid: "",
+                in_range: true,
+            };
+            let owners = retention::wanted_owners(&claim, set, &owner);
+            claim.metadata.owner_references = Some(owners).filter(|o| !o.is_empty());
+            claim
         })
         .collect()
 }
 
-/// The pod with ordinal `n` from `template` at revision `hash`.
-pub fn new_pod(set: &StatefulSet, template: &PodTemplateSpec, n: i32, hash: &str) -> Pod {
+/// The pod with ordinal `n` from `template` at revision `revision` (its name, upstream's label).
+pub fn new_pod(set: &StatefulSet, template: &PodTemplateSpec, n: i32, revision: &str) -> Pod {
     let name = pod_name(set, n);
     let meta = template.metadata.clone().unwrap_or_default();
     let mut labels: BTreeMap<String, String> = meta.labels.unwrap_or_default();
     labels.insert(POD_NAME_LABEL.into(), name.clone());
     labels.insert(POD_INDEX_LABEL.into(), n.to_string());
-    labels.insert(HASH_LABEL.into(), hash.into());
+    labels.insert(HASH_LABEL.into(), revision.into());
     let mut spec = template.spec.clone().unwrap_or_default();
     spec.hostname = Some(name.clone());
     let service = set.spec.as_ref().and_then(|s| s.service_name.clone());
@@ -191,7 +194,11 @@ mod tests {
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].name_any(), "data-db-0");
         assert_eq!(c[0].labels()["app"], "db");
-        assert_eq!(c[0].owner_references()[0].kind, "StatefulSet");
+        let owner = &c[0].owner_references()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("StatefulSet", Some(true))
+        );
         let mut retain = set();
         retain
             .spec

@@ -2,7 +2,8 @@
 //! controller-manager` against a real `skiff apiserver`, with the scheduler and hollow nodes
 //! running the pods (seed 001: Service traffic follows pod readiness through Endpoints and
 //! EndpointSlices; a StatefulSet adopts an orphan pod and its pods mount their claims on hollow
-//! nodes). No garbage collector runs here: nothing depends on cascading deletion.
+//! nodes). The garbage collector runs only for the StatefulSet claim retention test, which is
+//! about what it deletes.
 
 mod support;
 
@@ -11,8 +12,9 @@ use k8s_openapi::api::core::v1::{
     Endpoints, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::Api;
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use support::cluster::{controller_manager, hollow_nodes, scheduler};
 use support::{ApiServer, Backend, KUBECTL_133, eventually, kube_client, run};
@@ -20,6 +22,13 @@ use support::{ApiServer, Backend, KUBECTL_133, eventually, kube_client, run};
 const CONTROLLERS: &[&str] = &[
     "--controllers",
     "endpoints,endpointslice,daemonset,statefulset,persistentvolume-binder",
+];
+
+/// The StatefulSet's and what deletes its claims: the garbage collector, and the claim protection
+/// that lets a claim go once no pod uses it.
+const RETENTION_CONTROLLERS: &[&str] = &[
+    "--controllers",
+    "statefulset,persistentvolume-binder,garbagecollector,pvc-protection",
 ];
 
 /// A pod labelled `app: web` whose container names `port_name` 8080; with `gated`, it stays
@@ -598,17 +607,15 @@ fn a_statefulset_creates_in_order_rolls_out_from_the_top_and_scales_down_from_th
             s.update_revision.filter(|r| *r != first)
         })
         .await;
-        let hash = update.rsplit('-').next().unwrap().to_string();
+        // pods are labelled with their revision's name, as the status names it (upstream's)
+        assert!(update.starts_with("db-"), "{update}");
         for n in (0..3).rev() {
             let name = format!("db-{n}");
-            running_pod(&pods, &name, Some(&hash)).await;
+            running_pod(&pods, &name, Some(&update)).await;
             if n > 0 {
                 let below = pods.get(&format!("db-{}", n - 1)).await.unwrap();
                 let labels = below.metadata.labels.unwrap();
-                assert_eq!(
-                    labels["controller-revision-hash"],
-                    first.rsplit('-').next().unwrap()
-                );
+                assert_eq!(labels["controller-revision-hash"], first);
             }
             open_gate(&pods, &name).await;
         }
@@ -651,5 +658,148 @@ fn a_statefulset_creates_in_order_rolls_out_from_the_top_and_scales_down_from_th
             (s.replicas == 1).then_some(())
         })
         .await;
+    });
+}
+
+/// Hostpath volumes `<prefix>-0 … <prefix>-(n-1)` of class "" for a set's claims to bind to.
+async fn claim_volumes(client: &kube::Client, prefix: &str, n: usize) {
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    for i in 0..n {
+        let pv: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": format!("{prefix}-{i}")},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "",
+                "hostPath": {"path": format!("/tmp/skiff-{prefix}-{i}")}}}))
+        .unwrap();
+        volumes.create(&PostParams::default(), &pv).await.unwrap();
+    }
+}
+
+#[test]
+fn a_statefulset_waits_for_available_pods_and_its_claims_follow_the_retention_policy() {
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _nodes = hollow_nodes(&api, "kv", 2);
+        let _scheduler = scheduler(&api);
+        let _cm = controller_manager(&api, RETENTION_CONTROLLERS);
+        let client = kube_client(&api).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let sets: Api<StatefulSet> = Api::namespaced(client.clone(), "default");
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+        // one volume more than the pods: the claim made again after a scale-down needs one
+        claim_volumes(&client, "kv-pv", 4).await;
+        // Parallel, two pods at a time in a rollout, each available a second after Ready;
+        // claims of scaled-away pods go, claims outlive the set
+        let set: StatefulSet = serde_json::from_value(json!({
+            "metadata": {"name": "kv"},
+            "spec": {"replicas": 3, "serviceName": "kv", "minReadySeconds": 1,
+                "podManagementPolicy": "Parallel",
+                "updateStrategy": {"type": "RollingUpdate",
+                    "rollingUpdate": {"maxUnavailable": 2}},
+                "persistentVolumeClaimRetentionPolicy":
+                    {"whenDeleted": "Retain", "whenScaled": "Delete"},
+                "selector": {"matchLabels": {"app": "kv"}},
+                "template": {"metadata": {"labels": {"app": "kv"}}, "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "kv", "image": "registry.k8s.io/pause:3.10",
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}},
+                "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                    "spec": {"accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "1Gi"}}}}]}}))
+        .unwrap();
+        sets.create(&PostParams::default(), &set).await.unwrap();
+        // nothing but the passing of minReadySeconds changes once the pods are Ready: the
+        // controller looks again by itself
+        let status = eventually("three available replicas", || async {
+            let s = sets.get("kv").await.ok()?.status?;
+            (s.available_replicas == Some(3)).then_some(s)
+        })
+        .await;
+        assert_eq!(status.ready_replicas, Some(3));
+        for n in 0..3 {
+            let claim = claims.get(&format!("data-kv-{n}")).await.unwrap();
+            assert_eq!(claim.metadata.owner_references, None, "data-kv-{n}");
+        }
+        // each claim's creation is an event of the set, in upstream's words
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        eventually("the claim creation event", || async {
+            let list = events.list(&Default::default()).await.ok()?;
+            list.items
+                .iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("SuccessfulCreate")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("kv")
+                        && e.note.as_deref()
+                            == Some("create Claim data-kv-0 Pod kv-0 in StatefulSet kv success")
+                })
+                .map(|_| ())
+        })
+        .await;
+
+        // a rollout with maxUnavailable 2 completes, waiting for availability
+        let image = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "kv", "image": "registry.k8s.io/pause:3.9"}]}}}});
+        sets.patch("kv", &PatchParams::default(), &Patch::Strategic(&image))
+            .await
+            .unwrap();
+        eventually("the rollout complete and available", || async {
+            let s = sets.get("kv").await.ok()?.status?;
+            let done = s.update_revision.is_some()
+                && s.current_revision == s.update_revision
+                && s.updated_replicas == Some(3)
+                && s.available_replicas == Some(3)
+                && s.current_revision != status.current_revision;
+            done.then_some(())
+        })
+        .await;
+        let list = pods
+            .list(&ListParams::default().labels("app=kv"))
+            .await
+            .unwrap();
+        for p in &list.items {
+            let image = &p.spec.as_ref().unwrap().containers[0].image;
+            assert_eq!(image.as_deref(), Some("registry.k8s.io/pause:3.9"));
+        }
+
+        // scale down: the claims of kv-1 and kv-2 are handed to their pods and collected
+        let scale = json!({"spec": {"replicas": 1}});
+        sets.patch("kv", &PatchParams::default(), &Patch::Merge(&scale))
+            .await
+            .unwrap();
+        eventually("the scaled-away claims collected", || async {
+            let list = claims.list(&ListParams::default()).await.ok()?;
+            let names: Vec<String> = list.items.iter().map(|c| c.name_any()).collect();
+            (names == ["data-kv-0"]).then_some(())
+        })
+        .await;
+        let kept = claims.get("data-kv-0").await.unwrap();
+        assert_eq!(kept.metadata.owner_references, None);
+        assert!(pods.get_opt("kv-1").await.unwrap().is_none());
+
+        // scale up again: kv-1 comes back with a new claim
+        let scale = json!({"spec": {"replicas": 2}});
+        sets.patch("kv", &PatchParams::default(), &Patch::Merge(&scale))
+            .await
+            .unwrap();
+        running_pod(&pods, "kv-1", None).await;
+        let again = claims.get("data-kv-1").await.unwrap();
+        assert_eq!(again.metadata.owner_references, None);
+
+        // the set deleted (its pods with it): whenDeleted Retain keeps every claim
+        sets.delete("kv", &DeleteParams::background())
+            .await
+            .unwrap();
+        eventually("the set's pods gone", || async {
+            let list = pods
+                .list(&ListParams::default().labels("app=kv"))
+                .await
+                .ok()?;
+            list.items.is_empty().then_some(())
+        })
+        .await;
+        for name in ["data-kv-0", "data-kv-1"] {
+            let claim = claims.get(name).await.unwrap();
+            assert!(claim.metadata.deletion_timestamp.is_none(), "{name}");
+        }
     });
 }
