@@ -23,26 +23,14 @@ use std::process::{Child, Command};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use skiff_controllers::localpath::{CLASS, PROVISIONER};
 use support::cluster::controller_manager;
 use support::node::{KubeletProcess, finished, unsupported};
-use support::{ApiServer, Backend, KUBECTL_133, eventually, kube_client, run};
+use support::{ApiServer, Backend, KUBECTL_133, create, eventually, kube_client, run};
 
 const NODE: &str = "local-path-e2e";
-
-async fn create<K>(api: &Api<K>, object: serde_json::Value) -> K
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(object).unwrap(),
-    )
-    .await
-    .expect("create")
-}
 
 fn pod(name: &str, read_only: bool, script: &str) -> serde_json::Value {
     json!({

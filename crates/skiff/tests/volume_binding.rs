@@ -20,24 +20,12 @@ mod support;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use serde_json::json;
 use skiff_controllers::localpath::{CLASS, PROVISIONER};
 use support::cluster::{controller_manager, hollow_nodes, scheduler};
 use support::node::{KubeletProcess, finished, unsupported};
-use support::{ApiServer, Backend, KUBECTL_133, eventually, kube_client, run};
-
-async fn create<K>(api: &Api<K>, object: serde_json::Value) -> K
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(object).unwrap(),
-    )
-    .await
-    .expect("create")
-}
+use support::{ApiServer, Backend, KUBECTL_133, create, eventually, kube_client, run};
 
 fn claim(name: &str, class: &str) -> serde_json::Value {
     json!({"metadata": {"name": name},

@@ -15,7 +15,7 @@ use serde_json::json;
 use support::node::{KubeletProcess, finished, in_phase, unsupported};
 
 const NODE: &str = "kubelet-e2e";
-use support::{ApiServer, Backend, eventually, kube_client, run};
+use support::{ApiServer, Backend, create, eventually, kube_client, run};
 
 /// Checks run in the containers: each prints what failed before exiting 1.
 const READER: &str = r##"
@@ -83,18 +83,6 @@ async fn failed_mount(api: &ApiServer, pod: &str) -> String {
         (!out.is_empty()).then_some(out)
     })
     .await
-}
-
-async fn create<K>(api: &Api<K>, object: serde_json::Value) -> K
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(object).unwrap(),
-    )
-    .await
-    .expect("create")
 }
 
 #[test]

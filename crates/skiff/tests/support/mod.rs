@@ -48,6 +48,19 @@ pub async fn kube_client(api: &ApiServer) -> kube::Client {
     kube::Client::try_from(kube_config(api).await).expect("a client")
 }
 
+/// Creates the object `object` describes (JSON as a manifest writes it), or fails the test.
+pub async fn create<K>(api: &kube::Api<K>, object: serde_json::Value) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    api.create(
+        &kube::api::PostParams::default(),
+        &serde_json::from_value(object).unwrap(),
+    )
+    .await
+    .expect("create")
+}
+
 /// A kube-rs client that returns 429, 503 and 504 answers as errors: by default kube-rs retries
 /// them up to 15 times with backoff growing from 5 ms, minutes in all, so a test that expects
 /// one (an eviction a PodDisruptionBudget refuses) would wait that long instead.
