@@ -46,7 +46,7 @@ fn csr_rows(api: &ApiServer) -> Vec<String> {
 #[test]
 fn an_agent_joins_with_a_token_runs_pods_and_keeps_its_certificates_across_a_restart() {
     if let Some(why) = netns::unsupported() {
-        eprintln!("skipping: {why}");
+        support::skip(&why);
         return;
     }
     // declared first, dropped last: after the agent running inside it

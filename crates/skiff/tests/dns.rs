@@ -435,7 +435,7 @@ fn forwarding_to_itself_is_a_usage_error() {
 #[test]
 fn dig_resolves_a_service_over_udp_and_tcp() {
     if !std::path::Path::new("/usr/bin/dig").exists() {
-        eprintln!("dig not installed (dnsutils); skipping");
+        support::skip("dig is not installed (dnsutils, scripts/install-deps)");
         return;
     }
     run(async {

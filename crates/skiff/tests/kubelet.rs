@@ -74,7 +74,7 @@ static ONE_NODE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deletion() {
     if let Some(why) = unsupported() {
-        eprintln!("skipping: {why}");
+        support::skip(&why);
         return;
     }
     let _node = ONE_NODE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -556,7 +556,7 @@ impl Drop for Registry {
 #[test]
 fn images_are_pulled_from_a_registry_with_the_pods_image_pull_secrets() {
     if let Some(why) = unsupported() {
-        eprintln!("skipping: {why}");
+        support::skip(&why);
         return;
     }
     for tool in ["docker-registry", "skopeo", "htpasswd"] {
@@ -565,7 +565,7 @@ fn images_are_pulled_from_a_registry_with_the_pods_image_pull_secrets() {
             .output()
             .is_ok_and(|o| o.status.success());
         if !found {
-            eprintln!("skipping: {tool} is not installed (scripts/install-deps)");
+            support::skip(&format!("{tool} is not installed (scripts/install-deps)"));
             return;
         }
     }
@@ -716,7 +716,7 @@ subjects:
 #[test]
 fn the_kubelet_server_lets_in_only_whom_the_api_server_authenticates_and_authorizes() {
     if let Some(why) = unsupported() {
-        eprintln!("skipping: {why}");
+        support::skip(&why);
         return;
     }
     let _node = ONE_NODE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

@@ -83,7 +83,7 @@ fn in_cidr(ip: &str, cidr: &str) -> bool {
 #[test]
 fn pods_on_two_nodes_reach_each_other_unmasqueraded_and_leave_the_cluster_masqueraded() {
     if let Some(why) = netns::unsupported() {
-        eprintln!("skipping: {why}");
+        support::skip(&why);
         return;
     }
     // declared first, dropped last: after the kubelets running inside it

@@ -81,7 +81,9 @@ fn services_become_rules(
     rejects: fn(&str, &str) -> bool,
 ) {
     if let Some(why) = unsupported() {
-        eprintln!("skipping: the proxy e2e test needs root, ip, iptables and nft ({why})");
+        support::skip(&format!(
+            "the proxy e2e test needs root, ip, iptables and nft ({why})"
+        ));
         return;
     }
     run(async {

@@ -265,7 +265,7 @@ fn container_identity(kubeconfig: &Path) -> String {
 #[test]
 fn a_server_runs_seed_001s_checklist_and_a_restart_keeps_its_pods_running() {
     if let Some(why) = netns::unsupported() {
-        eprintln!("skipping: {why}");
+        support::skip(&why);
         return;
     }
     // declared first, dropped last: after the server running inside it
@@ -534,7 +534,7 @@ fn servers_on_one_etcd_share_the_ca_and_one_takes_over_when_the_leader_dies() {
     let etcd = match rt.block_on(skiff_store::etcd_process::EtcdProcess::start()) {
         Ok(etcd) => etcd,
         Err(e) => {
-            eprintln!("skipping: no etcd ({e})");
+            support::skip(&format!("no etcd ({e})"));
             return;
         }
     };

@@ -90,7 +90,7 @@ fn http_get(host: &str, port: &str, path: &str) -> String {
 #[test]
 fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_modes() {
     if let Some(why) = netns::unsupported() {
-        eprintln!("skipping: {why}");
+        support::skip(&why);
         return;
     }
     // declared first, dropped last: after every process running inside it

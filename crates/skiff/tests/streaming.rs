@@ -154,7 +154,7 @@ fn exercise(api: &ApiServer, kubectl: &str, pod: &str) {
 #[test]
 fn kubectl_logs_exec_attach_and_port_forward_reach_real_containers() {
     if let Some(why) = unsupported() {
-        eprintln!("skipping: {why}");
+        support::skip(&why);
         return;
     }
     let api = ApiServer::start(Backend::Embedded);

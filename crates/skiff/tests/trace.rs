@@ -314,7 +314,7 @@ const BUSYBOX_POD: &str = r#"{"apiVersion": "v1", "kind": "Pod",
 #[test]
 fn on_a_real_kubelet_the_trace_has_the_container_events_and_every_node_stage() {
     if let Some(why) = unsupported() {
-        eprintln!("skipping: {why}");
+        support::skip(&why);
         return;
     }
     support::run(async {

@@ -88,7 +88,7 @@ async fn failed_mount(api: &ApiServer, pod: &str) -> String {
 #[test]
 fn pods_read_their_volumes_hosts_file_and_dns_config_and_wait_for_missing_sources() {
     if let Some(why) = unsupported() {
-        eprintln!("skipping: {why}");
+        support::skip(&why);
         return;
     }
     let api = ApiServer::start(Backend::Embedded);

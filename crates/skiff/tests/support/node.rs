@@ -12,7 +12,7 @@ use kube::Api;
 
 use super::ApiServer;
 
-/// Why this host cannot run the test, if it cannot.
+/// Why this host cannot run the test, if it cannot (see [`super::skip`]).
 pub fn unsupported() -> Option<String> {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let root = status
