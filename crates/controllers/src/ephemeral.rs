@@ -374,6 +374,9 @@ mod tests {
         assert!(api.created.lock().is_empty());
         assert!(!wants(&deleting));
         assert!(wants(&pod(json!([ephemeral("scratch")]), json!({}))));
-        assert!(!wants(&pod(json!([{"name": "tmp", "emptyDir": {}}]), json!({}))));
+        assert!(!wants(&pod(
+            json!([{"name": "tmp", "emptyDir": {}}]),
+            json!({})
+        )));
     }
 }

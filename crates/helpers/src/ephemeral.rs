@@ -75,8 +75,10 @@ mod tests {
     }
 
     fn claim(namespace: &str, owners: serde_json::Value) -> PersistentVolumeClaim {
-        serde_json::from_value(json!({"metadata": {"name": "web-scratch", "namespace": namespace,
-            "ownerReferences": owners}}))
+        serde_json::from_value(
+            json!({"metadata": {"name": "web-scratch", "namespace": namespace,
+            "ownerReferences": owners}}),
+        )
         .unwrap()
     }
 
@@ -90,20 +92,35 @@ mod tests {
         let claims: Vec<_> = pod_claims(&pod()).collect();
         assert_eq!(
             claims,
-            [("web-scratch".to_string(), true), ("shared".to_string(), false)]
+            [
+                ("web-scratch".to_string(), true),
+                ("shared".to_string(), false)
+            ]
         );
     }
 
     #[test]
     fn only_a_claim_the_pod_controls_in_its_namespace_is_for_the_pod() {
         let p = pod();
-        assert_eq!(volume_is_for_pod(&p, &claim("prod", json!([owner("u1", true)]))), Ok(()));
+        assert_eq!(
+            volume_is_for_pod(&p, &claim("prod", json!([owner("u1", true)]))),
+            Ok(())
+        );
         let not_owner =
             Err("PVC prod/web-scratch was not created for pod prod/web (pod is not owner)".into());
-        assert_eq!(volume_is_for_pod(&p, &claim("prod", json!(null))), not_owner);
+        assert_eq!(
+            volume_is_for_pod(&p, &claim("prod", json!(null))),
+            not_owner
+        );
         // an owner that is not the controller, or another pod of the same name, does not do
-        assert_eq!(volume_is_for_pod(&p, &claim("prod", json!([owner("u1", false)]))), not_owner);
-        assert_eq!(volume_is_for_pod(&p, &claim("prod", json!([owner("u0", true)]))), not_owner);
+        assert_eq!(
+            volume_is_for_pod(&p, &claim("prod", json!([owner("u1", false)]))),
+            not_owner
+        );
+        assert_eq!(
+            volume_is_for_pod(&p, &claim("prod", json!([owner("u0", true)]))),
+            not_owner
+        );
         assert!(volume_is_for_pod(&p, &claim("dev", json!([owner("u1", true)]))).is_err());
     }
 }

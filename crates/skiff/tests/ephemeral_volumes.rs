@@ -103,8 +103,7 @@ fn event(api: &ApiServer, pod: &str, reason: &str) -> String {
 }
 
 #[test]
-fn an_ephemeral_volume_gets_a_claim_owned_by_its_pod_that_binds_where_the_pod_runs_and_goes_with_it()
- {
+fn an_ephemeral_volume_gets_a_claim_owned_by_its_pod_bound_where_it_runs_and_deleted_with_it() {
     let api = ApiServer::start(Backend::Embedded);
     let _cm = controller_manager(&api, &["--controllers", CONTROLLERS]);
     let _scheduler = scheduler(&api);
@@ -131,10 +130,7 @@ fn an_ephemeral_volume_gets_a_claim_owned_by_its_pod_that_binds_where_the_pod_ru
                     "controller": true, "blockOwnerDeletion": true}])
         );
         assert_eq!(meta["labels"], json!({"app": "app"}));
-        assert_eq!(
-            meta["annotations"]["example.com/purpose"],
-            json!("scratch")
-        );
+        assert_eq!(meta["annotations"]["example.com/purpose"], json!("scratch"));
         let spec = claim.spec.unwrap();
         assert_eq!(spec.storage_class_name.as_deref(), Some("local-storage"));
 

@@ -648,8 +648,8 @@ mod tests {
     }
 
     #[test]
-    fn an_ephemeral_volume_needs_a_claim_template_with_a_valid_spec_and_only_labels_and_annotations()
-    {
+    fn an_ephemeral_volume_needs_a_claim_template_with_a_claim_spec_and_only_labels_and_annotations()
+     {
         let spec = json!({"accessModes": ["ReadWriteOnce"],
                           "resources": {"requests": {"storage": "1Gi"}}});
         let good = pod_with_volumes(json!([{"name": "scratch", "ephemeral": {

@@ -114,10 +114,16 @@ pub fn validate_ephemeral_source(source: &Value, path: &FieldPath) -> Vec<FieldE
     };
     let meta_path = template_path.child("metadata");
     let empty = json!({});
-    let meta = template.get("metadata").filter(|m| m.is_object()).unwrap_or(&empty);
+    let meta = template
+        .get("metadata")
+        .filter(|m| m.is_object())
+        .unwrap_or(&empty);
     let mut errs = Vec::new();
     if let Some(annotations) = meta.get("annotations").filter(|a| !a.is_null()) {
-        errs.extend(validate_annotations(annotations, &meta_path.child("annotations")));
+        errs.extend(validate_annotations(
+            annotations,
+            &meta_path.child("annotations"),
+        ));
     }
     if let Some(labels) = meta.get("labels").filter(|l| !l.is_null()) {
         errs.extend(validate_labels(labels, &meta_path.child("labels")));

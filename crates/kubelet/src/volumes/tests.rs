@@ -504,7 +504,11 @@ async fn an_ephemeral_volume_mounts_its_claim_once_the_claim_is_the_pods_and_bou
         .insert("web-scratch".into(), owned(bound.clone(), false));
     h.api.volumes.lock().insert(
         "local-1".into(),
-        volume_object("local-1", "web-scratch", json!({"local": {"path": "/mnt/disk"}})),
+        volume_object(
+            "local-1",
+            "web-scratch",
+            json!({"local": {"path": "/mnt/disk"}}),
+        ),
     );
     let foreign = h.set_up(&p, at(10)).await;
     assert!(!foreign.ready);
@@ -562,6 +566,9 @@ async fn hollow_nodes_give_an_ephemeral_volume_a_directory_only_for_the_pods_own
     let path = volumes
         .host_path("u1", &p.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0])
         .unwrap();
-    assert!(path.ends_with("u1/volumes/skiff.io~claim/scratch"), "{path:?}");
+    assert!(
+        path.ends_with("u1/volumes/skiff.io~claim/scratch"),
+        "{path:?}"
+    );
     assert!(path.is_dir());
 }
