@@ -10,6 +10,12 @@
 //! A claim of that name made beforehand, not owned by the pod, keeps the pod Pending: the
 //! controller gives it upstream's `FailedBinding` warning and the scheduler upstream's
 //! `(pod is not owner)` reason, and the claim is left as it was.
+//!
+//! With a real kubelet and its containerd (all the default controllers): a pod whose ephemeral
+//! volume is of the default class `local-path` gets its claim, which is provisioned on the
+//! pod's node; the pod writes to it and finishes, and deleting the pod deletes the claim, its
+//! volume and the volume's directory. Needs root (containerd, CNI): skips otherwise, and fails
+//! instead under `CI=true`.
 
 mod support;
 
@@ -18,7 +24,9 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
+use skiff_controllers::localpath::{CLASS, PROVISIONER};
 use support::cluster::{controller_manager, hollow_nodes, scheduler};
+use support::node::{KubeletProcess, finished, unsupported};
 use support::{ApiServer, Backend, KUBECTL_133, eventually, kube_client, run};
 
 const CONTROLLERS: &str =
@@ -37,8 +45,14 @@ where
 }
 
 /// A pod with the generic ephemeral volume `scratch` of class `local-storage`, mounted at
-/// `/scratch`.
+/// `/scratch`, that sleeps.
 fn pod(name: &str) -> serde_json::Value {
+    pod_of_class(name, "local-storage", "sleep 3600")
+}
+
+/// A pod with the generic ephemeral volume `scratch` of `class`, mounted at `/scratch`, running
+/// `script`.
+fn pod_of_class(name: &str, class: &str, script: &str) -> serde_json::Value {
     json!({"metadata": {"name": name},
            "spec": {"restartPolicy": "Never", "automountServiceAccountToken": false,
                     "terminationGracePeriodSeconds": 1,
@@ -46,10 +60,10 @@ fn pod(name: &str) -> serde_json::Value {
                         "metadata": {"labels": {"app": name},
                                      "annotations": {"example.com/purpose": "scratch"}},
                         "spec": {"accessModes": ["ReadWriteOnce"],
-                                 "storageClassName": "local-storage",
+                                 "storageClassName": class,
                                  "resources": {"requests": {"storage": "1Gi"}}}}}}],
                     "containers": [{"name": "c", "image": "busybox",
-                                    "command": ["sleep", "3600"],
+                                    "command": ["sh", "-c", script],
                                     "volumeMounts": [{"name": "scratch",
                                                       "mountPath": "/scratch"}]}]}})
 }
@@ -213,5 +227,75 @@ fn a_claim_of_that_name_not_owned_by_the_pod_keeps_it_pending_with_a_failed_bind
         let claim = claims.get("app-scratch").await.unwrap();
         assert_eq!(claim.metadata.owner_references, None);
         assert_eq!(claim.spec.unwrap().volume_name, None);
+    });
+}
+
+#[test]
+fn a_local_path_ephemeral_volume_is_provisioned_on_the_pods_node_and_goes_with_the_pod() {
+    if let Some(why) = unsupported() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true and this host cannot run the test: {why}"
+        );
+        eprintln!("skipping: {why}");
+        return;
+    }
+    const NODE: &str = "ephemeral-e2e";
+    let api = ApiServer::start(Backend::Embedded);
+    let _cm = controller_manager(&api, &[]);
+    let _scheduler = scheduler(&api);
+    let kubelet = KubeletProcess::start(&api, NODE);
+    run(async {
+        let c = kube_client(&api).await;
+        let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.clone(), "default");
+        let volumes: Api<PersistentVolume> = Api::all(c.clone());
+        let classes: Api<StorageClass> = Api::all(c.clone());
+        // the class `skiff server` applies
+        create(
+            &classes,
+            json!({"metadata": {"name": CLASS},
+                   "provisioner": PROVISIONER, "volumeBindingMode": "WaitForFirstConsumer",
+                   "reclaimPolicy": "Delete"}),
+        )
+        .await;
+        create(
+            &pods,
+            pod_of_class("writer", CLASS, "echo kept > /scratch/file"),
+        )
+        .await;
+
+        let phase = eventually("writer to finish", || finished(&pods, "writer")).await;
+        assert_eq!(phase, "Succeeded", "kubelet log:\n{}", kubelet.log());
+        let claim = claims.get("writer-scratch").await.unwrap();
+        assert_eq!(
+            claim.metadata.annotations.as_ref().unwrap()["volume.kubernetes.io/selected-node"],
+            NODE
+        );
+        let uid = claim.metadata.uid.unwrap();
+        let name = format!("pvc-{uid}");
+        assert_eq!(
+            claim.spec.unwrap().volume_name.as_deref(),
+            Some(name.as_str())
+        );
+        let dir = kubelet
+            .data()
+            .join("storage")
+            .join(format!("{name}_default_writer-scratch"));
+        assert_eq!(support::read(&dir.join("file")), "kept\n");
+
+        // the pod goes: its claim is collected, and the volume and its directory with it
+        pods.delete("writer", &DeleteParams::default())
+            .await
+            .unwrap();
+        eventually("writer-scratch to be deleted", || async {
+            matches!(claims.get_opt("writer-scratch").await, Ok(None)).then_some(())
+        })
+        .await;
+        eventually("the volume to be deleted", || async {
+            matches!(volumes.get_opt(&name).await, Ok(None)).then_some(())
+        })
+        .await;
+        assert!(!dir.exists(), "{} is still there", dir.display());
     });
 }
