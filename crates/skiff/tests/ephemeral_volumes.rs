@@ -9,7 +9,8 @@
 //! kubelet runs the pod with it. Deleting the pod deletes the claim (the garbage collector).
 //! A claim of that name made beforehand, not owned by the pod, keeps the pod Pending: the
 //! controller gives it upstream's `FailedBinding` warning and the scheduler upstream's
-//! `(pod is not owner)` reason, and the claim is left as it was.
+//! `(pod is not owner)` reason, and the claim is left as it was; once it is deleted, the pod
+//! gets its own claim and is scheduled.
 //!
 //! With a real kubelet and its containerd (all the default controllers): a pod whose ephemeral
 //! volume is of the default class `local-path` gets its claim, which is provisioned on the
@@ -227,6 +228,24 @@ fn a_claim_of_that_name_not_owned_by_the_pod_keeps_it_pending_with_a_failed_bind
         let claim = claims.get("app-scratch").await.unwrap();
         assert_eq!(claim.metadata.owner_references, None);
         assert_eq!(claim.spec.unwrap().volume_name, None);
+
+        // once that claim is deleted (no scheduled pod uses it), the pod gets its own and runs
+        claims
+            .delete("app-scratch", &DeleteParams::default())
+            .await
+            .unwrap();
+        let uid = pods.get("app").await.unwrap().metadata.uid.unwrap();
+        eventually("the pod's own claim app-scratch", || async {
+            let claim = claims.get_opt("app-scratch").await.ok()??;
+            let owner = claim.metadata.owner_references?.into_iter().next()?;
+            (owner.uid == uid).then_some(())
+        })
+        .await;
+        let node = eventually("app to be scheduled", || async {
+            pods.get("app").await.ok()?.spec?.node_name
+        })
+        .await;
+        assert_eq!(node, "squat-0");
     });
 }
 
