@@ -163,6 +163,15 @@ fn queue_pod(pod: &Pod, queue: &WorkQueue<ObjectRef<Pod>>) {
     }
 }
 
+/// The pods to look at again once `claim` is deleted: those [`wants`] of the pods whose volumes
+/// name it, from a cache [`triggers::index_pods_by_claim`] indexed (upstream's `onPVCDelete`).
+pub fn pods_for_deleted_claim(pods: &Cache<Pod>, claim: &PersistentVolumeClaim) -> Vec<Arc<Pod>> {
+    let namespace = claim.namespace().unwrap_or_default();
+    let mut found = triggers::pods_using_claim(pods, &namespace, &claim.name_any());
+    found.retain(|p| wants(p));
+    found
+}
+
 /// Runs the controller (upstream's five workers, `--concurrent-ephemeralvolume-syncs`).
 pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let claims = ctx.informers.get::<PersistentVolumeClaim>();
@@ -183,9 +192,8 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let by_claim = pods.cache().clone();
     claims.add_handler(move |change| {
         if let Change::Deleted { last, .. } = change {
-            let namespace = last.namespace().unwrap_or_default();
-            for pod in triggers::pods_using_claim(&by_claim, &namespace, &last.name_any()) {
-                queue_pod(&pod, &queue);
+            for pod in pods_for_deleted_claim(&by_claim, last) {
+                queue.add(ObjectRef::from_obj(pod.as_ref()));
             }
         }
     });
@@ -378,5 +386,37 @@ mod tests {
             json!([{"name": "tmp", "emptyDir": {}}]),
             json!({})
         )));
+    }
+
+    #[test]
+    fn a_deleted_claim_brings_back_the_pods_whose_ephemeral_volume_it_was() {
+        let mut other = pod(json!([ephemeral("scratch")]), json!({}));
+        other.metadata.name = Some("db".into());
+        let deleting = {
+            let mut p = pod(
+                json!([ephemeral("scratch")]),
+                json!({"deletionTimestamp": "2026-01-01T00:00:00Z"}),
+            );
+            p.metadata.namespace = Some("staging".into());
+            p
+        };
+        let pods = Cache::from_objects([
+            pod(json!([ephemeral("scratch")]), json!({})),
+            other,
+            deleting,
+        ]);
+        triggers::index_pods_by_claim(&pods);
+        let names = |claim: &PersistentVolumeClaim| -> Vec<String> {
+            pods_for_deleted_claim(&pods, claim)
+                .iter()
+                .map(|p| format!("{}/{}", p.namespace().unwrap(), p.name_any()))
+                .collect()
+        };
+        assert_eq!(names(&existing("web-scratch", None)), ["prod/web"]);
+        assert!(names(&existing("web-cache", None)).is_empty());
+        // the pod being deleted in `staging` wants no claim again
+        let mut gone = existing("web-scratch", None);
+        gone.metadata.namespace = Some("staging".into());
+        assert!(names(&gone).is_empty());
     }
 }
