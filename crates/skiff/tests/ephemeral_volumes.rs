@@ -10,7 +10,9 @@
 //! A claim of that name made beforehand, not owned by the pod, keeps the pod Pending: the
 //! controller gives it upstream's `FailedBinding` warning and the scheduler upstream's
 //! `(pod is not owner)` reason, and the claim is left as it was; once it is deleted, the pod
-//! gets its own claim and is scheduled.
+//! gets its own claim and is scheduled. Without the ephemeral-volume controller, the pod waits
+//! with the scheduler's upstream reason `waiting for ephemeral volume controller to create the
+//! persistentvolumeclaim "…"`.
 //!
 //! With a real kubelet and its containerd (all the default controllers): a pod whose ephemeral
 //! volume is of the default class `local-path` gets its claim, which is provisioned on the
@@ -316,5 +318,38 @@ fn a_local_path_ephemeral_volume_is_provisioned_on_the_pods_node_and_goes_with_t
         })
         .await;
         assert!(!dir.exists(), "{} is still there", dir.display());
+    });
+}
+
+#[test]
+fn without_the_controller_the_pod_waits_for_its_claim_with_upstreams_reason() {
+    let api = ApiServer::start(Backend::Embedded);
+    let _cm = controller_manager(
+        &api,
+        &["--controllers", "persistentvolume-binder,serviceaccount"],
+    );
+    let _scheduler = scheduler(&api);
+    let _hollow = hollow_nodes(&api, "none", 1);
+    run(async {
+        let c = kube_client(&api).await;
+        let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+        wait_for_nodes(&c, 1).await;
+        create(&pods, pod("app")).await;
+        let reason = eventually("app to be reported unschedulable", || async {
+            let pod = pods.get("app").await.ok()?;
+            pod.status?
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")?
+                .message
+        })
+        .await;
+        assert_eq!(
+            reason,
+            "0/1 nodes are available: waiting for ephemeral volume controller to create the \
+             persistentvolumeclaim \"app-scratch\". preemption: 0/1 nodes are available: 1 \
+             Preemption is not helpful for scheduling.."
+        );
+        assert_eq!(event(&api, "app", "FailedScheduling"), reason);
     });
 }
