@@ -52,6 +52,7 @@
 //!   reclaimed (a module directory).
 //! - [`localpath`] (`local-path-provisioner`, Skiff's own): volumes for claims of the default
 //!   `local-path` class, on the node the scheduler selected.
+//! - [`ephemeral`] (`ephemeral-volume`): the claims of pods' generic ephemeral volumes.
 //! - [`pvcprotection`] (`pvc-protection`), [`pvprotection`] (`pv-protection`): the storage
 //!   protection finalizers removed once a claim or volume is no longer in use.
 //!
@@ -70,6 +71,7 @@ pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
+pub mod ephemeral;
 pub mod events;
 pub mod expectations;
 pub mod garbagecollector;
@@ -246,6 +248,12 @@ pub const CONTROLLERS: &[Descriptor] = &[
         service_account: "endpointslice-controller",
         enabled_by_default: true,
         run: |ctx| Box::pin(endpointslice::run(ctx)),
+    },
+    Descriptor {
+        name: "ephemeral-volume",
+        service_account: "ephemeral-volume-controller",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(ephemeral::run(ctx)),
     },
     Descriptor {
         name: "garbagecollector",
@@ -437,6 +445,7 @@ mod tests {
             "pvc-protection",
             "pv-protection",
             "local-path-provisioner",
+            "ephemeral-volume",
         ] {
             assert!(defaults.contains(&storage), "{storage}");
         }

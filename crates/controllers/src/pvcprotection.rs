@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
+use skiff_component_helpers::ephemeral;
 use skiff_runtime::cache::Cache;
 use skiff_runtime::controller::{Action, Controller};
 use skiff_runtime::informer::Change;
@@ -76,11 +77,6 @@ pub fn pod_uses_claim(pod: &Pod, claim: &PersistentVolumeClaim) -> bool {
         return false;
     }
     let name = claim.name_any();
-    let pod_name = pod.name_any();
-    let owned_by_pod = || {
-        podutil::controller_of(&claim.metadata)
-            .is_some_and(|o| Some(&o.uid) == pod.metadata.uid.as_ref())
-    };
     spec.and_then(|s| s.volumes.as_ref())
         .into_iter()
         .flatten()
@@ -90,8 +86,8 @@ pub fn pod_uses_claim(pod: &Pod, claim: &PersistentVolumeClaim) -> bool {
                 .is_some_and(|s| s.claim_name == name)
                 || (v.ephemeral.is_some()
                     && !is_shut_down(pod)
-                    && format!("{pod_name}-{}", v.name) == name
-                    && owned_by_pod())
+                    && ephemeral::volume_claim_name(pod, v) == name
+                    && ephemeral::volume_is_for_pod(pod, claim).is_ok())
         })
 }
 

@@ -114,20 +114,8 @@ pub const POD_CLAIM_INDEX: &str = "pod-pvc-index";
 /// The claims a pod's volumes name: a `persistentVolumeClaim`'s `claimName`, and a generic
 /// ephemeral volume's claim `<pod>-<volume>` (upstream's `ephemeral.VolumeClaimName`).
 pub fn claim_names(pod: &Pod) -> Vec<String> {
-    let pod_name = pod.metadata.name.as_deref().unwrap_or("");
-    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
-    volumes
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|v| {
-            if let Some(source) = &v.persistent_volume_claim {
-                Some(source.claim_name.clone())
-            } else {
-                v.ephemeral
-                    .as_ref()
-                    .map(|_| format!("{pod_name}-{}", v.name))
-            }
-        })
+    skiff_component_helpers::ephemeral::pod_claims(pod)
+        .map(|(claim, _)| claim)
         .collect()
 }
 

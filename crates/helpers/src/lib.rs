@@ -14,11 +14,14 @@
 //! - [`ports`]: the host ports a pod asks for and when two uses of one collide.
 //! - [`admission`]: the checks a kubelet makes before running a pod bound to its node.
 //! - [`views`]: a node's labels and a pod's labels and spec, borrowed without cloning.
+//! - [`ephemeral`]: the claim of a generic ephemeral volume (`<pod>-<volume>`) and whether a
+//!   claim of that name was made for the pod.
 //! - [`local_path`]: the names and paths Skiff's local-path provisioner and its nodes share.
 //! - [`volume`]: how claims and volumes match (classes, modes, pre-binding, the smallest fit,
 //!   the default StorageClass), for the PersistentVolume controller and volume binding.
 
 pub mod admission;
+pub mod ephemeral;
 pub mod local_path;
 pub mod node_affinity;
 pub mod ports;

@@ -1,6 +1,7 @@
 //! Pods: upstream's defaults (`SetDefaults_PodSpec`, `SetDefaults_Container`), the checks of
 //! `ValidatePodCreate` and `ValidatePodUpdate` that Skiff relies on (scheduling gates among
-//! them: valid and distinct names, only removed by an update, none on a pod with a node), the
+//! them: valid and distinct names, only removed by an update, none on a pod with a node; generic
+//! ephemeral volumes' claim templates, as upstream's `validateEphemeralVolumeSource`), the
 //! initial status (phase Pending, the QoS class, and `PodScheduled=False` with reason
 //! `SchedulingGated` for a gated pod), which pods may be bound, the field selector set, and
 //! graceful deletion of bound pods.
@@ -8,7 +9,7 @@
 use serde_json::{Value, json};
 use skiff_apimachinery::validation::{self, FieldError, FieldPath};
 
-use super::{Strategy, string_at};
+use super::{Strategy, pvc, string_at};
 
 #[derive(Debug)]
 pub struct PodStrategy;
@@ -55,6 +56,11 @@ pub fn default_pod_spec(spec: &mut Value) {
     for list in CONTAINER_LISTS {
         if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
             containers.iter_mut().for_each(default_container);
+        }
+    }
+    if let Some(volumes) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
+        for source in volumes.iter_mut().filter_map(|v| v.get_mut("ephemeral")) {
+            pvc::default_ephemeral_source(source);
         }
     }
 }
@@ -303,6 +309,13 @@ pub fn validate_pod_spec(spec: &Value, path: &FieldPath) -> Vec<FieldError> {
         }
     }
     errs.extend(validate_scheduling_gates(spec, path));
+    let volumes = spec.get("volumes").and_then(Value::as_array);
+    for (i, v) in volumes.into_iter().flatten().enumerate() {
+        if let Some(source) = v.get("ephemeral").filter(|s| !s.is_null()) {
+            let p = path.child("volumes").index(i).child("ephemeral");
+            errs.extend(pvc::validate_ephemeral_source(source, &p));
+        }
+    }
     let restart = spec
         .get("restartPolicy")
         .and_then(Value::as_str)
@@ -618,6 +631,69 @@ mod tests {
         assert_eq!(
             binding_refusal(&bound, "p").as_deref(),
             Some("pod p is already assigned to node \"n1\"")
+        );
+    }
+
+    fn pod_with_volumes(volumes: Value) -> Value {
+        json!({"metadata": {"name": "web"},
+               "spec": {"containers": [{"name": "c", "image": "busybox"}], "volumes": volumes}})
+    }
+
+    fn errors(pod: &Value) -> Vec<String> {
+        PodStrategy
+            .validate(pod)
+            .iter()
+            .map(|e| e.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn an_ephemeral_volume_needs_a_claim_template_with_a_claim_spec_and_only_labels_and_annotations()
+     {
+        let spec = json!({"accessModes": ["ReadWriteOnce"],
+                          "resources": {"requests": {"storage": "1Gi"}}});
+        let good = pod_with_volumes(json!([{"name": "scratch", "ephemeral": {
+            "volumeClaimTemplate": {"metadata": {"labels": {"app": "web"},
+                                                  "annotations": {"note": "x"},
+                                                  "creationTimestamp": null},
+                                     "spec": spec}}}]));
+        assert_eq!(errors(&good), Vec::<String>::new());
+        let missing = pod_with_volumes(json!([{"name": "scratch", "ephemeral": {}}]));
+        assert_eq!(
+            errors(&missing),
+            ["spec.volumes[0].ephemeral.volumeClaimTemplate: Required value"]
+        );
+        let bad = pod_with_volumes(json!([{"name": "tmp", "emptyDir": {}},
+            {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {
+                "metadata": {"name": "mine", "namespace": "other", "uid": "u",
+                             "labels": {"bad key!": "v"}},
+                "spec": {"accessModes": ["ReadWriteOnce"]}}}}]));
+        let p = "spec.volumes[1].ephemeral.volumeClaimTemplate";
+        assert_eq!(
+            errors(&bad),
+            [
+                format!(
+                    "{p}.metadata.labels: Invalid value: \"bad key!\": name part must consist of \
+                     alphanumeric characters, '-', '_' or '.', and must start and end with an \
+                     alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex \
+                     used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+                ),
+                format!("{p}.metadata.name: Forbidden: cannot be set for an ephemeral volume"),
+                format!("{p}.metadata.namespace: Forbidden: cannot be set for an ephemeral volume"),
+                format!("{p}.metadata.uID: Forbidden: cannot be set for an ephemeral volume"),
+                format!("{p}.spec.resources[storage]: Required value"),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_ephemeral_volumes_claim_template_defaults_to_a_filesystem_volume() {
+        let mut spec = json!({"containers": [], "volumes": [{"name": "scratch", "ephemeral": {
+            "volumeClaimTemplate": {"spec": {}}}}]});
+        default_pod_spec(&mut spec);
+        assert_eq!(
+            spec["volumes"][0]["ephemeral"]["volumeClaimTemplate"]["spec"]["volumeMode"],
+            "Filesystem"
         );
     }
 }

@@ -5,7 +5,9 @@
 //! bound claims; storage may shrink only down to above `status.capacity`).
 
 use serde_json::{Value, json};
-use skiff_apimachinery::validation::{FieldError, FieldPath, validate_label_selector};
+use skiff_apimachinery::validation::{
+    FieldError, FieldPath, validate_annotations, validate_label_selector, validate_labels,
+};
 
 use super::Strategy;
 use super::common::{immutable, object_at, semantic_eq, set_default};
@@ -69,6 +71,86 @@ pub fn validate_claim_spec(spec: &Value, path: &FieldPath) -> Vec<FieldError> {
         }
     }
     errs
+}
+
+/// The fields of a claim template's metadata in the order of upstream's `ObjectMeta` struct,
+/// each with the name its error gives (the Go field name with its first letter lowered); all
+/// but labels and annotations must be unset in a generic ephemeral volume's template.
+const TEMPLATE_META_FIELDS: &[(&str, &str)] = &[
+    ("name", "name"),
+    ("generateName", "generateName"),
+    ("namespace", "namespace"),
+    ("selfLink", "selfLink"),
+    ("uid", "uID"),
+    ("resourceVersion", "resourceVersion"),
+    ("generation", "generation"),
+    ("creationTimestamp", "creationTimestamp"),
+    ("deletionTimestamp", "deletionTimestamp"),
+    ("deletionGracePeriodSeconds", "deletionGracePeriodSeconds"),
+    ("ownerReferences", "ownerReferences"),
+    ("finalizers", "finalizers"),
+    ("managedFields", "managedFields"),
+];
+
+/// Whether a JSON value is its Go field's zero value (unset, null, empty or zero).
+fn is_zero(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::Bool(b) => !b,
+    }
+}
+
+/// Upstream's `validateEphemeralVolumeSource` of a pod volume's `ephemeral` at `path`: a
+/// `volumeClaimTemplate` is required, its metadata may set only valid labels and annotations,
+/// and its spec is validated as a claim's.
+pub fn validate_ephemeral_source(source: &Value, path: &FieldPath) -> Vec<FieldError> {
+    let template_path = path.child("volumeClaimTemplate");
+    let Some(template) = source.get("volumeClaimTemplate").filter(|t| !t.is_null()) else {
+        return vec![FieldError::required(&template_path, "")];
+    };
+    let meta_path = template_path.child("metadata");
+    let empty = json!({});
+    let meta = template
+        .get("metadata")
+        .filter(|m| m.is_object())
+        .unwrap_or(&empty);
+    let mut errs = Vec::new();
+    if let Some(annotations) = meta.get("annotations").filter(|a| !a.is_null()) {
+        errs.extend(validate_annotations(
+            annotations,
+            &meta_path.child("annotations"),
+        ));
+    }
+    if let Some(labels) = meta.get("labels").filter(|l| !l.is_null()) {
+        errs.extend(validate_labels(labels, &meta_path.child("labels")));
+    }
+    for (key, go_name) in TEMPLATE_META_FIELDS {
+        if meta.get(*key).is_some_and(|v| !is_zero(v)) {
+            errs.push(FieldError::forbidden(
+                &meta_path.child(*go_name),
+                "cannot be set for an ephemeral volume",
+            ));
+        }
+    }
+    let spec = template.get("spec").unwrap_or(&empty);
+    errs.extend(validate_claim_spec(spec, &template_path.child("spec")));
+    errs
+}
+
+/// Upstream's `SetDefaults_PersistentVolumeClaimSpec` of the claim template of a pod volume's
+/// `ephemeral` source (`volumeMode: Filesystem`).
+pub fn default_ephemeral_source(source: &mut Value) {
+    if let Some(spec) = source
+        .get_mut("volumeClaimTemplate")
+        .and_then(|t| t.get_mut("spec"))
+        .filter(|s| s.is_object())
+    {
+        set_default(spec, "volumeMode", json!("Filesystem"));
+    }
 }
 
 fn spec_of(v: &Value) -> Value {

@@ -1,4 +1,6 @@
-//! persistentVolumeClaim volumes. A real node resolves the claim to its bound PersistentVolume
+//! persistentVolumeClaim volumes, and generic ephemeral volumes, which use their claim
+//! `<pod>-<volume>` in the same way once the claim is checked to be the pod's own (upstream's
+//! desired-state populator, `ephemeral.VolumeIsForPod`). A real node resolves the claim to its bound PersistentVolume
 //! as upstream's desired-state populator does (`getPVCExtractPV`, `getPVSpec`, with their
 //! messages) and mounts the volume's host directory: a `hostPath` volume is its path itself
 //! (after the hostPath type checks; a local-path volume's directory is created `0777`, as k3s's
@@ -12,9 +14,8 @@
 
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::{
-    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource,
-};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
+use skiff_component_helpers::ephemeral;
 use skiff_component_helpers::local_path::PROVISIONER;
 
 use crate::api::PodApi;
@@ -60,6 +61,34 @@ pub struct Resolved {
     pub read_only: bool,
     /// Skiff's local-path provisioner made the volume: its directory is created `0777`.
     pub local_path: bool,
+}
+
+/// The claim a pod's volume uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimUse {
+    /// The claim's name.
+    pub name: String,
+    /// The volume source says `readOnly` (a generic ephemeral volume never does).
+    pub read_only: bool,
+    /// A generic ephemeral volume's claim: the pod must control it.
+    pub ephemeral: bool,
+}
+
+/// The claim the volume uses: a persistentVolumeClaim volume's, or a generic ephemeral
+/// volume's `<pod>-<volume>`; None for other volumes.
+pub fn claim_use(pod: &Pod, volume: &Volume) -> Option<ClaimUse> {
+    if let Some(source) = &volume.persistent_volume_claim {
+        return Some(ClaimUse {
+            name: source.claim_name.clone(),
+            read_only: source.read_only == Some(true),
+            ephemeral: false,
+        });
+    }
+    volume.ephemeral.as_ref().map(|_| ClaimUse {
+        name: ephemeral::volume_claim_name(pod, volume),
+        read_only: false,
+        ephemeral: true,
+    })
 }
 
 fn is_deleting_unprotected(claim: &PersistentVolumeClaim) -> bool {
@@ -158,13 +187,15 @@ pub fn check_volume(
 }
 
 /// Resolves the pod's claim volume through the API server; an error is upstream's message
-/// (`error processing PVC <namespace>/<claim>: …`).
+/// (`error processing PVC <namespace>/<claim>: …`, or `PVC … was not created for pod …` for an
+/// ephemeral volume's claim the pod does not control).
 pub async fn resolve(
     api: &dyn PodApi,
+    pod: &Pod,
     namespace: &str,
-    source: &PersistentVolumeClaimVolumeSource,
+    used: &ClaimUse,
 ) -> Result<Resolved, String> {
-    let name = &source.claim_name;
+    let name = &used.name;
     let failed = |why: String| format!("error processing PVC {namespace}/{name}: {why}");
     let claim = api.claim(namespace, name).await.map_err(|e| {
         failed(format!(
@@ -173,29 +204,31 @@ pub async fn resolve(
         ))
     })?;
     let (volume_name, uid) = check_claim(name, claim.as_ref()).map_err(failed)?;
+    if used.ephemeral
+        && let Some(claim) = &claim
+    {
+        ephemeral::volume_is_for_pod(pod, claim)?;
+    }
     let volume = api.volume(&volume_name).await.map_err(|e| {
         failed(format!(
             "failed to fetch PV {volume_name} from API server: {}",
             e.api_message()
         ))
     })?;
-    check_volume(
-        &volume_name,
-        volume.as_ref(),
-        &uid,
-        source.read_only == Some(true),
-    )
-    .map_err(failed)
+    check_volume(&volume_name, volume.as_ref(), &uid, used.read_only).map_err(failed)
 }
 
 /// A hollow node's claim volume: checks the claim as upstream's volume manager does before
-/// mounting (its messages, less the binding checks), then creates the directory at `dir`.
+/// mounting (its messages, less the binding checks; an ephemeral volume's claim must be the
+/// pod's), then creates the directory at `dir`.
 pub async fn node_local(
     api: &dyn PodApi,
+    pod: &Pod,
     namespace: &str,
-    claim: &str,
+    used: &ClaimUse,
     dir: &Path,
 ) -> Result<(), String> {
+    let claim = &used.name;
     let failed = |why: String| format!("error processing PVC {namespace}/{claim}: {why}");
     let found = api.claim(namespace, claim).await.map_err(|e| {
         failed(format!(
@@ -212,6 +245,7 @@ pub async fn node_local(
         Some(c) if is_deleting_unprotected(&c) => {
             return Err(failed("PVC is being deleted".into()));
         }
+        Some(c) if used.ephemeral => ephemeral::volume_is_for_pod(pod, &c)?,
         Some(_) => {}
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))

@@ -11,8 +11,8 @@
 //! - [`empty_dir`], [`host_path`], [`config_map`], [`secret`], [`downward_api`], [`projected`]:
 //!   one file per volume type; [`keys`] is what configMap and secret share.
 //! - [`token`]: projected service account tokens, requested and refreshed.
-//! - [`claim`]: persistentVolumeClaim volumes: the bound hostPath or local volume (hollow
-//!   nodes: a directory under the pod's).
+//! - [`claim`]: persistentVolumeClaim and generic ephemeral volumes: the claim's bound
+//!   hostPath or local volume (hollow nodes: a directory under the pod's).
 //! - [`mounts`]: a container's `volumeMounts` (and the pod's /etc/hosts) as CRI mounts.
 
 pub mod atomic_writer;
@@ -190,7 +190,7 @@ impl VolumeManager {
             downward_api::PLUGIN
         } else if volume.projected.is_some() {
             projected::PLUGIN
-        } else if volume.persistent_volume_claim.is_some() {
+        } else if volume.persistent_volume_claim.is_some() || volume.ephemeral.is_some() {
             if self.claims == claim::Claims::Bound {
                 return self.claim_mount(uid, &volume.name).map(|m| m.path);
             }
@@ -249,14 +249,14 @@ impl VolumeManager {
     ) -> Result<(), String> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-        if let Some(source) = &volume.persistent_volume_claim {
+        if let Some(used) = claim::claim_use(pod, volume) {
             return match self.claims {
                 claim::Claims::NodeLocal => {
                     let dir = self.plugin_dir(uid, claim::PLUGIN, &volume.name);
-                    claim::node_local(api, namespace, &source.claim_name, &dir).await
+                    claim::node_local(api, pod, namespace, &used, &dir).await
                 }
                 claim::Claims::Bound => {
-                    let resolved = claim::resolve(api, namespace, source).await?;
+                    let resolved = claim::resolve(api, pod, namespace, &used).await?;
                     let mount = self.mount_claim(uid, &resolved)?;
                     self.claim_mounts
                         .lock()

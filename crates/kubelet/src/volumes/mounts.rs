@@ -9,7 +9,7 @@ use std::path::{Component, Path, PathBuf};
 use k8s_cri::v1::{Mount, MountPropagation};
 use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
 
-use super::VolumeManager;
+use super::{VolumeManager, claim};
 use crate::cri::KeyValue;
 
 /// Expands `$(VAR)` from the container's environment as upstream's `subPathExpr` does
@@ -86,7 +86,7 @@ impl VolumeManager {
                 host_path = host_path.join(&sub_path);
                 if std::fs::symlink_metadata(&host_path).is_err() {
                     let on_host =
-                        volume.host_path.is_some() || volume.persistent_volume_claim.is_some();
+                        volume.host_path.is_some() || claim::claim_use(pod, volume).is_some();
                     self.create_sub_path(&host_path, on_host)?;
                 }
             }
@@ -104,7 +104,7 @@ impl VolumeManager {
                 host_path: host_path.display().to_string(),
                 readonly: vm.read_only == Some(true)
                     || api_data
-                    || (volume.persistent_volume_claim.is_some()
+                    || (claim::claim_use(pod, volume).is_some()
                         && self.claim_read_only(uid, &volume.name)),
                 propagation: propagation as i32,
                 ..Default::default()

@@ -466,3 +466,109 @@ async fn a_local_volume_is_bind_mounted_into_the_pod_and_unmounted_with_it() {
         "path \"/mnt/disk\" does not exist"
     );
 }
+
+/// `claim` owned by the test pod (`u1`) as its controller, or by nobody.
+fn owned(mut claim: PersistentVolumeClaim, by_pod: bool) -> PersistentVolumeClaim {
+    if by_pod {
+        claim.metadata.owner_references = Some(vec![
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod", "name": "web",
+                "uid": "u1", "controller": true, "blockOwnerDeletion": true}))
+            .unwrap(),
+        ]);
+    }
+    claim
+}
+
+#[tokio::test]
+async fn an_ephemeral_volume_mounts_its_claim_once_the_claim_is_the_pods_and_bound() {
+    let h = harness();
+    h.host
+        .files
+        .lock()
+        .insert("/mnt/disk".into(), host::FileKind::Directory);
+    let p = pod(
+        json!([{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]),
+        json!([{"name": "scratch", "mountPath": "/scratch"}]),
+    );
+    // the controller has not made the claim yet
+    let first = h.set_up(&p, at(0)).await;
+    assert_eq!(
+        first.failures[0].to_string(),
+        "MountVolume.SetUp failed for volume \"scratch\" : error processing PVC prod/web-scratch: failed to fetch PVC from API server: persistentvolumeclaims \"web-scratch\" not found"
+    );
+    // a bound claim of that name that is not the pod's is refused with upstream's message
+    let bound = claim_object("web-scratch", Some("local-1"), false);
+    h.api
+        .claims
+        .lock()
+        .insert("web-scratch".into(), owned(bound.clone(), false));
+    h.api.volumes.lock().insert(
+        "local-1".into(),
+        volume_object(
+            "local-1",
+            "web-scratch",
+            json!({"local": {"path": "/mnt/disk"}}),
+        ),
+    );
+    let foreign = h.set_up(&p, at(10)).await;
+    assert!(!foreign.ready);
+    assert_eq!(
+        foreign.failures[0].message,
+        "PVC prod/web-scratch was not created for pod prod/web (pod is not owner)"
+    );
+    assert!(h.host.calls.lock().is_empty());
+    // the pod's own claim is mounted like a persistentVolumeClaim volume
+    h.api
+        .claims
+        .lock()
+        .insert("web-scratch".into(), owned(bound, true));
+    let ready = h.set_up(&p, at(20)).await;
+    assert!(ready.ready && ready.failures.is_empty(), "{ready:?}");
+    let target = h.volumes.plugin_dir("u1", claim::LOCAL_PLUGIN, "local-1");
+    let container = &p.spec.as_ref().unwrap().containers[0];
+    let mounts = h
+        .volumes
+        .container_mounts(&p, container, &[], None)
+        .unwrap();
+    assert_eq!(mounts[0].container_path, "/scratch");
+    assert_eq!(mounts[0].host_path, target.display().to_string());
+    assert!(!mounts[0].readonly);
+}
+
+#[tokio::test]
+async fn hollow_nodes_give_an_ephemeral_volume_a_directory_only_for_the_pods_own_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let volumes = VolumeManager::new(
+        dir.path().join("pods"),
+        Arc::new(RecordingHost::default()),
+        REFRESH,
+    )
+    .with_claims(claim::Claims::NodeLocal);
+    let api = RecordingPodApi::default();
+    let p = pod(
+        json!([{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]),
+        json!([]),
+    );
+    let claim = claim_object("web-scratch", None, false);
+    api.claims
+        .lock()
+        .insert("web-scratch".into(), owned(claim.clone(), false));
+    let result = volumes.set_up(&api, &p, &BTreeMap::new(), at(0)).await;
+    assert_eq!(
+        result.failures[0].message,
+        "PVC prod/web-scratch was not created for pod prod/web (pod is not owner)"
+    );
+    api.claims
+        .lock()
+        .insert("web-scratch".into(), owned(claim, true));
+    let result = volumes.set_up(&api, &p, &BTreeMap::new(), at(60)).await;
+    assert!(result.ready && result.failures.is_empty(), "{result:?}");
+    let path = volumes
+        .host_path("u1", &p.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0])
+        .unwrap();
+    assert!(
+        path.ends_with("u1/volumes/skiff.io~claim/scratch"),
+        "{path:?}"
+    );
+    assert!(path.is_dir());
+}

@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use skiff_apimachinery::labels::{Error as LabelError, Operator, Requirement, Selector};
+use skiff_component_helpers::ephemeral;
 pub use skiff_component_helpers::views::{node_labels, pod_labels, pod_spec};
 
 use crate::framework::{MAX_NODE_SCORE, NodeScore};
@@ -105,42 +106,13 @@ pub struct ClaimUse {
 
 /// The claims the pod's volumes use, in the order of its volumes.
 pub fn pod_claims(pod: &Pod) -> impl Iterator<Item = ClaimUse> + '_ {
-    let pod_name = pod.metadata.name.as_deref().unwrap_or("");
-    pod_spec(pod).volumes.iter().flatten().filter_map(move |v| {
-        if let Some(c) = &v.persistent_volume_claim {
-            Some(ClaimUse {
-                name: c.claim_name.clone(),
-                ephemeral: false,
-            })
-        } else {
-            v.ephemeral.as_ref().map(|_| ClaimUse {
-                name: format!("{pod_name}-{}", v.name),
-                ephemeral: true,
-            })
-        }
-    })
+    ephemeral::pod_claims(pod).map(|(name, ephemeral)| ClaimUse { name, ephemeral })
 }
 
 /// Whether the pod controls the claim made for its ephemeral volume (upstream's
 /// `ephemeral.VolumeIsForPod`), with upstream's message when not.
 pub fn claim_is_for_pod(pod: &Pod, claim: &PersistentVolumeClaim) -> Result<(), String> {
-    let uid = pod.metadata.uid.as_deref();
-    let controlled = claim
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid);
-    if controlled {
-        return Ok(());
-    }
-    Err(format!(
-        "PVC {}/{} was not created for pod {}/{} (pod is not owner)",
-        claim.metadata.namespace.as_deref().unwrap_or(""),
-        claim.metadata.name.as_deref().unwrap_or(""),
-        pod_namespace(pod),
-        pod.metadata.name.as_deref().unwrap_or("")
-    ))
+    ephemeral::volume_is_for_pod(pod, claim)
 }
 
 #[cfg(test)]

@@ -203,7 +203,9 @@ mod tests {
     }
 
     /// Claims `a`…`d` bound to CSI volumes of driver `ebs` (handles `h-a`…), claim `fresh`
-    /// unbound of a class provisioned by `ebs`, and node `n1` allowed 2 `ebs` volumes.
+    /// unbound of a class provisioned by `ebs`, ephemeral claims `p-scratch` (pod `p`'s) and
+    /// `q-scratch` (not pod `q`'s) bound to `c`'s volume, and node `n1` allowed 2 `ebs`
+    /// volumes.
     fn plugin() -> NodeVolumeLimits {
         let mut claims = Vec::new();
         let mut volumes = Vec::new();
@@ -217,6 +219,13 @@ mod tests {
             json!({"metadata": {"namespace": "default", "name": "fresh"},
                            "spec": {"storageClassName": "gp"}}),
         );
+        for (pod, owner) in [("p", "uid-p"), ("q", "uid-other")] {
+            claims.push(json!({"metadata": {"namespace": "default",
+                "name": format!("{pod}-scratch"),
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod,
+                    "uid": owner, "controller": true}]},
+                "spec": {"volumeName": "pv-c"}}));
+        }
         let class = json!({"metadata": {"name": "gp"}, "provisioner": "ebs"});
         let csi_node = json!({"metadata": {"name": "n1"}, "spec": {"drivers": [
             {"name": "ebs", "nodeID": "i-1", "allocatable": {"count": 2}},
@@ -271,6 +280,37 @@ mod tests {
         // no CSINode: no limit
         let n2 = node("n2").info(&[]);
         assert!(decide(&pl, &using("p", &["a", "b", "c", "d"]).info(), &n2).is_success());
+    }
+
+    #[test]
+    fn an_ephemeral_volume_counts_its_own_claim_and_refuses_another_pods() {
+        let pl = plugin();
+        // b, and c through the ephemeral volume's claim (`p-scratch`, the pod's own)
+        let with_scratch = |name: &str| {
+            using(name, &["b"])
+                .with_spec(|s| {
+                    s.volumes.get_or_insert_default().push(Volume {
+                        name: "scratch".into(),
+                        ephemeral: Some(Default::default()),
+                        ..Default::default()
+                    })
+                })
+                .info()
+        };
+        let running = using("e", &["a"]).node_name("n1").info();
+        let n1 = node("n1").info(&[running]);
+        // on top of a: over the node's 2
+        let over = decide(&pl, &with_scratch("p"), &n1);
+        assert_eq!(over.code(), Code::Unschedulable);
+        assert_eq!(over.message(), REASON_MAX_VOLUME_COUNT);
+        assert!(decide(&pl, &with_scratch("p"), &node("n1").info(&[])).is_success());
+        // `q-scratch` is another pod's
+        let foreign = decide(&pl, &with_scratch("q"), &n1);
+        assert_eq!(foreign.code(), Code::Error);
+        assert_eq!(
+            foreign.message(),
+            "PVC default/q-scratch was not created for pod default/q (pod is not owner)"
+        );
     }
 
     #[test]

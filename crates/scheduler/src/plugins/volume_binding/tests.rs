@@ -224,6 +224,42 @@ fn missing_lost_and_deleted_claims_are_unresolvable_in_upstream_words() {
     );
 }
 
+fn ephemeral_pod() -> Arc<PodInfo> {
+    PodBuilder::new("p")
+        .with_spec(|s| {
+            s.volumes = Some(vec![Volume {
+                name: "scratch".into(),
+                ephemeral: Some(Default::default()),
+                ..Default::default()
+            }])
+        })
+        .info()
+}
+
+#[test]
+fn an_ephemeral_volume_uses_its_claim_only_if_the_pod_controls_it() {
+    let owner = |uid: &str| {
+        json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
+            "name": "p", "uid": uid, "controller": true}]}})
+    };
+    let mut foreign = bound_claim("p-scratch", "pv1");
+    merge(&mut foreign, owner("uid-earlier-p"));
+    let c = Cluster::new(&[foreign], &[local_pv("pv1", "1Gi", "n1")]);
+    let (_, got) = filter(&c.plugin(), &ephemeral_pod(), &["n1"]);
+    assert_eq!(got[0].code(), Code::UnschedulableAndUnresolvable);
+    assert_eq!(
+        got[0].message(),
+        "PVC default/p-scratch was not created for pod default/p (pod is not owner)"
+    );
+    // the pod's own claim is used as a persistentVolumeClaim volume's: its volume pins n1
+    let mut own = bound_claim("p-scratch", "pv1");
+    merge(&mut own, owner("uid-p"));
+    let c = Cluster::new(&[own], &[local_pv("pv1", "1Gi", "n1")]);
+    let (_, got) = filter(&c.plugin(), &ephemeral_pod(), &["n1", "n2"]);
+    assert!(got[0].is_success(), "{:?}", got[0]);
+    assert_eq!(got[1].message(), REASON_NODE_CONFLICT);
+}
+
 #[test]
 fn a_bound_volume_must_admit_the_node_and_exist() {
     let c = Cluster::new(
