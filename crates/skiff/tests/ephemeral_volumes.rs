@@ -25,27 +25,15 @@ mod support;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use serde_json::json;
 use skiff_controllers::localpath::{CLASS, PROVISIONER};
 use support::cluster::{controller_manager, hollow_nodes, scheduler};
 use support::node::{KubeletProcess, finished, unsupported};
-use support::{ApiServer, Backend, KUBECTL_133, eventually, kube_client, run};
+use support::{ApiServer, Backend, KUBECTL_133, create, eventually, kube_client, run};
 
 const CONTROLLERS: &str =
     "ephemeral-volume,persistentvolume-binder,garbagecollector,pvc-protection,serviceaccount";
-
-async fn create<K>(api: &Api<K>, object: serde_json::Value) -> K
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(object).unwrap(),
-    )
-    .await
-    .expect("create")
-}
 
 /// A pod with the generic ephemeral volume `scratch` of class `local-storage`, mounted at
 /// `/scratch`, that sleeps.
@@ -254,11 +242,7 @@ fn a_claim_of_that_name_not_owned_by_the_pod_keeps_it_pending_with_a_failed_bind
 #[test]
 fn a_local_path_ephemeral_volume_is_provisioned_on_the_pods_node_and_goes_with_the_pod() {
     if let Some(why) = unsupported() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true and this host cannot run the test: {why}"
-        );
-        eprintln!("skipping: {why}");
+        support::skip(&why);
         return;
     }
     const NODE: &str = "ephemeral-e2e";
