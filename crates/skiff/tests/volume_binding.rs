@@ -81,7 +81,25 @@ async fn unschedulable(pods: &Api<Pod>, name: &str) -> Option<String> {
         .message
 }
 
-fn failed_scheduling_event(api: &ApiServer, pod: &str) -> String {
+/// Waits until the pod's PodScheduled=False condition and a FailedScheduling event say
+/// `message`. A claim created just before its pod may not be in the scheduler's cache yet when
+/// the pod's first attempt fails (`persistentvolumeclaim "…" not found`); the claim's arrival
+/// requeues the pod.
+async fn reported(api: &ApiServer, pods: &Api<Pod>, name: &str, message: &str) {
+    eventually(
+        &format!("{name} to be reported with {message:?}"),
+        || async { (unschedulable(pods, name).await.as_deref() == Some(message)).then_some(()) },
+    )
+    .await;
+    eventually(&format!("a FailedScheduling event for {name}"), || async {
+        let events = failed_scheduling_events(api, name);
+        events.lines().any(|e| e == message).then_some(())
+    })
+    .await;
+}
+
+/// The messages of the pod's FailedScheduling events, one a line.
+fn failed_scheduling_events(api: &ApiServer, pod: &str) -> String {
     api.kubectl(
         KUBECTL_133,
         &[
@@ -90,7 +108,7 @@ fn failed_scheduling_event(api: &ApiServer, pod: &str) -> String {
             "--field-selector",
             &format!("involvedObject.name={pod},reason=FailedScheduling"),
             "-o",
-            "jsonpath={.items[0].message}",
+            "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
         ],
     )
 }
@@ -172,26 +190,17 @@ fn wait_for_first_consumer_claims_bind_static_local_volumes_on_the_nodes_they_pi
         // no volume left for this one, and its class provisions none
         create(&claims, claim("none-left", "local-storage")).await;
         create(&pods, pod("stuck", "none-left", "sleep 3600")).await;
-        let message = eventually("stuck to be reported", || unschedulable(&pods, "stuck")).await;
-        assert_eq!(
-            message,
-            "0/3 nodes are available: 3 node(s) didn't find available persistent volumes to \
-             bind. preemption: 0/3 nodes are available: 3 Preemption is not helpful for \
-             scheduling.."
-        );
-        assert_eq!(failed_scheduling_event(&api, "stuck"), message);
+        let message = "0/3 nodes are available: 3 node(s) didn't find available persistent \
+             volumes to bind. preemption: 0/3 nodes are available: 3 Preemption is not helpful \
+             for scheduling..";
+        reported(&api, &pods, "stuck", message).await;
 
         // an Immediate claim the binder cannot bind keeps its pod out of every node
         create(&claims, claim("unbound", "")).await;
         create(&pods, pod("waiting", "unbound", "sleep 3600")).await;
-        let message =
-            eventually("waiting to be reported", || unschedulable(&pods, "waiting")).await;
-        assert_eq!(
-            message,
-            "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. \
-             preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.."
-        );
-        assert_eq!(failed_scheduling_event(&api, "waiting"), message);
+        let message = "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. \
+             preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling..";
+        reported(&api, &pods, "waiting", message).await;
         assert_eq!(node_of(&pods, "waiting").await, None);
 
         // a volume for it appears: the binder binds the claim and the pod is scheduled
