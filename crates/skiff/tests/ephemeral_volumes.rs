@@ -27,8 +27,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::DeleteParams;
 use serde_json::json;
-use skiff_controllers::localpath::{CLASS, PROVISIONER};
-use support::cluster::{controller_manager, hollow_nodes, scheduler};
+use skiff_controllers::localpath::CLASS;
+use support::cluster::{controller_manager, hollow_nodes, local_path_class, scheduler};
 use support::node::{KubeletProcess, finished, unsupported};
 use support::{ApiServer, Backend, KUBECTL_133, create, eventually, kube_client, run};
 
@@ -257,13 +257,7 @@ fn a_local_path_ephemeral_volume_is_provisioned_on_the_pods_node_and_goes_with_t
         let volumes: Api<PersistentVolume> = Api::all(c.clone());
         let classes: Api<StorageClass> = Api::all(c.clone());
         // the class `skiff server` applies
-        create(
-            &classes,
-            json!({"metadata": {"name": CLASS},
-                   "provisioner": PROVISIONER, "volumeBindingMode": "WaitForFirstConsumer",
-                   "reclaimPolicy": "Delete"}),
-        )
-        .await;
+        create(&classes, local_path_class()).await;
         create(
             &pods,
             pod_of_class("writer", CLASS, "echo kept > /scratch/file"),

@@ -26,7 +26,7 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use skiff_controllers::localpath::{CLASS, PROVISIONER};
-use support::cluster::controller_manager;
+use support::cluster::{controller_manager, local_path_class};
 use support::node::{KubeletProcess, finished, unsupported};
 use support::{ApiServer, Backend, KUBECTL_133, create, eventually, kube_client, run};
 
@@ -91,14 +91,7 @@ fn a_local_path_claim_keeps_its_data_across_pods_and_goes_with_its_volume() {
         );
 
         // the class `skiff server` applies
-        create(
-            &classes,
-            json!({"metadata": {"name": CLASS,
-                                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
-                   "provisioner": PROVISIONER, "volumeBindingMode": "WaitForFirstConsumer",
-                   "reclaimPolicy": "Delete"}),
-        )
-        .await;
+        create(&classes, local_path_class()).await;
         // DefaultStorageClass admission reads classes from the watch cache: wait until it
         // defaults claims (a probe claim per try, deleted at once)
         let mut tries = 0;

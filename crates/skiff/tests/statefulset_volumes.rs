@@ -17,8 +17,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use skiff_controllers::localpath::{CLASS, PROVISIONER};
-use support::cluster::{controller_manager, scheduler};
+use skiff_controllers::localpath::CLASS;
+use support::cluster::{controller_manager, local_path_class, scheduler};
 use support::node::{KubeletProcess, unsupported};
 use support::{ApiServer, Backend, create, eventually, kube_client, run};
 
@@ -92,13 +92,7 @@ fn a_statefulsets_claims_keep_each_replicas_data_across_pods_and_scale_down() {
         let storage = kubelet.data().join("storage");
 
         // the class `skiff server` applies
-        create(
-            &classes,
-            json!({"metadata": {"name": CLASS},
-                   "provisioner": PROVISIONER, "volumeBindingMode": "WaitForFirstConsumer",
-                   "reclaimPolicy": "Delete"}),
-        )
-        .await;
+        create(&classes, local_path_class()).await;
         create(&sets, statefulset(3)).await;
         eventually("three ready replicas", || async {
             (ready_replicas(&sets).await == 3).then_some(())

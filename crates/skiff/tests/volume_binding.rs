@@ -22,8 +22,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::DeleteParams;
 use serde_json::json;
-use skiff_controllers::localpath::{CLASS, PROVISIONER};
-use support::cluster::{controller_manager, hollow_nodes, scheduler};
+use skiff_controllers::localpath::CLASS;
+use support::cluster::{controller_manager, hollow_nodes, local_path_class, scheduler};
 use support::node::{KubeletProcess, finished, unsupported};
 use support::{ApiServer, Backend, KUBECTL_133, create, eventually, kube_client, run};
 
@@ -235,14 +235,7 @@ fn a_local_path_claim_is_provisioned_on_the_node_the_scheduler_picked_and_its_po
         let classes: Api<StorageClass> = Api::all(c.clone());
 
         // the class `skiff server` applies
-        create(
-            &classes,
-            json!({"metadata": {"name": CLASS,
-                                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
-                   "provisioner": PROVISIONER, "volumeBindingMode": "WaitForFirstConsumer",
-                   "reclaimPolicy": "Delete"}),
-        )
-        .await;
+        create(&classes, local_path_class()).await;
         let created = create(&claims, claim("data", CLASS)).await;
         let uid = created.metadata.uid.unwrap();
         create(&pods, pod("writer", "data", "echo kept > /data/file")).await;

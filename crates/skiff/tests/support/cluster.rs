@@ -54,6 +54,18 @@ impl Drop for Process {
     }
 }
 
+/// The default StorageClass `local-path` as `skiff server` applies it (k3s's `local-storage`
+/// manifest with Skiff's provisioner).
+pub fn local_path_class() -> serde_json::Value {
+    use skiff_controllers::localpath::{CLASS, PROVISIONER};
+    serde_json::json!({
+        "metadata": {"name": CLASS,
+                     "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": PROVISIONER, "volumeBindingMode": "WaitForFirstConsumer",
+        "reclaimPolicy": "Delete",
+    })
+}
+
 /// `skiff controller-manager` with extra flags (e.g. `--controllers`), as
 /// `system:kube-controller-manager` with `--use-service-account-credentials`: each controller
 /// acts as its ServiceAccount under upstream's `system:controller:*` role. Its metrics are on a
