@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerImage, ContainerPort, Node, NodeSpec, NodeStatus, Pod, PodSpec,
-    ResourceRequirements, Taint, Toleration,
+    Affinity, Container, ContainerImage, ContainerPort, Node, NodeSpec, NodeStatus,
+    PersistentVolumeClaimVolumeSource, Pod, PodSpec, ResourceRequirements, Taint, Toleration,
+    Volume,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -179,6 +180,20 @@ impl PodBuilder {
     }
 
     /// Any other change to the spec.
+    /// A `persistentVolumeClaim` volume per claim, each named after its claim.
+    pub fn claims(mut self, claims: &[&str]) -> Self {
+        let volumes = self.spec().volumes.get_or_insert_with(Vec::new);
+        volumes.extend(claims.iter().map(|c| Volume {
+            name: c.to_string(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: c.to_string(),
+                read_only: None,
+            }),
+            ..Default::default()
+        }));
+        self
+    }
+
     pub fn with_spec(mut self, f: impl FnOnce(&mut PodSpec)) -> Self {
         f(self.spec());
         self

@@ -191,7 +191,7 @@ mod tests {
     use crate::framework::Code;
     use crate::framework::testing::{PodBuilder, node};
     use crate::volumes::Caches;
-    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaimVolumeSource, Volume};
+    use k8s_openapi::api::core::v1::{PersistentVolume, Volume};
     use k8s_openapi::api::storage::v1::StorageClass;
     use serde_json::json;
     use skiff_runtime::informer::Cache;
@@ -240,18 +240,7 @@ mod tests {
     }
 
     fn using(name: &str, claims: &[&str]) -> PodBuilder {
-        let volumes = claims
-            .iter()
-            .map(|c| Volume {
-                name: c.to_string(),
-                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                    claim_name: c.to_string(),
-                    read_only: None,
-                }),
-                ..Default::default()
-            })
-            .collect();
-        PodBuilder::new(name).with_spec(|s| s.volumes = Some(volumes))
+        PodBuilder::new(name).claims(claims)
     }
 
     fn decide(pl: &NodeVolumeLimits, pod: &PodInfo, n: &NodeInfo) -> Status {

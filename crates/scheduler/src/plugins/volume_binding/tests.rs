@@ -1,8 +1,6 @@
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{
-    Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, Volume,
-};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Volume};
 use k8s_openapi::api::storage::v1::StorageClass;
 use serde_json::{Value, json};
 use skiff_runtime::informer::Cache;
@@ -123,20 +121,7 @@ fn merge(base: &mut Value, patch: Value) {
 }
 
 fn pod(claims: &[&str]) -> Arc<PodInfo> {
-    let volumes = claims
-        .iter()
-        .map(|c| Volume {
-            name: c.to_string(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: c.to_string(),
-                read_only: None,
-            }),
-            ..Default::default()
-        })
-        .collect();
-    PodBuilder::new("p")
-        .with_spec(|s| s.volumes = Some(volumes))
-        .info()
+    PodBuilder::new("p").claims(claims).info()
 }
 
 /// PreFilter, then Filter on each of `nodes`: each node's status.
