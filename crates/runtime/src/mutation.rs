@@ -45,9 +45,9 @@ impl<K> Clone for MutationCache<K> {
     }
 }
 
-/// A resourceVersion as the integer Skiff's (and etcd's) are; `None` for any other, which the
-/// cache then never overrides.
-fn version<K: Resource>(obj: &K) -> Option<u64> {
+/// A resourceVersion as the integer Skiff's (and etcd's) are; `None` for any other (which a
+/// mutation cache never overrides), for ordering versions of one object.
+pub fn version<K: Resource>(obj: &K) -> Option<u64> {
     obj.meta().resource_version.as_deref()?.parse().ok()
 }
 

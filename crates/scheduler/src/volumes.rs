@@ -27,11 +27,7 @@ pub const CLASS_INDEX: &str = "storageClassName";
 /// A resource version as a number (0 when missing or not a number), for ordering versions of
 /// one object.
 fn version<K: Resource>(obj: &K) -> u64 {
-    obj.meta()
-        .resource_version
-        .as_deref()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    skiff_runtime::mutation::version(obj).unwrap_or(0)
 }
 
 /// `namespace/name`, or `name` for a cluster-scoped object.
