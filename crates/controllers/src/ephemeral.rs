@@ -13,7 +13,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Volume};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -25,7 +24,7 @@ use skiff_runtime::informer::Change;
 use skiff_runtime::workqueue::WorkQueue;
 
 use crate::events::Note;
-use crate::{Context, triggers};
+use crate::{Context, podutil, triggers};
 
 /// The component its events come from (upstream's event source).
 pub const COMPONENT: &str = "ephemeral_volume";
@@ -81,14 +80,7 @@ pub fn wants(pod: &Pod) -> bool {
 /// without a template, which validation refuses).
 pub fn claim_for(pod: &Pod, volume: &Volume) -> Option<PersistentVolumeClaim> {
     let template = volume.ephemeral.as_ref()?.volume_claim_template.as_ref()?;
-    let owner = OwnerReference {
-        api_version: "v1".into(),
-        kind: "Pod".into(),
-        name: pod.name_any(),
-        uid: pod.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    };
+    let owner = podutil::controller_ref("v1", "Pod", &pod.metadata);
     let non_empty = |m: &Option<BTreeMap<String, String>>| m.clone().filter(|m| !m.is_empty());
     Some(PersistentVolumeClaim {
         metadata: ObjectMeta {

@@ -98,11 +98,21 @@ pub fn controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
 
 /// A controller reference to `owner` (`controller` and `blockOwnerDeletion` true).
 pub fn controller_ref(api_version: &str, kind: &str, owner: &ObjectMeta) -> OwnerReference {
+    controller_ref_to(
+        api_version,
+        kind,
+        owner.name.as_deref().unwrap_or_default(),
+        owner.uid.as_deref().unwrap_or_default(),
+    )
+}
+
+/// A controller reference to the object `name` with `uid`.
+pub fn controller_ref_to(api_version: &str, kind: &str, name: &str, uid: &str) -> OwnerReference {
     OwnerReference {
         api_version: api_version.into(),
         kind: kind.into(),
-        name: owner.name.clone().unwrap_or_default(),
-        uid: owner.uid.clone().unwrap_or_default(),
+        name: name.into(),
+        uid: uid.into(),
         controller: Some(true),
         block_owner_deletion: Some(true),
     }

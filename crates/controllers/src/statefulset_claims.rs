@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
+use crate::podutil;
 use crate::statefulset_pods as identity;
 
 /// The two halves of the retention policy: `true` is `Delete`; anything else is `Retain`, as
@@ -136,17 +137,6 @@ pub fn up_to_date(claim: &PersistentVolumeClaim, set: &StatefulSet, pod: &ClaimP
     }
 }
 
-fn controller_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> OwnerReference {
-    OwnerReference {
-        api_version: api_version.into(),
-        kind: kind.into(),
-        name: name.into(),
-        uid: uid.into(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
-}
-
 /// The claim's owner references as the policy wants them (upstream's
 /// `updateClaimOwnerRefForSetAndPod`): its references to the set and pod are dropped, then,
 /// unless another controller manages it, the pod's (`whenScaled: Delete`, pod scaled away) or
@@ -172,7 +162,7 @@ pub fn wanted_owners(
         }
     };
     if p.delete_when_scaled && !pod.in_range {
-        add(controller_ref("v1", "Pod", pod.name, pod.uid));
+        add(podutil::controller_ref_to("v1", "Pod", pod.name, pod.uid));
     } else if p.delete_when_deleted {
         add(identity::owner(set));
     }
