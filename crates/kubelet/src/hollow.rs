@@ -252,6 +252,7 @@ async fn register(
         ),
         dns: Arc::default(),
         allocatable,
+        sync_frequency: crate::volumes::REFRESH,
     };
     Ok(HollowNode { node, status, ctx })
 }

@@ -275,6 +275,7 @@ impl Kubelet {
                 ..Default::default()
             }),
             allocatable,
+            sync_frequency: config.sync_frequency,
         };
         let ready = Ready {
             node: config.node_name.clone(),

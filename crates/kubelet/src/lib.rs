@@ -72,6 +72,7 @@ pub mod images;
 pub mod kubelet;
 pub mod local_path;
 pub mod node;
+pub mod pleg;
 pub mod pod_containers;
 pub mod pod_kill;
 pub mod pod_probes;

@@ -4,6 +4,7 @@
 //! preStop hook) so that the next sync restarts it as `restartPolicy` says.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
@@ -14,10 +15,19 @@ use crate::cri::{ContainerState, ContainerStatus};
 use crate::pod_sync::{SyncContext, pod_key};
 use crate::probe::{self, Kind, Probes, Transition};
 
+/// What running a pod's due probes found.
+pub(crate) struct Probed {
+    /// Each probed container's (started, ready), by name.
+    pub results: HashMap<String, (bool, bool)>,
+    /// A failed startup or liveness probe had a container stopped (it is restarted by the next
+    /// sync, as restartPolicy says).
+    pub killed: bool,
+    /// How long until the next probe is due, if the pod has one to run.
+    pub next: Option<Duration>,
+}
+
 impl SyncContext {
-    /// Runs the probes that are due for the pod's running app containers and sidecars. Returns each probed
-    /// container's (started, ready) by name, and whether a failed startup or liveness probe
-    /// had a container stopped (it is restarted by the next sync, as restartPolicy says).
+    /// Runs the probes that are due for the pod's running app containers and sidecars.
     pub(crate) async fn probe(
         &self,
         pod: &Pod,
@@ -25,11 +35,13 @@ impl SyncContext {
         pod_ip: &str,
         now: Timestamp,
         probes: &mut Probes,
-    ) -> (HashMap<String, (bool, bool)>, bool) {
+    ) -> Probed {
         let spec = pod.spec.clone().unwrap_or_default();
         let mut results = HashMap::new();
         let mut running = Vec::new();
         let mut killed = false;
+        let mut next: Option<Duration> = None;
+        let mut due_in = |wait: Duration| next = Some(next.map_or(wait, |n| n.min(wait)));
         let sidecars = spec.init_containers.iter().flatten();
         for c in sidecars
             .filter(|c| actions::is_sidecar(c))
@@ -49,10 +61,15 @@ impl SyncContext {
                 if kind == Kind::Startup && probes.result(&run.id, kind) {
                     continue;
                 }
-                if !started || !probes.due(&run.id, kind, p, started_at, now) {
+                // liveness and readiness wait for the startup probe
+                if !started {
+                    continue;
+                }
+                if !probes.due(&run.id, kind, p, started_at, now) {
                     if kind == Kind::Startup {
                         started = false;
                     }
+                    due_in(probes.until_due(&run.id, kind, p, started_at, now));
                     continue;
                 }
                 let outcome = probe::run(self.runtime.as_ref(), p, c, &run.id, pod_ip).await;
@@ -63,6 +80,7 @@ impl SyncContext {
                         .await;
                 }
                 let transition = probes.record(&run.id, kind, p, outcome.is_ok(), now);
+                due_in(probes.until_due(&run.id, kind, p, started_at, now));
                 if kind == Kind::Startup {
                     started = probes.result(&run.id, kind);
                 }
@@ -91,6 +109,10 @@ impl SyncContext {
             results.insert(c.name.clone(), (started, ready));
         }
         probes.retain(&running);
-        (results, killed)
+        Probed {
+            results,
+            killed,
+            next,
+        }
     }
 }

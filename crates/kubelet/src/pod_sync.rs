@@ -27,8 +27,8 @@ use crate::volumes::VolumeManager;
 
 pub use crate::config::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
 
-/// How often a pod is looked at when nothing happens (upstream's PLEG relists every second).
-pub const RESYNC: Duration = Duration::from_secs(1);
+/// The shortest wait a sync asks for (a probe or a back-off due sooner waits this long).
+pub const MIN_RESYNC: Duration = Duration::from_secs(1);
 /// How long before retrying a failed image pull or container creation.
 pub const RETRY: Duration = Duration::from_secs(10);
 
@@ -51,8 +51,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Outcome {
     /// Sync again after this long, or sooner if the pod changes.
     Resync(Duration),
-    /// The pod has finished (no container will run again): sync again after [`RESYNC`], and
-    /// watch for its deletion.
+    /// The pod has finished (no container will run again): watch for its deletion.
     Finished,
     /// The pod is stopped and removed: the worker ends.
     Done,
@@ -78,6 +77,9 @@ pub struct SyncContext {
     pub dns: Arc<DnsSettings>,
     /// The node's allocatable resources (the downward API's default limits).
     pub allocatable: BTreeMap<String, Quantity>,
+    /// How long a pod with nothing due waits for its next sync (`--sync-frequency`); changes
+    /// of the pod or of its containers sync it at once.
+    pub sync_frequency: Duration,
 }
 
 pub(crate) fn pod_key(pod: &Pod) -> String {
@@ -188,7 +190,7 @@ impl SyncContext {
             Some("Succeeded" | "Failed")
         );
         let now = (self.clock)();
-        let mut resync = RESYNC;
+        let mut resync = self.sync_frequency;
         let mut waiting: HashMap<String, Waiting> = HashMap::new();
         let all_containers: Vec<&ApiContainer> = spec
             .init_containers
@@ -222,7 +224,7 @@ impl SyncContext {
 
         let volumes_ready = plan.finished || self.set_up_volumes(pod, now).await;
         if !volumes_ready {
-            resync = RETRY;
+            resync = resync.min(RETRY);
         }
 
         if ready.is_none() && !plan.finished && volumes_ready {
@@ -248,7 +250,7 @@ impl SyncContext {
                             },
                         );
                     }
-                    resync = RETRY;
+                    resync = resync.min(RETRY);
                 }
             }
         }
@@ -277,10 +279,14 @@ impl SyncContext {
                 plan = plan_for(&runs);
             }
         }
-        // the last plan's back-offs show even when the loop above stopped before acting on it
+        // the last plan's back-offs show even when the loop above stopped before acting on it,
+        // and the restart comes with the first sync after the back-off
         for (name, step) in &plan.steps {
             if let Some(w) = actions::waiting(step, name, pod) {
                 waiting.entry(name.clone()).or_insert(w);
+            }
+            if let Step::BackOff { left, .. } = step {
+                resync = resync.min(*left);
             }
         }
         if plan.init != Init::Done {
@@ -315,9 +321,12 @@ impl SyncContext {
                     .map(|n| n.ip.clone())
                     .unwrap_or_default()
             };
-            let (results, killed) = self.probe(pod, &runs, &pod_ip, now, probes).await;
-            probed = results;
-            if killed {
+            let probed_now = self.probe(pod, &runs, &pod_ip, now, probes).await;
+            probed = probed_now.results;
+            if let Some(next) = probed_now.next {
+                resync = resync.min(next);
+            }
+            if probed_now.killed {
                 runs = self.observe(pod).await?;
             }
         }
@@ -376,7 +385,7 @@ impl SyncContext {
         if plan.finished {
             return Ok(Outcome::Finished);
         }
-        Ok(Outcome::Resync(resync))
+        Ok(Outcome::Resync(resync.max(MIN_RESYNC)))
     }
 
     /// Carries out a plan's steps; returns whether a container was started (so the runtime's
@@ -406,8 +415,6 @@ impl SyncContext {
             };
             match step {
                 Step::Keep => {}
-                // the worker keeps syncing every second (other containers need watching), so
-                // the restart happens on the first sync after the back-off
                 Step::BackOff { .. } => {
                     if let Some(w) = actions::waiting(step, name, pod) {
                         waiting.insert(name.clone(), w);
@@ -421,7 +428,7 @@ impl SyncContext {
                             message: e.to_string(),
                         };
                         waiting.insert(name.clone(), w);
-                        *resync = RETRY;
+                        *resync = (*resync).min(RETRY);
                     }
                 }
                 Step::Start { attempt } => {
@@ -435,7 +442,7 @@ impl SyncContext {
                         .await?
                     {
                         waiting.insert(name.clone(), w);
-                        *resync = RETRY;
+                        *resync = (*resync).min(RETRY);
                     }
                 }
             }

@@ -46,6 +46,7 @@ fn harness() -> Harness {
             ..Default::default()
         }),
         allocatable: Default::default(),
+        sync_frequency: crate::volumes::REFRESH,
     };
     Harness {
         probes: Default::default(),
@@ -110,7 +111,11 @@ fn waiting_reason(status: &PodStatus) -> Option<String> {
 async fn a_new_pod_gets_a_sandbox_then_its_container_and_a_running_status() {
     let h = harness();
     let mut pod = pod("Always", "IfNotPresent");
-    assert_eq!(h.sync(&mut pod).await, Outcome::Resync(RESYNC));
+    assert_eq!(
+        h.sync(&mut pod).await,
+        Outcome::Resync(crate::volumes::REFRESH),
+        "nothing is due before the sync frequency: a change to the containers wakes the worker"
+    );
     let calls = h.runtime.calls();
     let order: Vec<&str> = calls
         .iter()
@@ -182,8 +187,8 @@ async fn an_exited_container_is_restarted_at_once_then_backs_off_ten_seconds() {
     assert_eq!(h.status().phase.as_deref(), Some("Running"));
     assert_eq!(
         outcome,
-        Outcome::Resync(RESYNC),
-        "other containers stay watched"
+        Outcome::Resync(Duration::from_secs(10)),
+        "the next sync is when the back-off ends"
     );
 
     h.runtime.advance(Duration::from_secs(10));
@@ -484,6 +489,32 @@ async fn readiness_gates_ready_and_a_failing_liveness_probe_restarts_the_contain
     h.sync(&mut pod).await;
     assert_eq!(h.runtime.containers_named("c").len(), 2);
     assert_eq!(h.status().container_statuses.unwrap()[0].restart_count, 1);
+}
+
+#[tokio::test]
+async fn a_probed_pod_is_synced_again_when_its_next_probe_is_due() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    pod.spec.as_mut().unwrap().containers[0].readiness_probe = Some(
+        serde_json::from_value(json!({"exec": {"command": ["ready"]}, "periodSeconds": 5,
+                                      "initialDelaySeconds": 30}))
+        .unwrap(),
+    );
+    let Outcome::Resync(wait) = h.sync(&mut pod).await else {
+        panic!("a running pod is synced again")
+    };
+    // counted from the sync's start: the fake clock ticks a second per runtime call
+    assert!(
+        wait >= Duration::from_secs(30) && wait <= Duration::from_secs(35),
+        "the initial delay after the container started: {wait:?}"
+    );
+    h.runtime.advance(wait);
+    assert_eq!(
+        h.sync(&mut pod).await,
+        Outcome::Resync(Duration::from_secs(5)),
+        "probed: the next one is a period away"
+    );
+    assert!(h.status().container_statuses.unwrap()[0].ready);
 }
 
 #[tokio::test]

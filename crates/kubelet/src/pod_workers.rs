@@ -1,8 +1,10 @@
 //! The kubelet's pod loop: this node's pods come from a shared informer filtered by the API
 //! server (`fieldSelector=spec.nodeName=<node>`); each new one is admitted (or rejected) and
-//! gets one worker that syncs it on every change and whenever its last sync asked to be called
-//! again. Once the first list is in, the containers and volumes of pods that are gone (deleted
-//! while the kubelet was down) are removed.
+//! gets one worker that syncs it on every change of the object, whenever the [`Pleg`] sees its
+//! containers change in the runtime, and when its last sync asked to be called again (a probe
+//! or a back-off due, a retry, or `--sync-frequency`). Once the first list is in, the
+//! containers and volumes of pods that are gone (deleted while the kubelet was down) are
+//! removed.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use skiff_runtime::informer::{Change, Informers};
 use tokio::sync::{mpsc, watch};
 
 use crate::admission::{self, NodeView};
+use crate::pleg::Pleg;
 use crate::pod_sync::{LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Outcome, SyncContext};
 use crate::server::pods::PodRegistry;
 
@@ -69,7 +72,20 @@ pub(crate) async fn watch_pods(
     let mut workers: HashMap<String, watch::Sender<Option<Arc<Pod>>>> = HashMap::new();
     // pods rejected at admission, until their Failed status comes back through the watch
     let mut rejected: HashSet<String> = HashSet::new();
-    while let Some(update) = rx.recv().await {
+    let (runtime_tx, mut runtime_changes) = mpsc::unbounded_channel();
+    tokio::spawn(Pleg::new(ctx.runtime.clone()).run(runtime_tx));
+    loop {
+        let update = tokio::select! {
+            Some(update) = rx.recv() => update,
+            Some(changed) = runtime_changes.recv() => {
+                // the worker syncs the pod it has again
+                for tx in changed.iter().filter_map(|uid| workers.get(uid)) {
+                    tx.send_modify(|_| {});
+                }
+                continue;
+            }
+            else => return,
+        };
         let (pod, present) = match update {
             PodUpdate::Pod { pod, present } => (pod, present),
             PodUpdate::Listed(listed) => {
@@ -219,7 +235,8 @@ async fn still_exists(ctx: &SyncContext, pod: &Pod) -> bool {
         .unwrap_or(true)
 }
 
-/// Syncs one pod on every change and whenever its last sync asked to be called again.
+/// Syncs one pod when its mailbox changes (a new object, or the [`Pleg`]'s nudge) and
+/// whenever its last sync asked to be called again.
 async fn pod_worker(
     ctx: SyncContext,
     mut last: Arc<Pod>,
@@ -253,7 +270,7 @@ async fn pod_worker(
                     Ok(Outcome::Resync(d)) => d,
                     Ok(Outcome::Finished) => {
                         finished_checks.finished = true;
-                        crate::pod_sync::RESYNC
+                        FINISHED_CHECK
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "pod sync failed");

@@ -94,18 +94,31 @@ impl Probes {
         started: Timestamp,
         now: Timestamp,
     ) -> bool {
+        self.until_due(id, kind, probe, started, now).is_zero()
+    }
+
+    /// How long until the probe is [`due`](Probes::due) (zero if it is). Times count in whole
+    /// seconds, as upstream's probe periods do.
+    pub fn until_due(
+        &self,
+        id: &str,
+        kind: Kind,
+        probe: &Probe,
+        started: Timestamp,
+        now: Timestamp,
+    ) -> Duration {
         let delay = i64::from(probe.initial_delay_seconds.unwrap_or(0).max(0));
-        if now.as_second() < started.as_second() + delay {
-            return false;
-        }
-        match self
+        let mut at = started.as_second() + delay;
+        if let Some(last) = self
             .states
             .get(&(id.to_string(), kind))
             .and_then(|s| s.last_run)
         {
-            None => true,
-            Some(last) => now.as_second() - last.as_second() >= seconds(probe.period_seconds, 10),
+            at = at.max(last.as_second() + seconds(probe.period_seconds, 10));
         }
+        // due once `now.as_second() >= at`, that is from the start of second `at`
+        let wait = i128::from(at) * 1_000_000_000 - now.as_nanosecond();
+        Duration::from_nanos(u64::try_from(wait).unwrap_or(0))
     }
 
     /// Records one outcome and applies the thresholds.
@@ -313,6 +326,23 @@ mod tests {
         probes.record("c", Kind::Liveness, &p, true, at(105));
         assert!(!probes.due("c", Kind::Liveness, &p, at(100), at(107)));
         assert!(probes.due("c", Kind::Liveness, &p, at(100), at(108)));
+    }
+
+    #[test]
+    fn the_wait_until_a_probe_is_due_counts_to_the_start_of_its_second() {
+        let p = probe(json!({"initialDelaySeconds": 5, "periodSeconds": 3}));
+        let mut probes = Probes::default();
+        let wait = |probes: &Probes, now| probes.until_due("c", Kind::Liveness, &p, at(100), now);
+        assert_eq!(
+            wait(&probes, at(101)),
+            Duration::from_secs(4),
+            "the initial delay"
+        );
+        probes.record("c", Kind::Liveness, &p, true, at(105));
+        assert_eq!(wait(&probes, at(105)), Duration::from_secs(3), "a period");
+        let later = Timestamp::from_nanosecond(106_250_000_000).unwrap();
+        assert_eq!(wait(&probes, later), Duration::from_millis(1750));
+        assert_eq!(wait(&probes, at(109)), Duration::ZERO, "overdue");
     }
 
     #[test]

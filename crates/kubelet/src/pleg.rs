@@ -1,0 +1,163 @@
+//! The pod lifecycle event generator, in the role of upstream's generic PLEG: once a second the
+//! runtime's sandboxes and containers are listed (one call each for the whole node) and the pods
+//! whose sandboxes or containers appeared, went away or changed state since the last relist are
+//! reported, so that a pod's worker syncs when something happened to it rather than on a timer.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::cri::{self, ContainerRuntime};
+use crate::pod_sync::LABEL_POD_UID;
+
+/// How often the runtime is relisted (upstream's `relistPeriod`).
+pub const RELIST: Duration = Duration::from_secs(1);
+
+/// What a pod has in the runtime: each sandbox's and container's id and state, sorted.
+type Digest = Vec<(String, i32)>;
+
+/// The runtime's pods as the last relist saw them.
+pub struct Pleg {
+    runtime: Arc<dyn ContainerRuntime>,
+    /// None before the first relist.
+    last: Option<HashMap<String, Digest>>,
+}
+
+impl Pleg {
+    pub fn new(runtime: Arc<dyn ContainerRuntime>) -> Pleg {
+        Pleg {
+            runtime,
+            last: None,
+        }
+    }
+
+    /// Lists the runtime once; returns the uids of the pods whose sandboxes or containers
+    /// differ from the previous relist (none on the first).
+    pub async fn relist(&mut self) -> Result<HashSet<String>, cri::Error> {
+        let sandboxes = self.runtime.list_pod_sandboxes(HashMap::new()).await?;
+        let containers = self.runtime.list_containers(HashMap::new()).await?;
+        let mut now: HashMap<String, Digest> = HashMap::new();
+        let owned = sandboxes
+            .into_iter()
+            .map(|s| (s.labels, s.id, s.state))
+            .chain(containers.into_iter().map(|c| (c.labels, c.id, c.state)));
+        for (mut labels, id, state) in owned {
+            if let Some(uid) = labels.remove(LABEL_POD_UID) {
+                now.entry(uid).or_default().push((id, state));
+            }
+        }
+        now.values_mut().for_each(|d| d.sort_unstable());
+        let changed = match &self.last {
+            None => HashSet::new(),
+            Some(last) => {
+                let gone = last.keys().filter(|uid| !now.contains_key(*uid));
+                let new_or_different = now
+                    .iter()
+                    .filter(|(uid, d)| last.get(*uid) != Some(d))
+                    .map(|(uid, _)| uid);
+                gone.chain(new_or_different).cloned().collect()
+            }
+        };
+        self.last = Some(now);
+        Ok(changed)
+    }
+
+    /// Relists every [`RELIST`] and sends each non-empty set of changed pods to `changes`,
+    /// until its receiver is gone.
+    pub async fn run(mut self, changes: mpsc::UnboundedSender<HashSet<String>>) {
+        let mut tick = tokio::time::interval(RELIST);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while !changes.is_closed() {
+            tick.tick().await;
+            match self.relist().await {
+                Ok(changed) if !changed.is_empty() => {
+                    let _ = changes.send(changed);
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "relisting the runtime's pods"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cri::{ContainerConfig, ContainerMetadata, PodSandboxConfig};
+    use crate::fake::FakeRuntime;
+    use crate::pod_sync::uid_labels;
+
+    async fn sandbox(runtime: &FakeRuntime, uid: &str) -> (String, PodSandboxConfig) {
+        let config = PodSandboxConfig {
+            labels: uid_labels(uid),
+            ..Default::default()
+        };
+        let id = runtime.run_pod_sandbox(config.clone()).await.unwrap();
+        (id, config)
+    }
+
+    async fn container(
+        runtime: &FakeRuntime,
+        (id, sandbox): &(String, PodSandboxConfig),
+    ) -> String {
+        let config = ContainerConfig {
+            metadata: Some(ContainerMetadata {
+                name: "c".into(),
+                attempt: 0,
+            }),
+            labels: sandbox.labels.clone(),
+            ..Default::default()
+        };
+        let c = runtime
+            .create_container(id, config, sandbox.clone())
+            .await
+            .unwrap();
+        runtime.start_container(&c).await.unwrap();
+        c
+    }
+
+    fn uids(changed: HashSet<String>) -> Vec<String> {
+        let mut uids: Vec<String> = changed.into_iter().collect();
+        uids.sort();
+        uids
+    }
+
+    #[tokio::test]
+    async fn a_relist_reports_the_pods_whose_containers_appeared_changed_or_went_away() {
+        let runtime = Arc::new(FakeRuntime::new());
+        runtime.add_image("busybox");
+        let mut pleg = Pleg::new(runtime.clone());
+        let a = sandbox(&runtime, "a").await;
+        assert!(
+            pleg.relist().await.unwrap().is_empty(),
+            "the first relist is the baseline"
+        );
+
+        let b = sandbox(&runtime, "b").await;
+        assert_eq!(uids(pleg.relist().await.unwrap()), ["b"], "a new sandbox");
+        assert!(pleg.relist().await.unwrap().is_empty(), "nothing happened");
+
+        let in_a = container(&runtime, &a).await;
+        let in_b = container(&runtime, &b).await;
+        assert_eq!(uids(pleg.relist().await.unwrap()), ["a", "b"]);
+
+        runtime.exit_container(&in_a, 1);
+        assert_eq!(uids(pleg.relist().await.unwrap()), ["a"], "an exit");
+
+        runtime.remove_pod_sandbox(&b.0).await.unwrap();
+        assert_eq!(uids(pleg.relist().await.unwrap()), ["b"], "all gone");
+        assert!(runtime.container_status(&in_b).await.is_err());
+        assert!(pleg.relist().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_node_without_pods_at_the_first_relist_reports_its_first_pod() {
+        let runtime = Arc::new(FakeRuntime::new());
+        let mut pleg = Pleg::new(runtime.clone());
+        assert!(pleg.relist().await.unwrap().is_empty());
+        sandbox(&runtime, "a").await;
+        assert_eq!(uids(pleg.relist().await.unwrap()), ["a"]);
+    }
+}
