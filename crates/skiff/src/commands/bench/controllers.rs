@@ -37,9 +37,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod};
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -497,6 +497,7 @@ async fn bench(
     let rollout_cpu = cpu.used_since(&before);
     let update_traffic = watches::traffic(&client).await?;
     let workload_cpu = cpu.used_since(&workload);
+    let events = events_by_reason(&client).await?;
     let cm_status = std::fs::read_to_string(format!("/proc/{}/status", cm.pid))
         .context("reading the controller manager's /proc status")?;
     let cm_total_cpu = proc_cpu_seconds(cm.pid);
@@ -598,11 +599,47 @@ async fn bench(
         // resource
         "create_traffic": watches::difference_f64(&traffic, &create_traffic),
         "update_traffic": watches::difference_f64(&create_traffic, &update_traffic),
+        // the Events at the end of the rolling update: "component reason" → [objects,
+        // occurrences]
+        "events": events,
     });
     Ok(merge(
         merge(line, prefix(create_cpu, "create")),
         prefix(rollout_cpu, "update"),
     ))
+}
+
+/// The Events of the benchmark's namespace by reporting component and reason: how many
+/// objects, and how many occurrences (an aggregated event or a series counts each).
+async fn events_by_reason(client: &kube::Client) -> Result<BTreeMap<String, [u64; 2]>> {
+    let events: Api<CoreEvent> = Api::namespaced(client.clone(), NAMESPACE);
+    let mut by_reason = BTreeMap::new();
+    let mut params = ListParams::default().limit(1000);
+    loop {
+        let page = events.list(&params).await.context("listing events")?;
+        for e in &page.items {
+            let component = e
+                .reporting_component
+                .clone()
+                .filter(|c| !c.is_empty())
+                .or_else(|| e.source.as_ref().and_then(|s| s.component.clone()))
+                .unwrap_or_default();
+            let key = format!("{component} {}", e.reason.as_deref().unwrap_or_default());
+            let occurrences = e
+                .series
+                .as_ref()
+                .and_then(|s| s.count)
+                .or(e.count)
+                .unwrap_or(1);
+            let entry: &mut [u64; 2] = by_reason.entry(key).or_default();
+            entry[0] += 1;
+            entry[1] += u64::try_from(occurrences.max(1)).unwrap_or(1);
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(by_reason),
+        }
+    }
 }
 
 /// A `kB` field of `/proc/PID/status`.
