@@ -1,7 +1,8 @@
 //! The CRI configs the kubelet asks for, from the pod's spec without I/O: the sandbox (metadata,
 //! hostname, log directory, host ports, labels by which the kubelet finds it again, namespaces)
 //! and each container (image, command, args, env and mounts as resolved by the caller, cgroup
-//! resources from requests and limits, log path, labels, attempt); the downward API's field references.
+//! resources from requests and limits, log path, labels, attempt, the pod's fsGroup as a
+//! supplemental group); the downward API's field references.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -80,6 +81,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, log_directory: &Path) -> PodSandb
         linux: Some(LinuxPodSandboxConfig {
             security_context: Some(LinuxSandboxSecurityContext {
                 namespace_options: Some(namespace_options(pod)),
+                supplemental_groups: supplemental_groups(pod),
                 ..Default::default()
             }),
             ..Default::default()
@@ -216,11 +218,24 @@ pub fn container_config(
                     .as_ref()
                     .and_then(|s| s.privileged)
                     .unwrap_or(false),
+                supplemental_groups: supplemental_groups(pod),
                 ..Default::default()
             }),
         }),
         ..Default::default()
     }
+}
+
+/// The groups every process of the pod has besides its own: the pod's `fsGroup`, so that it
+/// can use the volumes given that group (upstream's `determineEffectiveSecurityContext` and
+/// sandbox config; the pod's `supplementalGroups` are not passed yet).
+fn supplemental_groups(pod: &Pod) -> Vec<i64> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|sc| sc.fs_group)
+        .into_iter()
+        .collect()
 }
 
 fn namespace_options(pod: &Pod) -> NamespaceOption {
@@ -330,6 +345,34 @@ mod tests {
         );
         assert_eq!(c.envs[0].key, "A");
         assert_eq!(c.command, ["sh"]);
-        assert!(c.linux.unwrap().resources.is_some());
+        let linux = c.linux.unwrap();
+        assert!(linux.resources.is_some());
+        assert!(
+            linux
+                .security_context
+                .unwrap()
+                .supplemental_groups
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn the_pods_fs_group_is_a_supplemental_group_of_the_sandbox_and_every_container() {
+        let mut p = pod(json!({"name": "c"}));
+        p.spec.as_mut().unwrap().security_context =
+            serde_json::from_value(json!({"fsGroup": 2000})).unwrap();
+        let c = container_config(
+            &p,
+            &p.spec.clone().unwrap().containers[0],
+            "sha256:x",
+            0,
+            Vec::new(),
+            Vec::new(),
+        );
+        let sc = c.linux.unwrap().security_context.unwrap();
+        assert_eq!(sc.supplemental_groups, [2000]);
+        let sandbox = sandbox_config(&p, 0, Path::new("/logs"));
+        let sc = sandbox.linux.unwrap().security_context.unwrap();
+        assert_eq!(sc.supplemental_groups, [2000]);
     }
 }

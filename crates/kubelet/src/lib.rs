@@ -20,7 +20,8 @@
 //! - [`resource_field`]: the downward API's `resourceFieldRef` (requests, limits, divisors).
 //! - [`volumes`]: pod volumes (emptyDir, hostPath, configMap, secret, downwardAPI, projected,
 //!   persistentVolumeClaim),
-//!   their atomic writer, service account tokens and the containers' mounts.
+//!   their atomic writer, the pod's fsGroup on them, service account tokens and the
+//!   containers' mounts.
 //! - [`etc_hosts`]: the pod's managed /etc/hosts.
 //! - [`dns`]: the sandbox's DNS config from dnsPolicy, dnsConfig and `--cluster-dns`.
 //! - [`hooks`]: postStart and preStop hooks.

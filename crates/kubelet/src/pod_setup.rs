@@ -1,5 +1,5 @@
 //! What a pod needs before its containers, around [`SyncContext::sync_pod`]: its volumes set up
-//! (with a `FailedMount` event per volume that fails), its sandbox config with the DNS config of
+//! (with a `FailedMount` event per volume that fails, and the volumes' other warnings), its sandbox config with the DNS config of
 //! its `dnsPolicy`, and its managed /etc/hosts.
 
 use std::path::PathBuf;
@@ -23,6 +23,10 @@ impl SyncContext {
             .await;
         for failure in &set_up.failures {
             let event = PodEvent::pod_warning("FailedMount", failure.to_string());
+            self.api.event(pod, event).await;
+        }
+        for warning in set_up.warnings {
+            let event = PodEvent::pod_warning(warning.reason, warning.message);
             self.api.event(pod, event).await;
         }
         set_up.ready

@@ -10,13 +10,21 @@
 //! with upstream's message in a FailedMount event. Needs root (containerd, CNI): skips
 //! otherwise, and fails instead under `CI=true`.
 //!
+//! On the same kind of cluster: a pod with `fsGroup: 2000` finds its emptyDir, configMap and
+//! `local` persistent volume given group 2000 (and its processes in that group), and its
+//! local-path volume (a hostPath volume, which upstream never changes) left as it is; a pod
+//! whose persistent volume's directory cannot be created (a hostPath `DirectoryOrCreate` below
+//! a regular file) stays ContainerCreating with a FailedMount event naming the file in the
+//! way, while another pod with a good claim on the node runs, and starts once the file is
+//! gone.
+//!
 //! A second test starts `skiff server --disable-agent` (no root needed): it applies the default
 //! class `local-path`, puts it back on its next start after a user deleted it (as k3s re-applies
 //! its packaged manifests), and applies none with `--disable local-storage`.
 
 mod support;
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
@@ -27,7 +35,7 @@ use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use skiff_controllers::localpath::{CLASS, PROVISIONER};
 use support::cluster::{controller_manager, local_path_class};
-use support::node::{KubeletProcess, finished, unsupported};
+use support::node::{KubeletProcess, finished, in_phase, unsupported};
 use support::{ApiServer, Backend, KUBECTL_133, create, eventually, kube_client, run};
 
 const NODE: &str = "local-path-e2e";
@@ -253,6 +261,253 @@ fn a_local_path_claim_keeps_its_data_across_pods_and_goes_with_its_volume() {
         .await;
         assert!(!dir.exists(), "{} is still there", dir.display());
         assert!(storage.exists());
+    });
+}
+
+/// A claim of `class` (no class: `""`), pre-bound to `volume` when given.
+fn claim(name: &str, class: &str, volume: Option<&str>) -> serde_json::Value {
+    let mut c = json!({"metadata": {"name": name},
+                       "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                                "resources": {"requests": {"storage": "1Gi"}}}});
+    if let Some(v) = volume {
+        c["spec"]["volumeName"] = json!(v);
+    }
+    c
+}
+
+/// A static volume of 1Gi with `source` (`hostPath` or `local`), on `NODE`.
+fn static_volume(name: &str, source: serde_json::Value) -> serde_json::Value {
+    let mut v = json!({"metadata": {"name": name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain",
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}}}});
+    for (k, val) in source.as_object().unwrap() {
+        v["spec"][k] = val.clone();
+    }
+    v
+}
+
+/// Waits until every claim is bound.
+async fn bound(claims: &Api<PersistentVolumeClaim>, names: &[&str]) {
+    for name in names {
+        eventually(&format!("{name} to be bound"), || async {
+            let c = claims.get(name).await.ok()?;
+            (c.status?.phase.as_deref() == Some("Bound")).then_some(())
+        })
+        .await;
+    }
+}
+
+/// Deletes the pods and waits until they are gone (before the kubelet goes).
+async fn delete_pods(pods: &Api<Pod>, names: &[&str]) {
+    for name in names {
+        pods.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    for name in names {
+        eventually(&format!("{name} to be gone"), || async {
+            matches!(pods.get_opt(name).await, Ok(None)).then_some(())
+        })
+        .await;
+    }
+}
+
+/// Checks run in the fsGroup pod: each prints what failed before exiting 1.
+const FS_GROUP_CHECKS: &str = r#"
+check() { if ! sh -c "$1"; then echo "FAIL: $1"; exit 1; fi; }
+echo "groups: $(id -G); scratch $(stat -c %g:%a /scratch); disk $(stat -c %g:%a /disk); lp $(stat -c %g:%a /lp)"
+check 'id -G | tr " " "\n" | grep -qx 2000'
+check 'test "$(stat -c %g /scratch)" = 2000'
+check 'test "$(stat -c %g /disk)" = 2000'
+check 'test "$(stat -L -c %g /cfg/k)" = 2000'
+check 'touch /disk/new && test "$(stat -c %g /disk/new)" = 2000'
+check 'test "$(stat -c %g /lp)" = 0 && touch /lp/new'
+echo all checks passed
+"#;
+
+#[test]
+fn a_pods_fs_group_owns_its_empty_dir_config_map_and_local_volume_but_not_its_host_path_volume() {
+    if let Some(why) = unsupported() {
+        support::skip(&why);
+        return;
+    }
+    let api = ApiServer::start(Backend::Embedded);
+    let _cm = controller_manager(&api, &[]);
+    let kubelet = KubeletProcess::start(&api, NODE);
+    run(async {
+        let c = kube_client(&api).await;
+        let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.clone(), "default");
+        let volumes: Api<PersistentVolume> = Api::all(c.clone());
+        let classes: Api<StorageClass> = Api::all(c.clone());
+        let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(c.clone(), "default");
+
+        // a `local` volume on a directory of the node, root's as a new disk's would be
+        let disk = kubelet.data().join("disk");
+        std::fs::create_dir_all(disk.join("inner")).unwrap();
+        std::fs::set_permissions(&disk, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = disk.display().to_string();
+        create(
+            &volumes,
+            static_volume("disk", json!({"local": {"path": path}})),
+        )
+        .await;
+        create(&claims, claim("disk", "", Some("disk"))).await;
+        // a local-path claim, placed on the node as the scheduler would
+        create(&classes, local_path_class()).await;
+        let mut lp = claim("lp", CLASS, None);
+        lp["metadata"]["annotations"] = json!({"volume.kubernetes.io/selected-node": NODE});
+        create(&claims, lp).await;
+        create(
+            &config_maps,
+            json!({"metadata": {"name": "cfg"}, "data": {"k": "v"}}),
+        )
+        .await;
+        bound(&claims, &["disk", "lp"]).await;
+
+        let created = create(
+            &pods,
+            json!({
+                "metadata": {"name": "grouped"},
+                "spec": {
+                    "nodeName": NODE, "restartPolicy": "Never",
+                    "automountServiceAccountToken": false,
+                    "securityContext": {"fsGroup": 2000},
+                    "volumes": [
+                        {"name": "scratch", "emptyDir": {}},
+                        {"name": "cfg", "configMap": {"name": "cfg"}},
+                        {"name": "disk", "persistentVolumeClaim": {"claimName": "disk"}},
+                        {"name": "lp", "persistentVolumeClaim": {"claimName": "lp"}}],
+                    "containers": [{"name": "c", "image": "busybox",
+                                    "command": ["sh", "-c", FS_GROUP_CHECKS],
+                                    "volumeMounts": [
+                                        {"name": "scratch", "mountPath": "/scratch"},
+                                        {"name": "cfg", "mountPath": "/cfg"},
+                                        {"name": "disk", "mountPath": "/disk"},
+                                        {"name": "lp", "mountPath": "/lp"}]}],
+                },
+            }),
+        )
+        .await;
+        let uid = created.metadata.uid.unwrap();
+        let log = kubelet
+            .data()
+            .join(format!("logs/pods/default_grouped_{uid}/c/0.log"));
+        let phase = eventually("grouped to finish", || finished(&pods, "grouped")).await;
+        assert_eq!(
+            phase,
+            "Succeeded",
+            "pod log:\n{}\nkubelet log:\n{}",
+            support::read(&log),
+            kubelet.log()
+        );
+        // on the node: the local volume's root and inner directory got the group, the mask
+        // and setgid; the local-path directory is as the provisioner made it
+        let stat = |p: &Path| {
+            let m = std::fs::metadata(p).unwrap();
+            (m.gid(), m.permissions().mode() & 0o7777)
+        };
+        assert_eq!(stat(&disk), (2000, 0o2775));
+        assert_eq!(stat(&disk.join("inner")), (2000, 0o2775));
+        let volume = claims
+            .get("lp")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .volume_name
+            .unwrap();
+        let lp_dir = kubelet.data().join(format!("storage/{volume}_default_lp"));
+        assert_eq!(stat(&lp_dir), (0, 0o777));
+        delete_pods(&pods, &["grouped"]).await;
+    });
+}
+
+#[test]
+fn a_volume_whose_directory_cannot_be_made_keeps_its_pod_creating_and_affects_no_other_pod() {
+    if let Some(why) = unsupported() {
+        support::skip(&why);
+        return;
+    }
+    let api = ApiServer::start(Backend::Embedded);
+    let _cm = controller_manager(&api, &[]);
+    let kubelet = KubeletProcess::start(&api, NODE);
+    run(async {
+        let c = kube_client(&api).await;
+        let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.clone(), "default");
+        let volumes: Api<PersistentVolume> = Api::all(c.clone());
+
+        // the blocked volume's directory would be below a regular file
+        let blocker = kubelet.data().join("blocker");
+        std::fs::write(&blocker, "").unwrap();
+        let good = kubelet.data().join("good");
+        for (name, path) in [("blocked", blocker.join("data")), ("good", good.clone())] {
+            let path = path.display().to_string();
+            let source = json!({"hostPath": {"path": path, "type": "DirectoryOrCreate"}});
+            create(&volumes, static_volume(name, source)).await;
+            create(&claims, claim(name, "", Some(name))).await;
+        }
+        bound(&claims, &["blocked", "good"]).await;
+        let pod = |name: &str, claim: &str| {
+            json!({"metadata": {"name": name},
+                   "spec": {"nodeName": NODE, "automountServiceAccountToken": false,
+                            "terminationGracePeriodSeconds": 1,
+                            "volumes": [{"name": "data",
+                                         "persistentVolumeClaim": {"claimName": claim}}],
+                            "containers": [{"name": "c", "image": "busybox",
+                                            "command": ["sh", "-c",
+                                                        "touch /data/ok && exec sleep 3600"],
+                                            "volumeMounts": [{"name": "data",
+                                                              "mountPath": "/data"}]}]}})
+        };
+        create(&pods, pod("stuck", "blocked")).await;
+        create(&pods, pod("fine", "good")).await;
+
+        // upstream's FailedMount, naming the volume and what is in the way
+        let message = eventually("a FailedMount event", || async {
+            let out = api.kubectl(
+                KUBECTL_133,
+                &[
+                    "get",
+                    "events",
+                    "--field-selector",
+                    "involvedObject.name=stuck,reason=FailedMount",
+                    "-o",
+                    "jsonpath={.items[0].message}",
+                ],
+            );
+            (!out.is_empty()).then_some(out)
+        })
+        .await;
+        assert_eq!(
+            message,
+            format!(
+                "MountVolume.SetUp failed for volume \"blocked\" : mkdir {}: not a directory",
+                blocker.display()
+            )
+        );
+        // the other pod runs and uses its volume
+        eventually("fine to run", || in_phase(&pods, "fine", "Running")).await;
+        eventually("fine to write to its volume", || async {
+            good.join("ok").exists().then_some(())
+        })
+        .await;
+        // the stuck pod is ContainerCreating, as kubectl shows it
+        let line = api.kubectl(KUBECTL_133, &["get", "pod", "stuck", "--no-headers"]);
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cells[..3], ["stuck", "0/1", "ContainerCreating"], "{line}");
+        assert!(!blocker.join("data").exists());
+
+        // the cause removed, the retry mounts the volume and the pod starts
+        std::fs::remove_file(&blocker).unwrap();
+        eventually("stuck to run", || in_phase(&pods, "stuck", "Running")).await;
+        eventually("stuck to write to its volume", || async {
+            blocker.join("data/ok").exists().then_some(())
+        })
+        .await;
+        delete_pods(&pods, &["stuck", "fine"]).await;
     });
 }
 

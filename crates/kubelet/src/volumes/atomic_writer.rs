@@ -3,12 +3,17 @@
 //! symlink is pointed at it by renaming a `..data_tmp` symlink over it (one atomic step), and the
 //! user-visible names are symlinks through `..data` (`key` → `..data/key`). A reader therefore
 //! sees the old set or the new set, never half of each. Paths no longer in the payload and the
-//! previous timestamped directory are removed afterwards.
+//! previous timestamped directory are removed afterwards. A pod's fsGroup is applied to the
+//! whole volume after the new files are written and before they become visible (upstream's
+//! `setPerms` step), each time the files are written.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
+
+use super::host::HostOps;
+use super::ownership::Ownership;
 
 const DATA_DIR: &str = "..data";
 const DATA_DIR_TMP: &str = "..data_tmp";
@@ -17,6 +22,13 @@ const DATA_DIR_TMP: &str = "..data_tmp";
 pub enum Error {
     #[error("invalid path {path:?} in volume payload: {reason}")]
     InvalidPath { path: String, reason: &'static str },
+    #[error("applying fsGroup {group} to {}: {source}", path.display())]
+    Ownership {
+        group: u32,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("{step} {}: {source}", path.display())]
     Io {
         step: &'static str,
@@ -75,8 +87,9 @@ fn top_level(path: &str) -> &str {
     path.split('/').find(|s| !s.is_empty()).unwrap_or(path)
 }
 
-/// Whether `dir` already holds exactly the payload (bytes and modes).
-fn holds(dir: &Path, payload: &Payload) -> bool {
+/// Whether `dir` already holds exactly the payload (bytes and modes; a mode is also right
+/// with the bits an fsGroup adds, `added`).
+fn holds(dir: &Path, payload: &Payload, added: u32) -> bool {
     let mut on_disk = BTreeSet::new();
     collect_files(dir, dir, &mut on_disk);
     if on_disk.len() != payload.len() {
@@ -85,7 +98,10 @@ fn holds(dir: &Path, payload: &Payload) -> bool {
     payload.iter().all(|(path, file)| {
         let p = dir.join(path);
         let same_mode = std::fs::metadata(&p)
-            .map(|m| m.permissions().mode() & 0o7777 == file.mode)
+            .map(|m| {
+                let mode = m.permissions().mode() & 0o7777;
+                mode == file.mode || mode == file.mode | added
+            })
             .unwrap_or(false);
         same_mode && std::fs::read(&p).is_ok_and(|d| d == file.data)
     })
@@ -121,8 +137,13 @@ fn new_timestamp_dir(target: &Path) -> Result<PathBuf> {
     }
 }
 
-/// Writes the payload into `target` (created if missing); returns whether anything changed.
-pub fn write(target: &Path, payload: &Payload) -> Result<bool> {
+/// Writes the payload into `target` (created if missing), applying `owner`'s fsGroup when it
+/// writes; returns whether anything changed.
+pub fn write(
+    target: &Path,
+    payload: &Payload,
+    owner: Option<(&dyn HostOps, &Ownership)>,
+) -> Result<bool> {
     for path in payload.keys() {
         validate(path)?;
     }
@@ -137,9 +158,10 @@ pub fn write(target: &Path, payload: &Payload) -> Result<bool> {
         .filter(|n| !n.starts_with(".."))
         .collect();
     let all_linked = visible.iter().all(|v| old_visible.contains(*v));
+    let added = owner.map_or(0, |(_, o)| o.file_mask());
     let unchanged = old_ts
         .as_ref()
-        .is_some_and(|ts| holds(&target.join(ts), payload));
+        .is_some_and(|ts| holds(&target.join(ts), payload, added));
     if unchanged && all_linked && old_visible.len() == visible.len() {
         return Ok(false);
     }
@@ -153,6 +175,15 @@ pub fn write(target: &Path, payload: &Payload) -> Result<bool> {
         std::fs::write(&p, &file.data).map_err(io_err("writing", &p))?;
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(file.mode))
             .map_err(io_err("setting the mode of", &p))?;
+    }
+    if let Some((host, ownership)) = owner {
+        // the whole volume: the first write also made the volume's root
+        host.set_ownership(target, ownership)
+            .map_err(|source| Error::Ownership {
+                group: ownership.group,
+                path: target.to_path_buf(),
+                source,
+            })?;
     }
     let tmp_link = target.join(DATA_DIR_TMP);
     let _ = std::fs::remove_file(&tmp_link);
@@ -206,6 +237,10 @@ mod tests {
             .collect()
     }
 
+    fn write_plain(target: &Path, payload: &Payload) -> Result<bool> {
+        write(target, payload, None)
+    }
+
     fn read(dir: &Path, path: &str) -> String {
         std::fs::read_to_string(dir.join(path)).unwrap()
     }
@@ -222,7 +257,7 @@ mod tests {
     fn files_are_visible_through_the_data_symlink_with_their_modes() {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("vol");
-        let changed = write(
+        let changed = write_plain(
             &target,
             &payload(&[("a", "1", 0o644), ("sub/b", "2", 0o400)]),
         )
@@ -252,9 +287,9 @@ mod tests {
     fn a_new_payload_swaps_the_whole_set_and_drops_what_is_gone() {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().to_path_buf();
-        write(&target, &payload(&[("a", "1", 0o644), ("b", "2", 0o644)])).unwrap();
+        write_plain(&target, &payload(&[("a", "1", 0o644), ("b", "2", 0o644)])).unwrap();
         let first = std::fs::read_link(target.join(DATA_DIR)).unwrap();
-        write(&target, &payload(&[("a", "3", 0o644), ("c", "4", 0o644)])).unwrap();
+        write_plain(&target, &payload(&[("a", "3", 0o644), ("c", "4", 0o644)])).unwrap();
         let second = std::fs::read_link(target.join(DATA_DIR)).unwrap();
         assert_ne!(first, second);
         assert_eq!(
@@ -278,17 +313,17 @@ mod tests {
     fn the_same_payload_is_not_written_twice_but_a_mode_change_is() {
         let dir = tempfile::tempdir().unwrap();
         let p = payload(&[("a", "1", 0o644)]);
-        assert!(write(dir.path(), &p).unwrap());
-        assert!(!write(dir.path(), &p).unwrap());
-        assert!(write(dir.path(), &payload(&[("a", "1", 0o600)])).unwrap());
+        assert!(write_plain(dir.path(), &p).unwrap());
+        assert!(!write_plain(dir.path(), &p).unwrap());
+        assert!(write_plain(dir.path(), &payload(&[("a", "1", 0o600)])).unwrap());
     }
 
     #[test]
     fn an_empty_directory_left_by_a_sub_path_mount_is_removed_with_the_old_set() {
         let dir = tempfile::tempdir().unwrap();
-        write(dir.path(), &payload(&[("a", "1", 0o644)])).unwrap();
+        write_plain(dir.path(), &payload(&[("a", "1", 0o644)])).unwrap();
         std::fs::create_dir(dir.path().join("made")).unwrap();
-        write(dir.path(), &payload(&[("a", "2", 0o644)])).unwrap();
+        write_plain(dir.path(), &payload(&[("a", "2", 0o644)])).unwrap();
         assert!(!dir.path().join("made").exists());
         assert_eq!(read(dir.path(), "a"), "2");
     }
@@ -296,8 +331,8 @@ mod tests {
     #[test]
     fn an_empty_payload_leaves_an_empty_volume() {
         let dir = tempfile::tempdir().unwrap();
-        write(dir.path(), &payload(&[("a", "1", 0o644)])).unwrap();
-        write(dir.path(), &Payload::new()).unwrap();
+        write_plain(dir.path(), &payload(&[("a", "1", 0o644)])).unwrap();
+        write_plain(dir.path(), &Payload::new()).unwrap();
         assert!(!dir.path().join("a").exists());
         assert!(dir.path().join(DATA_DIR).exists());
     }
@@ -306,7 +341,7 @@ mod tests {
     fn paths_that_escape_the_volume_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         for bad in ["/etc/passwd", "../x", "a/../../x", "..data", ""] {
-            let err = write(dir.path(), &payload(&[(bad, "x", 0o644)])).unwrap_err();
+            let err = write_plain(dir.path(), &payload(&[(bad, "x", 0o644)])).unwrap_err();
             assert!(matches!(err, Error::InvalidPath { .. }), "{bad}: {err}");
         }
     }

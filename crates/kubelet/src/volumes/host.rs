@@ -1,7 +1,7 @@
 //! The volume plugins' side effects on the host outside the kubelet's data dir, behind
 //! [`HostOps`]: tmpfs mounts (emptyDir `medium: Memory`, secrets), bind mounts (`local`
-//! volumes), unmounts, the hostPath checks and creations, and the removal of a local-path
-//! volume's directory. [`RealHost`] does them (the `mount`/`umount` commands, std::fs);
+//! volumes), unmounts, the hostPath checks and creations, the fsGroup ownership change
+//! ([`super::ownership`]), and the removal of a local-path volume's directory. [`RealHost`] does them (the `mount`/`umount` commands, std::fs);
 //! [`RecordingHost`] records them and can be told to fail.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use parking_lot::Mutex;
+
+use super::ownership::{self, Ownership};
 
 /// What kind of file a host path is, for hostPath's `type` checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +44,11 @@ pub trait HostOps: Send + Sync {
     fn bind_mount(&self, source: &Path, target: &Path, read_only: bool) -> io::Result<()>;
     /// Removes `path` and everything below it; a missing path is success.
     fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Applies a pod's fsGroup to the volume at `path` ([`ownership::apply`]); false when its
+    /// policy found nothing to do.
+    fn set_ownership(&self, path: &Path, ownership: &Ownership) -> io::Result<bool>;
+    /// The group that owns `path`.
+    fn group_of(&self, path: &Path) -> io::Result<u32>;
 }
 
 /// [`HostOps`] on this machine.
@@ -141,13 +148,14 @@ impl HostOps for RealHost {
     }
 
     fn create_dir_all(&self, path: &Path, mode: u32) -> io::Result<()> {
-        std::fs::create_dir_all(path)?;
+        make_dirs(path)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| io::Error::new(e.kind(), format!("chmod {}: {e}", path.display())))
     }
 
     fn create_file(&self, path: &Path, mode: u32) -> io::Result<()> {
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
+            make_dirs(parent)?;
         }
         std::fs::OpenOptions::new()
             .create(true)
@@ -177,6 +185,51 @@ impl HostOps for RealHost {
             other => other,
         }
     }
+
+    fn set_ownership(&self, path: &Path, ownership: &Ownership) -> io::Result<bool> {
+        ownership::apply(path, ownership)
+    }
+
+    fn group_of(&self, path: &Path) -> io::Result<u32> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(std::fs::metadata(path)?.gid())
+    }
+}
+
+/// `mkdir -p`, with errors that name the path that failed as Go's `os.MkdirAll` does (`mkdir
+/// /srv/file: not a directory` when a file stands where a directory is needed).
+fn make_dirs(path: &Path) -> io::Result<()> {
+    let named = |p: &Path, e: io::Error| {
+        let text = match e.kind() {
+            io::ErrorKind::NotADirectory => "not a directory".to_string(),
+            _ => e.to_string(),
+        };
+        io::Error::new(e.kind(), format!("mkdir {}: {text}", p.display()))
+    };
+    let mut missing = Vec::new();
+    for p in path.ancestors() {
+        match std::fs::metadata(p) {
+            Ok(m) if m.is_dir() => break,
+            Ok(_) => return Err(named(p, io::Error::from(io::ErrorKind::NotADirectory))),
+            // below a file: the file is named when the walk up reaches it
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                missing.push(p)
+            }
+            Err(e) => return Err(named(p, e)),
+        }
+    }
+    for p in missing.into_iter().rev() {
+        match std::fs::create_dir(p) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(named(p, e)),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// One call to a [`RecordingHost`].
@@ -192,6 +245,7 @@ pub enum HostCall {
         read_only: bool,
     },
     RemoveDir(PathBuf),
+    SetOwnership(PathBuf, Ownership),
 }
 
 /// A [`HostOps`] that records what it was asked to change, keeps a table of mounts and host
@@ -203,6 +257,8 @@ pub struct RecordingHost {
     pub mounted: Mutex<BTreeSet<PathBuf>>,
     /// The host's files by path; a path missing here does not exist.
     pub files: Mutex<BTreeMap<PathBuf, FileKind>>,
+    /// The groups of host paths ([`HostOps::group_of`]); 0 for a path missing here.
+    pub groups: Mutex<BTreeMap<PathBuf, u32>>,
     pub fail: Mutex<Option<String>>,
 }
 
@@ -290,6 +346,19 @@ impl HostOps for RecordingHost {
         self.files.lock().retain(|p, _| !p.starts_with(path));
         Ok(())
     }
+
+    fn set_ownership(&self, path: &Path, ownership: &Ownership) -> io::Result<bool> {
+        self.check()?;
+        self.calls
+            .lock()
+            .push(HostCall::SetOwnership(path.into(), *ownership));
+        Ok(true)
+    }
+
+    fn group_of(&self, path: &Path) -> io::Result<u32> {
+        self.check()?;
+        Ok(self.groups.lock().get(path).copied().unwrap_or(0))
+    }
 }
 
 #[cfg(test)]
@@ -316,5 +385,27 @@ mod tests {
         assert_eq!(host.file_kind(&dir.path().join("none")).unwrap(), None);
         let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o644);
+    }
+
+    #[test]
+    fn a_directory_that_cannot_be_made_names_what_is_in_the_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let err = RealHost
+            .create_dir_all(&file.join("a/b"), 0o755)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("mkdir {}: not a directory", file.display())
+        );
+        RealHost
+            .create_dir_all(&dir.path().join("x/y"), 0o700)
+            .unwrap();
+        let mode = std::fs::metadata(dir.path().join("x/y"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
     }
 }

@@ -14,6 +14,9 @@
 //! - [`claim`]: persistentVolumeClaim and generic ephemeral volumes: the claim's bound
 //!   hostPath or local volume (hollow nodes: a directory under the pod's).
 //! - [`mounts`]: a container's `volumeMounts` (and the pod's /etc/hosts) as CRI mounts.
+//! - [`ownership`]: the pod's `fsGroup` applied to a volume (upstream's `SetVolumeOwnership`):
+//!   emptyDir when made, configMap/secret/downwardAPI/projected each time their files are
+//!   written, a `local` persistent volume when first mounted read-write.
 
 pub mod atomic_writer;
 pub mod claim;
@@ -24,6 +27,7 @@ pub mod host;
 pub mod host_path;
 pub mod keys;
 pub mod mounts;
+pub mod ownership;
 pub mod projected;
 pub mod secret;
 pub mod token;
@@ -40,6 +44,7 @@ use parking_lot::Mutex;
 
 use crate::api::PodApi;
 use host::HostOps;
+use ownership::{ChangePolicy, Ownership};
 
 /// How often a pod's volume files are rewritten from their sources by default (upstream's
 /// `syncFrequency`).
@@ -88,6 +93,14 @@ impl std::fmt::Display for Failure {
     }
 }
 
+/// Something about a volume that did set up, for a Warning event on the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    /// The event's reason (upstream's, e.g. `AlreadyMountedVolume`).
+    pub reason: &'static str,
+    pub message: String,
+}
+
 /// What [`VolumeManager::set_up`] found.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct SetUp {
@@ -95,6 +108,8 @@ pub struct SetUp {
     pub ready: bool,
     /// The volumes that failed in this attempt (empty when nothing was due).
     pub failures: Vec<Failure>,
+    /// Warnings about volumes set up in this attempt.
+    pub warnings: Vec<Warning>,
 }
 
 /// When a pod's volumes were last set up, and whether its containers may start (all of them
@@ -217,17 +232,16 @@ impl VolumeManager {
             if now < last.at + wait {
                 return SetUp {
                     ready: last.ok,
-                    failures: Vec::new(),
+                    ..SetUp::default()
                 };
             }
         }
         let mut failures = Vec::new();
+        let mut warnings = Vec::new();
         for volume in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-            if let Err(message) = self.set_up_one(api, pod, volume, allocatable, now).await {
-                failures.push(Failure {
-                    volume: volume.name.clone(),
-                    message,
-                });
+            match self.set_up_one(api, pod, volume, allocatable, now).await {
+                Ok(warning) => warnings.extend(warning),
+                Err(failure) => failures.push(failure),
             }
         }
         // a refresh that fails leaves a running pod's earlier files (and its readiness) alone
@@ -236,6 +250,7 @@ impl VolumeManager {
         SetUp {
             ready: ok,
             failures,
+            warnings,
         }
     }
 
@@ -246,52 +261,95 @@ impl VolumeManager {
         volume: &Volume,
         allocatable: &BTreeMap<String, ApiQuantity>,
         now: Timestamp,
-    ) -> Result<(), String> {
+    ) -> Result<Option<Warning>, Failure> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let fail = |message: String| Failure {
+            volume: volume.name.clone(),
+            message,
+        };
+        let fs_group = ownership::pod_fs_group(pod).map_err(fail)?;
         if let Some(used) = claim::claim_use(pod, volume) {
             return match self.claims {
                 claim::Claims::NodeLocal => {
                     let dir = self.plugin_dir(uid, claim::PLUGIN, &volume.name);
-                    claim::node_local(api, pod, namespace, &used, &dir).await
+                    claim::node_local(api, pod, namespace, &used, &dir)
+                        .await
+                        .map(|()| None)
+                        .map_err(fail)
                 }
                 claim::Claims::Bound => {
-                    let resolved = claim::resolve(api, pod, namespace, &used).await?;
-                    let mount = self.mount_claim(uid, &resolved)?;
+                    let resolved = claim::resolve(api, pod, namespace, &used)
+                        .await
+                        .map_err(fail)?;
+                    // a mount failure names the persistent volume, as upstream's does
+                    let (mount, warning) =
+                        self.mount_claim(uid, &resolved, fs_group)
+                            .map_err(|message| Failure {
+                                volume: resolved.volume.clone(),
+                                message,
+                            })?;
                     self.claim_mounts
                         .lock()
                         .insert((uid.to_string(), volume.name.clone()), mount);
-                    Ok(())
+                    Ok(warning)
                 }
             };
         }
         let Some(dir) = self.host_path(uid, volume) else {
-            return Err(format!(
+            return Err(fail(format!(
                 "skiff does not support {} volumes",
                 volume_type(volume)
-            ));
+            )));
         };
         let payload = if let Some(source) = &volume.empty_dir {
-            return empty_dir::set_up(&dir, source, self.host.as_ref());
+            let made = empty_dir::set_up(&dir, source, self.host.as_ref()).map_err(fail)?;
+            if made && let Some((group, _)) = fs_group {
+                // upstream's emptyDir always walks, and goes on whatever the walk says
+                let owner = Ownership {
+                    group,
+                    read_only: false,
+                    policy: ChangePolicy::Always,
+                };
+                if let Err(e) = self.host.set_ownership(&dir, &owner) {
+                    tracing::warn!(path = %dir.display(), error = %e, "applying fsGroup");
+                }
+            }
+            return Ok(None);
         } else if let Some(source) = &volume.host_path {
-            return host_path::set_up(&dir, source.type_.as_deref(), self.host.as_ref());
+            return host_path::set_up(&dir, source.type_.as_deref(), self.host.as_ref())
+                .map(|()| None)
+                .map_err(fail);
         } else if let Some(source) = &volume.config_map {
-            config_map::payload(api, namespace, source).await?
+            config_map::payload(api, namespace, source)
+                .await
+                .map_err(fail)?
         } else if let Some(source) = &volume.secret {
-            self.ensure_tmpfs(&dir)?;
-            secret::payload(api, namespace, source).await?
+            self.ensure_tmpfs(&dir).map_err(fail)?;
+            secret::payload(api, namespace, source)
+                .await
+                .map_err(fail)?
         } else if let Some(source) = &volume.downward_api {
             let items = source.items.as_deref().unwrap_or_default();
             let mode = source.default_mode.unwrap_or(keys::DEFAULT_MODE);
-            downward_api::payload(pod, items, mode, allocatable)?
+            downward_api::payload(pod, items, mode, allocatable).map_err(fail)?
         } else if let Some(source) = &volume.projected {
-            self.ensure_tmpfs(&dir)?;
-            projected::payload(api, pod, source, allocatable, &self.tokens, now).await?
+            self.ensure_tmpfs(&dir).map_err(fail)?;
+            projected::payload(api, pod, source, allocatable, &self.tokens, now)
+                .await
+                .map_err(fail)?
         } else {
-            return Ok(());
+            return Ok(None);
         };
-        atomic_writer::write(&dir, &payload).map_err(|e| e.to_string())?;
-        Ok(())
+        // these volumes are read-only to the pod: the read-only mask, at every write
+        let owner = fs_group.map(|(group, _)| Ownership {
+            group,
+            read_only: true,
+            policy: ChangePolicy::Always,
+        });
+        let owner = owner.as_ref().map(|o| (self.host.as_ref(), o));
+        atomic_writer::write(&dir, &payload, owner).map_err(|e| fail(e.to_string()))?;
+        Ok(None)
     }
 
     fn claim_mount(&self, uid: &str, volume: &str) -> Option<ClaimMount> {
@@ -308,20 +366,24 @@ impl VolumeManager {
 
     /// Makes a resolved claim volume's data reachable: a hostPath volume's path checked (a
     /// local-path volume's directory created `0777` first), a local volume bind-mounted into
-    /// the pod's directory (once).
-    fn mount_claim(&self, uid: &str, resolved: &claim::Resolved) -> Result<ClaimMount, String> {
+    /// the pod's directory (once, then given the pod's fsGroup: [`Self::local_ownership`]).
+    /// hostPath volumes never get the fsGroup, as upstream's plugin.
+    fn mount_claim(
+        &self,
+        uid: &str,
+        resolved: &claim::Resolved,
+        fs_group: Option<(u32, ChangePolicy)>,
+    ) -> Result<(ClaimMount, Option<Warning>), String> {
+        let mut warning = None;
         let path = match &resolved.source {
             claim::Source::HostPath { path, type_ } => {
                 let path = PathBuf::from(path);
-                let missing = self
-                    .host
-                    .file_kind(&path)
-                    .map_err(|e| e.to_string())?
-                    .is_none();
+                // a path that cannot be examined counts as missing (see host_path::set_up)
+                let missing = self.host.file_kind(&path).unwrap_or(None).is_none();
                 if resolved.local_path && missing {
                     self.host
                         .create_dir_all(&path, claim::LOCAL_PATH_MODE)
-                        .map_err(|e| format!("creating {}: {e}", path.display()))?;
+                        .map_err(|e| e.to_string())?;
                 }
                 host_path::set_up(&path, type_.as_deref(), self.host.as_ref())?;
                 path
@@ -347,14 +409,72 @@ impl VolumeManager {
                     self.host
                         .bind_mount(&source, &target, resolved.read_only)
                         .map_err(|e| format!("mounting {path} at {}: {e}", target.display()))?;
+                    if !resolved.read_only
+                        && let Some((group, policy)) = fs_group
+                    {
+                        warning =
+                            self.local_ownership(uid, &source, &target, resolved, group, policy)?;
+                    }
                 }
                 target
             }
         };
-        Ok(ClaimMount {
+        let mount = ClaimMount {
             path,
             read_only: resolved.read_only,
-        })
+        };
+        Ok((mount, warning))
+    }
+
+    /// A `local` volume just mounted read-write at `target` gets the pod's fsGroup, as
+    /// upstream's plugin gives it: only when no other pod of this node has the volume mounted
+    /// (else the volume is left as it is, with upstream's `AlreadyMountedVolume` warning when
+    /// its group is not the fsGroup), walking as the pod's `fsGroupChangePolicy` says. A walk
+    /// that fails unmounts the volume, so that the next attempt walks again.
+    fn local_ownership(
+        &self,
+        uid: &str,
+        source: &Path,
+        target: &Path,
+        resolved: &claim::Resolved,
+        group: u32,
+        policy: ChangePolicy,
+    ) -> Result<Option<Warning>, String> {
+        let volume = &resolved.volume;
+        let mounted_here = Path::new("volumes").join(claim::LOCAL_PLUGIN).join(volume);
+        let own = self.pod_dir(uid);
+        let others = self
+            .host
+            .mounts_under(&self.pods_dir)
+            .map_err(|e| format!("listing the mounts under {}: {e}", self.pods_dir.display()))?
+            .into_iter()
+            .any(|p| p.ends_with(&mounted_here) && !p.starts_with(&own));
+        if others {
+            let old = self
+                .host
+                .group_of(source)
+                .map_err(|e| format!("failed to check fsGroup for {} ({e})", source.display()))?;
+            return Ok((old != group).then(|| Warning {
+                reason: "AlreadyMountedVolume",
+                message: format!(
+                    "The requested fsGroup is {group}, but the volume {volume} has GID {old}. \
+                     The volume may not be shareable."
+                ),
+            }));
+        }
+        let owner = Ownership {
+            group,
+            read_only: false,
+            policy,
+        };
+        if let Err(e) = self.host.set_ownership(target, &owner) {
+            let _ = self.host.unmount(target);
+            return Err(format!(
+                "applying fsGroup {group} to {}: {e}",
+                target.display()
+            ));
+        }
+        Ok(None)
     }
 
     fn ensure_tmpfs(&self, dir: &Path) -> Result<(), String> {

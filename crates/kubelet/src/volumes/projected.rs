@@ -17,7 +17,9 @@ use crate::api::PodApi;
 /// The plugin's directory name under `volumes/`.
 pub const PLUGIN: &str = "kubernetes.io~projected";
 
-/// The files of all sources; later sources win a path both write.
+/// The files of all sources; later sources win a path both write. A token file is `0600`
+/// when the pod has an fsGroup (upstream's: the fsGroup change then makes it `0640`, readable
+/// by the group and nobody else), else the volume's default mode.
 pub async fn payload(
     api: &dyn PodApi,
     pod: &Pod,
@@ -50,11 +52,16 @@ pub async fn payload(
         }
         if let Some(t) = &s.service_account_token {
             let token = tokens.get(api, pod, t, now).await?;
+            let has_fs_group = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref())
+                .is_some_and(|sc| sc.fs_group.is_some());
             out.insert(
                 t.path.clone(),
                 FileProjection {
                     data: token.into_bytes(),
-                    mode: mode as u32,
+                    mode: if has_fs_group { 0o600 } else { mode as u32 },
                 },
             );
         }

@@ -572,3 +572,6 @@ async fn hollow_nodes_give_an_ephemeral_volume_a_directory_only_for_the_pods_own
     );
     assert!(path.is_dir());
 }
+
+#[path = "tests_fs_group.rs"]
+mod fs_group;
