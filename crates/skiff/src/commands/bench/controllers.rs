@@ -99,20 +99,20 @@ fn node_count(args: &ControllersBenchArgs) -> Result<usize, UsageError> {
 }
 
 /// A `skiff` child process, killed when dropped.
-struct SkiffChild {
+pub(super) struct SkiffChild {
     child: Child,
-    pid: u32,
+    pub(super) pid: u32,
 }
 
 impl SkiffChild {
     /// Kills the child and waits for it to be gone, so the next run has the cores to itself.
-    async fn stop(mut self) {
+    pub(super) async fn stop(mut self) {
         let _ = self.child.kill().await;
     }
 }
 
 /// Starts `EXE ARGS` (stderr into `log`) and waits for its ready line.
-async fn start(exe: &Path, args: &[&str], log: &Path) -> Result<SkiffChild> {
+pub(super) async fn start(exe: &Path, args: &[&str], log: &Path) -> Result<SkiffChild> {
     let mut child = Command::new(exe)
         .args(args)
         .stdout(Stdio::piped())
