@@ -619,8 +619,8 @@ fn proc_cpu_seconds(pid: u32) -> Option<f64> {
     meter.snapshot().into_iter().next().flatten()
 }
 
-/// The API server's open watches, from its `/metrics`.
-mod watches {
+/// The API server's open watches and traffic, from its `/metrics`.
+pub(super) mod watches {
     use std::collections::BTreeMap;
     use std::time::Duration;
 
@@ -702,7 +702,9 @@ mod watches {
     /// The API server's work so far: watch events sent per kind (`events Pod`) and writes per
     /// verb and resource (`PATCH pods`), from `apiserver_watch_events_total` and
     /// `apiserver_request_total`.
-    pub(super) async fn traffic(client: &kube::Client) -> Result<BTreeMap<String, f64>> {
+    pub(in crate::commands::bench) async fn traffic(
+        client: &kube::Client,
+    ) -> Result<BTreeMap<String, f64>> {
         Ok(parse_traffic(&metrics(client).await?))
     }
 
@@ -738,7 +740,7 @@ mod watches {
     }
 
     /// `after - before` per key, the keys that did not change left out.
-    pub(super) fn difference_f64(
+    pub(in crate::commands::bench) fn difference_f64(
         before: &BTreeMap<String, f64>,
         after: &BTreeMap<String, f64>,
     ) -> BTreeMap<String, f64> {

@@ -15,7 +15,9 @@
 //!   are deleted, `--claims` claims of the default class are created, then as many pods each
 //!   mounting its own claim, timed until every pod is bound and every claim `Bound`. The
 //!   scheduling line gives pods/s with volumes against without (their ratio), the claims line
-//!   claims bound per second; both with create-to-bound latency percentiles.
+//!   claims bound per second; both with create-to-bound latency percentiles, and the scheduling
+//!   line with what the API server did in each phase (watch events per kind, writes per verb
+//!   and resource, from its `/metrics`).
 //!
 //! The containerd part needs root (containerd, CNI); `--only hollow` runs without it.
 
@@ -40,7 +42,7 @@ use skiff_kubelet::images::BUSYBOX_IMAGE;
 
 use super::api::{CpuMeter, Emitter, ServerChild, ensure_open_files, histogram, merge, micros};
 use super::api::{ms, round3};
-use super::controllers::{SkiffChild, start};
+use super::controllers::{SkiffChild, start, watches};
 use super::pods::{KubeletChild, load1, remove_pods};
 use super::scheduler::create_all;
 use crate::commands::UsageError;
@@ -541,6 +543,9 @@ struct Scheduled {
     p50_ms: f64,
     p99_ms: f64,
     cpu: Value,
+    /// What the API server did meanwhile: watch events sent per kind, writes per verb and
+    /// resource.
+    traffic: std::collections::BTreeMap<String, f64>,
 }
 
 /// Creates `n` pods of `phase` (each with its claim when `with_claims`) and waits until all
@@ -556,6 +561,7 @@ async fn schedule(
     let n = args.claims;
     let limit = Duration::from_secs(args.timeout_s);
     let bound = FirstSeen::start(&plane.client, &format!("phase={phase}"), is_scheduled).await?;
+    let traffic = watches::traffic(&plane.client).await?;
     let before = cpu.snapshot();
     let start = Instant::now();
     let sent = create_all(
@@ -571,6 +577,7 @@ async fn schedule(
         also.wait_for(n, limit, "claims Bound").await?;
     }
     let cpu = cpu.used_since(&before);
+    let traffic = watches::difference_f64(&traffic, &watches::traffic(&plane.client).await?);
     let sent: Vec<(String, Instant)> = sent
         .into_iter()
         .enumerate()
@@ -586,6 +593,7 @@ async fn schedule(
         p50_ms,
         p99_ms,
         cpu,
+        traffic,
     })
 }
 
@@ -676,6 +684,8 @@ async fn hollow(args: &VolumesBenchArgs, nodes: usize, out: &Emitter, dir: &Path
                         "ratio": round3(with.pods_per_sec / plain.pods_per_sec),
                         "target_ratio": 0.7,
                         "peer_cpu": plain.cpu,
+                        "traffic": with.traffic,
+                        "peer_traffic": plain.traffic,
                     }),
                 ),
                 with.cpu,
