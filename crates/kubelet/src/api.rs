@@ -177,6 +177,11 @@ impl KubePodApi {
             writes: Arc::new(tokio::sync::Semaphore::new(MAX_WRITES_IN_FLIGHT)),
         }
     }
+
+    /// The recorder of this node's events (`kubelet` on the node).
+    pub fn recorder(&self) -> Recorder {
+        self.events.clone()
+    }
 }
 
 #[async_trait]

@@ -3,6 +3,15 @@
 //! [`HollowRuntime`] instead of containerd. All nodes share one API client (one connection
 //! pool) and run as tokio tasks, no thread per node; their heartbeats start spread over one
 //! renewal period so that they do not write in lockstep.
+//!
+//! Each node takes part in the local-path provisioner's protocol as a real kubelet does, its
+//! volumes recorded, not made: it publishes a local-path directory ([`ANN_NODE_DIR`]) that is
+//! never created (a pod mounting a claim gets a directory under its own pod directory,
+//! [`Claims::NodeLocal`]), and once a volume made on it is `Released` with reclaim `Delete`,
+//! its directory's removal is recorded in the node's [`RecordingHost`] and the volume deleted.
+//! Recording rather than making keeps a run of thousands of claims off the disk, with nothing
+//! to clean up after a killed run, while the API side (the provisioner, the binder, the
+//! deleter's events and deletes) is exactly a real node's.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,10 +30,12 @@ use crate::heartbeat::{self, StatusSource};
 use crate::hollow_ipam::{Cidr, CidrError};
 use crate::hollow_runtime::{Behaviour, HollowRuntime, RUNTIME_NAME, RUNTIME_VERSION};
 use crate::host::HostInfo;
+use crate::local_path::{ANN_NODE_DIR, KubeVolumeApi, NodeDir};
 use crate::node;
 use crate::pod_sync::SyncContext;
 use crate::server::pods::PodRegistry;
 use crate::volumes::VolumeManager;
+use crate::volumes::claim::Claims;
 use crate::volumes::host::RecordingHost;
 
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +67,9 @@ pub struct Config {
     pub log_dir: PathBuf,
     /// Where hollow pods' volumes are written (per node); mounts are recorded, not made.
     pub pods_dir: PathBuf,
+    /// Node `<name>` publishes `<storage_dir>/<name>` (made absolute) as its local-path
+    /// directory; it is never created.
+    pub storage_dir: PathBuf,
 }
 
 impl Default for Config {
@@ -68,6 +82,7 @@ impl Default for Config {
             behaviour: Behaviour::default(),
             log_dir: PathBuf::from("/var/lib/skiff/hollow/logs/pods"),
             pods_dir: PathBuf::from("/var/lib/skiff/hollow/pods"),
+            storage_dir: PathBuf::from("/var/lib/skiff/hollow/storage"),
         }
     }
 }
@@ -124,6 +139,8 @@ struct HollowNode {
     node: Node,
     status: HollowStatus,
     ctx: SyncContext,
+    /// Its local-path directory, recording host and volume API, for the deleter.
+    local_path: NodeDir,
 }
 
 /// Registered hollow nodes; [`HollowNodes::run`] serves them until shutdown.
@@ -161,11 +178,13 @@ impl HollowNodes {
     /// heartbeats are spread evenly over one renewal period.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let count = self.nodes.len().max(1) as u32;
-        let mut tasks = Vec::with_capacity(self.nodes.len() * 2);
+        let mut tasks = Vec::with_capacity(self.nodes.len() * 2 + 1);
         // one factory for all nodes: each node's pod informer has its own field selector (so
-        // its own watch); they stop once the tasks given them are
+        // its own watch), their volumes share one; they stop once the tasks given them are
         let informers = Informers::new(self.client.clone());
+        let mut local_path = Vec::with_capacity(self.nodes.len());
         for (i, n) in self.nodes.into_iter().enumerate() {
+            local_path.push(n.local_path);
             let name = n.node.metadata.name.clone().unwrap_or_default();
             let offset = node::LEASE_RENEW * i as u32 / count;
             let view = NodeView::new(n.node);
@@ -184,6 +203,7 @@ impl HollowNodes {
                 view,
             )));
         }
+        tasks.push(tokio::spawn(crate::local_path::run(informers, local_path)));
         shutdown.await;
         for t in tasks {
             t.abort();
@@ -222,37 +242,57 @@ async fn register(
         host: hollow_host(&name, gateway),
         images: node::node_images(&images),
     };
-    let object = node::node_object(
+    let mut object = node::node_object(
         &name,
         &status.host,
         &pod_cidr.to_string(),
         status.at(Timestamp::now()),
     );
+    let storage_dir = std::path::absolute(&config.storage_dir)
+        .unwrap_or_else(|_| config.storage_dir.clone())
+        .join(&name);
+    // where its (notional) local-path volumes live, for the provisioner to name in volumes
+    object.metadata.annotations = Some(std::collections::BTreeMap::from([(
+        ANN_NODE_DIR.to_string(),
+        storage_dir.display().to_string(),
+    )]));
     let node = node::register(&nodes, object).await?;
     let allocatable = node
         .status
         .as_ref()
         .and_then(|s| s.allocatable.clone())
         .unwrap_or_default();
+    let pod_api = KubePodApi::new(client.clone(), name.clone());
+    let host = Arc::new(RecordingHost::default());
+    let local_path = NodeDir {
+        node: name.clone(),
+        dir: storage_dir,
+        host: host.clone(),
+        api: Arc::new(KubeVolumeApi::with_recorder(
+            pod_api.recorder(),
+            client.clone(),
+        )),
+    };
     let ctx = SyncContext {
         runtime,
-        api: Arc::new(KubePodApi::new(client.clone(), name.clone())),
+        api: Arc::new(pod_api),
         host_ip: gateway.to_string(),
         runtime_name: RUNTIME_NAME.into(),
         memory_capacity: status.host.memory_bytes,
         log_dir: config.log_dir.clone(),
         clock,
         volumes: Arc::new(
-            VolumeManager::new(
-                config.pods_dir.join(&name),
-                Arc::new(RecordingHost::default()),
-                crate::volumes::REFRESH,
-            )
-            .with_claims(crate::volumes::claim::Claims::NodeLocal),
+            VolumeManager::new(config.pods_dir.join(&name), host, crate::volumes::REFRESH)
+                .with_claims(Claims::NodeLocal),
         ),
         dns: Arc::default(),
         allocatable,
         sync_frequency: crate::volumes::REFRESH,
     };
-    Ok(HollowNode { node, status, ctx })
+    Ok(HollowNode {
+        node,
+        status,
+        ctx,
+        local_path,
+    })
 }

@@ -336,16 +336,16 @@ impl Kubelet {
             let every = self.config.file_check_frequency;
             tokio::spawn(async move { crate::static_pods::run(&api, &dir, &node, every).await })
         });
-        let local_path = tokio::spawn(crate::local_path::run(
-            informers.clone(),
-            self.config.node_name.clone(),
-            crate::local_path::node_dir(&self.config.data_dir),
-            self.ctx.volumes.host(),
-            Arc::new(crate::local_path::KubeVolumeApi::new(
+        let this_node = crate::local_path::NodeDir {
+            node: self.config.node_name.clone(),
+            dir: crate::local_path::node_dir(&self.config.data_dir),
+            host: self.ctx.volumes.host(),
+            api: Arc::new(crate::local_path::KubeVolumeApi::new(
                 self.client.clone(),
                 &self.config.node_name,
             )),
-        ));
+        };
+        let local_path = tokio::spawn(crate::local_path::run(informers.clone(), vec![this_node]));
         let pod_network = self
             .host_gw
             .map(|h| tokio::spawn(crate::podnet::run(informers.clone(), h)));

@@ -6,7 +6,12 @@
 //! filtered by the label [`LABEL_NODE`]`=<node>`, which the Node authorizer allows a kubelet)
 //! and the controller manager never touches a node's disk. Creation needs nothing here: the
 //! volume's directory is made when a pod first mounts it ([`crate::volumes::claim`]).
+//!
+//! Hollow nodes take part too ([`crate::hollow`]): each publishes a notional directory, and one
+//! deleter serves all of them through one watch, removing through each node's recording host
+//! (the removal is recorded, not done) before it deletes the volume.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -149,10 +154,13 @@ impl KubeVolumeApi {
             controller: "kubelet".into(),
             instance: node.into(),
         };
-        KubeVolumeApi {
-            events: Recorder::new(client.clone(), reporter),
-            client,
-        }
+        KubeVolumeApi::with_recorder(Recorder::new(client.clone(), reporter), client)
+    }
+
+    /// Records through `events` (the node's pod events' recorder, so that a hollow node
+    /// starts no second writer task).
+    pub fn with_recorder(events: Recorder, client: kube::Client) -> KubeVolumeApi {
+        KubeVolumeApi { events, client }
     }
 }
 
@@ -181,20 +189,54 @@ impl VolumeApi for KubeVolumeApi {
     }
 }
 
-/// Deletes this node's released local-path volumes for as long as the task runs.
-pub async fn run(
-    informers: Informers,
-    node: String,
-    dir: PathBuf,
-    host: Arc<dyn HostOps>,
-    api: Arc<dyn VolumeApi>,
-) {
-    let config = watcher::Config::default().labels(&format!("{LABEL_NODE}={node}"));
+/// A node whose released local-path volumes [`run`] deletes.
+pub struct NodeDir {
+    /// The node's name, as its volumes' [`LABEL_NODE`] label gives it.
+    pub node: String,
+    /// Its local-path directory (what it publishes as [`ANN_NODE_DIR`]).
+    pub dir: PathBuf,
+    /// Where its volumes' directories are removed (a hollow node's records the removal).
+    pub host: Arc<dyn HostOps>,
+    /// Deletes its volumes and records its events.
+    pub api: Arc<dyn VolumeApi>,
+}
+
+/// The label selector of the volumes of `nodes`: `LABEL_NODE=<node>` for one node (what the
+/// Node authorizer lets a kubelet list), every labelled volume for several (hollow nodes, which
+/// share one admin client: one watch for all of them rather than one each).
+fn selector(nodes: &[NodeDir]) -> String {
+    match nodes {
+        [one] => format!("{LABEL_NODE}={}", one.node),
+        _ => LABEL_NODE.to_string(),
+    }
+}
+
+/// The node of `nodes` a volume's [`LABEL_NODE`] label names, if any.
+fn node_of<'a>(
+    nodes: &'a HashMap<String, NodeDir>,
+    volume: &PersistentVolume,
+) -> Option<&'a NodeDir> {
+    let label = volume.metadata.labels.as_ref()?.get(LABEL_NODE)?;
+    nodes.get(label)
+}
+
+/// Deletes the released local-path volumes of `nodes` for as long as the task runs; none to
+/// serve returns at once.
+pub async fn run(informers: Informers, nodes: Vec<NodeDir>) {
+    if nodes.is_empty() {
+        return;
+    }
+    let config = watcher::Config::default().labels(&selector(&nodes));
+    let nodes: Arc<HashMap<String, NodeDir>> =
+        Arc::new(nodes.into_iter().map(|n| (n.node.clone(), n)).collect());
     let volumes = informers.filtered::<PersistentVolume>(config);
     let controller = Controller::<ObjectRef<PersistentVolume>>::new("local-path-deleter");
     let queue = controller.queue().clone();
+    let ours = nodes.clone();
     volumes.add_handler(move |change| {
-        if let Change::Added(v) | Change::Updated { new: v, .. } = change {
+        if let Change::Added(v) | Change::Updated { new: v, .. } = change
+            && node_of(&ours, v).is_some()
+        {
             queue.add(ObjectRef::from_obj(v.as_ref()));
         }
     });
@@ -202,16 +244,12 @@ pub async fn run(
     let cache = volumes.cache().clone();
     controller
         .run(move |key| {
-            let (volume, node, dir, host, api) = (
-                cache.get(&key),
-                node.clone(),
-                dir.clone(),
-                host.clone(),
-                api.clone(),
-            );
+            let (volume, nodes) = (cache.get(&key), nodes.clone());
             async move {
-                if let Some(v) = volume {
-                    sync(&v, &node, &dir, host.as_ref(), api.as_ref()).await?;
+                if let Some(v) = volume
+                    && let Some(n) = node_of(&nodes, &v)
+                {
+                    sync(&v, &n.node, &n.dir, n.host.as_ref(), n.api.as_ref()).await?;
                 }
                 Ok::<_, String>(Action::AwaitChange)
             }
@@ -271,6 +309,35 @@ mod tests {
             let v = volume("n1", "Released", "Delete", path);
             assert!(matches!(plan(&v, "n1", dir), Plan::Refuse(_)), "{path}");
         }
+    }
+
+    fn node_dir(node: &str) -> NodeDir {
+        NodeDir {
+            node: node.into(),
+            dir: PathBuf::from(format!("/hollow/storage/{node}")),
+            host: Arc::new(RecordingHost::default()),
+            api: Arc::new(FakeApi::default()),
+        }
+    }
+
+    #[test]
+    fn one_node_watches_its_own_volumes_and_several_watch_every_labelled_one() {
+        assert_eq!(selector(&[node_dir("n1")]), format!("{LABEL_NODE}=n1"));
+        assert_eq!(selector(&[node_dir("h-0"), node_dir("h-1")]), LABEL_NODE);
+    }
+
+    #[test]
+    fn a_volume_goes_to_the_node_its_label_names() {
+        let nodes: HashMap<String, NodeDir> = ["h-0", "h-1"]
+            .map(|n| (n.to_string(), node_dir(n)))
+            .into_iter()
+            .collect();
+        let v = volume("h-1", "Released", "Delete", PATH);
+        assert_eq!(node_of(&nodes, &v).map(|n| n.node.as_str()), Some("h-1"));
+        assert!(node_of(&nodes, &volume("n9", "Released", "Delete", PATH)).is_none());
+        let mut unlabelled = v;
+        unlabelled.metadata.labels = None;
+        assert!(node_of(&nodes, &unlabelled).is_none());
     }
 
     #[derive(Default)]

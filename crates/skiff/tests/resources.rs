@@ -916,3 +916,243 @@ fn the_oldest_kubectl_applies_and_lists_the_new_kinds() {
         ]
     );
 }
+
+/// Each cell of `name`'s row by its column's header: kubectl aligns every column under its
+/// header, so a cell is the row's text from its header's start to the next one's (empty cells
+/// included, which splitting on whitespace would lose).
+fn cells_by_header(table: &str, name: &str) -> Vec<(String, String)> {
+    let head = table.lines().next().unwrap_or("");
+    let mut starts = Vec::new();
+    let mut at = 0;
+    for word in head.split("  ").filter(|w| !w.trim().is_empty()) {
+        let start = at + head[at..].find(word.trim()).unwrap();
+        starts.push((start, word.trim().to_string()));
+        at = start + word.trim().len();
+    }
+    let line = row(table, name);
+    starts
+        .iter()
+        .enumerate()
+        .map(|(i, (start, header))| {
+            let end = starts.get(i + 1).map_or(line.len(), |(s, _)| *s);
+            let cell = line.get(*start..end.min(line.len())).unwrap_or("");
+            (header.clone(), cell.trim().to_string())
+        })
+        .collect()
+}
+
+/// `kubectl get pv`, `pvc` and `storageclass` (also `-o wide`) print the API server's tables,
+/// so kubectl 1.27 shows what 1.33 shows: upstream 1.33's columns, VolumeAttributesClass
+/// included (a column 1.27's own server would not have), VolumeMode only when wide.
+#[test]
+fn storage_tables_are_upstreams_for_kubectl_1_33_and_1_27() {
+    let api = ApiServer::start(Backend::Embedded);
+    run(async {
+        let c = kube_client(&api).await;
+        let classes: Api<StorageClass> = Api::all(c.clone());
+        let volumes: Api<PersistentVolume> = Api::all(c.clone());
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.clone(), "default");
+        let pp = PostParams::default();
+        for class in [
+            json!({"metadata": {"name": "fast",
+                    "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+                   "provisioner": "example.com/ssd", "allowVolumeExpansion": true}),
+            json!({"metadata": {"name": "slow"}, "provisioner": "example.com/hdd",
+                   "reclaimPolicy": "Retain", "volumeBindingMode": "WaitForFirstConsumer"}),
+        ] {
+            classes
+                .create(&pp, &serde_json::from_value(class).unwrap())
+                .await
+                .unwrap();
+        }
+        let volume = json!({"metadata": {"name": "pv-bound"},
+            "spec": {"capacity": {"storage": "2Gi"},
+                     "accessModes": ["ReadOnlyMany", "ReadWriteOnce"],
+                     "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "fast",
+                     "claimRef": {"namespace": "default", "name": "data-bound"},
+                     "hostPath": {"path": "/data/pv-bound"}}});
+        volumes
+            .create(&pp, &serde_json::from_value(volume).unwrap())
+            .await
+            .unwrap();
+        let status = |s: serde_json::Value| Patch::Merge(json!({"status": s}));
+        volumes
+            .patch_status(
+                "pv-bound",
+                &PatchParams::default(),
+                &status(json!({"phase": "Bound"})),
+            )
+            .await
+            .unwrap();
+        for claim in [
+            json!({"metadata": {"name": "data-bound"},
+                   "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "fast",
+                            "volumeName": "pv-bound",
+                            "resources": {"requests": {"storage": "1Gi"}}}}),
+            json!({"metadata": {"name": "waiting"},
+                   "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "slow",
+                            "resources": {"requests": {"storage": "1Gi"}}}}),
+        ] {
+            claims
+                .create(&pp, &serde_json::from_value(claim).unwrap())
+                .await
+                .unwrap();
+        }
+        claims
+            .patch_status(
+                "data-bound",
+                &PatchParams::default(),
+                &status(json!({"phase": "Bound", "capacity": {"storage": "2Gi"},
+                               "accessModes": ["ReadWriteOnce", "ReadOnlyMany"]})),
+            )
+            .await
+            .unwrap();
+    });
+
+    let pv_columns = [
+        "NAME",
+        "CAPACITY",
+        "ACCESS MODES",
+        "RECLAIM POLICY",
+        "STATUS",
+        "CLAIM",
+        "STORAGECLASS",
+        "VOLUMEATTRIBUTESCLASS",
+        "REASON",
+        "AGE",
+    ];
+    let pvc_columns = [
+        "NAME",
+        "STATUS",
+        "VOLUME",
+        "CAPACITY",
+        "ACCESS MODES",
+        "STORAGECLASS",
+        "VOLUMEATTRIBUTESCLASS",
+        "AGE",
+    ];
+    let sc_columns = [
+        "NAME",
+        "PROVISIONER",
+        "RECLAIMPOLICY",
+        "VOLUMEBINDINGMODE",
+        "ALLOWVOLUMEEXPANSION",
+        "AGE",
+    ];
+    // a row's cells by column, the age left out (it only has to be there)
+    let cells = |table: &str, name: &str| -> Vec<(String, String)> {
+        let all = cells_by_header(table, name);
+        let age = all.iter().find(|(h, _)| h == "AGE").map(|(_, v)| v.clone());
+        assert!(
+            age.is_some_and(|a| !a.is_empty()),
+            "no age for {name}: {table}"
+        );
+        all.into_iter().filter(|(h, _)| h != "AGE").collect()
+    };
+    let want = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(h, v)| (h.to_string(), v.to_string()))
+            .collect()
+    };
+    for k in [KUBECTL_133, KUBECTL_127] {
+        for wide in [false, true] {
+            let get = |what: &str| {
+                let mut args = vec!["get", what];
+                if wide {
+                    args.extend(["-o", "wide"]);
+                }
+                api.kubectl(k, &args)
+            };
+            let with_mode = |columns: &[&str]| -> Vec<String> {
+                let mut all: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
+                if wide {
+                    all.push("VOLUMEMODE".into());
+                }
+                all
+            };
+            let mode: &[(&str, &str)] = if wide {
+                &[("VOLUMEMODE", "Filesystem")]
+            } else {
+                &[]
+            };
+
+            let pvs = get("pv");
+            assert_eq!(header(&pvs), with_mode(&pv_columns), "{k} wide={wide}");
+            let bound = [
+                ("NAME", "pv-bound"),
+                ("CAPACITY", "2Gi"),
+                ("ACCESS MODES", "RWO,ROX"),
+                ("RECLAIM POLICY", "Retain"),
+                ("STATUS", "Bound"),
+                ("CLAIM", "default/data-bound"),
+                ("STORAGECLASS", "fast"),
+                ("VOLUMEATTRIBUTESCLASS", "<unset>"),
+                ("REASON", ""),
+            ];
+            assert_eq!(
+                cells(&pvs, "pv-bound"),
+                want(&[&bound[..], mode].concat()),
+                "{k} wide={wide}: {pvs}"
+            );
+
+            let pvcs = get("pvc");
+            assert_eq!(header(&pvcs), with_mode(&pvc_columns), "{k} wide={wide}");
+            let bound = [
+                ("NAME", "data-bound"),
+                ("STATUS", "Bound"),
+                ("VOLUME", "pv-bound"),
+                ("CAPACITY", "2Gi"),
+                ("ACCESS MODES", "RWO,ROX"),
+                ("STORAGECLASS", "fast"),
+                ("VOLUMEATTRIBUTESCLASS", "<unset>"),
+            ];
+            assert_eq!(
+                cells(&pvcs, "data-bound"),
+                want(&[&bound[..], mode].concat()),
+                "{k} wide={wide}: {pvcs}"
+            );
+            let waiting = [
+                ("NAME", "waiting"),
+                ("STATUS", "Pending"),
+                ("VOLUME", ""),
+                ("CAPACITY", ""),
+                ("ACCESS MODES", ""),
+                ("STORAGECLASS", "slow"),
+                ("VOLUMEATTRIBUTESCLASS", "<unset>"),
+            ];
+            assert_eq!(
+                cells(&pvcs, "waiting"),
+                want(&[&waiting[..], mode].concat()),
+                "{k} wide={wide}: {pvcs}"
+            );
+
+            // a class has no wide-only column
+            let scs = get("storageclass");
+            let names: Vec<String> = sc_columns.iter().map(|c| c.to_string()).collect();
+            assert_eq!(header(&scs), names, "{k} wide={wide}");
+            assert_eq!(
+                cells(&scs, "fast"),
+                want(&[
+                    ("NAME", "fast (default)"),
+                    ("PROVISIONER", "example.com/ssd"),
+                    ("RECLAIMPOLICY", "Delete"),
+                    ("VOLUMEBINDINGMODE", "Immediate"),
+                    ("ALLOWVOLUMEEXPANSION", "true"),
+                ]),
+                "{k} wide={wide}: {scs}"
+            );
+            assert_eq!(
+                cells(&scs, "slow"),
+                want(&[
+                    ("NAME", "slow"),
+                    ("PROVISIONER", "example.com/hdd"),
+                    ("RECLAIMPOLICY", "Retain"),
+                    ("VOLUMEBINDINGMODE", "WaitForFirstConsumer"),
+                    ("ALLOWVOLUMEEXPANSION", "false"),
+                ]),
+                "{k} wide={wide}: {scs}"
+            );
+        }
+    }
+}

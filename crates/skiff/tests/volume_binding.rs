@@ -10,6 +10,11 @@
 //! the `FailedScheduling` event and the `PodScheduled` condition (with upstream's double period
 //! after preemption's message), until a volume for it appears.
 //!
+//! On hollow nodes too, a claim of the default class `local-path` is provisioned on the node
+//! the scheduler picked, under the (notional) directory the hollow node publishes, binds, and
+//! its pod runs; once the pod and the claim are deleted, the hollow node records the removal of
+//! the volume's directory (which it never made) and deletes the volume.
+//!
 //! With a real kubelet and its containerd: a pod using a claim of the default class
 //! `local-path` is scheduled, the claim gets the node as `selected-node`, the provisioner makes
 //! its volume there, the claim binds and the pod runs and writes to it. Needs root (containerd,
@@ -213,6 +218,92 @@ fn wait_for_first_consumer_claims_bind_static_local_volumes_on_the_nodes_they_pi
         )
         .await;
         eventually("waiting to be scheduled", || node_of(&pods, "waiting")).await;
+    });
+}
+
+#[test]
+fn local_path_claims_on_hollow_nodes_are_provisioned_under_their_directory_bind_and_run() {
+    let api = ApiServer::start(Backend::Embedded);
+    let _cm = controller_manager(&api, &[]);
+    let _scheduler = scheduler(&api);
+    let _hollow = hollow_nodes(&api, "lp", 2);
+    run(async {
+        let c = kube_client(&api).await;
+        let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.clone(), "default");
+        let volumes: Api<PersistentVolume> = Api::all(c.clone());
+        let classes: Api<StorageClass> = Api::all(c.clone());
+        let nodes: Api<Node> = Api::all(c.clone());
+        eventually("two hollow nodes", || async {
+            (nodes.list(&Default::default()).await.ok()?.items.len() == 2).then_some(())
+        })
+        .await;
+        create(&classes, local_path_class()).await;
+        let mut uids = Vec::new();
+        for i in 0..4 {
+            let created = create(&claims, claim(&format!("data-{i}"), CLASS)).await;
+            uids.push(created.metadata.uid.unwrap());
+            create(
+                &pods,
+                pod(&format!("app-{i}"), &format!("data-{i}"), "sleep 3600"),
+            )
+            .await;
+        }
+        for (i, uid) in uids.iter().enumerate() {
+            let (name, claim_name) = (format!("app-{i}"), format!("data-{i}"));
+            eventually(&format!("{name} to run"), || async {
+                (phase_of(&pods, &name).await.as_deref() == Some("Running")).then_some(())
+            })
+            .await;
+            let volume = eventually(&format!("{claim_name} to be bound"), || {
+                bound_to(&claims, &claim_name)
+            })
+            .await;
+            assert_eq!(volume, format!("pvc-{uid}"));
+            let node = node_of(&pods, &name).await.unwrap();
+            let published = nodes
+                .get(&node)
+                .await
+                .unwrap()
+                .metadata
+                .annotations
+                .unwrap()["skiff.dev/local-path-dir"]
+                .clone();
+            assert!(
+                published.ends_with(&format!("/storage/{node}")),
+                "{node} publishes {published}"
+            );
+            let pv = volumes.get(&volume).await.unwrap();
+            let path = pv.spec.unwrap().host_path.unwrap().path;
+            assert_eq!(path, format!("{published}/{volume}_default_{claim_name}"));
+            assert!(
+                !std::path::Path::new(&path).exists(),
+                "a hollow node made {path}"
+            );
+        }
+
+        // deleted: the pods, then the claims, whose volumes the hollow nodes delete
+        for i in 0..4 {
+            pods.delete(
+                &format!("app-{i}"),
+                &DeleteParams::default().grace_period(0),
+            )
+            .await
+            .unwrap();
+        }
+        for i in 0..4 {
+            claims
+                .delete(&format!("data-{i}"), &DeleteParams::default())
+                .await
+                .unwrap();
+        }
+        for uid in &uids {
+            let name = format!("pvc-{uid}");
+            eventually(&format!("{name} to be deleted"), || async {
+                matches!(volumes.get_opt(&name).await, Ok(None)).then_some(())
+            })
+            .await;
+        }
     });
 }
 

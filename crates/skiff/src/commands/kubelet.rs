@@ -245,6 +245,7 @@ async fn run_hollow(
         },
         log_dir: args.data_dir.join("hollow/logs/pods"),
         pods_dir: args.data_dir.join("hollow/pods"),
+        storage_dir: args.data_dir.join("hollow/storage"),
     };
     let nodes = HollowNodes::start(client, config).await?;
     let names = nodes.names();

@@ -99,20 +99,20 @@ fn node_count(args: &ControllersBenchArgs) -> Result<usize, UsageError> {
 }
 
 /// A `skiff` child process, killed when dropped.
-struct SkiffChild {
+pub(super) struct SkiffChild {
     child: Child,
-    pid: u32,
+    pub(super) pid: u32,
 }
 
 impl SkiffChild {
     /// Kills the child and waits for it to be gone, so the next run has the cores to itself.
-    async fn stop(mut self) {
+    pub(super) async fn stop(mut self) {
         let _ = self.child.kill().await;
     }
 }
 
 /// Starts `EXE ARGS` (stderr into `log`) and waits for its ready line.
-async fn start(exe: &Path, args: &[&str], log: &Path) -> Result<SkiffChild> {
+pub(super) async fn start(exe: &Path, args: &[&str], log: &Path) -> Result<SkiffChild> {
     let mut child = Command::new(exe)
         .args(args)
         .stdout(Stdio::piped())
@@ -656,8 +656,8 @@ fn proc_cpu_seconds(pid: u32) -> Option<f64> {
     meter.snapshot().into_iter().next().flatten()
 }
 
-/// The API server's open watches, from its `/metrics`.
-mod watches {
+/// The API server's open watches and traffic, from its `/metrics`.
+pub(super) mod watches {
     use std::collections::BTreeMap;
     use std::time::Duration;
 
@@ -739,7 +739,9 @@ mod watches {
     /// The API server's work so far: watch events sent per kind (`events Pod`) and writes per
     /// verb and resource (`PATCH pods`), from `apiserver_watch_events_total` and
     /// `apiserver_request_total`.
-    pub(super) async fn traffic(client: &kube::Client) -> Result<BTreeMap<String, f64>> {
+    pub(in crate::commands::bench) async fn traffic(
+        client: &kube::Client,
+    ) -> Result<BTreeMap<String, f64>> {
         Ok(parse_traffic(&metrics(client).await?))
     }
 
@@ -775,7 +777,7 @@ mod watches {
     }
 
     /// `after - before` per key, the keys that did not change left out.
-    pub(super) fn difference_f64(
+    pub(in crate::commands::bench) fn difference_f64(
         before: &BTreeMap<String, f64>,
         after: &BTreeMap<String, f64>,
     ) -> BTreeMap<String, f64> {

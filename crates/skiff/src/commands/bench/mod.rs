@@ -9,6 +9,7 @@ pub mod proxy;
 pub mod scheduler;
 pub mod startup;
 pub mod store;
+pub mod volumes;
 
 use anyhow::Result;
 
@@ -37,6 +38,10 @@ pub enum BenchCommand {
     Startup(startup::StartupBenchArgs),
     /// The store: embedded in-process, embedded over gRPC, and a real etcd, all with fsync.
     Store(store::StoreBenchArgs),
+    /// Persistent storage: a StatefulSet with a claim per replica on real containerd against
+    /// one without (needs root), and claims bound through WaitForFirstConsumer on hollow nodes
+    /// with scheduler pods/s against pods without volumes.
+    Volumes(volumes::VolumesBenchArgs),
 }
 
 pub async fn run(cmd: BenchCommand) -> Result<()> {
@@ -49,5 +54,6 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Scheduler(args) => scheduler::run(args).await,
         BenchCommand::Startup(args) => startup::run(args).await,
         BenchCommand::Store(args) => store::run(args).await,
+        BenchCommand::Volumes(args) => volumes::run(args).await,
     }
 }

@@ -63,14 +63,18 @@ const NAMESPACE: &str = "pod-bench";
 const NODE: &str = "pod-bench";
 
 /// A `skiff kubelet` child (its stderr in `log`); killed when dropped.
-struct KubeletChild {
+pub(super) struct KubeletChild {
     child: Child,
-    pid: u32,
+    pub(super) pid: u32,
 }
 
 impl KubeletChild {
     /// Starts `skiff kubelet ARGS` and waits for its ready line.
-    async fn start(kubeconfig: &Path, log: &Path, args: &[&str]) -> Result<KubeletChild> {
+    pub(super) async fn start(
+        kubeconfig: &Path,
+        log: &Path,
+        args: &[&str],
+    ) -> Result<KubeletChild> {
         let mut child = Command::new(std::env::current_exe()?)
             .arg("kubelet")
             .arg("--kubeconfig")
@@ -108,7 +112,7 @@ impl KubeletChild {
     }
 
     /// SIGTERM (a kubelet stops its managed containerd), then wait.
-    async fn stop(mut self) {
+    pub(super) async fn stop(mut self) {
         let _ = Command::new("kill")
             .arg(self.pid.to_string())
             .status()
@@ -350,8 +354,8 @@ async fn kubelet_pods(
         .collect())
 }
 
-/// Deletes every bench pod (grace 0) and waits until the runtime has no sandbox left.
-async fn remove_pods(pods: &Api<Pod>, cri: &CriClient) -> Result<()> {
+/// Deletes every pod of `pods` (grace 0) and waits until the runtime has no sandbox left.
+pub(super) async fn remove_pods(pods: &Api<Pod>, cri: &CriClient) -> Result<()> {
     let now = DeleteParams::default().grace_period(0);
     pods.delete_collection(&now, &Default::default()).await?;
     for _ in 0..600 {

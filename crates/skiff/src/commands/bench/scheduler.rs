@@ -130,7 +130,7 @@ fn pod_json(i: usize, workload: Workload) -> Vec<u8> {
 
 /// Sends `bodies` to `path` from `clients` concurrent tasks; returns each body's send time by
 /// index.
-async fn create_all(
+pub(super) async fn create_all(
     client: &kube::Client,
     path: &str,
     bodies: Vec<Vec<u8>>,
