@@ -376,7 +376,8 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let classes = ctx.informers.get::<StorageClass>();
     let nodes = ctx.informers.get::<Node>();
     let volumes = ctx.informers.get::<PersistentVolume>();
-    let controller = Controller::<ObjectRef<PersistentVolumeClaim>>::new("local-path").workers(2);
+    let controller = Controller::<ObjectRef<PersistentVolumeClaim>>::new("local-path")
+        .workers(skiff_runtime::controller::DEFAULT_WORKERS);
     let queue = controller.queue().clone();
     let claim_cache = claims.cache().clone();
     nodes.add_handler(move |change| {

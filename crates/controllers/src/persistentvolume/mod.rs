@@ -1,8 +1,12 @@
 //! `persistentvolume-binder`: binds PersistentVolumeClaims to PersistentVolumes and reclaims
 //! volumes whose claims are gone (upstream's PersistentVolumeController, reporting events as
-//! `persistentvolume-controller`). Claims and volumes are two keyed work queues, one worker each
-//! as upstream's; a volume's change, a claim's deletion and the periodic resync (upstream's
-//! `--pvclaimbinder-sync-period`, 15 s, through the informers' resync) queue them.
+//! `persistentvolume-controller`). Claims and volumes are two keyed work queues; a volume's
+//! change, a claim's deletion and the periodic resync (upstream's `--pvclaimbinder-sync-period`,
+//! 15 s, through the informers' resync) queue them. Upstream drains each with one worker;
+//! here [`WORKERS`] sync different keys at once, since a binding is three writes in a row and
+//! one worker caps a burst of claims at what those round trips allow. Two claims racing for
+//! the same volume cannot both win: every write carries the resourceVersion it read, and the
+//! loser, refused with a conflict, is synced again after [`CONFLICT_RETRY`].
 //!
 //! Provisioning is left to provisioners outside this controller (it annotates a claim with the
 //! provisioner its class names and says so in an event), and so is deleting a volume one of them
@@ -45,6 +49,11 @@ pub const COMPONENT: &str = "persistentvolume-controller";
 /// Upstream's `--pvclaimbinder-sync-period` default: every claim and volume is synced again
 /// this often.
 pub const SYNC_PERIOD: Duration = Duration::from_secs(15);
+/// Workers per queue (client-go's usual `--concurrent-*-syncs`).
+pub const WORKERS: usize = skiff_runtime::controller::DEFAULT_WORKERS;
+/// When a sync refused with a conflict looks again (the object it read was stale, or another
+/// worker bound the volume first).
+pub const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 
 /// What the controller reads (its informers' caches, and the API where upstream double-checks
 /// a cache) and writes.
@@ -202,17 +211,14 @@ impl Cluster for KubeCluster {
     }
 }
 
-/// What a failed sync means for the runner: a conflict is a stale cache, which the watch is
-/// about to refresh (and so requeue the key); anything else is retried with backoff.
+/// What a failed sync means for the runner: a conflict (a stale cache, or a volume another
+/// worker bound first) is looked at again after [`CONFLICT_RETRY`]; anything else is retried
+/// with backoff.
 fn outcome(key: &str, result: sync::Result<()>) -> Result<Action, sync::Error> {
     match result {
         Err(sync::Error::Api(kube::Error::Api(s))) if s.code == 409 => {
-            tracing::debug!(
-                controller = COMPONENT,
-                key,
-                "conflict; waiting for the newer object"
-            );
-            Ok(Action::AwaitChange)
+            tracing::debug!(controller = COMPONENT, key, "conflict; syncing again");
+            Ok(Action::RequeueAfter(CONFLICT_RETRY))
         }
         Err(e) => Err(e),
         Ok(()) => Ok(Action::AwaitChange),
@@ -250,8 +256,10 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let classes = ctx.informers.get::<StorageClass>();
     let pods = ctx.informers.get::<Pod>();
     triggers::index_pods_by_claim(pods.cache());
-    let volume_controller = Controller::<ObjectRef<PersistentVolume>>::new("volumes").workers(1);
-    let claim_controller = Controller::<ObjectRef<PersistentVolumeClaim>>::new("claims").workers(1);
+    let volume_controller =
+        Controller::<ObjectRef<PersistentVolume>>::new("volumes").workers(WORKERS);
+    let claim_controller =
+        Controller::<ObjectRef<PersistentVolumeClaim>>::new("claims").workers(WORKERS);
     // a deleted claim's volume is synced (to be released), a deleted volume's claim (to be lost)
     queue_with_resync(
         &claims,

@@ -903,3 +903,23 @@ async fn a_volume_bound_ahead_of_its_claim_queues_the_claim_and_a_failure_keeps_
         Some("host_path deleter only supports /tmp/.+ but received provided /data")
     );
 }
+
+#[test]
+fn a_conflict_is_synced_again_soon_and_other_errors_go_to_the_backoff() {
+    use skiff_runtime::controller::Action;
+    let conflicted = super::outcome("ns/c", Err(super::sync::Error::Api(conflict())));
+    assert!(matches!(
+        conflicted,
+        Ok(Action::RequeueAfter(d)) if d == super::CONFLICT_RETRY
+    ));
+    let gone = kube::Error::Api(
+        kube::core::Status::failure("gone", "NotFound")
+            .with_code(404)
+            .boxed(),
+    );
+    assert!(super::outcome("ns/c", Err(super::sync::Error::Api(gone))).is_err());
+    assert!(matches!(
+        super::outcome("ns/c", Ok(())),
+        Ok(Action::AwaitChange)
+    ));
+}
