@@ -16,7 +16,13 @@ use crate::pod_sync::SyncContext;
 impl SyncContext {
     /// Sets up (or refreshes) the pod's volumes when due; returns whether its containers may
     /// start.
-    pub(crate) async fn set_up_volumes(&self, pod: &Pod, now: Timestamp) -> bool {
+    /// Sets up the pod's volumes when due (with FailedMount events for those that fail);
+    /// Err(how long until they are tried again) when the pod's containers may not start yet.
+    pub(crate) async fn set_up_volumes(
+        &self,
+        pod: &Pod,
+        now: Timestamp,
+    ) -> std::result::Result<(), std::time::Duration> {
         let set_up = self
             .volumes
             .set_up(self.api.as_ref(), pod, &self.allocatable, now)
@@ -29,7 +35,11 @@ impl SyncContext {
             let event = PodEvent::pod_warning(warning.reason, warning.message);
             self.api.event(pod, event).await;
         }
-        set_up.ready
+        match set_up.retry_in {
+            _ if set_up.ready => Ok(()),
+            Some(wait) => Err(wait),
+            None => Err(crate::volumes::RETRY),
+        }
     }
 
     /// The pod's sandbox config with its DNS config, and the MissingClusterDNS warning if

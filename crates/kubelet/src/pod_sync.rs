@@ -28,7 +28,7 @@ use crate::volumes::VolumeManager;
 pub use crate::config::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
 
 /// The shortest wait a sync asks for (a probe or a back-off due sooner waits this long).
-pub const MIN_RESYNC: Duration = Duration::from_secs(1);
+pub const MIN_RESYNC: Duration = Duration::from_millis(500);
 /// How long before retrying a failed image pull or container creation.
 pub const RETRY: Duration = Duration::from_secs(10);
 
@@ -222,10 +222,14 @@ impl SyncContext {
             .max_by_key(|s| s.created_at)
             .map(|s| s.id.clone());
 
-        let volumes_ready = plan.finished || self.set_up_volumes(pod, now).await;
-        if !volumes_ready {
-            resync = resync.min(RETRY);
-        }
+        let volumes_ready = plan.finished
+            || match self.set_up_volumes(pod, now).await {
+                Ok(()) => true,
+                Err(retry_in) => {
+                    resync = resync.min(retry_in);
+                    false
+                }
+            };
 
         if ready.is_none() && !plan.finished && volumes_ready {
             let (config, dns_warning) = self.sandbox_for(pod, sandboxes.len() as u32);

@@ -585,7 +585,11 @@ async fn a_volume_that_cannot_be_set_up_keeps_the_pod_creating_until_its_source_
         serde_json::from_value(json!({"name": "cfg", "configMap": {"name": "settings"}})).unwrap(),
         serde_json::from_value(json!({"name": "mem", "emptyDir": {"medium": "Memory"}})).unwrap(),
     ]);
-    assert_eq!(h.sync(&mut pod).await, Outcome::Resync(RETRY));
+    assert_eq!(
+        h.sync(&mut pod).await,
+        Outcome::Resync(crate::volumes::FIRST_RETRY),
+        "volumes are tried again soon"
+    );
     assert_eq!(h.count("RunPodSandbox"), 0);
     assert_eq!(
         waiting_reason(&h.status()).as_deref(),

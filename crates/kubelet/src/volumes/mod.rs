@@ -49,8 +49,19 @@ use ownership::{ChangePolicy, Ownership};
 /// How often a pod's volume files are rewritten from their sources by default (upstream's
 /// `syncFrequency`).
 pub const REFRESH: Duration = Duration::from_secs(60);
-/// How long after a failed set-up it is tried again (and its FailedMount event repeated).
+/// How long after a first failed set-up it is tried again (and its FailedMount event
+/// repeated); each failure in a row doubles the wait, up to [`RETRY`] (upstream's volume
+/// operations back off from 500 ms too, up to two minutes). A claim the kubelet sees a moment
+/// before its binding is complete is thus mounted half a second later, not ten.
+pub const FIRST_RETRY: Duration = Duration::from_millis(500);
+/// The longest wait between two failed set-ups.
 pub const RETRY: Duration = Duration::from_secs(10);
+
+/// The wait after `failures` failed set-ups in a row (at least one).
+fn retry_after(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(8);
+    (FIRST_RETRY * 2u32.pow(doublings)).min(RETRY)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -110,6 +121,8 @@ pub struct SetUp {
     pub failures: Vec<Failure>,
     /// Warnings about volumes set up in this attempt.
     pub warnings: Vec<Warning>,
+    /// When not ready: how long until the next attempt.
+    pub retry_in: Option<Duration>,
 }
 
 /// When a pod's volumes were last set up, and whether its containers may start (all of them
@@ -118,6 +131,20 @@ pub struct SetUp {
 struct Attempt {
     at: Timestamp,
     ok: bool,
+    /// Failed attempts in a row, this one included.
+    failures: u32,
+}
+
+impl Attempt {
+    /// When the next attempt is due.
+    fn next(&self, refresh: Duration) -> Timestamp {
+        let wait = if self.failures == 0 {
+            refresh
+        } else {
+            retry_after(self.failures)
+        };
+        self.at + wait
+    }
 }
 
 /// The volumes of this kubelet's pods.
@@ -216,8 +243,9 @@ impl VolumeManager {
         Some(self.plugin_dir(uid, plugin, &volume.name))
     }
 
-    /// Sets up the pod's volumes when due: the first time, [`RETRY`] after a failure, and
-    /// the refresh period after the last success.
+    /// Sets up the pod's volumes when due: the first time, [`FIRST_RETRY`] after a failure
+    /// (doubling while they fail, up to [`RETRY`]), and the refresh period after the last
+    /// success.
     pub async fn set_up(
         &self,
         api: &dyn PodApi,
@@ -228,10 +256,12 @@ impl VolumeManager {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let last = self.attempts.lock().get(&uid).copied();
         if let Some(last) = last {
-            let wait = if last.ok { self.refresh } else { RETRY };
-            if now < last.at + wait {
+            let next = last.next(self.refresh);
+            if now < next {
+                let wait = now.duration_until(next).unsigned_abs();
                 return SetUp {
                     ready: last.ok,
+                    retry_in: (!last.ok).then_some(wait),
                     ..SetUp::default()
                 };
             }
@@ -246,11 +276,21 @@ impl VolumeManager {
         }
         // a refresh that fails leaves a running pod's earlier files (and its readiness) alone
         let ok = failures.is_empty() || last.is_some_and(|l| l.ok);
-        self.attempts.lock().insert(uid, Attempt { at: now, ok });
+        let failed = match last {
+            Some(l) if !failures.is_empty() => l.failures + 1,
+            _ => u32::from(!failures.is_empty()),
+        };
+        let attempt = Attempt {
+            at: now,
+            ok,
+            failures: failed,
+        };
+        self.attempts.lock().insert(uid, attempt);
         SetUp {
             ready: ok,
             failures,
             warnings,
+            retry_in: (!ok).then(|| retry_after(failed)),
         }
     }
 

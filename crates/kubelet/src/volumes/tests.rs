@@ -64,14 +64,29 @@ async fn a_missing_config_map_fails_with_upstream_message_until_it_exists() {
         first.failures[0].to_string(),
         "MountVolume.SetUp failed for volume \"cfg\" : configmap \"settings\" not found"
     );
-    // not retried before RETRY, and still not ready
-    assert_eq!(h.set_up(&p, at(5)).await, SetUp::default());
+    assert_eq!(first.retry_in, Some(FIRST_RETRY));
+    // not retried before then, and still not ready
+    let early = Timestamp::UNIX_EPOCH + SignedDuration::from_millis(200);
+    let waiting = h.set_up(&p, early).await;
+    assert!(!waiting.ready && waiting.failures.is_empty());
+    assert_eq!(waiting.retry_in, Some(Duration::from_millis(300)));
+    // each failure in a row doubles the wait, up to RETRY
+    let mut t = at(0) + FIRST_RETRY;
+    let mut waits = Vec::new();
+    for _ in 0..7 {
+        let failed = h.set_up(&p, t).await;
+        assert_eq!(failed.failures.len(), 1);
+        let wait = failed.retry_in.unwrap();
+        waits.push(wait.as_millis());
+        t += wait;
+    }
+    assert_eq!(waits, [1000, 2000, 4000, 8000, 10000, 10000, 10000]);
     h.api.config_maps.lock().insert(
         "settings".into(),
         BTreeMap::from([("k".into(), "v".into())]),
     );
-    let later = h.set_up(&p, at(10)).await;
-    assert!(later.ready && later.failures.is_empty());
+    let later = h.set_up(&p, t).await;
+    assert!(later.ready && later.failures.is_empty() && later.retry_in.is_none());
     assert_eq!(h.read(config_map::PLUGIN, "cfg", "k"), "v");
 }
 
