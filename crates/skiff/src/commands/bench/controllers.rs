@@ -497,7 +497,7 @@ async fn bench(
     let rollout_cpu = cpu.used_since(&before);
     let update_traffic = watches::traffic(&client).await?;
     let workload_cpu = cpu.used_since(&workload);
-    let events = events_by_reason(&client).await?;
+    let events = events_by_reason(&client, NAMESPACE).await?;
     let cm_status = std::fs::read_to_string(format!("/proc/{}/status", cm.pid))
         .context("reading the controller manager's /proc status")?;
     let cm_total_cpu = proc_cpu_seconds(cm.pid);
@@ -609,10 +609,13 @@ async fn bench(
     ))
 }
 
-/// The Events of the benchmark's namespace by reporting component and reason: how many
-/// objects, and how many occurrences (an aggregated event or a series counts each).
-async fn events_by_reason(client: &kube::Client) -> Result<BTreeMap<String, [u64; 2]>> {
-    let events: Api<CoreEvent> = Api::namespaced(client.clone(), NAMESPACE);
+/// The Events of `namespace` by reporting component and reason: how many objects, and how
+/// many occurrences (an aggregated event or a series counts each).
+pub(super) async fn events_by_reason(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<BTreeMap<String, [u64; 2]>> {
+    let events: Api<CoreEvent> = Api::namespaced(client.clone(), namespace);
     let mut by_reason = BTreeMap::new();
     let mut params = ListParams::default().limit(1000);
     loop {

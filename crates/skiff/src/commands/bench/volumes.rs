@@ -645,6 +645,7 @@ async fn hollow(args: &VolumesBenchArgs, nodes: usize, out: &Emitter, dir: &Path
         })
         .await?;
 
+        let events_before = super::controllers::events_by_reason(&plane.client, NAMESPACE).await?;
         // the claims first (they wait for their pods), then a pod for each
         let t = Instant::now();
         create_all(
@@ -667,6 +668,14 @@ async fn hollow(args: &VolumesBenchArgs, nodes: usize, out: &Emitter, dir: &Path
             .map(|(i, (_, t))| (claim_name(i), *t))
             .collect();
         let (claim_p50, claim_p99) = bound_claims.latency(&claim_sent)?;
+        // the Events the phase with volumes added: "component reason" → [objects, occurrences]
+        let mut events = super::controllers::events_by_reason(&plane.client, NAMESPACE).await?;
+        for (key, [objects, occurrences]) in events_before {
+            if let Some(e) = events.get_mut(&key) {
+                *e = [e[0] - objects.min(e[0]), e[1] - occurrences.min(e[1])];
+            }
+        }
+        events.retain(|_, e| e[0] > 0 || e[1] > 0);
 
         let common = json!({"pods": n, "nodes": nodes, "clients": args.clients,
                             "load1": load1()});
@@ -686,6 +695,7 @@ async fn hollow(args: &VolumesBenchArgs, nodes: usize, out: &Emitter, dir: &Path
                         "peer_cpu": plain.cpu,
                         "traffic": with.traffic,
                         "peer_traffic": plain.traffic,
+                        "events": events,
                     }),
                 ),
                 with.cpu,
