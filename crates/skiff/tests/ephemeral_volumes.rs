@@ -30,7 +30,7 @@ use serde_json::json;
 use skiff_controllers::localpath::CLASS;
 use support::cluster::{controller_manager, hollow_nodes, local_path_class, scheduler};
 use support::node::{KubeletProcess, finished, unsupported};
-use support::{ApiServer, Backend, KUBECTL_133, create, eventually, kube_client, run};
+use support::{ApiServer, Backend, create, eventually, kube_client, run};
 
 const CONTROLLERS: &str =
     "ephemeral-volume,persistentvolume-binder,garbagecollector,pvc-protection,serviceaccount";
@@ -91,20 +91,6 @@ async fn wait_for_nodes(c: &kube::Client, count: usize) {
         (nodes.list(&Default::default()).await.ok()?.items.len() == count).then_some(())
     })
     .await;
-}
-
-fn event(api: &ApiServer, pod: &str, reason: &str) -> String {
-    api.kubectl(
-        KUBECTL_133,
-        &[
-            "get",
-            "events",
-            "--field-selector",
-            &format!("involvedObject.name={pod},reason={reason}"),
-            "-o",
-            "jsonpath={.items[0].message}",
-        ],
-    )
 }
 
 #[test]
@@ -196,7 +182,7 @@ fn a_claim_of_that_name_not_owned_by_the_pod_keeps_it_pending_with_a_failed_bind
         let not_owner = "PVC default/app-scratch was not created for pod default/app \
                          (pod is not owner)";
         let warning = eventually("the FailedBinding event", || async {
-            let m = event(&api, "app", "FailedBinding");
+            let m = api.event_message("app", "FailedBinding");
             (!m.is_empty()).then_some(m)
         })
         .await;
@@ -328,6 +314,6 @@ fn without_the_controller_the_pod_waits_for_its_claim_with_upstreams_reason() {
              persistentvolumeclaim \"app-scratch\". preemption: 0/1 nodes are available: 1 \
              Preemption is not helpful for scheduling.."
         );
-        assert_eq!(event(&api, "app", "FailedScheduling"), reason);
+        assert_eq!(api.event_message("app", "FailedScheduling"), reason);
     });
 }

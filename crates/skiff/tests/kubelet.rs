@@ -377,17 +377,7 @@ fn pods_run_on_the_real_containerd_report_their_status_and_are_stopped_on_deleti
             (cs.restart_count >= 1).then_some(())
         })
         .await;
-        let unhealthy = api.kubectl(
-            support::KUBECTL_133,
-            &[
-                "get",
-                "events",
-                "--field-selector",
-                "involvedObject.name=sick,reason=Unhealthy",
-                "-o",
-                "jsonpath={.items[0].message}",
-            ],
-        );
+        let unhealthy = api.event_message("sick", "Unhealthy");
         assert!(
             unhealthy.starts_with("Liveness probe failed"),
             "{unhealthy}"

@@ -143,21 +143,7 @@ fn a_local_path_claim_keeps_its_data_across_pods_and_goes_with_its_volume() {
             p
         })
         .await;
-        let message = eventually("a FailedMount event", || async {
-            let out = api.kubectl(
-                KUBECTL_133,
-                &[
-                    "get",
-                    "events",
-                    "--field-selector",
-                    "involvedObject.name=orphan,reason=FailedMount",
-                    "-o",
-                    "jsonpath={.items[0].message}",
-                ],
-            );
-            (!out.is_empty()).then_some(out)
-        })
-        .await;
+        let message = api.first_event_message("orphan", "FailedMount").await;
         assert_eq!(
             message,
             "MountVolume.SetUp failed for volume \"data\" : error processing PVC default/nosuch: \
@@ -466,21 +452,7 @@ fn a_volume_whose_directory_cannot_be_made_keeps_its_pod_creating_and_affects_no
         create(&pods, pod("fine", "good")).await;
 
         // upstream's FailedMount, naming the volume and what is in the way
-        let message = eventually("a FailedMount event", || async {
-            let out = api.kubectl(
-                KUBECTL_133,
-                &[
-                    "get",
-                    "events",
-                    "--field-selector",
-                    "involvedObject.name=stuck,reason=FailedMount",
-                    "-o",
-                    "jsonpath={.items[0].message}",
-                ],
-            );
-            (!out.is_empty()).then_some(out)
-        })
-        .await;
+        let message = api.first_event_message("stuck", "FailedMount").await;
         assert_eq!(
             message,
             format!(

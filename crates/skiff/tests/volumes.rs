@@ -67,22 +67,7 @@ fn decode_token(api: &ApiServer, token: &str, audience: &str) -> serde_json::Val
 
 /// The message of the pod's first FailedMount event.
 async fn failed_mount(api: &ApiServer, pod: &str) -> String {
-    let selector = format!("involvedObject.name={pod},reason=FailedMount");
-    eventually("a FailedMount event", || async {
-        let out = api.kubectl(
-            support::KUBECTL_133,
-            &[
-                "get",
-                "events",
-                "--field-selector",
-                &selector,
-                "-o",
-                "jsonpath={.items[0].message}",
-            ],
-        );
-        (!out.is_empty()).then_some(out)
-    })
-    .await
+    api.first_event_message(pod, "FailedMount").await
 }
 
 #[test]

@@ -237,6 +237,33 @@ impl ApiServer {
         self.kubectl_stdin(kubectl, args, None)
     }
 
+    /// The message of the first event about `object` (by name) with `reason`, as kubectl 1.33
+    /// reads it; empty if there is none.
+    pub fn event_message(&self, object: &str, reason: &str) -> String {
+        let selector = format!("involvedObject.name={object},reason={reason}");
+        self.kubectl(
+            KUBECTL_133,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                &selector,
+                "-o",
+                "jsonpath={.items[0].message}",
+            ],
+        )
+    }
+
+    /// Waits for the first event about `object` with `reason`; its message.
+    pub async fn first_event_message(&self, object: &str, reason: &str) -> String {
+        let what = format!("a {reason} event about {object}");
+        eventually(&what, || async {
+            let message = self.event_message(object, reason);
+            (!message.is_empty()).then_some(message)
+        })
+        .await
+    }
+
     pub fn kubectl_stdin(&self, kubectl: &str, args: &[&str], stdin: Option<&str>) -> String {
         let out = self.kubectl_output(kubectl, args, stdin);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
