@@ -1,11 +1,12 @@
 //! ResourceQuota end to end against a real `skiff apiserver`: the `resourcequota` controller
 //! fills `status.used`, admission refuses creates (and a Service update adding node ports) past
 //! `hard` with upstream's 403, and concurrent creates never together exceed a quota; custom
-//! resources are counted (`count/widgets.example.com`), charged and given back on delete.
+//! resources are counted (`count/widgets.example.com`), charged and given back on delete;
+//! claims are charged their requested storage, in all and per storage class.
 
 mod support;
 
-use k8s_openapi::api::core::v1::{Namespace, Pod, ResourceQuota, Service};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, ResourceQuota, Service};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -198,6 +199,93 @@ fn an_update_that_adds_node_ports_is_charged_and_refused_past_the_quota() {
         );
         let stored = services.get("web").await.unwrap();
         assert_eq!(stored.spec.unwrap().type_.as_deref(), Some("ClusterIP"));
+    });
+}
+
+#[test]
+fn claims_are_charged_their_requested_storage_in_all_and_per_class() {
+    run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _cm = controller_manager(&api, &["--controllers", "resourcequota"]);
+        let _log = LogOnPanic(&api);
+        let client = client(&api).await;
+        namespace(&client, "storage").await;
+        let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), "storage");
+        let per_class = "local-path.storageclass.storage.k8s.io/requests.storage";
+        let q: ResourceQuota = from(json!({"metadata": {"name": "q"},
+            "spec": {"hard": {"requests.storage": "1Gi", per_class: "500Mi",
+                              "persistentvolumeclaims": "2"}}}));
+        quotas.create(&PostParams::default(), &q).await.unwrap();
+        eventually("the controller to count the quota", || async {
+            let used = quotas.get("q").await.ok()?.status?.used?;
+            (used.get("requests.storage")?.0 == "0").then_some(())
+        })
+        .await;
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "storage");
+        let claim = |name: &str, class: &str, size: &str| -> PersistentVolumeClaim {
+            from(json!({"metadata": {"name": name},
+                "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": size}}}}))
+        };
+        let refused = |result: kube::Result<PersistentVolumeClaim>| match result {
+            Err(kube::Error::Api(s)) => (s.code, s.message),
+            other => panic!("not refused: {other:?}"),
+        };
+        let create = PostParams::default();
+        claims
+            .create(&create, &claim("a", "local-path", "400Mi"))
+            .await
+            .unwrap();
+        assert_eq!(
+            refused(
+                claims
+                    .create(&create, &claim("b", "local-path", "200Mi"))
+                    .await
+            ),
+            (
+                403,
+                format!(
+                    "persistentvolumeclaims \"b\" is forbidden: exceeded quota: q, requested: \
+                     {per_class}=200Mi, used: {per_class}=400Mi, limited: {per_class}=500Mi"
+                )
+            ),
+            "past the class's share"
+        );
+        assert_eq!(
+            refused(claims.create(&create, &claim("c", "other", "700Mi")).await),
+            (
+                403,
+                "persistentvolumeclaims \"c\" is forbidden: exceeded quota: q, requested: \
+                 requests.storage=700Mi, used: requests.storage=400Mi, limited: \
+                 requests.storage=1Gi"
+                    .to_string()
+            ),
+            "past the total"
+        );
+        claims
+            .create(&create, &claim("d", "other", "100Mi"))
+            .await
+            .unwrap();
+        assert_eq!(
+            refused(claims.create(&create, &claim("e", "other", "1Mi")).await),
+            (
+                403,
+                "persistentvolumeclaims \"e\" is forbidden: exceeded quota: q, requested: \
+                 persistentvolumeclaims=1, used: persistentvolumeclaims=2, limited: \
+                 persistentvolumeclaims=2"
+                    .to_string()
+            ),
+            "past the count"
+        );
+        eventually("the controller to sum the claims", || async {
+            let used = quotas.get("q").await.ok()?.status?.used?;
+            let get = |k: &str| used.get(k).map(|q| q.0.clone()).unwrap_or_default();
+            (get("requests.storage") == "500Mi"
+                && get(per_class) == "400Mi"
+                && get("persistentvolumeclaims") == "2")
+                .then_some(())
+        })
+        .await;
     });
 }
 
