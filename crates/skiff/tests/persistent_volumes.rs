@@ -2,7 +2,8 @@
 //! `skiff controller-manager` against a real `skiff apiserver` (no node, no containerd): a
 //! static hostPath volume and a claim bind both ways as `kubectl get pv,pvc` shows; deleting
 //! the claim leaves the `Retain` volume `Released`; a claim asking for an unknown class stays
-//! Pending with upstream's `ProvisioningFailed` event; a `WaitForFirstConsumer` claim waits
+//! Pending with upstream's `ProvisioningFailed` event, and one larger than the only volume it
+//! may use with upstream's `FailedBinding`; a `WaitForFirstConsumer` claim waits
 //! until a node is selected, then is handed to its class's provisioner; a claim a scheduled pod uses stays
 //! Terminating until the pod is gone, and a volume no longer bound is deleted at once; a
 //! namespace holding a claim deletes completely.
@@ -179,6 +180,42 @@ fn claims_bind_release_and_are_protected_while_in_use() {
                 "persistentvolume-controller",
                 "storageclass.storage.k8s.io \"nosuch\" not found",
             ],
+        );
+
+        // a claim larger than the only volume it may use: Pending, with upstream's event, and
+        // the volume stays Available
+        api.kubectl_stdin(
+            KUBECTL,
+            &["apply", "-f", "-"],
+            Some(&volume("pv-small", "512Mi")),
+        );
+        api.kubectl_stdin(
+            KUBECTL,
+            &["apply", "-f", "-"],
+            Some(&claim("big", "", Some("pv-small"))),
+        );
+        let described = api.kubectl_until(
+            KUBECTL,
+            &["describe", "pvc", "big", "-n", "default"],
+            None,
+            |out| String::from_utf8_lossy(&out.stdout).contains("FailedBinding"),
+        );
+        let described = String::from_utf8_lossy(&described.stdout).into_owned();
+        line_with(&described, &["Status:", "Pending"]);
+        line_with(
+            &described,
+            &[
+                // Normal, as upstream's (it waits for a volume to appear)
+                "Normal",
+                "FailedBinding",
+                "persistentvolume-controller",
+                "no persistent volumes available for this claim and no storage class is set",
+            ],
+        );
+        let small = api.kubectl(KUBECTL, &["get", "pv", "pv-small", "--no-headers"]);
+        assert_eq!(
+            columns(&small)[..5],
+            ["pv-small", "512Mi", "RWO", "Retain", "Available"]
         );
 
         // a claim a scheduled pod uses stays Terminating until the pod is gone
