@@ -6,6 +6,8 @@
 //! - [`kubelet`]: the main loop: runtime start, node registration, heartbeats, the pod watch
 //!   and one worker per pod.
 //! - [`pod_workers`]: the pod watch, admission, and one worker per pod.
+//! - [`pleg`]: the runtime relisted once a second; the pods whose containers changed are
+//!   synced.
 //! - [`pod_sync`]: one sync of one pod (sandbox, images, containers, restarts, deletion).
 //! - [`pod_setup`]: what a pod needs before its containers (volumes, DNS, /etc/hosts).
 //! - [`pod_containers`]: one container's image pull, create and start.
