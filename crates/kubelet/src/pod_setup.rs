@@ -1,6 +1,6 @@
 //! What a pod needs before its containers, around [`SyncContext::sync_pod`]: its volumes set up
-//! (with a `FailedMount` event per volume that fails, and the volumes' other warnings), its sandbox config with the DNS config of
-//! its `dnsPolicy`, and its managed /etc/hosts.
+//! (with a `FailedMount` event per volume that fails, and the volumes' other warnings), its
+//! sandbox config with the DNS config of its `dnsPolicy`, and its managed /etc/hosts.
 
 use std::path::PathBuf;
 
@@ -14,10 +14,8 @@ use crate::dns::pod_dns;
 use crate::pod_sync::SyncContext;
 
 impl SyncContext {
-    /// Sets up (or refreshes) the pod's volumes when due; returns whether its containers may
-    /// start.
-    /// Sets up the pod's volumes when due (with FailedMount events for those that fail);
-    /// Err(how long until they are tried again) when the pod's containers may not start yet.
+    /// Sets up (or refreshes) the pod's volumes when due, with their events; Err(how long until
+    /// they are tried again) while the pod's containers may not start.
     pub(crate) async fn set_up_volumes(
         &self,
         pod: &Pod,
@@ -35,11 +33,8 @@ impl SyncContext {
             let event = PodEvent::pod_warning(warning.reason, warning.message);
             self.api.event(pod, event).await;
         }
-        match set_up.retry_in {
-            _ if set_up.ready => Ok(()),
-            Some(wait) => Err(wait),
-            None => Err(crate::volumes::RETRY),
-        }
+        // a set-up that is not ready always says when it is tried again
+        set_up.retry_in.map_or(Ok(()), Err)
     }
 
     /// The pod's sandbox config with its DNS config, and the MissingClusterDNS warning if
