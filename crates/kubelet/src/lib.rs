@@ -5,6 +5,8 @@
 //! # Layout
 //! - [`kubelet`]: the main loop: runtime start, node registration, heartbeats, the pod watch
 //!   and one worker per pod.
+//! - [`kubelet_config`]: upstream's `KubeletConfiguration` (the `--config` file), its
+//!   defaults and checks, and the eviction thresholds it sets.
 //! - [`pod_workers`]: the pod watch, admission, and one worker per pod.
 //! - [`pleg`]: the runtime relisted once a second; the pods whose containers changed are
 //!   synced.
@@ -73,6 +75,7 @@ pub mod hooks;
 pub mod host;
 pub mod images;
 pub mod kubelet;
+pub mod kubelet_config;
 pub mod local_path;
 pub mod node;
 pub mod pleg;
@@ -93,3 +96,4 @@ pub mod status;
 pub mod volumes;
 
 pub use kubelet::{Config, FlannelBackend, Kubelet, Ready};
+pub use kubelet_config::KubeletConfiguration;
