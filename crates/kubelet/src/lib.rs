@@ -36,6 +36,7 @@
 //! - [`node`]: the Node object, its status and its Lease.
 //! - [`heartbeat`]: the Lease renewal and status posting loop, jittered.
 //! - [`host`]: facts about this machine for the Node.
+//! - [`fs_stats`]: a filesystem's size, free space and inodes (`statvfs`).
 //! - [`cri`]: the [`cri::ContainerRuntime`] trait and its CRI client over a unix socket.
 //! - [`fake`]: a recording fake runtime for tests.
 //! - [`hollow`]: hollow kubelets: many simulated nodes in one process, the real node and
@@ -67,6 +68,7 @@ pub mod env;
 pub mod etc_hosts;
 pub mod expansion;
 pub mod fake;
+pub mod fs_stats;
 pub mod heartbeat;
 pub mod hollow;
 pub mod hollow_ipam;
