@@ -6,6 +6,8 @@
 //! - [`controller_manager`]: `skiff controller-manager`, the reconcile loops.
 //! - [`dns`]: `skiff dns`, the cluster DNS.
 //! - [`kubelet`]: `skiff kubelet`, the node agent running pods through containerd's CRI.
+//! - [`killall`]: `skiff killall` and `skiff uninstall`, tearing a node's pods down on this
+//!   host (and removing its data dir).
 //! - [`proxy`]: `skiff proxy`, the node's Service dataplane (iptables or nftables).
 //! - [`image`]: `skiff image import`, loading image archives into the node's containerd.
 //! - [`scheduler`]: `skiff scheduler`, binding pods to nodes through the API server.
@@ -23,6 +25,7 @@ pub mod bench;
 pub mod controller_manager;
 pub mod dns;
 pub mod image;
+pub mod killall;
 pub mod kubelet;
 pub mod lifecycle;
 pub mod metrics;
@@ -78,6 +81,14 @@ pub enum Command {
     /// What the API server recorded of an object's lifecycle across components.
     #[command(subcommand)]
     Trace(trace::TraceCommand),
+    /// Stop every pod of the node on --data-dir and remove its network state and mounts
+    /// (k3s-killall.sh): its Skiff processes and containerd, the shims and containers, their
+    /// network namespaces, veths, CNI rules and pod IPs, and every mount under the data dir;
+    /// the CNI bridge once nothing is attached to it, and the host's Service and pod network
+    /// rules once no other Skiff node runs here. Says what it did; a second run finds nothing.
+    Killall(killall::KillallArgs),
+    /// `skiff killall`, then remove the data dir (k3s-uninstall.sh).
+    Uninstall(killall::KillallArgs),
 }
 
 /// A command line that parsed but makes no sense (exit code 2, as clap's own usage errors).
@@ -130,5 +141,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(cmd) => token::run(cmd).await,
         Command::Bench(cmd) => bench::run(cmd).await,
         Command::Trace(cmd) => trace::run(cmd).await,
+        Command::Killall(args) => killall::killall(args).await,
+        Command::Uninstall(args) => killall::uninstall(args).await,
     }
 }
