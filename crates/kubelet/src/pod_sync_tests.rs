@@ -634,3 +634,41 @@ async fn a_volume_that_cannot_be_set_up_keeps_the_pod_creating_until_its_source_
     assert!(!pod_dir.exists());
     assert!(h.host.mounted.lock().is_empty());
 }
+
+#[tokio::test]
+async fn the_sandboxes_of_pods_the_first_list_did_not_have_are_orphans_once_each() {
+    let h = harness();
+    let mut known = pod("Always", "IfNotPresent");
+    h.sync(&mut known).await;
+    let mut gone = pod("Always", "IfNotPresent");
+    gone.metadata.name = Some("gone".into());
+    gone.metadata.uid = Some("u2".into());
+    h.sync(&mut gone).await;
+    // its sandbox died and was replaced: two sandboxes, one orphaned pod
+    let first = h
+        .runtime
+        .list_pod_sandboxes(uid_labels("u2"))
+        .await
+        .unwrap();
+    h.runtime.stop_pod_sandbox(&first[0].id).await.unwrap();
+    h.sync(&mut gone).await;
+    assert_eq!(
+        h.runtime
+            .list_pod_sandboxes(uid_labels("u2"))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+
+    let listed = std::collections::HashSet::from(["u1".to_string()]);
+    let orphans = crate::pod_workers::orphans(&h.ctx, &listed).await.unwrap();
+    let found: Vec<_> = orphans
+        .iter()
+        .map(|p| {
+            let m = &p.metadata;
+            (m.uid.as_deref(), m.name.as_deref(), m.namespace.as_deref())
+        })
+        .collect();
+    assert_eq!(found, [(Some("u2"), Some("gone"), Some("default"))]);
+}
