@@ -467,8 +467,8 @@ mod tests {
         assert_eq!(fresh.steps, [("a".to_string(), Step::Start { attempt: 1 })]);
         assert!(!fresh.finished);
 
-        // `a` done again in the new sandbox: the sidecar starts again (its back-off is the old
-        // sandbox's), then `b`
+        // `a` done again in the new sandbox: the sidecar starts again at once (it exited in
+        // the old one), then `b` will
         let mut new = old.clone();
         new.get_mut("a")
             .unwrap()
