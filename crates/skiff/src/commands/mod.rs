@@ -81,13 +81,21 @@ pub enum Command {
     /// What the API server recorded of an object's lifecycle across components.
     #[command(subcommand)]
     Trace(trace::TraceCommand),
-    /// Stop every pod of the node on --data-dir and remove its network state and mounts
-    /// (k3s-killall.sh): its Skiff processes and containerd, the shims and containers, their
-    /// network namespaces, veths, CNI rules and pod IPs, and every mount under the data dir;
-    /// the CNI bridge once nothing is attached to it, and the host's Service and pod network
-    /// rules once no other Skiff node runs here. Says what it did; a second run finds nothing.
+    /// Stop every pod of the node on --data-dir, remove its network state and mounts
+    /// (k3s-killall.sh).
+    ///
+    /// Stops the Skiff processes and the containerd of the data dir, kills the shims serving
+    /// that containerd and the containers under them, removes their network namespaces,
+    /// veths, the iptables rules CNI made for them and their pod IP leases, and unmounts every
+    /// mount under the data dir. Nothing of other data dirs is touched: the CNI bridge is
+    /// removed once no interface is attached to it, and the host's Service and pod network
+    /// rules (KUBE-*, SKIFF-* chains, the `ip skiff` nftables table, host-gw routes) once no
+    /// other Skiff node process runs in this network namespace. Prints what it did; a second
+    /// run finds nothing left.
     Killall(killall::KillallArgs),
     /// `skiff killall`, then remove the data dir (k3s-uninstall.sh).
+    ///
+    /// The data dir is removed only if nothing is mounted under it any more.
     Uninstall(killall::KillallArgs),
 }
 
