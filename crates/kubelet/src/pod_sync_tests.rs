@@ -792,3 +792,30 @@ async fn a_failed_liveness_probe_runs_the_containers_pre_stop_hook_before_stoppi
         .unwrap();
     assert!(drain < stop, "{calls:#?}");
 }
+
+#[tokio::test]
+async fn the_next_init_container_starts_once_the_sidecars_startup_probe_passed() {
+    let h = harness();
+    let mut pod = with_inits(
+        pod("Always", "IfNotPresent"),
+        json!([{"name": "side", "image": "busybox", "imagePullPolicy": "IfNotPresent",
+                "restartPolicy": "Always",
+                "startupProbe": {"exec": {"command": ["up"]}, "periodSeconds": 1}},
+               {"name": "setup", "image": "busybox", "imagePullPolicy": "IfNotPresent"}]),
+    );
+    h.sync(&mut pod).await;
+    assert_eq!(h.runtime.containers_named("side").len(), 1);
+    assert!(
+        h.runtime.containers_named("setup").is_empty(),
+        "the sidecar runs but has not passed its startup probe"
+    );
+    h.runtime.advance(Duration::from_secs(1));
+    assert_eq!(
+        h.sync(&mut pod).await,
+        Outcome::Resync(MIN_RESYNC),
+        "the probe passed: the next init container is due at once"
+    );
+    assert!(h.runtime.containers_named("setup").is_empty());
+    h.sync(&mut pod).await;
+    assert_eq!(h.runtime.containers_named("setup").len(), 1);
+}
