@@ -52,6 +52,8 @@
 //! - [`api`]: pod writes through the API server behind a trait, with a recording fake.
 //! - [`credentials`]: registry credentials from a pod's `imagePullSecrets`.
 //! - [`containerd`]: managed containerd (config, supervision).
+//! - [`cleanup`]: what a node leaves on the host once its agent is gone (pods' processes,
+//!   network state, mounts), removed (`skiff killall`).
 //! - [`podnet`]: host-gw routes to other nodes' pod CIDRs and masquerading out of the cluster.
 //! - [`podnet_runner`]: the `ip`/`iptables` commands the pod network runs, with a recording fake.
 //! - [`images`]: the built-in pause and busybox images and image import.
@@ -62,6 +64,7 @@ pub mod actions;
 pub mod admission;
 pub mod api;
 pub mod cgroups;
+pub mod cleanup;
 pub mod config;
 pub mod containerd;
 pub mod credentials;

@@ -8,7 +8,7 @@
 //! with a deletionTimestamp is stopped within its grace period and then removed from the API
 //! server, its volumes torn down.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,11 +17,11 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::actions::{self, Init, Step};
+use crate::actions::{self, Init, Observed, Step};
 use crate::api::{PodApi, PodEvent};
 use crate::cri::{ContainerRuntime, ContainerStatus, PodSandboxConfig, PodSandboxState};
 use crate::dns::DnsSettings;
-use crate::probe::Probes;
+use crate::probe::{Kind, Probes};
 use crate::status::{self, ContainerView, PodView, Waiting};
 use crate::volumes::VolumeManager;
 
@@ -93,6 +93,28 @@ pub struct SyncContext {
     pub cgroups: Option<Arc<crate::cgroups::PodCgroups>>,
 }
 
+/// A pod's containers as the runtime has them.
+struct Observation {
+    /// Runs by container name, newest first (the two newest of each).
+    runs: HashMap<String, Vec<ContainerStatus>>,
+    /// Each container's sandbox, by container id.
+    sandbox_of: HashMap<String, String>,
+}
+
+impl Observation {
+    /// The ids of the runs in `sandbox` (all of them for None).
+    fn in_sandbox(&self, sandbox: Option<&str>) -> HashSet<String> {
+        self.runs
+            .values()
+            .flatten()
+            .filter(|s| {
+                sandbox.is_none_or(|id| self.sandbox_of.get(&s.id).is_some_and(|of| of == id))
+            })
+            .map(|s| s.id.clone())
+            .collect()
+    }
+}
+
 pub(crate) fn pod_key(pod: &Pod) -> String {
     format!(
         "{}/{}",
@@ -145,8 +167,9 @@ impl SyncContext {
     }
 
     /// The pod's containers in the runtime, grouped by container name, newest attempt first,
-    /// with their statuses (only the two newest of each name are asked for).
-    async fn observe(&self, pod: &Pod) -> Result<HashMap<String, Vec<ContainerStatus>>> {
+    /// with their statuses (only the two newest of each name are asked for), and the sandbox
+    /// of each (by container id).
+    async fn observe(&self, pod: &Pod) -> Result<Observation> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let mut listed = self
             .runtime
@@ -157,6 +180,10 @@ impl SyncContext {
             std::cmp::Reverse((c.metadata.as_ref().map(|m| m.attempt), c.created_at))
         });
         let mut by_name: HashMap<String, Vec<ContainerStatus>> = HashMap::new();
+        let sandbox_of = listed
+            .iter()
+            .map(|c| (c.id.clone(), c.pod_sandbox_id.clone()))
+            .collect();
         for c in listed {
             let name = c
                 .labels
@@ -172,7 +199,10 @@ impl SyncContext {
                 }
             }
         }
-        Ok(by_name)
+        Ok(Observation {
+            runs: by_name,
+            sandbox_of,
+        })
     }
 
     /// Syncs the pod once.
@@ -210,18 +240,6 @@ impl SyncContext {
             .chain(&spec.containers)
             .collect();
 
-        let mut runs = self.observe(pod).await?;
-        let plan_for = |runs: &HashMap<String, Vec<ContainerStatus>>| {
-            let mut plan = actions::plan(pod, runs, now);
-            if already_terminal {
-                // phases never go back: nothing runs again
-                plan.steps.clear();
-                plan.finished = true;
-            }
-            plan
-        };
-        let mut plan = plan_for(&runs);
-
         let sandboxes = self
             .runtime
             .list_pod_sandboxes(uid_labels(&uid))
@@ -232,6 +250,38 @@ impl SyncContext {
             .filter(|s| s.state == PodSandboxState::SandboxReady as i32)
             .max_by_key(|s| s.created_at)
             .map(|s| s.id.clone());
+
+        let mut seen = self.observe(pod).await?;
+        let startup_passed: HashSet<String> = seen
+            .runs
+            .values()
+            .flatten()
+            .filter(|s| probes.result(&s.id, Kind::Startup))
+            .map(|s| s.id.clone())
+            .collect();
+        // `sandbox`: the runs of which sandbox count (None: all, to judge a pod without one)
+        let plan_for = |seen: &Observation, sandbox: Option<&str>| {
+            let in_sandbox = seen.in_sandbox(sandbox);
+            let observed = Observed {
+                runs: &seen.runs,
+                in_sandbox: &in_sandbox,
+                startup_passed: &startup_passed,
+            };
+            let mut plan = actions::plan(pod, observed, now);
+            if already_terminal {
+                // phases never go back: nothing runs again
+                plan.steps.clear();
+                plan.finished = true;
+            }
+            plan
+        };
+        let mut plan = plan_for(&seen, ready.as_deref());
+        if ready.is_none() {
+            // judged on every run: a pod that has finished gets no new sandbox
+            plan = plan_for(&seen, None);
+        }
+        // upstream's kubelet gives a Never pod whose containers ran no second sandbox
+        let recreate = spec.restart_policy.as_deref() != Some("Never") || seen.runs.is_empty();
 
         if !plan.finished {
             self.ensure_cgroup(pod).await?;
@@ -245,7 +295,13 @@ impl SyncContext {
                 }
             };
 
-        if ready.is_none() && !plan.finished && volumes_ready {
+        if ready.is_none() && !plan.finished && !sandboxes.is_empty() {
+            // the pod's sandbox died: what still runs of it is stopped first
+            let grace = spec.termination_grace_period_seconds.unwrap_or(30);
+            self.stop_containers(pod, grace).await?;
+            seen = self.observe(pod).await?;
+        }
+        if ready.is_none() && !plan.finished && volumes_ready && recreate {
             let (config, dns_warning) = self.sandbox_for(pod, sandboxes.len() as u32);
             if let Some(message) = dns_warning {
                 let event = PodEvent::pod_warning("MissingClusterDNS", message);
@@ -255,6 +311,8 @@ impl SyncContext {
             match self.runtime.run_pod_sandbox(config).await {
                 Ok(id) => {
                     tracing::info!(pod = %pod_key(pod), sandbox = %id, "sandbox ready");
+                    // nothing has run in it yet: init containers start again from the first
+                    plan = plan_for(&seen, Some(&id));
                     ready = Some(id);
                 }
                 Err(e) => {
@@ -285,7 +343,7 @@ impl SyncContext {
                             sandbox_id,
                             &sandbox,
                             &plan,
-                            &runs,
+                            &seen.runs,
                             &mut waiting,
                             &mut resync,
                         )
@@ -293,8 +351,8 @@ impl SyncContext {
                 {
                     break;
                 }
-                runs = self.observe(pod).await?;
-                plan = plan_for(&runs);
+                seen = self.observe(pod).await?;
+                plan = plan_for(&seen, Some(sandbox_id));
             }
         }
         // the last plan's back-offs show even when the loop above stopped before acting on it,
@@ -343,18 +401,31 @@ impl SyncContext {
                     .map(|n| n.ip.clone())
                     .unwrap_or_default()
             };
-            let probed_now = self.probe(pod, &runs, &pod_ip, now, probes).await;
+            let probed_now = self.probe(pod, &seen.runs, &pod_ip, now, probes).await;
             probed = probed_now.results;
             if let Some(next) = probed_now.next {
                 resync = resync.min(next);
             }
             if probed_now.killed {
-                runs = self.observe(pod).await?;
+                seen = self.observe(pod).await?;
+            }
+            // a sidecar that passed its startup probe just now lets the next init container
+            // start: sync again soon rather than at the next probe
+            let sidecar_started = spec.init_containers.iter().flatten().any(|c| {
+                let run = seen.runs.get(&c.name).and_then(|h| h.first());
+                actions::is_sidecar(c)
+                    && c.startup_probe.is_some()
+                    && run.is_some_and(|r| {
+                        !startup_passed.contains(&r.id) && probes.result(&r.id, Kind::Startup)
+                    })
+            });
+            if plan.init == Init::InProgress && sidecar_started {
+                resync = MIN_RESYNC;
             }
         }
 
         let mut view_of = |c: &ApiContainer| {
-            let history = runs.get(&c.name);
+            let history = seen.runs.get(&c.name);
             ContainerView {
                 name: c.name.clone(),
                 image: c.image.clone().unwrap_or_default(),

@@ -243,23 +243,10 @@ impl KubeletProcess {
 }
 
 impl KubeletProcess {
-    /// The names of the `/var/run/netns` pins of this containerd's sandboxes (`cni-…`), read
-    /// from their container specs.
-    fn pinned_network_namespaces(&self) -> Vec<String> {
-        let mut names = Vec::new();
-        for id in self.ctr(&["containers", "ls", "-q"]).lines() {
-            let info = self.ctr(&["containers", "info", id]);
-            for part in info.split("/var/run/netns/").skip(1) {
-                let name: String = part
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
-                    .collect();
-                if name.starts_with("cni-") && !names.contains(&name) {
-                    names.push(name);
-                }
-            }
-        }
-        names
+    /// Kills the kubelet with SIGKILL, as a crash would: its containerd and pods keep running.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -283,59 +270,24 @@ impl Drop for KubeletProcess {
                 );
             }
         }
-        // the pod network namespaces containerd pinned for sandboxes it will not tear down now
-        let pinned = self.pinned_network_namespaces();
-        for task in self.ctr(&["tasks", "ls", "-q"]).lines() {
-            self.ctr(&["tasks", "kill", "-s", "SIGKILL", task]);
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(self.child.id().to_string())
+                .status();
+            let _ = self.child.wait();
         }
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-        kill_shims(&self.socket());
-        for name in pinned {
-            let _ = Command::new("ip").args(["netns", "del", &name]).status();
-        }
-        skiff_kubelet::containerd::unmount_under(&self.data());
+        clean_up(&self.data());
     }
 }
 
-/// Kills the shims serving our containerd (their `-address` is our socket) and the containers
-/// under them, if a failed test left any: a container's pid namespace ends with its init.
-pub fn kill_shims(socket: &Path) {
-    let socket = socket.display().to_string();
-    let procs: Vec<(String, String, String)> = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let pid = e.file_name().to_string_lossy().into_owned();
-            pid.parse::<u32>().ok()?;
-            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            let ppid = stat
-                .rsplit(')')
-                .next()?
-                .split_whitespace()
-                .nth(1)?
-                .to_string();
-            Some((
-                pid,
-                ppid,
-                String::from_utf8_lossy(&cmdline).replace('\0', " "),
-            ))
-        })
-        .collect();
-    for (shim, _, cmdline) in &procs {
-        if cmdline.contains("containerd-shim") && cmdline.contains(&socket) {
-            for (pid, ppid, _) in &procs {
-                if ppid == shim {
-                    let _ = Command::new("kill").args(["-KILL", pid]).status();
-                }
-            }
-            let _ = Command::new("kill").args(["-KILL", shim]).status();
-        }
+/// Removes what a test's node left on the host under its data dir (pods' processes, network
+/// namespaces, veths, CNI rules, mounts), as `skiff killall` does; what fails is printed.
+pub fn clean_up(data_dir: &Path) {
+    use skiff_kubelet::cleanup::{SystemHost, kill_all};
+    let report = kill_all(&SystemHost, data_dir);
+    if !report.errors.is_empty() {
+        eprintln!("cleaning up {}:\n{report}", data_dir.display());
     }
 }
 
