@@ -39,6 +39,8 @@ pub struct HostStatus {
     pub data_dir: std::path::PathBuf,
     /// The kubelet server's port, reported in `status.daemonEndpoints`.
     pub kubelet_port: u16,
+    /// The pressure conditions the eviction manager reports.
+    pub pressure: crate::eviction::Pressure,
 }
 
 #[async_trait]
@@ -46,6 +48,7 @@ impl StatusSource for HostStatus {
     async fn read(&self, posted: &NodeStatus, now: Timestamp) -> NodeStatus {
         let host = HostInfo::read(self.node_ip, &self.data_dir);
         let mut status = node::node_status(&host, &self.runtime_version, self.kubelet_port, now);
+        node::set_pressure(&mut status, &self.pressure.get(), now);
         match self.runtime.list_images().await {
             Ok(images) => status.images = Some(node::node_images(&images)),
             // keep what was posted rather than report no images

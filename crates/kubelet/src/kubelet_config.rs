@@ -495,11 +495,12 @@ impl ThresholdValue {
         }
     }
 
-    /// The amount this value is of `capacity`.
+    /// The amount this value is of `capacity` (a percentage's fraction cut off, as upstream's
+    /// `GetThresholdQuantity`).
     pub fn amount(self, capacity: i64) -> i64 {
         match self {
             ThresholdValue::Quantity(q) => q,
-            ThresholdValue::Percentage(p) => (capacity as f64 * p).round() as i64,
+            ThresholdValue::Percentage(p) => (capacity as f64 * p) as i64,
         }
     }
 }

@@ -634,3 +634,46 @@ async fn a_volume_that_cannot_be_set_up_keeps_the_pod_creating_until_its_source_
     assert!(!pod_dir.exists());
     assert!(h.host.mounted.lock().is_empty());
 }
+
+#[tokio::test]
+async fn a_terminated_pod_fails_with_its_reason_within_its_grace_and_is_not_restarted() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    h.sync(&mut pod).await;
+    let id = h.runtime.containers_named("c")[0].clone();
+    let termination = crate::eviction::Termination {
+        reason: "Evicted".into(),
+        message: "The node was low on resource: memory. ".into(),
+        condition: Some(k8s_openapi::api::core::v1::PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            reason: Some("TerminationByKubelet".into()),
+            ..Default::default()
+        }),
+        grace_seconds: 1,
+    };
+    let status = h.ctx.terminate(&pod, &termination).await;
+    assert_eq!(h.status(), status);
+    assert_eq!(
+        (status.phase.as_deref(), status.reason.as_deref()),
+        (Some("Failed"), Some("Evicted"))
+    );
+    let disruption = status.conditions.iter().flatten().last().unwrap();
+    assert_eq!(disruption.type_, "DisruptionTarget");
+    assert!(disruption.last_transition_time.is_some());
+    assert!(h.runtime.calls().contains(&format!("StopContainer {id} 1")));
+
+    // the next sync (of the pod as its worker keeps it) finishes the pod: its sandbox
+    // stopped, nothing restarted
+    pod.status = Some(status);
+    let created = h.count("CreateContainer");
+    assert_eq!(h.sync(&mut pod).await, Outcome::Finished);
+    assert_eq!(h.count("CreateContainer"), created);
+    assert_eq!(h.count("StopPodSandbox"), 1);
+    let after = h.status();
+    assert_eq!(after.reason.as_deref(), Some("Evicted"));
+    assert_eq!(
+        after.message.as_deref(),
+        Some("The node was low on resource: memory. ")
+    );
+}
