@@ -106,14 +106,41 @@ pub struct HostStats {
     cgroup_root: String,
 }
 
-impl HostStats {
-    pub fn new(cri: CriClient, data_dir: &Path, log_dir: &Path, cgroup_root: &str) -> HostStats {
-        let cgroup_fs = PathBuf::from("/sys/fs/cgroup");
-        let cgroups = if cgroup_fs.join("memory/memory.usage_in_bytes").exists() {
+impl Cgroups {
+    fn of(cgroup_fs: &Path) -> Cgroups {
+        if cgroup_fs.join("memory/memory.usage_in_bytes").exists() {
             Cgroups::V1
         } else {
             Cgroups::V2
-        };
+        }
+    }
+}
+
+/// This host's `memory.available`, read as the eviction manager reads it: for tests and
+/// benchmarks that set a threshold from it.
+pub fn host_memory_available() -> Option<Observation> {
+    let cgroup_fs = Path::new("/sys/fs/cgroup");
+    memory_available(Path::new("/proc"), cgroup_fs, &Cgroups::of(cgroup_fs))
+}
+
+fn memory_available(proc: &Path, cgroup_fs: &Path, cgroups: &Cgroups) -> Option<Observation> {
+    let read = |p: &Path| std::fs::read_to_string(p).ok();
+    let meminfo = read(&proc.join("meminfo"))?;
+    match cgroups {
+        Cgroups::V1 => {
+            let dir = cgroup_fs.join("memory");
+            let usage = read(&dir.join("memory.usage_in_bytes"))?;
+            let stat = read(&dir.join("memory.stat"))?;
+            memory_v1(&meminfo, &usage, &stat)
+        }
+        Cgroups::V2 => memory_v2(&meminfo),
+    }
+}
+
+impl HostStats {
+    pub fn new(cri: CriClient, data_dir: &Path, log_dir: &Path, cgroup_root: &str) -> HostStats {
+        let cgroup_fs = PathBuf::from("/sys/fs/cgroup");
+        let cgroups = Cgroups::of(&cgroup_fs);
         HostStats {
             cri,
             data_dir: data_dir.to_path_buf(),
@@ -235,16 +262,7 @@ impl StatsProvider for HostStats {
     }
 
     fn memory_available(&self) -> Option<Observation> {
-        let meminfo = self.read(&self.proc.join("meminfo"))?;
-        match self.cgroups {
-            Cgroups::V1 => {
-                let dir = self.cgroup_fs.join("memory");
-                let usage = self.read(&dir.join("memory.usage_in_bytes"))?;
-                let stat = self.read(&dir.join("memory.stat"))?;
-                memory_v1(&meminfo, &usage, &stat)
-            }
-            Cgroups::V2 => memory_v2(&meminfo),
-        }
+        memory_available(&self.proc, &self.cgroup_fs, &self.cgroups)
     }
 
     async fn pod_usage(&self) -> HashMap<String, PodUsage> {

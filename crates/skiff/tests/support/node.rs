@@ -130,6 +130,12 @@ impl KubeletProcess {
         }
     }
 
+    /// [`KubeletProcess::restart`] with other extra flags (kept for later restarts).
+    pub fn restart_with(&mut self, args: &[&str]) {
+        self.args = args.iter().map(|a| a.to_string()).collect();
+        self.restart();
+    }
+
     /// Stops the kubelet (SIGTERM: it stops its containerd, the containers keep running) and
     /// starts it again on the same data dir.
     pub fn restart(&mut self) {
