@@ -154,7 +154,9 @@ impl CriClient {
             .clone()
             .image_fs_info(cri::ImageFsInfoRequest {})
             .await;
-        Ok(r.map_err(call("ImageFsInfo"))?.into_inner().image_filesystems)
+        Ok(r.map_err(call("ImageFsInfo"))?
+            .into_inner()
+            .image_filesystems)
     }
 }
 

@@ -552,7 +552,10 @@ mod tests {
         let find = |t: &str| conditions.iter().find(|c| c.type_ == t).unwrap();
         let memory = find("MemoryPressure");
         assert_eq!(memory.status, "True");
-        assert_eq!(memory.reason.as_deref(), Some("KubeletHasInsufficientMemory"));
+        assert_eq!(
+            memory.reason.as_deref(),
+            Some("KubeletHasInsufficientMemory")
+        );
         assert_eq!(
             memory.message.as_deref(),
             Some("kubelet has insufficient memory available")

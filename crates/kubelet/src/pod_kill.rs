@@ -76,10 +76,7 @@ impl SyncContext {
         if let Err(e) = self.api.patch_status(namespace, name, &status).await {
             tracing::warn!(pod = %pod_key(pod), error = %e, "writing a terminated pod's status");
         }
-        if let Err(e) = self
-            .stop_containers(pod, termination.grace_seconds)
-            .await
-        {
+        if let Err(e) = self.stop_containers(pod, termination.grace_seconds).await {
             tracing::warn!(pod = %pod_key(pod), error = %e, "stopping a terminated pod's containers");
         }
         status

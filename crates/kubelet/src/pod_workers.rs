@@ -21,7 +21,7 @@ use skiff_runtime::informer::{Change, Informers};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::admission::{self, NodeView};
-use crate::eviction::{Pressure, PodTerminator, Termination};
+use crate::eviction::{PodTerminator, Pressure, Termination};
 use crate::pleg::Pleg;
 use crate::pod_sync::{LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Outcome, SyncContext};
 use crate::server::pods::PodRegistry;

@@ -49,7 +49,10 @@ fn a_soft_memory_threshold_evicts_the_best_effort_pod_first_and_raises_memory_pr
                               "limits": {"memory": "128Mi"}});
         create::<Pod>(&pods, pod("keeper", requests, "sleep 3600")).await;
         for name in ["hog", "keeper"] {
-            eventually(&format!("{name} running"), || in_phase(&pods, name, "Running")).await;
+            eventually(&format!("{name} running"), || {
+                in_phase(&pods, name, "Running")
+            })
+            .await;
         }
         assert_eq!(
             hog.status.and_then(|s| s.qos_class).as_deref(),
@@ -109,7 +112,9 @@ fn a_soft_memory_threshold_evicts_the_best_effort_pod_first_and_raises_memory_pr
         let pressure = eventually("MemoryPressure on the node", || async {
             let node = nodes.get(NODE).await.ok()?;
             let conditions = node.status?.conditions?;
-            let c = conditions.into_iter().find(|c| c.type_ == "MemoryPressure")?;
+            let c = conditions
+                .into_iter()
+                .find(|c| c.type_ == "MemoryPressure")?;
             (c.status == "True").then_some(c)
         })
         .await;

@@ -296,7 +296,11 @@ impl Manager {
             .iter()
             .min_by_key(|&&i| {
                 let signal = self.thresholds[i].signal;
-                (Condition::of(signal) != Condition::MemoryPressure, signal, i)
+                (
+                    Condition::of(signal) != Condition::MemoryPressure,
+                    signal,
+                    i,
+                )
             })
             .map(|&i| self.thresholds[i]);
         Look {
@@ -392,8 +396,7 @@ impl EvictionManager {
                 if next >= wake {
                     break;
                 }
-                let (crossed, now_close) =
-                    self.manager.memory_state(self.stats.memory_available());
+                let (crossed, now_close) = self.manager.memory_state(self.stats.memory_available());
                 if crossed != before {
                     tracing::info!("eviction manager: a memory.available threshold was crossed");
                     break;
@@ -437,7 +440,9 @@ impl EvictionManager {
         }
         let active = self.pods.active_pods();
         if active.is_empty() {
-            tracing::warn!("eviction manager: eviction thresholds have been met, but no pods are active to evict");
+            tracing::warn!(
+                "eviction manager: eviction thresholds have been met, but no pods are active to evict"
+            );
             return None;
         }
         let usage = self.stats.pod_usage().await;

@@ -50,11 +50,7 @@ fn uid(pod: &Pod) -> &str {
 }
 
 /// The pods that may be evicted to reclaim what `signal` measures, first to go first.
-pub fn rank(
-    signal: Signal,
-    pods: &[Arc<Pod>],
-    usage: &HashMap<String, PodUsage>,
-) -> Vec<Arc<Pod>> {
+pub fn rank(signal: Signal, pods: &[Arc<Pod>], usage: &HashMap<String, PodUsage>) -> Vec<Arc<Pod>> {
     let mut ranked: Vec<Arc<Pod>> = pods.iter().filter(|p| !is_critical(p)).cloned().collect();
     let found = |p: &Pod| usage.get(uid(p));
     // pods without figures first (upstream's `cmpBool(!p1Found, !p2Found)`)
@@ -62,16 +58,17 @@ pub fn rank(
     let by_priority = |a: &Pod, b: &Pod| priority(a).cmp(&priority(b));
     match resource_of(signal) {
         "memory" | "ephemeral-storage" => {
-            let (used, requested): (fn(&PodUsage) -> u64, fn(&Pod) -> i64) =
-                if resource_of(signal) == "memory" {
-                    (PodUsage::memory, |p| pod_requests(p, |r| r).memory)
-                } else {
-                    (PodUsage::ephemeral_storage, |p| {
-                        pod_requests(p, |r| r).ephemeral_storage
-                    })
-                };
+            let memory = resource_of(signal) == "memory";
+            // usage above requests (below them: negative)
             let over = |p: &Pod| {
-                found(p).map(|u| i128::from(used(u)) - i128::from(requested(p)))
+                let u = found(p)?;
+                let requests = pod_requests(p, |r| r);
+                let (used, requested) = if memory {
+                    (u.memory(), requests.memory)
+                } else {
+                    (u.ephemeral_storage(), requests.ephemeral_storage)
+                };
+                Some(i128::from(used) - i128::from(requested))
             };
             ranked.sort_by(|a, b| {
                 unknown_first(a, b)

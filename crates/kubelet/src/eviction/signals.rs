@@ -297,10 +297,7 @@ impl StatsProvider for HostStats {
                 *pod.processes.get_or_insert(0) += n;
             }
             pod.containers.push(ContainerUsage {
-                memory: s
-                    .memory
-                    .and_then(|m| m.working_set_bytes)
-                    .map(|v| v.value),
+                memory: s.memory.and_then(|m| m.working_set_bytes).map(|v| v.value),
                 rootfs: s.writable_layer.and_then(|w| w.used_bytes).map(|v| v.value),
                 logs: Some(disk_usage(&log_dir)),
                 name,

@@ -42,11 +42,17 @@ fn at(start: Instant, seconds: u64) -> Instant {
 #[test]
 fn a_hard_threshold_crossed_is_acted_on_at_once_and_raises_memory_pressure() {
     let pressure = Pressure::default();
-    let mut m = Manager::new(&settings("memory.available<100Mi", "", "", ""), pressure.clone());
+    let mut m = Manager::new(
+        &settings("memory.available<100Mi", "", "", ""),
+        pressure.clone(),
+    );
     let t0 = Instant::now();
     assert_eq!(m.look(t0, &memory(GI)), Look::default());
     let look = m.look(at(t0, 10), &memory(80 * MI));
-    assert_eq!(look.reclaim.map(|t| t.signal), Some(Signal::MemoryAvailable));
+    assert_eq!(
+        look.reclaim.map(|t| t.signal),
+        Some(Signal::MemoryAvailable)
+    );
     assert_eq!(look.transitions, [(Condition::MemoryPressure, true)]);
     assert_eq!(pressure.get(), BTreeSet::from([Condition::MemoryPressure]));
 }
@@ -75,7 +81,10 @@ fn a_soft_threshold_is_acted_on_once_crossed_for_its_grace_period() {
 #[test]
 fn pressure_is_held_for_the_transition_period_after_the_signal_recovers() {
     let pressure = Pressure::default();
-    let mut m = Manager::new(&settings("memory.available<100Mi", "", "", ""), pressure.clone());
+    let mut m = Manager::new(
+        &settings("memory.available<100Mi", "", "", ""),
+        pressure.clone(),
+    );
     let t0 = Instant::now();
     m.look(t0, &memory(50 * MI));
     let look = m.look(at(t0, 10), &memory(GI));
@@ -114,7 +123,10 @@ fn memory_is_reclaimed_before_disk_and_percentages_are_of_capacity() {
         },
     );
     let look = m.look(Instant::now(), &observations);
-    assert_eq!(look.reclaim.map(|t| t.signal), Some(Signal::MemoryAvailable));
+    assert_eq!(
+        look.reclaim.map(|t| t.signal),
+        Some(Signal::MemoryAvailable)
+    );
     assert_eq!(
         look.transitions,
         [
@@ -122,9 +134,15 @@ fn memory_is_reclaimed_before_disk_and_percentages_are_of_capacity() {
             (Condition::DiskPressure, true)
         ]
     );
-    observations.insert(Signal::MemoryAvailable, memory(GI)[&Signal::MemoryAvailable]);
+    observations.insert(
+        Signal::MemoryAvailable,
+        memory(GI)[&Signal::MemoryAvailable],
+    );
     let look = m.look(Instant::now(), &observations);
-    assert_eq!(look.reclaim.map(|t| t.signal), Some(Signal::NodeFsAvailable));
+    assert_eq!(
+        look.reclaim.map(|t| t.signal),
+        Some(Signal::NodeFsAvailable)
+    );
 }
 
 fn pod(name: &str, priority: i32, requests: serde_json::Value) -> Arc<Pod> {
@@ -346,7 +364,10 @@ async fn one_pod_is_evicted_per_look_with_upstreams_status_event_and_grace() {
                    80Mi. Container c was using 200Mi, request is 0, has larger consumption of \
                    memory. ";
     assert_eq!(name, "best-effort");
-    assert_eq!((t.reason.as_str(), t.message.as_str()), ("Evicted", message));
+    assert_eq!(
+        (t.reason.as_str(), t.message.as_str()),
+        ("Evicted", message)
+    );
     assert_eq!(t.grace_seconds, IMMEDIATE_GRACE_SECONDS);
     let condition = t.condition.clone().unwrap();
     assert_eq!(
@@ -362,7 +383,10 @@ async fn one_pod_is_evicted_per_look_with_upstreams_status_event_and_grace() {
                 "NodeHasInsufficientMemory",
                 "Node n1 status is now: NodeHasInsufficientMemory".to_string()
             ),
-            ("EvictionThresholdMet", "Attempting to reclaim memory".into())
+            (
+                "EvictionThresholdMet",
+                "Attempting to reclaim memory".into()
+            )
         ]
     );
 

@@ -8,6 +8,8 @@
 //! - `cri-floor`: the same sandbox and container configs run straight through CRI against the
 //!   same containerd (RunPodSandbox, CreateContainer, StartContainer), no Skiff in the path;
 //! - `kubelet-rss`: the kubelet's VmRSS while it runs the `--pods` pods;
+//! - `eviction`: from `memory.available` crossing a hard threshold to the first pod evicted
+//!   (see [`super::eviction`]), `--eviction-runs` times, against the 2 s target;
 //! - `hollow`: `--hollow-nodes` hollow nodes in a `skiff kubelet --hollow` child: Lease and
 //!   Node writes per second as watches on the API server see them (against the 1 per node per
 //!   10 s upstream renews at), the busiest second, and the child's RSS.
@@ -51,6 +53,9 @@ pub struct PodBenchArgs {
     /// Pods created at once on the node.
     #[arg(long, default_value_t = 30)]
     pub pods: usize,
+    /// How many times a hard memory threshold is crossed and the eviction timed.
+    #[arg(long, default_value_t = 3)]
+    pub eviction_runs: usize,
     /// Hollow nodes in the heartbeat run.
     #[arg(long, default_value_t = 1000)]
     pub hollow_nodes: usize,
@@ -58,6 +63,11 @@ pub struct PodBenchArgs {
     #[arg(long, default_value_t = 30)]
     pub window_s: u64,
 }
+
+/// The bench kubelets' hard eviction thresholds: upstream's memory threshold alone, so that
+/// a nearly full disk (upstream's `nodefs.available<10%`, `imagefs.available<15%`) does not
+/// refuse the bench's pods.
+pub(super) const EVICTION_HARD: &str = "memory.available<100Mi";
 
 const NAMESPACE: &str = "pod-bench";
 const NODE: &str = "pod-bench";
@@ -180,6 +190,8 @@ async fn bench(args: &PodBenchArgs, server: &ServerChild, dir: &Path) -> Result<
             "10.42.0.0/24",
             "--flannel-backend",
             "none",
+            "--eviction-hard",
+            EVICTION_HARD,
         ],
     )
     .await?;
@@ -265,6 +277,18 @@ async fn bench(args: &PodBenchArgs, server: &ServerChild, dir: &Path) -> Result<
     );
     running.task.abort();
     kubelet.stop().await;
+
+    super::eviction::eviction(
+        &out,
+        &client,
+        &kubeconfig,
+        dir,
+        &data,
+        NAMESPACE,
+        NODE,
+        args.eviction_runs,
+    )
+    .await?;
 
     hollow(args, &out, &client, &kubeconfig, dir).await
 }
