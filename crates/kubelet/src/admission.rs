@@ -9,15 +9,22 @@
 //!
 //! Static pods' mirror pods are not checked (upstream exempts static pods from the taint check
 //! and lets critical pods evict others to fit; Skiff admits them as they are).
+//!
+//! Before those checks, the eviction manager's ([`check_pressure`]): under memory pressure
+//! BestEffort pods are refused (unless they tolerate the memory-pressure taint), under disk or
+//! PID pressure every pod but critical ones, with reason `Evicted` and "The node had
+//! condition: [DiskPressure]. ".
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Node, Pod, PodStatus, Taint};
 use parking_lot::RwLock;
 use skiff_component_helpers::admission::{self, AdmissionFailure};
-use skiff_component_helpers::tolerations::find_untolerated_taint;
+use skiff_component_helpers::tolerations::{find_untolerated_taint, tolerated_by_any};
 
 use crate::api::PodEvent;
+use crate::eviction::{self, Condition};
 use crate::pod_sync::SyncContext;
 use crate::static_pods::MIRROR_ANNOTATION;
 
@@ -116,6 +123,33 @@ pub fn check(pod: &Pod, node: &Node, admitted: &[Arc<Pod>]) -> Result<(), Reject
         ));
     }
     Ok(())
+}
+
+/// Upstream's eviction admission (`managerImpl.Admit`): under pressure, critical pods are
+/// admitted; under memory pressure alone, pods other than BestEffort ones, and BestEffort ones
+/// that tolerate the `node.kubernetes.io/memory-pressure` NoSchedule taint; nothing else.
+pub fn check_pressure(pod: &Pod, pressure: &BTreeSet<Condition>) -> Result<(), Rejection> {
+    if pressure.is_empty() || eviction::rank::is_critical(pod) {
+        return Ok(());
+    }
+    if pressure.len() == 1 && pressure.contains(&Condition::MemoryPressure) {
+        let best_effort =
+            pod.status.as_ref().and_then(|s| s.qos_class.as_deref()) == Some("BestEffort");
+        let memory_pressure = Taint {
+            key: "node.kubernetes.io/memory-pressure".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.as_deref());
+        if !best_effort || tolerated_by_any(tolerations.unwrap_or(&[]), &memory_pressure) {
+            return Ok(());
+        }
+    }
+    let names: Vec<&str> = pressure.iter().map(|c| c.type_name()).collect();
+    Err(Rejection {
+        reason: eviction::REASON.into(),
+        message: format!("The node had condition: [{}]. ", names.join(" ")),
+    })
 }
 
 fn predicate(plugin: &str, reason: &str) -> Rejection {
@@ -262,6 +296,42 @@ mod tests {
                     .into()
             )
         );
+    }
+
+    #[test]
+    fn pressure_refuses_best_effort_pods_for_memory_and_all_but_critical_ones_for_disk() {
+        let memory = BTreeSet::from([Condition::MemoryPressure]);
+        let with_qos = |qos: &str, extra: serde_json::Value| {
+            let mut p = pod("p", extra);
+            p.status = Some(PodStatus {
+                qos_class: Some(qos.into()),
+                ..Default::default()
+            });
+            p
+        };
+        let best_effort = with_qos("BestEffort", json!({}));
+        assert_eq!(
+            check_pressure(&best_effort, &memory),
+            Err(Rejection {
+                reason: "Evicted".into(),
+                message: "The node had condition: [MemoryPressure]. ".into()
+            })
+        );
+        assert!(check_pressure(&best_effort, &BTreeSet::new()).is_ok());
+        assert!(check_pressure(&with_qos("Burstable", json!({})), &memory).is_ok());
+        let tolerating = json!({"spec": {"tolerations": [{"key":
+            "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"}]}});
+        assert!(check_pressure(&with_qos("BestEffort", tolerating.clone()), &memory).is_ok());
+
+        let disk = BTreeSet::from([Condition::MemoryPressure, Condition::DiskPressure]);
+        let burstable = with_qos("Burstable", json!({}));
+        assert_eq!(
+            check_pressure(&burstable, &disk).unwrap_err().message,
+            "The node had condition: [MemoryPressure DiskPressure]. "
+        );
+        assert!(check_pressure(&with_qos("BestEffort", tolerating), &disk).is_err());
+        let critical = with_qos("Burstable", json!({"spec": {"priority": 2000001000}}));
+        assert!(check_pressure(&critical, &disk).is_ok());
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub struct HostStatus {
     pub kubelet_port: u16,
     /// What the node keeps back from its capacity.
     pub reservation: node::Reservation,
+    /// The pressure conditions the eviction manager reports.
+    pub pressure: crate::eviction::Pressure,
 }
 
 #[async_trait]
@@ -54,6 +56,7 @@ impl StatusSource for HostStatus {
             self.kubelet_port,
             now,
         );
+        node::set_pressure(&mut status, &self.pressure.get(), now);
         match self.runtime.list_images().await {
             Ok(images) => status.images = Some(node::node_images(&images)),
             // keep what was posted rather than report no images

@@ -26,6 +26,7 @@ use skiff_runtime::informer::Informers;
 use crate::admission::NodeView;
 use crate::api::KubePodApi;
 use crate::cri::ContainerRuntime;
+use crate::eviction::Pressure;
 use crate::heartbeat::{self, StatusSource};
 use crate::hollow_ipam::{Cidr, CidrError};
 use crate::hollow_runtime::{Behaviour, HollowRuntime, RUNTIME_NAME, RUNTIME_VERSION};
@@ -33,6 +34,7 @@ use crate::host::HostInfo;
 use crate::local_path::{ANN_NODE_DIR, KubeVolumeApi, NodeDir};
 use crate::node;
 use crate::pod_sync::SyncContext;
+use crate::pod_workers::Workers;
 use crate::server::pods::PodRegistry;
 use crate::volumes::VolumeManager;
 use crate::volumes::claim::Claims;
@@ -196,13 +198,18 @@ impl HollowNodes {
                 n.status,
                 offset,
             )));
-            tasks.push(tokio::spawn(crate::pod_workers::watch_pods(
-                self.client.clone(),
-                informers.clone(),
-                name,
-                n.ctx,
-                PodRegistry::default(),
+            // no eviction manager: a hollow node is never under pressure
+            let pod_loop = crate::pod_workers::PodLoop {
+                client: self.client.clone(),
+                informers: informers.clone(),
+                node_name: name,
+                registry: PodRegistry::default(),
                 view,
+                pressure: Pressure::default(),
+                workers: Workers::default(),
+            };
+            tasks.push(tokio::spawn(crate::pod_workers::watch_pods(
+                n.ctx, pod_loop,
             )));
         }
         tasks.push(tokio::spawn(crate::local_path::run(informers, local_path)));

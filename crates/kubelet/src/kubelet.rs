@@ -2,7 +2,8 @@
 //! register the Node, keep its Lease and status fresh, and run the pod loop
 //! ([`crate::pod_workers`]), the kubelet server, the static pods, the pod network across
 //! nodes ([`crate::podnet`]) and the deletion of released local-path volumes
-//! ([`crate::local_path`]); these read the kubelet's shared informers.
+//! ([`crate::local_path`]); these read the kubelet's shared informers. The eviction manager
+//! ([`crate::eviction`]) watches the node's resources beside them.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -11,8 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::Api;
+use skiff_runtime::events::{Event, Recorder};
 use skiff_runtime::informer::Informers;
 
 use crate::admission::NodeView;
@@ -23,12 +25,15 @@ use crate::cgroups::resources::node_allocatable_config;
 use crate::containerd::{ContainerdConfig, ManagedContainerd};
 use crate::cri::{ContainerRuntime, CriClient};
 use crate::dns::{DnsSettings, parse_resolv_conf};
+use crate::eviction::signals::{HostStats, StatsProvider};
+use crate::eviction::{EvictionManager, Manager, NoReclaim, Pressure};
 use crate::heartbeat::{self, HostStatus};
 use crate::host::HostInfo;
 use crate::images::{self, CtrImporter};
 use crate::kubelet_config::KubeletConfiguration;
 use crate::node;
 use crate::pod_sync::SyncContext;
+use crate::pod_workers::{PodLoop, Workers};
 use crate::podnet::HostGw;
 use crate::podnet_runner::HostRunner;
 use crate::server::auth::Auth;
@@ -147,6 +152,10 @@ pub struct Kubelet {
     server: KubeletServer,
     pods: PodRegistry,
     host_gw: Option<HostGw>,
+    /// What the eviction manager reads: the host and the runtime's stats.
+    stats: Arc<dyn StatsProvider>,
+    /// Events about this node (`kubelet` on the node).
+    events: Recorder,
     pub ready: Ready,
 }
 
@@ -196,6 +205,12 @@ impl Kubelet {
         let cri = CriClient::connect(&endpoint)?;
         let version = runtime_version(&cri).await?;
         let runtime_version = format!("{}://{}", version.runtime_name, version.runtime_version);
+        let stats: Arc<dyn StatsProvider> = Arc::new(HostStats::new(
+            cri.clone(),
+            &config.data_dir,
+            &config.data_dir.join("logs/pods"),
+            &config.settings.cgroup_root,
+        ));
         let runtime: Arc<dyn ContainerRuntime> = Arc::new(cri);
         if let Some(socket) = crate::cri::socket_path(&endpoint) {
             let importer = CtrImporter {
@@ -255,9 +270,11 @@ impl Kubelet {
                 .to_string(),
         )]));
         let node = node::register(&nodes, object).await?;
+        let pod_api = KubePodApi::new(client.clone(), config.node_name.clone());
+        let events = pod_api.recorder();
         let ctx = SyncContext {
             runtime,
-            api: Arc::new(KubePodApi::new(client.clone(), config.node_name.clone())),
+            api: Arc::new(pod_api),
             host_ip: host.ip.to_string(),
             runtime_name: version.runtime_name.clone(),
             memory_capacity: host.memory_bytes,
@@ -298,6 +315,8 @@ impl Kubelet {
             server,
             pods,
             host_gw,
+            stats,
+            events,
             ready,
         })
     }
@@ -305,6 +324,8 @@ impl Kubelet {
     /// Serves until `shutdown` completes; then stops the workers and the managed containerd
     /// (pods keep running in their shims, as upstream's kubelet leaves them).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let pressure = Pressure::default();
+        let workers = Workers::default();
         let status = HostStatus {
             runtime: self.ctx.runtime.clone(),
             runtime_version: self.runtime_version.clone(),
@@ -312,6 +333,7 @@ impl Kubelet {
             data_dir: self.config.data_dir.clone(),
             kubelet_port: self.config.settings.port,
             reservation: node::Reservation::of(&self.config.settings)?,
+            pressure: pressure.clone(),
         };
         // this kubelet's watches (its pods, and the Nodes for the pod network); they stop once
         // the tasks given them are
@@ -324,13 +346,30 @@ impl Kubelet {
             Duration::ZERO,
         ));
         let pods = tokio::spawn(crate::pod_workers::watch_pods(
-            self.client.clone(),
-            informers.clone(),
-            self.config.node_name.clone(),
             self.ctx.clone(),
-            self.pods.clone(),
-            view,
+            PodLoop {
+                client: self.client.clone(),
+                informers: informers.clone(),
+                node_name: self.config.node_name.clone(),
+                registry: self.pods.clone(),
+                view,
+                pressure: pressure.clone(),
+                workers: workers.clone(),
+            },
         ));
+        let eviction = tokio::spawn(
+            EvictionManager {
+                manager: Manager::new(&self.config.settings, pressure),
+                node: self.config.node_name.clone(),
+                stats: self.stats.clone(),
+                // image and container garbage collection are not wired in yet
+                reclaimer: Arc::new(NoReclaim),
+                pods: Arc::new(workers),
+                api: self.ctx.api.clone(),
+                node_events: node_events(self.events.clone(), &self.node),
+            }
+            .run(),
+        );
         let static_pods = self.config.settings.static_pod_path.clone().map(|dir| {
             let api = crate::static_pods::KubeMirrorApi {
                 client: self.client.clone(),
@@ -359,6 +398,7 @@ impl Kubelet {
             task.abort();
         }
         heartbeats.abort();
+        eviction.abort();
         local_path.abort();
         pods.abort();
         server.abort();
@@ -392,6 +432,20 @@ fn start_pod_cgroups(settings: &KubeletConfiguration, host: &HostInfo) -> Result
         settings.pod_pids_limit,
         &kubepods,
     )?)
+}
+
+/// Records events about `node` through `recorder`.
+fn node_events(recorder: Recorder, node: &Node) -> crate::eviction::NodeEvents {
+    let regarding = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: node.metadata.name.clone(),
+        uid: node.metadata.uid.clone(),
+        ..Default::default()
+    };
+    Arc::new(move |type_, reason, message| {
+        recorder.record(Event::new(type_, regarding.clone(), reason, message));
+    })
 }
 
 /// How long the runtime gets to answer CRI after its socket opened.

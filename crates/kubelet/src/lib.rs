@@ -15,8 +15,10 @@
 //! - [`pod_containers`]: one container's image pull, create and start.
 //! - [`pod_probes`]: running a pod's due probes and acting on failures.
 //! - [`pod_kill`]: stopping and removing a pod's containers and sandboxes.
-//! - [`admission`]: whether a pod bound to this node can run here (resources, affinity,
-//!   ports, NoExecute taints), and rejecting it as upstream does.
+//! - [`admission`]: whether a pod bound to this node can run here (pressure, resources,
+//!   affinity, ports, NoExecute taints), and rejecting it as upstream does.
+//! - [`eviction`]: the eviction manager: the node's signals against the eviction thresholds,
+//!   the pressure conditions, and pods evicted one at a time.
 //! - [`actions`]: what a sync should do, without I/O (init order, restarts, back-off).
 //! - [`config`]: the CRI sandbox and container configs from the pod's spec.
 //! - [`env`]: a container's environment (values, field refs, ConfigMaps, Secrets, resources).
@@ -72,6 +74,7 @@ pub mod cri;
 pub mod dns;
 pub mod env;
 pub mod etc_hosts;
+pub mod eviction;
 pub mod expansion;
 pub mod fake;
 pub mod fs_stats;

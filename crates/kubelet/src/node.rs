@@ -3,7 +3,7 @@
 //! `kube-node-lease` renewed every 10 seconds (upstream's split between the cheap heartbeat and
 //! the full status).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -18,6 +18,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
+use crate::eviction::Condition;
 use crate::host::HostInfo;
 use crate::kubelet_config::{self, KubeletConfiguration, Signal, Threshold};
 
@@ -237,14 +238,14 @@ pub fn node_status(
         ),
     ]);
     let allocatable = allocatable(&capacity, reservation);
-    let condition = |type_: &str, status: &str, reason: &str, message: &str| NodeCondition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: Some(reason.into()),
-        message: Some(message.into()),
-        last_heartbeat_time: Some(Time(now)),
-        last_transition_time: Some(Time(now)),
-    };
+    let mut conditions = pressure_conditions(&BTreeSet::new(), now);
+    conditions.push(condition(
+        "Ready",
+        "True",
+        "KubeletReady",
+        "kubelet is posting ready status",
+        now,
+    ));
     NodeStatus {
         capacity: Some(capacity),
         allocatable: Some(allocatable),
@@ -258,32 +259,7 @@ pub fn node_status(
                 address: host.hostname.clone(),
             },
         ]),
-        conditions: Some(vec![
-            condition(
-                "MemoryPressure",
-                "False",
-                "KubeletHasSufficientMemory",
-                "kubelet has sufficient memory available",
-            ),
-            condition(
-                "DiskPressure",
-                "False",
-                "KubeletHasNoDiskPressure",
-                "kubelet has no disk pressure",
-            ),
-            condition(
-                "PIDPressure",
-                "False",
-                "KubeletHasSufficientPID",
-                "kubelet has sufficient PID available",
-            ),
-            condition(
-                "Ready",
-                "True",
-                "KubeletReady",
-                "kubelet is posting ready status",
-            ),
-        ]),
+        conditions: Some(conditions),
         daemon_endpoints: Some(NodeDaemonEndpoints {
             kubelet_endpoint: Some(DaemonEndpoint {
                 port: i32::from(kubelet_port),
@@ -307,6 +283,48 @@ pub fn node_status(
             swap: None,
         }),
         ..Default::default()
+    }
+}
+
+fn condition(
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> NodeCondition {
+    NodeCondition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        last_heartbeat_time: Some(Time(now)),
+        last_transition_time: Some(Time(now)),
+    }
+}
+
+/// MemoryPressure, DiskPressure and PIDPressure, True for those in `pressure`, with
+/// upstream's reasons and messages.
+fn pressure_conditions(pressure: &BTreeSet<Condition>, now: Timestamp) -> Vec<NodeCondition> {
+    Condition::ALL
+        .into_iter()
+        .map(|c| {
+            let on = pressure.contains(&c);
+            let (reason, message, _) = c.status(on);
+            let status = if on { "True" } else { "False" };
+            condition(c.type_name(), status, reason, message, now)
+        })
+        .collect()
+}
+
+/// Sets the status's pressure conditions to what the eviction manager reports.
+pub fn set_pressure(status: &mut NodeStatus, pressure: &BTreeSet<Condition>, now: Timestamp) {
+    let conditions = status.conditions.get_or_insert_default();
+    for c in pressure_conditions(pressure, now) {
+        match conditions.iter_mut().find(|old| old.type_ == c.type_) {
+            Some(old) => *old = c,
+            None => conditions.push(c),
+        }
     }
 }
 
@@ -674,6 +692,41 @@ mod tests {
                 later
             )
         ));
+    }
+
+    #[test]
+    fn pressure_turns_its_conditions_true_with_upstreams_reasons() {
+        let mut status = node_status(
+            &host(),
+            &Reservation::default(),
+            "containerd://1.6.20",
+            10250,
+            Timestamp::UNIX_EPOCH,
+        );
+        set_pressure(
+            &mut status,
+            &BTreeSet::from([Condition::MemoryPressure]),
+            Timestamp::UNIX_EPOCH,
+        );
+        let conditions = status.conditions.unwrap();
+        let find = |t: &str| conditions.iter().find(|c| c.type_ == t).unwrap();
+        let memory = find("MemoryPressure");
+        assert_eq!(memory.status, "True");
+        assert_eq!(
+            memory.reason.as_deref(),
+            Some("KubeletHasInsufficientMemory")
+        );
+        assert_eq!(
+            memory.message.as_deref(),
+            Some("kubelet has insufficient memory available")
+        );
+        let disk = find("DiskPressure");
+        assert_eq!(
+            (disk.status.as_str(), disk.reason.as_deref()),
+            ("False", Some("KubeletHasNoDiskPressure"))
+        );
+        assert_eq!(find("Ready").status, "True");
+        assert_eq!(conditions.len(), 4);
     }
 
     #[test]

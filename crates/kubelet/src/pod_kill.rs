@@ -4,18 +4,22 @@
 //! exited, in reverse order (upstream's termination ordering, 1.29+); SIGKILL comes once the
 //! grace period is over. Then its sandboxes stop, and containers, sandboxes, the pod's cgroup, logs
 //! and volumes are removed. [`SyncContext::kill_container`] is one container's part of it, which a failed
-//! liveness or startup probe also takes.
+//! liveness or startup probe also takes. Also a pod ended on the kubelet's own
+//! initiative (eviction): its Failed status written, its containers stopped, the rest left to
+//! its worker's next sync as for any finished pod.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
+use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::watch;
 
 use crate::actions;
 use crate::api::PodEvent;
 use crate::cri::{Container, ContainerState};
+use crate::eviction::Termination;
 use crate::hooks::{self, Hook};
 use crate::pod_sync::{LABEL_CONTAINER_NAME, Result, SyncContext, pod_key, uid_labels};
 
@@ -157,6 +161,36 @@ impl SyncContext {
         }
         tracing::info!(pod = %pod_key(pod), grace, "pod stopped and removed from the runtime");
         Ok(())
+    }
+
+    /// Ends the pod on the kubelet's own initiative, as upstream's pod worker does for a kill
+    /// with a status function: its status written `Failed` with the termination's reason,
+    /// message and condition, then its running containers stopped within the grace period.
+    /// Returns the status written, which the pod's worker keeps over older objects.
+    pub async fn terminate(&self, pod: &Pod, termination: &Termination) -> PodStatus {
+        let mut status = pod.status.clone().unwrap_or_default();
+        status.phase = Some("Failed".into());
+        status.reason = Some(termination.reason.clone());
+        status.message = Some(termination.message.clone());
+        if let Some(condition) = &termination.condition {
+            let mut condition = condition.clone();
+            condition
+                .last_transition_time
+                .get_or_insert(Time((self.clock)()));
+            let conditions = status.conditions.get_or_insert_default();
+            conditions.retain(|c| c.type_ != condition.type_);
+            conditions.push(condition);
+        }
+        let m = &pod.metadata;
+        let namespace = m.namespace.as_deref().unwrap_or("default");
+        let name = m.name.as_deref().unwrap_or_default();
+        if let Err(e) = self.api.patch_status(namespace, name, &status).await {
+            tracing::warn!(pod = %pod_key(pod), error = %e, "writing a terminated pod's status");
+        }
+        if let Err(e) = self.stop_containers(pod, termination.grace_seconds).await {
+            tracing::warn!(pod = %pod_key(pod), error = %e, "stopping a terminated pod's containers");
+        }
+        status
     }
 
     /// Removes the pod's cgroup once nothing of it runs (upstream's pod container manager's

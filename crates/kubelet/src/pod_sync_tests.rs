@@ -803,8 +803,11 @@ async fn pod_termination_stops_the_app_containers_then_the_sidecars_last_started
             .position(|c| c.starts_with(call))
             .unwrap_or_else(|| panic!("no {call} in {calls:#?}"))
     };
-    // the sidecars' preStop hooks run at once, with the app's stop
-    assert!(pos(&format!("ExecSync {second} bye second")) < pos(&format!("StopContainer {app}")));
+    // every preStop hook runs at once (the app's stop does not wait for them), each before
+    // its own container's stop
+    for (id, name) in [(&first, "first"), (&second, "second")] {
+        assert!(pos(&format!("ExecSync {id} bye {name}")) < pos(&format!("StopContainer {id}")));
+    }
     assert!(pos(&format!("StopContainer {app}")) < pos(&format!("StopContainer {second}")));
     assert!(pos(&format!("StopContainer {second}")) < pos(&format!("StopContainer {first}")));
 }
@@ -863,4 +866,47 @@ async fn the_next_init_container_starts_once_the_sidecars_startup_probe_passed()
     assert!(h.runtime.containers_named("setup").is_empty());
     h.sync(&mut pod).await;
     assert_eq!(h.runtime.containers_named("setup").len(), 1);
+}
+
+#[tokio::test]
+async fn a_terminated_pod_fails_with_its_reason_within_its_grace_and_is_not_restarted() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    h.sync(&mut pod).await;
+    let id = h.runtime.containers_named("c")[0].clone();
+    let termination = crate::eviction::Termination {
+        reason: "Evicted".into(),
+        message: "The node was low on resource: memory. ".into(),
+        condition: Some(k8s_openapi::api::core::v1::PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            reason: Some("TerminationByKubelet".into()),
+            ..Default::default()
+        }),
+        grace_seconds: 1,
+    };
+    let status = h.ctx.terminate(&pod, &termination).await;
+    assert_eq!(h.status(), status);
+    assert_eq!(
+        (status.phase.as_deref(), status.reason.as_deref()),
+        (Some("Failed"), Some("Evicted"))
+    );
+    let disruption = status.conditions.iter().flatten().last().unwrap();
+    assert_eq!(disruption.type_, "DisruptionTarget");
+    assert!(disruption.last_transition_time.is_some());
+    assert!(h.runtime.calls().contains(&format!("StopContainer {id} 1")));
+
+    // the next sync (of the pod as its worker keeps it) finishes the pod: its sandbox
+    // stopped, nothing restarted
+    pod.status = Some(status);
+    let created = h.count("CreateContainer");
+    assert_eq!(h.sync(&mut pod).await, Outcome::Finished);
+    assert_eq!(h.count("CreateContainer"), created);
+    assert_eq!(h.count("StopPodSandbox"), 1);
+    let after = h.status();
+    assert_eq!(after.reason.as_deref(), Some("Evicted"));
+    assert_eq!(
+        after.message.as_deref(),
+        Some("The node was low on resource: memory. ")
+    );
 }

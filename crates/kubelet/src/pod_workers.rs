@@ -4,19 +4,24 @@
 //! containers change in the runtime, and when its last sync asked to be called again (a probe
 //! or a back-off due, a retry, or `--sync-frequency`). Once the first list is in, the
 //! sandboxes, containers and volumes of pods that are gone (deleted while the kubelet was down)
-//! are removed.
+//! are removed. The eviction manager reaches the workers through [`Workers`]: the active pods,
+//! and a [`Termination`] carried out by the pod's own worker, so that nothing else runs or
+//! restarts the pod's containers meanwhile.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
 use kube::Api;
 use kube::runtime::watcher;
+use parking_lot::Mutex;
 use skiff_runtime::informer::{Change, Informers};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::admission::{self, NodeView};
+use crate::eviction::{PodTerminator, Pressure, Termination};
 use crate::pleg::Pleg;
 use crate::pod_sync::{LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Outcome, SyncContext};
 use crate::server::pods::PodRegistry;
@@ -34,16 +39,83 @@ fn uid_of(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
 }
 
-/// Follows this node's pods (an informer of `informers`), keeps `registry` (what the server
-/// sees) up to date, admits each new pod (or rejects it) and hands it to its worker.
-pub(crate) async fn watch_pods(
-    client: kube::Client,
-    informers: Informers,
-    node_name: String,
-    ctx: SyncContext,
-    registry: PodRegistry,
-    view: NodeView,
-) {
+fn is_finished(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+/// A termination for a worker, with whom to tell once the pod's containers are stopped.
+type TerminationRequest = (Termination, oneshot::Sender<()>);
+
+/// One pod's worker, as the pod loop and the eviction manager reach it.
+struct WorkerHandle {
+    /// The pod's latest object (None once removed from the API); a change wakes the worker.
+    /// Shared, not copied: admission looks at every running pod each time a new one comes.
+    mailbox: watch::Sender<Option<Arc<Pod>>>,
+    terminations: mpsc::UnboundedSender<TerminationRequest>,
+}
+
+/// The pod workers of one kubelet, by pod uid: the pod loop starts and feeds them, the
+/// eviction manager lists the active pods and has one terminated. The lock is held only to
+/// look up, insert or copy out, never across an await.
+#[derive(Clone, Default)]
+pub struct Workers(Arc<Mutex<HashMap<String, WorkerHandle>>>);
+
+impl Workers {
+    /// The pods whose workers run and have not finished (upstream's active pods).
+    pub fn active(&self) -> Vec<Arc<Pod>> {
+        self.0
+            .lock()
+            .values()
+            .filter(|w| !w.mailbox.is_closed())
+            .filter_map(|w| w.mailbox.borrow().clone())
+            .filter(|pod| !is_finished(pod))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl PodTerminator for Workers {
+    fn active_pods(&self) -> Vec<Arc<Pod>> {
+        self.active()
+    }
+
+    async fn terminate(&self, pod: &Pod, termination: Termination) -> bool {
+        let (done, stopped) = oneshot::channel();
+        let sent = self
+            .0
+            .lock()
+            .get(&uid_of(pod))
+            .is_some_and(|w| w.terminations.send((termination, done)).is_ok());
+        sent && stopped.await.is_ok()
+    }
+}
+
+/// What the pod loop needs besides the sync context.
+pub(crate) struct PodLoop {
+    pub client: kube::Client,
+    pub informers: Informers,
+    pub node_name: String,
+    /// What the kubelet server sees.
+    pub registry: PodRegistry,
+    pub view: NodeView,
+    /// The node's pressure conditions, for admission.
+    pub pressure: Pressure,
+    pub workers: Workers,
+}
+
+/// Follows this node's pods (an informer of `informers`), keeps the registry up to date,
+/// admits each new pod (or rejects it) and hands it to its worker.
+pub(crate) async fn watch_pods(ctx: SyncContext, pod_loop: PodLoop) {
+    let PodLoop {
+        client,
+        informers,
+        node_name,
+        registry,
+        view,
+        pressure,
+        workers,
+    } = pod_loop;
     let nodes: Api<Node> = Api::all(client);
     let selector = format!("spec.nodeName={node_name}");
     let pods = informers.filtered::<Pod>(watcher::Config::default().fields(&selector));
@@ -67,9 +139,6 @@ pub(crate) async fn watch_pods(
             let _ = listed_tx.send(PodUpdate::Listed(listed));
         },
     );
-    // pod uid → the worker's mailbox (latest object; None once removed from the API)
-    // (shared, not copied: admission looks at every running pod each time a new one comes)
-    let mut workers: HashMap<String, watch::Sender<Option<Arc<Pod>>>> = HashMap::new();
     // pods rejected at admission, until their Failed status comes back through the watch
     let mut rejected: HashSet<String> = HashSet::new();
     let (runtime_tx, mut runtime_changes) = mpsc::unbounded_channel();
@@ -79,8 +148,9 @@ pub(crate) async fn watch_pods(
             Some(update) = rx.recv() => update,
             Some(changed) = runtime_changes.recv() => {
                 // the worker syncs the pod it has again
-                for tx in changed.iter().filter_map(|uid| workers.get(uid)) {
-                    tx.send_modify(|_| {});
+                let handles = workers.0.lock();
+                for w in changed.iter().filter_map(|uid| handles.get(uid)) {
+                    w.mailbox.send_modify(|_| {});
                 }
                 continue;
             }
@@ -91,8 +161,9 @@ pub(crate) async fn watch_pods(
             PodUpdate::Listed(listed) => {
                 // volumes of pods that are gone without a worker (deleted while the kubelet
                 // was down); done here, before a new pod's worker can create its directory
-                ctx.volumes
-                    .tear_down_others(|uid| listed.contains(uid) || workers.contains_key(uid));
+                ctx.volumes.tear_down_others(|uid| {
+                    listed.contains(uid) || workers.0.lock().contains_key(uid)
+                });
                 // the sandboxes are listed before any later pod's worker starts, so that the
                 // sandbox a new pod's worker creates meanwhile is never taken for an orphan;
                 // stopping the orphans (within their grace) does not hold the loop up
@@ -105,66 +176,65 @@ pub(crate) async fn watch_pods(
                 continue;
             }
         };
-        workers.retain(|_, tx| !tx.is_closed());
+        workers.0.lock().retain(|_, w| !w.mailbox.is_closed());
         let uid = uid_of(&pod);
         if present {
             registry.upsert(&pod);
         } else {
             registry.remove(&uid);
         }
-        match workers.get(&uid) {
-            Some(tx) => {
-                let _ = tx.send(present.then_some(pod));
-            }
-            None if present => {
-                if admission::needs_admission(&pod) {
-                    if rejected.contains(&uid) {
-                        continue;
-                    }
-                    if let Err(r) = admit(&nodes, &node_name, &view, &pod, &workers).await {
-                        admission::reject(&ctx, &pod, r).await;
-                        rejected.insert(uid);
-                        continue;
-                    }
-                }
-                rejected.remove(&uid);
-                let (tx, rx) = watch::channel(Some(pod.clone()));
-                tokio::spawn(pod_worker(ctx.clone(), pod, rx));
-                workers.insert(uid, tx);
-            }
-            None => {}
+        if let Some(w) = workers.0.lock().get(&uid) {
+            let _ = w.mailbox.send(present.then_some(pod));
+            continue;
         }
+        if !present {
+            continue;
+        }
+        if admission::needs_admission(&pod) {
+            if rejected.contains(&uid) {
+                continue;
+            }
+            let admitted = admission::check_pressure(&pod, &pressure.get());
+            let admitted = match admitted {
+                Ok(()) => admit(&nodes, &node_name, &view, &pod, &workers.active()).await,
+                rejection => rejection,
+            };
+            if let Err(r) = admitted {
+                admission::reject(&ctx, &pod, r).await;
+                rejected.insert(uid);
+                continue;
+            }
+        }
+        rejected.remove(&uid);
+        let (mailbox, rx) = watch::channel(Some(pod.clone()));
+        let (terminations, terminations_rx) = mpsc::unbounded_channel();
+        tokio::spawn(pod_worker(ctx.clone(), pod, rx, terminations_rx));
+        let handle = WorkerHandle {
+            mailbox,
+            terminations,
+        };
+        workers.0.lock().insert(uid, handle);
     }
 }
 
-/// Admits a new pod beside the pods whose workers run and have not finished; before a
-/// rejection the Node is read again, in case its labels, taints or allocatable changed since
-/// it was last seen.
+/// Admits a new pod beside the pods whose workers run and have not finished (`admitted`);
+/// before a rejection the Node is read again, in case its labels, taints or allocatable
+/// changed since it was last seen.
 async fn admit(
     nodes: &Api<Node>,
     node_name: &str,
     view: &NodeView,
     pod: &Pod,
-    workers: &HashMap<String, watch::Sender<Option<Arc<Pod>>>>,
+    admitted: &[Arc<Pod>],
 ) -> std::result::Result<(), admission::Rejection> {
-    let admitted: Vec<Arc<Pod>> = workers
-        .values()
-        .filter_map(|tx| {
-            let pod = tx.borrow();
-            let pod = pod.as_ref()?;
-            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-            let finished = matches!(phase, Some("Succeeded" | "Failed"));
-            (!finished).then(|| pod.clone())
-        })
-        .collect();
-    if admission::check(pod, &view.get(), &admitted).is_ok() {
+    if admission::check(pod, &view.get(), admitted).is_ok() {
         return Ok(());
     }
     match nodes.get(node_name).await {
         Ok(node) => view.set(node),
         Err(e) => tracing::warn!(error = %e, "reading this node for admission"),
     }
-    admission::check(pod, &view.get(), &admitted)
+    admission::check(pod, &view.get(), admitted)
 }
 
 /// The pods whose sandboxes the runtime has but that are not among `known` (this node's pods
@@ -252,18 +322,37 @@ async fn still_exists(ctx: &SyncContext, pod: &Pod) -> bool {
         .unwrap_or(true)
 }
 
+/// The pod with the status the kubelet itself made terminal, if it did, when the object
+/// predates that status (the watch can still deliver older versions after the kubelet's
+/// write): phases never go back.
+fn with_terminal_status(pod: Arc<Pod>, terminal: Option<&PodStatus>) -> Arc<Pod> {
+    match terminal {
+        Some(status) if !is_finished(&pod) => {
+            let mut pod = (*pod).clone();
+            pod.status = Some(status.clone());
+            Arc::new(pod)
+        }
+        _ => pod,
+    }
+}
+
 /// Syncs one pod when its mailbox changes (a new object, or the [`Pleg`]'s nudge) and
-/// whenever its last sync asked to be called again.
+/// whenever its last sync asked to be called again; carries out the terminations the
+/// kubelet asks for between syncs.
 async fn pod_worker(
     ctx: SyncContext,
     mut last: Arc<Pod>,
     mut rx: watch::Receiver<Option<Arc<Pod>>>,
+    mut terminations: mpsc::UnboundedReceiver<TerminationRequest>,
 ) {
     // the pod's probe state lives as long as its worker
     let mut probes = crate::probe::Probes::default();
     let mut finished_checks = FinishedChecks::default();
+    // the Failed status written by a termination
+    let mut terminal: Option<PodStatus> = None;
     loop {
         let current = rx.borrow_and_update().clone();
+        let current = current.map(|pod| with_terminal_status(pod, terminal.as_ref()));
         let delay = match current {
             None => {
                 // removed from the API without us (a forced delete): stop what is left
@@ -298,6 +387,12 @@ async fn pod_worker(
         };
         tokio::select! {
             changed = rx.changed() => if changed.is_err() { return },
+            Some((termination, done)) = terminations.recv() => {
+                let pod = rx.borrow().clone().unwrap_or_else(|| last.clone());
+                let pod = with_terminal_status(pod, terminal.as_ref());
+                terminal = Some(ctx.terminate(&pod, &termination).await);
+                let _ = done.send(());
+            }
             () = tokio::time::sleep(delay) => {}
         }
     }

@@ -228,7 +228,7 @@ fn unready_gates(spec: &PodSpec, conditions: &[PodCondition]) -> Vec<String> {
 }
 
 /// The pod's status after a sync: a terminal phase already written is kept (phases never go
-/// back), condition transition times are carried over when a condition did not change, the pod
+/// back) with its reason and message (an eviction's, a rejection's), condition transition times are carried over when a condition did not change, the pod
 /// IP survives the sandbox of a finished pod.
 pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
     let spec = pod.spec.clone().unwrap_or_default();
@@ -271,6 +271,7 @@ pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
     }
     .to_string();
     let terminal = phase == "Succeeded" || phase == "Failed";
+    let was_terminal = matches!(old.phase.as_deref(), Some("Succeeded" | "Failed"));
 
     // sidecars count for readiness (upstream lists them first)
     let sidecar_statuses = init_statuses.iter().zip(&sidecars).filter(|(_, s)| **s);
@@ -391,6 +392,8 @@ pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
         container_statuses: Some(container_statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         qos_class: old.qos_class.clone(),
+        reason: old.reason.clone().filter(|_| was_terminal),
+        message: old.message.clone().filter(|_| was_terminal),
         ..Default::default()
     }
 }
@@ -640,6 +643,20 @@ mod tests {
         };
         assert_eq!(scheduled(&second), scheduled(&first));
         assert_eq!(second.start_time, first.start_time);
+
+        // an evicted pod keeps the reason and message it was failed with
+        let mut evicted = pod("Always");
+        let status = evicted.status.as_mut().unwrap();
+        status.phase = Some("Failed".into());
+        status.reason = Some("Evicted".into());
+        status.message = Some("The node was low on resource: memory. ".into());
+        let after = pod_status(&evicted, &v, Timestamp::from_second(50).unwrap());
+        assert_eq!(after.phase.as_deref(), Some("Failed"));
+        assert_eq!(after.reason.as_deref(), Some("Evicted"));
+        assert_eq!(
+            after.message.as_deref(),
+            Some("The node was low on resource: memory. ")
+        );
     }
 
     #[test]

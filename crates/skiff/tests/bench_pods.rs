@@ -19,6 +19,8 @@ fn bench_pods_prints_each_result_with_its_peer_at_small_sizes() {
         "2",
         "--rss-pods",
         "3",
+        "--eviction-runs",
+        "1",
         "--hollow-nodes",
         "3",
         "--window-s",
@@ -38,6 +40,9 @@ fn bench_pods_prints_each_result_with_its_peer_at_small_sizes() {
     }
     assert!(find("pod-startup", 2)["ratio_p99"].as_f64().is_some());
     assert!(find("kubelet-rss", 3)["rss_mb"].as_f64().unwrap() > 0.0);
+    let eviction = find("eviction", 0);
+    assert_eq!(eviction["runs"], 1);
+    assert!(eviction["p50_ms"].as_f64().unwrap() > 0.0);
     let hollow = find("hollow", 0);
     assert_eq!(hollow["nodes"], 3);
     assert!(hollow["rss_mb"].as_f64().unwrap() > 0.0);

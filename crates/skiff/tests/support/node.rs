@@ -182,6 +182,12 @@ impl KubeletProcess {
         }
     }
 
+    /// [`KubeletProcess::restart`] with other extra flags (kept for later restarts).
+    pub fn restart_with(&mut self, args: &[&str]) {
+        self.args = args.iter().map(|a| a.to_string()).collect();
+        self.restart();
+    }
+
     /// Stops the kubelet (SIGTERM: it stops its containerd, the containers keep running) and
     /// starts it again on the same data dir.
     pub fn restart(&mut self) {
@@ -291,6 +297,12 @@ pub fn clean_up(data_dir: &Path) {
     }
 }
 
+/// The hard eviction thresholds of a test's kubelet unless it sets its own: upstream's memory
+/// threshold alone. The test hosts' disks are often nearly full (build directories), and
+/// upstream's default disk thresholds (`nodefs.available<10%`, `imagefs.available<15%`) would
+/// put every test node under DiskPressure, refusing and evicting its pods.
+pub const EVICTION_HARD: &str = "memory.available<100Mi";
+
 /// Starts `skiff kubelet` with its data under `dir` and waits for its ready line; the child,
 /// its server's port and its further output.
 fn spawn_kubelet(
@@ -318,8 +330,11 @@ fn spawn_kubelet(
         // static pods, read every second
         .arg("--pod-manifest-path")
         .arg(dir.join("manifests"))
-        .args(["--file-check-frequency", "1s"])
-        .args(args);
+        .args(["--file-check-frequency", "1s"]);
+    if !args.iter().any(|a| a.starts_with("--eviction-hard")) {
+        cmd.args(["--eviction-hard", EVICTION_HARD]);
+    }
+    cmd.args(args);
     let (child, ready, lines) = super::spawn_until_ready(&mut cmd, &dir.join("kubelet.log"));
     assert!(ready.contains("containerd://"), "{ready}");
     let port = ready

@@ -4,6 +4,7 @@
 pub mod api;
 pub mod controllers;
 pub mod dns;
+pub mod eviction;
 pub mod pods;
 pub mod proxy;
 pub mod scheduler;
@@ -24,8 +25,9 @@ pub enum BenchCommand {
     Controllers(controllers::ControllersBenchArgs),
     /// The cluster DNS on one core: queries/s and latency percentiles with 1000 Services.
     Dns(dns::DnsBenchArgs),
-    /// The kubelet end to end: pod startup against the CRI floor, the kubelet's memory, and
-    /// hollow nodes' heartbeat writes and memory (needs root).
+    /// The kubelet end to end: pod startup against the CRI floor, the kubelet's memory, the
+    /// time from a hard memory threshold crossed to the first eviction, and hollow nodes'
+    /// heartbeat writes and memory (needs root).
     Pods(pods::PodBenchArgs),
     /// The Service dataplane (needs root): 1,000 Services x 10 endpoints programmed in a private
     /// netns in iptables and nftables mode, then one-endpoint changes.

@@ -9,6 +9,8 @@
 //!   same containerd (RunPodSandbox, CreateContainer, StartContainer), no Skiff in the path;
 //! - `kubelet-rss`: the kubelet's VmRSS while it runs `--rss-pods` pods (the burst's and the
 //!   rest);
+//! - `eviction`: from `memory.available` crossing a hard threshold to the first pod evicted
+//!   (see [`super::eviction`]), `--eviction-runs` times, against the 2 s target;
 //! - `hollow`: `--hollow-nodes` hollow nodes in a `skiff kubelet --hollow` child: Lease and
 //!   Node writes per second as watches on the API server see them (against the 1 per node per
 //!   10 s upstream renews at), the busiest second, and the child's RSS.
@@ -56,6 +58,9 @@ pub struct PodBenchArgs {
     /// rest created at once.
     #[arg(long, default_value_t = 100)]
     pub rss_pods: usize,
+    /// How many times a hard memory threshold is crossed and the eviction timed.
+    #[arg(long, default_value_t = 3)]
+    pub eviction_runs: usize,
     /// Hollow nodes in the heartbeat run.
     #[arg(long, default_value_t = 1000)]
     pub hollow_nodes: usize,
@@ -63,6 +68,11 @@ pub struct PodBenchArgs {
     #[arg(long, default_value_t = 30)]
     pub window_s: u64,
 }
+
+/// The bench kubelets' hard eviction thresholds: upstream's memory threshold alone, so that
+/// a nearly full disk (upstream's `nodefs.available<10%`, `imagefs.available<15%`) does not
+/// refuse the bench's pods.
+pub(super) const EVICTION_HARD: &str = "memory.available<100Mi";
 
 const NAMESPACE: &str = "pod-bench";
 const NODE: &str = "pod-bench";
@@ -185,6 +195,8 @@ async fn bench(args: &PodBenchArgs, server: &ServerChild, dir: &Path) -> Result<
             "10.42.0.0/24",
             "--flannel-backend",
             "none",
+            "--eviction-hard",
+            EVICTION_HARD,
         ],
     )
     .await?;
@@ -274,6 +286,18 @@ async fn bench(args: &PodBenchArgs, server: &ServerChild, dir: &Path) -> Result<
     );
     running.task.abort();
     kubelet.stop().await;
+
+    super::eviction::eviction(
+        &out,
+        &client,
+        &kubeconfig,
+        dir,
+        &data,
+        NAMESPACE,
+        NODE,
+        args.eviction_runs,
+    )
+    .await?;
 
     hollow(args, &out, &client, &kubeconfig, dir).await
 }

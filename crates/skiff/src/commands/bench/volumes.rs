@@ -43,7 +43,7 @@ use skiff_kubelet::images::BUSYBOX_IMAGE;
 use super::api::{CpuMeter, Emitter, ServerChild, ensure_open_files, histogram, merge, micros};
 use super::api::{ms, round3};
 use super::controllers::{SkiffChild, start, watches};
-use super::pods::{KubeletChild, load1, remove_pods};
+use super::pods::{EVICTION_HARD, KubeletChild, load1, remove_pods};
 use super::scheduler::create_all;
 use crate::commands::UsageError;
 use crate::commands::server::addons::ensure_local_storage;
@@ -305,6 +305,8 @@ async fn statefulsets(args: &VolumesBenchArgs, out: &Emitter, dir: &Path) -> Res
             "0",
             "--node-ip",
             "127.0.0.1",
+            "--eviction-hard",
+            EVICTION_HARD,
         ],
     )
     .await?;
