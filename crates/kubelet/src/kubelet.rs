@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::Api;
 use skiff_runtime::informer::Informers;
 
@@ -26,6 +27,7 @@ use crate::node;
 use crate::pod_sync::SyncContext;
 use crate::podnet::HostGw;
 use crate::podnet_runner::HostRunner;
+use crate::security_context::NodeSecurity;
 use crate::server::auth::Auth;
 use crate::server::pods::PodRegistry;
 use crate::server::reviews::ApiReviews;
@@ -49,6 +51,8 @@ pub enum Error {
     Server(#[from] crate::server::Error),
     #[error(transparent)]
     ServerTls(#[from] crate::server::tls::Error),
+    #[error("--allowed-unsafe-sysctls: {0}")]
+    Sysctls(#[from] crate::sysctl::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -160,6 +164,9 @@ pub struct Kubelet {
     server: KubeletServer,
     pods: PodRegistry,
     host_gw: Option<HostGw>,
+    /// This kubelet's watches (its pods, RuntimeClasses, the Nodes for the pod network); they
+    /// stop with the kubelet.
+    informers: Informers,
     pub ready: Ready,
 }
 
@@ -253,6 +260,8 @@ impl Kubelet {
                 .to_string(),
         )]));
         let node = node::register(&nodes, object).await?;
+        let informers = Informers::new(client.clone());
+        let security = NodeSecurity::for_host(&config.data_dir, &[])?;
         let ctx = SyncContext {
             runtime,
             api: Arc::new(KubePodApi::new(client.clone(), config.node_name.clone())),
@@ -276,6 +285,8 @@ impl Kubelet {
             }),
             allocatable,
             sync_frequency: config.sync_frequency,
+            security: Arc::new(security),
+            runtime_classes: informers.get::<RuntimeClass>().cache().clone(),
         };
         let ready = Ready {
             node: config.node_name.clone(),
@@ -295,6 +306,7 @@ impl Kubelet {
             server,
             pods,
             host_gw,
+            informers,
             ready,
         })
     }
@@ -309,9 +321,7 @@ impl Kubelet {
             data_dir: self.config.data_dir.clone(),
             kubelet_port: self.config.port,
         };
-        // this kubelet's watches (its pods, and the Nodes for the pod network); they stop once
-        // the tasks given them are
-        let informers = Informers::new(self.client.clone());
+        let informers = self.informers.clone();
         let view = NodeView::new(self.node.clone());
         let heartbeats = tokio::spawn(heartbeat::run(
             self.client.clone(),

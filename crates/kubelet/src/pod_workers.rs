@@ -35,7 +35,8 @@ fn uid_of(pod: &Pod) -> String {
 }
 
 /// Follows this node's pods (an informer of `informers`), keeps `registry` (what the server
-/// sees) up to date, admits each new pod (or rejects it) and hands it to its worker.
+/// sees) up to date, admits each new pod (or rejects it: its sysctls first, then as
+/// [`admission::check`]) and hands it to its worker.
 pub(crate) async fn watch_pods(
     client: kube::Client,
     informers: Informers,
@@ -113,7 +114,11 @@ pub(crate) async fn watch_pods(
                     if rejected.contains(&uid) {
                         continue;
                     }
-                    if let Err(r) = admit(&nodes, &node_name, &view, &pod, &workers).await {
+                    let checked = match ctx.security.sysctls.admit(&pod) {
+                        Ok(()) => admit(&nodes, &node_name, &view, &pod, &workers).await,
+                        Err(r) => Err(r),
+                    };
+                    if let Err(r) = checked {
                         admission::reject(&ctx, &pod, r).await;
                         rejected.insert(uid);
                         continue;
