@@ -43,7 +43,8 @@ impl HostInfo {
                 .map(|n| n.get() as u32)
                 .unwrap_or(1),
             memory_bytes: meminfo_total(&file("/proc/meminfo")).unwrap_or(0),
-            ephemeral_storage_bytes: filesystem_size(data_dir).unwrap_or(0),
+            ephemeral_storage_bytes: crate::fs_stats::fs_stats(data_dir)
+                .map_or(0, |s| s.capacity_bytes),
             kernel_version: file("/proc/sys/kernel/osrelease"),
             os_image: os_pretty_name(&file("/etc/os-release"))
                 .unwrap_or_else(|| "Linux".to_string()),
@@ -77,25 +78,6 @@ pub fn meminfo_total(meminfo: &str) -> Option<u64> {
 pub fn os_pretty_name(os_release: &str) -> Option<String> {
     let line = os_release.lines().find(|l| l.starts_with("PRETTY_NAME="))?;
     Some(line["PRETTY_NAME=".len()..].trim_matches('"').to_string())
-}
-
-/// The size of the filesystem holding `path`, through `df` (std has no statvfs and the
-/// workspace forbids the `unsafe` that libc's would need).
-fn filesystem_size(path: &Path) -> Option<u64> {
-    let out = std::process::Command::new("df")
-        .arg("-Pk")
-        .arg(path)
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let kib: u64 = text
-        .lines()
-        .nth(1)?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use crate::dns::{DnsSettings, parse_resolv_conf};
 use crate::heartbeat::{self, HostStatus};
 use crate::host::HostInfo;
 use crate::images::{self, CtrImporter};
+use crate::kubelet_config::KubeletConfiguration;
 use crate::node;
 use crate::pod_sync::SyncContext;
 use crate::podnet::HostGw;
@@ -75,25 +76,12 @@ pub struct Config {
     pub ctr_binary: PathBuf,
     /// The static busybox the built-in images are made of.
     pub busybox: PathBuf,
-    /// A directory of static pod manifests (upstream's `staticPodPath`), if any.
-    pub pod_manifest_path: Option<PathBuf>,
-    /// How often that directory is read (upstream's `fileCheckFrequency`, 20 s).
-    pub file_check_frequency: Duration,
-    /// Where the kubelet server listens (upstream's `--address` and `--port`).
-    pub address: IpAddr,
-    pub port: u16,
-    /// The CA (DER certificates) that signs the certificates of the server's clients: the
-    /// cluster CA, from the kubeconfig. Empty: only bearer tokens authenticate.
+    /// The cluster CA (DER certificates) that signs the certificates of the kubelet server's
+    /// clients, from the kubeconfig. Empty: only bearer tokens authenticate.
     pub client_ca: Vec<Vec<u8>>,
-    /// Cluster DNS servers for ClusterFirst pods (`--cluster-dns`); none: the host's.
-    pub cluster_dns: Vec<IpAddr>,
-    /// `--cluster-domain`.
-    pub cluster_domain: String,
-    /// How often configMap, secret, downwardAPI and projected volumes are refreshed
-    /// (`--sync-frequency`).
-    pub sync_frequency: Duration,
-    /// The host's resolv.conf, for `Default` pods and the search path (`--resolv-conf`).
-    pub resolv_conf: PathBuf,
+    /// What upstream's `KubeletConfiguration` sets: the server's address, static pods, DNS,
+    /// sync frequency, reservations, eviction, garbage collection, log rotation, sysctls.
+    pub settings: KubeletConfiguration,
     /// How pods reach pods on other nodes (k3s's `--flannel-backend`).
     pub flannel_backend: FlannelBackend,
     /// The cluster's pod range, which the pod network does not masquerade within
@@ -123,17 +111,8 @@ impl Default for Config {
             containerd_binary: PathBuf::from("containerd"),
             ctr_binary: PathBuf::from("ctr"),
             busybox: PathBuf::from("/bin/busybox"),
-            pod_manifest_path: None,
-            file_check_frequency: crate::static_pods::FILE_CHECK,
-            // upstream's kubelet defaults
-            address: IpAddr::from([0, 0, 0, 0]),
-            port: 10250,
             client_ca: Vec::new(),
-            cluster_dns: Vec::new(),
-            // upstream's conventional clusterDomain and resolvConf
-            cluster_domain: "cluster.local".into(),
-            sync_frequency: crate::volumes::REFRESH,
-            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            settings: KubeletConfiguration::default(),
             flannel_backend: FlannelBackend::HostGw,
             // k3s's default cluster CIDR
             cluster_cidr: "10.42.0.0/16".into(),
@@ -231,7 +210,7 @@ impl Kubelet {
         let log_dir = config.data_dir.join("logs/pods");
         let pods = PodRegistry::default();
         let server = KubeletServer::bind(
-            SocketAddr::new(config.address, config.port),
+            SocketAddr::new(config.settings.address, config.settings.port),
             tls::server_config(&cert, &key, &config.client_ca)?,
             ServerState {
                 runtime: runtime.clone(),
@@ -247,8 +226,13 @@ impl Kubelet {
         .await?;
         let mut config = config;
         // the port the server got (0 picks a free one), reported in the node's status
-        config.port = server.local_addr().port();
-        let mut status = node::node_status(&host, &runtime_version, config.port, Timestamp::now());
+        config.settings.port = server.local_addr().port();
+        let mut status = node::node_status(
+            &host,
+            &runtime_version,
+            config.settings.port,
+            Timestamp::now(),
+        );
         status.images = Some(node::node_images(&runtime.list_images().await?));
         let allocatable = status.allocatable.clone().unwrap_or_default();
         let mut object = node::node_object(&config.node_name, &host, &pod_cidr, status);
@@ -261,7 +245,8 @@ impl Kubelet {
         )]));
         let node = node::register(&nodes, object).await?;
         let informers = Informers::new(client.clone());
-        let security = NodeSecurity::for_host(&config.data_dir, &[])?;
+        let security =
+            NodeSecurity::for_host(&config.data_dir, &config.settings.allowed_unsafe_sysctls)?;
         let ctx = SyncContext {
             runtime,
             api: Arc::new(KubePodApi::new(client.clone(), config.node_name.clone())),
@@ -273,18 +258,18 @@ impl Kubelet {
             volumes: Arc::new(VolumeManager::new(
                 config.data_dir.join("pods"),
                 Arc::new(RealHost),
-                config.sync_frequency,
+                config.settings.sync_frequency,
             )),
             dns: Arc::new(DnsSettings {
-                cluster_dns: config.cluster_dns.clone(),
-                cluster_domain: config.cluster_domain.clone(),
+                cluster_dns: config.settings.cluster_dns.clone(),
+                cluster_domain: config.settings.cluster_domain.clone(),
                 host: parse_resolv_conf(
-                    &std::fs::read_to_string(&config.resolv_conf).unwrap_or_default(),
+                    &std::fs::read_to_string(&config.settings.resolv_conf).unwrap_or_default(),
                 ),
                 ..Default::default()
             }),
             allocatable,
-            sync_frequency: config.sync_frequency,
+            sync_frequency: config.settings.sync_frequency,
             security: Arc::new(security),
             runtime_classes: informers.get::<RuntimeClass>().cache().clone(),
         };
@@ -319,7 +304,7 @@ impl Kubelet {
             runtime_version: self.runtime_version.clone(),
             node_ip: self.config.node_ip,
             data_dir: self.config.data_dir.clone(),
-            kubelet_port: self.config.port,
+            kubelet_port: self.config.settings.port,
         };
         let informers = self.informers.clone();
         let view = NodeView::new(self.node.clone());
@@ -337,13 +322,13 @@ impl Kubelet {
             self.pods.clone(),
             view,
         ));
-        let static_pods = self.config.pod_manifest_path.clone().map(|dir| {
+        let static_pods = self.config.settings.static_pod_path.clone().map(|dir| {
             let api = crate::static_pods::KubeMirrorApi {
                 client: self.client.clone(),
                 node: self.config.node_name.clone(),
             };
             let node = self.node.clone();
-            let every = self.config.file_check_frequency;
+            let every = self.config.settings.file_check_frequency;
             tokio::spawn(async move { crate::static_pods::run(&api, &dir, &node, every).await })
         });
         let this_node = crate::local_path::NodeDir {

@@ -5,6 +5,8 @@
 //! # Layout
 //! - [`kubelet`]: the main loop: runtime start, node registration, heartbeats, the pod watch
 //!   and one worker per pod.
+//! - [`kubelet_config`]: upstream's `KubeletConfiguration` (the `--config` file), its
+//!   defaults and checks, and the eviction thresholds it sets.
 //! - [`pod_workers`]: the pod watch, admission, and one worker per pod.
 //! - [`pleg`]: the runtime relisted once a second; the pods whose containers changed are
 //!   synced.
@@ -38,6 +40,7 @@
 //! - [`node`]: the Node object, its status and its Lease.
 //! - [`heartbeat`]: the Lease renewal and status posting loop, jittered.
 //! - [`host`]: facts about this machine for the Node.
+//! - [`fs_stats`]: a filesystem's size, free space and inodes (`statvfs`).
 //! - [`cri`]: the [`cri::ContainerRuntime`] trait and its CRI client over a unix socket.
 //! - [`fake`]: a recording fake runtime for tests.
 //! - [`hollow`]: hollow kubelets: many simulated nodes in one process, the real node and
@@ -69,6 +72,7 @@ pub mod env;
 pub mod etc_hosts;
 pub mod expansion;
 pub mod fake;
+pub mod fs_stats;
 pub mod heartbeat;
 pub mod hollow;
 pub mod hollow_ipam;
@@ -77,6 +81,7 @@ pub mod hooks;
 pub mod host;
 pub mod images;
 pub mod kubelet;
+pub mod kubelet_config;
 pub mod local_path;
 pub mod node;
 pub mod pleg;
@@ -99,3 +104,4 @@ pub mod sysctl;
 pub mod volumes;
 
 pub use kubelet::{Config, FlannelBackend, Kubelet, Ready};
+pub use kubelet_config::KubeletConfiguration;

@@ -13,6 +13,7 @@ use anyhow::Context;
 use clap::Args;
 use skiff_kubelet::hollow::{self, HollowNodes};
 use skiff_kubelet::hollow_runtime::Behaviour;
+use skiff_kubelet::kubelet_config::{self, KubeletConfiguration};
 use skiff_kubelet::{Config, FlannelBackend, Kubelet};
 
 use super::lifecycle::Lifecycle;
@@ -45,39 +46,123 @@ pub struct KubeletArgs {
     #[arg(long, value_name = "IP")]
     pub node_ip: Option<IpAddr>,
 
+    /// A KubeletConfiguration file (`kubelet.config.k8s.io/v1beta1`, YAML or JSON); flags given
+    /// on the command line win over it, as upstream's.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
     /// A directory of static pod manifests, run on this node and mirrored to the API server.
     #[arg(long, value_name = "DIR")]
     pub pod_manifest_path: Option<PathBuf>,
 
-    /// How often the static pod directory is read again, as a Go duration (upstream's `20s`).
-    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = go_duration)]
-    pub file_check_frequency: Duration,
+    /// How often the static pod directory is read again, as a Go duration [default: 20s].
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub file_check_frequency: Option<Duration>,
 
-    /// The address the kubelet server (logs, exec, port-forward) listens on.
-    #[arg(long, value_name = "IP", default_value = "0.0.0.0")]
-    pub address: IpAddr,
+    /// The address the kubelet server (logs, exec, port-forward) listens on [default: 0.0.0.0].
+    #[arg(long, value_name = "IP")]
+    pub address: Option<IpAddr>,
 
-    /// The kubelet server's port (0 picks a free one, reported in the Node's status).
-    #[arg(long, value_name = "PORT", default_value_t = 10250)]
-    pub port: u16,
+    /// The kubelet server's port (0 picks a free one, reported in the Node's status)
+    /// [default: 10250].
+    #[arg(long, value_name = "PORT")]
+    pub port: Option<u16>,
 
     /// Cluster DNS servers for ClusterFirst pods (comma-separated); without them such pods
     /// use the host's resolv.conf, with a MissingClusterDNS warning.
     #[arg(long, value_name = "IP[,IP]", value_delimiter = ',')]
-    pub cluster_dns: Vec<IpAddr>,
+    pub cluster_dns: Option<Vec<IpAddr>>,
 
-    /// The cluster's DNS domain: pods search `NS.svc.DOMAIN svc.DOMAIN DOMAIN`.
-    #[arg(long, value_name = "DOMAIN", default_value = "cluster.local")]
-    pub cluster_domain: String,
+    /// The cluster's DNS domain: pods search `NS.svc.DOMAIN svc.DOMAIN DOMAIN`
+    /// [default: cluster.local].
+    #[arg(long, value_name = "DOMAIN")]
+    pub cluster_domain: Option<String>,
 
-    /// How often volumes from ConfigMaps, Secrets, the downward API and projections are
-    /// refreshed, as a Go duration (`1m0s`, `10s`; upstream's default).
-    #[arg(long, value_name = "DURATION", default_value = "1m0s", value_parser = go_duration)]
-    pub sync_frequency: Duration,
+    /// How often pods are synced and volumes from ConfigMaps, Secrets, the downward API and
+    /// projections refreshed, as a Go duration [default: 1m0s].
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub sync_frequency: Option<Duration>,
 
-    /// The host's resolv.conf, for `Default` pods and the host part of the search path.
-    #[arg(long, value_name = "FILE", default_value = "/etc/resolv.conf")]
-    pub resolv_conf: PathBuf,
+    /// The host's resolv.conf, for `Default` pods and the host part of the search path
+    /// [default: /etc/resolv.conf].
+    #[arg(long, value_name = "FILE")]
+    pub resolv_conf: Option<PathBuf>,
+
+    /// How many pods this node takes [default: 110].
+    #[arg(long, value_name = "N")]
+    pub max_pods: Option<u32>,
+
+    /// The most processes a pod may run; -1 for no limit [default: -1].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub pod_max_pids: Option<i64>,
+
+    /// Pods in upstream's QoS cgroup hierarchy (`kubepods/burstable/pod<uid>`) [default: true].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub cgroups_per_qos: Option<bool>,
+
+    /// The cgroup `kubepods` is made under [default: /].
+    #[arg(long, value_name = "CGROUP")]
+    pub cgroup_root: Option<String>,
+
+    /// Resources kept back for Kubernetes' daemons (`cpu=100m,memory=100Mi,pid=1000`).
+    #[arg(long, value_name = "RESOURCE=QUANTITY,...", value_parser = pairs)]
+    pub kube_reserved: Option<Map>,
+
+    /// Resources kept back for the system's daemons (`cpu=100m,memory=100Mi`).
+    #[arg(long, value_name = "RESOURCE=QUANTITY,...", value_parser = pairs)]
+    pub system_reserved: Option<Map>,
+
+    /// Hard eviction thresholds [default:
+    /// memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%,imagefs.inodesFree<5%].
+    #[arg(long, value_name = "SIGNAL<VALUE,...", value_parser = thresholds)]
+    pub eviction_hard: Option<Map>,
+
+    /// Soft eviction thresholds, each with a grace period (`memory.available<1Gi`).
+    #[arg(long, value_name = "SIGNAL<VALUE,...", value_parser = thresholds)]
+    pub eviction_soft: Option<Map>,
+
+    /// How long each soft threshold must be crossed before pods are evicted
+    /// (`memory.available=1m30s`).
+    #[arg(long, value_name = "SIGNAL=DURATION,...", value_parser = pairs)]
+    pub eviction_soft_grace_period: Option<Map>,
+
+    /// How far past a threshold eviction reclaims (`memory.available=500Mi`).
+    #[arg(long, value_name = "SIGNAL=QUANTITY,...", value_parser = pairs)]
+    pub eviction_minimum_reclaim: Option<Map>,
+
+    /// How long a pressure condition stays after its threshold stops being crossed, as a Go
+    /// duration [default: 5m0s].
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub eviction_pressure_transition_period: Option<Duration>,
+
+    /// The longest grace period, in seconds, a pod evicted for a soft threshold gets.
+    #[arg(long, value_name = "SECONDS")]
+    pub eviction_max_pod_grace_period: Option<i64>,
+
+    /// Disk usage (percent) above which unused images are removed [default: 85].
+    #[arg(long, value_name = "PERCENT")]
+    pub image_gc_high_threshold: Option<i32>,
+
+    /// Disk usage (percent) image garbage collection frees down to [default: 80].
+    #[arg(long, value_name = "PERCENT")]
+    pub image_gc_low_threshold: Option<i32>,
+
+    /// How old an unused image must be before it is removed, as a Go duration [default: 2m0s].
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    pub minimum_image_ttl_duration: Option<Duration>,
+
+    /// A container's log is rotated at this size [default: 10Mi].
+    #[arg(long, value_name = "QUANTITY")]
+    pub container_log_max_size: Option<String>,
+
+    /// How many log files a container keeps, the live one included [default: 5].
+    #[arg(long, value_name = "N")]
+    pub container_log_max_files: Option<u32>,
+
+    /// Sysctls or `prefix*` patterns outside the safe set that pods may set
+    /// (comma-separated).
+    #[arg(long, value_name = "SYSCTL[,SYSCTL]", value_delimiter = ',')]
+    pub allowed_unsafe_sysctls: Option<Vec<String>>,
 
     /// How pods reach pods on other nodes, as k3s's flag: `host-gw` routes other nodes' pod
     /// CIDRs via their InternalIPs and masquerades traffic leaving the cluster CIDR; `none`
@@ -94,6 +179,17 @@ pub struct KubeletArgs {
 
     #[command(flatten)]
     pub hollow: HollowArgs,
+}
+
+/// A map flag's value.
+type Map = std::collections::BTreeMap<String, String>;
+
+fn pairs(text: &str) -> Result<Map, String> {
+    kubelet_config::parse_pairs_flag(text).map_err(|e| e.to_string())
+}
+
+fn thresholds(text: &str) -> Result<Map, String> {
+    kubelet_config::parse_threshold_flag(text).map_err(|e| e.to_string())
 }
 
 /// `--flannel-backend`'s values (see [`FlannelBackend`]).
@@ -187,20 +283,15 @@ pub async fn run(args: KubeletArgs, lifecycle: Lifecycle) -> anyhow::Result<()> 
     if args.hollow.hollow {
         return run_hollow(client, args, lifecycle).await;
     }
+    let settings = settings(&args)?;
     let config = Config {
         node_name,
         data_dir: args.data_dir,
         pod_cidr: args.pod_cidr,
         node_ip: args.node_ip,
         container_runtime_endpoint: args.container_runtime_endpoint,
-        pod_manifest_path: args.pod_manifest_path,
-        file_check_frequency: args.file_check_frequency.max(Duration::from_secs(1)),
-        address: args.address,
-        port: args.port,
         client_ca,
-        cluster_dns: args.cluster_dns,
-        cluster_domain: args.cluster_domain,
-        resolv_conf: args.resolv_conf,
+        settings,
         flannel_backend: match args.flannel_backend {
             BackendArg::HostGw => FlannelBackend::HostGw,
             BackendArg::None => FlannelBackend::None,
@@ -208,7 +299,6 @@ pub async fn run(args: KubeletArgs, lifecycle: Lifecycle) -> anyhow::Result<()> 
         cluster_cidr: args
             .cluster_cidr
             .unwrap_or_else(|| Config::default().cluster_cidr),
-        sync_frequency: args.sync_frequency.max(Duration::from_secs(1)),
         ..Config::default()
     };
     let kubelet = Kubelet::start(client, config).await?;
@@ -259,6 +349,86 @@ async fn run_hollow(
     Ok(())
 }
 
+/// The kubelet's settings: upstream's defaults, then the `--config` file, then the flags given.
+fn settings(args: &KubeletArgs) -> anyhow::Result<KubeletConfiguration> {
+    let mut c = match &args.config {
+        Some(path) => {
+            let loaded = KubeletConfiguration::from_file(path)?;
+            if !loaded.unknown_fields.is_empty() {
+                tracing::warn!(
+                    file = %path.display(),
+                    fields = ?loaded.unknown_fields,
+                    "the kubelet does not take these KubeletConfiguration fields; they have no effect"
+                );
+            }
+            loaded.config
+        }
+        None => KubeletConfiguration::default(),
+    };
+    fn set<T: Clone>(field: &mut T, flag: &Option<T>) {
+        if let Some(v) = flag {
+            *field = v.clone();
+        }
+    }
+    if args.pod_manifest_path.is_some() {
+        c.static_pod_path = args.pod_manifest_path.clone();
+    }
+    set(&mut c.file_check_frequency, &args.file_check_frequency);
+    set(&mut c.address, &args.address);
+    set(&mut c.port, &args.port);
+    set(&mut c.cluster_dns, &args.cluster_dns);
+    set(&mut c.cluster_domain, &args.cluster_domain);
+    set(&mut c.sync_frequency, &args.sync_frequency);
+    set(&mut c.resolv_conf, &args.resolv_conf);
+    set(&mut c.max_pods, &args.max_pods);
+    set(&mut c.pod_pids_limit, &args.pod_max_pids);
+    set(&mut c.cgroups_per_qos, &args.cgroups_per_qos);
+    set(&mut c.cgroup_root, &args.cgroup_root);
+    set(&mut c.kube_reserved, &args.kube_reserved);
+    set(&mut c.system_reserved, &args.system_reserved);
+    set(&mut c.eviction_hard, &args.eviction_hard);
+    set(&mut c.eviction_soft, &args.eviction_soft);
+    set(
+        &mut c.eviction_soft_grace_period,
+        &args.eviction_soft_grace_period,
+    );
+    set(
+        &mut c.eviction_minimum_reclaim,
+        &args.eviction_minimum_reclaim,
+    );
+    set(
+        &mut c.eviction_pressure_transition_period,
+        &args.eviction_pressure_transition_period,
+    );
+    set(
+        &mut c.eviction_max_pod_grace_period,
+        &args.eviction_max_pod_grace_period,
+    );
+    set(
+        &mut c.image_gc_high_threshold_percent,
+        &args.image_gc_high_threshold,
+    );
+    set(
+        &mut c.image_gc_low_threshold_percent,
+        &args.image_gc_low_threshold,
+    );
+    set(
+        &mut c.image_minimum_gc_age,
+        &args.minimum_image_ttl_duration,
+    );
+    set(&mut c.container_log_max_size, &args.container_log_max_size);
+    set(
+        &mut c.container_log_max_files,
+        &args.container_log_max_files,
+    );
+    set(&mut c.allowed_unsafe_sysctls, &args.allowed_unsafe_sysctls);
+    // at least a second, as before the configuration file
+    c.file_check_frequency = c.file_check_frequency.max(Duration::from_secs(1));
+    c.sync_frequency = c.sync_frequency.max(Duration::from_secs(1));
+    c.validate().map_err(|e| super::UsageError(e.to_string()))?;
+    Ok(c)
+}
+
 /// A duration as Go's `time.ParseDuration` reads it (`1m0s`, `90s`, `1h30m`); at least a
 /// millisecond.
 pub(super) fn go_duration(text: &str) -> Result<Duration, String> {
@@ -272,7 +442,56 @@ pub(super) fn go_duration(text: &str) -> Result<Duration, String> {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: KubeletArgs,
+    }
+
+    fn settings_of(argv: &[&str]) -> anyhow::Result<KubeletConfiguration> {
+        let argv = ["kubelet", "--kubeconfig", "k", "--node-name", "n"]
+            .iter()
+            .chain(argv);
+        settings(&Command::try_parse_from(argv)?.args)
+    }
+
+    #[test]
+    fn flags_win_over_the_config_file_which_wins_over_the_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             containerLogMaxSize: 2Mi\ncontainerLogMaxFiles: 4\nmaxPods: 20\n",
+        )
+        .unwrap();
+        let c = settings_of(&[
+            "--config",
+            file.to_str().unwrap(),
+            "--container-log-max-size",
+            "1Mi",
+            "--eviction-hard",
+            "memory.available<1Gi",
+            "--cgroups-per-qos=false",
+        ])
+        .unwrap();
+        assert_eq!(c.container_log_max_size, "1Mi");
+        assert_eq!(c.container_log_max_files, 4);
+        assert_eq!(c.max_pods, 20);
+        assert!(!c.cgroups_per_qos);
+        assert_eq!(c.eviction_hard.len(), 1);
+        assert_eq!(c.port, 10250);
+
+        let c = settings_of(&[]).unwrap();
+        assert_eq!(c, KubeletConfiguration::default());
+        let e = settings_of(&["--image-gc-low-threshold", "90"]).unwrap_err();
+        assert!(e.to_string().contains("must be less than"), "{e}");
+        assert!(settings_of(&["--eviction-hard", "memory.available=1Gi"]).is_err());
+    }
 
     #[test]
     fn go_durations_add_up_their_units() {
