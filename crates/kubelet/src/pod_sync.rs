@@ -156,24 +156,30 @@ impl SyncContext {
     }
 
     /// The CRI runtime handler of the pod's RuntimeClass, none for a pod without one
-    /// (upstream's `LookupRuntimeHandler`), or why it cannot be known.
+    /// (upstream's `LookupRuntimeHandler`), or why the sandbox cannot be made: the class is
+    /// missing, or the pod asks for a user namespace (`hostUsers: false`), which no handler of
+    /// containerd 1.6 supports.
     fn runtime_handler(&self, pod: &Pod) -> std::result::Result<String, String> {
-        let name = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.runtime_class_name.as_deref());
-        let Some(name) = name.filter(|n| !n.is_empty()) else {
-            return Ok(String::new());
+        let spec = pod.spec.as_ref();
+        let name = spec.and_then(|s| s.runtime_class_name.as_deref());
+        let handler = match name.filter(|n| !n.is_empty()) {
+            None => String::new(),
+            Some(name) if !self.runtime_classes.is_ready() => {
+                return Err(format!(
+                    "failed to lookup RuntimeClass {name}: the RuntimeClasses are not listed yet"
+                ));
+            }
+            Some(name) => match self.runtime_classes.get(&ObjectRef::new(name)) {
+                Some(class) => class.handler.clone(),
+                None => return Err(format!("runtimeclass.node.k8s.io {name:?} not found")),
+            },
         };
-        if !self.runtime_classes.is_ready() {
+        if spec.and_then(|s| s.host_users) == Some(false) {
             return Err(format!(
-                "failed to lookup RuntimeClass {name}: the RuntimeClasses are not listed yet"
+                "RuntimeClass handler {handler:?} does not support user namespaces"
             ));
         }
-        match self.runtime_classes.get(&ObjectRef::new(name)) {
-            Some(class) => Ok(class.handler.clone()),
-            None => Err(format!("runtimeclass.node.k8s.io {name:?} not found")),
-        }
+        Ok(handler)
     }
 
     /// The pod's containers in the runtime, grouped by container name, newest attempt first,

@@ -387,6 +387,19 @@ async fn the_sandbox_runs_under_its_runtime_class_handler_and_a_missing_class_fa
             .calls()
             .contains(&"RunPodSandbox default/web runsc".to_string())
     );
+
+    // no runtime here gives pods a user namespace of their own
+    let h = harness();
+    let mut p = pod("Always", "IfNotPresent");
+    p.spec.as_mut().unwrap().host_users = Some(false);
+    h.sync(&mut p).await;
+    assert_eq!(h.count("RunPodSandbox"), 0);
+    assert_eq!(
+        h.api.event_messages("FailedCreatePodSandBox"),
+        [
+            r#"Failed to create pod sandbox: RuntimeClass handler "" does not support user namespaces"#
+        ]
+    );
 }
 
 #[tokio::test]

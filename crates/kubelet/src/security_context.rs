@@ -9,7 +9,8 @@
 //!   `privileged`, `readOnlyRootFilesystem`, `allowPrivilegeEscalation: false` as
 //!   `no_new_privs`, `procMount` (`Default`: the runtime's masked and read-only /proc paths);
 //! - seccomp (container, then pod, else `Unconfined`; `Localhost` profiles under the kubelet's
-//!   `<data-dir>/seccomp`) and AppArmor (container, pod, then the deprecated annotation);
+//!   `<data-dir>/seccomp`; the deprecated annotations stand in for unset fields) and AppArmor
+//!   (container, pod, then the deprecated annotation);
 //! - the namespaces (`hostNetwork`, `hostPID`, `hostIPC`, `shareProcessNamespace`);
 //! - the sandbox's user, groups, namespaces, privilege (any privileged container), sysctls and
 //!   its `RuntimeDefault` seccomp profile;
@@ -287,16 +288,47 @@ fn profile(kind: ProfileType, localhost_ref: String) -> SecurityProfile {
     }
 }
 
-/// The seccomp profile of a container: its own, else the pod's, else `Unconfined`
-/// (upstream's `getSeccompProfile` without `seccompDefault`).
+/// The deprecated seccomp annotations: the pod's, and each container's (`<prefix><container>`),
+/// which upstream's API server copies into the fields they stand for when those are unset.
+pub const SECCOMP_POD_ANNOTATION: &str = "seccomp.security.alpha.kubernetes.io/pod";
+pub const SECCOMP_CONTAINER_ANNOTATION_PREFIX: &str =
+    "container.seccomp.security.alpha.kubernetes.io/";
+
+/// The field a deprecated seccomp annotation stands for (upstream's
+/// `seccompFieldForAnnotation`): `runtime/default` (or `docker/default`), `unconfined`,
+/// `localhost/<path>`.
+fn seccomp_annotation(pod: &Pod, key: &str) -> Option<SeccompProfile> {
+    let value = pod.metadata.annotations.as_ref()?.get(key)?;
+    let (type_, localhost_profile) = match value.as_str() {
+        "runtime/default" | "docker/default" => ("RuntimeDefault", None),
+        "unconfined" => ("Unconfined", None),
+        other => (
+            "Localhost",
+            Some(other.strip_prefix("localhost/")?.to_string()),
+        ),
+    };
+    Some(SeccompProfile {
+        type_: type_.into(),
+        localhost_profile,
+    })
+}
+
+/// The seccomp profile of a container: its own field (or annotation), else the pod's field (or
+/// annotation), else `Unconfined` (upstream's `getSeccompProfile` without `seccompDefault`).
 fn seccomp(pod: &Pod, container: &Container, root: &Path) -> Result<SecurityProfile, String> {
-    let field: Option<&SeccompProfile> = container
+    let key = format!("{SECCOMP_CONTAINER_ANNOTATION_PREFIX}{}", container.name);
+    let field: Option<SeccompProfile> = container
         .security_context
         .as_ref()
-        .and_then(|s| s.seccomp_profile.as_ref())
-        .or_else(|| pod_context(pod).and_then(|s| s.seccomp_profile.as_ref()));
+        .and_then(|s| s.seccomp_profile.clone())
+        .or_else(|| seccomp_annotation(pod, &key))
+        .or_else(|| pod_context(pod).and_then(|s| s.seccomp_profile.clone()))
+        .or_else(|| seccomp_annotation(pod, SECCOMP_POD_ANNOTATION));
     Ok(
-        match field.map(|f| (f.type_.as_str(), f.localhost_profile.as_deref())) {
+        match field
+            .as_ref()
+            .map(|f| (f.type_.as_str(), f.localhost_profile.as_deref()))
+        {
             Some(("RuntimeDefault", _)) => profile(ProfileType::RuntimeDefault, String::new()),
             Some(("Localhost", Some(name))) if !name.is_empty() => profile(
                 ProfileType::Localhost,

@@ -194,6 +194,38 @@ fn seccomp_is_the_containers_then_the_pods_else_unconfined() {
         .unwrap_err(),
         "localhostProfile must be set if seccompProfile type is Localhost."
     );
+    let mut annotated = pod(json!({}), json!(null));
+    annotated.metadata.annotations = Some(
+        [
+            (
+                SECCOMP_POD_ANNOTATION.to_string(),
+                "runtime/default".to_string(),
+            ),
+            (
+                format!("{SECCOMP_CONTAINER_ANNOTATION_PREFIX}c"),
+                "localhost/b.json".to_string(),
+            ),
+        ]
+        .into(),
+    );
+    assert_eq!(
+        kind(&annotated),
+        (
+            ProfileType::Localhost,
+            "/var/lib/skiff/seccomp/b.json".into()
+        ),
+        "a container's annotation stands in for its field, over the pod's"
+    );
+    annotated
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .retain(|k, _| k == SECCOMP_POD_ANNOTATION);
+    assert_eq!(
+        kind(&annotated),
+        (ProfileType::RuntimeDefault, String::new())
+    );
     let (sandbox_sc, _) = sandbox(&unset);
     assert_eq!(
         sandbox_sc.seccomp.unwrap().profile_type,
