@@ -232,17 +232,7 @@ impl SyncContext {
         new_status.phase = Some("Pending".into());
         new_status.reason = Some(blocked.reason);
         new_status.message = Some(blocked.message);
-        let old = serde_json::to_value(pod.status.clone().unwrap_or_default()).ok();
-        if old != serde_json::to_value(&new_status).ok() {
-            let m = &pod.metadata;
-            self.api
-                .patch_status(
-                    m.namespace.as_deref().unwrap_or("default"),
-                    m.name.as_deref().unwrap_or_default(),
-                    &new_status,
-                )
-                .await?;
-        }
+        self.write_status(pod, &new_status).await?;
         Ok(Outcome::Resync(self.sync_frequency))
     }
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
+use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod, PodStatus};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::runtime::reflector::ObjectRef;
@@ -153,6 +153,22 @@ impl SyncContext {
     /// The directory of the pod's container logs.
     pub fn pod_log_dir(&self, pod: &Pod) -> PathBuf {
         pod_log_dir(&self.log_dir, pod)
+    }
+
+    /// Writes the pod's new status, unless it is the one the pod has.
+    pub(crate) async fn write_status(&self, pod: &Pod, status: &PodStatus) -> Result<()> {
+        let old = serde_json::to_value(pod.status.clone().unwrap_or_default()).ok();
+        if old != serde_json::to_value(status).ok() {
+            let m = &pod.metadata;
+            self.api
+                .patch_status(
+                    m.namespace.as_deref().unwrap_or("default"),
+                    m.name.as_deref().unwrap_or_default(),
+                    status,
+                )
+                .await?;
+        }
+        Ok(())
     }
 
     /// The CRI runtime handler of the pod's RuntimeClass, none for a pod without one
@@ -437,16 +453,7 @@ impl SyncContext {
             }
         }
         let new_status = status::pod_status(pod, &view, now);
-        let old = serde_json::to_value(pod.status.clone().unwrap_or_default()).ok();
-        if old != serde_json::to_value(&new_status).ok() {
-            self.api
-                .patch_status(
-                    pod.metadata.namespace.as_deref().unwrap_or("default"),
-                    pod.metadata.name.as_deref().unwrap_or_default(),
-                    &new_status,
-                )
-                .await?;
-        }
+        self.write_status(pod, &new_status).await?;
         if plan.finished {
             return Ok(Outcome::Finished);
         }
