@@ -200,6 +200,14 @@ impl FakeRuntime {
         found.sort_by_key(|c| c.created_at);
         found.into_iter().map(|c| c.id.clone()).collect()
     }
+
+    /// The configs of the sandboxes made, oldest first.
+    pub fn sandbox_configs(&self) -> Vec<PodSandboxConfig> {
+        let s = self.state.lock();
+        let mut found: Vec<_> = s.sandboxes.values().collect();
+        found.sort_by_key(|(_, _, _, created)| *created);
+        found.into_iter().map(|(c, ..)| c.clone()).collect()
+    }
 }
 
 #[async_trait]

@@ -4,6 +4,7 @@
 //! nodes ([`crate::podnet`]) and the deletion of released local-path volumes
 //! ([`crate::local_path`]); these read the kubelet's shared informers.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,6 +18,9 @@ use skiff_runtime::informer::Informers;
 
 use crate::admission::NodeView;
 use crate::api::KubePodApi;
+use crate::cgroups::PodCgroups;
+use crate::cgroups::fs::RealCgroupFs;
+use crate::cgroups::resources::node_allocatable_config;
 use crate::containerd::{ContainerdConfig, ManagedContainerd};
 use crate::cri::{ContainerRuntime, CriClient};
 use crate::dns::{DnsSettings, parse_resolv_conf};
@@ -38,6 +42,10 @@ use crate::volumes::host::RealHost;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error(transparent)]
+    Cgroups(#[from] crate::cgroups::Error),
+    #[error(transparent)]
+    Config(#[from] crate::kubelet_config::Error),
     #[error(transparent)]
     Containerd(#[from] crate::containerd::Error),
     #[error(transparent)]
@@ -152,6 +160,15 @@ pub struct Kubelet {
 impl Kubelet {
     /// Starts the runtime, imports the built-in images and registers the Node.
     pub async fn start(client: kube::Client, config: Config) -> Result<Kubelet> {
+        // ephemeral storage is measured on the filesystem of the data dir
+        let _ = std::fs::create_dir_all(&config.data_dir);
+        let host = HostInfo::read(config.node_ip, &config.data_dir);
+        // as upstream's container manager, before anything runs: a bad cgroup root stops here
+        let cgroups = if config.settings.cgroups_per_qos {
+            Some(Arc::new(start_pod_cgroups(&config.settings, &host)?))
+        } else {
+            None
+        };
         let host_gw = match config.flannel_backend {
             FlannelBackend::HostGw => Some(HostGw::new(
                 Arc::new(HostRunner),
@@ -201,7 +218,6 @@ impl Kubelet {
             .await?;
         }
 
-        let host = HostInfo::read(config.node_ip, &config.data_dir);
         let (cert, key) = tls::ensure_serving_certificate(
             &config.data_dir.join("pki"),
             &host.hostname,
@@ -227,8 +243,10 @@ impl Kubelet {
         let mut config = config;
         // the port the server got (0 picks a free one), reported in the node's status
         config.settings.port = server.local_addr().port();
+        let reservation = node::Reservation::of(&config.settings)?;
         let mut status = node::node_status(
             &host,
+            &reservation,
             &runtime_version,
             config.settings.port,
             Timestamp::now(),
@@ -272,6 +290,7 @@ impl Kubelet {
             sync_frequency: config.settings.sync_frequency,
             security: Arc::new(security),
             runtime_classes: informers.get::<RuntimeClass>().cache().clone(),
+            cgroups,
         };
         let ready = Ready {
             node: config.node_name.clone(),
@@ -305,6 +324,7 @@ impl Kubelet {
             node_ip: self.config.node_ip,
             data_dir: self.config.data_dir.clone(),
             kubelet_port: self.config.settings.port,
+            reservation: node::Reservation::of(&self.config.settings)?,
         };
         let informers = self.informers.clone();
         let view = NodeView::new(self.node.clone());
@@ -361,6 +381,28 @@ impl Kubelet {
         }
         Ok(())
     }
+}
+
+/// Makes `kubepods` under `--cgroup-root` with what the node gives pods (its capacity less
+/// `kubeReserved` and `systemReserved`) and the QoS cgroups below it.
+fn start_pod_cgroups(settings: &KubeletConfiguration, host: &HostInfo) -> Result<PodCgroups> {
+    let mut capacity = BTreeMap::from([
+        ("cpu".to_string(), i64::from(host.cpus) * 1000),
+        (
+            "memory".to_string(),
+            i64::try_from(host.memory_bytes).unwrap_or(i64::MAX),
+        ),
+    ]);
+    if let Some(pids) = crate::host::max_pids() {
+        capacity.insert("pid".to_string(), pids);
+    }
+    let kubepods = node_allocatable_config(&capacity, &settings.reserved()?);
+    Ok(PodCgroups::start(
+        Arc::new(RealCgroupFs),
+        &settings.cgroup_root,
+        settings.pod_pids_limit,
+        &kubepods,
+    )?)
 }
 
 /// How long the runtime gets to answer CRI after its socket opened.

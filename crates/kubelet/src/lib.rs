@@ -37,6 +37,8 @@
 //! - [`static_pods`]: pods from a manifest directory, kept as mirror pods in the API.
 //! - [`status`]: pod status from CRI state, without I/O.
 //! - [`qos`]: containers' `oom_score_adj` from their pod's QoS class.
+//! - [`cgroups`]: pod cgroups in upstream's QoS hierarchy (`kubepods`, `burstable`,
+//!   `besteffort`, `pod<uid>`) with the cgroupfs driver, on cgroup v1 or v2.
 //! - [`node`]: the Node object, its status and its Lease.
 //! - [`heartbeat`]: the Lease renewal and status posting loop, jittered.
 //! - [`host`]: facts about this machine for the Node.
@@ -63,6 +65,7 @@
 pub mod actions;
 pub mod admission;
 pub mod api;
+pub mod cgroups;
 pub mod config;
 pub mod containerd;
 pub mod credentials;

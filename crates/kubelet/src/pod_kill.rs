@@ -1,6 +1,6 @@
 //! Stopping a pod in the runtime, as upstream's `KillPod`: its containers get SIGTERM (after
 //! their preStop hooks) and SIGKILL once the grace period is over, all at once; then its
-//! sandboxes stop, and containers, sandboxes, logs and volumes are removed.
+//! sandboxes stop, and containers, sandboxes, the pod's cgroup, logs and volumes are removed.
 
 use std::time::Duration;
 
@@ -109,11 +109,24 @@ impl SyncContext {
                 _ => {}
             }
         }
+        self.remove_cgroup(pod).await;
         let _ = std::fs::remove_dir_all(self.pod_log_dir(pod));
         if let Err(e) = self.volumes.tear_down(&uid) {
             tracing::warn!(pod = %pod_key(pod), error = %e, "tearing down the pod's volumes");
         }
         tracing::info!(pod = %pod_key(pod), grace, "pod stopped and removed from the runtime");
         Ok(())
+    }
+
+    /// Removes the pod's cgroup once nothing of it runs (upstream's pod container manager's
+    /// `Destroy`); a failure is logged, the cgroup left behind.
+    pub(crate) async fn remove_cgroup(&self, pod: &Pod) {
+        let Some(cgroups) = &self.cgroups else {
+            return;
+        };
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        if let Err(e) = cgroups.remove_pod(uid).await {
+            tracing::warn!(pod = %pod_key(pod), error = %e, "removing the pod's cgroup");
+        }
     }
 }

@@ -49,6 +49,14 @@ pub enum Error {
     },
     #[error(transparent)]
     Api(#[from] crate::api::Error),
+    #[error(
+        "failed to ensure that the pod: {uid} cgroups exist and are correctly applied: {source}"
+    )]
+    Cgroups {
+        uid: String,
+        #[source]
+        source: crate::cgroups::Error,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -91,6 +99,9 @@ pub struct SyncContext {
     pub security: Arc<NodeSecurity>,
     /// The cluster's RuntimeClasses (an informer's cache), whose handlers sandboxes run under.
     pub runtime_classes: Cache<RuntimeClass>,
+    /// Pod cgroups in the QoS hierarchy (`cgroupsPerQOS`); None: pods go where the runtime
+    /// puts them.
+    pub cgroups: Option<Arc<crate::cgroups::PodCgroups>>,
 }
 
 pub(crate) fn pod_key(pod: &Pod) -> String {
@@ -290,6 +301,9 @@ impl SyncContext {
             .max_by_key(|s| s.created_at)
             .map(|s| s.id.clone());
 
+        if !plan.finished {
+            self.ensure_cgroup(pod).await?;
+        }
         let volumes_ready = plan.finished
             || match self.set_up_volumes(pod, now).await {
                 Ok(()) => true,
@@ -392,6 +406,10 @@ impl SyncContext {
             } else {
                 sandbox_status = self.runtime.pod_sandbox_status(id).await.ok();
             }
+        }
+        if plan.finished {
+            // nothing runs in it any more (upstream removes a terminated pod's cgroup)
+            self.remove_cgroup(pod).await;
         }
         let mut probed: HashMap<String, (bool, bool)> = HashMap::new();
         if sandbox_status.is_some() {

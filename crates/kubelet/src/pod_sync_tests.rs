@@ -50,6 +50,7 @@ fn harness() -> Harness {
         sync_frequency: crate::volumes::REFRESH,
         security: Default::default(),
         runtime_classes: skiff_runtime::cache::Cache::from_objects([]),
+        cgroups: None,
     };
     Harness {
         probes: Default::default(),
@@ -264,6 +265,50 @@ async fn deletion_stops_containers_with_the_grace_period_removes_them_and_delete
     assert_eq!(
         h.api.event_reasons().last().map(String::as_str),
         Some("Killing")
+    );
+}
+
+#[tokio::test]
+async fn a_pod_gets_its_cgroup_before_its_sandbox_as_parent_and_loses_it_once_deleted() {
+    let mut h = harness();
+    let fs = Arc::new(crate::cgroups::fs::FakeCgroupFs::v1());
+    let cgroups = crate::cgroups::PodCgroups::start(fs.clone(), "/", -1, &Default::default());
+    h.ctx.cgroups = Some(Arc::new(cgroups.unwrap()));
+    let mut pod = pod("Always", "IfNotPresent");
+    h.sync(&mut pod).await;
+    let sandbox = &h.runtime.sandbox_configs()[0];
+    assert_eq!(
+        sandbox.linux.as_ref().unwrap().cgroup_parent,
+        "/kubepods/besteffort/podu1"
+    );
+    let dir = "/sys/fs/cgroup/memory/kubepods/besteffort/podu1";
+    assert!(fs.has_dir(dir));
+
+    pod.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    assert_eq!(h.sync(&mut pod).await, Outcome::Done);
+    assert!(!fs.has_dir(dir));
+}
+
+#[tokio::test]
+async fn a_pod_whose_cgroup_cannot_be_made_gets_no_sandbox_and_a_warning() {
+    let mut h = harness();
+    let fs = Arc::new(crate::cgroups::fs::FakeCgroupFs::v1());
+    let cgroups = crate::cgroups::PodCgroups::start(fs.clone(), "/", -1, &Default::default());
+    h.ctx.cgroups = Some(Arc::new(cgroups.unwrap()));
+    fs.fail_writes
+        .lock()
+        .insert("cpu.shares".into(), "no space left on device".into());
+    let pod = pod("Always", "IfNotPresent");
+    let err = h
+        .ctx
+        .sync_pod(&pod, &mut Default::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("u1 cgroups exist"), "{err}");
+    assert_eq!(h.count("RunPodSandbox"), 0);
+    assert_eq!(
+        h.api.event_reasons().last().map(String::as_str),
+        Some("FailedCreatePodContainer")
     );
 }
 

@@ -1,11 +1,14 @@
 //! A real `skiff kubelet` for the end-to-end tests, with the managed containerd it starts:
 //! started on its own data dir, by default on this host with its kubelet server on a free
 //! loopback port (the Node's InternalIP is 127.0.0.1 so that the API server reaches it there),
-//! or in a network namespace of its own ([`Placement`], see [`super::netns`]), and torn down
-//! with whatever containers a failed test left.
+//! or in a network namespace of its own ([`Placement`], see [`super::netns`]), with a cgroup
+//! root of its own ([`CgroupRoot`]), and torn down with whatever containers and cgroups a
+//! failed test left.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -82,16 +85,62 @@ impl Placement {
     }
 }
 
-/// A `skiff kubelet` child with its data dir. Dropping it kills whatever containers are left
-/// (a failed test), stops the kubelet with SIGTERM (which stops its containerd) and removes
-/// the data dir.
+/// A cgroup of one test kubelet's own, made in every mounted hierarchy, for its
+/// `--cgroup-root`: its `kubepods` and pod cgroups stay apart from those of the kubelets of
+/// other tests and of the host. Dropping it kills what is left in it and removes it, what is
+/// below it first.
+pub struct CgroupRoot {
+    driver: skiff_kubelet::cgroups::driver::Cgroupfs,
+    name: skiff_kubelet::cgroups::driver::CgroupName,
+}
+
+impl CgroupRoot {
+    pub fn new() -> CgroupRoot {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let fs = Arc::new(skiff_kubelet::cgroups::fs::RealCgroupFs);
+        let driver = skiff_kubelet::cgroups::driver::Cgroupfs::new(fs).expect("cgroup hierarchies");
+        let name = skiff_kubelet::cgroups::driver::CgroupName::parse(&format!(
+            "/skiff-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        driver
+            .create(&name, &Default::default())
+            .unwrap_or_else(|e| panic!("making cgroup {name}: {e}"));
+        CgroupRoot { driver, name }
+    }
+
+    /// The cgroupfs form `--cgroup-root` takes (`/skiff-test-…`).
+    pub fn name(&self) -> String {
+        self.name.to_cgroupfs()
+    }
+}
+
+impl Drop for CgroupRoot {
+    fn drop(&mut self) {
+        // killed processes leave their cgroups once they have exited
+        for _ in 0..50 {
+            match self.driver.destroy(&self.name) {
+                Ok(()) => return,
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+            }
+        }
+        eprintln!("cgroup {} could not be removed", self.name);
+    }
+}
+
+/// A `skiff kubelet` child with its data dir and cgroup root. Dropping it kills whatever
+/// containers are left (a failed test), stops the kubelet with SIGTERM (which stops its
+/// containerd) and removes the data dir and the cgroup root.
 pub struct KubeletProcess {
     child: Child,
     node: String,
     placement: Placement,
-    /// Extra flags, kept across [`KubeletProcess::restart`].
+    /// Extra flags, kept across [`KubeletProcess::restart`]; `--cgroup-root` among them.
     args: Vec<String>,
     dir: tempfile::TempDir,
+    /// Dropped after the kubelet's containers are killed (fields drop after `drop`).
+    cgroup_root: CgroupRoot,
     kubeconfig: PathBuf,
     /// The kubelet server's port (from the ready line).
     port: u16,
@@ -113,10 +162,12 @@ impl KubeletProcess {
         api: &ApiServer,
         node: &str,
         placement: Placement,
-        args: &[&str],
+        extra_args: &[&str],
     ) -> KubeletProcess {
         let dir = tempfile::tempdir().expect("temp dir");
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let cgroup_root = CgroupRoot::new();
+        let mut args: Vec<String> = vec!["--cgroup-root".into(), cgroup_root.name()];
+        args.extend(extra_args.iter().map(|a| a.to_string()));
         let (child, port, lines) = spawn_kubelet(&placement, node, dir.path(), &args);
         KubeletProcess {
             child,
@@ -124,6 +175,7 @@ impl KubeletProcess {
             placement,
             args,
             dir,
+            cgroup_root,
             kubeconfig: api.kubeconfig(),
             port,
             _lines: lines,
@@ -143,6 +195,11 @@ impl KubeletProcess {
         self.child = child;
         self.port = port;
         self._lines = lines;
+    }
+
+    /// The cgroup the kubelet's `kubepods` is under (`/skiff-test-…`).
+    pub fn cgroup_root(&self) -> String {
+        self.cgroup_root.name()
     }
 
     /// The kubelet's static pod directory (created on demand).
