@@ -2,10 +2,15 @@
 //! the pod can run here beside the pods it admitted before (upstream's
 //! `predicateAdmitHandler`): the `kubernetes.io/os` label and `spec.os`, the node's
 //! allocatable resources, node affinity, host ports (the scheduler's own checks, which upstream's
-//! kubelet imports from the scheduler and Skiff's from the component helpers), and NoExecute
-//! taints. A pod that fails is never started: it gets a
+//! kubelet imports from the scheduler and Skiff's from the component helpers), NoExecute
+//! taints, `supplementalGroupsPolicy: Strict` on a runtime that cannot honour it, and (checked
+//! first, by [`crate::sysctl`]) its sysctls. A pod that fails is never started: it gets a
 //! Warning event and `status.phase: Failed` with the first failure's reason (`OutOfcpu`,
-//! `NodePorts`, …) and the message "Pod was rejected: …".
+//! `NodePorts`, `SysctlForbidden`, …) and the message "Pod was rejected: …".
+//!
+//! Upstream's *soft* admission is checked at every sync of a Pending pod instead
+//! ([`soft_check`]): a pod asking for an AppArmor profile on a host without AppArmor stays
+//! Pending with reason `AppArmor`, its containers waiting `Blocked`, and runs nothing.
 //!
 //! Static pods' mirror pods are not checked (upstream exempts static pods from the taint check
 //! and lets critical pods evict others to fit; Skiff admits them as they are).
@@ -25,8 +30,10 @@ use skiff_component_helpers::tolerations::{find_untolerated_taint, tolerated_by_
 
 use crate::api::PodEvent;
 use crate::eviction::{self, Condition};
-use crate::pod_sync::SyncContext;
+use crate::pod_sync::{Outcome, Result as SyncResult, SyncContext};
+use crate::security_context::{APPARMOR_ANNOTATION_PREFIX, NodeSecurity};
 use crate::static_pods::MIRROR_ANNOTATION;
+use crate::status::{self, ContainerView, PodView, Waiting};
 
 /// Why a pod may not run here.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +99,12 @@ pub fn check(pod: &Pod, node: &Node, admitted: &[Arc<Pod>]) -> Result<(), Reject
             message: "Failed to admit pod as the OS field doesn't match node OS".into(),
         });
     }
+    if strict_groups_unsupported(pod, node) {
+        return Err(Rejection {
+            reason: "SupplementalGroupsPolicyNotSupported".into(),
+            message: "SupplementalGroupsPolicy=Strict is not supported in this node".into(),
+        });
+    }
     let admitted = admitted.iter().map(|p| &**p);
     if let Some(failure) = admission::check(pod, node, admitted).into_iter().next() {
         return Err(match failure {
@@ -150,6 +163,118 @@ pub fn check_pressure(pod: &Pod, pressure: &BTreeSet<Condition>) -> Result<(), R
         reason: eviction::REASON.into(),
         message: format!("The node had condition: [{}]. ", names.join(" ")),
     })
+}
+
+/// Whether the pod asks for `supplementalGroupsPolicy: Strict` and the node's runtime does
+/// not say it supports it (`status.features.supplementalGroupsPolicy`; containerd 1.6 says
+/// nothing), as upstream's `rejectPodAdmissionBasedOnSupplementalGroupsPolicy`.
+fn strict_groups_unsupported(pod: &Pod, node: &Node) -> bool {
+    let policy = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|s| s.supplemental_groups_policy.as_deref());
+    let supported = node
+        .status
+        .as_ref()
+        .and_then(|s| s.features.as_ref())
+        .and_then(|f| f.supplemental_groups_policy)
+        .unwrap_or(false);
+    policy == Some("Strict") && !supported
+}
+
+/// Upstream's soft admission, checked while the pod is Pending: on a host without AppArmor, a
+/// pod asking for any AppArmor profile but `Unconfined` (pod or container field, or the
+/// deprecated annotation) cannot run.
+pub fn soft_check(pod: &Pod, node: &NodeSecurity) -> Result<(), Rejection> {
+    let pending = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if node.apparmor_enabled || !matches!(pending, None | Some("Pending")) {
+        return Ok(());
+    }
+    let confined = |p: Option<&k8s_openapi::api::core::v1::AppArmorProfile>| {
+        p.is_some_and(|p| p.type_ != "Unconfined")
+    };
+    let spec = pod.spec.as_ref();
+    let pod_level = spec
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|s| s.app_armor_profile.as_ref());
+    let containers = spec.into_iter().flat_map(|s| {
+        let init = s.init_containers.iter().flatten();
+        let ephemeral = s.ephemeral_containers.iter().flatten();
+        init.chain(&s.containers)
+            .map(|c| c.security_context.as_ref())
+            .chain(ephemeral.map(|c| c.security_context.as_ref()))
+    });
+    let mut fields = std::iter::once(pod_level)
+        .chain(containers.map(|sc| sc.and_then(|s| s.app_armor_profile.as_ref())));
+    let annotated = pod
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .any(|(k, v)| k.starts_with(APPARMOR_ANNOTATION_PREFIX) && v != "unconfined");
+    if fields.any(confined) || annotated {
+        return Err(Rejection {
+            reason: "AppArmor".into(),
+            message: "Cannot enforce AppArmor: AppArmor is not enabled on the host".into(),
+        });
+    }
+    Ok(())
+}
+
+impl SyncContext {
+    /// Holds back a pod that soft admission refuses, as upstream's `SyncPod` does: whatever of
+    /// it runs is stopped, and it stays Pending with the refusal's reason and message, its
+    /// containers waiting `Blocked`, until it is deleted.
+    pub(crate) async fn sync_blocked(&self, pod: &Pod, blocked: Rejection) -> SyncResult<Outcome> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let sandboxes = self
+            .runtime
+            .list_pod_sandboxes(crate::pod_sync::uid_labels(&uid))
+            .await
+            .map_err(self.runtime_err(pod))?;
+        if !sandboxes.is_empty() {
+            let grace = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .unwrap_or(30);
+            self.kill_pod(pod, grace).await?;
+        }
+        let now = (self.clock)();
+        let spec = pod.spec.clone().unwrap_or_default();
+        let view_of = |c: &k8s_openapi::api::core::v1::Container| ContainerView {
+            name: c.name.clone(),
+            image: c.image.clone().unwrap_or_default(),
+            current: None,
+            previous: None,
+            waiting: Some(Waiting {
+                reason: "Blocked".into(),
+                message: String::new(),
+            }),
+            probed: None,
+        };
+        let (runs, ids) = (Default::default(), Default::default());
+        let nothing_ran = crate::actions::Observed {
+            runs: &runs,
+            in_sandbox: &ids,
+            startup_passed: &ids,
+        };
+        let view = PodView {
+            sandbox: None,
+            init_containers: spec.init_containers.iter().flatten().map(view_of).collect(),
+            containers: spec.containers.iter().map(view_of).collect(),
+            init: crate::actions::plan(pod, nothing_ran, now).init,
+            host_ip: self.host_ip.clone(),
+            runtime_name: self.runtime_name.clone(),
+        };
+        let mut new_status = status::pod_status(pod, &view, now);
+        new_status.phase = Some("Pending".into());
+        new_status.reason = Some(blocked.reason);
+        new_status.message = Some(blocked.message);
+        self.write_status(pod, &new_status).await?;
+        Ok(Outcome::Resync(self.sync_frequency))
+    }
 }
 
 fn predicate(plugin: &str, reason: &str) -> Rejection {
@@ -332,6 +457,76 @@ mod tests {
         assert!(check_pressure(&with_qos("BestEffort", tolerating), &disk).is_err());
         let critical = with_qos("Burstable", json!({"spec": {"priority": 2000001000}}));
         assert!(check_pressure(&critical, &disk).is_ok());
+    }
+
+    #[test]
+    fn strict_supplemental_groups_need_a_runtime_that_says_it_supports_them() {
+        let strict = json!({"spec": {"securityContext": {"supplementalGroupsPolicy": "Strict"}}});
+        let n = node(json!([]));
+        assert_eq!(
+            rejected(&pod("s", strict.clone()), &n, &[]),
+            (
+                "SupplementalGroupsPolicyNotSupported".into(),
+                "SupplementalGroupsPolicy=Strict is not supported in this node".into()
+            )
+        );
+        let merge = json!({"spec": {"securityContext": {"supplementalGroupsPolicy": "Merge"}}});
+        assert!(check(&pod("m", merge), &n, &[]).is_ok());
+        let mut supporting = n;
+        supporting.status.as_mut().unwrap().features =
+            serde_json::from_value(json!({"supplementalGroupsPolicy": true})).unwrap();
+        assert!(check(&pod("s", strict), &supporting, &[]).is_ok());
+    }
+
+    #[test]
+    fn apparmor_profiles_other_than_unconfined_need_apparmor_on_the_host() {
+        let without = NodeSecurity::default();
+        let blocked = |extra: serde_json::Value| soft_check(&pod("a", extra), &without).err();
+        let rejection = blocked(
+            json!({"spec": {"containers": [{"name": "c", "image": "busybox",
+            "securityContext": {"appArmorProfile": {"type": "Localhost",
+                                                    "localhostProfile": "p"}}}]}}),
+        )
+        .expect("blocked");
+        assert_eq!(
+            (rejection.reason.as_str(), rejection.message.as_str()),
+            (
+                "AppArmor",
+                "Cannot enforce AppArmor: AppArmor is not enabled on the host"
+            )
+        );
+        let pod_level =
+            json!({"spec": {"securityContext": {"appArmorProfile": {"type": "RuntimeDefault"}}}});
+        assert!(blocked(pod_level.clone()).is_some());
+        let unconfined =
+            json!({"spec": {"securityContext": {"appArmorProfile": {"type": "Unconfined"}}}});
+        assert!(blocked(unconfined).is_none());
+        assert!(blocked(json!({})).is_none());
+
+        let mut annotated = pod("b", json!({}));
+        annotated.metadata.annotations = Some(
+            [(
+                format!("{APPARMOR_ANNOTATION_PREFIX}c"),
+                "runtime/default".to_string(),
+            )]
+            .into(),
+        );
+        assert!(soft_check(&annotated, &without).is_err());
+
+        let with = NodeSecurity {
+            apparmor_enabled: true,
+            ..NodeSecurity::default()
+        };
+        assert!(soft_check(&pod("a", pod_level.clone()), &with).is_ok());
+        let mut running = pod("r", pod_level);
+        running.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        });
+        assert!(
+            soft_check(&running, &without).is_ok(),
+            "a running pod is not checked again"
+        );
     }
 
     #[test]

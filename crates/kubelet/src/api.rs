@@ -394,6 +394,18 @@ impl RecordingPodApi {
             .collect()
     }
 
+    /// The messages of the events recorded so far with `reason`, oldest first.
+    pub fn event_messages(&self, reason: &str) -> Vec<String> {
+        self.writes
+            .lock()
+            .iter()
+            .filter_map(|w| match w {
+                Write::Event { event, .. } if event.reason == reason => Some(event.message.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The token requests made so far, oldest first.
     pub fn token_requests(&self) -> Vec<TokenRequest> {
         self.writes

@@ -1,16 +1,15 @@
 //! The CRI configs the kubelet asks for, from the pod's spec without I/O: the sandbox (metadata,
-//! hostname, log directory, host ports, labels by which the kubelet finds it again, namespaces)
-//! and each container (image, command, args, env and mounts as resolved by the caller, cgroup
-//! resources from requests and limits, log path, labels, attempt, the pod's fsGroup as a
-//! supplemental group); the downward API's field references.
+//! hostname, log directory, host ports, labels by which the kubelet finds it again, its
+//! security context and sysctls from [`crate::security_context`]) and each container (image,
+//! command, args, env, mounts and security context as resolved by the caller, cgroup resources
+//! from requests and limits, log path, labels, attempt); the downward API's field references.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use k8s_cri::v1::{
     LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
-    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount, NamespaceMode, NamespaceOption,
-    PortMapping, Protocol,
+    LinuxPodSandboxConfig, Mount, PortMapping, Protocol,
 };
 use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
 
@@ -54,6 +53,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, log_directory: &Path) -> PodSandb
             host_ip: p.host_ip.clone().unwrap_or_default(),
         })
         .collect();
+    let (security_context, sysctls) = crate::security_context::sandbox(pod);
     PodSandboxConfig {
         metadata: Some(PodSandboxMetadata {
             name: name.clone(),
@@ -79,11 +79,8 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, log_directory: &Path) -> PodSandb
             .into_iter()
             .collect(),
         linux: Some(LinuxPodSandboxConfig {
-            security_context: Some(LinuxSandboxSecurityContext {
-                namespace_options: Some(namespace_options(pod)),
-                supplemental_groups: supplemental_groups(pod),
-                ..Default::default()
-            }),
+            security_context: Some(security_context),
+            sysctls,
             ..Default::default()
         }),
         ..Default::default()
@@ -164,6 +161,8 @@ pub fn linux_resources(container: &ApiContainer) -> LinuxContainerResources {
     out
 }
 
+/// A container's config; `security` is its security context as
+/// [`crate::security_context::container`] makes it.
 pub fn container_config(
     pod: &Pod,
     container: &ApiContainer,
@@ -171,6 +170,7 @@ pub fn container_config(
     attempt: u32,
     envs: Vec<KeyValue>,
     mounts: Vec<Mount>,
+    security: LinuxContainerSecurityContext,
 ) -> ContainerConfig {
     let m = &pod.metadata;
     let labels = HashMap::from([
@@ -211,47 +211,8 @@ pub fn container_config(
         tty: container.tty.unwrap_or(false),
         linux: Some(LinuxContainerConfig {
             resources: Some(linux_resources(container)),
-            security_context: Some(LinuxContainerSecurityContext {
-                namespace_options: Some(namespace_options(pod)),
-                privileged: container
-                    .security_context
-                    .as_ref()
-                    .and_then(|s| s.privileged)
-                    .unwrap_or(false),
-                supplemental_groups: supplemental_groups(pod),
-                ..Default::default()
-            }),
+            security_context: Some(security),
         }),
-        ..Default::default()
-    }
-}
-
-/// The groups every process of the pod has besides its own: the pod's `fsGroup`, so that it
-/// can use the volumes given that group (upstream's `determineEffectiveSecurityContext` and
-/// sandbox config; the pod's `supplementalGroups` are not passed yet).
-fn supplemental_groups(pod: &Pod) -> Vec<i64> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.security_context.as_ref())
-        .and_then(|sc| sc.fs_group)
-        .into_iter()
-        .collect()
-}
-
-fn namespace_options(pod: &Pod) -> NamespaceOption {
-    let host_network = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.host_network)
-        .unwrap_or(false);
-    NamespaceOption {
-        network: if host_network {
-            NamespaceMode::Node
-        } else {
-            NamespaceMode::Pod
-        } as i32,
-        pid: NamespaceMode::Container as i32,
-        ipc: NamespaceMode::Pod as i32,
         ..Default::default()
     }
 }
@@ -286,7 +247,7 @@ mod tests {
             .unwrap()
             .namespace_options
             .unwrap();
-        assert_eq!(ns.network, NamespaceMode::Node as i32);
+        assert_eq!(ns.network, k8s_cri::v1::NamespaceMode::Node as i32);
     }
 
     #[test]
@@ -342,37 +303,18 @@ mod tests {
             0,
             env,
             Vec::new(),
+            LinuxContainerSecurityContext {
+                run_as_user: Some(k8s_cri::v1::Int64Value { value: 7 }),
+                ..Default::default()
+            },
         );
         assert_eq!(c.envs[0].key, "A");
         assert_eq!(c.command, ["sh"]);
         let linux = c.linux.unwrap();
         assert!(linux.resources.is_some());
-        assert!(
-            linux
-                .security_context
-                .unwrap()
-                .supplemental_groups
-                .is_empty()
+        assert_eq!(
+            linux.security_context.unwrap().run_as_user.unwrap().value,
+            7
         );
-    }
-
-    #[test]
-    fn the_pods_fs_group_is_a_supplemental_group_of_the_sandbox_and_every_container() {
-        let mut p = pod(json!({"name": "c"}));
-        p.spec.as_mut().unwrap().security_context =
-            serde_json::from_value(json!({"fsGroup": 2000})).unwrap();
-        let c = container_config(
-            &p,
-            &p.spec.clone().unwrap().containers[0],
-            "sha256:x",
-            0,
-            Vec::new(),
-            Vec::new(),
-        );
-        let sc = c.linux.unwrap().security_context.unwrap();
-        assert_eq!(sc.supplemental_groups, [2000]);
-        let sandbox = sandbox_config(&p, 0, Path::new("/logs"));
-        let sc = sandbox.linux.unwrap().security_context.unwrap();
-        assert_eq!(sc.supplemental_groups, [2000]);
     }
 }

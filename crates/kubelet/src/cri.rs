@@ -42,6 +42,19 @@ impl Error {
     pub fn is_not_found(&self) -> bool {
         matches!(self, Error::Call { status, .. } if status.code() == tonic::Code::NotFound)
     }
+
+    /// The error as upstream's kubelet words a runtime's gRPC error in events and statuses
+    /// (`rpc error: code = Unknown desc = …`).
+    pub fn rpc_message(&self) -> String {
+        match self {
+            Error::Call { status, .. } => format!(
+                "rpc error: code = {:?} desc = {}",
+                status.code(),
+                status.message()
+            ),
+            other => other.to_string(),
+        }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -52,9 +65,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub trait ContainerRuntime: Send + Sync {
     /// The runtime's name and version (`containerd`, `1.6.20`).
     async fn version(&self) -> Result<VersionResponse>;
-    /// Creates and starts a sandbox (its network namespace held by the pause container) and
-    /// returns its id.
-    async fn run_pod_sandbox(&self, config: PodSandboxConfig) -> Result<String>;
+    /// Creates and starts a sandbox (its network namespace held by the pause container) under
+    /// `runtime_handler` (a RuntimeClass's handler; empty: the runtime's default) and returns
+    /// its id.
+    async fn run_pod_sandbox(
+        &self,
+        config: PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String>;
     async fn stop_pod_sandbox(&self, id: &str) -> Result<()>;
     async fn remove_pod_sandbox(&self, id: &str) -> Result<()>;
     async fn pod_sandbox_status(&self, id: &str) -> Result<PodSandboxStatus>;
@@ -181,10 +199,14 @@ impl ContainerRuntime for CriClient {
         Ok(r.map_err(call("Version"))?.into_inner())
     }
 
-    async fn run_pod_sandbox(&self, config: PodSandboxConfig) -> Result<String> {
+    async fn run_pod_sandbox(
+        &self,
+        config: PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String> {
         let req = cri::RunPodSandboxRequest {
             config: Some(config),
-            runtime_handler: String::new(),
+            runtime_handler: runtime_handler.into(),
         };
         let r = self.runtime.clone().run_pod_sandbox(req).await;
         Ok(r.map_err(call("RunPodSandbox"))?

@@ -3,7 +3,7 @@
 //! in memory, records every call as one line (`"RunPodSandbox default/web"`), hands out pod IPs
 //! from 10.42.0.0/24, and can be told to fail a method or to make a container exit.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -31,7 +31,8 @@ struct State {
     containers: HashMap<String, ContainerStatus>,
     /// Container id → sandbox id.
     container_sandbox: HashMap<String, String>,
-    images: HashSet<String>,
+    /// Image name → the user its config names (`""`: none, root).
+    images: HashMap<String, String>,
     /// The exit code `ExecSync` answers with.
     exec_exit_code: i32,
     /// Where the streaming URLs of `Exec`, `Attach` and `PortForward` point.
@@ -133,7 +134,36 @@ impl FakeRuntime {
 
     /// Pretends the image is present.
     pub fn add_image(&self, image: &str) {
-        self.state.lock().images.insert(image.to_string());
+        self.add_image_with_user(image, "");
+    }
+
+    /// Pretends the image is present, its config's `User` being `user` (`"1000"`, `"nobody"`).
+    pub fn add_image_with_user(&self, image: &str, user: &str) {
+        let mut s = self.state.lock();
+        s.images.insert(image.to_string(), user.to_string());
+    }
+
+    /// The image as ImageStatus shows it: its id (`sha256:<length of name>`) and its user, a
+    /// uid when numeric, a name otherwise, as containerd reports them.
+    fn image(name: &str, user: &str) -> Image {
+        let user = user.split(':').next().unwrap_or_default();
+        let uid = user
+            .parse()
+            .ok()
+            .map(|value| k8s_cri::v1::Int64Value { value });
+        Image {
+            id: format!("sha256:{}", name.len()),
+            repo_tags: vec![name.into()],
+            size: 1000,
+            spec: Some(image_spec(name)),
+            username: if uid.is_none() {
+                user.into()
+            } else {
+                String::new()
+            },
+            uid,
+            ..Default::default()
+        }
     }
 
     /// Makes a running container exit with `code`.
@@ -204,12 +234,16 @@ impl ContainerRuntime for FakeRuntime {
         })
     }
 
-    async fn run_pod_sandbox(&self, config: PodSandboxConfig) -> Result<String> {
+    async fn run_pod_sandbox(
+        &self,
+        config: PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String> {
         let mut s = self.state.lock();
         let meta = config.metadata.clone().unwrap_or_default();
         s.check(
             "RunPodSandbox",
-            &format!("{}/{}", meta.namespace, meta.name),
+            &format!("{}/{} {runtime_handler}", meta.namespace, meta.name),
         )?;
         s.next_id += 1;
         let id = format!("sandbox-{}", s.next_id);
@@ -459,28 +493,24 @@ impl ContainerRuntime for FakeRuntime {
     async fn list_images(&self) -> Result<Vec<Image>> {
         let mut s = self.state.lock();
         s.check("ListImages", "")?;
-        let mut names: Vec<&String> = s.images.iter().collect();
-        names.sort();
-        Ok(names
+        let mut images: Vec<(&String, &String)> = s.images.iter().collect();
+        images.sort();
+        Ok(images
             .into_iter()
-            .map(|name| Image {
-                id: format!("sha256:{}", name.len()),
-                repo_tags: vec![name.clone()],
-                size: 1000,
-                ..Default::default()
-            })
+            .map(|(name, user)| FakeRuntime::image(name, user))
             .collect())
     }
 
     async fn image_status(&self, image: &str) -> Result<Option<Image>> {
         let mut s = self.state.lock();
         s.check("ImageStatus", image)?;
-        Ok(s.images.contains(image).then(|| Image {
-            id: format!("sha256:{}", image.len()),
-            repo_tags: vec![image.into()],
-            spec: Some(image_spec(image)),
-            ..Default::default()
-        }))
+        // by name, or by the id the fake gave it
+        let mut images: Vec<(&String, &String)> = s.images.iter().collect();
+        images.sort();
+        Ok(images
+            .into_iter()
+            .map(|(name, user)| FakeRuntime::image(name, user))
+            .find(|i| i.repo_tags[0] == image || i.id == image))
     }
 
     async fn pull_image(&self, image: &str, auth: Option<AuthConfig>) -> Result<String> {
@@ -489,7 +519,7 @@ impl ContainerRuntime for FakeRuntime {
             .map(|a| format!(" as {}", a.username))
             .unwrap_or_default();
         s.check("PullImage", &format!("{image}{user}"))?;
-        s.images.insert(image.into());
+        s.images.entry(image.into()).or_default();
         Ok(format!("sha256:{}", image.len()))
     }
 }

@@ -20,7 +20,9 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerImage, Node, NodeStatus};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::Api;
+use skiff_runtime::cache::Cache;
 use skiff_runtime::informer::Informers;
 
 use crate::admission::NodeView;
@@ -35,6 +37,7 @@ use crate::local_path::{ANN_NODE_DIR, KubeVolumeApi, NodeDir};
 use crate::node;
 use crate::pod_sync::SyncContext;
 use crate::pod_workers::Workers;
+use crate::security_context::NodeSecurity;
 use crate::server::pods::PodRegistry;
 use crate::volumes::VolumeManager;
 use crate::volumes::claim::Claims;
@@ -151,6 +154,9 @@ struct HollowNode {
 pub struct HollowNodes {
     client: kube::Client,
     nodes: Vec<HollowNode>,
+    /// One factory for all nodes: each node's pod informer has its own field selector (so its
+    /// own watch); their volumes and RuntimeClasses share one. They stop with the factory.
+    informers: Informers,
 }
 
 impl HollowNodes {
@@ -160,14 +166,28 @@ impl HollowNodes {
             node: format!("{}-*", config.prefix),
             source,
         })?;
+        let informers = Informers::new(client.clone());
+        let shared = Shared {
+            runtime_classes: informers.get::<RuntimeClass>().cache().clone(),
+            // the host's kernel decides the safe sysctls; hollow nodes have no AppArmor
+            security: Arc::new(NodeSecurity {
+                sysctls: crate::sysctl::Allowlist::new(crate::sysctl::kernel_version(), &[])
+                    .expect("the safe sysctls are namespaced"),
+                ..NodeSecurity::default()
+            }),
+        };
         let nodes: Vec<HollowNode> = futures::stream::iter(0..config.count)
-            .map(|i| register(&client, &config, cluster, i))
+            .map(|i| register(&client, &config, &shared, cluster, i))
             .buffered(REGISTER_CONCURRENCY)
             .collect::<Vec<_>>()
             .await
             .into_iter()
             .collect::<Result<_>>()?;
-        Ok(HollowNodes { client, nodes })
+        Ok(HollowNodes {
+            client,
+            nodes,
+            informers,
+        })
     }
 
     /// The registered nodes' names, in order.
@@ -183,9 +203,7 @@ impl HollowNodes {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let count = self.nodes.len().max(1) as u32;
         let mut tasks = Vec::with_capacity(self.nodes.len() * 2 + 1);
-        // one factory for all nodes: each node's pod informer has its own field selector (so
-        // its own watch), their volumes share one; they stop once the tasks given them are
-        let informers = Informers::new(self.client.clone());
+        let informers = self.informers;
         let mut local_path = Vec::with_capacity(self.nodes.len());
         for (i, n) in self.nodes.into_iter().enumerate() {
             local_path.push(n.local_path);
@@ -220,11 +238,18 @@ impl HollowNodes {
     }
 }
 
+/// What every hollow node's pod workers share.
+struct Shared {
+    runtime_classes: Cache<RuntimeClass>,
+    security: Arc<NodeSecurity>,
+}
+
 /// Registers hollow node `i`: its pod CIDR is the one its Node has, or the `i`-th of the
 /// cluster range.
 async fn register(
     client: &kube::Client,
     config: &Config,
+    shared: &Shared,
     cluster: Cidr,
     i: usize,
 ) -> Result<HollowNode> {
@@ -298,6 +323,8 @@ async fn register(
         dns: Arc::default(),
         allocatable,
         sync_frequency: crate::volumes::REFRESH,
+        security: shared.security.clone(),
+        runtime_classes: shared.runtime_classes.clone(),
         // hollow pods have no processes: nothing to put in cgroups
         cgroups: None,
     };

@@ -208,7 +208,9 @@ impl ContainerRuntime for HollowRuntime {
         })
     }
 
-    async fn run_pod_sandbox(&self, config: PodSandboxConfig) -> Result<String> {
+    /// Any runtime handler is accepted: a hollow node simulates one runtime whatever the
+    /// pod's RuntimeClass.
+    async fn run_pod_sandbox(&self, config: PodSandboxConfig, _handler: &str) -> Result<String> {
         tokio::time::sleep(self.behaviour.startup_delay).await;
         let now = self.now();
         let mut s = self.state.lock();

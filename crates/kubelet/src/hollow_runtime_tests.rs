@@ -61,7 +61,7 @@ async fn pod_ip(rt: &HollowRuntime, sandbox: &str) -> String {
 
 /// Runs a sandbox with one container for `uid` and returns the container's status.
 async fn start_pod(rt: &HollowRuntime, uid: &str) -> ContainerStatus {
-    let sb = rt.run_pod_sandbox(sandbox(uid)).await.unwrap();
+    let sb = rt.run_pod_sandbox(sandbox(uid), "").await.unwrap();
     let id = rt
         .create_container(&sb, container(uid, "app"), sandbox(uid))
         .await
@@ -76,7 +76,7 @@ async fn pod_ips_come_from_the_node_range_after_the_gateway_round_robin() {
     let mut ips = Vec::new();
     let mut sandboxes = Vec::new();
     for uid in ["a", "b", "c", "d", "e"] {
-        let sb = rt.run_pod_sandbox(sandbox(uid)).await.unwrap();
+        let sb = rt.run_pod_sandbox(sandbox(uid), "").await.unwrap();
         ips.push(pod_ip(&rt, &sb).await);
         sandboxes.push(sb);
     }
@@ -91,7 +91,7 @@ async fn pod_ips_come_from_the_node_range_after_the_gateway_round_robin() {
             "10.42.3.6"
         ]
     );
-    let err = rt.run_pod_sandbox(sandbox("f")).await.unwrap_err();
+    let err = rt.run_pod_sandbox(sandbox("f"), "").await.unwrap_err();
     assert!(
         err.to_string()
             .contains("no IP addresses available in range set: 10.42.3.2-10.42.3.6"),
@@ -100,7 +100,7 @@ async fn pod_ips_come_from_the_node_range_after_the_gateway_round_robin() {
     // a stopped sandbox gives its address back; the next one is handed out after the last
     rt.stop_pod_sandbox(&sandboxes[1]).await.unwrap();
     assert_eq!(pod_ip(&rt, &sandboxes[1]).await, "");
-    let sb = rt.run_pod_sandbox(sandbox("g")).await.unwrap();
+    let sb = rt.run_pod_sandbox(sandbox("g"), "").await.unwrap();
     assert_eq!(pod_ip(&rt, &sb).await, "10.42.3.3");
 }
 
@@ -115,7 +115,7 @@ async fn a_sandbox_takes_the_startup_delay() {
         },
     );
     let began = tokio::time::Instant::now();
-    rt.run_pod_sandbox(sandbox("a")).await.unwrap();
+    rt.run_pod_sandbox(sandbox("a"), "").await.unwrap();
     // paused time advances exactly to the sleep's deadline
     assert_eq!(began.elapsed(), delay);
 }
@@ -172,7 +172,7 @@ async fn a_scripted_container_exits_with_its_code_when_started() {
     let run = |command: Vec<String>, uid: &'static str| {
         let rt = &rt;
         async move {
-            let sb = rt.run_pod_sandbox(sandbox(uid)).await.unwrap();
+            let sb = rt.run_pod_sandbox(sandbox(uid), "").await.unwrap();
             let config = ContainerConfig {
                 command,
                 ..container(uid, "app")
@@ -244,6 +244,8 @@ async fn the_real_pod_sync_runs_a_pod_on_the_hollow_runtime_with_an_ip_from_the_
         dns: Arc::default(),
         allocatable: Default::default(),
         sync_frequency: crate::volumes::REFRESH,
+        security: Default::default(),
+        runtime_classes: skiff_runtime::cache::Cache::from_objects([]),
         cgroups: None,
     };
     let mut pod: Pod = serde_json::from_value(json!({
@@ -299,6 +301,8 @@ async fn the_real_pod_sync_finishes_a_pod_whose_container_runs_true() {
         dns: Arc::default(),
         allocatable: Default::default(),
         sync_frequency: crate::volumes::REFRESH,
+        security: Default::default(),
+        runtime_classes: skiff_runtime::cache::Cache::from_objects([]),
         cgroups: None,
     };
     let mut pod: Pod = serde_json::from_value(json!({

@@ -75,7 +75,10 @@ mod tests {
         let runtime = crate::fake::FakeRuntime::new();
         runtime.add_image("busybox");
         let id = {
-            let sandbox = runtime.run_pod_sandbox(Default::default()).await.unwrap();
+            let sandbox = runtime
+                .run_pod_sandbox(Default::default(), "")
+                .await
+                .unwrap();
             let c = runtime
                 .create_container(&sandbox, Default::default(), Default::default())
                 .await

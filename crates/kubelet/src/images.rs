@@ -1,7 +1,8 @@
 //! Images without a registry: the pause (sandbox) image and a busybox image built from the
 //! host's static `/bin/busybox` as one OCI image-layout tarball, and importing archives into
 //! containerd's `k8s.io` namespace (the [`ImageImporter`] trait; [`CtrImporter`] runs Debian's
-//! `ctr`). Built-in images are imported once, when the runtime does not have them yet.
+//! `ctr`). Built-in images are imported once, when the runtime does not have them yet. Other
+//! images over the same layer ([`build_images`], e.g. with a non-root `User`) serve tests.
 
 use std::path::{Path, PathBuf};
 
@@ -145,9 +146,40 @@ pub fn applets(busybox: &Path) -> Result<Vec<String>> {
         .collect())
 }
 
+/// One image of a busybox archive: its name and config.
+#[derive(Debug, Clone, Default)]
+pub struct ImageConfig {
+    /// The name containerd imports it as (`localhost/app:1`).
+    pub name: String,
+    /// The config's `Entrypoint` (none when empty).
+    pub entrypoint: Vec<String>,
+    /// The config's `Cmd` (none when empty).
+    pub cmd: Vec<String>,
+    /// The config's `User` (`1000`, `1000:1000`, `nobody`; empty: root).
+    pub user: String,
+}
+
 /// An OCI image layout (as a tar) holding two images over one layer: busybox with its applets
 /// in `/bin`, tagged [`BUSYBOX_IMAGE`] (command `sh`), and [`PAUSE_IMAGE`].
 pub fn build_archive(busybox: &Path, applets: &[String]) -> Result<Vec<u8>> {
+    let images = [
+        ImageConfig {
+            name: BUSYBOX_IMAGE.into(),
+            cmd: vec!["sh".into()],
+            ..Default::default()
+        },
+        ImageConfig {
+            name: PAUSE_IMAGE.into(),
+            entrypoint: ["/bin/sh", "-c", PAUSE_COMMAND].map(String::from).to_vec(),
+            ..Default::default()
+        },
+    ];
+    build_images(busybox, applets, &images)
+}
+
+/// An OCI image layout (as a tar) holding `images`, all over the one busybox layer (busybox
+/// with its applets in `/bin`, and an `/etc/passwd` knowing `root` and `nobody`).
+pub fn build_images(busybox: &Path, applets: &[String], images: &[ImageConfig]) -> Result<Vec<u8>> {
     let binary = std::fs::read(busybox).map_err(|source| Error::Read {
         path: busybox.into(),
         source,
@@ -156,21 +188,17 @@ pub fn build_archive(busybox: &Path, applets: &[String]) -> Result<Vec<u8>> {
     let layer_digest = sha256(&layer);
     let mut blobs: Vec<(String, Vec<u8>)> = vec![(layer_digest.clone(), layer.clone())];
     let mut manifests = Vec::new();
-    for (name, entrypoint, cmd) in [
-        (BUSYBOX_IMAGE, json!(null), json!(["sh"])),
-        (
-            PAUSE_IMAGE,
-            json!(["/bin/sh", "-c", PAUSE_COMMAND]),
-            json!(null),
-        ),
-    ] {
+    let list = |items: &[String]| (!items.is_empty()).then(|| items.to_vec());
+    for image in images {
+        let name = image.name.as_str();
         let config = serde_json::to_vec(&json!({
             "architecture": oci_arch(),
             "os": "linux",
             "config": {
                 "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-                "Entrypoint": entrypoint,
-                "Cmd": cmd,
+                "Entrypoint": list(&image.entrypoint),
+                "Cmd": list(&image.cmd),
+                "User": image.user,
                 "WorkingDir": "/",
             },
             "rootfs": {"type": "layers", "diff_ids": [layer_digest]},

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::Api;
 use skiff_runtime::events::{Event, Recorder};
 use skiff_runtime::informer::Informers;
@@ -36,6 +37,7 @@ use crate::pod_sync::SyncContext;
 use crate::pod_workers::{PodLoop, Workers};
 use crate::podnet::HostGw;
 use crate::podnet_runner::HostRunner;
+use crate::security_context::NodeSecurity;
 use crate::server::auth::Auth;
 use crate::server::pods::PodRegistry;
 use crate::server::reviews::ApiReviews;
@@ -63,6 +65,8 @@ pub enum Error {
     Server(#[from] crate::server::Error),
     #[error(transparent)]
     ServerTls(#[from] crate::server::tls::Error),
+    #[error("--allowed-unsafe-sysctls: {0}")]
+    Sysctls(#[from] crate::sysctl::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -156,6 +160,9 @@ pub struct Kubelet {
     stats: Arc<dyn StatsProvider>,
     /// Events about this node (`kubelet` on the node).
     events: Recorder,
+    /// This kubelet's watches (its pods, RuntimeClasses, the Nodes for the pod network); they
+    /// stop with the kubelet.
+    informers: Informers,
     pub ready: Ready,
 }
 
@@ -272,6 +279,9 @@ impl Kubelet {
         let node = node::register(&nodes, object).await?;
         let pod_api = KubePodApi::new(client.clone(), config.node_name.clone());
         let events = pod_api.recorder();
+        let informers = Informers::new(client.clone());
+        let security =
+            NodeSecurity::for_host(&config.data_dir, &config.settings.allowed_unsafe_sysctls)?;
         let ctx = SyncContext {
             runtime,
             api: Arc::new(pod_api),
@@ -295,6 +305,8 @@ impl Kubelet {
             }),
             allocatable,
             sync_frequency: config.settings.sync_frequency,
+            security: Arc::new(security),
+            runtime_classes: informers.get::<RuntimeClass>().cache().clone(),
             cgroups,
         };
         let ready = Ready {
@@ -317,6 +329,7 @@ impl Kubelet {
             host_gw,
             stats,
             events,
+            informers,
             ready,
         })
     }
@@ -335,9 +348,7 @@ impl Kubelet {
             reservation: node::Reservation::of(&self.config.settings)?,
             pressure: pressure.clone(),
         };
-        // this kubelet's watches (its pods, and the Nodes for the pod network); they stop once
-        // the tasks given them are
-        let informers = Informers::new(self.client.clone());
+        let informers = self.informers.clone();
         let view = NodeView::new(self.node.clone());
         let heartbeats = tokio::spawn(heartbeat::run(
             self.client.clone(),

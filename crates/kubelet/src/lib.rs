@@ -21,6 +21,10 @@
 //!   the pressure conditions, and pods evicted one at a time.
 //! - [`actions`]: what a sync should do, without I/O (init order, restarts, back-off).
 //! - [`config`]: the CRI sandbox and container configs from the pod's spec.
+//! - [`security_context`]: the pod's and containers' securityContext as CRI security contexts
+//!   (users, groups, capabilities, seccomp, AppArmor, namespaces), and `runAsNonRoot`.
+//! - [`sysctl`]: the sysctls a pod may set (safe ones, `--allowed-unsafe-sysctls`) at
+//!   admission.
 //! - [`env`]: a container's environment (values, field refs, ConfigMaps, Secrets, resources).
 //! - [`expansion`]: `$(VAR)` references in env values, commands and args.
 //! - [`resource_field`]: the downward API's `resourceFieldRef` (requests, limits, divisors).
@@ -101,9 +105,11 @@ pub mod podnet_runner;
 pub mod probe;
 pub mod qos;
 pub mod resource_field;
+pub mod security_context;
 pub mod server;
 pub mod static_pods;
 pub mod status;
+pub mod sysctl;
 pub mod volumes;
 
 pub use kubelet::{Config, FlannelBackend, Kubelet, Ready};

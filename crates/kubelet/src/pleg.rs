@@ -94,7 +94,7 @@ mod tests {
             labels: uid_labels(uid),
             ..Default::default()
         };
-        let id = runtime.run_pod_sandbox(config.clone()).await.unwrap();
+        let id = runtime.run_pod_sandbox(config.clone(), "").await.unwrap();
         (id, config)
     }
 

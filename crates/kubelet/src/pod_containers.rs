@@ -1,7 +1,8 @@
 //! One container's way to running, around [`SyncContext::sync_pod`]: its image made present as
 //! `imagePullPolicy` says (with the pod's `imagePullSecrets` and upstream's `Pulling`, `Pulled`,
-//! `Failed` and `BackOff` events), then created and started with its config, env and hooks; a
-//! failure at any step becomes the container's waiting reason.
+//! `Failed` and `BackOff` events), then created and started with its config, env, security
+//! context (`runAsNonRoot` checked against the image's user first) and hooks; a failure at any
+//! step becomes the container's waiting reason.
 
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use crate::expansion;
 use crate::hooks::{self, Hook};
 use crate::pod_sync::{Result, SyncContext, pod_key, waiting_reason_of};
 use crate::qos;
+use crate::security_context::{self, ImageUser};
 use crate::status::Waiting;
 
 impl SyncContext {
@@ -192,14 +194,19 @@ impl SyncContext {
             allocatable: self.allocatable.clone(),
         };
         let resolved = async {
+            // the image's user, as upstream's getImageUser: runAsNonRoot is checked against it
+            let image = self.runtime.image_status(&image_ref).await;
+            let user = ImageUser::of(image.map_err(|e| e.rpc_message())?.as_ref());
+            security_context::verify_run_as_non_root(pod, container, &user)?;
+            let security = security_context::container(pod, container, &user, &self.security)?;
             let envs = crate::env::resolve(self.api.as_ref(), pod, container, &fields).await?;
             let hosts = self.write_hosts_file(pod, &fields.pod_ip)?;
             let mounts = self
                 .volumes
                 .container_mounts(pod, container, &envs, Some(&hosts))?;
-            Ok::<_, String>((envs, mounts))
+            Ok::<_, String>((envs, mounts, security))
         };
-        let (envs, mounts) = match resolved.await {
+        let (envs, mounts, security) = match resolved.await {
             Ok(resolved) => resolved,
             Err(problem) => {
                 let message = format!("Error: {problem}");
@@ -212,7 +219,8 @@ impl SyncContext {
                 }));
             }
         };
-        let mut config = container_config(pod, container, &image_ref, attempt, envs, mounts);
+        let mut config =
+            container_config(pod, container, &image_ref, attempt, envs, mounts, security);
         config.command = expansion::expand_all(&config.command, &config.envs);
         config.args = expansion::expand_all(&config.args, &config.envs);
         if let Some(resources) = config.linux.as_mut().and_then(|l| l.resources.as_mut()) {

@@ -4,9 +4,12 @@
 //! containers; restarts with CrashLoopBackOff): pull images as imagePullPolicy says, create and
 //! start containers, with upstream's events; stop the sandbox of a finished pod, and write the
 //! status back when it changed. Volumes are set up (and refreshed) before the sandbox: a volume
-//! that fails keeps the pod `ContainerCreating` with a `FailedMount` event, and is retried. A pod
-//! with a deletionTimestamp is stopped within its grace period and then removed from the API
-//! server, its volumes torn down.
+//! that fails keeps the pod `ContainerCreating` with a `FailedMount` event, and is retried. The
+//! sandbox runs under the runtime handler of the pod's RuntimeClass; a sandbox that cannot be
+//! created gives upstream's `FailedCreatePodSandBox` event and is retried. A pod that soft
+//! admission refuses ([`crate::admission::soft_check`]) runs nothing. A pod with a
+//! deletionTimestamp is stopped within its grace period and then removed from the API server,
+//! its volumes torn down.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -14,14 +17,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
+use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod, PodStatus};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::runtime::reflector::ObjectRef;
+use skiff_runtime::cache::Cache;
 
 use crate::actions::{self, Init, Observed, Step};
 use crate::api::{PodApi, PodEvent};
 use crate::cri::{ContainerRuntime, ContainerStatus, PodSandboxConfig, PodSandboxState};
 use crate::dns::DnsSettings;
 use crate::probe::{Kind, Probes};
+use crate::security_context::NodeSecurity;
 use crate::status::{self, ContainerView, PodView, Waiting};
 use crate::volumes::VolumeManager;
 
@@ -88,6 +95,10 @@ pub struct SyncContext {
     /// How long a pod with nothing due waits for its next sync (`--sync-frequency`); changes
     /// of the pod or of its containers sync it at once.
     pub sync_frequency: Duration,
+    /// The node's seccomp profile directory, AppArmor support and allowed sysctls.
+    pub security: Arc<NodeSecurity>,
+    /// The cluster's RuntimeClasses (an informer's cache), whose handlers sandboxes run under.
+    pub runtime_classes: Cache<RuntimeClass>,
     /// Pod cgroups in the QoS hierarchy (`cgroupsPerQOS`); None: pods go where the runtime
     /// puts them.
     pub cgroups: Option<Arc<crate::cgroups::PodCgroups>>,
@@ -120,6 +131,17 @@ pub(crate) fn pod_key(pod: &Pod) -> String {
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or("default"),
         pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The pod as upstream's messages name it: `name_namespace(uid)`.
+pub(crate) fn format_pod(pod: &Pod) -> String {
+    let m = &pod.metadata;
+    format!(
+        "{}_{}({})",
+        m.name.as_deref().unwrap_or_default(),
+        m.namespace.as_deref().unwrap_or("default"),
+        m.uid.as_deref().unwrap_or_default()
     )
 }
 
@@ -164,6 +186,49 @@ impl SyncContext {
     /// The directory of the pod's container logs.
     pub fn pod_log_dir(&self, pod: &Pod) -> PathBuf {
         pod_log_dir(&self.log_dir, pod)
+    }
+
+    /// Writes the pod's new status, unless it is the one the pod has.
+    pub(crate) async fn write_status(&self, pod: &Pod, status: &PodStatus) -> Result<()> {
+        let old = serde_json::to_value(pod.status.clone().unwrap_or_default()).ok();
+        if old != serde_json::to_value(status).ok() {
+            let m = &pod.metadata;
+            self.api
+                .patch_status(
+                    m.namespace.as_deref().unwrap_or("default"),
+                    m.name.as_deref().unwrap_or_default(),
+                    status,
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The CRI runtime handler of the pod's RuntimeClass, none for a pod without one
+    /// (upstream's `LookupRuntimeHandler`), or why the sandbox cannot be made: the class is
+    /// missing, or the pod asks for a user namespace (`hostUsers: false`), which no handler of
+    /// containerd 1.6 supports.
+    fn runtime_handler(&self, pod: &Pod) -> std::result::Result<String, String> {
+        let spec = pod.spec.as_ref();
+        let name = spec.and_then(|s| s.runtime_class_name.as_deref());
+        let handler = match name.filter(|n| !n.is_empty()) {
+            None => String::new(),
+            Some(name) if !self.runtime_classes.is_ready() => {
+                return Err(format!(
+                    "failed to lookup RuntimeClass {name}: the RuntimeClasses are not listed yet"
+                ));
+            }
+            Some(name) => match self.runtime_classes.get(&ObjectRef::new(name)) {
+                Some(class) => class.handler.clone(),
+                None => return Err(format!("runtimeclass.node.k8s.io {name:?} not found")),
+            },
+        };
+        if spec.and_then(|s| s.host_users) == Some(false) {
+            return Err(format!(
+                "RuntimeClass handler {handler:?} does not support user namespaces"
+            ));
+        }
+        Ok(handler)
     }
 
     /// The pod's containers in the runtime, grouped by container name, newest attempt first,
@@ -224,6 +289,9 @@ impl SyncContext {
                 )
                 .await?;
             return Ok(Outcome::Done);
+        }
+        if let Err(blocked) = crate::admission::soft_check(pod, &self.security) {
+            return self.sync_blocked(pod, blocked).await;
         }
         let spec = pod.spec.clone().unwrap_or_default();
         let already_terminal = matches!(
@@ -308,21 +376,32 @@ impl SyncContext {
                 self.api.event(pod, event).await;
             }
             let _ = std::fs::create_dir_all(self.pod_log_dir(pod));
-            match self.runtime.run_pod_sandbox(config).await {
+            let created = match self.runtime_handler(pod) {
+                Ok(handler) => self
+                    .runtime
+                    .run_pod_sandbox(config, &handler)
+                    .await
+                    .map_err(|e| e.rpc_message()),
+                Err(why) => Err(why),
+            };
+            match created {
                 Ok(id) => {
                     tracing::info!(pod = %pod_key(pod), sandbox = %id, "sandbox ready");
                     // nothing has run in it yet: init containers start again from the first
                     plan = plan_for(&seen, Some(&id));
                     ready = Some(id);
                 }
-                Err(e) => {
-                    tracing::warn!(pod = %pod_key(pod), error = %e, "creating the sandbox failed");
+                Err(why) => {
+                    tracing::warn!(pod = %pod_key(pod), error = %why, "creating the sandbox failed");
+                    let message = format!("Failed to create pod sandbox: {why}");
+                    let event = PodEvent::pod_warning("FailedCreatePodSandBox", message);
+                    self.api.event(pod, event).await;
                     for c in &all_containers {
                         waiting.insert(
                             c.name.clone(),
                             Waiting {
                                 reason: "CreatePodSandboxError".into(),
-                                message: e.to_string(),
+                                message: why.clone(),
                             },
                         );
                     }
@@ -453,28 +532,17 @@ impl SyncContext {
                 && w.reason == "CrashLoopBackOff"
                 && waiting_reason_of(pod, &c.name).as_deref() != Some("CrashLoopBackOff")
             {
-                let m = &pod.metadata;
                 let message = format!(
-                    "Back-off restarting failed container {} in pod {}_{}({uid})",
+                    "Back-off restarting failed container {} in pod {}",
                     c.name,
-                    m.name.as_deref().unwrap_or_default(),
-                    m.namespace.as_deref().unwrap_or("default"),
+                    format_pod(pod)
                 );
                 let event = PodEvent::warning("BackOff", &c.name, message);
                 self.api.event(pod, event).await;
             }
         }
         let new_status = status::pod_status(pod, &view, now);
-        let old = serde_json::to_value(pod.status.clone().unwrap_or_default()).ok();
-        if old != serde_json::to_value(&new_status).ok() {
-            self.api
-                .patch_status(
-                    pod.metadata.namespace.as_deref().unwrap_or("default"),
-                    pod.metadata.name.as_deref().unwrap_or_default(),
-                    &new_status,
-                )
-                .await?;
-        }
+        self.write_status(pod, &new_status).await?;
         if plan.finished {
             return Ok(Outcome::Finished);
         }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
@@ -47,6 +48,8 @@ fn harness() -> Harness {
         }),
         allocatable: Default::default(),
         sync_frequency: crate::volumes::REFRESH,
+        security: Default::default(),
+        runtime_classes: skiff_runtime::cache::Cache::from_objects([]),
         cgroups: None,
     };
     Harness {
@@ -398,6 +401,111 @@ async fn a_sandbox_that_cannot_be_created_is_reported_and_retried() {
         waiting_reason(&status).as_deref(),
         Some("CreatePodSandboxError")
     );
+    assert_eq!(
+        h.api.event_messages("FailedCreatePodSandBox"),
+        ["Failed to create pod sandbox: rpc error: code = Internal desc = injected failure"]
+    );
+}
+
+#[tokio::test]
+async fn the_sandbox_runs_under_its_runtime_class_handler_and_a_missing_class_fails_it() {
+    let h = harness();
+    let mut p = pod("Always", "IfNotPresent");
+    p.spec.as_mut().unwrap().runtime_class_name = Some("gvisor".into());
+    assert_eq!(h.sync(&mut p).await, Outcome::Resync(RETRY));
+    assert_eq!(h.count("RunPodSandbox"), 0);
+    assert_eq!(
+        h.api.event_messages("FailedCreatePodSandBox"),
+        [r#"Failed to create pod sandbox: runtimeclass.node.k8s.io "gvisor" not found"#]
+    );
+
+    let mut h = harness();
+    h.ctx.runtime_classes = skiff_runtime::cache::Cache::from_objects([serde_json::from_value::<
+        RuntimeClass,
+    >(json!({
+        "metadata": {"name": "gvisor"}, "handler": "runsc",
+    }))
+    .unwrap()]);
+    h.sync(&mut p).await;
+    assert!(
+        h.runtime
+            .calls()
+            .contains(&"RunPodSandbox default/web runsc".to_string())
+    );
+
+    // no runtime here gives pods a user namespace of their own
+    let h = harness();
+    let mut p = pod("Always", "IfNotPresent");
+    p.spec.as_mut().unwrap().host_users = Some(false);
+    h.sync(&mut p).await;
+    assert_eq!(h.count("RunPodSandbox"), 0);
+    assert_eq!(
+        h.api.event_messages("FailedCreatePodSandBox"),
+        [
+            r#"Failed to create pod sandbox: RuntimeClass handler "" does not support user namespaces"#
+        ]
+    );
+}
+
+#[tokio::test]
+async fn run_as_non_root_on_a_root_image_is_a_create_container_config_error() {
+    let h = harness();
+    h.runtime.add_image_with_user("app:root", "0");
+    let mut p = pod("Always", "IfNotPresent");
+    let spec = p.spec.as_mut().unwrap();
+    spec.containers[0].image = Some("app:root".into());
+    spec.security_context = serde_json::from_value(json!({"runAsNonRoot": true})).unwrap();
+    h.sync(&mut p).await;
+    let status = h.status();
+    let waiting = status.container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap();
+    let message = r#"container has runAsNonRoot and image will run as root (pod: "web_default(u1)", container: c)"#;
+    assert_eq!(
+        waiting.reason.as_deref(),
+        Some("CreateContainerConfigError")
+    );
+    assert_eq!(waiting.message.as_deref(), Some(message));
+    assert_eq!(
+        h.api.event_messages("Failed"),
+        [format!("Error: {message}")]
+    );
+    assert_eq!(h.count("CreateContainer"), 0);
+
+    // a non-root numeric user passes, and the container runs as it
+    let h = harness();
+    h.runtime.add_image_with_user("app:user", "1000:1000");
+    p.spec.as_mut().unwrap().containers[0].image = Some("app:user".into());
+    h.sync(&mut p).await;
+    assert_eq!(h.count("StartContainer"), 1);
+}
+
+#[tokio::test]
+async fn an_apparmor_profile_on_a_host_without_apparmor_blocks_the_pod() {
+    let h = harness();
+    let mut p = pod("Always", "IfNotPresent");
+    p.spec.as_mut().unwrap().security_context =
+        serde_json::from_value(json!({"appArmorProfile": {"type": "RuntimeDefault"}})).unwrap();
+    h.sync(&mut p).await;
+    let status = h.status();
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    assert_eq!(status.reason.as_deref(), Some("AppArmor"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Cannot enforce AppArmor: AppArmor is not enabled on the host")
+    );
+    assert_eq!(waiting_reason(&status).as_deref(), Some("Blocked"));
+    assert_eq!(h.count("RunPodSandbox"), 0);
+
+    let h = harness();
+    let mut p = pod("Always", "IfNotPresent");
+    p.spec.as_mut().unwrap().security_context =
+        serde_json::from_value(json!({"appArmorProfile": {"type": "Unconfined"}})).unwrap();
+    h.sync(&mut p).await;
+    assert_eq!(h.count("StartContainer"), 1, "Unconfined needs no AppArmor");
 }
 
 #[tokio::test]
@@ -415,6 +523,7 @@ async fn the_container_gets_the_command_args_env_and_log_path_of_the_spec() {
         3,
         vec![],
         vec![],
+        Default::default(),
     );
     assert_eq!(config.command, ["sh"]);
     assert_eq!(config.args, ["-c", "sleep 1"]);
@@ -640,20 +749,8 @@ async fn a_volume_that_cannot_be_set_up_keeps_the_pod_creating_until_its_source_
         waiting_reason(&h.status()).as_deref(),
         Some("ContainerCreating")
     );
-    let failed: Vec<_> = h
-        .api
-        .writes
-        .lock()
-        .iter()
-        .filter_map(|w| match w {
-            crate::api::Write::Event { event, .. } if event.reason == "FailedMount" => {
-                Some(event.message.clone())
-            }
-            _ => None,
-        })
-        .collect();
     assert_eq!(
-        failed,
+        h.api.event_messages("FailedMount"),
         ["MountVolume.SetUp failed for volume \"cfg\" : configmap \"settings\" not found"]
     );
 

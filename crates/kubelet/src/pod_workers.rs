@@ -105,7 +105,8 @@ pub(crate) struct PodLoop {
 }
 
 /// Follows this node's pods (an informer of `informers`), keeps the registry up to date,
-/// admits each new pod (or rejects it) and hands it to its worker.
+/// admits each new pod (or rejects it: node pressure first, then its sysctls, then as
+/// [`admission::check`]) and hands it to its worker.
 pub(crate) async fn watch_pods(ctx: SyncContext, pod_loop: PodLoop) {
     let PodLoop {
         client,
@@ -194,7 +195,9 @@ pub(crate) async fn watch_pods(ctx: SyncContext, pod_loop: PodLoop) {
             if rejected.contains(&uid) {
                 continue;
             }
-            let admitted = admission::check_pressure(&pod, &pressure.get());
+            // upstream's order: eviction's admission, then sysctls, then the predicates
+            let admitted = admission::check_pressure(&pod, &pressure.get())
+                .and_then(|()| ctx.security.sysctls.admit(&pod));
             let admitted = match admitted {
                 Ok(()) => admit(&nodes, &node_name, &view, &pod, &workers.active()).await,
                 rejection => rejection,

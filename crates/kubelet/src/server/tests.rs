@@ -121,9 +121,17 @@ async fn state(log_dir: &Path) -> (ServerState, Arc<FakeRuntime>, String) {
     let fake = Arc::new(FakeRuntime::new());
     let pod = pod();
     let sandbox = sandbox_config(&pod, 0, log_dir);
-    let sandbox_id = fake.run_pod_sandbox(sandbox.clone()).await.unwrap();
+    let sandbox_id = fake.run_pod_sandbox(sandbox.clone(), "").await.unwrap();
     let container = pod.spec.as_ref().unwrap().containers[0].clone();
-    let config = container_config(&pod, &container, "busybox", 0, vec![], vec![]);
+    let config = container_config(
+        &pod,
+        &container,
+        "busybox",
+        0,
+        vec![],
+        vec![],
+        Default::default(),
+    );
     let id = fake
         .create_container(&sandbox_id, config, sandbox)
         .await

@@ -37,6 +37,7 @@ use serde_json::{Value, json};
 use skiff_kubelet::config::{container_config, sandbox_config};
 use skiff_kubelet::cri::{ContainerRuntime, CriClient};
 use skiff_kubelet::images::BUSYBOX_IMAGE;
+use skiff_kubelet::security_context::{self, ImageUser, NodeSecurity};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 
@@ -418,8 +419,15 @@ async fn floor_pods(
         let container = &p.spec.as_ref().context("spec")?.containers[0];
         let started = Instant::now();
         let sandbox = sandbox_config(&p, 0, &log_dir);
-        let id = cri.run_pod_sandbox(sandbox.clone()).await?;
-        let config = container_config(&p, container, image, 0, Vec::new(), Vec::new());
+        let id = cri.run_pod_sandbox(sandbox.clone(), "").await?;
+        let security = security_context::container(
+            &p,
+            container,
+            &ImageUser::of(None),
+            &NodeSecurity::default(),
+        )
+        .map_err(anyhow::Error::msg)?;
+        let config = container_config(&p, container, image, 0, Vec::new(), Vec::new(), security);
         let c = cri.create_container(&id, config, sandbox).await?;
         cri.start_container(&c).await?;
         anyhow::Ok((started.elapsed(), id, c))
