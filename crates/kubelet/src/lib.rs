@@ -37,6 +37,8 @@
 //! - [`heartbeat`]: the Lease renewal and status posting loop, jittered.
 //! - [`host`]: facts about this machine for the Node.
 //! - [`fs_stats`]: a filesystem's size, free space and inodes (`statvfs`).
+//! - [`image_gc`]: image garbage collection (thresholds, ages, least recently used first),
+//!   and freeing disk for the eviction manager.
 //! - [`cri`]: the [`cri::ContainerRuntime`] trait and its CRI client over a unix socket.
 //! - [`fake`]: a recording fake runtime for tests.
 //! - [`hollow`]: hollow kubelets: many simulated nodes in one process, the real node and
@@ -75,6 +77,7 @@ pub mod hollow_ipam;
 pub mod hollow_runtime;
 pub mod hooks;
 pub mod host;
+pub mod image_gc;
 pub mod images;
 pub mod kubelet;
 pub mod kubelet_config;

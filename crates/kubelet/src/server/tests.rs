@@ -120,7 +120,8 @@ fn pod() -> Pod {
 async fn state(log_dir: &Path) -> (ServerState, Arc<FakeRuntime>, String) {
     let fake = Arc::new(FakeRuntime::new());
     let pod = pod();
-    let sandbox = sandbox_config(&pod, 0, log_dir);
+    // the pod's log directory, as the kubelet gives it
+    let sandbox = sandbox_config(&pod, 0, &crate::pod_sync::pod_log_dir(log_dir, &pod));
     let sandbox_id = fake.run_pod_sandbox(sandbox.clone()).await.unwrap();
     let container = pod.spec.as_ref().unwrap().containers[0].clone();
     let config = container_config(&pod, &container, "busybox", 0, vec![], vec![]);
