@@ -37,6 +37,8 @@
 //! - [`heartbeat`]: the Lease renewal and status posting loop, jittered.
 //! - [`host`]: facts about this machine for the Node.
 //! - [`fs_stats`]: a filesystem's size, free space and inodes (`statvfs`).
+//! - [`log_rotation`]: container log rotation (rename, reopen, compress, prune) and a
+//!   container's log files in order.
 //! - [`image_gc`]: image garbage collection (thresholds, ages, least recently used first),
 //!   and freeing disk for the eviction manager.
 //! - [`cri`]: the [`cri::ContainerRuntime`] trait and its CRI client over a unix socket.
@@ -82,6 +84,7 @@ pub mod images;
 pub mod kubelet;
 pub mod kubelet_config;
 pub mod local_path;
+pub mod log_rotation;
 pub mod node;
 pub mod pleg;
 pub mod pod_containers;
