@@ -15,6 +15,8 @@
 //! - [`pod_containers`]: one container's image pull, create and start.
 //! - [`pod_probes`]: running a pod's due probes and acting on failures.
 //! - [`pod_kill`]: stopping and removing a pod's containers and sandboxes.
+//! - [`container_gc`]: dead container and sandbox garbage collection, and the removal of
+//!   containers, sandboxes and their logs.
 //! - [`admission`]: whether a pod bound to this node can run here (resources, affinity,
 //!   ports, NoExecute taints), and rejecting it as upstream does.
 //! - [`actions`]: what a sync should do, without I/O (init order, restarts, back-off).
@@ -64,6 +66,7 @@ pub mod actions;
 pub mod admission;
 pub mod api;
 pub mod config;
+pub mod container_gc;
 pub mod containerd;
 pub mod credentials;
 pub mod cri;

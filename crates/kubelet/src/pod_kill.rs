@@ -1,6 +1,7 @@
 //! Stopping a pod in the runtime, as upstream's `KillPod`: its containers get SIGTERM (after
 //! their preStop hooks) and SIGKILL once the grace period is over, all at once; then its
-//! sandboxes stop, and containers, sandboxes, logs and volumes are removed.
+//! containers, sandboxes and logs are removed ([`crate::container_gc::remove_pod`]) and its
+//! volumes torn down.
 
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use crate::pod_sync::{LABEL_CONTAINER_NAME, Result, SyncContext, pod_key, uid_la
 
 impl SyncContext {
     /// Stops the pod's containers (SIGTERM, SIGKILL after `grace` seconds, all at once), then
-    /// its sandboxes, and removes them all with the pod's log directory.
+    /// removes them, its sandboxes and its log directory.
     pub async fn kill_pod(&self, pod: &Pod, grace: i64) -> Result<()> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let containers = self
@@ -86,30 +87,9 @@ impl SyncContext {
                 _ => {}
             }
         }
-        let sandboxes = self
-            .runtime
-            .list_pod_sandboxes(uid_labels(&uid))
+        crate::container_gc::remove_pod(self.runtime.as_ref(), &uid, &self.pod_log_dir(pod))
             .await
             .map_err(self.runtime_err(pod))?;
-        for s in &sandboxes {
-            match self.runtime.stop_pod_sandbox(&s.id).await {
-                Err(e) if !e.is_not_found() => return Err(self.runtime_err(pod)(e)),
-                _ => {}
-            }
-        }
-        for c in &containers {
-            match self.runtime.remove_container(&c.id).await {
-                Err(e) if !e.is_not_found() => return Err(self.runtime_err(pod)(e)),
-                _ => {}
-            }
-        }
-        for s in &sandboxes {
-            match self.runtime.remove_pod_sandbox(&s.id).await {
-                Err(e) if !e.is_not_found() => return Err(self.runtime_err(pod)(e)),
-                _ => {}
-            }
-        }
-        let _ = std::fs::remove_dir_all(self.pod_log_dir(pod));
         if let Err(e) = self.volumes.tear_down(&uid) {
             tracing::warn!(pod = %pod_key(pod), error = %e, "tearing down the pod's volumes");
         }
