@@ -74,8 +74,9 @@ struct Dead {
 pub struct ContainerGc {
     runtime: Arc<dyn ContainerRuntime>,
     policy: ContainerGcPolicy,
-    /// The pods' log directories (`<namespace>_<name>_<uid>`) are under it.
-    log_dir: PathBuf,
+    /// The pods' log directories (`<namespace>_<name>_<uid>`) are under it; `None`: not this
+    /// collection's to remove (hollow nodes share one directory and write no logs).
+    log_dir: Option<PathBuf>,
     pods: KnownPods,
     clock: Arc<dyn Fn() -> Timestamp + Send + Sync>,
 }
@@ -97,7 +98,7 @@ impl ContainerGc {
     pub fn new(
         runtime: Arc<dyn ContainerRuntime>,
         policy: ContainerGcPolicy,
-        log_dir: PathBuf,
+        log_dir: Option<PathBuf>,
         pods: KnownPods,
         clock: Arc<dyn Fn() -> Timestamp + Send + Sync>,
     ) -> ContainerGc {
@@ -282,10 +283,10 @@ impl ContainerGc {
 
     /// Removes the log directories (`<namespace>_<name>_<uid>`) of pods that are gone.
     fn evict_pod_log_dirs(&self) {
-        let Some(known) = (self.pods)() else {
+        let (Some(known), Some(log_dir)) = ((self.pods)(), &self.log_dir) else {
             return;
         };
-        let Ok(entries) = std::fs::read_dir(&self.log_dir) else {
+        let Ok(entries) = std::fs::read_dir(log_dir) else {
             return;
         };
         for entry in entries.flatten() {

@@ -20,7 +20,7 @@ fn setup(policy: ContainerGcPolicy) -> Setup {
     let gc = ContainerGc::new(
         runtime.clone(),
         policy,
-        logs.path().to_path_buf(),
+        Some(logs.path().to_path_buf()),
         Arc::new(move || pods.lock().clone()),
         Arc::new(move || clock.now()),
     );

@@ -25,6 +25,7 @@ use skiff_runtime::informer::Informers;
 
 use crate::admission::NodeView;
 use crate::api::KubePodApi;
+use crate::container_gc::{CONTAINER_GC_PERIOD, ContainerGc, ContainerGcPolicy};
 use crate::cri::ContainerRuntime;
 use crate::heartbeat::{self, StatusSource};
 use crate::hollow_ipam::{Cidr, CidrError};
@@ -178,7 +179,7 @@ impl HollowNodes {
     /// heartbeats are spread evenly over one renewal period.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let count = self.nodes.len().max(1) as u32;
-        let mut tasks = Vec::with_capacity(self.nodes.len() * 2 + 1);
+        let mut tasks = Vec::with_capacity(self.nodes.len() * 3 + 1);
         // one factory for all nodes: each node's pod informer has its own field selector (so
         // its own watch), their volumes share one; they stop once the tasks given them are
         let informers = Informers::new(self.client.clone());
@@ -194,6 +195,15 @@ impl HollowNodes {
                 n.status,
                 offset,
             )));
+            // dead containers of crash-looping pods would pile up in the hollow runtime
+            let gc = ContainerGc::new(
+                n.ctx.runtime.clone(),
+                ContainerGcPolicy::default(),
+                None,
+                crate::pod_workers::known_pods(&informers, &name),
+                n.ctx.clock.clone(),
+            );
+            tasks.push(tokio::spawn(gc.run(CONTAINER_GC_PERIOD, n.ctx.api.clone())));
             tasks.push(tokio::spawn(crate::pod_workers::watch_pods(
                 self.client.clone(),
                 informers.clone(),

@@ -148,6 +148,27 @@ pub fn applets(busybox: &Path) -> Result<Vec<String>> {
 /// An OCI image layout (as a tar) holding two images over one layer: busybox with its applets
 /// in `/bin`, tagged [`BUSYBOX_IMAGE`] (command `sh`), and [`PAUSE_IMAGE`].
 pub fn build_archive(busybox: &Path, applets: &[String]) -> Result<Vec<u8>> {
+    build_busybox_images(
+        busybox,
+        applets,
+        &[
+            (BUSYBOX_IMAGE, json!(null), json!(["sh"])),
+            (
+                PAUSE_IMAGE,
+                json!(["/bin/sh", "-c", PAUSE_COMMAND]),
+                json!(null),
+            ),
+        ],
+    )
+}
+
+/// An OCI image layout (as a tar) of images over one busybox layer, each `(name, entrypoint,
+/// cmd)`: images that differ in their command are distinct images (their own ids).
+pub fn build_busybox_images(
+    busybox: &Path,
+    applets: &[String],
+    images: &[(&str, serde_json::Value, serde_json::Value)],
+) -> Result<Vec<u8>> {
     let binary = std::fs::read(busybox).map_err(|source| Error::Read {
         path: busybox.into(),
         source,
@@ -156,14 +177,7 @@ pub fn build_archive(busybox: &Path, applets: &[String]) -> Result<Vec<u8>> {
     let layer_digest = sha256(&layer);
     let mut blobs: Vec<(String, Vec<u8>)> = vec![(layer_digest.clone(), layer.clone())];
     let mut manifests = Vec::new();
-    for (name, entrypoint, cmd) in [
-        (BUSYBOX_IMAGE, json!(null), json!(["sh"])),
-        (
-            PAUSE_IMAGE,
-            json!(["/bin/sh", "-c", PAUSE_COMMAND]),
-            json!(null),
-        ),
-    ] {
+    for (name, entrypoint, cmd) in images {
         let config = serde_json::to_vec(&json!({
             "architecture": oci_arch(),
             "os": "linux",

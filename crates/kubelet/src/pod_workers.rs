@@ -13,10 +13,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::runtime::watcher;
-use skiff_runtime::informer::{Change, Informers};
+use skiff_runtime::informer::{Change, Informer, Informers};
 use tokio::sync::{mpsc, watch};
 
 use crate::admission::{self, NodeView};
+use crate::container_gc::KnownPods;
 use crate::pleg::Pleg;
 use crate::pod_sync::{LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Outcome, SyncContext};
 use crate::server::pods::PodRegistry;
@@ -34,6 +35,23 @@ fn uid_of(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
 }
 
+/// The informer of the pods bound to `node` (one watch, shared by everyone who asks).
+pub(crate) fn node_pods(informers: &Informers, node: &str) -> Informer<Pod> {
+    let selector = format!("spec.nodeName={node}");
+    informers.filtered::<Pod>(watcher::Config::default().fields(&selector))
+}
+
+/// The uids of the pods bound to `node` as its informer has them, once it has listed: for the
+/// container garbage collection, which removes what pods that are gone left.
+pub(crate) fn known_pods(informers: &Informers, node: &str) -> KnownPods {
+    let cache = node_pods(informers, node).cache().clone();
+    Arc::new(move || {
+        cache
+            .is_ready()
+            .then(|| cache.state().iter().map(|p| uid_of(p)).collect())
+    })
+}
+
 /// Follows this node's pods (an informer of `informers`), keeps `registry` (what the server
 /// sees) up to date, admits each new pod (or rejects it) and hands it to its worker.
 pub(crate) async fn watch_pods(
@@ -45,8 +63,7 @@ pub(crate) async fn watch_pods(
     view: NodeView,
 ) {
     let nodes: Api<Node> = Api::all(client);
-    let selector = format!("spec.nodeName={node_name}");
-    let pods = informers.filtered::<Pod>(watcher::Config::default().fields(&selector));
+    let pods = node_pods(&informers, &node_name);
     // admission awaits (a Node GET), handlers must not: the handler only forwards
     let (tx, mut rx) = mpsc::unbounded_channel();
     pods.cache().wait_until_ready().await;
