@@ -283,13 +283,18 @@ impl ContainerGc {
 
     /// Removes the log directories (`<namespace>_<name>_<uid>`) of pods that are gone.
     fn evict_pod_log_dirs(&self) {
-        let (Some(known), Some(log_dir)) = ((self.pods)(), &self.log_dir) else {
+        let Some(log_dir) = &self.log_dir else {
             return;
         };
         let Ok(entries) = std::fs::read_dir(log_dir) else {
             return;
         };
-        for entry in entries.flatten() {
+        let entries: Vec<_> = entries.flatten().collect();
+        // read after the directory: a pod whose directory was listed was known then
+        let Some(known) = (self.pods)() else {
+            return;
+        };
+        for entry in entries {
             let name = entry.file_name().to_string_lossy().into_owned();
             let Some((_, uid)) = name.rsplit_once('_') else {
                 continue;
