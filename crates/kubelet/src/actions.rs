@@ -1,10 +1,12 @@
 //! What a sync should do, without I/O (upstream's `computePodActions`): from the pod's spec and
 //! the containers the runtime has, which container to start (and as which attempt), which to
 //! leave waiting and why, and whether the pod is initialized, still running or finished. Init
-//! containers run one at a time, in order, each to a successful exit, before any app container;
-//! sidecars (init containers with `restartPolicy: Always`) start in that order and keep running.
+//! containers run one at a time, in order, each to a successful exit, before any app container,
+//! and again from the first in a new sandbox; sidecars (init containers with `restartPolicy:
+//! Always`) start in that order, the next init container waiting for the sidecar to run and
+//! pass its startup probe, and keep running.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -105,11 +107,34 @@ pub fn step(latest: Option<&ContainerStatus>, policy: &str, now: Timestamp) -> S
     }
 }
 
-/// The plan for a pod whose containers' runs are `runs` (by name, newest first).
-pub fn plan(pod: &Pod, runs: &HashMap<String, Vec<ContainerStatus>>, now: Timestamp) -> Plan {
+/// What the runtime and the prober tell a [`plan`] about a pod's containers.
+#[derive(Debug, Clone, Copy)]
+pub struct Observed<'a> {
+    /// Each container's runs, by name, newest first.
+    pub runs: &'a HashMap<String, Vec<ContainerStatus>>,
+    /// The ids of the runs in the pod's current sandbox. An init container that completed (or
+    /// a sidecar that ran) in an earlier sandbox runs again in a new one, from the first, as
+    /// upstream's kubelet does when it recreates a pod's sandbox.
+    pub in_sandbox: &'a HashSet<String>,
+    /// The ids of running containers whose startup probe has passed.
+    pub startup_passed: &'a HashSet<String>,
+}
+
+/// The first run of a container in a new sandbox: the attempt after its newest one.
+fn fresh_start(last: Option<&ContainerStatus>) -> Step {
+    Step::Start {
+        attempt: last
+            .and_then(|s| s.metadata.as_ref())
+            .map_or(0, |m| m.attempt + 1),
+    }
+}
+
+/// The plan for a pod whose containers are as `observed` says.
+pub fn plan(pod: &Pod, observed: Observed<'_>, now: Timestamp) -> Plan {
     let spec = pod.spec.clone().unwrap_or_default();
     let policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let latest = |name: &str| runs.get(name).and_then(|h| h.first());
+    let latest = |name: &str| observed.runs.get(name).and_then(|h| h.first());
+    let here = |s: &ContainerStatus| observed.in_sandbox.contains(&s.id);
     // a failed init container is retried unless the pod never restarts anything
     let init_policy = if policy == "Never" {
         "Never"
@@ -118,20 +143,37 @@ pub fn plan(pod: &Pod, runs: &HashMap<String, Vec<ContainerStatus>>, now: Timest
     };
     let mut steps = Vec::new();
     let mut init = Init::Done;
-    // once an app container has run, the pod was initialized, and a sidecar that stopped since
-    // is only restarted: it does not hold the pod back again
-    let initialized = spec.containers.iter().any(|c| runs.contains_key(&c.name));
+    // once an app container has run in this sandbox, the pod was initialized, and a sidecar
+    // that stopped since is only restarted: it does not hold the pod back again
+    let initialized = spec
+        .containers
+        .iter()
+        .any(|c| latest(&c.name).is_some_and(here));
     for c in spec.init_containers.iter().flatten() {
         let last = latest(&c.name);
+        let stale = last.is_some_and(|s| !here(s));
         if is_sidecar(c) {
-            let step = step(last, "Always", now);
-            let started = last.is_some_and(|s| is(s, ContainerState::ContainerRunning));
+            let step = match stale {
+                true => fresh_start(last),
+                false => step(last, "Always", now),
+            };
+            // started: running, and past its startup probe if it has one
+            let started = last.is_some_and(|s| {
+                here(s)
+                    && is(s, ContainerState::ContainerRunning)
+                    && (c.startup_probe.is_none() || observed.startup_passed.contains(&s.id))
+            });
             if step != Step::Keep {
                 steps.push((c.name.clone(), step));
             }
             if started || initialized {
                 continue;
             }
+            init = Init::InProgress;
+            break;
+        }
+        if stale {
+            steps.push((c.name.clone(), fresh_start(last)));
             init = Init::InProgress;
             break;
         }
@@ -173,7 +215,8 @@ pub fn plan(pod: &Pod, runs: &HashMap<String, Vec<ContainerStatus>>, now: Timest
 }
 
 /// A sidecar: an init container with `restartPolicy: Always`. It starts in init order, the next
-/// init container waits only for it to be running, and it keeps running (restarted whatever
+/// init container waits only for it to be running (and past its startup probe), and it keeps
+/// running (restarted whatever
 /// its exit) beside the app containers, which alone decide when the pod is finished.
 pub fn is_sidecar(c: &Container) -> bool {
     c.restart_policy.as_deref() == Some("Always")
@@ -247,6 +290,17 @@ mod tests {
         m
     }
 
+    /// The plan with every run in the current sandbox and no startup probe passed.
+    fn plan_all(pod: &Pod, runs: &HashMap<String, Vec<ContainerStatus>>, now: Timestamp) -> Plan {
+        let in_sandbox = runs.values().flatten().map(|s| s.id.clone()).collect();
+        let observed = Observed {
+            runs,
+            in_sandbox: &in_sandbox,
+            startup_passed: &HashSet::new(),
+        };
+        plan(pod, observed, now)
+    }
+
     fn at(secs: i64) -> Timestamp {
         Timestamp::from_second(secs).unwrap()
     }
@@ -261,17 +315,17 @@ mod tests {
     #[test]
     fn init_containers_run_one_at_a_time_before_the_app() {
         let p = pod("Always", &["a", "b"]);
-        let plan1 = plan(&p, &HashMap::new(), at(5));
+        let plan1 = plan_all(&p, &HashMap::new(), at(5));
         assert_eq!(plan1.init, Init::InProgress);
         assert_eq!(plan1.steps, [("a".to_string(), Step::Start { attempt: 0 })]);
 
         let a_running = runs(vec![run("a", ContainerState::ContainerRunning, 0, 0)]);
-        let plan2 = plan(&p, &a_running, at(5));
+        let plan2 = plan_all(&p, &a_running, at(5));
         assert_eq!((plan2.init, plan2.steps.len()), (Init::InProgress, 0));
 
         let a_done = runs(vec![run("a", ContainerState::ContainerExited, 0, 0)]);
         assert_eq!(
-            plan(&p, &a_done, at(5)).steps,
+            plan_all(&p, &a_done, at(5)).steps,
             [("b".to_string(), Step::Start { attempt: 0 })]
         );
 
@@ -279,7 +333,7 @@ mod tests {
             run("a", ContainerState::ContainerExited, 0, 0),
             run("b", ContainerState::ContainerExited, 0, 0),
         ]);
-        let plan4 = plan(&p, &both_done, at(5));
+        let plan4 = plan_all(&p, &both_done, at(5));
         assert_eq!(plan4.init, Init::Done);
         assert_eq!(
             plan4.steps,
@@ -290,12 +344,12 @@ mod tests {
     #[test]
     fn a_failed_init_container_fails_a_never_pod_and_is_retried_otherwise() {
         let failed = runs(vec![run("a", ContainerState::ContainerExited, 0, 1)]);
-        let never = plan(&pod("Never", &["a"]), &failed, at(5));
+        let never = plan_all(&pod("Never", &["a"]), &failed, at(5));
         assert_eq!(never.init, Init::Failed);
         assert!(never.finished);
         assert!(never.steps.is_empty());
 
-        let always = plan(&pod("Always", &["a"]), &failed, at(5));
+        let always = plan_all(&pod("Always", &["a"]), &failed, at(5));
         assert_eq!(always.init, Init::InProgress);
         assert_eq!(
             always.steps,
@@ -309,7 +363,7 @@ mod tests {
         let p = pod("Always", &[]);
         let second = runs(vec![run("app", ContainerState::ContainerExited, 1, 1)]);
         // finished at 1 s; back-off of 10 s
-        let plan1 = plan(&p, &second, at(5));
+        let plan1 = plan_all(&p, &second, at(5));
         assert_eq!(
             plan1.steps,
             [(
@@ -323,7 +377,7 @@ mod tests {
         let w = waiting(&plan1.steps[0].1, "app", &p).unwrap();
         assert_eq!(w.reason, "CrashLoopBackOff");
         assert_eq!(
-            plan(&p, &second, at(11)).steps,
+            plan_all(&p, &second, at(11)).steps,
             [("app".to_string(), Step::Start { attempt: 2 })]
         );
     }
@@ -331,18 +385,18 @@ mod tests {
     #[test]
     fn a_pod_is_finished_when_no_container_will_run_again() {
         let ok = runs(vec![run("app", ContainerState::ContainerExited, 0, 0)]);
-        assert!(plan(&pod("Never", &[]), &ok, at(5)).finished);
-        assert!(plan(&pod("OnFailure", &[]), &ok, at(5)).finished);
-        assert!(!plan(&pod("Always", &[]), &ok, at(5)).finished);
+        assert!(plan_all(&pod("Never", &[]), &ok, at(5)).finished);
+        assert!(plan_all(&pod("OnFailure", &[]), &ok, at(5)).finished);
+        assert!(!plan_all(&pod("Always", &[]), &ok, at(5)).finished);
         let running = runs(vec![run("app", ContainerState::ContainerRunning, 0, 0)]);
-        assert!(!plan(&pod("Never", &[]), &running, at(5)).finished);
+        assert!(!plan_all(&pod("Never", &[]), &running, at(5)).finished);
     }
 
     #[test]
     fn a_created_but_unstarted_container_is_started_again() {
         let created = runs(vec![run("app", ContainerState::ContainerCreated, 0, 0)]);
         assert_eq!(
-            plan(&pod("Always", &[]), &created, at(5)).steps,
+            plan_all(&pod("Always", &[]), &created, at(5)).steps,
             [("app".to_string(), Step::StartCreated { id: "app-0".into() })]
         );
     }
@@ -351,11 +405,11 @@ mod tests {
     fn a_sidecar_starts_in_init_order_and_the_next_init_container_waits_for_it_to_run() {
         let p = pod("Never", &["side", "b"]);
         assert_eq!(
-            plan(&p, &HashMap::new(), at(5)).steps,
+            plan_all(&p, &HashMap::new(), at(5)).steps,
             [("side".to_string(), Step::Start { attempt: 0 })]
         );
         let side_running = runs(vec![run("side", ContainerState::ContainerRunning, 0, 0)]);
-        let next = plan(&p, &side_running, at(5));
+        let next = plan_all(&p, &side_running, at(5));
         assert_eq!(next.init, Init::InProgress);
         assert_eq!(next.steps, [("b".to_string(), Step::Start { attempt: 0 })]);
 
@@ -363,7 +417,7 @@ mod tests {
             run("side", ContainerState::ContainerRunning, 0, 0),
             run("b", ContainerState::ContainerExited, 0, 0),
         ]);
-        let app = plan(&p, &b_done, at(5));
+        let app = plan_all(&p, &b_done, at(5));
         assert_eq!(app.init, Init::Done);
         assert_eq!(app.steps, [("app".to_string(), Step::Start { attempt: 0 })]);
     }
@@ -376,7 +430,7 @@ mod tests {
             run("side", ContainerState::ContainerExited, 0, 0),
             run("app", ContainerState::ContainerRunning, 0, 0),
         ]);
-        let restart = plan(&p, &side_exited, at(5));
+        let restart = plan_all(&p, &side_exited, at(5));
         assert_eq!(restart.init, Init::Done);
         assert_eq!(
             restart.steps,
@@ -389,6 +443,67 @@ mod tests {
             run("side", ContainerState::ContainerRunning, 0, 0),
             run("app", ContainerState::ContainerExited, 0, 0),
         ]);
-        assert!(plan(&p, &app_done, at(5)).finished);
+        assert!(plan_all(&p, &app_done, at(5)).finished);
+    }
+
+    #[test]
+    fn init_containers_run_again_from_the_first_in_a_new_sandbox() {
+        let p = pod("Always", &["a", "side", "b"]);
+        let old = runs(vec![
+            run("a", ContainerState::ContainerExited, 0, 0),
+            run("side", ContainerState::ContainerExited, 0, 137),
+            run("b", ContainerState::ContainerExited, 0, 0),
+            run("app", ContainerState::ContainerExited, 0, 137),
+        ]);
+        let none = HashSet::new();
+        let observed = |in_sandbox| Observed {
+            runs: &old,
+            in_sandbox,
+            startup_passed: &none,
+        };
+        // the new sandbox has nothing yet: the first init container again, as its next attempt
+        let fresh = plan(&p, observed(&none), at(5));
+        assert_eq!(fresh.init, Init::InProgress);
+        assert_eq!(fresh.steps, [("a".to_string(), Step::Start { attempt: 1 })]);
+        assert!(!fresh.finished);
+
+        // `a` done again in the new sandbox: the sidecar starts again at once (it exited in
+        // the old one), then `b` will
+        let mut new = old.clone();
+        new.get_mut("a")
+            .unwrap()
+            .insert(0, run("a", ContainerState::ContainerExited, 1, 0));
+        let a_again = HashSet::from(["a-1".to_string()]);
+        let observed = Observed {
+            runs: &new,
+            in_sandbox: &a_again,
+            startup_passed: &none,
+        };
+        assert_eq!(
+            plan(&p, observed, at(5)).steps,
+            [("side".to_string(), Step::Start { attempt: 1 })]
+        );
+    }
+
+    #[test]
+    fn the_next_init_container_waits_for_a_sidecars_startup_probe() {
+        let mut p = pod("Always", &["side", "b"]);
+        p.spec.as_mut().unwrap().init_containers.as_mut().unwrap()[0].startup_probe =
+            Some(serde_json::from_value(json!({"exec": {"command": ["up"]}})).unwrap());
+        let side_running = runs(vec![run("side", ContainerState::ContainerRunning, 0, 0)]);
+        let in_sandbox = HashSet::from(["side-0".to_string()]);
+        let observed = |startup_passed| Observed {
+            runs: &side_running,
+            in_sandbox: &in_sandbox,
+            startup_passed,
+        };
+        let none = HashSet::new();
+        let waiting = plan(&p, observed(&none), at(5));
+        assert_eq!((waiting.init, waiting.steps.len()), (Init::InProgress, 0));
+        let started = plan(&p, observed(&in_sandbox), at(5));
+        assert_eq!(
+            started.steps,
+            [("b".to_string(), Step::Start { attempt: 0 })]
+        );
     }
 }

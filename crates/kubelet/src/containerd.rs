@@ -36,6 +36,10 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The CNI network's name: CNI tags what it sets up for a sandbox with it (iptables comments
+/// `name: "skiff" id: "<sandbox>"`, cached results `skiff-<sandbox>-eth0`).
+pub const CNI_NETWORK: &str = "skiff";
+
 /// Where and how the managed containerd runs.
 #[derive(Debug, Clone)]
 pub struct ContainerdConfig {
@@ -79,6 +83,23 @@ impl ContainerdConfig {
 
     pub fn cni_conf_dir(&self) -> PathBuf {
         self.dir.join("cni/net.d")
+    }
+
+    /// The CNI network's conflist ([`ContainerdConfig::cni_conflist`]).
+    pub fn conflist_path(&self) -> PathBuf {
+        self.cni_conf_dir().join("10-skiff.conflist")
+    }
+
+    /// Where host-local IPAM keeps the pod IPs it leased: one file per IP, named by it, under
+    /// a directory named by the network.
+    pub fn ipam_dir(&self) -> PathBuf {
+        self.dir.join("cni/ipam")
+    }
+
+    /// The OCI bundles of the tasks containerd runs in the CRI's namespace, one directory per
+    /// container or sandbox id, each with the `config.json` its shim was started with.
+    pub fn bundles_dir(&self) -> PathBuf {
+        self.dir.join("state/io.containerd.runtime.v2.task/k8s.io")
     }
 
     pub fn log_path(&self) -> PathBuf {
@@ -142,7 +163,7 @@ state = "{d}/state"
     pub fn cni_conflist(&self) -> String {
         let conf = serde_json::json!({
             "cniVersion": "0.4.0",
-            "name": "skiff",
+            "name": CNI_NETWORK,
             "plugins": [
                 {
                     "type": "bridge",
@@ -154,7 +175,7 @@ state = "{d}/state"
                         "type": "host-local",
                         "ranges": [[{"subnet": self.pod_cidr}]],
                         "routes": [{"dst": "0.0.0.0/0"}],
-                        "dataDir": self.dir.join("cni/ipam"),
+                        "dataDir": self.ipam_dir(),
                     },
                 },
                 {"type": "portmap", "capabilities": {"portMappings": true}},
@@ -175,10 +196,7 @@ state = "{d}/state"
             std::fs::write(&path, contents).map_err(|source| Error::Write { path, source })
         };
         write(self.config_path(), self.config_toml())?;
-        write(
-            self.cni_conf_dir().join("10-skiff.conflist"),
-            self.cni_conflist(),
-        )
+        write(self.conflist_path(), self.cni_conflist())
     }
 }
 
@@ -372,25 +390,6 @@ async fn terminate(child: &mut Child) {
         }
     }
     let _ = child.kill().await;
-}
-
-/// Lazily unmounts whatever is mounted under `dir` (what a stopped containerd leaves behind:
-/// overlay rootfs and shm mounts under its root and state), deepest first. For harnesses that
-/// remove a node's data dir after its containerd is gone.
-pub fn unmount_under(dir: &Path) {
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    let dir = dir.display().to_string();
-    let mut ours: Vec<&str> = mounts
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1))
-        .filter(|m| m.starts_with(&dir))
-        .collect();
-    ours.sort_by_key(|m| std::cmp::Reverse(m.len()));
-    for m in ours {
-        let _ = std::process::Command::new("umount")
-            .args(["-l", m])
-            .status();
-    }
 }
 
 #[cfg(test)]

@@ -179,6 +179,18 @@ impl FakeRuntime {
         }
     }
 
+    /// Makes a sandbox not ready while its containers run on, as when its pause process dies.
+    pub fn lose_sandbox(&self, id: &str) {
+        if let Some(sb) = self.state.lock().sandboxes.get_mut(id) {
+            sb.1 = PodSandboxState::SandboxNotready;
+        }
+    }
+
+    /// The sandbox a container was created in.
+    pub fn sandbox_of(&self, container: &str) -> Option<String> {
+        self.state.lock().container_sandbox.get(container).cloned()
+    }
+
     /// The fake's clock, which stamps created/started/finished times (1 s per event).
     pub fn now(&self) -> jiff::Timestamp {
         jiff::Timestamp::from_nanosecond(i128::from(self.state.lock().now))
@@ -200,6 +212,14 @@ impl FakeRuntime {
             .collect();
         found.sort_by_key(|c| c.created_at);
         found.into_iter().map(|c| c.id.clone()).collect()
+    }
+
+    /// The configs of the sandboxes made, oldest first.
+    pub fn sandbox_configs(&self) -> Vec<PodSandboxConfig> {
+        let s = self.state.lock();
+        let mut found: Vec<_> = s.sandboxes.values().collect();
+        found.sort_by_key(|(_, _, _, created)| *created);
+        found.into_iter().map(|(c, ..)| c.clone()).collect()
     }
 }
 

@@ -39,13 +39,21 @@ pub struct HostStatus {
     pub data_dir: std::path::PathBuf,
     /// The kubelet server's port, reported in `status.daemonEndpoints`.
     pub kubelet_port: u16,
+    /// What the node keeps back from its capacity.
+    pub reservation: node::Reservation,
 }
 
 #[async_trait]
 impl StatusSource for HostStatus {
     async fn read(&self, posted: &NodeStatus, now: Timestamp) -> NodeStatus {
         let host = HostInfo::read(self.node_ip, &self.data_dir);
-        let mut status = node::node_status(&host, &self.runtime_version, self.kubelet_port, now);
+        let mut status = node::node_status(
+            &host,
+            &self.reservation,
+            &self.runtime_version,
+            self.kubelet_port,
+            now,
+        );
         match self.runtime.list_images().await {
             Ok(images) => status.images = Some(node::node_images(&images)),
             // keep what was posted rather than report no images

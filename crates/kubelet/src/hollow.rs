@@ -115,6 +115,8 @@ fn hollow_host(name: &str, ip: std::net::Ipv4Addr) -> HostInfo {
 /// A hollow node's status: fixed figures, fresh heartbeat times; no I/O.
 struct HollowStatus {
     host: HostInfo,
+    /// Upstream's defaults: hollow nodes take no kubelet settings.
+    reservation: node::Reservation,
     images: Vec<ContainerImage>,
 }
 
@@ -122,7 +124,7 @@ impl HollowStatus {
     fn at(&self, now: Timestamp) -> NodeStatus {
         let version = format!("{RUNTIME_NAME}://{RUNTIME_VERSION}");
         // no kubelet server: no daemon endpoint
-        let mut status = node::node_status(&self.host, &version, 0, now);
+        let mut status = node::node_status(&self.host, &self.reservation, &version, 0, now);
         status.images = Some(self.images.clone());
         status
     }
@@ -250,6 +252,7 @@ async fn register(
     let gateway = pod_cidr.host(1);
     let status = HollowStatus {
         host: hollow_host(&name, gateway),
+        reservation: node::Reservation::default(),
         images: node::node_images(&images),
     };
     let mut object = node::node_object(
@@ -298,6 +301,8 @@ async fn register(
         dns: Arc::default(),
         allocatable,
         sync_frequency: crate::volumes::REFRESH,
+        // hollow pods have no processes: nothing to put in cgroups
+        cgroups: None,
     };
     Ok(HollowNode {
         node,

@@ -244,6 +244,7 @@ async fn the_real_pod_sync_runs_a_pod_on_the_hollow_runtime_with_an_ip_from_the_
         dns: Arc::default(),
         allocatable: Default::default(),
         sync_frequency: crate::volumes::REFRESH,
+        cgroups: None,
     };
     let mut pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
@@ -298,6 +299,7 @@ async fn the_real_pod_sync_finishes_a_pod_whose_container_runs_true() {
         dns: Arc::default(),
         allocatable: Default::default(),
         sync_frequency: crate::volumes::REFRESH,
+        cgroups: None,
     };
     let mut pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "job-x", "namespace": "default", "uid": "u2"},

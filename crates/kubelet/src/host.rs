@@ -55,6 +55,20 @@ impl HostInfo {
     }
 }
 
+/// How many processes the host runs at most (upstream's `pidlimit.Stats`: the smaller of
+/// `kernel.pid_max` and `kernel.threads-max`), the `pid` capacity that `kubepods`' limit is
+/// taken from.
+pub fn max_pids() -> Option<i64> {
+    let read = |p: &str| std::fs::read_to_string(p).ok()?.trim().parse::<i64>().ok();
+    match (
+        read("/proc/sys/kernel/pid_max"),
+        read("/proc/sys/kernel/threads-max"),
+    ) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// The source address of the default route: connecting a UDP socket sends nothing but makes
 /// the kernel pick it. Loopback when there is no route.
 fn detect_ip() -> IpAddr {

@@ -6,6 +6,7 @@
 //! [`crate::container_gc`]) and container log rotation ([`crate::log_rotation`]); these read
 //! the kubelet's shared informers.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,6 +19,9 @@ use skiff_runtime::informer::Informers;
 
 use crate::admission::NodeView;
 use crate::api::{KubePodApi, PodApi};
+use crate::cgroups::PodCgroups;
+use crate::cgroups::fs::RealCgroupFs;
+use crate::cgroups::resources::node_allocatable_config;
 use crate::container_gc::{CONTAINER_GC_PERIOD, ContainerGc, ContainerGcPolicy};
 use crate::containerd::{ContainerdConfig, ManagedContainerd};
 use crate::cri::{ContainerRuntime, CriClient};
@@ -41,6 +45,10 @@ use crate::volumes::host::RealHost;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error(transparent)]
+    Cgroups(#[from] crate::cgroups::Error),
+    #[error(transparent)]
+    Config(#[from] crate::kubelet_config::Error),
     #[error(transparent)]
     Containerd(#[from] crate::containerd::Error),
     #[error(transparent)]
@@ -161,6 +169,15 @@ pub struct Kubelet {
 impl Kubelet {
     /// Starts the runtime, imports the built-in images and registers the Node.
     pub async fn start(client: kube::Client, config: Config) -> Result<Kubelet> {
+        // ephemeral storage is measured on the filesystem of the data dir
+        let _ = std::fs::create_dir_all(&config.data_dir);
+        let host = HostInfo::read(config.node_ip, &config.data_dir);
+        // as upstream's container manager, before anything runs: a bad cgroup root stops here
+        let cgroups = if config.settings.cgroups_per_qos {
+            Some(Arc::new(start_pod_cgroups(&config.settings, &host)?))
+        } else {
+            None
+        };
         let host_gw = match config.flannel_backend {
             FlannelBackend::HostGw => Some(HostGw::new(
                 Arc::new(HostRunner),
@@ -210,7 +227,6 @@ impl Kubelet {
             .await?;
         }
 
-        let host = HostInfo::read(config.node_ip, &config.data_dir);
         let (cert, key) = tls::ensure_serving_certificate(
             &config.data_dir.join("pki"),
             &host.hostname,
@@ -236,8 +252,10 @@ impl Kubelet {
         let mut config = config;
         // the port the server got (0 picks a free one), reported in the node's status
         config.settings.port = server.local_addr().port();
+        let reservation = node::Reservation::of(&config.settings)?;
         let mut status = node::node_status(
             &host,
+            &reservation,
             &runtime_version,
             config.settings.port,
             Timestamp::now(),
@@ -287,6 +305,7 @@ impl Kubelet {
             }),
             allocatable,
             sync_frequency: config.settings.sync_frequency,
+            cgroups,
         };
         let ready = Ready {
             node: config.node_name.clone(),
@@ -320,6 +339,7 @@ impl Kubelet {
             node_ip: self.config.node_ip,
             data_dir: self.config.data_dir.clone(),
             kubelet_port: self.config.settings.port,
+            reservation: node::Reservation::of(&self.config.settings)?,
         };
         // this kubelet's watches (its pods, and the Nodes for the pod network); they stop once
         // the tasks given them are
@@ -398,6 +418,28 @@ impl Kubelet {
         }
         Ok(())
     }
+}
+
+/// Makes `kubepods` under `--cgroup-root` with what the node gives pods (its capacity less
+/// `kubeReserved` and `systemReserved`) and the QoS cgroups below it.
+fn start_pod_cgroups(settings: &KubeletConfiguration, host: &HostInfo) -> Result<PodCgroups> {
+    let mut capacity = BTreeMap::from([
+        ("cpu".to_string(), i64::from(host.cpus) * 1000),
+        (
+            "memory".to_string(),
+            i64::try_from(host.memory_bytes).unwrap_or(i64::MAX),
+        ),
+    ]);
+    if let Some(pids) = crate::host::max_pids() {
+        capacity.insert("pid".to_string(), pids);
+    }
+    let kubepods = node_allocatable_config(&capacity, &settings.reserved()?);
+    Ok(PodCgroups::start(
+        Arc::new(RealCgroupFs),
+        &settings.cgroup_root,
+        settings.pod_pids_limit,
+        &kubepods,
+    )?)
 }
 
 /// How long the runtime gets to answer CRI after its socket opened.

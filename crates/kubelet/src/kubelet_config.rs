@@ -505,11 +505,12 @@ impl ThresholdValue {
         }
     }
 
-    /// The amount this value is of `capacity`.
+    /// The amount this value is of `capacity`, as upstream's `GetThresholdQuantity`: a
+    /// percentage is a float32 there, and the product is truncated.
     pub fn amount(self, capacity: i64) -> i64 {
         match self {
             ThresholdValue::Quantity(q) => q,
-            ThresholdValue::Percentage(p) => (capacity as f64 * p).round() as i64,
+            ThresholdValue::Percentage(p) => (capacity as f64 * f64::from(p as f32)) as i64,
         }
     }
 }

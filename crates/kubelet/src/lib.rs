@@ -35,6 +35,8 @@
 //! - [`static_pods`]: pods from a manifest directory, kept as mirror pods in the API.
 //! - [`status`]: pod status from CRI state, without I/O.
 //! - [`qos`]: containers' `oom_score_adj` from their pod's QoS class.
+//! - [`cgroups`]: pod cgroups in upstream's QoS hierarchy (`kubepods`, `burstable`,
+//!   `besteffort`, `pod<uid>`) with the cgroupfs driver, on cgroup v1 or v2.
 //! - [`node`]: the Node object, its status and its Lease.
 //! - [`heartbeat`]: the Lease renewal and status posting loop, jittered.
 //! - [`host`]: facts about this machine for the Node.
@@ -56,6 +58,8 @@
 //! - [`api`]: pod writes through the API server behind a trait, with a recording fake.
 //! - [`credentials`]: registry credentials from a pod's `imagePullSecrets`.
 //! - [`containerd`]: managed containerd (config, supervision).
+//! - [`cleanup`]: what a node leaves on the host once its agent is gone (pods' processes,
+//!   network state, mounts), removed (`skiff killall`).
 //! - [`podnet`]: host-gw routes to other nodes' pod CIDRs and masquerading out of the cluster.
 //! - [`podnet_runner`]: the `ip`/`iptables` commands the pod network runs, with a recording fake.
 //! - [`images`]: the built-in pause and busybox images and image import.
@@ -65,6 +69,8 @@
 pub mod actions;
 pub mod admission;
 pub mod api;
+pub mod cgroups;
+pub mod cleanup;
 pub mod config;
 pub mod container_gc;
 pub mod containerd;

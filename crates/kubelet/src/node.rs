@@ -19,6 +19,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::host::HostInfo;
+use crate::kubelet_config::{self, KubeletConfiguration, Signal, Threshold};
 
 /// Upstream's kubelet version string for this API level.
 pub const KUBELET_VERSION: &str = "v1.33.0-skiff";
@@ -31,11 +32,92 @@ pub const LEASE_DURATION_SECONDS: i32 = 40;
 pub const STATUS_REPORT: Duration = Duration::from_secs(300);
 /// How often the host is re-read to notice a change (upstream's `nodeStatusUpdateFrequency`).
 pub const STATUS_CHECK: Duration = Duration::from_secs(10);
-/// The pods a node runs at most (upstream's `maxPods`).
-pub const MAX_PODS: u32 = 110;
-/// Memory held back from allocatable (upstream's hard eviction threshold
-/// `memory.available<100Mi`).
-pub const EVICTION_MEMORY_BYTES: u64 = 100 * 1024 * 1024;
+
+/// What the node keeps back from pods, as upstream's `GetNodeAllocatableReservation`:
+/// `kubeReserved` and `systemReserved`, and the hard eviction thresholds of
+/// `memory.available` (from memory) and `nodefs.available` (from ephemeral storage); and how
+/// many pods it takes (`maxPods`, its `pods` capacity).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reservation {
+    pub max_pods: u32,
+    /// `kubeReserved` plus `systemReserved`, by resource.
+    pub reserved: BTreeMap<String, skiff_apimachinery::quantity::Quantity>,
+    pub hard_eviction: Vec<Threshold>,
+}
+
+impl Reservation {
+    /// The reservation the kubelet's settings make.
+    pub fn of(settings: &KubeletConfiguration) -> Result<Reservation, kubelet_config::Error> {
+        Ok(Reservation {
+            max_pods: settings.max_pods,
+            reserved: settings.reserved()?,
+            hard_eviction: settings
+                .eviction_thresholds()?
+                .into_iter()
+                .filter(Threshold::is_hard)
+                .collect(),
+        })
+    }
+
+    /// What is kept back of `resource` from `capacity` (in its units; CPU in millicores).
+    fn of_resource(&self, resource: &str, capacity: i64) -> i64 {
+        let reserved = self.reserved.get(resource).map_or(0, |q| {
+            if resource == "cpu" {
+                q.milli_value()
+            } else {
+                q.value()
+            }
+        });
+        let signal = match resource {
+            "memory" => Some(Signal::MemoryAvailable),
+            "ephemeral-storage" => Some(Signal::NodeFsAvailable),
+            _ => None,
+        };
+        let eviction: i64 = self
+            .hard_eviction
+            .iter()
+            .filter(|t| Some(t.signal) == signal)
+            .map(|t| t.value.amount(capacity))
+            .sum();
+        reserved + eviction
+    }
+}
+
+impl Default for Reservation {
+    /// Upstream's defaults: 110 pods, nothing reserved, the default hard thresholds.
+    fn default() -> Self {
+        Reservation::of(&KubeletConfiguration::default()).expect("upstream's defaults are valid")
+    }
+}
+
+/// The node's allocatable: each resource of `capacity` less what `reservation` keeps back of
+/// it, never below zero, in the capacity's format (upstream's node status setter).
+pub fn allocatable(
+    capacity: &BTreeMap<String, Quantity>,
+    reservation: &Reservation,
+) -> BTreeMap<String, Quantity> {
+    use skiff_apimachinery::quantity::{Quantity as Parsed, format_canonical};
+    capacity
+        .iter()
+        .map(|(resource, q)| {
+            let Ok(parsed) = Parsed::parse(&q.0) else {
+                return (resource.clone(), q.clone());
+            };
+            let (have, unit) = if resource == "cpu" {
+                (parsed.milli_value(), 1_000_000)
+            } else {
+                (parsed.value(), 1_000_000_000)
+            };
+            let kept = reservation.of_resource(resource, have);
+            if kept == 0 {
+                return (resource.clone(), q.clone());
+            }
+            let left = i128::from((have - kept).max(0)) * unit;
+            let text = format_canonical(left, parsed.format());
+            (resource.clone(), Quantity(text))
+        })
+        .collect()
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -128,11 +210,13 @@ pub async fn await_pod_cidr(nodes: &Api<Node>, name: &str) -> Result<String> {
         .unwrap_or_default())
 }
 
-/// The node's status from what the host and the runtime report, with the port the kubelet
-/// server listens on (`daemonEndpoints`, where the API server reaches it). Conditions carry
-/// `now` as their heartbeat and transition time.
+/// The node's status from what the host and the runtime report (its allocatable what
+/// `reservation` leaves of the capacity), with the port the kubelet server listens on
+/// (`daemonEndpoints`, where the API server reaches it). Conditions carry `now` as their
+/// heartbeat and transition time.
 pub fn node_status(
     host: &HostInfo,
+    reservation: &Reservation,
     runtime_version: &str,
     kubelet_port: u16,
     now: Timestamp,
@@ -143,20 +227,16 @@ pub fn node_status(
             "memory".to_string(),
             Quantity(format!("{}Ki", host.memory_bytes / 1024)),
         ),
-        ("pods".to_string(), Quantity(MAX_PODS.to_string())),
+        (
+            "pods".to_string(),
+            Quantity(reservation.max_pods.to_string()),
+        ),
         (
             "ephemeral-storage".to_string(),
             Quantity(format!("{}Ki", host.ephemeral_storage_bytes / 1024)),
         ),
     ]);
-    let mut allocatable = capacity.clone();
-    allocatable.insert(
-        "memory".into(),
-        Quantity(format!(
-            "{}Ki",
-            host.memory_bytes.saturating_sub(EVICTION_MEMORY_BYTES) / 1024
-        )),
-    );
+    let allocatable = allocatable(&capacity, reservation);
     let condition = |type_: &str, status: &str, reason: &str, message: &str| NodeCondition {
         type_: type_.into(),
         status: status.into(),
@@ -476,13 +556,20 @@ mod tests {
     }
 
     #[test]
-    fn capacity_comes_from_the_host_and_allocatable_keeps_back_the_eviction_threshold() {
-        let status = node_status(&host(), "containerd://1.6.20", 10250, Timestamp::UNIX_EPOCH);
+    fn capacity_comes_from_the_host_and_allocatable_keeps_back_the_default_eviction_thresholds() {
+        let status = node_status(
+            &host(),
+            &Reservation::default(),
+            "containerd://1.6.20",
+            10250,
+            Timestamp::UNIX_EPOCH,
+        );
         let cap = status.capacity.unwrap();
         let alloc = status.allocatable.unwrap();
         assert_eq!(cap["cpu"].0, "2");
         assert_eq!(cap["memory"].0, "4194304Ki");
-        assert_eq!(alloc["memory"].0, "4091904Ki");
+        // less the default hard eviction threshold memory.available<100Mi
+        assert_eq!(alloc["memory"].0, "3996Mi");
         assert_eq!(cap["pods"].0, "110");
         let info = status.node_info.unwrap();
         assert_eq!(info.container_runtime_version, "containerd://1.6.20");
@@ -503,10 +590,71 @@ mod tests {
     }
 
     #[test]
+    fn allocatable_is_capacity_less_reserved_and_hard_eviction_thresholds_with_max_pods() {
+        let mut settings = KubeletConfiguration {
+            max_pods: 20,
+            kube_reserved: kubelet_config::parse_pairs_flag("cpu=100m,memory=100Mi").unwrap(),
+            system_reserved: kubelet_config::parse_pairs_flag(
+                "cpu=200m,memory=156Mi,ephemeral-storage=1Gi",
+            )
+            .unwrap(),
+            ..Default::default()
+        };
+        settings.eviction_hard =
+            kubelet_config::parse_threshold_flag("memory.available<500Mi,nodefs.available<10%")
+                .unwrap();
+        // a soft threshold keeps nothing back
+        settings.eviction_soft =
+            kubelet_config::parse_threshold_flag("memory.available<1Gi").unwrap();
+        settings.eviction_soft_grace_period =
+            kubelet_config::parse_pairs_flag("memory.available=1m").unwrap();
+        let reservation = Reservation::of(&settings).unwrap();
+        let status = node_status(
+            &host(),
+            &reservation,
+            "containerd://1.6.20",
+            10250,
+            Timestamp::UNIX_EPOCH,
+        );
+        let cap = status.capacity.unwrap();
+        let alloc = status.allocatable.unwrap();
+        assert_eq!(cap["pods"].0, "20");
+        assert_eq!(alloc["pods"].0, "20");
+        assert_eq!(alloc["cpu"].0, "1700m");
+        // 4Gi - 100Mi - 156Mi - 500Mi
+        assert_eq!(alloc["memory"].0, "3340Mi");
+        // 100Gi - 1Gi - 10% of 100Gi, as upstream's float32 percentage truncates it
+        let expected =
+            (100i64 << 30) - (1 << 30) - ((100i64 << 30) as f64 * f64::from(0.1f32)) as i64;
+        assert_eq!(alloc["ephemeral-storage"].0, expected.to_string());
+
+        // more reserved than there is: none left
+        settings.system_reserved = kubelet_config::parse_pairs_flag("cpu=3").unwrap();
+        let reservation = Reservation::of(&settings).unwrap();
+        let alloc = allocatable(
+            &BTreeMap::from([("cpu".to_string(), Quantity("2".into()))]),
+            &reservation,
+        );
+        assert_eq!(alloc["cpu"].0, "0");
+    }
+
+    #[test]
     fn a_heartbeat_alone_is_not_a_change_but_new_capacity_is() {
-        let old = node_status(&host(), "containerd://1.6.20", 10250, Timestamp::UNIX_EPOCH);
+        let old = node_status(
+            &host(),
+            &Reservation::default(),
+            "containerd://1.6.20",
+            10250,
+            Timestamp::UNIX_EPOCH,
+        );
         let later = Timestamp::from_second(60).unwrap();
-        let mut new = node_status(&host(), "containerd://1.6.20", 10250, later);
+        let mut new = node_status(
+            &host(),
+            &Reservation::default(),
+            "containerd://1.6.20",
+            10250,
+            later,
+        );
         assert!(!status_changed(&old, &new));
         keep_transition_times(&old, &mut new);
         let ready = new.conditions.as_ref().unwrap().last().unwrap();
@@ -518,7 +666,13 @@ mod tests {
         let bigger = HostInfo { cpus: 4, ..host() };
         assert!(status_changed(
             &old,
-            &node_status(&bigger, "containerd://1.6.20", 10250, later)
+            &node_status(
+                &bigger,
+                &Reservation::default(),
+                "containerd://1.6.20",
+                10250,
+                later
+            )
         ));
     }
 

@@ -97,7 +97,10 @@ impl SyncContext {
                         .termination_grace_period_seconds
                         .or(spec.termination_grace_period_seconds)
                         .unwrap_or(30);
-                    if let Err(e) = self.runtime.stop_container(&run.id, grace).await {
+                    let stopped = self
+                        .kill_container(pod, Some(c), &run.id, pod_ip, grace, async {})
+                        .await;
+                    if let Err(e) = stopped {
                         tracing::warn!(pod = %pod_key(pod), error = %e, "stopping an unhealthy container");
                     }
                     killed = true;

@@ -1,6 +1,7 @@
-//! What a pod needs before its containers, around [`SyncContext::sync_pod`]: its volumes set up
-//! (with a `FailedMount` event per volume that fails, and the volumes' other warnings), its
-//! sandbox config with the DNS config of its `dnsPolicy`, and its managed /etc/hosts.
+//! What a pod needs before its containers, around [`SyncContext::sync_pod`]: its cgroup, its
+//! volumes set up (with a `FailedMount` event per volume that fails, and the volumes' other
+//! warnings), its sandbox config with the DNS config of its `dnsPolicy` and its cgroup as
+//! parent, and its managed /etc/hosts.
 
 use std::path::PathBuf;
 
@@ -37,8 +38,27 @@ impl SyncContext {
         set_up.retry_in.map_or(Ok(()), Err)
     }
 
-    /// The pod's sandbox config with its DNS config, and the MissingClusterDNS warning if
-    /// ClusterFirst had to fall back to the host's resolv.conf.
+    /// Makes the pod's cgroup (or sets its limits again) before its sandbox, as upstream's
+    /// `SyncPod` does; a failure is a `FailedCreatePodContainer` warning and fails the sync.
+    pub(crate) async fn ensure_cgroup(&self, pod: &Pod) -> crate::pod_sync::Result<()> {
+        let Some(cgroups) = &self.cgroups else {
+            return Ok(());
+        };
+        if let Err(source) = cgroups.ensure_pod(pod) {
+            let message = format!("unable to ensure pod container exists: {source}");
+            let event = PodEvent::pod_warning("FailedCreatePodContainer", message);
+            self.api.event(pod, event).await;
+            return Err(crate::pod_sync::Error::Cgroups {
+                uid: pod.metadata.uid.clone().unwrap_or_default(),
+                source,
+            });
+        }
+        Ok(())
+    }
+
+    /// The pod's sandbox config with its DNS config and its cgroup as the sandbox's parent,
+    /// and the MissingClusterDNS warning if ClusterFirst had to fall back to the host's
+    /// resolv.conf.
     pub(crate) fn sandbox_for(
         &self,
         pod: &Pod,
@@ -47,6 +67,9 @@ impl SyncContext {
         let mut config = sandbox_config(pod, attempt, &self.pod_log_dir(pod));
         let (dns, warning) = pod_dns(pod, &self.dns);
         config.dns_config = Some(dns);
+        if let Some(cgroups) = &self.cgroups {
+            config.linux.get_or_insert_default().cgroup_parent = cgroups.cgroup_parent(pod);
+        }
         (config, warning)
     }
 

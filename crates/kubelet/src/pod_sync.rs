@@ -8,7 +8,7 @@
 //! with a deletionTimestamp is stopped within its grace period and then removed from the API
 //! server, its volumes torn down.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,11 +17,11 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container as ApiContainer, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::actions::{self, Init, Step};
+use crate::actions::{self, Init, Observed, Step};
 use crate::api::{PodApi, PodEvent};
 use crate::cri::{ContainerRuntime, ContainerStatus, PodSandboxConfig, PodSandboxState};
 use crate::dns::DnsSettings;
-use crate::probe::Probes;
+use crate::probe::{Kind, Probes};
 use crate::status::{self, ContainerView, PodView, Waiting};
 use crate::volumes::VolumeManager;
 
@@ -42,6 +42,14 @@ pub enum Error {
     },
     #[error(transparent)]
     Api(#[from] crate::api::Error),
+    #[error(
+        "failed to ensure that the pod: {uid} cgroups exist and are correctly applied: {source}"
+    )]
+    Cgroups {
+        uid: String,
+        #[source]
+        source: crate::cgroups::Error,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -80,6 +88,31 @@ pub struct SyncContext {
     /// How long a pod with nothing due waits for its next sync (`--sync-frequency`); changes
     /// of the pod or of its containers sync it at once.
     pub sync_frequency: Duration,
+    /// Pod cgroups in the QoS hierarchy (`cgroupsPerQOS`); None: pods go where the runtime
+    /// puts them.
+    pub cgroups: Option<Arc<crate::cgroups::PodCgroups>>,
+}
+
+/// A pod's containers as the runtime has them.
+struct Observation {
+    /// Runs by container name, newest first (the two newest of each).
+    runs: HashMap<String, Vec<ContainerStatus>>,
+    /// Each container's sandbox, by container id.
+    sandbox_of: HashMap<String, String>,
+}
+
+impl Observation {
+    /// The ids of the runs in `sandbox` (all of them for None).
+    fn in_sandbox(&self, sandbox: Option<&str>) -> HashSet<String> {
+        self.runs
+            .values()
+            .flatten()
+            .filter(|s| {
+                sandbox.is_none_or(|id| self.sandbox_of.get(&s.id).is_some_and(|of| of == id))
+            })
+            .map(|s| s.id.clone())
+            .collect()
+    }
 }
 
 pub(crate) fn pod_key(pod: &Pod) -> String {
@@ -134,8 +167,9 @@ impl SyncContext {
     }
 
     /// The pod's containers in the runtime, grouped by container name, newest attempt first,
-    /// with their statuses (only the two newest of each name are asked for).
-    async fn observe(&self, pod: &Pod) -> Result<HashMap<String, Vec<ContainerStatus>>> {
+    /// with their statuses (only the two newest of each name are asked for), and the sandbox
+    /// of each (by container id).
+    async fn observe(&self, pod: &Pod) -> Result<Observation> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let mut listed = self
             .runtime
@@ -146,6 +180,10 @@ impl SyncContext {
             std::cmp::Reverse((c.metadata.as_ref().map(|m| m.attempt), c.created_at))
         });
         let mut by_name: HashMap<String, Vec<ContainerStatus>> = HashMap::new();
+        let sandbox_of = listed
+            .iter()
+            .map(|c| (c.id.clone(), c.pod_sandbox_id.clone()))
+            .collect();
         for c in listed {
             let name = c
                 .labels
@@ -161,7 +199,10 @@ impl SyncContext {
                 }
             }
         }
-        Ok(by_name)
+        Ok(Observation {
+            runs: by_name,
+            sandbox_of,
+        })
     }
 
     /// Syncs the pod once.
@@ -199,18 +240,6 @@ impl SyncContext {
             .chain(&spec.containers)
             .collect();
 
-        let mut runs = self.observe(pod).await?;
-        let plan_for = |runs: &HashMap<String, Vec<ContainerStatus>>| {
-            let mut plan = actions::plan(pod, runs, now);
-            if already_terminal {
-                // phases never go back: nothing runs again
-                plan.steps.clear();
-                plan.finished = true;
-            }
-            plan
-        };
-        let mut plan = plan_for(&runs);
-
         let sandboxes = self
             .runtime
             .list_pod_sandboxes(uid_labels(&uid))
@@ -229,6 +258,41 @@ impl SyncContext {
             .max()
             .unwrap_or(0);
 
+        let mut seen = self.observe(pod).await?;
+        let startup_passed: HashSet<String> = seen
+            .runs
+            .values()
+            .flatten()
+            .filter(|s| probes.result(&s.id, Kind::Startup))
+            .map(|s| s.id.clone())
+            .collect();
+        // `sandbox`: the runs of which sandbox count (None: all, to judge a pod without one)
+        let plan_for = |seen: &Observation, sandbox: Option<&str>| {
+            let in_sandbox = seen.in_sandbox(sandbox);
+            let observed = Observed {
+                runs: &seen.runs,
+                in_sandbox: &in_sandbox,
+                startup_passed: &startup_passed,
+            };
+            let mut plan = actions::plan(pod, observed, now);
+            if already_terminal {
+                // phases never go back: nothing runs again
+                plan.steps.clear();
+                plan.finished = true;
+            }
+            plan
+        };
+        let mut plan = plan_for(&seen, ready.as_ref().map(|(id, _)| id.as_str()));
+        if ready.is_none() {
+            // judged on every run: a pod that has finished gets no new sandbox
+            plan = plan_for(&seen, None);
+        }
+        // upstream's kubelet gives a Never pod whose containers ran no second sandbox
+        let recreate = spec.restart_policy.as_deref() != Some("Never") || seen.runs.is_empty();
+
+        if !plan.finished {
+            self.ensure_cgroup(pod).await?;
+        }
         let volumes_ready = plan.finished
             || match self.set_up_volumes(pod, now).await {
                 Ok(()) => true,
@@ -238,7 +302,13 @@ impl SyncContext {
                 }
             };
 
-        if ready.is_none() && !plan.finished && volumes_ready {
+        if ready.is_none() && !plan.finished && !sandboxes.is_empty() {
+            // the pod's sandbox died: what still runs of it is stopped first
+            let grace = spec.termination_grace_period_seconds.unwrap_or(30);
+            self.stop_containers(pod, grace).await?;
+            seen = self.observe(pod).await?;
+        }
+        if ready.is_none() && !plan.finished && volumes_ready && recreate {
             let (config, dns_warning) = self.sandbox_for(pod, next_attempt);
             if let Some(message) = dns_warning {
                 let event = PodEvent::pod_warning("MissingClusterDNS", message);
@@ -248,6 +318,8 @@ impl SyncContext {
             match self.runtime.run_pod_sandbox(config).await {
                 Ok(id) => {
                     tracing::info!(pod = %pod_key(pod), sandbox = %id, "sandbox ready");
+                    // nothing has run in it yet: init containers start again from the first
+                    plan = plan_for(&seen, Some(&id));
                     ready = Some((id, next_attempt));
                 }
                 Err(e) => {
@@ -277,8 +349,8 @@ impl SyncContext {
                 {
                     break;
                 }
-                runs = self.observe(pod).await?;
-                plan = plan_for(&runs);
+                seen = self.observe(pod).await?;
+                plan = plan_for(&seen, Some(sandbox_id.as_str()));
             }
         }
         // the last plan's back-offs show even when the loop above stopped before acting on it,
@@ -312,6 +384,10 @@ impl SyncContext {
                 sandbox_status = self.runtime.pod_sandbox_status(id).await.ok();
             }
         }
+        if plan.finished {
+            // nothing runs in it any more (upstream removes a terminated pod's cgroup)
+            self.remove_cgroup(pod).await;
+        }
         let mut probed: HashMap<String, (bool, bool)> = HashMap::new();
         if sandbox_status.is_some() {
             let pod_ip = if spec.host_network == Some(true) {
@@ -323,18 +399,31 @@ impl SyncContext {
                     .map(|n| n.ip.clone())
                     .unwrap_or_default()
             };
-            let probed_now = self.probe(pod, &runs, &pod_ip, now, probes).await;
+            let probed_now = self.probe(pod, &seen.runs, &pod_ip, now, probes).await;
             probed = probed_now.results;
             if let Some(next) = probed_now.next {
                 resync = resync.min(next);
             }
             if probed_now.killed {
-                runs = self.observe(pod).await?;
+                seen = self.observe(pod).await?;
+            }
+            // a sidecar that passed its startup probe just now lets the next init container
+            // start: sync again soon rather than at the next probe
+            let sidecar_started = spec.init_containers.iter().flatten().any(|c| {
+                let run = seen.runs.get(&c.name).and_then(|h| h.first());
+                actions::is_sidecar(c)
+                    && c.startup_probe.is_some()
+                    && run.is_some_and(|r| {
+                        !startup_passed.contains(&r.id) && probes.result(&r.id, Kind::Startup)
+                    })
+            });
+            if plan.init == Init::InProgress && sidecar_started {
+                resync = MIN_RESYNC;
             }
         }
 
         let mut view_of = |c: &ApiContainer| {
-            let history = runs.get(&c.name);
+            let history = seen.runs.get(&c.name);
             ContainerView {
                 name: c.name.clone(),
                 image: c.image.clone().unwrap_or_default(),

@@ -47,6 +47,7 @@ fn harness() -> Harness {
         }),
         allocatable: Default::default(),
         sync_frequency: crate::volumes::REFRESH,
+        cgroups: None,
     };
     Harness {
         probes: Default::default(),
@@ -265,6 +266,50 @@ async fn deletion_stops_containers_with_the_grace_period_removes_them_and_delete
     assert_eq!(
         h.api.event_reasons().last().map(String::as_str),
         Some("Killing")
+    );
+}
+
+#[tokio::test]
+async fn a_pod_gets_its_cgroup_before_its_sandbox_as_parent_and_loses_it_once_deleted() {
+    let mut h = harness();
+    let fs = Arc::new(crate::cgroups::fs::FakeCgroupFs::v1());
+    let cgroups = crate::cgroups::PodCgroups::start(fs.clone(), "/", -1, &Default::default());
+    h.ctx.cgroups = Some(Arc::new(cgroups.unwrap()));
+    let mut pod = pod("Always", "IfNotPresent");
+    h.sync(&mut pod).await;
+    let sandbox = &h.runtime.sandbox_configs()[0];
+    assert_eq!(
+        sandbox.linux.as_ref().unwrap().cgroup_parent,
+        "/kubepods/besteffort/podu1"
+    );
+    let dir = "/sys/fs/cgroup/memory/kubepods/besteffort/podu1";
+    assert!(fs.has_dir(dir));
+
+    pod.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    assert_eq!(h.sync(&mut pod).await, Outcome::Done);
+    assert!(!fs.has_dir(dir));
+}
+
+#[tokio::test]
+async fn a_pod_whose_cgroup_cannot_be_made_gets_no_sandbox_and_a_warning() {
+    let mut h = harness();
+    let fs = Arc::new(crate::cgroups::fs::FakeCgroupFs::v1());
+    let cgroups = crate::cgroups::PodCgroups::start(fs.clone(), "/", -1, &Default::default());
+    h.ctx.cgroups = Some(Arc::new(cgroups.unwrap()));
+    fs.fail_writes
+        .lock()
+        .insert("cpu.shares".into(), "no space left on device".into());
+    let pod = pod("Always", "IfNotPresent");
+    let err = h
+        .ctx
+        .sync_pod(&pod, &mut Default::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("u1 cgroups exist"), "{err}");
+    assert_eq!(h.count("RunPodSandbox"), 0);
+    assert_eq!(
+        h.api.event_reasons().last().map(String::as_str),
+        Some("FailedCreatePodContainer")
     );
 }
 
@@ -672,4 +717,189 @@ async fn a_new_sandbox_is_numbered_after_the_newest_once_older_ones_are_collecte
         .map(|(_, a)| a)
         .collect();
     assert_eq!(attempts, [1, 2]);
+}
+
+#[tokio::test]
+async fn the_sandboxes_of_pods_the_first_list_did_not_have_are_orphans_once_each() {
+    let h = harness();
+    let mut known = pod("Always", "IfNotPresent");
+    h.sync(&mut known).await;
+    let mut gone = pod("Always", "IfNotPresent");
+    gone.metadata.name = Some("gone".into());
+    gone.metadata.uid = Some("u2".into());
+    h.sync(&mut gone).await;
+    // its sandbox died and was replaced: two sandboxes, one orphaned pod
+    let first = h
+        .runtime
+        .list_pod_sandboxes(uid_labels("u2"))
+        .await
+        .unwrap();
+    h.runtime.stop_pod_sandbox(&first[0].id).await.unwrap();
+    h.sync(&mut gone).await;
+    assert_eq!(
+        h.runtime
+            .list_pod_sandboxes(uid_labels("u2"))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+
+    let listed = std::collections::HashSet::from(["u1".to_string()]);
+    let orphans = crate::pod_workers::orphans(&h.ctx, &listed).await.unwrap();
+    let found: Vec<_> = orphans
+        .iter()
+        .map(|p| {
+            let m = &p.metadata;
+            (m.uid.as_deref(), m.name.as_deref(), m.namespace.as_deref())
+        })
+        .collect();
+    assert_eq!(found, [(Some("u2"), Some("gone"), Some("default"))]);
+}
+
+fn with_inits(mut pod: Pod, inits: serde_json::Value) -> Pod {
+    pod.spec.as_mut().unwrap().init_containers = Some(serde_json::from_value(inits).unwrap());
+    pod
+}
+
+#[tokio::test]
+async fn a_pod_whose_sandbox_died_runs_its_init_containers_again_in_a_new_one() {
+    let h = harness();
+    let mut pod = with_inits(
+        pod("Always", "IfNotPresent"),
+        json!([{"name": "setup", "image": "busybox", "imagePullPolicy": "IfNotPresent"}]),
+    );
+    h.sync(&mut pod).await;
+    h.runtime
+        .exit_container(&h.runtime.containers_named("setup")[0], 0);
+    h.sync(&mut pod).await;
+    let app = h.runtime.containers_named("c")[0].clone();
+    let first = h.runtime.sandbox_of(&app).unwrap();
+
+    h.runtime.lose_sandbox(&first);
+    h.sync(&mut pod).await;
+    assert!(
+        h.runtime
+            .calls()
+            .contains(&format!("StopContainer {app} 7")),
+        "what ran in the dead sandbox is stopped, with the pod's grace"
+    );
+    let setups = h.runtime.containers_named("setup");
+    assert_eq!(setups.len(), 2, "the init container runs again");
+    let second = h.runtime.sandbox_of(&setups[1]).unwrap();
+    assert_ne!(second, first);
+    assert_eq!(h.runtime.containers_named("c").len(), 1, "the app waits");
+    assert_eq!(
+        waiting_reason(&h.status()).as_deref(),
+        Some("PodInitializing")
+    );
+
+    h.runtime.exit_container(&setups[1], 0);
+    h.sync(&mut pod).await;
+    let apps = h.runtime.containers_named("c");
+    assert_eq!(apps.len(), 2);
+    assert_eq!(h.runtime.sandbox_of(&apps[1]), Some(second));
+    assert_eq!(h.status().container_statuses.unwrap()[0].restart_count, 1);
+}
+
+#[tokio::test]
+async fn a_never_pod_whose_sandbox_died_gets_no_second_one() {
+    let h = harness();
+    let mut pod = pod("Never", "IfNotPresent");
+    h.sync(&mut pod).await;
+    let app = h.runtime.containers_named("c")[0].clone();
+    h.runtime.lose_sandbox(&h.runtime.sandbox_of(&app).unwrap());
+    h.sync(&mut pod).await;
+    h.sync(&mut pod).await;
+    assert_eq!(h.count("RunPodSandbox"), 1);
+    assert_eq!(h.runtime.containers_named("c").len(), 1);
+    assert_eq!(h.status().phase.as_deref(), Some("Failed"));
+}
+
+#[tokio::test]
+async fn pod_termination_stops_the_app_containers_then_the_sidecars_last_started_first() {
+    let h = harness();
+    let sidecar = |name: &str| {
+        json!({"name": name, "image": "busybox", "imagePullPolicy": "IfNotPresent",
+               "restartPolicy": "Always",
+               "lifecycle": {"preStop": {"exec": {"command": ["bye", name]}}}})
+    };
+    let mut pod = with_inits(
+        pod("Always", "IfNotPresent"),
+        json!([sidecar("first"), sidecar("second")]),
+    );
+    h.sync(&mut pod).await;
+    let id = |name: &str| h.runtime.containers_named(name)[0].clone();
+    let (first, second, app) = (id("first"), id("second"), id("c"));
+
+    pod.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+    pod.metadata.deletion_grace_period_seconds = Some(7);
+    assert_eq!(h.sync(&mut pod).await, Outcome::Done);
+    let calls = h.runtime.calls();
+    let pos = |call: &str| {
+        calls
+            .iter()
+            .position(|c| c.starts_with(call))
+            .unwrap_or_else(|| panic!("no {call} in {calls:#?}"))
+    };
+    // the sidecars' preStop hooks run at once, with the app's stop
+    assert!(pos(&format!("ExecSync {second} bye second")) < pos(&format!("StopContainer {app}")));
+    assert!(pos(&format!("StopContainer {app}")) < pos(&format!("StopContainer {second}")));
+    assert!(pos(&format!("StopContainer {second}")) < pos(&format!("StopContainer {first}")));
+}
+
+#[tokio::test]
+async fn a_failed_liveness_probe_runs_the_containers_pre_stop_hook_before_stopping_it() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    let c = &mut pod.spec.as_mut().unwrap().containers[0];
+    c.liveness_probe = Some(
+        serde_json::from_value(json!({"exec": {"command": ["alive"]}, "periodSeconds": 1,
+                                      "failureThreshold": 1}))
+        .unwrap(),
+    );
+    c.lifecycle =
+        Some(serde_json::from_value(json!({"preStop": {"exec": {"command": ["drain"]}}})).unwrap());
+    h.sync(&mut pod).await;
+    let id = h.runtime.containers_named("c")[0].clone();
+    h.runtime.set_exec_exit_code(1);
+    h.runtime.advance(Duration::from_secs(1));
+    h.sync(&mut pod).await;
+    let calls = h.runtime.calls();
+    let drain = calls
+        .iter()
+        .position(|c| c == &format!("ExecSync {id} drain"))
+        .unwrap_or_else(|| panic!("no preStop hook in {calls:#?}"));
+    let stop = calls
+        .iter()
+        .position(|c| c.starts_with(&format!("StopContainer {id}")))
+        .unwrap();
+    assert!(drain < stop, "{calls:#?}");
+}
+
+#[tokio::test]
+async fn the_next_init_container_starts_once_the_sidecars_startup_probe_passed() {
+    let h = harness();
+    let mut pod = with_inits(
+        pod("Always", "IfNotPresent"),
+        json!([{"name": "side", "image": "busybox", "imagePullPolicy": "IfNotPresent",
+                "restartPolicy": "Always",
+                "startupProbe": {"exec": {"command": ["up"]}, "periodSeconds": 1}},
+               {"name": "setup", "image": "busybox", "imagePullPolicy": "IfNotPresent"}]),
+    );
+    h.sync(&mut pod).await;
+    assert_eq!(h.runtime.containers_named("side").len(), 1);
+    assert!(
+        h.runtime.containers_named("setup").is_empty(),
+        "the sidecar runs but has not passed its startup probe"
+    );
+    h.runtime.advance(Duration::from_secs(1));
+    assert_eq!(
+        h.sync(&mut pod).await,
+        Outcome::Resync(MIN_RESYNC),
+        "the probe passed: the next init container is due at once"
+    );
+    assert!(h.runtime.containers_named("setup").is_empty());
+    h.sync(&mut pod).await;
+    assert_eq!(h.runtime.containers_named("setup").len(), 1);
 }

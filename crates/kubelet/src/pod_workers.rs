@@ -3,8 +3,8 @@
 //! gets one worker that syncs it on every change of the object, whenever the [`Pleg`] sees its
 //! containers change in the runtime, and when its last sync asked to be called again (a probe
 //! or a back-off due, a retry, or `--sync-frequency`). Once the first list is in, the
-//! containers and volumes of pods that are gone (deleted while the kubelet was down) are
-//! removed.
+//! sandboxes, containers and volumes of pods that are gone (deleted while the kubelet was down)
+//! are removed.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -110,7 +110,15 @@ pub(crate) async fn watch_pods(
                 // was down); done here, before a new pod's worker can create its directory
                 ctx.volumes
                     .tear_down_others(|uid| listed.contains(uid) || workers.contains_key(uid));
-                tokio::spawn(remove_orphans(ctx.clone(), listed));
+                // the sandboxes are listed before any later pod's worker starts, so that the
+                // sandbox a new pod's worker creates meanwhile is never taken for an orphan;
+                // stopping the orphans (within their grace) does not hold the loop up
+                match orphans(&ctx, &listed).await {
+                    Ok(found) => {
+                        tokio::spawn(remove_orphans(ctx.clone(), found));
+                    }
+                    Err(e) => tracing::warn!(error = %e, "listing sandboxes to find orphans"),
+                }
                 continue;
             }
         };
@@ -176,17 +184,17 @@ async fn admit(
     admission::check(pod, &view.get(), &admitted)
 }
 
-/// Stops and removes sandboxes (and their containers) of pods the API server no longer has:
-/// pods deleted while this kubelet was down.
-async fn remove_orphans(ctx: SyncContext, known: HashSet<String>) {
-    let sandboxes = match ctx.runtime.list_pod_sandboxes(HashMap::new()).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "listing sandboxes to find orphans");
-            return;
-        }
-    };
+/// The pods whose sandboxes the runtime has but that are not among `known` (this node's pods
+/// at the first list, static pods' mirrors included): pods deleted while this kubelet was down,
+/// or left by another kubelet on the same data dir. Each is rebuilt from its sandbox's labels,
+/// once however many sandboxes it has.
+pub(crate) async fn orphans(
+    ctx: &SyncContext,
+    known: &HashSet<String>,
+) -> Result<Vec<Pod>, crate::cri::Error> {
+    let sandboxes = ctx.runtime.list_pod_sandboxes(HashMap::new()).await?;
     let mut seen = HashSet::new();
+    let mut found = Vec::new();
     for sandbox in sandboxes {
         let label = |k: &str| sandbox.labels.get(k).cloned();
         let Some(uid) = label(LABEL_POD_UID) else {
@@ -199,6 +207,15 @@ async fn remove_orphans(ctx: SyncContext, known: HashSet<String>) {
         pod.metadata.uid = Some(uid);
         pod.metadata.name = label(LABEL_POD_NAME);
         pod.metadata.namespace = label(LABEL_POD_NAMESPACE);
+        found.push(pod);
+    }
+    Ok(found)
+}
+
+/// Stops and removes the sandboxes, containers (and their network state: stopping a sandbox
+/// tears its CNI attachment down) of [`orphans`].
+async fn remove_orphans(ctx: SyncContext, orphans: Vec<Pod>) {
+    for pod in orphans {
         tracing::info!(pod = ?pod.metadata.name, "removing the containers of a pod that is gone");
         if let Err(e) = ctx.kill_pod(&pod, ORPHAN_GRACE_SECONDS).await {
             tracing::warn!(error = %e, "removing an orphaned pod");

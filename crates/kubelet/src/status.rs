@@ -526,6 +526,25 @@ mod tests {
     }
 
     #[test]
+    fn a_container_the_oom_killer_ended_is_reported_oom_killed_in_its_last_state() {
+        // containerd's CRI gives the reason when the container's cgroup saw an OOM kill
+        let mut killed = cri("old", ContainerState::ContainerExited, 0, 137);
+        killed.reason = "OOMKilled".into();
+        let running = cri("new", ContainerState::ContainerRunning, 0, 0);
+        let status = pod_status(
+            &pod("Always"),
+            &view(Some(running), Some(killed)),
+            Timestamp::UNIX_EPOCH,
+        );
+        let c = &status.container_statuses.as_ref().unwrap()[0];
+        let last = c.last_state.clone().unwrap().terminated.unwrap();
+        assert_eq!(
+            (last.exit_code, last.reason.as_deref()),
+            (137, Some("OOMKilled"))
+        );
+    }
+
+    #[test]
     fn exit_zero_under_never_is_succeeded_and_exit_one_is_failed() {
         let done = cri("abc", ContainerState::ContainerExited, 0, 0);
         let status = pod_status(

@@ -122,38 +122,26 @@ fn spawn(argv: &[String], log: &Path) -> (Child, mpsc::Receiver<String>, String)
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        if std::thread::panicking() {
-            eprintln!("--- server log ---\n{}", self.log());
-            if self.containerd_socket().exists() {
-                kubectl_output(
-                    &self.kubeconfig(),
-                    &[
-                        "delete",
-                        "pods",
-                        "--all",
-                        "--grace-period=1",
-                        "--timeout=50s",
-                    ],
-                );
+        if matches!(self.child.try_wait(), Ok(None)) {
+            if std::thread::panicking() {
+                eprintln!("--- server log ---\n{}", self.log());
+                if self.containerd_socket().exists() {
+                    kubectl_output(
+                        &self.kubeconfig(),
+                        &[
+                            "delete",
+                            "pods",
+                            "--all",
+                            "--grace-period=1",
+                            "--timeout=50s",
+                        ],
+                    );
+                }
             }
+            self.terminate();
         }
-        let socket = self.containerd_socket();
-        if socket.exists() {
-            let ctr = |args: &[&str]| {
-                let mut cmd = Command::new("ctr");
-                cmd.arg("-a").arg(&socket).args(["-n", "k8s.io"]).args(args);
-                output_text(&run_guarded(&mut cmd)).0
-            };
-            for task in ctr(&["tasks", "ls", "-q"]).lines() {
-                ctr(&["tasks", "kill", "-s", "SIGKILL", task]);
-            }
-        }
-        self.terminate();
-        support::node::kill_shims(&socket);
-        skiff_kubelet::containerd::unmount_under(&self.data_dir);
+        // the pods outlive the server (stopped here or by the test)
+        support::node::clean_up(&self.data_dir);
     }
 }
 

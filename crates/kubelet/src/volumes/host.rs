@@ -67,7 +67,7 @@ fn run(cmd: &mut Command) -> io::Result<()> {
 }
 
 /// The mount points in `/proc/self/mountinfo` (field 5; octal escapes such as `\040` decoded).
-fn mount_points() -> io::Result<Vec<PathBuf>> {
+pub(crate) fn mount_points() -> io::Result<Vec<PathBuf>> {
     let info = std::fs::read_to_string("/proc/self/mountinfo")?;
     Ok(info
         .lines()

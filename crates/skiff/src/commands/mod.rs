@@ -6,6 +6,8 @@
 //! - [`controller_manager`]: `skiff controller-manager`, the reconcile loops.
 //! - [`dns`]: `skiff dns`, the cluster DNS.
 //! - [`kubelet`]: `skiff kubelet`, the node agent running pods through containerd's CRI.
+//! - [`killall`]: `skiff killall` and `skiff uninstall`, tearing a node's pods down on this
+//!   host (and removing its data dir).
 //! - [`proxy`]: `skiff proxy`, the node's Service dataplane (iptables or nftables).
 //! - [`image`]: `skiff image import`, loading image archives into the node's containerd.
 //! - [`scheduler`]: `skiff scheduler`, binding pods to nodes through the API server.
@@ -23,6 +25,7 @@ pub mod bench;
 pub mod controller_manager;
 pub mod dns;
 pub mod image;
+pub mod killall;
 pub mod kubelet;
 pub mod lifecycle;
 pub mod metrics;
@@ -78,6 +81,22 @@ pub enum Command {
     /// What the API server recorded of an object's lifecycle across components.
     #[command(subcommand)]
     Trace(trace::TraceCommand),
+    /// Stop every pod of the node on --data-dir, remove its network state and mounts
+    /// (k3s-killall.sh).
+    ///
+    /// Stops the Skiff processes and the containerd of the data dir, kills the shims serving
+    /// that containerd and the containers under them, removes their network namespaces,
+    /// veths, the iptables rules CNI made for them and their pod IP leases, and unmounts every
+    /// mount under the data dir. Nothing of other data dirs is touched: the CNI bridge is
+    /// removed once no interface is attached to it, and the host's Service and pod network
+    /// rules (KUBE-*, SKIFF-* chains, the `ip skiff` nftables table, host-gw routes) once no
+    /// other Skiff node process runs in this network namespace. Prints what it did; a second
+    /// run finds nothing left.
+    Killall(killall::KillallArgs),
+    /// `skiff killall`, then remove the data dir (k3s-uninstall.sh).
+    ///
+    /// The data dir is removed only if nothing is mounted under it any more.
+    Uninstall(killall::KillallArgs),
 }
 
 /// A command line that parsed but makes no sense (exit code 2, as clap's own usage errors).
@@ -130,5 +149,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(cmd) => token::run(cmd).await,
         Command::Bench(cmd) => bench::run(cmd).await,
         Command::Trace(cmd) => trace::run(cmd).await,
+        Command::Killall(args) => killall::killall(args).await,
+        Command::Uninstall(args) => killall::uninstall(args).await,
     }
 }

@@ -121,8 +121,7 @@ impl Drop for Agent {
             eprintln!("--- agent log ---\n{}", super::read(&self.log));
         }
         self.stop();
-        super::node::kill_shims(&self.dir.join("containerd/containerd.sock"));
-        skiff_kubelet::containerd::unmount_under(&self.dir);
+        super::node::clean_up(&self.dir);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -1,11 +1,14 @@
 //! A real `skiff kubelet` for the end-to-end tests, with the managed containerd it starts:
 //! started on its own data dir, by default on this host with its kubelet server on a free
 //! loopback port (the Node's InternalIP is 127.0.0.1 so that the API server reaches it there),
-//! or in a network namespace of its own ([`Placement`], see [`super::netns`]), and torn down
-//! with whatever containers a failed test left.
+//! or in a network namespace of its own ([`Placement`], see [`super::netns`]), with a cgroup
+//! root of its own ([`CgroupRoot`]), and torn down with whatever containers and cgroups a
+//! failed test left.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -82,16 +85,62 @@ impl Placement {
     }
 }
 
-/// A `skiff kubelet` child with its data dir. Dropping it kills whatever containers are left
-/// (a failed test), stops the kubelet with SIGTERM (which stops its containerd) and removes
-/// the data dir.
+/// A cgroup of one test kubelet's own, made in every mounted hierarchy, for its
+/// `--cgroup-root`: its `kubepods` and pod cgroups stay apart from those of the kubelets of
+/// other tests and of the host. Dropping it kills what is left in it and removes it, what is
+/// below it first.
+pub struct CgroupRoot {
+    driver: skiff_kubelet::cgroups::driver::Cgroupfs,
+    name: skiff_kubelet::cgroups::driver::CgroupName,
+}
+
+impl CgroupRoot {
+    pub fn new() -> CgroupRoot {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let fs = Arc::new(skiff_kubelet::cgroups::fs::RealCgroupFs);
+        let driver = skiff_kubelet::cgroups::driver::Cgroupfs::new(fs).expect("cgroup hierarchies");
+        let name = skiff_kubelet::cgroups::driver::CgroupName::parse(&format!(
+            "/skiff-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        driver
+            .create(&name, &Default::default())
+            .unwrap_or_else(|e| panic!("making cgroup {name}: {e}"));
+        CgroupRoot { driver, name }
+    }
+
+    /// The cgroupfs form `--cgroup-root` takes (`/skiff-test-…`).
+    pub fn name(&self) -> String {
+        self.name.to_cgroupfs()
+    }
+}
+
+impl Drop for CgroupRoot {
+    fn drop(&mut self) {
+        // killed processes leave their cgroups once they have exited
+        for _ in 0..50 {
+            match self.driver.destroy(&self.name) {
+                Ok(()) => return,
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+            }
+        }
+        eprintln!("cgroup {} could not be removed", self.name);
+    }
+}
+
+/// A `skiff kubelet` child with its data dir and cgroup root. Dropping it kills whatever
+/// containers are left (a failed test), stops the kubelet with SIGTERM (which stops its
+/// containerd) and removes the data dir and the cgroup root.
 pub struct KubeletProcess {
     child: Child,
     node: String,
     placement: Placement,
-    /// Extra flags, kept across [`KubeletProcess::restart`].
+    /// Extra flags, kept across [`KubeletProcess::restart`]; `--cgroup-root` among them.
     args: Vec<String>,
     dir: tempfile::TempDir,
+    /// Dropped after the kubelet's containers are killed (fields drop after `drop`).
+    cgroup_root: CgroupRoot,
     kubeconfig: PathBuf,
     /// The kubelet server's port (from the ready line).
     port: u16,
@@ -113,10 +162,12 @@ impl KubeletProcess {
         api: &ApiServer,
         node: &str,
         placement: Placement,
-        args: &[&str],
+        extra_args: &[&str],
     ) -> KubeletProcess {
         let dir = tempfile::tempdir().expect("temp dir");
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let cgroup_root = CgroupRoot::new();
+        let mut args: Vec<String> = vec!["--cgroup-root".into(), cgroup_root.name()];
+        args.extend(extra_args.iter().map(|a| a.to_string()));
         let (child, port, lines) = spawn_kubelet(&placement, node, dir.path(), &args);
         KubeletProcess {
             child,
@@ -124,6 +175,7 @@ impl KubeletProcess {
             placement,
             args,
             dir,
+            cgroup_root,
             kubeconfig: api.kubeconfig(),
             port,
             _lines: lines,
@@ -143,6 +195,11 @@ impl KubeletProcess {
         self.child = child;
         self.port = port;
         self._lines = lines;
+    }
+
+    /// The cgroup the kubelet's `kubepods` is under (`/skiff-test-…`).
+    pub fn cgroup_root(&self) -> String {
+        self.cgroup_root.name()
     }
 
     /// The kubelet's static pod directory (created on demand).
@@ -186,23 +243,10 @@ impl KubeletProcess {
 }
 
 impl KubeletProcess {
-    /// The names of the `/var/run/netns` pins of this containerd's sandboxes (`cni-…`), read
-    /// from their container specs.
-    fn pinned_network_namespaces(&self) -> Vec<String> {
-        let mut names = Vec::new();
-        for id in self.ctr(&["containers", "ls", "-q"]).lines() {
-            let info = self.ctr(&["containers", "info", id]);
-            for part in info.split("/var/run/netns/").skip(1) {
-                let name: String = part
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
-                    .collect();
-                if name.starts_with("cni-") && !names.contains(&name) {
-                    names.push(name);
-                }
-            }
-        }
-        names
+    /// Kills the kubelet with SIGKILL, as a crash would: its containerd and pods keep running.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -226,59 +270,24 @@ impl Drop for KubeletProcess {
                 );
             }
         }
-        // the pod network namespaces containerd pinned for sandboxes it will not tear down now
-        let pinned = self.pinned_network_namespaces();
-        for task in self.ctr(&["tasks", "ls", "-q"]).lines() {
-            self.ctr(&["tasks", "kill", "-s", "SIGKILL", task]);
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(self.child.id().to_string())
+                .status();
+            let _ = self.child.wait();
         }
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-        kill_shims(&self.socket());
-        for name in pinned {
-            let _ = Command::new("ip").args(["netns", "del", &name]).status();
-        }
-        skiff_kubelet::containerd::unmount_under(&self.data());
+        clean_up(&self.data());
     }
 }
 
-/// Kills the shims serving our containerd (their `-address` is our socket) and the containers
-/// under them, if a failed test left any: a container's pid namespace ends with its init.
-pub fn kill_shims(socket: &Path) {
-    let socket = socket.display().to_string();
-    let procs: Vec<(String, String, String)> = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let pid = e.file_name().to_string_lossy().into_owned();
-            pid.parse::<u32>().ok()?;
-            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            let ppid = stat
-                .rsplit(')')
-                .next()?
-                .split_whitespace()
-                .nth(1)?
-                .to_string();
-            Some((
-                pid,
-                ppid,
-                String::from_utf8_lossy(&cmdline).replace('\0', " "),
-            ))
-        })
-        .collect();
-    for (shim, _, cmdline) in &procs {
-        if cmdline.contains("containerd-shim") && cmdline.contains(&socket) {
-            for (pid, ppid, _) in &procs {
-                if ppid == shim {
-                    let _ = Command::new("kill").args(["-KILL", pid]).status();
-                }
-            }
-            let _ = Command::new("kill").args(["-KILL", shim]).status();
-        }
+/// Removes what a test's node left on the host under its data dir (pods' processes, network
+/// namespaces, veths, CNI rules, mounts), as `skiff killall` does; what fails is printed.
+pub fn clean_up(data_dir: &Path) {
+    use skiff_kubelet::cleanup::{SystemHost, kill_all};
+    let report = kill_all(&SystemHost, data_dir);
+    if !report.errors.is_empty() {
+        eprintln!("cleaning up {}:\n{report}", data_dir.display());
     }
 }
 

@@ -134,7 +134,7 @@ pub async fn run(args: StartupBenchArgs) -> Result<()> {
     };
     let dir = tempfile::tempdir()?;
     let result = agent_runs(&args, &emitter, dir.path()).await;
-    skiff_kubelet::containerd::unmount_under(dir.path());
+    skiff_kubelet::cleanup::unmount_under(&skiff_kubelet::cleanup::SystemHost, dir.path());
     result?;
     pods_run(&args, &emitter, dir.path()).await
 }

@@ -1,0 +1,291 @@
+//! The cgroupfs driver, as upstream's `cgroupManager` with libcontainer's `fs`/`fs2` managers
+//! under it: a cgroup ([`CgroupName`]) is a directory in every mounted v1 hierarchy (made level
+//! by level, a new cpuset given its parent's CPUs and memory nodes), or one directory of the v2
+//! hierarchy with the controllers enabled in its parents' `cgroup.subtree_control`. Its
+//! [`ResourceConfig`] is written to the v1 files (`cpu.shares`, `cpu.cfs_period_us`,
+//! `cpu.cfs_quota_us`, `memory.limit_in_bytes`, `pids.max`) or the v2 ones (`cpu.weight`,
+//! `cpu.max`, `memory.max`, `pids.max`). Destroying one kills what is left in it and removes
+//! it, its children first.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::fs::{CgroupFs, Layout};
+use super::resources::{ResourceConfig, shares_to_weight};
+
+/// A cgroup by its path components below the hierarchies' roots (upstream's `CgroupName`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CgroupName(pub Vec<String>);
+
+impl CgroupName {
+    /// From the cgroupfs form (`/kubepods/burstable`); `/` is the root.
+    pub fn parse(cgroupfs: &str) -> CgroupName {
+        CgroupName(
+            cgroupfs
+                .split('/')
+                .filter(|p| !p.is_empty())
+                .map(String::from)
+                .collect(),
+        )
+    }
+
+    /// The child cgroup `name`.
+    pub fn child(&self, name: &str) -> CgroupName {
+        let mut parts = self.0.clone();
+        parts.push(name.to_string());
+        CgroupName(parts)
+    }
+
+    /// The cgroupfs form, as runtimes take it for a `cgroup_parent` (`/kubepods/pod<uid>`).
+    pub fn to_cgroupfs(&self) -> String {
+        format!("/{}", self.0.join("/"))
+    }
+
+    fn under(&self, mount: &Path) -> PathBuf {
+        self.0
+            .iter()
+            .fold(mount.to_path_buf(), |p, part| p.join(part))
+    }
+}
+
+impl std::fmt::Display for CgroupName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_cgroupfs())
+    }
+}
+
+/// The v1 hierarchies whose directory decides whether a cgroup exists (upstream's allow list:
+/// other hierarchies, which runc may not use, do not count).
+const EXISTENCE_CONTROLLERS: &[&str] = &[
+    "cpu",
+    "cpuacct",
+    "cpuset",
+    "memory",
+    "name=systemd",
+    "pids",
+    "hugetlb",
+];
+
+/// Cgroups in the mounted hierarchies.
+pub struct Cgroupfs {
+    fs: Arc<dyn CgroupFs>,
+    layout: Layout,
+}
+
+impl Cgroupfs {
+    /// The driver over the host's hierarchies as `fs` reports them.
+    pub fn new(fs: Arc<dyn CgroupFs>) -> io::Result<Cgroupfs> {
+        let layout = fs.layout()?;
+        Ok(Cgroupfs { fs, layout })
+    }
+
+    pub fn is_v2(&self) -> bool {
+        matches!(self.layout, Layout::V2(_))
+    }
+
+    /// The cgroup's directory in each hierarchy, with whether that hierarchy decides its
+    /// existence.
+    fn dirs(&self, name: &CgroupName) -> Vec<(PathBuf, bool)> {
+        match &self.layout {
+            Layout::V1(hierarchies) => hierarchies
+                .iter()
+                .map(|h| {
+                    let counts = h
+                        .controllers
+                        .iter()
+                        .any(|c| EXISTENCE_CONTROLLERS.contains(&c.as_str()));
+                    (name.under(&h.mount), counts)
+                })
+                .collect(),
+            Layout::V2(mount) => vec![(name.under(mount), true)],
+        }
+    }
+
+    /// The directory of the v1 hierarchy with `controller`, or the v2 one.
+    fn dir_of(&self, name: &CgroupName, controller: &str) -> Option<PathBuf> {
+        match &self.layout {
+            Layout::V1(hierarchies) => hierarchies
+                .iter()
+                .find(|h| h.has(controller))
+                .map(|h| name.under(&h.mount)),
+            Layout::V2(mount) => Some(name.under(mount)),
+        }
+    }
+
+    /// The directories of the cgroup that are missing (upstream's `Validate`).
+    pub fn missing(&self, name: &CgroupName) -> Vec<PathBuf> {
+        self.dirs(name)
+            .into_iter()
+            .filter(|(dir, counts)| *counts && !self.fs.exists(dir))
+            .map(|(dir, _)| dir)
+            .collect()
+    }
+
+    pub fn exists(&self, name: &CgroupName) -> bool {
+        self.missing(name).is_empty()
+    }
+
+    /// Makes the cgroup (and missing ancestors) in every hierarchy, then sets `config`.
+    pub fn create(&self, name: &CgroupName, config: &ResourceConfig) -> io::Result<()> {
+        match &self.layout {
+            Layout::V1(hierarchies) => {
+                for h in hierarchies {
+                    let mut dir = h.mount.clone();
+                    for part in &name.0 {
+                        let parent = dir.clone();
+                        dir.push(part);
+                        if self.fs.exists(&dir) {
+                            continue;
+                        }
+                        self.fs.create_dir(&dir)?;
+                        if h.has("cpuset") {
+                            // a cpuset without CPUs or memory nodes takes no process
+                            for file in ["cpuset.cpus", "cpuset.mems"] {
+                                let value = self.fs.read(&parent.join(file))?;
+                                self.fs.write(&dir.join(file), value.trim())?;
+                            }
+                        }
+                    }
+                }
+            }
+            Layout::V2(mount) => {
+                let mut dir = mount.clone();
+                for part in &name.0 {
+                    let parent = dir.clone();
+                    dir.push(part);
+                    self.enable_controllers(&parent)?;
+                    self.fs.create_dir(&dir)?;
+                }
+            }
+        }
+        self.set(name, config)
+    }
+
+    /// Enables every controller `dir` has for its children (libcontainer's `fs2` does so for
+    /// each level it makes): all at once, else each that it can.
+    fn enable_controllers(&self, dir: &Path) -> io::Result<()> {
+        let available = self.fs.read(&dir.join("cgroup.controllers"))?;
+        let wanted: Vec<String> = available
+            .split_whitespace()
+            .map(|c| format!("+{c}"))
+            .collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let control = dir.join("cgroup.subtree_control");
+        if self.fs.write(&control, &wanted.join(" ")).is_err() {
+            for c in &wanted {
+                let _ = self.fs.write(&control, c);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `config`'s values to the cgroup's files.
+    pub fn set(&self, name: &CgroupName, config: &ResourceConfig) -> io::Result<()> {
+        let write =
+            |controller: &str, file: &str, value: String| match self.dir_of(name, controller) {
+                Some(dir) => self.fs.write(&dir.join(file), &value),
+                // a v1 controller that is not mounted cannot be set (upstream's runc skips it)
+                None => Ok(()),
+            };
+        let limit = |v: i64| {
+            if v < 0 {
+                "max".to_string()
+            } else {
+                v.to_string()
+            }
+        };
+        if self.is_v2() {
+            if let Some(shares) = config.cpu_shares {
+                write("cpu", "cpu.weight", shares_to_weight(shares).to_string())?;
+            }
+            if config.cpu_quota.is_some() || config.cpu_period.is_some() {
+                let quota = match config.cpu_quota {
+                    Some(q) if q > 0 => q.to_string(),
+                    _ => "max".to_string(),
+                };
+                let value = match config.cpu_period {
+                    Some(p) => format!("{quota} {p}"),
+                    None => quota,
+                };
+                write("cpu", "cpu.max", value)?;
+            }
+            if let Some(memory) = config.memory.filter(|m| *m != 0) {
+                write("memory", "memory.max", limit(memory))?;
+            }
+        } else {
+            if let Some(shares) = config.cpu_shares {
+                write("cpu", "cpu.shares", shares.to_string())?;
+            }
+            if let Some(period) = config.cpu_period {
+                write("cpu", "cpu.cfs_period_us", period.to_string())?;
+            }
+            if let Some(quota) = config.cpu_quota.filter(|q| *q != 0) {
+                write("cpu", "cpu.cfs_quota_us", quota.to_string())?;
+            }
+            if let Some(memory) = config.memory.filter(|m| *m != 0) {
+                write("memory", "memory.limit_in_bytes", memory.to_string())?;
+            }
+        }
+        if let Some(pids) = config.pids_limit.filter(|p| *p != 0) {
+            write("pids", "pids.max", limit(pids))?;
+        }
+        Ok(())
+    }
+
+    /// The names of the cgroup's children (in any hierarchy that decides existence).
+    pub fn children(&self, name: &CgroupName) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .dirs(name)
+            .into_iter()
+            .filter(|(_, counts)| *counts)
+            .flat_map(|(dir, _)| self.fs.children(&dir).unwrap_or_default())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Kills whatever runs in the cgroup or below it, then removes it, children first, in
+    /// every hierarchy; one that is gone is success. An error (a process not yet gone) leaves
+    /// what could not be removed for the next try.
+    pub fn destroy(&self, name: &CgroupName) -> io::Result<()> {
+        for (dir, _) in self.dirs(name) {
+            self.kill_all(&dir);
+        }
+        let mut first_error = None;
+        for (dir, _) in self.dirs(name) {
+            if let Err(e) = self.remove_tree(&dir) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn kill_all(&self, dir: &Path) {
+        if !self.fs.exists(dir) {
+            return;
+        }
+        for child in self.fs.children(dir).unwrap_or_default() {
+            self.kill_all(&dir.join(child));
+        }
+        let procs = self.fs.read(&dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            if let Err(e) = self.fs.kill(pid) {
+                tracing::warn!(pid, cgroup = %dir.display(), error = %e, "killing a process left in a pod cgroup");
+            }
+        }
+    }
+
+    fn remove_tree(&self, dir: &Path) -> io::Result<()> {
+        if !self.fs.exists(dir) {
+            return Ok(());
+        }
+        for child in self.fs.children(dir)? {
+            self.remove_tree(&dir.join(child))?;
+        }
+        self.fs.remove_dir(dir)
+    }
+}

@@ -1,0 +1,258 @@
+//! Pod cgroups in upstream's QoS hierarchy (`pkg/kubelet/cm`'s node, QoS and pod container
+//! managers), with the cgroupfs driver: under `cgroupRoot`, `kubepods` holds what the node
+//! gives pods (its allocatable as shares, memory and pids limits), `kubepods/burstable` and
+//! `kubepods/besteffort` hold those classes' pods and Guaranteed pods sit in `kubepods`
+//! itself; each pod gets `pod<uid>` with its limits before its sandbox is made, and the
+//! sandbox's `cgroup_parent` names it, so that containerd puts the pause and the containers
+//! below it. The Burstable class's shares follow its pods' CPU requests as pods come and go
+//! (BestEffort keeps the minimum). A pod's cgroup is removed once its containers are (the pod
+//! deleted or finished). With `cgroupsPerQOS: false` none of this is made and pods go where
+//! the runtime puts them.
+//!
+//! # Layout
+//! - [`fs`]: the cgroup filesystem behind a trait ([`fs::CgroupFs`]), with a fake.
+//! - [`driver`]: the cgroupfs driver: cgroups made, set, destroyed in v1 or v2 hierarchies.
+//! - [`resources`]: the values pods, QoS classes and `kubepods` get, without I/O.
+
+pub mod driver;
+pub mod fs;
+pub mod resources;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use parking_lot::Mutex;
+
+use driver::{CgroupName, Cgroupfs};
+use fs::CgroupFs;
+use resources::{
+    MIN_SHARES, QosClass, ResourceConfig, milli_cpu_to_shares, pod_cpu_request, pod_resource_config,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading the cgroup hierarchies: {0}")]
+    Layout(#[source] std::io::Error),
+    /// Upstream's check that `cgroupRoot` exists before `kubepods` is made under it.
+    #[error("invalid configuration: cgroup {name:?} has some missing paths: {}", paths_list(.missing))]
+    MissingRoot { name: String, missing: Vec<PathBuf> },
+    #[error("failed to create container for {cgroup}: {source}")]
+    Create {
+        cgroup: CgroupName,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to update cgroup {cgroup}: {source}")]
+    Update {
+        cgroup: CgroupName,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to delete cgroup {cgroup}: {source}")]
+    Destroy {
+        cgroup: CgroupName,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn paths_list(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How long a pod cgroup whose last processes were just killed is waited for before its
+/// removal is given up (they exit asynchronously).
+const REMOVE_WAIT: Duration = Duration::from_secs(2);
+
+/// What this kubelet holds of a pod's cgroup.
+#[derive(Debug, Clone)]
+struct PodEntry {
+    qos: QosClass,
+    config: ResourceConfig,
+    /// Millicores, overhead included: the Burstable class's shares sum them.
+    cpu_request: i64,
+}
+
+/// The QoS hierarchy and the pod cgroups of one kubelet.
+pub struct PodCgroups {
+    driver: Cgroupfs,
+    /// `<cgroupRoot>/kubepods`.
+    kubepods: CgroupName,
+    /// `podPidsLimit` (≤ 0: none).
+    pod_pids_limit: i64,
+    /// The pods whose cgroup this kubelet made or updated, by uid. Held across the writes of
+    /// one change, so that the Burstable shares written are those of the pods recorded.
+    pods: Mutex<BTreeMap<String, PodEntry>>,
+}
+
+impl PodCgroups {
+    /// Checks that `cgroup_root` exists, then makes (or updates) `kubepods` with
+    /// `node_allocatable` and the QoS cgroups, as upstream's container manager does when the
+    /// kubelet starts.
+    pub fn start(
+        fs: Arc<dyn CgroupFs>,
+        cgroup_root: &str,
+        pod_pids_limit: i64,
+        node_allocatable: &ResourceConfig,
+    ) -> Result<PodCgroups> {
+        let driver = Cgroupfs::new(fs).map_err(Error::Layout)?;
+        let root = CgroupName::parse(cgroup_root);
+        let missing = driver.missing(&root);
+        if !missing.is_empty() {
+            return Err(Error::MissingRoot {
+                name: root.to_cgroupfs(),
+                missing,
+            });
+        }
+        let kubepods = root.child("kubepods");
+        driver
+            .create(&kubepods, node_allocatable)
+            .map_err(|source| Error::Create {
+                cgroup: kubepods.clone(),
+                source,
+            })?;
+        let this = PodCgroups {
+            driver,
+            kubepods,
+            pod_pids_limit,
+            pods: Mutex::default(),
+        };
+        for (qos, shares) in [
+            (QosClass::Burstable, milli_cpu_to_shares(0)),
+            (QosClass::BestEffort, MIN_SHARES),
+        ] {
+            let name = this.qos_cgroup(qos);
+            let config = ResourceConfig {
+                cpu_shares: Some(shares),
+                ..Default::default()
+            };
+            this.driver
+                .create(&name, &config)
+                .map_err(|source| Error::Create {
+                    cgroup: name.clone(),
+                    source,
+                })?;
+        }
+        tracing::info!(kubepods = %this.kubepods, v2 = this.driver.is_v2(), "pod cgroups in upstream's QoS hierarchy");
+        Ok(this)
+    }
+
+    /// The cgroup of a QoS class's pods.
+    fn qos_cgroup(&self, qos: QosClass) -> CgroupName {
+        match qos {
+            QosClass::Guaranteed => self.kubepods.clone(),
+            QosClass::Burstable => self.kubepods.child("burstable"),
+            QosClass::BestEffort => self.kubepods.child("besteffort"),
+        }
+    }
+
+    fn pod_cgroup(&self, qos: QosClass, uid: &str) -> CgroupName {
+        self.qos_cgroup(qos).child(&format!("pod{uid}"))
+    }
+
+    /// The pod's cgroup in the cgroupfs form a sandbox's `cgroup_parent` takes
+    /// (`/kubepods/burstable/pod<uid>`).
+    pub fn cgroup_parent(&self, pod: &Pod) -> String {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        self.pod_cgroup(QosClass::of(pod), uid).to_cgroupfs()
+    }
+
+    /// Makes the pod's cgroup with its limits, or sets them again when they changed, and the
+    /// Burstable class's shares with it (upstream's `UpdateQOSCgroups` and `EnsureExists`
+    /// before a pod's sandbox).
+    pub fn ensure_pod(&self, pod: &Pod) -> Result<()> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let qos = QosClass::of(pod);
+        let entry = PodEntry {
+            qos,
+            config: pod_resource_config(pod, self.pod_pids_limit),
+            cpu_request: pod_cpu_request(pod),
+        };
+        let mut pods = self.pods.lock();
+        let name = self.pod_cgroup(qos, &uid);
+        if let Some(known) = pods.get(&uid)
+            && known.config == entry.config
+            && known.cpu_request == entry.cpu_request
+            && self.driver.exists(&name)
+        {
+            return Ok(());
+        }
+        let before = burstable_request(&pods);
+        pods.insert(uid, entry.clone());
+        if burstable_request(&pods) != before {
+            self.set_burstable_shares(&pods)?;
+        }
+        self.driver
+            .create(&name, &entry.config)
+            .map_err(|source| Error::Create {
+                cgroup: name,
+                source,
+            })
+    }
+
+    fn set_burstable_shares(&self, pods: &BTreeMap<String, PodEntry>) -> Result<()> {
+        let name = self.qos_cgroup(QosClass::Burstable);
+        let config = ResourceConfig {
+            cpu_shares: Some(milli_cpu_to_shares(burstable_request(pods))),
+            ..Default::default()
+        };
+        self.driver
+            .set(&name, &config)
+            .map_err(|source| Error::Update {
+                cgroup: name,
+                source,
+            })
+    }
+
+    /// Removes the pod's cgroup (in whichever QoS class it is), killing what is left in it,
+    /// and gives its CPU request back to the Burstable class's shares (upstream's pod
+    /// container manager's `Destroy` and `UpdateQOSCgroups`). A cgroup that is gone is success.
+    pub async fn remove_pod(&self, uid: &str) -> Result<()> {
+        for qos in [
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+            QosClass::BestEffort,
+        ] {
+            let name = self.pod_cgroup(qos, uid);
+            let deadline = tokio::time::Instant::now() + REMOVE_WAIT;
+            // killed processes leave their cgroup once they have exited
+            while let Err(source) = self.driver.destroy(&name) {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(Error::Destroy {
+                        cgroup: name,
+                        source,
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let mut pods = self.pods.lock();
+        if pods
+            .remove(uid)
+            .is_some_and(|e| e.qos == QosClass::Burstable)
+        {
+            self.set_burstable_shares(&pods)?;
+        }
+        Ok(())
+    }
+}
+
+/// The CPU the Burstable pods request, in millicores.
+fn burstable_request(pods: &BTreeMap<String, PodEntry>) -> i64 {
+    pods.values()
+        .filter(|e| e.qos == QosClass::Burstable)
+        .map(|e| e.cpu_request)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests;
