@@ -85,6 +85,9 @@ pub trait PodApi: Send + Sync {
     /// `spec.containers{web}`) without waiting for the write; failures are logged, never
     /// returned: events are best effort.
     async fn event(&self, pod: &Pod, event: PodEvent);
+    /// Records an event about this kubelet's Node (image garbage collection, eviction), as
+    /// [`PodApi::event`] does for pods; the event's `field_path` is not used.
+    async fn node_event(&self, event: PodEvent);
     /// Whether the pod (this uid) still exists: a check for finished pods, whose deletion is
     /// immediate and seen only through the watch.
     async fn pod_exists(&self, namespace: &str, name: &str, uid: &str) -> Result<bool>;
@@ -160,6 +163,8 @@ const MAX_WRITES_IN_FLIGHT: usize = 8;
 /// [`PodApi`] through kube-rs.
 pub struct KubePodApi {
     client: kube::Client,
+    /// The Node this kubelet runs, which node events are about.
+    node: String,
     /// Reports as `kubelet` on this node, as upstream's.
     events: Recorder,
     writes: Arc<tokio::sync::Semaphore>,
@@ -169,11 +174,12 @@ impl KubePodApi {
     pub fn new(client: kube::Client, node: String) -> KubePodApi {
         let reporter = Reporter {
             controller: "kubelet".into(),
-            instance: node,
+            instance: node.clone(),
         };
         KubePodApi {
             events: Recorder::new(client.clone(), reporter),
             client,
+            node,
             writes: Arc::new(tokio::sync::Semaphore::new(MAX_WRITES_IN_FLIGHT)),
         }
     }
@@ -214,6 +220,18 @@ impl PodApi for KubePodApi {
             uid: pod.metadata.uid.clone(),
             resource_version: pod.metadata.resource_version.clone(),
             field_path: event.field_path,
+        };
+        let recorded = Event::new(event.type_, regarding, &event.reason, event.message);
+        self.events.record(recorded);
+    }
+
+    /// About the Node as upstream's kubelet refers to it (its uid is its name).
+    async fn node_event(&self, event: PodEvent) {
+        let regarding = ObjectReference {
+            kind: Some("Node".into()),
+            name: Some(self.node.clone()),
+            uid: Some(self.node.clone()),
+            ..Default::default()
         };
         let recorded = Event::new(event.type_, regarding, &event.reason, event.message);
         self.events.record(recorded);
@@ -352,6 +370,9 @@ pub struct RecordingPodApi {
     pub volumes: Mutex<BTreeMap<String, PersistentVolume>>,
 }
 
+/// The name [`RecordingPodApi`] records node events under.
+pub const NODE_EVENT: &str = "(node)";
+
 /// One recorded write.
 #[derive(Debug, Clone)]
 pub enum Write {
@@ -394,16 +415,24 @@ impl RecordingPodApi {
             .collect()
     }
 
-    /// The messages of the events recorded so far with `reason`, oldest first.
-    pub fn event_messages(&self, reason: &str) -> Vec<String> {
+    /// The events recorded so far with the name of the pod they are about ([`NODE_EVENT`]
+    /// for the Node's), oldest first.
+    pub fn events(&self) -> Vec<(String, PodEvent)> {
         self.writes
             .lock()
             .iter()
             .filter_map(|w| match w {
-                Write::Event { event, .. } if event.reason == reason => Some(event.message.clone()),
+                Write::Event { name, event } => Some((name.clone(), event.clone())),
                 _ => None,
             })
             .collect()
+    }
+
+    /// The messages of the events recorded so far with `reason`, oldest first.
+    pub fn event_messages(&self, reason: &str) -> Vec<String> {
+        let events = self.events().into_iter();
+        let with_reason = events.filter(|(_, e)| e.reason == reason);
+        with_reason.map(|(_, e)| e.message).collect()
     }
 
     /// The token requests made so far, oldest first.
@@ -443,6 +472,14 @@ impl PodApi for RecordingPodApi {
     async fn event(&self, pod: &Pod, event: PodEvent) {
         self.writes.lock().push(Write::Event {
             name: pod.metadata.name.clone().unwrap_or_default(),
+            event,
+        });
+    }
+
+    /// Recorded as an event named [`NODE_EVENT`].
+    async fn node_event(&self, event: PodEvent) {
+        self.writes.lock().push(Write::Event {
+            name: NODE_EVENT.into(),
             event,
         });
     }

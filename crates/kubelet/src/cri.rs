@@ -16,8 +16,9 @@ use tonic::transport::{Channel, Endpoint, Uri};
 /// The CRI types, re-exported for callers that build configs and read statuses.
 pub use k8s_cri::v1::{
     AttachRequest, AuthConfig, Container, ContainerConfig, ContainerMetadata, ContainerState,
-    ContainerStatus, ExecRequest, Image, ImageSpec, KeyValue, PodSandbox, PodSandboxConfig,
-    PodSandboxMetadata, PodSandboxState, PodSandboxStatus, PortForwardRequest, VersionResponse,
+    ContainerStatus, ExecRequest, FilesystemIdentifier, FilesystemUsage, Image, ImageSpec,
+    KeyValue, PodSandbox, PodSandboxConfig, PodSandboxMetadata, PodSandboxState, PodSandboxStatus,
+    PortForwardRequest, UInt64Value, VersionResponse,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -116,6 +117,15 @@ pub trait ContainerRuntime: Send + Sync {
     /// Pulls an image, with registry credentials if given, and returns its reference (the
     /// image id).
     async fn pull_image(&self, image: &str, auth: Option<AuthConfig>) -> Result<String>;
+    /// Removes an image (by id or reference): image garbage collection. An image already
+    /// gone is success, as CRI says.
+    async fn remove_image(&self, image: &str) -> Result<()>;
+    /// The filesystems holding the runtime's images, with the bytes and inodes the images use
+    /// on each (CRI `ImageFsInfo`).
+    async fn image_fs_info(&self) -> Result<Vec<FilesystemUsage>>;
+    /// Makes the runtime reopen a running container's log file at its log path (CRI
+    /// `ReopenContainerLog`), once the kubelet has renamed the old one away: log rotation.
+    async fn reopen_container_log(&self, id: &str) -> Result<()>;
 }
 
 /// What a command run with [`ContainerRuntime::exec_sync`] did.
@@ -402,6 +412,41 @@ impl ContainerRuntime for CriClient {
         };
         let r = self.images.clone().pull_image(req).await;
         Ok(r.map_err(call("PullImage"))?.into_inner().image_ref)
+    }
+
+    async fn remove_image(&self, image: &str) -> Result<()> {
+        let req = cri::RemoveImageRequest {
+            image: Some(image_spec(image)),
+        };
+        self.images
+            .clone()
+            .remove_image(req)
+            .await
+            .map_err(call("RemoveImage"))?;
+        Ok(())
+    }
+
+    async fn image_fs_info(&self) -> Result<Vec<FilesystemUsage>> {
+        let r = self
+            .images
+            .clone()
+            .image_fs_info(cri::ImageFsInfoRequest {})
+            .await;
+        Ok(r.map_err(call("ImageFsInfo"))?
+            .into_inner()
+            .image_filesystems)
+    }
+
+    async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        let req = cri::ReopenContainerLogRequest {
+            container_id: id.into(),
+        };
+        self.runtime
+            .clone()
+            .reopen_container_log(req)
+            .await
+            .map_err(call("ReopenContainerLog"))?;
+        Ok(())
     }
 }
 

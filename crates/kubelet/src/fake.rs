@@ -1,18 +1,78 @@
 //! A recording fake of [`ContainerRuntime`] for unit tests (hollow nodes use
 //! [`crate::hollow_runtime`], which records nothing): it keeps sandboxes, containers and images
 //! in memory, records every call as one line (`"RunPodSandbox default/web"`), hands out pod IPs
-//! from 10.42.0.0/24, and can be told to fail a method or to make a container exit.
+//! from 10.42.0.0/24, and can be told to fail a method or to make a container exit. Images have
+//! a size (1000 bytes unless set) and an id derived from their name ([`fake_image_id`]); the
+//! image filesystem's usage is whatever the test sets.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
 
 use crate::cri::{
     AttachRequest, AuthConfig, Container, ContainerConfig, ContainerRuntime, ContainerState,
-    ContainerStatus, Error, ExecRequest, ExecResult, Image, PodSandbox, PodSandboxConfig,
-    PodSandboxState, PodSandboxStatus, PortForwardRequest, Result, VersionResponse, image_spec,
+    ContainerStatus, Error, ExecRequest, ExecResult, FilesystemIdentifier, FilesystemUsage, Image,
+    PodSandbox, PodSandboxConfig, PodSandboxState, PodSandboxStatus, PortForwardRequest, Result,
+    UInt64Value, VersionResponse, image_spec,
 };
+
+/// The id the fake gives the image named `name`.
+pub fn fake_image_id(name: &str) -> String {
+    format!("sha256:{name}")
+}
+
+/// An image the fake runtime has: its size and the user its config names (`""`: none, root).
+#[derive(Debug, Clone)]
+struct FakeImage {
+    size: u64,
+    user: String,
+}
+
+impl Default for FakeImage {
+    fn default() -> Self {
+        FakeImage {
+            size: 1000,
+            user: String::new(),
+        }
+    }
+}
+
+impl FakeImage {
+    fn with_user(user: &str) -> FakeImage {
+        FakeImage {
+            user: user.into(),
+            ..FakeImage::default()
+        }
+    }
+
+    /// The image as ListImages and ImageStatus show it: its user a uid when numeric, a name
+    /// otherwise, as containerd reports them.
+    fn cri(&self, name: &str, pinned: bool) -> Image {
+        let user = self.user.split(':').next().unwrap_or_default();
+        let uid = user
+            .parse()
+            .ok()
+            .map(|value| k8s_cri::v1::Int64Value { value });
+        Image {
+            id: fake_image_id(name),
+            repo_tags: vec![name.into()],
+            size: self.size,
+            spec: Some(image_spec(name)),
+            username: if uid.is_none() {
+                user.into()
+            } else {
+                String::new()
+            },
+            uid,
+            pinned,
+            ..Default::default()
+        }
+    }
+}
+
+/// The image filesystem the fake reports: where it is, and the bytes its images use.
+const FAKE_IMAGE_FS: &str = "/var/lib/fake/images";
 
 #[derive(Default)]
 pub struct FakeRuntime {
@@ -31,8 +91,10 @@ struct State {
     containers: HashMap<String, ContainerStatus>,
     /// Container id → sandbox id.
     container_sandbox: HashMap<String, String>,
-    /// Image name → the user its config names (`""`: none, root).
-    images: HashMap<String, String>,
+    /// Images present, by name.
+    images: HashMap<String, FakeImage>,
+    /// Names of the images the runtime pins (CRI `Image.pinned`).
+    pinned: HashSet<String>,
     /// The exit code `ExecSync` answers with.
     exec_exit_code: i32,
     /// Where the streaming URLs of `Exec`, `Attach` and `PortForward` point.
@@ -132,38 +194,36 @@ impl FakeRuntime {
         format!("{base}/{kind}/token-{}", s.next_id)
     }
 
-    /// Pretends the image is present.
+    /// Pretends the image is present (1000 bytes).
     pub fn add_image(&self, image: &str) {
-        self.add_image_with_user(image, "");
+        self.add_sized_image(image, 1000);
     }
 
     /// Pretends the image is present, its config's `User` being `user` (`"1000"`, `"nobody"`).
     pub fn add_image_with_user(&self, image: &str, user: &str) {
-        let mut s = self.state.lock();
-        s.images.insert(image.to_string(), user.to_string());
+        let fake = FakeImage::with_user(user);
+        self.state.lock().images.insert(image.to_string(), fake);
     }
 
-    /// The image as ImageStatus shows it: its id (`sha256:<length of name>`) and its user, a
-    /// uid when numeric, a name otherwise, as containerd reports them.
-    fn image(name: &str, user: &str) -> Image {
-        let user = user.split(':').next().unwrap_or_default();
-        let uid = user
-            .parse()
-            .ok()
-            .map(|value| k8s_cri::v1::Int64Value { value });
-        Image {
-            id: format!("sha256:{}", name.len()),
-            repo_tags: vec![name.into()],
-            size: 1000,
-            spec: Some(image_spec(name)),
-            username: if uid.is_none() {
-                user.into()
-            } else {
-                String::new()
-            },
-            uid,
-            ..Default::default()
-        }
+    /// Pretends the image is present with this size.
+    pub fn add_sized_image(&self, image: &str, size: u64) {
+        let fake = FakeImage {
+            size,
+            ..FakeImage::default()
+        };
+        self.state.lock().images.insert(image.to_string(), fake);
+    }
+
+    /// Makes the runtime report the image as pinned (never to be garbage collected).
+    pub fn pin_image(&self, image: &str) {
+        self.state.lock().pinned.insert(image.to_string());
+    }
+
+    /// The names of the images present, sorted.
+    pub fn image_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.state.lock().images.keys().cloned().collect();
+        names.sort();
+        names
     }
 
     /// Makes a running container exit with `code`.
@@ -352,9 +412,17 @@ impl ContainerRuntime for FakeRuntime {
             .map(|m| m.name.clone())
             .unwrap_or_default();
         s.check("CreateContainer", &name)?;
-        if !s.sandboxes.contains_key(sandbox_id) {
+        let Some((sandbox, ..)) = s.sandboxes.get(sandbox_id) else {
             return Err(not_found("CreateContainer", sandbox_id));
-        }
+        };
+        // as containerd: the log path is under the sandbox's log directory
+        let log_path = match sandbox.log_directory.as_str() {
+            "" => config.log_path.clone(),
+            dir => std::path::Path::new(dir)
+                .join(&config.log_path)
+                .display()
+                .to_string(),
+        };
         s.next_id += 1;
         let id = format!("container-{}", s.next_id);
         let now = s.tick();
@@ -366,11 +434,11 @@ impl ContainerRuntime for FakeRuntime {
                 metadata: config.metadata.clone(),
                 state: ContainerState::ContainerCreated as i32,
                 created_at: now,
-                image_ref: format!("sha256:{}", image.image.len()),
+                image_ref: fake_image_id(&image.image),
                 image: Some(image),
                 labels: config.labels.clone(),
                 annotations: config.annotations.clone(),
-                log_path: config.log_path.clone(),
+                log_path,
                 ..Default::default()
             },
         );
@@ -493,11 +561,11 @@ impl ContainerRuntime for FakeRuntime {
     async fn list_images(&self) -> Result<Vec<Image>> {
         let mut s = self.state.lock();
         s.check("ListImages", "")?;
-        let mut images: Vec<(&String, &String)> = s.images.iter().collect();
-        images.sort();
+        let mut images: Vec<(&String, &FakeImage)> = s.images.iter().collect();
+        images.sort_by_key(|(name, _)| *name);
         Ok(images
             .into_iter()
-            .map(|(name, user)| FakeRuntime::image(name, user))
+            .map(|(name, image)| image.cri(name, s.pinned.contains(name)))
             .collect())
     }
 
@@ -505,12 +573,11 @@ impl ContainerRuntime for FakeRuntime {
         let mut s = self.state.lock();
         s.check("ImageStatus", image)?;
         // by name, or by the id the fake gave it
-        let mut images: Vec<(&String, &String)> = s.images.iter().collect();
-        images.sort();
-        Ok(images
-            .into_iter()
-            .map(|(name, user)| FakeRuntime::image(name, user))
-            .find(|i| i.repo_tags[0] == image || i.id == image))
+        let found = s
+            .images
+            .iter()
+            .find(|(name, _)| *name == image || fake_image_id(name) == image);
+        Ok(found.map(|(name, i)| i.cri(name, s.pinned.contains(name))))
     }
 
     async fn pull_image(&self, image: &str, auth: Option<AuthConfig>) -> Result<String> {
@@ -520,6 +587,57 @@ impl ContainerRuntime for FakeRuntime {
             .unwrap_or_default();
         s.check("PullImage", &format!("{image}{user}"))?;
         s.images.entry(image.into()).or_default();
-        Ok(format!("sha256:{}", image.len()))
+        Ok(fake_image_id(image))
+    }
+
+    /// Removes the image named, or the one whose id it is.
+    async fn remove_image(&self, image: &str) -> Result<()> {
+        let mut s = self.state.lock();
+        s.check("RemoveImage", image)?;
+        s.images
+            .retain(|name, _| name != image && fake_image_id(name) != image);
+        Ok(())
+    }
+
+    /// One image filesystem, its usage the sum of the images' sizes.
+    async fn image_fs_info(&self) -> Result<Vec<FilesystemUsage>> {
+        let mut s = self.state.lock();
+        s.check("ImageFsInfo", "")?;
+        Ok(vec![FilesystemUsage {
+            timestamp: s.now,
+            fs_id: Some(FilesystemIdentifier {
+                mountpoint: FAKE_IMAGE_FS.into(),
+            }),
+            used_bytes: Some(UInt64Value {
+                value: s.images.values().map(|i| i.size).sum(),
+            }),
+            inodes_used: None,
+        }])
+    }
+
+    /// Reopening creates the log file again, as the runtime does.
+    async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        let mut s = self.state.lock();
+        s.check("ReopenContainerLog", id)?;
+        let c = s
+            .containers
+            .get(id)
+            .ok_or_else(|| not_found("ReopenContainerLog", id))?;
+        if c.state != ContainerState::ContainerRunning as i32 {
+            return Err(Error::Call {
+                method: "ReopenContainerLog",
+                status: tonic::Status::failed_precondition(format!(
+                    "container {id} is not running"
+                )),
+            });
+        }
+        let path = std::path::Path::new(&c.log_path);
+        if path.is_absolute() {
+            let _ = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path);
+        }
+        Ok(())
     }
 }

@@ -27,6 +27,7 @@ use skiff_runtime::informer::Informers;
 
 use crate::admission::NodeView;
 use crate::api::KubePodApi;
+use crate::container_gc::{CONTAINER_GC_PERIOD, ContainerGc, ContainerGcPolicy};
 use crate::cri::ContainerRuntime;
 use crate::eviction::Pressure;
 use crate::heartbeat::{self, StatusSource};
@@ -202,7 +203,7 @@ impl HollowNodes {
     /// heartbeats are spread evenly over one renewal period.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let count = self.nodes.len().max(1) as u32;
-        let mut tasks = Vec::with_capacity(self.nodes.len() * 2 + 1);
+        let mut tasks = Vec::with_capacity(self.nodes.len() * 3 + 1);
         let informers = self.informers;
         let mut local_path = Vec::with_capacity(self.nodes.len());
         for (i, n) in self.nodes.into_iter().enumerate() {
@@ -216,6 +217,15 @@ impl HollowNodes {
                 n.status,
                 offset,
             )));
+            // dead containers of crash-looping pods would pile up in the hollow runtime
+            let gc = ContainerGc::new(
+                n.ctx.runtime.clone(),
+                ContainerGcPolicy::default(),
+                None,
+                crate::pod_workers::known_pods(&informers, &name),
+                n.ctx.clock.clone(),
+            );
+            tasks.push(tokio::spawn(gc.run(CONTAINER_GC_PERIOD, n.ctx.api.clone())));
             // no eviction manager: a hollow node is never under pressure
             let pod_loop = crate::pod_workers::PodLoop {
                 client: self.client.clone(),

@@ -19,8 +19,9 @@ use parking_lot::Mutex;
 use crate::config::{LABEL_CONTAINER_NAME, LABEL_POD_UID};
 use crate::cri::{
     AttachRequest, AuthConfig, Container, ContainerConfig, ContainerRuntime, ContainerState,
-    ContainerStatus, Error, ExecRequest, ExecResult, Image, PodSandbox, PodSandboxConfig,
-    PodSandboxState, PodSandboxStatus, PortForwardRequest, Result, VersionResponse, image_spec,
+    ContainerStatus, Error, ExecRequest, ExecResult, FilesystemUsage, Image, PodSandbox,
+    PodSandboxConfig, PodSandboxState, PodSandboxStatus, PortForwardRequest, Result,
+    VersionResponse, image_spec,
 };
 use crate::hollow_ipam::{Cidr, IpPool};
 use crate::images::{BUSYBOX_IMAGE, PAUSE_IMAGE};
@@ -477,6 +478,21 @@ impl ContainerRuntime for HollowRuntime {
 
     async fn pull_image(&self, image: &str, _auth: Option<AuthConfig>) -> Result<String> {
         Ok(format!("sha256:{}", image.len()))
+    }
+
+    /// Hollow images take no room and stay present: removing one changes nothing.
+    async fn remove_image(&self, _image: &str) -> Result<()> {
+        Ok(())
+    }
+
+    /// A hollow node has no image filesystem (hollow nodes run no image garbage collection).
+    async fn image_fs_info(&self) -> Result<Vec<FilesystemUsage>> {
+        Ok(Vec::new())
+    }
+
+    /// Hollow containers write no logs.
+    async fn reopen_container_log(&self, _id: &str) -> Result<()> {
+        Ok(())
     }
 }
 

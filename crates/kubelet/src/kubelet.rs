@@ -1,9 +1,11 @@
 //! The kubelet's main loop: start (or connect to) containerd, import the built-in images,
 //! register the Node, keep its Lease and status fresh, and run the pod loop
 //! ([`crate::pod_workers`]), the kubelet server, the static pods, the pod network across
-//! nodes ([`crate::podnet`]) and the deletion of released local-path volumes
-//! ([`crate::local_path`]); these read the kubelet's shared informers. The eviction manager
-//! ([`crate::eviction`]) watches the node's resources beside them.
+//! nodes ([`crate::podnet`]), the deletion of released local-path volumes
+//! ([`crate::local_path`]), image and container garbage collection ([`crate::image_gc`],
+//! [`crate::container_gc`]) and container log rotation ([`crate::log_rotation`]); these read
+//! the kubelet's shared informers. The eviction manager ([`crate::eviction`]) watches the
+//! node's resources beside them.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -19,10 +21,11 @@ use skiff_runtime::events::{Event, Recorder};
 use skiff_runtime::informer::Informers;
 
 use crate::admission::NodeView;
-use crate::api::KubePodApi;
+use crate::api::{KubePodApi, PodApi};
 use crate::cgroups::PodCgroups;
 use crate::cgroups::fs::RealCgroupFs;
 use crate::cgroups::resources::node_allocatable_config;
+use crate::container_gc::{CONTAINER_GC_PERIOD, ContainerGc, ContainerGcPolicy};
 use crate::containerd::{ContainerdConfig, ManagedContainerd};
 use crate::cri::{ContainerRuntime, CriClient};
 use crate::dns::{DnsSettings, parse_resolv_conf};
@@ -30,8 +33,10 @@ use crate::eviction::signals::{HostStats, StatsProvider};
 use crate::eviction::{EvictionManager, Manager, NoReclaim, Pressure};
 use crate::heartbeat::{self, HostStatus};
 use crate::host::HostInfo;
+use crate::image_gc::{IMAGE_GC_PERIOD, ImageGcManager, ImageGcPolicy};
 use crate::images::{self, CtrImporter};
 use crate::kubelet_config::KubeletConfiguration;
+use crate::log_rotation::{LogRotatePolicy, LogRotation};
 use crate::node;
 use crate::pod_sync::SyncContext;
 use crate::pod_workers::{PodLoop, Workers};
@@ -100,6 +105,12 @@ pub struct Config {
     /// The cluster's pod range, which the pod network does not masquerade within
     /// (`--cluster-cidr`).
     pub cluster_cidr: String,
+    /// How often images are garbage collected (upstream's fixed `ImageGCPeriod`, 5 m; tests
+    /// shorten it).
+    pub image_gc_period: Duration,
+    /// How often dead containers are garbage collected (upstream's fixed
+    /// `ContainerGCPeriod`, 1 m; tests shorten it).
+    pub container_gc_period: Duration,
 }
 
 /// How pods reach pods on other nodes.
@@ -129,6 +140,8 @@ impl Default for Config {
             flannel_backend: FlannelBackend::HostGw,
             // k3s's default cluster CIDR
             cluster_cidr: "10.42.0.0/16".into(),
+            image_gc_period: IMAGE_GC_PERIOD,
+            container_gc_period: CONTAINER_GC_PERIOD,
         }
     }
 }
@@ -163,6 +176,9 @@ pub struct Kubelet {
     /// This kubelet's watches (its pods, RuntimeClasses, the Nodes for the pod network); they
     /// stop with the kubelet.
     informers: Informers,
+    /// Image garbage collection, which the eviction manager also asks to free disk
+    /// ([`ImageGcManager::delete_unused_images`]).
+    image_gc: Arc<ImageGcManager>,
     pub ready: Ready,
 }
 
@@ -279,12 +295,22 @@ impl Kubelet {
         let node = node::register(&nodes, object).await?;
         let pod_api = KubePodApi::new(client.clone(), config.node_name.clone());
         let events = pod_api.recorder();
+        let api: Arc<dyn PodApi> = Arc::new(pod_api);
         let informers = Informers::new(client.clone());
         let security =
             NodeSecurity::for_host(&config.data_dir, &config.settings.allowed_unsafe_sysctls)?;
+        // the sandbox and built-in images cannot be pulled again here: never collected
+        let image_gc = Arc::new(ImageGcManager::new(
+            runtime.clone(),
+            api.clone(),
+            ImageGcPolicy::from_config(&config.settings),
+            vec![images::PAUSE_IMAGE.into(), images::BUSYBOX_IMAGE.into()],
+            Arc::new(crate::fs_stats::fs_stats),
+            Arc::new(Timestamp::now),
+        ));
         let ctx = SyncContext {
             runtime,
-            api: Arc::new(pod_api),
+            api,
             host_ip: host.ip.to_string(),
             runtime_name: version.runtime_name.clone(),
             memory_capacity: host.memory_bytes,
@@ -330,6 +356,7 @@ impl Kubelet {
             stats,
             events,
             informers,
+            image_gc,
             ready,
         })
     }
@@ -403,6 +430,23 @@ impl Kubelet {
         let pod_network = self
             .host_gw
             .map(|h| tokio::spawn(crate::podnet::run(informers.clone(), h)));
+        let image_gc = tokio::spawn(self.image_gc.clone().run(self.config.image_gc_period));
+        let container_gc = ContainerGc::new(
+            self.ctx.runtime.clone(),
+            ContainerGcPolicy::default(),
+            Some(self.ctx.log_dir.clone()),
+            crate::pod_workers::known_pods(&informers, &self.config.node_name),
+            self.ctx.clock.clone(),
+        );
+        let container_gc =
+            tokio::spawn(container_gc.run(self.config.container_gc_period, self.ctx.api.clone()));
+        let log_rotation = LogRotation::new(
+            self.ctx.runtime.clone(),
+            LogRotatePolicy::from_config(&self.config.settings),
+            self.ctx.clock.clone(),
+        );
+        let log_rotation =
+            tokio::spawn(log_rotation.run(self.config.settings.container_log_monitor_interval));
         let server = tokio::spawn(self.server.serve());
         shutdown.await;
         if let Some(task) = pod_network {
@@ -411,6 +455,9 @@ impl Kubelet {
         heartbeats.abort();
         eviction.abort();
         local_path.abort();
+        image_gc.abort();
+        container_gc.abort();
+        log_rotation.abort();
         pods.abort();
         server.abort();
         if let Some(task) = static_pods {

@@ -97,6 +97,9 @@ pub struct KubeletConfiguration {
     pub container_log_max_size: String,
     /// …keeping this many files, the live one included (5).
     pub container_log_max_files: u32,
+    /// How often the logs are checked for rotation (10 s, at least 3 s).
+    #[serde(with = "go_duration")]
+    pub container_log_monitor_interval: Duration,
     /// Sysctls (or `prefix*` patterns) outside the safe set that pods may set.
     pub allowed_unsafe_sysctls: Vec<String>,
 }
@@ -144,6 +147,7 @@ impl Default for KubeletConfiguration {
             image_maximum_gc_age: Duration::ZERO,
             container_log_max_size: "10Mi".into(),
             container_log_max_files: 5,
+            container_log_monitor_interval: Duration::from_secs(10),
             allowed_unsafe_sysctls: Vec::new(),
         }
     }
@@ -179,6 +183,7 @@ const KNOWN_FIELDS: &[&str] = &[
     "imageMaximumGCAge",
     "containerLogMaxSize",
     "containerLogMaxFiles",
+    "containerLogMonitorInterval",
     "allowedUnsafeSysctls",
 ];
 
@@ -281,6 +286,11 @@ impl KubeletConfiguration {
             )));
         }
         self.container_log_max_size_bytes()?;
+        if self.container_log_monitor_interval < Duration::from_secs(3) {
+            return Err(invalid(
+                "containerLogMonitorInterval must be a positive time duration greater than or equal to 3s",
+            ));
+        }
         self.reserved()?;
         self.eviction_thresholds()?;
         if self.eviction_max_pod_grace_period < 0 {
@@ -593,6 +603,7 @@ mod tests {
         let c = loaded.config;
         assert_eq!(c.container_log_max_size_bytes(), Ok(1 << 20));
         assert_eq!(c.container_log_max_files, 3);
+        assert_eq!(c.container_log_monitor_interval, Duration::from_secs(10));
         assert_eq!(c.image_minimum_gc_age, Duration::from_secs(30));
         assert_eq!(c.max_pods, 50);
         assert_eq!(c.image_gc_high_threshold_percent, 85);
@@ -626,6 +637,7 @@ mod tests {
         assert!(bad("imageGCHighThresholdPercent: 101\n").contains("between 0 and 100"));
         assert!(bad("containerLogMaxFiles: 1\n").contains("greater than 1"));
         assert!(bad("containerLogMaxSize: lots\n").contains("containerLogMaxSize"));
+        assert!(bad("containerLogMonitorInterval: 1s\n").contains("greater than or equal to 3s"));
         assert!(bad("kubeReserved: {gpu: '1'}\n").contains("unsupported resource"));
         assert!(bad("evictionHard: {memory.free: 1Gi}\n").contains("unsupported eviction signal"));
         assert!(bad("evictionHard: {nodefs.available: 120%}\n").contains("<= 100%"));

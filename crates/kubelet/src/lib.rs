@@ -15,6 +15,8 @@
 //! - [`pod_containers`]: one container's image pull, create and start.
 //! - [`pod_probes`]: running a pod's due probes and acting on failures.
 //! - [`pod_kill`]: stopping and removing a pod's containers and sandboxes.
+//! - [`container_gc`]: dead container and sandbox garbage collection, and the removal of
+//!   containers, sandboxes and their logs.
 //! - [`admission`]: whether a pod bound to this node can run here (pressure, resources,
 //!   affinity, ports, NoExecute taints), and rejecting it as upstream does.
 //! - [`eviction`]: the eviction manager: the node's signals against the eviction thresholds,
@@ -45,6 +47,10 @@
 //! - [`heartbeat`]: the Lease renewal and status posting loop, jittered.
 //! - [`host`]: facts about this machine for the Node.
 //! - [`fs_stats`]: a filesystem's size, free space and inodes (`statvfs`).
+//! - [`log_rotation`]: container log rotation (rename, reopen, compress, prune) and a
+//!   container's log files in order.
+//! - [`image_gc`]: image garbage collection (thresholds, ages, least recently used first),
+//!   and freeing disk for the eviction manager.
 //! - [`cri`]: the [`cri::ContainerRuntime`] trait and its CRI client over a unix socket.
 //! - [`fake`]: a recording fake runtime for tests.
 //! - [`hollow`]: hollow kubelets: many simulated nodes in one process, the real node and
@@ -72,6 +78,7 @@ pub mod api;
 pub mod cgroups;
 pub mod cleanup;
 pub mod config;
+pub mod container_gc;
 pub mod containerd;
 pub mod credentials;
 pub mod cri;
@@ -88,10 +95,12 @@ pub mod hollow_ipam;
 pub mod hollow_runtime;
 pub mod hooks;
 pub mod host;
+pub mod image_gc;
 pub mod images;
 pub mod kubelet;
 pub mod kubelet_config;
 pub mod local_path;
+pub mod log_rotation;
 pub mod node;
 pub mod pleg;
 pub mod pod_containers;

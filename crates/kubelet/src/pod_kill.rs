@@ -2,11 +2,12 @@
 //! once; then the app containers get SIGTERM, and the sidecars (init containers with
 //! `restartPolicy: Always`) each once the app containers and the sidecars after it have
 //! exited, in reverse order (upstream's termination ordering, 1.29+); SIGKILL comes once the
-//! grace period is over. Then its sandboxes stop, and containers, sandboxes, the pod's cgroup, logs
-//! and volumes are removed. [`SyncContext::kill_container`] is one container's part of it, which a failed
-//! liveness or startup probe also takes. Also a pod ended on the kubelet's own
-//! initiative (eviction): its Failed status written, its containers stopped, the rest left to
-//! its worker's next sync as for any finished pod.
+//! grace period is over. Then its containers, sandboxes and logs are removed
+//! ([`crate::container_gc::remove_pod`]), and its cgroup and volumes.
+//! [`SyncContext::kill_container`] is one container's part of it, which a failed liveness or
+//! startup probe also takes. Also a pod ended on the kubelet's own initiative (eviction): its
+//! Failed status written, its containers stopped, the rest left to its worker's next sync as
+//! for any finished pod.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -127,35 +128,14 @@ impl SyncContext {
     }
 
     /// Stops the pod's containers (see the module's doc; SIGKILL after `grace` seconds), then
-    /// its sandboxes, and removes them all with the pod's log directory.
+    /// removes them, its sandboxes, its log directory and its cgroup.
     pub async fn kill_pod(&self, pod: &Pod, grace: i64) -> Result<()> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let containers = self.stop_containers(pod, grace).await?;
-        let sandboxes = self
-            .runtime
-            .list_pod_sandboxes(uid_labels(&uid))
+        self.stop_containers(pod, grace).await?;
+        crate::container_gc::remove_pod(self.runtime.as_ref(), &uid, &self.pod_log_dir(pod))
             .await
             .map_err(self.runtime_err(pod))?;
-        for s in &sandboxes {
-            match self.runtime.stop_pod_sandbox(&s.id).await {
-                Err(e) if !e.is_not_found() => return Err(self.runtime_err(pod)(e)),
-                _ => {}
-            }
-        }
-        for c in &containers {
-            match self.runtime.remove_container(&c.id).await {
-                Err(e) if !e.is_not_found() => return Err(self.runtime_err(pod)(e)),
-                _ => {}
-            }
-        }
-        for s in &sandboxes {
-            match self.runtime.remove_pod_sandbox(&s.id).await {
-                Err(e) if !e.is_not_found() => return Err(self.runtime_err(pod)(e)),
-                _ => {}
-            }
-        }
         self.remove_cgroup(pod).await;
-        let _ = std::fs::remove_dir_all(self.pod_log_dir(pod));
         if let Err(e) = self.volumes.tear_down(&uid) {
             tracing::warn!(pod = %pod_key(pod), error = %e, "tearing down the pod's volumes");
         }

@@ -313,11 +313,18 @@ impl SyncContext {
             .list_pod_sandboxes(uid_labels(&uid))
             .await
             .map_err(self.runtime_err(pod))?;
+        let attempt_of = |s: &crate::cri::PodSandbox| s.metadata.as_ref().map_or(0, |m| m.attempt);
         let mut ready = sandboxes
             .iter()
             .filter(|s| s.state == PodSandboxState::SandboxReady as i32)
             .max_by_key(|s| s.created_at)
-            .map(|s| s.id.clone());
+            .map(|s| (s.id.clone(), attempt_of(s)));
+        // the container garbage collection removes old sandboxes: numbered after the newest
+        let next_attempt = sandboxes
+            .iter()
+            .map(|s| attempt_of(s) + 1)
+            .max()
+            .unwrap_or(0);
 
         let mut seen = self.observe(pod).await?;
         let startup_passed: HashSet<String> = seen
@@ -343,7 +350,7 @@ impl SyncContext {
             }
             plan
         };
-        let mut plan = plan_for(&seen, ready.as_deref());
+        let mut plan = plan_for(&seen, ready.as_ref().map(|(id, _)| id.as_str()));
         if ready.is_none() {
             // judged on every run: a pod that has finished gets no new sandbox
             plan = plan_for(&seen, None);
@@ -370,7 +377,7 @@ impl SyncContext {
             seen = self.observe(pod).await?;
         }
         if ready.is_none() && !plan.finished && volumes_ready && recreate {
-            let (config, dns_warning) = self.sandbox_for(pod, sandboxes.len() as u32);
+            let (config, dns_warning) = self.sandbox_for(pod, next_attempt);
             if let Some(message) = dns_warning {
                 let event = PodEvent::pod_warning("MissingClusterDNS", message);
                 self.api.event(pod, event).await;
@@ -389,7 +396,7 @@ impl SyncContext {
                     tracing::info!(pod = %pod_key(pod), sandbox = %id, "sandbox ready");
                     // nothing has run in it yet: init containers start again from the first
                     plan = plan_for(&seen, Some(&id));
-                    ready = Some(id);
+                    ready = Some((id, next_attempt));
                 }
                 Err(why) => {
                     tracing::warn!(pod = %pod_key(pod), error = %why, "creating the sandbox failed");
@@ -410,28 +417,19 @@ impl SyncContext {
             }
         }
 
-        if let Some(sandbox_id) = ready.as_deref().filter(|_| volumes_ready) {
-            let attempt = sandboxes.len().saturating_sub(1) as u32;
-            let (sandbox, _) = self.sandbox_for(pod, attempt);
+        if let Some((sandbox_id, attempt)) = ready.as_ref().filter(|_| volumes_ready) {
+            let (sandbox, _) = self.sandbox_for(pod, *attempt);
             // an init container that is done at once lets the next one start in the same sync
             for _ in 0..=all_containers.len() {
                 if plan.finished
                     || !self
-                        .take_steps(
-                            pod,
-                            sandbox_id,
-                            &sandbox,
-                            &plan,
-                            &seen.runs,
-                            &mut waiting,
-                            &mut resync,
-                        )
+                        .take_steps(pod, sandbox_id, &sandbox, &plan, &mut waiting, &mut resync)
                         .await?
                 {
                     break;
                 }
                 seen = self.observe(pod).await?;
-                plan = plan_for(&seen, Some(sandbox_id));
+                plan = plan_for(&seen, Some(sandbox_id.as_str()));
             }
         }
         // the last plan's back-offs show even when the loop above stopped before acting on it,
@@ -455,7 +453,7 @@ impl SyncContext {
 
         // a finished pod gives its sandbox (and pod IP) back
         let mut sandbox_status = None;
-        if let Some(id) = ready.as_deref() {
+        if let Some((id, _)) = &ready {
             if plan.finished {
                 self.runtime
                     .stop_pod_sandbox(id)
@@ -551,14 +549,12 @@ impl SyncContext {
 
     /// Carries out a plan's steps; returns whether a container was started (so the runtime's
     /// state changed).
-    #[allow(clippy::too_many_arguments)]
     async fn take_steps(
         &self,
         pod: &Pod,
         sandbox_id: &str,
         sandbox: &PodSandboxConfig,
         plan: &actions::Plan,
-        runs: &HashMap<String, Vec<ContainerStatus>>,
         waiting: &mut HashMap<String, Waiting>,
         resync: &mut Duration,
     ) -> Result<bool> {
@@ -594,10 +590,8 @@ impl SyncContext {
                 }
                 Step::Start { attempt } => {
                     changed = true;
-                    // keep the newest exited run (it becomes lastState), remove older ones
-                    for old in runs.get(name).into_iter().flatten().skip(1) {
-                        let _ = self.runtime.remove_container(&old.id).await;
-                    }
+                    // the exited runs stay for lastState and `logs --previous`; the container
+                    // garbage collection removes all but the newest
                     if let Some(w) = self
                         .start_container(pod, sandbox_id, sandbox, container, *attempt)
                         .await?

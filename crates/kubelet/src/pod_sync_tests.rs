@@ -198,8 +198,12 @@ async fn an_exited_container_is_restarted_at_once_then_backs_off_ten_seconds() {
     h.runtime.advance(Duration::from_secs(10));
     h.sync(&mut pod).await;
     let ids = h.runtime.containers_named("c");
-    assert_eq!(ids.len(), 2, "the oldest run is removed, the last one kept");
-    assert!(!ids.contains(&first));
+    assert_eq!(
+        ids.len(),
+        3,
+        "exited runs stay for the container garbage collection to remove"
+    );
+    assert_eq!(ids[0], first);
     assert_eq!(h.status().container_statuses.unwrap()[0].restart_count, 2);
 }
 
@@ -775,6 +779,41 @@ async fn a_volume_that_cannot_be_set_up_keeps_the_pod_creating_until_its_source_
     let pod_dir = h.ctx.volumes.pod_dir("u1");
     assert!(!pod_dir.exists());
     assert!(h.host.mounted.lock().is_empty());
+}
+
+#[tokio::test]
+async fn a_new_sandbox_is_numbered_after_the_newest_once_older_ones_are_collected() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    let sandbox_attempts = || async {
+        let mut sandboxes = h
+            .runtime
+            .list_pod_sandboxes(uid_labels("u1"))
+            .await
+            .unwrap();
+        sandboxes.sort_by_key(|s| s.created_at);
+        sandboxes
+            .into_iter()
+            .map(|s| (s.id, s.metadata.unwrap().attempt))
+            .collect::<Vec<_>>()
+    };
+    h.sync(&mut pod).await;
+    let (first, _) = sandbox_attempts().await[0].clone();
+    h.runtime.stop_pod_sandbox(&first).await.unwrap();
+    h.sync(&mut pod).await;
+    let (second, attempt) = sandbox_attempts().await[1].clone();
+    assert_eq!(attempt, 1);
+    // the garbage collection removes the old one; the runtime's names (with the attempt)
+    // must not be used twice
+    h.runtime.remove_pod_sandbox(&first).await.unwrap();
+    h.runtime.stop_pod_sandbox(&second).await.unwrap();
+    h.sync(&mut pod).await;
+    let attempts: Vec<u32> = sandbox_attempts()
+        .await
+        .into_iter()
+        .map(|(_, a)| a)
+        .collect();
+    assert_eq!(attempts, [1, 2]);
 }
 
 #[tokio::test]

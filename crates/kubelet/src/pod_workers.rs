@@ -17,10 +17,11 @@ use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
 use kube::Api;
 use kube::runtime::watcher;
 use parking_lot::Mutex;
-use skiff_runtime::informer::{Change, Informers};
+use skiff_runtime::informer::{Change, Informer, Informers};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::admission::{self, NodeView};
+use crate::container_gc::KnownPods;
 use crate::eviction::{PodTerminator, Pressure, Termination};
 use crate::pleg::Pleg;
 use crate::pod_sync::{LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Outcome, SyncContext};
@@ -91,6 +92,23 @@ impl PodTerminator for Workers {
     }
 }
 
+/// The informer of the pods bound to `node` (one watch, shared by everyone who asks).
+pub(crate) fn node_pods(informers: &Informers, node: &str) -> Informer<Pod> {
+    let selector = format!("spec.nodeName={node}");
+    informers.filtered::<Pod>(watcher::Config::default().fields(&selector))
+}
+
+/// The uids of the pods bound to `node` as its informer has them, once it has listed: for the
+/// container garbage collection, which removes what pods that are gone left.
+pub(crate) fn known_pods(informers: &Informers, node: &str) -> KnownPods {
+    let cache = node_pods(informers, node).cache().clone();
+    Arc::new(move || {
+        cache
+            .is_ready()
+            .then(|| cache.state().iter().map(|p| uid_of(p)).collect())
+    })
+}
+
 /// What the pod loop needs besides the sync context.
 pub(crate) struct PodLoop {
     pub client: kube::Client,
@@ -118,8 +136,7 @@ pub(crate) async fn watch_pods(ctx: SyncContext, pod_loop: PodLoop) {
         workers,
     } = pod_loop;
     let nodes: Api<Node> = Api::all(client);
-    let selector = format!("spec.nodeName={node_name}");
-    let pods = informers.filtered::<Pod>(watcher::Config::default().fields(&selector));
+    let pods = node_pods(&informers, &node_name);
     // admission awaits (a Node GET), handlers must not: the handler only forwards
     let (tx, mut rx) = mpsc::unbounded_channel();
     pods.cache().wait_until_ready().await;

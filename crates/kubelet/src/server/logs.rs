@@ -2,10 +2,13 @@
 //! container's output is written to (`2016-10-06T00:17:09.669794202Z stdout F text`, `P` for a
 //! partial line continued by the next entry), selected by `tailLines`, `sinceSeconds` /
 //! `sinceTime` and `limitBytes`, optionally prefixed with their timestamps, and followed while
-//! the container runs. Parsing and selection have no I/O; [`stream`] reads the file.
+//! the container runs. Parsing and selection have no I/O; [`stream`] reads the files: unlike
+//! upstream's kubelet, which reads only the live file, the rotated files too (see
+//! [`crate::log_rotation`]), so that a rotation does not hide lines still on disk.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -251,9 +254,67 @@ pub fn format_timestamp(t: Timestamp) -> String {
 /// How often a followed log file is read again for new lines.
 const FOLLOW_POLL: Duration = Duration::from_millis(100);
 
-/// Reads a log file and sends its selected output to `tx`: the whole file (from the tail)
-/// once, then, when following, new lines as they are written until `running` says the
-/// container has stopped and nothing is left to read. Ends when the client goes away.
+/// Which file a handle or path is (a rotation puts a new file at the log's path).
+fn file_id(m: &std::fs::Metadata) -> (u64, u64) {
+    (m.dev(), m.ino())
+}
+
+/// How many lines `data` holds (a last line without its newline counts).
+fn count_lines(data: &[u8]) -> u64 {
+    let newlines = data.iter().filter(|b| **b == b'\n').count() as u64;
+    newlines + u64::from(data.last().is_some_and(|b| *b != b'\n'))
+}
+
+/// The rotated files (oldest first) that the output starts in, read, the first cut to where
+/// the selection starts: all of them, or with `tail_lines` only as many as the tail reaches
+/// into once the live file's `live_lines` are counted. `live` is left out (a rotation right
+/// after it was opened lists it as rotated).
+fn rotated_selection(
+    path: &Path,
+    live: (u64, u64),
+    tail_lines: Option<u64>,
+    live_lines: u64,
+) -> std::io::Result<Vec<Vec<u8>>> {
+    let mut files = crate::log_rotation::all_logs(path).map_err(std::io::Error::other)?;
+    files.pop();
+    let mut needed = tail_lines.map(|n| n.saturating_sub(live_lines));
+    let mut picked = Vec::new();
+    for file in files.iter().rev() {
+        if needed == Some(0) {
+            break;
+        }
+        if std::fs::metadata(file).is_ok_and(|m| file_id(&m) == live) {
+            continue;
+        }
+        let mut data = match crate::log_rotation::read_log_file(file) {
+            Ok(d) => d,
+            // pruned by a rotation meanwhile
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        if data.last().is_some_and(|b| *b != b'\n') {
+            data.push(b'\n');
+        }
+        if let Some(n) = &mut needed {
+            let lines = count_lines(&data);
+            if lines >= *n {
+                data.drain(..tail_start(&data, *n));
+                *n = 0;
+            } else {
+                *n -= lines;
+            }
+        }
+        picked.push(data);
+    }
+    picked.reverse();
+    Ok(picked)
+}
+
+/// Reads a container's log and sends its selected output to `tx`: its rotated files (see
+/// [`crate::log_rotation`]) and the live file, oldest first, from the tail, once; then, when
+/// following, new lines as they are written, across rotations (the file the runtime reopens
+/// at `path` is read once the old one is done), until `running` says the container has stopped
+/// and nothing is left to read. Ends when the client goes away.
 pub async fn stream<F, Fut>(
     path: PathBuf,
     options: LogOptions,
@@ -265,10 +326,23 @@ where
     Fut: Future<Output = bool>,
 {
     let mut file = tokio::fs::File::open(&path).await?;
+    let mut live = file_id(&file.metadata().await?);
     let mut data = Vec::new();
     file.read_to_end(&mut data).await?;
-    let start = options.tail_lines.map_or(0, |n| tail_start(&data, n));
+    let rotated = rotated_selection(&path, live, options.tail_lines, count_lines(&data))?;
+    // the tail starts in the live file only if the rotated files have nothing to give
+    let start = match options.tail_lines {
+        Some(n) if rotated.is_empty() => tail_start(&data, n),
+        _ => 0,
+    };
     let mut writer = LogWriter::new(&options);
+    for chunk in rotated {
+        let mut out = Vec::new();
+        writer.write(&chunk, &mut out);
+        if !out.is_empty() && tx.send(Bytes::from(out)).await.is_err() {
+            return Ok(());
+        }
+    }
     // bytes of a line not yet ended by a newline (still being written)
     let mut pending = data.split_off(start);
     loop {
@@ -299,10 +373,22 @@ where
                 () = tokio::time::sleep(FOLLOW_POLL) => {}
                 () = tx.closed() => return Ok(()),
             }
-            // a truncated file (rotation) starts over
-            let len = tokio::fs::metadata(&path).await?.len();
-            if len < file.stream_position().await? {
-                file.seek(std::io::SeekFrom::Start(0)).await?;
+            match tokio::fs::metadata(&path).await {
+                // rotated: what reached the old file before the runtime reopened, then the
+                // new file from its start
+                Ok(m) if file_id(&m) != live => {
+                    file.read_to_end(&mut more).await?;
+                    file = tokio::fs::File::open(&path).await?;
+                    live = file_id(&file.metadata().await?);
+                }
+                // truncated in place: start over
+                Ok(m) if m.len() < file.stream_position().await? => {
+                    file.seek(std::io::SeekFrom::Start(0)).await?;
+                }
+                Ok(_) => {}
+                // renamed away, not reopened yet
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
             }
         }
         pending.extend_from_slice(&more);
@@ -449,6 +535,100 @@ mod tests {
         };
         stream(path, options, tx, || async { false }).await.unwrap();
         assert_eq!(rx.recv().await.unwrap(), Bytes::from_static(b"last\n"));
+        assert_eq!(rx.recv().await, None);
+    }
+
+    fn entry(second: u32, text: &str) -> String {
+        format!("2024-01-01T00:00:{second:02}Z stdout F {text}\n")
+    }
+
+    /// A container log rotated twice (the older rotation compressed): lines 1-2, 3-4, 5-6.
+    fn rotated_log(dir: &Path) -> PathBuf {
+        use std::io::Write;
+        let log = dir.join("0.log");
+        let mut gz = flate2::write::GzEncoder::new(
+            std::fs::File::create(dir.join("0.log.20240101-000002.gz")).unwrap(),
+            flate2::Compression::default(),
+        );
+        gz.write_all((entry(1, "one") + &entry(2, "two")).as_bytes())
+            .unwrap();
+        gz.finish().unwrap();
+        std::fs::write(
+            dir.join("0.log.20240101-000004"),
+            entry(3, "three") + &entry(4, "four"),
+        )
+        .unwrap();
+        std::fs::write(&log, entry(5, "five") + &entry(6, "six")).unwrap();
+        log
+    }
+
+    async fn read_all(path: PathBuf, options: LogOptions) -> String {
+        let (tx, mut rx) = mpsc::channel(64);
+        stream(path, options, tx, || async { false }).await.unwrap();
+        let mut out = Vec::new();
+        while let Some(chunk) = rx.recv().await {
+            out.extend_from_slice(&chunk);
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    #[tokio::test]
+    async fn rotated_files_are_read_before_the_live_one_for_full_logs_tail_and_since() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = rotated_log(dir.path());
+        assert_eq!(
+            read_all(log.clone(), LogOptions::default()).await,
+            "one\ntwo\nthree\nfour\nfive\nsix\n"
+        );
+        let tail = |n| LogOptions {
+            tail_lines: Some(n),
+            ..Default::default()
+        };
+        assert_eq!(read_all(log.clone(), tail(2)).await, "five\nsix\n");
+        assert_eq!(read_all(log.clone(), tail(3)).await, "four\nfive\nsix\n");
+        assert_eq!(
+            read_all(log.clone(), tail(5)).await,
+            "two\nthree\nfour\nfive\nsix\n"
+        );
+        assert_eq!(read_all(log.clone(), tail(0)).await, "");
+        let since = LogOptions {
+            since: Some(ts("2024-01-01T00:00:02Z")),
+            limit_bytes: Some(14),
+            ..Default::default()
+        };
+        assert_eq!(read_all(log, since).await, "two\nthree\nfour");
+    }
+
+    #[tokio::test]
+    async fn a_followed_log_goes_on_in_the_file_reopened_after_a_rotation() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("0.log");
+        std::fs::write(&log, entry(1, "before")).unwrap();
+        let (tx, mut rx) = mpsc::channel(64);
+        let running = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let options = LogOptions {
+            follow: true,
+            ..Default::default()
+        };
+        let flag = running.clone();
+        let reader = tokio::spawn(stream(log.clone(), options, tx, move || {
+            let flag = flag.clone();
+            async move { flag.load(std::sync::atomic::Ordering::SeqCst) }
+        }));
+        assert_eq!(rx.recv().await.unwrap(), Bytes::from_static(b"before\n"));
+        // the runtime writes a last line to the old file, then the kubelet renames it, and the
+        // runtime reopens the path
+        let mut old = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        std::fs::rename(&log, dir.path().join("0.log.20240101-000001")).unwrap();
+        std::io::Write::write_all(&mut old, entry(2, "late").as_bytes()).unwrap();
+        std::fs::write(&log, entry(3, "after")).unwrap();
+        let mut seen = String::new();
+        while !seen.contains("after") {
+            seen += std::str::from_utf8(&rx.recv().await.unwrap()).unwrap();
+        }
+        assert_eq!(seen, "late\nafter\n");
+        running.store(false, std::sync::atomic::Ordering::SeqCst);
+        reader.await.unwrap().unwrap();
         assert_eq!(rx.recv().await, None);
     }
 }

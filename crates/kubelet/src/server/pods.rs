@@ -136,8 +136,37 @@ pub async fn running_container(
         })
 }
 
-/// The id and log file of the container's current instance, or with `previous` of the one
-/// before it. A relative log path is under the pod's log directory.
+/// The id of the container's last terminated instance as the pod's status names it
+/// (`lastState.terminated.containerID`, without its `runtime://` scheme).
+fn last_terminated(pod: &Pod, container: &str) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let statuses = [
+        &status.container_statuses,
+        &status.init_container_statuses,
+        &status.ephemeral_container_statuses,
+    ];
+    let id = statuses
+        .into_iter()
+        .flatten()
+        .flatten()
+        .find(|s| s.name == container)?
+        .last_state
+        .as_ref()?
+        .terminated
+        .as_ref()?
+        .container_id
+        .clone()?;
+    Some(
+        id.split_once("://")
+            .map_or(id.clone(), |(_, id)| id.to_string()),
+    )
+}
+
+/// The id and log file of the container's current instance, or with `previous` of its last
+/// terminated one as upstream picks it: the one the pod's status has as `lastState` (the run
+/// before the current one, or while the container waits to restart the run that just ended;
+/// the container garbage collection keeps it). A relative log path is under the pod's log
+/// directory.
 pub async fn log_file(
     runtime: &dyn ContainerRuntime,
     pod: &Pod,
@@ -147,7 +176,7 @@ pub async fn log_file(
 ) -> Result<(String, PathBuf)> {
     let found = instances(runtime, pod, container).await?;
     let picked = if previous {
-        found.get(1)
+        last_terminated(pod, container).and_then(|id| found.iter().find(|c| c.id == id))
     } else {
         found.first()
     };

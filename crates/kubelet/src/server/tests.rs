@@ -120,7 +120,8 @@ fn pod() -> Pod {
 async fn state(log_dir: &Path) -> (ServerState, Arc<FakeRuntime>, String) {
     let fake = Arc::new(FakeRuntime::new());
     let pod = pod();
-    let sandbox = sandbox_config(&pod, 0, log_dir);
+    // the pod's log directory, as the kubelet gives it
+    let sandbox = sandbox_config(&pod, 0, &crate::pod_sync::pod_log_dir(log_dir, &pod));
     let sandbox_id = fake.run_pod_sandbox(sandbox.clone(), "").await.unwrap();
     let container = pod.spec.as_ref().unwrap().containers[0].clone();
     let config = container_config(
@@ -427,6 +428,72 @@ async fn container_logs_are_read_from_the_containers_log_file() {
         (resp.status().as_u16(), body_text(resp).await),
         (404, "pod \"gone\" does not exist\n".into())
     );
+}
+
+#[tokio::test]
+async fn previous_logs_are_those_of_the_container_the_status_has_as_last_terminated() {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, fake, first) = state(dir.path()).await;
+    let mut pod = pod();
+    let sandbox = sandbox_config(&pod, 0, &crate::pod_sync::pod_log_dir(dir.path(), &pod));
+    let sandbox_id = fake
+        .list_pod_sandboxes(HashMap::new())
+        .await
+        .unwrap()
+        .remove(0)
+        .id;
+    let container = pod.spec.as_ref().unwrap().containers[0].clone();
+    let config = container_config(
+        &pod,
+        &container,
+        "busybox",
+        1,
+        vec![],
+        vec![],
+        Default::default(),
+    );
+    fake.exit_container(&first, 1);
+    let second = fake
+        .create_container(&sandbox_id, config, sandbox)
+        .await
+        .unwrap();
+    fake.start_container(&second).await.unwrap();
+    let pod_dir = crate::pod_sync::pod_log_dir(dir.path(), &pod);
+    std::fs::create_dir_all(pod_dir.join("app")).unwrap();
+    std::fs::write(
+        pod_dir.join("app/0.log"),
+        "2024-01-01T00:00:00Z stdout F first\n",
+    )
+    .unwrap();
+    std::fs::write(
+        pod_dir.join("app/1.log"),
+        "2024-01-01T00:00:01Z stdout F second\n",
+    )
+    .unwrap();
+    let previous = || async {
+        let resp = handle(
+            &state,
+            get("/containerLogs/ns/web/app?previous=true"),
+            Some(&admin()),
+        )
+        .await;
+        (resp.status().as_u16(), body_text(resp).await)
+    };
+    assert_eq!(
+        previous().await,
+        (
+            400,
+            "previous terminated container \"app\" in pod \"web\" not found\n".into()
+        ),
+        "no lastState in the status yet"
+    );
+    pod.status = serde_json::from_value(json!({"containerStatuses": [{
+        "name": "app", "image": "busybox", "imageID": "", "ready": true, "restartCount": 1,
+        "lastState": {"terminated": {"exitCode": 1, "containerID": format!("containerd://{first}")}},
+    }]}))
+    .unwrap();
+    state.pods.upsert(&Arc::new(pod));
+    assert_eq!(previous().await, (200, "first\n".into()));
 }
 
 /// A streaming server that switches to any protocol asked for and echoes what it receives.

@@ -159,6 +159,16 @@ pub struct KubeletArgs {
     #[arg(long, value_name = "N")]
     pub container_log_max_files: Option<u32>,
 
+    /// How often images are garbage collected, as a Go duration: upstream's fixed
+    /// `ImageGCPeriod` (5m0s), settable for tests only.
+    #[arg(long, value_name = "DURATION", value_parser = go_duration, hide = true)]
+    pub image_gc_period: Option<Duration>,
+
+    /// How often dead containers are garbage collected, as a Go duration: upstream's fixed
+    /// `ContainerGCPeriod` (1m0s), settable for tests only.
+    #[arg(long, value_name = "DURATION", value_parser = go_duration, hide = true)]
+    pub container_gc_period: Option<Duration>,
+
     /// Sysctls or `prefix*` patterns outside the safe set that pods may set
     /// (comma-separated).
     #[arg(long, value_name = "SYSCTL[,SYSCTL]", value_delimiter = ',')]
@@ -299,6 +309,12 @@ pub async fn run(args: KubeletArgs, lifecycle: Lifecycle) -> anyhow::Result<()> 
         cluster_cidr: args
             .cluster_cidr
             .unwrap_or_else(|| Config::default().cluster_cidr),
+        image_gc_period: args
+            .image_gc_period
+            .unwrap_or(Config::default().image_gc_period),
+        container_gc_period: args
+            .container_gc_period
+            .unwrap_or(Config::default().container_gc_period),
         ..Config::default()
     };
     let kubelet = Kubelet::start(client, config).await?;
