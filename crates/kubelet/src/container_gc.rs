@@ -113,7 +113,7 @@ impl ContainerGc {
 
     /// Collects every `period` (the first time at once) until the task is dropped; a failed
     /// collection is a `ContainerGCFailed` event on the Node, as upstream's.
-    pub async fn run(self, period: Duration, api: Arc<dyn PodApi>) {
+    pub async fn run(self: Arc<Self>, period: Duration, api: Arc<dyn PodApi>) {
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -218,13 +218,13 @@ impl HollowNodes {
                 offset,
             )));
             // dead containers of crash-looping pods would pile up in the hollow runtime
-            let gc = ContainerGc::new(
+            let gc = Arc::new(ContainerGc::new(
                 n.ctx.runtime.clone(),
                 ContainerGcPolicy::default(),
                 None,
                 crate::pod_workers::known_pods(&informers, &name),
                 n.ctx.clock.clone(),
-            );
+            ));
             tasks.push(tokio::spawn(gc.run(CONTAINER_GC_PERIOD, n.ctx.api.clone())));
             // no eviction manager: a hollow node is never under pressure
             let pod_loop = crate::pod_workers::PodLoop {

@@ -30,7 +30,7 @@ use crate::containerd::{ContainerdConfig, ManagedContainerd};
 use crate::cri::{ContainerRuntime, CriClient};
 use crate::dns::{DnsSettings, parse_resolv_conf};
 use crate::eviction::signals::{HostStats, StatsProvider};
-use crate::eviction::{EvictionManager, Manager, NoReclaim, Pressure};
+use crate::eviction::{EvictionManager, GarbageCollectors, Manager, Pressure};
 use crate::heartbeat::{self, HostStatus};
 use crate::host::HostInfo;
 use crate::image_gc::{IMAGE_GC_PERIOD, ImageGcManager, ImageGcPolicy};
@@ -395,13 +395,27 @@ impl Kubelet {
                 workers: workers.clone(),
             },
         ));
+        let container_gc = Arc::new(ContainerGc::new(
+            self.ctx.runtime.clone(),
+            ContainerGcPolicy::default(),
+            Some(self.ctx.log_dir.clone()),
+            crate::pod_workers::known_pods(&informers, &self.config.node_name),
+            self.ctx.clock.clone(),
+        ));
+        let container_gc_task = tokio::spawn(
+            container_gc
+                .clone()
+                .run(self.config.container_gc_period, self.ctx.api.clone()),
+        );
         let eviction = tokio::spawn(
             EvictionManager {
                 manager: Manager::new(&self.config.settings, pressure),
                 node: self.config.node_name.clone(),
                 stats: self.stats.clone(),
-                // image and container garbage collection are not wired in yet
-                reclaimer: Arc::new(NoReclaim),
+                reclaimer: Arc::new(GarbageCollectors {
+                    containers: container_gc,
+                    images: self.image_gc.clone(),
+                }),
                 pods: Arc::new(workers),
                 api: self.ctx.api.clone(),
                 node_events: node_events(self.events.clone(), &self.node),
@@ -431,15 +445,6 @@ impl Kubelet {
             .host_gw
             .map(|h| tokio::spawn(crate::podnet::run(informers.clone(), h)));
         let image_gc = tokio::spawn(self.image_gc.clone().run(self.config.image_gc_period));
-        let container_gc = ContainerGc::new(
-            self.ctx.runtime.clone(),
-            ContainerGcPolicy::default(),
-            Some(self.ctx.log_dir.clone()),
-            crate::pod_workers::known_pods(&informers, &self.config.node_name),
-            self.ctx.clock.clone(),
-        );
-        let container_gc =
-            tokio::spawn(container_gc.run(self.config.container_gc_period, self.ctx.api.clone()));
         let log_rotation = LogRotation::new(
             self.ctx.runtime.clone(),
             LogRotatePolicy::from_config(&self.config.settings),
@@ -456,7 +461,7 @@ impl Kubelet {
         eviction.abort();
         local_path.abort();
         image_gc.abort();
-        container_gc.abort();
+        container_gc_task.abort();
         log_rotation.abort();
         pods.abort();
         server.abort();
