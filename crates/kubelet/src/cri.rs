@@ -174,18 +174,6 @@ impl CriClient {
         let r = self.runtime.clone().list_container_stats(req).await;
         Ok(r.map_err(call("ListContainerStats"))?.into_inner().stats)
     }
-
-    /// Where the runtime keeps its images and how much they take (CRI `ImageFsInfo`).
-    pub async fn image_fs_info(&self) -> Result<Vec<cri::FilesystemUsage>> {
-        let r = self
-            .images
-            .clone()
-            .image_fs_info(cri::ImageFsInfoRequest {})
-            .await;
-        Ok(r.map_err(call("ImageFsInfo"))?
-            .into_inner()
-            .image_filesystems)
-    }
 }
 
 /// The socket path of a `unix://` endpoint (a bare absolute path is accepted too).

@@ -296,7 +296,9 @@ impl KubeletConfiguration {
         if self.eviction_max_pod_grace_period < 0 {
             return Err(invalid("evictionMaxPodGracePeriod must not be negative"));
         }
-        check_sysctl_patterns(&self.allowed_unsafe_sysctls)?;
+        // the kubelet's own allowlist judges the patterns (names or `prefix*`, namespaced)
+        crate::sysctl::Allowlist::new(None, &self.allowed_unsafe_sysctls)
+            .map_err(|e| invalid(format!("allowedUnsafeSysctls: {e}")))?;
         Ok(())
     }
 
@@ -389,27 +391,6 @@ impl KubeletConfiguration {
         }
         Ok(out)
     }
-}
-
-/// Upstream's check of `--allowed-unsafe-sysctls`: names or `prefix*` patterns.
-pub fn check_sysctl_patterns(patterns: &[String]) -> Result<()> {
-    for p in patterns {
-        let name = p.strip_suffix('*').unwrap_or(p);
-        let valid = !name.is_empty()
-            && !name.contains('*')
-            && name.split(['.', '/']).all(|part| {
-                part.is_empty()
-                    || part
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            });
-        if !valid {
-            return Err(invalid(format!(
-                "allowedUnsafeSysctls: {p:?} is not a sysctl name or a pattern ending in '*'"
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// What the eviction manager watches (upstream's eviction signals this kubelet supports).

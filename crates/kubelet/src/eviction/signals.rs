@@ -186,25 +186,40 @@ impl HostStats {
         Some(pid_observation(pid_max.min(threads_max), tasks))
     }
 
-    /// The filesystem CRI `ImageFsInfo` names for images.
+    /// The filesystem CRI `ImageFsInfo` names for images (as image garbage collection reads
+    /// it).
     async fn image_fs(&self) -> Option<FsStats> {
-        let filesystems = match self.cri.image_fs_info().await {
-            Ok(f) => f,
+        let read: crate::image_gc::FsStatsFn = std::sync::Arc::new(fs_stats);
+        match crate::image_gc::image_fs_stats(&self.cri, &read).await {
+            Ok(s) => Some(s.fs),
             Err(e) => {
                 tracing::debug!(error = %e, "reading the image filesystem");
-                return None;
+                None
             }
-        };
-        let mountpoint = filesystems.first()?.fs_id.as_ref()?.mountpoint.clone();
-        fs_stats(Path::new(&mountpoint)).ok()
+        }
     }
 
-    /// Processes in a container's cgroup: containerd puts a container of a sandbox without a
-    /// cgroup parent (Skiff gives none) in `/k8s.io/<id>`.
+    /// Processes in a container's cgroup where containerd puts a container whose sandbox has
+    /// no cgroup parent (`cgroupsPerQOS: false`): `/k8s.io/<id>`.
     fn container_processes(&self, id: &str) -> Option<u64> {
+        self.pids_current(Path::new("k8s.io").join(id))
+    }
+
+    /// Processes in a pod's cgroup (`kubepods[/burstable|/besteffort]/pod<uid>` under the
+    /// cgroup root), when pods have cgroups: the pause process and every container's.
+    fn pod_processes(&self, uid: &str) -> Option<u64> {
+        let kubepods = Path::new(self.cgroup_root.trim_start_matches('/')).join("kubepods");
+        let pod = format!("pod{uid}");
+        ["", "burstable", "besteffort"]
+            .into_iter()
+            .find_map(|class| self.pids_current(kubepods.join(class).join(&pod)))
+    }
+
+    /// `pids.current` of the cgroup at `relative` (v1: in the pids hierarchy).
+    fn pids_current(&self, relative: PathBuf) -> Option<u64> {
         let dir = match self.cgroups {
-            Cgroups::V1 => self.cgroup_fs.join("pids/k8s.io").join(id),
-            Cgroups::V2 => self.cgroup_fs.join("k8s.io").join(id),
+            Cgroups::V1 => self.cgroup_fs.join("pids").join(relative),
+            Cgroups::V2 => self.cgroup_fs.join(relative),
         };
         parse_number(&self.read(&dir.join("pids.current"))?)
     }
@@ -302,6 +317,12 @@ impl StatsProvider for HostStats {
                 logs: Some(disk_usage(&log_dir)),
                 name,
             });
+        }
+        // with pod cgroups, the pod's own count (its containers are below it)
+        for (uid, pod) in &mut pods {
+            if let Some(n) = self.pod_processes(uid) {
+                pod.processes = Some(n);
+            }
         }
         pods
     }
