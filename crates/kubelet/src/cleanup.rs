@@ -770,34 +770,7 @@ impl Host for SystemHost {
     }
 
     fn run(&self, cmd: &Cmd) -> podnet_runner::Result<String> {
-        use std::io::Write;
-        use std::process::{Command, Stdio};
-        let spawn_err = |source| podnet_runner::Error::Spawn {
-            command: cmd.line(),
-            source,
-        };
-        let mut child = Command::new(cmd.program)
-            .args(&cmd.args)
-            .stdin(if cmd.stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(spawn_err)?;
-        if let (Some(input), Some(mut stdin)) = (&cmd.stdin, child.stdin.take()) {
-            stdin.write_all(input.as_bytes()).map_err(spawn_err)?;
-        }
-        let out = child.wait_with_output().map_err(spawn_err)?;
-        if !out.status.success() {
-            return Err(podnet_runner::Error::Failed {
-                command: cmd.line(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        cmd.run_on_host()
     }
 
     fn read(&self, path: &Path) -> Option<String> {

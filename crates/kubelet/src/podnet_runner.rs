@@ -7,8 +7,6 @@ use std::process::Stdio;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -46,6 +44,38 @@ impl Cmd {
         self
     }
 
+    /// Runs the command on this host (in this process's network namespace) and returns its
+    /// stdout; a non-zero exit is an error with its stderr. Blocks until it exits.
+    pub fn run_on_host(&self) -> Result<String> {
+        use std::io::Write;
+        let spawn_err = |source| Error::Spawn {
+            command: self.line(),
+            source,
+        };
+        let mut child = std::process::Command::new(self.program)
+            .args(&self.args)
+            .stdin(if self.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(spawn_err)?;
+        if let (Some(input), Some(mut stdin)) = (&self.stdin, child.stdin.take()) {
+            stdin.write_all(input.as_bytes()).map_err(spawn_err)?;
+        }
+        let out = child.wait_with_output().map_err(spawn_err)?;
+        if !out.status.success() {
+            return Err(Error::Failed {
+                command: self.line(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     /// The command line, as logs and the recording fake show it.
     pub fn line(&self) -> String {
         std::iter::once(self.program)
@@ -68,33 +98,15 @@ pub struct HostRunner;
 #[async_trait]
 impl Runner for HostRunner {
     async fn run(&self, cmd: &Cmd) -> Result<String> {
-        let spawn_err = |source| Error::Spawn {
-            command: cmd.line(),
-            source,
-        };
-        let mut child = Command::new(cmd.program)
-            .args(&cmd.args)
-            .stdin(if cmd.stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
+        let owned = cmd.clone();
+        tokio::task::spawn_blocking(move || owned.run_on_host())
+            .await
+            .unwrap_or_else(|e| {
+                Err(Error::Spawn {
+                    command: cmd.line(),
+                    source: std::io::Error::other(e),
+                })
             })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(spawn_err)?;
-        if let (Some(input), Some(mut stdin)) = (&cmd.stdin, child.stdin.take()) {
-            stdin.write_all(input.as_bytes()).await.map_err(spawn_err)?;
-        }
-        let out = child.wait_with_output().await.map_err(spawn_err)?;
-        if !out.status.success() {
-            return Err(Error::Failed {
-                command: cmd.line(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 }
 
