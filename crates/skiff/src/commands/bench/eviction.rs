@@ -67,21 +67,12 @@ pub(super) async fn eviction(
             .available;
         let threshold = available - MARGIN;
         let flag = format!("memory.available<{threshold}");
-        let kubelet = KubeletChild::start(
+        let kubelet = KubeletChild::start_node(
             kubeconfig,
             &dir.join(format!("eviction-kubelet-{run}.log")),
-            &[
-                "--node-name",
-                node,
-                "--data-dir",
-                data.to_str().context("path")?,
-                "--pod-cidr",
-                "10.42.0.0/24",
-                "--flannel-backend",
-                "none",
-                "--eviction-hard",
-                &flag,
-            ],
+            node,
+            data,
+            &["--eviction-hard", &flag],
         )
         .await?;
         let name = format!("hog-{run}");

@@ -34,6 +34,8 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
+use skiff_kubelet::cgroups::driver::{CgroupName, Cgroupfs};
+use skiff_kubelet::cgroups::fs::RealCgroupFs;
 use skiff_kubelet::config::{container_config, sandbox_config};
 use skiff_kubelet::cri::{ContainerRuntime, CriClient};
 use skiff_kubelet::images::BUSYBOX_IMAGE;
@@ -85,6 +87,31 @@ pub(super) struct KubeletChild {
 }
 
 impl KubeletChild {
+    /// Starts the benches' one real node: `skiff kubelet` named `node` with its data in `data`,
+    /// its own pod range and no pod network routes or nat rules in the host's tables, then
+    /// `args`.
+    pub(super) async fn start_node(
+        kubeconfig: &Path,
+        log: &Path,
+        node: &str,
+        data: &Path,
+        args: &[&str],
+    ) -> Result<KubeletChild> {
+        let data = data.to_str().context("a data dir path")?;
+        let mut all = vec![
+            "--node-name",
+            node,
+            "--data-dir",
+            data,
+            "--pod-cidr",
+            "10.42.0.0/24",
+            "--flannel-backend",
+            "none",
+        ];
+        all.extend_from_slice(args);
+        KubeletChild::start(kubeconfig, log, &all).await
+    }
+
     /// Starts `skiff kubelet ARGS` and waits for its ready line.
     pub(super) async fn start(
         kubeconfig: &Path,
@@ -145,14 +172,22 @@ pub(super) fn load1() -> Value {
         .map_or(Value::Null, |l| json!(l))
 }
 
-/// The bench pod: busybox sleeping, image present, bound to the node.
+/// The bench pod: busybox sleeping, image present, bound to the node, with the Pod Security
+/// Standards' `restricted` security context (a user, no capabilities, no privilege
+/// escalation, a read-only root, the runtime's seccomp profile), which the kubelet enforces.
 fn pod(name: &str, uid: Option<&str>) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid},
         "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 0,
+                 "securityContext": {"runAsNonRoot": true, "runAsUser": 1000,
+                                     "seccompProfile": {"type": "RuntimeDefault"}},
                  "containers": [{"name": "app", "image": BUSYBOX_IMAGE,
                                  "imagePullPolicy": "IfNotPresent",
-                                 "command": ["sleep", "3600"]}]},
+                                 "command": ["sleep", "3600"],
+                                 "securityContext": {
+                                     "allowPrivilegeEscalation": false,
+                                     "readOnlyRootFilesystem": true,
+                                     "capabilities": {"drop": ["ALL"]}}}]},
     }))
     .expect("a pod")
 }
@@ -182,23 +217,12 @@ async fn bench(args: &PodBenchArgs, server: &ServerChild, dir: &Path) -> Result<
     namespaces.create(&PostParams::default(), &ns).await?;
 
     let data = dir.join("kubelet");
-    let kubelet = KubeletChild::start(
+    let kubelet = KubeletChild::start_node(
         &kubeconfig,
         &dir.join("kubelet.log"),
-        &[
-            "--node-name",
-            NODE,
-            "--data-dir",
-            data.to_str().context("path")?,
-            // one node on this host, no node-ipam: its own pod range, and no pod network routes
-            // or nat rules in the host's tables
-            "--pod-cidr",
-            "10.42.0.0/24",
-            "--flannel-backend",
-            "none",
-            "--eviction-hard",
-            EVICTION_HARD,
-        ],
+        NODE,
+        &data,
+        &["--eviction-hard", EVICTION_HARD],
     )
     .await?;
     let cri = CriClient::connect(
@@ -418,7 +442,12 @@ async fn floor_pods(
         std::fs::create_dir_all(log_dir.join("app"))?;
         let container = &p.spec.as_ref().context("spec")?.containers[0];
         let started = Instant::now();
-        let sandbox = sandbox_config(&p, 0, &log_dir);
+        let mut sandbox = sandbox_config(&p, 0, &log_dir);
+        // a cgroup of its own, as the kubelet's pods have (runc makes it; the kubelet's own
+        // cgroup writes are its cost)
+        if let Some(linux) = sandbox.linux.as_mut() {
+            linux.cgroup_parent = floor_cgroup(&uid).to_cgroupfs();
+        }
         let id = cri.run_pod_sandbox(sandbox.clone(), "").await?;
         let security = security_context::container(
             &p,
@@ -433,12 +462,29 @@ async fn floor_pods(
         anyhow::Ok((started.elapsed(), id, c))
     });
     let done = futures::future::try_join_all(starts).await?;
-    for (_, sandbox, container) in &done {
+    let cgroups = Cgroupfs::new(Arc::new(RealCgroupFs))?;
+    for (i, (_, sandbox, container)) in done.iter().enumerate() {
         cri.stop_container(container, 0).await?;
         cri.stop_pod_sandbox(sandbox).await?;
         cri.remove_pod_sandbox(sandbox).await?;
+        remove_cgroup(&cgroups, &floor_cgroup(&format!("floor-{prefix}-{i}")));
     }
+    remove_cgroup(&cgroups, &CgroupName::parse(FLOOR_CGROUPS));
     Ok(done.into_iter().map(|(d, ..)| d).collect())
+}
+
+/// Where the floor's pods' cgroups go, beside the kubelet's `kubepods`.
+const FLOOR_CGROUPS: &str = "/skiff-bench-floor";
+
+/// Removes a floor cgroup once its pod is gone; one still busy is left with a warning.
+fn remove_cgroup(cgroups: &Cgroupfs, name: &CgroupName) {
+    if let Err(e) = cgroups.destroy(name) {
+        tracing::warn!(cgroup = %name, error = %e, "removing a floor pod's cgroup");
+    }
+}
+
+fn floor_cgroup(uid: &str) -> CgroupName {
+    CgroupName::parse(FLOOR_CGROUPS).child(&format!("pod{uid}"))
 }
 
 /// Writes per second, counted from a watch: each write falls in the second `when` gives it.

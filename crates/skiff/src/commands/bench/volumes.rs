@@ -284,21 +284,13 @@ fn all_ready(set: &StatefulSet, replicas: usize) -> bool {
 async fn statefulsets(args: &VolumesBenchArgs, out: &Emitter, dir: &Path) -> Result<()> {
     let plane = ControlPlane::start(dir).await?;
     let data = dir.join("kubelet");
-    let kubelet = KubeletChild::start(
+    // its server on a free loopback port (as the e2e tests' kubelets)
+    let kubelet = KubeletChild::start_node(
         Path::new(&plane.kubeconfig),
         &dir.join("kubelet.log"),
+        NODE,
+        &data,
         &[
-            "--node-name",
-            NODE,
-            "--data-dir",
-            data.to_str().context("path")?,
-            // one node on this host: its own pod range, no pod network routes or nat rules in
-            // the host's tables (as `skiff bench pods`), and its server on a free loopback
-            // port (as the e2e tests' kubelets)
-            "--pod-cidr",
-            "10.42.0.0/24",
-            "--flannel-backend",
-            "none",
             "--address",
             "127.0.0.1",
             "--port",
