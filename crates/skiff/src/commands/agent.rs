@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use base64::Engine as _;
-use clap::{Args, Parser};
+use clap::Args;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,
@@ -62,6 +62,14 @@ pub struct AgentArgs {
         default_value = "10.43.0.10"
     )]
     pub cluster_dns: Vec<IpAddr>,
+
+    /// A flag for the kubelet, `name=value` (repeatable), as k3s's.
+    #[arg(long, value_name = "FLAG")]
+    pub kubelet_arg: Vec<String>,
+
+    /// A flag for the proxy, `name=value` (repeatable), as k3s's.
+    #[arg(long, value_name = "FLAG")]
+    pub kube_proxy_arg: Vec<String>,
 }
 
 /// The kubeconfig files under the data dir.
@@ -101,7 +109,6 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
 
     let kubelet_kubeconfig = args.data_dir.join(KUBELET_KUBECONFIG);
     let mut kubelet_argv: Vec<String> = vec![
-        "kubelet".into(),
         "--kubeconfig".into(),
         kubelet_kubeconfig.display().to_string(),
         "--node-name".into(),
@@ -118,15 +125,16 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     if let Some(ip) = args.node_ip {
         kubelet_argv.extend(["--node-ip".into(), ip.to_string()]);
     }
-    let kubelet_args = KubeletCommandLine::try_parse_from(kubelet_argv)?.args;
-    let proxy_args = ProxyCommandLine::try_parse_from([
-        "proxy".to_string(),
+    let kubelet_args: KubeletArgs =
+        super::server::component_args("kubelet", kubelet_argv, &args.kubelet_arg)?;
+    let proxy_argv = vec![
         "--kubeconfig".into(),
         args.data_dir.join(PROXY_KUBECONFIG).display().to_string(),
         "--node-name".into(),
         node.clone(),
-    ])?
-    .args;
+    ];
+    let proxy_args: ProxyArgs =
+        super::server::component_args("proxy", proxy_argv, &args.kube_proxy_arg)?;
 
     let node_client = client_from(&std::fs::read_to_string(&kubelet_kubeconfig)?).await?;
     let nodes: Api<Node> = Api::all(node_client);
@@ -222,20 +230,6 @@ async fn ensure_identities(
         skiff_apiserver::pki::write_private(&path, &yaml)?;
     }
     Ok(())
-}
-
-/// The kubelet's command line, parsed by the same clap definitions as `skiff kubelet`.
-#[derive(Debug, Parser)]
-struct KubeletCommandLine {
-    #[command(flatten)]
-    args: KubeletArgs,
-}
-
-/// The proxy's command line, as `skiff proxy`'s.
-#[derive(Debug, Parser)]
-struct ProxyCommandLine {
-    #[command(flatten)]
-    args: ProxyArgs,
 }
 
 /// Whether the Node is Ready by a heartbeat of this run's kubelet (one at or after `since`,

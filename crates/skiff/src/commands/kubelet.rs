@@ -458,21 +458,19 @@ pub(super) fn go_duration(text: &str) -> Result<Duration, String> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
 
-    #[derive(Parser)]
-    struct Command {
-        #[command(flatten)]
-        args: KubeletArgs,
-    }
-
     fn settings_of(argv: &[&str]) -> anyhow::Result<KubeletConfiguration> {
-        let argv = ["kubelet", "--kubeconfig", "k", "--node-name", "n"]
+        let argv = ["--kubeconfig", "k", "--node-name", "n"]
             .iter()
-            .chain(argv);
-        settings(&Command::try_parse_from(argv)?.args)
+            .chain(argv)
+            .map(|a| a.to_string())
+            .collect();
+        settings(&super::super::server::component_args::<KubeletArgs>(
+            "kubelet",
+            argv,
+            &[],
+        )?)
     }
 
     #[test]

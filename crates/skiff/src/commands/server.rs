@@ -121,7 +121,7 @@ pub struct ExtraArgs {
 
 /// The component's flags parsed from `argv` (ours, then the user's `--<component>-arg`s, which
 /// win), exactly as its own subcommand would parse them.
-fn component_args<A: clap::Args>(
+pub(super) fn component_args<A: clap::Args>(
     name: &'static str,
     argv: Vec<String>,
     extra: &[String],
