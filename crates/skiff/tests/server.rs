@@ -42,6 +42,8 @@ impl Server {
         argv.extend(["server".into(), "--data-dir".into()]);
         argv.push(data_dir.display().to_string());
         argv.extend(args.iter().map(|a| a.to_string()));
+        // the test node's thresholds (see `support::node::EVICTION_HARD`)
+        argv.extend(["--kubelet-arg".into(), support::node::eviction_hard_arg()]);
         let log = data_dir.with_extension("log");
         let (child, lines, ready) = spawn(&argv, &log);
         Server {

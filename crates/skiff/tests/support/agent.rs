@@ -28,6 +28,7 @@ impl Agent {
             .arg(env!("CARGO_BIN_EXE_skiff"))
             .args(["agent", "--server", server, "--token", token])
             .args(["--node-name", node, "--node-ip", &net.ip.to_string()])
+            .args(["--kubelet-arg", &super::node::eviction_hard_arg()])
             .arg("--data-dir")
             .arg(dir);
         cmd

@@ -303,6 +303,11 @@ pub fn clean_up(data_dir: &Path) {
 /// put every test node under DiskPressure, refusing and evicting its pods.
 pub const EVICTION_HARD: &str = "memory.available<100Mi";
 
+/// [`EVICTION_HARD`] as `skiff server`'s and `skiff agent`'s `--kubelet-arg`.
+pub fn eviction_hard_arg() -> String {
+    format!("eviction-hard={EVICTION_HARD}")
+}
+
 /// Starts `skiff kubelet` with its data under `dir` and waits for its ready line; the child,
 /// its server's port and its further output.
 fn spawn_kubelet(
