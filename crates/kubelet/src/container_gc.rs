@@ -31,6 +31,13 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// A failed runtime call, with the step it was for.
+    fn runtime(step: &'static str) -> impl FnOnce(cri::Error) -> Error {
+        move |source| Error::Runtime { step, source }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Which dead containers are kept (upstream's `ContainerGCPolicy`); its `Default` is
@@ -141,10 +148,7 @@ impl ContainerGc {
             .runtime
             .list_containers(HashMap::new())
             .await
-            .map_err(|source| Error::Runtime {
-                step: "listing containers",
-                source,
-            })?;
+            .map_err(Error::runtime("listing containers"))?;
         Ok(all
             .into_iter()
             .filter(|c| pod_uid(&c.labels).is_some())
@@ -247,10 +251,7 @@ impl ContainerGc {
             .runtime
             .list_pod_sandboxes(HashMap::new())
             .await
-            .map_err(|source| Error::Runtime {
-                step: "listing sandboxes",
-                source,
-            })?;
+            .map_err(Error::runtime("listing sandboxes"))?;
         let with_containers: HashSet<&str> = containers
             .iter()
             .map(|c| c.pod_sandbox_id.as_str())

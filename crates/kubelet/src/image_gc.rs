@@ -64,6 +64,13 @@ pub enum Error {
     OldRemoval { max_age: Duration, errors: String },
 }
 
+impl Error {
+    /// A failed runtime call, with the step it was for.
+    fn runtime(step: &'static str) -> impl FnOnce(cri::Error) -> Error {
+        move |source| Error::Runtime { step, source }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// When images are removed (upstream's `ImageGCPolicy`).
@@ -119,10 +126,7 @@ pub async fn image_fs_stats(
     let filesystems = runtime
         .image_fs_info()
         .await
-        .map_err(|source| Error::Runtime {
-            step: "reading the image filesystem",
-            source,
-        })?;
+        .map_err(Error::runtime("reading the image filesystem"))?;
     let usage = filesystems.into_iter().next().ok_or(Error::NoImageFs)?;
     let mountpoint = PathBuf::from(usage.fs_id.map(|f| f.mountpoint).unwrap_or_default());
     let stats = fs(&mountpoint).map_err(|source| Error::FsStats {
@@ -306,18 +310,12 @@ impl ImageGcManager {
             .runtime
             .list_images()
             .await
-            .map_err(|source| Error::Runtime {
-                step: "listing images",
-                source,
-            })?;
+            .map_err(Error::runtime("listing images"))?;
         let containers = self
             .runtime
             .list_containers(HashMap::new())
             .await
-            .map_err(|source| Error::Runtime {
-                step: "listing containers",
-                source,
-            })?;
+            .map_err(Error::runtime("listing containers"))?;
         // a container names its image by id (`image_ref`) and as it was asked for
         let used_refs: HashSet<&str> = containers
             .iter()
