@@ -51,6 +51,7 @@ pub mod networkpolicy;
 pub mod node;
 pub mod pdb;
 pub mod pod;
+mod pod_update;
 pub mod podtemplate;
 pub mod priorityclass;
 pub mod pv;
@@ -125,6 +126,18 @@ pub trait Strategy: Send + Sync {
     /// Field errors of an update, e.g. changes to immutable fields.
     fn validate_update(&self, object: &Value, _old: &Value) -> Vec<FieldError> {
         self.validate(object)
+    }
+
+    /// Field errors of a write to `subresource` (`""` for the object itself), as upstream's
+    /// per-subresource strategies validate (a pod's `resize`, `binding`); the default is
+    /// `validate_update`.
+    fn validate_subresource_update(
+        &self,
+        _subresource: &str,
+        object: &Value,
+        old: &Value,
+    ) -> Vec<FieldError> {
+        self.validate_update(object, old)
     }
 
     /// Field-selector values beyond `metadata.name` and `metadata.namespace`.
