@@ -8,16 +8,17 @@
 //! - `capabilities` (passed as written: containerd adds the `CAP_` prefix and knows `ALL`),
 //!   `privileged`, `readOnlyRootFilesystem`, `allowPrivilegeEscalation: false` as
 //!   `no_new_privs`, `procMount` (`Default`: the runtime's masked and read-only /proc paths);
-//! - seccomp (container, then pod, else `Unconfined`; `Localhost` profiles under the kubelet's
-//!   `<data-dir>/seccomp`; the deprecated annotations stand in for unset fields) and AppArmor
-//!   (container, pod, then the deprecated annotation);
+//! - seccomp (container, then pod, else `Unconfined`, or `RuntimeDefault` with the kubelet's
+//!   `seccompDefault`; `Localhost` profiles under the kubelet's `<data-dir>/seccomp`; the
+//!   deprecated annotations stand in for unset fields) and AppArmor (container, pod, then the
+//!   deprecated annotation);
 //! - the namespaces (`hostNetwork`, `hostPID`, `hostIPC`, `shareProcessNamespace`);
 //! - the sandbox's user, groups, namespaces, privilege (any privileged container), sysctls and
 //!   its `RuntimeDefault` seccomp profile;
 //! - `runAsNonRoot` checked against the image's user (`verifyRunAsNonRoot`).
 //!
-//! [`NodeSecurity`] holds what of this depends on the node: the seccomp profile directory,
-//! whether the host enforces AppArmor, the sysctls pods may set.
+//! [`NodeSecurity`] holds what of this depends on the node: the seccomp profile directory and
+//! default, whether the host enforces AppArmor, the sysctls pods may set.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -69,6 +70,9 @@ pub const DEFAULT_READONLY_PATHS: &[&str] = &[
 pub struct NodeSecurity {
     /// Where `Localhost` seccomp profiles are (upstream's `<root-dir>/seccomp`).
     pub seccomp_profile_root: PathBuf,
+    /// The kubelet's `seccompDefault`: a container that sets no seccomp profile runs under
+    /// `RuntimeDefault` rather than `Unconfined`.
+    pub seccomp_default: bool,
     /// Whether this host enforces AppArmor: pods asking for a profile are refused when not.
     pub apparmor_enabled: bool,
     /// The sysctls pods may set: the safe ones and `--allowed-unsafe-sysctls`.
@@ -76,29 +80,32 @@ pub struct NodeSecurity {
 }
 
 impl NodeSecurity {
-    /// This host's: profiles under `<data_dir>/seccomp`, AppArmor as the kernel says, the safe
-    /// sysctls of this kernel plus `allowed_unsafe_sysctls`.
+    /// This host's: profiles under `<data_dir>/seccomp`, the configuration's `seccompDefault`,
+    /// AppArmor as the kernel says, the safe sysctls of this kernel plus the configuration's
+    /// `allowedUnsafeSysctls`.
     pub fn for_host(
         data_dir: &Path,
-        allowed_unsafe_sysctls: &[String],
+        settings: &crate::kubelet_config::KubeletConfiguration,
     ) -> crate::sysctl::Result<NodeSecurity> {
         Ok(NodeSecurity {
             seccomp_profile_root: data_dir.join("seccomp"),
+            seccomp_default: settings.seccomp_default,
             apparmor_enabled: apparmor_enabled(),
             sysctls: crate::sysctl::Allowlist::new(
                 crate::sysctl::kernel_version(),
-                allowed_unsafe_sysctls,
+                &settings.allowed_unsafe_sysctls,
             )?,
         })
     }
 }
 
 impl Default for NodeSecurity {
-    /// Profiles under the default data dir, no AppArmor, only the sysctls every kernel
-    /// namespaces.
+    /// Profiles under the default data dir, unconfined by default (upstream's `seccompDefault`
+    /// is false), no AppArmor, only the sysctls every kernel namespaces.
     fn default() -> Self {
         NodeSecurity {
             seccomp_profile_root: PathBuf::from("/var/lib/skiff/seccomp"),
+            seccomp_default: false,
             apparmor_enabled: false,
             sysctls: crate::sysctl::Allowlist::default(),
         }
@@ -314,8 +321,13 @@ fn seccomp_annotation(pod: &Pod, key: &str) -> Option<SeccompProfile> {
 }
 
 /// The seccomp profile of a container: its own field (or annotation), else the pod's field (or
-/// annotation), else `Unconfined` (upstream's `getSeccompProfile` without `seccompDefault`).
-fn seccomp(pod: &Pod, container: &Container, root: &Path) -> Result<SecurityProfile, String> {
+/// annotation), else `RuntimeDefault` under the node's `seccompDefault` and `Unconfined`
+/// otherwise (upstream's `getSeccompProfile`).
+fn seccomp(
+    pod: &Pod,
+    container: &Container,
+    node: &NodeSecurity,
+) -> Result<SecurityProfile, String> {
     let key = format!("{SECCOMP_CONTAINER_ANNOTATION_PREFIX}{}", container.name);
     let field: Option<SeccompProfile> = container
         .security_context
@@ -332,13 +344,14 @@ fn seccomp(pod: &Pod, container: &Container, root: &Path) -> Result<SecurityProf
             Some(("RuntimeDefault", _)) => profile(ProfileType::RuntimeDefault, String::new()),
             Some(("Localhost", Some(name))) if !name.is_empty() => profile(
                 ProfileType::Localhost,
-                root.join(name).display().to_string(),
+                node.seccomp_profile_root.join(name).display().to_string(),
             ),
             Some(("Localhost", _)) => {
                 return Err(
                     "localhostProfile must be set if seccompProfile type is Localhost.".into(),
                 );
             }
+            None if node.seccomp_default => profile(ProfileType::RuntimeDefault, String::new()),
             _ => profile(ProfileType::Unconfined, String::new()),
         },
     )
@@ -429,7 +442,7 @@ pub fn container(
         no_new_privs: sc.allow_privilege_escalation == Some(false),
         masked_paths: paths(DEFAULT_MASKED_PATHS),
         readonly_paths: paths(DEFAULT_READONLY_PATHS),
-        seccomp: Some(seccomp(pod, container, &node.seccomp_profile_root)?),
+        seccomp: Some(seccomp(pod, container, node)?),
         apparmor: apparmor(pod, container)?,
         ..Default::default()
     })

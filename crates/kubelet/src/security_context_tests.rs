@@ -235,6 +235,50 @@ fn seccomp_is_the_containers_then_the_pods_else_unconfined() {
 }
 
 #[test]
+fn seccomp_default_makes_an_unset_profile_runtime_default_and_leaves_set_ones_alone() {
+    let node = NodeSecurity {
+        seccomp_default: true,
+        ..NodeSecurity::default()
+    };
+    let kind = |p: &Pod| {
+        let s = container(p, first(p), &root(), &node)
+            .unwrap()
+            .seccomp
+            .unwrap();
+        (
+            ProfileType::try_from(s.profile_type).unwrap(),
+            s.localhost_ref,
+        )
+    };
+    let unset = pod(json!({}), json!(null));
+    assert_eq!(kind(&unset), (ProfileType::RuntimeDefault, String::new()));
+    let unconfined = pod(
+        json!({"seccompProfile": {"type": "Unconfined"}}),
+        json!(null),
+    );
+    assert_eq!(
+        kind(&unconfined),
+        (ProfileType::Unconfined, String::new()),
+        "an explicit Unconfined stays unconfined"
+    );
+    let mut annotated = pod(json!({}), json!(null));
+    annotated.metadata.annotations =
+        Some([(SECCOMP_POD_ANNOTATION.to_string(), "unconfined".to_string())].into());
+    assert_eq!(kind(&annotated), (ProfileType::Unconfined, String::new()));
+    let localhost = pod(
+        json!({}),
+        json!({"seccompProfile": {"type": "Localhost", "localhostProfile": "a.json"}}),
+    );
+    assert_eq!(
+        kind(&localhost),
+        (
+            ProfileType::Localhost,
+            "/var/lib/skiff/seccomp/a.json".into()
+        )
+    );
+}
+
+#[test]
 fn apparmor_comes_from_the_fields_then_the_deprecated_annotation() {
     let unconfined = pod(
         json!({"appArmorProfile": {"type": "Unconfined"}}),

@@ -1,6 +1,7 @@
 //! Pods' securityContext on a real `skiff kubelet` with its managed containerd, against a real
-//! `skiff apiserver`, checked from inside the containers with `kubectl exec`: users, groups and
-//! a host PID namespace (`users`); dropped and added capabilities, a read-only root filesystem,
+//! `skiff apiserver`, checked from inside the containers with `kubectl exec`: users, groups,
+//! a host PID namespace and the kubelet's `--seccomp-default` under an unset profile but not
+//! an `Unconfined` one (`users`); dropped and added capabilities, a read-only root filesystem,
 //! `NoNewPrivs`, the runtime's seccomp profile, safe and allowed unsafe sysctls, a shared
 //! process namespace and an image's non-root user (`caps`); `runAsNonRoot` refused on a root
 //! image and on a named user with upstream's messages; an unsafe sysctl refused at admission
@@ -82,8 +83,15 @@ fn containers_run_with_their_security_context_and_what_the_node_cannot_honour_is
         return;
     }
     let api = ApiServer::start(Backend::Embedded);
-    let kubelet =
-        KubeletProcess::start_with(&api, NODE, &["--allowed-unsafe-sysctls", "kernel.msg*"]);
+    let kubelet = KubeletProcess::start_with(
+        &api,
+        NODE,
+        &[
+            "--allowed-unsafe-sysctls",
+            "kernel.msg*",
+            "--seccomp-default",
+        ],
+    );
     import_test_images(&kubelet);
     run(async {
         let c = kube_client(&api).await;
@@ -97,7 +105,8 @@ fn containers_run_with_their_security_context_and_what_the_node_cannot_honour_is
                 "securityContext": {"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000,
                                     "supplementalGroups": [4000]},
                 "containers": [container("main", "busybox", json!(null)),
-                               container("override", "busybox", json!({"runAsUser": 2000}))]}}),
+                               container("override", "busybox", json!({"runAsUser": 2000,
+                                   "seccompProfile": {"type": "Unconfined"}}))]}}),
         )
         .await;
         create(
@@ -165,6 +174,21 @@ fn containers_run_with_their_security_context_and_what_the_node_cannot_honour_is
             "fsGroup and supplementalGroups: {groups:?}"
         );
         assert_eq!(exec(&api, "users", "override", "id -u"), "2000");
+        // seccomp mode 2 is a filter (the runtime's default profile), 0 none
+        let seccomp = |container| {
+            let status = exec(&api, "users", container, "cat /proc/self/status");
+            status_field(&status, "Seccomp:").to_string()
+        };
+        assert_eq!(
+            seccomp("main"),
+            "2",
+            "--seccomp-default confines an unset profile"
+        );
+        assert_eq!(
+            seccomp("override"),
+            "0",
+            "an Unconfined profile stays unconfined"
+        );
         let test_pid = std::process::id();
         assert_eq!(
             exec(
