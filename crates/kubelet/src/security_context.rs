@@ -4,7 +4,9 @@
 //! - the container's *effective* context: its own fields over the pod's (`runAsUser`,
 //!   `runAsGroup`, `runAsNonRoot`, `seLinuxOptions`), as `DetermineEffectiveSecurityContext`;
 //! - the user: `runAsUser`, else the image's uid or user name;
-//! - groups: the pod's `fsGroup` then `supplementalGroups`, with `supplementalGroupsPolicy`;
+//! - groups: the pod's `fsGroup` then `supplementalGroups`, and the groups of the persistent
+//!   volumes it mounts (`pv.beta.kubernetes.io/gid`, which the volume manager knows), with
+//!   `supplementalGroupsPolicy`;
 //! - `capabilities` (passed as written: containerd adds the `CAP_` prefix and knows `ALL`),
 //!   `privileged`, `readOnlyRootFilesystem`, `allowPrivilegeEscalation: false` as
 //!   `no_new_privs`, `procMount` (`Default`: the runtime's masked and read-only /proc paths);
@@ -211,14 +213,33 @@ pub fn namespace_options(pod: &Pod) -> NamespaceOption {
     }
 }
 
-/// The groups every process of the pod has besides its own: the pod's `fsGroup` (so that it
-/// can use the volumes given that group), then its `supplementalGroups`.
-pub fn supplemental_groups(pod: &Pod) -> Vec<i64> {
+/// The groups every container of the pod has besides its own: the pod's `fsGroup` (so that
+/// it can use the volumes given that group), its `supplementalGroups`, then `volume_groups`,
+/// those of its persistent volumes that it does not ask for already (upstream's
+/// `determineEffectiveSecurityContext`).
+fn supplemental_groups(pod: &Pod, volume_groups: &[i64]) -> Vec<i64> {
+    let sc = pod_context(pod);
+    sc.and_then(|s| s.fs_group)
+        .into_iter()
+        .chain(
+            sc.and_then(|s| s.supplemental_groups.clone())
+                .into_iter()
+                .flatten(),
+        )
+        .chain(volume_groups.iter().copied())
+        .collect()
+}
+
+/// The sandbox's groups: none without a pod securityContext, else its `fsGroup`,
+/// `volume_groups`, then its `supplementalGroups` (upstream's `generatePodSandboxLinuxConfig`,
+/// whose order differs from the containers').
+fn sandbox_groups(pod: &Pod, volume_groups: &[i64]) -> Vec<i64> {
     let Some(sc) = pod_context(pod) else {
         return Vec::new();
     };
     sc.fs_group
         .into_iter()
+        .chain(volume_groups.iter().copied())
         .chain(sc.supplemental_groups.iter().flatten().copied())
         .collect()
 }
@@ -260,8 +281,12 @@ pub fn has_privileged_container(pod: &Pod) -> bool {
             .any(|c| privileged(c.security_context.as_ref()))
 }
 
-/// The sandbox's security context and sysctls.
-pub fn sandbox(pod: &Pod) -> (LinuxSandboxSecurityContext, HashMap<String, String>) {
+/// The sandbox's security context and sysctls; `volume_groups` are the groups of the pod's
+/// persistent volumes ([`crate::volumes::VolumeManager::extra_supplemental_groups`]).
+pub fn sandbox(
+    pod: &Pod,
+    volume_groups: &[i64],
+) -> (LinuxSandboxSecurityContext, HashMap<String, String>) {
     let sc = pod_context(pod);
     let sysctls = sc
         .and_then(|s| s.sysctls.as_ref())
@@ -278,7 +303,7 @@ pub fn sandbox(pod: &Pod) -> (LinuxSandboxSecurityContext, HashMap<String, Strin
         run_as_group: sc
             .and_then(|s| s.run_as_group)
             .map(|value| Int64Value { value }),
-        supplemental_groups: supplemental_groups(pod),
+        supplemental_groups: sandbox_groups(pod, volume_groups),
         supplemental_groups_policy: supplemental_groups_policy(pod),
         privileged: has_privileged_container(pod),
         // upstream runs every sandbox under the runtime's default profile
@@ -402,13 +427,15 @@ fn apparmor(pod: &Pod, container: &Container) -> Result<Option<SecurityProfile>,
     }))
 }
 
-/// The container's security context (upstream's `determineEffectiveSecurityContext`); an
-/// error is a config the kubelet cannot build (`CreateContainerConfigError`).
+/// The container's security context (upstream's `determineEffectiveSecurityContext`), with
+/// `volume_groups`, the groups of the pod's persistent volumes; an error is a config the
+/// kubelet cannot build (`CreateContainerConfigError`).
 pub fn container(
     pod: &Pod,
     container: &Container,
     image: &ImageUser,
     node: &NodeSecurity,
+    volume_groups: &[i64],
 ) -> Result<LinuxContainerSecurityContext, String> {
     let sc = effective(pod, container);
     let unmasked = sc.proc_mount.as_deref() == Some("Unmasked");
@@ -436,7 +463,7 @@ pub fn container(
         run_as_group: sc.run_as_group.map(|value| Int64Value { value }),
         run_as_username,
         readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
-        supplemental_groups: supplemental_groups(pod),
+        supplemental_groups: supplemental_groups(pod, volume_groups),
         supplemental_groups_policy: supplemental_groups_policy(pod),
         // upstream's AddNoNewPrivileges: only an explicit `allowPrivilegeEscalation: false`
         no_new_privs: sc.allow_privilege_escalation == Some(false),
