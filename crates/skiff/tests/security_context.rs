@@ -2,7 +2,8 @@
 //! `skiff apiserver`, checked from inside the containers with `kubectl exec`: users, groups
 //! (with the `pv.beta.kubernetes.io/gid` of a mounted PersistentVolume), a host PID namespace
 //! and the kubelet's `--seccomp-default` under an unset profile but not an `Unconfined` one
-//! (`users`); dropped and added capabilities, a read-only root filesystem,
+//! (`users`); a projected service account token owned by the containers' one user, readable
+//! by it and the fsGroup only (`token-owner`); dropped and added capabilities, a read-only root filesystem,
 //! `NoNewPrivs`, the runtime's seccomp profile, safe and allowed unsafe sysctls, a shared
 //! process namespace and an image's non-root user (`caps`); `runAsNonRoot` refused on a root
 //! image and on a named user with upstream's messages; an unsafe sysctl refused at admission
@@ -12,7 +13,7 @@
 
 mod support;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -145,6 +146,23 @@ fn containers_run_with_their_security_context_and_what_the_node_cannot_honour_is
         )
         .await;
         create(
+            &Api::<ServiceAccount>::namespaced(c.clone(), "default"),
+            json!({"metadata": {"name": "robot"}}),
+        )
+        .await;
+        create(
+            &pods,
+            json!({"metadata": {"name": "token-owner"}, "spec": {
+                "nodeName": NODE, "terminationGracePeriodSeconds": 1,
+                "serviceAccountName": "robot", "automountServiceAccountToken": false,
+                "securityContext": {"runAsUser": 1000, "fsGroup": 2000},
+                "volumes": [{"name": "token", "projected": {"sources": [
+                    {"serviceAccountToken": {"path": "token"}}]}}],
+                "containers": [{"name": "c", "image": "busybox", "command": SLEEP,
+                                "volumeMounts": [{"name": "token", "mountPath": "/tokens"}]}]}}),
+        )
+        .await;
+        create(
             &pods,
             json!({"metadata": {"name": "caps"}, "spec": {
                 "nodeName": NODE, "terminationGracePeriodSeconds": 1,
@@ -234,6 +252,21 @@ fn containers_run_with_their_security_context_and_what_the_node_cannot_honour_is
             ),
             "host",
             "hostPID sees the host's processes"
+        );
+
+        // the token belongs to the containers' user, and its fsGroup may read it
+        eventually("token-owner running", || {
+            in_phase(&pods, "token-owner", "Running")
+        })
+        .await;
+        assert_eq!(
+            exec(
+                &api,
+                "token-owner",
+                "c",
+                "stat -L -c '%u %g %a' /tokens/token; test -s /tokens/token && echo readable"
+            ),
+            "1000 2000 640\nreadable"
         );
 
         // capabilities, read-only root, no_new_privs, seccomp, sysctls, a shared PID namespace
