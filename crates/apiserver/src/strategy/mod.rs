@@ -7,6 +7,7 @@
 //! - [`common`]: shared checks (non-negative, int-or-percent, immutable, semantic equality) and
 //!   pod templates of workloads.
 //! - [`pod`]: Pod defaults, validation, initial status, field set.
+//! - [`pod_seccomp`]: the deprecated seccomp annotations, checked against the fields.
 //! - [`namespace`]: Namespace phase and the `kubernetes` finalizer.
 //! - [`node`]: Node pod CIDRs, taints, the `spec.unschedulable` field.
 //! - [`service`]: Service defaults, kept and dropped allocations; ClusterIPs and IP families in
@@ -51,6 +52,7 @@ pub mod networkpolicy;
 pub mod node;
 pub mod pdb;
 pub mod pod;
+pub mod pod_seccomp;
 pub mod podtemplate;
 pub mod priorityclass;
 pub mod pv;

@@ -360,6 +360,7 @@ impl Strategy for PodStrategy {
             Some(spec) if spec.is_object() => {
                 let mut errs = validate_pod_spec(spec, &FieldPath::new("spec"));
                 errs.extend(validate_node_name_without_gates(spec));
+                errs.extend(super::pod_seccomp::validate(pod));
                 errs
             }
             _ => vec![FieldError::required(&FieldPath::new("spec"), "")],
