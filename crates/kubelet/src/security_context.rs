@@ -12,8 +12,8 @@
 //!   `no_new_privs`, `procMount` (`Default`: the runtime's masked and read-only /proc paths);
 //! - seccomp (container, then pod, else `Unconfined`, or `RuntimeDefault` with the kubelet's
 //!   `seccompDefault`; `Localhost` profiles under the kubelet's `<data-dir>/seccomp`; the
-//!   deprecated annotations stand in for unset fields) and AppArmor (container, pod, then the
-//!   deprecated annotation);
+//!   deprecated seccomp annotations are ignored, as by upstream's kubelet since v1.25) and
+//!   AppArmor (container, pod, then the deprecated annotation);
 //! - the namespaces (`hostNetwork`, `hostPID`, `hostIPC`, `shareProcessNamespace`);
 //! - the sandbox's user, groups, namespaces, privilege (any privileged container), sysctls and
 //!   its `RuntimeDefault` seccomp profile;
@@ -320,47 +320,19 @@ fn profile(kind: ProfileType, localhost_ref: String) -> SecurityProfile {
     }
 }
 
-/// The deprecated seccomp annotations: the pod's, and each container's (`<prefix><container>`),
-/// which upstream's API server copies into the fields they stand for when those are unset.
-pub const SECCOMP_POD_ANNOTATION: &str = "seccomp.security.alpha.kubernetes.io/pod";
-pub const SECCOMP_CONTAINER_ANNOTATION_PREFIX: &str =
-    "container.seccomp.security.alpha.kubernetes.io/";
-
-/// The field a deprecated seccomp annotation stands for (upstream's
-/// `seccompFieldForAnnotation`): `runtime/default` (or `docker/default`), `unconfined`,
-/// `localhost/<path>`.
-fn seccomp_annotation(pod: &Pod, key: &str) -> Option<SeccompProfile> {
-    let value = pod.metadata.annotations.as_ref()?.get(key)?;
-    let (type_, localhost_profile) = match value.as_str() {
-        "runtime/default" | "docker/default" => ("RuntimeDefault", None),
-        "unconfined" => ("Unconfined", None),
-        other => (
-            "Localhost",
-            Some(other.strip_prefix("localhost/")?.to_string()),
-        ),
-    };
-    Some(SeccompProfile {
-        type_: type_.into(),
-        localhost_profile,
-    })
-}
-
-/// The seccomp profile of a container: its own field (or annotation), else the pod's field (or
-/// annotation), else `RuntimeDefault` under the node's `seccompDefault` and `Unconfined`
-/// otherwise (upstream's `getSeccompProfile`).
+/// The seccomp profile of a container: its own field, else the pod's, else `RuntimeDefault`
+/// under the node's `seccompDefault` and `Unconfined` otherwise (upstream's
+/// `getSeccompProfile`).
 fn seccomp(
     pod: &Pod,
     container: &Container,
     node: &NodeSecurity,
 ) -> Result<SecurityProfile, String> {
-    let key = format!("{SECCOMP_CONTAINER_ANNOTATION_PREFIX}{}", container.name);
     let field: Option<SeccompProfile> = container
         .security_context
         .as_ref()
         .and_then(|s| s.seccomp_profile.clone())
-        .or_else(|| seccomp_annotation(pod, &key))
-        .or_else(|| pod_context(pod).and_then(|s| s.seccomp_profile.clone()))
-        .or_else(|| seccomp_annotation(pod, SECCOMP_POD_ANNOTATION));
+        .or_else(|| pod_context(pod).and_then(|s| s.seccomp_profile.clone()));
     Ok(
         match field
             .as_ref()

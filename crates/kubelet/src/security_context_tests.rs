@@ -220,11 +220,11 @@ fn seccomp_is_the_containers_then_the_pods_else_unconfined() {
     annotated.metadata.annotations = Some(
         [
             (
-                SECCOMP_POD_ANNOTATION.to_string(),
+                "seccomp.security.alpha.kubernetes.io/pod".to_string(),
                 "runtime/default".to_string(),
             ),
             (
-                format!("{SECCOMP_CONTAINER_ANNOTATION_PREFIX}c"),
+                "container.seccomp.security.alpha.kubernetes.io/c".to_string(),
                 "localhost/b.json".to_string(),
             ),
         ]
@@ -232,21 +232,8 @@ fn seccomp_is_the_containers_then_the_pods_else_unconfined() {
     );
     assert_eq!(
         kind(&annotated),
-        (
-            ProfileType::Localhost,
-            "/var/lib/skiff/seccomp/b.json".into()
-        ),
-        "a container's annotation stands in for its field, over the pod's"
-    );
-    annotated
-        .metadata
-        .annotations
-        .as_mut()
-        .unwrap()
-        .retain(|k, _| k == SECCOMP_POD_ANNOTATION);
-    assert_eq!(
-        kind(&annotated),
-        (ProfileType::RuntimeDefault, String::new())
+        (ProfileType::Unconfined, String::new()),
+        "the deprecated annotations are non-functional"
     );
     let (sandbox_sc, _) = sandbox(&unset, &[]);
     assert_eq!(
@@ -283,10 +270,6 @@ fn seccomp_default_makes_an_unset_profile_runtime_default_and_leaves_set_ones_al
         (ProfileType::Unconfined, String::new()),
         "an explicit Unconfined stays unconfined"
     );
-    let mut annotated = pod(json!({}), json!(null));
-    annotated.metadata.annotations =
-        Some([(SECCOMP_POD_ANNOTATION.to_string(), "unconfined".to_string())].into());
-    assert_eq!(kind(&annotated), (ProfileType::Unconfined, String::new()));
     let localhost = pod(
         json!({}),
         json!({"seccompProfile": {"type": "Localhost", "localhostProfile": "a.json"}}),
