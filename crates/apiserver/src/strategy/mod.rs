@@ -7,6 +7,8 @@
 //! - [`common`]: shared checks (non-negative, int-or-percent, immutable, semantic equality) and
 //!   pod templates of workloads.
 //! - [`pod`]: Pod defaults, validation, initial status, field set.
+//! - [`pod_seccomp`]: the deprecated seccomp annotations, checked against the fields.
+//! - `pod_update`: what a pod update and a `resize` may change.
 //! - [`namespace`]: Namespace phase and the `kubernetes` finalizer.
 //! - [`node`]: Node pod CIDRs, taints, the `spec.unschedulable` field.
 //! - [`service`]: Service defaults, kept and dropped allocations; ClusterIPs and IP families in
@@ -51,6 +53,7 @@ pub mod networkpolicy;
 pub mod node;
 pub mod pdb;
 pub mod pod;
+pub mod pod_seccomp;
 mod pod_update;
 pub mod podtemplate;
 pub mod priorityclass;

@@ -383,14 +383,15 @@ pub fn validate_pod_spec(spec: &Value, path: &FieldPath) -> Vec<FieldError> {
     errs
 }
 
-/// The checks of a pod's new spec on any write: valid as on create, scheduling gates only
-/// removed.
+/// The checks of a pod's new spec on any write: valid as on create (seccomp annotations
+/// included), scheduling gates only removed.
 fn validate_changed_spec(pod: &Value, old: &Value) -> Vec<FieldError> {
     let Some(spec) = pod.get("spec").filter(|s| s.is_object()) else {
         return vec![FieldError::required(&FieldPath::new("spec"), "")];
     };
     let old_spec = old.get("spec").unwrap_or(&Value::Null);
     let mut errs = validate_pod_spec(spec, &FieldPath::new("spec"));
+    errs.extend(super::pod_seccomp::validate(pod));
     errs.extend(validate_only_deleted_scheduling_gates(spec, old_spec));
     errs
 }
@@ -425,6 +426,7 @@ impl Strategy for PodStrategy {
             Some(spec) if spec.is_object() => {
                 let mut errs = validate_pod_spec(spec, &FieldPath::new("spec"));
                 errs.extend(validate_node_name_without_gates(spec));
+                errs.extend(super::pod_seccomp::validate(pod));
                 errs
             }
             _ => vec![FieldError::required(&FieldPath::new("spec"), "")],
