@@ -210,6 +210,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_update_keeps_the_priority_set_on_create() {
+        let user = UserInfo::anonymous();
+        let old = json!({"spec": {"priority": 1000, "preemptionPolicy": "Never"}});
+        let attrs = Attributes {
+            operation: Operation::Update,
+            resource: lookup("", "v1", "pods").unwrap(),
+            subresource: "",
+            namespace: "default",
+            name: "web",
+            user: &user,
+            old: Some(&old),
+            dry_run: false,
+            notes: Default::default(),
+        };
+        let mut pod = json!({"metadata": {"name": "web"}, "spec": {"containers": []}});
+        Priority {
+            lookup: Classes(vec![]),
+        }
+        .mutate(&attrs, Some(&mut pod))
+        .await
+        .unwrap();
+        assert_eq!(pod["spec"]["priority"], 1000);
+        assert_eq!(pod["spec"]["preemptionPolicy"], "Never");
+    }
+
+    #[tokio::test]
     async fn pods_get_their_class_value_or_the_global_default() {
         let classes = vec![
             class("high", 1000, false, Some("Never")),
