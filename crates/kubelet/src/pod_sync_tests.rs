@@ -51,6 +51,7 @@ fn harness() -> Harness {
         security: Default::default(),
         runtime_classes: skiff_runtime::cache::Cache::from_objects([]),
         cgroups: None,
+        allocations: Default::default(),
     };
     Harness {
         probes: Default::default(),
