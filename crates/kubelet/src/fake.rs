@@ -173,6 +173,11 @@ impl FakeRuntime {
         self.state.lock().failures.insert(method, code);
     }
 
+    /// Makes `method` work again after [`FakeRuntime::fail`].
+    pub fn recover(&self, method: &'static str) {
+        self.state.lock().failures.remove(method);
+    }
+
     /// Makes every later `ExecSync` exit with `code` (0 until told otherwise).
     pub fn set_exec_exit_code(&self, code: i32) {
         self.state.lock().exec_exit_code = code;

@@ -79,7 +79,8 @@ impl SyncContext {
     /// containers a `RestartContainer` policy restarts are stopped first and started again
     /// last. Then `PodResizeInProgress` says whether anything is left to do (reason `Error`
     /// and the failure's message if a step failed), and its removal comes with a
-    /// `ResizeCompleted` event. Returns whether containers were restarted.
+    /// `ResizeCompleted` event. Returns whether it changed a container (updated or
+    /// restarted), so that the runtime's view of them is read again.
     pub(crate) async fn actuate_resize(
         &self,
         pod: &Pod,
@@ -130,6 +131,7 @@ impl SyncContext {
         let steps = resize::plan(&plans, &pod_current, &pod_desired);
         let mut restarted = Vec::new();
         let mut failure = None;
+        let changed = steps.iter().any(|s| !matches!(s, Step::PodCgroup(_)));
         for step in steps {
             if let Err(message) = self
                 .take_resize_step(pod, &running, &step, &mut restarted)
@@ -179,7 +181,7 @@ impl SyncContext {
                 self.api.event(pod, event).await;
             }
         }
-        !restarted.is_empty()
+        changed
     }
 
     /// What a container's status reports as its resources (upstream's

@@ -1047,3 +1047,6 @@ async fn a_terminated_pod_fails_with_its_reason_within_its_grace_and_is_not_rest
         Some("The node was low on resource: memory. ")
     );
 }
+
+#[path = "pod_resize_tests.rs"]
+mod resize;

@@ -450,3 +450,7 @@ pub fn completed_message(pod: &Pod) -> String {
         Err(_) => "Pod resize completed".into(),
     }
 }
+
+#[cfg(test)]
+#[path = "resize_tests.rs"]
+mod tests;
