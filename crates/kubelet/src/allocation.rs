@@ -52,7 +52,7 @@ struct PodResources {
 }
 
 /// What the checkpoint holds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Checkpoint {
     /// By pod uid.
     pods: BTreeMap<String, PodResources>,
@@ -190,12 +190,11 @@ impl Allocations {
         })
     }
 
-    /// Changes the checkpoint with `f` and writes it if it changed.
-    fn update(&self, f: impl FnOnce(&mut Checkpoint)) -> Result<()> {
+    /// Changes the checkpoint with `f`, which says whether it changed anything, and writes it
+    /// if so.
+    fn update(&self, f: impl FnOnce(&mut Checkpoint) -> bool) -> Result<()> {
         let mut state = self.state.lock();
-        let before = state.0.clone();
-        f(&mut state.0);
-        if state.0 != before {
+        if f(&mut state.0) {
             self.save(&state.0)?;
         }
         Ok(())
@@ -264,7 +263,12 @@ impl Allocations {
         let allocated: BTreeMap<String, ResourceRequirements> = resizable(pod)
             .map(|c| (c.name.clone(), canonical(c.resources.as_ref())))
             .collect();
-        self.update(|c| c.pods.entry(uid).or_default().allocated = allocated)
+        self.update(|c| {
+            let pod = c.pods.entry(uid).or_default();
+            let changed = pod.allocated != allocated;
+            pod.allocated = allocated;
+            changed
+        })
     }
 
     /// Records the resources a container was just created or updated with.
@@ -272,23 +276,27 @@ impl Allocations {
         let resources = canonical(container.resources.as_ref());
         self.update(|c| {
             let pod = c.pods.entry(uid.to_string()).or_default();
-            pod.actuated.insert(container.name.clone(), resources);
+            pod.actuated
+                .insert(container.name.clone(), resources.clone())
+                != Some(resources)
         })
     }
 
     /// Forgets a pod (removed from the node).
     pub fn remove(&self, uid: &str) -> Result<()> {
         self.state.lock().1.remove(uid);
-        self.update(|c| {
-            c.pods.remove(uid);
-        })
+        self.update(|c| c.pods.remove(uid).is_some())
     }
 
     /// Forgets every pod but those `keep` names (the pods of the first list after a
     /// restart): upstream's `RemoveOrphanedPods`.
     pub fn retain(&self, keep: impl Fn(&str) -> bool) -> Result<()> {
         self.state.lock().1.retain(|uid, _| keep(uid));
-        self.update(|c| c.pods.retain(|uid, _| keep(uid)))
+        self.update(|c| {
+            let before = c.pods.len();
+            c.pods.retain(|uid, _| keep(uid));
+            c.pods.len() != before
+        })
     }
 
     /// Sets `PodResizePending` with `reason` and `message`; its transition time changes with
