@@ -6,7 +6,10 @@
 //! sandboxes, containers and volumes of pods that are gone (deleted while the kubelet was down)
 //! are removed. The eviction manager reaches the workers through [`Workers`]: the active pods,
 //! and a [`Termination`] carried out by the pod's own worker, so that nothing else runs or
-//! restarts the pod's containers meanwhile.
+//! restarts the pod's containers meanwhile. Admission records what it admitted a pod with
+//! ([`crate::allocation`]); before each sync of a running pod its worker has a resize judged
+//! ([`crate::pod_resize`]) and syncs the pod as allocated; a worker that ends forgets its pod's
+//! allocation and has the deferred resizes judged again, room having been made.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
