@@ -486,6 +486,7 @@ static SPECS: &[Spec] = &[
                 ("", "v1", "PodPortForwardOptions"),
                 &["create", "get"],
             ),
+            SubSpec::new("resize", ("", "v1", "Pod"), GET_PATCH_UPDATE),
             status_of(("", "v1", "Pod")),
         ],
     ),

@@ -383,17 +383,55 @@ fn compute_usage(requests: &ResourceList, limits: &ResourceList) -> ResourceList
     out
 }
 
+/// Whether the kubelet found a pending resize of the pod impossible on its node (the
+/// `PodResizePending` condition with reason `Infeasible`, or the older `status.resize`).
+pub fn resize_infeasible(pod: &Value) -> bool {
+    let conditions = pod.pointer("/status/conditions").and_then(Value::as_array);
+    conditions.into_iter().flatten().any(|c| {
+        c.get("type").and_then(Value::as_str) == Some("PodResizePending")
+            && c.get("reason").and_then(Value::as_str) == Some("Infeasible")
+    }) || pod.pointer("/status/resize").and_then(Value::as_str) == Some("Infeasible")
+}
+
+/// A container's requests and limits while a resize may be under way (upstream's
+/// `PodRequests` with `UseStatusResources`): the larger of what the spec asks (unless the
+/// resize is infeasible) and what the kubelet allocated and applied, as its status reports.
+fn container_resources(pod: &Value, statuses: &str, c: &Value) -> (ResourceList, ResourceList) {
+    let (requests, limits) = (resources(c, "requests"), resources(c, "limits"));
+    let status = pod
+        .pointer(&format!("/status/{statuses}"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|s| s.get("name") == c.get("name"));
+    let Some(status) = status.filter(|s| s.get("resources").is_some_and(Value::is_object)) else {
+        return (requests, limits);
+    };
+    let applied = |which: &str| parse_list(status.pointer(&format!("/resources/{which}")));
+    let allocated = max(
+        &applied("requests"),
+        &parse_list(status.get("allocatedResources")),
+    );
+    if resize_infeasible(pod) {
+        (allocated, applied("limits"))
+    } else {
+        (max(&requests, &allocated), max(&limits, &applied("limits")))
+    }
+}
+
 /// What a live pod uses: containers summed, the largest init container, plus overhead.
 fn pod_compute_usage(pod: &Value) -> ResourceList {
     let mut requests = ResourceList::new();
     let mut limits = ResourceList::new();
     for c in container_lists(pod, "containers") {
-        requests = add(&requests, &resources(c, "requests"));
-        limits = add(&limits, &resources(c, "limits"));
+        let (r, l) = container_resources(pod, "containerStatuses", c);
+        requests = add(&requests, &r);
+        limits = add(&limits, &l);
     }
     for c in container_lists(pod, "initContainers") {
-        requests = max(&requests, &resources(c, "requests"));
-        limits = max(&limits, &resources(c, "limits"));
+        let (r, l) = container_resources(pod, "initContainerStatuses", c);
+        requests = max(&requests, &r);
+        limits = max(&limits, &l);
     }
     let overhead = parse_list(pod.pointer("/spec/overhead"));
     requests = add(&requests, &overhead);

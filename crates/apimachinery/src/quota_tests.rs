@@ -37,6 +37,29 @@ fn a_pod_uses_its_containers_sum_and_its_largest_init_container() {
 }
 
 #[test]
+fn a_resized_pod_uses_the_larger_of_its_spec_and_what_its_node_allocated() {
+    let mut p = pod(json!([{"name": "a", "resources": {
+        "requests": {"cpu": "100m"}, "limits": {"cpu": "200m"}}}]));
+    p["status"]["containerStatuses"] = json!([{"name": "a",
+        "allocatedResources": {"cpu": "300m"},
+        "resources": {"requests": {"cpu": "300m"}, "limits": {"cpu": "500m"}}}]);
+    let cpu = |p: &Value| {
+        let used = to_json(&usage("", "pods", p, now()));
+        (used["requests.cpu"].clone(), used["limits.cpu"].clone())
+    };
+    // shrinking: the node still holds the old amounts
+    assert_eq!(cpu(&p), (json!("300m"), json!("500m")));
+    // growing: the spec's larger amounts are charged at once
+    p["spec"]["containers"][0]["resources"] =
+        json!({"requests": {"cpu": "1"}, "limits": {"cpu": "2"}});
+    assert_eq!(cpu(&p), (json!("1"), json!("2")));
+    // unless the node refused the resize for good
+    p["status"]["conditions"] =
+        json!([{"type": "PodResizePending", "status": "True", "reason": "Infeasible"}]);
+    assert_eq!(cpu(&p), (json!("300m"), json!("500m")));
+}
+
+#[test]
 fn terminal_and_expired_pods_only_count_as_count_pods() {
     let mut p = pod(json!([{"name": "a", "resources": {"requests": {"cpu": "1"}}}]));
     p["status"] = json!({"phase": "Succeeded"});

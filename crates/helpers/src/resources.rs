@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use skiff_apimachinery::quantity::Quantity;
 
@@ -119,17 +119,60 @@ fn container_requests(c: &Container) -> Resource {
 /// first (the identity for fit; the scheduler's scoring fills in defaults for missing CPU and
 /// memory, as upstream's `NonMissingContainerRequests` option does).
 pub fn pod_requests(pod: &Pod, per_container: impl Fn(Resource) -> Resource) -> Resource {
+    sum_requests(pod, |c| per_container(container_requests(c)))
+}
+
+/// [`pod_requests`] while a resize may be under way (upstream's `UseStatusResources` option,
+/// which the scheduler uses): each container counts at the larger of what its spec asks
+/// (unless the kubelet found the resize infeasible) and what its status reports allocated and
+/// applied.
+pub fn pod_requests_in_use(pod: &Pod, per_container: impl Fn(Resource) -> Resource) -> Resource {
+    let status = pod.status.as_ref();
+    let statuses: Vec<&ContainerStatus> = status
+        .into_iter()
+        .flat_map(|s| {
+            let init = s.init_container_statuses.iter().flatten();
+            s.container_statuses.iter().flatten().chain(init)
+        })
+        .collect();
+    let infeasible = status.is_some_and(|s| {
+        let pending =
+            s.conditions.iter().flatten().any(|c| {
+                c.type_ == "PodResizePending" && c.reason.as_deref() == Some("Infeasible")
+            });
+        pending || s.resize.as_deref() == Some("Infeasible")
+    });
+    sum_requests(pod, |c| {
+        let spec = container_requests(c);
+        let status = statuses.iter().find(|s| s.name == c.name);
+        let Some((applied, allocated)) =
+            status.and_then(|s| Some((s.resources.as_ref()?, s.allocated_resources.as_ref())))
+        else {
+            return per_container(spec);
+        };
+        let mut r = Resource::from_list(&applied.requests.clone().unwrap_or_default());
+        r.set_max(&Resource::from_list(
+            &allocated.cloned().unwrap_or_default(),
+        ));
+        if !infeasible {
+            r.set_max(&spec);
+        }
+        per_container(r)
+    })
+}
+
+fn sum_requests(pod: &Pod, requests_of: impl Fn(&Container) -> Resource) -> Resource {
     let Some(spec) = &pod.spec else {
         return Resource::default();
     };
     let mut total = Resource::default();
     for c in &spec.containers {
-        total.add(&per_container(container_requests(c)));
+        total.add(&requests_of(c));
     }
     let mut sidecars = Resource::default();
     let mut init_peak = Resource::default();
     for c in spec.init_containers.iter().flatten() {
-        let r = per_container(container_requests(c));
+        let r = requests_of(c);
         if c.restart_policy.as_deref() == Some("Always") {
             sidecars.add(&r);
             init_peak.set_max(&sidecars);
@@ -229,6 +272,36 @@ mod tests {
         .unwrap();
         // max(100 + 50, 120 + 50) + 10
         assert_eq!(pod_requests(&pod, |r| r).milli_cpu, 180);
+    }
+
+    #[test]
+    fn a_pod_being_resized_counts_at_the_larger_of_spec_and_status() {
+        let mut pod = json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "app", "image": "busybox",
+                                     "resources": {"requests": {"cpu": "100m"}}}]},
+            "status": {"containerStatuses": [{"name": "app", "image": "", "imageID": "",
+                "ready": true, "restartCount": 0, "allocatedResources": {"cpu": "300m"},
+                "resources": {"requests": {"cpu": "200m"}}}]},
+        });
+        let cpu = |pod: &serde_json::Value| {
+            pod_requests_in_use(&serde_json::from_value(pod.clone()).unwrap(), |r| r).milli_cpu
+        };
+        assert_eq!(cpu(&pod), 300, "a shrink still holds what was allocated");
+        pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!("1");
+        assert_eq!(cpu(&pod), 1000, "a growth is counted at once");
+        pod["status"]["conditions"] =
+            json!([{"type": "PodResizePending", "status": "True", "reason": "Infeasible"}]);
+        assert_eq!(cpu(&pod), 300, "unless the node refused it");
+        pod["status"]["containerStatuses"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("resources");
+        assert_eq!(
+            cpu(&pod),
+            1000,
+            "a node that reports no resources: the spec"
+        );
     }
 
     #[test]

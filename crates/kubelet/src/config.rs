@@ -25,8 +25,13 @@ pub const LABEL_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
 pub const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
 
 /// The sandbox config of a pod; the same every time, as CreateContainer needs it too. Logs go
-/// under `log_directory`.
-pub fn sandbox_config(pod: &Pod, attempt: u32, log_directory: &Path) -> PodSandboxConfig {
+/// under `log_directory`; `volume_groups` are the groups of the pod's persistent volumes.
+pub fn sandbox_config(
+    pod: &Pod,
+    attempt: u32,
+    log_directory: &Path,
+    volume_groups: &[i64],
+) -> PodSandboxConfig {
     let m = &pod.metadata;
     let spec = pod.spec.clone().unwrap_or_default();
     let namespace = m.namespace.clone().unwrap_or_else(|| "default".into());
@@ -53,7 +58,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, log_directory: &Path) -> PodSandb
             host_ip: p.host_ip.clone().unwrap_or_default(),
         })
         .collect();
-    let (security_context, sysctls) = crate::security_context::sandbox(pod);
+    let (security_context, sysctls) = crate::security_context::sandbox(pod, volume_groups);
     PodSandboxConfig {
         metadata: Some(PodSandboxMetadata {
             name: name.clone(),
@@ -235,10 +240,10 @@ mod tests {
     #[test]
     fn a_host_network_sandbox_shares_the_node_network_and_hostname() {
         let mut p = pod(json!({"name": "c"}));
-        let sandbox = sandbox_config(&p, 0, Path::new("/logs"));
+        let sandbox = sandbox_config(&p, 0, Path::new("/logs"), &[]);
         assert_eq!(sandbox.hostname, "web");
         p.spec.as_mut().unwrap().host_network = Some(true);
-        let sandbox = sandbox_config(&p, 0, Path::new("/logs"));
+        let sandbox = sandbox_config(&p, 0, Path::new("/logs"), &[]);
         assert_eq!(sandbox.hostname, "");
         let ns = sandbox
             .linux

@@ -300,8 +300,7 @@ impl Kubelet {
         let events = pod_api.recorder();
         let api: Arc<dyn PodApi> = Arc::new(pod_api);
         let informers = Informers::new(client.clone());
-        let security =
-            NodeSecurity::for_host(&config.data_dir, &config.settings.allowed_unsafe_sysctls)?;
+        let security = NodeSecurity::for_host(&config.data_dir, &config.settings)?;
         // the sandbox and built-in images cannot be pulled again here: never collected
         let image_gc = Arc::new(ImageGcManager::new(
             runtime.clone(),

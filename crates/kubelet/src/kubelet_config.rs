@@ -102,6 +102,9 @@ pub struct KubeletConfiguration {
     pub container_log_monitor_interval: Duration,
     /// Sysctls (or `prefix*` patterns) outside the safe set that pods may set.
     pub allowed_unsafe_sysctls: Vec<String>,
+    /// Containers with no seccomp profile in their fields (or the deprecated annotations) run
+    /// under the runtime's default profile instead of unconfined (false).
+    pub seccomp_default: bool,
 }
 
 impl Default for KubeletConfiguration {
@@ -149,6 +152,7 @@ impl Default for KubeletConfiguration {
             container_log_max_files: 5,
             container_log_monitor_interval: Duration::from_secs(10),
             allowed_unsafe_sysctls: Vec::new(),
+            seccomp_default: false,
         }
     }
 }
@@ -185,6 +189,7 @@ const KNOWN_FIELDS: &[&str] = &[
     "containerLogMaxFiles",
     "containerLogMonitorInterval",
     "allowedUnsafeSysctls",
+    "seccompDefault",
 ];
 
 /// A configuration read from a file, with the fields it had that this kubelet does not take.
@@ -578,10 +583,12 @@ mod tests {
         let loaded = KubeletConfiguration::from_text(&format!(
             "{HEAD}containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\nimageMinimumGCAge: 30s\n\
              kubeReserved: {{cpu: 100m, memory: 100Mi}}\nsystemReserved: {{memory: 156Mi}}\n\
-             featureGates: {{Foo: true}}\nmaxPods: 50\n"
+             featureGates: {{Foo: true}}\nmaxPods: 50\nseccompDefault: true\n"
         ))
         .unwrap();
         let c = loaded.config;
+        assert!(c.seccomp_default);
+        assert!(!KubeletConfiguration::default().seccomp_default);
         assert_eq!(c.container_log_max_size_bytes(), Ok(1 << 20));
         assert_eq!(c.container_log_max_files, 3);
         assert_eq!(c.container_log_monitor_interval, Duration::from_secs(10));

@@ -198,7 +198,9 @@ impl SyncContext {
             let image = self.runtime.image_status(&image_ref).await;
             let user = ImageUser::of(image.map_err(|e| e.rpc_message())?.as_ref());
             security_context::verify_run_as_non_root(pod, container, &user)?;
-            let security = security_context::container(pod, container, &user, &self.security)?;
+            let volume_groups = self.volumes.extra_supplemental_groups(pod);
+            let security =
+                security_context::container(pod, container, &user, &self.security, &volume_groups)?;
             let envs = crate::env::resolve(self.api.as_ref(), pod, container, &fields).await?;
             let hosts = self.write_hosts_file(pod, &fields.pod_ip)?;
             let mounts = self

@@ -1,7 +1,7 @@
 //! What a pod needs before its containers, around [`SyncContext::sync_pod`]: its cgroup, its
 //! volumes set up (with a `FailedMount` event per volume that fails, and the volumes' other
-//! warnings), its sandbox config with the DNS config of its `dnsPolicy` and its cgroup as
-//! parent, and its managed /etc/hosts.
+//! warnings), its sandbox config with the DNS config of its `dnsPolicy`, its cgroup as
+//! parent and its volumes' groups, and its managed /etc/hosts.
 
 use std::path::PathBuf;
 
@@ -56,15 +56,16 @@ impl SyncContext {
         Ok(())
     }
 
-    /// The pod's sandbox config with its DNS config and its cgroup as the sandbox's parent,
-    /// and the MissingClusterDNS warning if ClusterFirst had to fall back to the host's
-    /// resolv.conf.
+    /// The pod's sandbox config with its DNS config, its cgroup as the sandbox's parent and
+    /// the groups of its persistent volumes, and the MissingClusterDNS warning if ClusterFirst
+    /// had to fall back to the host's resolv.conf.
     pub(crate) fn sandbox_for(
         &self,
         pod: &Pod,
         attempt: u32,
     ) -> (PodSandboxConfig, Option<String>) {
-        let mut config = sandbox_config(pod, attempt, &self.pod_log_dir(pod));
+        let volume_groups = self.volumes.extra_supplemental_groups(pod);
+        let mut config = sandbox_config(pod, attempt, &self.pod_log_dir(pod), &volume_groups);
         let (dns, warning) = pod_dns(pod, &self.dns);
         config.dns_config = Some(dns);
         if let Some(cgroups) = &self.cgroups {

@@ -518,7 +518,7 @@ async fn the_container_gets_the_command_args_env_and_log_path_of_the_spec() {
     let h = harness();
     let mut pod = pod("Always", "IfNotPresent");
     h.sync(&mut pod).await;
-    let sandbox = crate::config::sandbox_config(&pod, 0, &h.ctx.pod_log_dir(&pod));
+    let sandbox = crate::config::sandbox_config(&pod, 0, &h.ctx.pod_log_dir(&pod), &[]);
     assert_eq!(sandbox.labels[LABEL_POD_UID], "u1");
     assert!(sandbox.log_directory.ends_with("default_web_u1"));
     let config = crate::config::container_config(
@@ -780,6 +780,43 @@ async fn a_volume_that_cannot_be_set_up_keeps_the_pod_creating_until_its_source_
     let pod_dir = h.ctx.volumes.pod_dir("u1");
     assert!(!pod_dir.exists());
     assert!(h.host.mounted.lock().is_empty());
+}
+
+#[tokio::test]
+async fn the_sandbox_gets_the_group_of_the_persistent_volume_the_pod_mounts() {
+    let mut h = harness();
+    h.ctx.dns = Default::default();
+    h.host.files.lock().insert(
+        "/srv/data".into(),
+        crate::volumes::host::FileKind::Directory,
+    );
+    h.api.claims.lock().insert(
+        "data".into(),
+        serde_json::from_value(json!({
+            "metadata": {"name": "data", "namespace": "default", "uid": "claim-uid"},
+            "spec": {"volumeName": "pv-1"}, "status": {"phase": "Bound"}}))
+        .unwrap(),
+    );
+    h.api.volumes.lock().insert(
+        "pv-1".into(),
+        serde_json::from_value(json!({
+            "metadata": {"name": "pv-1", "annotations": {"pv.beta.kubernetes.io/gid": "3000"}},
+            "spec": {"claimRef": {"uid": "claim-uid"}, "hostPath": {"path": "/srv/data"}}}))
+        .unwrap(),
+    );
+    let mut pod = pod("Always", "IfNotPresent");
+    let spec = pod.spec.as_mut().unwrap();
+    spec.security_context = Some(serde_json::from_value(json!({"fsGroup": 10})).unwrap());
+    spec.volumes = Some(vec![
+        serde_json::from_value(json!({"name": "data",
+                                      "persistentVolumeClaim": {"claimName": "data"}}))
+        .unwrap(),
+    ]);
+    h.sync(&mut pod).await;
+    assert_eq!(h.count("StartContainer"), 1);
+    let sandbox = &h.runtime.sandbox_configs()[0];
+    let sc = sandbox.linux.as_ref().unwrap().security_context.as_ref();
+    assert_eq!(sc.unwrap().supplemental_groups, [10, 3000]);
 }
 
 #[tokio::test]

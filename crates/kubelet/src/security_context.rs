@@ -4,20 +4,23 @@
 //! - the container's *effective* context: its own fields over the pod's (`runAsUser`,
 //!   `runAsGroup`, `runAsNonRoot`, `seLinuxOptions`), as `DetermineEffectiveSecurityContext`;
 //! - the user: `runAsUser`, else the image's uid or user name;
-//! - groups: the pod's `fsGroup` then `supplementalGroups`, with `supplementalGroupsPolicy`;
+//! - groups: the pod's `fsGroup` then `supplementalGroups`, and the groups of the persistent
+//!   volumes it mounts (`pv.beta.kubernetes.io/gid`, which the volume manager knows), with
+//!   `supplementalGroupsPolicy`;
 //! - `capabilities` (passed as written: containerd adds the `CAP_` prefix and knows `ALL`),
 //!   `privileged`, `readOnlyRootFilesystem`, `allowPrivilegeEscalation: false` as
 //!   `no_new_privs`, `procMount` (`Default`: the runtime's masked and read-only /proc paths);
-//! - seccomp (container, then pod, else `Unconfined`; `Localhost` profiles under the kubelet's
-//!   `<data-dir>/seccomp`; the deprecated annotations stand in for unset fields) and AppArmor
-//!   (container, pod, then the deprecated annotation);
+//! - seccomp (container, then pod, else `Unconfined`, or `RuntimeDefault` with the kubelet's
+//!   `seccompDefault`; `Localhost` profiles under the kubelet's `<data-dir>/seccomp`; the
+//!   deprecated seccomp annotations are ignored, as by upstream's kubelet since v1.25) and
+//!   AppArmor (container, pod, then the deprecated annotation);
 //! - the namespaces (`hostNetwork`, `hostPID`, `hostIPC`, `shareProcessNamespace`);
 //! - the sandbox's user, groups, namespaces, privilege (any privileged container), sysctls and
 //!   its `RuntimeDefault` seccomp profile;
 //! - `runAsNonRoot` checked against the image's user (`verifyRunAsNonRoot`).
 //!
-//! [`NodeSecurity`] holds what of this depends on the node: the seccomp profile directory,
-//! whether the host enforces AppArmor, the sysctls pods may set.
+//! [`NodeSecurity`] holds what of this depends on the node: the seccomp profile directory and
+//! default, whether the host enforces AppArmor, the sysctls pods may set.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -69,6 +72,9 @@ pub const DEFAULT_READONLY_PATHS: &[&str] = &[
 pub struct NodeSecurity {
     /// Where `Localhost` seccomp profiles are (upstream's `<root-dir>/seccomp`).
     pub seccomp_profile_root: PathBuf,
+    /// The kubelet's `seccompDefault`: a container that sets no seccomp profile runs under
+    /// `RuntimeDefault` rather than `Unconfined`.
+    pub seccomp_default: bool,
     /// Whether this host enforces AppArmor: pods asking for a profile are refused when not.
     pub apparmor_enabled: bool,
     /// The sysctls pods may set: the safe ones and `--allowed-unsafe-sysctls`.
@@ -76,29 +82,32 @@ pub struct NodeSecurity {
 }
 
 impl NodeSecurity {
-    /// This host's: profiles under `<data_dir>/seccomp`, AppArmor as the kernel says, the safe
-    /// sysctls of this kernel plus `allowed_unsafe_sysctls`.
+    /// This host's: profiles under `<data_dir>/seccomp`, the configuration's `seccompDefault`,
+    /// AppArmor as the kernel says, the safe sysctls of this kernel plus the configuration's
+    /// `allowedUnsafeSysctls`.
     pub fn for_host(
         data_dir: &Path,
-        allowed_unsafe_sysctls: &[String],
+        settings: &crate::kubelet_config::KubeletConfiguration,
     ) -> crate::sysctl::Result<NodeSecurity> {
         Ok(NodeSecurity {
             seccomp_profile_root: data_dir.join("seccomp"),
+            seccomp_default: settings.seccomp_default,
             apparmor_enabled: apparmor_enabled(),
             sysctls: crate::sysctl::Allowlist::new(
                 crate::sysctl::kernel_version(),
-                allowed_unsafe_sysctls,
+                &settings.allowed_unsafe_sysctls,
             )?,
         })
     }
 }
 
 impl Default for NodeSecurity {
-    /// Profiles under the default data dir, no AppArmor, only the sysctls every kernel
-    /// namespaces.
+    /// Profiles under the default data dir, unconfined by default (upstream's `seccompDefault`
+    /// is false), no AppArmor, only the sysctls every kernel namespaces.
     fn default() -> Self {
         NodeSecurity {
             seccomp_profile_root: PathBuf::from("/var/lib/skiff/seccomp"),
+            seccomp_default: false,
             apparmor_enabled: false,
             sysctls: crate::sysctl::Allowlist::default(),
         }
@@ -204,14 +213,33 @@ pub fn namespace_options(pod: &Pod) -> NamespaceOption {
     }
 }
 
-/// The groups every process of the pod has besides its own: the pod's `fsGroup` (so that it
-/// can use the volumes given that group), then its `supplementalGroups`.
-pub fn supplemental_groups(pod: &Pod) -> Vec<i64> {
+/// The groups every container of the pod has besides its own: the pod's `fsGroup` (so that
+/// it can use the volumes given that group), its `supplementalGroups`, then `volume_groups`,
+/// those of its persistent volumes that it does not ask for already (upstream's
+/// `determineEffectiveSecurityContext`).
+fn supplemental_groups(pod: &Pod, volume_groups: &[i64]) -> Vec<i64> {
+    let sc = pod_context(pod);
+    sc.and_then(|s| s.fs_group)
+        .into_iter()
+        .chain(
+            sc.and_then(|s| s.supplemental_groups.clone())
+                .into_iter()
+                .flatten(),
+        )
+        .chain(volume_groups.iter().copied())
+        .collect()
+}
+
+/// The sandbox's groups: none without a pod securityContext, else its `fsGroup`,
+/// `volume_groups`, then its `supplementalGroups` (upstream's `generatePodSandboxLinuxConfig`,
+/// whose order differs from the containers').
+fn sandbox_groups(pod: &Pod, volume_groups: &[i64]) -> Vec<i64> {
     let Some(sc) = pod_context(pod) else {
         return Vec::new();
     };
     sc.fs_group
         .into_iter()
+        .chain(volume_groups.iter().copied())
         .chain(sc.supplemental_groups.iter().flatten().copied())
         .collect()
 }
@@ -253,8 +281,12 @@ pub fn has_privileged_container(pod: &Pod) -> bool {
             .any(|c| privileged(c.security_context.as_ref()))
 }
 
-/// The sandbox's security context and sysctls.
-pub fn sandbox(pod: &Pod) -> (LinuxSandboxSecurityContext, HashMap<String, String>) {
+/// The sandbox's security context and sysctls; `volume_groups` are the groups of the pod's
+/// persistent volumes ([`crate::volumes::VolumeManager::extra_supplemental_groups`]).
+pub fn sandbox(
+    pod: &Pod,
+    volume_groups: &[i64],
+) -> (LinuxSandboxSecurityContext, HashMap<String, String>) {
     let sc = pod_context(pod);
     let sysctls = sc
         .and_then(|s| s.sysctls.as_ref())
@@ -271,7 +303,7 @@ pub fn sandbox(pod: &Pod) -> (LinuxSandboxSecurityContext, HashMap<String, Strin
         run_as_group: sc
             .and_then(|s| s.run_as_group)
             .map(|value| Int64Value { value }),
-        supplemental_groups: supplemental_groups(pod),
+        supplemental_groups: sandbox_groups(pod, volume_groups),
         supplemental_groups_policy: supplemental_groups_policy(pod),
         privileged: has_privileged_container(pod),
         // upstream runs every sandbox under the runtime's default profile
@@ -288,42 +320,19 @@ fn profile(kind: ProfileType, localhost_ref: String) -> SecurityProfile {
     }
 }
 
-/// The deprecated seccomp annotations: the pod's, and each container's (`<prefix><container>`),
-/// which upstream's API server copies into the fields they stand for when those are unset.
-pub const SECCOMP_POD_ANNOTATION: &str = "seccomp.security.alpha.kubernetes.io/pod";
-pub const SECCOMP_CONTAINER_ANNOTATION_PREFIX: &str =
-    "container.seccomp.security.alpha.kubernetes.io/";
-
-/// The field a deprecated seccomp annotation stands for (upstream's
-/// `seccompFieldForAnnotation`): `runtime/default` (or `docker/default`), `unconfined`,
-/// `localhost/<path>`.
-fn seccomp_annotation(pod: &Pod, key: &str) -> Option<SeccompProfile> {
-    let value = pod.metadata.annotations.as_ref()?.get(key)?;
-    let (type_, localhost_profile) = match value.as_str() {
-        "runtime/default" | "docker/default" => ("RuntimeDefault", None),
-        "unconfined" => ("Unconfined", None),
-        other => (
-            "Localhost",
-            Some(other.strip_prefix("localhost/")?.to_string()),
-        ),
-    };
-    Some(SeccompProfile {
-        type_: type_.into(),
-        localhost_profile,
-    })
-}
-
-/// The seccomp profile of a container: its own field (or annotation), else the pod's field (or
-/// annotation), else `Unconfined` (upstream's `getSeccompProfile` without `seccompDefault`).
-fn seccomp(pod: &Pod, container: &Container, root: &Path) -> Result<SecurityProfile, String> {
-    let key = format!("{SECCOMP_CONTAINER_ANNOTATION_PREFIX}{}", container.name);
+/// The seccomp profile of a container: its own field, else the pod's, else `RuntimeDefault`
+/// under the node's `seccompDefault` and `Unconfined` otherwise (upstream's
+/// `getSeccompProfile`).
+fn seccomp(
+    pod: &Pod,
+    container: &Container,
+    node: &NodeSecurity,
+) -> Result<SecurityProfile, String> {
     let field: Option<SeccompProfile> = container
         .security_context
         .as_ref()
         .and_then(|s| s.seccomp_profile.clone())
-        .or_else(|| seccomp_annotation(pod, &key))
-        .or_else(|| pod_context(pod).and_then(|s| s.seccomp_profile.clone()))
-        .or_else(|| seccomp_annotation(pod, SECCOMP_POD_ANNOTATION));
+        .or_else(|| pod_context(pod).and_then(|s| s.seccomp_profile.clone()));
     Ok(
         match field
             .as_ref()
@@ -332,13 +341,14 @@ fn seccomp(pod: &Pod, container: &Container, root: &Path) -> Result<SecurityProf
             Some(("RuntimeDefault", _)) => profile(ProfileType::RuntimeDefault, String::new()),
             Some(("Localhost", Some(name))) if !name.is_empty() => profile(
                 ProfileType::Localhost,
-                root.join(name).display().to_string(),
+                node.seccomp_profile_root.join(name).display().to_string(),
             ),
             Some(("Localhost", _)) => {
                 return Err(
                     "localhostProfile must be set if seccompProfile type is Localhost.".into(),
                 );
             }
+            None if node.seccomp_default => profile(ProfileType::RuntimeDefault, String::new()),
             _ => profile(ProfileType::Unconfined, String::new()),
         },
     )
@@ -389,13 +399,15 @@ fn apparmor(pod: &Pod, container: &Container) -> Result<Option<SecurityProfile>,
     }))
 }
 
-/// The container's security context (upstream's `determineEffectiveSecurityContext`); an
-/// error is a config the kubelet cannot build (`CreateContainerConfigError`).
+/// The container's security context (upstream's `determineEffectiveSecurityContext`), with
+/// `volume_groups`, the groups of the pod's persistent volumes; an error is a config the
+/// kubelet cannot build (`CreateContainerConfigError`).
 pub fn container(
     pod: &Pod,
     container: &Container,
     image: &ImageUser,
     node: &NodeSecurity,
+    volume_groups: &[i64],
 ) -> Result<LinuxContainerSecurityContext, String> {
     let sc = effective(pod, container);
     let unmasked = sc.proc_mount.as_deref() == Some("Unmasked");
@@ -423,13 +435,13 @@ pub fn container(
         run_as_group: sc.run_as_group.map(|value| Int64Value { value }),
         run_as_username,
         readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
-        supplemental_groups: supplemental_groups(pod),
+        supplemental_groups: supplemental_groups(pod, volume_groups),
         supplemental_groups_policy: supplemental_groups_policy(pod),
         // upstream's AddNoNewPrivileges: only an explicit `allowPrivilegeEscalation: false`
         no_new_privs: sc.allow_privilege_escalation == Some(false),
         masked_paths: paths(DEFAULT_MASKED_PATHS),
         readonly_paths: paths(DEFAULT_READONLY_PATHS),
-        seccomp: Some(seccomp(pod, container, &node.seccomp_profile_root)?),
+        seccomp: Some(seccomp(pod, container, node)?),
         apparmor: apparmor(pod, container)?,
         ..Default::default()
     })

@@ -22,7 +22,7 @@ fn root() -> ImageUser {
 }
 
 fn container_sc(p: &Pod, image: &ImageUser) -> LinuxContainerSecurityContext {
-    container(p, first(p), image, &NodeSecurity::default()).unwrap()
+    container(p, first(p), image, &NodeSecurity::default(), &[]).unwrap()
 }
 
 #[test]
@@ -76,7 +76,7 @@ fn without_run_as_user_the_images_uid_or_user_name_is_used() {
 }
 
 #[test]
-fn fs_group_then_supplemental_groups_go_to_the_sandbox_and_every_container() {
+fn fs_group_supplemental_and_volume_groups_go_to_the_sandbox_and_every_container() {
     let p = pod(
         json!({"fsGroup": 2000, "supplementalGroups": [5, 6],
                "supplementalGroupsPolicy": "Strict"}),
@@ -88,8 +88,29 @@ fn fs_group_then_supplemental_groups_go_to_the_sandbox_and_every_container() {
         sc.supplemental_groups_policy,
         i32::from(SupplementalGroupsPolicy::Strict)
     );
-    let (sandbox_sc, _) = sandbox(&p);
+    let (sandbox_sc, _) = sandbox(&p, &[]);
     assert_eq!(sandbox_sc.supplemental_groups, [2000, 5, 6]);
+    // the groups of the pod's persistent volumes: after the pod's groups in a container, between
+    // the fsGroup and the supplementalGroups in the sandbox, as upstream orders them
+    let with_volumes = container(&p, first(&p), &root(), &NodeSecurity::default(), &[7, 8]);
+    assert_eq!(
+        with_volumes.unwrap().supplemental_groups,
+        [2000, 5, 6, 7, 8]
+    );
+    assert_eq!(
+        sandbox(&p, &[7, 8]).0.supplemental_groups,
+        [2000, 7, 8, 5, 6]
+    );
+    let bare: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "prod", "uid": "u1"},
+        "spec": {"containers": [{"name": "c"}]}}))
+    .unwrap();
+    let bare_sc = container(&bare, first(&bare), &root(), &NodeSecurity::default(), &[7]);
+    assert_eq!(bare_sc.unwrap().supplemental_groups, [7]);
+    assert!(
+        sandbox(&bare, &[7]).0.supplemental_groups.is_empty(),
+        "a sandbox without a pod securityContext gets no groups"
+    );
     let merge = pod(json!({}), json!(null));
     assert_eq!(
         container_sc(&merge, &root()).supplemental_groups_policy,
@@ -123,10 +144,10 @@ fn capabilities_privilege_read_only_root_and_no_new_privs_are_passed_on() {
     let privileged = pod(json!({}), json!({"privileged": true}));
     assert!(container_sc(&privileged, &root()).privileged);
     assert!(
-        sandbox(&privileged).0.privileged,
+        sandbox(&privileged, &[]).0.privileged,
         "a privileged container needs a privileged sandbox"
     );
-    assert!(!sandbox(&unset).0.privileged);
+    assert!(!sandbox(&unset, &[]).0.privileged);
 }
 
 #[test]
@@ -189,7 +210,8 @@ fn seccomp_is_the_containers_then_the_pods_else_unconfined() {
             &nameless,
             first(&nameless),
             &root(),
-            &NodeSecurity::default()
+            &NodeSecurity::default(),
+            &[]
         )
         .unwrap_err(),
         "localhostProfile must be set if seccompProfile type is Localhost."
@@ -198,11 +220,11 @@ fn seccomp_is_the_containers_then_the_pods_else_unconfined() {
     annotated.metadata.annotations = Some(
         [
             (
-                SECCOMP_POD_ANNOTATION.to_string(),
+                "seccomp.security.alpha.kubernetes.io/pod".to_string(),
                 "runtime/default".to_string(),
             ),
             (
-                format!("{SECCOMP_CONTAINER_ANNOTATION_PREFIX}c"),
+                "container.seccomp.security.alpha.kubernetes.io/c".to_string(),
                 "localhost/b.json".to_string(),
             ),
         ]
@@ -210,27 +232,54 @@ fn seccomp_is_the_containers_then_the_pods_else_unconfined() {
     );
     assert_eq!(
         kind(&annotated),
-        (
-            ProfileType::Localhost,
-            "/var/lib/skiff/seccomp/b.json".into()
-        ),
-        "a container's annotation stands in for its field, over the pod's"
+        (ProfileType::Unconfined, String::new()),
+        "the deprecated annotations are non-functional"
     );
-    annotated
-        .metadata
-        .annotations
-        .as_mut()
-        .unwrap()
-        .retain(|k, _| k == SECCOMP_POD_ANNOTATION);
-    assert_eq!(
-        kind(&annotated),
-        (ProfileType::RuntimeDefault, String::new())
-    );
-    let (sandbox_sc, _) = sandbox(&unset);
+    let (sandbox_sc, _) = sandbox(&unset, &[]);
     assert_eq!(
         sandbox_sc.seccomp.unwrap().profile_type,
         i32::from(ProfileType::RuntimeDefault),
         "sandboxes run under the runtime's default profile"
+    );
+}
+
+#[test]
+fn seccomp_default_makes_an_unset_profile_runtime_default_and_leaves_set_ones_alone() {
+    let node = NodeSecurity {
+        seccomp_default: true,
+        ..NodeSecurity::default()
+    };
+    let kind = |p: &Pod| {
+        let s = container(p, first(p), &root(), &node, &[])
+            .unwrap()
+            .seccomp
+            .unwrap();
+        (
+            ProfileType::try_from(s.profile_type).unwrap(),
+            s.localhost_ref,
+        )
+    };
+    let unset = pod(json!({}), json!(null));
+    assert_eq!(kind(&unset), (ProfileType::RuntimeDefault, String::new()));
+    let unconfined = pod(
+        json!({"seccompProfile": {"type": "Unconfined"}}),
+        json!(null),
+    );
+    assert_eq!(
+        kind(&unconfined),
+        (ProfileType::Unconfined, String::new()),
+        "an explicit Unconfined stays unconfined"
+    );
+    let localhost = pod(
+        json!({}),
+        json!({"seccompProfile": {"type": "Localhost", "localhostProfile": "a.json"}}),
+    );
+    assert_eq!(
+        kind(&localhost),
+        (
+            ProfileType::Localhost,
+            "/var/lib/skiff/seccomp/a.json".into()
+        )
     );
 }
 
@@ -302,7 +351,7 @@ fn the_sandbox_runs_as_the_pods_user_with_its_sysctls() {
                "sysctls": [{"name": "net/ipv4/tcp_syncookies", "value": "0"}]}),
         json!(null),
     );
-    let (sc, sysctls) = sandbox(&p);
+    let (sc, sysctls) = sandbox(&p, &[]);
     assert_eq!(sc.run_as_user, Some(Int64Value { value: 1000 }));
     assert_eq!(sc.run_as_group, Some(Int64Value { value: 3000 }));
     assert_eq!(sc.selinux_options.unwrap().level, "s0:c1");

@@ -338,10 +338,23 @@ fn crud(kubectl: &str, backend: Backend) {
         conflict.contains("the object has been modified"),
         "{conflict}"
     );
-    let replaced = api.kubectl_stdin(
+    // a pod's spec is not the manifest's any more (admission filled it in): replacing it with
+    // the bare manifest would change fields no update may change, as upstream
+    let bare = api.kubectl_fails(
         kubectl,
         &["replace", "-f", "-"],
         Some(&POD.replace("tier: front", "tier: back")),
+    );
+    assert!(
+        bare.contains("pod updates may not change fields other than")
+            && bare.contains("+ spec.serviceAccountName: null"),
+        "{bare}"
+    );
+    let current = api.kubectl(kubectl, &["get", "pod", "web", "-o", "yaml"]);
+    let replaced = api.kubectl_stdin(
+        kubectl,
+        &["replace", "-f", "-"],
+        Some(&current.replace("tier: front", "tier: back")),
     );
     assert_eq!(replaced.trim(), "pod/web replaced");
 
@@ -818,6 +831,89 @@ for_kubectl! {
     create_generators_work_with_protobuf_and_json_bodies => create_generators;
     binding_graceful_deletion_finalizers_and_namespaces => lifecycle;
     requests_without_credentials_are_unauthorized => unauthenticated;
+}
+
+/// A pod's container resources change only through `pods/resize` (kubectl 1.32 and later
+/// patch it), held to upstream's rules; an ordinary update of them is refused.
+#[test]
+fn pods_are_resized_only_through_the_resize_subresource() {
+    let kubectl = KUBECTL_133;
+    let api = ApiServer::start(Backend::Embedded);
+    let burstable = POD.replace(
+        "    ports: [{containerPort: 80}]\n",
+        "    resources:\n      requests: {cpu: 100m, memory: 64Mi}\n      limits: {cpu: 200m, memory: 128Mi}\n",
+    );
+    api.kubectl_stdin(kubectl, &["create", "-f", "-"], Some(&burstable));
+    let discovery = api.kubectl(kubectl, &["get", "--raw", "/api/v1"]);
+    assert!(discovery.contains("\"pods/resize\""), "{discovery}");
+
+    let cpu_limit = |cpu: &str| {
+        format!(
+            r#"{{"spec":{{"containers":[{{"name":"web","resources":{{"limits":{{"cpu":"{cpu}"}}}}}}]}}}}"#
+        )
+    };
+    let refused = api.kubectl_fails(
+        kubectl,
+        &["patch", "pod", "web", "-p", &cpu_limit("400m")],
+        None,
+    );
+    assert!(
+        refused.contains("spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`"),
+        "{refused}"
+    );
+    let resize = |patch: &str| {
+        api.kubectl_output(
+            kubectl,
+            &[
+                "patch",
+                "pod",
+                "web",
+                "--subresource",
+                "resize",
+                "-p",
+                patch,
+            ],
+            None,
+        )
+    };
+    let out = resize(&cpu_limit("400m"));
+    assert!(out.status.success(), "{:?}", out);
+    let limits = api.kubectl(
+        kubectl,
+        &[
+            "get",
+            "pod",
+            "web",
+            "-o",
+            "jsonpath={.spec.containers[0].resources.limits}",
+        ],
+    );
+    assert_eq!(limits, r#"{"cpu":"400m","memory":"128Mi"}"#);
+
+    let stderr = |out: std::process::Output| {
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let guaranteed = r#"{"spec":{"containers":[{"name":"web","resources":{"requests":{"cpu":"400m","memory":"128Mi"}}}]}}"#;
+    let err = stderr(resize(guaranteed));
+    assert!(
+        err.contains(r#"spec: Invalid value: "Burstable": Pod QOS Class may not change as a result of resizing"#),
+        "{err}"
+    );
+    let smaller =
+        r#"{"spec":{"containers":[{"name":"web","resources":{"limits":{"memory":"100Mi"}}}]}}"#;
+    let err = stderr(resize(smaller));
+    assert!(
+        err.contains("spec.containers[0].resources.limits[memory]: Forbidden: memory limits cannot be decreased unless resizePolicy is RestartContainer"),
+        "{err}"
+    );
+    let over =
+        r#"{"spec":{"containers":[{"name":"web","resources":{"requests":{"cpu":"500m"}}}]}}"#;
+    let err = stderr(resize(over));
+    assert!(
+        err.contains(r#"spec.containers[0].resources.requests: Invalid value: "500m": must be less than or equal to cpu limit of 400m"#),
+        "{err}"
+    );
 }
 
 #[test]

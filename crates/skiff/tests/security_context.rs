@@ -1,6 +1,9 @@
 //! Pods' securityContext on a real `skiff kubelet` with its managed containerd, against a real
-//! `skiff apiserver`, checked from inside the containers with `kubectl exec`: users, groups and
-//! a host PID namespace (`users`); dropped and added capabilities, a read-only root filesystem,
+//! `skiff apiserver`, checked from inside the containers with `kubectl exec`: users, groups
+//! (with the `pv.beta.kubernetes.io/gid` of a mounted PersistentVolume), a host PID namespace
+//! and the kubelet's `--seccomp-default` under an unset profile but not an `Unconfined` one
+//! (`users`); a projected service account token owned by the containers' one user, readable
+//! by it and the fsGroup only (`token-owner`); dropped and added capabilities, a read-only root filesystem,
 //! `NoNewPrivs`, the runtime's seccomp profile, safe and allowed unsafe sysctls, a shared
 //! process namespace and an image's non-root user (`caps`); `runAsNonRoot` refused on a root
 //! image and on a named user with upstream's messages; an unsafe sysctl refused at admission
@@ -10,9 +13,10 @@
 
 mod support;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use skiff_kubelet::images::{ImageConfig, applets, build_images};
 use support::node::{KubeletProcess, in_phase, unsupported};
@@ -23,6 +27,36 @@ const NODE: &str = "seccontext-e2e";
 const UID_IMAGE: &str = "localhost/busybox-uid1000:test";
 const NAMED_IMAGE: &str = "localhost/busybox-nobody:test";
 const SLEEP: [&str; 2] = ["sleep", "3600"];
+
+/// A claim `name` bound to a hostPath volume of the same name under the kubelet's data
+/// directory whose `pv.beta.kubernetes.io/gid` is `gid`, bound by hand (no volume controller
+/// runs here).
+async fn bound_claim(client: &kube::Client, kubelet: &KubeletProcess, name: &str, gid: &str) {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let claim = create(
+        &claims,
+        json!({"metadata": {"name": name}, "spec": {
+            "accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": name,
+            "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .await;
+    let bound = json!({"status": {"phase": "Bound"}});
+    claims
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&bound))
+        .await
+        .expect("claim bound");
+    let path = kubelet.data().join(name).display().to_string();
+    create(
+        &Api::<PersistentVolume>::all(client.clone()),
+        json!({"metadata": {"name": name, "annotations": {"pv.beta.kubernetes.io/gid": gid}},
+               "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": "",
+                        "hostPath": {"path": path, "type": "DirectoryOrCreate"},
+                        "claimRef": {"namespace": "default", "name": name,
+                                     "uid": claim.metadata.uid}}}),
+    )
+    .await;
+}
 
 /// Imports the test images into the kubelet's containerd.
 fn import_test_images(kubelet: &KubeletProcess) {
@@ -82,22 +116,50 @@ fn containers_run_with_their_security_context_and_what_the_node_cannot_honour_is
         return;
     }
     let api = ApiServer::start(Backend::Embedded);
-    let kubelet =
-        KubeletProcess::start_with(&api, NODE, &["--allowed-unsafe-sysctls", "kernel.msg*"]);
+    let kubelet = KubeletProcess::start_with(
+        &api,
+        NODE,
+        &[
+            "--allowed-unsafe-sysctls",
+            "kernel.msg*",
+            "--seccomp-default",
+        ],
+    );
     import_test_images(&kubelet);
     run(async {
         let c = kube_client(&api).await;
         let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
         let classes: Api<RuntimeClass> = Api::all(c.clone());
         let container = |name: &str, image: &str, sc: serde_json::Value| json!({"name": name, "image": image, "command": SLEEP, "securityContext": sc});
+        bound_claim(&c, &kubelet, "grouped", "5555").await;
         create(
             &pods,
             json!({"metadata": {"name": "users"}, "spec": {
                 "nodeName": NODE, "terminationGracePeriodSeconds": 1, "hostPID": true,
                 "securityContext": {"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000,
                                     "supplementalGroups": [4000]},
+                "volumes": [{"name": "grouped",
+                             "persistentVolumeClaim": {"claimName": "grouped"}}],
                 "containers": [container("main", "busybox", json!(null)),
-                               container("override", "busybox", json!({"runAsUser": 2000}))]}}),
+                               container("override", "busybox", json!({"runAsUser": 2000,
+                                   "seccompProfile": {"type": "Unconfined"}}))]}}),
+        )
+        .await;
+        create(
+            &Api::<ServiceAccount>::namespaced(c.clone(), "default"),
+            json!({"metadata": {"name": "robot"}}),
+        )
+        .await;
+        create(
+            &pods,
+            json!({"metadata": {"name": "token-owner"}, "spec": {
+                "nodeName": NODE, "terminationGracePeriodSeconds": 1,
+                "serviceAccountName": "robot", "automountServiceAccountToken": false,
+                "securityContext": {"runAsUser": 1000, "fsGroup": 2000},
+                "volumes": [{"name": "token", "projected": {"sources": [
+                    {"serviceAccountToken": {"path": "token"}}]}}],
+                "containers": [{"name": "c", "image": "busybox", "command": SLEEP,
+                                "volumeMounts": [{"name": "token", "mountPath": "/tokens"}]}]}}),
         )
         .await;
         create(
@@ -161,10 +223,25 @@ fn containers_run_with_their_security_context_and_what_the_node_cannot_honour_is
         let groups = exec(&api, "users", "main", "id -G");
         let groups: Vec<&str> = groups.split_whitespace().collect();
         assert!(
-            groups.contains(&"2000") && groups.contains(&"4000"),
-            "fsGroup and supplementalGroups: {groups:?}"
+            groups.contains(&"2000") && groups.contains(&"4000") && groups.contains(&"5555"),
+            "fsGroup, supplementalGroups and the volume's group: {groups:?}"
         );
         assert_eq!(exec(&api, "users", "override", "id -u"), "2000");
+        // seccomp mode 2 is a filter (the runtime's default profile), 0 none
+        let seccomp = |container| {
+            let status = exec(&api, "users", container, "cat /proc/self/status");
+            status_field(&status, "Seccomp:").to_string()
+        };
+        assert_eq!(
+            seccomp("main"),
+            "2",
+            "--seccomp-default confines an unset profile"
+        );
+        assert_eq!(
+            seccomp("override"),
+            "0",
+            "an Unconfined profile stays unconfined"
+        );
         let test_pid = std::process::id();
         assert_eq!(
             exec(
@@ -175,6 +252,21 @@ fn containers_run_with_their_security_context_and_what_the_node_cannot_honour_is
             ),
             "host",
             "hostPID sees the host's processes"
+        );
+
+        // the token belongs to the containers' user, and its fsGroup may read it
+        eventually("token-owner running", || {
+            in_phase(&pods, "token-owner", "Running")
+        })
+        .await;
+        assert_eq!(
+            exec(
+                &api,
+                "token-owner",
+                "c",
+                "stat -L -c '%u %g %a' /tokens/token; test -s /tokens/token && echo readable"
+            ),
+            "1000 2000 640\nreadable"
         );
 
         // capabilities, read-only root, no_new_privs, seccomp, sysctls, a shared PID namespace

@@ -44,16 +44,14 @@ fn is(attrs: &Attributes<'_>, plural: &str) -> bool {
     attrs.resource.group.is_empty() && attrs.resource.plural == plural
 }
 
-/// Upstream's `SupportsAttributes`: pods on create, claims on create and update, never a
-/// subresource.
+/// Upstream's `SupportsAttributes`: pods on create and on `resize`, claims on create and
+/// update, no other subresource.
 fn applies(attrs: &Attributes<'_>) -> bool {
-    if !attrs.subresource.is_empty() {
-        return false;
-    }
-    match attrs.operation {
-        Operation::Create => is(attrs, "pods") || is(attrs, "persistentvolumeclaims"),
-        Operation::Update => is(attrs, "persistentvolumeclaims"),
-        Operation::Delete => false,
+    match (attrs.operation, attrs.subresource) {
+        (Operation::Create, "") => is(attrs, "pods") || is(attrs, "persistentvolumeclaims"),
+        (Operation::Update, "") => is(attrs, "persistentvolumeclaims"),
+        (Operation::Update, "resize") => is(attrs, "pods"),
+        _ => false,
     }
 }
 
@@ -516,6 +514,13 @@ mod tests {
             err.message,
             "pods \"web\" is forbidden: maximum cpu usage per Container is 1, but limit is 2"
         );
+        // a resize is held to the same range
+        let resize = Attributes {
+            subresource: "resize",
+            ..attrs(&user, "pods", Operation::Update)
+        };
+        let err = plugin.validate(&resize, Some(&pod)).await.unwrap_err();
+        assert!(err.message.ends_with("but limit is 2"), "{}", err.message);
     }
 
     #[test]

@@ -128,6 +128,19 @@ impl<L: PriorityClassLookup> Plugin for Priority<L> {
             {
                 self.admit_pod(attrs, pod).await
             }
+            // an update keeps the priority set on create (validation refuses changing it)
+            Some(pod) if is_pod && attrs.operation == Operation::Update => {
+                if let Some(old) = attrs.old.and_then(|o| o.get("spec")) {
+                    for field in ["priority", "preemptionPolicy"] {
+                        if pod["spec"].get(field).is_none_or(Value::is_null)
+                            && let Some(v) = old.get(field).filter(|v| !v.is_null())
+                        {
+                            pod["spec"][field] = v.clone();
+                        }
+                    }
+                }
+                Ok(())
+            }
             _ => Ok(()),
         }
     }

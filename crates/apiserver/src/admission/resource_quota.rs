@@ -56,10 +56,16 @@ fn forbidden(attrs: &Attributes<'_>, why: String) -> ApiError {
     ApiError::forbidden(format!("{resource} \"{}\" is forbidden: {why}", attrs.name))
 }
 
-/// Whether an update of this kind is charged (upstream's evaluators whose `Handles` accepts
-/// `Update`: services and persistentvolumeclaims).
-pub fn charges_updates(group: &str, plural: &str) -> bool {
-    group.is_empty() && matches!(plural, "services" | "persistentvolumeclaims")
+/// Whether an update of this kind, to this subresource (`""` for the object), is charged:
+/// upstream's evaluators whose `Handles` accepts it (services and persistentvolumeclaims, and
+/// a pod's `resize`).
+pub fn charges_updates(group: &str, plural: &str, subresource: &str) -> bool {
+    group.is_empty()
+        && match subresource {
+            "" => matches!(plural, "services" | "persistentvolumeclaims"),
+            "resize" => plural == "pods",
+            _ => false,
+        }
 }
 
 /// What charging `obj` does to `quotas`: the quotas whose `status.used` it raises (changed),
@@ -152,18 +158,15 @@ impl<S: QuotaStore> Plugin for ResourceQuota<S> {
     async fn validate(&self, attrs: &Attributes<'_>, object: Option<&Value>) -> Result<()> {
         let Some(obj) = object else { return Ok(()) };
         let charged = match attrs.operation {
-            Operation::Create => true,
+            Operation::Create => attrs.subresource.is_empty(),
             Operation::Update => charges_updates(
                 attrs.resource.group.as_str(),
                 attrs.resource.plural.as_str(),
+                attrs.subresource,
             ),
             Operation::Delete => false,
         };
-        if !charged
-            || !attrs.subresource.is_empty()
-            || !attrs.resource.namespaced
-            || attrs.namespace.is_empty()
-        {
+        if !charged || !attrs.resource.namespaced || attrs.namespace.is_empty() {
             return Ok(());
         }
         for _ in 0..MAX_CONFLICT_RETRIES {

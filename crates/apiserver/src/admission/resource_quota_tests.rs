@@ -335,3 +335,30 @@ async fn a_lost_race_on_an_update_is_retried_from_a_fresh_read() {
         "3"
     );
 }
+
+#[tokio::test]
+async fn a_pod_resize_is_charged_what_it_adds_and_other_pod_updates_nothing() {
+    let user = UserInfo::anonymous();
+    let p = one_quota(json!({"requests.cpu": "2"}), json!({"requests.cpu": "1"}));
+    let old = pod(json!({"requests": {"cpu": "1"}}));
+    let resize = |old| Attributes {
+        subresource: "resize",
+        ..update(&user, "pods", old)
+    };
+    let grown = pod(json!({"requests": {"cpu": "1500m"}}));
+    p.validate(&resize(&old), Some(&grown)).await.unwrap();
+    assert_eq!(
+        p.store.quotas.lock()[0]["status"]["used"]["requests.cpu"],
+        "1500m"
+    );
+    let err = p
+        .validate(&resize(&old), Some(&pod(json!({"requests": {"cpu": "3"}}))))
+        .await
+        .unwrap_err();
+    assert!(err.message.contains("exceeded quota: q"), "{}", err.message);
+    // an ordinary update (which cannot change resources) is not charged
+    let plain = update(&user, "pods", &old);
+    p.validate(&plain, Some(&pod(json!({"requests": {"cpu": "3"}}))))
+        .await
+        .unwrap();
+}

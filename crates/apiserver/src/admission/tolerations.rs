@@ -1,6 +1,6 @@
-//! Upstream's `DefaultTolerationSeconds` admission plugin: a new pod that does not tolerate the
-//! `node.kubernetes.io/not-ready` or `unreachable` NoExecute taints gets a toleration of each
-//! for 300 s, so that taint eviction gives its node five minutes to come back.
+//! Upstream's `DefaultTolerationSeconds` admission plugin: a pod (created or updated) that does
+//! not tolerate the `node.kubernetes.io/not-ready` or `unreachable` NoExecute taints gets a
+//! toleration of each for 300 s, so that taint eviction gives its node five minutes to come back.
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -55,7 +55,8 @@ impl Plugin for DefaultTolerationSeconds {
 
     async fn mutate(&self, attrs: &Attributes<'_>, object: Option<&mut Value>) -> Result<()> {
         let is_pod = attrs.resource.group.is_empty() && attrs.resource.plural == "pods";
-        if attrs.operation == Operation::Create
+        // upstream's handler takes creates and updates, so that an update cannot drop them
+        if matches!(attrs.operation, Operation::Create | Operation::Update)
             && is_pod
             && attrs.subresource.is_empty()
             && let Some(pod) = object

@@ -103,7 +103,7 @@ pub(crate) fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> Result<()
     }
     let strategy = &ctx.strategy;
     errs.extend(match old {
-        Some(old) => strategy.validate_update(obj, old),
+        Some(old) => strategy.validate_subresource_update(&ctx.info.subresource, obj, old),
         None => strategy.validate(obj),
     });
     if errs.is_empty() {

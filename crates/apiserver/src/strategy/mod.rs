@@ -7,6 +7,8 @@
 //! - [`common`]: shared checks (non-negative, int-or-percent, immutable, semantic equality) and
 //!   pod templates of workloads.
 //! - [`pod`]: Pod defaults, validation, initial status, field set.
+//! - [`pod_seccomp`]: the deprecated seccomp annotations, checked against the fields.
+//! - `pod_update`: what a pod update and a `resize` may change.
 //! - [`namespace`]: Namespace phase and the `kubernetes` finalizer.
 //! - [`node`]: Node pod CIDRs, taints, the `spec.unschedulable` field.
 //! - [`service`]: Service defaults, kept and dropped allocations; ClusterIPs and IP families in
@@ -51,6 +53,8 @@ pub mod networkpolicy;
 pub mod node;
 pub mod pdb;
 pub mod pod;
+pub mod pod_seccomp;
+mod pod_update;
 pub mod podtemplate;
 pub mod priorityclass;
 pub mod pv;
@@ -125,6 +129,18 @@ pub trait Strategy: Send + Sync {
     /// Field errors of an update, e.g. changes to immutable fields.
     fn validate_update(&self, object: &Value, _old: &Value) -> Vec<FieldError> {
         self.validate(object)
+    }
+
+    /// Field errors of a write to `subresource` (`""` for the object itself), as upstream's
+    /// per-subresource strategies validate (a pod's `resize`, `binding`); the default is
+    /// `validate_update`.
+    fn validate_subresource_update(
+        &self,
+        _subresource: &str,
+        object: &Value,
+        old: &Value,
+    ) -> Vec<FieldError> {
+        self.validate_update(object, old)
     }
 
     /// Field-selector values beyond `metadata.name` and `metadata.namespace`.

@@ -1,5 +1,6 @@
 //! Pods: upstream's defaults (`SetDefaults_PodSpec`, `SetDefaults_Container`), the checks of
-//! `ValidatePodCreate` and `ValidatePodUpdate` that Skiff relies on (scheduling gates among
+//! `ValidatePodCreate` and `ValidatePodUpdate` that Skiff relies on (what an update and a
+//! `resize` may change is in [`pod_update`](super::pod_update); scheduling gates among
 //! them: valid and distinct names, only removed by an update, none on a pod with a node; generic
 //! ephemeral volumes' claim templates, as upstream's `validateEphemeralVolumeSource`), the
 //! initial status (phase Pending, the QoS class, and `PodScheduled=False` with reason
@@ -7,9 +8,10 @@
 //! graceful deletion of bound pods.
 
 use serde_json::{Value, json};
+use skiff_apimachinery::quantity::Quantity;
 use skiff_apimachinery::validation::{self, FieldError, FieldPath};
 
-use super::{Strategy, pvc, string_at};
+use super::{Strategy, pod_update, pvc, string_at};
 
 #[derive(Debug)]
 pub struct PodStrategy;
@@ -17,7 +19,7 @@ pub struct PodStrategy;
 /// Upstream's default grace period (`DefaultTerminationGracePeriodSeconds`).
 pub const DEFAULT_GRACE_SECONDS: i64 = 30;
 
-const CONTAINER_LISTS: [&str; 2] = ["initContainers", "containers"];
+pub(crate) const CONTAINER_LISTS: [&str; 2] = ["initContainers", "containers"];
 
 fn default(map: &mut Value, key: &str, value: Value) {
     if let Some(m) = map.as_object_mut() {
@@ -261,7 +263,7 @@ pub fn qos_class(spec: &Value) -> &'static str {
             }
             match (req, lim) {
                 (_, None) => guaranteed = false,
-                (Some(r), Some(l)) if r != l => guaranteed = false,
+                (Some(r), Some(l)) if !pod_update::semantic_eq(r, l) => guaranteed = false,
                 _ => {}
             }
         }
@@ -273,6 +275,56 @@ pub fn qos_class(spec: &Value) -> &'static str {
     } else {
         "Burstable"
     }
+}
+
+/// Upstream's `ValidateResourceRequirements` on quantities: none negative, and a request at
+/// most its limit (equal to it for resources that cannot be overcommitted: hugepages and
+/// extended resources).
+fn validate_resource_requirements(container: &Value, path: &FieldPath) -> Vec<FieldError> {
+    let list = |which: &str| {
+        container
+            .pointer(&format!("/resources/{which}"))
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(name, q)| {
+                let q = q.as_str()?;
+                Some((name.as_str(), q, Quantity::parse(q).ok()?.nano_value()))
+            })
+    };
+    let mut errs = Vec::new();
+    for which in ["limits", "requests"] {
+        for (name, q, value) in list(which) {
+            if value < 0 {
+                errs.push(FieldError::invalid(
+                    &path.child(which).key(name),
+                    json!(q),
+                    "must be greater than or equal to 0",
+                ));
+            }
+        }
+    }
+    let limits: Vec<(&str, &str, i128)> = list("limits").collect();
+    for (name, q, value) in list("requests") {
+        let Some((_, limit, limit_value)) = limits.iter().find(|(n, ..)| *n == name) else {
+            continue;
+        };
+        let overcommit = !name.starts_with("hugepages-")
+            && (!name.contains('/') || name.starts_with("kubernetes.io/"));
+        let message = if !overcommit && value != *limit_value {
+            format!("must be equal to {name} limit of {limit}")
+        } else if value > *limit_value {
+            format!("must be less than or equal to {name} limit of {limit}")
+        } else {
+            continue;
+        };
+        errs.push(FieldError::invalid(
+            &path.child("requests"),
+            json!(q),
+            message,
+        ));
+    }
+    errs
 }
 
 /// Validation of a pod spec at `path` (used for pods and pod templates).
@@ -306,6 +358,7 @@ pub fn validate_pod_spec(spec: &Value, path: &FieldPath) -> Vec<FieldError> {
             {
                 errs.push(FieldError::required(&p.child("image"), ""));
             }
+            errs.extend(validate_resource_requirements(c, &p.child("resources")));
         }
     }
     errs.extend(validate_scheduling_gates(spec, path));
@@ -327,6 +380,19 @@ pub fn validate_pod_spec(spec: &Value, path: &FieldPath) -> Vec<FieldError> {
             &["Always", "OnFailure", "Never"],
         ));
     }
+    errs
+}
+
+/// The checks of a pod's new spec on any write: valid as on create (seccomp annotations
+/// included), scheduling gates only removed.
+fn validate_changed_spec(pod: &Value, old: &Value) -> Vec<FieldError> {
+    let Some(spec) = pod.get("spec").filter(|s| s.is_object()) else {
+        return vec![FieldError::required(&FieldPath::new("spec"), "")];
+    };
+    let old_spec = old.get("spec").unwrap_or(&Value::Null);
+    let mut errs = validate_pod_spec(spec, &FieldPath::new("spec"));
+    errs.extend(super::pod_seccomp::validate(pod));
+    errs.extend(validate_only_deleted_scheduling_gates(spec, old_spec));
     errs
 }
 
@@ -360,6 +426,7 @@ impl Strategy for PodStrategy {
             Some(spec) if spec.is_object() => {
                 let mut errs = validate_pod_spec(spec, &FieldPath::new("spec"));
                 errs.extend(validate_node_name_without_gates(spec));
+                errs.extend(super::pod_seccomp::validate(pod));
                 errs
             }
             _ => vec![FieldError::required(&FieldPath::new("spec"), "")],
@@ -367,18 +434,32 @@ impl Strategy for PodStrategy {
     }
 
     fn validate_update(&self, pod: &Value, old: &Value) -> Vec<FieldError> {
-        let Some(spec) = pod.get("spec").filter(|s| s.is_object()) else {
-            return vec![FieldError::required(&FieldPath::new("spec"), "")];
-        };
+        let mut errs = validate_changed_spec(pod, old);
         let old_spec = old.get("spec").unwrap_or(&Value::Null);
-        let mut errs = validate_pod_spec(spec, &FieldPath::new("spec"));
-        errs.extend(validate_only_deleted_scheduling_gates(spec, old_spec));
-        // upstream forbids any change of spec.nodeName on update; Skiff checks at least that
-        // a gated pod is not given a node this way, as on create
-        if spec.get("nodeName") != old_spec.get("nodeName") {
-            errs.extend(validate_node_name_without_gates(spec));
-        }
+        errs.extend(pod_update::validate_spec_update(&pod["spec"], old_spec));
         errs
+    }
+
+    /// `binding` sets the node, which no other write may change; `resize` changes only
+    /// container resources.
+    fn validate_subresource_update(&self, sub: &str, pod: &Value, old: &Value) -> Vec<FieldError> {
+        match sub {
+            "binding" => validate_changed_spec(pod, old),
+            "resize" => {
+                let mut errs = validate_changed_spec(pod, old);
+                errs.extend(pod_update::validate_resize(pod, old));
+                errs
+            }
+            _ => self.validate_update(pod, old),
+        }
+    }
+
+    fn prepare_for_subresource_update(&self, sub: &str, pod: &mut Value, old: &Value) -> bool {
+        if sub != "resize" {
+            return false;
+        }
+        pod_update::drop_non_resize_updates(pod, old);
+        true
     }
 
     fn fields(&self, pod: &Value) -> Vec<(&'static str, String)> {
@@ -608,14 +689,13 @@ mod tests {
         let mut pod = gated_pod(&["a"]);
         pod["spec"]["nodeName"] = json!("n1");
         assert_eq!(messages(&PodStrategy.validate(&pod)), forbidden);
-        // nor be given one by an update while gated
+        // nor be given one by an update (no update may change the node)
         let old = created(gated_pod(&["a"]));
         let mut placed = old.clone();
         placed["spec"]["nodeName"] = json!("n1");
-        assert_eq!(
-            messages(&PodStrategy.validate_update(&placed, &old)),
-            forbidden
-        );
+        let errs = messages(&PodStrategy.validate_update(&placed, &old));
+        assert_eq!(errs.len(), 1);
+        assert!(errs[0].ends_with("- spec.nodeName: null\n+ spec.nodeName: \"n1\""));
     }
 
     #[test]

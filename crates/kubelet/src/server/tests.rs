@@ -121,7 +121,7 @@ async fn state(log_dir: &Path) -> (ServerState, Arc<FakeRuntime>, String) {
     let fake = Arc::new(FakeRuntime::new());
     let pod = pod();
     // the pod's log directory, as the kubelet gives it
-    let sandbox = sandbox_config(&pod, 0, &crate::pod_sync::pod_log_dir(log_dir, &pod));
+    let sandbox = sandbox_config(&pod, 0, &crate::pod_sync::pod_log_dir(log_dir, &pod), &[]);
     let sandbox_id = fake.run_pod_sandbox(sandbox.clone(), "").await.unwrap();
     let container = pod.spec.as_ref().unwrap().containers[0].clone();
     let config = container_config(
@@ -435,7 +435,12 @@ async fn previous_logs_are_those_of_the_container_the_status_has_as_last_termina
     let dir = tempfile::tempdir().unwrap();
     let (state, fake, first) = state(dir.path()).await;
     let mut pod = pod();
-    let sandbox = sandbox_config(&pod, 0, &crate::pod_sync::pod_log_dir(dir.path(), &pod));
+    let sandbox = sandbox_config(
+        &pod,
+        0,
+        &crate::pod_sync::pod_log_dir(dir.path(), &pod),
+        &[],
+    );
     let sandbox_id = fake
         .list_pod_sandboxes(HashMap::new())
         .await

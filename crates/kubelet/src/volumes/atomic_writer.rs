@@ -3,13 +3,14 @@
 //! symlink is pointed at it by renaming a `..data_tmp` symlink over it (one atomic step), and the
 //! user-visible names are symlinks through `..data` (`key` → `..data/key`). A reader therefore
 //! sees the old set or the new set, never half of each. Paths no longer in the payload and the
-//! previous timestamped directory are removed afterwards. A pod's fsGroup is applied to the
-//! whole volume after the new files are written and before they become visible (upstream's
-//! `setPerms` step), each time the files are written.
+//! previous timestamped directory are removed afterwards. A file with an owner (a projected
+//! service account token's `FsUser`) is given to that user as it is written; a pod's fsGroup
+//! is applied to the whole volume after the new files are written and before they become
+//! visible (upstream's `setPerms` step), each time the files are written.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use super::host::HostOps;
@@ -40,11 +41,14 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// One file of a volume: its bytes and permission bits.
+/// One file of a volume: its bytes, permission bits and owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileProjection {
     pub data: Vec<u8>,
     pub mode: u32,
+    /// The user the file is given to (its group is left alone); None: the kubelet's own
+    /// (upstream's `FsUser`, set only for service account tokens).
+    pub fs_user: Option<u32>,
 }
 
 /// A volume's files by relative path (`key`, `dir/key`).
@@ -87,8 +91,8 @@ fn top_level(path: &str) -> &str {
     path.split('/').find(|s| !s.is_empty()).unwrap_or(path)
 }
 
-/// Whether `dir` already holds exactly the payload (bytes and modes; a mode is also right
-/// with the bits an fsGroup adds, `added`).
+/// Whether `dir` already holds exactly the payload (bytes, modes and owners; a mode is also
+/// right with the bits an fsGroup adds, `added`).
 fn holds(dir: &Path, payload: &Payload, added: u32) -> bool {
     let mut on_disk = BTreeSet::new();
     collect_files(dir, dir, &mut on_disk);
@@ -97,13 +101,14 @@ fn holds(dir: &Path, payload: &Payload, added: u32) -> bool {
     }
     payload.iter().all(|(path, file)| {
         let p = dir.join(path);
-        let same_mode = std::fs::metadata(&p)
+        let same_mode_and_owner = std::fs::metadata(&p)
             .map(|m| {
                 let mode = m.permissions().mode() & 0o7777;
-                mode == file.mode || mode == file.mode | added
+                (mode == file.mode || mode == file.mode | added)
+                    && file.fs_user.is_none_or(|uid| m.uid() == uid)
             })
             .unwrap_or(false);
-        same_mode && std::fs::read(&p).is_ok_and(|d| d == file.data)
+        same_mode_and_owner && std::fs::read(&p).is_ok_and(|d| d == file.data)
     })
 }
 
@@ -175,6 +180,10 @@ pub fn write(
         std::fs::write(&p, &file.data).map_err(io_err("writing", &p))?;
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(file.mode))
             .map_err(io_err("setting the mode of", &p))?;
+        if let Some(uid) = file.fs_user {
+            std::os::unix::fs::lchown(&p, Some(uid), None)
+                .map_err(io_err("changing the owner of", &p))?;
+        }
     }
     if let Some((host, ownership)) = owner {
         // the whole volume: the first write also made the volume's root
@@ -231,6 +240,7 @@ mod tests {
                     FileProjection {
                         data: d.as_bytes().to_vec(),
                         mode: *m,
+                        fs_user: None,
                     },
                 )
             })
@@ -316,6 +326,21 @@ mod tests {
         assert!(write_plain(dir.path(), &p).unwrap());
         assert!(!write_plain(dir.path(), &p).unwrap());
         assert!(write_plain(dir.path(), &payload(&[("a", "1", 0o600)])).unwrap());
+    }
+
+    #[test]
+    fn a_file_with_an_owner_is_given_to_it_and_written_again_for_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = payload(&[("token", "t", 0o600)]);
+        let owned = |p: &mut Payload, uid| p.get_mut("token").unwrap().fs_user = Some(uid);
+        owned(&mut p, 1000);
+        assert!(write_plain(dir.path(), &p).unwrap());
+        let owner = || std::fs::metadata(dir.path().join("token")).unwrap().uid();
+        assert_eq!(owner(), 1000);
+        assert!(!write_plain(dir.path(), &p).unwrap());
+        owned(&mut p, 1001);
+        assert!(write_plain(dir.path(), &p).unwrap());
+        assert_eq!(owner(), 1001);
     }
 
     #[test]

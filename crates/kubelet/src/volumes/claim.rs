@@ -6,12 +6,14 @@
 //! (after the hostPath type checks; a local-path volume's directory is created `0777`, as k3s's
 //! provisioner's helper pod creates it), a `local` volume is bind-mounted at
 //! `volumes/kubernetes.io~local-volume/<volume>` in the pod's directory. Other volume sources
-//! are refused by name.
+//! are refused by name. A volume's `pv.beta.kubernetes.io/gid` annotation is kept with its
+//! mount: the pod's processes get that group ([`extra_supplemental_groups`]).
 //!
 //! A hollow node records instead of making: it checks that the claim exists and is not being
 //! deleted, bound or not, and gives the volume a directory under the pod's directory, like a
 //! disk emptyDir (`docs/compatibility.md`).
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
@@ -29,6 +31,9 @@ pub const LOCAL_PLUGIN: &str = "kubernetes.io~local-volume";
 pub const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
 /// The mode of a local-path volume's directory (k3s's helper pod runs `mkdir -m 0777`).
 pub const LOCAL_PATH_MODE: u32 = 0o777;
+/// The annotation of a PersistentVolume whose data belongs to a group: every process of a pod
+/// that mounts the volume gets the group (upstream's `VolumeGidAnnotationKey`).
+pub const VOLUME_GID_ANNOTATION: &str = "pv.beta.kubernetes.io/gid";
 
 /// How a kubelet treats persistentVolumeClaim volumes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -61,6 +66,8 @@ pub struct Resolved {
     pub read_only: bool,
     /// Skiff's local-path provisioner made the volume: its directory is created `0777`.
     pub local_path: bool,
+    /// The volume's [`VOLUME_GID_ANNOTATION`], as written.
+    pub gid: Option<String>,
 }
 
 /// The claim a pod's volume uses.
@@ -172,18 +179,36 @@ pub fn check_volume(
             "skiff mounts only hostPath and local persistent volumes, not persistentvolume {name}'s"
         ));
     };
-    let local_path = volume
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(skiff_component_helpers::volume::ANN_DYNAMICALLY_PROVISIONED))
+    let annotation = |key: &str| volume.metadata.annotations.as_ref()?.get(key).cloned();
+    let local_path = annotation(skiff_component_helpers::volume::ANN_DYNAMICALLY_PROVISIONED)
         .is_some_and(|p| p == PROVISIONER);
     Ok(Resolved {
         volume: name.into(),
         source,
         read_only,
         local_path,
+        gid: annotation(VOLUME_GID_ANNOTATION),
     })
+}
+
+/// The groups the pod's mounted volumes name in their [`VOLUME_GID_ANNOTATION`] that its
+/// `supplementalGroups` do not already have, in the order of their text, each once; a value
+/// that is not a number is ignored (upstream's `GetExtraSupplementalGroupsForPod`).
+pub fn extra_supplemental_groups<'a>(
+    pod: &Pod,
+    gids: impl IntoIterator<Item = &'a str>,
+) -> Vec<i64> {
+    let requested = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|s| s.supplemental_groups.as_ref());
+    gids.into_iter()
+        .collect::<BTreeSet<&str>>()
+        .into_iter()
+        .filter_map(|gid| gid.parse::<i64>().ok())
+        .filter(|gid| !requested.is_some_and(|r| r.contains(gid)))
+        .collect()
 }
 
 /// Resolves the pod's claim volume through the API server; an error is upstream's message
@@ -340,6 +365,7 @@ mod tests {
                 },
                 read_only: true,
                 local_path: true,
+                gid: None,
             }
         );
         let local = volume(json!({"metadata": {"name": "pv-2"},
@@ -352,5 +378,30 @@ mod tests {
             }
         );
         assert!(!resolved.local_path && !resolved.read_only);
+        let grouped = volume(json!({
+            "metadata": {"name": "pv-3", "annotations": {VOLUME_GID_ANNOTATION: "1234"}},
+            "spec": {"claimRef": {"uid": "u"}, "local": {"path": "/mnt/disk"}}}));
+        let resolved = check_volume("pv-3", Some(&grouped), "u", false).unwrap();
+        assert_eq!(resolved.gid.as_deref(), Some("1234"));
+    }
+
+    #[test]
+    fn volume_groups_are_added_once_in_text_order_unless_the_pod_asks_for_them() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "spec": {"securityContext": {"fsGroup": 10, "supplementalGroups": [7]},
+                     "containers": [{"name": "c"}]}}))
+        .unwrap();
+        assert_eq!(
+            extra_supplemental_groups(&pod, ["9", "10", "7", "nine", "9", "-1"]),
+            [-1, 10, 9],
+            "sorted as text, duplicates and non-numbers dropped, 7 already requested; \
+             the fsGroup is no reason to leave a volume's group out"
+        );
+        let bare: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web"}, "spec": {"containers": [{"name": "c"}]}}))
+        .unwrap();
+        assert_eq!(extra_supplemental_groups(&bare, ["5"]), [5]);
+        assert!(extra_supplemental_groups(&bare, []).is_empty());
     }
 }

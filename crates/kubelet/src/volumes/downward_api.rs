@@ -84,6 +84,7 @@ pub fn payload(
             FileProjection {
                 data: value.into_bytes(),
                 mode: item.mode.unwrap_or(default_mode) as u32,
+                fs_user: None,
             },
         );
     }

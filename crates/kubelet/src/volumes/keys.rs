@@ -87,6 +87,7 @@ pub fn payload(
     let file = |value: &Vec<u8>, mode: i32| FileProjection {
         data: value.clone(),
         mode: mode as u32,
+        fs_user: None,
     };
     let mut out = Payload::new();
     match items {

@@ -12,7 +12,8 @@
 //!   one file per volume type; [`keys`] is what configMap and secret share.
 //! - [`token`]: projected service account tokens, requested and refreshed.
 //! - [`claim`]: persistentVolumeClaim and generic ephemeral volumes: the claim's bound
-//!   hostPath or local volume (hollow nodes: a directory under the pod's).
+//!   hostPath or local volume (hollow nodes: a directory under the pod's), and the group
+//!   its `pv.beta.kubernetes.io/gid` annotation gives the pod.
 //! - [`mounts`]: a container's `volumeMounts` (and the pod's /etc/hosts) as CRI mounts.
 //! - [`ownership`]: the pod's `fsGroup` applied to a volume (upstream's `SetVolumeOwnership`):
 //!   emptyDir when made, configMap/secret/downwardAPI/projected each time their files are
@@ -168,6 +169,8 @@ pub struct VolumeManager {
 struct ClaimMount {
     path: PathBuf,
     read_only: bool,
+    /// The persistent volume's `pv.beta.kubernetes.io/gid` annotation.
+    gid: Option<String>,
 }
 
 /// The JSON name of a volume's type (`persistentVolumeClaim`, `nfs`…).
@@ -404,6 +407,19 @@ impl VolumeManager {
         self.claim_mount(uid, volume).is_some_and(|m| m.read_only)
     }
 
+    /// The groups the pod's processes get from the persistent volumes it has mounted (their
+    /// `pv.beta.kubernetes.io/gid`), besides those of its securityContext
+    /// ([`claim::extra_supplemental_groups`]).
+    pub fn extra_supplemental_groups(&self, pod: &Pod) -> Vec<i64> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let mounts = self.claim_mounts.lock();
+        let gids = mounts
+            .iter()
+            .filter(|((u, _), _)| u == uid)
+            .filter_map(|(_, m)| m.gid.as_deref());
+        claim::extra_supplemental_groups(pod, gids)
+    }
+
     /// Makes a resolved claim volume's data reachable: a hostPath volume's path checked (a
     /// local-path volume's directory created `0777` first), a local volume bind-mounted into
     /// the pod's directory (once, then given the pod's fsGroup: [`Self::local_ownership`]).
@@ -462,6 +478,7 @@ impl VolumeManager {
         let mount = ClaimMount {
             path,
             read_only: resolved.read_only,
+            gid: resolved.gid.clone(),
         };
         Ok((mount, warning))
     }

@@ -10,6 +10,9 @@
 //! volumes) each time their files are written; a `local` persistent volume when first mounted
 //! read-write, honouring `fsGroupChangePolicy: OnRootMismatch` (no walk when the root already
 //! has the group, the mask and setgid); never hostPath volumes, persistent or not.
+//!
+//! A projected service account token also gets an owner: the user every container of the pod
+//! runs as, when they all run as one ([`pod_fs_user`]).
 
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -72,6 +75,31 @@ pub fn pod_fs_group(pod: &Pod) -> Result<Option<(u32, ChangePolicy)>, String> {
         _ => ChangePolicy::Always,
     };
     Ok(Some((group, policy)))
+}
+
+/// The user every init and app container of the pod runs as by its securityContext (its own
+/// `runAsUser`, else the pod's), if each sets one and they are all the same; ephemeral
+/// containers are not counted (upstream's `FsUserFrom`). A user out of a uid's range counts as
+/// none.
+pub fn pod_fs_user(pod: &Pod) -> Option<u32> {
+    let spec = pod.spec.as_ref()?;
+    let pod_user = spec.security_context.as_ref().and_then(|s| s.run_as_user);
+    let mut users = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .map(|c| {
+            c.security_context
+                .as_ref()
+                .and_then(|s| s.run_as_user)
+                .or(pod_user)
+        });
+    let first = users.next()??;
+    if !users.all(|u| u == Some(first)) {
+        return None;
+    }
+    u32::try_from(first).ok()
 }
 
 /// Whether the walk is needed under `OnRootMismatch` (upstream's `requiresPermissionChange`):
@@ -161,6 +189,42 @@ mod tests {
         set_mode(&root.join("sub/b"), 0o600);
         symlink("a", root.join("link")).unwrap();
         dir
+    }
+
+    #[test]
+    fn the_fs_user_is_the_one_user_every_container_runs_as() {
+        let fs_user = |pod_sc: serde_json::Value, inits: serde_json::Value| {
+            let pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web"},
+                "spec": {"securityContext": pod_sc, "initContainers": inits,
+                         "containers": [{"name": "a"},
+                                        {"name": "b", "securityContext": {"runAsUser": 1000}}],
+                         "ephemeralContainers": [{"name": "debug",
+                                                  "securityContext": {"runAsUser": 0}}]}}))
+            .unwrap();
+            pod_fs_user(&pod)
+        };
+        let no_inits = serde_json::json!([]);
+        assert_eq!(
+            fs_user(serde_json::json!({"runAsUser": 1000}), no_inits.clone()),
+            Some(1000)
+        );
+        assert_eq!(
+            fs_user(serde_json::json!({}), no_inits.clone()),
+            None,
+            "a container without a user"
+        );
+        assert_eq!(
+            fs_user(serde_json::json!({"runAsUser": 2000}), no_inits),
+            None,
+            "two users"
+        );
+        let init = serde_json::json!([{"name": "i", "securityContext": {"runAsUser": 3000}}]);
+        assert_eq!(
+            fs_user(serde_json::json!({"runAsUser": 1000}), init),
+            None,
+            "init containers count"
+        );
     }
 
     fn ownership(read_only: bool, policy: ChangePolicy) -> Ownership {

@@ -11,15 +11,18 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use super::atomic_writer::{FileProjection, Payload};
 use super::downward_api;
 use super::keys::{self, Kind};
+use super::ownership;
 use super::token::TokenCache;
 use crate::api::PodApi;
 
 /// The plugin's directory name under `volumes/`.
 pub const PLUGIN: &str = "kubernetes.io~projected";
 
-/// The files of all sources; later sources win a path both write. A token file is `0600`
-/// when the pod has an fsGroup (upstream's: the fsGroup change then makes it `0640`, readable
-/// by the group and nobody else), else the volume's default mode.
+/// The files of all sources; later sources win a path both write. A token file belongs to the
+/// user all the pod's containers run as, if they run as one ([`ownership::pod_fs_user`]), and
+/// is `0600` when it has that owner or the pod has an fsGroup (upstream's: the fsGroup change
+/// then makes it `0640`, readable by the group and nobody else), else the volume's default
+/// mode.
 pub async fn payload(
     api: &dyn PodApi,
     pod: &Pod,
@@ -57,11 +60,14 @@ pub async fn payload(
                 .as_ref()
                 .and_then(|s| s.security_context.as_ref())
                 .is_some_and(|sc| sc.fs_group.is_some());
+            let fs_user = ownership::pod_fs_user(pod);
+            let private = has_fs_group || fs_user.is_some();
             out.insert(
                 t.path.clone(),
                 FileProjection {
                     data: token.into_bytes(),
-                    mode: if has_fs_group { 0o600 } else { mode as u32 },
+                    mode: if private { 0o600 } else { mode as u32 },
+                    fs_user,
                 },
             );
         }
@@ -113,6 +119,30 @@ mod tests {
             ("token-1".into(), "PEM".into(), "prod".into())
         );
         assert!(api.token_requests()[0].spec.audiences.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_token_belongs_to_the_pods_one_user_and_is_private_to_it_or_its_fs_group() {
+        let token = |pod_sc: serde_json::Value| async move {
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": "web", "namespace": "prod", "uid": "u1"},
+                "spec": {"securityContext": pod_sc, "containers": [{"name": "c"}]},
+            }))
+            .unwrap();
+            let source: ProjectedVolumeSource = serde_json::from_value(json!({
+                "defaultMode": 0o644, "sources": [{"serviceAccountToken": {"path": "token"}}]}))
+            .unwrap();
+            let api = RecordingPodApi::default();
+            let tokens = TokenCache::default();
+            let now = Timestamp::UNIX_EPOCH;
+            let p = payload(&api, &pod, &source, &BTreeMap::new(), &tokens, now)
+                .await
+                .unwrap();
+            (p["token"].mode, p["token"].fs_user)
+        };
+        assert_eq!(token(json!({})).await, (0o644, None));
+        assert_eq!(token(json!({"runAsUser": 1000})).await, (0o600, Some(1000)));
+        assert_eq!(token(json!({"fsGroup": 2000})).await, (0o600, None));
     }
 
     #[tokio::test]

@@ -482,6 +482,47 @@ async fn a_local_volume_is_bind_mounted_into_the_pod_and_unmounted_with_it() {
     );
 }
 
+#[tokio::test]
+async fn a_mounted_volumes_gid_annotation_is_an_extra_group_of_the_pod_until_teardown() {
+    let h = harness();
+    for (claim, volume, dir) in [("a", "pv-a", "/srv/a"), ("b", "pv-b", "/srv/b")] {
+        h.host
+            .files
+            .lock()
+            .insert(dir.into(), host::FileKind::Directory);
+        h.api
+            .claims
+            .lock()
+            .insert(claim.into(), claim_object(claim, Some(volume), false));
+        let mut v = volume_object(volume, claim, json!({"hostPath": {"path": dir}}));
+        v.metadata.annotations = Some(BTreeMap::from([(
+            claim::VOLUME_GID_ANNOTATION.to_string(),
+            "3000".to_string(),
+        )]));
+        h.api.volumes.lock().insert(volume.into(), v);
+    }
+    let mut p = pod(
+        json!([{"name": "a", "persistentVolumeClaim": {"claimName": "a"}},
+               {"name": "b", "persistentVolumeClaim": {"claimName": "b"}}]),
+        json!([]),
+    );
+    assert!(
+        h.volumes.extra_supplemental_groups(&p).is_empty(),
+        "not mounted yet"
+    );
+    assert!(h.set_up(&p, at(0)).await.ready);
+    assert_eq!(h.volumes.extra_supplemental_groups(&p), [3000], "once");
+    p.spec.as_mut().unwrap().security_context =
+        Some(serde_json::from_value(json!({"supplementalGroups": [3000]})).unwrap());
+    assert!(
+        h.volumes.extra_supplemental_groups(&p).is_empty(),
+        "a group the pod asks for is not added again"
+    );
+    p.spec.as_mut().unwrap().security_context = None;
+    h.volumes.tear_down("u1").unwrap();
+    assert!(h.volumes.extra_supplemental_groups(&p).is_empty());
+}
+
 /// `claim` owned by the test pod (`u1`) as its controller, or by nobody.
 fn owned(mut claim: PersistentVolumeClaim, by_pod: bool) -> PersistentVolumeClaim {
     if by_pod {

@@ -190,7 +190,7 @@ async fn a_local_volume_another_pod_has_mounted_is_left_alone_with_a_warning_if_
 }
 
 #[tokio::test]
-async fn on_the_real_host_files_get_the_group_and_a_token_is_readable_by_it_only() {
+async fn on_the_real_host_files_get_the_group_and_a_token_is_readable_by_its_user_and_group_only() {
     let dir = tempfile::tempdir().unwrap();
     let volumes = VolumeManager::new(dir.path().join("pods"), Arc::new(RealHost), REFRESH);
     let api = RecordingPodApi::default();
@@ -236,14 +236,15 @@ async fn on_the_real_host_files_get_the_group_and_a_token_is_readable_by_it_only
     assert_eq!(stat(cfg.join("k")), (2000, 0o644));
     assert_eq!(stat(scratch), (2000, 0o2777));
 
-    // a token is written 0600 and becomes 0640 with the group, before it is visible
+    // a token is written 0600 for the pod's user and becomes 0640 with the group, before it
+    // is visible
     let token: Pod = with_fs_group(
         pod(
             json!([{"name": "sa", "projected": {"sources": [
                 {"serviceAccountToken": {"path": "token"}}]}}]),
             json!([]),
         ),
-        json!({"fsGroup": 2000}),
+        json!({"fsGroup": 2000, "runAsUser": 1000}),
     );
     // written as the manager writes it, less the tmpfs a unit test cannot mount
     let sa = volumes.plugin_dir("u1", projected::PLUGIN, "sa");
@@ -264,6 +265,8 @@ async fn on_the_real_host_files_get_the_group_and_a_token_is_readable_by_it_only
     let owner = owner(true, ChangePolicy::Always);
     assert!(atomic_writer::write(&sa, &payload, Some((&RealHost, &owner))).unwrap());
     assert_eq!(stat(sa.join("token")), (2000, 0o640));
+    let owner_of = |path: PathBuf| std::fs::metadata(path).unwrap().uid();
+    assert_eq!(owner_of(sa.join("token")), 1000);
     // written again unchanged: the mode the group gave it counts as the payload's
     assert!(!atomic_writer::write(&sa, &payload, Some((&RealHost, &owner))).unwrap());
     volumes.tear_down("u1").unwrap();

@@ -15,7 +15,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use skiff_apimachinery::labels::Selector;
 pub use skiff_component_helpers::ports::{HostPort, host_ports};
 pub use skiff_component_helpers::resources::Resource;
-use skiff_component_helpers::resources::{node_allocatable, pod_requests};
+use skiff_component_helpers::resources::{node_allocatable, pod_requests_in_use};
 
 /// CPU assumed for a container that requests none, when scoring (upstream's
 /// `DefaultMilliCPURequest`).
@@ -55,8 +55,8 @@ pub struct PodInfo {
 
 impl PodInfo {
     pub fn new(pod: Arc<Pod>) -> PodInfo {
-        let requests = pod_requests(&pod, |r| r);
-        let non_zero_requests = pod_requests(&pod, non_zero);
+        let requests = pod_requests_in_use(&pod, |r| r);
+        let non_zero_requests = pod_requests_in_use(&pod, non_zero);
         PodInfo {
             key: format!("{}/{}", namespace_of(&pod), name_of(&pod)),
             pod,

@@ -174,6 +174,11 @@ pub struct KubeletArgs {
     #[arg(long, value_name = "SYSCTL[,SYSCTL]", value_delimiter = ',')]
     pub allowed_unsafe_sysctls: Option<Vec<String>>,
 
+    /// Run containers that set no seccomp profile under the runtime's default profile
+    /// (`RuntimeDefault`) instead of unconfined [default: false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub seccomp_default: Option<bool>,
+
     /// How pods reach pods on other nodes, as k3s's flag: `host-gw` routes other nodes' pod
     /// CIDRs via their InternalIPs and masquerades traffic leaving the cluster CIDR; `none`
     /// leaves the network to someone else (the CNI bridge masquerades). Hollow nodes have none.
@@ -438,6 +443,7 @@ fn settings(args: &KubeletArgs) -> anyhow::Result<KubeletConfiguration> {
         &args.container_log_max_files,
     );
     set(&mut c.allowed_unsafe_sysctls, &args.allowed_unsafe_sysctls);
+    set(&mut c.seccomp_default, &args.seccomp_default);
     // at least a second, as before the configuration file
     c.file_check_frequency = c.file_check_frequency.max(Duration::from_secs(1));
     c.sync_frequency = c.sync_frequency.max(Duration::from_secs(1));
@@ -491,8 +497,10 @@ mod tests {
             "--eviction-hard",
             "memory.available<1Gi",
             "--cgroups-per-qos=false",
+            "--seccomp-default",
         ])
         .unwrap();
+        assert!(c.seccomp_default);
         assert_eq!(c.container_log_max_size, "1Mi");
         assert_eq!(c.container_log_max_files, 4);
         assert_eq!(c.max_pods, 20);

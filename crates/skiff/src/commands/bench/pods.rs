@@ -442,7 +442,7 @@ async fn floor_pods(
         std::fs::create_dir_all(log_dir.join("app"))?;
         let container = &p.spec.as_ref().context("spec")?.containers[0];
         let started = Instant::now();
-        let mut sandbox = sandbox_config(&p, 0, &log_dir);
+        let mut sandbox = sandbox_config(&p, 0, &log_dir, &[]);
         // a cgroup of its own, as the kubelet's pods have (runc makes it; the kubelet's own
         // cgroup writes are its cost)
         if let Some(linux) = sandbox.linux.as_mut() {
@@ -454,6 +454,7 @@ async fn floor_pods(
             container,
             &ImageUser::of(None),
             &NodeSecurity::default(),
+            &[],
         )
         .map_err(anyhow::Error::msg)?;
         let config = container_config(&p, container, image, 0, Vec::new(), Vec::new(), security);
