@@ -253,6 +253,7 @@ impl SyncContext {
                 message: String::new(),
             }),
             probed: None,
+            resources: None,
         };
         let (runs, ids) = (Default::default(), Default::default());
         let nothing_ran = crate::actions::Observed {
@@ -267,6 +268,7 @@ impl SyncContext {
             init: crate::actions::plan(pod, nothing_ran, now).init,
             host_ip: self.host_ip.clone(),
             runtime_name: self.runtime_name.clone(),
+            resize_conditions: Vec::new(),
         };
         let mut new_status = status::pod_status(pod, &view, now);
         new_status.phase = Some("Pending".into());

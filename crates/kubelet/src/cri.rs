@@ -15,10 +15,10 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 /// The CRI types, re-exported for callers that build configs and read statuses.
 pub use k8s_cri::v1::{
-    AttachRequest, AuthConfig, Container, ContainerConfig, ContainerMetadata, ContainerState,
-    ContainerStatus, ExecRequest, FilesystemIdentifier, FilesystemUsage, Image, ImageSpec,
-    KeyValue, PodSandbox, PodSandboxConfig, PodSandboxMetadata, PodSandboxState, PodSandboxStatus,
-    PortForwardRequest, UInt64Value, VersionResponse,
+    AttachRequest, AuthConfig, Container, ContainerConfig, ContainerMetadata, ContainerResources,
+    ContainerState, ContainerStatus, ExecRequest, FilesystemIdentifier, FilesystemUsage, Image,
+    ImageSpec, KeyValue, LinuxContainerResources, PodSandbox, PodSandboxConfig, PodSandboxMetadata,
+    PodSandboxState, PodSandboxStatus, PortForwardRequest, UInt64Value, VersionResponse,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +93,13 @@ pub trait ContainerRuntime: Send + Sync {
     /// Containers whose labels include all of `labels`.
     async fn list_containers(&self, labels: HashMap<String, String>) -> Result<Vec<Container>>;
     async fn container_status(&self, id: &str) -> Result<ContainerStatus>;
+    /// Sets a running container's CPU and memory resources in place (CRI
+    /// `UpdateContainerResources`): in-place pod resize.
+    async fn update_container_resources(
+        &self,
+        id: &str,
+        resources: LinuxContainerResources,
+    ) -> Result<()>;
     /// Runs a command in a running container and waits for it (at most `timeout_seconds`,
     /// 0 for no limit): exec probes and hooks.
     async fn exec_sync(
@@ -340,6 +347,24 @@ impl ContainerRuntime for CriClient {
                 method: "ContainerStatus",
                 field: "status",
             })
+    }
+
+    async fn update_container_resources(
+        &self,
+        id: &str,
+        resources: LinuxContainerResources,
+    ) -> Result<()> {
+        let req = cri::UpdateContainerResourcesRequest {
+            container_id: id.into(),
+            linux: Some(resources),
+            ..Default::default()
+        };
+        self.runtime
+            .clone()
+            .update_container_resources(req)
+            .await
+            .map_err(call("UpdateContainerResources"))?;
+        Ok(())
     }
 
     async fn exec_sync(

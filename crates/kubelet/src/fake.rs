@@ -11,10 +11,10 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 
 use crate::cri::{
-    AttachRequest, AuthConfig, Container, ContainerConfig, ContainerRuntime, ContainerState,
-    ContainerStatus, Error, ExecRequest, ExecResult, FilesystemIdentifier, FilesystemUsage, Image,
-    PodSandbox, PodSandboxConfig, PodSandboxState, PodSandboxStatus, PortForwardRequest, Result,
-    UInt64Value, VersionResponse, image_spec,
+    AttachRequest, AuthConfig, Container, ContainerConfig, ContainerResources, ContainerRuntime,
+    ContainerState, ContainerStatus, Error, ExecRequest, ExecResult, FilesystemIdentifier,
+    FilesystemUsage, Image, LinuxContainerResources, PodSandbox, PodSandboxConfig, PodSandboxState,
+    PodSandboxStatus, PortForwardRequest, Result, UInt64Value, VersionResponse, image_spec,
 };
 
 /// The id the fake gives the image named `name`.
@@ -171,6 +171,11 @@ impl FakeRuntime {
     /// Makes every later call of `method` (the CRI name, e.g. `"PullImage"`) fail with `code`.
     pub fn fail(&self, method: &'static str, code: tonic::Code) {
         self.state.lock().failures.insert(method, code);
+    }
+
+    /// Makes `method` work again after [`FakeRuntime::fail`].
+    pub fn recover(&self, method: &'static str) {
+        self.state.lock().failures.remove(method);
     }
 
     /// Makes every later `ExecSync` exit with `code` (0 until told otherwise).
@@ -427,11 +432,17 @@ impl ContainerRuntime for FakeRuntime {
         let id = format!("container-{}", s.next_id);
         let now = s.tick();
         let image = config.image.clone().unwrap_or_default();
+        // reported back in ContainerStatus, as containerd does
+        let resources = config.linux.as_ref().and_then(|l| l.resources.clone());
         s.containers.insert(
             id.clone(),
             ContainerStatus {
                 id: id.clone(),
                 metadata: config.metadata.clone(),
+                resources: resources.map(|linux| ContainerResources {
+                    linux: Some(linux),
+                    windows: None,
+                }),
                 state: ContainerState::ContainerCreated as i32,
                 created_at: now,
                 image_ref: fake_image_id(&image.image),
@@ -512,6 +523,28 @@ impl ContainerRuntime for FakeRuntime {
             .get(id)
             .cloned()
             .ok_or_else(|| not_found("ContainerStatus", id))
+    }
+
+    async fn update_container_resources(
+        &self,
+        id: &str,
+        resources: LinuxContainerResources,
+    ) -> Result<()> {
+        let mut s = self.state.lock();
+        let what = format!(
+            "{id} shares={} quota={} memory={}",
+            resources.cpu_shares, resources.cpu_quota, resources.memory_limit_in_bytes
+        );
+        s.check("UpdateContainerResources", &what)?;
+        let c = s
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| not_found("UpdateContainerResources", id))?;
+        c.resources = Some(ContainerResources {
+            linux: Some(resources),
+            windows: None,
+        });
+        Ok(())
     }
 
     async fn exec_sync(&self, id: &str, cmd: Vec<String>, _timeout: i64) -> Result<ExecResult> {

@@ -234,7 +234,7 @@ impl HollowNodes {
                 registry: PodRegistry::default(),
                 view,
                 pressure: Pressure::default(),
-                workers: Workers::default(),
+                workers: Workers::new(n.ctx.allocations.clone()),
             };
             tasks.push(tokio::spawn(crate::pod_workers::watch_pods(
                 n.ctx, pod_loop,
@@ -337,6 +337,8 @@ async fn register(
         runtime_classes: shared.runtime_classes.clone(),
         // hollow pods have no processes: nothing to put in cgroups
         cgroups: None,
+        // hollow pods are admitted again by a restarted hollow node: kept in memory
+        allocations: Default::default(),
     };
     Ok(HollowNode {
         node,

@@ -18,10 +18,10 @@ use parking_lot::Mutex;
 
 use crate::config::{LABEL_CONTAINER_NAME, LABEL_POD_UID};
 use crate::cri::{
-    AttachRequest, AuthConfig, Container, ContainerConfig, ContainerRuntime, ContainerState,
-    ContainerStatus, Error, ExecRequest, ExecResult, FilesystemUsage, Image, PodSandbox,
-    PodSandboxConfig, PodSandboxState, PodSandboxStatus, PortForwardRequest, Result,
-    VersionResponse, image_spec,
+    AttachRequest, AuthConfig, Container, ContainerConfig, ContainerResources, ContainerRuntime,
+    ContainerState, ContainerStatus, Error, ExecRequest, ExecResult, FilesystemUsage, Image,
+    LinuxContainerResources, PodSandbox, PodSandboxConfig, PodSandboxState, PodSandboxStatus,
+    PortForwardRequest, Result, VersionResponse, image_spec,
 };
 use crate::hollow_ipam::{Cidr, IpPool};
 use crate::images::{BUSYBOX_IMAGE, PAUSE_IMAGE};
@@ -339,9 +339,15 @@ impl ContainerRuntime for HollowRuntime {
         s.next_id += 1;
         let id = format!("container-{}", s.next_id);
         let image = config.image.clone().unwrap_or_default();
+        let resources = config.linux.and_then(|l| l.resources);
         let status = ContainerStatus {
             id: id.clone(),
             metadata: config.metadata,
+            // reported back, as containerd does: a resize completes on hollow nodes too
+            resources: resources.map(|linux| ContainerResources {
+                linux: Some(linux),
+                windows: None,
+            }),
             state: ContainerState::ContainerCreated as i32,
             created_at: now,
             image_ref: format!("sha256:{}", image.image.len()),
@@ -426,6 +432,23 @@ impl ContainerRuntime for HollowRuntime {
             .get(id)
             .map(|c| c.status.clone())
             .ok_or_else(|| not_found("ContainerStatus", id))
+    }
+
+    async fn update_container_resources(
+        &self,
+        id: &str,
+        resources: LinuxContainerResources,
+    ) -> Result<()> {
+        let mut s = self.state.lock();
+        let c = s
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| not_found("UpdateContainerResources", id))?;
+        c.status.resources = Some(ContainerResources {
+            linux: Some(resources),
+            windows: None,
+        });
+        Ok(())
     }
 
     /// Commands in a running hollow container succeed (exec probes and hooks pass).

@@ -247,6 +247,7 @@ async fn the_real_pod_sync_runs_a_pod_on_the_hollow_runtime_with_an_ip_from_the_
         security: Default::default(),
         runtime_classes: skiff_runtime::cache::Cache::from_objects([]),
         cgroups: None,
+        allocations: Default::default(),
     };
     let mut pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
@@ -304,6 +305,7 @@ async fn the_real_pod_sync_finishes_a_pod_whose_container_runs_true() {
         security: Default::default(),
         runtime_classes: skiff_runtime::cache::Cache::from_objects([]),
         cgroups: None,
+        allocations: Default::default(),
     };
     let mut pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "job-x", "namespace": "default", "uid": "u2"},

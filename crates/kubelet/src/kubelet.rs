@@ -21,6 +21,7 @@ use skiff_runtime::events::{Event, Recorder};
 use skiff_runtime::informer::Informers;
 
 use crate::admission::NodeView;
+use crate::allocation::Allocations;
 use crate::api::{KubePodApi, PodApi};
 use crate::cgroups::PodCgroups;
 use crate::cgroups::fs::RealCgroupFs;
@@ -52,6 +53,8 @@ use crate::volumes::host::RealHost;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error(transparent)]
+    Allocations(#[from] crate::allocation::Error),
     #[error(transparent)]
     Cgroups(#[from] crate::cgroups::Error),
     #[error(transparent)]
@@ -333,6 +336,7 @@ impl Kubelet {
             security: Arc::new(security),
             runtime_classes: informers.get::<RuntimeClass>().cache().clone(),
             cgroups,
+            allocations: Arc::new(Allocations::load(&config.data_dir)?),
         };
         let ready = Ready {
             node: config.node_name.clone(),
@@ -364,7 +368,7 @@ impl Kubelet {
     /// (pods keep running in their shims, as upstream's kubelet leaves them).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
         let pressure = Pressure::default();
-        let workers = Workers::default();
+        let workers = Workers::new(self.ctx.allocations.clone());
         let status = HostStatus {
             runtime: self.ctx.runtime.clone(),
             runtime_version: self.runtime_version.clone(),

@@ -14,6 +14,8 @@
 //! - [`pod_setup`]: what a pod needs before its containers (volumes, DNS, /etc/hosts).
 //! - [`pod_containers`]: one container's image pull, create and start.
 //! - [`pod_probes`]: running a pod's due probes and acting on failures.
+//! - [`pod_resize`]: in-place pod resize during a sync: judging a resize, carrying it out on
+//!   the running containers and the pod cgroup, its conditions and event.
 //! - [`pod_kill`]: stopping and removing a pod's containers and sandboxes.
 //! - [`container_gc`]: dead container and sandbox garbage collection, and the removal of
 //!   containers, sandboxes and their logs.
@@ -22,6 +24,10 @@
 //! - [`eviction`]: the eviction manager: the node's signals against the eviction thresholds,
 //!   the pressure conditions, and pods evicted one at a time.
 //! - [`actions`]: what a sync should do, without I/O (init order, restarts, back-off).
+//! - [`allocation`]: what was allocated to each pod (the resources its containers run with),
+//!   checkpointed in the data dir, and the pods' resize conditions.
+//! - [`resize`]: in-place pod resize without I/O: whether a resize fits, the order of its
+//!   steps, the resources a container status reports.
 //! - [`config`]: the CRI sandbox and container configs from the pod's spec.
 //! - [`security_context`]: the pod's and containers' securityContext as CRI security contexts
 //!   (users, groups, capabilities, seccomp, AppArmor, namespaces), and `runAsNonRoot`.
@@ -74,6 +80,7 @@
 
 pub mod actions;
 pub mod admission;
+pub mod allocation;
 pub mod api;
 pub mod cgroups;
 pub mod cleanup;
@@ -106,6 +113,7 @@ pub mod pleg;
 pub mod pod_containers;
 pub mod pod_kill;
 pub mod pod_probes;
+pub mod pod_resize;
 pub mod pod_setup;
 pub mod pod_sync;
 pub mod pod_workers;
@@ -113,6 +121,7 @@ pub mod podnet;
 pub mod podnet_runner;
 pub mod probe;
 pub mod qos;
+pub mod resize;
 pub mod resource_field;
 pub mod security_context;
 pub mod server;

@@ -245,6 +245,13 @@ impl SyncContext {
                 }));
             }
         };
+        // what it runs with, which an in-place resize starts from
+        if crate::allocation::resizable(pod).any(|c| &c.name == name) {
+            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+            if let Err(e) = self.allocations.set_actuated(uid, container) {
+                tracing::warn!(pod = %pod_key(pod), error = %e, "recording resources");
+            }
+        }
         let created = format!("Created container: {name}");
         self.api
             .event(pod, PodEvent::normal("Created", name, created))

@@ -113,7 +113,7 @@ impl SyncContext {
     }
 
     /// The pod's IP, from its first sandbox (for preStop hooks that reach it).
-    async fn pod_ip(&self, uid: &str) -> String {
+    pub(crate) async fn pod_ip(&self, uid: &str) -> String {
         let Ok(sandboxes) = self.runtime.list_pod_sandboxes(uid_labels(uid)).await else {
             return String::new();
         };

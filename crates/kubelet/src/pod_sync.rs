@@ -102,6 +102,9 @@ pub struct SyncContext {
     /// Pod cgroups in the QoS hierarchy (`cgroupsPerQOS`); None: pods go where the runtime
     /// puts them.
     pub cgroups: Option<Arc<crate::cgroups::PodCgroups>>,
+    /// What was allocated to each pod (its containers run with that, not with the spec's),
+    /// and the pods' resize conditions.
+    pub allocations: Arc<crate::allocation::Allocations>,
 }
 
 /// A pod's containers as the runtime has them.
@@ -419,6 +422,15 @@ impl SyncContext {
 
         if let Some((sandbox_id, attempt)) = ready.as_ref().filter(|_| volumes_ready) {
             let (sandbox, _) = self.sandbox_for(pod, *attempt);
+            let here = |id: &str| seen.sandbox_of.get(id) == Some(sandbox_id);
+            if !plan.finished
+                && self
+                    .actuate_resize(pod, sandbox_id, &sandbox, &seen.runs, here)
+                    .await
+            {
+                seen = self.observe(pod).await?;
+                plan = plan_for(&seen, Some(sandbox_id.as_str()));
+            }
             // an init container that is done at once lets the next one start in the same sync
             for _ in 0..=all_containers.len() {
                 if plan.finished
@@ -466,6 +478,7 @@ impl SyncContext {
         if plan.finished {
             // nothing runs in it any more (upstream removes a terminated pod's cgroup)
             self.remove_cgroup(pod).await;
+            crate::pod_resize::clear_finished(&self.allocations, &uid);
         }
         let mut probed: HashMap<String, (bool, bool)> = HashMap::new();
         if sandbox_status.is_some() {
@@ -503,10 +516,12 @@ impl SyncContext {
 
         let mut view_of = |c: &ApiContainer| {
             let history = seen.runs.get(&c.name);
+            let current = history.and_then(|h| h.first()).cloned();
             ContainerView {
                 name: c.name.clone(),
                 image: c.image.clone().unwrap_or_default(),
-                current: history.and_then(|h| h.first()).cloned(),
+                resources: self.status_resources(pod, c, current.as_ref()),
+                current,
                 previous: history.and_then(|h| h.get(1)).cloned(),
                 waiting: waiting.remove(&c.name),
                 probed: probed.get(&c.name).copied(),
@@ -524,6 +539,7 @@ impl SyncContext {
             init: plan.init,
             host_ip: self.host_ip.clone(),
             runtime_name: self.runtime_name.clone(),
+            resize_conditions: self.allocations.conditions(&uid),
         };
         for c in view.init_containers.iter().chain(&view.containers) {
             if let Some(w) = &c.waiting

@@ -51,6 +51,7 @@ fn harness() -> Harness {
         security: Default::default(),
         runtime_classes: skiff_runtime::cache::Cache::from_objects([]),
         cgroups: None,
+        allocations: Default::default(),
     };
     Harness {
         probes: Default::default(),
@@ -1083,3 +1084,6 @@ async fn a_terminated_pod_fails_with_its_reason_within_its_grace_and_is_not_rest
         Some("The node was low on resource: memory. ")
     );
 }
+
+#[path = "pod_resize_tests.rs"]
+mod resize;

@@ -6,7 +6,10 @@
 //! sandboxes, containers and volumes of pods that are gone (deleted while the kubelet was down)
 //! are removed. The eviction manager reaches the workers through [`Workers`]: the active pods,
 //! and a [`Termination`] carried out by the pod's own worker, so that nothing else runs or
-//! restarts the pod's containers meanwhile.
+//! restarts the pod's containers meanwhile. Admission records what it admitted a pod with
+//! ([`crate::allocation`]); before each sync of a running pod its worker has a resize judged
+//! ([`crate::pod_resize`]) and syncs the pod as allocated; a worker that ends forgets its pod's
+//! allocation and has the deferred resizes judged again, room having been made.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -21,9 +24,11 @@ use skiff_runtime::informer::{Change, Informer, Informers};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::admission::{self, NodeView};
+use crate::allocation::Allocations;
 use crate::container_gc::KnownPods;
 use crate::eviction::{PodTerminator, Pressure, Termination};
 use crate::pleg::Pleg;
+use crate::pod_resize::ResizeInputs;
 use crate::pod_sync::{LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, Outcome, SyncContext};
 use crate::server::pods::PodRegistry;
 
@@ -59,19 +64,43 @@ struct WorkerHandle {
 /// The pod workers of one kubelet, by pod uid: the pod loop starts and feeds them, the
 /// eviction manager lists the active pods and has one terminated. The lock is held only to
 /// look up, insert or copy out, never across an await.
-#[derive(Clone, Default)]
-pub struct Workers(Arc<Mutex<HashMap<String, WorkerHandle>>>);
+#[derive(Clone)]
+pub struct Workers {
+    handles: Arc<Mutex<HashMap<String, WorkerHandle>>>,
+    /// What was allocated to the pods, which is what they hold of the node.
+    allocations: Arc<Allocations>,
+}
 
 impl Workers {
-    /// The pods whose workers run and have not finished (upstream's active pods).
+    pub fn new(allocations: Arc<Allocations>) -> Workers {
+        Workers {
+            handles: Arc::default(),
+            allocations,
+        }
+    }
+
+    /// The pods whose workers run and have not finished (upstream's active pods), with the
+    /// resources allocated to them: admission, resizes and eviction count those.
     pub fn active(&self) -> Vec<Arc<Pod>> {
-        self.0
+        let pods: Vec<Arc<Pod>> = self
+            .handles
             .lock()
             .values()
             .filter(|w| !w.mailbox.is_closed())
             .filter_map(|w| w.mailbox.borrow().clone())
             .filter(|pod| !is_finished(pod))
+            .collect();
+        pods.iter()
+            .map(|p| self.allocations.allocated_pod(p))
             .collect()
+    }
+
+    /// Has the workers of these pods sync them again.
+    fn nudge(&self, uids: &[String]) {
+        let handles = self.handles.lock();
+        for w in uids.iter().filter_map(|uid| handles.get(uid)) {
+            w.mailbox.send_modify(|_| {});
+        }
     }
 }
 
@@ -84,7 +113,7 @@ impl PodTerminator for Workers {
     async fn terminate(&self, pod: &Pod, termination: Termination) -> bool {
         let (done, stopped) = oneshot::channel();
         let sent = self
-            .0
+            .handles
             .lock()
             .get(&uid_of(pod))
             .is_some_and(|w| w.terminations.send((termination, done)).is_ok());
@@ -166,10 +195,8 @@ pub(crate) async fn watch_pods(ctx: SyncContext, pod_loop: PodLoop) {
             Some(update) = rx.recv() => update,
             Some(changed) = runtime_changes.recv() => {
                 // the worker syncs the pod it has again
-                let handles = workers.0.lock();
-                for w in changed.iter().filter_map(|uid| handles.get(uid)) {
-                    w.mailbox.send_modify(|_| {});
-                }
+                let changed: Vec<String> = changed.into_iter().collect();
+                workers.nudge(&changed);
                 continue;
             }
             else => return,
@@ -179,9 +206,13 @@ pub(crate) async fn watch_pods(ctx: SyncContext, pod_loop: PodLoop) {
             PodUpdate::Listed(listed) => {
                 // volumes of pods that are gone without a worker (deleted while the kubelet
                 // was down); done here, before a new pod's worker can create its directory
-                ctx.volumes.tear_down_others(|uid| {
-                    listed.contains(uid) || workers.0.lock().contains_key(uid)
-                });
+                let known =
+                    |uid: &str| listed.contains(uid) || workers.handles.lock().contains_key(uid);
+                ctx.volumes.tear_down_others(known);
+                // and what was allocated to them
+                if let Err(e) = ctx.allocations.retain(known) {
+                    tracing::warn!(error = %e, "forgetting the allocations of pods that are gone");
+                }
                 // the sandboxes are listed before any later pod's worker starts, so that the
                 // sandbox a new pod's worker creates meanwhile is never taken for an orphan;
                 // stopping the orphans (within their grace) does not hold the loop up
@@ -194,14 +225,14 @@ pub(crate) async fn watch_pods(ctx: SyncContext, pod_loop: PodLoop) {
                 continue;
             }
         };
-        workers.0.lock().retain(|_, w| !w.mailbox.is_closed());
+        workers.handles.lock().retain(|_, w| !w.mailbox.is_closed());
         let uid = uid_of(&pod);
         if present {
             registry.upsert(&pod);
         } else {
             registry.remove(&uid);
         }
-        if let Some(w) = workers.0.lock().get(&uid) {
+        if let Some(w) = workers.handles.lock().get(&uid) {
             let _ = w.mailbox.send(present.then_some(pod));
             continue;
         }
@@ -212,28 +243,46 @@ pub(crate) async fn watch_pods(ctx: SyncContext, pod_loop: PodLoop) {
             if rejected.contains(&uid) {
                 continue;
             }
+            // with what a restarted kubelet had allocated to it, if it had (upstream's AddPod)
+            let allocated = ctx.allocations.allocated_pod(&pod);
+            // no resize decides meanwhile on room this pod takes
+            let decision = ctx.allocations.decision().await;
             // upstream's order: eviction's admission, then sysctls, then the predicates
-            let admitted = admission::check_pressure(&pod, &pressure.get())
-                .and_then(|()| ctx.security.sysctls.admit(&pod));
+            let admitted = admission::check_pressure(&allocated, &pressure.get())
+                .and_then(|()| ctx.security.sysctls.admit(&allocated));
             let admitted = match admitted {
-                Ok(()) => admit(&nodes, &node_name, &view, &pod, &workers.active()).await,
+                Ok(()) => admit(&nodes, &node_name, &view, &allocated, &workers.active()).await,
                 rejection => rejection,
             };
             if let Err(r) = admitted {
+                drop(decision);
                 admission::reject(&ctx, &pod, r).await;
                 rejected.insert(uid);
                 continue;
+            }
+            if let Err(e) = ctx.allocations.set_allocated(&allocated) {
+                tracing::warn!(pod = ?pod.metadata.name, error = %e, "recording an admitted pod's resources");
+            }
+        } else if !ctx.allocations.is_allocated(&uid) {
+            // started before this kubelet kept allocations: it holds what its spec asks
+            if let Err(e) = ctx.allocations.set_allocated(&pod) {
+                tracing::warn!(pod = ?pod.metadata.name, error = %e, "recording a pod's resources");
             }
         }
         rejected.remove(&uid);
         let (mailbox, rx) = watch::channel(Some(pod.clone()));
         let (terminations, terminations_rx) = mpsc::unbounded_channel();
-        tokio::spawn(pod_worker(ctx.clone(), pod, rx, terminations_rx));
+        let node = NodeState {
+            view: view.clone(),
+            pressure: pressure.clone(),
+            workers: workers.clone(),
+        };
+        tokio::spawn(pod_worker(ctx.clone(), node, pod, rx, terminations_rx));
         let handle = WorkerHandle {
             mailbox,
             terminations,
         };
-        workers.0.lock().insert(uid, handle);
+        workers.handles.lock().insert(uid, handle);
     }
 }
 
@@ -356,11 +405,54 @@ fn with_terminal_status(pod: Arc<Pod>, terminal: Option<&PodStatus>) -> Arc<Pod>
     }
 }
 
+/// What a worker reads of the node to judge its pod's resize.
+#[derive(Clone)]
+struct NodeState {
+    view: NodeView,
+    pressure: Pressure,
+    workers: Workers,
+}
+
+/// Runs one pod's worker until its pod is gone; then forgets what was allocated to the pod
+/// and has the pods whose resize waits for room judged again.
+async fn pod_worker(
+    ctx: SyncContext,
+    node: NodeState,
+    pod: Arc<Pod>,
+    rx: watch::Receiver<Option<Arc<Pod>>>,
+    terminations: mpsc::UnboundedReceiver<TerminationRequest>,
+) {
+    let uid = uid_of(&pod);
+    // the receiver goes with it: the pod is no longer active
+    run_worker(&ctx, &node, pod, rx, terminations).await;
+    if let Err(e) = ctx.allocations.remove(&uid) {
+        tracing::warn!(error = %e, "forgetting a removed pod's allocation");
+    }
+    node.workers.nudge(&ctx.allocations.deferred());
+}
+
+/// The pod as it is to run this sync: a pod that runs has its resize judged first; one being
+/// deleted or finished runs (and stops) with what it has.
+async fn allocated(ctx: &SyncContext, node: &NodeState, pod: &Arc<Pod>) -> Arc<Pod> {
+    if pod.metadata.deletion_timestamp.is_some() || is_finished(pod) {
+        return ctx.allocations.allocated_pod(pod);
+    }
+    let inputs = || {
+        let inputs = ResizeInputs {
+            node: node.view.get(),
+            pressure: node.pressure.get(),
+        };
+        (inputs, node.workers.active())
+    };
+    ctx.allocate_resize(pod, inputs).await
+}
+
 /// Syncs one pod when its mailbox changes (a new object, or the [`Pleg`]'s nudge) and
 /// whenever its last sync asked to be called again; carries out the terminations the
 /// kubelet asks for between syncs.
-async fn pod_worker(
-    ctx: SyncContext,
+async fn run_worker(
+    ctx: &SyncContext,
+    node: &NodeState,
     mut last: Arc<Pod>,
     mut rx: watch::Receiver<Option<Arc<Pod>>>,
     mut terminations: mpsc::UnboundedReceiver<TerminationRequest>,
@@ -382,13 +474,14 @@ async fn pod_worker(
                 return;
             }
             Some(pod) => {
-                if finished_checks.due() && !still_exists(&ctx, &pod).await {
+                if finished_checks.due() && !still_exists(ctx, &pod).await {
                     tracing::info!(pod = ?pod.metadata.name, "a finished pod is gone from the API server");
                     if let Err(e) = ctx.kill_pod(&pod, 0).await {
                         tracing::warn!(error = %e, "stopping a removed pod");
                     }
                     return;
                 }
+                let pod = allocated(ctx, node, &pod).await;
                 let result = ctx.sync_pod(&pod, &mut probes).await;
                 last = pod;
                 match result {

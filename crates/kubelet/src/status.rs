@@ -1,14 +1,15 @@
 //! Pod status from CRI state, without I/O: init and app container states (waiting, running,
 //! terminated), lastState, restartCount, ids; the phase by upstream's rules (`getPhase`); the
 //! PodReadyToStartContainers, Initialized, ContainersReady, Ready (with readiness gates) and
-//! PodScheduled conditions, carrying over the conditions others own;
+//! PodScheduled conditions, after the resize conditions, carrying over the conditions others
+//! own; the resources resizable containers run with;
 //! pod and host IPs; startTime.
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
     ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus as ApiContainerStatus, HostIP, Pod, PodCondition, PodIP,
-    PodSpec, PodStatus,
+    PodSpec, PodStatus, ResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -38,6 +39,9 @@ pub struct ContainerView {
     /// (started, ready) from its startup and readiness probes, when it is running; None means
     /// a running container is both.
     pub probed: Option<(bool, bool)>,
+    /// The requests and limits it runs with (`status.containerStatuses[].resources`), for
+    /// containers that can be resized in place.
+    pub resources: Option<ResourceRequirements>,
 }
 
 /// What the kubelet knows about one pod after a sync.
@@ -55,6 +59,8 @@ pub struct PodView {
     pub host_ip: String,
     /// The runtime's name, the scheme of container ids (`containerd://…`).
     pub runtime_name: String,
+    /// `PodResizePending` and `PodResizeInProgress`, when the pod has them.
+    pub resize_conditions: Vec<PodCondition>,
 }
 
 fn time(nanos: i64) -> Option<Time> {
@@ -148,6 +154,7 @@ pub fn container_status(view: &ContainerView, runtime: &str) -> ApiContainerStat
             .unwrap_or_else(|| view.image.clone()),
         image_id: current.map(|c| c.image_ref.clone()).unwrap_or_default(),
         container_id: current.map(|c| format!("{runtime}://{}", c.id)),
+        resources: view.resources.clone(),
         ..Default::default()
     }
 }
@@ -197,7 +204,9 @@ pub fn phase(statuses: &[ApiContainerStatus], restart_policy: &str) -> &'static 
 
 /// The conditions the kubelet owns; others (readiness gates, `DisruptionTarget`…) belong to
 /// whoever set them and are carried over unchanged, as upstream's status manager does.
-const KUBELET_CONDITIONS: [&str; 5] = [
+const KUBELET_CONDITIONS: [&str; 7] = [
+    "PodResizePending",
+    "PodResizeInProgress",
     "PodReadyToStartContainers",
     "Initialized",
     "Ready",
@@ -354,7 +363,10 @@ pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
             )),
         )
     };
-    let mut conditions = vec![
+    // the resize conditions first, as upstream lists them; a finished pod has none
+    let resizing = view.resize_conditions.iter().filter(|_| !terminal).cloned();
+    let mut conditions: Vec<PodCondition> = resizing.collect();
+    conditions.extend([
         condition(
             "PodReadyToStartContainers",
             view.sandbox.is_some(),
@@ -365,7 +377,7 @@ pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
         ready,
         condition("ContainersReady", containers_ready, reason, message),
         condition("PodScheduled", true, None, None),
-    ];
+    ]);
     conditions.extend(foreign);
 
     let host_network = spec.host_network.unwrap_or(false);
@@ -455,8 +467,7 @@ mod tests {
                 image: "busybox".into(),
                 current,
                 previous,
-                waiting: None,
-                probed: None,
+                ..Default::default()
             }],
             host_ip: "192.168.1.5".into(),
             runtime_name: "containerd".into(),

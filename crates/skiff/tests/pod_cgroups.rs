@@ -9,35 +9,17 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
 use skiff_apimachinery::quantity::Quantity;
-use support::node::{KubeletProcess, in_phase, unsupported};
+use support::node::{KubeletProcess, cgroup_dir, cgroup_file, in_phase, unsupported};
 use support::{ApiServer, Backend, eventually, kube_client, run};
 
 const NODE: &str = "cgroups-e2e";
-
-/// A file of a cgroup (`<hierarchy>/<cgroup root>/kubepods/...`), trimmed.
-fn cgroup_file(hierarchy: &str, cgroup: &str, file: &str) -> String {
-    let path = Path::new("/sys/fs/cgroup")
-        .join(hierarchy)
-        .join(cgroup.trim_start_matches('/'))
-        .join(file);
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
-        .trim()
-        .to_string()
-}
-
-fn cgroup_dir(hierarchy: &str, cgroup: &str) -> PathBuf {
-    Path::new("/sys/fs/cgroup")
-        .join(hierarchy)
-        .join(cgroup.trim_start_matches('/'))
-}
 
 async fn create(pods: &Api<Pod>, name: &str, resources: serde_json::Value, script: &str) -> Pod {
     let pod = json!({

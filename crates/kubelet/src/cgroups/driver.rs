@@ -12,7 +12,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::fs::{CgroupFs, Layout};
-use super::resources::{ResourceConfig, shares_to_weight};
+use super::resources::{ResourceConfig, shares_to_weight, weight_to_shares};
+
+/// At and above this, a v1 `memory.limit_in_bytes` means no limit (the kernel writes
+/// `PAGE_COUNTER_MAX` pages; 2^62 is below it on any page size and far above any memory).
+const V1_UNLIMITED_MEMORY: i64 = 1 << 62;
 
 /// A cgroup by its path components below the hierarchies' roots (upstream's `CgroupName`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -233,6 +237,49 @@ impl Cgroupfs {
             write("pids", "pids.max", limit(pids))?;
         }
         Ok(())
+    }
+
+    /// The CPU shares, CFS quota and period and memory limit the cgroup has (upstream's
+    /// `GetCgroupConfig`): v2's `cpu.weight` read back as shares; no limit reads as -1. A file
+    /// that cannot be read leaves its value unset.
+    pub fn get(&self, name: &CgroupName) -> ResourceConfig {
+        let read = |controller: &str, file: &str| {
+            let dir = self.dir_of(name, controller)?;
+            Some(self.fs.read(&dir.join(file)).ok()?.trim().to_string())
+        };
+        let number = |v: &str| {
+            if v == "max" {
+                Some(-1)
+            } else {
+                v.parse::<i64>().ok()
+            }
+        };
+        if self.is_v2() {
+            let max = read("cpu", "cpu.max");
+            let mut parts = max.as_deref().unwrap_or_default().split_whitespace();
+            let (quota, period) = (parts.next(), parts.next());
+            ResourceConfig {
+                cpu_shares: read("cpu", "cpu.weight")
+                    .and_then(|w| w.parse::<u64>().ok())
+                    .map(weight_to_shares),
+                cpu_quota: quota.and_then(number),
+                cpu_period: period.and_then(|p| p.parse().ok()),
+                memory: read("memory", "memory.max").as_deref().and_then(number),
+                pids_limit: None,
+            }
+        } else {
+            // v1 writes an unlimited memory limit as the largest page-aligned number
+            let memory = read("memory", "memory.limit_in_bytes")
+                .as_deref()
+                .and_then(number);
+            ResourceConfig {
+                cpu_shares: read("cpu", "cpu.shares").and_then(|v| v.parse().ok()),
+                cpu_quota: read("cpu", "cpu.cfs_quota_us").as_deref().and_then(number),
+                cpu_period: read("cpu", "cpu.cfs_period_us").and_then(|v| v.parse().ok()),
+                memory: memory.map(|m| if m >= V1_UNLIMITED_MEMORY { -1 } else { m }),
+                pids_limit: None,
+            }
+        }
     }
 
     /// The names of the cgroup's children (in any hierarchy that decides existence).

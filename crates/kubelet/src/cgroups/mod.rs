@@ -166,30 +166,36 @@ impl PodCgroups {
         self.pod_cgroup(QosClass::of(pod), uid).to_cgroupfs()
     }
 
-    /// Makes the pod's cgroup with its limits, or sets them again when they changed, and the
-    /// Burstable class's shares with it (upstream's `UpdateQOSCgroups` and `EnsureExists`
-    /// before a pod's sandbox).
+    /// Makes the pod's cgroup with its limits if it has none, and the Burstable class's shares
+    /// with it (upstream's `UpdateQOSCgroups` and `EnsureExists` before a pod's sandbox). An
+    /// existing cgroup keeps its limits (as upstream's `EnsureExists`): once the pod runs they
+    /// change only with an in-place resize ([`PodCgroups::set_pod`], in the resize's order);
+    /// one this kubelet did not make (before a restart) has its values read back.
     pub fn ensure_pod(&self, pod: &Pod) -> Result<()> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let qos = QosClass::of(pod);
-        let entry = PodEntry {
-            qos,
-            config: pod_resource_config(pod, self.pod_pids_limit),
-            cpu_request: pod_cpu_request(pod),
-        };
-        let mut pods = self.pods.lock();
         let name = self.pod_cgroup(qos, &uid);
-        if let Some(known) = pods.get(&uid)
-            && known.config == entry.config
-            && known.cpu_request == entry.cpu_request
-            && self.driver.exists(&name)
-        {
+        let mut pods = self.pods.lock();
+        let exists = self.driver.exists(&name);
+        if exists && pods.contains_key(&uid) {
             return Ok(());
         }
+        let entry = PodEntry {
+            qos,
+            config: if exists {
+                self.driver.get(&name)
+            } else {
+                pod_resource_config(pod, self.pod_pids_limit)
+            },
+            cpu_request: pod_cpu_request(pod),
+        };
         let before = burstable_request(&pods);
         pods.insert(uid, entry.clone());
         if burstable_request(&pods) != before {
             self.set_burstable_shares(&pods)?;
+        }
+        if exists {
+            return Ok(());
         }
         self.driver
             .create(&name, &entry.config)
@@ -197,6 +203,55 @@ impl PodCgroups {
                 cgroup: name,
                 source,
             })
+    }
+
+    /// The values of the pod's cgroup as this kubelet set or read them (None before
+    /// [`PodCgroups::ensure_pod`]).
+    pub fn pod_config(&self, pod: &Pod) -> Option<ResourceConfig> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        self.pods.lock().get(uid).map(|e| e.config.clone())
+    }
+
+    /// The values the pod's cgroup should have for its (allocated) resources.
+    pub fn desired_config(&self, pod: &Pod) -> ResourceConfig {
+        pod_resource_config(pod, self.pod_pids_limit)
+    }
+
+    /// Sets some values of the pod's cgroup (one step of an in-place resize); when its CPU
+    /// shares change, the Burstable class's shares follow the pod's (allocated) CPU request.
+    pub fn set_pod(&self, pod: &Pod, config: &ResourceConfig) -> Result<()> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let qos = QosClass::of(pod);
+        let name = self.pod_cgroup(qos, &uid);
+        let mut pods = self.pods.lock();
+        self.driver
+            .set(&name, config)
+            .map_err(|source| Error::Update {
+                cgroup: name.clone(),
+                source,
+            })?;
+        let before = burstable_request(&pods);
+        let entry = pods.entry(uid).or_insert_with(|| PodEntry {
+            qos,
+            config: ResourceConfig::default(),
+            cpu_request: 0,
+        });
+        let c = &mut entry.config;
+        let merged = ResourceConfig {
+            cpu_shares: config.cpu_shares.or(c.cpu_shares),
+            cpu_quota: config.cpu_quota.or(c.cpu_quota),
+            cpu_period: config.cpu_period.or(c.cpu_period),
+            memory: config.memory.or(c.memory),
+            pids_limit: config.pids_limit.or(c.pids_limit),
+        };
+        *c = merged;
+        if config.cpu_shares.is_some() {
+            entry.cpu_request = pod_cpu_request(pod);
+        }
+        if burstable_request(&pods) != before {
+            self.set_burstable_shares(&pods)?;
+        }
+        Ok(())
     }
 
     fn set_burstable_shares(&self, pods: &BTreeMap<String, PodEntry>) -> Result<()> {

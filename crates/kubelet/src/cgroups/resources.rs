@@ -120,6 +120,15 @@ pub fn shares_to_weight(shares: u64) -> u64 {
     1 + (shares.saturating_sub(2) * 9999) / 262_142
 }
 
+/// v1 shares for a v2 `cpu.weight`, the inverse of [`shares_to_weight`] (upstream's
+/// `CpuWeightToCpuShares`).
+pub fn weight_to_shares(weight: u64) -> u64 {
+    if weight == 0 {
+        return 0;
+    }
+    2 + ((weight - 1) * 262_142) / 9999
+}
+
 /// A pod's limits, as upstream's `PodLimits`: the containers' sum, raised to what each init
 /// container needs while it runs (itself and the sidecars started before it), plus the
 /// overhead on the resources that have a limit; and whether every container (init containers

@@ -48,6 +48,22 @@ pub fn unsupported() -> Option<String> {
     None
 }
 
+/// A file of a cgroup v1 hierarchy (`cgroup` as `<cgroup root>/kubepods/...`), trimmed.
+pub fn cgroup_file(hierarchy: &str, cgroup: &str, file: &str) -> String {
+    let path = cgroup_dir(hierarchy, cgroup).join(file);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+        .trim()
+        .to_string()
+}
+
+/// A cgroup's directory in a cgroup v1 hierarchy.
+pub fn cgroup_dir(hierarchy: &str, cgroup: &str) -> PathBuf {
+    Path::new("/sys/fs/cgroup")
+        .join(hierarchy)
+        .join(cgroup.trim_start_matches('/'))
+}
+
 /// Where a kubelet runs and how the API server reaches it.
 #[derive(Debug, Clone)]
 pub struct Placement {
