@@ -9,14 +9,14 @@
 
 mod support;
 
-use std::path::Path;
-
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
 use skiff_apimachinery::quantity::Quantity;
-use support::node::{KubeletProcess, cgroup_dir, cgroup_file, in_phase, unsupported};
+use support::node::{
+    KubeletProcess, cgroup_dir, cgroup_file, in_phase, unsupported_without_cgroup_v1,
+};
 use support::{ApiServer, Backend, eventually, kube_client, run};
 
 const NODE: &str = "cgroups-e2e";
@@ -51,13 +51,8 @@ fn bytes(q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> i64 {
 
 #[test]
 fn pods_run_in_their_qos_cgroups_with_their_limits_and_the_node_keeps_back_what_is_reserved() {
-    if let Some(why) = unsupported() {
+    if let Some(why) = unsupported_without_cgroup_v1() {
         support::skip(&why);
-        return;
-    }
-    if !Path::new("/sys/fs/cgroup/memory").is_dir() {
-        // the host this test is written for: cgroup v1 (the v2 files are unit-tested)
-        support::skip("no cgroup v1 memory hierarchy at /sys/fs/cgroup/memory");
         return;
     }
     let api = ApiServer::start(Backend::Embedded);

@@ -8,13 +8,11 @@
 
 mod support;
 
-use std::path::Path;
-
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use serde_json::{Value, json};
 use skiff_apimachinery::quantity::Quantity;
-use support::node::{KubeletProcess, cgroup_file, in_phase, unsupported};
+use support::node::{KubeletProcess, cgroup_file, in_phase, unsupported_without_cgroup_v1};
 use support::{ApiServer, Backend, KUBECTL_133, create, eventually, kube_client, run};
 
 const NODE: &str = "resize-e2e";
@@ -82,13 +80,8 @@ fn resize_conditions(pod: &Pod) -> Vec<(String, String, String)> {
 
 #[test]
 fn a_running_pod_is_resized_in_place_or_restarted_as_its_policy_says_or_left_pending() {
-    if let Some(why) = unsupported() {
+    if let Some(why) = unsupported_without_cgroup_v1() {
         support::skip(&why);
-        return;
-    }
-    if !Path::new("/sys/fs/cgroup/memory").is_dir() {
-        // the host this test is written for: cgroup v1 (the v2 files are unit-tested)
-        support::skip("no cgroup v1 memory hierarchy at /sys/fs/cgroup/memory");
         return;
     }
     let api = ApiServer::start(Backend::Embedded);

@@ -187,16 +187,21 @@ mod tests {
         c
     }
 
-    async fn admit(classes: Vec<Value>, spec: Value) -> Result<Value> {
+    /// The pod spec after the plugin admitted `spec` (an update when `old` is given).
+    async fn mutated(classes: Vec<Value>, spec: Value, old: Option<&Value>) -> Result<Value> {
         let user = UserInfo::anonymous();
         let attrs = Attributes {
-            operation: Operation::Create,
+            operation: if old.is_some() {
+                Operation::Update
+            } else {
+                Operation::Create
+            },
             resource: lookup("", "v1", "pods").unwrap(),
             subresource: "",
             namespace: "default",
             name: "web",
             user: &user,
-            old: None,
+            old,
             dry_run: false,
             notes: Default::default(),
         };
@@ -209,30 +214,18 @@ mod tests {
         Ok(pod["spec"].clone())
     }
 
+    async fn admit(classes: Vec<Value>, spec: Value) -> Result<Value> {
+        mutated(classes, spec, None).await
+    }
+
     #[tokio::test]
     async fn an_update_keeps_the_priority_set_on_create() {
-        let user = UserInfo::anonymous();
         let old = json!({"spec": {"priority": 1000, "preemptionPolicy": "Never"}});
-        let attrs = Attributes {
-            operation: Operation::Update,
-            resource: lookup("", "v1", "pods").unwrap(),
-            subresource: "",
-            namespace: "default",
-            name: "web",
-            user: &user,
-            old: Some(&old),
-            dry_run: false,
-            notes: Default::default(),
-        };
-        let mut pod = json!({"metadata": {"name": "web"}, "spec": {"containers": []}});
-        Priority {
-            lookup: Classes(vec![]),
-        }
-        .mutate(&attrs, Some(&mut pod))
-        .await
-        .unwrap();
-        assert_eq!(pod["spec"]["priority"], 1000);
-        assert_eq!(pod["spec"]["preemptionPolicy"], "Never");
+        let spec = mutated(vec![], json!({"containers": []}), Some(&old))
+            .await
+            .unwrap();
+        assert_eq!(spec["priority"], 1000);
+        assert_eq!(spec["preemptionPolicy"], "Never");
     }
 
     #[tokio::test]

@@ -48,6 +48,15 @@ pub fn unsupported() -> Option<String> {
     None
 }
 
+/// [`unsupported`], or why a test that reads cgroup v1 files cannot run here (the host these
+/// tests are written for has cgroup v1; the v2 files are unit-tested).
+pub fn unsupported_without_cgroup_v1() -> Option<String> {
+    unsupported().or_else(|| {
+        let v1 = Path::new("/sys/fs/cgroup/memory").is_dir();
+        (!v1).then(|| "no cgroup v1 memory hierarchy at /sys/fs/cgroup/memory".to_string())
+    })
+}
+
 /// A file of a cgroup v1 hierarchy (`cgroup` as `<cgroup root>/kubepods/...`), trimmed.
 pub fn cgroup_file(hierarchy: &str, cgroup: &str, file: &str) -> String {
     let path = cgroup_dir(hierarchy, cgroup).join(file);
