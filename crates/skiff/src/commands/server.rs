@@ -64,12 +64,19 @@ pub struct ServerArgs {
     #[arg(long)]
     pub disable_agent: bool,
 
-    /// Do not apply a packaged component (repeatable, k3s's flag): `local-storage` (the default
-    /// StorageClass `local-path`). k3s's `servicelb`, `traefik`, `metrics-server` and
-    /// `runtimes` are accepted and ignored: Skiff packages none of them.
+    /// Do not run a packaged component (comma-separated or repeated, k3s's flag):
+    /// `local-storage` (the default StorageClass `local-path`), `servicelb` (addresses for
+    /// LoadBalancer Services), `ingress` (the ingress controller; k3s's name `traefik` is
+    /// accepted for it), `network-policy` (NetworkPolicy enforcement). k3s's `metrics-server`
+    /// and `runtimes` are accepted and ignored: Skiff packages neither.
     #[arg(long, value_name = "NAME", value_delimiter = ',',
-          value_parser = ["local-storage", "servicelb", "traefik", "metrics-server", "runtimes"])]
+          value_parser = ["local-storage", "servicelb", "ingress", "traefik", "network-policy",
+                          "metrics-server", "runtimes"])]
     pub disable: Vec<String>,
+
+    /// k3s's spelling of `--disable network-policy`.
+    #[arg(long)]
+    pub disable_network_policy: bool,
 
     /// This machine's Node name (default: the host name).
     #[arg(long, value_name = "NAME")]
@@ -117,6 +124,29 @@ pub struct ExtraArgs {
     /// A flag for the cluster DNS, `name=value` (repeatable).
     #[arg(long, value_name = "FLAG")]
     pub dns_arg: Vec<String>,
+}
+
+/// A component `--disable` can turn off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Packaged {
+    LocalStorage,
+    ServiceLb,
+    Ingress,
+    NetworkPolicy,
+}
+
+impl ServerArgs {
+    /// Whether `--disable` (or `--disable-network-policy`) turned `component` off.
+    pub fn disabled(&self, component: Packaged) -> bool {
+        let names: &[&str] = match component {
+            Packaged::LocalStorage => &["local-storage"],
+            Packaged::ServiceLb => &["servicelb"],
+            Packaged::Ingress => &["ingress", "traefik"],
+            Packaged::NetworkPolicy => &["network-policy"],
+        };
+        (component == Packaged::NetworkPolicy && self.disable_network_policy)
+            || self.disable.iter().any(|d| names.contains(&d.as_str()))
+    }
 }
 
 /// The component's flags parsed from `argv` (ours, then the user's `--<component>-arg`s, which
@@ -273,7 +303,7 @@ async fn start(args: &ServerArgs, supervisor: &mut Supervisor) -> anyhow::Result
     {
         return Ok(());
     }
-    if !args.disable.iter().any(|d| d == "local-storage")
+    if !args.disabled(Packaged::LocalStorage)
         && supervisor
             .guard(addons::ensure_local_storage(&admin))
             .await?
@@ -528,5 +558,24 @@ mod tests {
             ["http://127.0.0.1:2379", "http://10.0.0.2:2379"]
         );
         assert!(etcd_endpoints("http://127.0.0.1:2379").is_err());
+    }
+
+    #[test]
+    fn disable_takes_k3s_names() {
+        let args = component_args::<ServerArgs>(
+            "server",
+            vec!["--disable=traefik,servicelb".into()],
+            &["disable-network-policy".into()],
+        )
+        .unwrap();
+        assert!(args.disabled(Packaged::Ingress));
+        assert!(args.disabled(Packaged::ServiceLb));
+        assert!(args.disabled(Packaged::NetworkPolicy));
+        assert!(!args.disabled(Packaged::LocalStorage));
+        let args = component_args::<ServerArgs>("server", vec![], &[]).unwrap();
+        assert!(!args.disabled(Packaged::NetworkPolicy));
+        assert!(
+            component_args::<ServerArgs>("server", vec!["--disable=nope".into()], &[]).is_err()
+        );
     }
 }
