@@ -13,8 +13,8 @@
 //!
 //! What the host's nodes share is removed only when nobody else uses it: the CNI bridge when
 //! no interface is attached to it any more; the Service rules (`skiff proxy`'s `KUBE-*`
-//! chains and `ip skiff` nftables table), the pod network's `SKIFF-POSTROUTING` chain and
-//! host-gw routes (`proto 83`), and portmap's `CNI-HOSTPORT-*` chains (when they map no port)
+//! chains and `ip skiff` nftables table), the pod network's `SKIFF-POSTROUTING` chain, VXLAN
+//! device `flannel.1` and routes (`proto 83`), and portmap's `CNI-HOSTPORT-*` chains (when they map no port)
 //! when no other Skiff node process runs in this network namespace.
 //!
 //! Host access goes through [`Host`]: [`SystemHost`] is this machine, [`FakeHost`] a recorded
@@ -76,7 +76,7 @@ pub trait Host {
 /// What the host's shared state was left as.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Shared {
-    /// Removed: this many items (bridge: 1; host rules: chains, tables and routes).
+    /// Removed: this many items (bridge: 1; host rules: chains, tables, devices and routes).
     Removed(usize),
     /// Kept: still in use, by this many (interfaces on the bridge; other Skiff processes).
     Kept(usize),
@@ -184,7 +184,11 @@ impl fmt::Display for Report {
         match self.host_rules {
             Some(Shared::Removed(n)) => lines.push(format!(
                 "removed the host's Service and pod network rules ({})",
-                plural(n, "chain, table or route", "chains, tables and routes")
+                plural(
+                    n,
+                    "chain, table, device or route",
+                    "chains, tables, devices and routes"
+                )
             )),
             Some(Shared::Kept(n)) => lines.push(format!(
                 "kept the host's Service and pod network rules: {} still running here",
@@ -600,6 +604,18 @@ impl Cleanup<'_> {
             {
                 Ok(_) => removed += 1,
                 Err(e) => self.fail("deleting nftables table ip skiff", e),
+            }
+        }
+        // the VXLAN device; its routes, neighbour and forwarding entries go with it
+        let device = crate::podnet::vxlan::DEVICE;
+        let shown = self
+            .host
+            .run(&Cmd::new("ip", &["-o", "link", "show", "dev", device]))
+            .unwrap_or_default();
+        if !shown.trim().is_empty() {
+            match self.host.run(&Cmd::new("ip", &["link", "del", device])) {
+                Ok(_) => removed += 1,
+                Err(e) => self.fail(format!("removing the VXLAN device {device}"), e),
             }
         }
         let proto = crate::podnet::ROUTE_PROTOCOL;

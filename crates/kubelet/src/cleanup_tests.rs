@@ -280,9 +280,15 @@ fn host_rules_are_removed_when_no_other_skiff_node_runs_here() {
         "ip -4 route show proto 83".into(),
         "10.42.1.0/24 via 10.250.0.3 dev eth0 proto 83\n".into(),
     );
+    host.outputs.lock().insert(
+        "ip -o link show dev flannel.1".into(),
+        "7: flannel.1: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1450 qdisc noqueue state UNKNOWN\n"
+            .into(),
+    );
     let report = kill_all(&host, Path::new(D));
-    // KUBE-SERVICES, KUBE-FORWARD; SKIFF-POSTROUTING, CNI-HOSTPORT-DNAT; the nft table; a route
-    assert_eq!(report.host_rules, Some(Shared::Removed(6)));
+    // KUBE-SERVICES, KUBE-FORWARD; SKIFF-POSTROUTING, CNI-HOSTPORT-DNAT; the nft table; the
+    // VXLAN device; a route
+    assert_eq!(report.host_rules, Some(Shared::Removed(7)));
     let stdin: Vec<String> = host
         .commands
         .lock()
@@ -303,6 +309,7 @@ fn host_rules_are_removed_when_no_other_skiff_node_runs_here() {
     );
     let lines = host.take_lines();
     assert!(lines.contains(&"nft delete table ip skiff".to_string()));
+    assert!(lines.contains(&"ip link del flannel.1".to_string()));
     assert!(lines.contains(&"ip -4 route flush proto 83".to_string()));
 }
 

@@ -54,9 +54,14 @@ pub struct ContainerdConfig {
     /// The Linux bridge pods attach to (upstream's and k3s's `cni0`).
     pub bridge: String,
     /// Whether the bridge plugin masquerades traffic leaving the node's pod CIDR. Off when the
-    /// host-gw pod network ([`crate::podnet`]) runs: pods on other nodes must see a pod's own
-    /// address, and its `SKIFF-POSTROUTING` chain masquerades only what leaves the cluster CIDR.
+    /// pod network across nodes ([`crate::podnet`]) runs: pods on other nodes must see a pod's
+    /// own address, and its `SKIFF-POSTROUTING` chain masquerades only what leaves the cluster
+    /// CIDR.
     pub ip_masq: bool,
+    /// The MTU of the bridge and the pods' interfaces (the VXLAN device's, so that a pod's
+    /// full-size packet still fits once encapsulated); unset: the bridge plugin's default, the
+    /// host's usual 1500.
+    pub mtu: Option<u32>,
 }
 
 impl Default for ContainerdConfig {
@@ -68,6 +73,7 @@ impl Default for ContainerdConfig {
             cni_bin_dir: PathBuf::from("/usr/lib/cni"),
             bridge: "cni0".into(),
             ip_masq: true,
+            mtu: None,
         }
     }
 }
@@ -158,10 +164,11 @@ state = "{d}/state"
     }
 
     /// The CNI network: a bridge with the gateway on the host, masquerading traffic that
-    /// leaves the pod CIDR (unless [`ContainerdConfig::ip_masq`] is off), hairpin for pods reaching themselves through a service; host-local
-    /// IPAM keeps its leases under our dir; portmap serves hostPort.
+    /// leaves the pod CIDR (unless [`ContainerdConfig::ip_masq`] is off), hairpin for pods
+    /// reaching themselves through a service, the MTU [`ContainerdConfig::mtu`] if set;
+    /// host-local IPAM keeps its leases under our dir; portmap serves hostPort.
     pub fn cni_conflist(&self) -> String {
-        let conf = serde_json::json!({
+        let mut conf = serde_json::json!({
             "cniVersion": "0.4.0",
             "name": CNI_NETWORK,
             "plugins": [
@@ -181,6 +188,9 @@ state = "{d}/state"
                 {"type": "portmap", "capabilities": {"portMappings": true}},
             ],
         });
+        if let Some(mtu) = self.mtu {
+            conf["plugins"][0]["mtu"] = mtu.into();
+        }
         serde_json::to_string_pretty(&conf).expect("a JSON value serializes")
     }
 
@@ -435,6 +445,18 @@ mod tests {
         assert_eq!(plugins[0]["ipam"]["ranges"][0][0]["subnet"], "10.99.0.0/24");
         assert_eq!(plugins[0]["ipam"]["dataDir"], "/data/containerd/cni/ipam");
         assert_eq!(plugins[1]["type"], "portmap");
+        // the bridge plugin's default MTU unless the pod network asks for one
+        assert_eq!(plugins[0].get("mtu"), None);
+    }
+
+    #[test]
+    fn the_bridge_and_the_pods_get_the_overlays_mtu() {
+        let config = ContainerdConfig {
+            mtu: Some(1450),
+            ..config()
+        };
+        let conf: serde_json::Value = serde_json::from_str(&config.cni_conflist()).unwrap();
+        assert_eq!(conf["plugins"][0]["mtu"], 1450);
     }
 
     #[test]

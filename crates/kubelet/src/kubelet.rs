@@ -41,7 +41,7 @@ use crate::log_rotation::{LogRotatePolicy, LogRotation};
 use crate::node;
 use crate::pod_sync::SyncContext;
 use crate::pod_workers::{PodLoop, Workers};
-use crate::podnet::HostGw;
+use crate::podnet::{Backend, PodNetwork, Vxlan};
 use crate::podnet_runner::HostRunner;
 use crate::security_context::NodeSecurity;
 use crate::server::auth::Auth;
@@ -119,8 +119,11 @@ pub struct Config {
 /// How pods reach pods on other nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlannelBackend {
-    /// Routes to other nodes' pod CIDRs via their InternalIPs and masquerading out of the
-    /// cluster CIDR ([`crate::podnet`]); the CNI bridge does not masquerade.
+    /// The VXLAN overlay ([`crate::podnet::vxlan`]) and masquerading out of the cluster CIDR;
+    /// the CNI bridge does not masquerade, and pods get the VXLAN device's MTU. k3s's default.
+    Vxlan,
+    /// Routes to other nodes' pod CIDRs via their InternalIPs ([`crate::podnet::host_gw`])
+    /// and masquerading out of the cluster CIDR; the CNI bridge does not masquerade.
     HostGw,
     /// No routes between nodes; the CNI bridge masquerades what leaves the node's pod CIDR
     /// (one node, or a network someone else provides).
@@ -140,7 +143,8 @@ impl Default for Config {
             busybox: PathBuf::from("/bin/busybox"),
             client_ca: Vec::new(),
             settings: KubeletConfiguration::default(),
-            flannel_backend: FlannelBackend::HostGw,
+            // k3s's default
+            flannel_backend: FlannelBackend::Vxlan,
             // k3s's default cluster CIDR
             cluster_cidr: "10.42.0.0/16".into(),
             image_gc_period: IMAGE_GC_PERIOD,
@@ -171,7 +175,8 @@ pub struct Kubelet {
     runtime_version: String,
     server: KubeletServer,
     pods: PodRegistry,
-    host_gw: Option<HostGw>,
+    /// The pod network across nodes, unless `--flannel-backend none`.
+    pod_network: Option<PodNetwork>,
     /// What the eviction manager reads: the host and the runtime's stats.
     stats: Arc<dyn StatsProvider>,
     /// Events about this node (`kubelet` on the node).
@@ -197,14 +202,6 @@ impl Kubelet {
         } else {
             None
         };
-        let host_gw = match config.flannel_backend {
-            FlannelBackend::HostGw => Some(HostGw::new(
-                Arc::new(HostRunner),
-                &config.node_name,
-                &config.cluster_cidr,
-            )?),
-            FlannelBackend::None => None,
-        };
         let nodes: Api<Node> = Api::all(client.clone());
         let pod_cidr = match node::assigned_pod_cidr(&nodes, &config.node_name).await? {
             Some(cidr) => cidr,
@@ -213,6 +210,7 @@ impl Kubelet {
                 None => node::await_pod_cidr(&nodes, &config.node_name).await?,
             },
         };
+        let pod_network = pod_network(&config, host.ip, &pod_cidr).await?;
 
         let (managed, endpoint) = match &config.container_runtime_endpoint {
             Some(e) => (None, e.clone()),
@@ -220,7 +218,8 @@ impl Kubelet {
                 let c = ContainerdConfig {
                     dir: config.data_dir.join("containerd"),
                     pod_cidr: pod_cidr.clone(),
-                    ip_masq: host_gw.is_none(),
+                    ip_masq: pod_network.is_none(),
+                    mtu: pod_network.as_ref().and_then(PodNetwork::pod_mtu),
                     ..Default::default()
                 };
                 let m = ManagedContainerd::start(c, config.containerd_binary.clone()).await?;
@@ -288,13 +287,16 @@ impl Kubelet {
         status.images = Some(node::node_images(&runtime.list_images().await?));
         let allocatable = status.allocatable.clone().unwrap_or_default();
         let mut object = node::node_object(&config.node_name, &host, &pod_cidr, status);
-        // where this node's local-path volumes live, for the provisioner to name in volumes
-        object.metadata.annotations = Some(std::collections::BTreeMap::from([(
+        // where this node's local-path volumes live, for the provisioner to name in volumes;
+        // and how other nodes reach its pods (its VXLAN VTEP)
+        let mut annotations = std::collections::BTreeMap::from([(
             crate::local_path::ANN_NODE_DIR.to_string(),
             crate::local_path::node_dir(&config.data_dir)
                 .display()
                 .to_string(),
-        )]));
+        )]);
+        annotations.extend(pod_network.iter().flat_map(PodNetwork::node_annotations));
+        object.metadata.annotations = Some(annotations);
         let node = node::register(&nodes, object).await?;
         let pod_api = KubePodApi::new(client.clone(), config.node_name.clone());
         let events = pod_api.recorder();
@@ -355,7 +357,7 @@ impl Kubelet {
             runtime_version,
             server,
             pods,
-            host_gw,
+            pod_network,
             stats,
             events,
             informers,
@@ -445,8 +447,8 @@ impl Kubelet {
         };
         let local_path = tokio::spawn(crate::local_path::run(informers.clone(), vec![this_node]));
         let pod_network = self
-            .host_gw
-            .map(|h| tokio::spawn(crate::podnet::run(informers.clone(), h)));
+            .pod_network
+            .map(|n| tokio::spawn(crate::podnet::run(informers.clone(), n)));
         let image_gc = tokio::spawn(self.image_gc.clone().run(self.config.image_gc_period));
         let log_rotation = LogRotation::new(
             self.ctx.runtime.clone(),
@@ -476,6 +478,29 @@ impl Kubelet {
         }
         Ok(())
     }
+}
+
+/// The pod network `--flannel-backend` asks for, set up far enough that the CNI config (the
+/// pods' MTU) and the Node (its VTEP annotations) can name it: for vxlan, this node's VXLAN
+/// device on the interface holding `node_ip`, addressed from `pod_cidr`.
+async fn pod_network(
+    config: &Config,
+    node_ip: IpAddr,
+    pod_cidr: &str,
+) -> Result<Option<PodNetwork>> {
+    let runner = Arc::new(HostRunner);
+    let backend = match config.flannel_backend {
+        FlannelBackend::None => return Ok(None),
+        FlannelBackend::HostGw => Backend::HostGw,
+        FlannelBackend::Vxlan => {
+            let IpAddr::V4(ip) = node_ip else {
+                return Err(crate::podnet::Error::NodeIp(node_ip).into());
+            };
+            Backend::Vxlan(Vxlan::setup(runner.as_ref(), ip, pod_cidr).await?)
+        }
+    };
+    let network = PodNetwork::new(runner, &config.node_name, &config.cluster_cidr, backend)?;
+    Ok(Some(network))
 }
 
 /// Makes `kubepods` under `--cgroup-root` with what the node gives pods (its capacity less

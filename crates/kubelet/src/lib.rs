@@ -72,7 +72,8 @@
 //! - [`containerd`]: managed containerd (config, supervision).
 //! - [`cleanup`]: what a node leaves on the host once its agent is gone (pods' processes,
 //!   network state, mounts), removed (`skiff killall`).
-//! - [`podnet`]: host-gw routes to other nodes' pod CIDRs and masquerading out of the cluster.
+//! - [`podnet`]: the pod network across nodes (flannel's vxlan and host-gw backends) and
+//!   masquerading out of the cluster.
 //! - [`podnet_runner`]: the `ip`/`iptables` commands the pod network runs, with a recording fake.
 //! - [`images`]: the built-in pause and busybox images and image import.
 //! - [`local_path`]: this node's local-path directory (published on its Node) and the deletion

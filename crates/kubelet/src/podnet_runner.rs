@@ -1,4 +1,4 @@
-//! The host commands the pod network ([`crate::podnet`]) runs (`ip`, `iptables`,
+//! The host commands the pod network ([`crate::podnet`]) runs (`ip`, `bridge`, `iptables`,
 //! `iptables-restore`) behind [`Runner`]: [`HostRunner`] runs them, [`RecordingRunner`] records
 //! them, answers with canned output and can be told to fail.
 
