@@ -270,7 +270,17 @@ fn a_server_runs_seed_001s_checklist_and_a_restart_keeps_its_pods_running() {
     let mut server = Server::start(
         &prefix,
         &dir.path().join("data"),
-        &["--bind-address", &ip, "--node-ip", &ip, "--node-name", NODE],
+        &[
+            "--bind-address",
+            &ip,
+            "--node-ip",
+            &ip,
+            "--node-name",
+            NODE,
+            // the pod network this test was written for (podnet.rs covers vxlan)
+            "--flannel-backend",
+            "host-gw",
+        ],
     );
     assert!(server.ready.contains(NODE), "{}", server.ready);
     // the join token `skiff agent --token` takes, kept in the data dir

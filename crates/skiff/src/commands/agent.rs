@@ -63,6 +63,11 @@ pub struct AgentArgs {
     )]
     pub cluster_dns: Vec<IpAddr>,
 
+    /// How pods reach pods on other nodes (see `skiff server --flannel-backend`); use the
+    /// server's.
+    #[arg(long, value_name = "BACKEND", value_enum, default_value = "vxlan")]
+    pub flannel_backend: super::kubelet::BackendArg,
+
     /// A flag for the kubelet, `name=value` (repeatable), as k3s's.
     #[arg(long, value_name = "FLAG")]
     pub kubelet_arg: Vec<String>,
@@ -121,6 +126,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join(","),
+        "--flannel-backend".into(),
+        args.flannel_backend.flag_value(),
     ];
     if let Some(ip) = args.node_ip {
         kubelet_argv.extend(["--node-ip".into(), ip.to_string()]);

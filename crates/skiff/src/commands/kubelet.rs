@@ -179,14 +179,16 @@ pub struct KubeletArgs {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub seccomp_default: Option<bool>,
 
-    /// How pods reach pods on other nodes, as k3s's flag: `host-gw` routes other nodes' pod
-    /// CIDRs via their InternalIPs and masquerades traffic leaving the cluster CIDR; `none`
-    /// leaves the network to someone else (the CNI bridge masquerades). Hollow nodes have none.
-    #[arg(long, value_name = "BACKEND", value_enum, default_value = "host-gw")]
+    /// How pods reach pods on other nodes, as k3s's flag: `vxlan` (k3s's default) an overlay
+    /// through the VXLAN device `flannel.1` (UDP 8472) to every Node that publishes flannel's
+    /// vxlan annotations, `host-gw` routes via the InternalIPs of the Nodes on a directly
+    /// attached network; both masquerade traffic leaving the cluster CIDR. `none` leaves the
+    /// network to someone else (the CNI bridge masquerades). Hollow nodes have none.
+    #[arg(long, value_name = "BACKEND", value_enum, default_value = "vxlan")]
     pub flannel_backend: BackendArg,
 
-    /// The cluster's pod range (default 10.42.0.0/16, k3s's): host-gw does not masquerade
-    /// within it. Hollow node `i` gets the `i`-th /24 of it as its pod CIDR (unless its Node
+    /// The cluster's pod range (default 10.42.0.0/16, k3s's): the pod network does not
+    /// masquerade within it. Hollow node `i` gets the `i`-th /24 of it as its pod CIDR (unless its Node
     /// has one), its InternalIP the range's `.1`, its pods' IPs `.2` onwards (default
     /// 10.64.0.0/10, room for many hollow nodes).
     #[arg(long, value_name = "CIDR")]
@@ -210,8 +212,21 @@ fn thresholds(text: &str) -> Result<Map, String> {
 /// `--flannel-backend`'s values (see [`FlannelBackend`]).
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum BackendArg {
+    Vxlan,
     HostGw,
     None,
+}
+
+impl BackendArg {
+    /// The value as `--flannel-backend` spells it, for the kubelets `skiff server` and
+    /// `skiff agent` start.
+    pub fn flag_value(self) -> String {
+        use clap::ValueEnum;
+        self.to_possible_value()
+            .expect("no value is skipped")
+            .get_name()
+            .to_string()
+    }
 }
 
 /// Hollow mode: simulated nodes for scale tests (kubemark's hollow nodes).
@@ -308,6 +323,7 @@ pub async fn run(args: KubeletArgs, lifecycle: Lifecycle) -> anyhow::Result<()> 
         client_ca,
         settings,
         flannel_backend: match args.flannel_backend {
+            BackendArg::Vxlan => FlannelBackend::Vxlan,
             BackendArg::HostGw => FlannelBackend::HostGw,
             BackendArg::None => FlannelBackend::None,
         },
@@ -523,5 +539,24 @@ mod tests {
         assert!(go_duration("10").is_err());
         assert!(go_duration("0s").is_err());
         assert!(go_duration("5d").is_err());
+    }
+
+    #[test]
+    fn the_flannel_backend_defaults_to_vxlan_and_round_trips_through_its_flag_value() {
+        let backend = |argv: &[&str]| {
+            let argv = ["--kubeconfig", "k", "--node-name", "n"]
+                .iter()
+                .chain(argv)
+                .map(|a| a.to_string())
+                .collect();
+            super::super::server::component_args::<KubeletArgs>("kubelet", argv, &[])
+                .unwrap()
+                .flannel_backend
+                .flag_value()
+        };
+        assert_eq!(backend(&[]), "vxlan");
+        for value in ["vxlan", "host-gw", "none"] {
+            assert_eq!(backend(&["--flannel-backend", value]), value);
+        }
     }
 }

@@ -91,6 +91,11 @@ pub struct ServerArgs {
     #[arg(long, value_name = "CIDR", default_value = "10.42.0.0/16")]
     pub cluster_cidr: String,
 
+    /// How pods reach pods on other nodes, k3s's flag: `vxlan` (an overlay, the default),
+    /// `host-gw` (routes, nodes on one L2 network) or `none`; the agent's kubelet gets it.
+    #[arg(long, value_name = "BACKEND", value_enum, default_value = "vxlan")]
+    pub flannel_backend: super::kubelet::BackendArg,
+
     /// The Service network (the API server allocates ClusterIPs from 10.43.0.0/16 only).
     #[arg(long, value_name = "CIDR", default_value = "10.43.0.0/16")]
     pub service_cidr: String,
@@ -387,6 +392,8 @@ async fn start(args: &ServerArgs, supervisor: &mut Supervisor) -> anyhow::Result
             cluster_dns.to_string(),
             "--cluster-cidr".into(),
             args.cluster_cidr.clone(),
+            "--flannel-backend".into(),
+            args.flannel_backend.flag_value(),
         ],
         &args.extra.kubelet_arg,
     )?;

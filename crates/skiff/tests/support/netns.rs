@@ -7,6 +7,7 @@
 //! mount namespace (containerd's shim sockets under /run/containerd/s, pinned pod netns under
 //! /var/run/netns) stays shared, which is fine: those paths are unique per containerd and pod.
 //! Routes, iptables rules and the `cni0` bridge a kubelet makes stay inside its node's namespace.
+//! A [`Router`] (a namespace of its own) joins lans, for nodes on different subnets.
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -246,6 +247,11 @@ impl NodeNet {
     /// node's identity that reaches the API server at the lan host's address (start the API
     /// server with [`api_server_flags`]).
     pub fn placement(&self, api: &ApiServer, node: &str) -> Placement {
+        self.placement_with(api, node, "host-gw")
+    }
+
+    /// [`NodeNet::placement`] with the pod network `--flannel-backend` `backend`.
+    pub fn placement_with(&self, api: &ApiServer, node: &str, backend: &str) -> Placement {
         Placement {
             prefix: vec![
                 "nsenter".into(),
@@ -265,11 +271,113 @@ impl NodeNet {
                 "--port",
                 "0",
                 "--flannel-backend",
-                "host-gw",
+                backend,
             ]
             .map(String::from)
             .to_vec(),
         }
+    }
+}
+
+/// A router between lans: a namespace of its own with a leg on each lan's bridge
+/// (10.250.<n>.254/24) and IPv4 forwarding on (in that namespace only). Nodes it serves
+/// ([`Router::serve`]) send what is not on their own lan through it, so nodes on different
+/// lans reach each other by IP only, as across a routed network; it knows no pod CIDR. Removed
+/// on drop.
+pub struct Router {
+    namespace: String,
+    /// Each lan's index with the router's address on it.
+    legs: Vec<(u8, Ipv4Addr)>,
+}
+
+impl Router {
+    /// A router with a leg on each of `lans`.
+    pub fn join(lans: &[&Lan]) -> Router {
+        let seq = LANS.fetch_add(1, Ordering::SeqCst);
+        let namespace = format!("skiff-router-{}-{seq}", std::process::id());
+        ip(&["netns", "add", &namespace]);
+        let mut router = Router {
+            namespace,
+            legs: Vec::new(),
+        };
+        let ns = router.namespace.clone();
+        ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        for lan in lans {
+            let (port, leg) = (format!("router{seq}"), format!("lan{}", lan.index));
+            ip(&[
+                "-n",
+                &lan.namespace,
+                "link",
+                "add",
+                &port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &leg,
+                "netns",
+                &ns,
+            ]);
+            ip(&[
+                "-n",
+                &lan.namespace,
+                "link",
+                "set",
+                &port,
+                "master",
+                "br0",
+                "up",
+            ]);
+            let address = Ipv4Addr::new(10, 250, lan.index, 254);
+            ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{address}/24"),
+                "dev",
+                &leg,
+            ]);
+            ip(&["-n", &ns, "link", "set", &leg, "up"]);
+            router.legs.push((lan.index, address));
+        }
+        let forwarding = run(Command::new("nsenter")
+            .arg(format!("--net=/var/run/netns/{ns}"))
+            .args(["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"]));
+        assert!(
+            forwarding.status.success(),
+            "turning forwarding on in {ns}: {}",
+            super::output_text(&forwarding).1
+        );
+        router
+    }
+
+    /// Makes the router the default gateway of `node` (instead of the lan host, which stays
+    /// reachable on the node's own lan).
+    pub fn serve(&self, node: &NodeNet) {
+        let lan = node.ip.octets()[2];
+        let (_, via) = self
+            .legs
+            .iter()
+            .find(|(index, _)| *index == lan)
+            .expect("the router has a leg on the node's lan");
+        let via = via.to_string();
+        ip(&[
+            "-n",
+            &node.namespace,
+            "route",
+            "replace",
+            "default",
+            "via",
+            &via,
+        ]);
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        // its legs' peers on the lan bridges go with it
+        let _ = run(Command::new("ip").args(["netns", "del", &self.namespace]));
     }
 }
 
