@@ -288,7 +288,7 @@ impl Kubelet {
         let allocatable = status.allocatable.clone().unwrap_or_default();
         let mut object = node::node_object(&config.node_name, &host, &pod_cidr, status);
         // where this node's local-path volumes live, for the provisioner to name in volumes;
-        // and how other nodes reach its pods (its VXLAN VTEP)
+        // and how other nodes reach its pods (flannel's annotations)
         let mut annotations = std::collections::BTreeMap::from([(
             crate::local_path::ANN_NODE_DIR.to_string(),
             crate::local_path::node_dir(&config.data_dir)
@@ -481,7 +481,7 @@ impl Kubelet {
 }
 
 /// The pod network `--flannel-backend` asks for, set up far enough that the CNI config (the
-/// pods' MTU) and the Node (its VTEP annotations) can name it: for vxlan, this node's VXLAN
+/// pods' MTU) and the Node (flannel's annotations) can name it: for vxlan, this node's VXLAN
 /// device on the interface holding `node_ip`, addressed from `pod_cidr`.
 async fn pod_network(
     config: &Config,
@@ -491,7 +491,7 @@ async fn pod_network(
     let runner = Arc::new(HostRunner);
     let backend = match config.flannel_backend {
         FlannelBackend::None => return Ok(None),
-        FlannelBackend::HostGw => Backend::HostGw,
+        FlannelBackend::HostGw => Backend::HostGw { public_ip: node_ip },
         FlannelBackend::Vxlan => {
             let IpAddr::V4(ip) = node_ip else {
                 return Err(crate::podnet::Error::NodeIp(node_ip).into());

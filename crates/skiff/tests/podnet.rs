@@ -435,5 +435,9 @@ fn with_host_gw_nodes_of_different_subnets_get_no_route_and_their_pods_cannot_co
     assert_eq!(routes, "", "host-gw routed a node it cannot reach directly");
     let device = net_a.exec(&["ip", "link", "show", "dev", "flannel.1"]);
     assert!(!device.status.success(), "host-gw made a VXLAN device");
+    assert_eq!(
+        annotation(&routed.api, NODE_A, "flannel.alpha.coreos.com/backend-type"),
+        "host-gw"
+    );
     routed.delete_pods();
 }

@@ -123,6 +123,27 @@ impl fmt::Display for Ipv4Net {
     }
 }
 
+/// flannel's Node annotations (its kube subnet manager's, prefix `flannel.alpha.coreos.com`):
+/// the backend a Node runs, what its peers need of it (vxlan: its VTEP) and its address.
+pub const ANN_BACKEND_TYPE: &str = "flannel.alpha.coreos.com/backend-type";
+pub const ANN_BACKEND_DATA: &str = "flannel.alpha.coreos.com/backend-data";
+pub const ANN_PUBLIC_IP: &str = "flannel.alpha.coreos.com/public-ip";
+pub const ANN_KUBE_SUBNET_MANAGER: &str = "flannel.alpha.coreos.com/kube-subnet-manager";
+
+/// The annotations a Node running `backend_type` publishes, as flannel writes them.
+fn flannel_annotations(
+    backend_type: &str,
+    backend_data: String,
+    public_ip: IpAddr,
+) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (ANN_BACKEND_TYPE.into(), backend_type.into()),
+        (ANN_BACKEND_DATA.into(), backend_data),
+        (ANN_PUBLIC_IP.into(), public_ip.to_string()),
+        (ANN_KUBE_SUBNET_MANAGER.into(), "true".into()),
+    ])
+}
+
 /// Another Node as the pod network reaches it: the address its pods are reached through
 /// (host-gw: its InternalIP; vxlan: the public IP it published) and, for vxlan, the MAC of its
 /// VTEP.
@@ -155,8 +176,9 @@ fn peers_by_cidr<'a>(
 /// How this node reaches other nodes' pods (k3s's `--flannel-backend`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backend {
-    /// Routes via the other nodes' InternalIPs, on a shared L2 network ([`host_gw`]).
-    HostGw,
+    /// Routes via the other nodes' InternalIPs, on a shared L2 network ([`host_gw`]);
+    /// `public_ip` is the node IP it publishes.
+    HostGw { public_ip: IpAddr },
     /// The VXLAN overlay through this node's device ([`vxlan`]).
     Vxlan(Vxlan),
 }
@@ -241,15 +263,19 @@ impl PodNetwork {
     /// room for the encapsulation; none (the default) for host-gw.
     pub fn pod_mtu(&self) -> Option<u32> {
         match &self.backend {
-            Backend::HostGw => None,
+            Backend::HostGw { .. } => None,
             Backend::Vxlan(vxlan) => Some(vxlan.mtu),
         }
     }
 
-    /// The annotations this node publishes on its Node for the others (flannel's).
+    /// The annotations this node publishes on its Node (flannel's): the vxlan backend's VTEP,
+    /// which the other nodes need; host-gw's type (backend data `null`, as flannel's), so that a
+    /// node switched from vxlan is no VXLAN peer any more.
     pub fn node_annotations(&self) -> BTreeMap<String, String> {
         match &self.backend {
-            Backend::HostGw => BTreeMap::new(),
+            Backend::HostGw { public_ip } => {
+                flannel_annotations("host-gw", "null".into(), *public_ip)
+            }
             Backend::Vxlan(vxlan) => vxlan.annotations(),
         }
     }
@@ -264,14 +290,14 @@ impl PodNetwork {
     ) -> Result<RouteChanges> {
         let runner = self.runner.as_ref();
         let peers = match &self.backend {
-            Backend::HostGw => host_gw::peers(nodes, &self.node_name),
+            Backend::HostGw { .. } => host_gw::peers(nodes, &self.node_name),
             Backend::Vxlan(vxlan) => vxlan.peers(nodes, &self.node_name),
         };
         if self.synced.as_ref() == Some(&peers) {
             return Ok(RouteChanges::default());
         }
         let changes = match &self.backend {
-            Backend::HostGw => {
+            Backend::HostGw { .. } => {
                 let local: Vec<Ipv4Net> = links(runner)
                     .await?
                     .iter()

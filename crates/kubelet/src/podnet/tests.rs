@@ -54,9 +54,15 @@ pub(crate) fn runner() -> Arc<RecordingRunner> {
     runner
 }
 
+fn host_gw_backend() -> Backend {
+    Backend::HostGw {
+        public_ip: "10.250.0.2".parse().unwrap(),
+    }
+}
+
 fn host() -> (Arc<RecordingRunner>, PodNetwork) {
     let runner = runner();
-    let network = PodNetwork::new(runner.clone(), "a", "10.42.0.0/16", Backend::HostGw).unwrap();
+    let network = PodNetwork::new(runner.clone(), "a", "10.42.0.0/16", host_gw_backend()).unwrap();
     (runner, network)
 }
 
@@ -230,14 +236,22 @@ async fn masquerading_rewrites_its_own_chain_and_adds_the_jump_once() {
 fn a_malformed_cluster_cidr_is_refused() {
     let runner = Arc::new(RecordingRunner::default());
     assert!(matches!(
-        PodNetwork::new(runner, "a", "10.42.0.0", Backend::HostGw),
+        PodNetwork::new(runner, "a", "10.42.0.0", host_gw_backend()),
         Err(Error::ClusterCidr(_))
     ));
 }
 
 #[test]
-fn host_gw_publishes_nothing_and_keeps_the_default_mtu() {
+fn host_gw_publishes_its_type_without_backend_data_and_keeps_the_default_mtu() {
     let (_, network) = host();
-    assert!(network.node_annotations().is_empty());
+    assert_eq!(
+        network.node_annotations(),
+        BTreeMap::from([
+            (ANN_BACKEND_DATA.to_string(), "null".to_string()),
+            (ANN_BACKEND_TYPE.into(), "host-gw".into()),
+            (ANN_KUBE_SUBNET_MANAGER.into(), "true".into()),
+            (ANN_PUBLIC_IP.into(), "10.250.0.2".into()),
+        ])
+    );
     assert_eq!(network.pod_mtu(), None);
 }

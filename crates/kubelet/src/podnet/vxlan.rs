@@ -23,7 +23,10 @@ use std::net::Ipv4Addr;
 use k8s_openapi::api::core::v1::Node;
 use serde::{Deserialize, Serialize};
 
-use super::{Error, Ipv4Net, Peer, Result, Route, RouteChanges, json, links, peers_by_cidr};
+use super::{
+    ANN_BACKEND_DATA, ANN_BACKEND_TYPE, ANN_PUBLIC_IP, Error, Ipv4Net, Peer, Result, Route,
+    RouteChanges, flannel_annotations, json, links, peers_by_cidr,
+};
 use crate::podnet_runner::{Cmd, Runner};
 
 /// The VXLAN device (flannel's name for VNI 1).
@@ -35,12 +38,6 @@ pub const PORT: u16 = 8472;
 /// The bytes encapsulation adds to a frame: outer IPv4 (20), UDP (8), VXLAN (8) and inner
 /// Ethernet (14) headers, as flannel's `encapOverhead`.
 pub const OVERHEAD: u32 = 50;
-
-/// flannel's Node annotations (its kube subnet manager's, prefix `flannel.alpha.coreos.com`).
-pub const ANN_BACKEND_TYPE: &str = "flannel.alpha.coreos.com/backend-type";
-pub const ANN_BACKEND_DATA: &str = "flannel.alpha.coreos.com/backend-data";
-pub const ANN_PUBLIC_IP: &str = "flannel.alpha.coreos.com/public-ip";
-pub const ANN_KUBE_SUBNET_MANAGER: &str = "flannel.alpha.coreos.com/kube-subnet-manager";
 
 /// `backend-data` of a vxlan Node, as flannel writes it: `{"VNI":1,"VtepMAC":"…"}`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -166,15 +163,8 @@ impl Vxlan {
             vni: VNI,
             vtep_mac: self.vtep_mac.clone(),
         };
-        BTreeMap::from([
-            (ANN_BACKEND_TYPE.into(), "vxlan".into()),
-            (
-                ANN_BACKEND_DATA.into(),
-                serde_json::to_string(&data).expect("backend data serializes"),
-            ),
-            (ANN_PUBLIC_IP.into(), self.public_ip.to_string()),
-            (ANN_KUBE_SUBNET_MANAGER.into(), "true".into()),
-        ])
+        let data = serde_json::to_string(&data).expect("backend data serializes");
+        flannel_annotations("vxlan", data, self.public_ip.into())
     }
 
     /// Every other Node that published a vxlan VTEP (a public IP that is not this node's, and

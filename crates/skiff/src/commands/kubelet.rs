@@ -188,8 +188,8 @@ pub struct KubeletArgs {
     pub flannel_backend: BackendArg,
 
     /// The cluster's pod range (default 10.42.0.0/16, k3s's): the pod network does not
-    /// masquerade within it. Hollow node `i` gets the `i`-th /24 of it as its pod CIDR (unless its Node
-    /// has one), its InternalIP the range's `.1`, its pods' IPs `.2` onwards (default
+    /// masquerade within it. Hollow node `i` gets the `i`-th /24 of it as its pod CIDR (unless
+    /// its Node has one), its InternalIP the range's `.1`, its pods' IPs `.2` onwards (default
     /// 10.64.0.0/10, room for many hollow nodes).
     #[arg(long, value_name = "CIDR")]
     pub cluster_cidr: Option<String>,
