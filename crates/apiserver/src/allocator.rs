@@ -269,7 +269,10 @@ fn fills_node_ports(obj: &Value) -> bool {
 /// `healthCheckNodePort` from the NodePort range.
 fn wants_health_check(obj: &Value) -> bool {
     obj.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer")
-        && obj.pointer("/spec/externalTrafficPolicy").and_then(Value::as_str) == Some("Local")
+        && obj
+            .pointer("/spec/externalTrafficPolicy")
+            .and_then(Value::as_str)
+            == Some("Local")
 }
 
 /// The NodePorts one Service asks for or is given: checked against the range, the ports other

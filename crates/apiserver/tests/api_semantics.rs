@@ -381,7 +381,11 @@ async fn load_balancers_get_health_check_ports_and_may_go_without_node_ports() {
         .await
         .unwrap();
     let spec = local.spec.unwrap();
-    assert_eq!(spec.ports.unwrap()[0].node_port, None, "no node port asked for");
+    assert_eq!(
+        spec.ports.unwrap()[0].node_port,
+        None,
+        "no node port asked for"
+    );
     let health = spec.health_check_node_port.expect("a health check port");
     assert!((30000..=32767).contains(&health), "{health}");
 
@@ -398,13 +402,20 @@ async fn load_balancers_get_health_check_ports_and_may_go_without_node_ports() {
         .await;
     let s = status(taken);
     assert_eq!(s.code, 422);
-    assert!(s.message.contains("provided port is already allocated"), "{}", s.message);
+    assert!(
+        s.message.contains("provided port is already allocated"),
+        "{}",
+        s.message
+    );
 
     // a Cluster-policy LoadBalancer gets node ports by default and no health check port
     let cluster = api
         .create(
             &PostParams::default(),
-            &lb("cluster", serde_json::json!({"type": "LoadBalancer", "ports": [{"port": 81}]})),
+            &lb(
+                "cluster",
+                serde_json::json!({"type": "LoadBalancer", "ports": [{"port": 81}]}),
+            ),
         )
         .await
         .unwrap();

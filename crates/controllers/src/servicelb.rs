@@ -167,7 +167,9 @@ pub fn assign(
     nodes: &[Arc<Node>],
     pods: &[Arc<Pod>],
 ) -> BTreeMap<String, Assignment> {
-    let labelled = nodes.iter().any(|n| n.labels().contains_key(ENABLE_LB_LABEL));
+    let labelled = nodes
+        .iter()
+        .any(|n| n.labels().contains_key(ENABLE_LB_LABEL));
     // (node, protocol, port) → holder
     let mut taken: HashMap<(String, String, i32), Holder> = HashMap::new();
     for pod in pods.iter().filter(|p| !podutil::is_terminated(p)) {
@@ -186,7 +188,12 @@ pub fn assign(
         }
     }
     let mut ordered: Vec<&Arc<Service>> = services.iter().filter(|s| serves(s)).collect();
-    ordered.sort_by_key(|s| (s.metadata.creation_timestamp.clone().map(|t| t.0), service_key(s)));
+    ordered.sort_by_key(|s| {
+        (
+            s.metadata.creation_timestamp.clone().map(|t| t.0),
+            service_key(s),
+        )
+    });
     let mut out = BTreeMap::new();
     for svc in ordered {
         let ports = service_ports(svc);
@@ -280,7 +287,10 @@ pub fn status(
         ingress.extend(
             addresses
                 .iter()
-                .filter(|a| a.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_ipv6() == v6))
+                .filter(|a| {
+                    a.parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_ipv6() == v6)
+                })
                 .map(|ip| LoadBalancerIngress {
                     ip: Some(ip.clone()),
                     ip_mode: Some("VIP".into()),
@@ -484,7 +494,10 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
             let want = svc.as_ref().filter(|s| serves(s)).map(|svc| {
                 let all_nodes = nodes.state();
                 let assignments = assign(&services.state(), &all_nodes, &pods.state());
-                let assignment = assignments.get(&service_key(svc)).cloned().unwrap_or_default();
+                let assignment = assignments
+                    .get(&service_key(svc))
+                    .cloned()
+                    .unwrap_or_default();
                 let own_slices = slices.state_filter(|s| {
                     s.namespace().as_deref() == Some(ns.as_str())
                         && s.labels().get("kubernetes.io/service-name") == Some(&key.name)

@@ -62,7 +62,11 @@ fn every_ready_schedulable_node_serves_a_load_balancer() {
     let nodes = vec![
         node("a", "192.168.1.2", json!({})),
         node("b", "192.168.1.10", json!({})),
-        node("cordoned", "192.168.1.3", json!({"spec": {"unschedulable": true}})),
+        node(
+            "cordoned",
+            "192.168.1.3",
+            json!({"spec": {"unschedulable": true}}),
+        ),
         node(
             "down",
             "192.168.1.4",
@@ -90,7 +94,10 @@ fn every_ready_schedulable_node_serves_a_load_balancer() {
     );
     let status = status(&svc, a, &nodes, &[]);
     // sorted as strings, as k3s sorts them
-    assert_eq!(ips(&status), vec!["192.168.1.10", "192.168.1.2", "192.168.1.6"]);
+    assert_eq!(
+        ips(&status),
+        vec!["192.168.1.10", "192.168.1.2", "192.168.1.6"]
+    );
     let entry = &status.ingress.as_ref().unwrap()[0];
     assert_eq!(entry.ip_mode.as_deref(), Some("VIP"));
 }
@@ -98,13 +105,21 @@ fn every_ready_schedulable_node_serves_a_load_balancer() {
 #[test]
 fn once_a_node_is_labelled_only_enabled_nodes_of_the_services_pool_serve() {
     let nodes = vec![
-        node("a", "10.0.0.1", json!({"metadata": {"labels": {ENABLE_LB_LABEL: "true"}}})),
+        node(
+            "a",
+            "10.0.0.1",
+            json!({"metadata": {"labels": {ENABLE_LB_LABEL: "true"}}}),
+        ),
         node(
             "b",
             "10.0.0.2",
             json!({"metadata": {"labels": {ENABLE_LB_LABEL: "true", LB_POOL_LABEL: "edge"}}}),
         ),
-        node("c", "10.0.0.3", json!({"metadata": {"labels": {ENABLE_LB_LABEL: "false"}}})),
+        node(
+            "c",
+            "10.0.0.3",
+            json!({"metadata": {"labels": {ENABLE_LB_LABEL: "false"}}}),
+        ),
         node("d", "10.0.0.4", json!({})),
     ];
     let web = lb("web", "2026-01-01T00:00:00Z", http(), json!({}));
@@ -142,7 +157,11 @@ fn a_port_taken_by_an_older_service_or_a_host_port_leaves_the_node_out() {
     let assigned = assign(&[newer.clone(), older, udp], &nodes, &[]);
     assert_eq!(assigned["ns/first"].nodes.len(), 2);
     assert!(assigned["ns/second"].nodes.is_empty());
-    assert_eq!(assigned["ns/dns"].nodes.len(), 2, "another protocol is free");
+    assert_eq!(
+        assigned["ns/dns"].nodes.len(),
+        2,
+        "another protocol is free"
+    );
     let conflict = &assigned["ns/second"].conflicts[0];
     assert_eq!(
         conflict.message(),
@@ -297,7 +316,11 @@ async fn a_service_no_longer_a_load_balancer_loses_its_status_and_a_classed_one_
     classed.spec.as_mut().unwrap().load_balancer_class = Some("example.com/lb".into());
     assert!(!serves(&classed));
     sync_status(&classed, None, &api).await.unwrap();
-    assert_eq!(api.writes.lock().len(), 1, "another implementation's status");
+    assert_eq!(
+        api.writes.lock().len(),
+        1,
+        "another implementation's status"
+    );
 }
 
 #[test]
@@ -318,5 +341,9 @@ fn a_conflict_is_reported_once_until_it_changes() {
     assert_eq!(api.events.lock()[0].reason, PORT_CONFLICT);
     reported.report(&svc, &[], &api);
     reported.report(&svc, &[conflict], &api);
-    assert_eq!(api.events.lock().len(), 2, "reported again after it cleared");
+    assert_eq!(
+        api.events.lock().len(),
+        2,
+        "reported again after it cleared"
+    );
 }

@@ -231,8 +231,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_local_load_balancer_answers_200_with_local_endpoints_and_503_without() {
         let port = free_port();
-        let health = ServiceHealth::new(tokio::runtime::Handle::current())
-            .with_address(Ipv4Addr::LOCALHOST);
+        let health =
+            ServiceHealth::new(tokio::runtime::Handle::current()).with_address(Ipv4Addr::LOCALHOST);
         let s = slice(
             "ns1",
             "web",
@@ -240,28 +240,46 @@ mod tests {
             ("http", "TCP", 8080),
             &[("10.42.0.2", "n1", true), ("10.42.1.2", "n2", true)],
         );
-        health.synced(true, &table("n1", &[local_lb(port.into())], &[s.clone()]));
+        health.synced(
+            true,
+            &table("n1", &[local_lb(port.into())], std::slice::from_ref(&s)),
+        );
         assert_eq!(health.ports(), vec![port]);
         let answer = get(port).await;
         assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
-        assert!(answer.contains("content-type: application/json\r\n"), "{answer}");
-        assert!(answer.contains("x-load-balancing-endpoint-weight: 1\r\n"), "{answer}");
+        assert!(
+            answer.contains("content-type: application/json\r\n"),
+            "{answer}"
+        );
+        assert!(
+            answer.contains("x-load-balancing-endpoint-weight: 1\r\n"),
+            "{answer}"
+        );
         assert!(answer.ends_with(
             "{\n\t\"service\": {\n\t\t\"namespace\": \"ns1\",\n\t\t\"name\": \"web\"\n\t},\n\t\"localEndpoints\": 1,\n\t\"serviceProxyHealthy\": true\n}"
         ), "{answer}");
 
         // on n3 there is no local endpoint
-        health.synced(true, &table("n3", &[local_lb(port.into())], &[s.clone()]));
+        health.synced(
+            true,
+            &table("n3", &[local_lb(port.into())], std::slice::from_ref(&s)),
+        );
         let answer = get(port).await;
         assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
         assert!(answer.contains("\"localEndpoints\": 0"), "{answer}");
 
         // a failed sync makes the proxy unhealthy
-        health.synced(true, &table("n1", &[local_lb(port.into())], &[s.clone()]));
+        health.synced(
+            true,
+            &table("n1", &[local_lb(port.into())], std::slice::from_ref(&s)),
+        );
         health.synced(false, &ServiceTable::new());
         let answer = get(port).await;
         assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
-        assert!(answer.contains("\"serviceProxyHealthy\": false"), "{answer}");
+        assert!(
+            answer.contains("\"serviceProxyHealthy\": false"),
+            "{answer}"
+        );
 
         // the Service gone: its listener is stopped
         health.synced(true, &ServiceTable::new());

@@ -546,7 +546,10 @@ fn render_port(entry: &PortEntry, context: &Context) -> Fragment {
         // only the source ranges go on to the EXT chain; the rest falls through undNATed
         // and KUBE-PROXY-FIREWALL drops it
         f.chains.push(fw_chain.clone());
-        let args = format!("-A {fw_chain} {}", comment(&format!("{svc} loadbalancer IP")));
+        let args = format!(
+            "-A {fw_chain} {}",
+            comment(&format!("{svc} loadbalancer IP"))
+        );
         for range in &info.source_ranges {
             f.rules.push(format!("{args} -s {range} -j {ext_chain}"));
         }

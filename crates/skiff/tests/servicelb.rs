@@ -57,7 +57,9 @@ fn load_balancer(name: &str, spec: serde_json::Value) -> serde_json::Value {
 /// Whether a KUBE-FW- chain in `rules` (iptables-save's nat table) lets `range` through.
 fn firewall_allows(rules: &str, range: &str) -> bool {
     rules.lines().any(|l| {
-        l.starts_with("-A KUBE-FW-") && l.contains(&format!("-s {range} ")) && l.contains("-j KUBE-EXT-")
+        l.starts_with("-A KUBE-FW-")
+            && l.contains(&format!("-s {range} "))
+            && l.contains("-j KUBE-EXT-")
     })
 }
 
@@ -185,7 +187,10 @@ fn load_balancers_get_the_node_address_answer_there_and_keep_to_their_source_ran
     assert!(answer.contains("\"localEndpoints\": 1"), "{answer}");
     assert!(answer.contains("\"namespace\": \"default\""), "{answer}");
     let answer = support::http_get(&lb, "/cgi-bin/name");
-    assert!(answer.ends_with("web\n"), "Local policy, local pod: {answer}");
+    assert!(
+        answer.ends_with("web\n"),
+        "Local policy, local pod: {answer}"
+    );
 
     // loadBalancerSourceRanges: the lan host is let in, then (another range) dropped
     let host_range = format!("{}/32", lan.host_ip());
@@ -200,11 +205,9 @@ fn load_balancers_get_the_node_address_answer_there_and_keep_to_their_source_ran
     assert!(answer.ends_with("web\n"), "a client in the range: {answer}");
     let other = json!({"spec": {"loadBalancerSourceRanges": ["192.0.2.0/24"]}}).to_string();
     api.kubectl(KUBECTL_133, &["patch", "svc", "web", "-p", &other]);
-    net.exec_until(
-        &["iptables-save", "-t", "nat"],
-        "the new range",
-        |rules| firewall_allows(rules, "192.0.2.0/24") && !firewall_allows(rules, &host_range),
-    );
+    net.exec_until(&["iptables-save", "-t", "nat"], "the new range", |rules| {
+        firewall_allows(rules, "192.0.2.0/24") && !firewall_allows(rules, &host_range)
+    });
     // the firewall drops the SYN: the connection cannot be made (the timeout only bounds the
     // wait; the rule above is in place)
     let addr: SocketAddr = lb.parse().unwrap();

@@ -469,8 +469,14 @@ fn load_balancer_ips_go_through_the_source_range_firewall_to_the_external_chain(
             "missing {line} in\n{input}"
         );
     }
-    assert!(!input.contains("192.168.1.11"), "ipMode Proxy is not captured");
-    assert!(!input.contains("-A KUBE-NODEPORTS -m comment --comment ns1/web:http"), "no node port");
+    assert!(
+        !input.contains("192.168.1.11"),
+        "ipMode Proxy is not captured"
+    );
+    assert!(
+        !input.contains("-A KUBE-NODEPORTS -m comment --comment ns1/web:http"),
+        "no node port"
+    );
 }
 
 #[test]

@@ -290,16 +290,31 @@ fn load_balancer_ips_are_service_ips_checked_against_their_source_ranges_before_
         format!("add rule ip skiff {fw} ip saddr != {{ 192.168.1.0/24, 192.168.1.10 }} drop"),
         format!("add rule ip skiff {ext} goto local-DK7ABAZC-ns1/web/tcp/http"),
     ] {
-        assert!(input.contains(&format!("{line}\n")), "missing {line} in\n{input}");
+        assert!(
+            input.contains(&format!("{line}\n")),
+            "missing {line} in\n{input}"
+        );
     }
-    assert!(!input.contains("192.168.1.11"), "ipMode Proxy is not captured");
+    assert!(
+        !input.contains("192.168.1.11"),
+        "ipMode Proxy is not captured"
+    );
 
     // endpoints gone: the load-balancer IP rejects, and no firewall is needed
     let (svc, _) = web();
     let svc = load_balancer(svc, &["192.168.1.10"]);
-    let input = sync(&mut nft, &runner, &table("n1", &[svc], &[]), &[("ns1", "web")], false);
+    let input = sync(
+        &mut nft,
+        &runner,
+        &table("n1", &[svc], &[]),
+        &[("ns1", "web")],
+        false,
+    );
     assert!(input.contains(
         "add element ip skiff no-endpoint-services { 192.168.1.10 . tcp . 80 : goto reject-chain }\n"
     ), "{input}");
-    assert!(input.contains(&format!("delete chain ip skiff {fw}\n")), "{input}");
+    assert!(
+        input.contains(&format!("delete chain ip skiff {fw}\n")),
+        "{input}"
+    );
 }

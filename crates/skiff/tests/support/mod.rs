@@ -444,7 +444,8 @@ pub fn expect_line(lines: &mpsc::Receiver<String>, pred: impl Fn(&str) -> bool) 
 /// and headers included. Panics if the connection fails.
 pub fn http_get(addr: &str, path: &str) -> String {
     use std::io::{Read, Write};
-    let mut conn = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    let mut conn =
+        std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     conn.set_read_timeout(Some(HANG_GUARD)).unwrap();
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
     write!(conn, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
