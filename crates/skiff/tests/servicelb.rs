@@ -1,5 +1,5 @@
-//! LoadBalancer Services (issue 33, k3s's ServiceLB) end to end: a real kubelet with its
-//! managed containerd and `skiff proxy` (iptables mode) in a node namespace on a private lan
+//! LoadBalancer Services (issue 33, k3s's ServiceLB) end to end, once per proxy mode: a real
+//! kubelet with its managed containerd and `skiff proxy` in a node namespace on a private lan
 //! ([`support::netns`]), the controller manager's `servicelb` controller giving LoadBalancers
 //! the node's address.
 //!
@@ -54,17 +54,49 @@ fn load_balancer(name: &str, spec: serde_json::Value) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": full})
 }
 
-/// Whether a KUBE-FW- chain in `rules` (iptables-save's nat table) lets `range` through.
-fn firewall_allows(rules: &str, range: &str) -> bool {
-    rules.lines().any(|l| {
-        l.starts_with("-A KUBE-FW-")
-            && l.contains(&format!("-s {range} "))
-            && l.contains("-j KUBE-EXT-")
-    })
+/// How one proxy mode shows a Service's `loadBalancerSourceRanges`.
+struct Mode {
+    name: &'static str,
+    /// The command that lists the mode's NAT rules in the node's namespace.
+    rules: &'static [&'static str],
+    /// Whether `rules` let `range` (`a.b.c.d/n`) through to the Service.
+    allows: fn(rules: &str, range: &str) -> bool,
+}
+
+const IPTABLES: Mode = Mode {
+    name: "iptables",
+    rules: &["iptables-save", "-t", "nat"],
+    allows: |rules, range| {
+        rules.lines().any(|l| {
+            l.starts_with("-A KUBE-FW-")
+                && l.contains(&format!("-s {range} "))
+                && l.contains("-j KUBE-EXT-")
+        })
+    },
+};
+
+const NFTABLES: Mode = Mode {
+    name: "nftables",
+    rules: &["nft", "list", "table", "ip", "skiff"],
+    // nft prints a /32 as the bare address, and a set of one as that element
+    allows: |rules, range| {
+        let range = range.strip_suffix("/32").unwrap_or(range);
+        rules.contains(&format!("ip saddr != {{ {range} }} drop"))
+            || rules.contains(&format!("ip saddr != {range} drop"))
+    },
+};
+
+#[test]
+fn load_balancers_get_the_node_address_and_keep_to_their_source_ranges_in_iptables_mode() {
+    load_balancers_get_the_node_address_answer_there_and_keep_to_their_source_ranges(IPTABLES);
 }
 
 #[test]
-fn load_balancers_get_the_node_address_answer_there_and_keep_to_their_source_ranges() {
+fn load_balancers_get_the_node_address_and_keep_to_their_source_ranges_in_nftables_mode() {
+    load_balancers_get_the_node_address_answer_there_and_keep_to_their_source_ranges(NFTABLES);
+}
+
+fn load_balancers_get_the_node_address_answer_there_and_keep_to_their_source_ranges(mode: Mode) {
     if let Some(why) = netns::unsupported() {
         support::skip(&why);
         return;
@@ -89,7 +121,7 @@ fn load_balancers_get_the_node_address_answer_there_and_keep_to_their_source_ran
         &api,
         ("system:kube-proxy", None),
         "proxy",
-        &["proxy", "--node-name", NODE, "--mode", "iptables"],
+        &["proxy", "--node-name", NODE, "--mode", mode.name],
     );
 
     apply(
@@ -135,6 +167,13 @@ fn load_balancers_get_the_node_address_answer_there_and_keep_to_their_source_ran
         &["wait", "--for=condition=Ready", "pod/web", "--timeout=120s"],
     );
     let lb = format!("{}:{PORT}", net.ip);
+    // refused until the proxy has the address and the endpoint
+    support::run(async {
+        eventually("the load-balancer address accepting", || async {
+            TcpStream::connect(&lb).ok()
+        })
+        .await;
+    });
     let answer = support::http_get(&lb, "/cgi-bin/name");
     assert!(
         answer.lines().next().is_some_and(|l| l.contains(" 200 ")) && answer.ends_with("web\n"),
@@ -171,11 +210,6 @@ fn load_balancers_get_the_node_address_answer_there_and_keep_to_their_source_ran
     let health = jsonpath(&api, &["get", "svc", "web"], "{.spec.healthCheckNodePort}");
     assert!(!health.is_empty(), "a healthCheckNodePort");
     let health_addr = format!("{}:{health}", net.ip);
-    net.exec_until(
-        &["iptables-save", "-t", "filter"],
-        "the health check port's accept rule",
-        |rules| rules.contains(&format!("--dport {health} -j ACCEPT")),
-    );
     support::run(async {
         eventually("the health check port listening", || async {
             TcpStream::connect(&health_addr).ok()
@@ -196,17 +230,15 @@ fn load_balancers_get_the_node_address_answer_there_and_keep_to_their_source_ran
     let host_range = format!("{}/32", lan.host_ip());
     let ranges = json!({"spec": {"loadBalancerSourceRanges": [host_range]}}).to_string();
     api.kubectl(KUBECTL_133, &["patch", "svc", "web", "-p", &ranges]);
-    net.exec_until(
-        &["iptables-save", "-t", "nat"],
-        "the firewall chain",
-        |rules| firewall_allows(rules, &host_range),
-    );
+    net.exec_until(mode.rules, "the firewall", |rules| {
+        (mode.allows)(rules, &host_range)
+    });
     let answer = support::http_get(&lb, "/cgi-bin/name");
     assert!(answer.ends_with("web\n"), "a client in the range: {answer}");
     let other = json!({"spec": {"loadBalancerSourceRanges": ["192.0.2.0/24"]}}).to_string();
     api.kubectl(KUBECTL_133, &["patch", "svc", "web", "-p", &other]);
-    net.exec_until(&["iptables-save", "-t", "nat"], "the new range", |rules| {
-        firewall_allows(rules, "192.0.2.0/24") && !firewall_allows(rules, &host_range)
+    net.exec_until(mode.rules, "the new range", |rules| {
+        (mode.allows)(rules, "192.0.2.0/24") && !(mode.allows)(rules, &host_range)
     });
     // the firewall drops the SYN: the connection cannot be made (the timeout only bounds the
     // wait; the rule above is in place)

@@ -439,7 +439,6 @@ pub fn expect_line(lines: &mpsc::Receiver<String>, pred: impl Fn(&str) -> bool) 
     }
 }
 
-/// A command's stdout and stderr as text.
 /// One plain HTTP/1.0 GET of `path` from `addr` (`host:port`): the whole response, status line
 /// and headers included. Panics if the connection fails.
 pub fn http_get(addr: &str, path: &str) -> String {
@@ -455,6 +454,7 @@ pub fn http_get(addr: &str, path: &str) -> String {
     response
 }
 
+/// A command's stdout and stderr as text.
 pub fn output_text(out: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
