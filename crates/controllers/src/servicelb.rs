@@ -44,7 +44,8 @@ pub const ENABLE_LB_LABEL: &str = "svccontroller.k3s.cattle.io/enablelb";
 pub const LB_POOL_LABEL: &str = "svccontroller.k3s.cattle.io/lbpool";
 /// The Warning reason of a node left out because one of the Service's ports is taken there.
 pub const PORT_CONFLICT: &str = "PortConflict";
-/// The event source, as k3s's (its cloud provider's `service-controller`).
+/// The events' reporting controller (kube-controller-manager's name for the service
+/// load-balancer controller).
 pub const COMPONENT: &str = "service-lb-controller";
 
 /// Taints a k3s `svclb` DaemonSet pod tolerates: its own tolerations and those every
@@ -395,6 +396,7 @@ impl Reported {
         *known = conflicts.to_vec();
     }
 
+    /// Drops what was reported about the Service `namespace/name` (it was deleted).
     pub fn forget(&self, key: &str) {
         self.0.lock().remove(key);
     }
