@@ -93,6 +93,14 @@ pub fn reservations(obj: &Value) -> Vec<String> {
                 keys.push(format!("{NODE_PORTS}{n}"));
             }
         }
+        if wants_health_check(obj)
+            && let Some(n) = obj
+                .pointer("/spec/healthCheckNodePort")
+                .and_then(Value::as_u64)
+                .filter(|n| *n != 0)
+        {
+            keys.push(format!("{NODE_PORTS}{n}"));
+        }
     }
     keys
 }
@@ -202,76 +210,43 @@ pub async fn allocate(
         obj["spec"]["clusterIPs"] = json!(["None"]);
     }
     if wants_node_ports(obj) {
-        let mut used: Option<HashSet<String>> = None;
-        let ports = obj["spec"]["ports"]
+        let mut ports = NodePorts {
+            store,
+            ranges,
+            held: &held,
+            name: &name,
+            used: None,
+            chosen: HashSet::new(),
+        };
+        let fill = fills_node_ports(obj);
+        let list = obj["spec"]["ports"]
             .as_array_mut()
             .map(std::mem::take)
             .unwrap_or_default();
-        let mut out = Vec::with_capacity(ports.len());
-        let mut chosen = HashSet::new();
-        for (i, mut p) in ports.into_iter().enumerate() {
+        let mut out = Vec::with_capacity(list.len());
+        for (i, mut p) in list.into_iter().enumerate() {
+            let path = FieldPath::new("spec")
+                .child("ports")
+                .index(i)
+                .child("nodePort");
             match p.get("nodePort").and_then(Value::as_u64) {
-                Some(n) if n != 0 => {
-                    let n16 = u16::try_from(n).unwrap_or(0);
-                    if !ranges.node_ports.contains(&n16) {
-                        return Err(invalid(
-                            FieldPath::new("spec")
-                                .child("ports")
-                                .index(i)
-                                .child("nodePort"),
-                            json!(n),
-                            &format!(
-                                "provided port is not in the valid range. The range of valid ports is {}-{}",
-                                ranges.node_ports.start(),
-                                ranges.node_ports.end()
-                            ),
-                            &name,
-                        ));
-                    }
-                    if used.is_none() {
-                        used = Some(taken(store, NODE_PORTS).await?);
-                    }
-                    let key = format!("{NODE_PORTS}{n}");
-                    let in_use = used.as_ref().is_some_and(|u| u.contains(&n.to_string()));
-                    if (in_use && !held.contains(&key)) || !chosen.insert(n.to_string()) {
-                        return Err(invalid(
-                            FieldPath::new("spec")
-                                .child("ports")
-                                .index(i)
-                                .child("nodePort"),
-                            json!(n),
-                            "provided port is already allocated",
-                            &name,
-                        ));
-                    }
-                }
-                _ => {
-                    if used.is_none() {
-                        used = Some(taken(store, NODE_PORTS).await?);
-                    }
-                    let used = used.as_ref().expect("just filled");
-                    let (lo, hi) = (
-                        *ranges.node_ports.start() as u32,
-                        *ranges.node_ports.end() as u32,
-                    );
-                    let span = hi - lo + 1;
-                    let start = uuid::Uuid::new_v4().as_u128() as u32 % span;
-                    let port = (0..span)
-                        .map(|k| (lo + (start + k) % span).to_string())
-                        .find(|n| {
-                            let key = format!("{NODE_PORTS}{n}");
-                            (!used.contains(n) || held.contains(&key)) && !chosen.contains(n)
-                        })
-                        .ok_or_else(|| {
-                            ApiError::internal("failed to allocate a nodePort: range is full")
-                        })?;
-                    chosen.insert(port.clone());
-                    p["nodePort"] = json!(port.parse::<u16>().unwrap_or(0));
-                }
+                Some(n) if n != 0 => ports.request(n, path).await?,
+                _ if fill => p["nodePort"] = json!(ports.pick().await?),
+                _ => {}
             }
             out.push(p);
         }
         obj["spec"]["ports"] = json!(out);
+        if wants_health_check(obj) {
+            let path = FieldPath::new("spec").child("healthCheckNodePort");
+            match obj
+                .pointer("/spec/healthCheckNodePort")
+                .and_then(Value::as_u64)
+            {
+                Some(n) if n != 0 => ports.request(n, path).await?,
+                _ => obj["spec"]["healthCheckNodePort"] = json!(ports.pick().await?),
+            }
+        }
     } else if let Some(ports) = obj.pointer_mut("/spec/ports").and_then(Value::as_array_mut) {
         for p in ports {
             if let Some(m) = p.as_object_mut() {
@@ -280,6 +255,95 @@ pub async fn allocate(
         }
     }
     Ok(())
+}
+
+/// Upstream's `shouldAllocateNodePorts`: a NodePort Service's ports always get one, a
+/// LoadBalancer's unless `allocateLoadBalancerNodePorts` is false (requested ones are still
+/// checked and reserved).
+fn fills_node_ports(obj: &Value) -> bool {
+    obj.pointer("/spec/type").and_then(Value::as_str) != Some("LoadBalancer")
+        || obj.pointer("/spec/allocateLoadBalancerNodePorts") != Some(&json!(false))
+}
+
+/// Upstream's `needsHealthCheck`: a LoadBalancer with `externalTrafficPolicy: Local` gets a
+/// `healthCheckNodePort` from the NodePort range.
+fn wants_health_check(obj: &Value) -> bool {
+    obj.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer")
+        && obj
+            .pointer("/spec/externalTrafficPolicy")
+            .and_then(Value::as_str)
+            == Some("Local")
+}
+
+/// The NodePorts one Service asks for or is given: checked against the range, the ports other
+/// Services hold (read once, on first need) and those it already took.
+struct NodePorts<'a> {
+    store: &'a dyn Store,
+    ranges: &'a Ranges,
+    /// The reservations the stored Service already holds (on update).
+    held: &'a HashSet<String>,
+    name: &'a str,
+    used: Option<HashSet<String>>,
+    chosen: HashSet<String>,
+}
+
+impl NodePorts<'_> {
+    async fn used(&mut self) -> Result<&HashSet<String>> {
+        if self.used.is_none() {
+            self.used = Some(taken(self.store, NODE_PORTS).await?);
+        }
+        Ok(self.used.as_ref().expect("just filled"))
+    }
+
+    /// A port the client asked for, at `path`.
+    async fn request(&mut self, n: u64, path: FieldPath) -> Result<()> {
+        let n16 = u16::try_from(n).unwrap_or(0);
+        if !self.ranges.node_ports.contains(&n16) {
+            return Err(invalid(
+                path,
+                json!(n),
+                &format!(
+                    "provided port is not in the valid range. The range of valid ports is {}-{}",
+                    self.ranges.node_ports.start(),
+                    self.ranges.node_ports.end()
+                ),
+                self.name,
+            ));
+        }
+        let key = format!("{NODE_PORTS}{n}");
+        let held = self.held.contains(&key);
+        let in_use = self.used().await?.contains(&n.to_string());
+        if (in_use && !held) || !self.chosen.insert(n.to_string()) {
+            return Err(invalid(
+                path,
+                json!(n),
+                "provided port is already allocated",
+                self.name,
+            ));
+        }
+        Ok(())
+    }
+
+    /// A free port, from a random offset so concurrent creates rarely collide.
+    async fn pick(&mut self) -> Result<u16> {
+        let (lo, hi) = (
+            *self.ranges.node_ports.start() as u32,
+            *self.ranges.node_ports.end() as u32,
+        );
+        let span = hi - lo + 1;
+        let start = uuid::Uuid::new_v4().as_u128() as u32 % span;
+        self.used().await?;
+        let used = self.used.as_ref().expect("just filled");
+        let port = (0..span)
+            .map(|k| (lo + (start + k) % span).to_string())
+            .find(|n| {
+                let key = format!("{NODE_PORTS}{n}");
+                (!used.contains(n) || self.held.contains(&key)) && !self.chosen.contains(n)
+            })
+            .ok_or_else(|| ApiError::internal("failed to allocate a nodePort: range is full"))?;
+        self.chosen.insert(port.clone());
+        Ok(port.parse().unwrap_or(0))
+    }
 }
 
 /// Explains a lost reservation race or a requested address in use as upstream words it.
@@ -319,6 +383,30 @@ mod tests {
         );
         let headless = json!({"kind": "Service", "spec": {"clusterIP": "None"}});
         assert!(reservations(&headless).is_empty());
+    }
+
+    #[test]
+    fn a_local_load_balancer_reserves_its_health_check_port() {
+        let svc = json!({"kind": "Service", "spec": {"type": "LoadBalancer",
+                         "externalTrafficPolicy": "Local", "healthCheckNodePort": 31000,
+                         "allocateLoadBalancerNodePorts": false, "ports": [{"port": 80}]}});
+        assert_eq!(reservations(&svc), vec![format!("{NODE_PORTS}31000")]);
+    }
+
+    #[test]
+    fn load_balancers_may_opt_out_of_node_ports_and_local_ones_need_a_health_check() {
+        let lb = json!({"spec": {"type": "LoadBalancer"}});
+        assert!(fills_node_ports(&lb));
+        assert!(!wants_health_check(&lb));
+        let opted_out = json!({"spec": {"type": "LoadBalancer",
+                               "allocateLoadBalancerNodePorts": false,
+                               "externalTrafficPolicy": "Local"}});
+        assert!(!fills_node_ports(&opted_out));
+        assert!(wants_health_check(&opted_out));
+        let node_port = json!({"spec": {"type": "NodePort", "externalTrafficPolicy": "Local",
+                               "allocateLoadBalancerNodePorts": false}});
+        assert!(fills_node_ports(&node_port));
+        assert!(!wants_health_check(&node_port));
     }
 
     #[test]

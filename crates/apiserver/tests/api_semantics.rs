@@ -2,7 +2,8 @@
 //! say how many items remain, list and watch options that do not go together are a 422
 //! `Invalid` naming them, a watch from before the watch cache's window is 410 `Expired`, a
 //! short watch gets a bookmark before its deadline, a dry run create of a name in use is 409,
-//! no finalizer can be added to an object being deleted, and unknown fields are never stored.
+//! no finalizer can be added to an object being deleted, unknown fields are never stored, and a
+//! LoadBalancer Service's node ports and health check port are allocated as upstream does.
 
 mod common;
 
@@ -355,5 +356,71 @@ async fn protobuf_is_served_for_built_in_kinds_as_upstream_encodes_it() {
     let raw = event.object.unwrap().raw.unwrap();
     let watched = core::ConfigMap::decode(envelope(&raw).raw.unwrap().as_slice()).unwrap();
     assert!(watched.metadata.unwrap().name.is_some());
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_balancers_get_health_check_ports_and_may_go_without_node_ports() {
+    use k8s_openapi::api::core::v1::Service;
+    let running = common::start().await;
+    let api: Api<Service> = Api::namespaced(running.client.clone(), "default");
+    let lb = |name: &str, spec: serde_json::Value| -> Service {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": spec}))
+            .unwrap()
+    };
+    let local = api
+        .create(
+            &PostParams::default(),
+            &lb(
+                "local",
+                serde_json::json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local",
+                    "allocateLoadBalancerNodePorts": false,
+                    "ports": [{"port": 80}]}),
+            ),
+        )
+        .await
+        .unwrap();
+    let spec = local.spec.unwrap();
+    assert_eq!(
+        spec.ports.unwrap()[0].node_port,
+        None,
+        "no node port asked for"
+    );
+    let health = spec.health_check_node_port.expect("a health check port");
+    assert!((30000..=32767).contains(&health), "{health}");
+
+    // the health check port is held like a node port
+    let taken = api
+        .create(
+            &PostParams::default(),
+            &lb(
+                "clash",
+                serde_json::json!({"type": "NodePort",
+                    "ports": [{"port": 80, "nodePort": health}]}),
+            ),
+        )
+        .await;
+    let s = status(taken);
+    assert_eq!(s.code, 422);
+    assert!(
+        s.message.contains("provided port is already allocated"),
+        "{}",
+        s.message
+    );
+
+    // a Cluster-policy LoadBalancer gets node ports by default and no health check port
+    let cluster = api
+        .create(
+            &PostParams::default(),
+            &lb(
+                "cluster",
+                serde_json::json!({"type": "LoadBalancer", "ports": [{"port": 81}]}),
+            ),
+        )
+        .await
+        .unwrap();
+    let spec = cluster.spec.unwrap();
+    assert!(spec.ports.unwrap()[0].node_port.is_some());
+    assert_eq!(spec.health_check_node_port, None);
     running.stop().await;
 }

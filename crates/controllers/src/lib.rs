@@ -12,6 +12,8 @@
 //! # Layout
 //! One module per controller, named as upstream names it in `--controllers`:
 //! - [`serviceaccount`]: a `default` ServiceAccount in every namespace.
+//! - [`servicelb`] (Skiff's own, k3s's ServiceLB): node addresses in the status of
+//!   LoadBalancer Services without a class.
 //! - [`garbagecollector`]: deletes dependents of deleted owners
 //!   (background, foreground, orphan).
 //! - [`namespace`]: empties a terminating namespace, then removes its `kubernetes` finalizer.
@@ -93,6 +95,7 @@ pub mod revision;
 pub mod rootcacertpublisher;
 pub mod service_pods;
 pub mod serviceaccount;
+pub mod servicelb;
 pub mod statefulset;
 pub mod statefulset_claims;
 pub mod statefulset_plan;
@@ -340,6 +343,12 @@ pub const CONTROLLERS: &[Descriptor] = &[
         run: |ctx| Box::pin(serviceaccount::run(ctx)),
     },
     Descriptor {
+        name: "servicelb",
+        service_account: "service-controller",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(servicelb::run(ctx)),
+    },
+    Descriptor {
         name: "statefulset",
         service_account: "statefulset-controller",
         enabled_by_default: true,
@@ -446,6 +455,7 @@ mod tests {
             "pv-protection",
             "local-path-provisioner",
             "ephemeral-volume",
+            "servicelb",
         ] {
             assert!(defaults.contains(&storage), "{storage}");
         }

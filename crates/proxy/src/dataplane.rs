@@ -28,6 +28,18 @@ impl Default for Context {
     }
 }
 
+/// Whether the IPv4 CIDR `cidr` (`a.b.c.d/n`, as the model keeps source ranges) holds `ip`.
+pub fn cidr_contains(cidr: &str, ip: Ipv4Addr) -> bool {
+    let Some((network, bits)) = cidr.split_once('/') else {
+        return false;
+    };
+    let (Ok(network), Ok(bits)) = (network.parse::<Ipv4Addr>(), bits.parse::<u32>()) else {
+        return false;
+    };
+    let mask = u32::MAX.checked_shl(32 - bits.min(32)).unwrap_or(0);
+    u32::from(network) & mask == u32::from(ip) & mask
+}
+
 /// Every proxied Service's ports, by Service.
 pub type ServiceTable = BTreeMap<ServiceKey, Vec<PortEntry>>;
 
@@ -43,4 +55,19 @@ pub trait Dataplane: Send {
         context: &Context,
         full: bool,
     ) -> Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidrs_hold_the_addresses_of_their_network() {
+        let ip = Ipv4Addr::new(192, 168, 1, 20);
+        assert!(cidr_contains("192.168.1.0/24", ip));
+        assert!(cidr_contains("0.0.0.0/0", ip));
+        assert!(cidr_contains("192.168.1.20/32", ip));
+        assert!(!cidr_contains("192.168.2.0/24", ip));
+        assert!(!cidr_contains("garbage", ip));
+    }
 }

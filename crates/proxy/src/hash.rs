@@ -31,6 +31,11 @@ pub fn ext_chain(name: &ServicePortName) -> String {
     format!("KUBE-EXT-{}", port_proto_hash(name))
 }
 
+/// `KUBE-FW-…`: the `loadBalancerSourceRanges` check on load-balancer IP traffic.
+pub fn fw_chain(name: &ServicePortName) -> String {
+    format!("KUBE-FW-{}", port_proto_hash(name))
+}
+
 /// `KUBE-SEP-…`: one endpoint of one service port.
 pub fn sep_chain(name: &ServicePortName, endpoint: &Endpoint) -> String {
     let hash = base32_sha256(&format!("{name}{}{endpoint}", name.protocol.as_str()));
@@ -81,6 +86,11 @@ pub fn nft_local_chain(name: &ServicePortName) -> String {
 
 pub fn nft_external_chain(name: &ServicePortName) -> String {
     format!("external-{}", hash_and_truncate(&nft_base(name)))
+}
+
+/// The `loadBalancerSourceRanges` check on load-balancer IP traffic.
+pub fn nft_firewall_chain(name: &ServicePortName) -> String {
+    format!("firewall-{}", hash_and_truncate(&nft_base(name)))
 }
 
 fn nft_endpoint_base(name: &ServicePortName, endpoint: &Endpoint) -> String {

@@ -1,6 +1,8 @@
-//! iptables mode: upstream kube-proxy's chains (KUBE-SERVICES, KUBE-SVC-/SVL-/EXT-/SEP-…,
+//! iptables mode: upstream kube-proxy's chains (KUBE-SERVICES, KUBE-SVC-/SVL-/EXT-/FW-/SEP-…,
 //! KUBE-NODEPORTS, KUBE-POSTROUTING, KUBE-MARK-MASQ; filter KUBE-SERVICES and
-//! KUBE-EXTERNAL-SERVICES for REJECT/DROP), applied with `iptables-restore --noflush` as one
+//! KUBE-EXTERNAL-SERVICES for REJECT/DROP, KUBE-PROXY-FIREWALL for `loadBalancerSourceRanges`,
+//! KUBE-NODEPORTS accepting health check ports, KUBE-FORWARD accepting marked and established
+//! forwarded traffic), applied with `iptables-restore --noflush` as one
 //! transaction over both tables. As upstream's MinimizeIPTablesRestore, a partial sync writes the
 //! top-level chains in full but only the changed Services' own chains; stale chains are flushed
 //! and deleted.
@@ -10,7 +12,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use crate::Result;
-use crate::dataplane::{Context, Dataplane, MASQUERADE_MARK, ServiceTable};
+use crate::dataplane::{Context, Dataplane, MASQUERADE_MARK, ServiceTable, cidr_contains};
 use crate::hash;
 use crate::model::{Endpoint, PortEntry, ServiceKey, ServicePortName};
 use crate::runner::Runner;
@@ -20,6 +22,8 @@ const EXTERNAL_SERVICES: &str = "KUBE-EXTERNAL-SERVICES";
 const NODEPORTS: &str = "KUBE-NODEPORTS";
 const POSTROUTING: &str = "KUBE-POSTROUTING";
 const MARK_MASQ: &str = "KUBE-MARK-MASQ";
+const FORWARD: &str = "KUBE-FORWARD";
+const PROXY_FIREWALL: &str = "KUBE-PROXY-FIREWALL";
 
 /// A jump from a built-in chain into ours, inserted at its top when missing.
 #[derive(Debug)]
@@ -45,6 +49,7 @@ impl Jump {
 const NEW: &str = "-m conntrack --ctstate NEW ";
 const PORTALS: &str = "kubernetes service portals";
 const EXTERNAL_PORTALS: &str = "kubernetes externally-visible service portals";
+const LB_FIREWALL: &str = "kubernetes load balancer firewall";
 
 /// Upstream's jumps into its chains.
 const JUMPS: &[Jump] = &[
@@ -84,6 +89,41 @@ const JUMPS: &[Jump] = &[
         target: EXTERNAL_SERVICES,
     },
     Jump {
+        table: "filter",
+        chain: "INPUT",
+        matches: "",
+        comment: "kubernetes health check service ports",
+        target: NODEPORTS,
+    },
+    Jump {
+        table: "filter",
+        chain: "FORWARD",
+        matches: "",
+        comment: "kubernetes forwarding rules",
+        target: FORWARD,
+    },
+    Jump {
+        table: "filter",
+        chain: "INPUT",
+        matches: NEW,
+        comment: LB_FIREWALL,
+        target: PROXY_FIREWALL,
+    },
+    Jump {
+        table: "filter",
+        chain: "OUTPUT",
+        matches: NEW,
+        comment: LB_FIREWALL,
+        target: PROXY_FIREWALL,
+    },
+    Jump {
+        table: "filter",
+        chain: "FORWARD",
+        matches: NEW,
+        comment: LB_FIREWALL,
+        target: PROXY_FIREWALL,
+    },
+    Jump {
         table: "nat",
         chain: "PREROUTING",
         matches: "",
@@ -121,6 +161,10 @@ struct Fragment {
     nat_nodeports: Vec<String>,
     filter_services: Vec<String>,
     filter_external: Vec<String>,
+    /// KUBE-PROXY-FIREWALL: load-balancer IP traffic its KUBE-FW chain did not accept.
+    filter_firewall: Vec<String>,
+    /// filter KUBE-NODEPORTS: the health check port accepted.
+    filter_nodeports: Vec<String>,
     /// Its own nat chains, declared before any rule.
     chains: Vec<String>,
     rules: Vec<String>,
@@ -155,7 +199,13 @@ impl Iptables {
             }
         };
         out.push_str("*filter\n");
-        for chain in [SERVICES, EXTERNAL_SERVICES] {
+        for chain in [
+            SERVICES,
+            EXTERNAL_SERVICES,
+            NODEPORTS,
+            FORWARD,
+            PROXY_FIREWALL,
+        ] {
             let _ = writeln!(out, ":{chain} - [0:0]");
         }
         insert_jumps(&mut out, "filter");
@@ -165,6 +215,19 @@ impl Iptables {
         for f in self.fragments.values() {
             lines(&mut out, &f.filter_external);
         }
+        for f in self.fragments.values() {
+            lines(&mut out, &f.filter_nodeports);
+        }
+        for f in self.fragments.values() {
+            lines(&mut out, &f.filter_firewall);
+        }
+        // upstream's: what was marked for masquerading is forwarded even under a DROP policy,
+        // and so are its replies
+        let _ = writeln!(
+            out,
+            "-A {FORWARD} -m comment --comment \"kubernetes forwarding rules\" -m mark --mark {MASQUERADE_MARK}/{MASQUERADE_MARK} -j ACCEPT\n\
+             -A {FORWARD} -m comment --comment \"kubernetes forwarding conntrack rule\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"
+        );
         out.push_str("COMMIT\n*nat\n");
         for chain in [SERVICES, NODEPORTS, POSTROUTING, MARK_MASQ] {
             let _ = writeln!(out, ":{chain} - [0:0]");
@@ -329,6 +392,7 @@ fn render_port(entry: &PortEntry, context: &Context) -> Fragment {
     let svc_chain = hash::svc_chain(name);
     let svl_chain = hash::svl_chain(name);
     let ext_chain = hash::ext_chain(name);
+    let fw_chain = hash::fw_chain(name);
     let cidr = &context.cluster_cidr;
 
     let has_endpoints = cat.any;
@@ -337,6 +401,8 @@ fn render_port(entry: &PortEntry, context: &Context) -> Fragment {
     let (external_policy_chain, has_external) =
         cat.policy_chain(info.external_local, &svc_chain, &svl_chain);
     let uses_ext = has_endpoints && info.externally_accessible();
+    let uses_fw = has_endpoints && info.uses_firewall();
+    let lb_chain = if uses_fw { &fw_chain } else { &ext_chain };
     let uses_cluster = !cat.cluster.is_empty() && info.uses_cluster_endpoints();
     let uses_local = !cat.local.is_empty() && info.uses_local_endpoints();
     let no_endpoints = |local: bool| {
@@ -390,6 +456,34 @@ fn render_port(entry: &PortEntry, context: &Context) -> Fragment {
         }
     }
 
+    // load-balancer IPs
+    for ip in &info.load_balancer_ips {
+        if has_endpoints {
+            f.nat_services.push(format!(
+                "-A {SERVICES} {} -m {proto} -p {proto} -d {ip} --dport {} -j {lb_chain}",
+                comment(&format!("{svc} loadbalancer IP")),
+                info.port
+            ));
+        }
+        if uses_fw {
+            f.filter_firewall.push(format!(
+                "-A {PROXY_FIREWALL} {} -m {proto} -p {proto} -d {ip} --dport {} -j DROP",
+                comment(&format!("{svc} traffic not accepted by {fw_chain}")),
+                info.port
+            ));
+        }
+    }
+    if !has_external {
+        for ip in &info.load_balancer_ips {
+            let (text, target) = no_endpoints(info.external_local);
+            f.filter_external.push(format!(
+                "-A {EXTERNAL_SERVICES} {} -m {proto} -p {proto} -d {ip} --dport {} -j {target}",
+                comment(&text),
+                info.port
+            ));
+        }
+    }
+
     // the NodePort
     if let Some(node_port) = info.node_port {
         if has_endpoints {
@@ -405,6 +499,14 @@ fn render_port(entry: &PortEntry, context: &Context) -> Fragment {
                 comment(&text)
             ));
         }
+    }
+
+    // the health check port, whether or not there are local endpoints
+    if let Some(port) = info.health_check_node_port {
+        f.filter_nodeports.push(format!(
+            "-A {NODEPORTS} {} -m tcp -p tcp --dport {port} -j ACCEPT",
+            comment(&format!("{svc} health check node port"))
+        ));
     }
 
     if uses_ext {
@@ -438,6 +540,35 @@ fn render_port(entry: &PortEntry, context: &Context) -> Fragment {
             f.rules
                 .push(format!("-A {ext_chain} -j {external_policy_chain}"));
         }
+    }
+
+    if uses_fw {
+        // only the source ranges go on to the EXT chain; the rest falls through undNATed
+        // and KUBE-PROXY-FIREWALL drops it
+        f.chains.push(fw_chain.clone());
+        let args = format!(
+            "-A {fw_chain} {}",
+            comment(&format!("{svc} loadbalancer IP"))
+        );
+        for range in &info.source_ranges {
+            f.rules.push(format!("{args} -s {range} -j {ext_chain}"));
+        }
+        if info
+            .source_ranges
+            .iter()
+            .any(|r| context.node_ips.iter().any(|ip| cidr_contains(r, *ip)))
+        {
+            // a node's own request to a load-balancer IP it holds comes from that IP
+            for ip in &info.load_balancer_ips {
+                f.rules.push(format!("{args} -s {ip} -j {ext_chain}"));
+            }
+        }
+        f.rules.push(format!(
+            "-A {fw_chain} {}",
+            comment(&format!(
+                "other traffic to {svc} will be dropped by KUBE-PROXY-FIREWALL"
+            ))
+        ));
     }
 
     if uses_cluster {

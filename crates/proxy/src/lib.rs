@@ -15,6 +15,7 @@
 //! - [`nftables`]: nftables mode, the `ip skiff` table through `nft -f`.
 //! - [`hash`]: upstream's chain names.
 //! - [`conntrack`]: stale UDP flows deleted after endpoints go away.
+//! - [`healthcheck`]: the `healthCheckNodePort` servers of Local LoadBalancers.
 //! - [`proxier`]: one sync, and the batching sync loop.
 //! - [`informer`]: handlers on the shared informers of Services, EndpointSlices and this Node.
 //! - [`metrics`]: `/metrics` with upstream's sync latency names.
@@ -23,6 +24,7 @@
 pub mod conntrack;
 pub mod dataplane;
 pub mod hash;
+pub mod healthcheck;
 pub mod informer;
 pub mod iptables;
 pub mod metrics;

@@ -86,6 +86,15 @@ pub struct ServicePort {
     pub protocol: Protocol,
     pub node_port: Option<u16>,
     pub external_ips: Vec<Ipv4Addr>,
+    /// A LoadBalancer's `status.loadBalancer.ingress` IPs the proxy captures (upstream's
+    /// `LoadBalancerVIPs`: not those with `ipMode: Proxy`, whose load balancer delivers to the
+    /// node itself).
+    pub load_balancer_ips: Vec<Ipv4Addr>,
+    /// `loadBalancerSourceRanges` (valid CIDRs, whitespace trimmed as upstream does): only
+    /// these clients reach the load-balancer IPs.
+    pub source_ranges: Vec<String>,
+    /// `healthCheckNodePort` of a LoadBalancer with `externalTrafficPolicy: Local`.
+    pub health_check_node_port: Option<u16>,
     /// `sessionAffinity: ClientIP` with its timeout in seconds.
     pub affinity_seconds: Option<i32>,
     /// `internalTrafficPolicy: Local`.
@@ -95,9 +104,17 @@ pub struct ServicePort {
 }
 
 impl ServicePort {
-    /// Reachable from outside through a NodePort or an external IP.
+    /// Reachable from outside through a NodePort, an external IP or a load-balancer IP.
     pub fn externally_accessible(&self) -> bool {
-        self.node_port.is_some() || !self.external_ips.is_empty()
+        self.node_port.is_some()
+            || !self.external_ips.is_empty()
+            || !self.load_balancer_ips.is_empty()
+    }
+
+    /// Load-balancer IP traffic goes through a firewall chain (upstream's `usesFWChain`,
+    /// short of the endpoints check).
+    pub fn uses_firewall(&self) -> bool {
+        !self.load_balancer_ips.is_empty() && !self.source_ranges.is_empty()
     }
 
     /// Some traffic goes to endpoints anywhere in the cluster.
@@ -239,6 +256,32 @@ pub fn service_ports<'a>(
             .unwrap_or(DEFAULT_AFFINITY_SECONDS)
     });
     let node_ports_allowed = matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer"));
+    let load_balancer = spec.type_.as_deref() == Some("LoadBalancer");
+    let load_balancer_ips: Vec<Ipv4Addr> = service
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|_| load_balancer)
+        .filter(|i| i.ip_mode.as_deref() != Some("Proxy"))
+        .filter_map(|i| i.ip.as_deref()?.parse().ok())
+        .collect();
+    let source_ranges: Vec<String> = spec
+        .load_balancer_source_ranges
+        .iter()
+        .flatten()
+        .filter(|_| load_balancer)
+        .map(|r| r.trim())
+        .filter(|r| valid_cidr(r))
+        .map(str::to_string)
+        .collect();
+    let health_check_node_port = spec
+        .health_check_node_port
+        .filter(|_| load_balancer && spec.external_traffic_policy.as_deref() == Some("Local"))
+        .and_then(|p| u16::try_from(p).ok())
+        .filter(|p| *p != 0);
     let mut entries = Vec::new();
     for port in spec.ports.iter().flatten() {
         let Some(protocol) = Protocol::parse(port.protocol.as_deref()) else {
@@ -259,6 +302,9 @@ pub fn service_ports<'a>(
             protocol,
             node_port,
             external_ips: external_ips.clone(),
+            load_balancer_ips: load_balancer_ips.clone(),
+            source_ranges: source_ranges.clone(),
+            health_check_node_port,
             affinity_seconds,
             internal_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
             external_local: false,
@@ -277,6 +323,13 @@ pub fn service_ports<'a>(
         });
     }
     entries
+}
+
+/// An IPv4 CIDR (`a.b.c.d/n`).
+fn valid_cidr(text: &str) -> bool {
+    text.split_once('/').is_some_and(|(ip, bits)| {
+        ip.parse::<Ipv4Addr>().is_ok() && bits.parse::<u8>().is_ok_and(|b| b <= 32)
+    })
 }
 
 /// The IPv4 endpoints of the named port across `slices`, each address once (the first slice by
@@ -382,6 +435,31 @@ pub(crate) mod fixtures {
             }),
             ..Default::default()
         }
+    }
+
+    /// `svc` as a LoadBalancer with these `status.loadBalancer.ingress` IPs (`ip` or
+    /// `ip/ipMode`).
+    pub fn load_balancer(mut svc: Service, ingress: &[&str]) -> Service {
+        use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, ServiceStatus};
+        svc.spec.as_mut().unwrap().type_ = Some("LoadBalancer".into());
+        let ingress = ingress
+            .iter()
+            .map(|entry| {
+                let (ip, mode) = entry.split_once('/').unwrap_or((entry, "VIP"));
+                LoadBalancerIngress {
+                    ip: Some(ip.into()),
+                    ip_mode: Some(mode.into()),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        svc.status = Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(ingress),
+            }),
+            ..Default::default()
+        });
+        svc
     }
 
     /// A slice of `service` with one port; endpoints are (ip, node, ready).
@@ -505,6 +583,45 @@ mod tests {
         let node_port = &service_ports(&svc, [], "n1")[0].info;
         assert_eq!(node_port.node_port, Some(30080));
         assert!(node_port.external_local);
+    }
+
+    #[test]
+    fn load_balancer_ips_and_source_ranges_count_only_on_load_balancers() {
+        let mut svc = service("ns", "web", "10.43.0.5", &[("", "TCP", 80)]);
+        let spec = svc.spec.as_mut().unwrap();
+        spec.type_ = Some("LoadBalancer".into());
+        spec.external_traffic_policy = Some("Local".into());
+        spec.health_check_node_port = Some(31000);
+        spec.load_balancer_source_ranges =
+            Some(vec![" 192.168.0.0/24".into(), "not-a-cidr".into()]);
+        let ingress = |ip: Option<&str>, mode: Option<&str>, hostname: Option<&str>| {
+            k8s_openapi::api::core::v1::LoadBalancerIngress {
+                ip: ip.map(Into::into),
+                ip_mode: mode.map(Into::into),
+                hostname: hostname.map(Into::into),
+                ..Default::default()
+            }
+        };
+        svc.status = Some(k8s_openapi::api::core::v1::ServiceStatus {
+            load_balancer: Some(k8s_openapi::api::core::v1::LoadBalancerStatus {
+                ingress: Some(vec![
+                    ingress(Some("192.168.0.10"), Some("VIP"), None),
+                    ingress(Some("192.168.0.11"), Some("Proxy"), None),
+                    ingress(None, None, Some("lb.example.com")),
+                ]),
+            }),
+            ..Default::default()
+        });
+        let info = &service_ports(&svc, [], "n1")[0].info;
+        assert_eq!(info.load_balancer_ips, vec![Ipv4Addr::new(192, 168, 0, 10)]);
+        assert_eq!(info.source_ranges, vec!["192.168.0.0/24".to_string()]);
+        assert_eq!(info.health_check_node_port, Some(31000));
+        assert!(info.externally_accessible(), "without a node port too");
+        assert!(info.external_local && info.uses_firewall());
+        svc.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
+        let info = &service_ports(&svc, [], "n1")[0].info;
+        assert!(info.load_balancer_ips.is_empty() && info.source_ranges.is_empty());
+        assert_eq!(info.health_check_node_port, None);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! nftables mode: one `ip skiff` table applied atomically with `nft -f`, laid out as upstream's
 //! nftables proxier lays out its `kube-proxy` table. Services are found through verdict maps keyed
 //! on `ip daddr . meta l4proto . th dport` (`service-ips`, `service-nodeports`, and the
-//! `no-endpoint-*` maps that reject or drop), so a partial sync only adds and deletes the changed
+//! `no-endpoint-*` maps that reject or drop, and `firewall-ips`, which sends load-balancer IP
+//! traffic through a Service's `loadBalancerSourceRanges` check before DNAT), so a partial sync
+//! only adds and deletes the changed
 //! Services' map elements and rewrites their own chains; a full sync replaces the table.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -9,7 +11,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use crate::Result;
-use crate::dataplane::{Context, Dataplane, MASQUERADE_MARK, ServiceTable};
+use crate::dataplane::{Context, Dataplane, MASQUERADE_MARK, ServiceTable, cidr_contains};
 use crate::hash;
 use crate::model::{Endpoint, PortEntry, ServiceKey, ServicePortName};
 use crate::runner::Runner;
@@ -22,6 +24,7 @@ const SERVICE_NODEPORTS: &str = "service-nodeports";
 const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
 const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
 const MARK_MASQ: &str = "mark-for-masquerade";
+const FIREWALL_IPS: &str = "firewall-ips";
 
 /// One service port's chains, affinity sets and map elements.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -127,6 +130,7 @@ fn base(context: &Context) -> String {
          add map {TABLE} {SERVICE_NODEPORTS} {{ type inet_proto . inet_service : verdict ; }}\n\
          add map {TABLE} {NO_ENDPOINT_SERVICES} {{ type ipv4_addr . inet_proto . inet_service : verdict ; }}\n\
          add map {TABLE} {NO_ENDPOINT_NODEPORTS} {{ type inet_proto . inet_service : verdict ; }}\n\
+         add map {TABLE} {FIREWALL_IPS} {{ type ipv4_addr . inet_proto . inet_service : verdict ; }}\n\
          add set {TABLE} nodeport-ips {{ type ipv4_addr ; }}\n\
          add chain {TABLE} reject-chain\n\
          add rule {TABLE} reject-chain reject\n\
@@ -137,6 +141,12 @@ fn base(context: &Context) -> String {
          add rule {TABLE} service-endpoints-check ip daddr . meta l4proto . th dport vmap @{NO_ENDPOINT_SERVICES}\n\
          add chain {TABLE} nodeport-endpoints-check\n\
          add rule {TABLE} nodeport-endpoints-check {nodeport_match} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}\n\
+         add chain {TABLE} firewall-check\n\
+         add rule {TABLE} firewall-check ip daddr . meta l4proto . th dport vmap @{FIREWALL_IPS}\n\
+         add chain {TABLE} filter-prerouting-pre-dnat {{ type filter hook prerouting priority -110 ; }}\n\
+         add rule {TABLE} filter-prerouting-pre-dnat ct state new jump firewall-check\n\
+         add chain {TABLE} filter-output-pre-dnat {{ type filter hook output priority -110 ; }}\n\
+         add rule {TABLE} filter-output-pre-dnat ct state new jump firewall-check\n\
          add chain {TABLE} nat-prerouting {{ type nat hook prerouting priority -100 ; }}\n\
          add rule {TABLE} nat-prerouting jump services\n\
          add chain {TABLE} nat-output {{ type nat hook output priority -100 ; }}\n\
@@ -215,6 +225,7 @@ fn render_port(entry: &PortEntry, context: &Context) -> Fragment {
     let service_chain = hash::nft_service_chain(name);
     let local_chain = hash::nft_local_chain(name);
     let external_chain = hash::nft_external_chain(name);
+    let firewall_chain = hash::nft_firewall_chain(name);
     let cidr = &context.cluster_cidr;
 
     let has_endpoints = cat.any;
@@ -241,6 +252,19 @@ fn render_port(entry: &PortEntry, context: &Context) -> Fragment {
         let key = format!("{ip} . {proto} . {}", info.port);
         if has_endpoints {
             element(SERVICE_IPS, key.clone(), format!("goto {external_chain}"));
+        }
+        if !has_external {
+            element(NO_ENDPOINT_SERVICES, key, no_endpoints(info.external_local));
+        }
+    }
+    let uses_firewall = has_endpoints && info.uses_firewall();
+    for ip in &info.load_balancer_ips {
+        let key = format!("{ip} . {proto} . {}", info.port);
+        if has_endpoints {
+            element(SERVICE_IPS, key.clone(), format!("goto {external_chain}"));
+        }
+        if uses_firewall {
+            element(FIREWALL_IPS, key.clone(), format!("goto {firewall_chain}"));
         }
         if !has_external {
             element(NO_ENDPOINT_SERVICES, key, no_endpoints(info.external_local));
@@ -285,6 +309,21 @@ fn render_port(entry: &PortEntry, context: &Context) -> Fragment {
         if has_external {
             rules.push(format!("goto {external_policy_chain}"));
         }
+    }
+    if uses_firewall {
+        // a node's own request to a load-balancer IP it holds comes from that IP
+        let mut allowed = info.source_ranges.clone();
+        if info
+            .source_ranges
+            .iter()
+            .any(|r| context.node_ips.iter().any(|ip| cidr_contains(r, *ip)))
+        {
+            allowed.extend(info.load_balancer_ips.iter().map(|ip| ip.to_string()));
+        }
+        f.chains.insert(
+            firewall_chain,
+            vec![format!("ip saddr != {{ {} }} drop", allowed.join(", "))],
+        );
     }
     if !cat.cluster.is_empty() && info.uses_cluster_endpoints() {
         let rules = f.chains.entry(service_chain.clone()).or_default();

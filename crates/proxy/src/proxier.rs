@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 use crate::Result;
 use crate::conntrack::{self, Flush};
 use crate::dataplane::{Context, Dataplane, ServiceTable};
+use crate::healthcheck::ServiceHealth;
 use crate::metrics::Metrics;
 use crate::model::ServiceKey;
 use crate::runner::Runner;
@@ -35,6 +36,8 @@ pub struct Proxier {
     /// conntrack deletions waiting for the rules that make them safe.
     flushes: Vec<Flush>,
     metrics: Arc<Metrics>,
+    /// Told of every sync's outcome and table.
+    health: Option<Arc<ServiceHealth>>,
 }
 
 impl Proxier {
@@ -53,7 +56,14 @@ impl Proxier {
             needs_full: true,
             flushes: Vec::new(),
             metrics,
+            health: None,
         }
+    }
+
+    /// The same proxier, keeping `health`'s health check ports in step with its syncs.
+    pub fn with_health(mut self, health: Arc<ServiceHealth>) -> Self {
+        self.health = Some(health);
+        self
     }
 
     /// Folds `changes` into the model; Services whose ports did not change stay clean.
@@ -98,6 +108,9 @@ impl Proxier {
         let synced =
             self.dataplane
                 .sync(&self.table, &self.pending, &self.context, self.needs_full);
+        if let Some(health) = &self.health {
+            health.synced(synced.is_ok(), &self.table);
+        }
         if let Err(e) = synced {
             self.needs_full = true;
             return Err(e);

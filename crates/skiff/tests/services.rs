@@ -15,7 +15,6 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::net::TcpStream;
 
 use serde_json::json;
 use support::cluster::{controller_manager, grant_coredns_role, scheduler};
@@ -73,12 +72,7 @@ fn dig(net: &NodeNet, args: &[&str]) -> Vec<String> {
 
 /// One HTTP GET from the lan host; the last line of the answer.
 fn http_get(host: &str, port: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut conn = TcpStream::connect(format!("{host}:{port}")).expect("connect to the NodePort");
-    conn.set_read_timeout(Some(support::HANG_GUARD)).unwrap();
-    write!(conn, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
-    let mut response = String::new();
-    conn.read_to_string(&mut response).expect("read the answer");
+    let response = support::http_get(&format!("{host}:{port}"), path);
     assert!(
         response.lines().next().is_some_and(|l| l.contains(" 200 ")),
         "{response}"

@@ -278,6 +278,7 @@ impl Strategy for ServiceStrategy {
     fn validate_update(&self, svc: &Value, old: &Value) -> Vec<FieldError> {
         let mut errs = ips::validate_primary_unchanged(svc, old);
         errs.extend(checks::validate(svc));
+        errs.extend(checks::validate_load_balancer_class_unchanged(svc, old));
         errs
     }
 

@@ -199,3 +199,21 @@ fn the_field_set_is_cluster_ip_and_type() {
         ]
     );
 }
+
+#[test]
+fn a_load_balancers_class_may_not_change_while_it_stays_one() {
+    let old = created(json!({"type": "LoadBalancer", "ports": [{"port": 80}]}));
+    let mut classed = old.clone();
+    classed["spec"]["loadBalancerClass"] = json!("example.com/lb");
+    assert_eq!(
+        errors(ServiceStrategy.validate_update(&classed, &old)),
+        vec!["spec.loadBalancerClass: Invalid value: \"example.com/lb\": may not change once set"]
+    );
+    // through another type, as upstream allows
+    let mut cluster_ip = old.clone();
+    cluster_ip["spec"]["type"] = json!("ClusterIP");
+    assert!(
+        checks::validate_load_balancer_class_unchanged(&cluster_ip, &old).is_empty()
+            && checks::validate_load_balancer_class_unchanged(&classed, &cluster_ip).is_empty()
+    );
+}

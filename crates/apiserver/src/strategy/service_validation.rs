@@ -1,6 +1,7 @@
 //! The checks of upstream's `ValidateService` (ports, type, session affinity, ClusterIPs and IP
 //! families on a single-stack IPv4 cluster, external IPs, traffic policies, source ranges) and
-//! of `ValidateServiceUpdate` (the primary ClusterIP and IP family never change).
+//! of `ValidateServiceUpdate` (the primary ClusterIP and IP family never change, nor a
+//! LoadBalancer's `loadBalancerClass`).
 
 use serde_json::{Value, json};
 use skiff_apimachinery::validation::{self, FieldError, FieldPath};
@@ -161,6 +162,20 @@ fn validate_type_rules(svc: &Value, spec_path: &FieldPath) -> Vec<FieldError> {
 }
 
 /// Upstream's `ValidateService` (metadata aside, but the name must be a DNS-1035 label).
+/// Upstream's `validateLoadBalancerClassField` on update: a LoadBalancer staying one keeps its
+/// class (none included), so the implementation that answers for it never changes under it.
+pub fn validate_load_balancer_class_unchanged(svc: &Value, old: &Value) -> Vec<FieldError> {
+    let class = |s: &Value| s.pointer("/spec/loadBalancerClass").cloned();
+    if kind(svc) == "LoadBalancer" && kind(old) == "LoadBalancer" && class(svc) != class(old) {
+        return vec![FieldError::invalid(
+            &FieldPath::new("spec").child("loadBalancerClass"),
+            class(svc).unwrap_or(Value::Null),
+            "may not change once set",
+        )];
+    }
+    Vec::new()
+}
+
 pub fn validate(svc: &Value) -> Vec<FieldError> {
     let spec_path = FieldPath::new("spec");
     let mut errs = Vec::new();

@@ -4,7 +4,7 @@ use super::*;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use crate::model::fixtures::{service, slice, table};
+use crate::model::fixtures::{load_balancer, service, slice, table};
 use crate::runner::FakeRunner;
 
 /// Syncs and returns the restore input.
@@ -15,10 +15,21 @@ fn sync(
     changed: &[(&str, &str)],
     full: bool,
 ) -> String {
+    sync_in(&Context::default(), iptables, runner, table, changed, full)
+}
+
+/// [`sync`] with this context.
+fn sync_in(
+    context: &Context,
+    iptables: &mut Iptables,
+    runner: &FakeRunner,
+    table: &ServiceTable,
+    changed: &[(&str, &str)],
+    full: bool,
+) -> String {
     runner.clear();
     let changed = changed.iter().map(|(n, s)| ServiceKey::new(n, s)).collect();
-    let context = Context::default();
-    iptables.sync(table, &changed, &context, full).unwrap();
+    iptables.sync(table, &changed, context, full).unwrap();
     runner
         .calls()
         .into_iter()
@@ -73,6 +84,11 @@ fn a_cluster_ip_service_renders_upstreams_chains_with_random_balancing() {
     let expected = r#"*filter
 :KUBE-SERVICES - [0:0]
 :KUBE-EXTERNAL-SERVICES - [0:0]
+:KUBE-NODEPORTS - [0:0]
+:KUBE-FORWARD - [0:0]
+:KUBE-PROXY-FIREWALL - [0:0]
+-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT
+-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
 COMMIT
 *nat
 :KUBE-SERVICES - [0:0]
@@ -400,4 +416,79 @@ fn missing_jumps_are_inserted_at_the_top_of_the_built_in_chains_in_the_same_tran
         2,
         "iptables-save and one iptables-restore"
     );
+}
+
+#[test]
+fn load_balancer_ips_go_through_the_source_range_firewall_to_the_external_chain() {
+    let (mut iptables, runner) = new();
+    let (svc, s) = web();
+    let mut svc = load_balancer(svc, &["192.168.1.10", "192.168.1.11/Proxy"]);
+    let spec = svc.spec.as_mut().unwrap();
+    spec.load_balancer_source_ranges = Some(vec!["192.168.1.0/24".into()]);
+    spec.external_traffic_policy = Some("Local".into());
+    spec.health_check_node_port = Some(31000);
+    // allocateLoadBalancerNodePorts: false, so no nodePort
+    let context = Context {
+        node_ips: vec!["192.168.1.10".parse().unwrap()],
+        ..Context::default()
+    };
+    let input = sync_in(
+        &context,
+        &mut iptables,
+        &runner,
+        &table("n1", &[svc], &[s]),
+        &[],
+        true,
+    );
+    let fw = "KUBE-FW-4LVCYZMTA5CQO6SX";
+    let ext = "KUBE-EXT-4LVCYZMTA5CQO6SX";
+    for line in [
+        format!(
+            "-A KUBE-SERVICES -m comment --comment \"ns1/web:http loadbalancer IP\" -m tcp -p tcp -d 192.168.1.10 --dport 80 -j {fw}"
+        ),
+        format!(
+            "-A KUBE-PROXY-FIREWALL -m comment --comment \"ns1/web:http traffic not accepted by {fw}\" -m tcp -p tcp -d 192.168.1.10 --dport 80 -j DROP"
+        ),
+        format!(":{fw} - [0:0]"),
+        format!(
+            "-A {fw} -m comment --comment \"ns1/web:http loadbalancer IP\" -s 192.168.1.0/24 -j {ext}"
+        ),
+        // the range holds the node: its own requests come from the load-balancer IP
+        format!(
+            "-A {fw} -m comment --comment \"ns1/web:http loadbalancer IP\" -s 192.168.1.10 -j {ext}"
+        ),
+        format!(
+            "-A {fw} -m comment --comment \"other traffic to ns1/web:http will be dropped by KUBE-PROXY-FIREWALL\""
+        ),
+        // Local policy: only n1's endpoint, the client address kept
+        format!("-A {ext} -j KUBE-SVL-4LVCYZMTA5CQO6SX"),
+        "-A KUBE-NODEPORTS -m comment --comment \"ns1/web:http health check node port\" -m tcp -p tcp --dport 31000 -j ACCEPT".into(),
+    ] {
+        assert!(
+            input.contains(&format!("{line}\n")),
+            "missing {line} in\n{input}"
+        );
+    }
+    assert!(
+        !input.contains("192.168.1.11"),
+        "ipMode Proxy is not captured"
+    );
+    assert!(
+        !input.contains("-A KUBE-NODEPORTS -m comment --comment ns1/web:http"),
+        "no node port"
+    );
+}
+
+#[test]
+fn a_load_balancer_without_endpoints_rejects_on_its_ip() {
+    let (mut iptables, runner) = new();
+    let svc = load_balancer(
+        service("ns2", "empty", "10.43.0.42", &[("", "TCP", 80)]),
+        &["192.168.1.10"],
+    );
+    let input = sync(&mut iptables, &runner, &table("n1", &[svc], &[]), &[], true);
+    assert!(input.contains(
+        "-A KUBE-EXTERNAL-SERVICES -m comment --comment \"ns2/empty has no endpoints\" -m tcp -p tcp -d 192.168.1.10 --dport 80 -j REJECT\n"
+    ));
+    assert!(!input.contains("loadbalancer IP"), "{input}");
 }

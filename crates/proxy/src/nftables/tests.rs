@@ -4,7 +4,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::*;
-use crate::model::fixtures::{service, slice, table};
+use crate::model::fixtures::{load_balancer, service, slice, table};
 use crate::runner::FakeRunner;
 
 fn sync(
@@ -14,10 +14,21 @@ fn sync(
     changed: &[(&str, &str)],
     full: bool,
 ) -> String {
+    sync_in(&Context::default(), nft, runner, table, changed, full)
+}
+
+/// [`sync`] with this context.
+fn sync_in(
+    context: &Context,
+    nft: &mut Nftables,
+    runner: &FakeRunner,
+    table: &ServiceTable,
+    changed: &[(&str, &str)],
+    full: bool,
+) -> String {
     runner.clear();
     let changed = changed.iter().map(|(n, s)| ServiceKey::new(n, s)).collect();
-    nft.sync(table, &changed, &Context::default(), full)
-        .unwrap();
+    nft.sync(table, &changed, context, full).unwrap();
     runner
         .calls()
         .into_iter()
@@ -45,7 +56,9 @@ fn web() -> (Service, EndpointSlice) {
 
 /// The lines after the fixed part of a full sync.
 fn service_part(input: &str) -> String {
-    let start = input.find("add rule ip skiff filter-output").unwrap();
+    let start = input
+        .find("add rule ip skiff filter-output ct state new jump service-endpoints-check")
+        .unwrap();
     let rest = &input[start..];
     rest[rest.find('\n').unwrap() + 1..].to_string()
 }
@@ -243,4 +256,65 @@ fn an_unchanged_service_runs_no_transaction() {
     sync(&mut nft, &runner, &t, &[], true);
     assert_eq!(sync(&mut nft, &runner, &t, &[("ns1", "web")], false), "");
     assert!(runner.calls().is_empty());
+}
+
+#[test]
+fn load_balancer_ips_are_service_ips_checked_against_their_source_ranges_before_dnat() {
+    let (mut nft, runner) = new();
+    let (svc, s) = web();
+    let mut svc = load_balancer(svc, &["192.168.1.10", "192.168.1.11/Proxy"]);
+    let spec = svc.spec.as_mut().unwrap();
+    spec.load_balancer_source_ranges = Some(vec!["192.168.1.0/24".into()]);
+    spec.external_traffic_policy = Some("Local".into());
+    let context = Context {
+        node_ips: vec!["192.168.1.10".parse().unwrap()],
+        ..Context::default()
+    };
+    let input = sync_in(
+        &context,
+        &mut nft,
+        &runner,
+        &table("n1", &[svc], &[s]),
+        &[],
+        true,
+    );
+    let ext = "external-DK7ABAZC-ns1/web/tcp/http";
+    let fw = "firewall-DK7ABAZC-ns1/web/tcp/http";
+    for line in [
+        "add rule ip skiff filter-prerouting-pre-dnat ct state new jump firewall-check".to_string(),
+        "add rule ip skiff firewall-check ip daddr . meta l4proto . th dport vmap @firewall-ips"
+            .to_string(),
+        format!("add element ip skiff service-ips {{ 192.168.1.10 . tcp . 80 : goto {ext} }}"),
+        format!("add element ip skiff firewall-ips {{ 192.168.1.10 . tcp . 80 : goto {fw} }}"),
+        // the range holds the node: its own requests come from the load-balancer IP
+        format!("add rule ip skiff {fw} ip saddr != {{ 192.168.1.0/24, 192.168.1.10 }} drop"),
+        format!("add rule ip skiff {ext} goto local-DK7ABAZC-ns1/web/tcp/http"),
+    ] {
+        assert!(
+            input.contains(&format!("{line}\n")),
+            "missing {line} in\n{input}"
+        );
+    }
+    assert!(
+        !input.contains("192.168.1.11"),
+        "ipMode Proxy is not captured"
+    );
+
+    // endpoints gone: the load-balancer IP rejects, and no firewall is needed
+    let (svc, _) = web();
+    let svc = load_balancer(svc, &["192.168.1.10"]);
+    let input = sync(
+        &mut nft,
+        &runner,
+        &table("n1", &[svc], &[]),
+        &[("ns1", "web")],
+        false,
+    );
+    assert!(input.contains(
+        "add element ip skiff no-endpoint-services { 192.168.1.10 . tcp . 80 : goto reject-chain }\n"
+    ), "{input}");
+    assert!(
+        input.contains(&format!("delete chain ip skiff {fw}\n")),
+        "{input}"
+    );
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use parking_lot::Mutex;
 use skiff_proxy::dataplane::{Context, Dataplane};
+use skiff_proxy::healthcheck::ServiceHealth;
 use skiff_proxy::iptables::Iptables;
 use skiff_proxy::metrics::Metrics;
 use skiff_proxy::nftables::Nftables;
@@ -94,7 +95,8 @@ pub async fn run(args: ProxyArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
         cluster_cidr: args.cluster_cidr.clone(),
         node_ips: Vec::new(),
     };
-    let proxier = Proxier::new(dataplane, runner, context, metrics.clone());
+    let health = Arc::new(ServiceHealth::new(tokio::runtime::Handle::current()));
+    let proxier = Proxier::new(dataplane, runner, context, metrics.clone()).with_health(health);
 
     let tracker = Arc::new(Mutex::new(ChangeTracker::new(&args.node_name)));
     let notify = Arc::new(Notify::new());

@@ -329,20 +329,25 @@ async fn start(args: &ServerArgs, supervisor: &mut Supervisor) -> anyhow::Result
 
     let kubeconfig =
         credentials.kubeconfig("controller-manager", "system:kube-controller-manager", None)?;
+    let mut cm_argv: Vec<String> = vec![
+        "--kubeconfig".into(),
+        kubeconfig,
+        "--use-service-account-credentials=true".into(),
+        "--allocate-node-cidrs=true".into(),
+        "--cluster-cidr".into(),
+        args.cluster_cidr.clone(),
+        "--cluster-signing-cert-file".into(),
+        path_arg(&tls_dir.join("ca.crt")),
+        "--cluster-signing-key-file".into(),
+        path_arg(&tls_dir.join("ca.key")),
+    ];
+    // k3s's `--disable servicelb`: the controller that gives LoadBalancers node addresses
+    if args.disabled(Packaged::ServiceLb) {
+        cm_argv.push("--controllers=*,-servicelb".into());
+    }
     let cm_args = component_args(
         "controller-manager",
-        vec![
-            "--kubeconfig".into(),
-            kubeconfig,
-            "--use-service-account-credentials=true".into(),
-            "--allocate-node-cidrs=true".into(),
-            "--cluster-cidr".into(),
-            args.cluster_cidr.clone(),
-            "--cluster-signing-cert-file".into(),
-            path_arg(&tls_dir.join("ca.crt")),
-            "--cluster-signing-key-file".into(),
-            path_arg(&tls_dir.join("ca.key")),
-        ],
+        cm_argv,
         &args.extra.kube_controller_manager_arg,
     )?;
     supervisor.spawn("controller-manager", |lifecycle| {

@@ -439,6 +439,21 @@ pub fn expect_line(lines: &mpsc::Receiver<String>, pred: impl Fn(&str) -> bool) 
     }
 }
 
+/// One plain HTTP/1.0 GET of `path` from `addr` (`host:port`): the whole response, status line
+/// and headers included. Panics if the connection fails.
+pub fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut conn =
+        std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    conn.set_read_timeout(Some(HANG_GUARD)).unwrap();
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    write!(conn, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    conn.read_to_string(&mut response)
+        .unwrap_or_else(|e| panic!("read the answer from {addr}: {e}"));
+    response
+}
+
 /// A command's stdout and stderr as text.
 pub fn output_text(out: &Output) -> (String, String) {
     (
