@@ -281,7 +281,10 @@ fn compile_rule(
     let mut blocks = Vec::new();
     for peer in peers {
         if let Some(block) = &peer.ip_block {
-            blocks.extend(ip_block(&block.cidr, block.except.as_deref().unwrap_or_default()));
+            blocks.extend(ip_block(
+                &block.cidr,
+                block.except.as_deref().unwrap_or_default(),
+            ));
             continue;
         }
         let namespaces = match &peer.namespace_selector {
@@ -331,7 +334,11 @@ pub fn cidr_range(cidr: &str) -> Option<Range> {
     let (ip, bits) = cidr.split_once('/')?;
     let ip: Ipv4Addr = ip.parse().ok()?;
     let bits: u32 = bits.parse().ok().filter(|b| *b <= 32)?;
-    let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
+    let mask = if bits == 0 {
+        0
+    } else {
+        u32::MAX << (32 - bits)
+    };
     let start = u32::from(ip) & mask;
     Some((start, start | !mask))
 }
@@ -486,7 +493,10 @@ mod tests {
                 range("10.0.0.128", "10.0.0.200"),
                 range("10.0.3.0", "10.0.3.0"),
             ]),
-            vec![range("10.0.0.0", "10.0.1.255"), range("10.0.3.0", "10.0.3.0")]
+            vec![
+                range("10.0.0.0", "10.0.1.255"),
+                range("10.0.3.0", "10.0.3.0")
+            ]
         );
         assert_eq!(cidr_range("0.0.0.0/0"), Some((0, u32::MAX)));
         assert_eq!(cidr_range("fd00::/8"), None);

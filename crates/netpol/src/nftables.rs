@@ -175,7 +175,10 @@ pub fn full<'a>(
 ) -> String {
     let mut out = String::new();
     // `add table` makes sure the delete has something to delete
-    let _ = writeln!(out, "add table {TABLE}\ndelete table {TABLE}\ntable {TABLE} {{");
+    let _ = writeln!(
+        out,
+        "add table {TABLE}\ndelete table {TABLE}\ntable {TABLE} {{"
+    );
     for direction in Direction::BOTH {
         let _ = writeln!(
             out,
@@ -241,7 +244,12 @@ pub fn elements(changes: &BTreeMap<String, BTreeMap<String, bool>>) -> String {
     out
 }
 
-fn element_line<'a>(out: &mut String, verb: &str, set: &str, members: impl Iterator<Item = &'a String>) {
+fn element_line<'a>(
+    out: &mut String,
+    verb: &str,
+    set: &str,
+    members: impl Iterator<Item = &'a String>,
+) {
     let members: Vec<&str> = members.map(String::as_str).collect();
     let _ = writeln!(
         out,

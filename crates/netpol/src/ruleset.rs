@@ -178,7 +178,10 @@ impl Ruleset {
             }
             _ => Vec::new(),
         };
-        let by_pod = self.contributions.entry(policy_key.to_string()).or_default();
+        let by_pod = self
+            .contributions
+            .entry(policy_key.to_string())
+            .or_default();
         let before = if now.is_empty() {
             by_pod.remove(pod_key).unwrap_or_default()
         } else {
@@ -346,7 +349,10 @@ mod tests {
         ruleset.namespace_changed("app", labels(&[]));
         ruleset.namespace_changed("a", labels(&[("team", "a")]));
         ruleset.namespace_changed("b", labels(&[("team", "b")]));
-        ruleset.pod_changed("app/web", Some(pod("app", [10, 42, 0, 2], &[("app", "web")], true)));
+        ruleset.pod_changed(
+            "app/web",
+            Some(pod("app", [10, 42, 0, 2], &[("app", "web")], true)),
+        );
         ruleset.pod_changed("a/client", Some(pod("a", [10, 42, 1, 3], &[], false)));
         ruleset.pod_changed("b/client", Some(pod("b", [10, 42, 1, 4], &[], false)));
         ruleset.policy_changed(
@@ -367,7 +373,10 @@ mod tests {
     fn the_first_take_is_the_whole_table_with_its_elements() {
         let mut ruleset = Ruleset::new("n1");
         ruleset.namespace_changed("a", labels(&[("team", "a")]));
-        ruleset.pod_changed("app/web", Some(pod("app", [10, 42, 0, 2], &[("app", "web")], true)));
+        ruleset.pod_changed(
+            "app/web",
+            Some(pod("app", [10, 42, 0, 2], &[("app", "web")], true)),
+        );
         ruleset.pod_changed("a/client", Some(pod("a", [10, 42, 1, 3], &[], false)));
         ruleset.policy_changed(
             "app/allow-a",
@@ -388,14 +397,27 @@ mod tests {
             peers_set(&id, Direction::Ingress, 0),
             named_set(&id, Direction::Ingress, 0),
         );
-        assert!(script.starts_with("add table inet skiff-netpol\ndelete table inet skiff-netpol\n"));
+        assert!(
+            script.starts_with("add table inet skiff-netpol\ndelete table inet skiff-netpol\n")
+        );
         assert!(script.contains(&format!("ip daddr @{pods} ip saddr @{peers} ip daddr . meta l4proto . th dport @{named} return")), "{script}");
-        assert!(script.contains(&format!("ip daddr @{pods} ip saddr @{peers} meta l4proto udp th dport 9000-9010 return")), "{script}");
+        assert!(
+            script.contains(&format!(
+                "ip daddr @{pods} ip saddr @{peers} meta l4proto udp th dport 9000-9010 return"
+            )),
+            "{script}"
+        );
         assert!(script.contains("ip daddr @ingress-isolated jump ingress"));
         assert!(script.contains("ct state established,related accept"));
-        assert!(script.contains(&format!("add element inet skiff-netpol {pods} {{ 10.42.0.2 }}")));
-        assert!(script.contains(&format!("add element inet skiff-netpol {peers} {{ 10.42.1.3 }}")));
-        assert!(script.contains(&format!("add element inet skiff-netpol {named} {{ 10.42.0.2 . tcp . 8080 }}")));
+        assert!(script.contains(&format!(
+            "add element inet skiff-netpol {pods} {{ 10.42.0.2 }}"
+        )));
+        assert!(script.contains(&format!(
+            "add element inet skiff-netpol {peers} {{ 10.42.1.3 }}"
+        )));
+        assert!(script.contains(&format!(
+            "add element inet skiff-netpol {named} {{ 10.42.0.2 . tcp . 8080 }}"
+        )));
         assert!(script.contains("add element inet skiff-netpol ingress-isolated { 10.42.0.2 }"));
         // no egress policy: nobody is isolated for egress
         assert!(!script.contains("add element inet skiff-netpol egress-isolated"));
@@ -425,14 +447,20 @@ mod tests {
         let Some(Update::Elements(script)) = ruleset.take() else {
             panic!("an element update");
         };
-        assert!(script.contains(&format!("delete element inet skiff-netpol {} {{ 10.42.0.2 }}", targets_set(&id))));
+        assert!(script.contains(&format!(
+            "delete element inet skiff-netpol {} {{ 10.42.0.2 }}",
+            targets_set(&id)
+        )));
         assert!(script.contains("delete element inet skiff-netpol ingress-isolated { 10.42.0.2 }"));
         assert!(script.contains(&format!(
             "delete element inet skiff-netpol {} {{ 10.42.0.2 . tcp . 8080 }}",
             named_set(&id, Direction::Ingress, 0)
         )));
         // off and on again before a take: nothing to do
-        ruleset.pod_changed("app/web", Some(pod("app", [10, 42, 0, 2], &[("app", "web")], true)));
+        ruleset.pod_changed(
+            "app/web",
+            Some(pod("app", [10, 42, 0, 2], &[("app", "web")], true)),
+        );
         ruleset.pod_changed("app/web", Some(unlabelled));
         assert_eq!(ruleset.take(), None);
     }

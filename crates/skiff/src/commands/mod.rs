@@ -9,6 +9,8 @@
 //! - [`killall`]: `skiff killall` and `skiff uninstall`, tearing a node's pods down on this
 //!   host (and removing its data dir).
 //! - [`proxy`]: `skiff proxy`, the node's Service dataplane (iptables or nftables).
+//! - [`network_policy`]: `skiff network-policy`, the node's NetworkPolicy enforcement
+//!   (nftables).
 //! - [`image`]: `skiff image import`, loading image archives into the node's containerd.
 //! - [`scheduler`]: `skiff scheduler`, binding pods to nodes through the API server.
 //! - [`server`]: `skiff server`, every component above in one process.
@@ -29,6 +31,7 @@ pub mod killall;
 pub mod kubelet;
 pub mod lifecycle;
 pub mod metrics;
+pub mod network_policy;
 pub mod proxy;
 pub mod scheduler;
 pub mod server;
@@ -64,6 +67,8 @@ pub enum Command {
     Kubelet(Box<kubelet::KubeletArgs>),
     /// The Service dataplane of a node on its own (kube-proxy).
     Proxy(proxy::ProxyArgs),
+    /// The NetworkPolicy enforcement of a node on its own (kube-router's in k3s).
+    NetworkPolicy(network_policy::NetworkPolicyArgs),
     /// Container images on this node.
     #[command(subcommand)]
     Image(image::ImageCommand),
@@ -142,6 +147,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Scheduler(args) => scheduler::run(args, Lifecycle::standalone()).await,
         Command::Kubelet(args) => kubelet::run(*args, Lifecycle::standalone()).await,
         Command::Proxy(args) => proxy::run(args, Lifecycle::standalone()).await,
+        Command::NetworkPolicy(args) => network_policy::run(args, Lifecycle::standalone()).await,
         Command::Server(args) => server::run(*args).await,
         Command::Image(cmd) => image::run(cmd).await,
         Command::Store(cmd) => store::run(cmd).await,
