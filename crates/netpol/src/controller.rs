@@ -157,3 +157,76 @@ pub async fn run(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use skiff_runtime::runner::FakeRunner;
+
+    use super::*;
+
+    fn lines(runner: &FakeRunner) -> Vec<String> {
+        runner
+            .calls()
+            .iter()
+            .map(|c| format!("{} {}", c.program, c.args.join(" ")))
+            .collect()
+    }
+
+    #[test]
+    fn bridge_netfilter_is_switched_on_loading_the_module_when_missing() {
+        let runner = FakeRunner::default();
+        ensure_bridge_netfilter(&runner).unwrap();
+        assert_eq!(
+            lines(&runner),
+            ["sysctl -w net.bridge.bridge-nf-call-iptables=1"]
+        );
+        let runner = FakeRunner::default();
+        runner.fail_next("sysctl");
+        ensure_bridge_netfilter(&runner).unwrap();
+        assert_eq!(
+            lines(&runner),
+            [
+                "sysctl -w net.bridge.bridge-nf-call-iptables=1",
+                "modprobe br_netfilter",
+                "sysctl -w net.bridge.bridge-nf-call-iptables=1",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_node_without_bridge_netfilter_is_an_error() {
+        let runner = FakeRunner::default();
+        runner.fail_next("sysctl");
+        runner.fail_next("modprobe");
+        let error = ensure_bridge_netfilter(&runner).unwrap_err();
+        assert!(matches!(error, Error::BridgeNetfilter(_)), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_first_apply_is_retried_whole_before_the_controller_is_ready() {
+        tokio::time::pause();
+        let runner = FakeRunner::default();
+        let ruleset = Arc::new(Mutex::new(Ruleset::new("n1")));
+        let notify = Arc::new(Notify::new());
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        runner.fail_next("nft");
+        let task = tokio::spawn(run(
+            ruleset.clone(),
+            Arc::new(runner.clone()),
+            notify.clone(),
+            move || {
+                let _ = ready_tx.send(());
+            },
+        ));
+        // the first apply fails; the retry after RETRY succeeds and announces readiness
+        ready_rx.await.unwrap();
+        let scripts: Vec<String> = runner.calls().into_iter().filter_map(|c| c.stdin).collect();
+        assert_eq!(scripts.len(), 2);
+        assert!(
+            scripts
+                .iter()
+                .all(|s| s.starts_with("add table inet skiff-netpol\n"))
+        );
+        task.abort();
+    }
+}

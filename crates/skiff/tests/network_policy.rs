@@ -275,7 +275,7 @@ fn policies_deny_allow_by_namespace_and_pod_labels_and_egress_ip_blocks() {
     );
     let stderr = api.kubectl_fails(KUBECTL_133, &["apply", "-f", "-"], Some(&bad));
     assert!(
-        stderr.contains(r#"NetworkPolicy.networking.k8s.io "bad" is invalid"#),
+        stderr.contains(r#"The NetworkPolicy "bad" is invalid"#),
         "{stderr}"
     );
     assert!(

@@ -93,10 +93,10 @@ pub enum Command {
     /// that containerd and the containers under them, removes their network namespaces,
     /// veths, the iptables rules CNI made for them and their pod IP leases, and unmounts every
     /// mount under the data dir. Nothing of other data dirs is touched: the CNI bridge is
-    /// removed once no interface is attached to it, and the host's Service and pod network
-    /// rules (KUBE-*, SKIFF-* chains, the `ip skiff` nftables table, host-gw routes) once no
-    /// other Skiff node process runs in this network namespace. Prints what it did; a second
-    /// run finds nothing left.
+    /// removed once no interface is attached to it, and the host's Service, network policy and
+    /// pod network rules (KUBE-*, SKIFF-* chains, the `ip skiff` and `inet skiff-netpol`
+    /// nftables tables, host-gw routes) once no other Skiff node process runs in this network
+    /// namespace. Prints what it did; a second run finds nothing left.
     Killall(killall::KillallArgs),
     /// `skiff killall`, then remove the data dir (k3s-uninstall.sh).
     ///
