@@ -34,7 +34,7 @@ fn pod(i: u32, app: u32) -> PodInfo {
             ),
         ]
         .into(),
-        local: i % 2 == 0,
+        local: i.is_multiple_of(2),
         ports: vec![NamedPort {
             name: "http".into(),
             protocol: Protocol::Tcp,
@@ -56,7 +56,7 @@ fn policy(i: u32, namespaces: u32) -> Policy {
             "ports": [{"port": "http"}, {"port": 9000, "endPort": 9100}],
         }],
     });
-    if i % 4 == 0 {
+    if i.is_multiple_of(4) {
         spec["policyTypes"] = json!(["Ingress", "Egress"]);
         spec["egress"] = json!([{"to": [{"podSelector": {}},
                                          {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.42.0.0/16"]}}]}]);
