@@ -2,7 +2,8 @@
 //! peer; this node's are enforced), Namespaces and NetworkPolicies that fold each change into
 //! the [`Ruleset`] and wake the sync loop; the br_netfilter setting without which bridged
 //! pod-to-pod traffic would never reach the `forward` hook; and [`run`], which applies each
-//! [`Update`] with one `nft -f` and retries a failed one as a whole table.
+//! [`Update`] with one `nft -f`, retries a failed one as a whole table and rewrites the whole
+//! table periodically.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -22,6 +23,10 @@ use crate::{Error, Result};
 
 /// How long the loop waits before retrying a failed apply (as a whole table).
 pub const RETRY: Duration = Duration::from_secs(1);
+
+/// How often the whole table is rewritten even without changes, repairing what someone else
+/// changed in it (kube-router's `--iptables-sync-period` default, 5 minutes).
+pub const SYNC_PERIOD: Duration = Duration::from_secs(300);
 
 /// br_netfilter's switch that passes bridged IPv4 traffic through the IP hooks (kube-router and
 /// flannel need it for the same reason).
@@ -114,9 +119,10 @@ pub fn apply(runner: &dyn Runner, update: &Update) -> Result<()> {
         .map_err(Error::Apply)
 }
 
-/// Applies the ruleset's updates as `notify` signals them, starting with the whole table once
-/// the informers have their first lists (`synced`); `ready` is called after that first apply
-/// succeeded. A failed apply is retried after [`RETRY`] as a whole table.
+/// Applies the ruleset's updates as `notify` signals them, starting with the whole table (the
+/// caller starts it once the informers have their first lists); `ready` is called after that
+/// first apply succeeded. A failed apply is retried after [`RETRY`] as a whole table, and the
+/// whole table is rewritten every [`SYNC_PERIOD`] without changes.
 pub async fn run(
     ruleset: Arc<Mutex<Ruleset>>,
     runner: Arc<dyn Runner>,
@@ -127,7 +133,12 @@ pub async fn run(
     loop {
         let update = ruleset.lock().take();
         let Some(update) = update else {
-            notify.notified().await;
+            if tokio::time::timeout(SYNC_PERIOD, notify.notified())
+                .await
+                .is_err()
+            {
+                ruleset.lock().resync();
+            }
             continue;
         };
         let started = Instant::now();
@@ -146,12 +157,12 @@ pub async fn run(
             }
             Ok((Err(error), _)) => {
                 tracing::warn!(%error, "retrying as a whole table");
-                ruleset.lock().failed();
+                ruleset.lock().resync();
                 tokio::time::sleep(RETRY).await;
             }
             Err(join) => {
                 tracing::error!(%join, "the apply task failed; retrying as a whole table");
-                ruleset.lock().failed();
+                ruleset.lock().resync();
                 tokio::time::sleep(RETRY).await;
             }
         }
@@ -203,7 +214,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_failed_first_apply_is_retried_whole_before_the_controller_is_ready() {
+    async fn a_failed_first_apply_is_retried_whole_and_the_table_is_rewritten_periodically() {
         tokio::time::pause();
         let runner = FakeRunner::default();
         let ruleset = Arc::new(Mutex::new(Ruleset::new("n1")));
@@ -227,6 +238,14 @@ mod tests {
                 .iter()
                 .all(|s| s.starts_with("add table inet skiff-netpol\n"))
         );
+
+        // nothing changes: the whole table is rewritten after SYNC_PERIOD anyway
+        let applies = || runner.calls().iter().filter(|c| c.stdin.is_some()).count();
+        let started = tokio::time::Instant::now();
+        while applies() < 3 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        assert!(started.elapsed() >= SYNC_PERIOD);
         task.abort();
     }
 }

@@ -143,7 +143,7 @@ impl Ruleset {
     }
 
     /// The next thing to apply, if anything changed; the following take renders the whole table
-    /// again if this one failed to apply ([`Ruleset::failed`]).
+    /// again if this one failed to apply ([`Ruleset::resync`]).
     pub fn take(&mut self) -> Option<Update> {
         if self.needs_full {
             self.needs_full = false;
@@ -158,8 +158,9 @@ impl Ruleset {
         Some(Update::Elements(nftables::elements(&changes)))
     }
 
-    /// The last update did not apply: the next take renders the whole table.
-    pub fn failed(&mut self) {
+    /// The next take renders the whole table: the last update did not apply, or the table is
+    /// due for its periodic rewrite.
+    pub fn resync(&mut self) {
         self.needs_full = true;
     }
 
@@ -492,7 +493,7 @@ mod tests {
         ruleset.pod_changed("a/client", None);
         ruleset.namespace_changed("b", labels(&[("team", "a")]));
         assert!(matches!(ruleset.take(), Some(Update::Elements(_))));
-        ruleset.failed();
+        ruleset.resync();
         let Some(Update::Full(script)) = ruleset.take() else {
             panic!("a full update after a failure");
         };
