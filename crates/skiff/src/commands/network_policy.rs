@@ -44,8 +44,10 @@ pub async fn run(args: NetworkPolicyArgs, lifecycle: Lifecycle) -> anyhow::Resul
         &user_agent("skiff-network-policy"),
     )?;
     let runner: Arc<dyn Runner> = Arc::new(HostRunner::new(args.netns.clone()));
-    controller::ensure_bridge_netfilter(runner.as_ref())
-        .context("preparing the node for network policies")?;
+    controller::ensure_bridge_netfilter(runner.as_ref()).context(
+        "preparing the node for network policies (load br_netfilter, or run the server with \
+         --disable network-policy)",
+    )?;
 
     let ruleset = Arc::new(Mutex::new(Ruleset::new(&args.node_name)));
     let notify = Arc::new(Notify::new());
