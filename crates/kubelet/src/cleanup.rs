@@ -13,9 +13,10 @@
 //!
 //! What the host's nodes share is removed only when nobody else uses it: the CNI bridge when
 //! no interface is attached to it any more; the Service rules (`skiff proxy`'s `KUBE-*`
-//! chains and `ip skiff` nftables table), the pod network's `SKIFF-POSTROUTING` chain, VXLAN
-//! device `flannel.1` and routes (`proto 83`), and portmap's `CNI-HOSTPORT-*` chains (when they map no port)
-//! when no other Skiff node process runs in this network namespace.
+//! chains and `ip skiff` nftables table), `skiff network-policy`'s `inet skiff-netpol` table,
+//! the pod network's `SKIFF-POSTROUTING` chain, VXLAN device `flannel.1` and routes
+//! (`proto 83`), and portmap's `CNI-HOSTPORT-*` chains (when they map no port) when no other
+//! Skiff node process runs in this network namespace.
 //!
 //! Host access goes through [`Host`]: [`SystemHost`] is this machine, [`FakeHost`] a recorded
 //! one for tests. Every step is idempotent: a second run finds nothing and reports so.
@@ -254,7 +255,7 @@ impl SkiffCommand {
     fn is_node(&self, p: &Process) -> bool {
         let node = matches!(
             self.command.as_str(),
-            "server" | "agent" | "kubelet" | "proxy"
+            "server" | "agent" | "kubelet" | "proxy" | "network-policy"
         );
         node && !p
             .argv
@@ -597,13 +598,20 @@ impl Cleanup<'_> {
             .host
             .run(&Cmd::new("nft", &["list", "tables"]))
             .unwrap_or_default();
-        if tables.lines().any(|l| l.trim() == "table ip skiff") {
+        // the proxy's and the network policy controller's
+        for (family, name) in [("ip", "skiff"), ("inet", "skiff-netpol")] {
+            if !tables
+                .lines()
+                .any(|l| l.trim() == format!("table {family} {name}"))
+            {
+                continue;
+            }
             match self
                 .host
-                .run(&Cmd::new("nft", &["delete", "table", "ip", "skiff"]))
+                .run(&Cmd::new("nft", &["delete", "table", family, name]))
             {
                 Ok(_) => removed += 1,
-                Err(e) => self.fail("deleting nftables table ip skiff", e),
+                Err(e) => self.fail(format!("deleting nftables table {family} {name}"), e),
             }
         }
         // the VXLAN device; its routes, neighbour and forwarding entries go with it

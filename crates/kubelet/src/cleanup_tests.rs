@@ -274,7 +274,7 @@ fn host_rules_are_removed_when_no_other_skiff_node_runs_here() {
     );
     host.outputs.lock().insert(
         "nft list tables".into(),
-        "table inet filter\ntable ip skiff\n".into(),
+        "table inet filter\ntable ip skiff\ntable inet skiff-netpol\n".into(),
     );
     host.outputs.lock().insert(
         "ip -4 route show proto 83".into(),
@@ -286,9 +286,9 @@ fn host_rules_are_removed_when_no_other_skiff_node_runs_here() {
             .into(),
     );
     let report = kill_all(&host, Path::new(D));
-    // KUBE-SERVICES, KUBE-FORWARD; SKIFF-POSTROUTING, CNI-HOSTPORT-DNAT; the nft table; the
-    // VXLAN device; a route
-    assert_eq!(report.host_rules, Some(Shared::Removed(7)));
+    // KUBE-SERVICES, KUBE-FORWARD; SKIFF-POSTROUTING, CNI-HOSTPORT-DNAT; the two nft tables;
+    // the VXLAN device; a route
+    assert_eq!(report.host_rules, Some(Shared::Removed(8)));
     let stdin: Vec<String> = host
         .commands
         .lock()
@@ -310,6 +310,7 @@ fn host_rules_are_removed_when_no_other_skiff_node_runs_here() {
     let lines = host.take_lines();
     assert!(lines.contains(&"nft delete table ip skiff".to_string()));
     assert!(lines.contains(&"ip link del flannel.1".to_string()));
+    assert!(lines.contains(&"nft delete table inet skiff-netpol".to_string()));
     assert!(lines.contains(&"ip -4 route flush proto 83".to_string()));
 }
 

@@ -19,7 +19,7 @@
 //! - [`proxier`]: one sync, and the batching sync loop.
 //! - [`informer`]: handlers on the shared informers of Services, EndpointSlices and this Node.
 //! - [`metrics`]: `/metrics` with upstream's sync latency names.
-//! - [`runner`]: host commands, real (optionally in a netns) and fake.
+//! - [`runner`]: host commands, real (optionally in a netns) and fake (`skiff_runtime`'s).
 
 pub mod conntrack;
 pub mod dataplane;
@@ -31,25 +31,8 @@ pub mod metrics;
 pub mod model;
 pub mod nftables;
 pub mod proxier;
-pub mod runner;
 pub mod tracker;
 
-/// What a host command did wrong.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The command could not be started or fed (missing binary, broken pipe).
-    #[error("running {command}: {source}")]
-    Spawn {
-        command: String,
-        source: std::io::Error,
-    },
-    /// The command exited non-zero; nothing of a restore or `nft -f` transaction applied.
-    #[error("{command} exited with {status}: {stderr}")]
-    Command {
-        command: String,
-        status: i32,
-        stderr: String,
-    },
-}
-
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+/// Host commands: the node agents' shared runner (its error is the proxy's).
+pub use skiff_runtime::runner;
+pub use skiff_runtime::runner::{Error, Result};

@@ -15,6 +15,8 @@
 //!   connection, as client-go's.
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease, as client-go's
 //!   `leaderelection` does it.
+//! - [`runner`]: host commands of the node agents (`nft`, `iptables`, `ip`), real (optionally
+//!   in a network namespace) and a recording fake.
 //! - [`ratelimit`]: client-side QPS and burst, as client-go's, for kube's `ClientBuilder`.
 
 pub mod backoff;
@@ -27,4 +29,5 @@ pub mod leader;
 pub mod metrics;
 pub mod mutation;
 pub mod ratelimit;
+pub mod runner;
 pub mod workqueue;

@@ -2,8 +2,8 @@
 //! `skiff agent` in a network namespace of its own on a private lan ([`support::netns`]) joins
 //! with that token by TLS bootstrap — it checks the cluster CA against the token's hash, its
 //! CertificateSigningRequests are approved and issued by the controller manager's
-//! `csrapproving` and `csrsigning`, and it runs a real kubelet with its managed containerd and
-//! the proxy. Its Node goes Ready, a pod scheduled there runs and `kubectl exec` reaches it
+//! `csrapproving` and `csrsigning`, and it runs a real kubelet with its managed containerd, the
+//! proxy and the network policy controller. Its Node goes Ready, a pod scheduled there runs and `kubectl exec` reaches it
 //! through the API server; a restarted agent reuses its certificates (no new request); a token
 //! for another CA is refused. Needs root (containerd, CNI, network namespaces); skips otherwise.
 
@@ -113,9 +113,10 @@ fn an_agent_joins_with_a_token_runs_pods_and_keeps_its_certificates_across_a_res
         lines.iter().any(|l| l.contains("matches the token")),
         "{lines:?}"
     );
-    // both requests approved and issued: the node's and the proxy's
+    // every request approved and issued: the node's, the proxy's and the network policy
+    // controller's
     let rows = csr_rows(&api);
-    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows.len(), 3, "{rows:?}");
     assert!(
         rows.iter().all(|r| r.contains("Approved,Issued")),
         "{rows:?}"
@@ -134,7 +135,7 @@ fn an_agent_joins_with_a_token_runs_pods_and_keeps_its_certificates_across_a_res
             "jsonpath={.items[*].status.conditions[0].reason}",
         ],
     );
-    assert_eq!(reason, "AutoApproved AutoApproved");
+    assert_eq!(reason, "AutoApproved AutoApproved AutoApproved");
     let ready = api.kubectl(
         KUBECTL_133,
         &[
@@ -187,14 +188,14 @@ fn an_agent_joins_with_a_token_runs_pods_and_keeps_its_certificates_across_a_res
     );
     assert_eq!(output_text(&out).0, "hello from the joined node\n");
 
-    // a restart reuses both certificates: no new request
+    // a restart reuses all three certificates: no new request
     let lines = agent.restart();
     assert_eq!(
         lines.iter().filter(|l| l.contains("reusing")).count(),
-        2,
+        3,
         "{lines:?}"
     );
-    assert_eq!(csr_rows(&api).len(), 2);
+    assert_eq!(csr_rows(&api).len(), 3);
 
     // requests no controller decides wait for a person: kubectl certificate approve and deny
     // write the `/approval` subresource

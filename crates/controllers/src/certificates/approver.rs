@@ -4,9 +4,9 @@
 //! `certificatesigningrequests/selfnodeclient` (a node renewing its own certificate) or
 //! `certificatesigningrequests/nodeclient` (a bootstrap token asking for one). Skiff adds one
 //! policy of its own: a `kubernetes.io/kube-apiserver-client` request for `system:kube-proxy`
-//! (no organization, no names, client usages) made by a bootstrap token or a node is approved
-//! too, so that a joining node's proxy gets its identity (k3s hands that certificate out from
-//! its supervisor). Decisions go through the `/approval` subresource as an `Approved`
+//! or `system:skiff-network-policy` (no organization, no names, client usages) made by a
+//! bootstrap token or a node is approved too, so that a joining node's proxy and network policy
+//! controller get their identities (k3s hands those certificates out from its supervisor). Decisions go through the `/approval` subresource as an `Approved`
 //! condition with reason `AutoApproved`; requests already decided or issued are left alone.
 
 use std::sync::Arc;
@@ -28,6 +28,9 @@ use crate::{Context, triggers};
 
 /// The user a joining node's proxy runs as (bound to `system:node-proxier`).
 pub const KUBE_PROXY_USER: &str = "system:kube-proxy";
+/// The user a joining node's network policy controller runs as (bound to the ClusterRole
+/// `system:skiff-network-policy`).
+pub const NETWORK_POLICY_USER: &str = "system:skiff-network-policy";
 const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
 
 const SELF_NODE_CLIENT_MESSAGE: &str =
@@ -36,6 +39,8 @@ const NODE_CLIENT_MESSAGE: &str =
     "Auto approving kubelet client certificate after SubjectAccessReview.";
 const KUBE_PROXY_MESSAGE: &str =
     "Auto approving kube-proxy client certificate requested by a joining node.";
+const NETWORK_POLICY_MESSAGE: &str =
+    "Auto approving network policy controller client certificate requested by a joining node.";
 
 /// What to do with one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +51,8 @@ pub enum Decision {
     /// `certificatesigningrequests/<subresources[i]>`, trying them in order; the message of
     /// the first allowed one goes into the condition.
     Review(Vec<(&'static str, &'static str)>),
-    /// Approve with this message (Skiff's kube-proxy policy: no review needed).
+    /// Approve with this message (Skiff's policy for a joining node's proxy and network policy
+    /// controller: no review needed).
     Approve(&'static str),
 }
 
@@ -77,15 +83,16 @@ pub fn decide(csr: &CertificateSigningRequest) -> Decision {
             let joining = groups
                 .iter()
                 .any(|g| g == BOOTSTRAPPERS_GROUP || g == NODES_GROUP);
-            let proxy = request.common_name == KUBE_PROXY_USER
-                && request.organizations.is_empty()
+            let plain = request.organizations.is_empty()
                 && request.dns_names.is_empty()
                 && request.ip_addresses + request.emails + request.uris == 0
                 && super::validate_client(&usages).is_ok();
-            if joining && proxy {
-                Decision::Approve(KUBE_PROXY_MESSAGE)
-            } else {
-                Decision::Ignore
+            match request.common_name.as_str() {
+                KUBE_PROXY_USER if joining && plain => Decision::Approve(KUBE_PROXY_MESSAGE),
+                NETWORK_POLICY_USER if joining && plain => {
+                    Decision::Approve(NETWORK_POLICY_MESSAGE)
+                }
+                _ => Decision::Ignore,
             }
         }
         _ => Decision::Ignore,
@@ -403,6 +410,30 @@ mod tests {
         let admin = request_pem("admin", &[], &[]);
         assert_eq!(
             decide(&csr("p", &admin, CLIENT_SIGNER, CLIENT_USAGES, BOOTSTRAP)),
+            Decision::Ignore
+        );
+    }
+
+    #[test]
+    fn a_network_policy_certificate_is_approved_for_joining_nodes_only() {
+        let netpol = request_pem(NETWORK_POLICY_USER, &[], &[]);
+        assert_eq!(
+            decide(&csr("p", &netpol, CLIENT_SIGNER, CLIENT_USAGES, BOOTSTRAP)),
+            Decision::Approve(NETWORK_POLICY_MESSAGE)
+        );
+        assert_eq!(
+            decide(&csr(
+                "p",
+                &netpol,
+                CLIENT_SIGNER,
+                CLIENT_USAGES,
+                ("alice", &["system:authenticated"])
+            )),
+            Decision::Ignore
+        );
+        let grouped = request_pem(NETWORK_POLICY_USER, &["system:nodes"], &[]);
+        assert_eq!(
+            decide(&csr("p", &grouped, CLIENT_SIGNER, CLIENT_USAGES, BOOTSTRAP)),
             Decision::Ignore
         );
     }

@@ -4,7 +4,8 @@
 //!
 //! # Layout
 //! - [`approver`] (`csrapproving`): approves node client certificates after a
-//!   SubjectAccessReview, and Skiff's kube-proxy client certificates for joining nodes.
+//!   SubjectAccessReview, and Skiff's kube-proxy and network policy client certificates for
+//!   joining nodes.
 //! - [`signer`] (`csrsigning`): issues approved requests with the cluster CA.
 
 pub mod approver;

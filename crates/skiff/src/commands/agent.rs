@@ -4,11 +4,13 @@
 //! connection it does not yet trust and refuses it unless its sha256 is the token's; then, as
 //! the bootstrap token, it asks by CertificateSigningRequests for the node's client certificate
 //! (`system:node:<name>` in `system:nodes`, signer `kube-apiserver-client-kubelet`) and the
-//! proxy's (`system:kube-proxy`, signer `kube-apiserver-client`), which the controller
+//! proxy's (`system:kube-proxy`, signer `kube-apiserver-client`) and the network policy
+//! controller's (`system:skiff-network-policy`, the same signer), which the controller
 //! manager's `csrapproving` and `csrsigning` approve and issue. The kubeconfigs it writes
 //! under the data dir are reused while their certificates are valid. Then it runs the kubelet
-//! (with its managed containerd) and the proxy, the same code as `skiff kubelet` and
-//! `skiff proxy`, and prints a `ready` line once its Node is Ready.
+//! (with its managed containerd), the proxy and the network policy controller, the same code
+//! as `skiff kubelet`, `skiff proxy` and `skiff network-policy`, and prints a `ready` line once
+//! its Node is Ready.
 
 use skiff_apimachinery::version::user_agent;
 use std::net::IpAddr;
@@ -28,6 +30,7 @@ use kube::api::{ObjectMeta, PostParams};
 
 use super::kubelet::KubeletArgs;
 use super::lifecycle::Lifecycle;
+use super::network_policy::NetworkPolicyArgs;
 use super::proxy::ProxyArgs;
 use super::store::shutdown_signal;
 use super::token::{self, JoinToken};
@@ -80,6 +83,7 @@ pub struct AgentArgs {
 /// The kubeconfig files under the data dir.
 const KUBELET_KUBECONFIG: &str = "kubelet.kubeconfig";
 const PROXY_KUBECONFIG: &str = "kube-proxy.kubeconfig";
+const NETWORK_POLICY_KUBECONFIG: &str = "network-policy.kubeconfig";
 const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client";
 /// A certificate with less than this left is asked for again at start.
@@ -142,11 +146,22 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     ];
     let proxy_args: ProxyArgs =
         super::server::component_args("proxy", proxy_argv, &args.kube_proxy_arg)?;
+    let netpol_argv = vec![
+        "--kubeconfig".into(),
+        args.data_dir
+            .join(NETWORK_POLICY_KUBECONFIG)
+            .display()
+            .to_string(),
+        "--node-name".into(),
+        node.clone(),
+    ];
+    let netpol_args: NetworkPolicyArgs =
+        super::server::component_args("network-policy", netpol_argv, &[])?;
 
     let node_client = client_from(&std::fs::read_to_string(&kubelet_kubeconfig)?).await?;
     let nodes: Api<Node> = Api::all(node_client);
     let started = jiff::Timestamp::now();
-    // both stop on SIGTERM or Ctrl-C; the first error stops the agent
+    // all stop on SIGTERM or Ctrl-C; the first error stops the agent
     let components = async {
         tokio::try_join!(
             async {
@@ -158,6 +173,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 super::proxy::run(proxy_args, Lifecycle::standalone())
                     .await
                     .context("the proxy")
+            },
+            async {
+                super::network_policy::run(netpol_args, Lifecycle::standalone())
+                    .await
+                    .context("the network policy controller")
             },
         )
     };
@@ -178,9 +198,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Makes sure the data dir holds the kubelet's and the proxy's kubeconfigs with certificates
-/// valid for a while: reused if so, otherwise asked for with the join token (the CA checked
-/// first, once).
+/// Makes sure the data dir holds the kubelet's, the proxy's and the network policy controller's
+/// kubeconfigs with certificates valid for a while: reused if so, otherwise asked for with the
+/// join token (the CA checked first, once).
 async fn ensure_identities(
     data_dir: &Path,
     server: &str,
@@ -201,6 +221,13 @@ async fn ensure_identities(
             signer: CLIENT_SIGNER,
             request_prefix: "kube-proxy-csr-",
             file: PROXY_KUBECONFIG,
+        },
+        Identity {
+            common_name: super::network_policy::USER.into(),
+            organization: None,
+            signer: CLIENT_SIGNER,
+            request_prefix: "network-policy-csr-",
+            file: NETWORK_POLICY_KUBECONFIG,
         },
     ];
     let mut bootstrap: Option<(kube::Client, String)> = None;

@@ -9,6 +9,8 @@
 //! - [`killall`]: `skiff killall` and `skiff uninstall`, tearing a node's pods down on this
 //!   host (and removing its data dir).
 //! - [`proxy`]: `skiff proxy`, the node's Service dataplane (iptables or nftables).
+//! - [`network_policy`]: `skiff network-policy`, the node's NetworkPolicy enforcement
+//!   (nftables).
 //! - [`image`]: `skiff image import`, loading image archives into the node's containerd.
 //! - [`scheduler`]: `skiff scheduler`, binding pods to nodes through the API server.
 //! - [`server`]: `skiff server`, every component above in one process.
@@ -29,6 +31,7 @@ pub mod killall;
 pub mod kubelet;
 pub mod lifecycle;
 pub mod metrics;
+pub mod network_policy;
 pub mod proxy;
 pub mod scheduler;
 pub mod server;
@@ -64,6 +67,8 @@ pub enum Command {
     Kubelet(Box<kubelet::KubeletArgs>),
     /// The Service dataplane of a node on its own (kube-proxy).
     Proxy(proxy::ProxyArgs),
+    /// The NetworkPolicy enforcement of a node on its own (kube-router's in k3s).
+    NetworkPolicy(network_policy::NetworkPolicyArgs),
     /// Container images on this node.
     #[command(subcommand)]
     Image(image::ImageCommand),
@@ -88,11 +93,11 @@ pub enum Command {
     /// that containerd and the containers under them, removes their network namespaces,
     /// veths, the iptables rules CNI made for them and their pod IP leases, and unmounts every
     /// mount under the data dir. Nothing of other data dirs is touched: the CNI bridge is
-    /// removed once no interface is attached to it, and the host's Service and pod network
-    /// rules (KUBE-*, SKIFF-* chains, the `ip skiff` nftables table, the VXLAN device
-    /// `flannel.1`, the pod network's routes) once no other Skiff node process runs in this
-    /// network namespace. Prints what it did; a second
-    /// run finds nothing left.
+    /// removed once no interface is attached to it, and the host's Service, network policy and
+    /// pod network rules (KUBE-*, SKIFF-* chains, the `ip skiff` and `inet skiff-netpol`
+    /// nftables tables, the VXLAN device `flannel.1`, the pod network's routes) once no other
+    /// Skiff node process runs in this network namespace. Prints what it did; a second run
+    /// finds nothing left.
     Killall(killall::KillallArgs),
     /// `skiff killall`, then remove the data dir (k3s-uninstall.sh).
     ///
@@ -143,6 +148,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Scheduler(args) => scheduler::run(args, Lifecycle::standalone()).await,
         Command::Kubelet(args) => kubelet::run(*args, Lifecycle::standalone()).await,
         Command::Proxy(args) => proxy::run(args, Lifecycle::standalone()).await,
+        Command::NetworkPolicy(args) => network_policy::run(args, Lifecycle::standalone()).await,
         Command::Server(args) => server::run(*args).await,
         Command::Image(cmd) => image::run(cmd).await,
         Command::Store(cmd) => store::run(cmd).await,

@@ -447,6 +447,23 @@ async fn start(args: &ServerArgs, supervisor: &mut Supervisor) -> anyhow::Result
     supervisor.spawn("proxy", |lifecycle| {
         super::proxy::run(proxy_args, lifecycle)
     });
+    if !args.disabled(Packaged::NetworkPolicy) {
+        let user = super::network_policy::USER;
+        let kubeconfig = credentials.kubeconfig("network-policy", user, None)?;
+        let netpol_args = component_args(
+            "network-policy",
+            vec![
+                "--kubeconfig".into(),
+                kubeconfig,
+                "--node-name".into(),
+                node.clone(),
+            ],
+            &[],
+        )?;
+        supervisor.spawn("network-policy", |lifecycle| {
+            super::network_policy::run(netpol_args, lifecycle)
+        });
+    }
 
     println!("skiff server: waiting for node {node} to report Ready");
     if supervisor.guard(node_ready(&admin, &node)).await?.is_none() {

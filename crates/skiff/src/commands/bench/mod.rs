@@ -5,6 +5,7 @@ pub mod api;
 pub mod controllers;
 pub mod dns;
 pub mod eviction;
+pub mod netpol;
 pub mod pods;
 pub mod proxy;
 pub mod scheduler;
@@ -30,7 +31,8 @@ pub enum BenchCommand {
     /// heartbeat writes and memory (needs root).
     Pods(pods::PodBenchArgs),
     /// The Service dataplane (needs root): 1,000 Services x 10 endpoints programmed in a private
-    /// netns in iptables and nftables mode, then one-endpoint changes.
+    /// netns in iptables and nftables mode, then one-endpoint changes; 1,000 NetworkPolicies
+    /// over 5,000 pods programmed, then one-pod-label changes.
     Proxy(proxy::ProxyBenchArgs),
     /// The scheduler end to end (scheduler_perf's SchedulingBasic): Node objects, pods created
     /// through the API server, bindings observed through a watch.

@@ -2,7 +2,9 @@
 //! network namespace per mode, feeds `services` Services with `endpoints` ready endpoints each
 //! through the change tracker (the path the informers drive), times the first full sync of the
 //! real rules, then moves one endpoint of one Service `changes` times and times each partial
-//! sync. Prints one JSON line per mode (needs root, `ip`, `iptables-restore` and `nft`).
+//! sync. Prints one JSON line per mode (needs root, `ip`, `iptables-restore` and `nft`), then
+//! one for the network policy controller ([`super::netpol`]): NetworkPolicies over pods
+//! programmed, and one pod label change applied.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -42,6 +44,12 @@ pub struct ProxyBenchArgs {
     /// Only this mode (both by default).
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
+    /// NetworkPolicies to program (0: no network policy figures).
+    #[arg(long, default_value_t = 1000)]
+    pub policies: u32,
+    /// Pods the NetworkPolicies select and match.
+    #[arg(long, default_value_t = 5000)]
+    pub pods: u32,
 }
 
 /// The `n`th address after `base`.
@@ -163,6 +171,13 @@ pub async fn run(args: ProxyBenchArgs) -> Result<()> {
     for mode in modes {
         let args = args.clone();
         let line = tokio::task::spawn_blocking(move || bench_mode(&args, mode)).await??;
+        println!("{line}");
+    }
+    if args.policies > 0 {
+        let (policies, pods, changes) = (args.policies, args.pods.max(1), args.changes);
+        let line =
+            tokio::task::spawn_blocking(move || super::netpol::bench(policies, pods, changes))
+                .await??;
         println!("{line}");
     }
     Ok(())

@@ -1,7 +1,9 @@
-//! Host commands (`iptables-restore`, `iptables-save`, `iptables`, `nft`, `conntrack`) behind the
-//! [`Runner`] trait: [`HostRunner`] runs them, optionally inside a network namespace through
-//! `ip netns exec`; [`FakeRunner`] records them and can be told to fail. [`OwnedNetns`] is a
-//! network namespace of this process's own, for applying real rules off the host's tables.
+//! Host commands of the node agents (`iptables-restore`, `iptables`, `nft`, `conntrack`, `ip`)
+//! behind the [`Runner`] trait: [`HostRunner`] runs them, optionally inside a network namespace
+//! through `ip netns exec`; [`FakeRunner`] records them and can be told to fail. [`OwnedNetns`]
+//! is a network namespace of this process's own, for applying real rules off the host's tables.
+//! Shared by the proxy and the network policy controller, so that both program the host the
+//! same way and are tested against the same fake.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -10,7 +12,25 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::{Error, Result};
+/// What a host command did wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The command could not be started or fed (missing binary, broken pipe).
+    #[error("running {command}: {source}")]
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
+    /// The command exited non-zero; nothing of a restore or `nft -f` transaction applied.
+    #[error("{command} exited with {status}: {stderr}")]
+    Command {
+        command: String,
+        status: i32,
+        stderr: String,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 pub trait Runner: Send + Sync {
     /// Runs `program args…` with `stdin` and returns its standard output; a non-zero exit is
