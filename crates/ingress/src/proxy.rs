@@ -164,8 +164,8 @@ fn upgrade_protocol<B>(req: &Request<B>) -> Option<HeaderValue> {
 
 /// Rewrites `req` for `endpoint`: origin-form URI over HTTP/1.1, the Host kept, hop-by-hop
 /// headers dropped (the upgrade put back), `X-Forwarded-*` set.
-fn prepare(
-    req: &mut Request<Incoming>,
+fn prepare<B>(
+    req: &mut Request<B>,
     host: &str,
     endpoint: SocketAddr,
     from: Peer,
@@ -288,6 +288,71 @@ mod tests {
             "websocket"
         );
         assert!(upgrade_protocol(&req("keep-alive")).is_none());
+    }
+
+    #[test]
+    fn forwarded_requests_carry_the_host_and_x_forwarded_headers_and_no_hop_by_hop_ones() {
+        let mut req = Request::builder()
+            .version(Version::HTTP_2)
+            .uri("https://a.com/x/y?z=1")
+            .header("x-forwarded-for", "6.6.6.6")
+            .header(header::TE, "trailers")
+            .body(())
+            .unwrap();
+        let from = Peer {
+            client: "192.0.2.7:40000".parse().unwrap(),
+            port: 443,
+            tls: true,
+        };
+        prepare(
+            &mut req,
+            "a.com",
+            "10.42.0.5:8080".parse().unwrap(),
+            from,
+            None,
+        )
+        .unwrap();
+        assert_eq!(req.uri().to_string(), "http://10.42.0.5:8080/x/y?z=1");
+        assert_eq!(req.version(), Version::HTTP_11);
+        let header = |name: &str| {
+            req.headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_string())
+        };
+        assert_eq!(header("host").as_deref(), Some("a.com"));
+        assert_eq!(header("x-forwarded-for").as_deref(), Some("192.0.2.7"));
+        assert_eq!(header("x-real-ip").as_deref(), Some("192.0.2.7"));
+        assert_eq!(header("x-forwarded-host").as_deref(), Some("a.com"));
+        assert_eq!(header("x-forwarded-port").as_deref(), Some("443"));
+        assert_eq!(header("x-forwarded-proto").as_deref(), Some("https"));
+        assert_eq!(header("te"), None);
+    }
+
+    #[test]
+    fn an_upgrade_keeps_its_connection_and_upgrade_headers() {
+        let mut req = Request::builder()
+            .uri("/ws")
+            .header(header::CONNECTION, "keep-alive, Upgrade")
+            .header(header::UPGRADE, "websocket")
+            .body(())
+            .unwrap();
+        let upgrade = upgrade_protocol(&req);
+        let from = Peer {
+            client: "192.0.2.7:40000".parse().unwrap(),
+            port: 80,
+            tls: false,
+        };
+        prepare(
+            &mut req,
+            "a.com",
+            "10.42.0.5:8080".parse().unwrap(),
+            from,
+            upgrade,
+        )
+        .unwrap();
+        assert_eq!(req.headers()[header::CONNECTION], "upgrade");
+        assert_eq!(req.headers()[header::UPGRADE], "websocket");
+        assert_eq!(req.headers()["x-forwarded-proto"], "http");
     }
 
     #[test]

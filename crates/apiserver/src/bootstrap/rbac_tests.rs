@@ -33,11 +33,12 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Rule {
 #[test]
 fn the_policy_has_upstreams_object_counts() {
     let policy = policy();
-    // upstream's policy and system:controller:local-path-provisioner (Skiff's provisioner)
-    assert_eq!(policy.cluster_roles.len(), 67);
-    // upstream's 47, skiff:kubelet-bootstrap (kubeadm's, for bootstrap tokens) and the
-    // local-path provisioner's
-    assert_eq!(policy.cluster_role_bindings.len(), 49);
+    // upstream's policy, system:controller:local-path-provisioner (Skiff's provisioner) and
+    // system:skiff-ingress (Skiff's ingress controller)
+    assert_eq!(policy.cluster_roles.len(), 68);
+    // upstream's 47, skiff:kubelet-bootstrap (kubeadm's, for bootstrap tokens), the
+    // local-path provisioner's and the ingress controller's
+    assert_eq!(policy.cluster_role_bindings.len(), 50);
     assert_eq!(policy.roles.len(), 7);
     assert_eq!(policy.role_bindings.len(), 7);
 }

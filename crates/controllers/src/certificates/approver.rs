@@ -4,8 +4,9 @@
 //! `certificatesigningrequests/selfnodeclient` (a node renewing its own certificate) or
 //! `certificatesigningrequests/nodeclient` (a bootstrap token asking for one). Skiff adds one
 //! policy of its own: a `kubernetes.io/kube-apiserver-client` request for `system:kube-proxy`
-//! (no organization, no names, client usages) made by a bootstrap token or a node is approved
-//! too, so that a joining node's proxy gets its identity (k3s hands that certificate out from
+//! or `system:skiff-ingress` (no organization, no names, client usages) made by a bootstrap
+//! token or a node is approved too, so that a joining node's proxy and ingress controller get
+//! their identities (k3s hands that certificate out from
 //! its supervisor). Decisions go through the `/approval` subresource as an `Approved`
 //! condition with reason `AutoApproved`; requests already decided or issued are left alone.
 
@@ -28,6 +29,8 @@ use crate::{Context, triggers};
 
 /// The user a joining node's proxy runs as (bound to `system:node-proxier`).
 pub const KUBE_PROXY_USER: &str = "system:kube-proxy";
+/// The user a joining node's ingress controller runs as (bound to `system:skiff-ingress`).
+pub const SKIFF_INGRESS_USER: &str = "system:skiff-ingress";
 const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
 
 const SELF_NODE_CLIENT_MESSAGE: &str =
@@ -36,6 +39,8 @@ const NODE_CLIENT_MESSAGE: &str =
     "Auto approving kubelet client certificate after SubjectAccessReview.";
 const KUBE_PROXY_MESSAGE: &str =
     "Auto approving kube-proxy client certificate requested by a joining node.";
+const SKIFF_INGRESS_MESSAGE: &str =
+    "Auto approving skiff-ingress client certificate requested by a joining node.";
 
 /// What to do with one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,13 +82,17 @@ pub fn decide(csr: &CertificateSigningRequest) -> Decision {
             let joining = groups
                 .iter()
                 .any(|g| g == BOOTSTRAPPERS_GROUP || g == NODES_GROUP);
-            let proxy = request.common_name == KUBE_PROXY_USER
-                && request.organizations.is_empty()
+            let message = match request.common_name.as_str() {
+                KUBE_PROXY_USER => KUBE_PROXY_MESSAGE,
+                SKIFF_INGRESS_USER => SKIFF_INGRESS_MESSAGE,
+                _ => return Decision::Ignore,
+            };
+            let plain_client = request.organizations.is_empty()
                 && request.dns_names.is_empty()
                 && request.ip_addresses + request.emails + request.uris == 0
                 && super::validate_client(&usages).is_ok();
-            if joining && proxy {
-                Decision::Approve(KUBE_PROXY_MESSAGE)
+            if joining && plain_client {
+                Decision::Approve(message)
             } else {
                 Decision::Ignore
             }
@@ -403,6 +412,25 @@ mod tests {
         let admin = request_pem("admin", &[], &[]);
         assert_eq!(
             decide(&csr("p", &admin, CLIENT_SIGNER, CLIENT_USAGES, BOOTSTRAP)),
+            Decision::Ignore
+        );
+    }
+
+    #[test]
+    fn an_ingress_controller_certificate_is_approved_for_joining_nodes_only() {
+        let ingress = request_pem(SKIFF_INGRESS_USER, &[], &[]);
+        assert_eq!(
+            decide(&csr("i", &ingress, CLIENT_SIGNER, CLIENT_USAGES, BOOTSTRAP)),
+            Decision::Approve(SKIFF_INGRESS_MESSAGE)
+        );
+        assert_eq!(
+            decide(&csr(
+                "i",
+                &ingress,
+                CLIENT_SIGNER,
+                CLIENT_USAGES,
+                ("alice", &["system:authenticated"])
+            )),
             Decision::Ignore
         );
     }

@@ -6,9 +6,10 @@
 //! (`system:node:<name>` in `system:nodes`, signer `kube-apiserver-client-kubelet`) and the
 //! proxy's (`system:kube-proxy`, signer `kube-apiserver-client`), which the controller
 //! manager's `csrapproving` and `csrsigning` approve and issue. The kubeconfigs it writes
-//! under the data dir are reused while their certificates are valid. Then it runs the kubelet
-//! (with its managed containerd) and the proxy, the same code as `skiff kubelet` and
-//! `skiff proxy`, and prints a `ready` line once its Node is Ready.
+//! under the data dir are reused while their certificates are valid (and the ingress
+//! controller's, `system:skiff-ingress`, the same way). Then it runs the kubelet (with its
+//! managed containerd), the proxy and the ingress controller, the same code as `skiff kubelet`,
+//! `skiff proxy` and `skiff ingress`, and prints a `ready` line once its Node is Ready.
 
 use skiff_apimachinery::version::user_agent;
 use std::net::IpAddr;
@@ -26,6 +27,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 
+use super::ingress::IngressArgs;
 use super::kubelet::KubeletArgs;
 use super::lifecycle::Lifecycle;
 use super::proxy::ProxyArgs;
@@ -75,6 +77,7 @@ pub struct AgentArgs {
 /// The kubeconfig files under the data dir.
 const KUBELET_KUBECONFIG: &str = "kubelet.kubeconfig";
 const PROXY_KUBECONFIG: &str = "kube-proxy.kubeconfig";
+const INGRESS_KUBECONFIG: &str = "skiff-ingress.kubeconfig";
 const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client";
 /// A certificate with less than this left is asked for again at start.
@@ -135,6 +138,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     ];
     let proxy_args: ProxyArgs =
         super::server::component_args("proxy", proxy_argv, &args.kube_proxy_arg)?;
+    let ingress_argv = vec![
+        "--kubeconfig".into(),
+        args.data_dir.join(INGRESS_KUBECONFIG).display().to_string(),
+        "--node-name".into(),
+        node.clone(),
+    ];
+    let ingress_args: IngressArgs = super::server::component_args("ingress", ingress_argv, &[])?;
 
     let node_client = client_from(&std::fs::read_to_string(&kubelet_kubeconfig)?).await?;
     let nodes: Api<Node> = Api::all(node_client);
@@ -151,6 +161,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 super::proxy::run(proxy_args, Lifecycle::standalone())
                     .await
                     .context("the proxy")
+            },
+            async {
+                super::ingress::run(ingress_args, Lifecycle::standalone())
+                    .await
+                    .context("the ingress controller")
             },
         )
     };
@@ -194,6 +209,13 @@ async fn ensure_identities(
             signer: CLIENT_SIGNER,
             request_prefix: "kube-proxy-csr-",
             file: PROXY_KUBECONFIG,
+        },
+        Identity {
+            common_name: super::ingress::USER.into(),
+            organization: None,
+            signer: CLIENT_SIGNER,
+            request_prefix: "skiff-ingress-csr-",
+            file: INGRESS_KUBECONFIG,
         },
     ];
     let mut bootstrap: Option<(kube::Client, String)> = None;
