@@ -113,9 +113,9 @@ fn an_agent_joins_with_a_token_runs_pods_and_keeps_its_certificates_across_a_res
         lines.iter().any(|l| l.contains("matches the token")),
         "{lines:?}"
     );
-    // both requests approved and issued: the node's and the proxy's
+    // every request approved and issued: the node's, the proxy's and the ingress controller's
     let rows = csr_rows(&api);
-    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows.len(), 3, "{rows:?}");
     assert!(
         rows.iter().all(|r| r.contains("Approved,Issued")),
         "{rows:?}"
@@ -134,7 +134,7 @@ fn an_agent_joins_with_a_token_runs_pods_and_keeps_its_certificates_across_a_res
             "jsonpath={.items[*].status.conditions[0].reason}",
         ],
     );
-    assert_eq!(reason, "AutoApproved AutoApproved");
+    assert_eq!(reason, "AutoApproved AutoApproved AutoApproved");
     let ready = api.kubectl(
         KUBECTL_133,
         &[
@@ -187,14 +187,14 @@ fn an_agent_joins_with_a_token_runs_pods_and_keeps_its_certificates_across_a_res
     );
     assert_eq!(output_text(&out).0, "hello from the joined node\n");
 
-    // a restart reuses both certificates: no new request
+    // a restart reuses the three certificates: no new request
     let lines = agent.restart();
     assert_eq!(
         lines.iter().filter(|l| l.contains("reusing")).count(),
-        2,
+        3,
         "{lines:?}"
     );
-    assert_eq!(csr_rows(&api).len(), 2);
+    assert_eq!(csr_rows(&api).len(), 3);
 
     // requests no controller decides wait for a person: kubectl certificate approve and deny
     // write the `/approval` subresource
