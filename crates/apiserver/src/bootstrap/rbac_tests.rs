@@ -311,7 +311,7 @@ async fn the_first_run_creates_every_object() {
     assert_eq!(
         summary,
         Summary {
-            created: 130,
+            created: 132,
             updated: 0,
             protected: 0
         }
