@@ -131,7 +131,7 @@ async fn measure(
     let ours = load(ingress.addr, HOST, args).await?;
     let line = |proxy: &str, r: &Load| {
         json!({"proxy": proxy, "connections": args.connections, "seconds": args.seconds,
-               "requests": r.requests, "errors": r.errors, "rps": round3(r.rps),
+               "requests": r.requests, "errors": r.errors, "failed": r.failed, "rps": round3(r.rps),
                "p50_ms": ms(&r.latency, 0.5), "p99_ms": ms(&r.latency, 0.99),
                "load1": load1()})
     };
@@ -320,8 +320,12 @@ impl Conn {
 
 /// What one proxy did under load.
 struct Load {
+    /// Answered 200.
     requests: u64,
+    /// Answered with another status (a proxy's 502 or 503).
     errors: u64,
+    /// Not answered: the connection failed mid-request.
+    failed: u64,
     rps: f64,
     latency: hdrhistogram::Histogram<u64>,
 }
@@ -334,7 +338,7 @@ async fn load(addr: SocketAddr, host: &str, args: &IngressBenchArgs) -> Result<L
     let workers = (0..args.connections).map(|_| {
         let latency = latency.clone();
         async move {
-            let (mut requests, mut errors) = (0u64, 0u64);
+            let (mut requests, mut errors, mut failed) = (0u64, 0u64, 0u64);
             let mut conn = Conn::open(addr, host).await?;
             let mut local = histogram();
             while Instant::now() < until {
@@ -351,25 +355,27 @@ async fn load(addr: SocketAddr, host: &str, args: &IngressBenchArgs) -> Result<L
                     }
                     Ok(false) => errors += 1,
                     Err(_) => {
-                        errors += 1;
+                        failed += 1;
                         conn = Conn::open(addr, host).await?;
                     }
                 }
             }
             latency.lock().add(&local)?;
-            anyhow::Ok((requests, errors))
+            anyhow::Ok((requests, errors, failed))
         }
     });
     let results = futures::future::try_join_all(workers).await?;
     let elapsed = started.elapsed().as_secs_f64();
     let requests = results.iter().map(|r| r.0).sum();
     let errors = results.iter().map(|r| r.1).sum();
+    let failed = results.iter().map(|r| r.2).sum();
     let latency = Arc::try_unwrap(latency)
         .map_err(|_| anyhow::anyhow!("a worker still holds the histogram"))?
         .into_inner();
     Ok(Load {
         requests,
         errors,
+        failed,
         rps: requests as f64 / elapsed,
         latency,
     })
