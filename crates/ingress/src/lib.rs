@@ -42,7 +42,13 @@ pub enum Error {
     },
     /// The self-signed default certificate could not be made.
     #[error("making the default certificate: {0}")]
-    DefaultCertificate(#[from] rcgen::Error),
+    DefaultCertificate(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<rcgen::Error> for Error {
+    fn from(e: rcgen::Error) -> Error {
+        Error::DefaultCertificate(e.to_string())
+    }
+}

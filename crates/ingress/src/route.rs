@@ -172,14 +172,6 @@ impl Table {
             .find_map(|paths| paths.find(path))
             .or(self.default.as_ref())
     }
-
-    /// Whether any rule or default backend is in the table.
-    pub fn is_empty(&self) -> bool {
-        self.exact.is_empty()
-            && self.wildcard.is_empty()
-            && self.any_host.0.is_empty()
-            && self.default.is_none()
-    }
 }
 
 /// `host` without a `:port` (an IPv6 literal keeps its brackets).
@@ -192,16 +184,6 @@ pub fn strip_port(host: &str) -> &str {
     host.rsplit_once(':')
         .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
         .map_or(host, |(h, _)| h)
-}
-
-/// Whether `host` is covered by `pattern`: equal, or a `*.` wildcard over one more label.
-pub fn host_matches(pattern: &str, host: &str) -> bool {
-    match pattern.strip_prefix("*.") {
-        Some(suffix) => host
-            .split_once('.')
-            .is_some_and(|(label, rest)| !label.is_empty() && rest.eq_ignore_ascii_case(suffix)),
-        None => pattern.eq_ignore_ascii_case(host),
-    }
 }
 
 #[cfg(test)]
@@ -270,9 +252,6 @@ mod tests {
         assert_eq!(routed(&table, "foo.com", "/"), None);
         assert_eq!(routed(&table, "baz.bar.foo.com", "/"), None);
         assert_eq!(routed(&table, ".foo.com", "/"), None);
-        assert!(host_matches("*.foo.com", "bar.foo.com"));
-        assert!(!host_matches("*.foo.com", "foo.com"));
-        assert!(host_matches("Foo.com", "foo.com"));
     }
 
     #[test]

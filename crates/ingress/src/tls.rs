@@ -87,17 +87,16 @@ pub fn certified_key(secret: &Secret) -> Result<Arc<CertifiedKey>, String> {
 }
 
 /// A self-signed certificate for handshakes no Secret serves.
-pub fn default_certificate() -> Result<Arc<CertifiedKey>, rcgen::Error> {
+pub fn default_certificate() -> crate::Result<Arc<CertifiedKey>> {
     let key = rcgen::KeyPair::generate()?;
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    let mut params = rcgen::CertificateParams::new(vec!["ingress.local".to_string()])?;
     params
         .distinguished_name
         .push(rcgen::DnType::CommonName, DEFAULT_SUBJECT);
-    params.subject_alt_names = vec![rcgen::SanType::DnsName("ingress.local".try_into()?)];
     let cert = params.self_signed(&key)?;
-    let key_der = PrivateKeyDer::try_from(key.serialize_der())
-        .map_err(|_| rcgen::Error::CouldNotParseKeyPair)?;
-    let signing = any_supported_type(&key_der).map_err(|_| rcgen::Error::CouldNotParseKeyPair)?;
+    let key_der = PrivateKeyDer::Pkcs8(key.serialize_der().into());
+    let signing = any_supported_type(&key_der)
+        .map_err(|e| crate::Error::DefaultCertificate(e.to_string()))?;
     Ok(Arc::new(CertifiedKey::new(
         vec![cert.der().clone()],
         signing,
