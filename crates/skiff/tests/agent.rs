@@ -113,8 +113,7 @@ fn an_agent_joins_with_a_token_runs_pods_and_keeps_its_certificates_across_a_res
         lines.iter().any(|l| l.contains("matches the token")),
         "{lines:?}"
     );
-    // every request approved and issued: the node's, the proxy's and the network policy
-    // controller's
+    // every request approved and issued: the node's, the proxy's and the node controllers'
     let rows = csr_rows(&api);
     assert_eq!(rows.len(), 3, "{rows:?}");
     assert!(

@@ -1,5 +1,5 @@
 //! NetworkPolicy enforcement end to end (issue 33): a real kubelet with its managed containerd
-//! and `skiff network-policy` (as `system:skiff-network-policy`) in a node namespace on a
+//! and `skiff network-policy` (as `system:skiff-controller`) in a node namespace on a
 //! private lan ([`support::netns`]), pods on the node's CNI bridge. A default-deny policy
 //! blocks a client; an allow rule by namespace label (on a named port) lets one namespace's
 //! client in while another's stays refused; the node itself still reaches its pods (kubelet
@@ -149,7 +149,7 @@ fn policies_deny_allow_by_namespace_and_pod_labels_and_egress_ip_blocks() {
     let _kubelet = KubeletProcess::start_placed(&api, NODE, net.placement(&api, NODE), &[]);
     let controller = net.start(
         &api,
-        ("system:skiff-network-policy", None),
+        ("system:skiff-controller", None),
         "network-policy",
         &["network-policy", "--node-name", NODE],
     );

@@ -34,11 +34,11 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Rule {
 fn the_policy_has_upstreams_object_counts() {
     let policy = policy();
     // upstream's policy, system:controller:local-path-provisioner (Skiff's provisioner) and
-    // system:skiff-network-policy
-    assert_eq!(policy.cluster_roles.len(), 68);
+    // system:skiff-network-policy and system:skiff-ingress (Skiff's node controllers)
+    assert_eq!(policy.cluster_roles.len(), 69);
     // upstream's 47, skiff:kubelet-bootstrap (kubeadm's, for bootstrap tokens), the
-    // local-path provisioner's and the network policy controller's
-    assert_eq!(policy.cluster_role_bindings.len(), 50);
+    // local-path provisioner's and the two node controllers'
+    assert_eq!(policy.cluster_role_bindings.len(), 51);
     assert_eq!(policy.roles.len(), 7);
     assert_eq!(policy.role_bindings.len(), 7);
 }
@@ -311,7 +311,7 @@ async fn the_first_run_creates_every_object() {
     assert_eq!(
         summary,
         Summary {
-            created: 132,
+            created: 134,
             updated: 0,
             protected: 0
         }

@@ -4,9 +4,11 @@
 //! `certificatesigningrequests/selfnodeclient` (a node renewing its own certificate) or
 //! `certificatesigningrequests/nodeclient` (a bootstrap token asking for one). Skiff adds one
 //! policy of its own: a `kubernetes.io/kube-apiserver-client` request for `system:kube-proxy`
-//! or `system:skiff-network-policy` (no organization, no names, client usages) made by a
-//! bootstrap token or a node is approved too, so that a joining node's proxy and network policy
-//! controller get their identities (k3s hands those certificates out from its supervisor). Decisions go through the `/approval` subresource as an `Approved`
+//! or `system:skiff-controller` (no organization, no names, client usages) made by a bootstrap
+//! token or a node is approved too, so that a joining node's proxy and its node controllers
+//! (network policy, ingress) get their identities (k3s hands those certificates out from its
+//! supervisor; its node controllers run as `system:k3s-controller`). Decisions go through the
+//! `/approval` subresource as an `Approved`
 //! condition with reason `AutoApproved`; requests already decided or issued are left alone.
 
 use std::sync::Arc;
@@ -28,9 +30,10 @@ use crate::{Context, triggers};
 
 /// The user a joining node's proxy runs as (bound to `system:node-proxier`).
 pub const KUBE_PROXY_USER: &str = "system:kube-proxy";
-/// The user a joining node's network policy controller runs as (bound to the ClusterRole
-/// `system:skiff-network-policy`).
-pub const NETWORK_POLICY_USER: &str = "system:skiff-network-policy";
+/// The user a node's own controllers run as: `skiff network-policy` and `skiff ingress`
+/// (bound to the ClusterRoles `system:skiff-network-policy` and `system:skiff-ingress`; k3s's
+/// `system:k3s-controller`).
+pub const SKIFF_CONTROLLER_USER: &str = "system:skiff-controller";
 const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
 
 const SELF_NODE_CLIENT_MESSAGE: &str =
@@ -39,8 +42,8 @@ const NODE_CLIENT_MESSAGE: &str =
     "Auto approving kubelet client certificate after SubjectAccessReview.";
 const KUBE_PROXY_MESSAGE: &str =
     "Auto approving kube-proxy client certificate requested by a joining node.";
-const NETWORK_POLICY_MESSAGE: &str =
-    "Auto approving network policy controller client certificate requested by a joining node.";
+const SKIFF_CONTROLLER_MESSAGE: &str =
+    "Auto approving skiff-controller client certificate requested by a joining node.";
 
 /// What to do with one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,16 +86,19 @@ pub fn decide(csr: &CertificateSigningRequest) -> Decision {
             let joining = groups
                 .iter()
                 .any(|g| g == BOOTSTRAPPERS_GROUP || g == NODES_GROUP);
-            let plain = request.organizations.is_empty()
+            let message = match request.common_name.as_str() {
+                KUBE_PROXY_USER => KUBE_PROXY_MESSAGE,
+                SKIFF_CONTROLLER_USER => SKIFF_CONTROLLER_MESSAGE,
+                _ => return Decision::Ignore,
+            };
+            let plain_client = request.organizations.is_empty()
                 && request.dns_names.is_empty()
                 && request.ip_addresses + request.emails + request.uris == 0
                 && super::validate_client(&usages).is_ok();
-            match request.common_name.as_str() {
-                KUBE_PROXY_USER if joining && plain => Decision::Approve(KUBE_PROXY_MESSAGE),
-                NETWORK_POLICY_USER if joining && plain => {
-                    Decision::Approve(NETWORK_POLICY_MESSAGE)
-                }
-                _ => Decision::Ignore,
+            if joining && plain_client {
+                Decision::Approve(message)
+            } else {
+                Decision::Ignore
             }
         }
         _ => Decision::Ignore,
@@ -415,11 +421,11 @@ mod tests {
     }
 
     #[test]
-    fn a_network_policy_certificate_is_approved_for_joining_nodes_only() {
-        let netpol = request_pem(NETWORK_POLICY_USER, &[], &[]);
+    fn a_node_controller_certificate_is_approved_for_joining_nodes_only() {
+        let netpol = request_pem(SKIFF_CONTROLLER_USER, &[], &[]);
         assert_eq!(
             decide(&csr("p", &netpol, CLIENT_SIGNER, CLIENT_USAGES, BOOTSTRAP)),
-            Decision::Approve(NETWORK_POLICY_MESSAGE)
+            Decision::Approve(SKIFF_CONTROLLER_MESSAGE)
         );
         assert_eq!(
             decide(&csr(
@@ -431,7 +437,7 @@ mod tests {
             )),
             Decision::Ignore
         );
-        let grouped = request_pem(NETWORK_POLICY_USER, &["system:nodes"], &[]);
+        let grouped = request_pem(SKIFF_CONTROLLER_USER, &["system:nodes"], &[]);
         assert_eq!(
             decide(&csr("p", &grouped, CLIENT_SIGNER, CLIENT_USAGES, BOOTSTRAP)),
             Decision::Ignore

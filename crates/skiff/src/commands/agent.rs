@@ -4,13 +4,13 @@
 //! connection it does not yet trust and refuses it unless its sha256 is the token's; then, as
 //! the bootstrap token, it asks by CertificateSigningRequests for the node's client certificate
 //! (`system:node:<name>` in `system:nodes`, signer `kube-apiserver-client-kubelet`) and the
-//! proxy's (`system:kube-proxy`, signer `kube-apiserver-client`) and the network policy
-//! controller's (`system:skiff-network-policy`, the same signer), which the controller
+//! proxy's (`system:kube-proxy`, signer `kube-apiserver-client`) and its node controllers'
+//! (`system:skiff-controller`, the same signer), which the controller
 //! manager's `csrapproving` and `csrsigning` approve and issue. The kubeconfigs it writes
 //! under the data dir are reused while their certificates are valid. Then it runs the kubelet
-//! (with its managed containerd), the proxy and the network policy controller, the same code
-//! as `skiff kubelet`, `skiff proxy` and `skiff network-policy`, and prints a `ready` line once
-//! its Node is Ready.
+//! (with its managed containerd), the proxy, the network policy controller and the ingress
+//! controller, the same code as `skiff kubelet`, `skiff proxy`, `skiff network-policy` and
+//! `skiff ingress`, and prints a `ready` line once its Node is Ready.
 
 use skiff_apimachinery::version::user_agent;
 use std::net::IpAddr;
@@ -28,6 +28,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 
+use super::ingress::IngressArgs;
 use super::kubelet::KubeletArgs;
 use super::lifecycle::Lifecycle;
 use super::network_policy::NetworkPolicyArgs;
@@ -83,7 +84,7 @@ pub struct AgentArgs {
 /// The kubeconfig files under the data dir.
 const KUBELET_KUBECONFIG: &str = "kubelet.kubeconfig";
 const PROXY_KUBECONFIG: &str = "kube-proxy.kubeconfig";
-const NETWORK_POLICY_KUBECONFIG: &str = "network-policy.kubeconfig";
+const CONTROLLER_KUBECONFIG: &str = "skiff-controller.kubeconfig";
 const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client";
 /// A certificate with less than this left is asked for again at start.
@@ -146,17 +147,17 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     ];
     let proxy_args: ProxyArgs =
         super::server::component_args("proxy", proxy_argv, &args.kube_proxy_arg)?;
-    let netpol_argv = vec![
+    let controller_kubeconfig = args.data_dir.join(CONTROLLER_KUBECONFIG).display().to_string();
+    let controller_argv = vec![
         "--kubeconfig".into(),
-        args.data_dir
-            .join(NETWORK_POLICY_KUBECONFIG)
-            .display()
-            .to_string(),
+        controller_kubeconfig,
         "--node-name".into(),
         node.clone(),
     ];
     let netpol_args: NetworkPolicyArgs =
-        super::server::component_args("network-policy", netpol_argv, &[])?;
+        super::server::component_args("network-policy", controller_argv.clone(), &[])?;
+    let ingress_args: IngressArgs =
+        super::server::component_args("ingress", controller_argv, &[])?;
 
     let node_client = client_from(&std::fs::read_to_string(&kubelet_kubeconfig)?).await?;
     let nodes: Api<Node> = Api::all(node_client);
@@ -178,6 +179,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 super::network_policy::run(netpol_args, Lifecycle::standalone())
                     .await
                     .context("the network policy controller")
+            },
+            async {
+                super::ingress::run(ingress_args, Lifecycle::standalone())
+                    .await
+                    .context("the ingress controller")
             },
         )
     };
@@ -223,11 +229,11 @@ async fn ensure_identities(
             file: PROXY_KUBECONFIG,
         },
         Identity {
-            common_name: super::network_policy::USER.into(),
+            common_name: skiff_controllers::certificates::approver::SKIFF_CONTROLLER_USER.into(),
             organization: None,
             signer: CLIENT_SIGNER,
-            request_prefix: "network-policy-csr-",
-            file: NETWORK_POLICY_KUBECONFIG,
+            request_prefix: "skiff-controller-csr-",
+            file: CONTROLLER_KUBECONFIG,
         },
     ];
     let mut bootstrap: Option<(kube::Client, String)> = None;

@@ -5,6 +5,7 @@
 //! - [`apiserver`]: `skiff apiserver`, the Kubernetes API server.
 //! - [`controller_manager`]: `skiff controller-manager`, the reconcile loops.
 //! - [`dns`]: `skiff dns`, the cluster DNS.
+//! - [`ingress`]: `skiff ingress`, the node's ingress controller (HTTP and HTTPS ports).
 //! - [`kubelet`]: `skiff kubelet`, the node agent running pods through containerd's CRI.
 //! - [`killall`]: `skiff killall` and `skiff uninstall`, tearing a node's pods down on this
 //!   host (and removing its data dir).
@@ -27,6 +28,7 @@ pub mod bench;
 pub mod controller_manager;
 pub mod dns;
 pub mod image;
+pub mod ingress;
 pub mod killall;
 pub mod kubelet;
 pub mod lifecycle;
@@ -67,6 +69,8 @@ pub enum Command {
     Kubelet(Box<kubelet::KubeletArgs>),
     /// The Service dataplane of a node on its own (kube-proxy).
     Proxy(proxy::ProxyArgs),
+    /// The ingress controller of a node on its own (Ingresses on its HTTP and HTTPS ports).
+    Ingress(ingress::IngressArgs),
     /// The NetworkPolicy enforcement of a node on its own (kube-router's in k3s).
     NetworkPolicy(network_policy::NetworkPolicyArgs),
     /// Container images on this node.
@@ -148,6 +152,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Scheduler(args) => scheduler::run(args, Lifecycle::standalone()).await,
         Command::Kubelet(args) => kubelet::run(*args, Lifecycle::standalone()).await,
         Command::Proxy(args) => proxy::run(args, Lifecycle::standalone()).await,
+        Command::Ingress(args) => ingress::run(args, Lifecycle::standalone()).await,
         Command::NetworkPolicy(args) => network_policy::run(args, Lifecycle::standalone()).await,
         Command::Server(args) => server::run(*args).await,
         Command::Image(cmd) => image::run(cmd).await,

@@ -18,13 +18,10 @@ use tokio::sync::Notify;
 
 use super::lifecycle::Lifecycle;
 
-/// The user `skiff server` runs it as, bound to the ClusterRole of the same name.
-pub const USER: &str = "system:skiff-network-policy";
-
 #[derive(Debug, Args)]
 pub struct NetworkPolicyArgs {
     /// Kubeconfig with the API server's address and the controller's credentials (user
-    /// `system:skiff-network-policy`, bound to the ClusterRole of that name).
+    /// `system:skiff-controller`, bound to the ClusterRole `system:skiff-network-policy`).
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: PathBuf,
 

@@ -1,7 +1,7 @@
 //! `skiff server`: a whole cluster on this machine in one process, as k3s's `server`: the store
 //! (embedded under `--data-dir`, or etcd), the API server, scheduler, controller manager and,
-//! unless `--disable-agent`, a kubelet with its managed containerd, the proxy and the cluster
-//! DNS. Each component is a task started through the same run function as its own subcommand,
+//! unless `--disable-agent`, a kubelet with its managed containerd, the proxy, the cluster
+//! DNS and (unless `--disable ingress`) the ingress controller on ports 80 and 443. Each component is a task started through the same run function as its own subcommand,
 //! with flags built as its command line would be (plus k3s's `--<component>-arg` extras), and
 //! each talks to the API server over HTTPS with its own identity (`D/cred/*.kubeconfig`).
 //! SIGTERM or Ctrl-C stops them in reverse order; the kubelet stops its containerd but the
@@ -26,6 +26,7 @@ use anyhow::Context as _;
 use clap::Args;
 use k8s_openapi::api::core::v1::Node;
 use skiff_apiserver::pki::Pki;
+use skiff_controllers::certificates::approver::SKIFF_CONTROLLER_USER;
 
 use super::UsageError;
 use supervisor::Supervisor;
@@ -129,6 +130,9 @@ pub struct ExtraArgs {
     /// A flag for the cluster DNS, `name=value` (repeatable).
     #[arg(long, value_name = "FLAG")]
     pub dns_arg: Vec<String>,
+    /// A flag for the ingress controller, `name=value` (repeatable), e.g. `http-port=8080`.
+    #[arg(long, value_name = "FLAG")]
+    pub ingress_arg: Vec<String>,
 }
 
 /// A component `--disable` can turn off.
@@ -316,6 +320,14 @@ async fn start(args: &ServerArgs, supervisor: &mut Supervisor) -> anyhow::Result
     {
         return Ok(());
     }
+    if !args.disabled(Packaged::Ingress)
+        && supervisor
+            .guard(addons::ensure_ingress_class(&admin))
+            .await?
+            .is_none()
+    {
+        return Ok(());
+    }
 
     let prepared =
         super::token::prepare_joins(admin.clone(), &credentials.pki.ca_cert_pem, data_dir);
@@ -447,14 +459,15 @@ async fn start(args: &ServerArgs, supervisor: &mut Supervisor) -> anyhow::Result
     supervisor.spawn("proxy", |lifecycle| {
         super::proxy::run(proxy_args, lifecycle)
     });
+    // the node's own controllers (k3s's run as system:k3s-controller)
+    let controller_kubeconfig =
+        credentials.kubeconfig("skiff-controller", SKIFF_CONTROLLER_USER, None)?;
     if !args.disabled(Packaged::NetworkPolicy) {
-        let user = super::network_policy::USER;
-        let kubeconfig = credentials.kubeconfig("network-policy", user, None)?;
         let netpol_args = component_args(
             "network-policy",
             vec![
                 "--kubeconfig".into(),
-                kubeconfig,
+                controller_kubeconfig.clone(),
                 "--node-name".into(),
                 node.clone(),
             ],
@@ -462,6 +475,21 @@ async fn start(args: &ServerArgs, supervisor: &mut Supervisor) -> anyhow::Result
         )?;
         supervisor.spawn("network-policy", |lifecycle| {
             super::network_policy::run(netpol_args, lifecycle)
+        });
+    }
+    if !args.disabled(Packaged::Ingress) {
+        let ingress_args = component_args(
+            "ingress",
+            vec![
+                "--kubeconfig".into(),
+                controller_kubeconfig,
+                "--node-name".into(),
+                node.clone(),
+            ],
+            &args.extra.ingress_arg,
+        )?;
+        supervisor.spawn("ingress", |lifecycle| {
+            super::ingress::run(ingress_args, lifecycle)
         });
     }
 

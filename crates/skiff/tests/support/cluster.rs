@@ -66,6 +66,16 @@ pub fn local_path_class() -> serde_json::Value {
     })
 }
 
+/// The default IngressClass `skiff` as `skiff server` applies it.
+pub fn ingress_class() -> serde_json::Value {
+    use skiff_ingress::config::{CLASS, CONTROLLER, DEFAULT_CLASS_ANNOTATION};
+    serde_json::json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+        "metadata": {"name": CLASS, "annotations": {DEFAULT_CLASS_ANNOTATION: "true"}},
+        "spec": {"controller": CONTROLLER},
+    })
+}
+
 /// `skiff controller-manager` with extra flags (e.g. `--controllers`), as
 /// `system:kube-controller-manager` with `--use-service-account-credentials`: each controller
 /// acts as its ServiceAccount under upstream's `system:controller:*` role. Its metrics are on a

@@ -5,6 +5,7 @@ pub mod api;
 pub mod controllers;
 pub mod dns;
 pub mod eviction;
+pub mod ingress;
 pub mod netpol;
 pub mod pods;
 pub mod proxy;
@@ -26,6 +27,9 @@ pub enum BenchCommand {
     Controllers(controllers::ControllersBenchArgs),
     /// The cluster DNS on one core: queries/s and latency percentiles with 1000 Services.
     Dns(dns::DnsBenchArgs),
+    /// The ingress controller against nginx as the same reverse proxy to one pod (needs root
+    /// and nginx): requests/s and p99 at 64 connections, and the time for a new rule to serve.
+    Ingress(ingress::IngressBenchArgs),
     /// The kubelet end to end: pod startup against the CRI floor, the kubelet's memory, the
     /// time from a hard memory threshold crossed to the first eviction, and hollow nodes'
     /// heartbeat writes and memory (needs root).
@@ -53,6 +57,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Api(args) => api::run(args).await,
         BenchCommand::Controllers(args) => controllers::run(args).await,
         BenchCommand::Dns(args) => dns::run(args).await,
+        BenchCommand::Ingress(args) => ingress::run(args).await,
         BenchCommand::Pods(args) => pods::run(args).await,
         BenchCommand::Proxy(args) => proxy::run(args).await,
         BenchCommand::Scheduler(args) => scheduler::run(args).await,

@@ -5,13 +5,16 @@
 //! address, selecting nothing, and, where this server runs the DNS, an EndpointSlice naming
 //! this node's address, where `skiff dns` listens; and, unless `--disable local-storage`, the
 //! default StorageClass `local-path` of Skiff's built-in provisioner (k3s's `local-storage`
-//! manifest, which k3s likewise re-applies on every start).
+//! manifest, which k3s likewise re-applies on every start); and, unless `--disable ingress`,
+//! the default IngressClass `skiff` of Skiff's ingress controller (k3s's Traefik chart makes
+//! its `traefik` class the default the same way).
 
 use std::net::IpAddr;
 
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::IngressClass;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
@@ -145,9 +148,49 @@ pub async fn ensure_local_storage(client: &kube::Client) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The IngressClass `skiff`, the cluster's default, served by `skiff ingress`.
+fn ingress_class() -> Value {
+    use skiff_ingress::config::{CLASS, CONTROLLER, DEFAULT_CLASS_ANNOTATION};
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+        "metadata": {"name": CLASS, "annotations": {DEFAULT_CLASS_ANNOTATION: "true"}},
+        "spec": {"controller": CONTROLLER},
+    })
+}
+
+/// Applies [`ingress_class`]. A class of that name with another controller (immutable) is left
+/// as it is, with a warning: the server starts anyway.
+pub async fn ensure_ingress_class(client: &kube::Client) -> anyhow::Result<()> {
+    let name = skiff_ingress::config::CLASS;
+    let applied = apply(
+        Api::<IngressClass>::all(client.clone()),
+        name,
+        ingress_class(),
+    )
+    .await;
+    if let Err(e) = applied {
+        eprintln!("skiff server: warning: leaving ingressclass {name} as it is: {e:#}");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_ingress_class_is_skiffs() {
+        let class: IngressClass = serde_json::from_value(ingress_class()).unwrap();
+        assert_eq!(class.metadata.name.as_deref(), Some("skiff"));
+        assert_eq!(
+            class.spec.unwrap().controller.as_deref(),
+            Some("skiff.io/ingress-controller")
+        );
+        assert_eq!(
+            class.metadata.annotations.unwrap()["ingressclass.kubernetes.io/is-default-class"],
+            "true"
+        );
+    }
 
     #[test]
     fn the_default_class_is_k3s_local_path_with_skiffs_provisioner() {

@@ -1,0 +1,93 @@
+//! The node's HTTP and HTTPS ports: accept loops handing each connection to hyper's automatic
+//! HTTP/1.1 + HTTP/2 server (h2c by prior knowledge on the HTTP port; ALPN `h2` on the HTTPS
+//! port), with upgrades enabled for WebSocket. Connections read the configuration per request,
+//! so a new configuration never drops one.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::proxy::{Peer, Proxy};
+use crate::{Error, Result};
+
+/// One bound port: plain HTTP, or HTTPS with the given rustls configuration.
+pub struct Listener {
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+}
+
+impl Listener {
+    /// Binds `addr` (port 0 picks a free port); `tls` makes it an HTTPS port.
+    pub async fn bind(addr: SocketAddr, tls: Option<rustls::ServerConfig>) -> Result<Listener> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Bind { addr, source })?;
+        Ok(Listener {
+            listener,
+            tls: tls.map(|c| TlsAcceptor::from(Arc::new(c))),
+        })
+    }
+
+    /// The address bound.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Accepts connections for ever, each served on a task of its own.
+    pub async fn serve(self, proxy: Proxy) {
+        let port = self.local_addr().port();
+        loop {
+            let (stream, client) = match self.listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // out of file descriptors and the like: keep serving the others
+                    tracing::warn!(port, error = %e, "accepting a connection");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let peer = Peer {
+                client,
+                port,
+                tls: self.tls.is_some(),
+            };
+            let (proxy, tls) = (proxy.clone(), self.tls.clone());
+            tokio::spawn(async move {
+                match tls {
+                    None => connection(stream, peer, proxy).await,
+                    Some(acceptor) => match acceptor.accept(stream).await {
+                        Ok(stream) => connection(stream, peer, proxy).await,
+                        Err(e) => tracing::debug!(%client, error = %e, "TLS handshake failed"),
+                    },
+                }
+            });
+        }
+    }
+}
+
+/// Serves HTTP/1.1 or HTTP/2 on one connection until the client closes it.
+async fn connection<S>(stream: S, peer: Peer, proxy: Proxy)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| {
+        let proxy = proxy.clone();
+        async move { Ok::<_, std::convert::Infallible>(proxy.serve(req, peer).await) }
+    });
+    let builder = auto::Builder::new(TokioExecutor::new());
+    if let Err(e) = builder
+        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+        .await
+    {
+        tracing::debug!(client = %peer.client, error = %e, "connection ended");
+    }
+}

@@ -1,0 +1,369 @@
+//! The reverse proxy: one request routed by the current [`Config`], forwarded over HTTP/1.1
+//! to the next ready endpoint of its backend through a keep-alive connection pool, with
+//! `X-Forwarded-*` headers set and hop-by-hop headers dropped, and an access-log line (tracing
+//! target `access`) per request. A `Connection: Upgrade` request (WebSocket) is forwarded with
+//! its upgrade headers; on `101 Switching Protocols` the two upgraded connections are joined
+//! byte for byte. 404 when no rule matches, 503 when the route's Service or endpoints are
+//! missing, 502 when the endpoint cannot be reached.
+//!
+//! The `X-Forwarded-*` headers a client sends are replaced, not appended to (Traefik's default
+//! for clients it does not trust, which here is every client).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, StatusCode, Uri, Version};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::sync::watch;
+
+use crate::config::Config;
+
+/// The body of every response the proxy gives.
+pub type Body = BoxBody<Bytes, hyper::Error>;
+
+/// Headers that belong to one connection, never forwarded (RFC 9110 section 7.6.1).
+const HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+
+/// Where a request came in: the client, the port it reached, and whether over TLS.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    pub client: SocketAddr,
+    pub port: u16,
+    pub tls: bool,
+}
+
+/// The proxy shared by every connection: the configuration and the upstream connection pool.
+#[derive(Clone)]
+pub struct Proxy {
+    config: watch::Receiver<Arc<Config>>,
+    client: Client<HttpConnector, Incoming>,
+}
+
+impl Proxy {
+    pub fn new(config: watch::Receiver<Arc<Config>>) -> Proxy {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new()).build(connector);
+        Proxy { config, client }
+    }
+
+    /// Serves one request from `from`.
+    pub async fn serve(&self, req: Request<Incoming>, from: Peer) -> Response<Body> {
+        let started = Instant::now();
+        let method = req.method().clone();
+        let version = req.version();
+        let host = request_host(&req).unwrap_or_default();
+        let path = req.uri().path().to_string();
+        let (response, upstream) = self.forward(req, &host, from).await;
+        tracing::info!(
+            target: "access",
+            client = %from.client,
+            method = %method,
+            host = %host,
+            path = %path,
+            version = ?version,
+            status = response.status().as_u16(),
+            upstream = %upstream,
+            duration_ms = started.elapsed().as_secs_f64() * 1e3,
+        );
+        response
+    }
+
+    /// The response, and the upstream it came from (or `-`).
+    async fn forward(
+        &self,
+        mut req: Request<Incoming>,
+        host: &str,
+        from: Peer,
+    ) -> (Response<Body>, String) {
+        let config = self.config.borrow().clone();
+        let Some(backend) = config.table.route(host, req.uri().path()) else {
+            return (
+                error(StatusCode::NOT_FOUND, "404 page not found"),
+                "-".into(),
+            );
+        };
+        let Some(endpoint) = backend.pick() else {
+            let why = backend.unavailable.as_deref().unwrap_or("no endpoints");
+            tracing::debug!(backend = %backend.name, why, "no endpoint");
+            return (
+                error(StatusCode::SERVICE_UNAVAILABLE, "503 Service Unavailable"),
+                backend.name.clone(),
+            );
+        };
+        let upgrade = upgrade_protocol(&req);
+        let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
+        if let Err(e) = prepare(&mut req, host, endpoint, from, upgrade) {
+            tracing::debug!(error = %e, "bad request");
+            return (
+                error(StatusCode::BAD_REQUEST, "400 Bad Request"),
+                "-".into(),
+            );
+        }
+        let upstream = endpoint.to_string();
+        let mut response = match self.client.request(req).await {
+            Ok(response) => response,
+            Err(e) => {
+                tracing::warn!(backend = %backend.name, %endpoint, error = %e, "upstream request failed");
+                return (error(StatusCode::BAD_GATEWAY, "502 Bad Gateway"), upstream);
+            }
+        };
+        if response.status() == StatusCode::SWITCHING_PROTOCOLS
+            && let Some(client_upgrade) = client_upgrade
+        {
+            let upstream_upgrade = hyper::upgrade::on(&mut response);
+            tokio::spawn(join_upgraded(client_upgrade, upstream_upgrade));
+            let (parts, _) = response.into_parts();
+            return (Response::from_parts(parts, empty()), upstream);
+        }
+        strip_hop_by_hop(response.headers_mut());
+        (response.map(BodyExt::boxed), upstream)
+    }
+}
+
+/// The request's host: the Host header (HTTP/1) or the URI's authority (HTTP/2).
+fn request_host<B>(req: &Request<B>) -> Option<String> {
+    req.headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| req.uri().authority().map(|a| a.to_string()))
+}
+
+/// The protocol asked for by an HTTP/1.1 `Connection: upgrade` request.
+fn upgrade_protocol<B>(req: &Request<B>) -> Option<HeaderValue> {
+    let connection = req.headers().get(header::CONNECTION)?.to_str().ok()?;
+    let asks = connection
+        .split(',')
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    asks.then(|| req.headers().get(header::UPGRADE).cloned())
+        .flatten()
+}
+
+/// Rewrites `req` for `endpoint`: origin-form URI over HTTP/1.1, the Host kept, hop-by-hop
+/// headers dropped (the upgrade put back), `X-Forwarded-*` set.
+fn prepare<B>(
+    req: &mut Request<B>,
+    host: &str,
+    endpoint: SocketAddr,
+    from: Peer,
+    upgrade: Option<HeaderValue>,
+) -> Result<(), http::Error> {
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    *req.uri_mut() = Uri::builder()
+        .scheme("http")
+        .authority(endpoint.to_string())
+        .path_and_query(path)
+        .build()?;
+    *req.version_mut() = Version::HTTP_11;
+    let headers = req.headers_mut();
+    strip_hop_by_hop(headers);
+    if let Some(protocol) = upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(header::UPGRADE, protocol);
+    }
+    let host_value = HeaderValue::from_str(host).map_err(http::Error::from)?;
+    headers.insert(header::HOST, host_value.clone());
+    let client_ip =
+        HeaderValue::from_str(&from.client.ip().to_string()).map_err(http::Error::from)?;
+    headers.insert(X_FORWARDED_FOR, client_ip.clone());
+    headers.insert(X_REAL_IP, client_ip);
+    headers.insert(X_FORWARDED_HOST, host_value);
+    headers.insert(X_FORWARDED_PORT, HeaderValue::from(from.port));
+    let proto = if from.tls { "https" } else { "http" };
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    Ok(())
+}
+
+/// Drops the hop-by-hop headers and those the Connection header names.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::try_from(t.trim()).ok())
+        .collect();
+    for name in HOP_BY_HOP.iter().chain(&named) {
+        headers.remove(name);
+    }
+}
+
+/// Copies bytes both ways between the client's and the upstream's upgraded connections.
+async fn join_upgraded(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
+    let (client, upstream) = match tokio::try_join!(client, upstream) {
+        Ok(both) => both,
+        Err(e) => {
+            tracing::debug!(error = %e, "upgrade failed");
+            return;
+        }
+    };
+    let (mut client, mut upstream) = (TokioIo::new(client), TokioIo::new(upstream));
+    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+        tracing::debug!(error = %e, "upgraded connection ended");
+    }
+}
+
+fn empty() -> Body {
+    Full::new(Bytes::new())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// A plain-text error page.
+fn error(status: StatusCode, text: &'static str) -> Response<Body> {
+    let mut response = Response::new(
+        Full::new(Bytes::from_static(text.as_bytes()))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_and_those_connection_names_are_dropped() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-private"),
+        );
+        headers.insert("x-private", HeaderValue::from_static("1"));
+        headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        headers.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        headers.insert("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut headers);
+        let left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["x-kept"]);
+    }
+
+    #[test]
+    fn upgrades_are_recognised_by_the_connection_token() {
+        let req = |connection: &str| {
+            Request::builder()
+                .header(header::CONNECTION, connection)
+                .header(header::UPGRADE, "websocket")
+                .body(())
+                .unwrap()
+        };
+        assert_eq!(
+            upgrade_protocol(&req("keep-alive, Upgrade")).unwrap(),
+            "websocket"
+        );
+        assert!(upgrade_protocol(&req("keep-alive")).is_none());
+    }
+
+    #[test]
+    fn forwarded_requests_carry_the_host_and_x_forwarded_headers_and_no_hop_by_hop_ones() {
+        let mut req = Request::builder()
+            .version(Version::HTTP_2)
+            .uri("https://a.com/x/y?z=1")
+            .header("x-forwarded-for", "6.6.6.6")
+            .header(header::TE, "trailers")
+            .body(())
+            .unwrap();
+        let from = Peer {
+            client: "192.0.2.7:40000".parse().unwrap(),
+            port: 443,
+            tls: true,
+        };
+        prepare(
+            &mut req,
+            "a.com",
+            "10.42.0.5:8080".parse().unwrap(),
+            from,
+            None,
+        )
+        .unwrap();
+        assert_eq!(req.uri().to_string(), "http://10.42.0.5:8080/x/y?z=1");
+        assert_eq!(req.version(), Version::HTTP_11);
+        let header = |name: &str| {
+            req.headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_string())
+        };
+        assert_eq!(header("host").as_deref(), Some("a.com"));
+        assert_eq!(header("x-forwarded-for").as_deref(), Some("192.0.2.7"));
+        assert_eq!(header("x-real-ip").as_deref(), Some("192.0.2.7"));
+        assert_eq!(header("x-forwarded-host").as_deref(), Some("a.com"));
+        assert_eq!(header("x-forwarded-port").as_deref(), Some("443"));
+        assert_eq!(header("x-forwarded-proto").as_deref(), Some("https"));
+        assert_eq!(header("te"), None);
+    }
+
+    #[test]
+    fn an_upgrade_keeps_its_connection_and_upgrade_headers() {
+        let mut req = Request::builder()
+            .uri("/ws")
+            .header(header::CONNECTION, "keep-alive, Upgrade")
+            .header(header::UPGRADE, "websocket")
+            .body(())
+            .unwrap();
+        let upgrade = upgrade_protocol(&req);
+        let from = Peer {
+            client: "192.0.2.7:40000".parse().unwrap(),
+            port: 80,
+            tls: false,
+        };
+        prepare(
+            &mut req,
+            "a.com",
+            "10.42.0.5:8080".parse().unwrap(),
+            from,
+            upgrade,
+        )
+        .unwrap();
+        assert_eq!(req.headers()[header::CONNECTION], "upgrade");
+        assert_eq!(req.headers()[header::UPGRADE], "websocket");
+        assert_eq!(req.headers()["x-forwarded-proto"], "http");
+    }
+
+    #[test]
+    fn the_host_comes_from_the_header_or_the_authority() {
+        let h1 = Request::builder()
+            .uri("/x")
+            .header(header::HOST, "a.com:8080")
+            .body(())
+            .unwrap();
+        assert_eq!(request_host(&h1).as_deref(), Some("a.com:8080"));
+        let h2 = Request::builder().uri("https://b.com/x").body(()).unwrap();
+        assert_eq!(request_host(&h2).as_deref(), Some("b.com"));
+    }
+}

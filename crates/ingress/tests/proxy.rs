@@ -1,0 +1,179 @@
+//! The proxy on loopback ports, against an upstream hyper server: forwarded headers, a new
+//! configuration taking over while a keep-alive connection stays open, and a WebSocket-style
+//! upgrade passed through byte for byte.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use skiff_ingress::config::Config;
+use skiff_ingress::listen::Listener;
+use skiff_ingress::proxy::Proxy;
+use skiff_ingress::route::{Backend, PathType, Table};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// An upstream that answers `<name>` and the request's forwarding headers, one per line, and
+/// upgrades `Upgrade: echo` requests to an echo of every byte.
+async fn upstream(name: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let service = service_fn(move |mut req: Request<Incoming>| async move {
+                if req.headers().get("upgrade").is_some_and(|u| u == "echo") {
+                    let upgraded = hyper::upgrade::on(&mut req);
+                    tokio::spawn(async move {
+                        let mut io = TokioIo::new(upgraded.await.unwrap());
+                        let mut buf = [0u8; 64];
+                        loop {
+                            let n = io.read(&mut buf).await.unwrap_or(0);
+                            if n == 0 || io.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                    let response = Response::builder()
+                        .status(StatusCode::SWITCHING_PROTOCOLS)
+                        .header("connection", "upgrade")
+                        .header("upgrade", "echo")
+                        .body(Full::new(Bytes::new()))
+                        .unwrap();
+                    return Ok::<_, Infallible>(response);
+                }
+                let mut body = format!("{name}\n");
+                for header in [
+                    "host",
+                    "x-forwarded-for",
+                    "x-forwarded-host",
+                    "x-forwarded-port",
+                    "x-forwarded-proto",
+                ] {
+                    let value = req.headers().get(header).map(|v| v.to_str().unwrap());
+                    body.push_str(&format!("{header}: {}\n", value.unwrap_or("-")));
+                }
+                Ok(Response::new(Full::new(Bytes::from(body))))
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .with_upgrades(),
+            );
+        }
+    });
+    addr
+}
+
+/// A configuration routing every host's `/` to `upstream`.
+fn routing_to(name: &str, upstream: SocketAddr) -> Arc<Config> {
+    let mut table = Table::default();
+    let backend = Arc::new(Backend::new(name.into(), vec![upstream]));
+    table.add("", "/", PathType::Prefix, backend);
+    Arc::new(Config {
+        table,
+        ..Config::default()
+    })
+}
+
+/// Writes `request` and reads one response of `Content-Length` framing; its text.
+async fn exchange(conn: &mut TcpStream, request: &str) -> String {
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = conn.read(&mut buf).await.unwrap();
+        assert!(
+            n > 0,
+            "closed mid-response: {:?}",
+            String::from_utf8_lossy(&response)
+        );
+        response.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&response).to_string();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .map_or(0, |n| n.parse::<usize>().unwrap());
+            if body.len() >= length {
+                return text;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn requests_are_forwarded_with_x_forwarded_headers_and_follow_a_new_configuration() {
+    let (one, two) = (upstream("one").await, upstream("two").await);
+    let (publish, config) = watch::channel(routing_to("one", one));
+    let listener = Listener::bind("127.0.0.1:0".parse().unwrap(), None)
+        .await
+        .unwrap();
+    let addr = listener.local_addr();
+    tokio::spawn(listener.serve(Proxy::new(config)));
+
+    let mut conn = TcpStream::connect(addr).await.unwrap();
+    let request = "GET /x HTTP/1.1\r\nHost: a.com\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n";
+    let first = exchange(&mut conn, request).await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    let body = first.split_once("\r\n\r\n").unwrap().1;
+    let port = addr.port();
+    assert_eq!(
+        body,
+        format!(
+            "one\nhost: a.com\nx-forwarded-for: 127.0.0.1\nx-forwarded-host: a.com\n\
+             x-forwarded-port: {port}\nx-forwarded-proto: http\n"
+        )
+    );
+
+    // the same keep-alive connection sees the new configuration
+    publish.send_replace(routing_to("two", two));
+    let second = exchange(&mut conn, request).await;
+    assert!(second.contains("\r\n\r\ntwo\n"), "{second}");
+
+    // nothing routes: 404
+    publish.send_replace(Arc::new(Config::default()));
+    let third = exchange(&mut conn, request).await;
+    assert!(third.starts_with("HTTP/1.1 404"), "{third}");
+}
+
+#[tokio::test]
+async fn an_upgraded_connection_is_passed_through_both_ways() {
+    let echo = upstream("echo").await;
+    let (_publish, config) = watch::channel(routing_to("echo", echo));
+    let listener = Listener::bind("127.0.0.1:0".parse().unwrap(), None)
+        .await
+        .unwrap();
+    let addr = listener.local_addr();
+    tokio::spawn(listener.serve(Proxy::new(config)));
+
+    let mut conn = TcpStream::connect(addr).await.unwrap();
+    let request = "GET /ws HTTP/1.1\r\nHost: a.com\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n";
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        assert_eq!(
+            conn.read(&mut byte).await.unwrap(),
+            1,
+            "closed before the 101"
+        );
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(head.to_lowercase().contains("upgrade: echo"), "{head}");
+    for message in ["ping", "pong and more"] {
+        conn.write_all(message.as_bytes()).await.unwrap();
+        let mut back = vec![0u8; message.len()];
+        conn.read_exact(&mut back).await.unwrap();
+        assert_eq!(back, message.as_bytes());
+    }
+}

@@ -1,0 +1,507 @@
+//! `skiff bench ingress`: Skiff's ingress controller against nginx (Debian's package) as the
+//! same reverse proxy, to the same pod. Starts `skiff apiserver` and a real `skiff kubelet` as
+//! children, runs one busybox httpd pod with its Service and EndpointSlice, starts
+//! `skiff ingress` (a child, on a free loopback port) serving an Ingress to it, and nginx
+//! (a child, on a free loopback port) proxying to the pod with upstream keep-alive and the
+//! same forwarding headers. One load generator (hyper, `--connections` keep-alive
+//! connections, each sending its next request once the last is answered) drives each in turn
+//! for `--seconds`, and the pod directly as the floor. Prints one JSON line per result:
+//!
+//! - `ingress-rps`: requests/s and p50/p99 through each proxy (`proxy`: `skiff`, `nginx`,
+//!   `direct`), the Skiff line with nginx's figures as its peer and the targets (≥ 1.0× the
+//!   requests/s, p99 no worse);
+//! - `ingress-new-rule`: from creating an Ingress for a new host to its first 200 through
+//!   Skiff's controller, `--rule-runs` times (median and max, target ≤ 1 s).
+//!
+//! Needs root (containerd, CNI) and `nginx` on the PATH (`apt-get install nginx`).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use skiff_kubelet::cri::CriClient;
+use skiff_kubelet::images::BUSYBOX_IMAGE;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::{Child, Command};
+
+use super::api::{Emitter, ServerChild, histogram, merge, micros, ms, round3};
+use super::pods::{EVICTION_HARD, KubeletChild, load1, remove_pods};
+
+const NAMESPACE: &str = "ingress-bench";
+const NODE: &str = "ingress-bench";
+const HOST: &str = "bench.local";
+/// The pod's one answer, small, as the body of a typical API response.
+const BODY: &str = "hello from the bench pod";
+
+/// Options of `skiff bench ingress`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct IngressBenchArgs {
+    /// Keep-alive connections of the load generator.
+    #[arg(long, default_value_t = 64)]
+    pub connections: usize,
+    /// How long each proxy is driven.
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    /// How many new Ingress rules are timed until they serve.
+    #[arg(long, default_value_t = 5)]
+    pub rule_runs: usize,
+}
+
+pub async fn run(args: IngressBenchArgs) -> Result<()> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    if !status.lines().any(|l| l.starts_with("Uid:\t0")) {
+        bail!("skiff bench ingress needs root: the kubelet runs containerd and CNI");
+    }
+    which("nginx").context("skiff bench ingress compares with nginx: apt-get install nginx")?;
+    let tmp = tempfile::tempdir()?;
+    let mut server = ServerChild::start(&tmp.path().join("api"), None).await?;
+    let result = bench(&args, &server, tmp.path()).await;
+    server.stop().await;
+    result
+}
+
+async fn bench(args: &IngressBenchArgs, server: &ServerChild, dir: &Path) -> Result<()> {
+    let out = Emitter {
+        backend: "embedded".into(),
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let kubeconfig = dir.join("api/kubeconfig.yaml");
+    let client = kube::Client::try_from(server.config().await?)?;
+    apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "Namespace",
+                          "metadata": {"name": NAMESPACE}}),
+    )
+    .await?;
+    let data = dir.join("kubelet");
+    // the memory threshold only, as `skiff bench pods`: a full disk must not evict the backend
+    let kubelet = KubeletChild::start_node(
+        &kubeconfig,
+        &dir.join("kubelet.log"),
+        NODE,
+        &data,
+        &["--eviction-hard", EVICTION_HARD],
+    )
+    .await?;
+    let cri = CriClient::connect(
+        &data
+            .join("containerd/containerd.sock")
+            .display()
+            .to_string(),
+    )?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let measured = measure(args, &out, &client, &kubeconfig, dir).await;
+    remove_pods(&pods, &cri).await?;
+    kubelet.stop().await;
+    measured
+}
+
+async fn measure(
+    args: &IngressBenchArgs,
+    out: &Emitter,
+    client: &kube::Client,
+    kubeconfig: &Path,
+    dir: &Path,
+) -> Result<()> {
+    let pod_addr = start_backend(client).await?;
+    let ingress = IngressChild::start(kubeconfig, &dir.join("ingress.log")).await?;
+    apply(client, ingress_class()).await?;
+    apply(client, ingress_to("bench", HOST)).await?;
+    wait_serving(ingress.addr, HOST).await?;
+    let nginx = NginxChild::start(dir, pod_addr).await?;
+    let theirs = async {
+        wait_serving(nginx.addr, HOST).await?;
+        load(nginx.addr, HOST, args).await
+    }
+    .await;
+    nginx.stop().await;
+    let theirs = theirs?;
+    let direct = load(pod_addr, HOST, args).await?;
+    let ours = load(ingress.addr, HOST, args).await?;
+    let line = |proxy: &str, r: &Load| {
+        json!({"proxy": proxy, "connections": args.connections, "seconds": args.seconds,
+               "requests": r.requests, "errors": r.errors, "failed": r.failed, "rps": round3(r.rps),
+               "p50_ms": ms(&r.latency, 0.5), "p99_ms": ms(&r.latency, 0.99),
+               "load1": load1()})
+    };
+    out.emit("ingress-rps", line("direct", &direct));
+    out.emit("ingress-rps", line("nginx", &theirs));
+    out.emit(
+        "ingress-rps",
+        merge(
+            line("skiff", &ours),
+            json!({"peer": "nginx", "peer_rps": round3(theirs.rps),
+                   "peer_p99_ms": ms(&theirs.latency, 0.99),
+                   "ratio_rps": round3(ours.rps / theirs.rps), "target_ratio_rps": 1.0,
+                   "ratio_p99": round3(ms(&ours.latency, 0.99) / ms(&theirs.latency, 0.99)),
+                   "target_ratio_p99": 1.0}),
+        ),
+    );
+
+    let mut times = Vec::new();
+    for run in 0..args.rule_runs {
+        let host = format!("new-{run}.local");
+        let started = Instant::now();
+        apply(client, ingress_to(&format!("new-{run}"), &host)).await?;
+        wait_serving(ingress.addr, &host).await?;
+        times.push(started.elapsed());
+    }
+    times.sort();
+    let median = times.get(times.len() / 2).copied().unwrap_or_default();
+    let max = times.last().copied().unwrap_or_default();
+    out.emit(
+        "ingress-new-rule",
+        json!({"runs": args.rule_runs, "p50_ms": round3(median.as_secs_f64() * 1e3),
+               "max_ms": round3(max.as_secs_f64() * 1e3), "target_ms": 1000,
+               "load1": load1()}),
+    );
+    drop(ingress);
+    Ok(())
+}
+
+/// Server-side applies `object` (its kind from `apiVersion`/`kind`).
+async fn apply(client: &kube::Client, object: Value) -> Result<()> {
+    let api_version = object["apiVersion"].as_str().context("an apiVersion")?;
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let kind = object["kind"].as_str().context("a kind")?;
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
+    let name = object["metadata"]["name"]
+        .as_str()
+        .context("a name")?
+        .to_string();
+    let api: Api<kube::api::DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+            Api::namespaced_with(client.clone(), ns, &resource)
+        }
+        _ => Api::all_with(client.clone(), &resource),
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply("skiff-bench").force(),
+        &Patch::Apply(object),
+    )
+    .await
+    .with_context(|| format!("applying {} {name}", gvk.kind))?;
+    Ok(())
+}
+
+fn ingress_class() -> Value {
+    use skiff_ingress::config::{CLASS, CONTROLLER, DEFAULT_CLASS_ANNOTATION};
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+           "metadata": {"name": CLASS, "annotations": {DEFAULT_CLASS_ANNOTATION: "true"}},
+           "spec": {"controller": CONTROLLER}})
+}
+
+fn ingress_to(name: &str, host: &str) -> Value {
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+           "metadata": {"name": name, "namespace": NAMESPACE},
+           "spec": {"rules": [{"host": host, "http": {"paths": [
+               {"path": "/", "pathType": "Prefix",
+                "backend": {"service": {"name": "backend", "port": {"number": 80}}}}]}}]}})
+}
+
+/// The backend pod (busybox httpd), its Service and the EndpointSlice naming it (no
+/// controller manager runs); the pod's address.
+async fn start_backend(client: &kube::Client) -> Result<SocketAddr> {
+    let script = format!(
+        "mkdir -p /tmp/www && echo '{BODY}' > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "backend", "labels": {"app": "backend"}},
+        "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "httpd", "image": BUSYBOX_IMAGE,
+                                 "imagePullPolicy": "IfNotPresent",
+                                 "command": ["sh", "-c", script]}]},
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ip = loop {
+        let pod = pods.get("backend").await?;
+        let status = pod.status.unwrap_or_default();
+        if status.phase.as_deref() == Some("Running")
+            && let Some(ip) = status.pod_ip
+        {
+            break ip;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the backend pod never ran: {}",
+                serde_json::to_string(&status)?
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let addr = SocketAddr::new(ip.parse()?, 8080);
+    apply(
+        client,
+        json!({"apiVersion": "v1", "kind": "Service",
+                         "metadata": {"name": "backend", "namespace": NAMESPACE},
+                         "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
+    )
+    .await?;
+    apply(
+        client,
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                         "metadata": {"name": "backend-1", "namespace": NAMESPACE,
+                                      "labels": {"kubernetes.io/service-name": "backend"}},
+                         "addressType": "IPv4",
+                         "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+                         "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]}),
+    )
+    .await?;
+    wait_serving(addr, HOST).await?;
+    Ok(addr)
+}
+
+/// Waits until `GET /` with `Host: host` at `addr` answers 200.
+async fn wait_serving(addr: SocketAddr, host: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(mut conn) = Conn::open(addr, host).await
+            && conn.get().await.is_ok_and(|ok| ok)
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{addr} never answered 200 for {host}");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// One keep-alive HTTP/1.1 connection of the load generator.
+struct Conn {
+    sender: hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+    host: String,
+}
+
+impl Conn {
+    async fn open(addr: SocketAddr, host: &str) -> Result<Conn> {
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(conn);
+        Ok(Conn {
+            sender,
+            host: host.into(),
+        })
+    }
+
+    /// One GET, its body read; whether it was a 200.
+    async fn get(&mut self) -> Result<bool> {
+        let req = http::Request::get("/")
+            .header(http::header::HOST, &self.host)
+            .body(Empty::new())?;
+        let response = self.sender.send_request(req).await?;
+        let ok = response.status() == http::StatusCode::OK;
+        response.into_body().collect().await?;
+        // let the connection task see a close that came with the answer
+        let _ = futures::future::poll_fn(|cx| {
+            let _ = self.sender.poll_ready(cx);
+            std::task::Poll::Ready(())
+        })
+        .await;
+        Ok(ok)
+    }
+}
+
+/// What one proxy did under load.
+struct Load {
+    /// Answered 200.
+    requests: u64,
+    /// Answered with another status (a proxy's 502 or 503).
+    errors: u64,
+    /// Not answered: the connection failed mid-request.
+    failed: u64,
+    rps: f64,
+    latency: hdrhistogram::Histogram<u64>,
+}
+
+/// `args.connections` connections sending requests one after another for `args.seconds`.
+async fn load(addr: SocketAddr, host: &str, args: &IngressBenchArgs) -> Result<Load> {
+    let latency = Arc::new(Mutex::new(histogram()));
+    let until = Instant::now() + Duration::from_secs(args.seconds);
+    let started = Instant::now();
+    let workers = (0..args.connections).map(|_| {
+        let latency = latency.clone();
+        async move {
+            let (mut requests, mut errors, mut failed) = (0u64, 0u64, 0u64);
+            let mut conn = Conn::open(addr, host).await?;
+            let mut local = histogram();
+            while Instant::now() < until {
+                let sent = Instant::now();
+                if conn.sender.is_closed() {
+                    // the server closed it after its last answer (busybox httpd closes every
+                    // connection): open another, as a client would, within this request's time
+                    conn = Conn::open(addr, host).await?;
+                }
+                match conn.get().await {
+                    Ok(true) => {
+                        requests += 1;
+                        local.record(micros(sent.elapsed()))?;
+                    }
+                    Ok(false) => errors += 1,
+                    Err(_) => {
+                        failed += 1;
+                        conn = Conn::open(addr, host).await?;
+                    }
+                }
+            }
+            latency.lock().add(&local)?;
+            anyhow::Ok((requests, errors, failed))
+        }
+    });
+    let results = futures::future::try_join_all(workers).await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let requests = results.iter().map(|r| r.0).sum();
+    let errors = results.iter().map(|r| r.1).sum();
+    let failed = results.iter().map(|r| r.2).sum();
+    let latency = Arc::try_unwrap(latency)
+        .map_err(|_| anyhow::anyhow!("a worker still holds the histogram"))?
+        .into_inner();
+    Ok(Load {
+        requests,
+        errors,
+        failed,
+        rps: requests as f64 / elapsed,
+        latency,
+    })
+}
+
+/// `skiff ingress` as a child on a free loopback port.
+struct IngressChild {
+    _child: Child,
+    addr: SocketAddr,
+}
+
+impl IngressChild {
+    async fn start(kubeconfig: &Path, log: &Path) -> Result<IngressChild> {
+        let mut child = Command::new(std::env::current_exe()?)
+            .args([
+                "ingress",
+                "--node-name",
+                NODE,
+                "--bind-address",
+                "127.0.0.1",
+            ])
+            .args(["--http-port", "0", "--https-port", "0", "--kubeconfig"])
+            .arg(kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log)?)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or("warn".into()),
+            )
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting skiff ingress")?;
+        let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+        while let Some(line) = lines.next_line().await? {
+            // `skiff ingress ready: node N, http 127.0.0.1:P, https …`
+            let http = line
+                .split_once("http ")
+                .and_then(|(_, rest)| rest.split(',').next())
+                .and_then(|a| a.parse().ok());
+            if let Some(addr) = http {
+                tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                return Ok(IngressChild {
+                    _child: child,
+                    addr,
+                });
+            }
+        }
+        bail!(
+            "skiff ingress exited before it was ready; see {}",
+            log.display()
+        )
+    }
+}
+
+/// nginx as the same reverse proxy, a child on a free loopback port.
+struct NginxChild {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl NginxChild {
+    async fn start(dir: &Path, upstream: SocketAddr) -> Result<NginxChild> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let prefix = dir.join("nginx");
+        std::fs::create_dir_all(prefix.join("logs"))?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // as ingress-nginx configures it: a worker per core, keep-alive to clients and to the
+        // upstream, HTTP/1.1 upstream, the same forwarding headers, no access log on disk
+        let conf = format!(
+            "worker_processes {cores};\npid {pid};\nerror_log {err} warn;\n\
+             events {{ worker_connections 4096; }}\n\
+             http {{\n  access_log off;\n  keepalive_requests 1000000;\n\
+               upstream backend {{ server {upstream}; keepalive 128; }}\n\
+               server {{\n    listen 127.0.0.1:{port};\n    server_name {HOST};\n\
+                 location / {{\n      proxy_pass http://backend;\n\
+                   proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n\
+                   proxy_set_header Host $host;\n\
+                   proxy_set_header X-Forwarded-For $remote_addr;\n\
+                   proxy_set_header X-Real-IP $remote_addr;\n\
+                   proxy_set_header X-Forwarded-Host $host;\n\
+                   proxy_set_header X-Forwarded-Port $server_port;\n\
+                   proxy_set_header X-Forwarded-Proto $scheme;\n    }}\n  }}\n}}\n",
+            pid = prefix.join("nginx.pid").display(),
+            err = prefix.join("logs/error.log").display(),
+        );
+        let conf_path = prefix.join("nginx.conf");
+        std::fs::write(&conf_path, conf)?;
+        let child = Command::new("nginx")
+            .arg("-p")
+            .arg(&prefix)
+            .arg("-c")
+            .arg(&conf_path)
+            .args(["-g", "daemon off;"])
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting nginx")?;
+        Ok(NginxChild {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        })
+    }
+}
+
+impl NginxChild {
+    /// SIGTERM (nginx's fast shutdown: the master stops its workers), then wait.
+    async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = Command::new("kill").arg(pid.to_string()).status().await;
+        }
+        let _ = self.child.wait().await;
+    }
+}
+
+/// Whether `binary` is on the PATH.
+fn which(binary: &str) -> Result<()> {
+    let found = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {binary}")])
+        .output()?
+        .status
+        .success();
+    if found {
+        Ok(())
+    } else {
+        bail!("{binary} is not installed")
+    }
+}
