@@ -419,6 +419,18 @@ fn a_server_runs_seed_001s_checklist_and_a_restart_keeps_its_pods_running() {
         &dir.path().join("joined"),
     );
     kubectl_until(&kc, &["get", "node", JOINED], |out| out.contains(" Ready "));
+    // the agent took the server's pod network backend (kube-system/skiff-node-config)
+    let backend = kubectl(
+        &kc,
+        &[
+            "get",
+            "node",
+            JOINED,
+            "-o",
+            r"jsonpath={.metadata.annotations.flannel\.alpha\.coreos\.com/backend-type}",
+        ],
+    );
+    assert_eq!(backend, "host-gw");
     apply(
         &kc,
         &CLIENT_YAML.replace("name: client", "name: remote").replace(

@@ -5,12 +5,13 @@
 //! the bootstrap token, it asks by CertificateSigningRequests for the node's client certificate
 //! (`system:node:<name>` in `system:nodes`, signer `kube-apiserver-client-kubelet`) and the
 //! proxy's (`system:kube-proxy`, signer `kube-apiserver-client`) and its node controllers'
-//! (`system:skiff-controller`, the same signer), which the controller
-//! manager's `csrapproving` and `csrsigning` approve and issue. The kubeconfigs it writes
-//! under the data dir are reused while their certificates are valid. Then it runs the kubelet
-//! (with its managed containerd), the proxy, the network policy controller and the ingress
-//! controller, the same code as `skiff kubelet`, `skiff proxy`, `skiff network-policy` and
-//! `skiff ingress`, and prints a `ready` line once its Node is Ready.
+//! (`system:skiff-controller`, the same signer), which the controller manager's `csrapproving`
+//! and `csrsigning` approve and issue. The kubeconfigs it writes under the data dir are reused
+//! while their certificates are valid. It reads the node settings the server publishes
+//! ([`super::node_config`]: the pod network backend, which node controllers run). Then it runs
+//! the kubelet (with its managed containerd), the proxy, the network policy controller and the
+//! ingress controller, the same code as `skiff kubelet`, `skiff proxy`, `skiff network-policy`
+//! and `skiff ingress`, and prints a `ready` line once its Node is Ready.
 
 use skiff_apimachinery::version::user_agent;
 use std::net::IpAddr;
@@ -29,9 +30,10 @@ use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 
 use super::ingress::IngressArgs;
-use super::kubelet::KubeletArgs;
+use super::kubelet::{BackendArg, KubeletArgs};
 use super::lifecycle::Lifecycle;
 use super::network_policy::NetworkPolicyArgs;
+use super::node_config::{self, NodeConfig};
 use super::proxy::ProxyArgs;
 use super::store::shutdown_signal;
 use super::token::{self, JoinToken};
@@ -67,10 +69,10 @@ pub struct AgentArgs {
     )]
     pub cluster_dns: Vec<IpAddr>,
 
-    /// How pods reach pods on other nodes (see `skiff server --flannel-backend`); use the
-    /// server's.
-    #[arg(long, value_name = "BACKEND", value_enum, default_value = "vxlan")]
-    pub flannel_backend: super::kubelet::BackendArg,
+    /// How pods reach pods on other nodes (see `skiff server --flannel-backend`); by default
+    /// the server's, as k3s's agent takes it.
+    #[arg(long, value_name = "BACKEND", value_enum)]
+    pub flannel_backend: Option<super::kubelet::BackendArg>,
 
     /// A flag for the kubelet, `name=value` (repeatable), as k3s's.
     #[arg(long, value_name = "FLAG")]
@@ -118,6 +120,23 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     ensure_identities(&args.data_dir, &server, &token, &node).await?;
 
     let kubelet_kubeconfig = args.data_dir.join(KUBELET_KUBECONFIG);
+    let node_client = client_from(&std::fs::read_to_string(&kubelet_kubeconfig)?).await?;
+    let cluster = match node_config::read(node_client.clone()).await? {
+        Some(config) => config,
+        None => {
+            println!(
+                "skiff agent: the server publishes no {}/{}: using the defaults",
+                node_config::NAMESPACE,
+                node_config::NAME
+            );
+            NodeConfig {
+                flannel_backend: BackendArg::Vxlan,
+                network_policy: true,
+                ingress: true,
+            }
+        }
+    };
+    let flannel_backend = args.flannel_backend.unwrap_or(cluster.flannel_backend);
     let mut kubelet_argv: Vec<String> = vec![
         "--kubeconfig".into(),
         kubelet_kubeconfig.display().to_string(),
@@ -132,7 +151,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join(","),
         "--flannel-backend".into(),
-        args.flannel_backend.flag_value(),
+        flannel_backend.flag_value(),
     ];
     if let Some(ip) = args.node_ip {
         kubelet_argv.extend(["--node-ip".into(), ip.to_string()]);
@@ -147,19 +166,26 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     ];
     let proxy_args: ProxyArgs =
         super::server::component_args("proxy", proxy_argv, &args.kube_proxy_arg)?;
-    let controller_kubeconfig = args.data_dir.join(CONTROLLER_KUBECONFIG).display().to_string();
+    let controller_kubeconfig = args
+        .data_dir
+        .join(CONTROLLER_KUBECONFIG)
+        .display()
+        .to_string();
     let controller_argv = vec![
         "--kubeconfig".into(),
         controller_kubeconfig,
         "--node-name".into(),
         node.clone(),
     ];
-    let netpol_args: NetworkPolicyArgs =
-        super::server::component_args("network-policy", controller_argv.clone(), &[])?;
-    let ingress_args: IngressArgs =
-        super::server::component_args("ingress", controller_argv, &[])?;
+    let netpol_args: Option<NetworkPolicyArgs> = cluster
+        .network_policy
+        .then(|| super::server::component_args("network-policy", controller_argv.clone(), &[]))
+        .transpose()?;
+    let ingress_args: Option<IngressArgs> = cluster
+        .ingress
+        .then(|| super::server::component_args("ingress", controller_argv, &[]))
+        .transpose()?;
 
-    let node_client = client_from(&std::fs::read_to_string(&kubelet_kubeconfig)?).await?;
     let nodes: Api<Node> = Api::all(node_client);
     let started = jiff::Timestamp::now();
     // all stop on SIGTERM or Ctrl-C; the first error stops the agent
@@ -175,15 +201,22 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                     .await
                     .context("the proxy")
             },
+            // the node controllers the server turned off are not run
             async {
-                super::network_policy::run(netpol_args, Lifecycle::standalone())
-                    .await
-                    .context("the network policy controller")
+                match netpol_args {
+                    Some(args) => super::network_policy::run(args, Lifecycle::standalone())
+                        .await
+                        .context("the network policy controller"),
+                    None => Ok(()),
+                }
             },
             async {
-                super::ingress::run(ingress_args, Lifecycle::standalone())
-                    .await
-                    .context("the ingress controller")
+                match ingress_args {
+                    Some(args) => super::ingress::run(args, Lifecycle::standalone())
+                        .await
+                        .context("the ingress controller"),
+                    None => Ok(()),
+                }
             },
         )
     };

@@ -210,7 +210,7 @@ fn thresholds(text: &str) -> Result<Map, String> {
 }
 
 /// `--flannel-backend`'s values (see [`FlannelBackend`]).
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendArg {
     Vxlan,
     HostGw,

@@ -34,6 +34,7 @@ pub mod kubelet;
 pub mod lifecycle;
 pub mod metrics;
 pub mod network_policy;
+pub mod node_config;
 pub mod proxy;
 pub mod scheduler;
 pub mod server;

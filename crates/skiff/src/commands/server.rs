@@ -328,6 +328,18 @@ async fn start(args: &ServerArgs, supervisor: &mut Supervisor) -> anyhow::Result
     {
         return Ok(());
     }
+    let node_config = super::node_config::NodeConfig {
+        flannel_backend: args.flannel_backend,
+        network_policy: !args.disabled(Packaged::NetworkPolicy),
+        ingress: !args.disabled(Packaged::Ingress),
+    };
+    if supervisor
+        .guard(addons::publish_node_config(&admin, node_config))
+        .await?
+        .is_none()
+    {
+        return Ok(());
+    }
 
     let prepared =
         super::token::prepare_joins(admin.clone(), &credentials.pki.ca_cert_pem, data_dir);

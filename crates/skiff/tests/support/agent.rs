@@ -29,8 +29,6 @@ impl Agent {
             .args(["agent", "--server", server, "--token", token])
             .args(["--node-name", node, "--node-ip", &net.ip.to_string()])
             .args(["--kubelet-arg", &super::node::eviction_hard_arg()])
-            // the pod network these tests were written for (podnet.rs covers vxlan)
-            .args(["--flannel-backend", "host-gw"])
             .arg("--data-dir")
             .arg(dir);
         cmd

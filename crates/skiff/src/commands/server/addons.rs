@@ -7,20 +7,23 @@
 //! default StorageClass `local-path` of Skiff's built-in provisioner (k3s's `local-storage`
 //! manifest, which k3s likewise re-applies on every start); and, unless `--disable ingress`,
 //! the default IngressClass `skiff` of Skiff's ingress controller (k3s's Traefik chart makes
-//! its `traefik` class the default the same way).
+//! its `traefik` class the default the same way); and the settings agents follow
+//! ([`node_config`]).
 
 use std::net::IpAddr;
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::IngressClass;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 use skiff_controllers::localpath::{CLASS, PROVISIONER};
+
+use crate::commands::node_config;
 
 /// The field manager of everything the server applies.
 const MANAGER: &str = "skiff-server";
@@ -172,6 +175,51 @@ pub async fn ensure_ingress_class(client: &kube::Client) -> anyhow::Result<()> {
         eprintln!("skiff server: warning: leaving ingressclass {name} as it is: {e:#}");
     }
     Ok(())
+}
+
+/// Publishes what agents take from the server ([`node_config`]): the ConfigMap, and the Role and
+/// RoleBinding that let `system:nodes` read it (and only it).
+pub async fn publish_node_config(
+    client: &kube::Client,
+    config: node_config::NodeConfig,
+) -> anyhow::Result<()> {
+    use node_config::{NAME, NAMESPACE};
+    let configmap = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": NAME, "namespace": NAMESPACE},
+        "data": config.to_data(),
+    });
+    apply(
+        Api::<ConfigMap>::namespaced(client.clone(), NAMESPACE),
+        NAME,
+        configmap,
+    )
+    .await?;
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": NAME, "namespace": NAMESPACE},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [NAME],
+                   "verbs": ["get"]}],
+    });
+    apply(
+        Api::<Role>::namespaced(client.clone(), NAMESPACE),
+        NAME,
+        role,
+    )
+    .await?;
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": NAME, "namespace": NAMESPACE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                      "name": "system:nodes"}],
+    });
+    apply(
+        Api::<RoleBinding>::namespaced(client.clone(), NAMESPACE),
+        NAME,
+        binding,
+    )
+    .await
 }
 
 #[cfg(test)]
