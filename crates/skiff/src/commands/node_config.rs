@@ -73,16 +73,19 @@ impl NodeConfig {
     }
 }
 
-/// The server's node settings, or `None` when it publishes none (a server of an older
-/// version).
+/// The server's node settings, or `None` when it publishes none: a server of an older version,
+/// or an API server not started by `skiff server` (then the Role is missing too, and reading is
+/// forbidden rather than not found).
 pub async fn read(client: kube::Client) -> anyhow::Result<Option<NodeConfig>> {
     let configmaps: Api<ConfigMap> = Api::namespaced(client, NAMESPACE);
-    let Some(cm) = configmaps
-        .get_opt(NAME)
-        .await
-        .with_context(|| format!("reading the ConfigMap {NAMESPACE}/{NAME}"))?
-    else {
-        return Ok(None);
+    let cm = match configmaps.get(NAME).await {
+        Ok(cm) => cm,
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 403 => {
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("reading the ConfigMap {NAMESPACE}/{NAME}"));
+        }
     };
     let config = NodeConfig::from_data(&cm.data.unwrap_or_default())
         .with_context(|| format!("the ConfigMap {NAMESPACE}/{NAME}"))?;
