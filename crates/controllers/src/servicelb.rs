@@ -157,12 +157,22 @@ fn eligible<'a>(svc: &Service, nodes: &'a [Arc<Node>], labelled: bool) -> Vec<&'
         .collect()
 }
 
+/// Whether `svc`'s status lists load-balancer addresses.
+fn has_addresses(svc: &Service) -> bool {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .is_some_and(|ingress| !ingress.is_empty())
+}
+
 fn service_key(svc: &Service) -> String {
     format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any())
 }
 
-/// Which nodes every served Service gets, oldest Service first (by creation, then name): a
-/// node's ports go to the first Service that asks, after the host ports of the pods there.
+/// Which nodes every served Service gets, oldest Service first (by creation, then those already
+/// serving, then name): a node's ports go to the first Service that asks, after the host ports
+/// of the pods there.
 pub fn assign(
     services: &[Arc<Service>],
     nodes: &[Arc<Node>],
@@ -189,9 +199,12 @@ pub fn assign(
         }
     }
     let mut ordered: Vec<&Arc<Service>> = services.iter().filter(|s| serves(s)).collect();
+    // creation times are whole seconds: of two Services created in one second, the one already
+    // serving keeps its ports (as k3s's running svclb pod keeps its host ports)
     ordered.sort_by_key(|s| {
         (
             s.metadata.creation_timestamp.clone().map(|t| t.0),
+            !has_addresses(s),
             service_key(s),
         )
     });

@@ -347,3 +347,20 @@ fn a_conflict_is_reported_once_until_it_changes() {
         "reported again after it cleared"
     );
 }
+
+#[test]
+fn of_two_services_created_in_one_second_the_one_already_serving_keeps_the_port() {
+    let nodes = vec![node("a", "10.0.0.1", json!({}))];
+    let second = "2026-01-01T00:00:00Z";
+    let serving = lb(
+        "web",
+        second,
+        http(),
+        json!({"status": {"loadBalancer": {"ingress": [{"ip": "10.0.0.1"}]}}}),
+    );
+    let newcomer = lb("second", second, http(), json!({}));
+    let assigned = assign(&[newcomer, serving], &nodes, &[]);
+    assert_eq!(assigned["ns/web"].nodes.len(), 1);
+    assert!(assigned["ns/second"].nodes.is_empty());
+    assert_eq!(assigned["ns/second"].conflicts.len(), 1);
+}

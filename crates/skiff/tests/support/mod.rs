@@ -241,17 +241,17 @@ impl ApiServer {
     /// reads it; empty if there is none.
     pub fn event_message(&self, object: &str, reason: &str) -> String {
         let selector = format!("involvedObject.name={object},reason={reason}");
-        self.kubectl(
+        // as JSON: `jsonpath={.items[0].message}` is an error, not empty, while there is none
+        let events = self.kubectl(
             KUBECTL_133,
-            &[
-                "get",
-                "events",
-                "--field-selector",
-                &selector,
-                "-o",
-                "jsonpath={.items[0].message}",
-            ],
-        )
+            &["get", "events", "--field-selector", &selector, "-o", "json"],
+        );
+        let events: serde_json::Value = serde_json::from_str(&events).expect("an event list");
+        events
+            .pointer("/items/0/message")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string()
     }
 
     /// Waits for the first event about `object` with `reason`; its message.
