@@ -112,6 +112,17 @@ fn defaults(svc: &mut Value) {
     }
     if spec["type"] == "LoadBalancer" {
         set_default(spec, "allocateLoadBalancerNodePorts", json!(true));
+        // upstream's LoadBalancerIPMode defaulting: an address without a mode is a VIP
+        for ingress in svc
+            .pointer_mut("/status/loadBalancer/ingress")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if !empty_str(ingress.get("ip")) && empty_str(ingress.get("ipMode")) {
+                ingress["ipMode"] = json!("VIP");
+            }
+        }
     }
 }
 

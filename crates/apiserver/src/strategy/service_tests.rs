@@ -217,3 +217,23 @@ fn a_load_balancers_class_may_not_change_while_it_stays_one() {
             && checks::validate_load_balancer_class_unchanged(&classed, &cluster_ip).is_empty()
     );
 }
+
+#[test]
+fn a_load_balancers_addresses_default_to_vip_mode() {
+    let old = created(json!({"type": "LoadBalancer", "ports": [{"port": 80}]}));
+    let mut status = old.clone();
+    status["status"] = json!({"loadBalancer": {"ingress": [
+        {"ip": "10.0.0.1"},
+        {"ip": "10.0.0.2", "ipMode": "Proxy"},
+        {"hostname": "lb.example.com"},
+    ]}});
+    ServiceStrategy.prepare_for_update(&mut status, &old);
+    assert_eq!(
+        status["status"]["loadBalancer"]["ingress"],
+        json!([
+            {"ip": "10.0.0.1", "ipMode": "VIP"},
+            {"ip": "10.0.0.2", "ipMode": "Proxy"},
+            {"hostname": "lb.example.com"},
+        ])
+    );
+}
