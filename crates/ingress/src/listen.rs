@@ -16,6 +16,9 @@ use tokio_rustls::TlsAcceptor;
 use crate::proxy::{Peer, Proxy};
 use crate::{Error, Result};
 
+/// How often a port that could not be bound is tried again.
+pub const BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// One bound port: plain HTTP, or HTTPS with the given rustls configuration.
 pub struct Listener {
     listener: TcpListener,
@@ -32,6 +35,30 @@ impl Listener {
             listener,
             tls: tls.map(|c| TlsAcceptor::from(Arc::new(c))),
         })
+    }
+
+    /// Binds `addr` once it is free: while another server holds the port (or binding fails
+    /// otherwise), `busy` is called once with the error and binding is tried again every
+    /// [`BIND_RETRY`], so that a taken port 80 keeps the node's other components running (k3s's
+    /// Traefik, behind host ports, never stops its node either) and is served once freed.
+    pub async fn bind_when_free(
+        addr: SocketAddr,
+        tls: Option<rustls::ServerConfig>,
+        busy: impl FnOnce(&Error),
+    ) -> Listener {
+        let mut busy = Some(busy);
+        loop {
+            match Listener::bind(addr, tls.clone()).await {
+                Ok(listener) => return listener,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the ingress port is unavailable; retrying");
+                    if let Some(busy) = busy.take() {
+                        busy(&e);
+                    }
+                    tokio::time::sleep(BIND_RETRY).await;
+                }
+            }
+        }
     }
 
     /// The address bound.
@@ -89,5 +116,28 @@ where
         .await
     {
         tracing::debug!(client = %peer.client, error = %e, "connection ended");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_taken_port_is_reported_once_and_bound_when_freed() {
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = holder.local_addr().unwrap();
+        let (tx, mut reported) = tokio::sync::mpsc::unbounded_channel();
+        let binding = tokio::spawn(Listener::bind_when_free(addr, None, move |e: &Error| {
+            tx.send(e.to_string()).unwrap();
+        }));
+        let report = reported.recv().await.expect("the busy port is reported");
+        assert!(report.starts_with(&format!("binding {addr}: ")), "{report}");
+        assert!(!binding.is_finished());
+        drop(holder);
+        let listener = binding.await.unwrap();
+        assert_eq!(listener.local_addr(), addr);
+        // reported once, however many attempts failed
+        assert!(reported.recv().await.is_none());
     }
 }

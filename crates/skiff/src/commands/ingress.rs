@@ -9,11 +9,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
+use k8s_openapi::api::core::v1::ObjectReference;
 use skiff_ingress::config::Config;
-use skiff_ingress::listen::Listener;
+use skiff_ingress::listen::{BIND_RETRY, Listener};
 use skiff_ingress::proxy::Proxy;
 use skiff_ingress::status::{self, StatusWriter};
 use skiff_ingress::{controller, tls};
+use skiff_runtime::events::{Event, Recorder, Reporter};
 use skiff_runtime::informer::Informers;
 use tokio::sync::{Notify, watch};
 
@@ -62,12 +64,44 @@ pub async fn run(args: IngressArgs, lifecycle: Lifecycle) -> anyhow::Result<()> 
 
     let default_cert = tls::default_certificate()?;
     let https_config = tls::server_config(tls::Resolver::new(config.clone(), default_cert));
-    let http = Listener::bind(SocketAddr::new(args.bind_address, args.http_port), None).await?;
-    let https = Listener::bind(
-        SocketAddr::new(args.bind_address, args.https_port),
-        Some(https_config),
-    )
-    .await?;
+    // a port another server holds is reported on the Node and waited for
+    let node_events = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: status::REPORTING_CONTROLLER.into(),
+            instance: args.node_name.clone(),
+        },
+    );
+    let busy = |e: &skiff_ingress::Error| {
+        let node = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(args.node_name.clone()),
+            ..Default::default()
+        };
+        let note = format!(
+            "{e}; the ingress controller tries again every {}s",
+            BIND_RETRY.as_secs()
+        );
+        node_events.record(Event::warning(node, "IngressPortUnavailable", note));
+    };
+    let (http, https) = tokio::select! {
+        bound = async {
+            tokio::join!(
+                Listener::bind_when_free(
+                    SocketAddr::new(args.bind_address, args.http_port),
+                    None,
+                    busy,
+                ),
+                Listener::bind_when_free(
+                    SocketAddr::new(args.bind_address, args.https_port),
+                    Some(https_config),
+                    busy,
+                ),
+            )
+        } => bound,
+        () = lifecycle.stopped() => return Ok(()),
+    };
     let (http_addr, https_addr) = (http.local_addr(), https.local_addr());
     let proxy = Proxy::new(config.clone());
 
