@@ -1,7 +1,39 @@
 //! The host ports a pod asks for (upstream's `schedutil.GetHostPorts`) and when two uses of a
-//! host port collide: the scheduler's `NodePorts` and the kubelet's admission check both ask.
+//! host port collide: the scheduler's `NodePorts` and the kubelet's admission check both ask;
+//! and the transport [`Protocol`] of a port as the node's dataplanes (the proxy's Services, the
+//! network policy controller's rules) name it.
 
 use k8s_openapi::api::core::v1::Pod;
+
+/// The transport protocol of a Service, container or policy port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    /// Parses the API's `TCP`/`UDP`/`SCTP` (absent means TCP, as the API server defaults it);
+    /// `None` for anything else.
+    pub fn parse(value: Option<&str>) -> Option<Protocol> {
+        match value.unwrap_or("TCP") {
+            "TCP" => Some(Protocol::Tcp),
+            "UDP" => Some(Protocol::Udp),
+            "SCTP" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+
+    /// The lowercase name iptables, nftables, conntrack and the proxy's chain hashes use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+}
 
 /// A host port a pod uses: protocol, port and IP (`0.0.0.0` for all addresses).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -20,34 +20,7 @@ pub type Key = String;
 /// Labels of an object.
 pub type Labels = BTreeMap<String, String>;
 
-/// A transport protocol a policy port names (upstream's default is TCP).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Protocol {
-    Tcp,
-    Udp,
-    Sctp,
-}
-
-impl Protocol {
-    /// From the API's `TCP`/`UDP`/`SCTP` (absent is TCP); `None` for anything else.
-    pub fn parse(name: Option<&str>) -> Option<Protocol> {
-        match name.unwrap_or("TCP") {
-            "TCP" => Some(Protocol::Tcp),
-            "UDP" => Some(Protocol::Udp),
-            "SCTP" => Some(Protocol::Sctp),
-            _ => None,
-        }
-    }
-
-    /// nftables' name (`meta l4proto tcp`).
-    pub fn nft(self) -> &'static str {
-        match self {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-            Protocol::Sctp => "sctp",
-        }
-    }
-}
+pub use skiff_component_helpers::ports::Protocol;
 
 /// A named container port of a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]

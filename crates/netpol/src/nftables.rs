@@ -114,12 +114,12 @@ impl Fragment {
                 let mut ports = BTreeSet::new();
                 for port in &rule.ports {
                     ports.insert(match port {
-                        PortMatch::Any(protocol) => format!(" meta l4proto {}", protocol.nft()),
+                        PortMatch::Any(protocol) => format!(" meta l4proto {}", protocol.as_str()),
                         PortMatch::Range(protocol, start, end) if start == end => {
-                            format!(" meta l4proto {} th dport {start}", protocol.nft())
+                            format!(" meta l4proto {} th dport {start}", protocol.as_str())
                         }
                         PortMatch::Range(protocol, start, end) => {
-                            format!(" meta l4proto {} th dport {start}-{end}", protocol.nft())
+                            format!(" meta l4proto {} th dport {start}-{end}", protocol.as_str())
                         }
                         PortMatch::Named(..) => {
                             let set = named_set(id, direction, index);

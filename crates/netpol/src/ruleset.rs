@@ -289,7 +289,7 @@ fn contributions(entry: &Entry, pod: &PodInfo, namespace_labels: &Labels) -> Vec
                 {
                     out.push((
                         nftables::named_set(&entry.id, direction, index),
-                        format!("{ip} . {} . {}", protocol.nft(), port.port),
+                        format!("{ip} . {} . {}", protocol.as_str(), port.port),
                     ));
                 }
             }

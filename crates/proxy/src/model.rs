@@ -29,34 +29,7 @@ impl ServiceKey {
     }
 }
 
-/// The transport protocol of a Service port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Protocol {
-    Tcp,
-    Udp,
-    Sctp,
-}
-
-impl Protocol {
-    /// Parses the API's `TCP`/`UDP`/`SCTP` (absent means TCP, as the API server defaults it).
-    pub fn parse(value: Option<&str>) -> Option<Protocol> {
-        match value.unwrap_or("TCP") {
-            "TCP" => Some(Protocol::Tcp),
-            "UDP" => Some(Protocol::Udp),
-            "SCTP" => Some(Protocol::Sctp),
-            _ => None,
-        }
-    }
-
-    /// The lowercase name iptables, nftables, conntrack and the chain hashes use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-            Protocol::Sctp => "sctp",
-        }
-    }
-}
+pub use skiff_component_helpers::ports::Protocol;
 
 /// One port of one Service (upstream's `ServicePortName`); sorts by namespace, name, port name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

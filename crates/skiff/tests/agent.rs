@@ -15,7 +15,7 @@ use serde_json::json;
 use support::agent::Agent;
 use support::cluster::{controller_manager, scheduler};
 use support::netns::{self, Lan};
-use support::{ApiServer, Backend, KUBECTL_133, output_text};
+use support::{ApiServer, KUBECTL_133, output_text};
 
 const NODE: &str = "joined-a";
 
@@ -51,9 +51,7 @@ fn an_agent_joins_with_a_token_runs_pods_and_keeps_its_certificates_across_a_res
     }
     // declared first, dropped last: after the agent running inside it
     let mut lan = Lan::create();
-    let flags = netns::api_server_flags(&lan);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let api = ApiServer::start_with(Backend::Embedded, &flags);
+    let api = netns::api_server(&lan);
     let net = lan.add_node();
     let tls = api.data_dir.join("tls");
     let (ca_crt, ca_key) = (tls.join("ca.crt"), tls.join("ca.key"));

@@ -20,7 +20,7 @@ use serde_json::json;
 use support::cluster::{controller_manager, ingress_class, scheduler};
 use support::netns::{self, Lan, NodeNet};
 use support::node::KubeletProcess;
-use support::{ApiServer, Backend, KUBECTL_133, output_text};
+use support::{ApiServer, KUBECTL_133, output_text};
 
 const NODE: &str = "ingress-a";
 
@@ -164,9 +164,7 @@ fn an_ingress_routes_hosts_and_paths_serves_tls_by_sni_and_follows_a_scale_up() 
     }
     // declared first, dropped last: after every process running inside it
     let mut lan = Lan::create();
-    let flags = netns::api_server_flags(&lan);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let api = ApiServer::start_with(Backend::Embedded, &flags);
+    let api = netns::api_server(&lan);
     let net = lan.add_node();
     let _cm = controller_manager(
         &api,

@@ -17,7 +17,7 @@ use serde_json::json;
 use support::cluster::controller_manager;
 use support::netns::{self, Lan, NodeNet};
 use support::node::KubeletProcess;
-use support::{ApiServer, Backend, KUBECTL_133, expect_line};
+use support::{ApiServer, KUBECTL_133, expect_line};
 
 const NODE: &str = "netpol-node";
 /// The namespace whose pods the policies protect.
@@ -133,9 +133,7 @@ fn policies_deny_allow_by_namespace_and_pod_labels_and_egress_ip_blocks() {
     }
     // declared first, dropped last: after the kubelet and the controller running inside it
     let mut lan = Lan::create();
-    let flags = netns::api_server_flags(&lan);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let api = ApiServer::start_with(Backend::Embedded, &flags);
+    let api = netns::api_server(&lan);
     let net = lan.add_node();
     let _cm = controller_manager(
         &api,

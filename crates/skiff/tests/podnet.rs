@@ -114,9 +114,7 @@ fn pods_on_two_nodes_reach_each_other_unmasqueraded_and_leave_the_cluster_masque
     }
     // declared first, dropped last: after the kubelets running inside it
     let mut lan = Lan::create();
-    let flags = netns::api_server_flags(&lan);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let api = ApiServer::start_with(Backend::Embedded, &flags);
+    let api = netns::api_server(&lan);
     let (net_a, net_b) = (lan.add_node(), lan.add_node());
     let _cm = controller_manager(
         &api,

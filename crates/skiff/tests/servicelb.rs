@@ -20,7 +20,7 @@ use serde_json::json;
 use support::cluster::{controller_manager, scheduler};
 use support::netns::{self, Lan};
 use support::node::KubeletProcess;
-use support::{ApiServer, Backend, KUBECTL_133, eventually};
+use support::{ApiServer, KUBECTL_133, eventually};
 
 const NODE: &str = "lb-a";
 /// The LoadBalancer port, free on the node.
@@ -103,9 +103,7 @@ fn load_balancers_get_the_node_address_answer_there_and_keep_to_their_source_ran
     }
     // declared first, dropped last: after every process running inside it
     let mut lan = Lan::create();
-    let flags = netns::api_server_flags(&lan);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let api = ApiServer::start_with(Backend::Embedded, &flags);
+    let api = netns::api_server(&lan);
     let net = lan.add_node();
     let _cm = controller_manager(
         &api,

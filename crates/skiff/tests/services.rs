@@ -20,7 +20,7 @@ use serde_json::json;
 use support::cluster::{controller_manager, grant_coredns_role, scheduler};
 use support::netns::{self, Lan, NodeNet};
 use support::node::KubeletProcess;
-use support::{ApiServer, Backend, KUBECTL_133, output_text};
+use support::{ApiServer, KUBECTL_133, output_text};
 
 const NODE_A: &str = "svc-a";
 const NODE_B: &str = "svc-b";
@@ -89,9 +89,7 @@ fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_
     }
     // declared first, dropped last: after every process running inside it
     let mut lan = Lan::create();
-    let flags = netns::api_server_flags(&lan);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let api = ApiServer::start_with(Backend::Embedded, &flags);
+    let api = netns::api_server(&lan);
     let (net_a, net_b) = (lan.add_node(), lan.add_node());
     let _cm = controller_manager(
         &api,

@@ -392,6 +392,13 @@ pub fn api_server_flags(lan: &Lan) -> Vec<String> {
     ]
 }
 
+/// An API server (embedded store) reachable from the lan's nodes ([`api_server_flags`]).
+pub fn api_server(lan: &Lan) -> ApiServer {
+    let flags = api_server_flags(lan);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    ApiServer::start_with(super::Backend::Embedded, &flags)
+}
+
 /// A kubeconfig for `user` (`group`) that reaches the API server at `server`.
 fn lan_kubeconfig(api: &ApiServer, user: &str, group: Option<&str>, server: Ipv4Addr) -> PathBuf {
     super::cluster::identity_at(api, user, group, &server.to_string(), "-lan")

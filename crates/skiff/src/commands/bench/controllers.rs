@@ -104,6 +104,8 @@ fn node_count(args: &ControllersBenchArgs) -> Result<usize, UsageError> {
 pub(super) struct SkiffChild {
     child: Child,
     pub(super) pid: u32,
+    /// Its ready line.
+    pub(super) ready: String,
 }
 
 impl SkiffChild {
@@ -131,7 +133,11 @@ pub(super) async fn start(exe: &Path, args: &[&str], log: &Path) -> Result<Skiff
     while let Some(line) = lines.next_line().await? {
         if line.contains("ready") {
             tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-            return Ok(SkiffChild { child, pid });
+            return Ok(SkiffChild {
+                child,
+                pid,
+                ready: line,
+            });
         }
     }
     bail!(

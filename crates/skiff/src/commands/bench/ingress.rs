@@ -32,10 +32,10 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use skiff_kubelet::cri::CriClient;
 use skiff_kubelet::images::BUSYBOX_IMAGE;
-use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 
 use super::api::{Emitter, ServerChild, histogram, merge, micros, ms, round3};
+use super::controllers::{SkiffChild, start};
 use super::pods::{EVICTION_HARD, KubeletChild, load1, remove_pods};
 
 const NAMESPACE: &str = "ingress-bench";
@@ -383,50 +383,38 @@ async fn load(addr: SocketAddr, host: &str, args: &IngressBenchArgs) -> Result<L
 
 /// `skiff ingress` as a child on a free loopback port.
 struct IngressChild {
-    _child: Child,
+    _child: SkiffChild,
     addr: SocketAddr,
 }
 
 impl IngressChild {
     async fn start(kubeconfig: &Path, log: &Path) -> Result<IngressChild> {
-        let mut child = Command::new(std::env::current_exe()?)
-            .args([
-                "ingress",
-                "--node-name",
-                NODE,
-                "--bind-address",
-                "127.0.0.1",
-            ])
-            .args(["--http-port", "0", "--https-port", "0", "--kubeconfig"])
-            .arg(kubeconfig)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(log)?)
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or("warn".into()),
-            )
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting skiff ingress")?;
-        let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
-        while let Some(line) = lines.next_line().await? {
-            // `skiff ingress ready: node N, http 127.0.0.1:P, https …`
-            let http = line
-                .split_once("http ")
-                .and_then(|(_, rest)| rest.split(',').next())
-                .and_then(|a| a.parse().ok());
-            if let Some(addr) = http {
-                tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-                return Ok(IngressChild {
-                    _child: child,
-                    addr,
-                });
-            }
-        }
-        bail!(
-            "skiff ingress exited before it was ready; see {}",
-            log.display()
-        )
+        let kubeconfig = kubeconfig.display().to_string();
+        let args = [
+            "ingress",
+            "--node-name",
+            NODE,
+            "--bind-address",
+            "127.0.0.1",
+            "--http-port",
+            "0",
+            "--https-port",
+            "0",
+            "--kubeconfig",
+            &kubeconfig,
+        ];
+        let child = start(&std::env::current_exe()?, &args, log).await?;
+        // `skiff ingress ready: node N, http 127.0.0.1:P, https …`
+        let addr = child
+            .ready
+            .split_once("http ")
+            .and_then(|(_, rest)| rest.split(',').next())
+            .and_then(|a| a.parse().ok())
+            .with_context(|| format!("no HTTP address in {:?}", child.ready))?;
+        Ok(IngressChild {
+            _child: child,
+            addr,
+        })
     }
 }
 
