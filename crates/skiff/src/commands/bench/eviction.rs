@@ -13,14 +13,15 @@ use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::PostParams;
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
+use skiff_kubelet::cri::CriClient;
 use skiff_kubelet::eviction::signals::host_memory_available;
 use skiff_kubelet::images::BUSYBOX_IMAGE;
 
 use super::api::{Emitter, round3};
-use super::pods::{KubeletChild, load1};
+use super::pods::{KubeletChild, load1, remove_pods};
 
 const MIB: i64 = 1 << 20;
 /// How far below the host's `memory.available` the threshold is set…
@@ -61,6 +62,10 @@ pub(super) async fn eviction(
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let mut samples = Vec::new();
     let mut thresholds = Vec::new();
+    let socket = data
+        .join("containerd/containerd.sock")
+        .display()
+        .to_string();
     for run in 0..runs {
         let available = host_memory_available()
             .context("memory.available cannot be read on this host")?
@@ -77,11 +82,15 @@ pub(super) async fn eviction(
         .await?;
         let name = format!("hog-{run}");
         let measured = one_run(&pods, namespace, node, &name, threshold).await;
-        let _ = pods
-            .delete(&name, &DeleteParams::default().grace_period(0))
-            .await;
+        // the evicted pod's sandbox goes before its kubelet: the pods' shims outlive the
+        // kubelet, and a sandbox left running keeps its netns, veth and pod IP on the host
+        let removed = match CriClient::connect(&socket) {
+            Ok(cri) => remove_pods(&pods, &cri).await,
+            Err(e) => Err(e.into()),
+        };
         kubelet.stop().await;
         samples.push(measured?);
+        removed?;
         thresholds.push(threshold / MIB);
     }
     let mut sorted = samples.clone();
