@@ -109,15 +109,21 @@ async fn exchange(conn: &mut TcpStream, request: &str) -> String {
     }
 }
 
-#[tokio::test]
-async fn requests_are_forwarded_with_x_forwarded_headers_and_follow_a_new_configuration() {
-    let (one, two) = (upstream("one").await, upstream("two").await);
-    let (publish, config) = watch::channel(routing_to("one", one));
+/// The proxy of `config` on a free loopback port.
+async fn serve(config: watch::Receiver<Arc<Config>>) -> SocketAddr {
     let listener = Listener::bind("127.0.0.1:0".parse().unwrap(), None)
         .await
         .unwrap();
     let addr = listener.local_addr();
     tokio::spawn(listener.serve(Proxy::new(config)));
+    addr
+}
+
+#[tokio::test]
+async fn requests_are_forwarded_with_x_forwarded_headers_and_follow_a_new_configuration() {
+    let (one, two) = (upstream("one").await, upstream("two").await);
+    let (publish, config) = watch::channel(routing_to("one", one));
+    let addr = serve(config).await;
 
     let mut conn = TcpStream::connect(addr).await.unwrap();
     let request = "GET /x HTTP/1.1\r\nHost: a.com\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n";
@@ -148,11 +154,7 @@ async fn requests_are_forwarded_with_x_forwarded_headers_and_follow_a_new_config
 async fn an_upgraded_connection_is_passed_through_both_ways() {
     let echo = upstream("echo").await;
     let (_publish, config) = watch::channel(routing_to("echo", echo));
-    let listener = Listener::bind("127.0.0.1:0".parse().unwrap(), None)
-        .await
-        .unwrap();
-    let addr = listener.local_addr();
-    tokio::spawn(listener.serve(Proxy::new(config)));
+    let addr = serve(config).await;
 
     let mut conn = TcpStream::connect(addr).await.unwrap();
     let request = "GET /ws HTTP/1.1\r\nHost: a.com\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n";

@@ -78,13 +78,9 @@ impl Ruleset {
 
     /// A pod appeared, changed (`Some`) or went (`None`, or a pod no policy can see).
     pub fn pod_changed(&mut self, key: &str, pod: Option<PodInfo>) {
-        if self.pods.get(key) == pod.as_ref() {
+        if !store(&mut self.pods, key, pod) {
             return;
         }
-        match pod {
-            Some(pod) => self.pods.insert(key.to_string(), pod),
-            None => self.pods.remove(key),
-        };
         let policies: Vec<Key> = self.policies.keys().cloned().collect();
         for policy in &policies {
             self.evaluate(policy, key);
@@ -93,13 +89,9 @@ impl Ruleset {
 
     /// A namespace's labels (`None`: the namespace is gone).
     pub fn namespace_changed(&mut self, name: &str, labels: Option<Labels>) {
-        if self.namespaces.get(name) == labels.as_ref() {
+        if !store(&mut self.namespaces, name, labels) {
             return;
         }
-        match labels {
-            Some(labels) => self.namespaces.insert(name.to_string(), labels),
-            None => self.namespaces.remove(name),
-        };
         let pods: Vec<Key> = self
             .pods
             .iter()
@@ -296,6 +288,18 @@ fn contributions(entry: &Entry, pod: &PodInfo, namespace_labels: &Labels) -> Vec
         }
     }
     out
+}
+
+/// Stores `value` under `key` (removes the key for `None`); false when that changes nothing.
+fn store<V: PartialEq>(map: &mut HashMap<String, V>, key: &str, value: Option<V>) -> bool {
+    if map.get(key) == value.as_ref() {
+        return false;
+    }
+    match value {
+        Some(value) => map.insert(key.to_string(), value),
+        None => map.remove(key),
+    };
+    true
 }
 
 #[cfg(test)]

@@ -72,7 +72,7 @@ pub struct AgentArgs {
     /// How pods reach pods on other nodes (see `skiff server --flannel-backend`); by default
     /// the server's, as k3s's agent takes it.
     #[arg(long, value_name = "BACKEND", value_enum)]
-    pub flannel_backend: Option<super::kubelet::BackendArg>,
+    pub flannel_backend: Option<BackendArg>,
 
     /// A flag for the kubelet, `name=value` (repeatable), as k3s's.
     #[arg(long, value_name = "FLAG")]
@@ -129,11 +129,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 node_config::NAMESPACE,
                 node_config::NAME
             );
-            NodeConfig {
-                flannel_backend: BackendArg::Vxlan,
-                network_policy: true,
-                ingress: true,
-            }
+            NodeConfig::default()
         }
     };
     let flannel_backend = args.flannel_backend.unwrap_or(cluster.flannel_backend);

@@ -32,6 +32,17 @@ pub struct NodeConfig {
     pub ingress: bool,
 }
 
+impl Default for NodeConfig {
+    /// What a server publishing no settings runs: k3s's defaults.
+    fn default() -> Self {
+        NodeConfig {
+            flannel_backend: BackendArg::Vxlan,
+            network_policy: true,
+            ingress: true,
+        }
+    }
+}
+
 impl NodeConfig {
     /// The ConfigMap's data.
     pub fn to_data(self) -> BTreeMap<String, String> {
