@@ -1,25 +1,194 @@
-//! The service health check server (upstream's `pkg/proxy/healthcheck` service health server):
-//! for every LoadBalancer with `externalTrafficPolicy: Local`, plain HTTP on its
-//! `healthCheckNodePort` (all of this node's addresses) answers any path with 200 while this
-//! node has a ready endpoint of the Service and the proxy's last sync succeeded, 503 otherwise,
-//! with upstream's JSON body and `X-Load-Balancing-Endpoint-Weight` header. An external load
-//! balancer uses it to send traffic only to nodes that keep it local.
+//! The proxy's two health servers (upstream's `pkg/proxy/healthcheck`), plain HTTP:
+//!
+//! - [`ProxyHealth`], `--healthz-bind-address` (port 10256): `/healthz` and `/livez` answer 200
+//!   while no change has waited more than [`HEALTH_TIMEOUT`] for a successful sync, 503
+//!   otherwise; `/healthz` also 503 while the node is being deleted or tainted
+//!   `ToBeDeletedByClusterAutoscaler`, so that load balancers drain it. Upstream's JSON bodies.
+//! - [`ServiceHealth`]: for every LoadBalancer with `externalTrafficPolicy: Local`, its
+//!   `healthCheckNodePort` (all of this node's addresses) answers any path with 200 while this
+//!   node has a ready endpoint of the Service and the proxy is healthy, 503 otherwise, with
+//!   upstream's JSON body and `X-Load-Balancing-Endpoint-Weight` header. An external load
+//!   balancer uses it to send traffic only to nodes that keep it local.
 //!
 //! Listeners follow the table after each sync: one per port, opened when a Service gains one,
 //! closed when it goes. A port that cannot be bound is logged and tried again at the next sync,
 //! as upstream does. The listeners live in the proxy process's network namespace.
 
 use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
 
 use crate::dataplane::ServiceTable;
 use crate::model::ServiceKey;
+
+/// How long a change may wait for a successful sync before the proxy is unhealthy: upstream's
+/// twice the default `--iptables-sync-period` (30 s).
+pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How often a health server that could not bind its address tries again (upstream's 5 s).
+const BIND_RETRY: Duration = Duration::from_secs(5);
+
+/// The proxy's own health (upstream's `ProxyHealthServer`).
+pub struct ProxyHealth {
+    timeout: Duration,
+    state: Mutex<ProxyState>,
+}
+
+struct ProxyState {
+    /// The last successful sync.
+    last_updated: Option<SystemTime>,
+    /// The oldest change not yet synced.
+    oldest_queued: Option<Instant>,
+    /// Healthy while starting, until the Node says otherwise.
+    node_eligible: bool,
+}
+
+impl Default for ProxyHealth {
+    fn default() -> Self {
+        ProxyHealth::new(HEALTH_TIMEOUT)
+    }
+}
+
+impl ProxyHealth {
+    pub fn new(timeout: Duration) -> Self {
+        ProxyHealth {
+            timeout,
+            state: Mutex::new(ProxyState {
+                last_updated: None,
+                oldest_queued: None,
+                node_eligible: true,
+            }),
+        }
+    }
+
+    /// A change arrived at `at` and waits for a sync.
+    pub fn queued_update(&self, at: Instant) {
+        let mut state = self.state.lock();
+        state.oldest_queued = Some(state.oldest_queued.map_or(at, |old| old.min(at)));
+    }
+
+    /// A sync succeeded: every change queued before it is programmed.
+    pub fn updated(&self) {
+        let mut state = self.state.lock();
+        state.oldest_queued = None;
+        state.last_updated = Some(SystemTime::now());
+    }
+
+    pub fn set_node_eligible(&self, eligible: bool) {
+        self.state.lock().node_eligible = eligible;
+    }
+
+    /// Healthy unless a change has waited longer than the timeout.
+    pub fn is_healthy(&self) -> bool {
+        let state = self.state.lock();
+        state
+            .oldest_queued
+            .is_none_or(|queued| queued.elapsed() < self.timeout)
+    }
+
+    /// Upstream's `/healthz` (`node`: with `nodeEligible`) or `/livez` answer.
+    fn respond(&self, node: bool) -> Response {
+        let (last_updated, node_eligible) = {
+            let state = self.state.lock();
+            (state.last_updated, state.node_eligible)
+        };
+        let now = SystemTime::now();
+        let healthy = self.is_healthy() && (node_eligible || !node);
+        // as upstream: a healthy answer's lastUpdated is now
+        let last_updated = if healthy { Some(now) } else { last_updated };
+        let mut body = format!(
+            "{{\"lastUpdated\": {:?},\"currentTime\": {:?}",
+            go_time(last_updated),
+            go_time(Some(now))
+        );
+        if node {
+            body.push_str(&format!(", \"nodeEligible\": {node_eligible}"));
+        }
+        body.push('}');
+        let status = if healthy {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        json_response(status, body)
+    }
+
+    /// Serves `/healthz` and `/livez` on `addr` until `stopped` ends. A bind that fails is
+    /// logged and retried every few seconds (upstream does not stop the proxy for it); the
+    /// address bound, when the first try succeeded.
+    pub async fn serve(
+        self: Arc<Self>,
+        addr: SocketAddr,
+        stopped: impl Future<Output = ()> + Send + 'static,
+    ) -> Option<SocketAddr> {
+        let (healthz, livez) = (self.clone(), self);
+        let app = axum::Router::new()
+            .route(
+                "/healthz",
+                axum::routing::get(move || std::future::ready(healthz.respond(true))),
+            )
+            .route(
+                "/livez",
+                axum::routing::get(move || std::future::ready(livez.respond(false))),
+            );
+        let first = tokio::net::TcpListener::bind(addr).await;
+        let bound = first.as_ref().ok().and_then(|l| l.local_addr().ok());
+        tokio::spawn(async move {
+            let serving = async move {
+                let mut listener = first;
+                loop {
+                    match listener {
+                        Ok(l) => {
+                            if let Err(error) = axum::serve(l, app.clone()).await {
+                                tracing::warn!(%error, %addr, "serving the proxy's healthz");
+                            }
+                        }
+                        Err(error) => tracing::warn!(
+                            %error, %addr, "failed to start the proxy's healthz; retrying"
+                        ),
+                    }
+                    tokio::time::sleep(BIND_RETRY).await;
+                    listener = tokio::net::TcpListener::bind(addr).await;
+                }
+            };
+            tokio::select! {
+                () = serving => {}
+                () = stopped => {}
+            }
+        });
+        bound
+    }
+}
+
+/// Go's `time.Time.String()` in UTC, as upstream's body prints it; the zero time for none.
+fn go_time(at: Option<SystemTime>) -> String {
+    match at.and_then(|t| Timestamp::try_from(t).ok()) {
+        Some(t) => t.strftime("%Y-%m-%d %H:%M:%S%.f +0000 UTC").to_string(),
+        None => "0001-01-01 00:00:00 +0000 UTC".into(),
+    }
+}
+
+/// A JSON answer with upstream's headers.
+fn json_response(status: StatusCode, body: String) -> Response {
+    let mut response = (status, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
+}
 
 /// What a health check port reports: its Service and the local ready endpoints.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -48,8 +217,8 @@ pub struct ServiceHealth {
     /// Lock order: `services` is never held while `listeners` is taken.
     services: Arc<Mutex<HashMap<ServiceKey, Entry>>>,
     listeners: Mutex<HashMap<u16, Listener>>,
-    /// The last sync of the rules succeeded (upstream's `serviceProxyHealthy`).
-    proxy_healthy: Arc<AtomicBool>,
+    /// The proxy's health (upstream's `serviceProxyHealthy`).
+    proxy: Arc<ProxyHealth>,
 }
 
 /// The Services with a health check port in `table`, with their local ready endpoints
@@ -88,17 +257,8 @@ fn respond(service: &ServiceKey, endpoints: usize, proxy_healthy: bool) -> Respo
         "{{\n\t\"service\": {{\n\t\t\"namespace\": {:?},\n\t\t\"name\": {:?}\n\t}},\n\t\"localEndpoints\": {endpoints},\n\t\"serviceProxyHealthy\": {proxy_healthy}\n}}",
         service.namespace, service.name
     );
-    let mut response = (status, body).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
+    let mut response = json_response(status, body);
+    response.headers_mut().insert(
         "X-Load-Balancing-Endpoint-Weight",
         HeaderValue::from(endpoints),
     );
@@ -106,15 +266,20 @@ fn respond(service: &ServiceKey, endpoints: usize, proxy_healthy: bool) -> Respo
 }
 
 impl ServiceHealth {
-    /// Listens on all addresses; listeners run on `runtime`.
-    pub fn new(runtime: tokio::runtime::Handle) -> Self {
+    /// Listens on all addresses; listeners run on `runtime`; answers with `proxy`'s health.
+    pub fn new(runtime: tokio::runtime::Handle, proxy: Arc<ProxyHealth>) -> Self {
         ServiceHealth {
             runtime,
             address: Ipv4Addr::UNSPECIFIED,
             services: Arc::default(),
             listeners: Mutex::default(),
-            proxy_healthy: Arc::default(),
+            proxy,
         }
+    }
+
+    /// The proxy's health these answers include.
+    pub fn proxy(&self) -> &ProxyHealth {
+        &self.proxy
     }
 
     /// Listens on `address` only (tests use loopback).
@@ -123,12 +288,9 @@ impl ServiceHealth {
         self
     }
 
-    /// After a sync of the rules: whether it succeeded, and the table it programmed.
-    pub fn synced(&self, ok: bool, table: &ServiceTable) {
-        self.proxy_healthy.store(ok, Ordering::Relaxed);
-        if !ok {
-            return;
-        }
+    /// After a successful sync of the rules: the table it programmed.
+    pub fn synced(&self, table: &ServiceTable) {
+        self.proxy.updated();
         let wanted = entries(table);
         let ports: HashMap<u16, ServiceKey> = wanted
             .iter()
@@ -167,11 +329,11 @@ impl ServiceHealth {
         std_listener.set_nonblocking(true)?;
         let _entered = self.runtime.enter();
         let listener = tokio::net::TcpListener::from_std(std_listener)?;
-        let (services, healthy) = (self.services.clone(), self.proxy_healthy.clone());
+        let (services, proxy) = (self.services.clone(), self.proxy.clone());
         let key = service.clone();
         let handler = move || {
             let endpoints = services.lock().get(&key).map(|e| e.endpoints);
-            let healthy = healthy.load(Ordering::Relaxed);
+            let healthy = proxy.is_healthy();
             async move {
                 match endpoints {
                     Some(endpoints) => respond(&key, endpoints, healthy),
@@ -208,13 +370,15 @@ mod tests {
     }
 
     async fn get(port: u16) -> String {
+        get_path(port, "/healthz").await
+    }
+
+    async fn get_path(port: u16, path: &str) -> String {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .unwrap();
-        stream
-            .write_all(b"GET /healthz HTTP/1.1\r\nHost: lb\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: lb\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
         let mut out = String::new();
         stream.read_to_string(&mut out).await.unwrap();
         out
@@ -231,8 +395,10 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_local_load_balancer_answers_200_with_local_endpoints_and_503_without() {
         let port = free_port();
-        let health =
-            ServiceHealth::new(tokio::runtime::Handle::current()).with_address(Ipv4Addr::LOCALHOST);
+        // a change waiting for no time at all is already late
+        let proxy = Arc::new(ProxyHealth::new(Duration::ZERO));
+        let health = ServiceHealth::new(tokio::runtime::Handle::current(), proxy.clone())
+            .with_address(Ipv4Addr::LOCALHOST);
         let s = slice(
             "ns1",
             "web",
@@ -240,10 +406,11 @@ mod tests {
             ("http", "TCP", 8080),
             &[("10.42.0.2", "n1", true), ("10.42.1.2", "n2", true)],
         );
-        health.synced(
-            true,
-            &table("n1", &[local_lb(port.into())], std::slice::from_ref(&s)),
-        );
+        health.synced(&table(
+            "n1",
+            &[local_lb(port.into())],
+            std::slice::from_ref(&s),
+        ));
         assert_eq!(health.ports(), vec![port]);
         let answer = get(port).await;
         assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
@@ -260,20 +427,22 @@ mod tests {
         ), "{answer}");
 
         // on n3 there is no local endpoint
-        health.synced(
-            true,
-            &table("n3", &[local_lb(port.into())], std::slice::from_ref(&s)),
-        );
+        health.synced(&table(
+            "n3",
+            &[local_lb(port.into())],
+            std::slice::from_ref(&s),
+        ));
         let answer = get(port).await;
         assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
         assert!(answer.contains("\"localEndpoints\": 0"), "{answer}");
 
-        // a failed sync makes the proxy unhealthy
-        health.synced(
-            true,
-            &table("n1", &[local_lb(port.into())], std::slice::from_ref(&s)),
-        );
-        health.synced(false, &ServiceTable::new());
+        // a change not synced in time makes the proxy unhealthy
+        health.synced(&table(
+            "n1",
+            &[local_lb(port.into())],
+            std::slice::from_ref(&s),
+        ));
+        proxy.queued_update(Instant::now());
         let answer = get(port).await;
         assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
         assert!(
@@ -282,7 +451,64 @@ mod tests {
         );
 
         // the Service gone: its listener is stopped
-        health.synced(true, &ServiceTable::new());
+        health.synced(&ServiceTable::new());
         assert!(health.ports().is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_proxy_healthz_follows_late_syncs_and_the_node_livez_only_the_syncs() {
+        let proxy = Arc::new(ProxyHealth::new(Duration::from_millis(50)));
+        let addr = proxy
+            .clone()
+            .serve("127.0.0.1:0".parse().unwrap(), std::future::pending())
+            .await
+            .expect("a free port");
+        let answer = get_path(addr.port(), "/healthz").await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert!(
+            answer.contains("content-type: application/json\r\n"),
+            "{answer}"
+        );
+        assert!(answer.contains(", \"nodeEligible\": true}"), "{answer}");
+        assert!(answer.contains("{\"lastUpdated\": \""), "{answer}");
+
+        // a change waits longer than the timeout: both unhealthy, lastUpdated the zero time
+        proxy.queued_update(Instant::now() - Duration::from_millis(60));
+        let answer = get_path(addr.port(), "/healthz").await;
+        assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+        assert!(
+            answer.contains("\"lastUpdated\": \"0001-01-01 00:00:00 +0000 UTC\""),
+            "{answer}"
+        );
+        let answer = get_path(addr.port(), "/livez").await;
+        assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+        assert!(!answer.contains("nodeEligible"), "{answer}");
+
+        // synced; then the node is being deleted: /healthz fails, /livez does not
+        proxy.updated();
+        proxy.set_node_eligible(false);
+        let answer = get_path(addr.port(), "/healthz").await;
+        assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+        assert!(answer.contains(", \"nodeEligible\": false}"), "{answer}");
+        let answer = get_path(addr.port(), "/livez").await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn a_taken_healthz_address_is_not_fatal() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = taken.local_addr().unwrap();
+        let bound = Arc::new(ProxyHealth::default())
+            .serve(addr, std::future::ready(()))
+            .await;
+        assert_eq!(bound, None);
+    }
+
+    #[test]
+    fn times_print_as_go_prints_them() {
+        let at = SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 120_000_000);
+        assert_eq!(go_time(Some(at)), "2023-11-14 22:13:20.12 +0000 UTC");
+        let whole = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(go_time(Some(whole)), "2023-11-14 22:13:20 +0000 UTC");
     }
 }

@@ -68,6 +68,14 @@ impl Proxier {
 
     /// Folds `changes` into the model; Services whose ports did not change stay clean.
     pub fn apply(&mut self, changes: Changes) {
+        if let Some(health) = &self.health {
+            if let Some(at) = changes.queued_at {
+                health.proxy().queued_update(at);
+            }
+            if let Some(eligible) = changes.node_eligible {
+                health.proxy().set_node_eligible(eligible);
+            }
+        }
         for (key, ports) in changes.services {
             let old = self.table.get(&key).map_or(&[][..], Vec::as_slice);
             if old == ports.as_slice() {
@@ -102,18 +110,22 @@ impl Proxier {
     /// Programs the dataplane; on error the next sync is a full one.
     pub fn sync(&mut self) -> Result<()> {
         if !self.is_dirty() {
+            // the changes taken changed no rule: they are programmed
+            if let Some(health) = &self.health {
+                health.proxy().updated();
+            }
             return Ok(());
         }
         let start = Instant::now();
         let synced =
             self.dataplane
                 .sync(&self.table, &self.pending, &self.context, self.needs_full);
-        if let Some(health) = &self.health {
-            health.synced(synced.is_ok(), &self.table);
-        }
         if let Err(e) = synced {
             self.needs_full = true;
             return Err(e);
+        }
+        if let Some(health) = &self.health {
+            health.synced(&self.table);
         }
         self.pending.clear();
         self.needs_full = false;

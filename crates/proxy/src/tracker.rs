@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -18,6 +19,8 @@ use crate::model::{PortEntry, ServiceKey, service_ports};
 
 /// The label an EndpointSlice names its Service with.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The Cluster Autoscaler's taint on a node it is about to delete.
+pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 
 /// What changed since the last [`ChangeTracker::take`].
 #[derive(Debug, Default)]
@@ -26,6 +29,11 @@ pub struct Changes {
     pub services: BTreeMap<ServiceKey, Vec<PortEntry>>,
     /// The node's addresses, when they changed.
     pub node_ips: Option<Vec<Ipv4Addr>>,
+    /// When the oldest of these changes arrived (upstream's queued update).
+    pub queued_at: Option<Instant>,
+    /// Whether the node may serve load-balancer traffic, when that changed: not when it is
+    /// being deleted or tainted `ToBeDeletedByClusterAutoscaler` (the proxy's `/healthz`).
+    pub node_eligible: Option<bool>,
 }
 
 #[derive(Debug)]
@@ -40,6 +48,9 @@ pub struct ChangeTracker {
     node_ips: Vec<Ipv4Addr>,
     dirty: BTreeSet<ServiceKey>,
     node_dirty: bool,
+    queued_at: Option<Instant>,
+    node_eligible: bool,
+    eligible_dirty: bool,
 }
 
 impl ChangeTracker {
@@ -52,6 +63,9 @@ impl ChangeTracker {
             node_ips: Vec::new(),
             dirty: BTreeSet::new(),
             node_dirty: false,
+            queued_at: None,
+            node_eligible: true,
+            eligible_dirty: false,
         }
     }
 
@@ -61,7 +75,7 @@ impl ChangeTracker {
             return;
         };
         self.services.insert(key.clone(), service);
-        self.dirty.insert(key);
+        self.mark(key);
     }
 
     pub fn service_deleted(&mut self, service: &Service) {
@@ -69,7 +83,7 @@ impl ChangeTracker {
             return;
         };
         self.services.remove(&key);
-        self.dirty.insert(key);
+        self.mark(key);
     }
 
     /// A slice was added or updated; slices without a Service label are not proxied.
@@ -87,7 +101,7 @@ impl ChangeTracker {
             .entry(key.clone())
             .or_default()
             .insert(name, slice);
-        self.dirty.insert(key);
+        self.mark(key);
     }
 
     pub fn slice_deleted(&mut self, slice: &EndpointSlice) {
@@ -106,7 +120,13 @@ impl ChangeTracker {
                 self.slices.remove(key);
             }
         }
-        self.dirty.insert(key.clone());
+        self.mark(key.clone());
+    }
+
+    /// `key` changed: the next sync rewrites it.
+    fn mark(&mut self, key: ServiceKey) {
+        self.dirty.insert(key);
+        self.queued_at.get_or_insert_with(Instant::now);
     }
 
     /// Applies one change of the Service informer.
@@ -129,11 +149,19 @@ impl ChangeTracker {
         }
     }
 
-    /// Applies one change of this node's informer; a deleted node keeps its last addresses.
+    /// Applies one change of this node's informer; a deleted node keeps its last addresses
+    /// and is no longer eligible.
     pub fn node_changed(&mut self, change: &Change<Node>) {
         match change {
             Change::Added(node) | Change::Updated { new: node, .. } => self.node_updated(node),
-            Change::Deleted { .. } => {}
+            Change::Deleted { .. } => self.set_eligible(false),
+        }
+    }
+
+    fn set_eligible(&mut self, eligible: bool) {
+        if eligible != self.node_eligible {
+            self.node_eligible = eligible;
+            self.eligible_dirty = true;
         }
     }
 
@@ -151,11 +179,19 @@ impl ChangeTracker {
         if ips != self.node_ips {
             self.node_ips = ips;
             self.node_dirty = true;
+            self.queued_at.get_or_insert_with(Instant::now);
         }
+        let deleting = node.metadata.deletion_timestamp.is_some();
+        let to_be_deleted = node
+            .spec
+            .iter()
+            .flat_map(|s| s.taints.iter().flatten())
+            .any(|t| t.key == TO_BE_DELETED_TAINT);
+        self.set_eligible(!deleting && !to_be_deleted);
     }
 
     pub fn has_changes(&self) -> bool {
-        !self.dirty.is_empty() || self.node_dirty
+        !self.dirty.is_empty() || self.node_dirty || self.eligible_dirty
     }
 
     /// The changed Services' ports as they are now, clearing the dirty marks.
@@ -176,7 +212,13 @@ impl ChangeTracker {
             })
             .collect();
         let node_ips = std::mem::take(&mut self.node_dirty).then(|| self.node_ips.clone());
-        Changes { services, node_ips }
+        let node_eligible = std::mem::take(&mut self.eligible_dirty).then_some(self.node_eligible);
+        Changes {
+            services,
+            node_ips,
+            queued_at: self.queued_at.take(),
+            node_eligible,
+        }
     }
 }
 
@@ -202,7 +244,7 @@ fn slice_key(slice: &EndpointSlice) -> Option<(ServiceKey, String)> {
 mod tests {
     use super::*;
     use crate::model::fixtures::{service, slice};
-    use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus};
+    use k8s_openapi::api::core::v1::{NodeAddress, NodeSpec, NodeStatus, Taint};
 
     #[test]
     fn a_slice_change_marks_only_its_service() {
@@ -349,12 +391,46 @@ mod tests {
             ..Node::default()
         });
         tracker.node_changed(&Change::Added(node.clone()));
-        let ips = tracker.take().node_ips;
-        assert_eq!(ips, Some(vec![Ipv4Addr::new(192, 168, 0, 2)]));
+        let changes = tracker.take();
+        assert_eq!(changes.node_ips, Some(vec![Ipv4Addr::new(192, 168, 0, 2)]));
+        assert!(changes.queued_at.is_some());
+        assert_eq!(changes.node_eligible, None, "eligible from the start");
+
+        // tainted by the autoscaler: no longer eligible, the addresses unchanged
+        let mut tainted = (*node).clone();
+        tainted.spec = Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: TO_BE_DELETED_TAINT.into(),
+                effect: "NoSchedule".into(),
+                ..Taint::default()
+            }]),
+            ..NodeSpec::default()
+        });
+        tracker.node_changed(&Change::Updated {
+            old: node.clone(),
+            new: Arc::new(tainted),
+        });
+        let changes = tracker.take();
+        assert_eq!(
+            (changes.node_ips, changes.node_eligible),
+            (None, Some(false))
+        );
+        tracker.node_changed(&Change::Updated {
+            old: node.clone(),
+            new: node.clone(),
+        });
+        assert_eq!(tracker.take().node_eligible, Some(true));
+
+        // deleted: it keeps its addresses and is no longer eligible
         tracker.node_changed(&Change::Deleted {
             last: node,
             final_state_unknown: false,
         });
+        let changes = tracker.take();
+        assert_eq!(
+            (changes.node_ips, changes.node_eligible),
+            (None, Some(false))
+        );
         assert!(!tracker.has_changes());
     }
 

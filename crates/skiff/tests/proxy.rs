@@ -11,7 +11,7 @@ use skiff_proxy::runner::{OwnedNetns, Runner};
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -104,6 +104,8 @@ fn services_become_rules(
                 netns.name(),
                 "--metrics-bind-address",
                 "127.0.0.1:0",
+                "--healthz-bind-address",
+                "127.0.0.1:0",
                 "--min-sync-period",
                 "100ms",
             ],
@@ -115,8 +117,16 @@ fn services_become_rules(
             .and_then(|rest| rest.split('/').next())
             .expect("the metrics address in the ready line")
             .to_string();
+        let healthz_addr = proxy
+            .ready
+            .split("healthz http://")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .expect("the healthz address in the ready line")
+            .to_string();
 
         let client = kube_client(&api).await;
+        let nodes: Api<Node> = Api::all(client.clone());
         let services: Api<Service> = Api::namespaced(client.clone(), "default");
         let slices: Api<EndpointSlice> = Api::namespaced(client, "default");
         let web: Service = serde_json::from_value(json!({
@@ -205,6 +215,26 @@ fn services_become_rules(
         );
         assert!(metrics.contains("kubeproxy_sync_proxy_rules_last_timestamp_seconds"));
         assert!(http_get(&metrics_addr, "/healthz").ends_with("ok"));
+
+        // the proxy's own health: synced and its node eligible, until the autoscaler taints it
+        let healthz = http_get(&healthz_addr, "/healthz");
+        assert!(healthz.starts_with("HTTP/1.1 200 OK\r\n"), "{healthz}");
+        assert!(healthz.ends_with(", \"nodeEligible\": true}"), "{healthz}");
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "proxy-node"},
+            "spec": {"taints": [{"key": "ToBeDeletedByClusterAutoscaler",
+                                 "value": "1700000000", "effect": "NoSchedule"}]},
+        }))
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+        eventually("healthz failing for a node about to go", || async {
+            let healthz = http_get(&healthz_addr, "/healthz");
+            (healthz.starts_with("HTTP/1.1 503 ") && healthz.ends_with("\"nodeEligible\": false}"))
+                .then_some(())
+        })
+        .await;
+        let livez = http_get(&healthz_addr, "/livez");
+        assert!(livez.starts_with("HTTP/1.1 200 OK\r\n"), "{livez}");
         drop(proxy);
     });
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use parking_lot::Mutex;
 use skiff_proxy::dataplane::{Context, Dataplane};
-use skiff_proxy::healthcheck::ServiceHealth;
+use skiff_proxy::healthcheck::{ProxyHealth, ServiceHealth};
 use skiff_proxy::iptables::Iptables;
 use skiff_proxy::metrics::Metrics;
 use skiff_proxy::nftables::Nftables;
@@ -55,6 +55,12 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:10249")]
     pub metrics_bind_address: SocketAddr,
 
+    /// Where to serve the proxy's `/healthz` and `/livez` over plain HTTP (port 0 picks a free
+    /// one, printed in the ready line). An address that cannot be bound is logged and tried
+    /// again every 5 s, as upstream's.
+    #[arg(long, value_name = "IP:PORT", default_value = "0.0.0.0:10256")]
+    pub healthz_bind_address: SocketAddr,
+
     /// The least time between two syncs of the rules; changes in between are batched
     /// (upstream's `--iptables-min-sync-period`/`--nftables-min-sync-period`).
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = go_duration)]
@@ -95,7 +101,11 @@ pub async fn run(args: ProxyArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
         cluster_cidr: args.cluster_cidr.clone(),
         node_ips: Vec::new(),
     };
-    let health = Arc::new(ServiceHealth::new(tokio::runtime::Handle::current()));
+    let proxy_health = Arc::new(ProxyHealth::default());
+    let health = Arc::new(ServiceHealth::new(
+        tokio::runtime::Handle::current(),
+        proxy_health.clone(),
+    ));
     let proxier = Proxier::new(dataplane, runner, context, metrics.clone()).with_health(health);
 
     let tracker = Arc::new(Mutex::new(ChangeTracker::new(&args.node_name)));
@@ -117,13 +127,24 @@ pub async fn run(args: ProxyArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
         metrics.encode()
     })
     .await?;
+    let stopped = lifecycle.clone();
+    let healthz = proxy_health
+        .serve(
+            args.healthz_bind_address,
+            async move { stopped.stopped().await },
+        )
+        .await
+        .map_or_else(
+            || "not bound yet".to_string(),
+            |a| format!("http://{a}/healthz"),
+        );
 
     let mode = args.mode;
     let node = args.node_name.clone();
     let announce = lifecycle.clone();
     let ready = move || {
         announce.ready(format!(
-            "skiff proxy ready: node {node}, {mode:?} mode; metrics http://{metrics_addr}/metrics"
+            "skiff proxy ready: node {node}, {mode:?} mode; metrics http://{metrics_addr}/metrics; healthz {healthz}"
         ));
     };
     let sync_loop = proxier::run(proxier, tracker, notify, args.min_sync_period, ready);

@@ -1,6 +1,6 @@
 //! `skiff bench ingress`: Skiff's ingress controller against nginx (Debian's package) as the
 //! same reverse proxy, to the same pod. Starts `skiff apiserver` and a real `skiff kubelet` as
-//! children, runs one busybox httpd pod with its Service and EndpointSlice, starts
+//! children, runs one backend pod (nginx answering a short body) with its Service and EndpointSlice, starts
 //! `skiff ingress` (a child, on a free loopback port) serving an Ingress to it, and nginx
 //! (a child, on a free loopback port) proxying to the pod with upstream keep-alive and the
 //! same forwarding headers. One load generator (hyper, `--connections` keep-alive
@@ -131,7 +131,8 @@ async fn measure(
     let ours = load(ingress.addr, HOST, args).await?;
     let line = |proxy: &str, r: &Load| {
         json!({"proxy": proxy, "connections": args.connections, "seconds": args.seconds,
-               "requests": r.requests, "errors": r.errors, "failed": r.failed, "rps": round3(r.rps),
+               "requests": r.requests, "errors": r.errors, "failed": r.failed,
+               "first_failure": r.first_failure, "rps": round3(r.rps),
                "p50_ms": ms(&r.latency, 0.5), "p99_ms": ms(&r.latency, 0.99),
                "load1": load1()})
     };
@@ -212,19 +213,41 @@ fn ingress_to(name: &str, host: &str) -> Value {
                 "backend": {"service": {"name": "backend", "port": {"number": 80}}}}]}}]}})
 }
 
-/// The backend pod (busybox httpd), its Service and the EndpointSlice naming it (no
-/// controller manager runs); the pod's address.
+/// The backend pod, its Service and the EndpointSlice naming it (no controller manager runs);
+/// the pod's address. The pod runs nginx answering every request with [`BODY`] over keep-alive
+/// connections, as most real backends do (busybox's httpd, the only server in the offline
+/// image, forks a process per connection and closes it after one answer: the backend, not
+/// the proxy, would be measured). No nginx image is available offline, so the pod runs the
+/// host's nginx from read-only hostPath mounts of `/usr`, `/lib` and `/lib64` (Debian's merged /usr), as
+/// user nobody.
 async fn start_backend(client: &kube::Client) -> Result<SocketAddr> {
-    let script = format!(
-        "mkdir -p /tmp/www && echo '{BODY}' > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"
+    // nobody cannot write Debian's compiled-in temp and log paths: everything under /tmp
+    let conf = format!(
+        "worker_processes 1;\npid /tmp/ng/nginx.pid;\nevents {{ worker_connections 4096; }}\n\
+         http {{\n  access_log off;\n  keepalive_requests 1000000;\n\
+           client_body_temp_path /tmp/ng/body;\n  proxy_temp_path /tmp/ng/proxy;\n\
+           fastcgi_temp_path /tmp/ng/fastcgi;\n  uwsgi_temp_path /tmp/ng/uwsgi;\n\
+           scgi_temp_path /tmp/ng/scgi;\n\
+           server {{ listen 8080; location / {{ return 200 \"{BODY}\\n\"; }} }}\n}}\n"
     );
+    let script = "mkdir -p /tmp/ng && echo \"$NGINX_CONF\" > /tmp/ng/nginx.conf && \
+                  exec /usr/sbin/nginx -p /tmp/ng -e /tmp/ng/error.log -c /tmp/ng/nginx.conf \
+                  -g 'daemon off;'";
+    let host_dir = |name: &str, path: &str| json!({"name": name, "hostPath": {"path": path}});
+    let mount = |name: &str, path: &str| json!({"name": name, "mountPath": path, "readOnly": true});
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "backend", "labels": {"app": "backend"}},
         "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "httpd", "image": BUSYBOX_IMAGE,
+                 "securityContext": {"runAsUser": 65534, "runAsGroup": 65534},
+                 "volumes": [host_dir("usr", "/usr"), host_dir("lib", "/usr/lib"),
+                             host_dir("lib64", "/usr/lib64")],
+                 "containers": [{"name": "nginx", "image": BUSYBOX_IMAGE,
                                  "imagePullPolicy": "IfNotPresent",
-                                 "command": ["sh", "-c", script]}]},
+                                 "command": ["/bin/sh", "-c", script],
+                                 "env": [{"name": "NGINX_CONF", "value": conf}],
+                                 "volumeMounts": [mount("usr", "/usr"), mount("lib", "/lib"),
+                                                  mount("lib64", "/lib64")]}]},
     }))?;
     pods.create(&PostParams::default(), &pod).await?;
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -300,6 +323,12 @@ impl Conn {
         })
     }
 
+    /// Waits until the connection can take the next request (hyper's connection task has
+    /// finished the last one); false when the server closed it.
+    async fn ready(&mut self) -> bool {
+        self.sender.ready().await.is_ok()
+    }
+
     /// One GET, its body read; whether it was a 200.
     async fn get(&mut self) -> Result<bool> {
         let req = http::Request::get("/")
@@ -308,12 +337,6 @@ impl Conn {
         let response = self.sender.send_request(req).await?;
         let ok = response.status() == http::StatusCode::OK;
         response.into_body().collect().await?;
-        // let the connection task see a close that came with the answer
-        let _ = futures::future::poll_fn(|cx| {
-            let _ = self.sender.poll_ready(cx);
-            std::task::Poll::Ready(())
-        })
-        .await;
         Ok(ok)
     }
 }
@@ -326,6 +349,8 @@ struct Load {
     errors: u64,
     /// Not answered: the connection failed mid-request.
     failed: u64,
+    /// Why the first of them failed.
+    first_failure: Option<String>,
     rps: f64,
     latency: hdrhistogram::Histogram<u64>,
 }
@@ -339,13 +364,14 @@ async fn load(addr: SocketAddr, host: &str, args: &IngressBenchArgs) -> Result<L
         let latency = latency.clone();
         async move {
             let (mut requests, mut errors, mut failed) = (0u64, 0u64, 0u64);
+            let mut first_failure = None;
             let mut conn = Conn::open(addr, host).await?;
             let mut local = histogram();
             while Instant::now() < until {
                 let sent = Instant::now();
-                if conn.sender.is_closed() {
-                    // the server closed it after its last answer (busybox httpd closes every
-                    // connection): open another, as a client would, within this request's time
+                if !conn.ready().await {
+                    // the server closed it after its last answer: open another, as a client
+                    // would, within this request's time
                     conn = Conn::open(addr, host).await?;
                 }
                 match conn.get().await {
@@ -354,14 +380,15 @@ async fn load(addr: SocketAddr, host: &str, args: &IngressBenchArgs) -> Result<L
                         local.record(micros(sent.elapsed()))?;
                     }
                     Ok(false) => errors += 1,
-                    Err(_) => {
+                    Err(e) => {
                         failed += 1;
+                        first_failure.get_or_insert_with(|| format!("{e:#}"));
                         conn = Conn::open(addr, host).await?;
                     }
                 }
             }
             latency.lock().add(&local)?;
-            anyhow::Ok((requests, errors, failed))
+            anyhow::Ok((requests, errors, failed, first_failure))
         }
     });
     let results = futures::future::try_join_all(workers).await?;
@@ -369,6 +396,7 @@ async fn load(addr: SocketAddr, host: &str, args: &IngressBenchArgs) -> Result<L
     let requests = results.iter().map(|r| r.0).sum();
     let errors = results.iter().map(|r| r.1).sum();
     let failed = results.iter().map(|r| r.2).sum();
+    let first_failure = results.into_iter().find_map(|r| r.3);
     let latency = Arc::try_unwrap(latency)
         .map_err(|_| anyhow::anyhow!("a worker still holds the histogram"))?
         .into_inner();
@@ -376,6 +404,7 @@ async fn load(addr: SocketAddr, host: &str, args: &IngressBenchArgs) -> Result<L
         requests,
         errors,
         failed,
+        first_failure,
         rps: requests as f64 / elapsed,
         latency,
     })
