@@ -219,6 +219,26 @@ fn a_load_balancers_class_may_not_change_while_it_stays_one() {
 }
 
 #[test]
+fn only_a_load_balancer_has_a_class_and_it_is_a_qualified_name() {
+    let mut cluster_ip = created(json!({"ports": [{"port": 80}]}));
+    cluster_ip["spec"]["loadBalancerClass"] = json!("example.com/lb");
+    assert_eq!(
+        errors(ServiceStrategy.validate(&cluster_ip)),
+        vec!["spec.loadBalancerClass: Forbidden: may only be used when `type` is 'LoadBalancer'"]
+    );
+    let mut bad = created(json!({"type": "LoadBalancer", "ports": [{"port": 80}]}));
+    bad["spec"]["loadBalancerClass"] = json!("-bad/lb");
+    let errs = errors(ServiceStrategy.validate(&bad));
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].starts_with("spec.loadBalancerClass: Invalid value: \"-bad/lb\": "),
+        "{errs:?}"
+    );
+    bad["spec"]["loadBalancerClass"] = json!("example.com/lb");
+    assert!(ServiceStrategy.validate(&bad).is_empty());
+}
+
+#[test]
 fn a_load_balancers_addresses_default_to_vip_mode() {
     let old = created(json!({"type": "LoadBalancer", "ports": [{"port": 80}]}));
     let mut status = old.clone();

@@ -161,7 +161,6 @@ fn validate_type_rules(svc: &Value, spec_path: &FieldPath) -> Vec<FieldError> {
     errs
 }
 
-/// Upstream's `ValidateService` (metadata aside, but the name must be a DNS-1035 label).
 /// Upstream's `validateLoadBalancerClassField` on update: a LoadBalancer staying one keeps its
 /// class (none included), so the implementation that answers for it never changes under it.
 pub fn validate_load_balancer_class_unchanged(svc: &Value, old: &Value) -> Vec<FieldError> {
@@ -176,6 +175,30 @@ pub fn validate_load_balancer_class_unchanged(svc: &Value, old: &Value) -> Vec<F
     Vec::new()
 }
 
+/// Upstream's `validateLoadBalancerClassField` on create and update: a LoadBalancer's class is a
+/// qualified name; no other type may have one.
+fn validate_load_balancer_class(svc: &Value, spec_path: &FieldPath) -> Vec<FieldError> {
+    let Some(class) = svc
+        .pointer("/spec/loadBalancerClass")
+        .filter(|c| !c.is_null())
+    else {
+        return Vec::new();
+    };
+    let path = spec_path.child("loadBalancerClass");
+    if kind(svc) != "LoadBalancer" {
+        return vec![FieldError::forbidden(
+            &path,
+            "may only be used when `type` is 'LoadBalancer'",
+        )];
+    }
+    let class = class.as_str().unwrap_or_default();
+    validation::is_qualified_name(class)
+        .into_iter()
+        .map(|msg| FieldError::invalid(&path, class, msg))
+        .collect()
+}
+
+/// Upstream's `ValidateService` (metadata aside, but the name must be a DNS-1035 label).
 pub fn validate(svc: &Value) -> Vec<FieldError> {
     let spec_path = FieldPath::new("spec");
     let mut errs = Vec::new();
@@ -198,6 +221,7 @@ pub fn validate(svc: &Value) -> Vec<FieldError> {
     }
     errs.extend(validate_type_rules(svc, &spec_path));
     errs.extend(validate_ports(svc, &spec_path));
+    errs.extend(validate_load_balancer_class(svc, &spec_path));
     if let Some(selector) = svc.pointer("/spec/selector").filter(|s| !s.is_null()) {
         errs.extend(validation::validate_labels(
             selector,
