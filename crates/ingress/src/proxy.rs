@@ -4,7 +4,9 @@
 //! target `access`) per request. A `Connection: Upgrade` request (WebSocket) is forwarded with
 //! its upgrade headers; on `101 Switching Protocols` the two upgraded connections are joined
 //! byte for byte. 404 when no rule matches, 503 when the route's Service or endpoints are
-//! missing, 502 when the endpoint cannot be reached.
+//! missing, 502 when the endpoint cannot be reached. A request without a body whose endpoint
+//! refuses the connection is sent to another endpoint, up to [`TRIES`] in all (ingress-nginx's
+//! `proxy-next-upstream error` with its 3 tries; a request with a body is not replayed).
 //!
 //! The `X-Forwarded-*` headers a client sends are replaced, not appended to (Traefik's default
 //! for clients it does not trust, which here is every client).
@@ -17,7 +19,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Either, Empty, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -28,6 +30,12 @@ use crate::config::Config;
 
 /// The body of every response the proxy gives.
 pub type Body = BoxBody<Bytes, hyper::Error>;
+
+/// The body of a request sent upstream: the client's, or none when a request is tried again.
+type UpstreamBody = Either<Incoming, Empty<Bytes>>;
+
+/// How many endpoints one request may be sent to (ingress-nginx's `proxy-next-upstream-tries`).
+pub const TRIES: usize = 3;
 
 /// Headers that belong to one connection, never forwarded (RFC 9110 section 7.6.1).
 const HOP_BY_HOP: [HeaderName; 7] = [
@@ -58,7 +66,7 @@ pub struct Peer {
 #[derive(Clone)]
 pub struct Proxy {
     config: watch::Receiver<Arc<Config>>,
-    client: Client<HttpConnector, Incoming>,
+    client: Client<HttpConnector, UpstreamBody>,
 }
 
 impl Proxy {
@@ -122,8 +130,29 @@ impl Proxy {
                 "-".into(),
             );
         }
+        // a copy to send elsewhere if this endpoint refuses; only when there is an elsewhere
+        let retryable = backend.endpoints.len() > 1 && hyper::body::Body::is_end_stream(req.body());
+        let (parts, body) = req.into_parts();
+        let replay = retryable.then(|| parts.clone());
+        let req = Request::from_parts(parts, body);
+        let mut tried = vec![endpoint];
+        let mut sent = self.client.request(req.map(Either::Left)).await;
+        while let (Err(e), Some(parts)) = (&sent, &replay) {
+            if !e.is_connect() || tried.len() == TRIES {
+                break;
+            }
+            let Some(next) = backend.pick_untried(&tried) else {
+                break;
+            };
+            tracing::debug!(backend = %backend.name, endpoint = %tried[tried.len() - 1], error = %e, %next, "connecting failed; trying another endpoint");
+            let mut retry = Request::from_parts(parts.clone(), Either::Right(Empty::new()));
+            *retry.uri_mut() = endpoint_uri(next, retry.uri());
+            tried.push(next);
+            sent = self.client.request(retry).await;
+        }
+        let endpoint = tried[tried.len() - 1];
         let upstream = endpoint.to_string();
-        let mut response = match self.client.request(req).await {
+        let mut response = match sent {
             Ok(response) => response,
             Err(e) => {
                 tracing::warn!(backend = %backend.name, %endpoint, error = %e, "upstream request failed");
@@ -171,16 +200,7 @@ fn prepare<B>(
     from: Peer,
     upgrade: Option<HeaderValue>,
 ) -> Result<(), http::Error> {
-    let path = req
-        .uri()
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_string();
-    *req.uri_mut() = Uri::builder()
-        .scheme("http")
-        .authority(endpoint.to_string())
-        .path_and_query(path)
-        .build()?;
+    *req.uri_mut() = endpoint_uri(endpoint, req.uri());
     *req.version_mut() = Version::HTTP_11;
     let headers = req.headers_mut();
     strip_hop_by_hop(headers);
@@ -199,6 +219,19 @@ fn prepare<B>(
     let proto = if from.tls { "https" } else { "http" };
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     Ok(())
+}
+
+/// `uri`'s path and query at `endpoint`.
+fn endpoint_uri(endpoint: SocketAddr, uri: &Uri) -> Uri {
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(http::uri::Scheme::HTTP);
+    parts.authority = http::uri::Authority::try_from(endpoint.to_string()).ok();
+    parts.path_and_query = Some(
+        uri.path_and_query()
+            .cloned()
+            .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
+    );
+    Uri::from_parts(parts).unwrap_or_else(|_| uri.clone())
 }
 
 /// Drops the hop-by-hop headers and those the Connection header names.

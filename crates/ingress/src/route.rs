@@ -64,11 +64,19 @@ impl Backend {
 
     /// The next endpoint in round-robin order, if there is one.
     pub fn pick(&self) -> Option<SocketAddr> {
-        if self.endpoints.is_empty() {
+        self.pick_untried(&[])
+    }
+
+    /// The next endpoint in round-robin order that is not in `tried`, if there is one.
+    pub fn pick_untried(&self, tried: &[SocketAddr]) -> Option<SocketAddr> {
+        let n = self.endpoints.len();
+        if n == 0 {
             return None;
         }
-        let i = self.next.fetch_add(1, Ordering::Relaxed);
-        Some(self.endpoints[i % self.endpoints.len()])
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..n)
+            .map(|k| self.endpoints[(start + k) % n])
+            .find(|e| !tried.contains(e))
     }
 }
 

@@ -1,7 +1,8 @@
 //! What one elected instance writes back (every node runs the controller; one of them, the
 //! holder of the Lease `kube-system/skiff-ingress-controller-leader`, as ingress-nginx elects its
 //! status writer): `status.loadBalancer.ingress` of every served Ingress, set to the
-//! InternalIPs of the Ready nodes (every node serves the ports), and a Warning event for each
+//! InternalIPs of the Ready nodes (every node serves the ports), cleared when an Ingress it
+//! served stops being served (another class, or its rules gone), and a Warning event for each
 //! new [`Problem`] of the configuration (once per problem while it lasts, not once per node).
 
 use std::collections::HashSet;
@@ -83,6 +84,9 @@ pub struct StatusWriter {
     recorder: Recorder,
     /// The problems already reported, forgotten once they are gone.
     reported: HashSet<Problem>,
+    /// The Ingresses (namespace, name) served while this instance led: their status is ours to
+    /// clear when they stop being served.
+    owned: HashSet<(String, String)>,
 }
 
 impl StatusWriter {
@@ -105,6 +109,7 @@ impl StatusWriter {
             nodes_changed,
             config,
             reported: HashSet::new(),
+            owned: HashSet::new(),
         }
     }
 
@@ -125,6 +130,7 @@ impl StatusWriter {
             }
             let _ = campaign.await;
             self.reported.clear();
+            self.owned.clear();
         }
     }
 
@@ -165,51 +171,78 @@ impl StatusWriter {
         }
     }
 
-    /// Sets the status of each served Ingress that lists other addresses; false if a write
-    /// failed.
-    async fn sync_status(&self, served: &[IngressRef]) -> bool {
+    /// Sets the status of each served Ingress that lists other addresses, and clears the status
+    /// of those served before and no longer; false if a write failed.
+    async fn sync_status(&mut self, served: &[IngressRef]) -> bool {
         let addresses = node_addresses(&self.nodes.state());
         let mut ok = true;
         for ingress in served {
-            let key = ObjectRef::new(&ingress.name).within(&ingress.namespace);
-            let Some(current) = self.ingresses.get(&key) else {
+            let key = (ingress.namespace.clone(), ingress.name.clone());
+            let Some(current) = self.ingresses.get(&object_ref(&key)) else {
                 continue;
             };
-            if status_addresses(&current) == addresses {
-                continue;
+            self.owned.insert(key.clone());
+            if status_addresses(&current) != addresses {
+                ok &= self.patch_status(&key, &addresses).await;
             }
-            let listed: Vec<_> = addresses
-                .iter()
-                .map(|ip| json!({"ip": ip.to_string()}))
-                .collect();
-            let patch = json!({"status": {"loadBalancer": {"ingress": listed}}});
-            let api: Api<Ingress> = Api::namespaced(self.client.clone(), &ingress.namespace);
-            match api
-                .patch_status(
-                    &ingress.name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
-                Ok(_) => tracing::info!(
-                    ingress = %format!("{}/{}", ingress.namespace, ingress.name),
-                    addresses = ?addresses,
-                    "status updated"
-                ),
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => {
-                    ok = false;
-                    tracing::warn!(
-                        ingress = %format!("{}/{}", ingress.namespace, ingress.name),
-                        error = %e,
-                        "updating the status"
-                    );
-                }
+        }
+        let left: Vec<_> = self
+            .owned
+            .iter()
+            .filter(|(ns, name)| !served.iter().any(|i| &i.namespace == ns && &i.name == name))
+            .cloned()
+            .collect();
+        for key in left {
+            let listed = self
+                .ingresses
+                .get(&object_ref(&key))
+                .is_some_and(|i| !status_addresses(&i).is_empty());
+            if !listed || self.patch_status(&key, &[]).await {
+                self.owned.remove(&key);
+            } else {
+                ok = false;
             }
         }
         ok
     }
+
+    /// Sets the status of one Ingress to `addresses` (none: cleared); false if the write failed
+    /// (an Ingress gone is no failure).
+    async fn patch_status(
+        &self,
+        (namespace, name): &(String, String),
+        addresses: &[IpAddr],
+    ) -> bool {
+        let listed: Vec<_> = addresses
+            .iter()
+            .map(|ip| json!({"ip": ip.to_string()}))
+            .collect();
+        let listed = if listed.is_empty() {
+            serde_json::Value::Null
+        } else {
+            listed.into()
+        };
+        let patch = json!({"status": {"loadBalancer": {"ingress": listed}}});
+        let api: Api<Ingress> = Api::namespaced(self.client.clone(), namespace);
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(ingress = %format!("{namespace}/{name}"), ?addresses, "status updated");
+                true
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => true,
+            Err(e) => {
+                tracing::warn!(ingress = %format!("{namespace}/{name}"), error = %e, "updating the status");
+                false
+            }
+        }
+    }
+}
+
+fn object_ref((namespace, name): &(String, String)) -> ObjectRef<Ingress> {
+    ObjectRef::new(name).within(namespace)
 }
 
 /// The event's `regarding`.

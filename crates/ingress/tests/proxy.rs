@@ -179,3 +179,46 @@ async fn an_upgraded_connection_is_passed_through_both_ways() {
         assert_eq!(back, message.as_bytes());
     }
 }
+
+#[tokio::test]
+async fn a_request_without_a_body_goes_to_another_endpoint_when_one_refuses() {
+    let live = upstream("live").await;
+    // a port nothing listens on: connecting is refused
+    let refused = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut table = Table::default();
+    let backend = Arc::new(Backend::new("web".into(), vec![refused, live]));
+    table.add("", "/", PathType::Prefix, backend);
+    let config = Arc::new(Config {
+        table,
+        ..Config::default()
+    });
+    let (_publish, config) = watch::channel(config);
+    let addr = serve(config).await;
+
+    let mut conn = TcpStream::connect(addr).await.unwrap();
+    // round-robin starts at the refused endpoint every other request: all answered by live
+    for _ in 0..4 {
+        let answer = exchange(&mut conn, "GET / HTTP/1.1\r\nHost: a.com\r\n\r\n").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("\r\n\r\nlive\n"), "{answer}");
+    }
+    // a body is not replayed: the request that met the refused endpoint is a 502
+    let post = "POST / HTTP/1.1\r\nHost: a.com\r\nContent-Length: 2\r\n\r\nhi";
+    let answers: Vec<String> = [
+        exchange(&mut conn, post).await,
+        exchange(&mut conn, post).await,
+    ]
+    .into();
+    assert!(
+        answers.iter().any(|a| a.starts_with("HTTP/1.1 502")),
+        "{answers:?}"
+    );
+    assert!(
+        answers.iter().any(|a| a.starts_with("HTTP/1.1 200")),
+        "{answers:?}"
+    );
+}

@@ -121,15 +121,18 @@ pub fn apply(runner: &dyn Runner, update: &Update) -> Result<()> {
 
 /// Applies the ruleset's updates as `notify` signals them, starting with the whole table (the
 /// caller starts it once the informers have their first lists); `ready` is called after that
-/// first apply succeeded. A failed apply is retried after [`RETRY`] as a whole table, and the
-/// whole table is rewritten every [`SYNC_PERIOD`] without changes.
+/// first apply succeeded. A failed apply is retried after [`RETRY`] as a whole table, and
+/// `failed` is told of the first failure after a success (not of every retry); the whole table
+/// is rewritten every [`SYNC_PERIOD`] without changes.
 pub async fn run(
     ruleset: Arc<Mutex<Ruleset>>,
     runner: Arc<dyn Runner>,
     notify: Arc<Notify>,
     ready: impl FnOnce(),
+    failed: impl Fn(&str),
 ) {
     let mut ready = Some(ready);
+    let mut failing = false;
     loop {
         let update = ruleset.lock().take();
         let Some(update) = update else {
@@ -151,17 +154,24 @@ pub async fn run(
         match applied {
             Ok((Ok(()), full)) => {
                 tracing::debug!(full, elapsed = ?started.elapsed(), "network policy table applied");
+                failing = false;
                 if let Some(ready) = ready.take() {
                     ready();
                 }
             }
             Ok((Err(error), _)) => {
                 tracing::warn!(%error, "retrying as a whole table");
+                if !std::mem::replace(&mut failing, true) {
+                    failed(&error.to_string());
+                }
                 ruleset.lock().resync();
                 tokio::time::sleep(RETRY).await;
             }
             Err(join) => {
                 tracing::error!(%join, "the apply task failed; retrying as a whole table");
+                if !std::mem::replace(&mut failing, true) {
+                    failed(&join.to_string());
+                }
                 ruleset.lock().resync();
                 tokio::time::sleep(RETRY).await;
             }
@@ -220,7 +230,9 @@ mod tests {
         let ruleset = Arc::new(Mutex::new(Ruleset::new("n1")));
         let notify = Arc::new(Notify::new());
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let failures = Arc::new(Mutex::new(Vec::new()));
         runner.fail_next("nft");
+        let reported = failures.clone();
         let task = tokio::spawn(run(
             ruleset.clone(),
             Arc::new(runner.clone()),
@@ -228,9 +240,14 @@ mod tests {
             move || {
                 let _ = ready_tx.send(());
             },
+            move |error| reported.lock().push(error.to_string()),
         ));
-        // the first apply fails; the retry after RETRY succeeds and announces readiness
+        // the first apply fails and is reported; the retry after RETRY succeeds and announces
+        // readiness
         ready_rx.await.unwrap();
+        let failures = failures.lock().clone();
+        assert_eq!(failures.len(), 1, "{failures:?}");
+        assert!(failures[0].starts_with("applying"), "{failures:?}");
         let scripts: Vec<String> = runner.calls().into_iter().filter_map(|c| c.stdin).collect();
         assert_eq!(scripts.len(), 2);
         assert!(

@@ -115,6 +115,16 @@ pub struct Recorder {
     tx: mpsc::Sender<Event>,
 }
 
+/// A reference to the Node `name`, for the events a node agent reports about its node.
+pub fn node_reference(name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(name.into()),
+        ..Default::default()
+    }
+}
+
 impl Recorder {
     /// Starts the recorder's writer, which writes through `client` until every clone of the
     /// recorder is dropped.

@@ -318,6 +318,33 @@ fn an_ingress_routes_hosts_and_paths_serves_tls_by_sni_and_follows_a_scale_up() 
     assert!(status.status.success());
     let describe = api.kubectl(KUBECTL_133, &["get", "ingress", "routes"]);
     assert!(describe.contains(&net.ip.to_string()), "{describe}");
+
+    // handed to another controller's class: no longer served, its status cleared
+    api.kubectl(
+        KUBECTL_133,
+        &[
+            "patch",
+            "ingress",
+            "routes",
+            "--type=merge",
+            "-p",
+            r#"{"spec": {"ingressClassName": "other"}}"#,
+        ],
+    );
+    let cleared = api.kubectl_until(
+        KUBECTL_133,
+        &[
+            "get",
+            "ingress",
+            "routes",
+            "-o",
+            "jsonpath={.status.loadBalancer}",
+        ],
+        None,
+        |out| output_text(out).0 == "{}",
+    );
+    assert!(cleared.status.success());
+    assert_eq!(curl(&net, "http", "b.example", "/", None).0, 404);
 }
 
 /// The first successful TLS request to a.example (the certificate may reach the controller a

@@ -9,13 +9,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use k8s_openapi::api::core::v1::ObjectReference;
 use skiff_ingress::config::Config;
 use skiff_ingress::listen::{BIND_RETRY, Listener};
 use skiff_ingress::proxy::Proxy;
 use skiff_ingress::status::{self, StatusWriter};
 use skiff_ingress::{controller, tls};
-use skiff_runtime::events::{Event, Recorder, Reporter};
+use skiff_runtime::events::{self, Event, Recorder, Reporter};
 use skiff_runtime::informer::Informers;
 use tokio::sync::{Notify, watch};
 
@@ -73,17 +72,15 @@ pub async fn run(args: IngressArgs, lifecycle: Lifecycle) -> anyhow::Result<()> 
         },
     );
     let busy = |e: &skiff_ingress::Error| {
-        let node = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(args.node_name.clone()),
-            ..Default::default()
-        };
         let note = format!(
             "{e}; the ingress controller tries again every {}s",
             BIND_RETRY.as_secs()
         );
-        node_events.record(Event::warning(node, "IngressPortUnavailable", note));
+        node_events.record(Event::warning(
+            events::node_reference(&args.node_name),
+            "IngressPortUnavailable",
+            note,
+        ));
     };
     let (http, https) = tokio::select! {
         bound = async {

@@ -12,11 +12,15 @@ use parking_lot::Mutex;
 use skiff_apimachinery::version::user_agent;
 use skiff_netpol::controller;
 use skiff_netpol::ruleset::Ruleset;
+use skiff_runtime::events::{self, Event, Recorder, Reporter};
 use skiff_runtime::informer::Informers;
 use skiff_runtime::runner::{HostRunner, Runner};
 use tokio::sync::Notify;
 
 use super::lifecycle::Lifecycle;
+
+/// The events' `reportingController`.
+const REPORTING_CONTROLLER: &str = "skiff-network-policy-controller";
 
 #[derive(Debug, Args)]
 pub struct NetworkPolicyArgs {
@@ -49,7 +53,7 @@ pub async fn run(args: NetworkPolicyArgs, lifecycle: Lifecycle) -> anyhow::Resul
     let ruleset = Arc::new(Mutex::new(Ruleset::new(&args.node_name)));
     let notify = Arc::new(Notify::new());
     // held until this returns: dropping the factory ends the watches
-    let informers = Informers::new(client);
+    let informers = Informers::new(client.clone());
     let synced = controller::subscribe(&informers, ruleset.clone(), notify.clone());
     tokio::select! {
         () = synced => {}
@@ -65,7 +69,26 @@ pub async fn run(args: NetworkPolicyArgs, lifecycle: Lifecycle) -> anyhow::Resul
             "skiff network-policy ready: node {node}, {policies} policies over {pods} pods"
         ));
     };
-    let sync_loop = controller::run(ruleset, runner, notify, ready);
+    // a failed apply is reported on the Node: its pods' policies are not what they should be
+    let node_events = Recorder::new(
+        client,
+        Reporter {
+            controller: REPORTING_CONTROLLER.into(),
+            instance: args.node_name.clone(),
+        },
+    );
+    let failed = |error: &str| {
+        let note = format!(
+            "{error}; retrying as a whole table every {}s",
+            controller::RETRY.as_secs()
+        );
+        node_events.record(Event::warning(
+            events::node_reference(&args.node_name),
+            "NetworkPolicyApplyFailed",
+            note,
+        ));
+    };
+    let sync_loop = controller::run(ruleset, runner, notify, ready, failed);
     tokio::select! {
         () = sync_loop => anyhow::bail!("the sync loop stopped"),
         () = lifecycle.stopped() => Ok(()),
