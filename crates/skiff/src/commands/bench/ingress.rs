@@ -1,11 +1,12 @@
 //! `skiff bench ingress`: Skiff's ingress controller against nginx (Debian's package) as the
 //! same reverse proxy, to the same pod. Starts `skiff apiserver` and a real `skiff kubelet` as
-//! children, runs one backend pod (nginx answering a short body) with its Service and EndpointSlice, starts
-//! `skiff ingress` (a child, on a free loopback port) serving an Ingress to it, and nginx
-//! (a child, on a free loopback port) proxying to the pod with upstream keep-alive and the
-//! same forwarding headers. One load generator (hyper, `--connections` keep-alive
-//! connections, each sending its next request once the last is answered) drives each in turn
-//! for `--seconds`, and the pod directly as the floor. Prints one JSON line per result:
+//! children, runs one backend pod (nginx answering a short body) with its Service and
+//! EndpointSlice, starts `skiff ingress` (a child, on a free loopback port) serving an Ingress
+//! to it, and nginx (a child, on a free loopback port) proxying to the pod with upstream
+//! keep-alive, an access log and the same forwarding headers. One load generator (hyper,
+//! `--connections` keep-alive connections, each sending its next request once the last is
+//! answered) drives each in turn for `--seconds`, and the pod directly as the floor. Prints one
+//! JSON line per result:
 //!
 //! - `ingress-rps`: requests/s and p50/p99 through each proxy (`proxy`: `skiff`, `nginx`,
 //!   `direct`), the Skiff line with nginx's figures as its peer and the targets (≥ 1.0× the
@@ -462,11 +463,12 @@ impl NginxChild {
         std::fs::create_dir_all(prefix.join("logs"))?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         // as ingress-nginx configures it: a worker per core, keep-alive to clients and to the
-        // upstream, HTTP/1.1 upstream, the same forwarding headers, no access log on disk
+        // upstream, HTTP/1.1 upstream, the same forwarding headers, and a line per request in
+        // an access log file (Skiff's controller logs each request to its log file too)
         let conf = format!(
             "worker_processes {cores};\npid {pid};\nerror_log {err} warn;\n\
              events {{ worker_connections 4096; }}\n\
-             http {{\n  access_log off;\n  keepalive_requests 1000000;\n\
+             http {{\n  access_log {access};\n  keepalive_requests 1000000;\n\
                upstream backend {{ server {upstream}; keepalive 128; }}\n\
                server {{\n    listen 127.0.0.1:{port};\n    server_name {HOST};\n\
                  location / {{\n      proxy_pass http://backend;\n\
@@ -479,6 +481,7 @@ impl NginxChild {
                    proxy_set_header X-Forwarded-Proto $scheme;\n    }}\n  }}\n}}\n",
             pid = prefix.join("nginx.pid").display(),
             err = prefix.join("logs/error.log").display(),
+            access = prefix.join("logs/access.log").display(),
         );
         let conf_path = prefix.join("nginx.conf");
         std::fs::write(&conf_path, conf)?;
