@@ -115,16 +115,25 @@ impl SkiffChild {
     }
 }
 
-/// Starts `EXE ARGS` (stderr into `log`) and waits for its ready line.
+/// Starts `EXE ARGS` (stderr into `log`, warnings only unless `RUST_LOG` says otherwise) and
+/// waits for its ready line.
 pub(super) async fn start(exe: &Path, args: &[&str], log: &Path) -> Result<SkiffChild> {
+    let filter = std::env::var("RUST_LOG").unwrap_or("warn".into());
+    start_logging(exe, args, log, &filter).await
+}
+
+/// [`start`] with the child's log filter (`RUST_LOG`) given.
+pub(super) async fn start_logging(
+    exe: &Path,
+    args: &[&str],
+    log: &Path,
+    filter: &str,
+) -> Result<SkiffChild> {
     let mut child = Command::new(exe)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(log)?)
-        .env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or("warn".into()),
-        )
+        .env("RUST_LOG", filter)
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("starting {} {}", exe.display(), args[0]))?;

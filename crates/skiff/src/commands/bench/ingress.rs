@@ -36,7 +36,7 @@ use skiff_kubelet::images::BUSYBOX_IMAGE;
 use tokio::process::{Child, Command};
 
 use super::api::{Emitter, ServerChild, histogram, merge, micros, ms, round3};
-use super::controllers::{SkiffChild, start};
+use super::controllers::{SkiffChild, start_logging};
 use super::pods::{EVICTION_HARD, KubeletChild, load1, remove_pods};
 
 const NAMESPACE: &str = "ingress-bench";
@@ -433,7 +433,9 @@ impl IngressChild {
             "--kubeconfig",
             &kubeconfig,
         ];
-        let child = start(&std::env::current_exe()?, &args, log).await?;
+        // its access log on, as in production and as nginx's
+        let child =
+            start_logging(&std::env::current_exe()?, &args, log, "warn,access=info").await?;
         // `skiff ingress ready: node N, http 127.0.0.1:P, https …`
         let addr = child
             .ready
