@@ -151,26 +151,23 @@ pub async fn run(
             (applied, matches!(update, Update::Full(_)))
         })
         .await;
+        let applied = match applied {
+            Ok((Ok(()), full)) => Ok(full),
+            Ok((Err(error), _)) => Err(error.to_string()),
+            Err(join) => Err(format!("the apply task failed: {join}")),
+        };
         match applied {
-            Ok((Ok(()), full)) => {
+            Ok(full) => {
                 tracing::debug!(full, elapsed = ?started.elapsed(), "network policy table applied");
                 failing = false;
                 if let Some(ready) = ready.take() {
                     ready();
                 }
             }
-            Ok((Err(error), _)) => {
+            Err(error) => {
                 tracing::warn!(%error, "retrying as a whole table");
                 if !std::mem::replace(&mut failing, true) {
-                    failed(&error.to_string());
-                }
-                ruleset.lock().resync();
-                tokio::time::sleep(RETRY).await;
-            }
-            Err(join) => {
-                tracing::error!(%join, "the apply task failed; retrying as a whole table");
-                if !std::mem::replace(&mut failing, true) {
-                    failed(&join.to_string());
+                    failed(&error);
                 }
                 ruleset.lock().resync();
                 tokio::time::sleep(RETRY).await;
