@@ -87,7 +87,10 @@ impl ProxyHealth {
 
     /// Healthy unless a change has waited longer than the timeout.
     pub fn is_healthy(&self) -> bool {
-        let state = self.state.lock();
+        self.synced_in_time(&self.state.lock())
+    }
+
+    fn synced_in_time(&self, state: &ProxyState) -> bool {
         state
             .oldest_queued
             .is_none_or(|queued| queued.elapsed() < self.timeout)
@@ -95,12 +98,13 @@ impl ProxyHealth {
 
     /// Upstream's `/healthz` (`node`: with `nodeEligible`) or `/livez` answer.
     fn respond(&self, node: bool) -> Response {
-        let (last_updated, node_eligible) = {
+        let (in_time, last_updated, node_eligible) = {
             let state = self.state.lock();
-            (state.last_updated, state.node_eligible)
+            let in_time = self.synced_in_time(&state);
+            (in_time, state.last_updated, state.node_eligible)
         };
         let now = SystemTime::now();
-        let healthy = self.is_healthy() && (node_eligible || !node);
+        let healthy = in_time && (node_eligible || !node);
         // as upstream: a healthy answer's lastUpdated is now
         let last_updated = if healthy { Some(now) } else { last_updated };
         let mut body = format!(
