@@ -33,6 +33,8 @@ pub const DEFAULT_CLASS_ANNOTATION: &str = "ingressclass.kubernetes.io/is-defaul
 const CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
 /// The label linking an EndpointSlice to its Service.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The Service port `appProtocol` of endpoints that speak HTTP/2 without TLS (KEP-3726).
+pub const H2C: &str = "kubernetes.io/h2c";
 
 /// The reason of the Warning event about a TLS Secret that cannot be served.
 pub const REASON_BAD_TLS: &str = "InvalidTLSSecret";
@@ -312,7 +314,8 @@ impl<'a> Resolve<'a> {
         }
         endpoints.sort_unstable();
         endpoints.dedup();
-        Arc::new(Backend::new(name, endpoints))
+        let h2c = svc_port.app_protocol.as_deref() == Some(H2C);
+        Arc::new(Backend::new(name, endpoints).with_h2c(h2c))
     }
 }
 

@@ -132,6 +132,25 @@ fn backends_resolve_by_port_number_or_name_to_ready_endpoints_only() {
 }
 
 #[test]
+fn a_service_port_with_the_h2c_app_protocol_makes_an_h2c_backend() {
+    let mut snapshot = web_snapshot(vec![ingress(
+        "i",
+        "2024-01-01T00:00:00Z",
+        json!({"rules": [rule("a.com", "/", "web", json!({"number": 80}))]}),
+    )]);
+    let h2c = |snapshot: &Snapshot| {
+        let config = Config::build(snapshot);
+        config.table.route("a.com", "/").unwrap().h2c
+    };
+    assert!(!h2c(&snapshot));
+    snapshot.services = vec![service(
+        "web",
+        json!([{"name": "http", "port": 80, "targetPort": 8080, "appProtocol": H2C}]),
+    )];
+    assert!(h2c(&snapshot));
+}
+
+#[test]
 fn a_missing_service_or_port_makes_only_its_route_unavailable() {
     let snapshot = web_snapshot(vec![ingress(
         "i",

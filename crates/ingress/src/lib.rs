@@ -20,7 +20,7 @@
 //! - [`tls`]: certificates from `kubernetes.io/tls` Secrets, chosen by SNI.
 //! - [`controller`]: the informers and the rebuild loop.
 //! - [`proxy`]: one request forwarded (headers, upgrades, access log).
-//! - [`listen`]: the HTTP and HTTPS ports.
+//! - [`listen`]: the HTTP and HTTPS ports, and the worker threads (one per core) serving them.
 //! - [`status`]: the elected status and event writer.
 
 pub mod config;

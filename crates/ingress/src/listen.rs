@@ -1,18 +1,22 @@
-//! The node's HTTP and HTTPS ports: accept loops handing each connection to hyper's automatic
-//! HTTP/1.1 + HTTP/2 server (h2c by prior knowledge on the HTTP port; ALPN `h2` on the HTTPS
-//! port), with upgrades enabled for WebSocket. Connections read the configuration per request,
-//! so a new configuration never drops one.
+//! The node's HTTP and HTTPS ports: accept loops handing each connection, in turn, to one of
+//! the [`Workers`], where hyper's automatic HTTP/1.1 + HTTP/2 server serves it (h2c by prior
+//! knowledge on the HTTP port; ALPN `h2` on the HTTPS port), with upgrades enabled for
+//! WebSocket. Connections read the configuration per request, so a new configuration never
+//! drops one.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
 use tokio_rustls::TlsAcceptor;
 
+use crate::config::Config;
 use crate::proxy::{Peer, Proxy};
 use crate::{Error, Result};
 
@@ -68,8 +72,8 @@ impl Listener {
             .expect("a bound listener has an address")
     }
 
-    /// Accepts connections for ever, each served on a task of its own.
-    pub async fn serve(self, proxy: Proxy) {
+    /// Accepts connections until the workers stop, handing each to the next worker.
+    pub async fn serve(self, workers: Workers) {
         let port = self.local_addr().port();
         loop {
             let (stream, client) = match self.listener.accept().await {
@@ -87,17 +91,99 @@ impl Listener {
                 port,
                 tls: self.tls.is_some(),
             };
-            let (proxy, tls) = (proxy.clone(), self.tls.clone());
-            tokio::spawn(async move {
-                match tls {
-                    None => connection(stream, peer, proxy).await,
-                    Some(acceptor) => match acceptor.accept(stream).await {
-                        Ok(stream) => connection(stream, peer, proxy).await,
-                        Err(e) => tracing::debug!(%client, error = %e, "TLS handshake failed"),
-                    },
+            // off this runtime's reactor, onto the worker's
+            let stream = match stream.into_std() {
+                Ok(stream) => stream,
+                Err(e) => {
+                    tracing::debug!(%client, error = %e, "handing a connection over");
+                    continue;
                 }
-            });
+            };
+            let accepted = Accepted {
+                stream,
+                peer,
+                tls: self.tls.clone(),
+            };
+            if !workers.hand(accepted) {
+                tracing::error!(port, "the ingress worker threads stopped");
+                return;
+            }
         }
+    }
+}
+
+/// One accepted connection on its way to a worker.
+struct Accepted {
+    stream: std::net::TcpStream,
+    peer: Peer,
+    tls: Option<TlsAcceptor>,
+}
+
+/// The threads that serve the accepted connections: one per core, each a single-threaded
+/// runtime with an upstream connection pool of its own, as nginx's worker processes are. A
+/// connection, every request on it and the upstream connections they use stay on the thread
+/// the connection was handed to, so forwarding a request never wakes a task on another core:
+/// on a work-stealing runtime the client's connection, the handler and the pooled upstream
+/// connection are tasks that wake one another across threads for every request, which cost
+/// more than the proxying itself. Connections are handed out in turn; the threads end when
+/// the last handle is dropped.
+#[derive(Clone)]
+pub struct Workers {
+    queues: Arc<[mpsc::UnboundedSender<Accepted>]>,
+    next: Arc<AtomicUsize>,
+}
+
+impl Workers {
+    /// Starts `threads` workers (at least one) proxying by the newest `config`.
+    pub fn start(config: watch::Receiver<Arc<Config>>, threads: usize) -> std::io::Result<Workers> {
+        let mut queues = Vec::new();
+        for n in 0..threads.max(1) {
+            let (queue, mut accepted) = mpsc::unbounded_channel::<Accepted>();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let config = config.clone();
+            std::thread::Builder::new()
+                .name(format!("ingress-{n}"))
+                .spawn(move || {
+                    runtime.block_on(async move {
+                        let proxy = Proxy::new(config);
+                        while let Some(next) = accepted.recv().await {
+                            tokio::spawn(accept(next, proxy.clone()));
+                        }
+                    })
+                })?;
+            queues.push(queue);
+        }
+        Ok(Workers {
+            queues: queues.into(),
+            next: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    /// Gives `accepted` to the next worker; false when the workers have stopped.
+    fn hand(&self, accepted: Accepted) -> bool {
+        let n = self.next.fetch_add(1, Ordering::Relaxed) % self.queues.len();
+        self.queues[n].send(accepted).is_ok()
+    }
+}
+
+/// Serves one handed-over connection (after its TLS handshake on an HTTPS port).
+async fn accept(accepted: Accepted, proxy: Proxy) {
+    let Accepted { stream, peer, tls } = accepted;
+    let stream = match TcpStream::from_std(stream) {
+        Ok(stream) => stream,
+        Err(e) => {
+            tracing::debug!(client = %peer.client, error = %e, "taking a connection over");
+            return;
+        }
+    };
+    match tls {
+        None => connection(stream, peer, proxy).await,
+        Some(acceptor) => match acceptor.accept(stream).await {
+            Ok(stream) => connection(stream, peer, proxy).await,
+            Err(e) => tracing::debug!(client = %peer.client, error = %e, "TLS handshake failed"),
+        },
     }
 }
 

@@ -1,4 +1,5 @@
 //! The reverse proxy: one request routed by the current [`Config`], forwarded over HTTP/1.1
+//! (or h2c to a Service port whose `appProtocol` is `kubernetes.io/h2c`, as gRPC servers are)
 //! to the next ready endpoint of its backend through a keep-alive connection pool, with
 //! `X-Forwarded-*` headers set and hop-by-hop headers dropped, and an access-log line (tracing
 //! target `access`) per request. A `Connection: Upgrade` request (WebSocket) is forwarded with
@@ -62,19 +63,24 @@ pub struct Peer {
     pub tls: bool,
 }
 
-/// The proxy shared by every connection: the configuration and the upstream connection pool.
+/// The proxy shared by a worker's connections: the configuration and the upstream connection
+/// pools, HTTP/1.1 and h2c.
 #[derive(Clone)]
 pub struct Proxy {
     config: watch::Receiver<Arc<Config>>,
-    client: Client<HttpConnector, UpstreamBody>,
+    http1: Client<HttpConnector, UpstreamBody>,
+    h2c: Client<HttpConnector, UpstreamBody>,
 }
 
 impl Proxy {
     pub fn new(config: watch::Receiver<Arc<Config>>) -> Proxy {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new()).build(connector);
-        Proxy { config, client }
+        let http1 = Client::builder(TokioExecutor::new()).build(connector.clone());
+        let h2c = Client::builder(TokioExecutor::new())
+            .http2_only(true)
+            .build(connector);
+        Proxy { config, http1, h2c }
     }
 
     /// Serves one request from `from`.
@@ -82,53 +88,53 @@ impl Proxy {
         let started = Instant::now();
         let method = req.method().clone();
         let version = req.version();
-        let host = request_host(&req).unwrap_or_default();
-        let path = req.uri().path().to_string();
+        let uri = req.uri().clone();
+        let host = request_host(&req).unwrap_or_else(|| HeaderValue::from_static(""));
         let (response, upstream) = self.forward(req, &host, from).await;
         tracing::info!(
             target: "access",
             client = %from.client,
             method = %method,
-            host = %host,
-            path = %path,
+            host = host.to_str().unwrap_or_default(),
+            path = uri.path(),
             version = ?version,
             status = response.status().as_u16(),
-            upstream = %upstream,
+            upstream = %Upstream(upstream),
             duration_ms = started.elapsed().as_secs_f64() * 1e3,
         );
         response
     }
 
-    /// The response, and the upstream it came from (or `-`).
+    /// The response, and the endpoint it came from.
     async fn forward(
         &self,
         mut req: Request<Incoming>,
-        host: &str,
+        host: &HeaderValue,
         from: Peer,
-    ) -> (Response<Body>, String) {
+    ) -> (Response<Body>, Option<SocketAddr>) {
         let config = self.config.borrow().clone();
-        let Some(backend) = config.table.route(host, req.uri().path()) else {
-            return (
-                error(StatusCode::NOT_FOUND, "404 page not found"),
-                "-".into(),
-            );
+        let Some(backend) = config
+            .table
+            .route(host.to_str().unwrap_or_default(), req.uri().path())
+        else {
+            return (error(StatusCode::NOT_FOUND, "404 page not found"), None);
         };
         let Some(endpoint) = backend.pick() else {
             let why = backend.unavailable.as_deref().unwrap_or("no endpoints");
             tracing::debug!(backend = %backend.name, why, "no endpoint");
             return (
                 error(StatusCode::SERVICE_UNAVAILABLE, "503 Service Unavailable"),
-                backend.name.clone(),
+                None,
             );
         };
         let upgrade = upgrade_protocol(&req);
         let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
-        if let Err(e) = prepare(&mut req, host, endpoint, from, upgrade) {
+        // an upgrade is an HTTP/1.1 mechanism, whatever the endpoints speak otherwise
+        let h2c = backend.h2c && upgrade.is_none();
+        let client = if h2c { &self.h2c } else { &self.http1 };
+        if let Err(e) = prepare(&mut req, host, endpoint, from, upgrade, h2c) {
             tracing::debug!(error = %e, "bad request");
-            return (
-                error(StatusCode::BAD_REQUEST, "400 Bad Request"),
-                "-".into(),
-            );
+            return (error(StatusCode::BAD_REQUEST, "400 Bad Request"), None);
         }
         // a copy to send elsewhere if this endpoint refuses; only when there is an elsewhere
         let retryable = backend.endpoints.len() > 1 && hyper::body::Body::is_end_stream(req.body());
@@ -136,7 +142,7 @@ impl Proxy {
         let replay = retryable.then(|| parts.clone());
         let req = Request::from_parts(parts, body);
         let mut tried = vec![endpoint];
-        let mut sent = self.client.request(req.map(Either::Left)).await;
+        let mut sent = client.request(req.map(Either::Left)).await;
         while let (Err(e), Some(parts)) = (&sent, &replay) {
             if !e.is_connect() || tried.len() == TRIES {
                 break;
@@ -148,10 +154,10 @@ impl Proxy {
             let mut retry = Request::from_parts(parts.clone(), Either::Right(Empty::new()));
             *retry.uri_mut() = endpoint_uri(next, retry.uri());
             tried.push(next);
-            sent = self.client.request(retry).await;
+            sent = client.request(retry).await;
         }
         let endpoint = tried[tried.len() - 1];
-        let upstream = endpoint.to_string();
+        let upstream = Some(endpoint);
         let mut response = match sent {
             Ok(response) => response,
             Err(e) => {
@@ -173,12 +179,23 @@ impl Proxy {
 }
 
 /// The request's host: the Host header (HTTP/1) or the URI's authority (HTTP/2).
-fn request_host<B>(req: &Request<B>) -> Option<String> {
-    req.headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_string)
-        .or_else(|| req.uri().authority().map(|a| a.to_string()))
+fn request_host<B>(req: &Request<B>) -> Option<HeaderValue> {
+    req.headers().get(header::HOST).cloned().or_else(|| {
+        let authority = req.uri().authority()?;
+        HeaderValue::from_str(authority.as_str()).ok()
+    })
+}
+
+/// The endpoint a request went to in the access log, `-` for none (nginx's `$upstream_addr`).
+struct Upstream(Option<SocketAddr>);
+
+impl std::fmt::Display for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(endpoint) => endpoint.fmt(f),
+            None => f.write_str("-"),
+        }
+    }
 }
 
 /// The protocol asked for by an HTTP/1.1 `Connection: upgrade` request.
@@ -191,30 +208,39 @@ fn upgrade_protocol<B>(req: &Request<B>) -> Option<HeaderValue> {
         .flatten()
 }
 
-/// Rewrites `req` for `endpoint`: origin-form URI over HTTP/1.1, the Host kept, hop-by-hop
-/// headers dropped (the upgrade put back), `X-Forwarded-*` set.
+/// Rewrites `req` for `endpoint`: its URI, over HTTP/1.1 (or HTTP/2 to an `h2c` endpoint),
+/// the Host kept, hop-by-hop headers dropped (the upgrade put back, and `TE: trailers` to an
+/// h2c endpoint, which gRPC needs), `X-Forwarded-*` set.
 fn prepare<B>(
     req: &mut Request<B>,
-    host: &str,
+    host: &HeaderValue,
     endpoint: SocketAddr,
     from: Peer,
     upgrade: Option<HeaderValue>,
+    h2c: bool,
 ) -> Result<(), http::Error> {
     *req.uri_mut() = endpoint_uri(endpoint, req.uri());
-    *req.version_mut() = Version::HTTP_11;
+    *req.version_mut() = if h2c {
+        Version::HTTP_2
+    } else {
+        Version::HTTP_11
+    };
     let headers = req.headers_mut();
+    let trailers = h2c && asks_for_trailers(headers);
     strip_hop_by_hop(headers);
+    if trailers {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
     if let Some(protocol) = upgrade {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         headers.insert(header::UPGRADE, protocol);
     }
-    let host_value = HeaderValue::from_str(host).map_err(http::Error::from)?;
-    headers.insert(header::HOST, host_value.clone());
+    headers.insert(header::HOST, host.clone());
     let client_ip =
         HeaderValue::from_str(&from.client.ip().to_string()).map_err(http::Error::from)?;
     headers.insert(X_FORWARDED_FOR, client_ip.clone());
     headers.insert(X_REAL_IP, client_ip);
-    headers.insert(X_FORWARDED_HOST, host_value);
+    headers.insert(X_FORWARDED_HOST, host.clone());
     headers.insert(X_FORWARDED_PORT, HeaderValue::from(from.port));
     let proto = if from.tls { "https" } else { "http" };
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
@@ -232,6 +258,16 @@ fn endpoint_uri(endpoint: SocketAddr, uri: &Uri) -> Uri {
             .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
     );
     Uri::from_parts(parts).unwrap_or_else(|_| uri.clone())
+}
+
+/// Whether the client accepts trailers (`TE: trailers`).
+fn asks_for_trailers(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::TE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
 }
 
 /// Drops the hop-by-hop headers and those the Connection header names.
@@ -339,10 +375,11 @@ mod tests {
         };
         prepare(
             &mut req,
-            "a.com",
+            &HeaderValue::from_static("a.com"),
             "10.42.0.5:8080".parse().unwrap(),
             from,
             None,
+            false,
         )
         .unwrap();
         assert_eq!(req.uri().to_string(), "http://10.42.0.5:8080/x/y?z=1");
@@ -362,6 +399,33 @@ mod tests {
     }
 
     #[test]
+    fn an_h2c_endpoint_gets_http2_and_keeps_te_trailers() {
+        let request = || {
+            Request::builder()
+                .version(Version::HTTP_2)
+                .uri("http://a.com/pkg.Service/Call")
+                .header(header::TE, "trailers")
+                .body(())
+                .unwrap()
+        };
+        let from = Peer {
+            client: "192.0.2.7:40000".parse().unwrap(),
+            port: 80,
+            tls: false,
+        };
+        let endpoint = "10.42.0.5:9000".parse().unwrap();
+        let host = HeaderValue::from_static("a.com");
+        let mut http1 = request();
+        prepare(&mut http1, &host, endpoint, from, None, false).unwrap();
+        assert_eq!(http1.version(), Version::HTTP_11);
+        assert!(!http1.headers().contains_key(header::TE));
+        let mut h2c = request();
+        prepare(&mut h2c, &host, endpoint, from, None, true).unwrap();
+        assert_eq!(h2c.version(), Version::HTTP_2);
+        assert_eq!(h2c.headers()[header::TE], "trailers");
+    }
+
+    #[test]
     fn an_upgrade_keeps_its_connection_and_upgrade_headers() {
         let mut req = Request::builder()
             .uri("/ws")
@@ -377,10 +441,11 @@ mod tests {
         };
         prepare(
             &mut req,
-            "a.com",
+            &HeaderValue::from_static("a.com"),
             "10.42.0.5:8080".parse().unwrap(),
             from,
             upgrade,
+            false,
         )
         .unwrap();
         assert_eq!(req.headers()[header::CONNECTION], "upgrade");
@@ -395,8 +460,8 @@ mod tests {
             .header(header::HOST, "a.com:8080")
             .body(())
             .unwrap();
-        assert_eq!(request_host(&h1).as_deref(), Some("a.com:8080"));
+        assert_eq!(request_host(&h1).unwrap(), "a.com:8080");
         let h2 = Request::builder().uri("https://b.com/x").body(()).unwrap();
-        assert_eq!(request_host(&h2).as_deref(), Some("b.com"));
+        assert_eq!(request_host(&h2).unwrap(), "b.com");
     }
 }

@@ -35,6 +35,9 @@ pub struct Backend {
     pub endpoints: Vec<SocketAddr>,
     /// Why nothing can serve (missing Service or port, no ready endpoint): answered with 503.
     pub unavailable: Option<String>,
+    /// Whether the endpoints speak HTTP/2 without TLS (the Service port's `appProtocol` is
+    /// `kubernetes.io/h2c`) rather than HTTP/1.1.
+    pub h2c: bool,
     next: AtomicUsize,
 }
 
@@ -48,8 +51,14 @@ impl Backend {
             name,
             endpoints,
             unavailable,
+            h2c: false,
             next: AtomicUsize::new(0),
         }
+    }
+
+    /// This backend, spoken to over h2c when `h2c`.
+    pub fn with_h2c(self, h2c: bool) -> Backend {
+        Backend { h2c, ..self }
     }
 
     /// A backend that cannot serve, and why.
@@ -58,6 +67,7 @@ impl Backend {
             name,
             endpoints: Vec::new(),
             unavailable: Some(why),
+            h2c: false,
             next: AtomicUsize::new(0),
         }
     }

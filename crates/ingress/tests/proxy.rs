@@ -1,6 +1,6 @@
 //! The proxy on loopback ports, against an upstream hyper server: forwarded headers, a new
-//! configuration taking over while a keep-alive connection stays open, and a WebSocket-style
-//! upgrade passed through byte for byte.
+//! configuration taking over while a keep-alive connection stays open, a WebSocket-style
+//! upgrade passed through byte for byte, and an h2c upstream with trailers (gRPC's shape).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -8,13 +8,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use skiff_ingress::config::Config;
-use skiff_ingress::listen::Listener;
-use skiff_ingress::proxy::Proxy;
+use skiff_ingress::listen::{Listener, Workers};
 use skiff_ingress::route::{Backend, PathType, Table};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -72,6 +71,35 @@ async fn upstream(name: &'static str) -> SocketAddr {
     addr
 }
 
+/// An upstream that speaks only HTTP/2 without TLS, as a gRPC server does: answers with the
+/// request's version and `TE` header, and a `grpc-status` trailer.
+async fn h2c_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let service = service_fn(|req: Request<Incoming>| async move {
+                let te = req
+                    .headers()
+                    .get("te")
+                    .map(|v| v.to_str().unwrap().to_string());
+                let text = format!("{:?} te={}", req.version(), te.as_deref().unwrap_or("-"));
+                let mut trailers = http::HeaderMap::new();
+                trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                let body = Full::new(Bytes::from(text))
+                    .with_trailers(async move { Some(Ok::<_, Infallible>(trailers)) });
+                Ok::<_, Infallible>(Response::new(body))
+            });
+            tokio::spawn(
+                hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service),
+            );
+        }
+    });
+    addr
+}
+
 /// A configuration routing every host's `/` to `upstream`.
 fn routing_to(name: &str, upstream: SocketAddr) -> Arc<Config> {
     let mut table = Table::default();
@@ -115,7 +143,7 @@ async fn serve(config: watch::Receiver<Arc<Config>>) -> SocketAddr {
         .await
         .unwrap();
     let addr = listener.local_addr();
-    tokio::spawn(listener.serve(Proxy::new(config)));
+    tokio::spawn(listener.serve(Workers::start(config, 2).unwrap()));
     addr
 }
 
@@ -221,4 +249,34 @@ async fn a_request_without_a_body_goes_to_another_endpoint_when_one_refuses() {
         answers.iter().any(|a| a.starts_with("HTTP/1.1 200")),
         "{answers:?}"
     );
+}
+
+#[tokio::test]
+async fn an_h2c_backend_is_spoken_to_over_http2_and_its_trailers_come_back() {
+    let upstream = h2c_upstream().await;
+    let mut table = Table::default();
+    let backend = Backend::new("grpc".into(), vec![upstream]).with_h2c(true);
+    table.add("", "/", PathType::Prefix, Arc::new(backend));
+    let (_publish, config) = watch::channel(Arc::new(Config {
+        table,
+        ..Config::default()
+    }));
+    let addr = serve(config).await;
+    // a gRPC client: HTTP/2 by prior knowledge on the plain port
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = Request::post("http://grpc.local/pkg.Service/Call")
+        .header("te", "trailers")
+        .body(Full::new(Bytes::from_static(b"call")))
+        .unwrap();
+    let response = sender.send_request(req).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = response.into_body().collect().await.unwrap();
+    let trailers = body.trailers().cloned().expect("the upstream's trailers");
+    assert_eq!(trailers["grpc-status"], "0");
+    assert_eq!(body.to_bytes(), "HTTP/2.0 te=trailers");
 }

@@ -7,6 +7,7 @@
 //! the `ready` line), so scripts can read it.
 
 mod commands;
+mod logging;
 
 /// jemalloc instead of glibc's malloc: the gRPC path allocates per request on several threads,
 /// where glibc's arenas showed up in profiles (malloc, arena trimming, page faults).
@@ -16,7 +17,6 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let cli = commands::Cli::parse();
@@ -25,7 +25,7 @@ fn main() -> ExitCode {
         commands::Command::Server(_) => commands::server::use_small_heap(),
         _ => {}
     }
-    init_logging();
+    let _log = logging::init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -47,15 +47,4 @@ fn main() -> ExitCode {
             }
         }
     }
-}
-
-fn init_logging() {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,hickory_server=warn"));
-    // colours only for a terminal: a log file gets plain lines
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
 }

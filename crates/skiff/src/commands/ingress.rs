@@ -10,8 +10,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use skiff_ingress::config::Config;
-use skiff_ingress::listen::{BIND_RETRY, Listener};
-use skiff_ingress::proxy::Proxy;
+use skiff_ingress::listen::{BIND_RETRY, Listener, Workers};
 use skiff_ingress::status::{self, StatusWriter};
 use skiff_ingress::{controller, tls};
 use skiff_runtime::events::{self, Event, Recorder, Reporter};
@@ -100,7 +99,8 @@ pub async fn run(args: IngressArgs, lifecycle: Lifecycle) -> anyhow::Result<()> 
         () = lifecycle.stopped() => return Ok(()),
     };
     let (http_addr, https_addr) = (http.local_addr(), https.local_addr());
-    let proxy = Proxy::new(config.clone());
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = Workers::start(config.clone(), threads)?;
 
     let writer = StatusWriter::new(
         client,
@@ -115,8 +115,8 @@ pub async fn run(args: IngressArgs, lifecycle: Lifecycle) -> anyhow::Result<()> 
         args.node_name
     ));
     tokio::select! {
-        () = http.serve(proxy.clone()) => anyhow::bail!("the HTTP listener stopped"),
-        () = https.serve(proxy) => anyhow::bail!("the HTTPS listener stopped"),
+        () = http.serve(workers.clone()) => anyhow::bail!("the HTTP listener stopped"),
+        () = https.serve(workers) => anyhow::bail!("the HTTPS listener stopped"),
         () = controller::run(caches, changed, publish) => anyhow::bail!("the rebuild loop stopped"),
         () = writer.run_elected(&args.node_name) => anyhow::bail!("the status writer stopped"),
         () = lifecycle.stopped() => Ok(()),

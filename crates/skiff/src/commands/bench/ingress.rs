@@ -466,11 +466,12 @@ impl NginxChild {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         // as ingress-nginx configures it: a worker per core, keep-alive to clients and to the
         // upstream, HTTP/1.1 upstream, the same forwarding headers, and a line per request in
-        // an access log file (Skiff's controller logs each request to its log file too)
+        // an access log file, written in batches as Skiff's controller writes its own (16 KiB,
+        // at the latest after 100 ms: `skiff::logging`)
         let conf = format!(
             "worker_processes {cores};\npid {pid};\nerror_log {err} warn;\n\
              events {{ worker_connections 4096; }}\n\
-             http {{\n  access_log {access};\n  keepalive_requests 1000000;\n\
+             http {{\n  access_log {access} combined buffer=16k flush=100ms;\n  keepalive_requests 1000000;\n\
                upstream backend {{ server {upstream}; keepalive 128; }}\n\
                server {{\n    listen 127.0.0.1:{port};\n    server_name {HOST};\n\
                  location / {{\n      proxy_pass http://backend;\n\
