@@ -5,12 +5,15 @@
 //! to it, and nginx (a child, on a free loopback port) proxying to the pod with upstream
 //! keep-alive, an access log and the same forwarding headers. One load generator (hyper,
 //! `--connections` keep-alive connections, each sending its next request once the last is
-//! answered) drives each in turn for `--seconds`, and the pod directly as the floor. Prints one
-//! JSON line per result:
+//! answered) drives nginx and Skiff's controller in turn, `--seconds` each, for `--rounds`
+//! rounds (which goes first alternates: the machine's two cores also run the load generator,
+//! the pod and the control plane, whose drift would otherwise favour one of them), then the
+//! pod directly as the floor. Prints one JSON line per result:
 //!
-//! - `ingress-rps`: requests/s and p50/p99 through each proxy (`proxy`: `skiff`, `nginx`,
-//!   `direct`), the Skiff line with nginx's figures as its peer and the targets (≥ 1.0× the
-//!   requests/s, p99 no worse);
+//! - `ingress-rps`: requests/s and p50/p99 through each proxy over all its rounds (`proxy`:
+//!   `skiff`, `nginx`, `direct`), with the CPU the proxy's processes used (cores, and
+//!   microseconds per request), the Skiff line with nginx's figures as its peer and the
+//!   targets (≥ 1.0× the requests/s, p99 no worse);
 //! - `ingress-new-rule`: from creating an Ingress for a new host to its first 200 through
 //!   Skiff's controller, `--rule-runs` times (median and max, target ≤ 1 s).
 //!
@@ -35,7 +38,7 @@ use skiff_kubelet::cri::CriClient;
 use skiff_kubelet::images::BUSYBOX_IMAGE;
 use tokio::process::{Child, Command};
 
-use super::api::{Emitter, ServerChild, histogram, merge, micros, ms, round3};
+use super::api::{CpuMeter, Emitter, ServerChild, histogram, merge, micros, ms, round3};
 use super::controllers::{SkiffChild, start_logging};
 use super::pods::{EVICTION_HARD, KubeletChild, load1, remove_pods};
 
@@ -51,9 +54,13 @@ pub struct IngressBenchArgs {
     /// Keep-alive connections of the load generator.
     #[arg(long, default_value_t = 64)]
     pub connections: usize,
-    /// How long each proxy is driven.
+    /// How long each proxy is driven in each round.
     #[arg(long, default_value_t = 10)]
     pub seconds: u64,
+    /// Rounds of driving nginx and Skiff's controller in turn (the first of the two
+    /// alternates), so that neither always runs in the other's wake.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
     /// How many new Ingress rules are timed until they serve.
     #[arg(long, default_value_t = 5)]
     pub rule_runs: usize,
@@ -121,21 +128,39 @@ async fn measure(
     apply(client, ingress_to("bench", HOST)).await?;
     wait_serving(ingress.addr, HOST).await?;
     let nginx = NginxChild::start(dir, pod_addr).await?;
-    let theirs = async {
+    let driven = async {
         wait_serving(nginx.addr, HOST).await?;
-        load(nginx.addr, HOST, args).await
+        let mut theirs = Load::default();
+        let mut ours = Load::default();
+        for round in 0..args.rounds {
+            let nginx_first = round % 2 == 0;
+            for nginx_now in [nginx_first, !nginx_first] {
+                if nginx_now {
+                    let pids = nginx.workers();
+                    theirs.add(load(nginx.addr, HOST, args, &pids).await?)?;
+                } else {
+                    ours.add(load(ingress.addr, HOST, args, &[ingress.pid]).await?)?;
+                }
+            }
+        }
+        anyhow::Ok((theirs, ours))
     }
     .await;
     nginx.stop().await;
-    let theirs = theirs?;
-    let direct = load(pod_addr, HOST, args).await?;
-    let ours = load(ingress.addr, HOST, args).await?;
+    let (theirs, ours) = driven?;
+    let direct = load(pod_addr, HOST, args, &[]).await?;
     let line = |proxy: &str, r: &Load| {
-        json!({"proxy": proxy, "connections": args.connections, "seconds": args.seconds,
-               "requests": r.requests, "errors": r.errors, "failed": r.failed,
-               "first_failure": r.first_failure, "rps": round3(r.rps),
+        let mut line = json!({"proxy": proxy, "connections": args.connections,
+               "seconds": round3(r.elapsed), "requests": r.requests, "errors": r.errors,
+               "failed": r.failed, "first_failure": r.first_failure, "rps": round3(r.rps()),
                "p50_ms": ms(&r.latency, 0.5), "p99_ms": ms(&r.latency, 0.99),
-               "load1": load1()})
+               "load1": load1()});
+        if proxy != "direct" {
+            line["rounds"] = json!(args.rounds);
+            line["cpu_cores"] = json!(round3(r.cpu_s / r.elapsed));
+            line["cpu_us_per_request"] = json!(round3(r.cpu_per_request() * 1e6));
+        }
+        line
     };
     out.emit("ingress-rps", line("direct", &direct));
     out.emit("ingress-rps", line("nginx", &theirs));
@@ -143,11 +168,13 @@ async fn measure(
         "ingress-rps",
         merge(
             line("skiff", &ours),
-            json!({"peer": "nginx", "peer_rps": round3(theirs.rps),
+            json!({"peer": "nginx", "peer_rps": round3(theirs.rps()),
                    "peer_p99_ms": ms(&theirs.latency, 0.99),
-                   "ratio_rps": round3(ours.rps / theirs.rps), "target_ratio_rps": 1.0,
+                   "ratio_rps": round3(ours.rps() / theirs.rps()), "target_ratio_rps": 1.0,
                    "ratio_p99": round3(ms(&ours.latency, 0.99) / ms(&theirs.latency, 0.99)),
-                   "target_ratio_p99": 1.0}),
+                   "target_ratio_p99": 1.0,
+                   "ratio_cpu_per_request":
+                       round3(ours.cpu_per_request() / theirs.cpu_per_request())}),
         ),
     );
 
@@ -342,7 +369,7 @@ impl Conn {
     }
 }
 
-/// What one proxy did under load.
+/// What one proxy did under load, over one or more runs.
 struct Load {
     /// Answered 200.
     requests: u64,
@@ -352,14 +379,65 @@ struct Load {
     failed: u64,
     /// Why the first of them failed.
     first_failure: Option<String>,
-    rps: f64,
+    /// Seconds driven.
+    elapsed: f64,
+    /// CPU seconds the proxy's processes used meanwhile.
+    cpu_s: f64,
     latency: hdrhistogram::Histogram<u64>,
 }
 
-/// `args.connections` connections sending requests one after another for `args.seconds`.
-async fn load(addr: SocketAddr, host: &str, args: &IngressBenchArgs) -> Result<Load> {
+impl Default for Load {
+    fn default() -> Load {
+        Load {
+            requests: 0,
+            errors: 0,
+            failed: 0,
+            first_failure: None,
+            elapsed: 0.0,
+            cpu_s: 0.0,
+            latency: histogram(),
+        }
+    }
+}
+
+impl Load {
+    /// Another run's figures added to these.
+    fn add(&mut self, run: Load) -> Result<()> {
+        self.requests += run.requests;
+        self.errors += run.errors;
+        self.failed += run.failed;
+        if self.first_failure.is_none() {
+            self.first_failure = run.first_failure;
+        }
+        self.elapsed += run.elapsed;
+        self.cpu_s += run.cpu_s;
+        self.latency.add(&run.latency)?;
+        Ok(())
+    }
+
+    fn rps(&self) -> f64 {
+        self.requests as f64 / self.elapsed
+    }
+
+    fn cpu_per_request(&self) -> f64 {
+        self.cpu_s / self.requests as f64
+    }
+}
+
+/// CPU seconds `pids` have used, all their threads together.
+fn cpu_seconds(pids: &[u32]) -> f64 {
+    let meter = CpuMeter {
+        processes: pids.iter().map(|pid| ("p", pid.to_string())).collect(),
+    };
+    meter.snapshot().into_iter().flatten().sum()
+}
+
+/// `args.connections` connections sending requests one after another for `args.seconds`;
+/// `pids` are the processes serving them, whose CPU time is measured.
+async fn load(addr: SocketAddr, host: &str, args: &IngressBenchArgs, pids: &[u32]) -> Result<Load> {
     let latency = Arc::new(Mutex::new(histogram()));
     let until = Instant::now() + Duration::from_secs(args.seconds);
+    let cpu_before = cpu_seconds(pids);
     let started = Instant::now();
     let workers = (0..args.connections).map(|_| {
         let latency = latency.clone();
@@ -394,6 +472,7 @@ async fn load(addr: SocketAddr, host: &str, args: &IngressBenchArgs) -> Result<L
     });
     let results = futures::future::try_join_all(workers).await?;
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu_s = cpu_seconds(pids) - cpu_before;
     let requests = results.iter().map(|r| r.0).sum();
     let errors = results.iter().map(|r| r.1).sum();
     let failed = results.iter().map(|r| r.2).sum();
@@ -406,7 +485,8 @@ async fn load(addr: SocketAddr, host: &str, args: &IngressBenchArgs) -> Result<L
         errors,
         failed,
         first_failure,
-        rps: requests as f64 / elapsed,
+        elapsed,
+        cpu_s,
         latency,
     })
 }
@@ -414,6 +494,7 @@ async fn load(addr: SocketAddr, host: &str, args: &IngressBenchArgs) -> Result<L
 /// `skiff ingress` as a child on a free loopback port.
 struct IngressChild {
     _child: SkiffChild,
+    pid: u32,
     addr: SocketAddr,
 }
 
@@ -444,6 +525,7 @@ impl IngressChild {
             .and_then(|a| a.parse().ok())
             .with_context(|| format!("no HTTP address in {:?}", child.ready))?;
         Ok(IngressChild {
+            pid: child.pid,
             _child: child,
             addr,
         })
@@ -506,6 +588,28 @@ impl NginxChild {
 }
 
 impl NginxChild {
+    /// The worker processes (the master's children), which serve every connection.
+    fn workers(&self) -> Vec<u32> {
+        let Some(master) = self.child.id() else {
+            return Vec::new();
+        };
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                // `pid (comm) state ppid …`
+                let ppid = stat
+                    .rfind(')')
+                    .and_then(|end| stat[end + 1..].split_whitespace().nth(1))
+                    .and_then(|ppid| ppid.parse::<u32>().ok());
+                ppid == Some(master)
+            })
+            .collect()
+    }
+
     /// SIGTERM (nginx's fast shutdown: the master stops its workers), then wait.
     async fn stop(mut self) {
         if let Some(pid) = self.child.id() {
