@@ -124,9 +124,8 @@ struct Accepted {
 /// connection, every request on it and the upstream connections they use stay on the thread
 /// the connection was handed to, so forwarding a request never wakes a task on another core:
 /// on a work-stealing runtime the client's connection, the handler and the pooled upstream
-/// connection are tasks that wake one another across threads for every request, which cost
-/// more than the proxying itself. Connections are handed out in turn; the threads end when
-/// the last handle is dropped.
+/// connection are tasks that wake one another across threads for every request. Connections
+/// are handed out in turn; the threads end when the last handle is dropped.
 #[derive(Clone)]
 pub struct Workers {
     queues: Arc<[mpsc::UnboundedSender<Accepted>]>,

@@ -4,8 +4,9 @@
 //! CertificateSigningRequests are approved and issued by the controller manager's
 //! `csrapproving` and `csrsigning`, and it runs a real kubelet with its managed containerd, the
 //! proxy and the network policy controller. Its Node goes Ready, a pod scheduled there runs and `kubectl exec` reaches it
-//! through the API server; a restarted agent reuses its certificates (no new request); a token
-//! for another CA is refused. Needs root (containerd, CNI, network namespaces); skips otherwise.
+//! through the API server; a restarted agent reuses its certificates (no new request) and does
+//! not run the node controllers the server's published settings turn off; a token for another
+//! CA is refused. Needs root (containerd, CNI, network namespaces); skips otherwise.
 
 mod support;
 
@@ -41,6 +42,34 @@ fn csr_rows(api: &ApiServer) -> Vec<String> {
         .lines()
         .map(String::from)
         .collect()
+}
+
+/// `ss` listing the TCP listeners on port 80 (the ingress controller's), one line each.
+const HTTP_LISTENERS: [&str; 3] = ["ss", "-Hltn", "sport = :80"];
+
+/// What `skiff server --disable <disable>` publishes for its agents: the ConfigMap
+/// `kube-system/skiff-node-config` and the Role and RoleBinding that let nodes read it.
+fn publish_node_config(api: &ApiServer, disable: &str) {
+    let name = "skiff-node-config";
+    let objects = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": name, "namespace": "kube-system"},
+         "data": {"flannel-backend": "vxlan", "disable": disable}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": name, "namespace": "kube-system"},
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [name],
+                    "verbs": ["get"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": name, "namespace": "kube-system"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                       "name": "system:nodes"}]},
+    ]});
+    api.kubectl_stdin(
+        KUBECTL_133,
+        &["apply", "-f", "-"],
+        Some(&objects.to_string()),
+    );
 }
 
 #[test]
@@ -185,7 +214,15 @@ fn an_agent_joins_with_a_token_runs_pods_and_keeps_its_certificates_across_a_res
     );
     assert_eq!(output_text(&out).0, "hello from the joined node\n");
 
-    // a restart reuses all three certificates: no new request
+    // with no published settings it runs every node controller: the ingress holds port 80
+    net.exec_until(&HTTP_LISTENERS, "the ingress controller listening", |out| {
+        !out.trim().is_empty()
+    });
+
+    // a restart reuses all three certificates: no new request; the node controllers the
+    // server turned off (as `skiff server --disable ingress,network-policy` publishes it)
+    // are not run
+    publish_node_config(&api, "ingress,network-policy");
     let lines = agent.restart();
     assert_eq!(
         lines.iter().filter(|l| l.contains("reusing")).count(),
@@ -193,6 +230,17 @@ fn an_agent_joins_with_a_token_runs_pods_and_keeps_its_certificates_across_a_res
         "{lines:?}"
     );
     assert_eq!(csr_rows(&api).len(), 3);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("the server disabled network-policy, ingress: not running them")),
+        "{lines:?}"
+    );
+    let ingress = net.exec_ok(&HTTP_LISTENERS);
+    assert!(
+        ingress.trim().is_empty(),
+        "the ingress still runs: {ingress}"
+    );
 
     // requests no controller decides wait for a person: kubectl certificate approve and deny
     // write the `/approval` subresource

@@ -132,6 +132,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             NodeConfig::default()
         }
     };
+    let disabled = cluster.disabled();
+    if !disabled.is_empty() {
+        println!(
+            "skiff agent: the server disabled {}: not running them",
+            disabled.join(", ")
+        );
+    }
     let flannel_backend = args.flannel_backend.unwrap_or(cluster.flannel_backend);
     let mut kubelet_argv: Vec<String> = vec![
         "--kubeconfig".into(),

@@ -44,18 +44,22 @@ impl Default for NodeConfig {
 }
 
 impl NodeConfig {
-    /// The ConfigMap's data.
-    pub fn to_data(self) -> BTreeMap<String, String> {
-        let disabled: Vec<&str> = [
+    /// The node controllers turned off, by their `--disable` names.
+    pub fn disabled(self) -> Vec<&'static str> {
+        [
             (!self.network_policy).then_some("network-policy"),
             (!self.ingress).then_some("ingress"),
         ]
         .into_iter()
         .flatten()
-        .collect();
+        .collect()
+    }
+
+    /// The ConfigMap's data.
+    pub fn to_data(self) -> BTreeMap<String, String> {
         BTreeMap::from([
             (FLANNEL_BACKEND.into(), self.flannel_backend.flag_value()),
-            (DISABLE.into(), disabled.join(",")),
+            (DISABLE.into(), self.disabled().join(",")),
         ])
     }
 
