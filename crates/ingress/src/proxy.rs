@@ -35,6 +35,9 @@ pub type Body = BoxBody<Bytes, hyper::Error>;
 /// The body of a request sent upstream: the client's, or none when a request is tried again.
 type UpstreamBody = Either<Incoming, Empty<Bytes>>;
 
+/// The tracing target of the access log, a line per request.
+pub const ACCESS_LOG: &str = "access";
+
 /// How many endpoints one request may be sent to (ingress-nginx's `proxy-next-upstream-tries`).
 pub const TRIES: usize = 3;
 
@@ -92,7 +95,7 @@ impl Proxy {
         let host = request_host(&req).unwrap_or_else(|| HeaderValue::from_static(""));
         let (response, upstream) = self.forward(req, &host, from).await;
         tracing::info!(
-            target: "access",
+            target: ACCESS_LOG,
             client = %from.client,
             method = %method,
             host = host.to_str().unwrap_or_default(),

@@ -29,7 +29,7 @@ pub fn init() -> Guard {
         .unwrap_or_else(|_| EnvFilter::new("info,hickory_server=warn"));
     let access = Batched::default();
     let writer = std::io::stderr
-        .with_filter(|meta| meta.target() != "access")
+        .with_filter(|meta| meta.target() != skiff_ingress::proxy::ACCESS_LOG)
         .or_else(access.clone());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
