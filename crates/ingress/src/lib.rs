@@ -3,7 +3,7 @@
 //! `skiff server` creates as the default), served by a reverse proxy on every node's HTTP and
 //! HTTPS ports, as k3s's Traefik serves them through ServiceLB.
 //!
-//! Built on hyper 1 (server and client, via hyper-util) and rustls (tokio-rustls), not on
+//! Built on hyper 1 (hyper-util's server; hyper's connection-level client) and rustls (tokio-rustls), not on
 //! pingora: pingora brings BoringSSL or OpenSSL and a runtime of its own beside tokio, while
 //! hyper is the HTTP stack the API server and kube-rs already run in this binary, and rustls
 //! chooses a certificate per handshake through a [`rustls::server::ResolvesServerCert`], which
@@ -19,10 +19,13 @@
 //! - [`config`]: one configuration built from the informers' objects, without I/O.
 //! - [`tls`]: certificates from `kubernetes.io/tls` Secrets, chosen by SNI.
 //! - [`controller`]: the informers and the rebuild loop.
-//! - [`proxy`]: one request forwarded (headers, upgrades, access log).
+//! - [`proxy`]: one request forwarded (headers, upgrades).
+//! - [`access`]: the access log, a line per request.
+//! - [`upstream`]: each worker's connections to the endpoints, pooled and driven in line.
 //! - [`listen`]: the HTTP and HTTPS ports, and the worker threads (one per core) serving them.
 //! - [`status`]: the elected status and event writer.
 
+pub mod access;
 pub mod config;
 pub mod controller;
 pub mod listen;
@@ -30,6 +33,7 @@ pub mod proxy;
 pub mod route;
 pub mod status;
 pub mod tls;
+pub mod upstream;
 
 /// What the controller's setup did wrong.
 #[derive(Debug, thiserror::Error)]

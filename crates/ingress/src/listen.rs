@@ -146,7 +146,7 @@ impl Workers {
                 .name(format!("ingress-{n}"))
                 .spawn(move || {
                     runtime.block_on(async move {
-                        let proxy = Proxy::new(config);
+                        let proxy = Arc::new(Proxy::new(config));
                         while let Some(next) = accepted.recv().await {
                             tokio::spawn(accept(next, proxy.clone()));
                         }
@@ -168,7 +168,7 @@ impl Workers {
 }
 
 /// Serves one handed-over connection (after its TLS handshake on an HTTPS port).
-async fn accept(accepted: Accepted, proxy: Proxy) {
+async fn accept(accepted: Accepted, proxy: Arc<Proxy>) {
     let Accepted { stream, peer, tls } = accepted;
     let stream = match TcpStream::from_std(stream) {
         Ok(stream) => stream,
@@ -187,7 +187,7 @@ async fn accept(accepted: Accepted, proxy: Proxy) {
 }
 
 /// Serves HTTP/1.1 or HTTP/2 on one connection until the client closes it.
-async fn connection<S>(stream: S, peer: Peer, proxy: Proxy)
+async fn connection<S>(stream: S, peer: Peer, proxy: Arc<Proxy>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

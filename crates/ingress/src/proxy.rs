@@ -1,13 +1,13 @@
 //! The reverse proxy: one request routed by the current [`Config`], forwarded over HTTP/1.1
 //! (or h2c to a Service port whose `appProtocol` is `kubernetes.io/h2c`, as gRPC servers are)
-//! to the next ready endpoint of its backend through a keep-alive connection pool, with
-//! `X-Forwarded-*` headers set and hop-by-hop headers dropped, and an access-log line (tracing
-//! target `access`) per request. A `Connection: Upgrade` request (WebSocket) is forwarded with
-//! its upgrade headers; on `101 Switching Protocols` the two upgraded connections are joined
-//! byte for byte. 404 when no rule matches, 503 when the route's Service or endpoints are
-//! missing, 502 when the endpoint cannot be reached. A request without a body whose endpoint
-//! refuses the connection is sent to another endpoint, up to [`TRIES`] in all (ingress-nginx's
-//! `proxy-next-upstream error` with its 3 tries; a request with a body is not replayed).
+//! to the next ready endpoint of its backend through the worker's [`crate::upstream`]
+//! connections, with `X-Forwarded-*` headers set and hop-by-hop headers dropped, and an
+//! [`access`] log line per request. A `Connection: Upgrade` request (WebSocket) is forwarded
+//! with its upgrade headers; on `101 Switching Protocols` the two upgraded connections are
+//! joined byte for byte. 404 when no rule matches, 503 when the route's Service or endpoints are
+//! missing, 502 when the endpoint cannot be reached. A request whose endpoint refuses the
+//! connection, before anything was sent, goes to another endpoint, up to [`TRIES`] in all
+//! (ingress-nginx's `proxy-next-upstream error` with its 3 tries).
 //!
 //! The `X-Forwarded-*` headers a client sends are replaced, not appended to (Traefik's default
 //! for clients it does not trust, which here is every client).
@@ -19,24 +19,19 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Either, Empty, Full};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Either, Full};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 
+use crate::access;
 use crate::config::Config;
+use crate::route::Backend;
+use crate::upstream::{Failed, Pool, Protocol};
 
 /// The body of every response the proxy gives.
-pub type Body = BoxBody<Bytes, hyper::Error>;
-
-/// The body of a request sent upstream: the client's, or none when a request is tried again.
-type UpstreamBody = Either<Incoming, Empty<Bytes>>;
-
-/// The tracing target of the access log, a line per request.
-pub const ACCESS_LOG: &str = "access";
+pub type Body = UnsyncBoxBody<Bytes, hyper::Error>;
 
 /// How many endpoints one request may be sent to (ingress-nginx's `proxy-next-upstream-tries`).
 pub const TRIES: usize = 3;
@@ -66,106 +61,131 @@ pub struct Peer {
     pub tls: bool,
 }
 
-/// The proxy shared by a worker's connections: the configuration and the upstream connection
-/// pools, HTTP/1.1 and h2c.
-#[derive(Clone)]
+/// The proxy shared by one worker's connections: the configuration and the worker's
+/// connections to the endpoints.
 pub struct Proxy {
     config: watch::Receiver<Arc<Config>>,
-    http1: Client<HttpConnector, UpstreamBody>,
-    h2c: Client<HttpConnector, UpstreamBody>,
+    upstreams: Arc<Pool>,
 }
 
 impl Proxy {
+    /// A proxy by the newest `config`; closes idle upstream connections from a task on the
+    /// current runtime (the worker's).
     pub fn new(config: watch::Receiver<Arc<Config>>) -> Proxy {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        let http1 = Client::builder(TokioExecutor::new()).build(connector.clone());
-        let h2c = Client::builder(TokioExecutor::new())
-            .http2_only(true)
-            .build(connector);
-        Proxy { config, http1, h2c }
+        let upstreams = Arc::new(Pool::default());
+        tokio::spawn(Pool::sweep(Arc::downgrade(&upstreams)));
+        Proxy { config, upstreams }
     }
 
     /// Serves one request from `from`.
     pub async fn serve(&self, req: Request<Incoming>, from: Peer) -> Response<Body> {
         let started = Instant::now();
-        let method = req.method().clone();
-        let version = req.version();
-        let uri = req.uri().clone();
         let host = request_host(&req).unwrap_or_else(|| HeaderValue::from_static(""));
-        let (response, upstream) = self.forward(req, &host, from).await;
-        tracing::info!(
-            target: ACCESS_LOG,
-            client = %from.client,
-            method = %method,
-            host = host.to_str().unwrap_or_default(),
-            path = uri.path(),
-            version = ?version,
-            status = response.status().as_u16(),
-            upstream = %Upstream(upstream),
-            duration_ms = started.elapsed().as_secs_f64() * 1e3,
-        );
+        // what the access log needs of the request, which is forwarded
+        let logged = access::enabled().then(|| {
+            let headers = req.headers();
+            let header = |name| headers.get(name).cloned();
+            let (referer, user_agent) = (header(header::REFERER), header(header::USER_AGENT));
+            (
+                req.method().clone(),
+                req.uri().clone(),
+                req.version(),
+                referer,
+                user_agent,
+            )
+        });
+        let (response, backend, upstream) = self.forward(req, &host, from).await;
+        if let Some((method, uri, version, referer, user_agent)) = &logged {
+            access::Entry {
+                client: from.client.ip(),
+                method,
+                uri,
+                version: *version,
+                status: response.status().as_u16(),
+                referer: referer.as_ref(),
+                user_agent: user_agent.as_ref(),
+                host: host.as_bytes(),
+                duration: started.elapsed(),
+                backend: backend.as_deref().map(|b| b.name.as_str()),
+                upstream,
+            }
+            .log();
+        }
         response
     }
 
-    /// The response, and the endpoint it came from.
+    /// The response, the backend routed to, and the endpoint the response came from.
     async fn forward(
         &self,
         mut req: Request<Incoming>,
         host: &HeaderValue,
         from: Peer,
-    ) -> (Response<Body>, Option<SocketAddr>) {
+    ) -> (Response<Body>, Option<Arc<Backend>>, Option<SocketAddr>) {
         let config = self.config.borrow().clone();
         let Some(backend) = config
             .table
             .route(host.to_str().unwrap_or_default(), req.uri().path())
         else {
-            return (error(StatusCode::NOT_FOUND, "404 page not found"), None);
+            return (
+                error(StatusCode::NOT_FOUND, "404 page not found"),
+                None,
+                None,
+            );
         };
-        let Some(endpoint) = backend.pick() else {
+        let backend = backend.clone();
+        let Some(mut endpoint) = backend.pick() else {
             let why = backend.unavailable.as_deref().unwrap_or("no endpoints");
             tracing::debug!(backend = %backend.name, why, "no endpoint");
             return (
                 error(StatusCode::SERVICE_UNAVAILABLE, "503 Service Unavailable"),
+                Some(backend),
                 None,
             );
         };
         let upgrade = upgrade_protocol(&req);
         let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
         // an upgrade is an HTTP/1.1 mechanism, whatever the endpoints speak otherwise
-        let h2c = backend.h2c && upgrade.is_none();
-        let client = if h2c { &self.h2c } else { &self.http1 };
-        if let Err(e) = prepare(&mut req, host, endpoint, from, upgrade, h2c) {
+        let protocol = match (&upgrade, backend.h2c) {
+            (Some(_), _) => Protocol::Upgrade,
+            (None, true) => Protocol::H2c,
+            (None, false) => Protocol::Http1,
+        };
+        if let Err(e) = prepare(&mut req, host, from, upgrade, protocol == Protocol::H2c) {
             tracing::debug!(error = %e, "bad request");
-            return (error(StatusCode::BAD_REQUEST, "400 Bad Request"), None);
+            return (
+                error(StatusCode::BAD_REQUEST, "400 Bad Request"),
+                Some(backend),
+                None,
+            );
         }
-        // a copy to send elsewhere if this endpoint refuses; only when there is an elsewhere
-        let retryable = backend.endpoints.len() > 1 && hyper::body::Body::is_end_stream(req.body());
-        let (parts, body) = req.into_parts();
-        let replay = retryable.then(|| parts.clone());
-        let req = Request::from_parts(parts, body);
-        let mut tried = vec![endpoint];
-        let mut sent = client.request(req.map(Either::Left)).await;
-        while let (Err(e), Some(parts)) = (&sent, &replay) {
-            if !e.is_connect() || tried.len() == TRIES {
-                break;
+        let mut req = req.map(Either::Left);
+        let mut tried = [endpoint; TRIES];
+        let mut n = 1;
+        let sent = loop {
+            match self.upstreams.send(endpoint, req, protocol).await {
+                // nothing was sent: another endpoint may take it
+                Err(Failed::Connect(e, back)) if n < TRIES => {
+                    let Some(next) = backend.pick_untried(&tried[..n]) else {
+                        break Err(Failed::Connect(e, back));
+                    };
+                    tracing::debug!(backend = %backend.name, %endpoint, error = %e, %next, "connecting failed; trying another endpoint");
+                    (endpoint, req) = (next, *back);
+                    tried[n] = next;
+                    n += 1;
+                }
+                sent => break sent,
             }
-            let Some(next) = backend.pick_untried(&tried) else {
-                break;
-            };
-            tracing::debug!(backend = %backend.name, endpoint = %tried[tried.len() - 1], error = %e, %next, "connecting failed; trying another endpoint");
-            let mut retry = Request::from_parts(parts.clone(), Either::Right(Empty::new()));
-            *retry.uri_mut() = endpoint_uri(next, retry.uri());
-            tried.push(next);
-            sent = client.request(retry).await;
-        }
-        let endpoint = tried[tried.len() - 1];
+        };
         let upstream = Some(endpoint);
         let mut response = match sent {
             Ok(response) => response,
             Err(e) => {
                 tracing::warn!(backend = %backend.name, %endpoint, error = %e, "upstream request failed");
-                return (error(StatusCode::BAD_GATEWAY, "502 Bad Gateway"), upstream);
+                return (
+                    error(StatusCode::BAD_GATEWAY, "502 Bad Gateway"),
+                    Some(backend),
+                    upstream,
+                );
             }
         };
         if response.status() == StatusCode::SWITCHING_PROTOCOLS
@@ -174,10 +194,14 @@ impl Proxy {
             let upstream_upgrade = hyper::upgrade::on(&mut response);
             tokio::spawn(join_upgraded(client_upgrade, upstream_upgrade));
             let (parts, _) = response.into_parts();
-            return (Response::from_parts(parts, empty()), upstream);
+            return (
+                Response::from_parts(parts, empty()),
+                Some(backend),
+                upstream,
+            );
         }
         strip_hop_by_hop(response.headers_mut());
-        (response.map(BodyExt::boxed), upstream)
+        (response.map(BodyExt::boxed_unsync), Some(backend), upstream)
     }
 }
 
@@ -187,18 +211,6 @@ fn request_host<B>(req: &Request<B>) -> Option<HeaderValue> {
         let authority = req.uri().authority()?;
         HeaderValue::from_str(authority.as_str()).ok()
     })
-}
-
-/// The endpoint a request went to in the access log, `-` for none (nginx's `$upstream_addr`).
-struct Upstream(Option<SocketAddr>);
-
-impl std::fmt::Display for Upstream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            Some(endpoint) => endpoint.fmt(f),
-            None => f.write_str("-"),
-        }
-    }
 }
 
 /// The protocol asked for by an HTTP/1.1 `Connection: upgrade` request.
@@ -211,18 +223,19 @@ fn upgrade_protocol<B>(req: &Request<B>) -> Option<HeaderValue> {
         .flatten()
 }
 
-/// Rewrites `req` for `endpoint`: its URI, over HTTP/1.1 (or HTTP/2 to an `h2c` endpoint),
-/// the Host kept, hop-by-hop headers dropped (the upgrade put back, and `TE: trailers` to an
-/// h2c endpoint, which gRPC needs), `X-Forwarded-*` set.
+/// Rewrites `req` for an endpoint: its URI in origin form, over HTTP/1.1 (or HTTP/2 to an
+/// `h2c` endpoint), the Host kept, hop-by-hop headers dropped (the upgrade put back, and `TE:
+/// trailers` to an h2c endpoint, which gRPC needs), `X-Forwarded-*` set.
 fn prepare<B>(
     req: &mut Request<B>,
     host: &HeaderValue,
-    endpoint: SocketAddr,
     from: Peer,
     upgrade: Option<HeaderValue>,
     h2c: bool,
 ) -> Result<(), http::Error> {
-    *req.uri_mut() = endpoint_uri(endpoint, req.uri());
+    if req.uri().scheme().is_some() || req.uri().authority().is_some() {
+        *req.uri_mut() = origin_form(req.uri());
+    }
     *req.version_mut() = if h2c {
         Version::HTTP_2
     } else {
@@ -250,17 +263,14 @@ fn prepare<B>(
     Ok(())
 }
 
-/// `uri`'s path and query at `endpoint`.
-fn endpoint_uri(endpoint: SocketAddr, uri: &Uri) -> Uri {
-    let mut parts = http::uri::Parts::default();
-    parts.scheme = Some(http::uri::Scheme::HTTP);
-    parts.authority = http::uri::Authority::try_from(endpoint.to_string()).ok();
-    parts.path_and_query = Some(
+/// `uri`'s path and query alone (`/` when it has none), as HTTP/1.1 sends it to an origin
+/// server.
+fn origin_form(uri: &Uri) -> Uri {
+    Uri::from(
         uri.path_and_query()
             .cloned()
             .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
-    );
-    Uri::from_parts(parts).unwrap_or_else(|_| uri.clone())
+    )
 }
 
 /// Whether the client accepts trailers (`TE: trailers`).
@@ -305,7 +315,7 @@ async fn join_upgraded(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgra
 fn empty() -> Body {
     Full::new(Bytes::new())
         .map_err(|never| match never {})
-        .boxed()
+        .boxed_unsync()
 }
 
 /// A plain-text error page.
@@ -313,7 +323,7 @@ fn error(status: StatusCode, text: &'static str) -> Response<Body> {
     let mut response = Response::new(
         Full::new(Bytes::from_static(text.as_bytes()))
             .map_err(|never| match never {})
-            .boxed(),
+            .boxed_unsync(),
     );
     *response.status_mut() = status;
     response.headers_mut().insert(
@@ -379,13 +389,12 @@ mod tests {
         prepare(
             &mut req,
             &HeaderValue::from_static("a.com"),
-            "10.42.0.5:8080".parse().unwrap(),
             from,
             None,
             false,
         )
         .unwrap();
-        assert_eq!(req.uri().to_string(), "http://10.42.0.5:8080/x/y?z=1");
+        assert_eq!(req.uri().to_string(), "/x/y?z=1");
         assert_eq!(req.version(), Version::HTTP_11);
         let header = |name: &str| {
             req.headers()
@@ -416,14 +425,13 @@ mod tests {
             port: 80,
             tls: false,
         };
-        let endpoint = "10.42.0.5:9000".parse().unwrap();
         let host = HeaderValue::from_static("a.com");
         let mut http1 = request();
-        prepare(&mut http1, &host, endpoint, from, None, false).unwrap();
+        prepare(&mut http1, &host, from, None, false).unwrap();
         assert_eq!(http1.version(), Version::HTTP_11);
         assert!(!http1.headers().contains_key(header::TE));
         let mut h2c = request();
-        prepare(&mut h2c, &host, endpoint, from, None, true).unwrap();
+        prepare(&mut h2c, &host, from, None, true).unwrap();
         assert_eq!(h2c.version(), Version::HTTP_2);
         assert_eq!(h2c.headers()[header::TE], "trailers");
     }
@@ -445,7 +453,6 @@ mod tests {
         prepare(
             &mut req,
             &HeaderValue::from_static("a.com"),
-            "10.42.0.5:8080".parse().unwrap(),
             from,
             upgrade,
             false,

@@ -241,6 +241,23 @@ fn an_ingress_routes_hosts_and_paths_serves_tls_by_sni_and_follows_a_scale_up() 
     assert_eq!(curl(&net, "http", "c.example", "/", None).0, 404);
     assert_eq!(curl(&net, "http", "a.example", "/missing", None).0, 503);
     assert_eq!(curl(&net, "http", "a.example", "/", None).0, 200);
+    // each request has an access-log line, written within FLUSH_EVERY
+    let log = || std::fs::read_to_string(api.data_dir.join("ingress.log")).unwrap();
+    let logged = |needle: &str| {
+        let deadline = std::time::Instant::now() + support::HANG_GUARD;
+        while !log().contains(needle) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {needle:?} in:\n{}",
+                log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    logged("\"GET /missing HTTP/1.1\" 503 - \"-\" \"curl/");
+    logged("\"GET / HTTP/2.0\" 200 - \"-\" \"curl/");
+    logged("\"a.example\" 0.0");
+    logged(" [default/web:80] 10.42.");
 
     // TLS by SNI with the Secret's certificate, HTTP/2 by ALPN
     let (code, version, body) = until_code_tls(&net, &ca);

@@ -515,7 +515,7 @@ impl IngressChild {
             &kubeconfig,
         ];
         // its access log on, as in production and as nginx's
-        let filter = format!("warn,{}=info", skiff_ingress::proxy::ACCESS_LOG);
+        let filter = format!("warn,{}=info", skiff_ingress::access::TARGET);
         let child = start_logging(&std::env::current_exe()?, &args, log, &filter).await?;
         // `skiff ingress ready: node N, http 127.0.0.1:P, https …`
         let addr = child

@@ -1,0 +1,553 @@
+//! The HTTP/1.1 connections to the endpoints: a keep-alive pool per worker thread (nginx's
+//! per-worker `keepalive` cache), built on hyper's connection-level client
+//! (`hyper::client::conn::http1`) rather than hyper-util's pooled `Client`.
+//!
+//! A pooled connection has no task of its own: the request that checked it out drives it
+//! (polls hyper's connection future) while it waits for the response, and the response body
+//! drives it while the body is read, then hands it back to the pool once the body has ended.
+//! Forwarding a request thus runs in one task from the client's request to the last byte of
+//! the answer, as in nginx's event loop; hyper-util's `Client` spawns a task per upstream
+//! connection, a task per response to return its connection, and keeps one pool for all
+//! threads behind a lock and a hashed key, which together cost more CPU per request than the
+//! rest of the proxy (see BENCHMARKS.md, Ingress).
+//!
+//! h2c endpoints get one multiplexed HTTP/2 connection per worker, run by a task of its own as
+//! HTTP/2 needs; a WebSocket upgrade gets a connection of its own.
+//!
+//! An idle connection is not polled, so one the endpoint closed is found out when it is next
+//! checked out (hyper's connection reads the end of the stream and ends) or by the sweep
+//! every [`SWEEP_EVERY`], which also closes those idle longer than [`IDLE_TIMEOUT`]. A request
+//! that a reused connection could not send (it closed as the request was handed over) is sent
+//! on a new connection.
+
+use std::collections::HashMap;
+use std::future::{Future, poll_fn};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{Either, Empty};
+use hyper::body::{Body as _, Frame, Incoming, SizeHint};
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpStream;
+
+/// The body of a request sent upstream: the client's, or none.
+pub type UpstreamBody = Either<Incoming, Empty<Bytes>>;
+
+/// How long a connection may stay idle in the pool (nginx's upstream `keepalive_timeout`).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often idle connections are checked for [`IDLE_TIMEOUT`] and for having been closed.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(10);
+/// The most idle connections kept to one endpoint by one worker; more are closed.
+pub const MAX_IDLE: usize = 128;
+
+/// Why a request could not be forwarded.
+#[derive(Debug)]
+pub enum Failed {
+    /// No connection could be opened: nothing was sent, and the request comes back.
+    Connect(std::io::Error, Box<Request<UpstreamBody>>),
+    /// The exchange failed once the request was handed to a connection.
+    Exchange(hyper::Error),
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failed::Connect(e, _) => write!(f, "connecting: {e}"),
+            Failed::Exchange(e) => e.fmt(f),
+        }
+    }
+}
+
+/// How a request is spoken to its endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/1.1 over a pooled keep-alive connection.
+    Http1,
+    /// HTTP/2 without TLS, over one multiplexed connection per endpoint and worker.
+    H2c,
+    /// HTTP/1.1 over a connection of its own, which a `101 Switching Protocols` hands over to
+    /// the upgraded protocol (WebSocket); never pooled.
+    Upgrade,
+}
+
+/// One worker's connections to the endpoints: idle HTTP/1.1 ones, and an h2c one per
+/// endpoint.
+#[derive(Default)]
+pub struct Pool {
+    idle: Mutex<HashMap<SocketAddr, Vec<Idle>>>,
+    h2c: Mutex<HashMap<SocketAddr, http2::SendRequest<UpstreamBody>>>,
+}
+
+struct Idle {
+    conn: Conn,
+    since: Instant,
+}
+
+impl Pool {
+    /// Sends `req` (in origin form, its Host set) to `endpoint` by `protocol`.
+    pub async fn send(
+        self: &Arc<Pool>,
+        endpoint: SocketAddr,
+        req: Request<UpstreamBody>,
+        protocol: Protocol,
+    ) -> Result<Response<ResponseBody>, Failed> {
+        let response = match protocol {
+            Protocol::Http1 => return self.send_http1(endpoint, req).await,
+            // boxed: their futures are large, and would enlarge every request's
+            Protocol::H2c => Box::pin(self.send_h2c(endpoint, req)).await?,
+            Protocol::Upgrade => Box::pin(send_upgrade(endpoint, req)).await?,
+        };
+        Ok(response.map(|body| ResponseBody {
+            body,
+            ended: false,
+            conn: None,
+        }))
+    }
+
+    /// Sends `req` on an idle connection to `endpoint`, or a new one; the response's body
+    /// hands the connection back once it has been read.
+    async fn send_http1(
+        self: &Arc<Pool>,
+        endpoint: SocketAddr,
+        mut req: Request<UpstreamBody>,
+    ) -> Result<Response<ResponseBody>, Failed> {
+        loop {
+            let (mut conn, reused) = match self.checkout(endpoint).await {
+                Some(conn) => (conn, true),
+                None => match Conn::open(endpoint).await {
+                    Ok(conn) => (conn, false),
+                    Err(e) => return Err(Failed::Connect(e, Box::new(req))),
+                },
+            };
+            match conn.send(req).await {
+                Ok(response) => {
+                    let pool = Arc::downgrade(self);
+                    return Ok(response.map(|body| ResponseBody {
+                        body,
+                        ended: false,
+                        conn: Some((conn, pool, endpoint)),
+                    }));
+                }
+                Err(mut e) => match e.take_message() {
+                    // the idle connection closed as the request was handed over
+                    Some(back) if reused => req = back,
+                    _ => return Err(Failed::Exchange(e.into_error())),
+                },
+            }
+        }
+    }
+
+    /// Sends `req` on the worker's HTTP/2 connection to `endpoint`, opened if there is none
+    /// or it has closed.
+    async fn send_h2c(
+        &self,
+        endpoint: SocketAddr,
+        mut req: Request<UpstreamBody>,
+    ) -> Result<Response<Incoming>, Failed> {
+        // HTTP/2 names the scheme and authority in every request
+        *req.uri_mut() = absolute(endpoint, req.uri());
+        let open = {
+            let h2c = self.h2c.lock().expect("the pool's lock is never poisoned");
+            h2c.get(&endpoint).filter(|s| !s.is_closed()).cloned()
+        };
+        let mut sender = match open {
+            Some(sender) => sender,
+            None => {
+                let stream = match connect(endpoint).await {
+                    Ok(stream) => stream,
+                    Err(e) => return Err(Failed::Connect(e, Box::new(req))),
+                };
+                let (sender, driver) = http2::handshake(TokioExecutor::new(), stream)
+                    .await
+                    .map_err(Failed::Exchange)?;
+                tokio::spawn(async move {
+                    if let Err(e) = driver.await {
+                        tracing::debug!(%endpoint, error = %e, "h2c upstream connection ended");
+                    }
+                });
+                let mut h2c = self.h2c.lock().expect("the pool's lock is never poisoned");
+                h2c.insert(endpoint, sender.clone());
+                sender
+            }
+        };
+        sender.send_request(req).await.map_err(Failed::Exchange)
+    }
+
+    /// The most recently used idle connection to `endpoint` that is still open.
+    async fn checkout(&self, endpoint: SocketAddr) -> Option<Conn> {
+        loop {
+            let mut conn = {
+                let mut idle = self.idle.lock().expect("the pool's lock is never poisoned");
+                idle.get_mut(&endpoint)?.pop()?.conn
+            };
+            if conn.ready().await {
+                return Some(conn);
+            }
+        }
+    }
+
+    fn checkin(&self, endpoint: SocketAddr, conn: Conn) {
+        let mut idle = self.idle.lock().expect("the pool's lock is never poisoned");
+        let list = idle.entry(endpoint).or_default();
+        if list.len() < MAX_IDLE {
+            list.push(Idle {
+                conn,
+                since: Instant::now(),
+            });
+        }
+    }
+
+    /// Closes, every [`SWEEP_EVERY`], the idle connections that the endpoint closed or that
+    /// were idle longer than [`IDLE_TIMEOUT`]; runs on the worker's runtime until the pool
+    /// is dropped.
+    pub async fn sweep(pool: std::sync::Weak<Pool>) {
+        loop {
+            tokio::time::sleep(SWEEP_EVERY).await;
+            let Some(pool) = pool.upgrade() else { return };
+            pool.close_idle(Instant::now());
+        }
+    }
+
+    fn close_idle(&self, now: Instant) {
+        let mut idle = self.idle.lock().expect("the pool's lock is never poisoned");
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        for list in idle.values_mut() {
+            list.retain_mut(|i| {
+                now.duration_since(i.since) < IDLE_TIMEOUT && i.conn.drive(&mut cx)
+            });
+        }
+        idle.retain(|_, list| !list.is_empty());
+    }
+
+    /// Idle connections to `endpoint`.
+    #[cfg(test)]
+    fn idle(&self, endpoint: SocketAddr) -> usize {
+        let idle = self.idle.lock().unwrap();
+        idle.get(&endpoint).map_or(0, Vec::len)
+    }
+}
+
+/// Sends `req` on a new HTTP/1.1 connection to `endpoint` that may be upgraded.
+async fn send_upgrade(
+    endpoint: SocketAddr,
+    req: Request<UpstreamBody>,
+) -> Result<Response<Incoming>, Failed> {
+    let stream = match connect(endpoint).await {
+        Ok(stream) => stream,
+        Err(e) => return Err(Failed::Connect(e, Box::new(req))),
+    };
+    let (mut sender, driver) = http1::handshake(stream).await.map_err(Failed::Exchange)?;
+    tokio::spawn(driver.with_upgrades());
+    sender.send_request(req).await.map_err(Failed::Exchange)
+}
+
+/// `uri`'s path and query at `endpoint`.
+fn absolute(endpoint: SocketAddr, uri: &http::Uri) -> http::Uri {
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(http::uri::Scheme::HTTP);
+    parts.authority = http::uri::Authority::try_from(endpoint.to_string()).ok();
+    parts.path_and_query = uri.path_and_query().cloned();
+    http::Uri::from_parts(parts).unwrap_or_else(|_| uri.clone())
+}
+
+/// A TCP connection to `endpoint`, without Nagle's delay.
+async fn connect(endpoint: SocketAddr) -> std::io::Result<TokioIo<TcpStream>> {
+    let stream = TcpStream::connect(endpoint).await?;
+    stream.set_nodelay(true)?;
+    Ok(TokioIo::new(stream))
+}
+
+/// One HTTP/1.1 connection to an endpoint and the hyper future that runs it.
+struct Conn {
+    sender: http1::SendRequest<UpstreamBody>,
+    /// Hyper's connection future, boxed (it is large, and connections move in and out of
+    /// the pool); `None` once it has ended (the connection closed).
+    driver: Option<Box<http1::Connection<TokioIo<TcpStream>, UpstreamBody>>>,
+}
+
+impl Conn {
+    async fn open(endpoint: SocketAddr) -> std::io::Result<Conn> {
+        let (sender, driver) = http1::handshake(connect(endpoint).await?)
+            .await
+            .map_err(std::io::Error::other)?;
+        Ok(Conn {
+            sender,
+            driver: Some(Box::new(driver)),
+        })
+    }
+
+    /// Polls the connection; false once it has ended.
+    fn drive(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(driver) = &mut self.driver else {
+            return false;
+        };
+        match Pin::new(&mut **driver).poll(cx) {
+            Poll::Pending => true,
+            Poll::Ready(result) => {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "upstream connection ended");
+                }
+                self.driver = None;
+                false
+            }
+        }
+    }
+
+    /// Whether the connection can take a request, driving it until it knows.
+    async fn ready(&mut self) -> bool {
+        poll_fn(|cx| {
+            let open = self.drive(cx);
+            match self.sender.poll_ready(cx) {
+                Poll::Ready(ready) => Poll::Ready(ready.is_ok()),
+                Poll::Pending if open => Poll::Pending,
+                Poll::Pending => Poll::Ready(false),
+            }
+        })
+        .await
+    }
+
+    /// Sends `req`, driving the connection until the response's head arrives.
+    async fn send(
+        &mut self,
+        req: Request<UpstreamBody>,
+    ) -> Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<UpstreamBody>>> {
+        let mut response = std::pin::pin!(self.sender.try_send_request(req));
+        let driver = &mut self.driver;
+        poll_fn(|cx| {
+            if let Poll::Ready(result) = response.as_mut().poll(cx) {
+                return Poll::Ready(result);
+            }
+            // hyper answers the request with an error if the connection ends first
+            if let Some(d) = driver
+                && let Poll::Ready(result) = Pin::new(&mut **d).poll(cx)
+            {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "upstream connection ended");
+                }
+                *driver = None;
+                return response.as_mut().poll(cx);
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// A response body. From a pooled HTTP/1.1 connection, reading it drives the connection, and
+/// once it has been read to the end the connection goes back to the pool (when the body is
+/// dropped before its end the connection is closed, as the rest of the answer cannot be
+/// skipped).
+pub struct ResponseBody {
+    body: Incoming,
+    /// Whether the body has given its last frame.
+    ended: bool,
+    conn: Option<(Conn, std::sync::Weak<Pool>, SocketAddr)>,
+}
+
+impl hyper::body::Body for ResponseBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some((conn, ..)) = &mut self.conn {
+            conn.drive(cx);
+        }
+        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(None) = frame {
+            self.ended = true;
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for ResponseBody {
+    fn drop(&mut self) {
+        if let Some((conn, pool, endpoint)) = self.conn.take()
+            && (self.ended || self.body.is_end_stream())
+            && conn.driver.is_some()
+            && let Some(pool) = pool.upgrade()
+        {
+            pool.checkin(endpoint, conn);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A server giving every request on a connection `answer` (a whole HTTP/1.1 response);
+    /// counts connections.
+    async fn server(answer: String) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let answer = answer.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let mut seen = Vec::new();
+                    loop {
+                        let n = match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        seen.extend_from_slice(&buf[..n]);
+                        while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                            seen.drain(..end + 4);
+                            if stream.write_all(answer.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    fn with_length(body: &str) -> String {
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    fn get() -> Request<UpstreamBody> {
+        Request::get("/")
+            .header(http::header::HOST, "a.com")
+            .body(Either::Right(Empty::new()))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_connection_read_to_the_end_is_reused() {
+        let (addr, accepted) = server(with_length("hello")).await;
+        let pool = Arc::new(Pool::default());
+        for _ in 0..3 {
+            let response = pool.send(addr, get(), Protocol::Http1).await.unwrap();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(body, "hello");
+            assert_eq!(pool.idle(addr), 1);
+        }
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn long_and_chunked_bodies_are_read_whole_and_their_connections_reused() {
+        let long = "x".repeat(1 << 20);
+        let chunked = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
+                       5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+        for (answer, body) in [
+            (with_length(&long), long.as_str()),
+            (chunked.into(), "hello world"),
+        ] {
+            let (addr, accepted) = server(answer).await;
+            let pool = Arc::new(Pool::default());
+            for _ in 0..2 {
+                let response = pool.send(addr, get(), Protocol::Http1).await.unwrap();
+                let got = response.into_body().collect().await.unwrap().to_bytes();
+                assert_eq!(got, body.as_bytes());
+                assert_eq!(pool.idle(addr), 1);
+            }
+            assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+        }
+    }
+
+    #[tokio::test]
+    async fn concurrent_requests_get_connections_of_their_own() {
+        let (addr, accepted) = server(with_length("hello")).await;
+        let pool = Arc::new(Pool::default());
+        let first = pool.send(addr, get(), Protocol::Http1).await.unwrap();
+        let second = pool.send(addr, get(), Protocol::Http1).await.unwrap();
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+        drop(first.into_body().collect().await.unwrap());
+        drop(second.into_body().collect().await.unwrap());
+        assert_eq!(pool.idle(addr), 2);
+    }
+
+    #[tokio::test]
+    async fn a_body_dropped_before_its_end_closes_its_connection() {
+        let (addr, _) = server(with_length("hello")).await;
+        let pool = Arc::new(Pool::default());
+        let response = pool.send(addr, get(), Protocol::Http1).await.unwrap();
+        drop(response);
+        assert_eq!(pool.idle(addr), 0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_endpoint_closed_is_not_reused() {
+        // answers one request, then closes
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut buf = vec![0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+                drop(stream);
+            }
+        });
+        let pool = Arc::new(Pool::default());
+        for _ in 0..3 {
+            let response = pool.send(addr, get(), Protocol::Http1).await.unwrap();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(body, "ok");
+            // let the close arrive before the next request checks the connection out
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_gives_the_request_back() {
+        let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = unused.local_addr().unwrap();
+        drop(unused);
+        let pool = Arc::new(Pool::default());
+        match pool.send(addr, get(), Protocol::Http1).await {
+            Err(Failed::Connect(_, req)) => assert_eq!(req.uri(), "/"),
+            Err(e) => panic!("expected a connect failure, got {e}"),
+            Ok(_) => panic!("expected a connect failure, got a response"),
+        }
+    }
+
+    #[tokio::test]
+    async fn idle_connections_are_closed_after_the_timeout() {
+        let (addr, _) = server(with_length("hello")).await;
+        let pool = Arc::new(Pool::default());
+        let response = pool.send(addr, get(), Protocol::Http1).await.unwrap();
+        drop(response.into_body().collect().await.unwrap());
+        pool.close_idle(Instant::now());
+        assert_eq!(pool.idle(addr), 1);
+        pool.close_idle(Instant::now() + IDLE_TIMEOUT);
+        assert_eq!(pool.idle(addr), 0);
+    }
+}
