@@ -191,10 +191,7 @@ async fn connection<S>(stream: S, peer: Peer, proxy: Arc<Proxy>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = service_fn(move |req| {
-        let proxy = proxy.clone();
-        async move { Ok::<_, std::convert::Infallible>(proxy.serve(req, peer).await) }
-    });
+    let service = service_fn(move |req| proxy.clone().serve(req, peer));
     let builder = auto::Builder::new(TokioExecutor::new());
     if let Err(e) = builder
         .serve_connection_with_upgrades(TokioIo::new(stream), service)

@@ -12,6 +12,7 @@
 //! The `X-Forwarded-*` headers a client sends are replaced, not appended to (Traefik's default
 //! for clients it does not trust, which here is every client).
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -28,7 +29,7 @@ use tokio::sync::watch;
 use crate::access;
 use crate::config::Config;
 use crate::route::Backend;
-use crate::upstream::{Failed, Pool, Protocol};
+use crate::upstream::{Failed, Outgoing, Pool, Protocol};
 
 /// The body of every response the proxy gives.
 pub type Body = UnsyncBoxBody<Bytes, hyper::Error>;
@@ -77,8 +78,12 @@ impl Proxy {
         Proxy { config, upstreams }
     }
 
-    /// Serves one request from `from`.
-    pub async fn serve(&self, req: Request<Incoming>, from: Peer) -> Response<Body> {
+    /// Serves one request from `from` (hyper's service: never an error).
+    pub fn serve(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        from: Peer,
+    ) -> impl Future<Output = Result<Response<Body>, Infallible>> + Send + 'static {
         let started = Instant::now();
         let host = request_host(&req).unwrap_or_else(|| HeaderValue::from_static(""));
         // what the access log needs of the request, which is forwarded
@@ -94,30 +99,34 @@ impl Proxy {
                 user_agent,
             )
         });
-        let (response, backend, upstream) = self.forward(req, &host, from).await;
-        if let Some((method, uri, version, referer, user_agent)) = &logged {
-            access::Entry {
-                client: from.client.ip(),
-                method,
-                uri,
-                version: *version,
-                status: response.status().as_u16(),
-                referer: referer.as_ref(),
-                user_agent: user_agent.as_ref(),
-                host: host.as_bytes(),
-                duration: started.elapsed(),
-                backend: backend.as_deref().map(|b| b.name.as_str()),
-                upstream,
+        // boxed before the future is made, which then holds a pointer to it
+        let req = Box::new(req.map(Either::Left));
+        async move {
+            let (response, backend, upstream) = self.forward(req, &host, from).await;
+            if let Some((method, uri, version, referer, user_agent)) = &logged {
+                access::Entry {
+                    client: from.client.ip(),
+                    method,
+                    uri,
+                    version: *version,
+                    status: response.status().as_u16(),
+                    referer: referer.as_ref(),
+                    user_agent: user_agent.as_ref(),
+                    host: host.as_bytes(),
+                    duration: started.elapsed(),
+                    backend: backend.as_deref().map(|b| b.name.as_str()),
+                    upstream,
+                }
+                .log();
             }
-            .log();
+            Ok(response)
         }
-        response
     }
 
     /// The response, the backend routed to, and the endpoint the response came from.
     async fn forward(
         &self,
-        mut req: Request<Incoming>,
+        mut req: Outgoing,
         host: &HeaderValue,
         from: Peer,
     ) -> (Response<Body>, Option<Arc<Backend>>, Option<SocketAddr>) {
@@ -143,7 +152,7 @@ impl Proxy {
             );
         };
         let upgrade = upgrade_protocol(&req);
-        let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
+        let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut *req));
         // an upgrade is an HTTP/1.1 mechanism, whatever the endpoints speak otherwise
         let protocol = match (&upgrade, backend.h2c) {
             (Some(_), _) => Protocol::Upgrade,
@@ -158,7 +167,6 @@ impl Proxy {
                 None,
             );
         }
-        let mut req = req.map(Either::Left);
         let mut tried = [endpoint; TRIES];
         let mut n = 1;
         let sent = loop {
@@ -169,7 +177,7 @@ impl Proxy {
                         break Err(Failed::Connect(e, back));
                     };
                     tracing::debug!(backend = %backend.name, %endpoint, error = %e, %next, "connecting failed; trying another endpoint");
-                    (endpoint, req) = (next, *back);
+                    (endpoint, req) = (next, back);
                     tried[n] = next;
                     n += 1;
                 }

@@ -39,6 +39,11 @@ use tokio::net::TcpStream;
 /// The body of a request sent upstream: the client's, or none.
 pub type UpstreamBody = Either<Incoming, Empty<Bytes>>;
 
+/// A request on its way upstream, boxed: it passes through several futures, each of which
+/// would otherwise hold a copy of its place (an async fn keeps its arguments besides the
+/// futures it moves them into), and those futures are moved as a whole.
+pub type Outgoing = Box<Request<UpstreamBody>>;
+
 /// How long a connection may stay idle in the pool (nginx's upstream `keepalive_timeout`).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often idle connections are checked for [`IDLE_TIMEOUT`] and for having been closed.
@@ -50,7 +55,7 @@ pub const MAX_IDLE: usize = 128;
 #[derive(Debug)]
 pub enum Failed {
     /// No connection could be opened: nothing was sent, and the request comes back.
-    Connect(std::io::Error, Box<Request<UpstreamBody>>),
+    Connect(std::io::Error, Outgoing),
     /// The exchange failed once the request was handed to a connection.
     Exchange(hyper::Error),
 }
@@ -94,7 +99,7 @@ impl Pool {
     pub async fn send(
         self: &Arc<Pool>,
         endpoint: SocketAddr,
-        req: Request<UpstreamBody>,
+        req: Outgoing,
         protocol: Protocol,
     ) -> Result<Response<ResponseBody>, Failed> {
         let response = match protocol {
@@ -115,14 +120,14 @@ impl Pool {
     async fn send_http1(
         self: &Arc<Pool>,
         endpoint: SocketAddr,
-        mut req: Request<UpstreamBody>,
+        mut req: Outgoing,
     ) -> Result<Response<ResponseBody>, Failed> {
         loop {
             let (mut conn, reused) = match self.checkout(endpoint).await {
                 Some(conn) => (conn, true),
                 None => match Conn::open(endpoint).await {
                     Ok(conn) => (conn, false),
-                    Err(e) => return Err(Failed::Connect(e, Box::new(req))),
+                    Err(e) => return Err(Failed::Connect(e, req)),
                 },
             };
             match conn.send(req).await {
@@ -136,7 +141,7 @@ impl Pool {
                 }
                 Err(mut e) => match e.take_message() {
                     // the idle connection closed as the request was handed over
-                    Some(back) if reused => req = back,
+                    Some(back) if reused => req = Box::new(back),
                     _ => return Err(Failed::Exchange(e.into_error())),
                 },
             }
@@ -148,7 +153,7 @@ impl Pool {
     async fn send_h2c(
         &self,
         endpoint: SocketAddr,
-        mut req: Request<UpstreamBody>,
+        mut req: Outgoing,
     ) -> Result<Response<Incoming>, Failed> {
         // HTTP/2 names the scheme and authority in every request
         *req.uri_mut() = absolute(endpoint, req.uri());
@@ -161,7 +166,7 @@ impl Pool {
             None => {
                 let stream = match connect(endpoint).await {
                     Ok(stream) => stream,
-                    Err(e) => return Err(Failed::Connect(e, Box::new(req))),
+                    Err(e) => return Err(Failed::Connect(e, req)),
                 };
                 let (sender, driver) = http2::handshake(TokioExecutor::new(), stream)
                     .await
@@ -176,7 +181,7 @@ impl Pool {
                 sender
             }
         };
-        sender.send_request(req).await.map_err(Failed::Exchange)
+        sender.send_request(*req).await.map_err(Failed::Exchange)
     }
 
     /// The most recently used idle connection to `endpoint` that is still open.
@@ -235,17 +240,14 @@ impl Pool {
 }
 
 /// Sends `req` on a new HTTP/1.1 connection to `endpoint` that may be upgraded.
-async fn send_upgrade(
-    endpoint: SocketAddr,
-    req: Request<UpstreamBody>,
-) -> Result<Response<Incoming>, Failed> {
+async fn send_upgrade(endpoint: SocketAddr, req: Outgoing) -> Result<Response<Incoming>, Failed> {
     let stream = match connect(endpoint).await {
         Ok(stream) => stream,
-        Err(e) => return Err(Failed::Connect(e, Box::new(req))),
+        Err(e) => return Err(Failed::Connect(e, req)),
     };
     let (mut sender, driver) = http1::handshake(stream).await.map_err(Failed::Exchange)?;
     tokio::spawn(driver.with_upgrades());
-    sender.send_request(req).await.map_err(Failed::Exchange)
+    sender.send_request(*req).await.map_err(Failed::Exchange)
 }
 
 /// `uri`'s path and query at `endpoint`.
@@ -316,9 +318,9 @@ impl Conn {
     /// Sends `req`, driving the connection until the response's head arrives.
     async fn send(
         &mut self,
-        req: Request<UpstreamBody>,
+        req: Outgoing,
     ) -> Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<UpstreamBody>>> {
-        let mut response = std::pin::pin!(self.sender.try_send_request(req));
+        let mut response = std::pin::pin!(self.sender.try_send_request(*req));
         let driver = &mut self.driver;
         poll_fn(|cx| {
             if let Poll::Ready(result) = response.as_mut().poll(cx) {
@@ -438,11 +440,13 @@ mod tests {
         )
     }
 
-    fn get() -> Request<UpstreamBody> {
-        Request::get("/")
-            .header(http::header::HOST, "a.com")
-            .body(Either::Right(Empty::new()))
-            .unwrap()
+    fn get() -> Outgoing {
+        Box::new(
+            Request::get("/")
+                .header(http::header::HOST, "a.com")
+                .body(Either::Right(Empty::new()))
+                .unwrap(),
+        )
     }
 
     #[tokio::test]
