@@ -21,7 +21,7 @@
 
 use std::cell::RefCell;
 use std::io::Write;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, SystemTime};
 
@@ -41,7 +41,8 @@ pub fn enabled() -> bool {
 
 /// One request, as logged.
 pub struct Entry<'a> {
-    pub client: IpAddr,
+    /// The client's address, written out.
+    pub client: &'a [u8],
     pub method: &'a Method,
     pub uri: &'a Uri,
     pub version: Version,
@@ -73,7 +74,8 @@ impl Entry<'_> {
     }
 
     fn write(&self, out: &mut Vec<u8>, clock: &Clock) {
-        let _ = write!(out, "{} - - [", self.client);
+        out.extend_from_slice(self.client);
+        out.extend_from_slice(b" - - [");
         clock.write_now(out);
         out.extend_from_slice(b"] \"");
         escaped(out, self.method.as_str().as_bytes());
@@ -84,14 +86,25 @@ impl Entry<'_> {
         }
         out.push(b' ');
         out.extend_from_slice(version(self.version).as_bytes());
-        let _ = write!(out, "\" {} - \"", self.status);
+        out.extend_from_slice(b"\" ");
+        number(out, self.status.into());
+        out.extend_from_slice(b" - \"");
         header(out, self.referer);
         out.extend_from_slice(b"\" \"");
         header(out, self.user_agent);
         out.extend_from_slice(b"\" \"");
         escaped(out, self.host);
         let ms = self.duration.as_millis();
-        let _ = write!(out, "\" {}.{:03} [", ms / 1000, ms % 1000);
+        out.extend_from_slice(b"\" ");
+        number(out, (ms / 1000) as u64);
+        let thousandths = (ms % 1000) as u64;
+        out.extend_from_slice(&[
+            b'.',
+            b'0' + (thousandths / 100) as u8,
+            b'0' + (thousandths / 10 % 10) as u8,
+            b'0' + (thousandths % 10) as u8,
+        ]);
+        out.extend_from_slice(b" [");
         escaped(out, self.backend.unwrap_or("-").as_bytes());
         out.extend_from_slice(b"] ");
         match self.upstream {
@@ -186,6 +199,11 @@ impl Clock {
     }
 }
 
+/// `n` in decimal, without `fmt`'s machinery (the line's other numbers are written so).
+fn number(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
 fn version(version: Version) -> &'static str {
     match version {
         Version::HTTP_09 => "HTTP/0.9",
@@ -206,13 +224,14 @@ fn header(out: &mut Vec<u8>, value: Option<&HeaderValue>) {
 
 /// `bytes` with `"`, `\` and what is not printable ASCII as `\xHH`.
 fn escaped(out: &mut Vec<u8>, bytes: &[u8]) {
-    for &b in bytes {
-        if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
-            let _ = write!(out, "\\x{b:02X}");
-        } else {
-            out.push(b);
-        }
+    let escape = |b: &u8| *b == b'"' || *b == b'\\' || !(0x20..0x7f).contains(b);
+    let mut rest = bytes;
+    while let Some(at) = rest.iter().position(escape) {
+        out.extend_from_slice(&rest[..at]);
+        let _ = write!(out, "\\x{:02X}", rest[at]);
+        rest = &rest[at + 1..];
     }
+    out.extend_from_slice(rest);
 }
 
 #[cfg(test)]
@@ -230,7 +249,7 @@ mod tests {
         let uri: Uri = "/a?b=1".parse().unwrap();
         let ua = HeaderValue::from_static("curl/8.5.0");
         let entry = Entry {
-            client: "10.0.0.7".parse().unwrap(),
+            client: b"10.0.0.7",
             method: &Method::GET,
             uri: &uri,
             version: Version::HTTP_11,
@@ -262,7 +281,7 @@ mod tests {
         let uri: Uri = "https://a.com/x".parse().unwrap();
         let ua = HeaderValue::from_bytes(b"evil\" \\ \xff").unwrap();
         let entry = Entry {
-            client: "::1".parse().unwrap(),
+            client: b"::1",
             method: &Method::POST,
             uri: &uri,
             version: Version::HTTP_2,

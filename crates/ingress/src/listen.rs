@@ -86,11 +86,7 @@ impl Listener {
                 }
             };
             let _ = stream.set_nodelay(true);
-            let peer = Peer {
-                client,
-                port,
-                tls: self.tls.is_some(),
-            };
+            let peer = Arc::new(Peer::new(client, port, self.tls.is_some()));
             // off this runtime's reactor, onto the worker's
             let stream = match stream.into_std() {
                 Ok(stream) => stream,
@@ -115,7 +111,7 @@ impl Listener {
 /// One accepted connection on its way to a worker.
 struct Accepted {
     stream: std::net::TcpStream,
-    peer: Peer,
+    peer: Arc<Peer>,
     tls: Option<TlsAcceptor>,
 }
 
@@ -187,17 +183,18 @@ async fn accept(accepted: Accepted, proxy: Arc<Proxy>) {
 }
 
 /// Serves HTTP/1.1 or HTTP/2 on one connection until the client closes it.
-async fn connection<S>(stream: S, peer: Peer, proxy: Arc<Proxy>)
+async fn connection<S>(stream: S, peer: Arc<Peer>, proxy: Arc<Proxy>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = service_fn(move |req| proxy.clone().serve(req, peer));
+    let client = peer.client;
+    let service = service_fn(move |req| proxy.clone().serve(req, peer.clone()));
     let builder = auto::Builder::new(TokioExecutor::new());
     if let Err(e) = builder
         .serve_connection_with_upgrades(TokioIo::new(stream), service)
         .await
     {
-        tracing::debug!(client = %peer.client, error = %e, "connection ended");
+        tracing::debug!(%client, error = %e, "connection ended");
     }
 }
 

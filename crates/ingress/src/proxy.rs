@@ -54,12 +54,30 @@ const X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port")
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
-/// Where a request came in: the client, the port it reached, and whether over TLS.
-#[derive(Debug, Clone, Copy)]
+/// Where a connection came in: the client, the port it reached, and whether over TLS; with
+/// the forwarding headers' values made once for all its requests.
+#[derive(Debug)]
 pub struct Peer {
     pub client: SocketAddr,
     pub port: u16,
     pub tls: bool,
+    /// The client's address, for `X-Forwarded-For`, `X-Real-IP` and the access log.
+    client_ip: HeaderValue,
+    /// The port, for `X-Forwarded-Port`.
+    port_value: HeaderValue,
+}
+
+impl Peer {
+    pub fn new(client: SocketAddr, port: u16, tls: bool) -> Peer {
+        let ip = client.ip().to_string();
+        Peer {
+            client,
+            port,
+            tls,
+            client_ip: HeaderValue::from_str(&ip).expect("an IP address is a header value"),
+            port_value: HeaderValue::from(port),
+        }
+    }
 }
 
 /// The proxy shared by one worker's connections: the configuration and the worker's
@@ -82,7 +100,7 @@ impl Proxy {
     pub fn serve(
         self: Arc<Self>,
         req: Request<Incoming>,
-        from: Peer,
+        from: Arc<Peer>,
     ) -> impl Future<Output = Result<Response<Body>, Infallible>> + Send + 'static {
         let started = Instant::now();
         let host = request_host(&req).unwrap_or_else(|| HeaderValue::from_static(""));
@@ -102,10 +120,10 @@ impl Proxy {
         // boxed before the future is made, which then holds a pointer to it
         let req = Box::new(req.map(Either::Left));
         async move {
-            let (response, backend, upstream) = self.forward(req, &host, from).await;
+            let (response, backend, upstream) = self.forward(req, &host, &from).await;
             if let Some((method, uri, version, referer, user_agent)) = &logged {
                 access::Entry {
-                    client: from.client.ip(),
+                    client: from.client_ip.as_bytes(),
                     method,
                     uri,
                     version: *version,
@@ -128,7 +146,7 @@ impl Proxy {
         &self,
         mut req: Outgoing,
         host: &HeaderValue,
-        from: Peer,
+        from: &Peer,
     ) -> (Response<Body>, Option<Arc<Backend>>, Option<SocketAddr>) {
         let config = self.config.borrow().clone();
         let Some(backend) = config
@@ -159,14 +177,7 @@ impl Proxy {
             (None, true) => Protocol::H2c,
             (None, false) => Protocol::Http1,
         };
-        if let Err(e) = prepare(&mut req, host, from, upgrade, protocol == Protocol::H2c) {
-            tracing::debug!(error = %e, "bad request");
-            return (
-                error(StatusCode::BAD_REQUEST, "400 Bad Request"),
-                Some(backend),
-                None,
-            );
-        }
+        prepare(&mut req, host, from, upgrade, protocol == Protocol::H2c);
         let mut tried = [endpoint; TRIES];
         let mut n = 1;
         let sent = loop {
@@ -237,10 +248,10 @@ fn upgrade_protocol<B>(req: &Request<B>) -> Option<HeaderValue> {
 fn prepare<B>(
     req: &mut Request<B>,
     host: &HeaderValue,
-    from: Peer,
+    from: &Peer,
     upgrade: Option<HeaderValue>,
     h2c: bool,
-) -> Result<(), http::Error> {
+) {
     if req.uri().scheme().is_some() || req.uri().authority().is_some() {
         *req.uri_mut() = origin_form(req.uri());
     }
@@ -260,15 +271,12 @@ fn prepare<B>(
         headers.insert(header::UPGRADE, protocol);
     }
     headers.insert(header::HOST, host.clone());
-    let client_ip =
-        HeaderValue::from_str(&from.client.ip().to_string()).map_err(http::Error::from)?;
-    headers.insert(X_FORWARDED_FOR, client_ip.clone());
-    headers.insert(X_REAL_IP, client_ip);
+    headers.insert(X_FORWARDED_FOR, from.client_ip.clone());
+    headers.insert(X_REAL_IP, from.client_ip.clone());
     headers.insert(X_FORWARDED_HOST, host.clone());
-    headers.insert(X_FORWARDED_PORT, HeaderValue::from(from.port));
+    headers.insert(X_FORWARDED_PORT, from.port_value.clone());
     let proto = if from.tls { "https" } else { "http" };
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
-    Ok(())
 }
 
 /// `uri`'s path and query alone (`/` when it has none), as HTTP/1.1 sends it to an origin
@@ -293,14 +301,23 @@ fn asks_for_trailers(headers: &HeaderMap) -> bool {
 
 /// Drops the hop-by-hop headers and those the Connection header names.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::try_from(t.trim()).ok())
+    // one pass over the names, then a removal for each found: a message carries few of them
+    // or none, and a lookup hashes the name
+    let mut found: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| HOP_BY_HOP.contains(name))
+        .cloned()
         .collect();
-    for name in HOP_BY_HOP.iter().chain(&named) {
+    if found.contains(&header::CONNECTION) {
+        let named = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::try_from(t.trim()).ok());
+        found.extend(named);
+    }
+    for name in &found {
         headers.remove(name);
     }
 }
@@ -389,19 +406,14 @@ mod tests {
             .header(header::TE, "trailers")
             .body(())
             .unwrap();
-        let from = Peer {
-            client: "192.0.2.7:40000".parse().unwrap(),
-            port: 443,
-            tls: true,
-        };
+        let from = Peer::new("192.0.2.7:40000".parse().unwrap(), 443, true);
         prepare(
             &mut req,
             &HeaderValue::from_static("a.com"),
-            from,
+            &from,
             None,
             false,
-        )
-        .unwrap();
+        );
         assert_eq!(req.uri().to_string(), "/x/y?z=1");
         assert_eq!(req.version(), Version::HTTP_11);
         let header = |name: &str| {
@@ -428,18 +440,14 @@ mod tests {
                 .body(())
                 .unwrap()
         };
-        let from = Peer {
-            client: "192.0.2.7:40000".parse().unwrap(),
-            port: 80,
-            tls: false,
-        };
+        let from = Peer::new("192.0.2.7:40000".parse().unwrap(), 80, false);
         let host = HeaderValue::from_static("a.com");
         let mut http1 = request();
-        prepare(&mut http1, &host, from, None, false).unwrap();
+        prepare(&mut http1, &host, &from, None, false);
         assert_eq!(http1.version(), Version::HTTP_11);
         assert!(!http1.headers().contains_key(header::TE));
         let mut h2c = request();
-        prepare(&mut h2c, &host, from, None, true).unwrap();
+        prepare(&mut h2c, &host, &from, None, true);
         assert_eq!(h2c.version(), Version::HTTP_2);
         assert_eq!(h2c.headers()[header::TE], "trailers");
     }
@@ -453,19 +461,14 @@ mod tests {
             .body(())
             .unwrap();
         let upgrade = upgrade_protocol(&req);
-        let from = Peer {
-            client: "192.0.2.7:40000".parse().unwrap(),
-            port: 80,
-            tls: false,
-        };
+        let from = Peer::new("192.0.2.7:40000".parse().unwrap(), 80, false);
         prepare(
             &mut req,
             &HeaderValue::from_static("a.com"),
-            from,
+            &from,
             upgrade,
             false,
-        )
-        .unwrap();
+        );
         assert_eq!(req.headers()[header::CONNECTION], "upgrade");
         assert_eq!(req.headers()[header::UPGRADE], "websocket");
         assert_eq!(req.headers()["x-forwarded-proto"], "http");

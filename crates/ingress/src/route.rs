@@ -178,8 +178,16 @@ impl Table {
     /// The backend for a request to `host` (a Host header or `:authority`, with or without a
     /// port) and `path`; None: nothing matches (404).
     pub fn route(&self, host: &str, path: &str) -> Option<&Arc<Backend>> {
-        let host = strip_port(host).to_ascii_lowercase();
-        let exact = self.exact.get(&host);
+        let host = strip_port(host);
+        // lowercased only when it is not already (a request's host usually is)
+        let lowered;
+        let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
+            lowered = host.to_ascii_lowercase();
+            lowered.as_str()
+        } else {
+            host
+        };
+        let exact = self.exact.get(host);
         let wildcard = host
             .split_once('.')
             .filter(|(label, _)| !label.is_empty())

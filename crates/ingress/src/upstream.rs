@@ -11,6 +11,15 @@
 //! threads behind a lock and a hashed key, which together cost more CPU per request than the
 //! rest of the proxy (see BENCHMARKS.md, Ingress).
 //!
+//! Hyper's connection-level client is made for a connection future in a task of its own: the
+//! request handle, the connection and the response body wake each other through channels.
+//! Driven in the request's task, each such wake-up would put the task back in the run queue
+//! while it is running, and the whole client connection (hyper's server side, the proxy)
+//! would be polled again for nothing, about twice per request. An [`Inline`] waker turns the
+//! wake-ups a connection's parts give one another while the task polls them into an immediate
+//! re-poll of those parts alone; wake-ups from outside (the socket, the client's request body)
+//! reach the task as before.
+//!
 //! h2c endpoints get one multiplexed HTTP/2 connection per worker, run by a task of its own as
 //! HTTP/2 needs; a WebSocket upgrade gets a connection of its own.
 //!
@@ -24,8 +33,9 @@ use std::collections::HashMap;
 use std::future::{Future, poll_fn};
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -50,6 +60,10 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const SWEEP_EVERY: Duration = Duration::from_secs(10);
 /// The most idle connections kept to one endpoint by one worker; more are closed.
 pub const MAX_IDLE: usize = 128;
+/// How many times in a row [`Inline::poll`] polls again at once, before a wake-up goes to
+/// the task's scheduler as usual (so that a connection that keeps waking itself, as hyper's
+/// does after a run of work, still lets the worker's other tasks run).
+const INLINE_POLLS: usize = 4;
 
 /// Why a request could not be forwarded.
 #[derive(Debug)]
@@ -198,6 +212,8 @@ impl Pool {
     }
 
     fn checkin(&self, endpoint: SocketAddr, conn: Conn) {
+        // an idle connection is not polled: what it would wake is found at its checkout
+        conn.inline.forget_task();
         let mut idle = self.idle.lock().expect("the pool's lock is never poisoned");
         let list = idle.entry(endpoint).or_default();
         if list.len() < MAX_IDLE {
@@ -225,7 +241,7 @@ impl Pool {
         let mut cx = Context::from_waker(waker);
         for list in idle.values_mut() {
             list.retain_mut(|i| {
-                now.duration_since(i.since) < IDLE_TIMEOUT && i.conn.drive(&mut cx)
+                now.duration_since(i.since) < IDLE_TIMEOUT && drive(&mut i.conn.driver, &mut cx)
             });
         }
         idle.retain(|_, list| !list.is_empty());
@@ -271,8 +287,11 @@ struct Conn {
     sender: http1::SendRequest<UpstreamBody>,
     /// Hyper's connection future, boxed (it is large, and connections move in and out of
     /// the pool); `None` once it has ended (the connection closed).
-    driver: Option<Box<http1::Connection<TokioIo<TcpStream>, UpstreamBody>>>,
+    driver: Option<Box<Driver>>,
+    inline: Inline,
 }
+
+type Driver = http1::Connection<TokioIo<TcpStream>, UpstreamBody>;
 
 impl Conn {
     async fn open(endpoint: SocketAddr) -> std::io::Result<Conn> {
@@ -282,35 +301,26 @@ impl Conn {
         Ok(Conn {
             sender,
             driver: Some(Box::new(driver)),
+            inline: Inline::default(),
         })
-    }
-
-    /// Polls the connection; false once it has ended.
-    fn drive(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(driver) = &mut self.driver else {
-            return false;
-        };
-        match Pin::new(&mut **driver).poll(cx) {
-            Poll::Pending => true,
-            Poll::Ready(result) => {
-                if let Err(e) = result {
-                    tracing::debug!(error = %e, "upstream connection ended");
-                }
-                self.driver = None;
-                false
-            }
-        }
     }
 
     /// Whether the connection can take a request, driving it until it knows.
     async fn ready(&mut self) -> bool {
+        let Conn {
+            sender,
+            driver,
+            inline,
+        } = self;
         poll_fn(|cx| {
-            let open = self.drive(cx);
-            match self.sender.poll_ready(cx) {
-                Poll::Ready(ready) => Poll::Ready(ready.is_ok()),
-                Poll::Pending if open => Poll::Pending,
-                Poll::Pending => Poll::Ready(false),
-            }
+            inline.poll(cx, |cx| {
+                let open = drive(driver, cx);
+                match sender.poll_ready(cx) {
+                    Poll::Ready(ready) => Poll::Ready(ready.is_ok()),
+                    Poll::Pending if open => Poll::Pending,
+                    Poll::Pending => Poll::Ready(false),
+                }
+            })
         })
         .await
     }
@@ -320,25 +330,142 @@ impl Conn {
         &mut self,
         req: Outgoing,
     ) -> Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<UpstreamBody>>> {
-        let mut response = std::pin::pin!(self.sender.try_send_request(*req));
-        let driver = &mut self.driver;
+        let Conn {
+            sender,
+            driver,
+            inline,
+        } = self;
+        // handing the request over wakes the connection, which is polled right after
+        let response = inline.quiet(|| sender.try_send_request(*req));
+        let mut response = std::pin::pin!(response);
         poll_fn(|cx| {
-            if let Poll::Ready(result) = response.as_mut().poll(cx) {
-                return Poll::Ready(result);
-            }
-            // hyper answers the request with an error if the connection ends first
-            if let Some(d) = driver
-                && let Poll::Ready(result) = Pin::new(&mut **d).poll(cx)
-            {
-                if let Err(e) = result {
-                    tracing::debug!(error = %e, "upstream connection ended");
+            inline.poll(cx, |cx| {
+                if let Poll::Ready(result) = response.as_mut().poll(cx) {
+                    return Poll::Ready(result);
                 }
-                *driver = None;
-                return response.as_mut().poll(cx);
-            }
-            Poll::Pending
+                // hyper answers the request with an error if the connection ends first
+                if !drive(driver, cx) {
+                    return response.as_mut().poll(cx);
+                }
+                Poll::Pending
+            })
         })
         .await
+    }
+}
+
+/// Polls hyper's connection future, dropped once it has ended; false then.
+fn drive(driver: &mut Option<Box<Driver>>, cx: &mut Context<'_>) -> bool {
+    let Some(d) = driver else {
+        return false;
+    };
+    match Pin::new(&mut **d).poll(cx) {
+        Poll::Pending => true,
+        Poll::Ready(result) => {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "upstream connection ended");
+            }
+            *driver = None;
+            false
+        }
+    }
+}
+
+/// The waker a connection's parts are polled with (see the module's documentation): while
+/// [`Inline::poll`] runs, a wake-up only marks that they are to be polled again; otherwise it
+/// wakes the task that last polled them.
+struct Inline {
+    state: Arc<InlineState>,
+    waker: Waker,
+}
+
+#[derive(Default)]
+struct InlineState {
+    /// The task that last polled the connection, kept (not taken) by a wake-up: as it would
+    /// be in each of the channels if they were given the task's waker.
+    task: Mutex<Option<Waker>>,
+    polling: AtomicBool,
+    woken: AtomicBool,
+}
+
+impl InlineState {
+    fn task(&self) -> std::sync::MutexGuard<'_, Option<Waker>> {
+        self.task
+            .lock()
+            .expect("the waker's lock is never poisoned")
+    }
+}
+
+impl Wake for InlineState {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.polling.load(Ordering::Acquire) {
+            self.woken.store(true, Ordering::Release);
+        } else if let Some(task) = &*self.task() {
+            task.wake_by_ref();
+        }
+    }
+}
+
+impl Default for Inline {
+    fn default() -> Inline {
+        let state = Arc::new(InlineState::default());
+        Inline {
+            waker: Waker::from(state.clone()),
+            state,
+        }
+    }
+}
+
+impl Inline {
+    /// Runs `poll` with the connection's waker, again at once while it was woken meanwhile
+    /// (up to [`INLINE_POLLS`] times); the task in `cx` is woken by later wake-ups.
+    fn poll<T>(
+        &self,
+        cx: &mut Context<'_>,
+        mut poll: impl FnMut(&mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T> {
+        {
+            let mut task = self.state.task();
+            if !task.as_ref().is_some_and(|t| t.will_wake(cx.waker())) {
+                *task = Some(cx.waker().clone());
+            }
+        }
+        let mut inner = Context::from_waker(&self.waker);
+        let polled = self.quiet(|| {
+            for _ in 0..INLINE_POLLS {
+                self.state.woken.store(false, Ordering::Relaxed);
+                if let Poll::Ready(value) = poll(&mut inner) {
+                    return Poll::Ready(value);
+                }
+                if !self.state.woken.load(Ordering::Acquire) {
+                    return Poll::Pending;
+                }
+            }
+            Poll::Pending
+        });
+        if polled.is_pending() && self.state.woken.swap(false, Ordering::AcqRel) {
+            // woken by the last of the inline polls: the scheduler polls again
+            cx.waker().wake_by_ref();
+        }
+        polled
+    }
+
+    /// Runs `f` with the connection's wake-ups held back: the caller polls the connection
+    /// next.
+    fn quiet<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.state.polling.store(true, Ordering::Release);
+        let value = f();
+        self.state.polling.store(false, Ordering::Release);
+        value
+    }
+
+    /// Wake-ups until the next [`Inline::poll`] wake nothing.
+    fn forget_task(&self) {
+        self.state.task().take();
     }
 }
 
@@ -361,10 +488,15 @@ impl hyper::body::Body for ResponseBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        if let Some((conn, ..)) = &mut self.conn {
-            conn.drive(cx);
-        }
-        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        let this = &mut *self;
+        let frame = match &mut this.conn {
+            // the connection sends the body's frames to it: polled together, inline
+            Some((conn, ..)) => conn.inline.poll(cx, |cx| {
+                drive(&mut conn.driver, cx);
+                Pin::new(&mut this.body).poll_frame(cx)
+            }),
+            None => Pin::new(&mut this.body).poll_frame(cx),
+        };
         if let Poll::Ready(None) = frame {
             self.ended = true;
         }
@@ -463,6 +595,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_exchange_on_a_pooled_connection_is_not_polled_for_its_own_wake_ups() {
+        let (addr, _) = server(with_length("hello")).await;
+        let pool = Arc::new(Pool::default());
+        let exchange = || async {
+            let response = pool.send(addr, get(), Protocol::Http1).await.unwrap();
+            response.into_body().collect().await.unwrap().to_bytes()
+        };
+        assert_eq!(exchange().await, "hello");
+        // polled when sent and when the answer arrives (2 polls a request here); hyper's
+        // channels between the request, the connection and the body, waking the task, would
+        // add at least one more
+        const REQUESTS: usize = 20;
+        let mut polls = 0;
+        for _ in 0..REQUESTS {
+            let mut exchange = std::pin::pin!(exchange());
+            let body = poll_fn(|cx| {
+                polls += 1;
+                exchange.as_mut().poll(cx)
+            })
+            .await;
+            assert_eq!(body, "hello");
+        }
+        assert!(
+            polls < 3 * REQUESTS,
+            "{polls} polls for {REQUESTS} requests"
+        );
+    }
+
+    #[tokio::test]
     async fn long_and_chunked_bodies_are_read_whole_and_their_connections_reused() {
         let long = "x".repeat(1 << 20);
         let chunked = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
@@ -553,5 +714,63 @@ mod tests {
         assert_eq!(pool.idle(addr), 1);
         pool.close_idle(Instant::now() + IDLE_TIMEOUT);
         assert_eq!(pool.idle(addr), 0);
+    }
+
+    /// A waker counting its wake-ups, standing for the task.
+    #[derive(Default)]
+    struct Task(std::sync::atomic::AtomicUsize);
+
+    impl Wake for Task {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn wake_ups_during_an_inline_poll_poll_again_at_once_and_later_ones_wake_the_task() {
+        let task = Arc::new(Task::default());
+        let waker = Waker::from(task.clone());
+        let mut cx = Context::from_waker(&waker);
+        let wakes = || task.0.load(std::sync::atomic::Ordering::SeqCst);
+        let inline = Inline::default();
+
+        // a part that wakes the other once, which is then ready: one poll of the task
+        let mut polls = 0;
+        let polled = inline.poll(&mut cx, |cx| {
+            polls += 1;
+            if polls == 1 {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        });
+        assert_eq!((polled, polls, wakes()), (Poll::Ready(()), 2, 0));
+
+        // a waker kept by a part wakes the task once the poll has returned
+        let mut kept = None;
+        let polled = inline.poll(&mut cx, |cx| {
+            kept = Some(cx.waker().clone());
+            Poll::<()>::Pending
+        });
+        assert_eq!((polled, wakes()), (Poll::Pending, 0));
+        kept.as_ref().unwrap().wake_by_ref();
+        assert_eq!(wakes(), 1);
+
+        // one that keeps waking itself goes back to the scheduler after INLINE_POLLS polls
+        let mut polls = 0;
+        let polled = inline.poll(&mut cx, |cx| {
+            polls += 1;
+            cx.waker().wake_by_ref();
+            Poll::<()>::Pending
+        });
+        assert_eq!((polled, polls, wakes()), (Poll::Pending, INLINE_POLLS, 2));
+
+        // held back while quiet; none at all once the connection is idle in the pool
+        inline.quiet(|| kept.as_ref().unwrap().wake_by_ref());
+        assert_eq!(wakes(), 2);
+        inline.forget_task();
+        kept.as_ref().unwrap().wake_by_ref();
+        assert_eq!(wakes(), 2);
     }
 }
