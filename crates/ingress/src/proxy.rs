@@ -54,17 +54,16 @@ const X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port")
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
-/// Where a connection came in: the client, the port it reached, and whether over TLS; with
-/// the forwarding headers' values made once for all its requests.
+/// Where a connection came in: the client, and whether over TLS; with the forwarding
+/// headers' values, made once for all its requests.
 #[derive(Debug)]
 pub struct Peer {
     pub client: SocketAddr,
-    pub port: u16,
     pub tls: bool,
     /// The client's address, for `X-Forwarded-For`, `X-Real-IP` and the access log.
     client_ip: HeaderValue,
-    /// The port, for `X-Forwarded-Port`.
-    port_value: HeaderValue,
+    /// The port the client reached, for `X-Forwarded-Port`.
+    port: HeaderValue,
 }
 
 impl Peer {
@@ -72,10 +71,9 @@ impl Peer {
         let ip = client.ip().to_string();
         Peer {
             client,
-            port,
             tls,
             client_ip: HeaderValue::from_str(&ip).expect("an IP address is a header value"),
-            port_value: HeaderValue::from(port),
+            port: HeaderValue::from(port),
         }
     }
 }
@@ -274,7 +272,7 @@ fn prepare<B>(
     headers.insert(X_FORWARDED_FOR, from.client_ip.clone());
     headers.insert(X_REAL_IP, from.client_ip.clone());
     headers.insert(X_FORWARDED_HOST, host.clone());
-    headers.insert(X_FORWARDED_PORT, from.port_value.clone());
+    headers.insert(X_FORWARDED_PORT, from.port.clone());
     let proto = if from.tls { "https" } else { "http" };
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
 }
