@@ -17,23 +17,14 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::json;
-use support::cluster::{controller_manager, ingress_class, scheduler};
-use support::netns::{self, Lan, NodeNet};
-use support::node::KubeletProcess;
-use support::{ApiServer, KUBECTL_133, output_text};
+use support::cluster::ingress_class;
+use support::netns::{self, LanCluster, NodeNet};
+use support::{KUBECTL_133, output_text};
 
 const NODE: &str = "ingress-a";
 
 /// busybox httpd on 8080 serving the pod's name at `/` and at `/api/`.
 const NAME_SERVER: &str = "mkdir -p /www/api && hostname > /www/index.html && hostname > /www/api/index.html && exec httpd -f -p 8080 -h /www";
-
-fn apply(api: &ApiServer, manifest: serde_json::Value) {
-    api.kubectl_stdin(
-        KUBECTL_133,
-        &["apply", "-f", "-"],
-        Some(&manifest.to_string()),
-    );
-}
 
 /// A Deployment of `replicas` name servers and its Service (port `http` 80 → 8080).
 fn web_app(name: &str, replicas: u32) -> serde_json::Value {
@@ -162,23 +153,11 @@ fn an_ingress_routes_hosts_and_paths_serves_tls_by_sni_and_follows_a_scale_up() 
         support::skip(&why);
         return;
     }
-    // declared first, dropped last: after every process running inside it
-    let mut lan = Lan::create();
-    let api = netns::api_server(&lan);
-    let net = lan.add_node();
-    let _cm = controller_manager(
-        &api,
-        &[
-            "--controllers",
-            "nodeipam,deployment,replicaset,endpointslice",
-            "--allocate-node-cidrs=true",
-        ],
-    );
-    let _scheduler = scheduler(&api);
-    let _kubelet = KubeletProcess::start_placed(&api, NODE, net.placement(&api, NODE), &[]);
-    apply(&api, ingress_class());
+    let cluster = LanCluster::start("deployment,replicaset,endpointslice", &[NODE]);
+    let (api, net) = (&cluster.api, &cluster.nets[0]);
+    api.apply(ingress_class());
     let ingress = net.start(
-        &api,
+        api,
         ("system:skiff-controller", None),
         "ingress",
         &["ingress", "--node-name", NODE],
@@ -197,12 +176,11 @@ fn an_ingress_routes_hosts_and_paths_serves_tls_by_sni_and_follows_a_scale_up() 
         .unwrap();
     let ca = api.data_dir.join("a.example.crt");
     std::fs::write(&ca, cert.pem()).unwrap();
-    apply(&api, tls_secret("a-tls", &cert.pem(), &key.serialize_pem()));
+    api.apply(tls_secret("a-tls", &cert.pem(), &key.serialize_pem()));
 
-    apply(&api, web_app("web", 1));
-    apply(&api, web_app("api", 1));
-    apply(
-        &api,
+    api.apply(web_app("web", 1));
+    api.apply(web_app("api", 1));
+    api.apply(
         json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
         "metadata": {"name": "routes"},
         "spec": {
@@ -220,16 +198,16 @@ fn an_ingress_routes_hosts_and_paths_serves_tls_by_sni_and_follows_a_scale_up() 
     );
 
     // two hosts, two paths, two Services
-    let web = until_code(&net, "http", "a.example", "/", None, 200);
+    let web = until_code(net, "http", "a.example", "/", None, 200);
     assert!(web.starts_with("web-"), "{web}");
-    let api_pod = until_code(&net, "http", "a.example", "/api/", None, 200);
+    let api_pod = until_code(net, "http", "a.example", "/api/", None, 200);
     assert!(api_pod.starts_with("api-"), "{api_pod}");
-    assert_eq!(curl(&net, "http", "b.example", "/api/", None).2, api_pod);
-    assert_eq!(curl(&net, "http", "b.example", "/", None).2, api_pod);
-    assert_eq!(curl(&net, "http", "a.example", "/", None).1, "1.1");
+    assert_eq!(curl(net, "http", "b.example", "/api/", None).2, api_pod);
+    assert_eq!(curl(net, "http", "b.example", "/", None).2, api_pod);
+    assert_eq!(curl(net, "http", "a.example", "/", None).1, "1.1");
     // h2c by prior knowledge on the plain port
     let h2c = curl_with(
-        &net,
+        net,
         "http",
         "a.example",
         "/",
@@ -238,9 +216,9 @@ fn an_ingress_routes_hosts_and_paths_serves_tls_by_sni_and_follows_a_scale_up() 
     );
     assert_eq!((h2c.0, h2c.1.as_str()), (200, "2"));
     // nothing matches: 404; a missing Service: 503 for its route only
-    assert_eq!(curl(&net, "http", "c.example", "/", None).0, 404);
-    assert_eq!(curl(&net, "http", "a.example", "/missing", None).0, 503);
-    assert_eq!(curl(&net, "http", "a.example", "/", None).0, 200);
+    assert_eq!(curl(net, "http", "c.example", "/", None).0, 404);
+    assert_eq!(curl(net, "http", "a.example", "/missing", None).0, 503);
+    assert_eq!(curl(net, "http", "a.example", "/", None).0, 200);
     // each request has an access-log line, written within FLUSH_EVERY
     let log = || std::fs::read_to_string(api.data_dir.join("ingress.log")).unwrap();
     let logged = |needle: &str| {
@@ -260,7 +238,7 @@ fn an_ingress_routes_hosts_and_paths_serves_tls_by_sni_and_follows_a_scale_up() 
     logged(" [default/web:80] 10.42.");
 
     // TLS by SNI with the Secret's certificate, HTTP/2 by ALPN
-    let (code, version, body) = until_code_tls(&net, &ca);
+    let (code, version, body) = until_code_tls(net, &ca);
     assert_eq!(
         (code, version.as_str(), body.as_str()),
         (200, "2", web.as_str())
@@ -271,7 +249,7 @@ fn an_ingress_routes_hosts_and_paths_serves_tls_by_sni_and_follows_a_scale_up() 
     let mut seen = BTreeSet::new();
     let deadline = std::time::Instant::now() + support::HANG_GUARD;
     while seen.len() < 3 {
-        seen.extend(answered_by(&net, "a.example", "/", 3));
+        seen.extend(answered_by(net, "a.example", "/", 3));
         assert!(
             std::time::Instant::now() < deadline,
             "the scaled-up pods never answered: {seen:?}"
@@ -280,16 +258,12 @@ fn an_ingress_routes_hosts_and_paths_serves_tls_by_sni_and_follows_a_scale_up() 
     assert!(seen.iter().all(|p| p.starts_with("web-")), "{seen:?}");
 
     // a broken TLS Secret: a Warning event, and the other hosts still served
-    apply(
-        &api,
-        tls_secret(
-            "broken-tls",
-            "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n",
-            &key.serialize_pem(),
-        ),
-    );
-    apply(
-        &api,
+    api.apply(tls_secret(
+        "broken-tls",
+        "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n",
+        &key.serialize_pem(),
+    ));
+    api.apply(
         json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
         "metadata": {"name": "broken"},
         "spec": {
@@ -314,10 +288,10 @@ fn an_ingress_routes_hosts_and_paths_serves_tls_by_sni_and_follows_a_scale_up() 
         message.starts_with("secret default/broken-tls is not a valid TLS certificate"),
         "{message}"
     );
-    assert_eq!(curl(&net, "https", "a.example", "/", Some(&ca)).0, 200);
-    assert_eq!(curl(&net, "http", "b.example", "/", None).0, 200);
+    assert_eq!(curl(net, "https", "a.example", "/", Some(&ca)).0, 200);
+    assert_eq!(curl(net, "http", "b.example", "/", None).0, 200);
     // d.example is served, over TLS with the default certificate
-    assert_eq!(curl(&net, "https", "d.example", "/", None).0, 200);
+    assert_eq!(curl(net, "https", "d.example", "/", None).0, 200);
 
     // the status names the node
     let status = api.kubectl_until(
@@ -361,7 +335,7 @@ fn an_ingress_routes_hosts_and_paths_serves_tls_by_sni_and_follows_a_scale_up() 
         |out| output_text(out).0 == "{}",
     );
     assert!(cleared.status.success());
-    assert_eq!(curl(&net, "http", "b.example", "/", None).0, 404);
+    assert_eq!(curl(net, "http", "b.example", "/", None).0, 404);
 }
 
 /// The first successful TLS request to a.example (the certificate may reach the controller a

@@ -14,9 +14,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 
 use serde_json::json;
-use support::cluster::controller_manager;
-use support::netns::{self, Lan, NodeNet};
-use support::node::KubeletProcess;
+use support::netns::{self, LanCluster, NodeNet};
 use support::{ApiServer, KUBECTL_133, expect_line};
 
 const NODE: &str = "netpol-node";
@@ -131,22 +129,10 @@ fn policies_deny_allow_by_namespace_and_pod_labels_and_egress_ip_blocks() {
         support::skip(&format!("the network policy e2e test needs {why}"));
         return;
     }
-    // declared first, dropped last: after the kubelet and the controller running inside it
-    let mut lan = Lan::create();
-    let api = netns::api_server(&lan);
-    let net = lan.add_node();
-    let _cm = controller_manager(
-        &api,
-        &["--controllers", "nodeipam", "--allocate-node-cidrs=true"],
-    );
-    let node = json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}},
-    });
-    api.kubectl_stdin(KUBECTL_133, &["create", "-f", "-"], Some(&node.to_string()));
-    let _kubelet = KubeletProcess::start_placed(&api, NODE, net.placement(&api, NODE), &[]);
+    let cluster = LanCluster::start("", &[NODE]);
+    let (api, net) = (&cluster.api, &cluster.nets[0]);
     let controller = net.start(
-        &api,
+        api,
         ("system:skiff-controller", None),
         "network-policy",
         &["network-policy", "--node-name", NODE],
@@ -176,14 +162,14 @@ fn policies_deny_allow_by_namespace_and_pod_labels_and_egress_ip_blocks() {
             Some(&pod(ns, name, web)),
         );
     }
-    let web_ip = running_ip(&api, SERVER_NS, "web");
-    let open_ip = running_ip(&api, OPEN_NS, "web");
-    running_ip(&api, ALLOWED_NS, "client");
-    running_ip(&api, OTHER_NS, "client");
+    let web_ip = running_ip(api, SERVER_NS, "web");
+    let open_ip = running_ip(api, OPEN_NS, "web");
+    running_ip(api, ALLOWED_NS, "client");
+    running_ip(api, OTHER_NS, "client");
     let web = format!("http://{web_ip}:8080/");
     let open = format!("http://{open_ip}:8080/");
     // pods on one bridge: before any policy, everyone reaches everyone
-    until_fetch(&api, OTHER_NS, "client", &web, true);
+    until_fetch(api, OTHER_NS, "client", &web, true);
 
     // default deny for the server namespace's ingress
     let deny = policy(
@@ -192,10 +178,10 @@ fn policies_deny_allow_by_namespace_and_pod_labels_and_egress_ip_blocks() {
         json!({"podSelector": {}, "policyTypes": ["Ingress"]}),
     );
     api.kubectl_stdin(KUBECTL_133, &["apply", "-f", "-"], Some(&deny));
-    until_fetch(&api, ALLOWED_NS, "client", &web, false);
-    assert!(!fetches(&api, OTHER_NS, "client", &web));
+    until_fetch(api, ALLOWED_NS, "client", &web, false);
+    assert!(!fetches(api, OTHER_NS, "client", &web));
     // the node itself still reaches its pods (kubelet probes)
-    assert!(node_connects(&net, &web_ip, 8080));
+    assert!(node_connects(net, &web_ip, 8080));
 
     // an allow rule by namespace label, or for pods labelled access=granted anywhere, on the
     // named port
@@ -214,11 +200,11 @@ fn policies_deny_allow_by_namespace_and_pod_labels_and_egress_ip_blocks() {
         }),
     );
     api.kubectl_stdin(KUBECTL_133, &["apply", "-f", "-"], Some(&allow));
-    until_fetch(&api, ALLOWED_NS, "client", &web, true);
-    assert!(!fetches(&api, OTHER_NS, "client", &web));
+    until_fetch(api, ALLOWED_NS, "client", &web, true);
+    assert!(!fetches(api, OTHER_NS, "client", &web));
     // a namespace without policies keeps working, from and to everyone
-    assert!(fetches(&api, OTHER_NS, "client", &open));
-    assert!(fetches(&api, ALLOWED_NS, "client", &open));
+    assert!(fetches(api, OTHER_NS, "client", &open));
+    assert!(fetches(api, ALLOWED_NS, "client", &open));
 
     // the other client keeps trying; labelling it lets the attempts through
     let retry = format!(
@@ -237,7 +223,7 @@ fn policies_deny_allow_by_namespace_and_pod_labels_and_egress_ip_blocks() {
     let _ = attempts.wait();
 
     // egress: the allowed namespace's pods may reach the lan host only
-    let listener = TcpListener::bind((lan.host_ip(), 0)).expect("listen on the lan host");
+    let listener = TcpListener::bind((net.gateway, 0)).expect("listen on the lan host");
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
         while let Ok((mut conn, _)) = listener.accept() {
@@ -246,23 +232,23 @@ fn policies_deny_allow_by_namespace_and_pod_labels_and_egress_ip_blocks() {
             let _ = conn.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 6\r\n\r\nhello\n");
         }
     });
-    let outside = format!("http://{}:{port}/", lan.host_ip());
-    until_fetch(&api, ALLOWED_NS, "client", &outside, true);
+    let outside = format!("http://{}:{port}/", net.gateway);
+    until_fetch(api, ALLOWED_NS, "client", &outside, true);
     let egress = policy(
         ALLOWED_NS,
         "only-lan-host",
         json!({
             "podSelector": {},
             "policyTypes": ["Egress"],
-            "egress": [{"to": [{"ipBlock": {"cidr": format!("{}/24", lan.host_ip()),
+            "egress": [{"to": [{"ipBlock": {"cidr": format!("{}/24", net.gateway),
                                             "except": [format!("{}/32", net.ip)]}}]}],
         }),
     );
     api.kubectl_stdin(KUBECTL_133, &["apply", "-f", "-"], Some(&egress));
-    until_fetch(&api, ALLOWED_NS, "client", &open, false);
-    assert!(fetches(&api, ALLOWED_NS, "client", &outside));
+    until_fetch(api, ALLOWED_NS, "client", &open, false);
+    assert!(fetches(api, ALLOWED_NS, "client", &outside));
     // pods without the policy are not affected
-    assert!(fetches(&api, OTHER_NS, "client", &open));
+    assert!(fetches(api, OTHER_NS, "client", &open));
 
     // bad input: refused at admission with 422 (kubectl's "is invalid")
     let bad = policy(

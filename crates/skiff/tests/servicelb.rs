@@ -17,32 +17,13 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use serde_json::json;
-use support::cluster::{controller_manager, scheduler};
-use support::netns::{self, Lan};
-use support::node::KubeletProcess;
-use support::{ApiServer, KUBECTL_133, eventually};
+use support::cluster::NAME_SERVER;
+use support::netns::{self, LanCluster};
+use support::{KUBECTL_133, eventually};
 
 const NODE: &str = "lb-a";
 /// The LoadBalancer port, free on the node.
 const PORT: u16 = 8000;
-
-/// busybox httpd on 8080 whose CGI `/cgi-bin/name` answers with the pod's name.
-const NAME_SERVER: &str = r#"mkdir -p /www/cgi-bin && printf '#!/bin/sh\necho Content-Type: text/plain\necho\nhostname\n' > /www/cgi-bin/name && chmod +x /www/cgi-bin/name && exec httpd -f -p 8080 -h /www"#;
-
-fn apply(api: &ApiServer, manifest: serde_json::Value) {
-    api.kubectl_stdin(
-        KUBECTL_133,
-        &["apply", "-f", "-"],
-        Some(&manifest.to_string()),
-    );
-}
-
-fn jsonpath(api: &ApiServer, args: &[&str], path: &str) -> String {
-    let mut all = args.to_vec();
-    let path = format!("jsonpath={path}");
-    all.extend(["-o", &path]);
-    api.kubectl(KUBECTL_133, &all)
-}
 
 fn load_balancer(name: &str, spec: serde_json::Value) -> serde_json::Value {
     let mut full = json!({"type": "LoadBalancer", "selector": {"app": "web"},
@@ -101,37 +82,22 @@ fn load_balancers_get_the_node_address_answer_there_and_keep_to_their_source_ran
         support::skip(&why);
         return;
     }
-    // declared first, dropped last: after every process running inside it
-    let mut lan = Lan::create();
-    let api = netns::api_server(&lan);
-    let net = lan.add_node();
-    let _cm = controller_manager(
-        &api,
-        &[
-            "--controllers",
-            "nodeipam,endpointslice,servicelb",
-            "--allocate-node-cidrs=true",
-        ],
-    );
-    let _scheduler = scheduler(&api);
-    let _kubelet = KubeletProcess::start_placed(&api, NODE, net.placement(&api, NODE), &[]);
+    let cluster = LanCluster::start("endpointslice,servicelb", &[NODE]);
+    let (api, net) = (&cluster.api, &cluster.nets[0]);
     let _proxy = net.start(
-        &api,
+        api,
         ("system:kube-proxy", None),
         "proxy",
         &["proxy", "--node-name", NODE, "--mode", mode.name],
     );
 
-    apply(
-        &api,
-        json!({"apiVersion": "v1", "kind": "Pod",
+    api.apply(json!({"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": "web", "labels": {"app": "web"}},
                "spec": {"terminationGracePeriodSeconds": 1,
                         "containers": [{"name": "web", "image": "busybox",
                                         "imagePullPolicy": "IfNotPresent",
-                                        "command": ["sh", "-c", NAME_SERVER]}]}}),
-    );
-    apply(&api, load_balancer("web", json!({})));
+                                        "command": ["sh", "-c", NAME_SERVER]}]}}));
+    api.apply(load_balancer("web", json!({})));
     // what `helm install --wait` waits for on a LoadBalancer
     api.kubectl(
         KUBECTL_133,
@@ -142,13 +108,12 @@ fn load_balancers_get_the_node_address_answer_there_and_keep_to_their_source_ran
             "--timeout=120s",
         ],
     );
-    let ingress = jsonpath(
-        &api,
+    let ingress = api.jsonpath(
         &["get", "svc", "web"],
         "{.status.loadBalancer.ingress[*].ip} {.status.loadBalancer.ingress[*].ipMode}",
     );
     assert_eq!(ingress, format!("{} VIP", net.ip));
-    let node_ports = jsonpath(&api, &["get", "svc", "web"], "{.spec.ports[*].nodePort}");
+    let node_ports = api.jsonpath(&["get", "svc", "web"], "{.spec.ports[*].nodePort}");
     assert_eq!(node_ports, "", "allocateLoadBalancerNodePorts: false");
     let mut updated = String::new();
     support::run(async {
@@ -179,7 +144,7 @@ fn load_balancers_get_the_node_address_answer_there_and_keep_to_their_source_ran
     );
 
     // a second LoadBalancer on the same port: an event, and no address
-    apply(&api, load_balancer("second", json!({})));
+    api.apply(load_balancer("second", json!({})));
     let mut conflict = String::new();
     support::run(async {
         conflict = api.first_event_message("second", "PortConflict").await;
@@ -191,7 +156,7 @@ fn load_balancers_get_the_node_address_answer_there_and_keep_to_their_source_ran
              node {NODE} does not serve this LoadBalancer"
         )
     );
-    let second = jsonpath(&api, &["get", "svc", "second"], "{.status.loadBalancer}");
+    let second = api.jsonpath(&["get", "svc", "second"], "{.status.loadBalancer}");
     assert_eq!(second, "{}", "no address for the second Service");
 
     // externalTrafficPolicy Local: a health check port answering for this node's endpoint
@@ -205,7 +170,7 @@ fn load_balancers_get_the_node_address_answer_there_and_keep_to_their_source_ran
             r#"{"spec":{"externalTrafficPolicy":"Local"}}"#,
         ],
     );
-    let health = jsonpath(&api, &["get", "svc", "web"], "{.spec.healthCheckNodePort}");
+    let health = api.jsonpath(&["get", "svc", "web"], "{.spec.healthCheckNodePort}");
     assert!(!health.is_empty(), "a healthCheckNodePort");
     let health_addr = format!("{}:{health}", net.ip);
     support::run(async {
@@ -225,7 +190,7 @@ fn load_balancers_get_the_node_address_answer_there_and_keep_to_their_source_ran
     );
 
     // loadBalancerSourceRanges: the lan host is let in, then (another range) dropped
-    let host_range = format!("{}/32", lan.host_ip());
+    let host_range = format!("{}/32", net.gateway);
     let ranges = json!({"spec": {"loadBalancerSourceRanges": [host_range]}}).to_string();
     api.kubectl(KUBECTL_133, &["patch", "svc", "web", "-p", &ranges]);
     net.exec_until(mode.rules, "the firewall", |rules| {

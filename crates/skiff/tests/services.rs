@@ -17,33 +17,14 @@ mod support;
 use std::collections::BTreeSet;
 
 use serde_json::json;
-use support::cluster::{controller_manager, grant_coredns_role, scheduler};
-use support::netns::{self, Lan, NodeNet};
-use support::node::KubeletProcess;
+use support::cluster::{NAME_SERVER, grant_coredns_role};
+use support::netns::{self, LanCluster, NodeNet};
 use support::{ApiServer, KUBECTL_133, output_text};
 
 const NODE_A: &str = "svc-a";
 const NODE_B: &str = "svc-b";
 /// The `kube-dns` Service's ClusterIP, as `skiff server` will make it.
 const DNS_IP: &str = "10.43.0.10";
-
-/// busybox httpd on 8080 whose CGI `/cgi-bin/name` answers with the pod's name.
-const NAME_SERVER: &str = r#"mkdir -p /www/cgi-bin && printf '#!/bin/sh\necho Content-Type: text/plain\necho\nhostname\n' > /www/cgi-bin/name && chmod +x /www/cgi-bin/name && exec httpd -f -p 8080 -h /www"#;
-
-fn apply(api: &ApiServer, manifest: serde_json::Value) {
-    api.kubectl_stdin(
-        KUBECTL_133,
-        &["apply", "-f", "-"],
-        Some(&manifest.to_string()),
-    );
-}
-
-fn jsonpath(api: &ApiServer, args: &[&str], path: &str) -> String {
-    let mut all = args.to_vec();
-    let path = format!("jsonpath={path}");
-    all.extend(["-o", &path]);
-    api.kubectl(KUBECTL_133, &all)
-}
 
 /// The pod names that `count` requests from pod `client` to `url` were answered by, once a
 /// round of them all succeeds.
@@ -87,44 +68,32 @@ fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_
         support::skip(&why);
         return;
     }
-    // declared first, dropped last: after every process running inside it
-    let mut lan = Lan::create();
-    let api = netns::api_server(&lan);
-    let (net_a, net_b) = (lan.add_node(), lan.add_node());
-    let _cm = controller_manager(
-        &api,
-        &[
-            "--controllers",
-            "nodeipam,deployment,replicaset,endpoints,endpointslice",
-            "--allocate-node-cidrs=true",
-        ],
-    );
-    let _scheduler = scheduler(&api);
     // the kubelets register their Nodes and wait for nodeipam's pod ranges
-    let cluster_dns = ["--cluster-dns", DNS_IP];
-    let _kubelet_a =
-        KubeletProcess::start_placed(&api, NODE_A, net_a.placement(&api, NODE_A), &cluster_dns);
-    let _kubelet_b =
-        KubeletProcess::start_placed(&api, NODE_B, net_b.placement(&api, NODE_B), &cluster_dns);
+    let cluster = LanCluster::start_with(
+        "deployment,replicaset,endpoints,endpointslice",
+        &[NODE_A, NODE_B],
+        &["--cluster-dns", DNS_IP],
+    );
+    let (api, net_a, net_b) = (&cluster.api, &cluster.nets[0], &cluster.nets[1]);
     let proxier = ("system:kube-proxy", None);
     let _proxy_a = net_a.start(
-        &api,
+        api,
         proxier,
         "proxy-a",
         &["proxy", "--node-name", NODE_A, "--mode", "iptables"],
     );
     let _proxy_b = net_b.start(
-        &api,
+        api,
         proxier,
         "proxy-b",
         &["proxy", "--node-name", NODE_B, "--mode", "nftables"],
     );
 
     // cluster DNS on node A, behind the kube-dns Service (no selector: its slice names node A)
-    grant_coredns_role(&api);
+    grant_coredns_role(api);
     let dns_listen = format!("{}:53", net_a.ip);
     let _dns = net_a.start(
-        &api,
+        api,
         (
             "system:serviceaccount:kube-system:kube-dns",
             Some("system:serviceaccounts"),
@@ -132,16 +101,12 @@ fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_
         "dns",
         &["dns", "--listen", &dns_listen],
     );
-    apply(
-        &api,
-        json!({"apiVersion": "v1", "kind": "Service",
+    api.apply(json!({"apiVersion": "v1", "kind": "Service",
                "metadata": {"name": "kube-dns", "namespace": "kube-system"},
                "spec": {"clusterIP": DNS_IP, "ports": [
                    {"name": "dns", "port": 53, "protocol": "UDP"},
-                   {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}}),
-    );
-    apply(
-        &api,
+                   {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}}));
+    api.apply(
         json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                "metadata": {"name": "kube-dns-lan", "namespace": "kube-system",
                             "labels": {"kubernetes.io/service-name": "kube-dns"}},
@@ -161,27 +126,23 @@ fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_
                                  "command": ["sh", "-c", NAME_SERVER],
                                  "ports": [{"name": "http", "containerPort": 8080}]}]},
     });
-    apply(
-        &api,
+    api.apply(
         json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
                "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
                         "template": template}}),
     );
-    apply(
-        &api,
+    api.apply(
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
                "spec": {"type": "NodePort", "selector": {"app": "web"},
                         "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}),
     );
-    apply(
-        &api,
+    api.apply(
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web-headless"},
                "spec": {"clusterIP": "None", "selector": {"app": "web"},
                         "ports": [{"name": "http", "port": 8080}]}}),
     );
     for (name, node) in [("client-a", NODE_A), ("client-b", NODE_B)] {
-        apply(
-            &api,
+        api.apply(
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
                    "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
                             "terminationGracePeriodSeconds": 1,
@@ -200,16 +161,16 @@ fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_
             "--timeout=120s",
         ],
     );
-    let cluster_ip = jsonpath(&api, &["get", "svc", "web"], "{.spec.clusterIP}");
-    let node_port = jsonpath(&api, &["get", "svc", "web"], "{.spec.ports[0].nodePort}");
-    let pod_ips: BTreeSet<String> = jsonpath(
-        &api,
-        &["get", "pods", "-l", "app=web"],
-        "{.items[*].status.podIP}",
-    )
-    .split_whitespace()
-    .map(str::to_string)
-    .collect();
+    let cluster_ip = api.jsonpath(&["get", "svc", "web"], "{.spec.clusterIP}");
+    let node_port = api.jsonpath(&["get", "svc", "web"], "{.spec.ports[0].nodePort}");
+    let pod_ips: BTreeSet<String> = api
+        .jsonpath(
+            &["get", "pods", "-l", "app=web"],
+            "{.items[*].status.podIP}",
+        )
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
     assert_eq!(pod_ips.len(), 3, "{pod_ips:?}");
 
     // kubectl get endpoints lists the three pods (seed 001 ⑥)
@@ -262,7 +223,7 @@ fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_
     // by ClusterIP from both nodes (iptables and nftables), spread over the backends
     let by_ip = format!("http://{cluster_ip}/cgi-bin/name");
     for client in ["client-a", "client-b"] {
-        let names = answered_by(&api, client, &by_ip, 30);
+        let names = answered_by(api, client, &by_ip, 30);
         assert!(names.len() > 1, "{client}: all answered by {names:?}");
         assert!(names.iter().all(|n| n.starts_with("web-")), "{names:?}");
     }
@@ -271,7 +232,7 @@ fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_
         "http://web/cgi-bin/name",
         "http://web.default.svc.cluster.local/cgi-bin/name",
     ] {
-        let names = answered_by(&api, "client-b", url, 6);
+        let names = answered_by(api, "client-b", url, 6);
         assert!(names.iter().all(|n| n.starts_with("web-")), "{names:?}");
     }
     let resolv = api.kubectl(
@@ -285,7 +246,7 @@ fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_
     );
 
     // the NodePort answers from the lan host on both nodes' addresses
-    for net in [&net_a, &net_b] {
+    for net in [net_a, net_b] {
         let name = http_get(&net.ip.to_string(), &node_port, "/cgi-bin/name");
         assert!(name.starts_with("web-"), "{name}");
     }
@@ -299,19 +260,19 @@ fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_
 
     // DNS: A, SRV for the named port, headless (one A per ready pod), PTR of the ClusterIP
     assert_eq!(
-        dig(&net_a, &["web.default.svc.cluster.local"]),
+        dig(net_a, &["web.default.svc.cluster.local"]),
         std::slice::from_ref(&cluster_ip)
     );
     assert_eq!(
-        dig(&net_a, &["SRV", "_http._tcp.web.default.svc.cluster.local"]),
+        dig(net_a, &["SRV", "_http._tcp.web.default.svc.cluster.local"]),
         ["0 100 80 web.default.svc.cluster.local."]
     );
     assert_eq!(
-        dig(&net_a, &["web-headless.default.svc.cluster.local"]),
+        dig(net_a, &["web-headless.default.svc.cluster.local"]),
         pod_ips.iter().cloned().collect::<Vec<_>>()
     );
     assert_eq!(
-        dig(&net_a, &["-x", &cluster_ip]),
+        dig(net_a, &["-x", &cluster_ip]),
         ["web.default.svc.cluster.local."]
     );
 
@@ -337,7 +298,7 @@ fn services_reach_their_pods_by_cluster_ip_dns_name_and_node_port_in_both_proxy_
         |table| table.contains("affinity"),
     );
     for client in ["client-a", "client-b"] {
-        let names = answered_by(&api, client, &by_ip, 20);
+        let names = answered_by(api, client, &by_ip, 20);
         assert_eq!(names.len(), 1, "{client}: answered by {names:?}");
     }
 

@@ -54,6 +54,9 @@ impl Drop for Process {
     }
 }
 
+/// A busybox shell script: httpd on 8080 whose CGI `/cgi-bin/name` answers with the pod's name.
+pub const NAME_SERVER: &str = r#"mkdir -p /www/cgi-bin && printf '#!/bin/sh\necho Content-Type: text/plain\necho\nhostname\n' > /www/cgi-bin/name && chmod +x /www/cgi-bin/name && exec httpd -f -p 8080 -h /www"#;
+
 /// The default StorageClass `local-path` as `skiff server` applies it (k3s's `local-storage`
 /// manifest with Skiff's provisioner).
 pub fn local_path_class() -> serde_json::Value {

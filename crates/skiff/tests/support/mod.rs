@@ -276,6 +276,23 @@ impl ApiServer {
         stdout
     }
 
+    /// `kubectl apply -f -` of `manifest` (kubectl 1.33).
+    pub fn apply(&self, manifest: serde_json::Value) -> String {
+        self.kubectl_stdin(
+            KUBECTL_133,
+            &["apply", "-f", "-"],
+            Some(&manifest.to_string()),
+        )
+    }
+
+    /// `kubectl <args…> -o jsonpath=<path>` (kubectl 1.33).
+    pub fn jsonpath(&self, args: &[&str], path: &str) -> String {
+        let path = format!("jsonpath={path}");
+        let mut all = args.to_vec();
+        all.extend(["-o", &path]);
+        self.kubectl(KUBECTL_133, &all)
+    }
+
     /// Runs kubectl expecting failure and returns stderr.
     pub fn kubectl_fails(&self, kubectl: &str, args: &[&str], stdin: Option<&str>) -> String {
         let out = self.kubectl_output(kubectl, args, stdin);

@@ -15,8 +15,8 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::ApiServer;
-use super::cluster::Process;
-use super::node::Placement;
+use super::cluster::{Process, controller_manager, scheduler};
+use super::node::{KubeletProcess, Placement};
 
 /// Lans made by this test process, for unique namespace names.
 static LANS: AtomicU32 = AtomicU32::new(0);
@@ -397,6 +397,60 @@ pub fn api_server(lan: &Lan) -> ApiServer {
     let flags = api_server_flags(lan);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     ApiServer::start_with(super::Backend::Embedded, &flags)
+}
+
+/// The cluster most network tests run: on a lan of its own, an API server reachable from it,
+/// the controller manager with node IPAM and the test's controllers, the scheduler, and a
+/// kubelet in its own node namespace per node (registering its Node and waiting for a pod
+/// range). The fields drop in order: the processes, then the API server, then the lan.
+pub struct LanCluster {
+    pub kubelets: Vec<KubeletProcess>,
+    _scheduler: Process,
+    _controller_manager: Process,
+    /// The nodes' namespaces, in the order of their names.
+    pub nets: Vec<NodeNet>,
+    pub api: ApiServer,
+    _lan: Lan,
+}
+
+impl LanCluster {
+    /// Starts the cluster with `controllers` (comma-separated, besides `nodeipam`) and a
+    /// kubelet for each of `nodes`.
+    pub fn start(controllers: &str, nodes: &[&str]) -> LanCluster {
+        LanCluster::start_with(controllers, nodes, &[])
+    }
+
+    /// [`LanCluster::start`] with extra flags for every kubelet.
+    pub fn start_with(controllers: &str, nodes: &[&str], kubelet_args: &[&str]) -> LanCluster {
+        let mut lan = Lan::create();
+        let api = api_server(&lan);
+        let nets: Vec<NodeNet> = nodes.iter().map(|_| lan.add_node()).collect();
+        let controllers = format!("nodeipam,{controllers}");
+        let controller_manager = controller_manager(
+            &api,
+            &[
+                "--controllers",
+                controllers.trim_end_matches(','),
+                "--allocate-node-cidrs=true",
+            ],
+        );
+        let scheduler = scheduler(&api);
+        let kubelets = nodes
+            .iter()
+            .zip(&nets)
+            .map(|(node, net)| {
+                KubeletProcess::start_placed(&api, node, net.placement(&api, node), kubelet_args)
+            })
+            .collect();
+        LanCluster {
+            kubelets,
+            _scheduler: scheduler,
+            _controller_manager: controller_manager,
+            nets,
+            api,
+            _lan: lan,
+        }
+    }
 }
 
 /// A kubeconfig for `user` (`group`) that reaches the API server at `server`.
