@@ -1,5 +1,6 @@
 //! The size, free space and inodes of the filesystem holding a path (`statvfs`), for the
-//! node's capacity, eviction signals (`nodefs.*`, `imagefs.*`) and image garbage collection.
+//! node's capacity, eviction signals (`nodefs.*`, `imagefs.*`), image garbage collection and
+//! the Summary API; and the space a directory's files take (`du`), for logs and volumes.
 
 use std::path::Path;
 
@@ -31,6 +32,24 @@ pub fn fs_stats(path: &Path) -> std::io::Result<FsStats> {
     })
 }
 
+/// The disk space the files under `dir` take (their blocks, as `du`); 0 when it does not exist.
+pub fn disk_usage(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                total += meta.blocks() * 512;
+            }
+        }
+    }
+    total
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -45,5 +64,14 @@ mod tests {
         );
         assert!(s.inodes_free <= s.inodes, "{s:?}");
         assert!(fs_stats(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn a_directorys_disk_usage_counts_the_blocks_of_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("c")).unwrap();
+        std::fs::write(dir.path().join("c/0.log"), vec![b'x'; 10_000]).unwrap();
+        assert!(disk_usage(dir.path()) >= 10_000);
+        assert_eq!(disk_usage(&dir.path().join("missing")), 0);
     }
 }

@@ -42,7 +42,7 @@ impl HostInfo {
             cpus: std::thread::available_parallelism()
                 .map(|n| n.get() as u32)
                 .unwrap_or(1),
-            memory_bytes: meminfo_total(&file("/proc/meminfo")).unwrap_or(0),
+            memory_bytes: meminfo_field(&file("/proc/meminfo"), "MemTotal").unwrap_or(0),
             ephemeral_storage_bytes: crate::fs_stats::fs_stats(data_dir)
                 .map_or(0, |s| s.capacity_bytes),
             kernel_version: file("/proc/sys/kernel/osrelease"),
@@ -81,11 +81,13 @@ fn detect_ip() -> IpAddr {
         .unwrap_or(IpAddr::from([127, 0, 0, 1]))
 }
 
-/// `MemTotal` from /proc/meminfo, in bytes.
-pub fn meminfo_total(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+/// A `Key:   123 kB` line of `/proc/meminfo`, in bytes.
+pub fn meminfo_field(meminfo: &str, key: &str) -> Option<u64> {
+    meminfo.lines().find_map(|l| {
+        let rest = l.strip_prefix(key)?.strip_prefix(':')?;
+        let kib: u64 = rest.split_whitespace().next()?.parse().ok()?;
+        Some(kib * 1024)
+    })
 }
 
 /// `PRETTY_NAME` from /etc/os-release.
@@ -101,7 +103,9 @@ mod tests {
     #[test]
     fn memory_is_read_from_meminfo_in_bytes() {
         let meminfo = "MemTotal:        4028776 kB\nMemFree:          123 kB\n";
-        assert_eq!(meminfo_total(meminfo), Some(4028776 * 1024));
+        assert_eq!(meminfo_field(meminfo, "MemTotal"), Some(4028776 * 1024));
+        assert_eq!(meminfo_field(meminfo, "MemFree"), Some(123 * 1024));
+        assert_eq!(meminfo_field(meminfo, "Mem"), None);
     }
 
     #[test]

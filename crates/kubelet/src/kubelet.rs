@@ -48,6 +48,8 @@ use crate::server::auth::Auth;
 use crate::server::pods::PodRegistry;
 use crate::server::reviews::ApiReviews;
 use crate::server::{KubeletServer, ServerState, tls};
+use crate::stats::SummaryProvider;
+use crate::stats::host::HostSummary;
 use crate::volumes::VolumeManager;
 use crate::volumes::host::RealHost;
 
@@ -236,6 +238,16 @@ impl Kubelet {
             &config.data_dir.join("logs/pods"),
             &config.settings.cgroup_root,
         ));
+        let log_dir = config.data_dir.join("logs/pods");
+        let pods = PodRegistry::default();
+        let summary: Arc<dyn SummaryProvider> = Arc::new(HostSummary::new(
+            &config.node_name,
+            cri.clone(),
+            pods.clone(),
+            cgroups.clone(),
+            &config.data_dir,
+            &log_dir,
+        ));
         let runtime: Arc<dyn ContainerRuntime> = Arc::new(cri);
         if let Some(socket) = crate::cri::socket_path(&endpoint) {
             let importer = CtrImporter {
@@ -256,8 +268,6 @@ impl Kubelet {
             &host.hostname,
             &[host.ip, IpAddr::from([127, 0, 0, 1])],
         )?;
-        let log_dir = config.data_dir.join("logs/pods");
-        let pods = PodRegistry::default();
         let server = KubeletServer::bind(
             SocketAddr::new(config.settings.address, config.settings.port),
             tls::server_config(&cert, &key, &config.client_ca)?,
@@ -270,6 +280,7 @@ impl Kubelet {
                     Arc::new(ApiReviews::new(client.clone())),
                     config.node_name.clone(),
                 ),
+                stats: summary,
             },
         )
         .await?;

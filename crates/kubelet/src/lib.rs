@@ -67,6 +67,8 @@
 //! - [`server`]: the HTTPS server on port 10250: health, pods, metrics, container logs, and
 //!   exec, attach and port-forward proxied to the runtime's streaming server; clients
 //!   authenticated and authorized through the API server's TokenReview and SubjectAccessReview.
+//! - [`stats`]: the Summary API (`/stats/summary`) and resource metrics (`/metrics/resource`):
+//!   the node's and pods' CPU, memory, network and filesystems from cgroups, `/proc` and CRI.
 //! - [`api`]: pod writes through the API server behind a trait, with a recording fake.
 //! - [`credentials`]: registry credentials from a pod's `imagePullSecrets`.
 //! - [`containerd`]: managed containerd (config, supervision).
@@ -127,6 +129,7 @@ pub mod resource_field;
 pub mod security_context;
 pub mod server;
 pub mod static_pods;
+pub mod stats;
 pub mod status;
 pub mod sysctl;
 pub mod volumes;

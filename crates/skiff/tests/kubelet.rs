@@ -7,8 +7,9 @@
 //! containers gone from containerd. A pod's image is pulled from Debian's `docker-registry` on
 //! loopback with its imagePullSecrets, and refused without them. The kubelet's own server lets
 //! in only the clients the API server authenticates and authorizes (certificates, service
-//! account tokens; `nodes/metrics` granted by RBAC). Needs root (containerd, CNI); skips
-//! otherwise.
+//! account tokens; `nodes/metrics` granted by RBAC). Its Summary API reports a CPU-burning
+//! pod at about a core, with its memory, network, emptyDir and logs, and `/metrics/resource`
+//! its CPU time. Needs root (containerd, CNI); skips otherwise.
 
 mod support;
 
@@ -761,5 +762,130 @@ fn the_kubelet_server_lets_in_only_whom_the_api_server_authenticates_and_authori
         // system:masters (as the API server's own kubelet client certificate) may do anything
         let (code, pods) = get(&admin, "/pods", None).await;
         assert_eq!((code, pods.contains("PodList")), (200, true), "{pods}");
+    });
+}
+
+/// A pod burning one core, with an emptyDir holding a 512 KiB file and a line of log.
+const BURNER: &str = r#"{"apiVersion": "v1", "kind": "Pod",
+  "metadata": {"name": "burner"},
+  "spec": {"nodeName": "kubelet-e2e", "terminationGracePeriodSeconds": 1,
+           "volumes": [{"name": "scratch", "emptyDir": {}}],
+           "containers": [{"name": "burn", "image": "busybox", "imagePullPolicy": "IfNotPresent",
+                           "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                           "command": ["sh", "-c",
+                                       "dd if=/dev/zero of=/scratch/file bs=1k count=512 && echo burning && while :; do :; done"]}]}}"#;
+
+#[test]
+fn the_summary_api_reports_a_busy_pods_cpu_memory_network_volumes_and_logs() {
+    if let Some(why) = unsupported() {
+        support::skip(&why);
+        return;
+    }
+    let _node = ONE_NODE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let api = ApiServer::start(Backend::Embedded);
+    let kubelet = KubeletProcess::start(&api, NODE);
+    let admin = Client::to(
+        &api,
+        &kubelet.serving_certificate(),
+        kubelet.port(),
+        Some(("admin", Some("system:masters"))),
+    );
+    api.kubectl_stdin(KUBECTL_133, &["create", "-f", "-"], Some(BURNER));
+    run(async {
+        let c = kube_client(&api).await;
+        let pods: Api<Pod> = Api::namespaced(c, "default");
+        eventually("burner to run", || in_phase(&pods, "burner", "Running")).await;
+        let get = |path: &'static str| {
+            let admin = admin.clone();
+            async move {
+                let req = http::Request::get(path)
+                    .header("host", "127.0.0.1")
+                    .body(https::body(""))
+                    .unwrap();
+                let (code, text) = https::text(admin.send(req).await).await;
+                assert_eq!(code, 200, "{path}: {text}");
+                text
+            }
+        };
+        // a rate needs two looks at least a second apart
+        let (summary, pod) = eventually("the burner's CPU rate", || async {
+            let summary: serde_json::Value =
+                serde_json::from_str(&get("/stats/summary").await).unwrap();
+            let pod = summary["pods"]
+                .as_array()?
+                .iter()
+                .find(|p| p["podRef"]["name"] == "burner")?
+                .clone();
+            pod["containers"][0]["cpu"]["usageNanoCores"].as_u64()?;
+            Some((summary, pod))
+        })
+        .await;
+        let burn = &pod["containers"][0];
+        assert_eq!(burn["name"], "burn");
+        // about one core (this machine has two, shared with the test)
+        let cores = burn["cpu"]["usageNanoCores"].as_u64().unwrap() as f64 / 1e9;
+        assert!((0.3..=2.0).contains(&cores), "{burn}");
+        assert!(burn["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap() > 0);
+        assert!(
+            burn["memory"]["workingSetBytes"].as_u64().unwrap() > 0,
+            "{burn}"
+        );
+        assert!(burn["rootfs"]["usedBytes"].as_u64().is_some(), "{burn}");
+        assert!(burn["logs"]["usedBytes"].as_u64().unwrap() > 0, "{burn}");
+        // the pod's own cgroup holds the container and the pause process
+        let pod_cores = pod["cpu"]["usageNanoCores"].as_u64().unwrap() as f64 / 1e9;
+        assert!(pod_cores >= 0.3, "{pod}");
+        assert!(
+            pod["memory"]["workingSetBytes"].as_u64().unwrap() > 0,
+            "{pod}"
+        );
+        assert!(
+            pod["process_stats"]["process_count"].as_u64().unwrap() >= 2,
+            "{pod}"
+        );
+        assert_eq!(pod["network"]["name"], "eth0", "{pod}");
+        assert!(pod["network"]["rxBytes"].as_u64().is_some(), "{pod}");
+        let scratch = &pod["volume"][0];
+        assert_eq!(scratch["name"], "scratch", "{pod}");
+        assert!(
+            scratch["usedBytes"].as_u64().unwrap() >= 512 * 1024,
+            "{pod}"
+        );
+        assert!(pod["ephemeral-storage"]["usedBytes"].as_u64().unwrap() >= 512 * 1024);
+        // the node: all of it, and at least the burner's core
+        let node = &summary["node"];
+        assert_eq!(node["nodeName"], NODE);
+        assert!(
+            node["cpu"]["usageNanoCores"].as_u64().unwrap() as f64 / 1e9 >= 0.3,
+            "{node}"
+        );
+        assert!(
+            node["memory"]["workingSetBytes"].as_u64().unwrap() > 0,
+            "{node}"
+        );
+        assert!(node["fs"]["capacityBytes"].as_u64().unwrap() > 0, "{node}");
+        // containerd counts the images' bytes on its own schedule: there, maybe 0 yet
+        assert!(node["runtime"]["imageFs"]["usedBytes"].as_u64().is_some());
+        assert!(
+            node["runtime"]["imageFs"]["capacityBytes"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
+        assert!(node["rlimit"]["maxpid"].as_u64().unwrap() > 0, "{node}");
+
+        // the resource metrics metrics-server scrapes
+        let metrics = get("/metrics/resource").await;
+        let sample = metrics
+            .lines()
+            .find(|l| {
+                l.starts_with(
+                    r#"container_cpu_usage_seconds_total{container="burn",namespace="default",pod="burner"} "#,
+                )
+            })
+            .unwrap_or_else(|| panic!("{metrics}"));
+        let seconds: f64 = sample.split(' ').nth(1).unwrap().parse().unwrap();
+        assert!(seconds > 0.0, "{sample}");
+        assert!(metrics.contains("\nresource_scrape_error 0\n"), "{metrics}");
     });
 }

@@ -18,6 +18,38 @@ use super::resources::{ResourceConfig, shares_to_weight, weight_to_shares};
 /// `PAGE_COUNTER_MAX` pages; 2^62 is below it on any page size and far above any memory).
 const V1_UNLIMITED_MEMORY: i64 = 1 << 62;
 
+/// What a cgroup's tasks have used ([`Cgroupfs::usage`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgroupUsage {
+    /// CPU time on all cores, in nanoseconds.
+    pub cpu_ns: Option<u64>,
+    pub memory: Option<CgroupMemory>,
+    /// Processes and threads (`pids.current`).
+    pub tasks: Option<u64>,
+}
+
+/// A cgroup's memory, in bytes (faults in counts), as cAdvisor reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgroupMemory {
+    pub usage: u64,
+    /// Usage less the inactive file pages, which the kernel reclaims first.
+    pub working_set: u64,
+    /// Anonymous and swap-cache memory.
+    pub rss: Option<u64>,
+    pub page_faults: Option<u64>,
+    pub major_page_faults: Option<u64>,
+    /// The limit, when there is one.
+    pub limit: Option<u64>,
+}
+
+/// A `key value` line of a cgroup's `memory.stat` or `cpu.stat`.
+pub fn stat_field(stat: &str, key: &str) -> Option<u64> {
+    stat.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
 /// A cgroup by its path components below the hierarchies' roots (upstream's `CgroupName`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct CgroupName(pub Vec<String>);
@@ -280,6 +312,72 @@ impl Cgroupfs {
                 pids_limit: None,
             }
         }
+    }
+
+    /// What the cgroup's tasks have used (cAdvisor's reading): CPU time, memory, tasks. A
+    /// figure whose file cannot be read is left out; the v2 root has no memory files.
+    pub fn usage(&self, name: &CgroupName) -> CgroupUsage {
+        let read = |controller: &str, file: &str| {
+            let dir = self.dir_of(name, controller)?;
+            self.fs.read(&dir.join(file)).ok()
+        };
+        let number = |text: Option<String>| text?.trim().parse::<u64>().ok();
+        let v2 = self.is_v2();
+        let cpu_ns = if v2 {
+            read("cpu", "cpu.stat")
+                .and_then(|stat| stat_field(&stat, "usage_usec"))
+                .map(|us| us * 1000)
+        } else {
+            number(read("cpuacct", "cpuacct.usage"))
+        };
+        let (usage_file, limit_file) = if v2 {
+            ("memory.current", "memory.max")
+        } else {
+            ("memory.usage_in_bytes", "memory.limit_in_bytes")
+        };
+        let memory = number(read("memory", usage_file)).map(|usage| {
+            let stat = read("memory", "memory.stat").unwrap_or_default();
+            // v1's `total_*` figures count the whole subtree, as v2's do
+            let field = |key: &str| {
+                let v1_key = format!("total_{key}");
+                stat_field(&stat, if v2 { key } else { &v1_key })
+            };
+            let limit = number(read("memory", limit_file))
+                .filter(|l| i64::try_from(*l).is_ok_and(|l| l < V1_UNLIMITED_MEMORY));
+            CgroupMemory {
+                usage,
+                working_set: usage.saturating_sub(field("inactive_file").unwrap_or(0)),
+                rss: field(if v2 { "anon" } else { "rss" }),
+                page_faults: field("pgfault"),
+                major_page_faults: field("pgmajfault"),
+                limit,
+            }
+        });
+        CgroupUsage {
+            cpu_ns,
+            memory,
+            tasks: number(read("pids", "pids.current")),
+        }
+    }
+
+    /// The first process in the cgroup or below it (one of a pod's, to find its network
+    /// namespace through `/proc/<pid>/net`).
+    pub fn first_process(&self, name: &CgroupName) -> Option<u32> {
+        let dir = self.dir_of(name, "memory")?;
+        self.first_process_in(&dir)
+    }
+
+    fn first_process_in(&self, dir: &Path) -> Option<u32> {
+        let procs = self.fs.read(&dir.join("cgroup.procs")).ok()?;
+        procs
+            .lines()
+            .find_map(|l| l.trim().parse().ok())
+            .or_else(|| {
+                let children = self.fs.children(dir).ok()?;
+                children
+                    .iter()
+                    .find_map(|c| self.first_process_in(&dir.join(c)))
+            })
     }
 
     /// The names of the cgroup's children (in any hierarchy that decides existence).

@@ -26,7 +26,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use parking_lot::Mutex;
 
-use driver::{CgroupName, Cgroupfs};
+use driver::{CgroupName, CgroupUsage, Cgroupfs};
 use fs::CgroupFs;
 use resources::{
     MIN_SHARES, QosClass, ResourceConfig, milli_cpu_to_shares, pod_cpu_request, pod_resource_config,
@@ -162,8 +162,22 @@ impl PodCgroups {
     /// The pod's cgroup in the cgroupfs form a sandbox's `cgroup_parent` takes
     /// (`/kubepods/burstable/pod<uid>`).
     pub fn cgroup_parent(&self, pod: &Pod) -> String {
+        self.cgroup_of(pod).to_cgroupfs()
+    }
+
+    /// What the pod's cgroup has used (the pause process and every container).
+    pub fn usage(&self, pod: &Pod) -> CgroupUsage {
+        self.driver.usage(&self.cgroup_of(pod))
+    }
+
+    /// A process of the pod, to find its network namespace.
+    pub fn first_process(&self, pod: &Pod) -> Option<u32> {
+        self.driver.first_process(&self.cgroup_of(pod))
+    }
+
+    fn cgroup_of(&self, pod: &Pod) -> CgroupName {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        self.pod_cgroup(QosClass::of(pod), uid).to_cgroupfs()
+        self.pod_cgroup(QosClass::of(pod), uid)
     }
 
     /// Makes the pod's cgroup with its limits if it has none, and the Burstable class's shares

@@ -378,3 +378,77 @@ fn a_write_that_fails_names_the_cgroup() {
         "failed to create container for /kubepods/podg1: device or resource busy"
     );
 }
+
+#[test]
+fn a_pods_usage_is_read_from_its_cgroup_in_v1_and_v2() {
+    let pod = pod(
+        "u1",
+        "burstable",
+        json!([container(json!({"cpu": "100m"}), json!({}))]),
+    );
+    // v1: cpuacct's nanoseconds, the memory hierarchy's subtree totals
+    let fs = Arc::new(FakeCgroupFs::v1());
+    let cgroups = start(&fs, 0);
+    cgroups.ensure_pod(&pod).unwrap();
+    let dir = |h: &str| format!("/sys/fs/cgroup/{h}/kubepods/burstable/podu1");
+    fs.set_file(format!("{}/cpuacct.usage", dir("cpuacct")), "2500000000\n");
+    fs.set_file(format!("{}/memory.usage_in_bytes", dir("memory")), "1000\n");
+    fs.set_file(
+        format!("{}/memory.limit_in_bytes", dir("memory")),
+        "9223372036854771712\n",
+    );
+    fs.set_file(
+        format!("{}/memory.stat", dir("memory")),
+        "inactive_file 1\nrss 2\ntotal_inactive_file 300\ntotal_rss 600\ntotal_pgfault 7\ntotal_pgmajfault 1\n",
+    );
+    fs.set_file(format!("{}/pids.current", dir("pids")), "3\n");
+    assert_eq!(
+        cgroups.usage(&pod),
+        CgroupUsage {
+            cpu_ns: Some(2_500_000_000),
+            memory: Some(driver::CgroupMemory {
+                usage: 1000,
+                working_set: 700,
+                rss: Some(600),
+                page_faults: Some(7),
+                major_page_faults: Some(1),
+                // the unlimited value is no limit
+                limit: None,
+            }),
+            tasks: Some(3),
+        }
+    );
+    // the pod's processes are in its containers' cgroups below it
+    fs.set_file(format!("{}/cgroup.procs", dir("memory")), "");
+    let pause = format!("{}/abc", dir("memory"));
+    fs.create_dir(Path::new(&pause)).unwrap();
+    fs.set_file(format!("{pause}/cgroup.procs"), "4242\n4243\n");
+    assert_eq!(cgroups.first_process(&pod), Some(4242));
+
+    // v2: cpu.stat's microseconds, memory.current and memory.max
+    let fs = Arc::new(FakeCgroupFs::v2());
+    let cgroups = start(&fs, 0);
+    cgroups.ensure_pod(&pod).unwrap();
+    let dir = "/sys/fs/cgroup/kubepods/burstable/podu1";
+    fs.set_file(
+        format!("{dir}/cpu.stat"),
+        "usage_usec 1500\nuser_usec 1000\n",
+    );
+    fs.set_file(format!("{dir}/memory.current"), "1000\n");
+    fs.set_file(format!("{dir}/memory.max"), "4096\n");
+    fs.set_file(
+        format!("{dir}/memory.stat"),
+        "anon 500\ninactive_file 100\npgfault 9\npgmajfault 2\n",
+    );
+    let usage = cgroups.usage(&pod);
+    assert_eq!(usage.cpu_ns, Some(1_500_000));
+    let memory = usage.memory.unwrap();
+    assert_eq!(
+        (memory.working_set, memory.rss, memory.limit),
+        (900, Some(500), Some(4096))
+    );
+    // an unreadable figure is left out, not zero
+    assert_eq!(usage.tasks, None);
+    fs.set_file(format!("{dir}/memory.max"), "max\n");
+    assert_eq!(cgroups.usage(&pod).memory.unwrap().limit, None);
+}

@@ -20,8 +20,10 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
+use crate::cgroups::driver::stat_field;
 use crate::cri::CriClient;
-use crate::fs_stats::{FsStats, fs_stats};
+use crate::fs_stats::{FsStats, disk_usage, fs_stats};
+use crate::host::meminfo_field;
 use crate::kubelet_config::Signal;
 use crate::pod_sync::{LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
 
@@ -366,23 +368,6 @@ fn parse_number(text: &str) -> Option<u64> {
     text.trim().parse().ok()
 }
 
-/// A `key value` line of a cgroup's `memory.stat`.
-fn stat_field(stat: &str, key: &str) -> Option<u64> {
-    stat.lines().find_map(|l| {
-        let (k, v) = l.split_once(' ')?;
-        (k == key).then(|| v.trim().parse().ok()).flatten()
-    })
-}
-
-/// A `Key:   123 kB` line of `/proc/meminfo`, in bytes.
-fn meminfo_field(meminfo: &str, key: &str) -> Option<u64> {
-    meminfo.lines().find_map(|l| {
-        let rest = l.strip_prefix(key)?.strip_prefix(':')?;
-        let kib: u64 = rest.split_whitespace().next()?.parse().ok()?;
-        Some(kib * 1024)
-    })
-}
-
 /// The tasks the kernel counts in `/proc/loadavg` (`0.5 0.4 0.3 2/3518 12345`), which
 /// upstream prefers to `sysinfo`'s, truncated above 65535.
 fn running_tasks(loadavg: &str) -> Option<u64> {
@@ -393,24 +378,6 @@ fn running_tasks(loadavg: &str) -> Option<u64> {
         .1
         .parse()
         .ok()
-}
-
-/// The disk space the files under `dir` take (their blocks, as `du`); 0 when it does not exist.
-fn disk_usage(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let Ok(meta) = entry.metadata() else { continue };
-            if meta.is_dir() {
-                stack.push(entry.path());
-            } else {
-                total += meta.blocks() * 512;
-            }
-        }
-    }
-    total
 }
 
 #[cfg(test)]
@@ -448,21 +415,10 @@ mod tests {
     }
 
     #[test]
-    fn stat_and_meminfo_fields_are_found_by_their_whole_key() {
+    fn stat_fields_are_found_by_their_whole_key() {
         let stat = "inactive_file 5\ntotal_inactive_file 7\n";
         assert_eq!(stat_field(stat, "total_inactive_file"), Some(7));
         assert_eq!(stat_field(stat, "inactive_file"), Some(5));
-        assert_eq!(meminfo_field(MEMINFO, "MemFree"), Some(512_000_000));
-        assert_eq!(meminfo_field(MEMINFO, "Mem"), None);
-    }
-
-    #[test]
-    fn a_directorys_disk_usage_counts_the_blocks_of_its_files() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("c")).unwrap();
-        std::fs::write(dir.path().join("c/0.log"), vec![b'x'; 10_000]).unwrap();
-        assert!(disk_usage(dir.path()) >= 10_000);
-        assert_eq!(disk_usage(&dir.path().join("missing")), 0);
     }
 
     #[test]

@@ -46,6 +46,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::cri::{ContainerRuntime, ContainerState, PodSandboxState};
+use crate::stats::SummaryProvider;
 use auth::Auth;
 use pods::PodRegistry;
 use reviews::User;
@@ -77,6 +78,8 @@ pub struct ServerState {
     pub clock: fn() -> jiff::Timestamp,
     /// Who may do what, asked of the API server.
     pub auth: Auth,
+    /// The node's and pods' usage (`/stats/summary`, `/metrics/resource`).
+    pub stats: Arc<dyn SummaryProvider>,
 }
 
 /// A bound, not yet serving, kubelet server: its address is known (port 0) before
@@ -193,6 +196,8 @@ pub async fn handle(
         ["healthz"] if get => text(200, "ok"),
         ["pods"] if get => pod_list(state),
         ["metrics"] if get => metrics(state).await,
+        ["metrics", "resource"] if get => resource_metrics(state).await,
+        ["stats", "summary"] if get => stats_summary(state, &parts).await,
         ["containerLogs", ns, pod, container] if get => {
             container_logs(state, &parts, ns, pod, container).await
         }
@@ -283,6 +288,32 @@ async fn metrics(state: &ServerState) -> Response<Body> {
         return text(500, "encoding the metrics failed");
     }
     response(200, full(out), "text/plain; version=0.0.4; charset=utf-8")
+}
+
+/// `/stats/summary[?only_cpu_and_memory=true]`: the Summary API; 500 when the runtime cannot
+/// be read, as upstream.
+async fn stats_summary(state: &ServerState, parts: &Parts) -> Response<Body> {
+    let only_cpu_and_memory =
+        form_urlencoded::parse(parts.uri.query().unwrap_or_default().as_bytes())
+            .any(|(k, v)| k == "only_cpu_and_memory" && v == "true");
+    match state.stats.summary(only_cpu_and_memory).await {
+        Ok(summary) => response(
+            200,
+            full(serde_json::to_vec(&summary).unwrap_or_default()),
+            "application/json",
+        ),
+        Err(e) => text(500, &format!("Internal Error: {e}")),
+    }
+}
+
+/// `/metrics/resource`: the resource metrics metrics-server scrapes.
+async fn resource_metrics(state: &ServerState) -> Response<Body> {
+    let summary = state.stats.summary(true).await;
+    if let Err(e) = &summary {
+        tracing::warn!(error = %e, "reading the resource metrics");
+    }
+    let text = crate::stats::resource::render(summary.as_ref().ok());
+    response(200, full(text), "text/plain; version=0.0.4; charset=utf-8")
 }
 
 /// `/containerLogs/{ns}/{pod}/{container}`: the container's log, streamed (chunked) so that

@@ -24,8 +24,39 @@ use super::{ServerState, handle};
 use crate::config::{container_config, sandbox_config};
 use crate::cri::ContainerRuntime;
 use crate::fake::FakeRuntime;
+use crate::stats::{self, Summary, SummaryProvider};
 
 const NODE: &str = "node-1";
+
+/// A summary provider answering `summary` (none: the runtime is down), recording whether
+/// each call wanted CPU and memory only.
+#[derive(Default)]
+struct FixedSummary {
+    summary: parking_lot::Mutex<Option<Summary>>,
+    calls: parking_lot::Mutex<Vec<bool>>,
+}
+
+#[async_trait]
+impl SummaryProvider for FixedSummary {
+    async fn summary(&self, cpu_and_memory_only: bool) -> Result<Summary, stats::Error> {
+        self.calls.lock().push(cpu_and_memory_only);
+        self.summary.lock().clone().ok_or_else(|| {
+            stats::Error(crate::cri::Error::Call {
+                method: "ListContainerStats",
+                status: tonic::Status::unavailable("connection refused"),
+            })
+        })
+    }
+}
+
+fn node_summary() -> Summary {
+    serde_json::from_value(json!({
+        "node": {"nodeName": NODE, "startTime": "2026-12-04T10:00:00Z",
+                 "cpu": {"time": "2026-12-04T10:00:00Z", "usageCoreNanoSeconds": 2_000_000_000u64}},
+        "pods": [],
+    }))
+    .unwrap()
+}
 
 /// A recording fake of the API server's reviews: the tokens it knows, the `(user, verb,
 /// subresource)` it allows (`*` for any verb or subresource), and whether it is failing.
@@ -149,6 +180,7 @@ async fn state(log_dir: &Path) -> (ServerState, Arc<FakeRuntime>, String) {
             Arc::new(FakeReviews::allowing(&[(&admin().name, "*", "*")])),
             NODE,
         ),
+        stats: Arc::new(FixedSummary::default()),
     };
     (state, fake, id)
 }
@@ -723,4 +755,66 @@ async fn over_tls_certificates_the_cluster_ca_signed_name_the_user_and_its_group
         "{stranger:?}"
     );
     assert!(reviews.calls().is_empty(), "the stranger never got as far");
+}
+
+#[tokio::test]
+async fn the_summary_and_resource_metrics_come_from_the_stats_provider() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut state, ..) = state(dir.path()).await;
+    let provider = Arc::new(FixedSummary::default());
+    *provider.summary.lock() = Some(node_summary());
+    state.stats = provider.clone();
+    let resp = handle(&state, get("/stats/summary"), Some(&admin())).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    let body: Summary = serde_json::from_str(&body_text(resp).await).unwrap();
+    assert_eq!(body, node_summary());
+    let resp = handle(
+        &state,
+        get("/stats/summary?only_cpu_and_memory=true"),
+        Some(&admin()),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let resp = handle(&state, get("/metrics/resource"), Some(&admin())).await;
+    let text = body_text(resp).await;
+    assert!(
+        text.contains("\nnode_cpu_usage_seconds_total 2 1796378400000\n"),
+        "{text}"
+    );
+    assert!(text.ends_with("resource_scrape_error 0\n"), "{text}");
+    // resource metrics need CPU and memory only
+    assert_eq!(*provider.calls.lock(), [false, true, true]);
+
+    // the runtime down: 500 for the summary, the scrape error for the metrics
+    *provider.summary.lock() = None;
+    let resp = handle(&state, get("/stats/summary"), Some(&admin())).await;
+    assert_eq!(resp.status(), 500);
+    let text = body_text(resp).await;
+    assert!(
+        text.starts_with("Internal Error: failed to list pod stats: cri ListContainerStats: ")
+            && text.contains("connection refused"),
+        "{text}"
+    );
+    let resp = handle(&state, get("/metrics/resource"), Some(&admin())).await;
+    assert_eq!(resp.status(), 200);
+    assert!(body_text(resp).await.ends_with("resource_scrape_error 1\n"));
+}
+
+#[tokio::test]
+async fn stats_need_nodes_stats_and_resource_metrics_need_nodes_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let reviews = Arc::new(FakeReviews::allowing(&[("scraper", "get", "metrics")]));
+    let state = state_asking(dir.path(), &reviews).await;
+    let resp = handle(&state, get("/metrics/resource"), Some(&user("scraper"))).await;
+    assert_eq!(resp.status(), 200);
+    let resp = handle(&state, get("/stats/summary"), Some(&user("scraper"))).await;
+    assert_eq!(
+        (resp.status().as_u16(), body_text(resp).await),
+        (
+            403,
+            "Forbidden (user=scraper, verb=get, resource=nodes, subresource(s)=[stats])\n"
+                .to_string()
+        )
+    );
 }
