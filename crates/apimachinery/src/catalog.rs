@@ -271,6 +271,8 @@ const CRUD_NO_COLLECTION: &[&str] = &[
 const GET_PATCH_UPDATE: &[&str] = &["get", "patch", "update"];
 const CREATE: &[&str] = &["create"];
 const GET: &[&str] = &["get"];
+/// The proxy subresources' verbs (the HTTP methods they pass on).
+const PROXY: &[&str] = &["create", "delete", "get", "patch", "update"];
 
 /// A subresource of the static table.
 struct SubSpec {
@@ -445,7 +447,10 @@ static SPECS: &[Spec] = &[
         &["no"],
         NONE,
         CRUD,
-        &[status_of(("", "v1", "Node"))],
+        &[
+            SubSpec::new("proxy", ("", "v1", "NodeProxyOptions"), PROXY),
+            status_of(("", "v1", "Node")),
+        ],
     ),
     rt(
         ("", "v1", "PersistentVolumeClaim"),
@@ -486,6 +491,7 @@ static SPECS: &[Spec] = &[
                 ("", "v1", "PodPortForwardOptions"),
                 &["create", "get"],
             ),
+            SubSpec::new("proxy", ("", "v1", "PodProxyOptions"), PROXY),
             SubSpec::new("resize", ("", "v1", "Pod"), GET_PATCH_UPDATE),
             status_of(("", "v1", "Pod")),
         ],
@@ -555,7 +561,10 @@ static SPECS: &[Spec] = &[
         &["svc"],
         ALL,
         CRUD,
-        &[status_of(("", "v1", "Service"))],
+        &[
+            SubSpec::new("proxy", ("", "v1", "ServiceProxyOptions"), PROXY),
+            status_of(("", "v1", "Service")),
+        ],
     ),
     // apiregistration.k8s.io/v1 (first of the named groups, as upstream's discovery orders it)
     rt(

@@ -13,6 +13,8 @@ pub struct RequestInfo {
     /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`; for
     /// non-resource requests the lower-case HTTP method.
     pub verb: String,
+    /// The HTTP method (proxied requests keep it).
+    pub method: http::Method,
     pub path: String,
     /// `""` for core.
     pub group: String,
@@ -112,6 +114,7 @@ impl RequestInfo {
     pub fn parse(method: &http::Method, path: &str, query: &HashMap<String, String>) -> Self {
         let mut info = RequestInfo {
             path: path.to_string(),
+            method: method.clone(),
             verb: method.as_str().to_lowercase(),
             ..Default::default()
         };

@@ -49,12 +49,17 @@ fn ready(endpoint: &Value) -> bool {
 /// the Service port, at a ready address.
 pub fn endpoint_of(service: &Value, slices: &[Value], port: u16) -> Option<(String, u16)> {
     let name = service_port(service, port)?["name"].as_str().unwrap_or("");
+    ready_endpoint(slices, name)
+}
+
+/// A ready address of the slice port named `port_name` (`""`: the unnamed port).
+fn ready_endpoint(slices: &[Value], port_name: &str) -> Option<(String, u16)> {
     for slice in slices {
         let Some(target) = slice["ports"]
             .as_array()
             .into_iter()
             .flatten()
-            .find(|p| p["name"].as_str().unwrap_or("") == name)
+            .find(|p| p["name"].as_str().unwrap_or("") == port_name)
             .and_then(|p| p["port"].as_u64())
             .and_then(|p| u16::try_from(p).ok())
         else {
@@ -70,6 +75,32 @@ pub fn endpoint_of(service: &Value, slices: &[Value], port: u16) -> Option<(Stri
         }
     }
     None
+}
+
+/// Where `services/{id}/proxy` goes (upstream's service `ResourceLocation`): a ready endpoint
+/// of the Service port named `port`, or numbered `port` (its name then), or the unnamed port
+/// when `port` is empty; the error is the 503's message.
+pub fn proxy_endpoint(
+    service: &Value,
+    slices: &[Value],
+    port: &str,
+) -> Result<(String, u16), String> {
+    let name = service["metadata"]["name"].as_str().unwrap_or_default();
+    let port_name = match port.parse::<u16>() {
+        Ok(number) => service_port(service, number)
+            .ok_or_else(|| format!("no service port {number} found for service {name:?}"))?["name"]
+            .as_str()
+            .unwrap_or(""),
+        Err(_) => port,
+    };
+    ready_endpoint(slices, port_name).ok_or_else(|| {
+        let id = if port.is_empty() {
+            name.to_string()
+        } else {
+            format!("{name}:{port}")
+        };
+        format!("no endpoints available for service {id:?}")
+    })
 }
 
 impl CachedServices {
@@ -134,5 +165,34 @@ mod tests {
             Some(("10.1.0.5".to_string(), 8443))
         );
         assert_eq!(endpoint_of(&svc, &slices, 80), None);
+    }
+
+    #[test]
+    fn a_proxied_service_port_is_found_by_name_number_or_as_the_unnamed_one() {
+        let service = json!({"metadata": {"name": "web"},
+                             "spec": {"ports": [{"name": "http", "port": 80},
+                                                {"name": "", "port": 81}]}});
+        let slices = [
+            json!({"ports": [{"name": "http", "port": 8080}, {"name": "", "port": 8081}],
+                             "endpoints": [{"addresses": ["10.42.0.9"],
+                                            "conditions": {"ready": false}},
+                                           {"addresses": ["10.42.0.10"]}]}),
+        ];
+        let ready = |port| Ok(("10.42.0.10".to_string(), port));
+        assert_eq!(proxy_endpoint(&service, &slices, "http"), ready(8080));
+        assert_eq!(proxy_endpoint(&service, &slices, "80"), ready(8080));
+        assert_eq!(proxy_endpoint(&service, &slices, ""), ready(8081));
+        assert_eq!(
+            proxy_endpoint(&service, &slices, "90"),
+            Err("no service port 90 found for service \"web\"".to_string())
+        );
+        assert_eq!(
+            proxy_endpoint(&service, &slices, "grpc"),
+            Err("no endpoints available for service \"web:grpc\"".to_string())
+        );
+        assert_eq!(
+            proxy_endpoint(&service, &[], ""),
+            Err("no endpoints available for service \"web\"".to_string())
+        );
     }
 }

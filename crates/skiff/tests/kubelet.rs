@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
+use support::cluster::controller_manager;
 use support::https::{self, Client};
 use support::node::{KubeletProcess, in_phase, unsupported};
 use support::{ApiServer, Backend, HANG_GUARD, KUBECTL_133, eventually, kube_client, run};
@@ -888,4 +889,105 @@ fn the_summary_api_reports_a_busy_pods_cpu_memory_network_volumes_and_logs() {
         assert!(seconds > 0.0, "{sample}");
         assert!(metrics.contains("\nresource_scrape_error 0\n"), "{metrics}");
     });
+}
+
+/// A pod serving `hello` on its declared port `http` (8080), and its Service (port 80).
+const HELLO: &str = r#"{"apiVersion": "v1", "kind": "List", "items": [
+  {"apiVersion": "v1", "kind": "Pod",
+   "metadata": {"name": "hello", "labels": {"app": "hello"}},
+   "spec": {"nodeName": "kubelet-e2e", "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "httpd", "image": "busybox", "imagePullPolicy": "IfNotPresent",
+                            "ports": [{"name": "http", "containerPort": 8080}],
+                            "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+                            "command": ["sh", "-c",
+                                        "mkdir -p /www && echo hello > /www/index.html && exec httpd -f -p 8080 -h /www"]}]}},
+  {"apiVersion": "v1", "kind": "Service",
+   "metadata": {"name": "hello"},
+   "spec": {"selector": {"app": "hello"},
+            "ports": [{"name": "web", "port": 80, "targetPort": "http"}]}}]}"#;
+
+#[test]
+fn the_proxy_subresources_reach_the_kubelet_a_pod_and_a_service_also_through_kubectl_proxy() {
+    if let Some(why) = unsupported() {
+        support::skip(&why);
+        return;
+    }
+    let _node = ONE_NODE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let api = ApiServer::start(Backend::Embedded);
+    let _kubelet = KubeletProcess::start(&api, NODE);
+    let _cm = controller_manager(&api, &["--controllers", "endpointslice"]);
+    api.kubectl_stdin(KUBECTL_133, &["create", "-f", "-"], Some(HELLO));
+    api.kubectl(
+        KUBECTL_133,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "pod/hello",
+            "--timeout=60s",
+        ],
+    );
+    let raw = |path: &str| api.kubectl(KUBECTL_133, &["get", "--raw", path]);
+
+    // nodes/proxy: the kubelet's own endpoints, with the API server's client certificate
+    let summary: serde_json::Value =
+        serde_json::from_str(&raw(&format!("/api/v1/nodes/{NODE}/proxy/stats/summary"))).unwrap();
+    assert_eq!(summary["node"]["nodeName"], NODE);
+    assert!(raw(&format!("/api/v1/nodes/{NODE}/proxy/healthz")).starts_with("ok"));
+
+    // pods/proxy: its declared port, or the one named
+    let pods = "/api/v1/namespaces/default/pods";
+    assert_eq!(raw(&format!("{pods}/hello/proxy/")), "hello\n");
+    assert_eq!(
+        raw(&format!("{pods}/hello:8080/proxy/index.html")),
+        "hello\n"
+    );
+    // a port nothing listens on: 503 naming the dial error
+    let refused = api.kubectl_fails(
+        KUBECTL_133,
+        &["get", "--raw", &format!("{pods}/hello:8081/proxy/")],
+        None,
+    );
+    assert!(
+        refused.contains("error trying to reach service") && refused.contains("refused"),
+        "{refused}"
+    );
+
+    // services/proxy: a ready endpoint of the port, by name or number, once the slice has it
+    let services = "/api/v1/namespaces/default/services";
+    let by_name = api.kubectl_until(
+        KUBECTL_133,
+        &["get", "--raw", &format!("{services}/hello:web/proxy/")],
+        None,
+        |out| out.status.success(),
+    );
+    assert_eq!(support::output_text(&by_name).0, "hello\n");
+    assert_eq!(raw(&format!("{services}/hello:80/proxy/")), "hello\n");
+    let missing = api.kubectl_fails(
+        KUBECTL_133,
+        &["get", "--raw", &format!("{services}/hello:9999/proxy/")],
+        None,
+    );
+    assert!(
+        missing.contains(
+            r#"Error from server (ServiceUnavailable): no service port 9999 found for service "hello""#
+        ),
+        "{missing}"
+    );
+
+    // kubectl proxy serves them all on localhost
+    let (mut proxy, lines) = api.kubectl_stream(KUBECTL_133, &["proxy", "--port=0"]);
+    let started = lines
+        .recv_timeout(HANG_GUARD)
+        .expect("kubectl proxy's first line");
+    let addr = started
+        .rsplit_once(' ')
+        .map(|(_, a)| a.trim().to_string())
+        .expect("Starting to serve on ADDR");
+    let answer = support::http_get(&addr, &format!("{services}/hello:web/proxy/"));
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+    assert!(
+        answer.starts_with("HTTP/1.0 200") && answer.ends_with("\r\n\r\nhello\n"),
+        "{started}: {answer}"
+    );
 }

@@ -19,6 +19,7 @@ pub mod apply;
 pub mod discovery;
 pub mod kubelet;
 pub mod openapi;
+pub mod proxy;
 pub mod read;
 pub mod reviews;
 pub mod scale;
@@ -160,6 +161,11 @@ impl Ctx {
             received: self.received,
             body: None,
         }
+    }
+
+    /// The request body, unread, for a handler that streams it on (the proxy subresources).
+    pub fn take_body(&mut self) -> Option<Incoming> {
+        self.body.take()
     }
 
     /// Reads the request body, refusing more than 3 MiB with 413.

@@ -47,6 +47,7 @@ pub async fn subresource(mut ctx: Ctx, sub: &Subresource) -> Result<Response<Bod
         ("exec" | "attach" | "portforward", _) => {
             crate::handlers::kubelet::connect::connect(ctx).await
         }
+        ("proxy", _) => crate::handlers::proxy::proxy(ctx).await,
         (other, _) => Err(ApiError::service_unavailable(format!(
             "{}/{other} is not served yet (it needs the kubelet)",
             ctx.rt.plural
