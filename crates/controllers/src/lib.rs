@@ -83,6 +83,7 @@ pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod persistentvolume;
+pub mod podautoscaler;
 pub mod podgc;
 pub mod podutil;
 pub mod pvcprotection;
