@@ -127,3 +127,136 @@ fn fraction(n: u128, scale: u128) -> String {
 #[cfg(test)]
 #[path = "api_tests.rs"]
 mod tests;
+
+/// What a request asks of the metrics API (the path below `/apis/metrics.k8s.io/v1beta1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// The group version's resources (discovery).
+    Resources,
+    Nodes {
+        name: Option<String>,
+    },
+    /// `namespace` None: every namespace.
+    Pods {
+        namespace: Option<String>,
+        name: Option<String>,
+    },
+}
+
+impl Request {
+    /// The request a path makes; None for a path the API does not serve.
+    pub fn parse(path: &str) -> Option<Request> {
+        let rest = path.strip_prefix("/apis/metrics.k8s.io/v1beta1")?;
+        let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
+        let name = |n: &&str| Some(n.to_string());
+        Some(match parts.as_slice() {
+            [] => Request::Resources,
+            ["nodes"] => Request::Nodes { name: None },
+            ["nodes", n] => Request::Nodes { name: name(n) },
+            ["pods"] => Request::Pods {
+                namespace: None,
+                name: None,
+            },
+            ["namespaces", ns, "pods"] => Request::Pods {
+                namespace: name(ns),
+                name: None,
+            },
+            ["namespaces", ns, "pods", n] => Request::Pods {
+                namespace: name(ns),
+                name: name(n),
+            },
+            _ => return None,
+        })
+    }
+
+    /// The authorization attributes: verb, resource, namespace, name.
+    pub fn attributes(&self) -> Option<(&'static str, &'static str, Option<&str>, Option<&str>)> {
+        let verb = |name: &Option<String>| if name.is_some() { "get" } else { "list" };
+        match self {
+            Request::Resources => None,
+            Request::Nodes { name } => Some((verb(name), "nodes", None, name.as_deref())),
+            Request::Pods { namespace, name } => {
+                Some((verb(name), "pods", namespace.as_deref(), name.as_deref()))
+            }
+        }
+    }
+}
+
+/// The `APIResourceList` of the group version.
+pub fn resources() -> Value {
+    let resource = |name: &str, kind: &str, namespaced: bool| {
+        json!({"name": name, "singularName": "", "namespaced": namespaced, "kind": kind,
+               "verbs": ["get", "list"]})
+    };
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": GROUP_VERSION,
+           "resources": [resource("nodes", "NodeMetrics", false),
+                         resource("pods", "PodMetrics", true)]})
+}
+
+/// A `Status` of `code`, as the API server words it.
+pub fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "code": code})
+}
+
+/// The answer to `request` (code and body): the nodes and pods are the cluster's (for their
+/// labels and for what exists), `selector` the `labelSelector` query.
+pub fn answer(
+    request: &Request,
+    selector: Option<&str>,
+    nodes: &[(String, Value)],
+    pods: &[(String, String, Value)],
+    storage: &crate::storage::Storage,
+    now: Timestamp,
+) -> (u16, Value) {
+    let selector = match selector.map(skiff_apimachinery::labels::Selector::parse) {
+        None => skiff_apimachinery::labels::Selector::everything(),
+        Some(Ok(s)) => s,
+        Some(Err(e)) => return (400, status(400, "BadRequest", &e.to_string())),
+    };
+    let not_found = |resource: &str, name: &str| {
+        let message = format!("{resource}.metrics.k8s.io {name:?} not found");
+        (404, status(404, "NotFound", &message))
+    };
+    match request {
+        Request::Resources => (200, resources()),
+        Request::Nodes { name } => {
+            let items: Vec<Value> = nodes
+                .iter()
+                .filter(|(n, labels)| {
+                    name.as_ref().is_none_or(|want| want == n) && selector.matches(labels)
+                })
+                .filter_map(|(n, labels)| Some(node_metrics(n, labels, &storage.node(n)?, now)))
+                .collect();
+            match name {
+                Some(n) => items
+                    .into_iter()
+                    .next()
+                    .map_or_else(|| not_found("nodemetrics", n), |m| (200, m)),
+                None => (200, list("NodeMetricsList", items)),
+            }
+        }
+        Request::Pods { namespace, name } => {
+            let metrics = storage.pods();
+            let items: Vec<Value> = pods
+                .iter()
+                .filter(|(ns, n, labels)| {
+                    namespace.as_ref().is_none_or(|want| want == ns)
+                        && name.as_ref().is_none_or(|want| want == n)
+                        && selector.matches(labels)
+                })
+                .filter_map(|(ns, n, labels)| {
+                    let m = metrics.get(&(ns.clone(), n.clone()))?;
+                    Some(pod_metrics(ns, n, labels, m, now))
+                })
+                .collect();
+            match name {
+                Some(n) => items
+                    .into_iter()
+                    .next()
+                    .map_or_else(|| not_found("podmetrics", n), |m| (200, m)),
+                None => (200, list("PodMetricsList", items)),
+            }
+        }
+    }
+}

@@ -58,3 +58,113 @@ fn node_and_pod_metrics_are_served_as_metrics_server_serves_them() {
                "metadata": {}, "items": []})
     );
 }
+
+#[test]
+fn paths_are_the_group_versions_resources() {
+    let p = |path| Request::parse(path);
+    assert_eq!(p("/apis/metrics.k8s.io/v1beta1"), Some(Request::Resources));
+    assert_eq!(
+        p("/apis/metrics.k8s.io/v1beta1/nodes/n1"),
+        Some(Request::Nodes {
+            name: Some("n1".into())
+        })
+    );
+    assert_eq!(
+        p("/apis/metrics.k8s.io/v1beta1/namespaces/default/pods"),
+        Some(Request::Pods {
+            namespace: Some("default".into()),
+            name: None
+        })
+    );
+    assert_eq!(
+        p("/apis/metrics.k8s.io/v1beta1/pods").unwrap().attributes(),
+        Some(("list", "pods", None, None))
+    );
+    assert_eq!(p("/apis/metrics.k8s.io/v1beta1/services"), None);
+    assert_eq!(p("/api/v1/pods"), None);
+}
+
+fn stored() -> crate::storage::Storage {
+    use crate::scrape::{Batch, ContainerKey, ContainerSample, Usage};
+    let at = |s: i64, cpu: f64| Usage {
+        cpu_seconds: cpu,
+        cpu_time: Timestamp::from_second(s).unwrap(),
+        memory: 1024,
+        memory_time: Timestamp::from_second(s).unwrap(),
+    };
+    let batch = |s: i64, cpu: f64| Batch {
+        node: Some(at(s, cpu)),
+        containers: [(
+            ContainerKey {
+                namespace: "default".into(),
+                pod: "web".into(),
+                container: "c".into(),
+            },
+            ContainerSample {
+                usage: at(s, cpu),
+                start_time: None,
+            },
+        )]
+        .into(),
+    };
+    let storage = crate::storage::Storage::default();
+    storage.store("n1", batch(1000, 1.0));
+    storage.store("n1", batch(1010, 6.0));
+    storage
+}
+
+#[test]
+fn answers_select_by_labels_and_leave_out_what_has_no_metrics() {
+    let storage = stored();
+    let now = Timestamp::from_second(1020).unwrap();
+    let nodes = vec![
+        ("n1".to_string(), json!({"zone": "a"})),
+        ("n2".to_string(), json!({"zone": "a"})),
+    ];
+    let pods = vec![
+        (
+            "default".to_string(),
+            "web".to_string(),
+            json!({"app": "web"}),
+        ),
+        (
+            "default".to_string(),
+            "db".to_string(),
+            json!({"app": "db"}),
+        ),
+    ];
+    let ask = |r: Request, s: Option<&str>| answer(&r, s, &nodes, &pods, &storage, now);
+    let (code, list) = ask(Request::Nodes { name: None }, Some("zone=a"));
+    // n2 was never scraped: not listed
+    assert_eq!((code, list["items"].as_array().unwrap().len()), (200, 1));
+    assert_eq!(list["items"][0]["usage"]["cpu"], "500m");
+    let (code, one) = ask(
+        Request::Nodes {
+            name: Some("n2".into()),
+        },
+        None,
+    );
+    assert_eq!(
+        (code, one["message"].as_str().unwrap()),
+        (404, "nodemetrics.metrics.k8s.io \"n2\" not found")
+    );
+    let (_, list) = ask(
+        Request::Pods {
+            namespace: Some("default".into()),
+            name: None,
+        },
+        Some("app=web"),
+    );
+    assert_eq!(list["items"][0]["metadata"]["name"], "web");
+    assert_eq!(list["items"][0]["containers"][0]["usage"]["cpu"], "500m");
+    let (_, none) = ask(
+        Request::Pods {
+            namespace: None,
+            name: None,
+        },
+        Some("app=db"),
+    );
+    assert_eq!(none["items"], json!([]));
+    let (code, bad) = ask(Request::Nodes { name: None }, Some("a in ("));
+    assert_eq!((code, bad["reason"].as_str()), (400, Some("BadRequest")));
+}

@@ -3,8 +3,10 @@
 //! lan ([`support::netns`]) so that its proxy's iptables rules, its kubelet's routes and its
 //! DNS on port 53 stay out of this host's. kubectl on the lan host applies a pod and walks the
 //! seed's list: Running, `auth can-i`, `get --watch`, `-o wide`, jsonpath, `describe` events,
-//! the Service's endpoints, the node's nat table, a pod reaching the Service by DNS name, and
-//! `skiff trace pod nginx` showing the chain from create to Running. A second node joined with
+//! the Service's endpoints, the node's nat table, a pod reaching the Service by DNS name,
+//! `kubectl top` (1.33 and 1.27) showing a CPU-burning pod at about a core through the metrics
+//! server and the aggregator, and `skiff trace pod nginx` showing the chain from create to
+//! Running. A second node joined with
 //! `skiff agent` (in a namespace of its own) runs a pod scheduled to it, which reaches the
 //! Service on the first node by name. Then SIGTERM stops the server with exit code 0 and a restart on the same data dir finds the same
 //! pod still running in the same container. A second test runs two `skiff server
@@ -20,7 +22,9 @@ use std::sync::mpsc;
 
 use support::agent::Agent;
 use support::netns::{self, Lan, NodeNet};
-use support::{KUBECTL_133, expect_line, line_reader, line_with, output_text, run_guarded};
+use support::{
+    KUBECTL_127, KUBECTL_133, expect_line, line_reader, line_with, output_text, run_guarded,
+};
 
 /// A `skiff server` child, its stdout line by line; SIGTERM (and its pods' cleanup) on drop.
 struct Server {
@@ -225,6 +229,20 @@ spec:
   - port: 80
 "#;
 
+/// A pod that burns a core.
+const BURNER_YAML: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: burner
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: burn
+    image: busybox
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "while :; do :; done"]
+"#;
+
 const CLIENT_YAML: &str = r#"apiVersion: v1
 kind: Pod
 metadata:
@@ -280,6 +298,9 @@ fn a_server_runs_seed_001s_checklist_and_a_restart_keeps_its_pods_running() {
             // the pod network this test was written for (podnet.rs covers vxlan)
             "--flannel-backend",
             "host-gw",
+            // kubectl top within seconds
+            "--metrics-server-arg",
+            "metric-resolution=2s",
         ],
     );
     assert!(server.ready.contains(NODE), "{}", server.ready);
@@ -383,6 +404,55 @@ fn a_server_runs_seed_001s_checklist_and_a_restart_keeps_its_pods_running() {
         );
         assert_eq!(page.trim(), "hello from nginx");
     }
+
+    // kubectl top, through the aggregator and the server's metrics server: a busy pod at
+    // about a core (this machine has two), and the node
+    apply(&kc, BURNER_YAML);
+    let millicores = |line: &str| -> Option<u32> {
+        line.split_whitespace()
+            .nth(1)?
+            .strip_suffix('m')?
+            .parse()
+            .ok()
+    };
+    let top = kubectl_until(&kc, &["top", "pod", "burner", "--no-headers"], |out| {
+        millicores(out).is_some_and(|m| m >= 500)
+    });
+    assert!(millicores(&top).is_some_and(|m| m <= 2100), "{top}");
+    let containers = kubectl(
+        &kc,
+        &["top", "pod", "burner", "--containers", "--no-headers"],
+    );
+    assert!(
+        containers.starts_with("burner") && containers.contains(" burn "),
+        "{containers}"
+    );
+    let nodes = kubectl_until(&kc, &["top", "node", "--no-headers"], |out| {
+        out.starts_with(NODE)
+    });
+    assert!(nodes.contains('%'), "{nodes}");
+    let sorted = kubectl(&kc, &["top", "pod", "--sort-by=cpu", "--no-headers"]);
+    assert!(sorted.starts_with("burner"), "{sorted}");
+    // and the oldest kubectl
+    let out = run_guarded(
+        Command::new(KUBECTL_127)
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args([
+                "top",
+                "pod",
+                "--containers",
+                "--sort-by=memory",
+                "--no-headers",
+            ])
+            .env("HOME", kc.with_file_name("kubectl-home")),
+    );
+    let (old, stderr) = output_text(&out);
+    assert!(
+        out.status.success() && old.contains("burner "),
+        "{stderr}{old}"
+    );
+    kubectl(&kc, &["delete", "pod", "burner", "--wait=false"]);
 
     // skiff trace pod nginx: the seed's chain, as the API server saw it
     let out = run_guarded(

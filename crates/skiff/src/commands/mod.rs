@@ -6,6 +6,7 @@
 //! - [`controller_manager`]: `skiff controller-manager`, the reconcile loops.
 //! - [`dns`]: `skiff dns`, the cluster DNS.
 //! - [`ingress`]: `skiff ingress`, the node's ingress controller (HTTP and HTTPS ports).
+//! - [`metrics_server`]: `skiff metrics-server`, the resource metrics API (metrics-server).
 //! - [`kubelet`]: `skiff kubelet`, the node agent running pods through containerd's CRI.
 //! - [`killall`]: `skiff killall` and `skiff uninstall`, tearing a node's pods down on this
 //!   host (and removing its data dir).
@@ -33,6 +34,7 @@ pub mod killall;
 pub mod kubelet;
 pub mod lifecycle;
 pub mod metrics;
+pub mod metrics_server;
 pub mod network_policy;
 pub mod node_config;
 pub mod proxy;
@@ -72,6 +74,8 @@ pub enum Command {
     Proxy(proxy::ProxyArgs),
     /// The ingress controller of a node on its own (Ingresses on its HTTP and HTTPS ports).
     Ingress(ingress::IngressArgs),
+    /// The resource metrics API on its own (metrics-server: `kubectl top`, the HPA).
+    MetricsServer(metrics_server::MetricsServerArgs),
     /// The NetworkPolicy enforcement of a node on its own (kube-router's in k3s).
     NetworkPolicy(network_policy::NetworkPolicyArgs),
     /// Container images on this node.
@@ -155,6 +159,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Proxy(args) => proxy::run(args, Lifecycle::standalone()).await,
         Command::Ingress(args) => ingress::run(args, Lifecycle::standalone()).await,
         Command::NetworkPolicy(args) => network_policy::run(args, Lifecycle::standalone()).await,
+        Command::MetricsServer(args) => metrics_server::run(args, Lifecycle::standalone()).await,
         Command::Server(args) => server::run(*args).await,
         Command::Image(cmd) => image::run(cmd).await,
         Command::Store(cmd) => store::run(cmd).await,

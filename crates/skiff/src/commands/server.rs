@@ -1,15 +1,17 @@
 //! `skiff server`: a whole cluster on this machine in one process, as k3s's `server`: the store
 //! (embedded under `--data-dir`, or etcd), the API server, scheduler, controller manager and,
 //! unless `--disable-agent`, a kubelet with its managed containerd, the proxy, the cluster
-//! DNS and (unless `--disable ingress`) the ingress controller on ports 80 and 443. Each component is a task started through the same run function as its own subcommand,
+//! DNS, (unless `--disable ingress`) the ingress controller on ports 80 and 443 and (unless
+//! `--disable metrics-server`) the metrics server behind the `metrics.k8s.io` APIService. Each
+//! component is a task started through the same run function as its own subcommand,
 //! with flags built as its command line would be (plus k3s's `--<component>-arg` extras), and
 //! each talks to the API server over HTTPS with its own identity (`D/cred/*.kubeconfig`).
 //! SIGTERM or Ctrl-C stops them in reverse order; the kubelet stops its containerd but the
 //! pods' shims keep running, so a restart on the same data dir finds its pods as it left them.
 //!
 //! # Layout
-//! - [`addons`]: the `kube-dns` Service, its endpoints and the DNS's role, and the default
-//!   StorageClass, applied every start.
+//! - [`addons`]: the `kube-dns` Service, its endpoints and the DNS's role, the default
+//!   StorageClass, and metrics-server's registration, applied every start.
 //! - [`bootstrap`]: the CA and signing key shared through etcd, sealed with the token.
 //! - [`supervisor`]: the component tasks, their failures and their stopping order.
 
@@ -68,8 +70,8 @@ pub struct ServerArgs {
     /// Do not run a packaged component (comma-separated or repeated, k3s's flag):
     /// `local-storage` (the default StorageClass `local-path`), `servicelb` (addresses for
     /// LoadBalancer Services), `ingress` (the ingress controller; k3s's name `traefik` is
-    /// accepted for it), `network-policy` (NetworkPolicy enforcement). k3s's `metrics-server`
-    /// and `runtimes` are accepted and ignored: Skiff packages neither.
+    /// accepted for it), `network-policy` (NetworkPolicy enforcement), `metrics-server` (the
+    /// resource metrics API). k3s's `runtimes` is accepted and ignored: Skiff packages none.
     #[arg(long, value_name = "NAME", value_delimiter = ',',
           value_parser = ["local-storage", "servicelb", "ingress", "traefik", "network-policy",
                           "metrics-server", "runtimes"])]
@@ -133,6 +135,9 @@ pub struct ExtraArgs {
     /// A flag for the ingress controller, `name=value` (repeatable), e.g. `http-port=8080`.
     #[arg(long, value_name = "FLAG")]
     pub ingress_arg: Vec<String>,
+    /// A flag for the metrics server, `name=value` (repeatable), e.g. `metric-resolution=5s`.
+    #[arg(long, value_name = "FLAG")]
+    pub metrics_server_arg: Vec<String>,
 }
 
 /// A component `--disable` can turn off.
@@ -142,6 +147,7 @@ pub enum Packaged {
     ServiceLb,
     Ingress,
     NetworkPolicy,
+    MetricsServer,
 }
 
 impl ServerArgs {
@@ -152,6 +158,7 @@ impl ServerArgs {
             Packaged::ServiceLb => &["servicelb"],
             Packaged::Ingress => &["ingress", "traefik"],
             Packaged::NetworkPolicy => &["network-policy"],
+            Packaged::MetricsServer => &["metrics-server"],
         };
         (component == Packaged::NetworkPolicy && self.disable_network_policy)
             || self.disable.iter().any(|d| names.contains(&d.as_str()))
@@ -471,6 +478,31 @@ async fn start(args: &ServerArgs, supervisor: &mut Supervisor) -> anyhow::Result
     supervisor.spawn("proxy", |lifecycle| {
         super::proxy::run(proxy_args, lifecycle)
     });
+    if !args.disabled(Packaged::MetricsServer) {
+        let kubeconfig = credentials.kubeconfig(
+            "metrics-server",
+            addons::METRICS_SERVER_USER,
+            Some("system:serviceaccounts"),
+        )?;
+        let metrics_args: super::metrics_server::MetricsServerArgs = component_args(
+            "metrics-server",
+            vec![
+                "--kubeconfig".into(),
+                kubeconfig,
+                "--bind-address".into(),
+                node_ip.to_string(),
+            ],
+            &args.extra.metrics_server_arg,
+        )?;
+        let port = metrics_args.secure_port;
+        supervisor.spawn("metrics-server", |lifecycle| {
+            super::metrics_server::run(metrics_args, lifecycle)
+        });
+        let registered = addons::ensure_metrics_server(&admin, &node, node_ip, port);
+        if supervisor.guard(registered).await?.is_none() {
+            return Ok(());
+        }
+    }
     // the node's own controllers (k3s's run as system:k3s-controller)
     let controller_kubeconfig =
         credentials.kubeconfig("skiff-controller", SKIFF_CONTROLLER_USER, None)?;

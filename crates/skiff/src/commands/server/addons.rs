@@ -7,8 +7,9 @@
 //! default StorageClass `local-path` of Skiff's built-in provisioner (k3s's `local-storage`
 //! manifest, which k3s likewise re-applies on every start); and, unless `--disable ingress`,
 //! the default IngressClass `skiff` of Skiff's ingress controller (k3s's Traefik chart makes
-//! its `traefik` class the default the same way); and the settings agents follow
-//! ([`node_config`]).
+//! its `traefik` class the default the same way); unless `--disable metrics-server`, what
+//! metrics-server's manifests declare, pointing at this server's `skiff metrics-server`; and
+//! the settings agents follow ([`node_config`]).
 
 use std::net::IpAddr;
 
@@ -177,6 +178,102 @@ pub async fn ensure_ingress_class(client: &kube::Client) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The metrics server's ServiceAccount name in `kube-system`, and so its user.
+pub const METRICS_SERVER_USER: &str = "system:serviceaccount:kube-system:metrics-server";
+
+/// What metrics-server's manifests declare (k3s's `metrics-server` addon): its RBAC (scrape
+/// kubelets, read the front proxy's trust, delegate authorization; the aggregated reader role
+/// for `view`, `edit` and `admin`), the `kube-system/metrics-server` Service with an
+/// EndpointSlice naming where this server's `skiff metrics-server` listens, and the
+/// `v1beta1.metrics.k8s.io` APIService (its certificate is self-signed, so not verified, as
+/// k3s's).
+pub fn metrics_server_objects(node: &str, node_ip: IpAddr, port: u16) -> Vec<Value> {
+    let rbac = "rbac.authorization.k8s.io/v1";
+    let sa =
+        json!([{"kind": "ServiceAccount", "name": "metrics-server", "namespace": "kube-system"}]);
+    let role_ref = |kind: &str, name: &str| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name});
+    let family = if node_ip.is_ipv4() { "IPv4" } else { "IPv6" };
+    vec![
+        json!({"apiVersion": rbac, "kind": "ClusterRole",
+               "metadata": {"name": "system:metrics-server"},
+               "rules": [{"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]},
+                         {"apiGroups": [""], "resources": ["pods", "nodes"],
+                          "verbs": ["get", "list", "watch"]}]}),
+        json!({"apiVersion": rbac, "kind": "ClusterRoleBinding",
+               "metadata": {"name": "system:metrics-server"},
+               "roleRef": role_ref("ClusterRole", "system:metrics-server"), "subjects": sa}),
+        json!({"apiVersion": rbac, "kind": "ClusterRoleBinding",
+               "metadata": {"name": "metrics-server:system:auth-delegator"},
+               "roleRef": role_ref("ClusterRole", "system:auth-delegator"), "subjects": sa}),
+        json!({"apiVersion": rbac, "kind": "RoleBinding",
+               "metadata": {"name": "metrics-server-auth-reader", "namespace": "kube-system"},
+               "roleRef": role_ref("Role", "extension-apiserver-authentication-reader"),
+               "subjects": sa}),
+        json!({"apiVersion": rbac, "kind": "ClusterRole",
+               "metadata": {"name": "system:aggregated-metrics-reader",
+                            "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true",
+                                       "rbac.authorization.k8s.io/aggregate-to-edit": "true",
+                                       "rbac.authorization.k8s.io/aggregate-to-admin": "true"}},
+               "rules": [{"apiGroups": ["metrics.k8s.io"], "resources": ["pods", "nodes"],
+                          "verbs": ["get", "list", "watch"]}]}),
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "metrics-server", "namespace": "kube-system",
+                            "labels": {"k8s-app": "metrics-server"}},
+               "spec": {"ports": [{"name": "https", "port": 443, "protocol": "TCP",
+                                   "targetPort": port}]}}),
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": format!("metrics-server-{node}"), "namespace": "kube-system",
+                            "labels": {"kubernetes.io/service-name": "metrics-server",
+                                       "endpointslice.kubernetes.io/managed-by": MANAGER}},
+               "addressType": family,
+               "endpoints": [{"addresses": [node_ip.to_string()], "nodeName": node,
+                              "conditions": {"ready": true}}],
+               "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}),
+        json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+               "metadata": {"name": "v1beta1.metrics.k8s.io",
+                            "labels": {"k8s-app": "metrics-server"}},
+               "spec": {"group": "metrics.k8s.io", "version": "v1beta1",
+                        "service": {"namespace": "kube-system", "name": "metrics-server",
+                                    "port": 443},
+                        "insecureSkipTLSVerify": true,
+                        "groupPriorityMinimum": 100, "versionPriority": 100}}),
+    ]
+}
+
+/// Applies [`metrics_server_objects`].
+pub async fn ensure_metrics_server(
+    client: &kube::Client,
+    node: &str,
+    node_ip: IpAddr,
+    port: u16,
+) -> anyhow::Result<()> {
+    for object in metrics_server_objects(node, node_ip, port) {
+        let (api_version, kind) = (object["apiVersion"].as_str(), object["kind"].as_str());
+        let (Some(api_version), Some(kind)) = (api_version, kind) else {
+            anyhow::bail!("a manifest without apiVersion or kind");
+        };
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let gvk = kube::core::GroupVersionKind::gvk(group, version, kind);
+        let resource = kube::core::ApiResource::from_gvk(&gvk);
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let api: Api<kube::core::DynamicObject> = match object["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&object),
+        )
+        .await
+        .with_context(|| format!("applying {kind} {name}"))?;
+    }
+    Ok(())
+}
+
 /// Publishes what agents take from the server ([`node_config`]): the ConfigMap, and the Role and
 /// RoleBinding that let `system:nodes` read it (and only it).
 pub async fn publish_node_config(
@@ -225,6 +322,29 @@ pub async fn publish_node_config(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metrics_server_is_registered_at_this_nodes_address() {
+        let objects = metrics_server_objects("n1", "10.0.0.5".parse().unwrap(), 10251);
+        let of = |kind: &str| objects.iter().find(|o| o["kind"] == kind).unwrap();
+        let api_service = of("APIService");
+        assert_eq!(api_service["metadata"]["name"], "v1beta1.metrics.k8s.io");
+        assert_eq!(
+            api_service["spec"]["service"],
+            json!({"namespace": "kube-system", "name": "metrics-server", "port": 443})
+        );
+        let slice = of("EndpointSlice");
+        assert_eq!(slice["endpoints"][0]["addresses"], json!(["10.0.0.5"]));
+        assert_eq!(
+            slice["ports"][0],
+            json!({"name": "https", "port": 10251, "protocol": "TCP"})
+        );
+        assert_eq!(of("Service")["spec"]["ports"][0]["targetPort"], 10251);
+        // every object parses as its kind
+        for o in &objects {
+            let _: kube::core::DynamicObject = serde_json::from_value(o.clone()).unwrap();
+        }
+    }
 
     #[test]
     fn the_default_ingress_class_is_skiffs() {
