@@ -36,6 +36,36 @@ pub struct Config {
     pub cluster_signing_key_file: Option<PathBuf>,
     /// `--cluster-signing-duration` (upstream default 8760h): the longest certificate issued.
     pub cluster_signing_duration: Duration,
+    /// The horizontal pod autoscaler's flags.
+    pub hpa: HpaConfig,
+}
+
+/// `--horizontal-pod-autoscaler-*` (upstream's defaults).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HpaConfig {
+    /// `-sync-period` (15 s): how often each HPA is synced.
+    pub sync_period: Duration,
+    /// `-downscale-stabilization` (5 min): the scale-down window of HPAs that set none.
+    pub downscale_stabilization: Duration,
+    /// `-tolerance` (0.1): the ratio change below which nothing scales.
+    pub tolerance: f64,
+    /// `-cpu-initialization-period` (5 min): a new pod's CPU counts only once ready within it.
+    pub cpu_initialization_period: Duration,
+    /// `-initial-readiness-delay` (30 s): readiness changes after a pod starts within it are
+    /// taken for its first.
+    pub initial_readiness_delay: Duration,
+}
+
+impl Default for HpaConfig {
+    fn default() -> Self {
+        HpaConfig {
+            sync_period: Duration::from_secs(15),
+            downscale_stabilization: Duration::from_secs(300),
+            tolerance: 0.1,
+            cpu_initialization_period: Duration::from_secs(300),
+            initial_readiness_delay: Duration::from_secs(30),
+        }
+    }
 }
 
 impl Default for Config {
@@ -53,6 +83,7 @@ impl Default for Config {
             cluster_signing_cert_file: None,
             cluster_signing_key_file: None,
             cluster_signing_duration: Duration::from_secs(8760 * 3600),
+            hpa: HpaConfig::default(),
         }
     }
 }

@@ -266,6 +266,12 @@ pub const CONTROLLERS: &[Descriptor] = &[
         run: |ctx| Box::pin(garbagecollector::run(ctx)),
     },
     Descriptor {
+        name: "horizontalpodautoscaling",
+        service_account: "horizontal-pod-autoscaler",
+        enabled_by_default: true,
+        run: |ctx| Box::pin(podautoscaler::run(ctx)),
+    },
+    Descriptor {
         name: "job",
         service_account: "job-controller",
         enabled_by_default: true,

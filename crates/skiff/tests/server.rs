@@ -243,6 +243,43 @@ spec:
     command: ["sh", "-c", "while :; do :; done"]
 "#;
 
+/// A Deployment of CPU burners (100m requested each) and an HPA keeping them at 50%.
+const BURNERS_YAML: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: burners
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: burners}
+  template:
+    metadata:
+      labels: {app: burners}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: burn
+        image: busybox
+        imagePullPolicy: IfNotPresent
+        command: ["sh", "-c", "while :; do :; done"]
+        resources:
+          requests: {cpu: 100m}
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: burners
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: burners}
+  minReplicas: 1
+  maxReplicas: 3
+  metrics:
+  - type: Resource
+    resource:
+      name: cpu
+      target: {type: Utilization, averageUtilization: 50}
+"#;
+
 const CLIENT_YAML: &str = r#"apiVersion: v1
 kind: Pod
 metadata:
@@ -298,9 +335,13 @@ fn a_server_runs_seed_001s_checklist_and_a_restart_keeps_its_pods_running() {
             // the pod network this test was written for (podnet.rs covers vxlan)
             "--flannel-backend",
             "host-gw",
-            // kubectl top within seconds
+            // kubectl top within seconds, and an autoscaler that reacts in seconds
             "--metrics-server-arg",
             "metric-resolution=2s",
+            "--kube-controller-manager-arg",
+            "horizontal-pod-autoscaler-sync-period=2s",
+            "--kube-controller-manager-arg",
+            "horizontal-pod-autoscaler-downscale-stabilization=6s",
         ],
     );
     assert!(server.ready.contains(NODE), "{}", server.ready);
@@ -453,6 +494,78 @@ fn a_server_runs_seed_001s_checklist_and_a_restart_keeps_its_pods_running() {
         "{stderr}{old}"
     );
     kubectl(&kc, &["delete", "pod", "burner", "--wait=false"]);
+
+    // an HPA on a Deployment of burners: to its maximum while they burn, back to its minimum
+    // once they idle, after the (shortened) scale-down window
+    apply(&kc, BURNERS_YAML);
+    let hpa = |path: &str| {
+        kubectl(
+            &kc,
+            &["get", "hpa", "burners", "-o", &format!("jsonpath={path}")],
+        )
+    };
+    kubectl_until(
+        &kc,
+        &[
+            "get",
+            "deployment",
+            "burners",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+        |r| r == "3",
+    );
+    let events = kubectl(
+        &kc,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=burners",
+        ],
+    );
+    assert!(
+        events.contains("SuccessfulRescale")
+            && events.contains(
+                "New size: 3; reason: cpu resource utilization (percentage of request) above target"
+            ),
+        "{events}"
+    );
+    let listed = kubectl(&kc, &["get", "hpa", "burners"]);
+    assert!(
+        listed.contains("Deployment/burners") && listed.contains("/50%"),
+        "{listed}"
+    );
+    kubectl(
+        &kc,
+        &[
+            "patch",
+            "deployment",
+            "burners",
+            "--type=json",
+            "-p",
+            r#"[{"op": "replace", "path": "/spec/template/spec/containers/0/command", "value": ["sleep", "3600"]}]"#,
+        ],
+    );
+    kubectl_until(
+        &kc,
+        &[
+            "get",
+            "deployment",
+            "burners",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+        |r| r == "1",
+    );
+    assert_eq!(
+        hpa("{.status.conditions[?(@.type==\"ScalingActive\")].reason}"),
+        "ValidMetricFound"
+    );
+    kubectl(
+        &kc,
+        &["delete", "hpa,deployment", "burners", "--wait=false"],
+    );
 
     // skiff trace pod nginx: the seed's chain, as the API server saw it
     let out = run_guarded(

@@ -96,6 +96,26 @@ pub struct ControllerManagerArgs {
     #[arg(long, value_name = "DURATION", default_value = "8760h0m0s", value_parser = go_duration)]
     pub cluster_signing_duration: Duration,
 
+    /// How often each HorizontalPodAutoscaler is synced.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = go_duration)]
+    pub horizontal_pod_autoscaler_sync_period: Duration,
+
+    /// The scale-down stabilization window of HPAs whose behavior sets none.
+    #[arg(long, value_name = "DURATION", default_value = "5m0s", value_parser = go_duration)]
+    pub horizontal_pod_autoscaler_downscale_stabilization: Duration,
+
+    /// The usage-to-target ratio change below which an HPA does not scale.
+    #[arg(long, value_name = "RATIO", default_value_t = 0.1)]
+    pub horizontal_pod_autoscaler_tolerance: f64,
+
+    /// How long after a pod starts its CPU counts only when it is ready and sampled since.
+    #[arg(long, value_name = "DURATION", default_value = "5m0s", value_parser = go_duration)]
+    pub horizontal_pod_autoscaler_cpu_initialization_period: Duration,
+
+    /// How long after a pod starts a readiness change is taken for its first.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = go_duration)]
+    pub horizontal_pod_autoscaler_initial_readiness_delay: Duration,
+
     /// Where to serve `/metrics` (the work queues' `workqueue_*` series, by queue `name`) and
     /// `/healthz` over plain HTTP (port 0 picks a free one, printed in the ready line). Stands for
     /// upstream's `--bind-address` and `--secure-port` (10257), which serve them over HTTPS with
@@ -172,6 +192,13 @@ pub async fn run(args: ControllerManagerArgs, lifecycle: Lifecycle) -> anyhow::R
         cluster_signing_cert_file: args.cluster_signing_cert_file.clone(),
         cluster_signing_key_file: args.cluster_signing_key_file.clone(),
         cluster_signing_duration: args.cluster_signing_duration,
+        hpa: skiff_controllers::config::HpaConfig {
+            sync_period: args.horizontal_pod_autoscaler_sync_period,
+            downscale_stabilization: args.horizontal_pod_autoscaler_downscale_stabilization,
+            tolerance: args.horizontal_pod_autoscaler_tolerance,
+            cpu_initialization_period: args.horizontal_pod_autoscaler_cpu_initialization_period,
+            initial_readiness_delay: args.horizontal_pod_autoscaler_initial_readiness_delay,
+        },
     };
     let ctx = Arc::new(Context::new(client.clone(), &instance).with_config(config));
 
