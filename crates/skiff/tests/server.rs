@@ -498,23 +498,17 @@ fn a_server_runs_seed_001s_checklist_and_a_restart_keeps_its_pods_running() {
     // an HPA on a Deployment of burners: to its maximum while they burn, back to its minimum
     // once they idle, after the (shortened) scale-down window
     apply(&kc, BURNERS_YAML);
-    let hpa = |path: &str| {
-        kubectl(
-            &kc,
-            &["get", "hpa", "burners", "-o", &format!("jsonpath={path}")],
-        )
-    };
-    kubectl_until(
-        &kc,
-        &[
+    let scaled_to = |n: &str| {
+        let replicas = [
             "get",
             "deployment",
             "burners",
             "-o",
             "jsonpath={.spec.replicas}",
-        ],
-        |r| r == "3",
-    );
+        ];
+        kubectl_until(&kc, &replicas, |r| r == n);
+    };
+    scaled_to("3");
     let events = kubectl(
         &kc,
         &[
@@ -536,32 +530,24 @@ fn a_server_runs_seed_001s_checklist_and_a_restart_keeps_its_pods_running() {
         listed.contains("Deployment/burners") && listed.contains("/50%"),
         "{listed}"
     );
+    let idle = r#"[{"op": "replace", "path": "/spec/template/spec/containers/0/command",
+                    "value": ["sleep", "3600"]}]"#;
     kubectl(
         &kc,
-        &[
-            "patch",
-            "deployment",
-            "burners",
-            "--type=json",
-            "-p",
-            r#"[{"op": "replace", "path": "/spec/template/spec/containers/0/command", "value": ["sleep", "3600"]}]"#,
-        ],
+        &["patch", "deployment", "burners", "--type=json", "-p", idle],
     );
-    kubectl_until(
+    scaled_to("1");
+    let active = kubectl(
         &kc,
         &[
             "get",
-            "deployment",
+            "hpa",
             "burners",
             "-o",
-            "jsonpath={.spec.replicas}",
+            r#"jsonpath={.status.conditions[?(@.type=="ScalingActive")].reason}"#,
         ],
-        |r| r == "1",
     );
-    assert_eq!(
-        hpa("{.status.conditions[?(@.type==\"ScalingActive\")].reason}"),
-        "ValidMetricFound"
-    );
+    assert_eq!(active, "ValidMetricFound");
     kubectl(
         &kc,
         &["delete", "hpa,deployment", "burners", "--wait=false"],
