@@ -111,6 +111,7 @@ pub async fn reconcile(
         .and_then(|s| s.selector.clone())
         .unwrap_or_default();
     let (min, max) = (spec.min_replicas.unwrap_or(1), spec.max_replicas);
+    let behavior = behavior_of(spec.behavior.as_ref(), settings.downscale_stabilization);
     status.current_replicas = Some(current);
 
     let (desired, reason) = if current == 0 && min != 0 {
@@ -162,7 +163,6 @@ pub async fn reconcile(
             "ValidMetricFound",
             format!("the HPA was able to successfully calculate a replica count from {describe}"),
         ));
-        let behavior = behavior_of(spec.behavior.as_ref(), settings.downscale_stabilization);
         let decision = {
             let mut histories = histories.0.lock();
             let history = histories.entry(key.clone()).or_default();
@@ -197,8 +197,6 @@ pub async fn reconcile(
                     "SucceededRescale",
                     format!("the HPA controller was able to update the target scale to {desired}"),
                 );
-                let behavior =
-                    behavior_of(spec.behavior.as_ref(), settings.downscale_stabilization);
                 let mut histories = histories.0.lock();
                 let history = histories.entry(key).or_default();
                 behavior::record_scale(history, &behavior, current, desired, now);

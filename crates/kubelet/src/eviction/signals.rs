@@ -370,7 +370,7 @@ fn parse_number(text: &str) -> Option<u64> {
 
 /// The tasks the kernel counts in `/proc/loadavg` (`0.5 0.4 0.3 2/3518 12345`), which
 /// upstream prefers to `sysinfo`'s, truncated above 65535.
-fn running_tasks(loadavg: &str) -> Option<u64> {
+pub(crate) fn running_tasks(loadavg: &str) -> Option<u64> {
     loadavg
         .split_whitespace()
         .nth(3)?

@@ -24,6 +24,7 @@ use crate::cgroups::fs::RealCgroupFs;
 use k8s_cri::v1 as cri;
 
 use crate::cri::{ContainerRuntime, ContainerState, CriClient};
+use crate::eviction::signals::running_tasks;
 use crate::fs_stats::{disk_usage, fs_stats};
 use crate::host::meminfo_field;
 use crate::pod_sync::{LABEL_POD_UID, pod_log_dir};
@@ -134,13 +135,13 @@ impl HostSummary {
                     image_fs.images_bytes,
                 )),
             });
-        let number = |text: Option<String>| text?.trim().parse::<i64>().ok();
         node.rlimit = Some(RlimitStats {
             time: time.clone(),
-            maxpid: number(self.read("sys/kernel/pid_max")),
+            maxpid: crate::host::max_pids(),
             curproc: self
                 .read("loadavg")
-                .and_then(|l| l.split_whitespace().nth(3)?.split_once('/')?.1.parse().ok()),
+                .and_then(|l| running_tasks(&l))
+                .and_then(|n| i64::try_from(n).ok()),
         });
         node
     }

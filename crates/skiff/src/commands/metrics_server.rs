@@ -23,7 +23,7 @@ use bytes::Bytes;
 use clap::Args;
 use futures::StreamExt as _;
 use http::{HeaderMap, Response, StatusCode, header};
-use http_body_util::{BodyExt, Empty, Full, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -35,8 +35,10 @@ use parking_lot::Mutex;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{Value, json};
+use skiff_apimachinery::proxy;
 use skiff_apimachinery::version::user_agent;
 use skiff_apiserver::kubelet_client::{KubeletClient, authority, node_endpoint};
+use skiff_kubelet::server::auth::certificate_user;
 use skiff_metrics::api::{self, Request};
 use skiff_metrics::scrape;
 use skiff_metrics::storage::Storage;
@@ -177,14 +179,11 @@ async fn scrape_node(kubelet: &KubeletClient, node: &Node) -> anyhow::Result<scr
     let (host, port) = node_endpoint(&serde_json::to_value(node)?)
         .context("the node reports no address for its kubelet")?;
     let tls = kubelet.connect(&host, port).await?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let request = http::Request::get("/metrics/resource")
-        .header(header::HOST, authority(&host, port))
-        .body(Empty::<Bytes>::new())?;
-    let response = sender.send_request(request).await?;
+    let addr = authority(&host, port);
+    let mut headers = HeaderMap::new();
+    headers.insert(header::HOST, addr.parse()?);
+    let request = proxy::bodiless(http::Method::GET, "/metrics/resource", headers, None);
+    let response = proxy::forward(tls, &addr, request).await?;
     let status = response.status();
     let body = Limited::new(response.into_body(), MAX_SCRAPE_BYTES)
         .collect()
@@ -327,7 +326,8 @@ async fn serve(listener: tokio::net::TcpListener, acceptor: TlsAcceptor, state: 
                 .1
                 .peer_certificates()
                 .and_then(|chain| chain.first())
-                .and_then(|leaf| common_name(leaf));
+                .and_then(|leaf| certificate_user(leaf))
+                .map(|user| user.name);
             let common_name = Arc::new(common_name);
             let service = hyper::service::service_fn(move |req: http::Request<_>| {
                 let (state, common_name) = (state.clone(), common_name.clone());
@@ -339,12 +339,6 @@ async fn serve(listener: tokio::net::TcpListener, acceptor: TlsAcceptor, state: 
             }
         });
     }
-}
-
-fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
-    let cn = parsed.subject().iter_common_name().next()?;
-    cn.as_str().ok().map(str::to_string)
 }
 
 fn json_response(code: u16, body: &Value) -> Response<Full<Bytes>> {
@@ -416,26 +410,35 @@ async fn handle<B>(
             .find(|(k, _)| k == "labelSelector")
             .map(|(_, v)| v.into_owned())
     });
-    let nodes: Vec<(String, Value)> = state
-        .nodes
-        .cache()
-        .state()
-        .iter()
-        .map(|n| (n.name_any(), json!(n.labels())))
-        .collect();
-    let pods: Vec<(String, String, Value)> = state
-        .pods
-        .cache()
-        .state()
-        .iter()
-        .map(|p| {
-            (
-                p.namespace().unwrap_or_default(),
-                p.name_any(),
-                json!(p.labels()),
-            )
-        })
-        .collect();
+    // only what the request is about: one kind, one namespace
+    let (mut nodes, mut pods) = (Vec::new(), Vec::new());
+    match &request {
+        Request::Nodes { .. } => {
+            let all = state.nodes.cache().state();
+            nodes = all
+                .iter()
+                .map(|n| (n.name_any(), json!(n.labels())))
+                .collect();
+        }
+        Request::Pods { namespace, .. } => {
+            let cache = state.pods.cache();
+            let selected = match namespace {
+                Some(ns) => cache.namespaced(ns),
+                None => cache.state(),
+            };
+            pods = selected
+                .iter()
+                .map(|p| {
+                    (
+                        p.namespace().unwrap_or_default(),
+                        p.name_any(),
+                        json!(p.labels()),
+                    )
+                })
+                .collect();
+        }
+        Request::Resources => {}
+    }
     let (code, body) = api::answer(
         &request,
         selector.as_deref(),
