@@ -181,12 +181,15 @@ fn a_claim_of_that_name_not_owned_by_the_pod_keeps_it_pending_with_a_failed_bind
         create(&pods, pod("app")).await;
         let not_owner = "PVC default/app-scratch was not created for pod default/app \
                          (pod is not owner)";
-        let warning = eventually("the FailedBinding event", || async {
-            let m = api.event_message("app", "FailedBinding");
-            (!m.is_empty()).then_some(m)
+        // the controller's claim informer may not have the claim yet when the pod arrives: its
+        // create then fails with AlreadyExists, and the retry finds the claim is not the pod's
+        let expected = format!("ephemeral volume scratch: {not_owner}");
+        eventually("the FailedBinding event naming the owner", || async {
+            api.event_messages("app", "FailedBinding")
+                .contains(&expected)
+                .then_some(())
         })
         .await;
-        assert_eq!(warning, format!("ephemeral volume scratch: {not_owner}"));
         // the scheduler may try the pod before its informer has the claim ("waiting for
         // ephemeral volume controller to create ..."); the claim's arrival requeues it
         eventually("app to be reported unschedulable for the claim", || async {

@@ -240,6 +240,14 @@ impl ApiServer {
     /// The message of the first event about `object` (by name) with `reason`, as kubectl 1.33
     /// reads it; empty if there is none.
     pub fn event_message(&self, object: &str, reason: &str) -> String {
+        self.event_messages(object, reason)
+            .into_iter()
+            .next()
+            .unwrap_or_default()
+    }
+
+    /// The messages of the events about `object` with `reason`, in the order the API lists them.
+    pub fn event_messages(&self, object: &str, reason: &str) -> Vec<String> {
         let selector = format!("involvedObject.name={object},reason={reason}");
         // as JSON: `jsonpath={.items[0].message}` is an error, not empty, while there is none
         let events = self.kubectl(
@@ -247,11 +255,12 @@ impl ApiServer {
             &["get", "events", "--field-selector", &selector, "-o", "json"],
         );
         let events: serde_json::Value = serde_json::from_str(&events).expect("an event list");
-        events
-            .pointer("/items/0/message")
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or_default()
-            .to_string()
+        events["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["message"].as_str().map(str::to_string))
+            .collect()
     }
 
     /// Waits for the first event about `object` with `reason`; its message.
