@@ -301,6 +301,9 @@ struct Spec {
     categories: &'static [&'static str],
     verbs: &'static [&'static str],
     subresources: &'static [SubSpec],
+    /// The version objects are stored and handled in, when not `kind`'s (an older version
+    /// served as a view of a newer one).
+    storage_version: Option<&'static str>,
 }
 
 fn strings(s: &[&str]) -> Vec<String> {
@@ -332,7 +335,15 @@ impl Spec {
                 })
                 .collect(),
             builtin: true,
-            storage_version: None,
+            storage_version: self.storage_version.map(str::to_string),
+        }
+    }
+
+    /// This type, its objects stored and handled as `version`.
+    const fn stored_as(self, version: &'static str) -> Spec {
+        Spec {
+            storage_version: Some(version),
+            ..self
         }
     }
 }
@@ -363,6 +374,7 @@ const fn rt(
         categories,
         verbs,
         subresources,
+        storage_version: None,
     }
 }
 
@@ -710,6 +722,18 @@ static SPECS: &[Spec] = &[
         CRUD,
         &[status_of(("autoscaling", "v2", "HorizontalPodAutoscaler"))],
     ),
+    // autoscaling/v1: a view of v2 (crate::autoscaling)
+    rt(
+        ("autoscaling", "v1", "HorizontalPodAutoscaler"),
+        "horizontalpodautoscalers",
+        "horizontalpodautoscaler",
+        NS,
+        &["hpa"],
+        ALL,
+        CRUD,
+        &[status_of(("autoscaling", "v1", "HorizontalPodAutoscaler"))],
+    )
+    .stored_as("v2"),
     // batch/v1
     rt(
         ("batch", "v1", "CronJob"),
@@ -1047,14 +1071,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_plural_is_unique_within_its_group() {
+    fn every_plural_is_unique_within_its_group_version() {
         let all = builtins();
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {
                 assert!(
-                    !(a.group == b.group && a.plural == b.plural),
-                    "{}/{} twice",
+                    !(a.group == b.group && a.version == b.version && a.plural == b.plural),
+                    "{}/{}/{} twice",
                     a.group,
+                    a.version,
                     a.plural
                 );
             }

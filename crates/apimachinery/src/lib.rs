@@ -3,6 +3,7 @@
 //! upstream's upgrade-aware proxy, shared by the API server and the kubelet.
 //!
 //! # Layout
+//! - [`autoscaling`]: `autoscaling/v1` HorizontalPodAutoscalers as views of v2 ones.
 //! - [`catalog`]: the resource types served (the built-in table, and the registry that changes
 //!   while serving), with discovery's names, verbs and subresources.
 //! - [`duration`]: Go's duration text (`1m30s`), as `time.ParseDuration` reads it.
@@ -17,6 +18,7 @@
 //! - [`quota`]: ResourceQuota usage, scopes and constraints (controller and admission share it).
 //! - [`version`]: the Kubernetes version Skiff implements, and components' `User-Agent`.
 
+pub mod autoscaling;
 pub mod catalog;
 pub mod duration;
 pub mod fields;

@@ -18,6 +18,10 @@
 //!   reportingController ⇄ reportingComponent, deprecatedSource/FirstTimestamp/LastTimestamp/Count
 //!   ⇄ source/firstTimestamp/lastTimestamp/count.
 //!
+//! - **`autoscaling/v1` HorizontalPodAutoscalers** are stored and handled as `autoscaling/v2`
+//!   ones ([`skiff_apimachinery::autoscaling`], upstream's round-trip annotations); a v1 object
+//!   whose round-trip annotation is not JSON is a 400.
+//!
 //! A failed conversion is a `Status` with upstream's message (`conversion webhook for
 //! stable.example.com/v1, Kind=CronTab failed: …`): on reads a 500 without a reason (upstream
 //! fails while encoding the response), on writes a 500 `InternalError` (upstream fails while
@@ -28,6 +32,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use skiff_apimachinery::autoscaling;
 use skiff_apimachinery::catalog::ResourceType;
 use skiff_apimachinery::validation::{FieldPath, validate_annotations, validate_labels};
 
@@ -74,6 +79,9 @@ pub enum Error {
         what: String,
         why: String,
     },
+    /// A client's object cannot be read in the form the server handles (a 400 on writes).
+    #[error("{0}")]
+    Decode(String),
     /// A converted object's labels or annotations cannot be kept.
     #[error("conversion webhook for {gvk} returned invalid metadata{at}: {why}")]
     Metadata {
@@ -92,7 +100,10 @@ impl Error {
 
     /// As a write answers it: a 500 `InternalError`.
     fn on_write(self) -> ApiError {
-        ApiError::internal(self.to_string())
+        match self {
+            Error::Decode(why) => ApiError::bad_request(why),
+            e => ApiError::internal(e.to_string()),
+        }
     }
 }
 
@@ -275,7 +286,13 @@ impl Converter {
             return Ok(objects.into_iter().map(|o| event(rt, o, form)).collect());
         }
         if rt.builtin {
-            return Ok(objects);
+            if rt.storage_version.is_none() {
+                return Ok(objects);
+            }
+            return objects
+                .into_iter()
+                .map(|o| builtin_view(rt, o, form))
+                .collect();
         }
         let custom = self.custom(rt);
         let version = match (form, &custom) {
@@ -307,6 +324,22 @@ impl Converter {
                 })
                 .collect()),
         }
+    }
+}
+
+/// An object of a built-in version served as a view of its storage version (so far only
+/// `autoscaling/v1` HorizontalPodAutoscalers) in `form`.
+fn builtin_view(rt: &ResourceType, obj: Value, form: Form) -> Result<Value, Error> {
+    let served = api_version_of(&obj) == rt.api_version();
+    match (rt.group.as_str(), rt.kind.as_str()) {
+        ("autoscaling", "HorizontalPodAutoscaler") if obj.is_object() => match form {
+            Form::Served if !served => Ok(autoscaling::hpa_to_v1(&obj)),
+            Form::Internal | Form::Storage if served => {
+                autoscaling::hpa_from_v1(&obj).map_err(Error::Decode)
+            }
+            _ => Ok(obj),
+        },
+        _ => Ok(obj),
     }
 }
 
@@ -746,6 +779,32 @@ pub(crate) mod tests {
         assert_eq!(back["note"], new["note"]);
         assert_eq!(back["apiVersion"], "events.k8s.io/v1");
         assert_eq!(c.to_external(rt, back.clone()).await.unwrap(), back);
+    }
+
+    #[tokio::test]
+    async fn a_v1_autoscaler_is_handled_and_stored_in_v2_and_served_back_in_v1() {
+        let rt = lookup("autoscaling", "v1", "horizontalpodautoscalers").unwrap();
+        let c = converter();
+        assert!(c.needed(rt));
+        let v1 = json!({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+                        "metadata": {"name": "web"},
+                        "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"},
+                                 "maxReplicas": 3, "targetCPUUtilizationPercentage": 40}});
+        let internal = c.to_internal(rt, v1.clone()).await.unwrap();
+        assert_eq!(internal["apiVersion"], "autoscaling/v2");
+        assert_eq!(
+            internal["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"],
+            40
+        );
+        let stored = c.to_storage(rt, internal.clone()).await.unwrap();
+        assert_eq!(stored, internal);
+        assert_eq!(c.to_external(rt, stored).await.unwrap(), v1);
+
+        let mut broken = v1;
+        broken["metadata"]["annotations"] =
+            json!({autoscaling::METRIC_SPECS_ANNOTATION: "not json"});
+        let err = c.to_internal(rt, broken).await.unwrap_err();
+        assert_eq!(err.code, 400, "{err:?}");
     }
 
     #[tokio::test]

@@ -171,11 +171,11 @@ fn owned((g, v, k): (&str, &str, &str)) -> (String, String, String) {
     (g.to_string(), v.to_string(), k.to_string())
 }
 
-/// `("", "v1")` then every built-in group's served version, in discovery order.
+/// `("", "v1")` then every built-in group's served versions, in discovery order.
 pub(crate) fn served_group_versions() -> Vec<(String, String)> {
     let mut out = vec![(String::new(), "v1".to_string())];
     for r in catalog::builtins() {
-        if !r.group.is_empty() && !out.iter().any(|(g, _)| *g == r.group) {
+        if !r.group.is_empty() && !out.iter().any(|(g, v)| *g == r.group && *v == r.version) {
             out.push((r.group.clone(), r.version.clone()));
         }
     }

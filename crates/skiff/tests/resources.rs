@@ -694,6 +694,125 @@ fn replication_controllers_and_pod_templates_through_kubectl() {
     assert!(stderr.contains("No resources found"), "{stderr}");
 }
 
+/// `kubectl autoscale` of kubectl ≤ 1.32 posts `autoscaling/v1`, 1.33 `autoscaling/v2`: both
+/// make one autoscaler, served in both versions, and a v1 client's write keeps what only v2 can
+/// say (upstream's round-trip annotations).
+#[test]
+fn kubectl_autoscale_old_and_new_make_autoscalers_served_in_both_versions() {
+    let api = ApiServer::start(Backend::Embedded);
+    api.kubectl(
+        KUBECTL_133,
+        &["create", "deployment", "web", "--image=busybox"],
+    );
+    for (kubectl, name) in [(KUBECTL_127, "old"), (KUBECTL_133, "new")] {
+        let made = api.kubectl(
+            kubectl,
+            &[
+                "autoscale",
+                "deployment",
+                "web",
+                "--max=5",
+                "--cpu-percent=40",
+                "--name",
+                name,
+            ],
+        );
+        assert_eq!(
+            made.trim(),
+            format!("horizontalpodautoscaler.autoscaling/{name} autoscaled")
+        );
+    }
+    let get = |kubectl: &str, resource: &str| -> serde_json::Value {
+        serde_json::from_str(&api.kubectl(kubectl, &["get", resource, "-o", "json"])).unwrap()
+    };
+    for name in ["old", "new"] {
+        let v1 = get(KUBECTL_127, &format!("hpa.v1.autoscaling/{name}"));
+        assert_eq!(v1["apiVersion"], "autoscaling/v1");
+        assert_eq!(v1["spec"]["targetCPUUtilizationPercentage"], 40, "{v1}");
+        assert_eq!(v1["spec"]["scaleTargetRef"]["name"], "web");
+        let v2 = get(KUBECTL_133, &format!("hpa.v2.autoscaling/{name}"));
+        assert_eq!(
+            v2["spec"]["metrics"],
+            json!([{"type": "Resource", "resource": {"name": "cpu",
+                "target": {"type": "Utilization", "averageUtilization": 40}}}])
+        );
+        assert_eq!(
+            v1["metadata"]["resourceVersion"],
+            v2["metadata"]["resourceVersion"]
+        );
+    }
+
+    // what only v2 says survives a v1 client's read-modify-write
+    let behavior = json!({"spec": {"behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}},
+        "metrics": [{"type": "Resource", "resource": {"name": "memory",
+                         "target": {"type": "AverageValue", "averageValue": "100Mi"}}},
+                    {"type": "Resource", "resource": {"name": "cpu",
+                         "target": {"type": "Utilization", "averageUtilization": 40}}}]}});
+    api.kubectl(
+        KUBECTL_133,
+        &[
+            "patch",
+            "hpa.v2.autoscaling",
+            "new",
+            "--type=merge",
+            "-p",
+            &behavior.to_string(),
+        ],
+    );
+    let v1 = get(KUBECTL_127, "hpa.v1.autoscaling/new");
+    assert!(
+        v1["metadata"]["annotations"]["autoscaling.alpha.kubernetes.io/metrics"]
+            .as_str()
+            .is_some_and(|m| m.contains("memory")),
+        "{v1}"
+    );
+    api.kubectl(
+        KUBECTL_127,
+        &[
+            "patch",
+            "hpa.v1.autoscaling",
+            "new",
+            "--type=merge",
+            "-p",
+            r#"{"spec": {"maxReplicas": 7}}"#,
+        ],
+    );
+    let v2 = get(KUBECTL_133, "hpa.v2.autoscaling/new");
+    assert_eq!(v2["spec"]["maxReplicas"], 7);
+    assert_eq!(
+        v2["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"],
+        30
+    );
+    assert_eq!(v2["spec"]["metrics"], behavior["spec"]["metrics"], "{v2}");
+    assert!(v2["metadata"].get("annotations").is_none(), "{v2}");
+    let table = api.kubectl(KUBECTL_127, &["get", "hpa.v1.autoscaling"]);
+    assert!(
+        row(&table, "new").contains("<unknown>/100Mi, cpu: <unknown>/40%"),
+        "{table}"
+    );
+
+    // validation speaks v2's field names, as upstream validates the internal object
+    let bad = r#"{"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "bad"},
+        "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"},
+                 "minReplicas": 3, "maxReplicas": 2}}"#;
+    let refused = api.kubectl_fails(KUBECTL_127, &["create", "-f", "-"], Some(bad));
+    assert!(
+        refused.contains("spec.maxReplicas: Invalid value: 2"),
+        "{refused}"
+    );
+    let garbled = r#"{"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "garbled",
+                     "annotations": {"autoscaling.alpha.kubernetes.io/metrics": "[{"}},
+        "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "maxReplicas": 2}}"#;
+    let refused = api.kubectl_fails(KUBECTL_127, &["create", "-f", "-"], Some(garbled));
+    assert!(
+        refused.contains("BadRequest")
+            && refused.contains("annotation autoscaling.alpha.kubernetes.io/metrics"),
+        "{refused}"
+    );
+}
+
 const NETWORKING: &str = r#"
 apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler

@@ -127,6 +127,15 @@ fn format_metrics(hpa: &Value) -> String {
 }
 
 fn hpa_cells(hpa: &Value, now: Timestamp) -> Vec<Value> {
+    // upstream prints the internal object, so v1 shows the metrics v2 does
+    let v2;
+    let hpa = match hpa["apiVersion"].as_str() {
+        Some("autoscaling/v1") => {
+            v2 = crate::autoscaling::hpa_from_v1(hpa).unwrap_or_else(|_| hpa.clone());
+            &v2
+        }
+        _ => hpa,
+    };
     let reference = format!(
         "{}/{}",
         text(hpa, "/spec/scaleTargetRef/kind"),
@@ -342,6 +351,32 @@ mod tests {
                 json!("Deployment/web"),
                 json!("cpu: 12%/50%, <unknown>/1k + 1 more..."),
                 json!("1"),
+                json!(5),
+                json!(2)
+            ]
+        );
+        // through autoscaling/v1, the same cells (with the CPU target last, where the v1 view
+        // puts it)
+        let cpu_last = json!({"metadata": {"name": "web"},
+            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "maxReplicas": 5,
+                     "metrics": [
+                {"type": "Pods", "pods": {"metric": {"name": "qps"},
+                    "target": {"type": "AverageValue", "averageValue": "1k"}}},
+                {"type": "Resource", "resource": {"name": "cpu",
+                    "target": {"type": "Utilization", "averageUtilization": 50}}}]},
+            "status": {"currentReplicas": 2, "currentMetrics": [
+                {"type": "Pods", "pods": {"metric": {"name": "qps"},
+                    "current": {"averageValue": "900"}}},
+                {"type": "Resource", "resource": {"name": "cpu",
+                    "current": {"averageUtilization": 12}}}]}});
+        let v1 = crate::autoscaling::hpa_to_v1(&cpu_last);
+        assert!(v1["spec"].get("metrics").is_none());
+        assert_eq!(
+            row("autoscaling", "horizontalpodautoscalers", &v1, now())[1..6],
+            [
+                json!("Deployment/web"),
+                json!("900/1k, cpu: 12%/50%"),
+                json!("<unset>"),
                 json!(5),
                 json!(2)
             ]
