@@ -12,7 +12,13 @@
 //! Recording rather than making keeps a run of thousands of claims off the disk, with nothing
 //! to clean up after a killed run, while the API side (the provisioner, the binder, the
 //! deleter's events and deletes) is exactly a real node's.
+//!
+//! With [`Config::serve`] each node also serves the kubelet API, on a port of its own at one
+//! shared address (its InternalIP): the real kubelet server with the same authentication and
+//! authorization, its Summary API and resource metrics the synthetic figures of
+//! [`HollowSummary`], so that metrics-server, `kubectl top` and the HPA can be run at scale.
 
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -39,7 +45,11 @@ use crate::node;
 use crate::pod_sync::SyncContext;
 use crate::pod_workers::Workers;
 use crate::security_context::NodeSecurity;
+use crate::server::auth::Auth;
 use crate::server::pods::PodRegistry;
+use crate::server::reviews::ApiReviews;
+use crate::server::{KubeletServer, ServerState, tls};
+use crate::stats::hollow::HollowSummary;
 use crate::volumes::VolumeManager;
 use crate::volumes::claim::Claims;
 use crate::volumes::host::RecordingHost;
@@ -54,6 +64,8 @@ pub enum Error {
     },
     #[error(transparent)]
     Node(#[from] crate::node::Error),
+    #[error(transparent)]
+    Server(#[from] crate::server::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -76,6 +88,19 @@ pub struct Config {
     /// Node `<name>` publishes `<storage_dir>/<name>` (made absolute) as its local-path
     /// directory; it is never created.
     pub storage_dir: PathBuf,
+    /// Whether and where the nodes serve the kubelet API.
+    pub serve: Option<Serve>,
+}
+
+/// Where hollow nodes serve the kubelet API: each on a free port of `address`, which it reports
+/// as its InternalIP (and the port in `daemonEndpoints`).
+#[derive(Debug, Clone)]
+pub struct Serve {
+    pub address: IpAddr,
+    /// The CA whose client certificates name users (the cluster CA), DER.
+    pub client_ca: Vec<Vec<u8>>,
+    /// Where the one serving certificate all nodes share is kept.
+    pub pki_dir: PathBuf,
 }
 
 impl Default for Config {
@@ -89,6 +114,7 @@ impl Default for Config {
             log_dir: PathBuf::from("/var/lib/skiff/hollow/logs/pods"),
             pods_dir: PathBuf::from("/var/lib/skiff/hollow/pods"),
             storage_dir: PathBuf::from("/var/lib/skiff/hollow/storage"),
+            serve: None,
         }
     }
 }
@@ -98,14 +124,17 @@ pub const NODE_CIDR_MASK: u8 = 24;
 /// How many nodes register at once.
 const REGISTER_CONCURRENCY: usize = 16;
 
+/// A hollow node's memory.
+const HOLLOW_MEMORY_BYTES: u64 = 16 << 30;
+
 /// What every hollow node reports as its machine: a mid-sized node (4 CPUs, 16 GiB, 100 GiB
-/// of disk), named after the node, addressed at its pod range's gateway.
-fn hollow_host(name: &str, ip: std::net::Ipv4Addr) -> HostInfo {
+/// of disk), named after the node, addressed at its pod range's gateway (or where it serves).
+fn hollow_host(name: &str, ip: IpAddr) -> HostInfo {
     HostInfo {
         hostname: name.into(),
-        ip: ip.into(),
+        ip,
         cpus: 4,
-        memory_bytes: 16 << 30,
+        memory_bytes: HOLLOW_MEMORY_BYTES,
         ephemeral_storage_bytes: 100 << 30,
         kernel_version: std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_string())
@@ -123,13 +152,14 @@ struct HollowStatus {
     /// Upstream's defaults: hollow nodes take no kubelet settings.
     reservation: node::Reservation,
     images: Vec<ContainerImage>,
+    /// The kubelet server's port (0: none).
+    port: u16,
 }
 
 impl HollowStatus {
     fn at(&self, now: Timestamp) -> NodeStatus {
         let version = format!("{RUNTIME_NAME}://{RUNTIME_VERSION}");
-        // no kubelet server: no daemon endpoint
-        let mut status = node::node_status(&self.host, &self.reservation, &version, 0, now);
+        let mut status = node::node_status(&self.host, &self.reservation, &version, self.port, now);
         status.images = Some(self.images.clone());
         status
     }
@@ -149,6 +179,9 @@ struct HollowNode {
     ctx: SyncContext,
     /// Its local-path directory, recording host and volume API, for the deleter.
     local_path: NodeDir,
+    /// Its pods as the watch delivers them (the server reads them).
+    registry: PodRegistry,
+    server: Option<KubeletServer>,
 }
 
 /// Registered hollow nodes; [`HollowNodes::run`] serves them until shutdown.
@@ -176,6 +209,20 @@ impl HollowNodes {
                     .expect("the safe sysctls are namespaced"),
                 ..NodeSecurity::default()
             }),
+            server: match &config.serve {
+                Some(serve) => {
+                    let (cert, key) = tls::ensure_serving_certificate(
+                        &serve.pki_dir,
+                        &config.prefix,
+                        &[serve.address],
+                    )
+                    .map_err(crate::server::Error::from)?;
+                    let tls = tls::server_config(&cert, &key, &serve.client_ca)
+                        .map_err(crate::server::Error::from)?;
+                    Some((tls, Arc::new(ApiReviews::new(client.clone()))))
+                }
+                None => None,
+            },
         };
         let nodes: Vec<HollowNode> = futures::stream::iter(0..config.count)
             .map(|i| register(&client, &config, &shared, cluster, i))
@@ -211,6 +258,9 @@ impl HollowNodes {
             let name = n.node.metadata.name.clone().unwrap_or_default();
             let offset = node::LEASE_RENEW * i as u32 / count;
             let view = NodeView::new(n.node);
+            if let Some(server) = n.server {
+                tasks.push(tokio::spawn(server.serve()));
+            }
             tasks.push(tokio::spawn(heartbeat::run(
                 self.client.clone(),
                 view.clone(),
@@ -231,7 +281,7 @@ impl HollowNodes {
                 client: self.client.clone(),
                 informers: informers.clone(),
                 node_name: name,
-                registry: PodRegistry::default(),
+                registry: n.registry,
                 view,
                 pressure: Pressure::default(),
                 workers: Workers::new(n.ctx.allocations.clone()),
@@ -248,10 +298,12 @@ impl HollowNodes {
     }
 }
 
-/// What every hollow node's pod workers share.
+/// What every hollow node's pod workers (and servers) share.
 struct Shared {
     runtime_classes: Cache<RuntimeClass>,
     security: Arc<NodeSecurity>,
+    /// The serving configuration and the authorizer's reviews, with [`Config::serve`].
+    server: Option<(rustls::ServerConfig, Arc<ApiReviews>)>,
 }
 
 /// Registers hollow node `i`: its pod CIDR is the one its Node has, or the `i`-th of the
@@ -282,10 +334,36 @@ async fn register(
     ));
     let images = runtime.list_images().await.unwrap_or_default();
     let gateway = pod_cidr.host(1);
+    let registry = PodRegistry::default();
+    let (ip, server) = match (&config.serve, &shared.server) {
+        (Some(serve), Some((tls, reviews))) => {
+            let server = KubeletServer::bind(
+                SocketAddr::new(serve.address, 0),
+                tls.clone(),
+                ServerState {
+                    runtime: runtime.clone(),
+                    pods: registry.clone(),
+                    log_dir: config.log_dir.clone(),
+                    clock: Timestamp::now,
+                    auth: Auth::new(reviews.clone(), name.clone()),
+                    stats: Arc::new(HollowSummary::new(
+                        &name,
+                        runtime.clone(),
+                        registry.clone(),
+                        HOLLOW_MEMORY_BYTES,
+                    )),
+                },
+            )
+            .await?;
+            (serve.address, Some(server))
+        }
+        _ => (IpAddr::V4(gateway), None),
+    };
     let status = HollowStatus {
-        host: hollow_host(&name, gateway),
+        host: hollow_host(&name, ip),
         reservation: node::Reservation::default(),
         images: node::node_images(&images),
+        port: server.as_ref().map_or(0, |s| s.local_addr().port()),
     };
     let mut object = node::node_object(
         &name,
@@ -321,7 +399,7 @@ async fn register(
     let ctx = SyncContext {
         runtime,
         api: Arc::new(pod_api),
-        host_ip: gateway.to_string(),
+        host_ip: ip.to_string(),
         runtime_name: RUNTIME_NAME.into(),
         memory_capacity: status.host.memory_bytes,
         log_dir: config.log_dir.clone(),
@@ -345,5 +423,7 @@ async fn register(
         status,
         ctx,
         local_path,
+        registry,
+        server,
     })
 }

@@ -12,7 +12,10 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
-use support::{ApiServer, Backend, HANG_GUARD, eventually, kube_client, line_reader, run};
+use support::cluster::{Process, controller_manager, hollow_nodes_with, scheduler};
+use support::{
+    ApiServer, Backend, HANG_GUARD, KUBECTL_133, eventually, kube_client, line_reader, run,
+};
 
 /// The hollow kubelet child; killed when dropped.
 struct Hollow(Child);
@@ -222,5 +225,202 @@ fn pods_the_node_cannot_run_are_rejected_at_admission() {
             .await;
         }
         eventually("first still Running", || running("first")).await;
+    });
+}
+
+/// The metrics server's registration: an `ExternalName` Service for `localhost` at its port
+/// (an endpoint may not be on loopback) and the APIService.
+fn metrics_registration(port: u16) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Service
+metadata: {{name: metrics-server, namespace: kube-system}}
+spec:
+  type: ExternalName
+  externalName: localhost
+  ports: [{{name: https, port: {port}}}]
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {{name: v1beta1.metrics.k8s.io}}
+spec:
+  group: metrics.k8s.io
+  version: v1beta1
+  service: {{namespace: kube-system, name: metrics-server, port: {port}}}
+  insecureSkipTLSVerify: true
+  groupPriorityMinimum: 100
+  versionPriority: 100
+"#
+    )
+}
+
+const BUSY_DEPLOYMENT: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: busy}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: busy}}
+  template:
+    metadata:
+      labels: {app: busy}
+      annotations: {hollow.skiff.io/cpu-usage: 150m}
+    spec:
+      containers:
+      - {name: app, image: busybox, resources: {requests: {cpu: 100m}}}
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: busy}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: busy}
+  minReplicas: 1
+  maxReplicas: 6
+  metrics:
+  - type: Resource
+    resource: {name: cpu, target: {type: Utilization, averageUtilization: 50}}
+"#;
+
+/// Hollow nodes serving the kubelet API report their pods' synthetic usage (the pods'
+/// annotations) through the Summary API and resource metrics; metrics-server scrapes them, and
+/// an HPA scales a Deployment of hollow pods up when they use more and down when they use less.
+#[test]
+fn serving_hollow_nodes_report_synthetic_usage_that_drives_metrics_and_an_hpa() {
+    let api = ApiServer::start(Backend::Embedded);
+    let _hollow = hollow_nodes_with(&api, "stats", 3, &["--hollow-serve-address", "127.0.0.1"]);
+    let _scheduler = scheduler(&api);
+    let _cm = controller_manager(
+        &api,
+        &[
+            "--controllers",
+            "horizontalpodautoscaling,deployment,replicaset",
+            "--horizontal-pod-autoscaler-sync-period=1s",
+            "--horizontal-pod-autoscaler-downscale-stabilization=2s",
+        ],
+    );
+    let metrics = Process::start(
+        &api,
+        "metrics-server",
+        &[
+            "metrics-server",
+            "--bind-address",
+            "127.0.0.1",
+            "--secure-port",
+            "0",
+            "--metric-resolution",
+            "1s",
+        ],
+    );
+    let port: u16 = metrics
+        .ready
+        .split("https 127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("a port in {:?}", metrics.ready));
+    api.kubectl_stdin(
+        KUBECTL_133,
+        &["apply", "-f", "-"],
+        Some(&metrics_registration(port)),
+    );
+    let k = KUBECTL_133;
+    run(async {
+        // a node serves its Summary API through the API server's node proxy
+        let node_ip = api.jsonpath(
+            &["get", "node", "stats-0"],
+            "{.status.addresses[0].address}",
+        );
+        assert_eq!(node_ip, "127.0.0.1");
+        api.kubectl_stdin(
+            k,
+            &["apply", "-f", "-"],
+            Some(
+                r#"apiVersion: v1
+kind: Pod
+metadata: {name: one, annotations: {hollow.skiff.io/cpu-usage: 300m}}
+spec:
+  nodeName: stats-0
+  containers: [{name: app, image: busybox}]
+"#,
+            ),
+        );
+        let summary: serde_json::Value = eventually("the pod in stats-0's summary", || async {
+            let raw = api.kubectl(
+                k,
+                &["get", "--raw", "/api/v1/nodes/stats-0/proxy/stats/summary"],
+            );
+            let summary: serde_json::Value = serde_json::from_str(&raw).ok()?;
+            let pods = summary["pods"].as_array()?;
+            pods.iter()
+                .any(|p| p["podRef"]["name"] == "one")
+                .then_some(summary)
+        })
+        .await;
+        let one = summary["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["podRef"]["name"] == "one")
+            .unwrap();
+        assert_eq!(one["cpu"]["usageNanoCores"], 300_000_000, "{one}");
+        assert_eq!(one["containers"][0]["name"], "app");
+        assert!(summary["node"]["cpu"]["usageNanoCores"].as_u64().unwrap() > 300_000_000);
+        let resource = api.kubectl(
+            k,
+            &[
+                "get",
+                "--raw",
+                "/api/v1/nodes/stats-0/proxy/metrics/resource",
+            ],
+        );
+        assert!(
+            resource.contains(r#"pod_cpu_usage_seconds_total{namespace="default",pod="one"}"#),
+            "{resource}"
+        );
+
+        // kubectl top reads metrics-server's scrape of the hollow nodes
+        let top = eventually("kubectl top pod one", || async {
+            let out = api.kubectl_output(k, &["top", "pod", "one", "--no-headers"], None);
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            text.contains("300m").then_some(text)
+        })
+        .await;
+        assert!(top.starts_with("one"), "{top}");
+        let nodes = api.kubectl(k, &["top", "node", "--no-headers"]);
+        assert_eq!(nodes.lines().count(), 3, "{nodes}");
+
+        // 150 % of the request against a 50 % target: 2 replicas become 6
+        api.kubectl_stdin(k, &["apply", "-f", "-"], Some(BUSY_DEPLOYMENT));
+        eventually("the HPA to scale busy to 6", || async {
+            (api.jsonpath(&["get", "deployment", "busy"], "{.spec.replicas}") == "6").then_some(())
+        })
+        .await;
+        let rescaled = api.event_messages("busy", "SuccessfulRescale");
+        assert!(
+            rescaled
+                .iter()
+                .any(|m| m.starts_with("New size: 6; reason: cpu resource utilization")),
+            "{rescaled:?}"
+        );
+        // the pods use less now: 6 x 10 % against 50 % is 2 (after the 2 s stabilization)
+        eventually("6 busy pods running", || async {
+            let out = api.kubectl(k, &["get", "pods", "-l", "app=busy", "--no-headers"]);
+            (out.lines().filter(|l| l.contains("Running")).count() == 6).then_some(())
+        })
+        .await;
+        api.kubectl(
+            k,
+            &[
+                "annotate",
+                "pods",
+                "-l",
+                "app=busy",
+                "--overwrite",
+                "hollow.skiff.io/cpu-usage=10m",
+            ],
+        );
+        eventually("the HPA to scale busy down to 2", || async {
+            (api.jsonpath(&["get", "deployment", "busy"], "{.spec.replicas}") == "2").then_some(())
+        })
+        .await;
     });
 }

@@ -16,18 +16,18 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::{
     ContainerStats, CpuStats, Error, FsStats, InterfaceStats, MemoryStats, NetworkStats, NodeStats,
     PodReference, PodStats, ProcessStats, PvcReference, Rates, RlimitStats, RuntimeStats, Summary,
-    SummaryProvider, VolumeStats,
+    SummaryProvider, VolumeStats, running_by_pod, sum_cpu, sum_memory,
 };
 use crate::cgroups::PodCgroups;
 use crate::cgroups::driver::{CgroupMemory, CgroupName, CgroupUsage, Cgroupfs};
 use crate::cgroups::fs::RealCgroupFs;
 use k8s_cri::v1 as cri;
 
-use crate::cri::{ContainerRuntime, ContainerState, CriClient};
+use crate::cri::{ContainerRuntime, CriClient};
 use crate::eviction::signals::running_tasks;
 use crate::fs_stats::{disk_usage, fs_stats};
 use crate::host::meminfo_field;
-use crate::pod_sync::{LABEL_POD_UID, pod_log_dir};
+use crate::pod_sync::pod_log_dir;
 use crate::server::pods::PodRegistry;
 
 /// The interface a pod's network figures are reported for (upstream's default).
@@ -160,23 +160,7 @@ impl HostSummary {
             .into_iter()
             .filter_map(|s| Some((s.attributes.as_ref()?.id.clone(), s)))
             .collect();
-        let mut running: HashMap<&str, HashMap<&str, &cri::Container>> = HashMap::new();
-        for c in &containers {
-            let (Some(uid), Some(meta)) = (c.labels.get(LABEL_POD_UID), c.metadata.as_ref()) else {
-                continue;
-            };
-            if c.state != ContainerState::ContainerRunning as i32 {
-                continue;
-            }
-            let newest = running
-                .entry(uid.as_str())
-                .or_default()
-                .entry(meta.name.as_str())
-                .or_insert(c);
-            if c.created_at > newest.created_at {
-                *newest = c;
-            }
-        }
+        let running = running_by_pod(&containers);
         let mut out = Vec::new();
         let mut alive = HashSet::from(["node".to_string()]);
         for pod in self.pods.list() {
@@ -397,41 +381,6 @@ fn memory_stats(time: &Time, m: &CgroupMemory, limit: Option<u64>) -> MemoryStat
         page_faults: m.page_faults,
         major_page_faults: m.major_page_faults,
     }
-}
-
-/// A pod's CPU as the sum of its containers' (no pod cgroup to read).
-fn sum_cpu(time: &Time, containers: &[ContainerStats]) -> Option<CpuStats> {
-    let cpus: Vec<&CpuStats> = containers.iter().filter_map(|c| c.cpu.as_ref()).collect();
-    if cpus.is_empty() {
-        return None;
-    }
-    let sum = |f: fn(&CpuStats) -> Option<u64>| cpus.iter().map(|c| f(c)).sum::<Option<u64>>();
-    Some(CpuStats {
-        time: time.clone(),
-        usage_nano_cores: sum(|c| c.usage_nano_cores),
-        usage_core_nano_seconds: sum(|c| c.usage_core_nano_seconds),
-    })
-}
-
-/// A pod's memory as the sum of its containers' (no pod cgroup to read).
-fn sum_memory(time: &Time, containers: &[ContainerStats]) -> Option<MemoryStats> {
-    let all: Vec<&MemoryStats> = containers
-        .iter()
-        .filter_map(|c| c.memory.as_ref())
-        .collect();
-    if all.is_empty() {
-        return None;
-    }
-    let sum = |f: fn(&MemoryStats) -> Option<u64>| all.iter().map(|m| f(m)).sum::<Option<u64>>();
-    Some(MemoryStats {
-        time: time.clone(),
-        available_bytes: None,
-        usage_bytes: sum(|m| m.usage_bytes),
-        working_set_bytes: sum(|m| m.working_set_bytes),
-        rss_bytes: sum(|m| m.rss_bytes),
-        page_faults: sum(|m| m.page_faults),
-        major_page_faults: sum(|m| m.major_page_faults),
-    })
 }
 
 /// The interfaces of a `/proc/net/dev` that `keep` accepts, `default` (when among them) also

@@ -13,8 +13,10 @@
 //! # Layout
 //! - this file: the API's types, as upstream serializes them, and [`SummaryProvider`].
 //! - [`host`]: the real node's provider.
+//! - [`hollow`]: a hollow node's synthetic figures.
 //! - [`resource`]: `/metrics/resource` in Prometheus' text format.
 
+pub mod hollow;
 pub mod host;
 pub mod resource;
 
@@ -25,6 +27,9 @@ use async_trait::async_trait;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+
+use crate::cri::ContainerState;
+use crate::pod_sync::LABEL_POD_UID;
 
 /// `Summary`: the node and its pods.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -252,6 +257,66 @@ pub trait SummaryProvider: Send + Sync {
     /// The node and its pods now. `cpu_and_memory_only` (upstream's `only_cpu_and_memory`
     /// query parameter, what resource metrics need) leaves filesystems, network and volumes out.
     async fn summary(&self, cpu_and_memory_only: bool) -> Result<Summary, Error>;
+}
+
+/// The running containers of each pod, by pod uid and container name: the newest of a name,
+/// as upstream after a restart.
+pub fn running_by_pod(
+    containers: &[k8s_cri::v1::Container],
+) -> HashMap<&str, HashMap<&str, &k8s_cri::v1::Container>> {
+    let mut running: HashMap<&str, HashMap<&str, &k8s_cri::v1::Container>> = HashMap::new();
+    for c in containers {
+        let (Some(uid), Some(meta)) = (c.labels.get(LABEL_POD_UID), c.metadata.as_ref()) else {
+            continue;
+        };
+        if c.state != ContainerState::ContainerRunning as i32 {
+            continue;
+        }
+        let newest = running
+            .entry(uid.as_str())
+            .or_default()
+            .entry(meta.name.as_str())
+            .or_insert(c);
+        if c.created_at > newest.created_at {
+            *newest = c;
+        }
+    }
+    running
+}
+
+/// A pod's CPU as the sum of its containers' (no pod cgroup to read).
+pub fn sum_cpu(time: &Time, containers: &[ContainerStats]) -> Option<CpuStats> {
+    let cpus: Vec<&CpuStats> = containers.iter().filter_map(|c| c.cpu.as_ref()).collect();
+    if cpus.is_empty() {
+        return None;
+    }
+    let sum = |f: fn(&CpuStats) -> Option<u64>| cpus.iter().map(|c| f(c)).sum::<Option<u64>>();
+    Some(CpuStats {
+        time: time.clone(),
+        usage_nano_cores: sum(|c| c.usage_nano_cores),
+        usage_core_nano_seconds: sum(|c| c.usage_core_nano_seconds),
+    })
+}
+
+/// A pod's memory as the sum of its containers' (no pod cgroup to read).
+pub fn sum_memory(time: &Time, containers: &[ContainerStats]) -> Option<MemoryStats> {
+    let all: Vec<&MemoryStats> = containers
+        .iter()
+        .filter_map(|c| c.memory.as_ref())
+        .collect();
+    if all.is_empty() {
+        return None;
+    }
+    let sum = |f: fn(&MemoryStats) -> Option<u64>| all.iter().map(|m| f(m)).sum::<Option<u64>>();
+    Some(MemoryStats {
+        time: time.clone(),
+        available_bytes: None,
+        usage_bytes: sum(|m| m.usage_bytes),
+        working_set_bytes: sum(|m| m.working_set_bytes),
+        rss_bytes: sum(|m| m.rss_bytes),
+        page_faults: sum(|m| m.page_faults),
+        major_page_faults: sum(|m| m.major_page_faults),
+    })
 }
 
 /// The shortest window a CPU rate is taken over: looks closer together than this share the

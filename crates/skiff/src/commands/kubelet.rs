@@ -263,6 +263,13 @@ pub struct HollowArgs {
     /// pod's grace period it is killed.
     #[arg(long, value_name = "MS", default_value_t = 0, requires = "hollow")]
     pub hollow_stop_delay_ms: u64,
+
+    /// Serve each hollow node's kubelet API on a free port of IP, which becomes its InternalIP:
+    /// the Summary API and resource metrics report synthetic figures (a container uses its
+    /// pod's `hollow.skiff.io/cpu-usage` and `memory-usage` annotations, else a tenth of its
+    /// CPU and half its memory request), for metrics-server and the HPA at scale.
+    #[arg(long, value_name = "IP", requires = "hollow")]
+    pub hollow_serve_address: Option<std::net::IpAddr>,
 }
 
 /// jemalloc's configuration for the kubelet: one arena (its few threads rarely allocate at
@@ -311,7 +318,7 @@ pub async fn run(args: KubeletArgs, lifecycle: Lifecycle) -> anyhow::Result<()> 
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     if args.hollow.hollow {
-        return run_hollow(client, args, lifecycle).await;
+        return run_hollow(client, client_ca, args, lifecycle).await;
     }
     let settings = settings(&args)?;
     let config = Config {
@@ -350,6 +357,7 @@ pub async fn run(args: KubeletArgs, lifecycle: Lifecycle) -> anyhow::Result<()> 
 
 async fn run_hollow(
     client: kube::Client,
+    client_ca: Vec<Vec<u8>>,
     args: KubeletArgs,
     lifecycle: Lifecycle,
 ) -> anyhow::Result<()> {
@@ -373,6 +381,11 @@ async fn run_hollow(
         log_dir: args.data_dir.join("hollow/logs/pods"),
         pods_dir: args.data_dir.join("hollow/pods"),
         storage_dir: args.data_dir.join("hollow/storage"),
+        serve: h.hollow_serve_address.map(|address| hollow::Serve {
+            address,
+            client_ca,
+            pki_dir: args.data_dir.join("hollow/pki"),
+        }),
     };
     let nodes = HollowNodes::start(client, config).await?;
     let names = nodes.names();

@@ -113,22 +113,25 @@ pub fn scheduler(api: &ApiServer) -> Process {
 /// share one client and so one identity, the admin's: a `system:node:<name>` certificate each
 /// would need a client (and connection pool) per node.
 pub fn hollow_nodes(api: &ApiServer, prefix: &str, count: usize) -> Process {
+    hollow_nodes_with(api, prefix, count, &[])
+}
+
+/// [`hollow_nodes`] with more `skiff kubelet --hollow` arguments.
+pub fn hollow_nodes_with(api: &ApiServer, prefix: &str, count: usize, args: &[&str]) -> Process {
     let dir = api.data_dir.join(format!("hollow-{prefix}"));
     let count = count.to_string();
-    Process::start(
-        api,
-        &format!("hollow-{prefix}"),
-        &[
-            "kubelet",
-            "--data-dir",
-            dir.to_str().expect("utf-8 path"),
-            "--hollow",
-            "--count",
-            &count,
-            "--node-name-prefix",
-            prefix,
-        ],
-    )
+    let mut all = vec![
+        "kubelet",
+        "--data-dir",
+        dir.to_str().expect("utf-8 path"),
+        "--hollow",
+        "--count",
+        &count,
+        "--node-name-prefix",
+        prefix,
+    ];
+    all.extend_from_slice(args);
+    Process::start(api, &format!("hollow-{prefix}"), &all)
 }
 
 /// A kubeconfig for a client certificate CN=`user`, O=`group` from the cluster's CA.
