@@ -6,6 +6,7 @@ pub mod controllers;
 pub mod dns;
 pub mod eviction;
 pub mod ingress;
+pub mod metrics;
 pub mod netpol;
 pub mod pods;
 pub mod proxy;
@@ -30,6 +31,10 @@ pub enum BenchCommand {
     /// The ingress controller against nginx as the same reverse proxy to one pod (needs root
     /// and nginx): requests/s and p99 at 64 connections, and the time for a new rule to serve.
     Ingress(ingress::IngressBenchArgs),
+    /// Resource metrics: metrics-server's CPU and RSS scraping 1,000 hollow nodes x 30 pods,
+    /// the HPA's reaction from a usage change to a scale write, and the kubelet's CPU per
+    /// `/stats/summary` at 100 pods (needs root).
+    Metrics(metrics::MetricsBenchArgs),
     /// The kubelet end to end: pod startup against the CRI floor, the kubelet's memory, the
     /// time from a hard memory threshold crossed to the first eviction, and hollow nodes'
     /// heartbeat writes and memory (needs root).
@@ -58,6 +63,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Controllers(args) => controllers::run(args).await,
         BenchCommand::Dns(args) => dns::run(args).await,
         BenchCommand::Ingress(args) => ingress::run(args).await,
+        BenchCommand::Metrics(args) => metrics::run(args).await,
         BenchCommand::Pods(args) => pods::run(args).await,
         BenchCommand::Proxy(args) => proxy::run(args).await,
         BenchCommand::Scheduler(args) => scheduler::run(args).await,
