@@ -197,6 +197,7 @@ pub async fn handle(
         ["pods"] if get => pod_list(state),
         ["metrics"] if get => metrics(state).await,
         ["metrics", "resource"] if get => resource_metrics(state).await,
+        ["metrics", "cadvisor"] if get => cadvisor_metrics(state).await,
         ["stats", "summary"] if get => stats_summary(state, &parts).await,
         ["containerLogs", ns, pod, container] if get => {
             container_logs(state, &parts, ns, pod, container).await
@@ -314,6 +315,18 @@ async fn resource_metrics(state: &ServerState) -> Response<Body> {
     }
     let text = crate::stats::resource::render(summary.as_ref().ok());
     response(200, full(text), "text/plain; version=0.0.4; charset=utf-8")
+}
+
+/// `/metrics/cadvisor`: the containers' usage under cAdvisor's names (Prometheus scrapes it).
+async fn cadvisor_metrics(state: &ServerState) -> Response<Body> {
+    match state.stats.summary(false).await {
+        Ok(summary) => response(
+            200,
+            full(crate::stats::cadvisor::render(&summary)),
+            "text/plain; version=0.0.4; charset=utf-8",
+        ),
+        Err(e) => text(500, &format!("Internal Error: {e}")),
+    }
 }
 
 /// `/containerLogs/{ns}/{pod}/{container}`: the container's log, streamed (chunked) so that

@@ -783,8 +783,15 @@ async fn the_summary_and_resource_metrics_come_from_the_stats_provider() {
         "{text}"
     );
     assert!(text.ends_with("resource_scrape_error 0\n"), "{text}");
-    // resource metrics need CPU and memory only
-    assert_eq!(*provider.calls.lock(), [false, true, true]);
+    // resource metrics need CPU and memory only; cAdvisor's the whole summary
+    let resp = handle(&state, get("/metrics/cadvisor"), Some(&admin())).await;
+    assert_eq!(resp.status(), 200);
+    let text = body_text(resp).await;
+    assert!(
+        text.contains("# TYPE container_cpu_usage_seconds_total counter\n"),
+        "{text}"
+    );
+    assert_eq!(*provider.calls.lock(), [false, true, true, false]);
 
     // the runtime down: 500 for the summary, the scrape error for the metrics
     *provider.summary.lock() = None;
@@ -799,6 +806,8 @@ async fn the_summary_and_resource_metrics_come_from_the_stats_provider() {
     let resp = handle(&state, get("/metrics/resource"), Some(&admin())).await;
     assert_eq!(resp.status(), 200);
     assert!(body_text(resp).await.ends_with("resource_scrape_error 1\n"));
+    let resp = handle(&state, get("/metrics/cadvisor"), Some(&admin())).await;
+    assert_eq!(resp.status(), 500);
 }
 
 #[tokio::test]

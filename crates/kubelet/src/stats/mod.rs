@@ -15,7 +15,9 @@
 //! - [`host`]: the real node's provider.
 //! - [`hollow`]: a hollow node's synthetic figures.
 //! - [`resource`]: `/metrics/resource` in Prometheus' text format.
+//! - [`cadvisor`]: `/metrics/cadvisor`, the containers' usage under cAdvisor's names.
 
+pub mod cadvisor;
 pub mod hollow;
 pub mod host;
 pub mod resource;

@@ -13,7 +13,7 @@ use super::{ContainerStats, CpuStats, MemoryStats, PodStats, Summary};
 /// The text exposition (format 0.0.4) of `summary`; None: it could not be made (no samples,
 /// `resource_scrape_error 1`).
 pub fn render(summary: Option<&Summary>) -> String {
-    let mut out = Exposition::default();
+    let mut out = Exposition::stable();
     let pods = summary.map_or(&[][..], |s| &s.pods);
     let node = summary.map(|s| &s.node);
     out.family(
@@ -125,25 +125,36 @@ fn for_pods(pods: &[PodStats], value: impl Fn(&PodStats) -> Option<(f64, &Time)>
 }
 
 /// A label value as the text format wants it.
-fn escape(value: &str) -> String {
+pub(super) fn escape(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
 }
 
+/// Text exposition with per-sample timestamps (shared with [`super::cadvisor`]).
 #[derive(Default)]
-struct Exposition {
-    text: String,
+pub(super) struct Exposition {
+    pub(super) text: String,
+    /// Whether help texts carry upstream's `[STABLE]` marker.
+    stable: bool,
 }
 
 impl Exposition {
-    fn header(&mut self, name: &str, help: &str, kind: &str) {
-        let _ = writeln!(self.text, "# HELP {name} [STABLE] {help}");
+    fn stable() -> Exposition {
+        Exposition {
+            text: String::new(),
+            stable: true,
+        }
+    }
+
+    pub(super) fn header(&mut self, name: &str, help: &str, kind: &str) {
+        let marker = if self.stable { "[STABLE] " } else { "" };
+        let _ = writeln!(self.text, "# HELP {name} {marker}{help}");
         let _ = writeln!(self.text, "# TYPE {name} {kind}");
     }
 
-    fn family(
+    pub(super) fn family(
         &mut self,
         name: &str,
         help: &str,

@@ -30,6 +30,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::PostParams;
+use kube::core::{ApiResource, DynamicObject, PartialObjectMeta};
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use rustls_pki_types::pem::PemObject;
@@ -82,7 +83,10 @@ pub async fn run(args: MetricsServerArgs, lifecycle: Lifecycle) -> anyhow::Resul
     let client = skiff_runtime::http2::client(config, &user_agent("skiff-metrics-server"))?;
     // held until this returns: dropping the factory ends the watches
     let informers = Informers::new(client.clone());
-    let (nodes, pods) = (informers.get::<Node>(), informers.get::<Pod>());
+    // the scrape needs the nodes' addresses; the answers only the pods' names and labels, so
+    // their metadata alone is kept (as upstream's metadata informer for pods)
+    let nodes = informers.get::<Node>();
+    let pods = informers.metadata(&ApiResource::erase::<Pod>(&()));
     let trust = tokio::select! {
         trust = FrontProxy::read(&client) => trust?,
         () = lifecycle.stopped() => return Ok(()),
@@ -295,7 +299,7 @@ fn server_tls(front_proxy_ca: &str) -> anyhow::Result<rustls::ServerConfig> {
 struct State {
     client: kube::Client,
     nodes: Informer<Node>,
-    pods: Informer<Pod>,
+    pods: Informer<PartialObjectMeta<DynamicObject>>,
     storage: Arc<Storage>,
     trust: FrontProxy,
     /// Authorization answers by (user, groups, verb, resource, namespace, name), with when.
