@@ -216,6 +216,13 @@ impl SyncContext {
             allocatable: self.allocatable.clone(),
         };
         let resolved = async {
+            // raw block devices need block volumes, which Skiff does not map
+            if let Some(device) = container.volume_devices.iter().flatten().next() {
+                return Err(format!(
+                    "skiff does not support block volumes (volumeDevices {:?})",
+                    device.name
+                ));
+            }
             // the image's user, as upstream's getImageUser: runAsNonRoot is checked against it
             let image = self.runtime.image_status(&image_ref).await;
             let user = ImageUser::of(image.map_err(|e| e.rpc_message())?.as_ref());

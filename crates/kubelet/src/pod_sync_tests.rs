@@ -1177,3 +1177,23 @@ async fn an_ephemeral_container_whose_target_never_ran_waits_with_upstreams_erro
         ["Error: unable to find target container c"]
     );
 }
+
+#[tokio::test]
+async fn a_container_with_volume_devices_waits_with_a_config_error_rather_than_running_without_them()
+ {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    pod.spec.as_mut().unwrap().containers[0].volume_devices = Some(vec![
+        serde_json::from_value(json!({"name": "raw", "devicePath": "/dev/xvda"})).unwrap(),
+    ]);
+    h.sync(&mut pod).await;
+    assert!(h.runtime.containers_named("c").is_empty());
+    assert_eq!(
+        waiting_reason(&h.status()).as_deref(),
+        Some("CreateContainerConfigError")
+    );
+    assert_eq!(
+        h.api.event_messages("Failed"),
+        ["Error: skiff does not support block volumes (volumeDevices \"raw\")"]
+    );
+}
