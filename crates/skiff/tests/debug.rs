@@ -298,6 +298,20 @@ fn kubectl_debug_runs_ephemeral_containers_node_debuggers_and_copies() {
             .expect("ps-127's status");
         assert_eq!(ps.restart_count, 0);
         assert_eq!(status.phase.as_deref(), Some("Running"));
+        // the writes through the subresource own the ephemeral containers, as upstream records
+        let owners: Vec<_> = pod
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|f| f.subresource.as_deref() == Some("ephemeralcontainers"))
+            .collect();
+        assert!(!owners.is_empty(), "{:?}", pod.metadata.managed_fields);
+        for entry in owners {
+            let fields = serde_json::to_string(&entry.fields_v1).unwrap();
+            assert!(fields.contains("f:ephemeralContainers"), "{fields}");
+            assert!(!fields.contains("f:containers"), "{fields}");
+        }
     });
 
     // the host's root at /host
