@@ -4,7 +4,8 @@
 //! (read back with `kubectl logs`, and through `kubectl debug -i`'s attached shell), `kubectl exec` and `kubectl attach` reach a running one, and
 //! ephemeral containers are not restarted; `kubectl debug node/N` runs a pod on the node with
 //! the host's root at /host and the host's network; `--copy-to` makes a running copy of a pod
-//! whose containers share one process namespace. Bad input: removing or changing an ephemeral
+//! whose containers share one process namespace. Only users allowed to patch
+//! `pods/ephemeralcontainers` add ephemeral containers. Bad input: removing or changing an ephemeral
 //! container, and a target that is no container of the pod, are 422s with upstream's messages.
 //! Needs root (containerd, CNI); skips otherwise (fails under `CI=true`).
 
@@ -18,7 +19,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::cluster::{controller_manager, scheduler};
+use support::cluster::{controller_manager, identity, scheduler};
 use support::node::{KubeletProcess, in_phase, unsupported};
 use support::{
     ApiServer, Backend, HANG_GUARD, KUBECTL_127, KUBECTL_133, eventually, expect_line, kube_client,
@@ -411,6 +412,60 @@ fn kubectl_debug_runs_ephemeral_containers_node_debuggers_and_copies() {
             ]
         );
     });
+    // authorized as upstream: patching pods/ephemeralcontainers, which viewing pods is not
+    api.apply(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "pod-debugger", "namespace": "default"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+                  {"apiGroups": [""], "resources": ["pods/ephemeralcontainers"],
+                   "verbs": ["patch"]}],
+    }));
+    for (user, role) in [
+        ("debugger", ("Role", "pod-debugger")),
+        ("viewer", ("ClusterRole", "view")),
+    ] {
+        api.apply(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": user, "namespace": "default"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role.0, "name": role.1},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }));
+    }
+    let debug_as = |user: &str| {
+        let kubeconfig = identity(&api, user, None);
+        let container = format!("by-{user}");
+        support::run_guarded(
+            Command::new(KUBECTL_133)
+                .arg("--kubeconfig")
+                .arg(kubeconfig)
+                .args([
+                    "debug",
+                    "target",
+                    "--image=busybox",
+                    "-c",
+                    &container,
+                    "--",
+                    "true",
+                ])
+                .env("HOME", api.data_dir.join("home")),
+        )
+    };
+    let allowed = debug_as("debugger");
+    assert!(
+        allowed.status.success(),
+        "{:?}",
+        support::output_text(&allowed)
+    );
+    let refused = debug_as("viewer");
+    let (_, stderr) = support::output_text(&refused);
+    assert!(
+        stderr.contains(
+            "User \"viewer\" cannot patch resource \"pods/ephemeralcontainers\" in API group \"\" \
+             in the namespace \"default\""
+        ),
+        "{stderr}"
+    );
+
     // kubectl says so too
     let err = api.kubectl_fails(
         KUBECTL_133,
