@@ -495,6 +495,7 @@ static SPECS: &[Spec] = &[
         &[
             SubSpec::new("attach", ("", "v1", "PodAttachOptions"), &["create", "get"]),
             SubSpec::new("binding", ("", "v1", "Binding"), CREATE),
+            SubSpec::new("ephemeralcontainers", ("", "v1", "Pod"), GET_PATCH_UPDATE),
             SubSpec::new("eviction", ("policy", "v1", "Eviction"), CREATE),
             SubSpec::new("exec", ("", "v1", "PodExecOptions"), &["create", "get"]),
             SubSpec::new("log", ("", "v1", "Pod"), GET),

@@ -4,7 +4,8 @@
 //! containers run one at a time, in order, each to a successful exit, before any app container,
 //! and again from the first in a new sandbox; sidecars (init containers with `restartPolicy:
 //! Always`) start in that order, the next init container waiting for the sidecar to run and
-//! pass its startup probe, and keep running.
+//! pass its startup probe, and keep running. Ephemeral containers start once each, whether or
+//! not the pod is initialized, and never again ([`crate::ephemeral`]).
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -205,6 +206,13 @@ pub fn plan(pod: &Pod, observed: Observed<'_>, now: Timestamp) -> Plan {
             if step != Step::Keep {
                 steps.push((c.name.clone(), step));
             }
+        }
+    }
+    // upstream's computePodActions: ephemeral containers may start before initialization is
+    // complete, and are never restarted (a new sandbox does not run them again either)
+    for c in spec.ephemeral_containers.iter().flatten() {
+        if crate::ephemeral::due(latest(&c.name)) {
+            steps.push((c.name.clone(), Step::Start { attempt: 0 }));
         }
     }
     Plan {
@@ -483,6 +491,46 @@ mod tests {
             plan(&p, observed, at(5)).steps,
             [("side".to_string(), Step::Start { attempt: 1 })]
         );
+    }
+
+    #[test]
+    fn an_ephemeral_container_starts_once_even_during_init_and_is_never_restarted() {
+        let mut p = pod("Always", &["a"]);
+        p.spec.as_mut().unwrap().ephemeral_containers = Some(vec![
+            serde_json::from_value(json!({"name": "debugger", "image": "busybox"})).unwrap(),
+        ]);
+        let a_running = runs(vec![run("a", ContainerState::ContainerRunning, 0, 0)]);
+        let during_init = plan_all(&p, &a_running, at(5));
+        assert_eq!(during_init.init, Init::InProgress);
+        assert_eq!(
+            during_init.steps,
+            [("debugger".to_string(), Step::Start { attempt: 0 })]
+        );
+        // it exited (with a failure, under restartPolicy Always): it stays so
+        let exited = runs(vec![
+            run("a", ContainerState::ContainerExited, 0, 0),
+            run("app", ContainerState::ContainerRunning, 0, 0),
+            run("debugger", ContainerState::ContainerExited, 0, 1),
+        ]);
+        assert!(plan_all(&p, &exited, at(5)).steps.is_empty());
+        // nor is it run again in a new sandbox, and it does not keep the pod from finishing
+        let fresh = plan(
+            &p,
+            Observed {
+                runs: &exited,
+                in_sandbox: &HashSet::new(),
+                startup_passed: &HashSet::new(),
+            },
+            at(5),
+        );
+        assert_eq!(fresh.steps, [("a".to_string(), Step::Start { attempt: 1 })]);
+        let mut never = pod("Never", &[]);
+        never.spec.as_mut().unwrap().ephemeral_containers = p.spec.unwrap().ephemeral_containers;
+        let app_done = runs(vec![
+            run("app", ContainerState::ContainerExited, 0, 0),
+            run("debugger", ContainerState::ContainerRunning, 0, 0),
+        ]);
+        assert!(plan_all(&never, &app_done, at(5)).finished);
     }
 
     #[test]

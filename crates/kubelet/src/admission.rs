@@ -265,6 +265,10 @@ impl SyncContext {
             sandbox: None,
             init_containers: spec.init_containers.iter().flatten().map(view_of).collect(),
             containers: spec.containers.iter().map(view_of).collect(),
+            ephemeral_containers: crate::ephemeral::containers(&spec)
+                .iter()
+                .map(view_of)
+                .collect(),
             init: crate::actions::plan(pod, nothing_ran, now).init,
             host_ip: self.host_ip.clone(),
             runtime_name: self.runtime_name.clone(),

@@ -91,6 +91,8 @@ struct State {
     containers: HashMap<String, ContainerStatus>,
     /// Container id → sandbox id.
     container_sandbox: HashMap<String, String>,
+    /// Container id → the config it was created with.
+    container_configs: HashMap<String, ContainerConfig>,
     /// Images present, by name.
     images: HashMap<String, FakeImage>,
     /// Names of the images the runtime pins (CRI `Image.pinned`).
@@ -278,6 +280,11 @@ impl FakeRuntime {
         found.into_iter().map(|c| c.id.clone()).collect()
     }
 
+    /// The config a container was created with.
+    pub fn container_config(&self, id: &str) -> Option<ContainerConfig> {
+        self.state.lock().container_configs.get(id).cloned()
+    }
+
     /// The configs of the sandboxes made, oldest first.
     pub fn sandbox_configs(&self) -> Vec<PodSandboxConfig> {
         let s = self.state.lock();
@@ -454,6 +461,7 @@ impl ContainerRuntime for FakeRuntime {
             },
         );
         s.container_sandbox.insert(id.clone(), sandbox_id.into());
+        s.container_configs.insert(id.clone(), config);
         Ok(id)
     }
 

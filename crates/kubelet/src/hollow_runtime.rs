@@ -3,7 +3,8 @@
 //! node's pod CIDR ([`crate::hollow_ipam`]), released when the sandbox stops; every image is
 //! present; containers run until stopped, except that a container whose command and args are
 //! exactly `true` exits 0, `false` exits 1, and `sh -c "exit N"` exits N right after it starts
-//! ([`scripted_exit`]), so that Jobs finish. [`Behaviour`] adds a startup delay, a failure mix
+//! ([`scripted_exit`]), so that Jobs finish. An ephemeral container with a target joins it
+//! only if the target runs in the same sandbox, as containerd checks. [`Behaviour`] adds a startup delay, a failure mix
 //! and a stop delay. Nothing is recorded, so a hollow node's memory stays flat however long it
 //! runs.
 
@@ -17,6 +18,8 @@ use jiff::Timestamp;
 use parking_lot::Mutex;
 
 use crate::config::{LABEL_CONTAINER_NAME, LABEL_POD_UID};
+use k8s_cri::v1::NamespaceMode;
+
 use crate::cri::{
     AttachRequest, AuthConfig, Container, ContainerConfig, ContainerResources, ContainerRuntime,
     ContainerState, ContainerStatus, Error, ExecRequest, ExecResult, FilesystemUsage, Image,
@@ -91,6 +94,34 @@ impl State {
                 self.by_pod.remove(uid);
             }
         }
+    }
+
+    /// Why a container cannot join the process namespace its config names (an ephemeral
+    /// container's `NamespaceMode::Target`), as containerd's `validateTargetContainer` says:
+    /// the target must be a running container of the same sandbox.
+    fn invalid_target(&self, sandbox_id: &str, config: &ContainerConfig) -> Option<String> {
+        let namespaces = config
+            .linux
+            .as_ref()?
+            .security_context
+            .as_ref()?
+            .namespace_options
+            .as_ref()?;
+        if namespaces.pid != NamespaceMode::Target as i32 {
+            return None;
+        }
+        let target = &namespaces.target_id;
+        let Some(c) = self.containers.get(target) else {
+            return Some(format!("container {target:?} does not exist"));
+        };
+        if c.sandbox != sandbox_id {
+            return Some(format!(
+                "container {target:?} (sandbox {}) does not belong to sandbox {sandbox_id}",
+                c.sandbox
+            ));
+        }
+        (c.status.state != ContainerState::ContainerRunning as i32)
+            .then(|| format!("container {target:?} is not running"))
     }
 
     /// The ids that may match `labels`: those of its pod when it names one, else all.
@@ -326,6 +357,12 @@ impl ContainerRuntime for HollowRuntime {
         let mut s = self.state.lock();
         if !s.sandboxes.get(sandbox_id).is_some_and(|sb| sb.ready) {
             return Err(not_found("CreateContainer", sandbox_id));
+        }
+        if let Some(why) = s.invalid_target(sandbox_id, &config) {
+            return Err(Error::Call {
+                method: "CreateContainer",
+                status: tonic::Status::unknown(format!("invalid target container: {why}")),
+            });
         }
         let label = |k: &str| config.labels.get(k).map(String::as_str).unwrap_or_default();
         let exit_on_start = scripted_exit(&config.command, &config.args).or_else(|| {

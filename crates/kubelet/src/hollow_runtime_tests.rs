@@ -223,21 +223,24 @@ async fn a_container_slower_to_stop_than_its_grace_period_is_killed_when_it_ends
     assert_eq!(stop(30).await, (Duration::from_secs(5), 143));
 }
 
-#[tokio::test]
-async fn the_real_pod_sync_runs_a_pod_on_the_hollow_runtime_with_an_ip_from_the_range() {
-    let rt = Arc::new(runtime("10.64.5.0/24", Behaviour::default()));
-    let api = Arc::new(RecordingPodApi::default());
-    let logs = tempfile::tempdir().unwrap();
-    let ctx = SyncContext {
+/// The real pod sync's context over the hollow runtime, with the node's IP `host_ip` and its
+/// logs and volumes under `dir`.
+fn sync_context(
+    rt: &Arc<HollowRuntime>,
+    api: &Arc<RecordingPodApi>,
+    host_ip: &str,
+    dir: &std::path::Path,
+) -> SyncContext {
+    SyncContext {
         runtime: rt.clone(),
         api: api.clone(),
-        host_ip: "10.64.5.1".into(),
+        host_ip: host_ip.into(),
         runtime_name: RUNTIME_NAME.into(),
         memory_capacity: 4 << 30,
-        log_dir: logs.path().into(),
+        log_dir: dir.into(),
         clock: Arc::new(|| Timestamp::UNIX_EPOCH),
         volumes: Arc::new(crate::volumes::VolumeManager::new(
-            logs.path().join("pods"),
+            dir.join("pods"),
             Arc::new(crate::volumes::host::RecordingHost::default()),
             crate::volumes::REFRESH,
         )),
@@ -248,7 +251,104 @@ async fn the_real_pod_sync_runs_a_pod_on_the_hollow_runtime_with_an_ip_from_the_
         runtime_classes: skiff_runtime::cache::Cache::from_objects([]),
         cgroups: None,
         allocations: Default::default(),
+    }
+}
+
+/// `config` joining the process namespace of container `target`.
+fn targeting(mut config: ContainerConfig, target: &str) -> ContainerConfig {
+    let namespaces = k8s_cri::v1::NamespaceOption {
+        pid: NamespaceMode::Target as i32,
+        target_id: target.into(),
+        ..Default::default()
     };
+    config.linux = Some(k8s_cri::v1::LinuxContainerConfig {
+        security_context: Some(k8s_cri::v1::LinuxContainerSecurityContext {
+            namespace_options: Some(namespaces),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    config
+}
+
+#[tokio::test]
+async fn a_target_process_namespace_must_be_a_running_container_of_the_same_sandbox() {
+    let rt = runtime("10.64.7.0/24", Behaviour::default());
+    let app = start_pod(&rt, "a").await;
+    let other = start_pod(&rt, "b").await;
+    let sandbox_of = |uid: &str| {
+        let labels = HashMap::from([(LABEL_POD_UID.to_string(), uid.to_string())]);
+        let rt = &rt;
+        async move { rt.list_pod_sandboxes(labels).await.unwrap()[0].id.clone() }
+    };
+    let sb = sandbox_of("a").await;
+    let debugger = |target: &str| targeting(container("a", "debugger"), target);
+    let joined = rt
+        .create_container(&sb, debugger(&app.id), sandbox("a"))
+        .await;
+    assert!(joined.is_ok(), "{joined:?}");
+    for (target, why) in [
+        ("nope", "does not exist"),
+        (other.id.as_str(), "does not belong to sandbox"),
+    ] {
+        let err = rt
+            .create_container(&sb, debugger(target), sandbox("a"))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(why), "{err}");
+    }
+    rt.stop_container(&app.id, 0).await.unwrap();
+    let err = rt
+        .create_container(&sb, debugger(&app.id), sandbox("a"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("is not running"), "{err}");
+}
+
+#[tokio::test]
+async fn the_real_pod_sync_runs_an_ephemeral_container_once_in_its_targets_namespace() {
+    let rt = Arc::new(runtime("10.64.8.0/24", Behaviour::default()));
+    let api = Arc::new(RecordingPodApi::default());
+    let logs = tempfile::tempdir().unwrap();
+    let ctx = sync_context(&rt, &api, "10.64.8.1", logs.path());
+    let mut pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default", "uid": "u3"},
+        "spec": {"nodeName": "hollow-8", "containers": [{"name": "c", "image": "nginx"}]},
+        "status": {"phase": "Pending"},
+    }))
+    .unwrap();
+    let mut probes = crate::probe::Probes::default();
+    ctx.sync_pod(&pod, &mut probes).await.unwrap();
+    pod.status = api.last_status("web");
+
+    // kubectl debug adds one that targets `c`; it exits at once and is not run again
+    pod.spec.as_mut().unwrap().ephemeral_containers = Some(
+        serde_json::from_value(json!([
+            {"name": "debugger", "image": "busybox", "targetContainerName": "c",
+             "command": ["sh", "-c", "exit 3"]},
+        ]))
+        .unwrap(),
+    );
+    for _ in 0..3 {
+        ctx.sync_pod(&pod, &mut probes).await.unwrap();
+        pod.status = api.last_status("web");
+    }
+    let status = pod.status.clone().unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    let debugger = &status.ephemeral_container_statuses.unwrap()[0];
+    let exited = debugger.state.as_ref().unwrap().terminated.as_ref();
+    assert_eq!(exited.map(|t| t.exit_code), Some(3), "{debugger:?}");
+    assert_eq!(debugger.restart_count, 0);
+    let labels = HashMap::from([(LABEL_CONTAINER_NAME.to_string(), "debugger".to_string())]);
+    assert_eq!(rt.list_containers(labels).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn the_real_pod_sync_runs_a_pod_on_the_hollow_runtime_with_an_ip_from_the_range() {
+    let rt = Arc::new(runtime("10.64.5.0/24", Behaviour::default()));
+    let api = Arc::new(RecordingPodApi::default());
+    let logs = tempfile::tempdir().unwrap();
+    let ctx = sync_context(&rt, &api, "10.64.5.1", logs.path());
     let mut pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
         "spec": {"nodeName": "hollow-5", "containers": [{"name": "c", "image": "nginx"}]},
@@ -286,27 +386,7 @@ async fn the_real_pod_sync_finishes_a_pod_whose_container_runs_true() {
     let rt = Arc::new(runtime("10.64.6.0/24", Behaviour::default()));
     let api = Arc::new(RecordingPodApi::default());
     let logs = tempfile::tempdir().unwrap();
-    let ctx = SyncContext {
-        runtime: rt.clone(),
-        api: api.clone(),
-        host_ip: "10.64.6.1".into(),
-        runtime_name: RUNTIME_NAME.into(),
-        memory_capacity: 4 << 30,
-        log_dir: logs.path().into(),
-        clock: Arc::new(|| Timestamp::UNIX_EPOCH),
-        volumes: Arc::new(crate::volumes::VolumeManager::new(
-            logs.path().join("pods"),
-            Arc::new(crate::volumes::host::RecordingHost::default()),
-            crate::volumes::REFRESH,
-        )),
-        dns: Arc::default(),
-        allocatable: Default::default(),
-        sync_frequency: crate::volumes::REFRESH,
-        security: Default::default(),
-        runtime_classes: skiff_runtime::cache::Cache::from_objects([]),
-        cgroups: None,
-        allocations: Default::default(),
-    };
+    let ctx = sync_context(&rt, &api, "10.64.6.1", logs.path());
     let mut pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "job-x", "namespace": "default", "uid": "u2"},
         "spec": {"nodeName": "hollow-6", "restartPolicy": "Never",

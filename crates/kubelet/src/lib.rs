@@ -24,6 +24,8 @@
 //! - [`eviction`]: the eviction manager: the node's signals against the eviction thresholds,
 //!   the pressure conditions, and pods evicted one at a time.
 //! - [`actions`]: what a sync should do, without I/O (init order, restarts, back-off).
+//! - [`ephemeral`]: ephemeral containers (`kubectl debug`): run once as containers, in their
+//!   target's process namespace.
 //! - [`allocation`]: what was allocated to each pod (the resources its containers run with),
 //!   checkpointed in the data dir, and the pods' resize conditions.
 //! - [`resize`]: in-place pod resize without I/O: whether a resize fits, the order of its
@@ -94,6 +96,7 @@ pub mod credentials;
 pub mod cri;
 pub mod dns;
 pub mod env;
+pub mod ephemeral;
 pub mod etc_hosts;
 pub mod eviction;
 pub mod expansion;

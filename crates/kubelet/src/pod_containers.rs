@@ -1,8 +1,9 @@
 //! One container's way to running, around [`SyncContext::sync_pod`]: its image made present as
 //! `imagePullPolicy` says (with the pod's `imagePullSecrets` and upstream's `Pulling`, `Pulled`,
 //! `Failed` and `BackOff` events), then created and started with its config, env, security
-//! context (`runAsNonRoot` checked against the image's user first) and hooks; a failure at any
-//! step becomes the container's waiting reason.
+//! context (`runAsNonRoot` checked against the image's user first; an ephemeral container's
+//! process namespace its target's) and hooks; a failure at any step becomes the container's
+//! waiting reason.
 
 use std::time::Duration;
 
@@ -12,12 +13,12 @@ use crate::api::PodEvent;
 use crate::config::{PodRuntimeFields, container_config};
 use crate::credentials::{self, Keyring};
 use crate::cri::PodSandboxConfig;
-use crate::expansion;
 use crate::hooks::{self, Hook};
 use crate::pod_sync::{Result, SyncContext, pod_key, waiting_reason_of};
 use crate::qos;
 use crate::security_context::{self, ImageUser};
 use crate::status::Waiting;
+use crate::{ephemeral, expansion};
 
 impl SyncContext {
     /// Makes the image present as imagePullPolicy says, returning its reference or why the
@@ -164,7 +165,27 @@ impl SyncContext {
         }
     }
 
-    /// Pulls, creates and starts one container; a failure becomes a waiting reason.
+    /// A container whose config cannot be made (upstream's `ErrCreateContainerConfig`): a
+    /// `Failed` event, and the waiting reason `CreateContainerConfigError`.
+    pub(crate) async fn config_error(
+        &self,
+        pod: &Pod,
+        container: &str,
+        problem: String,
+    ) -> Waiting {
+        let message = format!("Error: {problem}");
+        self.api
+            .event(pod, PodEvent::warning("Failed", container, message))
+            .await;
+        Waiting {
+            reason: "CreateContainerConfigError".into(),
+            message: problem,
+        }
+    }
+
+    /// Pulls, creates and starts one container; a failure becomes a waiting reason. `target`
+    /// is the runtime id of the container whose process namespace an ephemeral container
+    /// joins.
     pub(crate) async fn start_container(
         &self,
         pod: &Pod,
@@ -172,6 +193,7 @@ impl SyncContext {
         sandbox: &PodSandboxConfig,
         container: &ApiContainer,
         attempt: u32,
+        target: Option<&str>,
     ) -> Result<Option<Waiting>> {
         let name = &container.name;
         let image_ref = match self.ensure_image(pod, container).await? {
@@ -194,6 +216,13 @@ impl SyncContext {
             allocatable: self.allocatable.clone(),
         };
         let resolved = async {
+            // raw block devices need block volumes, which Skiff does not map
+            if let Some(device) = container.volume_devices.iter().flatten().next() {
+                return Err(format!(
+                    "skiff does not support block volumes (volumeDevices {:?})",
+                    device.name
+                ));
+            }
             // the image's user, as upstream's getImageUser: runAsNonRoot is checked against it
             let image = self.runtime.image_status(&image_ref).await;
             let user = ImageUser::of(image.map_err(|e| e.rpc_message())?.as_ref());
@@ -210,19 +239,19 @@ impl SyncContext {
         };
         let (envs, mounts, security) = match resolved.await {
             Ok(resolved) => resolved,
-            Err(problem) => {
-                let message = format!("Error: {problem}");
-                self.api
-                    .event(pod, PodEvent::warning("Failed", name, message))
-                    .await;
-                return Ok(Some(Waiting {
-                    reason: "CreateContainerConfigError".into(),
-                    message: problem,
-                }));
-            }
+            Err(problem) => return Ok(Some(self.config_error(pod, name, problem).await)),
         };
         let mut config =
             container_config(pod, container, &image_ref, attempt, envs, mounts, security);
+        if let Some(target) = target
+            && let Some(namespaces) = config
+                .linux
+                .as_mut()
+                .and_then(|l| l.security_context.as_mut())
+                .and_then(|s| s.namespace_options.as_mut())
+        {
+            ephemeral::share_target_pid(namespaces, target);
+        }
         config.command = expansion::expand_all(&config.command, &config.envs);
         config.args = expansion::expand_all(&config.args, &config.envs);
         if let Some(resources) = config.linux.as_mut().and_then(|l| l.resources.as_mut()) {

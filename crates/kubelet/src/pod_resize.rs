@@ -148,7 +148,7 @@ impl SyncContext {
         {
             let attempt = run.metadata.as_ref().map_or(0, |m| m.attempt) + 1;
             match self
-                .start_container(pod, sandbox_id, sandbox, r.container, attempt)
+                .start_container(pod, sandbox_id, sandbox, r.container, attempt, None)
                 .await
             {
                 Ok(None) => {}

@@ -1,8 +1,8 @@
 //! One sync of one pod, as upstream's `SyncPod`: find the pod's sandbox and containers in the
 //! runtime by their labels (so a restarted kubelet adopts them), create the sandbox if there is
 //! none, then carry out the plan of [`crate::actions`] (init containers in order, then app
-//! containers; restarts with CrashLoopBackOff): pull images as imagePullPolicy says, create and
-//! start containers, with upstream's events; stop the sandbox of a finished pod, and write the
+//! containers; restarts with CrashLoopBackOff; ephemeral containers once): pull images as
+//! imagePullPolicy says, create and start containers, with upstream's events; stop the sandbox of a finished pod, and write the
 //! status back when it changed. Volumes are set up (and refreshed) before the sandbox: a volume
 //! that fails keeps the pod `ContainerCreating` with a `FailedMount` event, and is retried. The
 //! sandbox runs under the runtime handler of the pod's RuntimeClass; a sandbox that cannot be
@@ -27,6 +27,7 @@ use crate::actions::{self, Init, Observed, Step};
 use crate::api::{PodApi, PodEvent};
 use crate::cri::{ContainerRuntime, ContainerStatus, PodSandboxConfig, PodSandboxState};
 use crate::dns::DnsSettings;
+use crate::ephemeral;
 use crate::probe::{Kind, Probes};
 use crate::security_context::NodeSecurity;
 use crate::status::{self, ContainerView, PodView, Waiting};
@@ -435,7 +436,14 @@ impl SyncContext {
             for _ in 0..=all_containers.len() {
                 if plan.finished
                     || !self
-                        .take_steps(pod, sandbox_id, &sandbox, &plan, &mut waiting, &mut resync)
+                        .take_steps(
+                            pod,
+                            (sandbox_id, &sandbox),
+                            &plan,
+                            &seen.runs,
+                            &mut waiting,
+                            &mut resync,
+                        )
                         .await?
                 {
                     break;
@@ -536,6 +544,10 @@ impl SyncContext {
                 .map(&mut view_of)
                 .collect(),
             containers: spec.containers.iter().map(&mut view_of).collect(),
+            ephemeral_containers: ephemeral::containers(&spec)
+                .iter()
+                .map(&mut view_of)
+                .collect(),
             init: plan.init,
             host_ip: self.host_ip.clone(),
             runtime_name: self.runtime_name.clone(),
@@ -563,18 +575,20 @@ impl SyncContext {
         Ok(Outcome::Resync(resync.max(MIN_RESYNC)))
     }
 
-    /// Carries out a plan's steps; returns whether a container was started (so the runtime's
-    /// state changed).
+    /// Carries out a plan's steps in the sandbox (its id and config) with the containers'
+    /// `runs` as observed; returns whether a container was started (so the runtime's state
+    /// changed).
     async fn take_steps(
         &self,
         pod: &Pod,
-        sandbox_id: &str,
-        sandbox: &PodSandboxConfig,
+        (sandbox_id, sandbox): (&str, &PodSandboxConfig),
         plan: &actions::Plan,
+        runs: &HashMap<String, Vec<ContainerStatus>>,
         waiting: &mut HashMap<String, Waiting>,
         resync: &mut Duration,
     ) -> Result<bool> {
         let spec = pod.spec.clone().unwrap_or_default();
+        let ephemeral_containers = ephemeral::containers(&spec);
         let mut changed = false;
         for (name, step) in &plan.steps {
             let Some(container) = spec
@@ -582,6 +596,7 @@ impl SyncContext {
                 .iter()
                 .flatten()
                 .chain(&spec.containers)
+                .chain(&ephemeral_containers)
                 .find(|c| &c.name == name)
             else {
                 continue;
@@ -606,10 +621,29 @@ impl SyncContext {
                 }
                 Step::Start { attempt } => {
                     changed = true;
+                    let target = ephemeral::target_of(&spec, name)
+                        .map(|t| ephemeral::target_id(t, runs.get(t).map(Vec::as_slice)))
+                        .transpose();
+                    let target = match target {
+                        Ok(target) => target,
+                        Err(problem) => {
+                            let w = self.config_error(pod, name, problem).await;
+                            waiting.insert(name.clone(), w);
+                            *resync = (*resync).min(RETRY);
+                            continue;
+                        }
+                    };
                     // the exited runs stay for lastState and `logs --previous`; the container
                     // garbage collection removes all but the newest
                     if let Some(w) = self
-                        .start_container(pod, sandbox_id, sandbox, container, *attempt)
+                        .start_container(
+                            pod,
+                            sandbox_id,
+                            sandbox,
+                            container,
+                            *attempt,
+                            target.as_deref(),
+                        )
                         .await?
                     {
                         waiting.insert(name.clone(), w);

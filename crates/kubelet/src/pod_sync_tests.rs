@@ -1087,3 +1087,113 @@ async fn a_terminated_pod_fails_with_its_reason_within_its_grace_and_is_not_rest
 
 #[path = "pod_resize_tests.rs"]
 mod resize;
+
+/// The pod with ephemeral containers `(name, target)` added, as `kubectl debug` adds them.
+fn with_debuggers(mut pod: Pod, debuggers: &[(&str, &str)]) -> Pod {
+    let containers = debuggers
+        .iter()
+        .map(|(name, target)| {
+            json!({"name": name, "image": "busybox", "targetContainerName": target,
+                   "stdin": true, "tty": true})
+        })
+        .collect::<Vec<_>>();
+    pod.spec.as_mut().unwrap().ephemeral_containers =
+        Some(serde_json::from_value(json!(containers)).unwrap());
+    pod
+}
+
+#[tokio::test]
+async fn an_ephemeral_container_joins_its_targets_process_namespace_and_is_never_restarted() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    h.sync(&mut pod).await;
+    let target = h.runtime.containers_named("c")[0].clone();
+
+    let mut pod = with_debuggers(pod, &[("debugger", "c")]);
+    h.sync(&mut pod).await;
+    let debugger = h.runtime.containers_named("debugger");
+    assert_eq!(debugger.len(), 1);
+    let config = h.runtime.container_config(&debugger[0]).unwrap();
+    assert!(config.stdin && config.tty);
+    let namespaces = config
+        .linux
+        .and_then(|l| l.security_context)
+        .and_then(|s| s.namespace_options)
+        .unwrap();
+    assert_eq!(
+        (namespaces.pid, namespaces.target_id.as_str()),
+        (k8s_cri::v1::NamespaceMode::Target as i32, target.as_str())
+    );
+    let status = h.status();
+    let ephemeral = &status.ephemeral_container_statuses.as_ref().unwrap()[0];
+    assert_eq!(ephemeral.name, "debugger");
+    assert!(ephemeral.state.as_ref().unwrap().running.is_some());
+    assert!(!ephemeral.ready);
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    assert!(
+        h.api
+            .event_messages("Started")
+            .contains(&"Started container debugger".to_string())
+    );
+
+    // it exits with a failure under restartPolicy Always: it stays exited
+    h.runtime.exit_container(&debugger[0], 1);
+    h.runtime.advance(Duration::from_secs(60));
+    h.sync(&mut pod).await;
+    h.sync(&mut pod).await;
+    assert_eq!(h.runtime.containers_named("debugger"), debugger);
+    let ephemeral = &h.status().ephemeral_container_statuses.unwrap()[0];
+    let exited = ephemeral.state.as_ref().unwrap().terminated.as_ref();
+    assert_eq!(exited.map(|t| t.exit_code), Some(1));
+}
+
+#[tokio::test]
+async fn an_ephemeral_container_whose_target_never_ran_waits_with_upstreams_error() {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    // an init container that runs on: `c` has not run yet
+    pod.spec.as_mut().unwrap().init_containers = Some(vec![
+        serde_json::from_value(json!({"name": "setup", "image": "busybox"})).unwrap(),
+    ]);
+    let mut pod = with_debuggers(pod, &[("debugger", "c")]);
+    h.sync(&mut pod).await;
+    assert!(h.runtime.containers_named("debugger").is_empty());
+    let status = h.status();
+    let waiting = status.ephemeral_container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap();
+    assert_eq!(
+        (waiting.reason.as_deref(), waiting.message.as_deref()),
+        (
+            Some("CreateContainerConfigError"),
+            Some("unable to find target container c")
+        )
+    );
+    assert_eq!(
+        h.api.event_messages("Failed"),
+        ["Error: unable to find target container c"]
+    );
+}
+
+#[tokio::test]
+async fn a_container_with_volume_devices_waits_with_a_config_error_rather_than_running_without_them()
+ {
+    let h = harness();
+    let mut pod = pod("Always", "IfNotPresent");
+    pod.spec.as_mut().unwrap().containers[0].volume_devices = Some(vec![
+        serde_json::from_value(json!({"name": "raw", "devicePath": "/dev/xvda"})).unwrap(),
+    ]);
+    h.sync(&mut pod).await;
+    assert!(h.runtime.containers_named("c").is_empty());
+    assert_eq!(
+        waiting_reason(&h.status()).as_deref(),
+        Some("CreateContainerConfigError")
+    );
+    assert_eq!(
+        h.api.event_messages("Failed"),
+        ["Error: skiff does not support block volumes (volumeDevices \"raw\")"]
+    );
+}

@@ -1,5 +1,5 @@
-//! Pod status from CRI state, without I/O: init and app container states (waiting, running,
-//! terminated), lastState, restartCount, ids; the phase by upstream's rules (`getPhase`); the
+//! Pod status from CRI state, without I/O: init, app and ephemeral container states (waiting,
+//! running, terminated), lastState, restartCount, ids; the phase by upstream's rules (`getPhase`); the
 //! PodReadyToStartContainers, Initialized, ContainersReady, Ready (with readiness gates) and
 //! PodScheduled conditions, after the resize conditions, carrying over the conditions others
 //! own; the resources resizable containers run with;
@@ -53,6 +53,8 @@ pub struct PodView {
     pub init_containers: Vec<ContainerView>,
     /// One per spec container, in spec order.
     pub containers: Vec<ContainerView>,
+    /// One per ephemeral container, in spec order.
+    pub ephemeral_containers: Vec<ContainerView>,
     /// Where the init containers are.
     pub init: Init,
     /// The node's IP (`status.hostIP`, and the pod IP of hostNetwork pods).
@@ -271,6 +273,17 @@ pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
             s
         })
         .collect();
+    // an ephemeral container has no probes and is never ready: it counts for neither the
+    // phase nor the conditions (upstream's prober sets `started` only for the others)
+    let ephemeral_statuses: Vec<ApiContainerStatus> = view
+        .ephemeral_containers
+        .iter()
+        .map(|c| ApiContainerStatus {
+            ready: false,
+            started: None,
+            ..container_status(c, &view.runtime_name)
+        })
+        .collect();
     let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
     let phase = match (old.phase.as_deref(), view.init) {
         (Some(p @ ("Succeeded" | "Failed")), _) => p,
@@ -403,6 +416,8 @@ pub fn pod_status(pod: &Pod, view: &PodView, now: Timestamp) -> PodStatus {
         start_time: old.start_time.clone().or(Some(Time(now))),
         container_statuses: Some(container_statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
+        ephemeral_container_statuses: (!ephemeral_statuses.is_empty())
+            .then_some(ephemeral_statuses),
         qos_class: old.qos_class.clone(),
         reason: old.reason.clone().filter(|_| was_terminal),
         message: old.message.clone().filter(|_| was_terminal),
@@ -508,6 +523,67 @@ mod tests {
         for t in ["Initialized", "ContainersReady", "Ready", "PodScheduled"] {
             assert_eq!(condition(&status, t), "True", "{t}");
         }
+    }
+
+    #[test]
+    fn ephemeral_containers_are_reported_but_count_for_neither_phase_nor_readiness() {
+        let now = Timestamp::from_second(10).unwrap();
+        let app = cri("abc", ContainerState::ContainerRunning, 0, 0);
+        let mut v = view(Some(app), None);
+        v.ephemeral_containers = vec![
+            ContainerView {
+                name: "debugger".into(),
+                current: Some(cri("dbg", ContainerState::ContainerRunning, 0, 0)),
+                ..Default::default()
+            },
+            ContainerView {
+                name: "done".into(),
+                current: Some(cri("old", ContainerState::ContainerExited, 0, 1)),
+                ..Default::default()
+            },
+            ContainerView {
+                name: "new".into(),
+                image: "busybox".into(),
+                ..Default::default()
+            },
+        ];
+        let status = pod_status(&pod("Always"), &v, now);
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(condition(&status, "Ready"), "True");
+        let ephemeral = status.ephemeral_container_statuses.unwrap();
+        let states: Vec<_> = ephemeral
+            .iter()
+            .map(|s| {
+                let st = s.state.clone().unwrap();
+                (
+                    s.name.as_str(),
+                    s.ready,
+                    s.started,
+                    st.running.is_some(),
+                    st.terminated.map(|t| t.exit_code),
+                    st.waiting.and_then(|w| w.reason),
+                )
+            })
+            .collect();
+        assert_eq!(
+            states,
+            [
+                ("debugger", false, None, true, None, None),
+                ("done", false, None, false, Some(1), None),
+                (
+                    "new",
+                    false,
+                    None,
+                    false,
+                    None,
+                    Some("ContainerCreating".into())
+                ),
+            ]
+        );
+        assert_eq!(
+            ephemeral[0].container_id.as_deref(),
+            Some("containerd://dbg")
+        );
     }
 
     #[test]

@@ -417,6 +417,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_ephemeral_container_added_through_its_subresource_is_checked() {
+        let user = UserInfo::anonymous();
+        let p = plugin(json!({"pod-security.kubernetes.io/enforce": "baseline"}));
+        let old = bare_pod();
+        let mut pod = bare_pod();
+        pod["spec"]["ephemeralContainers"] = json!([{"name": "debugger", "image": "busybox",
+            "targetContainerName": "c", "securityContext": {"privileged": true}}]);
+        let update = |subresource| Attributes {
+            operation: Operation::Update,
+            subresource,
+            old: Some(&old),
+            ..attrs(&user, "", "v1", "pods")
+        };
+        let err = p
+            .validate(&update("ephemeralcontainers"), Some(&pod))
+            .await
+            .unwrap_err();
+        assert!(
+            err.message.ends_with(
+                "violates PodSecurity \"baseline:latest\": privileged (container \"debugger\" \
+                 must not set securityContext.privileged=true)"
+            ),
+            "{}",
+            err.message
+        );
+        // a status write is not checked again
+        p.validate(&update("status"), Some(&pod)).await.unwrap();
+    }
+
+    #[tokio::test]
     async fn warn_and_audit_let_the_pod_through_and_say_why() {
         let user = UserInfo::anonymous();
         let p = plugin(json!({"pod-security.kubernetes.io/enforce": "baseline",

@@ -74,7 +74,7 @@ fn with_writer<T>(ctx: &Ctx, f: impl FnOnce(&Writer<'_>) -> T) -> T {
 pub fn record_update(ctx: &Ctx, live: &Value, new: &mut Value) {
     if !matches!(
         ctx.info.subresource.as_str(),
-        "" | "status" | "scale" | "finalize"
+        "" | "status" | "scale" | "finalize" | "ephemeralcontainers"
     ) {
         return;
     }

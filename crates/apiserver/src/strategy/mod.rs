@@ -53,6 +53,7 @@ pub mod networkpolicy;
 pub mod node;
 pub mod pdb;
 pub mod pod;
+mod pod_ephemeral;
 pub mod pod_seccomp;
 mod pod_update;
 pub mod podtemplate;

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use skiff_apimachinery::quantity::Quantity;
 use skiff_apimachinery::validation::{self, FieldError, FieldPath};
 
-use super::{Strategy, pod_update, pvc, string_at};
+use super::{Strategy, pod_ephemeral, pod_update, pvc, string_at};
 
 #[derive(Debug)]
 pub struct PodStrategy;
@@ -60,6 +60,7 @@ pub fn default_pod_spec(spec: &mut Value) {
             containers.iter_mut().for_each(default_container);
         }
     }
+    pod_ephemeral::default_ephemeral_containers(spec);
     if let Some(volumes) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
         for source in volumes.iter_mut().filter_map(|v| v.get_mut("ephemeral")) {
             pvc::default_ephemeral_source(source);
@@ -67,7 +68,8 @@ pub fn default_pod_spec(spec: &mut Value) {
     }
 }
 
-fn default_container(c: &mut Value) {
+/// Upstream's `SetDefaults_Container` (ephemeral containers get the same).
+pub(crate) fn default_container(c: &mut Value) {
     if !c.is_object() {
         return;
     }
@@ -327,7 +329,8 @@ fn validate_resource_requirements(container: &Value, path: &FieldPath) -> Vec<Fi
     errs
 }
 
-/// Validation of a pod spec at `path` (used for pods and pod templates).
+/// Validation of a pod spec at `path` (used for pods and pod templates). Names are unique
+/// across init, regular and ephemeral containers.
 pub fn validate_pod_spec(spec: &Value, path: &FieldPath) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let containers = spec.get("containers").and_then(Value::as_array);
@@ -335,7 +338,10 @@ pub fn validate_pod_spec(spec: &Value, path: &FieldPath) -> Vec<FieldError> {
         errs.push(FieldError::required(&path.child("containers"), ""));
     }
     let mut names = std::collections::HashSet::new();
-    for list in CONTAINER_LISTS {
+    for list in CONTAINER_LISTS
+        .into_iter()
+        .chain([pod_ephemeral::EPHEMERAL_CONTAINERS])
+    {
         let Some(cs) = spec.get(list).and_then(Value::as_array) else {
             continue;
         };
@@ -361,6 +367,7 @@ pub fn validate_pod_spec(spec: &Value, path: &FieldPath) -> Vec<FieldError> {
             errs.extend(validate_resource_requirements(c, &p.child("resources")));
         }
     }
+    errs.extend(pod_ephemeral::validate_ephemeral_containers(spec, path));
     errs.extend(validate_scheduling_gates(spec, path));
     let volumes = spec.get("volumes").and_then(Value::as_array);
     for (i, v) in volumes.into_iter().flatten().enumerate() {
@@ -425,6 +432,7 @@ impl Strategy for PodStrategy {
         match pod.get("spec") {
             Some(spec) if spec.is_object() => {
                 let mut errs = validate_pod_spec(spec, &FieldPath::new("spec"));
+                errs.extend(pod_ephemeral::validate_none_on_create(spec));
                 errs.extend(validate_node_name_without_gates(spec));
                 errs.extend(super::pod_seccomp::validate(pod));
                 errs
@@ -441,7 +449,7 @@ impl Strategy for PodStrategy {
     }
 
     /// `binding` sets the node, which no other write may change; `resize` changes only
-    /// container resources.
+    /// container resources; `ephemeralcontainers` only adds ephemeral containers.
     fn validate_subresource_update(&self, sub: &str, pod: &Value, old: &Value) -> Vec<FieldError> {
         match sub {
             "binding" => validate_changed_spec(pod, old),
@@ -450,15 +458,23 @@ impl Strategy for PodStrategy {
                 errs.extend(pod_update::validate_resize(pod, old));
                 errs
             }
+            "ephemeralcontainers" => {
+                let mut errs = validate_changed_spec(pod, old);
+                errs.extend(pod_ephemeral::validate_ephemeral_containers_update(
+                    pod, old,
+                ));
+                errs
+            }
             _ => self.validate_update(pod, old),
         }
     }
 
     fn prepare_for_subresource_update(&self, sub: &str, pod: &mut Value, old: &Value) -> bool {
-        if sub != "resize" {
-            return false;
+        match sub {
+            "resize" => pod_update::drop_non_resize_updates(pod, old),
+            "ephemeralcontainers" => pod_ephemeral::drop_non_ephemeral_container_updates(pod, old),
+            _ => return false,
         }
-        pod_update::drop_non_resize_updates(pod, old);
         true
     }
 

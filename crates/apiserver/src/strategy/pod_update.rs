@@ -62,7 +62,7 @@ pub(crate) fn semantic_eq(a: &Value, b: &Value) -> bool {
 
 /// The paths at which `a` and `b` differ, each with both values (`-` old, `+` new), for the
 /// error of a forbidden update (upstream appends a `cmp.Diff` of the specs).
-fn diff(path: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
+pub(crate) fn diff(path: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
     if semantic_eq(old, new) {
         return;
     }

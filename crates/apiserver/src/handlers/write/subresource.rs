@@ -1,5 +1,6 @@
-//! Write subresources: `status`, `approval`, `finalize` and `resize` (updates of one part of
-//! the object), `binding` (a pod's node, once), `eviction` (a delete) and `token` (a service
+//! Write subresources: `status`, `approval`, `finalize`, `resize` and a pod's
+//! `ephemeralcontainers` (updates of one part of the object, which the kind's strategy keeps
+//! to that part), `binding` (a pod's node, once), `eviction` (a delete) and `token` (a service
 //! account token).
 
 use http::Response;
@@ -19,8 +20,10 @@ use crate::strategy::generic;
 pub async fn subresource(mut ctx: Ctx, sub: &Subresource) -> Result<Response<Body>> {
     let verb = ctx.info.verb.clone();
     match (sub.name.as_str(), verb.as_str()) {
-        ("status" | "approval" | "resize", "get") => crate::handlers::read::get(ctx).await,
-        ("status" | "approval" | "resize" | "finalize", "update") => {
+        ("status" | "approval" | "resize" | "ephemeralcontainers", "get") => {
+            crate::handlers::read::get(ctx).await
+        }
+        ("status" | "approval" | "resize" | "ephemeralcontainers" | "finalize", "update") => {
             let (kind, api_version) = (ctx.rt.kind.clone(), ctx.rt.api_version());
             let obj = read_object(&mut ctx, &kind, &api_version).await?;
             let pinned = rv_of(&obj);
@@ -38,7 +41,7 @@ pub async fn subresource(mut ctx: Ctx, sub: &Subresource) -> Result<Response<Bod
             .await?;
             render_one(&ctx, &updated).await
         }
-        ("status" | "approval" | "resize", "patch") => patch(ctx).await,
+        ("status" | "approval" | "resize" | "ephemeralcontainers", "patch") => patch(ctx).await,
         ("scale", _) => crate::handlers::scale::handle(ctx).await,
         ("binding", "create") => bind(ctx).await,
         ("token", "create") => super::token::create(ctx).await,
