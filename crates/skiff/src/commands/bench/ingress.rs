@@ -34,13 +34,12 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use skiff_kubelet::cri::CriClient;
 use skiff_kubelet::images::BUSYBOX_IMAGE;
 use tokio::process::{Child, Command};
 
 use super::api::{CpuMeter, Emitter, ServerChild, histogram, merge, micros, ms, round3};
 use super::controllers::{SkiffChild, start_logging};
-use super::pods::{EVICTION_HARD, KubeletChild, load1, remove_pods};
+use super::pods::{KubeletChild, load1, remove_pods};
 
 const NAMESPACE: &str = "ingress-bench";
 const NODE: &str = "ingress-bench";
@@ -92,22 +91,7 @@ async fn bench(args: &IngressBenchArgs, server: &ServerChild, dir: &Path) -> Res
                           "metadata": {"name": NAMESPACE}}),
     )
     .await?;
-    let data = dir.join("kubelet");
-    // the memory threshold only, as `skiff bench pods`: a full disk must not evict the backend
-    let kubelet = KubeletChild::start_node(
-        &kubeconfig,
-        &dir.join("kubelet.log"),
-        NODE,
-        &data,
-        &["--eviction-hard", EVICTION_HARD],
-    )
-    .await?;
-    let cri = CriClient::connect(
-        &data
-            .join("containerd/containerd.sock")
-            .display()
-            .to_string(),
-    )?;
+    let (kubelet, cri) = KubeletChild::start_bench_node(&kubeconfig, dir, NODE).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let measured = measure(args, &out, &client, &kubeconfig, dir).await;
     remove_pods(&pods, &cri).await?;

@@ -35,7 +35,6 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use skiff_kubelet::cri::CriClient;
 use skiff_kubelet::images::BUSYBOX_IMAGE;
 use skiff_kubelet::stats::hollow::ANN_CPU_USAGE;
 
@@ -43,7 +42,7 @@ use super::api::{
     CpuMeter, Emitter, ServerChild, ensure_open_files, mb, merge, proc_status_kb, round3,
 };
 use super::controllers::{SkiffChild, start};
-use super::pods::{EVICTION_HARD, KubeletChild, load1, remove_pods};
+use super::pods::{KubeletChild, load1, remove_pods};
 
 /// Options of `skiff bench metrics`.
 #[derive(Debug, Clone, clap::Args)]
@@ -562,21 +561,8 @@ async fn summary(
     let timeout = Duration::from_secs(args.timeout_s);
     let node = "metrics-real";
     let client = kube::Client::try_from(server.config().await?)?;
-    let data = dir.join("kubelet");
-    let kubelet = KubeletChild::start_node(
-        &dir.join("api/kubeconfig.yaml"),
-        &dir.join("kubelet.log"),
-        node,
-        &data,
-        &["--eviction-hard", EVICTION_HARD],
-    )
-    .await?;
-    let cri = CriClient::connect(
-        &data
-            .join("containerd/containerd.sock")
-            .display()
-            .to_string(),
-    )?;
+    let kubeconfig = dir.join("api/kubeconfig.yaml");
+    let (kubelet, cri) = KubeletChild::start_bench_node(&kubeconfig, dir, node).await?;
     create_namespace(&client, REAL_NAMESPACE).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), REAL_NAMESPACE);
     let result = async {

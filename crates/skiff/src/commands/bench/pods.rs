@@ -112,6 +112,28 @@ impl KubeletChild {
         KubeletChild::start(kubeconfig, log, &all).await
     }
 
+    /// [`KubeletChild::start_node`] as the benches run it: the memory eviction threshold alone
+    /// (a nearly full disk must not evict the bench's pods), its data in `dir/kubelet` and its
+    /// log in `dir/kubelet.log`; with a CRI client of its containerd.
+    pub(super) async fn start_bench_node(
+        kubeconfig: &Path,
+        dir: &Path,
+        node: &str,
+    ) -> Result<(KubeletChild, CriClient)> {
+        let data = dir.join("kubelet");
+        let kubelet = KubeletChild::start_node(
+            kubeconfig,
+            &dir.join("kubelet.log"),
+            node,
+            &data,
+            &["--eviction-hard", EVICTION_HARD],
+        )
+        .await?;
+        let socket = data.join("containerd/containerd.sock");
+        let cri = CriClient::connect(&socket.display().to_string())?;
+        Ok((kubelet, cri))
+    }
+
     /// Starts `skiff kubelet ARGS` and waits for its ready line.
     pub(super) async fn start(
         kubeconfig: &Path,
@@ -217,20 +239,7 @@ async fn bench(args: &PodBenchArgs, server: &ServerChild, dir: &Path) -> Result<
     namespaces.create(&PostParams::default(), &ns).await?;
 
     let data = dir.join("kubelet");
-    let kubelet = KubeletChild::start_node(
-        &kubeconfig,
-        &dir.join("kubelet.log"),
-        NODE,
-        &data,
-        &["--eviction-hard", EVICTION_HARD],
-    )
-    .await?;
-    let cri = CriClient::connect(
-        &data
-            .join("containerd/containerd.sock")
-            .display()
-            .to_string(),
-    )?;
+    let (kubelet, cri) = KubeletChild::start_bench_node(&kubeconfig, dir, NODE).await?;
     let image = cri
         .image_status(BUSYBOX_IMAGE)
         .await?
