@@ -1,13 +1,14 @@
 //! `kubectl debug` against a real `skiff apiserver`, scheduler, controller manager (service
-//! accounts) and `skiff kubelet` with the containerd it manages, with the oldest and the newest kubectl installed: an ephemeral
-//! container with `--target` runs `ps` in the target's process namespace and sees its process
-//! (read back with `kubectl logs`, and through `kubectl debug -i`'s attached shell), `kubectl exec` and `kubectl attach` reach a running one, and
-//! ephemeral containers are not restarted; `kubectl debug node/N` runs a pod on the node with
-//! the host's root at /host and the host's network; `--copy-to` makes a running copy of a pod
-//! whose containers share one process namespace. Only users allowed to patch
-//! `pods/ephemeralcontainers` add ephemeral containers. Bad input: removing or changing an ephemeral
-//! container, and a target that is no container of the pod, are 422s with upstream's messages.
-//! Needs root (containerd, CNI); skips otherwise (fails under `CI=true`).
+//! accounts) and `skiff kubelet` with the containerd it manages, with the oldest and the newest
+//! kubectl installed: an ephemeral container with `--target` runs `ps` in the target's process
+//! namespace and sees its process (read back with `kubectl logs`, and through `kubectl debug
+//! -i`'s attached shell), `kubectl exec` and `kubectl attach` reach a running one, and ephemeral
+//! containers are not restarted; `kubectl debug node/N` runs a pod on the node with the host's
+//! root at /host and the host's network; `--copy-to` makes a running copy of a pod whose
+//! containers share one process namespace. Only users allowed to patch
+//! `pods/ephemeralcontainers` add ephemeral containers. Bad input: removing or changing an
+//! ephemeral container, and a target that is no container of the pod, are 422s with upstream's
+//! messages. Needs root (containerd, CNI); skips otherwise (fails under `CI=true`).
 
 mod support;
 

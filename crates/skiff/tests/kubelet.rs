@@ -9,7 +9,7 @@
 //! in only the clients the API server authenticates and authorizes (certificates, service
 //! account tokens; `nodes/metrics` granted by RBAC). Its Summary API reports a CPU-burning
 //! pod at about a core, with its memory, network, emptyDir and logs, and `/metrics/resource`
-//! its CPU time. Needs root (containerd, CNI); skips otherwise.
+//! and `/metrics/cadvisor` its CPU time. Needs root (containerd, CNI); skips otherwise.
 
 mod support;
 
@@ -888,6 +888,19 @@ fn the_summary_api_reports_a_busy_pods_cpu_memory_network_volumes_and_logs() {
         let seconds: f64 = sample.split(' ').nth(1).unwrap().parse().unwrap();
         assert!(seconds > 0.0, "{sample}");
         assert!(metrics.contains("\nresource_scrape_error 0\n"), "{metrics}");
+
+        // cAdvisor's series, as Prometheus scrapes them: the container and its pod's eth0
+        let cadvisor = get("/metrics/cadvisor").await;
+        for prefix in [
+            r#"container_cpu_usage_seconds_total{container="burn",namespace="default",pod="burner"} "#,
+            r#"container_memory_working_set_bytes{container="",namespace="default",pod="burner"} "#,
+            r#"container_network_receive_bytes_total{container="",interface="eth0",namespace="default",pod="burner"} "#,
+        ] {
+            assert!(
+                cadvisor.lines().any(|l| l.starts_with(prefix)),
+                "{prefix} in\n{cadvisor}"
+            );
+        }
     });
 }
 
