@@ -15,6 +15,10 @@
 //!
 //! Handlers run on the informer's task, one change at a time and in order; they must be quick
 //! (queue a key, lower an expectation) and never wait.
+//!
+//! Cached objects carry no `metadata.managedFields` (upstream's controller manager and
+//! scheduler trim them from their informers the same way, `TrimManagedFields`): nothing reads
+//! them from a cache, and they are often most of a small object's size.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -472,7 +476,10 @@ where
         };
         tokio::select! {
             event = stream.next() => match event {
-                Some(Ok(event)) => shared.apply(event, &mut relist),
+                Some(Ok(mut event)) => {
+                    trim_managed_fields(&mut event);
+                    shared.apply(event, &mut relist)
+                }
                 Some(Err(error)) => {
                     tracing::warn!(%kind, %error, "informer: watch failed; retrying");
                 }
@@ -481,6 +488,13 @@ where
             () = resync => next_resync = shared.resync(Instant::now()),
             () = shared.resync_added.notified() => next_resync = shared.resync(Instant::now()),
         }
+    }
+}
+
+/// Drops the event's object's `managedFields`.
+fn trim_managed_fields<K: Resource>(event: &mut Event<K>) {
+    if let Event::Apply(obj) | Event::InitApply(obj) | Event::Delete(obj) = event {
+        obj.meta_mut().managed_fields = None;
     }
 }
 

@@ -225,6 +225,28 @@ async fn handlers_see_each_change_after_the_cache_and_late_handlers_a_replay() {
     );
 }
 
+#[tokio::test]
+async fn cached_objects_carry_no_managed_fields() {
+    let owned = |name: &str, rv: &str| {
+        let mut p = pod(name, rv);
+        p["metadata"]["managedFields"] = json!([{"manager": "kubectl", "operation": "Apply",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {}}}}]);
+        p
+    };
+    let (mut fake, client) = Fake::new(vec![list("1", &[owned("a", "1")])]);
+    let informers = Informers::new(client);
+    let pods = informers.get::<Pod>();
+    pods.cache().wait_until_ready().await;
+    let watch = fake.watch().await;
+    send(&watch, "ADDED", owned("b", "2"));
+    settle().await;
+    let cached = pods.cache().state();
+    assert_eq!(cached.len(), 2);
+    for p in cached {
+        assert_eq!(p.metadata.managed_fields, None, "{:?}", p.metadata.name);
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_410_relists_and_objects_gone_meanwhile_become_tombstones() {
     let (mut fake, client) = Fake::new(vec![

@@ -21,7 +21,10 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = commands::Cli::parse();
     match cli.command {
-        commands::Command::Kubelet(_) => commands::kubelet::use_small_heap(),
+        // the metrics server holds a few small caches: the kubelet's small heap suits it
+        commands::Command::Kubelet(_) | commands::Command::MetricsServer(_) => {
+            commands::kubelet::use_small_heap()
+        }
         commands::Command::Server(_) => commands::server::use_small_heap(),
         _ => {}
     }
