@@ -669,7 +669,6 @@ fn hpas_scale_on_pods_object_and_external_metrics_from_a_registered_adapter() {
     }
     let (_adapter, port) = metrics_adapter(&api, metrics.clone());
     let k = KUBECTL_133;
-    api.kubectl_stdin(k, &["apply", "-f", "-"], Some(&adapter_registration(port)));
     let per_pod = |target: &str| json!({"type": "AverageValue", "averageValue": target});
     let manifests = [
         autoscaled(
@@ -691,15 +690,51 @@ fn hpas_scale_on_pods_object_and_external_metrics_from_a_registered_adapter() {
                 "metric": {"name": "queue_depth", "selector": {"matchLabels": {"queue": "worker"}}},
                 "target": per_pod("1")}}),
         ),
-        autoscaled(
-            "idle",
-            2,
-            json!({"type": "Pods", "pods": {"metric": {"name": "absent"}, "target": per_pod("1")}}),
-        ),
     ];
+    // a Pods and an External metric that no API serves yet, and then the adapter lacks
+    let (idle, idle_hpa) = autoscaled(
+        "idle",
+        2,
+        json!({"type": "Pods", "pods": {"metric": {"name": "absent"}, "target": per_pod("1")}}),
+    );
+    let mut idle_hpa: serde_json::Value = serde_json::from_str(&idle_hpa).unwrap();
+    idle_hpa["spec"]["metrics"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "External",
+        "external": {"metric": {"name": "absent"}, "target": per_pod("1")}}));
     let (deployments, hpas): (Vec<String>, Vec<String>) = manifests.into_iter().unzip();
-    api.kubectl_stdin(k, &["apply", "-f", "-"], Some(&deployments.join("\n---\n")));
+    let deployments = deployments.join("\n---\n") + "\n---\n" + &idle;
+    api.kubectl_stdin(k, &["apply", "-f", "-"], Some(&deployments));
     run(async {
+        // no adapter registered: upstream's errors for an API that is not there (its custom
+        // metrics client finds no version by discovery; its external one is told not found)
+        api.apply(idle_hpa);
+        let events = |reason: &'static str, want: String| {
+            let api = &api;
+            async move {
+                eventually(&format!("idle's {reason} event {want:?}"), || async {
+                    let found = api.event_messages("idle", reason);
+                    found.contains(&want).then_some(())
+                })
+                .await
+            }
+        };
+        let custom = "unable to get metric absent: unable to fetch metrics from custom metrics API";
+        let external = "unable to get external metric default/absent/nil: unable to fetch metrics from external metrics API";
+        let unregistered = format!("{custom}: no known available metric versions found");
+        events("FailedGetPodsMetric", unregistered.clone()).await;
+        events(
+            "FailedGetExternalMetric",
+            format!("{external}: the server could not find the requested resource"),
+        )
+        .await;
+        events(
+            "FailedComputeMetricsReplicas",
+            format!("invalid metrics (2 invalid out of 2), first error is: failed to get pods metric value: {unregistered}"),
+        )
+        .await;
+        api.kubectl_stdin(k, &["apply", "-f", "-"], Some(&adapter_registration(port)));
         let replicas = |name: &str| api.jsonpath(&["get", "deployment", name], "{.spec.replicas}");
         // every pod ready first, so that each HPA's first proposal is the whole formula's
         for name in ["web", "api", "worker", "idle"] {
@@ -722,17 +757,28 @@ fn hpas_scale_on_pods_object_and_external_metrics_from_a_registered_adapter() {
         settle("web", "6").await;
         settle("api", "3").await;
         settle("worker", "5").await;
+        // (the event follows the scale write)
+        let rescaled = |name: &'static str| {
+            let api = &api;
+            async move {
+                eventually(&format!("{name}'s SuccessfulRescale events"), || async {
+                    let found = api.event_messages(name, "SuccessfulRescale");
+                    (!found.is_empty()).then_some(found)
+                })
+                .await
+            }
+        };
         assert_eq!(
-            api.event_messages("web", "SuccessfulRescale"),
+            rescaled("web").await,
             ["New size: 6; reason: pods metric qps above target"]
         );
         assert_eq!(
-            api.event_messages("api", "SuccessfulRescale"),
+            rescaled("api").await,
             ["New size: 3; reason: Deployment metric requests above target"]
         );
         let queue = "external metric queue_depth(&LabelSelector{MatchLabels:map[string]string{queue: worker,},MatchExpressions:[]LabelSelectorRequirement{},})";
         assert_eq!(
-            api.event_messages("worker", "SuccessfulRescale"),
+            rescaled("worker").await,
             [format!("New size: 5; reason: {queue} above target")]
         );
         let current = |name: &str, path: &str| {
@@ -741,7 +787,11 @@ fn hpas_scale_on_pods_object_and_external_metrics_from_a_registered_adapter() {
                 &format!("{{.status.currentMetrics[0].{path}}}"),
             )
         };
-        assert_eq!(current("worker", "external.current.averageValue"), "1");
+        // the 5 replicas now carry 1 each
+        eventually("worker's status to show 1 per replica", || async {
+            (current("worker", "external.current.averageValue") == "1").then_some(())
+        })
+        .await;
         assert_eq!(current("api", "object.describedObject.name"), "api");
 
         // the queue grows: 8 waiting against 1 per pod
@@ -766,14 +816,14 @@ fn hpas_scale_on_pods_object_and_external_metrics_from_a_registered_adapter() {
             r#"{.status.conditions[?(@.type=="ScalingActive")].status}"#,
         );
         assert_eq!(status, "False");
-        // (until the APIService is available the read fails otherwise)
-        let missing = "unable to get metric absent: unable to fetch metrics from custom metrics API: the server could not find the metric absent for pods";
-        eventually(
-            "idle's FailedGetPodsMetric event for the missing metric",
-            || async {
-                let failed = api.event_messages("idle", "FailedGetPodsMetric");
-                failed.iter().any(|m| m == missing).then_some(())
-            },
+        events(
+            "FailedGetPodsMetric",
+            format!("{custom}: the server could not find the metric absent for pods"),
+        )
+        .await;
+        events(
+            "FailedGetExternalMetric",
+            format!("{external}: the server could not find the metric absent?"),
         )
         .await;
         assert_eq!(replicas("idle"), "2");
