@@ -556,3 +556,31 @@ async fn a_missing_custom_metric_stops_scaling_with_upstreams_reason_and_events(
         MetricStatus::default()
     );
 }
+
+#[tokio::test]
+async fn a_missing_object_metric_is_reported_in_upstreams_words() {
+    let fake = Fake::default();
+    let hpa = hpa_with(
+        json!([{"type": "Object", "object": {"metric": {"name": "requests"},
+        "describedObject": {"apiVersion": "v1", "kind": "Service", "name": "frontend"},
+        "target": {"type": "AverageValue", "averageValue": "1"}}}]),
+    );
+    let (synced, writes, status) = sync_two(&fake, &hpa).await;
+    // upstream's message, the error in the object's name included
+    let error = "unable to get metric requests: Service on default frontend/unable to fetch metrics from custom metrics API: the server could not find the metric Service/frontend/requests?";
+    assert_eq!(
+        writes,
+        [
+            format!("event FailedGetObjectMetric {error}"),
+            format!(
+                "event FailedComputeMetricsReplicas invalid metrics (1 invalid out of 1), first error is: failed to get object metric value: failed to get requests object metric: {error}"
+            ),
+        ]
+    );
+    assert!(synced.is_err());
+    assert_eq!(
+        condition(&status, "ScalingActive"),
+        ("False".into(), "FailedGetObjectMetric".into())
+    );
+    assert_eq!(*fake.replicas.lock(), 2);
+}

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::autoscaling::v2::{
-    ExternalMetricSource, ExternalMetricStatus, MetricIdentifier, MetricStatus, MetricValueStatus,
+    ExternalMetricSource, ExternalMetricStatus, MetricStatus, MetricValueStatus,
     ObjectMetricSource, ObjectMetricStatus, PodsMetricSource, PodsMetricStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -119,79 +119,66 @@ pub(super) async fn object_metric(
     };
     let metric_selector =
         metric_selector(source.metric.selector.as_ref()).map_err(|e| invalid(e.clone(), e))?;
-    let target = &source.target;
-    let (value, average) = match (target.type_.as_str(), &target.value, &target.average_value) {
-        ("Value", Some(v), _) => (Some(milli(&v.0)), None),
-        ("AverageValue", _, Some(v)) => (None, Some(milli(&v.0))),
+    let t = &source.target;
+    let target = match (t.type_.as_str(), &t.value, &t.average_value) {
+        ("Value", Some(v), _) => ValueTarget::Value(milli(&v.0)),
+        ("AverageValue", _, Some(v)) => ValueTarget::AverageValue(milli(&v.0)),
         _ => {
             let e = "invalid object metric source: neither a value target nor an average value target was set";
             return Err(invalid(e.into(), e.into()));
         }
     };
-    // upstream's message puts the error in the object's name
-    let unable = |e: String| {
-        format!(
-            "unable to get metric {name}: {} on {} {}/{e}",
-            object.kind, inputs.namespace, object.name
-        )
+    // upstream returns an average value's error wrapped once more
+    let returned = |e: &str| match target {
+        ValueTarget::Value(_) => e.to_string(),
+        ValueTarget::AverageValue(_) => format!("failed to get {name} object metric: {e}"),
     };
-    let usage = match inputs
+    let list = inputs
         .api
         .object_metric(inputs.namespace, object, name, &metric_selector)
-        .await
-    {
-        Ok(list) => match items(&list).as_slice() {
-            [item] => Ok(milli(item["value"].as_str().unwrap_or_default())),
-            items => Err(format!(
-                "the custom metrics API server returned {} results when we asked for exactly one",
-                items.len()
-            )),
-        },
-        Err(e) => Err(e),
+        .await;
+    let usage = match list.as_ref().map(items).as_deref() {
+        Ok([item]) => Ok(milli(item["value"].as_str().unwrap_or_default())),
+        Ok(items) => Err(format!(
+            "the custom metrics API server returned {} results when we asked for exactly one",
+            items.len()
+        )),
+        Err(e) => Err(e.to_string()),
     }
     .map_err(|e| {
-        unable(format!(
-            "unable to fetch metrics from custom metrics API: {e}"
-        ))
-    });
-    let identifier = source.metric.clone();
-    if let Some(target) = value {
-        let usage = usage.map_err(|e| invalid(e.clone(), e))?;
-        let ratio = usage as f64 / target as f64;
-        let replicas = inputs
-            .settings
-            .calculator
-            .usage_ratio_replicas(inputs.spec_replicas, ratio, &ready_info(inputs))
-            .map_err(|e| invalid(e.clone(), e))?;
-        return Ok(MetricProposal {
-            replicas,
-            status: object_status(object.clone(), identifier, |c| {
-                c.value = Some(milli_quantity(usage));
-            }),
-            describe: format!("{} metric {name}", object.kind),
-        });
-    }
-    let target = average.expect("an average value target");
-    let usage = usage.map_err(|e| {
-        invalid(
-            e.clone(),
-            format!("failed to get {name} object metric: {e}"),
-        )
+        // upstream's message puts the error in the object's name
+        let e = format!(
+            "unable to get metric {name}: {} on {} {}/unable to fetch metrics from custom metrics API: {e}",
+            object.kind, inputs.namespace, object.name
+        );
+        invalid(e.clone(), returned(&e))
     })?;
-    let (replicas, average) =
-        inputs
-            .settings
-            .calculator
-            .per_pod_replicas(inputs.status_replicas, usage, target);
+    let (replicas, current) =
+        value_replicas(inputs, usage, target).map_err(|e| invalid(e.clone(), returned(&e)))?;
+    // upstream's status of an average value names no object, and its description calls the
+    // metric external
+    let (described_object, describe) = match target {
+        ValueTarget::Value(_) => (object.clone(), format!("{} metric {name}", object.kind)),
+        ValueTarget::AverageValue(_) => (
+            Default::default(),
+            format!(
+                "external metric {name}({})",
+                go_selector(source.metric.selector.as_ref())
+            ),
+        ),
+    };
     Ok(MetricProposal {
         replicas,
-        status: object_status(Default::default(), identifier, |c| {
-            c.average_value = Some(milli_quantity(average));
-        }),
-        describe: format!(
-            "external metric {name}({})",
-            go_selector(source.metric.selector.as_ref())
-        ),
+        status: MetricStatus {
+            type_: "Object".into(),
+            object: Some(ObjectMetricStatus {
+                described_object,
+                metric: source.metric.clone(),
+                current,
+            }),
+            ..Default::default()
+        },
+        describe,
     })
 }
 
@@ -209,30 +196,31 @@ pub(super) async fn external_metric(
         wrapped: format!("failed to get {name} external metric value: {returned}"),
         error,
     };
-    let target = &source.target;
-    let (average, value) = match (&target.average_value, &target.value) {
-        (Some(v), _) => (Some(milli(&v.0)), None),
-        (None, Some(v)) => (None, Some(milli(&v.0))),
+    // an average value wins over a value, whatever the target's type says
+    let t = &source.target;
+    let target = match (&t.average_value, &t.value) {
+        (Some(v), _) => ValueTarget::AverageValue(milli(&v.0)),
+        (None, Some(v)) => ValueTarget::Value(milli(&v.0)),
         (None, None) => {
             let e = "invalid external metric source: neither a value target nor an average value target was set";
             return Err(invalid(e.into(), e.into()));
         }
     };
-    let returned = |e: &str| match average {
-        Some(_) => format!("failed to get {name} external metric: {e}"),
-        None => format!("failed to get external metric {name}: {e}"),
+    let returned = |e: &str| match target {
+        ValueTarget::AverageValue(_) => format!("failed to get {name} external metric: {e}"),
+        ValueTarget::Value(_) => format!("failed to get external metric {name}: {e}"),
     };
     let metric_selector =
         metric_selector(selector).map_err(|e| invalid(e.clone(), returned(&e)))?;
-    let usage: i64 = match inputs
+    let list = inputs
         .api
         .external_metric(inputs.namespace, name, &metric_selector)
-        .await
-    {
-        Ok(list) if items(&list).is_empty() => {
+        .await;
+    let usage = match list.as_ref().map(items) {
+        Ok(items) if items.is_empty() => {
             Err("no metrics returned from external metrics API".to_string())
         }
-        Ok(list) => Ok(items(&list)
+        Ok(items) => Ok(items
             .iter()
             .map(|item| milli(item["value"].as_str().unwrap_or_default()))
             .sum()),
@@ -248,33 +236,8 @@ pub(super) async fn external_metric(
         );
         invalid(e.clone(), returned(&e))
     })?;
-    let (replicas, current) = match (average, value) {
-        (Some(target), _) => {
-            let (replicas, average) =
-                inputs
-                    .settings
-                    .calculator
-                    .per_pod_replicas(inputs.status_replicas, usage, target);
-            let current = MetricValueStatus {
-                average_value: Some(milli_quantity(average)),
-                ..Default::default()
-            };
-            (replicas, current)
-        }
-        (None, target) => {
-            let ratio = usage as f64 / target.expect("a value target") as f64;
-            let replicas = inputs
-                .settings
-                .calculator
-                .usage_ratio_replicas(inputs.spec_replicas, ratio, &ready_info(inputs))
-                .map_err(|e| invalid(e.clone(), returned(&e)))?;
-            let current = MetricValueStatus {
-                value: Some(milli_quantity(usage)),
-                ..Default::default()
-            };
-            (replicas, current)
-        }
-    };
+    let (replicas, current) =
+        value_replicas(inputs, usage, target).map_err(|e| invalid(e.clone(), returned(&e)))?;
     Ok(MetricProposal {
         replicas,
         status: MetricStatus {
@@ -289,6 +252,47 @@ pub(super) async fn external_metric(
     })
 }
 
+/// The target of one value (an `Object` metric's, or an `External` metric's sum), in
+/// milli-units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ValueTarget {
+    /// The value itself: the ready pods scale by the ratio to it.
+    Value(i64),
+    /// The value per replica: the replicas are the value over it.
+    AverageValue(i64),
+}
+
+/// The replicas one value asks for against `target`, and what the status shows of it: the
+/// value, or the average per current replica.
+fn value_replicas(
+    inputs: &Inputs<'_>,
+    usage: i64,
+    target: ValueTarget,
+) -> Result<(i32, MetricValueStatus), String> {
+    let calculator = &inputs.settings.calculator;
+    match target {
+        ValueTarget::Value(target) => {
+            let pods: Vec<PodInfo> = inputs.pods.iter().map(|p| pod_info(p, "", None)).collect();
+            let ratio = usage as f64 / target as f64;
+            let replicas = calculator.usage_ratio_replicas(inputs.spec_replicas, ratio, &pods)?;
+            let current = MetricValueStatus {
+                value: Some(milli_quantity(usage)),
+                ..Default::default()
+            };
+            Ok((replicas, current))
+        }
+        ValueTarget::AverageValue(target) => {
+            let (replicas, average) =
+                calculator.per_pod_replicas(inputs.status_replicas, usage, target);
+            let current = MetricValueStatus {
+                average_value: Some(milli_quantity(average)),
+                ..Default::default()
+            };
+            Ok((replicas, current))
+        }
+    }
+}
+
 /// A metric spec without its source (which validation refuses).
 fn missing_source(type_: &str) -> Invalid {
     let error = format!("invalid {type_} metric source: the source is missing");
@@ -297,30 +301,6 @@ fn missing_source(type_: &str) -> Invalid {
         wrapped: error.clone(),
         error,
     }
-}
-
-/// An `Object` metric's status with `current` as `set` fills it.
-fn object_status(
-    described_object: k8s_openapi::api::autoscaling::v2::CrossVersionObjectReference,
-    metric: MetricIdentifier,
-    set: impl FnOnce(&mut MetricValueStatus),
-) -> MetricStatus {
-    let mut current = MetricValueStatus::default();
-    set(&mut current);
-    MetricStatus {
-        type_: "Object".into(),
-        object: Some(ObjectMetricStatus {
-            described_object,
-            metric,
-            current,
-        }),
-        ..Default::default()
-    }
-}
-
-/// The pods as the ready count needs them.
-fn ready_info(inputs: &Inputs<'_>) -> Vec<PodInfo> {
-    inputs.pods.iter().map(|p| pod_info(p, "", None)).collect()
 }
 
 /// A list's items.
