@@ -638,8 +638,9 @@ fn autoscaled(name: &str, replicas: i32, metric: serde_json::Value) -> (String, 
 
 /// A metrics adapter registers `custom.metrics.k8s.io` and `external.metrics.k8s.io` through
 /// APIServices; HPAs on a Pods, an Object and an External metric scale their Deployments of
-/// hollow pods to what upstream's formulas give, follow a changed value, and an HPA on a metric
-/// the adapter lacks reports it (`ScalingActive=False`, `FailedGetPodsMetric`) and stays put.
+/// hollow pods to what upstream's formulas give, follow a changed value, and an HPA on metrics
+/// no API serves, then the adapter lacks, reports them in upstream's words
+/// (`ScalingActive=False`, `FailedGetPodsMetric`, `FailedGetExternalMetric`) and stays put.
 #[test]
 fn hpas_scale_on_pods_object_and_external_metrics_from_a_registered_adapter() {
     let api = ApiServer::start(Backend::Embedded);
