@@ -1,18 +1,23 @@
 //! `skiff kubelet --hollow --count 3` against a real `skiff apiserver`: three Nodes register
 //! Ready with their Leases, each with its own pod CIDR (or the one its Node already had);
 //! pods bound to them run with IPs from their node's range; a deleted pod goes away. No
-//! containerd: hollow nodes run pods in memory.
+//! containerd: hollow nodes run pods in memory. HPAs scale Deployments of hollow pods on
+//! resource metrics (metrics-server scraping the hollow nodes) and on custom and external
+//! metrics (a fake adapter the test serves).
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::Api;
 use kube::api::{DeleteParams, PostParams};
+use kube::{Api, ResourceExt};
+use parking_lot::Mutex;
 use serde_json::json;
-use support::cluster::{Process, controller_manager, hollow_nodes_with, scheduler};
+use support::cluster::{Process, controller_manager, hollow_nodes, hollow_nodes_with, scheduler};
 use support::{
     ApiServer, Backend, HANG_GUARD, KUBECTL_133, eventually, kube_client, line_reader, run,
 };
@@ -422,5 +427,409 @@ spec:
             (api.jsonpath(&["get", "deployment", "busy"], "{.spec.replicas}") == "2").then_some(())
         })
         .await;
+    });
+}
+
+/// What the fake metrics adapter serves; the test changes it while the HPAs run. A load is
+/// spread evenly over the pods serving it, as real traffic would be, so that the replicas
+/// upstream's formula gives are the ones the load settles at.
+#[derive(Default)]
+struct AdapterMetrics {
+    /// A pods metric's total over the pods a query selects, in milli-units, by metric name.
+    pods: BTreeMap<String, i64>,
+    /// An object's metric, by `{qualified resource}/{name}/{metric}`: its total in milli-units
+    /// and the selector of the pods it is spread over.
+    objects: BTreeMap<String, (i64, String)>,
+    /// An external metric's values in milli-units, by `{metric}?{metric selector}`.
+    external: BTreeMap<String, Vec<i64>>,
+}
+
+/// `milli` milli-units as a quantity.
+fn quantity(milli: i64) -> String {
+    format!("{milli}m")
+}
+
+/// A `custom.metrics.k8s.io/v1beta2` `MetricValue`.
+fn metric_value(kind: &str, name: &str, metric: &str, milli: i64) -> serde_json::Value {
+    json!({"describedObject": {"kind": kind, "namespace": "default", "name": name},
+           "metric": {"name": metric}, "timestamp": jiff::Timestamp::now().to_string(),
+           "windowSeconds": 1, "value": quantity(milli)})
+}
+
+/// The adapter's answer to `path` (with its query): discovery for both groups, the metrics it
+/// has, and upstream's not-found `Status` for the rest. Pods are listed through the API server
+/// as an adapter's own informers would.
+async fn adapter_answer(
+    metrics: &Mutex<AdapterMetrics>,
+    pods: &Api<Pod>,
+    path: &str,
+    query: &str,
+) -> (u16, serde_json::Value) {
+    let param = |name: &str| {
+        form_urlencoded::parse(query.as_bytes())
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_default()
+    };
+    let count = |selector: String| async move {
+        let listed = pods
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .expect("the pods");
+        listed.items
+    };
+    let custom = "/apis/custom.metrics.k8s.io/v1beta2";
+    let external = "/apis/external.metrics.k8s.io/v1beta1";
+    let not_found = |what: String| {
+        (
+            404,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
+                   "reason": "NotFound", "message": format!("the server could not find the metric {what}")}),
+        )
+    };
+    if path == custom || path == external {
+        let group_version = path.trim_start_matches("/apis/");
+        return (
+            200,
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
+                   "resources": []}),
+        );
+    }
+    if let Some(rest) = path.strip_prefix(&format!("{custom}/namespaces/default/")) {
+        if let Some(metric) = rest.strip_prefix("pods/*/") {
+            let total = metrics.lock().pods.get(metric).copied();
+            let Some(total) = total else {
+                return not_found(format!("{metric} for pods"));
+            };
+            let selected = count(param("labelSelector")).await;
+            let each = total / selected.len().max(1) as i64;
+            let items: Vec<_> = selected
+                .iter()
+                .map(|p| metric_value("Pod", &p.name_any(), metric, each))
+                .collect();
+            return (200, json!({"kind": "MetricValueList", "items": items}));
+        }
+        let found = metrics.lock().objects.get(rest).cloned();
+        let Some((total, selector)) = found else {
+            return not_found(rest.to_string());
+        };
+        let spread = count(selector).await.len().max(1) as i64;
+        let parts: Vec<&str> = rest.split('/').collect();
+        let item = metric_value("Deployment", parts[1], parts[2], total / spread);
+        return (200, json!({"kind": "MetricValueList", "items": [item]}));
+    }
+    if let Some(metric) = path.strip_prefix(&format!("{external}/namespaces/default/")) {
+        let key = format!("{metric}?{}", param("labelSelector"));
+        let Some(values) = metrics.lock().external.get(&key).cloned() else {
+            return not_found(key);
+        };
+        let items: Vec<_> = values
+            .iter()
+            .map(|v| {
+                json!({"metricName": metric, "metricLabels": {"queue": "worker"},
+                            "timestamp": jiff::Timestamp::now().to_string(),
+                            "value": quantity(*v)})
+            })
+            .collect();
+        return (
+            200,
+            json!({"kind": "ExternalMetricValueList", "items": items}),
+        );
+    }
+    not_found(path.to_string())
+}
+
+/// Starts the fake custom and external metrics adapter on a loopback port; it stops with the
+/// returned runtime.
+fn metrics_adapter(
+    api: &ApiServer,
+    metrics: Arc<Mutex<AdapterMetrics>>,
+) -> (tokio::runtime::Runtime, u16) {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = skiff_apiserver::pki::Pki::ensure(dir.path(), &["127.0.0.1".to_string()])
+        .expect("serving certificates");
+    let acceptor = support::https::loopback_acceptor(&pki);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let pods: Api<Pod> = Api::namespaced(runtime.block_on(kube_client(api)), "default");
+    runtime.spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, metrics, pods) = (acceptor.clone(), metrics.clone(), pods.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service =
+                    hyper::service::service_fn(|req: hyper::Request<hyper::body::Incoming>| {
+                        let (metrics, pods) = (metrics.clone(), pods.clone());
+                        async move {
+                            let (path, query) = (req.uri().path(), req.uri().query().unwrap_or(""));
+                            let (code, body) = adapter_answer(&metrics, &pods, path, query).await;
+                            let resp = hyper::Response::builder()
+                                .status(code)
+                                .header("content-type", "application/json")
+                                .body(http_body_util::Full::new(bytes::Bytes::from(
+                                    body.to_string(),
+                                )))
+                                .unwrap();
+                            Ok::<_, hyper::Error>(resp)
+                        }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (runtime, port)
+}
+
+/// The adapter's registration: an `ExternalName` Service for `localhost` and one APIService per
+/// group.
+fn adapter_registration(port: u16) -> String {
+    let service = format!(
+        r#"apiVersion: v1
+kind: Service
+metadata: {{name: metrics-adapter, namespace: kube-system}}
+spec:
+  type: ExternalName
+  externalName: localhost
+  ports: [{{name: https, port: {port}}}]
+"#
+    );
+    let api_service = |version: &str, group: &str| {
+        format!(
+            r#"---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {{name: {version}.{group}}}
+spec:
+  group: {group}
+  version: {version}
+  service: {{namespace: kube-system, name: metrics-adapter, port: {port}}}
+  insecureSkipTLSVerify: true
+  groupPriorityMinimum: 100
+  versionPriority: 100
+"#
+        )
+    };
+    service
+        + &api_service("v1beta2", "custom.metrics.k8s.io")
+        + &api_service("v1beta1", "external.metrics.k8s.io")
+}
+
+/// A Deployment of `replicas` hollow pods labelled `app: {name}`, and its HPA (1 to 10
+/// replicas) on `metric`.
+fn autoscaled(name: &str, replicas: i32, metric: serde_json::Value) -> (String, String) {
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "app", "image": "busybox"}]}}}});
+    let hpa = json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                 "minReplicas": 1, "maxReplicas": 10, "metrics": [metric]}});
+    (deployment.to_string(), hpa.to_string())
+}
+
+/// A metrics adapter registers `custom.metrics.k8s.io` and `external.metrics.k8s.io` through
+/// APIServices; HPAs on a Pods, an Object and an External metric scale their Deployments of
+/// hollow pods to what upstream's formulas give, follow a changed value, and an HPA on metrics
+/// no API serves, then the adapter lacks, reports them in upstream's words
+/// (`ScalingActive=False`, `FailedGetPodsMetric`, `FailedGetExternalMetric`) and stays put.
+#[test]
+fn hpas_scale_on_pods_object_and_external_metrics_from_a_registered_adapter() {
+    let api = ApiServer::start(Backend::Embedded);
+    let _hollow = hollow_nodes(&api, "custom", 3);
+    let _scheduler = scheduler(&api);
+    let _cm = controller_manager(
+        &api,
+        &[
+            "--controllers",
+            "horizontalpodautoscaling,deployment,replicaset",
+            "--horizontal-pod-autoscaler-sync-period=1s",
+        ],
+    );
+    let metrics = Arc::new(Mutex::new(AdapterMetrics::default()));
+    {
+        let mut m = metrics.lock();
+        // 6 in all against 1 per pod: 6 pods
+        m.pods.insert("qps".into(), 6000);
+        // 3 in all, spread over the api pods, against a value of 1: 3 pods
+        m.objects.insert(
+            "deployments.apps/api/requests".into(),
+            (3000, "app=api".into()),
+        );
+        // 2 + 3 waiting against 1 per pod: 5 pods
+        m.external
+            .insert("queue_depth?queue=worker".into(), vec![2000, 3000]);
+    }
+    let (_adapter, port) = metrics_adapter(&api, metrics.clone());
+    let k = KUBECTL_133;
+    let per_pod = |target: &str| json!({"type": "AverageValue", "averageValue": target});
+    let manifests = [
+        autoscaled(
+            "web",
+            2,
+            json!({"type": "Pods", "pods": {"metric": {"name": "qps"}, "target": per_pod("1")}}),
+        ),
+        autoscaled(
+            "api",
+            1,
+            json!({"type": "Object", "object": {"metric": {"name": "requests"},
+                "describedObject": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"},
+                "target": {"type": "Value", "value": "1"}}}),
+        ),
+        autoscaled(
+            "worker",
+            1,
+            json!({"type": "External", "external": {
+                "metric": {"name": "queue_depth", "selector": {"matchLabels": {"queue": "worker"}}},
+                "target": per_pod("1")}}),
+        ),
+    ];
+    // a Pods and an External metric that no API serves yet, and then the adapter lacks
+    let (idle, idle_hpa) = autoscaled(
+        "idle",
+        2,
+        json!({"type": "Pods", "pods": {"metric": {"name": "absent"}, "target": per_pod("1")}}),
+    );
+    let mut idle_hpa: serde_json::Value = serde_json::from_str(&idle_hpa).unwrap();
+    idle_hpa["spec"]["metrics"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "External",
+        "external": {"metric": {"name": "absent"}, "target": per_pod("1")}}));
+    let (deployments, hpas): (Vec<String>, Vec<String>) = manifests.into_iter().unzip();
+    let deployments = deployments.join("\n---\n") + "\n---\n" + &idle;
+    api.kubectl_stdin(k, &["apply", "-f", "-"], Some(&deployments));
+    run(async {
+        // no adapter registered: upstream's errors for an API that is not there (its custom
+        // metrics client finds no version by discovery; its external one is told not found)
+        api.apply(idle_hpa);
+        let events = |reason: &'static str, want: String| {
+            let api = &api;
+            async move {
+                eventually(&format!("idle's {reason} event {want:?}"), || async {
+                    let found = api.event_messages("idle", reason);
+                    found.contains(&want).then_some(())
+                })
+                .await
+            }
+        };
+        let custom = "unable to get metric absent: unable to fetch metrics from custom metrics API";
+        let external = "unable to get external metric default/absent/nil: unable to fetch metrics from external metrics API";
+        let unregistered = format!("{custom}: no known available metric versions found");
+        events("FailedGetPodsMetric", unregistered.clone()).await;
+        events(
+            "FailedGetExternalMetric",
+            format!("{external}: the server could not find the requested resource"),
+        )
+        .await;
+        events(
+            "FailedComputeMetricsReplicas",
+            format!("invalid metrics (2 invalid out of 2), first error is: failed to get pods metric value: {unregistered}"),
+        )
+        .await;
+        api.kubectl_stdin(k, &["apply", "-f", "-"], Some(&adapter_registration(port)));
+        let replicas = |name: &str| api.jsonpath(&["get", "deployment", name], "{.spec.replicas}");
+        // every pod ready first, so that each HPA's first proposal is the whole formula's
+        for name in ["web", "api", "worker", "idle"] {
+            eventually(&format!("{name}'s pods ready"), || async {
+                let ready = api.jsonpath(&["get", "deployment", name], "{.status.readyReplicas}");
+                (ready == replicas(name)).then_some(())
+            })
+            .await;
+        }
+        api.kubectl_stdin(k, &["apply", "-f", "-"], Some(&hpas.join("\n---\n")));
+        let settle = |name: &'static str, want: &'static str| {
+            let replicas = &replicas;
+            async move {
+                eventually(&format!("{name} to be scaled to {want}"), || async {
+                    (replicas(name) == want).then_some(())
+                })
+                .await
+            }
+        };
+        settle("web", "6").await;
+        settle("api", "3").await;
+        settle("worker", "5").await;
+        // (the event follows the scale write)
+        let rescaled = |name: &'static str| {
+            let api = &api;
+            async move {
+                eventually(&format!("{name}'s SuccessfulRescale events"), || async {
+                    let found = api.event_messages(name, "SuccessfulRescale");
+                    (!found.is_empty()).then_some(found)
+                })
+                .await
+            }
+        };
+        assert_eq!(
+            rescaled("web").await,
+            ["New size: 6; reason: pods metric qps above target"]
+        );
+        assert_eq!(
+            rescaled("api").await,
+            ["New size: 3; reason: Deployment metric requests above target"]
+        );
+        let queue = "external metric queue_depth(&LabelSelector{MatchLabels:map[string]string{queue: worker,},MatchExpressions:[]LabelSelectorRequirement{},})";
+        assert_eq!(
+            rescaled("worker").await,
+            [format!("New size: 5; reason: {queue} above target")]
+        );
+        let current = |name: &str, path: &str| {
+            api.jsonpath(
+                &["get", "hpa", name],
+                &format!("{{.status.currentMetrics[0].{path}}}"),
+            )
+        };
+        // the 5 replicas now carry 1 each
+        eventually("worker's status to show 1 per replica", || async {
+            (current("worker", "external.current.averageValue") == "1").then_some(())
+        })
+        .await;
+        assert_eq!(current("api", "object.describedObject.name"), "api");
+
+        // the queue grows: 8 waiting against 1 per pod
+        metrics
+            .lock()
+            .external
+            .insert("queue_depth?queue=worker".into(), vec![5000, 3000]);
+        settle("worker", "8").await;
+
+        // the metric the adapter lacks: upstream's reason and event, and no scale
+        let active = eventually("idle's ScalingActive condition", || async {
+            let reason = api.jsonpath(
+                &["get", "hpa", "idle"],
+                r#"{.status.conditions[?(@.type=="ScalingActive")].reason}"#,
+            );
+            (!reason.is_empty()).then_some(reason)
+        })
+        .await;
+        assert_eq!(active, "FailedGetPodsMetric");
+        let status = api.jsonpath(
+            &["get", "hpa", "idle"],
+            r#"{.status.conditions[?(@.type=="ScalingActive")].status}"#,
+        );
+        assert_eq!(status, "False");
+        events(
+            "FailedGetPodsMetric",
+            format!("{custom}: the server could not find the metric absent for pods"),
+        )
+        .await;
+        events(
+            "FailedGetExternalMetric",
+            format!("{external}: the server could not find the metric absent?"),
+        )
+        .await;
+        assert_eq!(replicas("idle"), "2");
+        assert!(api.event_messages("idle", "SuccessfulRescale").is_empty());
+        // and the others did not move
+        assert_eq!((replicas("web"), replicas("api")), ("6".into(), "3".into()));
     });
 }

@@ -4,8 +4,10 @@
 //! normalized ([`super::behavior`]), is written to the target's scale, with upstream's events
 //! (`SuccessfulRescale`, `FailedGetScale`, `FailedGetResourceMetric`, …) and conditions
 //! (`AbleToScale`, `ScalingActive`, `ScalingLimited`) and the measured metrics in the status.
-//! Pods, Object and External metrics need a custom or external metrics API: they are refused
-//! with a condition and an event saying so.
+//! `Pods`, `Object` and `External` metrics are read from `custom.metrics.k8s.io` and
+//! `external.metrics.k8s.io` ([`super::custom`]). As upstream's `computeReplicasForMetrics`, a
+//! metric that cannot be read gets its own event and the HPA still scales on the others, unless
+//! none can be read or the rest would scale down.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -27,6 +29,7 @@ use skiff_apimachinery::labels::Selector;
 use skiff_apimachinery::quantity::{Format, Quantity as Parsed, format_canonical};
 
 use super::behavior::{self, Behavior, History, Policy, Rules, Select};
+use super::custom;
 use super::replicas::{Calculator, PodInfo, Sample, Target};
 use crate::events::Note;
 
@@ -48,6 +51,32 @@ pub trait Autoscaling: Send + Sync {
     ) -> Result<(), String>;
     /// `metrics.k8s.io/v1beta1` PodMetrics of the pods `selector` selects (a `PodMetricsList`).
     async fn pod_metrics(&self, namespace: &str, selector: &str) -> Result<Value, String>;
+    /// `custom.metrics.k8s.io/v1beta2` values of `metric` for the pods `selector` selects,
+    /// narrowed by `metric_selector` (a `MetricValueList`).
+    async fn pods_metric(
+        &self,
+        namespace: &str,
+        selector: &str,
+        metric: &str,
+        metric_selector: &str,
+    ) -> Result<Value, String>;
+    /// `custom.metrics.k8s.io/v1beta2` value of `metric` for `object` in `namespace`, narrowed
+    /// by `metric_selector` (a `MetricValueList` of one item).
+    async fn object_metric(
+        &self,
+        namespace: &str,
+        object: &CrossVersionObjectReference,
+        metric: &str,
+        metric_selector: &str,
+    ) -> Result<Value, String>;
+    /// `external.metrics.k8s.io/v1beta1` values of `metric` that `metric_selector` selects (an
+    /// `ExternalMetricValueList`).
+    async fn external_metric(
+        &self,
+        namespace: &str,
+        metric: &str,
+        metric_selector: &str,
+    ) -> Result<Value, String>;
     async fn update_status(&self, hpa: &HorizontalPodAutoscaler) -> Result<(), String>;
     fn event(&self, hpa: &HorizontalPodAutoscaler, note: Note);
 }
@@ -67,6 +96,57 @@ pub struct Histories(Mutex<HashMap<String, History>>);
 
 /// A condition's type, status, reason and message.
 type Condition = (&'static str, bool, &'static str, String);
+
+/// What one metric proposes: replicas, the metric's status, and how the metric is named in
+/// conditions and events (`cpu resource utilization (percentage of request)`, `pods metric qps`).
+pub(super) struct MetricProposal {
+    pub replicas: i32,
+    pub status: MetricStatus,
+    pub describe: String,
+}
+
+/// Why one metric proposed nothing: the `ScalingActive=False` reason (`FailedGetPodsMetric`, …),
+/// the error (the event's message) and the error as upstream's `computeReplicasForMetric`
+/// returns it (`failed to get pods metric value: …`).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Invalid {
+    pub reason: &'static str,
+    pub error: String,
+    pub wrapped: String,
+}
+
+/// What the metrics of one sync read: the target's pods, its replicas, the time.
+pub(super) struct Inputs<'a> {
+    pub api: &'a dyn Autoscaling,
+    pub namespace: &'a str,
+    /// The scale's pod selector, as the scale gives it.
+    pub selector: &'a str,
+    /// The pods it selects.
+    pub pods: Vec<&'a Arc<Pod>>,
+    /// The scale's `spec.replicas` and `status.replicas`.
+    pub spec_replicas: i32,
+    pub status_replicas: i32,
+    pub settings: &'a Settings,
+    pub now: Timestamp,
+}
+
+/// The metrics' result: the largest proposal, how its metric is described, every metric's
+/// status, and the first error when some metrics could not be read (the HPA scales anyway).
+struct Computed {
+    replicas: i32,
+    describe: String,
+    statuses: Vec<MetricStatus>,
+    error: Option<String>,
+}
+
+/// Why the metrics gave no replica count: the `ScalingActive=False` reason and message, the error
+/// (upstream's `FailedComputeMetricsReplicas` event) and the statuses measured.
+struct Failure {
+    reason: &'static str,
+    message: String,
+    error: String,
+    statuses: Vec<MetricStatus>,
+}
 
 /// One sync of `hpa`; `pods` are its namespace's.
 pub async fn reconcile(
@@ -114,6 +194,8 @@ pub async fn reconcile(
     let behavior = behavior_of(spec.behavior.as_ref(), settings.downscale_stabilization);
     status.current_replicas = Some(current);
 
+    // an error of some metrics while the others scaled (returned once the status is written)
+    let mut partial = None;
     let (desired, reason) = if current == 0 && min != 0 {
         conditions.push((
             "ScalingActive",
@@ -132,30 +214,40 @@ pub async fn reconcile(
             min,
             Some("Current number of replicas below Spec.MinReplicas".to_string()),
         )
-    } else if selector.is_empty() {
-        let message = "the HPA target's scale is missing a selector".to_string();
-        api.event(
-            hpa,
-            Note::warning("SelectorRequired", "selector is required".into()),
-        );
-        conditions.push(("ScalingActive", false, "InvalidSelector", message.clone()));
-        write_status(api, hpa, status, conditions, now).await?;
-        return Err(message);
     } else {
         let metrics = spec.metrics.clone().unwrap_or_else(default_metrics);
+        let status_replicas = scale.status.as_ref().map_or(0, |s| s.replicas);
         let computed = compute(
-            api, &namespace, &selector, current, &metrics, pods, settings, now,
+            hpa,
+            api,
+            &namespace,
+            &selector,
+            (current, status_replicas),
+            &metrics,
+            pods,
+            settings,
+            now,
         )
         .await;
-        let (proposal, statuses, describe) = match computed {
+        let Computed {
+            replicas: proposal,
+            describe,
+            statuses,
+            error,
+        } = match computed {
             Ok(found) => found,
-            Err((reason, message)) => {
-                api.event(hpa, Note::warning(reason, message.clone()));
-                conditions.push(("ScalingActive", false, reason, message.clone()));
+            Err(failure) => {
+                status.current_metrics = Some(failure.statuses).filter(|s| !s.is_empty());
+                conditions.push(("ScalingActive", false, failure.reason, failure.message));
+                api.event(
+                    hpa,
+                    Note::warning("FailedComputeMetricsReplicas", failure.error.clone()),
+                );
                 write_status(api, hpa, status, conditions, now).await?;
-                return Err(message);
+                return Err(failure.error);
             }
         };
+        partial = error;
         status.current_metrics = Some(statuses);
         conditions.push((
             "ScalingActive",
@@ -221,7 +313,8 @@ pub async fn reconcile(
             }
         }
     }
-    write_status(api, hpa, status, conditions, now).await
+    write_status(api, hpa, status, conditions, now).await?;
+    partial.map_or(Ok(()), Err)
 }
 
 /// Upstream's default metric: 80% of the pods' CPU requests.
@@ -231,150 +324,263 @@ fn default_metrics() -> Vec<MetricSpec> {
     .expect("a valid metric")
 }
 
-/// The largest proposal of `metrics`, their statuses and how the deciding one is described;
-/// or the failed metric's condition reason and message.
+/// The largest proposal of `metrics` (upstream's `computeReplicasForMetrics`). A metric that
+/// cannot be read records its own event; the HPA scales on the others unless all failed or the
+/// rest would scale down, and the first failure then gives the condition.
 #[allow(clippy::too_many_arguments)]
 async fn compute(
+    hpa: &HorizontalPodAutoscaler,
     api: &dyn Autoscaling,
     namespace: &str,
     selector: &str,
-    current: i32,
+    (spec_replicas, status_replicas): (i32, i32),
     metrics: &[MetricSpec],
     pods: &[Arc<Pod>],
     settings: &Settings,
     now: Timestamp,
-) -> Result<(i32, Vec<MetricStatus>, String), (&'static str, String)> {
-    let parsed = Selector::parse(selector).map_err(|e| {
-        (
+) -> Result<Computed, Failure> {
+    let refused = |reason: &'static str, event: &'static str, error: String, message: String| {
+        api.event(hpa, Note::warning(event, error.clone()));
+        Failure {
+            reason,
+            message,
+            error,
+            statuses: Vec::new(),
+        }
+    };
+    if selector.is_empty() {
+        return Err(refused(
             "InvalidSelector",
-            format!("couldn't convert selector into a corresponding internal selector object: {e}"),
-        )
+            "SelectorRequired",
+            "selector is required".into(),
+            "the HPA target's scale is missing a selector".into(),
+        ));
+    }
+    let parsed = Selector::parse(selector).map_err(|e| {
+        let error =
+            format!("couldn't convert selector into a corresponding internal selector object: {e}");
+        refused("InvalidSelector", "InvalidSelector", error.clone(), error)
     })?;
-    let selected: Vec<&Arc<Pod>> = pods
-        .iter()
-        .filter(|p| parsed.matches(&p.metadata.labels.clone().unwrap_or_default()))
-        .collect();
+    let inputs = Inputs {
+        api,
+        namespace,
+        selector,
+        pods: pods
+            .iter()
+            .filter(|p| parsed.matches(&p.metadata.labels.clone().unwrap_or_default()))
+            .collect(),
+        spec_replicas,
+        status_replicas,
+        settings,
+        now,
+    };
     let mut usage: Option<Value> = None;
     let mut best: Option<(i32, String)> = None;
     let mut statuses = Vec::new();
+    let mut invalid: Vec<Invalid> = Vec::new();
     for metric in metrics {
-        let (resource, target, container) = match (
-            metric.type_.as_str(),
-            &metric.resource,
-            &metric.container_resource,
-        ) {
-            ("Resource", Some(r), _) => (r.name.clone(), r.target.clone(), None),
-            ("ContainerResource", _, Some(c)) => {
-                (c.name.clone(), c.target.clone(), Some(c.container.clone()))
-            }
-            (other, ..) => {
-                return Err((
-                    "FailedGetExternalMetric",
-                    format!(
-                        "{other} metrics need a custom or external metrics API, which this cluster has not registered"
-                    ),
-                ));
-            }
+        let proposal = match metric.type_.as_str() {
+            "Resource" | "ContainerResource" => resource_metric(&inputs, metric, &mut usage).await,
+            "Pods" => custom::pods_metric(&inputs, metric.pods.as_ref()).await,
+            "Object" => custom::object_metric(&inputs, metric.object.as_ref()).await,
+            "External" => custom::external_metric(&inputs, metric.external.as_ref()).await,
+            other => Err(Invalid {
+                reason: "InvalidMetricSourceType",
+                error: format!("unknown metric source type \"{other}\""),
+                wrapped: format!("unknown metric source type \"{other}\""),
+            }),
         };
-        let target = match (
-            target.type_.as_str(),
-            target.average_utilization,
-            &target.average_value,
-        ) {
-            ("Utilization", Some(u), _) => Target::Utilization(u),
-            ("AverageValue", _, Some(v)) => Target::AverageValue(milli(&v.0)),
-            _ => {
-                return Err((
-                    "FailedGetResourceMetric",
-                    format!("invalid target for resource metric {resource}"),
-                ));
+        match proposal {
+            Ok(p) => {
+                statuses.push(p.status);
+                if best
+                    .as_ref()
+                    .is_none_or(|(r, _)| *r == 0 || p.replicas > *r)
+                {
+                    best = Some((p.replicas, p.describe));
+                }
             }
-        };
-        if usage.is_none() {
-            let list = api.pod_metrics(namespace, selector).await.map_err(|e| {
-                ("FailedGetResourceMetric", format!("failed to get {resource} utilization: unable to get metrics for resource {resource}: unable to fetch metrics from resource metrics API: {e}"))
-            })?;
-            usage = Some(list);
-        }
-        let samples = samples(
-            usage.as_ref().expect("fetched"),
-            &resource,
-            container.as_deref(),
-        );
-        if samples.is_empty() {
-            return Err((
-                "FailedGetResourceMetric",
-                format!(
-                    "failed to get {resource} utilization: unable to get metrics for resource {resource}: no metrics returned from resource metrics API"
-                ),
-            ));
-        }
-        let infos: Vec<PodInfo> = selected
-            .iter()
-            .map(|p| pod_info(p, &resource, container.as_deref()))
-            .collect();
-        let proposal = settings
-            .calculator
-            .resource_replicas(current, target, resource == "cpu", &infos, &samples, now)
-            .map_err(|e| {
-                (
-                    "FailedGetResourceMetric",
-                    format!("failed to get {resource} utilization: {e}"),
-                )
-            })?;
-        let describe = match (target, &container) {
-            (Target::Utilization(_), None) => {
-                format!("{resource} resource utilization (percentage of request)")
+            Err(e) => {
+                api.event(hpa, Note::warning(e.reason, e.error.clone()));
+                // upstream leaves the failed metric's status empty
+                statuses.push(MetricStatus::default());
+                invalid.push(e);
             }
-            (Target::Utilization(_), Some(c)) => format!(
-                "{resource} container resource utilization (percentage of request) of container {c}"
-            ),
-            (Target::AverageValue(_), None) => format!("{resource} resource"),
-            (Target::AverageValue(_), Some(c)) => {
-                format!("{resource} container resource of container {c}")
-            }
-        };
-        let current_value = MetricValueStatus {
-            average_utilization: proposal.utilization,
-            average_value: Some(Quantity(format_canonical(
-                i128::from(proposal.average_value) * 1_000_000,
-                Format::DecimalSI,
-            ))),
-            value: None,
-        };
-        statuses.push(match &container {
-            None => MetricStatus {
-                type_: "Resource".into(),
-                resource: Some(ResourceMetricStatus {
-                    name: resource.clone(),
-                    current: current_value,
-                }),
-                ..Default::default()
-            },
-            Some(c) => MetricStatus {
-                type_: "ContainerResource".into(),
-                container_resource: Some(ContainerResourceMetricStatus {
-                    name: resource.clone(),
-                    container: c.clone(),
-                    current: current_value,
-                }),
-                ..Default::default()
-            },
-        });
-        if best.as_ref().is_none_or(|(r, _)| proposal.replicas > *r) {
-            best = Some((proposal.replicas, describe));
         }
     }
-    let (replicas, describe) = best.ok_or((
-        "FailedGetResourceMetric",
-        "the HPA has no metrics".to_string(),
-    ))?;
-    Ok((replicas, statuses, describe))
+    let error = invalid.first().map(|first| {
+        format!(
+            "invalid metrics ({} invalid out of {}), first error is: {}",
+            invalid.len(),
+            metrics.len(),
+            first.wrapped
+        )
+    });
+    match (best, invalid.first(), error) {
+        (Some((replicas, describe)), _, error) if error.is_none() || replicas >= spec_replicas => {
+            Ok(Computed {
+                replicas,
+                describe,
+                statuses,
+                error,
+            })
+        }
+        (_, Some(first), Some(error)) => Err(Failure {
+            reason: first.reason,
+            message: format!(
+                "the HPA was unable to compute the replica count: {}",
+                first.error
+            ),
+            error,
+            statuses,
+        }),
+        _ => Err(Failure {
+            reason: "InvalidMetricSourceType",
+            message: "the HPA has no metrics".into(),
+            error: "the HPA has no metrics".into(),
+            statuses,
+        }),
+    }
+}
+
+/// A `Resource` or `ContainerResource` metric's proposal from the pods' usage in
+/// `metrics.k8s.io` (read once per sync into `usage`), as upstream's
+/// `computeStatusForResourceMetricGeneric`.
+async fn resource_metric(
+    inputs: &Inputs<'_>,
+    metric: &MetricSpec,
+    usage: &mut Option<Value>,
+) -> Result<MetricProposal, Invalid> {
+    let (resource, target, container) = match (&metric.resource, &metric.container_resource) {
+        (Some(r), _) if metric.type_ == "Resource" => (r.name.clone(), r.target.clone(), None),
+        (_, Some(c)) if metric.type_ == "ContainerResource" => {
+            (c.name.clone(), c.target.clone(), Some(c.container.clone()))
+        }
+        _ => {
+            return Err(Invalid {
+                reason: "InvalidMetricSourceType",
+                error: format!("invalid {} metric source", metric.type_),
+                wrapped: format!("invalid {} metric source", metric.type_),
+            });
+        }
+    };
+    let (reason, wrapped) = match &container {
+        None => (
+            "FailedGetResourceMetric",
+            format!("failed to get {resource} resource metric value"),
+        ),
+        Some(c) => (
+            "FailedGetContainerResourceMetric",
+            format!("failed to get {c} container metric value"),
+        ),
+    };
+    let invalid = |error: String| Invalid {
+        reason,
+        wrapped: format!("{wrapped}: {error}"),
+        error,
+    };
+    // an average value is upstream's raw usage path, whatever the target's type says
+    let (target, measured) = match (&target.average_value, target.average_utilization) {
+        (Some(v), _) => (Target::AverageValue(milli(&v.0)), "usage"),
+        (None, Some(u)) => (Target::Utilization(u), "utilization"),
+        (None, None) => {
+            let error = "invalid resource metric source: neither an average utilization target nor an average value (usage) target was set";
+            return Err(Invalid {
+                reason,
+                error: error.into(),
+                wrapped: error.into(),
+            });
+        }
+    };
+    let failed = |e: String| invalid(format!("failed to get {resource} {measured}: {e}"));
+    if usage.is_none() {
+        let list = inputs
+            .api
+            .pod_metrics(inputs.namespace, inputs.selector)
+            .await
+            .map_err(|e| {
+                failed(format!("unable to get metrics for resource {resource}: unable to fetch metrics from resource metrics API: {e}"))
+            })?;
+        *usage = Some(list);
+    }
+    let samples = samples(
+        usage.as_ref().expect("fetched"),
+        &resource,
+        container.as_deref(),
+    );
+    if samples.is_empty() {
+        return Err(failed(format!(
+            "unable to get metrics for resource {resource}: no metrics returned from resource metrics API"
+        )));
+    }
+    let infos: Vec<PodInfo> = inputs
+        .pods
+        .iter()
+        .map(|p| pod_info(p, &resource, container.as_deref()))
+        .collect();
+    let proposal = inputs
+        .settings
+        .calculator
+        .resource_replicas(
+            inputs.spec_replicas,
+            target,
+            resource == "cpu",
+            &infos,
+            &samples,
+            inputs.now,
+        )
+        .map_err(failed)?;
+    let describe = match (target, &container) {
+        (Target::Utilization(_), None) => {
+            format!("{resource} resource utilization (percentage of request)")
+        }
+        (Target::Utilization(_), Some(_)) => {
+            format!("{resource} container resource utilization (percentage of request)")
+        }
+        (Target::AverageValue(_), _) => format!("{resource} resource"),
+    };
+    let current = MetricValueStatus {
+        average_utilization: proposal.utilization,
+        average_value: Some(milli_quantity(proposal.average_value)),
+        value: None,
+    };
+    let status = match container {
+        None => MetricStatus {
+            type_: "Resource".into(),
+            resource: Some(ResourceMetricStatus {
+                name: resource,
+                current,
+            }),
+            ..Default::default()
+        },
+        Some(container) => MetricStatus {
+            type_: "ContainerResource".into(),
+            container_resource: Some(ContainerResourceMetricStatus {
+                name: resource,
+                container,
+                current,
+            }),
+            ..Default::default()
+        },
+    };
+    Ok(MetricProposal {
+        replicas: proposal.replicas,
+        status,
+        describe,
+    })
 }
 
 /// A quantity in milli-units.
-fn milli(q: &str) -> i64 {
+pub(super) fn milli(q: &str) -> i64 {
     Parsed::parse(q).map_or(0, |q| q.milli_value())
+}
+
+/// `milli` milli-units as a decimal quantity (upstream's `NewMilliQuantity(…, DecimalSI)`).
+pub(super) fn milli_quantity(milli: i64) -> Quantity {
+    Quantity(format_canonical(
+        i128::from(milli) * 1_000_000,
+        Format::DecimalSI,
+    ))
 }
 
 /// Each pod's usage of `resource` in milli-units (one container's, for a container metric),
@@ -415,7 +621,7 @@ fn samples(list: &Value, resource: &str, container: Option<&str>) -> BTreeMap<St
 
 /// What the calculator needs of a pod: phase, readiness, start, and its request of `resource`
 /// (the named container's, for a container metric).
-fn pod_info(pod: &Pod, resource: &str, container: Option<&str>) -> PodInfo {
+pub(super) fn pod_info(pod: &Pod, resource: &str, container: Option<&str>) -> PodInfo {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let status = pod.status.clone().unwrap_or_default();
     let ready = status

@@ -1,16 +1,21 @@
 //! `horizontal-pod-autoscaler` (upstream's `podautoscaler` package): every HPA is synced each
 //! `--horizontal-pod-autoscaler-sync-period` (and on its own changes) against its target's
-//! `scale` subresource and the pods' resource metrics from `metrics.k8s.io`.
+//! `scale` subresource and its metrics: the pods' resource metrics from `metrics.k8s.io`, custom
+//! metrics of the pods or of another object from `custom.metrics.k8s.io/v1beta2`, and external
+//! metrics from `external.metrics.k8s.io/v1beta1`, which adapters serve through `APIService`s.
 //!
 //! # Layout
-//! - [`replicas`]: the replicas a resource metric asks for, from the target's pods and their
-//!   metrics (upstream's `ReplicaCalculator`).
+//! - [`replicas`]: the replicas a metric asks for, from the target's pods and their metrics, or
+//!   from one object's or external value (upstream's `ReplicaCalculator`).
+//! - [`custom`]: `Pods`, `Object` and `External` metrics: the reads, the proposals, their
+//!   statuses and upstream's errors (upstream's `computeStatusFor{Pods,Object,External}Metric`).
 //! - [`behavior`]: stabilization windows, scaling policies and bounds applied to that proposal
 //!   (upstream's `normalizeDesiredReplicasWithBehaviors`), with the conditions' reasons.
 //! - [`controller`]: one HPA's sync: scale, metrics, proposal, rescale, events, status.
 
 pub mod behavior;
 pub mod controller;
+pub mod custom;
 pub mod replicas;
 
 use std::sync::Arc;
@@ -21,7 +26,7 @@ use k8s_openapi::api::autoscaling::v1::Scale;
 use k8s_openapi::api::autoscaling::v2::{CrossVersionObjectReference, HorizontalPodAutoscaler};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DynamicObject, PostParams};
-use kube::core::GroupVersionKind;
+use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
 use skiff_runtime::controller::{Action, Controller};
@@ -39,28 +44,106 @@ struct KubeAutoscaling {
 }
 
 impl KubeAutoscaling {
-    /// The target's API (the served resource of its kind, found by discovery).
+    /// The served resource of `reference`'s kind, found by discovery.
+    async fn resource(
+        &self,
+        reference: &CrossVersionObjectReference,
+    ) -> Result<ApiResource, String> {
+        let api_version = reference.api_version.as_deref().unwrap_or("v1");
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, &reference.kind);
+        let (resource, _) = kube::discovery::pinned_kind(&self.client, &gvk)
+            .await
+            .map_err(|e| {
+                format!(
+                    "unable to find the kind {api_version} {}: {e}",
+                    reference.kind
+                )
+            })?;
+        Ok(resource)
+    }
+
+    /// The target's API.
     async fn target(
         &self,
         namespace: &str,
         target: &CrossVersionObjectReference,
     ) -> Result<Api<DynamicObject>, String> {
-        let api_version = target.api_version.as_deref().unwrap_or("v1");
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let gvk = GroupVersionKind::gvk(group, version, &target.kind);
-        let (resource, _) = kube::discovery::pinned_kind(&self.client, &gvk)
-            .await
-            .map_err(|e| {
-                format!(
-                    "unable to find the target's kind {api_version} {}: {e}",
-                    target.kind
-                )
-            })?;
+        let resource = self.resource(target).await?;
         Ok(Api::namespaced_with(
             self.client.clone(),
             namespace,
             &resource,
         ))
+    }
+
+    /// GETs `path` with `query`'s non-empty parameters: the body, or the error's message as
+    /// client-go gives it (a `Status`'s message).
+    async fn get(&self, path: &str, query: &[(&str, &str)]) -> Result<Value, ApiFailure> {
+        let query = {
+            let mut encoded = form_urlencoded::Serializer::new(String::new());
+            for (name, value) in query.iter().filter(|(_, v)| !v.is_empty()) {
+                encoded.append_pair(name, value);
+            }
+            encoded.finish()
+        };
+        let uri = if query.is_empty() {
+            path.to_string()
+        } else {
+            format!("{path}?{query}")
+        };
+        let request = http::Request::get(uri)
+            .body(Vec::new())
+            .map_err(|e| ApiFailure::Other(e.to_string()))?;
+        self.client
+            .request::<Value>(request)
+            .await
+            .map_err(|e| match e {
+                kube::Error::Api(s) if s.code == 404 => ApiFailure::NotFound(message(&s)),
+                kube::Error::Api(s) => ApiFailure::Other(message(&s)),
+                e => ApiFailure::Other(e.to_string()),
+            })
+    }
+
+    /// A `custom.metrics.k8s.io/v1beta2` read. Not found because the API is not registered is
+    /// upstream's discovery error (its client finds the served version by discovery first).
+    async fn custom(&self, path: &str, query: &[(&str, &str)]) -> Result<Value, String> {
+        let root = "/apis/custom.metrics.k8s.io";
+        match self.get(&format!("{root}/v1beta2/{path}"), query).await {
+            Ok(list) => Ok(list),
+            Err(ApiFailure::NotFound(m)) => match self.get(root, &[]).await {
+                Err(ApiFailure::NotFound(_)) => {
+                    Err("no known available metric versions found".into())
+                }
+                _ => Err(m),
+            },
+            Err(ApiFailure::Other(m)) => Err(m),
+        }
+    }
+}
+
+/// A failed read: not found (which may mean an API that is not registered), or another error.
+enum ApiFailure {
+    NotFound(String),
+    Other(String),
+}
+
+impl ApiFailure {
+    fn into_message(self) -> String {
+        match self {
+            ApiFailure::NotFound(m) | ApiFailure::Other(m) => m,
+        }
+    }
+}
+
+/// A `Status`'s message, or client-go's for its code when it has none.
+fn message(status: &kube::core::Status) -> String {
+    if !status.message.is_empty() {
+        return status.message.clone();
+    }
+    match status.code {
+        404 => "the server could not find the requested resource".into(),
+        code => format!("the server responded with the status code {code}"),
     }
 }
 
@@ -94,17 +177,64 @@ impl Autoscaling for KubeAutoscaling {
     }
 
     async fn pod_metrics(&self, namespace: &str, selector: &str) -> Result<Value, String> {
-        let query: String = form_urlencoded::Serializer::new(String::new())
-            .append_pair("labelSelector", selector)
-            .finish();
-        let path = format!("/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods?{query}");
-        let request = http::Request::get(path)
-            .body(Vec::new())
-            .map_err(|e| e.to_string())?;
-        self.client
-            .request::<Value>(request)
+        let path = format!("/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods");
+        self.get(&path, &[("labelSelector", selector)])
             .await
-            .map_err(|e| e.to_string())
+            .map_err(ApiFailure::into_message)
+    }
+
+    async fn pods_metric(
+        &self,
+        namespace: &str,
+        selector: &str,
+        metric: &str,
+        metric_selector: &str,
+    ) -> Result<Value, String> {
+        let path = format!("namespaces/{namespace}/pods/*/{metric}");
+        let query = [
+            ("labelSelector", selector),
+            ("metricLabelSelector", metric_selector),
+        ];
+        self.custom(&path, &query).await
+    }
+
+    async fn object_metric(
+        &self,
+        namespace: &str,
+        object: &CrossVersionObjectReference,
+        metric: &str,
+        metric_selector: &str,
+    ) -> Result<Value, String> {
+        let resource = self.resource(object).await?;
+        // a Namespace's metrics are the root-scoped ones of the HPA's own namespace: a
+        // reference may not escape it
+        let path = if resource.group.is_empty() && resource.kind == "Namespace" {
+            format!("namespaces/{namespace}/metrics/{metric}")
+        } else {
+            let qualified = if resource.group.is_empty() {
+                resource.plural.clone()
+            } else {
+                format!("{}.{}", resource.plural, resource.group)
+            };
+            format!(
+                "namespaces/{namespace}/{qualified}/{}/{metric}",
+                object.name
+            )
+        };
+        self.custom(&path, &[("metricLabelSelector", metric_selector)])
+            .await
+    }
+
+    async fn external_metric(
+        &self,
+        namespace: &str,
+        metric: &str,
+        metric_selector: &str,
+    ) -> Result<Value, String> {
+        let path = format!("/apis/external.metrics.k8s.io/v1beta1/namespaces/{namespace}/{metric}");
+        self.get(&path, &[("labelSelector", metric_selector)])
+            .await
+            .map_err(ApiFailure::into_message)
     }
 
     async fn update_status(&self, hpa: &HorizontalPodAutoscaler) -> Result<(), String> {

@@ -1,11 +1,15 @@
-//! How many replicas a resource metric asks for (upstream's `ReplicaCalculator` for `Resource`
-//! and `ContainerResource` metrics): the pods of the target are sorted into ready, unready
+//! How many replicas a metric asks for (upstream's `ReplicaCalculator`). For `Resource` and
+//! `ContainerResource` metrics, and `Pods` metrics (an average value per pod, upstream's
+//! `calcPlainMetricReplicas`, which a resource's average value target shares), the pods of the
+//! target are sorted into ready, unready
 //! (pending, or for CPU not yet ready or still starting), missing a metric, and ignored
 //! (deleted or failed); the usage of the ready ones against the target gives a ratio, and the
 //! replicas are the ready count scaled by it, unless the change is within the tolerance. When
 //! pods are missing or unready the ratio is taken again with the conservative assumption
 //! (missing pods at their request on a scale-down and at zero on a scale-up, unready pods at
-//! zero on a scale-up), and no scale happens if that turns the direction around.
+//! zero on a scale-up), and no scale happens if that turns the direction around. One value (an
+//! `Object` metric's, or the sum of an `External` metric's) scales the ready pods by its ratio
+//! to a `Value` target, or gives the replicas directly against an `AverageValue` target.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -138,7 +142,8 @@ impl Calculator {
                 Target::Utilization(_) if ratio > 1.0 => 0,
                 Target::Utilization(_) => continue,
                 Target::AverageValue(t) if ratio < 1.0 => t,
-                Target::AverageValue(_) => 0,
+                Target::AverageValue(_) if ratio > 1.0 => 0,
+                Target::AverageValue(_) => continue,
             };
             usage.insert(name, assumed);
         }
@@ -162,6 +167,48 @@ impl Calculator {
             replicas: if against { current } else { replicas },
             ..measured
         })
+    }
+
+    /// The replicas a usage ratio of one value (an `Object` metric's, or an `External` metric's
+    /// sum) against a `Value` target asks for, as upstream's `getUsageRatioReplicaCount`: the
+    /// ready pods scaled by the ratio unless it is within the tolerance; from zero replicas the
+    /// ratio alone (so that a target may scale from and to zero).
+    pub fn usage_ratio_replicas(
+        &self,
+        current: i32,
+        ratio: f64,
+        pods: &[PodInfo],
+    ) -> Result<i32, String> {
+        if current == 0 {
+            return Ok(ratio.ceil() as i32);
+        }
+        if (1.0 - ratio).abs() <= self.tolerance {
+            return Ok(current);
+        }
+        if pods.is_empty() {
+            return Err("unable to calculate ready pods: no pods returned by selector while calculating replica count".into());
+        }
+        let ready = pods
+            .iter()
+            .filter(|p| p.phase == "Running" && p.ready.is_some_and(|(ready, _)| ready))
+            .count();
+        Ok((ratio * ready as f64).ceil() as i32)
+    }
+
+    /// The replicas one value (an `Object` metric's, or an `External` metric's sum) asks for
+    /// against an `AverageValue` target per pod, with the average per current replica, as
+    /// upstream's `GetObjectPerPodMetricReplicas` and `GetExternalPerPodMetricReplicas`: the value
+    /// over the target unless the change is within the tolerance of `status_replicas` (the
+    /// scale's `status.replicas`).
+    pub fn per_pod_replicas(&self, status_replicas: i32, usage: i64, target: i64) -> (i32, i64) {
+        let (usage, target_f, replicas) = (usage as f64, target as f64, f64::from(status_replicas));
+        let ratio = usage / (target_f * replicas);
+        let proposal = if (1.0 - ratio).abs() > self.tolerance {
+            (usage / target_f).ceil() as i32
+        } else {
+            status_replicas
+        };
+        (proposal, (usage / replicas).ceil() as i64)
     }
 
     fn group(

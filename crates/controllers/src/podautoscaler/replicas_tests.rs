@@ -198,3 +198,28 @@ fn errors_are_upstreams() {
         "did not receive metrics for targeted pods (pods might be unready)"
     );
 }
+
+#[test]
+fn one_value_against_a_value_target_scales_the_ready_pods_or_from_zero_the_ratio() {
+    let mut pending = running("c", 100);
+    pending.phase = "Pending".into();
+    let pods = [running("a", 100), running("b", 100), pending];
+    // 2.5 times the target on 2 ready pods (the pending one does not count)
+    assert_eq!(calc().usage_ratio_replicas(3, 2.5, &pods), Ok(5));
+    // within the tolerance: as is
+    assert_eq!(calc().usage_ratio_replicas(3, 1.05, &pods), Ok(3));
+    // from zero replicas: the ratio alone
+    assert_eq!(calc().usage_ratio_replicas(0, 1.5, &[]), Ok(2));
+    assert_eq!(
+        calc().usage_ratio_replicas(3, 2.0, &[]),
+        Err("unable to calculate ready pods: no pods returned by selector while calculating replica count".into())
+    );
+}
+
+#[test]
+fn one_value_against_an_average_target_gives_the_replicas_and_the_average_per_replica() {
+    // 900 against 300 per replica on 2 replicas: 3, and 450 each now
+    assert_eq!(calc().per_pod_replicas(2, 900, 300), (3, 450));
+    // 610 against 300 on 2 replicas is within the tolerance: still 2
+    assert_eq!(calc().per_pod_replicas(2, 610, 300), (2, 305));
+}
