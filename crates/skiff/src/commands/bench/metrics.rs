@@ -151,13 +151,16 @@ impl RunningCount {
     }
 }
 
-fn bare_pod(namespace: &str, name: &str, node: &str) -> Value {
+/// A pod sleeping on `node`, requesting `cpu` (none: no request, so that 100 fit on a real
+/// node of two cores).
+fn bare_pod(namespace: &str, name: &str, node: &str, cpu: Option<&str>) -> Value {
+    let resources = cpu.map_or(json!({}), |cpu| json!({"requests": {"cpu": cpu}}));
     json!({"metadata": {"name": name, "namespace": namespace},
            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
                     "containers": [{"name": "app", "image": BUSYBOX_IMAGE,
                                     "imagePullPolicy": "IfNotPresent",
                                     "command": ["sleep", "3600"],
-                                    "resources": {"requests": {"cpu": "100m"}}}]}})
+                                    "resources": resources}]}})
 }
 
 /// Creates `pods` in `namespace` (32 at a time).
@@ -287,7 +290,7 @@ async fn pipeline(
     let pods = (0..total)
         .map(|i| {
             let node = format!("{PREFIX}-{}", i % args.nodes);
-            bare_pod(NAMESPACE, &format!("p{i}"), &node)
+            bare_pod(NAMESPACE, &format!("p{i}"), &node, Some("100m"))
         })
         .collect();
     create_pods(&client, NAMESPACE, pods).await?;
@@ -567,7 +570,7 @@ async fn summary(
     let pods: Api<Pod> = Api::namespaced(client.clone(), REAL_NAMESPACE);
     let result = async {
         let mine = (0..args.summary_pods)
-            .map(|i| bare_pod(REAL_NAMESPACE, &format!("real-{i}"), node))
+            .map(|i| bare_pod(REAL_NAMESPACE, &format!("real-{i}"), node, None))
             .collect();
         create_pods(&client, REAL_NAMESPACE, mine).await?;
         let running = ListParams::default().fields("status.phase=Running");
