@@ -40,46 +40,15 @@ fn answer(path: &str, user: &str) -> (u16, serde_json::Value) {
 
 /// Starts the aggregated server on a loopback port; it stops with the returned runtime.
 fn aggregated_server() -> (tokio::runtime::Runtime, u16) {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = skiff_apiserver::pki::Pki::ensure(dir.path(), &["127.0.0.1".to_string()])
-        .expect("serving certificates");
-    let acceptor = support::https::loopback_acceptor(&pki);
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let port = listener.local_addr().unwrap().port();
-    runtime.spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let service = hyper::service::service_fn(
-                    |req: hyper::Request<hyper::body::Incoming>| async move {
-                        let user = req
-                            .headers()
-                            .get("x-remote-user")
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or("")
-                            .to_string();
-                        let (code, body) = answer(req.uri().path(), &user);
-                        let resp = hyper::Response::builder()
-                            .status(code)
-                            .header("content-type", "application/json")
-                            .body(http_body_util::Full::new(bytes::Bytes::from(
-                                body.to_string(),
-                            )))
-                            .unwrap();
-                        Ok::<_, hyper::Error>(resp)
-                    },
-                );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                    .await;
-            });
-        }
+    let port = support::https::json_server(&runtime, |head: http::request::Parts| async move {
+        let user = head
+            .headers
+            .get("x-remote-user")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        answer(head.uri.path(), &user)
     });
     (runtime, port)
 }

@@ -545,43 +545,13 @@ fn metrics_adapter(
     api: &ApiServer,
     metrics: Arc<Mutex<AdapterMetrics>>,
 ) -> (tokio::runtime::Runtime, u16) {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = skiff_apiserver::pki::Pki::ensure(dir.path(), &["127.0.0.1".to_string()])
-        .expect("serving certificates");
-    let acceptor = support::https::loopback_acceptor(&pki);
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let port = listener.local_addr().unwrap().port();
     let pods: Api<Pod> = Api::namespaced(runtime.block_on(kube_client(api)), "default");
-    runtime.spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let (acceptor, metrics, pods) = (acceptor.clone(), metrics.clone(), pods.clone());
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let service =
-                    hyper::service::service_fn(|req: hyper::Request<hyper::body::Incoming>| {
-                        let (metrics, pods) = (metrics.clone(), pods.clone());
-                        async move {
-                            let (path, query) = (req.uri().path(), req.uri().query().unwrap_or(""));
-                            let (code, body) = adapter_answer(&metrics, &pods, path, query).await;
-                            let resp = hyper::Response::builder()
-                                .status(code)
-                                .header("content-type", "application/json")
-                                .body(http_body_util::Full::new(bytes::Bytes::from(
-                                    body.to_string(),
-                                )))
-                                .unwrap();
-                            Ok::<_, hyper::Error>(resp)
-                        }
-                    });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                    .await;
-            });
+    let port = support::https::json_server(&runtime, move |head: http::request::Parts| {
+        let (metrics, pods) = (metrics.clone(), pods.clone());
+        async move {
+            let (path, query) = (head.uri.path(), head.uri.query().unwrap_or(""));
+            adapter_answer(&metrics, &pods, path, query).await
         }
     });
     (runtime, port)

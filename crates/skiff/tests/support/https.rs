@@ -144,3 +144,47 @@ pub fn loopback_acceptor(pki: &skiff_apiserver::pki::Pki) -> tokio_rustls::TlsAc
         .expect("serving certificate and key");
     tokio_rustls::TlsAcceptor::from(Arc::new(config))
 }
+
+/// A test's own HTTPS server of JSON answers on a loopback port of `runtime` (an aggregated API
+/// server, a metrics adapter): `answer` gets each request's head and gives the status and body.
+/// It serves until the runtime is dropped; returns the port.
+pub fn json_server<F, Fut>(runtime: &tokio::runtime::Runtime, answer: F) -> u16
+where
+    F: Fn(http::request::Parts) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = (u16, serde_json::Value)> + Send + 'static,
+{
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pki = skiff_apiserver::pki::Pki::ensure(dir.path(), &["127.0.0.1".to_string()])
+        .expect("serving certificates");
+    let acceptor = loopback_acceptor(&pki);
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("a loopback port");
+    let port = listener.local_addr().expect("bound").port();
+    runtime.spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, answer) = (acceptor.clone(), answer.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let answer = answer.clone();
+                    async move {
+                        let (code, body) = answer(req.into_parts().0).await;
+                        let resp = Response::builder()
+                            .status(code)
+                            .header("content-type", "application/json")
+                            .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+                            .expect("a response");
+                        Ok::<_, Infallible>(resp)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    port
+}
