@@ -43,6 +43,7 @@ use super::api::{
 };
 use super::controllers::{SkiffChild, start};
 use super::pods::{KubeletChild, load1, remove_pods};
+use crate::commands::server::addons::apply_manifests;
 
 /// Options of `skiff bench metrics`.
 #[derive(Debug, Clone, clap::Args)]
@@ -191,33 +192,6 @@ async fn create_namespace(client: &kube::Client, name: &str) -> Result<()> {
     }
 }
 
-/// Applies `objects` (server-side, as the bench).
-async fn apply(client: &kube::Client, objects: &[Value]) -> Result<()> {
-    for object in objects {
-        let api_version = object["apiVersion"].as_str().context("apiVersion")?;
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let gvk = kube::core::GroupVersionKind::gvk(
-            group,
-            version,
-            object["kind"].as_str().context("kind")?,
-        );
-        let resource = kube::core::ApiResource::from_gvk(&gvk);
-        let api: Api<kube::core::DynamicObject> = match object["metadata"]["namespace"].as_str() {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-            None => Api::all_with(client.clone(), &resource),
-        };
-        let name = object["metadata"]["name"].as_str().context("name")?;
-        api.patch(
-            name,
-            &PatchParams::apply("skiff-bench").force(),
-            &Patch::Apply(object),
-        )
-        .await
-        .with_context(|| format!("applying {} {name}", gvk.kind))?;
-    }
-    Ok(())
-}
-
 /// The metrics server's registration: an `ExternalName` Service for `localhost` at its port
 /// (an endpoint may not be on loopback) and the APIService.
 fn registration(port: u16) -> [Value; 2] {
@@ -325,7 +299,7 @@ async fn pipeline(
         .and_then(|rest| rest.split(',').next())
         .and_then(|p| p.parse().ok())
         .with_context(|| format!("no port in {:?}", metrics.ready))?;
-    apply(&client, &registration(port)).await?;
+    apply_manifests(&client, "skiff-bench", &registration(port)).await?;
     let scraped = Instant::now();
     let nodes_path = "/apis/metrics.k8s.io/v1beta1/nodes";
     until("every node in metrics.k8s.io", timeout, || async {
@@ -458,7 +432,7 @@ async fn hpa_reaction(
     let mut already = args.nodes * args.pods_per_node;
     for run in 0..args.hpa_runs {
         let name = format!("hpa-{run}");
-        apply(client, &hpa_objects(&name)).await?;
+        apply_manifests(client, "skiff-bench", &hpa_objects(&name)).await?;
         already += HPA_REPLICAS;
         running.wait_for(already, timeout).await?;
         until("the HPA to read its pods' usage", timeout, || async {

@@ -247,7 +247,22 @@ pub async fn ensure_metrics_server(
     node_ip: IpAddr,
     port: u16,
 ) -> anyhow::Result<()> {
-    for object in metrics_server_objects(node, node_ip, port) {
+    apply_manifests(
+        client,
+        MANAGER,
+        &metrics_server_objects(node, node_ip, port),
+    )
+    .await
+}
+
+/// Applies `objects` (manifests of any kind, each naming its `apiVersion` and `kind`)
+/// server-side as field manager `manager`, in order.
+pub async fn apply_manifests(
+    client: &kube::Client,
+    manager: &str,
+    objects: &[Value],
+) -> anyhow::Result<()> {
+    for object in objects {
         let (api_version, kind) = (object["apiVersion"].as_str(), object["kind"].as_str());
         let (Some(api_version), Some(kind)) = (api_version, kind) else {
             anyhow::bail!("a manifest without apiVersion or kind");
@@ -255,18 +270,15 @@ pub async fn ensure_metrics_server(
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
         let gvk = kube::core::GroupVersionKind::gvk(group, version, kind);
         let resource = kube::core::ApiResource::from_gvk(&gvk);
-        let name = object["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
         let api: Api<kube::core::DynamicObject> = match object["metadata"]["namespace"].as_str() {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
             None => Api::all_with(client.clone(), &resource),
         };
         api.patch(
-            &name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&object),
+            name,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(object),
         )
         .await
         .with_context(|| format!("applying {kind} {name}"))?;
