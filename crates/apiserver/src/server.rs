@@ -685,7 +685,12 @@ impl ApiServer {
         if let Some(r) = record {
             req.extensions_mut().insert(r);
         }
-        handlers::route(self, req, info, query, user).await
+        let traced = crate::trace::TracedRequest::start(&self, &req, &info, &user);
+        let resp = handlers::route(self, req, info, query, user).await;
+        if let Some(traced) = traced {
+            traced.finish(resp.status().as_u16());
+        }
+        resp
     }
 }
 

@@ -18,6 +18,7 @@
 //! - [`runner`]: host commands of the node agents (`nft`, `iptables`, `ip`), real (optionally
 //!   in a network namespace) and a recording fake.
 //! - [`ratelimit`]: client-side QPS and burst, as client-go's, for kube's `ClientBuilder`.
+//! - [`trace`]: the `traceparent` of requests made on an object's behalf.
 
 pub mod backoff;
 pub mod cache;
@@ -30,4 +31,5 @@ pub mod metrics;
 pub mod mutation;
 pub mod ratelimit;
 pub mod runner;
+pub mod trace;
 pub mod workqueue;

@@ -6,7 +6,9 @@
 //! and the endpoint controllers — `/metrics` has the startup stage histograms, and the web page,
 //! opened through a real `kubectl proxy` in headless Chromium, draws the lanes and steps. A
 //! second test runs the pod on a real kubelet with containerd: the trace then has the image and
-//! container events, and the sandbox, image, container start and readiness stages measured.
+//! container events, and the sandbox, image, container start and readiness stages measured. A
+//! third traces other kinds: a Deployment with its ReplicaSet and pods as descendants (live in
+//! the stream and drawn on the page), and an HPA with its controller's scale and metric requests.
 
 mod support;
 
@@ -50,15 +52,40 @@ fn hollow_node(api: &ApiServer) -> Process {
     )
 }
 
-fn skiff_trace(api: &ApiServer) -> String {
+/// `skiff trace KIND NAME` in `default`: its output.
+fn skiff_trace_of(api: &ApiServer, kind: &str, name: &str) -> String {
     let out = run_guarded(
         Command::new(env!("CARGO_BIN_EXE_skiff"))
-            .args(["trace", "pod", "web", "-n", "default", "--kubeconfig"])
+            .args(["trace", kind, name, "-n", "default", "--kubeconfig"])
             .arg(api.kubeconfig()),
     );
     let (stdout, stderr) = output_text(&out);
-    assert!(out.status.success(), "skiff trace pod failed: {stderr}");
+    assert!(
+        out.status.success(),
+        "skiff trace {kind} {name} failed: {stderr}"
+    );
     stdout
+}
+
+fn skiff_trace(api: &ApiServer) -> String {
+    skiff_trace_of(api, "pod", "web")
+}
+
+/// `skiff trace KIND NAME` until its output has a line with all of each of `wanted`'s parts.
+fn skiff_trace_until(api: &ApiServer, kind: &str, name: &str, wanted: &[&[&str]]) -> String {
+    let deadline = std::time::Instant::now() + support::HANG_GUARD;
+    loop {
+        let text = skiff_trace_of(api, kind, name);
+        let has = |parts: &[&str]| text.lines().any(|l| parts.iter().all(|p| l.contains(p)));
+        if wanted.iter().all(|parts| has(parts)) {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {wanted:?} in the trace of {kind} {name}:\n{text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
 }
 
 /// `kubectl proxy` on a free port: the child and its base URL.
@@ -222,7 +249,7 @@ fn skiff_trace_pod_shows_the_chain_from_create_to_ready_and_the_page_draws_it() 
         let mut line = String::new();
         stream.read_line(&mut line).await.expect("the document");
         let doc: serde_json::Value = serde_json::from_str(&line).expect("a JSON document");
-        assert_eq!(doc["kind"], "PodTrace");
+        assert_eq!(doc["kind"], "Trace");
         assert!(
             doc["entries"].as_array().is_some_and(|e| e.len() > 10),
             "{doc}"
@@ -303,6 +330,219 @@ fn skiff_trace_pod_shows_the_chain_from_create_to_ready_and_the_page_draws_it() 
         }
         let _ = proxy.kill();
         let _ = proxy.wait();
+    });
+}
+
+const DEPLOYMENT: &str = r#"{"apiVersion": "apps/v1", "kind": "Deployment",
+  "metadata": {"name": "web", "namespace": "default"},
+  "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+           "template": {"metadata": {"labels": {"app": "web"}},
+                        "spec": {"terminationGracePeriodSeconds": 0,
+                                 "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                                                 "resources": {"requests": {"cpu": "100m"}}}]}}}}"#;
+
+/// At least three replicas: from two, the HPA scales the Deployment up without a metric, and
+/// then reads the metrics (which no API serves here).
+const HPA: &str = r#"{"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+  "metadata": {"name": "web", "namespace": "default"},
+  "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+           "minReplicas": 3, "maxReplicas": 4,
+           "metrics": [{"type": "Resource", "resource": {"name": "cpu",
+                        "target": {"type": "Utilization", "averageUtilization": 50}}}]}}"#;
+
+#[test]
+fn a_deployments_trace_has_its_descendants_live_and_an_hpas_has_its_reads_and_scale_writes() {
+    support::run(async {
+        let api = ApiServer::start(Backend::Embedded);
+        let _node = hollow_node(&api);
+        let _scheduler = scheduler(&api);
+        let _cm = controller_manager(
+            &api,
+            &[
+                "--controllers",
+                "deployment,replicaset,horizontalpodautoscaling",
+                "--horizontal-pod-autoscaler-sync-period=1s",
+            ],
+        );
+        api.kubectl_until(KUBECTL_133, &["get", "node", "trace-0"], None, |o| {
+            o.status.success()
+        });
+        api.kubectl_stdin(KUBECTL_133, &["apply", "-f", "-"], Some(DEPLOYMENT));
+        api.kubectl_stdin(KUBECTL_133, &["apply", "-f", "-"], Some(HPA));
+        api.kubectl_until(
+            KUBECTL_133,
+            &[
+                "get",
+                "deployment",
+                "web",
+                "-o",
+                "jsonpath={.status.readyReplicas}",
+            ],
+            None,
+            |o| o.stdout == b"3",
+        );
+
+        // the HPA's timeline: its own writes, the Event about it, and the requests its
+        // controller made on its behalf: the scale read and write, then the metric read
+        let text = skiff_trace_until(
+            &api,
+            "hpa",
+            "web",
+            &[
+                &["get /apis/apps/v1/namespaces/default/deployments/web/scale → 200"],
+                &["update /apis/apps/v1/namespaces/default/deployments/web/scale → 200"],
+                &[
+                    "get /apis/metrics.k8s.io/v1beta1/namespaces/default/pods?labelSelector=app%3Dweb → ",
+                ],
+                &[
+                    "Event Normal SuccessfulRescale: New size: 3; reason: Current number of replicas below Spec.MinReplicas",
+                ],
+            ],
+        );
+        eprintln!("{text}");
+        line_with(&text, &["HorizontalPodAutoscaler default/web: "]);
+        line_with(
+            &text,
+            &[
+                "create horizontalpodautoscalers.autoscaling rv=",
+                "by admin",
+                "created",
+            ],
+        );
+        line_with(
+            &text,
+            &[
+                "horizontal-pod-autoscaler",
+                "update horizontalpodautoscalers.autoscaling/status",
+            ],
+        );
+        assert!(!text.contains("Startup"), "only pods have stages:\n{text}");
+
+        // the Deployment's: its writes, the scale write, its ReplicaSet and the pods
+        let text = skiff_trace_until(
+            &api,
+            "deploy",
+            "web",
+            &[
+                &["    pods default/web-"],
+                &["update deployments.apps/scale"],
+            ],
+        );
+        eprintln!("{text}");
+        line_with(&text, &["Deployment default/web: "]);
+        line_with(
+            &text,
+            &[
+                "kubectl",
+                "create deployments.apps rv=",
+                "by admin",
+                "created",
+            ],
+        );
+        let created = line_with(
+            &text,
+            &[
+                "deployment-controller",
+                "create replicasets.apps web-",
+                "ReplicaSet web-",
+                "created",
+            ],
+        );
+        let scaled = line_with(
+            &text,
+            &[
+                "horizontal-pod-autoscaler",
+                "update deployments.apps/scale",
+                "spec.replicas 2→3",
+            ],
+        );
+        assert!(created < scaled, "{text}");
+        let tree = &text[text.find("Descendants").expect("descendants in the trace")..];
+        let rows: Vec<&str> = tree.lines().skip(1).collect();
+        assert_eq!(rows.len(), 4, "one ReplicaSet and its three pods:\n{text}");
+        assert!(
+            rows[0].starts_with("  replicasets.apps default/web-"),
+            "{text}"
+        );
+        assert!(
+            rows[1..]
+                .iter()
+                .all(|r| r.starts_with("    pods default/web-")),
+            "{text}"
+        );
+
+        // live: the document, then the scale-up's writes of the Deployment and of its
+        // descendants as they happen
+        let client = support::kube_client(&api).await;
+        let request = http::Request::get("/debug/trace/deployments.apps/default/web?watch=1")
+            .body(Vec::new())
+            .unwrap();
+        let mut stream = Box::pin(client.request_stream(request).await.expect("trace stream"));
+        let mut line = String::new();
+        stream.read_line(&mut line).await.expect("the document");
+        let doc: serde_json::Value = serde_json::from_str(&line).expect("a JSON document");
+        assert_eq!(doc["kind"], "Trace");
+        assert_eq!(doc["children"].as_array().map(Vec::len), Some(1), "{doc}");
+        api.kubectl(KUBECTL_133, &["scale", "deployment", "web", "--replicas=4"]);
+        let (mut own, mut new_pod) = (false, false);
+        while !(own && new_pod) {
+            line.clear();
+            stream.read_line(&mut line).await.expect("a line");
+            let item: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+            own |= item["entry"]["kind"] == "write" && item["entry"]["subresource"] == "scale";
+            new_pod |= item["descendant"]["resource"] == "pods"
+                && item["descendant"]["state"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("created"));
+        }
+        drop(stream);
+
+        // the web page draws the descendants, each linking to its own trace
+        let (mut proxy, base) = kubectl_proxy(&api);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("{base}/ui/trace/deployments.apps/default/web");
+        let dom = chromium(&url, "--dump-dom", &dir.path().join("profile"));
+        assert!(
+            dom.contains(">Descendants</h2>"),
+            "no descendants in the page:\n{dom}"
+        );
+        assert!(
+            dom.contains("/ui/trace/replicasets.apps/default/web-")
+                && dom.contains("/ui/trace/pods/default/web-"),
+            "no links to the descendants' traces in the page:\n{dom}"
+        );
+        assert!(
+            dom.contains("updating live"),
+            "the page did not render:\n{dom}"
+        );
+        let _ = proxy.kill();
+        let _ = proxy.wait();
+
+        // bad input: a kind the server does not have, an object never written
+        let out = run_guarded(
+            Command::new(env!("CARGO_BIN_EXE_skiff"))
+                .args(["trace", "gadgets", "x", "--kubeconfig"])
+                .arg(api.kubeconfig()),
+        );
+        let (_, stderr) = output_text(&out);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("doesn't have a resource type \"gadgets\""),
+            "{stderr}"
+        );
+        let missing = api.kubectl_fails(
+            KUBECTL_133,
+            &[
+                "get",
+                "--raw",
+                "/debug/trace/deployments.apps/default/nothing",
+            ],
+            None,
+        );
+        assert!(
+            missing.contains("no trace of deployments.apps default/nothing"),
+            "{missing}"
+        );
     });
 }
 

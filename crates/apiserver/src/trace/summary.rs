@@ -1,12 +1,16 @@
-//! What a write changed, for the timelines it lands on: a pod's own writes (created, nodeName
-//! set, phase X→Y, conditions, container states, deletion), Events whose involved object is a
-//! pod, and Endpoints/EndpointSlices whose addresses name a pod (`targetRef`) when that pod's
-//! membership or readiness in them changed.
+//! What a write changed, for the timelines it lands on: the written object's own (for a pod:
+//! created, nodeName set, phase X→Y, conditions, container states, deletion; for other kinds:
+//! generation, replica counts, phase, conditions), its controller's (a child created, adopted,
+//! released or deleted), the involved object's for an Event, and a pod's for an
+//! Endpoints/EndpointSlice whose addresses name it (`targetRef`) when that pod's membership or
+//! readiness in them changed.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde_json::Value;
+
+use super::ObjectRef;
 
 /// Facts of a write that the startup stages are derived from.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -26,25 +30,53 @@ pub struct Facts {
     pub reason: Option<String>,
 }
 
+/// How a write links timelines.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Links {
+    /// The object's UID (its own write): requests whose trace ID it is land on its timeline.
+    pub uid: Option<String>,
+    /// The object's controller (its own write).
+    pub owner: Option<ObjectRef>,
+    /// The child this write on a controller's timeline is about.
+    pub child: Option<ObjectRef>,
+}
+
 /// A timeline one write lands on, and what it says there.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Target {
-    pub namespace: String,
-    pub pod: String,
-    /// Whether the write starts a timeline (a pod's own writes do; writes about it do not).
+    pub object: ObjectRef,
+    /// Whether the write starts a timeline (writes of the object and of its children do;
+    /// Events and endpoints about it do not).
     pub creates: bool,
     pub summary: Vec<String>,
     pub facts: Facts,
+    pub links: Links,
 }
 
+/// The resource (`replicasets.apps`) of an `apiVersion` and `kind`, and whether it is
+/// namespaced: how owner references and Events name the objects they are about.
+pub type Resolve<'a> = &'a dyn Fn(&str, &str) -> Option<(String, bool)>;
+
 /// The timelines a write of resource `group`/`plural` from `old` to `new` lands on.
-pub fn targets(group: &str, plural: &str, old: Option<&Value>, new: Option<&Value>) -> Vec<Target> {
+pub fn targets(
+    group: &str,
+    plural: &str,
+    old: Option<&Value>,
+    new: Option<&Value>,
+    resolve: Resolve,
+) -> Vec<Target> {
     match (group, plural) {
-        ("", "pods") => pod(old, new).into_iter().collect(),
-        ("" | "events.k8s.io", "events") => event(new).into_iter().collect(),
+        // an Event has no story of its own: it is part of its involved object's
+        ("" | "events.k8s.io", "events") => event(new, resolve).into_iter().collect(),
         ("", "endpoints") => endpoints(plural, old, new, endpoints_members),
         ("discovery.k8s.io", "endpointslices") => endpoints(plural, old, new, slice_members),
-        _ => Vec::new(),
+        _ => {
+            let Some(own) = own(group, plural, old, new, resolve) else {
+                return Vec::new();
+            };
+            let child = child(&own.object, old, new, resolve);
+            std::iter::once(own).chain(child).collect()
+        }
     }
 }
 
@@ -52,8 +84,16 @@ fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
     v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
 }
 
-fn pod(old: Option<&Value>, new: Option<&Value>) -> Option<Target> {
+/// The object's own timeline: what the write changed in it.
+fn own(
+    group: &str,
+    plural: &str,
+    old: Option<&Value>,
+    new: Option<&Value>,
+    resolve: Resolve,
+) -> Option<Target> {
     let any = new.or(old)?;
+    let is_pod = group.is_empty() && plural == "pods";
     let mut summary = Vec::new();
     let mut facts = Facts::default();
     let empty = Value::Null;
@@ -72,10 +112,14 @@ fn pod(old: Option<&Value>, new: Option<&Value>) -> Option<Target> {
     {
         summary.push(format!("deletion requested (at {at})"));
     }
-    let node = str_at(after, "/spec/nodeName");
-    if !node.is_empty() && str_at(before, "/spec/nodeName").is_empty() {
-        summary.push(format!("spec.nodeName={node}"));
-        facts.node_name = Some(node.to_string());
+    if is_pod {
+        let node = str_at(after, "/spec/nodeName");
+        if !node.is_empty() && str_at(before, "/spec/nodeName").is_empty() {
+            summary.push(format!("spec.nodeName={node}"));
+            facts.node_name = Some(node.to_string());
+        }
+    } else if old.is_some() && new.is_some() {
+        counts(before, after, &mut summary);
     }
     let (p0, p1) = (
         str_at(before, "/status/phase"),
@@ -96,17 +140,19 @@ fn pod(old: Option<&Value>, new: Option<&Value>) -> Option<Target> {
             facts.became_true.push(kind.clone());
         }
     }
-    let ip = str_at(after, "/status/podIP");
-    if !ip.is_empty() && ip != str_at(before, "/status/podIP") {
-        summary.push(format!("podIP {ip}"));
-    }
-    let (s0, s1) = (container_states(before), container_states(after));
-    for (name, state) in &s1 {
-        let previous = s0.get(name).map(String::as_str).unwrap_or("(none)");
-        if previous != state {
-            summary.push(format!("container {name}: {previous}→{state}"));
-            if state == "running" {
-                facts.started.push(name.clone());
+    if is_pod {
+        let ip = str_at(after, "/status/podIP");
+        if !ip.is_empty() && ip != str_at(before, "/status/podIP") {
+            summary.push(format!("podIP {ip}"));
+        }
+        let (s0, s1) = (container_states(before), container_states(after));
+        for (name, state) in &s1 {
+            let previous = s0.get(name).map(String::as_str).unwrap_or("(none)");
+            if previous != state {
+                summary.push(format!("container {name}: {previous}→{state}"));
+                if state == "running" {
+                    facts.started.push(name.clone());
+                }
             }
         }
     }
@@ -121,14 +167,117 @@ fn pod(old: Option<&Value>, new: Option<&Value>) -> Option<Target> {
         }
     }
     if summary.is_empty() {
-        summary.push("other metadata or spec change".to_string());
+        summary.push(if is_pod {
+            "other metadata or spec change".to_string()
+        } else if before.get("status") != after.get("status") {
+            "other status change".to_string()
+        } else {
+            "other metadata or spec change".to_string()
+        });
     }
+    let object = ObjectRef::new(
+        group,
+        plural,
+        str_at(any, "/metadata/namespace"),
+        str_at(any, "/metadata/name"),
+    );
+    let uid = str_at(any, "/metadata/uid");
     Some(Target {
-        namespace: str_at(any, "/metadata/namespace").to_string(),
-        pod: str_at(any, "/metadata/name").to_string(),
+        links: Links {
+            uid: (!uid.is_empty()).then(|| uid.to_string()),
+            owner: controller(any, resolve),
+            child: None,
+        },
+        object,
         creates: true,
         summary,
         facts,
+    })
+}
+
+/// The counters a controller's story is told in: a new generation (the spec changed) and
+/// replica counts, wherever a kind keeps them.
+fn counts(before: &Value, after: &Value, summary: &mut Vec<String>) {
+    let generation = |v: &Value| v.pointer("/metadata/generation").and_then(Value::as_i64);
+    if let (Some(g0), Some(g1)) = (generation(before), generation(after))
+        && g0 != g1
+    {
+        summary.push(format!("spec changed (generation {g1})"));
+    }
+    for field in [
+        "spec.replicas",
+        "status.replicas",
+        "status.readyReplicas",
+        "status.availableReplicas",
+        "status.updatedReplicas",
+        "status.currentReplicas",
+        "status.desiredReplicas",
+        "status.currentNumberScheduled",
+        "status.numberReady",
+        "status.active",
+        "status.succeeded",
+        "status.failed",
+    ] {
+        let pointer = format!("/{}", field.replace('.', "/"));
+        let (n0, n1) = (before.pointer(&pointer), after.pointer(&pointer));
+        if n0 != n1 {
+            let show = |n: Option<&Value>| n.map_or("(none)".to_string(), Value::to_string);
+            summary.push(format!("{field} {}→{}", show(n0), show(n1)));
+        }
+    }
+}
+
+/// The controller (`ownerReferences[].controller: true`) of `obj`.
+fn controller(obj: &Value, resolve: Resolve) -> Option<ObjectRef> {
+    let owner = obj
+        .pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))?;
+    let (resource, namespaced) = resolve(str_at(owner, "/apiVersion"), str_at(owner, "/kind"))?;
+    Some(ObjectRef {
+        resource,
+        namespace: if namespaced {
+            str_at(obj, "/metadata/namespace").to_string()
+        } else {
+            String::new()
+        },
+        name: str_at(owner, "/name").to_string(),
+    })
+}
+
+/// The controller's timeline: a child created, adopted, released or deleted.
+fn child(
+    object: &ObjectRef,
+    old: Option<&Value>,
+    new: Option<&Value>,
+    resolve: Resolve,
+) -> Option<Target> {
+    let was = old.and_then(|o| controller(o, resolve));
+    let is = new.and_then(|n| controller(n, resolve));
+    let (owner, what) = match (was, is) {
+        (None, Some(owner)) if old.is_none() => (owner, "created"),
+        (None, Some(owner)) => (owner, "adopted"),
+        (Some(owner), None) if new.is_none() => (owner, "deleted"),
+        (Some(owner), None) => (owner, "released"),
+        (Some(a), Some(b)) if a != b => (b, "adopted"),
+        _ => return None,
+    };
+    let kind = str_at(new.or(old)?, "/kind");
+    let kind = if kind.is_empty() {
+        &object.resource
+    } else {
+        kind
+    };
+    Some(Target {
+        object: owner,
+        creates: true,
+        summary: vec![format!("{kind} {} {what}", object.name)],
+        facts: Facts::default(),
+        links: Links {
+            child: Some(object.clone()),
+            ..Links::default()
+        },
     })
 }
 
@@ -174,13 +323,15 @@ fn container_states(pod: &Value) -> BTreeMap<String, String> {
     out
 }
 
-fn event(new: Option<&Value>) -> Option<Target> {
+fn event(new: Option<&Value>, resolve: Resolve) -> Option<Target> {
     let e = new?;
-    // core/v1 names the pod in involvedObject, events.k8s.io/v1 in regarding
+    // core/v1 names the object in involvedObject, events.k8s.io/v1 in regarding
     let about = e.get("involvedObject").or_else(|| e.get("regarding"))?;
-    if str_at(about, "/kind") != "Pod" {
-        return None;
-    }
+    let api_version = match str_at(about, "/apiVersion") {
+        "" => "v1",
+        v => v,
+    };
+    let (resource, namespaced) = resolve(api_version, str_at(about, "/kind"))?;
     let reason = str_at(e, "/reason");
     let message = e
         .get("message")
@@ -191,19 +342,24 @@ fn event(new: Option<&Value>) -> Option<Target> {
     if let Some(n) = e.get("count").and_then(Value::as_i64).filter(|n| *n > 1) {
         line.push_str(&format!(" (×{n})"));
     }
-    let namespace = match str_at(about, "/namespace") {
-        "" => str_at(e, "/metadata/namespace"),
-        ns => ns,
+    let namespace = match (namespaced, str_at(about, "/namespace")) {
+        (false, _) => "",
+        (true, "") => str_at(e, "/metadata/namespace"),
+        (true, ns) => ns,
     };
     Some(Target {
-        namespace: namespace.to_string(),
-        pod: str_at(about, "/name").to_string(),
+        object: ObjectRef {
+            resource,
+            namespace: namespace.to_string(),
+            name: str_at(about, "/name").to_string(),
+        },
         creates: false,
         summary: vec![line],
         facts: Facts {
             reason: Some(reason.to_string()),
             ..Facts::default()
         },
+        links: Links::default(),
     })
 }
 
@@ -289,11 +445,11 @@ fn endpoints(
             _ => continue,
         };
         out.push(Target {
-            namespace: pod.0.clone(),
-            pod: pod.1.clone(),
+            object: ObjectRef::pod(&pod.0, &pod.1),
             creates: false,
             summary: vec![format!("{kind} {name}: {line}")],
             facts: Facts::default(),
+            links: Links::default(),
         });
     }
     out
@@ -304,6 +460,21 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// The kinds these tests name.
+    fn kinds(api_version: &str, kind: &str) -> Option<(String, bool)> {
+        match (api_version, kind) {
+            ("v1", "Pod") => Some(("pods".into(), true)),
+            ("v1", "Node") => Some(("nodes".into(), false)),
+            ("apps/v1", "ReplicaSet") => Some(("replicasets.apps".into(), true)),
+            ("apps/v1", "Deployment") => Some(("deployments.apps".into(), true)),
+            _ => None,
+        }
+    }
+
+    fn targets(group: &str, plural: &str, old: Option<&Value>, new: Option<&Value>) -> Vec<Target> {
+        super::targets(group, plural, old, new, &kinds)
+    }
 
     fn pod_at(node: &str, phase: &str, ready: &str, state: Value) -> Value {
         json!({"metadata": {"name": "web", "namespace": "ns"},
@@ -319,7 +490,7 @@ mod tests {
         let t = targets("", "pods", None, Some(&p));
         assert_eq!(t.len(), 1);
         assert!(t[0].creates);
-        assert_eq!((t[0].namespace.as_str(), t[0].pod.as_str()), ("ns", "web"));
+        assert_eq!(t[0].object, ObjectRef::pod("ns", "web"));
         assert_eq!(t[0].summary, ["created"]);
     }
 
@@ -387,12 +558,15 @@ mod tests {
         let t = targets("", "events", None, Some(&e));
         assert_eq!(t.len(), 1);
         assert!(!t[0].creates);
-        assert_eq!(t[0].pod, "web");
+        assert_eq!(t[0].object, ObjectRef::pod("ns", "web"));
         assert_eq!(t[0].summary, ["Event Normal Pulled: image pulled"]);
         assert_eq!(t[0].facts.reason.as_deref(), Some("Pulled"));
-        let about_node =
-            json!({"reason": "Starting", "involvedObject": {"kind": "Node", "name": "n1"}});
-        assert!(targets("", "events", None, Some(&about_node)).is_empty());
+        let about_node = json!({"metadata": {"namespace": "default"}, "reason": "Starting",
+                                "involvedObject": {"kind": "Node", "name": "n1"}});
+        let t = targets("", "events", None, Some(&about_node));
+        assert_eq!(t[0].object, ObjectRef::new("", "nodes", "", "n1"));
+        let about_unknown = json!({"reason": "X", "involvedObject": {"apiVersion": "x/v1", "kind": "Y", "name": "y"}});
+        assert!(targets("", "events", None, Some(&about_unknown)).is_empty());
     }
 
     #[test]
@@ -409,7 +583,7 @@ mod tests {
             Some(&slice(true)),
         );
         assert_eq!(t.len(), 1);
-        assert_eq!(t[0].pod, "b");
+        assert_eq!(t[0].object, ObjectRef::pod("ns", "b"));
         assert_eq!(
             t[0].summary,
             ["EndpointSlice svc-abc: the pod's address is now ready"]
@@ -431,7 +605,7 @@ mod tests {
         let t = targets("", "endpoints", None, Some(&e));
         let lines: Vec<_> = t
             .iter()
-            .map(|t| (t.pod.as_str(), t.summary[0].as_str()))
+            .map(|t| (t.object.name.as_str(), t.summary[0].as_str()))
             .collect();
         assert_eq!(
             lines,
@@ -439,6 +613,62 @@ mod tests {
                 ("a", "Endpoints svc: lists the pod, ready"),
                 ("b", "Endpoints svc: lists the pod, not ready")
             ]
+        );
+    }
+
+    fn replica_set(ready: i64) -> Value {
+        json!({"kind": "ReplicaSet",
+               "metadata": {"name": "web-1", "namespace": "ns", "uid": "u-1", "generation": 1,
+                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment",
+                                                 "name": "web", "uid": "u-0", "controller": true}]},
+               "spec": {"replicas": 3}, "status": {"readyReplicas": ready}})
+    }
+
+    #[test]
+    fn a_child_created_lands_on_its_controllers_timeline_too() {
+        let rs = replica_set(0);
+        let t = targets("apps", "replicasets", None, Some(&rs));
+        assert_eq!(t.len(), 2);
+        let rs_ref = ObjectRef::new("apps", "replicasets", "ns", "web-1");
+        assert_eq!(t[0].object, rs_ref);
+        assert_eq!(t[0].links.uid.as_deref(), Some("u-1"));
+        let deployment = ObjectRef::new("apps", "deployments", "ns", "web");
+        assert_eq!(t[0].links.owner.as_ref(), Some(&deployment));
+        assert_eq!(t[1].object, deployment);
+        assert_eq!(t[1].summary, ["ReplicaSet web-1 created"]);
+        assert_eq!(t[1].links.child.as_ref(), Some(&rs_ref));
+        let gone = targets("apps", "replicasets", Some(&rs), None);
+        assert_eq!(gone[1].summary, ["ReplicaSet web-1 deleted"]);
+        let mut orphan = rs.clone();
+        orphan["metadata"]["ownerReferences"] = json!([]);
+        let released = targets("apps", "replicasets", Some(&rs), Some(&orphan));
+        assert_eq!(released[1].summary, ["ReplicaSet web-1 released"]);
+    }
+
+    #[test]
+    fn other_kinds_are_summarized_by_generation_replica_counts_and_conditions() {
+        let (old, mut new) = (replica_set(1), replica_set(3));
+        new["metadata"]["generation"] = json!(2);
+        new["status"]["conditions"] = json!([{"type": "ReplicaFailure", "status": "False"}]);
+        let t = targets("apps", "replicasets", Some(&old), Some(&new));
+        assert_eq!(
+            t.len(),
+            1,
+            "an update that keeps the controller is not the controller's"
+        );
+        assert_eq!(
+            t[0].summary,
+            [
+                "spec changed (generation 2)",
+                "status.readyReplicas 1→3",
+                "ReplicaFailure=False"
+            ]
+        );
+        let mut status = old.clone();
+        status["status"]["observedGeneration"] = json!(1);
+        assert_eq!(
+            targets("apps", "replicasets", Some(&old), Some(&status))[0].summary,
+            ["other status change"]
         );
     }
 }

@@ -38,12 +38,42 @@ use crate::events::Note;
 use crate::{Context, triggers};
 
 /// The API server, as the controller uses it.
+#[derive(Clone)]
 struct KubeAutoscaling {
     client: kube::Client,
     recorder: Recorder,
+    /// Sent with every request of one HPA's sync: a W3C `traceparent` whose trace ID is the
+    /// HPA's UID, so that the API server's lifecycle trace shows the metric reads and scale
+    /// writes on the HPA's timeline.
+    traceparent: Option<http::HeaderValue>,
 }
 
 impl KubeAutoscaling {
+    /// This API for the requests of `hpa`'s sync.
+    fn for_hpa(&self, hpa: &HorizontalPodAutoscaler) -> KubeAutoscaling {
+        KubeAutoscaling {
+            traceparent: hpa
+                .metadata
+                .uid
+                .as_deref()
+                .and_then(skiff_runtime::trace::traceparent),
+            ..self.clone()
+        }
+    }
+
+    /// Sends `request` with the sync's `traceparent`.
+    async fn send<T: serde::de::DeserializeOwned>(
+        &self,
+        mut request: http::Request<Vec<u8>>,
+    ) -> kube::Result<T> {
+        if let Some(traceparent) = &self.traceparent {
+            request
+                .headers_mut()
+                .insert("traceparent", traceparent.clone());
+        }
+        self.client.request(request).await
+    }
+
     /// The served resource of `reference`'s kind, found by discovery.
     async fn resource(
         &self,
@@ -95,14 +125,11 @@ impl KubeAutoscaling {
         let request = http::Request::get(uri)
             .body(Vec::new())
             .map_err(|e| ApiFailure::Other(e.to_string()))?;
-        self.client
-            .request::<Value>(request)
-            .await
-            .map_err(|e| match e {
-                kube::Error::Api(s) if s.code == 404 => ApiFailure::NotFound(message(&s)),
-                kube::Error::Api(s) => ApiFailure::Other(message(&s)),
-                e => ApiFailure::Other(e.to_string()),
-            })
+        self.send::<Value>(request).await.map_err(|e| match e {
+            kube::Error::Api(s) if s.code == 404 => ApiFailure::NotFound(message(&s)),
+            kube::Error::Api(s) => ApiFailure::Other(message(&s)),
+            e => ApiFailure::Other(e.to_string()),
+        })
     }
 
     /// A `custom.metrics.k8s.io/v1beta2` read. Not found because the API is not registered is
@@ -155,7 +182,10 @@ impl Autoscaling for KubeAutoscaling {
         target: &CrossVersionObjectReference,
     ) -> Result<Scale, String> {
         let api = self.target(namespace, target).await?;
-        api.get_scale(&target.name).await.map_err(|e| e.to_string())
+        let request = kube::core::Request::new(api.resource_url())
+            .get_subresource("scale", &target.name)
+            .map_err(|e| e.to_string())?;
+        self.send(request).await.map_err(|e| e.to_string())
     }
 
     async fn set_replicas(
@@ -164,13 +194,14 @@ impl Autoscaling for KubeAutoscaling {
         target: &CrossVersionObjectReference,
         replicas: i32,
     ) -> Result<(), String> {
-        let api = self.target(namespace, target).await?;
-        let mut scale = api
-            .get_scale(&target.name)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut scale = self.scale(namespace, target).await?;
         scale.spec.get_or_insert_default().replicas = Some(replicas);
-        api.replace_scale(&target.name, &PostParams::default(), &scale)
+        let api = self.target(namespace, target).await?;
+        let body = serde_json::to_vec(&scale).map_err(|e| e.to_string())?;
+        let request = kube::core::Request::new(api.resource_url())
+            .replace_subresource("scale", &target.name, &PostParams::default(), body)
+            .map_err(|e| e.to_string())?;
+        self.send::<Scale>(request)
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -240,7 +271,11 @@ impl Autoscaling for KubeAutoscaling {
     async fn update_status(&self, hpa: &HorizontalPodAutoscaler) -> Result<(), String> {
         let api: Api<HorizontalPodAutoscaler> =
             Api::namespaced(self.client.clone(), &hpa.namespace().unwrap_or_default());
-        api.replace_status(&hpa.name_any(), &PostParams::default(), hpa)
+        let body = serde_json::to_vec(hpa).map_err(|e| e.to_string())?;
+        let request = kube::core::Request::new(api.resource_url())
+            .replace_subresource("status", &hpa.name_any(), &PostParams::default(), body)
+            .map_err(|e| e.to_string())?;
+        self.send::<HorizontalPodAutoscaler>(request)
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -272,6 +307,7 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let api = Arc::new(KubeAutoscaling {
         client: ctx.client.clone(),
         recorder: ctx.recorder("horizontal-pod-autoscaler"),
+        traceparent: None,
     });
     let histories = Arc::new(Histories::default());
     let (hpas, pods) = (hpas.cache().clone(), pods.cache().clone());
@@ -284,7 +320,8 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
                     return Ok::<_, kube::Error>(Action::AwaitChange);
                 };
                 let pods = pods.namespaced(&hpa.namespace().unwrap_or_default());
-                let synced = reconcile(&hpa, &pods, api.as_ref(), &histories, &settings, Timestamp::now()).await;
+                let api = api.for_hpa(&hpa);
+                let synced = reconcile(&hpa, &pods, &api, &histories, &settings, Timestamp::now()).await;
                 if let Err(e) = synced {
                     tracing::debug!(hpa = %key, error = %e, "horizontal-pod-autoscaler: sync failed");
                 }

@@ -93,7 +93,6 @@ pub enum Command {
     #[command(subcommand)]
     Bench(bench::BenchCommand),
     /// What the API server recorded of an object's lifecycle across components.
-    #[command(subcommand)]
     Trace(trace::TraceCommand),
     /// Stop every pod of the node on --data-dir, remove its network state and mounts
     /// (k3s-killall.sh).

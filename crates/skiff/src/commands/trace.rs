@@ -1,28 +1,28 @@
-//! `skiff trace pod NAME [-n NS]`: a pod's lifecycle as the API server recorded it
-//! (`GET /debug/trace/pods/{ns}/{name}`), printed as a timeline — every write with who made it,
-//! every watch delivery with whose inbox it reached and through which selectors, the watches that
-//! filtered the change out — with each step's time since the first and since the previous step,
-//! then the startup breakdown the API server derived (see `skiff_apiserver::trace::stages` for
-//! exactly how each stage is measured; stages it cannot observe are said to be so).
+//! `skiff trace KIND NAME [-n NS]`: an object's lifecycle as the API server recorded it
+//! (`GET /debug/trace/{resource}/[{ns}/]{name}`), printed as a timeline — every write with who
+//! made it, the requests made on its behalf, and for a pod every watch delivery with whose inbox
+//! it reached and through which selectors and the watches that filtered the change out — with
+//! each step's time since the first and since the previous step; then a pod's startup breakdown
+//! (see `skiff_apiserver::trace::stages` for exactly how each stage is measured), and the
+//! object's descendants as its controller chain recorded them (a Deployment's ReplicaSets and
+//! their pods). `KIND` is resolved as kubectl resolves it, through discovery: a plural,
+//! singular, kind or short name, optionally qualified by its group (`deployments.apps`).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use clap::{Args, Subcommand};
+use clap::Args;
 use serde_json::Value;
 
-#[derive(Debug, Subcommand)]
-pub enum TraceCommand {
-    /// A pod's timeline and startup breakdown.
-    Pod(PodArgs),
-}
-
 #[derive(Debug, Args)]
-pub struct PodArgs {
-    /// The pod's name.
+pub struct TraceCommand {
+    /// The kind of object: `pod`, `deployment`, `deploy`, `hpa`, `widgets.example.com`, …
+    pub kind: String,
+
+    /// The object's name.
     pub name: String,
 
-    /// The pod's namespace.
+    /// The object's namespace (ignored for a cluster-scoped kind).
     #[arg(short = 'n', long, default_value = "default")]
     pub namespace: String,
 
@@ -32,8 +32,7 @@ pub struct PodArgs {
     pub kubeconfig: Option<PathBuf>,
 }
 
-pub async fn run(cmd: TraceCommand) -> anyhow::Result<()> {
-    let TraceCommand::Pod(args) = cmd;
+pub async fn run(args: TraceCommand) -> anyhow::Result<()> {
     let path = kubeconfig_path(
         args.kubeconfig,
         std::env::var_os("KUBECONFIG"),
@@ -42,19 +41,101 @@ pub async fn run(cmd: TraceCommand) -> anyhow::Result<()> {
     );
     let client = kube::Client::try_from(super::kube_config(&path).await?)
         .context("building the API client")?;
-    let request = http::Request::get(format!(
-        "/debug/trace/pods/{}/{}",
-        args.namespace, args.name
-    ))
-    .body(Vec::new())
-    .context("building the request")?;
+    let served = served(&client).await?;
+    let kind = resolve(&served, &args.kind)
+        .with_context(|| format!("the server doesn't have a resource type \"{}\"", args.kind))?;
+    let resource = if kind.group.is_empty() {
+        kind.plural.clone()
+    } else {
+        format!("{}.{}", kind.plural, kind.group)
+    };
+    let path = if kind.namespaced {
+        format!("/debug/trace/{resource}/{}/{}", args.namespace, args.name)
+    } else {
+        format!("/debug/trace/{resource}/{}", args.name)
+    };
+    let request = http::Request::get(&path)
+        .body(Vec::new())
+        .context("building the request")?;
     let text = client
         .request_text(request)
         .await
-        .with_context(|| format!("reading the trace of pod {}/{}", args.namespace, args.name))?;
+        .with_context(|| format!("reading the trace of {} {}", kind.kind, args.name))?;
     let doc: Value = serde_json::from_str(&text).context("decoding the trace")?;
-    print!("{}", format(&doc));
+    print!("{}", format(&kind.kind, &doc));
     Ok(())
+}
+
+/// A resource type as discovery lists it.
+#[derive(Debug, Clone, PartialEq)]
+struct Served {
+    group: String,
+    plural: String,
+    singular: String,
+    kind: String,
+    short_names: Vec<String>,
+    namespaced: bool,
+}
+
+/// Every resource type the server lists, core first, each group at its preferred version. A
+/// group whose list fails (an aggregated API that is down) is left out.
+async fn served(client: &kube::Client) -> anyhow::Result<Vec<Served>> {
+    let core = client
+        .list_core_api_resources("v1")
+        .await
+        .context("reading the API's resource types")?;
+    let mut lists = vec![(String::new(), core)];
+    let groups = client
+        .list_api_groups()
+        .await
+        .context("reading the API's groups")?;
+    for group in groups.groups {
+        let Some(version) = group
+            .preferred_version
+            .or_else(|| group.versions.first().cloned())
+        else {
+            continue;
+        };
+        if let Ok(list) = client
+            .list_api_group_resources(&version.group_version)
+            .await
+        {
+            lists.push((group.name, list));
+        }
+    }
+    Ok(lists
+        .into_iter()
+        .flat_map(|(group, list)| {
+            list.resources
+                .into_iter()
+                .filter(|r| !r.name.contains('/'))
+                .map(move |r| Served {
+                    group: group.clone(),
+                    plural: r.name,
+                    singular: r.singular_name,
+                    kind: r.kind,
+                    short_names: r.short_names.unwrap_or_default(),
+                    namespaced: r.namespaced,
+                })
+        })
+        .collect())
+}
+
+/// The type `arg` names, as kubectl finds it: a plural, singular, kind or short name,
+/// optionally followed by `.group`; the first match in discovery order.
+fn resolve<'a>(served: &'a [Served], arg: &str) -> Option<&'a Served> {
+    let arg = arg.to_lowercase();
+    let (name, group) = match arg.split_once('.') {
+        Some((name, group)) => (name, Some(group)),
+        None => (arg.as_str(), None),
+    };
+    served.iter().find(|s| {
+        group.is_none_or(|g| s.group == g)
+            && (s.plural == name
+                || s.singular == name
+                || s.kind.to_lowercase() == name
+                || s.short_names.iter().any(|n| n == name))
+    })
 }
 
 /// `--kubeconfig`, else the first of `$KUBECONFIG`, else `~/.kube/config` if it exists, else
@@ -93,15 +174,16 @@ fn micros(v: &Value) -> Option<i64> {
         .map(|t| t.as_microsecond())
 }
 
-/// Where a step happens (its lane) and what it says.
-fn step(e: &Value) -> (String, String) {
+/// Where a step of `doc`'s timeline happens (its lane) and what it says.
+fn step(doc: &Value, e: &Value) -> (String, String) {
     match s(e, "kind") {
         "write" => {
             let client = &e["client"];
-            let what = match (s(e, "resource"), s(e, "subresource")) {
-                ("pods", "") => "pods".to_string(),
-                ("pods", sub) => format!("pods/{sub}"),
-                (resource, _) => format!("{resource} {}", s(e, "name")),
+            let own = s(e, "resource") == s(doc, "resource") && s(e, "name") == s(doc, "name");
+            let what = match (own, s(e, "resource"), s(e, "subresource")) {
+                (true, resource, "") => resource.to_string(),
+                (true, resource, sub) => format!("{resource}/{sub}"),
+                (false, resource, _) => format!("{resource} {}", s(e, "name")),
             };
             let summary: Vec<&str> = e["summary"]
                 .as_array()
@@ -118,6 +200,21 @@ fn step(e: &Value) -> (String, String) {
                     s(client, "user"),
                     agent(client),
                     summary.join(", ")
+                ),
+            )
+        }
+        "request" => {
+            let client = &e["client"];
+            (
+                s(client, "component").to_string(),
+                format!(
+                    "{} {} → {} in {:.1} ms by {}{}",
+                    s(e, "verb"),
+                    s(e, "path"),
+                    e["code"],
+                    e["seconds"].as_f64().unwrap_or(0.0) * 1000.0,
+                    s(client, "user"),
+                    agent(client)
                 ),
             )
         }
@@ -180,15 +277,23 @@ fn selectors(w: &Value) -> String {
     }
 }
 
-/// The timeline and the startup breakdown, as printed.
-pub fn format(doc: &Value) -> String {
+/// Milliseconds from `b` to `a`, or `?` when either is unknown.
+fn since(a: Option<i64>, b: Option<i64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) => format!("{:.1}", (a - b) as f64 / 1000.0),
+        _ => "?".into(),
+    }
+}
+
+/// The timeline, a pod's startup breakdown and the descendants of `doc` (an object of `kind`),
+/// as printed.
+pub fn format(kind: &str, doc: &Value) -> String {
     let entries: Vec<&Value> = doc["entries"].as_array().into_iter().flatten().collect();
-    let mut out = format!(
-        "Pod {}/{}: {} steps",
-        s(doc, "namespace"),
-        s(doc, "name"),
-        entries.len()
-    );
+    let at = match s(doc, "namespace") {
+        "" => s(doc, "name").to_string(),
+        ns => format!("{ns}/{}", s(doc, "name")),
+    };
+    let mut out = format!("{kind} {at}: {} steps", entries.len());
     if let Some(n) = doc["dropped"].as_u64().filter(|n| *n > 0) {
         out.push_str(&format!(" ({n} older steps dropped)"));
     }
@@ -197,33 +302,76 @@ pub fn format(doc: &Value) -> String {
     let mut previous = start;
     for e in &entries {
         let t = micros(e);
-        let rel = |a: Option<i64>, b: Option<i64>| match (a, b) {
-            (Some(a), Some(b)) => format!("{:.1}", (a - b) as f64 / 1000.0),
-            _ => "?".into(),
-        };
-        let (lane, text) = step(e);
+        let (lane, text) = step(doc, e);
         out.push_str(&format!(
             "{:>11} {:>7}  {:<26} {text}\n",
-            rel(t, start),
-            rel(t, previous),
+            since(t, start),
+            since(t, previous),
             lane
         ));
         previous = t;
     }
-    out.push_str("\nStartup (as the API server saw it):\n");
-    for stage in doc["stages"].as_array().into_iter().flatten() {
-        let ms = match stage["seconds"].as_f64() {
-            Some(sec) => format!("{:.1} ms", sec * 1000.0),
-            None => "—".to_string(),
-        };
-        out.push_str(&format!(
-            "  {:<16} {:>10}  {}\n",
-            s(stage, "name"),
-            ms,
-            s(stage, "note")
-        ));
+    if let Some(stages) = doc["stages"].as_array() {
+        out.push_str("\nStartup (as the API server saw it):\n");
+        for stage in stages {
+            let ms = match stage["seconds"].as_f64() {
+                Some(sec) => format!("{:.1} ms", sec * 1000.0),
+                None => "—".to_string(),
+            };
+            out.push_str(&format!(
+                "  {:<16} {:>10}  {}\n",
+                s(stage, "name"),
+                ms,
+                s(stage, "note")
+            ));
+        }
+    }
+    let children = doc["children"].as_array().filter(|c| !c.is_empty());
+    if let Some(children) = children {
+        out.push_str("\nDescendants (as their controllers' writes recorded them):\n");
+        descendants(&mut out, children, doc["moreChildren"].as_u64(), start, 1);
     }
     out
+}
+
+/// One line per descendant, indented by generation: where it is, how many steps were recorded,
+/// when its last one was (ms after the traced object's first) and its last own write.
+fn descendants(
+    out: &mut String,
+    children: &[Value],
+    more: Option<u64>,
+    start: Option<i64>,
+    depth: usize,
+) {
+    let indent = "  ".repeat(depth);
+    for c in children {
+        let at = match s(c, "namespace") {
+            "" => s(c, "name").to_string(),
+            ns => format!("{ns}/{}", s(c, "name")),
+        };
+        let last = s(c, "last")
+            .parse::<jiff::Timestamp>()
+            .ok()
+            .map(|t| t.as_microsecond());
+        out.push_str(&format!(
+            "{indent}{} {at}: {} steps, last at {} ms: {}\n",
+            s(c, "resource"),
+            c["steps"],
+            since(last, start),
+            s(c, "state")
+        ));
+        let grandchildren: Vec<Value> = c["children"].as_array().cloned().unwrap_or_default();
+        descendants(
+            out,
+            &grandchildren,
+            c["moreChildren"].as_u64(),
+            start,
+            depth + 1,
+        );
+    }
+    if let Some(n) = more.filter(|n| *n > 0) {
+        out.push_str(&format!("{indent}… and {n} more\n"));
+    }
 }
 
 #[cfg(test)]
@@ -233,7 +381,7 @@ mod tests {
     use super::*;
 
     fn doc() -> Value {
-        json!({"kind": "PodTrace", "namespace": "default", "name": "web", "dropped": 0,
+        json!({"kind": "Trace", "resource": "pods", "namespace": "default", "name": "web", "dropped": 0,
           "entries": [
             {"seq": 1, "time": "2026-12-01T00:00:00.000Z", "kind": "write", "verb": "create",
              "resource": "pods", "name": "web", "subresource": "", "resourceVersion": 10,
@@ -259,7 +407,7 @@ mod tests {
 
     #[test]
     fn the_timeline_shows_each_step_with_its_lane_and_latencies() {
-        let text = format(&doc());
+        let text = format("Pod", &doc());
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "Pod default/web: 4 steps");
         assert!(
@@ -279,7 +427,7 @@ mod tests {
 
     #[test]
     fn stages_without_a_measure_say_why() {
-        let text = format(&doc());
+        let text = format("Pod", &doc());
         assert!(
             text.contains("queue_wait                —  inside the scheduler, not observable"),
             "{text}"
@@ -309,5 +457,99 @@ mod tests {
             kubeconfig_path(None, None, Some("/h".into()), |_| false),
             Path::new("/var/lib/skiff/kubeconfig.yaml")
         );
+    }
+
+    #[test]
+    fn another_kind_shows_its_requests_and_descendants_by_generation() {
+        let doc = json!({"kind": "Trace", "resource": "deployments.apps", "namespace": "default",
+          "name": "web", "dropped": 0, "moreChildren": 0,
+          "entries": [
+            {"seq": 1, "time": "2026-12-01T00:00:00.000Z", "kind": "write", "verb": "create",
+             "resource": "deployments.apps", "name": "web", "subresource": "", "resourceVersion": 10,
+             "summary": ["created"], "client": {"user": "admin", "component": "kubectl"}},
+            {"seq": 2, "time": "2026-12-01T00:00:00.004Z", "kind": "write", "verb": "create",
+             "resource": "replicasets.apps", "name": "web-1", "subresource": "", "resourceVersion": 11,
+             "summary": ["ReplicaSet web-1 created"],
+             "client": {"user": "system:serviceaccount:kube-system:deployment-controller",
+                        "component": "deployment-controller"}},
+            {"seq": 3, "time": "2026-12-01T00:00:00.010Z", "kind": "request", "verb": "get",
+             "path": "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods?labelSelector=app%3Dweb",
+             "code": 200, "seconds": 0.0031,
+             "client": {"user": "system:serviceaccount:kube-system:horizontal-pod-autoscaler",
+                        "component": "horizontal-pod-autoscaler"}}],
+          "children": [{"resource": "replicasets.apps", "namespace": "default", "name": "web-1",
+                        "steps": 4, "last": "2026-12-01T00:00:01.000Z", "state": "status.readyReplicas 0→1",
+                        "moreChildren": 2,
+                        "children": [{"resource": "pods", "namespace": "default", "name": "web-1-a",
+                                      "steps": 0, "state": "(no timeline kept)", "children": []}]}]});
+        let text = format("Deployment", &doc);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "Deployment default/web: 3 steps");
+        assert!(
+            lines[3].ends_with("create deployments.apps rv=10 by admin: created"),
+            "{text}"
+        );
+        assert!(lines[4].contains("deployment-controller") && lines[4].ends_with("create replicasets.apps web-1 rv=11 by system:serviceaccount:kube-system:deployment-controller: ReplicaSet web-1 created"), "{text}");
+        assert!(lines[5].contains("horizontal-pod-autoscaler") && lines[5].contains("get /apis/metrics.k8s.io/v1beta1/namespaces/default/pods?labelSelector=app%3Dweb → 200 in 3.1 ms"), "{text}");
+        assert!(!text.contains("Startup"), "only pods have stages:\n{text}");
+        let tree = &text[text.find("Descendants").expect("descendants")..];
+        let rows: Vec<&str> = tree.lines().skip(1).collect();
+        assert_eq!(
+            rows,
+            [
+                "  replicasets.apps default/web-1: 4 steps, last at 1000.0 ms: status.readyReplicas 0→1",
+                "    pods default/web-1-a: 0 steps, last at ? ms: (no timeline kept)",
+                "    … and 2 more",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_kind_is_found_as_kubectl_finds_it() {
+        let served =
+            |group: &str, plural: &str, singular: &str, kind: &str, short: &[&str]| Served {
+                group: group.into(),
+                plural: plural.into(),
+                singular: singular.into(),
+                kind: kind.into(),
+                short_names: short.iter().map(|s| s.to_string()).collect(),
+                namespaced: true,
+            };
+        let all = [
+            served("", "events", "event", "Event", &["ev"]),
+            served(
+                "apps",
+                "deployments",
+                "deployment",
+                "Deployment",
+                &["deploy"],
+            ),
+            served("events.k8s.io", "events", "event", "Event", &["ev"]),
+            served("example.com", "widgets", "widget", "Widget", &[]),
+        ];
+        for arg in [
+            "deployments",
+            "deployment",
+            "Deployment",
+            "deploy",
+            "deployments.apps",
+        ] {
+            assert_eq!(
+                resolve(&all, arg).map(|s| s.plural.as_str()),
+                Some("deployments"),
+                "{arg}"
+            );
+        }
+        assert_eq!(resolve(&all, "ev").map(|s| s.group.as_str()), Some(""));
+        assert_eq!(
+            resolve(&all, "events.events.k8s.io").map(|s| s.group.as_str()),
+            Some("events.k8s.io")
+        );
+        assert_eq!(
+            resolve(&all, "widget").map(|s| s.group.as_str()),
+            Some("example.com")
+        );
+        assert_eq!(resolve(&all, "deployments.example.com"), None);
+        assert_eq!(resolve(&all, "gadgets"), None);
     }
 }
