@@ -392,7 +392,7 @@ fn a_deployments_trace_has_its_descendants_live_and_an_hpas_has_its_reads_and_sc
                 &["get /apis/apps/v1/namespaces/default/deployments/web/scale → 200"],
                 &["update /apis/apps/v1/namespaces/default/deployments/web/scale → 200"],
                 &[
-                    "get /apis/metrics.k8s.io/v1beta1/namespaces/default/pods?labelSelector=app%3Dweb → ",
+                    "list /apis/metrics.k8s.io/v1beta1/namespaces/default/pods?labelSelector=app%3Dweb → 404",
                 ],
                 &[
                     "Event Normal SuccessfulRescale: New size: 3; reason: Current number of replicas below Spec.MinReplicas",

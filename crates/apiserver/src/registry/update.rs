@@ -141,9 +141,11 @@ pub(crate) async fn replace(ctx: &Ctx, next: Value) -> Result<Value> {
     }
     validate(ctx, &obj, Some(&current))?;
     let value = encode(ctx, &obj).await?;
+    let sent = ctx.server.now();
     match commit(ctx, &key, current_rv, Some(value), &[], &[]).await? {
         Some(rev) => {
             storage::set_resource_version(&mut obj, rev);
+            crate::trace::wrote(ctx, Some(&current), Some(&obj), rev, sent);
             Ok(obj)
         }
         None => Err(ApiError::conflict(

@@ -59,7 +59,7 @@ fn event_reason(e: &Entry) -> Option<&str> {
     match &e.what {
         What::Write {
             resource, facts, ..
-        } if resource == "events" => facts.reason.as_deref(),
+        } if resource == "events" || resource == "events.events.k8s.io" => facts.reason.as_deref(),
         _ => None,
     }
 }
@@ -233,10 +233,15 @@ mod tests {
         }
     }
 
+    /// An Event as the components write it (`events.k8s.io`; core `events` count the same).
     fn event(ms: i64, reason: &str) -> Entry {
         write(
             ms,
-            "events",
+            if ms % 2 == 0 {
+                "events.events.k8s.io"
+            } else {
+                "events"
+            },
             ms,
             Facts {
                 reason: Some(reason.into()),
