@@ -38,7 +38,7 @@
 //! - [`bootstrap`]: namespaces, the `kubernetes` Service and the default RBAC policy every
 //!   cluster has.
 //! - [`metrics`]: the `/metrics` endpoint's counters and gauges.
-//! - [`trace`]: the lifecycle trace of recent pods (`/debug/trace/…`, `/ui/trace/…`).
+//! - [`trace`]: the lifecycle trace of recent objects (`/debug/trace/…`, `/ui/trace/…`).
 //! - [`error`]: `Status` errors.
 
 pub mod admission;

@@ -99,8 +99,8 @@ pub struct GateArgs {
     #[arg(long, value_name = "PLUGINS", value_delimiter = ',')]
     pub disable_admission_plugins: Vec<String>,
 
-    /// Pods the lifecycle trace keeps timelines for (`skiff trace pod`, `/ui/trace/pods/…`),
-    /// the least recently written dropped first; 0 turns recording off.
+    /// Objects of each resource the lifecycle trace keeps timelines for (`skiff trace`,
+    /// `/ui/trace/…`), the least recently written dropped first; 0 turns recording off.
     #[arg(long, value_name = "N", default_value_t = skiff_apiserver::trace::DEFAULT_OBJECTS)]
     pub trace_objects: usize,
 }
