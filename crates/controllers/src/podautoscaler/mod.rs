@@ -132,20 +132,35 @@ impl KubeAutoscaling {
         })
     }
 
-    /// A `custom.metrics.k8s.io/v1beta2` read. Not found because the API is not registered is
-    /// upstream's discovery error (its client finds the served version by discovery first).
+    /// A `custom.metrics.k8s.io` read, of `v1beta2` or, when the API serves only that, of
+    /// `v1beta1` (the fields read of a value are the same in both). Not found because the API
+    /// is not registered is upstream's discovery error (its client finds the served version by
+    /// discovery first).
     async fn custom(&self, path: &str, query: &[(&str, &str)]) -> Result<Value, String> {
         let root = "/apis/custom.metrics.k8s.io";
-        match self.get(&format!("{root}/v1beta2/{path}"), query).await {
-            Ok(list) => Ok(list),
-            Err(ApiFailure::NotFound(m)) => match self.get(root, &[]).await {
-                Err(ApiFailure::NotFound(_)) => {
-                    Err("no known available metric versions found".into())
-                }
-                _ => Err(m),
-            },
-            Err(ApiFailure::Other(m)) => Err(m),
+        let missing = match self.get(&format!("{root}/v1beta2/{path}"), query).await {
+            Ok(list) => return Ok(list),
+            Err(ApiFailure::NotFound(m)) => m,
+            Err(ApiFailure::Other(m)) => return Err(m),
+        };
+        let versions = match self.get(root, &[]).await {
+            Err(ApiFailure::NotFound(_)) => {
+                return Err("no known available metric versions found".into());
+            }
+            Err(ApiFailure::Other(_)) => return Err(missing),
+            Ok(group) => group,
+        };
+        let served = |v: &str| {
+            versions["versions"]
+                .as_array()
+                .is_some_and(|vs| vs.iter().any(|x| x["version"] == v))
+        };
+        if served("v1beta2") || !served("v1beta1") {
+            return Err(missing);
         }
+        self.get(&format!("{root}/v1beta1/{path}"), query)
+            .await
+            .map_err(ApiFailure::into_message)
     }
 }
 
@@ -335,3 +350,7 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
 fn signed(d: std::time::Duration) -> SignedDuration {
     SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX)
 }
+
+#[cfg(test)]
+#[path = "mod_tests.rs"]
+mod tests;
