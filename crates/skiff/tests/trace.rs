@@ -574,13 +574,7 @@ fn on_a_real_kubelet_the_trace_has_the_container_events_and_every_node_stage() {
             None,
             |o| o.stdout == b"True",
         );
-        let out = run_guarded(
-            Command::new(env!("CARGO_BIN_EXE_skiff"))
-                .args(["trace", "pod", "sleeper", "--kubeconfig"])
-                .arg(api.kubeconfig()),
-        );
-        let (text, stderr) = output_text(&out);
-        assert!(out.status.success(), "skiff trace pod failed: {stderr}");
+        let text = skiff_trace_of(&api, "pod", "sleeper");
         eprintln!("{text}");
         let binding = line_with(&text, &["create pods/binding", "by system:kube-scheduler"]);
         let inbox = line_with(
