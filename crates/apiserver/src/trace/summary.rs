@@ -204,24 +204,24 @@ fn counts(before: &Value, after: &Value, summary: &mut Vec<String>) {
     {
         summary.push(format!("spec changed (generation {g1})"));
     }
-    for field in [
-        "spec.replicas",
-        "status.replicas",
-        "status.readyReplicas",
-        "status.availableReplicas",
-        "status.updatedReplicas",
-        "status.currentReplicas",
-        "status.desiredReplicas",
-        "status.currentNumberScheduled",
-        "status.numberReady",
-        "status.active",
-        "status.succeeded",
-        "status.failed",
+    for pointer in [
+        "/spec/replicas",
+        "/status/replicas",
+        "/status/readyReplicas",
+        "/status/availableReplicas",
+        "/status/updatedReplicas",
+        "/status/currentReplicas",
+        "/status/desiredReplicas",
+        "/status/currentNumberScheduled",
+        "/status/numberReady",
+        "/status/active",
+        "/status/succeeded",
+        "/status/failed",
     ] {
-        let pointer = format!("/{}", field.replace('.', "/"));
-        let (n0, n1) = (before.pointer(&pointer), after.pointer(&pointer));
+        let (n0, n1) = (before.pointer(pointer), after.pointer(pointer));
         if n0 != n1 {
             let show = |n: Option<&Value>| n.map_or("(none)".to_string(), Value::to_string);
+            let field = pointer[1..].replace('/', ".");
             summary.push(format!("{field} {}→{}", show(n0), show(n1)));
         }
     }
