@@ -3,7 +3,7 @@
 //! every watch delivery with whose inbox it reached and through which selectors, the watches that
 //! filtered the change out — with each step's time since the first and since the previous step,
 //! then the startup breakdown the API server derived (see `skiff_apiserver::trace::stages` for
-//! exactly how each stage is measured; stages it cannot observe are said to be so).
+//! exactly how each stage is measured; a stage without a measure says why).
 
 use std::path::{Path, PathBuf};
 
@@ -253,7 +253,7 @@ mod tests {
              "client": {"user": "system:kube-scheduler", "userAgent": "skiff-scheduler",
                         "component": "scheduler"}}],
           "stages": [
-            {"name": "queue_wait", "seconds": null, "note": "inside the scheduler, not observable"},
+            {"name": "queue_wait", "seconds": null, "note": "not reported by the scheduler"},
             {"name": "binding", "seconds": 0.0025, "note": "until the binding write"}]})
     }
 
@@ -281,7 +281,7 @@ mod tests {
     fn stages_without_a_measure_say_why() {
         let text = format(&doc());
         assert!(
-            text.contains("queue_wait                —  inside the scheduler, not observable"),
+            text.contains("queue_wait                —  not reported by the scheduler"),
             "{text}"
         );
         assert!(
