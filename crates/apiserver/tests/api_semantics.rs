@@ -2,8 +2,9 @@
 //! say how many items remain, list and watch options that do not go together are a 422
 //! `Invalid` naming them, a watch from before the watch cache's window is 410 `Expired`, a
 //! short watch gets a bookmark before its deadline, a dry run create of a name in use is 409,
-//! no finalizer can be added to an object being deleted, unknown fields are never stored, and a
-//! LoadBalancer Service's node ports and health check port are allocated as upstream does.
+//! no finalizer can be added to an object being deleted, unknown fields are never stored, a
+//! LoadBalancer Service's node ports and health check port are allocated as upstream does, and a
+//! Binding sets the pod's node once and its annotations on the pod.
 
 mod common;
 
@@ -422,5 +423,102 @@ async fn load_balancers_get_health_check_ports_and_may_go_without_node_ports() {
     let spec = cluster.spec.unwrap();
     assert!(spec.ports.unwrap()[0].node_port.is_some());
     assert_eq!(spec.health_check_node_port, None);
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_sets_the_node_once_and_its_annotations_on_the_pod() {
+    use k8s_openapi::api::core::v1::{Binding, Pod};
+    use serde_json::json;
+    let running = common::start().await;
+    let pods: Api<Pod> = Api::namespaced(running.client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web", "annotations": {"keep": "me", "example.com/by": "creator"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let bind = |node: &str, annotations: serde_json::Value| -> Binding {
+        serde_json::from_value(
+            json!({"metadata": {"name": "web", "annotations": annotations},
+            "target": {"kind": "Node", "name": node}}),
+        )
+        .unwrap()
+    };
+    let binding = bind(
+        "n1",
+        json!({"scheduler.skiff.io/queue-wait-seconds": "0.0123", "example.com/by": "binder"}),
+    );
+    pods.create_subresource::<_, serde_json::Value>(
+        "binding",
+        "web",
+        &PostParams::default(),
+        &binding,
+    )
+    .await
+    .unwrap();
+    let bound = pods.get("web").await.unwrap();
+    assert_eq!(
+        bound.spec.unwrap().node_name.as_deref(),
+        Some("n1"),
+        "the node is set"
+    );
+    // upstream's setPodHostAndAnnotations: the Binding's annotations are set on the pod,
+    // overriding the pod's own of the same key, the others kept
+    let annotations = bound.metadata.annotations.unwrap();
+    let got: Vec<(&str, &str)> = annotations
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("example.com/by", "binder"),
+            ("keep", "me"),
+            ("scheduler.skiff.io/queue-wait-seconds", "0.0123"),
+        ]
+    );
+
+    // a second Binding is a conflict and changes nothing
+    let again = pods
+        .create_subresource::<_, serde_json::Value>(
+            "binding",
+            "web",
+            &PostParams::default(),
+            &bind("n2", json!({"example.com/by": "late"})),
+        )
+        .await;
+    assert_eq!(status(again).code, 409);
+    let after = pods.get("web").await.unwrap();
+    assert_eq!(after.spec.unwrap().node_name.as_deref(), Some("n1"));
+    assert_eq!(after.metadata.annotations.unwrap(), annotations);
+
+    // a pod without annotations gets the Binding's
+    let bare: Pod = serde_json::from_value(json!({"metadata": {"name": "bare"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}))
+    .unwrap();
+    pods.create(&PostParams::default(), &bare).await.unwrap();
+    let mut binding = bind("n1", json!({"scheduler.skiff.io/queue-wait-seconds": "2"}));
+    binding.metadata.name = Some("bare".into());
+    pods.create_subresource::<_, serde_json::Value>(
+        "binding",
+        "bare",
+        &PostParams::default(),
+        &binding,
+    )
+    .await
+    .unwrap();
+    let bound = pods.get("bare").await.unwrap();
+    assert_eq!(
+        bound
+            .metadata
+            .annotations
+            .unwrap()
+            .into_iter()
+            .collect::<Vec<_>>(),
+        [(
+            "scheduler.skiff.io/queue-wait-seconds".to_string(),
+            "2".to_string()
+        )]
+    );
     running.stop().await;
 }

@@ -19,8 +19,11 @@
 //! - [`local_path`]: the names and paths Skiff's local-path provisioner and its nodes share.
 //! - [`volume`]: how claims and volumes match (classes, modes, pre-binding, the smallest fit,
 //!   the default StorageClass), for the PersistentVolume controller and volume binding.
+//! - [`binding`]: the queue wait Skiff's scheduler annotates its Bindings with, for the API
+//!   server's lifecycle trace.
 
 pub mod admission;
+pub mod binding;
 pub mod ephemeral;
 pub mod local_path;
 pub mod node_affinity;

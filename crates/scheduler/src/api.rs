@@ -1,10 +1,11 @@
-//! Everything the scheduler writes, behind one trait: bindings, events, the pod's
-//! `PodScheduled` condition and nomination, the eviction of preemption victims, and volume
-//! binding's updates of PersistentVolumes and claims. [`KubeApi`] writes through the API
+//! Everything the scheduler writes, behind one trait: bindings (with the pod's queue wait as an
+//! annotation), events, the pod's `PodScheduled` condition and nomination, the eviction of
+//! preemption victims, and volume binding's updates of PersistentVolumes and claims. [`KubeApi`] writes through the API
 //! server; [`RecordingApi`] records calls for tests and can be told to fail bindings and
 //! updates.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{
@@ -14,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use parking_lot::Mutex;
 use serde_json::json;
+use skiff_component_helpers::binding::{ANN_QUEUE_WAIT, format_queue_wait};
 use skiff_runtime::events::{Event, Recorder, Reporter};
 
 use crate::framework::PodInfo;
@@ -43,8 +45,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// The scheduler's writes.
 #[async_trait]
 pub trait ClusterApi: Send + Sync {
-    /// POSTs a `Binding` to `pods/{name}/binding`.
-    async fn bind(&self, pod: &PodInfo, node: &str) -> Result<()>;
+    /// POSTs a `Binding` to `pods/{name}/binding`, with `queue_wait` (how long the pod waited
+    /// in the scheduling queue) as its [`ANN_QUEUE_WAIT`] annotation when known.
+    async fn bind(&self, pod: &PodInfo, node: &str, queue_wait: Option<Duration>) -> Result<()>;
     /// A Normal `Scheduled` event: "Successfully assigned ns/pod to node".
     async fn scheduled(&self, pod: &PodInfo, node: &str);
     /// A Warning `FailedScheduling` event, and the pod's `PodScheduled=False` condition with
@@ -106,6 +109,26 @@ fn reference(pod: &PodInfo) -> ObjectReference {
     }
 }
 
+/// The Binding of `pod` to `node`; the API server copies its annotations onto the pod.
+fn binding(pod: &PodInfo, node: &str, queue_wait: Option<Duration>) -> Binding {
+    let annotations =
+        queue_wait.map(|w| [(ANN_QUEUE_WAIT.to_string(), format_queue_wait(w))].into());
+    Binding {
+        metadata: ObjectMeta {
+            name: Some(pod.name().into()),
+            namespace: Some(pod.namespace().into()),
+            uid: pod.pod.metadata.uid.clone(),
+            annotations,
+            ..Default::default()
+        },
+        target: ObjectReference {
+            kind: Some("Node".into()),
+            name: Some(node.into()),
+            ..Default::default()
+        },
+    }
+}
+
 /// Now, to the second (condition times are whole seconds).
 fn now_seconds() -> jiff::Timestamp {
     let now = jiff::Timestamp::now();
@@ -114,20 +137,8 @@ fn now_seconds() -> jiff::Timestamp {
 
 #[async_trait]
 impl ClusterApi for KubeApi {
-    async fn bind(&self, pod: &PodInfo, node: &str) -> Result<()> {
-        let binding = Binding {
-            metadata: ObjectMeta {
-                name: Some(pod.name().into()),
-                namespace: Some(pod.namespace().into()),
-                uid: pod.pod.metadata.uid.clone(),
-                ..Default::default()
-            },
-            target: ObjectReference {
-                kind: Some("Node".into()),
-                name: Some(node.into()),
-                ..Default::default()
-            },
-        };
+    async fn bind(&self, pod: &PodInfo, node: &str, queue_wait: Option<Duration>) -> Result<()> {
+        let binding = binding(pod, node, queue_wait);
         self.pods(pod)
             .create_subresource::<Binding, serde_json::Value>(
                 "binding",
@@ -284,6 +295,8 @@ pub enum Call {
 #[derive(Default)]
 pub struct RecordingApi {
     pub calls: Mutex<Vec<Call>>,
+    /// The queue wait each binding carried, with its pod, in the order of the bindings.
+    pub queue_waits: Mutex<Vec<(String, Option<Duration>)>>,
     pub fail_binds: Mutex<Vec<String>>,
     pub fail_updates: Mutex<Vec<String>>,
 }
@@ -313,11 +326,12 @@ impl RecordingApi {
 
 #[async_trait]
 impl ClusterApi for RecordingApi {
-    async fn bind(&self, pod: &PodInfo, node: &str) -> Result<()> {
+    async fn bind(&self, pod: &PodInfo, node: &str, queue_wait: Option<Duration>) -> Result<()> {
         self.calls.lock().push(Call::Bind {
             pod: pod.key.clone(),
             node: node.into(),
         });
+        self.queue_waits.lock().push((pod.key.clone(), queue_wait));
         if self.fail_binds.lock().contains(&pod.key) {
             return Err(Error::Bind {
                 pod: pod.key.clone(),
@@ -403,5 +417,26 @@ impl ClusterApi for RecordingApi {
             });
         }
         Ok(stored(claim))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::testing::PodBuilder;
+
+    #[test]
+    fn a_binding_carries_the_queue_wait_as_an_annotation_in_decimal_seconds() {
+        let pod = PodBuilder::new("web").info();
+        let b = binding(&pod, "n1", Some(Duration::from_micros(12_300)));
+        assert_eq!(b.metadata.name.as_deref(), Some("web"));
+        assert_eq!(b.target.name.as_deref(), Some("n1"));
+        let annotations = b.metadata.annotations.unwrap();
+        assert_eq!(
+            annotations.get("scheduler.skiff.io/queue-wait-seconds"),
+            Some(&"0.0123".to_string())
+        );
+        let unknown = binding(&pod, "n1", None);
+        assert_eq!(unknown.metadata.annotations, None);
     }
 }

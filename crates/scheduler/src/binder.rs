@@ -1,5 +1,6 @@
-//! `DefaultBinder`: binds through the API server (`POST pods/{name}/binding`). It lives outside
-//! `plugins` because it needs the scheduler's [`ClusterApi`].
+//! `DefaultBinder`: binds through the API server (`POST pods/{name}/binding`), with the
+//! attempt's queue wait ([`CycleState::queue_wait`]) on the Binding. It lives outside `plugins`
+//! because it needs the scheduler's [`ClusterApi`].
 
 use std::sync::Arc;
 
@@ -31,8 +32,8 @@ impl Plugin for DefaultBinder {
 
 #[async_trait]
 impl BindPlugin for DefaultBinder {
-    async fn bind(&self, _: &CycleState, pod: &PodInfo, node: &str) -> Status {
-        match self.api.bind(pod, node).await {
+    async fn bind(&self, state: &CycleState, pod: &PodInfo, node: &str) -> Status {
+        match self.api.bind(pod, node, state.queue_wait).await {
             Ok(()) => Status::success(),
             Err(e) => Status::error(e.to_string()),
         }

@@ -49,7 +49,8 @@ pub struct QueuedPod {
     pub attempts: u32,
     /// When it (last) entered the queue, for ordering within a priority.
     pub timestamp: Instant,
-    /// When it was first added, for the end-to-end latency.
+    /// When it was first added, for the end-to-end latency and the queue wait its Binding
+    /// reports.
     pub first_seen: Instant,
     /// When its current backoff ends.
     backoff_until: Instant,

@@ -35,6 +35,15 @@ struct Attempt {
     started: Instant,
 }
 
+impl Attempt {
+    /// How long the pod waited in the queue for this attempt: from when it entered the queue
+    /// (gated time and backoff after earlier attempts included) to when this attempt popped it.
+    fn queue_wait(&self) -> Duration {
+        self.started
+            .saturating_duration_since(self.queued.first_seen)
+    }
+}
+
 struct Profile {
     framework: Arc<Framework>,
     algorithm: Mutex<Algorithm>,
@@ -339,6 +348,7 @@ impl Scheduler {
         };
         let fw = profile.framework.clone();
         let mut state = CycleState::default();
+        state.queue_wait = Some(attempt.queue_wait());
         let result = {
             let mut snapshot = self.snapshot.lock();
             self.cache.lock().update_snapshot(&mut snapshot);
@@ -661,6 +671,42 @@ mod tests {
             .filter(|c| matches!(c, Call::Bind { .. }))
             .count();
         assert_eq!(binds, 2);
+        // the retry's queue wait counts from when the pod first entered the queue
+        let web = || "default/web".to_string();
+        assert_eq!(
+            *api.queue_waits.lock(),
+            [
+                (web(), Some(Duration::ZERO)),
+                (web(), Some(Duration::from_secs(1)))
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_binding_carries_how_long_the_pod_waited_in_the_queue_failed_attempts_included() {
+        let api = RecordingApi::new();
+        let s = scheduler(api.clone());
+        s.on_node(Arc::new(node("n1").unschedulable().build()));
+        s.on_pod(Arc::new(PodBuilder::new("web").build()));
+        tokio::time::advance(Duration::from_millis(250)).await;
+        assert!(s.schedule_one().await);
+        assert_eq!(s.queue().sizes().unschedulable, 1);
+        tokio::time::advance(Duration::from_secs(3)).await;
+        s.on_node(Arc::new(node("n1").build()));
+        s.on_pod(Arc::new(PodBuilder::new("late").build()));
+        tokio::time::advance(Duration::from_millis(5)).await;
+        assert!(s.schedule_one().await);
+        assert!(s.schedule_one().await);
+        settle().await;
+        let mut waits = api.queue_waits.lock().clone();
+        waits.sort();
+        assert_eq!(
+            waits,
+            [
+                ("default/late".into(), Some(Duration::from_millis(5))),
+                ("default/web".into(), Some(Duration::from_millis(3255))),
+            ]
+        );
     }
 
     #[tokio::test(start_paused = true)]

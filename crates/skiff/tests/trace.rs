@@ -3,7 +3,8 @@
 //! with kubectl and `skiff trace pod` shows its chain — the create, the scheduler's unfiltered
 //! inbox getting it (ADDED), the kubelet's `spec.nodeName` watch filtering it out, the Binding by
 //! `system:kube-scheduler`, the kubelet's inbox getting it once bound, the node's status writes
-//! and the endpoint controllers — `/metrics` has the startup stage histograms, and the web page,
+//! and the endpoint controllers — with the queue wait the scheduler measured among the startup
+//! stages; `/metrics` has the startup stage histograms, and the web page,
 //! opened through a real `kubectl proxy` in headless Chromium, draws the lanes and steps. A
 //! second test runs the pod on a real kubelet with containerd: the trace then has the image and
 //! container events, and the sandbox, image, container start and readiness stages measured. A
@@ -232,10 +233,12 @@ fn skiff_trace_pod_shows_the_chain_from_create_to_ready_and_the_page_draws_it() 
         assert!(kubelet_inbox < status && status <= ready, "{text}");
         assert!(kubelet_inbox < endpoints, "{text}");
         line_with(&text, &["Startup (as the API server saw it):"]);
+        // Skiff's scheduler reports the queue wait on its Binding; scheduling is the rest
         line_with(
             &text,
-            &["queue_wait", "—", "not observable from the API server"],
+            &["queue_wait", " ms  ", "as the scheduler measured it"],
         );
+        line_with(&text, &["scheduling", " ms  until ", "less queue_wait"]);
         for stage in ["scheduling", "binding", "kubelet_pickup", "readiness"] {
             line_with(&text, &[stage, " ms  until "]);
         }
@@ -268,7 +271,13 @@ fn skiff_trace_pod_shows_the_chain_from_create_to_ready_and_the_page_draws_it() 
         drop(stream);
 
         let metrics = api.kubectl(KUBECTL_133, &["get", "--raw", "/metrics"]);
-        for stage in ["scheduling", "binding", "kubelet_pickup", "readiness"] {
+        for stage in [
+            "queue_wait",
+            "scheduling",
+            "binding",
+            "kubelet_pickup",
+            "readiness",
+        ] {
             let count = format!("skiff_pod_startup_stage_seconds_count{{stage=\"{stage}\"}} 1");
             assert!(metrics.contains(&count), "no {count} in /metrics");
         }

@@ -4,8 +4,8 @@
 //!
 //! | stage | from | to |
 //! |---|---|---|
-//! | `queue_wait` | — | — : the scheduler's queue lives in its memory; not observable here (it is part of `scheduling`) |
-//! | `scheduling` | the scheduler's watch is delivered the pod (ADDED) | the Binding request reaches the API server |
+//! | `queue_wait` | the pod enters the scheduler's queue | the scheduler pops it for the attempt that binds it (as the scheduler measured it: see below) |
+//! | `scheduling` | the scheduler's watch is delivered the pod (ADDED) | the Binding request reaches the API server, less `queue_wait` when the scheduler reported it |
 //! | `binding` | the Binding request reaches the API server | the write setting `spec.nodeName` commits |
 //! | `kubelet_pickup` | the binding commits | the node's kubelet watch (`fieldSelector=spec.nodeName=<node>`) is delivered the pod |
 //! | `sandbox` | kubelet pickup | the earlier of the write turning `PodReadyToStartContainers` True and the first `Pulling`/`Pulled` Event (image work starts once the sandbox is up) |
@@ -13,9 +13,16 @@
 //! | `container_start` | image end | the earlier of the `Started` Event and the first write showing a container running (`containerStatuses[].state.running`) |
 //! | `readiness` | container start | the write turning the `Ready` condition True |
 //!
+//! The scheduler's queue lives in its memory: `queue_wait` is the scheduler's own measure (time
+//! held by scheduling gates and backoff after earlier failed attempts included), which Skiff's
+//! scheduler writes on its Binding as the `scheduler.skiff.io/queue-wait-seconds` annotation and
+//! the binding write copies onto the pod.
+//! Without it (another scheduler) `queue_wait` is not reported and stays part of `scheduling`.
+//!
 //! Event times are when the kubelet's Event reached the API server (its recorder may send them
-//! late); a stage whose end was recorded before its start counts as 0. A stage with a missing end
-//! or start is reported with `seconds: null` and a note saying what was not recorded.
+//! late); a stage whose end was recorded before its start counts as 0 (so does `scheduling` when
+//! the reported `queue_wait` exceeds it). A stage with a missing end or start is reported with
+//! `seconds: null` and a note saying what was not recorded.
 
 use serde::Serialize;
 
@@ -86,9 +93,15 @@ pub fn derive(entries: &[Entry]) -> Vec<Stage> {
     let binding = entries.iter().find_map(|e| match &e.what {
         What::Write {
             facts, received, ..
-        } if facts.node_name.is_some() => Some((*received, e.time, facts.node_name.clone()?)),
+        } if facts.node_name.is_some() => Some((
+            *received,
+            e.time,
+            facts.node_name.clone()?,
+            facts.queue_wait,
+        )),
         _ => None,
     });
+    let queue_wait = binding.as_ref().and_then(|b| b.3);
     let bind_received: Point = binding.as_ref().map(|b| (b.0, "the Binding request"));
     let bind_committed: Point = binding.as_ref().map(|b| (b.1, "the binding write"));
     let node_selector = binding
@@ -164,14 +177,41 @@ pub fn derive(entries: &[Entry]) -> Vec<Stage> {
             },
         }
     };
-    vec![
-        Stage {
+    let queue_stage = match &binding {
+        Some((.., Some(seconds))) => Stage {
             name: "queue_wait",
-            seconds: None,
-            note: "inside the scheduler, not observable from the API server (part of scheduling)"
+            seconds: Some(*seconds),
+            note: "as the scheduler measured it: queue entry to the attempt that bound the pod"
                 .into(),
         },
-        between("scheduling", scheduler_inbox, bind_received),
+        Some(_) => Stage {
+            name: "queue_wait",
+            seconds: None,
+            note: "not reported by the scheduler that bound the pod (no \
+                   scheduler.skiff.io/queue-wait-seconds on its Binding): part of scheduling"
+                .into(),
+        },
+        None => Stage {
+            name: "queue_wait",
+            seconds: None,
+            note: "its end was not recorded".into(),
+        },
+    };
+    let mut scheduling = between("scheduling", scheduler_inbox, bind_received);
+    match (scheduling.seconds, queue_wait) {
+        (Some(total), Some(queued)) => {
+            scheduling.seconds = Some((total - queued).max(0.0));
+            scheduling.note = "until the Binding request, less queue_wait".into();
+        }
+        (Some(_), None) => {
+            scheduling.note =
+                "until the Binding request (queue wait included: not reported)".into();
+        }
+        (None, _) => {}
+    }
+    vec![
+        queue_stage,
+        scheduling,
         between("binding", bind_received, bind_committed),
         between("kubelet_pickup", bind_committed, kubelet_inbox),
         between("sandbox", kubelet_inbox, sandbox_end),
@@ -307,7 +347,60 @@ mod tests {
                 ("readiness", Some(25)),
             ]
         );
-        assert!(stages[0].note.contains("not observable"));
+        assert!(stages[0].note.contains("not reported"), "{:?}", stages[0]);
+        assert!(
+            stages[1].note.contains("queue wait included"),
+            "{:?}",
+            stages[1]
+        );
+    }
+
+    /// A scheduler watch delivery at 2 ms, and a Binding received at 10 ms reporting `queue_wait`.
+    fn bound_after_queueing(queue_wait: f64) -> Vec<Entry> {
+        vec![
+            write(0, "pods", 0, Facts::default()),
+            delivery(2, "system:kube-scheduler", ""),
+            write(
+                15,
+                "pods",
+                10,
+                Facts {
+                    node_name: Some("n1".into()),
+                    queue_wait: Some(queue_wait),
+                    ..Default::default()
+                },
+            ),
+        ]
+    }
+
+    #[test]
+    fn the_queue_wait_the_scheduler_reported_is_taken_out_of_scheduling() {
+        let stages = derive(&bound_after_queueing(0.003));
+        assert_eq!(
+            seconds(&stages)[..3],
+            [
+                ("queue_wait", Some(3)),
+                ("scheduling", Some(5)),
+                ("binding", Some(5))
+            ]
+        );
+        assert!(stages[0].note.contains("as the scheduler measured it"));
+        assert!(
+            stages[1].note.contains("less queue_wait"),
+            "{:?}",
+            stages[1]
+        );
+    }
+
+    #[test]
+    fn a_queue_wait_longer_than_the_api_server_saw_leaves_scheduling_at_zero() {
+        // the scheduler may have queued the pod before the first delivery the timeline kept
+        // (older entries dropped, so that delivery is a later MODIFIED one)
+        let stages = derive(&bound_after_queueing(0.020));
+        assert_eq!(
+            seconds(&stages)[..2],
+            [("queue_wait", Some(20)), ("scheduling", Some(0))]
+        );
     }
 
     #[test]
@@ -369,6 +462,7 @@ mod tests {
         let stages = derive(&[write(0, "pods", 0, Facts::default())]);
         assert_eq!(stages.len(), NAMES.len());
         assert!(stages.iter().all(|s| s.seconds.is_none()));
+        assert_eq!(stages[0].note, "its end was not recorded");
         assert_eq!(stages[1].note, "its start was not recorded");
     }
 }

@@ -19,6 +19,12 @@ pub struct Facts {
     /// `spec.nodeName` this write set (the binding).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
+    /// Seconds the pod waited in the scheduler's queue, as the scheduler that bound it measured
+    /// them: its Binding's `scheduler.skiff.io/queue-wait-seconds` annotation, read from the
+    /// write that set `spec.nodeName` (the API server copies a Binding's annotations onto the
+    /// pod).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_wait: Option<f64>,
     /// Pod conditions this write turned True.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub became_true: Vec<String>,
@@ -115,8 +121,14 @@ fn own(
     if is_pod {
         let node = str_at(after, "/spec/nodeName");
         if !node.is_empty() && str_at(before, "/spec/nodeName").is_empty() {
+            use skiff_component_helpers::binding::{ANN_QUEUE_WAIT, parse_queue_wait};
             summary.push(format!("spec.nodeName={node}"));
             facts.node_name = Some(node.to_string());
+            facts.queue_wait = after
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(ANN_QUEUE_WAIT))
+                .and_then(Value::as_str)
+                .and_then(parse_queue_wait);
         }
     } else if old.is_some() && new.is_some() {
         counts(before, after, &mut summary);
@@ -504,6 +516,25 @@ mod tests {
         assert_eq!(t.summary, ["spec.nodeName=n1", "PodScheduled=True"]);
         assert_eq!(t.facts.node_name.as_deref(), Some("n1"));
         assert_eq!(t.facts.became_true, ["PodScheduled"]);
+        assert_eq!(t.facts.queue_wait, None, "no scheduler reported it");
+    }
+
+    #[test]
+    fn a_binding_carries_the_queue_wait_the_scheduler_annotated_it_with() {
+        let old = json!({"metadata": {"name": "web", "namespace": "ns"}, "spec": {}});
+        let mut new = old.clone();
+        new["spec"]["nodeName"] = json!("n1");
+        new["metadata"]["annotations"] = json!({"scheduler.skiff.io/queue-wait-seconds": "0.0123"});
+        let t = &targets("", "pods", Some(&old), Some(&new))[0];
+        assert_eq!(t.facts.queue_wait, Some(0.0123));
+        // later writes of the bound pod keep the annotation, but set no node: no queue wait
+        let mut later = new.clone();
+        later["status"] = json!({"phase": "Running"});
+        let t = &targets("", "pods", Some(&new), Some(&later))[0];
+        assert_eq!(
+            (t.facts.node_name.as_ref(), t.facts.queue_wait),
+            (None, None)
+        );
     }
 
     #[test]

@@ -59,6 +59,10 @@ pub struct CycleState {
     /// The plugins whose PreFilter named the only nodes worth filtering, for the message of
     /// the nodes left out.
     pub node_set_plugins: Vec<&'static str>,
+    /// How long the pod waited in the scheduling queue before this attempt popped it (from when
+    /// it entered the queue, so gated time and backoff after earlier attempts included); set by
+    /// the scheduling loop, `None` outside it. The DefaultBinder writes it on the Binding.
+    pub queue_wait: Option<Duration>,
 }
 
 impl Clone for CycleState {
@@ -72,6 +76,7 @@ impl Clone for CycleState {
             skip_filter_plugins: self.skip_filter_plugins.clone(),
             skip_score_plugins: self.skip_score_plugins.clone(),
             node_set_plugins: self.node_set_plugins.clone(),
+            queue_wait: self.queue_wait,
         }
     }
 }

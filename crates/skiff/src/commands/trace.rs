@@ -401,7 +401,7 @@ mod tests {
              "client": {"user": "system:kube-scheduler", "userAgent": "skiff-scheduler",
                         "component": "scheduler"}}],
           "stages": [
-            {"name": "queue_wait", "seconds": null, "note": "inside the scheduler, not observable"},
+            {"name": "queue_wait", "seconds": null, "note": "not reported by the scheduler"},
             {"name": "binding", "seconds": 0.0025, "note": "until the binding write"}]})
     }
 
@@ -429,7 +429,7 @@ mod tests {
     fn stages_without_a_measure_say_why() {
         let text = format("Pod", &doc());
         assert!(
-            text.contains("queue_wait                —  inside the scheduler, not observable"),
+            text.contains("queue_wait                —  not reported by the scheduler"),
             "{text}"
         );
         assert!(
