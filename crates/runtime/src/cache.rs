@@ -4,6 +4,9 @@
 //!
 //! Written here rather than using kube-runtime's reflector `Store`, which has no indexes: every
 //! controller would scan all pods of the cluster on every reconcile.
+//!
+//! A cache holds API objects, or the compact form a transforming informer makes of each
+//! ([`Informers::transformed`](crate::informer::Informers::transformed)): anything [`Cached`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -19,6 +22,31 @@ pub type IndexFn<K> = Box<dyn Fn(&K) -> Vec<String> + Send + Sync>;
 /// The built-in index of every cache: objects by namespace (cluster-scoped ones under `""`).
 pub const NAMESPACE_INDEX: &str = "namespace";
 
+/// What a cache needs of what it holds: where to file it and which version of its object it is.
+/// Every API object (`kube::Resource`) has it; a compact form of one implements it itself.
+pub trait Cached {
+    /// Its object's namespace (None when cluster-scoped) and name, which the cache files it by.
+    fn cache_key(&self) -> (Option<&str>, &str);
+
+    /// Its object's `resourceVersion`, by which a relist tells a changed object from one it
+    /// already has; None for a form that keeps none (a relist then reports it as updated).
+    fn cache_version(&self) -> Option<&str>;
+}
+
+impl<K: Resource> Cached for K {
+    fn cache_key(&self) -> (Option<&str>, &str) {
+        let meta = self.meta();
+        (
+            meta.namespace.as_deref(),
+            meta.name.as_deref().unwrap_or_default(),
+        )
+    }
+
+    fn cache_version(&self) -> Option<&str> {
+        self.meta().resource_version.as_deref()
+    }
+}
+
 /// Where a cache files an object: its namespace and name. Every object of a cache is of one
 /// resource, so this is all an [`ObjectRef`] says that tells them apart (without its dynamic
 /// type, which for an untyped resource is a whole `ApiResource` per key).
@@ -29,11 +57,11 @@ pub(crate) struct Key {
 }
 
 impl Key {
-    pub(crate) fn of<K: Resource>(obj: &K) -> Key {
-        let meta = obj.meta();
+    pub(crate) fn of<K: Cached>(obj: &K) -> Key {
+        let (namespace, name) = obj.cache_key();
         Key {
-            namespace: meta.namespace.clone(),
-            name: meta.name.clone().unwrap_or_default(),
+            namespace: namespace.map(str::to_string),
+            name: name.to_string(),
         }
     }
 
@@ -48,11 +76,11 @@ impl Key {
 struct Index<K> {
     name: &'static str,
     values: IndexFn<K>,
-    keys: HashMap<String, HashSet<Key>>,
+    keys: HashMap<String, HashSet<Arc<Key>>>,
 }
 
 impl<K> Index<K> {
-    fn file(&mut self, key: &Key, obj: &K) {
+    fn file(&mut self, key: &Arc<Key>, obj: &K) {
         for value in (self.values)(obj) {
             self.keys.entry(value).or_default().insert(key.clone());
         }
@@ -70,14 +98,17 @@ impl<K> Index<K> {
     }
 }
 
+/// The objects by key and under each index. An object's key is allocated once and shared by
+/// the map and every index that files it: with many small objects (a metrics server's
+/// thousands of pods' names and labels) keys would otherwise weigh more than the objects.
 struct Contents<K> {
-    objects: HashMap<Key, Arc<K>>,
+    objects: HashMap<Arc<Key>, Arc<K>>,
     indexes: Vec<Index<K>>,
 }
 
-impl<K: Resource> Contents<K> {
+impl<K: Cached> Contents<K> {
     fn insert(&mut self, obj: Arc<K>) -> Option<Arc<K>> {
-        let key = Key::of(obj.as_ref());
+        let key = Arc::new(Key::of(obj.as_ref()));
         let old = self.remove(&key);
         for index in &mut self.indexes {
             index.file(&key, &obj);
@@ -96,7 +127,8 @@ impl<K: Resource> Contents<K> {
 }
 
 /// A shared, cheaply cloned handle on one resource's cached objects (of a typed resource, or an
-/// untyped one's: `PartialObjectMeta<DynamicObject>`, whose keys' dynamic type is ignored).
+/// untyped one's: `PartialObjectMeta<DynamicObject>`, whose keys' dynamic type is ignored), or
+/// on their compact forms.
 pub struct Cache<K> {
     contents: Arc<RwLock<Contents<K>>>,
     ready: watch::Receiver<bool>,
@@ -114,12 +146,12 @@ impl<K> Clone for Cache<K> {
     }
 }
 
-impl<K: Resource> Default for Cache<K> {
+impl<K: Cached> Default for Cache<K> {
     fn default() -> Self {
         let (ready_tx, ready) = watch::channel(false);
         let namespace = Index {
             name: NAMESPACE_INDEX,
-            values: Box::new(|o: &K| vec![o.meta().namespace.clone().unwrap_or_default()]),
+            values: Box::new(|o: &K| vec![o.cache_key().0.unwrap_or_default().to_string()]),
             keys: HashMap::new(),
         };
         Cache {
@@ -133,7 +165,7 @@ impl<K: Resource> Default for Cache<K> {
     }
 }
 
-impl<K: Resource> Cache<K> {
+impl<K: Cached> Cache<K> {
     /// A cache that already holds `objects` and is ready (for tests of code that reads caches).
     pub fn from_objects(objects: impl IntoIterator<Item = K>) -> Cache<K> {
         let cache = Cache::default();
@@ -167,11 +199,6 @@ impl<K: Resource> Cache<K> {
             index.file(key, obj);
         }
         contents.indexes.push(index);
-    }
-
-    /// The object with this key.
-    pub fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
-        self.contents.read().objects.get(&Key::of_ref(key)).cloned()
     }
 
     /// Every object.
@@ -251,9 +278,11 @@ impl<K: Resource> Cache<K> {
     }
 
     /// Replaces every object (after a list); returns what was held before.
-    pub(crate) fn replace(&self, objects: Vec<Arc<K>>) -> HashMap<Key, Arc<K>> {
+    pub(crate) fn replace(&self, objects: Vec<Arc<K>>) -> HashMap<Arc<Key>, Arc<K>> {
         let mut contents = self.contents.write();
-        let before = std::mem::take(&mut contents.objects);
+        // sized for the list at once, rather than grown (and copied) a step at a time
+        let sized = HashMap::with_capacity(objects.len());
+        let before = std::mem::replace(&mut contents.objects, sized);
         for index in &mut contents.indexes {
             index.keys.clear();
         }
@@ -261,6 +290,13 @@ impl<K: Resource> Cache<K> {
             contents.insert(obj);
         }
         before
+    }
+}
+
+impl<K: Resource> Cache<K> {
+    /// The object with this key.
+    pub fn get(&self, key: &ObjectRef<K>) -> Option<Arc<K>> {
+        self.contents.read().objects.get(&Key::of_ref(key)).cloned()
     }
 }
 

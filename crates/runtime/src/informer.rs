@@ -18,7 +18,10 @@
 //!
 //! Cached objects carry no `metadata.managedFields` (upstream's controller manager and
 //! scheduler trim them from their informers the same way, `TrimManagedFields`): nothing reads
-//! them from a cache, and they are often most of a small object's size.
+//! them from a cache, and they are often most of a small object's size. A component that needs
+//! little of each object asks for a transformed informer ([`Informers::transformed`], client-go's
+//! `SetTransform`): each object is made into the compact form it keeps as it arrives, from a list
+//! page or a watch event, and the whole object is dropped before the next one is read.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -39,8 +42,8 @@ use serde::de::DeserializeOwned;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-pub use crate::cache::Cache;
 use crate::cache::Key;
+pub use crate::cache::{Cache, Cached};
 
 /// One change the cache has applied.
 #[derive(Debug)]
@@ -106,10 +109,12 @@ impl Drop for Running {
     }
 }
 
-/// One informer per type (and, for an untyped one, resource) and server-side filter.
+/// One informer per type (and, for an untyped one, resource), server-side filter and transform.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct InformerKey {
     kind: TypeId,
+    /// A transformed informer's transform (its type: each closure has its own).
+    transform: Option<TypeId>,
     /// The group, version and plural of an untyped informer's resource.
     resource: Option<(String, String, String)>,
     labels: Option<String>,
@@ -120,6 +125,7 @@ impl InformerKey {
     fn metadata(resource: &ApiResource) -> InformerKey {
         InformerKey {
             kind: TypeId::of::<PartialObjectMeta<DynamicObject>>(),
+            transform: None,
             resource: Some((
                 resource.group.clone(),
                 resource.version.clone(),
@@ -184,11 +190,35 @@ impl Informers {
     {
         let key = InformerKey {
             kind: TypeId::of::<K>(),
+            transform: None,
             resource: None,
             labels: config.label_selector.clone(),
             fields: config.field_selector.clone(),
         };
-        self.informer(key, &(), config, false)
+        self.informer(key, &(), config, false, std::convert::identity)
+    }
+
+    /// The informer of the `K`s `config` selects, caching what `transform` makes of each
+    /// (client-go's `SetTransform`): it runs on each object as it arrives, from a list page or
+    /// a watch event, before the cache or any handler sees it, so that a component needing
+    /// little of each object (a metrics server: pods' names and labels) keeps only that.
+    /// Started on first use, apart from the untransformed informer of the same `K`s; shared by
+    /// whoever asks with the same selectors and transform (told by its type: every closure has
+    /// its own, so users share one through a function that makes it).
+    pub fn transformed<K, T, F>(&self, config: watcher::Config, transform: F) -> Informer<T>
+    where
+        K: Kind,
+        T: Cached + Send + Sync + 'static,
+        F: Fn(K) -> T + Send + 'static,
+    {
+        let key = InformerKey {
+            kind: TypeId::of::<K>(),
+            transform: Some(TypeId::of::<F>()),
+            resource: None,
+            labels: config.label_selector.clone(),
+            fields: config.field_selector.clone(),
+        };
+        self.informer(key, &(), config, false, transform)
     }
 
     /// The metadata-only informer of every object of `resource` in the cluster (client-go's
@@ -201,7 +231,8 @@ impl Informers {
     /// handlers should be removed first ([`Informer::remove_handler`]).
     pub fn metadata(&self, resource: &ApiResource) -> Informer<PartialObjectMeta<DynamicObject>> {
         let key = InformerKey::metadata(resource);
-        self.informer(key, resource, watcher::Config::default(), true)
+        let config = watcher::Config::default();
+        self.informer(key, resource, config, true, std::convert::identity)
     }
 
     /// Whether the metadata informer of `resource` is running (some handle on it is held).
@@ -211,17 +242,20 @@ impl Informers {
         running.is_some_and(|r| r.lease.as_ref().is_some_and(|l| l.strong_count() > 0))
     }
 
-    /// The informer under `key`, started (listing and watching `K`s of `dyntype`) if there is
-    /// none; `leased` for one that stops with its last handle.
-    fn informer<K>(
+    /// The informer under `key`, started (listing and watching `K`s of `dyntype`, cached as
+    /// `transform` makes them) if there is none; `leased` for one that stops with its last
+    /// handle. `key` names the transform: the same key, the same `T`.
+    fn informer<K, T>(
         &self,
         key: InformerKey,
         dyntype: &K::DynamicType,
         config: watcher::Config,
         leased: bool,
-    ) -> Informer<K>
+        transform: impl Fn(K) -> T + Send + 'static,
+    ) -> Informer<T>
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        T: Cached + Send + Sync + 'static,
     {
         let mut informers = self.inner.informers.lock();
         if let Some(running) = informers.get(&key) {
@@ -231,7 +265,7 @@ impl Informers {
             };
             // else its last handle is being dropped: it is replaced
             if let Some(lease) = lease {
-                let shared = running.shared.clone().downcast::<Shared<K>>().ok();
+                let shared = running.shared.clone().downcast::<Shared<T>>().ok();
                 return Informer {
                     shared: shared.expect("informers are keyed by type"),
                     _lease: lease,
@@ -241,7 +275,7 @@ impl Informers {
         let shared = Arc::new(Shared::default());
         let api = Api::<K>::all_with(self.inner.client.clone(), dyntype);
         let kind = K::kind(dyntype).into_owned();
-        let task = tokio::spawn(reflect(api, config, shared.clone(), kind));
+        let task = tokio::spawn(reflect(api, config, transform, shared.clone(), kind));
         let lease = leased.then(|| {
             Arc::new(Lease {
                 factory: Arc::downgrade(&self.inner),
@@ -300,7 +334,7 @@ struct Shared<K> {
     resync_added: tokio::sync::Notify,
 }
 
-impl<K: Resource> Default for Shared<K> {
+impl<K: Cached> Default for Shared<K> {
     fn default() -> Self {
         Shared {
             cache: Cache::default(),
@@ -310,7 +344,7 @@ impl<K: Resource> Default for Shared<K> {
     }
 }
 
-impl<K: Resource> Informer<K> {
+impl<K: Cached> Informer<K> {
     /// The informer's cache.
     pub fn cache(&self) -> &Cache<K> {
         &self.shared.cache
@@ -378,7 +412,7 @@ impl<K: Resource> Informer<K> {
     }
 }
 
-impl<K: Resource> Shared<K> {
+impl<K: Cached> Shared<K> {
     fn dispatch(handlers: &mut [Handler<K>], change: Change<K>) {
         for handler in handlers.iter_mut() {
             (handler.on_change)(&change);
@@ -413,7 +447,7 @@ impl<K: Resource> Shared<K> {
                 for new in listed {
                     let change = match before.remove(&Key::of(new.as_ref())) {
                         None => Change::Added(new),
-                        Some(old) if old.meta().resource_version != new.meta().resource_version => {
+                        Some(old) if changed(old.as_ref(), new.as_ref()) => {
                             Change::Updated { old, new }
                         }
                         Some(_) => continue,
@@ -457,11 +491,26 @@ impl<K: Resource> Shared<K> {
     }
 }
 
-/// The informer's task: watches `api` (of `kind`s) into `shared` until the factory stops it.
-/// An `Api<PartialObjectMeta<_>>` lists and watches metadata only.
-async fn reflect<K>(api: Api<K>, config: watcher::Config, shared: Arc<Shared<K>>, kind: String)
-where
+/// Whether a relist found `new` changed from the `old` the cache held: another
+/// `resourceVersion`, or a form that keeps none.
+fn changed<K: Cached>(old: &K, new: &K) -> bool {
+    new.cache_version().is_none() || old.cache_version() != new.cache_version()
+}
+
+/// The informer's task: watches `api` (of `kind`s) into `shared`, each object as `transform`
+/// makes it, until the factory stops it. An `Api<PartialObjectMeta<_>>` lists and watches
+/// metadata only. Lists are paged (`watcher::Config`'s 500 objects a page, as client-go's): an
+/// object is transformed as its page is read, so that a page's whole objects are all that is
+/// ever held of a large list.
+async fn reflect<K, T>(
+    api: Api<K>,
+    config: watcher::Config,
+    transform: impl Fn(K) -> T,
+    shared: Arc<Shared<T>>,
+    kind: String,
+) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    T: Cached,
 {
     let stream = watcher::watcher(api, config).default_backoff();
     futures::pin_mut!(stream);
@@ -476,10 +525,7 @@ where
         };
         tokio::select! {
             event = stream.next() => match event {
-                Some(Ok(mut event)) => {
-                    trim_managed_fields(&mut event);
-                    shared.apply(event, &mut relist)
-                }
+                Some(Ok(event)) => shared.apply(cached(event, &transform), &mut relist),
                 Some(Err(error)) => {
                     tracing::warn!(%kind, %error, "informer: watch failed; retrying");
                 }
@@ -491,10 +537,18 @@ where
     }
 }
 
-/// Drops the event's object's `managedFields`.
-fn trim_managed_fields<K: Resource>(event: &mut Event<K>) {
-    if let Event::Apply(obj) | Event::InitApply(obj) | Event::Delete(obj) = event {
+/// The event with its object as the cache keeps it: without `managedFields`, transformed.
+fn cached<K: Resource, T>(event: Event<K>, transform: impl Fn(K) -> T) -> Event<T> {
+    let keep = |mut obj: K| {
         obj.meta_mut().managed_fields = None;
+        transform(obj)
+    };
+    match event {
+        Event::Apply(obj) => Event::Apply(keep(obj)),
+        Event::Delete(obj) => Event::Delete(keep(obj)),
+        Event::Init => Event::Init,
+        Event::InitApply(obj) => Event::InitApply(keep(obj)),
+        Event::InitDone => Event::InitDone,
     }
 }
 

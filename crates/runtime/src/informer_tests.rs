@@ -454,3 +454,162 @@ async fn a_metadata_informer_stops_with_its_last_handle() {
     assert_eq!(fake.lists_of("/apis/example.com/v1/widgets"), 2);
     assert!(again.cache().is_empty(), "a fresh cache");
 }
+
+/// A compact form of a pod, as a transform keeps it: where it is and its `app` label.
+#[derive(Debug, PartialEq)]
+struct Slim {
+    namespace: String,
+    name: String,
+    app: Option<String>,
+}
+
+impl Cached for Slim {
+    fn cache_key(&self) -> (Option<&str>, &str) {
+        (Some(&self.namespace), &self.name)
+    }
+
+    fn cache_version(&self) -> Option<&str> {
+        None
+    }
+}
+
+fn slim(pod: Pod) -> Slim {
+    let meta = pod.metadata;
+    Slim {
+        namespace: meta.namespace.unwrap_or_default(),
+        name: meta.name.unwrap_or_default(),
+        app: meta.labels.and_then(|mut l| l.remove("app")),
+    }
+}
+
+/// The informer of slim pods: one transform, so one informer, wherever it is asked for.
+fn slim_pods(informers: &Informers) -> Informer<Slim> {
+    informers.transformed(watcher::Config::default(), slim)
+}
+
+/// A pod with an `app` label and more than a compact form keeps.
+fn labelled(name: &str, rv: &str, app: &str) -> Value {
+    let mut p = pod(name, rv);
+    p["metadata"]["labels"] = json!({"app": app, "tier": "web"});
+    p["spec"] = json!({"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]});
+    p
+}
+
+/// What a handler of slim pods saw, as `kind name app` lines.
+fn slim_recorder() -> (Seen, impl FnMut(&Change<Slim>) + Send + 'static) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let out = seen.clone();
+    let handler = move |change: &Change<Slim>| {
+        let what = match change {
+            Change::Added(_) => "added",
+            Change::Updated { .. } => "updated",
+            Change::Deleted { .. } => "deleted",
+        };
+        let s = change.object();
+        out.lock().push(format!(
+            "{what} {} {}",
+            s.name,
+            s.app.as_deref().unwrap_or("-")
+        ));
+    };
+    (seen, handler)
+}
+
+#[tokio::test]
+async fn a_transformed_informer_caches_and_tells_only_what_its_transform_makes_of_each_object() {
+    // the first list comes in two pages
+    let mut first_page = list("1", &[labelled("a", "1", "web"), labelled("b", "1", "db")]);
+    first_page["metadata"]["continue"] = json!("after-b");
+    let (mut fake, client) = Fake::new(vec![first_page, list("2", &[labelled("c", "2", "web")])]);
+    let informers = Informers::new(client);
+    let transformed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let calls = transformed.clone();
+    let pods = informers.transformed(watcher::Config::default(), move |p: Pod| {
+        calls.fetch_add(1, Ordering::Relaxed);
+        slim(p)
+    });
+    let (seen, handler) = slim_recorder();
+    pods.add_handler(handler);
+    pods.cache().wait_until_ready().await;
+    let watch = fake.watch().await;
+    send(&watch, "ADDED", labelled("d", "3", "web"));
+    send(&watch, "MODIFIED", labelled("a", "4", "api"));
+    send(&watch, "DELETED", labelled("b", "5", "db"));
+    settle().await;
+
+    let requests = fake.script.lock().requests.clone();
+    assert!(requests[0].contains("limit=500"), "paged: {requests:?}");
+    assert!(requests[1].contains("continue=after-b"), "{requests:?}");
+    let mut cached: Vec<Arc<Slim>> = pods.cache().state();
+    cached.sort_by(|x, y| x.name.cmp(&y.name));
+    let slim = |name: &str, app: &str| Slim {
+        namespace: "ns".into(),
+        name: name.into(),
+        app: Some(app.into()),
+    };
+    assert_eq!(
+        cached.iter().map(|s| s.as_ref()).collect::<Vec<_>>(),
+        [&slim("a", "api"), &slim("c", "web"), &slim("d", "web")]
+    );
+    assert_eq!(pods.cache().namespaced("ns").len(), 3, "filed by namespace");
+    let mut listed = seen.lock()[..3].to_vec();
+    listed.sort();
+    assert_eq!(listed, ["added a web", "added b db", "added c web"]);
+    assert_eq!(
+        seen.lock()[3..],
+        ["added d web", "updated a api", "deleted b db"]
+    );
+    assert_eq!(
+        transformed.load(Ordering::Relaxed),
+        6,
+        "once per object as it arrives"
+    );
+}
+
+#[tokio::test]
+async fn a_transform_is_its_own_informer_shared_by_everyone_who_uses_the_same_one() {
+    let one = list("1", &[labelled("a", "1", "web")]);
+    let (fake, client) = Fake::new(vec![one.clone(), one]);
+    let informers = Informers::new(client);
+    let whole = informers.get::<Pod>();
+    let first = slim_pods(&informers);
+    let second = slim_pods(&informers);
+    whole.cache().wait_until_ready().await;
+    first.cache().wait_until_ready().await;
+    assert!(Arc::ptr_eq(&first.shared, &second.shared));
+    assert_eq!(
+        fake.lists_of("/api/v1/pods"),
+        2,
+        "the whole pods and the slim ones are listed apart"
+    );
+    let kept = whole.cache().state();
+    assert!(
+        kept.len() == 1 && kept[0].spec.is_some(),
+        "the untransformed informer keeps whole pods"
+    );
+    assert_eq!(first.cache().state()[0].app.as_deref(), Some("web"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_relist_reports_each_object_of_a_form_without_versions_as_updated() {
+    let (mut fake, client) = Fake::new(vec![
+        list("1", &[labelled("a", "1", "web"), labelled("b", "1", "web")]),
+        list("9", &[labelled("b", "1", "web")]),
+    ]);
+    let informers = Informers::new(client);
+    let pods = slim_pods(&informers);
+    let (seen, handler) = slim_recorder();
+    pods.add_handler(handler);
+    let watch = fake.watch().await;
+    send(
+        &watch,
+        "ERROR",
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+               "reason": "Expired", "message": "too old resource version", "code": 410}),
+    );
+    let _rewatch = fake.watch().await;
+    settle().await;
+    let mut relisted = seen.lock()[2..].to_vec();
+    relisted.sort();
+    assert_eq!(relisted, ["deleted a web", "updated b web"]);
+}

@@ -3,7 +3,8 @@
 //!
 //! # Layout
 //! - [`informer`]: one List+Watch and one indexed [`cache`] per resource per process, with
-//!   change handlers (client-go's shared informer factory).
+//!   change handlers and, for a component that keeps little of each object, a transform
+//!   (client-go's shared informer factory and `SetTransform`).
 //! - [`mutation`]: a controller's own writes laid over a cache until its watch brings them
 //!   (client-go's `MutationCache`).
 //! - [`workqueue`]: the rate-limited, deduplicating queue of keys a controller reconciles.
