@@ -613,3 +613,31 @@ async fn a_relist_reports_each_object_of_a_form_without_versions_as_updated() {
     relisted.sort();
     assert_eq!(relisted, ["deleted a web", "updated b web"]);
 }
+
+#[tokio::test]
+async fn a_transform_of_pods_metadata_lists_and_watches_metadata_only() {
+    let item = json!({"metadata": {"namespace": "ns", "name": "a", "resourceVersion": "1",
+                                   "labels": {"app": "web"}}});
+    let (mut fake, client) = Fake::new(vec![json!({
+        "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+        "metadata": {"resourceVersion": "1"}, "items": [item]})]);
+    let informers = Informers::new(client);
+    let pods = informers.transformed(watcher::Config::default(), |p: PartialObjectMeta<Pod>| {
+        slim(Pod {
+            metadata: p.metadata,
+            ..Pod::default()
+        })
+    });
+    pods.cache().wait_until_ready().await;
+    assert_eq!(pods.cache().state()[0].app.as_deref(), Some("web"));
+    let _watch = fake.watch().await;
+    let accepts = fake.script.lock().accepts.clone();
+    assert_eq!(accepts.len(), 2);
+    assert!(
+        accepts
+            .iter()
+            .all(|a| a.contains("as=PartialObjectMetadata")),
+        "{accepts:?}"
+    );
+    assert_eq!(fake.lists_of("/api/v1/pods"), 1);
+}
