@@ -3,56 +3,123 @@
 //! `timestamp` and `window` (a Go duration, `15.012s`), CPU in nanocores and memory in bytes as
 //! canonical quantities (`1234567n`, `10240Ki`).
 
+use std::collections::{BTreeMap, HashMap};
+
 use jiff::{SignedDuration, Timestamp};
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Value, json};
+use skiff_apimachinery::labels::Selector;
 use skiff_apimachinery::quantity::{Format, format_canonical};
 
-use crate::storage::{Metric, PodMetric};
+use crate::storage::{Metric, Storage};
 
 pub const GROUP_VERSION: &str = "metrics.k8s.io/v1beta1";
 
+/// A node's or pod's labels.
+pub type Labels = BTreeMap<String, String>;
+
 /// A metric's `usage`.
-fn usage(m: &Metric) -> Value {
-    json!({
-        "cpu": format_canonical(i128::from(m.cpu_nanocores), Format::DecimalSI),
-        "memory": format_canonical(i128::from(m.memory) * 1_000_000_000, Format::BinarySI),
-    })
+#[derive(Debug, Serialize)]
+pub struct Usage {
+    cpu: String,
+    memory: String,
 }
 
-fn metadata(name: &str, namespace: Option<&str>, labels: &Value, now: Timestamp) -> Value {
-    let mut meta = Map::new();
-    meta.insert("name".into(), name.into());
-    if let Some(ns) = namespace {
-        meta.insert("namespace".into(), ns.into());
+impl Usage {
+    fn of(m: &Metric) -> Usage {
+        Usage {
+            cpu: format_canonical(i128::from(m.cpu_nanocores), Format::DecimalSI),
+            memory: format_canonical(i128::from(m.memory) * 1_000_000_000, Format::BinarySI),
+        }
     }
-    meta.insert("creationTimestamp".into(), json!(now.to_string()));
-    if labels.as_object().is_some_and(|l| !l.is_empty()) {
-        meta.insert("labels".into(), labels.clone());
+}
+
+/// A metrics object's `metadata`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metadata<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace: Option<&'a str>,
+    creation_timestamp: String,
+    #[serde(skip_serializing_if = "no_labels")]
+    labels: &'a Labels,
+}
+
+fn no_labels(labels: &&Labels) -> bool {
+    labels.is_empty()
+}
+
+impl<'a> Metadata<'a> {
+    fn new(name: &'a str, namespace: Option<&'a str>, labels: &'a Labels, now: Timestamp) -> Self {
+        Metadata {
+            name,
+            namespace,
+            creation_timestamp: now.to_string(),
+            labels,
+        }
     }
-    Value::Object(meta)
 }
 
 /// A `NodeMetrics`.
-pub fn node_metrics(name: &str, labels: &Value, m: &Metric, now: Timestamp) -> Value {
-    json!({
-        "kind": "NodeMetrics", "apiVersion": GROUP_VERSION,
-        "metadata": metadata(name, None, labels, now),
-        "timestamp": seconds(m.timestamp),
-        "window": go_duration(m.window),
-        "usage": usage(m),
-    })
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeMetrics<'a> {
+    kind: &'static str,
+    api_version: &'static str,
+    metadata: Metadata<'a>,
+    timestamp: String,
+    window: String,
+    usage: Usage,
 }
 
-/// A `PodMetrics`: its containers in name order, the earliest timestamp and longest window.
-pub fn pod_metrics(
-    namespace: &str,
-    name: &str,
-    labels: &Value,
-    containers: &PodMetric,
+/// One container's usage in a `PodMetrics`.
+#[derive(Debug, Serialize)]
+pub struct ContainerMetrics<'a> {
+    name: &'a str,
+    usage: Usage,
+}
+
+/// A `PodMetrics`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodMetrics<'a> {
+    kind: &'static str,
+    api_version: &'static str,
+    metadata: Metadata<'a>,
+    timestamp: String,
+    window: String,
+    containers: Vec<ContainerMetrics<'a>>,
+}
+
+/// A `NodeMetrics`.
+pub fn node_metrics<'a>(
+    name: &'a str,
+    labels: &'a Labels,
+    m: &Metric,
     now: Timestamp,
-) -> Value {
-    let mut containers = containers.clone();
-    containers.sort_by(|a, b| a.0.cmp(&b.0));
+) -> NodeMetrics<'a> {
+    NodeMetrics {
+        kind: "NodeMetrics",
+        api_version: GROUP_VERSION,
+        metadata: Metadata::new(name, None, labels, now),
+        timestamp: seconds(m.timestamp),
+        window: go_duration(m.window),
+        usage: Usage::of(m),
+    }
+}
+
+/// A `PodMetrics` of its containers' usage by name: the containers in name order, the earliest
+/// timestamp and longest window.
+pub fn pod_metrics<'a>(
+    namespace: &'a str,
+    name: &'a str,
+    labels: &'a Labels,
+    containers: &[(&'a str, Metric)],
+    now: Timestamp,
+) -> PodMetrics<'a> {
+    let mut containers = containers.to_vec();
+    containers.sort_by(|a, b| a.0.cmp(b.0));
     let timestamp = containers
         .iter()
         .map(|(_, m)| m.timestamp)
@@ -63,21 +130,70 @@ pub fn pod_metrics(
         .map(|(_, m)| m.window)
         .max()
         .unwrap_or_default();
-    json!({
-        "kind": "PodMetrics", "apiVersion": GROUP_VERSION,
-        "metadata": metadata(name, Some(namespace), labels, now),
-        "timestamp": seconds(timestamp),
-        "window": go_duration(window),
-        "containers": containers
-            .iter()
-            .map(|(name, m)| json!({"name": name, "usage": usage(m)}))
-            .collect::<Vec<_>>(),
-    })
+    PodMetrics {
+        kind: "PodMetrics",
+        api_version: GROUP_VERSION,
+        metadata: Metadata::new(name, Some(namespace), labels, now),
+        timestamp: seconds(timestamp),
+        window: go_duration(window),
+        containers: containers
+            .into_iter()
+            .map(|(name, m)| ContainerMetrics {
+                usage: Usage::of(&m),
+                name,
+            })
+            .collect(),
+    }
 }
 
-/// A `NodeMetricsList` or `PodMetricsList` of `items`.
-pub fn list(kind: &str, items: Vec<Value>) -> Value {
-    json!({"kind": kind, "apiVersion": GROUP_VERSION, "metadata": {}, "items": items})
+/// A `NodeMetricsList` or `PodMetricsList`, its JSON written item by item: a list of every
+/// pod of a large cluster is never held whole but as its text.
+pub struct List {
+    out: Vec<u8>,
+    items: usize,
+    /// Where the first item is in `out`.
+    first: std::ops::Range<usize>,
+}
+
+impl List {
+    pub fn new(kind: &'static str) -> List {
+        let head = format!(
+            r#"{{"kind":"{kind}","apiVersion":"{GROUP_VERSION}","metadata":{{}},"items":["#
+        );
+        List {
+            out: head.into_bytes(),
+            items: 0,
+            first: 0..0,
+        }
+    }
+
+    pub fn push(&mut self, item: &impl Serialize) {
+        if self.items > 0 {
+            self.out.push(b',');
+        }
+        let start = self.out.len();
+        write_json(&mut self.out, item);
+        if self.items == 0 {
+            self.first = start..self.out.len();
+        }
+        self.items += 1;
+    }
+
+    /// The list's JSON.
+    pub fn finish(mut self) -> Vec<u8> {
+        self.out.extend_from_slice(b"]}");
+        self.out
+    }
+
+    /// The first item's JSON, if there is one.
+    pub fn first(self) -> Option<Vec<u8>> {
+        (self.items > 0).then(|| self.out[self.first].to_vec())
+    }
+}
+
+fn write_json(out: &mut Vec<u8>, item: &impl Serialize) {
+    // strings, numbers and string maps into memory: nothing that can fail
+    serde_json::to_writer(out, item).expect("metrics serialize to JSON");
 }
 
 /// RFC 3339 in whole seconds, as `metav1.Time`.
@@ -199,64 +315,67 @@ pub fn status(code: u16, reason: &str, message: &str) -> Value {
            "message": message, "reason": reason, "code": code})
 }
 
-/// The answer to `request` (code and body): the nodes and pods are the cluster's (for their
-/// labels and for what exists), `selector` the `labelSelector` query.
+/// The answer to `request`: its code and JSON body. `nodes` (name, labels) and `pods`
+/// (namespace, name, labels) are the cluster's, for their labels and for what exists;
+/// `selector` is the `labelSelector` query.
 pub fn answer(
     request: &Request,
     selector: Option<&str>,
-    nodes: &[(String, Value)],
-    pods: &[(String, String, Value)],
-    storage: &crate::storage::Storage,
+    nodes: &[(&str, &Labels)],
+    pods: &[(&str, &str, &Labels)],
+    storage: &Storage,
     now: Timestamp,
-) -> (u16, Value) {
-    let selector = match selector.map(skiff_apimachinery::labels::Selector::parse) {
-        None => skiff_apimachinery::labels::Selector::everything(),
+) -> (u16, Vec<u8>) {
+    let json = |code: u16, body: &Value| (code, body.to_string().into_bytes());
+    let selector = match selector.map(Selector::parse) {
+        None => Selector::everything(),
         Some(Ok(s)) => s,
-        Some(Err(e)) => return (400, status(400, "BadRequest", &e.to_string())),
+        Some(Err(e)) => return json(400, &status(400, "BadRequest", &e.to_string())),
     };
-    let not_found = |resource: &str, name: &str| {
-        let message = format!("{resource}.metrics.k8s.io {name:?} not found");
-        (404, status(404, "NotFound", &message))
+    // a list, or the one item a name asks for
+    let answer = |list: List, resource: &str, name: &Option<String>| match name {
+        None => (200, list.finish()),
+        Some(name) => match list.first() {
+            Some(item) => (200, item),
+            None => {
+                let message = format!("{resource}.metrics.k8s.io {name:?} not found");
+                json(404, &status(404, "NotFound", &message))
+            }
+        },
     };
     match request {
-        Request::Resources => (200, resources()),
+        Request::Resources => json(200, &resources()),
         Request::Nodes { name } => {
-            let items: Vec<Value> = nodes
-                .iter()
-                .filter(|(n, labels)| {
-                    name.as_ref().is_none_or(|want| want == n) && selector.matches(labels)
-                })
-                .filter_map(|(n, labels)| Some(node_metrics(n, labels, &storage.node(n)?, now)))
-                .collect();
-            match name {
-                Some(n) => items
-                    .into_iter()
-                    .next()
-                    .map_or_else(|| not_found("nodemetrics", n), |m| (200, m)),
-                None => (200, list("NodeMetricsList", items)),
+            let mut list = List::new("NodeMetricsList");
+            let selected = nodes.iter().filter(|(n, labels)| {
+                name.as_ref().is_none_or(|want| want == n) && selector.matches(*labels)
+            });
+            for (n, labels) in selected {
+                if let Some(m) = storage.node(n) {
+                    list.push(&node_metrics(n, labels, &m, now));
+                }
             }
+            answer(list, "nodemetrics", name)
         }
         Request::Pods { namespace, name } => {
-            let metrics = storage.pods();
-            let items: Vec<Value> = pods
-                .iter()
-                .filter(|(ns, n, labels)| {
-                    namespace.as_ref().is_none_or(|want| want == ns)
-                        && name.as_ref().is_none_or(|want| want == n)
-                        && selector.matches(labels)
-                })
-                .filter_map(|(ns, n, labels)| {
-                    let m = metrics.get(&(ns.clone(), n.clone()))?;
-                    Some(pod_metrics(ns, n, labels, m, now))
-                })
-                .collect();
-            match name {
-                Some(n) => items
-                    .into_iter()
-                    .next()
-                    .map_or_else(|| not_found("podmetrics", n), |m| (200, m)),
-                None => (200, list("PodMetricsList", items)),
+            // by namespace, then name
+            let mut selected: HashMap<&str, HashMap<&str, &Labels>> = HashMap::new();
+            let matching = pods.iter().filter(|(ns, n, labels)| {
+                namespace.as_ref().is_none_or(|want| want == ns)
+                    && name.as_ref().is_none_or(|want| want == n)
+                    && selector.matches(*labels)
+            });
+            for (ns, n, labels) in matching {
+                selected.entry(ns).or_default().insert(n, labels);
             }
+            let mut list = List::new("PodMetricsList");
+            storage.for_each_pod(|ns, n, containers| {
+                // taken out: a pod on two nodes' scrapes is listed once
+                if let Some(labels) = selected.get_mut(ns).and_then(|pods| pods.remove(n)) {
+                    list.push(&pod_metrics(ns, n, labels, containers, now));
+                }
+            });
+            answer(list, "podmetrics", name)
         }
     }
 }

@@ -2,6 +2,17 @@ use serde_json::json;
 
 use super::*;
 
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn value(item: impl Serialize) -> Value {
+    serde_json::to_value(item).unwrap()
+}
+
 #[test]
 fn go_durations_are_written_as_go_writes_them() {
     let ms = SignedDuration::from_millis;
@@ -23,8 +34,9 @@ fn node_and_pod_metrics_are_served_as_metrics_server_serves_them() {
         cpu_nanocores: 1_234_567,
         memory: 10 * 1024 * 1024,
     };
+    let hostname = labels(&[("kubernetes.io/hostname", "n1")]);
     assert_eq!(
-        node_metrics("n1", &json!({"kubernetes.io/hostname": "n1"}), &m, now),
+        value(node_metrics("n1", &hostname, &m, now)),
         json!({"kind": "NodeMetrics", "apiVersion": "metrics.k8s.io/v1beta1",
                "metadata": {"name": "n1", "creationTimestamp": "2026-12-04T10:00:20.5Z",
                             "labels": {"kubernetes.io/hostname": "n1"}},
@@ -36,15 +48,10 @@ fn node_and_pod_metrics_are_served_as_metrics_server_serves_them() {
         memory: 1000,
         ..m
     };
-    let pod = pod_metrics(
-        "default",
-        "web",
-        &json!({}),
-        &vec![("z".to_string(), odd), ("a".to_string(), m)],
-        now,
-    );
+    let none = Labels::new();
+    let pod = pod_metrics("default", "web", &none, &[("z", odd), ("a", m)], now);
     assert_eq!(
-        pod,
+        value(pod),
         json!({"kind": "PodMetrics", "apiVersion": "metrics.k8s.io/v1beta1",
                "metadata": {"name": "web", "namespace": "default",
                             "creationTimestamp": "2026-12-04T10:00:20.5Z"},
@@ -52,11 +59,28 @@ fn node_and_pod_metrics_are_served_as_metrics_server_serves_them() {
                "containers": [{"name": "a", "usage": {"cpu": "1234567n", "memory": "10Mi"}},
                               {"name": "z", "usage": {"cpu": "2", "memory": "1k"}}]})
     );
+}
+
+#[test]
+fn lists_are_written_item_by_item() {
+    let parsed = |json: Vec<u8>| serde_json::from_slice::<Value>(&json).unwrap();
     assert_eq!(
-        list("NodeMetricsList", vec![]),
+        parsed(List::new("NodeMetricsList").finish()),
         json!({"kind": "NodeMetricsList", "apiVersion": "metrics.k8s.io/v1beta1",
                "metadata": {}, "items": []})
     );
+    assert_eq!(List::new("NodeMetricsList").first(), None);
+    let two = || {
+        let mut list = List::new("PodMetricsList");
+        list.push(&json!({"name": "one"}));
+        list.push(&"two");
+        list
+    };
+    assert_eq!(
+        parsed(two().finish())["items"],
+        json!([{"name": "one"}, "two"])
+    );
+    assert_eq!(parsed(two().first().unwrap()), json!({"name": "one"}));
 }
 
 #[test]
@@ -110,6 +134,9 @@ fn stored() -> crate::storage::Storage {
     let storage = crate::storage::Storage::default();
     storage.store("n1", batch(1000, 1.0));
     storage.store("n1", batch(1010, 6.0));
+    // the same pod on another node's scrapes too (made again there), until n1's next scrape
+    storage.store("n3", batch(1000, 1.0));
+    storage.store("n3", batch(1010, 6.0));
     storage
 }
 
@@ -117,23 +144,14 @@ fn stored() -> crate::storage::Storage {
 fn answers_select_by_labels_and_leave_out_what_has_no_metrics() {
     let storage = stored();
     let now = Timestamp::from_second(1020).unwrap();
-    let nodes = vec![
-        ("n1".to_string(), json!({"zone": "a"})),
-        ("n2".to_string(), json!({"zone": "a"})),
-    ];
-    let pods = vec![
-        (
-            "default".to_string(),
-            "web".to_string(),
-            json!({"app": "web"}),
-        ),
-        (
-            "default".to_string(),
-            "db".to_string(),
-            json!({"app": "db"}),
-        ),
-    ];
-    let ask = |r: Request, s: Option<&str>| answer(&r, s, &nodes, &pods, &storage, now);
+    let zone = labels(&[("zone", "a")]);
+    let (web, db) = (labels(&[("app", "web")]), labels(&[("app", "db")]));
+    let nodes = [("n1", &zone), ("n2", &zone)];
+    let pods = [("default", "web", &web), ("default", "db", &db)];
+    let ask = |r: Request, s: Option<&str>| {
+        let (code, body) = answer(&r, s, &nodes, &pods, &storage, now);
+        (code, serde_json::from_slice::<Value>(&body).unwrap())
+    };
     let (code, list) = ask(Request::Nodes { name: None }, Some("zone=a"));
     // n2 was never scraped: not listed
     assert_eq!((code, list["items"].as_array().unwrap().len()), (200, 1));
@@ -155,8 +173,21 @@ fn answers_select_by_labels_and_leave_out_what_has_no_metrics() {
         },
         Some("app=web"),
     );
+    assert_eq!(list["items"].as_array().unwrap().len(), 1, "listed once");
     assert_eq!(list["items"][0]["metadata"]["name"], "web");
+    assert_eq!(
+        list["items"][0]["metadata"]["labels"],
+        json!({"app": "web"})
+    );
     assert_eq!(list["items"][0]["containers"][0]["usage"]["cpu"], "500m");
+    let (code, one) = ask(
+        Request::Pods {
+            namespace: Some("default".into()),
+            name: Some("web".into()),
+        },
+        None,
+    );
+    assert_eq!((code, one["kind"].as_str()), (200, Some("PodMetrics")));
     let (_, none) = ask(
         Request::Pods {
             namespace: None,

@@ -4,7 +4,7 @@
 //! working set; the metric's time is the later sample's, its window the time between them. A
 //! pod has metrics only when every container of it in the later scrape has.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use jiff::{SignedDuration, Timestamp};
 use parking_lot::RwLock;
@@ -24,12 +24,60 @@ pub struct Metric {
     pub memory: u64,
 }
 
-/// A pod's containers' usage, by container name.
-pub type PodMetric = Vec<(String, Metric)>;
-
+/// One node's latest scrape, and what the scrape before it left: each container's earlier
+/// sample beside its later one, so that a container's key is kept once (at a thousand nodes of
+/// thirty pods, keys are most of what is stored).
 struct Scrapes {
-    earlier: Option<Batch>,
-    later: Batch,
+    /// Whether the node was scraped before the latest scrape: rates need two.
+    twice: bool,
+    /// The node's usage in the latest scrape and in the one before.
+    node: Option<Usage>,
+    earlier_node: Option<Usage>,
+    /// The containers of the latest scrape, in (namespace, pod, container) order.
+    containers: BTreeMap<ContainerKey, Samples>,
+}
+
+/// A container's sample in the latest scrape and, if it was in it, the one before.
+struct Samples {
+    later: ContainerSample,
+    earlier: Option<ContainerSample>,
+}
+
+impl Scrapes {
+    fn first(batch: Batch) -> Scrapes {
+        let containers = batch.containers.into_iter();
+        Scrapes {
+            twice: false,
+            node: batch.node,
+            earlier_node: None,
+            containers: containers
+                .map(|(key, later)| {
+                    (
+                        key,
+                        Samples {
+                            later,
+                            earlier: None,
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// Takes `batch` as the latest scrape, the latest as the one before.
+    fn advance(&mut self, batch: Batch) {
+        let mut before = std::mem::take(&mut self.containers);
+        self.containers = batch
+            .containers
+            .into_iter()
+            .map(|(key, later)| {
+                let earlier = before.remove(&key).map(|s| s.later);
+                (key, Samples { later, earlier })
+            })
+            .collect();
+        self.earlier_node = std::mem::replace(&mut self.node, batch.node);
+        self.twice = true;
+    }
 }
 
 /// Every node's last two scrapes.
@@ -43,13 +91,9 @@ impl Storage {
     pub fn store(&self, node: &str, batch: Batch) {
         let mut nodes = self.nodes.write();
         match nodes.get_mut(node) {
-            Some(scrapes) => scrapes.earlier = Some(std::mem::replace(&mut scrapes.later, batch)),
+            Some(scrapes) => scrapes.advance(batch),
             None => {
-                let first = Scrapes {
-                    earlier: None,
-                    later: batch,
-                };
-                nodes.insert(node.to_string(), first);
+                nodes.insert(node.to_string(), Scrapes::first(batch));
             }
         }
     }
@@ -62,53 +106,53 @@ impl Storage {
     /// The node's usage, once it has been scraped twice.
     pub fn node(&self, name: &str) -> Option<Metric> {
         let nodes = self.nodes.read();
-        let scrapes = nodes.get(name)?;
-        let later = scrapes.later.node?;
-        let earlier = scrapes.earlier.as_ref()?.node?;
+        let scrapes = nodes.get(name).filter(|s| s.twice)?;
+        let (earlier, later) = (scrapes.earlier_node?, scrapes.node?);
         metric(Some((earlier.cpu_seconds, earlier.cpu_time)), &later)
     }
 
-    /// Every pod whose containers all have usage, by (namespace, name).
-    pub fn pods(&self) -> HashMap<(String, String), PodMetric> {
+    /// Calls `visit` with the namespace, name and containers' usage (by container name) of each
+    /// pod whose containers in its node's latest scrape all have usage. A pod on two nodes'
+    /// scrapes (deleted and made again elsewhere, until the next scrape) is visited for each.
+    pub fn for_each_pod(&self, mut visit: impl FnMut(&str, &str, &[(&str, Metric)])) {
         let nodes = self.nodes.read();
-        let mut out: HashMap<(String, String), PodMetric> = HashMap::new();
-        let mut incomplete = Vec::new();
-        for scrapes in nodes.values() {
-            let Some(earlier) = &scrapes.earlier else {
-                continue;
-            };
-            for (key, sample) in &scrapes.later.containers {
-                let pod = (key.namespace.clone(), key.pod.clone());
-                match container_metric(earlier, key, sample) {
-                    Some(m) => out.entry(pod).or_default().push((key.container.clone(), m)),
-                    None => incomplete.push(pod),
+        // one pod's containers at a time
+        let mut pod: Vec<(&str, Metric)> = Vec::new();
+        for scrapes in nodes.values().filter(|s| s.twice) {
+            let scraped = scrapes.earlier_node.map(|n| n.cpu_time);
+            let mut containers = scrapes.containers.iter().peekable();
+            while let Some(&(first, _)) = containers.peek() {
+                let same_pod = |(k, _): &(&ContainerKey, &Samples)| {
+                    k.namespace == first.namespace && k.pod == first.pod
+                };
+                pod.clear();
+                let mut complete = true;
+                while let Some((key, samples)) = containers.next_if(same_pod) {
+                    match container_metric(scraped, samples) {
+                        Some(m) => pod.push((&key.container, m)),
+                        None => complete = false,
+                    }
+                }
+                if complete {
+                    visit(&first.namespace, &first.pod, &pod);
                 }
             }
         }
-        for pod in incomplete {
-            out.remove(&pod);
-        }
-        out
     }
 }
 
 /// A container's usage: from its earlier sample, or from its start (at zero CPU) when it
-/// started after the earlier scrape (new, or restarted: its counter went back).
-fn container_metric(
-    earlier: &Batch,
-    key: &ContainerKey,
-    later: &ContainerSample,
-) -> Option<Metric> {
-    let before = earlier
-        .containers
-        .get(key)
+/// started after the earlier scrape (at `scraped`; new, or restarted: its counter went back).
+fn container_metric(scraped: Option<Timestamp>, samples: &Samples) -> Option<Metric> {
+    let later = &samples.later;
+    let before = samples
+        .earlier
         .filter(|e| {
             e.start_time == later.start_time && e.usage.cpu_seconds <= later.usage.cpu_seconds
         })
         .map(|e| (e.usage.cpu_seconds, e.usage.cpu_time));
     let from_start = || {
         let start = later.start_time?;
-        let scraped = earlier.node.map(|n| n.cpu_time);
         scraped.is_none_or(|t| start > t).then_some((0.0, start))
     };
     metric(before.or_else(from_start), &later.usage)

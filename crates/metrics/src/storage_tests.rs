@@ -1,4 +1,4 @@
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::*;
 
@@ -41,6 +41,17 @@ fn batch(node: Usage, containers: &[(ContainerKey, Usage, i64)]) -> Batch {
     }
 }
 
+/// Every pod `for_each_pod` visits, by namespace and name.
+fn pods(storage: &Storage) -> HashMap<(String, String), Vec<(String, Metric)>> {
+    let mut pods = HashMap::new();
+    storage.for_each_pod(|ns, pod, containers| {
+        let containers = containers.iter().map(|(c, m)| (c.to_string(), *m));
+        let visited = pods.insert((ns.to_string(), pod.to_string()), containers.collect());
+        assert_eq!(visited, None, "{ns}/{pod} visited twice");
+    });
+    pods
+}
+
 #[test]
 fn usage_is_the_cpu_rate_between_the_last_two_scrapes_and_the_last_memory() {
     let storage = Storage::default();
@@ -53,7 +64,7 @@ fn usage_is_the_cpu_rate_between_the_last_two_scrapes_and_the_last_memory() {
     );
     // one scrape: no rate yet
     assert_eq!(storage.node("n1"), None);
-    assert!(storage.pods().is_empty());
+    assert!(pods(&storage).is_empty());
     storage.store(
         "n1",
         batch(
@@ -70,9 +81,9 @@ fn usage_is_the_cpu_rate_between_the_last_two_scrapes_and_the_last_memory() {
             memory: 20,
         })
     );
-    let pods = storage.pods();
+    let p = ("default".to_string(), "p".to_string());
     assert_eq!(
-        pods[&("default".to_string(), "p".to_string())],
+        pods(&storage)[&p],
         vec![(
             "c".to_string(),
             Metric {
@@ -83,6 +94,16 @@ fn usage_is_the_cpu_rate_between_the_last_two_scrapes_and_the_last_memory() {
             }
         )]
     );
+    // a third scrape: the rate is between the second and the third
+    storage.store(
+        "n1",
+        batch(
+            usage(145.0, 1025, 30),
+            &[(key("p", "c"), usage(22.5, 1025, 9), 900)],
+        ),
+    );
+    assert_eq!(storage.node("n1").unwrap().cpu_nanocores, 3_000_000_000);
+    assert_eq!(pods(&storage)[&p][0].1.cpu_nanocores, 1_000_000_000);
     storage.retain(|n| n != "n1");
     assert_eq!(storage.node("n1"), None);
 }
@@ -112,7 +133,7 @@ fn a_container_started_since_the_last_scrape_counts_from_its_start() {
             ],
         ),
     );
-    let pods = storage.pods();
+    let pods = pods(&storage);
     let cpu = |pod: &str| {
         pods[&("default".to_string(), pod.to_string())][0]
             .1

@@ -10,7 +10,7 @@
 //! authentication and authorization do. Its serving certificate is self-signed, as
 //! metrics-server's without `--tls-cert-file`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -29,9 +29,10 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use kube::Api;
 use kube::api::PostParams;
-use kube::core::{ApiResource, DynamicObject, PartialObjectMeta};
-use kube::{Api, ResourceExt};
+use kube::core::PartialObjectMeta;
+use kube::runtime::watcher;
 use parking_lot::Mutex;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -43,7 +44,7 @@ use skiff_kubelet::server::auth::certificate_user;
 use skiff_metrics::api::{self, Request};
 use skiff_metrics::scrape;
 use skiff_metrics::storage::Storage;
-use skiff_runtime::informer::{Informer, Informers};
+use skiff_runtime::informer::{Cached, Informer, Informers};
 use tokio_rustls::{TlsAcceptor, rustls};
 
 use super::kubelet::go_duration;
@@ -83,10 +84,11 @@ pub async fn run(args: MetricsServerArgs, lifecycle: Lifecycle) -> anyhow::Resul
     let client = skiff_runtime::http2::client(config, &user_agent("skiff-metrics-server"))?;
     // held until this returns: dropping the factory ends the watches
     let informers = Informers::new(client.clone());
-    // the scrape needs the nodes' addresses; the answers only the pods' names and labels, so
-    // their metadata alone is kept (as upstream's metadata informer for pods)
-    let nodes = informers.get::<Node>();
-    let pods = informers.metadata(&ApiResource::erase::<Pod>(&()));
+    // of the nodes, the scrape needs their kubelets' addresses and the answers their labels; of
+    // the pods, the answers need their names and labels: only these are kept, each object
+    // dropped as it arrives (pods' metadata alone is listed and watched, as upstream's)
+    let nodes = informers.transformed(watcher::Config::default(), CachedNode::of);
+    let pods = informers.transformed(watcher::Config::default(), CachedPod::of);
     let trust = tokio::select! {
         trust = FrontProxy::read(&client) => trust?,
         () = lifecycle.stopped() => return Ok(()),
@@ -121,6 +123,66 @@ pub async fn run(args: MetricsServerArgs, lifecycle: Lifecycle) -> anyhow::Resul
     }
 }
 
+/// What the metrics server keeps of a node.
+#[derive(Debug)]
+struct CachedNode {
+    name: String,
+    labels: BTreeMap<String, String>,
+    /// Where its kubelet listens, if the node says.
+    kubelet: Option<(String, u16)>,
+}
+
+impl CachedNode {
+    fn of(node: Node) -> CachedNode {
+        let status = node.status.unwrap_or_default();
+        let endpoints = json!({"status": {"addresses": status.addresses,
+                                          "daemonEndpoints": status.daemon_endpoints}});
+        CachedNode {
+            name: node.metadata.name.unwrap_or_default(),
+            labels: node.metadata.labels.unwrap_or_default(),
+            kubelet: node_endpoint(&endpoints),
+        }
+    }
+}
+
+impl Cached for CachedNode {
+    fn cache_key(&self) -> (Option<&str>, &str) {
+        (None, &self.name)
+    }
+
+    fn cache_version(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// What the metrics server keeps of a pod (of its metadata).
+#[derive(Debug)]
+struct CachedPod {
+    namespace: String,
+    name: String,
+    labels: BTreeMap<String, String>,
+}
+
+impl CachedPod {
+    fn of(pod: PartialObjectMeta<Pod>) -> CachedPod {
+        CachedPod {
+            namespace: pod.metadata.namespace.unwrap_or_default(),
+            name: pod.metadata.name.unwrap_or_default(),
+            labels: pod.metadata.labels.unwrap_or_default(),
+        }
+    }
+}
+
+impl Cached for CachedPod {
+    fn cache_key(&self) -> (Option<&str>, &str) {
+        (Some(&self.namespace), &self.name)
+    }
+
+    fn cache_version(&self) -> Option<&str> {
+        None
+    }
+}
+
 /// The kubelet client presenting the kubeconfig's client certificate.
 fn kubelet_client(kubeconfig: &std::path::Path) -> anyhow::Result<KubeletClient> {
     let text = std::fs::read_to_string(kubeconfig)
@@ -147,7 +209,7 @@ fn kubelet_client(kubeconfig: &std::path::Path) -> anyhow::Result<KubeletClient>
 
 /// Scrapes every node's kubelet every `resolution`, forgetting nodes that are gone.
 async fn scrape_forever(
-    nodes: Informer<Node>,
+    nodes: Informer<CachedNode>,
     kubelet: KubeletClient,
     storage: Arc<Storage>,
     resolution: Duration,
@@ -161,9 +223,9 @@ async fn scrape_forever(
             .for_each_concurrent(SCRAPES_AT_ONCE, |node| {
                 let (kubelet, storage) = (&kubelet, &storage);
                 async move {
-                    let name = node.name_any();
+                    let name = &node.name;
                     match tokio::time::timeout(resolution, scrape_node(kubelet, node)).await {
-                        Ok(Ok(batch)) => storage.store(&name, batch),
+                        Ok(Ok(batch)) => storage.store(name, batch),
                         Ok(Err(e)) => {
                             tracing::warn!(node = %name, error = %e, "scraping the kubelet")
                         }
@@ -172,18 +234,20 @@ async fn scrape_forever(
                 }
             })
             .await;
-        let names: std::collections::HashSet<String> =
-            current.iter().map(|n| n.name_any()).collect();
+        let names: std::collections::HashSet<&str> =
+            current.iter().map(|n| n.name.as_str()).collect();
         storage.retain(|n| names.contains(n));
     }
 }
 
 /// One kubelet's `/metrics/resource`, read.
-async fn scrape_node(kubelet: &KubeletClient, node: &Node) -> anyhow::Result<scrape::Batch> {
-    let (host, port) = node_endpoint(&serde_json::to_value(node)?)
+async fn scrape_node(kubelet: &KubeletClient, node: &CachedNode) -> anyhow::Result<scrape::Batch> {
+    let (host, port) = node
+        .kubelet
+        .as_ref()
         .context("the node reports no address for its kubelet")?;
-    let tls = kubelet.connect(&host, port).await?;
-    let addr = authority(&host, port);
+    let tls = kubelet.connect(host, *port).await?;
+    let addr = authority(host, *port);
     let mut headers = HeaderMap::new();
     headers.insert(header::HOST, addr.parse()?);
     let request = proxy::bodiless(http::Method::GET, "/metrics/resource", headers, None);
@@ -298,8 +362,8 @@ fn server_tls(front_proxy_ca: &str) -> anyhow::Result<rustls::ServerConfig> {
 /// What the handlers read.
 struct State {
     client: kube::Client,
-    nodes: Informer<Node>,
-    pods: Informer<PartialObjectMeta<DynamicObject>>,
+    nodes: Informer<CachedNode>,
+    pods: Informer<CachedPod>,
     storage: Arc<Storage>,
     trust: FrontProxy,
     /// Authorization answers by (user, groups, verb, resource, namespace, name), with when.
@@ -346,7 +410,11 @@ async fn serve(listener: tokio::net::TcpListener, acceptor: TlsAcceptor, state: 
 }
 
 fn json_response(code: u16, body: &Value) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())));
+    json_bytes_response(code, body.to_string().into_bytes())
+}
+
+fn json_bytes_response(code: u16, body: Vec<u8>) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -415,34 +483,26 @@ async fn handle<B>(
             .map(|(_, v)| v.into_owned())
     });
     // only what the request is about: one kind, one namespace
-    let (mut nodes, mut pods) = (Vec::new(), Vec::new());
+    let (mut cached_nodes, mut cached_pods) = (Vec::new(), Vec::new());
     match &request {
-        Request::Nodes { .. } => {
-            let all = state.nodes.cache().state();
-            nodes = all
-                .iter()
-                .map(|n| (n.name_any(), json!(n.labels())))
-                .collect();
-        }
+        Request::Nodes { .. } => cached_nodes = state.nodes.cache().state(),
         Request::Pods { namespace, .. } => {
             let cache = state.pods.cache();
-            let selected = match namespace {
+            cached_pods = match namespace {
                 Some(ns) => cache.namespaced(ns),
                 None => cache.state(),
             };
-            pods = selected
-                .iter()
-                .map(|p| {
-                    (
-                        p.namespace().unwrap_or_default(),
-                        p.name_any(),
-                        json!(p.labels()),
-                    )
-                })
-                .collect();
         }
         Request::Resources => {}
     }
+    let nodes: Vec<_> = cached_nodes
+        .iter()
+        .map(|n| (n.name.as_str(), &n.labels))
+        .collect();
+    let pods: Vec<_> = cached_pods
+        .iter()
+        .map(|p| (p.namespace.as_str(), p.name.as_str(), &p.labels))
+        .collect();
     let (code, body) = api::answer(
         &request,
         selector.as_deref(),
@@ -451,7 +511,7 @@ async fn handle<B>(
         &state.storage,
         jiff::Timestamp::now(),
     );
-    json_response(code, &body)
+    json_bytes_response(code, body)
 }
 
 /// Whether the API server lets `user` do this (SubjectAccessReview), answers kept a while.
