@@ -5,8 +5,9 @@
 //!   (`skiff kubelet --hollow --hollow-serve-address 127.0.0.1`) with `--pods-per-node` pods
 //!   each, and `skiff metrics-server` scraping them every `--resolution-s`: once every node is in
 //!   `metrics.k8s.io`, the metrics server's CPU share of one core over `--intervals` scrape
-//!   intervals, and its RSS (VmRSS and its peak, VmHWM), against the 5 % and 64 MB targets; the
-//!   API server's and the hollow nodes' CPU shares in the same window beside them.
+//!   intervals, and its RSS (VmRSS, its peak VmHWM, and its heap and mapped-file parts),
+//!   against the 5 % and 64 MB targets; the API server's and the hollow nodes' CPU shares in
+//!   the same window beside them.
 //! - `hpa-reaction`: on the same cluster, with the controller manager's
 //!   `horizontalpodautoscaling` syncing every second (`--horizontal-pod-autoscaler-sync-period
 //!   1s`) and the scheduler, `--hpa-runs` times a fresh Deployment of 10 hollow pods at 40 % of
@@ -220,9 +221,11 @@ async fn items(client: &kube::Client, path: &str) -> usize {
     }
 }
 
-fn child_rss(pid: u32) -> [Option<u64>; 2] {
+/// VmRSS, its peak (VmHWM), and its parts: RssAnon (heap) and RssFile (mapped pages of the
+/// binary and libraries).
+fn child_rss(pid: u32) -> [Option<u64>; 4] {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    ["VmRSS", "VmHWM"].map(|f| proc_status_kb(&status, f))
+    ["VmRSS", "VmHWM", "RssAnon", "RssFile"].map(|f| proc_status_kb(&status, f))
 }
 
 async fn pipeline(
@@ -329,7 +332,7 @@ async fn pipeline(
             .as_f64()
             .map_or(Value::Null, |s| json!(round3(s / window.as_secs_f64())))
     };
-    let [rss, hwm] = child_rss(metrics.pid);
+    let [rss, hwm, anon, file] = child_rss(metrics.pid);
     out.emit(
         "metrics-pipeline",
         json!({
@@ -337,6 +340,7 @@ async fn pipeline(
             "resolution_s": args.resolution_s, "window_s": window.as_secs(),
             "scraper_cpu_share": share("metrics_server"), "target_cpu_share": 0.05,
             "scraper_rss_mb": mb(rss), "scraper_hwm_mb": mb(hwm), "target_rss_mb": 64,
+            "scraper_anon_mb": mb(anon), "scraper_file_mb": mb(file),
             "apiserver_cpu_share": share("apiserver"), "hollow_cpu_share": share("hollow"),
             "load1": load1(),
         }),
