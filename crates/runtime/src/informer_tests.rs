@@ -103,6 +103,16 @@ fn send(watch: &mpsc::UnboundedSender<Chunk>, type_: &str, object: Value) {
         .unwrap();
 }
 
+/// Ends the watch as an API server does whose history no longer reaches its resourceVersion.
+fn expire(watch: &mpsc::UnboundedSender<Chunk>) {
+    send(
+        watch,
+        "ERROR",
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+               "reason": "Expired", "message": "too old resource version", "code": 410}),
+    );
+}
+
 /// What a handler saw, as `kind name rv` lines.
 type Seen = Arc<Mutex<Vec<String>>>;
 
@@ -258,12 +268,7 @@ async fn a_410_relists_and_objects_gone_meanwhile_become_tombstones() {
     let (seen, handler) = recorder();
     pods.add_handler(handler);
     let watch = fake.watch().await;
-    send(
-        &watch,
-        "ERROR",
-        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-               "reason": "Expired", "message": "too old resource version", "code": 410}),
-    );
+    expire(&watch);
     let _rewatch = fake.watch().await;
     settle().await;
 
@@ -601,12 +606,7 @@ async fn a_relist_reports_each_object_of_a_form_without_versions_as_updated() {
     let (seen, handler) = slim_recorder();
     pods.add_handler(handler);
     let watch = fake.watch().await;
-    send(
-        &watch,
-        "ERROR",
-        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-               "reason": "Expired", "message": "too old resource version", "code": 410}),
-    );
+    expire(&watch);
     let _rewatch = fake.watch().await;
     settle().await;
     let mut relisted = seen.lock()[2..].to_vec();
