@@ -25,7 +25,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, SystemTime};
 
-use http::{HeaderValue, Method, Uri, Version};
+use http::Version;
 
 /// The tracing target that turns the access log on and off.
 pub const TARGET: &str = "access";
@@ -43,12 +43,13 @@ pub fn enabled() -> bool {
 pub struct Entry<'a> {
     /// The client's address, written out.
     pub client: &'a [u8],
-    pub method: &'a Method,
-    pub uri: &'a Uri,
+    pub method: &'a [u8],
+    /// The request's target: its path and query, or the whole URI.
+    pub target: &'a [u8],
     pub version: Version,
     pub status: u16,
-    pub referer: Option<&'a HeaderValue>,
-    pub user_agent: Option<&'a HeaderValue>,
+    pub referer: Option<&'a [u8]>,
+    pub user_agent: Option<&'a [u8]>,
     pub host: &'a [u8],
     /// From the request's arrival to the response's head.
     pub duration: Duration,
@@ -78,12 +79,9 @@ impl Entry<'_> {
         out.extend_from_slice(b" - - [");
         clock.write_now(out);
         out.extend_from_slice(b"] \"");
-        escaped(out, self.method.as_str().as_bytes());
+        escaped(out, self.method);
         out.push(b' ');
-        match self.uri.path_and_query() {
-            Some(path) => escaped(out, path.as_str().as_bytes()),
-            None => escaped(out, self.uri.to_string().as_bytes()),
-        }
+        escaped(out, self.target);
         out.push(b' ');
         out.extend_from_slice(version(self.version).as_bytes());
         out.extend_from_slice(b"\" ");
@@ -215,9 +213,9 @@ fn version(version: Version) -> &'static str {
     }
 }
 
-fn header(out: &mut Vec<u8>, value: Option<&HeaderValue>) {
+fn header(out: &mut Vec<u8>, value: Option<&[u8]>) {
     match value {
-        Some(value) => escaped(out, value.as_bytes()),
+        Some(value) => escaped(out, value),
         None => out.push(b'-'),
     }
 }
@@ -246,16 +244,14 @@ mod tests {
 
     #[test]
     fn a_line_is_combined_format_with_host_time_backend_and_endpoint() {
-        let uri: Uri = "/a?b=1".parse().unwrap();
-        let ua = HeaderValue::from_static("curl/8.5.0");
         let entry = Entry {
             client: b"10.0.0.7",
-            method: &Method::GET,
-            uri: &uri,
+            method: b"GET",
+            target: b"/a?b=1",
             version: Version::HTTP_11,
             status: 200,
             referer: None,
-            user_agent: Some(&ua),
+            user_agent: Some(b"curl/8.5.0"),
             host: b"shop.example",
             duration: Duration::from_micros(2_345),
             backend: Some("default/web:80"),
@@ -278,16 +274,14 @@ mod tests {
 
     #[test]
     fn quotes_and_unprintable_bytes_are_escaped_and_missing_parts_are_dashes() {
-        let uri: Uri = "https://a.com/x".parse().unwrap();
-        let ua = HeaderValue::from_bytes(b"evil\" \\ \xff").unwrap();
         let entry = Entry {
             client: b"::1",
-            method: &Method::POST,
-            uri: &uri,
+            method: b"POST",
+            target: b"/x",
             version: Version::HTTP_2,
             status: 404,
             referer: None,
-            user_agent: Some(&ua),
+            user_agent: Some(b"evil\" \\ \xff"),
             host: b"a.com",
             duration: Duration::from_millis(1_500),
             backend: None,

@@ -20,6 +20,8 @@
 //! - [`tls`]: certificates from `kubernetes.io/tls` Secrets, chosen by SNI.
 //! - [`controller`]: the informers and the rebuild loop.
 //! - [`proxy`]: one request forwarded (headers, upgrades).
+//! - [`h1`]: the HTTP port's fast path for plain HTTP/1.1 requests, which hands the rest to
+//!   [`proxy`].
 //! - [`access`]: the access log, a line per request.
 //! - [`upstream`]: each worker's connections to the endpoints, pooled and driven in line.
 //! - [`listen`]: the HTTP and HTTPS ports, and the worker threads (one per core) serving them.
@@ -28,6 +30,7 @@
 pub mod access;
 pub mod config;
 pub mod controller;
+pub mod h1;
 pub mod listen;
 pub mod proxy;
 pub mod route;

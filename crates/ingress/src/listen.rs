@@ -1,7 +1,8 @@
 //! The node's HTTP and HTTPS ports: accept loops handing each connection, in turn, to one of
 //! the [`Workers`], where hyper's automatic HTTP/1.1 + HTTP/2 server serves it (h2c by prior
 //! knowledge on the HTTP port; ALPN `h2` on the HTTPS port), with upgrades enabled for
-//! WebSocket. Connections read the configuration per request, so a new configuration never
+//! WebSocket; on the HTTP port, [`crate::h1`]'s fast path serves plain HTTP/1.1 requests
+//! first and hands the connection to hyper at the first request of another shape. Connections read the configuration per request, so a new configuration never
 //! drops one.
 
 use std::net::SocketAddr;
@@ -174,7 +175,7 @@ async fn accept(accepted: Accepted, proxy: Arc<Proxy>) {
         }
     };
     match tls {
-        None => connection(stream, peer, proxy).await,
+        None => crate::h1::serve(stream, peer, proxy).await,
         Some(acceptor) => match acceptor.accept(stream).await {
             Ok(stream) => connection(stream, peer, proxy).await,
             Err(e) => tracing::debug!(client = %peer.client, error = %e, "TLS handshake failed"),
@@ -183,7 +184,7 @@ async fn accept(accepted: Accepted, proxy: Arc<Proxy>) {
 }
 
 /// Serves HTTP/1.1 or HTTP/2 on one connection until the client closes it.
-async fn connection<S>(stream: S, peer: Arc<Peer>, proxy: Arc<Proxy>)
+pub(crate) async fn connection<S>(stream: S, peer: Arc<Peer>, proxy: Arc<Proxy>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

@@ -61,9 +61,9 @@ pub struct Peer {
     pub client: SocketAddr,
     pub tls: bool,
     /// The client's address, for `X-Forwarded-For`, `X-Real-IP` and the access log.
-    client_ip: HeaderValue,
+    pub(crate) client_ip: HeaderValue,
     /// The port the client reached, for `X-Forwarded-Port`.
-    port: HeaderValue,
+    pub(crate) port: HeaderValue,
 }
 
 impl Peer {
@@ -81,8 +81,8 @@ impl Peer {
 /// The proxy shared by one worker's connections: the configuration and the worker's
 /// connections to the endpoints.
 pub struct Proxy {
-    config: watch::Receiver<Arc<Config>>,
-    upstreams: Arc<Pool>,
+    pub(crate) config: watch::Receiver<Arc<Config>>,
+    pub(crate) upstreams: Arc<Pool>,
 }
 
 impl Proxy {
@@ -120,14 +120,18 @@ impl Proxy {
         async move {
             let (response, backend, upstream) = self.forward(req, &host, &from).await;
             if let Some((method, uri, version, referer, user_agent)) = &logged {
+                let target = match uri.path_and_query() {
+                    Some(path) => std::borrow::Cow::Borrowed(path.as_str()),
+                    None => std::borrow::Cow::Owned(uri.to_string()),
+                };
                 access::Entry {
                     client: from.client_ip.as_bytes(),
-                    method,
-                    uri,
+                    method: method.as_str().as_bytes(),
+                    target: target.as_bytes(),
                     version: *version,
                     status: response.status().as_u16(),
-                    referer: referer.as_ref(),
-                    user_agent: user_agent.as_ref(),
+                    referer: referer.as_ref().map(HeaderValue::as_bytes),
+                    user_agent: user_agent.as_ref().map(HeaderValue::as_bytes),
                     host: host.as_bytes(),
                     duration: started.elapsed(),
                     backend: backend.as_deref().map(|b| b.name.as_str()),
@@ -151,21 +155,13 @@ impl Proxy {
             .table
             .route(host.to_str().unwrap_or_default(), req.uri().path())
         else {
-            return (
-                error(StatusCode::NOT_FOUND, "404 page not found"),
-                None,
-                None,
-            );
+            return (error(StatusCode::NOT_FOUND), None, None);
         };
         let backend = backend.clone();
         let Some(mut endpoint) = backend.pick() else {
             let why = backend.unavailable.as_deref().unwrap_or("no endpoints");
             tracing::debug!(backend = %backend.name, why, "no endpoint");
-            return (
-                error(StatusCode::SERVICE_UNAVAILABLE, "503 Service Unavailable"),
-                Some(backend),
-                None,
-            );
+            return (error(StatusCode::SERVICE_UNAVAILABLE), Some(backend), None);
         };
         let upgrade = upgrade_protocol(&req);
         let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut *req));
@@ -198,11 +194,7 @@ impl Proxy {
             Ok(response) => response,
             Err(e) => {
                 tracing::warn!(backend = %backend.name, %endpoint, error = %e, "upstream request failed");
-                return (
-                    error(StatusCode::BAD_GATEWAY, "502 Bad Gateway"),
-                    Some(backend),
-                    upstream,
-                );
+                return (error(StatusCode::BAD_GATEWAY), Some(backend), upstream);
             }
         };
         if response.status() == StatusCode::SWITCHING_PROTOCOLS
@@ -341,10 +333,19 @@ fn empty() -> Body {
         .boxed_unsync()
 }
 
+/// The text of the proxy's error page for `status` (404, 502, 503).
+pub(crate) fn error_page(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::NOT_FOUND => "404 page not found",
+        StatusCode::SERVICE_UNAVAILABLE => "503 Service Unavailable",
+        _ => "502 Bad Gateway",
+    }
+}
+
 /// A plain-text error page.
-fn error(status: StatusCode, text: &'static str) -> Response<Body> {
+fn error(status: StatusCode) -> Response<Body> {
     let mut response = Response::new(
-        Full::new(Bytes::from_static(text.as_bytes()))
+        Full::new(Bytes::from_static(error_page(status).as_bytes()))
             .map_err(|never| match never {})
             .boxed_unsync(),
     );

@@ -99,13 +99,28 @@ pub enum Protocol {
 /// endpoint.
 #[derive(Default)]
 pub struct Pool {
-    idle: Mutex<HashMap<SocketAddr, Vec<Idle>>>,
+    idle: Mutex<HashMap<SocketAddr, Vec<Idle<Conn>>>>,
+    /// Idle connections of [`crate::h1`]'s fast path, which speaks HTTP/1.1 itself.
+    raw: Mutex<HashMap<SocketAddr, Vec<Idle<TcpStream>>>>,
     h2c: Mutex<HashMap<SocketAddr, http2::SendRequest<UpstreamBody>>>,
 }
 
-struct Idle {
-    conn: Conn,
+struct Idle<C> {
+    conn: C,
     since: Instant,
+}
+
+/// Adds `conn` to the idle connections to `endpoint` in `idle`, unless there are
+/// [`MAX_IDLE`] already.
+fn keep_idle<C>(idle: &Mutex<HashMap<SocketAddr, Vec<Idle<C>>>>, endpoint: SocketAddr, conn: C) {
+    let mut idle = idle.lock().expect("the pool's lock is never poisoned");
+    let list = idle.entry(endpoint).or_default();
+    if list.len() < MAX_IDLE {
+        list.push(Idle {
+            conn,
+            since: Instant::now(),
+        });
+    }
 }
 
 impl Pool {
@@ -214,14 +229,32 @@ impl Pool {
     fn checkin(&self, endpoint: SocketAddr, conn: Conn) {
         // an idle connection is not polled: what it would wake is found at its checkout
         conn.inline.forget_task();
-        let mut idle = self.idle.lock().expect("the pool's lock is never poisoned");
-        let list = idle.entry(endpoint).or_default();
-        if list.len() < MAX_IDLE {
-            list.push(Idle {
-                conn,
-                since: Instant::now(),
-            });
+        keep_idle(&self.idle, endpoint, conn);
+    }
+
+    /// The most recently used idle fast-path connection to `endpoint` not known to be
+    /// closed: one the reactor has seen readable is peeked at (an idle connection has nothing
+    /// to read unless it has ended); the others cost no system call.
+    pub(crate) fn checkout_raw(&self, endpoint: SocketAddr) -> Option<TcpStream> {
+        let mut idle = self.raw.lock().expect("the pool's lock is never poisoned");
+        let list = idle.get_mut(&endpoint)?;
+        while let Some(Idle { conn, .. }) = list.pop() {
+            if !ended(&conn) {
+                return Some(conn);
+            }
         }
+        None
+    }
+
+    pub(crate) fn checkin_raw(&self, endpoint: SocketAddr, conn: TcpStream) {
+        keep_idle(&self.raw, endpoint, conn);
+    }
+
+    /// Closes the idle fast-path connections to `endpoint` (one of them was found closed:
+    /// the endpoint has probably restarted).
+    pub(crate) fn forget_idle_raw(&self, endpoint: SocketAddr) {
+        let mut idle = self.raw.lock().expect("the pool's lock is never poisoned");
+        idle.remove(&endpoint);
     }
 
     /// Closes, every [`SWEEP_EVERY`], the idle connections that the endpoint closed or that
@@ -245,6 +278,12 @@ impl Pool {
             });
         }
         idle.retain(|_, list| !list.is_empty());
+        drop(idle);
+        let mut raw = self.raw.lock().expect("the pool's lock is never poisoned");
+        for list in raw.values_mut() {
+            list.retain(|i| now.duration_since(i.since) < IDLE_TIMEOUT && !ended(&i.conn));
+        }
+        raw.retain(|_, list| !list.is_empty());
     }
 
     /// Idle connections to `endpoint`.
@@ -276,10 +315,23 @@ fn absolute(endpoint: SocketAddr, uri: &http::Uri) -> http::Uri {
 }
 
 /// A TCP connection to `endpoint`, without Nagle's delay.
-async fn connect(endpoint: SocketAddr) -> std::io::Result<TokioIo<TcpStream>> {
+pub(crate) async fn connect_tcp(endpoint: SocketAddr) -> std::io::Result<TcpStream> {
     let stream = TcpStream::connect(endpoint).await?;
     stream.set_nodelay(true)?;
-    Ok(TokioIo::new(stream))
+    Ok(stream)
+}
+
+async fn connect(endpoint: SocketAddr) -> std::io::Result<TokioIo<TcpStream>> {
+    connect_tcp(endpoint).await.map(TokioIo::new)
+}
+
+/// Whether an idle connection has ended or is out of step (has something to read), by a
+/// peek when the reactor has seen it readable.
+fn ended(conn: &TcpStream) -> bool {
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut byte = [0u8; 1];
+    let mut buf = tokio::io::ReadBuf::new(&mut byte);
+    conn.poll_peek(&mut cx, &mut buf).is_ready()
 }
 
 /// One HTTP/1.1 connection to an endpoint and the hyper future that runs it.

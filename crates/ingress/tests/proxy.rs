@@ -306,3 +306,139 @@ async fn an_h2c_backend_is_spoken_to_over_http2_and_its_trailers_come_back() {
     assert_eq!(trailers["grpc-status"], "0");
     assert_eq!(body.to_bytes(), "HTTP/2.0 te=trailers");
 }
+
+/// An upstream written byte by byte, for the framings hyper's server never produces:
+/// `/chunked` answers a chunked body, `/old` an HTTP/1.0 body that ends when it closes, and
+/// `/once` a keep-alive answer after which it closes the connection anyway. Counts
+/// connections.
+async fn raw_upstream() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => seen.extend_from_slice(&buf[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8(seen.drain(..end + 4).collect()).unwrap();
+                    let path = head.split(' ').nth(1).unwrap();
+                    let (answer, close): (&[u8], bool) = match path {
+                        "/chunked" => (
+                            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+                              5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+                            false,
+                        ),
+                        "/old" => (b"HTTP/1.0 200 OK\r\n\r\nuntil close", true),
+                        _ => (b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nonce", true),
+                    };
+                    if stream.write_all(answer).await.is_err() || close {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+/// Reads until the connection closes or `end` has been read; the text.
+async fn read_until(conn: &mut TcpStream, end: &str) -> String {
+    let mut text = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !text.ends_with(end.as_bytes()) {
+        match conn.read(&mut buf).await.unwrap() {
+            0 => break,
+            n => text.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8(text).unwrap()
+}
+
+#[tokio::test]
+async fn chunked_close_delimited_and_closed_upstream_answers_come_through_whole() {
+    let (raw, connections) = raw_upstream().await;
+    let addr = serve(watch::channel(routing_to("raw", raw)).1).await;
+    let mut conn = TcpStream::connect(addr).await.unwrap();
+
+    conn.write_all(b"GET /chunked HTTP/1.1\r\nHost: a.com\r\n\r\n")
+        .await
+        .unwrap();
+    let chunked = read_until(&mut conn, "0\r\n\r\n").await;
+    assert!(chunked.starts_with("HTTP/1.1 200 OK\r\n"), "{chunked}");
+    assert!(
+        chunked.contains("Transfer-Encoding: chunked\r\n"),
+        "{chunked}"
+    );
+    assert!(
+        chunked.ends_with("\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
+        "{chunked}"
+    );
+
+    // the endpoint closes each `/once` connection after answering, though it kept it alive:
+    // the next request still gets its answer (on a new connection)
+    for _ in 0..3 {
+        let once = exchange(&mut conn, "GET /once HTTP/1.1\r\nHost: a.com\r\n\r\n").await;
+        assert!(
+            once.starts_with("HTTP/1.1 200") && once.ends_with("\r\n\r\nonce"),
+            "{once}"
+        );
+    }
+    // the first went over the connection `/chunked` used, the others each over a new one
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 3);
+
+    // a body that ends when the endpoint closes ends the client's connection too
+    conn.write_all(b"GET /old HTTP/1.1\r\nHost: a.com\r\n\r\n")
+        .await
+        .unwrap();
+    let old = read_until(&mut conn, "\u{0}").await;
+    assert!(old.starts_with("HTTP/1.1 200 OK\r\n"), "{old}");
+    assert!(old.contains("\r\nconnection: close\r\n"), "{old}");
+    assert!(old.ends_with("\r\n\r\nuntil close"), "{old}");
+}
+
+#[tokio::test]
+async fn a_connection_moves_to_hyper_at_a_request_of_another_shape_and_pipelining_works() {
+    let addr = serve(watch::channel(routing_to("echo", upstream("echo").await)).1).await;
+    let mut conn = TcpStream::connect(addr).await.unwrap();
+    // two requests in one write, answered in order
+    let get = "GET / HTTP/1.1\r\nHost: a.com\r\n\r\n";
+    conn.write_all(get.repeat(2).as_bytes()).await.unwrap();
+    let both = read_until(&mut conn, "x-forwarded-proto: http\n").await;
+    let both = if both.matches("HTTP/1.1 200").count() == 2 {
+        both
+    } else {
+        both + &read_until(&mut conn, "x-forwarded-proto: http\n").await
+    };
+    assert_eq!(both.matches("HTTP/1.1 200").count(), 2, "{both}");
+    // a chunked request body: hyper takes the connection from here on
+    let post = "POST /echo HTTP/1.1\r\nHost: a.com\r\nTransfer-Encoding: chunked\r\n\r\n\
+                2\r\nhi\r\n3\r\n th\r\n0\r\n\r\n";
+    let echoed = exchange(&mut conn, post).await;
+    assert!(
+        echoed.starts_with("HTTP/1.1 200") && echoed.ends_with("\r\n\r\nhi th"),
+        "{echoed}"
+    );
+    let after = exchange(&mut conn, get).await;
+    assert!(after.contains("\r\n\r\necho\nhost: a.com\n"), "{after}");
+    // HTTP/1.0 goes to hyper from the start
+    let mut old = TcpStream::connect(addr).await.unwrap();
+    old.write_all(b"GET / HTTP/1.0\r\nHost: a.com\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_until(&mut old, "\u{0}").await;
+    assert!(
+        answer.starts_with("HTTP/1.0 200") && answer.contains("\r\n\r\necho\n"),
+        "{answer}"
+    );
+}
