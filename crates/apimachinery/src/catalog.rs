@@ -807,6 +807,39 @@ static SPECS: &[Spec] = &[
         CRUD,
         NO_SUB,
     ),
+    // flowcontrol.apiserver.k8s.io/v1: API Priority and Fairness's configuration
+    rt(
+        ("flowcontrol.apiserver.k8s.io", "v1", "FlowSchema"),
+        "flowschemas",
+        "flowschema",
+        CLUSTER,
+        NONE,
+        NONE,
+        CRUD,
+        &[status_of((
+            "flowcontrol.apiserver.k8s.io",
+            "v1",
+            "FlowSchema",
+        ))],
+    ),
+    rt(
+        (
+            "flowcontrol.apiserver.k8s.io",
+            "v1",
+            "PriorityLevelConfiguration",
+        ),
+        "prioritylevelconfigurations",
+        "prioritylevelconfiguration",
+        CLUSTER,
+        NONE,
+        NONE,
+        CRUD,
+        &[status_of((
+            "flowcontrol.apiserver.k8s.io",
+            "v1",
+            "PriorityLevelConfiguration",
+        ))],
+    ),
     // networking.k8s.io/v1
     rt(
         ("networking.k8s.io", "v1", "IngressClass"),
@@ -1104,7 +1137,7 @@ mod tests {
         assert_eq!(groups[0].name, "apiregistration.k8s.io");
         assert_eq!(groups[1].name, "apps");
         assert_eq!(groups[1].versions, ["v1"]);
-        assert_eq!(groups.len(), 18);
+        assert_eq!(groups.len(), 19);
     }
 
     fn widget(version: &str) -> ResourceType {

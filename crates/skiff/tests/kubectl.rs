@@ -117,6 +117,56 @@ fn discovery(kubectl: &str) {
         "{metrics}"
     );
     assert_eq!(api.kubectl(kubectl, &["get", "--raw", "/readyz"]), "ok");
+    // API Priority and Fairness's bootstrap configuration, in upstream's columns
+    let words = |out: &str, first: &str| -> Vec<String> {
+        let line = out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(first));
+        let line = line.unwrap_or_else(|| panic!("a {first} row: {out}"));
+        line.split_whitespace().map(str::to_string).collect()
+    };
+    let schemas = api.kubectl(kubectl, &["get", "flowschemas"]);
+    assert_eq!(
+        words(&schemas, "NAME"),
+        [
+            "NAME",
+            "PRIORITYLEVEL",
+            "MATCHINGPRECEDENCE",
+            "DISTINGUISHERMETHOD",
+            "AGE",
+            "MISSINGPL"
+        ]
+    );
+    assert_eq!(schemas.lines().count(), 1 + 13, "{schemas}");
+    assert_eq!(
+        words(&schemas, "global-default")[..4],
+        ["global-default", "global-default", "9900", "ByUser"]
+    );
+    assert_eq!(
+        words(&schemas, "exempt")[..4],
+        ["exempt", "exempt", "1", "<none>"]
+    );
+    let levels = api.kubectl(kubectl, &["get", "prioritylevelconfigurations"]);
+    assert_eq!(
+        words(&levels, "NAME"),
+        [
+            "NAME",
+            "TYPE",
+            "NOMINALCONCURRENCYSHARES",
+            "QUEUES",
+            "HANDSIZE",
+            "QUEUELENGTHLIMIT",
+            "AGE"
+        ]
+    );
+    assert_eq!(
+        words(&levels, "workload-low")[..6],
+        ["workload-low", "Limited", "100", "128", "6", "50"]
+    );
+    assert_eq!(
+        words(&levels, "catch-all")[..6],
+        ["catch-all", "Limited", "5", "<none>", "<none>", "<none>"]
+    );
     let version = api.kubectl(kubectl, &["version", "-o", "json"]);
     assert!(
         version.contains("\"serverVersion\"") && version.contains("\"minor\": \"33\""),

@@ -447,6 +447,18 @@ static API_SERVICE: Type = Type::new(
     &[METADATA, object("status", &API_SERVICE_STATUS)],
 );
 
+// flowcontrol.apiserver.k8s.io: the specs' lists are atomic; the conditions merge by type
+static FLOW_SCHEMA_STATUS: Type = Type::new("FlowSchemaStatus", CONDITIONS);
+static FLOW_SCHEMA: Type = Type::new(
+    "FlowSchema",
+    &[METADATA, object("status", &FLOW_SCHEMA_STATUS)],
+);
+static PRIORITY_LEVEL_STATUS: Type = Type::new("PriorityLevelConfigurationStatus", CONDITIONS);
+static PRIORITY_LEVEL: Type = Type::new(
+    "PriorityLevelConfiguration",
+    &[METADATA, object("status", &PRIORITY_LEVEL_STATUS)],
+);
+
 /// The patch metadata of the root of an object of `kind` in API group `group` (`""` for core),
 /// `None` for kinds Skiff does not serve as built-ins.
 pub fn for_kind(group: &str, kind: &str) -> Option<&'static Type> {
@@ -510,6 +522,8 @@ pub fn for_kind(group: &str, kind: &str) -> Option<&'static Type> {
         }
         ("apiextensions.k8s.io", "CustomResourceDefinition") => &CUSTOM_RESOURCE_DEFINITION,
         ("apiregistration.k8s.io", "APIService") => &API_SERVICE,
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema") => &FLOW_SCHEMA,
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration") => &PRIORITY_LEVEL,
         _ => return None,
     };
     Some(ty)

@@ -158,6 +158,10 @@ fn printer(group: &str, plural: &str) -> Option<&'static Printer> {
             &other::VALIDATING_ADMISSION_POLICY_BINDINGS
         }
         ("apiregistration.k8s.io", "apiservices") => &other::API_SERVICES,
+        ("flowcontrol.apiserver.k8s.io", "flowschemas") => &other::FLOW_SCHEMAS,
+        ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations") => {
+            &other::PRIORITY_LEVEL_CONFIGURATIONS
+        }
         ("autoscaling", "horizontalpodautoscalers") => &networking::HORIZONTAL_POD_AUTOSCALERS,
         ("networking.k8s.io", "ingresses") => &networking::INGRESSES,
         ("networking.k8s.io", "ingressclasses") => &networking::INGRESS_CLASSES,

@@ -2,7 +2,8 @@
 //! (discovery.k8s.io), pod disruption budgets (policy), role and cluster role bindings
 //! (rbac.authorization.k8s.io), priority classes (scheduling.k8s.io), certificate signing
 //! requests (certificates.k8s.io), the admission configurations
-//! (admissionregistration.k8s.io) and API services (apiregistration.k8s.io).
+//! (admissionregistration.k8s.io), API services (apiregistration.k8s.io) and API Priority and
+//! Fairness's flow schemas and priority levels (flowcontrol.apiserver.k8s.io).
 
 use super::format::list_with_more;
 use super::value::{age, flag, int, list, name, object, opt_int, scalar, text};
@@ -381,6 +382,105 @@ pub(super) static PRIORITY_CLASSES: Printer = Printer {
     },
 };
 
+pub(super) static FLOW_SCHEMAS: Printer = Printer {
+    columns: &[
+        NAME,
+        Column::new(
+            "PriorityLevel",
+            "string",
+            0,
+            "The priority level configuration the matching requests are assigned to.",
+        ),
+        Column::new(
+            "MatchingPrecedence",
+            "string",
+            0,
+            "The order the flow schemas are tried in (lowest first).",
+        ),
+        Column::new(
+            "DistinguisherMethod",
+            "string",
+            0,
+            "How matching requests are split into flows (ByUser, ByNamespace).",
+        ),
+        AGE,
+        Column::new(
+            "MissingPL",
+            "string",
+            0,
+            "Whether the priority level this flow schema names is missing (its Dangling condition).",
+        ),
+    ],
+    cells: |fs, now| {
+        let method = match text(fs, "/spec/distinguisherMethod/type") {
+            "" => "<none>",
+            m => m,
+        };
+        // "?" until the API server has written the Dangling condition, as upstream prints it
+        let missing = list(fs, "/status/conditions")
+            .iter()
+            .find(|c| c["type"] == "Dangling")
+            .map_or("?", |c| c["status"].as_str().unwrap_or("?"));
+        vec![
+            name(fs).into(),
+            text(fs, "/spec/priorityLevelConfiguration/name").into(),
+            int(fs, "/spec/matchingPrecedence").into(),
+            method.into(),
+            age(fs, now),
+            missing.into(),
+        ]
+    },
+};
+
+pub(super) static PRIORITY_LEVEL_CONFIGURATIONS: Printer = Printer {
+    columns: &[
+        NAME,
+        Column::new("Type", "string", 0, "Exempt (never limited) or Limited."),
+        Column::new(
+            "NominalConcurrencyShares",
+            "string",
+            0,
+            "This level's share of the server's concurrency limit.",
+        ),
+        Column::new(
+            "Queues",
+            "string",
+            0,
+            "The number of queues requests wait in.",
+        ),
+        Column::new(
+            "HandSize",
+            "string",
+            0,
+            "The number of queues a flow is shuffle-sharded over.",
+        ),
+        Column::new(
+            "QueueLengthLimit",
+            "string",
+            0,
+            "The most requests waiting in one queue.",
+        ),
+        AGE,
+    ],
+    cells: |pl, now| {
+        let none = || Value::from("<none>");
+        let limited = pl.pointer("/spec/limited").filter(|l| l.is_object());
+        let at = |ptr: &str| limited.and_then(|l| l.pointer(ptr)).cloned();
+        let queuing = |field: &str| at(&format!("/limitResponse/queuing/{field}"));
+        vec![
+            name(pl).into(),
+            text(pl, "/spec/type").into(),
+            limited.map_or_else(none, |_| {
+                at("/nominalConcurrencyShares").unwrap_or_else(none)
+            }),
+            queuing("queues").unwrap_or_else(none),
+            queuing("handSize").unwrap_or_else(none),
+            queuing("queueLengthLimit").unwrap_or_else(none),
+            age(pl, now),
+        ]
+    },
+};
+
 pub(super) static API_SERVICES: Printer = Printer {
     columns: &[
         NAME,
@@ -534,6 +634,53 @@ mod tests {
                 json!("ops"),
                 json!("ci/deployer")
             ]
+        );
+    }
+
+    #[test]
+    fn flow_schemas_and_priority_levels_print_as_kubectl_shows_them() {
+        let fs = json!({"metadata": meta("global-default"),
+            "spec": {"priorityLevelConfiguration": {"name": "global-default"},
+                     "matchingPrecedence": 9900, "distinguisherMethod": {"type": "ByUser"}},
+            "status": {"conditions": [{"type": "Dangling", "status": "False"}]}});
+        assert_eq!(
+            (FLOW_SCHEMAS.cells)(&fs, now()),
+            [
+                json!("global-default"),
+                json!("global-default"),
+                json!(9900),
+                json!("ByUser"),
+                json!("45s"),
+                json!("False")
+            ]
+        );
+        let exempt = json!({"metadata": meta("exempt"),
+            "spec": {"priorityLevelConfiguration": {"name": "exempt"}, "matchingPrecedence": 1}});
+        let cells = (FLOW_SCHEMAS.cells)(&exempt, now());
+        assert_eq!((&cells[3], &cells[5]), (&json!("<none>"), &json!("?")));
+
+        let limited = json!({"metadata": meta("workload-low"), "spec": {"type": "Limited",
+            "limited": {"nominalConcurrencyShares": 100, "lendablePercent": 90,
+                        "limitResponse": {"type": "Queue",
+                            "queuing": {"queues": 128, "handSize": 6, "queueLengthLimit": 50}}}}});
+        assert_eq!(
+            (PRIORITY_LEVEL_CONFIGURATIONS.cells)(&limited, now()),
+            [
+                json!("workload-low"),
+                json!("Limited"),
+                json!(100),
+                json!(128),
+                json!(6),
+                json!(50),
+                json!("45s")
+            ]
+        );
+        let exempt = json!({"metadata": meta("exempt"), "spec": {"type": "Exempt",
+            "exempt": {"nominalConcurrencyShares": 0}}});
+        let cells = (PRIORITY_LEVEL_CONFIGURATIONS.cells)(&exempt, now());
+        assert_eq!(
+            cells[1..6],
+            ["Exempt", "<none>", "<none>", "<none>", "<none>"]
         );
     }
 

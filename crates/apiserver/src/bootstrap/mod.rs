@@ -2,12 +2,15 @@
 //! namespaces `default`, `kube-system`, `kube-public` and `kube-node-lease`, the `kubernetes`
 //! Service in `default` with Endpoints pointing at this API server (rewritten on every start, so
 //! they follow the address), the `system-node-critical` and `system-cluster-critical`
-//! PriorityClasses, and the default RBAC policy.
+//! PriorityClasses, the default RBAC policy, and API Priority and Fairness's mandatory and
+//! suggested configuration.
 //!
 //! # Layout
+//! - [`apf`]: the FlowSchemas and PriorityLevelConfigurations (`apf_bootstrap.yaml`).
 //! - [`rbac`]: the bootstrap RBAC policy (`rbac_policy.yaml`) and ensuring it in the store.
 //! - [`reconcile`]: upstream's union-mode reconciliation of one role or binding.
 
+pub mod apf;
 pub mod rbac;
 pub mod reconcile;
 
@@ -122,5 +125,6 @@ pub async fn run(store: &Arc<dyn Store>, advertise: SocketAddr) -> Result<()> {
         ensure(store, "scheduling.k8s.io", "priorityclasses", class, false).await?;
     }
     rbac::run(store).await?;
+    apf::run(store).await?;
     Ok(())
 }
