@@ -13,19 +13,17 @@ use std::sync::{Arc, OnceLock};
 use serde::Deserialize;
 use serde_json::Value;
 use skiff_apimachinery::catalog::{ResourceType, lookup};
-use skiff_store::{KeyRange, RangeRequest, Store, StoreExt};
+use skiff_store::{KeyRange, RangeRequest, Store};
 
+use super::reconcile::Change;
 use crate::error::Result;
 use crate::registry::{Guard, Txn};
 use crate::storage;
-use crate::strategy::{self, generic};
 
 /// The annotation that says whether the API server keeps an object's spec.
 pub const AUTOUPDATE_SPEC: &str = "apf.kubernetes.io/autoupdate-spec";
 
 const GROUP: &str = "flowcontrol.apiserver.k8s.io";
-/// How often a lost race is retried per object.
-const ATTEMPTS: usize = 5;
 
 /// The bootstrap configuration, in upstream's order.
 #[derive(Debug, Deserialize)]
@@ -43,20 +41,9 @@ pub fn configuration() -> &'static Configuration {
     })
 }
 
-/// What maintaining one object asks for.
-#[derive(Debug, PartialEq)]
-enum Action {
-    Create,
-    /// Write the existing object with this spec and the annotation `true`.
-    Update(Value),
-    Leave,
-}
-
-/// What `existing` (None: missing) needs to match `expected`.
-fn plan(existing: Option<&Value>, expected: &Value) -> Action {
-    let Some(existing) = existing else {
-        return Action::Create;
-    };
+/// What the stored `existing` needs to match `expected`: the bootstrap spec and the
+/// annotation `true`, or nothing (see the module's documentation).
+fn plan(existing: &Value, expected: &Value) -> Change {
     let annotated = existing
         .pointer(&format!(
             "/metadata/annotations/{}",
@@ -73,13 +60,16 @@ fn plan(existing: Option<&Value>, expected: &Value) -> Action {
                 == Some(1)
         }
     };
-    if !keep_spec || (existing["spec"] == expected["spec"] && annotated == Some("true")) {
-        return Action::Leave;
+    if existing["spec"] == expected["spec"] && annotated == Some("true") {
+        return Change::None;
+    }
+    if !keep_spec {
+        return Change::Kept;
     }
     let mut updated = existing.clone();
     updated["spec"] = expected["spec"].clone();
     updated["metadata"]["annotations"][AUTOUPDATE_SPEC] = Value::from("true");
-    Action::Update(updated)
+    Change::Update(updated)
 }
 
 /// The resource type of a bootstrap object.
@@ -101,7 +91,7 @@ pub async fn run(store: &Arc<dyn Store>) -> Result<()> {
             .chain(&configuration.suggested)
     };
     for object in expected() {
-        ensure(store, object).await?;
+        super::maintain(store, resource_of(object), object, |old| plan(old, object)).await?;
     }
     // objects the API server maintains that the configuration no longer has
     for plural in ["flowschemas", "prioritylevelconfigurations"] {
@@ -129,39 +119,6 @@ pub async fn run(store: &Arc<dyn Store>) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Creates or updates one bootstrap object as [`plan`] says, retrying lost races.
-async fn ensure(store: &Arc<dyn Store>, expected: &Value) -> Result<()> {
-    let rt = resource_of(expected);
-    let name = expected["metadata"]["name"].as_str().unwrap_or_default();
-    let key = storage::key(rt, "", name);
-    for _ in 0..ATTEMPTS {
-        let kv = store.get(key.as_bytes()).await?;
-        let existing = kv.as_ref().map(storage::decode).transpose()?;
-        let (object, guard) = match (plan(existing.as_ref(), expected), &kv, &existing) {
-            (Action::Leave, ..) => return Ok(()),
-            (Action::Create, ..) => {
-                let mut object = expected.clone();
-                generic::prepare_create(rt, &mut object, jiff::Timestamp::now());
-                strategy::for_resource(rt).prepare_for_create(&mut object);
-                (object, Guard::Absent)
-            }
-            (Action::Update(mut object), Some(kv), Some(old)) => {
-                generic::prepare_update(rt, &mut object, old, "");
-                strategy::for_resource(rt).prepare_for_update(&mut object, old);
-                (object, Guard::At(kv.mod_revision))
-            }
-            (Action::Update(_), ..) => unreachable!("an update is planned for an existing object"),
-        };
-        let txn = Txn::new().put(&key, guard, storage::encode(&object));
-        if txn.commit(&**store).await?.is_some() {
-            return Ok(());
-        }
-    }
-    Err(crate::error::ApiError::internal(format!(
-        "APF bootstrap object {key} kept changing while it was maintained"
-    )))
 }
 
 #[cfg(test)]
@@ -215,7 +172,6 @@ mod tests {
     #[test]
     fn specs_are_kept_as_the_annotation_and_generation_say() {
         let expected = json!({"metadata": {"name": "system"}, "spec": {"type": "Limited", "v": 1}});
-        assert_eq!(plan(None, &expected), Action::Create);
         let existing = |annotation: Option<&str>, generation: i64, v: i64| {
             let mut o = json!({"metadata": {"name": "system", "generation": generation},
                                "spec": {"type": "Limited", "v": v}});
@@ -225,29 +181,26 @@ mod tests {
             o
         };
         // annotated true: the spec is put back
-        let Action::Update(updated) = plan(Some(&existing(Some("true"), 4, 2)), &expected) else {
+        let Change::Update(updated) = plan(&existing(Some("true"), 4, 2), &expected) else {
             panic!("an update")
         };
         assert_eq!(updated["spec"]["v"], 1);
         assert_eq!(updated["metadata"]["generation"], 4);
-        assert_eq!(
-            plan(Some(&existing(Some("true"), 4, 1)), &expected),
-            Action::Leave
-        );
+        assert_eq!(plan(&existing(Some("true"), 4, 1), &expected), Change::None);
         // annotated false: left as its owner made it
         assert_eq!(
-            plan(Some(&existing(Some("false"), 1, 2)), &expected),
-            Action::Leave
+            plan(&existing(Some("false"), 1, 2), &expected),
+            Change::Kept
         );
         // not annotated: taken over while never changed, otherwise left
-        let Action::Update(updated) = plan(Some(&existing(None, 1, 1)), &expected) else {
+        let Change::Update(updated) = plan(&existing(None, 1, 1), &expected) else {
             panic!("an update")
         };
         assert_eq!(updated["metadata"]["annotations"][AUTOUPDATE_SPEC], "true");
-        assert_eq!(plan(Some(&existing(None, 2, 2)), &expected), Action::Leave);
+        assert_eq!(plan(&existing(None, 2, 2), &expected), Change::Kept);
         assert_eq!(
-            plan(Some(&existing(Some("maybe"), 3, 2)), &expected),
-            Action::Leave
+            plan(&existing(Some("maybe"), 3, 2), &expected),
+            Change::Kept
         );
     }
 }

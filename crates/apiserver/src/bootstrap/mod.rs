@@ -18,10 +18,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use skiff_apimachinery::catalog::lookup;
+use skiff_apimachinery::catalog::{ResourceType, lookup};
 use skiff_store::{Store, StoreExt};
 
 use crate::registry::{Guard, Txn};
+use reconcile::Change;
 
 use crate::error::Result;
 use crate::pki::KUBERNETES_SERVICE_IP;
@@ -33,50 +34,95 @@ pub const SYSTEM_NAMESPACES: &[&str] =
     &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// Creates `object` of `group/plural` unless it exists; with `replace`, overwrites an existing
-/// one's spec-like content (keeping uid and creationTimestamp).
+/// one's spec-like content (keeping uid, creationTimestamp and status).
 async fn ensure(
     store: &Arc<dyn Store>,
     group: &str,
     plural: &str,
-    mut object: Value,
+    object: Value,
     replace: bool,
 ) -> Result<()> {
     let rt = lookup(group, "v1", plural).expect("bootstrap kinds are in the catalog");
-    let ns = object["metadata"]["namespace"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
-    let name = object["metadata"]["name"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
-    let key = storage::key(rt, &ns, &name);
-    let existing = store.get(key.as_bytes()).await?;
-    let revision = match &existing {
-        Some(_) if !replace => return Ok(()),
-        Some(kv) => {
-            let old = storage::decode(kv)?;
-            generic::prepare_update(rt, &mut object, &old, "");
-            if let Some(status) = old.get("status") {
-                object["status"] = status.clone();
-            }
-            if generic::unchanged(&object, &old) {
-                return Ok(());
-            }
-            kv.mod_revision
+    maintain(store, rt, &object, |old| {
+        if !replace {
+            return Change::None;
         }
-        None => {
+        let mut object = object.clone();
+        if let Some(status) = old.get("status") {
+            object["status"] = status.clone();
+        }
+        Change::Update(object)
+    })
+    .await?;
+    Ok(())
+}
+
+/// Attempts at one object before giving up on a write that keeps losing races.
+const ATTEMPTS: usize = 5;
+
+/// What [`maintain`] did to one object.
+#[derive(Debug, PartialEq)]
+pub enum Outcome {
+    Created,
+    Updated,
+    Unchanged,
+    /// It differs, and was left as its owner asked ([`Change::Kept`]).
+    Protected,
+}
+
+/// Brings one bootstrap object in line with `expected`: creates it where nothing is stored,
+/// otherwise writes what `change(stored)` asks for, retrying when another API server wrote
+/// the object meanwhile.
+async fn maintain(
+    store: &Arc<dyn Store>,
+    rt: &ResourceType,
+    expected: &Value,
+    change: impl Fn(&Value) -> Change,
+) -> Result<Outcome> {
+    let ns = expected["metadata"]["namespace"].as_str().unwrap_or("");
+    let name = expected["metadata"]["name"].as_str().unwrap_or("");
+    let key = storage::key(rt, ns, name);
+    let put_if = |guard, object: &Value| {
+        Txn::new()
+            .put(&key, guard, storage::encode(object))
+            .commit(&**store)
+    };
+    for _ in 0..ATTEMPTS {
+        let Some(kv) = store.get(key.as_bytes()).await? else {
+            let mut object = expected.clone();
             generic::prepare_create(rt, &mut object, jiff::Timestamp::now());
             strategy::for_resource(rt).prepare_for_create(&mut object);
-            0
+            if put_if(Guard::Absent, &object).await?.is_some() {
+                return Ok(Outcome::Created);
+            }
+            continue;
+        };
+        let old = storage::decode(&kv)?;
+        let mut object = match change(&old) {
+            Change::None => return Ok(Outcome::Unchanged),
+            Change::Kept => return Ok(Outcome::Protected),
+            Change::Update(object) => object,
+            Change::Recreate => {
+                // what cannot change in place: delete, then create on the next attempt
+                Txn::new()
+                    .delete(&key, Guard::At(kv.mod_revision))
+                    .commit(&**store)
+                    .await?;
+                continue;
+            }
+        };
+        generic::prepare_update(rt, &mut object, &old, "");
+        strategy::for_resource(rt).prepare_for_update(&mut object, &old);
+        if generic::unchanged(&object, &old) {
+            return Ok(Outcome::Unchanged);
         }
-    };
-    // A lost race means another API server wrote it first: fine either way.
-    Txn::new()
-        .put(&key, Guard::revision(revision), storage::encode(&object))
-        .commit(&**store)
-        .await?;
-    Ok(())
+        if put_if(Guard::At(kv.mod_revision), &object).await?.is_some() {
+            return Ok(Outcome::Updated);
+        }
+    }
+    Err(crate::error::ApiError::internal(format!(
+        "bootstrap object {key} kept changing while it was maintained"
+    )))
 }
 
 /// Makes sure the bootstrap objects exist; `advertise` is where clients reach this API server.

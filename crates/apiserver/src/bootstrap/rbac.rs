@@ -10,22 +10,17 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use skiff_apimachinery::catalog::{ResourceType, lookup};
-use skiff_store::{Store, StoreExt};
+use skiff_store::Store;
 
-use crate::registry::{Guard, Txn};
-
+use super::Outcome;
 use super::reconcile::{self, AUTOUPDATE, Change, Rule};
 use crate::error::Result;
-use crate::storage;
-use crate::strategy::{self, generic};
 
 const GROUP: &str = "rbac.authorization.k8s.io";
 const API_VERSION: &str = "rbac.authorization.k8s.io/v1";
 /// Prefix of the aggregation labels and selectors (`<prefix>aggregate-to-view`).
 const LABEL_PREFIX: &str = "rbac.authorization.k8s.io/";
 const CONTROLLER_PREFIX: &str = "system:controller:";
-/// Attempts at one object before giving up on a write that keeps losing races.
-const ATTEMPTS: usize = 5;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -238,71 +233,27 @@ pub fn policy() -> Policy {
     }
 }
 
-/// What one object needed.
-enum Outcome {
-    Created,
-    Updated,
-    Unchanged,
-    Protected,
-}
-
-/// Writes `object` under `key` if the key is as `guard` says; whether it did.
-async fn put_if(store: &Arc<dyn Store>, key: &str, guard: Guard, object: &Value) -> Result<bool> {
-    let txn = Txn::new().put(key, guard, storage::encode(object));
-    Ok(txn.commit(&**store).await?.is_some())
-}
-
-/// Creates, updates or leaves `expected` as reconciliation says, retrying lost races.
+/// Creates, updates or leaves `expected` as reconciliation says (an object annotated
+/// `autoupdate: "false"` is left as it is).
 async fn ensure_object(
     store: &Arc<dyn Store>,
     rt: &ResourceType,
     expected: &Value,
 ) -> Result<Outcome> {
-    let ns = expected["metadata"]["namespace"].as_str().unwrap_or("");
-    let name = expected["metadata"]["name"].as_str().unwrap_or("");
-    let key = storage::key(rt, ns, name);
     let is_role = matches!(rt.plural.as_str(), "roles" | "clusterroles");
-    for _ in 0..ATTEMPTS {
-        let Some(kv) = store.get(key.as_bytes()).await? else {
-            let mut object = expected.clone();
-            generic::prepare_create(rt, &mut object, jiff::Timestamp::now());
-            strategy::for_resource(rt).prepare_for_create(&mut object);
-            if put_if(store, &key, Guard::Absent, &object).await? {
-                return Ok(Outcome::Created);
-            }
-            continue;
-        };
-        let old = storage::decode(&kv)?;
+    super::maintain(store, rt, expected, |old| {
         let change = if is_role {
-            reconcile::reconcile_role(&old, expected)
+            reconcile::reconcile_role(old, expected)
         } else {
-            reconcile::reconcile_binding(&old, expected)
+            reconcile::reconcile_binding(old, expected)
         };
-        let mut object = match change {
-            Change::None => return Ok(Outcome::Unchanged),
-            _ if reconcile::is_protected(&old) => return Ok(Outcome::Protected),
-            Change::Update(object) => object,
-            Change::Recreate => {
-                // A roleRef cannot change in place: delete, then create on the next attempt.
-                Txn::new()
-                    .delete(&key, Guard::At(kv.mod_revision))
-                    .commit(&**store)
-                    .await?;
-                continue;
-            }
-        };
-        generic::prepare_update(rt, &mut object, &old, "");
-        strategy::for_resource(rt).prepare_for_update(&mut object, &old);
-        if generic::unchanged(&object, &old) {
-            return Ok(Outcome::Unchanged);
+        match change {
+            Change::None => Change::None,
+            _ if reconcile::is_protected(old) => Change::Kept,
+            change => change,
         }
-        if put_if(store, &key, Guard::At(kv.mod_revision), &object).await? {
-            return Ok(Outcome::Updated);
-        }
-    }
-    Err(crate::error::ApiError::internal(format!(
-        "bootstrap policy object {key} kept changing under reconciliation"
-    )))
+    })
+    .await
 }
 
 /// Ensures the bootstrap RBAC policy: every object exists, and every unprotected one has at

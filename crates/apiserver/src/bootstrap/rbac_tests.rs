@@ -9,6 +9,8 @@ use skiff_store::{DeleteRequest, EmbeddedConfig, EmbeddedStore, KeyRange, PutReq
 
 use super::*;
 use crate::bootstrap::reconcile::{rules_of, uncovered};
+use crate::storage;
+use skiff_store::StoreExt;
 
 fn name(object: &Value) -> &str {
     object["metadata"]["name"].as_str().unwrap()

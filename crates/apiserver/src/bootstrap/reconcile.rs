@@ -22,6 +22,8 @@ pub enum Change {
     /// A binding's roleRef differs and cannot change in place: delete it, then create the
     /// expected one.
     Recreate,
+    /// The object differs, and its owner asked for it to be left as it is.
+    Kept,
 }
 
 /// Whether an existing object is annotated `autoupdate: "false"`.
