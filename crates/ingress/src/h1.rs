@@ -275,42 +275,10 @@ impl Client {
         ubuf.advance(response.len);
         let status = response.status;
         let broken = |_: io::Error| Failure::Client { status };
-        let mut keep = response.keep_alive;
-        match response.body {
-            Framing::None => {
-                self.stream.write_all(&self.out).await.map_err(broken)?;
-            }
-            Framing::Length(length) => {
-                let now = ubuf.len().min(length);
-                self.out.extend_from_slice(&ubuf[..now]);
-                ubuf.advance(now);
-                self.stream.write_all(&self.out).await.map_err(broken)?;
-                let mut left = length - now;
-                while left > 0 {
-                    if !read(upstream, ubuf).await {
-                        return Err(Failure::Client { status });
-                    }
-                    let now = ubuf.len().min(left);
-                    self.stream.write_all(&ubuf[..now]).await.map_err(broken)?;
-                    ubuf.advance(now);
-                    left -= now;
-                }
-            }
-            Framing::Chunked => {
-                let mut chunks = Chunks::default();
-                let now = chunks.scan(ubuf).map_err(|_| Failure::Client { status })?;
-                self.out.extend_from_slice(&ubuf[..now]);
-                ubuf.advance(now);
-                self.stream.write_all(&self.out).await.map_err(broken)?;
-                while !chunks.ended() {
-                    if !read(upstream, ubuf).await {
-                        return Err(Failure::Client { status });
-                    }
-                    let now = chunks.scan(ubuf).map_err(|_| Failure::Client { status })?;
-                    self.stream.write_all(&ubuf[..now]).await.map_err(broken)?;
-                    ubuf.advance(now);
-                }
-            }
+        let mut body = match response.body {
+            Framing::None => Remaining::Bytes(0),
+            Framing::Length(length) => Remaining::Bytes(length),
+            Framing::Chunked => Remaining::Chunks(Chunks::default()),
             Framing::UntilClose => {
                 self.out.extend_from_slice(ubuf);
                 ubuf.clear();
@@ -319,17 +287,28 @@ impl Client {
                     self.stream.write_all(ubuf).await.map_err(broken)?;
                     ubuf.clear();
                 }
-                return Ok((
-                    Outcome::Relayed {
-                        status,
-                        close: true,
-                    },
-                    false,
-                ));
+                let outcome = Outcome::Relayed {
+                    status,
+                    close: true,
+                };
+                return Ok((outcome, false));
             }
+        };
+        // the head goes with what of the body came with it, then the rest as it comes
+        let now = body.take(ubuf).map_err(broken)?;
+        self.out.extend_from_slice(&ubuf[..now]);
+        ubuf.advance(now);
+        self.stream.write_all(&self.out).await.map_err(broken)?;
+        while !body.ended() {
+            if !read(upstream, ubuf).await {
+                return Err(Failure::Client { status });
+            }
+            let now = body.take(ubuf).map_err(broken)?;
+            self.stream.write_all(&ubuf[..now]).await.map_err(broken)?;
+            ubuf.advance(now);
         }
         // the endpoint sent more than its response: the connection is out of step
-        keep &= ubuf.is_empty();
+        let keep = response.keep_alive && ubuf.is_empty();
         Ok((
             Outcome::Relayed {
                 status,
@@ -427,9 +406,7 @@ fn parse_request(buf: &[u8], peer: &Peer, out: &mut Vec<u8>) -> Parsed {
         start..start + s.len()
     };
     let (mut host, mut referer, mut user_agent, mut length) = (None, None, None, None);
-    let mut close = false;
-    let mut named: [&[u8]; 8] = [b""; 8];
-    let mut n_named = 0;
+    let mut connection = ConnectionTokens::default();
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
         let value = h.value;
@@ -439,11 +416,7 @@ fn parse_request(buf: &[u8], peer: &Peer, out: &mut Vec<u8>) -> Parsed {
             }
             host = Some(at(value));
         } else if name.eq_ignore_ascii_case(b"content-length") {
-            let Some(n) = std::str::from_utf8(value)
-                .ok()
-                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|v| v.parse::<usize>().ok())
-            else {
+            let Some(n) = content_length(value) else {
                 return Parsed::Other;
             };
             if length.replace(n).is_some() {
@@ -455,16 +428,7 @@ fn parse_request(buf: &[u8], peer: &Peer, out: &mut Vec<u8>) -> Parsed {
         {
             return Parsed::Other;
         } else if name.eq_ignore_ascii_case(b"connection") {
-            for token in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
-                if token.eq_ignore_ascii_case(b"close") {
-                    close = true;
-                } else if token.eq_ignore_ascii_case(b"upgrade") || n_named == named.len() {
-                    return Parsed::Other;
-                } else if !token.is_empty() {
-                    named[n_named] = token;
-                    n_named += 1;
-                }
-            }
+            connection.add(value);
         } else if name.eq_ignore_ascii_case(b"referer") {
             referer = Some(at(value));
         } else if name.eq_ignore_ascii_case(b"user-agent") {
@@ -474,21 +438,15 @@ fn parse_request(buf: &[u8], peer: &Peer, out: &mut Vec<u8>) -> Parsed {
     let Some(host) = host else {
         return Parsed::Other;
     };
-    let named = &named[..n_named];
+    if connection.upgrade || connection.overflow {
+        return Parsed::Other;
+    }
 
     out.clear();
     for part in [method.as_bytes(), b" ", target.as_bytes(), b" HTTP/1.1\r\n"] {
         out.extend_from_slice(part);
     }
-    for h in req.headers.iter() {
-        let name = h.name.as_bytes();
-        if REQUEST_DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d))
-            || named.iter().any(|d| name.eq_ignore_ascii_case(d))
-        {
-            continue;
-        }
-        header(out, name, h.value);
-    }
+    copy_headers(out, req.headers, &REQUEST_DROPPED, &connection);
     let host_value = &buf[host.clone()];
     let proto: &[u8] = if peer.tls { b"https" } else { b"http" };
     header(out, b"host", host_value);
@@ -506,7 +464,7 @@ fn parse_request(buf: &[u8], peer: &Peer, out: &mut Vec<u8>) -> Parsed {
         referer,
         user_agent,
         body: length.unwrap_or(0),
-        close,
+        close: connection.close,
         idempotent: IDEMPOTENT.contains(&method),
         head_only: method == "HEAD",
     })
@@ -534,6 +492,66 @@ const IDEMPOTENT: [&str; 6] = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE
 fn header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     for part in [name, b": ", value, b"\r\n"] {
         out.extend_from_slice(part);
+    }
+}
+
+/// Writes `headers` into `out` but those in `dropped` and those `connection` names.
+fn copy_headers(
+    out: &mut Vec<u8>,
+    headers: &[httparse::Header],
+    dropped: &[&[u8]],
+    connection: &ConnectionTokens,
+) {
+    for h in headers {
+        let name = h.name.as_bytes();
+        if !dropped.iter().any(|d| name.eq_ignore_ascii_case(d)) && !connection.names(name) {
+            header(out, name, h.value);
+        }
+    }
+}
+
+/// A `Content-Length` value: digits only (RFC 9110 section 8.6).
+fn content_length(value: &[u8]) -> Option<usize> {
+    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(value).ok()?.parse().ok()
+}
+
+/// What the Connection headers of a message say: `close`, `upgrade`, and the headers they
+/// name, which are not forwarded (RFC 9110 section 7.6.1); at most eight are kept.
+#[derive(Default)]
+struct ConnectionTokens<'a> {
+    named: [&'a [u8]; 8],
+    len: usize,
+    close: bool,
+    upgrade: bool,
+    /// More headers were named than are kept.
+    overflow: bool,
+}
+
+impl<'a> ConnectionTokens<'a> {
+    fn add(&mut self, value: &'a [u8]) {
+        let tokens = value.split(|b| *b == b',').map(<[u8]>::trim_ascii);
+        for token in tokens.filter(|t| !t.is_empty()) {
+            if token.eq_ignore_ascii_case(b"close") {
+                self.close = true;
+            } else if token.eq_ignore_ascii_case(b"upgrade") {
+                self.upgrade = true;
+            } else if self.len == self.named.len() {
+                self.overflow = true;
+            } else {
+                self.named[self.len] = token;
+                self.len += 1;
+            }
+        }
+    }
+
+    /// Whether the header `name` is one they name.
+    fn names(&self, name: &[u8]) -> bool {
+        self.named[..self.len]
+            .iter()
+            .any(|d| name.eq_ignore_ascii_case(d))
     }
 }
 
@@ -583,17 +601,11 @@ fn parse_response(
         ));
     }
     let (mut length, mut coded, mut chunked, mut date) = (None, false, false, false);
-    let mut keep_alive = version == 1;
-    let mut named: [&[u8]; 8] = [b""; 8];
-    let mut n_named = 0;
+    let mut connection = ConnectionTokens::default();
     for h in res.headers.iter() {
         let name = h.name.as_bytes();
         if name.eq_ignore_ascii_case(b"content-length") {
-            let n = std::str::from_utf8(h.value)
-                .ok()
-                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|v| v.parse::<usize>().ok())
-                .ok_or_else(|| bad("an invalid Content-Length"))?;
+            let n = content_length(h.value).ok_or_else(|| bad("an invalid Content-Length"))?;
             if length.replace(n).is_some_and(|m| m != n) {
                 return Err(bad("several Content-Lengths"));
             }
@@ -606,15 +618,7 @@ fn parse_response(
                 .next()
                 .is_some_and(|c| c.trim_ascii().eq_ignore_ascii_case(b"chunked"));
         } else if name.eq_ignore_ascii_case(b"connection") {
-            for token in h.value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
-                // (more named headers than are dropped: not kept, in case one matters)
-                if token.eq_ignore_ascii_case(b"close") || n_named == named.len() {
-                    keep_alive = false;
-                } else if !token.is_empty() {
-                    named[n_named] = token;
-                    n_named += 1;
-                }
-            }
+            connection.add(h.value);
         } else if name.eq_ignore_ascii_case(b"date") {
             date = true;
         }
@@ -631,7 +635,9 @@ fn parse_response(
     } else {
         length.map_or(Framing::UntilClose, Framing::Length)
     };
-    let keep_alive = keep_alive && body != Framing::UntilClose;
+    // (more named headers than are dropped: not kept, in case one matters)
+    let keep_alive =
+        version == 1 && !connection.close && !connection.overflow && body != Framing::UntilClose;
 
     out.clear();
     out.extend_from_slice(b"HTTP/1.1 ");
@@ -639,18 +645,7 @@ fn parse_response(
     out.push(b' ');
     out.extend_from_slice(res.reason.unwrap_or_default().as_bytes());
     out.extend_from_slice(b"\r\n");
-    let named = &named[..n_named];
-    for h in res.headers.iter() {
-        let name = h.name.as_bytes();
-        if RESPONSE_DROPPED
-            .iter()
-            .any(|d| name.eq_ignore_ascii_case(d))
-            || named.iter().any(|d| name.eq_ignore_ascii_case(d))
-        {
-            continue;
-        }
-        header(out, name, h.value);
-    }
+    copy_headers(out, res.headers, &RESPONSE_DROPPED, &connection);
     if !date {
         http_date(out);
     }
@@ -722,6 +717,33 @@ fn http_date(out: &mut Vec<u8>) {
         }
         header(out, b"date", formatted.as_bytes());
     });
+}
+
+/// What is left of a response body being relayed.
+enum Remaining {
+    Bytes(usize),
+    Chunks(Chunks),
+}
+
+impl Remaining {
+    /// How many of `bytes` (the next ones of the body) belong to the body.
+    fn take(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        match self {
+            Remaining::Bytes(left) => {
+                let now = bytes.len().min(*left);
+                *left -= now;
+                Ok(now)
+            }
+            Remaining::Chunks(chunks) => chunks.scan(bytes),
+        }
+    }
+
+    fn ended(&self) -> bool {
+        match self {
+            Remaining::Bytes(left) => *left == 0,
+            Remaining::Chunks(chunks) => chunks.ended(),
+        }
+    }
 }
 
 /// Follows a chunked body (RFC 9112 section 7.1) through the bytes relayed, to find its end.

@@ -2,8 +2,8 @@
 //! the [`Workers`], where hyper's automatic HTTP/1.1 + HTTP/2 server serves it (h2c by prior
 //! knowledge on the HTTP port; ALPN `h2` on the HTTPS port), with upgrades enabled for
 //! WebSocket; on the HTTP port, [`crate::h1`]'s fast path serves plain HTTP/1.1 requests
-//! first and hands the connection to hyper at the first request of another shape. Connections read the configuration per request, so a new configuration never
-//! drops one.
+//! first and hands the connection to hyper at the first request of another shape.
+//! Connections read the configuration per request, so a new configuration never drops one.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -110,6 +110,19 @@ struct Idle<C> {
     since: Instant,
 }
 
+/// Closes the connections in `idle` idle for [`IDLE_TIMEOUT`] or that `usable` says are not.
+fn sweep<C>(
+    idle: &Mutex<HashMap<SocketAddr, Vec<Idle<C>>>>,
+    now: Instant,
+    mut usable: impl FnMut(&mut C) -> bool,
+) {
+    let mut idle = idle.lock().expect("the pool's lock is never poisoned");
+    for list in idle.values_mut() {
+        list.retain_mut(|i| now.duration_since(i.since) < IDLE_TIMEOUT && usable(&mut i.conn));
+    }
+    idle.retain(|_, list| !list.is_empty());
+}
+
 /// Adds `conn` to the idle connections to `endpoint` in `idle`, unless there are
 /// [`MAX_IDLE`] already.
 fn keep_idle<C>(idle: &Mutex<HashMap<SocketAddr, Vec<Idle<C>>>>, endpoint: SocketAddr, conn: C) {
@@ -269,21 +282,9 @@ impl Pool {
     }
 
     fn close_idle(&self, now: Instant) {
-        let mut idle = self.idle.lock().expect("the pool's lock is never poisoned");
-        let waker = std::task::Waker::noop();
-        let mut cx = Context::from_waker(waker);
-        for list in idle.values_mut() {
-            list.retain_mut(|i| {
-                now.duration_since(i.since) < IDLE_TIMEOUT && drive(&mut i.conn.driver, &mut cx)
-            });
-        }
-        idle.retain(|_, list| !list.is_empty());
-        drop(idle);
-        let mut raw = self.raw.lock().expect("the pool's lock is never poisoned");
-        for list in raw.values_mut() {
-            list.retain(|i| now.duration_since(i.since) < IDLE_TIMEOUT && !ended(&i.conn));
-        }
-        raw.retain(|_, list| !list.is_empty());
+        let mut cx = Context::from_waker(Waker::noop());
+        sweep(&self.idle, now, |conn| drive(&mut conn.driver, &mut cx));
+        sweep(&self.raw, now, |conn| !ended(conn));
     }
 
     /// Idle connections to `endpoint`.
