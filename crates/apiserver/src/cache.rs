@@ -238,6 +238,31 @@ pub enum WatchStart {
     Replay(Vec<CacheEvent>, broadcast::Receiver<CacheEvent>),
 }
 
+/// The objects of some resources at one moment, and their changes after it
+/// ([`Cacher::subscribe`]).
+pub struct Subscription {
+    /// One per resource subscribed to, in order.
+    pub snapshots: Vec<Snapshot>,
+    receivers: Vec<broadcast::Receiver<CacheEvent>>,
+}
+
+impl Subscription {
+    /// Waits until an object of one of the resources changes (a subscriber that fell behind
+    /// counts as a change): true; false once the cache stopped.
+    pub async fn changed(&mut self) -> bool {
+        loop {
+            let next = self.receivers.iter_mut().map(|rx| Box::pin(rx.recv()));
+            match futures::future::select_all(next).await.0 {
+                Ok(CacheEvent::Object { .. }) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    return true;
+                }
+                Ok(CacheEvent::Progress(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return false,
+            }
+        }
+    }
+}
+
 impl ResourceCache {
     fn new(rt: Arc<ResourceType>, strategy: StrategyRef) -> Self {
         Self {
@@ -511,6 +536,24 @@ impl Cacher {
     pub fn resource(&self, rt: &ResourceType) -> Arc<ResourceCache> {
         self.get(rt)
             .unwrap_or_else(|| panic!("no watch cache for {}/{}", rt.group, rt.plural))
+    }
+
+    /// The objects of `types` now, and their changes from then on: what a controller inside
+    /// the API server syncs from and waits on. `None` when one of them is not served.
+    pub fn subscribe(&self, types: &[&ResourceType]) -> Option<Subscription> {
+        let mut snapshots = Vec::with_capacity(types.len());
+        let mut receivers = Vec::with_capacity(types.len());
+        for rt in types {
+            let Some(WatchStart::Snapshot(snapshot, rx)) = self.get(rt)?.watch("", None) else {
+                return None;
+            };
+            snapshots.push(snapshot);
+            receivers.push(rx);
+        }
+        Some(Subscription {
+            snapshots,
+            receivers,
+        })
     }
 
     /// The cache of a type, if it is served.

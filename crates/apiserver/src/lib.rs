@@ -14,7 +14,9 @@
 //! - [`services`]: finding a Service's address (its EndpointSlices) for those calls.
 //! - [`authn`], [`authz`], [`admission`]: the three gates.
 //! - [`audit`]: audit events (`--audit-policy-file`, `--audit-log-path`) and `Audit-Id`.
-//! - [`overload`]: in-flight limits (429) and the request timeout (504).
+//! - [`flowcontrol`]: API Priority and Fairness (FlowSchemas, priority levels, fair queuing,
+//!   429).
+//! - [`overload`]: the in-flight limits used when APF is off (429) and the request timeout (504).
 //! - [`impersonation`]: `Impersonate-*` headers (`kubectl --as`), checked with the authorizers.
 //! - [`tokens`]: the service account token signer (TokenRequest's JWTs).
 //! - [`request`]: what a request asks for (verb, group, resource, namespace, name, subresource).
@@ -55,6 +57,7 @@ pub mod crd;
 pub mod encoding;
 pub mod encryption;
 pub mod error;
+pub mod flowcontrol;
 pub mod handlers;
 pub mod https_client;
 pub mod impersonation;

@@ -228,6 +228,16 @@ impl Metrics {
         }
     }
 
+    /// Adds a metric of another part of the server to the exposition.
+    pub fn register(
+        &self,
+        name: &str,
+        help: &str,
+        metric: impl prometheus_client::registry::Metric,
+    ) {
+        self.registry.lock().register(name, help, metric);
+    }
+
     /// Sets the in-flight gauges (read off the limits at scrape time).
     pub fn set_inflight(&self, read_only: usize, mutating: usize) {
         for (kind, n) in [("readOnly", read_only), ("mutating", mutating)] {

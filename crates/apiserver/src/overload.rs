@@ -68,6 +68,12 @@ impl Limits {
         }
     }
 
+    /// The server's concurrency limit under API Priority and Fairness: the sum of the two
+    /// limits, as upstream.
+    pub fn server_limit(&self) -> usize {
+        self.max_readonly + self.max_mutating
+    }
+
     /// Counted requests in flight now: (read-only, mutating), upstream's
     /// `apiserver_current_inflight_requests`.
     pub fn in_flight(&self) -> (usize, usize) {

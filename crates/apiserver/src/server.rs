@@ -71,6 +71,9 @@ pub struct Gates {
     pub encryption: Option<Arc<crate::encryption::EncryptedStore>>,
     /// In-flight limits and the request timeout.
     pub overload: crate::overload::Limits,
+    /// `--enable-priority-and-fairness`: API Priority and Fairness instead of the in-flight
+    /// limits (which then only give the server's concurrency limit, their sum).
+    pub priority_and_fairness: bool,
     /// `--disable-admission-plugins`: upstream's plugin names left out of the chain.
     pub disabled_admission: Vec<String>,
     /// `--trace-objects`: the lifecycle trace's recorder (none: recording off).
@@ -142,6 +145,8 @@ pub struct ApiServer {
     pub gates: Gates,
     /// APIServices: what is proxied to aggregated API servers, and how.
     pub aggregator: crate::aggregator::Aggregator,
+    /// API Priority and Fairness, when on ([`Gates::priority_and_fairness`]).
+    pub flow_control: Option<Arc<crate::flowcontrol::FlowControl>>,
     /// Turns true when the listener stops: watches end then (as upstream's with
     /// `--shutdown-watch-termination-grace-period` 0), so the graceful shutdown does not wait
     /// for clients to close them.
@@ -461,6 +466,7 @@ impl ApiServer {
             tokens,
             gates: Gates::default(),
             aggregator: crate::aggregator::Aggregator::default(),
+            flow_control: None,
         }))
     }
 
@@ -489,7 +495,18 @@ impl ApiServer {
         }
         plugins.retain(|p| !gates.disabled_admission.iter().any(|name| name == p.name()));
         building.aggregator = crate::aggregator::Aggregator::new(gates.aggregation.clone())?;
+        if gates.priority_and_fairness {
+            let limit = gates.overload.server_limit();
+            building.flow_control = Some(crate::flowcontrol::FlowControl::new(
+                building.cache.clone(),
+                u32::try_from(limit).unwrap_or(u32::MAX),
+                &building.metrics,
+            ));
+        }
         building.gates = gates;
+        if server.flow_control.is_some() {
+            crate::flowcontrol::status::spawn(Arc::downgrade(&server));
+        }
         crate::crd::controller::spawn(Arc::downgrade(&server));
         crate::aggregator::controller::spawn(Arc::downgrade(&server));
         Ok(server)
@@ -604,7 +621,6 @@ impl ApiServer {
         client_certificate: Option<Arc<ClientCertificate>>,
         audit: AuditStart,
     ) -> Response<Body> {
-        let mut req = req;
         let credentials = Credentials {
             client_certificate: client_certificate.as_deref().map(|c| c.der.as_slice()),
             front_proxy: client_certificate.as_deref().is_some_and(|c| c.front_proxy),
@@ -657,18 +673,95 @@ impl ApiServer {
         {
             r.impersonated(&user);
         }
-        // held until the response is built: the in-flight count
-        let _permit = match self.gates.overload.admit(&info, &user) {
-            Ok(admit) => admit,
-            Err(e) => {
+        // held until the response is built: the in-flight count, or APF's seats
+        let (_permit, class) = match self.admit(&info, &user, &query).await {
+            Ok(admitted) => admitted,
+            Err((e, class)) => {
                 let mut resp = handlers::error(&e);
-                resp.headers_mut().insert(
-                    http::header::RETRY_AFTER,
-                    http::HeaderValue::from_static("1"),
-                );
+                let retry_after = e
+                    .details
+                    .as_ref()
+                    .and_then(|d| d["retryAfterSeconds"].as_u64())
+                    .unwrap_or(1);
+                resp.headers_mut()
+                    .insert(http::header::RETRY_AFTER, retry_after.into());
+                if let Some(class) = class {
+                    class.label(&mut resp);
+                }
                 return resp;
             }
         };
+        let mut resp = self
+            .authorize_and_route(req, info, query, user, record)
+            .await;
+        if let Some(class) = class {
+            class.label(&mut resp);
+        }
+        resp
+    }
+
+    /// Takes what the request holds while it runs: APF's seats when APF is on (long-running
+    /// requests but watches go without), else an in-flight slot. Refused: upstream's 429,
+    /// with the classification when APF made it.
+    async fn admit(
+        &self,
+        info: &RequestInfo,
+        user: &authn::UserInfo,
+        query: &std::collections::HashMap<String, String>,
+    ) -> std::result::Result<
+        (Held, Option<crate::flowcontrol::Classification>),
+        (ApiError, Option<crate::flowcontrol::Classification>),
+    > {
+        let Some(flow_control) = &self.flow_control else {
+            let permit = self
+                .gates
+                .overload
+                .admit(info, user)
+                .map_err(|e| (e, None))?;
+            let held = Held {
+                _slot: Some(permit),
+                ..Default::default()
+            };
+            return Ok((held, None));
+        };
+        if crate::overload::is_long_running(info) && info.verb != "watch" {
+            return Ok((Held::default(), None));
+        }
+        let seats = crate::flowcontrol::seats(info, query, || {
+            self.registry
+                .lookup(&info.group, &info.version, &info.resource)
+                .and_then(|rt| self.cache.get(&rt))
+                .map_or(0, |c| c.len())
+        });
+        // as upstream, a request waits in its queue for at most a quarter of its deadline
+        let wait_limit = self
+            .gates
+            .overload
+            .deadline(info, query)
+            .ok()
+            .flatten()
+            .unwrap_or(self.gates.overload.request_timeout)
+            / 4;
+        match flow_control.admit(info, user, seats, wait_limit).await {
+            (class, Ok(ticket)) => {
+                let held = Held {
+                    _seats: Some(ticket),
+                    ..Default::default()
+                };
+                Ok((held, Some(class)))
+            }
+            (class, Err(e)) => Err((e, Some(class))),
+        }
+    }
+
+    async fn authorize_and_route(
+        self: Arc<Self>,
+        mut req: Request<Incoming>,
+        info: RequestInfo,
+        query: std::collections::HashMap<String, String>,
+        user: authn::UserInfo,
+        record: Option<Arc<crate::audit::Record>>,
+    ) -> Response<Body> {
         let decision = self.authz.decide(&user, &info);
         if let Some(r) = &record {
             match &decision {
@@ -692,6 +785,13 @@ impl ApiServer {
         }
         resp
     }
+}
+
+/// What a request holds while it runs (released when dropped).
+#[derive(Default)]
+struct Held {
+    _slot: Option<crate::overload::Admit>,
+    _seats: Option<crate::flowcontrol::Ticket>,
 }
 
 /// A bound, not yet serving, API server: the address is known (for port 0) before `serve`.

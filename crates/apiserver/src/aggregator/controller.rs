@@ -18,14 +18,13 @@ use serde_json::Value;
 use tokio::sync::broadcast::{Receiver, error::RecvError};
 
 use super::autoregister::{self, Action};
-use super::available::{self, Condition};
+use super::available;
 use super::registration::ApiService;
 use super::{State, authentication, discovery};
 use crate::cache::{CacheEvent, Cached, WatchStart};
 use crate::error::Result;
 use crate::handlers::Ctx;
 use crate::registry::{self, DeleteOptions, Fields};
-use crate::request::RequestInfo;
 use crate::server::ApiServer;
 use crate::services::{CachedServices, SERVICE_NAME_LABEL};
 use crate::strategy::generic;
@@ -145,16 +144,13 @@ fn watch(
 }
 
 fn api_service_ctx(server: &Arc<ApiServer>, verb: &str, name: &str, subresource: &str) -> Ctx {
-    let rt = server
-        .registry
-        .lookup(super::GROUP, "v1", super::PLURAL)
-        .expect("APIServices are built in");
-    let resource = match subresource {
-        "" => super::PLURAL.to_string(),
-        sub => format!("{}/{sub}", super::PLURAL),
-    };
-    let info = RequestInfo::resource_request(verb, super::GROUP, &resource, "", name);
-    Ctx::internal(server.clone(), rt, info)
+    Ctx::internal_on(
+        server,
+        (super::GROUP, super::PLURAL),
+        verb,
+        name,
+        subresource,
+    )
 }
 
 /// One pass; the first error is returned after everything else was tried.
@@ -194,8 +190,15 @@ async fn sync(
     });
     let mut state = State::default();
     for (object, mut s, condition, list) in futures::future::join_all(checks).await {
-        if !same_condition(object, &condition) {
-            keep(write_condition(server, &s.name, &condition).await);
+        let wanted = generic::Condition {
+            type_: "Available",
+            status: condition.status,
+            reason: condition.reason,
+            message: &condition.message,
+        };
+        if !wanted.is_in(object) {
+            let resource = (super::GROUP, super::PLURAL);
+            keep(registry::write_condition(server, resource, &s.name, &wanted).await);
         }
         s.available = condition.status == "True";
         if s.service.is_some() {
@@ -209,46 +212,6 @@ async fn sync(
     }
     server.aggregator.publish(state);
     first_error.map_or(Ok(()), Err)
-}
-
-/// Whether `object`'s `Available` condition already says `condition`.
-fn same_condition(object: &Value, condition: &Condition) -> bool {
-    object
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == "Available")
-        .is_some_and(|c| {
-            c["status"] == condition.status
-                && c["reason"] == condition.reason
-                && c["message"] == condition.message.as_str()
-        })
-}
-
-async fn write_condition(server: &Arc<ApiServer>, name: &str, condition: &Condition) -> Result<()> {
-    let ctx = api_service_ctx(server, "update", name, "status");
-    let now = server.now();
-    let result = registry::update(&ctx, None, Fields::Record, |current| {
-        let mut next = current.clone();
-        let mut status = next.get("status").cloned().unwrap_or_default();
-        generic::set_condition(
-            &mut status,
-            now,
-            "Available",
-            condition.status,
-            condition.reason,
-            &condition.message,
-        );
-        next["status"] = status;
-        Ok(next)
-    })
-    .await;
-    match result {
-        // deleted since it was read: nothing to report on
-        Err(e) if e.code == 404 => Ok(()),
-        other => other.map(|_| ()),
-    }
 }
 
 async fn apply(server: &Arc<ApiServer>, action: Action) -> Result<()> {

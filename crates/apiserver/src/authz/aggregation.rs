@@ -10,9 +10,8 @@ use serde_json::Value;
 use skiff_store::Store;
 
 use crate::registry::{Guard, Txn};
-use tokio::sync::broadcast::error::RecvError;
 
-use crate::cache::{CacheEvent, Cacher, WatchStart};
+use crate::cache::Cacher;
 use crate::error::Result;
 use crate::storage;
 
@@ -69,9 +68,7 @@ pub async fn sync(cache: &Cacher, store: &Arc<dyn Store>) -> Result<usize> {
 pub fn spawn(cache: Arc<Cacher>, store: Arc<dyn Store>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
-            let Some(WatchStart::Snapshot(_, mut rx)) =
-                cache.resource(cluster_roles()).watch("", None)
-            else {
+            let Some(mut changes) = cache.subscribe(&[cluster_roles()]) else {
                 return;
             };
             if let Err(e) = sync(&cache, &store).await {
@@ -79,12 +76,8 @@ pub fn spawn(cache: Arc<Cacher>, store: Arc<dyn Store>) -> tokio::task::JoinHand
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 continue;
             }
-            loop {
-                match rx.recv().await {
-                    Ok(CacheEvent::Object { .. }) | Err(RecvError::Lagged(_)) => break,
-                    Ok(CacheEvent::Progress(_)) => continue,
-                    Err(RecvError::Closed) => return,
-                }
+            if !changes.changed().await {
+                return;
             }
         }
     })

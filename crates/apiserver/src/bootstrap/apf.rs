@@ -7,6 +7,8 @@
 //!   annotation is `true`, or when it has no readable annotation and has never been changed
 //!   (generation 1); it is then annotated `true`;
 //! - an object annotated `true` that is not part of the bootstrap configuration is deleted.
+//!
+//! The API server does this at start and then every minute ([`spawn_upkeep`]).
 
 use std::sync::{Arc, OnceLock};
 
@@ -79,6 +81,22 @@ fn resource_of(object: &Value) -> &'static ResourceType {
         _ => "prioritylevelconfigurations",
     };
     lookup(GROUP, "v1", plural).expect("flowcontrol kinds are in the catalog")
+}
+
+/// How often the configuration is maintained again after start, as upstream.
+const UPKEEP: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Maintains the configuration again every minute (after [`run`] at start), so that a deleted
+/// or changed object annotated `true` comes back without a restart.
+pub fn spawn_upkeep(store: Arc<dyn Store>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(UPKEEP).await;
+            if let Err(e) = run(&store).await {
+                tracing::warn!(error = %e, "maintaining API Priority and Fairness's configuration");
+            }
+        }
+    })
 }
 
 /// Maintains the bootstrap configuration in `store` (see the module's documentation).

@@ -585,16 +585,7 @@ pub fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
 }
 
 fn definition_ctx(server: &Arc<ApiServer>, verb: &str, name: &str, subresource: &str) -> Ctx {
-    let rt = server
-        .registry
-        .lookup(GROUP, "v1", PLURAL)
-        .expect("CRDs are built in");
-    let resource = match subresource {
-        "" => PLURAL.to_string(),
-        sub => format!("{PLURAL}/{sub}"),
-    };
-    let info = RequestInfo::resource_request(verb, GROUP, &resource, "", name);
-    Ctx::internal(server.clone(), rt, info)
+    Ctx::internal_on(server, (GROUP, PLURAL), verb, name, subresource)
 }
 
 /// Writes a CRD's status through its `status` subresource.

@@ -104,6 +104,27 @@ impl Warnings {
 }
 
 impl Ctx {
+    /// The API server's own `verb` on the cluster-scoped object `name` of the built-in
+    /// `group`/v1 `plural` (on its `subresource`, if not empty); see [`Ctx::internal`].
+    pub fn internal_on(
+        server: &Arc<ApiServer>,
+        (group, plural): (&str, &str),
+        verb: &str,
+        name: &str,
+        subresource: &str,
+    ) -> Ctx {
+        let rt = server
+            .registry
+            .lookup(group, "v1", plural)
+            .unwrap_or_else(|| panic!("{plural}.{group} is built in"));
+        let resource = match subresource {
+            "" => plural.to_string(),
+            sub => format!("{plural}/{sub}"),
+        };
+        let info = RequestInfo::resource_request(verb, group, &resource, "", name);
+        Ctx::internal(server.clone(), rt, info)
+    }
+
     /// A request the API server makes of itself (its in-process controllers), as upstream's
     /// loopback client: user `system:apiserver` in `system:masters`, field manager
     /// `kube-apiserver`.

@@ -62,7 +62,10 @@ fn metrics(server: &ApiServer) -> String {
         }
     }
     let counts: Vec<(&str, usize)> = counts.iter().map(|(n, c)| (n.as_str(), *c)).collect();
-    let (read_only, mutating) = server.gates.overload.in_flight();
+    let (read_only, mutating) = match &server.flow_control {
+        Some(flow_control) => flow_control.in_flight(),
+        None => server.gates.overload.in_flight(),
+    };
     server.metrics.set_inflight(read_only, mutating);
     server.metrics.render(&counts)
 }

@@ -192,3 +192,28 @@ pub(crate) fn finalizers(obj: &Value) -> Vec<String> {
     }
     out
 }
+
+/// Sets `condition` in the status of the cluster-scoped object `name` of the built-in
+/// `group`/v1 `plural`, through its status subresource, as the API server's own write; an
+/// object deleted meanwhile is left alone.
+pub async fn write_condition(
+    server: &std::sync::Arc<crate::server::ApiServer>,
+    resource: (&str, &str),
+    name: &str,
+    condition: &generic::Condition<'_>,
+) -> Result<()> {
+    let ctx = Ctx::internal_on(server, resource, "update", name, "status");
+    let now = server.now();
+    let result = update(&ctx, None, Fields::Record, |current| {
+        let mut next = current.clone();
+        let mut status = next.get("status").cloned().unwrap_or_default();
+        condition.set(&mut status, now);
+        next["status"] = status;
+        Ok(next)
+    })
+    .await;
+    match result {
+        Err(e) if e.code == 404 => Ok(()),
+        other => other.map(|_| ()),
+    }
+}

@@ -48,6 +48,44 @@ pub fn set_condition(
     }
 }
 
+/// A condition as a controller wants it to read.
+#[derive(Debug, Clone, Copy)]
+pub struct Condition<'a> {
+    pub type_: &'a str,
+    pub status: &'a str,
+    pub reason: &'a str,
+    pub message: &'a str,
+}
+
+impl Condition<'_> {
+    /// Whether `object`'s status already has this condition.
+    pub fn is_in(&self, object: &Value) -> bool {
+        object
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == self.type_)
+            .is_some_and(|c| {
+                c["status"] == self.status
+                    && c["reason"] == self.reason
+                    && c["message"] == self.message
+            })
+    }
+
+    /// Sets it in `status` ([`set_condition`]).
+    pub fn set(&self, status: &mut Value, now: jiff::Timestamp) {
+        set_condition(
+            status,
+            now,
+            self.type_,
+            self.status,
+            self.reason,
+            self.message,
+        );
+    }
+}
+
 fn meta_mut(object: &mut Value) -> &mut Map<String, Value> {
     if !object.get("metadata").is_some_and(Value::is_object) {
         object["metadata"] = json!({});

@@ -42,6 +42,7 @@ pub mod daemonset;
 pub mod deployment;
 pub mod endpointslice;
 pub mod event;
+pub mod flowcontrol;
 pub mod generic;
 pub mod hpa;
 pub mod ingress;
@@ -334,6 +335,10 @@ pub fn for_resource(rt: &ResourceType) -> &'static dyn Strategy {
         }
         ("rbac.authorization.k8s.io", "clusterrolebindings") => {
             &rbac::BindingStrategy { namespaced: false }
+        }
+        ("flowcontrol.apiserver.k8s.io", "flowschemas") => &flowcontrol::FlowSchemaStrategy,
+        ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations") => {
+            &flowcontrol::PriorityLevelStrategy
         }
         ("storage.k8s.io", "storageclasses") => &storageclass::StorageClassStrategy,
         ("storage.k8s.io", "csidrivers") => &csi::CsiDriverStrategy,

@@ -90,6 +90,12 @@ pub struct GateArgs {
     #[arg(long, value_name = "N", default_value_t = skiff_apiserver::overload::DEFAULT_MAX_MUTATING)]
     pub max_mutating_requests_inflight: usize,
 
+    /// API Priority and Fairness: requests classified by FlowSchemas into priority levels that
+    /// share the server's concurrency (the two in-flight limits' sum) and queue fairly; off,
+    /// the two in-flight limits apply as they are.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub enable_priority_and_fairness: bool,
+
     /// How long a non-long-running request may take before 504 (a Go duration: 60s, 1m30s).
     #[arg(long, value_name = "DURATION", default_value = "1m0s")]
     pub request_timeout: String,
@@ -148,6 +154,7 @@ impl GateArgs {
                 audit,
                 encryption,
                 overload,
+                priority_and_fairness: self.enable_priority_and_fairness,
                 disabled_admission: self.disable_admission_plugins.clone(),
                 trace: (self.trace_objects > 0).then(|| {
                     Arc::new(skiff_apiserver::trace::Recorder::new(
@@ -313,6 +320,7 @@ pub async fn run(args: ApiServerArgs, lifecycle: Lifecycle) -> anyhow::Result<()
     bootstrap::run(&store, advertise)
         .await
         .context("creating the bootstrap namespaces, services and RBAC policy")?;
+    bootstrap::apf::spawn_upkeep(store.clone());
     let (cert, key) = listener
         .pki
         .kubelet_client()

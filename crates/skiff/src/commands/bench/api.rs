@@ -41,6 +41,7 @@ use tokio::process::{Child, Command};
 use crate::commands::UsageError;
 
 mod crd;
+mod fairness;
 mod gates;
 mod watch;
 
@@ -92,6 +93,13 @@ pub struct ApiBenchArgs {
     /// create to its first object, and discovery and OpenAPI with 200 CRDs ([`crd`]).
     #[arg(long)]
     pub crd: bool,
+    /// API Priority and Fairness instead: a well-behaved client's latency while another floods
+    /// the server with LISTs from `--clients` loops, with APF and without ([`fairness`]).
+    #[arg(long)]
+    pub fairness: bool,
+    /// Seconds each phase of `--fairness` lasts.
+    #[arg(long, default_value_t = 10)]
+    pub phase_seconds: u64,
 }
 
 /// `ApiBenchArgs` with the quick/full defaults resolved.
@@ -137,16 +145,21 @@ const NAMESPACE: &str = "bench";
 pub async fn run(args: ApiBenchArgs) -> Result<()> {
     let plan = Plan::from_args(&args);
     ensure_open_files(plan.watchers + plan.clients + 256)?;
-    if args.gates || args.crd {
+    if args.gates || args.crd || args.fairness {
         if args.backend != "embedded" {
-            return Err(
-                UsageError("--gates and --crd run on the embedded store only".into()).into(),
-            );
+            return Err(UsageError(
+                "--gates, --crd and --fairness run on the embedded store only".into(),
+            )
+            .into());
         }
         let out = Emitter {
             backend: args.backend.clone(),
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         };
+        if args.fairness {
+            let phase = Duration::from_secs(args.phase_seconds.max(1));
+            return fairness::run(&plan, phase, &out).await;
+        }
         return match args.crd {
             true => crd::run(&plan, &out).await,
             false => gates::run(&plan, &out).await,
@@ -507,6 +520,24 @@ impl ServerChild {
             .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
         let options = kube::config::KubeConfigOptions::default();
         Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?)
+    }
+
+    /// A client for `user` (not in `system:masters`): a client certificate from the cluster
+    /// CA in a kubeconfig written under the server's data dir `dir`.
+    pub(super) async fn user_client(
+        &self,
+        dir: &std::path::Path,
+        user: &str,
+    ) -> Result<kube::Client> {
+        let admin = self.config().await?;
+        let pki = skiff_apiserver::pki::Pki::load(&dir.join("tls"))?;
+        let path = dir.join(format!("{user}.kubeconfig"));
+        pki.write_kubeconfig(&path, &admin.cluster_url.to_string(), user, None)?;
+        let kubeconfig = kube::config::Kubeconfig::read_from(&path)?;
+        let options = kube::config::KubeConfigOptions::default();
+        Ok(kube::Client::try_from(
+            kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?,
+        )?)
     }
 
     pub(super) async fn stop(&mut self) {

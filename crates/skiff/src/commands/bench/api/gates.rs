@@ -95,16 +95,7 @@ async fn measure(
     }
     let client = match mode {
         Mode::Open => admin,
-        Mode::Cert => {
-            let pki = skiff_apiserver::pki::Pki::load(&dir.join("tls"))?;
-            let path = dir.join("bench-user.kubeconfig");
-            pki.write_kubeconfig(&path, &admin_config.cluster_url.to_string(), USER, None)?;
-            let kubeconfig = kube::config::Kubeconfig::read_from(&path)?;
-            let options = kube::config::KubeConfigOptions::default();
-            kube::Client::try_from(
-                kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?,
-            )?
-        }
+        Mode::Cert => server.user_client(dir, USER).await?,
         Mode::Token => {
             let mut config = admin_config;
             config.auth_info = kube::config::AuthInfo {

@@ -1,0 +1,571 @@
+//! API Priority and Fairness (upstream's `--enable-priority-and-fairness`, on by default): each
+//! request is classified by the FlowSchemas (the first match by `matchingPrecedence`, then
+//! name) into a priority level and a flow, and waits for seats in that level
+//! ([`queueset`]). The server's concurrency limit (`--max-requests-inflight` +
+//! `--max-mutating-requests-inflight`) is shared among the levels by their
+//! `nominalConcurrencyShares`. A request the level refuses gets 429 with a `Retry-After`;
+//! every classified response carries `X-Kubernetes-PF-FlowSchema-UID` and
+//! `X-Kubernetes-PF-PriorityLevel-UID`.
+//!
+//! The configuration is read from the watch cache, and rebuilt only when a FlowSchema or a
+//! PriorityLevelConfiguration changed. A FlowSchema whose priority level does not exist is
+//! left out (its `Dangling` condition says so, [`status`]); the mandatory `exempt` and
+//! `catch-all` objects are used as built in while they are not stored.
+
+pub mod queueset;
+pub mod rules;
+pub mod status;
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use serde_json::Value;
+use skiff_apimachinery::catalog::{ResourceType, lookup};
+
+use crate::authn::UserInfo;
+use crate::cache::Cacher;
+use crate::error::ApiError;
+use crate::request::RequestInfo;
+use queueset::{Kind, Level, Seats};
+use rules::{FlowSchemaSpec, PriorityLevelSpec};
+
+pub const GROUP: &str = "flowcontrol.apiserver.k8s.io";
+pub const FLOW_SCHEMA_UID: &str = "x-kubernetes-pf-flowschema-uid";
+pub const PRIORITY_LEVEL_UID: &str = "x-kubernetes-pf-prioritylevel-uid";
+
+/// Objects a LIST seat stands for, and the most seats one request takes (upstream's
+/// work estimator).
+const OBJECTS_PER_SEAT: usize = 100;
+const MAX_SEATS: u32 = 10;
+
+pub fn flow_schemas() -> &'static ResourceType {
+    lookup(GROUP, "v1", "flowschemas").expect("FlowSchemas are built in")
+}
+
+pub fn priority_levels() -> &'static ResourceType {
+    lookup(GROUP, "v1", "prioritylevelconfigurations").expect("priority levels are built in")
+}
+
+/// The filter's state: the configuration in use, and its metrics.
+pub struct FlowControl {
+    cache: Arc<Cacher>,
+    /// The seats all limited levels share.
+    server_limit: u32,
+    config: RwLock<Arc<Config>>,
+    /// Serializes rebuilds so a burst of requests after a change builds the configuration once.
+    rebuild: Mutex<()>,
+    metrics: FlowMetrics,
+    /// Requests executing now: read-only, mutating (`apiserver_current_inflight_requests`).
+    executing: Arc<[AtomicUsize; 2]>,
+}
+
+impl std::fmt::Debug for FlowControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlowControl")
+            .field("server_limit", &self.server_limit)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct Config {
+    generation: i64,
+    /// In matching order.
+    schemas: Vec<Schema>,
+    levels: HashMap<String, PriorityLevel>,
+}
+
+struct Schema {
+    name: String,
+    uid: String,
+    spec: FlowSchemaSpec,
+}
+
+#[derive(Clone)]
+struct PriorityLevel {
+    uid: String,
+    shares: u32,
+    level: Arc<Level>,
+}
+
+/// Where a request was classified: its FlowSchema and priority level.
+#[derive(Debug, Clone, Default)]
+pub struct Classification {
+    pub flow_schema: String,
+    pub priority_level: String,
+    flow_schema_uid: String,
+    priority_level_uid: String,
+}
+
+impl Classification {
+    /// Adds upstream's `X-Kubernetes-PF-*` headers to `resp`.
+    pub fn label<B>(&self, resp: &mut http::Response<B>) {
+        for (name, uid) in [
+            (FLOW_SCHEMA_UID, &self.flow_schema_uid),
+            (PRIORITY_LEVEL_UID, &self.priority_level_uid),
+        ] {
+            if let Ok(v) = http::HeaderValue::from_str(uid) {
+                resp.headers_mut().insert(name, v);
+            }
+        }
+    }
+}
+
+/// A request's seats while it runs, and its share of the executing gauges.
+pub struct Ticket {
+    _seats: Seats,
+    executing: Gauge,
+    executing_seats: Gauge,
+    seats: u32,
+    kind: Arc<[AtomicUsize; 2]>,
+    mutating: bool,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.executing.dec();
+        self.executing_seats.dec_by(i64::from(self.seats));
+        self.kind[usize::from(self.mutating)].fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl FlowControl {
+    /// The filter over the watch cache's FlowSchemas and priority levels, sharing
+    /// `server_limit` seats; its metrics go to `metrics`.
+    pub fn new(
+        cache: Arc<Cacher>,
+        server_limit: u32,
+        metrics: &crate::metrics::Metrics,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            cache,
+            server_limit: server_limit.max(1),
+            config: RwLock::new(Arc::new(Config {
+                generation: -1,
+                ..Default::default()
+            })),
+            rebuild: Mutex::new(()),
+            metrics: FlowMetrics::register(metrics),
+            executing: Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]),
+        })
+    }
+
+    /// Requests executing now: (read-only, mutating).
+    pub fn in_flight(&self) -> (usize, usize) {
+        (
+            self.executing[0].load(Ordering::Relaxed),
+            self.executing[1].load(Ordering::Relaxed),
+        )
+    }
+
+    fn config(&self) -> Arc<Config> {
+        let generation = [flow_schemas(), priority_levels()]
+            .iter()
+            .map(|rt| self.cache.resource(rt).last_change())
+            .max()
+            .unwrap_or(0);
+        let current = self.config.read().clone();
+        if current.generation == generation {
+            return current;
+        }
+        let _one = self.rebuild.lock();
+        let current = self.config.read().clone();
+        if current.generation == generation {
+            return current;
+        }
+        let objects = |rt| -> Vec<Value> {
+            let snapshot = self.cache.resource(rt).list("");
+            snapshot
+                .objects
+                .iter()
+                .filter_map(|c| c.object().ok())
+                .collect()
+        };
+        let fresh = Arc::new(Config::build(
+            &objects(priority_levels()),
+            &objects(flow_schemas()),
+            &current,
+            self.server_limit,
+        ));
+        self.metrics.limits(&fresh);
+        *self.config.write() = fresh.clone();
+        fresh
+    }
+
+    /// Classifies the request and waits for its seats (`seats` of them, at most `wait_limit`):
+    /// the ticket to hold while it runs, or the 429 to answer.
+    pub async fn admit(
+        &self,
+        info: &RequestInfo,
+        user: &UserInfo,
+        seats: u32,
+        wait_limit: Duration,
+    ) -> (Classification, Result<Ticket, ApiError>) {
+        let config = self.config();
+        let schema = config.classify(info, user);
+        let level_name = &schema.spec.priority_level_configuration.name;
+        let level = &config.levels[level_name];
+        let class = Classification {
+            flow_schema: schema.name.clone(),
+            priority_level: level_name.clone(),
+            flow_schema_uid: schema.uid.clone(),
+            priority_level_uid: level.uid.clone(),
+        };
+        let labels = FlowLabels {
+            priority_level: level_name.clone(),
+            flow_schema: schema.name.clone(),
+        };
+        let mut hasher = std::hash::DefaultHasher::new();
+        (&schema.name, schema.spec.distinguisher(info, user)).hash(&mut hasher);
+        let flow = hasher.finish();
+        let queued = matches!(level.level.kind, Kind::Queue(_));
+        let in_queue = self.metrics.in_queue.get_or_create(&labels).clone();
+        if queued {
+            in_queue.inc();
+        }
+        let waited = Instant::now();
+        let admitted = level.level.admit(flow, seats, wait_limit).await;
+        if queued {
+            in_queue.dec();
+        }
+        let execute = admitted.is_ok();
+        self.metrics
+            .wait
+            .get_or_create(&WaitLabels {
+                priority_level: labels.priority_level.clone(),
+                flow_schema: labels.flow_schema.clone(),
+                execute: execute.to_string(),
+            })
+            .observe(waited.elapsed().as_secs_f64());
+        let result = match admitted {
+            Ok(held) => {
+                self.metrics.dispatched.get_or_create(&labels).inc();
+                let executing = self.metrics.executing.get_or_create(&labels).clone();
+                let executing_seats = self.metrics.executing_seats.get_or_create(&labels).clone();
+                executing.inc();
+                executing_seats.inc_by(i64::from(seats));
+                let mutating = !matches!(info.verb.as_str(), "get" | "list" | "watch");
+                self.executing[usize::from(mutating)].fetch_add(1, Ordering::Relaxed);
+                Ok(Ticket {
+                    _seats: held,
+                    executing,
+                    executing_seats,
+                    seats,
+                    kind: self.executing.clone(),
+                    mutating,
+                })
+            }
+            Err(why) => {
+                self.metrics
+                    .rejected
+                    .get_or_create(&RejectLabels {
+                        priority_level: labels.priority_level,
+                        flow_schema: labels.flow_schema,
+                        reason: why.reason().into(),
+                    })
+                    .inc();
+                Err(too_many_requests(level.level.retry_after()))
+            }
+        };
+        (class, result)
+    }
+}
+
+/// Seats a request takes (upstream's work estimator): one, or for a LIST (and a WATCH's
+/// initial listing) one per hundred objects it reads, at most ten. `stored` counts the
+/// objects of the request's resource.
+pub fn seats(
+    info: &RequestInfo,
+    query: &HashMap<String, String>,
+    stored: impl FnOnce() -> usize,
+) -> u32 {
+    if !info.is_resource_request || !matches!(info.verb.as_str(), "list" | "watch") {
+        return 1;
+    }
+    let stored = stored();
+    let limit = query
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0 && *l < stored)
+        .unwrap_or(stored);
+    let from_cache = info.verb == "watch"
+        || (query
+            .get("resourceVersion")
+            .is_some_and(|rv| !rv.is_empty())
+            && !query.contains_key("continue"));
+    let read = if from_cache {
+        stored
+    } else if !info.label_selector.is_empty() || !info.field_selector.is_empty() {
+        stored + limit
+    } else {
+        2 * limit
+    };
+    u32::try_from(read.div_ceil(OBJECTS_PER_SEAT))
+        .unwrap_or(MAX_SEATS)
+        .clamp(1, MAX_SEATS)
+}
+
+/// Upstream's 429 for a request APF refused.
+fn too_many_requests(retry_after: u64) -> ApiError {
+    let mut e = crate::overload::too_many_requests();
+    e.details = Some(serde_json::json!({"retryAfterSeconds": retry_after}));
+    e
+}
+
+impl Config {
+    /// The FlowSchema of a request: the first that matches it, else `catch-all` (which
+    /// matches every user in `system:authenticated` or `system:unauthenticated`, that is
+    /// everyone, unless an authenticator left both groups out).
+    fn classify(&self, info: &RequestInfo, user: &UserInfo) -> &Schema {
+        self.schemas
+            .iter()
+            .find(|s| s.spec.matches(info, user))
+            .or_else(|| self.schemas.iter().find(|s| s.name == "catch-all"))
+            .expect("the mandatory catch-all FlowSchema is always in the configuration")
+    }
+
+    /// The configuration of the stored `levels` and `schemas`, keeping the queues of levels
+    /// whose queuing did not change from `previous` (their waiting requests stay).
+    fn build(levels: &[Value], schemas: &[Value], previous: &Config, server_limit: u32) -> Self {
+        let mandatory = &crate::bootstrap::apf::configuration().mandatory;
+        let named = |o: &Value, kind: &str| {
+            o["kind"] == kind
+                && o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| !n.is_empty())
+        };
+        let mut specs: Vec<(String, String, PriorityLevelSpec)> = Vec::new();
+        for object in levels.iter().chain(
+            mandatory
+                .iter()
+                .filter(|o| named(o, "PriorityLevelConfiguration")),
+        ) {
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            if name.is_empty() || specs.iter().any(|(n, _, _)| n == name) {
+                continue;
+            }
+            let Ok(spec) = serde_json::from_value::<PriorityLevelSpec>(object["spec"].clone())
+            else {
+                tracing::warn!(
+                    level = name,
+                    "a priority level that cannot be read is ignored"
+                );
+                continue;
+            };
+            let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
+            specs.push((name.to_string(), uid.to_string(), spec));
+        }
+        let total: u64 = specs.iter().map(|(_, _, s)| u64::from(s.shares())).sum();
+        let mut config = Config::default();
+        for (name, uid, spec) in specs {
+            let kind = if spec.is_exempt() {
+                Kind::Exempt
+            } else {
+                spec.queuing().map_or(Kind::Reject, Kind::Queue)
+            };
+            let shares = spec.shares();
+            // each level's nominal limit, rounded up, as upstream
+            let limit = (u64::from(server_limit) * u64::from(shares))
+                .div_ceil(total.max(1))
+                .max(1);
+            let limit = u32::try_from(limit).unwrap_or(u32::MAX);
+            let level = match previous.levels.get(&name) {
+                Some(old) if old.level.kind == kind => {
+                    old.level.set_limit(limit);
+                    old.level.clone()
+                }
+                _ => Level::new(kind, limit),
+            };
+            config
+                .levels
+                .insert(name, PriorityLevel { uid, shares, level });
+        }
+        let mut found: Vec<Schema> = Vec::new();
+        for object in schemas
+            .iter()
+            .chain(mandatory.iter().filter(|o| named(o, "FlowSchema")))
+        {
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            if name.is_empty() || found.iter().any(|s| s.name == name) {
+                continue;
+            }
+            let Ok(spec) = serde_json::from_value::<FlowSchemaSpec>(object["spec"].clone()) else {
+                tracing::warn!(
+                    flow_schema = name,
+                    "a FlowSchema that cannot be read is ignored"
+                );
+                continue;
+            };
+            // a dangling FlowSchema classifies nothing
+            if !config
+                .levels
+                .contains_key(&spec.priority_level_configuration.name)
+            {
+                continue;
+            }
+            found.push(Schema {
+                name: name.to_string(),
+                uid: object["metadata"]["uid"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                spec,
+            });
+        }
+        found.sort_by(|a, b| {
+            (a.spec.matching_precedence, &a.name).cmp(&(b.spec.matching_precedence, &b.name))
+        });
+        config.schemas = found;
+        config
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FlowLabels {
+    flow_schema: String,
+    priority_level: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RejectLabels {
+    flow_schema: String,
+    priority_level: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WaitLabels {
+    execute: String,
+    flow_schema: String,
+    priority_level: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LevelLabels {
+    priority_level: String,
+}
+
+/// Upstream's `apiserver_flowcontrol_*` metrics.
+struct FlowMetrics {
+    dispatched: Family<FlowLabels, Counter>,
+    rejected: Family<RejectLabels, Counter>,
+    in_queue: Family<FlowLabels, Gauge>,
+    executing: Family<FlowLabels, Gauge>,
+    executing_seats: Family<FlowLabels, Gauge>,
+    wait: Family<WaitLabels, Histogram>,
+    nominal_limit: Family<LevelLabels, Gauge>,
+    current_limit: Family<LevelLabels, Gauge>,
+    concurrency_limit: Family<LevelLabels, Gauge>,
+    shares: Family<LevelLabels, Gauge>,
+}
+
+/// Upstream's queue wait buckets (seconds).
+const WAIT_BUCKETS: [f64; 10] = [0.0, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0];
+
+impl FlowMetrics {
+    fn register(metrics: &crate::metrics::Metrics) -> Self {
+        let m = FlowMetrics {
+            dispatched: Family::default(),
+            rejected: Family::default(),
+            in_queue: Family::default(),
+            executing: Family::default(),
+            executing_seats: Family::default(),
+            wait: Family::new_with_constructor(
+                (|| Histogram::new(WAIT_BUCKETS)) as fn() -> Histogram,
+            ),
+            nominal_limit: Family::default(),
+            current_limit: Family::default(),
+            concurrency_limit: Family::default(),
+            shares: Family::default(),
+        };
+        let name = |n: &str| format!("apiserver_flowcontrol_{n}");
+        metrics.register(
+            &name("dispatched_requests"),
+            "Number of requests executed by API Priority and Fairness subsystem",
+            m.dispatched.clone(),
+        );
+        metrics.register(
+            &name("rejected_requests"),
+            "Number of requests rejected by API Priority and Fairness subsystem",
+            m.rejected.clone(),
+        );
+        metrics.register(
+            &name("current_inqueue_requests"),
+            "Number of requests currently pending in queues of the API Priority and Fairness subsystem",
+            m.in_queue.clone(),
+        );
+        metrics.register(
+            &name("current_executing_requests"),
+            "Number of requests in initial (for a WATCH) or any (for a non-WATCH) execution stage in the API Priority and Fairness subsystem",
+            m.executing.clone(),
+        );
+        metrics.register(
+            &name("current_executing_seats"),
+            "Concurrency (number of seats) occupied by the currently executing (initial stage for a WATCH, any stage otherwise) requests in the API Priority and Fairness subsystem",
+            m.executing_seats.clone(),
+        );
+        metrics.register(
+            &name("request_wait_duration_seconds"),
+            "Length of time a request spent waiting in its queue",
+            m.wait.clone(),
+        );
+        metrics.register(
+            &name("nominal_limit_seats"),
+            "Nominal number of execution seats configured for each priority level",
+            m.nominal_limit.clone(),
+        );
+        metrics.register(
+            &name("current_limit_seats"),
+            "current derived number of execution seats available to each priority level",
+            m.current_limit.clone(),
+        );
+        metrics.register(
+            &name("request_concurrency_limit"),
+            "Nominal number of execution seats configured for each priority level",
+            m.concurrency_limit.clone(),
+        );
+        metrics.register(
+            &name("priority_level_seat_shares"),
+            "The nominal concurrency shares configured for each priority level",
+            m.shares.clone(),
+        );
+        m
+    }
+
+    /// The levels' limits, set when a configuration is built.
+    fn limits(&self, config: &Config) {
+        for (name, level) in &config.levels {
+            let labels = LevelLabels {
+                priority_level: name.clone(),
+            };
+            let limit = i64::from(level.level.usage().limit);
+            let limit = if level.level.kind == Kind::Exempt {
+                0
+            } else {
+                limit
+            };
+            for family in [
+                &self.nominal_limit,
+                &self.current_limit,
+                &self.concurrency_limit,
+            ] {
+                family.get_or_create(&labels).set(limit);
+            }
+            self.shares
+                .get_or_create(&labels)
+                .set(i64::from(level.shares));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

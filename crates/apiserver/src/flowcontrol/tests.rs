@@ -1,0 +1,188 @@
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+
+use super::*;
+
+fn user(name: &str, groups: &[&str]) -> UserInfo {
+    UserInfo {
+        name: name.into(),
+        groups: groups.iter().map(|g| g.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn get_pods(namespace: &str) -> RequestInfo {
+    RequestInfo {
+        is_resource_request: true,
+        verb: "get".into(),
+        resource: "pods".into(),
+        namespace: namespace.into(),
+        ..Default::default()
+    }
+}
+
+/// The bootstrap configuration as stored (uids added).
+fn bootstrap() -> (Vec<Value>, Vec<Value>) {
+    let c = crate::bootstrap::apf::configuration();
+    let (mut levels, mut schemas) = (Vec::new(), Vec::new());
+    for o in c.mandatory.iter().chain(&c.suggested) {
+        let mut o = o.clone();
+        o["metadata"]["uid"] = json!(format!("uid-{}", o["metadata"]["name"].as_str().unwrap()));
+        if o["kind"] == "FlowSchema" {
+            schemas.push(o);
+        } else {
+            levels.push(o);
+        }
+    }
+    (levels, schemas)
+}
+
+fn classify(config: &Config, info: &RequestInfo, user: &UserInfo) -> (String, String) {
+    let s = config.classify(info, user);
+    (
+        s.name.clone(),
+        s.spec.priority_level_configuration.name.clone(),
+    )
+}
+
+#[test]
+fn the_bootstrap_configuration_classifies_as_upstreams() {
+    let (levels, schemas) = bootstrap();
+    let config = Config::build(&levels, &schemas, &Config::default(), 600);
+    let pods = get_pods("default");
+    let cases = [
+        (user("admin", &["system:masters"]), "exempt", "exempt"),
+        (
+            user("system:node:n1", &["system:nodes", "system:authenticated"]),
+            "system-nodes",
+            "system",
+        ),
+        (
+            user(
+                "system:serviceaccount:default:app",
+                &["system:serviceaccounts", "system:authenticated"],
+            ),
+            "service-accounts",
+            "workload-low",
+        ),
+        (
+            user("alice", &["system:authenticated"]),
+            "global-default",
+            "global-default",
+        ),
+        (
+            user("system:anonymous", &["system:unauthenticated"]),
+            "global-default",
+            "global-default",
+        ),
+        // no one is in neither group; were one, catch-all would take them
+        (user("nobody", &[]), "catch-all", "catch-all"),
+    ];
+    for (u, fs, pl) in cases {
+        assert_eq!(
+            classify(&config, &pods, &u),
+            (fs.to_string(), pl.to_string()),
+            "{}",
+            u.name
+        );
+    }
+    // the probes go exempt for everyone
+    let healthz = RequestInfo {
+        verb: "get".into(),
+        path: "/healthz".into(),
+        ..Default::default()
+    };
+    let anonymous = user("system:anonymous", &["system:unauthenticated"]);
+    assert_eq!(classify(&config, &healthz, &anonymous).0, "probes");
+    // limits are the server's 600 seats by shares (exempt 0, catch-all 5 of 245)
+    let limit = |name: &str| config.levels[name].level.usage().limit;
+    assert_eq!(limit("workload-low"), 245);
+    assert_eq!(limit("global-default"), 49);
+    assert_eq!(limit("catch-all"), 13);
+    assert_eq!(config.levels["workload-low"].uid, "uid-workload-low");
+}
+
+#[test]
+fn dangling_schemas_are_left_out_and_mandatory_objects_supplied() {
+    let level = |name: &str, shares: u32| {
+        json!({"kind": "PriorityLevelConfiguration", "metadata": {"name": name, "uid": name},
+               "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": shares,
+                        "limitResponse": {"type": "Reject"}}}})
+    };
+    let schema = |name: &str, level: &str, precedence: i32| {
+        json!({"kind": "FlowSchema", "metadata": {"name": name, "uid": name},
+               "spec": {"priorityLevelConfiguration": {"name": level},
+                        "matchingPrecedence": precedence,
+                        "rules": [{"subjects": [{"kind": "User", "user": {"name": "*"}}],
+                                   "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"],
+                                                      "resources": ["*"],
+                                                      "namespaces": ["*"]}]}]}})
+    };
+    let config = Config::build(
+        &[level("mine", 95)],
+        &[
+            schema("dangling", "nowhere", 10),
+            schema("mine-b", "mine", 20),
+            schema("mine-a", "mine", 20),
+        ],
+        &Config::default(),
+        100,
+    );
+    let names: Vec<&str> = config.schemas.iter().map(|s| s.name.as_str()).collect();
+    // exempt (1) first, the two of equal precedence by name, catch-all (10000) last
+    assert_eq!(names, ["exempt", "mine-a", "mine-b", "catch-all"]);
+    let alice = user("alice", &["system:authenticated"]);
+    assert_eq!(classify(&config, &get_pods("ns"), &alice).0, "mine-a");
+    assert_eq!(
+        classify(&config, &get_pods("ns"), &user("x", &[])).0,
+        "mine-a"
+    );
+    // shares 95 + catch-all's 5 (+ exempt's 0) of 100 seats
+    assert_eq!(config.levels["mine"].level.usage().limit, 95);
+    assert_eq!(config.levels["catch-all"].level.usage().limit, 5);
+    // a rebuild keeps a level whose queuing did not change (its waiting requests with it)
+    let again = Config::build(&[level("mine", 45)], &[], &config, 100);
+    assert!(Arc::ptr_eq(
+        &config.levels["mine"].level,
+        &again.levels["mine"].level
+    ));
+    assert_eq!(again.levels["mine"].level.usage().limit, 90);
+}
+
+#[test]
+fn lists_take_a_seat_per_hundred_objects_they_read() {
+    let list = |verb: &str, selector: &str| RequestInfo {
+        is_resource_request: true,
+        verb: verb.into(),
+        resource: "pods".into(),
+        label_selector: selector.into(),
+        ..Default::default()
+    };
+    let q = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    assert_eq!(seats(&get_pods("ns"), &q(&[]), || 100_000), 1);
+    // from storage: twice what it returns
+    assert_eq!(seats(&list("list", ""), &q(&[]), || 250), 5);
+    assert_eq!(
+        seats(&list("list", ""), &q(&[("limit", "100")]), || 5000),
+        2
+    );
+    // with a selector: everything, and what it returns
+    assert_eq!(
+        seats(&list("list", "app=x"), &q(&[("limit", "100")]), || 500),
+        6
+    );
+    // from the cache (a resourceVersion) and watches: what is stored
+    assert_eq!(
+        seats(&list("list", ""), &q(&[("resourceVersion", "0")]), || 450),
+        5
+    );
+    assert_eq!(seats(&list("watch", ""), &q(&[]), || 30), 1);
+    assert_eq!(seats(&list("list", ""), &q(&[]), || 1_000_000), MAX_SEATS);
+    assert_eq!(seats(&list("list", ""), &q(&[]), || 0), 1);
+}
