@@ -673,10 +673,14 @@ impl ApiServer {
         {
             r.impersonated(&user);
         }
-        // held until the response is built: the in-flight count, or APF's seats
-        let (_permit, class) = match self.admit(&info, &user, &query).await {
-            Ok(admitted) => admitted,
-            Err((e, class)) => {
+        let (class, admitted) = self.admit(&info, &user, &query).await;
+        let mut resp = match admitted {
+            // held until the response is built: the in-flight slot, or APF's seats
+            Ok(_held) => {
+                self.authorize_and_route(req, info, query, user, record)
+                    .await
+            }
+            Err(e) => {
                 let mut resp = handlers::error(&e);
                 let retry_after = e
                     .details
@@ -685,15 +689,9 @@ impl ApiServer {
                     .unwrap_or(1);
                 resp.headers_mut()
                     .insert(http::header::RETRY_AFTER, retry_after.into());
-                if let Some(class) = class {
-                    class.label(&mut resp);
-                }
-                return resp;
+                resp
             }
         };
-        let mut resp = self
-            .authorize_and_route(req, info, query, user, record)
-            .await;
         if let Some(class) = class {
             class.label(&mut resp);
         }
@@ -701,31 +699,23 @@ impl ApiServer {
     }
 
     /// Takes what the request holds while it runs: APF's seats when APF is on (long-running
-    /// requests but watches go without), else an in-flight slot. Refused: upstream's 429,
-    /// with the classification when APF made it.
+    /// requests but watches go without), else an in-flight slot; refused, upstream's 429.
+    /// With APF, where the request was classified.
     async fn admit(
         &self,
         info: &RequestInfo,
         user: &authn::UserInfo,
         query: &std::collections::HashMap<String, String>,
-    ) -> std::result::Result<
-        (Held, Option<crate::flowcontrol::Classification>),
-        (ApiError, Option<crate::flowcontrol::Classification>),
-    > {
+    ) -> (
+        Option<crate::flowcontrol::Classification>,
+        Result<Held, ApiError>,
+    ) {
         let Some(flow_control) = &self.flow_control else {
-            let permit = self
-                .gates
-                .overload
-                .admit(info, user)
-                .map_err(|e| (e, None))?;
-            let held = Held {
-                _slot: Some(permit),
-                ..Default::default()
-            };
-            return Ok((held, None));
+            let slot = self.gates.overload.admit(info, user);
+            return (None, slot.map(Held::Slot));
         };
         if crate::overload::is_long_running(info) && info.verb != "watch" {
-            return Ok((Held::default(), None));
+            return (None, Ok(Held::Nothing));
         }
         let seats = crate::flowcontrol::seats(info, query, || {
             self.registry
@@ -742,16 +732,8 @@ impl ApiServer {
             .flatten()
             .unwrap_or(self.gates.overload.request_timeout)
             / 4;
-        match flow_control.admit(info, user, seats, wait_limit).await {
-            (class, Ok(ticket)) => {
-                let held = Held {
-                    _seats: Some(ticket),
-                    ..Default::default()
-                };
-                Ok((held, Some(class)))
-            }
-            (class, Err(e)) => Err((e, Some(class))),
-        }
+        let (class, ticket) = flow_control.admit(info, user, seats, wait_limit).await;
+        (Some(class), ticket.map(Held::Seats))
     }
 
     async fn authorize_and_route(
@@ -787,11 +769,12 @@ impl ApiServer {
     }
 }
 
-/// What a request holds while it runs (released when dropped).
-#[derive(Default)]
-struct Held {
-    _slot: Option<crate::overload::Admit>,
-    _seats: Option<crate::flowcontrol::Ticket>,
+/// What a request holds while it runs (released when dropped; never read).
+#[allow(dead_code)]
+enum Held {
+    Nothing,
+    Slot(crate::overload::Admit),
+    Seats(crate::flowcontrol::Ticket),
 }
 
 /// A bound, not yet serving, API server: the address is known (for port 0) before `serve`.

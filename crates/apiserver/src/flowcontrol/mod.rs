@@ -191,6 +191,7 @@ impl FlowControl {
                 .collect()
         };
         let fresh = Arc::new(Config::build(
+            generation,
             &objects(priority_levels()),
             &objects(flow_schemas()),
             &current,
@@ -333,9 +334,16 @@ impl Config {
             .expect("the mandatory catch-all FlowSchema is always in the configuration")
     }
 
-    /// The configuration of the stored `levels` and `schemas`, keeping the queues of levels
-    /// whose queuing did not change from `previous` (their waiting requests stay).
-    fn build(levels: &[Value], schemas: &[Value], previous: &Config, server_limit: u32) -> Self {
+    /// The configuration of the stored `levels` and `schemas` at `generation`, keeping the
+    /// queues of levels whose queuing did not change from `previous` (their waiting requests
+    /// stay).
+    fn build(
+        generation: i64,
+        levels: &[Value],
+        schemas: &[Value],
+        previous: &Config,
+        server_limit: u32,
+    ) -> Self {
         let mandatory = &crate::bootstrap::apf::configuration().mandatory;
         let named = |o: &Value, kind: &str| {
             o["kind"] == kind
@@ -365,7 +373,10 @@ impl Config {
             specs.push((name.to_string(), uid.to_string(), spec));
         }
         let total: u64 = specs.iter().map(|(_, _, s)| u64::from(s.shares())).sum();
-        let mut config = Config::default();
+        let mut config = Config {
+            generation,
+            ..Default::default()
+        };
         for (name, uid, spec) in specs {
             let kind = if spec.is_exempt() {
                 Kind::Exempt

@@ -49,7 +49,7 @@ fn classify(config: &Config, info: &RequestInfo, user: &UserInfo) -> (String, St
 #[test]
 fn the_bootstrap_configuration_classifies_as_upstreams() {
     let (levels, schemas) = bootstrap();
-    let config = Config::build(&levels, &schemas, &Config::default(), 600);
+    let config = Config::build(1, &levels, &schemas, &Config::default(), 600);
     let pods = get_pods("default");
     let cases = [
         (user("admin", &["system:masters"]), "exempt", "exempt"),
@@ -120,6 +120,7 @@ fn dangling_schemas_are_left_out_and_mandatory_objects_supplied() {
                                                       "namespaces": ["*"]}]}]}})
     };
     let config = Config::build(
+        1,
         &[level("mine", 95)],
         &[
             schema("dangling", "nowhere", 10),
@@ -142,7 +143,8 @@ fn dangling_schemas_are_left_out_and_mandatory_objects_supplied() {
     assert_eq!(config.levels["mine"].level.usage().limit, 95);
     assert_eq!(config.levels["catch-all"].level.usage().limit, 5);
     // a rebuild keeps a level whose queuing did not change (its waiting requests with it)
-    let again = Config::build(&[level("mine", 45)], &[], &config, 100);
+    let again = Config::build(2, &[level("mine", 45)], &[], &config, 100);
+    assert_eq!(again.generation, 2);
     assert!(Arc::ptr_eq(
         &config.levels["mine"].level,
         &again.levels["mine"].level

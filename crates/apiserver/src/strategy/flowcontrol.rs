@@ -103,12 +103,10 @@ impl Strategy for FlowSchemaStrategy {
                 &level_path,
                 "must reference a priority level",
             ));
-        }
-        for msg in (!level.is_empty())
-            .then(|| is_dns1123_subdomain(level))
-            .unwrap_or_default()
-        {
-            errs.push(FieldError::invalid(&level_path, level, msg));
+        } else {
+            for msg in is_dns1123_subdomain(level) {
+                errs.push(FieldError::invalid(&level_path, level, msg));
+            }
         }
         let rules = spec.get("rules").and_then(Value::as_array);
         for (i, rule) in rules.into_iter().flatten().enumerate() {
@@ -222,16 +220,14 @@ fn validate_subject(subject: &Value, path: &FieldPath) -> Vec<FieldError> {
                     &member_path.child("namespace"),
                     "must specify namespace for service account",
                 ));
-            }
-            for msg in (!namespace.is_empty())
-                .then(|| is_dns1123_label(namespace))
-                .unwrap_or_default()
-            {
-                errs.push(FieldError::invalid(
-                    &member_path.child("namespace"),
-                    namespace,
-                    msg,
-                ));
+            } else {
+                for msg in is_dns1123_label(namespace) {
+                    errs.push(FieldError::invalid(
+                        &member_path.child("namespace"),
+                        namespace,
+                        msg,
+                    ));
+                }
             }
         }
         Some(member) => {

@@ -899,6 +899,8 @@ mod tests {
             streams_per_connection: 100,
             gates: false,
             crd: false,
+            fairness: false,
+            phase_seconds: 10,
         };
         let plan = Plan::from_args(&args);
         assert_eq!(

@@ -61,9 +61,31 @@ async fn measure(
     setup(&admin).await?;
     let polite = server.user_client(dir, "polite").await?;
     let flooder = server.user_client(dir, "flooder").await?;
-    // warm up both users' connections and the server's caches
-    polite_phase(&polite, Duration::from_secs(1)).await?;
-    let calm = polite_phase(&polite, phase).await?;
+    // the polite client has a thread and runtime of its own (its connections are made
+    // there), so that its latency is the server's and not time spent behind the flood's
+    // tasks in this process
+    let apart = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let result = flood(plan, phase, server, &apart, polite, flooder).await;
+    apart.shutdown_background();
+    result
+}
+
+/// The polite client's two phases, calm and under the flood, and the line's fields.
+async fn flood(
+    plan: &Plan,
+    phase: Duration,
+    server: &ServerChild,
+    apart: &tokio::runtime::Runtime,
+    polite: kube::Client,
+    flooder: kube::Client,
+) -> Result<Value> {
+    let polite_phase = |length: Duration| apart.spawn(polite_phase(polite.clone(), length));
+    // warms up the connection and the server's caches first
+    polite_phase(Duration::from_secs(1)).await??;
+    let calm = polite_phase(phase).await??;
 
     let cpu = CpuMeter {
         processes: vec![
@@ -101,7 +123,7 @@ async fn measure(
         listed.load(Ordering::Relaxed),
         refused.load(Ordering::Relaxed),
     );
-    let flooded = polite_phase(&polite, phase).await?;
+    let flooded = polite_phase(phase).await??;
     let flood_seconds = flood_started.elapsed().as_secs_f64();
     let flood_lists = listed.load(Ordering::Relaxed) - listed_before;
     let flood_refused = refused.load(Ordering::Relaxed) - refused_before;
@@ -188,7 +210,7 @@ struct Phase {
 }
 
 /// The polite client's GETs, one every [`POLITE_INTERVAL`], for `length`.
-async fn polite_phase(client: &kube::Client, length: Duration) -> Result<Phase> {
+async fn polite_phase(client: kube::Client, length: Duration) -> Result<Phase> {
     let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps/cm-00000");
     let mut phase = Phase {
         latency: histogram(),
@@ -200,7 +222,7 @@ async fn polite_phase(client: &kube::Client, length: Duration) -> Result<Phase> 
     while Instant::now() < end {
         tick.tick().await;
         let started = Instant::now();
-        match status_of(client, &path).await {
+        match status_of(&client, &path).await {
             Ok(200) => phase.latency.record(micros(started.elapsed()))?,
             _ => phase.failed += 1,
         }
