@@ -129,7 +129,7 @@ pub(crate) fn encode_batch(batch: &Batch) -> Vec<u8> {
 }
 
 /// Decode [`encode_batch`]'s output; `None` if it is malformed.
-fn decode_batch(raw: &[u8]) -> Option<Batch> {
+pub(crate) fn decode_batch(raw: &[u8]) -> Option<Batch> {
     let mut r = Reader(raw);
     if r.take(1)?[0] != LOG_BATCH_FORMAT {
         return None;
@@ -280,48 +280,7 @@ impl Disk {
     }
 
     fn load(&self) -> Result<Loaded> {
-        let txn = self.db.begin_read().map_err(|e| self.io(e))?;
-        let missing =
-            |what: &str| corrupt(&self.path, format!("missing {what}: not a skiff store"));
-        let meta = txn.open_table(META).map_err(|_| missing("meta table"))?;
-        let get = |name: &str| -> Result<i64> {
-            let value = meta.get(name).map_err(|e| corrupt(&self.path, e))?;
-            value.map(|v| v.value()).ok_or_else(|| missing(name))
-        };
-        let format = get("format")?;
-        if format != FORMAT {
-            return Err(corrupt(
-                &self.path,
-                format!("unknown format version {format}"),
-            ));
-        }
-        let mut loaded = Loaded {
-            revision: get("revision")?,
-            compact_revision: get("compact_revision")?,
-            ..Default::default()
-        };
-        let revisions = txn
-            .open_table(REVISIONS)
-            .map_err(|_| missing("revisions table"))?;
-        for row in revisions.iter().map_err(|e| corrupt(&self.path, e))? {
-            let (k, v) = row.map_err(|e| corrupt(&self.path, e))?;
-            let (rev, sub) = k.value();
-            let record = decode(rev as i64, sub, v.value()).ok_or_else(|| {
-                corrupt(
-                    &self.path,
-                    format!("malformed record at revision {rev}.{sub}"),
-                )
-            })?;
-            loaded.entries.push(record);
-        }
-        let leases = txn
-            .open_table(LEASES)
-            .map_err(|_| missing("leases table"))?;
-        for row in leases.iter().map_err(|e| corrupt(&self.path, e))? {
-            let (id, ttl) = row.map_err(|e| corrupt(&self.path, e))?;
-            loaded.leases.push((id.value(), ttl.value()));
-        }
-        Ok(loaded)
+        load(&self.db, &self.path)
     }
 
     /// Write `batches` in one commit: durable (one fsync, which also makes every earlier
@@ -430,6 +389,70 @@ impl Disk {
             path: self.path.display().to_string(),
             reason: e.to_string(),
         }
+    }
+}
+
+/// Every record, lease and counter of the database `db` (the file at `path`).
+fn load(db: &impl ReadableDatabase, path: &Path) -> Result<Loaded> {
+    let txn = db.begin_read().map_err(|e| io_error(path, e))?;
+    let missing = |what: &str| corrupt(path, format!("missing {what}: not a skiff store"));
+    let meta = txn.open_table(META).map_err(|_| missing("meta table"))?;
+    let get = |name: &str| -> Result<i64> {
+        let value = meta.get(name).map_err(|e| corrupt(path, e))?;
+        value.map(|v| v.value()).ok_or_else(|| missing(name))
+    };
+    let format = get("format")?;
+    if format != FORMAT {
+        return Err(corrupt(path, format!("unknown format version {format}")));
+    }
+    let mut loaded = Loaded {
+        revision: get("revision")?,
+        compact_revision: get("compact_revision")?,
+        ..Default::default()
+    };
+    let revisions = txn
+        .open_table(REVISIONS)
+        .map_err(|_| missing("revisions table"))?;
+    for row in revisions.iter().map_err(|e| corrupt(path, e))? {
+        let (k, v) = row.map_err(|e| corrupt(path, e))?;
+        let (rev, sub) = k.value();
+        let record = decode(rev as i64, sub, v.value())
+            .ok_or_else(|| corrupt(path, format!("malformed record at revision {rev}.{sub}")))?;
+        loaded.entries.push(record);
+    }
+    let leases = txn
+        .open_table(LEASES)
+        .map_err(|_| missing("leases table"))?;
+    for row in leases.iter().map_err(|e| corrupt(path, e))? {
+        let (id, ttl) = row.map_err(|e| corrupt(path, e))?;
+        loaded.leases.push((id.value(), ttl.value()));
+    }
+    Ok(loaded)
+}
+
+/// The database in `dir` read without changing it (the store's checker): every record, lease
+/// and counter. A file whose last writer was killed needs redb's repair (a rollback to its
+/// last durable commit, which opening the store does before replaying the log): that is done
+/// on a copy (`store.redb.check.tmp` beside it, removed after).
+pub(crate) fn read_only(dir: &Path) -> Result<Loaded> {
+    let path = dir.join(FILE_NAME);
+    let opened = |e| match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => corrupt(&path, "in use: stop the store first"),
+        redb::DatabaseError::Storage(redb::StorageError::Io(io)) => io_error(&path, io),
+        other => corrupt(&path, other),
+    };
+    match redb::ReadOnlyDatabase::open(&path) {
+        Ok(db) => load(&db, &path),
+        Err(redb::DatabaseError::RepairAborted) => {
+            let copy = dir.join(format!("{FILE_NAME}.check.tmp"));
+            std::fs::copy(&path, &copy).map_err(|e| io_error(&copy, e))?;
+            let loaded = redb::Database::open(&copy)
+                .map_err(opened)
+                .and_then(|db| load(&db, &path));
+            let _ = std::fs::remove_file(&copy);
+            loaded
+        }
+        Err(e) => Err(opened(e)),
     }
 }
 

@@ -20,6 +20,7 @@
 
 mod applier;
 mod background;
+pub mod check;
 mod disk;
 mod index;
 mod syncer;

@@ -80,48 +80,10 @@ impl Wal {
     /// Open the log in `data_dir`, read back what earlier runs left, and start a new segment.
     pub fn open(data_dir: &Path) -> Result<(Wal, Recovered)> {
         let dir = data_dir.join(DIR_NAME);
-        let io = |path: &Path, e: std::io::Error| Error::Io {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        };
-        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
-        let mut segments: Vec<(u64, PathBuf)> = Vec::new();
-        for entry in std::fs::read_dir(&dir).map_err(|e| io(&dir, e))? {
-            let path = entry.map_err(|e| io(&dir, e))?.path();
-            let seq = path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .and_then(|s| s.parse().ok());
-            match seq {
-                Some(seq) if path.extension().is_some_and(|e| e == "log") => {
-                    segments.push((seq, path))
-                }
-                _ => {}
-            }
-        }
-        segments.sort();
-        remove_spares(&dir).map_err(|e| io(&dir, e))?;
-        let mut recovered = Recovered {
-            payloads: Vec::new(),
-            segments: Vec::new(),
-        };
-        for (i, (_, path)) in segments.iter().enumerate() {
-            let raw = std::fs::read(path).map_err(|e| io(path, e))?;
-            let (payloads, valid) = parse(&raw);
-            if raw[valid..].iter().any(|&b| b != 0) {
-                if i + 1 < segments.len() {
-                    let reason = format!("damaged frame at offset {valid} of an older segment");
-                    return Err(Error::Corrupt {
-                        path: path.display().to_string(),
-                        reason,
-                    });
-                }
-                tracing::warn!(path = %path.display(), offset = valid, "ignoring a torn last frame");
-            }
-            recovered.payloads.extend(payloads);
-            recovered.segments.push(path.clone());
-        }
-        let segment = segments.last().map_or(1, |(seq, _)| seq + 1);
+        std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+        remove_spares(&dir).map_err(|e| io_error(&dir, e))?;
+        let (recovered, last) = read(data_dir)?;
+        let segment = last + 1;
         let file = Arc::new(create_segment(&dir, segment)?);
         let spare = Some(prepare_spare(&dir));
         Ok((
@@ -224,6 +186,62 @@ fn write_all_vectored(mut file: &File, mut bufs: &mut [IoSlice<'_>]) -> std::io:
         }
     }
     Ok(())
+}
+
+fn io_error(path: &Path, e: std::io::Error) -> Error {
+    Error::Io {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    }
+}
+
+/// What `data_dir`'s log holds, without changing it: every intact frame, oldest first, and the
+/// number of its last segment (0: none). A damaged frame is an error unless it ends the last
+/// segment (a write torn by a crash, never acknowledged).
+pub(crate) fn read(data_dir: &Path) -> Result<(Recovered, u64)> {
+    let dir = data_dir.join(DIR_NAME);
+    let mut segments: Vec<(u64, PathBuf)> = Vec::new();
+    let entries = match std::fs::read_dir(&dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        listed => listed
+            .map_err(|e| io_error(&dir, e))?
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| io_error(&dir, e))?,
+    };
+    for entry in entries {
+        let path = entry.path();
+        let seq = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse().ok());
+        match seq {
+            Some(seq) if path.extension().is_some_and(|e| e == "log") => segments.push((seq, path)),
+            _ => {}
+        }
+    }
+    segments.sort();
+    let mut recovered = Recovered {
+        payloads: Vec::new(),
+        segments: Vec::new(),
+    };
+    for (i, (_, path)) in segments.iter().enumerate() {
+        let raw = std::fs::read(path).map_err(|e| io_error(path, e))?;
+        let (payloads, valid) = parse(&raw);
+        if raw[valid..].iter().any(|&b| b != 0) {
+            if i + 1 < segments.len() {
+                let reason = format!("damaged frame at offset {valid} of an older segment");
+                return Err(Error::Corrupt {
+                    path: path.display().to_string(),
+                    reason,
+                });
+            }
+            tracing::warn!(path = %path.display(), offset = valid, "ignoring a torn last frame");
+        }
+        recovered.payloads.extend(payloads);
+        recovered.segments.push(path.clone());
+    }
+    let last = segments.last().map_or(0, |(seq, _)| *seq);
+    Ok((recovered, last))
 }
 
 /// Delete the segments numbered below `segment` in `data_dir`'s log (their batches are durable
