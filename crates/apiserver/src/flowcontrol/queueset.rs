@@ -77,7 +77,7 @@ struct State {
     executing: u32,
     waiting: u32,
     queues: Vec<Queue>,
-    /// The virtual start time of the waiting queue furthest behind, or the last one seen.
+    /// The virtual start time of the last queue served (see [`State::virtual_time`]).
     virtual_time: f64,
     next_id: u64,
     retry_after: RetryAfter,
@@ -196,7 +196,7 @@ impl Level {
             {
                 return Err(state.refuse(Rejection::QueueFull));
             }
-            let virtual_time = state.virtual_time;
+            let virtual_time = state.virtual_time();
             let (grant, granted) = oneshot::channel();
             state.next_id += 1;
             let id = state.next_id;
@@ -265,7 +265,7 @@ impl Level {
             let waiter = queue.waiting.pop_front().expect("a waiting queue");
             queue.waiting_seats -= seats;
             state.waiting -= 1;
-            state.virtual_time = state.virtual_time.max(state.queues[index].next_start);
+            state.virtual_time = state.queues[index].next_start;
             let grant = self.take(state, Some(index), seats);
             if let Err(mut undelivered) = waiter.grant.send(grant) {
                 undelivered.armed = false;
@@ -291,6 +291,15 @@ impl State {
             }
         });
         best.1
+    }
+
+    /// Where a queue that was idle starts: level with the waiting queue furthest behind (the
+    /// next to be served), or with the last one served when none waits. Not the queue furthest
+    /// ahead: a queue's start time includes the estimate for its requests still running, and
+    /// a newcomer must not queue behind those estimates.
+    fn virtual_time(&self) -> f64 {
+        self.furthest_behind()
+            .map_or(self.virtual_time, |i| self.queues[i].next_start)
     }
 
     /// The waiting queue with the least virtual start time.
@@ -579,6 +588,49 @@ mod tests {
         // request of each
         assert!(flood_first <= 6, "{flood_first} flood requests went first");
         assert_eq!(level.usage().waiting, 40 - flood_first);
+    }
+
+    #[tokio::test]
+    async fn a_narrow_newcomer_waits_for_at_most_one_wide_request_of_a_flood() {
+        // ten seats; a flood of 5-seat requests (two running, many waiting) from one flow
+        let level = Level::new(queuing(64, 6, 100), 10);
+        let mix = |flow: u64| flow.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
+        let ask = |flow: u64, seats: u32| {
+            let (level, started) = (level.clone(), started.clone());
+            tokio::spawn(async move {
+                let held = level.admit(mix(flow), seats, Duration::from_secs(60)).await;
+                started.send((flow, held.unwrap())).unwrap();
+            })
+        };
+        for _ in 0..30 {
+            ask(1, 5);
+        }
+        let mut running = Vec::new();
+        for _ in 0..2 {
+            running.push(starts.recv().await.unwrap().1);
+        }
+        while level.usage().waiting < 28 {
+            tokio::task::yield_now().await;
+        }
+        // the flood's queues carry the estimates of its running requests: the newcomer starts
+        // level with the flood's queue furthest behind, not behind those estimates
+        ask(2, 1);
+        while level.usage().waiting < 29 {
+            tokio::task::yield_now().await;
+        }
+        let mut flood_first = 0;
+        running.remove(0);
+        let _polite = loop {
+            let (flow, seats) = starts.recv().await.unwrap();
+            if flow == 2 {
+                break seats;
+            }
+            flood_first += 1;
+            running.push(seats);
+            running.remove(0);
+        };
+        assert!(flood_first <= 1, "{flood_first} flood requests went first");
     }
 
     #[test]

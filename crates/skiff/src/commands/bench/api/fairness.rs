@@ -5,7 +5,9 @@
 //!
 //! - `polite` GETs one ConfigMap every 5 ms, one request at a time;
 //! - `flooder` LISTs the namespace's 2,000 ConfigMaps from `--clients` concurrent loops, as
-//!   fast as answers come, counting the 429s it gets.
+//!   fast as answers come, counting the 429s it gets. Its threads run at nice 19, as if it
+//!   were on another machine: on two shared cores, its own reading of the answers would
+//!   otherwise take the CPU the server and the polite client need, whatever the server does.
 //!
 //! The polite client runs alone (`calm`), then under the flood (`flood`), against a server with
 //! APF (the default) and then one with `--enable-priority-and-fairness=false` (the in-flight
@@ -68,8 +70,19 @@ async fn measure(
         .worker_threads(1)
         .enable_all()
         .build()?;
-    let result = flood(plan, phase, server, &apart, polite, flooder).await;
+    let niced = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(|| {
+            let tid = rustix::thread::gettid();
+            if let Err(e) = rustix::process::setpriority_process(Some(tid), 19) {
+                tracing::warn!(error = %e, "the flooder's threads keep their priority");
+            }
+        })
+        .build()?;
+    let result = flood(plan, phase, server, (&apart, &niced), polite, flooder).await;
     apart.shutdown_background();
+    niced.shutdown_background();
     result
 }
 
@@ -78,7 +91,7 @@ async fn flood(
     plan: &Plan,
     phase: Duration,
     server: &ServerChild,
-    apart: &tokio::runtime::Runtime,
+    (apart, niced): (&tokio::runtime::Runtime, &tokio::runtime::Runtime),
     polite: kube::Client,
     flooder: kube::Client,
 ) -> Result<Value> {
@@ -104,7 +117,7 @@ async fn flood(
         .map(|_| {
             let (flooder, stop) = (flooder.clone(), stop.clone());
             let (listed, refused, failed) = (listed.clone(), refused.clone(), failed.clone());
-            tokio::spawn(async move {
+            niced.spawn(async move {
                 let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
                 while !stop.load(Ordering::Relaxed) {
                     match status_of(&flooder, &path).await {
