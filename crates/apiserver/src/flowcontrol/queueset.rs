@@ -613,8 +613,7 @@ mod tests {
         while level.usage().waiting < 28 {
             tokio::task::yield_now().await;
         }
-        // the flood's queues carry the estimates of its running requests: the newcomer starts
-        // level with the flood's queue furthest behind, not behind those estimates
+        // the newcomer starts level with the flood's queue furthest behind
         ask(2, 1);
         while level.usage().waiting < 29 {
             tokio::task::yield_now().await;
