@@ -46,8 +46,8 @@ fn values(headers: &HeaderMap, name: &str) -> Vec<String> {
 }
 
 /// The identity a request runs as: `user` itself without impersonation headers, the
-/// impersonated one when every part is allowed, or the 403 (500 for groups without a user, as
-/// upstream) to answer.
+/// impersonated one when every part is allowed, or the 403 (400 for groups without a user,
+/// where upstream answers 500: the client's mistake is not a server error) to answer.
 pub fn resolve(
     chain: &authz::Chain,
     user: UserInfo,
@@ -76,7 +76,7 @@ pub fn resolve(
         if groups.is_empty() && uid.is_none() && extras.is_empty() {
             return Ok(user);
         }
-        return Err(ApiError::internal(
+        return Err(ApiError::bad_request(
             "requested impersonation of groups, uid or extra without impersonating a user",
         ));
     };
@@ -221,7 +221,7 @@ mod tests {
             resolve(&chain(), user("admin"), &groups_only)
                 .unwrap_err()
                 .code,
-            500
+            400
         );
     }
 }

@@ -37,6 +37,11 @@ use skiff_apimachinery::catalog::{Registry, ResourceType};
 /// HTTP/2 streams a client may keep open on one connection (kube-apiserver's default).
 const MAX_STREAMS_PER_CONNECTION: u32 = 100;
 
+/// How long a client may take over its TLS handshake and its request's head, as
+/// kube-apiserver's `ReadHeaderTimeout` (which Go applies to the handshake too): a client that
+/// dribbles bytes (slowloris) is disconnected instead of holding a connection forever.
+const READ_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(32);
+
 /// How to run the API server.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -885,10 +890,15 @@ impl Listener {
             let server = server.clone();
             let watcher = graceful.watcher();
             tokio::spawn(async move {
-                let tls = match acceptor.accept(tcp).await {
-                    Ok(t) => t,
-                    Err(e) => {
+                let tls = match tokio::time::timeout(READ_HEADER_TIMEOUT, acceptor.accept(tcp)).await
+                {
+                    Ok(Ok(t)) => t,
+                    Ok(Err(e)) => {
                         tracing::debug!(%peer, error = %e, "tls handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "no tls handshake within the read-header timeout");
                         return;
                     }
                 };
@@ -902,7 +912,10 @@ impl Listener {
                             .is_ok(),
                     }))
                 });
+                let requested = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let first_request = requested.clone();
                 let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                    first_request.store(true, std::sync::atomic::Ordering::Relaxed);
                     req.extensions_mut().insert(Peer(peer));
                     let server = server.clone();
                     let cert = cert.clone();
@@ -915,12 +928,27 @@ impl Listener {
                 builder
                     .http2()
                     .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
+                builder
+                    .http1()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(READ_HEADER_TIMEOUT);
                 // HTTP/2 connections gather their writes until the scheduler round ends (see
                 // `coalesce`): one event fanned out to 100 watches leaves in one write
                 let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
                 let io = TokioIo::new(GatherWrites::new(tls, h2));
                 let conn = builder.serve_connection_with_upgrades(io, service);
-                let result = watcher.watch(conn.into_owned()).await;
+                let conn = watcher.watch(conn.into_owned());
+                tokio::pin!(conn);
+                // hyper times out a slow HTTP/1 head; a connection whose first request never
+                // starts (no HTTP/2 preface, or too few bytes to tell the protocol) is closed here
+                let result = match tokio::time::timeout(READ_HEADER_TIMEOUT, &mut conn).await {
+                    Ok(result) => result,
+                    Err(_) if requested.load(std::sync::atomic::Ordering::Relaxed) => conn.await,
+                    Err(_) => {
+                        tracing::debug!(%peer, "no request within the read-header timeout");
+                        return;
+                    }
+                };
                 if let Err(e) = result {
                     tracing::debug!(%peer, error = %e, "connection ended");
                 }

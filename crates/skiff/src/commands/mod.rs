@@ -22,12 +22,14 @@
 //! - [`token`]: `skiff token create`, join tokens, and the join policy `skiff server` sets up.
 //! - [`store`]: `skiff store serve`, the embedded store behind the etcd v3 gRPC facade.
 //! - [`bench`]: `skiff bench <what>`, benchmarks printing one JSON object per result.
+//! - [`fuzz`]: `skiff fuzz http`, hostile input against an API server, checked for violations.
 
 pub mod agent;
 pub mod apiserver;
 pub mod bench;
 pub mod controller_manager;
 pub mod dns;
+pub mod fuzz;
 pub mod image;
 pub mod ingress;
 pub mod killall;
@@ -92,6 +94,9 @@ pub enum Command {
     /// Benchmarks, each measured against its peer in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Hostile input against a server started for the run, checked for violations.
+    #[command(subcommand)]
+    Fuzz(fuzz::FuzzCommand),
     /// What the API server recorded of an object's lifecycle across components.
     Trace(trace::TraceCommand),
     /// Stop every pod of the node on --data-dir, remove its network state and mounts
@@ -165,6 +170,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Agent(args) => agent::run(args).await,
         Command::Token(cmd) => token::run(cmd).await,
         Command::Bench(cmd) => bench::run(cmd).await,
+        Command::Fuzz(cmd) => fuzz::run(cmd).await,
         Command::Trace(cmd) => trace::run(cmd).await,
         Command::Killall(args) => killall::killall(args).await,
         Command::Uninstall(args) => killall::uninstall(args).await,

@@ -401,7 +401,7 @@ pub(super) fn mb(kb: Option<u64>) -> Value {
 }
 
 /// A `kB` field of `/proc/PID/status` (`VmRSS:   123456 kB`).
-pub(super) fn proc_status_kb(status: &str, field: &str) -> Option<u64> {
+pub(crate) fn proc_status_kb(status: &str, field: &str) -> Option<u64> {
     status.lines().find_map(|line| {
         let rest = line.strip_prefix(field)?.strip_prefix(':')?;
         rest.split_whitespace().next()?.parse().ok()
@@ -451,15 +451,17 @@ pub(super) fn ensure_open_files(need: usize) -> Result<()> {
 }
 
 /// The `skiff apiserver` child and how to reach it.
-pub(super) struct ServerChild {
+pub(crate) struct ServerChild {
     child: Child,
-    pub(super) pid: u32,
+    pub(crate) pid: u32,
     kubeconfig: std::path::PathBuf,
+    /// Panics the child reported on its stderr (which is passed on to ours).
+    panics: Arc<AtomicUsize>,
 }
 
 impl ServerChild {
     /// Start `skiff apiserver` on a free loopback port and wait for its ready line.
-    pub(super) async fn start(
+    pub(crate) async fn start(
         dir: &std::path::Path,
         endpoint: Option<&str>,
     ) -> Result<ServerChild> {
@@ -488,6 +490,7 @@ impl ServerChild {
             .arg(dir)
             .args(extra)
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .kill_on_drop(true);
         if let Some(endpoint) = endpoint {
             cmd.args(["--datastore-endpoint", endpoint]);
@@ -499,6 +502,17 @@ impl ServerChild {
             .spawn()
             .with_context(|| format!("starting {} apiserver", exe.display()))?;
         let pid = child.id().context("apiserver child has no pid")?;
+        let panics = Arc::new(AtomicUsize::new(0));
+        let mut stderr = BufReader::new(child.stderr.take().context("child stderr")?).lines();
+        let counted = panics.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = stderr.next_line().await {
+                if line.contains("panicked at") {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+                eprintln!("{line}");
+            }
+        });
         let mut lines = BufReader::new(child.stdout.take().context("child stdout")?).lines();
         while let Some(line) = lines.next_line().await? {
             if line.contains("ready") && line.contains("https://") {
@@ -508,6 +522,7 @@ impl ServerChild {
                     child,
                     pid,
                     kubeconfig: dir.join("kubeconfig.yaml"),
+                    panics,
                 });
             }
         }
@@ -515,7 +530,7 @@ impl ServerChild {
     }
 
     /// Client configuration from the admin kubeconfig the server wrote.
-    pub(super) async fn config(&self) -> Result<kube::Config> {
+    pub(crate) async fn config(&self) -> Result<kube::Config> {
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)
             .with_context(|| format!("reading {}", self.kubeconfig.display()))?;
         let options = kube::config::KubeConfigOptions::default();
@@ -540,7 +555,17 @@ impl ServerChild {
         )?)
     }
 
-    pub(super) async fn stop(&mut self) {
+    /// Panics the child has reported so far.
+    pub(crate) fn panics(&self) -> usize {
+        self.panics.load(Ordering::Relaxed)
+    }
+
+    /// How the child exited, if it has.
+    pub(crate) fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    pub(crate) async fn stop(&mut self) {
         let _ = self.child.kill().await;
     }
 }
