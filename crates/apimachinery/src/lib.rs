@@ -17,6 +17,7 @@
 //! - [`quantity`]: resource quantities (`100m`, `128Mi`) as millis and units.
 //! - [`quota`]: ResourceQuota usage, scopes and constraints (controller and admission share it).
 //! - [`version`]: the Kubernetes version Skiff implements, and components' `User-Agent`.
+//! - `fuzz_tests` (tests only): property-based fuzzing of the decoders above.
 
 pub mod autoscaling;
 pub mod catalog;
@@ -31,3 +32,6 @@ pub mod quota;
 pub mod table;
 pub mod validation;
 pub mod version;
+
+#[cfg(test)]
+mod fuzz_tests;

@@ -127,37 +127,44 @@ impl Quantity {
     }
 
     fn scaled_wide(&self, factor: u128) -> i128 {
-        let den = 10u128
-            .checked_pow(self.scale)
-            .and_then(|p| p.checked_mul(self.denominator));
-        let num = self
-            .digits
-            .checked_mul(self.numerator)
-            .and_then(|n| n.checked_mul(factor));
-        let magnitude = match (num, den) {
-            (Some(num), Some(den)) => num.div_ceil(den),
-            (None, _) => u128::MAX,
-            (Some(_), None) => 0,
-        };
-        i128::try_from(magnitude).unwrap_or(i128::MAX)
+        i128::try_from(self.magnitude(factor)).unwrap_or(i128::MAX)
     }
 
     /// The value times `factor`, rounded up (away from zero), saturating at `i64`'s range.
     fn scaled(&self, factor: u128) -> i64 {
+        let magnitude = i64::try_from(self.magnitude(factor)).unwrap_or(i64::MAX);
+        if self.negative { -magnitude } else { magnitude }
+    }
+
+    /// `|value| × factor` rounded up, saturating at `u128::MAX`. Powers of ten that the
+    /// numerator (`factor`, a decimal suffix) shares with the denominator (the fraction's
+    /// digits, `m`, `u`, `n`, negative exponents) cancel first, so a result that fits does not
+    /// overflow on the way (`340300000000000000000000000100u` in nanos).
+    fn magnitude(&self, factor: u128) -> u128 {
+        let (mut numerator, mut factor) = (self.numerator, factor);
+        let (mut scale, mut denominator) = (self.scale, self.denominator);
+        for n in [&mut numerator, &mut factor] {
+            while n.is_multiple_of(10) && (scale > 0 || denominator.is_multiple_of(10)) {
+                *n /= 10;
+                if scale > 0 {
+                    scale -= 1;
+                } else {
+                    denominator /= 10;
+                }
+            }
+        }
         let den = 10u128
-            .checked_pow(self.scale)
-            .and_then(|p| p.checked_mul(self.denominator));
+            .checked_pow(scale)
+            .and_then(|p| p.checked_mul(denominator));
         let num = self
             .digits
-            .checked_mul(self.numerator)
+            .checked_mul(numerator)
             .and_then(|n| n.checked_mul(factor));
-        let magnitude = match (num, den) {
+        match (num, den) {
             (Some(num), Some(den)) => num.div_ceil(den),
             (None, _) => u128::MAX,
             (Some(_), None) => 0,
-        };
-        let magnitude = i64::try_from(magnitude).unwrap_or(i64::MAX);
-        if self.negative { -magnitude } else { magnitude }
+        }
     }
 
     /// In thousandths, rounded up (`100m` → 100, `1` → 1000).
@@ -239,6 +246,14 @@ mod tests {
 
     fn value(s: &str) -> i64 {
         Quantity::parse(s).unwrap().value()
+    }
+
+    #[test]
+    fn values_that_fit_do_not_overflow_on_the_way() {
+        // found by the fuzz tests: 3.4e29 × 10^9 overflows u128 before the division by 10^6
+        let q = Quantity::parse("340300000000000000000000000100u").unwrap();
+        assert_eq!(q.nano_value(), 340_300_000_000_000_000_000_000_000_100_000);
+        assert_eq!(q.value(), i64::MAX);
     }
 
     #[test]

@@ -42,6 +42,7 @@
 //! - [`metrics`]: the `/metrics` endpoint's counters and gauges.
 //! - [`trace`]: the lifecycle trace of recent objects (`/debug/trace/…`, `/ui/trace/…`).
 //! - [`error`]: `Status` errors.
+//! - `fuzz_tests` (tests only): property-based fuzzing of the request decoders.
 
 pub mod admission;
 pub mod aggregator;
@@ -76,6 +77,9 @@ pub mod strategy;
 pub mod tokens;
 pub mod trace;
 pub mod webhook_client;
+
+#[cfg(test)]
+mod fuzz_tests;
 
 pub use error::{ApiError, Result};
 pub use server::{ApiServer, Config, Listener};

@@ -60,7 +60,8 @@ impl RequestInfo {
 /// Sub-paths of a namespace that are its subresources rather than resources in it.
 const NAMESPACE_SUBRESOURCES: &[&str] = &["status", "finalize"];
 
-/// Decodes `%xx` escapes in one path segment or query component.
+/// Decodes `%xx` escapes (two hex digits) in one path segment or query component; a `%` not
+/// followed by two hex digits is kept as it is.
 pub fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -68,8 +69,13 @@ pub fn percent_decode(s: &str) -> String {
     while i < bytes.len() {
         match bytes[i] {
             b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                // not `u8::from_str_radix`, which takes `+e` for 14
+                let hex = &bytes[i + 1..i + 3];
+                match std::str::from_utf8(hex)
+                    .ok()
+                    .filter(|_| hex.iter().all(u8::is_ascii_hexdigit))
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
                     Some(b) => {
                         out.push(b);
                         i += 3;
@@ -271,5 +277,12 @@ mod tests {
         let q = parse_query(Some("labelSelector=app%3Dweb%2Ctier+in+(a)&limit=5"));
         assert_eq!(q["labelSelector"], "app=web,tier in (a)");
         assert_eq!(q["limit"], "5");
+    }
+
+    #[test]
+    fn a_percent_without_two_hex_digits_is_kept() {
+        // `%+e` was read as byte 14 (found by the fuzz tests)
+        assert_eq!(percent_decode("%+e%zz%4"), "%+e%zz%4");
+        assert_eq!(percent_decode("%2e%2E%C3%A9"), "..é");
     }
 }

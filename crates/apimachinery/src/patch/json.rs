@@ -18,8 +18,11 @@ pub fn apply(original: &Value, patch: &[u8]) -> Result<Value> {
             got: operations.len(),
         });
     }
+    // A failed patch leaves the copy half patched and it is dropped: `patch_unsafe`, as
+    // `json_patch::patch`'s undo of the applied operations panics where it cannot undo them
+    // (a move to the root, then a failing operation).
     let mut patched = original.clone();
-    json_patch::patch(&mut patched, &operations).map_err(Error::ApplyJsonPatch)?;
+    json_patch::patch_unsafe(&mut patched, &operations).map_err(Error::ApplyJsonPatch)?;
     Ok(patched)
 }
 
@@ -36,6 +39,15 @@ mod tests {
                 {"name": "sidecar", "image": "envoy"}
             ]}}}
         })
+    }
+
+    #[test]
+    fn a_failed_patch_after_a_move_to_the_root_is_refused_without_a_panic() {
+        // found by the fuzz tests: undoing the move panicked inside json-patch
+        let doc = json!({"name": {"metadata": null}});
+        let patch = br#"[{"op":"move","from":"/name","path":""},{"op":"remove","path":""}]"#;
+        let err = apply(&doc, patch).unwrap_err();
+        assert_eq!(err.status_code(), 422);
     }
 
     #[test]

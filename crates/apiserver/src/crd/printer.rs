@@ -146,8 +146,12 @@ impl JsonPath {
                 let inner = after[..end].trim();
                 // A filter may hold `]` in its literal: take up to the `)]` that closes it.
                 let (step, consumed) = if inner.starts_with("?(") {
+                    // the filter starts after the `?(` and the whitespace before it (which may
+                    // be more than one byte: `[\u{2003}?(…)]`)
+                    let open = after.len() - after.trim_start().len() + 2;
                     let close = after.find(")]").ok_or_else(|| bad("unclosed filter"))?;
-                    let filter = parse_filter(&after[2..close]).ok_or_else(|| bad("bad filter"))?;
+                    let filter =
+                        parse_filter(&after[open..close]).ok_or_else(|| bad("bad filter"))?;
                     (filter, close + 2)
                 } else if inner == "*" {
                     (Step::All, end + 1)
@@ -269,6 +273,12 @@ mod tests {
         assert!(JsonPath::parse(".spec[0]").unwrap().pointer().is_none());
         assert!(JsonPath::parse("spec").is_err());
         assert!(JsonPath::parse(".spec[").is_err());
+        // whitespace before a filter, multi-byte included, is trimmed (a panic, found by the
+        // fuzz tests)
+        for space in [" ", "\u{2003}"] {
+            let path = JsonPath::parse(&format!("[{space}?(@.type==\"Ready\")]")).unwrap();
+            assert_eq!(path.find(&json!([{"type": "Ready"}])).len(), 1);
+        }
     }
 
     #[test]

@@ -186,15 +186,16 @@ pub fn table_of(ctx: &Ctx, objects: &[Value], rv: &Value, cont: Option<&str>) ->
 }
 
 /// Where the next page of a paged list starts.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct ContinueToken {
-    /// The revision of the first page; later pages read the store at it.
-    rv: i64,
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct ContinueToken {
+    /// The revision of the first page; later pages read the store at it (a negative one, as
+    /// upstream's, reads the latest).
+    pub(crate) rv: i64,
     /// The path (below the resource prefix) of the first object of the next page.
-    start: String,
+    pub(crate) start: String,
 }
 
-fn encode_continue(rv: i64, start: &str) -> String {
+pub(crate) fn encode_continue(rv: i64, start: &str) -> String {
     let t = ContinueToken {
         rv,
         start: start.to_string(),
@@ -203,16 +204,39 @@ fn encode_continue(rv: i64, start: &str) -> String {
         .encode(serde_json::to_vec(&t).unwrap_or_default())
 }
 
-fn decode_continue(s: &str) -> Result<ContinueToken> {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD
+/// Reads the `continue` token of a list whose objects' paths start with `within` (`ns/` for
+/// one namespace, empty for all), refusing with 400 what upstream's `storage.DecodeContinue`
+/// refuses: revision 0, an empty start, a start that is not a clean path. The token is the
+/// client's to forge and the store is read from its start to the end of the list's prefix, so
+/// a start outside the list (another namespace's objects) is refused too.
+pub(crate) fn decode_continue(s: &str, within: &str) -> Result<ContinueToken> {
+    let invalid = |why: String| ApiError::bad_request(format!("invalid continue token: {why}"));
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(s)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or_else(|| {
-            ApiError::bad_request(
-                "continue key is not valid: incorrect encoded start resourceVersion",
-            )
-        })
+        .map_err(|e| invalid(format!("continue key is not valid: {e}")))?;
+    let token: ContinueToken = serde_json::from_slice(&bytes)
+        .map_err(|e| invalid(format!("continue key is not valid: {e}")))?;
+    if token.rv == 0 {
+        return Err(invalid(
+            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)".into(),
+        ));
+    }
+    if token.start.is_empty() {
+        return Err(invalid(
+            "continue key is not valid: encoded start key empty (version meta.k8s.io/v1)".into(),
+        ));
+    }
+    let clean = token
+        .start
+        .split('/')
+        .all(|segment| !matches!(segment, "" | "." | ".."));
+    if !clean || !token.start.starts_with(within) {
+        return Err(invalid(format!(
+            "continue key is not valid: {}",
+            token.start
+        )));
+    }
+    Ok(token)
 }
 
 /// Upstream's `ValidateListOptions` for a list (`watch` false) or a watch: a 422 `Invalid`
@@ -319,7 +343,12 @@ pub async fn list(ctx: Ctx) -> Result<Response<Body>> {
                 "specifying resource version is not allowed when using continue",
             ));
         }
-        let token = decode_continue(token)?;
+        let within = if ctx.rt.namespaced && !ctx.info.namespace.is_empty() {
+            format!("{}/", ctx.info.namespace)
+        } else {
+            String::new()
+        };
+        let token = decode_continue(token, &within)?;
         let cache = ctx.cache()?;
         return match cache.list_at(&ctx.info.namespace, token.rv) {
             Some(snapshot) => page(&ctx, &filter, &snapshot, &token.start, limit).await,
@@ -558,4 +587,38 @@ fn json_list(
     }
     out.extend_from_slice(b"]}");
     Ok(bytes_response(200, out, "application/json"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continue_tokens_read_back_inside_their_list() {
+        let t = decode_continue(&encode_continue(7, "ns/b"), "ns/").unwrap();
+        assert_eq!(
+            t,
+            ContinueToken {
+                rv: 7,
+                start: "ns/b".into()
+            }
+        );
+        assert!(decode_continue(&encode_continue(7, "other/b"), "").is_ok());
+    }
+
+    #[test]
+    fn forged_continue_tokens_are_bad_requests() {
+        // a token starting in another namespace read that namespace's objects from the store
+        for (rv, start) in [
+            (7, "other/b"),
+            (7, "ns/../b"),
+            (7, "ns//b"),
+            (7, ""),
+            (0, "ns/b"),
+        ] {
+            let err = decode_continue(&encode_continue(rv, start), "ns/").unwrap_err();
+            assert_eq!(err.code, 400, "{rv} {start:?}");
+        }
+        assert_eq!(decode_continue("!", "").unwrap_err().code, 400);
+    }
 }

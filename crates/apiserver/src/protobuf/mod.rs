@@ -19,7 +19,7 @@ mod wellknown;
 mod wire;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use prost::Message as _;
 use serde_json::{Map, Value};

@@ -2,7 +2,7 @@
 //! back through the encoder (`objects`), envelopes and the table (here), and malformed input
 //! (`malformed`).
 
-mod malformed;
+pub mod malformed;
 mod objects;
 
 use prost::Message;
