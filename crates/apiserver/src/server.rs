@@ -890,7 +890,8 @@ impl Listener {
             let server = server.clone();
             let watcher = graceful.watcher();
             tokio::spawn(async move {
-                let tls = match tokio::time::timeout(READ_HEADER_TIMEOUT, acceptor.accept(tcp)).await
+                let tls = match tokio::time::timeout(READ_HEADER_TIMEOUT, acceptor.accept(tcp))
+                    .await
                 {
                     Ok(Ok(t)) => t,
                     Ok(Err(e)) => {

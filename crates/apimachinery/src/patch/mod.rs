@@ -163,10 +163,10 @@ pub enum Error {
 }
 
 impl Error {
-    /// The HTTP status upstream's API server returns for this failure: 400 for malformed bodies
-    /// and directives, 413 for too many operations, 415 for strategic merge patch of a kind
-    /// without metadata, 422 for patches that do not fit the object, and 500 where upstream
-    /// returns a plain Go error (its `Unknown` status).
+    /// The HTTP status for this failure, upstream's: 400 for malformed bodies and directives,
+    /// 413 for too many operations, 415 for strategic merge patch of a kind without metadata,
+    /// 422 for patches that do not fit the object. Where upstream returns a plain Go error (a
+    /// 500), the patch does not fit the object either, and it is a 422 here too.
     pub fn status_code(&self) -> u16 {
         match self {
             Error::DecodeJsonPatch(_)
@@ -180,8 +180,9 @@ impl Error {
             | Error::BadPatchFormatForSetElementOrderList => 400,
             Error::TooManyOperations { .. } => 413,
             Error::UnsupportedKind { .. } => 415,
-            Error::ApplyJsonPatch(_) | Error::NoListOfLists => 422,
-            Error::NoMergeKey { .. }
+            Error::ApplyJsonPatch(_)
+            | Error::NoListOfLists
+            | Error::NoMergeKey { .. }
             | Error::BadArgType { .. }
             | Error::BadPatchType { .. }
             | Error::MergeDirectiveInList
@@ -189,7 +190,7 @@ impl Error {
             | Error::NoElements
             | Error::ElementNotMap { .. }
             | Error::NoMergeKeyDeclared { .. }
-            | Error::SetElementOrderMismatch { .. } => 500,
+            | Error::SetElementOrderMismatch { .. } => 422,
         }
     }
 }
@@ -286,9 +287,9 @@ mod tests {
     }
 
     #[test]
-    fn malformed_directives_are_bad_requests_and_list_of_lists_is_unprocessable() {
+    fn malformed_directives_are_bad_requests_and_misfits_unprocessable() {
         assert_eq!(Error::BadPatchFormatForRetainKeys.status_code(), 400);
         assert_eq!(Error::NoListOfLists.status_code(), 422);
-        assert_eq!(Error::MergeDirectiveInList.status_code(), 500);
+        assert_eq!(Error::MergeDirectiveInList.status_code(), 422);
     }
 }

@@ -80,7 +80,6 @@ fn patch_error(e: patch::Error) -> ApiError {
                 "the server rejected our request due to an error in our request",
             )
         },
-        500 => ApiError::internal(message),
         _ => ApiError::bad_request(message),
     }
 }

@@ -49,7 +49,8 @@ impl Req {
         let mut lines = head.lines();
         let line = lines.next().context("an empty seed")?;
         let mut parts = line.splitn(3, ' ');
-        let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
+        let (Some(method), Some(target), Some(version)) =
+            (parts.next(), parts.next(), parts.next())
         else {
             bail!("seed request line {line:?} is not `METHOD TARGET VERSION`");
         };
@@ -101,7 +102,15 @@ impl Req {
 
     /// The request as written, split where a slow body pauses.
     pub fn wire(&self) -> Vec<Vec<u8>> {
-        let mut head = [&self.method[..], b" ", &self.target, b" ", &self.version, b"\r\n"].concat();
+        let mut head = [
+            &self.method[..],
+            b" ",
+            &self.target,
+            b" ",
+            &self.version,
+            b"\r\n",
+        ]
+        .concat();
         for (k, v) in &self.headers {
             head.extend_from_slice(&[&k[..], b": ", v, b"\r\n"].concat());
         }
@@ -186,6 +195,7 @@ pub fn corrupt(wire: &mut [Vec<u8>], rng: &mut Rng) {
 type Mutation = fn(&mut Req, &mut Rng);
 
 const MUTATIONS: &[Mutation] = &[
+    odd_path,
     hostile_name,
     hostile_query,
     method,
@@ -214,6 +224,40 @@ const MUTATIONS: &[Mutation] = &[
 
 fn pick<T: Copy>(rng: &mut Rng, from: &[T]) -> T {
     from[rng.usize(..from.len())]
+}
+
+/// Replaces the target with a path the API server's router must refuse or serve oddly.
+fn odd_path(req: &mut Req, rng: &mut Rng) {
+    let paths = [
+        "/apis/g/v/watch",
+        "/api/v1/watch",
+        "/api/v1/watch/namespaces/default/configmaps?timeoutSeconds=1",
+        "/apis/apps/v1/namespaces//deployments",
+        "/api/v1/namespaces/default/pods/x/status/extra",
+        "/api/v1/namespaces/default/pods/fuzz-1/exec?command=true&stdout=1",
+        "/api/v1/namespaces/default/pods/fuzz-1/attach",
+        "/api/v1/namespaces/default/pods/fuzz-1/portforward?ports=80",
+        "/api/v1/namespaces/default/pods/fuzz-1/proxy/a/b",
+        "/api/v1/namespaces/default/services/nowhere/proxy/",
+        "/api/v1/nodes/nowhere/proxy/stats/summary",
+        "/api/v1/namespaces/default/pods/fuzz-1/ephemeralcontainers",
+        "/apis/metrics.k8s.io/v1beta1/pods",
+        "/apis/nonexistent.example.com/v1/things",
+        "/apis/apps",
+        "/apis/apps/v1",
+        "/api",
+        "/healthz/etcd",
+        "/readyz?verbose&exclude=x",
+        "/livez/ping",
+        "/metrics",
+        "/debug/pprof/",
+        "/logs/../../etc/passwd",
+        "/openid/v1/jwks",
+        "/.well-known/openid-configuration",
+        "/",
+        "",
+    ];
+    req.target = pick(rng, &paths).as_bytes().to_vec();
 }
 
 /// Replaces the target's last path segment (the object's name, in most seeds).
@@ -303,7 +347,14 @@ fn method(req: &mut Req, rng: &mut Rng) {
 
 fn version(req: &mut Req, rng: &mut Rng) {
     let versions = [
-        "HTTP/1.0", "HTTP/0.9", "HTTP/2.0", "HTTP/1.2", "HTTP/1.1 x", "http/1.1", "", "HTTP/1",
+        "HTTP/1.0",
+        "HTTP/0.9",
+        "HTTP/2.0",
+        "HTTP/1.2",
+        "HTTP/1.1 x",
+        "http/1.1",
+        "",
+        "HTTP/1",
     ];
     req.version = pick(rng, &versions).as_bytes().to_vec();
 }
@@ -360,7 +411,10 @@ fn accept(req: &mut Req, rng: &mut Rng) {
     ];
     req.set_header("Accept", pick(rng, &accepts));
     if rng.bool() {
-        req.set_header("Accept-Encoding", pick(rng, &["gzip", "br", "gzip;q=x", "*"]));
+        req.set_header(
+            "Accept-Encoding",
+            pick(rng, &["gzip", "br", "gzip;q=x", "*"]),
+        );
     }
 }
 
@@ -408,7 +462,10 @@ fn credentials(req: &mut Req, rng: &mut Rng) {
         &[
             ("Authorization", b"Bearer garbage"),
             ("Authorization", b"Bearer "),
-            ("Authorization", b"Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0."),
+            (
+                "Authorization",
+                b"Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.",
+            ),
             ("Authorization", b"Basic YWRtaW46YWRtaW4="),
             ("Authorization", b"Negotiate \xff"),
             ("Impersonate-User", b"someone"),
@@ -472,7 +529,10 @@ fn deep_body(req: &mut Req, rng: &mut Rng) {
 }
 
 fn huge_body(req: &mut Req, rng: &mut Rng) {
-    let len = pick(rng, &[(1 << 20) + 1, (3 << 20) - 4096, (3 << 20) + 1, 8 << 20]);
+    let len = pick(
+        rng,
+        &[(1 << 20) + 1, (3 << 20) - 4096, (3 << 20) + 1, 8 << 20],
+    );
     req.body = format!(
         r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"huge"}},"data":{{"k":"{}"}}}}"#,
         "x".repeat(len)
@@ -483,7 +543,10 @@ fn huge_body(req: &mut Req, rng: &mut Rng) {
 fn invalid_utf8(req: &mut Req, rng: &mut Rng) {
     for _ in 0..rng.usize(1..4) {
         let at = rng.usize(..=req.body.len());
-        let bytes: &[u8] = pick(rng, &[b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\\ud800", b"\0"]);
+        let bytes: &[u8] = pick(
+            rng,
+            &[b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\\ud800", b"\0"],
+        );
         req.body.splice(at..at, bytes.iter().copied());
     }
 }
@@ -501,7 +564,15 @@ fn yaml_bomb(req: &mut Req, _: &mut Rng) {
 fn odd_numbers(req: &mut Req, rng: &mut Rng) {
     let odd = pick(
         rng,
-        &["1e999", "-0", "18446744073709551616", "1.5", "-9223372036854775809", "NaN", "0x10"],
+        &[
+            "1e999",
+            "-0",
+            "18446744073709551616",
+            "1.5",
+            "-9223372036854775809",
+            "NaN",
+            "0x10",
+        ],
     );
     let body = String::from_utf8_lossy(&req.body).into_owned();
     // every number in the body, and every string value that follows a colon
@@ -538,11 +609,27 @@ fn random_json(req: &mut Req, rng: &mut Rng) {
             4 => (0..rng.usize(..4)).map(|_| value(rng, depth - 1)).collect(),
             _ => (0..rng.usize(..5))
                 .map(|_| {
-                    let key = pick(rng, &[
-                        "apiVersion", "kind", "metadata", "name", "spec", "data", "labels",
-                        "containers", "op", "path", "value", "$patch", "$retainKeys",
-                        "$setElementOrder/containers", "finalizers", "managedFields",
-                    ]);
+                    let key = pick(
+                        rng,
+                        &[
+                            "apiVersion",
+                            "kind",
+                            "metadata",
+                            "name",
+                            "spec",
+                            "data",
+                            "labels",
+                            "containers",
+                            "op",
+                            "path",
+                            "value",
+                            "$patch",
+                            "$retainKeys",
+                            "$setElementOrder/containers",
+                            "finalizers",
+                            "managedFields",
+                        ],
+                    );
                     (key.to_string(), value(rng, depth - 1))
                 })
                 .collect(),
@@ -573,7 +660,8 @@ mod tests {
 
     #[test]
     fn a_seed_is_written_with_crlf_and_its_length() {
-        let seed = "POST /api/v1/namespaces/default/configmaps HTTP/1.1\nHost: h\n\n{\"a\":\"{name}\"}\n";
+        let seed =
+            "POST /api/v1/namespaces/default/configmaps HTTP/1.1\nHost: h\n\n{\"a\":\"{name}\"}\n";
         let req = Req::parse_seed(seed, "n1").unwrap();
         let wire = req.wire().concat();
         assert_eq!(
@@ -595,8 +683,11 @@ mod tests {
 
     #[test]
     fn mutations_are_replayable_from_the_seed() {
-        let seed = Req::parse_seed("GET /api/v1/namespaces/default/pods/p HTTP/1.1\nHost: h\n\n", "n")
-            .unwrap();
+        let seed = Req::parse_seed(
+            "GET /api/v1/namespaces/default/pods/p HTTP/1.1\nHost: h\n\n",
+            "n",
+        )
+        .unwrap();
         let run = |s: u64| {
             let mut req = seed.clone();
             let mut rng = Rng::with_seed(s);
@@ -606,6 +697,9 @@ mod tests {
             wire
         };
         assert_eq!(run(7), run(7));
-        assert!((0..20).any(|s| run(s) != run(0)), "seeds give different requests");
+        assert!(
+            (0..20).any(|s| run(s) != run(0)),
+            "seeds give different requests"
+        );
     }
 }

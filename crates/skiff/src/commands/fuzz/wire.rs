@@ -33,6 +33,8 @@ pub struct Outcome {
     pub answers: Vec<Answer>,
     /// No complete answer before the server fell silent for [`READ_IDLE`].
     pub silent: bool,
+    /// Bytes that are not an HTTP answer, where one should start.
+    pub garbled: Option<String>,
 }
 
 pub struct Target {
@@ -41,13 +43,15 @@ pub struct Target {
 }
 
 /// Writes `pieces` on a new connection (pausing `pause` between them, shutting the writing half
-/// after the last if `hang_up`) and reads answers until the server closes or falls silent.
+/// after the last if `hang_up`) and reads answers until the server closes or falls silent. The
+/// first answer has no body if the request is a `head` one.
 pub async fn exchange(
     target: &Target,
     tls: &TlsConnector,
     pieces: &[Vec<u8>],
     pause: Duration,
     hang_up: bool,
+    head: bool,
 ) -> Result<Outcome> {
     let tcp = TcpStream::connect(target.addr).await?;
     tcp.set_nodelay(true)?;
@@ -76,23 +80,31 @@ pub async fn exchange(
             Ok(Ok(0) | Err(_)) => break,
             Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
         }
-        while let Some((answer, used)) = parse(&buf)? {
-            buf.drain(..used);
-            if let Some(answer) = answer {
-                outcome.answers.push(answer);
+        loop {
+            match parse(&buf, head && outcome.answers.is_empty()) {
+                Ok(Some((answer, used))) => {
+                    buf.drain(..used);
+                    outcome.answers.extend(answer);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    let start = String::from_utf8_lossy(&buf[..buf.len().min(200)]);
+                    outcome.garbled = Some(format!("{e}: {start:?}"));
+                    return Ok(outcome);
+                }
             }
         }
     }
     // the server closed mid-answer: what arrived still tells the code
-    if let Some(answer) = parse_head(&buf)?.map(|(a, _, _)| a) {
+    if let Ok(Some((answer, _, _))) = parse_head(&buf) {
         outcome.answers.push(answer);
     }
     Ok(outcome)
 }
 
 /// A whole answer at the start of `buf` and its length (`None` for an interim `1xx`), or
-/// `None` while more bytes are needed.
-fn parse(buf: &[u8]) -> Result<Option<(Option<Answer>, usize)>> {
+/// `None` while more bytes are needed. An answer to HEAD has no body, whatever its headers say.
+fn parse(buf: &[u8], to_head: bool) -> Result<Option<(Option<Answer>, usize)>> {
     let Some((mut answer, head_len, length)) = parse_head(buf)? else {
         return Ok(None);
     };
@@ -101,6 +113,7 @@ fn parse(buf: &[u8]) -> Result<Option<(Option<Answer>, usize)>> {
     }
     let body = &buf[head_len..];
     let end = match length {
+        _ if to_head => 0,
         Length::Bytes(n) if body.len() >= n => n,
         Length::Chunked => match find(body, b"0\r\n\r\n") {
             Some(i) if i == 0 || body[..i].ends_with(b"\r\n") => i + 5,
@@ -204,17 +217,27 @@ mod tests {
     fn answers_are_framed_by_length_and_by_chunks() {
         let one = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 400 Bad Request\r\nAudit-Id: a\r\n\
                     Content-Length: 17\r\n\r\n{\"kind\":\"Status\"}";
-        let (first, used) = parse(one).unwrap().unwrap();
+        let (first, used) = parse(one, false).unwrap().unwrap();
         assert!(first.is_none(), "interim answers are skipped");
-        let (second, rest) = parse(&one[used..]).unwrap().unwrap();
+        let (second, rest) = parse(&one[used..], false).unwrap().unwrap();
         let second = second.unwrap();
-        assert_eq!((second.code, second.status_body, second.from_handler), (400, true, true));
+        assert_eq!(
+            (second.code, second.status_body, second.from_handler),
+            (400, true, true)
+        );
         assert_eq!(used + rest, one.len());
 
-        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nHTTP";
-        let (answer, used) = parse(chunked).unwrap().unwrap();
+        let chunked =
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nHTTP";
+        let (answer, used) = parse(chunked, false).unwrap().unwrap();
         assert_eq!(answer.unwrap().code, 200);
         assert_eq!(&chunked[used..], b"HTTP");
-        assert!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab").unwrap().is_none());
+        let short = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab";
+        assert!(parse(short, false).unwrap().is_none());
+        assert_eq!(
+            parse(short, true).unwrap().unwrap().1,
+            short.len() - 2,
+            "HEAD: no body"
+        );
     }
 }

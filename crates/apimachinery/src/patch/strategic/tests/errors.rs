@@ -15,7 +15,7 @@ fn an_element_without_the_merge_key_fails_with_upstreams_message() {
         err.to_string(),
         "map: map[image:nginx] does not contain declared merge key: name"
     );
-    assert_eq!(err.status_code(), 500);
+    assert_eq!(err.status_code(), 422);
 }
 
 #[test]
