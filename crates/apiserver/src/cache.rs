@@ -250,12 +250,22 @@ impl Subscription {
     /// Waits until an object of one of the resources changes (a subscriber that fell behind
     /// counts as a change): true; false once the cache stopped.
     pub async fn changed(&mut self) -> bool {
+        self.changed_if(|_, _| true).await
+    }
+
+    /// [`Subscription::changed`], counting only the changes `concerns` (given the resource's
+    /// index in the subscription) says concern the subscriber, before or after the change.
+    pub async fn changed_if(&mut self, concerns: impl Fn(usize, &Cached) -> bool) -> bool {
         loop {
             let next = self.receivers.iter_mut().map(|rx| Box::pin(rx.recv()));
-            match futures::future::select_all(next).await.0 {
-                Ok(CacheEvent::Object { .. }) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                    return true;
+            let (event, index, _) = futures::future::select_all(next).await;
+            match event {
+                Ok(CacheEvent::Object { object, prev, .. }) => {
+                    if concerns(index, &object) || prev.is_some_and(|p| concerns(index, &p)) {
+                        return true;
+                    }
                 }
+                Err(broadcast::error::RecvError::Lagged(_)) => return true,
                 Ok(CacheEvent::Progress(_)) => continue,
                 Err(broadcast::error::RecvError::Closed) => return false,
             }

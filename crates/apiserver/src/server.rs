@@ -591,9 +591,14 @@ impl ApiServer {
         let mut resp = match self.gates.overload.deadline(&info, &query) {
             Err(e) => handlers::error(&e),
             Ok(deadline) => {
-                let work =
-                    self.clone()
-                        .pipeline(req, info.clone(), query, client_certificate, audit);
+                let work = self.clone().pipeline(
+                    req,
+                    info.clone(),
+                    query,
+                    deadline,
+                    client_certificate,
+                    audit,
+                );
                 match deadline {
                     None => work.await,
                     Some(d) => tokio::time::timeout(d, work)
@@ -623,6 +628,7 @@ impl ApiServer {
         req: Request<Incoming>,
         info: RequestInfo,
         query: std::collections::HashMap<String, String>,
+        deadline: Option<std::time::Duration>,
         client_certificate: Option<Arc<ClientCertificate>>,
         audit: AuditStart,
     ) -> Response<Body> {
@@ -678,24 +684,14 @@ impl ApiServer {
         {
             r.impersonated(&user);
         }
-        let (class, admitted) = self.admit(&info, &user, &query).await;
+        let (class, admitted) = self.admit(&info, &user, &query, deadline).await;
         let mut resp = match admitted {
             // held until the response is built: the in-flight slot, or APF's seats
             Ok(_held) => {
                 self.authorize_and_route(req, info, query, user, record)
                     .await
             }
-            Err(e) => {
-                let mut resp = handlers::error(&e);
-                let retry_after = e
-                    .details
-                    .as_ref()
-                    .and_then(|d| d["retryAfterSeconds"].as_u64())
-                    .unwrap_or(1);
-                resp.headers_mut()
-                    .insert(http::header::RETRY_AFTER, retry_after.into());
-                resp
-            }
+            Err(e) => handlers::error(&e),
         };
         if let Some(class) = class {
             class.label(&mut resp);
@@ -711,8 +707,9 @@ impl ApiServer {
         info: &RequestInfo,
         user: &authn::UserInfo,
         query: &std::collections::HashMap<String, String>,
+        deadline: Option<std::time::Duration>,
     ) -> (
-        Option<crate::flowcontrol::Classification>,
+        Option<Arc<crate::flowcontrol::Classification>>,
         Result<Held, ApiError>,
     ) {
         let Some(flow_control) = &self.flow_control else {
@@ -729,14 +726,7 @@ impl ApiServer {
                 .map_or(0, |c| c.len())
         });
         // as upstream, a request waits in its queue for at most a quarter of its deadline
-        let wait_limit = self
-            .gates
-            .overload
-            .deadline(info, query)
-            .ok()
-            .flatten()
-            .unwrap_or(self.gates.overload.request_timeout)
-            / 4;
+        let wait_limit = deadline.unwrap_or(self.gates.overload.request_timeout) / 4;
         let (class, ticket) = flow_control.admit(info, user, seats, wait_limit).await;
         (Some(class), ticket.map(Held::Seats))
     }

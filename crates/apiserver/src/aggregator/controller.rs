@@ -15,13 +15,12 @@ use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 
 use serde_json::Value;
-use tokio::sync::broadcast::{Receiver, error::RecvError};
 
 use super::autoregister::{self, Action};
 use super::available;
 use super::registration::ApiService;
 use super::{State, authentication, discovery};
-use crate::cache::{CacheEvent, Cached, WatchStart};
+use crate::cache::Cached;
 use crate::error::Result;
 use crate::handlers::Ctx;
 use crate::registry::{self, DeleteOptions, Fields};
@@ -32,36 +31,33 @@ use crate::strategy::generic;
 /// Runs the loop until the server is gone.
 pub fn spawn(server: Weak<ApiServer>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let lookup = |group, plural| {
+            skiff_apimachinery::catalog::lookup(group, "v1", plural).expect("built in")
+        };
+        let types = [
+            autoregister::resource(),
+            lookup(crate::crd::GROUP, crate::crd::PLURAL),
+            lookup("", "services"),
+            lookup("discovery.k8s.io", "endpointslices"),
+        ];
         let mut starting = true;
         loop {
             let Some(strong) = server.upgrade() else {
                 return;
             };
-            let Some((api_services, mut api_rx)) = watch(&strong, autoregister::resource()) else {
+            let Some(mut changes) = strong.cache.subscribe(&types) else {
                 return;
             };
-            let api_services: Vec<Value> = api_services
+            let api_services: Vec<Value> = changes.snapshots[0]
+                .objects
                 .iter()
                 .filter_map(|c| c.object().ok())
                 .collect();
-            let crds_rt =
-                skiff_apimachinery::catalog::lookup(crate::crd::GROUP, "v1", crate::crd::PLURAL)
-                    .expect("CRDs are built in");
-            let Some((crds, mut crd_rx)) = watch(&strong, crds_rt) else {
-                return;
-            };
-            let crds: Vec<autoregister::CrdVersions> =
-                crds.iter().filter_map(|c| c.decode().ok()).collect();
-            let services_rt =
-                skiff_apimachinery::catalog::lookup("", "v1", "services").expect("built in");
-            let slices_rt =
-                skiff_apimachinery::catalog::lookup("discovery.k8s.io", "v1", "endpointslices")
-                    .expect("built in");
-            let (Some((_, mut svc_rx)), Some((_, mut slice_rx))) =
-                (watch(&strong, services_rt), watch(&strong, slices_rt))
-            else {
-                return;
-            };
+            let crds: Vec<autoregister::CrdVersions> = changes.snapshots[1]
+                .objects
+                .iter()
+                .filter_map(|c| c.decode().ok())
+                .collect();
             match sync(&strong, starting, &api_services, &crds).await {
                 Ok(()) => starting = false,
                 Err(e) => tracing::warn!(error = %e, "api aggregation"),
@@ -76,71 +72,28 @@ pub fn spawn(server: Weak<ApiServer>) -> tokio::task::JoinHandle<()> {
                 .collect();
             let recheck = tokio::time::sleep(strong.aggregator.recheck());
             drop(strong);
-            tokio::pin!(recheck);
-            let concerns_service =
-                |c: &Cached| remote.contains(&(c.namespace.clone(), c.name.clone()));
-            let concerns_slice = |c: &Cached| {
-                c.labels
-                    .get(SERVICE_NAME_LABEL)
-                    .is_some_and(|n| remote.contains(&(c.namespace.clone(), n.clone())))
-            };
-            loop {
-                let next = tokio::select! {
-                    e = api_rx.recv() => relevant(e, |_| true),
-                    e = crd_rx.recv() => relevant(e, |_| true),
-                    e = svc_rx.recv() => relevant(e, concerns_service),
-                    e = slice_rx.recv() => relevant(e, concerns_slice),
-                    () = &mut recheck => Wake::Pass,
+            // every APIService and CRD change; the Services of remote APIServices, and their
+            // EndpointSlices
+            let concerns = |index: usize, c: &Cached| {
+                let service = match index {
+                    2 => &c.name,
+                    3 => match c.labels.get(SERVICE_NAME_LABEL) {
+                        Some(name) => name,
+                        None => return false,
+                    },
+                    _ => return true,
                 };
-                match next {
-                    Wake::Pass => break,
-                    Wake::Wait if server.strong_count() > 0 => continue,
-                    Wake::Wait | Wake::Stop => return,
-                }
+                remote.contains(&(c.namespace.clone(), service.clone()))
+            };
+            let changed = tokio::select! {
+                changed = changes.changed_if(concerns) => changed,
+                () = recheck => true,
+            };
+            if !changed {
+                return;
             }
         }
     })
-}
-
-/// What one cache event asks of the loop.
-enum Wake {
-    /// Run a pass.
-    Pass,
-    /// Nothing that concerns the aggregator: keep waiting.
-    Wait,
-    /// The cache is gone (the server stopped).
-    Stop,
-}
-
-fn relevant(
-    event: std::result::Result<CacheEvent, RecvError>,
-    concerns: impl Fn(&Cached) -> bool,
-) -> Wake {
-    match event {
-        Ok(CacheEvent::Object { object, prev, .. }) => {
-            if concerns(&object) || prev.is_some_and(|p| concerns(&p)) {
-                Wake::Pass
-            } else {
-                Wake::Wait
-            }
-        }
-        Ok(CacheEvent::Progress(_)) => Wake::Wait,
-        // missed events: look at everything again
-        Err(RecvError::Lagged(_)) => Wake::Pass,
-        Err(RecvError::Closed) => Wake::Stop,
-    }
-}
-
-/// The objects of a type and a receiver of its changes from that point.
-fn watch(
-    server: &ApiServer,
-    rt: &skiff_apimachinery::catalog::ResourceType,
-) -> Option<(Vec<Arc<Cached>>, Receiver<CacheEvent>)> {
-    let cache = server.cache.get(rt)?;
-    let Some(WatchStart::Snapshot(snapshot, rx)) = cache.watch("", None) else {
-        return None;
-    };
-    Some((snapshot.objects, rx))
 }
 
 fn api_service_ctx(server: &Arc<ApiServer>, verb: &str, name: &str, subresource: &str) -> Ctx {

@@ -20,12 +20,11 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use skiff_apimachinery::catalog::{CRUD, ResourceType, Subresource};
-use tokio::sync::broadcast::error::RecvError;
 
 use super::definition::{storage_version, versions};
 use super::resource::CustomResourceStrategy;
 use super::{FINALIZER, GROUP, PLURAL};
-use crate::cache::{CacheEvent, Cached, WatchStart};
+use crate::cache::Cached;
 use crate::error::Result;
 use crate::handlers::Ctx;
 use crate::registry::{self, DeleteOptions, Fields};
@@ -45,13 +44,13 @@ pub fn spawn(server: Weak<ApiServer>) -> tokio::task::JoinHandle<()> {
             let Some(strong) = server.upgrade() else {
                 return;
             };
-            let Some(cache) = strong.cache.get(definitions()) else {
+            let Some(mut changes) = strong.cache.subscribe(&[definitions()]) else {
                 return;
             };
-            let Some(WatchStart::Snapshot(snapshot, mut rx)) = cache.watch("", None) else {
-                return;
-            };
-            let pending = match controller.sync(&strong, &snapshot.objects).await {
+            let pending = match controller
+                .sync(&strong, &changes.snapshots[0].objects)
+                .await
+            {
                 Ok(pending) => pending,
                 Err(e) => {
                     tracing::warn!(error = %e, "custom resource definitions");
@@ -60,23 +59,15 @@ pub fn spawn(server: Weak<ApiServer>) -> tokio::task::JoinHandle<()> {
             };
             drop(strong);
             // The next CRD change, or a poll while custom resources are being cleaned up.
-            loop {
-                let next = async {
-                    if pending {
-                        tokio::time::timeout(CLEANUP_POLL, rx.recv()).await.ok()
-                    } else {
-                        Some(rx.recv().await)
-                    }
-                };
-                match next.await {
-                    None
-                    | Some(Ok(CacheEvent::Object { .. }))
-                    | Some(Err(RecvError::Lagged(_))) => {
-                        break;
-                    }
-                    Some(Ok(CacheEvent::Progress(_))) if server.strong_count() > 0 => continue,
-                    Some(Ok(CacheEvent::Progress(_))) | Some(Err(RecvError::Closed)) => return,
-                }
+            let changed = if pending {
+                tokio::time::timeout(CLEANUP_POLL, changes.changed())
+                    .await
+                    .unwrap_or(true)
+            } else {
+                changes.changed().await
+            };
+            if !changed {
+                return;
             }
         }
     })

@@ -18,8 +18,8 @@ pub mod status;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
@@ -32,7 +32,7 @@ use serde_json::Value;
 use skiff_apimachinery::catalog::{ResourceType, lookup};
 
 use crate::authn::UserInfo;
-use crate::cache::Cacher;
+use crate::cache::{Cacher, ResourceCache};
 use crate::error::ApiError;
 use crate::request::RequestInfo;
 use queueset::{Kind, Level, Seats};
@@ -57,7 +57,8 @@ pub fn priority_levels() -> &'static ResourceType {
 
 /// The filter's state: the configuration in use, and its metrics.
 pub struct FlowControl {
-    cache: Arc<Cacher>,
+    /// The watch caches of the FlowSchemas and the priority levels.
+    caches: [Arc<ResourceCache>; 2],
     /// The seats all limited levels share.
     server_limit: u32,
     config: RwLock<Arc<Config>>,
@@ -88,6 +89,21 @@ struct Schema {
     name: String,
     uid: String,
     spec: FlowSchemaSpec,
+    /// Its classification and metric handles, resolved at its first request (not per request:
+    /// a labelled series costs allocations and a lookup under a lock).
+    resolved: OnceLock<Resolved>,
+}
+
+/// A FlowSchema's classification, and the metric series of its requests.
+struct Resolved {
+    class: Arc<Classification>,
+    dispatched: Counter,
+    in_queue: Gauge,
+    executing: Gauge,
+    executing_seats: Gauge,
+    /// `request_wait_duration_seconds` of requests that executed.
+    waited: Histogram,
+    cancelled: Counter,
 }
 
 #[derive(Clone)]
@@ -107,6 +123,22 @@ pub struct Classification {
 }
 
 impl Classification {
+    fn wait_labels(&self, execute: bool) -> WaitLabels {
+        WaitLabels {
+            priority_level: self.priority_level.clone(),
+            flow_schema: self.flow_schema.clone(),
+            execute: execute.to_string(),
+        }
+    }
+
+    fn reject_labels(&self, reason: &str) -> RejectLabels {
+        RejectLabels {
+            priority_level: self.priority_level.clone(),
+            flow_schema: self.flow_schema.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
     /// Adds upstream's `X-Kubernetes-PF-*` headers to `resp`.
     pub fn label<B>(&self, resp: &mut http::Response<B>) {
         for (name, uid) in [
@@ -116,6 +148,41 @@ impl Classification {
             if let Ok(v) = http::HeaderValue::from_str(uid) {
                 resp.headers_mut().insert(name, v);
             }
+        }
+    }
+}
+
+/// A request in its queue: counted in the in-queue gauge until it is admitted or refused, and
+/// as `cancelled` if it is dropped first (its client went away, or its deadline passed).
+struct Queued<'a> {
+    resolved: &'a Resolved,
+    waiting: bool,
+}
+
+impl Queued<'_> {
+    fn new(resolved: &Resolved, queued: bool) -> Queued<'_> {
+        if queued {
+            resolved.in_queue.inc();
+        }
+        Queued {
+            resolved,
+            waiting: queued,
+        }
+    }
+
+    fn answered(mut self) {
+        if self.waiting {
+            self.resolved.in_queue.dec();
+        }
+        self.waiting = false;
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if self.waiting {
+            self.resolved.in_queue.dec();
+            self.resolved.cancelled.inc();
         }
     }
 }
@@ -147,7 +214,7 @@ impl FlowControl {
         metrics: &crate::metrics::Metrics,
     ) -> Arc<Self> {
         Arc::new(Self {
-            cache,
+            caches: [flow_schemas(), priority_levels()].map(|rt| cache.resource(rt)),
             server_limit: server_limit.max(1),
             config: RwLock::new(Arc::new(Config {
                 generation: -1,
@@ -168,9 +235,10 @@ impl FlowControl {
     }
 
     fn config(&self) -> Arc<Config> {
-        let generation = [flow_schemas(), priority_levels()]
+        let generation = self
+            .caches
             .iter()
-            .map(|rt| self.cache.resource(rt).last_change())
+            .map(|c| c.last_change())
             .max()
             .unwrap_or(0);
         let current = self.config.read().clone();
@@ -182,8 +250,8 @@ impl FlowControl {
         if current.generation == generation {
             return current;
         }
-        let objects = |rt| -> Vec<Value> {
-            let snapshot = self.cache.resource(rt).list("");
+        let objects = |cache: &ResourceCache| -> Vec<Value> {
+            let snapshot = cache.list("");
             snapshot
                 .objects
                 .iter()
@@ -192,8 +260,8 @@ impl FlowControl {
         };
         let fresh = Arc::new(Config::build(
             generation,
-            &objects(priority_levels()),
-            &objects(flow_schemas()),
+            &objects(&self.caches[1]),
+            &objects(&self.caches[0]),
             &current,
             self.server_limit,
         ));
@@ -210,74 +278,45 @@ impl FlowControl {
         user: &UserInfo,
         seats: u32,
         wait_limit: Duration,
-    ) -> (Classification, Result<Ticket, ApiError>) {
+    ) -> (Arc<Classification>, Result<Ticket, ApiError>) {
         let config = self.config();
         let schema = config.classify(info, user);
         let level_name = &schema.spec.priority_level_configuration.name;
         let level = &config.levels[level_name];
-        let class = Classification {
-            flow_schema: schema.name.clone(),
-            priority_level: level_name.clone(),
-            flow_schema_uid: schema.uid.clone(),
-            priority_level_uid: level.uid.clone(),
-        };
-        let labels = FlowLabels {
-            priority_level: level_name.clone(),
-            flow_schema: schema.name.clone(),
-        };
+        let resolved = schema
+            .resolved
+            .get_or_init(|| self.metrics.resolve(schema, &level.uid));
         let mut hasher = std::hash::DefaultHasher::new();
         (&schema.name, schema.spec.distinguisher(info, user)).hash(&mut hasher);
         let flow = hasher.finish();
-        let queued = matches!(level.level.kind, Kind::Queue(_));
-        let in_queue = self.metrics.in_queue.get_or_create(&labels).clone();
-        if queued {
-            in_queue.inc();
-        }
+        let queued = Queued::new(resolved, matches!(level.level.kind, Kind::Queue(_)));
         let waited = Instant::now();
         let admitted = level.level.admit(flow, seats, wait_limit).await;
-        if queued {
-            in_queue.dec();
-        }
-        let execute = admitted.is_ok();
-        self.metrics
-            .wait
-            .get_or_create(&WaitLabels {
-                priority_level: labels.priority_level.clone(),
-                flow_schema: labels.flow_schema.clone(),
-                execute: execute.to_string(),
-            })
-            .observe(waited.elapsed().as_secs_f64());
+        queued.answered();
+        let waited = waited.elapsed().as_secs_f64();
         let result = match admitted {
             Ok(held) => {
-                self.metrics.dispatched.get_or_create(&labels).inc();
-                let executing = self.metrics.executing.get_or_create(&labels).clone();
-                let executing_seats = self.metrics.executing_seats.get_or_create(&labels).clone();
-                executing.inc();
-                executing_seats.inc_by(i64::from(seats));
+                resolved.waited.observe(waited);
+                resolved.dispatched.inc();
+                resolved.executing.inc();
+                resolved.executing_seats.inc_by(i64::from(seats));
                 let mutating = !matches!(info.verb.as_str(), "get" | "list" | "watch");
                 self.executing[usize::from(mutating)].fetch_add(1, Ordering::Relaxed);
                 Ok(Ticket {
                     _seats: held,
-                    executing,
-                    executing_seats,
+                    executing: resolved.executing.clone(),
+                    executing_seats: resolved.executing_seats.clone(),
                     seats,
                     kind: self.executing.clone(),
                     mutating,
                 })
             }
             Err(why) => {
-                self.metrics
-                    .rejected
-                    .get_or_create(&RejectLabels {
-                        priority_level: labels.priority_level,
-                        flow_schema: labels.flow_schema,
-                        reason: why.reason().into(),
-                    })
-                    .inc();
+                self.metrics.refused(&resolved.class, why.reason(), waited);
                 Err(too_many_requests(level.level.retry_after()))
             }
         };
-        (class, result)
+        (resolved.class.clone(), result)
     }
 }
 
@@ -430,6 +469,7 @@ impl Config {
                     .unwrap_or_default()
                     .to_string(),
                 spec,
+                resolved: OnceLock::new(),
             });
         }
         found.sort_by(|a, b| {
@@ -550,6 +590,43 @@ impl FlowMetrics {
             m.shares.clone(),
         );
         m
+    }
+
+    /// The classification and metric series of `schema`'s requests (its level's uid
+    /// `level_uid`).
+    fn resolve(&self, schema: &Schema, level_uid: &str) -> Resolved {
+        let class = Classification {
+            flow_schema: schema.name.clone(),
+            priority_level: schema.spec.priority_level_configuration.name.clone(),
+            flow_schema_uid: schema.uid.clone(),
+            priority_level_uid: level_uid.to_string(),
+        };
+        let labels = FlowLabels {
+            priority_level: class.priority_level.clone(),
+            flow_schema: class.flow_schema.clone(),
+        };
+        Resolved {
+            dispatched: self.dispatched.get_or_create(&labels).clone(),
+            in_queue: self.in_queue.get_or_create(&labels).clone(),
+            executing: self.executing.get_or_create(&labels).clone(),
+            executing_seats: self.executing_seats.get_or_create(&labels).clone(),
+            waited: self.wait.get_or_create(&class.wait_labels(true)).clone(),
+            cancelled: self
+                .rejected
+                .get_or_create(&class.reject_labels("cancelled"))
+                .clone(),
+            class: Arc::new(class),
+        }
+    }
+
+    /// A request of `class` refused for `reason` after waiting `waited` seconds.
+    fn refused(&self, class: &Classification, reason: &str, waited: f64) {
+        self.wait
+            .get_or_create(&class.wait_labels(false))
+            .observe(waited);
+        self.rejected
+            .get_or_create(&class.reject_labels(reason))
+            .inc();
     }
 
     /// The levels' limits, set when a configuration is built.

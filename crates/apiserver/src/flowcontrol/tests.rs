@@ -188,3 +188,29 @@ fn lists_take_a_seat_per_hundred_objects_they_read() {
     assert_eq!(seats(&list("list", ""), &q(&[]), || 1_000_000), MAX_SEATS);
     assert_eq!(seats(&list("list", ""), &q(&[]), || 0), 1);
 }
+
+#[test]
+fn a_request_dropped_while_it_waits_counts_as_cancelled() {
+    let (levels, schemas) = bootstrap();
+    let config = Config::build(1, &levels, &schemas, &Config::default(), 600);
+    let metrics = FlowMetrics::register(&crate::metrics::Metrics::default());
+    let schema = config.classify(
+        &get_pods("default"),
+        &user("bob", &["system:authenticated"]),
+    );
+    let resolved = metrics.resolve(schema, "uid");
+    assert_eq!(resolved.class.flow_schema, "global-default");
+
+    Queued::new(&resolved, true).answered();
+    assert_eq!((resolved.in_queue.get(), resolved.cancelled.get()), (0, 0));
+    let waiting = Queued::new(&resolved, true);
+    assert_eq!(resolved.in_queue.get(), 1);
+    drop(waiting);
+    assert_eq!((resolved.in_queue.get(), resolved.cancelled.get()), (0, 1));
+    drop(Queued::new(&resolved, false));
+    assert_eq!(
+        (resolved.in_queue.get(), resolved.cancelled.get()),
+        (0, 1),
+        "an unqueued request is never counted"
+    );
+}

@@ -259,16 +259,30 @@ pub fn object(code: u16, output: Output, value: &Value) -> Response<Body> {
 
 /// The `Status` response of an error.
 pub fn error(e: &ApiError) -> Response<Body> {
-    json(e.code, &e.to_status())
+    retry_after(e, json(e.code, &e.to_status()))
 }
 
 /// The `Status` response of an error, as protobuf when the client asked for it.
 pub fn error_as(output: Output, e: &ApiError) -> Response<Body> {
     if output.is_protobuf() {
-        object(e.code, Output::Protobuf, &e.to_status())
+        retry_after(e, object(e.code, Output::Protobuf, &e.to_status()))
     } else {
         error(e)
     }
+}
+
+/// As upstream's status writer: an error that says when to retry (`retryAfterSeconds`) says it
+/// in `Retry-After` too.
+fn retry_after(e: &ApiError, mut resp: Response<Body>) -> Response<Body> {
+    let seconds = e
+        .details
+        .as_ref()
+        .and_then(|d| d["retryAfterSeconds"].as_u64());
+    if let Some(seconds) = seconds.filter(|&s| s > 0) {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, seconds.into());
+    }
+    resp
 }
 
 /// A success `Status` (upstream returns one for some deletes).
