@@ -23,10 +23,13 @@
 //! - [`store`]: `skiff store serve`, the embedded store behind the etcd v3 gRPC facade.
 //! - [`bench`]: `skiff bench <what>`, benchmarks printing one JSON object per result.
 //! - [`fuzz`]: `skiff fuzz http`, hostile input against an API server, checked for violations.
+//! - [`chaos`]: `skiff chaos`, a cluster's components killed under a workload, checked against
+//!   invariants.
 
 pub mod agent;
 pub mod apiserver;
 pub mod bench;
+pub mod chaos;
 pub mod controller_manager;
 pub mod dns;
 pub mod fuzz;
@@ -94,6 +97,9 @@ pub enum Command {
     /// Benchmarks, each measured against its peer in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Components of a cluster started for the run killed at random under a workload, checked
+    /// against invariants (acknowledged writes, watch events, convergence, the store's files).
+    Chaos(chaos::ChaosArgs),
     /// Hostile input against a server started for the run, checked for violations.
     #[command(subcommand)]
     Fuzz(fuzz::FuzzCommand),
@@ -171,6 +177,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(cmd) => token::run(cmd).await,
         Command::Bench(cmd) => bench::run(cmd).await,
         Command::Fuzz(cmd) => fuzz::run(cmd).await,
+        Command::Chaos(args) => chaos::run(args).await,
         Command::Trace(cmd) => trace::run(cmd).await,
         Command::Killall(args) => killall::killall(args).await,
         Command::Uninstall(args) => killall::uninstall(args).await,

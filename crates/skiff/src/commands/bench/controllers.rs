@@ -101,28 +101,29 @@ fn node_count(args: &ControllersBenchArgs) -> Result<usize, UsageError> {
 }
 
 /// A `skiff` child process, killed when dropped.
-pub(super) struct SkiffChild {
+pub(crate) struct SkiffChild {
     child: Child,
-    pub(super) pid: u32,
+    pub(crate) pid: u32,
     /// Its ready line.
-    pub(super) ready: String,
+    pub(crate) ready: String,
 }
 
 impl SkiffChild {
     /// Kills the child and waits for it to be gone, so the next run has the cores to itself.
-    pub(super) async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         let _ = self.child.kill().await;
     }
 }
 
 /// Starts `EXE ARGS` (stderr into `log`, warnings only unless `RUST_LOG` says otherwise) and
 /// waits for its ready line.
-pub(super) async fn start(exe: &Path, args: &[&str], log: &Path) -> Result<SkiffChild> {
+pub(crate) async fn start(exe: &Path, args: &[&str], log: &Path) -> Result<SkiffChild> {
     let filter = std::env::var("RUST_LOG").unwrap_or("warn".into());
     start_logging(exe, args, log, &filter).await
 }
 
-/// [`start`] with the child's log filter (`RUST_LOG`) given.
+/// [`start`] with the child's log filter (`RUST_LOG`) given. The log is appended to, so that
+/// it keeps what a child restarted with the same log said before.
 pub(super) async fn start_logging(
     exe: &Path,
     args: &[&str],
@@ -132,7 +133,12 @@ pub(super) async fn start_logging(
     let mut child = Command::new(exe)
         .args(args)
         .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(log)?)
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)?,
+        )
         .env("RUST_LOG", filter)
         .kill_on_drop(true)
         .spawn()
@@ -172,7 +178,7 @@ fn deployment(replicas: usize) -> Deployment {
 }
 
 /// Whether the Deployment's rollout is done as `kubectl rollout status` judges it.
-fn rolled_out(d: &Deployment, replicas: usize) -> bool {
+pub(crate) fn rolled_out(d: &Deployment, replicas: usize) -> bool {
     let n = Some(replicas as i32);
     d.status.as_ref().is_some_and(|s| {
         s.observed_generation >= d.metadata.generation

@@ -13,6 +13,13 @@
 //! APF (the default) and then one with `--enable-priority-and-fairness=false` (the in-flight
 //! limits only). Each server prints one `api-fairness` line: the polite client's p50/p99 in
 //! both phases, `p99_vs_calm`, its failed requests, and the flood's rate and refusals.
+//!
+//! Where a slow polite request's time went, from the server's metrics over the flood phase:
+//! polite has a FlowSchema of its own (at `global-default`'s level, so nothing else changes),
+//! so `polite_apf_waits_over_5ms` counts its requests that waited more than 5 ms in their APF
+//! queue; `polite_server_over_10ms` counts GETs of ConfigMaps (only polite's) that took the
+//! server more than 10 ms from the request's head to its response. A slow request that is in
+//! neither waited outside the handlers: for the server to read it, or to write its answer.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -80,7 +87,16 @@ async fn measure(
             }
         })
         .build()?;
-    let result = flood(plan, phase, server, (&apart, &niced), polite, flooder).await;
+    let result = flood(
+        plan,
+        phase,
+        server,
+        &admin,
+        (&apart, &niced),
+        polite,
+        flooder,
+    )
+    .await;
     apart.shutdown_background();
     niced.shutdown_background();
     result
@@ -91,6 +107,7 @@ async fn flood(
     plan: &Plan,
     phase: Duration,
     server: &ServerChild,
+    admin: &kube::Client,
     (apart, niced): (&tokio::runtime::Runtime, &tokio::runtime::Runtime),
     polite: kube::Client,
     flooder: kube::Client,
@@ -136,7 +153,9 @@ async fn flood(
         listed.load(Ordering::Relaxed),
         refused.load(Ordering::Relaxed),
     );
+    let metrics_before = metrics(admin).await?;
     let flooded = polite_phase(phase).await??;
+    let metrics_after = metrics(admin).await?;
     let flood_seconds = flood_started.elapsed().as_secs_f64();
     let flood_lists = listed.load(Ordering::Relaxed) - listed_before;
     let flood_refused = refused.load(Ordering::Relaxed) - refused_before;
@@ -162,6 +181,18 @@ async fn flood(
             "flood_lists_per_sec": (flood_lists as f64 / flood_seconds).round(),
             "flood_refused_per_sec": (flood_refused as f64 / flood_seconds).round(),
             "flood_failed": failed.load(Ordering::Relaxed),
+            "polite_apf_waits_over_5ms": over(
+                (&metrics_before, &metrics_after),
+                "apiserver_flowcontrol_request_wait_duration_seconds",
+                &["flow_schema=\"bench-polite\"", "execute=\"true\""],
+                "0.005",
+            ),
+            "polite_server_over_10ms": over(
+                (&metrics_before, &metrics_after),
+                "apiserver_request_duration_seconds",
+                &["verb=\"GET\"", "resource=\"configmaps\""],
+                "0.01",
+            ),
         }),
     ))
 }
@@ -200,6 +231,24 @@ async fn setup(admin: &kube::Client) -> Result<()> {
         }),
     )
     .await?;
+    post(
+        "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas".into(),
+        json!({
+            "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+            "metadata": {"name": "bench-polite"},
+            "spec": {
+                "matchingPrecedence": 500,
+                "priorityLevelConfiguration": {"name": "global-default"},
+                "distinguisherMethod": {"type": "ByUser"},
+                "rules": [{
+                    "subjects": [{"kind": "User", "user": {"name": "polite"}}],
+                    "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                                       "namespaces": ["*"]}],
+                }],
+            },
+        }),
+    )
+    .await?;
     let path = format!("/api/v1/namespaces/{NAMESPACE}/configmaps");
     for batch in (0..CONFIGMAPS).collect::<Vec<_>>().chunks(100) {
         let creates = batch.iter().map(|i| {
@@ -215,6 +264,35 @@ async fn setup(admin: &kube::Client) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The API server's metrics, as text.
+async fn metrics(admin: &kube::Client) -> Result<String> {
+    let body = send_ok(admin, Method::GET, "/metrics", "text/plain", Bytes::new()).await?;
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// How many more observations of histogram `name` (the series with all of `labels`) were
+/// above `le` in `after` than in `before`.
+fn over((before, after): (&str, &str), name: &str, labels: &[&str], le: &str) -> Option<u64> {
+    let sum = |text: &str, suffix: &str, extra: Option<String>| -> Option<u64> {
+        let prefix = format!("{name}{suffix}{{");
+        let values: Vec<u64> = text
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .filter(|l| labels.iter().all(|want| l.contains(want)))
+            .filter(|l| extra.as_ref().is_none_or(|e| l.contains(e.as_str())))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|v| v as u64)
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum())
+    };
+    let above = |text: &str| -> Option<u64> {
+        let count = sum(text, "_count", None)?;
+        let within = sum(text, "_bucket", Some(format!("le=\"{le}\"")))?;
+        Some(count - within)
+    };
+    Some(above(after)?.saturating_sub(above(before).unwrap_or(0)))
 }
 
 struct Phase {
@@ -254,4 +332,28 @@ async fn status_of(client: &kube::Client, path: &str) -> Result<u16> {
     let status = resp.status().as_u16();
     resp.into_body().collect_bytes().await?;
     Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::over;
+
+    #[test]
+    fn observations_above_a_bucket_are_counted_between_scrapes() {
+        let scrape = |count: u64, fast: u64| {
+            format!(
+                "h_bucket{{flow_schema=\"p\",execute=\"true\",le=\"0.005\"}} {fast}\n\
+                 h_bucket{{flow_schema=\"p\",execute=\"true\",le=\"+Inf\"}} {count}\n\
+                 h_count{{flow_schema=\"p\",execute=\"true\"}} {count}\n\
+                 h_count{{flow_schema=\"q\",execute=\"true\"}} 99\n"
+            )
+        };
+        let labels = ["flow_schema=\"p\""];
+        assert_eq!(
+            over((&scrape(10, 9), &scrape(30, 25)), "h", &labels, "0.005"),
+            Some(4)
+        );
+        assert_eq!(over(("", &scrape(3, 3)), "h", &labels, "0.005"), Some(0));
+        assert_eq!(over(("", ""), "h", &labels, "0.005"), None);
+    }
 }

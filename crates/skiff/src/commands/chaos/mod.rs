@@ -1,0 +1,303 @@
+//! `skiff chaos`: a cluster under a workload while its components are killed, checked against
+//! invariants. Every component is a child process ([`cluster`]): `skiff store serve`, `skiff
+//! apiserver` on it, the scheduler, the controller manager, and `--nodes` hollow nodes. The
+//! workload:
+//!
+//! - a Deployment of `--replicas` pods on the hollow nodes, rolled out again after every fault;
+//! - `--writers` clients writing 1, 2, 3, … to a ConfigMap each, recording every acknowledged
+//!   write ([`writes`]);
+//! - `--watchers` clients watching those ConfigMaps, recording every event.
+//!
+//! Every `--fault-interval` seconds a component is killed with SIGKILL and started again (a
+//! supervisor's restart), each in turn in an order the seed shuffles; the Deployment is changed, and the time
+//! until it is rolled out again (as `kubectl rollout status` judges) is the time to converge.
+//! After each fault: the rollout converges within `--converge-timeout`, and every writer's
+//! last acknowledged value is still in the store. At the end: no acknowledged write was lost or
+//! changed; every watcher saw every acknowledged write exactly once and in resourceVersion
+//! order, or got 410 Gone and listed again over it; `skiff store check` finds the store's files
+//! consistent.
+//!
+//! Prints one JSON report, then `N invariant violations`, and exits 1 if N > 0. The same
+//! `--seed` injects the same faults in the same order.
+
+mod cluster;
+mod writes;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use fastrand::Rng;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::commands::bench::controllers::rolled_out;
+use cluster::{COMPONENTS, Cluster};
+
+/// Options of `skiff chaos`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ChaosArgs {
+    /// Seed of the fault sequence.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// How long faults are injected.
+    #[arg(long, default_value_t = 10.0)]
+    pub minutes: f64,
+    /// Replicas of the Deployment rolled out after every fault.
+    #[arg(long, default_value_t = 1000)]
+    pub replicas: usize,
+    /// Hollow nodes.
+    #[arg(long, default_value_t = 20)]
+    pub nodes: usize,
+    /// ConfigMap writers.
+    #[arg(long, default_value_t = 4)]
+    pub writers: usize,
+    /// ConfigMap watchers.
+    #[arg(long, default_value_t = 2)]
+    pub watchers: usize,
+    /// Seconds between faults (after the previous rollout converged).
+    #[arg(long, default_value_t = 10)]
+    pub fault_interval: u64,
+    /// Seconds a rollout may take after a fault before it counts as a violation.
+    #[arg(long, default_value_t = 180)]
+    pub converge_timeout: u64,
+}
+
+const NAMESPACE: &str = "chaos";
+const NAME: &str = "chaos";
+
+pub async fn run(args: ChaosArgs) -> Result<()> {
+    // removed after a clean run; otherwise the components' logs tell what happened
+    let dir = tempfile::Builder::new()
+        .prefix("skiff-chaos-")
+        .tempdir()?
+        .keep();
+    let outcome = chaos(&args, &dir).await;
+    match &outcome {
+        Ok(()) => std::fs::remove_dir_all(&dir)?,
+        Err(_) => eprintln!("skiff chaos: logs kept in {}", dir.display()),
+    }
+    outcome
+}
+
+async fn chaos(args: &ChaosArgs, dir: &std::path::Path) -> Result<()> {
+    let mut cluster = Cluster::start(dir, args.nodes).await?;
+    let result = drive(args, &mut cluster).await;
+    cluster.stop().await;
+    let (mut report, mut violations) = result?;
+    let check = store_check(&cluster.store_dir()).await?;
+    let last = check.lines().last().unwrap_or("no output").to_string();
+    if last != "0 inconsistencies" {
+        violations.push(format!("skiff store check: {check}"));
+    }
+    report["store_check"] = json!(last);
+    report["violations"] = json!(violations);
+    println!("{report}");
+    println!("{} invariant violations", violations.len());
+    if !violations.is_empty() {
+        bail!("{} invariant violations", violations.len());
+    }
+    Ok(())
+}
+
+/// The workload and the faults: the report and the violations found.
+async fn drive(
+    args: &ChaosArgs,
+    cluster: &mut Cluster,
+) -> Result<(serde_json::Value, Vec<String>)> {
+    let client = cluster.client().await?;
+    setup(&client, args.replicas).await?;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let timeout = Duration::from_secs(args.converge_timeout);
+    let first = converge(&deployments, args.replicas, timeout)
+        .await
+        .context("the first rollout did not converge")?;
+
+    let (stop_writers, stopped) = tokio::sync::watch::channel(false);
+    let (writers, writing) = writes::spawn_writers(&client, NAMESPACE, args.writers, stopped);
+    let (stop_watchers, stopped) = tokio::sync::watch::channel(false);
+    let (watchers, watching) = writes::spawn_watchers(&client, NAMESPACE, args.watchers, stopped);
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+
+    let mut rng = Rng::with_seed(args.seed);
+    let mut violations = Vec::new();
+    let mut faults: BTreeMap<String, u64> = BTreeMap::new();
+    let mut converged = Vec::new();
+    let mut lost_already = HashSet::new();
+    let end = Instant::now() + Duration::from_secs_f64(args.minutes * 60.0);
+    let (mut round, mut order) = (0, Vec::new());
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_secs(args.fault_interval)).await;
+        round += 1;
+        // every component in turn, in an order of the seed's
+        if order.is_empty() {
+            order = COMPONENTS.to_vec();
+            rng.shuffle(&mut order);
+        }
+        let component = order.pop().expect("refilled above");
+        let name = serde_json::to_value(component)?
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        *faults.entry(name.clone()).or_default() += 1;
+        cluster.kill_and_restart(component).await?;
+        let started = Instant::now();
+        roll(&deployments, round).await;
+        match converge(&deployments, args.replicas, timeout).await {
+            Ok(_) => converged.push(started.elapsed()),
+            Err(e) => violations.push(format!("round {round} ({name} killed): {e:#}")),
+        }
+        // every acknowledged write so far is still there
+        let values = read_values(&configmaps).await;
+        for v in writes::violations(&writers, &writes::Watchers::default(), &values) {
+            let writer = v.split(':').next().unwrap_or_default().to_string();
+            if lost_already.insert(writer) {
+                violations.push(format!("round {round} ({name} killed): {v}"));
+            }
+        }
+        tracing::info!(round, killed = %name, "converged");
+    }
+
+    // the writers stop; the watchers catch up with the last acknowledged write, then stop
+    let _ = stop_writers.send(true);
+    for task in writing {
+        let _ = task.await;
+    }
+    let newest = writers
+        .iter()
+        .filter_map(|w| w.lock().acked.last().map(|&(_, rv)| rv))
+        .max()
+        .unwrap_or(0);
+    let caught_up = tokio::time::timeout(Duration::from_secs(60), async {
+        while watchers.iter().any(|w| w.lock().last < newest) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    if caught_up.is_err() {
+        violations.push(format!(
+            "the watchers had not reached resourceVersion {newest} a minute after the last write"
+        ));
+    }
+    let _ = stop_watchers.send(true);
+    for task in watching {
+        let _ = task.await;
+    }
+    let values = read_values(&configmaps).await;
+    violations.extend(writes::violations(&writers, &watchers, &values));
+
+    converged.sort();
+    let quantile = |q: f64| {
+        converged
+            .get(((converged.len() as f64 - 1.0) * q).round() as usize)
+            .map(|d| (d.as_secs_f64() * 100.0).round() / 100.0)
+    };
+    let mut errors: BTreeMap<u16, u64> = BTreeMap::new();
+    for w in writers.iter() {
+        for (code, n) in &w.lock().errors {
+            *errors.entry(*code).or_default() += n;
+        }
+    }
+    let report = json!({
+        "bench": "chaos",
+        "seed": args.seed,
+        "minutes": args.minutes,
+        "replicas": args.replicas,
+        "nodes": args.nodes,
+        "first_rollout_s": (first.as_secs_f64() * 100.0).round() / 100.0,
+        "faults": faults,
+        "converge_s": {"p50": quantile(0.5), "p99": quantile(0.99), "max": quantile(1.0)},
+        "writes": {
+            "acknowledged": writers.iter().map(|w| w.lock().acked.len()).sum::<usize>(),
+            "unknown_outcome": writers.iter().map(|w| w.lock().unknown.len()).sum::<usize>(),
+            "errors_by_code": errors,
+        },
+        "watch": {
+            "events": watchers.iter().map(|w| w.lock().seen.len()).sum::<usize>(),
+            "relists": watchers.iter().map(|w| w.lock().relisted.len()).sum::<usize>(),
+            "reconnects": watchers.iter().map(|w| w.lock().reconnects).sum::<u64>(),
+        },
+    });
+    Ok((report, violations))
+}
+
+async fn setup(client: &kube::Client, replicas: usize) -> Result<()> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))?;
+    namespaces.create(&PostParams::default(), &ns).await?;
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": NAME},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": NAME}},
+                 "strategy": {"type": "RollingUpdate",
+                              "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+                 "template": {"metadata": {"labels": {"app": NAME}},
+                              "spec": {"terminationGracePeriodSeconds": 0,
+                                       "containers": [{"name": "c",
+                                           "image": "registry.k8s.io/pause:3.10"}]}}},
+    }))?;
+    Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &deployment)
+        .await?;
+    Ok(())
+}
+
+/// Changes the Deployment's template (retried while the API server is restarting).
+async fn roll(deployments: &Api<Deployment>, round: u64) {
+    let patch = json!({"spec": {"template": {"metadata": {"annotations": {"chaos/round": round.to_string()}}}}});
+    while deployments
+        .patch(NAME, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .is_err()
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until the Deployment is rolled out: how long that took, or the timeout's error.
+async fn converge(
+    deployments: &Api<Deployment>,
+    replicas: usize,
+    timeout: Duration,
+) -> Result<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < timeout {
+        if let Ok(d) = deployments.get(NAME).await
+            && rolled_out(&d, replicas)
+        {
+            return Ok(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    bail!("the rollout had not converged after {}s", timeout.as_secs())
+}
+
+/// Each writer's ConfigMap's value now (retried while the API server is restarting).
+async fn read_values(configmaps: &Api<ConfigMap>) -> HashMap<String, u64> {
+    loop {
+        if let Ok(list) = configmaps.list(&ListParams::default()).await {
+            return list
+                .items
+                .into_iter()
+                .filter_map(|cm| {
+                    let v = cm.data.as_ref()?.get("v")?.parse().ok()?;
+                    Some((cm.metadata.name?, v))
+                })
+                .collect();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `skiff store check` of the stopped store: its last line.
+async fn store_check(dir: &std::path::Path) -> Result<String> {
+    let out = tokio::process::Command::new(std::env::current_exe()?)
+        .args(["store", "check", "--data-dir"])
+        .arg(dir)
+        .output()
+        .await?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    Ok(stdout.trim_end().to_string())
+}
