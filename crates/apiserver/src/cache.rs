@@ -188,6 +188,10 @@ pub enum CacheEvent {
     },
     /// Everything up to this revision has been sent (for bookmarks).
     Progress(i64),
+    /// The cache was listed again at this revision (its store watch could not resume): what
+    /// changed before was not sent, so a watch ends here and its client resumes, which from an
+    /// older revision is 410 Gone (upstream's cacher ends its watchers when it relists).
+    Reset(i64),
 }
 
 #[derive(Debug, Default)]
@@ -265,7 +269,9 @@ impl Subscription {
                         return true;
                     }
                 }
-                Err(broadcast::error::RecvError::Lagged(_)) => return true,
+                Ok(CacheEvent::Reset(_)) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    return true;
+                }
                 Ok(CacheEvent::Progress(_)) => continue,
                 Err(broadcast::error::RecvError::Closed) => return false,
             }
@@ -416,6 +422,7 @@ impl ResourceCache {
         state.history_floor = revision;
         state.revision = revision;
         state.last_change = revision;
+        self.send(CacheEvent::Reset(revision));
     }
 
     /// Marks everything up to `revision` as applied; with `notify`, tells watchers (bookmarks).
@@ -438,7 +445,7 @@ impl ResourceCache {
 fn event_revision(e: &CacheEvent) -> i64 {
     match e {
         CacheEvent::Object { object, .. } => object.revision,
-        CacheEvent::Progress(rv) => *rv,
+        CacheEvent::Progress(rv) | CacheEvent::Reset(rv) => *rv,
     }
 }
 
@@ -776,7 +783,8 @@ impl Cacher {
                         revision = next_revision - 1;
                         break;
                     }
-                    Err(e) => {
+                    // the store no longer has the revisions to resume from: list again
+                    Err(e @ skiff_store::Error::Compacted { .. }) => {
                         tracing::warn!(error = %e, "watch cache: relisting");
                         loop {
                             match self.relist().await {
@@ -790,6 +798,13 @@ impl Cacher {
                                 }
                             }
                         }
+                        break;
+                    }
+                    // the store went away (or restarted): resume after the last revision
+                    // applied, so no change is missed and no watcher disturbed
+                    Err(e) => {
+                        tracing::warn!(error = %e, revision, "watch cache: store watch ended; resuming");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
                         break;
                     }
                 }
@@ -909,6 +924,24 @@ mod tests {
         assert_eq!(c.object().unwrap()["metadata"]["resourceVersion"], "9");
         let served: Value = serde_json::from_slice(&c.json()).unwrap();
         assert_eq!(served["metadata"]["resourceVersion"], "9");
+    }
+
+    #[test]
+    fn a_relist_ends_the_watches_and_what_came_before_it_is_gone() {
+        let pods = lookup("", "v1", "pods").unwrap();
+        let strategy = StrategyRef::Builtin(strategy::for_resource(pods));
+        let cache = ResourceCache::new(Arc::new(pods.clone()), strategy);
+        cache.reset(BTreeMap::new(), 5);
+        let Some(WatchStart::Snapshot(_, mut rx)) = cache.watch("", None) else {
+            panic!("a watch from now starts with a snapshot");
+        };
+        cache.reset(BTreeMap::new(), 9);
+        assert!(matches!(rx.try_recv(), Ok(CacheEvent::Reset(9))));
+        assert!(
+            cache.watch("", Some(6)).is_none(),
+            "resuming from before is 410 Gone"
+        );
+        assert!(cache.watch("", Some(9)).is_some());
     }
 
     #[test]

@@ -351,6 +351,7 @@ impl EtcdStore {
             Failure::LeaseNotFound => Error::LeaseNotFound { id: about.lease() },
             Failure::LeaseExists => Error::LeaseExists { id: about.lease() },
             Failure::InvalidArgument(msg) => Error::InvalidArgument(msg),
+            Failure::Unavailable => Error::Unavailable(err.to_string()),
             Failure::Other => Error::Remote(err.to_string()),
         }
     }

@@ -299,6 +299,11 @@ impl Sink {
                 }
                 true
             }
+            // the cache listed again: what it missed is not in its events, so the watch ends
+            CacheEvent::Reset(_) => {
+                self.flush().await;
+                false
+            }
         }
     }
 }

@@ -123,6 +123,9 @@ pub(super) enum Failure {
     LeaseNotFound,
     LeaseExists,
     InvalidArgument(String),
+    /// etcd (or the connection to it) is unavailable: gRPC's `UNAVAILABLE`, which tonic also
+    /// gives a connection that could not be made, or a broken transport. A client may retry.
+    Unavailable,
     Other,
 }
 
@@ -130,6 +133,7 @@ pub(super) fn classify(err: &ec::Error) -> Failure {
     use tonic::Code;
     let status = match err {
         ec::Error::GRpcStatus(status) => status,
+        ec::Error::TransportError(_) => return Failure::Unavailable,
         ec::Error::LeaseKeepAliveError(msg) if msg.contains("lease not found") => {
             return Failure::LeaseNotFound;
         }
@@ -162,6 +166,7 @@ pub(super) fn classify(err: &ec::Error) -> Failure {
         Code::NotFound if msg.contains("requested lease not found") => Failure::LeaseNotFound,
         Code::FailedPrecondition if msg.contains("lease already exists") => Failure::LeaseExists,
         Code::InvalidArgument | Code::OutOfRange => Failure::InvalidArgument(msg.to_string()),
+        Code::Unavailable => Failure::Unavailable,
         _ => Failure::Other,
     }
 }
@@ -225,7 +230,13 @@ mod tests {
                 "etcdserver: too large lease TTL",
                 Failure::InvalidArgument("etcdserver: too large lease TTL".into()),
             ),
-            (Unavailable, "etcdserver: leader changed", Failure::Other),
+            (
+                Unavailable,
+                "etcdserver: leader changed",
+                Failure::Unavailable,
+            ),
+            (Unavailable, "tcp connect error", Failure::Unavailable),
+            (Unknown, "h2 protocol error", Failure::Other),
         ];
         for (code, msg, expected) in cases {
             assert_eq!(classify(&status(code, msg)), expected, "{msg}");
