@@ -210,14 +210,14 @@ fn pods_are_bound_to_fitting_nodes_and_unschedulable_ones_are_explained_then_ret
         // the pod for another scheduler was never touched
         assert_eq!(node_of(&pods, "theirs").await, None);
 
-        // /metrics counts the attempts under upstream's names
-        let metrics = scheduler.metrics();
-        assert!(
-            metrics.contains(
-                r#"scheduler_schedule_attempts_total{result="scheduled",profile="default-scheduler"} 2"#
-            ),
-            "{metrics}"
-        );
+        // /metrics counts the attempts under upstream's names (the second once its binding
+        // has returned to the scheduler, which may be a moment after the pod shows it)
+        let scheduled = r#"scheduler_schedule_attempts_total{result="scheduled",profile="default-scheduler"} 2"#;
+        let metrics = eventually("the second scheduled attempt counted", || async {
+            let metrics = scheduler.metrics();
+            metrics.contains(scheduled).then_some(metrics)
+        })
+        .await;
         assert!(
             metrics.contains("scheduler_pending_pods{queue=\"active\"} 0"),
             "{metrics}"
