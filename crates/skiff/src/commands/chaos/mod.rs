@@ -152,7 +152,7 @@ async fn drive(
         }
         // every acknowledged write so far is still there
         let values = read_values(&configmaps).await;
-        for v in writes::violations(&writers, &writes::Watchers::default(), &values) {
+        for v in writes::violations(&writers, &writes::Watchers::default(), &values, false) {
             let writer = v.split(':').next().unwrap_or_default().to_string();
             if lost_already.insert(writer) {
                 violations.push(format!("round {round} ({name} killed): {v}"));
@@ -187,7 +187,7 @@ async fn drive(
         let _ = task.await;
     }
     let values = read_values(&configmaps).await;
-    violations.extend(writes::violations(&writers, &watchers, &values));
+    violations.extend(writes::violations(&writers, &watchers, &values, true));
 
     converged.sort();
     let quantile = |q: f64| {
