@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::framework::{
     Code, CycleState, Framework, NodeInfo, NodeStatuses, PodInfo, Snapshot, Status,
@@ -34,6 +35,94 @@ pub fn num_feasible_nodes_to_find(percentage: u32, all: usize) -> usize {
             .max(MIN_FEASIBLE_NODES_PERCENTAGE);
     }
     (all * p.min(100) / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
+}
+
+/// Nodes one filtering task takes at a time (upstream's parallelizer takes chunks too).
+const FILTER_CHUNK: usize = 32;
+
+/// The threads that help the scheduling thread filter, one per core but one (None if they
+/// could not be started: then one thread filters).
+fn filter_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    let pool = POOL.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(cores.saturating_sub(1).max(1))
+            .thread_name(|i| format!("filter-{i}"))
+            .build()
+            .inspect_err(|e| tracing::warn!("filtering on one thread: {e}"))
+            .ok()
+    });
+    pool.as_ref()
+}
+
+/// Runs `filter` on positions `0..all` on up to `parallelism` cores until `want` of them
+/// succeed, and returns the outcomes of a prefix `0..k` that holds `want` successes or is
+/// everything (upstream's parallel `findNodesThatPassFilters`). Tasks claim whole chunks in order and
+/// claim no more once enough fit, so the prefix has no gaps and the result is what filtering
+/// one node after another would give; at most a chunk per task is filtered in vain.
+fn filter_until<F>(all: usize, want: usize, parallelism: usize, filter: F) -> Vec<Status>
+where
+    F: Fn(usize) -> Status + Sync,
+{
+    let tasks = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(parallelism)
+        .min(all.div_ceil(FILTER_CHUNK));
+    let pool = filter_pool().filter(|_| tasks > 1);
+    let Some(pool) = pool else {
+        let mut out = Vec::new();
+        let mut fit = 0;
+        for i in 0..all {
+            if fit >= want {
+                break;
+            }
+            let s = filter(i);
+            fit += usize::from(s.is_success());
+            out.push(s);
+        }
+        return out;
+    };
+    let next_chunk = AtomicUsize::new(0);
+    let fit = AtomicUsize::new(0);
+    let run = || {
+        let mut done = Vec::new();
+        loop {
+            if fit.load(Ordering::Acquire) >= want {
+                break;
+            }
+            let chunk = next_chunk.fetch_add(1, Ordering::AcqRel);
+            let from = chunk * FILTER_CHUNK;
+            if from >= all {
+                break;
+            }
+            let statuses: Vec<Status> = (from..(from + FILTER_CHUNK).min(all))
+                .map(&filter)
+                .collect();
+            let n = statuses.iter().filter(|s| s.is_success()).count();
+            fit.fetch_add(n, Ordering::AcqRel);
+            done.push((chunk, statuses));
+        }
+        done
+    };
+    // the helpers run on a pool kept for the process: a thread per cycle costs more than
+    // filtering a few hundred nodes
+    let helped = parking_lot::Mutex::new(Vec::new());
+    let mut chunks = pool.in_place_scope(|scope| {
+        for _ in 1..tasks {
+            scope.spawn(|_| {
+                let done = run();
+                helped.lock().extend(done);
+            });
+        }
+        run()
+    });
+    chunks.extend(helped.into_inner());
+    chunks.sort_unstable_by_key(|(chunk, _)| *chunk);
+    chunks
+        .into_iter()
+        .flat_map(|(_, statuses)| statuses)
+        .collect()
 }
 
 /// No node fits: what each node said, for the `FailedScheduling` message (upstream's
@@ -325,6 +414,7 @@ impl Algorithm {
                     .is_none_or(|names| names.contains(*n))
             })
             .and_then(|n| snapshot.get(n));
+        let state = &*state;
         let filter = |node: &NodeInfo| {
             fw.run_filters_with_nominated(
                 &filters,
@@ -345,13 +435,15 @@ impl Algorithm {
         }
         let mut feasible = Vec::new();
         let mut evaluated = 0;
-        for i in 0..all {
+        let outcomes = filter_until(all, want, fw.parallelism, |i| {
+            filter(&candidates[(start + i) % all])
+        });
+        for (i, s) in outcomes.into_iter().enumerate() {
             if feasible.len() >= want {
                 break;
             }
             let node = &candidates[(start + i) % all];
             evaluated += 1;
-            let s = filter(node);
             if s.is_success() {
                 feasible.push(node.clone());
             } else if s.code() == Code::Error {
@@ -376,6 +468,36 @@ mod tests {
     use super::*;
     use crate::framework::testing::{PodBuilder, node, snapshot};
     use crate::plugins::node_unschedulable::NodeUnschedulable;
+
+    #[test]
+    fn parallel_filtering_gives_what_filtering_one_node_after_another_gives() {
+        let fits = |i: usize| {
+            if i.is_multiple_of(3) {
+                Status::success()
+            } else {
+                Status::unschedulable(format!("node {i}"))
+            }
+        };
+        for (all, want) in [(1000, 100), (1000, 400), (1000, 1000), (50, 10), (97, 500)] {
+            let got = filter_until(all, want, 2, fits);
+            // the shortest prefix holding `want` fitting nodes, or every node
+            let len = (0..all)
+                .filter(|i| i.is_multiple_of(3))
+                .nth(want - 1)
+                .map_or(all, |i| i + 1);
+            assert!(got.len() >= len, "{all}/{want}: {} < {len}", got.len());
+            for (i, s) in got.iter().enumerate() {
+                assert_eq!(
+                    s.is_success(),
+                    i.is_multiple_of(3),
+                    "{all}/{want}: node {i}"
+                );
+                if !s.is_success() {
+                    assert_eq!(s.message(), format!("node {i}"));
+                }
+            }
+        }
+    }
 
     #[test]
     fn the_adaptive_percentage_matches_upstream() {

@@ -3,7 +3,7 @@
 //! point a plugin implements) and per extension point (`preEnqueue`, `queueSort`, `filter`,
 //! `score` with weights, …; `*` disables every default there), with upstream's checks that each
 //! profile has exactly one QueueSort plugin and all profiles the same one; `pluginConfig`
-//! args; `percentageOfNodesToScore` (global or per profile); `leaderElection` (whether, and on which Lease); and `clientConnection`'s
+//! args; `percentageOfNodesToScore` (global or per profile); `parallelism`; `leaderElection` (whether, and on which Lease); and `clientConnection`'s
 //! `qps` and `burst`.
 
 use std::collections::BTreeMap;
@@ -14,6 +14,9 @@ use serde_json::Value;
 
 use crate::api::ClusterApi;
 use crate::framework::{Framework, Plugin, Points};
+
+/// Upstream's default `parallelism`.
+const DEFAULT_PARALLELISM: usize = 16;
 use crate::plugins::{self, Handle};
 use crate::scheduler::DEFAULT_SCHEDULER_NAME;
 
@@ -52,6 +55,8 @@ pub enum Error {
     },
     #[error("different queue sort plugin args for profile {0:?}")]
     DifferentQueueSortArgs(String),
+    #[error("parallelism: Invalid value: {0}: should be an integer value greater than zero")]
+    Parallelism(u32),
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -61,6 +66,10 @@ pub struct Configuration {
     pub api_version: Option<String>,
     #[serde(default)]
     pub percentage_of_nodes_to_score: Option<u32>,
+    /// How many nodes are filtered at once (upstream's default 16); Skiff runs at most as many
+    /// filtering threads as there are cores.
+    #[serde(default)]
+    pub parallelism: Option<u32>,
     #[serde(default)]
     pub profiles: Vec<ProfileConfig>,
     #[serde(default)]
@@ -197,6 +206,11 @@ impl Configuration {
         } else {
             self.profiles.clone()
         };
+        let parallelism = match self.parallelism {
+            Some(0) => return Err(Error::Parallelism(0)),
+            Some(n) => n as usize,
+            None => DEFAULT_PARALLELISM,
+        };
         let mut seen = std::collections::BTreeSet::new();
         let mut out = Vec::new();
         // the first profile's QueueSort plugin and its args: the queue is shared, so every
@@ -240,6 +254,7 @@ impl Configuration {
                 .percentage_of_nodes_to_score
                 .or(self.percentage_of_nodes_to_score)
                 .unwrap_or(0);
+            fw.parallelism = parallelism;
             out.push(fw);
         }
         Ok(out)
@@ -360,6 +375,23 @@ mod tests {
     }
 
     #[test]
+    fn parallelism_is_read_and_zero_is_refused() {
+        let parse = |yaml: &str| Configuration::parse(yaml).unwrap();
+        let fws = parse("parallelism: 4\n")
+            .frameworks(RecordingApi::new())
+            .unwrap();
+        assert_eq!(fws[0].parallelism, 4);
+        let err = parse("parallelism: 0\n")
+            .frameworks(RecordingApi::new())
+            .err()
+            .unwrap();
+        assert_eq!(
+            err.to_string(),
+            "parallelism: Invalid value: 0: should be an integer value greater than zero"
+        );
+    }
+
+    #[test]
     fn profiles_disable_defaults_and_set_the_percentage() {
         let c = Configuration::parse(
             r"
@@ -381,6 +413,7 @@ profiles:
         assert_eq!(fws[0].percentage_of_nodes_to_score, 30);
         assert_eq!(fws[1].scheduler_name(), "no-cordon-check");
         assert_eq!(fws[1].percentage_of_nodes_to_score, 70);
+        assert_eq!(fws[0].parallelism, DEFAULT_PARALLELISM);
         assert!(fws[0].plugin_names().contains(&"NodeUnschedulable"));
         assert!(!fws[1].plugin_names().contains(&"NodeUnschedulable"));
     }

@@ -2,6 +2,7 @@
 //! see, the extension-point traits, the runtime that runs a profile's plugins in order, and the
 //! pods waiting at Permit.
 
+pub mod class;
 pub mod events;
 pub mod interface;
 pub mod runtime;
@@ -10,6 +11,7 @@ pub mod testing;
 pub mod types;
 pub mod waiting;
 
+pub use class::{ClassMemo, PodClass};
 pub use events::ClusterEvent;
 pub use interface::{
     BindPlugin, CycleState, FilterPlugin, FilterRunner, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore,
@@ -20,7 +22,7 @@ pub use interface::{
 pub use runtime::{Framework, Points};
 pub use status::{Code, Status};
 pub use types::{
-    Claims, HostPort, NamespaceLabels, NodeInfo, NominatedPods, PodInfo, Resource, Snapshot,
-    Workloads,
+    Claims, ClassCount, HostPort, NamespaceLabels, NodeInfo, NominatedPods, PodInfo, Resource,
+    Snapshot, Workloads,
 };
 pub use waiting::{WaitingPod, WaitingPods};

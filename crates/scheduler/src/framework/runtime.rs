@@ -82,6 +82,8 @@ pub struct Framework {
     scores: Vec<(usize, i64)>,
     /// Percentage of nodes to find feasible before scoring; 0 is upstream's adaptive rule.
     pub percentage_of_nodes_to_score: u32,
+    /// How many nodes may be filtered at once (threads, at most one per core).
+    pub parallelism: usize,
     /// Pods a Permit plugin asked to wait.
     waiting: Arc<WaitingPods>,
 }
@@ -120,6 +122,7 @@ impl Framework {
             points,
             scores,
             percentage_of_nodes_to_score: 0,
+            parallelism: std::thread::available_parallelism().map_or(1, usize::from),
             waiting: Arc::default(),
         }
     }

@@ -17,6 +17,8 @@ pub use skiff_component_helpers::ports::{HostPort, host_ports};
 pub use skiff_component_helpers::resources::Resource;
 use skiff_component_helpers::resources::{node_allocatable, pod_requests_in_use};
 
+use super::class::PodClass;
+
 /// CPU assumed for a container that requests none, when scoring (upstream's
 /// `DefaultMilliCPURequest`).
 pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
@@ -51,6 +53,7 @@ pub struct PodInfo {
     /// What plugins derive from the pod once and reuse every cycle (parsed affinity terms),
     /// by plugin-chosen key; shared by clones of this `PodInfo`.
     memo: Arc<Mutex<Vec<MemoEntry>>>,
+    class: Arc<PodClass>,
 }
 
 impl PodInfo {
@@ -59,11 +62,17 @@ impl PodInfo {
         let non_zero_requests = pod_requests_in_use(&pod, non_zero);
         PodInfo {
             key: format!("{}/{}", namespace_of(&pod), name_of(&pod)),
-            pod,
             requests,
             non_zero_requests,
             memo: Arc::default(),
+            class: PodClass::of(&pod),
+            pod,
         }
+    }
+
+    /// The pods alike to this one for label matching (see [`PodClass`]).
+    pub fn class(&self) -> &Arc<PodClass> {
+        &self.class
     }
 
     /// What `init` derives from the pod, computed on first use under `key` and kept for as
@@ -152,11 +161,24 @@ fn namespace_of(pod: &Pod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or("default")
 }
 
+/// How many of a node's pods have one class; the id is kept here so that counting a node's
+/// pods by class reads one vector.
+#[derive(Debug, Clone)]
+pub struct ClassCount {
+    /// [`PodClass::id`].
+    pub id: u32,
+    pub count: u32,
+    /// One of the pods (they are alike): what a plugin asks about the class, it asks it.
+    pub pod: Arc<PodInfo>,
+}
+
 /// A node and the pods assigned (or assumed) to it (upstream's `framework.NodeInfo`).
 #[derive(Debug, Clone)]
 pub struct NodeInfo {
     pub node: Arc<Node>,
     pub pods: Vec<Arc<PodInfo>>,
+    /// How many of `pods` each class has (see [`ClassCount`]).
+    pub classes: Vec<ClassCount>,
     /// How many of `pods` have pod affinity or anti-affinity.
     pub pods_with_affinity: usize,
     /// How many of `pods` have required anti-affinity.
@@ -179,6 +201,7 @@ impl NodeInfo {
         NodeInfo {
             node,
             pods: Vec::new(),
+            classes: Vec::new(),
             pods_with_affinity: 0,
             pods_with_required_anti_affinity: 0,
             requested: Resource::default(),
@@ -218,6 +241,15 @@ impl NodeInfo {
         if pod.has_required_anti_affinity() {
             self.pods_with_required_anti_affinity += 1;
         }
+        let id = pod.class.id;
+        match self.classes.iter_mut().find(|c| c.id == id) {
+            Some(c) => c.count += 1,
+            None => self.classes.push(ClassCount {
+                id,
+                count: 1,
+                pod: pod.clone(),
+            }),
+        }
         self.pods.push(pod);
         self.generation += 1;
     }
@@ -240,6 +272,19 @@ impl NodeInfo {
         }
         if pod.has_required_anti_affinity() {
             self.pods_with_required_anti_affinity -= 1;
+        }
+        let id = pod.class.id;
+        if let Some(c) = self.classes.iter().position(|c| c.id == id) {
+            self.classes[c].count -= 1;
+            match self.pods.iter().find(|p| p.class.id == id) {
+                None => {
+                    self.classes.swap_remove(c);
+                }
+                Some(other) if Arc::ptr_eq(&self.classes[c].pod, &pod) => {
+                    self.classes[c].pod = other.clone();
+                }
+                Some(_) => {}
+            }
         }
         self.generation += 1;
         true
@@ -468,6 +513,38 @@ mod tests {
             info.non_zero_requests.memory,
             (100 << 20) + DEFAULT_MEMORY_REQUEST
         );
+    }
+
+    #[test]
+    fn node_info_counts_its_pods_by_class_as_they_come_and_go() {
+        let mut n = NodeInfo::new(Arc::new(node("n1").build()));
+        let web = |name: &str| PodBuilder::new(name).label("app", "class-web").info();
+        for name in ["w1", "w2", "w3"] {
+            n.add_pod(web(name));
+        }
+        n.add_pod(PodBuilder::new("d1").label("app", "class-db").info());
+        let counts = |n: &NodeInfo| {
+            let mut c: Vec<(String, u32)> = n
+                .classes
+                .iter()
+                .map(|c| (c.pod.labels()["app"].clone(), c.count))
+                .collect();
+            c.sort();
+            c
+        };
+        assert_eq!(
+            counts(&n),
+            [("class-db".to_string(), 1), ("class-web".to_string(), 3)]
+        );
+        // removing the class's representative hands the role to another pod of the class
+        assert!(n.classes.iter().any(|c| c.pod.name() == "w1"));
+        n.remove_pod("default/w1");
+        assert!(n.classes.iter().all(|c| c.pod.name() != "w1"));
+        n.remove_pod("default/d1");
+        assert_eq!(counts(&n), [("class-web".to_string(), 2)]);
+        n.remove_pod("default/w2");
+        n.remove_pod("default/w3");
+        assert!(n.classes.is_empty());
     }
 
     #[test]

@@ -63,18 +63,24 @@ impl PreFilterPlugin for InterPodAffinity {
         let ns = snapshot.namespace_labels();
         let mut existing_anti = TopologyCounts::default();
         for node in snapshot.nodes_with_required_anti_affinity_pods() {
-            for other in node.pods.iter().filter(|p| p.has_required_anti_affinity()) {
-                let terms = &existing_terms(other).required_anti_affinity;
-                existing_anti.add_matching_terms(terms, &pod.pod, &node.node, 1, ns);
+            // alike pods (a class) have the same terms: count them together
+            for class in &node.classes {
+                if !class.pod.has_required_anti_affinity() {
+                    continue;
+                }
+                let terms = &existing_terms(&class.pod).required_anti_affinity;
+                let n = i64::from(class.count);
+                existing_anti.add_matching_terms(terms, &pod.pod, &node.node, n, ns);
             }
         }
         let mut affinity_counts = TopologyCounts::default();
         let mut anti_counts = TopologyCounts::default();
         if !affinity.is_empty() || !anti_affinity.is_empty() {
             for node in snapshot.nodes() {
-                for other in &node.pods {
-                    affinity_counts.add_if_all_match(&affinity, &other.pod, &node.node, 1, ns);
-                    anti_counts.add_matching_terms(&anti_affinity, &other.pod, &node.node, 1, ns);
+                for class in &node.classes {
+                    let (other, n) = (&class.pod.pod, i64::from(class.count));
+                    affinity_counts.add_if_all_match(&affinity, other, &node.node, n, ns);
+                    anti_counts.add_matching_terms(&anti_affinity, other, &node.node, n, ns);
                 }
             }
         }

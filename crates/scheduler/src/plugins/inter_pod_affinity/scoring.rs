@@ -7,12 +7,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 
 use super::{AffinityTerm, InterPodAffinity, Kind, existing_terms, preferred_terms};
 use crate::framework::{
-    CycleState, MAX_NODE_SCORE, NamespaceLabels, NodeInfo, NodeScore, PodInfo, PreScorePlugin,
-    ScorePlugin, Snapshot, Status,
+    ClassMemo, CycleState, MAX_NODE_SCORE, NamespaceLabels, NodeInfo, NodeScore, PodInfo,
+    PreScorePlugin, ScorePlugin, Snapshot, Status,
 };
 use crate::plugins::helper::node_labels;
 
@@ -26,48 +26,34 @@ struct PreScoreState {
     topology_score: ScoreMap,
 }
 
-/// Adds `weight` to `node`'s domain for the term when `pod` matches it.
-fn process_term(
-    m: &mut ScoreMap,
-    term: &AffinityTerm,
-    weight: i64,
-    pod: &Pod,
-    node: &Node,
-    ns: &NamespaceLabels,
-) {
-    if !term.matches(pod, ns) {
-        return;
+/// Adds `weight` to the domain `key`=`value`; keys and values are copied only the first time
+/// a domain is seen.
+fn add_weight(m: &mut ScoreMap, key: &str, value: &str, weight: i64) {
+    if !m.contains_key(key) {
+        m.insert(key.to_string(), HashMap::new());
     }
-    let Some(value) = node_labels(node).get(&term.topology_key) else {
-        return;
-    };
-    // keys and values are copied only the first time a domain is seen (once per node at
-    // most), not per matching pod
-    if !m.contains_key(&term.topology_key) {
-        m.insert(term.topology_key.clone(), HashMap::new());
-    }
-    let Some(by_value) = m.get_mut(&term.topology_key) else {
+    let Some(by_value) = m.get_mut(key) else {
         return;
     };
     match by_value.get_mut(value) {
         Some(total) => *total += weight,
         None => {
-            by_value.insert(value.clone(), weight);
+            by_value.insert(value.to_string(), weight);
         }
     }
 }
 
-fn process_terms(
-    m: &mut ScoreMap,
-    terms: &[(i64, AffinityTerm)],
+/// The (topology key, weight) of each term of `terms` that `pod` matches, `sign` applied.
+fn matching_terms<'a>(
+    terms: &'a [(i64, AffinityTerm)],
     sign: i64,
-    pod: &Pod,
-    node: &Node,
-    ns: &NamespaceLabels,
-) {
-    for (w, t) in terms {
-        process_term(m, t, w * sign, pod, node, ns);
-    }
+    pod: &'a Pod,
+    ns: &'a NamespaceLabels,
+) -> impl Iterator<Item = (String, i64)> + 'a {
+    terms
+        .iter()
+        .filter(|(_, t)| t.matches(pod, ns))
+        .map(move |(w, t)| (t.topology_key.clone(), w * sign))
 }
 
 impl PreScorePlugin for InterPodAffinity {
@@ -98,31 +84,25 @@ impl PreScorePlugin for InterPodAffinity {
         } else {
             Box::new(snapshot.nodes_with_affinity_pods())
         };
+        // what one existing pod of a class adds to its node's domains, worked out once per class
+        let mut adds: ClassMemo<Vec<(String, i64)>> = ClassMemo::new();
         for node in candidates {
-            let n = &node.node;
-            if node_labels(n).is_empty() {
+            let labels = node_labels(&node.node);
+            if labels.is_empty() {
                 continue;
             }
-            for other in &node.pods {
+            for class in &node.classes {
+                let other = &class.pod;
                 if !has_constraints && !other.has_affinity() {
                     continue;
                 }
-                let existing = &other.pod;
-                process_terms(&mut m, &affinity, 1, existing, n, ns);
-                process_terms(&mut m, &anti, -1, existing, n, ns);
-                if !other.has_affinity() {
-                    continue;
-                }
-                let terms = existing_terms(other);
-                if self.hard_pod_affinity_weight > 0 {
-                    for t in &terms.required_affinity {
-                        let weight = self.hard_pod_affinity_weight;
-                        process_term(&mut m, t, weight, &pod.pod, n, ns);
+                let adds = adds.get_or(class.id, || {
+                    self.existing_pod_adds(&affinity, &anti, other, &pod.pod, ns)
+                });
+                for (key, weight) in adds {
+                    if let Some(value) = labels.get(key) {
+                        add_weight(&mut m, key, value, weight * i64::from(class.count));
                     }
-                }
-                if !self.ignore_preferred_terms_of_existing_pods {
-                    process_terms(&mut m, &terms.preferred_affinity, 1, &pod.pod, n, ns);
-                    process_terms(&mut m, &terms.preferred_anti_affinity, -1, &pod.pod, n, ns);
                 }
             }
         }
@@ -131,6 +111,46 @@ impl PreScorePlugin for InterPodAffinity {
         }
         state.write(PRE_SCORE_KEY, PreScoreState { topology_score: m });
         Status::success()
+    }
+}
+
+impl InterPodAffinity {
+    /// The (topology key, weight) pairs one existing pod adds to its node's domains: the
+    /// incoming pod's preferred terms it matches, and its own terms the incoming pod matches.
+    fn existing_pod_adds(
+        &self,
+        affinity: &[(i64, AffinityTerm)],
+        anti: &[(i64, AffinityTerm)],
+        existing: &PodInfo,
+        incoming: &Pod,
+        ns: &NamespaceLabels,
+    ) -> Vec<(String, i64)> {
+        let mut adds: Vec<(String, i64)> = matching_terms(affinity, 1, &existing.pod, ns)
+            .chain(matching_terms(anti, -1, &existing.pod, ns))
+            .collect();
+        if !existing.has_affinity() {
+            return adds;
+        }
+        let terms = existing_terms(existing);
+        if self.hard_pod_affinity_weight > 0 {
+            adds.extend(
+                terms
+                    .required_affinity
+                    .iter()
+                    .filter(|t| t.matches(incoming, ns))
+                    .map(|t| (t.topology_key.clone(), self.hard_pod_affinity_weight)),
+            );
+        }
+        if !self.ignore_preferred_terms_of_existing_pods {
+            adds.extend(matching_terms(&terms.preferred_affinity, 1, incoming, ns));
+            adds.extend(matching_terms(
+                &terms.preferred_anti_affinity,
+                -1,
+                incoming,
+                ns,
+            ));
+        }
+        adds
     }
 }
 

@@ -10,7 +10,8 @@ use super::{
     Constraint, NAME, PodTopologySpread, REASON, REASON_LABEL, count_matching, has_all_keys,
 };
 use crate::framework::{
-    CycleState, FilterPlugin, NodeInfo, PodInfo, PreFilterPlugin, PreFilterResult, Snapshot, Status,
+    ClassMemo, CycleState, FilterPlugin, NodeInfo, PodInfo, PreFilterPlugin, PreFilterResult,
+    Snapshot, Status,
 };
 use crate::plugins::helper::{node_labels, pod_labels};
 
@@ -75,7 +76,10 @@ impl PreFilterPlugin for PodTopologySpread {
         }
         let required = RequiredNodeAffinity::of(&pod.pod);
         let ns = pod.namespace();
-        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); constraints.len()];
+        let mut memos: Vec<ClassMemo<bool>> =
+            constraints.iter().map(|_| ClassMemo::new()).collect();
+        // keyed by the snapshot's own strings; copied once per domain below
+        let mut counts: Vec<HashMap<&str, i64>> = vec![HashMap::new(); constraints.len()];
         for node in snapshot.nodes() {
             if !has_all_keys(&node.node, &constraints) {
                 continue;
@@ -85,12 +89,16 @@ impl PreFilterPlugin for PodTopologySpread {
                 if !c.includes(&pod.pod, &node.node, &required) {
                     continue;
                 }
-                let n = count_matching(&node.pods, &c.selector, ns);
+                let n = count_matching(node, &c.selector, ns, &mut memos[i]);
                 *counts[i]
-                    .entry(labels[&c.topology_key].clone())
+                    .entry(labels[&c.topology_key].as_str())
                     .or_default() += n;
             }
         }
+        let counts = counts
+            .into_iter()
+            .map(|m| m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+            .collect();
         let mut s = PreFilterState {
             minimum: vec![0; constraints.len()],
             constraints,

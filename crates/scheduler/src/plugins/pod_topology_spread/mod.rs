@@ -22,8 +22,8 @@ use skiff_component_helpers::tolerations::{find_untolerated_taint, is_do_not_sch
 
 use super::helper::{arg, is_terminating, label_selector, pod_labels, pod_namespace, pod_spec};
 use crate::framework::{
-    ClusterEvent, FilterPlugin, Plugin, PodInfo, PreFilterPlugin, PreScorePlugin, ScorePlugin,
-    Workloads,
+    ClassMemo, ClusterEvent, FilterPlugin, NodeInfo, Plugin, PreFilterPlugin, PreScorePlugin,
+    ScorePlugin, Workloads,
 };
 
 pub const NAME: &str = "PodTopologySpread";
@@ -70,18 +70,27 @@ impl Constraint {
     }
 }
 
-/// Pods in `ns`, not being deleted, that `selector` matches; an empty selector counts none.
-fn count_matching(pods: &[std::sync::Arc<PodInfo>], selector: &Selector, ns: &str) -> i64 {
+/// Pods on `node` in `ns`, not being deleted, that `selector` matches; an empty selector
+/// counts none. `memo` keeps the answer per pod class across the cycle's nodes.
+fn count_matching(
+    node: &NodeInfo,
+    selector: &Selector,
+    ns: &str,
+    memo: &mut ClassMemo<bool>,
+) -> i64 {
     if selector.is_empty() {
         return 0;
     }
-    pods.iter()
-        .filter(|p| {
-            !is_terminating(&p.pod)
-                && pod_namespace(&p.pod) == ns
-                && selector.matches(pod_labels(&p.pod))
+    node.classes
+        .iter()
+        .filter(|c| {
+            *memo.get_or(c.id, || {
+                let p = &c.pod.pod;
+                !is_terminating(p) && pod_namespace(p) == ns && selector.matches(pod_labels(p))
+            })
         })
-        .count() as i64
+        .map(|c| i64::from(c.count))
+        .sum()
 }
 
 /// Whether the node has every constraint's topology key.

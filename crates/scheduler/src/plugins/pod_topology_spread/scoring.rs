@@ -10,8 +10,8 @@ use skiff_component_helpers::node_affinity::RequiredNodeAffinity;
 
 use super::{Constraint, HOSTNAME, PodTopologySpread, count_matching, has_all_keys};
 use crate::framework::{
-    CycleState, MAX_NODE_SCORE, NodeInfo, NodeScore, PodInfo, PreScorePlugin, ScorePlugin,
-    Snapshot, Status,
+    ClassMemo, CycleState, MAX_NODE_SCORE, NodeInfo, NodeScore, PodInfo, PreScorePlugin,
+    ScorePlugin, Snapshot, Status,
 };
 use crate::plugins::helper::node_labels;
 
@@ -90,12 +90,14 @@ impl PreScorePlugin for PodTopologySpread {
             .collect();
         let required = RequiredNodeAffinity::of(&pod.pod);
         let ns = pod.namespace();
+        let mut memos: Vec<ClassMemo<bool>> =
+            constraints.iter().map(|_| ClassMemo::new()).collect();
         for n in snapshot.nodes() {
             if require_all && !has_all_keys(&n.node, &constraints) {
                 continue;
             }
             let labels = node_labels(&n.node);
-            for c in &constraints {
+            for (i, c) in constraints.iter().enumerate() {
                 if c.topology_key == HOSTNAME || !c.includes(&pod.pod, &n.node, &required) {
                     continue;
                 }
@@ -110,7 +112,7 @@ impl PreScorePlugin for PodTopologySpread {
                 else {
                     continue;
                 };
-                *count += count_matching(&n.pods, &c.selector, ns);
+                *count += count_matching(n, &c.selector, ns, &mut memos[i]);
             }
         }
         state.write(
@@ -151,7 +153,12 @@ impl ScorePlugin for PodTopologySpread {
                 continue;
             };
             let count = if c.topology_key == HOSTNAME {
-                count_matching(&node.pods, &c.selector, pod.namespace())
+                count_matching(
+                    node,
+                    &c.selector,
+                    pod.namespace(),
+                    &mut ClassMemo::default(),
+                )
             } else {
                 s.pair_counts
                     .get(&c.topology_key)

@@ -49,6 +49,10 @@ pub struct SchedulerBenchArgs {
     /// pods with the same label).
     #[arg(long, value_enum, default_value = "basic")]
     pub workload: Workload,
+    /// The scheduler configuration's `parallelism` (nodes filtered at once; threads are
+    /// capped at the cores). Unset: upstream's default, 16.
+    #[arg(long)]
+    pub parallelism: Option<u32>,
 }
 
 /// The pod shapes `--workload` picks.
@@ -201,7 +205,14 @@ async fn bench(args: &SchedulerBenchArgs, server: &ServerChild) -> Result<()> {
         api: api.clone(),
         volumes: Volumes::from_informers(&factory),
     };
-    let scheduler = Scheduler::new(Configuration::default().frameworks_with(&handle)?, api);
+    let scheduler = Scheduler::new(
+        Configuration {
+            parallelism: args.parallelism,
+            ..Default::default()
+        }
+        .frameworks_with(&handle)?,
+        api,
+    );
     drop(handle);
     let (synced_tx, mut synced) = tokio::sync::watch::channel(false);
     // the task holds the factory's only clone: aborting it stops the watches
@@ -285,6 +296,7 @@ async fn bench(args: &SchedulerBenchArgs, server: &ServerChild) -> Result<()> {
                 "nodes": args.nodes,
                 "pods": args.pods,
                 "clients": args.clients,
+                "parallelism": args.parallelism.unwrap_or(16),
                 "nodes_created_s": round3(nodes_s),
                 "pods_created_s": round3(created_s),
                 "span_s": round3(span),
