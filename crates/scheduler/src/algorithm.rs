@@ -40,14 +40,17 @@ pub fn num_feasible_nodes_to_find(percentage: u32, all: usize) -> usize {
 /// Nodes one filtering task takes at a time (upstream's parallelizer takes chunks too).
 const FILTER_CHUNK: usize = 32;
 
-/// The threads that help the scheduling thread filter, one per core but one (None if they
-/// could not be started: then one thread filters).
+/// The threads that help the scheduling thread filter, one per core but one (None on one
+/// core, or if they could not be started: then one thread filters).
 fn filter_pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
     let pool = POOL.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        if cores < 2 {
+            return None;
+        }
         rayon::ThreadPoolBuilder::new()
-            .num_threads(cores.saturating_sub(1).max(1))
+            .num_threads(cores - 1)
             .thread_name(|i| format!("filter-{i}"))
             .build()
             .inspect_err(|e| tracing::warn!("filtering on one thread: {e}"))
@@ -58,19 +61,18 @@ fn filter_pool() -> Option<&'static rayon::ThreadPool> {
 
 /// Runs `filter` on positions `0..all` on up to `parallelism` cores until `want` of them
 /// succeed, and returns the outcomes of a prefix `0..k` that holds `want` successes or is
-/// everything (upstream's parallel `findNodesThatPassFilters`). Tasks claim whole chunks in order and
-/// claim no more once enough fit, so the prefix has no gaps and the result is what filtering
-/// one node after another would give; at most a chunk per task is filtered in vain.
+/// everything (upstream's parallel `findNodesThatPassFilters`). Tasks claim whole chunks in
+/// order and claim no more once enough fit, so the prefix has no gaps and the result is what
+/// filtering one node after another would give; at most a chunk per task is filtered in vain.
 fn filter_until<F>(all: usize, want: usize, parallelism: usize, filter: F) -> Vec<Status>
 where
     F: Fn(usize) -> Status + Sync,
 {
-    let tasks = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(parallelism)
-        .min(all.div_ceil(FILTER_CHUNK));
-    let pool = filter_pool().filter(|_| tasks > 1);
-    let Some(pool) = pool else {
+    let pool = filter_pool();
+    // the pool's helpers and this thread: one per core (read once, not per cycle)
+    let cores = pool.map_or(1, |p| p.current_num_threads() + 1);
+    let tasks = cores.min(parallelism).min(all.div_ceil(FILTER_CHUNK));
+    let Some(pool) = pool.filter(|_| tasks > 1) else {
         let mut out = Vec::new();
         let mut fit = 0;
         for i in 0..all {
