@@ -12,8 +12,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock, Weak};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Affinity, Pod};
 use parking_lot::Mutex;
+
+use super::types::{is_terminating, pod_namespace};
 
 /// What makes two pods alike to the plugins that match pods by labels.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -27,25 +29,22 @@ struct ClassKey {
 
 impl ClassKey {
     fn of(pod: &Pod) -> ClassKey {
-        let affinity = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.affinity.as_ref())
-            .filter(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some())
-            .map(|a| {
-                serde_json::to_string(&(&a.pod_affinity, &a.pod_anti_affinity)).unwrap_or_default()
-            });
+        let affinity = pod_affinity(pod).map(|a| {
+            serde_json::to_string(&(&a.pod_affinity, &a.pod_anti_affinity)).unwrap_or_default()
+        });
         ClassKey {
-            namespace: pod
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into()),
+            namespace: pod_namespace(pod).to_string(),
             labels: pod.metadata.labels.clone().unwrap_or_default(),
-            terminating: pod.metadata.deletion_timestamp.is_some(),
+            terminating: is_terminating(pod),
             affinity,
         }
     }
+}
+
+/// The pod's affinity when it has pod affinity or anti-affinity terms of any kind.
+fn pod_affinity(pod: &Pod) -> Option<&Affinity> {
+    let a = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
+    a.filter(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some())
 }
 
 /// One class of pods; pods hold it through their `PodInfo`.
@@ -53,6 +52,10 @@ impl ClassKey {
 pub struct PodClass {
     /// Dense among live classes: an index into a [`ClassMemo`].
     pub id: u32,
+    /// Whether the pods have pod affinity or anti-affinity terms of any kind.
+    pub has_affinity: bool,
+    /// Whether the pods have required anti-affinity terms.
+    pub has_required_anti_affinity: bool,
     key: ClassKey,
 }
 
@@ -77,17 +80,21 @@ impl PodClass {
             interner.next += 1;
             interner.next - 1
         });
+        let has_required_anti_affinity = pod_affinity(pod)
+            .and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|aa| {
+                aa.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .is_some_and(|terms| !terms.is_empty());
         let class = Arc::new(PodClass {
             id,
+            has_affinity: key.affinity.is_some(),
+            has_required_anti_affinity,
             key: key.clone(),
         });
         interner.classes.insert(key, Arc::downgrade(&class));
         class
-    }
-
-    /// One past the largest id in use: the size a [`ClassMemo`] may need.
-    pub fn id_bound() -> usize {
-        INTERNER.lock().next as usize
     }
 }
 
@@ -107,7 +114,8 @@ impl Drop for PodClass {
 }
 
 /// What one cycle worked out per class (whether a selector matches it, what it adds to a
-/// score), each computed the first time a class is asked about.
+/// score), each computed the first time a class is asked about. It grows to the largest id
+/// asked about, so it needs no look at the interner.
 pub struct ClassMemo<T> {
     slots: Vec<Option<T>>,
 }
@@ -119,13 +127,6 @@ impl<T> Default for ClassMemo<T> {
 }
 
 impl<T> ClassMemo<T> {
-    /// Sized for the classes alive now (more are grown on demand).
-    pub fn new() -> ClassMemo<T> {
-        let mut slots = Vec::new();
-        slots.resize_with(PodClass::id_bound(), || None);
-        ClassMemo { slots }
-    }
-
     /// The answer for the class with this id, worked out by `init` the first time.
     pub fn get_or(&mut self, id: u32, init: impl FnOnce() -> T) -> &T {
         let i = id as usize;
@@ -179,7 +180,7 @@ mod tests {
     fn a_memo_computes_once_per_class() {
         let a = PodBuilder::new("a").label("app", "memo").info();
         let b = PodBuilder::new("b").label("app", "memo").info();
-        let mut memo = ClassMemo::new();
+        let mut memo = ClassMemo::default();
         assert_eq!(*memo.get_or(a.class().id, || 7), 7);
         assert_eq!(*memo.get_or(b.class().id, || 8), 7);
     }

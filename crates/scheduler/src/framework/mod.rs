@@ -23,6 +23,6 @@ pub use runtime::{Framework, Points};
 pub use status::{Code, Status};
 pub use types::{
     Claims, ClassCount, HostPort, NamespaceLabels, NodeInfo, NominatedPods, PodInfo, Resource,
-    Snapshot, Workloads,
+    Snapshot, Workloads, is_terminating, pod_namespace,
 };
 pub use waiting::{WaitingPod, WaitingPods};

@@ -61,7 +61,7 @@ impl PodInfo {
         let requests = pod_requests_in_use(&pod, |r| r);
         let non_zero_requests = pod_requests_in_use(&pod, non_zero);
         PodInfo {
-            key: format!("{}/{}", namespace_of(&pod), name_of(&pod)),
+            key: format!("{}/{}", pod_namespace(&pod), name_of(&pod)),
             requests,
             non_zero_requests,
             memo: Arc::default(),
@@ -101,7 +101,7 @@ impl PodInfo {
     }
 
     pub fn namespace(&self) -> &str {
-        namespace_of(&self.pod)
+        pod_namespace(&self.pod)
     }
 
     pub fn uid(&self) -> &str {
@@ -137,19 +137,12 @@ impl PodInfo {
 
     /// Whether the pod has pod affinity or anti-affinity terms of any kind.
     pub fn has_affinity(&self) -> bool {
-        let a = self.pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
-        a.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some())
+        self.class.has_affinity
     }
 
     /// Whether the pod has required anti-affinity terms.
     pub fn has_required_anti_affinity(&self) -> bool {
-        let a = self.pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
-        a.and_then(|a| a.pod_anti_affinity.as_ref())
-            .and_then(|aa| {
-                aa.required_during_scheduling_ignored_during_execution
-                    .as_ref()
-            })
-            .is_some_and(|terms| !terms.is_empty())
+        self.class.has_required_anti_affinity
     }
 }
 
@@ -157,8 +150,14 @@ fn name_of(pod: &Pod) -> &str {
     pod.metadata.name.as_deref().unwrap_or("")
 }
 
-fn namespace_of(pod: &Pod) -> &str {
+/// A pod's namespace as the framework reads it (`default` when unset).
+pub fn pod_namespace(pod: &Pod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or("default")
+}
+
+/// Whether the pod is being deleted (upstream skips such pods when counting for spreading).
+pub fn is_terminating(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
 }
 
 /// How many of a node's pods have one class; the id is kept here so that counting a node's
@@ -179,10 +178,6 @@ pub struct NodeInfo {
     pub pods: Vec<Arc<PodInfo>>,
     /// How many of `pods` each class has (see [`ClassCount`]).
     pub classes: Vec<ClassCount>,
-    /// How many of `pods` have pod affinity or anti-affinity.
-    pub pods_with_affinity: usize,
-    /// How many of `pods` have required anti-affinity.
-    pub pods_with_required_anti_affinity: usize,
     /// Sum of the pods' requests.
     pub requested: Resource,
     /// Sum of the pods' requests with the scoring defaults.
@@ -202,8 +197,6 @@ impl NodeInfo {
             node,
             pods: Vec::new(),
             classes: Vec::new(),
-            pods_with_affinity: 0,
-            pods_with_required_anti_affinity: 0,
             requested: Resource::default(),
             non_zero_requested: Resource::default(),
             allocatable,
@@ -235,12 +228,6 @@ impl NodeInfo {
         self.requested.add(&pod.requests);
         self.non_zero_requested.add(&pod.non_zero_requests);
         self.used_ports.extend(host_ports(&pod.pod));
-        if pod.has_affinity() {
-            self.pods_with_affinity += 1;
-        }
-        if pod.has_required_anti_affinity() {
-            self.pods_with_required_anti_affinity += 1;
-        }
         let id = pod.class.id;
         match self.classes.iter_mut().find(|c| c.id == id) {
             Some(c) => c.count += 1,
@@ -266,12 +253,6 @@ impl NodeInfo {
             if let Some(j) = self.used_ports.iter().position(|p| *p == port) {
                 self.used_ports.swap_remove(j);
             }
-        }
-        if pod.has_affinity() {
-            self.pods_with_affinity -= 1;
-        }
-        if pod.has_required_anti_affinity() {
-            self.pods_with_required_anti_affinity -= 1;
         }
         let id = pod.class.id;
         if let Some(c) = self.classes.iter().position(|c| c.id == id) {
@@ -482,14 +463,16 @@ impl Snapshot {
 
     /// Nodes with at least one pod that has pod affinity or anti-affinity.
     pub fn nodes_with_affinity_pods(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
-        self.nodes.iter().filter(|n| n.pods_with_affinity > 0)
+        self.nodes
+            .iter()
+            .filter(|n| n.classes.iter().any(|c| c.pod.has_affinity()))
     }
 
     /// Nodes with at least one pod that has required anti-affinity.
     pub fn nodes_with_required_anti_affinity_pods(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
         self.nodes
             .iter()
-            .filter(|n| n.pods_with_required_anti_affinity > 0)
+            .filter(|n| n.classes.iter().any(|c| c.pod.has_required_anti_affinity()))
     }
 }
 

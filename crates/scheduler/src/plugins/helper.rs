@@ -12,16 +12,7 @@ use skiff_component_helpers::ephemeral;
 pub use skiff_component_helpers::views::{node_labels, pod_labels, pod_spec};
 
 use crate::framework::{MAX_NODE_SCORE, NodeScore};
-
-/// A pod's namespace as the framework reads it (`default` when unset).
-pub fn pod_namespace(pod: &Pod) -> &str {
-    pod.metadata.namespace.as_deref().unwrap_or("default")
-}
-
-/// Whether the pod is being deleted (upstream skips such pods when counting for spreading).
-pub fn is_terminating(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
-}
+pub use crate::framework::{is_terminating, pod_namespace};
 
 /// Scales scores so the highest becomes `max` (upstream's `DefaultNormalizeScore`); with
 /// `reverse`, a low raw score is good and the result is `max - scaled`. All zero raw scores

@@ -85,7 +85,7 @@ impl PreScorePlugin for InterPodAffinity {
             Box::new(snapshot.nodes_with_affinity_pods())
         };
         // what one existing pod of a class adds to its node's domains, worked out once per class
-        let mut adds: ClassMemo<Vec<(String, i64)>> = ClassMemo::new();
+        let mut adds: ClassMemo<Vec<(String, i64)>> = ClassMemo::default();
         for node in candidates {
             let labels = node_labels(&node.node);
             if labels.is_empty() {

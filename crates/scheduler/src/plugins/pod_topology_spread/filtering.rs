@@ -77,7 +77,7 @@ impl PreFilterPlugin for PodTopologySpread {
         let required = RequiredNodeAffinity::of(&pod.pod);
         let ns = pod.namespace();
         let mut memos: Vec<ClassMemo<bool>> =
-            constraints.iter().map(|_| ClassMemo::new()).collect();
+            constraints.iter().map(|_| ClassMemo::default()).collect();
         // keyed by the snapshot's own strings; copied once per domain below
         let mut counts: Vec<HashMap<&str, i64>> = vec![HashMap::new(); constraints.len()];
         for node in snapshot.nodes() {
@@ -89,7 +89,7 @@ impl PreFilterPlugin for PodTopologySpread {
                 if !c.includes(&pod.pod, &node.node, &required) {
                     continue;
                 }
-                let n = count_matching(node, &c.selector, ns, &mut memos[i]);
+                let n = count_matching(node, &c.selector, ns, Some(&mut memos[i]));
                 *counts[i]
                     .entry(labels[&c.topology_key].as_str())
                     .or_default() += n;

@@ -71,12 +71,12 @@ impl Constraint {
 }
 
 /// Pods on `node` in `ns`, not being deleted, that `selector` matches; an empty selector
-/// counts none. `memo` keeps the answer per pod class across the cycle's nodes.
+/// counts none. `memo`, when counting across many nodes, keeps the answer per pod class.
 fn count_matching(
     node: &NodeInfo,
     selector: &Selector,
     ns: &str,
-    memo: &mut ClassMemo<bool>,
+    mut memo: Option<&mut ClassMemo<bool>>,
 ) -> i64 {
     if selector.is_empty() {
         return 0;
@@ -84,10 +84,14 @@ fn count_matching(
     node.classes
         .iter()
         .filter(|c| {
-            *memo.get_or(c.id, || {
+            let matches = || {
                 let p = &c.pod.pod;
                 !is_terminating(p) && pod_namespace(p) == ns && selector.matches(pod_labels(p))
-            })
+            };
+            match memo.as_deref_mut() {
+                Some(memo) => *memo.get_or(c.id, matches),
+                None => matches(),
+            }
         })
         .map(|c| i64::from(c.count))
         .sum()

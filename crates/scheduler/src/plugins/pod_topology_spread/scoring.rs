@@ -91,7 +91,7 @@ impl PreScorePlugin for PodTopologySpread {
         let required = RequiredNodeAffinity::of(&pod.pod);
         let ns = pod.namespace();
         let mut memos: Vec<ClassMemo<bool>> =
-            constraints.iter().map(|_| ClassMemo::new()).collect();
+            constraints.iter().map(|_| ClassMemo::default()).collect();
         for n in snapshot.nodes() {
             if require_all && !has_all_keys(&n.node, &constraints) {
                 continue;
@@ -112,7 +112,7 @@ impl PreScorePlugin for PodTopologySpread {
                 else {
                     continue;
                 };
-                *count += count_matching(n, &c.selector, ns, &mut memos[i]);
+                *count += count_matching(n, &c.selector, ns, Some(&mut memos[i]));
             }
         }
         state.write(
@@ -153,12 +153,7 @@ impl ScorePlugin for PodTopologySpread {
                 continue;
             };
             let count = if c.topology_key == HOSTNAME {
-                count_matching(
-                    node,
-                    &c.selector,
-                    pod.namespace(),
-                    &mut ClassMemo::default(),
-                )
+                count_matching(node, &c.selector, pod.namespace(), None)
             } else {
                 s.pair_counts
                     .get(&c.topology_key)
