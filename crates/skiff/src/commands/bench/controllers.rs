@@ -163,13 +163,15 @@ pub(super) async fn start_logging(
     )
 }
 
-fn deployment(replicas: usize) -> Deployment {
+/// A Deployment of pause pods named `name` that rolls 25 % at a time and whose pods stop at
+/// once.
+pub(crate) fn deployment(name: &str, replicas: usize) -> Deployment {
     serde_json::from_value(json!({
-        "metadata": {"name": NAME},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": NAME}},
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
                  "strategy": {"type": "RollingUpdate",
                               "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
-                 "template": {"metadata": {"labels": {"app": NAME}},
+                 "template": {"metadata": {"labels": {"app": name}},
                               "spec": {"terminationGracePeriodSeconds": 0,
                                        "containers": [{"name": "c",
                                            "image": "registry.k8s.io/pause:3.10"}]}}},
@@ -469,7 +471,7 @@ async fn bench(
     let traffic = watches::traffic(&client).await?;
     let start_at = Instant::now();
     deployments
-        .create(&PostParams::default(), &deployment(n))
+        .create(&PostParams::default(), &deployment(NAME, n))
         .await
         .context("creating the deployment")?;
     tokio::time::timeout(limit, counts.wait_for(|(created, _)| *created >= n))

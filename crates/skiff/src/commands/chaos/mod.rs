@@ -34,7 +34,7 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::commands::bench::controllers::rolled_out;
+use crate::commands::bench::controllers::{deployment, rolled_out};
 use cluster::{COMPONENTS, Cluster};
 
 /// Options of `skiff chaos`.
@@ -228,18 +228,8 @@ async fn setup(client: &kube::Client, replicas: usize) -> Result<()> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let ns = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))?;
     namespaces.create(&PostParams::default(), &ns).await?;
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": NAME},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": NAME}},
-                 "strategy": {"type": "RollingUpdate",
-                              "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
-                 "template": {"metadata": {"labels": {"app": NAME}},
-                              "spec": {"terminationGracePeriodSeconds": 0,
-                                       "containers": [{"name": "c",
-                                           "image": "registry.k8s.io/pause:3.10"}]}}},
-    }))?;
     Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
-        .create(&PostParams::default(), &deployment)
+        .create(&PostParams::default(), &deployment(NAME, replicas))
         .await?;
     Ok(())
 }
