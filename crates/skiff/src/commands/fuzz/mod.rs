@@ -15,8 +15,8 @@
 //! `Rng::with_seed(seed + i)`, so a violation is replayed with the same `--seed` and
 //! `--requests`; each violating request's bytes are also written to `--findings`.
 //!
-//! Prints one JSON object (answers by code, violations) and ends with `N violations`; exits 1
-//! if N > 0.
+//! Prints a progress line on stderr every [`PROGRESS_EVERY`], then one JSON object (answers by
+//! code, violations) and ends with `N violations`; exits 1 if N > 0.
 
 mod request;
 mod wire;
@@ -24,7 +24,7 @@ mod wire;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -81,6 +81,8 @@ const RSS_BOUND_MB: u64 = 512;
 /// closed.
 const READ_HEADER_TIMEOUT: Duration = Duration::from_secs(32);
 const SLOW_GRACE: Duration = Duration::from_secs(8);
+/// How often the run says how far it is.
+const PROGRESS_EVERY: Duration = Duration::from_secs(30);
 
 pub async fn run(cmd: FuzzCommand) -> Result<()> {
     match cmd {
@@ -154,9 +156,26 @@ async fn http(args: HttpFuzzArgs) -> Result<()> {
     let tally = Arc::new(Mutex::new(Tally::default()));
     let started = Instant::now();
     let total = seeds.len() + args.requests;
+    let done = Arc::new(AtomicUsize::new(0));
+    let progress = {
+        let (done, tally, peak) = (done.clone(), tally.clone(), rss_peak.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(PROGRESS_EVERY).await;
+                let n = done.load(Ordering::Relaxed);
+                let secs = started.elapsed().as_secs_f64();
+                eprintln!(
+                    "fuzz: {n}/{total} requests in {secs:.0} s ({:.0}/s), {} violations, server RSS peak {} MB",
+                    n as f64 / secs,
+                    tally.lock().violations.len(),
+                    peak.load(Ordering::Relaxed),
+                );
+            }
+        })
+    };
     futures::stream::iter(0..total)
         .map(|i| {
-            let (seeds, target, tally) = (&seeds, target.clone(), tally.clone());
+            let (seeds, target, tally, done) = (&seeds, target.clone(), tally.clone(), &done);
             let (admin, anonymous, findings) = (&admin, &anonymous, &findings);
             async move {
                 let mut rng = Rng::with_seed(args.seed.wrapping_add(i as u64));
@@ -187,12 +206,14 @@ async fn http(args: HttpFuzzArgs) -> Result<()> {
                 if found {
                     let _ = std::fs::write(findings.join(format!("{i}.http")), pieces.concat());
                 }
+                done.fetch_add(1, Ordering::Relaxed);
             }
         })
         .buffer_unordered(args.connections.max(1))
         .collect::<()>()
         .await;
     let elapsed = started.elapsed();
+    progress.abort();
 
     // the slowloris connections must all be closed by the read-header timeout
     let deadline = slow_started + READ_HEADER_TIMEOUT + SLOW_GRACE;
@@ -244,7 +265,7 @@ async fn http(args: HttpFuzzArgs) -> Result<()> {
             "seconds": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
             "answers_by_code": tally.by_code,
             "bare_4xx": tally.bare_4xx,
-            "silent_after_2s": tally.silent,
+            "silent": tally.silent,
             "closed_unanswered": tally.closed_unanswered,
             "connect_failures": tally.connect_failures,
             "slowloris": args.slow,

@@ -12,8 +12,13 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-/// How long the fuzzer waits for the server's next bytes before it gives up on an answer.
+/// How long the fuzzer waits for the server's next bytes before it gives up on a first answer
+/// (one the server may rightly withhold, e.g. for a body shorter than its length).
 const READ_IDLE: Duration = Duration::from_secs(2);
+/// How long it waits, once an answer has come, for more (to smuggled or pipelined requests)
+/// before it ends a connection the server keeps alive. Those follow the first answer at once,
+/// so a short wait suffices; waiting [`READ_IDLE`] here was most of a run's time.
+const MORE_IDLE: Duration = Duration::from_millis(250);
 
 /// A parsed answer.
 #[derive(Debug)]
@@ -72,7 +77,12 @@ pub async fn exchange(
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 64 << 10];
     loop {
-        match tokio::time::timeout(READ_IDLE, stream.read(&mut chunk)).await {
+        let idle = if outcome.answers.is_empty() {
+            READ_IDLE
+        } else {
+            MORE_IDLE
+        };
+        match tokio::time::timeout(idle, stream.read(&mut chunk)).await {
             Err(_) => {
                 outcome.silent = outcome.answers.is_empty();
                 break;
