@@ -208,6 +208,12 @@ impl RequiredNodeAffinity {
         }
     }
 
+    /// Whether the pod has neither a node selector nor required node affinity (every node
+    /// matches).
+    pub fn is_empty(&self) -> bool {
+        self.node_selector.as_ref().is_none_or(|s| s.is_empty()) && self.required.is_none()
+    }
+
     pub fn matches(&self, node: &Node) -> bool {
         if let Some(sel) = &self.node_selector {
             let labels = node_labels(node);

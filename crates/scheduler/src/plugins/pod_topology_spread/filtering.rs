@@ -1,5 +1,6 @@
 //! PodTopologySpread's PreFilter and Filter for `DoNotSchedule` constraints: PreFilter counts
-//! matching pods per domain over every eligible node and keeps each constraint's minimum;
+//! matching pods per domain over every eligible node (recounting only changed nodes when
+//! every node with the keys is eligible, see `domains`) and keeps each constraint's minimum;
 //! Filter then checks `count in the node's domain + self − minimum ≤ maxSkew` in O(constraints).
 
 use std::collections::HashMap;
@@ -75,30 +76,15 @@ impl PreFilterPlugin for PodTopologySpread {
             return Status::skip().into();
         }
         let required = RequiredNodeAffinity::of(&pod.pod);
-        let ns = pod.namespace();
-        let mut memos: Vec<ClassMemo<bool>> =
-            constraints.iter().map(|_| ClassMemo::default()).collect();
-        // keyed by the snapshot's own strings; copied once per domain below
-        let mut counts: Vec<HashMap<&str, i64>> = vec![HashMap::new(); constraints.len()];
-        for node in snapshot.nodes() {
-            if !has_all_keys(&node.node, &constraints) {
-                continue;
-            }
-            let labels = node_labels(&node.node);
-            for (i, c) in constraints.iter().enumerate() {
-                if !c.includes(&pod.pod, &node.node, &required) {
-                    continue;
-                }
-                let n = count_matching(node, &c.selector, ns, Some(&mut memos[i]));
-                *counts[i]
-                    .entry(labels[&c.topology_key].as_str())
-                    .or_default() += n;
-            }
-        }
-        let counts = counts
-            .into_iter()
-            .map(|m| m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
-            .collect();
+        let every_node = constraints
+            .iter()
+            .all(|c| !c.honor_node_taints && (!c.honor_node_affinity || required.is_empty()));
+        let counts = if every_node {
+            self.domains
+                .counts(snapshot.nodes(), pod.namespace(), &constraints)
+        } else {
+            count_domains(pod, &required, &constraints, snapshot)
+        };
         let mut s = PreFilterState {
             minimum: vec![0; constraints.len()],
             constraints,
@@ -122,6 +108,40 @@ impl PreFilterPlugin for PodTopologySpread {
             s.update(pod, other, node, -1);
         }
     }
+}
+
+/// Per constraint: topology value → matching pods, over the nodes that have every
+/// constraint's key and that the constraint takes into account for `pod`.
+pub(super) fn count_domains(
+    pod: &PodInfo,
+    required: &RequiredNodeAffinity,
+    constraints: &[Constraint],
+    snapshot: &Snapshot,
+) -> Vec<HashMap<String, i64>> {
+    let ns = pod.namespace();
+    let mut memos: Vec<ClassMemo<bool>> =
+        constraints.iter().map(|_| ClassMemo::default()).collect();
+    // keyed by the snapshot's own strings; copied once per domain below
+    let mut counts: Vec<HashMap<&str, i64>> = vec![HashMap::new(); constraints.len()];
+    for node in snapshot.nodes() {
+        if !has_all_keys(&node.node, constraints) {
+            continue;
+        }
+        let labels = node_labels(&node.node);
+        for (i, c) in constraints.iter().enumerate() {
+            if !c.includes(&pod.pod, &node.node, required) {
+                continue;
+            }
+            let n = count_matching(node, &c.selector, ns, Some(&mut memos[i]));
+            *counts[i]
+                .entry(labels[&c.topology_key].as_str())
+                .or_default() += n;
+        }
+    }
+    counts
+        .into_iter()
+        .map(|m| m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+        .collect()
 }
 
 impl FilterPlugin for PodTopologySpread {

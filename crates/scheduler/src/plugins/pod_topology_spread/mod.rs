@@ -5,10 +5,12 @@
 //!
 //! # Layout
 //! - this file: the plugin, its args, constraints, counting.
+//! - `domains`: PreFilter's counts per domain, kept across cycles.
 //! - `filtering`: PreFilter (counts per domain, minimum per constraint), Filter, the
 //!   add/remove hooks preemption uses.
 //! - `scoring`: PreScore, Score and NormalizeScore.
 
+mod domains;
 mod filtering;
 mod scoring;
 
@@ -111,6 +113,7 @@ pub struct PodTopologySpread {
     /// `defaultingType: System`: the built-in defaults, and nodes need not have every key
     /// when scoring.
     system_defaulted: bool,
+    domains: domains::DomainCounts,
 }
 
 /// Upstream's system default constraints: hostname maxSkew 3, zone maxSkew 5, both
@@ -133,6 +136,7 @@ impl Default for PodTopologySpread {
         PodTopologySpread {
             default_constraints: system_default_constraints(),
             system_defaulted: true,
+            domains: Default::default(),
         }
     }
 }
@@ -180,6 +184,7 @@ impl PodTopologySpread {
             "List" => Ok(PodTopologySpread {
                 default_constraints: constraints,
                 system_defaulted: false,
+                domains: Default::default(),
             }),
             other => Err(format!(
                 "defaultingType: Unsupported value: {other:?}: supported values: \"List\", \"System\""
