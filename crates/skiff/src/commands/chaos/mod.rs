@@ -150,9 +150,10 @@ async fn drive(
             Ok(_) => converged.push(started.elapsed()),
             Err(e) => violations.push(format!("round {round} ({name} killed): {e:#}")),
         }
-        // every acknowledged write so far is still there
+        // every write acknowledged before the read is in it (the writers go on meanwhile)
+        let acknowledged = writes::acknowledged_so_far(&writers);
         let values = read_values(&configmaps).await;
-        for v in writes::violations(&writers, &writes::Watchers::default(), &values, false) {
+        for v in writes::violations(&acknowledged, &writes::Watchers::default(), &values, false) {
             let writer = v.split(':').next().unwrap_or_default().to_string();
             if lost_already.insert(writer) {
                 violations.push(format!("round {round} ({name} killed): {v}"));

@@ -16,7 +16,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 /// One writer's history: `w-{i}` holds `data.v`, written 1, 2, 3, … in turn.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Writer {
     /// Acknowledged writes: value and the resourceVersion the answer carried.
     pub acked: Vec<(u64, i64)>,
@@ -43,6 +43,17 @@ impl Writer {
 }
 
 pub type Writers = Arc<Vec<Mutex<Writer>>>;
+
+/// The writers' histories as they are now, while the writers go on: a read that starts after
+/// this must hold every write acknowledged in it, but not the ones acknowledged meanwhile.
+pub fn acknowledged_so_far(writers: &Writers) -> Writers {
+    Arc::new(
+        writers
+            .iter()
+            .map(|w| Mutex::new(w.lock().clone()))
+            .collect(),
+    )
+}
 
 /// Runs `count` writers in namespace `ns` until `stop` says so.
 pub fn spawn_writers(
