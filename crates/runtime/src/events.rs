@@ -16,7 +16,7 @@
 //! time), except that a series' update waits for the write before it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -206,74 +206,96 @@ impl Write {
 
 /// The correlator's state: client-go's `EventCorrelator` (aggregator, logger, spam filter),
 /// each a cache bounded to [`CACHE_ENTRIES`].
+///
+/// The caches hold a 128-bit hash of each key ([`Ids`]), not the key: every node agent keeps a
+/// correlator, and a hollow-node process thousands of them, each holding an entry or three per
+/// event about its pods. With the keys (object references, reasons, notes) and the written
+/// Event kept, an entry took about 1.5 KiB of table slot plus its strings; without them a few
+/// dozen bytes. A series' Event is made again from the occurrence at hand when it must be
+/// created anew, under the name and `eventTime` of the first.
 #[derive(Default)]
 struct Correlator {
-    similar: Bounded<SimilarKey, Similar>,
-    series: Bounded<SeriesKey, Series>,
-    spam: Bounded<ObjectKey, (f64, Instant)>,
+    ids: Ids,
+    similar: Bounded<Id, Similar>,
+    series: Bounded<Id, Series>,
+    spam: Bounded<Id, (f64, Instant)>,
+}
+
+/// A key's 128-bit hash: two SipHashes under random keys, so that two keys share an id with
+/// a chance of about 2⁻¹²⁸ per pair, and no one can choose keys that do.
+type Id = u128;
+
+#[derive(Default)]
+struct Ids(std::hash::RandomState, std::hash::RandomState);
+
+impl Ids {
+    fn of(&self, key: &impl Hash) -> Id {
+        (u128::from(self.0.hash_one(key)) << 64) | u128::from(self.1.hash_one(key))
+    }
 }
 
 /// The object an event is about, without its resourceVersion (and without its field path
 /// unless taken `with_field`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct ObjectKey {
-    api_version: Option<String>,
-    kind: Option<String>,
-    namespace: Option<String>,
-    name: Option<String>,
-    uid: Option<String>,
-    field_path: Option<String>,
+#[derive(Hash)]
+struct ObjectKey<'a> {
+    api_version: Option<&'a str>,
+    kind: Option<&'a str>,
+    namespace: Option<&'a str>,
+    name: Option<&'a str>,
+    uid: Option<&'a str>,
+    field_path: Option<&'a str>,
 }
 
-impl ObjectKey {
-    fn of(r: &ObjectReference) -> ObjectKey {
+impl<'a> ObjectKey<'a> {
+    fn of(r: &'a ObjectReference) -> ObjectKey<'a> {
         ObjectKey {
-            api_version: r.api_version.clone(),
-            kind: r.kind.clone(),
-            namespace: r.namespace.clone(),
-            name: r.name.clone(),
-            uid: r.uid.clone(),
+            api_version: r.api_version.as_deref(),
+            kind: r.kind.as_deref(),
+            namespace: r.namespace.as_deref(),
+            name: r.name.as_deref(),
+            uid: r.uid.as_deref(),
             field_path: None,
         }
     }
 
-    fn with_field(r: &ObjectReference) -> ObjectKey {
+    fn with_field(r: &'a ObjectReference) -> ObjectKey<'a> {
         ObjectKey {
-            field_path: r.field_path.clone(),
+            field_path: r.field_path.as_deref(),
             ..ObjectKey::of(r)
         }
     }
 }
 
 /// Events that differ only in their note (upstream's `EventAggregatorByReasonFunc`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct SimilarKey {
-    object: ObjectKey,
+#[derive(Hash)]
+struct SimilarKey<'a> {
+    object: &'a ObjectKey<'a>,
     type_: EventType,
-    reason: String,
+    reason: &'a str,
 }
 
-/// The distinct notes seen of similar events since the interval began.
+/// The distinct notes (their hashes) seen of similar events since the interval began.
 struct Similar {
-    notes: std::collections::HashSet<String>,
+    notes: std::collections::HashSet<u64>,
     since: Instant,
 }
 
 /// Identical events: one series.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct SeriesKey {
-    regarding: ObjectKey,
-    related: Option<ObjectKey>,
+#[derive(Hash)]
+struct SeriesKey<'a> {
+    regarding: ObjectKey<'a>,
+    related: Option<ObjectKey<'a>>,
     type_: EventType,
-    reason: String,
-    action: String,
+    reason: &'a str,
+    action: &'a str,
     /// The note, or nothing for the aggregate of similar events.
-    note: Option<String>,
+    note: Option<&'a str>,
 }
 
-/// A written event and how often it occurred; `order` serialises its writes.
+/// A written event (its `eventTime`, which also names it) and how often it occurred; `order`
+/// serialises its writes.
 struct Series {
-    object: EventObject,
+    first: jiff::Timestamp,
     count: i32,
     order: Arc<tokio::sync::Mutex<()>>,
 }
@@ -288,15 +310,21 @@ impl Correlator {
         now: Instant,
     ) -> Option<(Write, Arc<tokio::sync::Mutex<()>>)> {
         let object = ObjectKey::of(&event.regarding);
-        let aggregated = self.aggregate(&object, &mut event, now);
-        let key = SeriesKey {
+        let similar = self.ids.of(&SimilarKey {
+            object: &object,
+            type_: event.type_,
+            reason: &event.reason,
+        });
+        let object = self.ids.of(&object);
+        let aggregated = self.aggregate(similar, &mut event, now);
+        let key = self.ids.of(&SeriesKey {
             regarding: ObjectKey::with_field(&event.regarding),
             related: event.related.as_ref().map(ObjectKey::with_field),
             type_: event.type_,
-            reason: event.reason.clone(),
-            action: event.action.clone(),
-            note: (!aggregated).then(|| event.note.clone()),
-        };
+            reason: &event.reason,
+            action: &event.action,
+            note: (!aggregated).then_some(event.note.as_str()),
+        });
         let wall = jiff::Timestamp::now();
         let write = match self.series.get_mut(&key) {
             Some(series) => {
@@ -306,33 +334,29 @@ impl Correlator {
                         count: series.count,
                         last_observed_time: MicroTime(wall),
                     },
-                    object: series.object.clone(),
+                    object: new_object(reporter, &event, series.first),
                 }
             }
             None => {
-                let object = new_object(reporter, &event, wall);
                 let series = Series {
-                    object: object.clone(),
+                    first: wall,
                     count: 1,
                     order: Arc::default(),
                 };
-                self.series.insert(key.clone(), series);
-                Write::Create(object)
+                self.series.insert(key, series);
+                Write::Create(new_object(reporter, &event, wall))
             }
         };
         let order = self.series.get_mut(&key)?.order.clone();
         self.allow(object, now).then_some((write, order))
     }
 
-    /// Counts `event` among its similar ones; once more than [`AGGREGATE_MAX`] distinct notes
-    /// came within the interval, rewrites its note as the combined one and returns true.
-    fn aggregate(&mut self, object: &ObjectKey, event: &mut Event, now: Instant) -> bool {
-        let key = SimilarKey {
-            object: object.clone(),
-            type_: event.type_,
-            reason: event.reason.clone(),
-        };
-        let similar = self.similar.get_or_insert_with(key, || Similar {
+    /// Counts `event` among its similar ones (`similar`); once more than [`AGGREGATE_MAX`]
+    /// distinct notes came within the interval, rewrites its note as the combined one and
+    /// returns true.
+    fn aggregate(&mut self, similar: Id, event: &mut Event, now: Instant) -> bool {
+        let note = self.ids.0.hash_one(&event.note);
+        let similar = self.similar.get_or_insert_with(similar, || Similar {
             notes: Default::default(),
             since: now,
         });
@@ -340,7 +364,7 @@ impl Correlator {
             similar.notes.clear();
             similar.since = now;
         }
-        similar.notes.insert(event.note.clone());
+        similar.notes.insert(note);
         if similar.notes.len() < AGGREGATE_MAX {
             return false;
         }
@@ -349,7 +373,7 @@ impl Correlator {
     }
 
     /// The spam filter: a token bucket per object.
-    fn allow(&mut self, object: ObjectKey, now: Instant) -> bool {
+    fn allow(&mut self, object: Id, now: Instant) -> bool {
         let (tokens, at) = self.spam.get_or_insert_with(object, || (SPAM_BURST, now));
         let refill = now.saturating_duration_since(*at).as_secs_f64() / SPAM_REFILL.as_secs_f64();
         *tokens = (*tokens + refill).min(SPAM_BURST);
@@ -363,10 +387,10 @@ impl Correlator {
     }
 }
 
-/// The Event first written for an occurrence, named as upstream names them
+/// The Event written for an occurrence first seen at `first`, named as upstream names them
 /// (`{object}.{unix nanos in hex}`), in the object's namespace (`default` for a cluster-scoped
 /// object).
-fn new_object(reporter: &Reporter, event: &Event, now: jiff::Timestamp) -> EventObject {
+fn new_object(reporter: &Reporter, event: &Event, first: jiff::Timestamp) -> EventObject {
     let name = event.regarding.name.as_deref().unwrap_or_default();
     let namespace = match event.regarding.namespace.as_deref() {
         Some(ns) if !ns.is_empty() => ns,
@@ -374,11 +398,11 @@ fn new_object(reporter: &Reporter, event: &Event, now: jiff::Timestamp) -> Event
     };
     EventObject {
         metadata: ObjectMeta {
-            name: Some(format!("{name}.{:x}", now.as_nanosecond())),
+            name: Some(format!("{name}.{:x}", first.as_nanosecond())),
             namespace: Some(namespace.into()),
             ..Default::default()
         },
-        event_time: Some(MicroTime(now)),
+        event_time: Some(MicroTime(first)),
         reporting_controller: Some(reporter.controller.clone()),
         reporting_instance: Some(reporter.instance.clone()),
         action: Some(event.action.clone()),
