@@ -60,6 +60,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Revision, compaction point and size.
     async fn status(&self) -> Result<StoreStatus>;
+
+    /// The current revision: `status`'s, which a store may know without the rest.
+    async fn revision(&self) -> Result<i64> {
+        Ok(self.status().await?.revision)
+    }
 }
 
 /// Lets the holder of a [`WatchStream`] ask for a progress notification.
@@ -166,5 +171,8 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     }
     async fn status(&self) -> Result<StoreStatus> {
         (**self).status().await
+    }
+    async fn revision(&self) -> Result<i64> {
+        (**self).revision().await
     }
 }

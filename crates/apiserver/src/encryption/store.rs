@@ -181,6 +181,9 @@ impl Store for EncryptedStore {
     async fn status(&self) -> Result<StoreStatus> {
         self.inner.status().await
     }
+    async fn revision(&self) -> Result<i64> {
+        self.inner.revision().await
+    }
 }
 
 #[cfg(test)]

@@ -32,7 +32,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 
 use tokio::sync::oneshot;
@@ -62,11 +61,11 @@ const PERSIST_BYTES: usize = 16 << 20;
 /// writers do not stall behind one; bounded, so that a file that cannot keep up pushes back on
 /// the writers instead of memory growing without bound.
 const QUEUE_BYTES: usize = 64 << 20;
-/// Longest time between two refreshes of the space in use (reported by `status`) while commits
-/// go on. Besides, it is refreshed at start-up and after each sweep, which is when it shrinks.
-/// Counting it reads every page of the file (redb has no cheaper count): about 0.23 CPU seconds
-/// with 110,000–250,000 records of 1 KiB here, a quarter of the applier's work under load when
-/// it was done every 64 commits (6.4 s).
+/// Shortest time between two counts of the space in use (reported by `status`) that `status`
+/// asked for; besides, it is counted at start-up and after each sweep, which is when it
+/// shrinks. Counting it reads every page of the file (redb has no cheaper count): about 0.23
+/// CPU seconds with 110,000–250,000 records of 1 KiB here, and 1.1–3.3 s per count in the
+/// 20,000-pod scale probe, where it ran once a minute before it waited to be asked.
 const SIZE_REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The syncer's end of the queue to the applier.
@@ -336,7 +335,9 @@ impl Applier {
             self.unpersisted_bytes = 0;
         }
         self.unpersisted = !durable;
-        if self.size_refreshed.elapsed() >= SIZE_REFRESH_INTERVAL {
+        if self.shared.size_in_use.is_asked()
+            && self.size_refreshed.elapsed() >= SIZE_REFRESH_INTERVAL
+        {
             self.update_size_in_use();
         }
     }
@@ -344,7 +345,7 @@ impl Applier {
     fn update_size_in_use(&mut self) {
         self.size_refreshed = std::time::Instant::now();
         if let Ok(bytes) = self.disk.size_in_use() {
-            self.shared.size_in_use.store(bytes, Ordering::Relaxed);
+            self.shared.size_in_use.set(bytes);
         }
     }
 }
@@ -387,5 +388,17 @@ mod tests {
         // returns (without this, the join would hang); whether the message was still taken
         // depends on whether it raced the receiver's drop
         sender.join().unwrap();
+    }
+
+    #[test]
+    fn the_space_in_use_is_counted_again_once_asked_for() {
+        let size = super::super::SizeInUse::default();
+        size.set(10);
+        assert!(!size.is_asked(), "nobody asked yet");
+        assert_eq!(size.ask(), 10);
+        assert!(size.is_asked());
+        size.set(20);
+        assert!(!size.is_asked(), "the count answers the question");
+        assert_eq!(size.ask(), 20);
     }
 }

@@ -99,10 +99,35 @@ pub(crate) struct Shared {
     hub: Arc<Hub>,
     /// Set when a commit failed; every later write is refused with this reason.
     failed: Mutex<Option<String>>,
-    /// Bytes of the file's pages in use, as the applier last counted them (at start-up, after
-    /// each sweep, and once a minute while commits go on).
-    size_in_use: AtomicI64,
+    size_in_use: SizeInUse,
     min_lease_ttl: i64,
+}
+
+/// Bytes of the file's pages in use, as the applier last counted them (at start-up, after each
+/// sweep, and at most once a minute after `status` asked for them), and whether `status` asked
+/// since the last count.
+#[derive(Default)]
+pub(crate) struct SizeInUse {
+    bytes: AtomicI64,
+    asked: std::sync::atomic::AtomicBool,
+}
+
+impl SizeInUse {
+    /// The last count, noting that it was asked for.
+    fn ask(&self) -> i64 {
+        self.asked.store(true, Ordering::Relaxed);
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Whether `status` asked for the size since the last count.
+    pub(crate) fn is_asked(&self) -> bool {
+        self.asked.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set(&self, bytes: i64) {
+        self.asked.store(false, Ordering::Relaxed);
+        self.bytes.store(bytes, Ordering::Relaxed);
+    }
 }
 
 struct Handle {
@@ -183,7 +208,7 @@ impl EmbeddedStore {
             hub: Arc::new(Hub::new(committed.clone())),
             committed,
             failed: Mutex::new(None),
-            size_in_use: AtomicI64::new(0),
+            size_in_use: SizeInUse::default(),
             min_lease_ttl: config.min_lease_ttl,
         });
 
@@ -530,13 +555,13 @@ impl Store for EmbeddedStore {
             revision: self.shared().committed.load(Ordering::Acquire),
             compact_revision,
             db_size,
-            db_size_in_use: self
-                .shared()
-                .size_in_use
-                .load(Ordering::Relaxed)
-                .min(db_size),
+            db_size_in_use: self.shared().size_in_use.ask().min(db_size),
             version: concat!("skiff-store ", env!("CARGO_PKG_VERSION")).to_string(),
         })
+    }
+
+    async fn revision(&self) -> Result<i64> {
+        Ok(self.shared().committed.load(Ordering::Acquire))
     }
 }
 

@@ -349,7 +349,7 @@ mod tests {
             committed: committed.clone(),
             hub: Arc::new(Hub::new(committed)),
             failed: parking_lot::Mutex::new(None),
-            size_in_use: AtomicI64::new(0),
+            size_in_use: Default::default(),
             min_lease_ttl: 1,
         });
         let (queue, inbox) = applier::queue();

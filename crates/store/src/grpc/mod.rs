@@ -351,10 +351,10 @@ impl<S: Store> Facade<S> {
     /// The store's current revision, asked of the store (falls back to the cached revision if
     /// the store cannot answer).
     pub(crate) async fn current_revision(&self) -> i64 {
-        match self.store.status().await {
-            Ok(status) => {
-                self.revision.fetch_max(status.revision, Ordering::Relaxed);
-                status.revision
+        match self.store.revision().await {
+            Ok(revision) => {
+                self.revision.fetch_max(revision, Ordering::Relaxed);
+                revision
             }
             Err(err) => {
                 tracing::warn!(error = %err, "store status failed; using the last revision seen");
