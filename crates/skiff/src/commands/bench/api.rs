@@ -822,7 +822,7 @@ async fn list_workload(client: &kube::Client, plan: &Plan, paged: bool) -> Resul
 }
 
 /// Percent-encode a continue token for a query string (tokens are base64, so `+`, `/`, `=`).
-fn url_escape(s: &str) -> String {
+pub(super) fn url_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {

@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod netpol;
 pub mod pods;
 pub mod proxy;
+pub mod scale;
 pub mod scheduler;
 pub mod startup;
 pub mod store;
@@ -43,6 +44,11 @@ pub enum BenchCommand {
     /// netns in iptables and nftables mode, then one-endpoint changes; 1,000 NetworkPolicies
     /// over 5,000 pods programmed, then one-pod-label changes.
     Proxy(proxy::ProxyBenchArgs),
+    /// Upstream's limits on hollow nodes: 5,000 nodes and 150,000 pods from Deployments created,
+    /// scheduled and Running, then a rolling update of 10,000 replicas; the API SLOs, the API
+    /// server's RSS and CPU, the scheduler's throughput, controller lag, the store's size and
+    /// compaction.
+    Scale(scale::ScaleBenchArgs),
     /// The scheduler end to end (scheduler_perf's SchedulingBasic): Node objects, pods created
     /// through the API server, bindings observed through a watch.
     Scheduler(scheduler::SchedulerBenchArgs),
@@ -66,6 +72,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Metrics(args) => metrics::run(args).await,
         BenchCommand::Pods(args) => pods::run(args).await,
         BenchCommand::Proxy(args) => proxy::run(args).await,
+        BenchCommand::Scale(args) => scale::run(args).await,
         BenchCommand::Scheduler(args) => scheduler::run(args).await,
         BenchCommand::Startup(args) => startup::run(args).await,
         BenchCommand::Store(args) => store::run(args).await,

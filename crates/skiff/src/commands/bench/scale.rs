@@ -1,0 +1,699 @@
+//! `skiff bench scale`: upstream's documented limits (5,000 nodes, 150,000 pods) on hollow
+//! nodes. Starts `skiff apiserver`, `--nodes` hollow nodes (`skiff kubelet --hollow`), `skiff
+//! scheduler` and `skiff controller-manager` as children; creates Deployments of `--pods`
+//! replicas in all (one of `--rollout-replicas`, the rest `--per-deployment` each); waits until
+//! every pod is Running; lists them all; then rolls the large Deployment to a new template.
+//!
+//! One `scale` line reports, against upstream's SLOs where it has one:
+//! - **mutating API calls**: the p99 of `apiserver_request_duration_seconds` over POST, PUT,
+//!   PATCH and DELETE (the bound of the bucket holding it, as upstream's SLO measurement reads
+//!   the histogram), and the p99 a probe sees that updates a ConfigMap every 100 ms throughout
+//!   (target ≤ 1 s);
+//! - **non-streaming reads**: a cluster-scoped LIST of every pod, whole and in pages of 500,
+//!   at full size (target ≤ 30 s);
+//! - **the scheduler**: pods bound per second over the creation (overall, and the slowest
+//!   10-second window while pods were waiting);
+//! - **controller lag**: per Deployment, from its create to its last pod existing (p50, p99,
+//!   max);
+//! - **the API server**: RSS after the pods ran and at the end (VmRSS, VmHWM; target < 4 GiB),
+//!   and each process's CPU per phase;
+//! - **the store**: once the run is over and the API server killed, the time to open it (the
+//!   log replayed), its file's size, a compaction to the last revision with its sweep (timed),
+//!   and the size after.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::StreamExt;
+use hdrhistogram::Histogram;
+use http::Method;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use skiff_store::{EmbeddedConfig, EmbeddedStore, Store};
+
+use super::api::{
+    CpuMeter, Emitter, ServerChild, ensure_open_files, histogram, mb, merge, micros, ms,
+    proc_status_kb, round3, send_ok,
+};
+use super::controllers::{deployment, rolled_out, start};
+use crate::commands::UsageError;
+
+/// Options of `skiff bench scale`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ScaleBenchArgs {
+    /// Hollow nodes.
+    #[arg(long, default_value_t = 5000)]
+    pub nodes: usize,
+    /// Pods in all, every one from a Deployment.
+    #[arg(long, default_value_t = 150_000)]
+    pub pods: usize,
+    /// Replicas of the Deployment that is rolled at the end (part of `--pods`).
+    #[arg(long, default_value_t = 10_000)]
+    pub rollout_replicas: usize,
+    /// Replicas of each of the other Deployments.
+    #[arg(long, default_value_t = 1000)]
+    pub per_deployment: usize,
+    /// Seconds to wait for each phase before giving up.
+    #[arg(long, default_value_t = 3600)]
+    pub timeout_s: u64,
+}
+
+const NAMESPACE: &str = "default";
+/// The Deployment rolled at the end.
+const ROLLED: &str = "rolled";
+/// Pods a hollow node takes (the kubelet's `--max-pods` default).
+const PODS_PER_NODE: usize = 110;
+/// How often the probe writes.
+const PROBE_INTERVAL: Duration = Duration::from_millis(100);
+/// The scheduler's throughput is also reported over its slowest window of this length.
+const WINDOW: Duration = Duration::from_secs(10);
+/// Upstream's SLOs.
+const MUTATING_P99_SLO_S: f64 = 1.0;
+const CLUSTER_LIST_SLO_S: f64 = 30.0;
+const RSS_TARGET_MB: u64 = 4096;
+
+/// The Deployments for `args`: (name, replicas), the rolled one first.
+fn plan(args: &ScaleBenchArgs) -> Result<Vec<(String, usize)>, UsageError> {
+    if args.rollout_replicas > args.pods || args.per_deployment == 0 {
+        return Err(UsageError(format!(
+            "--rollout-replicas {} must be at most --pods {}, and --per-deployment above 0",
+            args.rollout_replicas, args.pods
+        )));
+    }
+    // room for every pod and the rolling update's 25% surge
+    let need = (args.pods + args.rollout_replicas.div_ceil(4)).div_ceil(PODS_PER_NODE);
+    if args.nodes < need {
+        return Err(UsageError(format!(
+            "--nodes {}: {} pods (and the rolling update's surge) need at least {need} hollow \
+             nodes of {PODS_PER_NODE} pods",
+            args.nodes, args.pods
+        )));
+    }
+    let mut plan = vec![(ROLLED.to_string(), args.rollout_replicas)];
+    let mut left = args.pods - args.rollout_replicas;
+    while left > 0 {
+        let n = left.min(args.per_deployment);
+        plan.push((format!("d{}", plan.len()), n));
+        left -= n;
+    }
+    Ok(plan)
+}
+
+pub async fn run(args: ScaleBenchArgs) -> Result<()> {
+    let plan = plan(&args)?;
+    ensure_open_files(4 * args.nodes + 4096)?;
+    let out = Emitter {
+        backend: "embedded".into(),
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let tmp = tempfile::tempdir()?;
+    let exe = std::env::current_exe()?;
+    let api_dir = tmp.path().join("api");
+    let mut server = ServerChild::start_from(&exe, &api_dir, None, &[]).await?;
+    let result = bench(&args, &plan, &server, tmp.path()).await;
+    server.stop().await;
+    let result = match result {
+        Ok(line) => store_figures(&api_dir.join("store"))
+            .await
+            .map(|store| merge(line, store)),
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(line) => {
+            out.emit("scale", line);
+            Ok(())
+        }
+        Err(e) => {
+            let kept = tmp.keep();
+            eprintln!("skiff bench scale: logs kept in {}", kept.display());
+            Err(e)
+        }
+    }
+}
+
+/// What the benchmark's pod watch has seen.
+#[derive(Default)]
+struct Seen {
+    /// Per pod: its Deployment, and whether it is bound and Running.
+    pods: HashMap<String, (String, bool, bool)>,
+    /// Per Deployment: pods seen.
+    per_deployment: HashMap<String, usize>,
+    /// When each Deployment's last pod was first seen.
+    complete: HashMap<String, Instant>,
+    bound: usize,
+    running: usize,
+}
+
+impl Seen {
+    fn apply(&mut self, pod: &Pod, replicas: &HashMap<String, usize>) {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let app = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("app"))
+            .cloned()
+            .unwrap_or_default();
+        let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+        let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        let entry = self.pods.entry(name).or_insert_with(|| {
+            let count = self.per_deployment.entry(app.clone()).or_default();
+            *count += 1;
+            if replicas.get(&app) == Some(count) {
+                self.complete.insert(app.clone(), Instant::now());
+            }
+            (app, false, false)
+        });
+        self.bound += usize::from(bound && !entry.1);
+        self.running = self.running + usize::from(running) - usize::from(entry.2);
+        entry.1 |= bound;
+        entry.2 = running;
+    }
+
+    fn delete(&mut self, pod: &Pod) {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        if let Some((_, _, running)) = self.pods.remove(name) {
+            self.running -= usize::from(running);
+        }
+    }
+}
+
+async fn bench(
+    args: &ScaleBenchArgs,
+    plan: &[(String, usize)],
+    server: &ServerChild,
+    dir: &std::path::Path,
+) -> Result<Value> {
+    let exe = std::env::current_exe()?;
+    let kubeconfig = dir.join("api/kubeconfig.yaml");
+    let kubeconfig = kubeconfig.to_str().context("path")?;
+    let client = kube::Client::try_from(server.config().await?)?;
+
+    let started = Instant::now();
+    let nodes = args.nodes.to_string();
+    let hollow_dir = dir.join("hollow");
+    let hollow = start(
+        &exe,
+        &[
+            "kubelet",
+            "--kubeconfig",
+            kubeconfig,
+            "--hollow",
+            "--count",
+            &nodes,
+            "--node-name-prefix",
+            "scale",
+            "--data-dir",
+            hollow_dir.to_str().context("path")?,
+        ],
+        &dir.join("hollow.log"),
+    )
+    .await?;
+    let nodes_registered_s = started.elapsed().as_secs_f64();
+    let metrics = ["--metrics-bind-address", "127.0.0.1:0"];
+    let scheduler = start(
+        &exe,
+        &[&["scheduler", "--kubeconfig", kubeconfig][..], &metrics].concat(),
+        &dir.join("scheduler.log"),
+    )
+    .await?;
+    let cm = start(
+        &exe,
+        &[
+            &[
+                "controller-manager",
+                "--kubeconfig",
+                kubeconfig,
+                "--leader-elect",
+                "false",
+            ][..],
+            &metrics,
+        ]
+        .concat(),
+        &dir.join("controller-manager.log"),
+    )
+    .await?;
+    let cpu = CpuMeter {
+        processes: vec![
+            ("server", server.pid.to_string()),
+            ("controller_manager", cm.pid.to_string()),
+            ("scheduler", scheduler.pid.to_string()),
+            ("hollow_nodes", hollow.pid.to_string()),
+            ("bench", "self".to_string()),
+        ],
+    };
+
+    // every pod as a watch sees it
+    let replicas: HashMap<String, usize> = plan.iter().cloned().collect();
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let (changed_tx, mut changed) = tokio::sync::watch::channel(());
+    let pod_watch = {
+        let (seen, replicas) = (seen.clone(), replicas.clone());
+        let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+        tokio::spawn(async move {
+            let stream = watcher::watcher(pods, watcher::Config::default());
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(Event::Apply(p) | Event::InitApply(p)) => seen.lock().apply(&p, &replicas),
+                    Ok(Event::Delete(p)) => seen.lock().delete(&p),
+                    Ok(_) => continue,
+                    Err(e) => tracing::warn!(error = %e, "the benchmark's pod watch failed"),
+                }
+                let _ = changed_tx.send(());
+            }
+        })
+    };
+    // the bound count once a second, for the scheduler's throughput
+    let bound_over_time: Arc<Mutex<Vec<(Duration, usize)>>> = Arc::default();
+    let sampler = {
+        let (seen, samples) = (seen.clone(), bound_over_time.clone());
+        let at = Instant::now();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let bound = seen.lock().bound;
+                samples.lock().push((at.elapsed(), bound));
+            }
+        })
+    };
+    let probe = Probe::start(client.clone()).await?;
+
+    let limit = Duration::from_secs(args.timeout_s);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let before = cpu.snapshot();
+    let create_at = Instant::now();
+    let mut created_at = HashMap::new();
+    for (name, n) in plan {
+        deployments
+            .create(&PostParams::default(), &deployment(name, *n))
+            .await
+            .with_context(|| format!("creating Deployment {name}"))?;
+        created_at.insert(name.clone(), Instant::now());
+    }
+    let creates_s = create_at.elapsed().as_secs_f64();
+    let total = args.pods;
+    let waited =
+        tokio::time::timeout(limit, changed.wait_for(|()| seen.lock().running >= total)).await;
+    if waited.is_err() {
+        let s = seen.lock();
+        bail!(
+            "after {limit:?}: {} pods seen, {} bound, {} Running of {total}",
+            s.pods.len(),
+            s.bound,
+            s.running
+        );
+    }
+    let running_s = create_at.elapsed().as_secs_f64();
+    let create_cpu = cpu.used_since(&before);
+    let server_rss_running = proc_kb(server.pid, "VmRSS");
+    sampler.abort();
+    let lag = {
+        let s = seen.lock();
+        let mut h = histogram();
+        for (name, at) in &created_at {
+            if let Some(done) = s.complete.get(name) {
+                h.record(micros(done.saturating_duration_since(*at)))?;
+            }
+        }
+        h
+    };
+    let (throughput, slowest_window) = throughput(&bound_over_time.lock(), total);
+
+    // non-streaming reads at full size
+    let before = cpu.snapshot();
+    let list_all_s = timed(send_ok(
+        &client,
+        Method::GET,
+        "/api/v1/pods",
+        "application/json",
+        Default::default(),
+    ))
+    .await?;
+    let list_paged_s = timed(list_paged(&client)).await?;
+    let list_cpu = cpu.used_since(&before);
+
+    // the rolling update
+    let before = cpu.snapshot();
+    let update_at = Instant::now();
+    let image = json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "c", "image": "registry.k8s.io/pause:3.9"}]}}}});
+    let updated = deployments
+        .patch(ROLLED, &PatchParams::default(), &Patch::Strategic(image))
+        .await
+        .context("updating the template")?;
+    let generation = updated.metadata.generation;
+    let n = args.rollout_replicas;
+    let mut rolled = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        rolled.tick().await;
+        let d = deployments.get(ROLLED).await?;
+        let observed = d.status.as_ref().and_then(|s| s.observed_generation);
+        if observed >= generation && rolled_out(&d, n) {
+            break;
+        }
+        if update_at.elapsed() > limit {
+            bail!(
+                "the rolling update did not finish in {limit:?}; status: {:?}",
+                d.status
+            );
+        }
+    }
+    let rollout_s = update_at.elapsed().as_secs_f64();
+    let rollout_cpu = cpu.used_since(&before);
+    let probed = probe.stop().await?;
+    pod_watch.abort();
+
+    let server_status = std::fs::read_to_string(format!("/proc/{}/status", server.pid))?;
+    let server_metrics = String::from_utf8_lossy(
+        &send_ok(
+            &client,
+            Method::GET,
+            "/metrics",
+            "text/plain",
+            Default::default(),
+        )
+        .await?,
+    )
+    .into_owned();
+    let hollow_rss = proc_kb(hollow.pid, "VmRSS");
+    let cm_rss = proc_kb(cm.pid, "VmRSS");
+    let scheduler_rss = proc_kb(scheduler.pid, "VmRSS");
+    for child in [cm, scheduler, hollow] {
+        child.stop().await;
+    }
+    let mutating = |line: &Labels| matches!(line.get("verb"), "POST" | "PUT" | "PATCH" | "DELETE");
+    let mutating_p99 = histogram_quantile(
+        &server_metrics,
+        "apiserver_request_duration_seconds",
+        mutating,
+        0.99,
+    );
+    let prefix = |v: Value, p: &str| -> Value {
+        match v {
+            Value::Object(m) => m
+                .into_iter()
+                .map(|(k, v)| (format!("{p}_{k}"), v))
+                .collect::<serde_json::Map<_, _>>()
+                .into(),
+            other => other,
+        }
+    };
+    let line = json!({
+        "nodes": args.nodes,
+        "pods": total,
+        "deployments": plan.len(),
+        "nodes_registered_s": round3(nodes_registered_s),
+        "deployments_created_s": round3(creates_s),
+        "pods_running_s": round3(running_s),
+        "pods_per_s": round3(total as f64 / running_s),
+        "scheduler_pods_per_s": throughput,
+        "scheduler_slowest_10s_pods_per_s": slowest_window,
+        "controller_lag_p50_ms": ms(&lag, 0.5),
+        "controller_lag_p99_ms": ms(&lag, 0.99),
+        "controller_lag_max_ms": round3(lag.max() as f64 / 1000.0),
+        "list_pods_all_s": round3(list_all_s),
+        "list_pods_paged_s": round3(list_paged_s),
+        "target_list_s": CLUSTER_LIST_SLO_S,
+        "mutating_p99_s": mutating_p99,
+        "probe_writes": probed.len(),
+        "probe_p50_ms": ms(&probed, 0.5),
+        "probe_p99_ms": ms(&probed, 0.99),
+        "probe_max_ms": round3(probed.max() as f64 / 1000.0),
+        "target_mutating_p99_s": MUTATING_P99_SLO_S,
+        "rolling_update_replicas": n,
+        "rolling_update_s": round3(rollout_s),
+        "server_rss_running_mb": mb(server_rss_running),
+        "server_rss_mb": mb(proc_status_kb(&server_status, "VmRSS")),
+        "server_peak_mb": mb(proc_status_kb(&server_status, "VmHWM")),
+        "target_server_rss_mb": RSS_TARGET_MB,
+        "hollow_nodes_rss_mb": mb(hollow_rss),
+        "controller_manager_rss_mb": mb(cm_rss),
+        "scheduler_rss_mb": mb(scheduler_rss),
+    });
+    Ok(merge(
+        merge(
+            merge(line, prefix(create_cpu, "create")),
+            prefix(list_cpu, "list"),
+        ),
+        prefix(rollout_cpu, "update"),
+    ))
+}
+
+/// `/proc/PID/status`'s `field`, in kB.
+fn proc_kb(pid: u32, field: &str) -> Option<u64> {
+    proc_status_kb(
+        &std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?,
+        field,
+    )
+}
+
+async fn timed<T>(f: impl std::future::Future<Output = Result<T>>) -> Result<f64> {
+    let at = Instant::now();
+    f.await?;
+    Ok(at.elapsed().as_secs_f64())
+}
+
+/// Every pod of the cluster in pages of 500, as kubectl and informers list.
+async fn list_paged(client: &kube::Client) -> Result<()> {
+    let mut token = String::new();
+    loop {
+        let path = format!("/api/v1/pods?limit=500&continue={token}");
+        let page: Value = serde_json::from_slice(
+            &send_ok(
+                client,
+                Method::GET,
+                &path,
+                "application/json",
+                Default::default(),
+            )
+            .await?,
+        )?;
+        match page["metadata"]["continue"].as_str() {
+            Some(next) if !next.is_empty() => token = super::api::url_escape(next),
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Pods bound per second from the first sample with pods bound to the last, and over the
+/// slowest [`WINDOW`] before all `total` were bound.
+fn throughput(samples: &[(Duration, usize)], total: usize) -> (f64, f64) {
+    let Some(first) = samples.iter().position(|(_, bound)| *bound > 0) else {
+        return (0.0, 0.0);
+    };
+    let last = samples
+        .iter()
+        .position(|(_, bound)| *bound >= total)
+        .unwrap_or(samples.len() - 1);
+    let rate = |a: &(Duration, usize), b: &(Duration, usize)| {
+        (b.1 - a.1) as f64 / (b.0 - a.0).as_secs_f64().max(f64::EPSILON)
+    };
+    let overall = rate(&samples[first], &samples[last]);
+    let slowest = (first..last)
+        .filter_map(|i| {
+            let end = samples[i..=last]
+                .iter()
+                .find(|(at, _)| *at >= samples[i].0 + WINDOW)?;
+            Some(rate(&samples[i], end))
+        })
+        .fold(overall, f64::min);
+    (round3(overall), round3(slowest))
+}
+
+/// A client that updates one ConfigMap every [`PROBE_INTERVAL`] and records how long each
+/// update took.
+struct Probe {
+    task: tokio::task::JoinHandle<Result<Histogram<u64>>>,
+    stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Probe {
+    async fn start(client: kube::Client) -> Result<Probe> {
+        let api: Api<ConfigMap> = Api::namespaced(client, NAMESPACE);
+        let probe: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "probe"}}))?;
+        api.create(&PostParams::default(), &probe).await?;
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut h = histogram();
+            let mut tick = tokio::time::interval(PROBE_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            for i in 0u64.. {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    _ = tick.tick() => {}
+                }
+                let patch = Patch::Merge(json!({"data": {"n": i.to_string()}}));
+                let at = Instant::now();
+                api.patch("probe", &PatchParams::default(), &patch).await?;
+                h.record(micros(at.elapsed()))?;
+            }
+            Ok(h)
+        });
+        Ok(Probe { task, stop })
+    }
+
+    async fn stop(self) -> Result<Histogram<u64>> {
+        let _ = self.stop.send(());
+        self.task.await?
+    }
+}
+
+/// A sample's labels, as exposed (`verb="POST",resource="pods"`).
+struct Labels<'a>(&'a str);
+
+impl Labels<'_> {
+    fn get(&self, key: &str) -> &str {
+        self.0
+            .split(',')
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix("=\"")?.strip_suffix('"'))
+            .unwrap_or_default()
+    }
+}
+
+/// The `q` quantile of histogram `name` over the series `select` picks: the upper bound of the
+/// first bucket whose cumulative count (summed over those series) reaches `q` of the total, as
+/// upstream's SLO measurement reads it; `None` without observations.
+fn histogram_quantile(
+    text: &str,
+    name: &str,
+    select: impl Fn(&Labels) -> bool,
+    q: f64,
+) -> Option<f64> {
+    let prefix = format!("{name}_bucket{{");
+    let mut buckets: Vec<(f64, f64)> = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(&prefix) else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let labels = Labels(labels);
+        if !select(&labels) {
+            continue;
+        }
+        let le = match labels.get("le") {
+            "+Inf" => f64::INFINITY,
+            le => le.parse().ok()?,
+        };
+        let count: f64 = value.trim().parse().ok()?;
+        match buckets.iter_mut().find(|(bound, _)| *bound == le) {
+            Some((_, sum)) => *sum += count,
+            None => buckets.push((le, count)),
+        }
+    }
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = buckets.last()?.1;
+    if total == 0.0 {
+        return None;
+    }
+    buckets
+        .iter()
+        .find(|(_, count)| *count >= q * total)
+        .map(|(le, _)| *le)
+}
+
+/// The store once the run is over: the time to open it (the log replayed after the API server's
+/// kill), its size, a compaction to the last revision and its sweep, and the size after.
+async fn store_figures(dir: &std::path::Path) -> Result<Value> {
+    let at = Instant::now();
+    let store = EmbeddedStore::open(EmbeddedConfig::new(dir))
+        .await
+        .with_context(|| format!("opening the store in {}", dir.display()))?;
+    let open_s = at.elapsed().as_secs_f64();
+    let before = store.status().await?;
+    let at = Instant::now();
+    store.compact(before.revision).await?;
+    store.checkpoint().await?;
+    let compact_s = at.elapsed().as_secs_f64();
+    let after = store.status().await?;
+    Ok(json!({
+        "store_open_s": round3(open_s),
+        "store_revision": before.revision,
+        "store_db_mb": round3(before.db_size as f64 / 1e6),
+        "store_compact_s": round3(compact_s),
+        "store_db_after_compact_mb": round3(after.db_size as f64 / 1e6),
+        "store_in_use_after_compact_mb": round3(after.db_size_in_use as f64 / 1e6),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_puts_the_rolled_deployment_first_and_sums_to_the_pods() {
+        let args = ScaleBenchArgs {
+            nodes: 100,
+            pods: 2500,
+            rollout_replicas: 1000,
+            per_deployment: 600,
+            timeout_s: 1,
+        };
+        let deployments = plan(&args).unwrap();
+        assert_eq!(deployments[0], (ROLLED.to_string(), 1000));
+        assert_eq!(
+            deployments
+                .iter()
+                .map(|(_, n)| n)
+                .copied()
+                .collect::<Vec<_>>(),
+            [1000, 600, 600, 300]
+        );
+        let few = ScaleBenchArgs { nodes: 20, ..args };
+        assert!(plan(&few).is_err(), "2,750 pods do not fit on 20 nodes");
+    }
+
+    #[test]
+    fn throughput_is_over_the_binding_span_and_its_slowest_window() {
+        let s = |secs: u64, bound: usize| (Duration::from_secs(secs), bound);
+        // nothing for 2 s, then 100/s for 20 s except 10/s from 10 s to 20 s
+        let mut samples = vec![s(0, 0), s(1, 0)];
+        let mut bound = 0;
+        for t in 2..=22 {
+            bound += if (12..22).contains(&t) { 10 } else { 100 };
+            samples.push(s(t, bound));
+        }
+        let (overall, slowest) = throughput(&samples, bound);
+        assert_eq!(overall, round3((bound - 100) as f64 / 20.0));
+        assert_eq!(slowest, 10.0);
+    }
+
+    #[test]
+    fn a_quantile_is_the_bound_of_the_bucket_reaching_it_over_the_selected_series() {
+        let text = "\
+apiserver_request_duration_seconds_bucket{verb=\"POST\",le=\"0.1\"} 90
+apiserver_request_duration_seconds_bucket{verb=\"POST\",le=\"1\"} 99
+apiserver_request_duration_seconds_bucket{verb=\"POST\",le=\"+Inf\"} 100
+apiserver_request_duration_seconds_bucket{verb=\"PUT\",le=\"0.1\"} 100
+apiserver_request_duration_seconds_bucket{verb=\"PUT\",le=\"1\"} 100
+apiserver_request_duration_seconds_bucket{verb=\"PUT\",le=\"+Inf\"} 100
+apiserver_request_duration_seconds_bucket{verb=\"LIST\",le=\"0.1\"} 0
+apiserver_request_duration_seconds_bucket{verb=\"LIST\",le=\"1\"} 0
+apiserver_request_duration_seconds_bucket{verb=\"LIST\",le=\"+Inf\"} 100
+";
+        let name = "apiserver_request_duration_seconds";
+        let post = |l: &Labels| l.get("verb") == "POST";
+        assert_eq!(histogram_quantile(text, name, post, 0.99), Some(1.0));
+        assert_eq!(histogram_quantile(text, name, post, 0.9), Some(0.1));
+        let writes = |l: &Labels| matches!(l.get("verb"), "POST" | "PUT");
+        // 190 of 200 within 0.1 s: 0.95
+        assert_eq!(histogram_quantile(text, name, writes, 0.95), Some(0.1));
+        let list = |l: &Labels| l.get("verb") == "LIST";
+        assert_eq!(
+            histogram_quantile(text, name, list, 0.5),
+            Some(f64::INFINITY)
+        );
+        let none = |l: &Labels| l.get("verb") == "GET";
+        assert_eq!(histogram_quantile(text, name, none, 0.99), None);
+    }
+}
