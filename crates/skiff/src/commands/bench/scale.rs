@@ -301,8 +301,10 @@ async fn bench(
     }
     let creates_s = create_at.elapsed().as_secs_f64();
     let total = args.pods;
-    let waited =
-        tokio::time::timeout(limit, changed.wait_for(|()| seen.lock().running >= total)).await;
+    // the borrow `wait_for` returns holds the channel's lock: dropped at once, or the watch
+    // task's next send would block its thread
+    let running = changed.wait_for(|()| seen.lock().running >= total);
+    let waited = tokio::time::timeout(limit, async { running.await.map(drop) }).await;
     if waited.is_err() {
         let s = seen.lock();
         bail!(
