@@ -164,9 +164,20 @@ impl Default for Metrics {
     }
 }
 
+/// A request's `verb` label as upstream reports it: the HTTP method for a create (`POST`) and
+/// an update (`PUT`), the Kubernetes verb in capitals otherwise (`LIST`, `WATCH`, `PATCH`).
+fn reported_verb(verb: &str) -> String {
+    match verb {
+        "create" => "POST".into(),
+        "update" => "PUT".into(),
+        other => other.to_uppercase(),
+    }
+}
+
 impl Metrics {
     /// Counts one finished request (watches count when they start streaming).
     pub fn observe(&self, info: &RequestInfo, code: u16, seconds: f64) {
+        let verb = reported_verb(&info.verb);
         let resource = if info.is_resource_request {
             info.resource.clone()
         } else {
@@ -174,7 +185,7 @@ impl Metrics {
         };
         self.requests
             .get_or_create(&RequestLabels {
-                verb: info.verb.to_uppercase(),
+                verb: verb.clone(),
                 group: info.group.clone(),
                 version: info.version.clone(),
                 resource: resource.clone(),
@@ -185,7 +196,7 @@ impl Metrics {
         if info.verb != "watch" {
             self.latency
                 .get_or_create(&LatencyLabels {
-                    verb: info.verb.to_uppercase(),
+                    verb,
                     group: info.group.clone(),
                     resource,
                 })
@@ -306,6 +317,11 @@ mod tests {
             ..Default::default()
         };
         m.observe(&info, 200, 0.003);
+        let create = RequestInfo {
+            verb: "create".into(),
+            ..info.clone()
+        };
+        m.observe(&create, 201, 0.002);
         m.observe_startup_stage("binding", 0.004);
         let guard = m.watch_opened("pods");
         let meters = m.watch_event_meters("", "v1", "Pod");
@@ -313,6 +329,12 @@ mod tests {
         meters.sent(300);
         let text = m.render(&[("pods", 7)]);
         assert!(text.contains(r#"apiserver_request_total{verb="LIST",group="",version="v1",resource="pods",subresource="",code="200"} 1"#), "{text}");
+        // upstream's label for a create is its HTTP method
+        assert!(text.contains(r#"apiserver_request_total{verb="POST",group="",version="v1",resource="pods",subresource="",code="201"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"apiserver_request_duration_seconds_count{verb="POST",group="",resource="pods"} 1"#),
+            "{text}"
+        );
         assert!(
             text.contains(r#"apiserver_longrunning_requests{resource="pods"} 1"#),
             "{text}"
