@@ -8,7 +8,7 @@
 //! under it so that a reader that copies a timeline and subscribes under the same lock misses
 //! nothing and sees nothing twice.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -84,8 +84,9 @@ fn is_zero(n: &usize) -> bool {
 #[derive(Debug, Default)]
 struct Inner {
     timelines: HashMap<ObjectRef, Timeline>,
-    /// Timelines kept per resource.
-    per_resource: HashMap<String, usize>,
+    /// Each resource's timelines by the tick of their last entry (`touched`), least recently
+    /// recorded first: eviction takes the first, not a scan of every timeline.
+    by_touch: HashMap<String, BTreeMap<u64, ObjectRef>>,
     /// Objects by the trace ID their UID makes.
     traced: HashMap<u128, ObjectRef>,
     /// Bumped on every entry; a timeline's `touched` is the tick of its last entry.
@@ -253,12 +254,8 @@ impl Recorder {
             if !creates {
                 return false;
             }
-            let kept = inner
-                .per_resource
-                .entry(object.resource.clone())
-                .or_default();
-            *kept += 1;
-            if *kept > self.objects {
+            let kept = inner.by_touch.entry(object.resource.clone()).or_default();
+            if kept.len() >= self.objects {
                 evict_oldest(inner, &object.resource);
             }
             inner.timelines.insert(object.clone(), Timeline::default());
@@ -266,7 +263,11 @@ impl Recorder {
         let Some(timeline) = inner.timelines.get_mut(object) else {
             return false;
         };
-        timeline.touched = tick;
+        let last = std::mem::replace(&mut timeline.touched, tick);
+        if let Some(order) = inner.by_touch.get_mut(&object.resource) {
+            let kept = order.remove(&last).unwrap_or_else(|| object.clone());
+            order.insert(tick, kept);
+        }
         if timeline.entries.len() >= self.per_object {
             timeline.entries.pop_front();
             timeline.dropped += 1;
@@ -337,22 +338,17 @@ impl Recorder {
 
 /// Drops the least recently recorded timeline of `resource`, and its trace ID.
 fn evict_oldest(inner: &mut Inner, resource: &str) {
-    let Some(oldest) = inner
-        .timelines
-        .iter()
-        .filter(|(o, _)| o.resource == resource)
-        .min_by_key(|(_, t)| t.touched)
-        .map(|(o, _)| o.clone())
+    let Some((_, oldest)) = inner
+        .by_touch
+        .get_mut(resource)
+        .and_then(BTreeMap::pop_first)
     else {
         return;
     };
-    if let Some(t) = inner.timelines.remove(&oldest) {
-        if let Some(id) = t.uid.as_deref().and_then(super::trace_id_of_uid) {
-            inner.traced.remove(&id);
-        }
-        if let Some(kept) = inner.per_resource.get_mut(resource) {
-            *kept -= 1;
-        }
+    if let Some(t) = inner.timelines.remove(&oldest)
+        && let Some(id) = t.uid.as_deref().and_then(super::trace_id_of_uid)
+    {
+        inner.traced.remove(&id);
     }
 }
 
@@ -459,6 +455,19 @@ mod tests {
         assert_eq!(r.len(), 2);
         assert!(r.timeline(&pod("a")).is_some() && r.timeline(&pod("c")).is_some());
         assert!(r.timeline(&pod("b")).is_none());
+    }
+
+    #[test]
+    fn each_resource_evicts_within_its_own_bound() {
+        let r = Recorder::new(1, 10);
+        let rs = ObjectRef::new("apps", "replicasets", "ns", "r");
+        r.record(&pod("a"), true, at(1), write(1, &[]), Links::default());
+        r.record(&rs, true, at(2), write(2, &[]), Links::default());
+        r.record(&pod("b"), true, at(3), write(3, &[]), Links::default());
+        assert!(r.timeline(&pod("a")).is_none(), "the older pod went");
+        assert!(r.timeline(&pod("b")).is_some() && r.timeline(&rs).is_some());
+        r.record(&pod("b"), true, at(4), write(4, &[]), Links::default());
+        assert_eq!(r.len(), 2, "a timeline written again is not counted twice");
     }
 
     #[test]
