@@ -342,6 +342,18 @@ fn proc_stat_cpu_seconds(stat: &str) -> Option<f64> {
 }
 
 /// `b`'s fields added to `a`'s (both objects).
+/// `v`'s fields, each name prefixed with `p_` (`cpu_s` → `create_cpu_s`).
+pub(super) fn prefixed(v: Value, p: &str) -> Value {
+    match v {
+        Value::Object(m) => m
+            .into_iter()
+            .map(|(k, v)| (format!("{p}_{k}"), v))
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
+        other => other,
+    }
+}
+
 pub(super) fn merge(a: Value, b: Value) -> Value {
     match (a, b) {
         (Value::Object(mut a), Value::Object(b)) => {

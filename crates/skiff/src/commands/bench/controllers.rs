@@ -49,7 +49,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use super::api::{
-    CpuMeter, Emitter, ServerChild, ensure_open_files, mb, merge, proc_status_kb, round3,
+    CpuMeter, Emitter, ServerChild, ensure_open_files, mb, merge, prefixed, proc_status_kb, round3,
 };
 use crate::commands::UsageError;
 
@@ -79,7 +79,7 @@ pub struct ControllersBenchArgs {
 const NAMESPACE: &str = "default";
 const NAME: &str = "bench";
 /// Pods a hollow node takes (the kubelet's `--max-pods` default, as upstream's).
-const PODS_PER_NODE: usize = 110;
+pub(super) const PODS_PER_NODE: usize = 110;
 /// How long the watch counts must stay the same to count as settled, and how long to wait
 /// for that at most.
 const SETTLED: Duration = Duration::from_secs(3);
@@ -161,6 +161,35 @@ pub(super) async fn start_logging(
         args[0],
         log.display()
     )
+}
+
+/// Starts `count` hollow nodes named `<prefix>-<i>` (`exe kubelet --hollow`, with `extra`
+/// arguments) against the API server of `kubeconfig`, their data under `dir/hollow` and their
+/// log in `dir/hollow.log`, and waits until every node has registered.
+pub(crate) async fn start_hollow(
+    exe: &Path,
+    kubeconfig: &str,
+    count: usize,
+    prefix: &str,
+    dir: &Path,
+    extra: &[&str],
+) -> Result<SkiffChild> {
+    let count = count.to_string();
+    let data = dir.join("hollow");
+    let data = data.to_str().context("path")?;
+    let args = [
+        "kubelet",
+        "--kubeconfig",
+        kubeconfig,
+        "--hollow",
+        "--count",
+        &count,
+        "--node-name-prefix",
+        prefix,
+        "--data-dir",
+        data,
+    ];
+    start(exe, &[&args[..], extra].concat(), &dir.join("hollow.log")).await
 }
 
 /// A Deployment of pause pods named `name` that rolls 25 % at a time and whose pods stop at
@@ -362,25 +391,7 @@ async fn bench(
 ) -> Result<Value> {
     let kubeconfig = dir.join("api/kubeconfig.yaml");
     let kubeconfig = kubeconfig.to_str().context("path")?;
-    let hollow_dir = dir.join("hollow");
-    let count = nodes.to_string();
-    let hollow = start(
-        exe,
-        &[
-            "kubelet",
-            "--kubeconfig",
-            kubeconfig,
-            "--hollow",
-            "--count",
-            &count,
-            "--node-name-prefix",
-            "bench",
-            "--data-dir",
-            hollow_dir.to_str().context("path")?,
-        ],
-        &dir.join("hollow.log"),
-    )
-    .await?;
+    let hollow = start_hollow(exe, kubeconfig, nodes, "bench", dir, &[]).await?;
     let scheduler = start(
         exe,
         &[
@@ -572,16 +583,6 @@ async fn bench(
         .map(|(with, without)| round3(with.server_cpu_s - without.server_cpu_s))
         .collect();
 
-    let prefix = |v: Value, p: &str| -> Value {
-        match v {
-            Value::Object(m) => m
-                .into_iter()
-                .map(|(k, v)| (format!("{p}_{k}"), v))
-                .collect::<serde_json::Map<_, _>>()
-                .into(),
-            other => other,
-        }
-    };
     let total: i64 = cm_watches.values().sum();
     let line = json!({
         "replicas": n,
@@ -630,8 +631,8 @@ async fn bench(
         "events": events,
     });
     Ok(merge(
-        merge(line, prefix(create_cpu, "create")),
-        prefix(rollout_cpu, "update"),
+        merge(line, prefixed(create_cpu, "create")),
+        prefixed(rollout_cpu, "update"),
     ))
 }
 

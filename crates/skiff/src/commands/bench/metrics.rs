@@ -42,7 +42,7 @@ use skiff_kubelet::stats::hollow::ANN_CPU_USAGE;
 use super::api::{
     CpuMeter, Emitter, ServerChild, ensure_open_files, mb, merge, proc_status_kb, round3,
 };
-use super::controllers::{SkiffChild, start};
+use super::controllers::{SkiffChild, start, start_hollow};
 use super::pods::{KubeletChild, load1, remove_pods};
 use crate::commands::server::addons::apply_manifests;
 
@@ -240,27 +240,8 @@ async fn pipeline(
     let kubeconfig = kubeconfig.to_str().context("path")?;
     let client = kube::Client::try_from(server.config().await?)?;
     create_namespace(&client, NAMESPACE).await?;
-    let count = args.nodes.to_string();
-    let hollow_dir = dir.join("hollow");
-    let hollow = start(
-        &exe,
-        &[
-            "kubelet",
-            "--kubeconfig",
-            kubeconfig,
-            "--hollow",
-            "--count",
-            &count,
-            "--node-name-prefix",
-            PREFIX,
-            "--data-dir",
-            hollow_dir.to_str().context("path")?,
-            "--hollow-serve-address",
-            "127.0.0.1",
-        ],
-        &dir.join("hollow.log"),
-    )
-    .await?;
+    let serve = ["--hollow-serve-address", "127.0.0.1"];
+    let hollow = start_hollow(&exe, kubeconfig, args.nodes, PREFIX, dir, &serve).await?;
     let mut running = RunningCount::start(&client);
     let total = args.nodes * args.pods_per_node;
     let started = Instant::now();

@@ -39,10 +39,10 @@ use serde_json::{Value, json};
 use skiff_store::{EmbeddedConfig, EmbeddedStore, Store};
 
 use super::api::{
-    CpuMeter, Emitter, ServerChild, ensure_open_files, histogram, mb, merge, micros, ms,
+    CpuMeter, Emitter, ServerChild, ensure_open_files, histogram, mb, merge, micros, ms, prefixed,
     proc_status_kb, round3, send_ok,
 };
-use super::controllers::{deployment, rolled_out, start};
+use super::controllers::{PODS_PER_NODE, deployment, rolled_out, start, start_hollow};
 use crate::commands::UsageError;
 
 /// Options of `skiff bench scale`.
@@ -68,8 +68,6 @@ pub struct ScaleBenchArgs {
 const NAMESPACE: &str = "default";
 /// The Deployment rolled at the end.
 const ROLLED: &str = "rolled";
-/// Pods a hollow node takes (the kubelet's `--max-pods` default).
-const PODS_PER_NODE: usize = 110;
 /// How often the probe writes.
 const PROBE_INTERVAL: Duration = Duration::from_millis(100);
 /// The scheduler's throughput is also reported over its slowest window of this length.
@@ -197,25 +195,7 @@ async fn bench(
     let client = kube::Client::try_from(server.config().await?)?;
 
     let started = Instant::now();
-    let nodes = args.nodes.to_string();
-    let hollow_dir = dir.join("hollow");
-    let hollow = start(
-        &exe,
-        &[
-            "kubelet",
-            "--kubeconfig",
-            kubeconfig,
-            "--hollow",
-            "--count",
-            &nodes,
-            "--node-name-prefix",
-            "scale",
-            "--data-dir",
-            hollow_dir.to_str().context("path")?,
-        ],
-        &dir.join("hollow.log"),
-    )
-    .await?;
+    let hollow = start_hollow(&exe, kubeconfig, args.nodes, "scale", dir, &[]).await?;
     let nodes_registered_s = started.elapsed().as_secs_f64();
     let metrics = ["--metrics-bind-address", "127.0.0.1:0"];
     let scheduler = start(
@@ -393,16 +373,6 @@ async fn bench(
         child.stop().await;
     }
     let mutating_p99 = mutating_p99(&server_metrics);
-    let prefix = |v: Value, p: &str| -> Value {
-        match v {
-            Value::Object(m) => m
-                .into_iter()
-                .map(|(k, v)| (format!("{p}_{k}"), v))
-                .collect::<serde_json::Map<_, _>>()
-                .into(),
-            other => other,
-        }
-    };
     let line = json!({
         "nodes": args.nodes,
         "pods": total,
@@ -439,10 +409,10 @@ async fn bench(
     });
     Ok(merge(
         merge(
-            merge(line, prefix(create_cpu, "create")),
-            prefix(list_cpu, "list"),
+            merge(line, prefixed(create_cpu, "create")),
+            prefixed(list_cpu, "list"),
         ),
-        prefix(rollout_cpu, "update"),
+        prefixed(rollout_cpu, "update"),
     ))
 }
 

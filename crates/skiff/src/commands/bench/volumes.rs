@@ -42,7 +42,7 @@ use skiff_kubelet::images::BUSYBOX_IMAGE;
 
 use super::api::{CpuMeter, Emitter, ServerChild, ensure_open_files, histogram, merge, micros};
 use super::api::{ms, round3};
-use super::controllers::{SkiffChild, start, watches};
+use super::controllers::{SkiffChild, start, start_hollow, watches};
 use super::pods::{EVICTION_HARD, KubeletChild, load1, remove_pods};
 use super::scheduler::create_all;
 use crate::commands::UsageError;
@@ -595,25 +595,7 @@ async fn schedule(
 async fn hollow(args: &VolumesBenchArgs, nodes: usize, out: &Emitter, dir: &Path) -> Result<()> {
     let plane = ControlPlane::start(dir).await?;
     let exe = std::env::current_exe()?;
-    let count = nodes.to_string();
-    let hollow_dir = dir.join("hollow");
-    let hollow = start(
-        &exe,
-        &[
-            "kubelet",
-            "--kubeconfig",
-            &plane.kubeconfig,
-            "--hollow",
-            "--count",
-            &count,
-            "--node-name-prefix",
-            "vol",
-            "--data-dir",
-            hollow_dir.to_str().context("path")?,
-        ],
-        &dir.join("hollow.log"),
-    )
-    .await?;
+    let hollow = start_hollow(&exe, &plane.kubeconfig, nodes, "vol", dir, &[]).await?;
     let result = async {
         let cpu = plane.cpu(&[("hollow_nodes", hollow.pid)]);
         let n = args.claims;
