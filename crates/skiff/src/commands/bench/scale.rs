@@ -139,8 +139,8 @@ pub async fn run(args: ScaleBenchArgs) -> Result<()> {
 /// What the benchmark's pod watch has seen.
 #[derive(Default)]
 struct Seen {
-    /// Per pod: its Deployment, and whether it is bound and Running.
-    pods: HashMap<String, (String, bool, bool)>,
+    /// Per pod: whether it is bound, and whether it is Running.
+    pods: HashMap<String, (bool, bool)>,
     /// Per Deployment: pods seen.
     per_deployment: HashMap<String, usize>,
     /// When each Deployment's last pod was first seen.
@@ -157,27 +157,26 @@ impl Seen {
             .labels
             .as_ref()
             .and_then(|l| l.get("app"))
-            .cloned()
-            .unwrap_or_default();
+            .map_or("", String::as_str);
         let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
         let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-        let entry = self.pods.entry(name).or_insert_with(|| {
-            let count = self.per_deployment.entry(app.clone()).or_default();
+        let (was_bound, was_running) = self.pods.entry(name).or_insert_with(|| {
+            let count = self.per_deployment.entry(app.to_string()).or_default();
             *count += 1;
-            if replicas.get(&app) == Some(count) {
-                self.complete.insert(app.clone(), Instant::now());
+            if replicas.get(app) == Some(count) {
+                self.complete.insert(app.to_string(), Instant::now());
             }
-            (app, false, false)
+            (false, false)
         });
-        self.bound += usize::from(bound && !entry.1);
-        self.running = self.running + usize::from(running) - usize::from(entry.2);
-        entry.1 |= bound;
-        entry.2 = running;
+        self.bound += usize::from(bound && !*was_bound);
+        self.running = self.running + usize::from(running) - usize::from(*was_running);
+        *was_bound |= bound;
+        *was_running = running;
     }
 
     fn delete(&mut self, pod: &Pod) {
         let name = pod.metadata.name.as_deref().unwrap_or_default();
-        if let Some((_, _, running)) = self.pods.remove(name) {
+        if let Some((_, running)) = self.pods.remove(name) {
             self.running -= usize::from(running);
         }
     }
