@@ -208,6 +208,18 @@ pub(crate) fn deployment(name: &str, replicas: usize) -> Deployment {
     .expect("a deployment")
 }
 
+/// Starts a rolling update of the Deployment `name` (made by [`deployment`]) by changing its
+/// pod template's image; the Deployment's new generation.
+pub(crate) async fn roll(deployments: &Api<Deployment>, name: &str) -> Result<Option<i64>> {
+    let image = json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "c", "image": "registry.k8s.io/pause:3.9"}]}}}});
+    let updated = deployments
+        .patch(name, &PatchParams::default(), &Patch::Strategic(image))
+        .await
+        .context("updating the template")?;
+    Ok(updated.metadata.generation)
+}
+
 /// Whether the Deployment's rollout is done as `kubectl rollout status` judges it.
 pub(crate) fn rolled_out(d: &Deployment, replicas: usize) -> bool {
     let n = Some(replicas as i32);
@@ -505,13 +517,7 @@ async fn bench(
 
     let before = cpu.snapshot();
     let update_at = Instant::now();
-    let image = json!({"spec": {"template": {"spec": {"containers": [
-        {"name": "c", "image": "registry.k8s.io/pause:3.9"}]}}}});
-    let updated = deployments
-        .patch(NAME, &PatchParams::default(), &Patch::Strategic(image))
-        .await
-        .context("updating the template")?;
-    let generation = updated.metadata.generation;
+    let generation = roll(&deployments, NAME).await?;
     let done = tokio::time::timeout(
         limit,
         deploy.wait_for(|d| {

@@ -42,7 +42,7 @@ use super::api::{
     CpuMeter, Emitter, ServerChild, ensure_open_files, histogram, mb, merge, micros, ms, prefixed,
     proc_status_kb, round3, send_ok,
 };
-use super::controllers::{PODS_PER_NODE, deployment, rolled_out, start, start_hollow};
+use super::controllers::{PODS_PER_NODE, deployment, roll, rolled_out, start, start_hollow};
 use crate::commands::UsageError;
 
 /// Options of `skiff bench scale`.
@@ -325,13 +325,7 @@ async fn bench(
     // the rolling update
     let before = cpu.snapshot();
     let update_at = Instant::now();
-    let image = json!({"spec": {"template": {"spec": {"containers": [
-        {"name": "c", "image": "registry.k8s.io/pause:3.9"}]}}}});
-    let updated = deployments
-        .patch(ROLLED, &PatchParams::default(), &Patch::Strategic(image))
-        .await
-        .context("updating the template")?;
-    let generation = updated.metadata.generation;
+    let generation = roll(&deployments, ROLLED).await?;
     let n = args.rollout_replicas;
     let mut rolled = tokio::time::interval(Duration::from_secs(1));
     loop {
