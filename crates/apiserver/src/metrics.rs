@@ -1,11 +1,15 @@
 //! `/metrics` in Prometheus text format with upstream's metric names: requests by verb,
 //! resource and code (`apiserver_request_total`), their latency
-//! (`apiserver_request_duration_seconds`), open watches (`apiserver_longrunning_requests`), and
+//! (`apiserver_request_duration_seconds`, and `apiserver_request_sli_duration_seconds` without
+//! the time spent in APF's queue and on admission webhooks, see [`measured`]), open watches (`apiserver_longrunning_requests`), and
 //! objects per resource (`apiserver_storage_objects`, read off the watch cache at scrape time),
 //! and the events sent to watchers, counted (`apiserver_watch_events_total`) and sized in bytes
 //! (`apiserver_watch_events_sizes`) by group, version and kind.
 
+use std::cell::Cell;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -63,6 +67,7 @@ pub struct Metrics {
     registry: Mutex<Registry>,
     requests: Family<RequestLabels, Counter>,
     latency: Family<LatencyLabels, Histogram>,
+    sli_latency: Family<LatencyLabels, Histogram>,
     pub watches: Family<ResourceLabels, Gauge>,
     objects: Family<ResourceLabels, Gauge>,
     watch_events: Family<KindLabels, Counter>,
@@ -100,6 +105,9 @@ impl Default for Metrics {
         let latency = Family::<LatencyLabels, Histogram>::new_with_constructor(
             (|| Histogram::new(BUCKETS)) as fn() -> Histogram,
         );
+        let sli_latency = Family::<LatencyLabels, Histogram>::new_with_constructor(
+            (|| Histogram::new(BUCKETS)) as fn() -> Histogram,
+        );
         let watches = Family::<ResourceLabels, Gauge>::default();
         let objects = Family::<ResourceLabels, Gauge>::default();
         let inflight = Family::<InflightLabels, Gauge>::default();
@@ -131,6 +139,11 @@ impl Default for Metrics {
             latency.clone(),
         );
         registry.register(
+            "apiserver_request_sli_duration_seconds",
+            "Response latency distribution (not counting webhook duration and priority & fairness queue wait times) in seconds for each verb, group and resource",
+            sli_latency.clone(),
+        );
+        registry.register(
             "apiserver_longrunning_requests",
             "Gauge of all active long-running apiserver requests (watches) by resource",
             watches.clone(),
@@ -154,6 +167,7 @@ impl Default for Metrics {
             registry: Mutex::new(registry),
             requests,
             latency,
+            sli_latency,
             watches,
             objects,
             watch_events,
@@ -175,8 +189,9 @@ fn reported_verb(verb: &str) -> String {
 }
 
 impl Metrics {
-    /// Counts one finished request (watches count when they start streaming).
-    pub fn observe(&self, info: &RequestInfo, code: u16, seconds: f64) {
+    /// Counts one finished request (watches count when they start streaming) that took
+    /// `took`, `excluded` of it waiting on others (see [`measured`]).
+    pub fn observe(&self, info: &RequestInfo, code: u16, took: Duration, excluded: Duration) {
         let verb = reported_verb(&info.verb);
         let resource = if info.is_resource_request {
             info.resource.clone()
@@ -194,13 +209,17 @@ impl Metrics {
             })
             .inc();
         if info.verb != "watch" {
+            let labels = LatencyLabels {
+                verb,
+                group: info.group.clone(),
+                resource,
+            };
             self.latency
-                .get_or_create(&LatencyLabels {
-                    verb,
-                    group: info.group.clone(),
-                    resource,
-                })
-                .observe(seconds);
+                .get_or_create(&labels)
+                .observe(took.as_secs_f64());
+            self.sli_latency
+                .get_or_create(&labels)
+                .observe(took.saturating_sub(excluded).as_secs_f64());
         }
     }
 
@@ -275,6 +294,27 @@ impl Metrics {
     }
 }
 
+tokio::task_local! {
+    /// The time the request being served has spent waiting on others so far.
+    static EXCLUDED: Cell<Duration>;
+}
+
+/// Runs a request's `work`, and says how long of it was spent waiting on others (in APF's
+/// queue, on admission webhooks: see [`exclude`]), which upstream's SLI latency leaves out.
+pub async fn measured<T>(work: impl Future<Output = T>) -> (T, Duration) {
+    EXCLUDED
+        .scope(Cell::new(Duration::ZERO), async {
+            let out = work.await;
+            (out, EXCLUDED.with(Cell::get))
+        })
+        .await
+}
+
+/// Counts `waited` as spent waiting on others by the request being served, if any.
+pub fn exclude(waited: Duration) {
+    let _ = EXCLUDED.try_with(|c| c.set(c.get() + waited));
+}
+
 /// An open watch, counted in `apiserver_longrunning_requests` while alive.
 pub struct WatchGuard {
     metrics: Arc<Metrics>,
@@ -306,6 +346,20 @@ impl WatchEventMeters {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn waits_are_summed_within_the_request_that_waited() {
+        exclude(Duration::from_secs(1)); // outside any request: counted nowhere
+        let ((), waited) = measured(async {
+            exclude(Duration::from_millis(10));
+            tokio::task::yield_now().await;
+            exclude(Duration::from_millis(5));
+        })
+        .await;
+        assert_eq!(waited, Duration::from_millis(15));
+        let ((), other) = measured(async {}).await;
+        assert_eq!(other, Duration::ZERO);
+    }
+
     #[test]
     fn requests_and_watches_show_up_in_the_exposition() {
         let m = Arc::new(Metrics::default());
@@ -316,12 +370,18 @@ mod tests {
             resource: "pods".into(),
             ..Default::default()
         };
-        m.observe(&info, 200, 0.003);
+        m.observe(&info, 200, Duration::from_millis(3), Duration::ZERO);
         let create = RequestInfo {
             verb: "create".into(),
             ..info.clone()
         };
-        m.observe(&create, 201, 0.002);
+        // 700 ms, of which 680 waiting in a queue or on webhooks
+        m.observe(
+            &create,
+            201,
+            Duration::from_millis(700),
+            Duration::from_millis(680),
+        );
         m.observe_startup_stage("binding", 0.004);
         let guard = m.watch_opened("pods");
         let meters = m.watch_event_meters("", "v1", "Pod");
@@ -335,6 +395,14 @@ mod tests {
             text.contains(r#"apiserver_request_duration_seconds_count{verb="POST",group="",resource="pods"} 1"#),
             "{text}"
         );
+        for (le, total, sli) in [("0.025", 0, 1), ("0.6", 0, 1), ("0.8", 1, 1)] {
+            for (name, count) in [("duration", total), ("sli_duration", sli)] {
+                let bucket = format!(
+                    r#"apiserver_request_{name}_seconds_bucket{{le="{le}",verb="POST",group="",resource="pods"}} {count}"#
+                );
+                assert!(text.contains(&bucket), "{bucket} in {text}");
+            }
+        }
         assert!(
             text.contains(r#"apiserver_longrunning_requests{resource="pods"} 1"#),
             "{text}"

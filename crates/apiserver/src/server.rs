@@ -176,7 +176,9 @@ impl NamespaceLookup for StoreNamespaces {
     async fn phase(&self, name: &str) -> Result<Option<String>> {
         let rt = skiff_apimachinery::catalog::lookup("", "v1", "namespaces").expect("namespaces");
         if let Some(ns) = self.cache.resource(rt).get(name) {
-            return Ok(Some(ns.field("status.phase").unwrap_or_default()));
+            return Ok(Some(
+                ns.field("status.phase").unwrap_or_default().to_string(),
+            ));
         }
         let Some(kv) = self
             .store
@@ -588,25 +590,28 @@ impl ApiServer {
         let info = RequestInfo::parse(req.method(), req.uri().path(), &query);
         // as upstream, the deadline wraps everything after the request is parsed; long-running
         // requests have none
-        let mut resp = match self.gates.overload.deadline(&info, &query) {
-            Err(e) => handlers::error(&e),
-            Ok(deadline) => {
-                let work = self.clone().pipeline(
-                    req,
-                    info.clone(),
-                    query,
-                    deadline,
-                    client_certificate,
-                    audit,
-                );
-                match deadline {
-                    None => work.await,
-                    Some(d) => tokio::time::timeout(d, work)
-                        .await
-                        .unwrap_or_else(|_| handlers::error(&crate::overload::timed_out())),
+        let work = async {
+            match self.gates.overload.deadline(&info, &query) {
+                Err(e) => handlers::error(&e),
+                Ok(deadline) => {
+                    let work = self.clone().pipeline(
+                        req,
+                        info.clone(),
+                        query,
+                        deadline,
+                        client_certificate,
+                        audit,
+                    );
+                    match deadline {
+                        None => work.await,
+                        Some(d) => tokio::time::timeout(d, work)
+                            .await
+                            .unwrap_or_else(|_| handlers::error(&crate::overload::timed_out())),
+                    }
                 }
             }
         };
+        let (mut resp, excluded) = crate::metrics::measured(work).await;
         if let Some(record) = record.get() {
             resp = record
                 .clone()
@@ -615,11 +620,8 @@ impl ApiServer {
         }
         resp.headers_mut()
             .insert(crate::audit::AUDIT_ID_HEADER, audit_id);
-        self.metrics.observe(
-            &info,
-            resp.status().as_u16(),
-            started.elapsed().as_secs_f64(),
-        );
+        self.metrics
+            .observe(&info, resp.status().as_u16(), started.elapsed(), excluded);
         resp
     }
 

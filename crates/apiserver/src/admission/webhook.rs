@@ -489,9 +489,10 @@ pub async fn invoke(
     if attrs.dry_run && !hook.dry_run_safe {
         return Err(dry_run_unsupported(&hook.name));
     }
-    let result = caller
-        .call(&hook.client, hook.timeout, &review)
-        .await
+    let called = std::time::Instant::now();
+    let result = caller.call(&hook.client, hook.timeout, &review).await;
+    crate::metrics::exclude(called.elapsed());
+    let result = result
         .map_err(|e| format!("failed to call webhook: {e}"))
         .and_then(|r| answer(&r, &uid, mutating));
     match result {

@@ -293,7 +293,9 @@ impl FlowControl {
         let waited = Instant::now();
         let admitted = level.level.admit(flow, seats, wait_limit).await;
         queued.answered();
-        let waited = waited.elapsed().as_secs_f64();
+        let waited = waited.elapsed();
+        crate::metrics::exclude(waited);
+        let waited = waited.as_secs_f64();
         let result = match admitted {
             Ok(held) => {
                 resolved.waited.observe(waited);

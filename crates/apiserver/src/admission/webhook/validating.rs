@@ -58,7 +58,7 @@ mod tests {
     use serde_json::json;
     use std::time::Duration;
 
-    /// Refuses pods labelled `deny`, allows everything else, with a warning.
+    /// Refuses pods labelled `deny`, allows everything else, with a warning, after 5 ms.
     struct Fake;
 
     #[async_trait]
@@ -69,6 +69,7 @@ mod tests {
             _timeout: Duration,
             review: &Value,
         ) -> std::result::Result<Value, String> {
+            tokio::time::sleep(Duration::from_millis(5)).await;
             let req = &review["request"];
             let deny = req["object"]["metadata"]["labels"]["deny"] == "yes";
             Ok(
@@ -93,10 +94,13 @@ mod tests {
         };
         let user = UserInfo::anonymous();
         let a = attrs(&user, "pods", "");
-        plugin
-            .validate(&a, Some(&json!({"metadata": {}})))
-            .await
-            .unwrap();
+        let (allowed, waited) =
+            crate::metrics::measured(plugin.validate(&a, Some(&json!({"metadata": {}})))).await;
+        allowed.unwrap();
+        assert!(
+            waited >= Duration::from_millis(5),
+            "the call counts as waiting on others, outside the SLI latency: {waited:?}"
+        );
         let denied = json!({"metadata": {"labels": {"deny": "yes"}}});
         let err = plugin.validate(&a, Some(&denied)).await.unwrap_err();
         assert_eq!(
