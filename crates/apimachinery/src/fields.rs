@@ -129,10 +129,10 @@ impl Selector {
 
     /// Whether an object satisfies every requirement; `get` returns a field's value, and a field
     /// the object lacks compares as the empty string (as upstream's `fields.Set`).
-    pub fn matches(&self, get: impl Fn(&str) -> Option<String>) -> bool {
+    pub fn matches<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.requirements
             .iter()
-            .all(|r| r.matches(get(&r.field).as_deref().unwrap_or("")))
+            .all(|r| r.matches(get(&r.field).unwrap_or("")))
     }
 
     /// Whether this selector restricts nothing.
@@ -253,14 +253,9 @@ fn split_term(term: &str) -> Option<(&str, Op, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
-    fn fields(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: BTreeMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |f: &str| map.get(f).cloned()
+    fn fields<'a>(pairs: &'a [(&str, &'a str)]) -> impl Fn(&str) -> Option<&'a str> {
+        |f: &str| pairs.iter().find(|(k, _)| *k == f).map(|(_, v)| *v)
     }
 
     fn eq(field: &str, value: &str) -> Requirement {

@@ -20,6 +20,7 @@ use futures::StreamExt;
 use parking_lot::{Mutex, RwLock};
 use serde_json::Value;
 use skiff_apimachinery::catalog::{self, ResourceType};
+use skiff_apimachinery::fields;
 use skiff_store::{EventKind, KeyRange, RangeRequest, Store, WatchControl, WatchRequest};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
@@ -36,6 +37,9 @@ pub const HISTORY: usize = 10_000;
 /// 2.5 MB, where 4096 took 10 MB of an idle server's 40 MB heap, and a resource nobody watches
 /// (most custom resources of a cluster with many CRDs) costs nothing.
 const FANOUT: usize = 1024;
+/// Events buffered per value of an indexed field (a node's pods, see [`ResourceCache::watch`]):
+/// a node's share of the changes is small, and 5,000 nodes' channels take 30 MB.
+const INDEXED_FANOUT: usize = 128;
 
 /// One object as the cache holds it.
 #[derive(Debug, Clone)]
@@ -147,11 +151,11 @@ impl Cached {
         }
     }
 
-    pub fn field(&self, name: &str) -> Option<String> {
+    pub fn field(&self, name: &str) -> Option<&str> {
         self.fields
             .iter()
             .find(|(f, _)| *f == name)
-            .map(|(_, v)| v.clone())
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn object(&self) -> Result<Value> {
@@ -216,6 +220,10 @@ pub struct ResourceCache {
     /// Made by the first watch, under the read lock; events are sent under the write lock, so
     /// no event is sent while it is being made.
     events: OnceLock<broadcast::Sender<CacheEvent>>,
+    /// Per value of the type's indexed field ([`Strategy::watch_index`]), the channel of the
+    /// watches that select that value; made under the read lock and sent on under the write
+    /// lock, as `events`.
+    indexed: Mutex<HashMap<String, broadcast::Sender<CacheEvent>>>,
 }
 
 impl std::fmt::Debug for ResourceCache {
@@ -286,6 +294,7 @@ impl ResourceCache {
             strategy,
             state: RwLock::new(State::default()),
             events: OnceLock::new(),
+            indexed: Mutex::default(),
         }
     }
 
@@ -348,15 +357,36 @@ impl ResourceCache {
         }
     }
 
-    /// Starts a watch: from a snapshot (`from` = None) or after revision `from`. `None` as the
-    /// result means the revision is older than the history window (the caller falls back to
-    /// the store).
-    pub fn watch(&self, namespace: &str, from: Option<i64>) -> Option<WatchStart> {
+    /// Starts a watch whose field selector is `fields`: from a snapshot (`from` = None) or after
+    /// revision `from`. `None` as the result means the revision is older than the history
+    /// window (the caller falls back to the store).
+    ///
+    /// As upstream's cacher, a watch whose selector requires one value of the type's indexed
+    /// field (a kubelet's pods: `spec.nodeName=n1`) is offered only the changes of objects
+    /// that have that value before or after them, not every change of the resource.
+    pub fn watch(
+        &self,
+        namespace: &str,
+        from: Option<i64>,
+        fields: &fields::Selector,
+    ) -> Option<WatchStart> {
         let state = self.state.read();
-        let rx = self
-            .events
-            .get_or_init(|| broadcast::channel(FANOUT).0)
-            .subscribe();
+        let index = self
+            .strategy
+            .watch_index()
+            .and_then(|field| fields.single_equality(field));
+        let rx = match index {
+            Some(value) => self
+                .indexed
+                .lock()
+                .entry(value.to_string())
+                .or_insert_with(|| broadcast::channel(INDEXED_FANOUT).0)
+                .subscribe(),
+            None => self
+                .events
+                .get_or_init(|| broadcast::channel(FANOUT).0)
+                .subscribe(),
+        };
         match from {
             None => Some(WatchStart::Snapshot(
                 Snapshot {
@@ -434,8 +464,27 @@ impl ResourceCache {
         }
     }
 
-    /// Tells the watchers, if there ever were any (call under the write lock).
+    /// Tells the watchers, if there ever were any (call under the write lock): an object's
+    /// change goes to the indexed watches of its value before and after it, anything else to
+    /// all of them. A value's channel goes once no watch is left on it.
     fn send(&self, event: CacheEvent) {
+        let mut indexed = self.indexed.lock();
+        match (&event, self.strategy.watch_index()) {
+            (CacheEvent::Object { object, prev, .. }, Some(field)) if !indexed.is_empty() => {
+                let now = object.field(field).unwrap_or_default();
+                let before = prev.as_deref().map(|p| p.field(field).unwrap_or_default());
+                for value in std::iter::once(now).chain(before.filter(|b| *b != now)) {
+                    if let Some(tx) = indexed.get(value)
+                        && tx.send(event.clone()).is_err()
+                    {
+                        indexed.remove(value);
+                    }
+                }
+            }
+            (CacheEvent::Object { .. }, _) => {}
+            _ => indexed.retain(|_, tx| tx.send(event.clone()).is_ok()),
+        }
+        drop(indexed);
         if let Some(events) = self.events.get() {
             let _ = events.send(event);
         }
@@ -561,7 +610,9 @@ impl Cacher {
         let mut snapshots = Vec::with_capacity(types.len());
         let mut receivers = Vec::with_capacity(types.len());
         for rt in types {
-            let Some(WatchStart::Snapshot(snapshot, rx)) = self.get(rt)?.watch("", None) else {
+            let Some(WatchStart::Snapshot(snapshot, rx)) =
+                self.get(rt)?.watch("", None, &fields::Selector::default())
+            else {
                 return None;
             };
             snapshots.push(snapshot);
@@ -907,7 +958,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.stored.stored().as_ptr(), stored.as_ptr());
         assert_eq!(c.labels.get("app").map(String::as_str), Some("web"));
-        assert_eq!(c.field("spec.nodeName").as_deref(), Some("n1"));
+        assert_eq!(c.field("spec.nodeName"), Some("n1"));
         let mut expected = pod();
         storage::set_resource_version(&mut expected, 7);
         assert_eq!(c.json(), crate::protobuf::order::to_vec(&expected));
@@ -932,16 +983,86 @@ mod tests {
         let strategy = StrategyRef::Builtin(strategy::for_resource(pods));
         let cache = ResourceCache::new(Arc::new(pods.clone()), strategy);
         cache.reset(BTreeMap::new(), 5);
-        let Some(WatchStart::Snapshot(_, mut rx)) = cache.watch("", None) else {
+        let Some(WatchStart::Snapshot(_, mut rx)) = cache.watch("", None, &everything()) else {
             panic!("a watch from now starts with a snapshot");
         };
         cache.reset(BTreeMap::new(), 9);
         assert!(matches!(rx.try_recv(), Ok(CacheEvent::Reset(9))));
         assert!(
-            cache.watch("", Some(6)).is_none(),
+            cache.watch("", Some(6), &everything()).is_none(),
             "resuming from before is 410 Gone"
         );
-        assert!(cache.watch("", Some(9)).is_some());
+        assert!(cache.watch("", Some(9), &everything()).is_some());
+    }
+
+    fn everything() -> fields::Selector {
+        fields::Selector::default()
+    }
+
+    /// What a watch's channel holds now: `(change, name)` per object event, `reset` per reset.
+    fn received(rx: &mut broadcast::Receiver<CacheEvent>) -> Vec<String> {
+        std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|e| match e {
+                CacheEvent::Object { change, object, .. } => format!("{change:?} {}", object.name),
+                CacheEvent::Progress(_) => "progress".into(),
+                CacheEvent::Reset(_) => "reset".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_watch_of_one_node_is_offered_only_the_changes_of_its_pods() {
+        let pods = lookup("", "v1", "pods").unwrap();
+        let strategy = StrategyRef::Builtin(strategy::for_resource(pods));
+        let cache = ResourceCache::new(Arc::new(pods.clone()), strategy.clone());
+        cache.reset(BTreeMap::new(), 1);
+        let watch = |selector: &str| {
+            let selector = fields::Selector::parse(selector).unwrap();
+            match cache.watch("", None, &selector) {
+                Some(WatchStart::Snapshot(_, rx)) => rx,
+                _ => panic!("a watch from now starts with a snapshot"),
+            }
+        };
+        let (mut n1, mut n2, mut all) = (
+            watch("spec.nodeName=n1"),
+            watch("spec.nodeName=n2,status.phase!=Failed"),
+            watch("spec.nodeName!=n3"),
+        );
+        let pod_on = |name: &str, node: &str, revision: i64| {
+            let mut pod = pod();
+            pod["metadata"]["name"] = json!(name);
+            pod["spec"]["nodeName"] = json!(node);
+            Arc::new(Cached::from_object(&*strategy, &pod, revision).unwrap())
+        };
+        cache.apply("ns/p".into(), Some(pod_on("p", "", 2)), 2);
+        cache.apply("ns/p".into(), Some(pod_on("p", "n1", 3)), 3);
+        cache.apply("ns/q".into(), Some(pod_on("q", "n2", 4)), 4);
+        cache.apply("ns/p".into(), None, 5);
+        assert_eq!(received(&mut n1), ["Modified p", "Deleted p"]);
+        assert_eq!(received(&mut n2), ["Added q"]);
+        assert_eq!(
+            received(&mut all),
+            ["Added p", "Modified p", "Added q", "Deleted p"],
+            "a selector without one value of the field is offered every change"
+        );
+        // the pod moving off n2 reaches n2's watch (for it, a deletion)
+        cache.apply("ns/q".into(), Some(pod_on("q", "n1", 6)), 6);
+        assert_eq!(received(&mut n2), ["Modified q"]);
+        assert_eq!(received(&mut n1), ["Modified q"]);
+        assert_eq!(received(&mut all), ["Modified q"]);
+
+        cache.advance(7, true);
+        cache.reset(BTreeMap::new(), 8);
+        for rx in [&mut n1, &mut n2, &mut all] {
+            assert_eq!(received(rx), ["progress", "reset"]);
+        }
+        drop(n2);
+        cache.apply("ns/r".into(), Some(pod_on("r", "n2", 9)), 9);
+        assert_eq!(
+            cache.indexed.lock().keys().collect::<Vec<_>>(),
+            ["n1"],
+            "a value's channel goes with its last watch"
+        );
     }
 
     #[test]

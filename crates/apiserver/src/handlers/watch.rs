@@ -357,7 +357,7 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
     };
     let name = (!ctx.info.name.is_empty()).then(|| ctx.info.name.clone());
     let cache = ctx.cache()?;
-    let start = cache.watch(&ctx.info.namespace, from);
+    let start = cache.watch(&ctx.info.namespace, from, &filter.fields);
     let (tx, rx) = mpsc::channel(64);
     let trace = WatchTrace::for_watch(&ctx);
     let output = ctx.output;

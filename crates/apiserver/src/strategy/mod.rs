@@ -150,6 +150,13 @@ pub trait Strategy: Send + Sync {
         Vec::new()
     }
 
+    /// The field (one of [`Strategy::fields`]) the watch cache indexes watches by, upstream's
+    /// trigger function: a watch selecting one value of it is offered only the changes of
+    /// objects with that value (see [`crate::cache::ResourceCache::watch`]).
+    fn watch_index(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Whether deleting needs a grace period (pods bound to a node).
     fn graceful_delete_seconds(&self, _object: &Value, _requested: Option<i64>) -> Option<i64> {
         None

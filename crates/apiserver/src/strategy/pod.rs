@@ -478,6 +478,12 @@ impl Strategy for PodStrategy {
         true
     }
 
+    /// A kubelet watches the pods of its node (`spec.nodeName=n1`), as upstream's
+    /// `NodeNameTriggerFunc`.
+    fn watch_index(&self) -> Option<&'static str> {
+        Some("spec.nodeName")
+    }
+
     fn fields(&self, pod: &Value) -> Vec<(&'static str, String)> {
         [
             "spec.nodeName",
