@@ -74,6 +74,7 @@ pub mod services;
 pub mod stamped;
 pub mod storage;
 pub mod strategy;
+pub mod timing;
 pub mod tokens;
 pub mod trace;
 pub mod webhook_client;

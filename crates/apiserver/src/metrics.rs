@@ -1,13 +1,11 @@
 //! `/metrics` in Prometheus text format with upstream's metric names: requests by verb,
 //! resource and code (`apiserver_request_total`), their latency
 //! (`apiserver_request_duration_seconds`, and `apiserver_request_sli_duration_seconds` without
-//! the time spent in APF's queue and on admission webhooks, see [`measured`]), open watches (`apiserver_longrunning_requests`), and
+//! the time spent in APF's queue and on admission webhooks, see [`crate::timing`]), open watches (`apiserver_longrunning_requests`), and
 //! objects per resource (`apiserver_storage_objects`, read off the watch cache at scrape time),
 //! and the events sent to watchers, counted (`apiserver_watch_events_total`) and sized in bytes
 //! (`apiserver_watch_events_sizes`) by group, version and kind.
 
-use std::cell::Cell;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -190,7 +188,7 @@ fn reported_verb(verb: &str) -> String {
 
 impl Metrics {
     /// Counts one finished request (watches count when they start streaming) that took
-    /// `took`, `excluded` of it waiting on others (see [`measured`]).
+    /// `took`, `excluded` of it waiting on others (see [`crate::timing`]).
     pub fn observe(&self, info: &RequestInfo, code: u16, took: Duration, excluded: Duration) {
         let verb = reported_verb(&info.verb);
         let resource = if info.is_resource_request {
@@ -294,27 +292,6 @@ impl Metrics {
     }
 }
 
-tokio::task_local! {
-    /// The time the request being served has spent waiting on others so far.
-    static EXCLUDED: Cell<Duration>;
-}
-
-/// Runs a request's `work`, and says how long of it was spent waiting on others (in APF's
-/// queue, on admission webhooks: see [`exclude`]), which upstream's SLI latency leaves out.
-pub async fn measured<T>(work: impl Future<Output = T>) -> (T, Duration) {
-    EXCLUDED
-        .scope(Cell::new(Duration::ZERO), async {
-            let out = work.await;
-            (out, EXCLUDED.with(Cell::get))
-        })
-        .await
-}
-
-/// Counts `waited` as spent waiting on others by the request being served, if any.
-pub fn exclude(waited: Duration) {
-    let _ = EXCLUDED.try_with(|c| c.set(c.get() + waited));
-}
-
 /// An open watch, counted in `apiserver_longrunning_requests` while alive.
 pub struct WatchGuard {
     metrics: Arc<Metrics>,
@@ -345,20 +322,6 @@ impl WatchEventMeters {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn waits_are_summed_within_the_request_that_waited() {
-        exclude(Duration::from_secs(1)); // outside any request: counted nowhere
-        let ((), waited) = measured(async {
-            exclude(Duration::from_millis(10));
-            tokio::task::yield_now().await;
-            exclude(Duration::from_millis(5));
-        })
-        .await;
-        assert_eq!(waited, Duration::from_millis(15));
-        let ((), other) = measured(async {}).await;
-        assert_eq!(other, Duration::ZERO);
-    }
 
     #[test]
     fn requests_and_watches_show_up_in_the_exposition() {

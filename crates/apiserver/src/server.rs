@@ -611,7 +611,7 @@ impl ApiServer {
                 }
             }
         };
-        let (mut resp, excluded) = crate::metrics::measured(work).await;
+        let (mut resp, timing) = crate::timing::timed(started, work).await;
         if let Some(record) = record.get() {
             resp = record
                 .clone()
@@ -620,8 +620,17 @@ impl ApiServer {
         }
         resp.headers_mut()
             .insert(crate::audit::AUDIT_ID_HEADER, audit_id);
+        let took = started.elapsed();
         self.metrics
-            .observe(&info, resp.status().as_u16(), started.elapsed(), excluded);
+            .observe(&info, resp.status().as_u16(), took, timing.excluded());
+        if took >= crate::timing::SLOW && !crate::overload::is_long_running(&info) {
+            tracing::info!(
+                verb = %info.verb, resource = %info.resource, subresource = %info.subresource,
+                namespace = %info.namespace, name = %info.name, status = resp.status().as_u16(),
+                took_ms = took.as_millis(), waited_ms = timing.excluded().as_millis(),
+                steps = %timing, "slow request"
+            );
+        }
         resp
     }
 
@@ -687,6 +696,7 @@ impl ApiServer {
             r.impersonated(&user);
         }
         let (class, admitted) = self.admit(&info, &user, &query, deadline).await;
+        crate::timing::step("admitted");
         let mut resp = match admitted {
             // held until the response is built: the in-flight slot, or APF's seats
             Ok(_held) => {

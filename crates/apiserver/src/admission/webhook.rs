@@ -491,7 +491,7 @@ pub async fn invoke(
     }
     let called = std::time::Instant::now();
     let result = caller.call(&hook.client, hook.timeout, &review).await;
-    crate::metrics::exclude(called.elapsed());
+    crate::timing::exclude(called.elapsed());
     let result = result
         .map_err(|e| format!("failed to call webhook: {e}"))
         .and_then(|r| answer(&r, &uid, mutating));

@@ -294,7 +294,7 @@ impl FlowControl {
         let admitted = level.level.admit(flow, seats, wait_limit).await;
         queued.answered();
         let waited = waited.elapsed();
-        crate::metrics::exclude(waited);
+        crate::timing::exclude(waited);
         let waited = waited.as_secs_f64();
         let result = match admitted {
             Ok(held) => {

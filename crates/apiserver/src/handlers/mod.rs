@@ -196,6 +196,7 @@ impl Ctx {
         };
         match Limited::new(body, MAX_BODY_BYTES).collect().await {
             Ok(collected) => {
+                crate::timing::step("body read");
                 let bytes = collected.to_bytes();
                 if let Some(audit) = &self.audit {
                     audit.request_body(&bytes, self.header(header::CONTENT_TYPE));

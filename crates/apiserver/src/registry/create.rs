@@ -34,6 +34,7 @@ pub(crate) async fn create(ctx: &Ctx, obj: Value, fields: Fields) -> Result<Valu
     }
     let a = attrs(ctx, Operation::Create, &name, None);
     ctx.server.admission.mutate(&a, Some(&mut obj)).await?;
+    crate::timing::step("mutating admission");
     redecode_patched(ctx, &a, &mut obj);
     if ctx.info.subresource.is_empty() {
         ctx.strategy.prepare_admitted(&mut obj);
@@ -50,6 +51,7 @@ pub(crate) async fn create(ctx: &Ctx, obj: Value, fields: Fields) -> Result<Valu
         allocator::allocate(&*ctx.server.store, &ctx.server.ranges, &mut obj, None).await?;
         validate(ctx, &obj, None)?;
         ctx.server.admission.validate(&a, Some(&obj)).await?;
+        crate::timing::step("validated");
         let value = encode(ctx, &obj).await?;
         if ctx.dry_run() {
             // As upstream's dry run, everything but the write: a name in use is a conflict.

@@ -89,6 +89,7 @@ impl Txn {
 
     /// Commits: the new revision, or `None` when a guard did not hold (nothing was written).
     pub async fn commit(self, store: &dyn Store) -> Result<Option<i64>> {
+        crate::timing::step("about to store");
         let resp = store
             .txn(TxnRequest {
                 compare: self.compare,
@@ -96,6 +97,7 @@ impl Txn {
                 failure: vec![],
             })
             .await?;
+        crate::timing::step("stored");
         Ok(resp.succeeded.then_some(resp.revision))
     }
 }

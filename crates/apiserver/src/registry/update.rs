@@ -74,6 +74,7 @@ pub(crate) async fn update(
         }
         let a = attrs(ctx, Operation::Update, name, Some(&current));
         ctx.server.admission.mutate(&a, Some(&mut obj)).await?;
+        crate::timing::step("mutating admission");
         redecode_patched(ctx, &a, &mut obj);
         allocator::allocate(
             &*ctx.server.store,
@@ -84,6 +85,7 @@ pub(crate) async fn update(
         .await?;
         validate(ctx, &obj, Some(&current))?;
         ctx.server.admission.validate(&a, Some(&obj)).await?;
+        crate::timing::step("validated");
         // Removing the last finalizer of an object being deleted deletes it.
         let finished = obj.pointer("/metadata/deletionTimestamp").is_some()
             && finalizers(&obj).is_empty()
