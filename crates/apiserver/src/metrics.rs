@@ -1,7 +1,8 @@
 //! `/metrics` in Prometheus text format with upstream's metric names: requests by verb,
 //! resource and code (`apiserver_request_total`), their latency
 //! (`apiserver_request_duration_seconds`, and `apiserver_request_sli_duration_seconds` without
-//! the time spent in APF's queue and on admission webhooks, see [`crate::timing`]), open watches (`apiserver_longrunning_requests`), and
+//! the time spent in APF's queue and on admission webhooks, see [`crate::timing`]), open
+//! watches (`apiserver_longrunning_requests`), and
 //! objects per resource (`apiserver_storage_objects`, read off the watch cache at scrape time),
 //! and the events sent to watchers, counted (`apiserver_watch_events_total`) and sized in bytes
 //! (`apiserver_watch_events_sizes`) by group, version and kind.
