@@ -1,7 +1,8 @@
 //! The lifecycle trace end to end (seed 000's picture): a real API server, scheduler, endpoint
 //! controllers and a hollow kubelet acting as its node (`system:node:trace-0`); a pod is created
 //! with kubectl and `skiff trace pod` shows its chain — the create, the scheduler's unfiltered
-//! inbox getting it (ADDED), the kubelet's `spec.nodeName` watch filtering it out, the Binding by
+//! inbox getting it (ADDED), a `status.phase=Running` watch filtering it out (the kubelet's
+//! `spec.nodeName` watch is never offered it: the watch cache indexes it by node), the Binding by
 //! `system:kube-scheduler`, the kubelet's inbox getting it once bound, the node's status writes
 //! and the endpoint controllers — with the queue wait the scheduler measured among the startup
 //! stages; `/metrics` has the startup stage histograms, and the web page,
@@ -154,6 +155,17 @@ fn skiff_trace_pod_shows_the_chain_from_create_to_ready_and_the_page_draws_it() 
             o.status.success()
         });
         api.kubectl_stdin(KUBECTL_133, &["apply", "-f", "-"], Some(SERVICE));
+        // a watch that selects by phase, not by node, is offered the new pod and leaves it out
+        let client = support::kube_client(&api).await;
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::default_namespaced(client.clone());
+        let _running = pods
+            .watch(
+                &kube::api::WatchParams::default().fields("status.phase=Running"),
+                "0",
+            )
+            .await
+            .expect("a watch of running pods");
         api.kubectl_stdin(KUBECTL_133, &["apply", "-f", "-"], Some(POD));
         api.kubectl_until(
             KUBECTL_133,
@@ -193,13 +205,12 @@ fn skiff_trace_pod_shows_the_chain_from_create_to_ready_and_the_page_draws_it() 
                 "[all pods]",
             ],
         );
-        let filtered = line_with(
-            &text,
-            &[
-                "kubelet trace-0 inbox",
-                "filtered out",
-                "system:node:trace-0 [fields: spec.nodeName=trace-0]",
-            ],
+        let filtered = line_with(&text, &["filtered out", "[fields: status.phase=Running]"]);
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.contains("kubelet trace-0 inbox") && l.contains("filtered out")),
+            "the kubelet's watch is offered only its node's pods:\n{text}"
         );
         let binding = line_with(
             &text,
@@ -244,7 +255,6 @@ fn skiff_trace_pod_shows_the_chain_from_create_to_ready_and_the_page_draws_it() 
         }
 
         // the streaming variant: the document, then each new entry as it is recorded
-        let client = support::kube_client(&api).await;
         let request = http::Request::get("/debug/trace/pods/default/web?watch=1")
             .body(Vec::new())
             .unwrap();
