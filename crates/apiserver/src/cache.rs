@@ -464,29 +464,33 @@ impl ResourceCache {
         }
     }
 
-    /// Tells the watchers, if there ever were any (call under the write lock): an object's
-    /// change goes to the indexed watches of its value before and after it, anything else to
-    /// all of them. A value's channel goes once no watch is left on it.
+    /// Tells the watchers, if there ever were any (call under the write lock).
     fn send(&self, event: CacheEvent) {
-        let mut indexed = self.indexed.lock();
-        match (&event, self.strategy.watch_index()) {
-            (CacheEvent::Object { object, prev, .. }, Some(field)) if !indexed.is_empty() => {
-                let now = object.field(field).unwrap_or_default();
-                let before = prev.as_deref().map(|p| p.field(field).unwrap_or_default());
-                for value in std::iter::once(now).chain(before.filter(|b| *b != now)) {
-                    if let Some(tx) = indexed.get(value)
-                        && tx.send(event.clone()).is_err()
-                    {
-                        indexed.remove(value);
-                    }
-                }
-            }
-            (CacheEvent::Object { .. }, _) => {}
-            _ => indexed.retain(|_, tx| tx.send(event.clone()).is_ok()),
+        if let Some(field) = self.strategy.watch_index() {
+            self.send_indexed(field, &event);
         }
-        drop(indexed);
         if let Some(events) = self.events.get() {
             let _ = events.send(event);
+        }
+    }
+
+    /// Tells the watches indexed by `field`: an object's change goes to those of its value
+    /// before and after it, anything else to all of them. A value's channel goes once no watch
+    /// is left on it.
+    fn send_indexed(&self, field: &str, event: &CacheEvent) {
+        let mut indexed = self.indexed.lock();
+        let CacheEvent::Object { object, prev, .. } = event else {
+            indexed.retain(|_, tx| tx.send(event.clone()).is_ok());
+            return;
+        };
+        let now = object.field(field).unwrap_or_default();
+        let before = prev.as_deref().map(|p| p.field(field).unwrap_or_default());
+        for value in std::iter::once(now).chain(before.filter(|b| *b != now)) {
+            if let Some(tx) = indexed.get(value)
+                && tx.send(event.clone()).is_err()
+            {
+                indexed.remove(value);
+            }
         }
     }
 }
