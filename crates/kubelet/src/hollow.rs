@@ -1,8 +1,10 @@
 //! Hollow kubelets, as kubemark's: many nodes in one process, each the real kubelet's node
 //! registration, heartbeats, pod informer and pod workers running against a
-//! [`HollowRuntime`] instead of containerd. All nodes share one API client (one connection
-//! pool) and run as tokio tasks, no thread per node; their heartbeats start spread over one
-//! renewal period so that they do not write in lockstep.
+//! [`HollowRuntime`] instead of containerd. All nodes share one connection pool, either as one
+//! identity or each as itself ([`Clients::per_node`], by impersonation, so that the Node
+//! authorizer, NodeRestriction and API Priority and Fairness treat each as the node it is), and
+//! run as tokio tasks, no thread per node; their heartbeats start spread over one renewal
+//! period so that they do not write in lockstep.
 //!
 //! Each node takes part in the local-path provisioner's protocol as a real kubelet does, its
 //! volumes recorded, not made: it publishes a local-path directory ([`ANN_NODE_DIR`]) that is
@@ -66,6 +68,12 @@ pub enum Error {
     Node(#[from] crate::node::Error),
     #[error(transparent)]
     Server(#[from] crate::server::Error),
+    #[error("node {node}: its API client: {source}")]
+    Client {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -118,6 +126,19 @@ impl Default for Config {
         }
     }
 }
+
+/// The hollow nodes' API clients.
+pub struct Clients {
+    /// What the nodes share uses this one: the volume and RuntimeClass informers, the kubelet
+    /// servers' reviews, the local-path deleter's informers.
+    pub shared: kube::Client,
+    /// Node `name`'s own client (for its registration, heartbeats, pod watch, status and
+    /// events), or `None` for every node to use `shared`.
+    pub per_node: Option<NodeClient>,
+}
+
+/// Makes node `name`'s own client.
+pub type NodeClient = Box<dyn Fn(&str) -> kube::Result<kube::Client> + Send + Sync>;
 
 /// The size of each node's pod range (upstream's default `--node-cidr-mask-size` for IPv4).
 pub const NODE_CIDR_MASK: u8 = 24;
@@ -182,20 +203,24 @@ struct HollowNode {
     /// Its pods as the watch delivers them (the server reads them).
     registry: PodRegistry,
     server: Option<KubeletServer>,
+    /// Its own client, and the factory its pod informer comes from.
+    client: kube::Client,
+    informers: Informers,
 }
 
 /// Registered hollow nodes; [`HollowNodes::run`] serves them until shutdown.
 pub struct HollowNodes {
-    client: kube::Client,
     nodes: Vec<HollowNode>,
-    /// One factory for all nodes: each node's pod informer has its own field selector (so its
-    /// own watch); their volumes and RuntimeClasses share one. They stop with the factory.
+    /// The factory of what the nodes share: volumes and RuntimeClasses (and, when all nodes
+    /// share one client, each node's pod informer, which has its own field selector and so
+    /// its own watch). They stop with the factory.
     informers: Informers,
 }
 
 impl HollowNodes {
     /// Registers the nodes (a few at a time); returns once all are.
-    pub async fn start(client: kube::Client, config: Config) -> Result<HollowNodes> {
+    pub async fn start(clients: Clients, config: Config) -> Result<HollowNodes> {
+        let client = clients.shared;
         let cluster = Cidr::parse(&config.cluster_cidr).map_err(|source| Error::PodCidr {
             node: format!("{}-*", config.prefix),
             source,
@@ -225,17 +250,23 @@ impl HollowNodes {
             },
         };
         let nodes: Vec<HollowNode> = futures::stream::iter(0..config.count)
-            .map(|i| register(&client, &config, &shared, cluster, i))
+            .map(|i| {
+                register(
+                    &client,
+                    &informers,
+                    &clients.per_node,
+                    &config,
+                    &shared,
+                    cluster,
+                    i,
+                )
+            })
             .buffered(REGISTER_CONCURRENCY)
             .collect::<Vec<_>>()
             .await
             .into_iter()
             .collect::<Result<_>>()?;
-        Ok(HollowNodes {
-            client,
-            nodes,
-            informers,
-        })
+        Ok(HollowNodes { nodes, informers })
     }
 
     /// The registered nodes' names, in order.
@@ -262,7 +293,7 @@ impl HollowNodes {
                 tasks.push(tokio::spawn(server.serve()));
             }
             tasks.push(tokio::spawn(heartbeat::run(
-                self.client.clone(),
+                n.client.clone(),
                 view.clone(),
                 n.status,
                 offset,
@@ -272,14 +303,14 @@ impl HollowNodes {
                 n.ctx.runtime.clone(),
                 ContainerGcPolicy::default(),
                 None,
-                crate::pod_workers::known_pods(&informers, &name),
+                crate::pod_workers::known_pods(&n.informers, &name),
                 n.ctx.clock.clone(),
             ));
             tasks.push(tokio::spawn(gc.run(CONTAINER_GC_PERIOD, n.ctx.api.clone())));
             // no eviction manager: a hollow node is never under pressure
             let pod_loop = crate::pod_workers::PodLoop {
-                client: self.client.clone(),
-                informers: informers.clone(),
+                client: n.client,
+                informers: n.informers,
                 node_name: name,
                 registry: n.registry,
                 view,
@@ -306,16 +337,28 @@ struct Shared {
     server: Option<(rustls::ServerConfig, Arc<ApiReviews>)>,
 }
 
-/// Registers hollow node `i`: its pod CIDR is the one its Node has, or the `i`-th of the
-/// cluster range.
+/// Registers hollow node `i` with its own client (from `per_node`, or `shared`): its pod CIDR
+/// is the one its Node has, or the `i`-th of the cluster range.
 async fn register(
-    client: &kube::Client,
+    shared_client: &kube::Client,
+    shared_informers: &Informers,
+    per_node: &Option<NodeClient>,
     config: &Config,
     shared: &Shared,
     cluster: Cidr,
     i: usize,
 ) -> Result<HollowNode> {
     let name = format!("{}-{i}", config.prefix);
+    let (client, informers) = match per_node {
+        Some(make) => {
+            let client = make(&name).map_err(|source| Error::Client {
+                node: name.clone(),
+                source,
+            })?;
+            (client.clone(), Informers::new(client))
+        }
+        None => (shared_client.clone(), shared_informers.clone()),
+    };
     let nodes: Api<Node> = Api::all(client.clone());
     let assigned = node::assigned_pod_cidr(&nodes, &name).await?;
     let cidr_err = |source| Error::PodCidr {
@@ -425,5 +468,7 @@ async fn register(
         local_path,
         registry,
         server,
+        client,
+        informers,
     })
 }

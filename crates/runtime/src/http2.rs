@@ -45,17 +45,18 @@ pub fn client_builder(
     mut config: kube::Config,
     user_agent: &str,
 ) -> kube::Result<ClientBuilder<GenericService>> {
-    // our own programs' names: always a valid header, but never a panic if not
-    let user_agent =
-        http::HeaderValue::from_str(user_agent).unwrap_or(http::HeaderValue::from_static("skiff"));
-    config
-        .headers
-        .retain(|(name, _)| name != http::header::USER_AGENT);
-    config.headers.push((http::header::USER_AGENT, user_agent));
+    set_user_agent(&mut config, user_agent);
     if config.cluster_url.scheme() != Some(&http::uri::Scheme::HTTPS) {
         return ClientBuilder::try_from(config);
     }
     let pool = Pool::new(&config)?;
+    builder_over(pool, config)
+}
+
+/// A kube `ClientBuilder` whose requests travel over `pool`'s connections with `config`'s
+/// layers: several clients sharing one pool share its connections but each sends its own
+/// headers (its impersonation, say).
+fn builder_over(pool: Pool, config: kube::Config) -> kube::Result<ClientBuilder<GenericService>> {
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(config.default_retry.then(|| {
@@ -77,6 +78,29 @@ pub fn client_builder(
 /// `kube::Client` for `config` over HTTP/2 (see [`client_builder`]).
 pub fn client(config: kube::Config, user_agent: &str) -> kube::Result<kube::Client> {
     Ok(client_builder(config, user_agent)?.build())
+}
+
+/// `kube::Client` for `config` over the connections of `pool` (which must reach `config`'s
+/// server), from `user_agent`: several clients on one process's connections, each with its
+/// own headers, as kubemark's hollow nodes are many nodes, each impersonating itself.
+pub fn client_on(
+    pool: &Pool,
+    mut config: kube::Config,
+    user_agent: &str,
+) -> kube::Result<kube::Client> {
+    set_user_agent(&mut config, user_agent);
+    Ok(builder_over(pool.clone(), config)?.build())
+}
+
+/// Has `config`'s requests say they come from `user_agent`.
+fn set_user_agent(config: &mut kube::Config, user_agent: &str) {
+    // our own programs' names: always a valid header, but never a panic if not
+    let user_agent =
+        http::HeaderValue::from_str(user_agent).unwrap_or(http::HeaderValue::from_static("skiff"));
+    config
+        .headers
+        .retain(|(name, _)| name != http::header::USER_AGENT);
+    config.headers.push((http::header::USER_AGENT, user_agent));
 }
 
 /// HTTP/2 connections to one API server, opened as the requests in flight need them.

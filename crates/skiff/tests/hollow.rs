@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
@@ -230,6 +230,69 @@ fn pods_the_node_cannot_run_are_rejected_at_admission() {
             .await;
         }
         eventually("first still Running", || running("first")).await;
+    });
+}
+
+/// With `--hollow-impersonate-nodes` each hollow node acts as itself, `system:node:<name>` in
+/// `system:nodes`, over the shared connections: the Node authorizer lets it read the ConfigMap
+/// its pod mounts (and nothing else would be allowed), and API Priority and Fairness classifies
+/// its requests by upstream's `system-nodes` FlowSchema into the `system` level, where the
+/// shared admin identity's would be exempt.
+#[test]
+fn impersonating_hollow_nodes_act_as_themselves() {
+    let api = ApiServer::start(Backend::Embedded);
+    run(async {
+        let client = kube_client(&api).await;
+        let _hollow = hollow_nodes_with(&api, "imp", 2, &["--hollow-impersonate-nodes"]);
+        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": "cfg"}, "data": {"k": "v"}}))
+                .unwrap();
+        config_maps
+            .create(&PostParams::default(), &cm)
+            .await
+            .unwrap();
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "mounts"},
+            "spec": {"nodeName": "imp-1",
+                     "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}],
+                     "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                                     "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}]},
+        }))
+        .unwrap();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        eventually("the pod mounting the ConfigMap Running", || {
+            let pods = pods.clone();
+            async move {
+                let status = pods.get("mounts").await.ok()?.status?;
+                (status.phase.as_deref() == Some("Running")).then_some(())
+            }
+        })
+        .await;
+
+        let metrics = client
+            .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+            .await
+            .unwrap();
+        let dispatched: f64 = metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("apiserver_flowcontrol_dispatched_requests_total{")
+                    && l.contains(r#"flow_schema="system-nodes""#)
+                    && l.contains(r#"priority_level="system""#)
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        assert!(
+            dispatched > 0.0,
+            "no request classified as system-nodes:\n{}",
+            metrics
+                .lines()
+                .filter(|l| l.starts_with("apiserver_flowcontrol_dispatched_requests_total"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
     });
 }
 

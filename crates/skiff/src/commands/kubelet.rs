@@ -270,6 +270,13 @@ pub struct HollowArgs {
     /// CPU and half its memory request), for metrics-server and the HPA at scale.
     #[arg(long, value_name = "IP", requires = "hollow")]
     pub hollow_serve_address: Option<std::net::IpAddr>,
+
+    /// Have each hollow node act as itself, `system:node:<name>` in `system:nodes`, by
+    /// impersonation over the shared connections, so that the Node authorizer, NodeRestriction
+    /// and API Priority and Fairness treat it as the node it is. The kubeconfig's user must be
+    /// allowed to impersonate users and groups (an admin is).
+    #[arg(long, requires = "hollow")]
+    pub hollow_impersonate_nodes: bool,
 }
 
 /// jemalloc's configuration for the kubelet: one arena (its few threads rarely allocate at
@@ -314,12 +321,12 @@ pub async fn run(args: KubeletArgs, lifecycle: Lifecycle) -> anyhow::Result<()> 
     let kube_config = super::kube_config(&args.kubeconfig).await?;
     // the cluster CA signs the API server's client certificate for the kubelet server
     let client_ca = kube_config.root_cert.clone().unwrap_or_default();
-    let client = skiff_runtime::http2::client(kube_config, &user_agent("kubelet"))?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     if args.hollow.hollow {
-        return run_hollow(client, client_ca, args, lifecycle).await;
+        return run_hollow(kube_config, client_ca, args, lifecycle).await;
     }
+    let client = skiff_runtime::http2::client(kube_config, &user_agent("kubelet"))?;
     let settings = settings(&args)?;
     let config = Config {
         node_name,
@@ -356,7 +363,7 @@ pub async fn run(args: KubeletArgs, lifecycle: Lifecycle) -> anyhow::Result<()> 
 }
 
 async fn run_hollow(
-    client: kube::Client,
+    kube_config: kube::Config,
     client_ca: Vec<Vec<u8>>,
     args: KubeletArgs,
     lifecycle: Lifecycle,
@@ -387,7 +394,20 @@ async fn run_hollow(
             pki_dir: args.data_dir.join("hollow/pki"),
         }),
     };
-    let nodes = HollowNodes::start(client, config).await?;
+    let agent = user_agent("kubelet");
+    let pool = skiff_runtime::http2::Pool::new(&kube_config)?;
+    let clients = hollow::Clients {
+        shared: skiff_runtime::http2::client_on(&pool, kube_config.clone(), &agent)?,
+        per_node: h.hollow_impersonate_nodes.then(|| -> hollow::NodeClient {
+            Box::new(move |name| {
+                let mut config = kube_config.clone();
+                config.auth_info.impersonate = Some(format!("system:node:{name}"));
+                config.auth_info.impersonate_groups = Some(vec!["system:nodes".into()]);
+                skiff_runtime::http2::client_on(&pool, config, &agent)
+            })
+        }),
+    };
+    let nodes = HollowNodes::start(clients, config).await?;
     let names = nodes.names();
     lifecycle.ready(format!(
         "skiff kubelet ready: {} hollow nodes registered ({} … {})",

@@ -549,17 +549,28 @@ impl ServerChild {
         Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?)
     }
 
-    /// A client for `user` (not in `system:masters`): a client certificate from the cluster
-    /// CA in a kubeconfig written under the server's data dir `dir`.
+    /// A kubeconfig for `user` in `group`, a client certificate from the cluster CA, written
+    /// under the server's data dir `dir`; returns its path.
+    pub(super) async fn kubeconfig_as(
+        &self,
+        dir: &std::path::Path,
+        user: &str,
+        group: Option<&str>,
+    ) -> Result<std::path::PathBuf> {
+        let admin = self.config().await?;
+        let pki = skiff_apiserver::pki::Pki::load(&dir.join("tls"))?;
+        let path = dir.join(format!("{user}.kubeconfig"));
+        pki.write_kubeconfig(&path, &admin.cluster_url.to_string(), user, group)?;
+        Ok(path)
+    }
+
+    /// A client for `user` (not in `system:masters`), from [`ServerChild::kubeconfig_as`].
     pub(super) async fn user_client(
         &self,
         dir: &std::path::Path,
         user: &str,
     ) -> Result<kube::Client> {
-        let admin = self.config().await?;
-        let pki = skiff_apiserver::pki::Pki::load(&dir.join("tls"))?;
-        let path = dir.join(format!("{user}.kubeconfig"));
-        pki.write_kubeconfig(&path, &admin.cluster_url.to_string(), user, None)?;
+        let path = self.kubeconfig_as(dir, user, None).await?;
         let kubeconfig = kube::config::Kubeconfig::read_from(&path)?;
         let options = kube::config::KubeConfigOptions::default();
         Ok(kube::Client::try_from(

@@ -3,6 +3,10 @@
 //! scheduler` and `skiff controller-manager` as children; creates Deployments of `--pods`
 //! replicas in all (one of `--rollout-replicas`, the rest `--per-deployment` each); waits until
 //! every pod is Running; lists them all; then rolls the large Deployment to a new template.
+//! Each component runs as upstream's identity for it (`system:kube-scheduler`,
+//! `system:kube-controller-manager`, each hollow node `system:node:<name>` by impersonation),
+//! so that API Priority and Fairness classifies and bounds their requests as upstream's
+//! bootstrap FlowSchemas do; the bench's own client and probe are the admin (exempt).
 //!
 //! One `scale` line reports, against upstream's SLOs where it has one:
 //! - **mutating API calls**: the p99 over POST, PUT, PATCH and DELETE (the bound of the bucket
@@ -195,13 +199,31 @@ async fn bench(
     let kubeconfig = kubeconfig.to_str().context("path")?;
     let client = kube::Client::try_from(server.config().await?)?;
 
+    // each component as itself, so that API Priority and Fairness classifies its requests as
+    // upstream's bootstrap FlowSchemas do (an admin's would all be exempt)
+    let api_dir = dir.join("api");
+    let scheduler_kubeconfig = server
+        .kubeconfig_as(&api_dir, "system:kube-scheduler", None)
+        .await?;
+    let cm_kubeconfig = server
+        .kubeconfig_as(&api_dir, "system:kube-controller-manager", None)
+        .await?;
     let started = Instant::now();
-    let hollow = start_hollow(&exe, kubeconfig, args.nodes, "scale", dir, &[]).await?;
+    let impersonate = ["--hollow-impersonate-nodes"];
+    let hollow = start_hollow(&exe, kubeconfig, args.nodes, "scale", dir, &impersonate).await?;
     let nodes_registered_s = started.elapsed().as_secs_f64();
     let metrics = ["--metrics-bind-address", "127.0.0.1:0"];
     let scheduler = start(
         &exe,
-        &[&["scheduler", "--kubeconfig", kubeconfig][..], &metrics].concat(),
+        &[
+            &[
+                "scheduler",
+                "--kubeconfig",
+                scheduler_kubeconfig.to_str().context("path")?,
+            ][..],
+            &metrics,
+        ]
+        .concat(),
         &dir.join("scheduler.log"),
     )
     .await?;
@@ -211,7 +233,7 @@ async fn bench(
             &[
                 "controller-manager",
                 "--kubeconfig",
-                kubeconfig,
+                cm_kubeconfig.to_str().context("path")?,
                 "--leader-elect",
                 "false",
             ][..],
