@@ -3,8 +3,9 @@
 //! scheduler` and `skiff controller-manager` as children; creates Deployments of `--pods`
 //! replicas in all (one of `--rollout-replicas`, the rest `--per-deployment` each); waits until
 //! every pod is Running; lists them all; then rolls the large Deployment to a new template.
-//! Each component runs as upstream's identity for it (`system:kube-scheduler`,
-//! `system:kube-controller-manager`, each hollow node `system:node:<name>` by impersonation),
+//! Each component runs as upstream's identity for it (`system:kube-scheduler`, each controller
+//! as its ServiceAccount in `kube-system`, each hollow node `system:node:<name>` by
+//! impersonation),
 //! so that API Priority and Fairness classifies and bounds their requests as upstream's
 //! bootstrap FlowSchemas do; the bench's own client and probe are the admin (exempt).
 //!
@@ -236,6 +237,7 @@ async fn bench(
                 cm_kubeconfig.to_str().context("path")?,
                 "--leader-elect",
                 "false",
+                "--use-service-account-credentials=true",
             ][..],
             &metrics,
         ]
