@@ -13,11 +13,15 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, PodStatus, Secret,
     ServiceAccount,
 };
-use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::core::NamespaceResourceScope;
+use kube::{Api, Resource};
 use parking_lot::Mutex;
 use serde_json::json;
 use skiff_runtime::events::{Event, Recorder, Reporter};
+use skiff_runtime::informer::{Informers, Kind};
+
+use crate::watched::{Lookup, Watched};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -168,6 +172,9 @@ pub struct KubePodApi {
     /// Reports as `kubelet` on this node, as upstream's.
     events: Recorder,
     writes: Arc<tokio::sync::Semaphore>,
+    /// The ConfigMaps and Secrets read, each from a watch of its own.
+    config_maps: Watched<ConfigMap>,
+    secrets: Watched<Secret>,
 }
 
 impl KubePodApi {
@@ -176,8 +183,11 @@ impl KubePodApi {
             controller: "kubelet".into(),
             instance: node.clone(),
         };
+        let informers = Informers::new(client.clone());
         KubePodApi {
             events: Recorder::new(client.clone(), reporter),
+            config_maps: Watched::new(informers.clone()),
+            secrets: Watched::new(informers),
             client,
             node,
             writes: Arc::new(tokio::sync::Semaphore::new(MAX_WRITES_IN_FLIGHT)),
@@ -187,6 +197,31 @@ impl KubePodApi {
     /// The recorder of this node's events (`kubelet` on the node).
     pub fn recorder(&self) -> Recorder {
         self.events.clone()
+    }
+
+    /// The `K` `namespace/name` from its watch (see [`Watched`]), or by a GET while the watch
+    /// has not listed it; `None` when it does not exist.
+    async fn read<K>(
+        &self,
+        watched: &Watched<K>,
+        kind: &'static str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<K>>>
+    where
+        K: Kind + Resource<Scope = NamespaceResourceScope>,
+    {
+        if let Lookup::Watched(found) = watched.get(namespace, name).await {
+            return Ok(found);
+        }
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        let found = api.get_opt(name).await.map_err(|source| Error::Read {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+            source,
+        })?;
+        Ok(found.map(Arc::new))
     }
 }
 
@@ -256,20 +291,16 @@ impl PodApi for KubePodApi {
     }
 
     async fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Data>> {
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
-        let found = api.get_opt(name).await.map_err(|source| Error::Read {
-            kind: "configmap",
-            namespace: namespace.into(),
-            name: name.into(),
-            source,
-        })?;
+        let found = self
+            .read(&self.config_maps, "configmap", namespace, name)
+            .await?;
         Ok(found.map(|cm| {
-            let mut data = bytes_of(cm.data.unwrap_or_default());
+            let mut data = bytes_of(cm.data.clone().unwrap_or_default());
             data.extend(
                 cm.binary_data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.0)),
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), v.0.clone())),
             );
             data
         }))
@@ -296,21 +327,15 @@ impl PodApi for KubePodApi {
     }
 
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Data>> {
-        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
-        let found = api.get_opt(name).await.map_err(|source| Error::Read {
-            kind: "secret",
-            namespace: namespace.into(),
-            name: name.into(),
-            source,
-        })?;
+        let found = self.read(&self.secrets, "secret", namespace, name).await?;
         Ok(found.map(|s| {
             let mut data: Data = s
                 .data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.0))
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.0.clone()))
                 .collect();
-            data.extend(bytes_of(s.string_data.unwrap_or_default()));
+            data.extend(bytes_of(s.string_data.clone().unwrap_or_default()));
             data
         }))
     }

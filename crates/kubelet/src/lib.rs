@@ -136,6 +136,7 @@ pub mod stats;
 pub mod status;
 pub mod sysctl;
 pub mod volumes;
+pub mod watched;
 
 pub use kubelet::{Config, FlannelBackend, Kubelet, Ready};
 pub use kubelet_config::KubeletConfiguration;

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::DynamicObject;
-use kube::core::PartialObjectMeta;
+use kube::core::{NamespaceResourceScope, PartialObjectMeta};
 use kube::discovery::ApiResource;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -117,6 +117,8 @@ struct InformerKey {
     transform: Option<TypeId>,
     /// The group, version and plural of an untyped informer's resource.
     resource: Option<(String, String, String)>,
+    /// The namespace a namespaced informer lists and watches in (else all).
+    namespace: Option<String>,
     labels: Option<String>,
     fields: Option<String>,
 }
@@ -131,6 +133,7 @@ impl InformerKey {
                 resource.version.clone(),
                 resource.plural.clone(),
             )),
+            namespace: None,
             labels: None,
             fields: None,
         }
@@ -192,10 +195,12 @@ impl Informers {
             kind: TypeId::of::<K>(),
             transform: None,
             resource: None,
+            namespace: None,
             labels: config.label_selector.clone(),
             fields: config.field_selector.clone(),
         };
-        self.informer(key, &(), config, false, std::convert::identity)
+        let api = Api::all(self.inner.client.clone());
+        self.informer(key, api, &(), config, false, std::convert::identity)
     }
 
     /// The informer of the `K`s `config` selects, caching what `transform` makes of each
@@ -215,10 +220,12 @@ impl Informers {
             kind: TypeId::of::<K>(),
             transform: Some(TypeId::of::<F>()),
             resource: None,
+            namespace: None,
             labels: config.label_selector.clone(),
             fields: config.field_selector.clone(),
         };
-        self.informer(key, &(), config, false, transform)
+        let api = Api::all(self.inner.client.clone());
+        self.informer(key, api, &(), config, false, transform)
     }
 
     /// The metadata-only informer of every object of `resource` in the cluster (client-go's
@@ -232,7 +239,31 @@ impl Informers {
     pub fn metadata(&self, resource: &ApiResource) -> Informer<PartialObjectMeta<DynamicObject>> {
         let key = InformerKey::metadata(resource);
         let config = watcher::Config::default();
-        self.informer(key, resource, config, true, std::convert::identity)
+        let api = Api::all_with(self.inner.client.clone(), resource);
+        self.informer(key, api, resource, config, true, std::convert::identity)
+    }
+
+    /// The informer of the one `K` named `name` in `namespace`: a list and watch in the
+    /// namespace with the field selector `metadata.name=<name>`, as the kubelet follows each
+    /// ConfigMap and Secret its pods use (upstream's watch-based manager; the Node authorizer
+    /// allows a node to read them one at a time). Like a metadata informer it runs only while
+    /// some handle on it is held.
+    pub fn object<K>(&self, namespace: &str, name: &str) -> Informer<K>
+    where
+        K: Kind + Resource<Scope = NamespaceResourceScope>,
+    {
+        let fields = format!("metadata.name={name}");
+        let key = InformerKey {
+            kind: TypeId::of::<K>(),
+            transform: None,
+            resource: None,
+            namespace: Some(namespace.to_string()),
+            labels: None,
+            fields: Some(fields.clone()),
+        };
+        let api = Api::namespaced(self.inner.client.clone(), namespace);
+        let config = watcher::Config::default().fields(&fields);
+        self.informer(key, api, &(), config, true, std::convert::identity)
     }
 
     /// Whether the metadata informer of `resource` is running (some handle on it is held).
@@ -242,12 +273,13 @@ impl Informers {
         running.is_some_and(|r| r.lease.as_ref().is_some_and(|l| l.strong_count() > 0))
     }
 
-    /// The informer under `key`, started (listing and watching `K`s of `dyntype`, cached as
-    /// `transform` makes them) if there is none; `leased` for one that stops with its last
-    /// handle. `key` names the transform: the same key, the same `T`.
+    /// The informer under `key`, started (listing and watching `api`'s `K`s of `dyntype`,
+    /// cached as `transform` makes them) if there is none; `leased` for one that stops with its
+    /// last handle. `key` names the transform: the same key, the same `T`.
     fn informer<K, T>(
         &self,
         key: InformerKey,
+        api: Api<K>,
         dyntype: &K::DynamicType,
         config: watcher::Config,
         leased: bool,
@@ -273,7 +305,6 @@ impl Informers {
             }
         }
         let shared = Arc::new(Shared::default());
-        let api = Api::<K>::all_with(self.inner.client.clone(), dyntype);
         let kind = K::kind(dyntype).into_owned();
         let task = tokio::spawn(reflect(api, config, transform, shared.clone(), kind));
         let lease = leased.then(|| {
