@@ -40,6 +40,9 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// Upstream's words, which users know from `FailedMount` events.
+    #[error("failed to sync {kind} cache: timed out waiting for the condition")]
+    NotSynced { kind: &'static str },
     #[error("requesting a token for serviceaccount {namespace}/{name}: {source}")]
     TokenRequest {
         namespace: String,
@@ -77,6 +80,7 @@ impl Error {
                 kube::Error::Api(status) => status.message.clone(),
                 other => other.to_string(),
             },
+            Error::NotSynced { .. } => self.to_string(),
         }
     }
 }
@@ -199,8 +203,8 @@ impl KubePodApi {
         self.events.clone()
     }
 
-    /// The `K` `namespace/name` from its watch (see [`Watched`]), or by a GET while the watch
-    /// has not listed it; `None` when it does not exist.
+    /// The `K` `namespace/name` from its watch (see [`Watched`]); `None` when it does not
+    /// exist.
     async fn read<K>(
         &self,
         watched: &Watched<K>,
@@ -211,17 +215,10 @@ impl KubePodApi {
     where
         K: Kind + Resource<Scope = NamespaceResourceScope>,
     {
-        if let Lookup::Watched(found) = watched.get(namespace, name).await {
-            return Ok(found);
+        match watched.get(namespace, name).await {
+            Lookup::Watched(found) => Ok(found),
+            Lookup::NotSynced => Err(Error::NotSynced { kind }),
         }
-        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
-        let found = api.get_opt(name).await.map_err(|source| Error::Read {
-            kind,
-            namespace: namespace.into(),
-            name: name.into(),
-            source,
-        })?;
-        Ok(found.map(Arc::new))
     }
 }
 

@@ -37,6 +37,7 @@ use crate::admission::NodeView;
 use crate::api::KubePodApi;
 use crate::container_gc::{CONTAINER_GC_PERIOD, ContainerGc, ContainerGcPolicy};
 use crate::cri::ContainerRuntime;
+use crate::dns::DnsSettings;
 use crate::eviction::Pressure;
 use crate::heartbeat::{self, StatusSource};
 use crate::hollow_ipam::{Cidr, CidrError};
@@ -98,6 +99,9 @@ pub struct Config {
     pub storage_dir: PathBuf,
     /// Whether and where the nodes serve the kubelet API.
     pub serve: Option<Serve>,
+    /// `--cluster-dns` and `--cluster-domain` (without a cluster DNS each pod's sandbox gets
+    /// upstream's `MissingClusterDNS` warning).
+    pub dns: DnsSettings,
 }
 
 /// Where hollow nodes serve the kubelet API: each on a free port of `address`, which it reports
@@ -123,6 +127,7 @@ impl Default for Config {
             pods_dir: PathBuf::from("/var/lib/skiff/hollow/pods"),
             storage_dir: PathBuf::from("/var/lib/skiff/hollow/storage"),
             serve: None,
+            dns: DnsSettings::default(),
         }
     }
 }
@@ -451,7 +456,7 @@ async fn register(
             VolumeManager::new(config.pods_dir.join(&name), host, crate::volumes::REFRESH)
                 .with_claims(Claims::NodeLocal),
         ),
-        dns: Arc::default(),
+        dns: Arc::new(config.dns.clone()),
         allocatable,
         sync_frequency: crate::volumes::REFRESH,
         security: shared.security.clone(),

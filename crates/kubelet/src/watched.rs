@@ -7,8 +7,8 @@
 //! An object's watch starts with its first read and stops once it has not been read for
 //! [`MAX_IDLE`] (upstream's manager stops it when the last pod using it is unregistered; a pod
 //! whose volumes use it reads it every refresh). A read that finds the watch not yet listed
-//! after [`SYNC_WAIT`] (a watch the server keeps refusing, say) is answered by a GET instead,
-//! so that its error is the server's own.
+//! after [`SYNC_WAIT`] (the server slow to answer, or refusing it) fails as upstream's does,
+//! and the pod's sync is retried; a GET instead would only add to a loaded server's queue.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,14 +23,15 @@ use skiff_runtime::informer::{Informer, Informers, Kind};
 /// How long an object's watch lives after its last read: well past the volumes' refresh
 /// (a minute), so that a pod using it keeps it.
 pub const MAX_IDLE: Duration = Duration::from_secs(5 * 60);
-/// How long a read waits for a new watch's first list before it GETs instead.
+/// How long a read waits for a new watch's first list (upstream's is a second; Skiff's
+/// benchmarks load the API server until a list may wait seconds in its queue).
 pub const SYNC_WAIT: Duration = Duration::from_secs(5);
 
 /// What a read found.
 pub enum Lookup<K> {
     /// The object as its watch has it, or `None` when it does not exist.
     Watched(Option<Arc<K>>),
-    /// Its watch has not listed it yet: read it otherwise.
+    /// Its watch has not listed it within [`SYNC_WAIT`].
     NotSynced,
 }
 

@@ -234,10 +234,10 @@ fn pods_the_node_cannot_run_are_rejected_at_admission() {
 }
 
 /// With `--hollow-impersonate-nodes` each hollow node acts as itself, `system:node:<name>` in
-/// `system:nodes`, over the shared connections: the Node authorizer lets it read the ConfigMap
-/// its pod mounts (and nothing else would be allowed), and API Priority and Fairness classifies
-/// its requests by upstream's `system-nodes` FlowSchema into the `system` level, where the
-/// shared admin identity's would be exempt.
+/// `system:nodes`, over the shared connections: the Node authorizer lets it list and watch the
+/// ConfigMap its pod mounts (which it reads from that watch, never by a GET), and API Priority and
+/// Fairness classifies its requests by upstream's `system-nodes` FlowSchema into the `system`
+/// level, where the shared admin identity's would be exempt.
 #[test]
 fn impersonating_hollow_nodes_act_as_themselves() {
     let api = ApiServer::start(Backend::Embedded);
@@ -275,15 +275,28 @@ fn impersonating_hollow_nodes_act_as_themselves() {
             .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
             .await
             .unwrap();
-        let dispatched: f64 = metrics
-            .lines()
-            .filter(|l| {
-                l.starts_with("apiserver_flowcontrol_dispatched_requests_total{")
-                    && l.contains(r#"flow_schema="system-nodes""#)
-                    && l.contains(r#"priority_level="system""#)
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum();
+        let sum = |metric: &str, labels: &[&str]| -> f64 {
+            metrics
+                .lines()
+                .filter(|l| {
+                    l.strip_prefix(metric).is_some_and(|l| l.starts_with('{'))
+                        && labels.iter().all(|label| l.contains(label))
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        let configmaps = r#"resource="configmaps""#;
+        let requests = "apiserver_request_total";
+        // a watch is counted when it ends; its list when answered
+        assert!(sum(requests, &[configmaps, r#"verb="LIST""#]) >= 1.0);
+        assert_eq!(sum(requests, &[configmaps, r#"verb="GET""#]), 0.0);
+        let dispatched = sum(
+            "apiserver_flowcontrol_dispatched_requests_total",
+            &[
+                r#"flow_schema="system-nodes""#,
+                r#"priority_level="system""#,
+            ],
+        );
         assert!(
             dispatched > 0.0,
             "no request classified as system-nodes:\n{}",

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use skiff_kubelet::dns::DnsSettings;
 use skiff_kubelet::hollow::{self, HollowNodes};
 use skiff_kubelet::hollow_runtime::Behaviour;
 use skiff_kubelet::kubelet_config::{self, KubeletConfiguration};
@@ -368,6 +369,7 @@ async fn run_hollow(
     args: KubeletArgs,
     lifecycle: Lifecycle,
 ) -> anyhow::Result<()> {
+    let settings = settings(&args)?;
     let h = args.hollow;
     if !(0.0..=1.0).contains(&h.hollow_failure_rate) {
         return Err(
@@ -393,6 +395,11 @@ async fn run_hollow(
             client_ca,
             pki_dir: args.data_dir.join("hollow/pki"),
         }),
+        dns: DnsSettings {
+            cluster_dns: settings.cluster_dns,
+            cluster_domain: settings.cluster_domain,
+            ..DnsSettings::default()
+        },
     };
     let agent = user_agent("kubelet");
     let pool = skiff_runtime::http2::Pool::new(&kube_config)?;
