@@ -41,7 +41,7 @@ pub enum Error {
         source: kube::Error,
     },
     /// Upstream's words, which users know from `FailedMount` events.
-    #[error("failed to sync {kind} cache: timed out waiting for the condition")]
+    #[error("failed to sync {kind}s cache: timed out waiting for the condition")]
     NotSynced { kind: &'static str },
     #[error("requesting a token for serviceaccount {namespace}/{name}: {source}")]
     TokenRequest {
