@@ -641,3 +641,39 @@ async fn a_transform_of_pods_metadata_lists_and_watches_metadata_only() {
     );
     assert_eq!(fake.lists_of("/api/v1/pods"), 1);
 }
+
+#[tokio::test]
+async fn an_object_informer_follows_one_object_in_its_namespace_until_its_last_handle_goes() {
+    let (mut fake, client) = Fake::new(vec![list("1", &[pod("a", "1")])]);
+    let informers = Informers::new(client);
+    let first = informers.object::<Pod>("ns", "a");
+    let second = informers.object::<Pod>("ns", "a");
+    second.cache().wait_until_ready().await;
+    let watch = fake.watch().await;
+    let requests = fake.script.lock().requests.clone();
+    assert_eq!(
+        requests.len(),
+        2,
+        "one list and one watch for both: {requests:?}"
+    );
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.starts_with("/api/v1/namespaces/ns/pods?")
+                && r.contains("fieldSelector=metadata.name%3Da")),
+        "{requests:?}"
+    );
+    let a = ObjectRef::new("a").within("ns");
+    assert!(first.cache().get(&a).is_some());
+    send(&watch, "MODIFIED", pod("a", "2"));
+    settle().await;
+    let seen = second.cache().get(&a).expect("a");
+    assert_eq!(seen.metadata.resource_version.as_deref(), Some("2"));
+
+    drop(first);
+    settle().await;
+    assert!(!watch.is_closed(), "a handle is left");
+    drop(second);
+    settle().await;
+    assert!(watch.is_closed(), "the last handle stopped the watch");
+}

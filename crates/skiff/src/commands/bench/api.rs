@@ -549,18 +549,17 @@ impl ServerChild {
         Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?)
     }
 
-    /// A kubeconfig for `user` in `group`, a client certificate from the cluster CA, written
-    /// under the server's data dir `dir`; returns its path.
+    /// A kubeconfig for `user`, a client certificate from the cluster CA, written under the
+    /// server's data dir `dir`; returns its path.
     pub(super) async fn kubeconfig_as(
         &self,
         dir: &std::path::Path,
         user: &str,
-        group: Option<&str>,
     ) -> Result<std::path::PathBuf> {
         let admin = self.config().await?;
         let pki = skiff_apiserver::pki::Pki::load(&dir.join("tls"))?;
         let path = dir.join(format!("{user}.kubeconfig"));
-        pki.write_kubeconfig(&path, &admin.cluster_url.to_string(), user, group)?;
+        pki.write_kubeconfig(&path, &admin.cluster_url.to_string(), user, None)?;
         Ok(path)
     }
 
@@ -570,7 +569,7 @@ impl ServerChild {
         dir: &std::path::Path,
         user: &str,
     ) -> Result<kube::Client> {
-        let path = self.kubeconfig_as(dir, user, None).await?;
+        let path = self.kubeconfig_as(dir, user).await?;
         let kubeconfig = kube::config::Kubeconfig::read_from(&path)?;
         let options = kube::config::KubeConfigOptions::default();
         Ok(kube::Client::try_from(

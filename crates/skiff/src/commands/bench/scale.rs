@@ -204,10 +204,10 @@ async fn bench(
     // upstream's bootstrap FlowSchemas do (an admin's would all be exempt)
     let api_dir = dir.join("api");
     let scheduler_kubeconfig = server
-        .kubeconfig_as(&api_dir, "system:kube-scheduler", None)
+        .kubeconfig_as(&api_dir, "system:kube-scheduler")
         .await?;
     let cm_kubeconfig = server
-        .kubeconfig_as(&api_dir, "system:kube-controller-manager", None)
+        .kubeconfig_as(&api_dir, "system:kube-controller-manager")
         .await?;
     let started = Instant::now();
     // as nodes are in a cluster with DNS (k3s's default address): else every pod's sandbox
