@@ -81,13 +81,4 @@ where
         }
         Lookup::Watched(cache.get(&ObjectRef::new(name).within(namespace)))
     }
-
-    /// Objects whose watch is running (for tests and diagnostics).
-    pub fn len(&self) -> usize {
-        self.held.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }

@@ -5,9 +5,9 @@
 //! every pod is Running; lists them all; then rolls the large Deployment to a new template.
 //! Each component runs as upstream's identity for it (`system:kube-scheduler`, each controller
 //! as its ServiceAccount in `kube-system`, each hollow node `system:node:<name>` by
-//! impersonation),
-//! so that API Priority and Fairness classifies and bounds their requests as upstream's
-//! bootstrap FlowSchemas do; the bench's own client and probe are the admin (exempt).
+//! impersonation), so that API Priority and Fairness classifies and bounds their requests as
+//! upstream's bootstrap FlowSchemas do; the bench's own client and probe are the admin
+//! (exempt).
 //!
 //! One `scale` line reports, against upstream's SLOs where it has one:
 //! - **mutating API calls**: the p99 over POST, PUT, PATCH and DELETE (the bound of the bucket
