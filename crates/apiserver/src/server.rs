@@ -511,8 +511,9 @@ impl ApiServer {
             ));
         }
         building.gates = gates;
-        if server.flow_control.is_some() {
+        if let Some(flow_control) = &server.flow_control {
             crate::flowcontrol::status::spawn(Arc::downgrade(&server));
+            crate::flowcontrol::FlowControl::spawn_borrowing(Arc::downgrade(flow_control));
         }
         crate::crd::controller::spawn(Arc::downgrade(&server));
         crate::aggregator::controller::spawn(Arc::downgrade(&server));

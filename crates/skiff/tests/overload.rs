@@ -186,6 +186,7 @@ fn priority_and_fairness_queues_then_refuses_a_flow_past_its_level() {
             serde_json::json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1",
                 "kind": "PriorityLevelConfiguration", "metadata": {"name": name},
                 "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 1,
+                    "borrowingLimitPercent": 0,
                     "limitResponse": {"type": "Queue", "queuing":
                         {"queues": 1, "handSize": 1, "queueLengthLimit": 1}}}}})
         };
@@ -324,10 +325,12 @@ fn priority_and_fairness_queues_then_refuses_a_flow_past_its_level() {
             metrics.contains(r#"apiserver_flowcontrol_rejected_requests_total{flow_schema="a-bob",priority_level="tight",reason="queue-full"} 1"#),
             "{metrics}"
         );
-        assert!(
-            metrics
-                .contains(r#"apiserver_flowcontrol_nominal_limit_seats{priority_level="tight"} 1"#)
-        );
+        // tight neither lends nor borrows: its limit stays its one nominal seat
+        for gauge in ["nominal", "lower", "upper", "current"] {
+            let line =
+                format!(r#"apiserver_flowcontrol_{gauge}_limit_seats{{priority_level="tight"}} 1"#);
+            assert!(metrics.contains(&line), "{line}\n{metrics}");
+        }
 
         // a FlowSchema naming a missing level is Dangling until the level exists
         create(

@@ -3,7 +3,8 @@
 //! name) into a priority level and a flow, and waits for seats in that level
 //! ([`queueset`]). The server's concurrency limit (`--max-requests-inflight` +
 //! `--max-mutating-requests-inflight`) is shared among the levels by their
-//! `nominalConcurrencyShares`. A request the level refuses gets 429 with a `Retry-After`;
+//! `nominalConcurrencyShares`, and every ten seconds idle levels lend seats to busy ones
+//! ([`borrowing`]). A request the level refuses gets 429 with a `Retry-After`;
 //! every classified response carries `X-Kubernetes-PF-FlowSchema-UID` and
 //! `X-Kubernetes-PF-PriorityLevel-UID`.
 //!
@@ -12,6 +13,7 @@
 //! left out (its `Dangling` condition says so, [`status`]); the mandatory `exempt` and
 //! `catch-all` objects are used as built in while they are not stored.
 
+pub mod borrowing;
 pub mod queueset;
 pub mod rules;
 pub mod status;
@@ -19,7 +21,7 @@ pub mod status;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
@@ -35,6 +37,7 @@ use crate::authn::UserInfo;
 use crate::cache::{Cacher, ResourceCache};
 use crate::error::ApiError;
 use crate::request::RequestInfo;
+use borrowing::{Bounds, Demand};
 use queueset::{Kind, Level, Seats};
 use rules::{FlowSchemaSpec, PriorityLevelSpec};
 
@@ -110,7 +113,15 @@ struct Resolved {
 struct PriorityLevel {
     uid: String,
     shares: u32,
+    bounds: Bounds,
     level: Arc<Level>,
+}
+
+/// A level's limit as a rebalance set it, and what it was judged by.
+struct Adjustment {
+    demand: Demand,
+    target: f64,
+    limit: u32,
 }
 
 /// Where a request was classified: its FlowSchema and priority level.
@@ -266,8 +277,32 @@ impl FlowControl {
             self.server_limit,
         ));
         self.metrics.limits(&fresh);
+        self.metrics.rebalanced(&fresh.rebalance());
         *self.config.write() = fresh.clone();
         fresh
+    }
+
+    /// Shares the seats among the levels again by their demand since the last time.
+    pub fn rebalance(&self) {
+        let config = self.config();
+        let _one = self.rebuild.lock();
+        self.metrics.rebalanced(&config.rebalance());
+    }
+
+    /// Rebalances every [`borrowing::PERIOD`] until the filter is dropped.
+    pub fn spawn_borrowing(this: Weak<Self>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(borrowing::PERIOD);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                let Some(this) = this.upgrade() else {
+                    return;
+                };
+                this.rebalance();
+            }
+        })
     }
 
     /// Classifies the request and waits for its seats (`seats` of them, at most `wait_limit`):
@@ -426,20 +461,24 @@ impl Config {
             };
             let shares = spec.shares();
             // each level's nominal limit, rounded up, as upstream
-            let limit = (u64::from(server_limit) * u64::from(shares))
-                .div_ceil(total.max(1))
-                .max(1);
-            let limit = u32::try_from(limit).unwrap_or(u32::MAX);
+            let nominal = (u64::from(server_limit) * u64::from(shares)).div_ceil(total.max(1));
+            let nominal = u32::try_from(nominal).unwrap_or(u32::MAX);
+            let (lendable, borrowing) = spec.lending();
+            let bounds = Bounds::new(nominal, lendable, borrowing, server_limit);
+            // a level kept keeps its current limit until the next rebalance
             let level = match previous.levels.get(&name) {
-                Some(old) if old.level.kind == kind => {
-                    old.level.set_limit(limit);
-                    old.level.clone()
-                }
-                _ => Level::new(kind, limit),
+                Some(old) if old.level.kind == kind => old.level.clone(),
+                _ => Level::new(kind, bounds.initial()),
             };
-            config
-                .levels
-                .insert(name, PriorityLevel { uid, shares, level });
+            config.levels.insert(
+                name,
+                PriorityLevel {
+                    uid,
+                    shares,
+                    bounds,
+                    level,
+                },
+            );
         }
         let mut found: Vec<Schema> = Vec::new();
         for object in schemas
@@ -480,6 +519,42 @@ impl Config {
         config.schemas = found;
         config
     }
+
+    /// Sets each level's limit from its seat demand since the last rebalance: the nominal
+    /// limits' sum shared out by [`borrowing::allocate`]. Returns the levels' adjustments and
+    /// the common proportion of their targets they got.
+    fn rebalance(&self) -> (Vec<(&str, Adjustment)>, f64) {
+        let levels: Vec<(&str, &PriorityLevel, Demand)> = self
+            .levels
+            .iter()
+            .map(|(name, l)| (name.as_str(), l, l.level.sample_demand()))
+            .collect();
+        let claims: Vec<borrowing::Claim> =
+            levels.iter().map(|(_, l, d)| l.bounds.claim(d)).collect();
+        let total: u64 = levels
+            .iter()
+            .map(|(_, l, _)| u64::from(l.bounds.nominal))
+            .sum();
+        let (allocations, fair) = borrowing::allocate(total as f64, &claims);
+        let adjustments = levels
+            .into_iter()
+            .zip(claims.iter().zip(allocations))
+            .map(|((name, l, demand), (claim, allocation))| {
+                let limit = allocation.round() as u32;
+                l.level.set_limit(limit);
+                let target = claim.target;
+                (
+                    name,
+                    Adjustment {
+                        demand,
+                        target,
+                        limit,
+                    },
+                )
+            })
+            .collect();
+        (adjustments, fair)
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -516,10 +591,20 @@ struct FlowMetrics {
     executing_seats: Family<FlowLabels, Gauge>,
     wait: Family<WaitLabels, Histogram>,
     nominal_limit: Family<LevelLabels, Gauge>,
+    lower_limit: Family<LevelLabels, Gauge>,
+    upper_limit: Family<LevelLabels, Gauge>,
     current_limit: Family<LevelLabels, Gauge>,
     concurrency_limit: Family<LevelLabels, Gauge>,
     shares: Family<LevelLabels, Gauge>,
+    demand_high_watermark: Family<LevelLabels, FloatGauge>,
+    demand_average: Family<LevelLabels, FloatGauge>,
+    demand_stdev: Family<LevelLabels, FloatGauge>,
+    demand_smoothed: Family<LevelLabels, FloatGauge>,
+    target: Family<LevelLabels, FloatGauge>,
+    fair_frac: FloatGauge,
 }
+
+type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 /// Upstream's queue wait buckets (seconds).
 const WAIT_BUCKETS: [f64; 10] = [0.0, 0.005, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0];
@@ -536,9 +621,17 @@ impl FlowMetrics {
                 (|| Histogram::new(WAIT_BUCKETS)) as fn() -> Histogram,
             ),
             nominal_limit: Family::default(),
+            lower_limit: Family::default(),
+            upper_limit: Family::default(),
             current_limit: Family::default(),
             concurrency_limit: Family::default(),
             shares: Family::default(),
+            demand_high_watermark: Family::default(),
+            demand_average: Family::default(),
+            demand_stdev: Family::default(),
+            demand_smoothed: Family::default(),
+            target: Family::default(),
+            fair_frac: FloatGauge::default(),
         };
         let name = |n: &str| format!("apiserver_flowcontrol_{n}");
         metrics.register(
@@ -577,6 +670,16 @@ impl FlowMetrics {
             m.nominal_limit.clone(),
         );
         metrics.register(
+            &name("lower_limit_seats"),
+            "Configured lower bound on number of execution seats available to each priority level",
+            m.lower_limit.clone(),
+        );
+        metrics.register(
+            &name("upper_limit_seats"),
+            "Configured upper bound on number of execution seats available to each priority level",
+            m.upper_limit.clone(),
+        );
+        metrics.register(
             &name("current_limit_seats"),
             "current derived number of execution seats available to each priority level",
             m.current_limit.clone(),
@@ -590,6 +693,36 @@ impl FlowMetrics {
             &name("priority_level_seat_shares"),
             "The nominal concurrency shares configured for each priority level",
             m.shares.clone(),
+        );
+        for (metric, help, family) in [
+            (
+                "demand_seats_high_watermark",
+                "High watermark, over last adjustment period, of demand_seats",
+                &m.demand_high_watermark,
+            ),
+            (
+                "demand_seats_average",
+                "Time-weighted average, over last adjustment period, of demand_seats",
+                &m.demand_average,
+            ),
+            (
+                "demand_seats_stdev",
+                "Time-weighted standard deviation, over last adjustment period, of demand_seats",
+                &m.demand_stdev,
+            ),
+            (
+                "demand_seats_smoothed",
+                "Smoothed seat demands",
+                &m.demand_smoothed,
+            ),
+            ("target_seats", "Seat allocation targets", &m.target),
+        ] {
+            metrics.register(&name(metric), help, family.clone());
+        }
+        metrics.register(
+            &name("seat_fair_frac"),
+            "Fair fraction of server's concurrency to allocate to each priority level that can use it",
+            m.fair_frac.clone(),
         );
         m
     }
@@ -631,29 +764,45 @@ impl FlowMetrics {
             .inc();
     }
 
-    /// The levels' limits, set when a configuration is built.
+    /// The levels' configured limits, set when a configuration is built.
     fn limits(&self, config: &Config) {
         for (name, level) in &config.levels {
             let labels = LevelLabels {
                 priority_level: name.clone(),
             };
-            let limit = i64::from(level.level.usage().limit);
-            let limit = if level.level.kind == Kind::Exempt {
-                0
-            } else {
-                limit
-            };
-            for family in [
-                &self.nominal_limit,
-                &self.current_limit,
-                &self.concurrency_limit,
+            let bounds = level.bounds;
+            for (family, value) in [
+                (&self.nominal_limit, bounds.nominal),
+                (&self.concurrency_limit, bounds.nominal),
+                (&self.lower_limit, bounds.lower),
+                (&self.upper_limit, bounds.upper),
+                (&self.shares, level.shares),
             ] {
-                family.get_or_create(&labels).set(limit);
+                family.get_or_create(&labels).set(i64::from(value));
             }
-            self.shares
-                .get_or_create(&labels)
-                .set(i64::from(level.shares));
         }
+    }
+
+    /// The levels' current limits and the demand they were set by.
+    fn rebalanced(&self, (adjustments, fair): &(Vec<(&str, Adjustment)>, f64)) {
+        for (name, a) in adjustments {
+            let labels = LevelLabels {
+                priority_level: name.to_string(),
+            };
+            self.current_limit
+                .get_or_create(&labels)
+                .set(i64::from(a.limit));
+            for (family, value) in [
+                (&self.demand_high_watermark, a.demand.high_watermark),
+                (&self.demand_average, a.demand.average),
+                (&self.demand_stdev, a.demand.deviation),
+                (&self.demand_smoothed, a.demand.smoothed),
+                (&self.target, a.target),
+            ] {
+                family.get_or_create(&labels).set(value);
+            }
+        }
+        self.fair_frac.set(*fair);
     }
 }
 

@@ -10,6 +10,9 @@
 //! requests use, and the waiting queue that is furthest behind goes first; a queue that was
 //! idle rejoins at the current virtual time, so it neither gains credit for its idleness nor
 //! is starved by busier ones.
+//!
+//! A level's limit is set from outside: the levels lend idle seats to busy ones
+//! ([`super::borrowing`]), judged by the seat demand each level integrates here.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -18,6 +21,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
+use super::borrowing::{Demand, Integrator};
 use super::rules::Queuing;
 
 /// The service time a seat is assumed to take until its request finishes (then its queue is
@@ -69,13 +73,17 @@ impl std::fmt::Debug for Level {
     }
 }
 
-#[derive(Default)]
 struct State {
     /// Seats the level may have in use (none for an exempt level).
     limit: u32,
     in_use: u32,
     executing: u32,
     waiting: u32,
+    /// Seats the waiting requests ask for.
+    waiting_seats: u32,
+    /// Seats in use plus seats waiting, over time, and as summarised at the last rebalance.
+    demand: Integrator,
+    demand_stats: Demand,
     queues: Vec<Queue>,
     /// The virtual start time of the last queue served (see [`State::virtual_time`]).
     virtual_time: f64,
@@ -144,9 +152,16 @@ impl Level {
             kind,
             state: Mutex::new(State {
                 limit,
+                in_use: 0,
+                executing: 0,
+                waiting: 0,
+                waiting_seats: 0,
+                demand: Integrator::new(Instant::now()),
+                demand_stats: Demand::default(),
                 queues,
+                virtual_time: 0.0,
+                next_id: 0,
                 retry_after: RetryAfter::default(),
-                ..Default::default()
             }),
         })
     }
@@ -166,6 +181,14 @@ impl Level {
             executing: state.executing,
             waiting: state.waiting,
         }
+    }
+
+    /// The level's seat demand since the last call, folded into its running summary.
+    pub fn sample_demand(&self) -> Demand {
+        let mut state = self.state.lock();
+        let sample = state.demand.reset(Instant::now());
+        state.demand_stats.update(sample);
+        state.demand_stats
     }
 
     /// The `Retry-After` (seconds) for a request this level refuses now.
@@ -207,6 +230,8 @@ impl Level {
             queue.waiting.push_back(Waiter { id, seats, grant });
             queue.waiting_seats += seats;
             state.waiting += 1;
+            state.waiting_seats += seats;
+            state.demand_changed();
             self.dispatch(&mut state);
             (id, index, granted)
         };
@@ -223,6 +248,8 @@ impl Level {
                         let waiter = queue.waiting.remove(at).expect("found above");
                         queue.waiting_seats -= waiter.seats;
                         state.waiting -= 1;
+                        state.waiting_seats -= waiter.seats;
+                        state.demand_changed();
                         Err(state.refuse(Rejection::TimeOut))
                     }
                     // dispatched as the wait ended
@@ -243,6 +270,7 @@ impl Level {
             queue.in_use += seats;
             queue.next_start += f64::from(seats) * ESTIMATED_SERVICE;
         }
+        state.demand_changed();
         Seats {
             level: self.clone(),
             queue,
@@ -265,6 +293,7 @@ impl Level {
             let waiter = queue.waiting.pop_front().expect("a waiting queue");
             queue.waiting_seats -= seats;
             state.waiting -= 1;
+            state.waiting_seats -= seats;
             state.virtual_time = state.queues[index].next_start;
             let grant = self.take(state, Some(index), seats);
             if let Err(mut undelivered) = waiter.grant.send(grant) {
@@ -276,6 +305,12 @@ impl Level {
 }
 
 impl State {
+    /// Records the seat demand after a change to the seats in use or waiting.
+    fn demand_changed(&mut self) {
+        self.demand
+            .set(f64::from(self.in_use + self.waiting_seats), Instant::now());
+    }
+
     fn fits(&self, seats: u32) -> bool {
         self.in_use == 0 || self.in_use + seats <= self.limit
     }
@@ -321,6 +356,7 @@ impl State {
             // charge what the request took instead of the estimate
             queue.next_start += f64::from(seats) * (took.as_secs_f64() - ESTIMATED_SERVICE);
         }
+        self.demand_changed();
     }
 
     fn refuse(&mut self, why: Rejection) -> Rejection {

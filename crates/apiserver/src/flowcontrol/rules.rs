@@ -214,6 +214,10 @@ pub struct PriorityLevelSpec {
 pub struct Limited {
     /// Upstream's default: 30.
     pub nominal_concurrency_shares: Option<u32>,
+    /// Upstream's default: 0.
+    pub lendable_percent: Option<u32>,
+    /// Unset: the level may borrow without limit.
+    pub borrowing_limit_percent: Option<u32>,
     #[serde(default)]
     pub limit_response: LimitResponse,
 }
@@ -223,6 +227,8 @@ pub struct Limited {
 pub struct Exempt {
     /// Upstream's default: 0.
     pub nominal_concurrency_shares: Option<u32>,
+    /// Upstream's default: 0.
+    pub lendable_percent: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -268,6 +274,19 @@ impl PriorityLevelSpec {
             (Some(l), _) if !self.is_exempt() => l.nominal_concurrency_shares.unwrap_or(30),
             (_, Some(e)) => e.nominal_concurrency_shares.unwrap_or(0),
             _ => 0,
+        }
+    }
+
+    /// The part of its nominal seats the level lends to others, and the most it borrows
+    /// from them (in percent of its nominal seats; `None`: without limit). An exempt level
+    /// never has a borrowing limit.
+    pub fn lending(&self) -> (u32, Option<u32>) {
+        match (&self.limited, &self.exempt) {
+            (Some(l), _) if !self.is_exempt() => {
+                (l.lendable_percent.unwrap_or(0), l.borrowing_limit_percent)
+            }
+            (_, Some(e)) => (e.lendable_percent.unwrap_or(0), None),
+            _ => (0, None),
         }
     }
 
@@ -437,8 +456,16 @@ mod tests {
                                                               "limitResponse": {"type": "Reject"}}}),
         );
         assert_eq!((reject.shares(), reject.queuing()), (5, None));
+        // lends nothing and borrows without limit unless told
+        assert_eq!(queued.lending(), (0, None));
+        let lender = pl(
+            json!({"type": "Limited", "limited": {"lendablePercent": 90, "borrowingLimitPercent": 10,
+                                                  "limitResponse": {"type": "Reject"}}}),
+        );
+        assert_eq!(lender.lending(), (90, Some(10)));
         let exempt = pl(json!({"type": "Exempt", "exempt": {}}));
         assert!(exempt.is_exempt());
         assert_eq!((exempt.shares(), exempt.queuing()), (0, None));
+        assert_eq!(exempt.lending(), (0, None));
     }
 }

@@ -1,4 +1,5 @@
 use std::collections::HashMap;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -95,12 +96,18 @@ fn the_bootstrap_configuration_classifies_as_upstreams() {
     };
     let anonymous = user("system:anonymous", &["system:unauthenticated"]);
     assert_eq!(classify(&config, &healthz, &anonymous).0, "probes");
-    // limits are the server's 600 seats by shares (exempt 0, catch-all 5 of 245)
-    let limit = |name: &str| config.levels[name].level.usage().limit;
-    assert_eq!(limit("workload-low"), 245);
-    assert_eq!(limit("global-default"), 49);
-    assert_eq!(limit("catch-all"), 13);
+    // nominal limits are the server's 600 seats by shares (exempt 0, catch-all 5 of 245)
+    let nominal = |name: &str| config.levels[name].bounds.nominal;
+    assert_eq!(nominal("workload-low"), 245);
+    assert_eq!(nominal("global-default"), 49);
+    assert_eq!(nominal("catch-all"), 13);
+    assert_eq!(nominal("exempt"), 0);
     assert_eq!(config.levels["workload-low"].uid, "uid-workload-low");
+    // workload-low lends 90% of its seats and may borrow up to the server's; it starts
+    // having lent half of what it may
+    let low = &config.levels["workload-low"];
+    assert_eq!((low.bounds.lower, low.bounds.upper), (24, 845));
+    assert_eq!(low.level.usage().limit, 135);
 }
 
 #[test]
@@ -142,14 +149,89 @@ fn dangling_schemas_are_left_out_and_mandatory_objects_supplied() {
     // shares 95 + catch-all's 5 (+ exempt's 0) of 100 seats
     assert_eq!(config.levels["mine"].level.usage().limit, 95);
     assert_eq!(config.levels["catch-all"].level.usage().limit, 5);
-    // a rebuild keeps a level whose queuing did not change (its waiting requests with it)
+    // a rebuild keeps a level whose queuing did not change (its waiting requests with it);
+    // its limit changes at the next rebalance
     let again = Config::build(2, &[level("mine", 45)], &[], &config, 100);
     assert_eq!(again.generation, 2);
     assert!(Arc::ptr_eq(
         &config.levels["mine"].level,
         &again.levels["mine"].level
     ));
+    assert_eq!(again.levels["mine"].bounds.nominal, 90);
+    assert_eq!(again.levels["mine"].level.usage().limit, 95);
+    again.rebalance();
     assert_eq!(again.levels["mine"].level.usage().limit, 90);
+}
+
+#[tokio::test]
+async fn an_idle_level_lends_its_seats_to_a_busy_one() {
+    let (levels, schemas) = bootstrap();
+    let config = Config::build(1, &levels, &schemas, &Config::default(), 600);
+    let system = config.levels["system"].clone();
+    // system: 74 nominal seats, lends a third, starts at 62; a hundred requests want one each
+    assert_eq!(
+        (
+            system.bounds.nominal,
+            system.bounds.lower,
+            system.level.usage().limit
+        ),
+        (74, 50, 62)
+    );
+    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
+    for flow in 0..100u64 {
+        let (level, started) = (system.level.clone(), started.clone());
+        tokio::spawn(async move {
+            let seats = level
+                .admit(
+                    flow.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                    1,
+                    Duration::from_secs(600),
+                )
+                .await
+                .unwrap();
+            started.send(seats).unwrap();
+        });
+    }
+    let mut held = Vec::new();
+    while held.len() < 62 || system.level.usage().waiting < 38 {
+        tokio::select! {
+            Some(seats) = starts.recv() => held.push(seats),
+            _ = tokio::task::yield_now() => {}
+        }
+    }
+    assert_eq!(system.level.usage().executing, 62);
+
+    let (adjustments, fair) = config.rebalance();
+    let limit = |name: &str| {
+        adjustments
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, a)| a.limit)
+            .unwrap()
+    };
+    // system borrows past its nominal limit, and every waiting request starts
+    assert!(limit("system") > 100, "system got {}", limit("system"));
+    while held.len() < 100 {
+        held.push(starts.recv().await.unwrap());
+    }
+    assert_eq!(system.level.usage().waiting, 0);
+    // the idle levels lent: each within its bounds, all together the nominal seats
+    for (name, a) in &adjustments {
+        let bounds = config.levels[*name].bounds;
+        assert!(
+            bounds.lower <= a.limit && a.limit <= bounds.upper,
+            "{name}: {} outside {bounds:?}",
+            a.limit
+        );
+        assert_eq!(config.levels[*name].level.usage().limit, a.limit);
+    }
+    assert!(limit("workload-low") < 245, "{}", limit("workload-low"));
+    let sum: u32 = adjustments.iter().map(|(_, a)| a.limit).sum();
+    let nominal: u32 = config.levels.values().map(|l| l.bounds.nominal).sum();
+    assert!(sum.abs_diff(nominal) <= 4, "{sum} of {nominal}");
+    assert!(fair > 1.0, "{fair}");
+    let demand = &adjustments.iter().find(|(n, _)| *n == "system").unwrap().1;
+    assert_eq!(demand.demand.high_watermark, 100.0);
 }
 
 #[test]
