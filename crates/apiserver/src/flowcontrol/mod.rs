@@ -114,6 +114,8 @@ struct PriorityLevel {
     uid: String,
     shares: u32,
     bounds: Bounds,
+    /// The most seats one of its requests takes.
+    max_seats: u32,
     level: Arc<Level>,
 }
 
@@ -305,8 +307,9 @@ impl FlowControl {
         })
     }
 
-    /// Classifies the request and waits for its seats (`seats` of them, at most `wait_limit`):
-    /// the ticket to hold while it runs, or the 429 to answer.
+    /// Classifies the request and waits for its seats (`seats` of them, at most its level's
+    /// most, for at most `wait_limit`): the ticket to hold while it runs, or the 429 to
+    /// answer.
     pub async fn admit(
         &self,
         info: &RequestInfo,
@@ -318,6 +321,7 @@ impl FlowControl {
         let schema = config.classify(info, user);
         let level_name = &schema.spec.priority_level_configuration.name;
         let level = &config.levels[level_name];
+        let seats = seats.min(level.max_seats);
         let resolved = schema
             .resolved
             .get_or_init(|| self.metrics.resolve(schema, &level.uid));
@@ -465,6 +469,14 @@ impl Config {
             let nominal = u32::try_from(nominal).unwrap_or(u32::MAX);
             let (lendable, borrowing) = spec.lending();
             let bounds = Bounds::new(nominal, lendable, borrowing, server_limit);
+            // upstream's: 15% of the nominal seats, at most a hand's share of them
+            let max_seats = match kind {
+                Kind::Queue(q) => (nominal * 15)
+                    .div_ceil(100)
+                    .min(nominal / q.hand_size.max(1))
+                    .clamp(1, MAX_SEATS),
+                _ => MAX_SEATS,
+            };
             // a level kept keeps its current limit until the next rebalance
             let level = match previous.levels.get(&name) {
                 Some(old) if old.level.kind == kind => old.level.clone(),
@@ -476,6 +488,7 @@ impl Config {
                     uid,
                     shares,
                     bounds,
+                    max_seats,
                     level,
                 },
             );

@@ -108,6 +108,11 @@ fn the_bootstrap_configuration_classifies_as_upstreams() {
     let low = &config.levels["workload-low"];
     assert_eq!((low.bounds.lower, low.bounds.upper), (24, 845));
     assert_eq!(low.level.usage().limit, 135);
+    // a request takes at most 15% of its level's nominal seats, and a hand's share
+    let max_seats = |name: &str| config.levels[name].max_seats;
+    assert_eq!(max_seats("workload-low"), 10);
+    assert_eq!(max_seats("global-default"), 8);
+    assert_eq!(max_seats("catch-all"), MAX_SEATS, "it does not queue");
 }
 
 #[test]
