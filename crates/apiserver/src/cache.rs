@@ -11,7 +11,7 @@
 //! so a watcher that snapshots under the read lock and subscribes before releasing it sees every
 //! later event exactly once.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -209,6 +209,36 @@ struct State {
     revision: i64,
     /// The revision of the last change to an object of this resource.
     last_change: i64,
+    /// The keys of the objects per non-empty value of the type's indexed field
+    /// ([`Strategy::watch_index`]: a node's pods).
+    by_index: HashMap<String, BTreeSet<String>>,
+}
+
+impl State {
+    /// Moves `key` in the index from its `prev` object's value to its `now` object's.
+    fn reindex(&mut self, field: &str, key: &str, prev: Option<&Cached>, now: Option<&Cached>) {
+        fn value<'a>(c: Option<&'a Cached>, field: &str) -> Option<&'a str> {
+            c.and_then(|c| c.field(field)).filter(|v| !v.is_empty())
+        }
+        let (before, after) = (value(prev, field), value(now, field));
+        if before == after {
+            return;
+        }
+        if let Some(before) = before
+            && let Some(keys) = self.by_index.get_mut(before)
+        {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.by_index.remove(before);
+            }
+        }
+        if let Some(after) = after {
+            self.by_index
+                .entry(after.to_string())
+                .or_default()
+                .insert(key.to_string());
+        }
+    }
 }
 
 /// The cache of one resource type.
@@ -344,6 +374,25 @@ impl ResourceCache {
         }
     }
 
+    /// The objects of `namespace` (all when empty) whose indexed field
+    /// ([`Strategy::watch_index`]) is `value`, in key order; none for a type without one.
+    pub fn indexed(&self, value: &str, namespace: &str) -> Vec<Arc<Cached>> {
+        let state = self.state.read();
+        let Some(keys) = state.by_index.get(value) else {
+            return Vec::new();
+        };
+        let in_namespace = |key: &&String| {
+            namespace.is_empty()
+                || key
+                    .strip_prefix(namespace)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        };
+        keys.iter()
+            .filter(in_namespace)
+            .filter_map(|key| state.objects.get(key).cloned())
+            .collect()
+    }
+
     fn select(state: &State, namespace: &str) -> Vec<Arc<Cached>> {
         if namespace.is_empty() {
             state.objects.values().cloned().collect()
@@ -411,9 +460,12 @@ impl ResourceCache {
         state.revision = state.revision.max(revision);
         state.last_change = revision;
         let prev = match &object {
-            Some(o) => state.objects.insert(key, o.clone()),
+            Some(o) => state.objects.insert(key.clone(), o.clone()),
             None => state.objects.remove(&key),
         };
+        if let Some(field) = self.strategy.watch_index() {
+            state.reindex(field, &key, prev.as_deref(), object.as_deref());
+        }
         let event = match (object, prev) {
             (Some(object), None) => CacheEvent::Object {
                 change: Change::Added,
@@ -447,6 +499,12 @@ impl ResourceCache {
 
     fn reset(&self, objects: BTreeMap<String, Arc<Cached>>, revision: i64) {
         let mut state = self.state.write();
+        state.by_index.clear();
+        if let Some(field) = self.strategy.watch_index() {
+            for (key, object) in &objects {
+                state.reindex(field, key, None, Some(object));
+            }
+        }
         state.objects = objects;
         state.history.clear();
         state.history_floor = revision;
@@ -1067,6 +1125,48 @@ mod tests {
             ["n1"],
             "a value's channel goes with its last watch"
         );
+    }
+
+    #[test]
+    fn the_node_index_follows_pods_as_they_are_bound_moved_deleted_and_relisted() {
+        let pods = lookup("", "v1", "pods").unwrap();
+        let strategy = StrategyRef::Builtin(strategy::for_resource(pods));
+        let cache = ResourceCache::new(Arc::new(pods.clone()), strategy.clone());
+        let pod_on = |ns: &str, name: &str, node: &str, revision: i64| {
+            let mut pod = pod();
+            pod["metadata"]["namespace"] = json!(ns);
+            pod["metadata"]["name"] = json!(name);
+            pod["spec"]["nodeName"] = json!(node);
+            Arc::new(Cached::from_object(&*strategy, &pod, revision).unwrap())
+        };
+        let on = |node: &str, ns: &str| -> Vec<String> {
+            cache.indexed(node, ns).iter().map(|c| c.path()).collect()
+        };
+        cache.reset(
+            BTreeMap::from([("a/p".to_string(), pod_on("a", "p", "n1", 2))]),
+            2,
+        );
+        assert_eq!(on("n1", ""), ["a/p"]);
+        cache.apply("a/q".into(), Some(pod_on("a", "q", "", 3)), 3);
+        assert!(on("", "").is_empty(), "unbound pods are not indexed");
+        cache.apply("a/q".into(), Some(pod_on("a", "q", "n1", 4)), 4);
+        cache.apply("ab/r".into(), Some(pod_on("ab", "r", "n1", 5)), 5);
+        assert_eq!(on("n1", ""), ["a/p", "a/q", "ab/r"]);
+        assert_eq!(
+            on("n1", "a"),
+            ["a/p", "a/q"],
+            "one namespace, not its prefix"
+        );
+        // a pod moved (as the index sees it) and one deleted
+        cache.apply("a/q".into(), Some(pod_on("a", "q", "n2", 6)), 6);
+        cache.apply("a/p".into(), None, 7);
+        assert_eq!(on("n1", ""), ["ab/r"]);
+        assert_eq!(on("n2", "a"), ["a/q"]);
+        assert_eq!(on("n3", ""), Vec::<String>::new());
+        // a relist rebuilds it
+        cache.reset(BTreeMap::new(), 8);
+        assert!(on("n1", "").is_empty() && on("n2", "").is_empty());
+        assert!(cache.state.read().by_index.is_empty());
     }
 
     #[test]

@@ -36,7 +36,8 @@ pub fn node_of(user: &UserInfo) -> Option<&str> {
 
 /// What the authorizer knows of pods and claims: the watch cache in the server, maps in tests.
 pub trait NodeGraph: Send + Sync {
-    /// The pods bound to `node` in `namespace` (every namespace when empty).
+    /// The pods bound to `node` in `namespace` (every namespace when empty): at least their
+    /// `metadata.namespace` and `spec`.
     fn pods_on(&self, node: &str, namespace: &str) -> Vec<Value>;
     /// The node a pod is bound to (`""` when unscheduled); `None` when there is no such pod.
     fn pod_node(&self, namespace: &str, name: &str) -> Option<String>;
@@ -57,18 +58,23 @@ fn core(resource: &str) -> &'static skiff_apimachinery::catalog::ResourceType {
 
 impl NodeGraph for CachedGraph {
     fn pods_on(&self, node: &str, namespace: &str) -> Vec<Value> {
+        /// What the relationships are read from: the rest of a pod is skipped, not decoded.
+        #[derive(serde::Deserialize)]
+        struct Related {
+            metadata: RelatedMeta,
+            spec: Value,
+        }
+        #[derive(serde::Deserialize)]
+        struct RelatedMeta {
+            namespace: String,
+        }
+        // the cache's index by `spec.nodeName` (the pods' watch index) finds the node's pods
         self.cache
             .resource(core("pods"))
-            .list(namespace)
-            .objects
+            .indexed(node, namespace)
             .iter()
-            // the cached field-selector values spare decoding every pod of the namespace
-            .filter(|c| {
-                c.fields
-                    .iter()
-                    .any(|(k, v)| *k == "spec.nodeName" && v == node)
-            })
-            .filter_map(|c| c.object().ok())
+            .filter_map(|c| c.decode::<Related>().ok())
+            .map(|p| serde_json::json!({"metadata": {"namespace": p.metadata.namespace}, "spec": p.spec}))
             .collect()
     }
 
