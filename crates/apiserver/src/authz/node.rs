@@ -39,6 +39,8 @@ pub trait NodeGraph: Send + Sync {
     /// The pods bound to `node` in `namespace` (every namespace when empty): at least their
     /// `metadata.namespace` and `spec`.
     fn pods_on(&self, node: &str, namespace: &str) -> Vec<Value>;
+    /// The service accounts the pods bound to `node` in `namespace` run as.
+    fn service_accounts_on(&self, node: &str, namespace: &str) -> Vec<String>;
     /// The node a pod is bound to (`""` when unscheduled); `None` when there is no such pod.
     fn pod_node(&self, namespace: &str, name: &str) -> Option<String>;
     /// A PersistentVolumeClaim.
@@ -78,6 +80,16 @@ impl NodeGraph for CachedGraph {
             .collect()
     }
 
+    fn service_accounts_on(&self, node: &str, namespace: &str) -> Vec<String> {
+        // a cached field-selector value: nothing to decode
+        self.cache
+            .resource(core("pods"))
+            .indexed(node, namespace)
+            .iter()
+            .map(|c| account(c.field("spec.serviceAccountName")))
+            .collect()
+    }
+
     fn pod_node(&self, namespace: &str, name: &str) -> Option<String> {
         let pod = self
             .cache
@@ -107,6 +119,13 @@ impl NodeGraph for CachedGraph {
             .object()
             .ok()
     }
+}
+
+/// The service account a pod with `spec.serviceAccountName` `name` runs as.
+fn account(name: Option<&str>) -> String {
+    name.filter(|n| !n.is_empty())
+        .unwrap_or("default")
+        .to_string()
 }
 
 /// The Node authorizer.
@@ -384,12 +403,10 @@ impl NodeAuthorizer {
                 "can only create tokens for individual service accounts".into(),
             );
         }
-        let related = self.graph.pods_on(node, &r.namespace).iter().any(|p| {
-            p["spec"]["serviceAccountName"]
-                .as_str()
-                .unwrap_or("default")
-                == r.name
-        });
+        let related = self
+            .graph
+            .service_accounts_on(node, &r.namespace)
+            .contains(&r.name);
         if related {
             Decision::Allow
         } else {

@@ -20,6 +20,12 @@ impl NodeGraph for Graph {
             .cloned()
             .collect()
     }
+    fn service_accounts_on(&self, node: &str, namespace: &str) -> Vec<String> {
+        self.pods_on(node, namespace)
+            .iter()
+            .map(|p| account(p["spec"]["serviceAccountName"].as_str()))
+            .collect()
+    }
     fn pod_node(&self, namespace: &str, name: &str) -> Option<String> {
         self.pods
             .iter()
