@@ -471,7 +471,8 @@ impl Config {
             let bounds = Bounds::new(nominal, lendable, borrowing, server_limit);
             // upstream's: 15% of the nominal seats, at most a hand's share of them
             let max_seats = match kind {
-                Kind::Queue(q) => (nominal * 15)
+                Kind::Queue(q) => nominal
+                    .saturating_mul(15)
                     .div_ceil(100)
                     .min(nominal / q.hand_size.max(1))
                     .clamp(1, MAX_SEATS),
