@@ -37,7 +37,7 @@ pub fn node_of(user: &UserInfo) -> Option<&str> {
 /// What the authorizer knows of pods and claims: the watch cache in the server, maps in tests.
 pub trait NodeGraph: Send + Sync {
     /// The pods bound to `node` in `namespace` (every namespace when empty): at least their
-    /// `metadata.namespace` and `spec`.
+    /// `metadata.name`, `metadata.namespace` and `spec`.
     fn pods_on(&self, node: &str, namespace: &str) -> Vec<Value>;
     /// The service accounts the pods bound to `node` in `namespace` run as.
     fn service_accounts_on(&self, node: &str, namespace: &str) -> Vec<String>;
@@ -68,6 +68,7 @@ impl NodeGraph for CachedGraph {
         }
         #[derive(serde::Deserialize)]
         struct RelatedMeta {
+            name: String,
             namespace: String,
         }
         // the cache's index by `spec.nodeName` (the pods' watch index) finds the node's pods
@@ -76,7 +77,12 @@ impl NodeGraph for CachedGraph {
             .indexed(node, namespace)
             .iter()
             .filter_map(|c| c.decode::<Related>().ok())
-            .map(|p| serde_json::json!({"metadata": {"namespace": p.metadata.namespace}, "spec": p.spec}))
+            .map(|p| {
+                // the name too: a generic ephemeral volume's claim is named after its pod
+                let meta = p.metadata;
+                serde_json::json!({"metadata": {"name": meta.name, "namespace": meta.namespace},
+                                   "spec": p.spec})
+            })
             .collect()
     }
 

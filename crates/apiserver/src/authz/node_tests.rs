@@ -13,11 +13,16 @@ struct Graph {
 
 impl NodeGraph for Graph {
     fn pods_on(&self, node: &str, namespace: &str) -> Vec<Value> {
+        // only what the server's graph gives: the name, the namespace and the spec
         self.pods
             .iter()
             .filter(|p| p["spec"]["nodeName"] == node)
             .filter(|p| namespace.is_empty() || p["metadata"]["namespace"] == namespace)
-            .cloned()
+            .map(|p| {
+                json!({"metadata": {"name": p["metadata"]["name"],
+                                    "namespace": p["metadata"]["namespace"]},
+                       "spec": p["spec"]})
+            })
             .collect()
     }
     fn service_accounts_on(&self, node: &str, namespace: &str) -> Vec<String> {
@@ -53,6 +58,7 @@ fn authorizer() -> NodeAuthorizer {
             "volumes": [
                 {"name": "s", "secret": {"secretName": secret}},
                 {"name": "c", "persistentVolumeClaim": {"claimName": claim}},
+                {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
             ],
             "containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": config}}]}],
         }})
@@ -114,6 +120,27 @@ fn a_kubelet_reaches_only_what_its_pods_use() {
         ),
         (
             req("get", "", "persistentvolumeclaims", "default", "pvc2"),
+            false,
+        ),
+        // a generic ephemeral volume's claim is named `<pod>-<volume>`
+        (
+            req(
+                "get",
+                "",
+                "persistentvolumeclaims",
+                "default",
+                "mine-scratch",
+            ),
+            true,
+        ),
+        (
+            req(
+                "get",
+                "",
+                "persistentvolumeclaims",
+                "default",
+                "theirs-scratch",
+            ),
             false,
         ),
         (req("get", "", "persistentvolumes", "", "pv1"), true),
