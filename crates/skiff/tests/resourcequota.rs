@@ -349,7 +349,24 @@ fn custom_resources_are_counted_charged_and_replenished() {
         );
         assert_eq!(used().await.as_deref(), Some("2"));
 
-        // a delete is given back by the controller, as for built-in kinds
+        // a delete is given back by the controller, as for built-in kinds, once its quota
+        // monitor watches widgets (a delete before that watch starts is not seen, as with
+        // upstream's monitor; on a loaded machine it can start after the steps above)
+        eventually("the controller's watch of widgets", || async {
+            let metrics = client
+                .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+                .await
+                .ok()?;
+            metrics
+                .lines()
+                .any(|l| {
+                    l.starts_with("apiserver_longrunning_requests{")
+                        && l.contains(r#"resource="widgets""#)
+                        && !l.ends_with(" 0")
+                })
+                .then_some(())
+        })
+        .await;
         widgets
             .delete("w0", &DeleteParams::default())
             .await
