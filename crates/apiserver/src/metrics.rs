@@ -4,8 +4,9 @@
 //! the time spent in APF's queue and on admission webhooks, see [`crate::timing`]), open
 //! watches (`apiserver_longrunning_requests`), and
 //! objects per resource (`apiserver_storage_objects`, read off the watch cache at scrape time),
-//! and the events sent to watchers, counted (`apiserver_watch_events_total`) and sized in bytes
-//! (`apiserver_watch_events_sizes`) by group, version and kind.
+//! the events sent to watchers, counted (`apiserver_watch_events_total`) and sized in bytes
+//! (`apiserver_watch_events_sizes`) by group, version and kind, and the watchers closed for
+//! falling behind (`apiserver_terminated_watchers_total`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,6 +69,7 @@ pub struct Metrics {
     latency: Family<LatencyLabels, Histogram>,
     sli_latency: Family<LatencyLabels, Histogram>,
     pub watches: Family<ResourceLabels, Gauge>,
+    terminated_watchers: Family<ResourceLabels, Counter>,
     objects: Family<ResourceLabels, Gauge>,
     watch_events: Family<KindLabels, Counter>,
     watch_event_sizes: Family<KindLabels, Histogram>,
@@ -108,6 +110,7 @@ impl Default for Metrics {
             (|| Histogram::new(BUCKETS)) as fn() -> Histogram,
         );
         let watches = Family::<ResourceLabels, Gauge>::default();
+        let terminated_watchers = Family::<ResourceLabels, Counter>::default();
         let objects = Family::<ResourceLabels, Gauge>::default();
         let inflight = Family::<InflightLabels, Gauge>::default();
         let watch_events = Family::<KindLabels, Counter>::default();
@@ -148,6 +151,11 @@ impl Default for Metrics {
             watches.clone(),
         );
         registry.register(
+            "apiserver_terminated_watchers",
+            "Counter of watchers closed due to unresponsiveness broken by resource type",
+            terminated_watchers.clone(),
+        );
+        registry.register(
             "apiserver_storage_objects",
             "Number of stored objects at the time of last check split by kind",
             objects.clone(),
@@ -168,6 +176,7 @@ impl Default for Metrics {
             latency,
             sli_latency,
             watches,
+            terminated_watchers,
             objects,
             watch_events,
             watch_event_sizes,
@@ -241,6 +250,15 @@ impl Metrics {
             metrics: self.clone(),
             labels,
         }
+    }
+
+    /// Counts a watch of `resource` closed because it fell too far behind its events.
+    pub fn watcher_terminated(&self, resource: &str) {
+        self.terminated_watchers
+            .get_or_create(&ResourceLabels {
+                resource: resource.to_string(),
+            })
+            .inc();
     }
 
     /// The meters of the events one watch of `group/version` `kind` sends: taken once per watch,

@@ -185,6 +185,69 @@ async fn lists_watches_dry_runs_and_finalizers_answer_as_upstream() {
     running.stop().await;
 }
 
+/// A watch of a quiet node's pods, while another client writes and reads consistently all
+/// along (every such read makes the watch cache ask the store for progress), gets at most one
+/// bookmark every 5 seconds before its final one, and its last bookmark is past the other
+/// client's writes: a resume point inside the cache's history, without a bookmark per progress.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_watch_is_bookmarked_sparingly_past_the_others_writes() {
+    use k8s_openapi::api::core::v1::Pod;
+    let running = common::start().await;
+    let pods: Api<Pod> = Api::namespaced(running.client.clone(), "default");
+    let rv = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let params = WatchParams {
+        bookmarks: true,
+        ..WatchParams::default()
+            .fields("spec.nodeName=quiet")
+            .timeout(8)
+    };
+    let mut quiet = pods.watch(&params, &rv).await.unwrap().boxed();
+    let cms: Api<ConfigMap> = Api::namespaced(running.client.clone(), "default");
+    let first = cms
+        .create(&PostParams::default(), &config_map("busy"))
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let busy = tokio::spawn(async move {
+        for i in 0u32.. {
+            let patch = serde_json::json!({"data": {"i": i.to_string()}});
+            cms.patch("busy", &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .unwrap();
+            pods.list(&ListParams::default()).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    });
+    let mut bookmarks = Vec::new();
+    while let Some(event) = quiet.next().await {
+        match event.unwrap() {
+            WatchEvent::Bookmark(b) => bookmarks.push(b.metadata.resource_version),
+            other => panic!("nothing but bookmarks on a quiet node, got {other:?}"),
+        }
+    }
+    busy.abort();
+    let revision = |rv: &str| rv.parse::<i64>().unwrap();
+    // one at most after 5 s of the 6 before the final one, and the final one
+    assert!(
+        (1..=2).contains(&bookmarks.len()),
+        "bookmarks in 8 s: {bookmarks:?}"
+    );
+    let last = bookmarks.last().unwrap();
+    assert!(
+        revision(last) >= revision(&first),
+        "the last bookmark ({last}) is from before the first of the other writes ({first})"
+    );
+    running.stop().await;
+}
+
 /// Creates ConfigMap `name` in `default` with data `k: v`.
 async fn create_with_data(client: &kube::Client, name: &str) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");

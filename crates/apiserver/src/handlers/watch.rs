@@ -31,6 +31,14 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
 /// How long before a watch's deadline its last bookmark is sent (upstream's cacher: 2 s).
 const FINAL_BOOKMARK_LEAD: Duration = Duration::from_secs(2);
 
+/// How often at most a watch that allows bookmarks gets one as the cache progresses (every 5 s,
+/// and on every consistent read): often enough that a client whose watch ends resumes inside the
+/// cache's history, which a busy cluster's pod changes cross in seconds; and no more, where one
+/// per progress sent each of 500 kubelets a bookmark per consistent read, filled their
+/// watches' buffers, and had them closed as lagging. (Upstream's cacher sends one a minute, and
+/// keeps a longer history.)
+const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
+
 /// Queued event lines are sent once they reach this size, even mid-backlog.
 const FLUSH_BYTES: usize = 64 * 1024;
 
@@ -45,7 +53,10 @@ struct Sink {
     columns_sent: bool,
     /// Event lines not yet sent.
     buf: Vec<u8>,
+    /// The revision up to which this watch has been sent everything it selects.
     last_revision: i64,
+    /// When the last progress bookmark was sent.
+    bookmarked: tokio::time::Instant,
     /// Pod watches with the lifecycle trace on: what this watch was sent, or not.
     trace: Option<WatchTrace>,
     /// `apiserver_watch_events_total` and `_sizes` of this watch's kind.
@@ -292,9 +303,14 @@ impl Sink {
                 object,
                 prev,
             } => self.change(*change, object, prev.as_deref()).await,
+            // the watch's resume point moves on, whether or not the client hears of it now
             CacheEvent::Progress(rv) => {
-                if self.bookmarks && *rv > self.last_revision {
-                    self.last_revision = *rv;
+                if *rv <= self.last_revision {
+                    return true;
+                }
+                self.last_revision = *rv;
+                if self.bookmarks && self.bookmarked.elapsed() >= BOOKMARK_EVERY {
+                    self.bookmarked = tokio::time::Instant::now();
                     return self.bookmark(*rv, false).await;
                 }
                 true
@@ -376,6 +392,7 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
         columns_sent: false,
         buf: Vec::new(),
         last_revision: from.unwrap_or(0),
+        bookmarked: tokio::time::Instant::now(),
     };
     let final_bookmark = (bookmarks && timeout > FINAL_BOOKMARK_LEAD)
         .then(|| tokio::time::Instant::now() + timeout - FINAL_BOOKMARK_LEAD);
@@ -479,10 +496,13 @@ async fn live(
                 }
                 // Too far behind: end the watch; the client resumes from its last
                 // resourceVersion, which the history still holds.
-                Err(
-                    broadcast::error::TryRecvError::Lagged(_)
-                    | broadcast::error::TryRecvError::Closed,
-                ) => {
+                Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                    let metrics = &sink.ctx.server.metrics;
+                    metrics.watcher_terminated(&sink.ctx.rt.plural);
+                    sink.flush().await;
+                    return;
+                }
+                Err(broadcast::error::TryRecvError::Closed) => {
                     sink.flush().await;
                     return;
                 }

@@ -772,9 +772,10 @@ pub(super) mod watches {
             .unwrap_or(0.0)
     }
 
-    /// The API server's work so far: watch events sent per kind (`events Pod`) and writes per
-    /// verb and resource (`PATCH pods`), from `apiserver_watch_events_total` and
-    /// `apiserver_request_total`.
+    /// The API server's work so far: watch events sent per kind (`events Pod`), requests per
+    /// verb and resource (`PATCH pods`, `LIST pods`) and watchers closed for falling behind
+    /// (`terminated watchers pods`), from `apiserver_watch_events_total`,
+    /// `apiserver_request_total` and `apiserver_terminated_watchers_total`.
     pub(in crate::commands::bench) async fn traffic(
         client: &kube::Client,
     ) -> Result<BTreeMap<String, f64>> {
@@ -802,8 +803,9 @@ pub(super) mod watches {
             };
             let key = match name {
                 "apiserver_watch_events_total" => format!("events {}", label("kind")),
-                "apiserver_request_total" if !matches!(label("verb"), "GET" | "LIST" | "WATCH") => {
-                    format!("{} {}", label("verb"), label("resource"))
+                "apiserver_request_total" => format!("{} {}", label("verb"), label("resource")),
+                "apiserver_terminated_watchers_total" => {
+                    format!("terminated watchers {}", label("resource"))
                 }
                 _ => continue,
             };
@@ -934,17 +936,21 @@ mod tests {
     }
 
     #[test]
-    fn traffic_is_watch_events_per_kind_and_writes_per_resource() {
+    fn traffic_is_watch_events_per_kind_requests_per_resource_and_terminated_watchers() {
         let text = "apiserver_watch_events_total{group=\"\",version=\"v1\",kind=\"Pod\"} 30\n\
                     apiserver_request_total{verb=\"PATCH\",group=\"\",version=\"v1\",resource=\"pods\",subresource=\"status\",code=\"200\"} 4\n\
                     apiserver_request_total{verb=\"PATCH\",group=\"\",version=\"v1\",resource=\"pods\",subresource=\"\",code=\"409\"} 1\n\
-                    apiserver_request_total{verb=\"LIST\",group=\"\",version=\"v1\",resource=\"pods\",subresource=\"\",code=\"200\"} 9\n";
+                    apiserver_request_total{verb=\"LIST\",group=\"\",version=\"v1\",resource=\"pods\",subresource=\"\",code=\"200\"} 9\n\
+                    apiserver_terminated_watchers_total{resource=\"pods\"} 2\n\
+                    apiserver_longrunning_requests{resource=\"pods\"} 7\n";
         let t = watches::parse_traffic(text);
         assert_eq!(
             t,
             BTreeMap::from([
                 ("events Pod".to_string(), 30.0),
-                ("PATCH pods".to_string(), 5.0)
+                ("PATCH pods".to_string(), 5.0),
+                ("LIST pods".to_string(), 9.0),
+                ("terminated watchers pods".to_string(), 2.0),
             ])
         );
     }

@@ -23,7 +23,8 @@
 //! - **controller lag**: per Deployment, from its create to its last pod existing (p50, p99,
 //!   max);
 //! - **the API server**: RSS after the pods ran and at the end (VmRSS, VmHWM; target < 4 GiB),
-//!   and each process's CPU per phase;
+//!   each process's CPU per phase, and each phase's requests by verb and resource (a
+//!   kubelet's relist is a `LIST pods`), watch events, and watchers closed for falling behind;
 //! - **the store**: once the run is over and the API server killed, the time to open it (the
 //!   log replayed), its file's size, a compaction to the last revision with its sweep (timed),
 //!   and the size after.
@@ -49,7 +50,9 @@ use super::api::{
     CpuMeter, Emitter, ServerChild, ensure_open_files, histogram, mb, merge, micros, ms, prefixed,
     proc_status_kb, round3, send_ok,
 };
-use super::controllers::{PODS_PER_NODE, deployment, roll, rolled_out, start, start_hollow};
+use super::controllers::{
+    PODS_PER_NODE, deployment, roll, rolled_out, start, start_hollow, watches,
+};
 use crate::commands::UsageError;
 
 /// Options of `skiff bench scale`.
@@ -297,6 +300,7 @@ async fn bench(
     let limit = Duration::from_secs(args.timeout_s);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
     let before = cpu.snapshot();
+    let traffic = watches::traffic(&client).await?;
     let create_at = Instant::now();
     let mut created_at = HashMap::new();
     for (name, n) in plan {
@@ -323,6 +327,7 @@ async fn bench(
     }
     let running_s = create_at.elapsed().as_secs_f64();
     let create_cpu = cpu.used_since(&before);
+    let create_traffic = watches::traffic(&client).await?;
     let server_rss_running = proc_kb(server.pid, "VmRSS");
     sampler.abort();
     let lag = {
@@ -356,9 +361,23 @@ async fn bench(
     let generation = roll(&deployments, ROLLED).await?;
     let n = args.rollout_replicas;
     let mut rolled = tokio::time::interval(Duration::from_secs(1));
+    // the Deployment's status as it moves: [s, replicas, updated, ready, available]
+    let mut timeline: Vec<[f64; 5]> = Vec::new();
     loop {
         rolled.tick().await;
         let d = deployments.get(ROLLED).await?;
+        if let Some(s) = &d.status {
+            let counts =
+                [s.replicas, s.updated_replicas, s.ready_replicas].map(|n| n.unwrap_or(0) as f64);
+            let available = s.available_replicas.unwrap_or(0) as f64;
+            if timeline
+                .last()
+                .is_none_or(|l| l[1..4] != counts || l[4] != available)
+            {
+                let t = (update_at.elapsed().as_secs_f64() * 10.0).round() / 10.0;
+                timeline.push([t, counts[0], counts[1], counts[2], available]);
+            }
+        }
         let observed = d.status.as_ref().and_then(|s| s.observed_generation);
         if observed >= generation && rolled_out(&d, n) {
             break;
@@ -372,6 +391,7 @@ async fn bench(
     }
     let rollout_s = update_at.elapsed().as_secs_f64();
     let rollout_cpu = cpu.used_since(&before);
+    let update_traffic = watches::traffic(&client).await?;
     let probed = probe.stop().await?;
     pod_watch.abort();
 
@@ -425,6 +445,7 @@ async fn bench(
         "target_mutating_p99_s": MUTATING_P99_SLO_S,
         "rolling_update_replicas": n,
         "rolling_update_s": round3(rollout_s),
+        "rolling_update_timeline": timeline,
         "server_rss_running_mb": mb(server_rss_running),
         "server_rss_mb": mb(proc_status_kb(&server_status, "VmRSS")),
         "server_peak_mb": mb(proc_status_kb(&server_status, "VmHWM")),
@@ -432,6 +453,9 @@ async fn bench(
         "hollow_nodes_rss_mb": mb(hollow_rss),
         "controller_manager_rss_mb": mb(cm_rss),
         "scheduler_rss_mb": mb(scheduler_rss),
+        // the requests (relists among them), watch events and closed watchers of each phase
+        "create_traffic": watches::difference_f64(&traffic, &create_traffic),
+        "update_traffic": watches::difference_f64(&create_traffic, &update_traffic),
     });
     Ok(merge(
         merge(
