@@ -219,7 +219,10 @@ impl ClientBuilder {
                     .insert(http::header::AUTHORIZATION, header);
                 req
             });
-        Ok(builder.with_layer(&authorize).build())
+        Ok(builder
+            .with_layer(&authorize)
+            .with_layer(&crate::in_flight_limit())
+            .build())
     }
 }
 

@@ -115,6 +115,19 @@ use skiff_runtime::informer::Informers;
 /// The controller manager's program name: its `User-Agent`'s first word.
 pub const PROGRAM: &str = "skiff-controller-manager";
 
+/// Requests one controller-manager client has in flight at most (until their response heads
+/// arrive; a watch's stream does not hold its slot). Upstream's clients are paced by client-go's
+/// QPS limit (20, burst 30); Skiff's are not, and a ReplicaSet sync's 500 deletions at once
+/// overflowed its flow's APF queues (6 queues of 50 in `workload-high`): the refused ones were
+/// retried after the level's `Retry-After`, up to 32 s, and held the whole sync that long.
+pub const IN_FLIGHT_PER_CLIENT: usize = 100;
+
+/// The layer that keeps a client to [`IN_FLIGHT_PER_CLIENT`] requests in flight (each client
+/// built with it has its own count).
+pub fn in_flight_limit() -> tower::limit::ConcurrencyLimitLayer {
+    tower::limit::ConcurrencyLimitLayer::new(IN_FLIGHT_PER_CLIENT)
+}
+
 /// What every controller is given: its API clients and who it reports events as.
 #[derive(Clone)]
 pub struct Context {

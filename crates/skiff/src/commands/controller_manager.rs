@@ -172,8 +172,12 @@ const LEASE_NAME: &str = "kube-controller-manager";
 pub async fn run(args: ControllerManagerArgs, lifecycle: Lifecycle) -> anyhow::Result<()> {
     let selected = skiff_controllers::select(&args.controllers).map_err(super::UsageError)?;
     let kube_config = super::kube_config(&args.kubeconfig).await?;
-    let client =
-        skiff_runtime::http2::client(kube_config.clone(), &user_agent(skiff_controllers::PROGRAM))?;
+    let client = skiff_runtime::http2::client_builder(
+        kube_config.clone(),
+        &user_agent(skiff_controllers::PROGRAM),
+    )?
+    .with_layer(&skiff_controllers::in_flight_limit())
+    .build();
     let credentials = args.use_service_account_credentials.then(|| {
         let issuer = Arc::new(credentials::KubeTokenIssuer(client.clone()));
         credentials::ClientBuilder::new(kube_config, issuer)
