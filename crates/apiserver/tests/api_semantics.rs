@@ -18,6 +18,15 @@ fn config_map(name: &str) -> ConfigMap {
     serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap()
 }
 
+/// The resourceVersion of a list of `api`'s objects.
+async fn list_revision<K>(api: &Api<K>) -> String
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let list = api.list(&ListParams::default()).await.unwrap();
+    list.metadata.resource_version.unwrap()
+}
+
 /// The Status of a request that must fail.
 fn status<T: std::fmt::Debug>(result: kube::Result<T>) -> kube::core::Status {
     match result {
@@ -101,13 +110,7 @@ async fn lists_watches_dry_runs_and_finalizers_answer_as_upstream() {
     }
 
     // A short watch that asked for bookmarks gets one before its deadline.
-    let rv = api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let rv = list_revision(&api).await;
     let mut short = api
         .watch(
             &WatchParams {
@@ -194,13 +197,7 @@ async fn a_quiet_watch_is_bookmarked_sparingly_past_the_others_writes() {
     use k8s_openapi::api::core::v1::Pod;
     let running = common::start().await;
     let pods: Api<Pod> = Api::namespaced(running.client.clone(), "default");
-    let rv = pods
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let rv = list_revision(&pods).await;
     let params = WatchParams {
         bookmarks: true,
         ..WatchParams::default()

@@ -644,7 +644,7 @@ fn bookmarks_arrive_only_when_allowed() {
             .await
             .expect("create other/x");
         let written = revision(&elsewhere.resource_version().expect("rv"));
-        // The server sends bookmarks on its periodic store progress (about every 5 s).
+        // The server sends bookmarks on its periodic store progress (at most every 5 s).
         loop {
             match next_event(&mut with).await {
                 WatchEvent::Bookmark(b) => {

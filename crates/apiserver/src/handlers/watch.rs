@@ -55,8 +55,9 @@ struct Sink {
     buf: Vec<u8>,
     /// The revision up to which this watch has been sent everything it selects.
     last_revision: i64,
-    /// When the last progress bookmark was sent.
-    bookmarked: tokio::time::Instant,
+    /// When the last progress bookmark was sent, and its revision: a progress that finds the
+    /// client told less than `last_revision` (moved on by a progress too early to tell) tells it.
+    bookmarked: (tokio::time::Instant, i64),
     /// Pod watches with the lifecycle trace on: what this watch was sent, or not.
     trace: Option<WatchTrace>,
     /// `apiserver_watch_events_total` and `_sizes` of this watch's kind.
@@ -305,13 +306,12 @@ impl Sink {
             } => self.change(*change, object, prev.as_deref()).await,
             // the watch's resume point moves on, whether or not the client hears of it now
             CacheEvent::Progress(rv) => {
-                if *rv <= self.last_revision {
-                    return true;
-                }
-                self.last_revision = *rv;
-                if self.bookmarks && self.bookmarked.elapsed() >= BOOKMARK_EVERY {
-                    self.bookmarked = tokio::time::Instant::now();
-                    return self.bookmark(*rv, false).await;
+                self.last_revision = self.last_revision.max(*rv);
+                let (at, revision) = self.bookmarked;
+                if self.bookmarks && self.last_revision > revision && at.elapsed() >= BOOKMARK_EVERY
+                {
+                    self.bookmarked = (tokio::time::Instant::now(), self.last_revision);
+                    return self.bookmark(self.last_revision, false).await;
                 }
                 true
             }
@@ -392,7 +392,7 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
         columns_sent: false,
         buf: Vec::new(),
         last_revision: from.unwrap_or(0),
-        bookmarked: tokio::time::Instant::now(),
+        bookmarked: (tokio::time::Instant::now(), 0),
     };
     let final_bookmark = (bookmarks && timeout > FINAL_BOOKMARK_LEAD)
         .then(|| tokio::time::Instant::now() + timeout - FINAL_BOOKMARK_LEAD);
