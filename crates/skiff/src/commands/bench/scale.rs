@@ -367,15 +367,17 @@ async fn bench(
         rolled.tick().await;
         let d = deployments.get(ROLLED).await?;
         if let Some(s) = &d.status {
-            let counts =
-                [s.replicas, s.updated_replicas, s.ready_replicas].map(|n| n.unwrap_or(0) as f64);
-            let available = s.available_replicas.unwrap_or(0) as f64;
-            if timeline
-                .last()
-                .is_none_or(|l| l[1..4] != counts || l[4] != available)
-            {
-                let t = (update_at.elapsed().as_secs_f64() * 10.0).round() / 10.0;
-                timeline.push([t, counts[0], counts[1], counts[2], available]);
+            let [replicas, updated, ready, available] = [
+                s.replicas,
+                s.updated_replicas,
+                s.ready_replicas,
+                s.available_replicas,
+            ]
+            .map(|n| n.unwrap_or(0) as f64);
+            let t = (update_at.elapsed().as_secs_f64() * 10.0).round() / 10.0;
+            let row = [t, replicas, updated, ready, available];
+            if timeline.last().is_none_or(|l| l[1..] != row[1..]) {
+                timeline.push(row);
             }
         }
         let observed = d.status.as_ref().and_then(|s| s.observed_generation);
