@@ -328,14 +328,19 @@ impl ResourceCache {
         }
     }
 
-    /// The objects of `namespace` as they were at `revision`, if the cache can tell exactly: no
-    /// object of this resource changed since, and the cache has reached it (continue pages of a
-    /// list then need no store read).
-    pub fn list_at(&self, namespace: &str, revision: i64) -> Option<Snapshot> {
+    /// The objects of `namespace` that `fields` can select ([`ResourceCache::list_selected`]) as
+    /// they were at `revision`, if the cache can tell exactly: no object of this resource changed
+    /// since, and the cache has reached it (continue pages of a list then need no store read).
+    pub fn list_at(
+        &self,
+        namespace: &str,
+        fields: &fields::Selector,
+        revision: i64,
+    ) -> Option<Snapshot> {
         let state = self.state.read();
         (state.last_change <= revision && revision <= state.revision).then(|| Snapshot {
             revision,
-            objects: Self::select(&state, namespace),
+            objects: self.candidates(&state, namespace, fields),
         })
     }
 
@@ -367,17 +372,50 @@ impl ResourceCache {
 
     /// The objects of `namespace` (all when empty) at the cache's revision, in key order.
     pub fn list(&self, namespace: &str) -> Snapshot {
+        self.list_selected(namespace, &fields::Selector::everything())
+    }
+
+    /// [`ResourceCache::list`], of only the objects the field selector `fields` can select when
+    /// it pins the type's indexed field (a kubelet's `spec.nodeName=n1`): those filed under the
+    /// value, found without a look at the others, as upstream's cacher lists by its indexes.
+    /// Otherwise every object of `namespace`; the caller still applies its selectors.
+    pub fn list_selected(&self, namespace: &str, fields: &fields::Selector) -> Snapshot {
         let state = self.state.read();
         Snapshot {
             revision: state.revision,
-            objects: Self::select(&state, namespace),
+            objects: self.candidates(&state, namespace, fields),
         }
     }
 
     /// The objects of `namespace` (all when empty) whose indexed field
     /// ([`Strategy::watch_index`]) is `value`, in key order; none for a type without one.
     pub fn indexed(&self, value: &str, namespace: &str) -> Vec<Arc<Cached>> {
-        let state = self.state.read();
+        Self::filed_under(&self.state.read(), value, namespace)
+    }
+
+    /// The objects of `namespace` that the field selector `fields` can select: those filed under
+    /// the value it pins the indexed field to (not empty: objects without a value are not filed),
+    /// else all of `namespace`; in key order.
+    fn candidates(
+        &self,
+        state: &State,
+        namespace: &str,
+        fields: &fields::Selector,
+    ) -> Vec<Arc<Cached>> {
+        match self.index_value(fields).filter(|v| !v.is_empty()) {
+            Some(value) => Self::filed_under(state, value, namespace),
+            None => Self::select(state, namespace),
+        }
+    }
+
+    /// The value `fields` requires of the type's indexed field, if it has one and requires one.
+    fn index_value<'a>(&self, fields: &'a fields::Selector) -> Option<&'a str> {
+        self.strategy
+            .watch_index()
+            .and_then(|field| fields.single_equality(field))
+    }
+
+    fn filed_under(state: &State, value: &str, namespace: &str) -> Vec<Arc<Cached>> {
         let Some(keys) = state.by_index.get(value) else {
             return Vec::new();
         };
@@ -420,11 +458,7 @@ impl ResourceCache {
         fields: &fields::Selector,
     ) -> Option<WatchStart> {
         let state = self.state.read();
-        let index = self
-            .strategy
-            .watch_index()
-            .and_then(|field| fields.single_equality(field));
-        let rx = match index {
+        let rx = match self.index_value(fields) {
             Some(value) => self
                 .indexed
                 .lock()
@@ -440,7 +474,7 @@ impl ResourceCache {
             None => Some(WatchStart::Snapshot(
                 Snapshot {
                     revision: state.revision,
-                    objects: Self::select(&state, namespace),
+                    objects: self.candidates(&state, namespace, fields),
                 },
                 rx,
             )),
@@ -1167,6 +1201,54 @@ mod tests {
         cache.reset(BTreeMap::new(), 8);
         assert!(on("n1", "").is_empty() && on("n2", "").is_empty());
         assert!(cache.state.read().by_index.is_empty());
+    }
+
+    #[test]
+    fn a_list_or_watch_pinned_to_one_node_reads_only_its_pods() {
+        let pods = lookup("", "v1", "pods").unwrap();
+        let strategy = StrategyRef::Builtin(strategy::for_resource(pods));
+        let cache = ResourceCache::new(Arc::new(pods.clone()), strategy.clone());
+        let pod_on = |ns: &str, name: &str, node: &str| {
+            let mut pod = pod();
+            pod["metadata"]["namespace"] = json!(ns);
+            pod["metadata"]["name"] = json!(name);
+            pod["spec"]["nodeName"] = json!(node);
+            (
+                format!("{ns}/{name}"),
+                Arc::new(Cached::from_object(&*strategy, &pod, 2).unwrap()),
+            )
+        };
+        let all = [
+            pod_on("a", "p", "n1"),
+            pod_on("a", "q", "n2"),
+            pod_on("b", "r", "n1"),
+            pod_on("b", "s", ""),
+        ];
+        cache.reset(BTreeMap::from(all), 2);
+        let paths = |objects: &[Arc<Cached>]| objects.iter().map(|c| c.path()).collect::<Vec<_>>();
+        let listed = |ns: &str, selector: &str| {
+            let selector = fields::Selector::parse(selector).unwrap();
+            let at = cache
+                .list_at(ns, &selector, 2)
+                .expect("nothing changed since 2");
+            let now = cache.list_selected(ns, &selector);
+            assert_eq!(paths(&at.objects), paths(&now.objects));
+            let Some(WatchStart::Snapshot(snapshot, _)) = cache.watch(ns, None, &selector) else {
+                panic!("a watch from now starts with a snapshot");
+            };
+            assert_eq!(paths(&snapshot.objects), paths(&now.objects));
+            paths(&now.objects)
+        };
+        assert_eq!(listed("", "spec.nodeName=n1"), ["a/p", "b/r"]);
+        assert_eq!(
+            listed("b", "spec.nodeName=n1,status.phase!=Failed"),
+            ["b/r"]
+        );
+        assert_eq!(listed("", "spec.nodeName=n9"), Vec::<String>::new());
+        // what the index cannot answer is every object of the namespace, for the caller's filter
+        assert_eq!(listed("", ""), ["a/p", "a/q", "b/r", "b/s"]);
+        assert_eq!(listed("b", "spec.nodeName="), ["b/r", "b/s"]);
+        assert_eq!(listed("a", "spec.nodeName!=n1"), ["a/p", "a/q"]);
     }
 
     #[test]

@@ -350,7 +350,7 @@ pub async fn list(ctx: Ctx) -> Result<Response<Body>> {
         };
         let token = decode_continue(token, &within)?;
         let cache = ctx.cache()?;
-        return match cache.list_at(&ctx.info.namespace, token.rv) {
+        return match cache.list_at(&ctx.info.namespace, &filter.fields, token.rv) {
             Some(snapshot) => page(&ctx, &filter, &snapshot, &token.start, limit).await,
             None => list_from_store(&ctx, &filter, token.rv, &token.start, limit).await,
         };
@@ -369,7 +369,7 @@ pub async fn list(ctx: Ctx) -> Result<Response<Body>> {
             ctx.server.cache.wait_for(parse_rv(rv)?).await?;
         }
     }
-    let snapshot = cache.list(&ctx.info.namespace);
+    let snapshot = cache.list_selected(&ctx.info.namespace, &filter.fields);
     page(&ctx, &filter, &snapshot, "", limit).await
 }
 

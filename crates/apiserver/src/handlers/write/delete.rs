@@ -91,7 +91,9 @@ pub async fn delete_collection(mut ctx: Ctx) -> Result<Response<Body>> {
     let options = delete_options(&mut ctx).await?;
     let filter = Filter::from_query(&ctx)?;
     ctx.server.cache.wait_fresh().await?;
-    let snapshot = ctx.cache()?.list(&ctx.info.namespace);
+    let snapshot = ctx
+        .cache()?
+        .list_selected(&ctx.info.namespace, &filter.fields);
     let mut items = Vec::new();
     for c in snapshot.objects.iter().filter(|c| filter.matches(c)) {
         let mut scoped = ctx.info.clone();
