@@ -193,8 +193,34 @@ pub fn patch_kind(patch: &serde_json::Value) -> &'static str {
     }
 }
 
-/// The objects of `K` in `cache` that the object with `owner` controls (in its namespace,
-/// their controller reference has its uid): a Job's pods, a CronJob's Jobs.
+/// The name of the index [`index_by_controller`] adds.
+pub const CONTROLLER_INDEX: &str = "controller-uid";
+
+/// Files the objects of `cache` under their controller reference's uid, and those without one
+/// under their namespace's orphans (as upstream's `PodControllerUIDIndex`, whose orphans are one
+/// key for the whole cluster): an owner's sync then reads its own objects and the orphans it
+/// may adopt ([`controlled_in`], [`claimable_in`]), not every object of its namespace. Adding
+/// it again to a shared cache files the same values again.
+pub fn index_by_controller<K>(cache: &Cache<K>)
+where
+    K: Resource<DynamicType = ()>,
+{
+    cache.add_index(CONTROLLER_INDEX, |o: &K| {
+        vec![match podutil::controller_of(o.meta()) {
+            Some(r) => r.uid.clone(),
+            None => orphans_of(o.meta().namespace.as_deref().unwrap_or_default()),
+        }]
+    });
+}
+
+/// The key orphans of `namespace` are filed under (not a uid: those have no space).
+fn orphans_of(namespace: &str) -> String {
+    format!("orphans of {namespace}")
+}
+
+/// The objects of `K` in `cache` (indexed by [`index_by_controller`]) that the object with
+/// `owner` controls (in its namespace, their controller reference has its uid): a Job's pods, a
+/// CronJob's Jobs.
 pub fn controlled_in<K>(owner: &ObjectMeta, cache: &Cache<K>) -> Vec<Arc<K>>
 where
     K: Resource<DynamicType = ()>,
@@ -202,9 +228,22 @@ where
     let Some(uid) = owner.uid.as_deref() else {
         return Vec::new();
     };
-    let mut owned = cache.namespaced(owner.namespace.as_deref().unwrap_or_default());
-    owned.retain(|o| podutil::controlled_by(o.meta(), uid));
+    let namespace = owner.namespace.as_deref();
+    let mut owned = cache.by_index(CONTROLLER_INDEX, uid);
+    owned.retain(|o| o.meta().namespace.as_deref() == namespace);
     owned
+}
+
+/// What [`claim`] may take for `owner` from `cache` (indexed by [`index_by_controller`]): the
+/// objects it controls and the orphans of its namespace (upstream's `FilterPodsByOwner`).
+pub fn claimable_in<K>(owner: &ObjectMeta, cache: &Cache<K>) -> Vec<Arc<K>>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let mut objects = controlled_in(owner, cache);
+    let namespace = owner.namespace.as_deref().unwrap_or_default();
+    objects.extend(cache.by_index(CONTROLLER_INDEX, &orphans_of(namespace)));
+    objects
 }
 
 #[cfg(test)]
@@ -236,6 +275,34 @@ mod tests {
     fn deleting(mut meta: ObjectMeta) -> ObjectMeta {
         meta.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
         meta
+    }
+
+    #[test]
+    fn an_owner_reads_its_own_objects_and_its_namespace_orphans_from_the_index() {
+        let in_ns = |mut p: Pod, ns: &str| {
+            p.metadata.namespace = Some(ns.into());
+            p
+        };
+        let pods = Cache::from_objects([
+            pod("mine", Some("owner-uid")),
+            pod("orphan", None),
+            pod("theirs", Some("other-uid")),
+            in_ns(pod("orphan-elsewhere", None), "other"),
+            in_ns(pod("mine-elsewhere", Some("owner-uid")), "other"),
+        ]);
+        index_by_controller(&pods);
+        let names = |objects: Vec<Arc<Pod>>| {
+            let mut names: Vec<String> = objects.iter().map(|p| p.name_any()).collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names(controlled_in(&owner(), &pods)), ["mine"]);
+        assert_eq!(names(claimable_in(&owner(), &pods)), ["mine", "orphan"]);
+        // the index follows a pod adopted, and one released
+        pods.store(pod("orphan", Some("owner-uid")));
+        pods.store(pod("mine", None));
+        assert_eq!(names(controlled_in(&owner(), &pods)), ["orphan"]);
+        assert_eq!(names(claimable_in(&owner(), &pods)), ["mine", "orphan"]);
     }
 
     #[test]
@@ -333,7 +400,8 @@ mod tests {
         .unwrap();
         let names: Vec<String> = claimed.iter().map(|p| p.name_any()).collect();
         assert_eq!(names, ["mine", "orphan"]);
-        assert!(podutil::controlled_by(&claimed[1].metadata, "owner-uid"));
+        let adopted = podutil::controller_of(&claimed[1].metadata).map(|r| r.uid.as_str());
+        assert_eq!(adopted, Some("owner-uid"));
         assert_eq!(*writes.lock(), ["orphan", "gone", "stale"]);
     }
 

@@ -540,6 +540,8 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let nodes = ctx.informers.get::<Node>();
     let pods = ctx.informers.get::<Pod>();
     let revisions = ctx.informers.get::<ControllerRevision>();
+    claim::index_by_controller(pods.cache());
+    claim::index_by_controller(revisions.cache());
     daemonsets.add_handler({
         let pending = pending.clone();
         move |change| {
@@ -571,9 +573,11 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     );
     triggers::run_each(controller, &daemonsets, move |ds| {
         let (api, pending) = (api.clone(), pending.clone());
-        let ns = ds.namespace().unwrap_or_default();
         let nodes = nodes.state();
-        let (pods, revisions) = (pods.namespaced(&ns), revisions.namespaced(&ns));
+        let (pods, revisions) = (
+            claim::claimable_in(&ds.metadata, &pods),
+            claim::claimable_in(&ds.metadata, &revisions),
+        );
         async move {
             let uid = ds.uid().unwrap_or_default();
             let nodes: Vec<&Node> = nodes.iter().map(Arc::as_ref).collect();

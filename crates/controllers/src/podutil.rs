@@ -88,14 +88,6 @@ pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
         .find(|r| r.controller == Some(true))
 }
 
-/// Whether `uid` is the controller owner of the object with this metadata.
-pub fn controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .any(|r| r.controller == Some(true) && r.uid == uid)
-}
-
 /// A controller reference to `owner` (`controller` and `blockOwnerDeletion` true).
 pub fn controller_ref(api_version: &str, kind: &str, owner: &ObjectMeta) -> OwnerReference {
     controller_ref_to(

@@ -95,10 +95,11 @@ fn min_ready_seconds(rs: &ReplicaSet) -> i32 {
         .unwrap_or(0)
 }
 
-/// One sync of one ReplicaSet (upstream's `syncReplicaSet`) over the pods of its namespace.
+/// One sync of one ReplicaSet (upstream's `syncReplicaSet`) over the pods it may claim: its own
+/// and its namespace's orphans ([`claim::claimable_in`]; any others are ignored).
 pub async fn reconcile(
     rs: &ReplicaSet,
-    namespace_pods: Vec<Arc<Pod>>,
+    candidates: Vec<Arc<Pod>>,
     api: &dyn ReplicaSetApi,
     expectations: &Expectations,
     now: jiff::Timestamp,
@@ -112,7 +113,7 @@ pub async fn reconcile(
         }
     })?;
     let needs_sync = expectations.satisfied(&key, instant);
-    let active: Vec<Arc<Pod>> = namespace_pods
+    let active: Vec<Arc<Pod>> = candidates
         .into_iter()
         .filter(|p| podutil::is_active(p))
         .collect();
@@ -158,8 +159,7 @@ async fn claim_pods(
     for pod in pods {
         let matches = selector.matches(podutil::labels(&pod.metadata));
         let controller = podutil::controller_of(&pod.metadata);
-        // the common case, checked before anything is allocated: a sync looks at every pod of
-        // the namespace
+        // the common case, checked before anything is allocated
         match controller {
             Some(r) if r.uid != uid => continue,
             Some(_) if matches || deleting => {
@@ -544,6 +544,7 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let expectations = Arc::new(Expectations::default());
     let replicasets = ctx.informers.get::<ReplicaSet>();
     let pods = ctx.informers.get::<Pod>();
+    claim::index_by_controller(pods.cache());
     replicasets.add_handler({
         let (queue, exp) = (controller.queue().clone(), expectations.clone());
         move |change| match change {
@@ -574,7 +575,7 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
                 let Some(rs) = rs else {
                     return Ok(Action::AwaitChange);
                 };
-                let pods = pods.namespaced(&rs.namespace().unwrap_or_default());
+                let pods = claim::claimable_in(&rs.metadata, &pods);
                 let now = jiff::Timestamp::now();
                 reconcile(&rs, pods, api.as_ref(), &expectations, now, Instant::now()).await
             }

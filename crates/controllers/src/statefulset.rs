@@ -503,6 +503,8 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let pods = ctx.informers.get::<Pod>();
     let revisions = ctx.informers.get::<ControllerRevision>();
     let claims = ctx.informers.get::<PersistentVolumeClaim>();
+    claim::index_by_controller(pods.cache());
+    claim::index_by_controller(revisions.cache());
     let selector: fn(&StatefulSet) -> Option<&LabelSelector> =
         |o| o.spec.as_ref().map(|s| &s.selector);
     claim::queue_owners(&pods, sets.cache(), controller.queue(), selector);
@@ -523,8 +525,8 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
         let api = api.clone();
         let ns = set.namespace().unwrap_or_default();
         let (pods, revisions, claims) = (
-            pods.namespaced(&ns),
-            revisions.namespaced(&ns),
+            claim::claimable_in(&set.metadata, &pods),
+            claim::claimable_in(&set.metadata, &revisions),
             claims.namespaced(&ns),
         );
         async move {

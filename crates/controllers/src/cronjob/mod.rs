@@ -103,6 +103,7 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let controller = Controller::new("cronjob");
     let cronjobs = ctx.informers.get::<CronJob>();
     let jobs = ctx.informers.get::<Job>();
+    claim::index_by_controller(jobs.cache());
     triggers::queue_own_keys(&cronjobs, controller.queue());
     jobs.add_handler({
         let (queue, cronjobs) = (controller.queue().clone(), cronjobs.cache().clone());

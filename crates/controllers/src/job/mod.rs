@@ -300,6 +300,7 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     let memory = Arc::new(Memory::default());
     let jobs = ctx.informers.get::<Job>();
     let pods = ctx.informers.get::<Pod>();
+    claim::index_by_controller(pods.cache());
     jobs.add_handler({
         let (queue, memory) = (controller.queue().clone(), memory.clone());
         move |change| match change {
