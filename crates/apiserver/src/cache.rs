@@ -40,6 +40,12 @@ const FANOUT: usize = 1024;
 /// Events buffered per value of an indexed field (a node's pods, see [`ResourceCache::watch`]):
 /// a node's share of the changes is small, and 5,000 nodes' channels take 30 MB.
 const INDEXED_FANOUT: usize = 128;
+/// A resource's watchers hear of the cache's progress at most this often. Every consistent read
+/// that finds the cache behind asks the store for progress; passed on to every watcher each time,
+/// the kubelets' consistent lists at 5,000 nodes filled each node's channel with progress alone,
+/// and closed thousands of watches as lagging. A watch only needs it for its bookmarks (at most
+/// every 5 s) and its resume point.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// One object as the cache holds it.
 #[derive(Debug, Clone)]
@@ -212,6 +218,8 @@ struct State {
     /// The keys of the objects per non-empty value of the type's indexed field
     /// ([`Strategy::watch_index`]: a node's pods).
     by_index: HashMap<String, BTreeSet<String>>,
+    /// When watchers were last told of progress.
+    progress_sent: Option<std::time::Instant>,
 }
 
 impl State {
@@ -481,8 +489,20 @@ impl ResourceCache {
             Some(rv) if rv < state.history_floor => None,
             Some(rv) => {
                 let start = state.history.partition_point(|e| event_revision(e) <= rv);
+                // an indexed watch resumes with what it would have been offered live
+                let field = self.strategy.watch_index();
+                let offered = |e: &&CacheEvent| match (field, self.index_value(fields)) {
+                    (Some(field), Some(value)) => indexed_values(field, e)
+                        .is_none_or(|(now, before)| now == value || before == Some(value)),
+                    _ => true,
+                };
                 Some(WatchStart::Replay(
-                    state.history.range(start..).cloned().collect(),
+                    state
+                        .history
+                        .range(start..)
+                        .filter(offered)
+                        .cloned()
+                        .collect(),
                     rx,
                 ))
             }
@@ -547,11 +567,17 @@ impl ResourceCache {
         self.send(CacheEvent::Reset(revision));
     }
 
-    /// Marks everything up to `revision` as applied; with `notify`, tells watchers (bookmarks).
+    /// Marks everything up to `revision` as applied; with `notify`, tells watchers (bookmarks),
+    /// unless they were told less than [`PROGRESS_EVERY`] ago.
     fn advance(&self, revision: i64, notify: bool) {
         let mut state = self.state.write();
         state.revision = state.revision.max(revision);
-        if notify {
+        if notify
+            && state
+                .progress_sent
+                .is_none_or(|at| at.elapsed() >= PROGRESS_EVERY)
+        {
+            state.progress_sent = Some(std::time::Instant::now());
             self.send(CacheEvent::Progress(state.revision));
         }
     }
@@ -571,12 +597,10 @@ impl ResourceCache {
     /// is left on it.
     fn send_indexed(&self, field: &str, event: &CacheEvent) {
         let mut indexed = self.indexed.lock();
-        let CacheEvent::Object { object, prev, .. } = event else {
+        let Some((now, before)) = indexed_values(field, event) else {
             indexed.retain(|_, tx| tx.send(event.clone()).is_ok());
             return;
         };
-        let now = object.field(field).unwrap_or_default();
-        let before = prev.as_deref().map(|p| p.field(field).unwrap_or_default());
         for value in std::iter::once(now).chain(before.filter(|b| *b != now)) {
             if let Some(tx) = indexed.get(value)
                 && tx.send(event.clone()).is_err()
@@ -585,6 +609,16 @@ impl ResourceCache {
             }
         }
     }
+}
+
+/// An object event's values of the indexed `field` after and before the change (empty when
+/// unset); none for an event that concerns every watch (progress, a relist).
+fn indexed_values<'e>(field: &str, event: &'e CacheEvent) -> Option<(&'e str, Option<&'e str>)> {
+    let CacheEvent::Object { object, prev, .. } = event else {
+        return None;
+    };
+    let value = |c: &'e Cached| c.field(field).unwrap_or_default();
+    Some((value(object), prev.as_deref().map(value)))
 }
 
 fn event_revision(e: &CacheEvent) -> i64 {
@@ -1107,6 +1141,33 @@ mod tests {
     }
 
     #[test]
+    fn watchers_hear_of_progress_at_most_once_a_second_while_the_revision_moves_on() {
+        let pods = lookup("", "v1", "pods").unwrap();
+        let strategy = StrategyRef::Builtin(strategy::for_resource(pods));
+        let cache = ResourceCache::new(Arc::new(pods.clone()), strategy);
+        cache.reset(BTreeMap::new(), 1);
+        let Some(WatchStart::Snapshot(_, mut rx)) =
+            cache.watch("", None, &fields::Selector::everything())
+        else {
+            panic!("a watch from now starts with a snapshot");
+        };
+        let progress = |rx: &mut broadcast::Receiver<CacheEvent>| -> Vec<i64> {
+            std::iter::from_fn(|| rx.try_recv().ok())
+                .map(|e| event_revision(&e))
+                .collect()
+        };
+        cache.advance(2, true);
+        cache.advance(3, true);
+        cache.advance(4, false);
+        assert_eq!(progress(&mut rx), [2], "one progress a second");
+        assert_eq!(cache.list("").revision, 4, "the cache's revision moves on");
+        let a_second_ago = std::time::Instant::now() - PROGRESS_EVERY;
+        cache.state.write().progress_sent = Some(a_second_ago);
+        cache.advance(5, true);
+        assert_eq!(progress(&mut rx), [5]);
+    }
+
+    #[test]
     fn a_watch_of_one_node_is_offered_only_the_changes_of_its_pods() {
         let pods = lookup("", "v1", "pods").unwrap();
         let strategy = StrategyRef::Builtin(strategy::for_resource(pods));
@@ -1146,6 +1207,25 @@ mod tests {
         assert_eq!(received(&mut n2), ["Modified q"]);
         assert_eq!(received(&mut n1), ["Modified q"]);
         assert_eq!(received(&mut all), ["Modified q"]);
+        // a watch that resumes is offered what it would have been offered live
+        let replayed = |selector: &str| {
+            let selector = fields::Selector::parse(selector).unwrap();
+            let Some(WatchStart::Replay(events, _)) = cache.watch("", Some(2), &selector) else {
+                panic!("a watch from a recent revision replays the history");
+            };
+            let (tx, mut rx) = broadcast::channel(16);
+            events.into_iter().for_each(|e| drop(tx.send(e)));
+            received(&mut rx)
+        };
+        assert_eq!(
+            replayed("spec.nodeName=n1"),
+            ["Modified p", "Deleted p", "Modified q"]
+        );
+        assert_eq!(replayed("spec.nodeName=n2"), ["Added q", "Modified q"]);
+        assert_eq!(
+            replayed("spec.nodeName!=n3"),
+            ["Modified p", "Added q", "Deleted p", "Modified q"]
+        );
 
         cache.advance(7, true);
         cache.reset(BTreeMap::new(), 8);
