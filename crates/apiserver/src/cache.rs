@@ -410,17 +410,17 @@ impl ResourceCache {
         namespace: &str,
         fields: &fields::Selector,
     ) -> Vec<Arc<Cached>> {
-        match self.index_value(fields).filter(|v| !v.is_empty()) {
-            Some(value) => Self::filed_under(state, value, namespace),
-            None => Self::select(state, namespace),
+        match self.pinned(fields) {
+            Some((_, value)) if !value.is_empty() => Self::filed_under(state, value, namespace),
+            _ => Self::select(state, namespace),
         }
     }
 
-    /// The value `fields` requires of the type's indexed field, if it has one and requires one.
-    fn index_value<'a>(&self, fields: &'a fields::Selector) -> Option<&'a str> {
-        self.strategy
-            .watch_index()
-            .and_then(|field| fields.single_equality(field))
+    /// The type's indexed field and the value `fields` requires of it, if it has one and
+    /// requires one.
+    fn pinned<'a>(&self, fields: &'a fields::Selector) -> Option<(&'static str, &'a str)> {
+        let field = self.strategy.watch_index()?;
+        Some((field, fields.single_equality(field)?))
     }
 
     fn filed_under(state: &State, value: &str, namespace: &str) -> Vec<Arc<Cached>> {
@@ -466,8 +466,9 @@ impl ResourceCache {
         fields: &fields::Selector,
     ) -> Option<WatchStart> {
         let state = self.state.read();
-        let rx = match self.index_value(fields) {
-            Some(value) => self
+        let pinned = self.pinned(fields);
+        let rx = match pinned {
+            Some((_, value)) => self
                 .indexed
                 .lock()
                 .entry(value.to_string())
@@ -490,11 +491,11 @@ impl ResourceCache {
             Some(rv) => {
                 let start = state.history.partition_point(|e| event_revision(e) <= rv);
                 // an indexed watch resumes with what it would have been offered live
-                let field = self.strategy.watch_index();
-                let offered = |e: &&CacheEvent| match (field, self.index_value(fields)) {
-                    (Some(field), Some(value)) => indexed_values(field, e)
-                        .is_none_or(|(now, before)| now == value || before == Some(value)),
-                    _ => true,
+                let offered = |e: &&CacheEvent| {
+                    pinned.is_none_or(|(field, value)| {
+                        indexed_values(field, e)
+                            .is_none_or(|(now, before)| now == value || before == Some(value))
+                    })
                 };
                 Some(WatchStart::Replay(
                     state
@@ -1109,9 +1110,7 @@ mod tests {
 
     #[test]
     fn a_relist_ends_the_watches_and_what_came_before_it_is_gone() {
-        let pods = lookup("", "v1", "pods").unwrap();
-        let strategy = StrategyRef::Builtin(strategy::for_resource(pods));
-        let cache = ResourceCache::new(Arc::new(pods.clone()), strategy);
+        let cache = pod_cache();
         cache.reset(BTreeMap::new(), 5);
         let Some(WatchStart::Snapshot(_, mut rx)) = cache.watch("", None, &everything()) else {
             panic!("a watch from now starts with a snapshot");
@@ -1130,6 +1129,28 @@ mod tests {
     }
 
     /// What a watch's channel holds now: `(change, name)` per object event, `reset` per reset.
+    /// An empty cache of pods.
+    fn pod_cache() -> ResourceCache {
+        let pods = lookup("", "v1", "pods").unwrap();
+        let strategy = StrategyRef::Builtin(strategy::for_resource(pods));
+        ResourceCache::new(Arc::new(pods.clone()), strategy)
+    }
+
+    /// [`pod`] as `ns/name` on `node` (none when empty), cached at `revision`.
+    fn pod_on(
+        cache: &ResourceCache,
+        ns: &str,
+        name: &str,
+        node: &str,
+        revision: i64,
+    ) -> Arc<Cached> {
+        let mut pod = pod();
+        pod["metadata"]["namespace"] = json!(ns);
+        pod["metadata"]["name"] = json!(name);
+        pod["spec"]["nodeName"] = json!(node);
+        Arc::new(Cached::from_object(&*cache.strategy, &pod, revision).unwrap())
+    }
+
     fn received(rx: &mut broadcast::Receiver<CacheEvent>) -> Vec<String> {
         std::iter::from_fn(|| rx.try_recv().ok())
             .map(|e| match e {
@@ -1142,9 +1163,7 @@ mod tests {
 
     #[test]
     fn watchers_hear_of_progress_at_most_once_a_second_while_the_revision_moves_on() {
-        let pods = lookup("", "v1", "pods").unwrap();
-        let strategy = StrategyRef::Builtin(strategy::for_resource(pods));
-        let cache = ResourceCache::new(Arc::new(pods.clone()), strategy);
+        let cache = pod_cache();
         cache.reset(BTreeMap::new(), 1);
         let Some(WatchStart::Snapshot(_, mut rx)) =
             cache.watch("", None, &fields::Selector::everything())
@@ -1169,9 +1188,7 @@ mod tests {
 
     #[test]
     fn a_watch_of_one_node_is_offered_only_the_changes_of_its_pods() {
-        let pods = lookup("", "v1", "pods").unwrap();
-        let strategy = StrategyRef::Builtin(strategy::for_resource(pods));
-        let cache = ResourceCache::new(Arc::new(pods.clone()), strategy.clone());
+        let cache = pod_cache();
         cache.reset(BTreeMap::new(), 1);
         let watch = |selector: &str| {
             let selector = fields::Selector::parse(selector).unwrap();
@@ -1185,12 +1202,8 @@ mod tests {
             watch("spec.nodeName=n2,status.phase!=Failed"),
             watch("spec.nodeName!=n3"),
         );
-        let pod_on = |name: &str, node: &str, revision: i64| {
-            let mut pod = pod();
-            pod["metadata"]["name"] = json!(name);
-            pod["spec"]["nodeName"] = json!(node);
-            Arc::new(Cached::from_object(&*strategy, &pod, revision).unwrap())
-        };
+        let pod_on =
+            |name: &str, node: &str, revision: i64| pod_on(&cache, "ns", name, node, revision);
         cache.apply("ns/p".into(), Some(pod_on("p", "", 2)), 2);
         cache.apply("ns/p".into(), Some(pod_on("p", "n1", 3)), 3);
         cache.apply("ns/q".into(), Some(pod_on("q", "n2", 4)), 4);
@@ -1243,15 +1256,9 @@ mod tests {
 
     #[test]
     fn the_node_index_follows_pods_as_they_are_bound_moved_deleted_and_relisted() {
-        let pods = lookup("", "v1", "pods").unwrap();
-        let strategy = StrategyRef::Builtin(strategy::for_resource(pods));
-        let cache = ResourceCache::new(Arc::new(pods.clone()), strategy.clone());
+        let cache = pod_cache();
         let pod_on = |ns: &str, name: &str, node: &str, revision: i64| {
-            let mut pod = pod();
-            pod["metadata"]["namespace"] = json!(ns);
-            pod["metadata"]["name"] = json!(name);
-            pod["spec"]["nodeName"] = json!(node);
-            Arc::new(Cached::from_object(&*strategy, &pod, revision).unwrap())
+            pod_on(&cache, ns, name, node, revision)
         };
         let on = |node: &str, ns: &str| -> Vec<String> {
             cache.indexed(node, ns).iter().map(|c| c.path()).collect()
@@ -1285,18 +1292,9 @@ mod tests {
 
     #[test]
     fn a_list_or_watch_pinned_to_one_node_reads_only_its_pods() {
-        let pods = lookup("", "v1", "pods").unwrap();
-        let strategy = StrategyRef::Builtin(strategy::for_resource(pods));
-        let cache = ResourceCache::new(Arc::new(pods.clone()), strategy.clone());
+        let cache = pod_cache();
         let pod_on = |ns: &str, name: &str, node: &str| {
-            let mut pod = pod();
-            pod["metadata"]["namespace"] = json!(ns);
-            pod["metadata"]["name"] = json!(name);
-            pod["spec"]["nodeName"] = json!(node);
-            (
-                format!("{ns}/{name}"),
-                Arc::new(Cached::from_object(&*strategy, &pod, 2).unwrap()),
-            )
+            (format!("{ns}/{name}"), pod_on(&cache, ns, name, node, 2))
         };
         let all = [
             pod_on("a", "p", "n1"),
