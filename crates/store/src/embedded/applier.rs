@@ -61,11 +61,13 @@ const PERSIST_BYTES: usize = 16 << 20;
 /// writers do not stall behind one; bounded, so that a file that cannot keep up pushes back on
 /// the writers instead of memory growing without bound.
 const QUEUE_BYTES: usize = 64 << 20;
-/// Shortest time between two counts of the space in use (reported by `status`) that `status`
-/// asked for; besides, it is counted at start-up and after each sweep, which is when it
-/// shrinks. Counting it reads every page of the file (redb has no cheaper count): about 0.23
-/// CPU seconds with 110,000–250,000 records of 1 KiB here, and 1.1–3.3 s per count in the
-/// 20,000-pod scale probe, where it ran once a minute before it waited to be asked.
+/// Shortest time between two counts of the space in use (reported by `status`), which is
+/// counted at start-up and then only once `status` asked for it: counting reads every page of
+/// the file (redb has no cheaper count), the applier's rounds wait meanwhile, and it grows with
+/// the file: about 0.23 CPU seconds with 110,000–250,000 records of 1 KiB here, 1.1–3.3 s in
+/// the 20,000-pod scale probe (where it ran once a minute before it waited to be asked), and
+/// 4.4–7.8 s in the 150,000-pod run, where it followed every sweep before it waited to be asked
+/// then too. A finished sweep makes the last count stale, so it is counted at the first ask.
 const SIZE_REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The syncer's end of the queue to the applier.
@@ -161,8 +163,8 @@ pub(crate) struct Applier {
     waiting: Vec<oneshot::Sender<Result<()>>>,
     /// Log segments below this one are deleted.
     removed_below: u64,
-    /// When the space in use was last counted.
-    size_refreshed: std::time::Instant,
+    /// When the space in use was last counted; `None` once a sweep has freed space since.
+    size_counted: Option<std::time::Instant>,
     last_round: std::time::Instant,
     /// When the file was last made durable, and whether it has commits since that are not.
     last_persisted: std::time::Instant,
@@ -181,7 +183,7 @@ impl Applier {
             sweep: None,
             waiting: Vec::new(),
             removed_below: 0,
-            size_refreshed: std::time::Instant::now(),
+            size_counted: None,
             last_round: std::time::Instant::now(),
             last_persisted: std::time::Instant::now(),
             unpersisted: false,
@@ -313,10 +315,10 @@ impl Applier {
         let keep = |key: &[u8], rev: i64, sub: u32| shared.index.read().holds(key, rev, sub);
         let swept_to = self.disk.sweep(sweep, &keep)?;
         self.sweep = swept_to.map(|from| Sweep { from, ..sweep });
-        self.committed(true);
         if self.sweep.is_none() {
-            self.update_size_in_use();
+            self.size_counted = None;
         }
+        self.committed(true);
         Ok(())
     }
 
@@ -336,14 +338,16 @@ impl Applier {
         }
         self.unpersisted = !durable;
         if self.shared.size_in_use.is_asked()
-            && self.size_refreshed.elapsed() >= SIZE_REFRESH_INTERVAL
+            && self
+                .size_counted
+                .is_none_or(|at| at.elapsed() >= SIZE_REFRESH_INTERVAL)
         {
             self.update_size_in_use();
         }
     }
 
     fn update_size_in_use(&mut self) {
-        self.size_refreshed = std::time::Instant::now();
+        self.size_counted = Some(std::time::Instant::now());
         if let Ok(bytes) = self.disk.size_in_use() {
             self.shared.size_in_use.set(bytes);
         }

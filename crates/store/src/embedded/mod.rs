@@ -103,9 +103,9 @@ pub(crate) struct Shared {
     min_lease_ttl: i64,
 }
 
-/// Bytes of the file's pages in use, as the applier last counted them (at start-up, after each
-/// sweep, and at most once a minute after `status` asked for them), and whether `status` asked
-/// since the last count.
+/// Bytes of the file's pages in use, as the applier last counted them (at start-up, then after
+/// `status` asked for them: at the next commit if a sweep has ended since the last count, else
+/// at most once a minute), and whether `status` asked since the last count.
 #[derive(Default)]
 pub(crate) struct SizeInUse {
     bytes: AtomicI64,
