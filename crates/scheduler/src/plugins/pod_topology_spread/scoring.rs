@@ -1,7 +1,13 @@
 //! PodTopologySpread's scoring for `ScheduleAnyway` constraints (and the system defaults):
-//! PreScore counts matching pods per (key, value) over eligible nodes, except hostname, which
-//! Score counts on the node itself; Score weighs each count by log(domains + 2) and adds
+//! PreScore counts matching pods per (key, value) over eligible nodes, and for hostname on
+//! each node to be scored; Score weighs each count by log(domains + 2) and adds
 //! `maxSkew − 1`; NormalizeScore turns fewer matching pods into a higher score.
+//!
+//! Upstream's Score counts a hostname constraint's pods on the node itself. Here PreScore
+//! counts them for all the nodes at once, judging each class of alike pods once: at 5,000
+//! nodes and 150,000 pods, Score judging every pod of every scored node was 44% of the
+//! scheduler's CPU. A key no node to be scored has (the zone under the system defaults, on
+//! nodes without zones) is not counted at all: Score never asks for it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -24,6 +30,9 @@ struct PreScoreState {
     ignored: HashSet<String>,
     /// Topology key → value → matching pods (non-hostname keys).
     pair_counts: HashMap<String, HashMap<String, i64>>,
+    /// Per constraint, for hostname ones: node name → matching pods on it (nodes with none
+    /// left out).
+    host_counts: Vec<HashMap<String, i64>>,
     /// Per constraint: log(number of domains + 2).
     weights: Vec<f64>,
 }
@@ -88,17 +97,50 @@ impl PreScorePlugin for PodTopologySpread {
                 ((size + 2) as f64).ln()
             })
             .collect();
-        let required = RequiredNodeAffinity::of(&pod.pod);
         let ns = pod.namespace();
         let mut memos: Vec<ClassMemo<bool>> =
             constraints.iter().map(|_| ClassMemo::default()).collect();
-        for n in snapshot.nodes() {
+        let host_counts = constraints
+            .iter()
+            .zip(&mut memos)
+            .map(|(c, memo)| {
+                if c.topology_key != HOSTNAME {
+                    return HashMap::new();
+                }
+                nodes
+                    .iter()
+                    .filter(|n| !ignored.contains(n.name()))
+                    .map(|n| (n, count_matching(n, &c.selector, ns, Some(&mut *memo))))
+                    .filter(|(_, count)| *count > 0)
+                    .map(|(n, count)| (n.name().to_string(), count))
+                    .collect()
+            })
+            .collect();
+        // Score reads a key's count only for a node to be scored with that key, or with none
+        // when some such node has it empty
+        let counted: Vec<bool> = constraints
+            .iter()
+            .map(|c| {
+                c.topology_key != HOSTNAME
+                    && (explicit_empty.contains(c.topology_key.as_str())
+                        || pair_counts
+                            .get(&c.topology_key)
+                            .is_some_and(|values| values.keys().any(|v| !v.is_empty())))
+            })
+            .collect();
+        let required = RequiredNodeAffinity::of(&pod.pod);
+        let walked = if counted.contains(&true) {
+            snapshot.nodes()
+        } else {
+            &[]
+        };
+        for n in walked {
             if require_all && !has_all_keys(&n.node, &constraints) {
                 continue;
             }
             let labels = node_labels(&n.node);
             for (i, c) in constraints.iter().enumerate() {
-                if c.topology_key == HOSTNAME || !c.includes(&pod.pod, &n.node, &required) {
+                if !counted[i] || !c.includes(&pod.pod, &n.node, &required) {
                     continue;
                 }
                 let value = match labels.get(&c.topology_key) {
@@ -121,6 +163,7 @@ impl PreScorePlugin for PodTopologySpread {
                 constraints,
                 ignored,
                 pair_counts,
+                host_counts,
                 weights,
             },
         );
@@ -137,7 +180,7 @@ fn pod_has_own_constraints(pod: &PodInfo) -> bool {
 }
 
 impl ScorePlugin for PodTopologySpread {
-    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+    fn score(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let Some(s) = state.read::<PreScoreState>(PRE_SCORE_KEY) else {
             return Err(Status::error(format!(
                 "reading {PRE_SCORE_KEY:?} from cycleState: not found"
@@ -153,7 +196,7 @@ impl ScorePlugin for PodTopologySpread {
                 continue;
             };
             let count = if c.topology_key == HOSTNAME {
-                count_matching(node, &c.selector, pod.namespace(), None)
+                s.host_counts[i].get(node.name()).copied().unwrap_or(0)
             } else {
                 s.pair_counts
                     .get(&c.topology_key)
@@ -199,13 +242,22 @@ mod tests {
     }
 
     fn run(pl: &PodTopologySpread, pod: &PodInfo, snap: &Snapshot) -> Option<Vec<i64>> {
+        run_on(pl, pod, snap, snap.nodes())
+    }
+
+    /// The scores of `nodes`, the feasible ones among the snapshot's.
+    fn run_on(
+        pl: &PodTopologySpread,
+        pod: &PodInfo,
+        snap: &Snapshot,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Option<Vec<i64>> {
         let mut state = CycleState::default();
-        let st = pl.pre_score(&mut state, pod, snap.nodes(), snap);
+        let st = pl.pre_score(&mut state, pod, nodes, snap);
         if st.is_skip() {
             return None;
         }
-        let mut scores: Vec<NodeScore> = snap
-            .nodes()
+        let mut scores: Vec<NodeScore> = nodes
             .iter()
             .map(|n| NodeScore {
                 name: n.name().into(),
@@ -214,6 +266,28 @@ mod tests {
             .collect();
         pl.normalize(&state, pod, &mut scores);
         Some(scores.iter().map(|s| s.score).collect())
+    }
+
+    /// A pod of ReplicaSet `web-1`, which the system defaults spread.
+    fn owned(name: &str) -> Arc<PodInfo> {
+        let mut p = PodBuilder::new(name).label("app", "web").build();
+        p.metadata.owner_references = Some(vec![OwnerReference {
+            kind: "ReplicaSet".into(),
+            name: "web-1".into(),
+            controller: Some(true),
+            ..Default::default()
+        }]);
+        Arc::new(PodInfo::new(Arc::new(p)))
+    }
+
+    /// ReplicaSet `web-1` selects `app=web` in `snap`.
+    fn selected_by_web_1(snap: &mut Snapshot) {
+        let mut workloads = crate::framework::Workloads::default();
+        workloads.controllers.insert(
+            "ReplicaSet/default/web-1".into(),
+            skiff_apimachinery::labels::Selector::from_set([("app", "web")]),
+        );
+        snap.set_workloads(Arc::new(workloads));
     }
 
     fn pod_with(c: Vec<TopologySpreadConstraint>) -> Arc<PodInfo> {
@@ -261,30 +335,35 @@ mod tests {
 
     #[test]
     fn system_defaults_spread_a_controllers_pods_by_host_even_without_zones() {
-        let owned = |name: &str| {
-            let mut p = PodBuilder::new(name).label("app", "web").build();
-            p.metadata.owner_references = Some(vec![OwnerReference {
-                kind: "ReplicaSet".into(),
-                name: "web-1".into(),
-                controller: Some(true),
-                ..Default::default()
-            }]);
-            Arc::new(PodInfo::new(Arc::new(p)))
-        };
         let mut snap = snapshot(vec![
             node("n1").info(&[owned("a"), owned("b")]),
             node("n2").info(&[]),
         ]);
-        let mut workloads = crate::framework::Workloads::default();
-        workloads.controllers.insert(
-            "ReplicaSet/default/web-1".into(),
-            skiff_apimachinery::labels::Selector::from_set([("app", "web")]),
-        );
-        snap.set_workloads(Arc::new(workloads));
+        selected_by_web_1(&mut snap);
         let got = run(&PodTopologySpread::default(), &owned("new"), &snap).unwrap();
         assert!(got[1] > got[0], "{got:?}");
         // a pod nothing selects is not spread by default
         assert!(run(&PodTopologySpread::default(), &web("bare"), &snap).is_none());
+    }
+
+    #[test]
+    fn system_defaults_count_zones_only_when_a_node_to_score_has_one() {
+        let mut snap = snapshot(vec![
+            node("zoned")
+                .label("topology.kubernetes.io/zone", "a")
+                .info(&[owned("a"), owned("b"), owned("c")]),
+            node("empty").info(&[]),
+            node("one").info(&[owned("d")]),
+        ]);
+        selected_by_web_1(&mut snap);
+        let pl = PodTopologySpread::default();
+        // hostname: weight ln(2 + 2), plus maxSkew 3 − 1: raw 2 and round(1.39 + 2) = 3; the
+        // zone, which neither node has, adds nothing: 100 × (3 + 2 − raw) / 3
+        let unzoned = run_on(&pl, &owned("new"), &snap, &snap.nodes()[1..]).unwrap();
+        assert_eq!(unzoned, [100, 66]);
+        // with the zoned node, zone a's 3 pods count there (weight ln(1 + 2), maxSkew 5 − 1)
+        let all = run_on(&pl, &owned("new"), &snap, snap.nodes()).unwrap();
+        assert!(all[0] < all[2] && all[2] < all[1], "{all:?}");
     }
 
     #[test]
