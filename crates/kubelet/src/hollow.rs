@@ -454,7 +454,8 @@ async fn register(
         clock,
         volumes: Arc::new(
             VolumeManager::new(config.pods_dir.join(&name), host, crate::volumes::REFRESH)
-                .with_claims(Claims::NodeLocal),
+                .with_claims(Claims::NodeLocal)
+                .without_files(),
         ),
         dns: Arc::new(config.dns.clone()),
         allocatable,

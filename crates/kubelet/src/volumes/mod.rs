@@ -162,6 +162,8 @@ pub struct VolumeManager {
     /// (pod uid, volume name) → where a set-up claim volume is on the host. Guards the map
     /// only, never held across an await.
     claim_mounts: Mutex<HashMap<(String, String), ClaimMount>>,
+    /// Whether configMap, secret, downwardAPI and projected volumes get their files.
+    files: bool,
 }
 
 /// A set-up claim volume.
@@ -197,7 +199,17 @@ impl VolumeManager {
             attempts: Mutex::new(HashMap::new()),
             claims: claim::Claims::default(),
             claim_mounts: Mutex::new(HashMap::new()),
+            files: true,
         }
+    }
+
+    /// Builds configMap, secret, downwardAPI and projected volumes (reading their sources and
+    /// requesting tokens from the API as a kubelet does) without writing their files: for
+    /// hollow nodes, whose pods have no processes to read them. With 150,000 hollow pods,
+    /// writing them at each refresh was 37% of the hollow nodes' CPU.
+    pub fn without_files(mut self) -> VolumeManager {
+        self.files = false;
+        self
     }
 
     /// Treats persistentVolumeClaim volumes as `claims` says (real nodes: [`claim::Claims::Bound`],
@@ -391,7 +403,9 @@ impl VolumeManager {
             policy: ChangePolicy::Always,
         });
         let owner = owner.as_ref().map(|o| (self.host.as_ref(), o));
-        atomic_writer::write(&dir, &payload, owner).map_err(|e| fail(e.to_string()))?;
+        if self.files {
+            atomic_writer::write(&dir, &payload, owner).map_err(|e| fail(e.to_string()))?;
+        }
         Ok(None)
     }
 
@@ -535,6 +549,9 @@ impl VolumeManager {
     }
 
     fn ensure_tmpfs(&self, dir: &Path) -> Result<(), String> {
+        if !self.files {
+            return Ok(());
+        }
         std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
         if !self.host.is_mount_point(dir).map_err(|e| e.to_string())? {
             self.host

@@ -154,6 +154,28 @@ async fn secrets_and_projections_live_on_tmpfs_and_teardown_unmounts_and_removes
 }
 
 #[tokio::test]
+async fn without_files_the_sources_are_read_and_tokens_requested_but_nothing_written() {
+    let mut h = harness();
+    h.volumes =
+        VolumeManager::new(h._dir.path().join("pods"), h.host.clone(), REFRESH).without_files();
+    let p = pod(
+        json!([{"name": "creds", "secret": {"secretName": "s"}},
+               {"name": "sa", "projected": {"sources": [
+                   {"serviceAccountToken": {"path": "token"}}]}}]),
+        json!([]),
+    );
+    assert!(!h.set_up(&p, at(0)).await.ready, "the secret is read");
+    h.api.secrets.lock().insert(
+        "s".into(),
+        BTreeMap::from([("password".into(), "pw".into())]),
+    );
+    assert!(h.set_up(&p, at(1)).await.ready);
+    assert_eq!(h.api.token_requests().len(), 1, "the token is requested");
+    assert!(!h.volumes.pod_dir("u1").exists(), "no files");
+    assert!(h.host.calls.lock().is_empty(), "no tmpfs");
+}
+
+#[tokio::test]
 async fn unsupported_volume_types_and_bad_host_paths_fail_by_name() {
     let h = harness();
     let p = pod(
