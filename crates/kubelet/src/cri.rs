@@ -60,6 +60,36 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A sandbox or container as the PLEG sees it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PodState {
+    /// Its pod's uid (the kubelet's label on it).
+    pub pod_uid: String,
+    pub id: String,
+    /// `PodSandboxState` or `ContainerState`.
+    pub state: i32,
+}
+
+/// The runtime's sandboxes and containers from its two lists, those without a pod uid label
+/// left out.
+pub async fn states_from_lists<R: ContainerRuntime + ?Sized>(runtime: &R) -> Result<Vec<PodState>> {
+    let sandboxes = runtime.list_pod_sandboxes(HashMap::new()).await?;
+    let containers = runtime.list_containers(HashMap::new()).await?;
+    let owned = sandboxes
+        .into_iter()
+        .map(|s| (s.labels, s.id, s.state))
+        .chain(containers.into_iter().map(|c| (c.labels, c.id, c.state)));
+    Ok(owned
+        .filter_map(|(mut labels, id, state)| {
+            Some(PodState {
+                pod_uid: labels.remove(crate::config::LABEL_POD_UID)?,
+                id,
+                state,
+            })
+        })
+        .collect())
+}
+
 /// What the pod workers ask of a container runtime. Objects are found again by the labels the
 /// kubelet put on them (as upstream does), so a restarted kubelet adopts what is running.
 #[async_trait]
@@ -92,6 +122,12 @@ pub trait ContainerRuntime: Send + Sync {
     async fn remove_container(&self, id: &str) -> Result<()>;
     /// Containers whose labels include all of `labels`.
     async fn list_containers(&self, labels: HashMap<String, String>) -> Result<Vec<Container>>;
+    /// Every sandbox and container of a pod (labelled with its uid), as the PLEG compares them
+    /// at each relist: [`states_from_lists`] by default. A runtime that can answer without
+    /// copying each object's labels and annotations does.
+    async fn pod_states(&self) -> Result<Vec<PodState>> {
+        states_from_lists(self).await
+    }
     async fn container_status(&self, id: &str) -> Result<ContainerStatus>;
     /// Sets a running container's CPU and memory resources in place (CRI
     /// `UpdateContainerResources`): in-place pod resize.

@@ -24,7 +24,7 @@ use crate::cri::{
     AttachRequest, AuthConfig, Container, ContainerConfig, ContainerResources, ContainerRuntime,
     ContainerState, ContainerStatus, Error, ExecRequest, ExecResult, FilesystemUsage, Image,
     LinuxContainerResources, PodSandbox, PodSandboxConfig, PodSandboxState, PodSandboxStatus,
-    PortForwardRequest, Result, VersionResponse, image_spec,
+    PodState, PortForwardRequest, Result, VersionResponse, image_spec,
 };
 use crate::hollow_ipam::{Cidr, IpPool};
 use crate::images::{BUSYBOX_IMAGE, PAUSE_IMAGE};
@@ -441,6 +441,34 @@ impl ContainerRuntime for HollowRuntime {
             s.unindex(&c.status.labels, id);
         }
         Ok(())
+    }
+
+    /// From the state itself: the lists copy every object's labels and annotations, which at
+    /// a relist a second was half of 5,000 hollow nodes' CPU with 150,000 pods.
+    async fn pod_states(&self) -> Result<Vec<PodState>> {
+        let s = self.state.lock();
+        let sandboxes = s.sandboxes.iter().map(|(id, sb)| {
+            let state = if sb.ready {
+                PodSandboxState::SandboxReady
+            } else {
+                PodSandboxState::SandboxNotready
+            };
+            (&sb.config.labels, id, state as i32)
+        });
+        let containers = s
+            .containers
+            .values()
+            .map(|c| (&c.status.labels, &c.status.id, c.status.state));
+        Ok(sandboxes
+            .chain(containers)
+            .filter_map(|(labels, id, state)| {
+                Some(PodState {
+                    pod_uid: labels.get(LABEL_POD_UID)?.clone(),
+                    id: id.clone(),
+                    state,
+                })
+            })
+            .collect())
     }
 
     async fn list_containers(&self, labels: HashMap<String, String>) -> Result<Vec<Container>> {

@@ -402,3 +402,21 @@ async fn the_real_pod_sync_finishes_a_pod_whose_container_runs_true() {
     let status = api.last_status("job-x").unwrap();
     assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{status:?}");
 }
+
+#[tokio::test]
+async fn the_pleg_states_are_what_the_lists_say_without_their_copies() {
+    let rt = runtime("10.42.3.0/28", Behaviour::default());
+    start_pod(&rt, "a").await;
+    let stopped = start_pod(&rt, "b").await;
+    rt.stop_container(&stopped.id, 0).await.unwrap();
+    // a sandbox the kubelet did not label is not a pod's
+    let mut unlabelled = sandbox("c");
+    unlabelled.labels.clear();
+    rt.run_pod_sandbox(unlabelled, "").await.unwrap();
+    let mut direct = rt.pod_states().await.unwrap();
+    let mut listed = crate::cri::states_from_lists(&rt).await.unwrap();
+    direct.sort();
+    listed.sort();
+    assert_eq!(direct.len(), 4, "{direct:?}");
+    assert_eq!(direct, listed);
+}

@@ -10,7 +10,6 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::cri::{self, ContainerRuntime};
-use crate::pod_sync::LABEL_POD_UID;
 
 /// How often the runtime is relisted (upstream's `relistPeriod`).
 pub const RELIST: Duration = Duration::from_secs(1);
@@ -36,17 +35,9 @@ impl Pleg {
     /// Lists the runtime once; returns the uids of the pods whose sandboxes or containers
     /// differ from the previous relist (none on the first).
     pub async fn relist(&mut self) -> Result<HashSet<String>, cri::Error> {
-        let sandboxes = self.runtime.list_pod_sandboxes(HashMap::new()).await?;
-        let containers = self.runtime.list_containers(HashMap::new()).await?;
         let mut now: HashMap<String, Digest> = HashMap::new();
-        let owned = sandboxes
-            .into_iter()
-            .map(|s| (s.labels, s.id, s.state))
-            .chain(containers.into_iter().map(|c| (c.labels, c.id, c.state)));
-        for (mut labels, id, state) in owned {
-            if let Some(uid) = labels.remove(LABEL_POD_UID) {
-                now.entry(uid).or_default().push((id, state));
-            }
+        for s in self.runtime.pod_states().await? {
+            now.entry(s.pod_uid).or_default().push((s.id, s.state));
         }
         now.values_mut().for_each(|d| d.sort_unstable());
         let changed = match &self.last {
