@@ -13,7 +13,9 @@
 //! its directory's removal is recorded in the node's [`RecordingHost`] and the volume deleted.
 //! Recording rather than making keeps a run of thousands of claims off the disk, with nothing
 //! to clean up after a killed run, while the API side (the provisioner, the binder, the
-//! deleter's events and deletes) is exactly a real node's.
+//! deleter's events and deletes) is exactly a real node's. For the same reason configMap,
+//! secret, downwardAPI and projected volumes are built (their sources read, tokens requested
+//! and refreshed) but their files not written ([`VolumeManager::without_files`]).
 //!
 //! With [`Config::serve`] each node also serves the kubelet API, on a port of its own at one
 //! shared address (its InternalIP): the real kubelet server with the same authentication and

@@ -1,5 +1,6 @@
 //! The pod lifecycle event generator, in the role of upstream's generic PLEG: once a second the
-//! runtime's sandboxes and containers are listed (one call each for the whole node) and the pods
+//! runtime's sandboxes and containers are read for the whole node (each one's pod, id and state:
+//! [`ContainerRuntime::pod_states`], the two list calls by default) and the pods
 //! whose sandboxes or containers appeared, went away or changed state since the last relist are
 //! reported, so that a pod's worker syncs when something happened to it rather than on a timer.
 
