@@ -25,6 +25,19 @@ pub struct Config {
     /// `--node-startup-grace-period` (upstream default 60 s): the grace a node that never
     /// posted a status gets after it was created.
     pub node_startup_grace_period: Duration,
+    /// `--node-eviction-rate` (upstream default 0.1): nodes per second given the NoExecute
+    /// not-ready or unreachable taint in a healthy zone, or in a fully disrupted one while
+    /// another zone is not.
+    pub node_eviction_rate: f32,
+    /// `--secondary-node-eviction-rate` (upstream default 0.01): the rate in a partially
+    /// disrupted zone of more than `large_cluster_size_threshold` nodes (none in a smaller one).
+    pub secondary_node_eviction_rate: f32,
+    /// `--unhealthy-zone-threshold` (upstream default 0.55): the share of not-Ready nodes (at
+    /// least 3) from which a zone is partially disrupted.
+    pub unhealthy_zone_threshold: f32,
+    /// `--large-cluster-size-threshold` (upstream default 50): the zone size above which a
+    /// partially disrupted zone keeps the secondary rate instead of stopping.
+    pub large_cluster_size_threshold: usize,
     /// `--terminated-pod-gc-threshold` (upstream default 12500): terminated pods kept before
     /// pod-garbage-collector deletes the oldest; 0 or less disables that part.
     pub terminated_pod_gc_threshold: i64,
@@ -78,6 +91,10 @@ impl Default for Config {
             node_monitor_grace_period: Duration::from_secs(40),
             node_monitor_period: Duration::from_secs(5),
             node_startup_grace_period: Duration::from_secs(60),
+            node_eviction_rate: 0.1,
+            secondary_node_eviction_rate: 0.01,
+            unhealthy_zone_threshold: 0.55,
+            large_cluster_size_threshold: 50,
             terminated_pod_gc_threshold: 12500,
             max_endpoints_per_slice: 100,
             cluster_signing_cert_file: None,

@@ -21,7 +21,8 @@
 //! - [`credentials`]: each controller's own ServiceAccount token
 //!   (`--use-service-account-credentials`).
 //! - [`nodeipam`]: a pod range from `--cluster-cidr` for every Node.
-//! - [`nodelifecycle`]: node health from Leases and heartbeats; Unknown conditions and taints.
+//! - [`nodelifecycle`]: node health from Leases and heartbeats; Unknown conditions, taints, and
+//!   the NoExecute taints at the rate each zone's health allows.
 //! - [`tainteviction`] (`taint-eviction-controller`): deletes pods that do not tolerate a
 //!   node's NoExecute taints.
 //! - [`certificates`] (`csrapproving`, `csrsigning`): kubelet TLS bootstrap's approver and signer.

@@ -2,7 +2,7 @@
 //! `/metrics` of whichever component runs controllers: per work queue (`name` label) its depth
 //! (`workqueue_depth`), adds (`workqueue_adds_total`), rate-limited requeues
 //! (`workqueue_retries_total`), how long keys wait (`workqueue_queue_duration_seconds`) and how
-//! long reconciles take (`workqueue_work_duration_seconds`).
+//! long reconciles take (`workqueue_work_duration_seconds`). Controllers [`register`] their own.
 
 use std::sync::OnceLock;
 
@@ -99,7 +99,13 @@ impl QueueMetrics {
     }
 }
 
-/// Every series of this layer in Prometheus' text format.
+/// Adds a component's own series (a controller's, with upstream's name) to those [`encode`]
+/// writes.
+pub fn register(name: &str, help: &str, metric: impl prometheus_client::registry::Metric) {
+    families().registry.lock().register(name, help, metric);
+}
+
+/// Every series of this layer, and those [`register`]ed, in Prometheus' text format.
 pub fn encode() -> String {
     let mut out = String::new();
     if prometheus_client::encoding::text::encode_registry(&mut out, &families().registry.lock())

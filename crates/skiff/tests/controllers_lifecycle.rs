@@ -373,7 +373,10 @@ fn an_expired_node_lease_taints_the_node_and_evicts_its_pods() {
     run(async {
         let api = ApiServer::start(Backend::Embedded);
         let mut hollow = support::cluster::hollow_nodes(&api, "edge", 1);
-        let _cm = controller_manager(
+        // A node that stays Ready: with every node down the controller would take the outage
+        // for its own and taint none (upstream's full disruption).
+        let _calm = support::cluster::hollow_nodes(&api, "calm", 1);
+        let cm = controller_manager(
             &api,
             &[
                 "--controllers",
@@ -431,7 +434,37 @@ fn an_expired_node_lease_taints_the_node_and_evicts_its_pods() {
             Some("Kubelet stopped posting node status.")
         );
 
+        // one of two nodes down: the zone is normal, and the taint was its one eviction
+        let metrics_addr = cm
+            .ready
+            .split("metrics http://")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or_else(|| panic!("no metrics address in {:?}", cm.ready))
+            .to_string();
+        let text = support::http_get(&metrics_addr, "/metrics");
+        for series in [
+            "node_collector_evictions_total{zone=\"\"} 1",
+            "node_collector_zone_size{zone=\"\"} 2",
+            "node_collector_unhealthy_nodes_in_zone{zone=\"\"} 1",
+            "node_collector_zone_health{zone=\"\"} 50.0",
+        ] {
+            assert!(text.contains(series), "{series} missing from:\n{text}");
+        }
         eventually("the pod tolerating 2 s evicted", || gone(&pods, "quick")).await;
+        let node_events: Api<Event> = Api::all(client.clone());
+        eventually("the NodeNotReady event", || async {
+            let list = node_events.list(&Default::default()).await.ok()?;
+            list.items
+                .iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("NodeNotReady")
+                        && e.reporting_controller.as_deref() == Some("node-controller")
+                        && e.note.as_deref() == Some("Node edge-0 status is now: NodeNotReady")
+                })
+                .map(|_| ())
+        })
+        .await;
         let events: Api<Event> = Api::namespaced(client.clone(), "default");
         eventually("the TaintManagerEviction event", || async {
             let list = events.list(&Default::default()).await.ok()?;

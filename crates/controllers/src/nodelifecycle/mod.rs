@@ -1,13 +1,13 @@
-//! `nodelifecycle` (upstream's NodeLifecycleController, without zones and rate-limited
-//! eviction, which upstream also leaves to `taint-eviction-controller`): every
-//! `--node-monitor-period` each node's health is judged from its Lease in `kube-node-lease` and
-//! its Ready heartbeat. A node not heard from for `--node-monitor-grace-period` (by this
-//! controller's own clock, as upstream: the timestamps written by the kubelet are only compared
-//! for change) gets every condition set to `Unknown` (`NodeStatusUnknown`, "Kubelet stopped
-//! posting node status.") and its pods marked not Ready. Taints follow the conditions:
-//! `node.kubernetes.io/unreachable` (Ready Unknown) and `not-ready` (Ready False) as NoExecute
-//! and NoSchedule, and the NoSchedule taints of the pressure conditions, `network-unavailable`
-//! and `unschedulable`; they go when the condition clears.
+//! `nodelifecycle` (upstream's NodeLifecycleController): every `--node-monitor-period` each
+//! node's health is judged from its Lease in `kube-node-lease` and its Ready heartbeat. A node
+//! not heard from for `--node-monitor-grace-period` (by this controller's own clock, as upstream:
+//! the timestamps written by the kubelet are only compared for change) gets every condition set
+//! to `Unknown` (`NodeStatusUnknown`, "Kubelet stopped posting node status."), a `NodeNotReady`
+//! event, and its pods marked not Ready. Taints follow the conditions: the NoSchedule taints of
+//! `node.kubernetes.io/not-ready` (Ready False), `unreachable` (Ready Unknown), the pressure
+//! conditions, `network-unavailable` and `unschedulable` at once, and go when the condition
+//! clears; the NoExecute `not-ready` or `unreachable` taint, which taint-eviction acts on, at the
+//! rate its zone's health allows ([`zones`]), and lifted as soon as the node is Ready.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -23,8 +23,14 @@ use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use skiff_runtime::cache::Cache;
+use skiff_runtime::events::{Event, Recorder, node_reference};
+
 use crate::config::Config;
 use crate::{Context, triggers};
+
+pub mod zones;
+use zones::{Transition, Zones};
 
 pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
@@ -153,7 +159,14 @@ fn taint(key: &str, effect: &str, now: Timestamp) -> Taint {
     }
 }
 
-/// The taints this controller manages, for the node's conditions now.
+fn taints_of(node: &Node) -> Vec<Taint> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+}
+
+/// The NoSchedule taints this controller manages, for the node's conditions now.
 fn wanted(node: &Node, now: Timestamp) -> Vec<Taint> {
     let mut out = Vec::new();
     for (kind, status, key) in CONDITION_TAINTS {
@@ -169,26 +182,18 @@ fn wanted(node: &Node, now: Timestamp) -> Vec<Taint> {
     {
         out.push(taint(UNSCHEDULABLE, "NoSchedule", now));
     }
-    match ready_of(node).map(|c| c.status.as_str()) {
-        Some("False") => out.push(taint(NOT_READY, "NoExecute", now)),
-        Some("Unknown") => out.push(taint(UNREACHABLE, "NoExecute", now)),
-        _ => {}
-    }
     out
 }
 
 fn managed(t: &Taint) -> bool {
-    CONDITION_TAINTS.iter().any(|(_, _, k)| *k == t.key) || t.key == UNSCHEDULABLE
+    t.effect == "NoSchedule"
+        && (CONDITION_TAINTS.iter().any(|(_, _, k)| *k == t.key) || t.key == UNSCHEDULABLE)
 }
 
-/// The node's taints with the managed ones matching its conditions (others kept, existing
-/// ones keep their `timeAdded`); `None` when nothing changes.
+/// The node's taints with the managed NoSchedule ones matching its conditions (others kept,
+/// existing ones keep their `timeAdded`); `None` when nothing changes.
 pub fn desired_taints(node: &Node, now: Timestamp) -> Option<Vec<Taint>> {
-    let current = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
+    let current = taints_of(node);
     let wanted = wanted(node, now);
     let same = |a: &Taint, b: &Taint| a.key == b.key && a.effect == b.effect;
     let mut out: Vec<Taint> = current
@@ -202,6 +207,43 @@ pub fn desired_taints(node: &Node, now: Timestamp) -> Option<Vec<Taint>> {
         }
     }
     (out != current).then_some(out)
+}
+
+fn has_no_execute(node: &Node, key: &str) -> bool {
+    taints_of(node)
+        .iter()
+        .any(|t| t.key == key && t.effect == "NoExecute")
+}
+
+/// The node's taints with `add` as its only NoExecute `not-ready`/`unreachable` taint (kept with
+/// its `timeAdded` when there), or with neither for `None` (upstream's
+/// `SwapNodeControllerTaint` and `markNodeAsReachable`); `None` when nothing changes.
+pub fn no_execute_taints(node: &Node, add: Option<&str>, now: Timestamp) -> Option<Vec<Taint>> {
+    let current = taints_of(node);
+    let mut out: Vec<Taint> = current
+        .iter()
+        .filter(|t| {
+            t.effect != "NoExecute"
+                || !(t.key == NOT_READY || t.key == UNREACHABLE)
+                || Some(t.key.as_str()) == add
+        })
+        .cloned()
+        .collect();
+    if let Some(key) = add
+        && !has_no_execute(node, key)
+    {
+        out.push(taint(key, "NoExecute", now));
+    }
+    (out != current).then_some(out)
+}
+
+/// The NoExecute taint a Ready status calls for, and the one it replaces.
+fn no_execute_for(ready: &str) -> Option<(&'static str, &'static str)> {
+    match ready {
+        "False" => Some((NOT_READY, UNREACHABLE)),
+        "Unknown" => Some((UNREACHABLE, NOT_READY)),
+        _ => None,
+    }
 }
 
 /// The pod's conditions with Ready False (upstream's `MarkPodsNotReady`); `None` if it is not
@@ -230,42 +272,193 @@ pub trait NodeWrites: Send + Sync {
         pod: &Pod,
         conditions: Vec<PodCondition>,
     ) -> kube::Result<()>;
+    /// Records the `NodeNotReady` event of a node this controller saw stop being Ready.
+    fn not_ready(&self, node: &Node);
 }
 
-/// One monitoring pass over one node: health, conditions, taints, pods.
+/// What the controller keeps between passes: each node's liveness and each zone's queue.
+#[derive(Debug, Default)]
+pub struct State {
+    health: HashMap<String, Health>,
+    pub zones: Zones,
+}
+
+/// One node as a pass sees it.
+pub struct Observed<'a> {
+    pub node: &'a Node,
+    pub lease: Option<&'a Lease>,
+    pub pods: &'a [Arc<Pod>],
+}
+
+/// One monitoring pass over one node: health, conditions, taints, pods. Returns the node as
+/// this pass left it.
 pub async fn monitor(
-    node: &Node,
-    lease: Option<&Lease>,
-    pods: &[Arc<Pod>],
-    health: &mut HashMap<String, Health>,
+    seen: Observed<'_>,
+    state: &mut State,
     config: &Config,
     now: Timestamp,
     api: &dyn NodeWrites,
-) -> kube::Result<()> {
-    let name = node.name_any();
-    let h = observe(health.get(&name), node, lease, now);
-    let mut node = node.clone();
+) -> kube::Result<Node> {
+    let name = seen.node.name_any();
+    let observed = ready_of(seen.node).map_or("Unknown", |c| c.status.as_str());
+    let h = observe(state.health.get(&name), seen.node, seen.lease, now);
+    let mut node = seen.node.clone();
     if silent(&h, &node, config, now)
         && let Some(conditions) = unknown_conditions(&node, now)
     {
         api.set_node_conditions(&node, conditions.clone()).await?;
         node.status.get_or_insert_with(Default::default).conditions = Some(conditions);
     }
-    health.insert(name, h);
+    state.health.insert(name.clone(), h);
     if let Some(taints) = desired_taints(&node, now) {
-        api.set_taints(&node, taints).await?;
+        api.set_taints(&node, taints.clone()).await?;
+        node.spec.get_or_insert_with(Default::default).taints = Some(taints);
     }
-    if ready_of(&node).is_some_and(|c| c.status != "True") {
-        for pod in pods {
+    let Some(current) = ready_of(&node).map(|c| c.status.clone()) else {
+        return Ok(node);
+    };
+    // the NoExecute taint goes by the status seen before this pass's write, as upstream's
+    match no_execute_for(observed) {
+        None => {
+            state.zones.forget(&name);
+            if let Some(taints) = no_execute_taints(&node, None, now) {
+                api.set_taints(&node, taints.clone()).await?;
+                node.spec.get_or_insert_with(Default::default).taints = Some(taints);
+            }
+        }
+        Some((wanted, opposite)) if has_no_execute(&node, opposite) => {
+            if let Some(taints) = no_execute_taints(&node, Some(wanted), now) {
+                api.set_taints(&node, taints.clone()).await?;
+                node.spec.get_or_insert_with(Default::default).taints = Some(taints);
+            }
+        }
+        Some(_) => state.zones.enqueue(&zones::zone_key(&node), &name, config),
+    }
+    if current != "True" {
+        if observed == "True" {
+            api.not_ready(&node);
+        }
+        for pod in seen.pods {
             if let Some(conditions) = not_ready_conditions(pod, now) {
                 api.set_pod_conditions(pod, conditions).await?;
             }
         }
     }
-    Ok(())
+    Ok(node)
 }
 
-struct KubeWrites(kube::Client);
+/// Where a pass finds each node's Lease and pods.
+pub trait Lookup: Sync {
+    fn lease(&self, node: &str) -> Option<Arc<Lease>>;
+    fn pods_on(&self, node: &str) -> Vec<Arc<Pod>>;
+}
+
+/// One monitoring pass over every node, then over the zones' health (upstream's
+/// `monitorNodeHealth`).
+pub async fn pass(
+    nodes: &[Arc<Node>],
+    lookup: &dyn Lookup,
+    state: &mut State,
+    config: &Config,
+    now: Timestamp,
+    api: &dyn NodeWrites,
+) {
+    let names: HashSet<String> = nodes.iter().map(|n| n.name_any()).collect();
+    state.health.retain(|name, _| names.contains(name));
+    let gone: Vec<String> = state
+        .zones
+        .nodes()
+        .filter(|n| !names.contains(*n))
+        .cloned()
+        .collect();
+    for name in gone {
+        state.zones.forget(&name);
+    }
+    let mut ready: HashMap<String, Vec<bool>> = HashMap::new();
+    // the nodes left with a NoExecute taint of this controller's, as written
+    let mut tainted = Vec::new();
+    for node in nodes {
+        let name = node.name_any();
+        let lease = lookup.lease(&name);
+        let pods = lookup.pods_on(&name);
+        let seen = Observed {
+            node,
+            lease: lease.as_deref(),
+            pods: &pods,
+        };
+        match monitor(seen, state, config, now, api).await {
+            Ok(after) => {
+                if !zones::excluded(&after) {
+                    let is_ready = ready_of(&after).is_some_and(|c| c.status == "True");
+                    ready
+                        .entry(zones::zone_key(&after))
+                        .or_default()
+                        .push(is_ready);
+                }
+                if no_execute_taints(&after, None, now).is_some() {
+                    tainted.push(after);
+                }
+            }
+            Err(error) => {
+                tracing::warn!(node = %name, %error, "nodelifecycle: will retry next period");
+            }
+        }
+    }
+    match state.zones.handle_disruption(&ready, config) {
+        Transition::Unchanged => {}
+        Transition::EnteredFullDisruption => {
+            tracing::info!("nodelifecycle: no node is Ready; evictions stop");
+            for node in &tainted {
+                if let Some(taints) = no_execute_taints(node, None, now)
+                    && let Err(error) = api.set_taints(node, taints).await
+                {
+                    tracing::warn!(node = %node.name_any(), %error, "nodelifecycle: taints not lifted");
+                }
+            }
+        }
+        Transition::LeftFullDisruption => {
+            tracing::info!("nodelifecycle: some nodes are Ready again; evictions resume");
+            for h in state.health.values_mut() {
+                h.probed = now;
+            }
+        }
+    }
+}
+
+/// Gives the nodes whose turn has come their NoExecute taint (upstream's
+/// `doNoExecuteTaintingPass`), reading each node again from `node_of`.
+pub async fn taint_pass(
+    state: &mut State,
+    node_of: &(dyn Fn(&str) -> Option<Arc<Node>> + Sync),
+    now: Timestamp,
+    api: &dyn NodeWrites,
+) {
+    for (zone, name) in state.zones.take_due() {
+        let Some(node) = node_of(&name) else { continue };
+        let Some(ready) = ready_of(&node) else {
+            state.zones.retry(&zone, name);
+            continue;
+        };
+        let Some((wanted, _)) = no_execute_for(&ready.status) else {
+            continue;
+        };
+        let Some(taints) = no_execute_taints(&node, Some(wanted), now) else {
+            continue;
+        };
+        match api.set_taints(&node, taints).await {
+            Ok(()) => zones::count_eviction(&zone),
+            Err(error) => {
+                tracing::warn!(node = %name, %error, "nodelifecycle: taint not written, will retry");
+                state.zones.retry(&zone, name);
+            }
+        }
+    }
+}
+
+struct KubeWrites {
+    client: kube::Client,
+    recorder: Recorder,
+}
 
 fn ok_if_gone(r: kube::Result<impl Sized>) -> kube::Result<()> {
     match r {
@@ -281,7 +474,7 @@ impl NodeWrites for KubeWrites {
         node: &Node,
         conditions: Vec<NodeCondition>,
     ) -> kube::Result<()> {
-        let api: Api<Node> = Api::all(self.0.clone());
+        let api: Api<Node> = Api::all(self.client.clone());
         let patch = json!({"metadata": {"resourceVersion": node.resource_version()},
                            "status": {"conditions": conditions}});
         ok_if_gone(
@@ -295,7 +488,7 @@ impl NodeWrites for KubeWrites {
     }
 
     async fn set_taints(&self, node: &Node, taints: Vec<Taint>) -> kube::Result<()> {
-        let api: Api<Node> = Api::all(self.0.clone());
+        let api: Api<Node> = Api::all(self.client.clone());
         let value = if taints.is_empty() {
             serde_json::Value::Null
         } else {
@@ -317,7 +510,8 @@ impl NodeWrites for KubeWrites {
         pod: &Pod,
         conditions: Vec<PodCondition>,
     ) -> kube::Result<()> {
-        let api: Api<Pod> = Api::namespaced(self.0.clone(), &pod.namespace().unwrap_or_default());
+        let api: Api<Pod> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         let patch = json!({"metadata": {"resourceVersion": pod.resource_version()},
                            "status": {"conditions": conditions}});
         ok_if_gone(
@@ -329,7 +523,34 @@ impl NodeWrites for KubeWrites {
             .await,
         )
     }
+
+    fn not_ready(&self, node: &Node) {
+        let name = node.name_any();
+        let note = format!("Node {name} status is now: NodeNotReady");
+        self.recorder
+            .record(Event::normal(node_reference(&name), "NodeNotReady", note));
+    }
 }
+
+struct Caches<'a> {
+    leases: &'a Cache<Lease>,
+    pods: &'a Cache<Pod>,
+}
+
+impl Lookup for Caches<'_> {
+    fn lease(&self, node: &str) -> Option<Arc<Lease>> {
+        self.leases
+            .get(&ObjectRef::new(node).within(LEASE_NAMESPACE))
+    }
+
+    fn pods_on(&self, node: &str) -> Vec<Arc<Pod>> {
+        triggers::pods_on(self.pods, node)
+    }
+}
+
+/// How often the queued nodes are looked at for their NoExecute taint (upstream's
+/// `NodeEvictionPeriod`).
+const TAINT_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Runs the monitor loop until the process stops.
 pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
@@ -343,37 +564,29 @@ pub async fn run(ctx: Arc<Context>) -> Result<(), crate::Error> {
     nodes.wait_until_ready().await;
     leases.wait_until_ready().await;
     pods.wait_until_ready().await;
-    let api = KubeWrites(ctx.client.clone());
-    let mut health: HashMap<String, Health> = HashMap::new();
-    let mut tick = tokio::time::interval(ctx.config.node_monitor_period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let api = KubeWrites {
+        client: ctx.client.clone(),
+        recorder: ctx.recorder("node-controller"),
+    };
+    let lookup = Caches { leases, pods };
+    let node_of = |name: &str| nodes.get(&ObjectRef::new(name));
+    let mut state = State::default();
+    let mut monitor_tick = tokio::time::interval(ctx.config.node_monitor_period);
+    monitor_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut taint_tick = tokio::time::interval(TAINT_PERIOD);
+    taint_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
-        let now = Timestamp::now();
-        let all = nodes.state();
-        let names: HashSet<String> = all.iter().map(|n| n.name_any()).collect();
-        health.retain(|name, _| names.contains(name));
-        for node in all {
-            let name = node.name_any();
-            let lease = leases.get(&ObjectRef::new(&name).within(LEASE_NAMESPACE));
-            let on_node = triggers::pods_on(pods, &name);
-            let r = monitor(
-                &node,
-                lease.as_deref(),
-                &on_node,
-                &mut health,
-                &ctx.config,
-                now,
-                &api,
-            )
-            .await;
-            if let Err(error) = r {
-                tracing::warn!(node = %name, %error, "nodelifecycle: will retry next period");
+        tokio::select! {
+            _ = monitor_tick.tick() => {
+                let all = nodes.state();
+                pass(&all, &lookup, &mut state, &ctx.config, Timestamp::now(), &api).await;
+            }
+            _ = taint_tick.tick(), if state.zones.waiting() => {
+                taint_pass(&mut state, &node_of, Timestamp::now(), &api).await;
             }
         }
     }
 }
 
 #[cfg(test)]
-#[path = "nodelifecycle_tests.rs"]
 mod tests;

@@ -14,6 +14,7 @@ struct Recording {
     conditions: Mutex<Vec<Vec<NodeCondition>>>,
     taints: Mutex<Vec<Vec<Taint>>>,
     pods: Mutex<Vec<String>>,
+    not_ready: Mutex<Vec<String>>,
 }
 
 #[async_trait]
@@ -30,6 +31,28 @@ impl NodeWrites for Recording {
         self.pods.lock().push(pod.name_any());
         Ok(())
     }
+    fn not_ready(&self, node: &Node) {
+        self.not_ready.lock().push(node.name_any());
+    }
+}
+
+/// Monitors `node` once at `t`, its lease renewed at `renewed`.
+async fn look(
+    node: &Node,
+    renewed: i64,
+    pods: &[Arc<Pod>],
+    state: &mut State,
+    t: i64,
+    api: &Recording,
+) -> Option<String> {
+    let lease = lease(renewed);
+    let seen = Observed {
+        node,
+        lease: Some(&lease),
+        pods,
+    };
+    let after = monitor(seen, state, &config(), at(t), api).await.unwrap();
+    ready_of(&after).map(|c| c.status.clone())
 }
 
 fn at(secs: i64) -> Timestamp {
@@ -89,52 +112,23 @@ fn keys(taints: &[Taint]) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_node_whose_lease_stops_is_unknown_after_the_grace_period_and_tainted_unreachable() {
     let api = Recording::default();
-    let mut health = HashMap::new();
-    let n = node("True", 0);
+    let mut state = State::default();
+    let mut n = node("True", 0);
     let pods = vec![ready_pod("p")];
     // renewals keep it alive, whatever the heartbeat
     for t in [0, 30, 60] {
-        monitor(
-            &n,
-            Some(&lease(t)),
-            &pods,
-            &mut health,
-            &config(),
-            at(t),
-            &api,
-        )
-        .await
-        .unwrap();
+        look(&n, t, &pods, &mut state, t, &api).await;
     }
-    monitor(
-        &n,
-        Some(&lease(60)),
-        &pods,
-        &mut health,
-        &config(),
-        at(100),
-        &api,
-    )
-    .await
-    .unwrap();
+    look(&n, 60, &pods, &mut state, 100, &api).await;
     assert!(
         api.conditions.lock().is_empty(),
         "40 s is not more than the grace"
     );
-    monitor(
-        &n,
-        Some(&lease(60)),
-        &pods,
-        &mut health,
-        &config(),
-        at(101),
-        &api,
-    )
-    .await
-    .unwrap();
+    let status = look(&n, 60, &pods, &mut state, 101, &api).await;
+    assert_eq!(status.as_deref(), Some("Unknown"));
     let written = api.conditions.lock()[0].clone();
     let ready = written.iter().find(|c| c.type_ == "Ready").unwrap();
     assert_eq!(ready.status, "Unknown");
@@ -153,15 +147,73 @@ async fn a_node_whose_lease_stops_is_unknown_after_the_grace_period_and_tainted_
         .find(|c| c.type_ == "MemoryPressure")
         .unwrap();
     assert_eq!(never.reason.as_deref(), Some("NodeStatusNeverUpdated"));
+    // the NoSchedule taint at once; the NoExecute one waits for the pass that sees Unknown
     assert_eq!(
         keys(&api.taints.lock()[0]),
+        vec!["node.kubernetes.io/unreachable:NoSchedule"]
+    );
+    assert_eq!(api.taints.lock().len(), 1);
+    assert_eq!(*api.not_ready.lock(), vec!["n1"]);
+    assert_eq!(*api.pods.lock(), vec!["p"]);
+
+    n.status.as_mut().unwrap().conditions = Some(written);
+    n.spec.get_or_insert_with(Default::default).taints = Some(api.taints.lock()[0].clone());
+    look(&n, 60, &pods, &mut state, 106, &api).await;
+    assert_eq!(api.taints.lock().len(), 1, "queued, not written");
+    assert_eq!(*api.not_ready.lock(), vec!["n1"], "one event per change");
+    let node_of = |_: &str| Some(Arc::new(n.clone()));
+    taint_pass(&mut state, &node_of, at(106), &api).await;
+    let tainted = api.taints.lock()[1].clone();
+    assert_eq!(
+        keys(&tainted),
         vec![
             "node.kubernetes.io/unreachable:NoSchedule",
             "node.kubernetes.io/unreachable:NoExecute"
         ]
     );
-    assert!(api.taints.lock()[0][1].time_added.is_some());
-    assert_eq!(*api.pods.lock(), vec!["p"]);
+    assert_eq!(tainted[1].time_added, Some(Time(at(106))));
+
+    // back: the NoExecute taint is lifted at once, the NoSchedule one follows the condition
+    n.spec.as_mut().unwrap().taints = Some(tainted);
+    n.status.as_mut().unwrap().conditions = Some(vec![NodeCondition {
+        type_: "Ready".into(),
+        status: "True".into(),
+        last_heartbeat_time: Some(Time(at(110))),
+        ..Default::default()
+    }]);
+    look(&n, 110, &pods, &mut state, 111, &api).await;
+    assert_eq!(api.taints.lock().len(), 4);
+    assert!(api.taints.lock()[3].is_empty(), "both taints gone");
+    assert!(!state.zones.waiting());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_not_ready_node_with_the_unreachable_taint_swaps_it_at_once() {
+    let api = Recording::default();
+    let mut state = State::default();
+    let mut n = node("False", 0);
+    n.spec = Some(NodeSpec {
+        taints: Some(vec![
+            taint(UNREACHABLE, "NoSchedule", at(0)),
+            taint(UNREACHABLE, "NoExecute", at(0)),
+        ]),
+        ..Default::default()
+    });
+    look(&n, 0, &[], &mut state, 1, &api).await;
+    let written = api.taints.lock().clone();
+    assert_eq!(written.len(), 2, "NoSchedule swapped, then NoExecute");
+    assert_eq!(
+        keys(&written[1]),
+        vec![
+            "node.kubernetes.io/not-ready:NoSchedule",
+            "node.kubernetes.io/not-ready:NoExecute"
+        ]
+    );
+    assert!(!state.zones.waiting(), "no queue for a swap");
+    assert!(
+        api.not_ready.lock().is_empty(),
+        "the kubelet said so itself"
+    );
 }
 
 #[test]
@@ -182,19 +234,27 @@ fn taints_follow_the_conditions_and_leave_others_alone() {
         vec![
             "dedicated:NoSchedule",
             "node.kubernetes.io/not-ready:NoSchedule",
-            "node.kubernetes.io/unschedulable:NoSchedule",
-            "node.kubernetes.io/not-ready:NoExecute"
+            "node.kubernetes.io/unschedulable:NoSchedule"
         ]
     );
-    n.spec.as_mut().unwrap().taints = Some(tainted);
-    assert_eq!(desired_taints(&n, at(5)), None, "stable once applied");
-    // recovered: only the user's taint and unschedulable remain
+    let mut with_no_execute = tainted;
+    with_no_execute.push(taint(NOT_READY, "NoExecute", at(1)));
+    n.spec.as_mut().unwrap().taints = Some(with_no_execute);
+    assert_eq!(
+        desired_taints(&n, at(5)),
+        None,
+        "stable once applied; the NoExecute taint is not its to manage"
+    );
+    assert_eq!(no_execute_taints(&n, Some(NOT_READY), at(5)), None);
+    // recovered: only the user's taint, unschedulable and the NoExecute taint (lifted by the
+    // monitor) remain
     n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "True".into();
     assert_eq!(
         keys(&desired_taints(&n, at(9)).unwrap()),
         vec![
             "dedicated:NoSchedule",
-            "node.kubernetes.io/unschedulable:NoSchedule"
+            "node.kubernetes.io/unschedulable:NoSchedule",
+            "node.kubernetes.io/not-ready:NoExecute"
         ]
     );
 }
@@ -214,4 +274,68 @@ fn a_new_heartbeat_is_a_probe_and_a_node_never_heard_from_gets_the_startup_grace
         "startup grace is 60 s"
     );
     assert!(silent(&h, &fresh, &config(), at(61)));
+}
+
+struct Nothing;
+
+impl Lookup for Nothing {
+    fn lease(&self, _: &str) -> Option<Arc<Lease>> {
+        None
+    }
+    fn pods_on(&self, _: &str) -> Vec<Arc<Pod>> {
+        Vec::new()
+    }
+}
+
+fn named(name: &str, ready: &str, taints: &[&str]) -> Arc<Node> {
+    let mut n = node(ready, 0);
+    n.metadata.name = Some(name.into());
+    n.spec = Some(NodeSpec {
+        taints: Some(
+            taints
+                .iter()
+                .flat_map(|k| [taint(k, "NoSchedule", at(0)), taint(k, "NoExecute", at(0))])
+                .collect(),
+        ),
+        ..Default::default()
+    });
+    Arc::new(n)
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_no_node_is_ready_the_no_execute_taints_are_lifted_and_none_added() {
+    let api = Recording::default();
+    let mut state = State::default();
+    let nodes = vec![
+        named("a", "Unknown", &[UNREACHABLE]),
+        named("b", "False", &[NOT_READY]),
+    ];
+    pass(&nodes, &Nothing, &mut state, &config(), at(1), &api).await;
+    let written: Vec<Vec<String>> = api.taints.lock().iter().map(|t| keys(t)).collect();
+    assert_eq!(
+        written,
+        vec![
+            vec!["node.kubernetes.io/unreachable:NoSchedule"],
+            vec!["node.kubernetes.io/not-ready:NoSchedule"]
+        ]
+    );
+    // as written: queued again, but nothing is let through
+    let lifted = vec![named("a", "Unknown", &[]), named("b", "False", &[])];
+    pass(&lifted, &Nothing, &mut state, &config(), at(2), &api).await;
+    assert!(state.zones.waiting());
+    tokio::time::advance(std::time::Duration::from_secs(600)).await;
+    let node_of = |name: &str| lifted.iter().find(|n| n.name_any() == name).cloned();
+    taint_pass(&mut state, &node_of, at(600), &api).await;
+    let kinds: Vec<String> = api.taints.lock().iter().flat_map(|t| keys(t)).collect();
+    assert!(
+        !kinds.iter().any(|k| k.ends_with(":NoExecute")),
+        "no NoExecute taint written: {kinds:?}"
+    );
+    // one node back: evictions resume, and every node's grace starts over
+    let mut b = node("True", 700);
+    b.metadata.name = Some("b".into());
+    let back = vec![named("a", "Unknown", &[]), Arc::new(b)];
+    pass(&back, &Nothing, &mut state, &config(), at(700), &api).await;
+    assert_eq!(state.health["a"].probed, at(700));
+    assert_eq!(state.zones.state(""), zones::ZoneState::Normal);
 }

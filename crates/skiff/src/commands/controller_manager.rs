@@ -69,6 +69,23 @@ pub struct ControllerManagerArgs {
     #[arg(long, value_name = "DURATION", default_value = "1m0s", value_parser = go_duration)]
     pub node_startup_grace_period: Duration,
 
+    /// Nodes per second given the NoExecute not-ready or unreachable taint in a healthy zone.
+    #[arg(long, value_name = "RATE", default_value_t = 0.1)]
+    pub node_eviction_rate: f32,
+
+    /// Nodes per second tainted in a partially disrupted zone larger than
+    /// --large-cluster-size-threshold (a smaller one stops).
+    #[arg(long, value_name = "RATE", default_value_t = 0.01)]
+    pub secondary_node_eviction_rate: f32,
+
+    /// The share of not-Ready nodes (at least 3) from which a zone is partially disrupted.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.55)]
+    pub unhealthy_zone_threshold: f32,
+
+    /// The zone size above which a partially disrupted zone keeps the secondary rate.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub large_cluster_size_threshold: usize,
+
     /// Terminated pods kept before the oldest are deleted (0 or less: never).
     #[arg(
         long,
@@ -191,6 +208,10 @@ pub async fn run(args: ControllerManagerArgs, lifecycle: Lifecycle) -> anyhow::R
         node_monitor_grace_period: args.node_monitor_grace_period,
         node_monitor_period: args.node_monitor_period,
         node_startup_grace_period: args.node_startup_grace_period,
+        node_eviction_rate: args.node_eviction_rate,
+        secondary_node_eviction_rate: args.secondary_node_eviction_rate,
+        unhealthy_zone_threshold: args.unhealthy_zone_threshold,
+        large_cluster_size_threshold: args.large_cluster_size_threshold,
         terminated_pod_gc_threshold: args.terminated_pod_gc_threshold,
         max_endpoints_per_slice: args.max_endpoints_per_slice.into(),
         cluster_signing_cert_file: args.cluster_signing_cert_file.clone(),
