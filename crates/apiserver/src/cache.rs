@@ -55,9 +55,40 @@ pub struct Cached {
     pub revision: i64,
     /// The object's stored JSON (without `resourceVersion`, which is `revision`).
     stored: Stamped,
-    pub labels: BTreeMap<String, String>,
-    /// Field-selector values (`metadata.name`, `metadata.namespace` and the kind's own).
-    pub fields: Vec<(&'static str, String)>,
+    pub labels: LabelSet,
+    /// The kind's own field-selector values (`metadata.name` and `metadata.namespace` are
+    /// [`Cached::name`] and [`Cached::namespace`]).
+    fields: Box<[(&'static str, Box<str>)]>,
+}
+
+/// An object's labels as the cache keeps them: sorted pairs in one allocation. A `BTreeMap`
+/// takes a node of about 550 bytes for even one label, and the cache holds every pod's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LabelSet(Box<[(Box<str>, Box<str>)]>);
+
+impl LabelSet {
+    /// The labels of `metadata.labels` (values that are not strings left out).
+    fn of(labels: &Value) -> LabelSet {
+        let mut pairs: Vec<(Box<str>, Box<str>)> = labels
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.as_str().into(), v.as_str()?.into())))
+            .collect();
+        pairs.sort_unstable();
+        LabelSet(pairs.into_boxed_slice())
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        let i = self.0.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
+        Some(&self.0[i].1)
+    }
+}
+
+impl skiff_apimachinery::labels::Labels for LabelSet {
+    fn get(&self, key: &str) -> Option<&str> {
+        LabelSet::get(self, key)
+    }
 }
 
 impl Cached {
@@ -109,25 +140,17 @@ impl Cached {
         let meta = &object["metadata"];
         let name = meta["name"].as_str().unwrap_or_default().to_string();
         let namespace = meta["namespace"].as_str().unwrap_or_default().to_string();
-        let labels = meta["labels"]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut fields = vec![
-            ("metadata.name", name.clone()),
-            ("metadata.namespace", namespace.clone()),
-        ];
-        fields.extend(strategy.fields(object));
+        let fields = strategy
+            .fields(object)
+            .into_iter()
+            .map(|(f, v)| (f, v.into_boxed_str()))
+            .collect();
         Cached {
             namespace,
             name,
             revision,
             stored,
-            labels,
+            labels: LabelSet::of(&meta["labels"]),
             fields,
         }
     }
@@ -158,10 +181,15 @@ impl Cached {
     }
 
     pub fn field(&self, name: &str) -> Option<&str> {
-        self.fields
-            .iter()
-            .find(|(f, _)| *f == name)
-            .map(|(_, v)| v.as_str())
+        match name {
+            "metadata.name" => Some(&self.name),
+            "metadata.namespace" => Some(&self.namespace),
+            _ => self
+                .fields
+                .iter()
+                .find(|(f, _)| *f == name)
+                .map(|(_, v)| &**v),
+        }
     }
 
     pub fn object(&self) -> Result<Value> {
@@ -1077,6 +1105,17 @@ mod tests {
     }
 
     #[test]
+    fn labels_are_found_whatever_their_order_and_values_not_strings_are_left_out() {
+        let set = LabelSet::of(&json!({"z": "1", "a": "2", "m": 3, "k": ""}));
+        assert_eq!(set.get("a"), Some("2"));
+        assert_eq!(set.get("z"), Some("1"));
+        assert_eq!(set.get("k"), Some(""));
+        assert_eq!(set.get("m"), None);
+        assert_eq!(set.get("b"), None);
+        assert_eq!(LabelSet::of(&Value::Null), LabelSet::default());
+    }
+
+    #[test]
     fn a_cached_object_shares_the_stored_bytes_instead_of_copying_them() {
         let pods = lookup("", "v1", "pods").unwrap();
         let stored = storage::encode(&pod());
@@ -1088,7 +1127,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.stored.stored().as_ptr(), stored.as_ptr());
-        assert_eq!(c.labels.get("app").map(String::as_str), Some("web"));
+        assert_eq!(c.labels.get("app"), Some("web"));
+        assert_eq!(c.labels.get("tier"), None);
+        assert_eq!(c.field("metadata.name"), Some("p"));
+        assert_eq!(c.field("metadata.namespace"), Some("ns"));
         assert_eq!(c.field("spec.nodeName"), Some("n1"));
         let mut expected = pod();
         storage::set_resource_version(&mut expected, 7);

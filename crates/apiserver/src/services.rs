@@ -119,7 +119,7 @@ impl CachedServices {
             .list(namespace)
             .objects
             .iter()
-            .filter(|c| c.labels.get(SERVICE_NAME_LABEL).map(String::as_str) == Some(name))
+            .filter(|c| c.labels.get(SERVICE_NAME_LABEL) == Some(name))
             .filter_map(|c| c.object().ok())
             .collect()
     }

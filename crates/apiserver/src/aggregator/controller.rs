@@ -76,14 +76,14 @@ pub fn spawn(server: Weak<ApiServer>) -> tokio::task::JoinHandle<()> {
             // EndpointSlices
             let concerns = |index: usize, c: &Cached| {
                 let service = match index {
-                    2 => &c.name,
+                    2 => c.name.as_str(),
                     3 => match c.labels.get(SERVICE_NAME_LABEL) {
                         Some(name) => name,
                         None => return false,
                     },
                     _ => return true,
                 };
-                remote.contains(&(c.namespace.clone(), service.clone()))
+                remote.contains(&(c.namespace.clone(), service.to_string()))
             };
             let changed = tokio::select! {
                 changed = changes.changed_if(concerns) => changed,

@@ -101,13 +101,7 @@ impl NodeGraph for CachedGraph {
             .cache
             .resource(core("pods"))
             .get(&format!("{namespace}/{name}"))?;
-        Some(
-            pod.fields
-                .iter()
-                .find(|(k, _)| *k == "spec.nodeName")
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default(),
-        )
+        Some(pod.field("spec.nodeName").unwrap_or_default().to_string())
     }
 
     fn claim(&self, namespace: &str, name: &str) -> Option<Value> {
