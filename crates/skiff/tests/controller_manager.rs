@@ -300,13 +300,7 @@ fn the_work_queues_series_are_served_on_metrics_and_healthz_is_ok() {
     run(async {
         let api = ApiServer::start(Backend::Embedded);
         let cm = controller_manager(&api, &["--controllers", "replicaset,deployment"]);
-        let addr = cm
-            .ready
-            .split("metrics http://")
-            .nth(1)
-            .and_then(|rest| rest.split('/').next())
-            .unwrap_or_else(|| panic!("no metrics address in {:?}", cm.ready))
-            .to_string();
+        let addr = cm.address_after("metrics http://");
 
         let (status, body) = http_get(&addr, "/healthz").await;
         assert!(status.contains(" 200 "), "{status}");

@@ -435,13 +435,7 @@ fn an_expired_node_lease_taints_the_node_and_evicts_its_pods() {
         );
 
         // one of two nodes down: the zone is normal, and the taint was its one eviction
-        let metrics_addr = cm
-            .ready
-            .split("metrics http://")
-            .nth(1)
-            .and_then(|rest| rest.split('/').next())
-            .unwrap_or_else(|| panic!("no metrics address in {:?}", cm.ready))
-            .to_string();
+        let metrics_addr = cm.address_after("metrics http://");
         let text = support::http_get(&metrics_addr, "/metrics");
         for series in [
             "node_collector_evictions_total{zone=\"\"} 1",

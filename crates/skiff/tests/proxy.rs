@@ -73,16 +73,6 @@ fn http_get(addr: &str, path: &str) -> String {
     out
 }
 
-/// The `host:port` that follows `marker` in a ready line.
-fn address_after(ready: &str, marker: &str) -> String {
-    ready
-        .split(marker)
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no {marker} address in {ready:?}"))
-        .to_string()
-}
-
 /// Drives one mode: `list` prints the rules in the namespace, `rejects` finds the rule that
 /// rejects traffic to a ClusterIP in them.
 fn services_become_rules(
@@ -120,8 +110,8 @@ fn services_become_rules(
                 "100ms",
             ],
         );
-        let metrics_addr = address_after(&proxy.ready, "metrics http://");
-        let healthz_addr = address_after(&proxy.ready, "healthz http://");
+        let metrics_addr = proxy.address_after("metrics http://");
+        let healthz_addr = proxy.address_after("healthz http://");
 
         let client = kube_client(&api).await;
         let nodes: Api<Node> = Api::all(client.clone());

@@ -41,6 +41,16 @@ impl Process {
         }
     }
 
+    /// The `host:port` its ready line gives after `marker` (`"metrics http://"`).
+    pub fn address_after(&self, marker: &str) -> String {
+        self.ready
+            .split(marker)
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or_else(|| panic!("no {marker} address in {:?}", self.ready))
+            .to_string()
+    }
+
     /// Kills it (SIGKILL) as a crash would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
