@@ -159,10 +159,10 @@ fn taint(key: &str, effect: &str, now: Timestamp) -> Taint {
     }
 }
 
-fn taints_of(node: &Node) -> Vec<Taint> {
+fn taints_of(node: &Node) -> &[Taint] {
     node.spec
         .as_ref()
-        .and_then(|s| s.taints.clone())
+        .and_then(|s| s.taints.as_deref())
         .unwrap_or_default()
 }
 
@@ -206,7 +206,7 @@ pub fn desired_taints(node: &Node, now: Timestamp) -> Option<Vec<Taint>> {
             out.push(w);
         }
     }
-    (out != current).then_some(out)
+    (out.as_slice() != current).then_some(out)
 }
 
 fn has_no_execute(node: &Node, key: &str) -> bool {
@@ -234,7 +234,7 @@ pub fn no_execute_taints(node: &Node, add: Option<&str>, now: Timestamp) -> Opti
     {
         out.push(taint(key, "NoExecute", now));
     }
-    (out != current).then_some(out)
+    (out.as_slice() != current).then_some(out)
 }
 
 /// The NoExecute taint a Ready status calls for, and the one it replaces.
