@@ -582,3 +582,57 @@ async fn a_binding_sets_the_node_once_and_its_annotations_on_the_pod() {
     );
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_longer_than_a_chunk_is_streamed_whole_from_the_cache_and_the_store() {
+    let running = common::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(running.client.clone(), "default");
+    // Five objects of 100 KiB each: the list is several of the server's 256 KiB chunks.
+    let filler = |i: usize| char::from(b'a' + i as u8).to_string().repeat(100 * 1024);
+    for i in 0..5 {
+        let mut cm = config_map(&format!("big-{i}"));
+        cm.data = Some([("filler".to_string(), filler(i))].into());
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let revision = list_revision(&api).await;
+
+    // From the watch cache, and at an exact revision (read from the store).
+    for query in [
+        "",
+        &format!("?resourceVersion={revision}&resourceVersionMatch=Exact"),
+    ] {
+        let req = http::Request::get(format!("/api/v1/namespaces/default/configmaps{query}"))
+            .header("accept", "application/json")
+            .body(Vec::new())
+            .unwrap();
+        let (code, headers, body) = common::send_raw(&running.client, req).await;
+        assert_eq!(code, 200, "{query}");
+        assert!(
+            !headers.contains_key("content-length"),
+            "a list of {} bytes is streamed, not sent whole: {headers:?}",
+            body.len()
+        );
+        let list: k8s_openapi::List<ConfigMap> = serde_json::from_slice(&body).unwrap();
+        assert_eq!(list.metadata.resource_version.as_deref(), Some(&*revision));
+        let got: Vec<(String, String)> = list
+            .items
+            .into_iter()
+            .map(|cm| {
+                let name = cm.metadata.name.unwrap();
+                (name, cm.data.unwrap().remove("filler").unwrap())
+            })
+            .collect();
+        let want: Vec<(String, String)> = (0..5).map(|i| (format!("big-{i}"), filler(i))).collect();
+        assert!(got == want, "{query}: the items as created, in order");
+    }
+
+    // A short list is sent whole, with its length.
+    let req = http::Request::get("/api/v1/namespaces/default/configmaps?limit=1")
+        .header("accept", "application/json")
+        .body(Vec::new())
+        .unwrap();
+    let (code, headers, _) = common::send_raw(&running.client, req).await;
+    assert_eq!(code, 200);
+    assert!(headers.contains_key("content-length"), "{headers:?}");
+    running.stop().await;
+}

@@ -243,7 +243,12 @@ pub fn json(code: u16, value: &Value) -> Response<Body> {
 }
 
 pub fn bytes_response(code: u16, bytes: impl Into<Bytes>, content_type: &str) -> Response<Body> {
-    let mut resp = Response::new(full(bytes));
+    response(code, full(bytes), content_type)
+}
+
+/// A response of `body`, whole or streamed.
+pub fn response(code: u16, body: Body, content_type: &str) -> Response<Body> {
+    let mut resp = Response::new(body);
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

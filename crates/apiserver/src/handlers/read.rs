@@ -8,13 +8,16 @@ use std::sync::Arc;
 
 use base64::Engine;
 use bytes::Bytes;
+use futures::StreamExt;
 use http::Response;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
 use serde_json::{Value, json};
 use skiff_apimachinery::validation::{FieldError, FieldPath};
 use skiff_apimachinery::{fields, labels, table};
 use skiff_store::{KeyRange, RangeRequest, StoreExt, prefix_end};
 
-use super::{Body, Ctx, bytes_response, object};
+use super::{Body, Ctx, object};
 use crate::cache::Cached;
 use crate::encoding::Output;
 use crate::error::{ApiError, Result};
@@ -404,7 +407,7 @@ async fn page(
         }
         items.push(c.clone());
     }
-    render_list(ctx, snapshot.revision, &items, next.as_ref()).await
+    render_list(ctx, snapshot.revision, items, next.as_ref()).await
 }
 
 /// Where a paged list goes on: the continue token and, for an unfiltered list, how many
@@ -488,7 +491,7 @@ async fn list_from_store(
     } else {
         revision
     };
-    render_list(ctx, revision, &items, next.as_ref()).await
+    render_list(ctx, revision, items, next.as_ref()).await
 }
 
 /// A list's `metadata`: its resourceVersion and, for a page, where the next one starts.
@@ -506,7 +509,7 @@ fn list_meta(rv: &Value, next: Option<&Page>) -> Value {
 async fn render_list(
     ctx: &Ctx,
     revision: i64,
-    items: &[Arc<Cached>],
+    items: Vec<Arc<Cached>>,
     next: Option<&Page>,
 ) -> Result<Response<Body>> {
     let rv = json!(revision.to_string());
@@ -528,7 +531,7 @@ async fn render_list(
     };
     let objects = match (ctx.output, converted) {
         (Output::Json, converted) => {
-            return json_list(ctx, &rv, next, items, converted.as_deref());
+            return Ok(json_list(ctx, &rv, next, items, converted));
         }
         (_, Some(objects)) => objects,
         (_, None) => items
@@ -561,32 +564,77 @@ async fn render_list(
 }
 
 /// A JSON list of `items`, spliced from their serialized form (or from `converted`, their
-/// served form, when that differs) without re-encoding.
+/// served form, when that differs) without re-encoding. A list longer than one chunk is
+/// streamed as the connection takes it (as upstream's streaming list encoder), so a list of
+/// every pod in a large cluster is never held whole in memory.
 fn json_list(
     ctx: &Ctx,
     rv: &Value,
     next: Option<&Page>,
-    items: &[Arc<Cached>],
-    converted: Option<&[Value]>,
-) -> Result<Response<Body>> {
+    items: Vec<Arc<Cached>>,
+    converted: Option<Vec<Value>>,
+) -> Response<Body> {
     let mut head = order::to_vec(&json!({"kind": ctx.rt.list_kind(),
         "apiVersion": ctx.rt.api_version(), "metadata": list_meta(rv, next)}));
     head.pop(); // the closing brace: items follow metadata in every list kind
     head.extend_from_slice(b",\"items\":[");
-    let mut out =
-        Vec::with_capacity(head.len() + items.iter().map(|c| c.json_len() + 1).sum::<usize>() + 2);
-    out.extend_from_slice(&head);
-    for (i, c) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
+    let mut chunks = ListChunks {
+        head,
+        items,
+        converted,
+        written: 0,
+        done: false,
+    };
+    let first = chunks.next().unwrap_or_default(); // the head, at least
+    let body = if chunks.done {
+        super::full(first)
+    } else {
+        let frames =
+            futures::stream::iter(std::iter::once(first).chain(chunks)).map(|b| Ok(Frame::data(b)));
+        BodyExt::boxed(StreamBody::new(frames))
+    };
+    super::response(200, body, "application/json")
+}
+
+/// How much of a list is serialized at a time.
+const LIST_CHUNK_BYTES: usize = 256 * 1024;
+
+/// The chunks of a JSON list: its head, then items until a chunk holds `LIST_CHUNK_BYTES`,
+/// then the closing brackets with the last items.
+struct ListChunks {
+    head: Vec<u8>,
+    items: Vec<Arc<Cached>>,
+    converted: Option<Vec<Value>>,
+    written: usize,
+    done: bool,
+}
+
+impl Iterator for ListChunks {
+    type Item = Bytes;
+
+    fn next(&mut self) -> Option<Bytes> {
+        if self.done {
+            return None;
         }
-        match converted {
-            Some(objects) => order::write(&objects[i], &mut out),
-            None => c.write_json(&mut out),
+        let mut out = std::mem::take(&mut self.head);
+        out.reserve(LIST_CHUNK_BYTES);
+        while out.len() < LIST_CHUNK_BYTES && self.written < self.items.len() {
+            let i = self.written;
+            if i > 0 {
+                out.push(b',');
+            }
+            match &self.converted {
+                Some(objects) => order::write(&objects[i], &mut out),
+                None => self.items[i].write_json(&mut out),
+            }
+            self.written += 1;
         }
+        if self.written == self.items.len() {
+            out.extend_from_slice(b"]}");
+            self.done = true;
+        }
+        Some(Bytes::from(out))
     }
-    out.extend_from_slice(b"]}");
-    Ok(bytes_response(200, out, "application/json"))
 }
 
 #[cfg(test)]
