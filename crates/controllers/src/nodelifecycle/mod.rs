@@ -258,15 +258,28 @@ pub fn not_ready_conditions(pod: &Pod, now: Timestamp) -> Option<Vec<PodConditio
     Some(conditions)
 }
 
-/// The writes this controller makes.
+/// A node's taints as a change wants them, `None` when they already are.
+pub type TaintChange<'a> = &'a (dyn Fn(&Node) -> Option<Vec<Taint>> + Sync);
+
+/// The writes this controller makes. A node's writes are conditional on its resourceVersion.
 #[async_trait]
 pub trait NodeWrites: Send + Sync {
+    /// Writes `node`'s conditions; answers its new resourceVersion (`None`: the node is gone).
     async fn set_node_conditions(
         &self,
         node: &Node,
         conditions: Vec<NodeCondition>,
-    ) -> kube::Result<()>;
-    async fn set_taints(&self, node: &Node, taints: Vec<Taint>) -> kube::Result<()>;
+    ) -> kube::Result<Option<String>>;
+    /// Writes the taints `change` wants for `node`, and, if someone else changed the node in
+    /// between (409), reads it again and applies `change` to that (upstream's
+    /// `AddOrUpdateTaintOnNode`: `spec.taints` has no merge key, so a taint added in between
+    /// would otherwise be lost). Answers the node as written (`None`: nothing to write, or the
+    /// node is gone).
+    async fn update_taints(
+        &self,
+        node: &Node,
+        change: TaintChange<'_>,
+    ) -> kube::Result<Option<Node>>;
     async fn set_pod_conditions(
         &self,
         pod: &Pod,
@@ -306,13 +319,15 @@ pub async fn monitor(
     if silent(&h, &node, config, now)
         && let Some(conditions) = unknown_conditions(&node, now)
     {
-        api.set_node_conditions(&node, conditions.clone()).await?;
+        node.metadata.resource_version = api.set_node_conditions(&node, conditions.clone()).await?;
         node.status.get_or_insert_with(Default::default).conditions = Some(conditions);
     }
     state.health.insert(name.clone(), h);
-    if let Some(taints) = desired_taints(&node, now) {
-        api.set_taints(&node, taints.clone()).await?;
-        node.spec.get_or_insert_with(Default::default).taints = Some(taints);
+    if let Some(written) = api
+        .update_taints(&node, &|n| desired_taints(n, now))
+        .await?
+    {
+        node = written;
     }
     let Some(current) = ready_of(&node).map(|c| c.status.clone()) else {
         return Ok(node);
@@ -321,15 +336,15 @@ pub async fn monitor(
     match no_execute_for(observed) {
         None => {
             state.zones.forget(&name);
-            if let Some(taints) = no_execute_taints(&node, None, now) {
-                api.set_taints(&node, taints.clone()).await?;
-                node.spec.get_or_insert_with(Default::default).taints = Some(taints);
+            let lift = |n: &Node| no_execute_taints(n, None, now);
+            if let Some(written) = api.update_taints(&node, &lift).await? {
+                node = written;
             }
         }
         Some((wanted, opposite)) if has_no_execute(&node, opposite) => {
-            if let Some(taints) = no_execute_taints(&node, Some(wanted), now) {
-                api.set_taints(&node, taints.clone()).await?;
-                node.spec.get_or_insert_with(Default::default).taints = Some(taints);
+            let swap = |n: &Node| no_execute_taints(n, Some(wanted), now);
+            if let Some(written) = api.update_taints(&node, &swap).await? {
+                node = written;
             }
         }
         Some(_) => state.zones.enqueue(&zones::zone_key(&node), &name, config),
@@ -409,9 +424,8 @@ pub async fn pass(
         Transition::EnteredFullDisruption => {
             tracing::info!("nodelifecycle: no node is Ready; evictions stop");
             for node in &tainted {
-                if let Some(taints) = no_execute_taints(node, None, now)
-                    && let Err(error) = api.set_taints(node, taints).await
-                {
+                let lift = |n: &Node| no_execute_taints(n, None, now);
+                if let Err(error) = api.update_taints(node, &lift).await {
                     tracing::warn!(node = %node.name_any(), %error, "nodelifecycle: taints not lifted");
                 }
             }
@@ -442,11 +456,10 @@ pub async fn taint_pass(
         let Some((wanted, _)) = no_execute_for(&ready.status) else {
             continue;
         };
-        let Some(taints) = no_execute_taints(&node, Some(wanted), now) else {
-            continue;
-        };
-        match api.set_taints(&node, taints).await {
-            Ok(()) => zones::count_eviction(&zone),
+        let taint = |n: &Node| no_execute_taints(n, Some(wanted), now);
+        match api.update_taints(&node, &taint).await {
+            Ok(Some(_)) => zones::count_eviction(&zone),
+            Ok(None) => {}
             Err(error) => {
                 tracing::warn!(node = %name, %error, "nodelifecycle: taint not written, will retry");
                 state.zones.retry(&zone, name);
@@ -467,17 +480,29 @@ fn ok_if_gone(r: kube::Result<impl Sized>) -> kube::Result<()> {
     }
 }
 
+/// How often a taint write is tried against a node that keeps changing (upstream's
+/// `UpdateTaintBackoff` steps).
+const TAINT_UPDATE_TRIES: u32 = 5;
+
+/// The resourceVersion a write of a node left, `None` if the node is gone.
+fn new_version(r: kube::Result<Node>) -> kube::Result<Option<String>> {
+    match r {
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        other => other.map(|n| n.metadata.resource_version),
+    }
+}
+
 #[async_trait]
 impl NodeWrites for KubeWrites {
     async fn set_node_conditions(
         &self,
         node: &Node,
         conditions: Vec<NodeCondition>,
-    ) -> kube::Result<()> {
+    ) -> kube::Result<Option<String>> {
         let api: Api<Node> = Api::all(self.client.clone());
         let patch = json!({"metadata": {"resourceVersion": node.resource_version()},
                            "status": {"conditions": conditions}});
-        ok_if_gone(
+        new_version(
             api.patch_status(
                 &node.name_any(),
                 &PatchParams::default(),
@@ -487,22 +512,41 @@ impl NodeWrites for KubeWrites {
         )
     }
 
-    async fn set_taints(&self, node: &Node, taints: Vec<Taint>) -> kube::Result<()> {
+    async fn update_taints(
+        &self,
+        node: &Node,
+        change: TaintChange<'_>,
+    ) -> kube::Result<Option<Node>> {
         let api: Api<Node> = Api::all(self.client.clone());
-        let value = if taints.is_empty() {
-            serde_json::Value::Null
-        } else {
-            json!(taints)
-        };
-        let patch = json!({"spec": {"taints": value}});
-        ok_if_gone(
-            api.patch(
-                &node.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await,
-        )
+        let name = node.name_any();
+        let mut node = node.clone();
+        let mut tries = 1;
+        loop {
+            let Some(taints) = change(&node) else {
+                return Ok(None);
+            };
+            let value = if taints.is_empty() {
+                serde_json::Value::Null
+            } else {
+                json!(taints)
+            };
+            let patch = json!({"metadata": {"resourceVersion": node.resource_version()},
+                               "spec": {"taints": value}});
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
+                Err(kube::Error::Api(s)) if s.code == 409 && tries < TAINT_UPDATE_TRIES => {
+                    tries += 1;
+                    match api.get_opt(&name).await? {
+                        Some(fresh) => node = fresh,
+                        None => return Ok(None),
+                    }
+                }
+                written => return written.map(Some),
+            }
+        }
     }
 
     async fn set_pod_conditions(

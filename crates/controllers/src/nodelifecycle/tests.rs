@@ -6,6 +6,7 @@ use k8s_openapi::api::coordination::v1::LeaseSpec;
 use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use parking_lot::Mutex;
+use serde_json::Value;
 
 use super::*;
 
@@ -15,17 +16,41 @@ struct Recording {
     taints: Mutex<Vec<Vec<Taint>>>,
     pods: Mutex<Vec<String>>,
     not_ready: Mutex<Vec<String>>,
+    /// The resourceVersion each node write was conditional on; the n-th leaves `v{n}`.
+    preconditions: Mutex<Vec<Option<String>>>,
+}
+
+impl Recording {
+    fn node_written(&self, node: &Node) -> Option<String> {
+        let mut seen = self.preconditions.lock();
+        seen.push(node.metadata.resource_version.clone());
+        Some(format!("v{}", seen.len()))
+    }
 }
 
 #[async_trait]
 impl NodeWrites for Recording {
-    async fn set_node_conditions(&self, _: &Node, c: Vec<NodeCondition>) -> kube::Result<()> {
+    async fn set_node_conditions(
+        &self,
+        node: &Node,
+        c: Vec<NodeCondition>,
+    ) -> kube::Result<Option<String>> {
         self.conditions.lock().push(c);
-        Ok(())
+        Ok(self.node_written(node))
     }
-    async fn set_taints(&self, _: &Node, t: Vec<Taint>) -> kube::Result<()> {
-        self.taints.lock().push(t);
-        Ok(())
+    async fn update_taints(
+        &self,
+        node: &Node,
+        change: TaintChange<'_>,
+    ) -> kube::Result<Option<Node>> {
+        let Some(taints) = change(node) else {
+            return Ok(None);
+        };
+        self.taints.lock().push(taints.clone());
+        let mut written = node.clone();
+        written.spec.get_or_insert_with(Default::default).taints = Some(taints);
+        written.metadata.resource_version = self.node_written(node);
+        Ok(Some(written))
     }
     async fn set_pod_conditions(&self, pod: &Pod, _: Vec<PodCondition>) -> kube::Result<()> {
         self.pods.lock().push(pod.name_any());
@@ -62,6 +87,7 @@ fn at(secs: i64) -> Timestamp {
 fn node(ready: &str, heartbeat: i64) -> Node {
     let mut n = Node::default();
     n.metadata.name = Some("n1".into());
+    n.metadata.resource_version = Some("v0".into());
     n.status = Some(NodeStatus {
         conditions: Some(vec![NodeCondition {
             type_: "Ready".into(),
@@ -153,6 +179,11 @@ async fn a_node_whose_lease_stops_is_unknown_after_the_grace_period_and_tainted_
         vec!["node.kubernetes.io/unreachable:NoSchedule"]
     );
     assert_eq!(api.taints.lock().len(), 1);
+    assert_eq!(
+        *api.preconditions.lock(),
+        vec![Some("v0".to_string()), Some("v1".to_string())],
+        "each write is conditional on the version the one before it left"
+    );
     assert_eq!(*api.not_ready.lock(), vec!["n1"]);
     assert_eq!(*api.pods.lock(), vec!["p"]);
 
@@ -338,4 +369,94 @@ async fn when_no_node_is_ready_the_no_execute_taints_are_lifted_and_none_added()
     pass(&back, &Nothing, &mut state, &config(), at(700), &api).await;
     assert_eq!(state.health["a"].probed, at(700));
     assert_eq!(state.zones.state(""), zones::ZoneState::Normal);
+}
+
+/// The requests a fake API server got: method, path, body.
+type Requests = Arc<Mutex<Vec<(String, String, Value)>>>;
+
+/// A fake API server for one node: the first taint PATCH finds the node changed (409, someone
+/// added the taint `other`, resourceVersion 7), a GET reads it again, the next PATCH applies.
+fn changing_node() -> (KubeWrites, Requests) {
+    use std::convert::Infallible;
+
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+
+    let seen = Requests::default();
+    let log = seen.clone();
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let log = log.clone();
+        async move {
+            let method = req.method().to_string();
+            let path = req.uri().path().to_string();
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let patches = log.lock().iter().filter(|r| r.0 == "PATCH").count();
+            log.lock().push((method.clone(), path, body.clone()));
+            let changed = json!({"metadata": {"name": "n1", "resourceVersion": "7"},
+                "spec": {"taints": [{"key": "other", "effect": "NoSchedule"}]}});
+            let (code, answer) = match (method.as_str(), patches) {
+                ("PATCH", 0) => (
+                    409,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                           "reason": "Conflict", "code": 409, "message": "the object has been modified"}),
+                ),
+                ("PATCH", _) => {
+                    let mut n = changed;
+                    n["spec"]["taints"] = body["spec"]["taints"].clone();
+                    n["metadata"]["resourceVersion"] = json!("8");
+                    (200, n)
+                }
+                _ => (200, changed),
+            };
+            let response = http::Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(answer.to_string())))
+                .unwrap();
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let client = kube::Client::new(service, "default");
+    let recorder = Recorder::new(
+        client.clone(),
+        skiff_runtime::events::Reporter {
+            controller: "test".into(),
+            instance: "test".into(),
+        },
+    );
+    (KubeWrites { client, recorder }, seen)
+}
+
+#[tokio::test]
+async fn a_taint_written_over_someone_elses_change_reads_the_node_again_and_keeps_theirs() {
+    let (api, seen) = changing_node();
+    let n = node("Unknown", 0);
+    let add = |n: &Node| no_execute_taints(n, Some(UNREACHABLE), at(10));
+    let written = api.update_taints(&n, &add).await.unwrap().unwrap();
+    assert_eq!(written.metadata.resource_version.as_deref(), Some("8"));
+    let seen = seen.lock().clone();
+    let requests: Vec<(&str, &str)> = seen.iter().map(|r| (&*r.0, &*r.1)).collect();
+    assert_eq!(
+        requests,
+        [
+            ("PATCH", "/api/v1/nodes/n1"),
+            ("GET", "/api/v1/nodes/n1"),
+            ("PATCH", "/api/v1/nodes/n1"),
+        ]
+    );
+    assert_eq!(
+        seen[0].2["metadata"]["resourceVersion"], "v0",
+        "conditional on the version it read"
+    );
+    assert_eq!(seen[2].2["metadata"]["resourceVersion"], "7");
+    let taints: Vec<Taint> = serde_json::from_value(seen[2].2["spec"]["taints"].clone()).unwrap();
+    assert_eq!(
+        keys(&taints),
+        [
+            "other:NoSchedule",
+            "node.kubernetes.io/unreachable:NoExecute"
+        ],
+        "the other writer's taint kept"
+    );
 }
