@@ -333,6 +333,8 @@ impl ApiServer {
         modes: &[Mode],
         authn_options: authn::Options,
     ) -> Result<Arc<Self>> {
+        let metrics = Arc::<crate::metrics::Metrics>::default();
+        let store: Arc<dyn Store> = Arc::new(storage::metered::Metered::new(store, &metrics));
         let cache = Cacher::start(store.clone()).await?;
         let mut chain = authz::Chain::default();
         let mut rbac = None;
@@ -466,7 +468,7 @@ impl ApiServer {
                     }),
                 ],
             },
-            metrics: Arc::default(),
+            metrics,
             ranges: crate::allocator::Ranges::default(),
             clock: jiff::Timestamp::now,
             kubelet,

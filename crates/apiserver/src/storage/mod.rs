@@ -1,6 +1,9 @@
 //! How objects sit in the store: one key per object (`/registry/{group}/{resource}/{namespace}/
 //! {name}`, group `core` for the legacy group), the value the object's JSON without its
-//! `resourceVersion`, which is the key's `mod_revision` (so it can never be stale).
+//! `resourceVersion`, which is the key's `mod_revision` (so it can never be stale). The server
+//! reaches the store through [`metered::Metered`], which times each call.
+
+pub mod metered;
 
 use bytes::Bytes;
 use serde_json::Value;
