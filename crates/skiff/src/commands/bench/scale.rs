@@ -442,6 +442,8 @@ async fn bench(
         "mutating_sli_p99_s": sli_p99.get("all").map(bound),
         "mutating_sli_p99_by_resource_s": bounds(&sli_p99),
         "apf_wait_p99_by_level_s": bounds(&apf_wait_p99(&server_metrics)),
+        // the store's part of the requests' time
+        "store_p99_by_operation_s": bounds(&store_p99(&server_metrics)),
         "probe_writes": probed.len(),
         "probe_p50_ms": ms(&probed, 0.5),
         "probe_p99_ms": ms(&probed, 0.99),
@@ -632,6 +634,8 @@ const REQUEST_DURATION: &str = "apiserver_request_duration_seconds";
 const REQUEST_SLI_DURATION: &str = "apiserver_request_sli_duration_seconds";
 /// A request's wait in its APF queue.
 const APF_WAIT: &str = "apiserver_flowcontrol_request_wait_duration_seconds";
+/// A store call's latency.
+const STORE_DURATION: &str = "etcd_request_duration_seconds";
 
 /// The p99 of the mutating calls in histogram `name` (one of the request durations): over all
 /// of them (`all`), and per verb and resource (`POST pods`).
@@ -652,6 +656,17 @@ fn apf_wait_p99(text: &str) -> BTreeMap<String, f64> {
         APF_WAIT,
         |l| l.get("execute") == "true",
         |l| l.get("priority_level").to_string(),
+    )
+}
+
+/// The p99 of the store's calls: over all of them (`all`), and per operation and resource
+/// (`update leases.coordination.k8s.io`).
+fn store_p99(text: &str) -> BTreeMap<String, f64> {
+    p99_by(
+        text,
+        STORE_DURATION,
+        |_| true,
+        |l| format!("{} {}", l.get("operation"), l.get("type")),
     )
 }
 
@@ -811,6 +826,24 @@ apiserver_request_duration_seconds_bucket{verb=\"GET\",resource=\"pods\",le=\"5\
             ])
         );
         assert_eq!(mutating_p99(text, REQUEST_SLI_DURATION), BTreeMap::new());
+    }
+
+    #[test]
+    fn store_calls_are_told_apart_by_operation_and_resource() {
+        let text = "\
+etcd_request_duration_seconds_bucket{operation=\"update\",type=\"leases.coordination.k8s.io\",le=\"0.1\"} 0
+etcd_request_duration_seconds_bucket{operation=\"update\",type=\"leases.coordination.k8s.io\",le=\"1.0\"} 10
+etcd_request_duration_seconds_bucket{operation=\"get\",type=\"pods\",le=\"0.1\"} 980
+etcd_request_duration_seconds_bucket{operation=\"get\",type=\"pods\",le=\"1.0\"} 980
+";
+        assert_eq!(
+            store_p99(text),
+            BTreeMap::from([
+                ("all".to_string(), 1.0),
+                ("get pods".to_string(), 0.1),
+                ("update leases.coordination.k8s.io".to_string(), 1.0),
+            ])
+        );
     }
 
     #[test]
