@@ -128,6 +128,12 @@ pub trait ContainerRuntime: Send + Sync {
     async fn pod_states(&self) -> Result<Vec<PodState>> {
         states_from_lists(self).await
     }
+    /// A number that changes whenever a sandbox or container comes, goes or changes state, for
+    /// a runtime that can tell (as a runtime with CRI container events tells the evented PLEG):
+    /// the PLEG then lists only when it changed. `None` (the default): relist every period.
+    fn generation(&self) -> Option<u64> {
+        None
+    }
     async fn container_status(&self, id: &str) -> Result<ContainerStatus>;
     /// Sets a running container's CPU and memory resources in place (CRI
     /// `UpdateContainerResources`): in-place pod resize.

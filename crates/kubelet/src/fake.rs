@@ -101,6 +101,8 @@ struct State {
     exec_exit_code: i32,
     /// Where the streaming URLs of `Exec`, `Attach` and `PortForward` point.
     streaming_base: Option<String>,
+    /// The generation the fake tells (see [`FakeRuntime::tell_generation`]).
+    generation: Option<u64>,
 }
 
 impl State {
@@ -163,6 +165,12 @@ fn not_found(method: &'static str, id: &str) -> Error {
 impl FakeRuntime {
     pub fn new() -> FakeRuntime {
         FakeRuntime::default()
+    }
+
+    /// Makes the fake tell `generation` as its [`ContainerRuntime::generation`] (by default it
+    /// tells none).
+    pub fn tell_generation(&self, generation: Option<u64>) {
+        self.state.lock().generation = generation;
     }
 
     /// The calls so far, one line each, oldest first.
@@ -296,6 +304,10 @@ impl FakeRuntime {
 
 #[async_trait]
 impl ContainerRuntime for FakeRuntime {
+    fn generation(&self) -> Option<u64> {
+        self.state.lock().generation
+    }
+
     async fn version(&self) -> Result<VersionResponse> {
         self.state.lock().check("Version", "")?;
         Ok(VersionResponse {

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use jiff::Timestamp;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::config::{LABEL_CONTAINER_NAME, LABEL_POD_UID};
 use k8s_cri::v1::NamespaceMode;
@@ -73,6 +73,8 @@ struct State {
     /// Pod uid (its label) → the ids of its sandboxes and containers: the kubelet lists one
     /// pod's on every sync, which must not scan the whole node.
     by_pod: HashMap<String, BTreeSet<String>>,
+    /// Bumped by every change (see [`HollowRuntime::change`]): the PLEG lists only when it moved.
+    generation: u64,
 }
 
 impl State {
@@ -210,8 +212,17 @@ impl HollowRuntime {
                 sandboxes: HashMap::new(),
                 containers: HashMap::new(),
                 by_pod: HashMap::new(),
+                generation: 0,
             }),
         }
+    }
+
+    /// The state, to change it: every change to sandboxes and containers goes through here, so
+    /// that the PLEG sees it.
+    fn change(&self) -> MutexGuard<'_, State> {
+        let mut s = self.state.lock();
+        s.generation += 1;
+        s
     }
 
     fn now(&self) -> i64 {
@@ -245,7 +256,7 @@ impl ContainerRuntime for HollowRuntime {
     async fn run_pod_sandbox(&self, config: PodSandboxConfig, _handler: &str) -> Result<String> {
         tokio::time::sleep(self.behaviour.startup_delay).await;
         let now = self.now();
-        let mut s = self.state.lock();
+        let mut s = self.change();
         let ip = s.ips.allocate().map_err(|e| Error::Call {
             method: "RunPodSandbox",
             status: tonic::Status::resource_exhausted(e.to_string()),
@@ -265,7 +276,7 @@ impl ContainerRuntime for HollowRuntime {
 
     async fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
         let now = self.now();
-        let s = &mut *self.state.lock();
+        let s = &mut *self.change();
         let sandbox = s
             .sandboxes
             .get_mut(id)
@@ -281,7 +292,7 @@ impl ContainerRuntime for HollowRuntime {
     }
 
     async fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
-        let s = &mut *self.state.lock();
+        let s = &mut *self.change();
         if let Some(sb) = s.sandboxes.remove(id) {
             s.unindex(&sb.config.labels, id);
             if let Some(ip) = sb.ip {
@@ -354,7 +365,7 @@ impl ContainerRuntime for HollowRuntime {
         _sandbox: PodSandboxConfig,
     ) -> Result<String> {
         let now = self.now();
-        let mut s = self.state.lock();
+        let mut s = self.change();
         if !s.sandboxes.get(sandbox_id).is_some_and(|sb| sb.ready) {
             return Err(not_found("CreateContainer", sandbox_id));
         }
@@ -408,7 +419,7 @@ impl ContainerRuntime for HollowRuntime {
 
     async fn start_container(&self, id: &str) -> Result<()> {
         let now = self.now();
-        let mut s = self.state.lock();
+        let mut s = self.change();
         let c = s
             .containers
             .get_mut(id)
@@ -429,14 +440,14 @@ impl ContainerRuntime for HollowRuntime {
         let killed = self.behaviour.stop_delay > grace;
         tokio::time::sleep(self.behaviour.stop_delay.min(grace)).await;
         let now = self.now();
-        if let Some(c) = self.state.lock().containers.get_mut(id) {
+        if let Some(c) = self.change().containers.get_mut(id) {
             HollowRuntime::exit(c, if killed { 137 } else { 143 }, now);
         }
         Ok(())
     }
 
     async fn remove_container(&self, id: &str) -> Result<()> {
-        let s = &mut *self.state.lock();
+        let s = &mut *self.change();
         if let Some(c) = s.containers.remove(id) {
             s.unindex(&c.status.labels, id);
         }
@@ -445,6 +456,10 @@ impl ContainerRuntime for HollowRuntime {
 
     /// From the state itself: the lists copy every object's labels and annotations, which at
     /// a relist a second was half of 5,000 hollow nodes' CPU with 150,000 pods.
+    fn generation(&self) -> Option<u64> {
+        Some(self.state.lock().generation)
+    }
+
     async fn pod_states(&self) -> Result<Vec<PodState>> {
         let s = self.state.lock();
         let sandboxes = s.sandboxes.iter().map(|(id, sb)| {
@@ -504,7 +519,7 @@ impl ContainerRuntime for HollowRuntime {
         id: &str,
         resources: LinuxContainerResources,
     ) -> Result<()> {
-        let mut s = self.state.lock();
+        let mut s = self.change();
         let c = s
             .containers
             .get_mut(id)

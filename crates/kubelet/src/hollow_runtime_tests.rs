@@ -420,3 +420,40 @@ async fn the_pleg_states_are_what_the_lists_say_without_their_copies() {
     assert_eq!(direct.len(), 4, "{direct:?}");
     assert_eq!(direct, listed);
 }
+
+#[tokio::test]
+async fn every_change_moves_the_generation_and_reads_do_not() {
+    let rt = runtime("10.244.0.0/24", Behaviour::default());
+    let mut seen = vec![rt.generation().unwrap()];
+    let mut moved = |rt: &HollowRuntime, what: &str| {
+        let g = rt.generation().unwrap();
+        assert!(!seen.contains(&g), "{what} moves the generation");
+        seen.push(g);
+    };
+    let sb = rt.run_pod_sandbox(sandbox("u1"), "").await.unwrap();
+    moved(&rt, "RunPodSandbox");
+    let c = rt
+        .create_container(&sb, container("u1", "c"), sandbox("u1"))
+        .await
+        .unwrap();
+    moved(&rt, "CreateContainer");
+    rt.start_container(&c).await.unwrap();
+    moved(&rt, "StartContainer");
+
+    let before = rt.generation();
+    rt.pod_states().await.unwrap();
+    rt.container_status(&c).await.unwrap();
+    rt.pod_sandbox_status(&sb).await.unwrap();
+    rt.list_containers(HashMap::new()).await.unwrap();
+    rt.list_pod_sandboxes(HashMap::new()).await.unwrap();
+    assert_eq!(rt.generation(), before, "reads leave it");
+
+    rt.stop_container(&c, 0).await.unwrap();
+    moved(&rt, "StopContainer");
+    rt.remove_container(&c).await.unwrap();
+    moved(&rt, "RemoveContainer");
+    rt.stop_pod_sandbox(&sb).await.unwrap();
+    moved(&rt, "StopPodSandbox");
+    rt.remove_pod_sandbox(&sb).await.unwrap();
+    moved(&rt, "RemovePodSandbox");
+}

@@ -3,6 +3,9 @@
 //! [`ContainerRuntime::pod_states`], the two list calls by default) and the pods
 //! whose sandboxes or containers appeared, went away or changed state since the last relist are
 //! reported, so that a pod's worker syncs when something happened to it rather than on a timer.
+//! A runtime that tells a generation ([`ContainerRuntime::generation`], the hollow one) is read
+//! only when it moved: 5,000 hollow nodes relisting ~60 objects each a second were a third of
+//! their process's CPU.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -23,6 +26,8 @@ pub struct Pleg {
     runtime: Arc<dyn ContainerRuntime>,
     /// None before the first relist.
     last: Option<HashMap<String, Digest>>,
+    /// The runtime's generation when `last` was listed, if it tells one.
+    listed_at: Option<u64>,
 }
 
 impl Pleg {
@@ -30,12 +35,18 @@ impl Pleg {
         Pleg {
             runtime,
             last: None,
+            listed_at: None,
         }
     }
 
     /// Lists the runtime once; returns the uids of the pods whose sandboxes or containers
     /// differ from the previous relist (none on the first).
     pub async fn relist(&mut self) -> Result<HashSet<String>, cri::Error> {
+        // read before listing: a change while listing makes the next relist list again
+        let generation = self.runtime.generation();
+        if generation.is_some() && generation == self.listed_at && self.last.is_some() {
+            return Ok(HashSet::new());
+        }
         let mut now: HashMap<String, Digest> = HashMap::new();
         for s in self.runtime.pod_states().await? {
             now.entry(s.pod_uid).or_default().push((s.id, s.state));
@@ -53,6 +64,7 @@ impl Pleg {
             }
         };
         self.last = Some(now);
+        self.listed_at = generation;
         Ok(changed)
     }
 
@@ -114,6 +126,29 @@ mod tests {
         let mut uids: Vec<String> = changed.into_iter().collect();
         uids.sort();
         uids
+    }
+
+    #[tokio::test]
+    async fn a_runtime_that_tells_its_generation_is_listed_only_when_it_moved() {
+        let runtime = Arc::new(FakeRuntime::new());
+        runtime.tell_generation(Some(1));
+        let mut pleg = Pleg::new(runtime.clone());
+        sandbox(&runtime, "a").await;
+        assert!(pleg.relist().await.unwrap().is_empty(), "the baseline");
+        let listed = runtime.calls().len();
+
+        sandbox(&runtime, "b").await;
+        let calls = runtime.calls().len();
+        assert!(
+            pleg.relist().await.unwrap().is_empty(),
+            "generation 1 again"
+        );
+        assert_eq!(runtime.calls().len(), calls, "not listed");
+        assert!(calls > listed);
+
+        runtime.tell_generation(Some(2));
+        assert_eq!(uids(pleg.relist().await.unwrap()), ["b"]);
+        assert!(runtime.calls().len() > calls, "listed");
     }
 
     #[tokio::test]
