@@ -29,12 +29,6 @@ const BUCKETS: [f64; 23] = [
 struct Labels {
     operation: &'static str,
     /// The resource, as upstream's group-resource string: `pods`, `leases.coordination.k8s.io`.
-    #[prometheus(flatten)]
-    kind: Kind,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Kind {
     r#type: String,
 }
 
@@ -60,9 +54,7 @@ impl Metered {
     fn observe(&self, operation: &'static str, key: &[u8], since: Instant) {
         let labels = Labels {
             operation,
-            kind: Kind {
-                r#type: resource_of(key),
-            },
+            r#type: resource_of(key),
         };
         self.latency
             .get_or_create(&labels)
@@ -86,17 +78,23 @@ fn resource_of(key: &[u8]) -> String {
 }
 
 /// What a transaction does, as upstream names its storage operations, and the key it is about.
-fn operation_of(txn: &TxnRequest) -> (&'static str, &[u8]) {
+fn operation_of(txn: &TxnRequest) -> (&'static str, Bytes) {
     let creates = txn
         .compare
         .iter()
         .any(|c| c.op == CompareOp::Equal && c.target == CompareTarget::CreateRevision(0));
     match txn.success.first().or(txn.failure.first()) {
-        Some(TxnOp::Delete(d)) => ("delete", &d.range.key),
-        Some(TxnOp::Put(p)) if creates => ("create", &p.key),
-        Some(TxnOp::Put(p)) => ("update", &p.key),
-        Some(TxnOp::Range(r)) => ("get", &r.range.key),
-        None => ("txn", txn.compare.first().map_or(&[][..], |c| &c.range.key)),
+        Some(TxnOp::Delete(d)) => ("delete", d.range.key.clone()),
+        Some(TxnOp::Put(p)) if creates => ("create", p.key.clone()),
+        Some(TxnOp::Put(p)) => ("update", p.key.clone()),
+        Some(TxnOp::Range(r)) => ("get", r.range.key.clone()),
+        None => (
+            "txn",
+            txn.compare
+                .first()
+                .map(|c| c.range.key.clone())
+                .unwrap_or_default(),
+        ),
     }
 }
 
@@ -127,7 +125,6 @@ impl Store for Metered {
     async fn txn(&self, req: TxnRequest) -> Result<TxnResponse> {
         let since = Instant::now();
         let (operation, key) = operation_of(&req);
-        let key = Bytes::copy_from_slice(key);
         let r = self.inner.txn(req).await;
         self.observe(operation, &key, since);
         r
