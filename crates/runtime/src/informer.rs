@@ -306,6 +306,7 @@ impl Informers {
         }
         let shared = Arc::new(Shared::default());
         let kind = K::kind(dyntype).into_owned();
+        let config = with_watch_timeout(config, fastrand::f64());
         let task = tokio::spawn(reflect(api, config, transform, shared.clone(), kind));
         let lease = leased.then(|| {
             Arc::new(Lease {
@@ -526,6 +527,22 @@ impl<K: Cached> Shared<K> {
 /// `resourceVersion`, or a form that keeps none.
 fn changed<K: Cached>(old: &K, new: &K) -> bool {
     new.cache_version().is_none() || old.cache_version() != new.cache_version()
+}
+
+/// The shortest watch an informer asks for (client-go's reflector: `minWatchTimeout`).
+const MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// `config` with a watch timeout of [`MIN_WATCH_TIMEOUT`] lengthened by `jitter` (0–1) of
+/// itself, unless it names one: 5–10 minutes, as client-go's reflector picks. kube-rs asks for
+/// 290 s for every watch, so a process that starts thousands of informers at once (hollow nodes,
+/// each watching its pods) had them all time out and resume in the same second, and the server's
+/// fairness queues refused most of the herd until their resume points had left its history.
+fn with_watch_timeout(config: watcher::Config, jitter: f64) -> watcher::Config {
+    if config.timeout.is_some() {
+        return config;
+    }
+    let seconds = MIN_WATCH_TIMEOUT.as_secs_f64() * (1.0 + jitter.clamp(0.0, 1.0));
+    config.timeout(seconds as u32)
 }
 
 /// The informer's task: watches `api` (of `kind`s) into `shared`, each object as `transform`

@@ -184,6 +184,52 @@ async fn one_list_and_watch_per_type_and_filter_shared_by_every_handle() {
 }
 
 #[tokio::test]
+async fn watches_ask_for_five_to_ten_minutes_spread_unless_a_timeout_is_named() {
+    let seconds = |config: watcher::Config| config.timeout;
+    let unset = || watcher::Config::default();
+    assert_eq!(seconds(with_watch_timeout(unset(), 0.0)), Some(300));
+    assert_eq!(seconds(with_watch_timeout(unset(), 0.5)), Some(450));
+    assert_eq!(seconds(with_watch_timeout(unset(), 1.0)), Some(600));
+    assert_eq!(
+        seconds(with_watch_timeout(unset().timeout(30), 0.5)),
+        Some(30),
+        "a timeout the caller named is kept"
+    );
+
+    // each informer's watch asks for its own
+    let (mut fake, client) = Fake::new(Vec::new());
+    let informers = Informers::new(client);
+    let nodes: Vec<_> = (0..8)
+        .map(|n| informers.filtered::<Pod>(unset().fields(&format!("spec.nodeName=n{n}"))))
+        .collect();
+    for informer in &nodes {
+        informer.cache().wait_until_ready().await;
+        fake.watch().await;
+    }
+    let timeouts: std::collections::BTreeSet<u32> = fake
+        .script
+        .lock()
+        .requests
+        .iter()
+        .filter(|r| r.contains("watch=true"))
+        .map(|r| {
+            let (_, rest) = r
+                .split_once("timeoutSeconds=")
+                .expect("a watch names its timeout");
+            rest.split('&').next().unwrap().parse().unwrap()
+        })
+        .collect();
+    assert!(
+        timeouts.iter().all(|t| (300..=600).contains(t)),
+        "{timeouts:?}"
+    );
+    assert!(
+        timeouts.len() > 1,
+        "8 informers' watches end at different times: {timeouts:?}"
+    );
+}
+
+#[tokio::test]
 async fn handlers_see_each_change_after_the_cache_and_late_handlers_a_replay() {
     let (mut fake, client) = Fake::new(vec![list("1", &[pod("a", "1")])]);
     let informers = Informers::new(client);
