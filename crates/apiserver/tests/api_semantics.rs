@@ -245,6 +245,69 @@ async fn a_quiet_watch_is_bookmarked_sparingly_past_the_others_writes() {
     running.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_that_times_out_ends_with_a_bookmark_at_the_present_past_pods_it_never_saw() {
+    use k8s_openapi::api::core::v1::Pod;
+    let running = common::start().await;
+    let pods: Api<Pod> = Api::namespaced(running.client.clone(), "default");
+    let rv = list_revision(&pods).await;
+    // Pods come and go on node "busy" as fast as they are acknowledged; nothing lists pods, so
+    // the watch of node "quiet" hears of them only through its final bookmark.
+    let t0 = std::time::Instant::now();
+    let writer = pods.clone();
+    let busy = tokio::spawn(async move {
+        let mut acknowledged = Vec::new();
+        for i in 0u32.. {
+            let pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("busy-{i}")},
+                "spec": {"nodeName": "busy", "containers": [{"name": "c", "image": "busybox"}]}}))
+            .unwrap();
+            let created = writer.create(&PostParams::default(), &pod).await.unwrap();
+            let at = created
+                .metadata
+                .resource_version
+                .unwrap()
+                .parse::<i64>()
+                .unwrap();
+            acknowledged.push((t0.elapsed(), at));
+            if t0.elapsed() > std::time::Duration::from_secs(3) {
+                return acknowledged;
+            }
+        }
+        unreachable!()
+    });
+    // timeoutSeconds=4: the final bookmark goes 2 s before, 2 s or more after t0
+    let params = WatchParams {
+        bookmarks: true,
+        ..WatchParams::default()
+            .fields("spec.nodeName=quiet")
+            .timeout(4)
+    };
+    let mut quiet = pods.watch(&params, &rv).await.unwrap().boxed();
+    let mut bookmarks = Vec::new();
+    while let Some(event) = quiet.next().await {
+        match event.unwrap() {
+            WatchEvent::Bookmark(b) => bookmarks.push(b.metadata.resource_version),
+            other => panic!("nothing but bookmarks on a quiet node, got {other:?}"),
+        }
+    }
+    let acknowledged = busy.await.unwrap();
+    // a second's margin for the watch cache to apply what the store acknowledged
+    let before = acknowledged
+        .iter()
+        .filter(|(at, _)| *at < std::time::Duration::from_secs(1))
+        .map(|(_, rv)| *rv)
+        .max()
+        .expect("pods were written in the first second");
+    let last = bookmarks.last().expect("a final bookmark");
+    assert!(
+        last.parse::<i64>().unwrap() >= before,
+        "the final bookmark ({last}) is from before pods written a second before it ({before}): \
+         a client resuming from it might find it gone from the history"
+    );
+    running.stop().await;
+}
+
 /// Creates ConfigMap `name` in `default` with data `k: v`.
 async fn create_with_data(client: &kube::Client, name: &str) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");

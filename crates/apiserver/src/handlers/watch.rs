@@ -460,8 +460,9 @@ pub async fn watch(ctx: Ctx) -> Result<Response<Body>> {
 }
 
 /// Streams cache events to the watcher; at `final_bookmark` (shortly before the watch's
-/// deadline, as upstream's cacher does) it sends a bookmark, so a client whose watch times out
-/// resumes from where it got to.
+/// deadline, as upstream's cacher does) it sends a bookmark at the cache's revision, so a client
+/// whose watch times out resumes from the present, not from its last event (a quiet node's pod
+/// watch may have had none for minutes, and the history no longer reaches back to it).
 async fn live(
     sink: &mut Sink,
     mut rx: broadcast::Receiver<CacheEvent>,
@@ -474,43 +475,63 @@ async fn live(
             () = async { tokio::time::sleep_until(final_bookmark.unwrap_or_else(tokio::time::Instant::now)).await },
                 if final_bookmark.is_some() => {
                 final_bookmark = None;
-                let revision = sink.last_revision;
+                // Every event up to the caches' revision is in `rx` already (it moves once a
+                // whole batch of the store's events was sent): sent first, they are all the
+                // watch is owed up to it.
+                let now = sink.ctx.server.cache.revision();
+                if !forward(sink, &mut rx, Err(broadcast::error::TryRecvError::Empty)).await {
+                    return;
+                }
+                let revision = sink.last_revision.max(now);
                 if revision > 0 && !(sink.bookmark(revision, false).await && sink.flush().await) {
                     return;
                 }
                 continue;
             }
         };
-        // Everything already queued goes out with it, in one frame.
-        let mut next = first.map_err(|e| match e {
+        let first = first.map_err(|e| match e {
             broadcast::error::RecvError::Lagged(n) => broadcast::error::TryRecvError::Lagged(n),
             broadcast::error::RecvError::Closed => broadcast::error::TryRecvError::Closed,
         });
-        loop {
-            match next {
-                Ok(e) => {
-                    if !sink.cache_event(&e).await {
-                        return;
-                    }
-                }
-                // Too far behind: end the watch; the client resumes from its last
-                // resourceVersion, which the history still holds.
-                Err(broadcast::error::TryRecvError::Lagged(_)) => {
-                    let metrics = &sink.ctx.server.metrics;
-                    metrics.watcher_terminated(&sink.ctx.rt.plural);
-                    sink.flush().await;
-                    return;
-                }
-                Err(broadcast::error::TryRecvError::Closed) => {
-                    sink.flush().await;
-                    return;
-                }
-                Err(broadcast::error::TryRecvError::Empty) => break,
-            }
-            next = rx.try_recv();
-        }
-        if !sink.flush().await {
+        if !forward(sink, &mut rx, first).await {
             return;
         }
     }
+}
+
+/// Sends `first` (unless it is `Empty`) and every event queued behind it, then flushes them in
+/// one frame; `false` once the watch is over.
+async fn forward(
+    sink: &mut Sink,
+    rx: &mut broadcast::Receiver<CacheEvent>,
+    first: std::result::Result<CacheEvent, broadcast::error::TryRecvError>,
+) -> bool {
+    let mut next = match first {
+        Err(broadcast::error::TryRecvError::Empty) => rx.try_recv(),
+        other => other,
+    };
+    loop {
+        match next {
+            Ok(e) => {
+                if !sink.cache_event(&e).await {
+                    return false;
+                }
+            }
+            // Too far behind: end the watch; the client resumes from its last
+            // resourceVersion, which the history still holds.
+            Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                let metrics = &sink.ctx.server.metrics;
+                metrics.watcher_terminated(&sink.ctx.rt.plural);
+                sink.flush().await;
+                return false;
+            }
+            Err(broadcast::error::TryRecvError::Closed) => {
+                sink.flush().await;
+                return false;
+            }
+            Err(broadcast::error::TryRecvError::Empty) => break,
+        }
+        next = rx.try_recv();
+    }
+    sink.flush().await
 }
