@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -29,8 +29,19 @@ use crate::stamped::Stamped;
 use crate::storage;
 use crate::strategy::{self, Strategy, StrategyRef};
 
-/// Events kept per resource for watches that resume from a recent resourceVersion.
-pub const HISTORY: usize = 10_000;
+/// Events kept per resource for watches that resume from a recent resourceVersion: those of the
+/// last [`HISTORY_FRESH`], never fewer than [`HISTORY_MIN`], and beyond that no more than
+/// [`HISTORY_MAX`] events or [`HISTORY_BYTES`] of objects (upstream's watch cache keeps 75 s,
+/// growing to 100 × 1024 events). A client whose watch ended (its timeout, a reconnect the
+/// fairness queues refused and it backed off from) resumes without a relist if it is back within
+/// the window; at 5,000 nodes a fixed 10,000 pod events spanned about 15 s.
+pub const HISTORY_MIN: usize = 10_000;
+/// See [`HISTORY_MIN`].
+pub const HISTORY_MAX: usize = 100 * 1024;
+/// See [`HISTORY_MIN`].
+pub const HISTORY_FRESH: Duration = Duration::from_secs(75);
+/// See [`HISTORY_MIN`]: the objects' stored JSON, counted once per event.
+pub const HISTORY_BYTES: usize = 128 << 20;
 /// Events buffered per resource for live watchers; a watcher that falls further behind is closed
 /// and resumes from its last resourceVersion (served from the history). The buffer is allocated
 /// whole (48 bytes a slot) when a resource is first watched: 1024 keeps the 52 built-in ones at
@@ -235,7 +246,10 @@ pub enum CacheEvent {
 #[derive(Debug, Default)]
 struct State {
     objects: BTreeMap<String, Arc<Cached>>,
-    history: VecDeque<CacheEvent>,
+    /// Recent events, oldest first, each with when it was applied.
+    history: VecDeque<(Instant, CacheEvent)>,
+    /// The size of `history`'s objects, as [`event_bytes`] counts it.
+    history_bytes: usize,
     /// Events with a revision above this are all in `history`.
     history_floor: i64,
     /// The store revision `objects` is complete up to (advanced after every store batch, under
@@ -247,10 +261,30 @@ struct State {
     /// ([`Strategy::watch_index`]: a node's pods).
     by_index: HashMap<String, BTreeSet<String>>,
     /// When watchers were last told of progress.
-    progress_sent: Option<std::time::Instant>,
+    progress_sent: Option<Instant>,
 }
 
 impl State {
+    /// Appends `event`, applied at `now`, to the history, and lets go of the oldest events that
+    /// [`HISTORY_MIN`] and its companions no longer keep.
+    fn remember(&mut self, event: CacheEvent, now: Instant) {
+        self.history_bytes += event_bytes(&event);
+        self.history.push_back((now, event));
+        while let Some((at, oldest)) = self.history.front() {
+            let len = self.history.len();
+            let kept = len <= HISTORY_MIN
+                || (len <= HISTORY_MAX
+                    && self.history_bytes <= HISTORY_BYTES
+                    && now.saturating_duration_since(*at) <= HISTORY_FRESH);
+            if kept {
+                break;
+            }
+            self.history_floor = event_revision(oldest);
+            self.history_bytes -= event_bytes(oldest);
+            self.history.pop_front();
+        }
+    }
+
     /// Moves `key` in the index from its `prev` object's value to its `now` object's.
     fn reindex(&mut self, field: &str, key: &str, prev: Option<&Cached>, now: Option<&Cached>) {
         fn value<'a>(c: Option<&'a Cached>, field: &str) -> Option<&'a str> {
@@ -517,7 +551,9 @@ impl ResourceCache {
             )),
             Some(rv) if rv < state.history_floor => None,
             Some(rv) => {
-                let start = state.history.partition_point(|e| event_revision(e) <= rv);
+                let start = state
+                    .history
+                    .partition_point(|(_, e)| event_revision(e) <= rv);
                 // an indexed watch resumes with what it would have been offered live
                 let offered = |e: &&CacheEvent| {
                     pinned.is_none_or(|(field, value)| {
@@ -529,6 +565,7 @@ impl ResourceCache {
                     state
                         .history
                         .range(start..)
+                        .map(|(_, e)| e)
                         .filter(offered)
                         .cloned()
                         .collect(),
@@ -571,12 +608,7 @@ impl ResourceCache {
             }
             (None, None) => return,
         };
-        if state.history.len() >= HISTORY
-            && let Some(old) = state.history.pop_front()
-        {
-            state.history_floor = event_revision(&old);
-        }
-        state.history.push_back(event.clone());
+        state.remember(event.clone(), Instant::now());
         self.send(event);
     }
 
@@ -590,6 +622,7 @@ impl ResourceCache {
         }
         state.objects = objects;
         state.history.clear();
+        state.history_bytes = 0;
         state.history_floor = revision;
         state.revision = revision;
         state.last_change = revision;
@@ -606,7 +639,7 @@ impl ResourceCache {
                 .progress_sent
                 .is_none_or(|at| at.elapsed() >= PROGRESS_EVERY)
         {
-            state.progress_sent = Some(std::time::Instant::now());
+            state.progress_sent = Some(Instant::now());
             self.send(CacheEvent::Progress(state.revision));
         }
     }
@@ -648,6 +681,15 @@ fn indexed_values<'e>(field: &str, event: &'e CacheEvent) -> Option<(&'e str, Op
     };
     let value = |c: &'e Cached| c.field(field).unwrap_or_default();
     Some((value(object), prev.as_deref().map(value)))
+}
+
+/// What an event's object adds to the history's size (its stored JSON; an earlier version it
+/// carries is another event's object, or soon is no one else's).
+fn event_bytes(e: &CacheEvent) -> usize {
+    match e {
+        CacheEvent::Object { object, .. } => object.json_len(),
+        CacheEvent::Progress(_) | CacheEvent::Reset(_) => 0,
+    }
 }
 
 fn event_revision(e: &CacheEvent) -> i64 {
@@ -1204,6 +1246,69 @@ mod tests {
     }
 
     #[test]
+    fn the_history_keeps_75_seconds_of_events_within_its_bounds() {
+        let cache = pod_cache();
+        let one = pod_on(&cache, "ns", "p", "n1", 1);
+        let event = |revision: i64| CacheEvent::Object {
+            change: Change::Modified,
+            object: restamp(&one, revision),
+            prev: None,
+        };
+        let t0 = Instant::now();
+        let mut state = State::default();
+        let mut revision = 0;
+        let mut remember = |state: &mut State, n: usize, at: Instant| {
+            for _ in 0..n {
+                revision += 1;
+                state.remember(event(revision), at);
+            }
+        };
+        // 10,000 events are kept however old, more while they are 75 s old or younger
+        remember(&mut state, HISTORY_MIN + 5, t0);
+        assert_eq!(state.history.len(), HISTORY_MIN + 5);
+        assert_eq!(state.history_floor, 0);
+        remember(&mut state, 1, t0 + HISTORY_FRESH);
+        assert_eq!(state.history.len(), HISTORY_MIN + 6, "75 s old is fresh");
+        remember(&mut state, 1, t0 + HISTORY_FRESH + Duration::from_secs(1));
+        assert_eq!(
+            state.history.len(),
+            HISTORY_MIN,
+            "older ones go, down to the least kept"
+        );
+        assert_eq!(
+            state.history_floor, 7,
+            "a watch from the revision of the last one gone is 410"
+        );
+        let counted: usize = state.history.iter().map(|(_, e)| event_bytes(e)).sum();
+        assert_eq!(state.history_bytes, counted);
+
+        // at most 102,400 events, however fresh
+        let t1 = t0 + 3 * HISTORY_FRESH;
+        remember(&mut state, HISTORY_MAX + 10, t1);
+        assert_eq!(state.history.len(), HISTORY_MAX);
+        assert_eq!(state.history_floor, revision - HISTORY_MAX as i64);
+
+        // and of large objects, at most 128 MiB beyond the least kept
+        let mut large = pod();
+        large["metadata"]["annotations"] = json!({"filler": "x".repeat(64 << 10)});
+        let large = Arc::new(Cached::from_object(&*cache.strategy, &large, 1).unwrap());
+        let mut state = State::default();
+        for revision in 1..=(HISTORY_MIN as i64 + 5_000) {
+            state.remember(
+                CacheEvent::Object {
+                    change: Change::Modified,
+                    object: restamp(&large, revision),
+                    prev: None,
+                },
+                t1,
+            );
+        }
+        let bytes = large.json_len();
+        assert_eq!(state.history.len(), HISTORY_MIN, "{bytes} bytes an event");
+        assert!(state.history_bytes >= HISTORY_MIN * bytes);
+    }
+
+    #[test]
     fn watchers_hear_of_progress_at_most_once_a_second_while_the_revision_moves_on() {
         let cache = pod_cache();
         cache.reset(BTreeMap::new(), 1);
@@ -1222,7 +1327,7 @@ mod tests {
         cache.advance(4, false);
         assert_eq!(progress(&mut rx), [2], "one progress a second");
         assert_eq!(cache.list("").revision, 4, "the cache's revision moves on");
-        let a_second_ago = std::time::Instant::now() - PROGRESS_EVERY;
+        let a_second_ago = Instant::now() - PROGRESS_EVERY;
         cache.state.write().progress_sent = Some(a_second_ago);
         cache.advance(5, true);
         assert_eq!(progress(&mut rx), [5]);
