@@ -479,7 +479,8 @@ async fn live(
                 // whole batch of the store's events was sent): sent first, they are all the
                 // watch is owed up to it.
                 let now = sink.ctx.server.cache.revision();
-                if !forward(sink, &mut rx, Err(broadcast::error::TryRecvError::Empty)).await {
+                let queued = rx.try_recv();
+                if !forward(sink, &mut rx, queued).await {
                     return;
                 }
                 let revision = sink.last_revision.max(now);
@@ -499,17 +500,14 @@ async fn live(
     }
 }
 
-/// Sends `first` (unless it is `Empty`) and every event queued behind it, then flushes them in
-/// one frame; `false` once the watch is over.
+/// Sends `first` and every event queued behind it, then flushes them in one frame; `false` once
+/// the watch is over.
 async fn forward(
     sink: &mut Sink,
     rx: &mut broadcast::Receiver<CacheEvent>,
     first: std::result::Result<CacheEvent, broadcast::error::TryRecvError>,
 ) -> bool {
-    let mut next = match first {
-        Err(broadcast::error::TryRecvError::Empty) => rx.try_recv(),
-        other => other,
-    };
+    let mut next = first;
     loop {
         match next {
             Ok(e) => {
