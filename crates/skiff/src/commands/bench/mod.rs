@@ -6,6 +6,7 @@ pub mod controllers;
 pub mod dns;
 pub mod eviction;
 pub mod ingress;
+pub mod machine;
 pub mod metrics;
 pub mod netpol;
 pub mod pods;

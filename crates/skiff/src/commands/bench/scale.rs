@@ -27,7 +27,9 @@
 //!   kubelet's relist is a `LIST pods`), watch events, and watchers closed for falling behind;
 //! - **the store**: once the run is over and the API server killed, the time to open it (the
 //!   log replayed), its file's size, a compaction to the last revision with its sweep (timed),
-//!   and the size after.
+//!   and the size after;
+//! - **the machine**: how long a fixed piece of work took before the run (see [`machine`]),
+//!   and the share of CPU time the hypervisor took during it, to read runs of other days by.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -53,6 +55,7 @@ use super::api::{
 use super::controllers::{
     PODS_PER_NODE, deployment, roll, rolled_out, start, start_hollow, watches,
 };
+use super::machine::{self, CpuTicks};
 use crate::commands::UsageError;
 
 /// Options of `skiff bench scale`.
@@ -123,6 +126,9 @@ pub async fn run(args: ScaleBenchArgs) -> Result<()> {
         backend: "embedded".into(),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
+    // how fast the machine is today, before anything of the run is started
+    let calibration_ms = machine::calibration_ms();
+    let ticks = CpuTicks::now();
     let tmp = tempfile::tempdir()?;
     let exe = std::env::current_exe()?;
     let api_dir = tmp.path().join("api");
@@ -130,9 +136,13 @@ pub async fn run(args: ScaleBenchArgs) -> Result<()> {
     let result = bench(&args, &plan, &server, tmp.path()).await;
     server.stop().await;
     let result = match result {
-        Ok(line) => store_figures(&api_dir.join("store"))
-            .await
-            .map(|store| merge(line, store)),
+        Ok(line) => store_figures(&api_dir.join("store")).await.map(|store| {
+            let machine = json!({
+                "cpu_calibration_ms": round3(calibration_ms),
+                "cpu_steal_pct": CpuTicks::now().steal_pct_since(&ticks),
+            });
+            merge(merge(line, store), machine)
+        }),
         Err(e) => Err(e),
     };
     match result {
