@@ -7,7 +7,7 @@
 //!
 //! Only the order changes: every member of the value is written as it is.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use serde_json::{Map, Value};
@@ -21,10 +21,10 @@ struct Member {
     card: Card,
 }
 
-/// Each message's members in Go order, and their names for the leftovers check.
+/// Each message's members in Go order, and each name's place in that order.
 struct Flat {
     members: Vec<Member>,
-    names: HashSet<&'static str>,
+    places: HashMap<&'static str, usize, foldhash::fast::FixedState>,
 }
 
 static FLAT: LazyLock<Vec<Flat>> = LazyLock::new(|| {
@@ -33,8 +33,12 @@ static FLAT: LazyLock<Vec<Flat>> = LazyLock::new(|| {
         .map(|id| {
             let mut members = Vec::new();
             flatten(schema, id, &mut members);
-            let names = members.iter().map(|m| m.name).collect();
-            Flat { members, names }
+            let places = members
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (m.name, i))
+                .collect();
+            Flat { members, places }
         })
         .collect()
 });
@@ -113,7 +117,9 @@ impl Writer<'_> {
     /// An object of no known kind: sorted, as serde_json writes it, but `skip` still applies.
     fn unknown(&mut self, map: &Map<String, Value>) {
         let Some((outer, inner)) = self.skip.take() else {
-            return self.plain(&Value::Object(map.clone()));
+            // writing into a Vec cannot fail
+            let _ = serde_json::to_writer(&mut *self.out, map);
+            return;
         };
         self.out.push(b'{');
         let mut first = true;
@@ -135,7 +141,9 @@ impl Writer<'_> {
         self.out.push(b'}');
     }
 
-    /// The members of `map` as message `id`, after `first` and leaving out `written`.
+    /// The members of `map` as message `id`, after `first` and leaving out `written`. The
+    /// map's keys are looked up in the message (a pod's spec sets a dozen of its forty fields),
+    /// not the message's fields in the map.
     fn members(
         &mut self,
         map: &Map<String, Value>,
@@ -145,13 +153,18 @@ impl Writer<'_> {
         written: &[&str],
     ) {
         let flat = &FLAT[id];
-        let mut count = written.iter().filter(|n| map.contains_key(**n)).count();
-        for m in &flat.members {
-            let Some(v) = map.get(m.name) else { continue };
-            count += 1;
-            if written.contains(&m.name) {
-                continue;
+        let mut known = Vec::with_capacity(map.len());
+        let mut unknown = false;
+        for (k, v) in map {
+            match flat.places.get(k.as_str()) {
+                _ if written.contains(&k.as_str()) => {}
+                Some(&place) => known.push((place, v)),
+                None => unknown = true,
             }
+        }
+        known.sort_unstable_by_key(|(place, _)| *place);
+        for (place, v) in known {
+            let m = &flat.members[place];
             self.key(first, m.name);
             match (skip, v, m.ty) {
                 (Some((outer, inner)), Value::Object(inner_map), FieldType::Message(inner_id))
@@ -162,9 +175,9 @@ impl Writer<'_> {
                 _ => self.typed(v, m.ty, m.card),
             }
         }
-        if count < map.len() {
+        if unknown {
             for (k, v) in map {
-                if !flat.names.contains(k.as_str()) && !written.contains(&k.as_str()) {
+                if !flat.places.contains_key(k.as_str()) && !written.contains(&k.as_str()) {
                     self.key(first, k);
                     self.plain(v);
                 }
