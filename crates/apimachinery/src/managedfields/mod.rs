@@ -187,11 +187,7 @@ pub fn update(live: &Value, new: &mut Value, writer: &Writer<'_>) {
         }
     };
     let node = schema::root(writer.group, writer.kind, writer.custom);
-    let mut c = typed::compare(
-        &without_managed_fields(live),
-        &without_managed_fields(new),
-        &node,
-    );
+    let mut c = typed::compare(live, new, &node);
     c.retain_top(|pe| writer.scope.keeps(pe));
     let changed = c.modified.union(&c.added);
     managed.remove_from_all(&changed, &c.removed);
@@ -274,7 +270,7 @@ fn allowed_by_last_applied(live: &Value, annotation: &str, writer: &Writer<'_>) 
     }
     let node = schema::root(writer.group, writer.kind, writer.custom);
     let fields = typed::field_set(&last, &node).ok()?;
-    let c = typed::compare(&last, &without_managed_fields(live), &node);
+    let c = typed::compare(&last, live, &node);
     Some(
         fields
             .difference(&c.modified)

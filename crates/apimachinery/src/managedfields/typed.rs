@@ -105,6 +105,8 @@ fn walk_set(value: &Value, node: &Node, path: &mut Path, set: &mut Set) -> Resul
 
 /// Compares `lhs` (the live object) with `rhs` (the new one). Lists whose elements lack their
 /// keys are compared by index rather than failing, so recording ownership never fails a write.
+/// `metadata.managedFields` is passed over: it is the bookkeeping, not a field anyone manages
+/// (and leaving it out here spares copying both objects without it on every write).
 pub fn compare(lhs: &Value, rhs: &Value, node: &Node) -> Comparison {
     let mut c = Comparison::default();
     compare_at(Some(lhs), Some(rhs), node, false, &mut Vec::new(), &mut c);
@@ -157,12 +159,17 @@ fn compare_at(
             let empty = Map::new();
             let lm = l.as_object().unwrap_or(&empty);
             let rm = r.as_object().unwrap_or(&empty);
-            for (k, lv) in lm {
+            let in_metadata = matches!(path.as_slice(), [PathElement::Field(m)] if m == "metadata");
+            let compared = |k: &String| !(in_metadata && k == "managedFields");
+            for (k, lv) in lm.iter().filter(|(k, _)| compared(k)) {
                 path.push(PathElement::Field(k.clone()));
                 compare_at(Some(lv), rm.get(k), &node.field(k), node.map, path, c);
                 path.pop();
             }
-            for (k, rv) in rm.iter().filter(|(k, _)| !lm.contains_key(*k)) {
+            for (k, rv) in rm
+                .iter()
+                .filter(|(k, _)| compared(k) && !lm.contains_key(*k))
+            {
                 path.push(PathElement::Field(k.clone()));
                 compare_at(None, Some(rv), &node.field(k), node.map, path, c);
                 path.pop();

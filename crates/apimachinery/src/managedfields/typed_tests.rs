@@ -95,6 +95,19 @@ fn comparison_reports_added_modified_and_removed_fields() {
 }
 
 #[test]
+fn comparison_passes_over_managed_fields_but_not_other_metadata() {
+    let live = json!({"metadata": {"managedFields": [{"manager": "a"}]}, "spec": {"paused": true}});
+    let new = json!({"metadata": {"managedFields": [{"manager": "b"}], "labels": {"a": "1"}},
+                     "spec": {"paused": true, "managedFields": 1}});
+    let c = compare(&live, &new, &deployment());
+    assert!(c.modified.is_empty() && c.removed.is_empty());
+    assert_eq!(
+        c.added.to_fields_v1(),
+        json!({"f:metadata": {"f:labels": {".": {}, "f:a": {}}}, "f:spec": {"f:managedFields": {}}})
+    );
+}
+
+#[test]
 fn comparison_of_new_labels_owns_the_map_and_its_keys() {
     let c = compare(
         &json!({"metadata": {}}),

@@ -222,28 +222,37 @@ pub fn settle_generation(object: &mut Value, old: &Value) {
 
 /// Whether anything outside `metadata` and `status` differs.
 pub(crate) fn spec_changed(a: &Value, b: &Value) -> bool {
-    let strip = |v: &Value| -> Map<String, Value> {
-        let mut m = v.as_object().cloned().unwrap_or_default();
-        for k in ["metadata", "status", "apiVersion", "kind"] {
-            m.remove(k);
-        }
-        m
-    };
-    strip(a) != strip(b)
+    let empty = Map::new();
+    let (a, b) = (
+        a.as_object().unwrap_or(&empty),
+        b.as_object().unwrap_or(&empty),
+    );
+    !same_except(a, b, &["metadata", "status", "apiVersion", "kind"])
 }
 
 /// Whether an update changes nothing the store would keep (so it is not written and keeps its
 /// resourceVersion, as upstream: kubectl then says "unchanged"/"no change").
 pub fn unchanged(object: &Value, old: &Value) -> bool {
-    let strip = |v: &Value| -> Value {
-        let mut v = v.clone();
-        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-            m.remove("resourceVersion");
-            m.remove("managedFields");
-        }
-        v
+    let (Value::Object(new), Value::Object(old)) = (object, old) else {
+        return object == old;
     };
-    strip(object) == strip(old)
+    same_except(new, old, &["metadata"])
+        && match (new.get("metadata"), old.get("metadata")) {
+            (Some(Value::Object(a)), Some(Value::Object(b))) => {
+                same_except(a, b, &["resourceVersion", "managedFields"])
+            }
+            (a, b) => a == b,
+        }
+}
+
+/// Whether `a` and `b` have the same members but for those named in `ignored` (compared in
+/// place: a pod's status PATCH would otherwise copy both pods to compare them).
+fn same_except(a: &Map<String, Value>, b: &Map<String, Value>, ignored: &[&str]) -> bool {
+    let kept = |m: &Map<String, Value>| m.keys().filter(|k| !ignored.contains(&k.as_str())).count();
+    kept(a) == kept(b)
+        && a.iter()
+            .filter(|(k, _)| !ignored.contains(&k.as_str()))
+            .all(|(k, v)| b.get(k) == Some(v))
 }
 
 #[cfg(test)]
@@ -293,5 +302,36 @@ mod tests {
         assert_eq!(new["metadata"]["labels"]["x"], "1");
         assert_eq!(new["status"]["replicas"], 2);
         assert_eq!(new["metadata"]["generation"], 3);
+    }
+
+    #[test]
+    fn an_update_is_unchanged_when_only_its_resource_version_or_managed_fields_differ() {
+        let old = json!({"kind": "Pod", "metadata": {"name": "a", "resourceVersion": "5",
+                         "managedFields": [{"manager": "x"}]}, "spec": {"n": 1}});
+        let same = json!({"kind": "Pod", "metadata": {"name": "a"}, "spec": {"n": 1}});
+        assert!(unchanged(&same, &old));
+        assert!(unchanged(&old, &same));
+        let labelled = json!({"kind": "Pod", "metadata": {"name": "a", "labels": {"l": "1"}},
+                              "spec": {"n": 1}});
+        assert!(!unchanged(&labelled, &old));
+        let more = json!({"kind": "Pod", "metadata": {"name": "a"}, "spec": {"n": 1}, "x": 1});
+        assert!(!unchanged(&more, &old) && !unchanged(&old, &more));
+        let no_metadata = json!({"kind": "Pod", "spec": {"n": 1}});
+        assert!(!unchanged(&no_metadata, &old) && !unchanged(&old, &no_metadata));
+        assert!(unchanged(&json!("a"), &json!("a")) && !unchanged(&json!("a"), &old));
+    }
+
+    #[test]
+    fn the_spec_is_what_is_outside_metadata_status_and_type() {
+        let old = json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "a"},
+                         "spec": {"n": 1}, "status": {"phase": "Pending"}});
+        let status = json!({"metadata": {"name": "b"}, "spec": {"n": 1},
+                            "status": {"phase": "Running"}});
+        assert!(!spec_changed(&status, &old));
+        let spec = json!({"kind": "Pod", "apiVersion": "v1", "spec": {"n": 2}});
+        assert!(spec_changed(&spec, &old));
+        let more = json!({"spec": {"n": 1}, "data": {}});
+        assert!(spec_changed(&more, &old) && spec_changed(&old, &more));
+        assert!(!spec_changed(&json!(null), &json!({"status": {}})));
     }
 }
