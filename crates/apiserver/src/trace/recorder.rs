@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use indexmap::IndexSet;
 use parking_lot::Mutex;
 use serde::Serialize;
 use tokio::sync::broadcast;
@@ -52,8 +53,9 @@ pub struct Timeline {
     pub uid: Option<String>,
     /// Its controller, as its own writes last said.
     pub owner: Option<ObjectRef>,
-    /// The objects it controls, in the order they were first recorded, and how many more.
-    pub children: Vec<ObjectRef>,
+    /// The objects it controls, in the order they were first recorded, and how many more (a
+    /// set: a ReplicaSet's thousandth pod is not compared with the other 999).
+    pub children: IndexSet<ObjectRef>,
     pub more_children: usize,
     touched: u64,
 }
@@ -152,7 +154,7 @@ impl Recorder {
             && !timeline.children.contains(&child)
         {
             if timeline.children.len() < CHILDREN_NAMED {
-                timeline.children.push(child);
+                timeline.children.insert(child);
             } else {
                 timeline.more_children += 1;
             }

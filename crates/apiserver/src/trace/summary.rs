@@ -86,8 +86,24 @@ pub fn targets(
     }
 }
 
+/// `v.pointer(path)` for a path without `~` escapes, without the copy of each segment that
+/// `Value::pointer` makes: a summary reads a dozen paths on every write.
+fn value_at<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    debug_assert!(!path.contains('~'), "{path} has escapes");
+    if path.is_empty() {
+        return Some(v);
+    }
+    path.strip_prefix('/')?
+        .split('/')
+        .try_fold(v, |v, segment| match v {
+            Value::Object(m) => m.get(segment),
+            Value::Array(items) => items.get(segment.parse::<usize>().ok()?),
+            _ => None,
+        })
+}
+
 fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
-    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+    value_at(v, pointer).and_then(Value::as_str).unwrap_or("")
 }
 
 /// The object's own timeline: what the write changed in it.
@@ -111,10 +127,8 @@ fn own(
         _ => {}
     }
     if new.is_some()
-        && before.pointer("/metadata/deletionTimestamp").is_none()
-        && let Some(at) = after
-            .pointer("/metadata/deletionTimestamp")
-            .and_then(Value::as_str)
+        && value_at(before, "/metadata/deletionTimestamp").is_none()
+        && let Some(at) = value_at(after, "/metadata/deletionTimestamp").and_then(Value::as_str)
     {
         summary.push(format!("deletion requested (at {at})"));
     }
@@ -124,8 +138,7 @@ fn own(
             use skiff_component_helpers::binding::{ANN_QUEUE_WAIT, parse_queue_wait};
             summary.push(format!("spec.nodeName={node}"));
             facts.node_name = Some(node.to_string());
-            facts.queue_wait = after
-                .pointer("/metadata/annotations")
+            facts.queue_wait = value_at(after, "/metadata/annotations")
                 .and_then(|a| a.get(ANN_QUEUE_WAIT))
                 .and_then(Value::as_str)
                 .and_then(parse_queue_wait);
@@ -174,7 +187,7 @@ fn own(
         ("/metadata/finalizers", "finalizers"),
         ("/metadata/ownerReferences", "ownerReferences"),
     ] {
-        if old.is_some() && new.is_some() && before.pointer(field) != after.pointer(field) {
+        if old.is_some() && new.is_some() && value_at(before, field) != value_at(after, field) {
             summary.push(format!("{what} changed"));
         }
     }
@@ -210,7 +223,7 @@ fn own(
 /// The counters a controller's story is told in: a new generation (the spec changed) and
 /// replica counts, wherever a kind keeps them.
 fn counts(before: &Value, after: &Value, summary: &mut Vec<String>) {
-    let generation = |v: &Value| v.pointer("/metadata/generation").and_then(Value::as_i64);
+    let generation = |v: &Value| value_at(v, "/metadata/generation").and_then(Value::as_i64);
     if let (Some(g0), Some(g1)) = (generation(before), generation(after))
         && g0 != g1
     {
@@ -230,7 +243,7 @@ fn counts(before: &Value, after: &Value, summary: &mut Vec<String>) {
         "/status/succeeded",
         "/status/failed",
     ] {
-        let (n0, n1) = (before.pointer(pointer), after.pointer(pointer));
+        let (n0, n1) = (value_at(before, pointer), value_at(after, pointer));
         if n0 != n1 {
             let show = |n: Option<&Value>| n.map_or("(none)".to_string(), Value::to_string);
             let field = pointer[1..].replace('/', ".");
@@ -241,8 +254,7 @@ fn counts(before: &Value, after: &Value, summary: &mut Vec<String>) {
 
 /// The controller (`ownerReferences[].controller: true`) of `obj`.
 fn controller(obj: &Value, resolve: Resolve) -> Option<ObjectRef> {
-    let owner = obj
-        .pointer("/metadata/ownerReferences")?
+    let owner = value_at(obj, "/metadata/ownerReferences")?
         .as_array()?
         .iter()
         .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))?;
@@ -294,7 +306,7 @@ fn child(
 }
 
 fn conditions(pod: &Value) -> BTreeMap<String, String> {
-    pod.pointer("/status/conditions")
+    value_at(pod, "/status/conditions")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -311,8 +323,7 @@ fn conditions(pod: &Value) -> BTreeMap<String, String> {
 fn container_states(pod: &Value) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for list in ["/status/initContainerStatuses", "/status/containerStatuses"] {
-        for c in pod
-            .pointer(list)
+        for c in value_at(pod, list)
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -408,8 +419,7 @@ fn slice_members(e: &Value) -> BTreeMap<(String, String), bool> {
         .into_iter()
         .flatten()
         .filter_map(|ep| {
-            let ready = ep
-                .pointer("/conditions/ready")
+            let ready = value_at(ep, "/conditions/ready")
                 .and_then(Value::as_bool)
                 .unwrap_or(true);
             Some((pod_ref(e, ep.get("targetRef"))?, ready))
