@@ -1,7 +1,7 @@
 //! How fast the machine was during a run, so that runs on different days can be read side by
-//! side. The same commit ran the usual-size `bench scale` in 73 s one day and 128 s another,
-//! with every process's CPU per request up by the same factor: the virtual machine's cores
-//! were slower, not the code. A fixed piece of the API server's own kind of work (a pod's JSON
+//! side. The same commit ran the usual-size `bench scale` in 73 s one day and in 110 and 135 s
+//! the next, with every process's CPU per request up by about the same factor: the virtual
+//! machine's cores were slower, not the code. A fixed piece of the API server's own kind of work (a pod's JSON
 //! written and read back), timed before the run starts, and the share of CPU time the
 //! hypervisor took (`steal` in `/proc/stat`) over the run tell such runs apart.
 
