@@ -28,8 +28,12 @@
 //! - **the store**: once the run is over and the API server killed, the time to open it (the
 //!   log replayed), its file's size, a compaction to the last revision with its sweep (timed),
 //!   and the size after;
-//! - **the machine**: how long a fixed piece of work took before the run (see [`machine`]),
-//!   and the share of CPU time the hypervisor took during it, to read runs of other days by.
+//! - **the machine**: how long a fixed piece of work took before the run and, sampled once a
+//!   second, during it (see [`machine`]), and the share of CPU time the hypervisor took during
+//!   it, to read runs of other days by.
+//!
+//! `--apiserver-arg` passes flags to the API server child (the in-flight limits, say), so that
+//! runs of one build can be compared with another configuration.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -76,6 +80,10 @@ pub struct ScaleBenchArgs {
     /// Seconds to wait for each phase before giving up.
     #[arg(long, default_value_t = 3600)]
     pub timeout_s: u64,
+    /// A flag for the API server child, as `--apiserver-arg=--max-requests-inflight=100`
+    /// (repeatable); the line reports them.
+    #[arg(long, value_name = "FLAG", allow_hyphen_values = true)]
+    pub apiserver_arg: Vec<String>,
 }
 
 const NAMESPACE: &str = "default";
@@ -129,17 +137,22 @@ pub async fn run(args: ScaleBenchArgs) -> Result<()> {
     // how fast the machine is today, before anything of the run is started
     let calibration_ms = machine::calibration_ms();
     let ticks = CpuTicks::now();
+    let meter = machine::Meter::start();
     let tmp = tempfile::tempdir()?;
     let exe = std::env::current_exe()?;
     let api_dir = tmp.path().join("api");
-    let mut server = ServerChild::start_from(&exe, &api_dir, None, &[]).await?;
+    let extra: Vec<&str> = args.apiserver_arg.iter().map(String::as_str).collect();
+    let mut server = ServerChild::start_from(&exe, &api_dir, None, &extra).await?;
     let result = bench(&args, &plan, &server, tmp.path()).await;
     server.stop().await;
+    let during = meter.finish();
     let result = match result {
         Ok(line) => store_figures(&api_dir.join("store")).await.map(|store| {
             let machine = json!({
                 "cpu_calibration_ms": round3(calibration_ms),
+                "cpu_calibration_during_ms": during,
                 "cpu_steal_pct": CpuTicks::now().steal_pct_since(&ticks),
+                "apiserver_args": args.apiserver_arg,
             });
             merge(merge(line, store), machine)
         }),
