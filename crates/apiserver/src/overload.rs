@@ -21,6 +21,28 @@ pub const DEFAULT_MAX_READONLY: usize = 400;
 pub const DEFAULT_MAX_MUTATING: usize = 200;
 /// Upstream's `--request-timeout` default.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Cores from which the in-flight limits are upstream's defaults; below, they are that share of
+/// them per core (see [`default_limits`]).
+pub const UPSTREAM_LIMITS_CORES: usize = 6;
+
+/// The in-flight limits (read-only, mutating) a server on `cores` cores takes when not told:
+/// upstream's 400 and 200 from [`UPSTREAM_LIMITS_CORES`] cores, a sixth of them per core below
+/// (133 and 66 on two cores).
+///
+/// Why not upstream's on every machine: the limits bound how many requests execute at once, and
+/// requests executing at once share the cores. With 600 on two saturated cores, 300–400
+/// requests executed at a time in the 20,000-pod scale run, and each waited its turn for a core
+/// after every step (the store's answer, the body's arrival): mutating requests took 1–2 s at
+/// p99 there, against 0.6 s with 200 (`BENCHMARKS.md`, session 56). Requests beyond the limit
+/// wait in API Priority and Fairness's queues instead, fairly, and that wait is not part of
+/// upstream's SLI (`apiserver_request_sli_duration_seconds`).
+pub fn default_limits(cores: usize) -> (usize, usize) {
+    let cores = cores.clamp(1, UPSTREAM_LIMITS_CORES);
+    (
+        DEFAULT_MAX_READONLY * cores / UPSTREAM_LIMITS_CORES,
+        DEFAULT_MAX_MUTATING * cores / UPSTREAM_LIMITS_CORES,
+    )
+}
 
 /// Members of this group are never refused for load (upstream: "a system:master is so powerful
 /// that they should always get an answer").
@@ -240,6 +262,16 @@ mod tests {
             unlimited.admit(&info("get", ""), &user("g")).unwrap(),
             Admit::Uncounted
         ));
+    }
+
+    #[test]
+    fn default_limits_are_upstreams_from_six_cores_and_a_sixth_per_core_below() {
+        assert_eq!(default_limits(0), (66, 33));
+        assert_eq!(default_limits(1), (66, 33));
+        assert_eq!(default_limits(2), (133, 66));
+        assert_eq!(default_limits(3), (200, 100));
+        assert_eq!(default_limits(6), (400, 200));
+        assert_eq!(default_limits(64), (400, 200));
     }
 
     #[test]

@@ -82,13 +82,15 @@ pub struct GateArgs {
     #[arg(long, value_name = "FILE")]
     pub encryption_provider_config: Option<PathBuf>,
 
-    /// Non-mutating requests in flight at once before 429 (0: no limit).
-    #[arg(long, value_name = "N", default_value_t = skiff_apiserver::overload::DEFAULT_MAX_READONLY)]
-    pub max_requests_inflight: usize,
+    /// Non-mutating requests in flight at once before 429 (0: no limit). Default: upstream's
+    /// 400 from six cores, a sixth of it per core below (133 on two).
+    #[arg(long, value_name = "N")]
+    pub max_requests_inflight: Option<usize>,
 
-    /// Mutating requests in flight at once before 429 (0: no limit).
-    #[arg(long, value_name = "N", default_value_t = skiff_apiserver::overload::DEFAULT_MAX_MUTATING)]
-    pub max_mutating_requests_inflight: usize,
+    /// Mutating requests in flight at once before 429 (0: no limit). Default: upstream's 200
+    /// from six cores, a sixth of it per core below (66 on two).
+    #[arg(long, value_name = "N")]
+    pub max_mutating_requests_inflight: Option<usize>,
 
     /// API Priority and Fairness: requests classified by FlowSchemas into priority levels that
     /// share the server's concurrency (the two in-flight limits' sum) and queue fairly; off,
@@ -120,9 +122,11 @@ impl GateArgs {
                 self.request_timeout
             ))
         })?;
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let (readonly, mutating) = skiff_apiserver::overload::default_limits(cores);
         let overload = skiff_apiserver::overload::Limits::new(
-            self.max_requests_inflight,
-            self.max_mutating_requests_inflight,
+            self.max_requests_inflight.unwrap_or(readonly),
+            self.max_mutating_requests_inflight.unwrap_or(mutating),
             request_timeout,
         );
         let audit = match (&self.audit_policy_file, &self.audit_log_path) {
