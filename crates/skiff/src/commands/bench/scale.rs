@@ -770,6 +770,7 @@ mod tests {
             rollout_replicas: 1000,
             per_deployment: 600,
             timeout_s: 1,
+            apiserver_arg: Vec::new(),
         };
         let deployments = plan(&args).unwrap();
         assert_eq!(deployments[0], (ROLLED.to_string(), 1000));
