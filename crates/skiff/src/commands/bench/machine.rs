@@ -12,9 +12,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
 use k8s_openapi::api::core::v1::Pod;
 use rustix::time::{ClockId, clock_gettime};
 use serde_json::{Value, json};
+
+use super::api::{histogram, micros, ms, round3};
 
 /// Round trips timed by [`calibration_ms`].
 const ROUNDS: usize = 20_000;
@@ -39,7 +42,7 @@ pub fn calibration_ms() -> f64 {
 /// a core on a saturated machine does not count, and scaled to [`ROUNDS`].
 pub struct Meter {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Vec<f64>>,
+    thread: JoinHandle<Histogram<u64>>,
 }
 
 impl Meter {
@@ -48,14 +51,15 @@ impl Meter {
         let stopped = stop.clone();
         let thread = std::thread::spawn(move || {
             let pod = pod();
-            let mut samples = Vec::new();
+            let mut samples = histogram();
             while !stopped.load(Ordering::Relaxed) {
                 let started = clock_gettime(ClockId::ThreadCPUTime);
                 round_trips(&pod, SAMPLE_ROUNDS);
                 let took = Duration::try_from(clock_gettime(ClockId::ThreadCPUTime))
                     .unwrap_or_default()
                     .saturating_sub(Duration::try_from(started).unwrap_or_default());
-                samples.push(took.as_secs_f64() * 1000.0 * (ROUNDS / SAMPLE_ROUNDS) as f64);
+                let scaled = took * (ROUNDS / SAMPLE_ROUNDS) as u32;
+                let _ = samples.record(micros(scaled));
                 std::thread::park_timeout(SAMPLE_EVERY);
             }
             samples
@@ -68,12 +72,8 @@ impl Meter {
     pub fn finish(self) -> Value {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.thread().unpark();
-        let mut samples = self.thread.join().unwrap_or_default();
-        samples.sort_by(f64::total_cmp);
-        let at = |q: f64| {
-            let i = ((samples.len() as f64 * q) as usize).min(samples.len().saturating_sub(1));
-            samples.get(i).map(|ms| (ms * 10.0).round() / 10.0)
-        };
+        let samples = self.thread.join().unwrap_or_else(|_| histogram());
+        let at = |q| round3(ms(&samples, q));
         json!({"p10": at(0.1), "p50": at(0.5), "p90": at(0.9), "samples": samples.len()})
     }
 }
