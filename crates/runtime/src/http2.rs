@@ -115,6 +115,8 @@ struct Inner {
     server_name: ServerName<'static>,
     tls: tokio_rustls::TlsConnector,
     connect_timeout: Option<Duration>,
+    /// The longest wait for a response to start (`read_timeout`, below).
+    response_timeout: Option<Duration>,
     connections: parking_lot::Mutex<Vec<Connection>>,
     /// Held while a connection is being opened.
     opening: tokio::sync::Mutex<()>,
@@ -149,6 +151,11 @@ impl Pool {
                 server_name,
                 tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
                 connect_timeout: config.connect_timeout,
+                // kube's own stack bounds each read from a request's connection by
+                // `read_timeout`; here connections are shared, so it bounds the wait for each
+                // response to start instead: a request the server never answers fails rather
+                // than blocking its caller forever (a watch's response starts at once)
+                response_timeout: config.read_timeout,
                 connections: parking_lot::Mutex::new(Vec::new()),
                 opening: tokio::sync::Mutex::new(()),
             }),
@@ -248,7 +255,13 @@ impl Service<Request<Body>> for Pool {
         let inner = self.inner.clone();
         Box::pin(async move {
             let (mut sender, stream) = inner.checkout().await?;
-            let response = sender.send_request(request).await?;
+            let sent = sender.send_request(request);
+            let response = match inner.response_timeout {
+                Some(limit) => tokio::time::timeout(limit, sent)
+                    .await
+                    .map_err(|_| format!("{}: no response within {limit:?}", inner.address))??,
+                None => sent.await?,
+            };
             Ok(response.map(|body| Counted {
                 body,
                 _stream: stream,
@@ -322,7 +335,7 @@ mod tests {
 
     /// An HTTPS server on loopback that speaks what its ALPN list offers and counts the
     /// connections it accepts. `/hang` answers with a body that never ends (a watch); any
-    /// other path echoes the request's HTTP version, path and `Impersonate-User` header.
+    /// `/silent` never answers; any other path echoes the request's HTTP version, path and `Impersonate-User` header.
     struct Server {
         url: String,
         ca_der: Vec<u8>,
@@ -359,7 +372,10 @@ mod tests {
                         return;
                     };
                     let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
-                        Ok::<_, std::convert::Infallible>(answer(&req))
+                        match answer(&req) {
+                            Some(response) => Ok::<_, std::convert::Infallible>(response),
+                            None => std::future::pending().await,
+                        }
                     });
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                         .http2()
@@ -378,11 +394,14 @@ mod tests {
 
     type AnyBody = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
 
-    fn answer(req: &Request<Incoming>) -> Response<AnyBody> {
+    fn answer(req: &Request<Incoming>) -> Option<Response<AnyBody>> {
+        if req.uri().path() == "/silent" {
+            return None;
+        }
         if req.uri().path() == "/hang" {
             let never =
                 futures::stream::pending::<Result<Frame<Bytes>, std::convert::Infallible>>();
-            return Response::new(StreamBody::new(never).boxed());
+            return Some(Response::new(StreamBody::new(never).boxed()));
         }
         let header = |name| {
             req.headers()
@@ -392,7 +411,7 @@ mod tests {
         };
         let (user, agent) = (header("impersonate-user"), header("user-agent"));
         let text = format!("{:?} {} {user} {agent}", req.version(), req.uri().path());
-        Response::new(Full::new(Bytes::from(text)).boxed())
+        Some(Response::new(Full::new(Bytes::from(text)).boxed()))
     }
 
     fn config(server: &Server) -> kube::Config {
@@ -451,6 +470,39 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(text, "HTTP/2.0 /version alice skiff-test/v1 (linux/amd64)");
+    }
+
+    #[tokio::test]
+    async fn a_response_that_never_starts_fails_after_the_read_timeout() {
+        let server = server(&[b"h2"]).await;
+        let mut config = config(&server);
+        config.read_timeout = Some(std::time::Duration::from_millis(300));
+        let mut pool = Pool::new(&config).unwrap();
+        let Err(error) = pool
+            .ready()
+            .await
+            .unwrap()
+            .call(get(&server, "/silent"))
+            .await
+        else {
+            panic!("a request never answered succeeded");
+        };
+        assert!(error.to_string().contains("no response within"), "{error}");
+        // a watch's response starts at once: it outlives the timeout
+        let watch = pool
+            .ready()
+            .await
+            .unwrap()
+            .call(get(&server, "/hang"))
+            .await;
+        let mut body = watch.unwrap().into_body();
+        let frame = tokio::time::timeout(std::time::Duration::from_millis(600), body.frame()).await;
+        assert!(frame.is_err(), "the watch's body is still open");
+        // the connection serves on
+        let response = pool.ready().await.unwrap().call(get(&server, "/x")).await;
+        let body = response.unwrap().into_body().collect().await.unwrap();
+        assert_eq!(body.to_bytes(), "HTTP/2.0 /x - -");
+        assert_eq!(server.accepted.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
