@@ -334,8 +334,9 @@ mod tests {
     use super::{Pool, STREAMS_PER_CONNECTION};
 
     /// An HTTPS server on loopback that speaks what its ALPN list offers and counts the
-    /// connections it accepts. `/hang` answers with a body that never ends (a watch); any
-    /// `/silent` never answers; any other path echoes the request's HTTP version, path and `Impersonate-User` header.
+    /// connections it accepts. `/hang` answers with a body that never ends (a watch);
+    /// `/silent` never answers; any other path echoes the request's HTTP version, path and
+    /// `Impersonate-User` header.
     struct Server {
         url: String,
         ca_der: Vec<u8>,
