@@ -701,20 +701,10 @@ impl ApiServer {
         let (class, admitted) = self.admit(&info, &user, &query, deadline).await;
         crate::timing::step("admitted");
         let mut resp = match admitted {
-            Ok(held) => {
-                let watch = info.verb == "watch";
-                let resp = self
-                    .authorize_and_route(req, info, query, user, record)
-                    .await;
-                // The in-flight slot or APF's seats last until the response is sent, as
-                // upstream's filters hold them until the handler has written it: a streamed
-                // list's encoding and sending are its cost. A watch holds its seats only
-                // while it starts, as upstream's.
-                if watch || hyper::body::Body::size_hint(resp.body()).exact().is_some() {
-                    resp
-                } else {
-                    resp.map(|body| handlers::holding(body, held))
-                }
+            // held until the response is built: the in-flight slot, or APF's seats
+            Ok(_held) => {
+                self.authorize_and_route(req, info, query, user, record)
+                    .await
             }
             Err(e) => handlers::error(&e),
         };

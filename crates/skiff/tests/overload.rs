@@ -10,8 +10,7 @@
 //! timing), so the next mutating request is refused with upstream's 429 and `Retry-After: 1`,
 //! while masters, reads and watches still get through; a request past its deadline
 //! (`--request-timeout`, or its own shorter `timeout=`) gets upstream's 504. A server told to
-//! stop ends its open watches cleanly rather than leaving them for its clients to close. A
-//! streamed list keeps its slot until it is sent: unread, it holds the one read-only slot.
+//! stop ends its open watches cleanly rather than leaving them for its clients to close.
 
 mod support;
 
@@ -142,69 +141,6 @@ fn past_the_in_flight_limit_requests_get_429_but_masters_reads_and_watches_do_no
         )
         .await;
         assert_eq!(code, 403);
-    });
-}
-
-/// ConfigMaps in the streamed list, and each one's value: together past what loopback's socket
-/// buffers take (32 MiB at most here) while the client reads nothing.
-const LISTED: usize = 40;
-const LISTED_BYTES: usize = 900_000;
-
-#[test]
-fn a_streamed_list_holds_its_slot_until_it_is_sent() {
-    let api = ApiServer::start_with(
-        Backend::Embedded,
-        &[
-            "--enable-priority-and-fairness=false",
-            "--max-requests-inflight",
-            "1",
-        ],
-    );
-    let admin = Client::new(&api, "admin", Some("system:masters"));
-    let bob = Client::new(&api, "bob", None);
-    let alice = Client::new(&api, "alice", None);
-    support::run(async {
-        let create = |path: &str, body: Value| {
-            let (admin, path) = (admin.clone(), path.to_string());
-            async move {
-                let body = body.to_string();
-                let (code, body) =
-                    https::text(admin.send(post(&path, body.len(), https::body(body))).await).await;
-                assert_eq!(code, 201, "{body}");
-            }
-        };
-        // bob may read ConfigMaps, and is not exempt (not in system:masters)
-        create(
-            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-            serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding", "metadata": {"name": "bob-view"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                            "name": "view"},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                              "name": "bob"}]}),
-        )
-        .await;
-        let value = "x".repeat(LISTED_BYTES);
-        for i in 0..LISTED {
-            create(
-                CONFIGMAPS,
-                serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": format!("big-{i}")}, "data": {"v": value}}),
-            )
-            .await;
-        }
-        // bob's list has its headers, and the server is still sending its body: it keeps the
-        // one read-only slot, so alice is refused for load (before authorization)
-        let list = bob.send(get(CONFIGMAPS)).await;
-        assert_eq!(list.status(), 200);
-        let (code, body) = https::text(alice.send(get(CONFIGMAPS)).await).await;
-        assert_eq!(code, 429, "the unread list holds the slot: {body}");
-        // once bob has read it all, the slot is free: alice is refused for want of RBAC
-        let (_, body) = https::text(list).await;
-        let items = status(&body)["items"].as_array().map(Vec::len);
-        assert_eq!(items, Some(LISTED));
-        let (code, body) = https::text(alice.send(get(CONFIGMAPS)).await).await;
-        assert_eq!(code, 403, "{body}");
     });
 }
 

@@ -15,13 +15,17 @@
 pub mod log;
 pub mod policy;
 
+use std::convert::Infallible;
 use std::net::IpAddr;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, header};
 use http_body_util::BodyExt;
+use hyper::body::{Frame, SizeHint};
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
@@ -408,8 +412,11 @@ impl Record {
             self.respond(code, None);
             self.emit(Stage::ResponseStarted);
             let (parts, body) = resp.into_parts();
-            let body = crate::handlers::holding(body, Completion(self));
-            return Response::from_parts(parts, body);
+            let body = Completion {
+                inner: body,
+                record: Some(self),
+            };
+            return Response::from_parts(parts, body.boxed());
         }
         // JSON or protobuf (the log has the object as JSON whatever the client asked for)
         let content_type = resp
@@ -439,12 +446,47 @@ impl Record {
     }
 }
 
-/// Sends a long-running request's `ResponseComplete` when dropped, with its response's body.
-struct Completion(Arc<Record>);
+/// A long-running response's body that sends `ResponseComplete` when it ends or is dropped.
+struct Completion {
+    inner: Body,
+    record: Option<Arc<Record>>,
+}
+
+impl Completion {
+    fn complete(&mut self) {
+        if let Some(record) = self.record.take() {
+            record.emit(Stage::ResponseComplete);
+        }
+    }
+}
+
+impl hyper::body::Body for Completion {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            self.complete();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
 
 impl Drop for Completion {
     fn drop(&mut self) {
-        self.0.emit(Stage::ResponseComplete);
+        self.complete();
     }
 }
 

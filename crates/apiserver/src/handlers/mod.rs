@@ -233,46 +233,6 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
 }
 
-/// `body`, keeping `guard` until its last frame is sent or it is dropped (the client gone):
-/// what must last as long as the response does, not only as long as its handler.
-pub fn holding<G: Send + Sync + Unpin + 'static>(body: Body, guard: G) -> Body {
-    Holding {
-        body,
-        guard: Some(guard),
-    }
-    .boxed()
-}
-
-struct Holding<G> {
-    body: Body,
-    guard: Option<G>,
-}
-
-impl<G: Unpin> hyper::body::Body for Holding<G> {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<std::result::Result<hyper::body::Frame<Bytes>, Infallible>>> {
-        let this = std::pin::Pin::into_inner(self);
-        let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
-        if let std::task::Poll::Ready(None) = polled {
-            this.guard = None;
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.body.size_hint()
-    }
-}
-
 /// A JSON response.
 pub fn json(code: u16, value: &Value) -> Response<Body> {
     bytes_response(
