@@ -427,18 +427,22 @@ mod tests {
             .unwrap()
     }
 
+    /// A GET of `path` through `pool`, as a kube client's service calls it.
+    async fn call(
+        pool: &mut Pool,
+        server: &Server,
+        path: &str,
+    ) -> Result<Response<super::Counted>, super::BoxError> {
+        pool.ready().await.unwrap().call(get(server, path)).await
+    }
+
     #[tokio::test]
     async fn requests_share_a_connection_until_it_carries_the_stream_limit() {
         let server = server(&[b"h2"]).await;
         let mut pool = Pool::new(&config(&server)).unwrap();
         let mut watches = Vec::new();
         for _ in 0..STREAMS_PER_CONNECTION {
-            let response = pool
-                .ready()
-                .await
-                .unwrap()
-                .call(get(&server, "/hang"))
-                .await;
+            let response = call(&mut pool, &server, "/hang").await;
             watches.push(response.unwrap());
         }
         assert_eq!(server.accepted.load(Ordering::SeqCst), 1);
@@ -446,7 +450,7 @@ mod tests {
 
         // the 101st would wait in hyper's queue behind watches that never end: it gets a
         // connection of its own instead, and answers
-        let response = pool.ready().await.unwrap().call(get(&server, "/x")).await;
+        let response = call(&mut pool, &server, "/x").await;
         let body = response.unwrap().into_body().collect().await.unwrap();
         assert_eq!(body.to_bytes(), "HTTP/2.0 /x - -");
         assert_eq!(server.accepted.load(Ordering::SeqCst), 2);
@@ -454,7 +458,7 @@ mod tests {
         // ended responses give their streams back: the next requests reuse the connections
         drop(watches);
         for _ in 0..3 {
-            let response = pool.ready().await.unwrap().call(get(&server, "/y")).await;
+            let response = call(&mut pool, &server, "/y").await;
             response.unwrap().into_body().collect().await.unwrap();
         }
         assert_eq!(server.accepted.load(Ordering::SeqCst), 2);
@@ -479,28 +483,17 @@ mod tests {
         let mut config = config(&server);
         config.read_timeout = Some(std::time::Duration::from_millis(300));
         let mut pool = Pool::new(&config).unwrap();
-        let Err(error) = pool
-            .ready()
-            .await
-            .unwrap()
-            .call(get(&server, "/silent"))
-            .await
-        else {
+        let Err(error) = call(&mut pool, &server, "/silent").await else {
             panic!("a request never answered succeeded");
         };
         assert!(error.to_string().contains("no response within"), "{error}");
         // a watch's response starts at once: it outlives the timeout
-        let watch = pool
-            .ready()
-            .await
-            .unwrap()
-            .call(get(&server, "/hang"))
-            .await;
+        let watch = call(&mut pool, &server, "/hang").await;
         let mut body = watch.unwrap().into_body();
         let frame = tokio::time::timeout(std::time::Duration::from_millis(600), body.frame()).await;
         assert!(frame.is_err(), "the watch's body is still open");
         // the connection serves on
-        let response = pool.ready().await.unwrap().call(get(&server, "/x")).await;
+        let response = call(&mut pool, &server, "/x").await;
         let body = response.unwrap().into_body().collect().await.unwrap();
         assert_eq!(body.to_bytes(), "HTTP/2.0 /x - -");
         assert_eq!(server.accepted.load(Ordering::SeqCst), 1);
@@ -510,7 +503,7 @@ mod tests {
     async fn a_server_without_http2_is_a_clear_error() {
         let server = server(&[b"http/1.1"]).await;
         let mut pool = Pool::new(&config(&server)).unwrap();
-        let Err(error) = pool.ready().await.unwrap().call(get(&server, "/x")).await else {
+        let Err(error) = call(&mut pool, &server, "/x").await else {
             panic!("a server without h2 answered");
         };
         assert!(
