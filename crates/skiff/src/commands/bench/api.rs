@@ -565,18 +565,17 @@ impl ServerChild {
         Ok(path)
     }
 
-    /// A client for `user` (not in `system:masters`), from [`ServerChild::kubeconfig_as`].
-    pub(super) async fn user_client(
+    /// A client configuration for `user` (not in `system:masters`), from
+    /// [`ServerChild::kubeconfig_as`].
+    pub(super) async fn user_config(
         &self,
         dir: &std::path::Path,
         user: &str,
-    ) -> Result<kube::Client> {
+    ) -> Result<kube::Config> {
         let path = self.kubeconfig_as(dir, user).await?;
         let kubeconfig = kube::config::Kubeconfig::read_from(&path)?;
         let options = kube::config::KubeConfigOptions::default();
-        Ok(kube::Client::try_from(
-            kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?,
-        )?)
+        Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?)
     }
 
     /// Panics the child has reported so far.

@@ -68,8 +68,8 @@ async fn measure(
 ) -> Result<Value> {
     let admin = kube::Client::try_from(server.config().await?)?;
     setup(&admin).await?;
-    let polite = server.user_client(dir, "polite").await?;
-    let flooder = server.user_client(dir, "flooder").await?;
+    let polite = server.user_config(dir, "polite").await?;
+    let flooder = server.user_config(dir, "flooder").await?;
     // the polite client has a thread and runtime of its own (its connections are made
     // there), so that its latency is the server's and not time spent behind the flood's
     // tasks in this process
@@ -87,6 +87,17 @@ async fn measure(
             }
         })
         .build()?;
+    // A kube client queues its requests through a task spawned where the client is made
+    // (tower's `Buffer`): each is made on the runtime that uses it, or every polite request
+    // would also wait for a turn on this runtime's threads, beside the flood's queue.
+    let polite = {
+        let _on = apart.enter();
+        kube::Client::try_from(polite)?
+    };
+    let flooder = {
+        let _on = niced.enter();
+        kube::Client::try_from(flooder)?
+    };
     let result = flood(
         plan,
         phase,

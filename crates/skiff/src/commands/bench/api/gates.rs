@@ -95,7 +95,7 @@ async fn measure(
     }
     let client = match mode {
         Mode::Open => admin,
-        Mode::Cert => server.user_client(dir, USER).await?,
+        Mode::Cert => kube::Client::try_from(server.user_config(dir, USER).await?)?,
         Mode::Token => {
             let mut config = admin_config;
             config.auth_info = kube::config::AuthInfo {
