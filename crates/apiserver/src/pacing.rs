@@ -16,11 +16,8 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes};
 use hyper::body::{Body, Frame, SizeHint};
 
-/// Bytes handed to the connection per turn of its task. Measured (`skiff bench api --fairness`
-/// and the unpaged list of 20,000 pods in `skiff bench scale`): 64 KiB took a polite client's
-/// p99 under a flood of lists from about 40 ms to 10; 16 KiB to 7, but made one 60 MB list half
-/// again as slow, which 64 KiB does not.
-pub const SLICE: usize = 64 * 1024;
+/// Bytes handed to the connection per turn of its task.
+pub const SLICE: usize = 16 * 1024;
 
 /// A body that yields between slices of [`SLICE`] bytes (see the module docs).
 pub struct Paced<B> {
