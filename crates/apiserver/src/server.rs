@@ -925,10 +925,7 @@ impl Listener {
                     req.extensions_mut().insert(Peer(peer));
                     let server = server.clone();
                     let cert = cert.clone();
-                    async move {
-                        let response = server.handle(req, cert).await;
-                        Ok::<_, std::convert::Infallible>(response.map(crate::pacing::Paced::new))
-                    }
+                    async move { Ok::<_, std::convert::Infallible>(server.handle(req, cert).await) }
                 });
                 let mut builder =
                     hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
