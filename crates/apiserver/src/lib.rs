@@ -65,6 +65,7 @@ pub mod impersonation;
 pub mod kubelet_client;
 pub mod metrics;
 pub mod overload;
+pub mod pacing;
 pub mod pki;
 pub mod protobuf;
 pub mod registry;

@@ -925,7 +925,10 @@ impl Listener {
                     req.extensions_mut().insert(Peer(peer));
                     let server = server.clone();
                     let cert = cert.clone();
-                    async move { Ok::<_, std::convert::Infallible>(server.handle(req, cert).await) }
+                    async move {
+                        let response = server.handle(req, cert).await;
+                        Ok::<_, std::convert::Infallible>(response.map(crate::pacing::Paced::new))
+                    }
                 });
                 let mut builder =
                     hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
