@@ -146,16 +146,18 @@ pub async fn run(args: ScaleBenchArgs) -> Result<()> {
     let result = bench(&args, &plan, &server, tmp.path()).await;
     server.stop().await;
     let during = meter.finish();
+    let machine_figures = |during| {
+        json!({
+            "cpu_calibration_ms": round3(calibration_ms),
+            "cpu_calibration_during_ms": during,
+            "cpu_steal_pct": CpuTicks::now().steal_pct_since(&ticks),
+            "apiserver_args": args.apiserver_arg,
+        })
+    };
     let result = match result {
-        Ok(line) => store_figures(&api_dir.join("store")).await.map(|store| {
-            let machine = json!({
-                "cpu_calibration_ms": round3(calibration_ms),
-                "cpu_calibration_during_ms": during,
-                "cpu_steal_pct": CpuTicks::now().steal_pct_since(&ticks),
-                "apiserver_args": args.apiserver_arg,
-            });
-            merge(merge(line, store), machine)
-        }),
+        Ok(line) => store_figures(&api_dir.join("store"))
+            .await
+            .map(|store| merge(merge(line, store), machine_figures(during.clone()))),
         Err(e) => Err(e),
     };
     match result {
@@ -164,12 +166,34 @@ pub async fn run(args: ScaleBenchArgs) -> Result<()> {
             Ok(())
         }
         Err(e) => {
+            if let Some(Unfinished(line)) = e.downcast_ref() {
+                // what a run that timed out got to, to compare a slow run by
+                out.emit("scale", merge(line.clone(), machine_figures(during)));
+            }
             let kept = tmp.keep();
             eprintln!("skiff bench scale: logs kept in {}", kept.display());
             Err(e)
         }
     }
 }
+
+/// A run that did not finish within `--timeout-s`, with the figures it got to: reported as a
+/// `scale` line with `"finished": false` before the run fails.
+#[derive(Debug)]
+struct Unfinished(Value);
+
+impl std::fmt::Display for Unfinished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.0;
+        write!(
+            f,
+            "after {} s: {} pods seen, {} bound, {} Running of {}",
+            s["timed_out_after_s"], s["pods_seen"], s["pods_bound"], s["pods_running"], s["pods"]
+        )
+    }
+}
+
+impl std::error::Error for Unfinished {}
 
 /// What the benchmark's pod watch has seen.
 #[derive(Default)]
@@ -182,6 +206,8 @@ struct Seen {
     complete: HashMap<String, Instant>,
     bound: usize,
     running: usize,
+    /// Pods deleted (evicted from NotReady nodes, say) while the run went on.
+    deleted: usize,
 }
 
 impl Seen {
@@ -213,6 +239,7 @@ impl Seen {
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         if let Some((_, running)) = self.pods.remove(name) {
             self.running -= usize::from(running);
+            self.deleted += 1;
         }
     }
 }
@@ -306,17 +333,31 @@ async fn bench(
             }
         })
     };
-    // the bound count once a second, for the scheduler's throughput
+    // the bound count once a second, for the scheduler's throughput; and once a minute on
+    // stderr, to follow a long run by
     let bound_over_time: Arc<Mutex<Vec<(Duration, usize)>>> = Arc::default();
     let sampler = {
         let (seen, samples) = (seen.clone(), bound_over_time.clone());
         let at = Instant::now();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let mut report = Duration::from_secs(60);
             loop {
                 tick.tick().await;
-                let bound = seen.lock().bound;
-                samples.lock().push((at.elapsed(), bound));
+                let (n, bound, running, deleted) = {
+                    let s = seen.lock();
+                    (s.pods.len(), s.bound, s.running, s.deleted)
+                };
+                let elapsed = at.elapsed();
+                samples.lock().push((elapsed, bound));
+                if elapsed >= report {
+                    report += Duration::from_secs(60);
+                    eprintln!(
+                        "skiff bench scale: {} s: {n} pods, {bound} bound, {running} Running, \
+                         {deleted} deleted",
+                        elapsed.as_secs()
+                    );
+                }
             }
         })
     };
@@ -342,18 +383,34 @@ async fn bench(
     let running = changed.wait_for(|()| seen.lock().running >= total);
     let waited = tokio::time::timeout(limit, async { running.await.map(drop) }).await;
     if waited.is_err() {
-        let s = seen.lock();
-        bail!(
-            "after {limit:?}: {} pods seen, {} bound, {} Running of {total}",
-            s.pods.len(),
-            s.bound,
-            s.running
-        );
+        let (pods_seen, pods_bound, pods_running, pods_deleted) = {
+            let s = seen.lock();
+            (s.pods.len(), s.bound, s.running, s.deleted)
+        };
+        let server_metrics = metrics_text(&client).await?;
+        let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid))?;
+        let line = json!({
+            "nodes": args.nodes,
+            "pods": total,
+            "finished": false,
+            "timed_out_after_s": limit.as_secs(),
+            "pods_seen": pods_seen,
+            "pods_bound": pods_bound,
+            "pods_running": pods_running,
+            "pods_deleted": pods_deleted,
+            "apf_wait_p99_by_level_s": bounds(&apf_wait_p99(&server_metrics)),
+            "apf_rejected": apf_rejected(&server_metrics),
+            "server_rss_mb": mb(proc_status_kb(&status, "VmRSS")),
+            "server_peak_mb": mb(proc_status_kb(&status, "VmHWM")),
+        });
+        return Err(Unfinished(merge(line, prefixed(cpu.used_since(&before), "create"))).into());
     }
     let running_s = create_at.elapsed().as_secs_f64();
+    let deleted_while_creating = seen.lock().deleted;
     let create_cpu = cpu.used_since(&before);
     let create_traffic = watches::traffic(&client).await?;
     let server_rss_running = proc_kb(server.pid, "VmRSS");
+    let server_peak_running = proc_kb(server.pid, "VmHWM");
     sampler.abort();
     let lag = {
         let s = seen.lock();
@@ -379,6 +436,7 @@ async fn bench(
     .await?;
     let list_paged_s = timed(list_paged(&client)).await?;
     let list_cpu = cpu.used_since(&before);
+    let server_peak_listed = proc_kb(server.pid, "VmHWM");
 
     // the rolling update
     let before = cpu.snapshot();
@@ -423,17 +481,7 @@ async fn bench(
     pod_watch.abort();
 
     let server_status = std::fs::read_to_string(format!("/proc/{}/status", server.pid))?;
-    let server_metrics = String::from_utf8_lossy(
-        &send_ok(
-            &client,
-            Method::GET,
-            "/metrics",
-            "text/plain",
-            Default::default(),
-        )
-        .await?,
-    )
-    .into_owned();
+    let server_metrics = metrics_text(&client).await?;
     let hollow_rss = proc_kb(hollow.pid, "VmRSS");
     let cm_rss = proc_kb(cm.pid, "VmRSS");
     let scheduler_rss = proc_kb(scheduler.pid, "VmRSS");
@@ -450,6 +498,8 @@ async fn bench(
         "deployments_created_s": round3(creates_s),
         "pods_running_s": round3(running_s),
         "pods_per_s": round3(total as f64 / running_s),
+        // evicted and replaced, say
+        "pods_deleted_while_creating": deleted_while_creating,
         "scheduler_pods_per_s": throughput,
         "scheduler_slowest_10s_pods_per_s": slowest_window,
         "controller_lag_p50_ms": ms(&lag, 0.5),
@@ -465,6 +515,7 @@ async fn bench(
         "mutating_sli_p99_s": sli_p99.get("all").map(bound),
         "mutating_sli_p99_by_resource_s": bounds(&sli_p99),
         "apf_wait_p99_by_level_s": bounds(&apf_wait_p99(&server_metrics)),
+        "apf_rejected": apf_rejected(&server_metrics),
         // the store's part of the requests' time
         "store_p99_by_operation_s": bounds(&store_p99(&server_metrics)),
         "probe_writes": probed.len(),
@@ -475,24 +526,42 @@ async fn bench(
         "rolling_update_replicas": n,
         "rolling_update_s": round3(rollout_s),
         "rolling_update_timeline": timeline,
+        // the requests (relists among them), watch events and closed watchers of each phase
+        "create_traffic": watches::difference_f64(&traffic, &create_traffic),
+        "update_traffic": watches::difference_f64(&create_traffic, &update_traffic),
+    });
+    let memory = json!({
         "server_rss_running_mb": mb(server_rss_running),
+        // the peak by the end of each phase: creation, the two lists, the rolling update
+        "server_peak_running_mb": mb(server_peak_running),
+        "server_peak_listed_mb": mb(server_peak_listed),
         "server_rss_mb": mb(proc_status_kb(&server_status, "VmRSS")),
         "server_peak_mb": mb(proc_status_kb(&server_status, "VmHWM")),
         "target_server_rss_mb": RSS_TARGET_MB,
         "hollow_nodes_rss_mb": mb(hollow_rss),
         "controller_manager_rss_mb": mb(cm_rss),
         "scheduler_rss_mb": mb(scheduler_rss),
-        // the requests (relists among them), watch events and closed watchers of each phase
-        "create_traffic": watches::difference_f64(&traffic, &create_traffic),
-        "update_traffic": watches::difference_f64(&create_traffic, &update_traffic),
     });
     Ok(merge(
         merge(
-            merge(line, prefixed(create_cpu, "create")),
+            merge(merge(line, memory), prefixed(create_cpu, "create")),
             prefixed(list_cpu, "list"),
         ),
         prefixed(rollout_cpu, "update"),
     ))
+}
+
+/// The API server's `/metrics`.
+async fn metrics_text(client: &kube::Client) -> Result<String> {
+    let body = send_ok(
+        client,
+        Method::GET,
+        "/metrics",
+        "text/plain",
+        Default::default(),
+    )
+    .await?;
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
 /// `/proc/PID/status`'s `field`, in kB.
@@ -657,6 +726,8 @@ const REQUEST_DURATION: &str = "apiserver_request_duration_seconds";
 const REQUEST_SLI_DURATION: &str = "apiserver_request_sli_duration_seconds";
 /// A request's wait in its APF queue.
 const APF_WAIT: &str = "apiserver_flowcontrol_request_wait_duration_seconds";
+/// Requests APF refused (its queue full, or their wait in it over).
+const APF_REJECTED: &str = "apiserver_flowcontrol_rejected_requests_total";
 /// A store call's latency.
 const STORE_DURATION: &str = "etcd_request_duration_seconds";
 
@@ -680,6 +751,25 @@ fn apf_wait_p99(text: &str) -> BTreeMap<String, f64> {
         |l| l.get("execute") == "true",
         |l| l.get("priority_level").to_string(),
     )
+}
+
+/// The requests APF refused, per priority level and reason (`system queue-full`), where any
+/// were.
+fn apf_rejected(text: &str) -> BTreeMap<String, u64> {
+    let mut rejected = BTreeMap::new();
+    for line in text.lines() {
+        let Some((labels, n)) = line
+            .strip_prefix(APF_REJECTED)
+            .and_then(|rest| rest.strip_prefix('{')?.rsplit_once("} "))
+        else {
+            continue;
+        };
+        let labels = Labels(labels);
+        let key = format!("{} {}", labels.get("priority_level"), labels.get("reason"));
+        *rejected.entry(key).or_default() += n.trim().parse::<f64>().unwrap_or(0.0) as u64;
+    }
+    rejected.retain(|_, n| *n > 0);
+    rejected
 }
 
 /// The p99 of the store's calls: over all of them (`all`), and per operation and resource
@@ -887,6 +977,27 @@ apiserver_flowcontrol_request_wait_duration_seconds_bucket{le=\"2.0\",execute=\"
                 ("all".to_string(), 0.1),
                 ("system".to_string(), 0.1),
                 ("workload-high".to_string(), 0.1),
+            ])
+        );
+    }
+
+    #[test]
+    fn apf_refusals_are_summed_per_level_and_reason() {
+        let text = "\
+# TYPE apiserver_flowcontrol_rejected_requests_total counter
+apiserver_flowcontrol_rejected_requests_total{flow_schema=\"system-nodes\",priority_level=\"system\",reason=\"queue-full\"} 7
+apiserver_flowcontrol_rejected_requests_total{flow_schema=\"system-node-high\",priority_level=\"node-high\",reason=\"time-out\"} 3
+apiserver_flowcontrol_rejected_requests_total{flow_schema=\"kube-scheduler\",priority_level=\"workload-high\",reason=\"queue-full\"} 2
+apiserver_flowcontrol_rejected_requests_total{flow_schema=\"kube-controller-manager\",priority_level=\"workload-high\",reason=\"queue-full\"} 5
+apiserver_flowcontrol_rejected_requests_total{flow_schema=\"system-nodes\",priority_level=\"system\",reason=\"cancelled\"} 0
+apiserver_flowcontrol_rejected_requests_total_other{priority_level=\"system\",reason=\"queue-full\"} 100
+";
+        assert_eq!(
+            apf_rejected(text),
+            BTreeMap::from([
+                ("node-high time-out".to_string(), 3),
+                ("system queue-full".to_string(), 7),
+                ("workload-high queue-full".to_string(), 7),
             ])
         );
     }
