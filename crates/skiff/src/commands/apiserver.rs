@@ -4,6 +4,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
@@ -13,7 +14,7 @@ use skiff_apiserver::kubelet_client::KubeletClient;
 use skiff_apiserver::server::Gates;
 use skiff_apiserver::tokens::{DEFAULT_ISSUER, TokenIssuer};
 use skiff_apiserver::{ApiServer, Config, Listener, bootstrap};
-use skiff_store::{EmbeddedConfig, EmbeddedStore, Store, etcd::EtcdStore};
+use skiff_store::{CompactionPolicy, EmbeddedConfig, EmbeddedStore, Store, etcd::EtcdStore};
 
 use super::UsageError;
 use super::lifecycle::Lifecycle;
@@ -27,6 +28,13 @@ pub struct ApiServerArgs {
     /// Use real etcd instead of the embedded store: `etcd://host:port[,host:port…]`.
     #[arg(long, value_name = "URL")]
     pub datastore_endpoint: Option<String>,
+
+    /// How often the embedded store compacts its history, each time to the revision it had at
+    /// the previous compaction, so between one and two intervals of history are kept
+    /// (upstream's flag and default, 5m0s); 0 turns compaction off. Not with
+    /// `--datastore-endpoint`: etcd's own `--auto-compaction-*` flags compact it.
+    #[arg(long, value_name = "DURATION")]
+    pub etcd_compaction_interval: Option<String>,
 
     /// Address to serve HTTPS on.
     #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
@@ -274,15 +282,42 @@ impl AuthnArgs {
     }
 }
 
-/// The store a `--datastore-endpoint` names, or the embedded one under `data_dir/store`.
+/// The embedded store's compaction for `--etcd-compaction-interval` (upstream's default when
+/// absent).
+fn compaction_policy(interval: Option<&str>) -> Result<CompactionPolicy, UsageError> {
+    let Some(text) = interval else {
+        return Ok(CompactionPolicy::default());
+    };
+    match skiff_apimachinery::duration::parse(text).map(u64::try_from) {
+        Ok(Ok(0)) => Ok(CompactionPolicy::Disabled),
+        Ok(Ok(nanos)) => Ok(CompactionPolicy::Periodic(Duration::from_nanos(nanos))),
+        _ => Err(UsageError(format!(
+            "--etcd-compaction-interval {text:?}: expected a duration such as 5m0s, or 0"
+        ))),
+    }
+}
+
+/// The store a `--datastore-endpoint` names, or the embedded one under `data_dir/store`
+/// compacting as `compaction_interval` says.
 pub async fn open_store(
     data_dir: &std::path::Path,
     endpoint: Option<&str>,
+    compaction_interval: Option<&str>,
 ) -> anyhow::Result<(Arc<dyn Store>, Option<EmbeddedStore>)> {
+    if endpoint.is_some() && compaction_interval.is_some() {
+        return Err(UsageError(
+            "--etcd-compaction-interval applies to the embedded store; etcd is compacted by its \
+             own --auto-compaction-mode and --auto-compaction-retention"
+                .into(),
+        )
+        .into());
+    }
     match endpoint {
         None => {
             let dir = data_dir.join("store");
-            let store = EmbeddedStore::open(EmbeddedConfig::new(&dir))
+            let mut config = EmbeddedConfig::new(&dir);
+            config.compaction = compaction_policy(compaction_interval)?;
+            let store = EmbeddedStore::open(config)
                 .await
                 .with_context(|| format!("opening the store in {}", dir.display()))?;
             Ok((Arc::new(store.clone()), Some(store)))
@@ -307,7 +342,12 @@ pub async fn run(args: ApiServerArgs, lifecycle: Lifecycle) -> anyhow::Result<()
     let modes = skiff_apiserver::authz::parse_modes(&args.authorization_mode)
         .map_err(|e| UsageError(format!("--authorization-mode: {e}")))?;
     let authn = args.authn.options()?;
-    let (store, embedded) = open_store(&args.data_dir, args.datastore_endpoint.as_deref()).await?;
+    let (store, embedded) = open_store(
+        &args.data_dir,
+        args.datastore_endpoint.as_deref(),
+        args.etcd_compaction_interval.as_deref(),
+    )
+    .await?;
     let (mut gates, store) = args.gates.build(store)?;
     let config = Config {
         data_dir: args.data_dir.clone(),
@@ -356,4 +396,39 @@ pub async fn run(args: ApiServerArgs, lifecycle: Lifecycle) -> anyhow::Result<()
     }
     tracing::info!("apiserver stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_compaction_interval_is_upstreams_flag_with_zero_turning_it_off() {
+        assert_eq!(
+            compaction_policy(None).unwrap(),
+            CompactionPolicy::default()
+        );
+        assert_eq!(
+            compaction_policy(Some("2m30s")).unwrap(),
+            CompactionPolicy::Periodic(Duration::from_secs(150))
+        );
+        assert_eq!(
+            compaction_policy(Some("0")).unwrap(),
+            CompactionPolicy::Disabled
+        );
+        for bad in ["5", "-1m", "soon"] {
+            let error = compaction_policy(Some(bad)).unwrap_err();
+            assert!(error.0.contains("--etcd-compaction-interval"), "{error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_compaction_interval_is_refused_with_etcd() {
+        let dir = tempfile::tempdir().unwrap();
+        let Err(error) = open_store(dir.path(), Some("etcd://127.0.0.1:1"), Some("5m")).await
+        else {
+            panic!("etcd with --etcd-compaction-interval was accepted");
+        };
+        assert!(error.to_string().contains("--auto-compaction"), "{error}");
+    }
 }
