@@ -14,8 +14,9 @@
 //!   holding it, as upstream's SLO measurement reads the histogram) of
 //!   `apiserver_request_sli_duration_seconds` (the SLI upstream's SLO is measured on: without
 //!   the wait in APF's queue and on webhooks), of the whole `apiserver_request_duration_seconds`,
-//!   and of the APF wait per priority level; and the p99 a probe sees that updates a ConfigMap
-//!   every 100 ms throughout (target ≤ 1 s);
+//!   and of the APF wait per priority level, with the requests APF refused per level and
+//!   reason; and the p99 a probe sees that updates a ConfigMap every 100 ms throughout (target
+//!   ≤ 1 s);
 //! - **non-streaming reads**: a cluster-scoped LIST of every pod, whole and in pages of 500,
 //!   at full size (target ≤ 30 s);
 //! - **the scheduler**: pods bound per second over the creation (overall, and the slowest
@@ -23,14 +24,20 @@
 //! - **controller lag**: per Deployment, from its create to its last pod existing (p50, p99,
 //!   max);
 //! - **the API server**: RSS after the pods ran and at the end (VmRSS, VmHWM; target < 4 GiB),
-//!   each process's CPU per phase, and each phase's requests by verb and resource (a
-//!   kubelet's relist is a `LIST pods`), watch events, and watchers closed for falling behind;
+//!   and its peak by the end of each phase; each process's CPU per phase, and each phase's
+//!   requests by verb and resource (a kubelet's relist is a `LIST pods`), watch events, and
+//!   watchers closed for falling behind; pods deleted (evicted, say) while creating;
 //! - **the store**: once the run is over and the API server killed, the time to open it (the
 //!   log replayed), its file's size, a compaction to the last revision with its sweep (timed),
 //!   and the size after;
 //! - **the machine**: how long a fixed piece of work took before the run and, sampled once a
 //!   second, during it (see [`machine`]), and the share of CPU time the hypervisor took during
 //!   it, to read runs of other days by.
+//!
+//! A run whose pods are not all Running within `--timeout-s` still prints a `scale` line, with
+//! `"finished": false` and what it got to (pods seen, bound, Running and deleted, APF's waits
+//! and refusals, the API server's memory and each process's CPU), and then fails. The pod
+//! counts also go to stderr once a minute.
 //!
 //! `--apiserver-arg` passes flags to the API server child (the in-flight limits, say), so that
 //! runs of one build can be compared with another configuration.
