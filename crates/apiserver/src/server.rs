@@ -948,7 +948,7 @@ impl Listener {
                 let conn = builder.serve_connection_with_upgrades(io, service);
                 // boxed, so that the connection's state lives apart from its task's: measured
                 // with `skiff bench api --fairness`, a polite client's p99 under a flood of
-                // LISTs was 26-30 ms with the connection inline in the task and 5-6 ms boxed
+                // LISTs was 26-30 ms with the connection inline in the task and 5-7 ms boxed
                 // (BENCHMARKS.md, session 60); why is not yet known
                 let mut conn = Box::pin(watcher.watch(conn.into_owned()));
                 // hyper times out a slow HTTP/1 head; a connection whose first request never
