@@ -242,6 +242,11 @@ impl Seen {
         *was_running = running;
     }
 
+    /// Pods seen, bound, Running and deleted so far.
+    fn counts(&self) -> (usize, usize, usize, usize) {
+        (self.pods.len(), self.bound, self.running, self.deleted)
+    }
+
     fn delete(&mut self, pod: &Pod) {
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         if let Some((_, running)) = self.pods.remove(name) {
@@ -351,10 +356,7 @@ async fn bench(
             let mut report = Duration::from_secs(60);
             loop {
                 tick.tick().await;
-                let (n, bound, running, deleted) = {
-                    let s = seen.lock();
-                    (s.pods.len(), s.bound, s.running, s.deleted)
-                };
+                let (n, bound, running, deleted) = seen.lock().counts();
                 let elapsed = at.elapsed();
                 samples.lock().push((elapsed, bound));
                 if elapsed >= report {
@@ -390,12 +392,9 @@ async fn bench(
     let running = changed.wait_for(|()| seen.lock().running >= total);
     let waited = tokio::time::timeout(limit, async { running.await.map(drop) }).await;
     if waited.is_err() {
-        let (pods_seen, pods_bound, pods_running, pods_deleted) = {
-            let s = seen.lock();
-            (s.pods.len(), s.bound, s.running, s.deleted)
-        };
+        let (pods_seen, pods_bound, pods_running, pods_deleted) = seen.lock().counts();
         let server_metrics = metrics_text(&client).await?;
-        let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid))?;
+        let server_status = proc_status(server.pid)?;
         let line = json!({
             "nodes": args.nodes,
             "pods": total,
@@ -405,11 +404,8 @@ async fn bench(
             "pods_bound": pods_bound,
             "pods_running": pods_running,
             "pods_deleted": pods_deleted,
-            "apf_wait_p99_by_level_s": bounds(&apf_wait_p99(&server_metrics)),
-            "apf_rejected": apf_rejected(&server_metrics),
-            "server_rss_mb": mb(proc_status_kb(&status, "VmRSS")),
-            "server_peak_mb": mb(proc_status_kb(&status, "VmHWM")),
         });
+        let line = merge(line, server_state(&server_metrics, &server_status));
         return Err(Unfinished(merge(line, prefixed(cpu.used_since(&before), "create"))).into());
     }
     let running_s = create_at.elapsed().as_secs_f64();
@@ -487,7 +483,7 @@ async fn bench(
     let probed = probe.stop().await?;
     pod_watch.abort();
 
-    let server_status = std::fs::read_to_string(format!("/proc/{}/status", server.pid))?;
+    let server_status = proc_status(server.pid)?;
     let server_metrics = metrics_text(&client).await?;
     let hollow_rss = proc_kb(hollow.pid, "VmRSS");
     let cm_rss = proc_kb(cm.pid, "VmRSS");
@@ -521,8 +517,6 @@ async fn bench(
         // without the wait in APF's queue (and on webhooks), as upstream's SLO reads it
         "mutating_sli_p99_s": sli_p99.get("all").map(bound),
         "mutating_sli_p99_by_resource_s": bounds(&sli_p99),
-        "apf_wait_p99_by_level_s": bounds(&apf_wait_p99(&server_metrics)),
-        "apf_rejected": apf_rejected(&server_metrics),
         // the store's part of the requests' time
         "store_p99_by_operation_s": bounds(&store_p99(&server_metrics)),
         "probe_writes": probed.len(),
@@ -542,16 +536,18 @@ async fn bench(
         // the peak by the end of each phase: creation, the two lists, the rolling update
         "server_peak_running_mb": mb(server_peak_running),
         "server_peak_listed_mb": mb(server_peak_listed),
-        "server_rss_mb": mb(proc_status_kb(&server_status, "VmRSS")),
-        "server_peak_mb": mb(proc_status_kb(&server_status, "VmHWM")),
         "target_server_rss_mb": RSS_TARGET_MB,
         "hollow_nodes_rss_mb": mb(hollow_rss),
         "controller_manager_rss_mb": mb(cm_rss),
         "scheduler_rss_mb": mb(scheduler_rss),
     });
+    let line = merge(
+        merge(line, memory),
+        server_state(&server_metrics, &server_status),
+    );
     Ok(merge(
         merge(
-            merge(merge(line, memory), prefixed(create_cpu, "create")),
+            merge(line, prefixed(create_cpu, "create")),
             prefixed(list_cpu, "list"),
         ),
         prefixed(rollout_cpu, "update"),
@@ -571,12 +567,25 @@ async fn metrics_text(client: &kube::Client) -> Result<String> {
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
+/// What the API server's metrics and `/proc/PID/status` say at the end of a run, finished or
+/// not: APF's waits and refusals, and the server's RSS and peak.
+fn server_state(metrics: &str, status: &str) -> Value {
+    json!({
+        "apf_wait_p99_by_level_s": bounds(&apf_wait_p99(metrics)),
+        "apf_rejected": apf_rejected(metrics),
+        "server_rss_mb": mb(proc_status_kb(status, "VmRSS")),
+        "server_peak_mb": mb(proc_status_kb(status, "VmHWM")),
+    })
+}
+
+/// `/proc/PID/status`.
+fn proc_status(pid: u32) -> Result<String> {
+    Ok(std::fs::read_to_string(format!("/proc/{pid}/status"))?)
+}
+
 /// `/proc/PID/status`'s `field`, in kB.
 fn proc_kb(pid: u32, field: &str) -> Option<u64> {
-    proc_status_kb(
-        &std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?,
-        field,
-    )
+    proc_status_kb(&proc_status(pid).ok()?, field)
 }
 
 async fn timed<T>(f: impl std::future::Future<Output = Result<T>>) -> Result<f64> {
