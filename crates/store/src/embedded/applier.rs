@@ -37,7 +37,7 @@ use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use tokio::sync::oneshot;
 
 use super::Shared;
-use super::disk::{Batch, Disk, Sweep};
+use super::disk::{Batch, Disk, Sweep, record_key};
 use super::wal;
 use crate::error::Result;
 
@@ -294,6 +294,7 @@ impl Applier {
             || self.unpersisted_bytes >= PERSIST_BYTES
             || self.last_persisted.elapsed() >= PERSIST_INTERVAL;
         self.disk.write(batches, durable)?;
+        self.release_written(batches);
         self.inbox.release(bytes);
         batches.clear();
         self.committed(durable);
@@ -304,6 +305,16 @@ impl Applier {
             }
         }
         Ok(())
+    }
+
+    /// `batches` are in the file: the index may let go of the values they superseded.
+    fn release_written(&self, batches: &[Batch]) {
+        let Some(revision) = batches.iter().map(|b| b.revision).max() else {
+            return;
+        };
+        let records = batches.iter().flat_map(|b| &b.records);
+        let written = records.filter_map(|((rev, sub), raw)| Some((record_key(raw)?, *rev, *sub)));
+        self.shared.index.write().written(written, revision);
     }
 
     /// Commit the next chunk of the sweep in progress, if there is one.

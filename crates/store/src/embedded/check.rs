@@ -41,18 +41,16 @@ pub struct Report {
 /// readable but inconsistent is in the report's `problems`.
 pub fn check(data_dir: &Path) -> Result<Report> {
     let (recovered, _) = wal::read(data_dir)?;
-    let loaded = disk::read_only(data_dir)?;
+    let mut writes: BTreeMap<(i64, u32), (Bytes, Entry)> = BTreeMap::new();
+    let loaded = disk::read_only(data_dir, &mut |key, entry| {
+        writes.insert((entry.rev, entry.sub), (key, entry));
+    })?;
     let mut report = Report {
         revision: loaded.revision,
         compact_revision: loaded.compact_revision,
         log_batches: recovered.payloads.len(),
         ..Default::default()
     };
-    let mut writes: BTreeMap<(i64, u32), (Bytes, Entry)> = loaded
-        .entries
-        .into_iter()
-        .map(|(key, entry)| ((entry.rev, entry.sub), (key, entry)))
-        .collect();
     let mut leases: HashSet<i64> = loaded.leases.iter().map(|(id, _)| *id).collect();
     let mut last_batch = None;
     for (i, payload) in recovered.payloads.iter().enumerate() {
@@ -270,7 +268,7 @@ mod tests {
             rev,
             sub: 0,
             put: Some(super::super::index::PutData {
-                value: Bytes::new(),
+                value: super::super::index::Value::Held(Bytes::new()),
                 create_revision: create,
                 version,
                 lease: 0,

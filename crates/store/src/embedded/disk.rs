@@ -10,14 +10,17 @@
 //! The file is not what makes a write durable: the write-ahead log is (`wal.rs`). The applier
 //! thread copies logged batches here in large durable commits, off the writers' path; opening
 //! replays whatever the log still holds (idempotently: records are keyed by revision).
-//! Only the applier writes; [`Disk::load`] reads everything once at start-up.
+//! Only the applier writes; [`Disk::open`] reads everything once at start-up, and afterwards
+//! [`FileValues`] reads back single records: the values of superseded versions, which the
+//! in-memory index lets go of once they are here (`index.rs`).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 
-use super::index::{Entry, PutData};
+use super::index::{Entry, PutData, Value, Values};
 use super::wal::Recovered;
 use crate::error::{Error, Result};
 
@@ -41,8 +44,69 @@ pub(crate) const FILE_CACHE_BYTES: usize = 4 * 1024 * 1024;
 
 /// The open database.
 pub(crate) struct Disk {
-    db: Database,
+    db: Arc<Database>,
     path: PathBuf,
+}
+
+/// The open database, for reading records back while the applier writes. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct FileReader {
+    db: Arc<Database>,
+    path: PathBuf,
+}
+
+impl FileReader {
+    /// A reader of values, which begins its read transaction at its first read (most reads need
+    /// none).
+    pub fn values(&self) -> FileValues<'_> {
+        FileValues {
+            file: self,
+            table: None,
+        }
+    }
+}
+
+/// The values of records in the file, as of one read transaction.
+pub(crate) struct FileValues<'a> {
+    file: &'a FileReader,
+    table: Option<redb::ReadOnlyTable<(u64, u32), &'static [u8]>>,
+}
+
+impl Values for FileValues<'_> {
+    fn get(&mut self, key: &[u8], rev: i64, sub: u32) -> Result<Bytes> {
+        let path = &self.file.path;
+        let table = match &mut self.table {
+            Some(table) => table,
+            None => {
+                let txn = self.file.db.begin_read().map_err(|e| io_error(path, e))?;
+                let table = txn.open_table(REVISIONS).map_err(|e| io_error(path, e))?;
+                self.table.insert(table)
+            }
+        };
+        let missing = || {
+            corrupt(
+                path,
+                format!("the record at revision {rev}.{sub} is missing"),
+            )
+        };
+        let raw = table
+            .get((rev as u64, sub))
+            .map_err(|e| io_error(path, e))?
+            .ok_or_else(missing)?;
+        match decode(rev, sub, raw.value()) {
+            Some((k, entry)) if k == key => match entry.put {
+                Some(PutData {
+                    value: Value::Held(value),
+                    ..
+                }) => Ok(value),
+                _ => Err(missing()),
+            },
+            _ => Err(corrupt(
+                path,
+                format!("the record at revision {rev}.{sub} is not the expected write"),
+            )),
+        }
+    }
 }
 
 /// Everything one group commit writes.
@@ -74,11 +138,9 @@ pub(crate) struct Sweep {
     pub max: usize,
 }
 
-/// The state read back at start-up.
+/// The state read back at start-up, besides the records.
 #[derive(Debug, Default)]
 pub(crate) struct Loaded {
-    /// Every record, in (revision, sub) order.
-    pub entries: Vec<(Bytes, Entry)>,
     pub leases: Vec<(i64, i64)>,
     pub revision: i64,
     pub compact_revision: i64,
@@ -87,7 +149,12 @@ pub(crate) struct Loaded {
 /// Encode one write.
 pub(crate) fn encode(key: &[u8], entry: &Entry) -> Vec<u8> {
     let (tag, create, version, lease, value): (u8, i64, i64, i64, &[u8]) = match &entry.put {
-        Some(p) => (TAG_PUT, p.create_revision, p.version, p.lease, &p.value),
+        Some(p) => {
+            let Value::Held(value) = &p.value else {
+                unreachable!("a write is encoded before the index lets go of its value")
+            };
+            (TAG_PUT, p.create_revision, p.version, p.lease, value)
+        }
         None => (TAG_TOMBSTONE, 0, 0, 0, &[]),
     };
     let mut out = Vec::with_capacity(HEADER_LEN + key.len() + value.len());
@@ -172,7 +239,7 @@ impl<'a> Reader<'a> {
 }
 
 /// The key of a record written by [`encode`].
-fn record_key(raw: &[u8]) -> Option<&[u8]> {
+pub(crate) fn record_key(raw: &[u8]) -> Option<&[u8]> {
     let len = u32::from_le_bytes(raw.get(25..29)?.try_into().ok()?) as usize;
     raw.get(HEADER_LEN..HEADER_LEN + len)
 }
@@ -186,7 +253,7 @@ pub(crate) fn decode(rev: i64, sub: u32, raw: &[u8]) -> Option<(Bytes, Entry)> {
     let value = &raw[HEADER_LEN + key_len..];
     let put = match header[0] {
         TAG_PUT => Some(PutData {
-            value: Bytes::copy_from_slice(value),
+            value: Value::Held(Bytes::copy_from_slice(value)),
             create_revision: word(0),
             version: word(1),
             lease: word(2),
@@ -198,7 +265,8 @@ pub(crate) fn decode(rev: i64, sub: u32, raw: &[u8]) -> Option<(Bytes, Entry)> {
 }
 
 impl Disk {
-    /// Open (or create) the database in `dir` and read it all back.
+    /// Open (or create) the database in `dir` and read it all back: every record to `record`,
+    /// in (revision, sub) order, and the rest in the result.
     ///
     /// A file that exists but is damaged, or is not a Skiff store, is an error naming the file:
     /// the store never silently starts empty over existing data.
@@ -207,7 +275,12 @@ impl Disk {
     /// to 1 GiB by default), but this file is read only at start-up and by compaction sweeps:
     /// the in-memory index serves every read. A large cache would hold a second copy of every
     /// value in memory for nothing.
-    pub fn open(dir: &Path, recovered: &Recovered, cache_bytes: usize) -> Result<(Disk, Loaded)> {
+    pub fn open(
+        dir: &Path,
+        recovered: &Recovered,
+        cache_bytes: usize,
+        record: &mut dyn FnMut(Bytes, Entry),
+    ) -> Result<(Disk, Loaded)> {
         std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
         let path = dir.join(FILE_NAME);
         let fresh = match std::fs::metadata(&path) {
@@ -233,12 +306,15 @@ impl Disk {
                 "missing, but the write-ahead log holds writes",
             ));
         }
-        let disk = Disk { db, path };
+        let disk = Disk {
+            db: Arc::new(db),
+            path,
+        };
         if fresh {
             disk.initialise()?;
         }
         disk.replay(recovered)?;
-        let loaded = disk.load()?;
+        let loaded = load(&*disk.db, &disk.path, record)?;
         Ok((disk, loaded))
     }
 
@@ -279,8 +355,12 @@ impl Disk {
         Ok(())
     }
 
-    fn load(&self) -> Result<Loaded> {
-        load(&self.db, &self.path)
+    /// A reader of the file for other threads.
+    pub fn reader(&self) -> FileReader {
+        FileReader {
+            db: self.db.clone(),
+            path: self.path.clone(),
+        }
     }
 
     /// Write `batches` in one commit: durable (one fsync, which also makes every earlier
@@ -309,7 +389,8 @@ impl Disk {
     ///
     /// The commit writes nothing else because redb is copy-on-write: the pages a transaction
     /// frees can be reused only by later transactions (redb frees them right after the commit,
-    /// as no read transaction is ever held open on this file). Swept in the same commit as new
+    /// or when the read transactions open at the time end: [`FileValues`] holds one for a single
+    /// read of the store). Swept in the same commit as new
     /// batches, the old history and the new writes would both need room in the file at once.
     pub fn sweep(
         &self,
@@ -392,8 +473,13 @@ impl Disk {
     }
 }
 
-/// Every record, lease and counter of the database `db` (the file at `path`).
-fn load(db: &impl ReadableDatabase, path: &Path) -> Result<Loaded> {
+/// Every record (to `record`, in (revision, sub) order), lease and counter of the database `db`
+/// (the file at `path`).
+fn load(
+    db: &impl ReadableDatabase,
+    path: &Path,
+    record: &mut dyn FnMut(Bytes, Entry),
+) -> Result<Loaded> {
     let txn = db.begin_read().map_err(|e| io_error(path, e))?;
     let missing = |what: &str| corrupt(path, format!("missing {what}: not a skiff store"));
     let meta = txn.open_table(META).map_err(|_| missing("meta table"))?;
@@ -416,9 +502,9 @@ fn load(db: &impl ReadableDatabase, path: &Path) -> Result<Loaded> {
     for row in revisions.iter().map_err(|e| corrupt(path, e))? {
         let (k, v) = row.map_err(|e| corrupt(path, e))?;
         let (rev, sub) = k.value();
-        let record = decode(rev as i64, sub, v.value())
+        let (key, entry) = decode(rev as i64, sub, v.value())
             .ok_or_else(|| corrupt(path, format!("malformed record at revision {rev}.{sub}")))?;
-        loaded.entries.push(record);
+        record(key, entry);
     }
     let leases = txn
         .open_table(LEASES)
@@ -430,11 +516,11 @@ fn load(db: &impl ReadableDatabase, path: &Path) -> Result<Loaded> {
     Ok(loaded)
 }
 
-/// The database in `dir` read without changing it (the store's checker): every record, lease
-/// and counter. A file whose last writer was killed needs redb's repair (a rollback to its
+/// The database in `dir` read without changing it (the store's checker): every record (to
+/// `record`), lease and counter. A file whose last writer was killed needs redb's repair (a rollback to its
 /// last durable commit, which opening the store does before replaying the log): that is done
 /// on a copy (`store.redb.check.tmp` beside it, removed after).
-pub(crate) fn read_only(dir: &Path) -> Result<Loaded> {
+pub(crate) fn read_only(dir: &Path, record: &mut dyn FnMut(Bytes, Entry)) -> Result<Loaded> {
     let path = dir.join(FILE_NAME);
     let opened = |e| match e {
         redb::DatabaseError::DatabaseAlreadyOpen => corrupt(&path, "in use: stop the store first"),
@@ -442,13 +528,13 @@ pub(crate) fn read_only(dir: &Path) -> Result<Loaded> {
         other => corrupt(&path, other),
     };
     match redb::ReadOnlyDatabase::open(&path) {
-        Ok(db) => load(&db, &path),
+        Ok(db) => load(&db, &path, record),
         Err(redb::DatabaseError::RepairAborted) => {
             let copy = dir.join(format!("{FILE_NAME}.check.tmp"));
             std::fs::copy(&path, &copy).map_err(|e| io_error(&copy, e))?;
             let loaded = redb::Database::open(&copy)
                 .map_err(opened)
-                .and_then(|db| load(&db, &path));
+                .and_then(|db| load(&db, &path, record));
             let _ = std::fs::remove_file(&copy);
             loaded
         }
@@ -471,8 +557,20 @@ fn corrupt(path: &Path, reason: impl std::fmt::Display) -> Error {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A reader of a new, empty store file (in a directory removed at once: the open file
+    /// outlives it).
+    pub(crate) fn empty_file() -> FileReader {
+        let dir = tempfile::tempdir().unwrap();
+        let none = Recovered {
+            payloads: Vec::new(),
+            segments: Vec::new(),
+        };
+        let (disk, _) = Disk::open(dir.path(), &none, FILE_CACHE_BYTES, &mut |_, _| {}).unwrap();
+        disk.reader()
+    }
 
     #[test]
     fn records_round_trip_through_the_encoding() {
@@ -480,7 +578,7 @@ mod tests {
             rev: 7,
             sub: 2,
             put: Some(PutData {
-                value: Bytes::from_static(b"value"),
+                value: Value::Held(Bytes::from_static(b"value")),
                 create_revision: 3,
                 version: 4,
                 lease: 99,
@@ -537,7 +635,7 @@ mod tests {
             payloads: Vec::new(),
             segments: Vec::new(),
         };
-        let err = Disk::open(dir.path(), &none, FILE_CACHE_BYTES)
+        let err = Disk::open(dir.path(), &none, FILE_CACHE_BYTES, &mut |_, _| {})
             .err()
             .expect("must refuse");
         assert!(err.to_string().contains(FILE_NAME), "{err}");

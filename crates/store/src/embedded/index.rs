@@ -5,6 +5,13 @@
 //! A key's history is a vector of [`Entry`]s in ascending revision order; a tombstone entry marks a
 //! delete. Reading at revision `r` takes, per key, the last entry with `rev <= r`.
 //!
+//! A version another write has superseded is read only by reads at past revisions and by watches
+//! catching up, and the store file holds every version the index does. So once a superseded
+//! version is in the file, the index lets go of its value ([`Value::InFile`]) and such reads fetch
+//! it back through [`Values`]: between two compactions (5 minutes by default) the superseded
+//! values are most of the history, and at 150,000 pods they were over a gigabyte of memory
+//! (BENCHMARKS.md, "Scale (issue 35)", session 60). The head version of every key stays in memory.
+//!
 //! Histories are found by hashing the key; a sorted set of the same keys serves ranges. Every
 //! put, delete and compare needs one key's history, and in a B-tree of tens of thousands of keys
 //! each of the ~20 comparisons on the way down reads another key's bytes from another allocation:
@@ -19,6 +26,7 @@ use std::ops::Bound;
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use crate::error::Result;
 use crate::types::{Event, EventKind, KeyRange, KeyValue};
 
 /// One write of one key.
@@ -35,10 +43,23 @@ pub(crate) struct Entry {
 /// What a put stores besides the key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PutData {
-    pub value: Bytes,
+    pub value: Value,
     pub create_revision: i64,
     pub version: i64,
     pub lease: i64,
+}
+
+/// A put's value: in memory, or (superseded, and in the store file) only in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Value {
+    Held(Bytes),
+    InFile,
+}
+
+/// Where the values the index let go of are read back from (the store file).
+pub(crate) trait Values {
+    /// The value `key` was given at (`rev`, `sub`).
+    fn get(&mut self, key: &[u8], rev: i64, sub: u32) -> Result<Bytes>;
 }
 
 /// A live lease.
@@ -65,6 +86,8 @@ pub(crate) struct Index {
     pub revision: i64,
     /// Reads and watches below this revision fail with `Compacted`.
     pub compact_revision: i64,
+    /// Every write up to this revision is in the store file.
+    pub written: i64,
     pub leases: HashMap<i64, Lease>,
 }
 
@@ -84,20 +107,65 @@ pub(crate) struct ReadOptions {
     pub count_only: bool,
 }
 
-fn kv_of(key: &Bytes, entry: &Entry, keys_only: bool) -> Option<KeyValue> {
-    let put = entry.put.as_ref()?;
-    Some(KeyValue {
+/// The key-value of a put entry (`None` for a tombstone), its value read back through `values` if
+/// the index let go of it.
+fn kv_of(
+    key: &Bytes,
+    entry: &Entry,
+    keys_only: bool,
+    values: &mut dyn Values,
+) -> Result<Option<KeyValue>> {
+    let Some(put) = &entry.put else {
+        return Ok(None);
+    };
+    let value = match &put.value {
+        _ if keys_only => Bytes::new(),
+        Value::Held(value) => value.clone(),
+        Value::InFile => values.get(key, entry.rev, entry.sub)?,
+    };
+    Ok(Some(KeyValue {
         key: key.clone(),
-        value: if keys_only {
-            Bytes::new()
-        } else {
-            put.value.clone()
-        },
+        value,
         create_revision: put.create_revision,
         mod_revision: entry.rev,
         version: put.version,
         lease: put.lease,
-    })
+    }))
+}
+
+/// The key-value of a key's head entry, whose value the index always holds.
+fn head_kv(key: &Bytes, entry: &Entry) -> Option<KeyValue> {
+    kv_of(key, entry, false, &mut NoFile).expect("the head version's value is held")
+}
+
+/// [`Values`] for reads that need no value from the file (reads at the head).
+pub(crate) struct NoFile;
+
+impl Values for NoFile {
+    fn get(&mut self, key: &[u8], rev: i64, sub: u32) -> Result<Bytes> {
+        Err(crate::error::Error::Unavailable(format!(
+            "the value of {} at {rev}.{sub} is only in the store file",
+            String::from_utf8_lossy(key)
+        )))
+    }
+}
+
+/// Let go of the value of the write before the last, now superseded, if the file holds it.
+fn release_previous(entries: &mut [Entry], written: i64) {
+    if let Some(i) = entries.len().checked_sub(2) {
+        release_superseded(entries, i, written);
+    }
+}
+
+/// Let go of the value of `entries[i]` if a later write superseded it and the file holds it
+/// (every write up to `written` is in the file).
+fn release_superseded(entries: &mut [Entry], i: usize, written: i64) {
+    if i + 1 < entries.len()
+        && entries[i].rev <= written
+        && let Some(put) = &mut entries[i].put
+    {
+        put.value = Value::InFile;
+    }
 }
 
 /// The last entry at or below `rev`.
@@ -139,7 +207,13 @@ impl Index {
     }
 
     /// The live version of every key in `range` at revision `rev`.
-    pub fn range(&self, range: &KeyRange, rev: i64, opts: ReadOptions) -> RangeResult {
+    pub fn range(
+        &self,
+        range: &KeyRange,
+        rev: i64,
+        opts: ReadOptions,
+        values: &mut dyn Values,
+    ) -> Result<RangeResult> {
         let mut out = RangeResult::default();
         let limit = if opts.limit > 0 {
             opts.limit as usize
@@ -158,18 +232,18 @@ impl Index {
                 continue;
             }
             if out.kvs.len() < limit {
-                out.kvs.extend(kv_of(key, entry, opts.keys_only));
+                out.kvs.extend(kv_of(key, entry, opts.keys_only, values)?);
             } else {
                 out.more = true;
             }
         }
-        out
+        Ok(out)
     }
 
     /// The latest version of one key, including writes not yet committed.
     pub fn latest(&self, key: &[u8]) -> Option<KeyValue> {
         let (key, entries) = self.keys.get_key_value(key)?;
-        kv_of(key, entries.last()?, false)
+        head_kv(key, entries.last()?)
     }
 
     /// Whether the history of `key` still has its write at (`rev`, `sub`).
@@ -190,8 +264,9 @@ impl Index {
 
     /// Write `key` at (`rev`, `sub`); returns the event (with `prev_kv` always filled).
     pub fn put(&mut self, key: Bytes, value: Bytes, lease: i64, rev: i64, sub: u32) -> Event {
+        let written = self.written;
         let entries = self.history_mut(&key);
-        let prev = entries.last().and_then(|e| kv_of(&key, e, false));
+        let prev = entries.last().and_then(|e| head_kv(&key, e));
         let (create_revision, version) = match &prev {
             Some(p) => (p.create_revision, p.version + 1),
             None => (rev, 1),
@@ -200,14 +275,15 @@ impl Index {
             rev,
             sub,
             put: Some(PutData {
-                value,
+                value: Value::Held(value),
                 create_revision,
                 version,
                 lease,
             }),
         };
-        let kv = kv_of(&key, &entry, false).expect("a put entry has a value");
+        let kv = head_kv(&key, &entry).expect("a put entry has a value");
         entries.push(entry);
+        release_previous(entries, written);
         if let Some(p) = &prev
             && p.lease != 0
             && p.lease != lease
@@ -235,11 +311,13 @@ impl Index {
         {
             l.keys.remove(key);
         }
-        self.keys.get_mut(key).expect("live key").push(Entry {
+        let entries = self.keys.get_mut(key).expect("live key");
+        entries.push(Entry {
             rev,
             sub,
             put: None,
         });
+        release_previous(entries, self.written);
         let kv = KeyValue {
             key: key.clone(),
             mod_revision: rev,
@@ -252,10 +330,35 @@ impl Index {
         })
     }
 
-    /// Add one entry read back from disk (entries arrive in revision order).
+    /// Add one entry read back from the file (entries arrive in revision order), letting go of
+    /// the value it supersedes.
     pub fn load(&mut self, key: Bytes, entry: Entry) {
         self.revision = self.revision.max(entry.rev);
-        self.history_mut(&key).push(entry);
+        self.written = self.revision;
+        let entries = self.history_mut(&key);
+        entries.push(entry);
+        release_previous(entries, i64::MAX);
+    }
+
+    /// The writes `records` (key, revision, sub), and every write up to `revision`, are in the
+    /// file: let go of the values of those already superseded (later ones are let go of as they
+    /// are superseded).
+    pub fn written<'a>(
+        &mut self,
+        records: impl Iterator<Item = (&'a [u8], i64, u32)>,
+        revision: i64,
+    ) {
+        self.written = self.written.max(revision);
+        let written = self.written;
+        for (key, rev, sub) in records {
+            let Some(entries) = self.keys.get_mut(key) else {
+                continue; // purged since
+            };
+            let i = entries.partition_point(|e| e.rev < rev);
+            if entries.get(i).is_some_and(|e| e.rev == rev && e.sub == sub) {
+                release_superseded(entries, i, written);
+            }
+        }
     }
 
     /// Attach every live key to its lease (after loading); returns keys whose lease is gone.
@@ -280,8 +383,15 @@ impl Index {
     }
 
     /// Every event in `range` with `from <= revision <= to`, in revision order, with `prev_kv`
-    /// filled where the previous version is still in the history.
-    pub fn history(&self, range: &KeyRange, from: i64, to: i64) -> Vec<Event> {
+    /// filled (if `prev_kv`) where the previous version is still in the history.
+    pub fn history(
+        &self,
+        range: &KeyRange,
+        from: i64,
+        to: i64,
+        prev_kv: bool,
+        values: &mut dyn Values,
+    ) -> Result<Vec<Event>> {
         let mut found: Vec<(i64, u32, Event)> = Vec::new();
         for (key, entries) in self.range_iter(range) {
             let start = entries.partition_point(|e| e.rev < from);
@@ -290,10 +400,11 @@ impl Index {
                 if entry.rev > to {
                     break;
                 }
-                let prev_kv = i
-                    .checked_sub(1)
-                    .and_then(|p| kv_of(key, &entries[p], false));
-                let event = match kv_of(key, entry, false) {
+                let prev_kv = match i.checked_sub(1) {
+                    Some(p) if prev_kv => kv_of(key, &entries[p], false, values)?,
+                    _ => None,
+                };
+                let event = match kv_of(key, entry, false, values)? {
                     Some(kv) => Event {
                         kind: EventKind::Put,
                         kv,
@@ -313,7 +424,7 @@ impl Index {
             }
         }
         found.sort_by_key(|(rev, sub, _)| (*rev, *sub));
-        found.into_iter().map(|(_, _, e)| e).collect()
+        Ok(found.into_iter().map(|(_, _, e)| e).collect())
     }
 
     /// Drop history made unreachable by compaction at `compact_rev`, starting at key `from`, and
@@ -358,6 +469,19 @@ impl Index {
         (removed, next)
     }
 
+    /// Whether the index holds the value `key` was given at `rev` (`None`: no such put).
+    #[cfg(test)]
+    pub fn holds_value(&self, key: &[u8], rev: i64) -> Option<bool> {
+        let put = self
+            .keys
+            .get(key)?
+            .iter()
+            .find(|e| e.rev == rev)?
+            .put
+            .as_ref()?;
+        Some(matches!(put.value, Value::Held(_)))
+    }
+
     /// Number of keys with any history (live or not), for status and tests.
     #[cfg(test)]
     pub fn key_count(&self) -> usize {
@@ -374,7 +498,17 @@ mod tests {
     }
 
     fn read(ix: &Index, range: &KeyRange, rev: i64) -> Vec<(String, String)> {
-        ix.range(range, rev, ReadOptions::default())
+        read_with(ix, range, rev, &mut NoFile)
+    }
+
+    fn read_with(
+        ix: &Index,
+        range: &KeyRange,
+        rev: i64,
+        values: &mut dyn Values,
+    ) -> Vec<(String, String)> {
+        ix.range(range, rev, ReadOptions::default(), values)
+            .unwrap()
             .kvs
             .into_iter()
             .map(|kv| {
@@ -421,14 +555,17 @@ mod tests {
         for (i, k) in ["a", "b", "c"].iter().enumerate() {
             ix.put(b(k), b("v"), 0, i as i64 + 1, 0);
         }
-        let res = ix.range(
-            &KeyRange::prefix(""),
-            3,
-            ReadOptions {
-                limit: 2,
-                ..Default::default()
-            },
-        );
+        let res = ix
+            .range(
+                &KeyRange::prefix(""),
+                3,
+                ReadOptions {
+                    limit: 2,
+                    ..Default::default()
+                },
+                &mut NoFile,
+            )
+            .unwrap();
         assert_eq!((res.kvs.len(), res.count, res.more), (2, 3, true));
     }
 
@@ -439,12 +576,133 @@ mod tests {
         ix.put(b("a"), b("2"), 0, 2, 0);
         ix.put(b("b"), b("3"), 0, 3, 0);
         ix.delete(&b("a"), 4, 0);
-        let events = ix.history(&KeyRange::prefix(""), 2, 4);
+        let events = ix
+            .history(&KeyRange::prefix(""), 2, 4, true, &mut NoFile)
+            .unwrap();
         let revs: Vec<i64> = events.iter().map(|e| e.kv.mod_revision).collect();
         assert_eq!(revs, vec![2, 3, 4]);
         assert_eq!(events[1].prev_kv.as_ref().unwrap().value, b("1"));
         assert_eq!(events[2].kind, EventKind::Delete);
         assert_eq!(events[2].prev_kv.as_ref().unwrap().value, b("2"));
+    }
+
+    /// A store file for the index alone: every value put, by (revision, sub), and how many were
+    /// read back.
+    #[derive(Default)]
+    struct File {
+        values: HashMap<(i64, u32), Bytes>,
+        reads: usize,
+    }
+
+    impl File {
+        fn put(&mut self, ix: &mut Index, key: &str, value: &str, rev: i64) {
+            ix.put(b(key), b(value), 0, rev, 0);
+            self.values.insert((rev, 0), b(value));
+        }
+    }
+
+    impl Values for File {
+        fn get(&mut self, _: &[u8], rev: i64, sub: u32) -> Result<Bytes> {
+            self.reads += 1;
+            Ok(self.values[&(rev, sub)].clone())
+        }
+    }
+
+    #[test]
+    fn superseded_values_in_the_file_are_read_back_from_it() {
+        let (mut ix, mut file) = (Index::default(), File::default());
+        file.put(&mut ix, "a", "1", 1);
+        file.put(&mut ix, "a", "2", 2);
+        file.put(&mut ix, "b", "1", 3);
+        // not in the file yet: every value is held
+        assert_eq!(
+            read(&ix, &KeyRange::key("a"), 1),
+            [("a".into(), "1".into())]
+        );
+        // revisions 1 and 2 are written: the superseded "a"=1 is let go of, the heads are kept
+        let records = [(&b"a"[..], 1, 0), (&b"a"[..], 2, 0)];
+        ix.written(records.into_iter(), 2);
+        assert!(
+            ix.range(&KeyRange::key("a"), 1, ReadOptions::default(), &mut NoFile)
+                .is_err()
+        );
+        assert_eq!(
+            read_with(&ix, &KeyRange::key("a"), 1, &mut file),
+            [("a".into(), "1".into())]
+        );
+        assert_eq!(file.reads, 1);
+        assert_eq!(
+            read(&ix, &KeyRange::prefix(""), 3).len(),
+            2,
+            "heads are held"
+        );
+        // a write superseding one already written lets go of it at once; one not yet written
+        // (revision 3 is past `written`) is kept until it is
+        file.put(&mut ix, "a", "4", 4);
+        file.put(&mut ix, "b", "5", 5);
+        let keys_only = ReadOptions {
+            keys_only: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            ix.range(&KeyRange::prefix(""), 3, keys_only, &mut NoFile)
+                .unwrap()
+                .count,
+            2
+        );
+        assert!(
+            ix.range(&KeyRange::key("a"), 3, ReadOptions::default(), &mut NoFile)
+                .is_err()
+        );
+        assert_eq!(
+            read(&ix, &KeyRange::key("b"), 3),
+            [("b".into(), "1".into())]
+        );
+        // a watch catching up reads what it needs back, and previous values only if asked
+        file.reads = 0;
+        let events = ix
+            .history(&KeyRange::key("a"), 2, 4, false, &mut file)
+            .unwrap();
+        assert_eq!(file.reads, 1, "only revision 2's value");
+        assert!(events.iter().all(|e| e.prev_kv.is_none()));
+        let events = ix
+            .history(&KeyRange::key("a"), 2, 4, true, &mut file)
+            .unwrap();
+        assert_eq!(events[0].prev_kv.as_ref().unwrap().value, b("1"));
+        assert_eq!(events[1].prev_kv.as_ref().unwrap().value, b("2"));
+        // a delete supersedes too
+        ix.written(std::iter::empty(), 5);
+        ix.delete(&b("b"), 6, 0);
+        assert!(
+            ix.range(&KeyRange::key("b"), 5, ReadOptions::default(), &mut NoFile)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn loading_keeps_only_the_head_values() {
+        let mut ix = Index::default();
+        let entry = |rev, value: &str| Entry {
+            rev,
+            sub: 0,
+            put: Some(PutData {
+                value: Value::Held(b(value)),
+                create_revision: 1,
+                version: rev,
+                lease: 0,
+            }),
+        };
+        ix.load(b("a"), entry(1, "1"));
+        ix.load(b("a"), entry(2, "2"));
+        assert!(
+            ix.range(&KeyRange::key("a"), 1, ReadOptions::default(), &mut NoFile)
+                .is_err()
+        );
+        assert_eq!(
+            read(&ix, &KeyRange::key("a"), 2),
+            [("a".into(), "2".into())]
+        );
+        assert_eq!(ix.written, 2);
     }
 
     #[test]

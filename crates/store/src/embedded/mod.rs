@@ -69,8 +69,10 @@ pub struct EmbeddedConfig {
     pub min_lease_ttl: i64,
     /// How often expired leases are looked for.
     pub lease_check_interval: Duration,
-    /// Bytes of `store.redb` pages kept in memory (redb's own default is 1 GiB; the file is
-    /// read only at start-up and by compaction, so a small cache costs no read latency).
+    /// Bytes of `store.redb` pages kept in memory (redb's own default is 1 GiB). The file is read
+    /// at start-up, by compaction, and for the values of superseded versions (reads at past
+    /// revisions, watches catching up), which the OS's page cache serves as well: a small cache
+    /// keeps the index from being held twice.
     pub file_cache_bytes: usize,
 }
 
@@ -95,6 +97,8 @@ const SYNCER_QUEUE: usize = 64;
 /// State shared by the handle, the writer thread and the background tasks.
 pub(crate) struct Shared {
     index: RwLock<Index>,
+    /// Reads back the values the index let go of.
+    file: disk::FileReader,
     committed: Arc<AtomicI64>,
     hub: Arc<Hub>,
     /// Set when a commit failed; every later write is refused with this reason.
@@ -167,23 +171,23 @@ impl EmbeddedStore {
     pub async fn open(config: EmbeddedConfig) -> Result<EmbeddedStore> {
         let dir = config.data_dir.clone();
         let cache_bytes = config.file_cache_bytes;
-        let (disk, wal, loaded) = tokio::task::spawn_blocking(move || {
+        let (disk, wal, loaded, mut index) = tokio::task::spawn_blocking(move || {
             std::fs::create_dir_all(&dir).map_err(|e| Error::Io {
                 path: dir.display().to_string(),
                 reason: e.to_string(),
             })?;
             let (wal, recovered) = wal::Wal::open(&dir)?;
-            let (disk, loaded) = disk::Disk::open(&dir, &recovered, cache_bytes)?;
-            Ok::<_, Error>((disk, wal, loaded))
+            let mut index = Index::default();
+            let (disk, loaded) =
+                disk::Disk::open(&dir, &recovered, cache_bytes, &mut |key, entry| {
+                    index.load(key, entry)
+                })?;
+            Ok::<_, Error>((disk, wal, loaded, index))
         })
         .await
         .map_err(|e| Error::Unavailable(format!("store open task failed: {e}")))??;
 
         let now = Instant::now();
-        let mut index = Index::default();
-        for (key, entry) in loaded.entries {
-            index.load(key, entry);
-        }
         index.revision = index.revision.max(loaded.revision);
         index.compact_revision = loaded.compact_revision;
         for (id, ttl) in loaded.leases {
@@ -205,6 +209,7 @@ impl EmbeddedStore {
         let compact_revision = index.compact_revision;
         let shared = Arc::new(Shared {
             index: RwLock::new(index),
+            file: disk.reader(),
             hub: Arc::new(Hub::new(committed.clone())),
             committed,
             failed: Mutex::new(None),
@@ -371,7 +376,7 @@ impl Store for EmbeddedStore {
             keys_only: req.keys_only,
             count_only: req.count_only,
         };
-        let res = ix.range(&req.range, rev, opts);
+        let res = ix.range(&req.range, rev, opts, &mut self.shared().file.values())?;
         Ok(RangeResponse {
             revision: committed,
             kvs: res.kvs,
@@ -437,7 +442,13 @@ impl Store for EmbeddedStore {
                 ));
             }
             let upto = shared.committed.load(Ordering::Acquire);
-            catch_up = ix.history(&req.range, start, upto);
+            catch_up = ix.history(
+                &req.range,
+                start,
+                upto,
+                req.prev_kv,
+                &mut shared.file.values(),
+            )?;
             next = next.max(upto + 1);
         }
         // Phase 2 (under the hub lock, so no commit slips between catch-up and registration).
@@ -452,7 +463,13 @@ impl Store for EmbeddedStore {
                     Arc::new(NoControl),
                 ));
             }
-            catch_up.extend(ix.history(&req.range, next, committed));
+            catch_up.extend(ix.history(
+                &req.range,
+                next,
+                committed,
+                req.prev_kv,
+                &mut shared.file.values(),
+            )?);
         }
         let id = registration.register(
             req.range.clone(),
@@ -462,11 +479,6 @@ impl Store for EmbeddedStore {
             tx,
         );
 
-        if !req.prev_kv {
-            for event in &mut catch_up {
-                event.prev_kv = None;
-            }
-        }
         let batches: Vec<Result<WatchBatch>> = catch_up
             .chunks(1000)
             .map(|events| {
@@ -570,4 +582,92 @@ struct NoControl;
 
 impl crate::store::WatchControl for NoControl {
     fn request_progress(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn put(store: &EmbeddedStore, key: &str, value: &str) -> i64 {
+        let req = PutRequest {
+            key: key.to_owned().into(),
+            value: value.to_owned().into(),
+            ..Default::default()
+        };
+        store.put(req).await.unwrap().revision
+    }
+
+    fn at(key: &'static str, revision: i64) -> RangeRequest {
+        RangeRequest {
+            range: KeyRange::key(key),
+            revision,
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn superseded_values_in_the_file_are_let_go_of_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(EmbeddedConfig::new(dir.path()))
+            .await
+            .unwrap();
+        let first = put(&store, "/a", "1").await;
+        let second = put(&store, "/a", "2").await;
+        store.checkpoint().await.unwrap();
+        let held = |rev| store.shared().index.read().holds_value(b"/a", rev);
+        assert_eq!(held(first), Some(false), "superseded and in the file");
+        assert_eq!(held(second), Some(true), "the head is kept");
+        let third = put(&store, "/a", "3").await;
+        assert_eq!(held(second), Some(false), "let go of as it is superseded");
+
+        // a read at a past revision, a watch catching up (with previous values), and a read at
+        // a past revision inside a transaction all get the values back from the file
+        let old = store.range(at("/a", first)).await.unwrap();
+        assert_eq!(&old.kvs[0].value[..], b"1");
+        let watch = WatchRequest {
+            range: KeyRange::key("/a"),
+            start_revision: second,
+            prev_kv: true,
+            ..Default::default()
+        };
+        let batch = store
+            .watch(watch)
+            .await
+            .unwrap()
+            .next()
+            .await
+            .unwrap()
+            .unwrap();
+        let seen: Vec<(&[u8], &[u8])> = batch
+            .events
+            .iter()
+            .map(|e| (&e.kv.value[..], &e.prev_kv.as_ref().unwrap().value[..]))
+            .collect();
+        assert_eq!(seen, [(&b"2"[..], &b"1"[..]), (b"3", b"2")]);
+        let txn = TxnRequest {
+            success: vec![
+                TxnOp::Range(at("/a", second)),
+                TxnOp::Put(PutRequest {
+                    key: "/a".into(),
+                    value: "4".into(),
+                    ..Default::default()
+                }),
+                TxnOp::Range(at("/a", 0)),
+            ],
+            ..Default::default()
+        };
+        let values: Vec<Bytes> = store
+            .txn(txn)
+            .await
+            .unwrap()
+            .responses
+            .into_iter()
+            .filter_map(|r| match r {
+                TxnOpResponse::Range(r) => Some(r.kvs[0].value.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(values, [&b"2"[..], b"4"]);
+        assert!(third < store.status().await.unwrap().revision);
+    }
 }

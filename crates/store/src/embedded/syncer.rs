@@ -346,6 +346,7 @@ mod tests {
         let committed = Arc::new(AtomicI64::new(0));
         let shared = Arc::new(Shared {
             index: RwLock::new(Index::default()),
+            file: crate::embedded::disk::tests::empty_file(),
             committed: committed.clone(),
             hub: Arc::new(Hub::new(committed)),
             failed: parking_lot::Mutex::new(None),

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::disk::{Batch, encode, encode_batch};
-use super::index::{Entry, Index, Lease, PutData, ReadOptions};
+use super::index::{Entry, Index, Lease, NoFile, PutData, ReadOptions, Value, Values};
 use super::syncer::{self, Committing, Completion};
 use super::wal::Wal;
 use crate::error::{Error, Result};
@@ -178,7 +178,10 @@ impl Writer {
             ..
         } = committing;
         match req {
-            Request::Txn(txn, reply) => completion(reply, apply_txn(ix, txn, batch, events)),
+            Request::Txn(txn, reply) => {
+                let mut values = self.shared.file.values();
+                completion(reply, apply_txn(ix, txn, batch, events, &mut values))
+            }
             Request::LeaseGrant {
                 id,
                 ttl,
@@ -277,7 +280,7 @@ fn record(batch: &mut Batch, event: &Event, sub: u32) {
     let kv = &event.kv;
     let put = match event.kind {
         EventKind::Put => Some(PutData {
-            value: kv.value.clone(),
+            value: Value::Held(kv.value.clone()),
             create_revision: kv.create_revision,
             version: kv.version,
             lease: kv.lease,
@@ -295,17 +298,21 @@ fn record(batch: &mut Batch, event: &Event, sub: u32) {
 }
 
 /// Whether a compare holds against the head of the index (etcd's `applyCompare`).
-fn compare_holds(ix: &Index, c: &Compare) -> bool {
+fn compare_holds(ix: &Index, c: &Compare) -> Result<bool> {
     let kvs: Vec<KeyValue> = if c.range.is_single() {
         ix.latest(&c.range.key).into_iter().collect()
     } else {
-        ix.range(&c.range, ix.revision, ReadOptions::default()).kvs
+        // the head's values are all in memory
+        ix.range(&c.range, ix.revision, ReadOptions::default(), &mut NoFile)?
+            .kvs
     };
     if kvs.is_empty() {
         // etcd: a value compare on a missing key always fails; other targets compare with zero.
-        return !matches!(c.target, CompareTarget::Value(_)) && compare_kv(c, &KeyValue::default());
+        return Ok(
+            !matches!(c.target, CompareTarget::Value(_)) && compare_kv(c, &KeyValue::default())
+        );
     }
-    kvs.iter().all(|kv| compare_kv(c, kv))
+    Ok(kvs.iter().all(|kv| compare_kv(c, kv)))
 }
 
 fn compare_kv(c: &Compare, kv: &KeyValue) -> bool {
@@ -355,24 +362,45 @@ fn apply_txn(
     txn: TxnRequest,
     batch: &mut Batch,
     events: &mut Vec<Event>,
+    values: &mut dyn Values,
 ) -> Result<TxnResponse> {
-    let succeeded = txn.compare.iter().all(|c| compare_holds(ix, c));
+    let mut succeeded = true;
+    for c in &txn.compare {
+        if !compare_holds(ix, c)? {
+            succeeded = false;
+            break;
+        }
+    }
     let ops = if succeeded { txn.success } else { txn.failure };
     validate(ix, &ops)?;
     let rev = ix.revision + 1;
+    let read_options = |r: &RangeRequest| ReadOptions {
+        limit: r.limit,
+        keys_only: r.keys_only,
+        count_only: r.count_only,
+    };
+    // Reads at a past revision may need the store file, and may fail: they are done before any
+    // write, so that a transaction is all or nothing (this transaction's writes are not in them).
+    let mut past = Vec::with_capacity(ops.len());
+    for op in &ops {
+        past.push(match op {
+            TxnOp::Range(r) if r.revision > 0 => {
+                Some(ix.range(&r.range, r.revision, read_options(r), values)?)
+            }
+            _ => None,
+        });
+    }
     let mut sub = 0u32;
     let mut responses = Vec::with_capacity(ops.len());
-    for op in ops {
+    for (op, past) in ops.into_iter().zip(past) {
         match op {
             TxnOp::Range(r) => {
-                // Reads inside a transaction see the transaction's earlier writes.
-                let at = if r.revision > 0 { r.revision } else { rev };
-                let opts = ReadOptions {
-                    limit: r.limit,
-                    keys_only: r.keys_only,
-                    count_only: r.count_only,
+                // Reads inside a transaction see the transaction's earlier writes, which are
+                // the head: every value there is in memory.
+                let res = match past {
+                    Some(res) => res,
+                    None => ix.range(&r.range, rev, read_options(&r), &mut NoFile)?,
                 };
-                let res = ix.range(&r.range, at, opts);
                 responses.push(TxnOpResponse::Range(RangeResponse {
                     revision: 0,
                     kvs: res.kvs,
