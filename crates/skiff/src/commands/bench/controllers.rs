@@ -130,6 +130,18 @@ pub(super) async fn start_logging(
     log: &Path,
     filter: &str,
 ) -> Result<SkiffChild> {
+    start_until(exe, args, log, filter, "ready").await
+}
+
+/// [`start_logging`], waiting for the first line on the child's stdout that contains `marker`
+/// (a skiff component's ready line says "ready"; other programs say it otherwise).
+pub(crate) async fn start_until(
+    exe: &Path,
+    args: &[&str],
+    log: &Path,
+    filter: &str,
+    marker: &str,
+) -> Result<SkiffChild> {
     let mut child = Command::new(exe)
         .args(args)
         .stdout(Stdio::piped())
@@ -146,7 +158,7 @@ pub(super) async fn start_logging(
     let pid = child.id().context("child has no pid")?;
     let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
     while let Some(line) = lines.next_line().await? {
-        if line.contains("ready") {
+        if line.contains(marker) {
             tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
             return Ok(SkiffChild {
                 child,

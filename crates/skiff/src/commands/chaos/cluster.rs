@@ -3,9 +3,20 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
+use futures::future::try_join_all;
 
-use crate::commands::bench::controllers::{SkiffChild, start};
+use crate::commands::bench::controllers::{SkiffChild, start, start_until};
+
+/// What keeps the cluster's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// `skiff store serve`, the embedded store behind its etcd v3 facade.
+    Embedded,
+    /// Three `etcd` members (etcd from `PATH`).
+    Etcd,
+}
 
 /// The components the harness kills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -13,6 +24,8 @@ use crate::commands::bench::controllers::{SkiffChild, start};
 pub enum Component {
     /// `skiff store serve`, the embedded store behind its etcd v3 facade.
     Store,
+    /// One member of three of an etcd cluster, each member in turn.
+    EtcdMember,
     ApiServer,
     Scheduler,
     ControllerManager,
@@ -20,43 +33,137 @@ pub enum Component {
     Kubelet,
 }
 
-pub const COMPONENTS: [Component; 5] = [
-    Component::Store,
-    Component::ApiServer,
-    Component::Scheduler,
-    Component::ControllerManager,
-    Component::Kubelet,
-];
+impl Backend {
+    /// The components killed on this backend.
+    pub fn components(self) -> [Component; 5] {
+        let store = match self {
+            Backend::Embedded => Component::Store,
+            Backend::Etcd => Component::EtcdMember,
+        };
+        [
+            store,
+            Component::ApiServer,
+            Component::Scheduler,
+            Component::ControllerManager,
+            Component::Kubelet,
+        ]
+    }
+}
+
+/// Members of the etcd cluster on [`Backend::Etcd`].
+const ETCD_MEMBERS: usize = 3;
+
+/// An etcd member's loopback ports.
+struct Member {
+    client_port: u16,
+    peer_port: u16,
+}
 
 pub struct Cluster {
     exe: PathBuf,
     dir: PathBuf,
+    backend: Backend,
     store_addr: String,
+    members: Vec<Member>,
+    /// The member killed next.
+    next_member: usize,
     api_port: u16,
     nodes: usize,
-    children: Vec<(Component, SkiffChild)>,
+    /// Every running child; an etcd member's is `(EtcdMember, its index)`.
+    children: Vec<((Component, usize), SkiffChild)>,
 }
 
 impl Cluster {
     /// Starts every component under `dir`, the API server on a free port, with `nodes` hollow
-    /// nodes.
-    pub async fn start(dir: &Path, nodes: usize) -> Result<Cluster> {
+    /// nodes, on `backend`.
+    pub async fn start(dir: &Path, nodes: usize, backend: Backend) -> Result<Cluster> {
+        let mut members = Vec::new();
+        if backend == Backend::Etcd {
+            for _ in 0..ETCD_MEMBERS {
+                let (client_port, peer_port) = (free_port()?, free_port()?);
+                members.push(Member {
+                    client_port,
+                    peer_port,
+                });
+            }
+        }
         let mut cluster = Cluster {
             exe: std::env::current_exe()?,
             dir: dir.to_path_buf(),
+            backend,
             store_addr: format!("127.0.0.1:{}", free_port()?),
+            members,
+            next_member: 0,
             api_port: free_port()?,
             nodes,
             children: Vec::new(),
         };
-        for c in COMPONENTS {
-            cluster.launch(c).await?;
+        if backend == Backend::Etcd {
+            // together: a member is ready only once a quorum of them is up
+            let members = (0..ETCD_MEMBERS).map(|i| cluster.start_member(i));
+            let started = try_join_all(members).await?;
+            for (i, child) in started.into_iter().enumerate() {
+                cluster.children.push(((Component::EtcdMember, i), child));
+            }
+        }
+        for c in backend.components() {
+            if c != Component::EtcdMember {
+                cluster.launch(c).await?;
+            }
         }
         Ok(cluster)
     }
 
-    pub fn store_dir(&self) -> PathBuf {
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    fn store_dir(&self) -> PathBuf {
         self.dir.join("store")
+    }
+
+    /// The store's endpoints, as `--datastore-endpoint` takes them.
+    fn store_endpoint(&self) -> String {
+        match self.backend {
+            Backend::Embedded => format!("etcd://{}", self.store_addr),
+            Backend::Etcd => {
+                let members: Vec<String> = (self.members.iter())
+                    .map(|m| format!("127.0.0.1:{}", m.client_port))
+                    .collect();
+                format!("etcd://{}", members.join(","))
+            }
+        }
+    }
+
+    /// Starts etcd member `i` (with its data from before, if it ran already).
+    async fn start_member(&self, i: usize) -> Result<SkiffChild> {
+        let peer = |m: &Member| format!("http://127.0.0.1:{}", m.peer_port);
+        let initial: Vec<String> = (self.members.iter().enumerate())
+            .map(|(j, m)| format!("m{j}={}", peer(m)))
+            .collect();
+        let member = &self.members[i];
+        let client = format!("http://127.0.0.1:{}", member.client_port);
+        let data = self.dir.join(format!("etcd-{i}"));
+        let args = [
+            format!("--name=m{i}"),
+            format!("--data-dir={}", data.display()),
+            format!("--listen-client-urls={client}"),
+            format!("--advertise-client-urls={client}"),
+            format!("--listen-peer-urls={}", peer(member)),
+            format!("--initial-advertise-peer-urls={}", peer(member)),
+            format!("--initial-cluster={}", initial.join(",")),
+            "--initial-cluster-state=new".into(),
+            "--initial-cluster-token=skiff-chaos".into(),
+            // zap's lines on stdout tell when the member serves clients; stderr is its log
+            "--logger=zap".into(),
+            "--log-outputs=stdout,stderr".into(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let log = self.dir.join(format!("etcd-{i}.log"));
+        // etcd logs this once it has joined the cluster and serves clients
+        start_until(Path::new("etcd"), &args, &log, "", "serving client traffic")
+            .await
+            .with_context(|| format!("starting etcd member {i} (etcd from PATH)"))
     }
 
     pub fn kubeconfig(&self) -> PathBuf {
@@ -73,29 +180,102 @@ impl Cluster {
         Ok(kube::Client::try_from(config)?)
     }
 
-    /// Kills `component` with SIGKILL and starts it again.
+    /// Kills `component` with SIGKILL and starts it again (an etcd member: the next in turn).
     pub async fn kill_and_restart(&mut self, component: Component) -> Result<()> {
-        if let Some(i) = self.children.iter().position(|(c, _)| *c == component) {
+        let key = match component {
+            Component::EtcdMember => {
+                self.next_member = (self.next_member + 1) % ETCD_MEMBERS;
+                (component, self.next_member)
+            }
+            _ => (component, 0),
+        };
+        if let Some(i) = self.children.iter().position(|(k, _)| *k == key) {
             let (_, child) = self.children.swap_remove(i);
             child.stop().await;
         }
-        self.launch(component).await
+        match component {
+            Component::EtcdMember => {
+                let child = self.start_member(key.1).await?;
+                self.children.push((key, child));
+                Ok(())
+            }
+            _ => self.launch(component).await,
+        }
     }
 
-    /// Stops every component, the store last (SIGKILL: what a crash leaves must check clean).
-    pub async fn stop(&mut self) {
-        self.children.sort_by_key(|(c, _)| std::cmp::Reverse(*c));
+    /// Stops every component, the store last (SIGKILL: what a crash leaves must check clean),
+    /// and checks the store: on the embedded store, `skiff store check` of its files; on etcd,
+    /// that every member holds the same keys and values at the same revision (etcd's
+    /// `HashKV`), checked before the members stop. Returns the check's summary and whether it
+    /// found the store consistent.
+    pub async fn stop_and_check(&mut self) -> Result<(String, bool)> {
+        self.children.sort_by_key(|(k, _)| std::cmp::Reverse(*k));
+        let stores = [Component::Store, Component::EtcdMember];
+        let at = (self.children.iter())
+            .position(|((c, _), _)| stores.contains(c))
+            .unwrap_or(self.children.len());
+        for (_, child) in self.children.drain(..at) {
+            child.stop().await;
+        }
+        let check = match self.backend {
+            Backend::Etcd => self.members_agree().await,
+            Backend::Embedded => Ok((String::new(), true)),
+        };
         for (_, child) in self.children.drain(..) {
             child.stop().await;
+        }
+        match self.backend {
+            Backend::Etcd => check,
+            Backend::Embedded => store_check(&self.store_dir()).await,
+        }
+    }
+
+    /// Whether the etcd members, once they have reached the same revision, hash their keys and
+    /// values alike at it.
+    async fn members_agree(&self) -> Result<(String, bool)> {
+        let mut clients = Vec::new();
+        for m in &self.members {
+            let endpoint = format!("127.0.0.1:{}", m.client_port);
+            clients.push(etcd_client::Client::connect([endpoint], None).await?);
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let revision = loop {
+            let mut revisions = Vec::new();
+            for c in &mut clients {
+                let status = c.status().await?;
+                revisions.push(status.header().map_or(0, |h| h.revision()));
+            }
+            if revisions.windows(2).all(|w| w[0] == w[1]) {
+                break revisions[0];
+            }
+            if std::time::Instant::now() > deadline {
+                return Ok((
+                    format!("members at revisions {revisions:?} after 30 s"),
+                    false,
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        };
+        let mut hashes = Vec::new();
+        for c in &mut clients {
+            hashes.push(c.hash_kv(revision).await?.hash());
+        }
+        if hashes.windows(2).all(|w| w[0] == w[1]) {
+            let n = hashes.len();
+            Ok((format!("{n} members agree at revision {revision}"), true))
+        } else {
+            let summary = format!("members' hashes at revision {revision} differ: {hashes:?}");
+            Ok((summary, false))
         }
     }
 
     async fn launch(&mut self, component: Component) -> Result<()> {
         let path = |p: PathBuf| p.to_string_lossy().into_owned();
         let kubeconfig = path(self.kubeconfig());
-        let store = format!("etcd://{}", self.store_addr);
+        let store = self.store_endpoint();
         let (api_port, nodes) = (self.api_port.to_string(), self.nodes.to_string());
         let args: Vec<String> = match component {
+            Component::EtcdMember => bail!("an etcd member is started by `start_member`"),
             Component::Store => vec![
                 "store".into(),
                 "serve".into(),
@@ -148,9 +328,26 @@ impl Cluster {
         let child = start(&self.exe, &args, &log)
             .await
             .with_context(|| format!("starting {name}"))?;
-        self.children.push((component, child));
+        self.children.push(((component, 0), child));
         Ok(())
     }
+}
+
+/// `skiff store check` of the stopped store in `dir`: its last line, and whether it found the
+/// store consistent.
+async fn store_check(dir: &Path) -> Result<(String, bool)> {
+    let out = tokio::process::Command::new(std::env::current_exe()?)
+        .args(["store", "check", "--data-dir"])
+        .arg(dir)
+        .output()
+        .await?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or("no output");
+    if last == "0 inconsistencies" {
+        return Ok((last.to_string(), true));
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Ok((format!("skiff store check: {stdout}{stderr}"), false))
 }
 
 /// A loopback port nothing listens on now.

@@ -1,7 +1,7 @@
 //! `skiff chaos`: a cluster under a workload while its components are killed, checked against
-//! invariants. Every component is a child process ([`cluster`]): `skiff store serve`, `skiff
-//! apiserver` on it, the scheduler, the controller manager, and `--nodes` hollow nodes. The
-//! workload:
+//! invariants. Every component is a child process ([`cluster`]): the store (`skiff store
+//! serve`, or with `--backend etcd` three etcd members), `skiff apiserver` on it, the
+//! scheduler, the controller manager, and `--nodes` hollow nodes. The workload:
 //!
 //! - a Deployment of `--replicas` pods on the hollow nodes, rolled out again after every fault;
 //! - `--writers` clients writing 1, 2, 3, … to a ConfigMap each, recording every acknowledged
@@ -9,13 +9,14 @@
 //! - `--watchers` clients watching those ConfigMaps, recording every event.
 //!
 //! Every `--fault-interval` seconds a component is killed with SIGKILL and started again (a
-//! supervisor's restart), each in turn in an order the seed shuffles; the Deployment is changed, and the time
+//! supervisor's restart), each in turn in an order the seed shuffles (on etcd, one member of
+//! the three, each member in turn); the Deployment is changed, and the time
 //! until it is rolled out again (as `kubectl rollout status` judges) is the time to converge.
 //! After each fault: the rollout converges within `--converge-timeout`, and every writer's
 //! last acknowledged value is still in the store. At the end: no acknowledged write was lost or
 //! changed; every watcher saw every acknowledged write exactly once and in resourceVersion
 //! order, or got 410 Gone and listed again over it; `skiff store check` finds the store's files
-//! consistent.
+//! consistent (on etcd: every member hashes its keys and values alike at the same revision).
 //!
 //! Prints one JSON report, then `N invariant violations`, and exits 1 if N > 0. The same
 //! `--seed` injects the same faults in the same order.
@@ -35,7 +36,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::commands::bench::controllers::{deployment, rolled_out};
-use cluster::{COMPONENTS, Cluster};
+use cluster::{Backend, Cluster};
 
 /// Options of `skiff chaos`.
 #[derive(Debug, Clone, clap::Args)]
@@ -64,6 +65,9 @@ pub struct ChaosArgs {
     /// Seconds a rollout may take after a fault before it counts as a violation.
     #[arg(long, default_value_t = 180)]
     pub converge_timeout: u64,
+    /// What keeps the cluster's state.
+    #[arg(long, value_enum, default_value_t = Backend::Embedded)]
+    pub backend: Backend,
 }
 
 const NAMESPACE: &str = "chaos";
@@ -84,16 +88,15 @@ pub async fn run(args: ChaosArgs) -> Result<()> {
 }
 
 async fn chaos(args: &ChaosArgs, dir: &std::path::Path) -> Result<()> {
-    let mut cluster = Cluster::start(dir, args.nodes).await?;
+    let mut cluster = Cluster::start(dir, args.nodes, args.backend).await?;
     let result = drive(args, &mut cluster).await;
-    cluster.stop().await;
+    let check = cluster.stop_and_check().await;
     let (mut report, mut violations) = result?;
-    let check = store_check(&cluster.store_dir()).await?;
-    let last = check.lines().last().unwrap_or("no output").to_string();
-    if last != "0 inconsistencies" {
-        violations.push(format!("skiff store check: {check}"));
+    let (check, consistent) = check?;
+    if !consistent {
+        violations.push(check.clone());
     }
-    report["store_check"] = json!(last);
+    report["store_check"] = json!(check);
     report["violations"] = json!(violations);
     println!("{report}");
     println!("{} invariant violations", violations.len());
@@ -134,7 +137,7 @@ async fn drive(
         round += 1;
         // every component in turn, in an order of the seed's
         if order.is_empty() {
-            order = COMPONENTS.to_vec();
+            order = cluster.backend().components().to_vec();
             rng.shuffle(&mut order);
         }
         let component = order.pop().expect("refilled above");
@@ -204,6 +207,7 @@ async fn drive(
     }
     let report = json!({
         "bench": "chaos",
+        "backend": args.backend,
         "seed": args.seed,
         "minutes": args.minutes,
         "replicas": args.replicas,
@@ -280,15 +284,4 @@ async fn read_values(configmaps: &Api<ConfigMap>) -> HashMap<String, u64> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// `skiff store check` of the stopped store: its last line.
-async fn store_check(dir: &std::path::Path) -> Result<String> {
-    let out = tokio::process::Command::new(std::env::current_exe()?)
-        .args(["store", "check", "--data-dir"])
-        .arg(dir)
-        .output()
-        .await?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    Ok(stdout.trim_end().to_string())
 }
