@@ -1023,8 +1023,8 @@ impl Cacher {
                         for ev in &batch.events {
                             self.apply(ev);
                         }
-                        revision = revision.max(batch.revision);
                         let progress = batch.events.is_empty();
+                        revision = revision.max(reached(&batch));
                         // Lock order: the set of caches, then one cache's state.
                         for cache in self.caches.read().by_storage.values() {
                             cache.advance(revision, progress);
@@ -1132,10 +1132,45 @@ impl Cacher {
     }
 }
 
+/// The revision a watch batch takes the cache to: its last event's, or for a batch without
+/// events (progress) its header's. A store catching a watch up stamps each batch with its current
+/// revision while more of the catch-up is still to come (etcd, and the embedded store's catch-up
+/// in chunks): taken as progress, a list could miss those events and a watch resumed after it
+/// skip them. Upstream's watcher, too, takes events' revisions and progress notifications'.
+fn reached(batch: &skiff_store::WatchBatch) -> i64 {
+    match batch.events.last() {
+        Some(last) => last.kv.mod_revision,
+        None => batch.revision,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
     use skiff_apimachinery::catalog::lookup;
+
+    #[test]
+    fn a_batch_of_events_reaches_its_last_event_and_only_progress_its_header() {
+        let event = |rev| skiff_store::Event {
+            kind: EventKind::Put,
+            kv: skiff_store::KeyValue {
+                mod_revision: rev,
+                ..Default::default()
+            },
+            prev_kv: None,
+        };
+        // a catch-up batch, stamped with the store's revision with more events to come
+        let catching_up = skiff_store::WatchBatch {
+            revision: 900,
+            events: vec![event(10), event(11)],
+        };
+        assert_eq!(reached(&catching_up), 11);
+        let progress = skiff_store::WatchBatch {
+            revision: 900,
+            events: Vec::new(),
+        };
+        assert_eq!(reached(&progress), 900);
+    }
 
     use super::*;
 
