@@ -18,10 +18,12 @@ pub enum Backend {
     Etcd,
 }
 
-/// The components the harness kills.
+/// What a fault hits: the components the harness kills, and the store's disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Component {
+    /// The embedded store's file system, filled (only as root: it is a tmpfs of its own).
+    DiskFull,
     /// `skiff store serve`, the embedded store behind its etcd v3 facade.
     Store,
     /// One member of three of an etcd cluster, each member in turn.
@@ -35,7 +37,7 @@ pub enum Component {
 
 impl Backend {
     /// The components killed on this backend.
-    pub fn components(self) -> [Component; 5] {
+    fn components(self) -> [Component; 5] {
         let store = match self {
             Backend::Embedded => Component::Store,
             Backend::Etcd => Component::EtcdMember,
@@ -50,6 +52,54 @@ impl Backend {
     }
 }
 
+/// Size of the embedded store's tmpfs: room for a 10-minute run's history between compactions
+/// many times over (tmpfs takes memory only for what is written).
+const STORE_FS_SIZE: &str = "2g";
+
+/// A tmpfs mounted on the embedded store's directory, unmounted when dropped.
+struct StoreFs {
+    mountpoint: PathBuf,
+}
+
+impl StoreFs {
+    /// Mounts it (as root only).
+    fn mount(mountpoint: &Path) -> Result<StoreFs> {
+        if !rustix::process::geteuid().is_root() {
+            bail!("--disk-full needs root, to mount a tmpfs for the store");
+        }
+        std::fs::create_dir_all(mountpoint)?;
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("size={STORE_FS_SIZE},mode=0700"))
+            .arg("skiff-chaos-store")
+            .arg(mountpoint)
+            .status()
+            .context("running mount")?;
+        if !status.success() {
+            bail!(
+                "mounting a tmpfs on {} failed: {status}",
+                mountpoint.display()
+            );
+        }
+        Ok(StoreFs {
+            mountpoint: mountpoint.to_path_buf(),
+        })
+    }
+
+    fn filler(&self) -> PathBuf {
+        self.mountpoint.join("disk-full-filler")
+    }
+}
+
+impl Drop for StoreFs {
+    fn drop(&mut self) {
+        // lazily: a store process still dying must not keep it mounted
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.mountpoint)
+            .status();
+    }
+}
 /// Members of the etcd cluster on [`Backend::Etcd`].
 const ETCD_MEMBERS: usize = 3;
 
@@ -71,12 +121,19 @@ pub struct Cluster {
     nodes: usize,
     /// Every running child; an etcd member's is `(EtcdMember, its index)`.
     children: Vec<((Component, usize), SkiffChild)>,
+    /// The embedded store's own file system, with the disk-full fault.
+    store_fs: Option<StoreFs>,
 }
 
 impl Cluster {
     /// Starts every component under `dir`, the API server on a free port, with `nodes` hollow
-    /// nodes, on `backend`.
-    pub async fn start(dir: &Path, nodes: usize, backend: Backend) -> Result<Cluster> {
+    /// nodes, on `backend`; with `disk_full`, the embedded store on a tmpfs of its own.
+    pub async fn start(
+        dir: &Path,
+        nodes: usize,
+        backend: Backend,
+        disk_full: bool,
+    ) -> Result<Cluster> {
         let mut members = Vec::new();
         if backend == Backend::Etcd {
             for _ in 0..ETCD_MEMBERS {
@@ -97,7 +154,14 @@ impl Cluster {
             api_port: free_port()?,
             nodes,
             children: Vec::new(),
+            store_fs: None,
         };
+        if disk_full {
+            if backend != Backend::Embedded {
+                bail!("--disk-full fills the embedded store's disk: not with --backend etcd");
+            }
+            cluster.store_fs = Some(StoreFs::mount(&cluster.store_dir())?);
+        }
         if backend == Backend::Etcd {
             // together: a member is ready only once a quorum of them is up
             let members = (0..ETCD_MEMBERS).map(|i| cluster.start_member(i));
@@ -114,8 +178,46 @@ impl Cluster {
         Ok(cluster)
     }
 
-    pub fn backend(&self) -> Backend {
-        self.backend
+    /// The faults this cluster takes: a kill of each component, and the disk-full fault if
+    /// the store has a tmpfs of its own.
+    pub fn faults(&self) -> Vec<Component> {
+        let mut faults = self.backend.components().to_vec();
+        if self.store_fs.is_some() {
+            faults.push(Component::DiskFull);
+        }
+        faults
+    }
+
+    /// Whether the disk-full fault is among the faults.
+    pub fn fills_disk(&self) -> bool {
+        self.store_fs.is_some()
+    }
+
+    /// Fills the store's file system until a write to it fails for want of space.
+    pub async fn fill_store_fs(&self) -> Result<()> {
+        let filler = self.store_fs.as_ref().context("no store fs")?.filler();
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let mut file = std::fs::File::create(&filler)?;
+            let chunk = vec![0u8; 1 << 20];
+            loop {
+                match file.write_all(&chunk).and_then(|()| file.sync_data()) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::StorageFull => return Ok(()),
+                    Err(e) => return Err(anyhow::Error::new(e).context("filling the store fs")),
+                }
+            }
+        })
+        .await?
+    }
+
+    /// Frees the store's file system, and restarts the store as an operator would once space
+    /// is back: a store whose write failed refuses writes until it is started again (as etcd,
+    /// which exits when its log cannot be written).
+    pub async fn free_store_fs(&mut self) -> Result<()> {
+        let filler = self.store_fs.as_ref().context("no store fs")?.filler();
+        std::fs::remove_file(filler)?;
+        self.kill_and_restart(Component::Store).await
     }
 
     fn store_dir(&self) -> PathBuf {
@@ -276,6 +378,7 @@ impl Cluster {
         let (api_port, nodes) = (self.api_port.to_string(), self.nodes.to_string());
         let args: Vec<String> = match component {
             Component::EtcdMember => bail!("an etcd member is started by `start_member`"),
+            Component::DiskFull => bail!("the disk-full fault is not a process"),
             Component::Store => vec![
                 "store".into(),
                 "serve".into(),

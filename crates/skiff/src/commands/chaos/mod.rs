@@ -10,7 +10,10 @@
 //!
 //! Every `--fault-interval` seconds a component is killed with SIGKILL and started again (a
 //! supervisor's restart), each in turn in an order the seed shuffles (on etcd, one member of
-//! the three, each member in turn); the Deployment is changed, and the time
+//! the three, each member in turn). With `--disk-full` (root, embedded store) the turns also
+//! fill the store's own tmpfs: writes meanwhile must each be answered within 10 s, accepted or
+//! refused with a server error; then the space is freed and the store restarted, as an
+//! operator would. After each fault the Deployment is changed, and the time
 //! until it is rolled out again (as `kubectl rollout status` judges) is the time to converge.
 //! After each fault: the rollout converges within `--converge-timeout`, and every writer's
 //! last acknowledged value is still in the store. At the end: no acknowledged write was lost or
@@ -36,7 +39,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::commands::bench::controllers::{deployment, rolled_out};
-use cluster::{Backend, Cluster};
+use cluster::{Backend, Cluster, Component};
 
 /// Options of `skiff chaos`.
 #[derive(Debug, Clone, clap::Args)]
@@ -68,6 +71,11 @@ pub struct ChaosArgs {
     /// What keeps the cluster's state.
     #[arg(long, value_enum, default_value_t = Backend::Embedded)]
     pub backend: Backend,
+    /// Also fill the embedded store's disk (needs root: the store gets a tmpfs of its own),
+    /// writing meanwhile: each write must be answered, accepted or refused with a server
+    /// error, within 10 s. Not yet in the default set: it finds a write left unanswered.
+    #[arg(long)]
+    pub disk_full: bool,
 }
 
 const NAMESPACE: &str = "chaos";
@@ -88,7 +96,7 @@ pub async fn run(args: ChaosArgs) -> Result<()> {
 }
 
 async fn chaos(args: &ChaosArgs, dir: &std::path::Path) -> Result<()> {
-    let mut cluster = Cluster::start(dir, args.nodes, args.backend).await?;
+    let mut cluster = Cluster::start(dir, args.nodes, args.backend, args.disk_full).await?;
     let result = drive(args, &mut cluster).await;
     let check = cluster.stop_and_check().await;
     let (mut report, mut violations) = result?;
@@ -130,6 +138,7 @@ async fn drive(
     let mut faults: BTreeMap<String, u64> = BTreeMap::new();
     let mut converged = Vec::new();
     let mut lost_already = HashSet::new();
+    let mut disk_full = Vec::new();
     let end = Instant::now() + Duration::from_secs_f64(args.minutes * 60.0);
     let (mut round, mut order) = (0, Vec::new());
     while Instant::now() < end {
@@ -137,7 +146,7 @@ async fn drive(
         round += 1;
         // every component in turn, in an order of the seed's
         if order.is_empty() {
-            order = cluster.backend().components().to_vec();
+            order = cluster.faults();
             rng.shuffle(&mut order);
         }
         let component = order.pop().expect("refilled above");
@@ -146,7 +155,17 @@ async fn drive(
             .unwrap_or_default()
             .to_string();
         *faults.entry(name.clone()).or_default() += 1;
-        cluster.kill_and_restart(component).await?;
+        if component == Component::DiskFull {
+            cluster.fill_store_fs().await?;
+            let outcome = write_while_full(&configmaps, round).await;
+            cluster.free_store_fs().await?;
+            match outcome {
+                Ok(answer) => disk_full.push(answer),
+                Err(e) => violations.push(format!("round {round} (disk full): {e}")),
+            }
+        } else {
+            cluster.kill_and_restart(component).await?;
+        }
         let started = Instant::now();
         roll(&deployments, round).await;
         match converge(&deployments, args.replicas, timeout).await {
@@ -214,6 +233,7 @@ async fn drive(
         "nodes": args.nodes,
         "first_rollout_s": (first.as_secs_f64() * 100.0).round() / 100.0,
         "faults": faults,
+        "disk_full": if cluster.fills_disk() { json!(disk_full) } else { json!("not injected") },
         "converge_s": {"p50": quantile(0.5), "p99": quantile(0.99), "max": quantile(1.0)},
         "writes": {
             "acknowledged": writers.iter().map(|w| w.lock().acked.len()).sum::<usize>(),
@@ -237,6 +257,44 @@ async fn setup(client: &kube::Client, replicas: usize) -> Result<()> {
         .create(&PostParams::default(), &deployment(NAME, replicas))
         .await?;
     Ok(())
+}
+
+/// Longest time writes are tried while the store's disk is full.
+const DISK_FULL_HOLD: Duration = Duration::from_secs(30);
+/// Longest wait for the answer to a write while the store's disk is full.
+const DISK_FULL_ANSWER: Duration = Duration::from_secs(10);
+
+/// Writes new ConfigMaps while the store's disk is full, until one is refused or
+/// [`DISK_FULL_HOLD`] has passed: the refusal's code and message (or that every write was
+/// accepted, into room the store had taken before, as its log's preallocated segment), or,
+/// as an error, the violation: a write that got no answer, or one refused as the client's fault.
+async fn write_while_full(configmaps: &Api<ConfigMap>, round: u64) -> Result<String, String> {
+    let (started, params) = (Instant::now(), PostParams::default());
+    let mut accepted = 0;
+    while started.elapsed() < DISK_FULL_HOLD {
+        let name = format!("disk-full-{round}-{accepted}");
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": name}})).expect("a ConfigMap");
+        let write = configmaps.create(&params, &cm);
+        match tokio::time::timeout(DISK_FULL_ANSWER, write).await {
+            Ok(Ok(_)) => accepted += 1,
+            Ok(Err(kube::Error::Api(s))) if s.code >= 500 => {
+                return Ok(format!(
+                    "{} {} after {accepted} accepted",
+                    s.code, s.message
+                ));
+            }
+            Ok(Err(kube::Error::Api(s))) => {
+                return Err(format!("a write was refused with {} {}", s.code, s.message));
+            }
+            Ok(Err(e)) => return Err(format!("a write failed without a Status: {e}")),
+            Err(_) => return Err(format!("a write got no answer in {DISK_FULL_ANSWER:?}")),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(format!(
+        "all {accepted} writes accepted in {DISK_FULL_HOLD:?}"
+    ))
 }
 
 /// Changes the Deployment's template (retried while the API server is restarting).
