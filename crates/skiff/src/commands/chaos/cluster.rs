@@ -319,16 +319,16 @@ impl Cluster {
         for (_, child) in self.children.drain(..at) {
             child.stop().await;
         }
-        let check = match self.backend {
-            Backend::Etcd => self.members_agree().await,
-            Backend::Embedded => Ok((String::new(), true)),
+        let members_checked = match self.backend {
+            Backend::Etcd => Some(self.members_agree().await),
+            Backend::Embedded => None,
         };
         for (_, child) in self.children.drain(..) {
             child.stop().await;
         }
-        match self.backend {
-            Backend::Etcd => check,
-            Backend::Embedded => store_check(&self.store_dir()).await,
+        match members_checked {
+            Some(check) => check,
+            None => store_check(&self.store_dir()).await,
         }
     }
 
