@@ -66,7 +66,10 @@ impl FileReader {
     }
 }
 
-/// The values of records in the file, as of one read transaction.
+/// The values of records in the file, as of one read transaction. Readers use it under the
+/// index's read lock, across the file read: the lock keeps a compaction from purging the entry
+/// (and the applier's sweep from then dropping its record) between finding it in the index and
+/// reading it here. These reads are of superseded versions only, served from the page cache.
 pub(crate) struct FileValues<'a> {
     file: &'a FileReader,
     table: Option<redb::ReadOnlyTable<(u64, u32), &'static [u8]>>,

@@ -501,6 +501,17 @@ mod tests {
         read_with(ix, range, rev, &mut NoFile)
     }
 
+    /// Whether reading `key` at `rev` needs a value the index let go of.
+    fn needs_file(ix: &Index, key: &'static str, rev: i64) -> bool {
+        let read = ix.range(
+            &KeyRange::key(key),
+            rev,
+            ReadOptions::default(),
+            &mut NoFile,
+        );
+        read.is_err()
+    }
+
     fn read_with(
         ix: &Index,
         range: &KeyRange,
@@ -622,10 +633,7 @@ mod tests {
         // revisions 1 and 2 are written: the superseded "a"=1 is let go of, the heads are kept
         let records = [(&b"a"[..], 1, 0), (&b"a"[..], 2, 0)];
         ix.written(records.into_iter(), 2);
-        assert!(
-            ix.range(&KeyRange::key("a"), 1, ReadOptions::default(), &mut NoFile)
-                .is_err()
-        );
+        assert!(needs_file(&ix, "a", 1));
         assert_eq!(
             read_with(&ix, &KeyRange::key("a"), 1, &mut file),
             [("a".into(), "1".into())]
@@ -650,10 +658,7 @@ mod tests {
                 .count,
             2
         );
-        assert!(
-            ix.range(&KeyRange::key("a"), 3, ReadOptions::default(), &mut NoFile)
-                .is_err()
-        );
+        assert!(needs_file(&ix, "a", 3));
         assert_eq!(
             read(&ix, &KeyRange::key("b"), 3),
             [("b".into(), "1".into())]
@@ -673,10 +678,7 @@ mod tests {
         // a delete supersedes too
         ix.written(std::iter::empty(), 5);
         ix.delete(&b("b"), 6, 0);
-        assert!(
-            ix.range(&KeyRange::key("b"), 5, ReadOptions::default(), &mut NoFile)
-                .is_err()
-        );
+        assert!(needs_file(&ix, "b", 5));
     }
 
     #[test]
@@ -694,10 +696,7 @@ mod tests {
         };
         ix.load(b("a"), entry(1, "1"));
         ix.load(b("a"), entry(2, "2"));
-        assert!(
-            ix.range(&KeyRange::key("a"), 1, ReadOptions::default(), &mut NoFile)
-                .is_err()
-        );
+        assert!(needs_file(&ix, "a", 1));
         assert_eq!(
             read(&ix, &KeyRange::key("a"), 2),
             [("a".into(), "2".into())]
